@@ -1,0 +1,128 @@
+# titan: one build for everything.  See README.md and titan(7).
+#
+#   make            library, programs (bin/), CUDA kernels when nvcc is found
+#   make check      build and run every test (unit, end-to-end, man page lint)
+#   make demo       the whole pipeline on a bundled corpus, on the CPU
+#   make bench      benchmarks with figures against the reference tools
+#   make asan       the same build with ASan + UBSan (build/asan/); asan-check runs the tests
+#   make install    PREFIX=/usr/local (programs and man pages)
+#   make deps       install the missing Debian packages the build and tests need
+#
+# Layout: lib/<module>/*.c -> libtitan.a; tools/<name>/*.c -> bin/titan-<name>;
+# kernels/*.cu -> the same library; tests/<area>/test_*.c -> cmocka programs;
+# tests/<area>/*.sh -> end-to-end scripts (TAP lines).  New files are found by
+# these patterns: a module needs no Makefile change.
+
+PREFIX    ?= /usr/local
+MANDIR    ?= $(PREFIX)/share/man
+CC        ?= cc
+SAN       ?= 0
+
+ifeq ($(SAN),1)
+BUILD     ?= build/asan
+BIN       ?= build/asan/bin
+SANFLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT       ?= -O1
+else
+BUILD     ?= build
+BIN       ?= bin
+SANFLAGS  :=
+OPT       ?= -O2
+endif
+
+# MPI is the CPU backend's collectives and the launcher; take its flags from mpicc.
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+
+CPPFLAGS  += -Ilib -D_GNU_SOURCE $(MPI_CFLAGS)
+CFLAGS    += -std=c17 $(OPT) -g -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -MMD -MP $(SANFLAGS)
+LDFLAGS   += -fopenmp $(SANFLAGS) -Wl,--as-needed
+LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(MPI_LIBS) -lm -lpthread
+
+# CUDA: found at $(CUDA_HOME)/bin/nvcc or /usr/local/cuda/bin/nvcc; CUDA=0 turns it off.
+CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,)
+NVCC      := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
+CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
+NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Xcompiler -Wall,-Wextra,-Werror \
+             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+ifeq ($(CUDA),1)
+CPPFLAGS  += -DTITAN_CUDA=1 -I$(CUDA_HOME)/include
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+endif
+
+LIB_SRC   := $(sort $(wildcard lib/*/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CU_SRC    := $(if $(filter 1,$(CUDA)),$(sort $(wildcard kernels/*.cu)),)
+CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+LIBTITAN  := $(BUILD)/libtitan.a
+
+TOOLS     := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/main.c)))))
+PROGRAMS  := $(TOOLS:%=$(BIN)/titan-%)
+
+TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
+TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
+TEST_SUPPORT_SRC := $(sort $(wildcard tests/support/*.c))
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
+MANPAGES  := $(sort $(wildcard man/*.[1-9]))
+
+.PHONY: all check demo bench asan asan-check install clean deps lint-man fuzz
+all: $(LIBTITAN) $(PROGRAMS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/%.o: kernels/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+# Every program: tools/<name>/*.c linked against the library.
+.SECONDEXPANSION:
+$(BIN)/titan-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/$$*/*.c)) $(LIBTITAN)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBTITAN)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBTITAN) $(LDLIBS) -lcmocka
+
+check: deps all $(TEST_BIN)
+	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) sh tests/run.sh $(TEST_BIN)
+
+lint-man:
+	@for m in $(MANPAGES); do mandoc -Tlint -Wwarning $$m || exit 1; done
+
+asan:
+	$(MAKE) SAN=1 all
+
+asan-check:
+	$(MAKE) SAN=1 check
+
+demo: deps all
+	sh scripts/demo.sh
+
+bench: deps all
+	sh scripts/bench.sh
+
+deps:
+	@sh scripts/deps.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	for p in $(PROGRAMS); do install -m 0755 $$p $(DESTDIR)$(PREFIX)/bin/; done
+	for m in $(MANPAGES); do s=$${m##*.}; install -d $(DESTDIR)$(MANDIR)/man$$s; \
+		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+
+clean:
+	rm -rf build bin
+
+-include $(LIB_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_SUPPORT_OBJ:.o=.d) \
+	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
+
+# Keep objects make would otherwise delete as intermediates.
+.SECONDARY:

@@ -1,0 +1,3 @@
+build/lib/core/mfile.o: lib/core/mfile.c lib/core/mfile.h lib/core/err.h
+lib/core/mfile.h:
+lib/core/err.h:

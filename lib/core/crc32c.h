@@ -1,0 +1,19 @@
+/* crc32c.h: CRC-32C (Castagnoli), as used by shards, checkpoints and
+ * TensorBoard records.  crc32c(0, "123456789", 9) == 0xE3069283. */
+#ifndef TITAN_CRC32C_H
+#define TITAN_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Extend crc (0 to start) over buf; uses the SSE4.2 instruction when the CPU
+ * has it, a slicing table otherwise.  Both give the same value. */
+uint32_t crc32c(uint32_t crc, const void *buf, size_t n);
+/* The portable table version, kept as the reference for tests. */
+uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t n);
+/* Whether crc32c() uses the hardware instruction. */
+int crc32c_hw_available(void);
+/* TensorBoard's masked form: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t crc32c_mask(uint32_t crc);
+
+#endif

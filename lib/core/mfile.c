@@ -1,0 +1,59 @@
+#include "core/mfile.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int mfile_open(mfile *m, const char *path, titan_err *err)
+{
+	memset(m, 0, sizeof *m);
+	m->fd = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_errno(err, "%s", path);
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		close(fd);
+		return err_errno(err, "%s: stat", path);
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return err_set(err, "%s: not a regular file", path);
+	}
+	m->fd = fd;
+	m->size = (size_t)st.st_size;
+	if (m->size == 0)
+		return 0;
+	void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED) {
+		close(fd);
+		m->fd = -1;
+		return err_errno(err, "%s: mmap", path);
+	}
+	m->data = p;
+	return 0;
+}
+
+void mfile_close(mfile *m)
+{
+	if (m->data != NULL)
+		munmap((void *)m->data, m->size);
+	if (m->fd >= 0)
+		close(m->fd);
+	memset(m, 0, sizeof *m);
+	m->fd = -1;
+}
+
+void mfile_advise_sequential(mfile *m)
+{
+	if (m->data != NULL)
+		madvise((void *)m->data, m->size, MADV_SEQUENTIAL);
+}
+
+void mfile_advise_random(mfile *m)
+{
+	if (m->data != NULL)
+		madvise((void *)m->data, m->size, MADV_RANDOM);
+}

@@ -1,0 +1,204 @@
+/* Unit tests of lib/core: errors, atomic files, CRC32C, SHA-256, mmap. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/afile.h"
+#include "core/crc32c.h"
+#include "core/err.h"
+#include "core/mfile.h"
+#include "core/sha256.h"
+
+static char tmpdir[256];
+
+static int make_tmpdir(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof tmpdir, "%s/titan-core.XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_tmpdir(void **state)
+{
+	(void)state;
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void crc32c_matches_standard_check_value(void **state)
+{
+	(void)state;
+	assert_int_equal(crc32c(0, "123456789", 9), 0xE3069283u);
+	assert_int_equal(crc32c_sw(0, "123456789", 9), 0xE3069283u);
+	assert_int_equal(crc32c(0, "", 0), 0);
+	/* RFC 3720 B.4: 32 bytes of zeros, of 0xff. */
+	unsigned char z[32] = {0}, f[32];
+	memset(f, 0xff, sizeof f);
+	assert_int_equal(crc32c(0, z, 32), 0x8A9136AAu);
+	assert_int_equal(crc32c(0, f, 32), 0x62A8AB43u);
+}
+
+static void crc32c_hw_and_table_agree_on_every_length_and_split(void **state)
+{
+	(void)state;
+	unsigned char buf[1000];
+	uint32_t x = 12345; /* fixed seed */
+	for (size_t i = 0; i < sizeof buf; i++) {
+		x = x * 1103515245u + 12345u;
+		buf[i] = (unsigned char)(x >> 16);
+	}
+	for (size_t n = 0; n < sizeof buf; n += 7) {
+		uint32_t whole = crc32c_sw(0, buf, n);
+		assert_int_equal(crc32c(0, buf, n), whole);
+		size_t cut = n / 3;
+		assert_int_equal(crc32c(crc32c(0, buf, cut), buf + cut, n - cut), whole);
+	}
+}
+
+static void crc32c_mask_matches_tensorflow(void **state)
+{
+	(void)state;
+	/* TensorBoard's first record for wall_time 1.7e9 (formats.md):
+	 * length 0x18 as u64 LE -> masked crc a37f4b22 (bytes, LE). */
+	unsigned char len[8] = {0x18, 0, 0, 0, 0, 0, 0, 0};
+	uint32_t m = crc32c_mask(crc32c(0, len, 8));
+	assert_int_equal(m, 0x224b7fa3u);
+}
+
+static void sha256_matches_fips_vectors(void **state)
+{
+	(void)state;
+	uint8_t d[32];
+	char hex[65];
+	assert_int_equal(sha256("abc", 3, d, NULL), 0);
+	sha256_hex(d, hex);
+	assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	assert_int_equal(sha256("", 0, d, NULL), 0);
+	sha256_hex(d, hex);
+	assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+static void sha256_file_equals_buffer_digest(void **state)
+{
+	(void)state;
+	char path[300];
+	snprintf(path, sizeof path, "%s/sha.bin", tmpdir);
+	static unsigned char big[300000];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (unsigned char)(i * 31 + 7);
+	assert_int_equal(atomic_write_file(path, big, sizeof big, NULL), 0);
+	uint8_t d[32];
+	char a[65], b[65];
+	assert_int_equal(sha256(big, sizeof big, d, NULL), 0);
+	sha256_hex(d, a);
+	assert_int_equal(sha256_file_hex(path, b, NULL), 0);
+	assert_string_equal(a, b);
+}
+
+static void afile_commit_replaces_and_abort_keeps_old(void **state)
+{
+	(void)state;
+	char path[300];
+	titan_err err = {{0}};
+	snprintf(path, sizeof path, "%s/a.txt", tmpdir);
+	assert_int_equal(atomic_write_file(path, "old\n", 4, &err), 0);
+
+	afile af;
+	assert_int_equal(afile_open(&af, path, &err), 0);
+	assert_int_equal(afile_write(&af, "new", 3, &err), 0);
+	afile_abort(&af);
+	mfile m;
+	assert_int_equal(mfile_open(&m, path, &err), 0);
+	assert_int_equal(m.size, 4);
+	assert_memory_equal(m.data, "old\n", 4);
+	mfile_close(&m);
+
+	assert_int_equal(afile_open(&af, path, &err), 0);
+	assert_int_equal(afile_printf(&af, &err, "%s %d\n", "new", 2), 0);
+	assert_int_equal(afile_commit(&af, &err), 0);
+	assert_int_equal(mfile_open(&m, path, &err), 0);
+	assert_int_equal(m.size, 6);
+	assert_memory_equal(m.data, "new 2\n", 6);
+	mfile_close(&m);
+
+	/* No temporary file is left behind. */
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "test $(ls '%s' | grep -c tmp) -eq 0", tmpdir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void afile_open_in_missing_folder_names_the_file(void **state)
+{
+	(void)state;
+	afile af;
+	titan_err err = {{0}};
+	assert_int_equal(afile_open(&af, "/nonexistent-titan/x/y.bin", &err), -1);
+	assert_non_null(strstr(err.msg, "/nonexistent-titan/x/y.bin"));
+}
+
+static void mkdir_p_makes_nested_folders(void **state)
+{
+	(void)state;
+	char path[300];
+	titan_err err = {{0}};
+	snprintf(path, sizeof path, "%s/a/b/c", tmpdir);
+	assert_int_equal(mkdir_p(path, &err), 0);
+	assert_int_equal(mkdir_p(path, &err), 0);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+}
+
+static void mfile_maps_empty_and_rejects_missing(void **state)
+{
+	(void)state;
+	char path[300];
+	titan_err err = {{0}};
+	snprintf(path, sizeof path, "%s/empty", tmpdir);
+	assert_int_equal(atomic_write_file(path, "", 0, &err), 0);
+	mfile m;
+	assert_int_equal(mfile_open(&m, path, &err), 0);
+	assert_null(m.data);
+	assert_int_equal(m.size, 0);
+	mfile_close(&m);
+	snprintf(path, sizeof path, "%s/missing", tmpdir);
+	assert_int_equal(mfile_open(&m, path, &err), -1);
+	assert_non_null(strstr(err.msg, "missing"));
+	assert_non_null(strstr(err.msg, "No such file"));
+}
+
+static void err_prefix_keeps_the_message(void **state)
+{
+	(void)state;
+	titan_err err;
+	err_set(&err, "bad magic %#x", 7u);
+	err_prefix(&err, "%s:%d", "f.bin", 3);
+	assert_string_equal(err.msg, "f.bin:3: bad magic 0x7");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(crc32c_matches_standard_check_value),
+		cmocka_unit_test(crc32c_hw_and_table_agree_on_every_length_and_split),
+		cmocka_unit_test(crc32c_mask_matches_tensorflow),
+		cmocka_unit_test(sha256_matches_fips_vectors),
+		cmocka_unit_test(sha256_file_equals_buffer_digest),
+		cmocka_unit_test(afile_commit_replaces_and_abort_keeps_old),
+		cmocka_unit_test(afile_open_in_missing_folder_names_the_file),
+		cmocka_unit_test(mkdir_p_makes_nested_folders),
+		cmocka_unit_test(mfile_maps_empty_and_rejects_missing),
+		cmocka_unit_test(err_prefix_keeps_the_message),
+	};
+	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+}

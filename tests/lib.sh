@@ -1,0 +1,72 @@
+# Shell harness for end-to-end tests; source it from tests/<area>/*.sh.
+#
+#   . tests/lib.sh
+#   t_run "name" cmd args...            ok when cmd exits 0
+#   t_fails "name" STATUS cmd args...   ok when cmd exits with STATUS
+#   t_same "name" FILE_A FILE_B         ok when the files are identical
+#   t_grep "name" PATTERN FILE          ok when FILE has a line matching PATTERN
+#   t_ok "name" / t_not_ok "name" "why" / t_skip "name" "why"
+#   t_done                               at the end
+#
+# Output is TAP ("ok N name", "not ok N name") read by tests/run.sh.
+# $BIN is the folder of the programs, $TMP a fresh folder removed at exit,
+# $FIXTURES the shared fixtures (a test that needs one must fail, not skip).
+
+: "${BIN:=$(pwd)/bin}"
+: "${TITAN_FIXTURES:=$(pwd)/../shared/fixtures}"
+FIXTURES=$TITAN_FIXTURES
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/titan-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+T_N=0
+T_FAILED=0
+export BIN FIXTURES TMP
+
+t_ok() { T_N=$((T_N + 1)); echo "ok $T_N $1"; }
+t_not_ok() {
+	T_N=$((T_N + 1)); T_FAILED=$((T_FAILED + 1))
+	echo "not ok $T_N $1"
+	[ -n "${2:-}" ] && echo "$2" | sed 's/^/# /'
+	return 0
+}
+t_skip() { T_N=$((T_N + 1)); echo "ok $T_N $1 # SKIP ${2:-}"; }
+
+t_run() {
+	name=$1; shift
+	if "$@" >"$TMP/.out" 2>"$TMP/.err"; then
+		t_ok "$name"
+	else
+		t_not_ok "$name" "exit $?: $(tail -5 "$TMP/.err")"
+	fi
+}
+
+t_fails() {
+	name=$1; want=$2; shift 2
+	"$@" >"$TMP/.out" 2>"$TMP/.err"
+	rc=$?
+	if [ "$rc" -eq "$want" ]; then
+		t_ok "$name"
+	else
+		t_not_ok "$name" "exit $rc, wanted $want: $(tail -3 "$TMP/.err")"
+	fi
+}
+
+t_same() {
+	if cmp -s "$2" "$3"; then t_ok "$1"; else t_not_ok "$1" "$(cmp "$2" "$3" 2>&1 | head -3)"; fi
+}
+
+t_grep() {
+	if grep -q -e "$2" "$3"; then t_ok "$1"; else t_not_ok "$1" "no line matches '$2' in $3: $(head -3 "$3")"; fi
+}
+
+t_need_fixture() {
+	if [ ! -e "$FIXTURES/$1" ]; then
+		t_not_ok "fixture $1 present" "missing $FIXTURES/$1"
+		t_done
+	fi
+}
+
+t_done() {
+	echo "# $T_N tests, $T_FAILED failed"
+	[ "$T_FAILED" -eq 0 ]
+	exit $?
+}

@@ -1,0 +1,82 @@
+#!/bin/sh
+# Run every test: the cmocka programs given as arguments, the end-to-end scripts
+# tests/*/*.sh (TAP lines "ok N name" / "not ok N name"), and the man page lint.
+# Prints each failure, then one closing line "N passed, N failed[, N skipped]".
+#
+# Environment: BUILD, BIN (where the programs are), TITAN_TEST_FILTER (a substring
+# of the test file names to run), TITAN_FIXTURES (default ../shared/fixtures).
+set -u
+: "${BUILD:=build}" "${BIN:=bin}"
+ROOT=$(pwd)
+export BIN="$ROOT/$BIN" BUILD="$ROOT/$BUILD" ROOT
+export TITAN_FIXTURES="${TITAN_FIXTURES:-$ROOT/../shared/fixtures}"
+filter="${TITAN_TEST_FILTER:-}"
+log="$BUILD/test-logs"
+mkdir -p "$log"
+
+passed=0 failed=0 skipped=0
+failures=""
+
+count() { # file -> adds TAP / cmocka counts
+	p=$(grep -c '^ok ' "$1")
+	s=$(grep -c '^ok .*# *[Ss][Kk][Ii][Pp]' "$1")
+	f=$(grep -c '^not ok ' "$1")
+	cp=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$1" | awk '{s+=$1} END {print s+0}')
+	cf=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$1" | awk '{s+=$1} END {print s+0}')
+	cs=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$1" | awk '{s+=$1} END {print s+0}')
+	passed=$((passed + p - s + cp))
+	skipped=$((skipped + s + cs))
+	failed=$((failed + f + cf))
+}
+
+run_one() { # name, command...
+	name=$1; shift
+	out="$log/$(echo "$name" | tr '/' '_').log"
+	start=$(date +%s)
+	"$@" >"$out" 2>&1
+	rc=$?
+	end=$(date +%s)
+	before=$failed
+	count "$out"
+	ran=$(grep -c -e '^ok ' -e '^not ok ' -e '^\[  PASSED  \]' -e '^\[  FAILED  \]' "$out")
+	if [ "$rc" -ne 0 ] && [ "$failed" -eq "$before" ]; then
+		failed=$((failed + 1)) # crashed or exited non-zero without saying why
+		echo "not ok - $name exited with status $rc" >>"$out"
+	elif [ "$ran" -eq 0 ]; then
+		failed=$((failed + 1))
+		echo "not ok - $name ran no test" >>"$out"
+	fi
+	if [ "$failed" -ne "$before" ]; then
+		failures="$failures $name"
+		echo "FAIL $name ($((end - start))s), log: $out"
+		grep -e '^not ok' -e '\[  FAILED  \]' -e 'ERROR' -e 'runtime error' -e 'Sanitizer' "$out" | head -20
+	else
+		echo "pass $name ($((end - start))s)"
+	fi
+	grep -i '# *skip' "$out" | sed 's/^/    /' | head -5
+}
+
+for t in "$@"; do
+	case "$t" in *"$filter"*) ;; *) continue ;; esac
+	run_one "${t#"$BUILD"/}" "$t"
+done
+
+for s in tests/*/*.sh; do
+	[ -e "$s" ] || continue
+	case "$s" in tests/lib.sh|tests/run.sh) continue ;; esac
+	case "$s" in *"$filter"*) ;; *) continue ;; esac
+	run_one "$s" sh "$s"
+done
+
+if [ -z "$filter" ] || [ "$filter" = man ]; then
+	run_one "man-lint" sh tests/man_lint.sh
+fi
+
+echo
+[ -n "$failures" ] && echo "failed:$failures"
+if [ "$skipped" -gt 0 ]; then
+	echo "$passed passed, $failed failed, $skipped skipped"
+else
+	echo "$passed passed, $failed failed"
+fi
+[ "$failed" -eq 0 ]
