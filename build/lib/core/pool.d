@@ -1,0 +1,3 @@
+build/lib/core/pool.o: lib/core/pool.c lib/core/pool.h lib/core/err.h
+lib/core/pool.h:
+lib/core/err.h:
