@@ -74,7 +74,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(@D)
@@ -121,7 +121,7 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(LIB_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_SUPPORT_OBJ:.o=.d) \
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_SUPPORT_OBJ:.o=.d) \
 	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 
 # Keep objects make would otherwise delete as intermediates.
