@@ -1,4 +1,0 @@
-build/asan/lib/core/progress.o: lib/core/progress.c lib/core/progress.h \
- lib/core/err.h
-lib/core/progress.h:
-lib/core/err.h:

@@ -1,3 +1,0 @@
-build/lib/core/pool.o: lib/core/pool.c lib/core/pool.h lib/core/err.h
-lib/core/pool.h:
-lib/core/err.h:

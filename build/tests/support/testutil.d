@@ -1,3 +1,0 @@
-build/tests/support/testutil.o: tests/support/testutil.c \
- tests/support/testutil.h
-tests/support/testutil.h:
