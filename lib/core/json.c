@@ -2,6 +2,7 @@
 #include "core/afile.h"
 #include "core/mfile.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,20 +254,218 @@ int tjson_opt_string(const json_t *o, const char *path, const char **out, const 
 	return rc;
 }
 
+/* The writer.  Output is byte for byte what Python's
+ * json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False) gives, plus a
+ * newline, so files titan writes diff cleanly against ones Python wrote.
+ * jansson's own writer prints reals with 17 digits (1e-05 becomes
+ * 1.0000000000000001e-05), hence this one. */
+
+typedef struct sbuf {
+	char *p;
+	size_t n, cap;
+	int oom;
+} sbuf;
+
+static void put(sbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->n + n + 1)
+			cap *= 2;
+		char *t = realloc(b->p, cap);
+		if (t == NULL) {
+			b->oom = 1;
+			return;
+		}
+		b->p = t;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	b->p[b->n] = '\0';
+}
+
+static void puts_(sbuf *b, const char *s)
+{
+	put(b, s, strlen(s));
+}
+
+static void indent(sbuf *b, int level)
+{
+	put(b, "\n", 1);
+	for (int i = 0; i < level; i++)
+		put(b, "  ", 2);
+}
+
+/* Python's repr(float): the shortest digits that read back to the same double,
+ * in positional notation for exponents -4..15 and scientific otherwise. */
+void tjson_format_real(char *out, size_t n, double x)
+{
+	char e[40];
+	for (int p = 1; p <= 17; p++) {
+		snprintf(e, sizeof e, "%.*e", p - 1, x);
+		if (strtod(e, NULL) == x)
+			break;
+	}
+	/* e is "[-]D[.DDD]e[+-]XX" */
+	const char *q = e;
+	int neg = *q == '-';
+	q += neg;
+	char digits[24];
+	size_t nd = 0;
+	for (; *q != 'e'; q++)
+		if (*q != '.')
+			digits[nd++] = *q;
+	digits[nd] = '\0';
+	int exp = atoi(q + 1);
+	char *o = out;
+	size_t left = n;
+#define EMIT(...)                                                        \
+	do {                                                             \
+		int w_ = snprintf(o, left, __VA_ARGS__);                 \
+		if (w_ > 0 && (size_t)w_ < left) {                       \
+			o += w_;                                         \
+			left -= (size_t)w_;                              \
+		}                                                        \
+	} while (0)
+	if (neg)
+		EMIT("-");
+	if (exp < -4 || exp >= 16) {
+		EMIT("%c", digits[0]);
+		if (nd > 1)
+			EMIT(".%s", digits + 1);
+		EMIT("e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+	} else if (exp < 0) {
+		EMIT("0.%.*s%s", -exp - 1, "000", digits);
+	} else if ((size_t)exp + 1 >= nd) {
+		EMIT("%s%.*s.0", digits, (int)((size_t)exp + 1 - nd), "0000000000000000");
+	} else {
+		EMIT("%.*s.%s", exp + 1, digits, digits + exp + 1);
+	}
+#undef EMIT
+}
+
+static void put_string(sbuf *b, const char *s, size_t n)
+{
+	put(b, "\"", 1);
+	size_t run = 0; /* bytes copied as they are, flushed before each escape */
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		const char *esc = NULL;
+		char u[8];
+		switch (c) {
+		case '"': esc = "\\\""; break;
+		case '\\': esc = "\\\\"; break;
+		case '\n': esc = "\\n"; break;
+		case '\r': esc = "\\r"; break;
+		case '\t': esc = "\\t"; break;
+		case '\b': esc = "\\b"; break;
+		case '\f': esc = "\\f"; break;
+		default:
+			if (c < 0x20) {
+				snprintf(u, sizeof u, "\\u%04x", c);
+				esc = u;
+			}
+		}
+		if (esc == NULL) {
+			run++;
+			continue;
+		}
+		put(b, s + i - run, run);
+		run = 0;
+		puts_(b, esc);
+	}
+	put(b, s + n - run, run);
+	put(b, "\"", 1);
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	/* Byte order of UTF-8 is code point order, which is Python's sort order. */
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void put_value(sbuf *b, const json_t *v, int level)
+{
+	char num[64];
+	switch (json_typeof(v)) {
+	case JSON_NULL: puts_(b, "null"); break;
+	case JSON_TRUE: puts_(b, "true"); break;
+	case JSON_FALSE: puts_(b, "false"); break;
+	case JSON_INTEGER:
+		snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		puts_(b, num);
+		break;
+	case JSON_REAL:
+		tjson_format_real(num, sizeof num, json_real_value(v));
+		puts_(b, num);
+		break;
+	case JSON_STRING:
+		put_string(b, json_string_value(v), json_string_length(v));
+		break;
+	case JSON_ARRAY: {
+		size_t n = json_array_size(v);
+		if (n == 0) {
+			puts_(b, "[]");
+			break;
+		}
+		put(b, "[", 1);
+		for (size_t i = 0; i < n; i++) {
+			if (i > 0)
+				put(b, ",", 1);
+			indent(b, level + 1);
+			put_value(b, json_array_get(v, i), level + 1);
+		}
+		indent(b, level);
+		put(b, "]", 1);
+		break;
+	}
+	case JSON_OBJECT: {
+		size_t n = json_object_size(v);
+		if (n == 0) {
+			puts_(b, "{}");
+			break;
+		}
+		const char **keys = malloc(n * sizeof *keys);
+		if (keys == NULL) {
+			b->oom = 1;
+			break;
+		}
+		size_t k = 0;
+		const char *key;
+		json_t *val;
+		json_object_foreach((json_t *)v, key, val)
+			keys[k++] = key;
+		qsort(keys, k, sizeof *keys, key_cmp);
+		put(b, "{", 1);
+		for (size_t i = 0; i < k; i++) {
+			if (i > 0)
+				put(b, ",", 1);
+			indent(b, level + 1);
+			put_string(b, keys[i], strlen(keys[i]));
+			put(b, ": ", 2);
+			put_value(b, json_object_get(v, keys[i]), level + 1);
+		}
+		free(keys);
+		indent(b, level);
+		put(b, "}", 1);
+		break;
+	}
+	}
+}
+
 char *tjson_dump_str(const json_t *v)
 {
-	char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-	if (s == NULL)
-		return NULL;
-	size_t n = strlen(s);
-	char *t = realloc(s, n + 2);
-	if (t == NULL) {
-		free(s);
+	sbuf b = {0};
+	put_value(&b, v, 0);
+	put(&b, "\n", 1);
+	if (b.oom) {
+		free(b.p);
 		return NULL;
 	}
-	t[n] = '\n';
-	t[n + 1] = '\0';
-	return t;
+	return b.p;
 }
 
 int tjson_dump_file(const json_t *v, const char *path, titan_err *err)

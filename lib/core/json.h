@@ -62,10 +62,15 @@ int tjson_opt_bool(const json_t *o, const char *path, int *out, int def, const c
 int tjson_opt_string(const json_t *o, const char *path, const char **out, const char *def,
 		     const char *where, titan_err *err);
 
-/* Serialise with 2-space indentation and sorted keys, ending in a newline;
- * the caller frees the string (NULL when memory runs out). */
+/* Serialise with 2-space indentation and sorted keys, ending in a newline,
+ * exactly as Python's json.dumps(v, indent=2, sort_keys=True,
+ * ensure_ascii=False) + "\n" would (reals in Python's shortest form: 1e-05,
+ * 500000.0); the caller frees the string (NULL when memory runs out). */
 char *tjson_dump_str(const json_t *v);
 /* The same, written atomically to path (lib/core/afile.h). */
 int tjson_dump_file(const json_t *v, const char *path, titan_err *err);
+/* A double as Python's repr() writes it: the shortest digits that read back
+ * to the same value ("0.1", "1e-05", "500000.0", "1e+16"). */
+void tjson_format_real(char *out, size_t n, double x);
 
 #endif

@@ -243,6 +243,51 @@ static void dumped_reals_read_back_bit_exact(void **state)
 	}
 }
 
+/* The references are Python 3's repr(float) and
+ * json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False), run by hand. */
+static void reals_are_written_as_python_repr(void **state)
+{
+	(void)state;
+	static const struct {
+		double v;
+		const char *repr;
+	} cases[] = {
+		{0.1, "0.1"}, {1e-05, "1e-05"}, {500000.0, "500000.0"},
+		{1.0 / 3.0, "0.3333333333333333"}, {3e-4, "0.0003"},
+		{6.02214076e23, "6.02214076e+23"}, {-0.0, "-0.0"}, {1e16, "1e+16"},
+		{1e15, "1000000000000000.0"}, {123.456, "123.456"}, {5e-324, "5e-324"},
+		{1.7976931348623157e308, "1.7976931348623157e+308"}, {0.0001, "0.0001"},
+		{0.00001234, "1.234e-05"}, {2.5, "2.5"}, {100.0, "100.0"},
+		{-2.5e-300, "-2.5e-300"}, {9007199254740993.0, "9007199254740992.0"},
+		{1e-4 * 3, "0.00030000000000000003"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char b[64];
+		tjson_format_real(b, sizeof b, cases[i].v);
+		assert_string_equal(b, cases[i].repr);
+	}
+}
+
+static void dump_matches_python_json_dumps(void **state)
+{
+	(void)state;
+	json_t *o = parse("{\"b\":[1,2.5,{\"x\":null}],\"a\":\"tab\\there \\\"q\\\" back\\\\ nl\\n"
+			  " ctl\\u0001\\u001f del\\u007f caf\\u00e9 \\ud83d\\ude00\",\"e\":{},"
+			  "\"f\":[],\"c\":{\"z\":true,\"y\":false},\"eps\":1e-05,"
+			  "\"theta\":500000.0,\"n\":-7}");
+	const char *want =
+		"{\n  \"a\": \"tab\\there \\\"q\\\" back\\\\ nl\\n ctl\\u0001\\u001f del\x7f"
+		" caf\xc3\xa9 \xf0\x9f\x98\x80\",\n  \"b\": [\n    1,\n    2.5,\n    {\n"
+		"      \"x\": null\n    }\n  ],\n  \"c\": {\n    \"y\": false,\n"
+		"    \"z\": true\n  },\n  \"e\": {},\n  \"eps\": 1e-05,\n  \"f\": [],\n"
+		"  \"n\": -7,\n  \"theta\": 500000.0\n}\n";
+	char *s = tjson_dump_str(o);
+	assert_non_null(s);
+	assert_string_equal(s, want);
+	free(s);
+	json_decref(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -253,6 +298,8 @@ int main(void)
 		cmocka_unit_test(optional_fields_take_defaults_but_not_wrong_types),
 		cmocka_unit_test(dump_sorts_keys_and_indents_into_an_atomic_file),
 		cmocka_unit_test(dumped_reals_read_back_bit_exact),
+		cmocka_unit_test(reals_are_written_as_python_repr),
+		cmocka_unit_test(dump_matches_python_json_dumps),
 	};
 	return cmocka_run_group_tests(tests, test_tmpdir_create, test_tmpdir_remove);
 }
