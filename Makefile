@@ -81,7 +81,7 @@ FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_TIME   ?= 60
 
-.PHONY: all check demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
+.PHONY: all check run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
 all: $(LIBTITAN) $(PROGRAMS)
 
 $(BUILD)/%.o: %.c
@@ -111,7 +111,12 @@ $(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/r
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
 
-check: deps all $(TEST_BIN) $(FUZZ_REPLAY)
+# deps comes first and alone (a sub-make builds the rest), so that make -j check
+# on a fresh machine installs the headers before anything compiles.
+check: deps
+	@$(MAKE) --no-print-directory run-tests
+
+run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
 	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
 
 # The clang copy of the library has no CUDA: the fuzz targets parse inputs.
@@ -150,10 +155,12 @@ asan:
 asan-check:
 	$(MAKE) SAN=1 check
 
-demo: deps all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	sh scripts/demo.sh
 
-bench: deps all
+bench: deps
+	@$(MAKE) --no-print-directory all
 	sh scripts/bench.sh
 
 deps:
