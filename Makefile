@@ -48,8 +48,9 @@ CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
 NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Xcompiler -Wall,-Wextra,-Werror \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 ifeq ($(CUDA),1)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
 CPPFLAGS  += -DTITAN_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+LDLIBS    += $(CUDA_LIBS)
 endif
 
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
@@ -130,7 +131,7 @@ $(FUZZ_LIB): $(LIB_SRC:%.c=$(FUZZ_DIR)/%.o)
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
 	$(FUZZ_CC) -fopenmp -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_LIB) \
-		$(filter-out -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lstdc++,$(LDLIBS))
+		$(filter-out $(CUDA_LIBS),$(LDLIBS))
 
 fuzz: deps-fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_BIN)
