@@ -1,0 +1,12 @@
+/* Private to lib/textin. */
+#ifndef TITAN_TEXTIN_IMPL_H
+#define TITAN_TEXTIN_IMPL_H
+
+#include "textin/textin.h"
+
+/* Make room for extra more bytes plus a NUL; -1 when out of memory. */
+int tbuf_reserve(textin_buf *b, size_t extra);
+/* Append n bytes and keep the buffer NUL-terminated. */
+int tbuf_append(textin_buf *b, const void *s, size_t n);
+
+#endif
