@@ -16,7 +16,7 @@ typedef struct jp {
 	titan_err *err;
 } jp;
 
-int tbuf_reserve(textin_buf *b, size_t extra)
+int textin_buf_reserve(textin_buf *b, size_t extra)
 {
 	if (b->cap - b->n > extra)
 		return 0;
@@ -35,9 +35,9 @@ int tbuf_reserve(textin_buf *b, size_t extra)
 	return 0;
 }
 
-int tbuf_append(textin_buf *b, const void *s, size_t n)
+int textin_buf_append(textin_buf *b, const void *s, size_t n)
 {
-	if (tbuf_reserve(b, n) != 0)
+	if (textin_buf_reserve(b, n) != 0)
 		return -1;
 	memcpy(b->p + b->n, s, n);
 	b->n += n;
@@ -127,20 +127,20 @@ static int put_utf8(textin_buf *b, uint32_t cp)
 		u[3] = (unsigned char)(0x80 | (cp & 0x3F));
 		n = 4;
 	}
-	return tbuf_append(b, u, n);
+	return textin_buf_append(b, u, n);
 }
 
 int textin_json_quote(textin_buf *b, const char *str, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	const unsigned char *s = (const unsigned char *)str, *end = s + n;
-	if (tbuf_append(b, "\"", 1) != 0)
+	if (textin_buf_append(b, "\"", 1) != 0)
 		return -1;
 	while (s < end) {
 		const unsigned char *run = s;
 		while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
 			s++;
-		if (s > run && tbuf_append(b, run, (size_t)(s - run)) != 0)
+		if (s > run && textin_buf_append(b, run, (size_t)(s - run)) != 0)
 			return -1;
 		if (s >= end)
 			break;
@@ -149,7 +149,7 @@ int textin_json_quote(textin_buf *b, const char *str, size_t n)
 		if (c == '"' || c == '\\') {
 			esc[0] = '\\';
 			esc[1] = (char)c;
-			if (tbuf_append(b, esc, 2) != 0)
+			if (textin_buf_append(b, esc, 2) != 0)
 				return -1;
 			s++;
 		} else if (c < 0x20) {
@@ -162,7 +162,7 @@ int textin_json_quote(textin_buf *b, const char *str, size_t n)
 				named = esc;
 				esc[6] = '\0';
 			}
-			if (tbuf_append(b, named, strlen(named)) != 0)
+			if (textin_buf_append(b, named, strlen(named)) != 0)
 				return -1;
 			s++;
 		} else {
@@ -172,13 +172,13 @@ int textin_json_quote(textin_buf *b, const char *str, size_t n)
 					return -1;
 				s++;
 			} else {
-				if (tbuf_append(b, s, k) != 0)
+				if (textin_buf_append(b, s, k) != 0)
 					return -1;
 				s += k;
 			}
 		}
 	}
-	return tbuf_append(b, "\"", 1);
+	return textin_buf_append(b, "\"", 1);
 }
 
 static int jp_fail(jp *p, const char *what)
@@ -243,7 +243,7 @@ static int jp_string(jp *p, textin_buf *out)
 		const unsigned char *run = p->s;
 		while (p->s < p->end && *p->s >= 0x20 && *p->s < 0x80 && *p->s != '"' && *p->s != '\\')
 			p->s++;
-		if (out && p->s > run && tbuf_append(out, run, (size_t)(p->s - run)) != 0)
+		if (out && p->s > run && textin_buf_append(out, run, (size_t)(p->s - run)) != 0)
 			return jp_fail(p, "out of memory");
 		if (p->s >= p->end)
 			return jp_fail(p, "unterminated string");
@@ -258,7 +258,7 @@ static int jp_string(jp *p, textin_buf *out)
 			size_t k = utf8_seq(p->s, p->end);
 			if (k == 0)
 				return jp_fail(p, "invalid UTF-8");
-			if (out && tbuf_append(out, p->s, k) != 0)
+			if (out && textin_buf_append(out, p->s, k) != 0)
 				return jp_fail(p, "out of memory");
 			p->s += k;
 			continue;
@@ -286,7 +286,7 @@ static int jp_string(jp *p, textin_buf *out)
 			p->s++;
 			return jp_fail(p, "bad escape");
 		}
-		if (out && tbuf_append(out, &ch, 1) != 0)
+		if (out && textin_buf_append(out, &ch, 1) != 0)
 			return jp_fail(p, "out of memory");
 		p->s += 2;
 	}
@@ -455,7 +455,7 @@ int textin_json_field(const char *line, size_t n, const char *field, textin_buf 
 	textin_buf key = {0};
 	int found = 0;
 	out->n = 0;
-	if (tbuf_reserve(out, 0) != 0)
+	if (textin_buf_reserve(out, 0) != 0)
 		return err_set(err, "out of memory");
 	out->p[0] = '\0';
 	jp_ws(&p);

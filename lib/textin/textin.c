@@ -239,7 +239,7 @@ static int fill(textin *t, titan_err *err)
 static int read_line(textin *t, titan_err *err)
 {
 	t->line.n = 0;
-	if (tbuf_reserve(&t->line, 0) != 0)
+	if (textin_buf_reserve(&t->line, 0) != 0)
 		return err_set(err, "out of memory");
 	t->line.p[0] = '\0';
 	for (;;) {
@@ -257,7 +257,7 @@ static int read_line(textin *t, titan_err *err)
 		const char *p = t->chunk + t->cpos;
 		const char *nl = memchr(p, '\n', t->clen - t->cpos);
 		size_t take = nl ? (size_t)(nl - p) : t->clen - t->cpos;
-		if (tbuf_append(&t->line, p, take) != 0)
+		if (textin_buf_append(&t->line, p, take) != 0)
 			return err_set(err, "out of memory");
 		t->cpos += take + (nl != NULL);
 		if (nl) {
@@ -328,7 +328,7 @@ static int read_member(textin *t, titan_err *err)
 	t->doc_line = 1;
 	for (;;) {
 		if (t->cpos < t->clen &&
-		    tbuf_append(&t->doc, t->chunk + t->cpos, t->clen - t->cpos) != 0)
+		    textin_buf_append(&t->doc, t->chunk + t->cpos, t->clen - t->cpos) != 0)
 			return err_set(err, "out of memory");
 		t->cpos = t->clen;
 		if (t->member_eof)
@@ -349,12 +349,12 @@ static int read_block(textin *t, titan_err *err)
 				return 1;
 			continue;
 		}
-		if (any && tbuf_append(&t->doc, "\n", 1) != 0)
+		if (any && textin_buf_append(&t->doc, "\n", 1) != 0)
 			return err_set(err, "out of memory");
 		if (!any)
 			t->doc_line = t->lineno;
 		any = 1;
-		if (tbuf_append(&t->doc, t->line.p, t->line.n) != 0)
+		if (textin_buf_append(&t->doc, t->line.p, t->line.n) != 0)
 			return err_set(err, "out of memory");
 		if (t->o.split == TEXTIN_SPLIT_LINE)
 			return 1;
@@ -366,7 +366,7 @@ static int next_text(textin *t, titan_err *err)
 {
 	for (;;) {
 		t->doc.n = 0;
-		if (tbuf_reserve(&t->doc, 0) != 0)
+		if (textin_buf_reserve(&t->doc, 0) != 0)
 			return err_set(err, "out of memory");
 		t->doc.p[0] = '\0';
 		int r = t->o.split == TEXTIN_SPLIT_FILE ? read_member(t, err) : read_block(t, err);

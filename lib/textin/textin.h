@@ -72,6 +72,9 @@ typedef struct textin_buf {
 	size_t n, cap;
 } textin_buf;
 
+/* Append n bytes, keeping the buffer NUL-terminated.  -1 out of memory. */
+int textin_buf_append(textin_buf *b, const void *s, size_t n);
+
 /* Decode one JSON Lines line (without its "\n"): the string value of field
  * into out (replacing its contents, NUL-terminated).  0 ok, -1 malformed with
  * the reason in err (no file name, no line). */

@@ -5,8 +5,6 @@
 #include "textin/textin.h"
 
 /* Make room for extra more bytes plus a NUL; -1 when out of memory. */
-int tbuf_reserve(textin_buf *b, size_t extra);
-/* Append n bytes and keep the buffer NUL-terminated. */
-int tbuf_append(textin_buf *b, const void *s, size_t n);
+int textin_buf_reserve(textin_buf *b, size_t extra);
 
 #endif
