@@ -83,7 +83,8 @@ $(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
 
 # Every program: tools/<name>/*.c linked against the library.
 .SECONDEXPANSION:
-$(BIN)/titan-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/$$*/*.c)) $(LIBTITAN)
+# (no '%' inside: make would put the stem there before the second expansion)
+$(BIN)/titan-%: $$(foreach f,$$(wildcard tools/$$*/*.c),$(BUILD)/$$(basename $$f).o) $(LIBTITAN)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
 
