@@ -275,6 +275,7 @@ static int start_get(engine *g, job *j)
 		char range[64];
 		snprintf(range, sizeof range, "%" PRIu64 "-", j->have);
 		curl_easy_setopt(j->h, CURLOPT_RANGE, range);
+		j->resumed = 1;
 	}
 	return 0;
 }
@@ -425,6 +426,7 @@ static int body_start(job *j)
 	if (ftruncate(j->fd, 0) != 0 || lseek(j->fd, 0, SEEK_SET) != 0)
 		return fatal(j, "%s: truncate: %s", j->tmp, strerror(errno));
 	j->have = 0;
+	j->resumed = 0;
 	if (md_start(j) != 0)
 		return fatal(j, "%s: cannot start the hash", jpath(j));
 	return 0;

@@ -6,7 +6,8 @@ a different origin, that serves LFS objects by sha256 and fails any request that
 carries an Authorization header (the token must never leave the Hub's origin).
 
 Repositories are folders: ROOT/models/ORG/NAME/... and ROOT/datasets/ORG/NAME/...
-A file ROOT/<type>/ORG/NAME.json may say {"gated": true} or {"private": true}.
+A file ROOT/<type>/ORG/NAME.json may say {"gated": true} or {"private": true}, or
+add hostile entries to the tree listing: {"extra_tree": [{"type": "file", ...}]}.
 LFS files: *.safetensors, *.gz, *.bin, *.model, *.zst, *.parquet.
 
 Faults, set by the test: POST /_fault {"path": P, "kind": K, "times": N, ...}
@@ -81,12 +82,13 @@ class State:
         for rel in sorted(files):
             h.update(("%s %s\n" % (rel, files[rel]["oid"])).encode())
         r = {"files": files, "commit": h.hexdigest(), "gated": meta.get("gated", False),
+             "extra_tree": meta.get("extra_tree", []),
              "private": meta.get("private", False), "base": base}
         with self.lock:
             self.repos[key] = r
-            for d in files.values():
+            for p, d in files.items():
                 if d["lfs"]:
-                    self.blobs[d["sha256"]] = (d["full"], rel)
+                    self.blobs[d["sha256"]] = (d["full"], p)
         return r
 
 
@@ -257,6 +259,7 @@ class Handler(BaseHTTPRequestHandler):
             if d["lfs"]:
                 e["lfs"] = {"oid": d["sha256"], "size": d["size"], "pointerSize": d["pointer_size"]}
             entries.append(e)
+        entries += r["extra_tree"]  # hostile entries a test wants listed
         start = int(q.get("cursor", ["0"])[0])
         page = entries[start:start + self.st.page_size]
         h = {}
