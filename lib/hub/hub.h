@@ -42,7 +42,8 @@ void hub_filelist_free(hub_filelist *l);
 /* ---- pure helpers (no network) ---- */
 
 /* fnmatch(3) without flags, as huggingface_hub's allow/ignore patterns: '*' and
- * '?' also match '/', "[a-z]" and "[!a-z]" classes, '\' escapes.  1 on a match. */
+ * '?' also match '/', "[a-z]" and "[!a-z]" classes, '\' is an ordinary
+ * character (as in Python's fnmatch).  1 on a match. */
 int hub_glob_match(const char *pattern, const char *s);
 
 /* 1 when a remote path may become a local one: not empty, not absolute, no ".."

@@ -67,9 +67,6 @@ int hub_glob_match(const char *pat, const char *s)
 			} else {
 				m = r;
 			}
-		} else if (*pat == '\\' && pat[1] != '\0') {
-			m = pat[1] == *s;
-			next = pat + 2;
 		} else if (*pat != '\0') {
 			m = *pat == *s;
 			next = pat + 1;

@@ -7,56 +7,12 @@ PY=${PYTHON:-python3}
 SEED=5
 echo "# content seed $SEED"
 
-# ---- repositories (deterministic bytes) ----
+# ---- repositories and the server (tests/hub/fakehub.inc) ----
+. tests/hub/fakehub.inc
 R=$TMP/root
-"$PY" - "$R" "$SEED" <<'EOF' || { echo "not ok 1 make the fake repositories"; exit 1; }
-import gzip, json, os, random, sys
-root, seed = sys.argv[1], int(sys.argv[2])
-rng = random.Random(seed)
-def put(path, data):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-def rnd(n):
-    return rng.getrandbits(8 * n).to_bytes(n, "little")
-m = root + "/models/org/tiny/"
-put(m + "config.json", b'{"dim": 64, "n_layers": 2}\n')
-put(m + "generation_config.json", b'{"eos_token_id": 1}\n')
-put(m + "tokenizer.json", json.dumps({"model": {"vocab": {"a%d" % i: i for i in range(3000)}}}).encode())
-put(m + "tokenizer_config.json", b'{"bos_token": "<s>"}\n')
-put(m + "model-00001-of-00002.safetensors", rnd(600000))
-put(m + "model-00002-of-00002.safetensors", rnd(400000))
-put(m + "model.safetensors.index.json", b'{"weight_map": {}}\n')
-put(m + "original/tokenizer.model", rnd(9000))
-put(m + "README.md", b"# tiny\n")
-for name, meta in (("gated", {"gated": True}), ("private", {"private": True})):
-    p = root + "/models/org/%s/" % name
-    put(p + "config.json", b'{"dim": 8}\n')
-    put(p + "model.safetensors", rnd(70000))
-    put(root + "/models/org/%s.json" % name, json.dumps(meta).encode())
-put(root + "/models/org/evil/config.json", b"{}\n")
-put(root + "/models/org/evil.json", json.dumps({"extra_tree": [
-    {"type": "file", "path": "../../outside", "oid": "0" * 40, "size": 3}]}).encode())
-d = root + "/datasets/org/c4/en/"
-for i in range(3):
-    lines = "".join(json.dumps({"text": "doc %d %d %s" % (i, k, rng.random())}) + "\n" for k in range(2000))
-    put(d + "c4-train.%05d-of-01024.json.gz" % i, gzip.compress(lines.encode(), mtime=0))
-put(d + "c4-validation.00000-of-00008.json.gz", gzip.compress(b'{"text": "v"}\n', mtime=0))
-EOF
-
+fakehub_make_repos "$R" "$SEED" || { t_not_ok "make the fake repositories"; t_done; }
 TOKEN=hf_titanTEST_s3cr3t_7a9b
-timeout 600 "$PY" tests/hub/fakehub.py --root "$R" --port-file "$TMP/ports" --page-size 3 \
-	--token "$TOKEN" >"$TMP/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
-i=0
-while [ ! -s "$TMP/ports" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-if [ ! -s "$TMP/ports" ]; then
-	t_not_ok "fake hub starts" "$(cat "$TMP/server.log")"
-	t_done
-fi
-read -r HP CP <"$TMP/ports"
-HUB=http://127.0.0.1:$HP
+fakehub_start "$R" --page-size 3 --token "$TOKEN"
 export HF_ENDPOINT=$HUB HF_HOME=$TMP/hfhome
 unset HF_TOKEN HUGGING_FACE_HUB_TOKEN HF_TOKEN_PATH HF_HUB_OFFLINE HF_HUB_CACHE
 F="timeout 60 $BIN/titan-hf-fetch -q --retry-wait 0.05"
