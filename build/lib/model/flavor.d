@@ -1,0 +1,2 @@
+build/lib/model/flavor.o: lib/model/flavor.c lib/model/flavor.h
+lib/model/flavor.h:
