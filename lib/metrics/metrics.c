@@ -131,6 +131,7 @@ static void commas_fixed2(char *buf, size_t n, double v)
 /* torchtitan's Color: ANSI codes, including two 24-bit ones. */
 #define C_RED "\033[31m"
 #define C_GREEN "\033[32m"
+#define C_YELLOW "\033[33m"
 #define C_BLUE "\033[34m"
 #define C_MAGENTA "\033[35m"
 #define C_CYAN "\033[36m"
@@ -150,6 +151,16 @@ void metrics_format_line(char *buf, size_t n, const metrics_step *s, int color)
 		 C(C_RED), (long long)s->step, C(C_GREEN), s->loss, C(C_ORANGE), s->grad_norm,
 		 C(C_TURQUOISE), s->mem_gib, s->mem_pct, C(C_BLUE), tps, C(C_CYAN), tf,
 		 C(C_MAGENTA), s->mfu, C(C_RESET));
+#undef C
+}
+
+void metrics_format_validation_line(char *buf, size_t n, int64_t step, double loss, double mem_gib,
+				    double mem_pct, int color)
+{
+#define C(x) (color ? (x) : "")
+	snprintf(buf, n, "%svalidate step: %2lld  %sloss: %7.4f  %smemory: %5.2fGiB(%.2f%%)%s",
+		 C(C_YELLOW), (long long)step, C(C_GREEN), loss, C(C_TURQUOISE), mem_gib, mem_pct,
+		 C(C_RESET));
 #undef C
 }
 

@@ -53,6 +53,9 @@ typedef struct metrics_step {
 
 /* Format the log line (no newline, no logger prefix) into buf. */
 void metrics_format_line(char *buf, size_t n, const metrics_step *s, int color);
+/* torchtitan's validation line: "validate step: 10  loss:  5.4321  memory:  0.52GiB(1.63%)". */
+void metrics_format_validation_line(char *buf, size_t n, int64_t step, double loss, double mem_gib,
+				    double mem_pct, int color);
 /* "[titan] YYYY-mm-dd HH:MM:SS,mmm - root - INFO - ", like torchtitan's logger. */
 void metrics_log_prefix(char *buf, size_t n);
 /* Print prefix + message + "\n" to out. */
