@@ -100,7 +100,7 @@ $(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
 
 # Every program: tools/<name>/*.c linked against the library.
 .SECONDEXPANSION:
-$(BIN)/titan-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/$$*/*.c)) $(LIBTITAN)
+$(BIN)/titan-%: $$(addprefix $(BUILD)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c))) $(LIBTITAN)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
 
