@@ -4,7 +4,7 @@ set -eu
 
 PKGS="gcc make pkg-config libarchive-dev libzstd-dev libcurl4-openssl-dev libssl-dev
 libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev openmpi-bin libcmocka-dev
-mandoc jq gzip zstd xz-utils bzip2 lz4 curl python3 fortunes jargon"
+mandoc jq gzip zstd xz-utils bzip2 lz4 zip tar curl python3 fortunes jargon"
 
 missing=""
 for p in $PKGS; do
