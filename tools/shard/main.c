@@ -95,6 +95,7 @@ static int info_file(const char *path, int json, titan_err *err)
 				      "index_crc", (json_int_t)h->index_crc, "bos_id",
 				      (json_int_t)h->bos_id, "fingerprint", fp);
 		json_object_set_new(o, "eos_id", json_integer(h->eos_id));
+		json_object_set_new(o, "data_bytes", json_integer((json_int_t)h->data_bytes));
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);
