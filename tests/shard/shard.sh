@@ -42,6 +42,12 @@ tail -c +129 "$TMP/z/train-000000.bin" | head -c "$zb" | zstd -dcq >"$TMP/zd.bin
 tail -c +129 "$TMP/u/train-000000.bin" | head -c "$ub" >"$TMP/ud.bin"
 t_same "zstd(1) decodes the seekable data to the raw ids" "$TMP/ud.bin" "$TMP/zd.bin"
 
+"$GEN" gen 12 100 2048 50 >"$TMP/b.tts"
+t_run "several inputs are read as one stream" "$SH" -q --out "$TMP/two" "$TMP/s.tts" "$TMP/b.tts"
+"$SH" cat "$TMP/two" | "$GEN" ids - >"$TMP/two.ids"
+{ "$GEN" ids "$TMP/s.tts"; "$GEN" ids "$TMP/b.tts"; } >"$TMP/two.want"
+t_same "they come back in order" "$TMP/two.want" "$TMP/two.ids"
+
 # Bad input.
 printf 'not a token stream at all, no sir\n' >"$TMP/junk"
 t_fails "wrong magic is an error" 1 "$SH" -q --out "$TMP/bad1" "$TMP/junk"
