@@ -165,6 +165,7 @@ static void unshuffled_order_is_torchtitan_packing_and_reloops(void **state)
 	uint32_t *s = epoch_stream(l, 0, &len);
 	uint64_t W = len / (T + 1);
 	assert_int_equal(loader_windows(l), W);
+	assert_int_equal(loader_vocab_size(l), VOCAB);
 	const loader_batch *b;
 	for (uint64_t p = 0; p < 2 * W + 5; p += B) {
 		next(l, &b);
