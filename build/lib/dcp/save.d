@@ -1,0 +1,10 @@
+build/lib/dcp/save.o: lib/dcp/save.c lib/core/afile.h lib/core/err.h \
+ lib/dcp/dcp_priv.h lib/core/mfile.h lib/dcp/dcp.h lib/pickle/pickle.h \
+ lib/ptzip/ptzip.h
+lib/core/afile.h:
+lib/core/err.h:
+lib/dcp/dcp_priv.h:
+lib/core/mfile.h:
+lib/dcp/dcp.h:
+lib/pickle/pickle.h:
+lib/ptzip/ptzip.h:

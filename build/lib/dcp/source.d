@@ -1,0 +1,10 @@
+build/lib/dcp/source.o: lib/dcp/source.c lib/dcp/dcp_priv.h \
+ lib/core/mfile.h lib/core/err.h lib/dcp/dcp.h lib/pickle/pickle.h \
+ lib/ptzip/ptzip.h lib/safetensors/safetensors.h
+lib/dcp/dcp_priv.h:
+lib/core/mfile.h:
+lib/core/err.h:
+lib/dcp/dcp.h:
+lib/pickle/pickle.h:
+lib/ptzip/ptzip.h:
+lib/safetensors/safetensors.h:
