@@ -11,6 +11,10 @@ ROOT=$(pwd)
 export BIN="$ROOT/$BIN" BUILD="$ROOT/$BUILD" ROOT
 export TITAN_FIXTURES="${TITAN_FIXTURES:-$ROOT/../shared/fixtures}"
 filter="${TITAN_TEST_FILTER:-}"
+# Sanitizer builds: CUDA's runtime needs the shadow gap unprotected; stop at the
+# first UBSan report with a stack.  (Plain builds ignore these.)
+export ASAN_OPTIONS="${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1:abort_on_error=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 log="$BUILD/test-logs"
 mkdir -p "$log"
 
