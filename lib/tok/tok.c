@@ -305,7 +305,7 @@ static int bpe_cached(tok_enc *e, const uint8_t *p, size_t n)
 	if (t->ignore_merges || n <= CACHE_BYTES) {
 		h = tok_hash_bytes(p, n);
 		if (t->ignore_merges) {
-			int32_t whole = tok_strmap_get(&t->vocab, p, n);
+			int32_t whole = tok_strmap_get_h(&t->vocab, p, n, h);
 			if (whole >= 0)
 				return tok_ids_push(e->out, whole, e->err);
 		}

@@ -48,7 +48,7 @@ int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t fla
 	if (!m->slot)
 		return err_set(err, "out of memory for a %zu-entry token map", cap);
 	for (size_t i = 0; i < cap; i++)
-		m->slot[i] = (tok_strslot){-1, 0};
+		m->slot[i] = (tok_strslot){.id = -1};
 	m->mask = cap - 1;
 	m->pool = t->pool, m->off = t->off, m->len = t->len;
 	for (int64_t id = 0; id < t->n_vocab; id++) {
@@ -62,26 +62,42 @@ int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t fla
 		size_t i = (size_t)h & m->mask;
 		while (m->slot[i].id >= 0)
 			i = (i + 1) & m->mask;
-		m->slot[i] = (tok_strslot){(int32_t)id, (uint32_t)(h >> 32)};
+		tok_strslot *s = &m->slot[i];
+		s->id = (int32_t)id;
+		s->tag = (uint8_t)(h >> 56);
+		s->len = n <= TOK_INLINE ? (uint8_t)n : 255;
+		if (n <= TOK_INLINE)
+			memcpy(s->bytes, p, n);
 	}
 	return 0;
 }
 
-int32_t tok_strmap_get(const tok_strmap *m, const uint8_t *p, size_t n)
+int32_t tok_strmap_get_h(const tok_strmap *m, const uint8_t *p, size_t n, uint64_t h)
 {
 	if (!m->slot)
 		return -1;
-	uint64_t h = tok_hash_bytes(p, n);
-	uint32_t tag = (uint32_t)(h >> 32);
+	uint8_t tag = (uint8_t)(h >> 56);
 	size_t i = (size_t)h & m->mask;
 	for (;;) {
 		const tok_strslot *s = &m->slot[i];
 		if (s->id < 0)
 			return -1;
-		if (s->tag == tag && m->len[s->id] == n && !memcmp(m->pool + m->off[s->id], p, n))
-			return s->id;
+		if (s->tag == tag) {
+			if (n <= TOK_INLINE) {
+				if (s->len == n && !memcmp(s->bytes, p, n))
+					return s->id;
+			} else if (s->len == 255 && m->len[s->id] == n &&
+				   !memcmp(m->pool + m->off[s->id], p, n)) {
+				return s->id;
+			}
+		}
 		i = (i + 1) & m->mask;
 	}
+}
+
+int32_t tok_strmap_get(const tok_strmap *m, const uint8_t *p, size_t n)
+{
+	return tok_strmap_get_h(m, p, n, tok_hash_bytes(p, n));
 }
 
 void tok_strmap_free(tok_strmap *m)
