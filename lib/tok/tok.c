@@ -258,11 +258,31 @@ typedef struct cache_ent {
 	int32_t ids[CACHE_IDS];
 } cache_ent;
 
+/* Longer pieces (tables drawn with box characters, rules of dashes, runs of
+ * spaces) repeat too and cost the most to merge: a second, smaller cache whose
+ * entries own a heap block (the ids, then the piece's bytes). */
+enum { LONG_SLOTS = 1 << 12, LONG_BYTES = 4096, BATCH = 16 };
+
+typedef struct long_ent {
+	uint64_t h;
+	uint32_t len, nids;
+	int32_t *blob; /* (nids) ids, then len bytes */
+} long_ent;
+
 struct tok_enc {
 	const tok *t;
 	tok_bpe_scratch *bpe;
 	tok_pcre pcre;
 	cache_ent *cache;
+	long_ent *longc;
+	/* Pieces wait here in a small batch so that their hash slots can be
+	 * prefetched together: the lookups then overlap their cache misses. */
+	struct {
+		const uint8_t *p;
+		size_t n;
+		uint64_t h;
+	} batch[BATCH];
+	int nbatch;
 	tok_ids *out;     /* the current call's output */
 	titan_err *err;
 	tok_piece_fn user_fn; /* tok_pieces: the caller's callback instead of BPE */
@@ -279,7 +299,8 @@ tok_enc *tok_enc_new(const tok *t, titan_err *err)
 	e->t = t;
 	e->bpe = tok_bpe_scratch_new();
 	e->cache = calloc(CACHE_SLOTS, sizeof *e->cache);
-	if (!e->bpe || !e->cache || tok_pcre_init(&e->pcre, err)) {
+	e->longc = calloc(LONG_SLOTS, sizeof *e->longc);
+	if (!e->bpe || !e->cache || !e->longc || tok_pcre_init(&e->pcre, err)) {
 		err_set(err, "out of memory");
 		tok_enc_free(e);
 		return NULL;
@@ -295,30 +316,54 @@ void tok_enc_free(tok_enc *e)
 	if (e->pcre.md)
 		tok_pcre_free(&e->pcre);
 	free(e->cache);
+	if (e->longc)
+		for (size_t i = 0; i < LONG_SLOTS; i++)
+			free(e->longc[i].blob);
+	free(e->longc);
 	free(e);
 }
 
-static int bpe_cached(tok_enc *e, const uint8_t *p, size_t n)
+static int push_ids(tok_enc *e, const int32_t *ids, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		if (tok_ids_push(e->out, ids[k], e->err))
+			return -1;
+	return 0;
+}
+
+/* Remember a long piece's ids; a failed allocation only means no caching. */
+static void long_put(long_ent *c, uint64_t h, const uint8_t *p, size_t n, const int32_t *ids,
+		     size_t nids)
+{
+	int32_t *blob = malloc(nids * sizeof *ids + n);
+	if (!blob)
+		return;
+	memcpy(blob, ids, nids * sizeof *ids);
+	memcpy((uint8_t *)(blob + nids), p, n);
+	free(c->blob);
+	*c = (long_ent){h, (uint32_t)n, (uint32_t)nids, blob};
+}
+
+/* The ids of one piece, h its tok_hash_bytes. */
+static int bpe_cached(tok_enc *e, const uint8_t *p, size_t n, uint64_t h)
 {
 	const tok *t = e->t;
-	uint64_t h = 0;
-	if (t->ignore_merges || n <= CACHE_BYTES) {
-		h = tok_hash_bytes(p, n);
-		if (t->ignore_merges) {
-			int32_t whole = tok_strmap_get_h(&t->vocab, p, n, h);
-			if (whole >= 0)
-				return tok_ids_push(e->out, whole, e->err);
-		}
+	if (t->ignore_merges) {
+		int32_t whole = tok_strmap_get_h(&t->vocab, p, n, h);
+		if (whole >= 0)
+			return tok_ids_push(e->out, whole, e->err);
 	}
 	cache_ent *c = NULL;
+	long_ent *lc = NULL;
 	if (n <= CACHE_BYTES) {
 		c = &e->cache[h & (CACHE_SLOTS - 1)];
-		if (c->h == h && c->len == n && c->nids && !memcmp(c->bytes, p, n)) {
-			for (int k = 0; k < c->nids; k++)
-				if (tok_ids_push(e->out, c->ids[k], e->err))
-					return -1;
-			return 0;
-		}
+		if (c->h == h && c->len == n && c->nids && !memcmp(c->bytes, p, n))
+			return push_ids(e, c->ids, c->nids);
+	} else if (n <= LONG_BYTES) {
+		lc = &e->longc[h & (LONG_SLOTS - 1)];
+		if (lc->blob && lc->h == h && lc->len == n &&
+		    !memcmp((uint8_t *)(lc->blob + lc->nids), p, n))
+			return push_ids(e, lc->blob, lc->nids);
 	}
 	size_t before = e->out->n;
 	if (tok_bpe_piece(t, e->bpe, p, n, e->out, e->err))
@@ -328,8 +373,33 @@ static int bpe_cached(tok_enc *e, const uint8_t *p, size_t n)
 		c->h = h, c->len = (uint8_t)n, c->nids = (uint8_t)got;
 		memcpy(c->bytes, p, n);
 		memcpy(c->ids, e->out->v + before, got * sizeof *c->ids);
+	} else if (lc) {
+		long_put(lc, h, p, n, e->out->v + before, got);
 	}
 	return 0;
+}
+
+static int flush_batch(tok_enc *e)
+{
+	int n = e->nbatch, rc = 0;
+	e->nbatch = 0;
+	for (int i = 0; i < n && !rc; i++)
+		rc = bpe_cached(e, e->batch[i].p, e->batch[i].n, e->batch[i].h);
+	return rc;
+}
+
+static int add_piece(tok_enc *e, const uint8_t *p, size_t n)
+{
+	const tok *t = e->t;
+	uint64_t h = tok_hash_bytes(p, n);
+	if (t->ignore_merges)
+		__builtin_prefetch(&t->vocab.slot[h & t->vocab.mask]);
+	else if (n <= CACHE_BYTES)
+		__builtin_prefetch(&e->cache[h & (CACHE_SLOTS - 1)]);
+	e->batch[e->nbatch].p = p;
+	e->batch[e->nbatch].n = n;
+	e->batch[e->nbatch].h = h;
+	return ++e->nbatch == BATCH ? flush_batch(e) : 0;
 }
 
 /* Stage k of the pre-tokenizer's splits; the last stage's pieces go to BPE. */
@@ -351,7 +421,7 @@ static int run_stage(tok_enc *e, int k, const uint8_t *s, size_t n)
 	if (k == e->t->n_splits) {
 		if (e->user_fn)
 			return e->user_fn(e->user_ctx, s, n);
-		return bpe_cached(e, s, n);
+		return add_piece(e, s, n);
 	}
 	stage_ctx c = {e, k};
 	return tok_split_run_with(e->t->split[k], &e->pcre, s, n, stage_cb, &c, e->err);
@@ -366,7 +436,10 @@ static int encode_segment(tok_enc *e, const uint8_t *s, size_t n)
 		size_t nn;
 		if (uni_nfc(s, n, &norm, &nn, e->err))
 			return -1;
+		/* The batch points into norm: empty it before norm goes. */
 		int rc = run_stage(e, 0, norm, nn);
+		if (!rc)
+			rc = flush_batch(e);
 		free(norm);
 		return rc;
 	}
@@ -402,7 +475,8 @@ static int encode_all(tok_enc *e, const uint8_t *s, size_t n)
 		int32_t id = added_at(t, s, n, i, &len);
 		if (id < 0)
 			continue;
-		if (encode_segment(e, s + seg, i - seg) || tok_ids_push(e->out, id, e->err))
+		if (encode_segment(e, s + seg, i - seg) || flush_batch(e) ||
+		    tok_ids_push(e->out, id, e->err))
 			return -1;
 		i += len - 1;
 		seg = i + 1;
@@ -415,7 +489,11 @@ int tok_encode(tok_enc *e, const uint8_t *text, size_t n, tok_ids *out, titan_er
 	e->out = out;
 	e->err = err;
 	e->user_fn = NULL;
+	e->nbatch = 0;
 	int rc = encode_all(e, text, n);
+	if (!rc)
+		rc = flush_batch(e);
+	e->nbatch = 0;
 	e->out = NULL;
 	return rc ? -1 : 0;
 }

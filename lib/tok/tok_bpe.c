@@ -122,7 +122,7 @@ int tok_pairmap_init(tok_pairmap *m, size_t expect, titan_err *err)
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id)
 {
 	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-	size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
+	size_t i = (size_t)tok_pair_hash(key) & m->mask;
 	while (m->slot[i].key != UINT64_MAX && m->slot[i].key != key)
 		i = (i + 1) & m->mask;
 	if (m->slot[i].key == UINT64_MAX)
@@ -147,7 +147,7 @@ typedef struct heap_ent {
 /* A small direct-mapped cache of the merge map in front of it: the map of a
  * 200k vocabulary is tens of megabytes and each probe misses the CPU caches,
  * while the pairs a corpus uses most are few. */
-enum { PAIR_CACHE = 1 << 12 };
+enum { PAIR_CACHE = 1 << 15 };
 
 struct tok_bpe_scratch {
 	tok_pair pc[PAIR_CACHE]; /* key UINT64_MAX: empty */
@@ -202,7 +202,7 @@ static inline void pair_rank(const tok *t, tok_bpe_scratch *s, int32_t a, int32_
 			     uint32_t *rank, int32_t *merged)
 {
 	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-	tok_pair *c = &s->pc[(size_t)((key * 0xD6E8FEB86659FD93ull) >> 52) & (PAIR_CACHE - 1)];
+	tok_pair *c = &s->pc[(size_t)(tok_pair_hash(key) >> 40) & (PAIR_CACHE - 1)];
 	if (c->key != key) {
 		const tok_pair *p = tok_pairmap_get(&t->pairs, a, b);
 		*c = p ? *p : (tok_pair){key, UINT32_MAX, UINT32_MAX};

@@ -94,10 +94,21 @@ void tok_strmap_free(tok_strmap *m);
 int tok_pairmap_init(tok_pairmap *m, size_t expect, titan_err *err);
 /* Insert or overwrite (HF: a later duplicate merge wins). */
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
+/* Mix both ids into every bit (a plain multiply leaves the low bits to b
+ * alone, and linear probing then clusters). */
+static inline uint64_t tok_pair_hash(uint64_t key)
+{
+	key ^= key >> 33;
+	key *= 0xff51afd7ed558ccdull;
+	key ^= key >> 33;
+	key *= 0xc4ceb9fe1a85ec53ull;
+	return key ^ (key >> 33);
+}
+
 static inline const tok_pair *tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b)
 {
 	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-	size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
+	size_t i = (size_t)tok_pair_hash(key) & m->mask;
 	for (;;) {
 		const tok_pair *p = &m->slot[i];
 		if (p->key == key)
