@@ -119,6 +119,9 @@ VECTORS = {
     "nfc": "Cafe\u0301 na\u0308ive \u1100\u1161\u11a8 \u212b",
     "specials": "<|endoftext|> <|begin_of_text|>x<|eot_id|><|im_end|>",
     "nel": "a\u0085b \u0085\u0085 c\u2028d \u180e e",
+    # Letters new in Unicode 15 (Kawi, Nag Mundari) and 16 (Tulu-Tigalari): the
+    # references' tables know them; PCRE2's (Unicode 14) do not.
+    "unicode16": "\U00011380's \U00011f04's \U0001e4d0's x\U00011380y",
 }
 
 
