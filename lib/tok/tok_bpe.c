@@ -211,10 +211,23 @@ static inline void pair_rank(const tok *t, tok_bpe_scratch *s, int32_t a, int32_
 	*merged = (int32_t)c->id;
 }
 
+/* Start the loads of the first pairs' cache and map slots before using them:
+ * the misses then overlap instead of queueing. */
+static void prefetch_pairs(const tok *t, const tok_bpe_scratch *s, const int32_t *id, size_t n)
+{
+	for (size_t k = 0; k + 1 < n; k++) {
+		uint64_t key = (uint64_t)(uint32_t)id[k] << 32 | (uint32_t)id[k + 1];
+		uint64_t h = tok_pair_hash(key);
+		__builtin_prefetch(&s->pc[(size_t)(h >> 40) & (PAIR_CACHE - 1)]);
+		__builtin_prefetch(&t->pairs.slot[(size_t)h & t->pairs.mask]);
+	}
+}
+
 static int bpe_short(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, titan_err *err)
 {
 	int32_t *id = s->id, *mg = s->merged;
 	uint32_t *rk = s->rank;
+	prefetch_pairs(t, s, id, n);
 	for (size_t k = 0; k + 1 < n; k++)
 		pair_rank(t, s, id[k], id[k + 1], &rk[k], &mg[k]);
 	while (n > 1) {
