@@ -14,7 +14,16 @@
  * first (TOK_ADDED_EXTRACT, the default for tokenizer.json), then the normalizer
  * (none or NFC), the pre-tokenizer (Split regexes, ByteLevel), then BPE.
  * tiktoken files default to TOK_ADDED_PLAIN: special tokens' text is encoded as
- * ordinary text, like tiktoken's encode_ordinary().
+ * ordinary text, like tiktoken's encode_ordinary().  Added tokens are matched
+ * leftmost-longest on the raw text; their lstrip / rstrip / single_word flags
+ * are ignored (no ByteLevel tokenizer we know sets them), and normalized ones
+ * are matched before NFC too (their text is ASCII in practice).
+ *
+ * Refused with a message naming the field: models other than BPE, BPE with
+ * byte_fallback, dropout, continuing_subword_prefix or end_of_word_suffix;
+ * normalizers other than NFC (or a Sequence of them); pre-tokenizers other
+ * than Split (Isolated, invert false) and ByteLevel (add_prefix_space false);
+ * a Split after the ByteLevel step; a tokenizer without ByteLevel.
  *
  * Pre-tokenizer regexes run through hand-written scanners when the regex is one
  * of the known patterns (Llama 3 / cl100k, Qwen2/3, GPT-2, o200k), otherwise

@@ -2,7 +2,8 @@
 # Single-thread encode speed of lib/tok against tiktoken and HF tokenizers on the
 # same texts (the "text" of every line of en.jsonl, Llama 3 vocabulary), in the
 # same run, with peak memory.  Speeds are CPU time of the encode calls only (load
-# and JSON parsing excluded on both sides); the machine is shared, so expect noise.
+# and JSON parsing excluded on both sides), best of TITAN_BENCH_PASSES passes
+# (default 3) on both sides; the machine is shared, so expect noise.
 #
 #   sh scripts/bench/tokenize.sh [CORPUS.jsonl]
 #
