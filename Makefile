@@ -118,7 +118,7 @@ check: deps
 	@$(MAKE) --no-print-directory run-tests
 
 run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
 
 # The clang copy of the library has no CUDA: the fuzz targets parse inputs.
 $(FUZZ_DIR)/%.o: %.c
