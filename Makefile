@@ -45,7 +45,7 @@ LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(M
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,)
 NVCC      := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
 CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
-NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Xcompiler -Wall,-Wextra,-Werror \
+NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 ifeq ($(CUDA),1)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
