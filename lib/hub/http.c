@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 void hub_client_init(hub_client *c)
@@ -21,13 +20,6 @@ void hub_client_init(hub_client *c)
 	c->retry_max = 60.0;
 	c->timeout_s = 60;
 	c->seed = 20240520u;
-}
-
-double hub_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void hcopy(char *dst, size_t cap, const char *v, size_t n)
