@@ -64,6 +64,8 @@ PROGRAMS  := $(TOOLS:%=$(BIN)/titan-%)
 
 TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
+BENCH_SRC := $(sort $(wildcard tests/*/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 TEST_SUPPORT_SRC := $(sort $(wildcard tests/support/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
@@ -160,9 +162,10 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	sh scripts/demo.sh
 
+# Benchmark drivers: tests/<area>/bench_*.c, built like tests, run by scripts/bench/.
 bench: deps
-	@$(MAKE) --no-print-directory all
-	sh scripts/bench.sh
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	BUILD=$(BUILD) BIN=$(BIN) sh scripts/bench.sh
 
 deps:
 	@sh scripts/deps.sh
@@ -179,7 +182,7 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
 	$(BUILD)/tests/fuzz/replay.d $(wildcard $(FUZZ_DIR)/lib/*/*.d $(FUZZ_DIR)/tests/fuzz/*.d) $(TEST_SUPPORT_OBJ:.o=.d) \
 	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 
