@@ -4,11 +4,10 @@
  * detection included, from a memfd), and every line is also decoded directly
  * with textin_json_field.  Properties: no crash, no leak; a decoded field
  * quoted back with textin_json_quote decodes to the same bytes; a field that
- * decodes is valid UTF-8 apart from NUL bytes.
+ * decodes is valid UTF-8 (NUL bytes included).
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE \
- *     tests/fuzz/fuzz_jsonl.c lib/textin/*.c lib/core/err.c -larchive \
- *     -o build/fuzz_jsonl && build/fuzz_jsonl tests/fuzz/corpus/jsonl */
+ *   make fuzz && build/fuzz/fuzz_jsonl -max_len=4096 tests/fuzz/corpus/jsonl
+ * (make check replays the kept corpus through tests/fuzz/replay.c). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
