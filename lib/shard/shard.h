@@ -26,7 +26,7 @@
 #define SHARD_VERSION 1u
 #define SHARD_HEADER_LEN 128u
 #define SHARD_DEFAULT_TOKENS 100000000ull /* like llm.c's and Megatron's ~100M */
-#define SHARD_DEFAULT_FRAME_TOKENS 65536u
+#define SHARD_DEFAULT_FRAME_TOKENS 16384u /* 4x faster random windows than 64K, ~4% larger */
 
 enum {
 	SHARD_ZSTD = 1u << 0,      /* data is a zstd seekable stream */
