@@ -1,0 +1,54 @@
+/* cpu_kernels.h (private to lib/backend and its tests): the CPU backend's kernels,
+ * each written once in cpu_kernels.inc and instantiated for float (_f32, the
+ * backend's ops) and double (_f64, the reference the float32 ops and the finite
+ * difference gradient checks are measured against).  Arguments as in backend.h. */
+#ifndef TITAN_CPU_KERNELS_H
+#define TITAN_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#define CPU_KERNELS_DECLARE(REAL, SFX)                                                 \
+	void cpu_matmul_##SFX(int ta, int tb, int64_t m, int64_t n, int64_t k,         \
+			      REAL alpha, const REAL *a, int64_t lda, const REAL *b,   \
+			      int64_t ldb, REAL beta, REAL *c, int64_t ldc);           \
+	void cpu_rmsnorm_fwd_##SFX(REAL *y, REAL *rstd, const REAL *x, const REAL *w,  \
+				   int64_t n, int64_t d, REAL eps);                    \
+	void cpu_rmsnorm_bwd_##SFX(REAL *dx, REAL *dw, const REAL *dy, const REAL *x,  \
+				   const REAL *w, const REAL *rstd, int64_t n,         \
+				   int64_t d);                                         \
+	void cpu_rope_##SFX(REAL *x, const REAL *cs, int64_t b, int64_t t, int64_t h,  \
+			    int64_t hd, int inverse);                                  \
+	void cpu_attention_fwd_##SFX(REAL *out, REAL *lse, const REAL *q,              \
+				     const REAL *k, const REAL *v, int64_t b,          \
+				     int64_t t, int64_t h, int64_t hkv, int64_t hd);   \
+	void cpu_attention_bwd_##SFX(REAL *dq, REAL *dk, REAL *dv, const REAL *dout,   \
+				     const REAL *q, const REAL *k, const REAL *v,      \
+				     const REAL *out, const REAL *lse, int64_t b,      \
+				     int64_t t, int64_t h, int64_t hkv, int64_t hd);   \
+	void cpu_swiglu_fwd_##SFX(REAL *y, const REAL *a, const REAL *g, int64_t n);   \
+	void cpu_swiglu_bwd_##SFX(REAL *da, REAL *dg, const REAL *dy, const REAL *a,   \
+				  const REAL *g, int64_t n);                           \
+	void cpu_embedding_fwd_##SFX(REAL *out, const REAL *table, const int32_t *ids, \
+				     int64_t n, int64_t d);                            \
+	void cpu_embedding_bwd_##SFX(REAL *dtable, const REAL *dout,                   \
+				     const int32_t *ids, int64_t n, int64_t d);        \
+	void cpu_cross_entropy_##SFX(REAL *logits, const int32_t *labels, int64_t n,   \
+				     int64_t v, int32_t ignore_index, REAL grad_scale, \
+				     double *loss_sum, int64_t *n_valid);              \
+	void cpu_add_##SFX(REAL *y, const REAL *a, const REAL *b, int64_t n);          \
+	void cpu_axpy_##SFX(REAL *y, REAL alpha, const REAL *x, int64_t n);            \
+	void cpu_scale_##SFX(REAL *x, REAL alpha, int64_t n);                          \
+	double cpu_sumsq_##SFX(const REAL *x, int64_t n);                              \
+	void cpu_adamw_##SFX(REAL *p, const REAL *g, REAL *m, REAL *v, int64_t n,      \
+			     REAL lr, REAL b1, REAL b2, REAL eps, REAL wd, REAL bc1,   \
+			     REAL bc2);
+
+CPU_KERNELS_DECLARE(float, f32)
+CPU_KERNELS_DECLARE(double, f64)
+
+/* The (cos, sin) table (t, hd/2, 2) of positions pos0 .. pos0+t-1 with Llama 3.1
+ * frequency scaling (scale_factor 0: none), computed in double. */
+void cpu_rope_table_f64(double *cs, int64_t t, int64_t hd, int64_t pos0,
+			double theta, double scale_factor);
+
+#endif

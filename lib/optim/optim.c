@@ -1,0 +1,186 @@
+/* AdamW, gradient clipping and torchtitan's LR schedule. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/optim.h"
+
+struct adamw {
+	backend *be;
+	adamw_config c;
+	size_t n;
+	float *m, *v; /* (n) exp_avg, exp_avg_sq */
+	int64_t step;
+	/* Ranges exempt from weight decay, sorted by offset, not overlapping. */
+	size_t (*nd)[2];
+	int n_nd;
+};
+
+void adamw_config_default(adamw_config *c)
+{
+	c->lr = 8e-4;
+	c->beta1 = 0.9;
+	c->beta2 = 0.95;
+	c->eps = 1e-8;
+	c->weight_decay = 0.1;
+}
+
+adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e)
+{
+	adamw *o = calloc(1, sizeof *o);
+	if (!o) {
+		err_set(e, "adamw: out of memory");
+		return NULL;
+	}
+	o->be = be;
+	o->c = *c;
+	o->n = n;
+	o->m = backend_calloc_floats(be, n, e);
+	o->v = o->m ? backend_calloc_floats(be, n, e) : NULL;
+	if (!o->v) {
+		err_prefix(e, "adamw states for %zu parameters", n);
+		adamw_free(o);
+		return NULL;
+	}
+	return o;
+}
+
+void adamw_free(adamw *o)
+{
+	if (!o)
+		return;
+	o->be->ops->free(o->be, o->m);
+	o->be->ops->free(o->be, o->v);
+	free(o->nd);
+	free(o);
+}
+
+int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e)
+{
+	if (offset + numel > o->n || offset + numel < offset)
+		return err_set(e, "adamw: no-decay range [%zu, %zu) outside the %zu parameters",
+			       offset, offset + numel, o->n);
+	for (int i = 0; i < o->n_nd; i++)
+		if (offset < o->nd[i][1] && o->nd[i][0] < offset + numel)
+			return err_set(e, "adamw: no-decay range [%zu, %zu) overlaps [%zu, %zu)",
+				       offset, offset + numel, o->nd[i][0], o->nd[i][1]);
+	size_t (*nd)[2] = realloc(o->nd, sizeof *nd * (size_t)(o->n_nd + 1));
+	if (!nd)
+		return err_set(e, "adamw: out of memory");
+	o->nd = nd;
+	int i = o->n_nd++;
+	while (i > 0 && nd[i - 1][0] > offset) {
+		nd[i][0] = nd[i - 1][0];
+		nd[i][1] = nd[i - 1][1];
+		i--;
+	}
+	nd[i][0] = offset;
+	nd[i][1] = offset + numel;
+	return 0;
+}
+
+static void update(adamw *o, float *p, const float *g, size_t a, size_t b, double lr,
+		   double wd, double bc1, double bc2)
+{
+	if (b > a)
+		o->be->ops->adamw(o->be, p + a, g + a, o->m + a, o->v + a, (int64_t)(b - a),
+				  (float)lr, (float)o->c.beta1, (float)o->c.beta2,
+				  (float)o->c.eps, (float)wd, (float)bc1, (float)bc2);
+}
+
+void adamw_step(adamw *o, float *params, const float *grads, double lr)
+{
+	o->step++;
+	double bc1 = 1 - pow(o->c.beta1, (double)o->step);
+	double bc2 = 1 - pow(o->c.beta2, (double)o->step);
+	size_t at = 0;
+	for (int i = 0; i < o->n_nd; i++) {
+		update(o, params, grads, at, o->nd[i][0], lr, o->c.weight_decay, bc1, bc2);
+		update(o, params, grads, o->nd[i][0], o->nd[i][1], lr, 0, bc1, bc2);
+		at = o->nd[i][1];
+	}
+	update(o, params, grads, at, o->n, lr, o->c.weight_decay, bc1, bc2);
+}
+
+float *adamw_exp_avg(adamw *o) { return o->m; }
+float *adamw_exp_avg_sq(adamw *o) { return o->v; }
+int64_t adamw_get_step(const adamw *o) { return o->step; }
+void adamw_set_step(adamw *o, int64_t step) { o->step = step; }
+const adamw_config *adamw_get_config(const adamw *o) { return &o->c; }
+
+double grad_sumsq(backend *be, const float *g, size_t n)
+{
+	return be->ops->sumsq(be, g, (int64_t)n);
+}
+
+void grad_clip_scale(backend *be, float *g, size_t n, double total_norm, double max_norm)
+{
+	if (max_norm <= 0)
+		return;
+	double coef = max_norm / (total_norm + 1e-6);
+	if (coef < 1)
+		be->ops->scale(be, g, (float)coef, (int64_t)n);
+}
+
+double grad_clip_norm(backend *be, float *g, size_t n, double max_norm)
+{
+	double norm = sqrt(grad_sumsq(be, g, n));
+	grad_clip_scale(be, g, n, norm, max_norm);
+	return norm;
+}
+
+int lr_schedule_init(lr_schedule *s, int64_t training_steps, int64_t warmup_steps,
+		     double decay_ratio, const char *decay_type, double min_lr_factor,
+		     titan_err *e)
+{
+	memset(s, 0, sizeof *s);
+	if (training_steps < 1 || warmup_steps < 0)
+		return err_set(e, "lr_scheduler: steps %lld, warmup_steps %lld: expected "
+			       "steps >= 1 and warmup >= 0", (long long)training_steps,
+			       (long long)warmup_steps);
+	if (strcmp(decay_type, "linear") == 0)
+		s->decay_type = LR_DECAY_LINEAR;
+	else if (strcmp(decay_type, "sqrt") == 0)
+		s->decay_type = LR_DECAY_SQRT;
+	else if (strcmp(decay_type, "cosine") == 0)
+		s->decay_type = LR_DECAY_COSINE;
+	else
+		return err_set(e, "lr_scheduler.decay_type \"%s\": expected linear, sqrt or "
+			       "cosine", decay_type);
+	if (decay_ratio > 1)
+		return err_set(e, "lr_scheduler.decay_ratio %g: expected at most 1", decay_ratio);
+	if (min_lr_factor < 0 || min_lr_factor > 1)
+		return err_set(e, "lr_scheduler.min_lr_factor %g: expected 0..1", min_lr_factor);
+	if (warmup_steps > training_steps)
+		warmup_steps = training_steps;
+	int64_t decay;
+	if (decay_ratio >= 0) {
+		decay = (int64_t)nearbyint((double)training_steps * decay_ratio); /* round half even, like Python */
+		if (warmup_steps + decay > training_steps)
+			decay = training_steps - warmup_steps;
+	} else {
+		decay = training_steps - warmup_steps;
+	}
+	s->warmup_steps = warmup_steps;
+	s->decay_steps = decay;
+	s->stable_steps = training_steps + 1 - warmup_steps - decay; /* the virtual last step */
+	s->min_lr_factor = min_lr_factor;
+	return 0;
+}
+
+double lr_schedule_factor(const lr_schedule *s, int64_t i)
+{
+	int64_t ws = s->warmup_steps + s->stable_steps;
+	if (i < s->warmup_steps)
+		return (double)(i + 1) / (double)s->warmup_steps;
+	if (i < ws)
+		return 1.0;
+	double p = (double)(i + 1 - ws) / (double)s->decay_steps;
+	double adj;
+	switch (s->decay_type) {
+	case LR_DECAY_SQRT: adj = 1 - sqrt(p); break;
+	case LR_DECAY_COSINE: adj = 0.5 * (1 + cos(M_PI * p)); break;
+	default: adj = 1 - p; break;
+	}
+	return s->min_lr_factor + (1 - s->min_lr_factor) * adj;
+}

@@ -1,0 +1,80 @@
+/* optim.h: AdamW, gradient clipping and the LR schedule, as torchtitan's
+ * components/optimizer.py and lr_scheduler.py (v0.2.2) use them.
+ *
+ * The optimizer's states are flat buffers parallel to the model's parameters
+ * (same length, same offsets), so a tensor view (fqn, offset, numel) of the
+ * model is also the view of its exp_avg and exp_avg_sq, and FSDP shards them by
+ * the same ranges. */
+#ifndef TITAN_OPTIM_H
+#define TITAN_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/err.h"
+
+typedef struct adamw_config {
+	double lr;           /* 8e-4 */
+	double beta1, beta2; /* 0.9, 0.95 */
+	double eps;          /* 1e-8 */
+	double weight_decay; /* 0.1, applied to every parameter by default */
+} adamw_config;
+
+void adamw_config_default(adamw_config *c);
+
+typedef struct adamw adamw;
+
+/* States for n parameters, zeroed, in be's memory; step 0.  NULL on error. */
+adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e);
+void adamw_free(adamw *o);
+
+/* Exempt [offset, offset + numel) from weight decay (norms and embeddings when
+ * the trainer asks; torchtitan decays everything). */
+int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e);
+
+/* One update of every parameter with learning rate lr (the schedule's factor
+ * times the configured lr); increments the step first, like torch. */
+void adamw_step(adamw *o, float *params, const float *grads, double lr);
+
+float *adamw_exp_avg(adamw *o);    /* (n) in backend memory */
+float *adamw_exp_avg_sq(adamw *o); /* (n) */
+int64_t adamw_get_step(const adamw *o);
+void adamw_set_step(adamw *o, int64_t step); /* when a checkpoint is loaded */
+const adamw_config *adamw_get_config(const adamw *o);
+
+/* Gradient clipping by global L2 norm, torch.nn.utils.clip_grad_norm_:
+ * coef = max_norm / (norm + 1e-6), clamped to 1, grads *= coef.
+ * grad_sumsq gives a rank's partial (the sharded case sums the partials across
+ * ranks, then calls grad_clip_scale with the global norm). */
+double grad_sumsq(backend *be, const float *g, size_t n);
+void grad_clip_scale(backend *be, float *g, size_t n, double total_norm,
+		     double max_norm);
+/* Both on one rank; returns the norm before clipping.  max_norm <= 0: no clip. */
+double grad_clip_norm(backend *be, float *g, size_t n, double max_norm);
+
+/* torchtitan's linear_warmup_stable_decay. */
+typedef enum lr_decay_type {
+	LR_DECAY_LINEAR,
+	LR_DECAY_SQRT,
+	LR_DECAY_COSINE,
+} lr_decay_type;
+
+typedef struct lr_schedule {
+	int64_t warmup_steps, stable_steps, decay_steps;
+	lr_decay_type decay_type;
+	double min_lr_factor;
+} lr_schedule;
+
+/* training_steps total; decay_ratio < 0 means none (decay over every step after
+ * warmup).  warmup > steps is clamped (torchtitan warns).  The stable phase gets
+ * torchtitan's virtual last step (+1) so the lr never reaches 0.  decay_type is
+ * "linear", "sqrt" or "cosine". */
+int lr_schedule_init(lr_schedule *s, int64_t training_steps, int64_t warmup_steps,
+		     double decay_ratio, const char *decay_type,
+		     double min_lr_factor, titan_err *e);
+/* The lr multiplier for the step with 0-based index i (LambdaLR's last_epoch:
+ * training step 1 uses i = 0). */
+double lr_schedule_factor(const lr_schedule *s, int64_t i);
+
+#endif
