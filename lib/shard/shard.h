@@ -124,6 +124,9 @@ typedef struct shard_manifest {
 int shard_split_of(const shard_manifest *m, uint64_t i);
 
 int shard_manifest_read(const char *dir, shard_manifest *m, titan_err *err);
+/* The same from text (name is used in messages). */
+int shard_manifest_parse(const char *text, size_t len, const char *name, shard_manifest *m,
+			 titan_err *err);
 int shard_manifest_write(const char *dir, const shard_manifest *m, titan_err *err);
 void shard_manifest_free(shard_manifest *m);
 /* Append a committed shard to split s. */
