@@ -219,6 +219,9 @@ static int chain_close(void *cookie)
 static int cmd_build(args *a, int nfiles, char **files)
 {
 	static char *dash[] = {"-"};
+	if (nfiles == 0 && isatty(0))
+		cli_usage_error(&spec, "standard input is a terminal; pipe a token stream from "
+				"titan-tokenize or name a file");
 	chain ch = {.files = nfiles ? files : dash, .n = nfiles ? nfiles : 1};
 	FILE *fp = fopencookie(&ch, "rb", (cookie_io_functions_t){.read = chain_read,
 								  .close = chain_close});
