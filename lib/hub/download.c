@@ -32,6 +32,8 @@ typedef struct job {
 	int attempts;            /* failed attempts since the last progress */
 	int redirects;
 	char *url;               /* the HEAD URL, then the download URL */
+	char *resolve;           /* the HEAD URL, kept to ask for a fresh download URL */
+	int refreshes;
 	int auth;                /* send the token with the next request */
 	CURL *h;
 	struct curl_slist *sl;
@@ -138,6 +140,7 @@ static void job_free(job *j)
 	curl_slist_free_all(j->sl);
 	EVP_MD_CTX_free(j->md);
 	free(j->url);
+	free(j->resolve);
 	free(j->tmp);
 	free(j);
 }
@@ -656,6 +659,21 @@ static int get_done(engine *g, job *j, CURLcode cr)
 		retry(g, j, "HTTP 416 to a resume", NULL);
 		return 0;
 	}
+	if (cr == CURLE_OK && (h->status == 403 || h->status == 410) && !j->auth &&
+	    j->refreshes < 3) {
+		/* a signed CDN address expires: ask the Hub for a new one, keep the bytes */
+		char *u = strdup(j->resolve);
+		if (u == NULL)
+			return fatal(j, "out of memory");
+		free(j->url);
+		j->url = u;
+		j->auth = 1;
+		j->refreshes++;
+		j->it->etag[0] = '\0';
+		j->step = STEP_HEAD;
+		retry(g, j, "the download address was refused", NULL);
+		return 0;
+	}
 	if (cr == CURLE_OK && hub_status_retryable(h->status)) {
 		char why[64];
 		snprintf(why, sizeof why, "HTTP %ld", h->status);
@@ -748,7 +766,9 @@ static int run(engine *g, hub_item *items, size_t n, titan_err *err)
 					       g->o->commit, qp);
 			free(qp);
 			free(qr);
-			if (j->url == NULL) {
+			j->resolve = j->url ? strdup(j->url) : NULL;
+			if (j->url == NULL || j->resolve == NULL) {
+				free(j->url);
 				free(j);
 				return err_set(err, "out of memory");
 			}

@@ -178,6 +178,13 @@ fault_case "wrong_range_restarts_from_zero" \
 	"{\"path\": \"$BIG\", \"kind\": \"badrange\", \"times\": 1}"
 fault_case "api_503_is_retried" "{\"path\": \"@revision\", \"kind\": \"status\", \"status\": 503, \"times\": 2}" \
 	"{\"path\": \"@tree\", \"kind\": \"status\", \"status\": 502, \"times\": 1}"
+fault_case "expired_cdn_address_is_asked_for_again" \
+	"{\"path\": \"$BIG\", \"kind\": \"cut\", \"at\": 150000, \"times\": 1}" \
+	"{\"path\": \"$BIG\", \"kind\": \"status\", \"status\": 403, \"times\": 1}"
+n=$(nreq '.method == "HEAD" and (.path | endswith("'"$BIG"'"))')
+r=$(nreq '.server == "cdn" and .range == "bytes=150000-"')
+if [ "$n" -eq 2 ] && [ "$r" -ge 1 ]; then t_ok "fresh_cdn_address_resumes_the_partial_file"; else
+	t_not_ok "fresh_cdn_address_resumes_the_partial_file" "heads=$n ranged=$r"; fi
 fault_case "bad_bytes_after_resume_are_fetched_again_whole" \
 	"{\"path\": \"$BIG\", \"kind\": \"cut\", \"at\": 200000, \"times\": 1}" \
 	"{\"path\": \"$BIG\", \"kind\": \"badsha\", \"offset\": 10, \"times\": 1}"
