@@ -840,6 +840,9 @@ int hub_download(hub_client *c, const hub_dl_opts *o, hub_item *items, size_t n,
 			curl_multi_cleanup(g.m);
 		return err_set(err, "out of memory");
 	}
+	/* one connection per transfer: big files go faster over parallel TCP
+	 * streams than multiplexed on one HTTP/2 connection */
+	curl_multi_setopt(g.m, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
 	curl_multi_setopt(g.m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)g.nslots);
 	for (size_t i = 0; i < n; i++)
 		g.total += items[i].file->size > 0 ? (uint64_t)items[i].file->size : 0;
