@@ -42,7 +42,7 @@ typedef struct job {
 	char *tmp;               /* NAME.incomplete (files), NULL for a stream */
 	uint64_t have;           /* bytes of the file written (or streamed) */
 	uint64_t skip;           /* stream: bytes of a 200 reply already sent */
-	uint64_t got;            /* body bytes in this attempt */
+	uint64_t have0;          /* have when this attempt started */
 	int body_started, body_ignored, bad_range, resumed, restarted;
 	EVP_MD_CTX *md;          /* sha256 (LFS) or sha1 over "blob N\0" + bytes */
 	int fatal;
@@ -167,7 +167,7 @@ static int fatal_http(engine *g, job *j)
 
 static void retry(engine *g, job *j, const char *why, const hub_hdrs *h)
 {
-	if (j->got > 0)
+	if (j->have > j->have0)
 		j->attempts = 0; /* progress was made: a long file may be cut many times */
 	if (j->attempts >= g->c->retries) {
 		fatal(j, "%s: %s; gave up after %d attempts (run again to resume)", jpath(j), why,
@@ -196,7 +196,7 @@ static int launch(engine *g, job *j, int head)
 	if (j->h == NULL)
 		return fatal(j, "%s: cannot start a transfer", jpath(j));
 	curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
-	j->got = 0;
+	j->have0 = j->have;
 	j->body_started = j->body_ignored = j->bad_range = 0;
 	j->step = head ? STEP_HEAD : STEP_GET;
 	j->state = J_RUN;
@@ -462,7 +462,6 @@ static size_t body_cb(char *p, size_t size, size_t nmemb, void *ud)
 		return 0;
 	md_update(j, q, k);
 	j->have += k;
-	j->got += n;
 	return n;
 }
 
