@@ -1,6 +1,7 @@
 #include "core/crc32c.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -75,10 +76,14 @@ int crc32c_hw_available(void)
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
 {
-	static int hw = -1;
-	if (hw < 0)
-		hw = crc32c_hw_available();
-	return hw ? crc32c_hw(crc, buf, n) : crc32c_sw(crc, buf, n);
+	/* Atomic: threads may race to the first call (they store the same value). */
+	static _Atomic int hw = -1;
+	int h = atomic_load_explicit(&hw, memory_order_relaxed);
+	if (h < 0) {
+		h = crc32c_hw_available();
+		atomic_store_explicit(&hw, h, memory_order_relaxed);
+	}
+	return h ? crc32c_hw(crc, buf, n) : crc32c_sw(crc, buf, n);
 }
 #else
 int crc32c_hw_available(void)

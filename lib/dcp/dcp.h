@@ -88,6 +88,12 @@ typedef struct dcp_item {
 	uint8_t *bytes;                /* torch.save stream of the value.  save: read;
 	                                  load: malloc'd by dcp_load, the caller frees */
 	size_t nbytes;
+	/* save, optional: the nesting torch's format_utils.dcp_to_torch_save rebuilds
+	 * (Metadata.planner_data).  NULL: split after a leading "optimizer.",
+	 * "lr_scheduler.", "dataloader." or "train_state." as torchtitan's nesting
+	 * is, else the key alone. */
+	const char *const *path;
+	int npath;
 	/* load only */
 	int optional;                  /* absent from the checkpoint is not an error */
 	int found;                     /* set by dcp_load */
@@ -154,6 +160,8 @@ typedef struct dcp_entry {
 	int64_t shape[DCP_MAX_DIM];
 	dcp_chunk *chunks;   /* tensors: the chunk list; bytes: one entry (sizes unused) */
 	size_t n_chunks;
+	char **path;         /* planner_data's nesting for this key, or NULL */
+	int npath;
 } dcp_entry;
 
 typedef struct dcp_ckpt {
@@ -181,11 +189,98 @@ int dcp_verify(dcp_ckpt *c, titan_err *err);
 
 /* Step folders ------------------------------------------------------------- */
 
-/* The largest N such that FOLDER/step-N/.metadata exists; -1 when none. */
+/* The largest N such that FOLDER/step-N/.metadata exists; -1 when none (or
+ * no FOLDER), -2 on error. */
 int64_t dcp_latest_step(const char *folder, titan_err *err);
 /* Remove all but the newest k complete step-N folders (and any step-N.partial
  * older than the newest complete one).  k <= 0 keeps everything. */
 int dcp_purge(const char *folder, int keep_latest_k, titan_err *err);
+
+/* Any checkpoint as a flat list of named items ----------------------------- */
+
+/* A source is a DCP folder (it holds .metadata), a torch.save file (.pt,
+ * .pth, .bin: a possibly nested dict of tensors and plain values, as
+ * format_utils.dcp_to_torch_save writes), a .safetensors file, or a folder of
+ * safetensors (model.safetensors.index.json or model.safetensors).  Nested
+ * dicts are flattened with "." like DCP does; path keeps the nesting. */
+typedef struct dcp_src_item {
+	char *name;
+	dcp_kind kind;
+	dcp_dtype dtype;
+	int ndim;
+	int64_t shape[DCP_MAX_DIM];
+	char **path;
+	int npath;
+	const void *priv;
+} dcp_src_item;
+
+typedef struct dcp_source dcp_source;
+
+int dcp_source_open(dcp_source **s, const char *path, titan_err *err);
+void dcp_source_close(dcp_source *s);
+size_t dcp_source_count(const dcp_source *s);
+const dcp_src_item *dcp_source_item(const dcp_source *s, size_t i);
+const dcp_src_item *dcp_source_find(const dcp_source *s, const char *name);
+/* Read a whole tensor, converted to dtype (out holds numel elements). */
+int dcp_source_read(dcp_source *s, const dcp_src_item *it, void *out, dcp_dtype dtype,
+		    titan_err *err);
+/* A bytes item as a torch.save stream (*out malloc'd). */
+int dcp_source_bytes(dcp_source *s, const dcp_src_item *it, uint8_t **out, size_t *n,
+		     titan_err *err);
+/* Whether a flattened key is model state (not optimizer., lr_scheduler.,
+ * dataloader. or train_state.). */
+int dcp_is_model_key(const char *name);
+
+/* Conversions ------------------------------------------------------------- */
+
+typedef struct dcp_convert_opts {
+	int model_only;          /* keep model keys only (torchtitan's last_save_model_only) */
+	dcp_dtype export_dtype;  /* cast floating-point tensors to this; PTZ_NONE keeps */
+	int chunks;              /* to DCP: split every tensor of >= 1 dim into this many
+	                            pieces along `dim` (torch.chunk's sizes), piece i
+	                            written by "rank" i; 0 or 1: whole tensors, rank 0 */
+	int dim;
+	int verbose;             /* progress lines on stderr */
+} dcp_convert_opts;
+
+/* Write SRC (any source) as a DCP folder at OUT (through OUT.partial). */
+int dcp_convert_to_dcp(const char *src, const char *out, const dcp_convert_opts *o,
+		       titan_err *err);
+/* Write SRC as one torch.save file (nested as planner_data says, like
+ * format_utils.dcp_to_torch_save; loadable with torch.load(weights_only=True)). */
+int dcp_convert_to_torch(const char *src, const char *out, const dcp_convert_opts *o,
+			 titan_err *err);
+/* Write SRC's tensors as one safetensors file (bytes items are left out;
+ * *skipped counts them). */
+int dcp_convert_to_safetensors(const char *src, const char *out, const dcp_convert_opts *o,
+			       size_t *skipped, titan_err *err);
+
+/* Hugging Face Llama (LlamaForCausalLM) export and import ------------------- */
+
+typedef struct dcp_hf_model {
+	int dim, n_layers, n_heads, n_kv_heads, vocab_size, ffn_hidden, head_dim;
+	double norm_eps, rope_theta, rope_scale_factor;
+	int tied, max_seq_len;
+} dcp_hf_model;
+
+/* Key names: "layers.3.attention.wq.weight" <-> "model.layers.3.self_attn.q_proj.weight"
+ * (torchtitan's mapping); *rope is 1 for wq, 2 for wk, else 0.  NULL when the
+ * key is not a model weight.  The result is malloc'd. */
+char *dcp_hf_name(const char *name, int to_hf, int *rope);
+/* The RoPE row permutation of wq / wk, W of shape (d1, d2) with n heads:
+ * to HF W.view(n, d1/n/2, 2, d2).transpose(1, 2); from HF the inverse. */
+void dcp_rope_permute(const void *src, void *dst, int64_t d1, int64_t d2, int n, int to_hf,
+		      size_t es);
+/* SRC's model weights as an HF folder: config.json, model.safetensors or
+ * shards of at most max_shard bytes with model.safetensors.index.json.  The
+ * shapes are taken from SRC; model supplies heads, rope and norm settings
+ * (zero dims are inferred; nonzero ones are checked). */
+int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model,
+	      dcp_dtype export_dtype, uint64_t max_shard, titan_err *err);
+/* An HF Llama folder (or .safetensors) as a model-only DCP folder with
+ * torchtitan's keys, in dtype (PTZ_NONE keeps the stored types). */
+int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
+		titan_err *err);
 
 /* Python values as torch.save streams (what DCP stores for non-tensors) ------ */
 

@@ -25,6 +25,7 @@
 #include <stdio.h>
 
 #include "core/err.h"
+#include "pickle/pickle.h"
 
 /* Element types of checkpoint tensors.  0 is "none". */
 typedef enum ptz_dtype {
@@ -90,6 +91,14 @@ typedef struct ptz_tensor {
 	uint64_t storage_bytes;
 } ptz_tensor;
 
+/* The globals a torch.save'd tensor's pickle may name (for pk_load). */
+extern const pk_allow ptz_allow;
+/* Interpret an unpickled _rebuild_tensor_v2 (or _rebuild_parameter) call whose
+ * storage lives in r; checks that the view stays inside the storage. */
+int ptz_tensor_from_val(const ptz_reader *r, const pk_val *v, ptz_tensor *t, titan_err *err);
+int64_t ptz_tensor_numel(const ptz_tensor *t);
+int ptz_tensor_contiguous(const ptz_tensor *t);
+
 /* Parse data.pkl of a zip that holds exactly one tensor (what DCP writes per
  * chunk) and locate its storage. */
 int ptz_read_tensor(const ptz_reader *r, ptz_tensor *t, titan_err *err);
@@ -121,5 +130,15 @@ void ptz_writer_free(ptz_writer *w);
 /* torch.save(tensor): a contiguous tensor of ndim dims.  requires_grad false. */
 int ptz_save_tensor(ptz_writer *w, ptz_dtype dtype, int ndim, const int64_t *shape,
 		    const void *data, titan_err *err);
+
+/* The pickle node of a contiguous tensor whose storage is record data/KEY
+ * (torch._utils._rebuild_tensor_v2, as torch.save writes it). */
+pk_val *ptz_tensor_val(pk_arena *a, ptz_dtype dtype, int ndim, const int64_t *shape,
+		       const char *key);
+/* data.pkl, .format_version, .storage_alignment, byteorder: what torch.save
+ * writes before the storages (ptz_writer_finish adds the rest). */
+int ptz_write_preamble(ptz_writer *w, const void *pkl, size_t n, titan_err *err);
+/* torch.save(value) of a plain Python value (no tensors). */
+int ptz_save_value(ptz_writer *w, const pk_val *v, titan_err *err);
 
 #endif

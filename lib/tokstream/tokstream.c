@@ -208,6 +208,7 @@ struct tokstream_reader {
 	int done;
 	uint64_t seg_docs, seg_tokens; /* in the current segment */
 	uint32_t seg_crc;
+	uint32_t all_crc;               /* records of every segment, chained */
 	uint64_t docs, tokens, offset;  /* over the whole stream */
 	uint8_t *raw;                   /* the current document's ids as stored */
 	size_t raw_cap;
@@ -403,6 +404,8 @@ int tokstream_read_doc(tokstream_reader *r, const uint32_t **ids, size_t *n, tit
 			return -1;
 		r->seg_crc = crc32c(r->seg_crc, lb, 4);
 		r->seg_crc = crc32c(r->seg_crc, r->raw, (size_t)len * r->cur.id_width);
+		r->all_crc = crc32c(r->all_crc, lb, 4);
+		r->all_crc = crc32c(r->all_crc, r->raw, (size_t)len * r->cur.id_width);
 		r->seg_docs++;
 		r->seg_tokens += len;
 		r->docs++;
@@ -426,6 +429,11 @@ uint64_t tokstream_reader_docs(const tokstream_reader *r)
 uint64_t tokstream_reader_tokens(const tokstream_reader *r)
 {
 	return r->tokens;
+}
+
+uint32_t tokstream_reader_crc(const tokstream_reader *r)
+{
+	return r->all_crc;
 }
 
 uint64_t tokstream_reader_offset(const tokstream_reader *r)

@@ -140,6 +140,14 @@ static void mkdir_p_makes_nested_folders(void **state)
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(mkdir_p("", &err), -1);
+	assert_string_equal(err.msg, "mkdir: empty folder name");
+	/* A file in the way is named. */
+	snprintf(path, sizeof path, "%s/file", test_tmpdir);
+	assert_int_equal(atomic_write_file(path, "x", 1, &err), 0);
+	snprintf(path, sizeof path, "%s/file/sub", test_tmpdir);
+	assert_int_equal(mkdir_p(path, &err), -1);
+	assert_non_null(strstr(err.msg, "file/sub"));
 }
 
 static void mfile_maps_empty_and_rejects_missing(void **state)
