@@ -26,8 +26,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-torch.set_default_dtype(torch.float64)
-
 
 def ffn_hidden(dim, multiple_of, mult):
     h = int(2 * (4 * dim) / 3)
@@ -46,7 +44,7 @@ def rope_freqs(hd, t, theta, factor):
         s = (orig / wl - low) / (high - low)
         mid = (wl >= orig / high) & (wl <= orig / low)
         f = torch.where(mid, (1 - s) * nf / factor + s * nf, nf)
-    ang = torch.outer(torch.arange(t, dtype=torch.float64), f)
+    ang = torch.outer(torch.arange(t, dtype=f.dtype), f)
     return torch.polar(torch.ones_like(ang), ang)
 
 
@@ -221,6 +219,7 @@ def args(dim, n_layers, n_heads, n_kv_heads, vocab, multiple_of=32, mult=None, t
 
 
 def main():
+    torch.set_default_dtype(torch.float64)
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "model", "golden")
     os.makedirs(out, exist_ok=True)
