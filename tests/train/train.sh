@@ -112,6 +112,30 @@ else
 	t_skip "tensorboard's EventAccumulator loads the run" "PYTHON with tensorboard not set"
 fi
 
+# Loss curve: terminal plot and a PNG that an independent decoder (Python's
+# zlib and CRC) accepts.
+t_run "loss curve plotted" "$TRAIN" --plot-loss "$TMP/a/metrics.jsonl" --png "$TMP/loss.png"
+t_grep "terminal plot drawn" '^ *[0-9.]* |.*\*' "$TMP/.out"
+if command -v python3 >/dev/null 2>&1; then
+	t_run "PNG decodes with zlib, every chunk CRC right" python3 -c '
+import struct, sys, zlib
+b = open(sys.argv[1], "rb").read()
+assert b[:8] == b"\x89PNG\r\n\x1a\n"
+i, idat = 8, b""
+while i < len(b):
+    n, = struct.unpack(">I", b[i:i+4]); t = b[i+4:i+8]; d = b[i+8:i+8+n]
+    assert struct.unpack(">I", b[i+8+n:i+12+n])[0] == zlib.crc32(t + d), t
+    if t == b"IHDR": w, h = struct.unpack(">II", d[:8])
+    if t == b"IDAT": idat += d
+    i += 12 + n
+raw = zlib.decompress(idat)
+assert (w, h) == (800, 500) and len(raw) == h * (1 + 3 * w)
+assert len(set(raw[1 + 3 * w * 100: 3 * w * 400])) > 3
+' "$TMP/loss.png"
+else
+	t_skip "PNG decodes with zlib, every chunk CRC right" "no python3"
+fi
+
 # B: the same job, killed with -9 during step 15 (after the step-10 checkpoint),
 # then resumed: steps 11-20 must repeat bit for bit.
 OMP_NUM_THREADS=2 "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/b" 2>"$TMP/b1.log" &
