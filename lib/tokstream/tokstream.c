@@ -116,11 +116,12 @@ static int write_all(FILE *fp, const void *p, size_t n, titan_err *err)
 
 tokstream_writer *tokstream_writer_open(FILE *fp, const tokstream_header *h, titan_err *err)
 {
-	if (h->vocab_size == 0 || h->id_width != tokstream_id_width(h->vocab_size)) {
-		err_set(err, "token stream: id_width %u does not fit vocab_size %u", h->id_width,
-			h->vocab_size);
+	/* Never write a header the reader would refuse. */
+	uint8_t enc[TOKSTREAM_HEADER_LEN];
+	tokstream_header back;
+	tokstream_header_encode(h, enc);
+	if (tokstream_header_decode(enc, sizeof enc, &back, "token stream", err) != 0)
 		return NULL;
-	}
 	tokstream_writer *w = calloc(1, sizeof *w);
 	if (w == NULL) {
 		err_set(err, "token stream: out of memory");
