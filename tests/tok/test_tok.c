@@ -39,9 +39,10 @@ static const char *fixtures(void)
 }
 
 /* Loaded once per name and mode, freed at exit. */
-enum { N_NAMES = 6 };
+enum { N_NAMES = 7 };
 static const char *const names[N_NAMES] = {"llama3_1", "qwen3", "torchtitan_test",
-					   "llama3_tiktoken", "cl100k_base", "o200k_base"};
+					   "llama3_tiktoken", "cl100k_base", "o200k_base",
+					   "deepseek_like"};
 static tok *cache[N_NAMES][2];
 
 static tok *get(const char *name, int mode)
@@ -51,7 +52,12 @@ static tok *get(const char *name, int mode)
 			continue;
 		if (!cache[i][mode]) {
 			char path[4096];
-			snprintf(path, sizeof path, "%s/tokenizers/%s", fixtures(), name);
+			/* deepseek_like is ours (scripts/tok_make_deepseek_like.py): three
+			 * Splits through PCRE2, checked against HF tokenizers. */
+			if (!strcmp(name, "deepseek_like"))
+				snprintf(path, sizeof path, "tests/tok/deepseek_like");
+			else
+				snprintf(path, sizeof path, "%s/tokenizers/%s", fixtures(), name);
 			tok_opts o = {.pretok = mode};
 			titan_err err = {0};
 			if (tok_load(&cache[i][mode], path, &o, &err))
