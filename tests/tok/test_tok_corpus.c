@@ -347,6 +347,103 @@ static int check_tokenizer(const char *fix, const char *tname, int mode, corpus 
 	return bad;
 }
 
+/* Pieces of one text as (offset, length) pairs. */
+typedef struct pieces {
+	const char *base;
+	size_t n, cap, *v;
+} pieces;
+
+static int collect(void *ctx, const uint8_t *p, size_t n)
+{
+	pieces *ps = ctx;
+	if (ps->n + 2 > ps->cap) {
+		ps->cap = ps->cap ? ps->cap * 2 : 1024;
+		ps->v = realloc(ps->v, ps->cap * sizeof *ps->v);
+		if (!ps->v)
+			return -1;
+	}
+	ps->v[ps->n++] = (size_t)((const char *)p - ps->base);
+	ps->v[ps->n++] = n;
+	return 0;
+}
+
+/* Each hand-written scanner cuts every document into the pieces PCRE2 cuts. */
+static int check_scanners(const corpus *cs, int ncs, size_t stride, int *tn)
+{
+	const struct {
+		const char *name, *re;
+	} res[] = {{"llama3", tok_re_llama3}, {"qwen2", tok_re_qwen2}, {"gpt2", tok_re_gpt2},
+		   {"o200k", tok_re_o200k}};
+	int bad = 0;
+	for (size_t r = 0; r < sizeof res / sizeof *res; r++) {
+		titan_err err = {0};
+		tok_split *sc = tok_split_new(res[r].re, TOK_PRETOK_AUTO, &err);
+		tok_split *pc = tok_split_new(res[r].re, TOK_PRETOK_PCRE2, &err);
+		size_t docs = 0, differ = 0;
+		pieces a = {0}, b = {0};
+		for (int k = 0; k < ncs && sc && pc; k++)
+			for (size_t d = 0; d < cs[k].n; d += stride) {
+				a.n = b.n = 0;
+				a.base = b.base = cs[k].text[d];
+				const uint8_t *t = (const uint8_t *)cs[k].text[d];
+				if (tok_split_run(sc, t, cs[k].len[d], collect, &a, &err) ||
+				    tok_split_run(pc, t, cs[k].len[d], collect, &b, &err) || a.n != b.n ||
+				    memcmp(a.v, b.v, a.n * sizeof *a.v)) {
+					if (!differ++)
+						printf("# %s: %s document %zu splits differently\n",
+						       res[r].name, cs[k].name, d);
+				}
+				docs++;
+			}
+		free(a.v);
+		free(b.v);
+		tok_split_free(sc);
+		tok_split_free(pc);
+		int ok = sc && pc && docs && !differ;
+		printf("# scanner %s: %zu documents, %zu differ from PCRE2\n", res[r].name, docs, differ);
+		printf("%sok %d scanner_%s_splits_corpus_like_pcre2\n", ok ? "" : "not ", ++*tn,
+		       res[r].name);
+		bad += !ok;
+	}
+	return bad;
+}
+
+/* All of a corpus as one document (about 10 MB): it encodes in time linear
+ * with the corpus and decodes back to itself. */
+static int check_huge_document(const char *fix, const corpus *c, int *tn)
+{
+	char tpath[4096];
+	snprintf(tpath, sizeof tpath, "%s/tokenizers/llama3_tiktoken", fix);
+	tok *t = NULL;
+	tok_enc *e = NULL;
+	titan_err err = {0};
+	tok_buf doc = {0}, back = {0};
+	tok_ids ids = {0};
+	int ok = 0;
+	for (size_t d = 0; d < c->n; d++)
+		if (tok_buf_append(&doc, c->text[d], c->len[d], &err) ||
+		    tok_buf_append(&doc, "\n\n", 2, &err))
+			goto out;
+	if (tok_load(&t, tpath, NULL, &err) || !(e = tok_enc_new(t, &err)))
+		goto out;
+	double t0 = now();
+	if (tok_encode(e, doc.p, doc.n, &ids, &err) || tok_decode(t, ids.v, ids.n, &back, &err))
+		goto out;
+	double dt = now() - t0;
+	printf("# one %zu-byte document: %zu ids, %.2f s\n", doc.n, ids.n, dt);
+	ok = back.n == doc.n && !memcmp(back.p, doc.p, doc.n) && dt < 60;
+out:
+	if (err.msg[0])
+		printf("# %s\n", err.msg);
+	printf("%sok %d ten_megabyte_document_encodes_and_decodes_back\n", ok ? "" : "not ", ++*tn);
+	tok_buf_free(&doc);
+	tok_buf_free(&back);
+	tok_ids_free(&ids);
+	tok_enc_free(e);
+	tok_free(t);
+	return !ok;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "encode"))
@@ -372,6 +469,8 @@ int main(int argc, char **argv)
 	/* The PCRE2 path too, so both paths are held to the references. */
 	bad += check_tokenizer(fix, "llama3_1", TOK_PRETOK_PCRE2, cs, 1, stride * 2, &tn);
 	bad += check_tokenizer(fix, "o200k_base", TOK_PRETOK_PCRE2, cs + 1, 1, stride * 2, &tn);
+	bad += check_scanners(cs, 2, stride, &tn);
+	bad += check_huge_document(fix, &cs[SANITIZED ? 0 : 1], &tn);
 	printf("1..%d\n", tn);
 	corpus_free(&cs[0]);
 	corpus_free(&cs[1]);
