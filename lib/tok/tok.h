@@ -7,8 +7,9 @@
  *   - a tiktoken file ("base64(bytes) rank" per line: Meta's Llama 3
  *     tokenizer.model, cl100k_base.tiktoken, o200k_base.tiktoken), or a folder
  *     holding tokenizer.model or one *.tiktoken file.  The encoding is recognised
- *     from the file's SHA-256 (and, failing that, from its size and first ranks)
- *     to pick its regex and its special tokens; see tok_load().
+ *     from the file's SHA-256 (the published hashes) and, failing that, from its
+ *     number of ranks (128,000 / 100,256 / 199,998), to pick its regex and its
+ *     special tokens; see tok_load().
  *
  * Pieces: HF's pipeline in its order: added tokens are cut out of the text
  * first (TOK_ADDED_EXTRACT, the default for tokenizer.json), then the normalizer
