@@ -99,7 +99,7 @@ producer=$!
 "$SH" -q --out "$TMP/k" --shard-tokens 20000 --val-fraction 0.05 <"$TMP/fifo" &
 pid=$!
 n=0
-while [ "$n" -lt 100 ]; do
+while [ "$n" -lt 600 ] && kill -0 "$pid" 2>/dev/null; do
 	c=$(jq '.train.shards | length' "$TMP/k/manifest.json" 2>/dev/null || echo 0)
 	[ "${c:-0}" -ge 3 ] && ls "$TMP/k" | grep -q '\.tmp\.' && break
 	sleep 0.1
@@ -116,6 +116,17 @@ t_run "rerunning finishes the killed run" "$SH" -q --out "$TMP/k" --shard-tokens
 t_run "the finished folder verifies" "$SH" verify "$TMP/k"
 "$SH" cat "$TMP/k" >"$TMP/ck.tts"
 t_same "the finished folder cats back to the input" "$TMP/s.tts" "$TMP/ck.tts"
+
+# Damage after the fact: verify names the file and the problem.
+cp -r "$TMP/d" "$TMP/dmg"
+printf 'X' | dd of="$TMP/dmg/train-000001.bin" bs=1 seek=300 conv=notrunc status=none
+t_fails "verify fails on a flipped data byte" 1 "$SH" verify "$TMP/dmg"
+t_grep "and names the shard and the checksum" 'train-000001.bin: data checksum' "$TMP/.err"
+cp "$TMP/d/train-000000.bin" "$TMP/dmg/train-000001.bin"
+t_fails "verify fails on a shard swapped for another" 1 "$SH" verify "$TMP/dmg"
+truncate -s -3 "$TMP/dmg/train-000000.bin"
+t_fails "verify fails on a truncated shard" 1 "$SH" verify "$TMP/dmg"
+t_grep "and says it looks truncated" 'truncated' "$TMP/.err"
 
 t_fails "bad usage exits 2" 2 "$SH" --val-docs 3 --val-fraction 0.1 --out "$TMP/x"
 t_run "--help works" "$SH" --help
