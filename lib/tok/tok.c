@@ -161,6 +161,26 @@ int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err)
 	return 0;
 }
 
+int tok_load_json_text(tok **out, const char *json, size_t n, const tok_opts *opts,
+		       titan_err *err)
+{
+	tok *t = calloc(1, sizeof *t);
+	if (!t)
+		return err_set(err, "out of memory");
+	t->bos = t->eos = -1;
+	t->pretok_mode = opts ? opts->pretok : TOK_PRETOK_AUTO;
+	t->format = TOK_FORMAT_HF_JSON;
+	t->added_mode = opts && opts->added == TOK_ADDED_PLAIN ? TOK_ADDED_PLAIN : TOK_ADDED_EXTRACT;
+	snprintf(t->encoding, sizeof t->encoding, "tokenizer.json");
+	if (tok_load_hf_text(t, json, n, NULL, err)) {
+		tok_free(t);
+		return -1;
+	}
+	describe(t);
+	*out = t;
+	return 0;
+}
+
 void tok_free(tok *t)
 {
 	if (!t)

@@ -78,6 +78,10 @@ enum tok_format { TOK_FORMAT_HF_JSON = 1, TOK_FORMAT_TIKTOKEN = 2 };
  * content is one of these (an unknown file has no known regex). */
 int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err);
 void tok_free(tok *t);
+/* The same from tokenizer.json text in memory (n bytes; no tokenizer_config.json,
+ * so no BOS/EOS): for tools that build one, tests and fuzzing. */
+int tok_load_json_text(tok **out, const char *json, size_t n, const tok_opts *opts,
+		       titan_err *err);
 
 int tok_format(const tok *t);
 /* "llama3", "cl100k_base", "o200k_base" for tiktoken files; "tokenizer.json"
@@ -87,7 +91,9 @@ const char *tok_encoding_name(const tok *t);
  * each runs on a scanner or PCRE2, normalizer, added-token policy. */
 const char *tok_describe(const tok *t);
 
-/* Ids run 0 .. n_vocab-1 (the largest id + 1; there may be holes). */
+/* Ids run 0 .. n_vocab-1 (the largest id + 1; there may be holes).  A file
+ * with an id of TOK_MAX_IDS or more is refused (per-id arrays are dense). */
+#define TOK_MAX_IDS (1 << 22)
 int64_t tok_n_vocab(const tok *t);
 
 /* BOS / EOS ids, or -1 when the tokenizer has none.  For tokenizer.json they

@@ -112,6 +112,8 @@ int tok_bpe_piece(const tok *t, tok_bpe_scratch *s, const uint8_t *p, size_t n, 
 
 /* Loaders (tok_load.c calls them). */
 int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, titan_err *err);
+int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path,
+		     titan_err *err);
 int tok_load_tiktoken(tok *t, const char *path, titan_err *err);
 /* Allocate the per-id arrays for n ids, all holes. */
 int tok_alloc_ids(tok *t, int64_t n, titan_err *err);

@@ -68,20 +68,15 @@ static bool bytelevel_decode(const char *s, size_t n, uint8_t *out, size_t *out_
 	return true;
 }
 
-/* The file's text with each unescaped \u0000 replaced by NUL_MASK. */
-static json_t *load_json_masked(const char *path, json_error_t *je, titan_err *err)
+/* Parse JSON text with each unescaped \u0000 replaced by NUL_MASK. */
+static json_t *load_json_masked(const char *s, size_t n, json_error_t *je, titan_err *err)
 {
-	mfile m;
-	if (mfile_open(&m, path, err))
-		return NULL;
-	size_t n = m.size, extra = 0;
-	const char *s = (const char *)m.data;
+	size_t extra = 0;
 	for (size_t i = 0; i + 6 <= n; i++)
 		if (s[i] == '\\' && !memcmp(s + i + 1, "u0000", 5))
 			extra++;
 	char *buf = extra ? malloc(n + extra * 6 + 1) : NULL;
 	if (extra && !buf) {
-		mfile_close(&m);
 		err_set(err, "out of memory");
 		return NULL;
 	}
@@ -104,7 +99,6 @@ static json_t *load_json_masked(const char *path, json_error_t *je, titan_err *e
 	} else {
 		root = json_loadb(s, n, 0, je);
 	}
-	mfile_close(&m);
 	if (!root)
 		err_set(err, "line %d: %s", je->line, je->text);
 	return root;
@@ -493,11 +487,24 @@ static int hf_model(tok *t, json_t *model, titan_err *err)
 
 int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, titan_err *err)
 {
+	mfile m;
+	if (mfile_open(&m, json_path, err))
+		return -1;
+	int rc = tok_load_hf_text(t, (const char *)m.data, m.size, config_path, err);
+	mfile_close(&m);
+	if (rc)
+		err_prefix(err, "%s", json_path);
+	return rc;
+}
+
+int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path,
+		     titan_err *err)
+{
 	init_bytelevel();
 	json_error_t je;
-	json_t *root = load_json_masked(json_path, &je, err);
+	json_t *root = load_json_masked(text ? text : "", text ? n : 0, &je, err);
 	if (!root)
-		return err_prefix(err, "%s", json_path);
+		return -1;
 	int rc = -1;
 	pool_w w = {0};
 	json_t *model = json_object_get(root, "model");
@@ -514,8 +521,9 @@ int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, tit
 		goto out;
 	}
 	int64_t max = json_max_id(vocab, added);
-	if (max < 0 || max >= INT32_MAX) {
-		err_set(err, "bad vocabulary: largest id %lld", (long long)max);
+	if (max < 0 || max >= TOK_MAX_IDS) {
+		err_set(err, "bad vocabulary: largest id %lld (expected 0..%d)", (long long)max,
+			TOK_MAX_IDS - 1);
 		goto out;
 	}
 	bool bytelevel = false;
@@ -538,8 +546,6 @@ int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, tit
 out:
 	free(w.p);
 	json_decref(root);
-	if (rc)
-		err_prefix(err, "%s", json_path);
 	return rc;
 }
 
