@@ -31,6 +31,7 @@ struct loader {
 	int cache_valid;
 	uint32_t *order;       /* n_files */
 	uint64_t *prefix;      /* n_files + 1: token offsets of the epoch's stream */
+	shard_dec *dec;        /* shared by every shard */
 	uint32_t *win;         /* (T + 1) */
 	uint8_t *starts;       /* (T + 1): a document starts at this window position */
 
@@ -170,7 +171,7 @@ static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
 		if (off >= h->n_tokens)
 			continue;
 		size_t take = h->n_tokens - off < len - done ? (size_t)(h->n_tokens - off) : len - done;
-		if (shard_file_tokens(f, off, take, l->win + done, err) != 0)
+		if (shard_file_read(f, l->dec, off, take, l->win + done, err) != 0)
 			return -1;
 		if (l->o.doc_bounds) {
 			uint64_t d = shard_file_doc_of(f, off);
@@ -329,7 +330,8 @@ static int alloc_buffers(loader *l, titan_err *err)
 	l->prefix = calloc(l->n_files + 1, sizeof *l->prefix);
 	l->win = malloc(((size_t)l->T + 1) * sizeof *l->win);
 	l->starts = malloc((size_t)l->T + 1);
-	if (!l->slots || !l->order || !l->prefix || !l->win || !l->starts)
+	l->dec = shard_dec_new();
+	if (!l->slots || !l->order || !l->prefix || !l->win || !l->starts || !l->dec)
 		return err_set(err, "%s: out of memory", l->o.dir);
 	for (int i = 0; i < l->depth; i++) {
 		slot *s = &l->slots[i];
@@ -466,6 +468,7 @@ void loader_close(loader *l)
 	free(l->prefix);
 	free(l->win);
 	free(l->starts);
+	shard_dec_free(l->dec);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);

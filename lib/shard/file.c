@@ -1,8 +1,10 @@
 /* One shard file: writing (atomically, optionally zstd seekable) and reading. */
 #include "shard/shard.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "core/afile.h"
@@ -356,9 +358,8 @@ struct shard_file {
 	shard_header h;
 	uint64_t *frame_off;   /* n_frames + 1 offsets of the frames in the data (zstd) */
 	size_t n_frames;
-	ZSTD_DCtx *dctx;
-	uint8_t *cache;        /* one decompressed frame */
-	size_t cached;         /* its index + 1; 0 = none */
+	uint64_t serial;       /* names this open file in a decoder's cache */
+	shard_dec *own;        /* shard_file_tokens' decoder, made on first use */
 };
 
 /* Parse the seek table at the end of the data and check it against the header. */
@@ -404,6 +405,7 @@ static int read_seek_table(shard_file *f, titan_err *err)
 
 shard_file *shard_file_open(const char *path, titan_err *err)
 {
+	static atomic_uint_fast64_t next_serial = 1;
 	shard_file *f = calloc(1, sizeof *f);
 	if (f == NULL || (f->path = strdup(path)) == NULL) {
 		free(f);
@@ -418,15 +420,13 @@ shard_file *shard_file_open(const char *path, titan_err *err)
 		shard_file_close(f);
 		return NULL;
 	}
-	if (f->h.flags & SHARD_ZSTD) {
-		f->dctx = ZSTD_createDCtx();
-		f->cache = malloc((size_t)f->h.frame_tokens * f->h.id_width);
-		if (f->dctx == NULL || f->cache == NULL) {
-			err_set(err, "%s: out of memory", path);
-			shard_file_close(f);
-			return NULL;
-		}
+	/* The mapping outlives the descriptor; closing it lets a loader keep
+	 * thousands of shards open under the usual limit of 1024 descriptors. */
+	if (f->m.fd >= 0) {
+		close(f->m.fd);
+		f->m.fd = -1;
 	}
+	f->serial = atomic_fetch_add(&next_serial, 1);
 	return f;
 }
 
@@ -435,8 +435,7 @@ void shard_file_close(shard_file *f)
 	if (f == NULL)
 		return;
 	mfile_close(&f->m);
-	ZSTD_freeDCtx(f->dctx);
-	free(f->cache);
+	shard_dec_free(f->own);
 	free(f->frame_off);
 	free(f->path);
 	free(f);
@@ -452,26 +451,62 @@ const char *shard_file_path(const shard_file *f)
 	return f->path;
 }
 
-static int load_frame(shard_file *f, size_t k, titan_err *err)
+struct shard_dec {
+	ZSTD_DCtx *dctx;
+	uint8_t *cache;        /* one decompressed frame */
+	size_t cap;
+	uint64_t serial;       /* of the file it came from; 0 = none */
+	size_t frame;
+};
+
+shard_dec *shard_dec_new(void)
 {
-	if (f->cached == k + 1)
+	shard_dec *d = calloc(1, sizeof *d);
+	if (d != NULL && (d->dctx = ZSTD_createDCtx()) == NULL) {
+		free(d);
+		d = NULL;
+	}
+	return d;
+}
+
+void shard_dec_free(shard_dec *d)
+{
+	if (d == NULL)
+		return;
+	ZSTD_freeDCtx(d->dctx);
+	free(d->cache);
+	free(d);
+}
+
+static int load_frame(shard_file *f, shard_dec *d, size_t k, titan_err *err)
+{
+	if (d->serial == f->serial && d->frame == k)
 		return 0;
+	size_t cap = (size_t)f->h.frame_tokens * f->h.id_width;
+	if (cap > d->cap) {
+		uint8_t *c = realloc(d->cache, cap);
+		if (c == NULL)
+			return err_set(err, "%s: out of memory", f->path);
+		d->cache = c;
+		d->cap = cap;
+	}
 	const uint8_t *src = f->m.data + f->h.data_offset + f->frame_off[k];
 	size_t clen = (size_t)(f->frame_off[k + 1] - f->frame_off[k]);
-	size_t cap = (size_t)f->h.frame_tokens * f->h.id_width;
 	uint64_t left = f->h.n_tokens - (uint64_t)k * f->h.frame_tokens;
 	size_t want = left < f->h.frame_tokens ? (size_t)left * f->h.id_width : cap;
-	f->cached = 0;
-	size_t got = ZSTD_decompressDCtx(f->dctx, f->cache, cap, src, clen);
+	d->serial = 0;
+	size_t got = ZSTD_decompressDCtx(d->dctx, d->cache, cap, src, clen);
 	if (ZSTD_isError(got))
 		return err_set(err, "%s: frame %zu: zstd: %s", f->path, k, ZSTD_getErrorName(got));
 	if (got != want)
 		return err_set(err, "%s: frame %zu: %zu bytes, expected %zu", f->path, k, got, want);
-	f->cached = k + 1;
+	d->serial = f->serial;
+	d->frame = k;
 	return 0;
 }
 
-int shard_file_tokens(shard_file *f, uint64_t start, size_t n, uint32_t *out, titan_err *err)
+int shard_file_read(shard_file *f, shard_dec *d, uint64_t start, size_t n, uint32_t *out,
+		    titan_err *err)
 {
 	if (start > f->h.n_tokens || n > f->h.n_tokens - start)
 		return err_set(err, "%s: tokens [%llu, +%zu) out of range (%llu tokens)", f->path,
@@ -485,14 +520,21 @@ int shard_file_tokens(shard_file *f, uint64_t start, size_t n, uint32_t *out, ti
 		size_t k = (size_t)(start / f->h.frame_tokens);
 		size_t in = (size_t)(start % f->h.frame_tokens);
 		size_t take = f->h.frame_tokens - in < n ? f->h.frame_tokens - in : n;
-		if (load_frame(f, k, err) != 0)
+		if (load_frame(f, d, k, err) != 0)
 			return -1;
-		le_widen(f->cache + in * w, w, take, out);
+		le_widen(d->cache + in * w, w, take, out);
 		out += take;
 		start += take;
 		n -= take;
 	}
 	return 0;
+}
+
+int shard_file_tokens(shard_file *f, uint64_t start, size_t n, uint32_t *out, titan_err *err)
+{
+	if ((f->h.flags & SHARD_ZSTD) && f->own == NULL && (f->own = shard_dec_new()) == NULL)
+		return err_set(err, "%s: out of memory", f->path);
+	return shard_file_read(f, f->own, start, n, out, err);
 }
 
 uint64_t shard_file_doc_start(const shard_file *f, uint64_t d)

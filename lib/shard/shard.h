@@ -76,9 +76,19 @@ shard_file *shard_file_open(const char *path, titan_err *err);
 void shard_file_close(shard_file *f);
 const shard_header *shard_file_header(const shard_file *f);
 const char *shard_file_path(const shard_file *f);
-/* Copy tokens [start, start + n) into out (widened to u32).  Thread-safe only
- * per shard_file (compressed shards keep a decompressed-frame cache). */
+/* Copy tokens [start, start + n) into out (widened to u32).  A compressed
+ * shard decompresses through a decoder of its own, made on first use: one
+ * thread at a time per shard_file. */
 int shard_file_tokens(shard_file *f, uint64_t start, size_t n, uint32_t *out, titan_err *err);
+
+/* A zstd decoder with a one-frame cache, to share between many shard files
+ * (a loader reading thousands of shards needs one, not one per shard).  One
+ * thread at a time per decoder.  Uncompressed shards ignore it (may be NULL). */
+typedef struct shard_dec shard_dec;
+shard_dec *shard_dec_new(void);
+void shard_dec_free(shard_dec *d);
+int shard_file_read(shard_file *f, shard_dec *d, uint64_t start, size_t n, uint32_t *out,
+		    titan_err *err);
 /* Start of document d (0 <= d < n_docs); end of the last one is n_tokens. */
 uint64_t shard_file_doc_start(const shard_file *f, uint64_t d);
 /* Index of the document holding token t (the last start <= t). */

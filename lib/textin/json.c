@@ -443,6 +443,8 @@ static int jp_value(jp *p, int depth)
 	case 'N':
 		return jp_literal(p, "NaN");
 	default:
+		if (*p->s != '-' && !is_digit(p))
+			return jp_fail(p, "expected a value");
 		return jp_number(p);
 	}
 }

@@ -15,14 +15,26 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/titan-bench-tokenize.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 [ -e "$IN" ] && [ -e "$TK/tokenizer.json" ] || { echo "missing fixtures under $FIX" >&2; exit 1; }
 
+# Peak RSS through GNU time when it is installed (Debian package "time").
+measure() { # out-file command...
+	out=$1; shift
+	if [ -x /usr/bin/time ]; then
+		/usr/bin/time -f '%e %M' -o "$out" "$@"
+	else
+		s=$(date +%s.%N); "$@"; e=$(date +%s.%N)
+		awk -v s="$s" -v e="$e" 'BEGIN { printf "%.2f 0\n", e - s }' >"$out"
+	fi
+}
+
 printf '%-28s %10s %12s\n' "run" "MB/s" "peak RSS MB"
 for j in 1 2 4; do
-	/usr/bin/time -f '%M' -o "$TMP/rss" "$T" -t "$TK" -j "$j" "$IN" >/dev/null 2>"$TMP/err"
+	measure "$TMP/rss" "$T" -t "$TK" -j "$j" "$IN" >/dev/null 2>"$TMP/err"
 	mbs=$(sed -n 's/.*(\([0-9.]*\) MB\/s).*/\1/p' "$TMP/err")
-	printf '%-28s %10s %12d\n' "titan-tokenize -j $j" "$mbs" $(($(tail -1 "$TMP/rss") / 1024))
+	read -r _ rss <"$TMP/rss"
+	printf '%-28s %10s %12d\n' "titan-tokenize -j $j" "$mbs" $((rss / 1024))
 done
 
 head -n 10000 "$FIX/corpus/en.jsonl" >"$TMP/train.jsonl"
-/usr/bin/time -f '%e %M' -o "$TMP/t" "$T" train -q --vocab-size 8000 -o "$TMP/tok" "$TMP/train.jsonl"
+measure "$TMP/t" "$T" train -q --vocab-size 8000 -o "$TMP/tok" "$TMP/train.jsonl"
 read -r secs rss <"$TMP/t"
 printf '%-28s %10s %12d   (%s s, 3 MB, one core)\n' "train --vocab-size 8000" "-" $((rss / 1024)) "$secs"

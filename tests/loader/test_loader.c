@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "loader/loader.h"
@@ -42,7 +43,7 @@ static void append(uint32_t **buf, size_t *len, const uint32_t *ids, size_t n)
 	*len += n;
 }
 
-static void build(const char *dir, int level)
+static void build_sized(const char *dir, int level, uint64_t shard_tokens)
 {
 	tokstream_header h = {.id_width = 2, .vocab_size = VOCAB, .bos_id = 1, .eos_id = 2,
 			      .flags = TOKSTREAM_FLAG_BOS | TOKSTREAM_FLAG_EOS};
@@ -57,7 +58,7 @@ static void build(const char *dir, int level)
 	fclose(fp);
 	fp = fmemopen(buf, size, "rb");
 	tokstream_reader *r = tokstream_reader_open(fp, "mem", &err);
-	shard_build_opts o = {.out = dir, .shard_tokens = 3000, .val_fraction = 0.1,
+	shard_build_opts o = {.out = dir, .shard_tokens = shard_tokens, .val_fraction = 0.1,
 			      .zstd_level = level, .frame_tokens = level ? 500 : 0};
 	shard_build_stats st;
 	if (shard_build(r, &o, &st, &err) != 0)
@@ -65,6 +66,11 @@ static void build(const char *dir, int level)
 	tokstream_reader_close(r);
 	fclose(fp);
 	free(buf);
+}
+
+static void build(const char *dir, int level)
+{
+	build_sized(dir, level, 3000);
 }
 
 static int setup(void **state)
@@ -479,6 +485,33 @@ static int bench(char **argv)
 	return 0;
 }
 
+/* Shards stay mapped without a descriptor each: far more shards than the
+ * descriptor limit open fine. */
+static void many_shards_open_under_a_small_descriptor_limit(void **state)
+{
+	(void)state;
+	char dir[300];
+	snprintf(dir, sizeof dir, "%s/many", tmpdir);
+	build_sized(dir, 3, 60); /* ~300 shards */
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	loader_opts o = {.dir = dir, .seq_len = 64, .local_batch = 4, .dp_degree = 1,
+			 .shuffle = 1, .prefetch = 1};
+	titan_err err;
+	loader *l = loader_open(&o, &err);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	if (l == NULL)
+		fail_msg("%s", err.msg);
+	assert_true(loader_shards(l) > 200);
+	const loader_batch *b;
+	for (int i = 0; i < 100; i++)
+		next(l, &b);
+	loader_close(l);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 7 && strcmp(argv[1], "bench") == 0)
@@ -494,6 +527,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(resharding_2_to_4_ranks_continues_the_global_order),
 		cmocka_unit_test(val_loader_reads_val_once_with_padding),
 		cmocka_unit_test(state_from_other_data_or_seq_len_is_refused),
+		cmocka_unit_test(many_shards_open_under_a_small_descriptor_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

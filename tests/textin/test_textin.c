@@ -265,6 +265,34 @@ static void text_invalid_utf8_names_the_line(void **state)
 	assert_non_null(strstr(err.msg, ":4: invalid UTF-8"));
 }
 
+/* A 12 MB JSON line (no line length limit) decodes whole. */
+static void jsonl_twelve_megabyte_line_is_read_whole(void **state)
+{
+	(void)state;
+	size_t n = 12u << 20;
+	char *in = malloc(n + 32);
+	assert_non_null(in);
+	size_t k = (size_t)sprintf(in, "{\"text\":\"");
+	for (size_t i = 0; i < n; i++)
+		in[k + i] = (char)('a' + i % 26);
+	k += n;
+	k += (size_t)sprintf(in + k, "\"}\n");
+	char *path = write_tmp(in, k);
+	textin_opts o = {.format = TEXTIN_JSONL};
+	titan_err err;
+	textin *t = textin_open(path, &o, &err);
+	assert_non_null(t);
+	const char *d;
+	size_t len;
+	assert_int_equal(textin_next(t, &d, &len, &err), 1);
+	assert_int_equal(len, n);
+	assert_memory_equal(d, in + 9, n);
+	assert_int_equal(textin_next(t, &d, &len, &err), 0);
+	textin_close(t);
+	unlink(path);
+	free(in);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -280,6 +308,7 @@ int main(void)
 		cmocka_unit_test(text_split_modes_cut_documents_as_documented),
 		cmocka_unit_test(jsonl_errors_name_file_and_line_and_skip_bad_counts),
 		cmocka_unit_test(text_invalid_utf8_names_the_line),
+		cmocka_unit_test(jsonl_twelve_megabyte_line_is_read_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

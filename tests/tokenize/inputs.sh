@@ -65,6 +65,11 @@ printf '{"text":"a"}\n{"text":"\377"}\n' >"$TMP/badutf8.jsonl"
 t_fails "raw invalid UTF-8 in a line exits 1" 1 "$T" -q -t "$TK" "$TMP/badutf8.jsonl"
 t_grep "invalid UTF-8 names file:line" "badutf8.jsonl:2: invalid UTF-8" "$TMP/.err"
 
+printf '{"text":"fine"}\n{"text":}\n' >"$TMP/d/bad.jsonl"
+(cd "$TMP/d" && tar cf "$TMP/bad.tar" part1.jsonl bad.jsonl)
+t_fails "malformed line inside a tar member exits 1" 1 "$T" -q -t "$TK" "$TMP/bad.tar"
+t_grep "the error names archive:member:line" "bad.tar:bad.jsonl:2: expected a value" "$TMP/.err"
+
 # Empty input: no documents, a valid empty stream.
 : >"$TMP/empty"
 t_run "empty input is zero documents" "$T" -t "$TK" "$TMP/empty"
