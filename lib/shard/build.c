@@ -136,7 +136,9 @@ static int prepare(build *b, const tokstream_header *h, titan_err *err)
 	return shard_manifest_write(b->dir, &b->m, err);
 }
 
-static int commit(build *b, int s, titan_err *err)
+/* Close split s's open shard; the input up to document `upto` (exclusive) is
+ * then accounted for. */
+static int commit(build *b, int s, uint64_t upto, titan_err *err)
 {
 	shard_writer *w = b->w[s];
 	b->w[s] = NULL;
@@ -156,8 +158,8 @@ static int commit(build *b, int s, titan_err *err)
 	b->st->bytes_out += e.bytes;
 	if (shard_manifest_add(&b->m, s, &e, err) != 0)
 		return -1;
-	b->m.split[s].next_doc = b->doc + 1;
-	b->m.input_docs = b->doc + 1;
+	b->m.split[s].next_doc = upto;
+	b->m.input_docs = upto;
 	b->m.input_tokens = b->tokens;
 	b->m.input_crc = b->crc;
 	return shard_manifest_write(b->dir, &b->m, err);
@@ -204,7 +206,7 @@ static int add_doc(build *b, const uint32_t *ids, size_t n, uint32_t crc, titan_
 		/* The interrupted run did not fill this shard before its last manifest. */
 		if (b->resuming)
 			return input_differs(b, err);
-		if (commit(b, s, err) != 0)
+		if (commit(b, s, b->doc + 1, err) != 0)
 			return -1;
 	}
 	b->doc++;
@@ -233,10 +235,7 @@ static int finish(build *b, titan_err *err)
 		return input_differs(b, err);
 	for (int s = 0; s < 2; s++) {
 		if (b->w[s] != NULL) {
-			b->doc--; /* commit() records doc + 1 */
-			int rc = commit(b, s, err);
-			b->doc++;
-			if (rc != 0)
+			if (commit(b, s, b->doc, err) != 0)
 				return -1;
 		}
 		b->m.split[s].next_doc = b->doc;
