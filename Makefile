@@ -45,7 +45,7 @@ LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(M
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,)
 NVCC      := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
 CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
-NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Xcompiler -Wall,-Wextra,-Werror \
+NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 ifeq ($(CUDA),1)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
@@ -64,6 +64,8 @@ PROGRAMS  := $(TOOLS:%=$(BIN)/titan-%)
 
 TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
+BENCH_SRC := $(sort $(wildcard tests/*/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 TEST_SUPPORT_SRC := $(sort $(wildcard tests/support/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
@@ -118,7 +120,7 @@ check: deps
 	@$(MAKE) --no-print-directory run-tests
 
 run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
 
 # The clang copy of the library has no CUDA: the fuzz targets parse inputs.
 $(FUZZ_DIR)/%.o: %.c
@@ -160,9 +162,10 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	sh scripts/demo.sh
 
+# Benchmark drivers: tests/<area>/bench_*.c, built like tests, run by scripts/bench/.
 bench: deps
-	@$(MAKE) --no-print-directory all
-	sh scripts/bench.sh
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	BUILD=$(BUILD) BIN=$(BIN) sh scripts/bench.sh
 
 deps:
 	@sh scripts/deps.sh
@@ -179,7 +182,7 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
 	$(BUILD)/tests/fuzz/replay.d $(wildcard $(FUZZ_DIR)/lib/*/*.d $(FUZZ_DIR)/tests/fuzz/*.d) $(TEST_SUPPORT_OBJ:.o=.d) \
 	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 

@@ -18,6 +18,7 @@ Writes into tests/ckpt/golden/ (or argv[1]):
                     (config.json, model.safetensors), wq/wk permuted to HF's
                     RoPE layout by this script
   reference.safetensors  every tensor of torch_new, written by safetensors
+  reference_bf16.safetensors  the model weights cast to bfloat16 by torch
   reference.json    the non-tensor values of torch_new, the torch versions used
 
 Run: $PYTHON scripts/ckpt_golden.py   (torch, safetensors, transformers)
@@ -195,6 +196,9 @@ def main():
                     values[key] = v2
     from safetensors.torch import save_file
     save_file(tensors, os.path.join(out, "reference.safetensors"))
+    # torch's float32 -> bfloat16 rounding of the model weights (model-only export)
+    save_file({k: v.to(torch.bfloat16) for k, v in sd.items() if isinstance(v, torch.Tensor)},
+              os.path.join(out, "reference_bf16.safetensors"))
     write_hf(os.path.join(out, "hf"), a, {k: v for k, v in sd.items()
                                           if isinstance(v, torch.Tensor)})
     old = os.environ.get("PYTHON_OLD")

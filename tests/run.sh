@@ -10,6 +10,7 @@
 set -u
 : "${BUILD:=build}" "${BIN:=bin}"
 ROOT=$(pwd)
+build_rel=$BUILD
 export BIN="$ROOT/$BIN" BUILD="$ROOT/$BUILD" ROOT
 export TITAN_FIXTURES="${TITAN_FIXTURES:-$ROOT/../shared/fixtures}"
 filter="${TITAN_TEST_FILTER:-}"
@@ -65,8 +66,9 @@ run_one() { # name, command...
 }
 
 for t in "$@"; do
-	case "$t" in *"$filter"*) ;; *) continue ;; esac
-	run_one "${t#"$BUILD"/}" "$t"
+	rel=${t#"$build_rel"/} # tests/core/test_json: the filter ignores the build folder
+	case "$rel" in *"$filter"*) ;; *) continue ;; esac
+	run_one "$rel" "$t"
 done
 
 for s in tests/*/*.sh; do

@@ -32,6 +32,8 @@ typedef struct job {
 	int attempts;            /* failed attempts since the last progress */
 	int redirects;
 	char *url;               /* the HEAD URL, then the download URL */
+	char *resolve;           /* the HEAD URL, kept to ask for a fresh download URL */
+	int refreshes;
 	int auth;                /* send the token with the next request */
 	CURL *h;
 	struct curl_slist *sl;
@@ -40,7 +42,7 @@ typedef struct job {
 	char *tmp;               /* NAME.incomplete (files), NULL for a stream */
 	uint64_t have;           /* bytes of the file written (or streamed) */
 	uint64_t skip;           /* stream: bytes of a 200 reply already sent */
-	uint64_t got;            /* body bytes in this attempt */
+	uint64_t have0;          /* have when this attempt started */
 	int body_started, body_ignored, bad_range, resumed, restarted;
 	EVP_MD_CTX *md;          /* sha256 (LFS) or sha1 over "blob N\0" + bytes */
 	int fatal;
@@ -138,6 +140,7 @@ static void job_free(job *j)
 	curl_slist_free_all(j->sl);
 	EVP_MD_CTX_free(j->md);
 	free(j->url);
+	free(j->resolve);
 	free(j->tmp);
 	free(j);
 }
@@ -164,7 +167,7 @@ static int fatal_http(engine *g, job *j)
 
 static void retry(engine *g, job *j, const char *why, const hub_hdrs *h)
 {
-	if (j->got > 0)
+	if (j->have > j->have0)
 		j->attempts = 0; /* progress was made: a long file may be cut many times */
 	if (j->attempts >= g->c->retries) {
 		fatal(j, "%s: %s; gave up after %d attempts (run again to resume)", jpath(j), why,
@@ -193,7 +196,7 @@ static int launch(engine *g, job *j, int head)
 	if (j->h == NULL)
 		return fatal(j, "%s: cannot start a transfer", jpath(j));
 	curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
-	j->got = 0;
+	j->have0 = j->have;
 	j->body_started = j->body_ignored = j->bad_range = 0;
 	j->step = head ? STEP_HEAD : STEP_GET;
 	j->state = J_RUN;
@@ -459,7 +462,6 @@ static size_t body_cb(char *p, size_t size, size_t nmemb, void *ud)
 		return 0;
 	md_update(j, q, k);
 	j->have += k;
-	j->got += n;
 	return n;
 }
 
@@ -656,6 +658,21 @@ static int get_done(engine *g, job *j, CURLcode cr)
 		retry(g, j, "HTTP 416 to a resume", NULL);
 		return 0;
 	}
+	if (cr == CURLE_OK && (h->status == 403 || h->status == 410) && !j->auth &&
+	    j->refreshes < 3) {
+		/* a signed CDN address expires: ask the Hub for a new one, keep the bytes */
+		char *u = strdup(j->resolve);
+		if (u == NULL)
+			return fatal(j, "out of memory");
+		free(j->url);
+		j->url = u;
+		j->auth = 1;
+		j->refreshes++;
+		j->it->etag[0] = '\0';
+		j->step = STEP_HEAD;
+		retry(g, j, "the download address was refused", NULL);
+		return 0;
+	}
 	if (cr == CURLE_OK && hub_status_retryable(h->status)) {
 		char why[64];
 		snprintf(why, sizeof why, "HTTP %ld", h->status);
@@ -748,7 +765,9 @@ static int run(engine *g, hub_item *items, size_t n, titan_err *err)
 					       g->o->commit, qp);
 			free(qp);
 			free(qr);
-			if (j->url == NULL) {
+			j->resolve = j->url ? strdup(j->url) : NULL;
+			if (j->url == NULL || j->resolve == NULL) {
+				free(j->url);
 				free(j);
 				return err_set(err, "out of memory");
 			}
@@ -820,6 +839,9 @@ int hub_download(hub_client *c, const hub_dl_opts *o, hub_item *items, size_t n,
 			curl_multi_cleanup(g.m);
 		return err_set(err, "out of memory");
 	}
+	/* one connection per transfer: big files go faster over parallel TCP
+	 * streams than multiplexed on one HTTP/2 connection */
+	curl_multi_setopt(g.m, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
 	curl_multi_setopt(g.m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)g.nslots);
 	for (size_t i = 0; i < n; i++)
 		g.total += items[i].file->size > 0 ? (uint64_t)items[i].file->size : 0;

@@ -503,6 +503,8 @@ int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, tit
 	json_t *model = json_object_get(root, "model");
 	json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
 	json_t *added = json_object_get(root, "added_tokens");
+	if (hf_model(t, model, err))
+		goto out;
 	if (!json_is_object(vocab) || !json_is_array(merges)) {
 		err_set(err, "no model.vocab object or model.merges list");
 		goto out;
@@ -518,7 +520,7 @@ int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, tit
 	}
 	bool bytelevel = false;
 	json_t *pre = json_object_get(root, "pre_tokenizer");
-	if (hf_model(t, model, err) || normalizer(t, json_object_get(root, "normalizer"), err) ||
+	if (normalizer(t, json_object_get(root, "normalizer"), err) ||
 	    (pre && !json_is_null(pre) && pretok_one(t, pre, t->pretok_mode, &bytelevel, err)))
 		goto out;
 	if (!bytelevel) {

@@ -536,9 +536,13 @@ static int run_loop(job *j, titan_err *err)
 		double loss = 0, gnorm = 0;
 		if (train_step(j, &w, &loss, &gnorm, err) != 0)
 			return -1;
+		double dt = now_s() - t_start;
 		metrics_step ms = {.step = j->step, .loss = loss, .grad_norm = gnorm,
-				   .tps = (double)j->accum * (double)(j->B * j->T) / (now_s() - t_start)};
-		if (metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, now_s() - t_start, err) != 0)
+				   .tps = (double)j->accum * (double)(j->B * j->T) / dt};
+		ms.tflops = j->flops_per_token * ms.tps / 1e12;
+		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
+		metrics_cpu_memory(&ms.mem_gib, &ms.mem_pct);
+		if (metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
 			return -1;
 		t_start = now_s();
 		if ((j->step == 1 || j->step % c->metrics.log_freq == 0) && log_step(j, &w, loss, gnorm, err) != 0)

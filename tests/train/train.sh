@@ -112,6 +112,30 @@ else
 	t_skip "tensorboard's EventAccumulator loads the run" "PYTHON with tensorboard not set"
 fi
 
+# Loss curve: terminal plot and a PNG that an independent decoder (Python's
+# zlib and CRC) accepts.
+t_run "loss curve plotted" "$TRAIN" --plot-loss "$TMP/a/metrics.jsonl" --png "$TMP/loss.png"
+t_grep "terminal plot drawn" '^ *[0-9.]* |.*\*' "$TMP/.out"
+if command -v python3 >/dev/null 2>&1; then
+	t_run "PNG decodes with zlib, every chunk CRC right" python3 -c '
+import struct, sys, zlib
+b = open(sys.argv[1], "rb").read()
+assert b[:8] == b"\x89PNG\r\n\x1a\n"
+i, idat = 8, b""
+while i < len(b):
+    n, = struct.unpack(">I", b[i:i+4]); t = b[i+4:i+8]; d = b[i+8:i+8+n]
+    assert struct.unpack(">I", b[i+8+n:i+12+n])[0] == zlib.crc32(t + d), t
+    if t == b"IHDR": w, h = struct.unpack(">II", d[:8])
+    if t == b"IDAT": idat += d
+    i += 12 + n
+raw = zlib.decompress(idat)
+assert (w, h) == (800, 500) and len(raw) == h * (1 + 3 * w)
+assert len(set(raw[1 + 3 * w * 100: 3 * w * 400])) > 3
+' "$TMP/loss.png"
+else
+	t_skip "PNG decodes with zlib, every chunk CRC right" "no python3"
+fi
+
 # B: the same job, killed with -9 during step 15 (after the step-10 checkpoint),
 # then resumed: steps 11-20 must repeat bit for bit.
 OMP_NUM_THREADS=2 "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/b" 2>"$TMP/b1.log" &
@@ -176,6 +200,33 @@ fi
 t_run "run stopped by SIGTERM resumes" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/d" --checkpoint.interval 100
 losses "$TMP/d/metrics.jsonl" 11 20 >"$TMP/d.loss"
 t_same "SIGTERM stop and resume is bit-exact" "$TMP/a.loss" "$TMP/d.loss"
+
+# G: async checkpoints every 5 steps, keeping the newest 2: the same losses, and
+# only step-15 and step-20 left.
+t_run "async checkpoints with keep_latest_k 2" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/g" \
+	--checkpoint.async_mode async --checkpoint.interval 5 --checkpoint.keep_latest_k 2
+losses "$TMP/g/metrics.jsonl" 11 20 >"$TMP/g.loss"
+t_same "checkpointing does not change the losses" "$TMP/a.loss" "$TMP/g.loss"
+left=$(cd "$TMP/g/checkpoint" && ls -d step-* | sort | tr '\n' ' ')
+if [ "$left" = "step-15 step-20 " ]; then t_ok "keep_latest_k purges older checkpoints"; else t_not_ok "keep_latest_k purges older checkpoints" "left: $left"; fi
+
+# H: load_step picks an older checkpoint than the latest; exclude_from_loading
+# drops parts (without the dataloader state the data restarts: losses differ).
+cp -r "$TMP/a" "$TMP/h"
+t_run "checkpoint.load_step 10 with 20 present" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/h" \
+	--checkpoint.load_step 10
+t_grep "load_step chose step-10" 'Loading the checkpoint from .*/step-10' "$TMP/.err"
+losses "$TMP/h/metrics.jsonl" 11 20 >"$TMP/h.loss"
+t_same "resume from load_step is bit-exact" "$TMP/a.loss" "$TMP/h.loss"
+rm -rf "$TMP/h/checkpoint/step-20"
+t_run "exclude_from_loading dataloader" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/h" \
+	--checkpoint.exclude_from_loading dataloader
+losses "$TMP/h/metrics.jsonl" 11 11 >"$TMP/h11.loss"
+if [ -s "$TMP/h11.loss" ] && ! cmp -s "$TMP/h11.loss" "$(head -1 "$TMP/a.loss" >"$TMP/a11.loss"; echo "$TMP/a11.loss")"; then
+	t_ok "excluded dataloader state restarts the data"
+else
+	t_not_ok "excluded dataloader state restarts the data" "$(cat "$TMP/h11.loss" "$TMP/a11.loss")"
+fi
 
 # Model-only last save in export_dtype, seed checkpoint.
 t_run "last save model only in bfloat16" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/e" \

@@ -28,6 +28,7 @@ static void usage(FILE *out)
 		"usage: titan-train --config FILE.toml [--section.key value ...]\n"
 		"       titan-train --list-flavors\n"
 		"       titan-train --read-events FILE\n"
+		"       titan-train --plot-loss FILE.jsonl [--png OUT.png]\n"
 		"Train a Llama model on titan-shard data, as torchtitan's train.py does.\n"
 		"\n"
 		"options:\n"
@@ -38,6 +39,9 @@ static void usage(FILE *out)
 		"  --list-keys              print every config key (TSV: key, type, default,\n"
 		"                           values, torchtitan key, description) and exit\n"
 		"  --read-events FILE       print a TensorBoard event file (CRCs checked) and exit\n"
+		"  --plot-loss FILE [--png OUT]\n"
+		"                           plot the loss curves of a metrics.jsonl in the terminal\n"
+		"                           (and as a PNG image) and exit\n"
 		"  --threads N              CPU threads (default: OMP_NUM_THREADS or all)\n"
 		"  -h, --help               show this help and exit\n"
 		"      --version            show the version and exit\n"
@@ -52,6 +56,23 @@ static void list_keys(void)
 	for (int i = 0; i < n; i++)
 		printf("%s\t%s\t%s\t%s\t%s\t%s\n", k[i].name, config_type_name(k[i].type), k[i].def,
 		       k[i].choices ? k[i].choices : "-", k[i].torchtitan, k[i].help);
+}
+
+static int plot_loss(const char *jsonl, const char *png)
+{
+	metrics_curve train, val;
+	titan_err err;
+	if (metrics_read_curves(jsonl, &train, &val, &err) != 0)
+		titan_die_err(&err);
+	metrics_plot_ascii(stdout, &train, &val, 64, 16);
+	printf("first loss %.4f at step %lld, last %.4f at step %lld\n", train.value[0],
+	       (long long)train.step[0], train.value[train.n - 1], (long long)train.step[train.n - 1]);
+	int rc = png != NULL ? metrics_plot_png(png, &train, &val, &err) : 0;
+	metrics_curve_free(&train);
+	metrics_curve_free(&val);
+	if (rc != 0)
+		titan_die_err(&err);
+	return TITAN_EXIT_OK;
 }
 
 static int print_event(void *ctx, const tb_event *ev, titan_err *err)
@@ -107,6 +128,9 @@ int main(int argc, char **argv)
 			if (tb_read_file(rest[i + 1], 1, print_event, NULL, &err) != 0)
 				titan_die_err(&err);
 			return TITAN_EXIT_OK;
+		} else if (strcmp(rest[i], "--plot-loss") == 0 && i + 1 < nrest) {
+			const char *png = i + 3 < nrest && strcmp(rest[i + 2], "--png") == 0 ? rest[i + 3] : NULL;
+			return plot_loss(rest[i + 1], png);
 		} else if (strcmp(rest[i], "--threads") == 0 && i + 1 < nrest) {
 			threads = atoi(rest[++i]);
 		} else {
