@@ -9,7 +9,9 @@
  *   - epoch e's stream is the train shards concatenated in an order that is a
  *     seeded shuffle of the manifest's order (the manifest's order when shuffle
  *     is off); it holds W = floor(train_tokens / (seq_len + 1)) windows, and the
- *     tail shorter than a window is not used in that epoch;
+ *     tail shorter than a window is not used in that epoch (torchtitan carries
+ *     its tail into the next epoch's buffer; dropping it keeps every epoch's
+ *     windows the same set, which the permutation needs);
  *   - global position p (0, 1, 2, ... over all epochs) is window
  *     perm_e(p mod W) of epoch e = p / W, where perm_e is a seeded permutation
  *     of [0, W) (the identity when shuffle is off: torchtitan's order);
@@ -24,7 +26,7 @@
  * refuses when that does not divide) or accumulates gradients over several
  * calls.
  *
- * The validation loader (split SHARD_VAL) reads the val shards once in order,
+ * The validation loader (split LOADER_VAL) reads the val shards once in order,
  * with no shuffle; its last window may be short and a final global batch may be
  * incomplete: those positions get label -100 (torchtitan's ignore_index) so
  * every rank makes the same number of calls; then loader_next returns 0.

@@ -4,8 +4,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +27,7 @@ typedef struct build {
 	uint64_t w_first[2];    /* input index of the open shard's first document */
 	shard_build_stats *st;
 	time_t last_report;
+	int lock_fd;            /* the folder, flock'd while we write it */
 } build;
 
 static void shard_name(char *out, size_t n, const char *dir, int s, size_t k)
@@ -94,13 +97,29 @@ static int dir_is_empty(const char *dir, titan_err *err)
 }
 
 /* Fresh folder, or resume from its manifest, or refuse. */
+/* One writer per folder: an exclusive lock on the folder itself (no lock file
+ * that could be left behind; the kernel drops it when the process dies). */
+static int lock_dir(build *b, titan_err *err)
+{
+	if (mkdir_p(b->dir, err) != 0)
+		return -1;
+	b->lock_fd = open(b->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (b->lock_fd < 0)
+		return err_errno(err, "%s", b->dir);
+	if (flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0)
+		return err_set(err, "%s: another titan-shard is writing this folder", b->dir);
+	return 0;
+}
+
 static int prepare(build *b, const tokstream_header *h, titan_err *err)
 {
 	const shard_build_opts *o = b->o;
 	char path[4096];
 	snprintf(path, sizeof path, "%s/manifest.json", b->dir);
 	struct stat st;
-	if (stat(b->dir, &st) == 0 && stat(path, &st) == 0) {
+	if (lock_dir(b, err) != 0)
+		return -1;
+	if (stat(path, &st) == 0) {
 		if (shard_manifest_read(b->dir, &b->m, err) != 0)
 			return -1;
 		if (b->m.complete)
@@ -117,8 +136,6 @@ static int prepare(build *b, const tokstream_header *h, titan_err *err)
 		b->st->resumed = 1;
 		return clean_leftovers(b, err);
 	}
-	if (mkdir_p(b->dir, err) != 0)
-		return -1;
 	int empty = dir_is_empty(b->dir, err);
 	if (empty < 0)
 		return -1;
@@ -136,7 +153,9 @@ static int prepare(build *b, const tokstream_header *h, titan_err *err)
 	return shard_manifest_write(b->dir, &b->m, err);
 }
 
-static int commit(build *b, int s, titan_err *err)
+/* Close split s's open shard; the input up to document `upto` (exclusive) is
+ * then accounted for. */
+static int commit(build *b, int s, uint64_t upto, titan_err *err)
 {
 	shard_writer *w = b->w[s];
 	b->w[s] = NULL;
@@ -156,8 +175,8 @@ static int commit(build *b, int s, titan_err *err)
 	b->st->bytes_out += e.bytes;
 	if (shard_manifest_add(&b->m, s, &e, err) != 0)
 		return -1;
-	b->m.split[s].next_doc = b->doc + 1;
-	b->m.input_docs = b->doc + 1;
+	b->m.split[s].next_doc = upto;
+	b->m.input_docs = upto;
 	b->m.input_tokens = b->tokens;
 	b->m.input_crc = b->crc;
 	return shard_manifest_write(b->dir, &b->m, err);
@@ -204,7 +223,7 @@ static int add_doc(build *b, const uint32_t *ids, size_t n, uint32_t crc, titan_
 		/* The interrupted run did not fill this shard before its last manifest. */
 		if (b->resuming)
 			return input_differs(b, err);
-		if (commit(b, s, err) != 0)
+		if (commit(b, s, b->doc + 1, err) != 0)
 			return -1;
 	}
 	b->doc++;
@@ -233,10 +252,7 @@ static int finish(build *b, titan_err *err)
 		return input_differs(b, err);
 	for (int s = 0; s < 2; s++) {
 		if (b->w[s] != NULL) {
-			b->doc--; /* commit() records doc + 1 */
-			int rc = commit(b, s, err);
-			b->doc++;
-			if (rc != 0)
+			if (commit(b, s, b->doc, err) != 0)
 				return -1;
 		}
 		b->m.split[s].next_doc = b->doc;
@@ -255,7 +271,7 @@ int shard_build(tokstream_reader *in, const shard_build_opts *o, shard_build_sta
 	if (opts.shard_tokens == 0)
 		opts.shard_tokens = SHARD_DEFAULT_TOKENS;
 	memset(st, 0, sizeof *st);
-	build b = {.o = &opts, .dir = o->out, .st = st, .last_report = time(NULL)};
+	build b = {.o = &opts, .dir = o->out, .st = st, .last_report = time(NULL), .lock_fd = -1};
 	int rc = prepare(&b, tokstream_reader_header(in), err);
 	const uint32_t *ids;
 	size_t n;
@@ -276,6 +292,8 @@ int shard_build(tokstream_reader *in, const shard_build_opts *o, shard_build_sta
 	for (int s = 0; s < 2; s++)
 		shard_writer_abort(b.w[s]);
 	shard_manifest_free(&b.m);
+	if (b.lock_fd >= 0)
+		close(b.lock_fd);
 	return rc;
 }
 

@@ -31,16 +31,16 @@ dd if="$TMP/s.tts" of="$TMP/copy.bin" bs=1M conv=fsync status=none
 t1=$(now)
 rm -f "$TMP/copy.bin"
 cpu >"$TMP/c1"
-"$SH" -q --out "$TMP/u" --shard-tokens 8M "$TMP/s.tts"
+"$SH" -q --out "$TMP/u" "$TMP/s.tts"
 t2=$(now)
 cpu >"$TMP/c2"
-"$SH" -q --out "$TMP/z" --shard-tokens 8M --compress zstd "$TMP/s.tts"
+"$SH" -q --out "$TMP/z" --compress zstd "$TMP/s.tts"
 t3=$(now)
 cpu >"$TMP/c3"
 tokens=$("$SH" info --json "$TMP/u" | jq .input.tokens)
 zbytes=$("$SH" info --json "$TMP/z" | jq '[.train.shards[].bytes] | add')
 
-echo "titan-shard write: $tokens tokens, $bytes bytes of token stream (32-bit ids, vocab 128256)"
+echo "titan-shard write: $tokens tokens, $bytes bytes of token stream (32-bit ids, vocab 128256), default shard size"
 awk -v b="$bytes" -v n="$tokens" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v t3="$t3" -v zb="$zbytes" \
     -v c1="$(cat "$TMP/c1")" -v c2="$(cat "$TMP/c2")" -v c3="$(cat "$TMP/c3")" 'BEGIN {
 	dd = t1 - t0; u = t2 - t1; z = t3 - t2
@@ -48,6 +48,8 @@ awk -v b="$bytes" -v n="$tokens" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v t3="$t3"
 	printf "%-34s %8.2f %8s %14s %10.1f %8s\n", "dd bs=1M conv=fsync (same bytes)", dd, "-", "-", b / dd / 1e6, "1.00"
 	printf "%-34s %8.2f %8.2f %14.3g %10.1f %8.2f\n", "titan-shard (uncompressed)", u, c2 - c1, n / u, b / u / 1e6, dd / u
 	printf "%-34s %8.2f %8.2f %14.3g %10.1f %8.2f\n", "titan-shard --compress zstd", z, c3 - c2, n / z, b / z / 1e6, dd / z
+	printf "tokens per cpu second: %.3g uncompressed, %.3g zstd (the ceiling on an idle machine)\n", \
+		n / (c2 - c1 + 1e-9), n / (c3 - c2 + 1e-9)
 	printf "zstd shards: %.2f bytes/token of random ids (uncompressed: 4)\n", zb / n
 	printf "(titan-shard fsyncs every shard, its folder and the manifest after each shard: when its\n"
 	printf " cpu seconds are far below its seconds, the disk is what it waits on)\n"

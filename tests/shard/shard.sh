@@ -105,6 +105,9 @@ while [ "$n" -lt 600 ] && kill -0 "$pid" 2>/dev/null; do
 	sleep 0.1
 	n=$((n + 1))
 done
+t_fails "a second writer on the same folder is refused" 1 \
+	"$SH" -q --out "$TMP/k" --shard-tokens 20000 --val-fraction 0.05 "$TMP/s.tts"
+t_grep "and told why" 'another titan-shard is writing' "$TMP/.err"
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 touch "$TMP/go"
