@@ -46,6 +46,15 @@ void hub_filelist_free(hub_filelist *l);
  * character (as in Python's fnmatch).  1 on a match. */
 int hub_glob_match(const char *pattern, const char *s);
 
+/* The globs of one of torchtitan's download_hf_assets.py groups ("tokenizer",
+ * "config", "safetensors", "index"), NULL-terminated; NULL for another name. */
+const char *const *hub_asset_globs(const char *group);
+
+/* huggingface_hub's filter_repo_objects: path matches one of inc (all paths do
+ * when ninc is 0) and none of exc; a pattern ending in '/' means its folder. */
+int hub_selected(const char *path, const char *const *inc, size_t ninc,
+		 const char *const *exc, size_t nexc);
+
 /* 1 when a remote path may become a local one: not empty, not absolute, no ".."
  * or "." or empty component, no NUL within len bytes, no backslash. */
 int hub_path_safe(const char *path, size_t len);

@@ -86,6 +86,53 @@ int hub_glob_match(const char *pat, const char *s)
 	return *pat == '\0';
 }
 
+static const struct {
+	const char *name;
+	const char *globs[8];
+} asset_groups[] = {
+	{"tokenizer", {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+		       "vocab.txt", "merges.txt", "special_tokens_map.json", NULL}},
+	{"config", {"config.json", "generation_config.json", NULL}},
+	{"safetensors", {"*.safetensors", "model.safetensors.index.json", NULL}},
+	{"index", {"model.safetensors.index.json", NULL}},
+};
+
+const char *const *hub_asset_globs(const char *group)
+{
+	for (size_t i = 0; i < sizeof asset_groups / sizeof asset_groups[0]; i++)
+		if (strcmp(group, asset_groups[i].name) == 0)
+			return asset_groups[i].globs;
+	return NULL;
+}
+
+static int match_any(const char *path, const char *const *pats, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(pats[i]);
+		if (len > 0 && pats[i][len - 1] == '/') {
+			/* "folder/" means everything under it: the pattern plus a star */
+			char *star = malloc(len + 2);
+			if (star == NULL)
+				continue;
+			memcpy(star, pats[i], len);
+			memcpy(star + len, "*", 2);
+			int m = hub_glob_match(star, path);
+			free(star);
+			if (m)
+				return 1;
+		} else if (hub_glob_match(pats[i], path)) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int hub_selected(const char *path, const char *const *inc, size_t ninc,
+		 const char *const *exc, size_t nexc)
+{
+	return (ninc == 0 || match_any(path, inc, ninc)) && !match_any(path, exc, nexc);
+}
+
 int hub_path_safe(const char *path, size_t len)
 {
 	if (len == 0 || path[0] == '/' || memchr(path, '\0', len) != NULL ||

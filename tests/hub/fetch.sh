@@ -104,6 +104,15 @@ rc=$?
 if [ $rc -eq 1 ] && grep -q "not in the cache" "$TMP/err.txt"; then t_ok "offline_without_cache_says_so"; else
 	t_not_ok "offline_without_cache_says_so" "rc=$rc $(cat "$TMP/err.txt")"; fi
 
+HF_HUB_OFFLINE=1 $F org/tiny --cache-dir "$C" --include 'model-0000*' --stdout >"$TMP/off.bin" 2>"$TMP/err.txt"
+cat "$M/model-00001-of-00002.safetensors" "$M/model-00002-of-00002.safetensors" >"$TMP/want.bin"
+t_same "offline_stdout_streams_from_the_cache" "$TMP/want.bin" "$TMP/off.bin"
+$F org/tiny --revision "$COMMIT" --include config.json --cache-dir "$TMP/byc" >/dev/null 2>"$TMP/err.txt"
+if [ -L "$TMP/byc/models--org--tiny/snapshots/$COMMIT/config.json" ] && [ ! -e "$TMP/byc/models--org--tiny/refs" ]; then
+	t_ok "commit_revision_writes_no_ref"; else t_not_ok "commit_revision_writes_no_ref" "$(ls -R "$TMP/byc" | head)"; fi
+$F org/c4 --dataset --include 'en/*validation*' --cache-dir "$TMP/dc" >/dev/null 2>"$TMP/err.txt"
+t_run "dataset_cache_folder_is_datasets_org_name" test -s "$TMP/dc/datasets--org--c4/refs/main"
+
 # ---- auth ----
 ctl reset '{}'
 HF_TOKEN=$TOKEN $F org/private --cache-dir "$TMP/pc" >"$TMP/out.txt" 2>"$TMP/err.txt"

@@ -82,6 +82,31 @@ static void glob_star_heavy_pattern_finishes(void **state)
 	assert_int_equal(hub_glob_match(p, s), 0);
 }
 
+static void selection_follows_huggingface_hub_filters(void **state)
+{
+	(void)state;
+	const char *inc[] = {"original/", "*.json"};
+	const char *exc[] = {"*index*"};
+	assert_true(hub_selected("original/tokenizer.model", inc, 2, exc, 1));
+	assert_true(hub_selected("config.json", inc, 2, exc, 1));
+	assert_false(hub_selected("model.safetensors.index.json", inc, 2, exc, 1));
+	assert_false(hub_selected("model.safetensors", inc, 2, exc, 1));
+	assert_false(hub_selected("originally.txt", inc, 2, exc, 1));
+	assert_true(hub_selected("anything", NULL, 0, NULL, 0));
+	const char *const *tok = hub_asset_globs("tokenizer");
+	assert_non_null(tok);
+	size_t n = 0;
+	while (tok[n])
+		n++;
+	assert_int_equal(n, 7);
+	assert_true(hub_selected("merges.txt", tok, n, NULL, 0));
+	assert_false(hub_selected("original/tokenizer.model", tok, n, NULL, 0));
+	const char *const *st = hub_asset_globs("safetensors");
+	assert_true(hub_selected("model-00001-of-00004.safetensors", st, 2, NULL, 0));
+	assert_true(hub_selected("model.safetensors.index.json", st, 2, NULL, 0));
+	assert_null(hub_asset_globs("weights"));
+}
+
 static void unsafe_remote_paths_are_refused(void **state)
 {
 	(void)state;
@@ -287,6 +312,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(glob_matches_like_python_fnmatch),
 		cmocka_unit_test(glob_star_heavy_pattern_finishes),
+		cmocka_unit_test(selection_follows_huggingface_hub_filters),
 		cmocka_unit_test(unsafe_remote_paths_are_refused),
 		cmocka_unit_test(link_header_next_is_found),
 		cmocka_unit_test(tree_listing_parses_files_and_lfs),

@@ -51,18 +51,6 @@ static const cli_spec spec = {
 		  "example: titan-hf-fetch meta-llama/Llama-3.1-8B --assets tokenizer,config\n",
 };
 
-/* torchtitan's scripts/download_hf_assets.py groups */
-static const struct {
-	const char *name;
-	const char *globs[8];
-} groups[] = {
-	{"tokenizer", {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
-		       "vocab.txt", "merges.txt", "special_tokens_map.json", NULL}},
-	{"config", {"config.json", "generation_config.json", NULL}},
-	{"safetensors", {"*.safetensors", "model.safetensors.index.json", NULL}},
-	{"index", {"model.safetensors.index.json", NULL}},
-};
-
 typedef struct globs {
 	const char **v;
 	size_t n;
@@ -80,34 +68,13 @@ static void globs_add(globs *g, const char *s)
 static void add_assets(globs *g, char *list)
 {
 	for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		size_t i;
-		for (i = 0; i < sizeof groups / sizeof groups[0]; i++)
-			if (strcmp(t, groups[i].name) == 0)
-				break;
-		if (i == sizeof groups / sizeof groups[0])
+		const char *const *p = hub_asset_globs(t);
+		if (p == NULL)
 			cli_usage_error(&spec, "--assets: unknown group '%s' (tokenizer, config, "
 					"safetensors, index)", t);
-		for (const char *const *p = groups[i].globs; *p; p++)
+		for (; *p; p++)
 			globs_add(g, *p);
 	}
-}
-
-/* huggingface_hub's filter_repo_objects: a pattern ending in '/' means the folder */
-static int match_any(const globs *g, const char *path)
-{
-	for (size_t i = 0; i < g->n; i++) {
-		const char *p = g->v[i];
-		size_t n = strlen(p);
-		if (n > 0 && p[n - 1] == '/') {
-			char buf[1024];
-			snprintf(buf, sizeof buf, "%s*", p);
-			if (hub_glob_match(buf, path))
-				return 1;
-		} else if (hub_glob_match(p, path)) {
-			return 1;
-		}
-	}
-	return 0;
 }
 
 static int valid_repo_id(const char *r)
@@ -343,8 +310,7 @@ static int fetch(args *a, titan_err *err)
 		goto out;
 	}
 	for (size_t i = 0; i < l.n; i++)
-		if ((a->inc.n == 0 || match_any(&a->inc, l.v[i].path)) &&
-		    !match_any(&a->exc, l.v[i].path))
+		if (hub_selected(l.v[i].path, a->inc.v, a->inc.n, a->exc.v, a->exc.n))
 			sel[n++] = i;
 	if (n == 0) {
 		err_set(err, "%s@%s: no file matches %s (%zu files in the repo%s; try --list "
