@@ -53,5 +53,5 @@ for f in sync async four; do
 	printf "%-44s %10s %10s %8s\n" "save: $label" "$s" "$raw_w" "$(ratio "$s" "$raw_w")"
 	printf "%-44s %10s %10s %8s\n" "load: $label" "$l" "$raw_r" "$(ratio "$l" "$raw_r")"
 done
-sed -n 's/^save blocked the caller \([0-9.]*\) s.*/async save blocked the training loop for \1 s/p' "$W/async.txt"
+sed -n "s/^save blocked the caller \([0-9.]*\) s (copy; \([0-9.]*\) s.*/async save blocked the training loop for \1 s per save (\2 s the first time, staging buffer faults)/p" "$W/async.txt"
 echo "raw: dd bs=4M, write conv=fsync, read after iflag=nocache (page cache dropped)"

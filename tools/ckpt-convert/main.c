@@ -330,25 +330,34 @@ static int cmd_bench(const char *dir, const args *a)
 		}
 		dcp_item_full(&items[i], names[i], PTZ_F32, 2, shape, data[i]);
 	}
-	double t0 = now(), blocked = 0;
-	for (int r = 0; r < k; r++) {
-		for (size_t i = 0; i < nt; i++) {
-			int64_t rows = items[i].shape[0], cs = (rows + k - 1) / k;
-			int64_t off = r * cs < rows ? r * cs : rows, end = off + cs < rows ? off + cs : rows;
-			items[i].offsets[0] = off;
-			items[i].sizes[0] = end - off;
-			items[i].data = data[i] + off * 1024;
+	/* An async save is timed twice: the first pays for the staging buffer's
+	 * page faults, the second shows the steady state of a training run. */
+	int reps = a->async ? 2 : 1;
+	double t0 = 0, t1 = 0, blocked = 0, first_blocked = 0;
+	for (int rep = 0; rep < reps; rep++) {
+		t0 = now();
+		blocked = 0;
+		for (int r = 0; r < k; r++) {
+			for (size_t i = 0; i < nt; i++) {
+				int64_t rows = items[i].shape[0], cs = (rows + k - 1) / k;
+				int64_t off = r * cs < rows ? r * cs : rows, end = off + cs < rows ? off + cs : rows;
+				items[i].offsets[0] = off;
+				items[i].sizes[0] = end - off;
+				items[i].data = data[i] + off * 1024;
+			}
+			dcp_save_opts o = {.async = a->async, .copy = a->async};
+			double b0 = now();
+			dcp_saver *sv = dcp_save_begin(dir, r, k, items, nt, &o, &err);
+			blocked += now() - b0;
+			if (!sv || dcp_save_wait(sv, &err))
+				titan_die_err(&err);
 		}
-		dcp_save_opts o = {.async = a->async, .copy = a->async};
-		double b0 = now();
-		dcp_saver *sv = dcp_save_begin(dir, r, k, items, nt, &o, &err);
-		blocked += now() - b0;
-		if (!sv || dcp_save_wait(sv, &err))
+		if (dcp_save_commit(dir, k, &err))
 			titan_die_err(&err);
+		t1 = now();
+		if (rep == 0)
+			first_blocked = blocked;
 	}
-	if (dcp_save_commit(dir, k, &err))
-		titan_die_err(&err);
-	double t1 = now();
 	drop_cache(dir);
 	for (size_t i = 0; i < nt; i++) {
 		items[i].offsets[0] = 0;
@@ -364,7 +373,8 @@ static int cmd_bench(const char *dir, const args *a)
 	printf("save %.1f MB/s (%.2f s, fsync, %d rank file%s%s)\n", mb / (t1 - t0), t1 - t0, k,
 	       k == 1 ? "" : "s", a->async ? ", async" : "");
 	if (a->async)
-		printf("save blocked the caller %.3f s (copy), wrote in the background\n", blocked);
+		printf("save blocked the caller %.3f s (copy; %.3f s the first time), wrote in the background\n",
+		       blocked, first_blocked);
 	printf("load %.1f MB/s (%.2f s, page cache dropped)\n", mb / (t3 - t2), t3 - t2);
 	for (size_t i = 0; i < nt; i++) {
 		free(data[i]);
