@@ -874,8 +874,10 @@ void config_print(const job_config *c, FILE *out)
 		print_value(c, &keys[i], m);
 		fclose(m);
 		buf[sizeof buf - 1] = '\0';
-		if (strcmp(buf, "none") == 0)
-			fprintf(out, "# %s = none\n", dot + 1);
+		/* job.config_file names the file read; as a comment the output reads
+		 * back to itself. */
+		if (strcmp(buf, "none") == 0 || strcmp(name, "job.config_file") == 0)
+			fprintf(out, "# %s = %s\n", dot + 1, buf);
 		else
 			fprintf(out, "%s = %s\n", dot + 1, buf);
 	}

@@ -81,4 +81,22 @@ int metrics_jsonl_validation(metrics_jsonl *j, int64_t step, double loss, int64_
 			     titan_err *err);
 int metrics_jsonl_close(metrics_jsonl *j, titan_err *err);
 
+/* Loss curves read back from a metrics.jsonl (the last record of a step wins). */
+typedef struct metrics_curve {
+	int64_t *step;
+	double *value;
+	size_t n, cap;
+} metrics_curve;
+
+/* train gets the "loss" records, val the "validation_loss" ones. */
+int metrics_read_curves(const char *path, metrics_curve *train, metrics_curve *val,
+			titan_err *err);
+void metrics_curve_free(metrics_curve *c);
+/* A width x height character plot of both curves. */
+void metrics_plot_ascii(FILE *out, const metrics_curve *train, const metrics_curve *val,
+			int width, int height);
+/* An 800x500 RGB PNG of both curves with axes, written atomically. */
+int metrics_plot_png(const char *path, const metrics_curve *train, const metrics_curve *val,
+		     titan_err *err);
+
 #endif
