@@ -302,6 +302,16 @@ static void drop_cache(const char *dir)
 		closedir(d);
 }
 
+/* The bench state's values: an LCG per tensor, so a load can be checked. */
+static void fill(float *v, uint64_t n, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	for (uint64_t j = 0; j < n; j++) {
+		x = x * 1664525u + 1013904223u;
+		v[j] = (float)(x >> 8) * 1e-7f;
+	}
+}
+
 /* Save and load a state of SIZE bytes in 64 MiB float32 tensors (the last one
  * smaller), each split into --chunks rank pieces; print MB/s. */
 static int cmd_bench(const char *dir, const args *a)
@@ -323,11 +333,7 @@ static int cmd_bench(const char *dir, const args *a)
 		if (!data[i] || !names[i])
 			titan_die(1, "out of memory");
 		snprintf(names[i], 64, "layers.%zu.w", i);
-		uint32_t x = (uint32_t)i * 2654435761u + 1;
-		for (uint64_t j = 0; j < bytes / 4; j++) {
-			x = x * 1664525u + 1013904223u;
-			data[i][j] = (float)(x >> 8) * 1e-7f;
-		}
+		fill(data[i], bytes / 4, (uint32_t)i);
 		dcp_item_full(&items[i], names[i], PTZ_F32, 2, shape, data[i]);
 	}
 	/* An async save is timed twice: the first pays for the staging buffer's
@@ -369,6 +375,16 @@ static int cmd_bench(const char *dir, const args *a)
 	if (dcp_load(dir, items, nt, &err))
 		titan_die_err(&err);
 	double t3 = now();
+	for (size_t i = 0; i < nt; i++) {
+		uint64_t n = (uint64_t)items[i].shape[0] * 1024;
+		float *want = malloc(n * sizeof *want);
+		if (!want)
+			titan_die(1, "out of memory");
+		fill(want, n, (uint32_t)i);
+		if (memcmp(want, data[i], n * sizeof *want) != 0)
+			titan_die(1, "%s: %s loaded back different", dir, names[i]);
+		free(want);
+	}
 	double mb = (double)a->size / 1e6;
 	printf("save %.1f MB/s (%.2f s, fsync, %d rank file%s%s)\n", mb / (t1 - t0), t1 - t0, k,
 	       k == 1 ? "" : "s", a->async ? ", async" : "");
