@@ -17,6 +17,7 @@ Writes into tests/ckpt/golden/ (or argv[1]):
   hf/               the same model as transformers' LlamaForCausalLM saved it
                     (config.json, model.safetensors), wq/wk permuted to HF's
                     RoPE layout by this script
+  hf_logits.safetensors  ids (2, 9) and transformers' float64 logits of hf/
   reference.safetensors  every tensor of torch_new, written by safetensors
   reference_bf16.safetensors  the model weights cast to bfloat16 by torch
   reference.json    the non-tensor values of torch_new, the torch versions used
@@ -140,6 +141,15 @@ def write_hf(out, a, model_sd):
     missing, unexpected = hf.load_state_dict(hsd, strict=False)
     assert not unexpected and all("rotary" in x for x in missing), (missing, unexpected)
     hf.save_pretrained(out, safe_serialization=True)
+    # transformers' own forward of these weights, in float64, for titan's
+    # forward on the torchtitan-keyed checkpoint to match
+    gen = torch.Generator().manual_seed(SEED + 1)
+    ids = torch.randint(0, a["vocab"], (2, 9), generator=gen)
+    with torch.no_grad():
+        logits = hf.double()(ids).logits
+    from safetensors.torch import save_file
+    save_file({"ids": ids.to(torch.int64), "logits": logits},
+              os.path.join(os.path.dirname(out), "hf_logits.safetensors"))
 
 
 def rank_main(rank, out, a):

@@ -109,9 +109,10 @@ void dcp_item_full(dcp_item *it, const char *fqn, dcp_dtype dtype, int ndim,
 typedef struct dcp_save_opts {
 	int async;        /* write on a background thread; dcp_save_wait joins it */
 	int copy;         /* async: copy the tensors first (like torchtitan's
-	                     async_with_pinned_mem), so the caller may change them as
-	                     soon as dcp_save_begin returns; otherwise the data must
-	                     stay valid and unchanged until dcp_save_wait */
+	                     async_with_pinned_mem) into a staging buffer kept for
+	                     the next save, so the caller may change them as soon as
+	                     dcp_save_begin returns; otherwise the data must stay
+	                     valid and unchanged until dcp_save_wait */
 	int no_fsync;     /* skip fsync (tests, benchmarks of the page cache) */
 } dcp_save_opts;
 

@@ -15,13 +15,25 @@
 #include "core/afile.h"
 #include "dcp/dcp_priv.h"
 
+/* The staging area of asynchronous saves (torchtitan's pinned-memory buffer):
+ * kept between saves, so that after the first one a save costs the caller one
+ * memcpy and no page faults.  One save at a time may hold it. */
+static struct {
+	pthread_mutex_t mu;
+	uint8_t *p;
+	size_t cap;
+	int busy;
+} stage = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
 struct dcp_saver {
 	char *dir, *stage;
 	int rank, world;
 	dcp_item *items;
 	size_t n;
 	dcp_save_opts opts;
-	void **copies;       /* opts.copy: owned copies of tensor data */
+	void **copies;       /* opts.copy: where each item's copy is */
+	uint8_t *own_stage;  /* the copies' block when the shared stage was busy */
+	int holds_stage;
 	uint64_t *offs, *lens;
 	pthread_t thread;
 	int threaded;
@@ -204,8 +216,12 @@ static void saver_free(dcp_saver *s)
 			for (int k = 0; k < s->items[i].npath; k++)
 				free((char *)s->items[i].path[k]);
 		free((void *)s->items[i].path);
-		if (s->copies)
-			free(s->copies[i]);
+	}
+	free(s->own_stage);
+	if (s->holds_stage) {
+		pthread_mutex_lock(&stage.mu);
+		stage.busy = 0;
+		pthread_mutex_unlock(&stage.mu);
 	}
 	free(s->copies);
 	free(s->items);
@@ -214,6 +230,36 @@ static void saver_free(dcp_saver *s)
 	free(s->dir);
 	free(s->stage);
 	free(s);
+}
+
+static size_t copy_bytes(const dcp_item *it)
+{
+	size_t b = it->kind == DCP_BYTES ? it->nbytes : item_bytes(it);
+	return (b + 63) & ~(size_t)63;
+}
+
+/* One block for all the copies: the shared stage when free (grown if needed),
+ * else a private one. */
+static uint8_t *stage_block(dcp_saver *s, size_t total)
+{
+	pthread_mutex_lock(&stage.mu);
+	uint8_t *p = NULL;
+	if (!stage.busy) {
+		if (stage.cap < total) {
+			free(stage.p);
+			stage.p = malloc(total);
+			stage.cap = stage.p ? total : 0;
+		}
+		if (stage.p) {
+			stage.busy = 1;
+			s->holds_stage = 1;
+			p = stage.p;
+		}
+	}
+	pthread_mutex_unlock(&stage.mu);
+	if (!p)
+		p = s->own_stage = malloc(total);
+	return p;
 }
 
 static int copy_items(dcp_saver *s, const dcp_item *items, size_t n)
@@ -242,19 +288,33 @@ static int copy_items(dcp_saver *s, const dcp_item *items, size_t n)
 					return -1;
 			}
 		}
-		if (s->copies) {
-			size_t b = items[i].kind == DCP_BYTES ? items[i].nbytes : item_bytes(&items[i]);
-			const void *src = items[i].kind == DCP_BYTES ? (const void *)items[i].bytes : items[i].data;
-			s->copies[i] = malloc(b ? b : 1);
-			if (!s->copies[i])
-				return -1;
-			if (b)
-				memcpy(s->copies[i], src, b);
-			if (items[i].kind == DCP_BYTES)
-				s->items[i].bytes = s->copies[i];
-		}
 	}
 	s->n = n;
+	if (!s->copies)
+		return 0;
+	size_t total = 64;
+	for (size_t i = 0; i < n; i++)
+		total += copy_bytes(&items[i]);
+	uint8_t *block = stage_block(s, total);
+	if (!block)
+		return -1;
+	size_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t b = items[i].kind == DCP_BYTES ? items[i].nbytes : item_bytes(&items[i]);
+		const void *src = items[i].kind == DCP_BYTES ? (const void *)items[i].bytes : items[i].data;
+		s->copies[i] = block + at;
+		/* Big tensors are copied by all cores: the caller waits for this. */
+		const size_t piece = (size_t)16 << 20;
+		size_t np = (b + piece - 1) / piece;
+		#pragma omp parallel for if (np > 1) schedule(static)
+		for (size_t k = 0; k < np; k++) {
+			size_t o = k * piece, len = b - o < piece ? b - o : piece;
+			memcpy((uint8_t *)s->copies[i] + o, (const uint8_t *)src + o, len);
+		}
+		if (items[i].kind == DCP_BYTES)
+			s->items[i].bytes = s->copies[i];
+		at += copy_bytes(&items[i]);
+	}
 	return 0;
 }
 

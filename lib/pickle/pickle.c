@@ -916,6 +916,8 @@ static void rput(rbuf *r, const char *s)
 static void repr_rec(rbuf *r, const pk_val *v, int depth)
 {
 	char tmp[64];
+	if (r->n + 1 >= r->cap)
+		return; /* full: shared nodes must not make the walk exponential */
 	if (depth > PK_MAX_DEPTH) {
 		rput(r, "...");
 		return;
@@ -1047,7 +1049,6 @@ static void w_str(pk_buf *b, const char *s, size_t n, int protocol)
 	bput(b, s, n);
 }
 
-static int w_val(pk_buf *b, const pk_val *v, int protocol, int depth, titan_err *err);
 
 static int w_bytes(pk_buf *b, const pk_val *v, int protocol)
 {
@@ -1102,8 +1103,17 @@ static int w_global(pk_buf *b, const pk_val *g, int protocol)
 	return 0;
 }
 
+/* Values are written as trees, so a node shared n times is written n times:
+ * the node budget keeps a small DAG from exploding into a huge stream. */
+#define PK_MAX_WRITE_NODES (1u << 24)
+
 static int w_val(pk_buf *b, const pk_val *v, int protocol, int depth, titan_err *err)
 {
+	static _Thread_local size_t budget;
+	if (depth == 0)
+		budget = PK_MAX_WRITE_NODES;
+	if (budget == 0 || --budget == 0)
+		return err_set(err, "pickle: value has more than %u nodes (shared subtrees?)", PK_MAX_WRITE_NODES);
 	if (depth > PK_MAX_DEPTH)
 		return err_set(err, "pickle: value nested deeper than %d", PK_MAX_DEPTH);
 	switch (v->kind) {

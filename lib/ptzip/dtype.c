@@ -238,20 +238,30 @@ void ptz_convert(void *dst, ptz_dtype dt, const void *src, ptz_dtype st, size_t 
 	}
 	/* The hot pairs for checkpoints get their own loops.  Note that f64 ->
 	 * bf16/f16 goes through float first, as torch's .to() does on CPU. */
+	/* Storages inside a mapped .distcp file need not be aligned: go through
+	 * memcpy, which compiles to plain loads. */
 	if (st == PTZ_F32 && dt == PTZ_BF16) {
-		const float *s = src;
-		uint16_t *d = dst;
+		const uint8_t *s = src;
+		uint8_t *d = dst;
 		#pragma omp parallel for if (n > (1u << 20)) schedule(static)
-		for (size_t i = 0; i < n; i++)
-			d[i] = f32_to_bf16(s[i]);
+		for (size_t i = 0; i < n; i++) {
+			float f;
+			memcpy(&f, s + 4 * i, 4);
+			uint16_t h = f32_to_bf16(f);
+			memcpy(d + 2 * i, &h, 2);
+		}
 		return;
 	}
 	if (st == PTZ_BF16 && dt == PTZ_F32) {
-		const uint16_t *s = src;
-		float *d = dst;
+		const uint8_t *s = src;
+		uint8_t *d = dst;
 		#pragma omp parallel for if (n > (1u << 20)) schedule(static)
-		for (size_t i = 0; i < n; i++)
-			d[i] = bf16_to_f32(s[i]);
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h;
+			memcpy(&h, s + 2 * i, 2);
+			float f = bf16_to_f32(h);
+			memcpy(d + 4 * i, &f, 4);
+		}
 		return;
 	}
 	if (is_int(st) && is_int(dt)) {

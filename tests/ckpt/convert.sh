@@ -87,4 +87,8 @@ t_grep "the refusal names the global" 'os.system is not allowed' "$TMP/.err"
 t_fails "a folder without .metadata is not a checkpoint" 1 "$C" verify "$TMP"
 t_fails "unknown command is a usage error" 2 "$C" frobnicate x
 
+# The benchmark's save/load path, small: 4 rank files, async, data checked.
+t_run "bench saves and loads back the same values (4 ranks)" "$C" bench "$TMP/bench" --size 3M --chunks 4
+t_run "bench async save loads back the same values" "$C" bench "$TMP/bench2" --size 3M --async
+
 t_done
