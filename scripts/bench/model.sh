@@ -38,7 +38,7 @@ echo "titan vs PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') 
 awk '
 function get(k,   i, kv) { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } }
 { impl = get("impl"); s = get("shape"); key = s SUBSEP impl
-  step[key] = get("step_s"); tok[key] = get("tok_s"); rss[key] = get("peak_rss_mib")
+  step[key] = get("step_s"); cpu[key] = get("cpu_s"); tok[key] = get("tok_s"); rss[key] = get("peak_rss_mib")
   par[s] = get("params"); bt[s] = get("b") "x" get("t"); if (!(s in seen)) { seen[s] = 1; order[++n] = s } }
 END {
   printf "%-11s %11s %7s %6s %10s %10s %12s %12s %8s %8s\n", "shape", "params", "batch", "", \
@@ -47,7 +47,9 @@ END {
     printf "%-11s %11d %7s %6s %10.3f %10.3f %12.1f %12.1f %7.2fx %7.2fx\n", s, par[s], bt[s], "", \
       step[s, "titan"], step[s, "torch"], tok[s, "titan"], tok[s, "torch"], \
       step[s, "torch"] / step[s, "titan"], rss[s, "torch"] / rss[s, "titan"]
-    printf "%-11s %11s %7s %6s %10s %10s peak RSS MiB: titan %.0f, torch %.0f\n", "", "", "", "", "", "", \
+    printf "%-11s %11s %7s %6s %10.3f %10.3f %12s %12s %7.2fx   (CPU seconds of all threads)\n", "", "", "", "", \
+      cpu[s, "titan"], cpu[s, "torch"], "", "", cpu[s, "torch"] / cpu[s, "titan"]
+    printf "%-11s %11s %7s %6s peak RSS MiB: titan %.0f, torch %.0f\n", "", "", "", "", \
       rss[s, "titan"], rss[s, "torch"] }
-  print "speedup = torch step time / titan step time; mem = torch peak RSS / titan peak RSS (higher is better for titan)"
+  print "speedup = torch step time / titan step time (wall, then CPU); mem = torch peak RSS / titan peak RSS (higher is better for titan)"
 }' "$out"
