@@ -7,11 +7,13 @@
 #   make asan       the same build with ASan + UBSan (build/asan/); asan-check runs the tests
 #   make install    PREFIX=/usr/local (programs and man pages)
 #   make deps       install the missing Debian packages the build and tests need
+#   make fuzz       libFuzzer targets (clang) in build/fuzz/; fuzz-run runs each a while
 #
 # Layout: lib/<module>/*.c -> libtitan.a; tools/<name>/*.c -> bin/titan-<name>;
 # kernels/*.cu -> the same library; tests/<area>/test_*.c -> cmocka programs;
-# tests/<area>/*.sh -> end-to-end scripts (TAP lines).  New files are found by
-# these patterns: a module needs no Makefile change.
+# tests/<area>/*.sh -> end-to-end scripts (TAP lines); tests/fuzz/fuzz_<name>.c ->
+# a libFuzzer target (make fuzz) and a replay of tests/fuzz/corpus/<name>/ (make
+# check).  New files are found by these patterns: a module needs no Makefile change.
 
 PREFIX    ?= /usr/local
 MANDIR    ?= $(PREFIX)/share/man
@@ -43,11 +45,12 @@ LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(M
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,)
 NVCC      := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
 CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
-NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Xcompiler -Wall,-Wextra,-Werror \
+NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 ifeq ($(CUDA),1)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
 CPPFLAGS  += -DTITAN_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+LDLIBS    += $(CUDA_LIBS)
 endif
 
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
@@ -61,11 +64,27 @@ PROGRAMS  := $(TOOLS:%=$(BIN)/titan-%)
 
 TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
+BENCH_SRC := $(sort $(wildcard tests/*/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 TEST_SUPPORT_SRC := $(sort $(wildcard tests/support/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
 
-.PHONY: all check demo bench asan asan-check install clean deps lint-man fuzz
+# Fuzzing: each target is built twice.  make check links it with gcc against
+# tests/fuzz/replay.c to replay its kept corpus (under ASan in asan-check); make
+# fuzz links it with clang's libFuzzer against a clang-built copy of the library.
+FUZZ_SRC    := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_NAMES  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
+FUZZ_CC     ?= clang
+FUZZ_DIR    := build/fuzz
+FUZZ_CFLAGS := -std=c17 -g -O1 -Wall -Wextra -Werror -fopenmp -fno-omit-frame-pointer \
+               -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
+FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
+FUZZ_TIME   ?= 60
+
+.PHONY: all check run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
 all: $(LIBTITAN) $(PROGRAMS)
 
 $(BUILD)/%.o: %.c
@@ -74,7 +93,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(@D)
@@ -83,7 +102,7 @@ $(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
 
 # Every program: tools/<name>/*.c linked against the library.
 .SECONDEXPANSION:
-$(BIN)/titan-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/$$*/*.c)) $(LIBTITAN)
+$(BIN)/titan-%: $$(addprefix $(BUILD)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c))) $(LIBTITAN)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
 
@@ -91,8 +110,44 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBTITAN)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBTITAN) $(LDLIBS) -lcmocka
 
-check: deps all $(TEST_BIN)
-	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) sh tests/run.sh $(TEST_BIN)
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $(LIBTITAN)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
+
+# deps comes first and alone (a sub-make builds the rest), so that make -j check
+# on a fresh machine installs the headers before anything compiles.
+check: deps
+	@$(MAKE) --no-print-directory run-tests
+
+run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
+
+# The clang copy of the library has no CUDA: the fuzz targets parse inputs.
+$(FUZZ_DIR)/%.o: %.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(filter-out -DTITAN_CUDA=1,$(CPPFLAGS)) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_LIB): $(LIB_SRC:%.c=$(FUZZ_DIR)/%.o)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
+	$(FUZZ_CC) -fopenmp -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_LIB) \
+		$(filter-out $(CUDA_LIBS),$(LDLIBS))
+
+fuzz: deps-fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+
+# Run each target for FUZZ_TIME seconds (FUZZ=name for one).  New inputs go to
+# build/fuzz/corpus/<name>/; copy the ones worth keeping to tests/fuzz/corpus/<name>/.
+fuzz-run: fuzz
+	@for n in $(or $(FUZZ),$(FUZZ_NAMES)); do \
+		mkdir -p $(FUZZ_DIR)/corpus/$$n $(FUZZ_DIR)/crashes; \
+		echo "fuzz $$n for $(FUZZ_TIME)s"; \
+		$(FUZZ_DIR)/fuzz_$$n -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
+			-artifact_prefix=$(FUZZ_DIR)/crashes/$$n- \
+			$(FUZZ_DIR)/corpus/$$n tests/fuzz/corpus/$$n || exit 1; \
+	done
 
 lint-man:
 	@for m in $(MANPAGES); do mandoc -Tlint -Wwarning $$m || exit 1; done
@@ -103,14 +158,20 @@ asan:
 asan-check:
 	$(MAKE) SAN=1 check
 
-demo: deps all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	sh scripts/demo.sh
 
-bench: deps all
-	sh scripts/bench.sh
+# Benchmark drivers: tests/<area>/bench_*.c, built like tests, run by scripts/bench/.
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	BUILD=$(BUILD) BIN=$(BIN) sh scripts/bench.sh
 
 deps:
 	@sh scripts/deps.sh
+
+deps-fuzz:
+	@sh scripts/deps.sh fuzz
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
@@ -121,7 +182,8 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(LIB_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_SUPPORT_OBJ:.o=.d) \
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
+	$(BUILD)/tests/fuzz/replay.d $(wildcard $(FUZZ_DIR)/lib/*/*.d $(FUZZ_DIR)/tests/fuzz/*.d) $(TEST_SUPPORT_OBJ:.o=.d) \
 	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 
 # Keep objects make would otherwise delete as intermediates.

@@ -11,29 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../support/testutil.h"
 #include "core/afile.h"
 #include "core/crc32c.h"
 #include "core/err.h"
 #include "core/mfile.h"
 #include "core/sha256.h"
-
-static char tmpdir[256];
-
-static int make_tmpdir(void **state)
-{
-	(void)state;
-	snprintf(tmpdir, sizeof tmpdir, "%s/titan-core.XXXXXX",
-		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state)
-{
-	(void)state;
-	char cmd[300];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	return system(cmd) == 0 ? 0 : -1;
-}
 
 static void crc32c_matches_standard_check_value(void **state)
 {
@@ -65,6 +48,31 @@ static void crc32c_hw_and_table_agree_on_every_length_and_split(void **state)
 	}
 }
 
+/* Past 3 x 4096 bytes the hardware path runs three interleaved streams and
+ * joins them; the table version is the reference. */
+static void crc32c_interleaved_streams_agree_with_table(void **state)
+{
+	(void)state;
+	static unsigned char buf[3 * 4096 * 3 + 123];
+	uint32_t x = 777; /* fixed seed */
+	for (size_t i = 0; i < sizeof buf; i++) {
+		x = x * 1664525u + 1013904223u;
+		buf[i] = (unsigned char)(x >> 24);
+	}
+	const size_t lens[] = {3 * 4096 - 1, 3 * 4096, 3 * 4096 + 1, 2 * 3 * 4096 + 8,
+			       sizeof buf - 1, sizeof buf};
+	for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+		for (size_t off = 0; off < 3; off++) {
+			size_t n = lens[k] - off;
+			uint32_t want = crc32c_sw(0x12345678u, buf + off, n);
+			assert_int_equal(crc32c(0x12345678u, buf + off, n), want);
+		}
+	/* Split anywhere, the CRC of the whole is the same. */
+	uint32_t whole = crc32c_sw(0, buf, sizeof buf);
+	for (size_t cut = 0; cut < sizeof buf; cut += 4099)
+		assert_int_equal(crc32c(crc32c(0, buf, cut), buf + cut, sizeof buf - cut), whole);
+}
+
 static void crc32c_mask_matches_tensorflow(void **state)
 {
 	(void)state;
@@ -92,7 +100,7 @@ static void sha256_file_equals_buffer_digest(void **state)
 {
 	(void)state;
 	char path[300];
-	snprintf(path, sizeof path, "%s/sha.bin", tmpdir);
+	snprintf(path, sizeof path, "%s/sha.bin", test_tmpdir);
 	static unsigned char big[300000];
 	for (size_t i = 0; i < sizeof big; i++)
 		big[i] = (unsigned char)(i * 31 + 7);
@@ -110,7 +118,7 @@ static void afile_commit_replaces_and_abort_keeps_old(void **state)
 	(void)state;
 	char path[300];
 	titan_err err = {{0}};
-	snprintf(path, sizeof path, "%s/a.txt", tmpdir);
+	snprintf(path, sizeof path, "%s/a.txt", test_tmpdir);
 	assert_int_equal(atomic_write_file(path, "old\n", 4, &err), 0);
 
 	afile af;
@@ -133,7 +141,7 @@ static void afile_commit_replaces_and_abort_keeps_old(void **state)
 
 	/* No temporary file is left behind. */
 	char cmd[400];
-	snprintf(cmd, sizeof cmd, "test $(ls '%s' | grep -c tmp) -eq 0", tmpdir);
+	snprintf(cmd, sizeof cmd, "test $(ls '%s' | grep -c tmp) -eq 0", test_tmpdir);
 	assert_int_equal(system(cmd), 0);
 }
 
@@ -151,12 +159,20 @@ static void mkdir_p_makes_nested_folders(void **state)
 	(void)state;
 	char path[300];
 	titan_err err = {{0}};
-	snprintf(path, sizeof path, "%s/a/b/c", tmpdir);
+	snprintf(path, sizeof path, "%s/a/b/c", test_tmpdir);
 	assert_int_equal(mkdir_p(path, &err), 0);
 	assert_int_equal(mkdir_p(path, &err), 0);
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(mkdir_p("", &err), -1);
+	assert_string_equal(err.msg, "mkdir: empty folder name");
+	/* A file in the way is named. */
+	snprintf(path, sizeof path, "%s/file", test_tmpdir);
+	assert_int_equal(atomic_write_file(path, "x", 1, &err), 0);
+	snprintf(path, sizeof path, "%s/file/sub", test_tmpdir);
+	assert_int_equal(mkdir_p(path, &err), -1);
+	assert_non_null(strstr(err.msg, "file/sub"));
 }
 
 static void mfile_maps_empty_and_rejects_missing(void **state)
@@ -164,14 +180,14 @@ static void mfile_maps_empty_and_rejects_missing(void **state)
 	(void)state;
 	char path[300];
 	titan_err err = {{0}};
-	snprintf(path, sizeof path, "%s/empty", tmpdir);
+	snprintf(path, sizeof path, "%s/empty", test_tmpdir);
 	assert_int_equal(atomic_write_file(path, "", 0, &err), 0);
 	mfile m;
 	assert_int_equal(mfile_open(&m, path, &err), 0);
 	assert_null(m.data);
 	assert_int_equal(m.size, 0);
 	mfile_close(&m);
-	snprintf(path, sizeof path, "%s/missing", tmpdir);
+	snprintf(path, sizeof path, "%s/missing", test_tmpdir);
 	assert_int_equal(mfile_open(&m, path, &err), -1);
 	assert_non_null(strstr(err.msg, "missing"));
 	assert_non_null(strstr(err.msg, "No such file"));
@@ -191,6 +207,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(crc32c_matches_standard_check_value),
 		cmocka_unit_test(crc32c_hw_and_table_agree_on_every_length_and_split),
+		cmocka_unit_test(crc32c_interleaved_streams_agree_with_table),
 		cmocka_unit_test(crc32c_mask_matches_tensorflow),
 		cmocka_unit_test(sha256_matches_fips_vectors),
 		cmocka_unit_test(sha256_file_equals_buffer_digest),
@@ -200,5 +217,5 @@ int main(void)
 		cmocka_unit_test(mfile_maps_empty_and_rejects_missing),
 		cmocka_unit_test(err_prefix_keeps_the_message),
 	};
-	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+	return cmocka_run_group_tests(tests, test_tmpdir_create, test_tmpdir_remove);
 }

@@ -1,3 +1,0 @@
-build/lib/core/cli.o: lib/core/cli.c lib/core/cli.h lib/core/err.h
-lib/core/cli.h:
-lib/core/err.h:

@@ -1,2 +1,0 @@
-build/lib/core/err.o: lib/core/err.c lib/core/err.h
-lib/core/err.h:

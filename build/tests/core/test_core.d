@@ -1,7 +1,0 @@
-build/tests/core/test_core.o: tests/core/test_core.c lib/core/afile.h \
- lib/core/err.h lib/core/crc32c.h lib/core/mfile.h lib/core/sha256.h
-lib/core/afile.h:
-lib/core/err.h:
-lib/core/crc32c.h:
-lib/core/mfile.h:
-lib/core/sha256.h:

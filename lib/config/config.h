@@ -1,0 +1,217 @@
+/* config.h: titan-train's job configuration, with torchtitan's (v0.2.2) TOML
+ * sections, key names and defaults, read from a TOML file and `--section.key
+ * value` overrides.
+ *
+ * The schema is one table (config.c): every key, its type, its default, the
+ * values it may take, and its torchtitan equivalent.  config_print() and the
+ * man page titan-config(5) list the same keys; the tests check that they agree.
+ *
+ * Errors name the place: "FILE:LINE: section.key: reason (did you mean X?)" for a
+ * file, "--section.key: reason" for an override. */
+#ifndef TITAN_CONFIG_H
+#define TITAN_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/err.h"
+
+/* A list of strings (model.converters, checkpoint.exclude_from_loading, ...). */
+typedef struct cfg_strlist {
+	char **v; /* owned, each owned */
+	int n;
+} cfg_strlist;
+
+/* Every string member is owned by the job_config (config_free frees it).  An
+ * optional value torchtitan spells `None` is a NULL string, a NaN double, or
+ * an integer with its *_set flag 0. */
+typedef struct job_config {
+	struct {
+		char *config_file; /* the TOML file read, or NULL */
+		char *dump_folder;
+		char *description;
+		int print_config;
+	} job;
+	struct {
+		int enable_profiling;
+		char *save_traces_folder;
+		int64_t profile_freq;
+		int enable_memory_snapshot;
+		char *save_memory_snapshot_folder;
+	} profiling;
+	struct {
+		int64_t log_freq;
+		int enable_tensorboard;
+		char *save_tb_folder;
+		int save_for_all_ranks;
+		int disable_color_printing;
+		int enable_wandb;
+	} metrics;
+	struct {
+		char *name;
+		char *flavor;
+		char *hf_assets_path;
+		cfg_strlist converters;
+		int print_after_conversion;
+	} model;
+	struct {
+		char *name;
+		double lr, beta1, beta2, eps, weight_decay;
+		char *implementation;
+		int early_step_in_backward;
+	} optimizer;
+	struct {
+		int64_t warmup_steps;
+		double decay_ratio; /* NaN: None (decay right after warmup) */
+		char *decay_type;
+		double min_lr_factor;
+	} lr_scheduler;
+	struct {
+		char *dataset;
+		char *dataset_path; /* NULL: None */
+		int64_t local_batch_size;
+		int64_t global_batch_size;
+		int64_t seq_len;
+		double max_norm;
+		int64_t steps;
+		int enable_cpu_offload;
+		char *dtype;
+		char *mixed_precision_param;
+		char *mixed_precision_reduce;
+		int64_t gc_freq;
+		int gc_debug;
+	} training;
+	struct {
+		int64_t data_parallel_replicate_degree;
+		int64_t data_parallel_shard_degree;
+		char *fsdp_reshard_after_forward;
+		int64_t tensor_parallel_degree;
+		int disable_loss_parallel;
+		int enable_async_tensor_parallel;
+		int64_t pipeline_parallel_degree;
+		cfg_strlist pipeline_parallel_split_points;
+		int64_t pipeline_parallel_layers_per_stage;
+		int pipeline_parallel_layers_per_stage_set;
+		int64_t pipeline_parallel_first_stage_less_layers;
+		int64_t pipeline_parallel_last_stage_less_layers;
+		char *pipeline_parallel_schedule;
+		char *pipeline_parallel_schedule_csv;
+		int64_t pipeline_parallel_microbatch_size;
+		int64_t context_parallel_degree;
+		char *context_parallel_load_balancer;
+		char *context_parallel_rotate_method;
+		int64_t expert_parallel_degree;
+	} parallelism;
+	struct {
+		int enable;
+		char *folder;
+		int64_t interval;
+		char *initial_load_path; /* NULL: None */
+		int initial_load_model_only;
+		int initial_load_in_hf;
+		int last_save_model_only;
+		int last_save_in_hf;
+		char *export_dtype;
+		char *async_mode;
+		int64_t keep_latest_k;
+		int64_t load_step;
+		cfg_strlist exclude_from_loading;
+		int enable_first_step_checkpoint;
+		int create_seed_checkpoint;
+	} checkpoint;
+	struct {
+		char *mode;
+		char *selective_ac_option;
+	} activation_checkpoint;
+	struct {
+		int enable;
+		cfg_strlist components;
+	} compile;
+	struct {
+		int enable_fsdp_float8_all_gather;
+		int precompute_float8_dynamic_scale_for_fsdp;
+		char *recipe_name; /* NULL: None */
+		cfg_strlist filter_fqns;
+		int emulate;
+	} float8; /* [quantize.linear.float8] */
+	struct {
+		int enable;
+		char *dataset;
+		char *dataset_path; /* NULL: None */
+		int64_t local_batch_size;
+		int64_t seq_len;
+		int64_t freq;
+		int64_t steps;
+	} validation;
+	struct {
+		int64_t seed;
+		int seed_set;
+		int deterministic;
+	} debug;
+} job_config;
+
+/* Types of keys, as the schema and titan-config(5) name them. */
+typedef enum cfg_type {
+	CFG_BOOL,
+	CFG_INT,
+	CFG_OPT_INT,   /* int or None */
+	CFG_FLOAT,
+	CFG_OPT_FLOAT, /* float or None */
+	CFG_STR,
+	CFG_OPT_STR,   /* str or None */
+	CFG_LIST,      /* list of str (or one comma-separated string) */
+} cfg_type;
+
+/* One key of the schema, for listings (config_print, the man page test). */
+typedef struct cfg_key_info {
+	const char *name;        /* "checkpoint.keep_latest_k" */
+	cfg_type type;
+	const char *def;         /* default as TOML would write it ("10", "\"tb\"", "none") */
+	const char *choices;     /* "a|b|c" when the value is one of a set, else NULL */
+	const char *torchtitan;  /* torchtitan's spelling (JobConfig attribute path) */
+	const char *help;        /* one line */
+} cfg_key_info;
+
+/* Fill c with the defaults.  Returns 0, or -1 on out of memory. */
+int config_defaults(job_config *c, titan_err *err);
+void config_free(job_config *c);
+
+/* Read a TOML file over the current values.  Unknown sections and keys, wrong
+ * types and values outside a key's set are refused. */
+int config_load_file(job_config *c, const char *path, titan_err *err);
+/* Parse TOML text (name is used in messages). */
+int config_load_string(job_config *c, const char *name, const char *text, titan_err *err);
+
+/* Apply one override: key without the leading "--" ("training.steps"); value may
+ * be NULL for a bare boolean flag.  Returns 0, or -1 with "--key: reason". */
+int config_set(job_config *c, const char *key, const char *value, titan_err *err);
+/* Whether key names a boolean (so a bare flag needs no value). */
+int config_key_is_bool(const char *key);
+/* Whether key names a known key. */
+int config_key_exists(const char *key);
+
+/* Cross-key checks after loading (ranges, keep_latest_k != 1, ...). */
+int config_validate(const job_config *c, titan_err *err);
+/* Refuse features that titan-train does not have yet (parallel degrees > 1,
+ * Float8, compile, CPU offload), each with a message that says so. */
+int config_check_supported(const job_config *c, int world_size, titan_err *err);
+
+/* Print every key with its value as TOML, section by section. */
+void config_print(const job_config *c, FILE *out);
+
+/* The schema: n keys. */
+const cfg_key_info *config_keys(int *n);
+const char *config_type_name(cfg_type t);
+
+/* The known name nearest to name by edit distance (NULL when nothing is
+ * close); used for "did you mean" hints. */
+const char *config_suggest(const char *name);
+
+/* Parse the command line of titan-train: --config FILE and --section.key
+ * [value] in any order (the file is read first, overrides then apply in order).
+ * Other options are returned in *rest (argv order kept; rest[0] = argv[0]),
+ * for the caller's own parsing.  Returns 0, or -1 on a bad key or value. */
+int config_from_args(job_config *c, int argc, char **argv, int *nrest, char **rest,
+		     titan_err *err);
+
+#endif

@@ -1,0 +1,308 @@
+/* dcp.h: PyTorch Distributed Checkpoint (DCP) folders, written and read as
+ * torch.distributed.checkpoint's FileSystemWriter / FileSystemReader do, so that
+ * torch (dcp.load, format_utils.dcp_to_torch_save) and torchtitan read what
+ * titan writes and titan reads what they write, on any world size.
+ *
+ * A checkpoint is a folder:
+ *   .metadata        pickle of torch.distributed.checkpoint.metadata.Metadata:
+ *                    every key's global shape, dtype and chunk list, and for
+ *                    every chunk the file, offset and length that hold it
+ *   __R_0.distcp     rank R's items back to back; each item is one complete
+ *                    torch.save stream (a tensor chunk, or a pickled Python value)
+ *
+ * A state dict is a flat list of items.  A tensor item is one rank's chunk of
+ * a tensor (a box given by offsets and sizes inside the global shape, stored
+ * row-major and contiguous); a bytes item is a small Python value already in
+ * torch.save form (the dcp_value_* helpers below make them).
+ *
+ * The keys torchtitan v0.2.2 writes (CheckpointManager flattens the model's
+ * state dict to the top level; DCP flattens nested dicts with "."), which
+ * titan-train uses so either side can resume the other's checkpoint:
+ *   tok_embeddings.weight, layers.{i}.attention.w{q,k,v,o}.weight,
+ *   layers.{i}.feed_forward.w{1,2,3}.weight, layers.{i}.attention_norm.weight,
+ *   layers.{i}.ffn_norm.weight, norm.weight, output.weight      tensors, fp32
+ *   optimizer.state.{fqn}.step         tensor, float32, shape () (AdamW's step)
+ *   optimizer.state.{fqn}.exp_avg      tensor, float32, the parameter's shape
+ *   optimizer.state.{fqn}.exp_avg_sq   tensor, float32, the parameter's shape
+ *   optimizer.param_groups.{fqn}.{lr, eps, weight_decay, initial_lr}  float
+ *   optimizer.param_groups.{fqn}.betas                                tuple of 2 floats
+ *   optimizer.param_groups.{fqn}.{amsgrad, maximize, capturable, differentiable,
+ *       fused, decoupled_weight_decay}                                bool
+ *   optimizer.param_groups.{fqn}.foreach                              None (or bool)
+ *       (torch.distributed.checkpoint.state_dict with
+ *        flatten_optimizer_state_dict=True: one "group" per parameter FQN)
+ *   lr_scheduler.base_lrs      list of floats [lr]       (LambdaLR.state_dict())
+ *   lr_scheduler.last_epoch    int (the step)
+ *   lr_scheduler._step_count   int (step + 1)
+ *   lr_scheduler._is_initial   bool (False once stepped; torch >= 2.6 writes it)
+ *   lr_scheduler._get_lr_called_within_step  bool False
+ *   lr_scheduler._last_lr      list of floats [current lr]
+ *   lr_scheduler.lr_lambdas    list [None]
+ *   dataloader.dp_rank_{r}     bytes (torchtitan: pickle.dumps of the loader state)
+ *   dataloader.world_size      int (dp degree)
+ *   train_state.step           int
+ *   train_state.ntokens_seen   int
+ * Lists and tuples of plain values are one item each; dicts are flattened.
+ * A model-only checkpoint (the last save with last_save_model_only, or the
+ * step-0 seed checkpoint) holds just the model keys, possibly in bfloat16.
+ *
+ * Saving, and why a crash never destroys the previous checkpoint: every rank
+ * writes into the staging folder DIR.partial (its __R_0.distcp, fsynced, and a
+ * small sidecar __R.titan-chunks describing its items).  After all ranks are
+ * done (the caller's barrier), rank 0's dcp_save_commit() merges the sidecars
+ * into .metadata (written to .metadata.tmp, fsynced, renamed), removes the
+ * sidecars and renames DIR.partial to DIR, fsyncing the parent folder.  Until
+ * that rename nothing under DIR changes, and a folder counts as a checkpoint
+ * only when its .metadata exists (torchtitan's rule too), so an interrupted
+ * save leaves a DIR.partial that discovery ignores and the next save replaces.
+ * Older step folders are removed only by dcp_purge() after a save committed. */
+#ifndef TITAN_DCP_H
+#define TITAN_DCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "pickle/pickle.h"
+#include "ptzip/ptzip.h"
+
+#define DCP_MAX_DIM 8
+
+typedef ptz_dtype dcp_dtype; /* PTZ_F32, PTZ_BF16, PTZ_F16, PTZ_F64, PTZ_I64, ... */
+
+typedef enum dcp_kind { DCP_TENSOR = 0, DCP_BYTES = 1 } dcp_kind;
+
+typedef struct dcp_item {
+	const char *fqn;               /* flattened key, e.g. "layers.0.attention.wq.weight" */
+	dcp_kind kind;
+	/* DCP_TENSOR */
+	dcp_dtype dtype;               /* of data (save: also the stored type) */
+	int ndim;                      /* 0 .. DCP_MAX_DIM; 0 is a scalar */
+	int64_t shape[DCP_MAX_DIM];    /* global shape */
+	int64_t offsets[DCP_MAX_DIM];  /* this rank's chunk: first index in each dim */
+	int64_t sizes[DCP_MAX_DIM];    /* this rank's chunk: extent in each dim */
+	void *data;                    /* the chunk, row-major contiguous, prod(sizes)
+	                                  elements of dtype.  save: read; load: filled
+	                                  (converted from the stored dtype if needed) */
+	/* DCP_BYTES */
+	uint8_t *bytes;                /* torch.save stream of the value.  save: read;
+	                                  load: malloc'd by dcp_load, the caller frees */
+	size_t nbytes;
+	/* save, optional: the nesting torch's format_utils.dcp_to_torch_save rebuilds
+	 * (Metadata.planner_data).  NULL: split after a leading "optimizer.",
+	 * "lr_scheduler.", "dataloader." or "train_state." as torchtitan's nesting
+	 * is, else the key alone. */
+	const char *const *path;
+	int npath;
+	/* load only */
+	int optional;                  /* absent from the checkpoint is not an error */
+	int found;                     /* set by dcp_load */
+} dcp_item;
+
+/* Fill a tensor item whose chunk is the whole tensor (a replicated or
+ * unsharded tensor).  fqn and data are borrowed. */
+void dcp_item_full(dcp_item *it, const char *fqn, dcp_dtype dtype, int ndim,
+		   const int64_t *shape, void *data);
+
+/* Saving ------------------------------------------------------------------ */
+
+typedef struct dcp_save_opts {
+	int async;        /* write on a background thread; dcp_save_wait joins it */
+	int copy;         /* async: copy the tensors first (like torchtitan's
+	                     async_with_pinned_mem), so the caller may change them as
+	                     soon as dcp_save_begin returns; otherwise the data must
+	                     stay valid and unchanged until dcp_save_wait */
+	int no_fsync;     /* skip fsync (tests, benchmarks of the page cache) */
+} dcp_save_opts;
+
+typedef struct dcp_saver dcp_saver;
+
+/* Rank `rank` of `world` writes its items into DIR.partial.  Every (fqn,
+ * chunk) must be given by exactly one rank (pass a replicated tensor or a
+ * bytes item on one rank only, e.g. rank 0; dataloader.dp_rank_R on its own
+ * rank).  The items and their fqn strings are copied; the data is not unless
+ * opts->copy.  Returns a handle for dcp_save_wait, or NULL on error. */
+dcp_saver *dcp_save_begin(const char *dir, int rank, int world, const dcp_item *items,
+			  size_t n, const dcp_save_opts *opts, titan_err *err);
+/* Wait for this rank's writing to finish (fsynced) and free the handle. */
+int dcp_save_wait(dcp_saver *s, titan_err *err);
+/* Rank 0, after every rank's dcp_save_wait returned 0: write .metadata and move
+ * DIR.partial to DIR (an existing DIR is replaced). */
+int dcp_save_commit(const char *dir, int world, titan_err *err);
+/* begin + wait + commit for one process (world 1). */
+int dcp_save(const char *dir, const dcp_item *items, size_t n, const dcp_save_opts *opts,
+	     titan_err *err);
+
+/* Loading (resharding) ------------------------------------------------------ */
+
+/* Fill every item from the checkpoint at DIR.  A tensor item names the chunk
+ * this rank wants (any box of the global shape, whatever chunking the
+ * checkpoint was saved with) and the dtype wanted; the global shape must match.
+ * Bytes items get a malloc'd copy of the stored stream.  A key absent from
+ * the checkpoint is an error unless the item is optional. */
+int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err);
+
+/* Inspecting --------------------------------------------------------------- */
+
+typedef struct dcp_chunk {
+	int64_t offsets[DCP_MAX_DIM];
+	int64_t sizes[DCP_MAX_DIM];
+	char *file;          /* relative path, e.g. "__1_0.distcp" */
+	uint64_t offset;     /* of the torch.save stream in file */
+	uint64_t length;
+} dcp_chunk;
+
+typedef struct dcp_entry {
+	char *fqn;
+	dcp_kind kind;
+	dcp_dtype dtype;     /* tensors */
+	int ndim;
+	int64_t shape[DCP_MAX_DIM];
+	dcp_chunk *chunks;   /* tensors: the chunk list; bytes: one entry (sizes unused) */
+	size_t n_chunks;
+	char **path;         /* planner_data's nesting for this key, or NULL */
+	int npath;
+} dcp_entry;
+
+typedef struct dcp_ckpt {
+	char *dir;
+	dcp_entry *entries;  /* in .metadata's order */
+	size_t n;
+	char *version;       /* Metadata.version ("1.0.0"), NULL when absent (older torch) */
+	struct dcp_files *files; /* mapped data files (private) */
+} dcp_ckpt;
+
+/* Read DIR/.metadata. */
+int dcp_open(dcp_ckpt *c, const char *dir, titan_err *err);
+void dcp_close(dcp_ckpt *c);
+const dcp_entry *dcp_find(const dcp_ckpt *c, const char *fqn);
+/* Read the box (offsets, sizes) of a tensor entry, converted to dtype. */
+int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
+		    const int64_t *sizes, dcp_dtype dtype, void *out, titan_err *err);
+/* The stored torch.save stream of a bytes entry (points into a mapped file,
+ * valid until dcp_close). */
+int dcp_read_bytes(dcp_ckpt *c, const dcp_entry *e, const uint8_t **p, size_t *n,
+		   titan_err *err);
+/* Check that every tensor's chunks cover it exactly once and every chunk's
+ * stream is a readable torch.save zip of the right dtype and shape. */
+int dcp_verify(dcp_ckpt *c, titan_err *err);
+
+/* Step folders ------------------------------------------------------------- */
+
+/* The largest N such that FOLDER/step-N/.metadata exists; -1 when none (or
+ * no FOLDER), -2 on error. */
+int64_t dcp_latest_step(const char *folder, titan_err *err);
+/* Remove all but the newest k complete step-N folders (and any step-N.partial
+ * older than the newest complete one).  k <= 0 keeps everything. */
+int dcp_purge(const char *folder, int keep_latest_k, titan_err *err);
+
+/* Any checkpoint as a flat list of named items ----------------------------- */
+
+/* A source is a DCP folder (it holds .metadata), a torch.save file (.pt,
+ * .pth, .bin: a possibly nested dict of tensors and plain values, as
+ * format_utils.dcp_to_torch_save writes), a .safetensors file, or a folder of
+ * safetensors (model.safetensors.index.json or model.safetensors).  Nested
+ * dicts are flattened with "." like DCP does; path keeps the nesting. */
+typedef struct dcp_src_item {
+	char *name;
+	dcp_kind kind;
+	dcp_dtype dtype;
+	int ndim;
+	int64_t shape[DCP_MAX_DIM];
+	char **path;
+	int npath;
+	const void *priv;
+} dcp_src_item;
+
+typedef struct dcp_source dcp_source;
+
+int dcp_source_open(dcp_source **s, const char *path, titan_err *err);
+void dcp_source_close(dcp_source *s);
+size_t dcp_source_count(const dcp_source *s);
+const dcp_src_item *dcp_source_item(const dcp_source *s, size_t i);
+const dcp_src_item *dcp_source_find(const dcp_source *s, const char *name);
+/* Read a whole tensor, converted to dtype (out holds numel elements). */
+int dcp_source_read(dcp_source *s, const dcp_src_item *it, void *out, dcp_dtype dtype,
+		    titan_err *err);
+/* A bytes item as a torch.save stream (*out malloc'd). */
+int dcp_source_bytes(dcp_source *s, const dcp_src_item *it, uint8_t **out, size_t *n,
+		     titan_err *err);
+/* Whether a flattened key is model state (not optimizer., lr_scheduler.,
+ * dataloader. or train_state.). */
+int dcp_is_model_key(const char *name);
+
+/* Conversions ------------------------------------------------------------- */
+
+typedef struct dcp_convert_opts {
+	int model_only;          /* keep model keys only (torchtitan's last_save_model_only) */
+	dcp_dtype export_dtype;  /* cast floating-point tensors to this; PTZ_NONE keeps */
+	int chunks;              /* to DCP: split every tensor of >= 1 dim into this many
+	                            pieces along `dim` (torch.chunk's sizes), piece i
+	                            written by "rank" i; 0 or 1: whole tensors, rank 0 */
+	int dim;
+	int verbose;             /* progress lines on stderr */
+} dcp_convert_opts;
+
+/* Write SRC (any source) as a DCP folder at OUT (through OUT.partial). */
+int dcp_convert_to_dcp(const char *src, const char *out, const dcp_convert_opts *o,
+		       titan_err *err);
+/* Write SRC as one torch.save file (nested as planner_data says, like
+ * format_utils.dcp_to_torch_save; loadable with torch.load(weights_only=True)). */
+int dcp_convert_to_torch(const char *src, const char *out, const dcp_convert_opts *o,
+			 titan_err *err);
+/* Write SRC's tensors as one safetensors file (bytes items are left out;
+ * *skipped counts them). */
+int dcp_convert_to_safetensors(const char *src, const char *out, const dcp_convert_opts *o,
+			       size_t *skipped, titan_err *err);
+
+/* Hugging Face Llama (LlamaForCausalLM) export and import ------------------- */
+
+typedef struct dcp_hf_model {
+	int dim, n_layers, n_heads, n_kv_heads, vocab_size, ffn_hidden, head_dim;
+	double norm_eps, rope_theta, rope_scale_factor;
+	int tied, max_seq_len;
+} dcp_hf_model;
+
+/* Key names: "layers.3.attention.wq.weight" <-> "model.layers.3.self_attn.q_proj.weight"
+ * (torchtitan's mapping); *rope is 1 for wq, 2 for wk, else 0.  NULL when the
+ * key is not a model weight.  The result is malloc'd. */
+char *dcp_hf_name(const char *name, int to_hf, int *rope);
+/* The RoPE row permutation of wq / wk, W of shape (d1, d2) with n heads:
+ * to HF W.view(n, d1/n/2, 2, d2).transpose(1, 2); from HF the inverse. */
+void dcp_rope_permute(const void *src, void *dst, int64_t d1, int64_t d2, int n, int to_hf,
+		      size_t es);
+/* SRC's model weights as an HF folder: config.json, model.safetensors or
+ * shards of at most max_shard bytes with model.safetensors.index.json.  The
+ * shapes are taken from SRC; model supplies heads, rope and norm settings
+ * (zero dims are inferred; nonzero ones are checked). */
+int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model,
+	      dcp_dtype export_dtype, uint64_t max_shard, titan_err *err);
+/* An HF Llama folder (or .safetensors) as a model-only DCP folder with
+ * torchtitan's keys, in dtype (PTZ_NONE keeps the stored types). */
+int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
+		titan_err *err);
+
+/* Python values as torch.save streams (what DCP stores for non-tensors) ------ */
+
+/* Serialise a value built with the pk_* builders (None, bool, int, float, str,
+ * bytes, and tuples / lists / dicts of them) as torch.save(value) does.
+ * *out is malloc'd. */
+int dcp_value_save(const pk_val *v, uint8_t **out, size_t *n, titan_err *err);
+int dcp_value_int(int64_t v, uint8_t **out, size_t *n, titan_err *err);
+int dcp_value_float(double v, uint8_t **out, size_t *n, titan_err *err);
+int dcp_value_bool(int v, uint8_t **out, size_t *n, titan_err *err);
+int dcp_value_none(uint8_t **out, size_t *n, titan_err *err);
+int dcp_value_str(const char *s, uint8_t **out, size_t *n, titan_err *err);
+int dcp_value_pybytes(const void *p, size_t len, uint8_t **out, size_t *n, titan_err *err);
+/* A list (tuple when as_tuple) of floats. */
+int dcp_value_floats(const double *v, size_t len, int as_tuple, uint8_t **out, size_t *n,
+		     titan_err *err);
+
+/* Parse a torch.save stream of a plain value (no tensors).  *arena owns *out. */
+int dcp_value_load(const uint8_t *p, size_t n, pk_val **out, pk_arena **arena,
+		   titan_err *err);
+/* Convenience readers for the scalar kinds (int accepts bool; float accepts int). */
+int dcp_value_get_int(const uint8_t *p, size_t n, int64_t *v, titan_err *err);
+int dcp_value_get_float(const uint8_t *p, size_t n, double *v, titan_err *err);
+
+#endif

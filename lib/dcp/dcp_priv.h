@@ -1,0 +1,30 @@
+/* dcp_priv.h: shared between the files of lib/dcp. */
+#ifndef TITAN_DCP_PRIV_H
+#define TITAN_DCP_PRIV_H
+
+#include "core/mfile.h"
+#include "dcp/dcp.h"
+
+struct dcp_files {
+	size_t n, cap;
+	struct dcp_file {
+		char *name;
+		mfile m;
+	} *f;
+};
+
+/* Parse a .metadata pickle into c (entries, version). */
+int dcp_meta_parse(dcp_ckpt *c, const uint8_t *buf, size_t n, titan_err *err);
+/* Serialise entries as a Metadata pickle (*out malloc'd). */
+int dcp_meta_write(const dcp_entry *e, size_t n, uint8_t **out, size_t *len, titan_err *err);
+void dcp_entry_free(dcp_entry *e);
+/* The default planner_data nesting of a flattened key (see dcp_item.path). */
+int dcp_default_path(const char *fqn, char ***path, int *npath);
+/* The mapped bytes [off, off+len) of a data file of c. */
+int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
+		   const uint8_t **p, titan_err *err);
+int64_t dcp_numel(int ndim, const int64_t *sizes);
+/* rm -r; 0 when path is gone (or never was). */
+int dcp_rm_rf(const char *path);
+
+#endif

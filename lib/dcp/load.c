@@ -1,0 +1,471 @@
+/* load.c: reading DCP folders, with read planning for any target chunking:
+ * a wanted box is filled from every saved chunk that overlaps it. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dcp/dcp_priv.h"
+
+static char *join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *s = malloc(n);
+	if (s)
+		snprintf(s, n, "%s/%s", dir, name);
+	return s;
+}
+
+int dcp_open(dcp_ckpt *c, const char *dir, titan_err *err)
+{
+	memset(c, 0, sizeof *c);
+	c->dir = strdup(dir);
+	c->files = calloc(1, sizeof *c->files);
+	char *mp = join(dir, ".metadata");
+	if (!c->dir || !c->files || !mp) {
+		free(mp);
+		dcp_close(c);
+		return err_set(err, "out of memory");
+	}
+	mfile m;
+	int rc = mfile_open(&m, mp, err);
+	if (rc == 0) {
+		rc = dcp_meta_parse(c, m.data, m.size, err);
+		if (rc)
+			err_prefix(err, "%s", mp);
+		mfile_close(&m);
+	}
+	free(mp);
+	if (rc)
+		dcp_close(c);
+	return rc;
+}
+
+void dcp_close(dcp_ckpt *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		dcp_entry_free(&c->entries[i]);
+	free(c->entries);
+	if (c->files) {
+		for (size_t i = 0; i < c->files->n; i++) {
+			free(c->files->f[i].name);
+			mfile_close(&c->files->f[i].m);
+		}
+		free(c->files->f);
+		free(c->files);
+	}
+	free(c->dir);
+	free(c->version);
+	memset(c, 0, sizeof *c);
+}
+
+const dcp_entry *dcp_find(const dcp_ckpt *c, const char *fqn)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (!strcmp(c->entries[i].fqn, fqn))
+			return &c->entries[i];
+	return NULL;
+}
+
+int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
+		   const uint8_t **p, titan_err *err)
+{
+	struct dcp_files *fs = c->files;
+	struct dcp_file *f = NULL;
+	for (size_t i = 0; i < fs->n && !f; i++)
+		if (!strcmp(fs->f[i].name, file))
+			f = &fs->f[i];
+	if (!f) {
+		if (fs->n == fs->cap) {
+			size_t cap = fs->cap ? fs->cap * 2 : 8;
+			struct dcp_file *nf = realloc(fs->f, cap * sizeof *nf);
+			if (!nf)
+				return err_set(err, "out of memory");
+			fs->f = nf;
+			fs->cap = cap;
+		}
+		char *path = join(c->dir, file);
+		if (!path)
+			return err_set(err, "out of memory");
+		f = &fs->f[fs->n];
+		int rc = mfile_open(&f->m, path, err);
+		free(path);
+		if (rc)
+			return -1;
+		f->name = strdup(file);
+		if (!f->name) {
+			mfile_close(&f->m);
+			return err_set(err, "out of memory");
+		}
+		fs->n++;
+	}
+	if (off > f->m.size || len > f->m.size - off)
+		return err_set(err, "%s/%s: item at %" PRIu64 "+%" PRIu64 " runs past the end (%zu bytes)",
+			       c->dir, file, off, len, f->m.size);
+	*p = f->m.data + off;
+	return 0;
+}
+
+/* The tensor stored for one chunk; checks dtype and shape against .metadata. */
+static int open_chunk(dcp_ckpt *c, const dcp_entry *e, const dcp_chunk *ch, ptz_reader *z,
+		      ptz_tensor *t, titan_err *err)
+{
+	const uint8_t *p;
+	if (dcp_file_slice(c, ch->file, ch->offset, ch->length, &p, err))
+		return -1;
+	if (ptz_open(z, p, ch->length, err) || ptz_read_tensor(z, t, err)) {
+		ptz_close(z);
+		return err_prefix(err, "%s/%s at %" PRIu64 " (%s)", c->dir, ch->file, ch->offset, e->fqn);
+	}
+	int ok = t->dtype == e->dtype && t->ndim == e->ndim;
+	for (int d = 0; ok && d < e->ndim; d++)
+		ok = t->shape[d] == ch->sizes[d];
+	if (!ok) {
+		ptz_close(z);
+		return err_set(err, "%s/%s at %" PRIu64 ": %s: stored tensor's dtype or shape differs from .metadata",
+			       c->dir, ch->file, ch->offset, e->fqn);
+	}
+	return 0;
+}
+
+/* Copy the overlap of a stored chunk (t, at chunk offsets co) into the wanted
+ * box (wo, ws) held row-major in out. */
+static void copy_overlap(const ptz_tensor *t, const int64_t *co, const int64_t *wo,
+			 const int64_t *ws, int nd, const int64_t *lo, const int64_t *hi,
+			 void *out, dcp_dtype odt)
+{
+	size_t es = ptz_dtype_size(t->dtype), os = ptz_dtype_size(odt);
+	if (nd == 0) {
+		ptz_convert(out, odt, t->storage + (size_t)t->storage_offset * es, t->dtype, 1);
+		return;
+	}
+	int64_t idx[DCP_MAX_DIM];
+	for (int d = 0; d < nd; d++)
+		idx[d] = lo[d];
+	int last = nd - 1;
+	int64_t run = hi[last] - lo[last];
+	for (;;) {
+		int64_t src = t->storage_offset, dst = 0;
+		for (int d = 0; d < nd; d++) {
+			src += (idx[d] - co[d]) * t->stride[d];
+			dst = dst * ws[d] + (idx[d] - wo[d]);
+		}
+		if (t->stride[last] == 1 || run == 1) {
+			ptz_convert((uint8_t *)out + (size_t)dst * os, odt, t->storage + (size_t)src * es,
+				    t->dtype, (size_t)run);
+		} else {
+			for (int64_t k = 0; k < run; k++)
+				ptz_convert((uint8_t *)out + (size_t)(dst + k) * os, odt,
+					    t->storage + (size_t)(src + k * t->stride[last]) * es, t->dtype, 1);
+		}
+		int d = last - 1;
+		for (; d >= 0; d--) {
+			if (++idx[d] < hi[d])
+				break;
+			idx[d] = lo[d];
+		}
+		if (d < 0)
+			break;
+	}
+}
+
+int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
+		    const int64_t *sizes, dcp_dtype dtype, void *out, titan_err *err)
+{
+	if (e->kind != DCP_TENSOR)
+		return err_set(err, "%s: not a tensor", e->fqn);
+	if (!ptz_dtype_size(dtype))
+		return err_set(err, "%s: unknown target dtype", e->fqn);
+	for (int d = 0; d < e->ndim; d++)
+		if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] + sizes[d] > e->shape[d])
+			return err_set(err, "%s: wanted box lies outside dim %d (size %" PRId64 ")", e->fqn, d,
+				       e->shape[d]);
+	int64_t want = dcp_numel(e->ndim, sizes), got = 0;
+	if (want == 0)
+		return 0;
+	for (size_t k = 0; k < e->n_chunks; k++) {
+		const dcp_chunk *ch = &e->chunks[k];
+		int64_t lo[DCP_MAX_DIM], hi[DCP_MAX_DIM], n = 1;
+		for (int d = 0; d < e->ndim; d++) {
+			lo[d] = offsets[d] > ch->offsets[d] ? offsets[d] : ch->offsets[d];
+			int64_t a = offsets[d] + sizes[d], b = ch->offsets[d] + ch->sizes[d];
+			hi[d] = a < b ? a : b;
+			n *= hi[d] > lo[d] ? hi[d] - lo[d] : 0;
+		}
+		if (n == 0)
+			continue;
+		ptz_reader z;
+		ptz_tensor t;
+		if (open_chunk(c, e, ch, &z, &t, err))
+			return -1;
+		copy_overlap(&t, ch->offsets, offsets, sizes, e->ndim, lo, hi, out, dtype);
+		ptz_close(&z);
+		got += n;
+	}
+	/* Chunks never overlap in a valid checkpoint (dcp_verify checks), so the
+	 * count tells whether the box was covered. */
+	if (got != want)
+		return err_set(err, "%s: the checkpoint's chunks cover %" PRId64 " of the %" PRId64
+			       " wanted elements", e->fqn, got, want);
+	return 0;
+}
+
+int dcp_read_bytes(dcp_ckpt *c, const dcp_entry *e, const uint8_t **p, size_t *n, titan_err *err)
+{
+	if (e->kind != DCP_BYTES || e->n_chunks != 1)
+		return err_set(err, "%s: not a bytes item", e->fqn);
+	if (dcp_file_slice(c, e->chunks[0].file, e->chunks[0].offset, e->chunks[0].length, p, err))
+		return -1;
+	*n = (size_t)e->chunks[0].length;
+	return 0;
+}
+
+int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err)
+{
+	dcp_ckpt c;
+	if (dcp_open(&c, dir, err))
+		return -1;
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		dcp_item *it = &items[i];
+		it->found = 0;
+		const dcp_entry *e = dcp_find(&c, it->fqn);
+		if (!e) {
+			if (!it->optional)
+				rc = err_set(err, "%s: no key '%s' in the checkpoint", dir, it->fqn);
+			continue;
+		}
+		if (e->kind != it->kind) {
+			rc = err_set(err, "%s: '%s' is a %s in the checkpoint, wanted a %s", dir, it->fqn,
+				     e->kind == DCP_BYTES ? "bytes item" : "tensor",
+				     it->kind == DCP_BYTES ? "bytes item" : "tensor");
+			continue;
+		}
+		if (e->kind == DCP_BYTES) {
+			const uint8_t *p;
+			size_t len;
+			rc = dcp_read_bytes(&c, e, &p, &len, err);
+			if (rc == 0) {
+				it->bytes = malloc(len ? len : 1);
+				if (!it->bytes)
+					rc = err_set(err, "out of memory");
+				else if (len)
+					memcpy(it->bytes, p, len);
+				it->nbytes = len;
+			}
+		} else {
+			int same = e->ndim == it->ndim;
+			for (int d = 0; same && d < e->ndim; d++)
+				same = e->shape[d] == it->shape[d];
+			if (!same) {
+				char a[128] = "", b[128] = "";
+				for (int d = 0; d < e->ndim; d++)
+					snprintf(a + strlen(a), sizeof a - strlen(a), "%s%" PRId64, d ? ", " : "", e->shape[d]);
+				for (int d = 0; d < it->ndim; d++)
+					snprintf(b + strlen(b), sizeof b - strlen(b), "%s%" PRId64, d ? ", " : "", it->shape[d]);
+				rc = err_set(err, "%s: '%s' has shape (%s) in the checkpoint, wanted (%s)", dir,
+					     it->fqn, a, b);
+				continue;
+			}
+			rc = dcp_read_region(&c, e, it->offsets, it->sizes, it->dtype, it->data, err);
+		}
+		if (rc == 0)
+			it->found = 1;
+	}
+	dcp_close(&c);
+	return rc;
+}
+
+static int cmp_chunk_start(const void *a, const void *b, void *nd)
+{
+	const dcp_chunk *x = *(const dcp_chunk *const *)a, *y = *(const dcp_chunk *const *)b;
+	for (int d = 0; d < *(int *)nd; d++)
+		if (x->offsets[d] != y->offsets[d])
+			return x->offsets[d] < y->offsets[d] ? -1 : 1;
+	return 0;
+}
+
+/* Chunks cover a tensor exactly when their volumes add up to the tensor's and
+ * no two overlap (pairwise, after sorting; chunk lists are short). */
+static int check_cover(const dcp_entry *e, titan_err *err)
+{
+	int64_t total = 0;
+	for (size_t k = 0; k < e->n_chunks; k++)
+		total += dcp_numel(e->ndim, e->chunks[k].sizes);
+	int64_t want = dcp_numel(e->ndim, e->shape);
+	if (total != want)
+		return err_set(err, "%s: chunks hold %" PRId64 " elements, the tensor %" PRId64, e->fqn,
+			       total, want);
+	const dcp_chunk **s = malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *s);
+	if (!s)
+		return err_set(err, "out of memory");
+	for (size_t k = 0; k < e->n_chunks; k++)
+		s[k] = &e->chunks[k];
+	int nd = e->ndim;
+	qsort_r(s, e->n_chunks, sizeof *s, cmp_chunk_start, &nd);
+	int rc = 0;
+	for (size_t a = 0; a < e->n_chunks && rc == 0; a++) {
+		for (size_t b = a + 1; b < e->n_chunks && rc == 0; b++) {
+			int overlap = dcp_numel(nd, s[a]->sizes) > 0 && dcp_numel(nd, s[b]->sizes) > 0;
+			for (int d = 0; d < nd && overlap; d++)
+				overlap = s[a]->offsets[d] < s[b]->offsets[d] + s[b]->sizes[d] &&
+					  s[b]->offsets[d] < s[a]->offsets[d] + s[a]->sizes[d];
+			if (overlap)
+				rc = err_set(err, "%s: chunks at different offsets overlap", e->fqn);
+		}
+	}
+	free(s);
+	return rc;
+}
+
+int dcp_verify(dcp_ckpt *c, titan_err *err)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		const dcp_entry *e = &c->entries[i];
+		if (e->kind == DCP_BYTES) {
+			const uint8_t *p;
+			size_t n;
+			pk_val *v;
+			pk_arena *a;
+			if (dcp_read_bytes(c, e, &p, &n, err))
+				return -1;
+			/* Byte items are torch.save streams of Python values. */
+			int rc = dcp_value_load(p, n, &v, &a, err);
+			pk_free(a);
+			if (rc)
+				return err_prefix(err, "%s/%s at %" PRIu64 " (%s)", c->dir, e->chunks[0].file,
+						  e->chunks[0].offset, e->fqn);
+			continue;
+		}
+		if (check_cover(e, err))
+			return err_prefix(err, "%s", c->dir);
+		for (size_t k = 0; k < e->n_chunks; k++) {
+			ptz_reader z;
+			ptz_tensor t;
+			if (open_chunk(c, e, &e->chunks[k], &z, &t, err))
+				return -1;
+			int rc = 0;
+			for (size_t j = 0; j < z.n_entries && rc == 0; j++)
+				rc = ptz_check_crc(&z, &z.entries[j], err);
+			ptz_close(&z);
+			if (rc)
+				return err_prefix(err, "%s/%s (%s)", c->dir, e->chunks[k].file, e->fqn);
+		}
+	}
+	return 0;
+}
+
+/* ---- step folders ---- */
+
+static int step_of(const char *name, int64_t *step, int *partial)
+{
+	if (strncmp(name, "step-", 5) != 0)
+		return -1;
+	char *end;
+	errno = 0;
+	long long v = strtoll(name + 5, &end, 10);
+	if (end == name + 5 || errno || v < 0)
+		return -1;
+	if (*end == 0)
+		*partial = 0;
+	else if (!strcmp(end, ".partial"))
+		*partial = 1;
+	else
+		return -1;
+	*step = v;
+	return 0;
+}
+
+static int has_metadata(const char *folder, const char *name)
+{
+	char *d = join(folder, name), *m = d ? join(d, ".metadata") : NULL;
+	struct stat st;
+	int ok = m && stat(m, &st) == 0 && S_ISREG(st.st_mode);
+	free(d);
+	free(m);
+	return ok;
+}
+
+int64_t dcp_latest_step(const char *folder, titan_err *err)
+{
+	DIR *d = opendir(folder);
+	if (!d) {
+		if (errno == ENOENT)
+			return -1;
+		err_errno(err, "%s", folder);
+		return -2;
+	}
+	int64_t best = -1, s;
+	int partial;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (step_of(de->d_name, &s, &partial) == 0 && !partial && s > best &&
+		    has_metadata(folder, de->d_name))
+			best = s;
+	closedir(d);
+	return best;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int dcp_purge(const char *folder, int keep, titan_err *err)
+{
+	if (keep <= 0)
+		return 0;
+	DIR *d = opendir(folder);
+	if (!d)
+		return errno == ENOENT ? 0 : err_errno(err, "%s", folder);
+	int64_t *steps = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int64_t s;
+	int partial, rc = 0;
+	while ((de = readdir(d))) {
+		if (step_of(de->d_name, &s, &partial) || partial || !has_metadata(folder, de->d_name))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			int64_t *ns = realloc(steps, cap * sizeof *ns);
+			if (!ns) {
+				rc = err_set(err, "out of memory");
+				break;
+			}
+			steps = ns;
+		}
+		steps[n++] = s;
+	}
+	closedir(d);
+	if (rc == 0 && n > 0) {
+		qsort(steps, n, sizeof *steps, cmp_i64);
+		int64_t newest = steps[n - 1];
+		char name[64];
+		for (size_t i = 0; i + (size_t)keep < n && rc == 0; i++) {
+			snprintf(name, sizeof name, "step-%" PRId64, steps[i]);
+			char *p = join(folder, name);
+			if (!p || dcp_rm_rf(p) != 0)
+				rc = err_errno(err, "%s/%s: cannot remove", folder, name);
+			free(p);
+		}
+		/* Staging folders of saves older than the newest complete one are dead. */
+		d = opendir(folder);
+		while (rc == 0 && d && (de = readdir(d))) {
+			if (step_of(de->d_name, &s, &partial) == 0 && partial && s < newest) {
+				char *p = join(folder, de->d_name);
+				if (!p || dcp_rm_rf(p) != 0)
+					rc = err_errno(err, "%s/%s: cannot remove", folder, de->d_name);
+				free(p);
+			}
+		}
+		if (d)
+			closedir(d);
+	}
+	free(steps);
+	return rc;
+}

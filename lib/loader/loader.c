@@ -1,0 +1,500 @@
+/* The training data loader: see loader.h for the order it defines. */
+#include "loader/loader.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/crc32c.h"
+#include "shard/shard.h"
+
+typedef struct slot {
+	int32_t *inputs, *labels, *doc_ids; /* (B, T) each */
+	loader_batch b;
+	int rc;          /* 1 batch, 0 end of val, -1 error */
+	titan_err err;
+} slot;
+
+struct loader {
+	loader_opts o;
+	int64_t T, B;
+	shard_file **files;
+	size_t n_files;
+	uint64_t total;        /* tokens in the split */
+	uint64_t W;            /* windows per epoch (train) or in the pass (val) */
+	loader_state id;       /* seed, seq_len, shuffle, split, data identity */
+	uint32_t vocab_size;
+	uint8_t fingerprint[32];
+
+	/* producer side (the thread, or the caller when prefetch is 0) */
+	uint64_t cache_epoch;
+	int cache_valid;
+	uint32_t *order;       /* n_files */
+	uint64_t *prefix;      /* n_files + 1: token offsets of the epoch's stream */
+	uint32_t *win;         /* (T + 1) */
+	uint8_t *starts;       /* (T + 1): a document starts at this window position */
+
+	/* queue: batch q (0, 1, ... since the cursor was set) lives in slot q % depth */
+	slot *slots;
+	int depth;
+	uint64_t base;         /* cursor (windows) at q = 0 */
+	uint64_t produced, freed, returned;
+	int held;              /* the caller holds the last returned batch */
+	int ended;             /* producer reached the end of val */
+	int threaded, stop;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+/* ---- the order */
+
+static uint64_t mix64(uint64_t x)
+{
+	/* splitmix64's finaliser: a bijection with good avalanche. */
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* A seeded permutation of [0, n) evaluated at i, in O(1) memory: a balanced
+ * Feistel network on the smallest even-bit power of two >= n, walking the cycle
+ * until the value falls inside [0, n) (at most 4x on average). */
+static uint64_t permute(uint64_t i, uint64_t n, uint64_t key)
+{
+	if (n <= 1)
+		return i;
+	unsigned bits = 64 - (unsigned)__builtin_clzll(n - 1);
+	bits += bits & 1;
+	unsigned h = bits / 2;
+	uint64_t mask = h == 64 ? ~0ull : (1ull << h) - 1;
+	uint64_t x = i;
+	do {
+		uint64_t L = x >> h, R = x & mask;
+		for (uint64_t r = 0; r < 6; r++) {
+			uint64_t F = mix64(R ^ key ^ (r * 0x632be59bd9b4e019ull)) & mask;
+			uint64_t nl = R;
+			R = L ^ F;
+			L = nl;
+		}
+		x = (L << h) | R;
+	} while (x >= n);
+	return x;
+}
+
+static uint64_t epoch_key(const loader *l, uint64_t epoch, uint64_t what)
+{
+	return mix64(l->id.seed ^ mix64(epoch * 0x9e3779b97f4a7c15ull + what));
+}
+
+void loader_shard_order(const loader *l, uint64_t epoch, uint32_t *order)
+{
+	for (size_t i = 0; i < l->n_files; i++)
+		order[i] = (uint32_t)i;
+	if (!l->id.shuffle)
+		return;
+	uint64_t s = epoch_key(l, epoch, 1);
+	for (size_t i = l->n_files; i > 1; i--) { /* Fisher-Yates */
+		s = mix64(s);
+		size_t j = (size_t)(s % i);
+		uint32_t t = order[i - 1];
+		order[i - 1] = order[j];
+		order[j] = t;
+	}
+}
+
+uint64_t loader_window_at(const loader *l, uint64_t p)
+{
+	if (l->o.split == SHARD_VAL)
+		return p;
+	uint64_t e = p / l->W, i = p % l->W;
+	return l->id.shuffle ? permute(i, l->W, epoch_key(l, e, 2)) : i;
+}
+
+uint32_t loader_vocab_size(const loader *l)
+{
+	return l->vocab_size;
+}
+
+const uint8_t *loader_fingerprint(const loader *l)
+{
+	return l->fingerprint;
+}
+
+uint64_t loader_windows(const loader *l)
+{
+	return l->W;
+}
+
+size_t loader_shards(const loader *l)
+{
+	return l->n_files;
+}
+
+/* ---- producing one batch */
+
+static void set_epoch(loader *l, uint64_t e)
+{
+	if (l->cache_valid && l->cache_epoch == e)
+		return;
+	loader_shard_order(l, e, l->order);
+	l->prefix[0] = 0;
+	for (size_t k = 0; k < l->n_files; k++)
+		l->prefix[k + 1] = l->prefix[k] + shard_file_header(l->files[l->order[k]])->n_tokens;
+	l->cache_epoch = e;
+	l->cache_valid = 1;
+}
+
+/* Copy len tokens of the epoch stream from s into l->win, marking document
+ * starts in l->starts. */
+static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
+{
+	size_t lo = 0, hi = l->n_files; /* the shard k with prefix[k] <= s < prefix[k+1] */
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (l->prefix[mid] <= s)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	memset(l->starts, 0, (size_t)l->T + 1);
+	size_t done = 0;
+	for (size_t k = lo; done < len; k++) {
+		if (k >= l->n_files)
+			return err_set(err, "%s: internal error: window past the end of the data",
+				       l->o.dir);
+		shard_file *f = l->files[l->order[k]];
+		const shard_header *h = shard_file_header(f);
+		uint64_t off = s + done - l->prefix[k];
+		if (off >= h->n_tokens)
+			continue;
+		size_t take = h->n_tokens - off < len - done ? (size_t)(h->n_tokens - off) : len - done;
+		if (shard_file_tokens(f, off, take, l->win + done, err) != 0)
+			return -1;
+		if (l->o.doc_bounds) {
+			uint64_t d = shard_file_doc_of(f, off);
+			if (shard_file_doc_start(f, d) < off)
+				d++;
+			for (; d < h->n_docs; d++) {
+				uint64_t a = shard_file_doc_start(f, d);
+				if (a >= off + take)
+					break;
+				l->starts[done + (a - off)] = 1;
+			}
+		}
+		done += take;
+	}
+	return 0;
+}
+
+static int make_row(loader *l, uint64_t p, int32_t *in, int32_t *lab, int32_t *doc,
+		    int64_t *valid, titan_err *err)
+{
+	const int64_t T = l->T;
+	size_t len = (size_t)T + 1;
+	if (l->o.split == SHARD_VAL) {
+		uint64_t s = p * (uint64_t)(T + 1);
+		len = p >= l->W ? 0 : l->total - s < len ? (size_t)(l->total - s) : len;
+		set_epoch(l, 0);
+		if (len > 0 && fill(l, s, len, err) != 0)
+			return -1;
+	} else {
+		uint64_t e = p / l->W;
+		set_epoch(l, e);
+		if (fill(l, loader_window_at(l, p) * (uint64_t)(T + 1), len, err) != 0)
+			return -1;
+	}
+	int32_t c = 0;
+	for (int64_t t = 0; t < T; t++) {
+		in[t] = (size_t)t < len ? (int32_t)l->win[t] : 0;
+		lab[t] = (size_t)t + 1 < len ? (int32_t)l->win[t + 1] : LOADER_IGNORE_INDEX;
+		*valid += (size_t)t + 1 < len;
+		if (doc) {
+			c += t > 0 && (size_t)t < len && l->starts[t];
+			doc[t] = c;
+		}
+	}
+	return 0;
+}
+
+static int produce(loader *l, uint64_t q, slot *sl)
+{
+	const int64_t B = l->B, T = l->T;
+	uint64_t P = l->base + q * (uint64_t)B * (uint64_t)l->o.dp_degree;
+	if (l->o.split == SHARD_VAL && P >= l->W)
+		return sl->rc = 0;
+	uint64_t first = P + (uint64_t)l->o.dp_rank * (uint64_t)B;
+	sl->b = (loader_batch){.inputs = sl->inputs, .labels = sl->labels,
+			       .doc_ids = l->o.doc_bounds ? sl->doc_ids : NULL, .B = B, .T = T,
+			       .position = P,
+			       .epoch = l->o.split == SHARD_VAL ? 0 : first / l->W};
+	for (int64_t j = 0; j < B; j++)
+		if (make_row(l, first + (uint64_t)j, sl->inputs + j * T, sl->labels + j * T,
+			     l->o.doc_bounds ? sl->doc_ids + j * T : NULL, &sl->b.n_valid,
+			     &sl->err) != 0)
+			return sl->rc = -1;
+	return sl->rc = 1;
+}
+
+/* ---- the prefetch thread */
+
+static void *prefetch_main(void *arg)
+{
+	loader *l = arg;
+	pthread_mutex_lock(&l->mu);
+	for (;;) {
+		while (!l->stop && !l->ended && l->produced - l->freed >= (uint64_t)l->depth)
+			pthread_cond_wait(&l->cv, &l->mu);
+		if (l->stop || l->ended)
+			break;
+		uint64_t q = l->produced;
+		pthread_mutex_unlock(&l->mu);
+		/* The slot is ours: the consumer does not touch q until produced > q. */
+		int rc = produce(l, q, &l->slots[q % (uint64_t)l->depth]);
+		pthread_mutex_lock(&l->mu);
+		l->produced = q + 1;
+		if (rc <= 0)
+			l->ended = 1; /* end of val, or an error the consumer will report */
+		pthread_cond_broadcast(&l->cv);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+static int start_thread(loader *l, titan_err *err)
+{
+	l->produced = l->freed = l->returned = 0;
+	l->held = l->ended = l->stop = 0;
+	if (!l->threaded)
+		return 0;
+	if (pthread_create(&l->th, NULL, prefetch_main, l) != 0) {
+		l->threaded = 0;
+		return err_set(err, "%s: cannot start the prefetch thread", l->o.dir);
+	}
+	return 0;
+}
+
+static void stop_thread(loader *l)
+{
+	if (!l->threaded)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->stop = 1;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	pthread_join(l->th, NULL);
+}
+
+int loader_next(loader *l, const loader_batch **b, titan_err *err)
+{
+	uint64_t q = l->returned;
+	slot *sl = &l->slots[q % (uint64_t)l->depth];
+	if (!l->threaded) {
+		if (produce(l, q, sl) < 0) {
+			*err = sl->err;
+			return -1;
+		}
+	} else {
+		pthread_mutex_lock(&l->mu);
+		if (l->held) {
+			l->held = 0;
+			l->freed++;
+			pthread_cond_broadcast(&l->cv);
+		}
+		while (l->produced <= q)
+			pthread_cond_wait(&l->cv, &l->mu);
+		pthread_mutex_unlock(&l->mu);
+	}
+	if (sl->rc < 0) {
+		*err = sl->err;
+		return -1;
+	}
+	if (sl->rc == 0)
+		return 0;
+	l->returned++;
+	l->held = 1;
+	*b = &sl->b;
+	return 1;
+}
+
+/* ---- open / close */
+
+static int alloc_buffers(loader *l, titan_err *err)
+{
+	size_t bt = (size_t)l->B * (size_t)l->T;
+	l->depth = l->o.prefetch > 0 ? l->o.prefetch + 1 : 1;
+	l->slots = calloc((size_t)l->depth, sizeof *l->slots);
+	l->order = calloc(l->n_files ? l->n_files : 1, sizeof *l->order);
+	l->prefix = calloc(l->n_files + 1, sizeof *l->prefix);
+	l->win = malloc(((size_t)l->T + 1) * sizeof *l->win);
+	l->starts = malloc((size_t)l->T + 1);
+	if (!l->slots || !l->order || !l->prefix || !l->win || !l->starts)
+		return err_set(err, "%s: out of memory", l->o.dir);
+	for (int i = 0; i < l->depth; i++) {
+		slot *s = &l->slots[i];
+		s->inputs = malloc(bt * sizeof(int32_t));
+		s->labels = malloc(bt * sizeof(int32_t));
+		s->doc_ids = l->o.doc_bounds ? malloc(bt * sizeof(int32_t)) : NULL;
+		if (!s->inputs || !s->labels || (l->o.doc_bounds && !s->doc_ids))
+			return err_set(err, "%s: out of memory for batch buffers", l->o.dir);
+	}
+	return 0;
+}
+
+static int check_opts(const loader_opts *o, titan_err *err)
+{
+	if (o->dir == NULL)
+		return err_set(err, "loader: no folder");
+	if (o->split != SHARD_TRAIN && o->split != SHARD_VAL)
+		return err_set(err, "%s: split %d is not train (0) or val (1)", o->dir, o->split);
+	if (o->seq_len < 1 || o->seq_len > (1 << 24) || o->local_batch < 1 ||
+	    o->local_batch > (1 << 20))
+		return err_set(err, "%s: seq_len %lld / local_batch %lld out of range", o->dir,
+			       (long long)o->seq_len, (long long)o->local_batch);
+	if (o->dp_degree < 1 || o->dp_rank < 0 || o->dp_rank >= o->dp_degree)
+		return err_set(err, "%s: dp_rank %d of dp_degree %d", o->dir, o->dp_rank,
+			       o->dp_degree);
+	if (o->seed >= (1ull << 63))
+		return err_set(err, "%s: seed %llu is not below 2^63", o->dir,
+			       (unsigned long long)o->seed);
+	if (o->prefetch < 0 || o->prefetch > 64)
+		return err_set(err, "%s: prefetch %d out of range 0..64", o->dir, o->prefetch);
+	return 0;
+}
+
+static int open_files(loader *l, const shard_manifest *m, titan_err *err)
+{
+	const shard_split *sp = &m->split[l->o.split];
+	l->files = calloc(sp->n_shards ? sp->n_shards : 1, sizeof *l->files);
+	if (l->files == NULL)
+		return err_set(err, "%s: out of memory", l->o.dir);
+	uint32_t crc = 0;
+	for (size_t i = 0; i < sp->n_shards; i++) {
+		const shard_entry *e = &sp->shards[i];
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", l->o.dir, e->file);
+		if ((l->files[i] = shard_file_open(path, err)) == NULL)
+			return -1;
+		l->n_files = i + 1;
+		const shard_header *h = shard_file_header(l->files[i]);
+		if (h->n_tokens != e->tokens || h->header_crc != e->header_crc)
+			return err_set(err, "%s: differs from manifest.json (run titan-shard verify)",
+				       path);
+		l->total += h->n_tokens;
+		uint8_t rec[16]; /* tokens u64, data_crc, index_crc, little-endian */
+		for (int b = 0; b < 8; b++)
+			rec[b] = (uint8_t)(e->tokens >> (8 * b));
+		for (int b = 0; b < 4; b++) {
+			rec[8 + b] = (uint8_t)(e->data_crc >> (8 * b));
+			rec[12 + b] = (uint8_t)(e->index_crc >> (8 * b));
+		}
+		crc = crc32c(crc32c(crc, e->file, strlen(e->file)), rec, sizeof rec);
+	}
+	l->id.data_tokens = l->total;
+	l->id.data_crc = crc;
+	return 0;
+}
+
+loader *loader_open(const loader_opts *o, titan_err *err)
+{
+	if (check_opts(o, err) != 0)
+		return NULL;
+	loader *l = calloc(1, sizeof *l);
+	if (l == NULL) {
+		err_set(err, "%s: out of memory", o->dir);
+		return NULL;
+	}
+	l->o = *o;
+	l->T = o->seq_len;
+	l->B = o->local_batch;
+	l->id = (loader_state){.seed = o->seed, .seq_len = o->seq_len,
+			       .shuffle = o->split == SHARD_TRAIN && o->shuffle,
+			       .split = (uint32_t)o->split};
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	shard_manifest m;
+	if (shard_manifest_read(o->dir, &m, err) != 0) {
+		loader_close(l);
+		return NULL;
+	}
+	int rc = 0;
+	if (!m.complete)
+		rc = err_set(err, "%s: incomplete shard set (titan-shard was interrupted; rerun it "
+			     "to finish)", o->dir);
+	else if (m.stream.vocab_size > (uint32_t)INT32_MAX)
+		rc = err_set(err, "%s: vocab_size %u does not fit int32 ids", o->dir,
+			     m.stream.vocab_size);
+	l->vocab_size = m.stream.vocab_size;
+	memcpy(l->fingerprint, m.stream.fingerprint, 32);
+	if (rc == 0)
+		rc = open_files(l, &m, err);
+	shard_manifest_free(&m);
+	uint64_t w1 = (uint64_t)l->T + 1;
+	l->W = o->split == SHARD_VAL ? (l->total + w1 - 1) / w1 : l->total / w1;
+	if (rc == 0 && o->split == SHARD_TRAIN && l->W == 0)
+		rc = err_set(err, "%s: %llu train tokens, fewer than one window of seq_len + 1 = "
+			     "%llu", o->dir, (unsigned long long)l->total, (unsigned long long)w1);
+	if (rc == 0)
+		rc = alloc_buffers(l, err);
+	l->threaded = o->prefetch > 0;
+	if (rc == 0)
+		rc = start_thread(l, err);
+	if (rc != 0) {
+		l->threaded = 0;
+		loader_close(l);
+		return NULL;
+	}
+	return l;
+}
+
+void loader_close(loader *l)
+{
+	if (l == NULL)
+		return;
+	stop_thread(l);
+	for (size_t i = 0; i < l->n_files; i++)
+		shard_file_close(l->files[i]);
+	free(l->files);
+	for (int i = 0; l->slots && i < l->depth; i++) {
+		free(l->slots[i].inputs);
+		free(l->slots[i].labels);
+		free(l->slots[i].doc_ids);
+	}
+	free(l->slots);
+	free(l->order);
+	free(l->prefix);
+	free(l->win);
+	free(l->starts);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	free(l);
+}
+
+/* ---- state */
+
+void loader_state_get(const loader *l, loader_state *s)
+{
+	*s = l->id;
+	s->windows = l->base + l->returned * (uint64_t)l->B * (uint64_t)l->o.dp_degree;
+}
+
+int loader_state_set(loader *l, const loader_state *s, titan_err *err)
+{
+	const loader_state *me = &l->id;
+	if (s->split != me->split || s->seed != me->seed || s->shuffle != me->shuffle ||
+	    s->seq_len != me->seq_len)
+		return err_set(err, "%s: dataloader state is for split %u, seed %llu, shuffle %u, "
+			       "seq_len %lld; this loader has %u, %llu, %u, %lld", l->o.dir, s->split,
+			       (unsigned long long)s->seed, s->shuffle, (long long)s->seq_len,
+			       me->split, (unsigned long long)me->seed, me->shuffle,
+			       (long long)me->seq_len);
+	if (s->data_tokens != me->data_tokens || s->data_crc != me->data_crc)
+		return err_set(err, "%s: dataloader state was saved over another data set (%llu "
+			       "tokens, id 0x%08x; here %llu, 0x%08x)", l->o.dir,
+			       (unsigned long long)s->data_tokens, s->data_crc,
+			       (unsigned long long)me->data_tokens, me->data_crc);
+	stop_thread(l);
+	l->base = s->windows;
+	return start_thread(l, err);
+}

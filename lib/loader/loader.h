@@ -1,0 +1,126 @@
+/* loader.h: the training data loader over a titan-shard folder.
+ *
+ * Packing is torchtitan's: documents (BOS/EOS already in the stream) are
+ * concatenated and cut into windows of seq_len + 1 tokens that do not overlap;
+ * inputs = window[:-1], labels = window[1:].
+ *
+ * The global order does not depend on the data-parallel degree, which is what
+ * makes resharding possible (torchtitan refuses it, its issue #811):
+ *   - epoch e's stream is the train shards concatenated in an order that is a
+ *     seeded shuffle of the manifest's order (the manifest's order when shuffle
+ *     is off); it holds W = floor(train_tokens / (seq_len + 1)) windows, and the
+ *     tail shorter than a window is not used in that epoch;
+ *   - global position p (0, 1, 2, ... over all epochs) is window
+ *     perm_e(p mod W) of epoch e = p / W, where perm_e is a seeded permutation
+ *     of [0, W) (the identity when shuffle is off: torchtitan's order);
+ *   - every call of loader_next consumes local_batch * dp_degree positions from
+ *     the shared cursor; rank r takes rows [r * local_batch, (r+1) * local_batch)
+ *     of them.
+ * The state is the cursor (windows consumed), identical on every rank.  Resuming
+ * with another dp_degree or local_batch continues from the same cursor: nothing
+ * repeated, nothing skipped.  The global batch is local_batch * dp_degree by
+ * construction, so it always splits evenly; a trainer that keeps its global
+ * batch fixed across a reshard picks local_batch = global / dp_degree (and
+ * refuses when that does not divide) or accumulates gradients over several
+ * calls.
+ *
+ * The validation loader (split SHARD_VAL) reads the val shards once in order,
+ * with no shuffle; its last window may be short and a final global batch may be
+ * incomplete: those positions get label -100 (torchtitan's ignore_index) so
+ * every rank makes the same number of calls; then loader_next returns 0.
+ *
+ * Ids are int32 in both inputs and labels: our embedding and cross-entropy
+ * kernels take int32 (PyTorch's int64 targets are not needed in C); -100 fits.
+ *
+ * A background thread prepares the next batches (opts.prefetch of them) so the
+ * trainer never waits on I/O; the batches it returns are the same with or
+ * without prefetching. */
+#ifndef TITAN_LOADER_H
+#define TITAN_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define LOADER_IGNORE_INDEX (-100)
+enum { LOADER_TRAIN = 0, LOADER_VAL = 1 }; /* = SHARD_TRAIN, SHARD_VAL */
+#define LOADER_STATE_BYTES 56
+
+typedef struct loader_opts {
+	const char *dir;      /* titan-shard folder (manifest.json) */
+	int split;            /* LOADER_TRAIN or LOADER_VAL */
+	int64_t seq_len;      /* T */
+	int64_t local_batch;  /* B: rows per call on this rank */
+	int dp_rank, dp_degree;
+	uint64_t seed;        /* below 2^63 (it travels through JSON) */
+	int shuffle;          /* shuffle shards and windows per epoch (train only);
+				 0 is torchtitan's order, the default we suggest so
+				 loss curves compare with torchtitan's */
+	int doc_bounds;       /* also fill batch.doc_ids */
+	int prefetch;         /* batches prepared ahead by a thread; 0 = none */
+} loader_opts;
+
+typedef struct loader_batch {
+	const int32_t *inputs;  /* (B, T) token ids */
+	const int32_t *labels;  /* (B, T) next tokens; LOADER_IGNORE_INDEX where none */
+	const int32_t *doc_ids; /* (B, T) or NULL: per row, the index (from 0) of the
+				   document each input position belongs to; a new
+				   document starts where the id increases (block-causal
+				   attention masks q, k with doc_ids[q] == doc_ids[k]) */
+	int64_t B, T;
+	int64_t n_valid;        /* labels that are not LOADER_IGNORE_INDEX */
+	uint64_t position;      /* global position of this call's first row (rank 0's) */
+	uint64_t epoch;         /* epoch of this rank's first row */
+} loader_batch;
+
+/* What a checkpoint keeps.  The same on every rank. */
+typedef struct loader_state {
+	uint64_t seed;
+	uint64_t windows;       /* global positions consumed */
+	int64_t seq_len;
+	uint32_t shuffle;
+	uint32_t split;
+	uint64_t data_tokens;   /* tokens in the split's shards */
+	uint32_t data_crc;      /* CRC-32C over the split's shard list and CRCs */
+} loader_state;
+
+typedef struct loader loader;
+
+/* Open the folder's split.  Fails on a folder that verify would not pass at
+ * the header level, an incomplete shard set, too few tokens for one window
+ * (train), or bad options. */
+loader *loader_open(const loader_opts *o, titan_err *err);
+/* Next batch: 1 with *b set (valid until the next call on l), 0 when the
+ * validation split is exhausted (never for train), -1 on error. */
+int loader_next(loader *l, const loader_batch **b, titan_err *err);
+void loader_close(loader *l);
+
+/* State of the batches returned so far (prefetched ones do not count). */
+void loader_state_get(const loader *l, loader_state *s);
+/* Continue from s (taken on any dp_degree / local_batch).  Refuses a state from
+ * another data set, split, seed, shuffle or seq_len. */
+int loader_state_set(loader *l, const loader_state *s, titan_err *err);
+
+/* Fixed little-endian bytes ("TLDS", version, fields, CRC-32C) for the
+ * checkpoint's dataloader item, and back. */
+void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES]);
+int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err *err);
+/* A JSON object with the same fields (plus "epoch", informative); malloc'd. */
+char *loader_state_to_json(const loader_state *s, uint64_t windows_per_epoch);
+int loader_state_from_json(const char *json, loader_state *s, titan_err *err);
+
+/* The data's vocabulary (for checking against the model) and tokenizer. */
+uint32_t loader_vocab_size(const loader *l);
+const uint8_t *loader_fingerprint(const loader *l); /* 32 bytes, owned by l */
+
+/* Windows per epoch (train) or in the one pass (val). */
+uint64_t loader_windows(const loader *l);
+/* Epoch e's shard order (indices into the manifest's list); order has
+ * loader_shards(l) entries. */
+size_t loader_shards(const loader *l);
+void loader_shard_order(const loader *l, uint64_t epoch, uint32_t *order);
+/* The window at global position p, as indices into epoch e's stream. */
+uint64_t loader_window_at(const loader *l, uint64_t p);
+
+#endif

@@ -1,0 +1,412 @@
+/* tok.c: loading dispatch, the encoder (added tokens, NFC, splits, BPE with a
+ * piece cache) and the decoder. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tok/tok_int.h"
+#include "tok/tok_split_int.h"
+#include "unicode/unicode.h"
+
+int tok_ids_push(tok_ids *a, int32_t id, titan_err *err)
+{
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 1024;
+		int32_t *v = realloc(a->v, cap * sizeof *v);
+		if (!v)
+			return err_set(err, "out of memory for %zu token ids", cap);
+		a->v = v, a->cap = cap;
+	}
+	a->v[a->n++] = id;
+	return 0;
+}
+
+void tok_ids_free(tok_ids *a)
+{
+	free(a->v);
+	memset(a, 0, sizeof *a);
+}
+
+int tok_buf_append(tok_buf *b, const void *p, size_t n, titan_err *err)
+{
+	if (b->n + n > b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 4096;
+		while (cap < b->n + n)
+			cap *= 2;
+		uint8_t *q = realloc(b->p, cap);
+		if (!q)
+			return err_set(err, "out of memory for %zu bytes", cap);
+		b->p = q, b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->n, p, n);
+	b->n += n;
+	return 0;
+}
+
+void tok_buf_free(tok_buf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof *b);
+}
+
+static bool is_dir(const char *p)
+{
+	struct stat st;
+	return !stat(p, &st) && S_ISDIR(st.st_mode);
+}
+
+static bool exists(const char *p)
+{
+	struct stat st;
+	return !stat(p, &st);
+}
+
+/* A file that starts with '{' is JSON; anything else is read as tiktoken. */
+static bool looks_json(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return false;
+	int c;
+	while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t')
+		;
+	fclose(f);
+	return c == '{';
+}
+
+/* The one *.tiktoken file of a folder, if there is exactly one. */
+static int find_tiktoken(const char *dir, char *out, size_t cap)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int found = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (n > 9 && !strcmp(de->d_name + n - 9, ".tiktoken")) {
+			snprintf(out, cap, "%s/%s", dir, de->d_name);
+			found++;
+		}
+	}
+	closedir(d);
+	return found == 1 ? 0 : -1;
+}
+
+static void describe(tok *t)
+{
+	char splits[256] = "";
+	size_t k = 0;
+	for (int i = 0; i < t->n_splits; i++)
+		k += (size_t)snprintf(splits + k, sizeof splits - k, "%s%s", i ? ", " : "",
+				      tok_split_kind(t->split[i]));
+	snprintf(t->describe, sizeof t->describe,
+		 "%s%s: %lld ids, normalizer %s, pre-tokenizer [%s], BPE %zu merges%s, "
+		 "added tokens %s, Unicode %s",
+		 t->format == TOK_FORMAT_HF_JSON ? "" : "tiktoken ", t->encoding,
+		 (long long)t->n_vocab, t->nfc ? "NFC" : "none", splits, t->pairs.n,
+		 t->ignore_merges ? " (ignore_merges)" : "",
+		 t->added_mode == TOK_ADDED_EXTRACT ? "extracted" : "as text", uni_version);
+}
+
+int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err)
+{
+	tok *t = calloc(1, sizeof *t);
+	if (!t)
+		return err_set(err, "out of memory");
+	t->bos = t->eos = -1;
+	t->pretok_mode = opts ? opts->pretok : TOK_PRETOK_AUTO;
+	int added = opts ? opts->added : TOK_ADDED_DEFAULT;
+	char file[4096], cfg[4096];
+	const char *dir_end;
+	int rc;
+	if (is_dir(path)) {
+		snprintf(file, sizeof file, "%s/tokenizer.json", path);
+		snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", path);
+		if (!exists(file)) {
+			snprintf(file, sizeof file, "%s/tokenizer.model", path);
+			if (!exists(file) && find_tiktoken(path, file, sizeof file)) {
+				free(t);
+				return err_set(err, "%s: no tokenizer.json, tokenizer.model or single "
+					       "*.tiktoken file in this folder", path);
+			}
+		}
+	} else {
+		snprintf(file, sizeof file, "%s", path);
+		dir_end = strrchr(path, '/');
+		if (dir_end)
+			snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", (int)(dir_end - path), path);
+		else
+			snprintf(cfg, sizeof cfg, "tokenizer_config.json");
+	}
+	if (looks_json(file)) {
+		t->format = TOK_FORMAT_HF_JSON;
+		t->added_mode = added == TOK_ADDED_PLAIN ? TOK_ADDED_PLAIN : TOK_ADDED_EXTRACT;
+		snprintf(t->encoding, sizeof t->encoding, "tokenizer.json");
+		rc = tok_load_hf_json(t, file, cfg, err);
+	} else {
+		t->format = TOK_FORMAT_TIKTOKEN;
+		t->added_mode = added == TOK_ADDED_EXTRACT ? TOK_ADDED_EXTRACT : TOK_ADDED_PLAIN;
+		rc = tok_load_tiktoken(t, file, err);
+	}
+	if (rc) {
+		tok_free(t);
+		return -1;
+	}
+	describe(t);
+	*out = t;
+	return 0;
+}
+
+void tok_free(tok *t)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < t->n_splits; i++)
+		tok_split_free(t->split[i]);
+	if (t->dec)
+		for (int64_t i = 0; i < t->n_vocab; i++)
+			free(t->dec[i]);
+	free(t->dec);
+	free(t->dec_len);
+	free(t->pool);
+	free(t->off);
+	free(t->len);
+	free(t->flags);
+	tok_strmap_free(&t->vocab);
+	tok_strmap_free(&t->added);
+	tok_pairmap_free(&t->pairs);
+	free(t);
+}
+
+int tok_format(const tok *t) { return t->format; }
+const char *tok_encoding_name(const tok *t) { return t->encoding; }
+const char *tok_describe(const tok *t) { return t->describe; }
+int64_t tok_n_vocab(const tok *t) { return t->n_vocab; }
+int32_t tok_bos_id(const tok *t) { return t->bos; }
+int32_t tok_eos_id(const tok *t) { return t->eos; }
+bool tok_default_add_bos(const tok *t) { return t->add_bos; }
+bool tok_default_add_eos(const tok *t) { return t->add_eos; }
+
+int32_t tok_token_id(const tok *t, const char *s, size_t n)
+{
+	int32_t id = tok_strmap_get(&t->added, (const uint8_t *)s, n);
+	return id >= 0 ? id : tok_strmap_get(&t->vocab, (const uint8_t *)s, n);
+}
+
+const uint8_t *tok_token_bytes(const tok *t, int32_t id, size_t *len, bool *special)
+{
+	if (id < 0 || id >= t->n_vocab || t->len[id] == UINT32_MAX)
+		return NULL;
+	if (special)
+		*special = t->flags[id] & TOK_F_SPECIAL;
+	if (t->dec[id]) {
+		*len = t->dec_len[id];
+		return t->dec[id];
+	}
+	*len = t->len[id];
+	return t->pool + t->off[id];
+}
+
+int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_buf *out, titan_err *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t len;
+		const uint8_t *p = tok_token_bytes(t, ids[i], &len, NULL);
+		if (!p)
+			return err_set(err, "token id %d (at %zu) is not in the vocabulary (0..%lld)",
+				       ids[i], i, (long long)t->n_vocab - 1);
+		if (tok_buf_append(out, p, len, err))
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- the encoder ---- */
+
+/* Pieces of at most CACHE_BYTES bytes that merge to at most CACHE_IDS ids are
+ * remembered in a direct-mapped cache (frequent words repeat). */
+enum { CACHE_SLOTS = 1 << 16, CACHE_BYTES = 30, CACHE_IDS = 14 };
+
+typedef struct cache_ent {
+	uint64_t h;
+	uint8_t len, nids;
+	uint8_t bytes[CACHE_BYTES];
+	int32_t ids[CACHE_IDS];
+} cache_ent;
+
+struct tok_enc {
+	const tok *t;
+	tok_bpe_scratch *bpe;
+	tok_pcre pcre;
+	cache_ent *cache;
+	tok_ids *out;     /* the current call's output */
+	titan_err *err;
+	tok_piece_fn user_fn; /* tok_pieces: the caller's callback instead of BPE */
+	void *user_ctx;
+};
+
+tok_enc *tok_enc_new(const tok *t, titan_err *err)
+{
+	tok_enc *e = calloc(1, sizeof *e);
+	if (!e) {
+		err_set(err, "out of memory");
+		return NULL;
+	}
+	e->t = t;
+	e->bpe = tok_bpe_scratch_new();
+	e->cache = calloc(CACHE_SLOTS, sizeof *e->cache);
+	if (!e->bpe || !e->cache || tok_pcre_init(&e->pcre, err)) {
+		err_set(err, "out of memory");
+		tok_enc_free(e);
+		return NULL;
+	}
+	return e;
+}
+
+void tok_enc_free(tok_enc *e)
+{
+	if (!e)
+		return;
+	tok_bpe_scratch_free(e->bpe);
+	if (e->pcre.md)
+		tok_pcre_free(&e->pcre);
+	free(e->cache);
+	free(e);
+}
+
+static int bpe_cached(tok_enc *e, const uint8_t *p, size_t n)
+{
+	const tok *t = e->t;
+	uint64_t h = 0;
+	if (t->ignore_merges || n <= CACHE_BYTES) {
+		h = tok_hash_bytes(p, n);
+		if (t->ignore_merges) {
+			int32_t whole = tok_strmap_get(&t->vocab, p, n);
+			if (whole >= 0)
+				return tok_ids_push(e->out, whole, e->err);
+		}
+	}
+	cache_ent *c = NULL;
+	if (n <= CACHE_BYTES) {
+		c = &e->cache[h & (CACHE_SLOTS - 1)];
+		if (c->h == h && c->len == n && c->nids && !memcmp(c->bytes, p, n)) {
+			for (int k = 0; k < c->nids; k++)
+				if (tok_ids_push(e->out, c->ids[k], e->err))
+					return -1;
+			return 0;
+		}
+	}
+	size_t before = e->out->n;
+	if (tok_bpe_piece(t, e->bpe, p, n, e->out, e->err))
+		return -1;
+	size_t got = e->out->n - before;
+	if (c && got >= 1 && got <= CACHE_IDS) {
+		c->h = h, c->len = (uint8_t)n, c->nids = (uint8_t)got;
+		memcpy(c->bytes, p, n);
+		memcpy(c->ids, e->out->v + before, got * sizeof *c->ids);
+	}
+	return 0;
+}
+
+/* Stage k of the pre-tokenizer's splits; the last stage's pieces go to BPE. */
+typedef struct stage_ctx {
+	tok_enc *e;
+	int k;
+} stage_ctx;
+
+static int run_stage(tok_enc *e, int k, const uint8_t *s, size_t n);
+
+static int stage_cb(void *ctx, const uint8_t *p, size_t n)
+{
+	stage_ctx *c = ctx;
+	return run_stage(c->e, c->k + 1, p, n);
+}
+
+static int run_stage(tok_enc *e, int k, const uint8_t *s, size_t n)
+{
+	if (k == e->t->n_splits) {
+		if (e->user_fn)
+			return e->user_fn(e->user_ctx, s, n);
+		return bpe_cached(e, s, n);
+	}
+	stage_ctx c = {e, k};
+	return tok_split_run_with(e->t->split[k], &e->pcre, s, n, stage_cb, &c, e->err);
+}
+
+static int encode_segment(tok_enc *e, const uint8_t *s, size_t n)
+{
+	if (!n)
+		return 0;
+	if (e->t->nfc && !uni_is_nfc_quick(s, n)) {
+		uint8_t *norm;
+		size_t nn;
+		if (uni_nfc(s, n, &norm, &nn, e->err))
+			return -1;
+		int rc = run_stage(e, 0, norm, nn);
+		free(norm);
+		return rc;
+	}
+	return run_stage(e, 0, s, n);
+}
+
+/* HF cuts added tokens out of the text first, leftmost-longest. */
+static int32_t added_at(const tok *t, const uint8_t *s, size_t n, size_t i, uint32_t *len)
+{
+	for (int k = 0; k < t->n_added_lens; k++) {
+		uint32_t l = t->added_lens[k];
+		if (l > n - i)
+			continue;
+		int32_t id = tok_strmap_get(&t->added, s + i, l);
+		if (id >= 0) {
+			*len = l;
+			return id;
+		}
+	}
+	return -1;
+}
+
+static int encode_all(tok_enc *e, const uint8_t *s, size_t n)
+{
+	const tok *t = e->t;
+	if (t->added_mode != TOK_ADDED_EXTRACT || !t->n_added_lens || e->user_fn)
+		return encode_segment(e, s, n);
+	size_t seg = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!(t->added_first[s[i] >> 3] & (1u << (s[i] & 7))))
+			continue;
+		uint32_t len;
+		int32_t id = added_at(t, s, n, i, &len);
+		if (id < 0)
+			continue;
+		if (encode_segment(e, s + seg, i - seg) || tok_ids_push(e->out, id, e->err))
+			return -1;
+		i += len - 1;
+		seg = i + 1;
+	}
+	return encode_segment(e, s + seg, n - seg);
+}
+
+int tok_encode(tok_enc *e, const uint8_t *text, size_t n, tok_ids *out, titan_err *err)
+{
+	e->out = out;
+	e->err = err;
+	e->user_fn = NULL;
+	int rc = encode_all(e, text, n);
+	e->out = NULL;
+	return rc ? -1 : 0;
+}
+
+int tok_pieces(tok_enc *e, const uint8_t *text, size_t n, tok_piece_fn fn, void *ctx,
+	       titan_err *err)
+{
+	e->err = err;
+	e->user_fn = fn;
+	e->user_ctx = ctx;
+	int rc = encode_segment(e, text, n);
+	e->user_fn = NULL;
+	return rc;
+}

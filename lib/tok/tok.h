@@ -1,0 +1,166 @@
+/* tok.h: exact ByteLevel BPE tokenization (HF tokenizer.json, tiktoken files).
+ *
+ * What loads:
+ *   - a tokenizer.json, or a folder holding one (tokenizer_config.json beside it
+ *     gives bos_token / eos_token / add_bos_token / add_eos_token, read the way
+ *     torchtitan's HuggingFaceTokenizer reads them);
+ *   - a tiktoken file ("base64(bytes) rank" per line: Meta's Llama 3
+ *     tokenizer.model, cl100k_base.tiktoken, o200k_base.tiktoken), or a folder
+ *     holding tokenizer.model or one *.tiktoken file.  The encoding is recognised
+ *     from the file's SHA-256 (and, failing that, from its size and first ranks)
+ *     to pick its regex and its special tokens; see tok_load().
+ *
+ * Pieces: HF's pipeline in its order: added tokens are cut out of the text
+ * first (TOK_ADDED_EXTRACT, the default for tokenizer.json), then the normalizer
+ * (none or NFC), the pre-tokenizer (Split regexes, ByteLevel), then BPE.
+ * tiktoken files default to TOK_ADDED_PLAIN: special tokens' text is encoded as
+ * ordinary text, like tiktoken's encode_ordinary().
+ *
+ * Pre-tokenizer regexes run through hand-written scanners when the regex is one
+ * of the known patterns (Llama 3 / cl100k, Qwen2/3, GPT-2, o200k), otherwise
+ * through PCRE2 (JIT, UTF, UCP).  The scanners use titan's own Unicode tables
+ * (Unicode 16.0.0, what the references' regex engines use); PCRE2 in Debian
+ * uses its own, older, tables, so the two can differ on code points assigned
+ * after Unicode 14.  Prefer the scanners (TOK_PRETOK_AUTO).
+ *
+ * Bytes in: the encoder takes raw bytes.  Valid UTF-8 is tokenized exactly as
+ * the references tokenize the same string.  Each byte of an invalid UTF-8
+ * sequence (stray continuation bytes, truncated sequences, overlong forms,
+ * encoded surrogates, values above U+10FFFF) counts as one code point that is
+ * neither letter, number, mark nor white space, and keeps its own byte value in
+ * the output bytes, so decode(encode(x)) == x for every byte string x.
+ * NUL is an ordinary character.  No input size limit, no recursion; time is
+ * O(n log n) in the length of a piece at worst.
+ *
+ * Threads: a tok is read-only once loaded and may be shared; each thread
+ * encodes with its own tok_enc (scratch space and a piece cache). */
+#ifndef TITAN_TOK_H
+#define TITAN_TOK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct tok tok;
+typedef struct tok_enc tok_enc;
+
+/* How added tokens (specials) in the text are treated. */
+enum tok_added {
+	TOK_ADDED_DEFAULT = 0, /* EXTRACT for tokenizer.json, PLAIN for tiktoken */
+	TOK_ADDED_EXTRACT,     /* HF: "<|eot_id|>" in the text becomes its id */
+	TOK_ADDED_PLAIN,       /* tiktoken encode_ordinary: encode it as text */
+};
+
+/* How pre-tokenizer regexes are run. */
+enum tok_pretok_mode {
+	TOK_PRETOK_AUTO = 0, /* a scanner for the known patterns, PCRE2 otherwise */
+	TOK_PRETOK_PCRE2,    /* always PCRE2 (for tests and odd cases) */
+};
+
+typedef struct tok_opts {
+	int added;  /* enum tok_added */
+	int pretok; /* enum tok_pretok_mode */
+} tok_opts;
+
+/* Which file format the tokenizer came from. */
+enum tok_format { TOK_FORMAT_HF_JSON = 1, TOK_FORMAT_TIKTOKEN = 2 };
+
+/* Load from path: a tokenizer.json, a tiktoken file, or a folder holding one
+ * (tokenizer.json is preferred, then tokenizer.model, then a single *.tiktoken).
+ * opts may be NULL (defaults).  On success *out owns everything; tok_free() it.
+ * tiktoken encodings recognised: "llama3" (Meta's tokenizer.model, 128,000
+ * ranks + 256 specials at 128000..128255), "cl100k_base" (specials
+ * <|endoftext|> 100257, <|fim_prefix|> 100258, <|fim_middle|> 100259,
+ * <|fim_suffix|> 100260, <|endofprompt|> 100276), "o200k_base" (<|endoftext|>
+ * 199999, <|endofprompt|> 200018).  Another tiktoken file is refused unless its
+ * content is one of these (an unknown file has no known regex). */
+int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err);
+void tok_free(tok *t);
+
+int tok_format(const tok *t);
+/* "llama3", "cl100k_base", "o200k_base" for tiktoken files; "tokenizer.json"
+ * otherwise. */
+const char *tok_encoding_name(const tok *t);
+/* One line for logs: format, vocabulary size, pre-tokenizer stages and whether
+ * each runs on a scanner or PCRE2, normalizer, added-token policy. */
+const char *tok_describe(const tok *t);
+
+/* Ids run 0 .. n_vocab-1 (the largest id + 1; there may be holes). */
+int64_t tok_n_vocab(const tok *t);
+
+/* BOS / EOS ids, or -1 when the tokenizer has none.  For tokenizer.json they
+ * come from tokenizer_config.json (bos_token / eos_token, a string or an
+ * {"content": ...} object); tiktoken "llama3": <|begin_of_text|> and
+ * <|end_of_text|>; cl100k_base / o200k_base: no BOS, EOS <|endoftext|>. */
+int32_t tok_bos_id(const tok *t);
+int32_t tok_eos_id(const tok *t);
+/* Defaults for adding them, from add_bos_token / add_eos_token when present,
+ * otherwise (like torchtitan) add_bos = (BOS exists), add_eos = false. */
+bool tok_default_add_bos(const tok *t);
+bool tok_default_add_eos(const tok *t);
+
+/* The id of a token given by its text (an added/special token's content, or a
+ * vocabulary entry's raw bytes), or -1. */
+int32_t tok_token_id(const tok *t, const char *s, size_t n);
+/* The raw bytes of a token (ByteLevel-decoded; an added token's content) and
+ * whether it is special.  NULL when id is out of range or a hole. */
+const uint8_t *tok_token_bytes(const tok *t, int32_t id, size_t *len, bool *special);
+
+/* A growable array of ids; zero-initialise it.  Functions append to it. */
+typedef struct tok_ids {
+	int32_t *v;
+	size_t n, cap;
+} tok_ids;
+int tok_ids_push(tok_ids *a, int32_t id, titan_err *err);
+void tok_ids_free(tok_ids *a);
+
+/* A growable byte buffer; zero-initialise it.  Functions append to it. */
+typedef struct tok_buf {
+	uint8_t *p;
+	size_t n, cap;
+} tok_buf;
+int tok_buf_append(tok_buf *b, const void *p, size_t n, titan_err *err);
+void tok_buf_free(tok_buf *b);
+
+/* Per-thread encoder.  t must outlive it. */
+tok_enc *tok_enc_new(const tok *t, titan_err *err);
+void tok_enc_free(tok_enc *e);
+
+/* Encode n bytes of text, appending ids to *out (no BOS/EOS: the caller adds
+ * them).  Fails only when memory runs out. */
+int tok_encode(tok_enc *e, const uint8_t *text, size_t n, tok_ids *out, titan_err *err);
+
+/* Decode ids to bytes (ByteLevel decoder; added tokens as their content),
+ * appending to *out.  An id outside the vocabulary is an error naming it. */
+int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_buf *out, titan_err *err);
+
+/* Pre-tokenization alone (for BPE training and tests): the pieces the
+ * tokenizer's normalizer and pre-tokenizer make of text, without added-token
+ * extraction.  fn is called once per piece in order with the piece's bytes
+ * (after normalization); a non-zero return stops and is returned. */
+typedef int (*tok_piece_fn)(void *ctx, const uint8_t *piece, size_t n);
+int tok_pieces(tok_enc *e, const uint8_t *text, size_t n, tok_piece_fn fn, void *ctx,
+	       titan_err *err);
+
+/* A standalone pre-tokenizer for one regex (BPE training without a tokenizer).
+ * The regexes of the known patterns, as the references spell them: */
+extern const char tok_re_llama3[]; /* Llama 3 = cl100k_base */
+extern const char tok_re_qwen2[];  /* Qwen2/3: \p{N} single digits */
+extern const char tok_re_gpt2[];   /* GPT-2 (ByteLevel use_regex) */
+extern const char tok_re_o200k[];  /* o200k_base */
+
+typedef struct tok_split tok_split;
+/* mode: enum tok_pretok_mode.  A regex PCRE2 cannot compile is an error. */
+tok_split *tok_split_new(const char *regex, int mode, titan_err *err);
+void tok_split_free(tok_split *s);
+/* "scanner:llama3", "scanner:qwen2", "scanner:gpt2", "scanner:o200k" or "pcre2". */
+const char *tok_split_kind(const tok_split *s);
+/* Split text into the regex's matches and the gaps between them (Isolated
+ * behaviour), calling fn per piece; returns fn's first non-zero result, or -1
+ * with *err set on a PCRE2 failure (match limit). */
+int tok_split_run(const tok_split *s, const uint8_t *text, size_t n, tok_piece_fn fn,
+		  void *ctx, titan_err *err);
+
+#endif

@@ -1,0 +1,312 @@
+/* tok_bpe.c: the vocabulary and merge hash maps, and BPE of one piece.
+ *
+ * Both references repeatedly merge the adjacent pair of lowest rank, the
+ * leftmost on ties.  tiktoken ranks a pair by the rank of its concatenated
+ * bytes; HF by the merge's line in the merges list.  Either way the loader
+ * fills one map (left id, right id) -> (rank, merged id) and this file runs
+ * the loop: a plain scan for short pieces, a heap over a linked list for long
+ * ones (no quadratic time on a megabyte piece). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok/tok_int.h"
+
+uint64_t tok_hash_bytes(const uint8_t *p, size_t n)
+{
+	uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+	while (n >= 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+		h ^= h >> 31;
+		p += 8, n -= 8;
+	}
+	uint64_t w = 0;
+	memcpy(&w, p, n);
+	h = (h ^ w) * 0x94d049bb133111ebull;
+	h ^= h >> 29;
+	return h;
+}
+
+static size_t pow2_at_least(size_t n)
+{
+	size_t c = 16;
+	while (c < n)
+		c <<= 1;
+	return c;
+}
+
+int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t flag_want,
+		     titan_err *err)
+{
+	size_t count = 0;
+	for (int64_t id = 0; id < t->n_vocab; id++)
+		if (t->len[id] != UINT32_MAX && (t->flags[id] & flag_mask) == flag_want)
+			count++;
+	size_t cap = pow2_at_least(count * 2 + 1);
+	m->slot = malloc(cap * sizeof *m->slot);
+	if (!m->slot)
+		return err_set(err, "out of memory for a %zu-entry token map", cap);
+	for (size_t i = 0; i < cap; i++)
+		m->slot[i] = (tok_strslot){-1, 0};
+	m->mask = cap - 1;
+	m->pool = t->pool, m->off = t->off, m->len = t->len;
+	for (int64_t id = 0; id < t->n_vocab; id++) {
+		if (t->len[id] == UINT32_MAX || (t->flags[id] & flag_mask) != flag_want)
+			continue;
+		const uint8_t *p = t->pool + t->off[id];
+		size_t n = t->len[id];
+		if (tok_strmap_get(m, p, n) >= 0)
+			continue; /* the same bytes twice: the lower id wins */
+		uint64_t h = tok_hash_bytes(p, n);
+		size_t i = (size_t)h & m->mask;
+		while (m->slot[i].id >= 0)
+			i = (i + 1) & m->mask;
+		m->slot[i] = (tok_strslot){(int32_t)id, (uint32_t)(h >> 32)};
+	}
+	return 0;
+}
+
+int32_t tok_strmap_get(const tok_strmap *m, const uint8_t *p, size_t n)
+{
+	if (!m->slot)
+		return -1;
+	uint64_t h = tok_hash_bytes(p, n);
+	uint32_t tag = (uint32_t)(h >> 32);
+	size_t i = (size_t)h & m->mask;
+	for (;;) {
+		const tok_strslot *s = &m->slot[i];
+		if (s->id < 0)
+			return -1;
+		if (s->tag == tag && m->len[s->id] == n && !memcmp(m->pool + m->off[s->id], p, n))
+			return s->id;
+		i = (i + 1) & m->mask;
+	}
+}
+
+void tok_strmap_free(tok_strmap *m)
+{
+	free(m->slot);
+	m->slot = NULL;
+}
+
+int tok_pairmap_init(tok_pairmap *m, size_t expect, titan_err *err)
+{
+	size_t cap = pow2_at_least(expect * 2 + 1);
+	m->slot = malloc(cap * sizeof *m->slot);
+	if (!m->slot)
+		return err_set(err, "out of memory for a %zu-entry merge map", cap);
+	for (size_t i = 0; i < cap; i++)
+		m->slot[i].key = UINT64_MAX;
+	m->mask = cap - 1;
+	m->n = 0;
+	return 0;
+}
+
+void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id)
+{
+	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+	size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
+	while (m->slot[i].key != UINT64_MAX && m->slot[i].key != key)
+		i = (i + 1) & m->mask;
+	if (m->slot[i].key == UINT64_MAX)
+		m->n++;
+	m->slot[i] = (tok_pair){key, rank, (uint32_t)id};
+}
+
+void tok_pairmap_free(tok_pairmap *m)
+{
+	free(m->slot);
+	m->slot = NULL;
+}
+
+/* Short pieces: arrays, a full scan per merge (at most SHORT^2 lookups). */
+enum { SHORT = 64 };
+
+typedef struct heap_ent {
+	uint32_t rank;
+	uint32_t pos;
+} heap_ent;
+
+struct tok_bpe_scratch {
+	int32_t *id;      /* (n) symbol ids */
+	uint32_t *rank;   /* (n) rank of the pair (k, next(k)), UINT32_MAX none */
+	int32_t *merged;  /* (n) id the pair (k, next(k)) merges to */
+	uint32_t *prev, *next;
+	heap_ent *heap;
+	size_t cap;
+};
+
+tok_bpe_scratch *tok_bpe_scratch_new(void)
+{
+	return calloc(1, sizeof(tok_bpe_scratch));
+}
+
+void tok_bpe_scratch_free(tok_bpe_scratch *s)
+{
+	if (!s)
+		return;
+	free(s->id);
+	free(s->rank);
+	free(s->merged);
+	free(s->prev);
+	free(s->next);
+	free(s->heap);
+	free(s);
+}
+
+static int scratch_reserve(tok_bpe_scratch *s, size_t n)
+{
+	if (n <= s->cap)
+		return 0;
+	size_t cap = pow2_at_least(n);
+#define GROW(f) do { void *q = realloc(s->f, cap * sizeof *s->f); if (!q) return -1; s->f = q; } while (0)
+	GROW(id);
+	GROW(rank);
+	GROW(merged);
+	GROW(prev);
+	GROW(next);
+	GROW(heap);
+#undef GROW
+	s->cap = cap;
+	return 0;
+}
+
+static inline void pair_rank(const tok *t, int32_t a, int32_t b, uint32_t *rank, int32_t *merged)
+{
+	const tok_pair *p = tok_pairmap_get(&t->pairs, a, b);
+	*rank = p ? p->rank : UINT32_MAX;
+	*merged = p ? (int32_t)p->id : -1;
+}
+
+static int bpe_short(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, titan_err *err)
+{
+	int32_t *id = s->id, *mg = s->merged;
+	uint32_t *rk = s->rank;
+	for (size_t k = 0; k + 1 < n; k++)
+		pair_rank(t, id[k], id[k + 1], &rk[k], &mg[k]);
+	while (n > 1) {
+		size_t best = 0;
+		for (size_t k = 1; k + 1 < n; k++)
+			if (rk[k] < rk[best])
+				best = k;
+		if (rk[best] == UINT32_MAX)
+			break;
+		id[best] = mg[best];
+		memmove(id + best + 1, id + best + 2, (n - best - 2) * sizeof *id);
+		memmove(rk + best + 1, rk + best + 2, (n - best - 2) * sizeof *rk);
+		memmove(mg + best + 1, mg + best + 2, (n - best - 2) * sizeof *mg);
+		n--;
+		if (best > 0)
+			pair_rank(t, id[best - 1], id[best], &rk[best - 1], &mg[best - 1]);
+		if (best + 1 < n)
+			pair_rank(t, id[best], id[best + 1], &rk[best], &mg[best]);
+	}
+	for (size_t k = 0; k < n; k++)
+		if (tok_ids_push(out, id[k], err))
+			return -1;
+	return 0;
+}
+
+static inline bool heap_less(heap_ent a, heap_ent b)
+{
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+
+static void heap_push(heap_ent *h, size_t *n, heap_ent e)
+{
+	size_t i = (*n)++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!heap_less(e, h[p]))
+			break;
+		h[i] = h[p];
+		i = p;
+	}
+	h[i] = e;
+}
+
+static heap_ent heap_pop(heap_ent *h, size_t *n)
+{
+	heap_ent top = h[0], e = h[--*n];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && heap_less(h[c + 1], h[c]))
+			c++;
+		if (!heap_less(h[c], e))
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n)
+		h[i] = e;
+	return top;
+}
+
+/* Long pieces: symbols in a linked list indexed by their first byte's
+ * position, candidate pairs in a min-heap on (rank, position); an entry is
+ * stale when its left symbol is gone or now pairs with a different rank. */
+static int bpe_long(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, titan_err *err)
+{
+	int32_t *id = s->id, *mg = s->merged;
+	uint32_t *rk = s->rank, *prev = s->prev, *next = s->next;
+	const uint32_t NONE = UINT32_MAX;
+	size_t hn = 0;
+	for (size_t k = 0; k < n; k++) {
+		prev[k] = k ? (uint32_t)k - 1 : NONE;
+		next[k] = k + 1 < n ? (uint32_t)k + 1 : NONE;
+		rk[k] = NONE;
+		if (k + 1 < n) {
+			pair_rank(t, id[k], id[k + 1], &rk[k], &mg[k]);
+			if (rk[k] != NONE)
+				heap_push(s->heap, &hn, (heap_ent){rk[k], (uint32_t)k});
+		}
+	}
+	while (hn) {
+		heap_ent e = heap_pop(s->heap, &hn);
+		uint32_t a = e.pos;
+		if (id[a] < 0 || rk[a] != e.rank)
+			continue;
+		uint32_t b = next[a];
+		id[a] = mg[a];
+		id[b] = -1;
+		next[a] = next[b];
+		if (next[b] != NONE)
+			prev[next[b]] = a;
+		uint32_t p = prev[a];
+		if (p != NONE) {
+			pair_rank(t, id[p], id[a], &rk[p], &mg[p]);
+			if (rk[p] != NONE)
+				heap_push(s->heap, &hn, (heap_ent){rk[p], p});
+		}
+		rk[a] = NONE;
+		if (next[a] != NONE) {
+			pair_rank(t, id[a], id[next[a]], &rk[a], &mg[a]);
+			if (rk[a] != NONE)
+				heap_push(s->heap, &hn, (heap_ent){rk[a], a});
+		}
+	}
+	for (uint32_t k = 0; k != NONE && k < n; k = next[k])
+		if (tok_ids_push(out, id[k], err))
+			return -1;
+	return 0;
+}
+
+int tok_bpe_piece(const tok *t, tok_bpe_scratch *s, const uint8_t *p, size_t n, tok_ids *out,
+		  titan_err *err)
+{
+	if (scratch_reserve(s, n))
+		return err_set(err, "out of memory for a %zu-byte piece", n);
+	/* HF drops a character that has no token (no unk_token in a byte-level
+	 * vocabulary); its neighbours then become adjacent. */
+	size_t m = 0;
+	for (size_t k = 0; k < n; k++)
+		if (t->byte_id[p[k]] >= 0)
+			s->id[m++] = t->byte_id[p[k]];
+	if (m <= SHORT)
+		return bpe_short(t, s, m, out, err);
+	return bpe_long(t, s, m, out, err);
+}

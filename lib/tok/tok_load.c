@@ -1,0 +1,768 @@
+/* tok_load.c: reading tokenizer.json, tokenizer_config.json and tiktoken files. */
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/mfile.h"
+#include "core/sha256.h"
+#include "tok/tok_int.h"
+#include "tok/tok_split_int.h"
+#include "unicode/unicode.h"
+
+/* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other
+ * 68 (0-32, 127-160, 173) for U+0100 onwards in byte order. */
+static int16_t bl_char_to_byte[324];
+
+static void init_bytelevel(void)
+{
+	if (bl_char_to_byte[0x100] == 0 && bl_char_to_byte['!'] == '!')
+		return;
+	for (int i = 0; i < 324; i++)
+		bl_char_to_byte[i] = -1;
+	int extra = 0;
+	for (int b = 0; b < 256; b++) {
+		bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+		bl_char_to_byte[printable ? b : 256 + extra++] = (int16_t)b;
+	}
+}
+
+/* A token string in ByteLevel form to bytes, the way HF's ByteLevel decoder
+ * does it: every character mapped back, or, when one has no byte, the string's
+ * own UTF-8.  Returns whether the mapping applied (the token is reachable). */
+/* jansson refuses NUL in object keys, and torchtitan's test vocabulary has
+ * "\u0000": the loader reads every unescaped \u0000 as U+10FFFF (a
+ * noncharacter no real vocabulary holds) and this turns it back. */
+#define NUL_MASK "\\uDBFF\\uDFFF"
+static const uint8_t nul_utf8[4] = {0xf4, 0x8f, 0xbf, 0xbf};
+
+static size_t unmask_nul(const char *s, size_t n, uint8_t *out)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i + 4 <= n && !memcmp(s + i, nul_utf8, 4)) {
+			out[k++] = 0;
+			i += 3;
+		} else {
+			out[k++] = (uint8_t)s[i];
+		}
+	}
+	return k;
+}
+
+static bool bytelevel_decode(const char *s, size_t n, uint8_t *out, size_t *out_n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		i += uni_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+		if (cp >= 324 || bl_char_to_byte[cp] < 0) {
+			*out_n = unmask_nul(s, n, out);
+			return false;
+		}
+		out[k++] = (uint8_t)bl_char_to_byte[cp];
+	}
+	*out_n = k;
+	return true;
+}
+
+/* The file's text with each unescaped \u0000 replaced by NUL_MASK. */
+static json_t *load_json_masked(const char *path, json_error_t *je, titan_err *err)
+{
+	mfile m;
+	if (mfile_open(&m, path, err))
+		return NULL;
+	size_t n = m.size, extra = 0;
+	const char *s = (const char *)m.data;
+	for (size_t i = 0; i + 6 <= n; i++)
+		if (s[i] == '\\' && !memcmp(s + i + 1, "u0000", 5))
+			extra++;
+	char *buf = extra ? malloc(n + extra * 6 + 1) : NULL;
+	if (extra && !buf) {
+		mfile_close(&m);
+		err_set(err, "out of memory");
+		return NULL;
+	}
+	json_t *root;
+	if (extra) {
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (s[i] == '\\' && i + 6 <= n && !memcmp(s + i + 1, "u0000", 5)) {
+				memcpy(buf + k, NUL_MASK, 12);
+				k += 12, i += 5;
+			} else if (s[i] == '\\' && i + 1 < n) {
+				buf[k++] = s[i++]; /* an escaped character, e.g. \\ */
+				buf[k++] = s[i];
+			} else {
+				buf[k++] = s[i];
+			}
+		}
+		root = json_loadb(buf, k, 0, je);
+		free(buf);
+	} else {
+		root = json_loadb(s, n, 0, je);
+	}
+	mfile_close(&m);
+	if (!root)
+		err_set(err, "line %d: %s", je->line, je->text);
+	return root;
+}
+
+int tok_alloc_ids(tok *t, int64_t n, titan_err *err)
+{
+	t->n_vocab = n;
+	t->off = calloc((size_t)n, sizeof *t->off);
+	t->len = malloc((size_t)n * sizeof *t->len);
+	t->flags = calloc((size_t)n, 1);
+	t->dec = calloc((size_t)n, sizeof *t->dec);
+	t->dec_len = calloc((size_t)n, sizeof *t->dec_len);
+	if (!t->off || !t->len || !t->flags || !t->dec || !t->dec_len)
+		return err_set(err, "out of memory for %lld token ids", (long long)n);
+	for (int64_t i = 0; i < n; i++)
+		t->len[i] = UINT32_MAX;
+	return 0;
+}
+
+/* Token bytes go to one pool; grow it as needed. */
+typedef struct pool_w {
+	uint8_t *p;
+	size_t n, cap;
+} pool_w;
+
+static int pool_add(pool_w *w, const uint8_t *b, size_t n, uint64_t *off)
+{
+	if (w->n + n > w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 1 << 20;
+		while (cap < w->n + n)
+			cap *= 2;
+		uint8_t *p = realloc(w->p, cap);
+		if (!p)
+			return -1;
+		w->p = p, w->cap = cap;
+	}
+	memcpy(w->p + w->n, b, n);
+	*off = w->n;
+	w->n += n;
+	return 0;
+}
+
+static int set_token(tok *t, pool_w *w, int64_t id, const uint8_t *b, size_t n, uint8_t flags,
+		     titan_err *err)
+{
+	if (id < 0 || id >= t->n_vocab)
+		return err_set(err, "token id %lld out of range 0..%lld", (long long)id,
+			       (long long)t->n_vocab - 1);
+	if (pool_add(w, b, n, &t->off[id]))
+		return err_set(err, "out of memory for token bytes");
+	t->len[id] = (uint32_t)n;
+	t->flags[id] = flags;
+	return 0;
+}
+
+int tok_finish(tok *t, titan_err *err)
+{
+	if (tok_strmap_build(&t->vocab, t, TOK_F_ADDED | TOK_F_UNREACH, 0, err) ||
+	    tok_strmap_build(&t->added, t, TOK_F_ADDED, TOK_F_ADDED, err))
+		return -1;
+	for (int b = 0; b < 256; b++) {
+		uint8_t c = (uint8_t)b;
+		t->byte_id[b] = tok_strmap_get(&t->vocab, &c, 1);
+	}
+	t->n_added_lens = 0;
+	memset(t->added_first, 0, sizeof t->added_first);
+	for (int64_t id = 0; id < t->n_vocab; id++) {
+		if (!(t->flags[id] & TOK_F_ADDED) || t->len[id] == 0 || t->len[id] == UINT32_MAX)
+			continue;
+		uint32_t n = t->len[id];
+		uint8_t first = t->pool[t->off[id]];
+		t->added_first[first >> 3] |= (uint8_t)(1u << (first & 7));
+		int k = 0;
+		while (k < t->n_added_lens && t->added_lens[k] > n)
+			k++;
+		if (k < t->n_added_lens && t->added_lens[k] == n)
+			continue;
+		if (t->n_added_lens == (int)(sizeof t->added_lens / sizeof t->added_lens[0]))
+			return err_set(err, "added tokens have more than 64 different lengths");
+		memmove(t->added_lens + k + 1, t->added_lens + k,
+			(size_t)(t->n_added_lens - k) * sizeof t->added_lens[0]);
+		t->added_lens[k] = n;
+		t->n_added_lens++;
+	}
+	return 0;
+}
+
+/* ---- tokenizer.json ---- */
+
+static int add_split(tok *t, const char *regex, int mode, titan_err *err)
+{
+	if (t->n_splits == TOK_MAX_SPLITS)
+		return err_set(err, "more than %d pre-tokenizer splits", TOK_MAX_SPLITS);
+	tok_split *s = tok_split_new(regex, mode, err);
+	if (!s)
+		return -1;
+	t->split[t->n_splits++] = s;
+	return 0;
+}
+
+/* A literal Split pattern ({"String": ...}) as a regex. */
+static char *quote_regex(const char *s)
+{
+	size_t n = strlen(s);
+	char *o = malloc(2 * n + 1), *q = o;
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x80 && !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
+			*q++ = '\\';
+		*q++ = (char)c;
+	}
+	*q = 0;
+	return o;
+}
+
+static int pretok_one(tok *t, json_t *p, int mode, bool *bytelevel, titan_err *err)
+{
+	const char *type = json_string_value(json_object_get(p, "type"));
+	if (!type)
+		return err_set(err, "pre_tokenizer without a type");
+	if (!strcmp(type, "Sequence")) {
+		json_t *list = json_object_get(p, "pretokenizers"), *q;
+		size_t i;
+		if (!json_is_array(list))
+			return err_set(err, "pre_tokenizer Sequence without a pretokenizers list");
+		json_array_foreach(list, i, q)
+			if (pretok_one(t, q, mode, bytelevel, err))
+				return -1;
+		return 0;
+	}
+	if (*bytelevel)
+		return err_set(err, "pre_tokenizer %s after ByteLevel is not supported", type);
+	if (!strcmp(type, "ByteLevel")) {
+		if (json_is_true(json_object_get(p, "add_prefix_space")))
+			return err_set(err, "ByteLevel add_prefix_space true is not supported");
+		*bytelevel = true;
+		json_t *ur = json_object_get(p, "use_regex");
+		/* HF's default for use_regex is true. */
+		if (!ur || json_is_true(ur))
+			return add_split(t, tok_re_gpt2, mode, err);
+		return 0;
+	}
+	if (!strcmp(type, "Split")) {
+		const char *beh = json_string_value(json_object_get(p, "behavior"));
+		if (!beh || strcmp(beh, "Isolated"))
+			return err_set(err, "Split behavior %s is not supported (only Isolated)",
+				       beh ? beh : "(none)");
+		if (json_is_true(json_object_get(p, "invert")))
+			return err_set(err, "Split invert true is not supported");
+		json_t *pat = json_object_get(p, "pattern");
+		const char *re = json_string_value(json_object_get(pat, "Regex"));
+		if (re)
+			return add_split(t, re, mode, err);
+		const char *lit = json_string_value(json_object_get(pat, "String"));
+		if (!lit)
+			return err_set(err, "Split pattern is neither Regex nor String");
+		char *q = quote_regex(lit);
+		if (!q)
+			return err_set(err, "out of memory");
+		int rc = add_split(t, q, mode, err);
+		free(q);
+		return rc;
+	}
+	return err_set(err, "pre_tokenizer type %s is not supported (ByteLevel BPE only)", type);
+}
+
+static int normalizer(tok *t, json_t *n, titan_err *err)
+{
+	if (!n || json_is_null(n))
+		return 0;
+	const char *type = json_string_value(json_object_get(n, "type"));
+	if (type && !strcmp(type, "NFC")) {
+		t->nfc = true;
+		return 0;
+	}
+	if (type && !strcmp(type, "Sequence")) {
+		json_t *list = json_object_get(n, "normalizers"), *q;
+		size_t i;
+		json_array_foreach(list, i, q)
+			if (normalizer(t, q, err))
+				return -1;
+		return 0;
+	}
+	return err_set(err, "normalizer %s is not supported (null or NFC only)", type ? type : "?");
+}
+
+static int64_t json_max_id(json_t *vocab, json_t *added)
+{
+	int64_t max = -1;
+	const char *k;
+	json_t *v;
+	json_object_foreach(vocab, k, v)
+		if (json_integer_value(v) > max)
+			max = json_integer_value(v);
+	size_t i;
+	json_array_foreach(added, i, v) {
+		int64_t id = json_integer_value(json_object_get(v, "id"));
+		if (id > max)
+			max = id;
+	}
+	return max;
+}
+
+static int load_vocab(tok *t, pool_w *w, json_t *vocab, titan_err *err)
+{
+	const char *k;
+	json_t *v;
+	uint8_t buf[4096];
+	json_object_foreach(vocab, k, v) {
+		size_t n = strlen(k);
+		if (!json_is_integer(v))
+			return err_set(err, "vocab entry \"%.40s\" is not an integer id", k);
+		if (n > sizeof buf)
+			return err_set(err, "vocab entry of %zu bytes is too long", n);
+		size_t m;
+		bool ok = bytelevel_decode(k, n, buf, &m);
+		if (set_token(t, w, json_integer_value(v), buf, m, ok ? 0 : TOK_F_UNREACH, err))
+			return -1;
+	}
+	return 0;
+}
+
+static int load_merges(tok *t, json_t *vocab, json_t *merges, titan_err *err)
+{
+	if (tok_pairmap_init(&t->pairs, json_array_size(merges), err))
+		return -1;
+	size_t i;
+	json_t *m;
+	char ab[8192];
+	json_array_foreach(merges, i, m) {
+		const char *a, *b;
+		size_t na, nb;
+		char line[4096];
+		if (json_is_string(m)) {
+			/* "a b": ByteLevel tokens hold no space (U+0020 is "Ġ"). */
+			const char *s = json_string_value(m), *sp = strchr(s, ' ');
+			if (!sp || strchr(sp + 1, ' ') || strlen(s) >= sizeof line)
+				return err_set(err, "merges[%zu] \"%.60s\" is not \"a b\"", i, s);
+			memcpy(line, s, strlen(s) + 1);
+			line[sp - s] = 0;
+			a = line, b = line + (sp - s) + 1;
+		} else if (json_is_array(m) && json_array_size(m) == 2 &&
+			   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+			a = json_string_value(json_array_get(m, 0));
+			b = json_string_value(json_array_get(m, 1));
+		} else {
+			return err_set(err, "merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", i);
+		}
+		na = strlen(a), nb = strlen(b);
+		if (na + nb >= sizeof ab)
+			return err_set(err, "merges[%zu] is too long", i);
+		memcpy(ab, a, na);
+		memcpy(ab + na, b, nb + 1);
+		json_t *ia = json_object_get(vocab, a), *ib = json_object_get(vocab, b),
+		       *iab = json_object_get(vocab, ab);
+		if (!ia || !ib || !iab)
+			return err_set(err, "merges[%zu] \"%s\" + \"%s\": token not in the vocabulary",
+				       i, a, b);
+		tok_pairmap_put(&t->pairs, (int32_t)json_integer_value(ia),
+				(int32_t)json_integer_value(ib), (uint32_t)i,
+				(int32_t)json_integer_value(iab));
+	}
+	return 0;
+}
+
+static int load_added(tok *t, pool_w *w, json_t *added, titan_err *err)
+{
+	size_t i;
+	json_t *a;
+	json_array_foreach(added, i, a) {
+		json_t *c = json_object_get(a, "content");
+		int64_t id = json_integer_value(json_object_get(a, "id"));
+		if (!json_is_string(c) || !json_is_integer(json_object_get(a, "id")))
+			return err_set(err, "added_tokens[%zu] lacks id or content", i);
+		size_t n = json_string_length(c);
+		uint8_t *content = malloc(n + 1);
+		if (!content)
+			return err_set(err, "out of memory");
+		n = unmask_nul(json_string_value(c), n, content);
+		const char *s = (const char *)content;
+		uint8_t fl = TOK_F_ADDED | (json_is_true(json_object_get(a, "special")) ? TOK_F_SPECIAL : 0);
+		int rc = set_token(t, w, id, content, n, fl, err);
+		/* HF decodes an added token through the ByteLevel decoder too. */
+		uint8_t *d = rc ? NULL : malloc(n + 1);
+		size_t dn = 0;
+		if (d)
+			bytelevel_decode(s, n, d, &dn);
+		bool same = d && dn == n && !memcmp(d, s, n);
+		free(content);
+		if (rc)
+			return -1;
+		if (!d)
+			return err_set(err, "out of memory");
+		if (same) {
+			free(d);
+		} else {
+			t->dec[id] = d;
+			t->dec_len[id] = (uint32_t)dn;
+		}
+	}
+	return 0;
+}
+
+/* The special token named by tokenizer_config.json's key: a string or an
+ * {"content": ...} object. */
+static int32_t config_token(const tok *t, json_t *cfg, const char *key)
+{
+	json_t *v = json_object_get(cfg, key);
+	if (json_is_object(v))
+		v = json_object_get(v, "content");
+	if (!json_is_string(v))
+		return -1;
+	return tok_token_id(t, json_string_value(v), json_string_length(v));
+}
+
+/* Whether HF's post-processor template adds the token (torchtitan infers
+ * add_bos / add_eos from it when the config does not say). */
+static bool template_has(json_t *pp, const tok *t, int32_t id)
+{
+	if (!pp || id < 0)
+		return false;
+	json_t *list = json_object_get(pp, "processors"), *q;
+	size_t i;
+	if (json_is_array(list)) {
+		json_array_foreach(list, i, q)
+			if (template_has(q, t, id))
+				return true;
+		return false;
+	}
+	json_t *single = json_object_get(pp, "single");
+	json_array_foreach(single, i, q) {
+		json_t *st = json_object_get(json_object_get(q, "SpecialToken"), "id");
+		if (json_is_string(st) &&
+		    tok_token_id(t, json_string_value(st), json_string_length(st)) == id)
+			return true;
+	}
+	return false;
+}
+
+static int read_config(tok *t, const char *config_path, json_t *root, titan_err *err)
+{
+	json_t *cfg = NULL;
+	struct stat st;
+	if (config_path && !stat(config_path, &st)) {
+		json_error_t je;
+		cfg = json_load_file(config_path, JSON_DECODE_INT_AS_REAL, &je);
+		if (!cfg)
+			return err_set(err, "%s:%d: %s", config_path, je.line, je.text);
+	}
+	t->bos = config_token(t, cfg, "bos_token");
+	t->eos = config_token(t, cfg, "eos_token");
+	json_t *pp = json_object_get(root, "post_processor");
+	json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
+	t->add_bos = json_is_boolean(ab) ? json_is_true(ab) : template_has(pp, t, t->bos);
+	t->add_eos = json_is_boolean(ae) ? json_is_true(ae) : template_has(pp, t, t->eos);
+	if (t->bos < 0)
+		t->add_bos = false;
+	if (t->eos < 0)
+		t->add_eos = false;
+	json_decref(cfg);
+	return 0;
+}
+
+static int hf_model(tok *t, json_t *model, titan_err *err)
+{
+	const char *type = json_string_value(json_object_get(model, "type"));
+	if (!type || strcmp(type, "BPE"))
+		return err_set(err, "model type %s is not supported (BPE only)", type ? type : "?");
+	if (json_is_true(json_object_get(model, "byte_fallback")))
+		return err_set(err, "BPE byte_fallback true is not supported");
+	json_t *d = json_object_get(model, "dropout");
+	if (json_is_number(d) && json_number_value(d) > 0)
+		return err_set(err, "BPE dropout is not supported");
+	const char *keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+	for (int i = 0; i < 2; i++) {
+		const char *v = json_string_value(json_object_get(model, keys[i]));
+		if (v && *v)
+			return err_set(err, "BPE %s \"%s\" is not supported", keys[i], v);
+	}
+	t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+	return 0;
+}
+
+int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, titan_err *err)
+{
+	init_bytelevel();
+	json_error_t je;
+	json_t *root = load_json_masked(json_path, &je, err);
+	if (!root)
+		return err_prefix(err, "%s", json_path);
+	int rc = -1;
+	pool_w w = {0};
+	json_t *model = json_object_get(root, "model");
+	json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+	json_t *added = json_object_get(root, "added_tokens");
+	if (hf_model(t, model, err))
+		goto out;
+	if (!json_is_object(vocab) || !json_is_array(merges)) {
+		err_set(err, "no model.vocab object or model.merges list");
+		goto out;
+	}
+	if (added && !json_is_array(added)) {
+		err_set(err, "added_tokens is not a list");
+		goto out;
+	}
+	int64_t max = json_max_id(vocab, added);
+	if (max < 0 || max >= INT32_MAX) {
+		err_set(err, "bad vocabulary: largest id %lld", (long long)max);
+		goto out;
+	}
+	bool bytelevel = false;
+	json_t *pre = json_object_get(root, "pre_tokenizer");
+	if (normalizer(t, json_object_get(root, "normalizer"), err) ||
+	    (pre && !json_is_null(pre) && pretok_one(t, pre, t->pretok_mode, &bytelevel, err)))
+		goto out;
+	if (!bytelevel) {
+		err_set(err, "no ByteLevel pre-tokenizer: not a ByteLevel BPE tokenizer");
+		goto out;
+	}
+	if (tok_alloc_ids(t, max + 1, err) || load_vocab(t, &w, vocab, err) ||
+	    load_merges(t, vocab, merges, err) || load_added(t, &w, added, err))
+		goto out;
+	t->pool = w.p;
+	w.p = NULL;
+	if (tok_finish(t, err) || read_config(t, config_path, root, err))
+		goto out;
+	rc = 0;
+out:
+	free(w.p);
+	json_decref(root);
+	if (rc)
+		err_prefix(err, "%s", json_path);
+	return rc;
+}
+
+/* ---- tiktoken files ---- */
+
+static int b64val(uint8_t c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+')
+		return 62;
+	if (c == '/')
+		return 63;
+	return -1;
+}
+
+/* Decode standard base64 with padding; returns the length or -1. */
+static long b64decode(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
+{
+	size_t k = 0;
+	uint32_t acc = 0;
+	int bits = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '=')
+			break;
+		int v = b64val(s[i]);
+		if (v < 0)
+			return -1;
+		acc = (acc << 6) | (uint32_t)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (k == cap)
+				return -1;
+			out[k++] = (uint8_t)(acc >> bits);
+		}
+	}
+	return (long)k;
+}
+
+typedef struct special {
+	const char *name;
+	int32_t id;
+} special;
+
+static const special cl100k_specials[] = {
+	{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
+	{"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}, {NULL, 0}};
+static const special o200k_specials[] = {
+	{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}, {NULL, 0}};
+
+/* The encodings a tiktoken file can be: by the file's SHA-256 (the hashes
+ * tiktoken and Meta publish), else by its number of ranks. */
+typedef struct tt_encoding {
+	const char *name, *sha256;
+	int64_t n_ranks;
+	const char *regex;
+} tt_encoding;
+
+static const tt_encoding tt_encodings[] = {
+	{"llama3", "82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55", 128000,
+	 tok_re_llama3},
+	{"cl100k_base", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7", 100256,
+	 tok_re_llama3},
+	{"o200k_base", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", 199998,
+	 tok_re_o200k},
+};
+
+/* Meta's tokenizer.py: 256 specials after the 128,000 ranks. */
+static int llama3_specials(tok *t, pool_w *w, titan_err *err)
+{
+	static const char *const first[] = {
+		"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+		"<|reserved_special_token_1|>", "<|reserved_special_token_2|>",
+		"<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
+		"<|reserved_special_token_4|>", "<|eot_id|>"};
+	for (int i = 0; i < 256; i++) {
+		char name[64];
+		if (i < 10)
+			snprintf(name, sizeof name, "%s", first[i]);
+		else
+			snprintf(name, sizeof name, "<|reserved_special_token_%d|>", i - 5);
+		if (set_token(t, w, 128000 + i, (const uint8_t *)name, strlen(name),
+			      TOK_F_ADDED | TOK_F_SPECIAL, err))
+			return -1;
+	}
+	t->bos = 128000, t->eos = 128001;
+	return 0;
+}
+
+static int table_specials(tok *t, pool_w *w, const special *sp, titan_err *err)
+{
+	for (; sp->name; sp++)
+		if (set_token(t, w, sp->id, (const uint8_t *)sp->name, strlen(sp->name),
+			      TOK_F_ADDED | TOK_F_SPECIAL, err))
+			return -1;
+	t->bos = -1; /* EOS is looked up once the maps exist */
+	return 0;
+}
+
+/* Count lines and check "base64 rank" with rank == line number. */
+static int tt_parse(tok *t, pool_w *w, const mfile *m, int64_t n_ranks, titan_err *err)
+{
+	const uint8_t *s = m->data, *end = m->data + m->size;
+	int64_t line = 0;
+	uint8_t buf[1024];
+	while (s < end) {
+		const uint8_t *nl = memchr(s, '\n', (size_t)(end - s));
+		const uint8_t *le = nl ? nl : end;
+		if (le == s) {
+			s = le + 1;
+			continue;
+		}
+		const uint8_t *sp = memchr(s, ' ', (size_t)(le - s));
+		if (!sp)
+			return err_set(err, "line %lld: expected \"base64 rank\"", (long long)line + 1);
+		long n = b64decode(s, (size_t)(sp - s), buf, sizeof buf);
+		char *e;
+		long long rank = strtoll((const char *)sp + 1, &e, 10);
+		if (n <= 0 || (const uint8_t *)e != le || rank < 0 || rank >= n_ranks)
+			return err_set(err, "line %lld: bad token or rank", (long long)line + 1);
+		if (t->len[rank] != UINT32_MAX)
+			return err_set(err, "line %lld: rank %lld twice", (long long)line + 1, rank);
+		if (set_token(t, w, rank, buf, (size_t)n, 0, err))
+			return -1;
+		line++;
+		s = le + 1;
+	}
+	if (line != n_ranks)
+		return err_set(err, "%lld ranks, expected %lld", (long long)line, (long long)n_ranks);
+	return 0;
+}
+
+/* tiktoken merges any adjacent pair whose concatenation is a token, lowest
+ * rank first: list every split of every token into two tokens. */
+static int tt_pairs(tok *t, int64_t n_ranks, titan_err *err)
+{
+	size_t expect = 0;
+	for (int64_t id = 0; id < n_ranks; id++)
+		expect += t->len[id] - 1;
+	if (tok_pairmap_init(&t->pairs, expect, err))
+		return -1;
+	for (int64_t id = 0; id < n_ranks; id++) {
+		const uint8_t *p = t->pool + t->off[id];
+		uint32_t n = t->len[id];
+		for (uint32_t k = 1; k < n; k++) {
+			int32_t a = tok_strmap_get(&t->vocab, p, k);
+			int32_t b = a >= 0 ? tok_strmap_get(&t->vocab, p + k, n - k) : -1;
+			if (b >= 0)
+				tok_pairmap_put(&t->pairs, a, b, (uint32_t)id, (int32_t)id);
+		}
+	}
+	for (int b = 0; b < 256; b++)
+		if (t->byte_id[b] < 0)
+			return err_set(err, "no token for the single byte 0x%02x", b);
+	return 0;
+}
+
+static int count_lines(const mfile *m)
+{
+	int64_t n = 0;
+	for (size_t i = 0; i < m->size; i++)
+		n += m->data[i] == '\n';
+	if (m->size && m->data[m->size - 1] != '\n')
+		n++;
+	return (int)n;
+}
+
+int tok_load_tiktoken(tok *t, const char *path, titan_err *err)
+{
+	mfile m;
+	if (mfile_open(&m, path, err))
+		return -1;
+	int rc = -1;
+	pool_w w = {0};
+	char hex[65];
+	uint8_t dig[32];
+	if (sha256(m.data, m.size, dig, err))
+		goto out;
+	sha256_hex(dig, hex);
+	const tt_encoding *enc = NULL;
+	for (size_t i = 0; i < sizeof tt_encodings / sizeof *tt_encodings; i++)
+		if (!strcmp(hex, tt_encodings[i].sha256))
+			enc = &tt_encodings[i];
+	int64_t lines = count_lines(&m);
+	for (size_t i = 0; !enc && i < sizeof tt_encodings / sizeof *tt_encodings; i++)
+		if (lines == tt_encodings[i].n_ranks)
+			enc = &tt_encodings[i];
+	if (!enc) {
+		err_set(err, "unknown tiktoken encoding (sha256 %s, %lld ranks): expected llama3, "
+			"cl100k_base or o200k_base", hex, (long long)lines);
+		goto out;
+	}
+	snprintf(t->encoding, sizeof t->encoding, "%s", enc->name);
+	bool llama = !strcmp(enc->name, "llama3");
+	const special *sp = !strcmp(enc->name, "o200k_base") ? o200k_specials : cl100k_specials;
+	int64_t n_vocab = llama ? enc->n_ranks + 256 : sp[0].id;
+	for (const special *q = sp; !llama && q->name; q++)
+		if (q->id + 1 > n_vocab)
+			n_vocab = q->id + 1;
+	if (tok_alloc_ids(t, n_vocab, err) || tt_parse(t, &w, &m, enc->n_ranks, err) ||
+	    (llama ? llama3_specials(t, &w, err) : table_specials(t, &w, sp, err)))
+		goto out;
+	t->pool = w.p;
+	w.p = NULL;
+	t->ignore_merges = true; /* tiktoken emits a piece that is a token whole */
+	if (tok_finish(t, err) || tt_pairs(t, enc->n_ranks, err))
+		goto out;
+	if (!llama)
+		t->eos = tok_token_id(t, "<|endoftext|>", 13);
+	t->add_bos = t->bos >= 0;
+	t->add_eos = false;
+	if (add_split(t, enc->regex, t->pretok_mode, err))
+		goto out;
+	rc = 0;
+out:
+	free(w.p);
+	mfile_close(&m);
+	if (rc)
+		err_prefix(err, "%s", path);
+	return rc;
+}

@@ -1,0 +1,39 @@
+/* tok_split_int.h: the pre-tokenizer's internals (private to lib/tok). */
+#ifndef TITAN_TOK_SPLIT_INT_H
+#define TITAN_TOK_SPLIT_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tok/tok.h"
+
+enum {
+	TOK_SPLIT_PCRE2 = 0,
+	TOK_SPLIT_LLAMA3,
+	TOK_SPLIT_QWEN2,
+	TOK_SPLIT_GPT2,
+	TOK_SPLIT_O200K,
+};
+
+struct tok_split {
+	int kind;
+	void *re; /* pcre2_code *, compiled for every kind */
+};
+
+/* Per-thread PCRE2 match state (the compiled code is shared). */
+typedef struct tok_pcre {
+	void *md, *mc, *js; /* match data, match context, JIT stack */
+} tok_pcre;
+int tok_pcre_init(tok_pcre *p, titan_err *err);
+void tok_pcre_free(tok_pcre *p);
+
+/* End of the scanner's piece starting at i < n (kind is not PCRE2). */
+size_t tok_split_scan(const tok_split *sp, const uint8_t *s, size_t n, size_t i);
+/* Run with the caller's match state (pc may be NULL for a scanner). */
+int tok_split_run_with(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,
+		       tok_piece_fn fn, void *ctx, titan_err *err);
+/* Always through PCRE2, even when a scanner exists (tests, fuzzing). */
+int tok_split_run_pcre2(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,
+			tok_piece_fn fn, void *ctx, titan_err *err);
+
+#endif

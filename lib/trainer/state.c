@@ -1,0 +1,419 @@
+#include "trainer/state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pickle/pickle.h"
+#include "ptzip/ptzip.h"
+
+/* Everything a state dict borrows lives here until the save is finished. */
+struct tstate_saver {
+	dcp_item *items;
+	size_t n, cap;
+	char **strs;      /* fqn strings */
+	size_t nstrs, capstrs;
+	void **blobs;     /* host buffers and torch.save streams */
+	size_t nblobs, capblobs;
+	dcp_saver *dcp;
+	char *dir;
+};
+
+static void saver_free(tstate_saver *sv)
+{
+	if (sv == NULL)
+		return;
+	for (size_t i = 0; i < sv->nstrs; i++)
+		free(sv->strs[i]);
+	for (size_t i = 0; i < sv->nblobs; i++)
+		free(sv->blobs[i]);
+	free(sv->strs);
+	free(sv->blobs);
+	free(sv->items);
+	free(sv->dir);
+	free(sv);
+}
+
+static int grow(void **p, size_t *cap, size_t n, size_t elem)
+{
+	if (n < *cap)
+		return 0;
+	size_t c = *cap ? 2 * *cap : 64;
+	void *q = realloc(*p, c * elem);
+	if (q == NULL)
+		return -1;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
+static void *keep(tstate_saver *sv, void *blob)
+{
+	if (blob == NULL || grow((void **)&sv->blobs, &sv->capblobs, sv->nblobs, sizeof(void *)) != 0) {
+		free(blob);
+		return NULL;
+	}
+	sv->blobs[sv->nblobs++] = blob;
+	return blob;
+}
+
+static const char *name(tstate_saver *sv, const char *a, const char *b, const char *c)
+{
+	size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
+	char *s = malloc(n);
+	if (s == NULL || grow((void **)&sv->strs, &sv->capstrs, sv->nstrs, sizeof(char *)) != 0) {
+		free(s);
+		return NULL;
+	}
+	snprintf(s, n, "%s%s%s", a, b, c);
+	sv->strs[sv->nstrs++] = s;
+	return s;
+}
+
+static dcp_item *add(tstate_saver *sv)
+{
+	if (grow((void **)&sv->items, &sv->cap, sv->n, sizeof(dcp_item)) != 0)
+		return NULL;
+	dcp_item *it = &sv->items[sv->n++];
+	memset(it, 0, sizeof *it);
+	return it;
+}
+
+static int add_tensor(tstate_saver *sv, const char *fqn, dcp_dtype dt, int ndim,
+		      const int64_t *shape, void *data)
+{
+	dcp_item *it = add(sv);
+	if (it == NULL || fqn == NULL)
+		return -1;
+	static const int64_t scalar_shape[1] = {1};
+	dcp_item_full(it, fqn, dt, ndim, ndim == 0 ? scalar_shape : shape, data);
+	return 0;
+}
+
+static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n)
+{
+	dcp_item *it = add(sv);
+	if (it == NULL || fqn == NULL || bytes == NULL)
+		return -1;
+	it->fqn = fqn;
+	it->kind = DCP_BYTES;
+	it->bytes = bytes;
+	it->nbytes = n;
+	return 0;
+}
+
+/* A whole backend buffer of n floats copied to a new host buffer. */
+static float *to_host(tstate_saver *sv, backend *be, const float *dev, size_t n)
+{
+	float *h = keep(sv, malloc(n * sizeof(float) + 1));
+	if (h != NULL)
+		be->ops->copy(be, h, dev, n * sizeof(float), BACKEND_D2H);
+	return h;
+}
+
+typedef struct val {
+	uint8_t *p;
+	size_t n;
+} val;
+
+/* The optimizer's per-parameter group values, as torch's AdamW holds them
+ * (flatten_optimizer_state_dict gives every parameter FQN its own group). */
+static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **keys, int *nk,
+			titan_err *err)
+{
+	const adamw_config *c = adamw_get_config(s->opt);
+	double betas[2] = {c->beta1, c->beta2};
+	int k = 0;
+#define FLOATV(key, x) (keys[k] = key, dcp_value_float(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
+#define BOOLV(key, x) (keys[k] = key, dcp_value_bool(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
+#define NONEV(key) (keys[k] = key, dcp_value_none(&v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
+	if (FLOATV("lr", s->cur_lr) || FLOATV("eps", c->eps) || FLOATV("weight_decay", c->weight_decay) ||
+	    FLOATV("initial_lr", s->base_lr) || BOOLV("amsgrad", 0) || BOOLV("maximize", 0) ||
+	    NONEV("foreach") || BOOLV("capturable", 0) || BOOLV("differentiable", 0) ||
+	    NONEV("fused") || BOOLV("decoupled_weight_decay", 1))
+		return -1;
+#undef FLOATV
+#undef BOOLV
+#undef NONEV
+	keys[k] = "betas";
+	if (dcp_value_floats(betas, 2, 1, &v[k].p, &v[k].n, err) != 0)
+		return -1;
+	keep(sv, v[k].p);
+	k++;
+	*nk = k;
+	return 0;
+}
+
+static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
+{
+	model *m = s->m;
+	backend *be = model_backend(m);
+	float *params = to_host(sv, be, model_params(m), model_num_params(m));
+	if (params == NULL)
+		return err_set(err, "out of memory");
+	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
+	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
+		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
+			       export_dtype);
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		void *data = params + t->offset;
+		if (dt != PTZ_F32) {
+			data = keep(sv, malloc(t->numel * ptz_dtype_size(dt)));
+			if (data == NULL)
+				return err_set(err, "out of memory");
+			ptz_convert(data, dt, params + t->offset, PTZ_F32, t->numel);
+		}
+		if (add_tensor(sv, name(sv, t->fqn, "", ""), dt, t->ndim, t->shape, data) != 0)
+			return err_set(err, "out of memory");
+	}
+	return 0;
+}
+
+static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
+{
+	model *m = s->m;
+	backend *be = model_backend(m);
+	size_t n = model_num_params(m);
+	float *ea = to_host(sv, be, adamw_exp_avg(s->opt), n);
+	float *eas = to_host(sv, be, adamw_exp_avg_sq(s->opt), n);
+	float *stepv = keep(sv, malloc(sizeof(float)));
+	if (ea == NULL || eas == NULL || stepv == NULL)
+		return err_set(err, "out of memory");
+	*stepv = (float)adamw_get_step(s->opt);
+	val v[16];
+	const char *keys[16];
+	int nk;
+	if (group_values(sv, s, v, keys, &nk, err) != 0)
+		return -1;
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		if (add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv) ||
+		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t->ndim,
+			       t->shape, ea + t->offset) ||
+		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t->ndim,
+			       t->shape, eas + t->offset))
+			return err_set(err, "out of memory");
+		char prefix[160];
+		snprintf(prefix, sizeof prefix, "optimizer.param_groups.%s.", t->fqn);
+		for (int k = 0; k < nk; k++)
+			if (add_bytes(sv, name(sv, prefix, keys[k], ""), v[k].p, v[k].n) != 0)
+				return err_set(err, "out of memory");
+	}
+	return 0;
+}
+
+/* Use as `make_value(&p, &n) || add_value(sv, fqn, p, n, err)`: || orders
+ * the two calls. */
+static int add_value(tstate_saver *sv, const char *fqn, uint8_t *p, size_t n, titan_err *err)
+{
+	keep(sv, p);
+	if (add_bytes(sv, name(sv, fqn, "", ""), p, n) != 0)
+		return err_set(err, "out of memory");
+	return 0;
+}
+
+/* LambdaLR.state_dict() after `step` scheduler steps, flattened. */
+static int add_lr_scheduler(tstate_saver *sv, const tstate *s, titan_err *err)
+{
+	uint8_t *p = NULL;
+	size_t n = 0;
+	pk_arena *a = pk_arena_new();
+	if (a == NULL)
+		return err_set(err, "out of memory");
+	pk_val *lambdas = pk_new(a, PK_LIST);
+	int rc = lambdas == NULL || pk_append(a, lambdas, pk_new(a, PK_NONE)) != 0
+			 ? err_set(err, "out of memory")
+			 : dcp_value_save(lambdas, &p, &n, err);
+	pk_free(a);
+	if (rc != 0 || add_value(sv, "lr_scheduler.lr_lambdas", p, n, err) != 0)
+		return -1;
+	if (dcp_value_floats(&s->base_lr, 1, 0, &p, &n, err) ||
+	    add_value(sv, "lr_scheduler.base_lrs", p, n, err) ||
+	    dcp_value_int(s->step, &p, &n, err) ||
+	    add_value(sv, "lr_scheduler.last_epoch", p, n, err) ||
+	    dcp_value_int(s->step + 1, &p, &n, err) ||
+	    add_value(sv, "lr_scheduler._step_count", p, n, err) ||
+	    dcp_value_bool(0, &p, &n, err) || add_value(sv, "lr_scheduler._is_initial", p, n, err) ||
+	    dcp_value_bool(0, &p, &n, err) ||
+	    add_value(sv, "lr_scheduler._get_lr_called_within_step", p, n, err) ||
+	    dcp_value_floats(&s->cur_lr, 1, 0, &p, &n, err) ||
+	    add_value(sv, "lr_scheduler._last_lr", p, n, err))
+		return -1;
+	return 0;
+}
+
+static int add_rest(tstate_saver *sv, const tstate *s, titan_err *err)
+{
+	uint8_t *p;
+	size_t n;
+	if (dcp_value_pybytes(s->loader, s->loader_len, &p, &n, err) ||
+	    add_value(sv, "dataloader.dp_rank_0", p, n, err) ||
+	    dcp_value_int(s->dp_world, &p, &n, err) ||
+	    add_value(sv, "dataloader.world_size", p, n, err) ||
+	    dcp_value_int(s->step, &p, &n, err) || add_value(sv, "train_state.step", p, n, err) ||
+	    dcp_value_int(s->ntokens_seen, &p, &n, err) ||
+	    add_value(sv, "train_state.ntokens_seen", p, n, err))
+		return -1;
+	return 0;
+}
+
+tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_save_opts *o,
+				titan_err *err)
+{
+	tstate_saver *sv = calloc(1, sizeof *sv);
+	if (sv == NULL || (sv->dir = strdup(dir)) == NULL) {
+		saver_free(sv);
+		err_set(err, "out of memory");
+		return NULL;
+	}
+	int rc = add_model(sv, s, o->model_only ? o->export_dtype : NULL, err);
+	if (rc == 0 && !o->model_only)
+		rc = add_optimizer(sv, s, err) || add_lr_scheduler(sv, s, err) || add_rest(sv, s, err);
+	if (rc != 0) {
+		saver_free(sv);
+		return NULL;
+	}
+	dcp_save_opts dopts = {.async = o->async, .copy = 0};
+	sv->dcp = dcp_save_begin(dir, 0, 1, sv->items, sv->n, &dopts, err);
+	if (sv->dcp == NULL) {
+		saver_free(sv);
+		return NULL;
+	}
+	return sv;
+}
+
+int tstate_save_finish(tstate_saver *sv, titan_err *err)
+{
+	int rc = dcp_save_wait(sv->dcp, err);
+	if (rc == 0)
+		rc = dcp_save_commit(sv->dir, 1, err);
+	saver_free(sv);
+	return rc;
+}
+
+static int excluded(const cfg_strlist *ex, const char *part)
+{
+	for (int i = 0; ex != NULL && i < ex->n; i++)
+		if (strcmp(ex->v[i], part) == 0)
+			return 1;
+	return 0;
+}
+
+/* Load ------------------------------------------------------------------- */
+
+static int load_int(dcp_item *it, int64_t *v, titan_err *err)
+{
+	int rc = dcp_value_get_int(it->bytes, it->nbytes, v, err);
+	return rc != 0 ? err_prefix(err, "%s", it->fqn) : 0;
+}
+
+static int load_pybytes(dcp_item *it, uint8_t **out, size_t *n, titan_err *err)
+{
+	pk_val *v;
+	pk_arena *a = NULL;
+	if (dcp_value_load(it->bytes, it->nbytes, &v, &a, err) != 0) {
+		pk_free(a);
+		return err_prefix(err, "%s", it->fqn);
+	}
+	int rc = 0;
+	if (v->kind != PK_BYTES)
+		rc = err_set(err, "%s: expected a bytes value", it->fqn);
+	else if ((*out = malloc(v->len + 1)) == NULL)
+		rc = err_set(err, "out of memory");
+	else {
+		memcpy(*out, v->s, v->len);
+		*n = v->len;
+	}
+	pk_free(a);
+	return rc;
+}
+
+int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *exclude,
+		tstate_loaded *got, titan_err *err)
+{
+	memset(got, 0, sizeof *got);
+	tstate_saver *b = calloc(1, sizeof *b);
+	if (b == NULL)
+		return err_set(err, "out of memory");
+	model *m = s->m;
+	backend *be = model_backend(m);
+	size_t n = model_num_params(m);
+	int want_opt = !model_only && s->opt != NULL && !excluded(exclude, "optimizer");
+	float *params = keep(b, malloc(n * sizeof(float) + 1));
+	float *ea = want_opt ? keep(b, malloc(n * sizeof(float) + 1)) : NULL;
+	float *eas = want_opt ? keep(b, malloc(n * sizeof(float) + 1)) : NULL;
+	float *stepv = keep(b, malloc(sizeof(float)));
+	int rc = params == NULL || stepv == NULL || (want_opt && (ea == NULL || eas == NULL))
+			 ? err_set(err, "out of memory") : 0;
+	for (int i = 0; rc == 0 && i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		if (add_tensor(b, name(b, t->fqn, "", ""), PTZ_F32, t->ndim, t->shape, params + t->offset) ||
+		    (want_opt && i == 0 &&
+		     add_tensor(b, name(b, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv)) ||
+		    (want_opt && (add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32,
+					     t->ndim, t->shape, ea + t->offset) ||
+				  add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32,
+					     t->ndim, t->shape, eas + t->offset))))
+			rc = err_set(err, "out of memory");
+		else if (want_opt) /* absent from a model-only checkpoint; checked below */
+			for (size_t k = b->n - (i == 0 ? 3 : 2); k < b->n; k++)
+				b->items[k].optional = 1;
+	}
+	size_t first_bytes = b->n;
+	const char *scalars[] = {"train_state.step", "train_state.ntokens_seen", "dataloader.dp_rank_0",
+				 "lr_scheduler.last_epoch"};
+	if (rc == 0 && !model_only)
+		for (int i = 0; i < 4; i++) {
+			const char *part = i < 2 ? "train_state" : i == 2 ? "dataloader" : "lr_scheduler";
+			if (excluded(exclude, part))
+				continue;
+			dcp_item *it = add(b);
+			if (it == NULL) {
+				rc = err_set(err, "out of memory");
+				break;
+			}
+			it->fqn = scalars[i];
+			it->kind = DCP_BYTES;
+			it->optional = 1; /* absent in a model-only checkpoint */
+		}
+	if (rc == 0 && dcp_load(dir, b->items, b->n, err) != 0)
+		rc = err_prefix(err, "%s", dir);
+	int have_train_state = 0;
+	for (size_t i = first_bytes; rc == 0 && i < b->n; i++) {
+		dcp_item *it = &b->items[i];
+		if (!it->found)
+			continue;
+		if (strcmp(it->fqn, "train_state.step") == 0) {
+			rc = load_int(it, &s->step, err);
+			have_train_state = 1;
+			got->train_state = 1;
+		} else if (strcmp(it->fqn, "train_state.ntokens_seen") == 0) {
+			rc = load_int(it, &s->ntokens_seen, err);
+		} else if (strcmp(it->fqn, "dataloader.dp_rank_0") == 0) {
+			free(s->loader);
+			s->loader = NULL;
+			rc = load_pybytes(it, &s->loader, &s->loader_len, err);
+			got->dataloader = rc == 0;
+		} else if (strcmp(it->fqn, "lr_scheduler.last_epoch") == 0) {
+			got->lr_scheduler = 1;
+		}
+	}
+	for (size_t i = first_bytes; i < b->n; i++)
+		free(b->items[i].bytes);
+	got->had_train_state = have_train_state;
+	for (size_t i = 0; rc == 0 && want_opt && have_train_state && i < first_bytes; i++)
+		if (!b->items[i].found)
+			rc = err_set(err, "%s: %s missing (a model-only checkpoint? set "
+				     "checkpoint.exclude_from_loading = [\"optimizer\"])", dir, b->items[i].fqn);
+	if (rc == 0) {
+		be->ops->copy(be, model_params(m), params, n * sizeof(float), BACKEND_H2D);
+		if (want_opt && have_train_state) {
+			be->ops->copy(be, adamw_exp_avg(s->opt), ea, n * sizeof(float), BACKEND_H2D);
+			be->ops->copy(be, adamw_exp_avg_sq(s->opt), eas, n * sizeof(float), BACKEND_H2D);
+			adamw_set_step(s->opt, (int64_t)*stepv);
+			got->optimizer = 1;
+		}
+	}
+	saver_free(b);
+	return rc;
+}

@@ -1,0 +1,56 @@
+/* state.h (private to lib/trainer): the training state as a DCP state dict with
+ * torchtitan's keys (see lib/dcp/dcp.h for the list): model, optimizer,
+ * lr_scheduler, dataloader, train_state. */
+#ifndef TITAN_TRAINER_STATE_H
+#define TITAN_TRAINER_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "core/err.h"
+#include "dcp/dcp.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+typedef struct tstate {
+	model *m;
+	adamw *opt;             /* NULL for a model-only save */
+	double base_lr;         /* optimizer.lr */
+	double cur_lr;          /* the lr of the last step (lr_scheduler._last_lr) */
+	int64_t step;           /* train_state.step */
+	int64_t ntokens_seen;   /* train_state.ntokens_seen */
+	uint8_t *loader;        /* dataloader.dp_rank_0 bytes (owned when loaded) */
+	size_t loader_len;
+	int dp_world;           /* dataloader.world_size */
+} tstate;
+
+/* Save to dir (step-N folder).  model_only: just the model, converted to
+ * export_dtype (float32, bfloat16 or float16). */
+typedef struct tstate_save_opts {
+	int model_only;
+	const char *export_dtype;
+	int async;       /* checkpoint.async_mode != disabled */
+} tstate_save_opts;
+
+/* A save in flight (async) or done. */
+typedef struct tstate_saver tstate_saver;
+
+tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_save_opts *o,
+				titan_err *err);
+/* Wait for the writing, commit the folder, free the handle. */
+int tstate_save_finish(tstate_saver *sv, titan_err *err);
+
+/* What a load restored. */
+typedef struct tstate_loaded {
+	int had_train_state; /* 0: a model-only checkpoint */
+	int optimizer, lr_scheduler, dataloader, train_state; /* parts restored */
+} tstate_loaded;
+
+/* Load dir into s.  model_only loads the model alone; exclude lists top-level
+ * parts not to load ("optimizer", "lr_scheduler", "dataloader", "train_state").
+ * The model must match the checkpoint's shapes. */
+int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *exclude,
+		tstate_loaded *got, titan_err *err);
+
+#endif

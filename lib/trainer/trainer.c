@@ -1,0 +1,602 @@
+#include "trainer/trainer.h"
+#include "trainer/state.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "core/afile.h"
+#include "dcp/dcp.h"
+#include "loader/loader.h"
+#include "metrics/metrics.h"
+#include "model/flavor.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "shard/shard.h"
+#include "tb/tb.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err)
+{
+	if (c->training.dataset_path != NULL) {
+		snprintf(buf, n, "%s", c->training.dataset_path);
+		if (!is_dir(buf))
+			return err_set(err, "training.dataset_path: %s: no such folder (make one with "
+				       "titan-shard --out %s)", buf, buf);
+		return 0;
+	}
+	snprintf(buf, n, "%s/%s", c->job.dump_folder, c->training.dataset);
+	if (!is_dir(buf))
+		return err_set(err, "training.dataset \"%s\": no folder %s; set training.dataset_path "
+			       "to a titan-shard folder", c->training.dataset, buf);
+	return 0;
+}
+
+void trainer_list_flavors(FILE *out)
+{
+	fprintf(out, "%-11s %6s %7s %6s %9s %7s %7s %16s\n", "flavor", "dim", "layers", "heads",
+		"kv_heads", "ffn", "vocab", "parameters");
+	for (const llama_args *a = flavor_all(); a->name != NULL; a++) {
+		char p[48];
+		metrics_commas(p, sizeof p, flavor_param_count(a));
+		fprintf(out, "%-11s %6d %7d %6d %9d %7d %7d %16s\n", a->name, a->dim, a->n_layers,
+			a->n_heads, a->n_kv_heads, flavor_ffn_hidden(a), a->vocab_size, p);
+	}
+}
+
+/* Everything the job holds; freed by job_close. */
+typedef struct job {
+	const job_config *c;
+	const trainer_hooks *h;
+	FILE *log;
+	char data_dir[1024], ckpt_dir[1024];
+	backend *be;
+	model *m;
+	adamw *opt;
+	lr_schedule sched;
+	loader *train;
+	int accum;              /* micro-batches per step */
+	int64_t B, T;
+	int32_t *inputs, *labels; /* (accum, B, T) */
+	tb_writer tb;
+	int tb_open;
+	metrics_jsonl jl;
+	int jl_open;
+	double flops_per_token, peak_flops;
+	int64_t step, ntokens_seen;
+	double lr;
+	tstate_saver *pending;  /* async checkpoint in flight */
+	int64_t pending_step;
+} job;
+
+static void job_close(job *j)
+{
+	titan_err e;
+	if (j->pending != NULL && tstate_save_finish(j->pending, &e) != 0)
+		titan_warn("%s", e.msg);
+	if (j->tb_open)
+		tb_close(&j->tb, NULL);
+	if (j->jl_open)
+		metrics_jsonl_close(&j->jl, NULL);
+	if (j->train != NULL)
+		loader_close(j->train);
+	if (j->opt != NULL)
+		adamw_free(j->opt);
+	if (j->m != NULL)
+		model_free(j->m);
+	if (j->be != NULL)
+		backend_free(j->be);
+	free(j->inputs);
+	free(j->labels);
+}
+
+static uint64_t seed_of(const job_config *c)
+{
+	return c->debug.seed_set ? (uint64_t)c->debug.seed : 0;
+}
+
+/* Tell what is configured but has no effect here, rather than ignore it. */
+static void warn_inert(job *j)
+{
+	const job_config *c = j->c;
+	if (c->profiling.enable_profiling)
+		titan_warn("profiling.enable_profiling: titan-train has no profiler yet; no traces are written");
+	if (c->profiling.enable_memory_snapshot)
+		titan_warn("profiling.enable_memory_snapshot: not available; no snapshots are written");
+	if (strcmp(c->training.mixed_precision_param, "float32") != 0)
+		metrics_log(j->log, "Mixed precision: training.mixed_precision_param = %s takes effect "
+			    "with sharded data parallelism only; computing in float32",
+			    c->training.mixed_precision_param);
+}
+
+static int open_data(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (trainer_dataset_dir(c, j->data_dir, sizeof j->data_dir, err) != 0)
+		return -1;
+	j->B = c->training.local_batch_size;
+	j->T = c->training.seq_len;
+	int64_t global = c->training.global_batch_size == -1 ? j->B : c->training.global_batch_size;
+	if (global % j->B != 0)
+		return err_set(err, "training.global_batch_size %lld is not a multiple of "
+			       "local_batch_size %lld x data parallel degree 1", (long long)global,
+			       (long long)j->B);
+	j->accum = (int)(global / j->B);
+	loader_opts o = {.dir = j->data_dir, .split = SHARD_TRAIN, .seq_len = j->T,
+			 .local_batch = j->B, .dp_rank = 0, .dp_degree = 1, .seed = seed_of(c),
+			 .shuffle = 0, .prefetch = 2};
+	j->train = loader_open(&o, err);
+	if (j->train == NULL)
+		return err_prefix(err, "training data");
+	size_t n = (size_t)(j->accum * j->B * j->T);
+	j->inputs = malloc(n * sizeof(int32_t));
+	j->labels = malloc(n * sizeof(int32_t));
+	if (j->inputs == NULL || j->labels == NULL)
+		return err_set(err, "out of memory");
+	return 0;
+}
+
+static int build_model(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	const llama_args *a = flavor_find(c->model.flavor);
+	if (a == NULL)
+		return err_set(err, "model.flavor \"%s\": unknown (see titan-train --list-flavors)",
+			       c->model.flavor);
+	shard_manifest man;
+	if (shard_manifest_read(j->data_dir, &man, err) != 0)
+		return -1;
+	int vocab = (int)man.stream.vocab_size;
+	shard_manifest_free(&man);
+	if ((j->be = backend_cpu_create(j->h->threads, err)) == NULL)
+		return -1;
+	/* torchtitan sizes the embedding by the tokenizer, not the flavor. */
+	if ((j->m = model_create(j->be, a, vocab, err)) == NULL)
+		return -1;
+	if (model_init(j->m, seed_of(c), 1, err) != 0)
+		return -1;
+	const char *mode = c->activation_checkpoint.mode;
+	model_ac_mode ac = MODEL_AC_NONE;
+	int every = 1;
+	if (strcmp(mode, "full") == 0)
+		ac = MODEL_AC_FULL;
+	else if (strcmp(mode, "selective") == 0 && strcmp(c->activation_checkpoint.selective_ac_option, "op") == 0)
+		ac = MODEL_AC_OP;
+	else if (strcmp(mode, "selective") == 0) {
+		every = atoi(c->activation_checkpoint.selective_ac_option);
+		if (every < 1)
+			return err_set(err, "activation_checkpoint.selective_ac_option \"%s\": expected a "
+				       "positive integer or \"op\"", c->activation_checkpoint.selective_ac_option);
+		ac = MODEL_AC_SELECTIVE;
+	} else if (strcmp(mode, "memory_budget") == 0) {
+		return err_set(err, "activation_checkpoint.mode = \"memory_budget\" is not supported yet");
+	}
+	if (model_set_ac(j->m, ac, every, err) != 0)
+		return -1;
+	const llama_args *ma = model_args(j->m);
+	j->flops_per_token = metrics_flops_per_token(model_num_params_no_embedding(j->m), ma->n_layers,
+						     ma->n_heads, flavor_head_dim(ma), j->T);
+	j->peak_flops = metrics_cpu_peak_flops();
+	char np[48];
+	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->m));
+	metrics_log(j->log, "Building %s %s with vocab_size %d, dim %d, n_layers %d, n_heads %d, "
+		    "n_kv_heads %d", c->model.name, a->name, vocab, ma->dim, ma->n_layers,
+		    ma->n_heads, ma->n_kv_heads);
+	metrics_log(j->log, "Model %s %s size: %s total parameters", c->model.name, a->name, np);
+	metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured sgemm)",
+		    j->be->threads, j->peak_flops);
+	return 0;
+}
+
+static int build_optimizer(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	adamw_config ac;
+	adamw_config_default(&ac);
+	ac.lr = c->optimizer.lr;
+	ac.beta1 = c->optimizer.beta1;
+	ac.beta2 = c->optimizer.beta2;
+	ac.eps = c->optimizer.eps;
+	ac.weight_decay = c->optimizer.weight_decay;
+	/* torch's Adam adds weight decay to the gradient (L2), AdamW decouples it;
+	 * only AdamW is implemented, so Adam is allowed only without decay. */
+	if (strcmp(c->optimizer.name, "Adam") == 0 && c->optimizer.weight_decay != 0)
+		return err_set(err, "optimizer.name = \"Adam\" with weight_decay %g: only AdamW's "
+			       "decoupled decay is implemented; use AdamW or weight_decay 0",
+			       c->optimizer.weight_decay);
+	if ((j->opt = adamw_create(j->be, model_num_params(j->m), &ac, err)) == NULL)
+		return -1;
+	double ratio = isnan(c->lr_scheduler.decay_ratio) ? -1 : c->lr_scheduler.decay_ratio;
+	if (c->lr_scheduler.warmup_steps > c->training.steps)
+		titan_warn("lr_scheduler.warmup_steps %lld is more than training.steps %lld; clamped",
+			   (long long)c->lr_scheduler.warmup_steps, (long long)c->training.steps);
+	return lr_schedule_init(&j->sched, c->training.steps, c->lr_scheduler.warmup_steps, ratio,
+				c->lr_scheduler.decay_type, c->lr_scheduler.min_lr_factor, err);
+}
+
+static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
+{
+	memset(s, 0, sizeof *s);
+	s->m = j->m;
+	s->opt = j->opt;
+	s->base_lr = j->c->optimizer.lr;
+	s->cur_lr = j->lr;
+	s->step = j->step;
+	s->ntokens_seen = j->ntokens_seen;
+	s->dp_world = 1;
+	if (loader_buf != NULL) {
+		loader_state ls;
+		loader_state_get(j->train, &ls);
+		loader_state_encode(&ls, loader_buf);
+		s->loader = loader_buf;
+		s->loader_len = LOADER_STATE_BYTES;
+	}
+}
+
+static int finish_pending(job *j, titan_err *err)
+{
+	if (j->pending == NULL)
+		return 0;
+	tstate_saver *p = j->pending;
+	j->pending = NULL;
+	if (tstate_save_finish(p, err) != 0)
+		return -1;
+	return dcp_purge(j->ckpt_dir, (int)j->c->checkpoint.keep_latest_k, err);
+}
+
+static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (finish_pending(j, err) != 0)
+		return -1;
+	char dir[1100];
+	snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)j->step);
+	double t0 = now_s();
+	int async = strcmp(c->checkpoint.async_mode, "disabled") != 0 && !model_only;
+	metrics_log(j->log, "Saving the checkpoint (or staging if async is enabled).");
+	uint8_t lbuf[LOADER_STATE_BYTES];
+	tstate s;
+	fill_state(j, &s, model_only ? NULL : lbuf);
+	tstate_save_opts o = {.model_only = model_only, .export_dtype = dtype,
+			      .async = async};
+	tstate_saver *sv = tstate_save_begin(dir, &s, &o, err);
+	if (sv == NULL)
+		return -1;
+	j->pending = sv;
+	j->pending_step = j->step;
+	if (!async && finish_pending(j, err) != 0)
+		return -1;
+	metrics_log(j->log, "Finished saving the checkpoint (or staging if async is enabled)in "
+		    "%.2f seconds.", now_s() - t0);
+	return 0;
+}
+
+/* torchtitan's CheckpointManager.load: the run's own latest step first, then
+ * initial_load_path; step 0 (a seed checkpoint) is model only. */
+static int load_checkpoint(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (!c->checkpoint.enable)
+		return 0;
+	int64_t step = c->checkpoint.load_step;
+	if (step == -1) {
+		step = dcp_latest_step(j->ckpt_dir, err);
+		if (step < -1)
+			return -1;
+	}
+	char dir[1100];
+	int model_only;
+	if (step >= 0) {
+		snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)step);
+		model_only = step == 0;
+	} else if (c->checkpoint.initial_load_path != NULL) {
+		snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path);
+		model_only = c->checkpoint.initial_load_model_only;
+	} else {
+		return 0;
+	}
+	double t0 = now_s();
+	metrics_log(j->log, "Loading the checkpoint from %s.", dir);
+	tstate s;
+	fill_state(j, &s, NULL);
+	tstate_loaded got;
+	int rc = tstate_load(dir, &s, model_only, &c->checkpoint.exclude_from_loading, &got, err);
+	if (rc == 0 && got.dataloader) {
+		loader_state ls;
+		rc = loader_state_decode(s.loader, s.loader_len, &ls, err);
+		if (rc == 0)
+			rc = loader_state_set(j->train, &ls, err);
+		if (rc != 0)
+			err_prefix(err, "%s: dataloader.dp_rank_0", dir);
+	}
+	free(s.loader);
+	if (rc != 0)
+		return -1;
+	if (got.train_state) {
+		j->step = s.step;
+		j->ntokens_seen = s.ntokens_seen;
+	}
+	if (!model_only && !got.had_train_state)
+		titan_warn("%s holds the model only; training starts at step 1 with a fresh "
+			   "optimizer", dir);
+	metrics_log(j->log, "Finished loading the checkpoint in %.2f seconds.", now_s() - t0);
+	return 0;
+}
+
+static int open_outputs(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (mkdir_p(c->job.dump_folder, err) != 0)
+		return -1;
+	char path[1100];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", c->job.dump_folder);
+	if (metrics_jsonl_open(&j->jl, path, err) != 0)
+		return -1;
+	j->jl_open = 1;
+	if (!c->metrics.enable_tensorboard)
+		return 0;
+	char stamp[32];
+	time_t t = time(NULL);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
+	snprintf(path, sizeof path, "%s/%s/%s", c->job.dump_folder, c->metrics.save_tb_folder, stamp);
+	if (tb_open(&j->tb, path, wall_s(), err) != 0)
+		return -1;
+	j->tb_open = 1;
+	metrics_log(j->log, "TensorBoard logging enabled. Logs will be saved at %s", path);
+	return 0;
+}
+
+static int tb_scalar(job *j, const char *tag, double v, titan_err *err)
+{
+	return tb_add_scalar(&j->tb, tag, (float)v, j->step, wall_s(), err);
+}
+
+typedef struct window {
+	double t0;            /* start of the interval since the last log */
+	double data_s;        /* seconds spent waiting for data in it */
+	int64_t tokens, steps;
+} window;
+
+static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err)
+{
+	double dt = now_s() - w->t0;
+	metrics_step s = {.step = j->step, .loss = loss, .grad_norm = gnorm};
+	metrics_cpu_memory(&s.mem_gib, &s.mem_pct);
+	s.tps = dt > 0 ? (double)w->tokens / dt : 0;
+	s.tflops = j->flops_per_token * s.tps / 1e12;
+	s.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * s.tps / j->peak_flops : 0;
+	char line[512];
+	metrics_format_line(line, sizeof line, &s, j->h->color);
+	metrics_log(j->log, "%s", line);
+	if (j->tb_open) {
+		double active = (double)backend_peak_bytes(j->be) / (1024.0 * 1024 * 1024);
+		double total = s.mem_pct > 0 ? s.mem_gib * 100.0 / s.mem_pct : 0;
+		if (tb_scalar(j, "loss_metrics/global_avg_loss", loss, err) ||
+		    tb_scalar(j, "loss_metrics/global_max_loss", loss, err) ||
+		    tb_scalar(j, "grad_norm", gnorm, err) || tb_scalar(j, "lr", j->lr, err) ||
+		    tb_scalar(j, "throughput(tps)", s.tps, err) || tb_scalar(j, "tflops", s.tflops, err) ||
+		    tb_scalar(j, "mfu(%)", s.mfu, err) ||
+		    tb_scalar(j, "memory/max_active(GiB)", active, err) ||
+		    tb_scalar(j, "memory/max_active(%)", total > 0 ? 100 * active / total : 0, err) ||
+		    tb_scalar(j, "memory/max_reserved(GiB)", s.mem_gib, err) ||
+		    tb_scalar(j, "memory/max_reserved(%)", s.mem_pct, err) ||
+		    tb_scalar(j, "time_metrics/end_to_end(s)", dt / (double)w->steps, err) ||
+		    tb_scalar(j, "time_metrics/data_loading(s)", w->data_s / (double)w->steps, err) ||
+		    tb_scalar(j, "time_metrics/data_loading(%)", dt > 0 ? 100 * w->data_s / dt : 0, err) ||
+		    tb_scalar(j, "n_tokens_seen", (double)j->ntokens_seen, err) || tb_flush(&j->tb, err))
+			return -1;
+	}
+	w->t0 = now_s();
+	w->data_s = 0;
+	w->tokens = 0;
+	w->steps = 0;
+	return 0;
+}
+
+/* Read the step's micro-batches first: the loss is normalised by the valid
+ * tokens of the whole step. */
+static int read_step_batches(job *j, int64_t *n_valid, titan_err *err)
+{
+	size_t per = (size_t)(j->B * j->T);
+	*n_valid = 0;
+	for (int k = 0; k < j->accum; k++) {
+		const loader_batch *b;
+		int rc = loader_next(j->train, &b, err);
+		if (rc != 1)
+			return rc == 0 ? err_set(err, "training data ended") : -1;
+		memcpy(j->inputs + k * per, b->inputs, per * sizeof(int32_t));
+		memcpy(j->labels + k * per, b->labels, per * sizeof(int32_t));
+		*n_valid += b->n_valid;
+	}
+	return 0;
+}
+
+static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err *err)
+{
+	double t0 = now_s();
+	int64_t n_valid;
+	if (read_step_batches(j, &n_valid, err) != 0)
+		return -1;
+	w->data_s += now_s() - t0;
+	if (n_valid == 0)
+		return err_set(err, "step %lld: no valid labels in the batch", (long long)j->step + 1);
+	model_zero_grad(j->m);
+	size_t per = (size_t)(j->B * j->T);
+	double loss_sum = 0;
+	float scale = (float)(1.0 / (double)n_valid);
+	for (int k = 0; k < j->accum; k++) {
+		double ls = 0;
+		int64_t nv = 0;
+		if (model_forward_backward(j->m, j->inputs + k * per, j->labels + k * per, (int)j->B,
+					   (int)j->T, scale, &ls, &nv, err) != 0)
+			return -1;
+		loss_sum += ls;
+	}
+	*loss = loss_sum / (double)n_valid;
+	*gnorm = grad_clip_norm(j->be, model_grads(j->m), model_num_params(j->m),
+				j->c->training.max_norm);
+	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
+	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
+	adamw_step(j->opt, model_params(j->m), model_grads(j->m), j->lr);
+	j->step++;
+	j->ntokens_seen += (int64_t)j->accum * j->B * j->T;
+	w->tokens += (int64_t)j->accum * j->B * j->T;
+	w->steps++;
+	if (!isfinite(*loss))
+		return err_set(err, "step %lld: loss is %g; stopping", (long long)j->step, *loss);
+	return 0;
+}
+
+static int validate(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	char dir[1024];
+	snprintf(dir, sizeof dir, "%s", c->validation.dataset_path ? c->validation.dataset_path : j->data_dir);
+	loader_opts o = {.dir = dir, .split = SHARD_VAL, .seq_len = c->validation.seq_len,
+			 .local_batch = c->validation.local_batch_size, .dp_rank = 0, .dp_degree = 1,
+			 .prefetch = 1};
+	loader *l = loader_open(&o, err);
+	if (l == NULL)
+		return err_prefix(err, "validation data");
+	double loss_sum = 0;
+	int64_t n_valid = 0;
+	int rc = 0;
+	for (int64_t k = 0; c->validation.steps == -1 || k < c->validation.steps; k++) {
+		const loader_batch *b;
+		rc = loader_next(l, &b, err);
+		if (rc != 1)
+			break;
+		double ls = 0;
+		int64_t nv = 0;
+		rc = model_forward(j->m, b->inputs, b->labels, (int)b->B, (int)b->T, NULL, &ls, &nv, err);
+		if (rc != 0)
+			break;
+		loss_sum += ls;
+		n_valid += nv;
+		rc = 1;
+	}
+	loader_close(l);
+	if (rc < 0)
+		return -1;
+	if (n_valid == 0)
+		return err_set(err, "validation: %s has no validation tokens", dir);
+	double loss = loss_sum / (double)n_valid;
+	double gib, pct;
+	metrics_cpu_memory(&gib, &pct);
+	char line[256];
+	metrics_format_validation_line(line, sizeof line, j->step, loss, gib, pct, j->h->color);
+	metrics_log(j->log, "%s", line);
+	if (metrics_jsonl_validation(&j->jl, j->step, loss, n_valid, err) != 0)
+		return -1;
+	if (j->tb_open && (tb_scalar(j, "validation_metrics/loss", loss, err) || tb_flush(&j->tb, err)))
+		return -1;
+	return 0;
+}
+
+static int should_save(const job *j, int last)
+{
+	const job_config *c = j->c;
+	if (!c->checkpoint.enable)
+		return 0;
+	return last || j->step % c->checkpoint.interval == 0 ||
+	       (j->step == 1 && c->checkpoint.enable_first_step_checkpoint);
+}
+
+static int run_loop(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	window w = {.t0 = now_s()};
+	double t_start = now_s();
+	metrics_log(j->log, "Training starts at step %lld", (long long)j->step + 1);
+	while (j->step < c->training.steps) {
+		double loss = 0, gnorm = 0;
+		if (train_step(j, &w, &loss, &gnorm, err) != 0)
+			return -1;
+		double dt = now_s() - t_start;
+		metrics_step ms = {.step = j->step, .loss = loss, .grad_norm = gnorm,
+				   .tps = (double)j->accum * (double)(j->B * j->T) / dt};
+		ms.tflops = j->flops_per_token * ms.tps / 1e12;
+		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
+		metrics_cpu_memory(&ms.mem_gib, &ms.mem_pct);
+		if (metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
+			return -1;
+		t_start = now_s();
+		if ((j->step == 1 || j->step % c->metrics.log_freq == 0) && log_step(j, &w, loss, gnorm, err) != 0)
+			return -1;
+		if (c->validation.enable && j->step % c->validation.freq == 0 && validate(j, err) != 0)
+			return -1;
+		int last = j->step == c->training.steps;
+		int stop = j->h->stop != NULL && *j->h->stop;
+		if (stop && !last) {
+			metrics_log(j->log, "Stop requested: saving at step %lld and exiting.", (long long)j->step);
+			if (c->checkpoint.enable && save_checkpoint(j, 0, NULL, err) != 0)
+				return -1;
+			return 0;
+		}
+		if (should_save(j, last) &&
+		    save_checkpoint(j, last && c->checkpoint.last_save_model_only,
+				    c->checkpoint.export_dtype, err) != 0)
+			return -1;
+	}
+	metrics_log(j->log, "Training completed");
+	return 0;
+}
+
+int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
+{
+	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr};
+	snprintf(j.ckpt_dir, sizeof j.ckpt_dir, "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	metrics_log(j.log, "Starting job: %s", c->job.description);
+	warn_inert(&j);
+	int rc = -1;
+	if (open_data(&j, err) != 0 || build_model(&j, err) != 0 || build_optimizer(&j, err) != 0)
+		goto out;
+	if (c->checkpoint.create_seed_checkpoint) {
+		if (!c->checkpoint.enable) {
+			err_set(err, "checkpoint.create_seed_checkpoint needs checkpoint.enable");
+			goto out;
+		}
+		rc = save_checkpoint(&j, 1, "float32", err) == 0 ? finish_pending(&j, err) : -1;
+		if (rc == 0)
+			metrics_log(j.log, "Created seed checkpoint at %s/step-0", j.ckpt_dir);
+		goto out;
+	}
+	if (load_checkpoint(&j, err) != 0 || open_outputs(&j, err) != 0)
+		goto out;
+	if (j.step >= c->training.steps) {
+		metrics_log(j.log, "Step %lld already reached (training.steps %lld); nothing to do",
+			    (long long)j.step, (long long)c->training.steps);
+		rc = 0;
+		goto out;
+	}
+	rc = run_loop(&j, err);
+	if (rc == 0)
+		rc = finish_pending(&j, err);
+out:
+	job_close(&j);
+	return rc;
+}

@@ -1,0 +1,42 @@
+/* trainer.h: the training job behind titan-train.
+ *
+ * config -> data (titan-shard folder) -> model -> AdamW + LR schedule -> steps
+ * with gradient accumulation -> log line, TensorBoard, metrics JSONL ->
+ * validation -> checkpoints (PyTorch DCP, torchtitan's keys) and automatic
+ * resume from the latest complete one.
+ *
+ * A step is torchtitan's: the micro-batches of the global batch are read
+ * first, so that the loss of every token is divided by the number of valid
+ * tokens of the whole step; forward+backward per micro-batch (gradients add
+ * up); clip by global norm; AdamW with lr = optimizer.lr x schedule(step - 1). */
+#ifndef TITAN_TRAINER_H
+#define TITAN_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "core/err.h"
+
+typedef struct trainer_hooks {
+	/* Set (by a signal handler) to ask for a stop: the current step finishes, a
+	 * checkpoint is saved (when checkpoint.enable), and trainer_run returns 0. */
+	volatile sig_atomic_t *stop;
+	FILE *log;   /* log lines; stderr when NULL */
+	int color;   /* ANSI colours in the log line */
+	int threads; /* CPU threads (0: OpenMP's default) */
+} trainer_hooks;
+
+/* Run the whole job.  Returns 0 when every step ran (or a stop was honoured),
+ * -1 with err set otherwise. */
+int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err);
+
+/* The shard folder the job reads: training.dataset_path when set, else
+ * {job.dump_folder}/{training.dataset}.  Writes it to buf. */
+int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err);
+
+/* Print the flavors (name, dims, parameters) as a table. */
+void trainer_list_flavors(FILE *out);
+
+#endif

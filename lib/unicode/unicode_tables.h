@@ -1,0 +1,27 @@
+/* unicode_tables.h: the generated tables behind unicode.h (private). */
+#ifndef TITAN_UNICODE_TABLES_H
+#define TITAN_UNICODE_TABLES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct uni_decomp_entry {
+	uint32_t cp, off, len;
+} uni_decomp_entry;
+
+typedef struct uni_comp_entry {
+	uint32_t first, second, composite;
+} uni_comp_entry;
+
+extern const char uni_version[];
+extern const uint16_t uni_props_stage1[0x1100];
+extern const uint8_t uni_props_stage2[];
+extern const uint16_t uni_ccc_stage1[0x1100];
+extern const uint8_t uni_ccc_stage2[];
+extern const uint32_t uni_decomp_pool[];
+extern const uni_decomp_entry uni_decomp[];
+extern const size_t uni_n_decomp;
+extern const uni_comp_entry uni_comp[];
+extern const size_t uni_n_comp;
+
+#endif

@@ -1,0 +1,74 @@
+#!/bin/sh
+# titan-train's configuration from the command line: the shipped configs parse,
+# every key of titan-config(5) is accepted, misspellings are refused with a
+# suggestion, later features are refused with a reason.
+. tests/lib.sh
+
+TRAIN="$BIN/titan-train"
+
+for f in configs/*.toml; do
+	t_run "shipped config $f parses" "$TRAIN" --config "$f" --job.print_config
+	# What it prints is itself a config that reads back to the same thing.
+	cp "$TMP/.out" "$TMP/printed.toml"
+	"$TRAIN" --config "$TMP/printed.toml" --job.print_config 2>"$TMP/.err" |
+		sed "s|^# config_file = .*|# config_file = \"$f\"|" >"$TMP/again.toml"
+	t_same "printed $f reads back unchanged" "$TMP/printed.toml" "$TMP/again.toml"
+done
+n=$(ls configs/*.toml | wc -l)
+if [ "$n" -ge 7 ]; then t_ok "configs for debugmodel, 1B, 3B, 8B, 70B, 405B and demo ($n)"; else t_not_ok "configs shipped" "only $n"; fi
+
+t_run "8B config keeps torchtitan's values" "$TRAIN" --config configs/llama3_8b.toml --job.print_config
+t_grep "8B: lr 3e-4" '^lr = 0.00029999999999999997$' "$TMP/.out"
+t_grep "8B: seq_len 8192" '^seq_len = 8192$' "$TMP/.out"
+t_grep "8B: flavor" '^flavor = "8B"$' "$TMP/.out"
+
+# Every key of the man page, given on the command line with its default.
+keys=$(sed -n 's/^\.It Cm \([a-z0-9_.]*\)$/\1/p' man/titan-config.5)
+nkeys=$(echo "$keys" | wc -l)
+"$TRAIN" --list-keys >"$TMP/schema.tsv"
+cut -f1 "$TMP/schema.tsv" >"$TMP/schema"
+echo "$keys" >"$TMP/man"
+t_same "titan-config(5) lists exactly the keys titan-train knows ($nkeys)" "$TMP/schema" "$TMP/man"
+bad=""
+for k in $keys; do
+	def=$(awk -F'\t' -v k="$k" '$1 == k { print $3 }' "$TMP/schema.tsv")
+	[ "$k" = job.config_file ] && def=configs/debug_model.toml
+	case "$def" in
+	\"*\") def=${def#\"}; def=${def%\"} ;;
+	\[*\]) def=$(echo "$def" | tr -d '[]" ') ;;
+	esac
+	"$TRAIN" "--$k" "$def" --job.print_config >/dev/null 2>"$TMP/k.err" || bad="$bad $k($(cat "$TMP/k.err"))"
+done
+if [ -z "$bad" ]; then t_ok "every key of titan-config(5) is accepted"; else t_not_ok "every key of titan-config(5) is accepted" "$bad"; fi
+
+# Misspellings: exit 2, file:line, the key, the suggestion.
+printf '[training]\nsteps = 5\n\nlocal_batchsize = 4\n' >"$TMP/typo.toml"
+t_fails "misspelt key in a file is refused" 2 "$TRAIN" --config "$TMP/typo.toml"
+t_grep "refusal names file:line, key and the suggestion" \
+	"typo.toml:4: training.local_batchsize: unknown key (did you mean training.local_batch_size?)" "$TMP/.err"
+t_fails "misspelt option is refused" 2 "$TRAIN" --checkpoint.keep_latest 3
+t_grep "option refusal suggests the option" "did you mean --checkpoint.keep_latest_k?" "$TMP/.err"
+t_fails "bad value is refused" 2 "$TRAIN" --lr_scheduler.decay_type cubic
+t_grep "bad value names the allowed ones" 'decay_type: "cubic" is not one of linear|sqrt|cosine' "$TMP/.err"
+t_fails "keep_latest_k 1 is refused" 2 "$TRAIN" --checkpoint.keep_latest_k 1 --job.print_config
+
+# Bare booleans and explicit values.
+t_run "bare boolean flag" "$TRAIN" --checkpoint.enable --job.print_config
+t_grep "bare flag sets true" '^enable = true$' "$TMP/.out"
+t_run "boolean with a value" "$TRAIN" --config configs/debug_model.toml --metrics.enable_tensorboard false --job.print_config
+t_grep "explicit false" '^enable_tensorboard = false$' "$TMP/.out"
+
+# Features of later issues are refused before any work, with a reason.
+t_fails "70B config (tensor parallel 8) is refused" 2 "$TRAIN" --config configs/llama3_70b.toml
+t_grep "refusal says tensor parallelism is not supported yet" 'tensor parallelism is not supported by this titan-train yet' "$TMP/.err"
+t_fails "compile is refused" 2 "$TRAIN" --compile.enable
+t_grep "compile refusal" 'compile.enable: compilation is not supported' "$TMP/.err"
+t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
+t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
+
+t_run "--list-flavors" "$TRAIN" --list-flavors
+t_grep "flavors listed with sizes" '^8B .* 8,030,261,248$' "$TMP/.out"
+t_run "--help" "$TRAIN" --help
+t_grep "help names --config" '--config FILE' "$TMP/.out"
+
+t_done

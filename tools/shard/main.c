@@ -1,0 +1,326 @@
+/* titan-shard: write a token stream into binary shards; inspect, verify and
+ * read them back.  See titan-shard(1) and titan-formats(5). */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/cli.h"
+#include "core/err.h"
+#include "shard/shard.h"
+#include "tokstream/tokstream.h"
+
+enum { OPT_OUT = 'o', OPT_SHARD_TOKENS = 256, OPT_VAL_FRACTION, OPT_VAL_DOCS, OPT_COMPRESS,
+       OPT_FRAME_TOKENS, OPT_JSON, OPT_SPLIT, OPT_QUIET, OPT_ACCEPT };
+
+static const cli_option options[] = {
+	{"out", 'o', CLI_ARG, OPT_OUT, "DIR", "write shards and manifest.json into DIR"},
+	{"shard-tokens", 0, CLI_ARG, OPT_SHARD_TOKENS, "N", "tokens per shard (default 100M; K/M/G)"},
+	{"val-fraction", 0, CLI_ARG, OPT_VAL_FRACTION, "F", "send this fraction of documents to val"},
+	{"val-docs", 0, CLI_ARG, OPT_VAL_DOCS, "N", "send the first N documents to val"},
+	{"compress", 0, CLI_ARG, OPT_COMPRESS, "zstd[:L]", "zstd seekable frames (level L, default 3)"},
+	{"frame-tokens", 0, CLI_ARG, OPT_FRAME_TOKENS, "N", "tokens per zstd frame (default 16384)"},
+	{"json", 0, CLI_NO_ARG, OPT_JSON, NULL, "info: print JSON"},
+	{"split", 0, CLI_ARG, OPT_SPLIT, "S", "cat: only train or val (default: all, input order)"},
+	{"quiet", 'q', CLI_NO_ARG, OPT_QUIET, NULL, "no progress on stderr"},
+	{NULL, 0, 0, 0, NULL, NULL},
+};
+
+static const cli_spec spec = {
+	.prog = "titan-shard",
+	.synopsis = "--out DIR [options] [FILE...]\n"
+		    "       titan-shard info [--json] DIR|FILE\n"
+		    "       titan-shard verify DIR|FILE\n"
+		    "       titan-shard cat [--split train|val] DIR|FILE",
+	.summary = "Write a token stream (stdin or FILEs) into binary shards for titan-train.",
+	.opts = options,
+	.epilog = "Rerunning with the same --out continues an interrupted run when the input\n"
+		  "and options are the same, and refuses otherwise.\n",
+};
+
+typedef struct args {
+	const char *out;
+	shard_build_opts b;
+	int have_val_fraction, json, split, quiet;
+} args;
+
+static int parse_compress(const char *s)
+{
+	if (strcmp(s, "none") == 0)
+		return 0;
+	if (strcmp(s, "zstd") == 0)
+		return 3;
+	if (strncmp(s, "zstd:", 5) == 0)
+		return (int)cli_int(&spec, "--compress", s + 5, 1, 19);
+	cli_usage_error(&spec, "--compress: '%s' is not zstd, zstd:LEVEL or none", s);
+}
+
+static void warn_line(const char *msg)
+{
+	titan_warn("warning: %s", msg);
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static void hex(const uint8_t *b, char out[65])
+{
+	for (int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static int info_file(const char *path, int json, titan_err *err)
+{
+	shard_file *f = shard_file_open(path, err);
+	if (f == NULL)
+		return -1;
+	const shard_header *h = shard_file_header(f);
+	char fp[65];
+	hex(h->fingerprint, fp);
+	uint64_t bytes = h->index_offset + h->index_bytes;
+	if (json) {
+		json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, "
+				      "s:I, s:s}", "file", path, "version", (int)SHARD_VERSION,
+				      "tokens", (json_int_t)h->n_tokens, "docs", (json_int_t)h->n_docs,
+				      "vocab_size", (json_int_t)h->vocab_size, "id_width",
+				      (json_int_t)h->id_width, "bytes", (json_int_t)bytes, "compress",
+				      h->flags & SHARD_ZSTD ? "zstd" : "none", "frame_tokens",
+				      (json_int_t)h->frame_tokens, "header_crc",
+				      (json_int_t)h->header_crc, "data_crc", (json_int_t)h->data_crc,
+				      "index_crc", (json_int_t)h->index_crc, "bos_id",
+				      (json_int_t)h->bos_id, "fingerprint", fp);
+		json_object_set_new(o, "eos_id", json_integer(h->eos_id));
+		json_object_set_new(o, "data_bytes", json_integer((json_int_t)h->data_bytes));
+		json_dumpf(o, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(o);
+	} else {
+		printf("%s: titan shard version %u\n", path, SHARD_VERSION);
+		printf("tokens      %llu\ndocuments   %llu\n", (unsigned long long)h->n_tokens,
+		       (unsigned long long)h->n_docs);
+		printf("vocab       %u ids, %u bytes each, bos %d, eos %d\n", h->vocab_size,
+		       h->id_width, h->bos_id, h->eos_id);
+		printf("tokenizer   %s\n", fp);
+		if (h->flags & SHARD_ZSTD)
+			printf("storage     zstd seekable, %u tokens per frame, %llu bytes (%.2f "
+			       "bytes/token)\n", h->frame_tokens, (unsigned long long)bytes,
+			       h->n_tokens ? (double)h->data_bytes / (double)h->n_tokens : 0.0);
+		else
+			printf("storage     uncompressed, %llu bytes\n", (unsigned long long)bytes);
+		printf("checksums   header 0x%08x data 0x%08x index 0x%08x\n", h->header_crc,
+		       h->data_crc, h->index_crc);
+	}
+	shard_file_close(f);
+	return 0;
+}
+
+static int info_dir(const char *dir, int json, titan_err *err)
+{
+	if (json) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/manifest.json", dir);
+		shard_manifest m; /* parse first, so a bad manifest is an error */
+		if (shard_manifest_read(dir, &m, err) != 0)
+			return -1;
+		shard_manifest_free(&m);
+		json_error_t je;
+		json_t *o = json_load_file(path, 0, &je);
+		if (o == NULL)
+			return err_set(err, "%s:%d: %s", path, je.line, je.text);
+		json_dumpf(o, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(o);
+		return 0;
+	}
+	shard_manifest m;
+	if (shard_manifest_read(dir, &m, err) != 0)
+		return -1;
+	char fp[65];
+	hex(m.stream.fingerprint, fp);
+	printf("%s: titan shards, %s\n", dir, m.complete ? "complete" :
+	       "INCOMPLETE (interrupted; rerun titan-shard with the same input to finish)");
+	printf("tokenizer   %s\n", fp);
+	printf("vocab       %u ids, %u bytes each, bos %d, eos %d\n", m.stream.vocab_size,
+	       m.stream.id_width, m.stream.bos_id, m.stream.eos_id);
+	printf("options     %llu tokens per shard, %s", (unsigned long long)m.shard_tokens,
+	       m.zstd_level ? "zstd" : "uncompressed");
+	if (m.zstd_level)
+		printf(" level %d, %u tokens per frame", m.zstd_level, m.frame_tokens);
+	if (m.val_docs)
+		printf(", first %llu documents to val\n", (unsigned long long)m.val_docs);
+	else
+		printf(", val fraction %g\n", m.val_fraction);
+	for (int s = 0; s < 2; s++) {
+		uint64_t bytes = 0;
+		for (size_t i = 0; i < m.split[s].n_shards; i++)
+			bytes += m.split[s].shards[i].bytes;
+		printf("%-11s %zu shards, %llu documents, %llu tokens, %llu bytes\n",
+		       s == SHARD_TRAIN ? "train" : "val", m.split[s].n_shards,
+		       (unsigned long long)m.split[s].docs, (unsigned long long)m.split[s].tokens,
+		       (unsigned long long)bytes);
+	}
+	printf("input       %llu documents, %llu tokens, CRC-32C 0x%08x\n",
+	       (unsigned long long)m.input_docs, (unsigned long long)m.input_tokens, m.input_crc);
+	shard_manifest_free(&m);
+	return 0;
+}
+
+/* Several inputs read back to back as one stream (segments may follow each
+ * other, see titan-formats(5)): a FILE that moves to the next file at EOF. */
+typedef struct chain {
+	char **files;
+	int n, next;
+	FILE *cur;
+} chain;
+
+static ssize_t chain_read(void *cookie, char *buf, size_t size)
+{
+	chain *c = cookie;
+	for (;;) {
+		if (c->cur == NULL) {
+			if (c->next == c->n)
+				return 0;
+			const char *f = c->files[c->next++];
+			c->cur = strcmp(f, "-") ? fopen(f, "rb") : stdin;
+			if (c->cur == NULL)
+				titan_die(TITAN_EXIT_FAIL, "%s: cannot open: %s", f, strerror(errno));
+			/* Big reads: fewer system calls than stdio's default (glibc
+			 * ignores the size unless it is given the buffer).  One file
+			 * is open at a time, so they share one. */
+			static char inbuf[1u << 20];
+			if (setvbuf(c->cur, inbuf, _IOFBF, sizeof inbuf) != 0)
+				titan_die(TITAN_EXIT_FAIL, "setvbuf failed");
+		}
+		size_t got = fread(buf, 1, size, c->cur);
+		if (got > 0)
+			return (ssize_t)got;
+		if (ferror(c->cur))
+			return -1;
+		if (c->cur != stdin)
+			fclose(c->cur);
+		c->cur = NULL;
+	}
+}
+
+static int chain_close(void *cookie)
+{
+	chain *c = cookie;
+	if (c->cur != NULL && c->cur != stdin)
+		fclose(c->cur);
+	return 0;
+}
+
+static int cmd_build(args *a, int nfiles, char **files)
+{
+	static char *dash[] = {"-"};
+	if (nfiles == 0 && isatty(0))
+		cli_usage_error(&spec, "standard input is a terminal; pipe a token stream from "
+				"titan-tokenize or name a file");
+	chain ch = {.files = nfiles ? files : dash, .n = nfiles ? nfiles : 1};
+	FILE *fp = fopencookie(&ch, "rb", (cookie_io_functions_t){.read = chain_read,
+								  .close = chain_close});
+	static char chainbuf[1u << 20];
+	if (fp == NULL || setvbuf(fp, chainbuf, _IOFBF, sizeof chainbuf) != 0)
+		titan_die(TITAN_EXIT_FAIL, "out of memory");
+	const char *name = nfiles == 1 ? files[0] : nfiles == 0 ? "-" : "inputs";
+	titan_err err;
+	tokstream_reader *r = tokstream_reader_open(fp, name, &err);
+	if (r == NULL)
+		titan_die_err(&err);
+	shard_build_stats st;
+	a->b.out = a->out;
+	a->b.progress = !a->quiet && isatty(2);
+	int rc = shard_build(r, &a->b, &st, &err);
+	tokstream_reader_close(r);
+	fclose(fp);
+	if (rc != 0)
+		titan_die_err(&err);
+	if (!a->quiet)
+		titan_warn("%s: %llu documents, %llu tokens written (%llu bytes)%s", a->out,
+			   (unsigned long long)st.docs, (unsigned long long)st.tokens,
+			   (unsigned long long)st.bytes_out,
+			   st.resumed ? "; resumed an interrupted run" : "");
+	return TITAN_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	titan_set_progname("titan-shard");
+	args a = {.split = -1};
+	cli_state cs;
+	cli_begin(&cs, &spec);
+	int c;
+	while ((c = cli_next(&cs, argc, argv)) != -1) {
+		switch (c) {
+		case OPT_OUT: a.out = cs.arg; break;
+		case OPT_SHARD_TOKENS: a.b.shard_tokens = cli_size(&spec, "--shard-tokens", cs.arg); break;
+		case OPT_VAL_FRACTION:
+			a.b.val_fraction = cli_double(&spec, "--val-fraction", cs.arg, 0.0, 1.0);
+			a.have_val_fraction = 1;
+			break;
+		case OPT_VAL_DOCS: a.b.val_docs = cli_size(&spec, "--val-docs", cs.arg); break;
+		case OPT_COMPRESS: a.b.zstd_level = parse_compress(cs.arg); break;
+		case OPT_FRAME_TOKENS:
+			a.b.frame_tokens = (uint32_t)cli_int(&spec, "--frame-tokens", cs.arg, 1, 1 << 28);
+			break;
+		case OPT_JSON: a.json = 1; break;
+		case OPT_SPLIT:
+			if (strcmp(cs.arg, "train") == 0)
+				a.split = SHARD_TRAIN;
+			else if (strcmp(cs.arg, "val") == 0)
+				a.split = SHARD_VAL;
+			else
+				cli_usage_error(&spec, "--split: '%s' is not train or val", cs.arg);
+			break;
+		case OPT_QUIET: a.quiet = 1; break;
+		default: cli_usage_error(&spec, "unexpected option");
+		}
+	}
+	int n = argc - cs.optind;
+	char **ops = argv + cs.optind;
+	const char *cmd = n > 0 ? ops[0] : "";
+	titan_err err;
+	if (strcmp(cmd, "info") == 0 || strcmp(cmd, "verify") == 0 || strcmp(cmd, "cat") == 0) {
+		if (n != 2)
+			cli_usage_error(&spec, "%s takes one DIR or FILE", cmd);
+		const char *p = ops[1];
+		int rc;
+		if (cmd[0] == 'i') {
+			rc = is_dir(p) ? info_dir(p, a.json, &err) : info_file(p, a.json, &err);
+		} else if (cmd[0] == 'v') {
+			if (is_dir(p)) {
+				rc = shard_verify_dir(p, warn_line, &err);
+			} else {
+				shard_file *f = shard_file_open(p, &err);
+				rc = f ? shard_file_verify(f, &err) : -1;
+				shard_file_close(f);
+			}
+			if (rc == 0)
+				printf("%s: ok\n", p);
+		} else {
+			if (isatty(1))
+				titan_die(TITAN_EXIT_USAGE, "cat: standard output is a terminal; "
+					  "redirect it or pipe it to titan-tokenize --decode");
+			rc = is_dir(p) ? shard_cat_dir(p, a.split, stdout, &err)
+				       : shard_cat_file(p, stdout, &err);
+			if (rc == 0 && fflush(stdout) != 0)
+				rc = err_errno(&err, "standard output");
+		}
+		if (rc != 0)
+			titan_die_err(&err);
+		return TITAN_EXIT_OK;
+	}
+	if (a.out == NULL)
+		cli_usage_error(&spec, "missing --out DIR (or a command: info, verify, cat)");
+	if (a.have_val_fraction && a.b.val_docs)
+		cli_usage_error(&spec, "--val-fraction and --val-docs exclude each other");
+	if (a.b.frame_tokens && !a.b.zstd_level)
+		cli_usage_error(&spec, "--frame-tokens needs --compress zstd");
+	return cmd_build(&a, n, ops);
+}

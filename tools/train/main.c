@@ -1,0 +1,172 @@
+/* titan-train: pretrain a Llama model from a TOML config (torchtitan's sections
+ * and keys) on titan-shard data.  See titan-train(1) and titan-config(5). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/cli.h"
+#include "core/err.h"
+#include "metrics/metrics.h"
+#include "tb/tb.h"
+#include "trainer/trainer.h"
+
+static volatile sig_atomic_t stop_requested;
+
+/* First signal: finish the step, save, exit 0.  A second one kills at once. */
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: titan-train --config FILE.toml [--section.key value ...]\n"
+		"       titan-train --list-flavors\n"
+		"       titan-train --read-events FILE\n"
+		"       titan-train --plot-loss FILE.jsonl [--png OUT.png]\n"
+		"Train a Llama model on titan-shard data, as torchtitan's train.py does.\n"
+		"\n"
+		"options:\n"
+		"  --config FILE            TOML job config (torchtitan's sections and keys)\n"
+		"  --section.key VALUE      override one key (booleans may be bare flags)\n"
+		"  --job.print_config       print the resolved config as TOML and exit\n"
+		"  --list-flavors           print the model flavors and exit\n"
+		"  --list-keys              print every config key (TSV: key, type, default,\n"
+		"                           values, torchtitan key, description) and exit\n"
+		"  --read-events FILE       print a TensorBoard event file (CRCs checked) and exit\n"
+		"  --plot-loss FILE [--png OUT]\n"
+		"                           plot the loss curves of a metrics.jsonl in the terminal\n"
+		"                           (and as a PNG image) and exit\n"
+		"  --threads N              CPU threads (default: OMP_NUM_THREADS or all)\n"
+		"  -h, --help               show this help and exit\n"
+		"      --version            show the version and exit\n"
+		"\nEvery key, its default and its torchtitan name: titan-config(5).\n"
+		"See titan-train(1).\n");
+}
+
+static void list_keys(void)
+{
+	int n;
+	const cfg_key_info *k = config_keys(&n);
+	for (int i = 0; i < n; i++)
+		printf("%s\t%s\t%s\t%s\t%s\t%s\n", k[i].name, config_type_name(k[i].type), k[i].def,
+		       k[i].choices ? k[i].choices : "-", k[i].torchtitan, k[i].help);
+}
+
+static int plot_loss(const char *jsonl, const char *png)
+{
+	metrics_curve train, val;
+	titan_err err;
+	if (metrics_read_curves(jsonl, &train, &val, &err) != 0)
+		titan_die_err(&err);
+	metrics_plot_ascii(stdout, &train, &val, 64, 16);
+	printf("first loss %.4f at step %lld, last %.4f at step %lld\n", train.value[0],
+	       (long long)train.step[0], train.value[train.n - 1], (long long)train.step[train.n - 1]);
+	int rc = png != NULL ? metrics_plot_png(png, &train, &val, &err) : 0;
+	metrics_curve_free(&train);
+	metrics_curve_free(&val);
+	if (rc != 0)
+		titan_die_err(&err);
+	return TITAN_EXIT_OK;
+}
+
+static int print_event(void *ctx, const tb_event *ev, titan_err *err)
+{
+	(void)ctx;
+	(void)err;
+	if (ev->file_version != NULL)
+		printf("%.6f\t%lld\tfile_version\t%s\n", ev->wall_time, (long long)ev->step,
+		       ev->file_version);
+	else if (ev->tag != NULL)
+		printf("%.6f\t%lld\t%s\t%.9g\n", ev->wall_time, (long long)ev->step, ev->tag,
+		       (double)ev->value);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	titan_set_progname("titan-train");
+	job_config c;
+	titan_err err = {{0}};
+	if (config_defaults(&c, &err) != 0)
+		titan_die_err(&err);
+	char **rest = calloc((size_t)argc + 1, sizeof *rest);
+	int nrest = 0;
+	if (rest == NULL)
+		titan_die(TITAN_EXIT_FAIL, "out of memory");
+	/* Non-config options are few; look at them before reading the config so
+	 * that --help works whatever else is on the line. */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			usage(stdout);
+			return TITAN_EXIT_OK;
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("titan-train %s\n", TITAN_VERSION);
+			return TITAN_EXIT_OK;
+		}
+	}
+	if (config_from_args(&c, argc, argv, &nrest, rest, &err) != 0) {
+		fprintf(stderr, "titan-train: %s\nTry 'titan-train --help'.\n", err.msg);
+		return TITAN_EXIT_USAGE;
+	}
+	int threads = 0;
+	for (int i = 1; i < nrest; i++) {
+		if (strcmp(rest[i], "--list-keys") == 0) {
+			list_keys();
+			return TITAN_EXIT_OK;
+		}
+		if (strcmp(rest[i], "--list-flavors") == 0) {
+			trainer_list_flavors(stdout);
+			return TITAN_EXIT_OK;
+		} else if (strcmp(rest[i], "--read-events") == 0 && i + 1 < nrest) {
+			if (tb_read_file(rest[i + 1], 1, print_event, NULL, &err) != 0)
+				titan_die_err(&err);
+			return TITAN_EXIT_OK;
+		} else if (strcmp(rest[i], "--plot-loss") == 0 && i + 1 < nrest) {
+			const char *png = i + 3 < nrest && strcmp(rest[i + 2], "--png") == 0 ? rest[i + 3] : NULL;
+			return plot_loss(rest[i + 1], png);
+		} else if (strcmp(rest[i], "--threads") == 0 && i + 1 < nrest) {
+			threads = atoi(rest[++i]);
+		} else {
+			fprintf(stderr, "titan-train: unknown option '%s'\nTry 'titan-train --help'.\n",
+				rest[i]);
+			return TITAN_EXIT_USAGE;
+		}
+	}
+	if (config_validate(&c, &err) != 0) {
+		fprintf(stderr, "titan-train: %s\n", err.msg);
+		return TITAN_EXIT_USAGE;
+	}
+	if (c.job.print_config) {
+		config_print(&c, stdout);
+		return TITAN_EXIT_OK;
+	}
+	if (c.job.config_file == NULL)
+		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
+	if (config_check_supported(&c, 1, &err) != 0) {
+		fprintf(stderr, "titan-train: %s\n", err.msg);
+		return TITAN_EXIT_USAGE;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	trainer_hooks h = {.stop = &stop_requested, .log = stderr,
+			   .color = metrics_use_color(STDERR_FILENO, c.metrics.disable_color_printing),
+			   .threads = threads};
+	int rc = trainer_run(&c, &h, &err);
+	config_free(&c);
+	free(rest);
+	if (rc != 0)
+		titan_die_err(&err);
+	return TITAN_EXIT_OK;
+}
