@@ -19,16 +19,12 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
 	echo "bench model: $PYTHON cannot import torch (set PYTHON to an interpreter with torch from PyPI)" >&2
 	exit 1
 fi
-make -s "$BUILD/libtitan.a"
-mkdir -p "$BUILD/bench"
-${CC:-cc} -std=c17 -O2 -fopenmp -Wall -Wextra -Werror -Ilib -D_GNU_SOURCE \
-	tests/model/bench_model.c "$BUILD/libtitan.a" -lopenblas -lm -lpthread \
-	-o "$BUILD/bench/bench_model"
+make -s "$BUILD/tests/model/bench_model" >&2
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run() { # shape b t
-	"$BUILD/bench/bench_model" "$1" "$2" "$3" "$STEPS" >>"$out"
+	"$BUILD/tests/model/bench_model" "$1" "$2" "$3" "$STEPS" >>"$out"
 	"$PYTHON" scripts/model_bench_torch.py "$1" "$2" "$3" "$STEPS" >>"$out"
 }
 run debugmodel 4 256

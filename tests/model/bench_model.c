@@ -1,7 +1,6 @@
 /* bench_model: time titan's training step on the CPU backend (forward +
  * backward + clip + AdamW) for a named shape, print one line of key=value
- * figures for scripts/bench/model.sh.  Not a test (no test_ prefix): the bench
- * script builds and runs it.
+ * figures for scripts/bench/model.sh (make bench builds it).
  *
  *   bench_model SHAPE B T STEPS [AC]     SHAPE: debugmodel | 100M;  AC: none|full|op|selective */
 #include <stdio.h>
