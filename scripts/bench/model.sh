@@ -5,6 +5,9 @@
 # forward + cross-entropy + backward + clip + AdamW; the median of STEPS timed
 # steps after one warm-up step.  Peak memory is each process's peak RSS.
 #
+# Then titan alone on debugmodel under each activation checkpointing mode: step
+# time and the backend's peak of allocated bytes (what AC trades).
+#
 # Environment: PYTHON (with torch; default python3), BENCH_THREADS (default: all
 # cores), BENCH_STEPS (default 3), BENCH_QUICK=1 (debugmodel only).
 # Numbers on a shared machine are noisy: the two sides alternate to share it.
@@ -49,3 +52,13 @@ END {
       rss[s, "titan"], rss[s, "torch"] }
   print "speedup = torch step time / titan step time (wall, then CPU); mem = torch peak RSS / titan peak RSS (higher is better for titan)"
 }' "$out"
+
+echo
+echo "titan activation checkpointing, debugmodel 4x256: step time and peak backend memory"
+printf "%-10s %10s %10s %14s\n" "mode" "step s" "cpu s" "peak MiB"
+for ac in none selective op full; do
+	"$BUILD/tests/model/bench_model" debugmodel 4 256 "$STEPS" "$ac" |
+		awk -v ac="$ac" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+			printf "%-10s %10.3f %10.3f %14.1f\n", ac, v["step_s"], v["cpu_s"], v["backend_peak_mib"] }'
+done
+echo "selective = every 2nd layer recomputed; op = matmul and attention outputs kept, norms/rope/SwiGLU recomputed"
