@@ -3,7 +3,10 @@
 #include <string.h>
 
 /* Dims of torchtitan's llama3_args; 1B and 3B are Llama 3.2's shapes (tied
- * embeddings, rope scaling factor 32 as in Meta's release). */
+ * embeddings, rope scaling factor 32 as in Meta's release).  torchtitan's
+ * TransformerModelArgs applies the Llama 3.1 rope scaling (RoPEScalingArgs:
+ * factor 8, low 1, high 4, original 8192) to every flavor, debugmodel included;
+ * n_kv_heads unset means n_heads. */
 static const llama_args flavors[] = {
 	{"debugmodel", 256, 6, 16, 16, 2048, 256, 0.0, 1e-5, 500000.0, 8, 0, 131072},
 	{"1B", 2048, 16, 32, 8, 128256, 256, 1.5, 1e-5, 500000.0, 32, 1, 131072},

@@ -5,6 +5,9 @@
 # forward + cross-entropy + backward + clip + AdamW; the median of STEPS timed
 # steps after one warm-up step.  Peak memory is each process's peak RSS.
 #
+# Then titan alone on debugmodel under each activation checkpointing mode: step
+# time and the backend's peak of allocated bytes (what AC trades).
+#
 # Environment: PYTHON (with torch; default python3), BENCH_THREADS (default: all
 # cores), BENCH_STEPS (default 3), BENCH_QUICK=1 (debugmodel only).
 # Numbers on a shared machine are noisy: the two sides alternate to share it.
@@ -19,16 +22,12 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
 	echo "bench model: $PYTHON cannot import torch (set PYTHON to an interpreter with torch from PyPI)" >&2
 	exit 1
 fi
-make -s "$BUILD/libtitan.a"
-mkdir -p "$BUILD/bench"
-${CC:-cc} -std=c17 -O2 -fopenmp -Wall -Wextra -Werror -Ilib -D_GNU_SOURCE \
-	tests/model/bench_model.c "$BUILD/libtitan.a" -lopenblas -lm -lpthread \
-	-o "$BUILD/bench/bench_model"
+make -s "$BUILD/tests/model/bench_model" >&2
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run() { # shape b t
-	"$BUILD/bench/bench_model" "$1" "$2" "$3" "$STEPS" >>"$out"
+	"$BUILD/tests/model/bench_model" "$1" "$2" "$3" "$STEPS" >>"$out"
 	"$PYTHON" scripts/model_bench_torch.py "$1" "$2" "$3" "$STEPS" >>"$out"
 }
 run debugmodel 4 256
@@ -38,7 +37,7 @@ echo "titan vs PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') 
 awk '
 function get(k,   i, kv) { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } }
 { impl = get("impl"); s = get("shape"); key = s SUBSEP impl
-  step[key] = get("step_s"); tok[key] = get("tok_s"); rss[key] = get("peak_rss_mib")
+  step[key] = get("step_s"); cpu[key] = get("cpu_s"); tok[key] = get("tok_s"); rss[key] = get("peak_rss_mib")
   par[s] = get("params"); bt[s] = get("b") "x" get("t"); if (!(s in seen)) { seen[s] = 1; order[++n] = s } }
 END {
   printf "%-11s %11s %7s %6s %10s %10s %12s %12s %8s %8s\n", "shape", "params", "batch", "", \
@@ -47,7 +46,19 @@ END {
     printf "%-11s %11d %7s %6s %10.3f %10.3f %12.1f %12.1f %7.2fx %7.2fx\n", s, par[s], bt[s], "", \
       step[s, "titan"], step[s, "torch"], tok[s, "titan"], tok[s, "torch"], \
       step[s, "torch"] / step[s, "titan"], rss[s, "torch"] / rss[s, "titan"]
-    printf "%-11s %11s %7s %6s %10s %10s peak RSS MiB: titan %.0f, torch %.0f\n", "", "", "", "", "", "", \
+    printf "%-11s %11s %7s %6s %10.3f %10.3f %12s %12s %7.2fx   (CPU seconds of all threads)\n", "", "", "", "", \
+      cpu[s, "titan"], cpu[s, "torch"], "", "", cpu[s, "torch"] / cpu[s, "titan"]
+    printf "%-11s %11s %7s %6s peak RSS MiB: titan %.0f, torch %.0f\n", "", "", "", "", \
       rss[s, "titan"], rss[s, "torch"] }
-  print "speedup = torch step time / titan step time; mem = torch peak RSS / titan peak RSS (higher is better for titan)"
+  print "speedup = torch step time / titan step time (wall, then CPU); mem = torch peak RSS / titan peak RSS (higher is better for titan)"
 }' "$out"
+
+echo
+echo "titan activation checkpointing, debugmodel 4x256: step time and peak backend memory"
+printf "%-10s %10s %10s %14s\n" "mode" "step s" "cpu s" "peak MiB"
+for ac in none selective op full; do
+	"$BUILD/tests/model/bench_model" debugmodel 4 256 "$STEPS" "$ac" |
+		awk -v ac="$ac" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+			printf "%-10s %10.3f %10.3f %14.1f\n", ac, v["step_s"], v["cpu_s"], v["backend_peak_mib"] }'
+done
+echo "selective = every 2nd layer recomputed; op = matmul and attention outputs kept, norms/rope/SwiGLU recomputed"
