@@ -94,6 +94,19 @@ static int print_event(void *ctx, const tb_event *ev, titan_err *err)
 	return 0;
 }
 
+/* Processes started together by mpirun, srun (PMI) or torchrun: each would train
+ * alone into the same folder, so more than one is refused for now. */
+static int launcher_world_size(void)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"};
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		if (v != NULL && atoi(v) > 0)
+			return atoi(v);
+	}
+	return 1;
+}
+
 /* Everything after the configuration is read; returns the exit status. */
 static int run(job_config *c, int nrest, char **rest)
 {
@@ -129,7 +142,7 @@ static int run(job_config *c, int nrest, char **rest)
 	}
 	if (c->job.config_file == NULL)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
-	if (config_check_supported(c, 1, &err) != 0)
+	if (config_check_supported(c, launcher_world_size(), &err) != 0)
 		return fail(TITAN_EXIT_USAGE, err.msg, 0);
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
