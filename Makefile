@@ -45,11 +45,12 @@ LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(M
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,)
 NVCC      := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
 CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
-NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Xcompiler -Wall,-Wextra,-Werror \
+NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 ifeq ($(CUDA),1)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
 CPPFLAGS  += -DTITAN_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+LDLIBS    += $(CUDA_LIBS)
 endif
 
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
@@ -63,6 +64,8 @@ PROGRAMS  := $(TOOLS:%=$(BIN)/titan-%)
 
 TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
+BENCH_SRC := $(sort $(wildcard tests/*/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 TEST_SUPPORT_SRC := $(sort $(wildcard tests/support/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
@@ -81,7 +84,7 @@ FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_TIME   ?= 60
 
-.PHONY: all check demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
+.PHONY: all check run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
 all: $(LIBTITAN) $(PROGRAMS)
 
 $(BUILD)/%.o: %.c
@@ -111,8 +114,13 @@ $(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/r
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
 
-check: deps all $(TEST_BIN) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
+# deps comes first and alone (a sub-make builds the rest), so that make -j check
+# on a fresh machine installs the headers before anything compiles.
+check: deps
+	@$(MAKE) --no-print-directory run-tests
+
+run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
 
 # The clang copy of the library has no CUDA: the fuzz targets parse inputs.
 $(FUZZ_DIR)/%.o: %.c
@@ -125,7 +133,7 @@ $(FUZZ_LIB): $(LIB_SRC:%.c=$(FUZZ_DIR)/%.o)
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
 	$(FUZZ_CC) -fopenmp -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_LIB) \
-		$(filter-out -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lstdc++,$(LDLIBS))
+		$(filter-out $(CUDA_LIBS),$(LDLIBS))
 
 fuzz: deps-fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_BIN)
@@ -150,11 +158,14 @@ asan:
 asan-check:
 	$(MAKE) SAN=1 check
 
-demo: deps all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	sh scripts/demo.sh
 
-bench: deps all
-	sh scripts/bench.sh
+# Benchmark drivers: tests/<area>/bench_*.c, built like tests, run by scripts/bench/.
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	BUILD=$(BUILD) BIN=$(BIN) sh scripts/bench.sh
 
 deps:
 	@sh scripts/deps.sh
@@ -171,7 +182,7 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
 	$(BUILD)/tests/fuzz/replay.d $(wildcard $(FUZZ_DIR)/lib/*/*.d $(FUZZ_DIR)/tests/fuzz/*.d) $(TEST_SUPPORT_OBJ:.o=.d) \
 	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 

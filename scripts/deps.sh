@@ -1,26 +1,32 @@
 #!/bin/sh
 # Install the Debian packages titan's build and tests need, only those missing,
 # and say which.  `deps.sh` is what make, make check and make demo need;
-# `deps.sh fuzz` adds the clang toolchain that only `make fuzz` needs.
+# `deps.sh fuzz` adds the clang toolchain that only `make fuzz` needs;
+# `deps.sh -n [fuzz]` only lists what is missing.
 set -eu
 
 PKGS="gcc make pkg-config binutils libarchive-dev libzstd-dev libcurl4-openssl-dev libssl-dev
 libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev openmpi-bin libcmocka-dev
-mandoc jq gzip zstd xz-utils bzip2 lz4 curl python3 fortunes jargon"
+mandoc jq gzip zstd xz-utils bzip2 lz4 zip tar curl python3 fortunes jargon"
 # libFuzzer and its sanitizer runtimes; libomp for the library's OpenMP under clang.
 FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
 
 want=$PKGS
+dry=0
 for group in "$@"; do
 	case "$group" in
+	-n) dry=1 ;;
 	fuzz) want="$want $FUZZ_PKGS" ;;
-	*) echo "deps.sh: unknown group '$group' (known: fuzz)" >&2; exit 2 ;;
+	*) echo "deps.sh: unknown group '$group' (known: -n, fuzz)" >&2; exit 2 ;;
 	esac
 done
 
+# One dpkg-query for all: names it does not know are simply not listed.
+installed=$(dpkg-query -W -f='${Package} ${Status}\n' $want 2>/dev/null |
+	awk '/ ok installed$/ { sub(/:.*/, "", $1); print $1 }')
 missing=""
 for p in $want; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+	echo "$installed" | grep -qx "$p" || missing="$missing $p"
 done
 # python3 may come from elsewhere (pyenv); only the interpreter matters.
 if command -v python3 >/dev/null 2>&1; then
@@ -28,6 +34,10 @@ if command -v python3 >/dev/null 2>&1; then
 fi
 missing=$(echo $missing)
 [ -z "$missing" ] && exit 0
+if [ "$dry" = 1 ]; then
+	echo "$missing"
+	exit 0
+fi
 
 echo "titan deps: installing: $missing" >&2
 SUDO=""

@@ -26,8 +26,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-torch.set_default_dtype(torch.float64)
-
 
 def ffn_hidden(dim, multiple_of, mult):
     h = int(2 * (4 * dim) / 3)
@@ -46,7 +44,7 @@ def rope_freqs(hd, t, theta, factor):
         s = (orig / wl - low) / (high - low)
         mid = (wl >= orig / high) & (wl <= orig / low)
         f = torch.where(mid, (1 - s) * nf / factor + s * nf, nf)
-    ang = torch.outer(torch.arange(t, dtype=torch.float64), f)
+    ang = torch.outer(torch.arange(t, dtype=f.dtype), f)
     return torch.polar(torch.ones_like(ang), ang)
 
 
@@ -213,6 +211,94 @@ def make_train(out, name, a, seed, steps=10, local_b=2, micro=2, t=13):
     return case
 
 
+# titan's seeded init (lib/model/model.c), so a full-size flavor can be compared
+# without committing its weights: every tensor is cut into chunks of 65536, each
+# drawn from a splitmix64 stream seeded by (seed, tensor index, chunk index);
+# normals by Box-Muller (one per pair of uniforms), cuts by rejection.
+MASK = (1 << 64) - 1
+INIT_CHUNK = 65536
+
+
+def _mix(z):
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _chunk_normals(seed, tensor, chunk, n, std, lo, hi):
+    s0 = (seed ^ ((tensor * 0xD1B54A32D192ED03) & MASK) ^ ((chunk * 0x8CB92BA72F3D8DD7) & MASK))
+    cand = n + 64 + n // 50
+    while True:
+        # output k of the stream mixes s0 + k*golden; output 1 is skipped
+        k = np.arange(2, 2 + 2 * cand, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            u = _mix(np.uint64(s0) + k * np.uint64(0x9E3779B97F4A7C15))
+        u = ((u >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / 9007199254740992.0)
+        x = std * (np.sqrt(-2.0 * np.log(u[0::2])) * np.cos(2.0 * math.pi * u[1::2]))
+        if lo < hi:
+            x = x[(x >= lo) & (x <= hi)]
+        if len(x) >= n:
+            return x[:n].astype(np.float32)
+        cand *= 2
+
+
+def titan_init(a, seed, depth_init=True):
+    P = {}
+    for i, (fqn, shape) in enumerate(layout(a)):
+        n = int(np.prod(shape))
+        if "norm" in fqn:
+            P[fqn] = np.ones(shape, np.float32)
+            continue
+        if "tok_embeddings" in fqn:
+            std, lo, hi = 1.0, 0.0, 0.0
+        elif fqn == "output.weight":
+            std = a["dim"] ** -0.5
+            lo, hi = -3 * std, 3 * std
+        else:
+            layer = int(fqn.split(".")[1])
+            deep = 0.02 / math.sqrt(2.0 * (layer + 1 if depth_init else a["n_layers"]))
+            std = 0.02 if any(k in fqn for k in (".wq.", ".wk.", ".wv.", ".w1.")) else deep
+            lo, hi = -2.0, 2.0
+        parts = [_chunk_normals(seed, i, c, min(INIT_CHUNK, n - c * INIT_CHUNK), std, lo, hi)
+                 for c in range((n + INIT_CHUNK - 1) // INIT_CHUNK)]
+        P[fqn] = np.concatenate(parts).reshape(shape)
+    return P
+
+
+def sample_index(n, k=256):
+    """The elements of a tensor the flavor case stores: k spread evenly."""
+    return np.unique(np.linspace(0, n - 1, min(n, k)).astype(np.int64))
+
+
+def make_flavor(out, name, a, b, t, seed):
+    """A full flavor from titan's init: stores samples of the weights (to check the
+    init), the logits and every gradient, not whole tensors."""
+    rng = np.random.default_rng(seed)
+    a["ffn"] = ffn_hidden(a["dim"], a["multiple_of"], a["ffn_dim_multiplier"])
+    W = titan_init(a, seed)
+    P = {f: torch.tensor(w.astype(np.float64), requires_grad=True) for f, w in W.items()}
+    ids, labels = draw_batch(a, b, t, rng)
+    logits = forward(a, P, ids)
+    n_valid = int((labels != -100).sum())
+    loss = loss_sum(logits, labels) / n_valid
+    loss.backward()
+    wsamp, gsamp = [], []
+    for f, _ in layout(a):
+        idx = sample_index(P[f].numel())
+        wsamp.append(W[f].ravel()[idx])
+        gsamp.append(P[f].grad.numpy().ravel()[idx].astype(np.float32))
+    lidx = sample_index(logits.numel(), 4096)
+    case = dict(args=a, b=b, t=t, seed=seed, n_valid=n_valid, loss=loss.item(),
+                init_seed=seed, sample_k=256, logits_sample_k=4096)
+    case["inputs"] = write(out, f"{name}.inputs.bin", ids.numpy().astype("<i4"))
+    case["labels"] = write(out, f"{name}.labels.bin", labels.numpy().astype("<i4"))
+    case["weights_sample"] = write(out, f"{name}.wsample.bin", np.concatenate(wsamp).astype("<f4"))
+    case["grads_sample"] = write(out, f"{name}.gsample.bin", np.concatenate(gsamp).astype("<f4"))
+    case["logits_sample"] = write(out, f"{name}.lsample.bin",
+                                  logits.detach().numpy().ravel()[lidx].astype("<f4"))
+    return case
+
+
 def args(dim, n_layers, n_heads, n_kv_heads, vocab, multiple_of=32, mult=None, tied=False,
          factor=8.0):
     return dict(dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
@@ -221,6 +307,7 @@ def args(dim, n_layers, n_heads, n_kv_heads, vocab, multiple_of=32, mult=None, t
 
 
 def main():
+    torch.set_default_dtype(torch.float64)
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "model", "golden")
     os.makedirs(out, exist_ok=True)
@@ -232,6 +319,9 @@ def main():
         # head_dim 128, ffn_dim_multiplier, tied embeddings (Llama 3.2 style).
         "hd128": make_case(out, "hd128", args(128, 1, 1, 1, 96, 16, 0.5, tied=True), 3, 5,
                            seed=3),
+        # torchtitan's debugmodel at full size with titan's seeded init, seq 37.
+        "debugmodel": make_flavor(out, "debugmodel", args(256, 6, 16, 16, 2048, 256), 1, 37,
+                                  seed=1234),
         # 10 optimizer steps of the gqa shape.
         "train": make_train(out, "train", args(64, 2, 4, 2, 256), seed=4),
     }

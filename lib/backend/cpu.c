@@ -209,10 +209,10 @@ backend *backend_cpu_create(int threads, titan_err *e)
 		return NULL;
 	}
 	be->ops = &cpu_ops;
-	if (threads > 0) {
+	if (threads > 0)
 		omp_set_num_threads(threads);
-		openblas_set_num_threads(threads);
-	}
+	/* OpenBLAS works single-threaded inside OpenMP's blocks (cpu_matmul). */
+	openblas_set_num_threads(1);
 	be->threads = threads > 0 ? threads : omp_get_max_threads();
 	return be;
 }

@@ -1,6 +1,7 @@
 /* The CPU kernels in float32: the backend's ops. */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 

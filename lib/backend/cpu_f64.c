@@ -2,6 +2,7 @@
  * the finite-difference gradient checks. */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -147,6 +147,8 @@ int fsync_parent_dir(const char *path, titan_err *err)
 
 int mkdir_p(const char *dir, titan_err *err)
 {
+	if (dir[0] == '\0')
+		return err_set(err, "mkdir: empty folder name");
 	char *p = strdup(dir);
 	if (p == NULL)
 		return err_set(err, "%s: out of memory", dir);

@@ -162,7 +162,7 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 	json_object_set_new(c, "torch_dtype", json_string(ptz_dtype_torch(dt)));
 	json_object_set_new(c, "use_cache", json_true());
 	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
-	char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+	char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
 	json_decref(c);
 	size_t n = strlen(dir) + 16;
 	char *p = malloc(n);

@@ -336,7 +336,8 @@ int dcp_verify(dcp_ckpt *c, titan_err *err)
 			int rc = dcp_value_load(p, n, &v, &a, err);
 			pk_free(a);
 			if (rc)
-				return err_prefix(err, "%s: %s", c->dir, e->fqn);
+				return err_prefix(err, "%s/%s at %" PRIu64 " (%s)", c->dir, e->chunks[0].file,
+						  e->chunks[0].offset, e->fqn);
 			continue;
 		}
 		if (check_cover(e, err))

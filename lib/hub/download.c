@@ -8,7 +8,7 @@
 #include "hub/hub_private.h"
 
 #include "core/afile.h"
-#include "core/sha256.h"
+#include "core/progress.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,10 +28,12 @@ enum { STEP_HEAD, STEP_GET };
 typedef struct job {
 	hub_item *it;
 	int state, step;
-	double wake;             /* J_WAIT: not before this (hub_now) */
+	double wake;             /* J_WAIT: not before this (progress_now) */
 	int attempts;            /* failed attempts since the last progress */
 	int redirects;
 	char *url;               /* the HEAD URL, then the download URL */
+	char *resolve;           /* the HEAD URL, kept to ask for a fresh download URL */
+	int refreshes;
 	int auth;                /* send the token with the next request */
 	CURL *h;
 	struct curl_slist *sl;
@@ -40,11 +42,12 @@ typedef struct job {
 	char *tmp;               /* NAME.incomplete (files), NULL for a stream */
 	uint64_t have;           /* bytes of the file written (or streamed) */
 	uint64_t skip;           /* stream: bytes of a 200 reply already sent */
-	uint64_t got;            /* body bytes in this attempt */
+	uint64_t have0;          /* have when this attempt started */
 	int body_started, body_ignored, bad_range, resumed, restarted;
 	EVP_MD_CTX *md;          /* sha256 (LFS) or sha1 over "blob N\0" + bytes */
 	int fatal;
 	titan_err err;
+	progress pg;             /* this file's bar (label: its path) */
 } job;
 
 typedef struct engine {
@@ -54,7 +57,8 @@ typedef struct engine {
 	job **slots;
 	int nslots;
 	uint64_t total, done_bytes;
-	double t0, last_draw;
+	progress pg;             /* the total; also the terminal's width */
+	double last_draw;
 	int drawn_lines;
 } engine;
 
@@ -136,6 +140,7 @@ static void job_free(job *j)
 	curl_slist_free_all(j->sl);
 	EVP_MD_CTX_free(j->md);
 	free(j->url);
+	free(j->resolve);
 	free(j->tmp);
 	free(j);
 }
@@ -162,7 +167,7 @@ static int fatal_http(engine *g, job *j)
 
 static void retry(engine *g, job *j, const char *why, const hub_hdrs *h)
 {
-	if (j->got > 0)
+	if (j->have > j->have0)
 		j->attempts = 0; /* progress was made: a long file may be cut many times */
 	if (j->attempts >= g->c->retries) {
 		fatal(j, "%s: %s; gave up after %d attempts (run again to resume)", jpath(j), why,
@@ -174,7 +179,7 @@ static void retry(engine *g, job *j, const char *why, const hub_hdrs *h)
 	titan_warn("%s: %s, retrying in %.1f s (attempt %d of %d)", jpath(j), why, w,
 			   j->attempts + 1, g->c->retries + 1);
 	j->state = J_WAIT;
-	j->wake = hub_now() + w;
+	j->wake = progress_now() + w;
 }
 
 /* ---- starting requests ---- */
@@ -191,7 +196,7 @@ static int launch(engine *g, job *j, int head)
 	if (j->h == NULL)
 		return fatal(j, "%s: cannot start a transfer", jpath(j));
 	curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
-	j->got = 0;
+	j->have0 = j->have;
 	j->body_started = j->body_ignored = j->bad_range = 0;
 	j->step = head ? STEP_HEAD : STEP_GET;
 	j->state = J_RUN;
@@ -269,6 +274,8 @@ static int start_get(engine *g, job *j)
 	}
 	if (launch(g, j, 0) != 0)
 		return -1;
+	if (j->pg.label == NULL)
+		progress_init(&j->pg, jpath(j), PROGRESS_BYTES, (uint64_t)j->it->size);
 	curl_easy_setopt(j->h, CURLOPT_WRITEFUNCTION, body_cb);
 	curl_easy_setopt(j->h, CURLOPT_WRITEDATA, j);
 	if (j->have > 0) {
@@ -344,7 +351,7 @@ static int after_head(engine *g, job *j)
 			/* the same bytes under two names: let the other transfer finish */
 			j->state = J_WAIT;
 			j->step = STEP_HEAD; /* come back through here */
-			j->wake = hub_now() + 0.05;
+			j->wake = progress_now() + 0.05;
 			return 1;
 		}
 	} else if (o->dest == HUB_DEST_DIR) {
@@ -455,7 +462,6 @@ static size_t body_cb(char *p, size_t size, size_t nmemb, void *ud)
 		return 0;
 	md_update(j, q, k);
 	j->have += k;
-	j->got += n;
 	return n;
 }
 
@@ -565,7 +571,7 @@ static int finish_file(engine *g, job *j)
 					   jpath(j), why);
 				j->state = J_WAIT;
 				j->step = STEP_GET;
-				j->wake = hub_now();
+				j->wake = progress_now();
 				return 0;
 			}
 			return fatal(j, "%s: %s; the download was removed (a proxy or the server "
@@ -652,6 +658,21 @@ static int get_done(engine *g, job *j, CURLcode cr)
 		retry(g, j, "HTTP 416 to a resume", NULL);
 		return 0;
 	}
+	if (cr == CURLE_OK && (h->status == 403 || h->status == 410) && !j->auth &&
+	    j->refreshes < 3) {
+		/* a signed CDN address expires: ask the Hub for a new one, keep the bytes */
+		char *u = strdup(j->resolve);
+		if (u == NULL)
+			return fatal(j, "out of memory");
+		free(j->url);
+		j->url = u;
+		j->auth = 1;
+		j->refreshes++;
+		j->it->etag[0] = '\0';
+		j->step = STEP_HEAD;
+		retry(g, j, "the download address was refused", NULL);
+		return 0;
+	}
 	if (cr == CURLE_OK && hub_status_retryable(h->status)) {
 		char why[64];
 		snprintf(why, sizeof why, "HTTP %ld", h->status);
@@ -673,63 +694,32 @@ static int get_done(engine *g, job *j, CURLcode cr)
 	return finish_file(g, j);
 }
 
-/* ---- progress on a terminal ---- */
-
-static void fmt_bytes(char *b, size_t n, double v)
-{
-	const char *u[] = {"B", "kB", "MB", "GB", "TB"};
-	int i = 0;
-	while (v >= 1000 && i < 4) {
-		v /= 1000;
-		i++;
-	}
-	snprintf(b, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-}
-
-/* rate < 0: no rate column */
-static void bar(char *out, size_t n, const char *name, uint64_t have, uint64_t size, double rate)
-{
-	char hb[16], sb[16], rb[16];
-	int w = 24, fill = size ? (int)((double)have / (double)size * w) : w;
-	char b[32];
-	for (int i = 0; i < w; i++)
-		b[i] = i < fill ? '#' : '.';
-	b[w] = '\0';
-	fmt_bytes(hb, sizeof hb, (double)have);
-	fmt_bytes(sb, sizeof sb, (double)size);
-	fmt_bytes(rb, sizeof rb, rate);
-	size_t nl = strlen(name);
-	const char *shown = nl > 36 ? name + nl - 36 : name;
-	int k = snprintf(out, n, "%-36s [%s] %3d%% %9s/%-9s", shown, b,
-			 size ? (int)(100.0 * (double)have / (double)size) : 100, hb, sb);
-	if (rate >= 0 && k > 0 && (size_t)k < n)
-		snprintf(out + k, n - (size_t)k, " %9s/s", rb);
-}
+/* ---- progress on a terminal: a bar per active file and one for the total ---- */
 
 static void draw(engine *g, int final)
 {
-	double now = hub_now();
+	double now = progress_now();
 	if (!g->o->progress || (!final && now - g->last_draw < 0.2))
 		return;
 	g->last_draw = now;
-	double el = now - g->t0 > 1e-3 ? now - g->t0 : 1e-3;
 	if (g->drawn_lines > 0)
 		fprintf(stderr, "\033[%dA", g->drawn_lines);
 	int lines = 0;
-	char line[256];
+	char line[512];
 	uint64_t active = 0;
 	for (int i = 0; i < g->nslots; i++) {
 		job *j = g->slots[i];
-		if (j == NULL || j->state == J_DONE)
+		if (j == NULL || j->state == J_DONE || j->step != STEP_GET)
 			continue;
 		active += j->have;
-		bar(line, sizeof line, jpath(j), j->have, j->it->size > 0 ? (uint64_t)j->it->size : 0,
-		    -1);
+		progress_fmt_line(line, sizeof line, &j->pg, j->have, (uint64_t)j->it->size,
+				  now - j->pg.start, g->pg.width);
 		fprintf(stderr, "\r\033[K%s\n", line);
 		lines++;
 	}
 	uint64_t sofar = g->done_bytes + active;
-	bar(line, sizeof line, "total", sofar, g->total, (double)sofar / el);
+	progress_fmt_line(line, sizeof line, &g->pg, sofar, g->total, now - g->pg.start,
+			  g->pg.width);
 	fprintf(stderr, "\r\033[K%s\n\033[J", line);
 	lines++;
 	g->drawn_lines = final ? 0 : lines;
@@ -775,7 +765,9 @@ static int run(engine *g, hub_item *items, size_t n, titan_err *err)
 					       g->o->commit, qp);
 			free(qp);
 			free(qr);
-			if (j->url == NULL) {
+			j->resolve = j->url ? strdup(j->url) : NULL;
+			if (j->url == NULL || j->resolve == NULL) {
+				free(j->url);
 				free(j);
 				return err_set(err, "out of memory");
 			}
@@ -784,7 +776,7 @@ static int run(engine *g, hub_item *items, size_t n, titan_err *err)
 			j->wake = 0;
 			g->slots[s] = j;
 		}
-		double now = hub_now(), soonest = now + 0.25;
+		double now = progress_now(), soonest = now + 0.25;
 		for (int s = 0; s < g->nslots; s++) {
 			job *j = g->slots[s];
 			if (j && j->state == J_WAIT) {
@@ -824,7 +816,7 @@ static int run(engine *g, hub_item *items, size_t n, titan_err *err)
 		draw(g, 0);
 		if (failed || left == 0)
 			break;
-		int wait_ms = (int)((soonest - hub_now()) * 1000);
+		int wait_ms = (int)((soonest - progress_now()) * 1000);
 		if (wait_ms < 1)
 			wait_ms = 1;
 		curl_multi_poll(g->m, NULL, 0, wait_ms, NULL);
@@ -847,15 +839,23 @@ int hub_download(hub_client *c, const hub_dl_opts *o, hub_item *items, size_t n,
 			curl_multi_cleanup(g.m);
 		return err_set(err, "out of memory");
 	}
+	/* one connection per transfer: big files go faster over parallel TCP
+	 * streams than multiplexed on one HTTP/2 connection */
+	curl_multi_setopt(g.m, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
 	curl_multi_setopt(g.m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)g.nslots);
 	for (size_t i = 0; i < n; i++)
 		g.total += items[i].file->size > 0 ? (uint64_t)items[i].file->size : 0;
-	g.t0 = hub_now();
+	progress_init(&g.pg, "total", PROGRESS_BYTES, g.total);
 	int rc = run(&g, items, n, err);
 	if (rc == 0)
 		draw(&g, 1);
 	else if (g.o->progress && g.drawn_lines > 0)
 		fprintf(stderr, "\033[J");
+	if (rc == 0 && g.o->progress) {
+		char sum[256];
+		titan_warn("%s", progress_fmt_summary(sum, sizeof sum, &g.pg, g.done_bytes,
+						      progress_now() - g.pg.start));
+	}
 	for (int s = 0; s < g.nslots; s++)
 		if (g.slots[s])
 			job_retire(&g, s); /* a failure stops the rest; .incomplete files stay */

@@ -41,6 +41,5 @@ char *hub_url_join(const char *base, const char *loc);
 /* An easy handle with the common options; the token only when auth is set. */
 CURL *hub_easy(hub_client *c, const char *url, int auth, int head, hub_hdrs *h,
 	       struct curl_slist **sl);
-double hub_now(void);
 
 #endif

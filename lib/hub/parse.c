@@ -113,6 +113,10 @@ int hub_link_next(const char *v, char *out, size_t n)
 		const char *close = strchr(p, '>');
 		if (close == NULL)
 			return 0;
+		/* a URI reference holds no '<': the URL starts at the last one */
+		for (const char *q = p + 1; q < close; q++)
+			if (*q == '<')
+				p = q;
 		const char *end = strchr(close, ',');
 		/* a comma may sit inside the next URL only after its '<' */
 		const char *lt = strchr(close, '<');

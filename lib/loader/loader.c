@@ -23,6 +23,8 @@ struct loader {
 	uint64_t total;        /* tokens in the split */
 	uint64_t W;            /* windows per epoch (train) or in the pass (val) */
 	loader_state id;       /* seed, seq_len, shuffle, split, data identity */
+	uint32_t vocab_size;
+	uint8_t fingerprint[32];
 
 	/* producer side (the thread, or the caller when prefetch is 0) */
 	uint64_t cache_epoch;
@@ -108,6 +110,16 @@ uint64_t loader_window_at(const loader *l, uint64_t p)
 		return p;
 	uint64_t e = p / l->W, i = p % l->W;
 	return l->id.shuffle ? permute(i, l->W, epoch_key(l, e, 2)) : i;
+}
+
+uint32_t loader_vocab_size(const loader *l)
+{
+	return l->vocab_size;
+}
+
+const uint8_t *loader_fingerprint(const loader *l)
+{
+	return l->fingerprint;
 }
 
 uint64_t loader_windows(const loader *l)
@@ -413,6 +425,8 @@ loader *loader_open(const loader_opts *o, titan_err *err)
 	else if (m.stream.vocab_size > (uint32_t)INT32_MAX)
 		rc = err_set(err, "%s: vocab_size %u does not fit int32 ids", o->dir,
 			     m.stream.vocab_size);
+	l->vocab_size = m.stream.vocab_size;
+	memcpy(l->fingerprint, m.stream.fingerprint, 32);
 	if (rc == 0)
 		rc = open_files(l, &m, err);
 	shard_manifest_free(&m);

@@ -44,16 +44,19 @@
 #include "core/err.h"
 
 #define LOADER_IGNORE_INDEX (-100)
+enum { LOADER_TRAIN = 0, LOADER_VAL = 1 }; /* = SHARD_TRAIN, SHARD_VAL */
 #define LOADER_STATE_BYTES 56
 
 typedef struct loader_opts {
 	const char *dir;      /* titan-shard folder (manifest.json) */
-	int split;            /* SHARD_TRAIN (0) or SHARD_VAL (1) */
+	int split;            /* LOADER_TRAIN or LOADER_VAL */
 	int64_t seq_len;      /* T */
 	int64_t local_batch;  /* B: rows per call on this rank */
 	int dp_rank, dp_degree;
 	uint64_t seed;        /* below 2^63 (it travels through JSON) */
-	int shuffle;          /* shuffle shards and windows per epoch (train only) */
+	int shuffle;          /* shuffle shards and windows per epoch (train only);
+				 0 is torchtitan's order, the default we suggest so
+				 loss curves compare with torchtitan's */
 	int doc_bounds;       /* also fill batch.doc_ids */
 	int prefetch;         /* batches prepared ahead by a thread; 0 = none */
 } loader_opts;
@@ -106,6 +109,10 @@ int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err
 /* A JSON object with the same fields (plus "epoch", informative); malloc'd. */
 char *loader_state_to_json(const loader_state *s, uint64_t windows_per_epoch);
 int loader_state_from_json(const char *json, loader_state *s, titan_err *err);
+
+/* The data's vocabulary (for checking against the model) and tokenizer. */
+uint32_t loader_vocab_size(const loader *l);
+const uint8_t *loader_fingerprint(const loader *l); /* 32 bytes, owned by l */
 
 /* Windows per epoch (train) or in the one pass (val). */
 uint64_t loader_windows(const loader *l);

@@ -344,30 +344,44 @@ static int forward_layers(model *m, const int32_t *inputs, const int32_t *labels
 	return 0;
 }
 
+/* Output projection and loss over chunks of tokens: logits (copied to the host
+ * when logits_host is not NULL), the loss when there are labels, and with
+ * backward set the logits' gradient in place, then the rows of d xf (in
+ * m->d_tmp) and the output weight's gradient. */
+static void output_chunks(model *m, float *logits_host, int has_labels, int backward,
+			  float grad_scale, double *loss, int64_t *valid)
+{
+	backend *be = m->be;
+	int64_t n = (int64_t)m->b * m->t, d = m->args.dim, v = m->args.vocab_size;
+	for (int64_t r0 = 0; r0 < n; r0 += m->chunk) {
+		int64_t c = n - r0 < m->chunk ? n - r0 : m->chunk;
+		linear(m, m->logits, m->xf + r0 * d, m->out, c, d, v, 0);
+		if (logits_host)
+			be->ops->copy(be, logits_host + r0 * v, m->logits,
+				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
+		if (has_labels)
+			be->ops->cross_entropy(be, m->logits, m->labels + r0, c, v,
+					       MODEL_IGNORE_INDEX, backward ? grad_scale : 0,
+					       loss, valid);
+		if (backward)
+			linear_bwd(m, m->d_tmp + r0 * d, m->out_g, m->logits, m->xf + r0 * d,
+				   m->out, c, d, v, 0);
+	}
+}
+
 int model_forward(model *m, const int32_t *inputs, const int32_t *labels, int b, int t,
 		  float *logits, double *loss_sum, int64_t *n_valid, titan_err *e)
 {
 	if (forward_layers(m, inputs, labels, b, t, e))
 		return -1;
-	backend *be = m->be;
-	int64_t n = (int64_t)b * t, d = m->args.dim, v = m->args.vocab_size;
 	double loss = 0;
 	int64_t valid = 0;
-	for (int64_t r0 = 0; r0 < n; r0 += m->chunk) {
-		int64_t c = n - r0 < m->chunk ? n - r0 : m->chunk;
-		linear(m, m->logits, m->xf + r0 * d, m->out, c, d, v, 0);
-		if (logits)
-			be->ops->copy(be, logits + r0 * v, m->logits,
-				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
-		if (labels)
-			be->ops->cross_entropy(be, m->logits, m->labels + r0, c, v,
-					       MODEL_IGNORE_INDEX, 0, &loss, &valid);
-	}
+	output_chunks(m, logits, labels != NULL, 0, 0, &loss, &valid);
 	if (loss_sum)
 		*loss_sum = loss;
 	if (n_valid)
 		*n_valid = valid;
-	return be->ops->sync(be, e);
+	return m->be->ops->sync(m->be, e);
 }
 
 int model_forward_backward(model *m, const int32_t *inputs, const int32_t *labels, int b,
@@ -379,19 +393,10 @@ int model_forward_backward(model *m, const int32_t *inputs, const int32_t *label
 	if (forward_layers(m, inputs, labels, b, t, e))
 		return -1;
 	backend *be = m->be;
-	int64_t n = (int64_t)b * t, d = m->args.dim, v = m->args.vocab_size;
+	int64_t n = (int64_t)b * t, d = m->args.dim;
 	double loss = 0;
 	int64_t valid = 0;
-	/* Output projection and loss, chunk by chunk: logits -> their gradient in
-	 * place -> d xf rows and the output weight's gradient. */
-	for (int64_t r0 = 0; r0 < n; r0 += m->chunk) {
-		int64_t c = n - r0 < m->chunk ? n - r0 : m->chunk;
-		linear(m, m->logits, m->xf + r0 * d, m->out, c, d, v, 0);
-		be->ops->cross_entropy(be, m->logits, m->labels + r0, c, v, MODEL_IGNORE_INDEX,
-				       grad_scale, &loss, &valid);
-		linear_bwd(m, m->d_tmp + r0 * d, m->out_g, m->logits, m->xf + r0 * d, m->out,
-			   c, d, v, 0);
-	}
+	output_chunks(m, NULL, 1, 1, grad_scale, &loss, &valid);
 	int nl = m->args.n_layers;
 	be->ops->rmsnorm_bwd(be, m->d_x, m->norm_g, m->d_tmp, resid(m, nl), m->norm, m->rstdf,
 			     n, d);

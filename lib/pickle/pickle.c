@@ -563,6 +563,73 @@ static int text_int(vm *m)
 	return push(m, pk_int(m->a, v));
 }
 
+static size_t put_utf8(uint8_t *o, uint32_t c)
+{
+	if (c < 0x80) {
+		o[0] = (uint8_t)c;
+		return 1;
+	}
+	if (c < 0x800) {
+		o[0] = (uint8_t)(0xC0 | c >> 6);
+		o[1] = (uint8_t)(0x80 | (c & 0x3F));
+		return 2;
+	}
+	if (c < 0x10000) {
+		o[0] = (uint8_t)(0xE0 | c >> 12);
+		o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+		o[2] = (uint8_t)(0x80 | (c & 0x3F));
+		return 3;
+	}
+	o[0] = (uint8_t)(0xF0 | c >> 18);
+	o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
+	o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+	o[3] = (uint8_t)(0x80 | (c & 0x3F));
+	return 4;
+}
+
+/* UNICODE: a line in raw-unicode-escape: latin-1 bytes, \uXXXX, \UXXXXXXXX. */
+static int text_unicode(vm *m)
+{
+	const char *s;
+	size_t len;
+	if (read_line(m, &s, &len))
+		return -1;
+	uint8_t *o = arena_alloc(m->a, 4 * len + 1);
+	if (!o)
+		return vm_fail(m, "%s", "out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < len;) {
+		int w = 0;
+		if (s[i] == '\\' && i + 1 < len && (s[i + 1] == 'u' || s[i + 1] == 'U'))
+			w = s[i + 1] == 'u' ? 4 : 8;
+		if (w && i + 2 + (size_t)w <= len) {
+			uint32_t c = 0;
+			for (int j = 0; j < w; j++) {
+				char h = s[i + 2 + (size_t)j];
+				int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+					: h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+				if (d < 0)
+					return vm_fail(m, "%s", "bad escape in UNICODE");
+				c = c << 4 | (uint32_t)d;
+			}
+			if (c > 0x10FFFF)
+				return vm_fail(m, "%s", "code point out of range");
+			k += put_utf8(o + k, c);
+			i += 2 + (size_t)w;
+		} else {
+			k += put_utf8(o + k, (uint8_t)s[i]);
+			i++;
+		}
+	}
+	pk_val *v = pk_new(m->a, PK_STR);
+	if (v) {
+		v->s = (char *)o;
+		o[k] = 0;
+		v->len = k;
+	}
+	return push(m, v);
+}
+
 static int step(vm *m, int *done)
 {
 	if (need(m, 1))
@@ -661,6 +728,7 @@ static int step(vm *m, int *done)
 			return vm_fail(m, "%s", "bad FLOAT");
 		return push(m, pk_float(m->a, d));
 	}
+	case 'V': return text_unicode(m);                 /* UNICODE, protocol 0 */
 	case 'X': return push_counted(m, PK_STR, 4);      /* BINUNICODE */
 	case 0x8c: return push_counted(m, PK_STR, 1);     /* SHORT_BINUNICODE */
 	case 0x8d: return push_counted(m, PK_STR, 8);     /* BINUNICODE8 */

@@ -12,7 +12,6 @@
 
 #include "core/afile.h"
 #include "core/crc32c.h"
-#include "shard/le.h"
 
 typedef struct build {
 	const shard_build_opts *o;
@@ -22,8 +21,6 @@ typedef struct build {
 	uint64_t doc;           /* input document index */
 	uint64_t tokens;        /* input tokens so far */
 	uint32_t crc;           /* over the input's document records so far */
-	uint8_t *rec;           /* scratch: one document record, for the CRC */
-	size_t rec_cap;
 	shard_writer *w[2];
 	uint64_t w_first[2];    /* input index of the open shard's first document */
 	shard_build_stats *st;
@@ -166,31 +163,6 @@ static int commit(build *b, int s, titan_err *err)
 	return shard_manifest_write(b->dir, &b->m, err);
 }
 
-/* CRC of the record exactly as the token stream stores it. */
-static int record_crc(build *b, const uint32_t *ids, size_t n, titan_err *err)
-{
-	uint32_t w = b->m.stream.id_width;
-	size_t need = 4 + n * w;
-	if (need > b->rec_cap) {
-		uint8_t *r = realloc(b->rec, need);
-		if (r == NULL)
-			return err_set(err, "out of memory");
-		b->rec = r;
-		b->rec_cap = need;
-	}
-	le_put32(b->rec, (uint32_t)n);
-	if (w == 2)
-		for (size_t i = 0; i < n; i++) {
-			b->rec[4 + 2 * i] = (uint8_t)ids[i];
-			b->rec[5 + 2 * i] = (uint8_t)(ids[i] >> 8);
-		}
-	else
-		for (size_t i = 0; i < n; i++)
-			le_put32(b->rec + 4 + 4 * i, ids[i]);
-	b->crc = crc32c(b->crc, b->rec, need);
-	return 0;
-}
-
 static int input_differs(build *b, titan_err *err)
 {
 	return err_set(err, "%s: the input differs from the one the interrupted run read "
@@ -199,7 +171,8 @@ static int input_differs(build *b, titan_err *err)
 		       (unsigned long long)b->m.input_docs, b->m.input_crc);
 }
 
-static int add_doc(build *b, const uint32_t *ids, size_t n, titan_err *err)
+/* crc: the input's record CRC including this document (from the reader). */
+static int add_doc(build *b, const uint32_t *ids, size_t n, uint32_t crc, titan_err *err)
 {
 	if (b->resuming && b->doc == b->m.input_docs) {
 		if (b->crc != b->m.input_crc || b->tokens != b->m.input_tokens)
@@ -207,9 +180,8 @@ static int add_doc(build *b, const uint32_t *ids, size_t n, titan_err *err)
 		b->resuming = 0;
 	}
 	int s = shard_split_of(&b->m, b->doc);
+	b->crc = crc;
 	b->tokens += n;
-	if (record_crc(b, ids, n, err) != 0)
-		return -1;
 	if (b->doc < b->m.split[s].next_doc) { /* already in a listed shard */
 		b->st->skipped_docs++;
 		b->doc++;
@@ -293,7 +265,7 @@ int shard_build(tokstream_reader *in, const shard_build_opts *o, shard_build_sta
 			rc = r;
 			break;
 		}
-		rc = add_doc(&b, ids, n, err);
+		rc = add_doc(&b, ids, n, tokstream_reader_crc(in), err);
 		report(&b, in, 0);
 	}
 	if (rc == 0)
@@ -303,7 +275,6 @@ int shard_build(tokstream_reader *in, const shard_build_opts *o, shard_build_sta
 	st->bytes_in = tokstream_reader_offset(in);
 	for (int s = 0; s < 2; s++)
 		shard_writer_abort(b.w[s]);
-	free(b.rec);
 	shard_manifest_free(&b.m);
 	return rc;
 }

@@ -86,6 +86,10 @@ static int header_check(const shard_header *h, uint64_t size, const char *path, 
 	if (h->vocab_size == 0 || h->id_width != tokstream_id_width(h->vocab_size))
 		return err_set(err, "%s: id_width %u does not fit vocab_size %u", path, h->id_width,
 			       h->vocab_size);
+	if (h->bos_id < -1 || h->eos_id < -1 || (h->bos_id >= 0 && (uint32_t)h->bos_id >= h->vocab_size) ||
+	    (h->eos_id >= 0 && (uint32_t)h->eos_id >= h->vocab_size))
+		return err_set(err, "%s: bos_id %d / eos_id %d outside the vocabulary of %u", path,
+			       h->bos_id, h->eos_id, h->vocab_size);
 	int z = (h->flags & SHARD_ZSTD) != 0;
 	if (h->n_tokens > (1ull << 48))
 		return err_set(err, "%s: %llu tokens, more than a shard can hold", path,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/afile.h"
+#include "core/mfile.h"
 
 static const char *split_name[2] = {"train", "val"};
 
@@ -160,6 +161,10 @@ static int read_root(json_t *root, shard_manifest *m)
 	    get_u64(in, "docs", &m->input_docs) || get_u64(in, "tokens", &m->input_tokens) ||
 	    get_u32(in, "crc32c", &m->input_crc))
 		return -1;
+	json_int_t bv = json_integer_value(b), ev = json_integer_value(e);
+	if (bv < -1 || bv > INT32_MAX || ev < -1 || ev > INT32_MAX ||
+	    json_integer_value(lv) < 0 || json_integer_value(lv) > 22)
+		return -1;
 	m->stream.bos_id = (int32_t)json_integer_value(b);
 	m->stream.eos_id = (int32_t)json_integer_value(e);
 	m->val_fraction = json_number_value(vf);
@@ -171,29 +176,53 @@ static int read_root(json_t *root, shard_manifest *m)
 	return 0;
 }
 
+/* Values a writer could not have produced. */
+static int check_values(const shard_manifest *m)
+{
+	const tokstream_header *h = &m->stream;
+	if (h->vocab_size == 0 || h->id_width != tokstream_id_width(h->vocab_size) ||
+	    h->bos_id < -1 || h->eos_id < -1 ||
+	    (h->bos_id >= 0 && (uint32_t)h->bos_id >= h->vocab_size) ||
+	    (h->eos_id >= 0 && (uint32_t)h->eos_id >= h->vocab_size))
+		return -1;
+	if (m->zstd_level < 0 || m->zstd_level > 22 || !(m->val_fraction >= 0) ||
+	    m->val_fraction > 1 || (m->zstd_level > 0) != (m->frame_tokens > 0))
+		return -1;
+	return 0;
+}
+
+int shard_manifest_parse(const char *text, size_t len, const char *name, shard_manifest *m,
+			 titan_err *err)
+{
+	memset(m, 0, sizeof *m);
+	json_error_t je;
+	json_t *root = json_loadb(text, len, 0, &je);
+	if (root == NULL)
+		return err_set(err, "%s:%d: %s", name, je.line, je.text);
+	int rc = read_root(root, m);
+	json_decref(root);
+	if (rc == 0 && check_values(m) != 0) {
+		shard_manifest_free(m);
+		return err_set(err, "%s: a value is out of range (vocabulary, ids or options)", name);
+	}
+	if (rc != 0) {
+		shard_manifest_free(m);
+		return err_set(err, "%s: not a titan-shards manifest (a field is missing or has the "
+			       "wrong type)", name);
+	}
+	return 0;
+}
+
 int shard_manifest_read(const char *dir, shard_manifest *m, titan_err *err)
 {
 	memset(m, 0, sizeof *m);
-	size_t plen = strlen(dir) + 16;
-	char *path = malloc(plen);
-	if (path == NULL)
-		return err_set(err, "%s: out of memory", dir);
-	snprintf(path, plen, "%s/manifest.json", dir);
-	json_error_t je;
-	json_t *root = json_load_file(path, 0, &je);
-	if (root == NULL) {
-		err_set(err, "%s:%d: %s", path, je.line, je.text);
-		free(path);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/manifest.json", dir);
+	mfile f;
+	if (mfile_open(&f, path, err) != 0)
 		return -1;
-	}
-	int rc = read_root(root, m);
-	json_decref(root);
-	if (rc != 0) {
-		shard_manifest_free(m);
-		err_set(err, "%s: not a titan-shards manifest (a field is missing or has the wrong "
-			"type)", path);
-	}
-	free(path);
+	int rc = shard_manifest_parse((const char *)f.data, f.size, path, m, err);
+	mfile_close(&f);
 	return rc;
 }
 

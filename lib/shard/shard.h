@@ -26,7 +26,7 @@
 #define SHARD_VERSION 1u
 #define SHARD_HEADER_LEN 128u
 #define SHARD_DEFAULT_TOKENS 100000000ull /* like llm.c's and Megatron's ~100M */
-#define SHARD_DEFAULT_FRAME_TOKENS 65536u
+#define SHARD_DEFAULT_FRAME_TOKENS 16384u /* 4x faster random windows than 64K, ~4% larger */
 
 enum {
 	SHARD_ZSTD = 1u << 0,      /* data is a zstd seekable stream */
@@ -124,6 +124,9 @@ typedef struct shard_manifest {
 int shard_split_of(const shard_manifest *m, uint64_t i);
 
 int shard_manifest_read(const char *dir, shard_manifest *m, titan_err *err);
+/* The same from text (name is used in messages). */
+int shard_manifest_parse(const char *text, size_t len, const char *name, shard_manifest *m,
+			 titan_err *err);
 int shard_manifest_write(const char *dir, const shard_manifest *m, titan_err *err);
 void shard_manifest_free(shard_manifest *m);
 /* Append a committed shard to split s. */

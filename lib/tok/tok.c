@@ -104,9 +104,9 @@ static void describe(tok *t)
 		k += (size_t)snprintf(splits + k, sizeof splits - k, "%s%s", i ? ", " : "",
 				      tok_split_kind(t->split[i]));
 	snprintf(t->describe, sizeof t->describe,
-		 "%s (%s): %lld ids, normalizer %s, pre-tokenizer [%s], BPE %zu merges%s, "
+		 "%s%s: %lld ids, normalizer %s, pre-tokenizer [%s], BPE %zu merges%s, "
 		 "added tokens %s, Unicode %s",
-		 t->encoding, t->format == TOK_FORMAT_HF_JSON ? "tokenizer.json" : "tiktoken",
+		 t->format == TOK_FORMAT_HF_JSON ? "" : "tiktoken ", t->encoding,
 		 (long long)t->n_vocab, t->nfc ? "NFC" : "none", splits, t->pairs.n,
 		 t->ignore_merges ? " (ignore_merges)" : "",
 		 t->added_mode == TOK_ADDED_EXTRACT ? "extracted" : "as text", uni_version);
@@ -229,7 +229,7 @@ int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_buf *out, titan_e
 
 /* Pieces of at most CACHE_BYTES bytes that merge to at most CACHE_IDS ids are
  * remembered in a direct-mapped cache (frequent words repeat). */
-enum { CACHE_SLOTS = 1 << 14, CACHE_BYTES = 30, CACHE_IDS = 14 };
+enum { CACHE_SLOTS = 1 << 16, CACHE_BYTES = 30, CACHE_IDS = 14 };
 
 typedef struct cache_ent {
 	uint64_t h;

@@ -47,7 +47,8 @@ int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t fla
 	m->slot = malloc(cap * sizeof *m->slot);
 	if (!m->slot)
 		return err_set(err, "out of memory for a %zu-entry token map", cap);
-	memset(m->slot, 0xff, cap * sizeof *m->slot);
+	for (size_t i = 0; i < cap; i++)
+		m->slot[i] = (tok_strslot){-1, 0};
 	m->mask = cap - 1;
 	m->pool = t->pool, m->off = t->off, m->len = t->len;
 	for (int64_t id = 0; id < t->n_vocab; id++) {
@@ -57,10 +58,11 @@ int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t fla
 		size_t n = t->len[id];
 		if (tok_strmap_get(m, p, n) >= 0)
 			continue; /* the same bytes twice: the lower id wins */
-		size_t i = (size_t)tok_hash_bytes(p, n) & m->mask;
-		while (m->slot[i] >= 0)
+		uint64_t h = tok_hash_bytes(p, n);
+		size_t i = (size_t)h & m->mask;
+		while (m->slot[i].id >= 0)
 			i = (i + 1) & m->mask;
-		m->slot[i] = (int32_t)id;
+		m->slot[i] = (tok_strslot){(int32_t)id, (uint32_t)(h >> 32)};
 	}
 	return 0;
 }
@@ -69,13 +71,15 @@ int32_t tok_strmap_get(const tok_strmap *m, const uint8_t *p, size_t n)
 {
 	if (!m->slot)
 		return -1;
-	size_t i = (size_t)tok_hash_bytes(p, n) & m->mask;
+	uint64_t h = tok_hash_bytes(p, n);
+	uint32_t tag = (uint32_t)(h >> 32);
+	size_t i = (size_t)h & m->mask;
 	for (;;) {
-		int32_t id = m->slot[i];
-		if (id < 0)
+		const tok_strslot *s = &m->slot[i];
+		if (s->id < 0)
 			return -1;
-		if (m->len[id] == n && !memcmp(m->pool + m->off[id], p, n))
-			return id;
+		if (s->tag == tag && m->len[s->id] == n && !memcmp(m->pool + m->off[s->id], p, n))
+			return s->id;
 		i = (i + 1) & m->mask;
 	}
 }

@@ -9,8 +9,13 @@
 #include "tok/tok.h"
 
 /* Open-addressing hash: byte strings -> id (the vocabulary, added tokens). */
+typedef struct tok_strslot {
+	int32_t id;   /* -1 when empty */
+	uint32_t tag; /* the hash's high bits: most misses stop here */
+} tok_strslot;
+
 typedef struct tok_strmap {
-	int32_t *slot; /* id or -1 */
+	tok_strslot *slot;
 	size_t mask;
 	const uint8_t *pool; /* bytes of id k at pool + off[k], length len[k] */
 	const uint64_t *off;

@@ -32,6 +32,26 @@ static void init_bytelevel(void)
 /* A token string in ByteLevel form to bytes, the way HF's ByteLevel decoder
  * does it: every character mapped back, or, when one has no byte, the string's
  * own UTF-8.  Returns whether the mapping applied (the token is reachable). */
+/* jansson refuses NUL in object keys, and torchtitan's test vocabulary has
+ * "\u0000": the loader reads every unescaped \u0000 as U+10FFFF (a
+ * noncharacter no real vocabulary holds) and this turns it back. */
+#define NUL_MASK "\\uDBFF\\uDFFF"
+static const uint8_t nul_utf8[4] = {0xf4, 0x8f, 0xbf, 0xbf};
+
+static size_t unmask_nul(const char *s, size_t n, uint8_t *out)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i + 4 <= n && !memcmp(s + i, nul_utf8, 4)) {
+			out[k++] = 0;
+			i += 3;
+		} else {
+			out[k++] = (uint8_t)s[i];
+		}
+	}
+	return k;
+}
+
 static bool bytelevel_decode(const char *s, size_t n, uint8_t *out, size_t *out_n)
 {
 	size_t k = 0;
@@ -39,14 +59,55 @@ static bool bytelevel_decode(const char *s, size_t n, uint8_t *out, size_t *out_
 		uint32_t cp;
 		i += uni_utf8_decode((const uint8_t *)s + i, n - i, &cp);
 		if (cp >= 324 || bl_char_to_byte[cp] < 0) {
-			memcpy(out, s, n);
-			*out_n = n;
+			*out_n = unmask_nul(s, n, out);
 			return false;
 		}
 		out[k++] = (uint8_t)bl_char_to_byte[cp];
 	}
 	*out_n = k;
 	return true;
+}
+
+/* The file's text with each unescaped \u0000 replaced by NUL_MASK. */
+static json_t *load_json_masked(const char *path, json_error_t *je, titan_err *err)
+{
+	mfile m;
+	if (mfile_open(&m, path, err))
+		return NULL;
+	size_t n = m.size, extra = 0;
+	const char *s = (const char *)m.data;
+	for (size_t i = 0; i + 6 <= n; i++)
+		if (s[i] == '\\' && !memcmp(s + i + 1, "u0000", 5))
+			extra++;
+	char *buf = extra ? malloc(n + extra * 6 + 1) : NULL;
+	if (extra && !buf) {
+		mfile_close(&m);
+		err_set(err, "out of memory");
+		return NULL;
+	}
+	json_t *root;
+	if (extra) {
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (s[i] == '\\' && i + 6 <= n && !memcmp(s + i + 1, "u0000", 5)) {
+				memcpy(buf + k, NUL_MASK, 12);
+				k += 12, i += 5;
+			} else if (s[i] == '\\' && i + 1 < n) {
+				buf[k++] = s[i++]; /* an escaped character, e.g. \\ */
+				buf[k++] = s[i];
+			} else {
+				buf[k++] = s[i];
+			}
+		}
+		root = json_loadb(buf, k, 0, je);
+		free(buf);
+	} else {
+		root = json_loadb(s, n, 0, je);
+	}
+	mfile_close(&m);
+	if (!root)
+		err_set(err, "line %d: %s", je->line, je->text);
+	return root;
 }
 
 int tok_alloc_ids(tok *t, int64_t n, titan_err *err)
@@ -321,18 +382,26 @@ static int load_added(tok *t, pool_w *w, json_t *added, titan_err *err)
 		int64_t id = json_integer_value(json_object_get(a, "id"));
 		if (!json_is_string(c) || !json_is_integer(json_object_get(a, "id")))
 			return err_set(err, "added_tokens[%zu] lacks id or content", i);
-		const char *s = json_string_value(c);
 		size_t n = json_string_length(c);
+		uint8_t *content = malloc(n + 1);
+		if (!content)
+			return err_set(err, "out of memory");
+		n = unmask_nul(json_string_value(c), n, content);
+		const char *s = (const char *)content;
 		uint8_t fl = TOK_F_ADDED | (json_is_true(json_object_get(a, "special")) ? TOK_F_SPECIAL : 0);
-		if (set_token(t, w, id, (const uint8_t *)s, n, fl, err))
-			return -1;
+		int rc = set_token(t, w, id, content, n, fl, err);
 		/* HF decodes an added token through the ByteLevel decoder too. */
-		uint8_t *d = malloc(n + 1);
-		size_t dn;
+		uint8_t *d = rc ? NULL : malloc(n + 1);
+		size_t dn = 0;
+		if (d)
+			bytelevel_decode(s, n, d, &dn);
+		bool same = d && dn == n && !memcmp(d, s, n);
+		free(content);
+		if (rc)
+			return -1;
 		if (!d)
 			return err_set(err, "out of memory");
-		bytelevel_decode(s, n, d, &dn);
-		if (dn == n && !memcmp(d, s, n)) {
+		if (same) {
 			free(d);
 		} else {
 			t->dec[id] = d;
@@ -426,14 +495,16 @@ int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, tit
 {
 	init_bytelevel();
 	json_error_t je;
-	json_t *root = json_load_file(json_path, JSON_ALLOW_NUL, &je);
+	json_t *root = load_json_masked(json_path, &je, err);
 	if (!root)
-		return err_set(err, "%s:%d: %s", json_path, je.line, je.text);
+		return err_prefix(err, "%s", json_path);
 	int rc = -1;
 	pool_w w = {0};
 	json_t *model = json_object_get(root, "model");
 	json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
 	json_t *added = json_object_get(root, "added_tokens");
+	if (hf_model(t, model, err))
+		goto out;
 	if (!json_is_object(vocab) || !json_is_array(merges)) {
 		err_set(err, "no model.vocab object or model.merges list");
 		goto out;
@@ -449,7 +520,7 @@ int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, tit
 	}
 	bool bytelevel = false;
 	json_t *pre = json_object_get(root, "pre_tokenizer");
-	if (hf_model(t, model, err) || normalizer(t, json_object_get(root, "normalizer"), err) ||
+	if (normalizer(t, json_object_get(root, "normalizer"), err) ||
 	    (pre && !json_is_null(pre) && pretok_one(t, pre, t->pretok_mode, &bytelevel, err)))
 		goto out;
 	if (!bytelevel) {

@@ -116,11 +116,12 @@ static int write_all(FILE *fp, const void *p, size_t n, titan_err *err)
 
 tokstream_writer *tokstream_writer_open(FILE *fp, const tokstream_header *h, titan_err *err)
 {
-	if (h->vocab_size == 0 || h->id_width != tokstream_id_width(h->vocab_size)) {
-		err_set(err, "token stream: id_width %u does not fit vocab_size %u", h->id_width,
-			h->vocab_size);
+	/* Never write a header the reader would refuse. */
+	uint8_t enc[TOKSTREAM_HEADER_LEN];
+	tokstream_header back;
+	tokstream_header_encode(h, enc);
+	if (tokstream_header_decode(enc, sizeof enc, &back, "token stream", err) != 0)
 		return NULL;
-	}
 	tokstream_writer *w = calloc(1, sizeof *w);
 	if (w == NULL) {
 		err_set(err, "token stream: out of memory");
@@ -208,6 +209,7 @@ struct tokstream_reader {
 	int done;
 	uint64_t seg_docs, seg_tokens; /* in the current segment */
 	uint32_t seg_crc;
+	uint32_t all_crc;               /* records of every segment, chained */
 	uint64_t docs, tokens, offset;  /* over the whole stream */
 	uint8_t *raw;                   /* the current document's ids as stored */
 	size_t raw_cap;
@@ -403,6 +405,8 @@ int tokstream_read_doc(tokstream_reader *r, const uint32_t **ids, size_t *n, tit
 			return -1;
 		r->seg_crc = crc32c(r->seg_crc, lb, 4);
 		r->seg_crc = crc32c(r->seg_crc, r->raw, (size_t)len * r->cur.id_width);
+		r->all_crc = crc32c(r->all_crc, lb, 4);
+		r->all_crc = crc32c(r->all_crc, r->raw, (size_t)len * r->cur.id_width);
 		r->seg_docs++;
 		r->seg_tokens += len;
 		r->docs++;
@@ -426,6 +430,11 @@ uint64_t tokstream_reader_docs(const tokstream_reader *r)
 uint64_t tokstream_reader_tokens(const tokstream_reader *r)
 {
 	return r->tokens;
+}
+
+uint32_t tokstream_reader_crc(const tokstream_reader *r)
+{
+	return r->all_crc;
 }
 
 uint64_t tokstream_reader_offset(const tokstream_reader *r)

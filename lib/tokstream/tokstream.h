@@ -88,6 +88,9 @@ const tokstream_header *tokstream_reader_header(const tokstream_reader *r);
 /* Documents / tokens returned so far, over all segments. */
 uint64_t tokstream_reader_docs(const tokstream_reader *r);
 uint64_t tokstream_reader_tokens(const tokstream_reader *r);
+/* CRC-32C of every document record returned so far, over all segments (the
+ * bytes a segment's data_crc covers, chained across segments). */
+uint32_t tokstream_reader_crc(const tokstream_reader *r);
 /* Bytes consumed from fp so far. */
 uint64_t tokstream_reader_offset(const tokstream_reader *r);
 void tokstream_reader_close(tokstream_reader *r);

@@ -5,8 +5,10 @@
 unset MAKEFLAGS MFLAGS MAKELEVEL
 root=$ROOT
 prefix=$TMP/prefix
+# Install the build under test (plain, or the sanitizer build in asan-check).
+build="make -C $root SAN=${SAN:-0} BUILD=$BUILD BIN=$BIN"
 
-if make -C "$root" install PREFIX="$prefix" >"$TMP/install.log" 2>&1; then
+if $build install PREFIX="$prefix" >"$TMP/install.log" 2>&1; then
 	t_ok "make install PREFIX=dir succeeds"
 else
 	t_not_ok "make install PREFIX=dir succeeds" "$(tail -5 "$TMP/install.log")"
@@ -33,7 +35,7 @@ else
 fi
 
 # Every program that the build made is installed, executable and identical.
-for p in "$root"/bin/titan-*; do
+for p in "$BIN"/titan-*; do
 	[ -e "$p" ] || continue
 	name=$(basename "$p")
 	if [ -x "$prefix/bin/$name" ] && cmp -s "$p" "$prefix/bin/$name"; then
@@ -47,7 +49,7 @@ extra=$(cd "$prefix/bin" 2>/dev/null && ls | grep -v '^titan-' || true)
 if [ -z "$extra" ]; then t_ok "PREFIX/bin holds only titan programs"; else t_not_ok "PREFIX/bin holds only titan programs" "$extra"; fi
 
 # DESTDIR stages under another root, for packagers.
-if make -C "$root" install DESTDIR="$TMP/stage" PREFIX=/usr >"$TMP/stage.log" 2>&1 &&
+if $build install DESTDIR="$TMP/stage" PREFIX=/usr >"$TMP/stage.log" 2>&1 &&
 	[ -f "$TMP/stage/usr/share/man/man5/titan-formats.5" ]; then
 	t_ok "make install DESTDIR=dir PREFIX=/usr stages under dir"
 else

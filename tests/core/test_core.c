@@ -48,6 +48,31 @@ static void crc32c_hw_and_table_agree_on_every_length_and_split(void **state)
 	}
 }
 
+/* Past 3 x 4096 bytes the hardware path runs three interleaved streams and
+ * joins them; the table version is the reference. */
+static void crc32c_interleaved_streams_agree_with_table(void **state)
+{
+	(void)state;
+	static unsigned char buf[3 * 4096 * 3 + 123];
+	uint32_t x = 777; /* fixed seed */
+	for (size_t i = 0; i < sizeof buf; i++) {
+		x = x * 1664525u + 1013904223u;
+		buf[i] = (unsigned char)(x >> 24);
+	}
+	const size_t lens[] = {3 * 4096 - 1, 3 * 4096, 3 * 4096 + 1, 2 * 3 * 4096 + 8,
+			       sizeof buf - 1, sizeof buf};
+	for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+		for (size_t off = 0; off < 3; off++) {
+			size_t n = lens[k] - off;
+			uint32_t want = crc32c_sw(0x12345678u, buf + off, n);
+			assert_int_equal(crc32c(0x12345678u, buf + off, n), want);
+		}
+	/* Split anywhere, the CRC of the whole is the same. */
+	uint32_t whole = crc32c_sw(0, buf, sizeof buf);
+	for (size_t cut = 0; cut < sizeof buf; cut += 4099)
+		assert_int_equal(crc32c(crc32c(0, buf, cut), buf + cut, sizeof buf - cut), whole);
+}
+
 static void crc32c_mask_matches_tensorflow(void **state)
 {
 	(void)state;
@@ -140,6 +165,14 @@ static void mkdir_p_makes_nested_folders(void **state)
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(mkdir_p("", &err), -1);
+	assert_string_equal(err.msg, "mkdir: empty folder name");
+	/* A file in the way is named. */
+	snprintf(path, sizeof path, "%s/file", test_tmpdir);
+	assert_int_equal(atomic_write_file(path, "x", 1, &err), 0);
+	snprintf(path, sizeof path, "%s/file/sub", test_tmpdir);
+	assert_int_equal(mkdir_p(path, &err), -1);
+	assert_non_null(strstr(err.msg, "file/sub"));
 }
 
 static void mfile_maps_empty_and_rejects_missing(void **state)
@@ -174,6 +207,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(crc32c_matches_standard_check_value),
 		cmocka_unit_test(crc32c_hw_and_table_agree_on_every_length_and_split),
+		cmocka_unit_test(crc32c_interleaved_streams_agree_with_table),
 		cmocka_unit_test(crc32c_mask_matches_tensorflow),
 		cmocka_unit_test(sha256_matches_fips_vectors),
 		cmocka_unit_test(sha256_file_equals_buffer_digest),

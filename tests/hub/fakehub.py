@@ -17,7 +17,10 @@ Faults, set by the test: POST /_fault {"path": P, "kind": K, "times": N, ...}
   norange  ignore Range: send the whole file with 200
   badrange answer a range request with a 206 for the wrong range
 P is a repo path (faults on its bytes) or "@revision" / "@tree" (API calls).
+Faults of different kinds on one path apply together (a "cut" of a "norange" answer);
+"skip": N lets N requests through before a fault starts.
 GET /_stats -> {"auth_leaks": [...], "requests": [...]}; POST /_reset clears both.
+Each file answer is logged too: {"method": "SERVE", "path", "code", "start", "faults"}.
 """
 import argparse
 import hashlib
@@ -51,13 +54,19 @@ class State:
             if len(self.requests) < 20000:
                 self.requests.append(entry)
 
-    def take_fault(self, path):
+    def take_faults(self, path):
+        """The faults due on this request, by kind (one of each kind at most)."""
+        due = {}
         with self.lock:
             for f in self.faults:
-                if f["path"] == path and f["times"] > 0:
-                    f["times"] -= 1
-                    return dict(f)
-        return None
+                if f["path"] != path or f["times"] <= 0 or f["kind"] in due:
+                    continue
+                if f.get("skip", 0) > 0:  # let this many requests through first
+                    f["skip"] -= 1
+                    continue
+                f["times"] -= 1
+                due[f["kind"]] = dict(f)
+        return due
 
     def repo(self, rtype, repo_id):
         key = (rtype, repo_id)
@@ -232,7 +241,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(404, b"{}")
         repo_id = "/".join(parts[:i])
         rev = parts[i + 1] if len(parts) > i + 1 else ""
-        f = self.st.take_fault("@" + kw)
+        f = self.st.take_faults("@" + kw).get("status")
         if f:
             return self.status_fault(f)
         r = self.st.repo(rtype, repo_id)
@@ -303,13 +312,13 @@ class Handler(BaseHTTPRequestHandler):
         self.serve_file(full, rel, {"ETag": '"%s"' % parts[2], "Accept-Ranges": "bytes"})
 
     def serve_file(self, full, rel, headers):
-        f = self.st.take_fault(rel) if self.command == "GET" else None
-        if f and f["kind"] == "status":
-            return self.status_fault(f)
+        due = self.st.take_faults(rel) if self.command == "GET" else {}
+        if "status" in due:
+            return self.status_fault(due["status"])
         size = os.path.getsize(full)
         start, end, code = 0, size - 1, 200
         rng = self.headers.get("Range")
-        if rng and not (f and f["kind"] == "norange"):
+        if rng and "norange" not in due:
             try:
                 a, b = rng.split("=", 1)[1].split("-", 1)
                 start = int(a)
@@ -319,10 +328,12 @@ class Handler(BaseHTTPRequestHandler):
             if start >= size:
                 return self.send(416, b"", {"Content-Range": "bytes */%d" % size})
             code = 206
-            if f and f["kind"] == "badrange":
+            if "badrange" in due:
                 start = max(0, start - 7)
             headers = dict(headers, **{"Content-Range": "bytes %d-%d/%d" % (start, end, size)})
         length = end - start + 1
+        self.st.log({"server": "cdn" if self.is_cdn else "hub", "method": "SERVE", "path": rel,
+                     "code": code, "start": start, "faults": sorted(due)})
         self.send_response(code)
         for k, v in headers.items():
             self.send_header(k, v)
@@ -331,8 +342,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
-        cut = f["at"] if f and f["kind"] == "cut" else None
-        flip = f.get("offset", length // 2) if f and f["kind"] == "badsha" else None
+        cut = due["cut"]["at"] if "cut" in due else None
+        flip = due["badsha"].get("offset", length // 2) if "badsha" in due else None
         sent = 0
         with open(full, "rb") as fh:
             fh.seek(start)

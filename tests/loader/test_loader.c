@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "loader/loader.h"
 #include "shard/shard.h"
@@ -164,6 +165,7 @@ static void unshuffled_order_is_torchtitan_packing_and_reloops(void **state)
 	uint32_t *s = epoch_stream(l, 0, &len);
 	uint64_t W = len / (T + 1);
 	assert_int_equal(loader_windows(l), W);
+	assert_int_equal(loader_vocab_size(l), VOCAB);
 	const loader_batch *b;
 	for (uint64_t p = 0; p < 2 * W + 5; p += B) {
 		next(l, &b);
@@ -442,8 +444,45 @@ static void state_from_other_data_or_seq_len_is_refused(void **state)
 	loader_close(a), loader_close(z), loader_close(t);
 }
 
-int main(void)
+/* test_loader bench DIR SEQ_LEN BATCH PREFETCH SHUFFLE: loader tokens/s on
+ * rank 0 of 1 for about two seconds (used by scripts/bench/shard.sh). */
+static int bench(char **argv)
 {
+	loader_opts o = {.dir = argv[2], .split = SHARD_TRAIN, .seq_len = atoll(argv[3]),
+			 .local_batch = atoll(argv[4]), .dp_degree = 1, .seed = 7,
+			 .prefetch = atoi(argv[5]), .shuffle = atoi(argv[6]), .doc_bounds = 1};
+	titan_err err;
+	loader *l = loader_open(&o, &err);
+	if (l == NULL) {
+		fprintf(stderr, "bench: %s\n", err.msg);
+		return 1;
+	}
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	double sec = 0;
+	int64_t tokens = 0, sum = 0;
+	while (sec < 2.0) {
+		const loader_batch *x;
+		for (int i = 0; i < 16; i++) {
+			if (loader_next(l, &x, &err) != 1) {
+				fprintf(stderr, "bench: %s\n", err.msg);
+				return 1;
+			}
+			tokens += x->B * x->T;
+			sum += x->inputs[0]; /* touch the batch */
+		}
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+	}
+	printf("%.0f %lld\n", (double)tokens / sec, (long long)(sum & 1));
+	loader_close(l);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 7 && strcmp(argv[1], "bench") == 0)
+		return bench(argv);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(unshuffled_order_is_torchtitan_packing_and_reloops),
 		cmocka_unit_test(shuffled_epoch_visits_every_window_exactly_once),

@@ -139,6 +139,102 @@ static double num(json_t *c, const char *k)
 	return json_number_value(json_object_get(c, k));
 }
 
+/* np.unique(np.linspace(0, n - 1, min(n, k)).astype(int64)), as the script. */
+static size_t sample_index(size_t n, size_t k, size_t *idx)
+{
+	k = n < k ? n : k;
+	double step = k > 1 ? (double)(n - 1) / (double)(k - 1) : 0;
+	size_t m = 0;
+	for (size_t i = 0; i < k; i++) {
+		size_t j = i == k - 1 ? n - 1 : (size_t)((double)i * step);
+		if (m == 0 || idx[m - 1] != j)
+			idx[m++] = j;
+	}
+	return m;
+}
+
+/* torchtitan's debugmodel at full size: titan's seeded init (which the script
+ * reimplements) must give the script's weights, and the forward and backward
+ * its float64 logits and gradients; samples of each tensor are stored. */
+static void debugmodel_with_titan_init_matches_torch(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	json_t *c = golden_case("debugmodel");
+	assert_non_null(c);
+	backend *be = backend_cpu_create(0, &e);
+	model *m = model_create(be, flavor_find("debugmodel"), 0, &e);
+	assert_non_null(m);
+	uint64_t seed = (uint64_t)json_integer_value(json_object_get(c, "init_seed"));
+	print_message("init seed %llu\n", (unsigned long long)seed);
+	assert_int_equal(model_init(m, seed, 1, &e), 0);
+	int b = (int)json_integer_value(json_object_get(c, "b"));
+	int t = (int)json_integer_value(json_object_get(c, "t"));
+	size_t n = (size_t)b * t, v = (size_t)model_args(m)->vocab_size;
+	int32_t *ids = golden_read(c, "inputs", 4, n), *labels = golden_read(c, "labels", 4, n);
+	assert_non_null(ids);
+	assert_non_null(labels);
+	size_t k = (size_t)json_integer_value(json_object_get(c, "sample_k")), total = 0;
+	size_t *idx = malloc(sizeof(size_t) * (v * n > k ? v * n : k));
+	for (int i = 0; i < model_num_tensors(m); i++)
+		total += sample_index(model_tensor_at(m, i)->numel, k, idx);
+	float *ws = golden_read(c, "weights_sample", 4, total);
+	float *gs = golden_read(c, "grads_sample", 4, total);
+	size_t lk = sample_index(n * v, (size_t)json_integer_value(json_object_get(c, "logits_sample_k")),
+				 idx);
+	float *lsamp = golden_read(c, "logits_sample", 4, lk);
+	assert_non_null(ws);
+	assert_non_null(gs);
+	assert_non_null(lsamp);
+
+	float *logits = malloc(n * v * sizeof(float)), *got = malloc(lk * sizeof(float));
+	assert_int_equal(model_forward(m, ids, NULL, b, t, logits, NULL, NULL, &e), 0);
+	for (size_t i = 0; i < lk; i++)
+		got[i] = logits[idx[i]];
+	double le = rel_err(got, lsamp, lk);
+	print_message("debugmodel: logits rel err %.2e\n", le);
+	assert_true(le < TOL);
+
+	int64_t want_nv = json_integer_value(json_object_get(c, "n_valid"));
+	double ls;
+	int64_t nv;
+	model_zero_grad(m);
+	assert_int_equal(model_forward_backward(m, ids, labels, b, t, 1.0f / (float)want_nv, &ls,
+						&nv, &e), 0);
+	assert_int_equal(nv, want_nv);
+	double want_loss = num(c, "loss"), lerr = fabs(ls / (double)nv - want_loss) / want_loss;
+	print_message("debugmodel: loss %.9f vs torch %.9f, rel err %.2e\n", ls / (double)nv,
+		      want_loss, lerr);
+	assert_true(lerr < TOL);
+	size_t at = 0;
+	double worst_w = 0, worst_g = 0;
+	float *wv = malloc(k * sizeof(float)), *gv = malloc(k * sizeof(float));
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *tt = model_tensor_at(m, i);
+		size_t ns = sample_index(tt->numel, k, idx);
+		for (size_t j = 0; j < ns; j++) {
+			wv[j] = model_params(m)[tt->offset + idx[j]];
+			gv[j] = model_grads(m)[tt->offset + idx[j]];
+		}
+		double we = rel_err(wv, ws + at, ns), ge = rel_err(gv, gs + at, ns);
+		if (ge >= TOL || we > 1e-7)
+			print_message("%s: weights rel err %.2e, grads %.2e\n", tt->fqn, we, ge);
+		worst_w = we > worst_w ? we : worst_w;
+		worst_g = ge > worst_g ? ge : worst_g;
+		at += ns;
+	}
+	print_message("debugmodel: init vs script %.2e, worst gradient rel err %.2e\n", worst_w,
+		      worst_g);
+	assert_true(worst_w <= 1e-7); /* the same float32 values (libm may differ by an ulp) */
+	assert_true(worst_g < TOL);
+	free(wv), free(gv), free(idx), free(ws), free(gs), free(lsamp), free(logits), free(got);
+	free(ids), free(labels);
+	model_free(m);
+	backend_free(be);
+	json_decref(c);
+}
+
+
 /* The trainer's step: zero, micro-batches scaled by the step's valid tokens,
  * clip, AdamW with the scheduled lr. */
 static void ten_adamw_steps_with_schedule_clip_and_accumulation_match_torch(void **s)
@@ -215,6 +311,7 @@ int main(void)
 		cmocka_unit_test(gqa_headdim16_seq13_batch2_matches_torch),
 		cmocka_unit_test(headdim64_batch1_matches_torch),
 		cmocka_unit_test(headdim128_tied_ffn_multiplier_matches_torch),
+		cmocka_unit_test(debugmodel_with_titan_init_matches_torch),
 		cmocka_unit_test(ten_adamw_steps_with_schedule_clip_and_accumulation_match_torch),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -291,6 +291,31 @@ static void ids_at_or_above_vocab_size_are_refused(void **state)
 	free(a);
 }
 
+/* A later version may append header fields: header_len says how many bytes
+ * to skip, and the CRC still sits in the last 4. */
+static void longer_header_from_a_later_layout_is_read(void **state)
+{
+	(void)state;
+	tokstream_header h = make_header(1000, 6);
+	char *a;
+	size_t na = write_stream(&h, 4, &a, NULL, NULL);
+	uint8_t *b = malloc(na + 8);
+	memcpy(b, a, 64);              /* fields before the CRC */
+	memset(b + 64, 0xee, 8);       /* 8 bytes of unknown fields */
+	put32(b + 8, 76);
+	put32(b + 72, crc32c_sw(0, b, 72));
+	memcpy(b + 76, a + 68, na - 68);
+	titan_err err;
+	uint64_t docs = 0;
+	assert_int_equal(read_all(b, na + 8, 0, &err, &docs), 0);
+	assert_int_equal(docs, 4);
+	put32(b + 8, 5000); /* beyond what a reader accepts */
+	assert_int_equal(read_all(b, na + 8, 0, &err, NULL), -1);
+	assert_non_null(strstr(err.msg, "header_len 5000"));
+	free(a);
+	free(b);
+}
+
 int main(void)
 {
 	printf("# seed %u\n", SEED);
@@ -304,6 +329,7 @@ int main(void)
 		cmocka_unit_test(every_truncation_is_an_error_naming_the_input),
 		cmocka_unit_test(corrupted_bytes_are_detected),
 		cmocka_unit_test(ids_at_or_above_vocab_size_are_refused),
+		cmocka_unit_test(longer_header_from_a_later_layout_is_read),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* titan-shard: write a token stream into binary shards; inspect, verify and
  * read them back.  See titan-shard(1) and titan-formats(5). */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@ static const cli_option options[] = {
 	{"val-fraction", 0, CLI_ARG, OPT_VAL_FRACTION, "F", "send this fraction of documents to val"},
 	{"val-docs", 0, CLI_ARG, OPT_VAL_DOCS, "N", "send the first N documents to val"},
 	{"compress", 0, CLI_ARG, OPT_COMPRESS, "zstd[:L]", "zstd seekable frames (level L, default 3)"},
-	{"frame-tokens", 0, CLI_ARG, OPT_FRAME_TOKENS, "N", "tokens per zstd frame (default 65536)"},
+	{"frame-tokens", 0, CLI_ARG, OPT_FRAME_TOKENS, "N", "tokens per zstd frame (default 16384)"},
 	{"json", 0, CLI_NO_ARG, OPT_JSON, NULL, "info: print JSON"},
 	{"split", 0, CLI_ARG, OPT_SPLIT, "S", "cat: only train or val (default: all, input order)"},
 	{"quiet", 'q', CLI_NO_ARG, OPT_QUIET, NULL, "no progress on stderr"},
@@ -95,6 +96,7 @@ static int info_file(const char *path, int json, titan_err *err)
 				      "index_crc", (json_int_t)h->index_crc, "bos_id",
 				      (json_int_t)h->bos_id, "fingerprint", fp);
 		json_object_set_new(o, "eos_id", json_integer(h->eos_id));
+		json_object_set_new(o, "data_bytes", json_integer((json_int_t)h->data_bytes));
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);
@@ -169,58 +171,81 @@ static int info_dir(const char *dir, int json, titan_err *err)
 	return 0;
 }
 
+/* Several inputs read back to back as one stream (segments may follow each
+ * other, see titan-formats(5)): a FILE that moves to the next file at EOF. */
+typedef struct chain {
+	char **files;
+	int n, next;
+	FILE *cur;
+} chain;
+
+static ssize_t chain_read(void *cookie, char *buf, size_t size)
+{
+	chain *c = cookie;
+	for (;;) {
+		if (c->cur == NULL) {
+			if (c->next == c->n)
+				return 0;
+			const char *f = c->files[c->next++];
+			c->cur = strcmp(f, "-") ? fopen(f, "rb") : stdin;
+			if (c->cur == NULL)
+				titan_die(TITAN_EXIT_FAIL, "%s: cannot open: %s", f, strerror(errno));
+			/* Big reads: fewer system calls than stdio's default (glibc
+			 * ignores the size unless it is given the buffer).  One file
+			 * is open at a time, so they share one. */
+			static char inbuf[1u << 20];
+			if (setvbuf(c->cur, inbuf, _IOFBF, sizeof inbuf) != 0)
+				titan_die(TITAN_EXIT_FAIL, "setvbuf failed");
+		}
+		size_t got = fread(buf, 1, size, c->cur);
+		if (got > 0)
+			return (ssize_t)got;
+		if (ferror(c->cur))
+			return -1;
+		if (c->cur != stdin)
+			fclose(c->cur);
+		c->cur = NULL;
+	}
+}
+
+static int chain_close(void *cookie)
+{
+	chain *c = cookie;
+	if (c->cur != NULL && c->cur != stdin)
+		fclose(c->cur);
+	return 0;
+}
+
 static int cmd_build(args *a, int nfiles, char **files)
 {
-	titan_err err;
-	int rc = 0;
-	/* The inputs are one stream: open each in turn behind one reader by
-	 * concatenating through a pipe would copy; instead read them in order. */
-	FILE *fp = NULL;
-	if (nfiles > 1) {
-		/* cat-like: a FILE that reads the files back to back. */
-		char *cmd = NULL;
-		size_t len = 0;
-		FILE *ms = open_memstream(&cmd, &len);
-		fputs("cat --", ms);
-		for (int i = 0; i < nfiles; i++) {
-			fputs(" '", ms);
-			for (const char *p = files[i]; *p; p++)
-				*p == '\'' ? fputs("'\\''", ms) : fputc(*p, ms);
-			fputc('\'', ms);
-		}
-		fclose(ms);
-		fp = popen(cmd, "r");
-		free(cmd);
-	} else if (nfiles == 1 && strcmp(files[0], "-") != 0) {
-		fp = fopen(files[0], "rb");
-	} else {
-		fp = stdin;
-	}
+	static char *dash[] = {"-"};
+	if (nfiles == 0 && isatty(0))
+		cli_usage_error(&spec, "standard input is a terminal; pipe a token stream from "
+				"titan-tokenize or name a file");
+	chain ch = {.files = nfiles ? files : dash, .n = nfiles ? nfiles : 1};
+	FILE *fp = fopencookie(&ch, "rb", (cookie_io_functions_t){.read = chain_read,
+								  .close = chain_close});
+	static char chainbuf[1u << 20];
+	if (fp == NULL || setvbuf(fp, chainbuf, _IOFBF, sizeof chainbuf) != 0)
+		titan_die(TITAN_EXIT_FAIL, "out of memory");
 	const char *name = nfiles == 1 ? files[0] : nfiles == 0 ? "-" : "inputs";
-	if (fp == NULL)
-		titan_die(TITAN_EXIT_FAIL, "%s: cannot open input", name);
+	titan_err err;
 	tokstream_reader *r = tokstream_reader_open(fp, name, &err);
 	if (r == NULL)
 		titan_die_err(&err);
 	shard_build_stats st;
 	a->b.out = a->out;
 	a->b.progress = !a->quiet && isatty(2);
-	rc = shard_build(r, &a->b, &st, &err);
+	int rc = shard_build(r, &a->b, &st, &err);
 	tokstream_reader_close(r);
-	if (nfiles > 1) {
-		int status = pclose(fp);
-		if (rc == 0 && status != 0)
-			titan_die(TITAN_EXIT_FAIL, "reading the inputs failed (cat exited %d)", status);
-	} else if (fp != stdin) {
-		fclose(fp);
-	}
+	fclose(fp);
 	if (rc != 0)
 		titan_die_err(&err);
 	if (!a->quiet)
-		titan_warn("%s: %llu documents, %llu tokens written (%llu bytes)%s%s", a->out,
+		titan_warn("%s: %llu documents, %llu tokens written (%llu bytes)%s", a->out,
 			   (unsigned long long)st.docs, (unsigned long long)st.tokens,
-			   (unsigned long long)st.bytes_out, st.resumed ? ", resumed; skipped " : "",
-			   st.resumed ? "documents already in shards" : "");
+			   (unsigned long long)st.bytes_out,
+			   st.resumed ? "; resumed an interrupted run" : "");
 	return TITAN_EXIT_OK;
 }
 

@@ -1,0 +1,546 @@
+/* Every CPU op against independent references: the float64 backward of each op
+ * against central finite differences of its float64 forward (loss = sum(out *
+ * r) with fixed random r), and each float32 op against its float64 twin.
+ * Error metric: max|a - b| / max|b| over the tensor (rel_err).  Seeds fixed
+ * and printed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_kernels.h"
+
+#define FD_H 1e-6
+#define FD_TOL 1e-6  /* central differences in float64: error ~ h^2 + eps/h */
+#define F32_TOL 2e-6 /* float32 op vs float64 op */
+
+static uint64_t rng_state;
+
+static void seed(uint64_t s)
+{
+	print_message("seed %llu\n", (unsigned long long)s);
+	rng_state = s;
+}
+
+static double urand(void) /* uniform in [-1, 1) */
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static double *rnd(size_t n, double scale)
+{
+	double *x = malloc(n * sizeof(double));
+	assert_non_null(x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = scale * urand();
+	return x;
+}
+
+static float *to_f32(const double *x, size_t n)
+{
+	float *y = malloc(n * sizeof(float));
+	assert_non_null(y);
+	for (size_t i = 0; i < n; i++)
+		y[i] = (float)x[i];
+	return y;
+}
+
+/* Float32 copy of a float64 array that went through float32 (so both precisions
+ * start from the same numbers). */
+static void round_f32(double *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)x[i];
+}
+
+static double rel_err_fd(const float *a, const double *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		num = fmax(num, fabs((double)a[i] - b[i]));
+		den = fmax(den, fabs(b[i]));
+	}
+	return den > 0 ? num / den : num;
+}
+
+static double rel_err_dd(const double *a, const double *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		num = fmax(num, fabs(a[i] - b[i]));
+		den = fmax(den, fabs(b[i]));
+	}
+	return den > 0 ? num / den : num;
+}
+
+static double dot(const double *a, const double *b, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+/* The loss of one op's forward at the current inputs. */
+typedef double (*loss_fn)(void *ctx);
+
+/* Central differences of loss with respect to x[i] for every stride-th i,
+ * compared with the analytic gradient g; returns the relative error. */
+static double fd_check(loss_fn f, void *ctx, double *x, const double *g, size_t n,
+		       size_t stride)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i += stride) {
+		double x0 = x[i];
+		x[i] = x0 + FD_H;
+		double lp = f(ctx);
+		x[i] = x0 - FD_H;
+		double lm = f(ctx);
+		x[i] = x0;
+		double fd = (lp - lm) / (2 * FD_H);
+		num = fmax(num, fabs(fd - g[i]));
+		den = fmax(den, fabs(g[i]));
+	}
+	return den > 0 ? num / den : num;
+}
+
+/* ---- rmsnorm ---- */
+typedef struct { double *x, *w, *r, *y, *rstd; int64_t n, d; } rms_ctx;
+
+static double rms_loss(void *p)
+{
+	rms_ctx *c = p;
+	cpu_rmsnorm_fwd_f64(c->y, c->rstd, c->x, c->w, c->n, c->d, 1e-5);
+	return dot(c->y, c->r, (size_t)(c->n * c->d));
+}
+
+static void rmsnorm_backward_matches_finite_differences_and_f32_matches_f64(void **s)
+{
+	(void)s;
+	seed(11);
+	int64_t n = 5, d = 70;
+	size_t nd = (size_t)(n * d);
+	rms_ctx c = {rnd(nd, 2), rnd((size_t)d, 1), rnd(nd, 1), rnd(nd, 0), rnd((size_t)n, 0), n, d};
+	round_f32(c.x, nd);
+	round_f32(c.w, (size_t)d);
+	round_f32(c.r, nd);
+	double *dx = rnd(nd, 0), *dw = calloc((size_t)d, sizeof(double));
+	rms_loss(&c);
+	cpu_rmsnorm_bwd_f64(dx, dw, c.r, c.x, c.w, c.rstd, n, d);
+	double ex = fd_check(rms_loss, &c, c.x, dx, nd, 1);
+	double ew = fd_check(rms_loss, &c, c.w, dw, (size_t)d, 1);
+	print_message("rmsnorm fd: dx %.2e dw %.2e\n", ex, ew);
+	assert_true(ex < FD_TOL && ew < FD_TOL);
+
+	rms_loss(&c);
+	float *x = to_f32(c.x, nd), *w = to_f32(c.w, (size_t)d), *r = to_f32(c.r, nd);
+	float *y = malloc(nd * 4), *rs = malloc((size_t)n * 4), *fdx = malloc(nd * 4);
+	float *fdw = calloc((size_t)d, 4);
+	cpu_rmsnorm_fwd_f32(y, rs, x, w, n, d, 1e-5f);
+	cpu_rmsnorm_bwd_f32(fdx, fdw, r, x, w, rs, n, d);
+	double e1 = rel_err_fd(y, c.y, nd), e2 = rel_err_fd(fdx, dx, nd),
+	       e3 = rel_err_fd(fdw, dw, (size_t)d);
+	print_message("rmsnorm f32: y %.2e dx %.2e dw %.2e\n", e1, e2, e3);
+	assert_true(e1 < F32_TOL && e2 < F32_TOL && e3 < F32_TOL);
+	/* dw accumulates: a second backward doubles it. */
+	cpu_rmsnorm_bwd_f32(fdx, fdw, r, x, w, rs, n, d);
+	for (int64_t j = 0; j < d; j++)
+		assert_true(fabs(fdw[j] - 2 * dw[j]) <= 1e-5 * fabs(dw[j]) + 1e-6);
+	free(c.x), free(c.w), free(c.r), free(c.y), free(c.rstd), free(dx), free(dw);
+	free(x), free(w), free(r), free(y), free(rs), free(fdx), free(fdw);
+}
+
+/* ---- rope ---- */
+typedef struct { double *x, *cs, *r, *y; int64_t b, t, h, hd; } rope_ctx;
+
+static double rope_loss(void *p)
+{
+	rope_ctx *c = p;
+	size_t n = (size_t)(c->b * c->t * c->h * c->hd);
+	memcpy(c->y, c->x, n * sizeof(double));
+	cpu_rope_f64(c->y, c->cs, c->b, c->t, c->h, c->hd, 0);
+	return dot(c->y, c->r, n);
+}
+
+static void rope_inverse_is_its_gradient_and_matches_complex_rotation(void **s)
+{
+	(void)s;
+	seed(12);
+	int64_t b = 2, t = 9, h = 3, hd = 8;
+	size_t n = (size_t)(b * t * h * hd);
+	double *cs = malloc((size_t)(t * hd) * sizeof(double));
+	cpu_rope_table_f64(cs, t, hd, 0, 500000.0, 8.0);
+	rope_ctx c = {rnd(n, 1), cs, rnd(n, 1), rnd(n, 0), b, t, h, hd};
+	double *g = malloc(n * sizeof(double));
+	memcpy(g, c.r, n * sizeof(double));
+	cpu_rope_f64(g, cs, b, t, h, hd, 1);
+	double e = fd_check(rope_loss, &c, c.x, g, n, 1);
+	print_message("rope fd %.2e\n", e);
+	assert_true(e < FD_TOL);
+	/* Position 3, pair 1 of head 0 of batch 0 by hand: (x0 + i x1) e^{i a}. */
+	rope_loss(&c);
+	double a = atan2(cs[(3 * hd / 2 + 1) * 2 + 1], cs[(3 * hd / 2 + 1) * 2]);
+	const double *x = c.x + (3 * h) * hd + 2;
+	double re = x[0] * cos(a) - x[1] * sin(a), im = x[0] * sin(a) + x[1] * cos(a);
+	const double *y = c.y + (3 * h) * hd + 2;
+	assert_true(fabs(y[0] - re) < 1e-12 && fabs(y[1] - im) < 1e-12);
+	free(c.x), free(cs), free(c.r), free(c.y), free(g);
+}
+
+static void rope_table_applies_llama31_scaling_bands(void **s)
+{
+	(void)s;
+	/* hd 128, theta 500000: pair 0 (f = 1, wavelength 2 pi) unscaled; the last
+	 * pair (wavelength far above 8192) divided by 8; a pair with wavelength in
+	 * (2048, 8192) interpolated. */
+	int64_t hd = 128;
+	double cs[2 * 128];
+	cpu_rope_table_f64(cs, 2, hd, 0, 500000.0, 8.0);
+	const double *p1 = cs + hd; /* position 1: angle = frequency */
+	double f0 = atan2(p1[1], p1[0]);
+	assert_true(fabs(f0 - 1.0) < 1e-12);
+	double flast = atan2(p1[2 * 63 + 1], p1[2 * 63]);
+	double want_last = 1.0 / pow(500000.0, 126.0 / 128.0) / 8.0;
+	assert_true(fabs(flast - want_last) < 1e-15);
+	for (int p = 0; p < 64; p++) {
+		double f = 1.0 / pow(500000.0, 2.0 * p / 128.0), wl = 2 * M_PI / f;
+		if (wl < 2048 || wl > 8192)
+			continue;
+		double sm = (8192 / wl - 1) / 3, want = (1 - sm) * f / 8 + sm * f;
+		assert_true(fabs(atan2(p1[2 * p + 1], p1[2 * p]) - want) < 1e-15);
+	}
+}
+
+/* ---- attention ---- */
+typedef struct {
+	double *q, *k, *v, *r, *o, *lse;
+	int64_t b, t, h, hkv, hd;
+} att_ctx;
+
+static double att_loss(void *p)
+{
+	att_ctx *c = p;
+	cpu_attention_fwd_f64(c->o, c->lse, c->q, c->k, c->v, c->b, c->t, c->h, c->hkv, c->hd);
+	return dot(c->o, c->r, (size_t)(c->b * c->t * c->h * c->hd));
+}
+
+/* softmax(q k^T / sqrt(hd)) v with the causal mask, by definition. */
+static void att_naive(double *o, const att_ctx *c)
+{
+	int64_t rep = c->h / c->hkv, hd = c->hd;
+	double *p = malloc((size_t)c->t * sizeof(double));
+	for (int64_t b = 0; b < c->b; b++)
+		for (int64_t h = 0; h < c->h; h++)
+			for (int64_t i = 0; i < c->t; i++) {
+				const double *qi = c->q + ((b * c->t + i) * c->h + h) * hd;
+				double mx = -INFINITY, sum = 0;
+				for (int64_t j = 0; j <= i; j++) {
+					const double *kj = c->k + ((b * c->t + j) * c->hkv + h / rep) * hd;
+					p[j] = dot(qi, kj, (size_t)hd) / sqrt((double)hd);
+					mx = fmax(mx, p[j]);
+				}
+				for (int64_t j = 0; j <= i; j++)
+					sum += p[j] = exp(p[j] - mx);
+				double *oi = o + ((b * c->t + i) * c->h + h) * hd;
+				for (int64_t d = 0; d < hd; d++) {
+					double acc = 0;
+					for (int64_t j = 0; j <= i; j++)
+						acc += p[j] / sum *
+						       c->v[((b * c->t + j) * c->hkv + h / rep) * hd + d];
+					oi[d] = acc;
+				}
+			}
+	free(p);
+}
+
+static void attention_gqa_causal_backward_matches_finite_differences(void **s)
+{
+	(void)s;
+	seed(13);
+	/* t = 70 spans two query blocks of 64; 4 query heads share 2 kv heads. */
+	int64_t b = 2, t = 70, h = 4, hkv = 2, hd = 8;
+	size_t nq = (size_t)(b * t * h * hd), nk = (size_t)(b * t * hkv * hd);
+	att_ctx c = {rnd(nq, 1.5), rnd(nk, 1.5), rnd(nk, 1), rnd(nq, 1), rnd(nq, 0),
+		     rnd((size_t)(b * h * t), 0), b, t, h, hkv, hd};
+	round_f32(c.q, nq), round_f32(c.k, nk), round_f32(c.v, nk), round_f32(c.r, nq);
+	att_loss(&c);
+	double *naive = malloc(nq * sizeof(double));
+	att_naive(naive, &c);
+	double en = rel_err_dd(c.o, naive, nq);
+	print_message("attention vs definition %.2e\n", en);
+	assert_true(en < 1e-12);
+
+	double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nk * 8);
+	cpu_attention_bwd_f64(dq, dk, dv, c.r, c.q, c.k, c.v, c.o, c.lse, b, t, h, hkv, hd);
+	double eq = fd_check(att_loss, &c, c.q, dq, nq, 7);
+	double ek = fd_check(att_loss, &c, c.k, dk, nk, 5);
+	double ev = fd_check(att_loss, &c, c.v, dv, nk, 5);
+	print_message("attention fd: dq %.2e dk %.2e dv %.2e\n", eq, ek, ev);
+	assert_true(eq < FD_TOL && ek < FD_TOL && ev < FD_TOL);
+
+	att_loss(&c);
+	float *q = to_f32(c.q, nq), *k = to_f32(c.k, nk), *v = to_f32(c.v, nk), *r = to_f32(c.r, nq);
+	float *o = malloc(nq * 4), *lse = malloc((size_t)(b * h * t) * 4);
+	float *fq = malloc(nq * 4), *fk = malloc(nk * 4), *fv = malloc(nk * 4);
+	cpu_attention_fwd_f32(o, lse, q, k, v, b, t, h, hkv, hd);
+	cpu_attention_bwd_f32(fq, fk, fv, r, q, k, v, o, lse, b, t, h, hkv, hd);
+	double e1 = rel_err_fd(o, c.o, nq), e2 = rel_err_fd(fq, dq, nq),
+	       e3 = rel_err_fd(fk, dk, nk), e4 = rel_err_fd(fv, dv, nk);
+	print_message("attention f32: out %.2e dq %.2e dk %.2e dv %.2e\n", e1, e2, e3, e4);
+	assert_true(e1 < F32_TOL && e2 < F32_TOL && e3 < F32_TOL && e4 < F32_TOL);
+	free(c.q), free(c.k), free(c.v), free(c.r), free(c.o), free(c.lse), free(naive);
+	free(dq), free(dk), free(dv), free(q), free(k), free(v), free(r), free(o), free(lse);
+	free(fq), free(fk), free(fv);
+}
+
+/* ---- swiglu ---- */
+typedef struct { double *a, *g, *r, *y; int64_t n; } glu_ctx;
+
+static double glu_loss(void *p)
+{
+	glu_ctx *c = p;
+	cpu_swiglu_fwd_f64(c->y, c->a, c->g, c->n);
+	return dot(c->y, c->r, (size_t)c->n);
+}
+
+static void swiglu_backward_matches_finite_differences_and_f32_matches_f64(void **s)
+{
+	(void)s;
+	seed(14);
+	int64_t n = 300;
+	glu_ctx c = {rnd(300, 6), rnd(300, 2), rnd(300, 1), rnd(300, 0), n};
+	round_f32(c.a, 300), round_f32(c.g, 300), round_f32(c.r, 300);
+	double *da = malloc(300 * 8), *dg = malloc(300 * 8);
+	cpu_swiglu_bwd_f64(da, dg, c.r, c.a, c.g, n);
+	double ea = fd_check(glu_loss, &c, c.a, da, 300, 1);
+	double eg = fd_check(glu_loss, &c, c.g, dg, 300, 1);
+	print_message("swiglu fd: da %.2e dg %.2e\n", ea, eg);
+	assert_true(ea < FD_TOL && eg < FD_TOL);
+	glu_loss(&c);
+	float *a = to_f32(c.a, 300), *g = to_f32(c.g, 300), *r = to_f32(c.r, 300);
+	float *y = malloc(1200), *fa = malloc(1200), *fg = malloc(1200);
+	cpu_swiglu_fwd_f32(y, a, g, n);
+	cpu_swiglu_bwd_f32(fa, fg, r, a, g, n);
+	double e1 = rel_err_fd(y, c.y, 300), e2 = rel_err_fd(fa, da, 300), e3 = rel_err_fd(fg, dg, 300);
+	print_message("swiglu f32: y %.2e da %.2e dg %.2e\n", e1, e2, e3);
+	assert_true(e1 < F32_TOL && e2 < F32_TOL && e3 < F32_TOL);
+	free(c.a), free(c.g), free(c.r), free(c.y), free(da), free(dg);
+	free(a), free(g), free(r), free(y), free(fa), free(fg);
+}
+
+/* ---- embedding ---- */
+static void embedding_backward_adds_repeated_ids_in_order(void **s)
+{
+	(void)s;
+	seed(15);
+	int64_t v = 10, d = 130, n = 7;
+	int32_t ids[7] = {3, 0, 3, 9, 3, 1, 0};
+	double *tab = rnd((size_t)(v * d), 1), *out = rnd((size_t)(n * d), 0);
+	double *dout = rnd((size_t)(n * d), 1), *dtab = calloc((size_t)(v * d), 8);
+	cpu_embedding_fwd_f64(out, tab, ids, n, d);
+	for (int64_t i = 0; i < n; i++)
+		assert_memory_equal(out + i * d, tab + ids[i] * d, (size_t)d * 8);
+	/* The loss sum(out * dout) is linear in the table: its gradient is exact. */
+	cpu_embedding_bwd_f64(dtab, dout, ids, n, d);
+	for (int64_t r = 0; r < v; r++)
+		for (int64_t j = 0; j < d; j++) {
+			double want = 0;
+			for (int64_t i = 0; i < n; i++)
+				if (ids[i] == r)
+					want += dout[i * d + j];
+			assert_true(fabs(dtab[r * d + j] - want) < 1e-15);
+		}
+	free(tab), free(out), free(dout), free(dtab);
+}
+
+/* ---- cross-entropy ---- */
+typedef struct { double *x, *tmp; int32_t *y; int64_t n, v; } ce_ctx;
+
+static double ce_loss(void *p)
+{
+	ce_ctx *c = p;
+	size_t nv = (size_t)(c->n * c->v);
+	memcpy(c->tmp, c->x, nv * 8);
+	double l = 0;
+	int64_t k = 0;
+	cpu_cross_entropy_f64(c->tmp, c->y, c->n, c->v, -100, 0, &l, &k);
+	return l;
+}
+
+static void cross_entropy_gradient_matches_finite_differences_and_skips_ignored(void **s)
+{
+	(void)s;
+	seed(16);
+	int64_t n = 6, v = 50;
+	int32_t y[6] = {3, -100, 49, 0, -100, 17};
+	size_t nv = (size_t)(n * v);
+	ce_ctx c = {rnd(nv, 4), rnd(nv, 0), y, n, v};
+	round_f32(c.x, nv);
+	double *g = malloc(nv * 8);
+	memcpy(g, c.x, nv * 8);
+	double l = 0;
+	int64_t k = 0;
+	cpu_cross_entropy_f64(g, y, n, v, -100, 1, &l, &k);
+	assert_int_equal(k, 4);
+	/* By definition: sum over valid rows of logsumexp - x[label]. */
+	double want = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (y[i] == -100)
+			continue;
+		double se = 0;
+		for (int64_t j = 0; j < v; j++)
+			se += exp(c.x[i * v + j]);
+		want += log(se) - c.x[i * v + y[i]];
+	}
+	assert_true(fabs(l - want) < 1e-12 * fabs(want));
+	double e = fd_check(ce_loss, &c, c.x, g, nv, 1);
+	print_message("cross-entropy fd %.2e\n", e);
+	assert_true(e < FD_TOL);
+	for (int64_t j = 0; j < v; j++)
+		assert_true(g[1 * v + j] == 0 && g[4 * v + j] == 0);
+
+	float *x = to_f32(c.x, nv);
+	double lf = 0;
+	int64_t kf = 0;
+	cpu_cross_entropy_f32(x, y, n, v, -100, 0.25f, &lf, &kf);
+	for (size_t i = 0; i < nv; i++)
+		g[i] *= 0.25;
+	double eg = rel_err_fd(x, g, nv);
+	print_message("cross-entropy f32: loss rel %.2e grad %.2e\n", fabs(lf - l) / l, eg);
+	assert_true(fabs(lf - l) / l < F32_TOL && eg < F32_TOL);
+	assert_int_equal(kf, 4);
+	free(c.x), free(c.tmp), free(g), free(x);
+}
+
+/* ---- matmul, sumsq, adamw, elementwise ---- */
+static void matmul_every_transpose_matches_definition(void **s)
+{
+	(void)s;
+	seed(17);
+	int64_t m = 13, n = 9, k = 21;
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			double *a = rnd((size_t)(m * k), 1), *b = rnd((size_t)(k * n), 1);
+			double *c = rnd((size_t)(m * n), 1);
+			round_f32(a, (size_t)(m * k)), round_f32(b, (size_t)(k * n));
+			round_f32(c, (size_t)(m * n));
+			float *fa = to_f32(a, (size_t)(m * k)), *fb = to_f32(b, (size_t)(k * n));
+			float *fc = to_f32(c, (size_t)(m * n));
+			double *want = malloc((size_t)(m * n) * 8);
+			for (int64_t i = 0; i < m; i++)
+				for (int64_t j = 0; j < n; j++) {
+					double acc = 0;
+					for (int64_t p = 0; p < k; p++)
+						acc += (ta ? a[p * m + i] : a[i * k + p]) *
+						       (tb ? b[j * k + p] : b[p * n + j]);
+					want[i * n + j] = 0.5 * acc + 2 * c[i * n + j];
+				}
+			cpu_matmul_f64(ta, tb, m, n, k, 0.5, a, ta ? m : k, b, tb ? k : n, 2, c, n);
+			cpu_matmul_f32(ta, tb, m, n, k, 0.5f, fa, ta ? m : k, fb, tb ? k : n, 2, fc, n);
+			assert_true(rel_err_dd(c, want, (size_t)(m * n)) < 1e-14);
+			assert_true(rel_err_fd(fc, want, (size_t)(m * n)) < F32_TOL);
+			free(a), free(b), free(c), free(fa), free(fb), free(fc), free(want);
+		}
+}
+
+static void sumsq_is_exact_and_independent_of_threads(void **s)
+{
+	(void)s;
+	seed(18);
+	size_t n = 100003;
+	double *x = rnd(n, 1);
+	round_f32(x, n);
+	float *f = to_f32(x, n);
+	long double want = 0;
+	for (size_t i = 0; i < n; i++)
+		want += (long double)x[i] * x[i];
+	double got = cpu_sumsq_f32(f, (int64_t)n);
+	assert_true(fabs(got - (double)want) < 1e-12 * (double)want);
+	backend *be = backend_cpu_create(1, NULL);
+	double one = be->ops->sumsq(be, f, (int64_t)n);
+	backend_free(be);
+	be = backend_cpu_create(2, NULL);
+	double two = be->ops->sumsq(be, f, (int64_t)n);
+	backend_free(be);
+	assert_memory_equal(&one, &two, sizeof one);
+	free(x), free(f);
+}
+
+static void adamw_update_matches_torch_formula(void **s)
+{
+	(void)s;
+	seed(19);
+	size_t n = 1000;
+	double *p = rnd(n, 1), *g = rnd(n, 1e-3), *m = rnd(n, 1e-3), *v = rnd(n, 0);
+	for (size_t i = 0; i < n; i++)
+		v[i] = fabs(urand()) * 1e-6;
+	round_f32(p, n), round_f32(g, n), round_f32(m, n), round_f32(v, n);
+	float *fp = to_f32(p, n), *fg = to_f32(g, n), *fm = to_f32(m, n), *fv = to_f32(v, n);
+	double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+	int step = 3;
+	double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+	cpu_adamw_f32(fp, fg, fm, fv, (int64_t)n, (float)lr, (float)b1, (float)b2, (float)eps,
+		      (float)wd, (float)bc1, (float)bc2);
+	for (size_t i = 0; i < n; i++) {
+		/* torch.optim.AdamW (single tensor, not capturable). */
+		double pi = p[i] * (1 - lr * wd);
+		double mi = m[i] * b1 + (1 - b1) * g[i];
+		double vi = v[i] * b2 + (1 - b2) * g[i] * g[i];
+		double denom = sqrt(vi) / sqrt(bc2) + eps;
+		pi -= lr / bc1 * mi / denom;
+		/* float32 rounding of each term, relative to the terms' size */
+		assert_true(fabs(fm[i] - mi) <= 1e-6 * (fabs(m[i]) + fabs(g[i])));
+		assert_true(fabs(fv[i] - vi) <= 1e-6 * (v[i] + g[i] * g[i]));
+		assert_true(fabs(fp[i] - pi) <= 1e-6 * (fabs(p[i]) + lr / bc1 * fabs(mi / denom)));
+	}
+	free(p), free(g), free(m), free(v), free(fp), free(fg), free(fm), free(fv);
+}
+
+static void backend_counts_bytes_in_use_and_peak(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(0, &e);
+	assert_non_null(be);
+	float *a = backend_alloc_floats(be, 1000, &e);
+	float *b = backend_calloc_floats(be, 500, &e);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(be->bytes_in_use, 6000);
+	for (int i = 0; i < 500; i++)
+		assert_true(b[i] == 0);
+	be->ops->free(be, a);
+	assert_int_equal(be->bytes_in_use, 2000);
+	assert_int_equal(backend_peak_bytes(be), 6000);
+	backend_reset_peak(be);
+	assert_int_equal(backend_peak_bytes(be), 2000);
+	be->ops->free(be, b);
+	assert_int_equal(be->bytes_in_use, 0);
+	backend_free(be);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(rmsnorm_backward_matches_finite_differences_and_f32_matches_f64),
+		cmocka_unit_test(rope_inverse_is_its_gradient_and_matches_complex_rotation),
+		cmocka_unit_test(rope_table_applies_llama31_scaling_bands),
+		cmocka_unit_test(attention_gqa_causal_backward_matches_finite_differences),
+		cmocka_unit_test(swiglu_backward_matches_finite_differences_and_f32_matches_f64),
+		cmocka_unit_test(embedding_backward_adds_repeated_ids_in_order),
+		cmocka_unit_test(cross_entropy_gradient_matches_finite_differences_and_skips_ignored),
+		cmocka_unit_test(matmul_every_transpose_matches_definition),
+		cmocka_unit_test(sumsq_is_exact_and_independent_of_threads),
+		cmocka_unit_test(adamw_update_matches_torch_formula),
+		cmocka_unit_test(backend_counts_bytes_in_use_and_peak),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

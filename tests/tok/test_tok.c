@@ -1,0 +1,520 @@
+/* Unit tests of lib/tok and lib/unicode: known ids from the references
+ * (tests/tok/tok_vectors.h, made by scripts/tok_reference.py with HF tokenizers
+ * and tiktoken), scanners against PCRE2, byte round trips, huge inputs,
+ * BOS/EOS defaults, added-token policies, loader errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tok/tok.h"
+#include "unicode/unicode.h"
+
+#include "tok_vectors.h"
+
+static const char *fixtures(void)
+{
+	const char *f = getenv("TITAN_FIXTURES");
+	return f ? f : "../shared/fixtures";
+}
+
+/* Loaded once per name and mode, freed at exit. */
+enum { N_NAMES = 6 };
+static const char *const names[N_NAMES] = {"llama3_1", "qwen3", "torchtitan_test",
+					   "llama3_tiktoken", "cl100k_base", "o200k_base"};
+static tok *cache[N_NAMES][2];
+
+static tok *get(const char *name, int mode)
+{
+	for (int i = 0; i < N_NAMES; i++) {
+		if (strcmp(names[i], name))
+			continue;
+		if (!cache[i][mode]) {
+			char path[4096];
+			snprintf(path, sizeof path, "%s/tokenizers/%s", fixtures(), name);
+			tok_opts o = {.pretok = mode};
+			titan_err err = {0};
+			if (tok_load(&cache[i][mode], path, &o, &err))
+				fail_msg("%s", err.msg);
+		}
+		return cache[i][mode];
+	}
+	fail_msg("unknown tokenizer %s", name);
+	return NULL;
+}
+
+static int free_all(void **state)
+{
+	(void)state;
+	for (int i = 0; i < N_NAMES; i++)
+		for (int m = 0; m < 2; m++)
+			tok_free(cache[i][m]);
+	return 0;
+}
+
+static void encode(const tok *t, const void *s, size_t n, tok_ids *ids)
+{
+	titan_err err = {0};
+	tok_enc *e = tok_enc_new(t, &err);
+	assert_non_null(e);
+	ids->n = 0;
+	if (tok_encode(e, s, n, ids, &err))
+		fail_msg("%s", err.msg);
+	tok_enc_free(e);
+}
+
+static void assert_ids(const tok_ids *got, const int32_t *want, size_t n, const char *what)
+{
+	if (got->n == n && !memcmp(got->v, want, n * sizeof *want))
+		return;
+	fprintf(stderr, "%s: got %zu ids:", what, got->n);
+	for (size_t i = 0; i < got->n && i < 40; i++)
+		fprintf(stderr, " %d", got->v[i]);
+	fprintf(stderr, "\n  want %zu:", n);
+	for (size_t i = 0; i < n && i < 40; i++)
+		fprintf(stderr, " %d", want[i]);
+	fprintf(stderr, "\n");
+	fail_msg("%s: ids differ from the reference", what);
+}
+
+static void fixture_readme_vectors_give_llama3_ids(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text;
+		int n;
+		int32_t ids[8];
+	} v[] = {
+		{"This is a test sentence.", 6, {2028, 374, 264, 1296, 11914, 13}},
+		{"   Hello", 2, {256, 22691}},
+		{"    Hello\n    Hello", 5, {262, 22691, 198, 262, 22691}},
+		{"3333", 2, {8765, 18}},
+		{"\n\n\n", 1, {1432}},
+		{"ied 4 \xc2\xbd months", 6, {1142, 220, 19, 220, 27154, 4038}},
+	};
+	const char *toks[] = {"llama3_1", "llama3_tiktoken"};
+	tok_ids ids = {0};
+	for (int k = 0; k < 2; k++)
+		for (int mode = 0; mode < 2; mode++)
+			for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+				encode(get(toks[k], mode), v[i].text, strlen(v[i].text), &ids);
+				assert_ids(&ids, v[i].ids, (size_t)v[i].n, v[i].text);
+			}
+	tok_ids_free(&ids);
+}
+
+static void tricky_strings_match_reference_ids_on_both_paths(void **state)
+{
+	(void)state;
+	tok_ids ids = {0};
+	for (size_t i = 0; i < sizeof tok_vectors / sizeof *tok_vectors; i++) {
+		const struct tok_vector *v = &tok_vectors[i];
+		for (int mode = 0; mode < 2; mode++) {
+			char what[128];
+			snprintf(what, sizeof what, "%s/%s/%s", v->tokenizer, v->name,
+				 mode ? "pcre2" : "scanner");
+			encode(get(v->tokenizer, mode), v->text, v->len, &ids);
+			assert_ids(&ids, v->ids, (size_t)v->n, what);
+		}
+	}
+	tok_ids_free(&ids);
+}
+
+/* Pieces as (start, length) pairs. */
+typedef struct pieces {
+	const uint8_t *base;
+	size_t n, cap;
+	size_t *v;
+} pieces;
+
+static int collect(void *ctx, const uint8_t *p, size_t n)
+{
+	pieces *ps = ctx;
+	if (ps->n + 2 > ps->cap) {
+		ps->cap = ps->cap ? ps->cap * 2 : 256;
+		ps->v = realloc(ps->v, ps->cap * sizeof *ps->v);
+		assert_non_null(ps->v);
+	}
+	ps->v[ps->n++] = (size_t)(p - ps->base);
+	ps->v[ps->n++] = n;
+	return 0;
+}
+
+/* Characters whose classes predate Unicode 14, so PCRE2's tables agree with
+ * titan's: letters of each case class, marks, numbers, spaces, line breaks,
+ * punctuation, the contraction letters, U+017F, NUL and invalid UTF-8. */
+static const char *const alphabet[] = {
+	"a", "b", "s", "t", "d", "m", "l", "e", "r", "v", "S", "T", "R", "E", "L", "D", "M",
+	"V", "A", "Z", "'", "'", "'", " ", " ", " ", "  ", "\t", "\r", "\n", "\n", "\r\n",
+	"\x0b", "\x0c", "\xc2\x85", "\xc2\xa0", "\xe3\x80\x80", "\xe2\x80\xa8", "0", "1", "9",
+	"\xd9\xa3", "\xe2\x85\xab", "\xc2\xbd", ".", ",", "!", "/", "//", "-", "\xe2\x94\x80",
+	"\xc5\xbf", "\xc3\xa9", "\xc3\x89", "\xc7\x85", "\xca\xb0", "\xe4\xb8\xad",
+	"\xcc\x81", "\xe0\xa4\x95", "\xe0\xa4\xbe", "\xd0\x96", "\xd0\xb6", "\x00", "\xff",
+	"\x80", "\xe2\x82", "\xed\xa0\x80", "\xf0\x9f\x98\x80", "$", "+", "_", "\xe2\x80\x99",
+};
+
+static size_t random_text(uint64_t *rng, uint8_t *buf, size_t cap)
+{
+	size_t n = 0, len = (size_t)(*rng >> 40) % 60;
+	for (size_t i = 0; i < len; i++) {
+		*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+		const char *a = alphabet[(*rng >> 33) % (sizeof alphabet / sizeof *alphabet)];
+		size_t l = a[0] ? strlen(a) : 1;
+		if (n + l > cap)
+			break;
+		memcpy(buf + n, a, l);
+		n += l;
+	}
+	return n;
+}
+
+static void scanners_split_like_pcre2_on_random_strings(void **state)
+{
+	(void)state;
+	const char *res[] = {tok_re_llama3, tok_re_qwen2, tok_re_gpt2, tok_re_o200k};
+	uint64_t seed = 20261202;
+	printf("# seed %llu\n", (unsigned long long)seed);
+	titan_err err = {0};
+	for (int r = 0; r < 4; r++) {
+		tok_split *sc = tok_split_new(res[r], TOK_PRETOK_AUTO, &err);
+		tok_split *pc = tok_split_new(res[r], TOK_PRETOK_PCRE2, &err);
+		assert_non_null(sc);
+		assert_non_null(pc);
+		assert_string_not_equal(tok_split_kind(sc), "pcre2");
+		assert_string_equal(tok_split_kind(pc), "pcre2");
+		uint64_t rng = seed + (uint64_t)r;
+		uint8_t buf[512];
+		for (int iter = 0; iter < 20000; iter++) {
+			rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+			size_t n = random_text(&rng, buf, sizeof buf);
+			pieces a = {.base = buf}, b = {.base = buf};
+			assert_int_equal(tok_split_run(sc, buf, n, collect, &a, &err), 0);
+			assert_int_equal(tok_split_run(pc, buf, n, collect, &b, &err), 0);
+			if (a.n != b.n || (a.n && memcmp(a.v, b.v, a.n * sizeof *a.v))) {
+				fprintf(stderr, "%s: text of %zu bytes:", tok_split_kind(sc), n);
+				for (size_t i = 0; i < n; i++)
+					fprintf(stderr, " %02x", buf[i]);
+				fprintf(stderr, "\n");
+				for (size_t i = 0; i < a.n || i < b.n; i += 2)
+					fprintf(stderr, "  scanner %zu+%zu  pcre2 %zu+%zu\n",
+						i < a.n ? a.v[i] : 0, i < a.n ? a.v[i + 1] : 0,
+						i < b.n ? b.v[i] : 0, i < b.n ? b.v[i + 1] : 0);
+				fail_msg("scanner and PCRE2 split differently (iteration %d)", iter);
+			}
+			free(a.v);
+			free(b.v);
+		}
+		tok_split_free(sc);
+		tok_split_free(pc);
+	}
+}
+
+static void any_bytes_decode_back_to_themselves(void **state)
+{
+	(void)state;
+	uint64_t rng = 7;
+	printf("# seed 7\n");
+	tok_ids ids = {0};
+	tok_buf out = {0};
+	titan_err err = {0};
+	const char *toks[] = {"llama3_1", "qwen3", "llama3_tiktoken", "o200k_base"};
+	for (int k = 0; k < 4; k++) {
+		const tok *t = get(toks[k], 0);
+		for (int iter = 0; iter < 300; iter++) {
+			uint8_t buf[300];
+			size_t n = (size_t)(rng >> 50) % sizeof buf;
+			for (size_t i = 0; i < n; i++) {
+				rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+				buf[i] = (uint8_t)(rng >> 56);
+			}
+			encode(t, buf, n, &ids);
+			out.n = 0;
+			assert_int_equal(tok_decode(t, ids.v, ids.n, &out, &err), 0);
+			/* Qwen's NFC may change valid text; random bytes are rarely valid
+			 * composable UTF-8, but compare only where NFC is the identity. */
+			if (!strcmp(toks[k], "qwen3") && !uni_is_nfc_quick(buf, n))
+				continue;
+			assert_int_equal(out.n, n);
+			assert_memory_equal(out.p, buf, n);
+		}
+	}
+	tok_ids_free(&ids);
+	tok_buf_free(&out);
+}
+
+static double cpu_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A megabyte of one character class is one piece (or one whitespace run):
+ * it must take linear-ish time and round-trip. */
+static void megabyte_runs_encode_in_linear_time(void **state)
+{
+	(void)state;
+	const char *units[] = {" ", "a", "\xe2\x94\x80", "\n ", "1", "\xcc\x81", "\xff", "'s"};
+	size_t n = 1 << 20;
+	uint8_t *buf = malloc(n + 8);
+	assert_non_null(buf);
+	tok_ids ids = {0};
+	tok_buf out = {0};
+	titan_err err = {0};
+	const char *toks[] = {"llama3_1", "qwen3", "o200k_base"};
+	for (int k = 0; k < 3; k++) {
+		for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
+			size_t l = strlen(units[u]), m = 0;
+			while (m + l <= n)
+				memcpy(buf + m, units[u], l), m += l;
+			memcpy(buf + m, "x", 1);
+			m++;
+			double t0 = cpu_seconds();
+			encode(get(toks[k], 0), buf, m, &ids);
+			double dt = cpu_seconds() - t0;
+			out.n = 0;
+			assert_int_equal(tok_decode(get(toks[k], 0), ids.v, ids.n, &out, &err), 0);
+			if (strcmp(toks[k], "qwen3") || u != 5) /* NFC reorders nothing here, */
+				assert_memory_equal(out.p, buf, m); /* but keep the check honest */
+			if (dt > 20.0)
+				fail_msg("%s: 1 MB of \"%s\" took %.1f s", toks[k], units[u], dt);
+		}
+	}
+	free(buf);
+	tok_ids_free(&ids);
+	tok_buf_free(&out);
+}
+
+static void bos_eos_follow_config_and_encoding(void **state)
+{
+	(void)state;
+	const tok *l = get("llama3_1", 0), *q = get("qwen3", 0), *tt = get("llama3_tiktoken", 0),
+		  *c = get("cl100k_base", 0), *o = get("o200k_base", 0);
+	assert_int_equal(tok_bos_id(l), 128000);
+	assert_int_equal(tok_eos_id(l), 128009); /* tokenizer_config.json: <|eot_id|> */
+	assert_true(tok_default_add_bos(l));     /* from the post-processor template */
+	assert_false(tok_default_add_eos(l));
+	assert_int_equal(tok_bos_id(q), -1);
+	assert_int_equal(tok_eos_id(q), 151645);
+	assert_false(tok_default_add_bos(q));
+	assert_int_equal(tok_bos_id(tt), 128000);
+	assert_int_equal(tok_eos_id(tt), 128001);
+	assert_int_equal(tok_n_vocab(tt), 128256);
+	assert_int_equal(tok_bos_id(c), -1);
+	assert_int_equal(tok_eos_id(c), 100257);
+	assert_int_equal(tok_n_vocab(c), 100277);
+	assert_int_equal(tok_eos_id(o), 199999);
+	assert_int_equal(tok_n_vocab(o), 200019);
+	assert_string_equal(tok_encoding_name(tt), "llama3");
+	assert_string_equal(tok_encoding_name(o), "o200k_base");
+	assert_int_equal(tok_token_id(tt, "<|eot_id|>", 10), 128009);
+	assert_int_equal(tok_token_id(tt, "<|reserved_special_token_250|>", 30), 128255);
+	assert_int_equal(tok_token_id(c, "<|endofprompt|>", 15), 100276);
+	assert_int_equal(tok_token_id(l, " Hello", 6), 22691);
+}
+
+static void added_tokens_policy_is_an_option(void **state)
+{
+	(void)state;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/tokenizers/llama3_tiktoken/tokenizer.model", fixtures());
+	titan_err err = {0};
+	tok *ex, *pl;
+	tok_opts o = {.added = TOK_ADDED_EXTRACT};
+	assert_int_equal(tok_load(&ex, path, &o, &err), 0);
+	o.added = TOK_ADDED_PLAIN;
+	snprintf(path, sizeof path, "%s/tokenizers/llama3_1", fixtures());
+	assert_int_equal(tok_load(&pl, path, &o, &err), 0);
+	tok_ids a = {0}, b = {0}, c = {0};
+	const char *s = "x<|eot_id|>y";
+	encode(ex, s, strlen(s), &a);                      /* tiktoken file, extracted */
+	encode(get("llama3_1", 0), s, strlen(s), &b);      /* HF default: extracted */
+	encode(pl, s, strlen(s), &c);                      /* HF file, as text */
+	assert_int_equal(a.n, 3);
+	assert_int_equal(a.v[1], 128009);
+	assert_int_equal(b.n, 3);
+	assert_memory_equal(a.v, b.v, 3 * sizeof *a.v);
+	assert_true(c.n > 3);
+	tok_ids d = {0};
+	encode(get("llama3_tiktoken", 0), s, strlen(s), &d); /* tiktoken default: text */
+	assert_int_equal(c.n, d.n);
+	assert_memory_equal(c.v, d.v, c.n * sizeof *c.v);
+	tok_buf out = {0};
+	assert_int_equal(tok_decode(ex, a.v, a.n, &out, &err), 0);
+	assert_int_equal(out.n, strlen(s));
+	assert_memory_equal(out.p, s, out.n);
+	int32_t badid = 128256;
+	assert_int_equal(tok_decode(ex, &badid, 1, &out, &err), -1);
+	assert_non_null(strstr(err.msg, "128256"));
+	tok_buf_free(&out);
+	tok_ids_free(&a);
+	tok_ids_free(&b);
+	tok_ids_free(&c);
+	tok_ids_free(&d);
+	tok_free(ex);
+	tok_free(pl);
+}
+
+static void nfc_composes_like_unicode_16(void **state)
+{
+	(void)state;
+	/* Expected forms from unicodedata2 16.0.0's normalize("NFC", ...). */
+	static const struct {
+		const char *in, *out;
+	} v[] = {
+		{"e\xcc\x81", "\xc3\xa9"},                                     /* e + acute */
+		{"\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81"},     /* Hangul L V T */
+		{"\xe2\x84\xab", "\xc3\x85"},                                 /* Angstrom sign */
+		{"a\xcc\x9b\xcc\x81\xcc\xa3", "\xe1\xba\xa1\xcc\x9b\xcc\x81"}, /* reordering */
+		{"\xe0\xa4\x95\xe0\xa4\xbc", "\xe0\xa4\x95\xe0\xa4\xbc"},     /* an exclusion */
+		{"\xf0\x91\x8e\x82\xf0\x91\x8f\x89", "\xf0\x91\x8e\x83"},     /* new in 16.0 */
+		{"\xff\xcc\x81", "\xff\xcc\x81"},                             /* bad byte stays */
+	};
+	titan_err err = {0};
+	for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+		uint8_t *o;
+		size_t n;
+		assert_int_equal(uni_nfc((const uint8_t *)v[i].in, strlen(v[i].in), &o, &n, &err), 0);
+		assert_int_equal(n, strlen(v[i].out));
+		assert_memory_equal(o, v[i].out, n);
+		free(o);
+	}
+	assert_true(uni_is_nfc_quick((const uint8_t *)"Caf\xc3\xa9 \xd0\xb9", 8));
+	assert_false(uni_is_nfc_quick((const uint8_t *)"Cafe\xcc\x81", 6));
+	assert_string_equal(uni_version, "16.0.0");
+}
+
+static void unicode_tables_classify_like_unicode_16(void **state)
+{
+	(void)state;
+	assert_int_equal(uni_gc_of(uni_props('A')), UNI_LU);
+	assert_int_equal(uni_gc_of(uni_props(0x01C5)), UNI_LT);
+	assert_int_equal(uni_gc_of(uni_props(0x02B0)), UNI_LM);
+	assert_int_equal(uni_gc_of(uni_props(0x0301)), UNI_MN);
+	assert_int_equal(uni_gc_of(uni_props(0x0663)), UNI_ND);
+	assert_int_equal(uni_gc_of(uni_props(0x11380)), UNI_LO); /* Tulu-Tigalari, 16.0 */
+	assert_int_equal(uni_gc_of(uni_props(0x0378)), UNI_CN);
+	assert_true(uni_props(0x0085) & UNI_PROP_WS);
+	assert_true(uni_props(0x3000) & UNI_PROP_WS);
+	assert_false(uni_props(0x180E) & UNI_PROP_WS);
+	assert_false(uni_props(0x200B) & UNI_PROP_WS);
+	uint32_t cp;
+	assert_int_equal(uni_utf8_decode((const uint8_t *)"\xed\xa0\x80", 3, &cp), 1);
+	assert_int_equal(cp, UNI_BAD_BYTE(0xed));
+	assert_int_equal(uni_utf8_decode((const uint8_t *)"\xc0\x80", 2, &cp), 1);
+	assert_int_equal(uni_utf8_decode((const uint8_t *)"\xf4\x90\x80\x80", 4, &cp), 1);
+	assert_int_equal(uni_utf8_decode((const uint8_t *)"\xf0\x9f\x98\x80", 4, &cp), 4);
+	assert_int_equal(cp, 0x1F600);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void unsupported_or_broken_files_are_refused_with_a_reason(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/titan-tok.XXXXXX", path[256];
+	assert_non_null(mkdtemp(dir));
+	static const struct {
+		const char *text, *expect;
+	} v[] = {
+		{"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}, \"merges\": []}, "
+		 "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "WordPiece"},
+		{"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}, "
+		 "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "merges[0]"},
+		{"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+		 "\"pre_tokenizer\": {\"type\": \"Metaspace\"}}", "Metaspace"},
+		{"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+		 "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, "
+		 "\"behavior\": \"Isolated\"}}", "regex"},
+		{"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "ByteLevel"},
+		{"{\"model\": ", "line"},
+		{"YQ== 0\nYg== 1\n", "unknown tiktoken encoding"},
+	};
+	for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+		snprintf(path, sizeof path, "%s/t%zu", dir, i);
+		write_file(path, v[i].text);
+		tok *t = NULL;
+		titan_err err = {0};
+		assert_int_equal(tok_load(&t, path, NULL, &err), -1);
+		if (!strstr(err.msg, v[i].expect))
+			fail_msg("case %zu: \"%s\" does not say \"%s\"", i, err.msg, v[i].expect);
+		assert_non_null(strstr(err.msg, path));
+		remove(path);
+	}
+	tok *t = NULL;
+	titan_err err = {0};
+	assert_int_equal(tok_load(&t, dir, NULL, &err), -1);
+	assert_non_null(strstr(err.msg, "no tokenizer.json"));
+	remove(dir);
+}
+
+/* A tokenizer.json of our own making: two Isolated Splits (a DeepSeek-like
+ * sequence, through PCRE2), a literal String split, merges as pairs. */
+static void split_sequences_and_pair_merges_load(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/titan-tok.XXXXXX", path[256];
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	write_file(path,
+		   "{\"added_tokens\": [{\"id\": 9, \"content\": \"<s>\", \"special\": true}],"
+		   "\"normalizer\": null,"
+		   "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+		   "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\p{N}{1,3}\"}, "
+		   "\"behavior\": \"Isolated\", \"invert\": false},"
+		   "{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, "
+		   "\"behavior\": \"Isolated\", \"invert\": false},"
+		   "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]},"
+		   "\"model\": {\"type\": \"BPE\", \"ignore_merges\": false, \"vocab\": "
+		   "{\"a\": 0, \"b\": 1, \"1\": 2, \"-\": 3, \"ab\": 4, \"11\": 5, \"aba\": 6, "
+		   "\"111\": 7, \"b-\": 8},"
+		   "\"merges\": [[\"a\", \"b\"], [\"1\", \"1\"], [\"ab\", \"a\"], [\"11\", \"1\"], "
+		   "[\"b\", \"-\"]]}}");
+	tok *t = NULL;
+	titan_err err = {0};
+	if (tok_load(&t, dir, NULL, &err))
+		fail_msg("%s", err.msg);
+	tok_ids ids = {0};
+	/* Pieces: "aba" "1111"->"111","1" ... "b" "-" (the String split keeps "b-"
+	 * from merging), "<s>" extracted. */
+	const char *s = "aba1111b-<s>ab";
+	encode(t, s, strlen(s), &ids);
+	const int32_t want[] = {6, 7, 2, 1, 3, 9, 4};
+	assert_ids(&ids, want, sizeof want / sizeof *want, "custom tokenizer.json");
+	assert_string_equal(tok_describe(t) + strlen(tok_describe(t)) - 14, "Unicode 16.0.0");
+	assert_int_equal(tok_bos_id(t), -1);
+	tok_ids_free(&ids);
+	tok_free(t);
+	remove(path);
+	remove(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(fixture_readme_vectors_give_llama3_ids),
+		cmocka_unit_test(tricky_strings_match_reference_ids_on_both_paths),
+		cmocka_unit_test(scanners_split_like_pcre2_on_random_strings),
+		cmocka_unit_test(any_bytes_decode_back_to_themselves),
+		cmocka_unit_test(megabyte_runs_encode_in_linear_time),
+		cmocka_unit_test(bos_eos_follow_config_and_encoding),
+		cmocka_unit_test(added_tokens_policy_is_an_option),
+		cmocka_unit_test(nfc_composes_like_unicode_16),
+		cmocka_unit_test(unicode_tables_classify_like_unicode_16),
+		cmocka_unit_test(unsupported_or_broken_files_are_refused_with_a_reason),
+		cmocka_unit_test(split_sequences_and_pair_merges_load),
+	};
+	return cmocka_run_group_tests(tests, NULL, free_all);
+}
