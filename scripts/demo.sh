@@ -5,7 +5,7 @@
 #              both installed by `make deps`
 #   tokenizer  titan-tokenize train: a 2048-token ByteLevel BPE
 #   tokens     titan-tokenize -> token stream -> titan-shard (2% to validation)
-#   training   titan-train --config configs/demo.toml (debugmodel, 300 steps)
+#   training   titan-train --config configs/demo.toml (debugmodel, 250 steps)
 #   export     titan-ckpt-convert: the last checkpoint as safetensors and as a
 #              Hugging Face folder
 #   report     where everything is, and the loss curve (terminal and PNG)
