@@ -5,7 +5,7 @@
 #              both installed by `make deps`
 #   tokenizer  titan-tokenize train: a 2048-token ByteLevel BPE
 #   tokens     titan-tokenize -> token stream -> titan-shard (2% to validation)
-#   training   titan-train --config configs/demo.toml (debugmodel, 300 steps)
+#   training   titan-train --config configs/demo.toml (debugmodel, 250 steps)
 #   export     titan-ckpt-convert: the last checkpoint as safetensors and as a
 #              Hugging Face folder
 #   report     where everything is, and the loss curve (terminal and PNG)
@@ -83,12 +83,14 @@ say "6/7 loss curve"
 "$B/titan-train" --plot-loss "$D/run/metrics.jsonl" --png "$D/loss.png"
 
 say "7/7 done in $(elapsed) s"
-first=$(grep '"loss"' "$D/run/metrics.jsonl" | head -1 | sed 's/.*"loss":\([^,]*\),.*/\1/')
+first=$(grep '"loss"' "$D/run/metrics.jsonl" | head -1 | sed 's/.*"loss":\([^,]*\),.*/\1/' |
+	awk '{ printf "%.4f", $1 }')
 # The end of the run: the mean of the last 10 steps (one batch is noisy).
 end=$(grep '"loss"' "$D/run/metrics.jsonl" | tail -10 |
 	sed 's/.*"loss":\([^,]*\),.*/\1/' | awk '{ s += $1; n++ } END { printf "%.4f", s / n }')
 drop=$(awk -v a="$first" -v b="$end" 'BEGIN { printf "%.2f", a - b }')
-val=$(grep '"validation_loss"' "$D/run/metrics.jsonl" | tail -1 | sed 's/.*"validation_loss":\([^,]*\),.*/\1/')
+val=$(grep '"validation_loss"' "$D/run/metrics.jsonl" | tail -1 |
+	sed 's/.*"validation_loss":\([^,]*\),.*/\1/' | awk '{ printf "%.4f", $1 }')
 cat <<EOF
 corpus            $D/corpus.txt ($bytes bytes)
 tokenizer         $D/tokenizer/tokenizer.json

@@ -66,6 +66,9 @@ t_grep "compile refusal" 'compile.enable: compilation is not supported' "$TMP/.e
 t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
 t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
 
+t_fails "two processes (mpirun) are refused" 2 env OMPI_COMM_WORLD_SIZE=2 "$TRAIN" --training.steps 1
+t_grep "refusal names the world size" 'data_parallel_shard_degree = 2 (world size 2)' "$TMP/.err"
+
 t_run "--list-flavors" "$TRAIN" --list-flavors
 t_grep "flavors listed with sizes" '^8B .* 8,030,261,248$' "$TMP/.out"
 t_run "--help" "$TRAIN" --help

@@ -141,7 +141,7 @@ fi
 OMP_NUM_THREADS=2 "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/b" 2>"$TMP/b1.log" &
 pid=$!
 n=0
-while [ $n -lt 1200 ]; do
+while [ $n -lt 6000 ]; do
 	if [ -f "$TMP/b/checkpoint/step-10/.metadata" ] &&
 		grep -q '^{"step":14,' "$TMP/b/metrics.jsonl" 2>/dev/null; then
 		break
@@ -183,7 +183,7 @@ fi
 "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/d" --checkpoint.interval 100 2>"$TMP/d.log" &
 pid=$!
 n=0
-while [ $n -lt 1200 ] && ! grep -q '^{"step":3,' "$TMP/d/metrics.jsonl" 2>/dev/null; do
+while [ $n -lt 6000 ] && kill -0 $pid 2>/dev/null && ! grep -q '^{"step":3,' "$TMP/d/metrics.jsonl" 2>/dev/null; do
 	sleep 0.05
 	n=$((n + 1))
 done

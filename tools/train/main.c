@@ -58,21 +58,27 @@ static void list_keys(void)
 		       k[i].choices ? k[i].choices : "-", k[i].torchtitan, k[i].help);
 }
 
+/* Say why on stderr and return the exit status; callers free what they hold
+ * before exiting (the leak checker runs at exit). */
+static int fail(int code, const char *msg, int hint)
+{
+	fprintf(stderr, "titan-train: %s\n%s", msg, hint ? "Try 'titan-train --help'.\n" : "");
+	return code;
+}
+
 static int plot_loss(const char *jsonl, const char *png)
 {
 	metrics_curve train, val;
 	titan_err err;
 	if (metrics_read_curves(jsonl, &train, &val, &err) != 0)
-		titan_die_err(&err);
+		return fail(TITAN_EXIT_FAIL, err.msg, 0);
 	metrics_plot_ascii(stdout, &train, &val, 64, 16);
 	printf("first loss %.4f at step %lld, last %.4f at step %lld\n", train.value[0],
 	       (long long)train.step[0], train.value[train.n - 1], (long long)train.step[train.n - 1]);
 	int rc = png != NULL ? metrics_plot_png(png, &train, &val, &err) : 0;
 	metrics_curve_free(&train);
 	metrics_curve_free(&val);
-	if (rc != 0)
-		titan_die_err(&err);
-	return TITAN_EXIT_OK;
+	return rc != 0 ? fail(TITAN_EXIT_FAIL, err.msg, 0) : TITAN_EXIT_OK;
 }
 
 static int print_event(void *ctx, const tb_event *ev, titan_err *err)
@@ -88,17 +94,74 @@ static int print_event(void *ctx, const tb_event *ev, titan_err *err)
 	return 0;
 }
 
+/* Processes started together by mpirun, srun (PMI) or torchrun: each would train
+ * alone into the same folder, so more than one is refused for now. */
+static int launcher_world_size(void)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"};
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		if (v != NULL && atoi(v) > 0)
+			return atoi(v);
+	}
+	return 1;
+}
+
+/* Everything after the configuration is read; returns the exit status. */
+static int run(job_config *c, int nrest, char **rest)
+{
+	titan_err err = {{0}};
+	int threads = 0;
+	for (int i = 1; i < nrest; i++) {
+		if (strcmp(rest[i], "--list-keys") == 0) {
+			list_keys();
+			return TITAN_EXIT_OK;
+		} else if (strcmp(rest[i], "--list-flavors") == 0) {
+			trainer_list_flavors(stdout);
+			return TITAN_EXIT_OK;
+		} else if (strcmp(rest[i], "--read-events") == 0 && i + 1 < nrest) {
+			if (tb_read_file(rest[i + 1], 1, print_event, NULL, &err) != 0)
+				return fail(TITAN_EXIT_FAIL, err.msg, 0);
+			return TITAN_EXIT_OK;
+		} else if (strcmp(rest[i], "--plot-loss") == 0 && i + 1 < nrest) {
+			const char *png = i + 3 < nrest && strcmp(rest[i + 2], "--png") == 0 ? rest[i + 3] : NULL;
+			return plot_loss(rest[i + 1], png);
+		} else if (strcmp(rest[i], "--threads") == 0 && i + 1 < nrest) {
+			threads = atoi(rest[++i]);
+		} else {
+			char msg[300];
+			snprintf(msg, sizeof msg, "unknown option '%s'", rest[i]);
+			return fail(TITAN_EXIT_USAGE, msg, 1);
+		}
+	}
+	if (config_validate(c, &err) != 0)
+		return fail(TITAN_EXIT_USAGE, err.msg, 0);
+	if (c->job.print_config) {
+		config_print(c, stdout);
+		return TITAN_EXIT_OK;
+	}
+	if (c->job.config_file == NULL)
+		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
+	if (config_check_supported(c, launcher_world_size(), &err) != 0)
+		return fail(TITAN_EXIT_USAGE, err.msg, 0);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	trainer_hooks h = {.stop = &stop_requested, .log = stderr,
+			   .color = metrics_use_color(STDERR_FILENO, c->metrics.disable_color_printing),
+			   .threads = threads};
+	if (trainer_run(c, &h, &err) != 0)
+		return fail(TITAN_EXIT_FAIL, err.msg, 0);
+	return TITAN_EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
 	titan_set_progname("titan-train");
-	job_config c;
-	titan_err err = {{0}};
-	if (config_defaults(&c, &err) != 0)
-		titan_die_err(&err);
-	char **rest = calloc((size_t)argc + 1, sizeof *rest);
-	int nrest = 0;
-	if (rest == NULL)
-		titan_die(TITAN_EXIT_FAIL, "out of memory");
 	/* Non-config options are few; look at them before reading the config so
 	 * that --help works whatever else is on the line. */
 	for (int i = 1; i < argc; i++) {
@@ -111,62 +174,18 @@ int main(int argc, char **argv)
 			return TITAN_EXIT_OK;
 		}
 	}
-	if (config_from_args(&c, argc, argv, &nrest, rest, &err) != 0) {
-		fprintf(stderr, "titan-train: %s\nTry 'titan-train --help'.\n", err.msg);
-		return TITAN_EXIT_USAGE;
-	}
-	int threads = 0;
-	for (int i = 1; i < nrest; i++) {
-		if (strcmp(rest[i], "--list-keys") == 0) {
-			list_keys();
-			return TITAN_EXIT_OK;
-		}
-		if (strcmp(rest[i], "--list-flavors") == 0) {
-			trainer_list_flavors(stdout);
-			return TITAN_EXIT_OK;
-		} else if (strcmp(rest[i], "--read-events") == 0 && i + 1 < nrest) {
-			if (tb_read_file(rest[i + 1], 1, print_event, NULL, &err) != 0)
-				titan_die_err(&err);
-			return TITAN_EXIT_OK;
-		} else if (strcmp(rest[i], "--plot-loss") == 0 && i + 1 < nrest) {
-			const char *png = i + 3 < nrest && strcmp(rest[i + 2], "--png") == 0 ? rest[i + 3] : NULL;
-			return plot_loss(rest[i + 1], png);
-		} else if (strcmp(rest[i], "--threads") == 0 && i + 1 < nrest) {
-			threads = atoi(rest[++i]);
-		} else {
-			fprintf(stderr, "titan-train: unknown option '%s'\nTry 'titan-train --help'.\n",
-				rest[i]);
-			return TITAN_EXIT_USAGE;
-		}
-	}
-	if (config_validate(&c, &err) != 0) {
-		fprintf(stderr, "titan-train: %s\n", err.msg);
-		return TITAN_EXIT_USAGE;
-	}
-	if (c.job.print_config) {
-		config_print(&c, stdout);
-		return TITAN_EXIT_OK;
-	}
-	if (c.job.config_file == NULL)
-		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
-	if (config_check_supported(&c, 1, &err) != 0) {
-		fprintf(stderr, "titan-train: %s\n", err.msg);
-		return TITAN_EXIT_USAGE;
-	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESETHAND;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	trainer_hooks h = {.stop = &stop_requested, .log = stderr,
-			   .color = metrics_use_color(STDERR_FILENO, c.metrics.disable_color_printing),
-			   .threads = threads};
-	int rc = trainer_run(&c, &h, &err);
+	job_config c;
+	memset(&c, 0, sizeof c);
+	titan_err err = {{0}};
+	char **rest = calloc((size_t)argc + 1, sizeof *rest);
+	int nrest = 0, rc;
+	if (rest == NULL || config_defaults(&c, &err) != 0)
+		rc = fail(TITAN_EXIT_FAIL, "out of memory", 0);
+	else if (config_from_args(&c, argc, argv, &nrest, rest, &err) != 0)
+		rc = fail(TITAN_EXIT_USAGE, err.msg, 1);
+	else
+		rc = run(&c, nrest, rest);
 	config_free(&c);
 	free(rest);
-	if (rc != 0)
-		titan_die_err(&err);
-	return TITAN_EXIT_OK;
+	return rc;
 }
