@@ -78,7 +78,7 @@ FUZZ_NAMES  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
 FUZZ_CC     ?= clang
 FUZZ_DIR    := build/fuzz
-FUZZ_CFLAGS := -std=c17 -g -O1 -Wall -Wextra -Werror -fopenmp -fno-omit-frame-pointer \
+FUZZ_CFLAGS := -std=c17 -g -O1 -Wall -Wextra -Werror -Wno-pass-failed -fopenmp -fno-omit-frame-pointer \
                -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)

@@ -2,7 +2,9 @@
 
 /* Floating-point exceptions are never inspected: without this GCC keeps the
  * compares of exp_vec as branches and leaves its loops scalar. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
+#endif
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>

@@ -79,6 +79,8 @@ static const cfg_key keys[] = {
 	  "denominator epsilon"),
 	K("optimizer.weight_decay", CFG_FLOAT, optimizer.weight_decay, "0.1", NULL,
 	  "optimizer.weight_decay", "decoupled weight decay, on every parameter"),
+	K("optimizer.no_decay_norms_embeddings", CFG_BOOL, optimizer.no_decay_norms_embeddings,
+	  "false", NULL, "(titan only)", "exempt RMSNorm weights and embeddings from weight decay"),
 	K("optimizer.implementation", CFG_STR, optimizer.implementation, "\"fused\"",
 	  "for-loop|foreach|fused", "optimizer.implementation",
 	  "update kernel (all give the same numbers on the CPU)"),

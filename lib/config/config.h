@@ -57,6 +57,7 @@ typedef struct job_config {
 	struct {
 		char *name;
 		double lr, beta1, beta2, eps, weight_decay;
+		int no_decay_norms_embeddings;
 		char *implementation;
 		int early_step_in_backward;
 	} optimizer;

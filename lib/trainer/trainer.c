@@ -210,6 +210,19 @@ static int build_model(job *j, titan_err *err)
 	return 0;
 }
 
+/* A common recipe, not torchtitan's default: decay only the matrices that
+ * are not embeddings, so norm gains and the token table keep their scale. */
+static int exempt_from_decay(job *j, titan_err *err)
+{
+	for (int i = 0; i < model_num_tensors(j->m); i++) {
+		const model_tensor *t = model_tensor_at(j->m, i);
+		if ((t->is_norm || t->is_embedding) &&
+		    adamw_no_decay(j->opt, t->offset, t->numel, err) != 0)
+			return err_prefix(err, "%s", t->fqn);
+	}
+	return 0;
+}
+
 static int build_optimizer(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
@@ -227,6 +240,8 @@ static int build_optimizer(job *j, titan_err *err)
 			       "decoupled decay is implemented; use AdamW or weight_decay 0",
 			       c->optimizer.weight_decay);
 	if ((j->opt = adamw_create(j->be, model_num_params(j->m), &ac, err)) == NULL)
+		return -1;
+	if (c->optimizer.no_decay_norms_embeddings && exempt_from_decay(j, err) != 0)
 		return -1;
 	double ratio = isnan(c->lr_scheduler.decay_ratio) ? -1 : c->lr_scheduler.decay_ratio;
 	if (c->lr_scheduler.warmup_steps > c->training.steps)
