@@ -73,12 +73,13 @@ MANPAGES  := $(sort $(wildcard man/*.[1-9]))
 # Fuzzing: each target is built twice.  make check links it with gcc against
 # tests/fuzz/replay.c to replay its kept corpus (under ASan in asan-check); make
 # fuzz links it with clang's libFuzzer against a clang-built copy of the library.
+# (-Wno-pass-failed: at -O1 clang cannot honour every "omp simd"; that is no bug.)
 FUZZ_SRC    := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_NAMES  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
 FUZZ_CC     ?= clang
 FUZZ_DIR    := build/fuzz
-FUZZ_CFLAGS := -std=c17 -g -O1 -Wall -Wextra -Werror -fopenmp -fno-omit-frame-pointer \
+FUZZ_CFLAGS := -std=c17 -g -O1 -Wall -Wextra -Werror -Wno-pass-failed -fopenmp -fno-omit-frame-pointer \
                -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
