@@ -8,6 +8,7 @@
  * ones (no quadratic time on a megabyte piece). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "tok/tok_int.h"
 
@@ -28,6 +29,22 @@ uint64_t tok_hash_bytes(const uint8_t *p, size_t n)
 	return h;
 }
 
+/* A table that the encoder probes at random: on 2 MiB pages where the kernel
+ * gives them on request, since a probe otherwise misses the TLB as well as the
+ * caches.  Free it with free(). */
+void *tok_alloc_table(size_t size)
+{
+	enum { HUGE = 1 << 21 };
+	if (size < HUGE)
+		return malloc(size);
+	void *p = aligned_alloc(HUGE, (size + HUGE - 1) / HUGE * HUGE);
+#ifdef MADV_HUGEPAGE
+	if (p)
+		madvise(p, size, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
+	return p;
+}
+
 static size_t pow2_at_least(size_t n)
 {
 	size_t c = 16;
@@ -44,7 +61,7 @@ int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t fla
 		if (t->len[id] != UINT32_MAX && (t->flags[id] & flag_mask) == flag_want)
 			count++;
 	size_t cap = pow2_at_least(count * 2 + 1);
-	m->slot = malloc(cap * sizeof *m->slot);
+	m->slot = tok_alloc_table(cap * sizeof *m->slot);
 	if (!m->slot)
 		return err_set(err, "out of memory for a %zu-entry token map", cap);
 	for (size_t i = 0; i < cap; i++)
@@ -120,7 +137,7 @@ int tok_pairmap_init(tok_pairmap *m, size_t expect, int64_t n_vocab, uint32_t n_
 		return err_set(err, "%lld ids and %u merges do not fit the merge map",
 			       (long long)n_vocab, n_ranks);
 	size_t cap = pow2_at_least(PAIRMAP_LOAD(expect));
-	m->slot = malloc(cap * sizeof *m->slot);
+	m->slot = tok_alloc_table(cap * sizeof *m->slot);
 	m->merged = malloc(((size_t)n_ranks + 1) * sizeof *m->merged);
 	if (!m->slot || !m->merged)
 		return err_set(err, "out of memory for a %zu-entry merge map", cap);
@@ -154,7 +171,7 @@ void tok_pairmap_fit(tok_pairmap *m)
 	size_t cap = pow2_at_least(PAIRMAP_LOAD(m->n));
 	if (cap >= m->mask + 1)
 		return;
-	uint64_t *slot = malloc(cap * sizeof *slot);
+	uint64_t *slot = tok_alloc_table(cap * sizeof *slot);
 	if (!slot)
 		return; /* the larger table still works */
 	for (size_t i = 0; i < cap; i++)

@@ -87,6 +87,8 @@ enum {
 };
 
 uint64_t tok_hash_bytes(const uint8_t *p, size_t n);
+/* malloc for a large table probed at random (huge pages where available). */
+void *tok_alloc_table(size_t size);
 int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t flag_want,
 		     titan_err *err);
 int32_t tok_strmap_get(const tok_strmap *m, const uint8_t *p, size_t n);
