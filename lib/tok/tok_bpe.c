@@ -3,11 +3,12 @@
  * Both references repeatedly merge the adjacent pair of lowest rank, the
  * leftmost on ties.  tiktoken ranks a pair by the rank of its concatenated
  * bytes; HF by the merge's line in the merges list.  Either way the loader
- * fills one map (left id, right id) -> (rank, merged id) and this file runs
+ * fills one map (left id, right id) -> rank, rank -> merged id, and this file runs
  * the loop: a plain scan for short pieces, a heap over a linked list for long
  * ones (no quadratic time on a megabyte piece). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "tok/tok_int.h"
 
@@ -28,6 +29,22 @@ uint64_t tok_hash_bytes(const uint8_t *p, size_t n)
 	return h;
 }
 
+/* A table that the encoder probes at random: on 2 MiB pages where the kernel
+ * gives them on request, since a probe otherwise misses the TLB as well as the
+ * caches.  Free it with free(). */
+void *tok_alloc_table(size_t size)
+{
+	enum { HUGE = 1 << 21 };
+	if (size < HUGE)
+		return malloc(size);
+	void *p = aligned_alloc(HUGE, (size + HUGE - 1) / HUGE * HUGE);
+#ifdef MADV_HUGEPAGE
+	if (p)
+		madvise(p, size, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
+	return p;
+}
+
 static size_t pow2_at_least(size_t n)
 {
 	size_t c = 16;
@@ -44,7 +61,7 @@ int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t fla
 		if (t->len[id] != UINT32_MAX && (t->flags[id] & flag_mask) == flag_want)
 			count++;
 	size_t cap = pow2_at_least(count * 2 + 1);
-	m->slot = malloc(cap * sizeof *m->slot);
+	m->slot = tok_alloc_table(cap * sizeof *m->slot);
 	if (!m->slot)
 		return err_set(err, "out of memory for a %zu-entry token map", cap);
 	for (size_t i = 0; i < cap; i++)
@@ -106,34 +123,79 @@ void tok_strmap_free(tok_strmap *m)
 	m->slot = NULL;
 }
 
-int tok_pairmap_init(tok_pairmap *m, size_t expect, titan_err *err)
+/* Slots for n pairs. */
+#define PAIRMAP_LOAD(n) ((n) * 2 + 1)
+
+int tok_pairmap_init(tok_pairmap *m, size_t expect, int64_t n_vocab, uint32_t n_ranks,
+		     titan_err *err)
 {
-	size_t cap = pow2_at_least(expect * 2 + 1);
-	m->slot = malloc(cap * sizeof *m->slot);
-	if (!m->slot)
+	/* n_vocab < 2^idbits - 1: no key is all ones, the empty slot's low bits. */
+	unsigned idbits = 1;
+	while (((int64_t)1 << idbits) - 1 <= n_vocab)
+		idbits++;
+	if (2 * idbits > 62 || (UINT64_MAX >> 2 * idbits) <= n_ranks)
+		return err_set(err, "%lld ids and %u merges do not fit the merge map",
+			       (long long)n_vocab, n_ranks);
+	size_t cap = pow2_at_least(PAIRMAP_LOAD(expect));
+	m->slot = tok_alloc_table(cap * sizeof *m->slot);
+	m->merged = malloc(((size_t)n_ranks + 1) * sizeof *m->merged);
+	if (!m->slot || !m->merged)
 		return err_set(err, "out of memory for a %zu-entry merge map", cap);
 	for (size_t i = 0; i < cap; i++)
-		m->slot[i].key = UINT64_MAX;
+		m->slot[i] = UINT64_MAX;
 	m->mask = cap - 1;
 	m->n = 0;
+	m->idbits = idbits;
+	m->keymask = (UINT64_C(1) << 2 * idbits) - 1;
+	m->rnone = UINT64_MAX >> 2 * idbits;
+	m->n_ranks = n_ranks;
 	return 0;
 }
 
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id)
 {
-	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+	uint64_t key = tok_pair_key(m, a, b);
 	size_t i = (size_t)tok_pair_hash(key) & m->mask;
-	while (m->slot[i].key != UINT64_MAX && m->slot[i].key != key)
+	while (m->slot[i] != UINT64_MAX && (m->slot[i] & m->keymask) != key)
 		i = (i + 1) & m->mask;
-	if (m->slot[i].key == UINT64_MAX)
+	if (m->slot[i] == UINT64_MAX)
 		m->n++;
-	m->slot[i] = (tok_pair){key, rank, (uint32_t)id};
+	m->slot[i] = key | (uint64_t)rank << 2 * m->idbits;
+	m->merged[rank] = (uint32_t)id;
+}
+
+/* Rehash into the smallest table that keeps probes short: the loaders size
+ * it for a bound on the count (tiktoken: every split of every token). */
+void tok_pairmap_fit(tok_pairmap *m)
+{
+	size_t cap = pow2_at_least(PAIRMAP_LOAD(m->n));
+	if (cap >= m->mask + 1)
+		return;
+	uint64_t *slot = tok_alloc_table(cap * sizeof *slot);
+	if (!slot)
+		return; /* the larger table still works */
+	for (size_t i = 0; i < cap; i++)
+		slot[i] = UINT64_MAX;
+	for (size_t k = 0; k <= m->mask; k++) {
+		uint64_t v = m->slot[k];
+		if (v == UINT64_MAX)
+			continue;
+		size_t i = (size_t)tok_pair_hash(v & m->keymask) & (cap - 1);
+		while (slot[i] != UINT64_MAX)
+			i = (i + 1) & (cap - 1);
+		slot[i] = v;
+	}
+	free(m->slot);
+	m->slot = slot;
+	m->mask = cap - 1;
 }
 
 void tok_pairmap_free(tok_pairmap *m)
 {
 	free(m->slot);
+	free(m->merged);
 	m->slot = NULL;
+	m->merged = NULL;
 }
 
 /* Short pieces: arrays, a full scan per merge (at most SHORT^2 lookups). */
@@ -150,10 +212,9 @@ typedef struct heap_ent {
 enum { PAIR_CACHE = 1 << 15 };
 
 struct tok_bpe_scratch {
-	tok_pair pc[PAIR_CACHE]; /* key UINT64_MAX: empty */
+	uint64_t pc[PAIR_CACHE]; /* the map's slots; UINT64_MAX: empty */
 	int32_t *id;      /* (n) symbol ids */
 	uint32_t *rank;   /* (n) rank of the pair (k, next(k)), UINT32_MAX none */
-	int32_t *merged;  /* (n) id the pair (k, next(k)) merges to */
 	uint32_t *prev, *next;
 	heap_ent *heap;
 	size_t cap;
@@ -164,7 +225,7 @@ tok_bpe_scratch *tok_bpe_scratch_new(void)
 	tok_bpe_scratch *s = calloc(1, sizeof(tok_bpe_scratch));
 	if (s)
 		for (size_t i = 0; i < PAIR_CACHE; i++)
-			s->pc[i].key = UINT64_MAX;
+			s->pc[i] = UINT64_MAX;
 	return s;
 }
 
@@ -174,7 +235,6 @@ void tok_bpe_scratch_free(tok_bpe_scratch *s)
 		return;
 	free(s->id);
 	free(s->rank);
-	free(s->merged);
 	free(s->prev);
 	free(s->next);
 	free(s->heap);
@@ -189,7 +249,6 @@ static int scratch_reserve(tok_bpe_scratch *s, size_t n)
 #define GROW(f) do { void *q = realloc(s->f, cap * sizeof *s->f); if (!q) return -1; s->f = q; } while (0)
 	GROW(id);
 	GROW(rank);
-	GROW(merged);
 	GROW(prev);
 	GROW(next);
 	GROW(heap);
@@ -198,17 +257,16 @@ static int scratch_reserve(tok_bpe_scratch *s, size_t n)
 	return 0;
 }
 
-static inline void pair_rank(const tok *t, tok_bpe_scratch *s, int32_t a, int32_t b,
-			     uint32_t *rank, int32_t *merged)
+/* The rank of the pair (a, b), UINT32_MAX when it does not merge. */
+static inline uint32_t pair_rank(const tok *t, tok_bpe_scratch *s, int32_t a, int32_t b)
 {
-	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-	tok_pair *c = &s->pc[(size_t)(tok_pair_hash(key) >> 40) & (PAIR_CACHE - 1)];
-	if (c->key != key) {
-		const tok_pair *p = tok_pairmap_get(&t->pairs, a, b);
-		*c = p ? *p : (tok_pair){key, UINT32_MAX, UINT32_MAX};
-	}
-	*rank = c->rank;
-	*merged = (int32_t)c->id;
+	const tok_pairmap *m = &t->pairs;
+	uint64_t key = tok_pair_key(m, a, b), h = tok_pair_hash(key);
+	uint64_t *c = &s->pc[(size_t)(h >> 40) & (PAIR_CACHE - 1)];
+	if ((*c & m->keymask) != key) /* an empty slot's key is all ones */
+		*c = tok_pairmap_get(m, key, h);
+	uint64_t r = *c >> 2 * m->idbits;
+	return r == m->rnone ? UINT32_MAX : (uint32_t)r;
 }
 
 /* Start the loads of the first pairs' cache and map slots before using them:
@@ -216,8 +274,7 @@ static inline void pair_rank(const tok *t, tok_bpe_scratch *s, int32_t a, int32_
 static void prefetch_pairs(const tok *t, const tok_bpe_scratch *s, const int32_t *id, size_t n)
 {
 	for (size_t k = 0; k + 1 < n; k++) {
-		uint64_t key = (uint64_t)(uint32_t)id[k] << 32 | (uint32_t)id[k + 1];
-		uint64_t h = tok_pair_hash(key);
+		uint64_t h = tok_pair_hash(tok_pair_key(&t->pairs, id[k], id[k + 1]));
 		__builtin_prefetch(&s->pc[(size_t)(h >> 40) & (PAIR_CACHE - 1)]);
 		__builtin_prefetch(&t->pairs.slot[(size_t)h & t->pairs.mask]);
 	}
@@ -225,11 +282,12 @@ static void prefetch_pairs(const tok *t, const tok_bpe_scratch *s, const int32_t
 
 static int bpe_short(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, titan_err *err)
 {
-	int32_t *id = s->id, *mg = s->merged;
+	int32_t *id = s->id;
+	const uint32_t *mg = t->pairs.merged;
 	uint32_t *rk = s->rank;
 	prefetch_pairs(t, s, id, n);
 	for (size_t k = 0; k + 1 < n; k++)
-		pair_rank(t, s, id[k], id[k + 1], &rk[k], &mg[k]);
+		rk[k] = pair_rank(t, s, id[k], id[k + 1]);
 	while (n > 1) {
 		size_t best = 0;
 		for (size_t k = 1; k + 1 < n; k++)
@@ -237,15 +295,14 @@ static int bpe_short(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, t
 				best = k;
 		if (rk[best] == UINT32_MAX)
 			break;
-		id[best] = mg[best];
+		id[best] = (int32_t)mg[rk[best]];
 		memmove(id + best + 1, id + best + 2, (n - best - 2) * sizeof *id);
 		memmove(rk + best + 1, rk + best + 2, (n - best - 2) * sizeof *rk);
-		memmove(mg + best + 1, mg + best + 2, (n - best - 2) * sizeof *mg);
 		n--;
 		if (best > 0)
-			pair_rank(t, s, id[best - 1], id[best], &rk[best - 1], &mg[best - 1]);
+			rk[best - 1] = pair_rank(t, s, id[best - 1], id[best]);
 		if (best + 1 < n)
-			pair_rank(t, s, id[best], id[best + 1], &rk[best], &mg[best]);
+			rk[best] = pair_rank(t, s, id[best], id[best + 1]);
 	}
 	for (size_t k = 0; k < n; k++)
 		if (tok_ids_push(out, id[k], err))
@@ -296,7 +353,8 @@ static heap_ent heap_pop(heap_ent *h, size_t *n)
  * stale when its left symbol is gone or now pairs with a different rank. */
 static int bpe_long(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, titan_err *err)
 {
-	int32_t *id = s->id, *mg = s->merged;
+	int32_t *id = s->id;
+	const uint32_t *mg = t->pairs.merged;
 	uint32_t *rk = s->rank, *prev = s->prev, *next = s->next;
 	const uint32_t NONE = UINT32_MAX;
 	size_t hn = 0;
@@ -305,7 +363,7 @@ static int bpe_long(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, ti
 		next[k] = k + 1 < n ? (uint32_t)k + 1 : NONE;
 		rk[k] = NONE;
 		if (k + 1 < n) {
-			pair_rank(t, s, id[k], id[k + 1], &rk[k], &mg[k]);
+			rk[k] = pair_rank(t, s, id[k], id[k + 1]);
 			if (rk[k] != NONE)
 				heap_push(s->heap, &hn, (heap_ent){rk[k], (uint32_t)k});
 		}
@@ -316,20 +374,20 @@ static int bpe_long(const tok *t, tok_bpe_scratch *s, size_t n, tok_ids *out, ti
 		if (id[a] < 0 || rk[a] != e.rank)
 			continue;
 		uint32_t b = next[a];
-		id[a] = mg[a];
+		id[a] = (int32_t)mg[rk[a]];
 		id[b] = -1;
 		next[a] = next[b];
 		if (next[b] != NONE)
 			prev[next[b]] = a;
 		uint32_t p = prev[a];
 		if (p != NONE) {
-			pair_rank(t, s, id[p], id[a], &rk[p], &mg[p]);
+			rk[p] = pair_rank(t, s, id[p], id[a]);
 			if (rk[p] != NONE)
 				heap_push(s->heap, &hn, (heap_ent){rk[p], p});
 		}
 		rk[a] = NONE;
 		if (next[a] != NONE) {
-			pair_rank(t, s, id[a], id[next[a]], &rk[a], &mg[a]);
+			rk[a] = pair_rank(t, s, id[a], id[next[a]]);
 			if (rk[a] != NONE)
 				heap_push(s->heap, &hn, (heap_ent){rk[a], a});
 		}

@@ -27,15 +27,18 @@ typedef struct tok_strmap {
 	const uint32_t *len;
 } tok_strmap;
 
-/* Open-addressing hash: (left id, right id) -> (merge rank, merged id). */
-typedef struct tok_pair {
-	uint64_t key; /* left << 32 | right; UINT64_MAX when empty */
-	uint32_t rank, id;
-} tok_pair;
-
+/* Open-addressing hash: (left id, right id) -> merge rank, then rank ->
+ * merged id.  A slot is one u64, (left << idbits | right) in the low 2*idbits
+ * bits and the rank above them, so that the map of a 200k vocabulary is a
+ * few megabytes: its probes are the encoder's cache misses. */
 typedef struct tok_pairmap {
-	tok_pair *slot;
+	uint64_t *slot;     /* UINT64_MAX when empty */
 	size_t mask, n;
+	unsigned idbits;    /* bits of one id; ids are < 2^idbits - 1 */
+	uint64_t keymask;   /* the low 2*idbits bits */
+	uint64_t rnone;     /* the rank field's all-ones: no merge */
+	uint32_t *merged;   /* (n_ranks) id that the merge of rank r makes */
+	uint32_t n_ranks;
 } tok_pairmap;
 
 typedef struct tok_added_tok {
@@ -84,6 +87,8 @@ enum {
 };
 
 uint64_t tok_hash_bytes(const uint8_t *p, size_t n);
+/* malloc for a large table probed at random (huge pages where available). */
+void *tok_alloc_table(size_t size);
 int tok_strmap_build(tok_strmap *m, const tok *t, uint8_t flag_mask, uint8_t flag_want,
 		     titan_err *err);
 int32_t tok_strmap_get(const tok_strmap *m, const uint8_t *p, size_t n);
@@ -91,9 +96,13 @@ int32_t tok_strmap_get(const tok_strmap *m, const uint8_t *p, size_t n);
 int32_t tok_strmap_get_h(const tok_strmap *m, const uint8_t *p, size_t n, uint64_t h);
 void tok_strmap_free(tok_strmap *m);
 
-int tok_pairmap_init(tok_pairmap *m, size_t expect, titan_err *err);
+/* Ranks are < n_ranks; ids < n_vocab. */
+int tok_pairmap_init(tok_pairmap *m, size_t expect, int64_t n_vocab, uint32_t n_ranks,
+		     titan_err *err);
 /* Insert or overwrite (HF: a later duplicate merge wins). */
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
+/* Shrink the table to the pairs it holds, once all are in. */
+void tok_pairmap_fit(tok_pairmap *m);
 /* Mix both ids into every bit (a plain multiply leaves the low bits to b
  * alone, and linear probing then clusters). */
 static inline uint64_t tok_pair_hash(uint64_t key)
@@ -105,16 +114,22 @@ static inline uint64_t tok_pair_hash(uint64_t key)
 	return key ^ (key >> 33);
 }
 
-static inline const tok_pair *tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b)
+static inline uint64_t tok_pair_key(const tok_pairmap *m, int32_t a, int32_t b)
 {
-	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-	size_t i = (size_t)tok_pair_hash(key) & m->mask;
+	return (uint64_t)(uint32_t)a << m->idbits | (uint32_t)b;
+}
+
+/* The slot of key (rank field included), or key with the rank field all
+ * ones when the pair does not merge. */
+static inline uint64_t tok_pairmap_get(const tok_pairmap *m, uint64_t key, uint64_t h)
+{
+	size_t i = (size_t)h & m->mask;
 	for (;;) {
-		const tok_pair *p = &m->slot[i];
-		if (p->key == key)
-			return p;
-		if (p->key == UINT64_MAX)
-			return NULL;
+		uint64_t v = m->slot[i];
+		if ((v & m->keymask) == key)
+			return v;
+		if (v == UINT64_MAX)
+			return key | m->rnone << (2 * m->idbits);
 		i = (i + 1) & m->mask;
 	}
 }

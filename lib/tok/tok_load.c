@@ -326,7 +326,10 @@ static int load_vocab(tok *t, pool_w *w, json_t *vocab, titan_err *err)
 
 static int load_merges(tok *t, json_t *vocab, json_t *merges, titan_err *err)
 {
-	if (tok_pairmap_init(&t->pairs, json_array_size(merges), err))
+	if (json_array_size(merges) >= UINT32_MAX)
+		return err_set(err, "%zu merges: too many", json_array_size(merges));
+	if (tok_pairmap_init(&t->pairs, json_array_size(merges), t->n_vocab,
+			     (uint32_t)json_array_size(merges), err))
 		return -1;
 	size_t i;
 	json_t *m;
@@ -690,7 +693,7 @@ static int tt_pairs(tok *t, int64_t n_ranks, titan_err *err)
 	size_t expect = 0;
 	for (int64_t id = 0; id < n_ranks; id++)
 		expect += t->len[id] - 1;
-	if (tok_pairmap_init(&t->pairs, expect, err))
+	if (tok_pairmap_init(&t->pairs, expect, t->n_vocab, (uint32_t)n_ranks, err))
 		return -1;
 	for (int64_t id = 0; id < n_ranks; id++) {
 		const uint8_t *p = t->pool + t->off[id];
@@ -702,6 +705,7 @@ static int tt_pairs(tok *t, int64_t n_ranks, titan_err *err)
 				tok_pairmap_put(&t->pairs, a, b, (uint32_t)id, (int32_t)id);
 		}
 	}
+	tok_pairmap_fit(&t->pairs);
 	for (int b = 0; b < 256; b++)
 		if (t->byte_id[b] < 0)
 			return err_set(err, "no token for the single byte 0x%02x", b);
