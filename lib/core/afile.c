@@ -173,3 +173,12 @@ int mkdir_p(const char *dir, titan_err *err)
 		return err_set(err, "%s: not a folder", dir);
 	return 0;
 }
+
+char *path_join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *s = malloc(n);
+	if (s != NULL)
+		snprintf(s, n, "%s/%s", dir, name);
+	return s;
+}

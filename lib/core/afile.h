@@ -35,6 +35,10 @@ int atomic_write_file(const char *path, const void *buf, size_t n, titan_err *er
 /* fsync the folder that holds path (or the folder itself when it is one). */
 int fsync_parent_dir(const char *path, titan_err *err);
 
+/* "dir/name" in a new malloc'd string (the caller frees it), or NULL when out
+ * of memory. */
+char *path_join(const char *dir, const char *name);
+
 /* mkdir -p; existing folders are fine. */
 int mkdir_p(const char *dir, titan_err *err);
 

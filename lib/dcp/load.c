@@ -9,23 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/afile.h"
 #include "dcp/dcp_priv.h"
-
-static char *join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, "%s/%s", dir, name);
-	return s;
-}
 
 int dcp_open(dcp_ckpt *c, const char *dir, titan_err *err)
 {
 	memset(c, 0, sizeof *c);
 	c->dir = strdup(dir);
 	c->files = calloc(1, sizeof *c->files);
-	char *mp = join(dir, ".metadata");
+	char *mp = path_join(dir, ".metadata");
 	if (!c->dir || !c->files || !mp) {
 		free(mp);
 		dcp_close(c);
@@ -88,7 +80,7 @@ int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
 			fs->f = nf;
 			fs->cap = cap;
 		}
-		char *path = join(c->dir, file);
+		char *path = path_join(c->dir, file);
 		if (!path)
 			return err_set(err, "out of memory");
 		f = &fs->f[fs->n];
@@ -430,7 +422,7 @@ static int step_of(const char *name, int64_t *step, int *partial)
 
 static int has_metadata(const char *folder, const char *name)
 {
-	char *d = join(folder, name), *m = d ? join(d, ".metadata") : NULL;
+	char *d = path_join(folder, name), *m = d ? path_join(d, ".metadata") : NULL;
 	struct stat st;
 	int ok = m && stat(m, &st) == 0 && S_ISREG(st.st_mode);
 	free(d);
@@ -497,7 +489,7 @@ int dcp_purge(const char *folder, int keep, titan_err *err)
 		char name[64];
 		for (size_t i = 0; i + (size_t)keep < n && rc == 0; i++) {
 			snprintf(name, sizeof name, "step-%" PRId64, steps[i]);
-			char *p = join(folder, name);
+			char *p = path_join(folder, name);
 			if (!p || dcp_rm_rf(p) != 0)
 				rc = err_errno(err, "%s/%s: cannot remove", folder, name);
 			free(p);
@@ -506,7 +498,7 @@ int dcp_purge(const char *folder, int keep, titan_err *err)
 		d = opendir(folder);
 		while (rc == 0 && d && (de = readdir(d))) {
 			if (step_of(de->d_name, &s, &partial) == 0 && partial && s < newest) {
-				char *p = join(folder, de->d_name);
+				char *p = path_join(folder, de->d_name);
 				if (!p || dcp_rm_rf(p) != 0)
 					rc = err_errno(err, "%s/%s: cannot remove", folder, de->d_name);
 				free(p);

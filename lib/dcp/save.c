@@ -65,15 +65,6 @@ static char *cat(const char *a, const char *b)
 	return s;
 }
 
-static char *join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, "%s/%s", dir, name);
-	return s;
-}
-
 static size_t item_bytes(const dcp_item *it)
 {
 	return (size_t)dcp_numel(it->ndim, it->sizes) * ptz_dtype_size(it->dtype);
@@ -109,7 +100,7 @@ static int write_data(dcp_saver *s)
 {
 	char name[64];
 	snprintf(name, sizeof name, "__%d_0.distcp", s->rank);
-	char *path = join(s->stage, name);
+	char *path = path_join(s->stage, name);
 	if (!path)
 		return err_set(&s->err, "out of memory");
 	int rc = 0;
@@ -190,7 +181,7 @@ static int write_sidecar(dcp_saver *s)
 		return err_set(&s->err, "out of memory");
 	char name[64];
 	snprintf(name, sizeof name, "__%d.titan-chunks", s->rank);
-	char *p = join(s->stage, name);
+	char *p = path_join(s->stage, name);
 	int rc = p ? atomic_write_file(p, text, strlen(text), &s->err) : err_set(&s->err, "out of memory");
 	free(p);
 	free(text);
@@ -352,7 +343,7 @@ dcp_saver *dcp_save_begin(const char *dir, int rank, int world, const dcp_item *
 	/* A stale file from an interrupted save must not be taken for this rank's. */
 	char name[64];
 	snprintf(name, sizeof name, "__%d.titan-chunks", rank);
-	char *side = join(s->stage, name);
+	char *side = path_join(s->stage, name);
 	if (side && unlink(side) != 0 && errno != ENOENT) {
 		err_errno(err, "%s", side);
 		free(side);
@@ -500,7 +491,7 @@ static int merge_rank(merged *m, const char *stage, int r, titan_err *err)
 {
 	char name[64];
 	snprintf(name, sizeof name, "__%d.titan-chunks", r);
-	char *side = join(stage, name), *text = NULL;
+	char *side = path_join(stage, name), *text = NULL;
 	if (!side)
 		return err_set(err, "out of memory");
 	int rc = read_text(side, &text, err);
@@ -536,7 +527,7 @@ static int rm_rf(const char *path)
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		char *p = join(path, de->d_name);
+		char *p = path_join(path, de->d_name);
 		if (!p || rm_rf(p))
 			rc = -1;
 		free(p);
@@ -596,13 +587,13 @@ int dcp_save_commit(const char *dir, int world, titan_err *err)
 	size_t mdn = 0;
 	if (rc == 0)
 		rc = dcp_meta_write(m.e, m.n, &md, &mdn, err);
-	char *mp = rc == 0 ? join(stage, ".metadata") : NULL;
+	char *mp = rc == 0 ? path_join(stage, ".metadata") : NULL;
 	if (rc == 0)
 		rc = mp ? atomic_write_file(mp, md, mdn, err) : err_set(err, "out of memory");
 	for (int r = 0; r < world && rc == 0; r++) {
 		char name[64];
 		snprintf(name, sizeof name, "__%d.titan-chunks", r);
-		char *side = join(stage, name);
+		char *side = path_join(stage, name);
 		if (!side || unlink(side) != 0)
 			rc = err_errno(err, "%s: cannot remove %s", stage, name);
 		free(side);

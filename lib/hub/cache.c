@@ -34,15 +34,6 @@ char *hub_repo_folder(hub_repo_type type, const char *repo_id)
 	return s;
 }
 
-static char *join(const char *a, const char *b)
-{
-	size_t n = strlen(a) + strlen(b) + 2;
-	char *s = malloc(n);
-	if (s != NULL)
-		snprintf(s, n, "%s/%s", a, b);
-	return s;
-}
-
 static char *hf_home(void)
 {
 	const char *h = getenv("HF_HOME");
@@ -50,9 +41,9 @@ static char *hf_home(void)
 		return strdup(h);
 	const char *xdg = getenv("XDG_CACHE_HOME");
 	if (xdg != NULL && *xdg)
-		return join(xdg, "huggingface");
+		return path_join(xdg, "huggingface");
 	const char *home = getenv("HOME");
-	return join(home ? home : ".", ".cache/huggingface");
+	return path_join(home ? home : ".", ".cache/huggingface");
 }
 
 char *hub_default_cache(void)
@@ -65,7 +56,7 @@ char *hub_default_cache(void)
 	char *home = hf_home();
 	if (home == NULL)
 		return NULL;
-	char *s = join(home, "hub");
+	char *s = path_join(home, "hub");
 	free(home);
 	return s;
 }
@@ -125,7 +116,7 @@ int hub_token_lookup(const char *cli, char **out, titan_err *err)
 		char *path = tp && *tp ? strdup(tp) : NULL;
 		if (path == NULL) {
 			char *home = hf_home();
-			path = home ? join(home, "token") : NULL;
+			path = home ? path_join(home, "token") : NULL;
 			free(home);
 		}
 		if (path == NULL)
@@ -291,7 +282,7 @@ static int list_add(hub_filelist *l, const char *rel, int64_t size, titan_err *e
 
 static int walk(const char *base, const char *rel, hub_filelist *l, titan_err *err)
 {
-	char *dir = *rel ? join(base, rel) : strdup(base);
+	char *dir = *rel ? path_join(base, rel) : strdup(base);
 	if (dir == NULL)
 		return err_set(err, "out of memory");
 	DIR *d = opendir(dir);
@@ -305,8 +296,8 @@ static int walk(const char *base, const char *rel, hub_filelist *l, titan_err *e
 	while (rc == 0 && (e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
-		char *r = *rel ? join(rel, e->d_name) : strdup(e->d_name);
-		char *full = join(base, r ? r : "");
+		char *r = *rel ? path_join(rel, e->d_name) : strdup(e->d_name);
+		char *full = path_join(base, r ? r : "");
 		struct stat st;
 		if (r == NULL || full == NULL)
 			rc = err_set(err, "out of memory");

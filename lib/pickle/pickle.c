@@ -513,6 +513,25 @@ static int read_line(vm *m, const char **s, size_t *len)
 	return 0;
 }
 
+/* The decimal memo index on the line after a text PUT or GET (protocol 0). */
+static int read_memo_index(vm *m, const char *what, uint64_t *k)
+{
+	const char *s;
+	size_t len;
+	if (read_line(m, &s, &len))
+		return -1;
+	char buf[24];
+	if (len == 0 || len >= sizeof buf)
+		return vm_fail(m, "%s", what);
+	memcpy(buf, s, len);
+	buf[len] = 0;
+	char *end;
+	*k = strtoull(buf, &end, 10);
+	if (*end)
+		return vm_fail(m, "%s", what);
+	return 0;
+}
+
 static int push_counted(vm *m, pk_kind k, int lenbytes)
 {
 	if (need(m, (size_t)lenbytes))
@@ -814,19 +833,9 @@ static int step(vm *m, int *done)
 			w->args = v;
 		return push(m, w);
 	case 'p': { /* PUT, text */
-		const char *s;
-		size_t len;
-		if (read_line(m, &s, &len))
+		uint64_t k;
+		if (read_memo_index(m, "bad PUT", &k))
 			return -1;
-		char buf[24];
-		if (len == 0 || len >= sizeof buf)
-			return vm_fail(m, "%s", "bad PUT");
-		memcpy(buf, s, len);
-		buf[len] = 0;
-		char *end;
-		unsigned long long k = strtoull(buf, &end, 10);
-		if (*end)
-			return vm_fail(m, "%s", "bad PUT");
 		return (v = top(m)) ? memo_put(m, k, v) : -1;
 	}
 	case 'q':
@@ -841,19 +850,9 @@ static int step(vm *m, int *done)
 	case 0x94: /* MEMOIZE */
 		return (v = top(m)) ? memo_put(m, memo_count(m), v) : -1;
 	case 'g': { /* GET, text */
-		const char *s;
-		size_t len;
-		if (read_line(m, &s, &len))
+		uint64_t k;
+		if (read_memo_index(m, "bad GET", &k))
 			return -1;
-		char buf[24];
-		if (len == 0 || len >= sizeof buf)
-			return vm_fail(m, "%s", "bad GET");
-		memcpy(buf, s, len);
-		buf[len] = 0;
-		char *end;
-		unsigned long long k = strtoull(buf, &end, 10);
-		if (*end)
-			return vm_fail(m, "%s", "bad GET");
 		return memo_get(m, k);
 	}
 	case 'h':

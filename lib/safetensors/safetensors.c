@@ -297,15 +297,6 @@ out:
 	return rc;
 }
 
-static char *join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, "%s/%s", dir, name);
-	return s;
-}
-
 int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t max_shard,
 		     const char *const *meta, titan_err *err)
 {
@@ -335,7 +326,7 @@ int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t m
 			snprintf(name, sizeof name, "model.safetensors");
 		else
 			snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, ns);
-		char *p = join(dir, name);
+		char *p = path_join(dir, name);
 		rc = p ? st_write(p, items + first[s], first[s + 1] - first[s], meta, err)
 		       : err_set(err, "out of memory");
 		free(p);
@@ -349,7 +340,7 @@ int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t m
 		json_object_set(root, "weight_map", wm);
 		char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
 		json_decref(root);
-		char *p = join(dir, "model.safetensors.index.json");
+		char *p = path_join(dir, "model.safetensors.index.json");
 		if (!text || !p) {
 			rc = err_set(err, "out of memory");
 		} else {
@@ -398,7 +389,7 @@ static int open_index(st_set *s, const char *dir, const char *ip, titan_err *err
 			rc = err_set(err, "%s: unsafe file name '%s'", ip, f);
 			continue;
 		}
-		char *p = join(dir, f);
+		char *p = path_join(dir, f);
 		if (!p) {
 			rc = err_set(err, "out of memory");
 			continue;
@@ -432,8 +423,8 @@ int st_set_open(st_set *s, const char *path, titan_err *err)
 	if (!S_ISDIR(st.st_mode)) {
 		rc = add_file(s, path, err);
 	} else {
-		char *ip = join(path, "model.safetensors.index.json");
-		char *one = join(path, "model.safetensors");
+		char *ip = path_join(path, "model.safetensors.index.json");
+		char *one = path_join(path, "model.safetensors");
 		if (!ip || !one)
 			rc = err_set(err, "out of memory");
 		else if (stat(ip, &st) == 0)
