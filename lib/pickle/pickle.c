@@ -513,18 +513,27 @@ static int read_line(vm *m, const char **s, size_t *len)
 	return 0;
 }
 
-/* The decimal memo index on the line after a text PUT or GET (protocol 0). */
-static int read_memo_index(vm *m, const char *what, uint64_t *k)
+/* The next text line as a C string in buf (protocol 0 arguments); an empty or
+ * over-long line fails with `what`. */
+static int read_line_buf(vm *m, const char *what, char *buf, size_t size)
 {
 	const char *s;
 	size_t len;
 	if (read_line(m, &s, &len))
 		return -1;
-	char buf[24];
-	if (len == 0 || len >= sizeof buf)
+	if (len == 0 || len >= size)
 		return vm_fail(m, "%s", what);
 	memcpy(buf, s, len);
 	buf[len] = 0;
+	return 0;
+}
+
+/* The decimal memo index on the line after a text PUT or GET (protocol 0). */
+static int read_memo_index(vm *m, const char *what, uint64_t *k)
+{
+	char buf[24];
+	if (read_line_buf(m, what, buf, sizeof buf))
+		return -1;
 	char *end;
 	*k = strtoull(buf, &end, 10);
 	if (*end)
@@ -564,15 +573,9 @@ static int push_long(vm *m, int lenbytes)
 
 static int text_int(vm *m)
 {
-	const char *s;
-	size_t len;
-	if (read_line(m, &s, &len))
-		return -1;
 	char buf[32];
-	if (len == 0 || len >= sizeof buf)
-		return vm_fail(m, "%s", "bad INT");
-	memcpy(buf, s, len);
-	buf[len] = 0;
+	if (read_line_buf(m, "bad INT", buf, sizeof buf))
+		return -1;
 	if (!strcmp(buf, "00") || !strcmp(buf, "01"))
 		return push(m, pk_bool(m->a, buf[1] == '1'));
 	char *end;
@@ -687,15 +690,9 @@ static int step(vm *m, int *done)
 	case 0x89: return push(m, pk_bool(m->a, 0));
 	case 'I': return text_int(m);
 	case 'L': { /* LONG, text */
-		const char *s;
-		size_t len;
-		if (read_line(m, &s, &len))
-			return -1;
 		char buf[32];
-		if (len == 0 || len >= sizeof buf)
-			return vm_fail(m, "%s", "bad LONG");
-		memcpy(buf, s, len);
-		buf[len] = 0;
+		if (read_line_buf(m, "bad LONG", buf, sizeof buf))
+			return -1;
 		char *end;
 		long long x = strtoll(buf, &end, 10);
 		if (*end && !(*end == 'L' && end[1] == 0))
@@ -732,15 +729,9 @@ static int step(vm *m, int *done)
 		return push(m, pk_float(m->a, d));
 	}
 	case 'F': { /* FLOAT, text */
-		const char *s;
-		size_t len;
-		if (read_line(m, &s, &len))
-			return -1;
 		char buf[64];
-		if (len == 0 || len >= sizeof buf)
-			return vm_fail(m, "%s", "bad FLOAT");
-		memcpy(buf, s, len);
-		buf[len] = 0;
+		if (read_line_buf(m, "bad FLOAT", buf, sizeof buf))
+			return -1;
 		char *end;
 		double d = strtod(buf, &end);
 		if (*end)

@@ -13,4 +13,17 @@ int test_tmpdir_remove(void **state);
 /* test_tmpdir "/" name, in a static buffer that the next call overwrites. */
 const char *test_path(const char *name);
 
+/* SANITIZED is 1 in the ASan build (gcc's or clang's spelling), where tests
+ * that scale with input size run a fraction of the work. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 #endif

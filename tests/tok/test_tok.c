@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../support/testutil.h"
 #include "tok/tok.h"
 #include "unicode/unicode.h"
 
@@ -20,16 +21,6 @@
 
 /* Sanitizers make this code ~10x slower: do less of the random and huge work
  * there (the full amounts run in the plain build). */
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 #define SCALE(n) (SANITIZED ? (n) / 8 : (n))
 
 static const char *fixtures(void)

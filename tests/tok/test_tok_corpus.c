@@ -19,18 +19,9 @@
 
 #include "core/mfile.h"
 #include "core/sha256.h"
+#include "../support/testutil.h"
 #include "tok/tok.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 static double now(void)
 {
