@@ -48,7 +48,7 @@ CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
 NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 ifeq ($(CUDA),1)
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart_static -ldl -lrt -lstdc++
 CPPFLAGS  += -DTITAN_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS    += $(CUDA_LIBS)
 endif
