@@ -3,7 +3,6 @@
 #include "comm/comm.h"
 #include "comm/comm_priv.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sched.h>
@@ -32,24 +31,6 @@ const char *comm_dtype_name(comm_dtype t)
 const char *comm_op_name(comm_op op)
 {
 	return (unsigned)op < COMM_OP_COUNT ? op_names[op] : "?";
-}
-
-uint16_t comm_f32_to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if (isnan(f))
-		return (uint16_t)((u >> 16) | 0x40); /* keep the sign, stay a quiet NaN */
-	u += 0x7fff + ((u >> 16) & 1);       /* round to nearest, ties to even */
-	return (uint16_t)(u >> 16);
-}
-
-float comm_bf16_to_f32(uint16_t b)
-{
-	uint32_t u = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &u, sizeof f);
-	return f;
 }
 
 uint64_t comm_bytes_sent(const comm *c)

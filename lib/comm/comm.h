@@ -244,8 +244,4 @@ size_t comm_dtype_size(comm_dtype t);
 const char *comm_dtype_name(comm_dtype t);
 const char *comm_op_name(comm_op op);
 
-/* bfloat16 <-> float32: round to nearest even, NaN kept a (quiet) NaN. */
-uint16_t comm_f32_to_bf16(float f);
-float comm_bf16_to_f32(uint16_t b);
-
 #endif

@@ -7,6 +7,7 @@
  * default abort from inside the library. */
 #include "comm/comm.h"
 #include "comm/comm_priv.h"
+#include "core/bf16.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -119,7 +120,7 @@ static float *widen(const void *src, size_t n, size_t cap)
 		return NULL;
 	const uint16_t *b = src;
 	for (size_t i = 0; i < n; i++)
-		f[i] = comm_bf16_to_f32(b[i]);
+		f[i] = bf16_to_f32(b[i]);
 	return f;
 }
 
@@ -280,7 +281,7 @@ static int mpi_test(comm *c, comm_req *r, int *done, titan_err *e)
 		return 0;
 	}
 	for (size_t i = 0; i < q->out_count; i++)
-		q->bf16_out[i] = comm_f32_to_bf16(q->f32_out[i]);
+		q->bf16_out[i] = bf16_from_f32(q->f32_out[i]);
 	req_free(q);
 	r->impl = NULL;
 	*done = 1;
