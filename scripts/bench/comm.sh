@@ -25,8 +25,8 @@ for np in 2 4; do
 	$mpirun -np "$np" "$B" titan "$max" >"$TMP/titan"
 	$mpirun -np "$np" "$B" mpi "$max" >"$TMP/mpi"
 	for op in all_gather reduce_scatter all_reduce; do
-		grep "^$op " "$TMP/titan" | while read -r _ bytes _ bw; do
-			ref=$(awk -v o="$op" -v b="$bytes" '$1 == o && $2 == b { print $4 }' "$TMP/mpi")
+		grep "^$op " "$TMP/titan" | while read -r _ bytes _ _ bw; do
+			ref=$(awk -v o="$op" -v b="$bytes" '$1 == o && $2 == b { print $5 }' "$TMP/mpi")
 			awk -v o="$op" -v n="$np" -v b="$bytes" -v t="$bw" -v r="$ref" \
 				'BEGIN { printf "%-15s %5d %10d %12.3f %12.3f %7.2f\n", o, n, b, t, r, (r > 0 ? t / r : 0) }'
 		done
