@@ -62,11 +62,11 @@ static int fail_here(comm *c, titan_err *e, const char *fmt, ...)
 
 /* Every entry point: refuse to start work once the process has failed, so
  * that a rank stops at the first operation after a peer died. */
-static int check_alive(comm *c, comm_op op, titan_err *e)
+static int check_alive(comm *c, const char *what, titan_err *e)
 {
 	const char *f = comm_rt_failure(c->rt);
 	if (f != NULL)
-		return fail_here(c, e, "%s not started: %s", comm_op_name(op), f);
+		return fail_here(c, e, "%s not started: %s", what, f);
 	return 0;
 }
 
@@ -138,10 +138,11 @@ int comm_all_gather_start(comm *c, const void *send, void *recv, size_t count, c
 			  comm_req **out, titan_err *e)
 {
 	comm_op op = COMM_OP_ALL_GATHER;
-	if (check_alive(c, op, e) || check_dtype(c, op, t, e))
+	if (check_alive(c, comm_op_name(op), e) || check_dtype(c, op, t, e))
 		return -1;
 	size_t b = count * comm_dtype_size(t);
-	if (send != (const char *)recv + (size_t)c->rank * b && overlap(send, b, recv, b * (size_t)c->size))
+	int in_place = send == (const char *)recv + (size_t)c->rank * b;
+	if (!in_place && overlap(send, b, recv, b * (size_t)c->size))
 		return fail_here(c, e, "all_gather: send overlaps recv other than in place");
 	comm_req *r;
 	if (new_req(c, op, b, &r, e) != 0)
@@ -155,7 +156,7 @@ int comm_reduce_scatter_start(comm *c, const void *send, void *recv, size_t coun
 			      comm_redop rop, comm_req **out, titan_err *e)
 {
 	comm_op op = COMM_OP_REDUCE_SCATTER;
-	if (check_alive(c, op, e) || check_reduce(c, op, t, rop, e))
+	if (check_alive(c, comm_op_name(op), e) || check_reduce(c, op, t, rop, e))
 		return -1;
 	size_t b = count * comm_dtype_size(t);
 	if (overlap(send, b * (size_t)c->size, recv, b))
@@ -172,7 +173,7 @@ int comm_all_reduce_start(comm *c, const void *send, void *recv, size_t count, c
 			  comm_redop rop, comm_req **out, titan_err *e)
 {
 	comm_op op = COMM_OP_ALL_REDUCE;
-	if (check_alive(c, op, e) || check_reduce(c, op, t, rop, e))
+	if (check_alive(c, comm_op_name(op), e) || check_reduce(c, op, t, rop, e))
 		return -1;
 	size_t b = count * comm_dtype_size(t);
 	if (send != recv && overlap(send, b, recv, b))
@@ -190,7 +191,8 @@ int comm_broadcast_start(comm *c, void *buf, size_t count, comm_dtype t, int roo
 			 comm_req **out, titan_err *e)
 {
 	comm_op op = COMM_OP_BROADCAST;
-	if (check_alive(c, op, e) || check_dtype(c, op, t, e) || check_rank(c, op, "root", root, e))
+	if (check_alive(c, comm_op_name(op), e) || check_dtype(c, op, t, e) ||
+	    check_rank(c, op, "root", root, e))
 		return -1;
 	size_t b = count * comm_dtype_size(t);
 	int last = (root + c->size - 1) % c->size; /* the ring's end forwards nothing */
@@ -206,7 +208,7 @@ int comm_p2p_start(comm *c, const comm_p2p *ops, int n, comm_req **out, titan_er
 {
 	uint64_t sent = 0, bytes = 0;
 	int sends = 0;
-	if (check_alive(c, COMM_OP_SEND, e))
+	if (check_alive(c, "send/recv", e))
 		return -1;
 	for (int i = 0; i < n; i++) {
 		comm_op op = ops[i].is_send ? COMM_OP_SEND : COMM_OP_RECV;
@@ -252,7 +254,7 @@ static int all_to_allv_start(comm *c, comm_op op, const void *send, const size_t
 			     const size_t *sdispls, void *recv, const size_t *rcounts,
 			     const size_t *rdispls, comm_dtype t, comm_req **out, titan_err *e)
 {
-	if (check_alive(c, op, e) || check_dtype(c, op, t, e))
+	if (check_alive(c, comm_op_name(op), e) || check_dtype(c, op, t, e))
 		return -1;
 	size_t es = comm_dtype_size(t), stot = 0, rtot = 0, sent = 0;
 	for (int j = 0; j < c->size; j++) {
@@ -299,7 +301,7 @@ int comm_all_to_all_start(comm *c, const void *send, void *recv, size_t count, c
 
 static int barrier_start(comm *c, comm_req **out, titan_err *e)
 {
-	if (check_alive(c, COMM_OP_BARRIER, e))
+	if (check_alive(c, comm_op_name(COMM_OP_BARRIER), e))
 		return -1;
 	comm_req *r;
 	if (new_req(c, COMM_OP_BARRIER, 0, &r, e) != 0)
@@ -443,7 +445,7 @@ int comm_barrier(comm *c, titan_err *e)
 
 int comm_split(comm *c, int color, int key, const char *name, comm **out, titan_err *e)
 {
-	if (check_alive(c, COMM_OP_BARRIER, e))
+	if (check_alive(c, "split", e))
 		return -1;
 	comm *n = calloc(1, sizeof *n);
 	if (n == NULL)

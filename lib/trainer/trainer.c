@@ -558,6 +558,7 @@ static int run_loop(job *j, titan_err *err)
 	window w = {.t0 = now_s()};
 	double t_start = now_s();
 	metrics_log(j->log, "Training starts at step %lld", (long long)j->step + 1);
+	int64_t first = j->step + 1;
 	while (j->step < c->training.steps) {
 		double loss = 0, gnorm = 0;
 		if (train_step(j, &w, &loss, &gnorm, err) != 0)
@@ -589,7 +590,7 @@ static int run_loop(job *j, titan_err *err)
 			return -1;
 		/* torchtitan tightens the timeout once the first step (warm-up,
 		 * first collectives) is over; comm_set_timeout holds a barrier first. */
-		if (j->step == 1 && j->h->mesh != NULL &&
+		if (j->step == first && j->h->mesh != NULL &&
 		    comm_set_timeout(j->h->mesh->world, (double)c->comm.train_timeout_seconds, err) != 0)
 			return -1;
 	}
