@@ -190,7 +190,7 @@ static float *resid(model *m, int l)
 static void linear(model *m, float *y, const float *x, const float *w, int64_t n,
 		   int64_t in, int64_t out, float beta)
 {
-	m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, beta, y, out);
+	m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, BE_F32, beta, y, out, BE_F32);
 }
 
 /* dx (n, in) (+)= dy (n, out) @ w;  dw (out, in) += dy^T @ x. */
@@ -198,8 +198,8 @@ static void linear_bwd(model *m, float *dx, float *dw, const float *dy, const fl
 		       const float *w, int64_t n, int64_t in, int64_t out, float beta_dx)
 {
 	backend *be = m->be;
-	be->ops->matmul(be, 0, 0, n, in, out, 1, dy, out, w, in, beta_dx, dx, in);
-	be->ops->matmul(be, 1, 0, out, in, n, 1, dy, out, x, in, 1, dw, in);
+	be->ops->matmul(be, 0, 0, n, in, out, 1, dy, out, w, in, BE_F32, beta_dx, dx, in, BE_F32);
+	be->ops->matmul(be, 1, 0, out, in, n, 1, dy, out, x, in, BE_F32, 1, dw, in, BE_F32);
 }
 
 /* The attention half of layer l: norm, projections, rope, attention, xm. */
@@ -210,15 +210,16 @@ static void attn_fwd(model *m, int l, const float *x)
 	float **f = m->acts[l].f;
 	int64_t b = m->b, t = m->t, n = b * t, d = m->args.dim, hd = m->head_dim;
 	int64_t h = m->args.n_heads, hkv = m->args.n_kv_heads;
-	be->ops->rmsnorm_fwd(be, f[ACT_XN1], f[ACT_RSTD1], x, w->attn_norm, n, d,
+	be->ops->rmsnorm_fwd(be, f[ACT_XN1], BE_F32, f[ACT_RSTD1], x, BE_F32, w->attn_norm, BE_F32, n, d,
 			     (float)m->args.norm_eps);
 	linear(m, f[ACT_Q], f[ACT_XN1], w->wq, n, d, h * hd, 0);
 	linear(m, f[ACT_K], f[ACT_XN1], w->wk, n, d, hkv * hd, 0);
 	linear(m, f[ACT_V], f[ACT_XN1], w->wv, n, d, hkv * hd, 0);
-	be->ops->rope(be, f[ACT_Q], m->rope_cs, b, t, h, hd, 0);
-	be->ops->rope(be, f[ACT_K], m->rope_cs, b, t, hkv, hd, 0);
-	be->ops->attention_fwd(be, f[ACT_ATT], f[ACT_LSE], f[ACT_Q], f[ACT_K], f[ACT_V],
-			       b, t, h, hkv, hd);
+	be->ops->rope(be, f[ACT_Q], BE_F32, m->rope_cs, b, t, h, hd, BE_ROPE_INTERLEAVED, 0);
+	be->ops->rope(be, f[ACT_K], BE_F32, m->rope_cs, b, t, hkv, hd, BE_ROPE_INTERLEAVED, 0);
+	be_attn at = {.b = b, .tq = t, .tk = t, .h = h, .hkv = hkv, .hd = hd, .hdv = hd,
+		      .causal = 1};
+	be->ops->attention_fwd(be, f[ACT_ATT], f[ACT_LSE], f[ACT_Q], f[ACT_K], f[ACT_V], &at);
 	be->ops->copy(be, f[ACT_XM], x, (size_t)(n * d) * sizeof(float), BACKEND_D2D);
 	linear(m, f[ACT_XM], f[ACT_ATT], w->wo, n, h * hd, d, 1);
 }
@@ -230,11 +231,11 @@ static void ffn_fwd(model *m, int l)
 	const layer_w *w = &m->lw[l];
 	float **f = m->acts[l].f;
 	int64_t n = (int64_t)m->b * m->t, d = m->args.dim, ff = m->ffn;
-	be->ops->rmsnorm_fwd(be, f[ACT_XN2], f[ACT_RSTD2], f[ACT_XM], w->ffn_norm, n, d,
+	be->ops->rmsnorm_fwd(be, f[ACT_XN2], BE_F32, f[ACT_RSTD2], f[ACT_XM], BE_F32, w->ffn_norm, BE_F32, n, d,
 			     (float)m->args.norm_eps);
 	linear(m, f[ACT_A], f[ACT_XN2], w->w1, n, d, ff, 0);
 	linear(m, f[ACT_G], f[ACT_XN2], w->w3, n, d, ff, 0);
-	be->ops->swiglu_fwd(be, f[ACT_H], f[ACT_A], f[ACT_G], n * ff);
+	be->ops->swiglu_fwd(be, f[ACT_H], f[ACT_A], f[ACT_G], BE_F32, n * ff);
 }
 
 static void layer_fwd(model *m, int l)
@@ -260,11 +261,11 @@ static void layer_recompute(model *m, int l)
 	int64_t n = (int64_t)m->b * m->t, d = m->args.dim, ff = m->ffn;
 	float eps = (float)m->args.norm_eps;
 	if (a->keep == ACT_OP_KEEP) {
-		be->ops->rmsnorm_fwd(be, f[ACT_XN1], f[ACT_RSTD1], resid(m, l), w->attn_norm,
-				     n, d, eps);
-		be->ops->rmsnorm_fwd(be, f[ACT_XN2], f[ACT_RSTD2], f[ACT_XM], w->ffn_norm, n,
+		be->ops->rmsnorm_fwd(be, f[ACT_XN1], BE_F32, f[ACT_RSTD1], resid(m, l), BE_F32,
+				     w->attn_norm, BE_F32, n, d, eps);
+		be->ops->rmsnorm_fwd(be, f[ACT_XN2], BE_F32, f[ACT_RSTD2], f[ACT_XM], BE_F32, w->ffn_norm, BE_F32, n,
 				     d, eps);
-		be->ops->swiglu_fwd(be, f[ACT_H], f[ACT_A], f[ACT_G], n * ff);
+		be->ops->swiglu_fwd(be, f[ACT_H], f[ACT_A], f[ACT_G], BE_F32, n * ff);
 		return;
 	}
 	attn_fwd(m, l, resid(m, l));
@@ -285,27 +286,29 @@ static void layer_bwd(model *m, int l, float *dout)
 
 	/* Feed-forward branch; the residual passes dout through to dxm. */
 	linear_bwd(m, m->d_h, g->w2, dout, f[ACT_H], w->w2, n, ff, d, 0);
-	be->ops->swiglu_bwd(be, m->d_a, m->d_g, m->d_h, f[ACT_A], f[ACT_G], n * ff);
+	be->ops->swiglu_bwd(be, m->d_a, m->d_g, m->d_h, f[ACT_A], f[ACT_G], BE_F32, n * ff);
 	linear_bwd(m, m->d_xn, g->w1, m->d_a, f[ACT_XN2], w->w1, n, d, ff, 0);
 	linear_bwd(m, m->d_xn, g->w3, m->d_g, f[ACT_XN2], w->w3, n, d, ff, 1);
-	be->ops->rmsnorm_bwd(be, m->d_tmp, g->ffn_norm, m->d_xn, f[ACT_XM], w->ffn_norm,
-			     f[ACT_RSTD2], n, d);
+	be->ops->rmsnorm_bwd(be, m->d_tmp, BE_F32, g->ffn_norm, BE_F32, m->d_xn, BE_F32,
+			     f[ACT_XM], BE_F32, w->ffn_norm, BE_F32, f[ACT_RSTD2], n, d);
 	if (dout != m->d_x)
 		be->ops->copy(be, m->d_x, dout, nd, BACKEND_D2D);
-	be->ops->axpy(be, m->d_x, 1, m->d_tmp, n * d); /* d_x = dxm */
+	be->ops->axpy(be, m->d_x, BE_F32, 1, m->d_tmp, BE_F32, n * d); /* d_x = dxm */
 
 	/* Attention branch. */
 	linear_bwd(m, m->d_att, g->wo, m->d_x, f[ACT_ATT], w->wo, n, h * hd, d, 0);
+	be_attn at = {.b = b, .tq = t, .tk = t, .h = h, .hkv = hkv, .hd = hd, .hdv = hd,
+		      .causal = 1};
 	be->ops->attention_bwd(be, m->d_q, m->d_k, m->d_v, m->d_att, f[ACT_Q], f[ACT_K],
-			       f[ACT_V], f[ACT_ATT], f[ACT_LSE], b, t, h, hkv, hd);
-	be->ops->rope(be, m->d_q, m->rope_cs, b, t, h, hd, 1);
-	be->ops->rope(be, m->d_k, m->rope_cs, b, t, hkv, hd, 1);
+			       f[ACT_V], f[ACT_ATT], f[ACT_LSE], &at);
+	be->ops->rope(be, m->d_q, BE_F32, m->rope_cs, b, t, h, hd, BE_ROPE_INTERLEAVED, 1);
+	be->ops->rope(be, m->d_k, BE_F32, m->rope_cs, b, t, hkv, hd, BE_ROPE_INTERLEAVED, 1);
 	linear_bwd(m, m->d_xn, g->wq, m->d_q, f[ACT_XN1], w->wq, n, d, h * hd, 0);
 	linear_bwd(m, m->d_xn, g->wk, m->d_k, f[ACT_XN1], w->wk, n, d, hkv * hd, 1);
 	linear_bwd(m, m->d_xn, g->wv, m->d_v, f[ACT_XN1], w->wv, n, d, hkv * hd, 1);
-	be->ops->rmsnorm_bwd(be, m->d_tmp, g->attn_norm, m->d_xn, resid(m, l), w->attn_norm,
-			     f[ACT_RSTD1], n, d);
-	be->ops->axpy(be, m->d_x, 1, m->d_tmp, n * d);
+	be->ops->rmsnorm_bwd(be, m->d_tmp, BE_F32, g->attn_norm, BE_F32, m->d_xn, BE_F32,
+			     resid(m, l), BE_F32, w->attn_norm, BE_F32, f[ACT_RSTD1], n, d);
+	be->ops->axpy(be, m->d_x, BE_F32, 1, m->d_tmp, BE_F32, n * d);
 }
 
 static int check_batch(const model *m, const int32_t *inputs, const int32_t *labels,
@@ -336,11 +339,12 @@ static int forward_layers(model *m, const int32_t *inputs, const int32_t *labels
 	be->ops->copy(be, m->ids, inputs, (size_t)n * sizeof(int32_t), BACKEND_H2D);
 	if (labels)
 		be->ops->copy(be, m->labels, labels, (size_t)n * sizeof(int32_t), BACKEND_H2D);
-	be->ops->embedding_fwd(be, resid(m, 0), m->tok, m->ids, n, d);
+	be->ops->embedding_fwd(be, resid(m, 0), BE_F32, m->tok, BE_F32, m->ids, n, d, 0,
+			       m->args.vocab_size);
 	for (int l = 0; l < m->args.n_layers; l++)
 		layer_fwd(m, l);
-	be->ops->rmsnorm_fwd(be, m->xf, m->rstdf, resid(m, m->args.n_layers), m->norm, n, d,
-			     (float)m->args.norm_eps);
+	be->ops->rmsnorm_fwd(be, m->xf, BE_F32, m->rstdf, resid(m, m->args.n_layers), BE_F32,
+			     m->norm, BE_F32, n, d, (float)m->args.norm_eps);
 	return 0;
 }
 
@@ -360,7 +364,7 @@ static void output_chunks(model *m, float *logits_host, int has_labels, int back
 			be->ops->copy(be, logits_host + r0 * v, m->logits,
 				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
 		if (has_labels)
-			be->ops->cross_entropy(be, m->logits, m->labels + r0, c, v,
+			be->ops->cross_entropy(be, m->logits, BE_F32, m->labels + r0, c, v,
 					       MODEL_IGNORE_INDEX, backward ? grad_scale : 0,
 					       loss, valid);
 		if (backward)
@@ -398,13 +402,14 @@ int model_forward_backward(model *m, const int32_t *inputs, const int32_t *label
 	int64_t valid = 0;
 	output_chunks(m, NULL, 1, 1, grad_scale, &loss, &valid);
 	int nl = m->args.n_layers;
-	be->ops->rmsnorm_bwd(be, m->d_x, m->norm_g, m->d_tmp, resid(m, nl), m->norm, m->rstdf,
-			     n, d);
+	be->ops->rmsnorm_bwd(be, m->d_x, BE_F32, m->norm_g, BE_F32, m->d_tmp, BE_F32, resid(m, nl),
+			     BE_F32, m->norm, BE_F32, m->rstdf, n, d);
 	for (int l = nl - 1; l >= 0; l--) {
 		layer_recompute(m, l);
 		layer_bwd(m, l, m->d_x);
 	}
-	be->ops->embedding_bwd(be, m->tok_g, m->d_x, m->ids, n, d);
+	be->ops->embedding_bwd(be, m->tok_g, BE_F32, m->d_x, BE_F32, m->ids, n, d, 0,
+			       m->args.vocab_size);
 	*loss_sum = loss;
 	*n_valid = valid;
 	return be->ops->sync(be, e);
