@@ -99,8 +99,8 @@ static int time_passes(backend *be, attn_run *r, double min_s, double t[2], tita
 	return rc;
 }
 
-static int measure(backend *be, const bench_args *a, attn_run *r, report *rep, double ceil,
-		   const char *model, titan_err *e)
+static int measure(backend *be, const bench_args *a, attn_run *r, report *rep, const char *model,
+		   titan_err *e)
 {
 	be_attn *at = &r->at;
 	double fwd_flops = 4.0 * (double)at->b * (double)at->h * (double)at->tq * (double)at->tk *
@@ -135,7 +135,6 @@ static int measure(backend *be, const bench_args *a, attn_run *r, report *rep, d
 			rset(row, "dtype", json_string(DTYPES[d].name));
 			rset(row, "ms", json_real(t[dir] * 1e3));
 			rset(row, "tflops", json_real(fl / t[dir] / 1e12));
-			rset(row, "pct_ceiling", json_real(100.0 * fl / t[dir] / ceil));
 		}
 	}
 	return 0;
@@ -146,7 +145,8 @@ int bench_attention(const bench_args *a, titan_err *e)
 	attn_run r;
 	char model[64];
 	memset(&r, 0, sizeof r);
-	if (attn_shape(a, &r.at, model, sizeof model, e) || bench_check_list(a->dtypes, "fp32,bf16", e))
+	if (attn_shape(a, &r.at, model, sizeof model, e) ||
+	    bench_check_list(a->dtypes, "fp32,bf16", e))
 		return BENCH_USAGE;
 	report rep;
 	if (report_init(&rep, "attention", a, e))
@@ -157,8 +157,10 @@ int bench_attention(const bench_args *a, titan_err *e)
 		return -1;
 	}
 	r.be = be;
-	double ceil = bench_report_ceiling(&rep, a, be->threads);
-	int rc = measure(be, a, &r, &rep, ceil, model, e);
+	bench_ceiling_begin(&rep, be->threads);
+	int rc = measure(be, a, &r, &rep, model, e);
+	if (rc == 0)
+		bench_ceiling_end(&rep, be->threads);
 	report_unavailable(&rep, "cuda", bench_cuda_unavailable());
 	report_note(&rep, "causal GQA on the %s backend; FLOPs: forward 2 t^2 hd per head "
 		    "(causal half of 4), backward 2.5x forward; median of runs lasting at least "

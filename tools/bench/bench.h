@@ -36,6 +36,7 @@ typedef struct report {
 	json_t *rows;        /* one object per table row */
 	json_t *unavailable; /* [{"what", "why"}] */
 	json_t *notes;       /* [string] */
+	double ceiling;      /* FLOP/s, the best measured so far */
 } report;
 
 /* A table column: the row key, its header, and printf's format for a real
@@ -71,8 +72,12 @@ double bench_time(void (*fn)(void *), void *ctx, double min_s, backend *be, tita
  * measured by register-resident FMA chains (no memory traffic): what no
  * kernel can beat on this machine under this load. */
 double bench_cpu_ceiling(int threads, double min_s);
-/* Add the "ceiling" object to r and return the FLOP/s. */
-double bench_report_ceiling(report *r, const bench_args *a, int threads);
+/* Measure the ceiling before the rows and again after them: the better of the
+ * two counts (a shared machine's load comes and goes).  The second call adds
+ * the "ceiling" object to the document and "pct_ceiling" to every row that has
+ * "tflops". */
+void bench_ceiling_begin(report *r, int threads);
+void bench_ceiling_end(report *r, int threads);
 
 /* A device buffer of n values drawn uniformly from [-amp, amp) by an LCG
  * seeded with seed, stored in type t (float8: with one tensorwise scale,

@@ -181,7 +181,7 @@ int bench_gemm(const bench_args *a, titan_err *e)
 		report_free(&r);
 		return -1;
 	}
-	double ceil = bench_report_ceiling(&r, a, be->threads);
+	bench_ceiling_begin(&r, be->threads);
 	int rc = 0;
 	for (size_t d = 0; d < N_DTYPES && rc == 0; d++) {
 		char why[1100];
@@ -206,9 +206,10 @@ int bench_gemm(const bench_args *a, titan_err *e)
 			rset(row, "dtype", json_string(DTYPES[d].name));
 			rset(row, "ms", json_real(t * 1e3));
 			rset(row, "tflops", json_real(tf / 1e12));
-			rset(row, "pct_ceiling", json_real(100.0 * tf / ceil));
 		}
 	}
+	if (rc == 0)
+		bench_ceiling_end(&r, be->threads);
 	report_unavailable(&r, "cuda", bench_cuda_unavailable());
 	if (f != NULL)
 		report_note(&r, "%s: the forward GEMM of each distinct linear, M = %" PRId64
