@@ -10,6 +10,7 @@
 #include "core/err.h"
 #include "pickle/pickle.h"
 #include "prof/prof_priv.h"
+#include "textin/textin.h"
 
 /* Trace ---------------------------------------------------------------------- */
 
@@ -26,31 +27,15 @@ static int ev_cmp(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* A JSON string: quotes, backslashes and control bytes escaped, the rest (UTF-8)
- * as it is. */
+/* A JSON string, quoted as lib/textin quotes (invalid UTF-8 becomes U+FFFD,
+ * so a trace always parses). */
 static int put_str(afile *f, const char *s, titan_err *e)
 {
-	char buf[512];
-	size_t k = 0;
-	buf[k++] = '"';
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (k + 8 >= sizeof buf) {
-			if (afile_write(f, buf, k, e))
-				return -1;
-			k = 0;
-		}
-		if (c == '"' || c == '\\') {
-			buf[k++] = '\\';
-			buf[k++] = (char)c;
-		} else if (c < 0x20) {
-			k += (size_t)snprintf(buf + k, 8, "\\u%04x", c);
-		} else {
-			buf[k++] = (char)c;
-		}
-	}
-	buf[k++] = '"';
-	return afile_write(f, buf, k, e);
+	textin_buf b = {0};
+	int rc = textin_json_quote(&b, s, strlen(s)) != 0 ? err_set(e, "out of memory")
+							  : afile_write(f, b.p, b.n, e);
+	free(b.p);
+	return rc;
 }
 
 /* Microseconds since the epoch with nanosecond digits. */
