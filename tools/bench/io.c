@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,44 +301,46 @@ static int bench_ckpt(const char *work, const bench_args *a, report *r, titan_er
 		dcp_item_full(&items[i], names[i], PTZ_F32, 1, shape, data + i * (tensor / 4));
 		dcp_item_full(&load[i], names[i], PTZ_F32, 1, shape, back + i * (tensor / 4));
 	}
-	double t_save = 0, t_raw_w = 0, t_load = 0, t_raw_r = 0;
-	char **files = NULL;
-	if (rc == 0) {
+	/* Two rounds, the two sides alternating, the better time of each side
+	 * counting: on a shared disk one side must not pay for the other's
+	 * write-back, nor for a neighbour's burst. */
+	double t_save = 1e30, t_raw_w = 1e30, t_load = 1e30, t_raw_r = 1e30;
+	char *one[2] = {raw, NULL};
+	for (int round = 0; round < 2 && rc == 0; round++) {
 		double t0 = bench_now();
 		PROF_T0(t);
 		rc = dcp_save(dir, items, nt, &(dcp_save_opts){0}, e);
 		PROF_OP(t, "dcp_save", PA_I("bytes", total));
-		t_save = bench_now() - t0;
-	}
-	if (rc == 0) {
-		double t0 = bench_now();
-		rc = raw_write(raw, data, total, e);
-		t_raw_w = bench_now() - t0;
-	}
-	if (rc == 0 && (files = list_files(dir, e)) == NULL)
-		rc = -1;
-	if (rc == 0) {
+		t_save = fmin(t_save, bench_now() - t0);
+		t0 = bench_now();
+		if (rc == 0)
+			rc = raw_write(raw, data, total, e);
+		t_raw_w = fmin(t_raw_w, bench_now() - t0);
+		char **files = rc == 0 ? list_files(dir, e) : NULL;
+		if (files == NULL) {
+			rc = -1;
+			break;
+		}
 		drop_cache(files);
-		double t0 = bench_now();
-		PROF_T0(t);
+		free_list(files);
+		memset(back, 0, total);
+		t0 = bench_now();
+		PROF_T0(tl);
 		rc = dcp_load(dir, load, nt, e);
-		PROF_OP(t, "dcp_load", PA_I("bytes", total));
-		t_load = bench_now() - t0;
+		PROF_OP(tl, "dcp_load", PA_I("bytes", total));
+		t_load = fmin(t_load, bench_now() - t0);
 		if (rc == 0 && memcmp(data, back, total) != 0)
 			rc = err_set(e, "%s: the checkpoint read back differs from what was saved", dir);
-	}
-	if (rc == 0) {
-		char *one[2] = {raw, NULL};
 		drop_cache(one);
-		double t0 = bench_now();
-		rc = raw_read(one, e) < 0 ? -1 : 0;
-		t_raw_r = bench_now() - t0;
+		t0 = bench_now();
+		if (rc == 0)
+			rc = raw_read(one, e) < 0 ? -1 : 0;
+		t_raw_r = fmin(t_raw_r, bench_now() - t0);
 	}
 	if (rc == 0) {
 		io_row(r, "checkpoint save (DCP, fsync)", "-", (double)total, t_save, t_raw_w, 0);
 		io_row(r, "checkpoint load (DCP)", "cold", (double)total, t_load, t_raw_r, 0);
 	}
-	free_list(files);
 	free(data);
 	free(back);
 	free(items);
