@@ -250,30 +250,33 @@ static int bench_loader(const char *data, const bench_args *a, report *r, titan_
 	if (files == NULL)
 		return -1;
 	int rc = 0;
+	/* Cold then warm, each in two rounds with the sides alternating; the
+	 * better time of each side counts (see bench_ckpt). */
 	for (int cold = 1; cold >= 0 && rc == 0; cold--) {
 		uint64_t tok = 0;
-		int64_t got;
-		/* The raw read warms the cache for the warm loader run that follows. */
-		if (cold)
-			drop_cache(files);
-		double t0 = bench_now();
-		if ((got = raw_read(files, e)) < 0) {
-			rc = -1;
-			break;
+		int64_t got = 0;
+		double raw_t = 1e30, t = 1e30;
+		for (int round = 0; round < 2 && rc == 0; round++) {
+			if (cold)
+				drop_cache(files);
+			double t0 = bench_now();
+			if ((got = raw_read(files, e)) < 0) {
+				rc = -1;
+				break;
+			}
+			raw_t = fmin(raw_t, bench_now() - t0);
+			if (cold)
+				drop_cache(files);
+			t0 = bench_now();
+			rc = read_epoch(data, a, &tok, e);
+			t = fmin(t, bench_now() - t0);
 		}
-		double raw_t = bench_now() - t0;
-		if (cold)
-			drop_cache(files);
-		t0 = bench_now();
-		if (read_epoch(data, a, &tok, e)) {
-			rc = -1;
+		if (rc != 0)
 			break;
-		}
-		double t = bench_now() - t0;
 		/* The loader's bytes: the share of the files its windows cover. */
-		double bytes = (double)got * ((double)tok / (double)tokens);
-		io_row(r, "loader epoch", cold ? "cold" : "warm", bytes, t,
-		       raw_t * ((double)tok / (double)tokens), (double)tok);
+		double share = (double)tok / (double)tokens;
+		io_row(r, "loader epoch", cold ? "cold" : "warm", (double)got * share, t,
+		       raw_t * share, (double)tok);
 	}
 	free_list(files);
 	return rc;
