@@ -9,6 +9,8 @@
 #define TITAN_GPU_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "core/err.h"
 
@@ -31,6 +33,68 @@ int gpu_count(void);
 const char *gpu_why_none(void);
 
 int gpu_device_info(int device, gpu_info *out, titan_err *err);
+
+/* The launchers' and libraries' status codes (a cudaError_t) as a message:
+ * 0 when rc is 0, else -1 with "CUDA: what: <the runtime's text>". */
+int gpu_check(int rc, const char *what, titan_err *e);
+
+/* Plain device memory and copies, for tests, benchmarks and setup: a training
+ * step takes its memory from an arena (arena.h) instead.  Copies are
+ * synchronous. */
+void *gpu_malloc(size_t bytes, titan_err *e);
+void gpu_free(void *p);
+int gpu_upload(void *dst, const void *src, size_t bytes, titan_err *e);
+int gpu_download(void *dst, const void *src, size_t bytes, titan_err *e);
+int gpu_memset(void *dst, int byte, size_t bytes, titan_err *e);
+/* Wait for the device; reports any error a kernel raised since the last check. */
+int gpu_sync(titan_err *e);
+/* Free and total memory of the current device. */
+int gpu_mem_info(size_t *free_bytes, size_t *total_bytes, titan_err *e);
+
+/* Streams (a cudaStream_t as void *): work on one stream runs in order;
+ * gpu_stream_sync waits for it and reports its errors. */
+void *gpu_stream_create(titan_err *e);
+void gpu_stream_free(void *stream);
+int gpu_stream_sync(void *stream, titan_err *e);
+
+/* Device time between two points of a stream, in milliseconds (events). */
+typedef struct gpu_timer gpu_timer;
+gpu_timer *gpu_timer_create(titan_err *e);
+void gpu_timer_free(gpu_timer *t);
+int gpu_timer_start(gpu_timer *t, void *stream, titan_err *e);
+int gpu_timer_stop(gpu_timer *t, void *stream, titan_err *e);
+/* Waits for the stop event; the milliseconds between start and stop. */
+int gpu_timer_ms(gpu_timer *t, float *ms, titan_err *e);
+
+/* CUDA graphs: everything launched on stream between gpu_graph_begin and
+ * gpu_graph_end is recorded, not run (nothing in it may allocate, copy to the
+ * host or synchronise); gpu_graph_launch replays it.  The step of a model with
+ * static shapes is captured once and replayed every step (compile.enable). */
+typedef struct gpu_graph gpu_graph;
+int gpu_graph_begin(void *stream, titan_err *e);
+gpu_graph *gpu_graph_end(void *stream, titan_err *e);
+int gpu_graph_launch(gpu_graph *g, void *stream, titan_err *e);
+void gpu_graph_free(gpu_graph *g);
+
+/* bfloat16 on the host: the upper 16 bits of a float, rounded to nearest even
+ * (NaN stays NaN), as torch's .to(torch.bfloat16) and the kernels round. */
+static inline uint16_t gpu_bf16_from_float(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static inline float gpu_float_from_bf16(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
 
 /* c[i] = a[i] + b[i] on the current device, for host arrays of n floats:
  * copies in, runs kernels/vecadd.cu, copies out.  The smallest end-to-end check
