@@ -77,6 +77,62 @@ extern "C" int launch_adamw_multi(const gpu_mt_tensor *tensors, const gpu_mt_chu
 	return launch_status();
 }
 
+// One tensor, p, g, m, v all of type T (float32 masters, or bf16 under
+// training.dtype = "bfloat16": computed in float32 and rounded back).
+template <int V, typename T>
+__global__ void adamw_kernel(T *p, const T *__restrict__ g, T *m, T *v, int64_t n,
+			     adamw_consts c)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x * V;
+	for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
+		int len = n - i < V ? (int)(n - i) : V;
+		float pv[V], gv[V], mv[V], vv[V];
+		if (len == V) {
+			load_vec<V>(p + i, pv), load_vec<V>(g + i, gv);
+			load_vec<V>(m + i, mv), load_vec<V>(v + i, vv);
+		} else {
+			for (int k = 0; k < V; k++) {
+				pv[k] = k < len ? to_f(p[i + k]) : 0.0f;
+				gv[k] = k < len ? to_f(g[i + k]) : 0.0f;
+				mv[k] = k < len ? to_f(m[i + k]) : 0.0f;
+				vv[k] = k < len ? to_f(v[i + k]) : 0.0f;
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			adamw_one(pv[k], gv[k], mv[k], vv[k], c);
+		if (len == V) {
+			store_vec<V>(p + i, pv), store_vec<V>(m + i, mv), store_vec<V>(v + i, vv);
+		} else {
+			for (int k = 0; k < len; k++) {
+				p[i + k] = from_f<T>(pv[k]);
+				m[i + k] = from_f<T>(mv[k]);
+				v[i + k] = from_f<T>(vv[k]);
+			}
+		}
+	}
+}
+
+extern "C" int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
+			    float b1, float b2, float eps, float wd, float bc1, float bc2,
+			    void *stream)
+{
+	if (n <= 0)
+		return 0;
+	cudaStream_t s = (cudaStream_t)stream;
+	adamw_consts c = {1.0f - lr * wd, lr / bc1, 1.0f / sqrtf(bc2), b1, b2, eps, 1.0f};
+	bool v8 = aligned16(p, g, m, v);
+	DISPATCH(t, T, {
+		if (v8)
+			adamw_kernel<8><<<grid_for(n / 8 + 1, THREADS), THREADS, 0, s>>>(
+				(T *)p, (const T *)g, (T *)m, (T *)v, n, c);
+		else
+			adamw_kernel<1><<<grid_for(n, THREADS), THREADS, 0, s>>>(
+				(T *)p, (const T *)g, (T *)m, (T *)v, n, c);
+	});
+	return launch_status();
+}
+
 // Sum of squares of n elements in double, this block's share; the block's
 // fixed tree makes it repeat exactly.
 template <typename T> __device__ double chunk_sumsq(const T *x, int len)

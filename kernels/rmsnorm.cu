@@ -22,9 +22,9 @@ __device__ __forceinline__ void load_sum(const Tx *x, const Td *delta, int64_t j
 //   r = x + delta (rounded to Tx when stored to res), rstd = 1/sqrt(mean(r^2) + eps),
 //   y = r * rstd * w.
 // x, delta, res, y (n, d); w (d); rstd (n).  res may be x.
-template <int V, typename Ty, typename Tx, typename Td>
+template <int V, typename Ty, typename Tx, typename Td, typename Tw>
 __global__ void rmsnorm_fwd_kernel(Ty *y, float *rstd, Tx *res, const Tx *x, const Td *delta,
-				   const float *__restrict__ w, int64_t d, float eps)
+				   const Tw *__restrict__ w, int64_t d, float eps)
 {
 	__shared__ float red[32];
 	int64_t row = blockIdx.x;
@@ -74,8 +74,8 @@ static int row_threads(int64_t d, int v)
 }
 
 extern "C" int launch_rmsnorm_fwd(void *y, int ty, float *rstd, void *res, int tres, const void *x,
-				  int tx, const void *delta, int tdelta, const float *w, int64_t n,
-				  int64_t d, float eps, void *stream)
+				  int tx, const void *delta, int tdelta, const void *w, int tw,
+				  int64_t n, int64_t d, float eps, void *stream)
 {
 	if (n <= 0 || d <= 0)
 		return 0;
@@ -87,22 +87,23 @@ extern "C" int launch_rmsnorm_fwd(void *y, int ty, float *rstd, void *res, int t
 	bool v8 = vec_ok(d, y, res, x, delta, w);
 	int th = row_threads(d, v8 ? 8 : 1);
 	DISPATCH2(ty, Ty, tx, Tx,
-		  DISPATCH(tdelta, Td,
-			   if (v8) rmsnorm_fwd_kernel<8><<<n, th, 0, s>>>(
-				   (Ty *)y, rstd, (Tx *)res, (const Tx *)x, (const Td *)delta, w, d, eps);
-			   else rmsnorm_fwd_kernel<1><<<n, th, 0, s>>>(
-				   (Ty *)y, rstd, (Tx *)res, (const Tx *)x, (const Td *)delta, w, d,
-				   eps)));
+		  DISPATCH2(tdelta, Td, tw, Tw, {
+			  auto kern = v8 ? rmsnorm_fwd_kernel<8, Ty, Tx, Td, Tw>
+					 : rmsnorm_fwd_kernel<1, Ty, Tx, Td, Tw>;
+			  kern<<<n, th, 0, s>>>((Ty *)y, rstd, (Tx *)res, (const Tx *)x,
+						(const Td *)delta, (const Tw *)w, d, eps);
+		  }));
 	return launch_status();
 }
 
 // Backward.  With g = w * dy:  dx = rstd * g - x * rstd^3 * mean(g * x) (+ dres),
 // dw += sum over rows of dy * x * rstd.  Block b takes a fixed run of rows and
 // keeps its dw partial (d floats) in shared memory, each column owned by one
-// thread; partial (blocks, d) then goes to rmsnorm_dw_kernel.
-template <int V, typename Tdx, typename Tdy, typename Tres, typename Tx>
-__global__ void rmsnorm_bwd_kernel(Tdx *dx, float *partial, const Tdy *dy, const Tres *dres,
-				   const Tx *__restrict__ x, const float *__restrict__ w,
+// thread; partial (blocks, d) then goes to rmsnorm_dw_kernel.  dres has dx's
+// type (the residual stream's gradient); dy may be narrower (the activations').
+template <int V, typename Tdx, typename Tdy, typename Tx, typename Tw>
+__global__ void rmsnorm_bwd_kernel(Tdx *dx, float *partial, const Tdy *dy, const Tdx *dres,
+				   const Tx *__restrict__ x, const Tw *__restrict__ w,
 				   const float *__restrict__ rstd, int64_t n, int64_t d)
 {
 	extern __shared__ float dw_part[]; // (d)
@@ -154,7 +155,8 @@ __global__ void rmsnorm_bwd_kernel(Tdx *dx, float *partial, const Tdy *dy, const
 }
 
 // dw[j] += sum over blocks of partial[b][j], in block order.
-__global__ void rmsnorm_dw_kernel(float *dw, const float *__restrict__ partial, int blocks,
+template <typename Tdw>
+__global__ void rmsnorm_dw_kernel(Tdw *dw, const float *__restrict__ partial, int blocks,
 				  int64_t d)
 {
 	for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < d;
@@ -162,7 +164,7 @@ __global__ void rmsnorm_dw_kernel(float *dw, const float *__restrict__ partial, 
 		float acc = 0.0f;
 		for (int b = 0; b < blocks; b++)
 			acc += partial[b * d + j];
-		dw[j] += acc;
+		dw[j] = from_f<Tdw>(to_f(dw[j]) + acc);
 	}
 }
 
@@ -173,14 +175,12 @@ static int bwd_blocks(int64_t n)
 	return n < GPU_RMSNORM_BWD_BLOCKS ? (int)n : GPU_RMSNORM_BWD_BLOCKS;
 }
 
-extern "C" int launch_rmsnorm_bwd(void *dx, int tdx, float *dw, const void *dy, int tdy,
-				  const void *dres, int tdres, const void *x, int tx, const float *w,
+extern "C" int launch_rmsnorm_bwd(void *dx, int tdx, void *dw, int tdw, const void *dy, int tdy,
+				  const void *dres, const void *x, int tx, const void *w, int tw,
 				  const float *rstd, int64_t n, int64_t d, void *scratch, void *stream)
 {
 	if (n <= 0 || d <= 0)
 		return 0;
-	if (!dres)
-		tdres = tdx;
 	cudaStream_t s = (cudaStream_t)stream;
 	int blocks = bwd_blocks(n);
 	size_t smem = (size_t)d * sizeof(float);
@@ -189,22 +189,22 @@ extern "C" int launch_rmsnorm_bwd(void *dx, int tdx, float *dw, const void *dy, 
 	float *partial = (float *)scratch;
 	int rc = 0;
 	DISPATCH2(tdx, Tdx, tdy, Tdy,
-		  DISPATCH2(tdres, Tres, tx, Tx, {
-			  auto k8 = rmsnorm_bwd_kernel<8, Tdx, Tdy, Tres, Tx>;
-			  auto k1 = rmsnorm_bwd_kernel<1, Tdx, Tdy, Tres, Tx>;
-			  auto kern = v8 ? k8 : k1;
+		  DISPATCH2(tx, Tx, tw, Tw, {
+			  auto kern = v8 ? rmsnorm_bwd_kernel<8, Tdx, Tdy, Tx, Tw>
+					 : rmsnorm_bwd_kernel<1, Tdx, Tdy, Tx, Tw>;
 			  if (smem > 48 * 1024)
 				  rc = (int)cudaFuncSetAttribute(
 					  kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 			  if (rc == 0)
 				  kern<<<blocks, th, smem, s>>>((Tdx *)dx, partial, (const Tdy *)dy,
-								(const Tres *)dres, (const Tx *)x, w,
-								rstd, n, d);
+								(const Tdx *)dres, (const Tx *)x,
+								(const Tw *)w, rstd, n, d);
 		  }));
 	if (rc != 0)
 		return rc;
 	if ((rc = launch_status()) != 0)
 		return rc;
-	rmsnorm_dw_kernel<<<grid_for(d, 256), 256, 0, s>>>(dw, partial, blocks, d);
+	DISPATCH(tdw, Tdw,
+		 rmsnorm_dw_kernel<<<grid_for(d, 256), 256, 0, s>>>((Tdw *)dw, partial, blocks, d));
 	return launch_status();
 }

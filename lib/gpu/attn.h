@@ -34,16 +34,18 @@ long gpu_attn_cudnn_version(void);
 int gpu_attn_prepare(gpu_attn *a, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
 		     size_t *scratch_bytes, titan_err *e);
 
-/* The ops, on stream.  scratch: at least what gpu_attn_prepare reported for the
- * shape (device memory, 256-byte aligned).  Both prepare the shape first if
- * needed (which must not happen inside a graph capture). */
+/* The ops, on stream: causal, queries and keys at the same positions (t each),
+ * softmax scale `scale` (0: 1/sqrt(hd)).  scratch: at least what
+ * gpu_attn_prepare reported for the shape (device memory, 256-byte aligned).
+ * Both prepare the shape first if needed (which must not happen inside a graph
+ * capture). */
 int gpu_attn_fwd(gpu_attn *a, void *stream, void *out, float *lse, const void *q,
 		 const void *k, const void *v, int64_t b, int64_t t, int64_t h, int64_t hkv,
-		 int64_t hd, void *scratch, size_t scratch_bytes, titan_err *e);
+		 int64_t hd, float scale, void *scratch, size_t scratch_bytes, titan_err *e);
 /* dq (b, t, h, hd), dk, dv (b, t, hkv, hd) written. */
 int gpu_attn_bwd(gpu_attn *a, void *stream, void *dq, void *dk, void *dv, const void *dout,
 		 const void *q, const void *k, const void *v, const void *out, const float *lse,
-		 int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, void *scratch,
+		 int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, float scale, void *scratch,
 		 size_t scratch_bytes, titan_err *e);
 
 #endif

@@ -66,7 +66,7 @@ typedef struct attn_plan {
 struct gpu_attn {
 	cudnnHandle_t h;
 	long version;
-	float scale_hd64, scale_hd128, neg_inf, one; /* by-value scalars: stable addresses */
+	float scale, neg_inf, one; /* by-value scalars: stable addresses */
 	attn_plan *plans;
 	int nplans, cap;
 };
@@ -542,8 +542,6 @@ gpu_attn *gpu_attn_create(titan_err *e)
 		return NULL;
 	}
 	a->version = (long)cudnnGetVersion();
-	a->scale_hd64 = (float)(1.0 / sqrt(64.0));
-	a->scale_hd128 = (float)(1.0 / sqrt(128.0));
 	/* cudnn-frontend masks with -inf from 9.10 on, with the lowest float before */
 	a->neg_inf = a->version >= 91000 ? -INFINITY : -FLT_MAX;
 	a->one = 1.0f;
@@ -601,14 +599,16 @@ static int execute(gpu_attn *a, attn_plan *p, void *stream, const int64_t *uids,
 	return st == CUDNN_STATUS_SUCCESS ? 0 : cudnn_fail(e, what, st);
 }
 
-static float *scale_for(gpu_attn *a, int64_t hd)
+/* The scale of this call (0: 1/sqrt(hd)), where the variant pack reads it. */
+static float *scale_for(gpu_attn *a, int64_t hd, float scale)
 {
-	return hd == 64 ? &a->scale_hd64 : &a->scale_hd128;
+	a->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)hd));
+	return &a->scale;
 }
 
 int gpu_attn_fwd(gpu_attn *a, void *stream, void *out, float *lse, const void *q,
 		 const void *k, const void *v, int64_t b, int64_t t, int64_t h, int64_t hkv,
-		 int64_t hd, void *scratch, size_t scratch_bytes, titan_err *e)
+		 int64_t hd, float scale, void *scratch, size_t scratch_bytes, titan_err *e)
 {
 	attn_plan *p = plan_get(a, 0, b, t, h, hkv, hd, e);
 	if (!p)
@@ -617,13 +617,13 @@ int gpu_attn_fwd(gpu_attn *a, void *stream, void *out, float *lse, const void *q
 		return err_set(e, "cuDNN attention forward: scratch of %zu bytes, %zu needed",
 			       scratch_bytes, p->need);
 	int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEGINF};
-	void *ptrs[] = {(void *)q, (void *)k, (void *)v, out, lse, scale_for(a, hd), &a->neg_inf};
+	void *ptrs[] = {(void *)q, (void *)k, (void *)v, out, lse, scale_for(a, hd, scale), &a->neg_inf};
 	return execute(a, p, stream, uids, ptrs, 7, scratch, e);
 }
 
 int gpu_attn_bwd(gpu_attn *a, void *stream, void *dq, void *dk, void *dv, const void *dout,
 		 const void *q, const void *k, const void *v, const void *out, const float *lse,
-		 int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, void *scratch,
+		 int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, float scale, void *scratch,
 		 size_t scratch_bytes, titan_err *e)
 {
 	attn_plan *p = plan_get(a, 1, b, t, h, hkv, hd, e);
@@ -643,7 +643,7 @@ int gpu_attn_bwd(gpu_attn *a, void *stream, void *dq, void *dk, void *dv, const 
 	int64_t uids[] = {UID_Q,  UID_K,  UID_V,  UID_O,     UID_DO,          UID_STATS,    UID_SCALE,
 			  UID_NEGINF, UID_ONE, UID_DQ, UID_DK, UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM};
 	void *ptrs[] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)dout, (void *)lse,
-			scale_for(a, hd), &a->neg_inf, &a->one, dq, dk, dv, ssum, dq_acc};
+			scale_for(a, hd, scale), &a->neg_inf, &a->one, dq, dk, dv, ssum, dq_acc};
 	return execute(a, p, stream, uids, ptrs, 14, scratch, e);
 }
 
@@ -686,20 +686,21 @@ int gpu_attn_prepare(gpu_attn *a, int64_t b, int64_t t, int64_t h, int64_t hkv, 
 
 int gpu_attn_fwd(gpu_attn *a, void *stream, void *out, float *lse, const void *q,
 		 const void *k, const void *v, int64_t b, int64_t t, int64_t h, int64_t hkv,
-		 int64_t hd, void *scratch, size_t scratch_bytes, titan_err *e)
+		 int64_t hd, float scale, void *scratch, size_t scratch_bytes, titan_err *e)
 {
 	(void)a, (void)stream, (void)out, (void)lse, (void)q, (void)k, (void)v, (void)b, (void)t;
-	(void)h, (void)hkv, (void)hd, (void)scratch, (void)scratch_bytes;
+	(void)h, (void)hkv, (void)hd, (void)scale, (void)scratch, (void)scratch_bytes;
 	return no_cudnn(e);
 }
 
 int gpu_attn_bwd(gpu_attn *a, void *stream, void *dq, void *dk, void *dv, const void *dout,
 		 const void *q, const void *k, const void *v, const void *out, const float *lse,
-		 int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, void *scratch,
+		 int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, float scale, void *scratch,
 		 size_t scratch_bytes, titan_err *e)
 {
 	(void)a, (void)stream, (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v;
-	(void)out, (void)lse, (void)b, (void)t, (void)h, (void)hkv, (void)hd, (void)scratch;
+	(void)out, (void)lse, (void)b, (void)t, (void)h, (void)hkv, (void)hd, (void)scale;
+	(void)scratch;
 	(void)scratch_bytes;
 	return no_cudnn(e);
 }

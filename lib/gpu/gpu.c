@@ -121,6 +121,28 @@ int gpu_mem_info(size_t *free_bytes, size_t *total_bytes, titan_err *e)
 	return gpu_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo", e);
 }
 
+int gpu_set_device(int device, titan_err *e)
+{
+	if (device < 0 || device >= gpu_count())
+		return err_set(e, "CUDA: no device %d (%d present)", device, gpu_count());
+	return gpu_check(cudaSetDevice(device), "cudaSetDevice", e);
+}
+
+int gpu_copy_async(void *dst, const void *src, size_t bytes, void *stream, titan_err *e)
+{
+	if (bytes == 0)
+		return 0;
+	return gpu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream),
+			 "cudaMemcpyAsync", e);
+}
+
+int gpu_memset_async(void *dst, int byte, size_t bytes, void *stream, titan_err *e)
+{
+	if (bytes == 0)
+		return 0;
+	return gpu_check(cudaMemsetAsync(dst, byte, bytes, (cudaStream_t)stream), "cudaMemsetAsync", e);
+}
+
 void *gpu_stream_create(titan_err *e)
 {
 	cudaStream_t s = NULL;
@@ -339,6 +361,23 @@ int gpu_sync(titan_err *e)
 int gpu_mem_info(size_t *free_bytes, size_t *total_bytes, titan_err *e)
 {
 	*free_bytes = *total_bytes = 0;
+	return err_set(e, "%s", gpu_why_none());
+}
+
+int gpu_set_device(int device, titan_err *e)
+{
+	return err_set(e, "no device %d: %s", device, gpu_why_none());
+}
+
+int gpu_copy_async(void *dst, const void *src, size_t bytes, void *stream, titan_err *e)
+{
+	(void)dst, (void)src, (void)bytes, (void)stream;
+	return err_set(e, "%s", gpu_why_none());
+}
+
+int gpu_memset_async(void *dst, int byte, size_t bytes, void *stream, titan_err *e)
+{
+	(void)dst, (void)byte, (void)bytes, (void)stream;
 	return err_set(e, "%s", gpu_why_none());
 }
 

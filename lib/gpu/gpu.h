@@ -9,8 +9,6 @@
 #define TITAN_GPU_H
 
 #include <stddef.h>
-#include <stdint.h>
-#include <string.h>
 
 #include "core/err.h"
 
@@ -51,6 +49,14 @@ int gpu_sync(titan_err *e);
 /* Free and total memory of the current device. */
 int gpu_mem_info(size_t *free_bytes, size_t *total_bytes, titan_err *e);
 
+/* Make device the current one for this thread. */
+int gpu_set_device(int device, titan_err *e);
+
+/* Queued on stream, in order with its kernels: a copy in any direction
+ * (pointers say which: host or device) and a fill. */
+int gpu_copy_async(void *dst, const void *src, size_t bytes, void *stream, titan_err *e);
+int gpu_memset_async(void *dst, int byte, size_t bytes, void *stream, titan_err *e);
+
 /* Streams (a cudaStream_t as void *): work on one stream runs in order;
  * gpu_stream_sync waits for it and reports its errors. */
 void *gpu_stream_create(titan_err *e);
@@ -75,26 +81,6 @@ int gpu_graph_begin(void *stream, titan_err *e);
 gpu_graph *gpu_graph_end(void *stream, titan_err *e);
 int gpu_graph_launch(gpu_graph *g, void *stream, titan_err *e);
 void gpu_graph_free(gpu_graph *g);
-
-/* bfloat16 on the host: the upper 16 bits of a float, rounded to nearest even
- * (NaN stays NaN), as torch's .to(torch.bfloat16) and the kernels round. */
-static inline uint16_t gpu_bf16_from_float(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
-
-static inline float gpu_float_from_bf16(uint16_t b)
-{
-	uint32_t u = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
 
 /* c[i] = a[i] + b[i] on the current device, for host arrays of n floats:
  * copies in, runs kernels/vecadd.cu, copies out.  The smallest end-to-end check

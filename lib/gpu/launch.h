@@ -60,23 +60,24 @@ int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream);
  * stored to res (which may be x: the residual stream updated in place);
  * y = r * rstd * w with rstd = 1/sqrt(mean(r^2) + eps) over the last dim.
  * x, delta, res, y (n, d); w (d); rstd (n).  The statistics are float32 over
- * the stored r, as torch computes the norm of a bf16 residual. */
+ * the stored r, as torch computes the norm of a bf16 residual.  With delta and
+ * res NULL this is backend.h's rmsnorm_fwd. */
 int launch_rmsnorm_fwd(void *y, int ty, float *rstd, void *res, int tres, const void *x,
-		       int tx, const void *delta, int tdelta, const float *w, int64_t n,
+		       int tx, const void *delta, int tdelta, const void *w, int tw, int64_t n,
 		       int64_t d, float eps, void *stream);
 /* dx = rmsnorm backward of dy (+ dres when not NULL: the gradient arriving along
- * the residual stream), written; dw (d) += sum over rows of dy * x * rstd.  dx may
- * be dres.  dy, dres, x, dx (n, d); w (d); rstd (n).  scratch: at least
- * rmsnorm_bwd_scratch_bytes(n, d) bytes (per-block partial dw, summed in block
- * order). */
+ * the residual stream), written; dw (d) += sum over rows of dy * x * rstd.  dres
+ * has dx's type and may be dx.  dy, dres, x, dx (n, d); w, dw (d); rstd (n).
+ * scratch: at least rmsnorm_bwd_scratch_bytes(n, d) bytes (per-block partial
+ * dw, summed in block order). */
 #define GPU_RMSNORM_BWD_BLOCKS 256 /* at most; a function of n alone, so the sum's order is too */
 static inline size_t rmsnorm_bwd_scratch_bytes(int64_t n, int64_t d)
 {
 	int64_t blocks = n < GPU_RMSNORM_BWD_BLOCKS ? n : GPU_RMSNORM_BWD_BLOCKS;
 	return n > 0 && d > 0 ? (size_t)blocks * (size_t)d * sizeof(float) : 0;
 }
-int launch_rmsnorm_bwd(void *dx, int tdx, float *dw, const void *dy, int tdy,
-		       const void *dres, int tdres, const void *x, int tx, const float *w,
+int launch_rmsnorm_bwd(void *dx, int tdx, void *dw, int tdw, const void *dy, int tdy,
+		       const void *dres, const void *x, int tx, const void *w, int tw,
 		       const float *rstd, int64_t n, int64_t d, void *scratch, void *stream);
 
 /* --- rotary embedding (kernels/rope.cu) --- */
@@ -110,19 +111,23 @@ int launch_swiglu_bwd(void *da, void *dg, int tgrad, const void *dy, int tdy, co
 
 /* --- token embedding (kernels/embedding.cu) --- */
 
-/* out (n, d) = table[ids]; table (vocab, d); ids (n). */
+/* out (n, d) = table[ids - v0] for ids in [v0, v0 + nv), zero rows for the
+ * others (a vocabulary-parallel rank holds rows v0.. of the table); table
+ * (nv, d); ids (n). */
 int launch_embedding_fwd(void *out, int tout, const void *table, int ttab,
-			 const int32_t *ids, int64_t n, int64_t d, void *stream);
-/* dtable[ids[i]] += dout[i] for i in token order, without atomics: the (id, i)
- * pairs are radix-sorted and each id's rows are added in token order, starting
- * from the table's row, exactly as the CPU backend adds them.  dtable (vocab, d)
- * float32; dout (n, d).  Ids must lie in [0, vocab).  scratch: at least the
- * bytes embedding_bwd_scratch_bytes gives (it asks CUB, so it needs a device and
- * returns a cudaError_t like the launchers). */
-int embedding_bwd_scratch_bytes(int64_t n, int64_t vocab, size_t *bytes);
-int launch_embedding_bwd(float *dtable, const void *dout, int tdout, const int32_t *ids,
-			 int64_t n, int64_t d, int64_t vocab, void *scratch,
-			 size_t scratch_bytes, void *stream);
+			 const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv,
+			 void *stream);
+/* dtable[ids[i] - v0] += dout[i] for the ids in range, in token order, without
+ * atomics: the (row, i) pairs are radix-sorted and each row's gradients are
+ * added in token order onto the table's row in float32 and stored once (for a
+ * float32 table: exactly the CPU backend's additions, bit for bit).  dtable
+ * (nv, d); dout (n, d).  scratch: at least the bytes embedding_bwd_scratch_bytes
+ * gives (it asks CUB, so it needs a device and returns a cudaError_t like the
+ * launchers). */
+int embedding_bwd_scratch_bytes(int64_t n, int64_t nv, size_t *bytes);
+int launch_embedding_bwd(void *dtable, int ttab, const void *dout, int tdout,
+			 const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv,
+			 void *scratch, size_t scratch_bytes, void *stream);
 
 /* --- cross-entropy (kernels/crossentropy.cu) --- */
 
@@ -140,28 +145,43 @@ int launch_cross_entropy(void *logits, int tl, const int32_t *labels, int64_t n,
 int launch_loss_sum(double *loss_sum, int64_t *n_valid, const float *row_loss,
 		    const int32_t *labels, int64_t n, int32_t ignore_index, void *stream);
 
-/* --- causal grouped-query attention, the reference kernels (kernels/attention.cu) --- */
+/* --- grouped-query attention, the reference kernels (kernels/attention.cu) --- */
 
-/* As backend.h's attention ops: q, out (b, t, h, hd); k, v (b, t, hkv, hd), all of
- * type dt; lse (b, h, t) float32.  hd must be 64 or 128, h a multiple of hkv.
- * Plain CUDA cores in float32 (no tensor cores): the simple, exact reference the
- * cuDNN path is tested against, and the fallback where cuDNN is missing. */
+/* One attention call, as backend.h's be_attn (whose fields it mirrors):
+ * q (b, tq, h, hd), k, v (b, tk, hkv, hd), out (b, tq, h, hd), lse (b, h, tq)
+ * float32; query i sits at position q_pos0 + i, key j at k_pos0 + j, and with
+ * causal set sees the keys at positions up to its own (none: out 0, lse -inf).
+ * scale 0 means 1/sqrt(hd).  hd must be 16, 32, 64, 96 or 128, h a multiple of
+ * hkv. */
+typedef struct gpu_att {
+	int64_t b, tq, tk, h, hkv, hd;
+	int64_t q_pos0, k_pos0;
+	int causal;
+	float scale;
+} gpu_att;
+
+/* q, k, v, out all of type dt.  Plain CUDA cores in float32 (no tensor cores):
+ * the simple, exact reference the cuDNN path is tested against, and the path for
+ * what cuDNN does not take. */
 int launch_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v,
-			 int dt, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
-			 void *stream);
-/* dq (b, t, h, hd), dk, dv (b, t, hkv, hd) written, all of type dt.  dk and dv
- * add their query heads in head order, like the CPU backend.  scratch: at least
- * attention_bwd_scratch_bytes(b, t, h) (rowsum(dout * out)). */
-static inline size_t attention_bwd_scratch_bytes(int64_t b, int64_t t, int64_t h)
+			 int dt, const gpu_att *a, void *stream);
+/* dq, dk, dv written, all tensors of type dt.  dk and dv add their query heads
+ * in head order, like the CPU backend.  scratch: at least
+ * attention_bwd_scratch_bytes(a) (rowsum(dout * out)). */
+static inline size_t attention_bwd_scratch_bytes(const gpu_att *a)
 {
-	return (size_t)(b * t * h) * sizeof(float);
+	return (size_t)(a->b * a->tq * a->h) * sizeof(float);
 }
 int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q,
 			 const void *k, const void *v, const void *out, const float *lse,
-			 int dt, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
-			 void *scratch, void *stream);
+			 int dt, const gpu_att *a, void *scratch, void *stream);
 
 /* --- optimizer and gradient norm over many tensors (kernels/adamw.cu) --- */
+
+/* backend.h's adamw on one tensor: p, g, m, v (n) all of type t, computed in
+ * float32 (and rounded back for bf16, as torch's fused AdamW). */
+int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
+		 float b1, float b2, float eps, float wd, float bc1, float bc2, void *stream);
 
 /* One tensor of the multi-tensor kernels.  p, g, m, v float32 (n); p_bf16 (n),
  * when not NULL, receives p rounded to bf16 after the update (the compute copy

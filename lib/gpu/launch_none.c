@@ -39,20 +39,20 @@ int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream)
 }
 
 int launch_rmsnorm_fwd(void *y, int ty, float *rstd, void *res, int tres, const void *x,
-		       int tx, const void *delta, int tdelta, const float *w, int64_t n,
+		       int tx, const void *delta, int tdelta, const void *w, int tw, int64_t n,
 		       int64_t d, float eps, void *stream)
 {
 	(void)y, (void)ty, (void)rstd, (void)res, (void)tres, (void)x, (void)tx, (void)delta;
-	(void)tdelta, (void)w, (void)n, (void)d, (void)eps, (void)stream;
+	(void)tdelta, (void)w, (void)tw, (void)n, (void)d, (void)eps, (void)stream;
 	return NO_DEVICE;
 }
 
-int launch_rmsnorm_bwd(void *dx, int tdx, float *dw, const void *dy, int tdy,
-		       const void *dres, int tdres, const void *x, int tx, const float *w,
+int launch_rmsnorm_bwd(void *dx, int tdx, void *dw, int tdw, const void *dy, int tdy,
+		       const void *dres, const void *x, int tx, const void *w, int tw,
 		       const float *rstd, int64_t n, int64_t d, void *scratch, void *stream)
 {
-	(void)dx, (void)tdx, (void)dw, (void)dy, (void)tdy, (void)dres, (void)tdres, (void)x;
-	(void)tx, (void)w, (void)rstd, (void)n, (void)d, (void)scratch, (void)stream;
+	(void)dx, (void)tdx, (void)dw, (void)tdw, (void)dy, (void)tdy, (void)dres, (void)x, (void)tx;
+	(void)w, (void)tw, (void)rstd, (void)n, (void)d, (void)scratch, (void)stream;
 	return NO_DEVICE;
 }
 
@@ -98,25 +98,27 @@ int launch_swiglu_bwd(void *da, void *dg, int tgrad, const void *dy, int tdy, co
 }
 
 int launch_embedding_fwd(void *out, int tout, const void *table, int ttab,
-			 const int32_t *ids, int64_t n, int64_t d, void *stream)
+			 const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv,
+			 void *stream)
 {
-	(void)out, (void)tout, (void)table, (void)ttab, (void)ids, (void)n, (void)d, (void)stream;
+	(void)out, (void)tout, (void)table, (void)ttab, (void)ids, (void)n, (void)d, (void)v0;
+	(void)nv, (void)stream;
 	return NO_DEVICE;
 }
 
-int embedding_bwd_scratch_bytes(int64_t n, int64_t vocab, size_t *bytes)
+int embedding_bwd_scratch_bytes(int64_t n, int64_t nv, size_t *bytes)
 {
-	(void)n, (void)vocab;
+	(void)n, (void)nv;
 	*bytes = 0;
 	return NO_DEVICE;
 }
 
-int launch_embedding_bwd(float *dtable, const void *dout, int tdout, const int32_t *ids,
-			 int64_t n, int64_t d, int64_t vocab, void *scratch,
-			 size_t scratch_bytes, void *stream)
+int launch_embedding_bwd(void *dtable, int ttab, const void *dout, int tdout,
+			 const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv,
+			 void *scratch, size_t scratch_bytes, void *stream)
 {
-	(void)dtable, (void)dout, (void)tdout, (void)ids, (void)n, (void)d, (void)vocab;
-	(void)scratch, (void)scratch_bytes, (void)stream;
+	(void)dtable, (void)ttab, (void)dout, (void)tdout, (void)ids, (void)n, (void)d, (void)v0;
+	(void)nv, (void)scratch, (void)scratch_bytes, (void)stream;
 	return NO_DEVICE;
 }
 
@@ -138,21 +140,26 @@ int launch_loss_sum(double *loss_sum, int64_t *n_valid, const float *row_loss,
 }
 
 int launch_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v,
-			 int dt, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
-			 void *stream)
+			 int dt, const gpu_att *a, void *stream)
 {
-	(void)out, (void)lse, (void)q, (void)k, (void)v, (void)dt, (void)b, (void)t, (void)h;
-	(void)hkv, (void)hd, (void)stream;
+	(void)out, (void)lse, (void)q, (void)k, (void)v, (void)dt, (void)a, (void)stream;
 	return NO_DEVICE;
 }
 
 int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q,
 			 const void *k, const void *v, const void *out, const float *lse,
-			 int dt, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
-			 void *scratch, void *stream)
+			 int dt, const gpu_att *a, void *scratch, void *stream)
 {
 	(void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
-	(void)dt, (void)b, (void)t, (void)h, (void)hkv, (void)hd, (void)scratch, (void)stream;
+	(void)dt, (void)a, (void)scratch, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
+		 float b1, float b2, float eps, float wd, float bc1, float bc2, void *stream)
+{
+	(void)p, (void)g, (void)m, (void)v, (void)t, (void)n, (void)lr, (void)b1, (void)b2;
+	(void)eps, (void)wd, (void)bc1, (void)bc2, (void)stream;
 	return NO_DEVICE;
 }
 

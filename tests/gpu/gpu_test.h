@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "gpu/gpu.h"
 #include "gpu/launch.h"
 
@@ -77,7 +78,7 @@ static inline const char *dt_name(int dt)
 static inline double round_to(double x, int dt)
 {
 	float f = (float)x;
-	return dt == GPU_BF16 ? (double)gpu_float_from_bf16(gpu_bf16_from_float(f)) : (double)f;
+	return dt == GPU_BF16 ? (double)bf16_round(f) : (double)f;
 }
 
 static inline void round_all(double *x, size_t n, int dt)
@@ -111,7 +112,7 @@ static inline void *dev_from(double *x, size_t n, int dt)
 	assert_non_null(h);
 	for (size_t i = 0; i < n; i++) {
 		if (dt == GPU_BF16) {
-			uint16_t b = gpu_bf16_from_float((float)x[i]);
+			uint16_t b = bf16_from_f32((float)x[i]);
 			memcpy(h + i * 2, &b, 2);
 		} else {
 			float f = (float)x[i];
@@ -153,7 +154,7 @@ static inline double *host_of(const void *d, size_t n, int dt)
 		if (dt == GPU_BF16) {
 			uint16_t b;
 			memcpy(&b, h + i * 2, 2);
-			x[i] = gpu_float_from_bf16(b);
+			x[i] = bf16_to_f32(b);
 		} else {
 			float f;
 			memcpy(&f, h + i * 4, 4);

@@ -31,7 +31,7 @@ static void cast_rounds_like_torch_bit_for_bit(void **state)
 		assert_non_null(got);
 		for (size_t i = 0; i < n; i++) {
 			xf[i] = (float)x[i];
-			want[i] = gpu_bf16_from_float(xf[i]);
+			want[i] = bf16_from_f32(xf[i]);
 		}
 		void *dx = dev_from(x, n, GPU_F32);
 		void *dy = dev_poisoned(n, GPU_BF16);
@@ -48,7 +48,7 @@ static void cast_rounds_like_torch_bit_for_bit(void **state)
 		gpu_ok(launch_cast(dz, GPU_F32, dy, GPU_BF16, (int64_t)n, NULL), "cast back");
 		double *z = host_of(dz, n, GPU_F32);
 		for (size_t i = 0; i < n; i++)
-			assert_true(z[i] == (double)gpu_float_from_bf16(want[i]));
+			assert_true(z[i] == (double)bf16_to_f32(want[i]));
 		print_message("  cast n=%zu: bit for bit\n", n);
 		free(x), free(xf), free(want), free(got), free(z);
 		gpu_free(dx), gpu_free(dy), gpu_free(dz);
@@ -96,13 +96,17 @@ static void add_axpy_scale_match_the_cpu(void **state)
 typedef struct norm_case {
 	int64_t n, d;
 	int tx, tdelta, ty; /* tdelta -1: no delta */
+	int tw;             /* the weight's type (and its gradient's) */
 	int in_place;       /* res = x (the residual stream updated in place) */
 } norm_case;
 
 static const norm_case norm_cases[] = {
-	{1, 8, GPU_F32, -1, GPU_F32, 0},         {3, 7, GPU_F32, GPU_F32, GPU_F32, 1},
-	{17, 64, GPU_F32, GPU_BF16, GPU_BF16, 1}, {64, 4096, GPU_BF16, GPU_BF16, GPU_BF16, 1},
-	{33, 1000, GPU_BF16, -1, GPU_F32, 0},     {5, 12288, GPU_F32, GPU_BF16, GPU_BF16, 0},
+	{1, 8, GPU_F32, -1, GPU_F32, GPU_F32, 0},
+	{3, 7, GPU_F32, GPU_F32, GPU_F32, GPU_F32, 1},
+	{17, 64, GPU_F32, GPU_BF16, GPU_BF16, GPU_F32, 1},
+	{64, 4096, GPU_BF16, GPU_BF16, GPU_BF16, GPU_BF16, 1},
+	{33, 1000, GPU_BF16, -1, GPU_F32, GPU_F32, 0},
+	{5, 12288, GPU_F32, GPU_BF16, GPU_BF16, GPU_F32, 0},
 };
 
 static void rmsnorm_forward_with_residual_matches_the_cpu(void **state)
@@ -117,7 +121,7 @@ static void rmsnorm_forward_with_residual_matches_the_cpu(void **state)
 		double *x = rnd(nd, 2.0), *delta = rnd(nd, 1.0), *w = rnd((size_t)k.d, 1.0);
 		void *dx = dev_from(x, nd, k.tx);
 		void *ddelta = k.tdelta >= 0 ? dev_from(delta, nd, k.tdelta) : NULL;
-		void *dw = dev_from(w, (size_t)k.d, GPU_F32);
+		void *dw = dev_from(w, (size_t)k.d, k.tw);
 		void *dres = k.in_place ? dx : dev_poisoned(nd, k.tx);
 		void *dy = dev_poisoned(nd, k.ty);
 		float *drstd = dev_poisoned((size_t)k.n, GPU_F32);
@@ -125,7 +129,7 @@ static void rmsnorm_forward_with_residual_matches_the_cpu(void **state)
 			      dt_name(k.tx), k.tdelta >= 0 ? dt_name(k.tdelta) : "none", dt_name(k.ty),
 			      k.in_place ? " in place" : "");
 		gpu_ok(launch_rmsnorm_fwd(dy, k.ty, drstd, dres, k.tx, dx, k.tx, ddelta,
-					  k.tdelta >= 0 ? k.tdelta : k.tx, dw, k.n, k.d, eps, NULL),
+					  k.tdelta >= 0 ? k.tdelta : k.tx, dw, k.tw, k.n, k.d, eps, NULL),
 		       "rmsnorm_fwd");
 		/* reference: r = x + delta as the residual stream stores it */
 		double *r = f64_copy(x, nd), *y = zeros(nd), *rstd = zeros((size_t)k.n);
@@ -151,25 +155,26 @@ static void rmsnorm_backward_with_residual_matches_the_cpu(void **state)
 	for (size_t c = 0; c < sizeof norm_cases / sizeof norm_cases[0]; c++) {
 		norm_case k = norm_cases[c];
 		size_t nd = (size_t)(k.n * k.d);
-		int tg = k.ty;                          /* gradients in the activations' type */
-		int with_dres = k.tdelta >= 0;          /* the residual's own gradient arrives */
+		int tdy = k.ty;                /* dy: the activations' type */
+		int tg = k.tx;                 /* dx, dres: the residual stream's */
+		int with_dres = k.tdelta >= 0; /* the residual's own gradient arrives */
 		double *x = rnd(nd, 2.0), *dy = rnd(nd, 1.0), *dres = rnd(nd, 0.5);
 		double *w = rnd((size_t)k.d, 1.0), *dw = rnd((size_t)k.d, 0.1);
-		void *dx_in = dev_from(x, nd, k.tx), *ddy = dev_from(dy, nd, tg);
+		void *dx_in = dev_from(x, nd, k.tx), *ddy = dev_from(dy, nd, tdy);
 		void *ddres = with_dres ? dev_from(dres, nd, tg) : NULL;
-		void *dw_w = dev_from(w, (size_t)k.d, GPU_F32);
-		void *ddw = dev_from(dw, (size_t)k.d, GPU_F32);
+		void *dw_w = dev_from(w, (size_t)k.d, k.tw);
+		void *ddw = dev_from(dw, (size_t)k.d, k.tw);
 		/* rstd from the float64 reference, stored as float as the forward keeps it */
 		double *yref = zeros(nd), *rstd = zeros((size_t)k.n);
 		cpu_rmsnorm_fwd_f64(yref, rstd, x, w, k.n, k.d, 1e-5);
 		void *drstd = dev_from(rstd, (size_t)k.n, GPU_F32);
 		void *ddx = k.in_place && with_dres ? ddres : dev_poisoned(nd, tg);
 		void *scratch = dev_alloc(rmsnorm_bwd_scratch_bytes(k.n, k.d));
-		print_message(" n=%lld d=%lld x %s grads %s%s\n", (long long)k.n, (long long)k.d,
-			      dt_name(k.tx), dt_name(tg),
+		print_message(" n=%lld d=%lld x, dx %s dy %s%s\n", (long long)k.n, (long long)k.d,
+			      dt_name(k.tx), dt_name(tdy),
 			      with_dres ? (ddx == ddres ? " + dres in place" : " + dres") : "");
-		gpu_ok(launch_rmsnorm_bwd(ddx, tg, ddw, ddy, tg, ddres, tg, dx_in, k.tx, dw_w, drstd, k.n,
-					  k.d, scratch, NULL),
+		gpu_ok(launch_rmsnorm_bwd(ddx, tg, ddw, k.tw, ddy, tdy, ddres, dx_in, k.tx, dw_w, k.tw,
+					  drstd, k.n, k.d, scratch, NULL),
 		       "rmsnorm_bwd");
 		double *dx = zeros(nd);
 		cpu_rmsnorm_bwd_f64(dx, dw, dy, x, w, rstd, k.n, k.d);
@@ -177,7 +182,8 @@ static void rmsnorm_backward_with_residual_matches_the_cpu(void **state)
 			for (size_t i = 0; i < nd; i++)
 				dx[i] += dres[i];
 		expect_close("rmsnorm dx", ddx, dx, nd, tg, tg == GPU_BF16 ? TOL_BF16 : TOL_F32);
-		expect_close("rmsnorm dw (accumulated)", ddw, dw, (size_t)k.d, GPU_F32, TOL_F32);
+		expect_close("rmsnorm dw (accumulated)", ddw, dw, (size_t)k.d, k.tw,
+			     k.tw == GPU_BF16 ? TOL_BF16 : TOL_F32);
 		free(x), free(dy), free(dres), free(w), free(dw), free(yref), free(rstd), free(dx);
 		gpu_free(dx_in), gpu_free(ddy), gpu_free(dw_w), gpu_free(ddw), gpu_free(drstd);
 		gpu_free(scratch);
@@ -205,8 +211,8 @@ static void rmsnorm_backward_repeats_bit_for_bit(void **state)
 		titan_err e;
 		if (gpu_memset(ddw, 0, (size_t)d * 4, &e))
 			fail_msg("%s", e.msg);
-		gpu_ok(launch_rmsnorm_bwd(ddx, GPU_BF16, ddw, ddy, GPU_BF16, NULL, GPU_BF16, dx_in,
-					  GPU_BF16, dw_w, drstd, n, d, scratch, NULL),
+		gpu_ok(launch_rmsnorm_bwd(ddx, GPU_BF16, ddw, GPU_F32, ddy, GPU_BF16, NULL, dx_in,
+					  GPU_BF16, dw_w, GPU_F32, drstd, n, d, scratch, NULL),
 		       "rmsnorm_bwd");
 		double *got = host_of(ddw, (size_t)d, GPU_F32);
 		if (!first)
@@ -234,38 +240,13 @@ static double *rope_table(int64_t t, int64_t hd)
 	return cs;
 }
 
-/* The CPU op rotates interleaved pairs; rotate-half pairs (i, i + hd/2) are
- * interleaved pairs of the vector reordered (x[i], x[i+hd/2]) -> (2i, 2i+1). */
-static void half_to_interleaved(double *x, size_t rows, int64_t hd, int back)
-{
-	double *tmp = malloc((size_t)hd * sizeof *tmp);
-	assert_non_null(tmp);
-	int64_t half = hd / 2;
-	for (size_t r = 0; r < rows; r++) {
-		double *v = x + r * (size_t)hd;
-		for (int64_t i = 0; i < half; i++) {
-			if (back) {
-				tmp[i] = v[2 * i];
-				tmp[i + half] = v[2 * i + 1];
-			} else {
-				tmp[2 * i] = v[i];
-				tmp[2 * i + 1] = v[i + half];
-			}
-		}
-		memcpy(v, tmp, (size_t)hd * sizeof *tmp);
-	}
-	free(tmp);
-}
-
 static void rope_ref(double *x, const double *cs, int64_t b, int64_t t, int64_t h, int64_t hd,
 		     int inverse, int style)
 {
-	size_t rows = (size_t)(b * t * h);
 	if (style == GPU_ROPE_HALF)
-		half_to_interleaved(x, rows, hd, 0);
-	cpu_rope_f64(x, cs, b, t, h, hd, inverse);
-	if (style == GPU_ROPE_HALF)
-		half_to_interleaved(x, rows, hd, 1);
+		cpu_rope_half_f64(x, cs, b, t, h, hd, inverse);
+	else
+		cpu_rope_f64(x, cs, b, t, h, hd, inverse);
 }
 
 typedef struct rope_case {
@@ -425,13 +406,19 @@ static void embedding_forward_and_backward_match_the_cpu(void **state)
 	(void)state;
 	need_gpu();
 	seed(51);
+	/* v0, nv: the rows this rank holds (vocabulary-parallel); ids outside them
+	 * give zero rows and no gradient */
 	const struct {
-		int64_t n, d, vocab;
-	} cases[] = {{1, 8, 5}, {37, 7, 11}, {300, 256, 50}, {4096, 4096, 128256}};
+		int64_t n, d, vocab, v0, nv;
+	} cases[] = {{1, 8, 5, 0, 5},
+		     {37, 7, 11, 0, 11},
+		     {300, 256, 50, 10, 25},
+		     {4096, 4096, 128256, 0, 128256}};
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
 		for (int dt = 0; dt < 2; dt++) {
 			int64_t n = cases[c].n, d = cases[c].d, vocab = cases[c].vocab;
-			size_t nd = (size_t)(n * d), vd = (size_t)(vocab * d);
+			int64_t v0 = cases[c].v0, nv = cases[c].nv;
+			size_t nd = (size_t)(n * d), vd = (size_t)(nv * d);
 			int32_t *ids = random_ids((size_t)n, vocab);
 			double *table = rnd(vd, 1.0), *dout = rnd(nd, 1.0), *dtab = rnd(vd, 0.1);
 			void *dids = dev_alloc((size_t)n * 4);
@@ -439,17 +426,19 @@ static void embedding_forward_and_backward_match_the_cpu(void **state)
 			if (gpu_upload(dids, ids, (size_t)n * 4, &e))
 				fail_msg("%s", e.msg);
 			void *dtable = dev_from(table, vd, dt), *dy = dev_poisoned(nd, dt);
-			print_message(" n=%lld d=%lld vocab=%lld\n", (long long)n, (long long)d,
-				      (long long)vocab);
-			gpu_ok(launch_embedding_fwd(dy, dt, dtable, dt, dids, n, d, NULL), "embedding_fwd");
+			print_message(" n=%lld d=%lld vocab=%lld rows %lld..%lld\n", (long long)n,
+				      (long long)d, (long long)vocab, (long long)v0, (long long)(v0 + nv));
+			gpu_ok(launch_embedding_fwd(dy, dt, dtable, dt, dids, n, d, v0, nv, NULL),
+			       "embedding_fwd");
 			double *y = zeros(nd);
-			cpu_embedding_fwd_f64(y, table, ids, n, d);
+			cpu_embedding_fwd_f64(y, table, ids, n, d, v0, nv);
 			expect_close("embedding out (a copy: exact)", dy, y, nd, dt, 0.0);
 			void *ddout = dev_from(dout, nd, dt), *ddtab = dev_from(dtab, vd, GPU_F32);
 			size_t sb = 0;
-			gpu_ok(embedding_bwd_scratch_bytes(n, vocab, &sb), "embedding scratch size");
+			gpu_ok(embedding_bwd_scratch_bytes(n, nv, &sb), "embedding scratch size");
 			void *scratch = dev_alloc(sb);
-			gpu_ok(launch_embedding_bwd(ddtab, ddout, dt, dids, n, d, vocab, scratch, sb, NULL),
+			gpu_ok(launch_embedding_bwd(ddtab, GPU_F32, ddout, dt, dids, n, d, v0, nv, scratch,
+						    sb, NULL),
 			       "embedding_bwd");
 			/* the float32 CPU op adds in the same order: the same bits */
 			float *tab32 = malloc(vd * sizeof *tab32), *dout32 = malloc(nd * sizeof *dout32);
@@ -459,15 +448,26 @@ static void embedding_forward_and_backward_match_the_cpu(void **state)
 				tab32[i] = (float)dtab[i];
 			for (size_t i = 0; i < nd; i++)
 				dout32[i] = (float)dout[i];
-			cpu_embedding_bwd_f32(tab32, dout32, ids, n, d);
+			cpu_embedding_bwd_f32(tab32, dout32, ids, n, d, v0, nv);
 			double *got = host_of(ddtab, vd, GPU_F32);
 			for (size_t i = 0; i < vd; i++)
 				if (got[i] != (double)tab32[i])
 					fail_msg("dtable[%zu] = %a, the CPU's float32 op gives %a", i, got[i],
 						 (double)tab32[i]);
 			print_message("  embedding dtable: bit for bit with the CPU's float32 op\n");
-			cpu_embedding_bwd_f64(dtab, dout, ids, n, d);
+			cpu_embedding_bwd_f64(dtab, dout, ids, n, d, v0, nv);
 			expect_close("embedding dtable vs float64", ddtab, dtab, vd, GPU_F32, TOL_F32);
+			/* a bf16 table's gradient: summed in float32, rounded once */
+			double *dtab16 = rnd(vd, 0.1), *want16 = NULL;
+			void *ddtab16 = dev_from(dtab16, vd, GPU_BF16);
+			want16 = f64_copy(dtab16, vd);
+			cpu_embedding_bwd_f64(want16, dout, ids, n, d, v0, nv);
+			gpu_ok(launch_embedding_bwd(ddtab16, GPU_BF16, ddout, dt, dids, n, d, v0, nv,
+						    scratch, sb, NULL),
+			       "embedding_bwd bf16");
+			expect_close("embedding dtable (bf16)", ddtab16, want16, vd, GPU_BF16, TOL_BF16);
+			free(dtab16), free(want16);
+			gpu_free(ddtab16);
 			free(ids), free(table), free(dout), free(dtab), free(y), free(tab32), free(dout32);
 			free(got);
 			gpu_free(dids), gpu_free(dtable), gpu_free(dy), gpu_free(ddout), gpu_free(ddtab);
