@@ -64,7 +64,7 @@ endif
 # GPU_CHECK=1 builds only what the GPU tests and benchmarks link (make check-gpu
 # on a machine without Debian's -dev packages, scripts/gpu/check.sh): the
 # modules below, linked against OpenBLAS, cmocka and CUDA alone.
-GPU_CHECK_MODULES ?= core backend gpu
+GPU_CHECK_MODULES ?= core backend gpu model optim
 ifeq ($(GPU_CHECK),1)
 MPI_CFLAGS :=
 LDLIBS     := -lopenblas $(CUDA_LIBS) -lm -lpthread
@@ -102,7 +102,7 @@ FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_TIME   ?= 60
 
-.PHONY: all check check-gpu run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
+.PHONY: all check check-gpu gpu-check-build run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
 all: $(LIBTITAN) $(PROGRAMS)
 
 $(BUILD)/%.o: %.c
@@ -143,7 +143,8 @@ run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
 # The GPU tests alone (they skip, saying why, where there is no device).
 GPU_TEST_BIN  := $(filter $(BUILD)/tests/gpu/%,$(TEST_BIN))
 GPU_BENCH_BIN := $(filter $(BUILD)/tests/gpu/%,$(BENCH_BIN))
-check-gpu: $(GPU_TEST_BIN) $(GPU_BENCH_BIN)
+gpu-check-build: $(GPU_TEST_BIN) $(GPU_BENCH_BIN)
+check-gpu: gpu-check-build
 	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) TITAN_TEST_FILTER=tests/gpu/ \
 		sh tests/run.sh $(GPU_TEST_BIN)
 
