@@ -192,7 +192,7 @@ extern "C" int launch_rmsnorm_bwd(void *dx, int tdx, void *dw, int tdw, const vo
 		  DISPATCH2(tx, Tx, tw, Tw, {
 			  auto kern = v8 ? rmsnorm_bwd_kernel<8, Tdx, Tdy, Tx, Tw>
 					 : rmsnorm_bwd_kernel<1, Tdx, Tdy, Tx, Tw>;
-			  if (smem > 48 * 1024)
+			  if (smem > 32 * 1024) /* with the static part, past the default 48 KiB */
 				  rc = (int)cudaFuncSetAttribute(
 					  kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 			  if (rc == 0)

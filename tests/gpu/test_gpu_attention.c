@@ -17,6 +17,8 @@
 #include "gpu_test.h"
 
 #define TOL_LSE_CUDNN 1e-3 /* cuDNN's softmax statistics (its own exp) */
+/* cuDNN's backward multiplies bf16-rounded P and dS: two roundings deep */
+#define TOL_CUDNN_BWD 4e-2
 
 /* One direction pair on one path (0 = reference kernels, 1 = cuDNN), on the
  * attention call a (element types: dt for every tensor). */
@@ -79,7 +81,7 @@ static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
 		fail_msg("%s", e.msg);
 	double *gq = zeros(nq), *gk = zeros(nk), *gv = zeros(nk);
 	cpu_attention_bwd_f64(gq, gk, gv, dout, q, k, v, out, lse, &ba);
-	double tol = path ? TOL_BF16_CHAIN : dt == GPU_BF16 ? TOL_BF16 : 5 * TOL_F32;
+	double tol = path ? TOL_CUDNN_BWD : dt == GPU_BF16 ? TOL_BF16 : 5 * TOL_F32;
 	expect_close("attention dq", dgq, gq, nq, dt, tol);
 	expect_close("attention dk", dgk, gk, nk, dt, tol);
 	expect_close("attention dv", dgv, gv, nk, dt, tol);
