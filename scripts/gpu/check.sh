@@ -148,10 +148,10 @@ mk="make --no-print-directory GPU_CHECK=1 BUILD=$build CUDA_HOME=$CUDA_HOME $cud
 # ---- 2. build, 3. tests, 4. NCCL ----
 
 # shellcheck disable=SC2086
-stage build 240 $mk -j"$jobs" gpu-check-build || say "build failed: see $log"
-export TITAN_TEST_TIMEOUT=150
+stage build 150 $mk -j"$jobs" gpu-check-build || say "build failed: see $log"
+export TITAN_TEST_TIMEOUT=100
 # shellcheck disable=SC2086
-stage tests 200 $mk check-gpu
+stage tests 120 $mk check-gpu
 tests_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
 if [ "$build_only" = 1 ]; then
 	echo "tests: ${tests_line:-did not run}"
@@ -160,27 +160,34 @@ if [ "$build_only" = 1 ]; then
 	exit $?
 fi
 if [ -f scripts/gpu/comm_check.sh ]; then
-	stage comm 90 sh scripts/gpu/comm_check.sh
+	stage comm 60 sh scripts/gpu/comm_check.sh
 fi
 
-# ---- 5. benchmarks, titan then PyTorch ----
+# ---- 5. benchmarks, titan beside PyTorch, the most telling first ----
 
 bench=$build/tests/gpu/bench_gpu
+tb="$py scripts/gpu/torch_bench.py"
+have_torch=0
+[ "$torch_ver" != none ] && have_torch=1
 if [ -x "$bench" ]; then
 	stage bench-ceiling 40 "$bench" ceiling
 	copy=$(awk '$2 == "ceiling" && $3 == "copy_GBps" { print $4 }' "$results")
-	stage bench-gemm 60 "$bench" gemm
-	stage bench-attention 90 "$bench" attention
-	stage bench-kernels 60 "$bench" kernels "${copy:-0}"
-	stage bench-8B-L8-op 90 "$bench" model 8B 8 1 8192 5 op
-	stage bench-8B-L8-none 90 "$bench" model 8B 8 1 8192 5 none
-	stage bench-1B-op 90 "$bench" model 1B 0 1 8192 5 op
+	stage bench-gemm 45 "$bench" gemm
+	stage bench-attention 45 "$bench" attention
+	stage bench-8B-L8-op 75 "$bench" model 8B 8 1 8192 5 op
 fi
-if [ "$torch_ver" != none ]; then
-	stage torch-gemm 60 "$py" scripts/gpu/torch_bench.py gemm
-	stage torch-attention 60 "$py" scripts/gpu/torch_bench.py attention
-	stage torch-8B-L8 200 "$py" scripts/gpu/torch_bench.py model 8B 8 1 8192 5
-	stage torch-1B 200 "$py" scripts/gpu/torch_bench.py model 1B 0 1 8192 5
+# shellcheck disable=SC2086
+[ "$have_torch" = 1 ] && stage torch-8B-L8 110 $tb model 8B 8 1 8192 5
+[ -x "$bench" ] && stage bench-1B-op 75 "$bench" model 1B 0 1 8192 5 op
+# shellcheck disable=SC2086
+if [ "$have_torch" = 1 ]; then
+	stage torch-1B 110 $tb model 1B 0 1 8192 5
+	stage torch-gemm 30 $tb gemm
+	stage torch-attention 30 $tb attention
+fi
+if [ -x "$bench" ]; then
+	stage bench-kernels 45 "$bench" kernels "${copy:-0}"
+	stage bench-8B-L8-none 75 "$bench" model 8B 8 1 8192 5 none
 fi
 
 # ---- 6. the table ----
