@@ -504,6 +504,80 @@ static void random_params(backend *be, model *m)
 	gpu_free(src);
 }
 
+/* One training step, eagerly or as the replay of a captured forward and
+ * backward; clip and AdamW either way. */
+typedef struct step_ctx {
+	backend *be;
+	model *m;
+	adamw *opt;
+	double lr;
+	const int32_t *ids, *labels;
+	int b, t;
+	backend_cuda_graph *g; /* NULL: eager */
+	double loss;
+} step_ctx;
+
+static void one_step(step_ctx *c)
+{
+	titan_err e;
+	int64_t nv = 1;
+	double ls = 0;
+	if (c->g) {
+		if (backend_cuda_replay(c->be, c->g, &e))
+			die(&e);
+	} else {
+		model_zero_grad(c->m);
+		if (model_forward_backward(c->m, c->ids, c->labels, c->b, c->t,
+					   1.0f / (float)(c->b * c->t), &ls, &nv, &e))
+			die(&e);
+	}
+	grad_clip_norm(c->be, model_grads(c->m), model_num_params(c->m), 1.0);
+	adamw_step(c->opt, model_params(c->m), model_grads(c->m), c->lr);
+	if (c->be->ops->sync(c->be, &e))
+		die(&e);
+	if (!c->g)
+		c->loss = ls / (double)nv;
+}
+
+/* Median wall seconds of steps steps after 2 warm-up steps. */
+static double median_step(step_ctx *c, int steps)
+{
+	double *dt = malloc(sizeof(double) * (size_t)(steps + 2));
+	if (!dt) {
+		fprintf(stderr, "bench_gpu: out of memory\n");
+		exit(1);
+	}
+	for (int i = 0; i < steps + 2; i++) {
+		double t0 = now_s();
+		one_step(c);
+		dt[i] = now_s() - t0;
+	}
+	qsort(dt + 2, (size_t)steps, sizeof(double), cmp_d);
+	double med = dt[2 + steps / 2];
+	free(dt);
+	return med;
+}
+
+/* Forward and backward of every unit, without waiting (as a capture wants). */
+static void unit_pass(model *m, model_mb *mb)
+{
+	titan_err e;
+	int units = model_num_units(m);
+	for (int u = 0; u < units; u++)
+		if (model_unit_fwd(m, u, mb, &e))
+			die(&e);
+	for (int u = units - 1; u >= 0; u--)
+		if (model_unit_bwd(m, u, mb, 0, &e))
+			die(&e);
+}
+
+static void model_result(const char *name, const char *what, double v, const char *unit)
+{
+	char key[192];
+	snprintf(key, sizeof key, "%s_%s", name, what);
+	result("model", key, v, unit);
+}
+
 static void bench_model(const char *flavor, int layers, int b, int t, int steps, const char *ac)
 {
 	const llama_args *base = flavor_find(flavor);
@@ -526,12 +600,13 @@ static void bench_model(const char *flavor, int layers, int b, int t, int steps,
 	if (model_set_prec(m, &prec, &e) || model_set_ac(m, mode, 1, &e))
 		die(&e);
 	random_params(be, m);
-	adamw_config c;
-	adamw_config_default(&c);
-	adamw *opt = adamw_create(be, model_num_params(m), &c, &e);
+	adamw_config cfg;
+	adamw_config_default(&cfg);
 	size_t n = (size_t)b * t;
 	int32_t *ids = malloc(n * 4), *labels = malloc(n * 4);
-	if (!opt || !ids || !labels)
+	step_ctx c = {.be = be, .m = m, .opt = adamw_create(be, model_num_params(m), &cfg, &e),
+		      .lr = cfg.lr, .ids = ids, .labels = labels, .b = b, .t = t};
+	if (!c.opt || !ids || !labels)
 		die(&e);
 	uint64_t s = 17;
 	for (size_t i = 0; i < n; i++) {
@@ -541,87 +616,45 @@ static void bench_model(const char *flavor, int layers, int b, int t, int steps,
 	}
 	printf("  %s with %d layers, %zu parameters, b=%d t=%d, bf16 activations, AC %s\n", flavor,
 	       a.n_layers, model_num_params(m), b, t, ac);
-	double *dt = malloc(sizeof(double) * (size_t)(steps + 2)), loss = 0;
-	for (int st = 0; st < steps + 2; st++) { /* 2 warm-up steps */
-		double ls, t0 = now_s();
-		int64_t nv;
-		model_zero_grad(m);
-		if (model_forward_backward(m, ids, labels, b, t, 1.0f / (float)n, &ls, &nv, &e))
-			die(&e);
-		grad_clip_norm(be, model_grads(m), model_num_params(m), 1.0);
-		adamw_step(opt, model_params(m), model_grads(m), c.lr);
-		if (be->ops->sync(be, &e))
-			die(&e);
-		dt[st] = now_s() - t0;
-		loss = ls / (double)nv;
-	}
-	qsort(dt + 2, (size_t)steps, sizeof(double), cmp_d);
-	double step = dt[2 + steps / 2], tps = (double)n / step;
-	double mfu = model_flops_per_token(m, t) * tps / PEAK_BF16_FLOPS;
-	printf("  eager step %.1f ms, %.0f tokens/s, MFU %.1f%% (of %.0f TFLOP/s), loss %.3f, "
-	       "arena peak %.1f GiB, attention on %s\n",
-	       1e3 * step, tps, 100 * mfu, PEAK_BF16_FLOPS / 1e12, loss,
-	       (double)be->peak_bytes / (1 << 30), backend_cuda_attention_path(be));
 	char name[96];
 	snprintf(name, sizeof name, "%s_L%d_t%d_%s", flavor, a.n_layers, t, ac);
-	char key[128];
-	snprintf(key, sizeof key, "%s_tokens_per_s", name);
-	result("model", key, tps, "tok/s");
-	snprintf(key, sizeof key, "%s_MFU", name);
-	result("model", key, 100 * mfu, "%");
-	snprintf(key, sizeof key, "%s_peak_GiB", name);
-	result("model", key, (double)be->peak_bytes / (1 << 30), "GiB");
+	double flops = model_flops_per_token(m, t);
+	double step = median_step(&c, steps), tps = (double)n / step;
+	double mfu = flops * tps / PEAK_BF16_FLOPS;
+	printf("  eager step %.1f ms, %.0f tokens/s, MFU %.1f%% (of %.0f TFLOP/s), loss %.3f, "
+	       "arena peak %.1f GiB, attention on %s\n",
+	       1e3 * step, tps, 100 * mfu, PEAK_BF16_FLOPS / 1e12, c.loss,
+	       (double)be->peak_bytes / (1 << 30), backend_cuda_attention_path(be));
+	model_result(name, "tokens_per_s", tps, "tok/s");
+	model_result(name, "MFU", 100 * mfu, "%");
+	model_result(name, "peak_GiB", (double)be->peak_bytes / (1 << 30), "GiB");
 
 	/* compile.enable: forward and backward captured once, replayed */
 	model_mb *mb = model_mb_create(m, 0, model_head_unit(m), b, t, &e);
 	if (!mb || model_mb_set_tokens(mb, ids, labels, 1, 1.0f / (float)n, NULL, &e))
 		die(&e);
-	int units = model_num_units(m);
-	for (int u = 0; u < units; u++) /* one eager pass sizes everything */
-		if (model_unit_fwd(m, u, mb, &e))
-			die(&e);
-	for (int u = units - 1; u >= 0; u--)
-		if (model_unit_bwd(m, u, mb, 0, &e))
-			die(&e);
+	unit_pass(m, mb); /* one eager pass sizes everything the capture uses */
 	if (be->ops->sync(be, &e) || backend_cuda_capture_begin(be, &e))
 		die(&e);
 	model_zero_grad(m);
-	for (int u = 0; u < units; u++)
-		if (model_unit_fwd(m, u, mb, &e))
-			die(&e);
-	for (int u = units - 1; u >= 0; u--)
-		if (model_unit_bwd(m, u, mb, 0, &e))
-			die(&e);
-	backend_cuda_graph *g = backend_cuda_capture_end(be, &e);
-	if (!g) {
+	unit_pass(m, mb);
+	c.g = backend_cuda_capture_end(be, &e);
+	if (!c.g) {
 		printf("  graph capture failed: %s\n", e.msg);
 	} else {
-		for (int st = 0; st < steps + 2; st++) {
-			double t0 = now_s();
-			if (backend_cuda_replay(be, g, &e))
-				die(&e);
-			grad_clip_norm(be, model_grads(m), model_num_params(m), 1.0);
-			adamw_step(opt, model_params(m), model_grads(m), c.lr);
-			if (be->ops->sync(be, &e))
-				die(&e);
-			dt[st] = now_s() - t0;
-		}
-		qsort(dt + 2, (size_t)steps, sizeof(double), cmp_d);
-		double gstep = dt[2 + steps / 2], gtps = (double)n / gstep;
-		double gmfu = model_flops_per_token(m, t) * gtps / PEAK_BF16_FLOPS;
+		double gstep = median_step(&c, steps), gtps = (double)n / gstep;
+		double gmfu = flops * gtps / PEAK_BF16_FLOPS;
 		printf("  graph step %.1f ms, %.0f tokens/s, MFU %.1f%% (%.2fx eager)\n", 1e3 * gstep,
 		       gtps, 100 * gmfu, step / gstep);
-		snprintf(key, sizeof key, "%s_graph_tokens_per_s", name);
-		result("model", key, gtps, "tok/s");
-		snprintf(key, sizeof key, "%s_graph_MFU", name);
-		result("model", key, 100 * gmfu, "%");
-		backend_cuda_graph_free(g);
+		model_result(name, "graph_tokens_per_s", gtps, "tok/s");
+		model_result(name, "graph_MFU", 100 * gmfu, "%");
+		backend_cuda_graph_free(c.g);
 	}
 	model_mb_free(mb);
-	adamw_free(opt);
+	adamw_free(c.opt);
 	model_free(m);
 	backend_free(be);
-	free(ids), free(labels), free(dt);
+	free(ids), free(labels);
 }
 
 int main(int argc, char **argv)
