@@ -27,6 +27,14 @@ void gpu_attn_free(gpu_attn *a);
 /* cuDNN's version as major*10000 + minor*100 + patch (0 without cuDNN). */
 long gpu_attn_cudnn_version(void);
 
+/* The forward (bwd = 0) or backward graph of a shape built without a device:
+ * every tensor and operation descriptor and the operation graph finalized, so
+ * cuDNN has checked their attributes, shapes and types (what it cannot check
+ * without a GPU is whether an engine takes the graph: gpu_attn_prepare).  *nops
+ * gets the number of operations. */
+int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			 int *nops, titan_err *e);
+
 /* Build (once per shape) the forward and backward execution plans and report
  * the scratch both need (the larger); later calls with the shape are free.
  * -1 with a message when cuDNN cannot run this shape: head dims 64 and 128,

@@ -451,6 +451,27 @@ static cudnnBackendDescriptor_t build_plan(builder *g, cudnnHandle_t h, int64_t 
 	return NULL;
 }
 
+int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			 int *nops, titan_err *e)
+{
+	builder g = {.next_uid = VIRTUAL_UID, .st = CUDNN_STATUS_SUCCESS};
+	shapes x = shapes_of(b, t, h, hkv, hd);
+	if (bwd)
+		build_bwd(&g, &x, h != hkv);
+	else
+		build_fwd(&g, &x);
+	cudnnBackendDescriptor_t graph = make(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+	set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops, g.ops,
+	    "graph ops");
+	finalize(&g, graph, "operation graph");
+	int rc = ok(&g) ? 0 : cudnn_fail(e, g.what, g.st);
+	*nops = g.nops;
+	for (int i = g.nd - 1; i >= 0; i--)
+		cudnnBackendDestroyDescriptor(g.d[i]);
+	free(g.d);
+	return rc;
+}
+
 static size_t round256(size_t x)
 {
 	return (x + 255) / 256 * 256;
@@ -664,6 +685,14 @@ gpu_attn *gpu_attn_create(titan_err *e)
 {
 	no_cudnn(e);
 	return NULL;
+}
+
+int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			 int *nops, titan_err *e)
+{
+	(void)bwd, (void)b, (void)t, (void)h, (void)hkv, (void)hd;
+	*nops = 0;
+	return no_cudnn(e);
 }
 
 void gpu_attn_free(gpu_attn *a)

@@ -195,9 +195,40 @@ static void cudnn_flash_attention_matches_the_cpu(void **state)
 	gpu_attn_free(a);
 }
 
+/* Without a device: cuDNN itself checks every descriptor of the graphs and the
+ * operation graph they form (it cannot say without a GPU whether an engine
+ * takes them: the test above does that). */
+static void cudnn_graphs_are_well_formed(void **state)
+{
+	(void)state;
+	if (gpu_attn_cudnn_version() == 0) {
+		print_message("# SKIP cuDNN graphs: built without cuDNN\n");
+		skip();
+	}
+	print_message("cuDNN %ld\n", gpu_attn_cudnn_version());
+	const gpu_att cases[] = {self_att(1, 128, 4, 4, 64), self_att(2, 8192, 32, 8, 128),
+				 self_att(1, 256, 16, 1, 64)};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int bwd = 0; bwd < 2; bwd++) {
+			gpu_att a = cases[c];
+			titan_err e;
+			int nops = 0;
+			if (gpu_attn_graph_check(bwd, a.b, a.tq, a.h, a.hkv, a.hd, &nops, &e))
+				fail_msg("%s graph b=%lld t=%lld h=%lld hkv=%lld hd=%lld: %s",
+					 bwd ? "backward" : "forward", (long long)a.b, (long long)a.tq,
+					 (long long)a.h, (long long)a.hkv, (long long)a.hd, e.msg);
+			print_message("  %s h=%lld hkv=%lld hd=%lld: %d operations\n",
+				      bwd ? "backward" : "forward", (long long)a.h, (long long)a.hkv,
+				      (long long)a.hd, nops);
+			/* the SDPA pattern: 14 forward, 22 backward (+2 GQA reductions) */
+			assert_int_equal(nops, bwd ? (a.h != a.hkv ? 24 : 22) : 14);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(cudnn_graphs_are_well_formed),
 		cmocka_unit_test(reference_kernels_match_the_cpu),
 		cmocka_unit_test(reference_backward_repeats_bit_for_bit),
 		cmocka_unit_test(cudnn_flash_attention_matches_the_cpu),
