@@ -451,8 +451,8 @@ static cudnnBackendDescriptor_t build_plan(builder *g, cudnnHandle_t h, int64_t 
 	return NULL;
 }
 
-int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
-			 int *nops, titan_err *e)
+/* The operations of one direction's graph for a shape. */
+static builder build_ops(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd)
 {
 	builder g = {.next_uid = VIRTUAL_UID, .st = CUDNN_STATUS_SUCCESS};
 	shapes x = shapes_of(b, t, h, hkv, hd);
@@ -460,6 +460,13 @@ int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, 
 		build_bwd(&g, &x, h != hkv);
 	else
 		build_fwd(&g, &x);
+	return g;
+}
+
+int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			 int *nops, titan_err *e)
+{
+	builder g = build_ops(bwd, b, t, h, hkv, hd);
 	cudnnBackendDescriptor_t graph = make(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
 	set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops, g.ops,
 	    "graph ops");
@@ -525,12 +532,7 @@ static attn_plan *plan_get(gpu_attn *a, int bwd, int64_t b, int64_t t, int64_t h
 		a->plans = np;
 		a->cap = cap;
 	}
-	builder g = {.next_uid = VIRTUAL_UID, .st = CUDNN_STATUS_SUCCESS};
-	shapes x = shapes_of(b, t, h, hkv, hd);
-	if (bwd)
-		build_bwd(&g, &x, h != hkv);
-	else
-		build_fwd(&g, &x);
+	builder g = build_ops(bwd, b, t, h, hkv, hd);
 	attn_plan *p = &a->plans[a->nplans];
 	*p = (attn_plan){.bwd = bwd, .b = b, .t = t, .h = h, .hkv = hkv, .hd = hd};
 	p->plan = build_plan(&g, a->h, &p->ws);
