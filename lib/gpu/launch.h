@@ -9,8 +9,10 @@
  *   elements are bfloat16 bit patterns (uint16_t on the C side, __nv_bfloat16 in
  *   the kernels).  Whatever the storage, every kernel computes in float32 and
  *   rounds to nearest even when it stores bf16 (torch's .to(torch.bfloat16)).
- * - Statistics (rstd, lse, losses), weight gradients and the optimizer's state
- *   are float32 always (DESIGN.md "Precision"); their pointers are float *.
+ * - Statistics (rstd, lse, losses) and reductions (norms, loss sums) are float32
+ *   or double always (DESIGN.md "Precision"): their pointers are typed.  Weight
+ *   gradients take the type the caller gives them (float32 unless training.dtype
+ *   is bfloat16), summed in float32 whatever it is.
  * - Shapes as in backend.h: row-major, sizes as counts, the layout of each
  *   argument in its comment.
  * - Nothing here uses atomics on floating point: every result repeats bit for bit
