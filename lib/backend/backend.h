@@ -116,8 +116,9 @@ typedef struct be_moe {
 	int route_norm;    /* divide each token's k scores by their sum (+ 1e-20) */
 	float route_scale; /* then multiply them by this */
 	int64_t groups;    /* node-limited routing: the experts form `groups` equal
-	                      groups; a token chooses among the `limited` groups whose
-	                      two best scores sum highest; 0: off */
+	                      groups (at most 256, of 2 experts at least); a token
+	                      chooses among the `limited` groups whose two best
+	                      scores sum highest; 0: off */
 	int64_t limited;
 	int force_balance; /* debug.moe_force_load_balance: assignment a goes to
 	                      expert a % e, whatever the scores */

@@ -15,48 +15,89 @@
 #include "dcp/dcp_priv.h"
 #include "safetensors/safetensors.h"
 
-static const struct {
-	const char *titan, *hf;
-	int rope; /* 1: wq (n_heads), 2: wk (n_kv_heads) */
-} layer_map[] = {
-	{"attention.wq.weight", "self_attn.q_proj.weight", 1},
-	{"attention.wk.weight", "self_attn.k_proj.weight", 2},
-	{"attention.wv.weight", "self_attn.v_proj.weight", 0},
-	{"attention.wo.weight", "self_attn.o_proj.weight", 0},
-	{"feed_forward.w1.weight", "mlp.gate_proj.weight", 0},
-	{"feed_forward.w2.weight", "mlp.down_proj.weight", 0},
-	{"feed_forward.w3.weight", "mlp.up_proj.weight", 0},
-	{"attention_norm.weight", "input_layernorm.weight", 0},
-	{"ffn_norm.weight", "post_attention_layernorm.weight", 0},
+const dcp_hf_key dcp_hf_llama_keys[] = {
+	{"tok_embeddings.weight", "model.embed_tokens.weight", DCP_HF_PLAIN},
+	{"norm.weight", "model.norm.weight", DCP_HF_PLAIN},
+	{"output.weight", "lm_head.weight", DCP_HF_PLAIN},
+	{"layers.{}.attention.wq.weight", "model.layers.{}.self_attn.q_proj.weight", DCP_HF_ROPE_Q},
+	{"layers.{}.attention.wk.weight", "model.layers.{}.self_attn.k_proj.weight", DCP_HF_ROPE_K},
+	{"layers.{}.attention.wv.weight", "model.layers.{}.self_attn.v_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.attention.wo.weight", "model.layers.{}.self_attn.o_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.feed_forward.w1.weight", "model.layers.{}.mlp.gate_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.feed_forward.w2.weight", "model.layers.{}.mlp.down_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.feed_forward.w3.weight", "model.layers.{}.mlp.up_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.attention_norm.weight", "model.layers.{}.input_layernorm.weight", DCP_HF_PLAIN},
+	{"layers.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight",
+	 DCP_HF_PLAIN},
+	{NULL, NULL, 0},
 };
-#define NMAP (sizeof layer_map / sizeof layer_map[0])
 
-/* Map a name one way or the other; *rope says which permutation applies.
- * Returns a malloc'd name, or NULL when the key is not a model weight. */
-char *dcp_hf_name(const char *name, int to_hf, int *rope)
+/* Whether name matches pattern, "{}" matching a decimal number (kept in
+ * nums, at most 4). */
+static int match_key(const char *pat, const char *name, long *nums, int *nn)
 {
-	char buf[256];
-	*rope = 0;
-	const char *tops[][2] = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
-				 {"norm.weight", "model.norm.weight"},
-				 {"output.weight", "lm_head.weight"}};
-	for (int i = 0; i < 3; i++)
-		if (!strcmp(name, tops[i][to_hf ? 0 : 1]))
-			return strdup(tops[i][to_hf ? 1 : 0]);
-	int layer, used = 0;
-	const char *pre = to_hf ? "layers.%d.%n" : "model.layers.%d.%n";
-	if (sscanf(name, pre, &layer, &used) != 1 || used == 0 || layer < 0)
-		return NULL;
-	const char *rest = name + used;
-	for (size_t k = 0; k < NMAP; k++) {
-		if (!strcmp(rest, to_hf ? layer_map[k].titan : layer_map[k].hf)) {
-			*rope = layer_map[k].rope;
-			snprintf(buf, sizeof buf, to_hf ? "model.layers.%d.%s" : "layers.%d.%s", layer,
-				 to_hf ? layer_map[k].hf : layer_map[k].titan);
-			return strdup(buf);
+	*nn = 0;
+	while (*pat) {
+		if (pat[0] == '{' && pat[1] == '}') {
+			if (*name < '0' || *name > '9' || *nn == 4)
+				return 0;
+			char *end;
+			nums[(*nn)++] = strtol(name, &end, 10);
+			name = end;
+			pat += 2;
+		} else if (*pat++ != *name++) {
+			return 0;
 		}
 	}
+	return *name == '\0';
+}
+
+/* The entry of keys (NULL: Llama's) whose pattern on one side matches name,
+ * with the numbers it holds; NULL when none does. */
+static const dcp_hf_key *find_key(const dcp_hf_key *keys, const char *name, int to_hf,
+				  long *nums, int *nn)
+{
+	for (const dcp_hf_key *k = keys ? keys : dcp_hf_llama_keys; k->titan; k++) {
+		const char *pat = to_hf ? k->titan : k->hf;
+		if (pat && match_key(pat, name, nums, nn))
+			return k;
+	}
 	return NULL;
+}
+
+/* pat with its "{}" replaced by nums in order (malloc'd). */
+static char *format_key(const char *pat, const long *nums, int nn)
+{
+	char buf[256];
+	size_t at = 0;
+	int used = 0;
+	for (const char *p = pat; *p && at + 24 < sizeof buf; p++) {
+		if (p[0] == '{' && p[1] == '}' && used < nn) {
+			at += (size_t)snprintf(buf + at, sizeof buf - at, "%ld", nums[used++]);
+			p++;
+		} else {
+			buf[at++] = *p;
+		}
+	}
+	buf[at] = '\0';
+	return strdup(buf);
+}
+
+char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *kind)
+{
+	long nums[4];
+	int nn;
+	const dcp_hf_key *k = find_key(keys, name, to_hf, nums, &nn);
+	*kind = k ? k->kind : 0;
+	if (!k || (to_hf && !k->hf))
+		return NULL;
+	return format_key(to_hf ? k->hf : k->titan, nums, nn);
+}
+
+/* Map a name one way or the other through Llama's table. */
+char *dcp_hf_name(const char *name, int to_hf, int *rope)
+{
+	return dcp_hf_key_name(dcp_hf_llama_keys, name, to_hf, rope);
 }
 
 /* Permute the rows of W (d1, d2) of n heads, elements of es bytes. */
@@ -96,14 +137,30 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 {
 	const char *emb = from_hf ? "model.embed_tokens.weight" : "tok_embeddings.weight";
 	const char *w1 = from_hf ? "model.layers.0.mlp.gate_proj.weight" : "layers.0.feed_forward.w1.weight";
+	const char *ew1 = from_hf ? "model.layers.0.mlp.experts.0.gate_proj.weight"
+				  : "layers.0.moe.experts.w1";
 	const dcp_src_item *e = dcp_source_find(s, emb), *f = dcp_source_find(s, w1);
-	if (!e || e->ndim != 2 || !f || f->ndim != 2)
-		return err_set(err, "no %s / %s: not a Llama checkpoint", emb, w1);
+	const dcp_src_item *x = dcp_source_find(s, ew1);
+	if (!e || e->ndim != 2 || !((f && f->ndim == 2) || x))
+		return err_set(err, "no %s / %s: not a checkpoint of this model", emb, f ? ew1 : w1);
 	if (m->dim && m->dim != e->shape[1])
 		return err_set(err, "%s has dim %" PRId64 ", the flavor says %d", emb, e->shape[1], m->dim);
 	m->dim = (int)e->shape[1];
 	m->vocab_size = (int)e->shape[0];
-	m->ffn_hidden = (int)f->shape[0];
+	if (f)
+		m->ffn_hidden = (int)f->shape[0];
+	if (x) { /* the experts: their number and hidden size */
+		char name[128];
+		int n = from_hf ? 0 : (int)x->shape[0];
+		while (from_hf) {
+			snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.gate_proj.weight", n);
+			if (!dcp_source_find(s, name))
+				break;
+			n++;
+		}
+		m->n_experts = n;
+		m->moe_inter = (int)x->shape[x->ndim - 2];
+	}
 	int layers = 0;
 	char name[128];
 	for (;; layers++) {
@@ -115,15 +172,23 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 	if (m->n_layers && m->n_layers != layers)
 		return err_set(err, "checkpoint has %d layers, the flavor %d", layers, m->n_layers);
 	m->n_layers = layers;
-	if (m->n_heads <= 0 || m->n_kv_heads <= 0 || m->dim % m->n_heads)
+	if (m->n_heads <= 0 || m->n_kv_heads <= 0)
 		return err_set(err, "need the number of heads (a flavor or --n-heads)");
-	m->head_dim = m->dim / m->n_heads;
+	/* Heads need not split dim (Qwen3's are 128 wide at any dim): wq's rows
+	 * say their size. */
+	const char *wq = from_hf ? "model.layers.0.self_attn.q_proj.weight"
+				 : "layers.0.attention.wq.weight";
+	const dcp_src_item *q = dcp_source_find(s, wq);
+	if (!q || q->ndim != 2 || q->shape[0] % m->n_heads)
+		return err_set(err, "%s: %s does not split into %d heads", wq, q ? "its rows" : "absent",
+			       m->n_heads);
+	m->head_dim = (int)(q->shape[0] / m->n_heads);
 	return 0;
 }
 
-static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, titan_err *err)
+/* LlamaForCausalLM's config.json. */
+static int llama_config(json_t *c, const dcp_hf_model *m)
 {
-	json_t *c = json_object();
 	json_t *arch = json_array();
 	json_array_append_new(arch, json_string("LlamaForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
@@ -159,9 +224,19 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 	}
 	json_object_set_new(c, "rope_theta", json_real(m->rope_theta));
 	json_object_set_new(c, "tie_word_embeddings", json_boolean(m->tied));
-	json_object_set_new(c, "torch_dtype", json_string(ptz_dtype_torch(dt)));
 	json_object_set_new(c, "use_cache", json_true());
 	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
+	return 0;
+}
+
+static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, titan_err *err)
+{
+	json_t *c = json_object();
+	json_object_set_new(c, "torch_dtype", json_string(ptz_dtype_torch(dt)));
+	if ((m->config ? m->config : llama_config)(c, m) != 0) {
+		json_decref(c);
+		return err_set(err, "%s/config.json: out of memory", dir);
+	}
 	char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
 	json_decref(c);
 	size_t n = strlen(dir) + 16;
@@ -206,6 +281,36 @@ static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, in
 	return out;
 }
 
+/* One stack of experts (experts, a, b) as HF's one tensor per expert, named by
+ * key->hf with the layer and the expert, appended to items. */
+static int export_experts(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
+			  long layer, dcp_dtype dt, st_item *items, size_t *k, titan_err *err)
+{
+	if (it->ndim != 3)
+		return err_set(err, "%s: %d dims, expected (experts, out, in)", it->name, it->ndim);
+	void *all = load_mapped(s, it, dt, 0, NULL, 1, err);
+	if (!all)
+		return -1;
+	size_t slice = (size_t)(it->shape[1] * it->shape[2]) * ptz_dtype_size(dt);
+	int rc = 0;
+	for (int64_t x = 0; x < it->shape[0] && rc == 0; x++) {
+		long nums[2] = {layer, (long)x};
+		st_item *d = &items[(*k)++];
+		d->name = format_key(key->hf, nums, 2);
+		d->dtype = dt;
+		d->ndim = 2;
+		d->shape[0] = it->shape[1];
+		d->shape[1] = it->shape[2];
+		d->data = malloc(slice ? slice : 1);
+		if (!d->name || !d->data)
+			rc = err_set(err, "out of memory");
+		else
+			memcpy((void *)d->data, (char *)all + (size_t)x * slice, slice);
+	}
+	free(all);
+	return rc;
+}
+
 int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dcp_dtype export_dtype,
 	      uint64_t max_shard, titan_err *err)
 {
@@ -214,8 +319,16 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 0, err);
-	size_t n = dcp_source_count(s), k = 0;
-	st_item *items = calloc(n ? n : 1, sizeof *items);
+	size_t n = dcp_source_count(s), k = 0, cap = n;
+	long nums[4];
+	int nn;
+	for (size_t i = 0; i < n; i++) { /* one HF tensor per expert */
+		const dcp_src_item *it = dcp_source_item(s, i);
+		const dcp_hf_key *key = find_key(m.keys, it->name, 1, nums, &nn);
+		if (key && key->kind == DCP_HF_EXPERTS && it->ndim == 3)
+			cap += (size_t)it->shape[0];
+	}
+	st_item *items = calloc(cap ? cap : 1, sizeof *items);
 	if (!items && rc == 0)
 		rc = err_set(err, "out of memory");
 	dcp_dtype first = PTZ_NONE;
@@ -223,19 +336,30 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		const dcp_src_item *it = dcp_source_item(s, i);
 		if (!dcp_is_model_key(it->name) || it->kind != DCP_TENSOR)
 			continue;
-		int rope;
-		char *hn = dcp_hf_name(it->name, 1, &rope);
+		const dcp_hf_key *key = find_key(m.keys, it->name, 1, nums, &nn);
+		if (!key) {
+			rc = err_set(err, "%s: not a weight of the model torchtitan names", it->name);
+			break;
+		}
+		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : it->dtype;
+		if (key->kind == DCP_HF_DROP)
+			continue;
+		if (first == PTZ_NONE)
+			first = dt;
+		if (key->kind == DCP_HF_EXPERTS) {
+			rc = export_experts(s, it, key, nums[0], dt, items, &k, err);
+			continue;
+		}
+		int rope = key->kind;
+		char *hn = format_key(key->hf, nums, nn);
 		if (!hn) {
-			rc = err_set(err, "%s: not a Llama weight torchtitan names", it->name);
+			rc = err_set(err, "out of memory");
 			break;
 		}
 		if (m.tied && !strcmp(hn, "lm_head.weight")) {
 			free(hn);
 			continue;
 		}
-		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : it->dtype;
-		if (first == PTZ_NONE)
-			first = dt;
 		st_item *d = &items[k];
 		d->name = hn;
 		d->dtype = dt;
@@ -260,6 +384,54 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 	return rc;
 }
 
+/* Experts arriving one HF tensor at a time, stacked into torchtitan's
+ * (experts, a, b) tensor. */
+typedef struct expert_stack {
+	dcp_item *item; /* its DCP item; data (experts, a, b) */
+	unsigned char *seen; /* (experts) */
+	int64_t have;
+} expert_stack;
+
+static int stack_expert(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
+			const long *nums, dcp_dtype dt, const dcp_hf_model *m, dcp_item *items,
+			size_t *k, expert_stack *stacks, size_t *ns, titan_err *err)
+{
+	char *tn = format_key(key->titan, nums, 1);
+	if (!tn)
+		return err_set(err, "out of memory");
+	expert_stack *st = NULL;
+	for (size_t i = 0; i < *ns && !st; i++)
+		if (!strcmp(stacks[i].item->fqn, tn))
+			st = &stacks[i];
+	if (it->ndim != 2 || nums[1] < 0 || nums[1] >= m->n_experts ||
+	    (st && memcmp(st->item->shape + 1, it->shape, 2 * sizeof(int64_t)))) {
+		free(tn);
+		return err_set(err, "%s: expert %ld of %d, or its shape differs from the other "
+			       "experts'", it->name, nums[1], m->n_experts);
+	}
+	size_t es = ptz_dtype_size(dt), slice = (size_t)(it->shape[0] * it->shape[1]) * es;
+	if (!st) {
+		st = &stacks[(*ns)++];
+		st->item = &items[(*k)++];
+		int64_t shape[3] = {m->n_experts, it->shape[0], it->shape[1]};
+		dcp_item_full(st->item, tn, dt, 3, shape, malloc(slice * (size_t)m->n_experts + 1));
+		st->seen = calloc((size_t)m->n_experts, 1);
+		if (!st->item->data || !st->seen)
+			return err_set(err, "out of memory");
+	} else {
+		free(tn);
+	}
+	if (st->seen[nums[1]]++)
+		return err_set(err, "%s: expert %ld twice", it->name, nums[1]);
+	void *one = load_mapped(s, it, dt, 0, m, 0, err);
+	if (!one)
+		return -1;
+	memcpy((char *)st->item->data + (size_t)nums[1] * slice, one, slice);
+	free(one);
+	st->have++;
+	return 0;
+}
+
 int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
 		titan_err *err)
 {
@@ -268,27 +440,43 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 1, err);
-	size_t n = dcp_source_count(s), k = 0;
+	size_t n = dcp_source_count(s), k = 0, ns = 0;
 	dcp_item *items = calloc(n + 1, sizeof *items);
-	if (!items && rc == 0)
+	expert_stack *stacks = calloc(n + 1, sizeof *stacks);
+	if ((!items || !stacks) && rc == 0)
 		rc = err_set(err, "out of memory");
 	int have_output = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
-		int rope;
-		char *tn = dcp_hf_name(it->name, 0, &rope);
+		long nums[4];
+		int nn;
+		const dcp_hf_key *key = find_key(m.keys, it->name, 0, nums, &nn);
+		if (!key) {
+			rc = err_set(err, "%s: not a weight of the model Hugging Face names", it->name);
+			break;
+		}
+		dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
+		if (key->kind == DCP_HF_EXPERTS) {
+			rc = stack_expert(s, it, key, nums, dt, &m, items, &k, stacks, &ns, err);
+			continue;
+		}
+		int rope = key->kind;
+		char *tn = format_key(key->titan, nums, nn);
 		if (!tn) {
-			rc = err_set(err, "%s: not a LlamaForCausalLM weight", it->name);
+			rc = err_set(err, "out of memory");
 			break;
 		}
 		have_output |= !strcmp(tn, "output.weight");
-		dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
 		dcp_item *d = &items[k++];
 		dcp_item_full(d, tn, dt, it->ndim, it->shape, NULL);
 		rc = check_shape(it->name, it, &m, rope, err);
 		if (rc == 0 && !(d->data = load_mapped(s, it, dt, rope, &m, 0, err)))
 			rc = -1;
 	}
+	for (size_t i = 0; i < ns && rc == 0; i++)
+		if (stacks[i].have != m.n_experts)
+			rc = err_set(err, "%s: %" PRId64 " of the %d experts", stacks[i].item->fqn,
+				     stacks[i].have, m.n_experts);
 	/* A tied model (Llama 3.2 1B/3B) has no lm_head: torchtitan's model still
 	 * has output.weight, equal to the embedding. */
 	if (rc == 0 && !have_output) {
@@ -305,6 +493,9 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
 		free((char *)items[i].fqn);
 		free(items[i].data);
 	}
+	for (size_t i = 0; i < ns; i++)
+		free(stacks[i].seen);
+	free(stacks);
 	free(items);
 	dcp_source_close(s);
 	return rc;

@@ -40,3 +40,11 @@ const llama_args *model_family_flavor(const model_family *f, const char *name)
 			return a;
 	return NULL;
 }
+
+int model_family_moe_layer(const llama_args *a, int l)
+{
+	if (a->moe.experts <= 0)
+		return 0;
+	const model_family *f = model_family_of(a);
+	return f->moe_layer ? f->moe_layer(a, l) : 1;
+}

@@ -8,6 +8,26 @@
 
 typedef struct model_family model_family;
 
+/* A mixture-of-experts feed-forward (torchtitan's MoEArgs and moe_inter_dim). */
+typedef struct moe_args {
+	int experts;               /* num_experts; 0: the layers are dense */
+	int shared_experts;        /* num_shared_experts: one SwiGLU of shared_experts *
+	                              inter_dim that every token goes through */
+	int top_k;                 /* experts per token */
+	int score;                 /* be_moe_score: 0 softmax, 1 sigmoid */
+	int route_norm;            /* normalise each token's top_k scores to sum 1 */
+	double route_scale;        /* then scale them (1.0) */
+	int score_before_experts;  /* weight the experts' inputs (1) or outputs (0) */
+	int groups, limited;       /* node-limited routing: num_expert_groups,
+	                              num_limited_groups (0: off) */
+	double load_balance_coeff; /* aux-loss-free balancing: expert_bias steps of this
+	                              size after each step (0: no expert_bias) */
+	double capacity_factor;    /* an expert takes at most ceil(factor * tokens *
+	                              top_k / experts) per micro-batch; 0: no limit */
+	int inter_dim;             /* each expert's hidden size (moe_inter_dim) */
+	int force_balance;         /* debug.moe_force_load_balance: round-robin routing */
+} moe_args;
+
 typedef struct llama_args {
 	const char *name;          /* "debugmodel", "1B", "3B", "8B", "70B", "405B" */
 	int dim;
@@ -29,6 +49,11 @@ typedef struct llama_args {
 	const model_family *family; /* NULL: llama3 */
 	int head_dim;              /* 0: dim / n_heads */
 	int hidden_dim;            /* FFN hidden size; 0: Llama's rule (flavor_ffn_hidden) */
+	int qk_norm;               /* RMSNorm (per head, weight of head_dim) on q and k
+	                              before RoPE (Qwen3) */
+	int rope_style;            /* be_rope_style: 0 interleaved pairs (Llama), 1 halves
+	                              (Qwen3, HF's rotate_half) */
+	moe_args moe;              /* experts 0: dense SwiGLU layers */
 } llama_args;
 
 /* Llama 3's flavor named name (the default family; model_family_flavor looks
@@ -46,8 +71,13 @@ static inline int flavor_head_dim(const llama_args *a)
 }
 
 /* Parameter counts, with and without the embedding table (torchtitan subtracts
- * the embedding when it counts flops per token). */
+ * the embedding when it counts flops per token).  Layers are dense or mixtures
+ * of experts as model_family_moe_layer says. */
 int64_t flavor_param_count(const llama_args *a);
 int64_t flavor_embedding_params(const llama_args *a);
+/* The parameters a token computes with: the experts' count scaled by top_k /
+ * experts, as torchtitan's get_moe_model_nparams_and_flops (== the total for
+ * a dense flavor). */
+int64_t flavor_active_params(const llama_args *a);
 
 #endif

@@ -46,13 +46,14 @@ static size_t al(size_t bytes)
 /* The scratch's pieces for n tokens of (b, t), in the order model_scratch_prepare
  * lays them out; writes their sizes to sz (when not NULL) and returns the total. */
 enum { SC_ROPE, SC_LOGITS, SC_DX, SC_DTMP, SC_DXN, SC_DYA, SC_DQ, SC_DATT, SC_DK, SC_DV,
-       SC_DH, SC_DA, SC_DG, SC_COUNT };
+       SC_DKR, SC_DH, SC_DA, SC_DG, SC_RLOGITS, SC_DRW, SC_DROWS, SC_DEH, SC_DEA, SC_DEG,
+       SC_COUNT };
 
 static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + ACT_COUNT])
 {
 	size_t n = (size_t)b * t, d = (size_t)m->args.dim;
 	size_t hq = (size_t)m->args.n_heads * m->head_dim;
-	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn;
+	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn_max;
 	size_t a = be_dtype_size(m->prec.act), r = be_dtype_size(m->prec.resid);
 	size_t p[SC_COUNT + ACT_COUNT] = {0};
 	p[SC_ROPE] = (size_t)t * m->head_dim * sizeof(float);
@@ -62,7 +63,15 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 	p[SC_DYA] = m->prec.act == m->prec.resid ? 0 : n * d * a;
 	p[SC_DQ] = p[SC_DATT] = n * hq * a;
 	p[SC_DK] = p[SC_DV] = n * hk * a;
+	p[SC_DKR] = m->args.qk_norm ? n * hk * a : 0;
 	p[SC_DH] = p[SC_DA] = p[SC_DG] = n * f * a;
+	if (m->n_moe) {
+		size_t rows = n * (size_t)m->args.moe.top_k, in = (size_t)m->args.moe.inter_dim;
+		p[SC_RLOGITS] = n * (size_t)m->args.moe.experts * a;
+		p[SC_DRW] = rows * sizeof(float);
+		p[SC_DROWS] = rows * d * a;
+		p[SC_DEH] = p[SC_DEA] = p[SC_DEG] = rows * in * a;
+	}
 	/* one set of recomputed activations, as large as the largest layer's */
 	for (int l = 0; l < m->args.n_layers; l++) {
 		unsigned recomputed = ~model_layer_keep(m, l) & ACT_ALL;
@@ -133,7 +142,10 @@ int model_scratch_prepare(model *m, int b, int t, titan_err *e)
 	m->d_x = p[SC_DX], m->d_tmp = p[SC_DTMP], m->d_xn = p[SC_DXN];
 	m->d_ya = p[SC_DYA] ? p[SC_DYA] : m->d_x;
 	m->d_q = p[SC_DQ], m->d_att = p[SC_DATT], m->d_k = p[SC_DK], m->d_v = p[SC_DV];
+	m->d_kr = p[SC_DKR];
 	m->d_h = p[SC_DH], m->d_a = p[SC_DA], m->d_g = p[SC_DG];
+	m->rlogits = p[SC_RLOGITS], m->d_rw = p[SC_DRW], m->d_rows = p[SC_DROWS];
+	m->d_eh = p[SC_DEH], m->d_ea = p[SC_DEA], m->d_eg = p[SC_DEG];
 	for (int i = 0; i < ACT_COUNT; i++)
 		m->recomp[i] = p[SC_COUNT + i];
 	m->sb = b;

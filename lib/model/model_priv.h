@@ -18,7 +18,8 @@
 
 /* The pieces. */
 enum { ATTN_GQA };   /* grouped-query attention with RoPE */
-enum { FFN_DENSE };  /* SwiGLU: w2(silu(w1 x) * w3 x) */
+enum { FFN_DENSE,    /* SwiGLU: w2(silu(w1 x) * w3 x) */
+       FFN_MOE };     /* a mixture of SwiGLU experts (model_moe.c) */
 
 typedef struct layer_kind {
 	int attn, ffn;
@@ -31,9 +32,16 @@ enum {
 	W_WQ,        /* (h*hd, dim) */
 	W_WK, W_WV,  /* (hkv*hd, dim) */
 	W_WO,        /* (dim, h*hd) */
+	W_Q_NORM,    /* (hd) with qk_norm */
+	W_K_NORM,    /* (hd) */
 	W_FFN_NORM,  /* (dim) */
 	W_W1, W_W3,  /* (ffn, dim) */
 	W_W2,        /* (dim, ffn) */
+	W_GATE,      /* (experts, dim) the router */
+	W_EW1, W_EW3,/* (experts, inter, dim) */
+	W_EW2,       /* (experts, dim, inter) */
+	W_SW1, W_SW3,/* (shared*inter, dim) the shared experts */
+	W_SW2,       /* (dim, shared*inter) */
 	W_COUNT,
 };
 typedef struct layer_w {
@@ -66,20 +74,43 @@ enum {
 	ACT_A,     /* (n, ffn) w1 output */
 	ACT_G,     /* (n, ffn) w3 output */
 	ACT_H,     /* (n, ffn) silu(a) * g, w2's input */
+	ACT_QR,    /* (n, h*hd) with qk_norm: wq's output, q_norm's input */
+	ACT_KR,    /* (n, hkv*hd) wk's output */
+	ACT_QRSTD, /* (n*h) float32: q_norm's rstd */
+	ACT_KRSTD, /* (n*hkv) float32 */
+	/* a mixture of experts, R = n*top_k rows (the shared experts use A, G, H) */
+	ACT_SCORES,/* (n, experts) float32 router scores */
+	ACT_IDX,   /* (n, top_k) int32 chosen experts */
+	ACT_RW,    /* (n, top_k) float32 routing weights */
+	ACT_PERM,  /* (R) int32 the assignment of each row */
+	ACT_POS,   /* (R) int32 the row of each assignment */
+	ACT_OFFS,  /* (experts + 1) int32 each expert's first row */
+	ACT_XR,    /* (R, dim) the experts' input rows */
+	ACT_EA,    /* (R, inter) w1 output */
+	ACT_EG,    /* (R, inter) w3 output */
+	ACT_EH,    /* (R, inter) silu(ea) * eg, w2's input */
+	ACT_EY,    /* (R, dim) the experts' output rows */
 	ACT_COUNT,
 };
 
-/* Activations that op-level checkpointing keeps: matmul and attention outputs. */
-#define ACT_OP_KEEP ((1u << ACT_Q) | (1u << ACT_K) | (1u << ACT_V) | (1u << ACT_ATT) | \
-		     (1u << ACT_LSE) | (1u << ACT_XM) | (1u << ACT_A) | (1u << ACT_G))
+/* Activations that op-level checkpointing keeps: matmul and attention outputs
+ * (and the per-head norms' statistics, a few floats per token). */
+#define ACT_OP_KEEP ((1u << ACT_Q) | (1u << ACT_K) | (1u << ACT_V) | (1u << ACT_ATT) |       \
+		     (1u << ACT_LSE) | (1u << ACT_XM) | (1u << ACT_A) | (1u << ACT_G) |         \
+		     (1u << ACT_QR) | (1u << ACT_KR) | (1u << ACT_QRSTD) | (1u << ACT_KRSTD) |   \
+		     (1u << ACT_SCORES) | (1u << ACT_IDX) | (1u << ACT_RW) | (1u << ACT_PERM) | \
+		     (1u << ACT_POS) | (1u << ACT_OFFS) | (1u << ACT_EA) | (1u << ACT_EG) |     \
+		     (1u << ACT_EY))
 #define ACT_ALL ((1u << ACT_COUNT) - 1)
 
-/* A weight gradient the backward left for model_unit_wgrad: dW += dy^T x. */
+/* A weight gradient the backward left for model_unit_wgrad: dW += dy^T x (by
+ * expert groups when offs is set: the experts' weights). */
 typedef struct wgrad_job {
-	int slot;         /* W_*: the weight */
-	void *dy;         /* (n, out) of prec.act, owned by the job */
-	const void *x;    /* (n, in) of prec.act: a kept activation or a saved copy */
-	int64_t in, out;
+	int slot;          /* W_*: the weight */
+	void *dy;          /* (rows, out) of prec.act, owned by the job */
+	const void *x;     /* (rows, in) of prec.act: a kept activation or a saved copy */
+	const int32_t *offs; /* (groups + 1) the rows of each expert, or NULL */
+	int64_t rows, in, out, groups;
 } wgrad_job;
 
 typedef struct layer_act {
@@ -113,6 +144,7 @@ struct model {
 	llama_args args;
 	const model_family *family;
 	int ffn;
+	int ffn_max;           /* the largest SwiGLU hidden size (dense, shared experts) */
 	int head_dim;
 	layer_kind *kind;      /* (n_layers) the pieces of each layer */
 	int n_tensors;
@@ -145,6 +177,20 @@ struct model {
 	                           prec.act (== d_x when the types agree) */
 	void *d_q, *d_att;      /* (n, h*hd) */
 	void *d_k, *d_v;        /* (n, hkv*hd) */
+	void *d_kr;             /* (n, hkv*hd) with qk_norm: the gradient of wk's output */
+	void *rlogits;          /* (n, experts) prec.act: router logits, then their gradient */
+	float *d_rw;            /* (n, top_k) the routing weights' gradient */
+	void *d_rows;           /* (n*top_k, dim) the gradient of ey, then of xr */
+	void *d_eh, *d_ea, *d_eg; /* (n*top_k, inter) */
+
+	/* Mixture of experts: layer l's index among the MoE layers (-1: dense);
+	 * their expert_bias (load balancing) and tokens-per-expert counts, each
+	 * (n_moe, experts) float32 on the device. */
+	int *moe_index;
+	int n_moe;
+	float *moe_bias, *moe_counts;
+	int n_buffers;
+	model_tensor *buffers; /* expert_bias per MoE layer: offset into moe_bias */
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
 
 	model_mb *own_mb;       /* model_forward(_backward)'s context */
@@ -221,13 +267,36 @@ size_t model_attn_act_bytes(const model *m, int l, int i, size_t n);
 void model_attn_fwd(const piece_ctx *c, void *xm);
 int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
 
-/* Feed-forward (model_ffn.c): the same from ACT_XN2, adding into y (NULL:
- * recompute its activations, without the output linear). */
+/* Feed-forward (model_ffn.c, dispatching to model_moe.c for FFN_MOE): the
+ * same from ACT_XN2, adding into y (NULL: recompute its activations, without
+ * the output linear). */
 int model_ffn_layout(model *m, int l, int *cap, titan_err *e);
 size_t model_ffn_act_bytes(const model *m, int l, int i, size_t n);
 void model_ffn_fwd(const piece_ctx *c, void *y);
 void model_ffn_recompute_op(const piece_ctx *c);
 int model_ffn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+
+/* A SwiGLU over ACT_XN2 with weights in slots w[0..2] (w1, w2, w3) and hidden
+ * size ff, its activations in ACT_A, ACT_G, ACT_H: the dense feed-forward and
+ * the shared experts.  The forward stops at ACT_H (the caller applies w2);
+ * the backward goes from dy (n, dim) of w2's output into m->d_xn (beta_dx 0
+ * writes, 1 adds). */
+void model_swiglu_fwd(const piece_ctx *c, const int *w, int64_t ff);
+int model_swiglu_bwd(const piece_ctx *c, const int *w, int64_t ff, const void *dy,
+		     float beta_dx, titan_err *e);
+/* The gradient of a grouped weight (the experts'): dW[g] += dy[rows of g]^T
+ * x[rows of g] by ACT_OFFS's groups, or kept for model_block_wgrad. */
+int model_grouped_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int64_t in,
+			      int64_t out, titan_err *e);
+
+/* The mixture of experts (model_moe.c). */
+int model_moe_layout(model *m, int l, int *cap, titan_err *e);
+size_t model_moe_act_bytes(const model *m, int l, int i, size_t n);
+void model_moe_fwd(const piece_ctx *c, void *y);
+void model_moe_recompute_op(const piece_ctx *c);
+int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+/* The experts' routing of n tokens (be_moe), capacity included. */
+be_moe model_moe_shape(const model *m, int64_t n);
 
 /* Add a tensor of layer l's unit to the layout (model.c): its name under
  * "layers.<l>.", shape (ndim of d0, d1, d2), slot, init and TP style. */

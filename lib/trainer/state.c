@@ -166,6 +166,16 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 		if (add_tensor(sv, name(sv, t->fqn, "", ""), dt, t->ndim, t->shape, data) != 0)
 			return err_set(err, "out of memory");
 	}
+	/* Persistent buffers (MoE expert_bias), float32 as torchtitan keeps them. */
+	for (int i = 0; i < model_num_buffers(m); i++) {
+		const model_tensor *t = model_buffer_at(m, i);
+		float *data = keep(sv, malloc(t->numel * sizeof(float)));
+		if (data == NULL)
+			return err_set(err, "out of memory");
+		model_buffer_read(m, t, data);
+		if (add_tensor(sv, name(sv, t->fqn, "", ""), PTZ_F32, t->ndim, t->shape, data) != 0)
+			return err_set(err, "out of memory");
+	}
 	return 0;
 }
 
@@ -359,6 +369,18 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			for (size_t k = b->n - (i == 0 ? 3 : 2); k < b->n; k++)
 				b->items[k].optional = 1;
 	}
+	/* Buffers: absent from an HF import or a dense checkpoint, they keep their
+	 * initial values (expert_bias 0). */
+	size_t first_buffer = b->n;
+	for (int i = 0; rc == 0 && i < model_num_buffers(m); i++) {
+		const model_tensor *t = model_buffer_at(m, i);
+		float *data = keep(b, malloc(t->numel * sizeof(float)));
+		if (data == NULL ||
+		    add_tensor(b, name(b, t->fqn, "", ""), PTZ_F32, t->ndim, t->shape, data) != 0)
+			rc = err_set(err, "out of memory");
+		else
+			b->items[b->n - 1].optional = 1;
+	}
 	size_t first_bytes = b->n;
 	const char *scalars[] = {"train_state.step", "train_state.ntokens_seen", "dataloader.dp_rank_0",
 				 "lr_scheduler.last_epoch"};
@@ -401,10 +423,14 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	for (size_t i = first_bytes; i < b->n; i++)
 		free(b->items[i].bytes);
 	got->had_train_state = have_train_state;
-	for (size_t i = 0; rc == 0 && want_opt && have_train_state && i < first_bytes; i++)
+	for (size_t i = 0; rc == 0 && want_opt && have_train_state && i < first_buffer; i++)
 		if (!b->items[i].found)
 			rc = err_set(err, "%s: %s missing (a model-only checkpoint? set "
 				     "checkpoint.exclude_from_loading = [\"optimizer\"])", dir, b->items[i].fqn);
+	for (size_t i = first_buffer; rc == 0 && i < first_bytes; i++)
+		if (b->items[i].found)
+			model_buffer_write(m, model_buffer_at(m, (int)(i - first_buffer)),
+					   b->items[i].data);
 	if (rc == 0) {
 		be->ops->copy(be, model_params(m), params, n * sizeof(float), BACKEND_H2D);
 		if (want_opt && have_train_state) {

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Golden data for titan's model families (tests/family/), made by Hugging Face
+transformers' own modules on a random initialisation.
+
+For each case, writes tests/family/golden/<case>/:
+  hf/               the model as transformers' save_pretrained writes it
+                    (config.json, model.safetensors): random weights (norm
+                    weights too, so that a forgotten norm shows); or, for the
+                    cases transformers has no model of (source "torchtitan":
+                    the MoE options DeepSeek-V3 and Llama 4 use, run through
+                    torchtitan's own Qwen3Model and MoE),
+  weights.safetensors  the parameters and expert_bias buffers by torchtitan's
+                    names
+  ref.safetensors   ids, labels (int32, (b, t); -100 = ignored), the model's
+                    logits (b, t, vocab), loss (float64, the mean over the valid
+                    labels) and the gradient of that loss for every parameter
+                    (computed in float64, stored rounded to float32); with
+                    experts, counts.<layer>: torchtitan's tokens_per_expert after
+                    the forward,
+                    named as torchtitan names it ("grad.<fqn>", mapped by
+                    torchtitan's own StateDictAdapter.from_hf)
+  case.json         the shapes titan builds the same model with
+
+The forward and backward run in float64 (model.double()); transformers
+computes RoPE's cos and sin in float32 whatever the dtype, as torchtitan does.
+
+Run: PYTHON=... $PYTHON scripts/family_golden.py [case ...]
+     (transformers, torch, safetensors, torchtitan 0.2.2)
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "family",
+                    "golden")
+
+# Small shapes; head_dim differs from hidden / heads, as Qwen3's 128 does.
+CASES = {
+    "qwen3": dict(family="qwen3", vocab=128, dim=32, hidden=64, layers=2, heads=4, kv=2,
+                  head_dim=16, tied=True, eps=1e-6, theta=1e6, b=2, t=13, seed=1601),
+    # debugmodel_moe's routing (64 experts, top 8, softmax, normalised): some
+    # experts get no token, some several.
+    "qwen3_moe": dict(family="qwen3", flavor="debugmodel_moe", vocab=128, dim=32, hidden=64,
+                      layers=2, heads=4, kv=2, head_dim=16, tied=False, eps=1e-6, theta=1e6,
+                      experts=64, top_k=8, moe_inter=8, b=2, t=13, seed=1602),
+    # Sigmoid scores steered by a random expert_bias, node-limited to 2 of 4
+    # groups, route_scale, a shared expert, the experts' inputs weighted.
+    "moe_routing": dict(family="qwen3", flavor="debugmodel_moe", source="torchtitan", vocab=128,
+                        dim=32, hidden=64, layers=2, heads=4, kv=2, head_dim=16, tied=False,
+                        eps=1e-6, theta=1e6, experts=16, top_k=4, moe_inter=8, shared=1,
+                        score="sigmoid", route_scale=2.5, groups=4, limited=2,
+                        score_before=True, b=2, t=13, seed=1603),
+}
+
+
+def build_torchtitan(c):
+    """torchtitan's Qwen3Model with the case's MoEArgs (the for-loop experts:
+    grouped_mm has no float64).  Weights redrawn wider than init_weights'
+    so that the routing's choices are far from ties."""
+    from torchtitan.models.moe import MoEArgs
+    from torchtitan.models.qwen3.model.args import Qwen3ModelArgs
+    from torchtitan.models.qwen3.model.model import Qwen3Model
+    torch.manual_seed(c["seed"])
+    moe = MoEArgs(num_experts=c["experts"], num_shared_experts=c["shared"], top_k=c["top_k"],
+                  score_func=c["score"], route_norm=True, route_scale=c["route_scale"],
+                  score_before_experts=c["score_before"], num_expert_groups=c["groups"],
+                  num_limited_groups=c["limited"], use_grouped_mm=False, load_balance_coeff=1e-3)
+    args = Qwen3ModelArgs(dim=c["dim"], n_layers=c["layers"], n_heads=c["heads"],
+                          n_kv_heads=c["kv"], vocab_size=c["vocab"], head_dim=c["head_dim"],
+                          hidden_dim=c["hidden"], norm_eps=c["eps"], rope_theta=c["theta"],
+                          qk_norm=True, max_seq_len=64, enable_weight_tying=c["tied"],
+                          moe_enabled=True, moe_inter_dim=c["moe_inter"], moe_args=moe)
+    model = Qwen3Model(args)
+    with torch.no_grad():
+        model.init_weights(buffer_device=torch.device("cpu"))
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif "router" in name:
+                p.copy_(0.5 * torch.randn_like(p))
+            elif "embeddings" not in name:
+                p.copy_(0.15 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith("expert_bias"):
+                b.copy_(0.05 * torch.randn_like(b))
+    return model
+
+
+def build_hf(c):
+    import transformers
+    torch.manual_seed(c["seed"])
+    if c.get("experts"):
+        cfg = transformers.Qwen3MoeConfig(
+            vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["hidden"],
+            moe_intermediate_size=c["moe_inter"], num_experts=c["experts"],
+            num_experts_per_tok=c["top_k"], norm_topk_prob=True, decoder_sparse_step=1,
+            num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+            num_key_value_heads=c["kv"], head_dim=c["head_dim"], rms_norm_eps=c["eps"],
+            rope_theta=c["theta"], tie_word_embeddings=c["tied"], max_position_embeddings=4096,
+            initializer_range=0.08, attn_implementation="eager")
+        model = transformers.Qwen3MoeForCausalLM(cfg)
+        model.set_experts_implementation("eager")  # a loop over the experts, float64 too
+    elif c["family"] == "qwen3":
+        cfg = transformers.Qwen3Config(
+            vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["hidden"],
+            num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+            num_key_value_heads=c["kv"], head_dim=c["head_dim"], rms_norm_eps=c["eps"],
+            rope_theta=c["theta"], tie_word_embeddings=c["tied"], max_position_embeddings=4096,
+            initializer_range=0.08, attn_implementation="eager")
+        model = transformers.Qwen3ForCausalLM(cfg)
+    else:
+        raise SystemExit("unknown family " + c["family"])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+    return model
+
+
+def per_expert(hf):
+    """transformers 5 keeps each layer's experts as fused 3-D parameters
+    (gate_up_proj, down_proj); the checkpoints (and torchtitan's adapter) name
+    one tensor per expert."""
+    out = {}
+    for name, t in hf.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            gate, up = t.chunk(2, dim=1)
+            for e in range(t.shape[0]):
+                out[name.replace("gate_up_proj", f"{e}.gate_proj.weight")] = gate[e]
+                out[name.replace("gate_up_proj", f"{e}.up_proj.weight")] = up[e]
+        elif name.endswith("mlp.experts.down_proj"):
+            for e in range(t.shape[0]):
+                out[name.replace("down_proj", f"{e}.down_proj.weight")] = t[e]
+        else:
+            out[name] = t
+    return out
+
+
+def titan_names(c, hf_grads):
+    """HF names -> torchtitan's, by torchtitan's own adapter."""
+    if c["family"] == "qwen3":
+        from torchtitan.models.moe import MoEArgs
+        from torchtitan.models.qwen3.model.args import Qwen3ModelArgs
+        from torchtitan.models.qwen3.model.state_dict_adapter import Qwen3StateDictAdapter
+        moe = {}
+        if c.get("experts"):
+            moe = dict(moe_enabled=True, moe_inter_dim=c["moe_inter"],
+                       moe_args=MoEArgs(num_experts=c["experts"], num_shared_experts=0,
+                                        top_k=c["top_k"], score_func="softmax", route_norm=True,
+                                        route_scale=1.0, score_before_experts=False))
+        args = Qwen3ModelArgs(dim=c["dim"], n_layers=c["layers"], n_heads=c["heads"],
+                              n_kv_heads=c["kv"], vocab_size=c["vocab"], head_dim=c["head_dim"],
+                              hidden_dim=c["hidden"], norm_eps=c["eps"], rope_theta=c["theta"],
+                              qk_norm=True, enable_weight_tying=c["tied"], **moe)
+        return Qwen3StateDictAdapter(args, None).from_hf(per_expert(hf_grads))
+    raise SystemExit("unknown family " + c["family"])
+
+
+def make(name, c):
+    out = os.path.join(ROOT, name)
+    os.makedirs(out, exist_ok=True)
+    titan = c.get("source") == "torchtitan"
+    if titan:
+        # histc has no CPU kernel for int64 (torchtitan runs it on GPUs);
+        # bincount counts the same integers in [0, experts).
+        torch.histc = lambda x, bins, min, max: torch.bincount(x.view(-1), minlength=bins)
+        model = build_torchtitan(c)
+        state = {n: t.detach().float().contiguous().clone() for n, t in model.state_dict().items()
+                 if "rope_cache" not in n and "tokens_per_expert" not in n}
+        save_file(state, os.path.join(out, "weights.safetensors"))
+    else:
+        model = build_hf(c)
+        model.save_pretrained(os.path.join(out, "hf"), safe_serialization=True)
+    model = model.double()
+    g = torch.Generator().manual_seed(c["seed"] + 1)
+    b, t, v = c["b"], c["t"], c["vocab"]
+    ids = torch.randint(0, v, (b, t), generator=g)
+    labels = torch.randint(0, v, (b, t), generator=g)
+    labels[torch.rand((b, t), generator=g) < 0.15] = -100
+    logits = model(ids) if titan else model(input_ids=ids).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, v), labels.reshape(-1),
+                                             ignore_index=-100)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    ref = {"ids": ids.to(torch.int32), "labels": labels.to(torch.int32),
+           "logits": logits.detach().float(), "loss": loss.detach().reshape(1)}
+    for fqn, gr in (grads if titan else titan_names(c, grads)).items():
+        ref["grad." + fqn] = gr.float().contiguous().clone()
+    for n, b in model.named_buffers():
+        if n.endswith("tokens_per_expert"):
+            ref["counts." + n.split(".")[1]] = b.float().clone()
+    save_file(ref, os.path.join(out, "ref.safetensors"))
+    import transformers
+    case = dict(c, n_valid=int((labels != -100).sum()), loss=loss.item(),
+                torch=torch.__version__, transformers=transformers.__version__)
+    with open(os.path.join(out, "case.json"), "w") as f:
+        json.dump(case, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"{name}: loss {loss.item():.6f}, {len(ref) - 4} gradients -> {out}")
+
+
+def main():
+    names = sys.argv[1:] or sorted(CASES)
+    for n in names:
+        make(n, CASES[n])
+
+
+if __name__ == "__main__":
+    main()
