@@ -53,29 +53,59 @@ CASES = {
                         eps=1e-6, theta=1e6, experts=16, top_k=4, moe_inter=8, shared=1,
                         score="sigmoid", route_scale=2.5, groups=4, limited=2,
                         score_before=True, b=2, t=13, seed=1603),
+    # DeepSeek V3's debugmodel layout through torchtitan's own DeepSeekV3Model:
+    # MLA without a q bottleneck, YaRN on (max_seq_len 128 > original_seq_len
+    # 64, so the softmax takes mscale too), a dense first layer, softmax-routed
+    # experts with two shared ones, a random expert_bias.
+    "deepseek_v3": dict(family="deepseek_v3", source="torchtitan", vocab=128, dim=32,
+                        hidden=64, layers=3, heads=4, kv=4, dense=1, q_lora=0, kv_lora=24,
+                        qk_nope=16, qk_rope=16, v_head=12, mscale=0.7, rope_orig=64,
+                        rope_factor=40.0, theta=10000.0, max_seq=128, eps=1e-5,
+                        experts=8, top_k=3, moe_inter=16, shared=2, score="softmax",
+                        route_norm=False, route_scale=1.0, score_before=False, tied=False,
+                        b=2, t=13, seed=1701),
+    # DeepSeek V3 (671B's routing and RoPE) through transformers'
+    # DeepseekV3ForCausalLM: a q bottleneck, sigmoid scores with
+    # e_score_correction_bias, 8 groups of which 4 kept, weights normalised
+    # and scaled, YaRN over original_max_position_embeddings 4096.  HF's
+    # q_a_layernorm / kv_a_layernorm keep eps 1e-6 whatever rms_norm_eps says.
+    "deepseek_v3_hf": dict(family="deepseek_v3", flavor="671B", vocab=128, dim=32,
+                           hidden=64, layers=3, heads=4, kv=4, dense=1, q_lora=12,
+                           kv_lora=24, qk_nope=16, qk_rope=16, v_head=12, mscale=1.0,
+                           rope_orig=4096, rope_factor=40.0, theta=10000.0, max_seq=8192,
+                           eps=1e-5, final_eps=1e-5, mla_eps=1e-6, experts=32, top_k=8, moe_inter=8,
+                           shared=1, score="sigmoid", route_norm=True, route_scale=2.5,
+                           groups=8, limited=4, score_before=False, tied=False, b=2, t=13,
+                           seed=1702),
 }
 
 
-def build_torchtitan(c):
-    """torchtitan's Qwen3Model with the case's MoEArgs (the for-loop experts:
-    grouped_mm has no float64).  Weights redrawn wider than init_weights'
-    so that the routing's choices are far from ties."""
+def moe_args(c):
     from torchtitan.models.moe import MoEArgs
-    from torchtitan.models.qwen3.model.args import Qwen3ModelArgs
-    from torchtitan.models.qwen3.model.model import Qwen3Model
-    torch.manual_seed(c["seed"])
-    moe = MoEArgs(num_experts=c["experts"], num_shared_experts=c["shared"], top_k=c["top_k"],
-                  score_func=c["score"], route_norm=True, route_scale=c["route_scale"],
-                  score_before_experts=c["score_before"], num_expert_groups=c["groups"],
-                  num_limited_groups=c["limited"], use_grouped_mm=False, load_balance_coeff=1e-3)
-    args = Qwen3ModelArgs(dim=c["dim"], n_layers=c["layers"], n_heads=c["heads"],
-                          n_kv_heads=c["kv"], vocab_size=c["vocab"], head_dim=c["head_dim"],
-                          hidden_dim=c["hidden"], norm_eps=c["eps"], rope_theta=c["theta"],
-                          qk_norm=True, max_seq_len=64, enable_weight_tying=c["tied"],
-                          moe_enabled=True, moe_inter_dim=c["moe_inter"], moe_args=moe)
-    model = Qwen3Model(args)
+    return MoEArgs(num_experts=c["experts"], num_shared_experts=c["shared"], top_k=c["top_k"],
+                   score_func=c["score"], route_norm=c.get("route_norm", True),
+                   route_scale=c["route_scale"], score_before_experts=c["score_before"],
+                   num_expert_groups=c.get("groups"), num_limited_groups=c.get("limited"),
+                   use_grouped_mm=False, load_balance_coeff=1e-3)
+
+
+def deepseek_args(c):
+    from torchtitan.models.deepseek_v3.model.args import DeepSeekV3ModelArgs
+    args = DeepSeekV3ModelArgs(
+        vocab_size=c["vocab"], dim=c["dim"], inter_dim=c["hidden"], moe_inter_dim=c["moe_inter"],
+        n_layers=c["layers"], n_dense_layers=c["dense"], n_heads=c["heads"], norm_eps=c["eps"],
+        moe_args=moe_args(c), q_lora_rank=c["q_lora"], kv_lora_rank=c["kv_lora"],
+        qk_nope_head_dim=c["qk_nope"], qk_rope_head_dim=c["qk_rope"], v_head_dim=c["v_head"],
+        max_seq_len=c["max_seq"], original_seq_len=c["rope_orig"], rope_theta=c["theta"],
+        rope_factor=c["rope_factor"], mscale=c["mscale"])
+    args.moe_impl = "standard"  # what update_from_config sets from the job
+    return args
+
+
+def randomise(model):
+    """Weights redrawn wider than init_weights' so that the routing's choices
+    are far from ties; norms away from 1 so that a forgotten one shows."""
     with torch.no_grad():
-        model.init_weights(buffer_device=torch.device("cpu"))
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.2 * torch.randn_like(p))
@@ -86,13 +116,44 @@ def build_torchtitan(c):
         for name, b in model.named_buffers():
             if name.endswith("expert_bias"):
                 b.copy_(0.05 * torch.randn_like(b))
+
+
+def build_torchtitan(c):
+    if c["family"] == "deepseek_v3":
+        from torchtitan.models.deepseek_v3.model.model import DeepSeekV3Model
+        torch.manual_seed(c["seed"])
+        model = DeepSeekV3Model(deepseek_args(c))
+        with torch.no_grad():
+            model.init_weights(buffer_device=torch.device("cpu"))
+        randomise(model)
+        return model
+    return build_torchtitan_qwen3(c)
+
+
+def build_torchtitan_qwen3(c):
+    """torchtitan's Qwen3Model with the case's MoEArgs (the for-loop experts:
+    grouped_mm has no float64).  Weights redrawn wider than init_weights'
+    so that the routing's choices are far from ties."""
+    from torchtitan.models.qwen3.model.args import Qwen3ModelArgs
+    from torchtitan.models.qwen3.model.model import Qwen3Model
+    torch.manual_seed(c["seed"])
+    moe = moe_args(c)
+    args = Qwen3ModelArgs(dim=c["dim"], n_layers=c["layers"], n_heads=c["heads"],
+                          n_kv_heads=c["kv"], vocab_size=c["vocab"], head_dim=c["head_dim"],
+                          hidden_dim=c["hidden"], norm_eps=c["eps"], rope_theta=c["theta"],
+                          qk_norm=True, max_seq_len=64, enable_weight_tying=c["tied"],
+                          moe_enabled=True, moe_inter_dim=c["moe_inter"], moe_args=moe)
+    model = Qwen3Model(args)
+    with torch.no_grad():
+        model.init_weights(buffer_device=torch.device("cpu"))
+    randomise(model)
     return model
 
 
 def build_hf(c):
     import transformers
     torch.manual_seed(c["seed"])
-    if c.get("experts"):
+    if c["family"] == "qwen3" and c.get("experts"):
         cfg = transformers.Qwen3MoeConfig(
             vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["hidden"],
             moe_intermediate_size=c["moe_inter"], num_experts=c["experts"],
@@ -111,6 +172,33 @@ def build_hf(c):
             rope_theta=c["theta"], tie_word_embeddings=c["tied"], max_position_embeddings=4096,
             initializer_range=0.08, attn_implementation="eager")
         model = transformers.Qwen3ForCausalLM(cfg)
+    elif c["family"] == "deepseek_v3":
+        rope = {"type": "yarn", "rope_type": "yarn", "factor": c["rope_factor"], "beta_fast": 32,
+                "beta_slow": 1, "mscale": c["mscale"], "mscale_all_dim": c["mscale"],
+                "original_max_position_embeddings": c["rope_orig"]}
+        cfg = transformers.DeepseekV3Config(
+            vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["hidden"],
+            moe_intermediate_size=c["moe_inter"], num_hidden_layers=c["layers"],
+            num_attention_heads=c["heads"], num_key_value_heads=c["heads"],
+            n_shared_experts=c["shared"], n_routed_experts=c["experts"],
+            routed_scaling_factor=c["route_scale"], kv_lora_rank=c["kv_lora"],
+            q_lora_rank=c["q_lora"] or None, qk_rope_head_dim=c["qk_rope"],
+            v_head_dim=c["v_head"], qk_nope_head_dim=c["qk_nope"], n_group=c["groups"],
+            topk_group=c["limited"], num_experts_per_tok=c["top_k"],
+            first_k_dense_replace=c["dense"], norm_topk_prob=c["route_norm"],
+            max_position_embeddings=int(c["rope_orig"] * c["rope_factor"]),
+            rope_scaling=rope, rope_theta=c["theta"], rope_interleave=True,
+            rms_norm_eps=c["eps"], tie_word_embeddings=False, initializer_range=0.15,
+            attn_implementation="eager")
+        model = transformers.DeepseekV3ForCausalLM(cfg)
+        model.set_experts_implementation("eager")
+        with torch.no_grad():  # routing far from ties, a bias that steers it
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight"):
+                    p.copy_(0.5 * torch.randn_like(p))
+            for name, b in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    b.copy_(0.05 * torch.randn_like(b))
     else:
         raise SystemExit("unknown family " + c["family"])
     with torch.no_grad():
@@ -156,6 +244,10 @@ def titan_names(c, hf_grads):
                               hidden_dim=c["hidden"], norm_eps=c["eps"], rope_theta=c["theta"],
                               qk_norm=True, enable_weight_tying=c["tied"], **moe)
         return Qwen3StateDictAdapter(args, None).from_hf(per_expert(hf_grads))
+    if c["family"] == "deepseek_v3":
+        from torchtitan.models.deepseek_v3.model.state_dict_adapter import (
+            DeepSeekV3StateDictAdapter)
+        return DeepSeekV3StateDictAdapter(deepseek_args(c), None).from_hf(per_expert(hf_grads))
     raise SystemExit("unknown family " + c["family"])
 
 

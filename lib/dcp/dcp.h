@@ -286,7 +286,13 @@ typedef struct dcp_hf_model {
 	int tied, max_seq_len;
 	int n_experts, top_k, moe_inter, route_norm; /* mixture of experts (0: none);
 	                                                 n_experts, moe_inter inferred */
+	int dense_layers;       /* inferred: the layers before the first with experts */
+	int q_lora, kv_lora, qk_nope, qk_rope, v_head; /* inferred: multi-head latent
+	                                                 attention's dims (kv_lora 0: none) */
 	const dcp_hf_key *keys; /* the family's names; NULL: Llama's */
+	const struct llama_args *args; /* the flavor, for a family's config writer
+	                                  (MLA, RoPE scaling, attention options); may
+	                                  be NULL */
 	/* The family's config.json: fill c (an empty JSON object) from m, with
 	 * torch_dtype already set; NULL: LlamaForCausalLM's. */
 	int (*config)(struct json_t *c, const struct dcp_hf_model *m);

@@ -13,6 +13,7 @@
 
 #include "core/afile.h"
 #include "dcp/dcp_priv.h"
+#include "model/flavor.h"
 #include "safetensors/safetensors.h"
 
 const dcp_hf_key dcp_hf_llama_keys[] = {
@@ -132,17 +133,62 @@ static int check_shape(const char *name, const dcp_src_item *it, const dcp_hf_mo
 	return 0;
 }
 
+/* The first layer's tensor named by fmt (one %d, the layer) among the first
+ * 64 layers: DeepSeek V3's experts start after its dense layers, Llama 4's
+ * alternate with them. */
+static const dcp_src_item *first_layer_item(dcp_source *s, const char *fmt)
+{
+	char name[160];
+	for (int l = 0; l < 64; l++) {
+		snprintf(name, sizeof name, fmt, l);
+		const dcp_src_item *it = dcp_source_find(s, name);
+		if (it)
+			return it;
+	}
+	return NULL;
+}
+
+/* Multi-head latent attention's dims from layer 0's shapes (kv_norm, wkv_a,
+ * wkv_b, wo, q_norm); 0 when the checkpoint has no MLA. */
+static int infer_mla(dcp_source *s, dcp_hf_model *m, int from_hf)
+{
+	const char *p = from_hf ? "model.layers.0.self_attn." : "layers.0.attention.";
+	const char *nm[5] = {"kv_a_layernorm.weight", "kv_a_proj_with_mqa.weight",
+			     "kv_b_proj.weight", "o_proj.weight", "q_a_layernorm.weight"};
+	const char *tt[5] = {"kv_norm.weight", "wkv_a.weight", "wkv_b.weight", "wo.weight",
+			     "q_norm.weight"};
+	const dcp_src_item *it[5];
+	for (int i = 0; i < 5; i++) {
+		char name[128];
+		snprintf(name, sizeof name, "%s%s", p, from_hf ? nm[i] : tt[i]);
+		it[i] = dcp_source_find(s, name);
+	}
+	if (!it[0] || !it[1] || !it[2] || !it[3] || it[2]->shape[0] % m->n_heads ||
+	    it[3]->ndim != 2 || it[3]->shape[1] % m->n_heads)
+		return 0;
+	m->kv_lora = (int)it[0]->shape[0];
+	m->qk_rope = (int)it[1]->shape[0] - m->kv_lora;
+	m->v_head = (int)(it[3]->shape[1] / m->n_heads);
+	m->qk_nope = (int)(it[2]->shape[0] / m->n_heads) - m->v_head;
+	/* Qwen3's q_norm is per head: a bottleneck's is wq_a's width */
+	m->q_lora = it[4] && it[4]->shape[0] != m->qk_nope + m->qk_rope ? (int)it[4]->shape[0] : 0;
+	m->head_dim = m->qk_nope + m->qk_rope;
+	return 1;
+}
+
 /* Fill the shapes a checkpoint implies: dim, vocab, layers, FFN size. */
 static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 {
 	const char *emb = from_hf ? "model.embed_tokens.weight" : "tok_embeddings.weight";
 	const char *w1 = from_hf ? "model.layers.0.mlp.gate_proj.weight" : "layers.0.feed_forward.w1.weight";
-	const char *ew1 = from_hf ? "model.layers.0.mlp.experts.0.gate_proj.weight"
-				  : "layers.0.moe.experts.w1";
-	const dcp_src_item *e = dcp_source_find(s, emb), *f = dcp_source_find(s, w1);
-	const dcp_src_item *x = dcp_source_find(s, ew1);
+	const char *ew1 = from_hf ? "model.layers.%d.mlp.experts.0.gate_proj.weight"
+				  : "layers.%d.moe.experts.w1";
+	const dcp_src_item *e = dcp_source_find(s, emb), *f = first_layer_item(s, from_hf
+		? "model.layers.%d.mlp.gate_proj.weight" : "layers.%d.feed_forward.w1.weight");
+	const dcp_src_item *x = first_layer_item(s, ew1);
 	if (!e || e->ndim != 2 || !((f && f->ndim == 2) || x))
-		return err_set(err, "no %s / %s: not a checkpoint of this model", emb, f ? ew1 : w1);
+		return err_set(err, "no %s or feed-forward (%s): not a checkpoint of this model", emb,
+			       w1);
 	if (m->dim && m->dim != e->shape[1])
 		return err_set(err, "%s has dim %" PRId64 ", the flavor says %d", emb, e->shape[1], m->dim);
 	m->dim = (int)e->shape[1];
@@ -152,8 +198,10 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 	if (x) { /* the experts: their number and hidden size */
 		char name[128];
 		int n = from_hf ? 0 : (int)x->shape[0];
+		const char *layer = from_hf ? x->name + strlen("model.layers.") : NULL;
 		while (from_hf) {
-			snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.gate_proj.weight", n);
+			snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+				 atoi(layer), n);
 			if (!dcp_source_find(s, name))
 				break;
 			n++;
@@ -174,6 +222,11 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 	m->n_layers = layers;
 	if (m->n_heads <= 0 || m->n_kv_heads <= 0)
 		return err_set(err, "need the number of heads (a flavor or --n-heads)");
+	if (x) {
+		m->dense_layers = atoi(x->name + strlen(from_hf ? "model.layers." : "layers."));
+	}
+	if (infer_mla(s, m, from_hf))
+		return 0;
 	/* Heads need not split dim (Qwen3's are 128 wide at any dim): wq's rows
 	 * say their size. */
 	const char *wq = from_hf ? "model.layers.0.self_attn.q_proj.weight"

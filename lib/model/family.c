@@ -46,5 +46,9 @@ int model_family_moe_layer(const llama_args *a, int l)
 	if (a->moe.experts <= 0)
 		return 0;
 	const model_family *f = model_family_of(a);
-	return f->moe_layer ? f->moe_layer(a, l) : 1;
+	if (f->moe_layer)
+		return f->moe_layer(a, l);
+	if (l < a->moe.dense_layers)
+		return 0;
+	return a->moe.interleave <= 1 || (l + 1) % a->moe.interleave == 0;
 }

@@ -30,7 +30,9 @@ struct model_family {
 	const struct dcp_hf_key *hf_keys;
 	int (*hf_config)(struct json_t *c, const struct dcp_hf_model *m);
 	/* Whether layer l's feed-forward is the mixture of experts (a->moe);
-	 * NULL: every layer when a->moe.experts > 0 (Qwen3-MoE). */
+	 * NULL: every layer after moe.dense_layers whose (l + 1) is a multiple of
+	 * moe.interleave (Qwen3-MoE: all; DeepSeek V3: after the dense ones;
+	 * Llama 4: every interleave-th). */
 	int (*moe_layer)(const llama_args *a, int l);
 };
 

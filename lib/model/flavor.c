@@ -27,11 +27,31 @@ int64_t flavor_embedding_params(const llama_args *a)
 	return (int64_t)a->vocab_size * a->dim;
 }
 
-/* Per layer: attention (and QK-norm), the two norms; the feed-forward apart. */
+/* Multi-head latent attention's parameters (model_mla.c's tensors). */
+static int64_t mla_params(const llama_args *a)
+{
+	const mla_args *ml = &a->mla;
+	int64_t d = a->dim, h = a->n_heads, hd = ml->qk_nope_head_dim + ml->qk_rope_head_dim;
+	int64_t q = ml->q_lora_rank ? d * ml->q_lora_rank + ml->q_lora_rank +
+					      (int64_t)ml->q_lora_rank * h * hd
+				    : d * h * hd;
+	int64_t kv = d * (ml->kv_lora_rank + ml->qk_rope_head_dim) + ml->kv_lora_rank +
+		     (int64_t)ml->kv_lora_rank * h * (ml->qk_nope_head_dim + ml->v_head_dim);
+	return q + kv + h * ml->v_head_dim * d;
+}
+
+/* Per layer: attention (QK-norm, biases, sinks), the two norms; the
+ * feed-forward apart. */
 static int64_t layer_common(const llama_args *a)
 {
 	int64_t d = a->dim, hd = flavor_head_dim(a);
+	if (a->mla.kv_lora_rank > 0)
+		return mla_params(a) + 2 * d;
 	int64_t attn = d * a->n_heads * hd + 2 * d * a->n_kv_heads * hd + a->n_heads * hd * d;
+	if (a->attn_bias)
+		attn += a->n_heads * hd + 2 * a->n_kv_heads * hd + d;
+	if (a->attn_sinks)
+		attn += a->n_heads;
 	return attn + 2 * d + (a->qk_norm ? 2 * hd : 0);
 }
 

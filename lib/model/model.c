@@ -42,7 +42,7 @@ static int add_tensor(model *m, int *cap, int unit, const char *fqn, int slot, i
 	t->is_embedding = strcmp(fqn, "tok_embeddings.weight") == 0;
 	t->tp = tp;
 	t->is_expert = ndim == 3;
-	t->tp_dim = tp == MODEL_TP_COLWISE ? ndim - 2
+	t->tp_dim = tp == MODEL_TP_COLWISE ? (ndim == 1 ? 0 : ndim - 2)
 		  : tp == MODEL_TP_ROWWISE ? (t->is_embedding ? 0 : ndim - 1) : -1;
 	m->slot[i] = slot;
 	m->init[i] = init;
@@ -142,6 +142,31 @@ static void bind_own(model *m)
 		model_bind_unit(m, u, m->params + m->units[u].offset, m->grads + m->units[u].offset);
 }
 
+/* The attention options a model cannot be built from. */
+static int check_attention_args(const llama_args *a, titan_err *e)
+{
+	const mla_args *ml = &a->mla;
+	const char *nm = a->name ? a->name : "?";
+	if (ml->kv_lora_rank < 0 || ml->q_lora_rank < 0 ||
+	    (ml->kv_lora_rank > 0 &&
+	     (ml->qk_nope_head_dim <= 0 || ml->qk_rope_head_dim <= 0 ||
+	      ml->qk_rope_head_dim % 2 || ml->v_head_dim <= 0 || a->n_kv_heads != a->n_heads)))
+		return err_set(e, "model %s: MLA kv_lora_rank %d, q_lora_rank %d, qk_nope %d, "
+			       "qk_rope %d, v %d, n_kv_heads %d: expected positive dims, an even "
+			       "qk_rope and n_kv_heads == n_heads", nm, ml->kv_lora_rank,
+			       ml->q_lora_rank, ml->qk_nope_head_dim, ml->qk_rope_head_dim,
+			       ml->v_head_dim, a->n_kv_heads);
+	if (a->sliding_window < 0 || a->nope_every < 0 || a->attn_chunk < 0 ||
+	    (a->nope_every == 1) || a->attn_temp_floor < 0)
+		return err_set(e, "model %s: sliding_window %d, nope_every %d, attn_chunk %d, "
+			       "attention temperature floor %d: expected sizes >= 0 and nope_every "
+			       "> 1 (or 0)", nm, a->sliding_window, a->nope_every, a->attn_chunk,
+			       a->attn_temp_floor);
+	if (ml->kv_lora_rank > 0 && (a->qk_norm || a->attn_bias || a->attn_sinks))
+		return err_set(e, "model %s: MLA with QK-norm, biases or sinks is not built", nm);
+	return 0;
+}
+
 /* The arguments a model cannot be built from, with the numbers named. */
 static int check_args(const llama_args *a, titan_err *e)
 {
@@ -152,6 +177,8 @@ static int check_args(const llama_args *a, titan_err *e)
 		return err_set(e, "model %s: dim %d, n_heads %d, n_kv_heads %d do not divide into "
 			       "even heads", a->name ? a->name : "?", a->dim, a->n_heads,
 			       a->n_kv_heads);
+	if (check_attention_args(a, e))
+		return -1;
 	const moe_args *mo = &a->moe;
 	if (mo->experts <= 0)
 		return 0;
@@ -185,7 +212,8 @@ static int setup_layers(model *m, titan_err *e)
 	m->ffn_max = 0;
 	for (int l = 0; l < nl; l++) {
 		int moe = model_family_moe_layer(a, l);
-		m->kind[l] = (layer_kind){ATTN_GQA, moe ? FFN_MOE : FFN_DENSE};
+		m->kind[l] = model_attn_kind(a, l);
+		m->kind[l].ffn = moe ? FFN_MOE : FFN_DENSE;
 		m->moe_index[l] = moe ? m->n_moe++ : -1;
 		int ff = moe ? a->moe.inter_dim * a->moe.shared_experts : m->ffn;
 		m->ffn_max = ff > m->ffn_max ? ff : m->ffn_max;
@@ -233,7 +261,11 @@ static model *create(backend *be, const llama_args *a, int vocab_size, int own,
 	if (vocab_size > 0)
 		m->args.vocab_size = vocab_size;
 	m->ffn = flavor_ffn_hidden(&m->args);
-	m->head_dim = flavor_head_dim(a);
+	const mla_args *ml = &a->mla;
+	m->head_dim = ml->kv_lora_rank > 0 ? ml->qk_nope_head_dim + ml->qk_rope_head_dim
+					   : flavor_head_dim(a);
+	m->v_head_dim = ml->kv_lora_rank > 0 ? ml->v_head_dim : m->head_dim;
+	m->rope_dim = ml->kv_lora_rank > 0 ? ml->qk_rope_head_dim : m->head_dim;
 	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	m->ac = MODEL_AC_NONE;
 	m->lw = calloc((size_t)a->n_layers, sizeof *m->lw);
@@ -340,7 +372,9 @@ double model_flops_per_token(const model *m, int seq_len)
 {
 	const llama_args *a = &m->args;
 	int64_t active = model_num_params_active(m) - (int64_t)a->vocab_size * a->dim;
-	return 6.0 * (double)active + 6.0 * a->n_layers * a->n_heads * (2.0 * m->head_dim) * seq_len;
+	/* torchtitan passes 2 * head_dim, MLA's qk_nope + qk_rope + v */
+	return 6.0 * (double)active +
+	       6.0 * a->n_layers * a->n_heads * (double)(m->head_dim + m->v_head_dim) * seq_len;
 }
 
 int model_num_buffers(const model *m) { return m->n_buffers; }

@@ -9,7 +9,8 @@ C="$BIN/titan-ckpt-convert"
 PY="${PYTHON:-python3}"
 
 # case model flavor heads kv_heads
-for spec in "qwen3 qwen3 debugmodel 4 2" "qwen3_moe qwen3 debugmodel_moe 4 2"; do
+for spec in "qwen3 qwen3 debugmodel 4 2" "qwen3_moe qwen3 debugmodel_moe 4 2" \
+	"deepseek_v3_hf deepseek_v3 671B 4 4"; do
 	set -- $spec
 	G=tests/family/golden/$1
 	opts="--model $2 --flavor $3 --n-heads $4 --n-kv-heads $5"
@@ -27,7 +28,8 @@ for spec in "qwen3 qwen3 debugmodel 4 2" "qwen3_moe qwen3 debugmodel_moe 4 2"; d
 import sys, torch, transformers
 from safetensors.torch import load_file
 m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float64)
-if hasattr(m, "set_experts_implementation") and m.config.model_type.endswith("moe"):
+if hasattr(m, "set_experts_implementation") and (m.config.model_type.endswith("moe") or
+                                                  getattr(m.config, "n_routed_experts", 0)):
     m.set_experts_implementation("eager")  # grouped_mm has no float64
 ref = load_file(sys.argv[2])
 got = m(input_ids=ref["ids"].long()).logits
@@ -52,6 +54,16 @@ t_grep "qwen3_moe: config.json has the experts" '"num_experts": 64' "$TMP/qwen3_
 "$BIN/titan-ckpt-convert" info "$TMP/qwen3_moe.dcp" >"$TMP/moe.info"
 t_grep "qwen3_moe: from-hf stacks the experts as torchtitan's GroupedExperts" \
 	'^layers.1.moe.experts.w2 .*(64, 32, 8)' "$TMP/moe.info"
+
+t_grep "deepseek_v3_hf: config.json says DeepseekV3ForCausalLM" '"DeepseekV3ForCausalLM"' \
+	"$TMP/deepseek_v3_hf.hf/config.json"
+t_grep "deepseek_v3_hf: config.json has MLA's dims from the checkpoint" '"kv_lora_rank": 24' \
+	"$TMP/deepseek_v3_hf.hf/config.json"
+t_grep "deepseek_v3_hf: config.json counts the dense layers" '"first_k_dense_replace": 1' \
+	"$TMP/deepseek_v3_hf.hf/config.json"
+"$BIN/titan-ckpt-convert" info "$TMP/deepseek_v3_hf.dcp" >"$TMP/ds.info"
+t_grep "deepseek_v3_hf: e_score_correction_bias is torchtitan's expert_bias" \
+	'^layers.2.moe.expert_bias ' "$TMP/ds.info"
 
 t_fails "an unknown --model is a usage error" 2 "$C" to-hf "$TMP/qwen3.dcp" "$TMP/x" \
 	--model gpt2 --flavor debugmodel

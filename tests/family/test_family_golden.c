@@ -54,6 +54,50 @@ static int ci(json_t *c, const char *k)
 	return (int)json_integer_value(json_object_get(c, k));
 }
 
+/* The case's optional settings over the flavor's (key absent: the flavor's). */
+static void opt_int(json_t *c, const char *k, int *dst)
+{
+	json_t *v = json_object_get(c, k);
+	if (v)
+		*dst = json_is_boolean(v) ? json_is_true(v) : (int)json_integer_value(v);
+}
+
+static void opt_real(json_t *c, const char *k, double *dst)
+{
+	json_t *v = json_object_get(c, k);
+	if (v)
+		*dst = json_number_value(v);
+}
+
+/* The attention, RoPE and layer-pattern settings the families beyond Qwen3
+ * take from the case. */
+static void golden_options(golden *g)
+{
+	llama_args *a = &g->a;
+	opt_int(g->c, "q_lora", &a->mla.q_lora_rank);
+	opt_int(g->c, "kv_lora", &a->mla.kv_lora_rank);
+	opt_int(g->c, "qk_nope", &a->mla.qk_nope_head_dim);
+	opt_int(g->c, "qk_rope", &a->mla.qk_rope_head_dim);
+	opt_int(g->c, "v_head", &a->mla.v_head_dim);
+	opt_real(g->c, "mscale", &a->mla.mscale);
+	opt_real(g->c, "mla_eps", &a->mla.norm_eps);
+	opt_real(g->c, "rope_orig", &a->rope.orig);
+	opt_real(g->c, "rope_factor", &a->rope.factor);
+	opt_int(g->c, "max_seq", &a->max_seq_len);
+	opt_real(g->c, "final_eps", &a->final_norm_eps);
+	opt_int(g->c, "dense", &a->moe.dense_layers);
+	opt_int(g->c, "interleave", &a->moe.interleave);
+	opt_int(g->c, "route_norm", &a->moe.route_norm);
+	opt_int(g->c, "window", &a->sliding_window);
+	opt_int(g->c, "sinks", &a->attn_sinks);
+	opt_int(g->c, "attn_bias", &a->attn_bias);
+	opt_int(g->c, "nope_every", &a->nope_every);
+	opt_int(g->c, "chunk", &a->attn_chunk);
+	opt_int(g->c, "qk_l2", &a->qk_l2_norm);
+	opt_int(g->c, "temp_floor", &a->attn_temp_floor);
+	opt_real(g->c, "temp_scale", &a->attn_temp_scale);
+}
+
 /* The case's shapes on the family's debugmodel flavor (its other settings:
  * RoPE style, QK-norm, tying). */
 static void golden_open(golden *g, const char *name)
@@ -96,6 +140,7 @@ static void golden_open(golden *g, const char *name)
 		if (json_object_get(g->c, "route_scale"))
 			mo->route_scale = json_number_value(json_object_get(g->c, "route_scale"));
 	}
+	golden_options(g);
 	g->b = ci(g->c, "b");
 	g->t = ci(g->c, "t");
 	snprintf(p, sizeof p, "%s/ref.safetensors", g->dir);
@@ -137,7 +182,7 @@ static void load_from_hf(const golden *g, model *m, const char *tmp)
 			   .norm_eps = g->a.norm_eps, .rope_theta = g->a.rope_theta,
 			   .tied = g->a.tied_embeddings, .max_seq_len = g->a.max_seq_len,
 			   .n_experts = g->a.moe.experts, .top_k = g->a.moe.top_k,
-			   .keys = f->hf_keys, .config = f->hf_config};
+			   .keys = f->hf_keys, .config = f->hf_config, .args = &g->a};
 	char hf[320];
 	snprintf(hf, sizeof hf, "%s/hf", g->dir);
 	if (dcp_from_hf(hf, tmp, &hm, PTZ_F32, &e))
@@ -152,6 +197,16 @@ static void load_from_hf(const golden *g, model *m, const char *tmp)
 	if (dcp_load(tmp, items, (size_t)n, &e))
 		fail_msg("%s", e.msg);
 	free(items);
+	/* buffers HF keeps (DeepSeek V3's e_score_correction_bias: expert_bias) */
+	for (int i = 0; i < model_num_buffers(m); i++) {
+		const model_tensor *t = model_buffer_at(m, i);
+		float *host = malloc(t->numel * sizeof(float));
+		dcp_item it;
+		dcp_item_full(&it, t->fqn, PTZ_F32, t->ndim, t->shape, host);
+		if (dcp_load(tmp, &it, 1, &e) == 0)
+			model_buffer_write(m, t, host);
+		free(host);
+	}
 }
 
 /* torchtitan's state dict by name: parameters and buffers (expert_bias). */
@@ -184,16 +239,19 @@ static void check_counts(const golden *g, model *m)
 {
 	size_t n;
 	const float *got = model_moe_counts(m, &n);
-	int ex = g->a.moe.experts;
+	int ex = g->a.moe.experts, mi = 0;
 	for (int l = 0; l < g->a.n_layers; l++) {
+		if (!model_family_moe_layer(&g->a, l))
+			continue;
 		char key[32];
 		snprintf(key, sizeof key, "counts.%d", l);
 		const float *want = ref_f32(g, key, (size_t)ex);
 		assert_non_null(want);
 		for (int i = 0; i < ex; i++)
-			if (got[l * ex + i] != want[i])
+			if (got[mi * ex + i] != want[i])
 				fail_msg("layer %d expert %d: %g tokens, torchtitan %g", l, i,
-					 got[l * ex + i], want[i]);
+					 got[mi * ex + i], want[i]);
+		mi++;
 	}
 	print_message("%s: tokens per expert as torchtitan counts them (%zu)\n", g->dir, n);
 }
@@ -286,9 +344,29 @@ static void moe_routing_options_match_torchtitans_moe(void **s)
 	check_case("moe_routing");
 }
 
+/* DeepSeek V3's debugmodel layout against torchtitan's DeepSeekV3Model: MLA,
+ * YaRN with its softmax mscale, a dense first layer, softmax experts with
+ * shared ones and a random expert_bias. */
+static void deepseek_v3_matches_torchtitan_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("deepseek_v3");
+}
+
+/* DeepSeek V3 (671B's routing) against transformers' DeepseekV3ForCausalLM,
+ * through titan's HF import: MLA with a q bottleneck, sigmoid grouped routing
+ * steered by e_score_correction_bias. */
+static void deepseek_v3_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("deepseek_v3_hf");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(deepseek_v3_matches_torchtitan_logits_loss_and_gradients),
+		cmocka_unit_test(deepseek_v3_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(qwen3_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(qwen3_moe_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(moe_routing_options_match_torchtitans_moe),
