@@ -77,6 +77,12 @@ CASES = {
                            shared=1, score="sigmoid", route_norm=True, route_scale=2.5,
                            groups=8, limited=4, score_before=False, tied=False, b=2, t=13,
                            seed=1702),
+    # GPT-OSS's debugmodel settings through transformers' GptOssForCausalLM:
+    # sinks, biases, YaRN on halves, the router's bias, the clamped SwiGLU; 150
+    # tokens so that the even layers' 128-token window cuts in.
+    "gpt_oss": dict(family="gpt_oss", vocab=128, dim=32, hidden=64, layers=3, heads=4, kv=2,
+                    head_dim=8, eps=1e-5, theta=150000.0, experts=8, top_k=4, moe_inter=16,
+                    tied=False, b=1, t=150, seed=1801),
 }
 
 
@@ -199,6 +205,22 @@ def build_hf(c):
             for name, b in model.named_buffers():
                 if name.endswith("e_score_correction_bias"):
                     b.copy_(0.05 * torch.randn_like(b))
+    elif c["family"] == "gpt_oss":
+        cfg = transformers.GptOssConfig(
+            vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["moe_inter"],
+            num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+            num_key_value_heads=c["kv"], head_dim=c["head_dim"], num_local_experts=c["experts"],
+            num_experts_per_tok=c["top_k"], sliding_window=128, rope_theta=c["theta"],
+            rms_norm_eps=c["eps"], tie_word_embeddings=False, initializer_range=0.1,
+            attn_implementation="eager")
+        model = transformers.GptOssForCausalLM(cfg)
+        model.set_experts_implementation("eager")
+        with torch.no_grad():  # the router far from ties; sinks and biases not 0
+            for name, p in model.named_parameters():
+                if "router" in name:
+                    p.copy_(0.5 * torch.randn_like(p))
+                elif name.endswith(("bias", "sinks")):
+                    p.copy_(0.3 * torch.randn_like(p))
     else:
         raise SystemExit("unknown family " + c["family"])
     with torch.no_grad():
@@ -248,6 +270,15 @@ def titan_names(c, hf_grads):
         from torchtitan.models.deepseek_v3.model.state_dict_adapter import (
             DeepSeekV3StateDictAdapter)
         return DeepSeekV3StateDictAdapter(deepseek_args(c), None).from_hf(per_expert(hf_grads))
+    if c["family"] == "gpt_oss":
+        # torchtitan's adapter names the MXFP4 release's *_blocks; transformers'
+        # unquantized fused experts are those (experts, in, out), transposed.
+        from torchtitan.models.gpt_oss.model.state_dict_adapter import GptOssStateDictAdapter
+        from torchtitan.models.gpt_oss.model.args import GptOssModelArgs
+        plain = {n.replace("_proj", "_proj_blocks") if n.endswith(("gate_up_proj", "down_proj"))
+                 else n: (t.transpose(-1, -2) if n.endswith(("gate_up_proj", "down_proj")) else t)
+                 for n, t in hf_grads.items()}
+        return GptOssStateDictAdapter(GptOssModelArgs(), None).from_hf(plain)
     raise SystemExit("unknown family " + c["family"])
 
 

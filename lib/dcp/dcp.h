@@ -270,6 +270,8 @@ enum dcp_hf_kind {
 	                   per expert; hf has a second "{}", the expert */
 	DCP_HF_DROP,    /* a torchtitan buffer HF has no place for (expert_bias):
 	                   to-hf leaves it out; hf is NULL */
+	DCP_HF_TRANSPOSE, /* torchtitan's (experts, out, in) <-> HF's fused (experts, in,
+	                     out): the last two dims swapped (GPT-OSS, Llama 4) */
 };
 typedef struct dcp_hf_key {
 	const char *titan, *hf;

@@ -177,38 +177,72 @@ static int infer_mla(dcp_source *s, dcp_hf_model *m, int from_hf)
 }
 
 /* Fill the shapes a checkpoint implies: dim, vocab, layers, FFN size. */
+/* Where each side keeps the first layer's feed-forward: the dense SwiGLU's
+ * w1, and the experts' first matrix, (experts, inter * mult, dim) in
+ * torchtitan's stacks, one HF tensor per expert (per_expert) or HF's fused
+ * (experts, dim, inter * mult) (GPT-OSS, Llama 4). */
+static const char *const dense_at[2][2] = {
+	{"layers.%d.feed_forward.w1.weight", NULL},
+	{"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.feed_forward.gate_proj.weight"},
+};
+static const struct {
+	const char *fmt;
+	int inter_dim, mult, per_expert;
+} experts_at[2][3] = {
+	{{"layers.%d.moe.experts.w1", 1, 1, 0},
+	 {"layers.%d.moe.experts.mlp1_weight", 1, 2, 0},
+	 {NULL, 0, 0, 0}},
+	{{"model.layers.%d.mlp.experts.0.gate_proj.weight", 0, 1, 1},
+	 {"model.layers.%d.mlp.experts.gate_up_proj", 2, 2, 0},
+	 {"model.layers.%d.feed_forward.experts.gate_up_proj", 2, 2, 0}},
+};
+
+/* The experts' number and hidden size from the first layer that has them;
+ * their layer in *at (-1: none). */
+static void infer_experts(dcp_source *s, dcp_hf_model *m, int from_hf, int *at)
+{
+	*at = -1;
+	for (int i = 0; i < 3; i++) {
+		const char *fmt = experts_at[from_hf][i].fmt;
+		const dcp_src_item *x = fmt ? first_layer_item(s, fmt) : NULL;
+		if (!x)
+			continue;
+		*at = atoi(x->name + strlen(from_hf ? "model.layers." : "layers."));
+		m->moe_inter = (int)(x->shape[experts_at[from_hf][i].inter_dim] /
+				     experts_at[from_hf][i].mult);
+		int n = (int)x->shape[0];
+		if (experts_at[from_hf][i].per_expert) {
+			char name[128];
+			for (n = 0;; n++) {
+				snprintf(name, sizeof name,
+					 "model.layers.%d.mlp.experts.%d.gate_proj.weight", *at, n);
+				if (!dcp_source_find(s, name))
+					break;
+			}
+		}
+		m->n_experts = n;
+		return;
+	}
+}
+
 static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 {
 	const char *emb = from_hf ? "model.embed_tokens.weight" : "tok_embeddings.weight";
-	const char *w1 = from_hf ? "model.layers.0.mlp.gate_proj.weight" : "layers.0.feed_forward.w1.weight";
-	const char *ew1 = from_hf ? "model.layers.%d.mlp.experts.0.gate_proj.weight"
-				  : "layers.%d.moe.experts.w1";
-	const dcp_src_item *e = dcp_source_find(s, emb), *f = first_layer_item(s, from_hf
-		? "model.layers.%d.mlp.gate_proj.weight" : "layers.%d.feed_forward.w1.weight");
-	const dcp_src_item *x = first_layer_item(s, ew1);
-	if (!e || e->ndim != 2 || !((f && f->ndim == 2) || x))
-		return err_set(err, "no %s or feed-forward (%s): not a checkpoint of this model", emb,
-			       w1);
+	const dcp_src_item *e = dcp_source_find(s, emb), *f = NULL;
+	for (int i = 0; i < 2 && !f; i++)
+		if (dense_at[from_hf][i])
+			f = first_layer_item(s, dense_at[from_hf][i]);
+	int moe_at;
+	infer_experts(s, m, from_hf, &moe_at);
+	if (!e || e->ndim != 2 || !((f && f->ndim == 2) || moe_at >= 0))
+		return err_set(err, "no %s or feed-forward: not a checkpoint of this model", emb);
 	if (m->dim && m->dim != e->shape[1])
 		return err_set(err, "%s has dim %" PRId64 ", the flavor says %d", emb, e->shape[1], m->dim);
 	m->dim = (int)e->shape[1];
 	m->vocab_size = (int)e->shape[0];
 	if (f)
 		m->ffn_hidden = (int)f->shape[0];
-	if (x) { /* the experts: their number and hidden size */
-		char name[128];
-		int n = from_hf ? 0 : (int)x->shape[0];
-		const char *layer = from_hf ? x->name + strlen("model.layers.") : NULL;
-		while (from_hf) {
-			snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-				 atoi(layer), n);
-			if (!dcp_source_find(s, name))
-				break;
-			n++;
-		}
-		m->n_experts = n;
-		m->moe_inter = (int)x->shape[x->ndim - 2];
-	}
+	m->dense_layers = moe_at > 0 ? moe_at : 0;
 	int layers = 0;
 	char name[128];
 	for (;; layers++) {
@@ -222,9 +256,6 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 	m->n_layers = layers;
 	if (m->n_heads <= 0 || m->n_kv_heads <= 0)
 		return err_set(err, "need the number of heads (a flavor or --n-heads)");
-	if (x) {
-		m->dense_layers = atoi(x->name + strlen(from_hf ? "model.layers." : "layers."));
-	}
 	if (infer_mla(s, m, from_hf))
 		return 0;
 	/* Heads need not split dim (Qwen3's are 128 wide at any dim): wq's rows
@@ -308,10 +339,44 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 	return rc;
 }
 
-/* Read, cast and (for wq/wk) permute one tensor into a new buffer. */
-static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, int rope,
+/* The RoPE permutation a key's kind asks for: 1 wq, 2 wk, 0 none. */
+static int rope_of(int kind)
+{
+	return kind == DCP_HF_ROPE_Q ? 1 : kind == DCP_HF_ROPE_K ? 2 : 0;
+}
+
+/* A tensor's shape against what its key's kind does to it; out_shape (the
+ * other side's) gets the last two dims swapped for DCP_HF_TRANSPOSE. */
+static int check_kind(const dcp_src_item *it, int kind, const dcp_hf_model *m,
+		      int64_t *out_shape, titan_err *err)
+{
+	if (kind != DCP_HF_TRANSPOSE)
+		return check_shape(it->name, it, m, rope_of(kind), err);
+	if (it->ndim != 3)
+		return err_set(err, "%s: %d dims, expected (experts, a, b)", it->name, it->ndim);
+	out_shape[1] = it->shape[2];
+	out_shape[2] = it->shape[1];
+	return 0;
+}
+
+/* (e, a, b) -> (e, b, a), elements of es bytes. */
+static void transpose_last(const void *src, void *dst, const int64_t *shape, size_t es)
+{
+	int64_t a = shape[1], b = shape[2];
+	for (int64_t x = 0; x < shape[0]; x++)
+		for (int64_t i = 0; i < a; i++)
+			for (int64_t j = 0; j < b; j++)
+				memcpy((char *)dst + (size_t)((x * b + j) * a + i) * es,
+				       (const char *)src + (size_t)((x * a + i) * b + j) * es, es);
+}
+
+/* Read, cast and (for wq/wk) permute one tensor into a new buffer; a
+ * DCP_HF_TRANSPOSE kind swaps its last two dims (*swapped set; the caller
+ * swaps the shape it names). */
+static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, int kind,
 			 const dcp_hf_model *m, int to_hf, titan_err *err)
 {
+	int rope = rope_of(kind);
 	size_t es = ptz_dtype_size(dt), b = (size_t)dcp_numel(it->ndim, it->shape) * es;
 	void *buf = malloc(b ? b : 1), *out = NULL;
 	if (!buf) {
@@ -322,14 +387,16 @@ static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, in
 		free(buf);
 		return NULL;
 	}
-	if (!rope)
+	if (!rope && kind != DCP_HF_TRANSPOSE)
 		return buf;
 	out = malloc(b ? b : 1);
-	if (out)
+	if (!out)
+		err_set(err, "out of memory");
+	else if (kind == DCP_HF_TRANSPOSE)
+		transpose_last(buf, out, it->shape, es);
+	else
 		dcp_rope_permute(buf, out, it->shape[0], it->shape[1],
 				 rope == 1 ? m->n_heads : m->n_kv_heads, to_hf, es);
-	else
-		err_set(err, "out of memory");
 	free(buf);
 	return out;
 }
@@ -403,7 +470,7 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 			rc = export_experts(s, it, key, nums[0], dt, items, &k, err);
 			continue;
 		}
-		int rope = key->kind;
+		int kind = key->kind;
 		char *hn = format_key(key->hf, nums, nn);
 		if (!hn) {
 			rc = err_set(err, "out of memory");
@@ -419,8 +486,8 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		d->ndim = it->ndim;
 		memcpy(d->shape, it->shape, sizeof(int64_t) * (size_t)it->ndim);
 		k++;
-		rc = check_shape(it->name, it, &m, rope, err);
-		if (rc == 0 && !(d->data = load_mapped(s, it, dt, rope, &m, 1, err)))
+		rc = check_kind(it, kind, &m, d->shape, err);
+		if (rc == 0 && !(d->data = load_mapped(s, it, dt, kind, &m, 1, err)))
 			rc = -1;
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
@@ -513,7 +580,7 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
 			rc = stack_expert(s, it, key, nums, dt, &m, items, &k, stacks, &ns, err);
 			continue;
 		}
-		int rope = key->kind;
+		int kind = key->kind;
 		char *tn = format_key(key->titan, nums, nn);
 		if (!tn) {
 			rc = err_set(err, "out of memory");
@@ -521,9 +588,11 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
 		}
 		have_output |= !strcmp(tn, "output.weight");
 		dcp_item *d = &items[k++];
-		dcp_item_full(d, tn, dt, it->ndim, it->shape, NULL);
-		rc = check_shape(it->name, it, &m, rope, err);
-		if (rc == 0 && !(d->data = load_mapped(s, it, dt, rope, &m, 0, err)))
+		int64_t shape[DCP_MAX_DIM];
+		memcpy(shape, it->shape, sizeof(int64_t) * (size_t)it->ndim);
+		rc = check_kind(it, kind, &m, shape, err);
+		dcp_item_full(d, tn, dt, it->ndim, shape, NULL);
+		if (rc == 0 && !(d->data = load_mapped(s, it, dt, kind, &m, 0, err)))
 			rc = -1;
 	}
 	for (size_t i = 0; i < ns && rc == 0; i++)

@@ -18,7 +18,7 @@ int flavor_ffn_hidden(const llama_args *a)
 	h = 2 * h / 3;
 	if (a->ffn_dim_multiplier > 0)
 		h = (int64_t)(a->ffn_dim_multiplier * (double)h);
-	int64_t m = a->multiple_of;
+	int64_t m = a->multiple_of > 0 ? a->multiple_of : 1; /* a family without dense layers */
 	return (int)(m * ((h + m - 1) / m));
 }
 
@@ -64,7 +64,10 @@ static int64_t layer_ffn(const llama_args *a, int l, int64_t *experts)
 	if (!model_family_moe_layer(a, l))
 		return 3 * d * flavor_ffn_hidden(a);
 	*experts = (int64_t)m->experts * 3 * d * m->inter_dim;
-	return *experts + (int64_t)m->experts * d + 3 * d * (int64_t)m->inter_dim * m->shared_experts;
+	if (m->swiglu_limit > 0) /* GPT-OSS's experts' biases */
+		*experts += (int64_t)m->experts * (2 * m->inter_dim + d);
+	return *experts + (int64_t)m->experts * d + (m->gate_bias ? m->experts : 0) +
+	       3 * d * (int64_t)m->inter_dim * m->shared_experts;
 }
 
 /* All parameters, and *experts of them the routed experts'. */

@@ -30,6 +30,10 @@ typedef struct moe_args {
 	                              top_k / experts) per micro-batch; 0: no limit */
 	int inter_dim;             /* each expert's hidden size (moe_inter_dim) */
 	int force_balance;         /* debug.moe_force_load_balance: round-robin routing */
+	int gate_bias;             /* the router's linear has a bias (GPT-OSS) */
+	double swiglu_limit;       /* GPT-OSS's experts (0: w1 w3 w2 SwiGLUs): mlp1 (gate
+	                              and up rows interleaved) + bias, the clamped SwiGLU
+	                              (alpha 1.702, this limit), mlp2 + bias */
 } moe_args;
 
 /* How a flavor stretches RoPE's frequencies for long contexts (torchtitan's

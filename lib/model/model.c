@@ -41,8 +41,10 @@ static int add_tensor(model *m, int *cap, int unit, const char *fqn, int slot, i
 	t->is_norm = init == INIT_ONES;
 	t->is_embedding = strcmp(fqn, "tok_embeddings.weight") == 0;
 	t->tp = tp;
-	t->is_expert = ndim == 3;
-	t->tp_dim = tp == MODEL_TP_COLWISE ? (ndim == 1 ? 0 : ndim - 2)
+	t->is_expert = strstr(fqn, ".moe.experts.") != NULL;
+	/* a colwise linear splits its weight's rows and its bias's (last) dim */
+	int vec = ndim == 1 || strcmp(fqn + strlen(fqn) - 4, "bias") == 0;
+	t->tp_dim = tp == MODEL_TP_COLWISE ? (vec ? ndim - 1 : ndim - 2)
 		  : tp == MODEL_TP_ROWWISE ? (t->is_embedding ? 0 : ndim - 1) : -1;
 	m->slot[i] = slot;
 	m->init[i] = init;
@@ -534,8 +536,9 @@ static double std_normal(uint64_t *s)
 }
 
 /* normal(0, std) cut to [lo, hi] by rejection (torch.nn.init.trunc_normal_'s
- * distribution; its default cut is +-2 absolute).  lo >= hi: no cut. */
-static void fill_normal(float *dst, size_t n, double std, double lo, double hi,
+ * distribution; its default cut is +-2 absolute).  lo >= hi: no cut.  With
+ * uniform set, uniform(-std, std) instead. */
+static void fill_random(float *dst, size_t n, double std, double lo, double hi, int uniform,
 			uint64_t seed, uint64_t tensor)
 {
 	size_t nchunk = (n + INIT_CHUNK - 1) / INIT_CHUNK;
@@ -546,12 +549,21 @@ static void fill_normal(float *dst, size_t n, double std, double lo, double hi,
 		size_t i1 = (c + 1) * INIT_CHUNK < n ? (c + 1) * INIT_CHUNK : n;
 		for (size_t i = c * INIT_CHUNK; i < i1; i++) {
 			double x;
-			do
-				x = std * std_normal(&s);
-			while (lo < hi && (x < lo || x > hi));
+			if (uniform)
+				x = std * (2 * uniform01(&s) - 1);
+			else
+				do
+					x = std * std_normal(&s);
+				while (lo < hi && (x < lo || x > hi));
 			dst[i] = (float)x;
 		}
 	}
+}
+
+static void fill_normal(float *dst, size_t n, double std, double lo, double hi, uint64_t seed,
+			uint64_t tensor)
+{
+	fill_random(dst, n, std, lo, hi, 0, seed, tensor);
 }
 
 void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, float *host)
@@ -573,6 +585,10 @@ void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, flo
 		break;
 	case INIT_INPUT:
 		fill_normal(host, t->numel, 0.02, -2, 2, seed, (uint64_t)i);
+		break;
+	case INIT_FANIN:
+		fill_random(host, t->numel, 1.0 / sqrt((double)m->args.dim), 0, 0, 1, seed,
+			    (uint64_t)i);
 		break;
 	default:
 		fill_normal(host, t->numel, small, -2, 2, seed, (uint64_t)i);

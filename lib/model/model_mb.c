@@ -98,6 +98,8 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 		p[SC_DRW] = rows * sizeof(float);
 		p[SC_DROWS] = rows * d * a;
 		p[SC_DEH] = p[SC_DEA] = p[SC_DEG] = rows * in * a;
+		if (m->args.moe.swiglu_limit > 0) /* GPT-OSS: mlp1's gate and up side by side */
+			p[SC_DEA] = 2 * rows * in * a, p[SC_DEG] = 0;
 	}
 	/* one set of recomputed activations, as large as the largest layer's */
 	for (int l = 0; l < m->args.n_layers; l++) {

@@ -77,6 +77,8 @@ enum {
 	INIT_INPUT,  /* trunc_normal(0, 0.02): wq wk wv w1 */
 	INIT_DEPTH,  /* trunc_normal(0, 0.02/sqrt(2*(layer+1))) (depth_init) or
 	                0.02/sqrt(2*n_layers): wo w2 w3 */
+	INIT_FANIN,  /* uniform(-dim^-0.5, dim^-0.5): nn.Linear's own bias init, which
+	                torchtitan leaves on the router's bias (GPT-OSS) */
 };
 
 /* The activations a layer's backward reads; n = b*t tokens.  Each layer uses

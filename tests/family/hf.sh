@@ -10,7 +10,7 @@ PY="${PYTHON:-python3}"
 
 # case model flavor heads kv_heads
 for spec in "qwen3 qwen3 debugmodel 4 2" "qwen3_moe qwen3 debugmodel_moe 4 2" \
-	"deepseek_v3_hf deepseek_v3 671B 4 4"; do
+	"deepseek_v3_hf deepseek_v3 671B 4 4" "gpt_oss gpt_oss debugmodel 4 2"; do
 	set -- $spec
 	G=tests/family/golden/$1
 	opts="--model $2 --flavor $3 --n-heads $4 --n-kv-heads $5"
@@ -29,7 +29,8 @@ import sys, torch, transformers
 from safetensors.torch import load_file
 m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float64)
 if hasattr(m, "set_experts_implementation") and (m.config.model_type.endswith("moe") or
-                                                  getattr(m.config, "n_routed_experts", 0)):
+                                                  getattr(m.config, "n_routed_experts", 0) or
+                                                  getattr(m.config, "num_local_experts", 0)):
     m.set_experts_implementation("eager")  # grouped_mm has no float64
 ref = load_file(sys.argv[2])
 got = m(input_ids=ref["ids"].long()).logits
@@ -64,6 +65,16 @@ t_grep "deepseek_v3_hf: config.json counts the dense layers" '"first_k_dense_rep
 "$BIN/titan-ckpt-convert" info "$TMP/deepseek_v3_hf.dcp" >"$TMP/ds.info"
 t_grep "deepseek_v3_hf: e_score_correction_bias is torchtitan's expert_bias" \
 	'^layers.2.moe.expert_bias ' "$TMP/ds.info"
+
+t_grep "gpt_oss: config.json says GptOssForCausalLM" '"GptOssForCausalLM"' \
+	"$TMP/gpt_oss.hf/config.json"
+t_grep "gpt_oss: config.json alternates sliding and full layers from layer 0" \
+	'"sliding_attention",' "$TMP/gpt_oss.hf/config.json"
+"$BIN/titan-ckpt-convert" info "$TMP/gpt_oss.dcp" >"$TMP/oss.info"
+t_grep "gpt_oss: from-hf transposes the fused experts to torchtitan's (experts, out, in)" \
+	'^layers.0.moe.experts.mlp1_weight .*(8, 32, 32)' "$TMP/oss.info"
+t_grep "gpt_oss: ... and mlp2 likewise" '^layers.0.moe.experts.mlp2_weight .*(8, 32, 16)' \
+	"$TMP/oss.info"
 
 t_fails "an unknown --model is a usage error" 2 "$C" to-hf "$TMP/qwen3.dcp" "$TMP/x" \
 	--model gpt2 --flavor debugmodel

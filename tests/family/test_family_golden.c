@@ -362,9 +362,20 @@ static void deepseek_v3_matches_transformers_logits_loss_and_gradients(void **s)
 	check_case("deepseek_v3_hf");
 }
 
+/* GPT-OSS against transformers' GptOssForCausalLM, through titan's HF import:
+ * sinks, attention biases, the 128-token window of the even layers, YaRN on
+ * halves with its cos/sin scale, the router's bias, mlp1/mlp2 with biases and
+ * the clamped SwiGLU. */
+static void gpt_oss_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("gpt_oss");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(gpt_oss_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(deepseek_v3_matches_torchtitan_logits_loss_and_gradients),
 		cmocka_unit_test(deepseek_v3_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(qwen3_matches_transformers_logits_loss_and_gradients),
