@@ -83,6 +83,24 @@ CASES = {
     "gpt_oss": dict(family="gpt_oss", vocab=128, dim=32, hidden=64, layers=3, heads=4, kv=2,
                     head_dim=8, eps=1e-5, theta=150000.0, experts=8, top_k=4, moe_inter=16,
                     tied=False, b=1, t=150, seed=1801),
+    # Llama 4 with HF's options torchtitan lacks, through transformers'
+    # Llama4ForCausalLM: NoPE layers (0, 2) with the attention temperature
+    # (floor_scale 4 so that it varies within 13 tokens), RoPE layers (1, 3)
+    # chunked by 5 with QK-norm after RoPE, MoE on layers 1 and 3 (top-1
+    # sigmoid weighting the input, a shared expert), Llama 4's RoPE scaling.
+    "llama4": dict(family="llama4", flavor="debugmodel_irope", vocab=128, dim=32, hidden=48,
+                   layers=4, heads=4, kv=2, head_dim=8, eps=1e-5, theta=500000.0, experts=4,
+                   top_k=1, moe_inter=16, shared=1, nope_every=2, chunk=5, qk_l2=True,
+                   temp_floor=4, temp_scale=0.1, interleave=2, score_before=True, tied=False,
+                   b=2, t=13, seed=1901),
+    # Llama 4's debugmodel_irope as torchtitan defines it (NoPE layers 0 and 4,
+    # 256-token chunks elsewhere, no QK-norm, no temperature): 260 tokens so
+    # that the chunks cut in; what titan's HF export must reproduce.
+    "llama4_irope": dict(family="llama4", flavor="debugmodel_irope", vocab=128, dim=32,
+                         hidden=48, layers=5, heads=4, kv=2, head_dim=8, eps=1e-5,
+                         theta=500000.0, experts=4, top_k=1, moe_inter=16, shared=1,
+                         nope_every=4, chunk=256, qk_l2=False, temp_floor=0, temp_scale=0.1,
+                         interleave=2, score_before=True, tied=False, b=1, t=260, seed=1902),
 }
 
 
@@ -221,6 +239,28 @@ def build_hf(c):
                     p.copy_(0.5 * torch.randn_like(p))
                 elif name.endswith(("bias", "sinks")):
                     p.copy_(0.3 * torch.randn_like(p))
+    elif c["family"] == "llama4":
+        layers = range(c["layers"])
+        cfg = transformers.Llama4TextConfig(
+            vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["moe_inter"],
+            intermediate_size_mlp=c["hidden"], num_hidden_layers=c["layers"],
+            num_attention_heads=c["heads"], num_key_value_heads=c["kv"], head_dim=c["head_dim"],
+            num_local_experts=c["experts"], num_experts_per_tok=c["top_k"],
+            moe_layers=[l for l in layers if (l + 1) % c["interleave"] == 0],
+            no_rope_layers=[int(l % c["nope_every"] != 0) for l in layers],  # torchtitan's
+            attention_chunk_size=c["chunk"], use_qk_norm=c["qk_l2"],
+            attn_temperature_tuning=c["temp_floor"] > 0, floor_scale=c["temp_floor"] or 8192,
+            attn_scale=c["temp_scale"], rms_norm_eps=c["eps"], rope_theta=c["theta"],
+            rope_scaling={"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 1.0, "original_max_position_embeddings": 8192},
+            tie_word_embeddings=False, initializer_range=0.1, attn_implementation="eager")
+        model = transformers.Llama4ForCausalLM(cfg)
+        with torch.no_grad():  # the fused experts start at 0 in transformers
+            for name, p in model.named_parameters():
+                if "experts" in name:
+                    p.copy_(0.1 * torch.randn_like(p))
+                elif "router" in name:
+                    p.copy_(0.5 * torch.randn_like(p))
     else:
         raise SystemExit("unknown family " + c["family"])
     with torch.no_grad():
@@ -279,6 +319,20 @@ def titan_names(c, hf_grads):
                  else n: (t.transpose(-1, -2) if n.endswith(("gate_up_proj", "down_proj")) else t)
                  for n, t in hf_grads.items()}
         return GptOssStateDictAdapter(GptOssModelArgs(), None).from_hf(plain)
+    if c["family"] == "llama4":
+        # torchtitan's adapter reads the multimodal checkpoint's names
+        # ("language_model." first) and has no entry for the dense layers'
+        # feed_forward (its names are Llama's: w1 gate, w3 up, w2 down).
+        from torchtitan.models.llama4.model.args import TransformerModelArgs
+        from torchtitan.models.llama4.model.state_dict_adapter import Llama4StateDictAdapter
+        dense = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+        out = Llama4StateDictAdapter(TransformerModelArgs(), None).from_hf(
+            {"language_model." + n: t for n, t in hf_grads.items()})
+        for n, t in hf_grads.items():
+            parts = n.split(".")  # model.layers.L.feed_forward.P.weight
+            if len(parts) == 6 and parts[3] == "feed_forward" and parts[4] in dense:
+                out[f"layers.{parts[2]}.feed_forward.{dense[parts[4]]}.weight"] = t
+        return out
     raise SystemExit("unknown family " + c["family"])
 
 

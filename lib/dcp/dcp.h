@@ -272,6 +272,10 @@ enum dcp_hf_kind {
 	                   to-hf leaves it out; hf is NULL */
 	DCP_HF_TRANSPOSE, /* torchtitan's (experts, out, in) <-> HF's fused (experts, in,
 	                     out): the last two dims swapped (GPT-OSS, Llama 4) */
+	DCP_HF_GATE_HALF, /* torchtitan's w1 (experts, f, dim) <-> the first half of HF's
+	                     fused gate_up_proj (experts, dim, 2f), transposed (Llama 4);
+	                     the table's next entry is its DCP_HF_UP_HALF, same hf */
+	DCP_HF_UP_HALF,   /* w3 <-> the second half */
 };
 typedef struct dcp_hf_key {
 	const char *titan, *hf;

@@ -401,6 +401,87 @@ static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, in
 	return out;
 }
 
+/* One half of a fused (experts, dim, 2f) gate_up_proj <-> torchtitan's (experts,
+ * f, dim): half 0 the gate (w1), 1 the up (w3); elements of es bytes. */
+static void half_copy(void *fused, void *part, int64_t e, int64_t f, int64_t d, int half,
+		      int to_fused, size_t es)
+{
+	for (int64_t x = 0; x < e; x++)
+		for (int64_t i = 0; i < f; i++)
+			for (int64_t j = 0; j < d; j++) {
+				char *a = (char *)fused + (size_t)((x * d + j) * 2 * f + half * f + i) * es;
+				char *b = (char *)part + (size_t)((x * f + i) * d + j) * es;
+				memcpy(to_fused ? a : b, to_fused ? b : a, es);
+			}
+}
+
+/* torchtitan's w1 or w3 into its half of HF's fused gate_up_proj, made (zeroed)
+ * by whichever of the two comes first. */
+static int export_half(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
+		       const long *nums, int nn, dcp_dtype dt, st_item *items, size_t *k,
+		       titan_err *err)
+{
+	if (it->ndim != 3)
+		return err_set(err, "%s: %d dims, expected (experts, f, dim)", it->name, it->ndim);
+	char *hn = format_key(key->hf, nums, nn);
+	if (!hn)
+		return err_set(err, "out of memory");
+	int64_t e = it->shape[0], f = it->shape[1], d = it->shape[2];
+	size_t es = ptz_dtype_size(dt);
+	st_item *fused = NULL;
+	for (size_t i = 0; i < *k && !fused; i++)
+		if (!strcmp(items[i].name, hn))
+			fused = &items[i];
+	if (fused) {
+		free(hn);
+		if (fused->shape[0] != e || fused->shape[1] != d || fused->shape[2] != 2 * f ||
+		    fused->dtype != dt)
+			return err_set(err, "%s: shape or type differs from its other half", it->name);
+	} else {
+		fused = &items[(*k)++];
+		fused->name = hn;
+		fused->dtype = dt;
+		fused->ndim = 3;
+		fused->shape[0] = e, fused->shape[1] = d, fused->shape[2] = 2 * f;
+		if (!(fused->data = calloc((size_t)(e * d * 2 * f) * es + 1, 1)))
+			return err_set(err, "out of memory");
+	}
+	void *part = load_mapped(s, it, dt, 0, NULL, 1, err);
+	if (!part)
+		return -1;
+	half_copy((void *)fused->data, part, e, f, d, key->kind == DCP_HF_UP_HALF, 1, es);
+	free(part);
+	return 0;
+}
+
+/* HF's fused gate_up_proj (experts, dim, 2f) as torchtitan's w1 and w3 (the
+ * key and its next entry), appended to items. */
+static int import_halves(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
+			 const long *nums, int nn, dcp_dtype dt, dcp_item *items, size_t *k,
+			 titan_err *err)
+{
+	if (it->ndim != 3 || it->shape[2] % 2 || key[1].kind != DCP_HF_UP_HALF)
+		return err_set(err, "%s: expected (experts, dim, 2 * f)", it->name);
+	int64_t e = it->shape[0], d = it->shape[1], f = it->shape[2] / 2;
+	size_t es = ptz_dtype_size(dt);
+	void *fused = load_mapped(s, it, dt, 0, NULL, 0, err);
+	if (!fused)
+		return -1;
+	int rc = 0;
+	for (int half = 0; half < 2 && rc == 0; half++) {
+		int64_t shape[3] = {e, f, d};
+		char *tn = format_key(key[half].titan, nums, nn);
+		void *part = malloc((size_t)(e * f * d) * es + 1);
+		dcp_item_full(&items[(*k)++], tn, dt, 3, shape, part);
+		if (!tn || !part)
+			rc = err_set(err, "out of memory");
+		else
+			half_copy(fused, part, e, f, d, half, 0, es);
+	}
+	free(fused);
+	return rc;
+}
+
 /* One stack of experts (experts, a, b) as HF's one tensor per expert, named by
  * key->hf with the layer and the expert, appended to items. */
 static int export_experts(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
@@ -468,6 +549,10 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 			first = dt;
 		if (key->kind == DCP_HF_EXPERTS) {
 			rc = export_experts(s, it, key, nums[0], dt, items, &k, err);
+			continue;
+		}
+		if (key->kind == DCP_HF_GATE_HALF || key->kind == DCP_HF_UP_HALF) {
+			rc = export_half(s, it, key, nums, nn, dt, items, &k, err);
 			continue;
 		}
 		int kind = key->kind;
@@ -561,7 +646,7 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 1, err);
 	size_t n = dcp_source_count(s), k = 0, ns = 0;
-	dcp_item *items = calloc(n + 1, sizeof *items);
+	dcp_item *items = calloc(2 * n + 1, sizeof *items); /* a fused gate_up_proj gives two */
 	expert_stack *stacks = calloc(n + 1, sizeof *stacks);
 	if ((!items || !stacks) && rc == 0)
 		rc = err_set(err, "out of memory");
@@ -578,6 +663,10 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
 		dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
 		if (key->kind == DCP_HF_EXPERTS) {
 			rc = stack_expert(s, it, key, nums, dt, &m, items, &k, stacks, &ns, err);
+			continue;
+		}
+		if (key->kind == DCP_HF_GATE_HALF) {
+			rc = import_halves(s, it, key, nums, nn, dt, items, &k, err);
 			continue;
 		}
 		int kind = key->kind;

@@ -189,6 +189,9 @@ static int build_model(job *j, titan_err *err)
 	llama_args fa = *j->args;
 	const llama_args *a = &fa;
 	fa.moe.force_balance = c->debug.moe_force_load_balance; /* MoEArgs' debug switch */
+	/* torchtitan's update_from_config: the model is built for the training
+	 * sequence (DeepSeek V3's YaRN applies only beyond its original 4096) */
+	fa.max_seq_len = (int)c->training.seq_len;
 	shard_manifest man;
 	if (shard_manifest_read(j->data_dir, &man, err) != 0)
 		return -1;

@@ -10,7 +10,8 @@ PY="${PYTHON:-python3}"
 
 # case model flavor heads kv_heads
 for spec in "qwen3 qwen3 debugmodel 4 2" "qwen3_moe qwen3 debugmodel_moe 4 2" \
-	"deepseek_v3_hf deepseek_v3 671B 4 4" "gpt_oss gpt_oss debugmodel 4 2"; do
+	"deepseek_v3_hf deepseek_v3 671B 4 4" "gpt_oss gpt_oss debugmodel 4 2" \
+	"llama4_irope llama4 debugmodel_irope 4 2"; do
 	set -- $spec
 	G=tests/family/golden/$1
 	opts="--model $2 --flavor $3 --n-heads $4 --n-kv-heads $5"
@@ -30,7 +31,8 @@ from safetensors.torch import load_file
 m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float64)
 if hasattr(m, "set_experts_implementation") and (m.config.model_type.endswith("moe") or
                                                   getattr(m.config, "n_routed_experts", 0) or
-                                                  getattr(m.config, "num_local_experts", 0)):
+                                                  getattr(m.config, "num_local_experts", 0)) \
+        and m.config.model_type != "llama4_text":  # its experts are one batched matmul
     m.set_experts_implementation("eager")  # grouped_mm has no float64
 ref = load_file(sys.argv[2])
 got = m(input_ids=ref["ids"].long()).logits
@@ -75,6 +77,15 @@ t_grep "gpt_oss: from-hf transposes the fused experts to torchtitan's (experts, 
 	'^layers.0.moe.experts.mlp1_weight .*(8, 32, 32)' "$TMP/oss.info"
 t_grep "gpt_oss: ... and mlp2 likewise" '^layers.0.moe.experts.mlp2_weight .*(8, 32, 16)' \
 	"$TMP/oss.info"
+
+t_grep "llama4_irope: config.json says Llama4ForCausalLM" '"Llama4ForCausalLM"' \
+	"$TMP/llama4_irope.hf/config.json"
+"$BIN/titan-ckpt-convert" info "$TMP/llama4_irope.dcp" >"$TMP/l4.info"
+t_grep "llama4_irope: from-hf splits the fused gate_up_proj into w1 ..." \
+	'^layers.1.moe.experts.w1 .*(4, 16, 32)' "$TMP/l4.info"
+t_grep "llama4_irope: ... and w3" '^layers.1.moe.experts.w3 .*(4, 16, 32)' "$TMP/l4.info"
+t_grep "llama4_irope: dense layers keep Llama's feed_forward" \
+	'^layers.0.feed_forward.w1.weight .*(48, 32)' "$TMP/l4.info"
 
 t_fails "an unknown --model is a usage error" 2 "$C" to-hf "$TMP/qwen3.dcp" "$TMP/x" \
 	--model gpt2 --flavor debugmodel

@@ -372,9 +372,28 @@ static void gpt_oss_matches_transformers_logits_loss_and_gradients(void **s)
 	check_case("gpt_oss");
 }
 
+/* Llama 4 against transformers' Llama4ForCausalLM with HF's options: NoPE
+ * layers with the attention temperature, chunked RoPE layers with QK-norm
+ * after RoPE, dense and MoE layers interleaved (top-1 sigmoid weighting the
+ * input, a shared expert), Llama 4's RoPE scaling. */
+static void llama4_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("llama4");
+}
+
+/* debugmodel_irope's own settings over 260 tokens: the 256-token chunks. */
+static void llama4_irope_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("llama4_irope");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(llama4_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(llama4_irope_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(gpt_oss_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(deepseek_v3_matches_torchtitan_logits_loss_and_gradients),
 		cmocka_unit_test(deepseek_v3_matches_transformers_logits_loss_and_gradients),

@@ -52,8 +52,9 @@ run() { # config dump_folder [more options]
 
 # config[:flavor]: the MoE family's debug config with titan's small MoE flavor
 # (debugmodel_moe's 315M parameters are too many for CI).
-for spec in configs/debug_model.toml configs/qwen3_debug.toml \
-	configs/qwen3_moe_debug.toml:debugmodel_moe_small; do
+for spec in ${TRAIN_SPECS:-configs/debug_model.toml configs/qwen3_debug.toml \
+	configs/qwen3_moe_debug.toml:debugmodel_moe_small configs/deepseek_v3_debug.toml \
+	configs/llama4_debug.toml configs/gpt_oss_debug.toml:debugmodel_small}; do
 	cfg=${spec%%:*}
 	flavor=${spec#"$cfg"}
 	fam=$(sed -n '/^\[model\]/,/^\[/s/^name = "\(.*\)"/\1/p' "$cfg")${flavor:+-${flavor#:}}
