@@ -304,6 +304,13 @@ typedef struct dcp_hf_model {
 	int (*config)(struct json_t *c, const struct dcp_hf_model *m);
 } dcp_hf_model;
 
+/* The fields every HF decoder's config.json has, from m: hidden_size,
+ * head_dim, num_attention_heads, num_key_value_heads, num_hidden_layers,
+ * vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
+ * tie_word_embeddings, hidden_act (silu), initializer_range, attention_dropout,
+ * use_cache; a family's config writer adds its own. */
+void dcp_hf_config_common(struct json_t *c, const dcp_hf_model *m);
+
 /* Key names through a table (NULL: Llama's): "layers.3.attention.wq.weight" <->
  * "model.layers.3.self_attn.q_proj.weight"; *kind is the key's dcp_hf_kind.
  * NULL when the key is not in the table.  The result is malloc'd. */

@@ -120,40 +120,29 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	json_array_append_new(arch, json_string(v3 ? "DeepseekV3ForCausalLM"
 						   : "DeepseekV2ForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
+	dcp_hf_config_common(c, m);
+	set_int(c, "head_dim", m->qk_rope); /* DeepseekV3Config's head_dim: the rotary dims */
 	json_object_set_new(c, "model_type", json_string(v3 ? "deepseek_v3" : "deepseek_v2"));
 	json_object_set_new(c, "attention_bias", json_false());
-	set_real(c, "attention_dropout", 0.0);
 	set_int(c, "first_k_dense_replace", m->dense_layers);
-	json_object_set_new(c, "hidden_act", json_string("silu"));
-	set_int(c, "hidden_size", m->dim);
-	set_real(c, "initializer_range", 0.02);
 	set_int(c, "intermediate_size", m->ffn_hidden);
 	set_int(c, "kv_lora_rank", m->kv_lora);
-	set_int(c, "max_position_embeddings", m->max_seq_len);
 	set_int(c, "moe_intermediate_size", m->moe_inter);
 	set_int(c, "n_group", mo->groups ? mo->groups : 1);
 	set_int(c, "n_routed_experts", m->n_experts);
 	set_int(c, "n_shared_experts", mo->shared_experts);
 	json_object_set_new(c, "norm_topk_prob", json_boolean(mo->route_norm));
-	set_int(c, "num_attention_heads", m->n_heads);
 	set_int(c, "num_experts_per_tok", mo->top_k);
-	set_int(c, "num_hidden_layers", m->n_layers);
-	set_int(c, "num_key_value_heads", m->n_heads);
 	json_object_set_new(c, "q_lora_rank", m->q_lora ? json_integer(m->q_lora) : json_null());
 	set_int(c, "qk_nope_head_dim", m->qk_nope);
 	set_int(c, "qk_rope_head_dim", m->qk_rope);
 	set_int(c, "v_head_dim", m->v_head);
-	set_real(c, "rms_norm_eps", m->norm_eps);
-	set_real(c, "rope_theta", m->rope_theta);
 	json_object_set_new(c, "rope_interleave", json_true());
 	set_real(c, "routed_scaling_factor", mo->route_scale);
 	json_object_set_new(c, "scoring_func", json_string(v3 ? "sigmoid" : "softmax"));
 	json_object_set_new(c, "topk_method", json_string(v3 ? "noaux_tc" : mo->groups
 							     ? "group_limited_greedy" : "greedy"));
 	set_int(c, "topk_group", mo->groups ? mo->limited : 1);
-	json_object_set_new(c, "tie_word_embeddings", json_false());
-	json_object_set_new(c, "use_cache", json_true());
-	set_int(c, "vocab_size", m->vocab_size);
 	json_t *r = json_object();
 	json_object_set_new(r, "type", json_string("yarn"));
 	json_object_set_new(r, "rope_type", json_string("yarn"));

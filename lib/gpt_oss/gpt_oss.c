@@ -80,25 +80,16 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	json_t *arch = json_array(), *types = json_array(), *r = json_object();
 	json_array_append_new(arch, json_string("GptOssForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
+	dcp_hf_config_common(c, m);
 	json_object_set_new(c, "model_type", json_string("gpt_oss"));
 	json_object_set_new(c, "attention_bias", json_true());
-	json_object_set_new(c, "attention_dropout", json_real(0.0));
-	json_object_set_new(c, "head_dim", json_integer(m->head_dim));
-	json_object_set_new(c, "hidden_act", json_string("silu"));
-	json_object_set_new(c, "hidden_size", json_integer(m->dim));
-	json_object_set_new(c, "initializer_range", json_real(0.02));
 	json_object_set_new(c, "intermediate_size", json_integer(m->moe_inter));
 	for (int l = 0; l < m->n_layers; l++) /* torchtitan: sliding on even layers */
 		json_array_append_new(types, json_string(l % 2 == 0 ? "sliding_attention"
 								 : "full_attention"));
 	json_object_set_new(c, "layer_types", types);
-	json_object_set_new(c, "max_position_embeddings", json_integer(m->max_seq_len));
-	json_object_set_new(c, "num_attention_heads", json_integer(m->n_heads));
 	json_object_set_new(c, "num_experts_per_tok", json_integer(m->top_k));
-	json_object_set_new(c, "num_hidden_layers", json_integer(m->n_layers));
-	json_object_set_new(c, "num_key_value_heads", json_integer(m->n_kv_heads));
 	json_object_set_new(c, "num_local_experts", json_integer(m->n_experts));
-	json_object_set_new(c, "rms_norm_eps", json_real(m->norm_eps));
 	json_object_set_new(r, "rope_type", json_string("yarn"));
 	json_object_set_new(r, "factor", json_real(a->rope.factor));
 	json_object_set_new(r, "beta_fast", json_real(a->rope.high));
@@ -106,13 +97,9 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	json_object_set_new(r, "truncate", json_false());
 	json_object_set_new(r, "original_max_position_embeddings", json_integer((int)a->rope.orig));
 	json_object_set_new(c, "rope_scaling", r);
-	json_object_set_new(c, "rope_theta", json_real(m->rope_theta));
 	json_object_set_new(c, "router_aux_loss_coef", json_real(0.001));
 	json_object_set_new(c, "sliding_window", json_integer(a->sliding_window));
 	json_object_set_new(c, "swiglu_limit", json_real(a->moe.swiglu_limit));
-	json_object_set_new(c, "tie_word_embeddings", json_false());
-	json_object_set_new(c, "use_cache", json_true());
-	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
 	return 0;
 }
 

@@ -116,33 +116,24 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	json_t *arch = json_array();
 	json_array_append_new(arch, json_string("Llama4ForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
+	dcp_hf_config_common(c, m);
 	json_object_set_new(c, "model_type", json_string("llama4_text"));
 	json_object_set_new(c, "attention_bias", json_false());
 	json_object_set_new(c, "attention_chunk_size",
 			    a->nope_every > 0 ? json_integer(a->attn_chunk) : json_null());
-	json_object_set_new(c, "attention_dropout", json_real(0.0));
 	json_object_set_new(c, "attn_temperature_tuning", json_boolean(a->attn_temp_floor > 0));
 	json_object_set_new(c, "floor_scale", json_integer(a->attn_temp_floor > 0
 								? a->attn_temp_floor : 8192));
 	json_object_set_new(c, "attn_scale", json_real(a->attn_temp_floor > 0
 							  ? a->attn_temp_scale : 0.1));
-	json_object_set_new(c, "head_dim", json_integer(m->head_dim));
-	json_object_set_new(c, "hidden_act", json_string("silu"));
-	json_object_set_new(c, "hidden_size", json_integer(m->dim));
-	json_object_set_new(c, "initializer_range", json_real(0.02));
 	json_object_set_new(c, "interleave_moe_layer_step",
 			    json_integer(a->moe.interleave > 0 ? a->moe.interleave : 1));
 	json_object_set_new(c, "intermediate_size", json_integer(m->moe_inter));
 	json_object_set_new(c, "intermediate_size_mlp", json_integer(m->ffn_hidden));
-	json_object_set_new(c, "max_position_embeddings", json_integer(m->max_seq_len));
 	json_object_set_new(c, "moe_layers", int_list(m->n_layers, moe_layer_or_none, a));
 	json_object_set_new(c, "no_rope_layers", int_list(m->n_layers, uses_rope, a));
-	json_object_set_new(c, "num_attention_heads", json_integer(m->n_heads));
 	json_object_set_new(c, "num_experts_per_tok", json_integer(m->top_k));
-	json_object_set_new(c, "num_hidden_layers", json_integer(m->n_layers));
-	json_object_set_new(c, "num_key_value_heads", json_integer(m->n_kv_heads));
 	json_object_set_new(c, "num_local_experts", json_integer(m->n_experts));
-	json_object_set_new(c, "rms_norm_eps", json_real(m->norm_eps));
 	if (a->rope.kind == ROPE_SCALE_LLAMA3) {
 		json_t *r = json_object();
 		json_object_set_new(r, "rope_type", json_string("llama3"));
@@ -155,11 +146,7 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	} else {
 		json_object_set_new(c, "rope_scaling", json_null());
 	}
-	json_object_set_new(c, "rope_theta", json_real(m->rope_theta));
-	json_object_set_new(c, "tie_word_embeddings", json_false());
-	json_object_set_new(c, "use_cache", json_true());
 	json_object_set_new(c, "use_qk_norm", json_boolean(a->qk_l2_norm));
-	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
 	return 0;
 }
 
