@@ -38,17 +38,20 @@ losses() { # metrics.jsonl FIRST LAST -> the last record's loss of each step, on
 	done
 }
 
-run() { # config dump_folder [more options]
+# titan-train in place of the calling (sub)shell, so that `train ... &` gives
+# titan-train's own pid to kill; run is the same in a subshell.
+train() { # config dump_folder [more options]
 	cfg=$1
 	out=$2
 	shift 2
-	"$TRAIN" --config "$cfg" --job.dump_folder "$out" --training.dataset_path "$TMP/data" \
+	exec "$TRAIN" --config "$cfg" --job.dump_folder "$out" --training.dataset_path "$TMP/data" \
 		--training.steps 50 --training.local_batch_size 2 --training.seq_len 32 \
 		--metrics.log_freq 10 --checkpoint.enable true --checkpoint.interval 25 \
 		--checkpoint.keep_latest_k 0 --checkpoint.last_save_model_only false \
 		--optimizer.lr 2e-3 --activation_checkpoint.mode none --debug.seed 7 \
 		${flavor:+--model.flavor "${flavor#:}"} "$@"
 }
+run() { (train "$@"); }
 
 # config[:flavor]: the MoE family's debug config with titan's small MoE flavor
 # (debugmodel_moe's 315M parameters are too many for CI).
@@ -71,7 +74,7 @@ for spec in configs/debug_model.toml configs/qwen3_debug.toml \
 		t_not_ok "$fam: the loss falls by half a nat" "drop $drop: $(tr '\n' ' ' <"$TMP/$fam.a.loss")"
 	fi
 
-	run "$cfg" "$B" 2>"$TMP/$fam.b1.log" &
+	train "$cfg" "$B" 2>"$TMP/$fam.b1.log" &
 	pid=$!
 	n=0
 	while [ $n -lt 12000 ]; do
