@@ -287,8 +287,10 @@ typedef struct dcp_hf_model {
 	int n_experts, top_k, moe_inter, route_norm; /* mixture of experts (0: none);
 	                                                 n_experts, moe_inter inferred */
 	const dcp_hf_key *keys; /* the family's names; NULL: Llama's */
-	/* The family's config.json: fill c (an empty JSON object) from m, with
-	 * torch_dtype already set; NULL: LlamaForCausalLM's. */
+	/* The family's config.json: add its own keys (architectures, model_type,
+	 * ...) to c, which holds torch_dtype and the keys every decoder has
+	 * (sizes, heads, norm eps, rope_theta, tie_word_embeddings, ...; a key
+	 * set again replaces them); NULL: LlamaForCausalLM's. */
 	int (*config)(struct json_t *c, const struct dcp_hf_model *m);
 } dcp_hf_model;
 
