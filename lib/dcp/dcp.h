@@ -299,17 +299,12 @@ typedef struct dcp_hf_model {
 	const struct llama_args *args; /* the flavor, for a family's config writer
 	                                  (MLA, RoPE scaling, attention options); may
 	                                  be NULL */
-	/* The family's config.json: fill c (an empty JSON object) from m, with
-	 * torch_dtype already set; NULL: LlamaForCausalLM's. */
+	/* The family's config.json: add its own keys (architectures, model_type,
+	 * ...) to c, which holds torch_dtype and the keys every decoder has
+	 * (sizes, heads, norm eps, rope_theta, tie_word_embeddings, ...; a key
+	 * set again replaces them); NULL: LlamaForCausalLM's. */
 	int (*config)(struct json_t *c, const struct dcp_hf_model *m);
 } dcp_hf_model;
-
-/* The fields every HF decoder's config.json has, from m: hidden_size,
- * head_dim, num_attention_heads, num_key_value_heads, num_hidden_layers,
- * vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
- * tie_word_embeddings, hidden_act (silu), initializer_range, attention_dropout,
- * use_cache; a family's config writer adds its own. */
-void dcp_hf_config_common(struct json_t *c, const dcp_hf_model *m);
 
 /* Key names through a table (NULL: Llama's): "layers.3.attention.wq.weight" <->
  * "model.layers.3.self_attn.q_proj.weight"; *kind is the key's dcp_hf_kind.

@@ -270,13 +270,16 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 	return 0;
 }
 
-void dcp_hf_config_common(json_t *c, const dcp_hf_model *m)
+/* The keys of every decoder-only model's config.json, from m. */
+static void common_config(json_t *c, const dcp_hf_model *m)
 {
+	json_object_set_new(c, "attention_bias", json_false());
 	json_object_set_new(c, "attention_dropout", json_real(0.0));
 	json_object_set_new(c, "head_dim", json_integer(m->head_dim));
 	json_object_set_new(c, "hidden_act", json_string("silu"));
 	json_object_set_new(c, "hidden_size", json_integer(m->dim));
 	json_object_set_new(c, "initializer_range", json_real(0.02));
+	json_object_set_new(c, "intermediate_size", json_integer(m->ffn_hidden));
 	json_object_set_new(c, "max_position_embeddings", json_integer(m->max_seq_len));
 	json_object_set_new(c, "num_attention_heads", json_integer(m->n_heads));
 	json_object_set_new(c, "num_hidden_layers", json_integer(m->n_layers));
@@ -288,19 +291,16 @@ void dcp_hf_config_common(json_t *c, const dcp_hf_model *m)
 	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
 }
 
-/* LlamaForCausalLM's config.json. */
+/* LlamaForCausalLM's own keys. */
 static int llama_config(json_t *c, const dcp_hf_model *m)
 {
 	json_t *arch = json_array();
 	json_array_append_new(arch, json_string("LlamaForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
-	dcp_hf_config_common(c, m);
-	json_object_set_new(c, "attention_bias", json_false());
 	if (m->vocab_size == 128256) {
 		json_object_set_new(c, "bos_token_id", json_integer(128000));
 		json_object_set_new(c, "eos_token_id", json_integer(128001));
 	}
-	json_object_set_new(c, "intermediate_size", json_integer(m->ffn_hidden));
 	json_object_set_new(c, "mlp_bias", json_false());
 	json_object_set_new(c, "model_type", json_string("llama"));
 	json_object_set_new(c, "pretraining_tp", json_integer(1));
@@ -322,6 +322,7 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 {
 	json_t *c = json_object();
 	json_object_set_new(c, "torch_dtype", json_string(ptz_dtype_torch(dt)));
+	common_config(c, m);
 	if ((m->config ? m->config : llama_config)(c, m) != 0) {
 		json_decref(c);
 		return err_set(err, "%s/config.json: out of memory", dir);

@@ -120,7 +120,6 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	json_array_append_new(arch, json_string(v3 ? "DeepseekV3ForCausalLM"
 						   : "DeepseekV2ForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
-	dcp_hf_config_common(c, m);
 	set_int(c, "head_dim", m->qk_rope); /* DeepseekV3Config's head_dim: the rotary dims */
 	json_object_set_new(c, "model_type", json_string(v3 ? "deepseek_v3" : "deepseek_v2"));
 	json_object_set_new(c, "attention_bias", json_false());

@@ -80,7 +80,6 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	json_t *arch = json_array(), *types = json_array(), *r = json_object();
 	json_array_append_new(arch, json_string("GptOssForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
-	dcp_hf_config_common(c, m);
 	json_object_set_new(c, "model_type", json_string("gpt_oss"));
 	json_object_set_new(c, "attention_bias", json_true());
 	json_object_set_new(c, "intermediate_size", json_integer(m->moe_inter));

@@ -116,7 +116,6 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	json_t *arch = json_array();
 	json_array_append_new(arch, json_string("Llama4ForCausalLM"));
 	json_object_set_new(c, "architectures", arch);
-	dcp_hf_config_common(c, m);
 	json_object_set_new(c, "model_type", json_string("llama4_text"));
 	json_object_set_new(c, "attention_bias", json_false());
 	json_object_set_new(c, "attention_chunk_size",

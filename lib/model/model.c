@@ -252,6 +252,14 @@ static model *create(backend *be, const llama_args *a, int vocab_size, int own,
 {
 	if (check_args(a, e))
 		return NULL;
+	const backend_ops *o = be->ops;
+	if (a->moe.experts > 0 && (!o->moe_route || !o->moe_route_bwd || !o->moe_permute ||
+				   !o->moe_gather || !o->moe_combine || !o->moe_dot ||
+				   !o->grouped_matmul)) {
+		err_set(e, "model %s: the %s backend has no mixture-of-experts ops yet", a->name,
+			o->name);
+		return NULL;
+	}
 	model *m = calloc(1, sizeof *m);
 	if (!m) {
 		err_set(e, "model: out of memory");

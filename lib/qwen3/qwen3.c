@@ -96,31 +96,15 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 		json_object_set_new(c, "output_router_logits", json_false());
 		json_object_set_new(c, "router_aux_loss_coef", json_real(0.001));
 	}
-	json_object_set_new(c, "attention_bias", json_false());
-	json_object_set_new(c, "attention_dropout", json_real(0.0));
 	if (m->vocab_size == 151936) {
 		json_object_set_new(c, "bos_token_id", json_integer(151643));
 		json_object_set_new(c, "eos_token_id", json_integer(151645));
 	}
-	json_object_set_new(c, "head_dim", json_integer(m->head_dim));
-	json_object_set_new(c, "hidden_act", json_string("silu"));
-	json_object_set_new(c, "hidden_size", json_integer(m->dim));
-	json_object_set_new(c, "initializer_range", json_real(0.02));
-	json_object_set_new(c, "intermediate_size", json_integer(m->ffn_hidden));
-	json_object_set_new(c, "max_position_embeddings", json_integer(m->max_seq_len));
 	json_object_set_new(c, "max_window_layers", json_integer(m->n_layers));
 	json_object_set_new(c, "model_type", json_string(m->n_experts ? "qwen3_moe" : "qwen3"));
-	json_object_set_new(c, "num_attention_heads", json_integer(m->n_heads));
-	json_object_set_new(c, "num_hidden_layers", json_integer(m->n_layers));
-	json_object_set_new(c, "num_key_value_heads", json_integer(m->n_kv_heads));
-	json_object_set_new(c, "rms_norm_eps", json_real(m->norm_eps));
 	json_object_set_new(c, "rope_scaling", json_null());
-	json_object_set_new(c, "rope_theta", json_real(m->rope_theta));
 	json_object_set_new(c, "sliding_window", json_null());
-	json_object_set_new(c, "tie_word_embeddings", json_boolean(m->tied));
-	json_object_set_new(c, "use_cache", json_true());
 	json_object_set_new(c, "use_sliding_window", json_false());
-	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
 	return 0;
 }
 
