@@ -39,7 +39,7 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 CPPFLAGS  += -Ilib -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS    += -std=c17 $(OPT) -g -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -MMD -MP $(SANFLAGS)
 LDFLAGS   += -fopenmp $(SANFLAGS) -Wl,--as-needed
-LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(MPI_LIBS) -lm -lpthread
+LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
 
 # CUDA: found at $(CUDA_HOME)/bin/nvcc or /usr/local/cuda/bin/nvcc; CUDA=0 turns it off.
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,)
