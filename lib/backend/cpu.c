@@ -91,15 +91,35 @@ static int kinds(backend *be, const char *op, int n, ...)
 typedef struct cpu_state {
 	cpu_onednn *dnnl;
 	int dnnl_failed;
+	void *scratch; /* cpu_scratch's block, backend memory */
+	size_t scratch_bytes;
 } cpu_state;
 
 static void cpu_destroy(backend *be)
 {
 	cpu_state *st = be->impl;
-	if (st)
+	if (st) {
 		cpu_onednn_free(st->dnnl);
+		cpu_free(be, st->scratch);
+	}
 	free(st);
 	free(be);
+}
+
+void *cpu_scratch(backend *be, size_t bytes, const char *op)
+{
+	cpu_state *st = be->impl;
+	if (bytes <= st->scratch_bytes)
+		return st->scratch;
+	cpu_free(be, st->scratch);
+	st->scratch_bytes = 0;
+	titan_err e = {0};
+	if (!(st->scratch = cpu_alloc(be, bytes, &e))) {
+		backend_fault(be, "cpu backend: %s: scratch: %s", op, e.msg);
+		return NULL;
+	}
+	st->scratch_bytes = bytes;
+	return st->scratch;
 }
 
 const char *cpu_bf16_gemm_impl(const backend *be)

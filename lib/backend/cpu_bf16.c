@@ -49,7 +49,7 @@ static inline int64_t min64(int64_t a, int64_t b)
 
 /* n elements of src (type t) as float32: src itself when it is float32,
  * otherwise converted into buf. */
-static inline const float *load(float *restrict buf, const void *src, be_dtype t, int64_t n)
+static CPU_HOT const float *load(float *restrict buf, const void *src, be_dtype t, int64_t n)
 {
 	if (t == BE_F32)
 		return src;
@@ -74,7 +74,7 @@ static inline float *place(float *buf, void *dst, be_dtype t)
 	return t == BE_F32 ? dst : buf;
 }
 
-static inline void store(void *dst, be_dtype t, const float *src, int64_t n)
+static CPU_HOT void store(void *dst, be_dtype t, const float *src, int64_t n)
 {
 	if (t == BE_F32) {
 		if (dst != src)
@@ -88,25 +88,20 @@ static inline void store(void *dst, be_dtype t, const float *src, int64_t n)
 		d[i] = bf16_from_f32(s[i]);
 }
 
-/* Per-thread scratch of `per` floats for a parallel loop of `work` elements:
- * one block for every thread that loop may run on (see scratch_of). */
-static float *scratch_alloc(backend *be, const char *op, int64_t per, int64_t work)
+/* Threads a parallel loop over `work` elements runs on (its `if` clause). */
+static int threads_for(int64_t work)
 {
-	int nt = work > CPU_PAR_MIN && !omp_in_parallel() ? omp_get_max_threads() : 1;
-	float *s = malloc(sizeof(float) * (size_t)per * (size_t)nt);
-	if (!s)
-		backend_fault(be, "cpu backend: %s: out of memory for %d x %lld floats of scratch",
-			      op, nt, (long long)per);
-	return s;
+	return work > CPU_PAR_MIN && !omp_in_parallel() ? omp_get_max_threads() : 1;
 }
 
+/* This thread's block of `per` floats in a scratch laid out one block a thread. */
 static inline float *scratch_of(float *s, int64_t per)
 {
 	return s + (size_t)per * (size_t)omp_get_thread_num();
 }
 
 /* One row or chunk converted between element types, on this thread. */
-static void convert_span(void *dst, be_dtype dt, const void *src, be_dtype st, int64_t n)
+static CPU_HOT void convert_span(void *dst, be_dtype dt, const void *src, be_dtype st, int64_t n)
 {
 	if (dt == st) {
 		memmove(dst, src, (size_t)n * esize(dt));
@@ -135,87 +130,89 @@ void cpu_bf16_convert(void *dst, be_dtype dt, const void *src, be_dtype st, int6
 
 /* ---- norms ---- */
 
-/* w as float32 for the whole op: w itself, or a converted copy in *own. */
-static const float *weights_f32(backend *be, const char *op, const void *w, be_dtype wt,
-				int64_t d, float **own)
+/* A norm's scratch: w (d) as float32 (w itself, or converted at the start of
+ * the scratch) into *wf, then `rows` rows of d floats for each thread (*rows).
+ * -1 when the scratch could not be had (a fault). */
+static int norm_scratch(backend *be, const char *op, const void *w, be_dtype wt, int64_t n,
+			int64_t d, int rows_per_thread, const float **wf, float **rows)
 {
-	*own = NULL;
-	if (wt == BE_F32)
-		return w;
-	*own = malloc(sizeof(float) * (size_t)d);
-	if (!*own) {
-		backend_fault(be, "cpu backend: %s: out of memory", op);
-		return NULL;
-	}
-	return load(*own, w, wt, d);
+	int nt = threads_for(n * d);
+	float *s = cpu_scratch(be, sizeof(float) * (size_t)(d + rows_per_thread * d * nt), op);
+	if (!s)
+		return -1;
+	*wf = load(s, w, wt, d);
+	*rows = s + d;
+	return 0;
 }
 
 void cpu_bf16_rmsnorm_fwd(backend *be, void *y, be_dtype yt, float *rstd, const void *x,
 			  be_dtype xt, const void *w, be_dtype wt, int64_t n, int64_t d,
 			  float eps)
 {
-	float *wown, *s = scratch_alloc(be, "rmsnorm_fwd", 2 * d, n * d);
-	const float *wf = weights_f32(be, "rmsnorm_fwd", w, wt, d, &wown);
-	if (s && wf) {
+	const float *wf;
+	float *rows;
+	if (norm_scratch(be, "rmsnorm_fwd", w, wt, n, d, 2, &wf, &rows) < 0)
+		return;
 #pragma omp parallel for schedule(dynamic, 8) if (n * d > CPU_PAR_MIN)
-		for (int64_t i = 0; i < n; i++) {
-			float *bx = scratch_of(s, 2 * d), *by = bx + d;
-			void *yi = elem_mut(y, yt, i * d);
-			float *py = place(by, yi, yt);
-			rstd[i] = cpu_rmsnorm_fwd_row_f32(py, load(bx, elem(x, xt, i * d), xt, d), wf,
-							  d, eps);
-			store(yi, yt, py, d);
-		}
+	for (int64_t i = 0; i < n; i++) {
+		float *bx = scratch_of(rows, 2 * d), *by = bx + d;
+		void *yi = elem_mut(y, yt, i * d);
+		float *py = place(by, yi, yt);
+		rstd[i] = cpu_rmsnorm_fwd_row_f32(py, load(bx, elem(x, xt, i * d), xt, d), wf, d,
+						  eps);
+		store(yi, yt, py, d);
 	}
-	free(s);
-	free(wown);
 }
 
-/* dw += sum over rows of dy x rstd, one column block at a time, the rows in
- * order (as the float32 kernel, whose sums this repeats). */
+/* dw[j0..j0+nj) += sum over rows of dy x rstd, the rows in order (as the
+ * float32 kernel, whose sums this repeats). */
+static CPU_HOT void rmsnorm_dw_block(void *dw, be_dtype dwt, const void *dy, be_dtype dyt,
+				     const void *x, be_dtype xt, const float *rstd, int64_t n,
+				     int64_t d, int64_t j0, int64_t nj)
+{
+	float acc[COL_BLOCK] = {0}, bx[COL_BLOCK], bdy[COL_BLOCK], bw[COL_BLOCK];
+	for (int64_t i = 0; i < n; i++) {
+		const float *xi = load(bx, elem(x, xt, i * d + j0), xt, nj);
+		const float *dyi = load(bdy, elem(dy, dyt, i * d + j0), dyt, nj);
+		float r = rstd[i];
+#pragma omp simd
+		for (int64_t j = 0; j < nj; j++)
+			acc[j] += dyi[j] * xi[j] * r;
+	}
+	float *pw = fetch(bw, elem_mut(dw, dwt, j0), dwt, nj);
+	for (int64_t j = 0; j < nj; j++)
+		pw[j] += acc[j];
+	store(elem_mut(dw, dwt, j0), dwt, pw, nj);
+}
+
 static void rmsnorm_dw(void *dw, be_dtype dwt, const void *dy, be_dtype dyt, const void *x,
 		       be_dtype xt, const float *rstd, int64_t n, int64_t d)
 {
 	int64_t nblk = (d + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(dynamic, 1) if (n * d > CPU_PAR_MIN)
-	for (int64_t blk = 0; blk < nblk; blk++) {
-		int64_t j0 = blk * COL_BLOCK, nj = min64(COL_BLOCK, d - j0);
-		float acc[COL_BLOCK] = {0}, bx[COL_BLOCK], bdy[COL_BLOCK], bw[COL_BLOCK];
-		for (int64_t i = 0; i < n; i++) {
-			const float *xi = load(bx, elem(x, xt, i * d + j0), xt, nj);
-			const float *dyi = load(bdy, elem(dy, dyt, i * d + j0), dyt, nj);
-			float r = rstd[i];
-#pragma omp simd
-			for (int64_t j = 0; j < nj; j++)
-				acc[j] += dyi[j] * xi[j] * r;
-		}
-		float *pw = fetch(bw, elem_mut(dw, dwt, j0), dwt, nj);
-		for (int64_t j = 0; j < nj; j++)
-			pw[j] += acc[j];
-		store(elem_mut(dw, dwt, j0), dwt, pw, nj);
-	}
+	for (int64_t blk = 0; blk < nblk; blk++)
+		rmsnorm_dw_block(dw, dwt, dy, dyt, x, xt, rstd, n, d, blk * COL_BLOCK,
+				 min64(COL_BLOCK, d - blk * COL_BLOCK));
 }
 
 void cpu_bf16_rmsnorm_bwd(backend *be, void *dx, be_dtype dxt, void *dw, be_dtype dwt,
 			  const void *dy, be_dtype dyt, const void *x, be_dtype xt,
 			  const void *w, be_dtype wt, const float *rstd, int64_t n, int64_t d)
 {
-	float *wown, *s = scratch_alloc(be, "rmsnorm_bwd", 3 * d, n * d);
-	const float *wf = weights_f32(be, "rmsnorm_bwd", w, wt, d, &wown);
-	if (s && wf) {
+	const float *wf;
+	float *rows;
+	if (norm_scratch(be, "rmsnorm_bwd", w, wt, n, d, 3, &wf, &rows) < 0)
+		return;
 #pragma omp parallel for schedule(dynamic, 8) if (n * d > CPU_PAR_MIN)
-		for (int64_t i = 0; i < n; i++) {
-			float *bx = scratch_of(s, 3 * d), *bdy = bx + d, *bdx = bdy + d;
-			void *dxi = elem_mut(dx, dxt, i * d);
-			float *pdx = place(bdx, dxi, dxt);
-			cpu_rmsnorm_bwd_row_f32(pdx, load(bdy, elem(dy, dyt, i * d), dyt, d),
-						load(bx, elem(x, xt, i * d), xt, d), wf, rstd[i], d);
-			store(dxi, dxt, pdx, d);
-		}
-		rmsnorm_dw(dw, dwt, dy, dyt, x, xt, rstd, n, d);
+	for (int64_t i = 0; i < n; i++) {
+		float *bx = scratch_of(rows, 3 * d), *bdy = bx + d, *bdx = bdy + d;
+		void *dxi = elem_mut(dx, dxt, i * d);
+		float *pdx = place(bdx, dxi, dxt);
+		cpu_rmsnorm_bwd_row_f32(pdx, load(bdy, elem(dy, dyt, i * d), dyt, d),
+					load(bx, elem(x, xt, i * d), xt, d), wf, rstd[i], d);
+		store(dxi, dxt, pdx, d);
 	}
-	free(s);
-	free(wown);
+	rmsnorm_dw(dw, dwt, dy, dyt, x, xt, rstd, n, d);
 }
 
 /* ---- RoPE: torchtitan's apply_rotary_emb rotates xq.float() and rounds back
@@ -225,7 +222,7 @@ void cpu_bf16_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b
 		   int64_t h, int64_t hd, int style, int inverse)
 {
 	int64_t row = h * hd;
-	float *s = scratch_alloc(be, "rope", row, b * t * row);
+	float *s = cpu_scratch(be, sizeof(float) * (size_t)(row * threads_for(b * t * row)), "rope");
 	if (!s)
 		return;
 #pragma omp parallel for schedule(dynamic, 8) if (b * t * row > CPU_PAR_MIN)
@@ -235,44 +232,40 @@ void cpu_bf16_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b
 		cpu_rope_row_f32(px, cs + (r % t) * hd, h, hd, style, inverse);
 		store(xr, xt, px, row);
 	}
-	free(s);
 }
 
 /* ---- attention ---- */
 
-/* A tensor of n elements as float32: p itself, or a converted copy in *own
- * (NULL with a fault when out of memory). */
-static const float *tensor_f32(backend *be, const void *p, be_dtype t, int64_t n, float **own)
+/* Attention's tensors as float32: a float32 tensor as it is, the others in
+ * buffers carved from the scratch at *cur. */
+static int64_t f32_need(be_dtype t, int64_t n)
 {
-	*own = NULL;
-	if (t == BE_F32)
-		return p;
-	*own = malloc(sizeof(float) * (size_t)(n ? n : 1));
-	if (!*own) {
-		backend_fault(be, "cpu backend: attention: out of memory converting to float32");
-		return NULL;
-	}
-	cpu_bf16_convert(*own, BE_F32, p, t, n);
-	return *own;
+	return t == BE_F32 ? 0 : n;
 }
 
-/* Where the float32 kernel writes a tensor of n elements bound for p (type t). */
-static float *result_f32(backend *be, void *p, be_dtype t, int64_t n, float **own)
+static const float *input_f32(float **cur, const void *p, be_dtype t, int64_t n)
 {
-	*own = NULL;
 	if (t == BE_F32)
 		return p;
-	*own = malloc(sizeof(float) * (size_t)(n ? n : 1));
-	if (!*own)
-		backend_fault(be, "cpu backend: attention: out of memory converting to float32");
-	return *own;
+	float *f = *cur;
+	*cur += n;
+	cpu_bf16_convert(f, BE_F32, p, t, n);
+	return f;
 }
 
-static void result_store(void *p, be_dtype t, float *own, int64_t n)
+static float *output_f32(float **cur, void *p, be_dtype t, int64_t n)
 {
-	if (own)
-		cpu_bf16_convert(p, t, own, BE_F32, n);
-	free(own);
+	if (t == BE_F32)
+		return p;
+	float *f = *cur;
+	*cur += n;
+	return f;
+}
+
+static void output_store(void *p, be_dtype t, const float *f, int64_t n)
+{
+	if (t != BE_F32)
+		cpu_bf16_convert(p, t, f, BE_F32, n);
 }
 
 void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, const void *k,
@@ -280,17 +273,15 @@ void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, c
 {
 	int64_t nq = a->b * a->tq * a->h * a->hd, nk = a->b * a->tk * a->hkv * a->hd;
 	int64_t nv = a->b * a->tk * a->hkv * a->hdv, no = a->b * a->tq * a->h * a->hdv;
-	float *oq, *ok, *ov, *oo;
-	const float *fq = tensor_f32(be, q, a->qkv, nq, &oq);
-	const float *fk = tensor_f32(be, k, a->qkv, nk, &ok);
-	const float *fv = tensor_f32(be, v, a->qkv, nv, &ov);
-	float *fo = result_f32(be, out, a->out, no, &oo);
-	if (fq && fk && fv && fo) {
-		cpu_attention_fwd_f32(fo, lse, fq, fk, fv, a);
-		result_store(out, a->out, oo, no);
-		oo = NULL;
-	}
-	free(oq), free(ok), free(ov), free(oo);
+	int64_t need = f32_need(a->qkv, nq + nk + nv) + f32_need(a->out, no);
+	float *cur = cpu_scratch(be, sizeof(float) * (size_t)(need ? need : 1), "attention_fwd");
+	if (!cur)
+		return;
+	const float *fq = input_f32(&cur, q, a->qkv, nq), *fk = input_f32(&cur, k, a->qkv, nk);
+	const float *fv = input_f32(&cur, v, a->qkv, nv);
+	float *fo = output_f32(&cur, out, a->out, no);
+	cpu_attention_fwd_f32(fo, lse, fq, fk, fv, a);
+	output_store(out, a->out, fo, no);
 }
 
 void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const void *dout,
@@ -299,24 +290,20 @@ void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const voi
 {
 	int64_t nq = a->b * a->tq * a->h * a->hd, nk = a->b * a->tk * a->hkv * a->hd;
 	int64_t nv = a->b * a->tk * a->hkv * a->hdv, no = a->b * a->tq * a->h * a->hdv;
-	float *own[8];
-	const float *fdo = tensor_f32(be, dout, a->dout, no, &own[0]);
-	const float *fq = tensor_f32(be, q, a->qkv, nq, &own[1]);
-	const float *fk = tensor_f32(be, k, a->qkv, nk, &own[2]);
-	const float *fv = tensor_f32(be, v, a->qkv, nv, &own[3]);
-	const float *fo = tensor_f32(be, out, a->out, no, &own[4]);
-	float *fdq = result_f32(be, dq, a->grad, nq, &own[5]);
-	float *fdk = result_f32(be, dk, a->grad, nk, &own[6]);
-	float *fdv = result_f32(be, dv, a->grad, nv, &own[7]);
-	if (fdo && fq && fk && fv && fo && fdq && fdk && fdv) {
-		cpu_attention_bwd_f32(fdq, fdk, fdv, fdo, fq, fk, fv, fo, lse, a);
-		result_store(dq, a->grad, own[5], nq);
-		result_store(dk, a->grad, own[6], nk);
-		result_store(dv, a->grad, own[7], nv);
-		own[5] = own[6] = own[7] = NULL;
-	}
-	for (int i = 0; i < 8; i++)
-		free(own[i]);
+	int64_t need = f32_need(a->dout, no) + f32_need(a->qkv, nq + nk + nv) +
+		       f32_need(a->out, no) + f32_need(a->grad, nq + nk + nv);
+	float *cur = cpu_scratch(be, sizeof(float) * (size_t)(need ? need : 1), "attention_bwd");
+	if (!cur)
+		return;
+	const float *fdo = input_f32(&cur, dout, a->dout, no);
+	const float *fq = input_f32(&cur, q, a->qkv, nq), *fk = input_f32(&cur, k, a->qkv, nk);
+	const float *fv = input_f32(&cur, v, a->qkv, nv), *fo = input_f32(&cur, out, a->out, no);
+	float *fdq = output_f32(&cur, dq, a->grad, nq), *fdk = output_f32(&cur, dk, a->grad, nk);
+	float *fdv = output_f32(&cur, dv, a->grad, nv);
+	cpu_attention_bwd_f32(fdq, fdk, fdv, fdo, fq, fk, fv, fo, lse, a);
+	output_store(dq, a->grad, fdq, nq);
+	output_store(dk, a->grad, fdk, nk);
+	output_store(dv, a->grad, fdv, nv);
 }
 
 /* ---- SwiGLU: torchtitan's F.silu(w1(x)) * w3(x) on bf16 tensors rounds
@@ -328,30 +315,49 @@ static inline float silu_bf16(float a, float e)
 	return bf16_round(a / (1 + e));
 }
 
+static CPU_HOT void swiglu_fwd_span(uint16_t *y, const uint16_t *a, const uint16_t *g,
+				     int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		float ai = bf16_to_f32(a[i]);
+		float s = silu_bf16(ai, cpu_exp_f32(-ai));
+		y[i] = bf16_from_f32(s * bf16_to_f32(g[i]));
+	}
+}
+
 void cpu_bf16_swiglu_fwd(void *y, const void *a, const void *g, int64_t n)
 {
-	uint16_t *yy = y;
-	const uint16_t *aa = a, *gg = g;
-#pragma omp parallel for simd schedule(dynamic, 8192) if (n > CPU_PAR_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if (n > CPU_PAR_MIN)
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+		int64_t i0 = c * CHUNK;
+		swiglu_fwd_span((uint16_t *)y + i0, (const uint16_t *)a + i0,
+				(const uint16_t *)g + i0, min64(CHUNK, n - i0));
+	}
+}
+
+static CPU_HOT void swiglu_bwd_span(uint16_t *da, uint16_t *dg, const uint16_t *dy,
+				     const uint16_t *a, const uint16_t *g, int64_t n)
+{
+#pragma omp simd
 	for (int64_t i = 0; i < n; i++) {
-		float ai = bf16_to_f32(aa[i]);
-		float s = silu_bf16(ai, cpu_exp_f32(-ai));
-		yy[i] = bf16_from_f32(s * bf16_to_f32(gg[i]));
+		float ai = bf16_to_f32(a[i]), dyi = bf16_to_f32(dy[i]);
+		float e = cpu_exp_f32(-ai), sig = 1 / (1 + e);
+		float ds = bf16_round(dyi * bf16_to_f32(g[i]));
+		dg[i] = bf16_from_f32(dyi * silu_bf16(ai, e));
+		da[i] = bf16_from_f32(ds * sig * (1 + ai * (1 - sig)));
 	}
 }
 
 void cpu_bf16_swiglu_bwd(void *da, void *dg, const void *dy, const void *a, const void *g,
 			 int64_t n)
 {
-	uint16_t *dda = da, *ddg = dg;
-	const uint16_t *ddy = dy, *aa = a, *gg = g;
-#pragma omp parallel for simd schedule(dynamic, 8192) if (n > CPU_PAR_MIN)
-	for (int64_t i = 0; i < n; i++) {
-		float ai = bf16_to_f32(aa[i]), dyi = bf16_to_f32(ddy[i]);
-		float e = cpu_exp_f32(-ai), sig = 1 / (1 + e);
-		float ds = bf16_round(dyi * bf16_to_f32(gg[i]));
-		ddg[i] = bf16_from_f32(dyi * silu_bf16(ai, e));
-		dda[i] = bf16_from_f32(ds * sig * (1 + ai * (1 - sig)));
+#pragma omp parallel for schedule(dynamic, 1) if (n > CPU_PAR_MIN)
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+		int64_t i0 = c * CHUNK;
+		swiglu_bwd_span((uint16_t *)da + i0, (uint16_t *)dg + i0, (const uint16_t *)dy + i0,
+				(const uint16_t *)a + i0, (const uint16_t *)g + i0,
+				min64(CHUNK, n - i0));
 	}
 }
 
@@ -370,29 +376,35 @@ void cpu_bf16_embedding_fwd(void *out, be_dtype ot, const void *table, be_dtype 
 	}
 }
 
-/* Column blocks, tokens in order, as the float32 kernel.  A bf16 table rounds
- * after each token's row is added. */
+/* Columns j0..j0+nj of dtable, the tokens in order (as the float32 kernel).  A
+ * bf16 table rounds after each token's row is added. */
+static CPU_HOT void embedding_bwd_block(void *dtable, be_dtype tt, const void *dout,
+					be_dtype dt, const int32_t *ids, int64_t n, int64_t d,
+					int64_t v0, int64_t nv, int64_t j0, int64_t nj)
+{
+	float bs[COL_BLOCK], bd[COL_BLOCK];
+	for (int64_t i = 0; i < n; i++) {
+		int64_t r = (int64_t)ids[i] - v0;
+		if (r < 0 || r >= nv)
+			continue;
+		void *dst = elem_mut(dtable, tt, r * d + j0);
+		const float *src = load(bs, elem(dout, dt, i * d + j0), dt, nj);
+		float *pd = fetch(bd, dst, tt, nj);
+#pragma omp simd
+		for (int64_t j = 0; j < nj; j++)
+			pd[j] += src[j];
+		store(dst, tt, pd, nj);
+	}
+}
+
 void cpu_bf16_embedding_bwd(void *dtable, be_dtype tt, const void *dout, be_dtype dt,
 			    const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv)
 {
 	int64_t nblk = (d + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(dynamic, 1) if (n * d > CPU_PAR_MIN)
-	for (int64_t blk = 0; blk < nblk; blk++) {
-		int64_t j0 = blk * COL_BLOCK, nj = min64(COL_BLOCK, d - j0);
-		float bs[COL_BLOCK], bd[COL_BLOCK];
-		for (int64_t i = 0; i < n; i++) {
-			int64_t r = (int64_t)ids[i] - v0;
-			if (r < 0 || r >= nv)
-				continue;
-			void *dst = elem_mut(dtable, tt, r * d + j0);
-			const float *src = load(bs, elem(dout, dt, i * d + j0), dt, nj);
-			float *pd = fetch(bd, dst, tt, nj);
-#pragma omp simd
-			for (int64_t j = 0; j < nj; j++)
-				pd[j] += src[j];
-			store(dst, tt, pd, nj);
-		}
-	}
+	for (int64_t blk = 0; blk < nblk; blk++)
+		embedding_bwd_block(dtable, tt, dout, dt, ids, n, d, v0, nv, blk * COL_BLOCK,
+				    min64(COL_BLOCK, d - blk * COL_BLOCK));
 }
 
 /* ---- cross-entropy: torchtitan's loss takes pred.float(); the gradient
@@ -402,15 +414,13 @@ void cpu_bf16_cross_entropy(backend *be, void *logits, const int32_t *labels, in
 			    int64_t v, int32_t ignore_index, float grad_scale, double *loss_sum,
 			    int64_t *n_valid)
 {
-	float *s = scratch_alloc(be, "cross_entropy", v, n * v);
-	double *row_loss = malloc(sizeof(double) * (size_t)(n ? n : 1)); /* (n) */
-	if (!s || !row_loss) {
-		if (s)
-			backend_fault(be, "cpu backend: cross_entropy: out of memory");
-		free(s);
-		free(row_loss);
+	int nt = threads_for(n * v);
+	/* (n) row losses, then a row of v floats a thread */
+	double *row_loss = cpu_scratch(be, sizeof(double) * (size_t)n + sizeof(float) * (size_t)(v * nt),
+				       "cross_entropy");
+	if (!row_loss)
 		return;
-	}
+	float *s = (float *)(row_loss + n);
 #pragma omp parallel for schedule(dynamic, 8) if (n * v > CPU_PAR_MIN)
 	for (int64_t i = 0; i < n; i++) {
 		uint16_t *x = (uint16_t *)logits + i * v;
@@ -426,90 +436,110 @@ void cpu_bf16_cross_entropy(backend *be, void *logits, const int32_t *labels, in
 			store(x, BE_BF16, px, v);
 	}
 	*loss_sum += cpu_sum_valid_f32(row_loss, labels, n, ignore_index, n_valid);
-	free(row_loss);
-	free(s);
 }
 
 /* ---- elementwise ---- */
 
+static CPU_HOT void add_chunk(void *y, be_dtype yt, const void *a, be_dtype at,
+			       const void *b, be_dtype bt, int64_t n)
+{
+	float ba[CHUNK], bb[CHUNK], by[CHUNK];
+	const float *pa = load(ba, a, at, n), *pb = load(bb, b, bt, n);
+	float *py = place(by, y, yt);
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		py[i] = pa[i] + pb[i];
+	store(y, yt, py, n);
+}
+
 void cpu_bf16_add(void *y, be_dtype yt, const void *a, be_dtype at, const void *b,
 		  be_dtype bt, int64_t n)
 {
-	int64_t nc = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(dynamic, 8) if (n > CPU_PAR_MIN)
-	for (int64_t c = 0; c < nc; c++) {
-		float ba[CHUNK], bb[CHUNK], by[CHUNK];
-		int64_t i0 = c * CHUNK, len = min64(CHUNK, n - i0);
-		const float *pa = load(ba, elem(a, at, i0), at, len);
-		const float *pb = load(bb, elem(b, bt, i0), bt, len);
-		float *py = place(by, elem_mut(y, yt, i0), yt);
-#pragma omp simd
-		for (int64_t i = 0; i < len; i++)
-			py[i] = pa[i] + pb[i];
-		store(elem_mut(y, yt, i0), yt, py, len);
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+		int64_t i0 = c * CHUNK;
+		add_chunk(elem_mut(y, yt, i0), yt, elem(a, at, i0), at, elem(b, bt, i0), bt,
+			  min64(CHUNK, n - i0));
 	}
+}
+
+static CPU_HOT void axpy_chunk(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt,
+				int64_t n)
+{
+	float bx[CHUNK], by[CHUNK];
+	const float *px = load(bx, x, xt, n);
+	float *py = fetch(by, y, yt, n);
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		py[i] += alpha * px[i];
+	store(y, yt, py, n);
 }
 
 void cpu_bf16_axpy(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt, int64_t n)
 {
-	int64_t nc = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(dynamic, 8) if (n > CPU_PAR_MIN)
-	for (int64_t c = 0; c < nc; c++) {
-		float bx[CHUNK], by[CHUNK];
-		int64_t i0 = c * CHUNK, len = min64(CHUNK, n - i0);
-		const float *px = load(bx, elem(x, xt, i0), xt, len);
-		float *py = fetch(by, elem_mut(y, yt, i0), yt, len);
-#pragma omp simd
-		for (int64_t i = 0; i < len; i++)
-			py[i] += alpha * px[i];
-		store(elem_mut(y, yt, i0), yt, py, len);
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+		int64_t i0 = c * CHUNK;
+		axpy_chunk(elem_mut(y, yt, i0), yt, alpha, elem(x, xt, i0), xt, min64(CHUNK, n - i0));
 	}
+}
+
+static CPU_HOT void scale_span(uint16_t *x, float alpha, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		x[i] = bf16_from_f32(bf16_to_f32(x[i]) * alpha);
 }
 
 void cpu_bf16_scale(void *x, float alpha, int64_t n)
 {
-	uint16_t *xx = x;
-#pragma omp parallel for simd schedule(dynamic, 8192) if (n > CPU_PAR_MIN)
-	for (int64_t i = 0; i < n; i++)
-		xx[i] = bf16_from_f32(bf16_to_f32(xx[i]) * alpha);
+#pragma omp parallel for schedule(dynamic, 1) if (n > CPU_PAR_MIN)
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++)
+		scale_span((uint16_t *)x + c * CHUNK, alpha, min64(CHUNK, n - c * CHUNK));
 }
 
-/* Fixed chunks, partials summed in chunk order, as the float32 kernel. */
-#define SUMSQ_CHUNK 8192
+/* The float32 kernel's span sum over chunks converted to float32 (exactly),
+ * the chunks' partials added in chunk order: the same bits whatever the
+ * threads. */
+static double sumsq_chunk(const uint16_t *x, int64_t n)
+{
+	float buf[CHUNK];
+	return cpu_sumsq_span_f32(load(buf, x, BE_BF16, n), n);
+}
+
 double cpu_bf16_sumsq(const void *x, int64_t n)
 {
 	const uint16_t *xx = x;
-	int64_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
 	double total = 0;
 #pragma omp parallel for ordered schedule(static, 1) if (n > CPU_PAR_MIN)
-	for (int64_t c = 0; c < nchunk; c++) {
-		int64_t i0 = c * SUMSQ_CHUNK, i1 = min64(i0 + SUMSQ_CHUNK, n);
-		double acc = 0;
-		for (int64_t i = i0; i < i1; i++) {
-			double f = bf16_to_f32(xx[i]);
-			acc += f * f;
-		}
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+		double part = sumsq_chunk(xx + c * CHUNK, min64(CHUNK, n - c * CHUNK));
 #pragma omp ordered
-		total += acc;
+		total += part;
 	}
 	return total;
+}
+
+static CPU_HOT void adamw_chunk(uint16_t *p, const uint16_t *g, uint16_t *m, uint16_t *v,
+				 int64_t n, float lr, float b1, float b2, float eps, float wd,
+				 float bc1, float bc2)
+{
+	float bp[CHUNK], bg[CHUNK], bm[CHUNK], bv[CHUNK];
+	float *fp = fetch(bp, p, BE_BF16, n), *fm = fetch(bm, m, BE_BF16, n);
+	float *fv = fetch(bv, v, BE_BF16, n);
+	cpu_adamw_span_f32(fp, load(bg, g, BE_BF16, n), fm, fv, n, lr, b1, b2, eps, wd, bc1, bc2);
+	store(p, BE_BF16, fp, n);
+	store(m, BE_BF16, fm, n);
+	store(v, BE_BF16, fv, n);
 }
 
 void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n, float lr, float b1,
 		    float b2, float eps, float wd, float bc1, float bc2)
 {
-	int64_t nc = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(dynamic, 8) if (n > CPU_PAR_MIN)
-	for (int64_t c = 0; c < nc; c++) {
-		float bp[CHUNK], bg[CHUNK], bm[CHUNK], bv[CHUNK];
-		int64_t i0 = c * CHUNK, len = min64(CHUNK, n - i0);
-		uint16_t *pp = (uint16_t *)p + i0, *mm = (uint16_t *)m + i0, *vv = (uint16_t *)v + i0;
-		float *fp = fetch(bp, pp, BE_BF16, len), *fm = fetch(bm, mm, BE_BF16, len);
-		float *fv = fetch(bv, vv, BE_BF16, len);
-		cpu_adamw_span_f32(fp, load(bg, (const uint16_t *)g + i0, BE_BF16, len), fm, fv, len,
-				   lr, b1, b2, eps, wd, bc1, bc2);
-		store(pp, BE_BF16, fp, len);
-		store(mm, BE_BF16, fm, len);
-		store(vv, BE_BF16, fv, len);
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+		int64_t i0 = c * CHUNK;
+		adamw_chunk((uint16_t *)p + i0, (const uint16_t *)g + i0, (uint16_t *)m + i0,
+			    (uint16_t *)v + i0, min64(CHUNK, n - i0), lr, b1, b2, eps, wd, bc1, bc2);
 	}
 }

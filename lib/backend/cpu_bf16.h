@@ -2,8 +2,8 @@
  * bfloat16 tensors.  Arguments as in backend.h; every float tensor may be
  * float32 or bfloat16 in any mix (cpu.c sends the all-float32 calls to the
  * float32 kernels and faults on other types before calling these).  Each op
- * computes in float32 and rounds to nearest even where it stores bfloat16; a
- * scratch buffer it cannot allocate is a fault for the next sync. */
+ * computes in float32 and rounds to nearest even where it stores bfloat16; the
+ * scratch it cannot allocate is a fault for the next sync. */
 #ifndef TITAN_CPU_BF16_H
 #define TITAN_CPU_BF16_H
 
@@ -44,6 +44,12 @@ void cpu_bf16_scale(void *x, float alpha, int64_t n);
 double cpu_bf16_sumsq(const void *x, int64_t n);
 void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n, float lr, float b1,
 		    float b2, float eps, float wd, float bc1, float bc2);
+
+/* The backend's scratch (cpu.c): at least `bytes`, kept and grown across calls
+ * (ops run one at a time, and no op holds it across another's call), 64-byte
+ * aligned, counted in the backend's bytes.  NULL with a fault naming op when
+ * out of memory. */
+void *cpu_scratch(backend *be, size_t bytes, const char *op);
 
 /* bfloat16 GEMMs through oneDNN (cpu_onednn.c): A and B bfloat16, C float32 or
  * bfloat16, backend.h's matmul otherwise.  Returns 0, or -1 with e set. */

@@ -12,6 +12,16 @@
 
 #include "backend/backend.h"
 
+/* The hot loops (rows and spans) are compiled twice, for AVX-512 (x86-64-v4)
+ * and for the baseline, and the loader picks the one the processor runs (GCC's
+ * target_clones).  Under -std=c17 GCC contracts no multiply-add, so both give
+ * the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define CPU_HOT
+#endif
+
 /* Below this many elements a loop runs on one thread: waking the team costs
  * more than the work (and a loaded machine makes it worse). */
 #define CPU_PAR_MIN 65536
@@ -88,6 +98,7 @@ static inline float cpu_exp_f32(float x)
 					   REAL grad_scale);                           \
 	double cpu_sum_valid_##SFX(const double *row_loss, const int32_t *labels,      \
 				   int64_t n, int32_t ignore_index, int64_t *n_valid); \
+	double cpu_sumsq_span_##SFX(const REAL *x, int64_t n);                         \
 	void cpu_adamw_span_##SFX(REAL *p, const REAL *g, REAL *m, REAL *v, int64_t n, \
 				  REAL lr, REAL b1, REAL b2, REAL eps, REAL wd,        \
 				  REAL bc1, REAL bc2);
