@@ -2,8 +2,8 @@
  * and chunks are converted to float32 in buffers that stay in the L1 cache,
  * computed by the float32 kernels' own row functions where there is one (so a
  * bf16 result is the float32 op's result rounded once), and rounded to nearest
- * even where they are stored.  Attention, bound by its products rather than
- * by memory, converts its tensors whole and runs the float32 kernel.
+ * even where they are stored.  Attention runs the float32 kernel on one
+ * (batch, kv head) group at a time, converted.
  *
  * Work is split as in cpu_kernels.inc: fixed chunks or rows whatever the
  * threads, reductions in a fixed order, so results repeat bit for bit. */
@@ -234,76 +234,110 @@ void cpu_bf16_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b
 	}
 }
 
-/* ---- attention ---- */
+/* ---- attention: one (batch, kv head) group at a time, as the float32 kernel
+ * splits its work.  A group's rows of q (its query heads), k and v are gathered
+ * from the strided tensors into float32 buffers of its thread, the float32
+ * kernel runs on them as a problem of one batch and one kv head, and out (or
+ * dq, dk, dv) is scattered back, rounded.  Scratch: a group per thread. ---- */
 
-/* Attention's tensors as float32: a float32 tensor as it is, the others in
- * buffers carved from the scratch at *cur. */
-static int64_t f32_need(be_dtype t, int64_t n)
+typedef struct att_geom {
+	be_attn g;          /* the group's problem: b 1, h rep, hkv 1 */
+	int64_t rep;
+	int64_t nq, nk, nv, no; /* floats of the group's q, k, v, out */
+} att_geom;
+
+static att_geom att_group(const be_attn *a)
 {
-	return t == BE_F32 ? 0 : n;
+	att_geom ge = {.g = *a, .rep = a->h / a->hkv};
+	ge.g.b = 1, ge.g.h = ge.rep, ge.g.hkv = 1;
+	ge.nq = a->tq * ge.rep * a->hd, ge.nk = a->tk * a->hd;
+	ge.nv = a->tk * a->hdv, ge.no = a->tq * ge.rep * a->hdv;
+	return ge;
 }
 
-static const float *input_f32(float **cur, const void *p, be_dtype t, int64_t n)
+/* rows of width elements, ld apart in src (type t), into dst packed. */
+static void gather(float *dst, const void *src, be_dtype t, int64_t rows, int64_t width,
+		   int64_t ld)
 {
-	if (t == BE_F32)
-		return p;
-	float *f = *cur;
-	*cur += n;
-	cpu_bf16_convert(f, BE_F32, p, t, n);
-	return f;
+	for (int64_t r = 0; r < rows; r++)
+		convert_span(dst + r * width, BE_F32, elem(src, t, r * ld), t, width);
 }
 
-static float *output_f32(float **cur, void *p, be_dtype t, int64_t n)
+static void scatter(void *dst, be_dtype t, int64_t ld, const float *src, int64_t rows,
+		    int64_t width)
 {
-	if (t == BE_F32)
-		return p;
-	float *f = *cur;
-	*cur += n;
-	return f;
+	for (int64_t r = 0; r < rows; r++)
+		convert_span(elem_mut(dst, t, r * ld), t, src + r * width, BE_F32, width);
 }
 
-static void output_store(void *p, be_dtype t, const float *f, int64_t n)
+/* Offsets of group (bi, kv)'s first row in q / out (query heads kv*rep..) and
+ * in k / v. */
+static int64_t q_off(const be_attn *a, int64_t bi, int64_t kv, int64_t rep, int64_t w)
 {
-	if (t != BE_F32)
-		cpu_bf16_convert(p, t, f, BE_F32, n);
+	return (bi * a->tq * a->h + kv * rep) * w;
+}
+
+static int64_t k_off(const be_attn *a, int64_t bi, int64_t kv, int64_t w)
+{
+	return (bi * a->tk * a->hkv + kv) * w;
 }
 
 void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, const void *k,
 			    const void *v, const be_attn *a)
 {
-	int64_t nq = a->b * a->tq * a->h * a->hd, nk = a->b * a->tk * a->hkv * a->hd;
-	int64_t nv = a->b * a->tk * a->hkv * a->hdv, no = a->b * a->tq * a->h * a->hdv;
-	int64_t need = f32_need(a->qkv, nq + nk + nv) + f32_need(a->out, no);
-	float *cur = cpu_scratch(be, sizeof(float) * (size_t)(need ? need : 1), "attention_fwd");
-	if (!cur)
+	att_geom ge = att_group(a);
+	int64_t per = ge.nq + ge.nk + ge.nv + ge.no, groups = a->b * a->hkv;
+	int64_t work = a->b * a->h * a->tq * a->tk * a->hd;
+	int nt = groups > 1 && work > CPU_PAR_MIN && !omp_in_parallel() ? omp_get_max_threads() : 1;
+	float *s = cpu_scratch(be, sizeof(float) * (size_t)(per * nt), "attention_fwd");
+	if (!s)
 		return;
-	const float *fq = input_f32(&cur, q, a->qkv, nq), *fk = input_f32(&cur, k, a->qkv, nk);
-	const float *fv = input_f32(&cur, v, a->qkv, nv);
-	float *fo = output_f32(&cur, out, a->out, no);
-	cpu_attention_fwd_f32(fo, lse, fq, fk, fv, a);
-	output_store(out, a->out, fo, no);
+#pragma omp parallel for schedule(dynamic, 1) if (nt > 1)
+	for (int64_t grp = 0; grp < groups; grp++) {
+		int64_t bi = grp / a->hkv, kv = grp % a->hkv;
+		float *fq = scratch_of(s, per), *fk = fq + ge.nq, *fv = fk + ge.nk, *fo = fv + ge.nv;
+		gather(fq, elem(q, a->qkv, q_off(a, bi, kv, ge.rep, a->hd)), a->qkv, a->tq,
+		       ge.rep * a->hd, a->h * a->hd);
+		gather(fk, elem(k, a->qkv, k_off(a, bi, kv, a->hd)), a->qkv, a->tk, a->hd,
+		       a->hkv * a->hd);
+		gather(fv, elem(v, a->qkv, k_off(a, bi, kv, a->hdv)), a->qkv, a->tk, a->hdv,
+		       a->hkv * a->hdv);
+		cpu_attention_fwd_f32(fo, lse + (bi * a->h + kv * ge.rep) * a->tq, fq, fk, fv, &ge.g);
+		scatter(elem_mut(out, a->out, q_off(a, bi, kv, ge.rep, a->hdv)), a->out,
+			a->h * a->hdv, fo, a->tq, ge.rep * a->hdv);
+	}
 }
 
 void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const void *dout,
 			    const void *q, const void *k, const void *v, const void *out,
 			    const float *lse, const be_attn *a)
 {
-	int64_t nq = a->b * a->tq * a->h * a->hd, nk = a->b * a->tk * a->hkv * a->hd;
-	int64_t nv = a->b * a->tk * a->hkv * a->hdv, no = a->b * a->tq * a->h * a->hdv;
-	int64_t need = f32_need(a->dout, no) + f32_need(a->qkv, nq + nk + nv) +
-		       f32_need(a->out, no) + f32_need(a->grad, nq + nk + nv);
-	float *cur = cpu_scratch(be, sizeof(float) * (size_t)(need ? need : 1), "attention_bwd");
-	if (!cur)
+	att_geom ge = att_group(a);
+	int64_t per = 2 * (ge.nq + ge.nk + ge.nv + ge.no), groups = a->b * a->hkv;
+	int64_t work = a->b * a->h * a->tq * a->tk * a->hd;
+	int nt = groups > 1 && work > CPU_PAR_MIN && !omp_in_parallel() ? omp_get_max_threads() : 1;
+	float *s = cpu_scratch(be, sizeof(float) * (size_t)(per * nt), "attention_bwd");
+	if (!s)
 		return;
-	const float *fdo = input_f32(&cur, dout, a->dout, no);
-	const float *fq = input_f32(&cur, q, a->qkv, nq), *fk = input_f32(&cur, k, a->qkv, nk);
-	const float *fv = input_f32(&cur, v, a->qkv, nv), *fo = input_f32(&cur, out, a->out, no);
-	float *fdq = output_f32(&cur, dq, a->grad, nq), *fdk = output_f32(&cur, dk, a->grad, nk);
-	float *fdv = output_f32(&cur, dv, a->grad, nv);
-	cpu_attention_bwd_f32(fdq, fdk, fdv, fdo, fq, fk, fv, fo, lse, a);
-	output_store(dq, a->grad, fdq, nq);
-	output_store(dk, a->grad, fdk, nk);
-	output_store(dv, a->grad, fdv, nv);
+	int64_t ldq = a->h * a->hd, ldk = a->hkv * a->hd, ldv = a->hkv * a->hdv, ldo = a->h * a->hdv;
+#pragma omp parallel for schedule(dynamic, 1) if (nt > 1)
+	for (int64_t grp = 0; grp < groups; grp++) {
+		int64_t bi = grp / a->hkv, kv = grp % a->hkv;
+		int64_t oq = q_off(a, bi, kv, ge.rep, a->hd), oo = q_off(a, bi, kv, ge.rep, a->hdv);
+		int64_t ok = k_off(a, bi, kv, a->hd), ov = k_off(a, bi, kv, a->hdv);
+		float *fq = scratch_of(s, per), *fk = fq + ge.nq, *fv = fk + ge.nk, *fo = fv + ge.nv;
+		float *fdo = fo + ge.no, *fdq = fdo + ge.no, *fdk = fdq + ge.nq, *fdv = fdk + ge.nk;
+		gather(fq, elem(q, a->qkv, oq), a->qkv, a->tq, ge.rep * a->hd, ldq);
+		gather(fk, elem(k, a->qkv, ok), a->qkv, a->tk, a->hd, ldk);
+		gather(fv, elem(v, a->qkv, ov), a->qkv, a->tk, a->hdv, ldv);
+		gather(fo, elem(out, a->out, oo), a->out, a->tq, ge.rep * a->hdv, ldo);
+		gather(fdo, elem(dout, a->dout, oo), a->dout, a->tq, ge.rep * a->hdv, ldo);
+		cpu_attention_bwd_f32(fdq, fdk, fdv, fdo, fq, fk, fv, fo,
+				      lse + (bi * a->h + kv * ge.rep) * a->tq, &ge.g);
+		scatter(elem_mut(dq, a->grad, oq), a->grad, ldq, fdq, a->tq, ge.rep * a->hd);
+		scatter(elem_mut(dk, a->grad, ok), a->grad, ldk, fdk, a->tk, a->hd);
+		scatter(elem_mut(dv, a->grad, ov), a->grad, ldv, fdv, a->tk, a->hdv);
+	}
 }
 
 /* ---- SwiGLU: torchtitan's F.silu(w1(x)) * w3(x) on bf16 tensors rounds
