@@ -1,4 +1,5 @@
 #include "trainer/trainer.h"
+#include "trainer/precision.h"
 #include "trainer/state.h"
 
 #include <math.h>
@@ -125,10 +126,19 @@ static void warn_inert(job *j)
 		titan_warn("profiling.enable_profiling: titan-train has no profiler yet; no traces are written");
 	if (c->profiling.enable_memory_snapshot)
 		titan_warn("profiling.enable_memory_snapshot: not available; no snapshots are written");
-	if (strcmp(c->training.mixed_precision_param, "float32") != 0)
-		metrics_log(j->log, "Mixed precision: training.mixed_precision_param = %s takes effect "
-			    "with sharded data parallelism only; computing in float32",
-			    c->training.mixed_precision_param);
+}
+
+/* torchtitan's precision mode for this job (one process, no sharding: autocast
+ * with training.mixed_precision_param), put on the model and logged. */
+static int set_precision(job *j, titan_err *err)
+{
+	prec_degrees d = {1, 1, 1, 1, 1};
+	train_prec p;
+	if (train_prec_choose(j->c, &d, &p, err) != 0 || train_prec_apply(j->m, &p, err) != 0)
+		return -1;
+	metrics_log(j->log, "%s", p.line);
+	metrics_log(j->log, "Precision: %s", p.detail);
+	return 0;
 }
 
 static int open_data(job *j, titan_err *err)
@@ -193,7 +203,7 @@ static int build_model(job *j, titan_err *err)
 	} else if (strcmp(mode, "memory_budget") == 0) {
 		return err_set(err, "activation_checkpoint.mode = \"memory_budget\" is not supported yet");
 	}
-	if (model_set_ac(j->m, ac, every, err) != 0)
+	if (model_set_ac(j->m, ac, every, err) != 0 || set_precision(j, err) != 0)
 		return -1;
 	const llama_args *ma = model_args(j->m);
 	j->flops_per_token = metrics_flops_per_token(model_num_params_no_embedding(j->m), ma->n_layers,
@@ -351,6 +361,7 @@ static int load_checkpoint(job *j, titan_err *err)
 	free(s.loader);
 	if (rc != 0)
 		return -1;
+	model_weights_changed(j->m); /* the masters were written behind the model's back */
 	if (got.train_state) {
 		j->step = s.step;
 		j->ntokens_seen = s.ntokens_seen;
@@ -479,6 +490,7 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
 	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
 	adamw_step(j->opt, model_params(j->m), model_grads(j->m), j->lr);
+	model_weights_changed(j->m); /* autocast casts the new weights on next use */
 	j->step++;
 	j->ntokens_seen += (int64_t)j->accum * j->B * j->T;
 	w->tokens += (int64_t)j->accum * j->B * j->T;
