@@ -65,6 +65,20 @@ t_need_fixture() {
 	fi
 }
 
+# t_random_shards DIR SEED DOCS VOCAB MAXLEN VALFRAC: DOCS documents of up to
+# MAXLEN random ids below VOCAB (tests/shard/test_gen, seeded) into a titan-shard
+# folder DIR; a test that cannot make them fails and ends.
+t_random_shards() {
+	gen="$BUILD/tests/shard/test_gen"
+	if [ ! -x "$gen" ]; then
+		t_not_ok "token stream generator built" "missing $gen"
+		t_done
+	fi
+	"$gen" gen "$2" "$3" "$4" "$5" >"$TMP/.random.tts"
+	t_run "random data set shards" "$BIN/titan-shard" -q --out "$1" --val-fraction "$6" \
+		"$TMP/.random.tts"
+}
+
 t_done() {
 	echo "# $T_N tests, $T_FAILED failed"
 	[ "$T_FAILED" -eq 0 ]

@@ -148,9 +148,70 @@ static void autocast_headdim64_loss_and_gradients_match_torch_autocast(void **s)
 	check_case("hd64");
 }
 
+/* What a first micro-batch's forward and backward adds on the backend at its
+ * peak (its activations, the model's scratch, the backend's own), less the
+ * autocast copies of the weights (weights, not activations). */
+static size_t step_bytes(model *m, backend *be, const int32_t *ids, const int32_t *labels, int b,
+			 int t, size_t *reported)
+{
+	titan_err e = {0};
+	double ls;
+	int64_t nv;
+	size_t before = be->bytes_in_use;
+	backend_reset_peak(be);
+	if (model_forward_backward(m, ids, labels, b, t, 1e-3f, &ls, &nv, &e) ||
+	    be->ops->sync(be, &e))
+		fail_msg("%s", e.msg);
+	*reported = model_activation_bytes(m, b, t);
+	size_t copies = model_get_autocast(m) == BE_F32 ? 0 : model_num_params(m) * 2;
+	return backend_peak_bytes(be) - before - copies;
+}
+
+/* Activations and the residual stream in bf16 take half the bytes of float32,
+ * as the model reports them and as the backend measures them (the norms'
+ * rstd and attention's lse stay float32: a little over half); under autocast
+ * the float32 residual stream keeps a little more. */
+static void bf16_activations_take_half_the_bytes(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	json_t *c = golden_case("gqa");
+	assert_non_null(c);
+	llama_args a = golden_args(c);
+	json_decref(c);
+	int b = 2, t = 64;
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)(b * t)), *labels = malloc(sizeof(int32_t) * (size_t)(b * t));
+	for (int i = 0; i < b * t; i++)
+		ids[i] = (i * 37) % a.vocab_size, labels[i] = (i * 11 + 3) % a.vocab_size;
+	const model_prec precs[3] = {{BE_F32, BE_F32, BE_F32, BE_F32},
+				     {BE_F32, BE_F32, BE_BF16, BE_BF16},
+				     {BE_F32, BE_F32, BE_BF16, BE_F32}};
+	size_t rep[3], got[3];
+	for (int i = 0; i < 3; i++) {
+		backend *be = backend_cpu_create(0, &e);
+		model *m = be ? model_create(be, &a, 0, &e) : NULL;
+		if (!m || model_init(m, 1, 1, &e) || model_set_prec(m, &precs[i], &e) ||
+		    (i && model_set_autocast(m, BE_BF16, &e)))
+			fail_msg("%s", e.msg);
+		got[i] = step_bytes(m, be, ids, labels, b, t, &rep[i]);
+		model_free(m);
+		backend_free(be);
+	}
+	for (int i = 1; i < 3; i++)
+		print_message("%s residual: activations reported %.3f, measured %.3f of float32's "
+			      "(%zu / %zu, %zu / %zu bytes)\n", i == 1 ? "bf16" : "float32",
+			      (double)rep[i] / (double)rep[0], (double)got[i] / (double)got[0], rep[i],
+			      rep[0], got[i], got[0]);
+	assert_true(rep[1] < 0.56 * rep[0] && rep[1] > 0.5 * rep[0]);
+	assert_true(got[1] < 0.6 * got[0] && got[1] > 0.45 * got[0]);
+	assert_true(rep[2] > rep[1] && rep[2] < 0.65 * rep[0]);
+	free(ids), free(labels);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(bf16_activations_take_half_the_bytes),
 		cmocka_unit_test(autocast_gqa_loss_and_gradients_match_torch_autocast),
 		cmocka_unit_test(autocast_headdim64_loss_and_gradients_match_torch_autocast),
 	};
