@@ -64,17 +64,27 @@ static bool exists(const char *p)
 	return !stat(p, &st);
 }
 
-/* A file that starts with '{' is JSON; anything else is read as tiktoken. */
-static bool looks_json(const char *path)
+/* What a tokenizer file is, from its first bytes: JSON when an object starts
+ * after white space (and a byte order mark, which the JSON loader then names),
+ * empty when white space is all there is, or else tiktoken. */
+enum { FILE_TIKTOKEN, FILE_JSON, FILE_EMPTY };
+
+static int file_kind(const char *path)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return false;
+		return FILE_TIKTOKEN; /* the loader reports why it cannot open it */
+	uint8_t bom[3];
+	size_t got = fread(bom, 1, 3, f);
+	if (got < 3 || memcmp(bom, "\xef\xbb\xbf", 3))
+		rewind(f);
 	int c;
 	while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t')
 		;
 	fclose(f);
-	return c == '{';
+	if (c == '{')
+		return FILE_JSON;
+	return c == EOF ? FILE_EMPTY : FILE_TIKTOKEN;
 }
 
 /* The one *.tiktoken file of a folder, if there is exactly one. */
@@ -142,7 +152,12 @@ int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err)
 		else
 			snprintf(cfg, sizeof cfg, "tokenizer_config.json");
 	}
-	if (looks_json(file)) {
+	int kind = file_kind(file);
+	if (kind == FILE_EMPTY) {
+		free(t);
+		return err_set(err, "%s: empty (or only white space): neither a tokenizer.json nor a tiktoken file", file);
+	}
+	if (kind == FILE_JSON) {
 		t->format = TOK_FORMAT_HF_JSON;
 		t->added_mode = added == TOK_ADDED_PLAIN ? TOK_ADDED_PLAIN : TOK_ADDED_EXTRACT;
 		snprintf(t->encoding, sizeof t->encoding, "tokenizer.json");

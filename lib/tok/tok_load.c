@@ -316,9 +316,15 @@ static int load_vocab(tok *t, pool_w *w, json_t *vocab, titan_err *err)
 			return err_set(err, "vocab entry \"%.40s\" is not an integer id", k);
 		if (n > sizeof buf)
 			return err_set(err, "vocab entry of %zu bytes is too long", n);
+		int64_t id = json_integer_value(v);
+		/* HF keeps every string of a shared id; titan's tables hold one token
+		 * per id, and dropping the others would lose their text silently. */
+		if (id >= 0 && id < t->n_vocab && t->len[id] != UINT32_MAX)
+			return err_set(err, "model.vocab: id %lld is given to \"%.40s\" and to another "
+				       "entry (titan needs one string per id)", (long long)id, k);
 		size_t m;
 		bool ok = bytelevel_decode(k, n, buf, &m);
-		if (set_token(t, w, json_integer_value(v), buf, m, ok ? 0 : TOK_F_UNREACH, err))
+		if (set_token(t, w, id, buf, m, ok ? 0 : TOK_F_UNREACH, err))
 			return -1;
 	}
 	return 0;
@@ -370,6 +376,26 @@ static int load_merges(tok *t, json_t *vocab, json_t *merges, titan_err *err)
 	return 0;
 }
 
+/* Whether id already holds a token whose text is not content (raw, or in
+ * ByteLevel form), which an added token would silently replace. */
+static bool clashes(const tok *t, const pool_w *w, int64_t id, const uint8_t *content, size_t n)
+{
+	if (id < 0 || id >= t->n_vocab || t->len[id] == UINT32_MAX)
+		return false;
+	const uint8_t *have = w->p + t->off[id];
+	size_t hn = t->len[id];
+	if (hn == n && !memcmp(have, content, n))
+		return false;
+	uint8_t *d = malloc(n + 1);
+	size_t dn = 0;
+	if (!d)
+		return false;
+	bytelevel_decode((const char *)content, n, d, &dn);
+	bool same = dn == hn && !memcmp(d, have, hn);
+	free(d);
+	return !same;
+}
+
 static int load_added(tok *t, pool_w *w, json_t *added, titan_err *err)
 {
 	size_t i;
@@ -385,6 +411,12 @@ static int load_added(tok *t, pool_w *w, json_t *added, titan_err *err)
 			return err_set(err, "out of memory");
 		n = unmask_nul(json_string_value(c), n, content);
 		const char *s = (const char *)content;
+		if (clashes(t, w, id, content, n)) {
+			free(content);
+			return err_set(err, "added_tokens[%zu] \"%.40s\": id %lld is already the vocabulary's "
+				       "token for other text (titan needs one string per id)", i,
+				       json_string_value(c), (long long)id);
+		}
 		uint8_t fl = TOK_F_ADDED | (json_is_true(json_object_get(a, "special")) ? TOK_F_SPECIAL : 0);
 		int rc = set_token(t, w, id, content, n, fl, err);
 		/* HF decodes an added token through the ByteLevel decoder too. */
@@ -504,6 +536,9 @@ int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path
 		     titan_err *err)
 {
 	init_bytelevel();
+	if (text && n >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
+		return err_set(err, "starts with a UTF-8 byte order mark, which JSON text must not "
+			       "(HF tokenizers refuses it too): remove the first 3 bytes");
 	json_error_t je;
 	json_t *root = load_json_masked(text ? text : "", text ? n : 0, &je, err);
 	if (!root)
