@@ -4,14 +4,18 @@
  * implements the same table.
  *
  * Conventions shared by every op:
- * - Tensors are dense, row-major float32 in device memory (host memory on the
- *   CPU).  Token ids and labels are int32 in device memory.
+ * - Tensors are dense and row-major in device memory (host memory on the CPU);
+ *   each float tensor argument comes with its element type (be_dtype).  Token
+ *   ids and labels are int32 in device memory.  Statistics (norm rstd,
+ *   attention lse), the loss and the grad-norm partial are always float32 or
+ *   double: only activations, the weights an op reads and gradients narrow.
  * - Shapes are given as counts; the layout of each argument is in its comment.
  * - Ops that produce a weight gradient ACCUMULATE into it (dw += ...), so
  *   micro-batches add up without extra copies; activation gradients are written.
- * - Ops do not fail: the arguments are the caller's contract.  Only allocation
- *   and synchronisation report errors (a CUDA backend reports a failed kernel
- *   at the next sync).
+ * - Ops do not return errors: the arguments are the caller's contract.  A
+ *   failure inside an op (a kernel, or a combination of element types the
+ *   backend does not implement) is recorded and reported by the next sync, as
+ *   a CUDA backend reports a failed kernel.
  * - Reductions run in a fixed order that does not depend on timing, so a run
  *   repeats bit for bit with the same thread count (resume tests rely on it). */
 #ifndef TITAN_BACKEND_H
@@ -30,6 +34,51 @@ enum backend_copy_kind {
 	BACKEND_D2D,
 };
 
+/* Element types of the float tensors an op reads and writes.  bfloat16 is the
+ * top half of a float32 (stored as uint16_t on the host); the float8 types are
+ * those of torch.float8_e4m3fn and torch.float8_e5m2.  Every op computes in
+ * float32 whatever it reads, and rounds to nearest even when it stores a
+ * narrower type. */
+typedef enum be_dtype {
+	BE_F32 = 0,
+	BE_BF16,
+	BE_E4M3,
+	BE_E5M2,
+} be_dtype;
+
+size_t be_dtype_size(be_dtype t);
+const char *be_dtype_name(be_dtype t); /* "float32", "bfloat16", ... */
+/* "float32" / "bfloat16" (torch's names, as configs spell them) or -1. */
+int be_dtype_parse(const char *name);
+
+/* RoPE layouts: torchtitan's Llama rotates interleaved pairs (x[2i], x[2i+1])
+ * (view_as_complex of (..., hd/2, 2)); HF's and Qwen3's rotate_half pairs
+ * (x[i], x[i + hd/2]). */
+enum be_rope_style {
+	BE_ROPE_INTERLEAVED,
+	BE_ROPE_HALF,
+};
+
+/* One attention call: softmax(scale q k^T + mask) v per query head; query head j
+ * reads kv head j / (h / hkv).  Layouts, contiguous:
+ *   q (b, tq, h, hd); k (b, tk, hkv, hd); v (b, tk, hkv, hdv); out (b, tq, h, hdv);
+ *   lse (b, h, tq) float32, each row's log-sum-exp.
+ * Query i sits at position q_pos0 + i and key j at k_pos0 + j; with causal set a
+ * query sees the keys at positions <= its own (a context-parallel rank passes
+ * the positions of its chunks; a query that sees no key gets out = 0 and
+ * lse = -inf, which merging partial results expects).  The gradients dq, dk, dv
+ * are written (not accumulated). */
+typedef struct be_attn {
+	int64_t b, tq, tk, h, hkv, hd, hdv;
+	float scale;       /* 0: 1/sqrt(hd), as Llama */
+	int causal;
+	int64_t q_pos0, k_pos0;
+	be_dtype qkv;      /* q, k, v */
+	be_dtype out;      /* out (forward), and the out the backward reads */
+	be_dtype dout;     /* the gradient of out */
+	be_dtype grad;     /* dq, dk, dv */
+} be_attn;
+
 typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
@@ -37,81 +86,96 @@ typedef struct backend_ops {
 	 * counted for backend_peak_bytes. */
 	void *(*alloc)(backend *be, size_t bytes, titan_err *e);
 	void (*free)(backend *be, void *p);
+	void (*destroy)(backend *be); /* the backend itself (backend_free) */
 	void (*copy)(backend *be, void *dst, const void *src, size_t bytes, int kind);
 	void (*zero)(backend *be, void *p, size_t bytes);
+	/* Waits for the work queued so far; reports an op's failure (a kernel, or an
+	 * element type the backend does not implement for that op) since the last
+	 * sync. */
 	int (*sync)(backend *be, titan_err *e);
 
+	/* dst (n) = src (n) converted between element types. */
+	void (*convert)(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
+			int64_t n);
+
 	/* C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, row-major, with
-	 * leading dimensions lda/ldb/ldc (sgemm). */
+	 * leading dimensions lda/ldb/ldc (sgemm).  A and B share type ab; the
+	 * products accumulate in float32 and C (type ct) is read (beta != 0) and
+	 * written in its type. */
 	void (*matmul)(backend *be, int trans_a, int trans_b, int64_t m, int64_t n,
-		       int64_t k, float alpha, const float *a, int64_t lda,
-		       const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+		       int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+		       int64_t ldb, be_dtype ab, float beta, void *c, int64_t ldc,
+		       be_dtype ct);
 
 	/* y = x / sqrt(mean(x^2) + eps) * w over the last dim.  x, y (n, d); w (d);
-	 * rstd (n) keeps 1/sqrt(mean + eps) for the backward. */
-	void (*rmsnorm_fwd)(backend *be, float *y, float *rstd, const float *x,
-			    const float *w, int64_t n, int64_t d, float eps);
+	 * rstd (n) float32 keeps 1/sqrt(mean + eps) for the backward. */
+	void (*rmsnorm_fwd)(backend *be, void *y, be_dtype yt, float *rstd, const void *x,
+			    be_dtype xt, const void *w, be_dtype wt, int64_t n, int64_t d,
+			    float eps);
 	/* dx (n, d) written; dw (d) accumulated. */
-	void (*rmsnorm_bwd)(backend *be, float *dx, float *dw, const float *dy,
-			    const float *x, const float *w, const float *rstd,
-			    int64_t n, int64_t d);
+	void (*rmsnorm_bwd)(backend *be, void *dx, be_dtype dxt, void *dw, be_dtype dwt,
+			    const void *dy, be_dtype dyt, const void *x, be_dtype xt,
+			    const void *w, be_dtype wt, const float *rstd, int64_t n,
+			    int64_t d);
 
-	/* Rotary embedding on interleaved pairs (x[2i], x[2i+1]) of the last dim,
-	 * in place.  x (b, t, h, hd); cs (t, hd/2, 2) holds (cos, sin) of each
-	 * position's angle (a CP rank passes the rows of its own positions).
+	/* Rotary embedding in place over the last dim of x (b, t, h, hd), in the
+	 * given be_rope_style.  cs (t, hd/2, 2) float32 holds (cos, sin) of each
+	 * token's angle for pair i (a CP rank passes the rows of its own positions).
 	 * inverse = 1 rotates by minus the angle: the backward of the forward. */
-	void (*rope)(backend *be, float *x, const float *cs, int64_t b, int64_t t,
-		     int64_t h, int64_t hd, int inverse);
+	void (*rope)(backend *be, void *x, be_dtype xt, const float *cs, int64_t b,
+		     int64_t t, int64_t h, int64_t hd, int style, int inverse);
 
-	/* Causal grouped-query attention, softmax(q k^T / sqrt(hd)) v; query head j
-	 * reads kv head j / (h / hkv).  q, out (b, t, h, hd); k, v (b, t, hkv, hd);
-	 * lse (b, h, t) keeps each row's log-sum-exp for the backward. */
-	void (*attention_fwd)(backend *be, float *out, float *lse, const float *q,
-			      const float *k, const float *v, int64_t b, int64_t t,
-			      int64_t h, int64_t hkv, int64_t hd);
-	/* dq (b, t, h, hd), dk, dv (b, t, hkv, hd) written. */
-	void (*attention_bwd)(backend *be, float *dq, float *dk, float *dv,
-			      const float *dout, const float *q, const float *k,
-			      const float *v, const float *out, const float *lse,
-			      int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd);
+	void (*attention_fwd)(backend *be, void *out, float *lse, const void *q,
+			      const void *k, const void *v, const be_attn *a);
+	void (*attention_bwd)(backend *be, void *dq, void *dk, void *dv, const void *dout,
+			      const void *q, const void *k, const void *v, const void *out,
+			      const float *lse, const be_attn *a);
 
-	/* SwiGLU gate: y = silu(a) * g, all (n). */
-	void (*swiglu_fwd)(backend *be, float *y, const float *a, const float *g,
+	/* SwiGLU gate: y = silu(a) * g, all (n) of type t. */
+	void (*swiglu_fwd)(backend *be, void *y, const void *a, const void *g, be_dtype t,
 			   int64_t n);
 	/* da, dg (n) written. */
-	void (*swiglu_bwd)(backend *be, float *da, float *dg, const float *dy,
-			   const float *a, const float *g, int64_t n);
+	void (*swiglu_bwd)(backend *be, void *da, void *dg, const void *dy, const void *a,
+			   const void *g, be_dtype t, int64_t n);
 
-	/* out (n, d) = table[ids] ; table (vocab, d); ids (n). */
-	void (*embedding_fwd)(backend *be, float *out, const float *table,
-			      const int32_t *ids, int64_t n, int64_t d);
-	/* dtable[ids[i]] += dout[i], in token order. */
-	void (*embedding_bwd)(backend *be, float *dtable, const float *dout,
-			      const int32_t *ids, int64_t n, int64_t d);
+	/* out (n, d) = table[ids - v0] for ids in [v0, v0 + nv), zero rows for the
+	 * others (a vocabulary-parallel rank holds rows v0.. of the table);
+	 * table (nv, d); ids (n). */
+	void (*embedding_fwd)(backend *be, void *out, be_dtype ot, const void *table,
+			      be_dtype tt, const int32_t *ids, int64_t n, int64_t d, int64_t v0,
+			      int64_t nv);
+	/* dtable[ids[i] - v0] += dout[i] for the ids in range, in token order. */
+	void (*embedding_bwd)(backend *be, void *dtable, be_dtype tt, const void *dout,
+			      be_dtype dt, const int32_t *ids, int64_t n, int64_t d, int64_t v0,
+			      int64_t nv);
 
-	/* Fused softmax + cross-entropy over logits (n, v) with labels (n); a label
-	 * equal to ignore_index counts for nothing.  Adds the summed loss of the
-	 * valid rows to *loss_sum and their number to *n_valid.  When grad_scale
-	 * is not 0 the logits are overwritten by their gradient,
-	 * (softmax - onehot) * grad_scale, zero on ignored rows: no probability
-	 * matrix is kept beside the logits. */
-	void (*cross_entropy)(backend *be, float *logits, const int32_t *labels,
-			      int64_t n, int64_t v, int32_t ignore_index,
-			      float grad_scale, double *loss_sum, int64_t *n_valid);
+	/* Fused softmax + cross-entropy over logits (n, v) of type lt with labels
+	 * (n), in float32; a label equal to ignore_index counts for nothing.  Adds
+	 * the summed loss of the valid rows to *loss_sum and their number to
+	 * *n_valid.  When grad_scale is not 0 the logits are overwritten by their
+	 * gradient, (softmax - onehot) * grad_scale, zero on ignored rows: no
+	 * probability matrix is kept beside the logits. */
+	void (*cross_entropy)(backend *be, void *logits, be_dtype lt, const int32_t *labels,
+			      int64_t n, int64_t v, int32_t ignore_index, float grad_scale,
+			      double *loss_sum, int64_t *n_valid);
 
 	/* Elementwise: y = a + b; y += alpha * x; x *= alpha. */
-	void (*add)(backend *be, float *y, const float *a, const float *b, int64_t n);
-	void (*axpy)(backend *be, float *y, float alpha, const float *x, int64_t n);
-	void (*scale)(backend *be, float *x, float alpha, int64_t n);
+	void (*add)(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,
+		    const void *b, be_dtype bt, int64_t n);
+	void (*axpy)(backend *be, void *y, be_dtype yt, float alpha, const void *x,
+		     be_dtype xt, int64_t n);
+	void (*scale)(backend *be, void *x, be_dtype xt, float alpha, int64_t n);
 
 	/* sum(x^2) in double, in a fixed order: the grad-norm partial. */
-	double (*sumsq)(backend *be, const float *x, int64_t n);
+	double (*sumsq)(backend *be, const void *x, be_dtype xt, int64_t n);
 
-	/* torch.optim.AdamW's update of n elements:
+	/* torch.optim.AdamW's update of n elements, p, g, m, v all of type t
+	 * (float32 masters, or bfloat16 under training.dtype = "bfloat16", computed
+	 * in float32 and rounded back as torch's fused AdamW does):
 	 *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 	 *   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
 	 * with bc1 = 1 - b1^step, bc2 = 1 - b2^step. */
-	void (*adamw)(backend *be, float *p, const float *g, float *m, float *v,
+	void (*adamw)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
 		      int64_t n, float lr, float b1, float b2, float eps, float wd,
 		      float bc1, float bc2);
 } backend_ops;
@@ -122,7 +186,14 @@ struct backend {
 	size_t peak_bytes;   /* the most held at once since creation or reset */
 	int threads;         /* CPU threads the backend uses */
 	void *impl;          /* the backend's own state */
+	int faulted;         /* an op failed since the last sync: fault says why */
+	titan_err fault;
 };
+
+/* Record an op's failure for the next sync (the first one is kept). */
+void backend_fault(backend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The sync of every backend ends with this: reports and clears a fault. */
+int backend_take_fault(backend *be, titan_err *e);
 
 /* The CPU backend with threads OpenMP/OpenBLAS threads (0: the library's
  * default, OMP_NUM_THREADS).  Free with backend_free. */

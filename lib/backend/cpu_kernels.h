@@ -1,11 +1,15 @@
 /* cpu_kernels.h (private to lib/backend and its tests): the CPU backend's kernels,
  * each written once in cpu_kernels.inc and instantiated for float (_f32, the
  * backend's ops) and double (_f64, the reference the float32 ops and the finite
- * difference gradient checks are measured against).  Arguments as in backend.h. */
+ * difference gradient checks are measured against).  Arguments as in backend.h,
+ * every tensor of the kernel's own type (a be_attn's element types and a
+ * scale of 0 mean: the kernel's type, and 1/sqrt(hd)). */
 #ifndef TITAN_CPU_KERNELS_H
 #define TITAN_CPU_KERNELS_H
 
 #include <stdint.h>
+
+#include "backend/backend.h"
 
 #define CPU_KERNELS_DECLARE(REAL, SFX)                                                 \
 	void cpu_matmul_##SFX(int ta, int tb, int64_t m, int64_t n, int64_t k,         \
@@ -18,20 +22,22 @@
 				   int64_t d);                                         \
 	void cpu_rope_##SFX(REAL *x, const REAL *cs, int64_t b, int64_t t, int64_t h,  \
 			    int64_t hd, int inverse);                                  \
+	void cpu_rope_half_##SFX(REAL *x, const REAL *cs, int64_t b, int64_t t,        \
+				 int64_t h, int64_t hd, int inverse);                  \
 	void cpu_attention_fwd_##SFX(REAL *out, REAL *lse, const REAL *q,              \
-				     const REAL *k, const REAL *v, int64_t b,          \
-				     int64_t t, int64_t h, int64_t hkv, int64_t hd);   \
+				     const REAL *k, const REAL *v, const be_attn *a);  \
 	void cpu_attention_bwd_##SFX(REAL *dq, REAL *dk, REAL *dv, const REAL *dout,   \
 				     const REAL *q, const REAL *k, const REAL *v,      \
-				     const REAL *out, const REAL *lse, int64_t b,      \
-				     int64_t t, int64_t h, int64_t hkv, int64_t hd);   \
+				     const REAL *out, const REAL *lse,                 \
+				     const be_attn *a);                                \
 	void cpu_swiglu_fwd_##SFX(REAL *y, const REAL *a, const REAL *g, int64_t n);   \
 	void cpu_swiglu_bwd_##SFX(REAL *da, REAL *dg, const REAL *dy, const REAL *a,   \
 				  const REAL *g, int64_t n);                           \
 	void cpu_embedding_fwd_##SFX(REAL *out, const REAL *table, const int32_t *ids, \
-				     int64_t n, int64_t d);                            \
+				     int64_t n, int64_t d, int64_t v0, int64_t nv);    \
 	void cpu_embedding_bwd_##SFX(REAL *dtable, const REAL *dout,                   \
-				     const int32_t *ids, int64_t n, int64_t d);        \
+				     const int32_t *ids, int64_t n, int64_t d,         \
+				     int64_t v0, int64_t nv);                          \
 	void cpu_cross_entropy_##SFX(REAL *logits, const int32_t *labels, int64_t n,   \
 				     int64_t v, int32_t ignore_index, REAL grad_scale, \
 				     double *loss_sum, int64_t *n_valid);              \

@@ -19,9 +19,38 @@ typedef struct cfg_key {
 
 #define OFF(m) offsetof(job_config, m)
 #define K(name, type, member, def, choices, tt, help) \
-	{{name, type, def, choices, tt, help}, OFF(member), 0}
+	{{name, type, def, choices, tt, help, CFG_HONOURED, NULL}, OFF(member), 0}
 #define KOPT(name, member, setm, def, tt, help) \
-	{{name, CFG_OPT_INT, def, NULL, tt, help}, OFF(member), OFF(setm)}
+	{{name, CFG_OPT_INT, def, NULL, tt, help, CFG_HONOURED, NULL}, OFF(member), OFF(setm)}
+/* A key titan-train takes but cannot act on: sup says how (cfg_support), why
+ * says what is missing. */
+#define KS(name, type, member, def, choices, help, sup, why) \
+	{{name, type, def, choices, name, help, sup, why}, OFF(member), 0}
+#define KOPTS(name, member, setm, def, help, sup, why) \
+	{{name, CFG_OPT_INT, def, NULL, name, help, sup, why}, OFF(member), OFF(setm)}
+
+/* Reasons shared by several keys. */
+#define NO_PROFILER "titan-train has no profiler yet (see profiling.enable_profiling)"
+#define OWN_LOADER "titan's loader reads shards on its own prefetch thread, without worker processes"
+#define NO_MOE "titan has no mixture-of-experts models yet"
+#define NO_MX "MX (MXFP8) training is not built"
+#define NO_FT "fault tolerance (TorchFT) is not built"
+#define NO_BUDGET "the memory_budget mode (torch.compile's min-cut partitioner) is not built"
+#define ONE_PROCESS "titan-train runs one process: there are no collectives to time out or trace"
+#define NO_PY "titan-train cannot import Python modules"
+
+/* [training.dataloader] and [validation.dataloader]: torch DataLoader settings. */
+#define DATALOADER_KEYS(sec)                                                                      \
+	KS(#sec ".dataloader.num_workers", CFG_INT, sec.dataloader.num_workers, "0", NULL,           \
+	   "DataLoader worker processes", CFG_NO_EFFECT, OWN_LOADER),                                \
+	KS(#sec ".dataloader.persistent_workers", CFG_BOOL, sec.dataloader.persistent_workers,       \
+	   "false", NULL, "keep the workers between epochs (needs num_workers > 0)", CFG_NO_EFFECT,  \
+	   OWN_LOADER),                                                                              \
+	KS(#sec ".dataloader.pin_memory", CFG_BOOL, sec.dataloader.pin_memory, "false", NULL,        \
+	   "batches in pinned host memory", CFG_NO_EFFECT, OWN_LOADER),                              \
+	KOPTS(#sec ".dataloader.prefetch_factor", sec.dataloader.prefetch_factor,                    \
+	      sec.dataloader.prefetch_factor_set, "none",                                            \
+	      "batches each worker loads ahead (needs num_workers > 0)", CFG_NO_EFFECT, OWN_LOADER)
 
 static const cfg_key keys[] = {
 	K("job.config_file", CFG_OPT_STR, job.config_file, "none", NULL, "job.config_file",
@@ -32,6 +61,11 @@ static const cfg_key keys[] = {
 	  "free text printed at the start"),
 	K("job.print_config", CFG_BOOL, job.print_config, "false", NULL, "job.print_config",
 	  "print the resolved configuration and exit"),
+	KS("job.save_config_file", CFG_OPT_STR, job.save_config_file, "none", NULL,
+	   "file under dump_folder to save the resolved configuration in", CFG_NOT_BUILT,
+	   "saving the configuration is not built; use --job.print_config > FILE"),
+	KS("job.custom_config_module", CFG_STR, job.custom_config_module, "\"\"", NULL,
+	   "Python module extending the configuration", CFG_NOT_BUILT, NO_PY),
 
 	K("profiling.enable_profiling", CFG_BOOL, profiling.enable_profiling, "false", NULL,
 	  "profiling.enable_profiling", "collect profiler traces (no profiler yet: warned)"),
@@ -39,6 +73,10 @@ static const cfg_key keys[] = {
 	  "\"profile_traces\"", NULL, "profiling.save_traces_folder", "trace folder"),
 	K("profiling.profile_freq", CFG_INT, profiling.profile_freq, "10", NULL,
 	  "profiling.profile_freq", "steps between traces"),
+	KS("profiling.profiler_active", CFG_INT, profiling.profiler_active, "1", NULL,
+	   "steps each profiling cycle records", CFG_NO_EFFECT, NO_PROFILER),
+	KS("profiling.profiler_warmup", CFG_INT, profiling.profiler_warmup, "3", NULL,
+	   "warmup steps before each recorded one", CFG_NO_EFFECT, NO_PROFILER),
 	K("profiling.enable_memory_snapshot", CFG_BOOL, profiling.enable_memory_snapshot, "false",
 	  NULL, "profiling.enable_memory_snapshot", "dump memory snapshots (warned)"),
 	K("profiling.save_memory_snapshot_folder", CFG_STR, profiling.save_memory_snapshot_folder,
@@ -55,14 +93,19 @@ static const cfg_key keys[] = {
 	  "metrics.save_for_all_ranks", "every rank writes its own events"),
 	K("metrics.disable_color_printing", CFG_BOOL, metrics.disable_color_printing, "false",
 	  NULL, "metrics.disable_color_printing", "no ANSI colours even on a terminal"),
-	K("metrics.enable_wandb", CFG_BOOL, metrics.enable_wandb, "false", NULL,
-	  "metrics.enable_wandb", "Weights & Biases (not available: refused)"),
+	KS("metrics.enable_wandb", CFG_BOOL, metrics.enable_wandb, "false", NULL,
+	   "log metrics to Weights & Biases", CFG_NOT_BUILT,
+	   "Weights & Biases is not available; use metrics.enable_tensorboard"),
 
 	K("model.name", CFG_STR, model.name, "\"llama3\"", "llama3", "model.name", "model family"),
 	K("model.flavor", CFG_STR, model.flavor, "\"debugmodel\"",
 	  "debugmodel|1B|3B|8B|70B|405B", "model.flavor", "model size (see --list-flavors)"),
 	K("model.hf_assets_path", CFG_STR, model.hf_assets_path, "\"./tests/assets/tokenizer\"",
-	  NULL, "model.hf_assets_path", "tokenizer folder (informational: data comes tokenized)"),
+	  NULL, "model.hf_assets_path",
+	  "HF assets folder: weights for checkpoint.initial_load_in_hf without initial_load_path, "
+	  "the shard layout for checkpoint.last_save_in_hf (data comes tokenized)"),
+	K("model.tokenizer_path", CFG_OPT_STR, model.tokenizer_path, "none", NULL,
+	  "model.tokenizer_path", "deprecated: when set, replaces hf_assets_path (with a warning)"),
 	K("model.converters", CFG_LIST, model.converters, "[]", NULL, "model.converters",
 	  "model converters, e.g. quantize.linear.float8 (refused for now)"),
 	K("model.print_after_conversion", CFG_BOOL, model.print_after_conversion, "false", NULL,
@@ -80,15 +123,21 @@ static const cfg_key keys[] = {
 	K("optimizer.weight_decay", CFG_FLOAT, optimizer.weight_decay, "0.1", NULL,
 	  "optimizer.weight_decay", "decoupled weight decay, on every parameter"),
 	K("optimizer.no_decay_norms_embeddings", CFG_BOOL, optimizer.no_decay_norms_embeddings,
-	  "false", NULL, "(titan only)", "exempt RMSNorm weights and embeddings from weight decay"),
+	  "false", NULL, NULL,
+	  "exempt RMSNorm weights and the embedding table from weight decay (torchtitan decays "
+	  "every parameter)"),
 	K("optimizer.implementation", CFG_STR, optimizer.implementation, "\"fused\"",
 	  "for-loop|foreach|fused", "optimizer.implementation",
 	  "update kernel (all give the same numbers on the CPU)"),
-	K("optimizer.early_step_in_backward", CFG_BOOL, optimizer.early_step_in_backward, "false",
-	  NULL, "optimizer.early_step_in_backward", "step in backward (refused)"),
+	KS("optimizer.early_step_in_backward", CFG_BOOL, optimizer.early_step_in_backward, "false",
+	   NULL, "apply the optimizer during backward", CFG_NOT_BUILT,
+	   "the optimizer step in backward is not built"),
 
 	K("lr_scheduler.warmup_steps", CFG_INT, lr_scheduler.warmup_steps, "200", NULL,
 	  "lr_scheduler.warmup_steps", "linear warmup steps"),
+	KOPT("lr_scheduler.total_steps", lr_scheduler.total_steps, lr_scheduler.total_steps_set,
+	     "none", "lr_scheduler.total_steps",
+	     "length of the schedule (none: training.steps), to stop early on the same curve"),
 	K("lr_scheduler.decay_ratio", CFG_OPT_FLOAT, lr_scheduler.decay_ratio, "none", NULL,
 	  "lr_scheduler.decay_ratio", "fraction of steps spent decaying (none: all after warmup)"),
 	K("lr_scheduler.decay_type", CFG_STR, lr_scheduler.decay_type, "\"linear\"",
@@ -99,7 +148,7 @@ static const cfg_key keys[] = {
 	K("training.dataset", CFG_STR, training.dataset, "\"c4_test\"", NULL, "training.dataset",
 	  "shard folder name under dump_folder (when dataset_path is none)"),
 	K("training.dataset_path", CFG_OPT_STR, training.dataset_path, "none", NULL,
-	  "training.dataset_path", "titan-shard folder to train on"),
+	  "training.dataset_path", "the titan-shard folder to train on"),
 	K("training.local_batch_size", CFG_INT, training.local_batch_size, "8", NULL,
 	  "training.local_batch_size", "sequences per rank per micro-batch"),
 	K("training.global_batch_size", CFG_INT, training.global_batch_size, "-1", NULL,
@@ -110,8 +159,9 @@ static const cfg_key keys[] = {
 	  "gradient clipping norm"),
 	K("training.steps", CFG_INT, training.steps, "10000", NULL, "training.steps",
 	  "optimizer steps to run"),
-	K("training.enable_cpu_offload", CFG_BOOL, training.enable_cpu_offload, "false", NULL,
-	  "training.enable_cpu_offload", "FSDP CPU offload (refused)"),
+	KS("training.enable_cpu_offload", CFG_BOOL, training.enable_cpu_offload, "false", NULL,
+	   "FSDP offload of parameters, gradients and optimizer states to the CPU", CFG_NOT_BUILT,
+	   "FSDP CPU offload is not built"),
 	K("training.dtype", CFG_STR, training.dtype, "\"float32\"", "float32|bfloat16",
 	  "training.dtype", "parameter dtype"),
 	K("training.mixed_precision_param", CFG_STR, training.mixed_precision_param,
@@ -123,6 +173,7 @@ static const cfg_key keys[] = {
 	  "Python GC interval (no effect in C)"),
 	K("training.gc_debug", CFG_BOOL, training.gc_debug, "false", NULL, "training.gc_debug",
 	  "Python GC debugging (no effect in C)"),
+	DATALOADER_KEYS(training),
 
 	K("parallelism.data_parallel_replicate_degree", CFG_INT,
 	  parallelism.data_parallel_replicate_degree, "1", NULL,
@@ -141,9 +192,15 @@ static const cfg_key keys[] = {
 	  "parallelism.enable_async_tensor_parallel", "async TP"),
 	K("parallelism.pipeline_parallel_degree", CFG_INT, parallelism.pipeline_parallel_degree,
 	  "1", NULL, "parallelism.pipeline_parallel_degree", "pipeline stages"),
-	K("parallelism.pipeline_parallel_split_points", CFG_LIST,
-	  parallelism.pipeline_parallel_split_points, "[]", NULL,
-	  "parallelism.pipeline_parallel_split_points", "module names that start a stage"),
+	KS("parallelism.module_fqns_per_model_part", CFG_OPT_LISTS,
+	   parallelism.module_fqns_per_model_part, "none", NULL,
+	   "the modules of each pipeline stage, a list per stage", CFG_NOT_BUILT,
+	   "pipeline parallelism is not supported by this titan-train yet"),
+	{{"parallelism.pipeline_parallel_split_points", CFG_LIST, "[]", NULL, NULL,
+	  "module names that start a stage (torchtitan 0.1's spelling; 0.2 has "
+	  "module_fqns_per_model_part, and the two may not both be set)", CFG_NOT_BUILT,
+	  "pipeline parallelism is not supported by this titan-train yet"},
+	 OFF(parallelism.pipeline_parallel_split_points), 0},
 	KOPT("parallelism.pipeline_parallel_layers_per_stage",
 	     parallelism.pipeline_parallel_layers_per_stage,
 	     parallelism.pipeline_parallel_layers_per_stage_set, "none",
@@ -159,25 +216,37 @@ static const cfg_key keys[] = {
 	K("parallelism.pipeline_parallel_schedule", CFG_STR, parallelism.pipeline_parallel_schedule,
 	  "\"1F1B\"", "GPipe|1F1B|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble|ZBVZeroBubble|DualPipeV",
 	  "parallelism.pipeline_parallel_schedule", "pipeline schedule"),
-	K("parallelism.pipeline_parallel_schedule_csv", CFG_STR,
+	K("parallelism.pipeline_parallel_schedule_csv", CFG_OPT_STR,
 	  parallelism.pipeline_parallel_schedule_csv, "\"\"", NULL,
 	  "parallelism.pipeline_parallel_schedule_csv", "schedule from a CSV file"),
 	K("parallelism.pipeline_parallel_microbatch_size", CFG_INT,
 	  parallelism.pipeline_parallel_microbatch_size, "1", NULL,
 	  "parallelism.pipeline_parallel_microbatch_size", "pipeline micro-batch size"),
+	KS("parallelism.pipeline_parallel_expert_parallel_overlap", CFG_BOOL,
+	   parallelism.pipeline_parallel_expert_parallel_overlap, "true", NULL,
+	   "overlap expert and pipeline communication under DualPipeV", CFG_NOT_BUILT, NO_MOE),
 	K("parallelism.context_parallel_degree", CFG_INT, parallelism.context_parallel_degree, "1",
 	  NULL, "parallelism.context_parallel_degree", "context parallel degree"),
-	K("parallelism.context_parallel_load_balancer", CFG_STR,
-	  parallelism.context_parallel_load_balancer, "\"headtail\"", "headtail|ptrr|none",
-	  "parallelism.context_parallel_load_balancer", "CP load balancing"),
+	K("parallelism.context_parallel_load_balancer", CFG_OPT_STR,
+	  parallelism.context_parallel_load_balancer, "\"headtail\"", "headtail|ptrr",
+	  "parallelism.context_parallel_load_balancer", "CP load balancing (none: off)"),
 	K("parallelism.context_parallel_rotate_method", CFG_STR,
 	  parallelism.context_parallel_rotate_method, "\"allgather\"", "allgather|alltoall",
 	  "parallelism.context_parallel_rotate_method", "CP key/value exchange"),
 	K("parallelism.expert_parallel_degree", CFG_INT, parallelism.expert_parallel_degree, "1",
 	  NULL, "parallelism.expert_parallel_degree", "expert parallel degree"),
+	KS("parallelism.expert_tensor_parallel_degree", CFG_INT,
+	   parallelism.expert_tensor_parallel_degree, "1", NULL,
+	   "tensor parallel degree of the routed experts", CFG_NOT_BUILT, NO_MOE),
+	KS("parallelism.expert_parallel_comm_backend", CFG_STR,
+	   parallelism.expert_parallel_comm_backend, "\"standard\"", "standard|deepep",
+	   "all-to-all of expert parallelism", CFG_NOT_BUILT, NO_MOE),
 
 	K("checkpoint.enable", CFG_BOOL, checkpoint.enable, "false", NULL, "checkpoint.enable",
 	  "save checkpoints and resume from the latest"),
+	KS("checkpoint.enable_ft_dataloader_checkpoints", CFG_BOOL,
+	   checkpoint.enable_ft_dataloader_checkpoints, "true", NULL,
+	   "fault-tolerant replicas checkpoint their data loader", CFG_NOT_BUILT, NO_FT),
 	K("checkpoint.folder", CFG_STR, checkpoint.folder, "\"checkpoint\"", NULL,
 	  "checkpoint.folder", "checkpoint folder under dump_folder"),
 	K("checkpoint.interval", CFG_INT, checkpoint.interval, "500", NULL, "checkpoint.interval",
@@ -189,6 +258,10 @@ static const cfg_key keys[] = {
 	  "load only the model from initial_load_path"),
 	K("checkpoint.initial_load_in_hf", CFG_BOOL, checkpoint.initial_load_in_hf, "false", NULL,
 	  "checkpoint.initial_load_in_hf", "initial_load_path is HF safetensors (refused)"),
+	KS("checkpoint.initial_load_in_hf_quantized", CFG_BOOL,
+	   checkpoint.initial_load_in_hf_quantized, "false", NULL,
+	   "the HF checkpoint holds quantized weights to dequantize", CFG_NOT_BUILT,
+	   "loading quantized HF checkpoints is not built"),
 	K("checkpoint.last_save_model_only", CFG_BOOL, checkpoint.last_save_model_only, "true",
 	  NULL, "checkpoint.last_save_model_only", "the last save holds the model only"),
 	K("checkpoint.last_save_in_hf", CFG_BOOL, checkpoint.last_save_in_hf, "false", NULL,
@@ -209,6 +282,8 @@ static const cfg_key keys[] = {
 	  "checkpoint.enable_first_step_checkpoint", "also save after step 1"),
 	K("checkpoint.create_seed_checkpoint", CFG_BOOL, checkpoint.create_seed_checkpoint, "false",
 	  NULL, "checkpoint.create_seed_checkpoint", "save the initial model as step-0 and exit"),
+	K("checkpoint.load_only", CFG_BOOL, checkpoint.load_only, "false", NULL,
+	  "checkpoint.load_only", "load checkpoints but never save one"),
 
 	K("activation_checkpoint.mode", CFG_STR, activation_checkpoint.mode, "\"selective\"",
 	  "selective|full|memory_budget|none", "activation_checkpoint.mode",
@@ -216,11 +291,38 @@ static const cfg_key keys[] = {
 	K("activation_checkpoint.selective_ac_option", CFG_STR,
 	  activation_checkpoint.selective_ac_option, "\"2\"", NULL,
 	  "activation_checkpoint.selective_ac_option", "every Nth layer, or \"op\""),
+	KS("activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", CFG_LIST,
+	   activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns,
+	   "[\"moe.router.gate\"]", NULL,
+	   "op-level AC: always recompute matmuls of these modules' shapes", CFG_NOT_BUILT,
+	   "forced recomputation by module is not built in op-level AC"),
+	KS("activation_checkpoint.early_stop", CFG_BOOL, activation_checkpoint.early_stop, "false",
+	   NULL, "stop recomputing once every saved activation is back", CFG_NO_EFFECT,
+	   "titan's recomputation runs a block's forward once, with nothing to stop early"),
+	KS("activation_checkpoint.memory_budget", CFG_FLOAT, activation_checkpoint.memory_budget,
+	   "0.5", NULL, "memory_budget mode: activation memory kept, 0 to 1", CFG_NOT_BUILT,
+	   NO_BUDGET),
+	KS("activation_checkpoint.visualize_memory_budget_pareto", CFG_BOOL,
+	   activation_checkpoint.visualize_memory_budget_pareto, "false", NULL,
+	   "draw the runtime/memory trade-off of memory_budget", CFG_NOT_BUILT, NO_BUDGET),
+	K("activation_checkpoint.preserve_rng_state", CFG_BOOL,
+	  activation_checkpoint.preserve_rng_state, "true", NULL,
+	  "activation_checkpoint.preserve_rng_state",
+	  "replay the RNG in recomputation (the forward draws no random numbers: exact either way)"),
+	KS("activation_checkpoint.determinism_check", CFG_STR, activation_checkpoint.determinism_check,
+	   "\"default\"", NULL, "torch.utils.checkpoint's check of recomputed tensors",
+	   CFG_NO_EFFECT, "titan's recomputation calls the same code on the same inputs"),
+	KS("activation_checkpoint.debug", CFG_BOOL, activation_checkpoint.debug, "false", NULL,
+	   "torch.utils.checkpoint's debug capture", CFG_NO_EFFECT,
+	   "there is no torch.utils.checkpoint to debug"),
 
-	K("compile.enable", CFG_BOOL, compile.enable, "false", NULL, "compile.enable",
-	  "torch.compile equivalent (refused)"),
+	KS("compile.enable", CFG_BOOL, compile.enable, "false", NULL,
+	   "torch.compile of the model and the loss", CFG_NOT_BUILT,
+	   "compilation is not supported by this titan-train yet"),
 	K("compile.components", CFG_LIST, compile.components, "[\"model\", \"loss\"]", NULL,
 	  "compile.components", "what to compile"),
+	KS("compile.backend", CFG_STR, compile.backend, "\"inductor\"", NULL,
+	   "torch.compile backend", CFG_NOT_BUILT, "compilation is not built"),
 
 	K("quantize.linear.float8.enable_fsdp_float8_all_gather", CFG_BOOL,
 	  float8.enable_fsdp_float8_all_gather, "false", NULL,
@@ -237,6 +339,63 @@ static const cfg_key keys[] = {
 	K("quantize.linear.float8.emulate", CFG_BOOL, float8.emulate, "false", NULL,
 	  "quantize.linear.float8.emulate", "emulated Float8"),
 
+	KS("quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", CFG_STR,
+	   mx.mxfp8_dim1_cast_kernel_choice, "\"triton\"", "triton|cuda|torch",
+	   "kernel of the MXFP8 column cast", CFG_NOT_BUILT, NO_MX),
+	KS("quantize.linear.mx.recipe_name", CFG_STR, mx.recipe_name, "\"mxfp8_cublas\"", NULL,
+	   "MX recipe", CFG_NOT_BUILT, NO_MX),
+	KS("quantize.linear.mx.filter_fqns", CFG_LIST, mx.filter_fqns, "[\"output\"]", NULL,
+	   "modules left in high precision", CFG_NOT_BUILT, NO_MX),
+
+	KS("quantize.grouped_mm.float8.fqns", CFG_LIST, grouped_mm.float8.fqns, "[]", NULL,
+	   "MoE layers whose grouped GEMMs run in Float8", CFG_NOT_BUILT, NO_MOE),
+	KS("quantize.grouped_mm.mx.recipe_name", CFG_STR, grouped_mm.mx.recipe_name, "\"mxfp8\"",
+	   "mxfp8", "MX recipe of grouped GEMMs", CFG_NOT_BUILT, NO_MOE),
+	KS("quantize.grouped_mm.mx.fqns", CFG_LIST, grouped_mm.mx.fqns, "[]", NULL,
+	   "MoE layers whose grouped GEMMs run in MXFP8", CFG_NOT_BUILT, NO_MOE),
+
+	KS("comm.init_timeout_seconds", CFG_INT, comm.init_timeout_seconds, "300", NULL,
+	   "collective timeout until the first step", CFG_NO_EFFECT, ONE_PROCESS),
+	KS("comm.train_timeout_seconds", CFG_INT, comm.train_timeout_seconds, "100", NULL,
+	   "collective timeout after the first step", CFG_NO_EFFECT, ONE_PROCESS),
+	KS("comm.trace_buf_size", CFG_INT, comm.trace_buf_size, "20000", NULL,
+	   "flight recorder entries (0: off)", CFG_NO_EFFECT, ONE_PROCESS),
+	KS("comm.save_traces_folder", CFG_STR, comm.save_traces_folder, "\"comm_traces\"", NULL,
+	   "flight recorder folder", CFG_NO_EFFECT, ONE_PROCESS),
+	KS("comm.save_traces_file_prefix", CFG_STR, comm.save_traces_file_prefix, "\"rank_\"",
+	   NULL, "flight recorder file prefix", CFG_NO_EFFECT, ONE_PROCESS),
+	KS("comm.mode", CFG_STR, comm.mode, "\"default\"", "default|fake_backend|local_tensor",
+	   "real collectives, or a dry run", CFG_NOT_BUILT,
+	   "dry runs on a fake or local-tensor backend are not built"),
+
+	KS("memory_estimation.enable", CFG_BOOL, memory_estimation.enable, "false", NULL,
+	   "estimate FSDP memory before training", CFG_NOT_BUILT, "memory estimation is not built"),
+	KS("memory_estimation.disable_fake_mode", CFG_BOOL, memory_estimation.disable_fake_mode,
+	   "false", NULL, "estimate with real tensors", CFG_NOT_BUILT,
+	   "memory estimation is not built"),
+
+	KS("fault_tolerance.enable", CFG_BOOL, fault_tolerance.enable, "false", NULL,
+	   "train as TorchFT replica groups", CFG_NOT_BUILT, NO_FT),
+	KS("fault_tolerance.process_group", CFG_STR, fault_tolerance.process_group, "\"gloo\"",
+	   NULL, "TorchFT process group", CFG_NOT_BUILT, NO_FT),
+	KS("fault_tolerance.process_group_timeout_ms", CFG_INT,
+	   fault_tolerance.process_group_timeout_ms, "10000", NULL, "TorchFT process group timeout",
+	   CFG_NOT_BUILT, NO_FT),
+	KS("fault_tolerance.replica_id", CFG_INT, fault_tolerance.replica_id, "0", NULL,
+	   "TorchFT replica of this run", CFG_NOT_BUILT, NO_FT),
+	KS("fault_tolerance.group_size", CFG_INT, fault_tolerance.group_size, "0", NULL,
+	   "number of TorchFT replica groups", CFG_NOT_BUILT, NO_FT),
+	KS("fault_tolerance.min_replica_size", CFG_INT, fault_tolerance.min_replica_size, "1",
+	   NULL, "TorchFT replicas needed per step", CFG_NOT_BUILT, NO_FT),
+	KS("fault_tolerance.semi_sync_method", CFG_OPT_STR, fault_tolerance.semi_sync_method,
+	   "none", NULL, "TorchFT semi-synchronous training (local_sgd, diloco)", CFG_NOT_BUILT,
+	   NO_FT),
+
+	KS("experimental.custom_import", CFG_STR, experimental.custom_import, "\"\"", NULL,
+	   "Python module to import", CFG_NOT_BUILT, NO_PY),
+	KS("experimental.custom_args_module", CFG_STR, experimental.custom_args_module, "\"\"",
+	   NULL, "deprecated spelling of job.custom_config_module", CFG_NOT_BUILT, NO_PY),
+
 	K("validation.enable", CFG_BOOL, validation.enable, "false", NULL, "validation.enable",
 	  "evaluate on the validation shards"),
 	K("validation.dataset", CFG_STR, validation.dataset, "\"c4_validation\"", NULL,
@@ -251,11 +410,18 @@ static const cfg_key keys[] = {
 	  "steps between validations"),
 	K("validation.steps", CFG_INT, validation.steps, "-1", NULL, "validation.steps",
 	  "validation batches (-1: all the validation data)"),
+	DATALOADER_KEYS(validation),
 
 	KOPT("debug.seed", debug.seed, debug.seed_set, "none", "debug.seed",
 	     "seed of the initialisation (none: 0)"),
 	K("debug.deterministic", CFG_BOOL, debug.deterministic, "false", NULL,
 	  "debug.deterministic", "deterministic kernels (the CPU backend always is)"),
+	K("debug.deterministic_warn_only", CFG_BOOL, debug.deterministic_warn_only, "false", NULL,
+	  "debug.deterministic_warn_only",
+	  "warn instead of failing on an op without a deterministic kernel (the CPU backend has "
+	  "none)"),
+	KS("debug.moe_force_load_balance", CFG_BOOL, debug.moe_force_load_balance, "false", NULL,
+	   "route tokens to experts round-robin", CFG_NOT_BUILT, NO_MOE),
 };
 
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -269,6 +435,27 @@ const cfg_key_info *config_keys(int *n)
 	return infos;
 }
 
+const char *config_support_name(cfg_support s)
+{
+	switch (s) {
+	case CFG_HONOURED: return "honoured";
+	case CFG_NO_EFFECT: return "no effect";
+	case CFG_NOT_BUILT: return "not built";
+	}
+	return "?";
+}
+
+int config_list_keys(FILE *out)
+{
+	for (int i = 0; i < NKEYS; i++) {
+		const cfg_key_info *k = &keys[i].info;
+		fprintf(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k->name, config_type_name(k->type),
+			k->def, k->choices ? k->choices : "-", k->torchtitan ? k->torchtitan : "-",
+			config_support_name(k->support), k->why ? k->why : "-", k->help);
+	}
+	return ferror(out) ? -1 : 0;
+}
+
 const char *config_type_name(cfg_type t)
 {
 	switch (t) {
@@ -280,6 +467,7 @@ const char *config_type_name(cfg_type t)
 	case CFG_STR: return "string";
 	case CFG_OPT_STR: return "string or none";
 	case CFG_LIST: return "list of strings";
+	case CFG_OPT_LISTS: return "list of lists of strings or none";
 	}
 	return "?";
 }
@@ -409,6 +597,50 @@ static int list_from_csv(cfg_strlist *l, const char *s)
 	return 0;
 }
 
+static void lists_free(cfg_strlists *l)
+{
+	for (int i = 0; i < l->n; i++)
+		list_free(&l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+	l->set = 0;
+}
+
+/* A new empty inner list at the end of l. */
+static cfg_strlist *lists_push(cfg_strlists *l)
+{
+	cfg_strlist *v = realloc(l->v, (size_t)(l->n + 1) * sizeof *v);
+	if (v == NULL)
+		return NULL;
+	l->v = v;
+	l->v[l->n] = (cfg_strlist){NULL, 0};
+	l->set = 1;
+	return &l->v[l->n++];
+}
+
+/* On the command line, a list of lists is its lists separated by spaces, each
+ * "a,b" (tyro's form for torchtitan: --key a,b c,d); "none" is None. */
+static int lists_from_text(cfg_strlists *l, const char *s)
+{
+	lists_free(l);
+	l->set = 1;
+	while (*s != '\0') {
+		size_t n = strcspn(s, " \t");
+		if (n > 0) {
+			char *one = strndup(s, n);
+			cfg_strlist *in = one != NULL ? lists_push(l) : NULL;
+			int rc = in != NULL ? list_from_csv(in, one) : -1;
+			free(one);
+			if (rc != 0)
+				return -1;
+		}
+		s += n;
+		s += strspn(s, " \t");
+	}
+	return 0;
+}
+
 static int check_choice(const cfg_key *k, const char *v, titan_err *err)
 {
 	if (k->info.choices == NULL)
@@ -508,6 +740,12 @@ static int set_from_text(job_config *c, const cfg_key *k, const char *s, titan_e
 		return set_str(p, s) != 0 ? err_set(err, "out of memory") : 0;
 	case CFG_LIST:
 		return list_from_csv(p, s) != 0 ? err_set(err, "out of memory") : 0;
+	case CFG_OPT_LISTS:
+		if (is_none(s)) {
+			lists_free(p);
+			return 0;
+		}
+		return lists_from_text(p, s) != 0 ? err_set(err, "out of memory") : 0;
 	}
 	return err_set(err, "%s: bad type", name);
 }
@@ -554,8 +792,47 @@ void config_free(job_config *c)
 			*(char **)p = NULL;
 		} else if (keys[i].info.type == CFG_LIST) {
 			list_free(p);
+		} else if (keys[i].info.type == CFG_OPT_LISTS) {
+			lists_free(p);
 		}
 	}
+}
+
+/* A TOML array of strings into l (name and where for messages). */
+static int list_from_toml(cfg_strlist *l, const toml_value *v, const char *name, const char *where,
+			  titan_err *err)
+{
+	list_free(l);
+	for (int i = 0; i < v->n; i++) {
+		if (v->items[i].kind != TOML_STR)
+			return err_set(err, "%s: expected a list of strings, %sitem %d is %s %s", name,
+				       where, i, v->items[i].kind == TOML_ARRAY ||
+				       v->items[i].kind == TOML_INT ? "an" : "a",
+				       toml_kind_name(v->items[i].kind));
+		if (list_push(l, v->items[i].s, strlen(v->items[i].s)) != 0)
+			return err_set(err, "out of memory");
+	}
+	return 0;
+}
+
+static int lists_from_toml(cfg_strlists *l, const toml_value *v, const char *name, titan_err *err)
+{
+	lists_free(l);
+	l->set = 1;
+	for (int i = 0; i < v->n; i++) {
+		char where[48];
+		snprintf(where, sizeof where, "list %d ", i);
+		if (v->items[i].kind != TOML_ARRAY)
+			return err_set(err, "%s: expected a list of lists of strings, item %d is %s %s",
+				       name, i, v->items[i].kind == TOML_INT ? "an" : "a",
+				       toml_kind_name(v->items[i].kind));
+		cfg_strlist *in = lists_push(l);
+		if (in == NULL)
+			return err_set(err, "out of memory");
+		if (list_from_toml(in, &v->items[i], name, where, err) != 0)
+			return -1;
+	}
+	return 0;
 }
 
 /* Set key k from a TOML value, checking its type. */
@@ -585,19 +862,10 @@ static int set_from_toml(job_config *c, const cfg_key *k, const toml_value *v, t
 		return set_from_text(c, k, v->s, err);
 	if (t == CFG_LIST && v->kind == TOML_STR)
 		return set_from_text(c, k, v->s, err);
-	if (t == CFG_LIST && v->kind == TOML_ARRAY) {
-		cfg_strlist *l = p;
-		list_free(l);
-		for (int i = 0; i < v->n; i++) {
-			if (v->items[i].kind != TOML_STR)
-				return err_set(err, "%s: expected a list of strings, item %d is %s %s",
-					       name, i, toml_kind_name(v->items[i].kind) == NULL ? "" : "a",
-					       toml_kind_name(v->items[i].kind));
-			if (list_push(l, v->items[i].s, strlen(v->items[i].s)) != 0)
-				return err_set(err, "out of memory");
-		}
-		return 0;
-	}
+	if (t == CFG_LIST && v->kind == TOML_ARRAY)
+		return list_from_toml(p, v, name, "", err);
+	if (t == CFG_OPT_LISTS && v->kind == TOML_ARRAY)
+		return lists_from_toml(p, v, name, err);
 	return err_set(err, "%s: expected %s, found %s %s", name, config_type_name(t),
 		       v->kind == TOML_ARRAY || v->kind == TOML_INT ? "an" : "a",
 		       toml_kind_name(v->kind));
@@ -714,9 +982,50 @@ static int need(int ok, titan_err *err, const char *fmt, ...)
 	return -1;
 }
 
+/* Steps are bounded far beyond any run, so that step arithmetic (the
+ * schedule's step + 1, decay progress as a double) stays exact. */
+#define MAX_STEPS 1000000000000000LL
+
+/* torch's DataLoader refuses these without worker processes. */
+static int validate_dataloader(const cfg_dataloader *d, const char *section, titan_err *err)
+{
+	if (need(d->num_workers >= 0, err, "%s.num_workers: must be >= 0", section) ||
+	    need(!d->persistent_workers || d->num_workers > 0, err,
+		 "%s.persistent_workers: needs num_workers > 0", section) ||
+	    need(!d->prefetch_factor_set || d->num_workers > 0, err,
+		 "%s.prefetch_factor: only with num_workers > 0 (otherwise none)", section) ||
+	    need(!d->prefetch_factor_set || d->prefetch_factor >= 0, err,
+		 "%s.prefetch_factor: must be >= 0", section))
+		return -1;
+	return 0;
+}
+
 int config_validate(const job_config *c, titan_err *err)
 {
 	const __typeof__(c->training) *t = &c->training;
+	const __typeof__(c->checkpoint) *ck = &c->checkpoint;
+	if (need(!c->lr_scheduler.total_steps_set ||
+			 (c->lr_scheduler.total_steps >= 1 && c->lr_scheduler.total_steps <= MAX_STEPS),
+		 err, "lr_scheduler.total_steps: must be none or in [1, %lld]", MAX_STEPS) ||
+	    need(t->steps <= MAX_STEPS, err, "training.steps: must be <= %lld", MAX_STEPS) ||
+	    need(c->lr_scheduler.warmup_steps <= MAX_STEPS, err,
+		 "lr_scheduler.warmup_steps: must be <= %lld", MAX_STEPS) ||
+	    need(isfinite(c->optimizer.lr) && isfinite(c->optimizer.eps) &&
+			 isfinite(c->optimizer.weight_decay), err,
+		 "optimizer.lr, eps and weight_decay: must be finite") ||
+	    need(!c->parallelism.module_fqns_per_model_part.set ||
+			 c->parallelism.pipeline_parallel_split_points.n == 0, err,
+		 "parallelism.pipeline_parallel_split_points and module_fqns_per_model_part: set "
+		 "one of them, not both") ||
+	    need(!ck->initial_load_in_hf || ck->initial_load_model_only, err,
+		 "checkpoint.initial_load_in_hf: needs checkpoint.initial_load_model_only (HF "
+		 "safetensors hold the model only)") ||
+	    need(!ck->last_save_in_hf || ck->last_save_model_only, err,
+		 "checkpoint.last_save_in_hf: needs checkpoint.last_save_model_only (HF safetensors "
+		 "hold the model only)") ||
+	    validate_dataloader(&t->dataloader, "training.dataloader", err) ||
+	    validate_dataloader(&c->validation.dataloader, "validation.dataloader", err))
+		return -1;
 	if (need(c->metrics.log_freq >= 1, err, "metrics.log_freq: must be >= 1") ||
 	    need(t->steps >= 1, err, "training.steps: must be >= 1") ||
 	    need(t->local_batch_size >= 1, err, "training.local_batch_size: must be >= 1") ||
@@ -760,6 +1069,35 @@ static int list_has(const cfg_strlist *l, const char *s)
 	return 0;
 }
 
+static char *value_text(const job_config *c, const cfg_key *k);
+
+/* The schema's CFG_NOT_BUILT keys away from their default are refused, its
+ * CFG_NO_EFFECT ones warned about. */
+static int check_schema_support(const job_config *c, titan_err *err)
+{
+	job_config d;
+	if (config_defaults(&d, err) != 0)
+		return -1;
+	int rc = 0;
+	for (int i = 0; i < NKEYS && rc == 0; i++) {
+		const cfg_key *k = &keys[i];
+		if (k->info.support == CFG_HONOURED)
+			continue;
+		char *v = value_text(c, k), *dv = value_text(&d, k);
+		if (v == NULL || dv == NULL)
+			rc = err_set(err, "out of memory");
+		else if (strcmp(v, dv) != 0 && k->info.support == CFG_NOT_BUILT)
+			rc = err_set(err, "%s = %s: %s (only the default, %s, is accepted)",
+				     k->info.name, v, k->info.why, dv);
+		else if (strcmp(v, dv) != 0)
+			titan_warn("%s = %s has no effect: %s", k->info.name, v, k->info.why);
+		free(v);
+		free(dv);
+	}
+	config_free(&d);
+	return rc;
+}
+
 int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
@@ -783,17 +1121,11 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	    need(dps == 1, err,
 		 "parallelism.data_parallel_shard_degree = %ld (world size %d): sharded data "
 		 "parallelism %s; run one process", (long)dps, world_size, later) ||
-	    need(!c->compile.enable, err, "compile.enable: compilation %s; set it false", later) ||
 	    need(!list_has(&c->model.converters, "float8") && !list_has(&c->model.converters, "mx"),
 		 err, "model.converters: Float8/MX training %s; remove the converter", later) ||
 	    need(!c->float8.enable_fsdp_float8_all_gather &&
 			 !c->float8.precompute_float8_dynamic_scale_for_fsdp && c->float8.recipe_name == NULL,
 		 err, "quantize.linear.float8: Float8 training %s", later) ||
-	    need(!c->training.enable_cpu_offload, err, "training.enable_cpu_offload: %s", later) ||
-	    need(!c->optimizer.early_step_in_backward, err,
-		 "optimizer.early_step_in_backward: %s", later) ||
-	    need(!c->metrics.enable_wandb, err,
-		 "metrics.enable_wandb: Weights & Biases is not available; use TensorBoard") ||
 	    need(!c->checkpoint.initial_load_in_hf, err,
 		 "checkpoint.initial_load_in_hf: %s; convert with titan-ckpt-convert first", later) ||
 	    need(!c->checkpoint.last_save_in_hf, err,
@@ -801,7 +1133,33 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	    need(strcmp(c->training.dtype, "float32") == 0, err,
 		 "training.dtype = \"%s\": only float32 parameters are supported yet", c->training.dtype))
 		return -1;
-	return 0;
+	return check_schema_support(c, err);
+}
+
+/* A TOML basic string. */
+static void print_string(const char *s, FILE *out)
+{
+	fputc('"', out);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(out, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(out, "\\u%04x", (unsigned char)*s);
+		else
+			fputc(*s, out);
+	}
+	fputc('"', out);
+}
+
+static void print_list(const cfg_strlist *l, FILE *out)
+{
+	fputc('[', out);
+	for (int i = 0; i < l->n; i++) {
+		if (i)
+			fputs(", ", out);
+		print_string(l->v[i], out);
+	}
+	fputc(']', out);
 }
 
 static void print_value(const job_config *c, const cfg_key *k, FILE *out)
@@ -830,31 +1188,47 @@ static void print_value(const job_config *c, const cfg_key *k, FILE *out)
 	case CFG_STR:
 	case CFG_OPT_STR: {
 		const char *s = *(char *const *)p;
-		if (s == NULL) {
+		if (s == NULL)
+			fputs("none", out);
+		else
+			print_string(s, out);
+		break;
+	}
+	case CFG_LIST:
+		print_list(p, out);
+		break;
+	case CFG_OPT_LISTS: {
+		const cfg_strlists *l = p;
+		if (!l->set) {
 			fputs("none", out);
 			break;
 		}
-		fputc('"', out);
-		for (; *s; s++) {
-			if (*s == '"' || *s == '\\')
-				fprintf(out, "\\%c", *s);
-			else if ((unsigned char)*s < 0x20)
-				fprintf(out, "\\u%04x", (unsigned char)*s);
-			else
-				fputc(*s, out);
-		}
-		fputc('"', out);
-		break;
-	}
-	case CFG_LIST: {
-		const cfg_strlist *l = p;
 		fputc('[', out);
-		for (int i = 0; i < l->n; i++)
-			fprintf(out, "%s\"%s\"", i ? ", " : "", l->v[i]);
+		for (int i = 0; i < l->n; i++) {
+			if (i)
+				fputs(", ", out);
+			print_list(&l->v[i], out);
+		}
 		fputc(']', out);
 		break;
 	}
 	}
+}
+
+/* The value of key k as config_print writes it (malloc'd), or NULL. */
+static char *value_text(const job_config *c, const cfg_key *k)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *m = open_memstream(&buf, &n);
+	if (m == NULL)
+		return NULL;
+	print_value(c, k, m);
+	if (fclose(m) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
 }
 
 /* TOML cannot spell None: a none value is printed as a comment. */
@@ -869,19 +1243,18 @@ void config_print(const job_config *c, FILE *out)
 			snprintf(section, sizeof section, "%.*s", (int)sl, name);
 			fprintf(out, "%s[%s]\n", i ? "\n" : "", section);
 		}
-		char buf[1024];
-		FILE *m = fmemopen(buf, sizeof buf, "w");
-		if (m == NULL)
+		char *buf = value_text(c, &keys[i]);
+		if (buf == NULL) {
+			fprintf(out, "# %s: out of memory\n", name);
 			continue;
-		print_value(c, &keys[i], m);
-		fclose(m);
-		buf[sizeof buf - 1] = '\0';
+		}
 		/* job.config_file names the file read; as a comment the output reads
 		 * back to itself. */
 		if (strcmp(buf, "none") == 0 || strcmp(name, "job.config_file") == 0)
 			fprintf(out, "# %s = %s\n", dot + 1, buf);
 		else
 			fprintf(out, "%s = %s\n", dot + 1, buf);
+		free(buf);
 	}
 }
 
@@ -897,30 +1270,9 @@ static int looks_bool(const char *s)
 	return s != NULL && parse_bool_text(s, &b) == 0;
 }
 
-int config_from_args(job_config *c, int argc, char **argv, int *nrest, char **rest,
-		     titan_err *err)
+/* The --section.key overrides of argv, in order. */
+static int apply_overrides(job_config *c, int argc, char **argv, titan_err *err)
 {
-	const char *file = NULL;
-	int nr = 0;
-	rest[nr++] = argv[0];
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--job.config_file") == 0) {
-			if (i + 1 >= argc)
-				return err_set(err, "%s: needs a file", argv[i]);
-			file = argv[++i];
-		} else if (strncmp(argv[i], "--config=", 9) == 0) {
-			file = argv[i] + 9;
-		} else if (!is_flag_name(argv[i])) {
-			rest[nr++] = argv[i];
-		} else if (strchr(argv[i], '=') == NULL && !config_key_is_bool(argv[i] + 2)) {
-			i++; /* a value; applied below */
-		} else if (strchr(argv[i], '=') == NULL && looks_bool(i + 1 < argc ? argv[i + 1] : NULL)) {
-			i++;
-		}
-	}
-	*nrest = nr;
-	if (file != NULL && config_load_file(c, file, err) != 0)
-		return -1;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--job.config_file") == 0) {
 			i++;
@@ -947,6 +1299,42 @@ int config_from_args(job_config *c, int argc, char **argv, int *nrest, char **re
 		}
 		if (config_set(c, key, val, err) != 0)
 			return -1;
+	}
+	return 0;
+}
+
+int config_from_args(job_config *c, int argc, char **argv, int *nrest, char **rest,
+		     titan_err *err)
+{
+	const char *file = NULL;
+	int nr = 0;
+	rest[nr++] = argv[0];
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--job.config_file") == 0) {
+			if (i + 1 >= argc)
+				return err_set(err, "%s: needs a file", argv[i]);
+			file = argv[++i];
+		} else if (strncmp(argv[i], "--config=", 9) == 0) {
+			file = argv[i] + 9;
+		} else if (!is_flag_name(argv[i])) {
+			rest[nr++] = argv[i];
+		} else if (strchr(argv[i], '=') == NULL && !config_key_is_bool(argv[i] + 2)) {
+			i++; /* a value; applied below */
+		} else if (strchr(argv[i], '=') == NULL && looks_bool(i + 1 < argc ? argv[i + 1] : NULL)) {
+			i++;
+		}
+	}
+	*nrest = nr;
+	if (file != NULL && config_load_file(c, file, err) != 0)
+		return -1;
+	if (apply_overrides(c, argc, argv, err) != 0)
+		return -1;
+	/* torchtitan's ConfigManager: the old key wins, with a warning. */
+	if (c->model.tokenizer_path != NULL) {
+		titan_warn("model.tokenizer_path is deprecated, use model.hf_assets_path; setting "
+			   "hf_assets_path to \"%s\"", c->model.tokenizer_path);
+		if (set_str(&c->model.hf_assets_path, c->model.tokenizer_path) != 0)
+			return err_set(err, "out of memory");
 	}
 	return 0;
 }

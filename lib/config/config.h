@@ -22,6 +22,22 @@ typedef struct cfg_strlist {
 	int n;
 } cfg_strlist;
 
+/* A list of lists of strings, or None (parallelism.module_fqns_per_model_part). */
+typedef struct cfg_strlists {
+	cfg_strlist *v; /* owned */
+	int n;
+	int set;        /* 0: None */
+} cfg_strlists;
+
+/* torch DataLoader settings ([training.dataloader], [validation.dataloader]). */
+typedef struct cfg_dataloader {
+	int64_t num_workers;
+	int persistent_workers;
+	int pin_memory;
+	int64_t prefetch_factor;
+	int prefetch_factor_set;
+} cfg_dataloader;
+
 /* Every string member is owned by the job_config (config_free frees it).  An
  * optional value torchtitan spells `None` is a NULL string, a NaN double, or
  * an integer with its *_set flag 0. */
@@ -31,11 +47,15 @@ typedef struct job_config {
 		char *dump_folder;
 		char *description;
 		int print_config;
+		char *save_config_file; /* NULL: None */
+		char *custom_config_module;
 	} job;
 	struct {
 		int enable_profiling;
 		char *save_traces_folder;
 		int64_t profile_freq;
+		int64_t profiler_active;
+		int64_t profiler_warmup;
 		int enable_memory_snapshot;
 		char *save_memory_snapshot_folder;
 	} profiling;
@@ -51,6 +71,7 @@ typedef struct job_config {
 		char *name;
 		char *flavor;
 		char *hf_assets_path;
+		char *tokenizer_path; /* NULL: None; deprecated spelling of hf_assets_path */
 		cfg_strlist converters;
 		int print_after_conversion;
 	} model;
@@ -63,6 +84,8 @@ typedef struct job_config {
 	} optimizer;
 	struct {
 		int64_t warmup_steps;
+		int64_t total_steps; /* the schedule's length when total_steps_set, else training.steps */
+		int total_steps_set;
 		double decay_ratio; /* NaN: None (decay right after warmup) */
 		char *decay_type;
 		double min_lr_factor;
@@ -81,6 +104,7 @@ typedef struct job_config {
 		char *mixed_precision_reduce;
 		int64_t gc_freq;
 		int gc_debug;
+		cfg_dataloader dataloader;
 	} training;
 	struct {
 		int64_t data_parallel_replicate_degree;
@@ -90,26 +114,32 @@ typedef struct job_config {
 		int disable_loss_parallel;
 		int enable_async_tensor_parallel;
 		int64_t pipeline_parallel_degree;
-		cfg_strlist pipeline_parallel_split_points;
+		cfg_strlists module_fqns_per_model_part;
+		cfg_strlist pipeline_parallel_split_points; /* titan's extension (torchtitan <= 0.1) */
 		int64_t pipeline_parallel_layers_per_stage;
 		int pipeline_parallel_layers_per_stage_set;
 		int64_t pipeline_parallel_first_stage_less_layers;
 		int64_t pipeline_parallel_last_stage_less_layers;
 		char *pipeline_parallel_schedule;
-		char *pipeline_parallel_schedule_csv;
+		char *pipeline_parallel_schedule_csv; /* NULL: None */
 		int64_t pipeline_parallel_microbatch_size;
+		int pipeline_parallel_expert_parallel_overlap;
 		int64_t context_parallel_degree;
-		char *context_parallel_load_balancer;
+		char *context_parallel_load_balancer; /* NULL: None */
 		char *context_parallel_rotate_method;
 		int64_t expert_parallel_degree;
+		int64_t expert_tensor_parallel_degree;
+		char *expert_parallel_comm_backend;
 	} parallelism;
 	struct {
 		int enable;
+		int enable_ft_dataloader_checkpoints;
 		char *folder;
 		int64_t interval;
 		char *initial_load_path; /* NULL: None */
 		int initial_load_model_only;
 		int initial_load_in_hf;
+		int initial_load_in_hf_quantized;
 		int last_save_model_only;
 		int last_save_in_hf;
 		char *export_dtype;
@@ -119,14 +149,23 @@ typedef struct job_config {
 		cfg_strlist exclude_from_loading;
 		int enable_first_step_checkpoint;
 		int create_seed_checkpoint;
+		int load_only;
 	} checkpoint;
 	struct {
 		char *mode;
 		char *selective_ac_option;
+		cfg_strlist per_op_sac_force_recompute_mm_shapes_by_fqns;
+		int early_stop;
+		double memory_budget;
+		int visualize_memory_budget_pareto;
+		int preserve_rng_state;
+		char *determinism_check;
+		int debug;
 	} activation_checkpoint;
 	struct {
 		int enable;
 		cfg_strlist components;
+		char *backend;
 	} compile;
 	struct {
 		int enable_fsdp_float8_all_gather;
@@ -136,6 +175,45 @@ typedef struct job_config {
 		int emulate;
 	} float8; /* [quantize.linear.float8] */
 	struct {
+		char *mxfp8_dim1_cast_kernel_choice;
+		char *recipe_name;
+		cfg_strlist filter_fqns;
+	} mx; /* [quantize.linear.mx] */
+	struct {
+		struct {
+			cfg_strlist fqns;
+		} float8; /* [quantize.grouped_mm.float8] */
+		struct {
+			char *recipe_name;
+			cfg_strlist fqns;
+		} mx; /* [quantize.grouped_mm.mx] */
+	} grouped_mm;
+	struct {
+		int64_t init_timeout_seconds;
+		int64_t train_timeout_seconds;
+		int64_t trace_buf_size;
+		char *save_traces_folder;
+		char *save_traces_file_prefix;
+		char *mode;
+	} comm;
+	struct {
+		int enable;
+		int disable_fake_mode;
+	} memory_estimation;
+	struct {
+		int enable;
+		char *process_group;
+		int64_t process_group_timeout_ms;
+		int64_t replica_id;
+		int64_t group_size;
+		int64_t min_replica_size;
+		char *semi_sync_method; /* NULL: None */
+	} fault_tolerance;
+	struct {
+		char *custom_import;
+		char *custom_args_module;
+	} experimental;
+	struct {
 		int enable;
 		char *dataset;
 		char *dataset_path; /* NULL: None */
@@ -143,11 +221,14 @@ typedef struct job_config {
 		int64_t seq_len;
 		int64_t freq;
 		int64_t steps;
+		cfg_dataloader dataloader;
 	} validation;
 	struct {
 		int64_t seed;
 		int seed_set;
 		int deterministic;
+		int deterministic_warn_only;
+		int moe_force_load_balance;
 	} debug;
 } job_config;
 
@@ -161,7 +242,18 @@ typedef enum cfg_type {
 	CFG_STR,
 	CFG_OPT_STR,   /* str or None */
 	CFG_LIST,      /* list of str (or one comma-separated string) */
+	CFG_OPT_LISTS, /* list of lists of str, or None */
 } cfg_type;
+
+/* What titan-train does with a key.  Every torchtitan 0.2.2 key is accepted;
+ * one titan-train cannot act on is either harmless to leave alone (it shapes
+ * only speed or debugging output of a piece titan does differently) or needs a
+ * feature titan lacks, and then any value but the default is refused. */
+typedef enum cfg_support {
+	CFG_HONOURED = 0, /* or checked by config_check_supported() in code */
+	CFG_NO_EFFECT,    /* accepted; a value other than the default is warned about */
+	CFG_NOT_BUILT,    /* a value other than the default is refused */
+} cfg_support;
 
 /* One key of the schema, for listings (config_print, the man page test). */
 typedef struct cfg_key_info {
@@ -169,8 +261,11 @@ typedef struct cfg_key_info {
 	cfg_type type;
 	const char *def;         /* default as TOML would write it ("10", "\"tb\"", "none") */
 	const char *choices;     /* "a|b|c" when the value is one of a set, else NULL */
-	const char *torchtitan;  /* torchtitan's spelling (JobConfig attribute path) */
+	const char *torchtitan;  /* torchtitan's spelling (JobConfig attribute path);
+	                            NULL for titan's own extensions */
 	const char *help;        /* one line */
+	cfg_support support;
+	const char *why;         /* CFG_NO_EFFECT, CFG_NOT_BUILT: the reason, one line */
 } cfg_key_info;
 
 /* Fill c with the defaults.  Returns 0, or -1 on out of memory. */
@@ -194,7 +289,9 @@ int config_key_exists(const char *key);
 /* Cross-key checks after loading (ranges, keep_latest_k != 1, ...). */
 int config_validate(const job_config *c, titan_err *err);
 /* Refuse features that titan-train does not have yet (parallel degrees > 1,
- * Float8, compile, CPU offload), each with a message that says so. */
+ * Float8, compile, CPU offload, and every key the schema marks CFG_NOT_BUILT
+ * set to other than its default), each with a message that says so; warn on
+ * stderr about CFG_NO_EFFECT keys set to other than their default. */
 int config_check_supported(const job_config *c, int world_size, titan_err *err);
 
 /* Print every key with its value as TOML, section by section. */
@@ -203,6 +300,12 @@ void config_print(const job_config *c, FILE *out);
 /* The schema: n keys. */
 const cfg_key_info *config_keys(int *n);
 const char *config_type_name(cfg_type t);
+/* "honoured", "no effect", "not built". */
+const char *config_support_name(cfg_support s);
+/* The schema as tab-separated lines: key, type, default, values ("-": any),
+ * torchtitan's key ("-": titan's own), support, why ("-"), description.
+ * Returns -1 when out has an error. */
+int config_list_keys(FILE *out);
 
 /* The known name nearest to name by edit distance (NULL when nothing is
  * close); used for "did you mean" hints. */

@@ -83,7 +83,7 @@ static void update(adamw *o, float *p, const float *g, size_t a, size_t b, doubl
 		   double wd, double bc1, double bc2)
 {
 	if (b > a)
-		o->be->ops->adamw(o->be, p + a, g + a, o->m + a, o->v + a, (int64_t)(b - a),
+		o->be->ops->adamw(o->be, p + a, g + a, o->m + a, o->v + a, BE_F32, (int64_t)(b - a),
 				  (float)lr, (float)o->c.beta1, (float)o->c.beta2,
 				  (float)o->c.eps, (float)wd, (float)bc1, (float)bc2);
 }
@@ -110,7 +110,7 @@ const adamw_config *adamw_get_config(const adamw *o) { return &o->c; }
 
 double grad_sumsq(backend *be, const float *g, size_t n)
 {
-	return be->ops->sumsq(be, g, (int64_t)n);
+	return be->ops->sumsq(be, g, BE_F32, (int64_t)n);
 }
 
 void grad_clip_scale(backend *be, float *g, size_t n, double total_norm, double max_norm)
@@ -119,7 +119,7 @@ void grad_clip_scale(backend *be, float *g, size_t n, double total_norm, double 
 		return;
 	double coef = max_norm / (total_norm + 1e-6);
 	if (coef < 1)
-		be->ops->scale(be, g, (float)coef, (int64_t)n);
+		be->ops->scale(be, g, BE_F32, (float)coef, (int64_t)n);
 }
 
 double grad_clip_norm(backend *be, float *g, size_t n, double max_norm)

@@ -2,6 +2,8 @@
  * conversions with torch's rounding. */
 #include "ptzip/ptzip.h"
 
+#include "core/bf16.h"
+
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -80,25 +82,6 @@ ptz_dtype ptz_dtype_from_storage(const char *cls)
 		if (!strcmp(cls, types[i].storage))
 			return types[i].t;
 	return PTZ_NONE;
-}
-
-/* float -> bfloat16, round to nearest even; NaN keeps a quiet NaN (c10's rule). */
-static uint16_t f32_to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
 }
 
 /* IEEE half <-> float, round to nearest even, written out so that the result
@@ -221,7 +204,7 @@ static void store_d(void *p, ptz_dtype t, size_t i, double d)
 {
 	switch (t) {
 	case PTZ_F32: { float f = (float)d; memcpy((char *)p + 4 * i, &f, 4); break; }
-	case PTZ_BF16: { uint16_t h = f32_to_bf16((float)d); memcpy((char *)p + 2 * i, &h, 2); break; }
+	case PTZ_BF16: { uint16_t h = bf16_from_f32((float)d); memcpy((char *)p + 2 * i, &h, 2); break; }
 	case PTZ_F16: { uint16_t h = f32_to_f16((float)d); memcpy((char *)p + 2 * i, &h, 2); break; }
 	case PTZ_F64: memcpy((char *)p + 8 * i, &d, 8); break;
 	case PTZ_BOOL: ((uint8_t *)p)[i] = d != 0; break;
@@ -247,7 +230,7 @@ void ptz_convert(void *dst, ptz_dtype dt, const void *src, ptz_dtype st, size_t 
 		for (size_t i = 0; i < n; i++) {
 			float f;
 			memcpy(&f, s + 4 * i, 4);
-			uint16_t h = f32_to_bf16(f);
+			uint16_t h = bf16_from_f32(f);
 			memcpy(d + 2 * i, &h, 2);
 		}
 		return;

@@ -244,10 +244,12 @@ static int build_optimizer(job *j, titan_err *err)
 	if (c->optimizer.no_decay_norms_embeddings && exempt_from_decay(j, err) != 0)
 		return -1;
 	double ratio = isnan(c->lr_scheduler.decay_ratio) ? -1 : c->lr_scheduler.decay_ratio;
-	if (c->lr_scheduler.warmup_steps > c->training.steps)
-		titan_warn("lr_scheduler.warmup_steps %lld is more than training.steps %lld; clamped",
-			   (long long)c->lr_scheduler.warmup_steps, (long long)c->training.steps);
-	return lr_schedule_init(&j->sched, c->training.steps, c->lr_scheduler.warmup_steps, ratio,
+	/* torchtitan: lr_scheduler.total_steps, when set, is the schedule's length. */
+	int64_t total = c->lr_scheduler.total_steps_set ? c->lr_scheduler.total_steps : c->training.steps;
+	if (c->lr_scheduler.warmup_steps > total)
+		titan_warn("lr_scheduler.warmup_steps %lld is more than the %lld steps of the "
+			   "schedule; clamped", (long long)c->lr_scheduler.warmup_steps, (long long)total);
+	return lr_schedule_init(&j->sched, total, c->lr_scheduler.warmup_steps, ratio,
 				c->lr_scheduler.decay_type, c->lr_scheduler.min_lr_factor, err);
 }
 
@@ -535,7 +537,7 @@ static int validate(job *j, titan_err *err)
 static int should_save(const job *j, int last)
 {
 	const job_config *c = j->c;
-	if (!c->checkpoint.enable)
+	if (!c->checkpoint.enable || c->checkpoint.load_only)
 		return 0;
 	return last || j->step % c->checkpoint.interval == 0 ||
 	       (j->step == 1 && c->checkpoint.enable_first_step_checkpoint);
@@ -568,7 +570,7 @@ static int run_loop(job *j, titan_err *err)
 		int stop = j->h->stop != NULL && *j->h->stop;
 		if (stop && !last) {
 			metrics_log(j->log, "Stop requested: saving at step %lld and exiting.", (long long)j->step);
-			if (c->checkpoint.enable && save_checkpoint(j, 0, NULL, err) != 0)
+			if (should_save(j, 1) && save_checkpoint(j, 0, NULL, err) != 0)
 				return -1;
 			return 0;
 		}

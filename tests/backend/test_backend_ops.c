@@ -195,6 +195,34 @@ static void rope_inverse_is_its_gradient_and_matches_complex_rotation(void **s)
 	free(c.x), free(cs), free(c.r), free(c.y), free(g);
 }
 
+/* HF's rotate_half: q cos + rotate_half(q) sin with rotate_half(x) =
+ * cat(-x2, x1) and cos, sin of cat(freqs, freqs), written out; the inverse is
+ * the backward. */
+static void rope_half_matches_hf_rotate_half_and_inverts(void **s)
+{
+	(void)s;
+	seed(26);
+	int64_t b = 1, t = 5, h = 2, hd = 8, half = hd / 2;
+	size_t n = (size_t)(b * t * h * hd);
+	double *cs = malloc((size_t)(t * hd) * sizeof(double));
+	cpu_rope_table_f64(cs, t, hd, 0, 1000000.0, 0);
+	double *x = rnd(n, 1), *y = malloc(n * sizeof(double));
+	memcpy(y, x, n * sizeof(double));
+	cpu_rope_half_f64(y, cs, b, t, h, hd, 0);
+	for (int64_t ti = 0; ti < t; ti++)
+		for (int64_t hi = 0; hi < h; hi++)
+			for (int64_t i = 0; i < hd; i++) {
+				const double *xr = x + (ti * h + hi) * hd;
+				double f = 1.0 / pow(1000000.0, (double)(2 * (i % half)) / (double)hd);
+				double c = cos((double)ti * f), sn = sin((double)ti * f);
+				double rot = i < half ? -xr[i + half] : xr[i - half];
+				assert_true(fabs(y[(ti * h + hi) * hd + i] - (xr[i] * c + rot * sn)) < 1e-12);
+			}
+	cpu_rope_half_f64(y, cs, b, t, h, hd, 1);
+	assert_true(rel_err_dd(y, x, n) < 1e-15);
+	free(cs), free(x), free(y);
+}
+
 static void rope_table_applies_llama31_scaling_bands(void **s)
 {
 	(void)s;
@@ -222,83 +250,137 @@ static void rope_table_applies_llama31_scaling_bands(void **s)
 /* ---- attention ---- */
 typedef struct {
 	double *q, *k, *v, *r, *o, *lse;
-	int64_t b, t, h, hkv, hd;
+	be_attn a;
 } att_ctx;
+
+static size_t att_nq(const be_attn *a) { return (size_t)(a->b * a->tq * a->h * a->hd); }
+static size_t att_nk(const be_attn *a) { return (size_t)(a->b * a->tk * a->hkv * a->hd); }
+static size_t att_nv(const be_attn *a) { return (size_t)(a->b * a->tk * a->hkv * a->hdv); }
+static size_t att_no(const be_attn *a) { return (size_t)(a->b * a->tq * a->h * a->hdv); }
 
 static double att_loss(void *p)
 {
 	att_ctx *c = p;
-	cpu_attention_fwd_f64(c->o, c->lse, c->q, c->k, c->v, c->b, c->t, c->h, c->hkv, c->hd);
-	return dot(c->o, c->r, (size_t)(c->b * c->t * c->h * c->hd));
+	cpu_attention_fwd_f64(c->o, c->lse, c->q, c->k, c->v, &c->a);
+	return dot(c->o, c->r, att_no(&c->a));
 }
 
-/* softmax(q k^T / sqrt(hd)) v with the causal mask, by definition. */
+/* softmax(scale q k^T) v over the keys each query may see, by definition. */
 static void att_naive(double *o, const att_ctx *c)
 {
-	int64_t rep = c->h / c->hkv, hd = c->hd;
-	double *p = malloc((size_t)c->t * sizeof(double));
-	for (int64_t b = 0; b < c->b; b++)
-		for (int64_t h = 0; h < c->h; h++)
-			for (int64_t i = 0; i < c->t; i++) {
-				const double *qi = c->q + ((b * c->t + i) * c->h + h) * hd;
+	const be_attn *a = &c->a;
+	int64_t rep = a->h / a->hkv, hd = a->hd, hdv = a->hdv;
+	double scale = a->scale != 0 ? a->scale : 1 / sqrt((double)hd);
+	double *p = malloc((size_t)a->tk * sizeof(double));
+	for (int64_t b = 0; b < a->b; b++)
+		for (int64_t h = 0; h < a->h; h++)
+			for (int64_t i = 0; i < a->tq; i++) {
+				const double *qi = c->q + ((b * a->tq + i) * a->h + h) * hd;
+				double *oi = o + ((b * a->tq + i) * a->h + h) * hdv;
 				double mx = -INFINITY, sum = 0;
-				for (int64_t j = 0; j <= i; j++) {
-					const double *kj = c->k + ((b * c->t + j) * c->hkv + h / rep) * hd;
-					p[j] = dot(qi, kj, (size_t)hd) / sqrt((double)hd);
+				int64_t nk = 0;
+				for (int64_t j = 0; j < a->tk; j++) {
+					if (a->causal && a->k_pos0 + j > a->q_pos0 + i)
+						break;
+					const double *kj = c->k + ((b * a->tk + j) * a->hkv + h / rep) * hd;
+					p[j] = dot(qi, kj, (size_t)hd) * scale;
 					mx = fmax(mx, p[j]);
+					nk++;
 				}
-				for (int64_t j = 0; j <= i; j++)
+				for (int64_t j = 0; j < nk; j++)
 					sum += p[j] = exp(p[j] - mx);
-				double *oi = o + ((b * c->t + i) * c->h + h) * hd;
-				for (int64_t d = 0; d < hd; d++) {
+				for (int64_t d = 0; d < hdv; d++) {
 					double acc = 0;
-					for (int64_t j = 0; j <= i; j++)
+					for (int64_t j = 0; j < nk; j++)
 						acc += p[j] / sum *
-						       c->v[((b * c->t + j) * c->hkv + h / rep) * hd + d];
+						       c->v[((b * a->tk + j) * a->hkv + h / rep) * hdv + d];
 					oi[d] = acc;
 				}
 			}
 	free(p);
 }
 
-static void attention_gqa_causal_backward_matches_finite_differences(void **s)
+/* The float64 op against the definition and its backward against finite
+ * differences, then the float32 op against the float64 one. */
+static void check_attention(const be_attn *shape, uint64_t sd)
 {
-	(void)s;
-	seed(13);
-	/* t = 70 spans two query blocks of 64; 4 query heads share 2 kv heads. */
-	int64_t b = 2, t = 70, h = 4, hkv = 2, hd = 8;
-	size_t nq = (size_t)(b * t * h * hd), nk = (size_t)(b * t * hkv * hd);
-	att_ctx c = {rnd(nq, 1.5), rnd(nk, 1.5), rnd(nk, 1), rnd(nq, 1), rnd(nq, 0),
-		     rnd((size_t)(b * h * t), 0), b, t, h, hkv, hd};
-	round_f32(c.q, nq), round_f32(c.k, nk), round_f32(c.v, nk), round_f32(c.r, nq);
+	seed(sd);
+	att_ctx c = {.a = *shape};
+	size_t nq = att_nq(&c.a), nk = att_nk(&c.a), nv = att_nv(&c.a), no = att_no(&c.a);
+	size_t nl = (size_t)(c.a.b * c.a.h * c.a.tq);
+	c.q = rnd(nq, 1.5), c.k = rnd(nk, 1.5), c.v = rnd(nv, 1), c.r = rnd(no, 1);
+	c.o = rnd(no, 0), c.lse = rnd(nl, 0);
+	round_f32(c.q, nq), round_f32(c.k, nk), round_f32(c.v, nv), round_f32(c.r, no);
 	att_loss(&c);
-	double *naive = malloc(nq * sizeof(double));
+	double *naive = malloc(no * sizeof(double));
 	att_naive(naive, &c);
-	double en = rel_err_dd(c.o, naive, nq);
+	double en = rel_err_dd(c.o, naive, no);
 	print_message("attention vs definition %.2e\n", en);
 	assert_true(en < 1e-12);
 
-	double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nk * 8);
-	cpu_attention_bwd_f64(dq, dk, dv, c.r, c.q, c.k, c.v, c.o, c.lse, b, t, h, hkv, hd);
+	double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nv * 8);
+	cpu_attention_bwd_f64(dq, dk, dv, c.r, c.q, c.k, c.v, c.o, c.lse, &c.a);
 	double eq = fd_check(att_loss, &c, c.q, dq, nq, 7);
 	double ek = fd_check(att_loss, &c, c.k, dk, nk, 5);
-	double ev = fd_check(att_loss, &c, c.v, dv, nk, 5);
+	double ev = fd_check(att_loss, &c, c.v, dv, nv, 5);
 	print_message("attention fd: dq %.2e dk %.2e dv %.2e\n", eq, ek, ev);
 	assert_true(eq < FD_TOL && ek < FD_TOL && ev < FD_TOL);
 
 	att_loss(&c);
-	float *q = to_f32(c.q, nq), *k = to_f32(c.k, nk), *v = to_f32(c.v, nk), *r = to_f32(c.r, nq);
-	float *o = malloc(nq * 4), *lse = malloc((size_t)(b * h * t) * 4);
-	float *fq = malloc(nq * 4), *fk = malloc(nk * 4), *fv = malloc(nk * 4);
-	cpu_attention_fwd_f32(o, lse, q, k, v, b, t, h, hkv, hd);
-	cpu_attention_bwd_f32(fq, fk, fv, r, q, k, v, o, lse, b, t, h, hkv, hd);
-	double e1 = rel_err_fd(o, c.o, nq), e2 = rel_err_fd(fq, dq, nq),
-	       e3 = rel_err_fd(fk, dk, nk), e4 = rel_err_fd(fv, dv, nk);
+	float *q = to_f32(c.q, nq), *k = to_f32(c.k, nk), *v = to_f32(c.v, nv), *r = to_f32(c.r, no);
+	float *o = malloc(no * 4), *lse = malloc(nl * 4);
+	float *fq = malloc(nq * 4), *fk = malloc(nk * 4), *fv = malloc(nv * 4);
+	cpu_attention_fwd_f32(o, lse, q, k, v, &c.a);
+	cpu_attention_bwd_f32(fq, fk, fv, r, q, k, v, o, lse, &c.a);
+	double e1 = rel_err_fd(o, c.o, no), e2 = rel_err_fd(fq, dq, nq),
+	       e3 = rel_err_fd(fk, dk, nk), e4 = rel_err_fd(fv, dv, nv);
 	print_message("attention f32: out %.2e dq %.2e dk %.2e dv %.2e\n", e1, e2, e3, e4);
 	assert_true(e1 < F32_TOL && e2 < F32_TOL && e3 < F32_TOL && e4 < F32_TOL);
+	for (size_t i = 0; i < nl; i++)
+		assert_true(isinf(c.lse[i]) ? isinf(lse[i]) && lse[i] < 0
+					    : fabs(lse[i] - c.lse[i]) < 1e-5 * (1 + fabs(c.lse[i])));
 	free(c.q), free(c.k), free(c.v), free(c.r), free(c.o), free(c.lse), free(naive);
 	free(dq), free(dk), free(dv), free(q), free(k), free(v), free(r), free(o), free(lse);
 	free(fq), free(fk), free(fv);
+}
+
+static void attention_gqa_causal_backward_matches_finite_differences(void **s)
+{
+	(void)s;
+	/* t = 70 spans two query blocks of 64; 4 query heads share 2 kv heads. */
+	be_attn a = {.b = 2, .tq = 70, .tk = 70, .h = 4, .hkv = 2, .hd = 8, .hdv = 8,
+		     .causal = 1};
+	check_attention(&a, 13);
+}
+
+/* The blocks a context-parallel rank computes: queries of one chunk against the
+ * keys of another, at their true positions.  Keys after every query: no key
+ * seen, out 0 and lse -inf; keys before every query: a full block. */
+static void attention_blocks_at_positions_mask_by_position(void **s)
+{
+	(void)s;
+	be_attn diag = {.b = 1, .tq = 20, .tk = 20, .h = 2, .hkv = 1, .hd = 8, .hdv = 8,
+			.causal = 1, .q_pos0 = 40, .k_pos0 = 40};
+	check_attention(&diag, 21);
+	be_attn past = diag;
+	past.k_pos0 = 0;
+	past.tk = 24; /* keys 0..23 all before queries 40..59 */
+	check_attention(&past, 22);
+	be_attn straddle = diag;
+	straddle.q_pos0 = 10, straddle.k_pos0 = 20, straddle.tk = 30;
+	check_attention(&straddle, 23); /* queries 10..19 see nothing, 20..29 some */
+}
+
+/* MLA's value heads are narrower than its query/key heads, and its softmax scale
+ * is not 1/sqrt(hd); a bidirectional mask for completeness. */
+static void attention_value_dim_scale_and_no_mask(void **s)
+{
+	(void)s;
+	be_attn a = {.b = 1, .tq = 9, .tk = 13, .h = 3, .hkv = 3, .hd = 12, .hdv = 4,
+		     .scale = 0.2f};
+	check_attention(&a, 24);
+	a.causal = 1, a.q_pos0 = 4;
+	check_attention(&a, 25);
 }
 
 /* ---- swiglu ---- */
@@ -345,11 +427,11 @@ static void embedding_backward_adds_repeated_ids_in_order(void **s)
 	int32_t ids[7] = {3, 0, 3, 9, 3, 1, 0};
 	double *tab = rnd((size_t)(v * d), 1), *out = rnd((size_t)(n * d), 0);
 	double *dout = rnd((size_t)(n * d), 1), *dtab = calloc((size_t)(v * d), 8);
-	cpu_embedding_fwd_f64(out, tab, ids, n, d);
+	cpu_embedding_fwd_f64(out, tab, ids, n, d, 0, v);
 	for (int64_t i = 0; i < n; i++)
 		assert_memory_equal(out + i * d, tab + ids[i] * d, (size_t)d * 8);
 	/* The loss sum(out * dout) is linear in the table: its gradient is exact. */
-	cpu_embedding_bwd_f64(dtab, dout, ids, n, d);
+	cpu_embedding_bwd_f64(dtab, dout, ids, n, d, 0, v);
 	for (int64_t r = 0; r < v; r++)
 		for (int64_t j = 0; j < d; j++) {
 			double want = 0;
@@ -359,6 +441,32 @@ static void embedding_backward_adds_repeated_ids_in_order(void **s)
 			assert_true(fabs(dtab[r * d + j] - want) < 1e-15);
 		}
 	free(tab), free(out), free(dout), free(dtab);
+}
+
+/* A vocabulary-parallel rank holds rows v0..v0+nv-1: other ids look up zero rows
+ * and add no gradient, so the ranks' outputs sum to the whole table's lookup. */
+static void embedding_vocab_shards_sum_to_the_whole_lookup(void **s)
+{
+	(void)s;
+	seed(27);
+	int64_t v = 10, d = 5, n = 6;
+	int32_t ids[6] = {9, 0, 4, 5, 4, 7};
+	double *tab = rnd((size_t)(v * d), 1), *whole = rnd((size_t)(n * d), 0);
+	double *part = rnd((size_t)(n * d), 0), *sum = calloc((size_t)(n * d), 8);
+	double *dout = rnd((size_t)(n * d), 1), *dtab = calloc((size_t)(v * d), 8);
+	double *dwhole = calloc((size_t)(v * d), 8);
+	cpu_embedding_fwd_f64(whole, tab, ids, n, d, 0, v);
+	cpu_embedding_bwd_f64(dwhole, dout, ids, n, d, 0, v);
+	for (int64_t v0 = 0; v0 < v; v0 += 4) {
+		int64_t nv = v - v0 < 4 ? v - v0 : 4;
+		cpu_embedding_fwd_f64(part, tab + v0 * d, ids, n, d, v0, nv);
+		for (int64_t i = 0; i < n * d; i++)
+			sum[i] += part[i];
+		cpu_embedding_bwd_f64(dtab + v0 * d, dout, ids, n, d, v0, nv);
+	}
+	assert_memory_equal(sum, whole, (size_t)(n * d) * 8);
+	assert_memory_equal(dtab, dwhole, (size_t)(v * d) * 8);
+	free(tab), free(whole), free(part), free(sum), free(dout), free(dtab), free(dwhole);
 }
 
 /* ---- cross-entropy ---- */
@@ -465,10 +573,10 @@ static void sumsq_is_exact_and_independent_of_threads(void **s)
 	double got = cpu_sumsq_f32(f, (int64_t)n);
 	assert_true(fabs(got - (double)want) < 1e-12 * (double)want);
 	backend *be = backend_cpu_create(1, NULL);
-	double one = be->ops->sumsq(be, f, (int64_t)n);
+	double one = be->ops->sumsq(be, f, BE_F32, (int64_t)n);
 	backend_free(be);
 	be = backend_cpu_create(2, NULL);
-	double two = be->ops->sumsq(be, f, (int64_t)n);
+	double two = be->ops->sumsq(be, f, BE_F32, (int64_t)n);
 	backend_free(be);
 	assert_memory_equal(&one, &two, sizeof one);
 	free(x), free(f);
@@ -504,6 +612,37 @@ static void adamw_update_matches_torch_formula(void **s)
 	free(p), free(g), free(m), free(v), free(fp), free(fg), free(fm), free(fv);
 }
 
+/* convert rounds float32 to bfloat16 to nearest even and back exactly; an
+ * element type an op does not implement is reported by the next sync, once. */
+static void convert_rounds_to_bf16_and_unsupported_types_fault_at_sync(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	assert_non_null(be);
+	float x[4] = {1.0f, 1.00390625f, 1.01171875f, -3.0e38f}; /* tie to even, tie up, big */
+	uint16_t h[4];
+	float back[4];
+	be->ops->convert(be, h, BE_BF16, x, BE_F32, 4);
+	be->ops->convert(be, back, BE_F32, h, BE_BF16, 4);
+	assert_int_equal(h[0], 0x3f80);
+	assert_int_equal(h[1], 0x3f80); /* 1 + 2^-8: halfway, rounds to the even 1.0 */
+	assert_int_equal(h[2], 0x3f82); /* 1 + 3 * 2^-8: halfway, rounds up to even */
+	assert_true(back[0] == 1.0f && back[2] == 1.015625f);
+	assert_int_equal(be->ops->sync(be, &e), 0);
+	float y[4];
+	be->ops->scale(be, h, BE_E4M3, 2.0f, 4);
+	be->ops->swiglu_fwd(be, y, x, x, BE_E5M2, 4);
+	assert_int_equal(be->ops->sync(be, &e), -1);
+	print_message("fault: %s\n", e.msg);
+	assert_non_null(strstr(e.msg, "scale"));
+	assert_int_equal(be->ops->sync(be, &e), 0);
+	assert_int_equal(be_dtype_parse("bfloat16"), BE_BF16);
+	assert_int_equal(be_dtype_parse("float16"), -1);
+	assert_int_equal(be_dtype_size(BE_E4M3), 1);
+	backend_free(be);
+}
+
 static void backend_counts_bytes_in_use_and_peak(void **s)
 {
 	(void)s;
@@ -532,14 +671,19 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rmsnorm_backward_matches_finite_differences_and_f32_matches_f64),
 		cmocka_unit_test(rope_inverse_is_its_gradient_and_matches_complex_rotation),
+		cmocka_unit_test(rope_half_matches_hf_rotate_half_and_inverts),
 		cmocka_unit_test(rope_table_applies_llama31_scaling_bands),
 		cmocka_unit_test(attention_gqa_causal_backward_matches_finite_differences),
+		cmocka_unit_test(attention_blocks_at_positions_mask_by_position),
+		cmocka_unit_test(attention_value_dim_scale_and_no_mask),
 		cmocka_unit_test(swiglu_backward_matches_finite_differences_and_f32_matches_f64),
 		cmocka_unit_test(embedding_backward_adds_repeated_ids_in_order),
+		cmocka_unit_test(embedding_vocab_shards_sum_to_the_whole_lookup),
 		cmocka_unit_test(cross_entropy_gradient_matches_finite_differences_and_skips_ignored),
 		cmocka_unit_test(matmul_every_transpose_matches_definition),
 		cmocka_unit_test(sumsq_is_exact_and_independent_of_threads),
 		cmocka_unit_test(adamw_update_matches_torch_formula),
+		cmocka_unit_test(convert_rounds_to_bf16_and_unsupported_types_fault_at_sync),
 		cmocka_unit_test(backend_counts_bytes_in_use_and_peak),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

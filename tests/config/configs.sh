@@ -22,13 +22,20 @@ t_grep "8B: lr 3e-4" '^lr = 0.00029999999999999997$' "$TMP/.out"
 t_grep "8B: seq_len 8192" '^seq_len = 8192$' "$TMP/.out"
 t_grep "8B: flavor" '^flavor = "8B"$' "$TMP/.out"
 
+# The page's KEYS and TITAN EXTENSIONS sections are the schema's, as
+# scripts/config_man.sh writes them.
+TITAN_TRAIN="$TRAIN" sh scripts/config_man.sh >"$TMP/man.gen"
+sed -n '/^\.Sh KEYS$/,/^\.Sh FILES$/p' man/titan-config.5 | sed '$d' >"$TMP/man.have"
+t_same "titan-config(5) lists every key as the schema has it (else: scripts/config_man.sh --write)" \
+	"$TMP/man.gen" "$TMP/man.have"
+
 # Every key of the man page, given on the command line with its default.
 keys=$(sed -n 's/^\.It Cm \([a-z0-9_.]*\)$/\1/p' man/titan-config.5)
-nkeys=$(echo "$keys" | wc -l)
 "$TRAIN" --list-keys >"$TMP/schema.tsv"
-cut -f1 "$TMP/schema.tsv" >"$TMP/schema"
-echo "$keys" >"$TMP/man"
-t_same "titan-config(5) lists exactly the keys titan-train knows ($nkeys)" "$TMP/schema" "$TMP/man"
+cut -f1 "$TMP/schema.tsv" | sort >"$TMP/schema"
+echo "$keys" | sort >"$TMP/man"
+t_same "titan-config(5) lists exactly the keys titan-train knows ($(echo "$keys" | wc -l))" \
+	"$TMP/schema" "$TMP/man"
 bad=""
 for k in $keys; do
 	def=$(awk -F'\t' -v k="$k" '$1 == k { print $3 }' "$TMP/schema.tsv")
@@ -40,6 +47,37 @@ for k in $keys; do
 	"$TRAIN" "--$k" "$def" --job.print_config >/dev/null 2>"$TMP/k.err" || bad="$bad $k($(cat "$TMP/k.err"))"
 done
 if [ -z "$bad" ]; then t_ok "every key of titan-config(5) is accepted"; else t_not_ok "every key of titan-config(5) is accepted" "$bad"; fi
+
+# A TOML file setting every key of torchtitan 0.2.2's JobConfig to its
+# default (those whose default is None are left out: TOML has no None) is
+# read, and prints the same configuration as no file at all.
+awk -F'\t' '
+/^#/ { next }
+$3 == "none" { next }
+{
+	sec = $1; sub(/\.[^.]*$/, "", sec)
+	key = $1; sub(/.*\./, "", key)
+	v = $3
+	if ($2 ~ /^string/) v = "\"" v "\""
+	else if ($2 ~ /^list/) { gsub(/,/, "\", \"", v); v = (v == "") ? "[]" : "[\"" v "\"]" }
+	body[sec] = body[sec] key " = " v "\n"
+	if (!(sec in seen)) { seen[sec] = 1; order[++n] = sec }
+}
+END { for (i = 1; i <= n; i++) printf "[%s]\n%s\n", order[i], body[order[i]] }
+' tests/config/torchtitan-0.2.2-keys.tsv >"$TMP/all.toml"
+t_run "every torchtitan 0.2.2 key at its default, in a TOML file" \
+	"$TRAIN" --config "$TMP/all.toml" --job.print_config
+grep -v '^# config_file = ' "$TMP/.out" >"$TMP/all.printed"
+"$TRAIN" --job.print_config 2>/dev/null | grep -v '^# config_file = ' >"$TMP/none.printed"
+t_same "torchtitan's defaults are titan-train's" "$TMP/all.printed" "$TMP/none.printed"
+
+# Keys titan-train cannot act on: refused away from the default, or warned about.
+t_fails "a key whose feature is missing is refused" 2 "$TRAIN" --quantize.linear.mx.recipe_name mxfp8 \
+	--training.steps 1
+t_grep "the refusal names the key and what is missing" \
+	'quantize.linear.mx.recipe_name = "mxfp8": MX (MXFP8) training is not built' "$TMP/.err"
+t_run "lr_scheduler.total_steps is accepted" "$TRAIN" --lr_scheduler.total_steps 500 --job.print_config
+t_grep "total_steps printed" '^total_steps = 500$' "$TMP/.out"
 
 # Misspellings: exit 2, file:line, the key, the suggestion.
 printf '[training]\nsteps = 5\n\nlocal_batchsize = 4\n' >"$TMP/typo.toml"
@@ -62,7 +100,7 @@ t_grep "explicit false" '^enable_tensorboard = false$' "$TMP/.out"
 t_fails "70B config (tensor parallel 8) is refused" 2 "$TRAIN" --config configs/llama3_70b.toml
 t_grep "refusal says tensor parallelism is not supported yet" 'tensor parallelism is not supported by this titan-train yet' "$TMP/.err"
 t_fails "compile is refused" 2 "$TRAIN" --compile.enable
-t_grep "compile refusal" 'compile.enable: compilation is not supported' "$TMP/.err"
+t_grep "compile refusal" 'compile.enable = true: compilation is not supported' "$TMP/.err"
 t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
 t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
 

@@ -208,6 +208,18 @@ static void later_features_are_refused_not_ignored(void **state)
 	}
 }
 
+/* The whole configuration as config_print writes it (malloc'd). */
+static char *printed(const job_config *c)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	assert_non_null(f);
+	config_print(c, f);
+	assert_int_equal(fclose(f), 0);
+	return buf;
+}
+
 static void printed_config_reads_back_identically(void **state)
 {
 	(void)state;
@@ -217,17 +229,13 @@ static void printed_config_reads_back_identically(void **state)
 	assert_int_equal(config_set(&a, "job.description", "quote \" and \\ back", &err), 0);
 	assert_int_equal(config_set(&a, "lr_scheduler.decay_ratio", "0.25", &err), 0);
 	assert_int_equal(config_set(&a, "optimizer.lr", "0.0003", &err), 0);
-	char *buf1 = NULL, *buf2 = NULL;
-	size_t n1, n2;
-	FILE *f = open_memstream(&buf1, &n1);
-	config_print(&a, f);
-	fclose(f);
+	assert_int_equal(config_set(&a, "parallelism.module_fqns_per_model_part", "a,b c", &err), 0);
+	assert_int_equal(config_set(&a, "compile.components", "mo\"del", &err), 0);
+	char *buf1 = printed(&a);
 	assert_int_equal(config_defaults(&b, &err), 0);
 	if (config_load_string(&b, "printed", buf1, &err) != 0)
 		fail_msg("%s", err.msg);
-	f = open_memstream(&buf2, &n2);
-	config_print(&b, f);
-	fclose(f);
+	char *buf2 = printed(&b);
 	assert_string_equal(buf1, buf2);
 	assert_string_equal(b.job.description, "quote \" and \\ back");
 	free(buf1);
@@ -244,10 +252,287 @@ static void every_key_has_a_default_that_parses(void **state)
 	assert_true(n > 80);
 	for (int i = 0; i < n; i++) {
 		assert_true(config_key_exists(k[i].name));
-		assert_non_null(k[i].torchtitan);
 		assert_non_null(k[i].help);
 		assert_string_equal(config_suggest(k[i].name), k[i].name);
 	}
+}
+
+static const cfg_key_info *key_info(const char *name)
+{
+	int n;
+	const cfg_key_info *k = config_keys(&n);
+	for (int i = 0; i < n; i++)
+		if (strcmp(k[i].name, name) == 0)
+			return &k[i];
+	return NULL;
+}
+
+/* "b|a" and "a|b" name the same set. */
+static int same_values(const char *a, const char *b)
+{
+	size_t na = 1, nb = 1;
+	for (const char *p = a; *p; p++)
+		na += *p == '|';
+	for (const char *p = b; *p; p++)
+		nb += *p == '|';
+	if (na != nb)
+		return 0;
+	for (const char *p = a; *p;) {
+		size_t m = strcspn(p, "|");
+		int found = 0;
+		for (const char *q = b; *q && !found;) {
+			size_t l = strcspn(q, "|");
+			found = l == m && strncmp(p, q, m) == 0;
+			q += l + (q[l] == '|');
+		}
+		if (!found)
+			return 0;
+		p += m + (p[m] == '|');
+	}
+	return 1;
+}
+
+#define KEY_LIST "tests/config/torchtitan-0.2.2-keys.tsv"
+
+/* Every key of torchtitan 0.2.2's JobConfig (the list scripts/torchtitan_keys.py
+ * made from it) is known, with torchtitan's type, values and default: the
+ * default read from the list sets the same configuration as titan's own. */
+static void every_torchtitan_key_is_known_with_its_type_and_default(void **state)
+{
+	(void)state;
+	FILE *f = fopen(KEY_LIST, "r");
+	if (f == NULL)
+		fail_msg("%s: cannot open (run from the repository root)", KEY_LIST);
+	job_config d;
+	titan_err err = {{0}};
+	assert_int_equal(config_defaults(&d, &err), 0);
+	char *want = printed(&d);
+	char line[1024];
+	int n = 0;
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (line[0] == '#')
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		char *field[4];
+		char *p = line;
+		for (int i = 0; i < 4; i++) {
+			field[i] = p;
+			p += strcspn(p, "\t");
+			if (i < 3) {
+				assert_int_equal(*p, '\t');
+				*p++ = '\0';
+			}
+		}
+		const char *key = field[0], *type = field[1], *def = field[2], *values = field[3];
+		const cfg_key_info *k = key_info(key);
+		if (k == NULL)
+			fail_msg("%s: torchtitan 0.2.2 has it, titan-train does not know it", key);
+		if (strcmp(config_type_name(k->type), type) != 0)
+			fail_msg("%s: titan's type is %s, torchtitan's %s", key,
+				 config_type_name(k->type), type);
+		if (k->torchtitan == NULL || strcmp(k->torchtitan, key) != 0)
+			fail_msg("%s: the schema names torchtitan's key %s", key,
+				 k->torchtitan ? k->torchtitan : "(none)");
+		if (strcmp(values, "-") != 0 && (k->choices == NULL || !same_values(values, k->choices)))
+			fail_msg("%s: torchtitan takes %s, titan %s", key, values,
+				 k->choices ? k->choices : "any value");
+		job_config c;
+		assert_int_equal(config_defaults(&c, &err), 0);
+		if (config_set(&c, key, def, &err) != 0)
+			fail_msg("%s: torchtitan's default \"%s\" is refused: %s", key, def, err.msg);
+		char *got = printed(&c);
+		if (strcmp(got, want) != 0)
+			fail_msg("%s: torchtitan's default \"%s\" is not titan's default", key, def);
+		free(got);
+		config_free(&c);
+		n++;
+	}
+	fclose(f);
+	free(want);
+	config_free(&d);
+	assert_int_equal(n, 149);
+	int nk;
+	const cfg_key_info *k = config_keys(&nk);
+	int ext = 0;
+	for (int i = 0; i < nk; i++)
+		ext += k[i].torchtitan == NULL;
+	assert_int_equal(nk, n + ext);
+	print_message("%d torchtitan keys, %d titan extensions\n", n, ext);
+}
+
+/* A value other than the key's default, of the key's type; 0 when the key
+ * takes one value only. */
+static int other_value(const cfg_key_info *k, char *buf, size_t n)
+{
+	switch (k->type) {
+	case CFG_BOOL:
+		snprintf(buf, n, "%s", strcmp(k->def, "true") == 0 ? "false" : "true");
+		break;
+	case CFG_INT:
+	case CFG_OPT_INT:
+		snprintf(buf, n, "%lld", strcmp(k->def, "none") == 0 ? 2LL : atoll(k->def) + 1);
+		break;
+	case CFG_FLOAT:
+	case CFG_OPT_FLOAT:
+		snprintf(buf, n, "%g", strcmp(k->def, "none") == 0 ? 0.25 : atof(k->def) / 2 + 0.125);
+		break;
+	case CFG_STR:
+	case CFG_OPT_STR:
+		if (k->choices != NULL) {
+			/* The first choice that is not the default. */
+			const char *c = k->choices;
+			for (;;) {
+				size_t m = strcspn(c, "|");
+				snprintf(buf, n, "%.*s", (int)m, c);
+				if (strstr(k->def, buf) == NULL || strlen(k->def) != m + 2)
+					break;
+				if (c[m] == '\0')
+					return 0;
+				c += m + 1;
+			}
+		} else {
+			snprintf(buf, n, "other");
+		}
+		break;
+	case CFG_LIST:
+		snprintf(buf, n, "other");
+		break;
+	case CFG_OPT_LISTS:
+		snprintf(buf, n, "a,b c");
+		break;
+	}
+	return 1;
+}
+
+/* Each key the schema marks as needing a missing feature is refused away from
+ * its default, with the reason; each one without effect is accepted. */
+static void unbuilt_keys_are_refused_with_the_reason(void **state)
+{
+	(void)state;
+	int n, refused = 0, inert = 0;
+	const cfg_key_info *k = config_keys(&n);
+	for (int i = 0; i < n; i++) {
+		if (k[i].support == CFG_HONOURED)
+			continue;
+		assert_non_null(k[i].why);
+		job_config c;
+		titan_err err = {{0}};
+		assert_int_equal(config_defaults(&c, &err), 0);
+		assert_int_equal(config_check_supported(&c, 1, &err), 0);
+		char v[64];
+		if (!other_value(&k[i], v, sizeof v)) {
+			config_free(&c);
+			continue;
+		}
+		if (config_set(&c, k[i].name, v, &err) != 0)
+			fail_msg("%s = %s: %s", k[i].name, v, err.msg);
+		int rc = config_check_supported(&c, 1, &err);
+		if (k[i].support == CFG_NOT_BUILT) {
+			if (rc != -1)
+				fail_msg("%s = %s is accepted, but its feature is not built", k[i].name, v);
+			if (strncmp(err.msg, k[i].name, strlen(k[i].name)) != 0 ||
+			    strstr(err.msg, k[i].why) == NULL)
+				fail_msg("%s: the refusal '%s' does not name the key and why", k[i].name,
+					 err.msg);
+			refused++;
+		} else {
+			if (rc != 0)
+				fail_msg("%s = %s is refused: %s", k[i].name, v, err.msg);
+			inert++;
+		}
+		config_free(&c);
+	}
+	print_message("%d keys refused away from their default, %d accepted without effect\n",
+		      refused, inert);
+	assert_true(refused > 0 && inert > 0);
+}
+
+static void lists_of_lists_read_from_toml_and_the_command_line(void **state)
+{
+	(void)state;
+	job_config c;
+	titan_err err = {{0}};
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(c.parallelism.module_fqns_per_model_part.set, 0);
+	assert_int_equal(config_load_string(&c, "p.toml",
+					    "[parallelism]\nmodule_fqns_per_model_part = "
+					    "[[\"tok_embeddings\", \"layers.0\"], [\"layers.1\"], []]\n", &err), 0);
+	const cfg_strlists *l = &c.parallelism.module_fqns_per_model_part;
+	assert_int_equal(l->set, 1);
+	assert_int_equal(l->n, 3);
+	assert_int_equal(l->v[0].n, 2);
+	assert_string_equal(l->v[0].v[1], "layers.0");
+	assert_string_equal(l->v[1].v[0], "layers.1");
+	assert_int_equal(l->v[2].n, 0);
+	char *p = printed(&c);
+	assert_non_null(strstr(p, "module_fqns_per_model_part = [[\"tok_embeddings\", \"layers.0\"], "
+				  "[\"layers.1\"], []]\n"));
+	free(p);
+	assert_int_equal(config_set(&c, "parallelism.module_fqns_per_model_part",
+				    "tok_embeddings,layers.0  layers.1,norm,output", &err), 0);
+	assert_int_equal(l->n, 2);
+	assert_int_equal(l->v[1].n, 3);
+	assert_string_equal(l->v[1].v[2], "output");
+	assert_int_equal(config_set(&c, "parallelism.module_fqns_per_model_part", "none", &err), 0);
+	assert_int_equal(l->set, 0);
+	assert_int_equal(config_load_string(&c, "q.toml",
+					    "[parallelism]\nmodule_fqns_per_model_part = [\"a\"]\n",
+					    &err), -1);
+	assert_string_equal(err.msg, "q.toml:2: parallelism.module_fqns_per_model_part: expected a "
+				     "list of lists of strings, item 0 is a string");
+	assert_int_equal(config_load_string(&c, "r.toml",
+					    "[parallelism]\nmodule_fqns_per_model_part = [[1]]\n",
+					    &err), -1);
+	assert_string_equal(err.msg, "r.toml:2: parallelism.module_fqns_per_model_part: expected a "
+				     "list of strings, list 0 item 0 is an integer");
+	config_free(&c);
+}
+
+static void new_keys_are_honoured_or_checked(void **state)
+{
+	(void)state;
+	job_config c;
+	titan_err err = {{0}};
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(config_set(&c, "lr_scheduler.total_steps", "0", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_string_equal(err.msg, "lr_scheduler.total_steps: must be none or in [1, 1000000000000000]");
+	assert_int_equal(config_set(&c, "lr_scheduler.total_steps", "none", &err), 0);
+	assert_int_equal(config_set(&c, "training.dataloader.persistent_workers", "true", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_string_equal(err.msg, "training.dataloader.persistent_workers: needs num_workers > 0");
+	assert_int_equal(config_set(&c, "training.dataloader.num_workers", "2", &err), 0);
+	assert_int_equal(config_validate(&c, &err), 0);
+	assert_int_equal(config_set(&c, "validation.dataloader.prefetch_factor", "2", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_string_equal(err.msg, "validation.dataloader.prefetch_factor: only with num_workers > 0 "
+				     "(otherwise none)");
+	assert_int_equal(config_set(&c, "validation.dataloader.prefetch_factor", "none", &err), 0);
+	assert_int_equal(config_set(&c, "parallelism.pipeline_parallel_split_points", "layers.3", &err), 0);
+	assert_int_equal(config_set(&c, "parallelism.module_fqns_per_model_part", "a b", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_non_null(strstr(err.msg, "set one of them, not both"));
+	assert_int_equal(config_set(&c, "parallelism.module_fqns_per_model_part", "none", &err), 0);
+	assert_int_equal(config_set(&c, "parallelism.context_parallel_load_balancer", "none", &err), 0);
+	assert_null(c.parallelism.context_parallel_load_balancer);
+	assert_int_equal(config_set(&c, "parallelism.context_parallel_load_balancer", "", &err), -1);
+	assert_int_equal(config_set(&c, "training.steps", "9223372036854775807", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_string_equal(err.msg, "training.steps: must be <= 1000000000000000");
+	assert_int_equal(config_set(&c, "training.steps", "10", &err), 0);
+	assert_int_equal(config_set(&c, "optimizer.lr", "inf", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_string_equal(err.msg, "optimizer.lr, eps and weight_decay: must be finite");
+	config_free(&c);
+
+	/* torchtitan's deprecated tokenizer_path replaces hf_assets_path. */
+	char *argv[] = {"titan-train", "--model.tokenizer_path", "assets/tok", NULL};
+	char *rest[4];
+	int nrest;
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(config_from_args(&c, 3, argv, &nrest, rest, &err), 0);
+	assert_string_equal(c.model.hf_assets_path, "assets/tok");
+	config_free(&c);
 }
 
 int main(void)
@@ -262,6 +547,10 @@ int main(void)
 		cmocka_unit_test(later_features_are_refused_not_ignored),
 		cmocka_unit_test(printed_config_reads_back_identically),
 		cmocka_unit_test(every_key_has_a_default_that_parses),
+		cmocka_unit_test(every_torchtitan_key_is_known_with_its_type_and_default),
+		cmocka_unit_test(unbuilt_keys_are_refused_with_the_reason),
+		cmocka_unit_test(lists_of_lists_read_from_toml_and_the_command_line),
+		cmocka_unit_test(new_keys_are_honoured_or_checked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

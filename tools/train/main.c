@@ -37,7 +37,8 @@ static void usage(FILE *out)
 		"  --job.print_config       print the resolved config as TOML and exit\n"
 		"  --list-flavors           print the model flavors and exit\n"
 		"  --list-keys              print every config key (TSV: key, type, default,\n"
-		"                           values, torchtitan key, description) and exit\n"
+		"                           values, torchtitan key, support, why, description)\n"
+		"                           and exit\n"
 		"  --read-events FILE       print a TensorBoard event file (CRCs checked) and exit\n"
 		"  --plot-loss FILE [--png OUT]\n"
 		"                           plot the loss curves of a metrics.jsonl in the terminal\n"
@@ -47,15 +48,6 @@ static void usage(FILE *out)
 		"      --version            show the version and exit\n"
 		"\nEvery key, its default and its torchtitan name: titan-config(5).\n"
 		"See titan-train(1).\n");
-}
-
-static void list_keys(void)
-{
-	int n;
-	const cfg_key_info *k = config_keys(&n);
-	for (int i = 0; i < n; i++)
-		printf("%s\t%s\t%s\t%s\t%s\t%s\n", k[i].name, config_type_name(k[i].type), k[i].def,
-		       k[i].choices ? k[i].choices : "-", k[i].torchtitan, k[i].help);
 }
 
 /* Say why on stderr and return the exit status; callers free what they hold
@@ -114,7 +106,7 @@ static int run(job_config *c, int nrest, char **rest)
 	int threads = 0;
 	for (int i = 1; i < nrest; i++) {
 		if (strcmp(rest[i], "--list-keys") == 0) {
-			list_keys();
+			config_list_keys(stdout);
 			return TITAN_EXIT_OK;
 		} else if (strcmp(rest[i], "--list-flavors") == 0) {
 			trainer_list_flavors(stdout);

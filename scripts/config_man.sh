@@ -1,0 +1,84 @@
+#!/bin/sh
+# Prints the KEYS and TITAN EXTENSIONS sections of man/titan-config.5 from
+# titan-train's schema (titan-train --list-keys), so that the page, the
+# program and tests/config/configs.sh agree.  With --write, puts them into
+# man/titan-config.5 in place of the old ones (everything from ".Sh KEYS" up to
+# ".Sh FILES").
+# Run: scripts/config_man.sh [--write]   (after make; TITAN_TRAIN overrides bin/titan-train)
+set -eu
+train=${TITAN_TRAIN:-bin/titan-train}
+page=man/titan-config.5
+
+sections() {
+	"$train" --list-keys | awk -F'\t' '
+	function sentence(s) { return toupper(substr(s, 1, 1)) substr(s, 2) "." }
+	function values(v) { gsub(/\|/, ", ", v); return v }
+	function entry(i) {
+		out = ".It Cm " key[i] "\n" sentence(help[i]) "\n"
+		out = out "Type: " type[i] "; default: " def[i]
+		if (vals[i] != "-")
+			out = out "; one of: " values(vals[i])
+		out = out ".\n"
+		if (tt[i] != "-")
+			out = out "torchtitan:\n.Li " tt[i] " .\n"
+		if (sup[i] == "no effect")
+			out = out "Another value is accepted with a warning and has no effect: " why[i] ".\n"
+		if (sup[i] == "not built")
+			out = out "Any value but the default is refused: " why[i] ".\n"
+		return out
+	}
+	{
+		n++
+		key[n] = $1; type[n] = $2; def[n] = $3; vals[n] = $4; tt[n] = $5
+		sup[n] = $6; why[n] = $7; help[n] = $8
+	}
+	END {
+		print ".Sh KEYS"
+		print "Each key is given with its type, its default, the values it may take, the"
+		print "torchtitan JobConfig attribute it corresponds to, and, for a key whose"
+		print "feature titan-train lacks, what happens when it is set."
+		section = ""
+		for (i = 1; i <= n; i++) {
+			if (tt[i] == "-")
+				continue
+			s = key[i]
+			sub(/\.[^.]*$/, "", s)
+			if (s != section) {
+				if (section != "")
+					print ".El"
+				print ".Ss [" s "]"
+				print ".Bl -tag -width Ds"
+				section = s
+			}
+			printf "%s", entry(i)
+		}
+		print ".El"
+		print ".Sh TITAN EXTENSIONS"
+		print "Keys torchtitan 0.2.2 does not have; a torchtitan configuration never sets"
+		print "them, and their defaults leave titan-train doing what torchtitan does."
+		print ".Bl -tag -width Ds"
+		for (i = 1; i <= n; i++)
+			if (tt[i] == "-")
+				printf "%s", entry(i)
+		print ".El"
+	}'
+}
+
+case "${1:-}" in
+--write)
+	tmp="$page.tmp.$$"
+	{
+		sed '/^\.Sh KEYS$/,$d' "$page"
+		sections
+		sed -n '/^\.Sh FILES$/,$p' "$page"
+	} >"$tmp"
+	mv "$tmp" "$page"
+	;;
+"")
+	sections
+	;;
+*)
+	echo "usage: scripts/config_man.sh [--write]" >&2
+	exit 2
+	;;
+esac
