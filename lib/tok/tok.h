@@ -1,9 +1,12 @@
 /* tok.h: exact ByteLevel BPE tokenization (HF tokenizer.json, tiktoken files).
  *
  * What loads:
- *   - a tokenizer.json, or a folder holding one (tokenizer_config.json beside it
- *     gives bos_token / eos_token / add_bos_token / add_eos_token, read the way
- *     torchtitan's HuggingFaceTokenizer reads them);
+ *   - a tokenizer.json, or a folder holding one, with the tokenizer_config.json
+ *     beside it read the way torchtitan 0.2.2's HuggingFaceTokenizer reads it:
+ *     bos_token and eos_token name BOS and EOS, and every token it names
+ *     (bos/eos/pad/unk/sep/cls/mask_token, each added_tokens_decoder entry)
+ *     becomes a special added token, with the next free id when the tokenizer
+ *     lacks it;
  *   - a tiktoken file ("base64(bytes) rank" per line: Meta's Llama 3
  *     tokenizer.model, cl100k_base.tiktoken, o200k_base.tiktoken), or a folder
  *     holding tokenizer.model or one *.tiktoken file.  The encoding is recognised
@@ -108,12 +111,18 @@ int64_t tok_n_vocab(const tok *t);
 
 /* BOS / EOS ids, or -1 when the tokenizer has none.  For tokenizer.json they
  * come from tokenizer_config.json (bos_token / eos_token, a string or an
- * {"content": ...} object); tiktoken "llama3": <|begin_of_text|> and
- * <|end_of_text|>; cl100k_base / o200k_base: no BOS, EOS <|endoftext|>. */
+ * {"content": ...} object), else from the post-processor's template; tiktoken
+ * "llama3": <|begin_of_text|> and <|end_of_text|>; cl100k_base / o200k_base:
+ * no BOS, EOS <|endoftext|>. */
 int32_t tok_bos_id(const tok *t);
 int32_t tok_eos_id(const tok *t);
-/* Defaults for adding them, from add_bos_token / add_eos_token when present,
- * otherwise (like torchtitan) add_bos = (BOS exists), add_eos = false. */
+/* Whether a training stream starts every document with BOS and ends it with
+ * EOS: what torchtitan's dataset makes with encode(text, add_bos=True,
+ * add_eos=True) (HF's post-processor template, then BOS in front and EOS at
+ * the end unless the template adds them; no EOS when eos_token is bos_token's
+ * text).  tiktoken files: both, when the encoding has them.  A tokenizer.json
+ * whose torchtitan stream would hold more than one token before or after a
+ * document is refused at load.  tok_encode itself adds neither. */
 bool tok_default_add_bos(const tok *t);
 bool tok_default_add_eos(const tok *t);
 

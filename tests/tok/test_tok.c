@@ -109,6 +109,14 @@ static void assert_ids(const tok_ids *got, const int32_t *want, size_t n, const 
 	fail_msg("%s: ids differ from the reference", what);
 }
 
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
 static void fixture_readme_vectors_give_llama3_ids(void **state)
 {
 	(void)state;
@@ -327,32 +335,102 @@ static void megabyte_runs_encode_in_linear_time(void **state)
 	tok_buf_free(&out);
 }
 
-static void bos_eos_follow_config_and_encoding(void **state)
+/* BOS, EOS and whether a training stream adds them, as torchtitan 0.2.2
+ * encodes a document (tests/tokenize/stream.sh holds the stream itself to
+ * torchtitan's loader). */
+static void bos_eos_follow_torchtitan(void **state)
 {
 	(void)state;
-	const tok *l = get("llama3_1", 0), *q = get("qwen3", 0), *tt = get("llama3_tiktoken", 0),
-		  *c = get("cl100k_base", 0), *o = get("o200k_base", 0);
-	assert_int_equal(tok_bos_id(l), 128000);
-	assert_int_equal(tok_eos_id(l), 128009); /* tokenizer_config.json: <|eot_id|> */
-	assert_true(tok_default_add_bos(l));     /* from the post-processor template */
-	assert_false(tok_default_add_eos(l));
-	assert_int_equal(tok_bos_id(q), -1);
+	const tok *q = get("qwen3", 0), *tt = get("torchtitan_test", 0), *c = get("cl100k_base", 0),
+		  *o = get("o200k_base", 0);
+	assert_int_equal(tok_bos_id(q), -1); /* bos_token null */
 	assert_int_equal(tok_eos_id(q), 151645);
 	assert_false(tok_default_add_bos(q));
-	assert_int_equal(tok_bos_id(tt), 128000);
-	assert_int_equal(tok_eos_id(tt), 128001);
-	assert_int_equal(tok_n_vocab(tt), 128256);
+	assert_true(tok_default_add_eos(q));
+	/* torchtitan's test tokenizer: specials only in tokenizer_config.json. */
+	assert_int_equal(tok_bos_id(tt), 2002);
+	assert_int_equal(tok_eos_id(tt), 2003);
+	assert_true(tok_default_add_bos(tt));
+	assert_true(tok_default_add_eos(tt));
+	assert_int_equal(tok_token_id(tt, "<|pad|>", 7), 2001);
 	assert_int_equal(tok_bos_id(c), -1);
 	assert_int_equal(tok_eos_id(c), 100257);
+	assert_false(tok_default_add_bos(c));
+	assert_true(tok_default_add_eos(c));
 	assert_int_equal(tok_n_vocab(c), 100277);
 	assert_int_equal(tok_eos_id(o), 199999);
 	assert_int_equal(tok_n_vocab(o), 200019);
-	assert_string_equal(tok_encoding_name(tt), "llama3");
 	assert_string_equal(tok_encoding_name(o), "o200k_base");
-	assert_int_equal(tok_token_id(tt, "<|eot_id|>", 10), 128009);
-	assert_int_equal(tok_token_id(tt, "<|reserved_special_token_250|>", 30), 128255);
 	assert_int_equal(tok_token_id(c, "<|endofprompt|>", 15), 100276);
-	assert_int_equal(tok_token_id(l, " Hello", 6), 22691);
+	const tok *l = get_or_null("llama3_1", 0), *lt = get_or_null("llama3_tiktoken", 0);
+	if (l) {
+		assert_int_equal(tok_bos_id(l), 128000); /* the template adds it */
+		assert_int_equal(tok_eos_id(l), 128009); /* tokenizer_config.json: <|eot_id|> */
+		assert_true(tok_default_add_bos(l));
+		assert_true(tok_default_add_eos(l));
+		assert_int_equal(tok_token_id(l, " Hello", 6), 22691);
+	}
+	if (lt) {
+		assert_int_equal(tok_bos_id(lt), 128000);
+		assert_int_equal(tok_eos_id(lt), 128001);
+		assert_true(tok_default_add_bos(lt));
+		assert_true(tok_default_add_eos(lt));
+		assert_int_equal(tok_n_vocab(lt), 128256);
+		assert_string_equal(tok_encoding_name(lt), "llama3");
+		assert_int_equal(tok_token_id(lt, "<|eot_id|>", 10), 128009);
+		assert_int_equal(tok_token_id(lt, "<|reserved_special_token_250|>", 30), 128255);
+	}
+}
+
+/* tokenizer_config.json as torchtitan reads it: a token it names that the
+ * tokenizer lacks gets the next free id, eos_token equal to bos_token adds no
+ * EOS, a template adding two tokens cannot be a titan stream. */
+static void config_tokens_and_templates_follow_torchtitan(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/titan-tok.XXXXXX", path[256], cfg[256];
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+	static const char base[] =
+		"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"<s>\": 2}, "
+		"\"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+		"\"use_regex\": false}%s}";
+	char text[1024];
+	snprintf(text, sizeof text, base, "");
+	write_file(path, text);
+	write_file(cfg, "{\"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\"}, "
+			"\"pad_token\": \"<pad>\"}");
+	tok *t = NULL;
+	titan_err err = {0};
+	assert_int_equal(tok_load(&t, dir, NULL, &err), 0);
+	/* <s> is the vocabulary's id 2; </s> and <pad> are new: 3 and 4. */
+	assert_int_equal(tok_bos_id(t), 2);
+	assert_int_equal(tok_eos_id(t), 3);
+	assert_int_equal(tok_token_id(t, "<pad>", 5), 4);
+	assert_int_equal(tok_n_vocab(t), 5);
+	assert_true(tok_default_add_bos(t) && tok_default_add_eos(t));
+	tok_ids ids = {0};
+	encode(t, "a<s>b<pad>", 10, &ids); /* the text of a config token is that token */
+	int32_t want[] = {0, 2, 1, 4};
+	assert_ids(&ids, want, 4, "config tokens in text");
+	tok_free(t);
+	write_file(cfg, "{\"bos_token\": \"<s>\", \"eos_token\": \"<s>\"}");
+	assert_int_equal(tok_load(&t, dir, NULL, &err), 0);
+	assert_true(tok_default_add_bos(t));
+	assert_false(tok_default_add_eos(t)); /* torchtitan's elif: no eos_id */
+	tok_free(t);
+	snprintf(text, sizeof text, base,
+		 ", \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": ["
+		 "{\"SpecialToken\": {\"id\": \"<s>\"}}, {\"SpecialToken\": {\"id\": \"<s>\"}}, "
+		 "{\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"ids\": [2]}}}");
+	write_file(path, text);
+	assert_int_equal(tok_load(&t, dir, NULL, &err), -1);
+	assert_non_null(strstr(err.msg, "2 token(s) before"));
+	remove(path);
+	remove(cfg);
+	remove(dir);
+	tok_ids_free(&ids);
 }
 
 static void added_tokens_policy_is_an_option(void **state)
@@ -446,14 +524,6 @@ static void unicode_tables_classify_like_unicode_16(void **state)
 	assert_int_equal(uni_utf8_decode((const uint8_t *)"\xf4\x90\x80\x80", 4, &cp), 1);
 	assert_int_equal(uni_utf8_decode((const uint8_t *)"\xf0\x9f\x98\x80", 4, &cp), 4);
 	assert_int_equal(cp, 0x1F600);
-}
-
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
 }
 
 /* A file holding text must fail to load with a message naming it and saying
@@ -600,7 +670,8 @@ int main(void)
 		cmocka_unit_test(scanners_split_like_pcre2_on_random_strings),
 		cmocka_unit_test(any_bytes_decode_back_to_themselves),
 		cmocka_unit_test(megabyte_runs_encode_in_linear_time),
-		cmocka_unit_test(bos_eos_follow_config_and_encoding),
+		cmocka_unit_test(bos_eos_follow_torchtitan),
+		cmocka_unit_test(config_tokens_and_templates_follow_torchtitan),
 		cmocka_unit_test(added_tokens_policy_is_an_option),
 		cmocka_unit_test(nfc_composes_like_unicode_16),
 		cmocka_unit_test(unicode_tables_classify_like_unicode_16),
