@@ -31,10 +31,13 @@
  *
  * Pre-tokenizer regexes run through hand-written scanners when the regex is one
  * of the known patterns (Llama 3 / cl100k, Qwen2/3, GPT-2, o200k), otherwise
- * through PCRE2 (JIT, UTF, UCP).  The scanners use titan's own Unicode tables
- * (Unicode 16.0.0, what the references' regex engines use); PCRE2 in Debian
- * uses its own, older, tables, so the two can differ on code points assigned
- * after Unicode 14.  Prefer the scanners (TOK_PRETOK_AUTO).
+ * through PCRE2 (JIT, UTF, UCP).  Both are exact on titan's own Unicode tables
+ * (Unicode 16.0.0, what the references' regex engines use): a tokenizer.json
+ * regex, in the Oniguruma syntax HF tokenizers runs it with, is rewritten for
+ * PCRE2 with its Unicode classes as explicit code point ranges (tok_regex.c),
+ * since PCRE2's own tables are older (Unicode 14 in Debian bookworm).  A regex
+ * needing Unicode data titan's tables lack (scripts, Alphabetic...) is refused
+ * at load.  The scanners are faster (TOK_PRETOK_AUTO).
  *
  * Bytes in: the encoder takes raw bytes.  Valid UTF-8 is tokenized exactly as
  * the references tokenize the same string.  Each byte of an invalid UTF-8
@@ -177,7 +180,8 @@ extern const char tok_re_gpt2[];   /* GPT-2 (ByteLevel use_regex) */
 extern const char tok_re_o200k[];  /* o200k_base */
 
 typedef struct tok_split tok_split;
-/* mode: enum tok_pretok_mode.  A regex PCRE2 cannot compile is an error. */
+/* mode: enum tok_pretok_mode.  A regex that cannot be made exact, or that
+ * PCRE2 cannot compile, is an error naming the offset and the reason. */
 tok_split *tok_split_new(const char *regex, int mode, titan_err *err);
 void tok_split_free(tok_split *s);
 /* "scanner:llama3", "scanner:qwen2", "scanner:gpt2", "scanner:o200k" or "pcre2". */

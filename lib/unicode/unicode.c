@@ -20,6 +20,12 @@ uint8_t uni_ccc(uint32_t cp)
 	return uni_ccc_stage2[((size_t)uni_ccc_stage1[cp >> 8] << 8) | (cp & 0xff)];
 }
 
+size_t uni_fold_new_pairs(const uint32_t (**pairs)[2])
+{
+	*pairs = uni_fold_new;
+	return uni_n_fold_new;
+}
+
 size_t uni_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
 {
 	uint8_t b = s[0];
