@@ -144,27 +144,16 @@ static bool set_has(const cpset *s, uint32_t cp)
 	return false;
 }
 
-/* Characters by property byte: those whose general category is in gc_mask,
- * plus White_Space ones when ws. */
+static int add_run(void *ctx, uint32_t lo, uint32_t hi)
+{
+	return set_add(ctx, lo, hi);
+}
+
+/* Characters by property: those whose general category is in gc_mask, plus
+ * White_Space ones when ws. */
 static int set_props(cpset *s, uint32_t gc_mask, bool ws)
 {
-	uint32_t start = 0;
-	bool in = false;
-	for (uint32_t cp = 0; cp <= CP_MAX + 1; cp++) {
-		bool want = false;
-		if (cp <= CP_MAX) {
-			uint8_t p = uni_props(cp);
-			want = (gc_mask >> uni_gc_of(p) & 1) || (ws && (p & UNI_PROP_WS));
-		}
-		if (want && !in)
-			start = cp, in = true;
-		else if (!want && in) {
-			in = false;
-			if (set_add(s, start, cp - 1))
-				return -1;
-		}
-	}
-	return 0;
+	return uni_ranges(gc_mask, ws, add_run, s);
 }
 
 /* The case variants Unicode 14 lacks, added to a normed set. */

@@ -469,6 +469,8 @@ static int pcre_run(const tok_split *sp, tok_pcre *pc, const uint8_t *s0, size_t
 			if (ms > last && (rc = fn(ctx, s0 + ORIG(last), ORIG(ms) - ORIG(last))))
 				goto out;
 			last = ms;
+			if (ms >= n)
+				break;
 			uint32_t cp;
 			pos = ms + uni_utf8_decode(s + ms, n - ms, &cp);
 			continue;
