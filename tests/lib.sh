@@ -21,6 +21,9 @@
 FIXTURES=$TITAN_FIXTURES
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/titan-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# Compiled tokenizers go to the test's own folder, not the user's cache.
+TITAN_TOK_CACHE=$TMP/tok-cache
+export TITAN_TOK_CACHE
 T_N=0
 T_FAILED=0
 export BIN FIXTURES TMP

@@ -76,9 +76,25 @@ enum tok_pretok_mode {
 };
 
 typedef struct tok_opts {
-	int added;  /* enum tok_added */
-	int pretok; /* enum tok_pretok_mode */
+	int added;             /* enum tok_added */
+	int pretok;            /* enum tok_pretok_mode */
+	const char *cache_dir; /* compiled tokenizers' folder (tok_cache_dir); NULL: none */
 } tok_opts;
+
+/* The compiled-tokenizer cache.  With opts->cache_dir set, tok_load looks there
+ * for the compiled form of what it is asked to load, keyed by the SHA-256 of
+ * the source (and of its tokenizer_config.json, the options, titan's loader
+ * version and Unicode version): a file found and sound is mapped in a few
+ * milliseconds; otherwise the source is loaded and its compiled form written
+ * there (atomically: a cache folder may be shared by concurrent runs; a file
+ * that is not sound is ignored and rewritten).  The format is titan-formats(5),
+ * COMPILED TOKENIZER.  A cache that cannot be written only costs speed; what
+ * happened is in tok_describe().
+ *
+ * The default folder: $TITAN_TOK_CACHE when set ("" or "off": no cache),
+ * else $XDG_CACHE_HOME/titan/tokenizers, else $HOME/.cache/titan/tokenizers.
+ * Writes it into buf and returns buf, or NULL for no cache. */
+const char *tok_cache_dir(char *buf, size_t cap);
 
 /* Which file format the tokenizer came from. */
 enum tok_format { TOK_FORMAT_HF_JSON = 1, TOK_FORMAT_TIKTOKEN = 2 };
@@ -100,11 +116,15 @@ int tok_load_json_text(tok **out, const char *json, size_t n, const tok_opts *op
 		       titan_err *err);
 
 int tok_format(const tok *t);
+/* SHA-256 of the file tok_load read (tokenizer.json or the tiktoken file), or
+ * of the text tok_load_json_text was given: what names a tokenizer. */
+void tok_fingerprint(const tok *t, uint8_t out[32]);
 /* "llama3", "cl100k_base", "o200k_base" for tiktoken files; "tokenizer.json"
  * otherwise. */
 const char *tok_encoding_name(const tok *t);
 /* One line for logs: format, vocabulary size, pre-tokenizer stages and whether
- * each runs on a scanner or PCRE2, normalizer, added-token policy. */
+ * each runs on a scanner or PCRE2, normalizer, added-token policy, and what
+ * the compiled cache did. */
 const char *tok_describe(const tok *t);
 
 /* Ids run 0 .. n_vocab-1 (the largest id + 1; there may be holes).  A file

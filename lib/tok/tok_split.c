@@ -307,6 +307,12 @@ tok_split *tok_split_new(const char *regex, int mode, titan_err *err)
 		return NULL;
 	}
 	s->kind = TOK_SPLIT_PCRE2;
+	s->src = strdup(regex);
+	if (!s->src) {
+		free(s);
+		err_set(err, "out of memory");
+		return NULL;
+	}
 	if (mode != TOK_PRETOK_PCRE2) {
 		if (!strcmp(regex, tok_re_llama3) || !strcmp(regex, re_cl100k_tiktoken))
 			s->kind = TOK_SPLIT_LLAMA3;
@@ -319,7 +325,7 @@ tok_split *tok_split_new(const char *regex, int mode, titan_err *err)
 	}
 	char *pat = tok_regex_to_pcre2(regex, err);
 	if (!pat) {
-		free(s);
+		tok_split_free(s);
 		return NULL;
 	}
 	int ec;
@@ -332,7 +338,7 @@ tok_split *tok_split_new(const char *regex, int mode, titan_err *err)
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(ec, msg, sizeof msg);
 		err_set(err, "pre-tokenizer regex at offset %zu: %s", (size_t)eo, (char *)msg);
-		free(s);
+		tok_split_free(s);
 		return NULL;
 	}
 	/* JIT is an optimisation: a platform without it still matches. */
@@ -344,8 +350,14 @@ void tok_split_free(tok_split *s)
 {
 	if (!s)
 		return;
+	free(s->src);
 	pcre2_code_free(s->re);
 	free(s);
+}
+
+const char *tok_split_source(const tok_split *s)
+{
+	return s->src;
 }
 
 const char *tok_split_kind(const tok_split *s)

@@ -618,6 +618,150 @@ static void odd_files_and_shared_ids_are_refused_with_a_reason(void **state)
 	remove(dir);
 }
 
+/* Reads a whole file into a malloc'd buffer. */
+static uint8_t *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	rewind(f);
+	uint8_t *b = malloc(*n + 1);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, *n, f), *n);
+	fclose(f);
+	return b;
+}
+
+static void spill(const char *path, const uint8_t *b, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b, 1, n, f), n);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* The one *.ttok file of dir, into path. */
+static void cache_file(const char *dir, char *path, size_t cap)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "ls %s/*.ttok", dir);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	assert_non_null(fgets(path, (int)cap, p));
+	path[strcspn(path, "\n")] = 0;
+	pclose(p);
+}
+
+/* What the cached and the fresh tokenizer make of the same texts agrees. */
+static void same_tokenizer(const tok *a, const tok *b)
+{
+	static const char *const texts[] = {
+		"Hello world, it's 2026!  \n\n\tcaf\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 <|im_end|>x",
+		"\xf0\x90\xb5\x90's \xff\xfe bad bytes, 12345 \xd9\xa3", "", "<|endoftext|>",
+	};
+	assert_int_equal(tok_n_vocab(a), tok_n_vocab(b));
+	assert_int_equal(tok_bos_id(a), tok_bos_id(b));
+	assert_int_equal(tok_eos_id(a), tok_eos_id(b));
+	assert_int_equal(tok_default_add_bos(a), tok_default_add_bos(b));
+	assert_int_equal(tok_default_add_eos(a), tok_default_add_eos(b));
+	uint8_t fa[32], fb[32];
+	tok_fingerprint(a, fa);
+	tok_fingerprint(b, fb);
+	assert_memory_equal(fa, fb, 32);
+	tok_ids x = {0}, y = {0};
+	tok_buf dx = {0}, dy = {0};
+	titan_err err = {0};
+	for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+		encode(a, texts[i], strlen(texts[i]), &x);
+		encode(b, texts[i], strlen(texts[i]), &y);
+		assert_ids(&y, x.v, x.n, texts[i]);
+		dx.n = dy.n = 0;
+		assert_int_equal(tok_decode(a, x.v, x.n, &dx, &err), 0);
+		assert_int_equal(tok_decode(b, y.v, y.n, &dy, &err), 0);
+		assert_int_equal(dx.n, dy.n);
+		assert_memory_equal(dx.p, dy.p, dx.n);
+	}
+	for (int32_t id = 0; id < tok_n_vocab(a); id += 97) {
+		size_t la = 0, lb = 0;
+		const uint8_t *pa = tok_token_bytes(a, id, &la, NULL), *pb = tok_token_bytes(b, id, &lb, NULL);
+		assert_true((pa == NULL) == (pb == NULL));
+		assert_int_equal(la, lb);
+		if (pa)
+			assert_memory_equal(pa, pb, la);
+	}
+	tok_ids_free(&x);
+	tok_ids_free(&y);
+	tok_buf_free(&dx);
+	tok_buf_free(&dy);
+}
+
+/* The compiled cache: written on the first load, mapped on the next, the
+ * same tokenizer either way; a damaged, truncated or foreign file is ignored
+ * and rewritten; a cache that cannot be written only costs speed. */
+static void compiled_cache_gives_the_same_tokenizer_and_survives_damage(void **state)
+{
+	(void)state;
+	const char *names[] = {"qwen3", "cl100k_base", "torchtitan_test", "llama3_1"};
+	for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+		char rel[64], dir[] = "/tmp/titan-tokcache.XXXXXX", file[512];
+		snprintf(rel, sizeof rel, "tokenizers/%s", names[k]);
+		const char *src = fixture_path(rel);
+		if (!src) {
+			get_or_null(names[k], 0); /* says SKIP, or fails under CI=true */
+			continue;
+		}
+		assert_non_null(mkdtemp(dir));
+		tok_opts o = {.cache_dir = dir};
+		titan_err err = {0};
+		tok *fresh = get(names[k], 0), *t = NULL;
+		assert_int_equal(tok_load(&t, src, &o, &err), 0);
+		assert_non_null(strstr(tok_describe(t), "compiled into"));
+		same_tokenizer(fresh, t);
+		tok_free(t);
+		assert_int_equal(tok_load(&t, src, &o, &err), 0);
+		assert_non_null(strstr(tok_describe(t), "compiled, from"));
+		same_tokenizer(fresh, t);
+		tok_free(t);
+
+		cache_file(dir, file, sizeof file);
+		size_t n;
+		uint8_t *good = slurp(file, &n);
+		const struct {
+			size_t at, len; /* flip a byte at at, then keep len bytes */
+			const char *why;
+		} damage[] = {{n / 2, n, "bad CRC"}, {n, n / 3, "truncated"}, {5, n, "another version"},
+			      {20, n, "another key"}, {130, n, "bad CRC"}, {58, n, "bad header CRC"}};
+		for (size_t d = 0; d < sizeof damage / sizeof *damage; d++) {
+			uint8_t *bad = malloc(n);
+			memcpy(bad, good, n);
+			if (damage[d].at < n)
+				bad[damage[d].at] ^= 0x40;
+			spill(file, bad, damage[d].len);
+			free(bad);
+			assert_int_equal(tok_load(&t, src, &o, &err), 0);
+			if (!strstr(tok_describe(t), damage[d].why) || !strstr(tok_describe(t), "compiled into"))
+				fail_msg("%s, damage %zu: %s", names[k], d, tok_describe(t));
+			same_tokenizer(fresh, t);
+			tok_free(t);
+		}
+		free(good);
+		remove(file);
+		remove(dir);
+	}
+	/* A cache folder that cannot be made: loaded from the source all the same. */
+	const char *src = fixture_path("tokenizers/torchtitan_test");
+	if (src) {
+		tok_opts o = {.cache_dir = "/dev/null/titan-cache"};
+		titan_err err = {0};
+		tok *t = NULL;
+		assert_int_equal(tok_load(&t, src, &o, &err), 0);
+		assert_non_null(strstr(tok_describe(t), "cache not written"));
+		same_tokenizer(get("torchtitan_test", 0), t);
+		tok_free(t);
+	}
+}
+
 /* A tokenizer.json of our own making: two Isolated Splits (a DeepSeek-like
  * sequence, through PCRE2), a literal String split, merges as pairs. */
 static void split_sequences_and_pair_merges_load(void **state)
@@ -675,6 +819,7 @@ int main(void)
 		cmocka_unit_test(unsupported_or_broken_files_are_refused_with_a_reason),
 		cmocka_unit_test(split_sequences_and_pair_merges_load),
 		cmocka_unit_test(odd_files_and_shared_ids_are_refused_with_a_reason),
+		cmocka_unit_test(compiled_cache_gives_the_same_tokenizer_and_survives_damage),
 	};
 	return cmocka_run_group_tests(tests, NULL, free_all);
 }
