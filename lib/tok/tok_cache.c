@@ -316,8 +316,10 @@ static int rebuild(tok *t, const meta *m, const section *sec, titan_err *err)
 		const char *nul = memchr(s, 0, (size_t)(end - s));
 		if (!nul)
 			return 1;
+		/* A regex that does not compile now is a bad file (or a titan that
+		 * refuses what an older one took): the source decides. */
 		if (!(t->split[i] = tok_split_new(s, t->pretok_mode, err)))
-			return -1;
+			return 1;
 		t->n_splits = i + 1;
 		s = nul + 1;
 	}
