@@ -10,10 +10,14 @@
  * version, a torn or corrupt file, another machine's layout) makes the loader
  * ignore it and load the source again; it is written to a temporary name and
  * renamed into place, so concurrent writers and readers never see half a file. */
+#include <dirent.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/afile.h"
 #include "core/crc32c.h"
@@ -174,6 +178,27 @@ static uint8_t *dec_blob(const tok *t, uint64_t *n, uint64_t *count)
 	return b;
 }
 
+/* Temporary files a killed writer left (afile's NAME.tmp.PID.XXXXXX), once
+ * they are old enough that no live writer can own them. */
+static void sweep(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	time_t now = time(NULL);
+	while ((e = readdir(d))) {
+		if (!strstr(e->d_name, ".ttok.tmp."))
+			continue;
+		char *p = path_join(dir, e->d_name);
+		struct stat st;
+		if (p && !lstat(p, &st) && S_ISREG(st.st_mode) && now - st.st_mtime > 3600)
+			unlink(p);
+		free(p);
+	}
+	closedir(d);
+}
+
 void tok_cache_write(tok *t, const char *dir, const uint8_t key[32])
 {
 	meta m;
@@ -220,8 +245,10 @@ void tok_cache_write(tok *t, const char *dir, const uint8_t key[32])
 		snprintf(t->cache_note, sizeof t->cache_note, "%scache not written: out of memory", why);
 	else if (mkdir_p(dir, &err) || atomic_write_file(path, file, size, &err))
 		snprintf(t->cache_note, sizeof t->cache_note, "%scache not written: %s", why, err.msg);
-	else
+	else {
 		snprintf(t->cache_note, sizeof t->cache_note, "%scompiled into %s", why, path);
+		sweep(dir);
+	}
 	free(path);
 	free(file);
 	free(splits);

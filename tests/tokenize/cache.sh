@@ -29,6 +29,10 @@ t_same "a run from the compiled file gives the same stream" "$TMP/want.tts" "$TM
 t_grep "the run says it mapped the compiled file" "tokenizer: .*compiled, from $C/" "$TMP/warm.err"
 
 f=$(ls "$C"/*.ttok)
+# What a killed writer leaves: swept once it is an hour old, not before.
+: >"$f.tmp.999999.AAAAAA"
+: >"$f.tmp.999998.BBBBBB"
+touch -d '2 hours ago' "$f.tmp.999999.AAAAAA"
 size=$(wc -c <"$f")
 head -c $((size / 2)) "$f" >"$TMP/half" && cat "$TMP/half" >"$f"
 "$T" --cache "$C" -t "$TK" "$TMP/a.jsonl" >"$TMP/torn.tts" 2>"$TMP/torn.err"
@@ -36,6 +40,10 @@ t_same "a torn compiled file is ignored: same stream" "$TMP/want.tts" "$TMP/torn
 t_grep "the torn file is named and rewritten" "ignored: .*compiled into" "$TMP/torn.err"
 [ "$(wc -c <"$f")" = "$size" ] && t_ok "the rewritten file is whole again" ||
 	t_not_ok "the rewritten file is whole again" "$(wc -c <"$f") bytes, want $size"
+[ ! -e "$f.tmp.999999.AAAAAA" ] && [ -e "$f.tmp.999998.BBBBBB" ] &&
+	t_ok "a write sweeps a killed writer's hour-old temporary file, not a fresh one" ||
+	t_not_ok "a write sweeps a killed writer's hour-old temporary file, not a fresh one" "$(ls -la "$C")"
+rm -f "$f.tmp.999998.BBBBBB"
 
 : >"$TMP/notadir"
 "$T" --cache "$TMP/notadir/c" -t "$TK" "$TMP/a.jsonl" >"$TMP/ro.tts" 2>"$TMP/ro.err"
