@@ -410,7 +410,8 @@ static void long_put(long_ent *c, uint64_t h, const uint8_t *p, size_t n, const 
 	int32_t *blob = malloc(nids * sizeof *ids + n);
 	if (!blob)
 		return;
-	memcpy(blob, ids, nids * sizeof *ids);
+	if (nids) /* a piece of bytes without tokens has none (and ids may be NULL) */
+		memcpy(blob, ids, nids * sizeof *ids);
 	memcpy((uint8_t *)(blob + nids), p, n);
 	free(c->blob);
 	*c = (long_ent){h, (uint32_t)n, (uint32_t)nids, blob};
@@ -446,7 +447,7 @@ static int bpe_cached(tok_enc *e, const uint8_t *p, size_t n, uint64_t h)
 		memcpy(c->bytes, p, n);
 		memcpy(c->ids, e->out->v + before, got * sizeof *c->ids);
 	} else if (lc) {
-		long_put(lc, h, p, n, e->out->v + before, got);
+		long_put(lc, h, p, n, got ? e->out->v + before : NULL, got);
 	}
 	return 0;
 }

@@ -438,6 +438,7 @@ static int load_added(tok *t, pool_w *w, json_t *added, titan_err *err)
 		if (!content)
 			return err_set(err, "out of memory");
 		n = unmask_nul(json_string_value(c), n, content);
+		content[n] = 0; /* for messages */
 		char what[64];
 		snprintf(what, sizeof what, "added_tokens[%zu]", i);
 		int rc = add_token(t, w, id, content, n, json_is_true(json_object_get(a, "special")),
@@ -580,6 +581,7 @@ static int cfg_add(tok *t, pool_w *w, const cfg *c, titan_err *err)
 		if (!content)
 			return err_set(err, "out of memory");
 		n = unmask_nul(c->tok[k].content, n, content);
+		content[n] = 0;
 		int rc = add_token(t, w, c->tok[k].id, content, n, c->tok[k].special,
 				   "tokenizer_config.json", err);
 		free(content);

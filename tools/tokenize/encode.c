@@ -390,10 +390,10 @@ int tkz_encode(const tkz_opts *o)
 	free(c.encs);
 	free(c.line.p);
 	pthread_mutex_destroy(&c.mu);
+	if (rc == 0 && !o->quiet)
+		summary(&c, o, skipped, t0); /* before tok_free: it names the tokenizer */
 	tok_free(t);
 	if (rc != 0)
 		titan_die_err(&err);
-	if (!o->quiet)
-		summary(&c, o, skipped, t0);
 	return TITAN_EXIT_OK;
 }
