@@ -97,9 +97,10 @@ static const cfg_key keys[] = {
 	   "log metrics to Weights & Biases", CFG_NOT_BUILT,
 	   "Weights & Biases is not available; use metrics.enable_tensorboard"),
 
-	K("model.name", CFG_STR, model.name, "\"llama3\"", "llama3", "model.name", "model family"),
-	K("model.flavor", CFG_STR, model.flavor, "\"debugmodel\"",
-	  "debugmodel|1B|3B|8B|70B|405B", "model.flavor", "model size (see --list-flavors)"),
+	K("model.name", CFG_STR, model.name, "\"llama3\"", NULL, "model.name",
+	  "model family: llama3, or another of --list-flavors"),
+	K("model.flavor", CFG_STR, model.flavor, "\"debugmodel\"", NULL, "model.flavor",
+	  "model size, a flavor of model.name (see --list-flavors)"),
 	K("model.hf_assets_path", CFG_STR, model.hf_assets_path, "\"./tests/assets/tokenizer\"",
 	  NULL, "model.hf_assets_path",
 	  "HF assets folder: weights for checkpoint.initial_load_in_hf without initial_load_path, "

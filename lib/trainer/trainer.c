@@ -12,7 +12,6 @@
 #include "dcp/dcp.h"
 #include "loader/loader.h"
 #include "metrics/metrics.h"
-#include "model/flavor.h"
 #include "model/model.h"
 #include "optim/optim.h"
 #include "shard/shard.h"
@@ -56,13 +55,18 @@ int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err
 
 void trainer_list_flavors(FILE *out)
 {
-	fprintf(out, "%-11s %6s %7s %6s %9s %7s %7s %16s\n", "flavor", "dim", "layers", "heads",
-		"kv_heads", "ffn", "vocab", "parameters");
-	for (const llama_args *a = flavor_all(); a->name != NULL; a++) {
-		char p[48];
-		metrics_commas(p, sizeof p, flavor_param_count(a));
-		fprintf(out, "%-11s %6d %7d %6d %9d %7d %7d %16s\n", a->name, a->dim, a->n_layers,
-			a->n_heads, a->n_kv_heads, flavor_ffn_hidden(a), a->vocab_size, p);
+	const model_family *f;
+	for (int i = 0; (f = model_family_at(i)) != NULL; i++) {
+		fprintf(out, "%smodel.name = \"%s\": %s\n", i ? "\n" : "", f->name, f->description);
+		fprintf(out, "%-11s %6s %7s %6s %9s %9s %7s %7s %16s\n", "flavor", "dim", "layers",
+			"heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters");
+		for (const llama_args *a = f->flavors; a->name != NULL; a++) {
+			char p[48];
+			metrics_commas(p, sizeof p, flavor_param_count(a));
+			fprintf(out, "%-11s %6d %7d %6d %9d %9d %7d %7d %16s\n", a->name, a->dim,
+				a->n_layers, a->n_heads, a->n_kv_heads, flavor_head_dim(a),
+				flavor_ffn_hidden(a), a->vocab_size, p);
+		}
 	}
 }
 
@@ -70,6 +74,7 @@ void trainer_list_flavors(FILE *out)
 typedef struct job {
 	const job_config *c;
 	const trainer_hooks *h;
+	const llama_args *args; /* model.name's flavor model.flavor */
 	FILE *log;
 	char data_dir[1024], ckpt_dir[1024];
 	backend *be;
@@ -158,13 +163,25 @@ static int open_data(job *j, titan_err *err)
 	return 0;
 }
 
+/* model.name names a family of the registry, model.flavor one of its flavors. */
+static int find_flavor(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	const model_family *f = model_family_find(c->model.name);
+	if (f == NULL)
+		return err_set(err, "model.name \"%s\": no such model family (see titan-train "
+			       "--list-flavors)", c->model.name);
+	j->args = model_family_flavor(f, c->model.flavor);
+	if (j->args == NULL)
+		return err_set(err, "model.flavor \"%s\": not a flavor of model.name \"%s\" (see "
+			       "titan-train --list-flavors)", c->model.flavor, c->model.name);
+	return 0;
+}
+
 static int build_model(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
-	const llama_args *a = flavor_find(c->model.flavor);
-	if (a == NULL)
-		return err_set(err, "model.flavor \"%s\": unknown (see titan-train --list-flavors)",
-			       c->model.flavor);
+	const llama_args *a = j->args;
 	shard_manifest man;
 	if (shard_manifest_read(j->data_dir, &man, err) != 0)
 		return -1;
@@ -196,8 +213,7 @@ static int build_model(job *j, titan_err *err)
 	if (model_set_ac(j->m, ac, every, err) != 0)
 		return -1;
 	const llama_args *ma = model_args(j->m);
-	j->flops_per_token = metrics_flops_per_token(model_num_params_no_embedding(j->m), ma->n_layers,
-						     ma->n_heads, flavor_head_dim(ma), j->T);
+	j->flops_per_token = model_flops_per_token(j->m, (int)j->T);
 	j->peak_flops = metrics_cpu_peak_flops();
 	char np[48];
 	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->m));
@@ -590,7 +606,8 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 	metrics_log(j.log, "Starting job: %s", c->job.description);
 	warn_inert(&j);
 	int rc = -1;
-	if (open_data(&j, err) != 0 || build_model(&j, err) != 0 || build_optimizer(&j, err) != 0)
+	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_model(&j, err) != 0 ||
+	    build_optimizer(&j, err) != 0)
 		goto out;
 	if (c->checkpoint.create_seed_checkpoint) {
 		if (!c->checkpoint.enable) {
