@@ -248,5 +248,10 @@ size_t model_activation_bytes(const model *m, int b, int t);
  * scratch, apart (a pipeline stage keeps several contexts). */
 size_t model_mb_bytes(const model *m, int u0, int u1, int b, int t);
 size_t model_scratch_bytes(const model *m, int b, int t);
+/* What a backward with defer_wgrad leaves alive until model_unit_wgrad for
+ * units u0..u1 of a micro-batch of (b, t): each linear's output gradient and
+ * the copies of inputs AC did not keep (a zero-bubble stage holds this per
+ * micro-batch between its I and its W). */
+size_t model_wgrad_bytes(const model *m, int u0, int u1, int b, int t);
 
 #endif
