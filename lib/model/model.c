@@ -206,6 +206,7 @@ void model_free(model *m)
 		return;
 	model_mb_free(m->own_mb);
 	model_scratch_release(m);
+	free(m->pos);
 	m->be->ops->free(m->be, m->params);
 	m->be->ops->free(m->be, m->grads);
 	free(m->tensors);

@@ -148,6 +148,10 @@ struct model {
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
 
 	model_mb *own_mb;       /* model_forward(_backward)'s context */
+
+	int64_t *pos;           /* (n_pos) the tokens' global positions (CP), or NULL */
+	int n_pos;
+	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
 };
 
 /* Bytes of activation i of layer l for n tokens in the current precision (0
