@@ -25,6 +25,7 @@
 #ifndef TITAN_PP_H
 #define TITAN_PP_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -173,5 +174,49 @@ int pp_split_rank_stages(const pp_split *s, int r, int *stages);
  * the pipeline will have a bubble). */
 int pp_microbatches(int64_t local_batch_size, int64_t microbatch_size, int n_stages,
 		    int *n_mb, int *few, titan_err *e);
+
+/* ---- the engine ---- */
+
+/* How a pipeline rank talks to the others: nonblocking sends and receives of
+ * raw bytes to and from other pipeline ranks, messages from one peer
+ * arriving in the order it sent them (lib/comm's send/recv on the pp
+ * communicator; tests use a loopback in one process).  A request is finished
+ * by wait, which frees it; with block = 0 wait only tests (*done). */
+typedef struct pp_transport {
+	void *ctx;
+	int (*send)(void *ctx, int peer, const void *buf, size_t n, void **req, titan_err *e);
+	int (*recv)(void *ctx, int peer, void *buf, size_t n, void **req, titan_err *e);
+	int (*wait)(void *ctx, void *req, int block, int *done, titan_err *e);
+} pp_transport;
+
+typedef struct pp_engine pp_engine;
+struct model;
+struct model_hooks;
+
+/* The engine of pipeline rank `rank`: it runs that rank's list of the
+ * (checked) schedule s on model m, whose units of the rank's stages (split
+ * sp) are bound to storage, with micro-batches of b sequences of t tokens.
+ * The model, split, schedule and transport are the caller's and outlive the
+ * engine. */
+pp_engine *pp_engine_create(struct model *m, const pp_split *sp, const pp_schedule *s,
+			    int rank, int b, int t, const pp_transport *tr, titan_err *e);
+void pp_engine_free(pp_engine *en);
+
+/* One step, the gradients ADDED to the model's: ids and labels are the
+ * step's n_mb micro-batches (n_mb x b x t each, host; the first stage reads
+ * ids, the last labels; NULL where the rank holds neither); every loss
+ * scaled by grad_scale (1 / the step's valid tokens); hooks run around every
+ * unit as model_run_mb runs them.  *loss_sum and *n_valid get the loss of
+ * this rank's last-stage micro-batches (0 elsewhere).  begin sets the step
+ * up; advance runs actions until the list ends (*done) or, with block = 0,
+ * until a message it needs has not arrived; step is begin and a blocking
+ * advance. */
+int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,
+		    const struct model_hooks *hooks, titan_err *e);
+int pp_engine_advance(pp_engine *en, int block, int *done, titan_err *e);
+int pp_engine_step(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,
+		   const struct model_hooks *hooks, double *loss_sum, int64_t *n_valid,
+		   titan_err *e);
+void pp_engine_loss(const pp_engine *en, double *loss_sum, int64_t *n_valid);
 
 #endif
