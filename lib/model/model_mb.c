@@ -94,6 +94,9 @@ void model_scratch_release(model *m)
 
 static int upload_rope(model *m, int t, titan_err *e)
 {
+	if (m->pos != NULL && m->n_pos != t)
+		return err_set(e, "model: %d positions set for micro-batches of %d tokens",
+			       m->n_pos, t);
 	size_t n = (size_t)t * (size_t)m->head_dim;
 	double *cs = malloc(n * sizeof(double)); /* (t, hd/2, 2) */
 	float *csf = malloc(n * sizeof(float));
@@ -105,9 +108,6 @@ static int upload_rope(model *m, int t, titan_err *e)
 	if (m->pos == NULL)
 		cpu_rope_table_f64(cs, t, m->head_dim, 0, m->args.rope_theta,
 				   m->args.rope_scale_factor);
-	else if (m->n_pos != t)
-		return err_set(e, "model: %d positions set for micro-batches of %d tokens",
-			       m->n_pos, t);
 	for (int i = 0; m->pos != NULL && i < t; i++)
 		cpu_rope_table_f64(cs + (size_t)i * (size_t)m->head_dim, 1, m->head_dim, m->pos[i],
 				   m->args.rope_theta, m->args.rope_scale_factor);
