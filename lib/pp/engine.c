@@ -43,6 +43,9 @@ struct pp_engine {
 	msg *msgs;           /* (2 * n_stages * n_mb) */
 	model_mb **ctx;      /* (n_stages * n_mb) */
 	peer *peers;         /* (n_ranks) */
+	int *first_at, *last_at; /* (n_stages) the rank's list index of each stage's
+	                            first action and last backward (-1: not here) */
+	pp_stage_hooks stage_hooks;
 	sent *sends;         /* sends not known to be finished */
 	int n_sends, cap_sends;
 	/* the step */
@@ -107,6 +110,32 @@ static int index_peers(pp_engine *en, titan_err *e)
 	return 0;
 }
 
+/* Where each stage of this rank first acts and last runs a backward. */
+static int index_stages(pp_engine *en, titan_err *e)
+{
+	const pp_schedule *s = en->s;
+	en->first_at = malloc((size_t)s->n_stages * sizeof(int));
+	en->last_at = malloc((size_t)s->n_stages * sizeof(int));
+	if (en->first_at == NULL || en->last_at == NULL)
+		return err_set(e, "pipeline engine: out of memory");
+	for (int st = 0; st < s->n_stages; st++)
+		en->first_at[st] = en->last_at[st] = -1;
+	for (int i = s->first[en->rank]; i < s->first[en->rank + 1]; i++) {
+		const pp_action *a = &s->act[i];
+		int k = i - s->first[en->rank];
+		if (en->first_at[a->stage] < 0)
+			en->first_at[a->stage] = k;
+		if (a->op != PP_F)
+			en->last_at[a->stage] = k;
+	}
+	return 0;
+}
+
+void pp_engine_set_stage_hooks(pp_engine *en, const pp_stage_hooks *h)
+{
+	en->stage_hooks = h ? *h : (pp_stage_hooks){0};
+}
+
 pp_engine *pp_engine_create(model *m, const pp_split *sp, const pp_schedule *s, int rank,
 			    int b, int t, const pp_transport *tr, titan_err *e)
 {
@@ -140,7 +169,7 @@ pp_engine *pp_engine_create(model *m, const pp_split *sp, const pp_schedule *s, 
 	en->head = model_head_unit(m);
 	en->bytes = (size_t)b * (size_t)t * (size_t)model_args(m)->dim *
 		    be_dtype_size(model_get_prec(m)->resid);
-	if (index_peers(en, e)) {
+	if (index_peers(en, e) || index_stages(en, e)) {
 		pp_engine_free(en);
 		return NULL;
 	}
@@ -189,6 +218,8 @@ void pp_engine_free(pp_engine *en)
 	for (int p = 0; en->peers && p < en->s->n_ranks; p++)
 		free(en->peers[p].keys);
 	free(en->peers);
+	free(en->first_at);
+	free(en->last_at);
 	free(en->sends);
 	free(en->msgs);
 	free(en->ctx);
@@ -373,8 +404,14 @@ int pp_engine_advance(pp_engine *en, int block, int *done, titan_err *e)
 			*done = 0;
 			return 0;
 		}
-		int rc = a->op == PP_F ? forward(en, a, in, e)
-			 : a->op == PP_W ? wgrad(en, a, e) : backward(en, a, in, e);
+		const pp_stage_hooks *sh = &en->stage_hooks;
+		int rc = en->first_at[a->stage] == en->pos && sh->first
+			 ? sh->first(sh->ctx, a->stage, e) : 0;
+		if (rc == 0)
+			rc = a->op == PP_F ? forward(en, a, in, e)
+			     : a->op == PP_W ? wgrad(en, a, e) : backward(en, a, in, e);
+		if (rc == 0 && en->last_at[a->stage] == en->pos && sh->last)
+			rc = sh->last(sh->ctx, a->stage, e);
 		if (rc) {
 			char str[48];
 			snprintf(str, sizeof str, "%d%c%d", a->stage, "FBIW"[a->op], a->mb);

@@ -193,6 +193,16 @@ typedef struct pp_engine pp_engine;
 struct model;
 struct model_hooks;
 
+/* Once per step and stage of the rank, for FSDP under pipeline parallelism
+ * (torch's UNSHARD before a stage's first action, REDUCE_GRAD after its last
+ * backward: the parameters stay gathered and the gradients unreduced across
+ * the micro-batches in between).  Either may be NULL. */
+typedef struct pp_stage_hooks {
+	void *ctx;
+	int (*first)(void *ctx, int stage, titan_err *e); /* before its first action */
+	int (*last)(void *ctx, int stage, titan_err *e);  /* after its last B or W */
+} pp_stage_hooks;
+
 /* The engine of pipeline rank `rank`: it runs that rank's list of the
  * (checked) schedule s on model m, whose units of the rank's stages (split
  * sp) are bound to storage, with micro-batches of b sequences of t tokens.
@@ -213,6 +223,7 @@ void pp_engine_free(pp_engine *en);
  * advance. */
 int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,
 		    const struct model_hooks *hooks, titan_err *e);
+void pp_engine_set_stage_hooks(pp_engine *en, const pp_stage_hooks *h);
 int pp_engine_advance(pp_engine *en, int block, int *done, titan_err *e);
 int pp_engine_step(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,
 		   const struct model_hooks *hooks, double *loss_sum, int64_t *n_valid,

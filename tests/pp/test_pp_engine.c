@@ -129,6 +129,31 @@ static double rel_diff(const float *a, const float *b, size_t n)
 	return s > 0 ? d / s : d;
 }
 
+/* Stage hooks that check their order: first before any action of the stage,
+ * once; last after all, once. */
+typedef struct stage_log {
+	int firsts[16], lasts[16];
+	int calls;
+} stage_log;
+
+static int on_first(void *ctx, int stage, titan_err *e)
+{
+	stage_log *l = ctx;
+	if (l->firsts[stage]++ || l->lasts[stage])
+		return err_set(e, "stage %d: first hook again or after last", stage);
+	l->calls++;
+	return 0;
+}
+
+static int on_last(void *ctx, int stage, titan_err *e)
+{
+	stage_log *l = ctx;
+	if (!l->firsts[stage] || l->lasts[stage]++)
+		return err_set(e, "stage %d: last hook before first or again", stage);
+	l->calls++;
+	return 0;
+}
+
 /* Run schedule s (split sp) with the engine on every rank and compare with
  * the plain model; returns the worst relative gradient difference. */
 static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, const char *what)
@@ -158,6 +183,8 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 	model *m[MAXR];
 	float *store[MAXR];
 	pp_engine *en[MAXR];
+	stage_log slog = {0};
+	pp_stage_hooks sh = {.ctx = &slog, .first = on_first, .last = on_last};
 	for (int r = 0; r < s->n_ranks; r++) {
 		m[r] = model_create_unbound(be, &small, 0, &e);
 		store[r] = backend_calloc_floats(be, 2 * model_num_params(ref), &e);
@@ -171,6 +198,7 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 		en[r] = pp_engine_create(m[r], sp, s, r, B, T, &tr, &e);
 		if (en[r] == NULL)
 			fail_msg("%s", e.msg);
+		pp_engine_set_stage_hooks(en[r], &sh);
 		assert_int_equal(pp_engine_begin(en[r], ids, labels, scale, NULL, &e), 0);
 	}
 	int finished[MAXR] = {0}, left = s->n_ranks, rounds = 0;
@@ -212,6 +240,7 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 	print_message("%-32s loss %.9f (plain %.9f), %lld tokens, gradients within %.1e\n", what,
 		      got_loss, want_loss, (long long)got_valid, worst);
 	assert_int_equal(got_valid, valid);
+	assert_int_equal(slog.calls, 2 * s->n_stages); /* each stage's hooks once */
 	assert_true(fabs(got_loss - want_loss) <= 1e-9 * fabs(want_loss));
 	for (int r = 0; r < s->n_ranks; r++) {
 		pp_engine_free(en[r]);
