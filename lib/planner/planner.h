@@ -27,10 +27,10 @@
  *   activations the micro-batch contexts alive at the schedule's worst
  *              moment, each model_mb_bytes of its stage at (microbatch size,
  *              seq_len / cp) tokens, with the model's scratch
- *   comm       buffers of communication outside those: pipeline messages in
- *              flight, context parallel's gathered or passed keys and values
- *              and their float32 gradients, tensor parallel's all-gathered
- *              sequence
+ *   comm       buffers of communication outside those: what the pipeline
+ *              engine's messages add to the activations' peak, context
+ *              parallel's gathered or passed keys and values and their float32
+ *              gradients
  *   peak       the sum: all of the above can be alive at once (the first
  *              backward of the last micro-batch)
  * and the bytes it sends per step on each mesh dimension, in lib/comm's

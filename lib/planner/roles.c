@@ -106,11 +106,23 @@ static void state_bytes(const plan_ctx *x, const stages *s, plan_role *ro)
 	}
 }
 
+/* The bytes of one pipeline message: a micro-batch's hidden state, its
+ * tokens split by sequence parallelism. */
+static uint64_t message_bytes(const plan_ctx *x)
+{
+	uint64_t tokens = (uint64_t)x->r->microbatch * (uint64_t)cp_local_len(&x->cpl);
+	return tokens / (uint64_t)x->d.tp * (uint64_t)model_args(x->local)->dim *
+	       be_dtype_size(x->compute_t);
+}
+
 /* Activations: the bytes of the micro-batch contexts alive at the worst
  * moment of the rank's action list (a context lives from its F to its B, or
  * to its W when the backward is split, when the weight-gradient jobs its I
- * left live too), and the model's scratch. */
-static void activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro)
+ * left live too), and the model's scratch.  The pipeline's messages (as the
+ * engine holds them: pp_engine_message_events) are followed in the same walk,
+ * and what they add to that peak is the role's pipeline buffer term. */
+static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro,
+			    uint64_t *msg_extra, titan_err *e)
 {
 	int b = (int)x->r->microbatch, t = (int)cp_local_len(&x->cpl), tk = t;
 	uint64_t scratch = model_scratch_bytes(x->local, b, t);
@@ -122,33 +134,48 @@ static void activation_bytes(const plan_ctx *x, int r, const stages *s, plan_rol
 	 * layout. */
 	if (x->d.tp > 1 && x->ac == MODEL_AC_FULL)
 		tk = t / x->d.tp;
+	*msg_extra = 0;
 	if (x->d.pp == 1) {
 		ro->live_mb = 1;
 		ro->bytes[PLAN_ACTIVATIONS] = model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk) + scratch;
-		return;
+		return 0;
 	}
 	const pp_schedule *sc = x->sched;
-	uint64_t live = 0, peak = 0;
+	int n_act = sc->first[r + 1] - sc->first[r];
+	int *ev = malloc(3 * (size_t)(n_act ? n_act : 1) * sizeof(int));
+	if (ev == NULL || pp_engine_message_events(sc, r, ev, ev + n_act, ev + 2 * n_act)) {
+		free(ev);
+		return err_set(e, "planner: out of memory");
+	}
+	uint64_t msg = message_bytes(x), live = 0, peak = 0, both = 0, held = 0;
 	int n = 0, most = 0;
-	for (int i = sc->first[r]; i < sc->first[r + 1]; i++) {
-		const pp_action *a = &sc->act[i];
+	for (int k = 0; k < n_act; k++) {
+		const pp_action *a = &sc->act[sc->first[r] + k];
 		int u0 = x->split.u0[a->stage], u1 = x->split.u1[a->stage];
 		uint64_t mb = model_mb_bytes(x->local, u0, u1, b, tk);
 		uint64_t jobs = model_wgrad_bytes(x->local, u0, u1, b, t);
+		held += (uint64_t)ev[k] * msg;
 		if (a->op == PP_F) {
 			live += mb;
 			n++;
-		} else if (a->op == PP_I) {
+		}
+		both = live + held > both ? live + held : both;
+		held = held - (uint64_t)ev[n_act + k] * msg + (uint64_t)ev[2 * n_act + k] * msg;
+		if (a->op == PP_I)
 			live += jobs;
-		} else {
+		both = live + held > both ? live + held : both;
+		peak = live > peak ? live : peak;
+		most = n > most ? n : most;
+		if (a->op == PP_B || a->op == PP_W) {
 			live -= mb + (a->op == PP_W ? jobs : 0);
 			n--;
 		}
-		peak = live > peak ? live : peak;
-		most = n > most ? n : most;
 	}
+	free(ev);
 	ro->live_mb = most;
 	ro->bytes[PLAN_ACTIVATIONS] = peak + scratch;
+	*msg_extra = both - peak;
+	return 0;
 }
 
 /* Bytes of one rank's keys plus values (elem bytes each) for b x t tokens. */
@@ -160,17 +187,16 @@ static uint64_t kv_bytes(const plan_ctx *x, int b, size_t elem)
 	       (uint64_t)hd * elem;
 }
 
-/* Communication buffers beyond the activations: pipeline messages in flight
- * (a received gradient and a sent one each way), context parallel's keys and
- * values from the other ranks and their float32 gradients with the ring's
- * float32 accumulators of out and dq. */
-static void buffer_bytes(const plan_ctx *x, plan_role *ro)
+/* Communication buffers beyond the activations: what the pipeline's messages
+ * add to the activations' peak (activation_bytes), context parallel's keys
+ * and values from the other ranks and their float32 gradients with the
+ * ring's float32 accumulators of out and dq. */
+static void buffer_bytes(const plan_ctx *x, uint64_t msg_extra, plan_role *ro)
 {
 	int b = (int)x->r->microbatch;
 	const llama_args *a = model_args(x->local);
 	uint64_t tokens = (uint64_t)b * (uint64_t)cp_local_len(&x->cpl);
-	uint64_t msg = tokens / (uint64_t)x->d.tp * (uint64_t)a->dim * be_dtype_size(x->compute_t);
-	uint64_t buf = x->d.pp > 1 ? 4 * msg : 0;
+	uint64_t buf = msg_extra;
 	if (x->d.cp > 1) {
 		uint64_t kv = kv_bytes(x, b, be_dtype_size(x->compute_t)), kv32 = kv_bytes(x, b, 4);
 		uint64_t others = x->rotate == CP_ROTATE_ALLGATHER ? (uint64_t)(x->d.cp - 1) : 2;
@@ -252,7 +278,7 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 	 * input gradient to the previous stage's, when that is another rank. */
 	if (x->d.pp > 1) {
 		const pp_schedule *sc = x->sched;
-		uint64_t msg = tokens / (uint64_t)x->d.tp * (uint64_t)a->dim * act;
+		uint64_t msg = message_bytes(x);
 		for (int i = sc->first[r]; i < sc->first[r + 1]; i++) {
 			const pp_action *ac = &sc->act[i];
 			int to = ac->op == PP_F ? ac->stage + 1 : ac->op == PP_W ? -1 : ac->stage - 1;
@@ -281,9 +307,11 @@ int planner_roles(plan_ctx *x, titan_err *e)
 			ro->unit0[k] = s.u0[k];
 			ro->unit1[k] = s.u1[k];
 		}
+		uint64_t msg_extra;
 		state_bytes(x, &s, ro);
-		activation_bytes(x, r, &s, ro);
-		buffer_bytes(x, ro);
+		if (activation_bytes(x, r, &s, ro, &msg_extra, e))
+			return -1;
+		buffer_bytes(x, msg_extra, ro);
 		traffic(x, r, &s, ro);
 		for (int i = 0; i < PLAN_TERM_COUNT; i++)
 			ro->peak += ro->bytes[i];

@@ -89,6 +89,14 @@ static int consumes(const pp_engine *en, const pp_action *a)
 	return -1;
 }
 
+/* The rank that sends message key. */
+static int sender_of(const pp_engine *en, int key)
+{
+	int kind = key / (en->s->n_stages * en->s->n_mb);
+	int stage = key / en->s->n_mb % en->s->n_stages;
+	return en->s->stage_rank[kind == KIND_ACT ? stage - 1 : stage + 1];
+}
+
 /* Each peer's messages to this rank, in the order it sends them. */
 static int index_peers(pp_engine *en, titan_err *e)
 {
@@ -134,6 +142,45 @@ static int index_stages(pp_engine *en, titan_err *e)
 void pp_engine_set_stage_hooks(pp_engine *en, const pp_stage_hooks *h)
 {
 	en->stage_hooks = h ? *h : (pp_stage_hooks){0};
+}
+
+int pp_engine_message_events(const pp_schedule *s, int rank, int *posted, int *used,
+			     int *made)
+{
+	/* the engine's bookkeeping without a model: which messages exist, who
+	 * sends them in what order, and when this rank posts and uses them */
+	pp_engine en = {.s = s, .rank = rank};
+	size_t nk = 2 * (size_t)s->n_stages * (size_t)s->n_mb;
+	en.msgs = calloc(nk, sizeof *en.msgs);
+	en.peers = calloc((size_t)s->n_ranks, sizeof *en.peers);
+	titan_err e;
+	int rc = -1;
+	if (en.msgs == NULL || en.peers == NULL || index_peers(&en, &e))
+		goto out;
+	for (int i = s->first[rank]; i < s->first[rank + 1]; i++) {
+		const pp_action *a = &s->act[i];
+		int k = i - s->first[rank], in = consumes(&en, a), to;
+		posted[k] = 0;
+		if (in >= 0 && en.msgs[in].state == MSG_NONE) {
+			peer *pe = &en.peers[sender_of(&en, in)];
+			while (en.msgs[in].state == MSG_NONE && pe->next < pe->n) {
+				en.msgs[pe->keys[pe->next++]].state = MSG_POSTED;
+				posted[k]++;
+			}
+		}
+		used[k] = in >= 0;
+		int out = produces(&en, a, &to);
+		made[k] = out >= 0;
+		if (out >= 0 && to == rank)
+			en.msgs[out].state = MSG_READY;
+	}
+	rc = 0;
+out:
+	for (int p = 0; en.peers && p < s->n_ranks; p++)
+		free(en.peers[p].keys);
+	free(en.peers);
+	free(en.msgs);
+	return rc;
 }
 
 pp_engine *pp_engine_create(model *m, const pp_split *sp, const pp_schedule *s, int rank,
@@ -269,12 +316,10 @@ static int need(pp_engine *en, int key, int block, int *ready, titan_err *e)
 	*ready = g->state == MSG_READY;
 	if (*ready)
 		return 0;
-	int kind = key / (en->s->n_stages * en->s->n_mb);
-	int stage = key / en->s->n_mb % en->s->n_stages;
-	int from = en->s->stage_rank[kind == KIND_ACT ? stage - 1 : stage + 1];
+	int from = sender_of(en, key);
 	if (from == en->rank)
-		return err_set(e, "pipeline engine: rank %d needs a message of its own stage %d "
-			       "before it is made (the schedule was not checked?)", en->rank, stage);
+		return err_set(e, "pipeline engine: rank %d needs a message of its own stages "
+			       "before it is made (the schedule was not checked?)", en->rank);
 	peer *pe = &en->peers[from];
 	while (g->state == MSG_NONE && pe->next < pe->n) {
 		int k = pe->keys[pe->next++];
@@ -427,6 +472,11 @@ int pp_engine_advance(pp_engine *en, int block, int *done, titan_err *e)
 fail:
 	drop_messages(en);
 	return -1;
+}
+
+int pp_engine_actions_left(const pp_engine *en)
+{
+	return en->s->first[en->rank + 1] - en->s->first[en->rank] - en->pos;
 }
 
 int pp_engine_step(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,

@@ -225,9 +225,18 @@ int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, fl
 		    const struct model_hooks *hooks, titan_err *e);
 void pp_engine_set_stage_hooks(pp_engine *en, const pp_stage_hooks *h);
 int pp_engine_advance(pp_engine *en, int block, int *done, titan_err *e);
+/* Actions of the step not yet run (0: only sends may be open). */
+int pp_engine_actions_left(const pp_engine *en);
 int pp_engine_step(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,
 		   const struct model_hooks *hooks, double *loss_sum, int64_t *n_valid,
 		   titan_err *e);
 void pp_engine_loss(const pp_engine *en, double *loss_sum, int64_t *n_valid);
+/* The engine's message buffers on `rank`, per action of its list: posted[k]
+ * receives it posts before action k, used[k] whether k consumes a message
+ * (whose buffer is freed then), made[k] whether it makes one (a buffer kept
+ * for a stage of the rank until used, or a send kept until the step ends, as
+ * lib/comm finishes sends only by waiting).  -1 when out of memory. */
+int pp_engine_message_events(const pp_schedule *s, int rank, int *posted, int *used,
+			     int *made);
 
 #endif

@@ -1,9 +1,8 @@
 /* The planner's figures against what the CPU backend measures: a
- * single-process step (forward, backward, AdamW) in every AC mode, and each
- * pipeline rank of every schedule rehearsed in one process (its stages' units
- * bound to storage of their own, its action list run on real micro-batch
- * contexts, the messages it would receive as zeros); the peak the backend saw
- * must equal the plan's.  Then the plan's arithmetic on known cases: FSDP's
+ * single-process step (forward, backward, AdamW) in every AC mode, and every
+ * pipeline rank of every schedule run by the engine in one process (each rank
+ * a backend of its own, its stages' storage, AdamW, the engine's messages);
+ * the peak each backend saw must equal the plan's.  Then the plan's arithmetic on known cases: FSDP's
  * padded shards, the pipeline's traffic, torchtitan's refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +21,7 @@
 #include "optim/optim.h"
 #include "planner/planner.h"
 #include "pp/pp.h"
+#include "../support/pp_loop.h"
 
 static void load(job_config *c, const char *toml)
 {
@@ -107,88 +107,70 @@ static void single_process_plan_equals_measured_peak(void **state)
 	}
 }
 
-/* Rank r of the plan's pipeline in one process: its stages' units bound to
- * float32 storage of their own, AdamW over them, its actions run in order on
- * real micro-batch contexts; received activations and gradients are zeros
- * (memory does not depend on them). */
-static uint64_t measured_rank(const job_config *c, const pp_schedule *s, const pp_split *sp,
-			      int r)
+/* The plan's pipeline run by the engine with every rank in one process over
+ * a loopback (a send finished only when the step ends, as over lib/comm),
+ * each rank with a backend of its own, its stages' units bound to float32
+ * storage of their own and AdamW over them; each rank's measured peak into
+ * peak[r]. */
+static void measured_ranks(const job_config *c, const pp_schedule *s, const pp_split *sp,
+			   uint64_t *peak)
 {
 	titan_err e = {0};
-	backend *be = backend_cpu_create(1, &e);
-	model *m = model_create_unbound(be, debugmodel(), 0, &e);
+	int b = (int)c->parallelism.pipeline_parallel_microbatch_size, t = (int)c->training.seq_len;
+	size_t ntok = (size_t)s->n_mb * (size_t)(b * t);
+	int32_t *ids = malloc(ntok * 4), *labels = malloc(ntok * 4);
+	tokens(ids, labels, ntok, 11);
+	static pp_loop lb;
+	pp_transport tr;
+	pp_loop_transport(&lb, &tr);
+	backend *be[PP_LOOP_MAX];
+	model *m[PP_LOOP_MAX];
+	float *store[PP_LOOP_MAX][8] = {{0}};
+	adamw *o[PP_LOOP_MAX];
+	pp_engine *en[PP_LOOP_MAX];
 	model_ac_mode ac;
 	int every;
 	assert_int_equal(planner_ac_mode(c, &ac, &every, &e), 0);
-	assert_int_equal(model_set_ac(m, ac, every, &e), 0);
-	int head = model_head_unit(m), b = (int)c->parallelism.pipeline_parallel_microbatch_size;
-	int t = (int)c->training.seq_len;
-	size_t n_state = 0;
-	float *store[16] = {0};
-	for (int st = 0; st < s->n_stages; st++) {
-		if (s->stage_rank[st] != r)
-			continue;
-		const model_unit *a = model_unit_at(m, sp->u0[st]), *z = model_unit_at(m, sp->u1[st]);
-		size_t n = z->offset + z->numel - a->offset;
-		float *p = backend_calloc_floats(be, 2 * n, &e);
-		store[st] = p;
-		for (int u = sp->u0[st]; u <= sp->u1[st]; u++) {
-			size_t off = model_unit_at(m, u)->offset - a->offset;
-			model_bind_unit(m, u, p + off, p + n + off);
+	for (int r = 0; r < s->n_ranks; r++) {
+		be[r] = backend_cpu_create(1, &e);
+		m[r] = model_create_unbound(be[r], debugmodel(), 0, &e);
+		assert_int_equal(model_set_ac(m[r], ac, every, &e), 0);
+		size_t n_state = 0;
+		for (int st = 0; st < s->n_stages; st++) {
+			if (s->stage_rank[st] != r)
+				continue;
+			const model_unit *u0 = model_unit_at(m[r], sp->u0[st]);
+			const model_unit *u1 = model_unit_at(m[r], sp->u1[st]);
+			size_t n = u1->offset + u1->numel - u0->offset;
+			float *p = store[r][st] = backend_calloc_floats(be[r], 2 * n, &e);
+			for (int u = sp->u0[st]; u <= sp->u1[st]; u++) {
+				size_t off = model_unit_at(m[r], u)->offset - u0->offset;
+				model_bind_unit(m[r], u, p + off, p + n + off);
+			}
+			n_state += n;
 		}
-		n_state += n;
+		adamw_config oc;
+		adamw_config_default(&oc);
+		o[r] = adamw_create(be[r], n_state, &oc, &e);
+		en[r] = pp_engine_create(m[r], sp, s, r, b, t, &tr, &e);
+		assert_non_null(en[r]);
+		assert_int_equal(pp_engine_begin(en[r], ids, labels, 1e-3f, NULL, &e), 0);
 	}
-	adamw_config oc;
-	adamw_config_default(&oc);
-	adamw *o = adamw_create(be, n_state, &oc, &e);
-	int32_t *ids = malloc((size_t)(b * t) * 4), *labels = malloc((size_t)(b * t) * 4);
-	tokens(ids, labels, (size_t)(b * t), 11);
-	model_mb **ctx = calloc((size_t)(s->n_stages * s->n_mb), sizeof *ctx);
-	for (int i = s->first[r]; i < s->first[r + 1]; i++) {
-		const pp_action *a = &s->act[i];
-		int u0 = sp->u0[a->stage], u1 = sp->u1[a->stage];
-		model_mb **mb = &ctx[a->stage * s->n_mb + a->mb];
-		if (a->op == PP_F) {
-			*mb = model_mb_create(m, u0, u1, b, t, &e);
-			assert_non_null(*mb);
-			if (model_mb_set_tokens(*mb, u0 == 0 ? ids : NULL, u1 == head ? labels : NULL,
-						1, 1.0f, NULL, &e))
-				fail_msg("%s", e.msg);
-			if (u0 > 0)
-				be->ops->zero(be, model_mb_hidden(*mb, u0),
-					      (size_t)(b * t * debugmodel()->dim) * 4);
-			for (int u = u0; u <= u1; u++)
-				if (model_unit_fwd(m, u, *mb, &e))
-					fail_msg("%s", e.msg);
-			continue;
-		}
-		if (a->op == PP_B || a->op == PP_I) {
-			if (u1 != head)
-				be->ops->zero(be, model_dhidden(m), (size_t)(b * t * debugmodel()->dim) * 4);
-			for (int u = u1; u >= u0; u--)
-				if (model_unit_bwd(m, u, *mb, a->op == PP_I, &e))
-					fail_msg("%s", e.msg);
-		} else {
-			for (int u = u0; u <= u1; u++)
-				assert_int_equal(model_unit_wgrad(m, u, *mb, &e), 0);
-		}
-		if (a->op != PP_I) {
-			model_mb_free(*mb);
-			*mb = NULL;
-		}
+	if (pp_loop_run(&lb, en, s->n_ranks, s->first[s->n_ranks], &e))
+		fail_msg("%s", e.msg);
+	for (int r = 0; r < s->n_ranks; r++) {
+		peak[r] = backend_peak_bytes(be[r]);
+		pp_engine_free(en[r]);
+		adamw_free(o[r]);
+		model_free(m[r]);
+		for (int st = 0; st < 8; st++)
+			if (store[r][st])
+				be[r]->ops->free(be[r], store[r][st]);
+		backend_free(be[r]);
 	}
-	assert_int_equal(be->ops->sync(be, &e), 0);
-	uint64_t peak = backend_peak_bytes(be);
-	free(ctx);
+	pp_loop_free(&lb);
 	free(ids);
 	free(labels);
-	adamw_free(o);
-	model_free(m);
-	for (int i = 0; i < 16; i++)
-		if (store[i])
-			be->ops->free(be, store[i]);
-	backend_free(be);
-	return peak;
 }
 
 static void pipeline_rank_plans_equal_measured_peaks(void **state)
@@ -219,10 +201,11 @@ static void pipeline_rank_plans_equal_measured_peaks(void **state)
 			pp_split_args sa = {.n_layers = debugmodel()->n_layers, .pp = 2, .kind = kind,
 					    .first_less = 1, .last_less = 1};
 			assert_int_equal(pp_split_make(&sa, &sp, &e), 0);
+			uint64_t peaks[2];
+			measured_ranks(&c, s, &sp, peaks);
 			for (int rank = 0; rank < 2; rank++) {
 				const plan_role *ro = &r.roles[rank];
-				uint64_t want = ro->peak - ro->bytes[PLAN_COMM_BUFFERS];
-				uint64_t got = measured_rank(&c, s, &sp, rank);
+				uint64_t want = ro->peak, got = peaks[rank];
 				print_message("%-22s AC %-4s rank %d: %d contexts at most, planned %9llu, "
 					      "measured %9llu\n", kinds[k], acs[a], rank, ro->live_mb,
 					      (unsigned long long)want, (unsigned long long)got);

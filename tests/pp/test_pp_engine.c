@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "pp/pp.h"
+#include "../support/pp_loop.h"
 
 static const llama_args small = {
 	.name = "small", .dim = 64, .n_layers = 6, .n_heads = 4, .n_kv_heads = 2,
@@ -26,87 +27,7 @@ static const llama_args small = {
 	.rope_scale_factor = 8, .max_seq_len = 4096,
 };
 
-enum { B = 1, T = 16, MAXR = 8 };
-
-/* ---- loopback transport: a FIFO per (sender, receiver) ---- */
-
-typedef struct chan {
-	void **data;
-	size_t *len;
-	int n, cap, posted; /* posted: receives taken from this channel */
-} chan;
-
-typedef struct loop {
-	chan ch[MAXR][MAXR];
-	int me; /* the rank whose engine is running */
-} loop;
-
-typedef struct loop_req {
-	int is_send, from, k;
-	void *buf;
-	size_t n;
-} loop_req;
-
-static int lsend(void *ctx, int peer, const void *buf, size_t n, void **req, titan_err *e)
-{
-	(void)e;
-	loop *l = ctx;
-	chan *c = &l->ch[l->me][peer];
-	if (c->n == c->cap) {
-		c->cap = c->cap ? 2 * c->cap : 8;
-		c->data = realloc(c->data, (size_t)c->cap * sizeof *c->data);
-		c->len = realloc(c->len, (size_t)c->cap * sizeof *c->len);
-	}
-	c->data[c->n] = malloc(n);
-	memcpy(c->data[c->n], buf, n);
-	c->len[c->n++] = n;
-	loop_req *r = calloc(1, sizeof *r);
-	r->is_send = 1;
-	*req = r;
-	return 0;
-}
-
-static int lrecv(void *ctx, int peer, void *buf, size_t n, void **req, titan_err *e)
-{
-	(void)e;
-	loop *l = ctx;
-	loop_req *r = calloc(1, sizeof *r);
-	*r = (loop_req){.from = peer, .k = l->ch[peer][l->me].posted++, .buf = buf, .n = n};
-	*req = r;
-	return 0;
-}
-
-static int lwait(void *ctx, void *req, int block, int *done, titan_err *e)
-{
-	loop *l = ctx;
-	loop_req *r = req;
-	*done = 1;
-	if (!r->is_send) {
-		chan *c = &l->ch[r->from][l->me];
-		if (r->k >= c->n) {
-			if (block)
-				return err_set(e, "loopback: blocking wait for a message not sent");
-			*done = 0;
-			return 0;
-		}
-		if (c->len[r->k] != r->n)
-			return err_set(e, "loopback: message of %zu bytes into %zu", c->len[r->k], r->n);
-		memcpy(r->buf, c->data[r->k], r->n);
-	}
-	free(r);
-	return 0;
-}
-
-static void loop_free(loop *l)
-{
-	for (int i = 0; i < MAXR; i++)
-		for (int j = 0; j < MAXR; j++) {
-			for (int k = 0; k < l->ch[i][j].n; k++)
-				free(l->ch[i][j].data[k]);
-			free(l->ch[i][j].data);
-			free(l->ch[i][j].len);
-		}
-}
+enum { B = 1, T = 16, MAXR = PP_LOOP_MAX };
 
 /* ---- the comparison ---- */
 
@@ -178,8 +99,9 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 							scale, &l, &nv, &e), 0);
 		want_loss += l;
 	}
-	loop lb = {0};
-	pp_transport tr = {.ctx = &lb, .send = lsend, .recv = lrecv, .wait = lwait};
+	static pp_loop lb;
+	pp_transport tr;
+	pp_loop_transport(&lb, &tr);
 	model *m[MAXR];
 	float *store[MAXR];
 	pp_engine *en[MAXR];
@@ -201,27 +123,8 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 		pp_engine_set_stage_hooks(en[r], &sh);
 		assert_int_equal(pp_engine_begin(en[r], ids, labels, scale, NULL, &e), 0);
 	}
-	int finished[MAXR] = {0}, left = s->n_ranks, rounds = 0;
-	while (left > 0) {
-		int before = left;
-		for (int r = 0; r < s->n_ranks; r++) {
-			if (finished[r])
-				continue;
-			lb.me = r;
-			int done;
-			if (pp_engine_advance(en[r], 0, &done, &e))
-				fail_msg("%s: %s", what, e.msg);
-			if (done) {
-				finished[r] = 1;
-				left--;
-			}
-		}
-		rounds++;
-		/* a round where nobody finished may still progress; give up only
-		 * after more rounds than actions */
-		if (rounds > 4 * (s->first[s->n_ranks] + 4) && left == before)
-			fail_msg("%s: the ranks made no progress", what);
-	}
+	if (pp_loop_run(&lb, en, s->n_ranks, s->first[s->n_ranks], &e))
+		fail_msg("%s: %s", what, e.msg);
 	double got_loss = 0, worst = 0;
 	int64_t got_valid = 0;
 	size_t np = model_num_params(ref);
@@ -247,7 +150,7 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 		model_free(m[r]);
 		be->ops->free(be, store[r]);
 	}
-	loop_free(&lb);
+	pp_loop_free(&lb);
 	free(ids);
 	free(labels);
 	model_free(ref);
