@@ -7,8 +7,9 @@
  * Receives from a peer are posted in the order that peer sends (the engine
  * walks the peer's list), when a message is first needed, each into a buffer
  * of its own; so the step cannot deadlock when pp_schedule_check passed, and a
- * message can never land in the wrong place.  Buffers are freed as soon as
- * they are consumed (receives) or sent (sends). */
+ * message can never land in the wrong place.  A received or kept message's
+ * buffer is freed when used, a sent one's when the transport says the send
+ * finished (lib/comm: when waited for, at the step's end). */
 #include <stdlib.h>
 #include <string.h>
 
