@@ -21,6 +21,14 @@ T_N=0
 T_FAILED=0
 export BIN FIXTURES TMP
 
+# mpirun as the tests run it: as root too, more ranks than cores, unbound.
+MPIRUN="mpirun --oversubscribe --bind-to none"
+[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+# mpirun for a job that every rank refuses (exits non-zero): mpirun kills the
+# ranks still exiting once the first has, which can cut LeakSanitizer's scan
+# at exit short, so these ranks skip it (single-process runs keep it).
+MPIRUN_REFUSED="env ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 $MPIRUN"
+
 t_ok() { T_N=$((T_N + 1)); echo "ok $T_N $1"; }
 t_not_ok() {
 	T_N=$((T_N + 1)); T_FAILED=$((T_FAILED + 1))

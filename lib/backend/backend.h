@@ -79,6 +79,41 @@ typedef struct be_attn {
 	be_dtype grad;     /* dq, dk, dv */
 } be_attn;
 
+/* Mixture of experts (torchtitan's MoE: TokenChoiceTopKRouter, TokenReorderer,
+ * GroupedExperts).  n tokens each go to k of e experts; assignment a =
+ * token * k + j is the token's j-th choice.  The assignments sorted by expert
+ * (stable: in token order within an expert) are the ROWS r = 0 .. offs[e] - 1
+ * the experts' grouped matmuls run over; an expert past its capacity drops the
+ * rest of its assignments (their output is zero).  Integer arrays (idx, perm,
+ * pos, offs) are int32 in device memory. */
+enum be_moe_score {
+	BE_MOE_SOFTMAX, /* softmax over the experts */
+	BE_MOE_SIGMOID, /* an independent sigmoid per expert */
+};
+typedef struct be_moe {
+	int64_t n, e, k;   /* tokens, experts, experts per token (k <= e) */
+	int score;         /* be_moe_score, computed in float32 */
+	int route_norm;    /* divide each token's k scores by their sum (+ 1e-20) */
+	float route_scale; /* then multiply them by this */
+	int64_t groups;    /* node-limited routing: the experts form `groups` equal
+	                      groups; a token chooses among the `limited` groups whose
+	                      two best scores sum highest; 0: off */
+	int64_t limited;
+	int force_balance; /* debug.moe_force_load_balance: assignment a goes to
+	                      expert a % e, whatever the scores */
+	int64_t capacity;  /* rows an expert takes at most (in token order); 0: all */
+} be_moe;
+
+/* Grouped matmul modes (torch._grouped_mm's three uses by the experts), group
+ * g owning rows offs[g] .. offs[g+1] - 1 of the row-major 2-D operands:
+ *   BE_GMM_FWD  c (rows, nn) = a (rows, kk) @ b[g]^T,  b (groups, nn, kk)  (y = x W^T)
+ *   BE_GMM_DX   c (rows, kk) = a (rows, nn) @ b[g],    b (groups, nn, kk)  (dx = dy W)
+ *   BE_GMM_DW   c[g] (nn, kk) = a[rows of g]^T (nn, m_g) @ b[rows of g] (m_g, kk),
+ *               a (rows, nn), b (rows, kk), c (groups, nn, kk)           (dW = dy^T x)
+ * c = beta * c + product (beta 0 writes); FWD and DX with beta 0 write zero rows
+ * from offs[groups] to rows, so every row of c is defined. */
+enum be_gmm_mode { BE_GMM_FWD, BE_GMM_DX, BE_GMM_DW };
+
 typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
@@ -158,6 +193,43 @@ typedef struct backend_ops {
 	void (*cross_entropy)(backend *be, void *logits, be_dtype lt, const int32_t *labels,
 			      int64_t n, int64_t v, int32_t ignore_index, float grad_scale,
 			      double *loss_sum, int64_t *n_valid);
+
+	/* Mixture of experts (be_moe above).  Routing: scores (n, e) float32 =
+	 * softmax or sigmoid of logits (n, e) of type lt; idx (n, k) the experts
+	 * chosen (best first, ties to the lower index) by scores + bias (bias (e)
+	 * float32, or NULL: it only steers the choice); w (n, k) float32 the chosen
+	 * experts' scores, normalised (route_norm) and scaled (route_scale). */
+	void (*moe_route)(backend *be, float *scores, int32_t *idx, float *w, const void *logits,
+			  be_dtype lt, const float *bias, const be_moe *r);
+	/* dlogits (n, e) of type lt written from dw (n, k) float32, the gradient
+	 * of w; scores and idx as moe_route left them. */
+	void (*moe_route_bwd)(backend *be, void *dlogits, be_dtype lt, const float *dw,
+			      const float *scores, const int32_t *idx, const be_moe *r);
+	/* The sort by expert: perm (n*k) the assignment of each row (-1 past
+	 * offs[e]); pos (n*k) the row of each assignment (-1: dropped by
+	 * capacity); offs (e+1) each expert's first row.  counts (e) float32, when
+	 * not NULL, += the assignments each expert was chosen for (torchtitan's
+	 * tokens_per_expert, before capacity). */
+	void (*moe_permute)(backend *be, int32_t *perm, int32_t *pos, int32_t *offs,
+			    float *counts, const int32_t *idx, const be_moe *r);
+	/* y (n*k, d): row r = x[perm[r] / k] (x (n, d)), times w[perm[r]] when w
+	 * (n*k float32) is not NULL; rows from offs[e] on are zero. */
+	void (*moe_gather)(backend *be, void *y, const void *x, be_dtype t, const int32_t *perm,
+			   const int32_t *offs, const float *w, const be_moe *r, int64_t d);
+	/* out (n, d) = beta * out + sum over j in order of (w ? w[a] : 1) * y[pos[a]],
+	 * a = token * k + j, dropped assignments skipped: the experts' outputs
+	 * back in token order (and the backward of moe_gather). */
+	void (*moe_combine)(backend *be, void *out, const void *y, be_dtype t, const int32_t *pos,
+			    const float *w, float beta, const be_moe *r, int64_t d);
+	/* dw (n*k) float32: dw[a] = <y[pos[a]], x[a / k]> over d (0 when dropped);
+	 * y (rows, d), x (n, d): the gradient of the routing weights. */
+	void (*moe_dot)(backend *be, float *dw, const void *y, const void *x, be_dtype t,
+			const int32_t *pos, const be_moe *r, int64_t d);
+	/* The experts' matmuls, one call for all groups (be_gmm_mode above).
+	 * a, b of type ab; c of type ct; products accumulate in float32. */
+	void (*grouped_matmul)(backend *be, int mode, int64_t groups, const int32_t *offs,
+			       int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
+			       be_dtype ab, float beta, void *c, be_dtype ct);
 
 	/* Elementwise: y = a + b; y += alpha * x; x *= alpha. */
 	void (*add)(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,

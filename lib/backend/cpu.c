@@ -227,6 +227,56 @@ static void cpu_adamw(backend *be, void *p, const void *g, void *m, void *v, be_
 		cpu_adamw_f32(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
+static void cpu_moe_route(backend *be, float *scores, int32_t *idx, float *w, const void *logits,
+			  be_dtype lt, const float *bias, const be_moe *r)
+{
+	if (all_f32(be, "moe_route", 1, lt))
+		cpu_moe_route_f32(scores, idx, w, logits, bias, r);
+}
+
+static void cpu_moe_route_bwd(backend *be, void *dlogits, be_dtype lt, const float *dw,
+			      const float *scores, const int32_t *idx, const be_moe *r)
+{
+	if (all_f32(be, "moe_route_bwd", 1, lt))
+		cpu_moe_route_bwd_f32(dlogits, dw, scores, idx, r);
+}
+
+static void cpu_moe_permute(backend *be, int32_t *perm, int32_t *pos, int32_t *offs,
+			    float *counts, const int32_t *idx, const be_moe *r)
+{
+	(void)be;
+	cpu_moe_permute_f32(perm, pos, offs, counts, idx, r);
+}
+
+static void cpu_moe_gather(backend *be, void *y, const void *x, be_dtype t, const int32_t *perm,
+			   const int32_t *offs, const float *w, const be_moe *r, int64_t d)
+{
+	if (all_f32(be, "moe_gather", 1, t))
+		cpu_moe_gather_f32(y, x, perm, offs, w, r, d);
+}
+
+static void cpu_moe_combine(backend *be, void *out, const void *y, be_dtype t, const int32_t *pos,
+			    const float *w, float beta, const be_moe *r, int64_t d)
+{
+	if (all_f32(be, "moe_combine", 1, t))
+		cpu_moe_combine_f32(out, y, pos, w, beta, r, d);
+}
+
+static void cpu_moe_dot(backend *be, float *dw, const void *y, const void *x, be_dtype t,
+			const int32_t *pos, const be_moe *r, int64_t d)
+{
+	if (all_f32(be, "moe_dot", 1, t))
+		cpu_moe_dot_f32(dw, y, x, pos, r, d);
+}
+
+static void cpu_grouped_matmul(backend *be, int mode, int64_t groups, const int32_t *offs,
+			       int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
+			       be_dtype ab, float beta, void *c, be_dtype ct)
+{
+	if (all_f32(be, "grouped_matmul", 2, ab, ct))
+		cpu_grouped_matmul_f32(mode, groups, offs, rows, nn, kk, a, b, beta, c);
+}
+
 static const backend_ops cpu_ops = {
 	.name = "cpu",
 	.alloc = cpu_alloc,
@@ -247,6 +297,13 @@ static const backend_ops cpu_ops = {
 	.embedding_fwd = cpu_embedding_fwd,
 	.embedding_bwd = cpu_embedding_bwd,
 	.cross_entropy = cpu_cross_entropy,
+	.moe_route = cpu_moe_route,
+	.moe_route_bwd = cpu_moe_route_bwd,
+	.moe_permute = cpu_moe_permute,
+	.moe_gather = cpu_moe_gather,
+	.moe_combine = cpu_moe_combine,
+	.moe_dot = cpu_moe_dot,
+	.grouped_matmul = cpu_grouped_matmul,
 	.add = cpu_add,
 	.axpy = cpu_axpy,
 	.scale = cpu_scale,

@@ -47,7 +47,27 @@
 	double cpu_sumsq_##SFX(const REAL *x, int64_t n);                              \
 	void cpu_adamw_##SFX(REAL *p, const REAL *g, REAL *m, REAL *v, int64_t n,      \
 			     REAL lr, REAL b1, REAL b2, REAL eps, REAL wd, REAL bc1,   \
-			     REAL bc2);
+			     REAL bc2);                                                \
+	void cpu_moe_route_##SFX(REAL *scores, int32_t *idx, REAL *w,                  \
+				 const REAL *logits, const REAL *bias,                 \
+				 const be_moe *r);                                     \
+	void cpu_moe_route_bwd_##SFX(REAL *dlogits, const REAL *dw,                    \
+				     const REAL *scores, const int32_t *idx,           \
+				     const be_moe *r);                                 \
+	void cpu_moe_permute_##SFX(int32_t *perm, int32_t *pos, int32_t *offs,         \
+				   REAL *counts, const int32_t *idx, const be_moe *r); \
+	void cpu_moe_gather_##SFX(REAL *y, const REAL *x, const int32_t *perm,         \
+				  const int32_t *offs, const REAL *w,                  \
+				  const be_moe *r, int64_t d);                         \
+	void cpu_moe_combine_##SFX(REAL *out, const REAL *y, const int32_t *pos,       \
+				   const REAL *w, REAL beta, const be_moe *r,          \
+				   int64_t d);                                         \
+	void cpu_moe_dot_##SFX(REAL *dw, const REAL *y, const REAL *x,                 \
+			       const int32_t *pos, const be_moe *r, int64_t d);        \
+	void cpu_grouped_matmul_##SFX(int mode, int64_t groups, const int32_t *offs,   \
+				      int64_t rows, int64_t nn, int64_t kk,            \
+				      const REAL *a, const REAL *b, REAL beta,         \
+				      REAL *c);
 
 CPU_KERNELS_DECLARE(float, f32)
 CPU_KERNELS_DECLARE(double, f64)

@@ -36,7 +36,7 @@ typedef struct cfg_key {
 #define NO_MX "MX (MXFP8) training is not built"
 #define NO_FT "fault tolerance (TorchFT) is not built"
 #define NO_BUDGET "the memory_budget mode (torch.compile's min-cut partitioner) is not built"
-#define ONE_PROCESS "titan-train runs one process: there are no collectives to time out or trace"
+#define NO_FLIGHT_RECORDER "titan's comm layer has no flight recorder: a timeout names the operation instead"
 #define NO_PY "titan-train cannot import Python modules"
 
 /* [training.dataloader] and [validation.dataloader]: torch DataLoader settings. */
@@ -355,16 +355,16 @@ static const cfg_key keys[] = {
 	KS("quantize.grouped_mm.mx.fqns", CFG_LIST, grouped_mm.mx.fqns, "[]", NULL,
 	   "MoE layers whose grouped GEMMs run in MXFP8", CFG_NOT_BUILT, NO_MOE),
 
-	KS("comm.init_timeout_seconds", CFG_INT, comm.init_timeout_seconds, "300", NULL,
-	   "collective timeout until the first step", CFG_NO_EFFECT, ONE_PROCESS),
-	KS("comm.train_timeout_seconds", CFG_INT, comm.train_timeout_seconds, "100", NULL,
-	   "collective timeout after the first step", CFG_NO_EFFECT, ONE_PROCESS),
+	K("comm.init_timeout_seconds", CFG_INT, comm.init_timeout_seconds, "300", NULL,
+	  "comm.init_timeout_seconds", "collective timeout until the first step (seconds)"),
+	K("comm.train_timeout_seconds", CFG_INT, comm.train_timeout_seconds, "100", NULL,
+	  "comm.train_timeout_seconds", "collective timeout after the first step (seconds)"),
 	KS("comm.trace_buf_size", CFG_INT, comm.trace_buf_size, "20000", NULL,
-	   "flight recorder entries (0: off)", CFG_NO_EFFECT, ONE_PROCESS),
+	   "flight recorder entries (0: off)", CFG_NO_EFFECT, NO_FLIGHT_RECORDER),
 	KS("comm.save_traces_folder", CFG_STR, comm.save_traces_folder, "\"comm_traces\"", NULL,
-	   "flight recorder folder", CFG_NO_EFFECT, ONE_PROCESS),
+	   "flight recorder folder", CFG_NO_EFFECT, NO_FLIGHT_RECORDER),
 	KS("comm.save_traces_file_prefix", CFG_STR, comm.save_traces_file_prefix, "\"rank_\"",
-	   NULL, "flight recorder file prefix", CFG_NO_EFFECT, ONE_PROCESS),
+	   NULL, "flight recorder file prefix", CFG_NO_EFFECT, NO_FLIGHT_RECORDER),
 	KS("comm.mode", CFG_STR, comm.mode, "\"default\"", "default|fake_backend|local_tensor",
 	   "real collectives, or a dry run", CFG_NOT_BUILT,
 	   "dry runs on a fake or local-tensor backend are not built"),
@@ -1029,6 +1029,8 @@ int config_validate(const job_config *c, titan_err *err)
 	    validate_dataloader(&c->validation.dataloader, "validation.dataloader", err))
 		return -1;
 	if (need(c->metrics.log_freq >= 1, err, "metrics.log_freq: must be >= 1") ||
+	    need(c->comm.init_timeout_seconds >= 1 && c->comm.train_timeout_seconds >= 1, err,
+		 "comm.init_timeout_seconds and train_timeout_seconds: must be >= 1") ||
 	    need(t->steps >= 1, err, "training.steps: must be >= 1") ||
 	    need(t->local_batch_size >= 1, err, "training.local_batch_size: must be >= 1") ||
 	    need(t->global_batch_size == -1 || t->global_batch_size >= 1, err,

@@ -370,10 +370,18 @@ static int load_checkpoint(job *j, titan_err *err)
 static int open_outputs(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
+	int rank = j->h->mesh != NULL ? j->h->mesh->rank : 0;
+	char mine[32] = "", jsonl[48] = "metrics.jsonl"; /* torchtitan's rank_N when all write */
+	if (rank != 0 && !c->metrics.save_for_all_ranks)
+		return 0;
+	if (c->metrics.save_for_all_ranks && j->h->mesh != NULL && j->h->mesh->world_size > 1) {
+		snprintf(mine, sizeof mine, "/rank_%d", rank);
+		snprintf(jsonl, sizeof jsonl, "metrics_rank_%d.jsonl", rank);
+	}
 	if (mkdir_p(c->job.dump_folder, err) != 0)
 		return -1;
 	char path[1100];
-	snprintf(path, sizeof path, "%s/metrics.jsonl", c->job.dump_folder);
+	snprintf(path, sizeof path, "%s/%s", c->job.dump_folder, jsonl);
 	if (metrics_jsonl_open(&j->jl, path, err) != 0)
 		return -1;
 	j->jl_open = 1;
@@ -384,7 +392,8 @@ static int open_outputs(job *j, titan_err *err)
 	struct tm tm;
 	localtime_r(&t, &tm);
 	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
-	snprintf(path, sizeof path, "%s/%s/%s", c->job.dump_folder, c->metrics.save_tb_folder, stamp);
+	snprintf(path, sizeof path, "%s/%s/%s%s", c->job.dump_folder, c->metrics.save_tb_folder, stamp,
+		 mine);
 	if (tb_open(&j->tb, path, wall_s(), err) != 0)
 		return -1;
 	j->tb_open = 1;
@@ -532,7 +541,7 @@ static int validate(job *j, titan_err *err)
 	char line[256];
 	metrics_format_validation_line(line, sizeof line, j->step, loss, gib, pct, j->h->color);
 	metrics_log(j->log, "%s", line);
-	if (metrics_jsonl_validation(&j->jl, j->step, loss, n_valid, err) != 0)
+	if (j->jl_open && metrics_jsonl_validation(&j->jl, j->step, loss, n_valid, err) != 0)
 		return -1;
 	if (j->tb_open && (tb_scalar(j, "validation_metrics/loss", loss, err) || tb_flush(&j->tb, err)))
 		return -1;
@@ -554,6 +563,7 @@ static int run_loop(job *j, titan_err *err)
 	window w = {.t0 = now_s()};
 	double t_start = now_s();
 	metrics_log(j->log, "Training starts at step %lld", (long long)j->step + 1);
+	int64_t first = j->step + 1;
 	while (j->step < c->training.steps) {
 		double loss = 0, gnorm = 0;
 		if (train_step(j, &w, &loss, &gnorm, err) != 0)
@@ -564,7 +574,7 @@ static int run_loop(job *j, titan_err *err)
 		ms.tflops = j->flops_per_token * ms.tps / 1e12;
 		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
 		metrics_cpu_memory(&ms.mem_gib, &ms.mem_pct);
-		if (metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
+		if (j->jl_open && metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
 			return -1;
 		t_start = now_s();
 		if ((j->step == 1 || j->step % c->metrics.log_freq == 0) && log_step(j, &w, loss, gnorm, err) != 0)
@@ -582,6 +592,11 @@ static int run_loop(job *j, titan_err *err)
 		if (should_save(j, last) &&
 		    save_checkpoint(j, last && c->checkpoint.last_save_model_only,
 				    c->checkpoint.export_dtype, err) != 0)
+			return -1;
+		/* torchtitan tightens the timeout once the first step (warm-up,
+		 * first collectives) is over; comm_set_timeout holds a barrier first. */
+		if (j->step == first && j->h->mesh != NULL &&
+		    comm_set_timeout(j->h->mesh->world, (double)c->comm.train_timeout_seconds, err) != 0)
 			return -1;
 	}
 	metrics_log(j->log, "Training completed");
