@@ -94,4 +94,19 @@ int cp_ring_bwd_end(cp_ring *r, void *dq, titan_err *e);
 int64_t cp_ring_k_numel(const cp_ring *r);
 int64_t cp_ring_v_numel(const cp_ring *r);
 
+/* ---- ring attention over lib/comm ---- */
+
+/* This rank's ring attention over the cp communicator (its size the
+ * layout's cp, its rank this rank's), moving keys and values as `how` says;
+ * buffers follow the shape of each call.  cp_attn_hook fills a
+ * model_attention for model_set_attention: the model's attention then runs
+ * over the ring, a failure reported by the backend's next sync. */
+typedef struct cp_attn cp_attn;
+struct comm;
+struct model_attention;
+cp_attn *cp_attn_create(backend *be, struct comm *cp, const cp_layout *l, cp_rotate how,
+			titan_err *e);
+void cp_attn_free(cp_attn *a);
+void cp_attn_hook(cp_attn *a, struct model_attention *out);
+
 #endif

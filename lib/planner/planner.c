@@ -8,6 +8,7 @@
 
 #include "cp/cp.h"
 #include "gpu/gpu.h"
+#include "mesh/mesh.h"
 #include "model/family.h"
 #include "planner/planner.h"
 #include "planner/planner_priv.h"
@@ -61,32 +62,32 @@ int planner_parse_bytes(const char *s, uint64_t *out, titan_err *e)
 	return 0;
 }
 
-/* torchtitan's mesh rules, on degrees alone: data_parallel_shard_degree -1
- * takes the ranks left; the product must be the world. */
-static int resolve(const job_config *c, int world, plan_degrees *d, titan_err *e)
+/* torchtitan's mesh rules as the run applies them (lib/mesh): the degrees
+ * against the world, then against the model. */
+static int resolve(const job_config *c, int world, plan_degrees *out, titan_err *e)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
-	*d = (plan_degrees){.pp = (int)p->pipeline_parallel_degree,
-			    .dp_replicate = (int)p->data_parallel_replicate_degree,
-			    .dp_shard = (int)p->data_parallel_shard_degree,
-			    .cp = (int)p->context_parallel_degree, .tp = (int)p->tensor_parallel_degree};
-	if (world < 1 || d->pp < 1 || d->dp_replicate < 1 || d->cp < 1 || d->tp < 1 ||
-	    (d->dp_shard < 1 && d->dp_shard != -1))
-		return err_set(e, "parallelism: degrees must be at least 1 (data_parallel_shard_degree "
-			       "may be -1), and the world at least 1 rank");
-	int64_t others = (int64_t)d->pp * d->dp_replicate * d->cp * d->tp;
-	if (d->dp_shard == -1) {
-		if (world % others)
-			return err_set(e, "parallelism: dp_replicate %d x cp %d x tp %d x pp %d = %lld "
-				       "does not divide the world size %d", d->dp_replicate, d->cp,
-				       d->tp, d->pp, (long long)others, world);
-		d->dp_shard = (int)(world / others);
-	}
-	if (others * d->dp_shard != world)
-		return err_set(e, "parallelism: dp_replicate %d x dp_shard %d x cp %d x tp %d x pp %d = "
-			       "%lld, not the world size %d", d->dp_replicate, d->dp_shard, d->cp,
-			       d->tp, d->pp, (long long)(others * d->dp_shard), world);
+	mesh_degrees want = {p->data_parallel_replicate_degree, p->data_parallel_shard_degree,
+			     p->context_parallel_degree, p->tensor_parallel_degree,
+			     p->pipeline_parallel_degree, p->expert_parallel_degree,
+			     p->expert_tensor_parallel_degree}, d;
+	if (mesh_resolve(&want, world, &d, e))
+		return -1;
+	*out = (plan_degrees){.pp = (int)d.pp, .dp_replicate = (int)d.dp_replicate,
+			      .dp_shard = (int)d.dp_shard, .cp = (int)d.cp, .tp = (int)d.tp};
 	return 0;
+}
+
+/* The mesh against the model: tp dividing the heads and the FFN, no more
+ * stages than layers, FSDP ranks and sequence divisible (lib/mesh's
+ * refusals, word for word as the run's). */
+static int check_model(const plan_ctx *x, const llama_args *a, titan_err *e)
+{
+	mesh_degrees d = {.dp_replicate = x->d.dp_replicate, .dp_shard = x->d.dp_shard,
+			  .cp = x->d.cp, .tp = x->d.tp, .pp = x->d.pp, .ep = 1, .etp = 1};
+	mesh_model m = {a->name, a->n_layers, a->n_heads, a->n_kv_heads, a->dim,
+			flavor_ffn_hidden(a), 0, x->c->training.seq_len};
+	return mesh_check_model(&d, &m, e);
 }
 
 static int parse_dtype(const char *key, const char *name, be_dtype *t, titan_err *e)
@@ -111,13 +112,8 @@ static int build_models(plan_ctx *x, titan_err *e)
 		return err_set(e, "model.flavor \"%s\": not a flavor of model.name \"%s\"",
 			       c->model.flavor, c->model.name);
 	int tp = x->d.tp, ffn = flavor_ffn_hidden(a);
-	if (a->n_heads % tp || a->n_kv_heads % tp || ffn % tp)
-		return err_set(e, "parallelism.tensor_parallel_degree = %d does not divide the %d "
-			       "heads, %d kv heads and FFN hidden size %d of %s %s", tp, a->n_heads,
-			       a->n_kv_heads, ffn, c->model.name, a->name);
-	if (x->d.pp > a->n_layers)
-		return err_set(e, "parallelism.pipeline_parallel_degree = %d: more stages than the %d "
-			       "layers of %s %s", x->d.pp, a->n_layers, c->model.name, a->name);
+	if (check_model(x, a, e))
+		return -1;
 	if ((x->be = backend_cpu_create(1, e)) == NULL)
 		return -1;
 	if ((x->whole = model_create_unbound(x->be, a, 0, e)) == NULL)
@@ -261,7 +257,7 @@ static void ctx_free(plan_ctx *x)
 static int build(plan_ctx *x, int world_size, titan_err *e)
 {
 	const job_config *c = x->c;
-	if (resolve(c, world_size, &x->d, e))
+	if (resolve(c, world_size, &x->d, e) || precision(x, e) || build_models(x, e))
 		return -1;
 	cp_balance bal;
 	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &bal, e) ||
@@ -270,7 +266,7 @@ static int build(plan_ctx *x, int world_size, titan_err *e)
 	if (x->d.cp > 1 && cp_rotate_parse(c->parallelism.context_parallel_rotate_method,
 					   &x->rotate, e))
 		return -1;
-	return precision(x, e) || build_models(x, e) || pipeline(x, e) ? -1 : 0;
+	return pipeline(x, e);
 }
 
 int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan_report *r,

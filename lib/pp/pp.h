@@ -231,6 +231,15 @@ int pp_engine_step(pp_engine *en, const int32_t *ids, const int32_t *labels, flo
 		   const struct model_hooks *hooks, double *loss_sum, int64_t *n_valid,
 		   titan_err *e);
 void pp_engine_loss(const pp_engine *en, double *loss_sum, int64_t *n_valid);
+/* The transport over lib/comm's send and receive on the pipeline ranks'
+ * communicator (the mesh's pp dimension). */
+struct comm;
+void pp_transport_comm(struct comm *pp, pp_transport *out);
+/* Before the first step: every pipeline rank built the same schedule
+ * (pp_schedule_crc all-gathered over pp); refused naming the first rank that
+ * differs, so a mismatch is an error, not a hang. */
+int pp_schedule_agree(struct comm *pp, const pp_schedule *s, titan_err *e);
+
 /* The engine's message buffers on `rank`, per action of its list: posted[k]
  * receives it posts before action k, used[k] whether k consumes a message
  * (whose buffer is freed then), made[k] whether it makes one (a buffer kept

@@ -292,9 +292,9 @@ static void bad_plans_are_refused_before_any_work(void **state)
 		 "pipeline_parallel_microbatch_size = 4\n", 2,
 		 "Number of microbatches (1) must be greater than or equal to the number of stages (2)"},
 		{"[parallelism]\ncontext_parallel_degree = 3\ndata_parallel_shard_degree = 1\n", 3,
-		 "training.seq_len 32 is not divisible by 6 (2 x parallelism.context_parallel_degree 3"},
+		 "training.seq_len = 32 is not divisible by tp 1 x 2 cp = 6"},
 		{"[parallelism]\ntensor_parallel_degree = 3\ndata_parallel_shard_degree = 1\n", 3,
-		 "tensor_parallel_degree = 3 does not divide the 16 heads"},
+		 "parallelism.tensor_parallel_degree = 3 does not divide n_heads = 16 of debugmodel"},
 		{"[parallelism]\ndata_parallel_shard_degree = 3\n", 4,
 		 "dp_replicate 1 x dp_shard 3 x cp 1 x tp 1 x pp 1 = 3, not the world size 4"},
 	};

@@ -31,15 +31,6 @@ enum { B = 1, T = 16, MAXR = PP_LOOP_MAX };
 
 /* ---- the comparison ---- */
 
-static void tokens(int32_t *ids, int32_t *labels, size_t n, uint64_t seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		ids[i] = (int32_t)((seed >> 33) % 300);
-		labels[i] = (seed >> 20) % 9 == 0 ? MODEL_IGNORE_INDEX : (int32_t)((seed >> 41) % 300);
-	}
-}
-
 static double rel_diff(const float *a, const float *b, size_t n)
 {
 	double d = 0, s = 0;
@@ -83,22 +74,11 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 	backend *be = backend_cpu_create(1, &e);
 	model *ref = model_create(be, &small, 0, &e);
 	assert_int_equal(model_init(ref, 17, 1, &e), 0);
-	int nmb = s->n_mb;
-	size_t ntok = (size_t)nmb * B * T;
-	int32_t *ids = malloc(ntok * 4), *labels = malloc(ntok * 4);
-	tokens(ids, labels, ntok, 23);
-	int64_t valid = 0;
-	for (size_t i = 0; i < ntok; i++)
-		valid += labels[i] != MODEL_IGNORE_INDEX;
-	float scale = 1.0f / (float)valid;
-	double want_loss = 0, l;
+	pp_test_batch tb;
+	if (pp_test_batch_make(&tb, ref, s->n_mb, B, T, 23, &e))
+		fail_msg("%s", e.msg);
+	double l;
 	int64_t nv;
-	model_zero_grad(ref);
-	for (int k = 0; k < nmb; k++) {
-		assert_int_equal(model_forward_backward(ref, ids + k * B * T, labels + k * B * T, B, T,
-							scale, &l, &nv, &e), 0);
-		want_loss += l;
-	}
 	static pp_loop lb;
 	pp_transport tr;
 	pp_loop_transport(&lb, &tr);
@@ -121,7 +101,7 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 		if (en[r] == NULL)
 			fail_msg("%s", e.msg);
 		pp_engine_set_stage_hooks(en[r], &sh);
-		assert_int_equal(pp_engine_begin(en[r], ids, labels, scale, NULL, &e), 0);
+		assert_int_equal(pp_engine_begin(en[r], tb.ids, tb.labels, tb.scale, NULL, &e), 0);
 	}
 	if (pp_loop_run(&lb, en, s->n_ranks, s->first[s->n_ranks], &e))
 		fail_msg("%s: %s", what, e.msg);
@@ -141,18 +121,17 @@ static double engine_equals_plain(const pp_schedule *s, const pp_split *sp, cons
 		}
 	}
 	print_message("%-32s loss %.9f (plain %.9f), %lld tokens, gradients within %.1e\n", what,
-		      got_loss, want_loss, (long long)got_valid, worst);
-	assert_int_equal(got_valid, valid);
+		      got_loss, tb.loss, (long long)got_valid, worst);
+	assert_int_equal(got_valid, tb.valid);
 	assert_int_equal(slog.calls, 2 * s->n_stages); /* each stage's hooks once */
-	assert_true(fabs(got_loss - want_loss) <= 1e-9 * fabs(want_loss));
+	assert_true(fabs(got_loss - tb.loss) <= 1e-9 * fabs(tb.loss));
 	for (int r = 0; r < s->n_ranks; r++) {
 		pp_engine_free(en[r]);
 		model_free(m[r]);
 		be->ops->free(be, store[r]);
 	}
 	pp_loop_free(&lb);
-	free(ids);
-	free(labels);
+	pp_test_batch_free(&tb);
 	model_free(ref);
 	backend_free(be);
 	return worst;

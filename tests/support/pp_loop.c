@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "pp_loop.h"
 
 typedef struct loop_req {
@@ -105,4 +106,38 @@ int pp_loop_run(pp_loop *l, pp_engine **en, int n_ranks, int n_actions, titan_er
 		}
 	}
 	return 0;
+}
+
+int pp_test_batch_make(pp_test_batch *tb, model *ref, int nmb, int b, int t, uint64_t seed,
+		       titan_err *e)
+{
+	size_t n = (size_t)nmb * (size_t)b * (size_t)t;
+	uint64_t vocab = (uint64_t)model_args(ref)->vocab_size;
+	*tb = (pp_test_batch){.ids = malloc(n * 4), .labels = malloc(n * 4)};
+	if (tb->ids == NULL || tb->labels == NULL)
+		return err_set(e, "test batch: out of memory");
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		tb->ids[i] = (int32_t)((seed >> 33) % vocab);
+		tb->labels[i] = (seed >> 20) % 9 == 0 ? MODEL_IGNORE_INDEX : (int32_t)((seed >> 41) % vocab);
+		tb->valid += tb->labels[i] != MODEL_IGNORE_INDEX;
+	}
+	tb->scale = 1.0f / (float)tb->valid;
+	model_zero_grad(ref);
+	for (int k = 0; k < nmb; k++) {
+		double l;
+		int64_t nv;
+		size_t at = (size_t)k * (size_t)b * (size_t)t;
+		if (model_forward_backward(ref, tb->ids + at, tb->labels + at, b, t, tb->scale, &l, &nv,
+					   e))
+			return -1;
+		tb->loss += l;
+	}
+	return 0;
+}
+
+void pp_test_batch_free(pp_test_batch *tb)
+{
+	free(tb->ids);
+	free(tb->labels);
 }
