@@ -93,6 +93,8 @@ int cp_ring_bwd_end(cp_ring *r, void *dq, titan_err *e);
 /* Element counts of one rank's k (and dk_acc) and v (dv_acc) for the shape. */
 int64_t cp_ring_k_numel(const cp_ring *r);
 int64_t cp_ring_v_numel(const cp_ring *r);
+/* The backend bytes cp_ring_create allocates for the shape. */
+size_t cp_ring_bytes(const cp_layout *l, const be_attn *shape);
 
 /* ---- ring attention over lib/comm ---- */
 
@@ -108,5 +110,8 @@ cp_attn *cp_attn_create(backend *be, struct comm *cp, const cp_layout *l, cp_rot
 			titan_err *e);
 void cp_attn_free(cp_attn *a);
 void cp_attn_hook(cp_attn *a, struct model_attention *out);
+/* The backend bytes a cp_attn holds for calls of `shape` (the rank's local
+ * call): its key/value and gradient buffers and its cp_ring's. */
+size_t cp_attn_bytes(const cp_layout *l, cp_rotate how, const be_attn *shape);
 
 #endif

@@ -39,6 +39,25 @@ static void release(cp_attn *a)
 	a->dkv_all = a->dkv_own = NULL;
 }
 
+/* The bytes of kv_all, dkv_all and dkv_own for a shape: every rank's keys and
+ * values (allgather) or two blocks (the ring), their float32 gradients alike,
+ * and this rank's float32 sums. */
+static void attn_sizes(const cp_layout *l, cp_rotate how, const be_attn *s, size_t sz[3])
+{
+	size_t kv = (size_t)s->b * (size_t)s->tk * (size_t)s->hkv * (size_t)(s->hd + s->hdv);
+	size_t copies = how == CP_ROTATE_ALLGATHER ? (size_t)l->cp : 2;
+	sz[0] = copies * kv * be_dtype_size(s->qkv);
+	sz[1] = copies * kv * sizeof(float);
+	sz[2] = kv * sizeof(float);
+}
+
+size_t cp_attn_bytes(const cp_layout *l, cp_rotate how, const be_attn *shape)
+{
+	size_t sz[3];
+	attn_sizes(l, how, shape, sz);
+	return sz[0] + sz[1] + sz[2] + cp_ring_bytes(l, shape);
+}
+
 /* Buffers for the shape, made again when it changes. */
 static int prepare(cp_attn *a, const be_attn *s, titan_err *e)
 {
@@ -51,11 +70,11 @@ static int prepare(cp_attn *a, const be_attn *s, titan_err *e)
 	a->nk = (size_t)cp_ring_k_numel(a->ring);
 	a->nv = (size_t)cp_ring_v_numel(a->ring);
 	a->es = be_dtype_size(s->qkv);
-	size_t copies = a->how == CP_ROTATE_ALLGATHER ? (size_t)a->l.cp : 2;
-	size_t kv = a->nk + a->nv;
-	if (!(a->kv_all = a->be->ops->alloc(a->be, copies * kv * a->es, e)) ||
-	    !(a->dkv_all = a->be->ops->alloc(a->be, copies * kv * sizeof(float), e)) ||
-	    !(a->dkv_own = a->be->ops->alloc(a->be, kv * sizeof(float), e))) {
+	size_t sz[3];
+	attn_sizes(&a->l, a->how, s, sz);
+	if (!(a->kv_all = a->be->ops->alloc(a->be, sz[0], e)) ||
+	    !(a->dkv_all = a->be->ops->alloc(a->be, sz[1], e)) ||
+	    !(a->dkv_own = a->be->ops->alloc(a->be, sz[2], e))) {
 		release(a);
 		return err_prefix(e, "ring attention buffers");
 	}

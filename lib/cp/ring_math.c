@@ -47,6 +47,31 @@ int64_t cp_ring_v_numel(const cp_ring *r)
 	return r->s.b * r->T * r->s.hkv * r->s.hdv;
 }
 
+/* The backend buffers of a ring, in the order of its members t_out ..
+ * t_dv: a block's out (out type) and as float32, its lse; the merged out as
+ * float32, the dq sums; a block's dq, dk, dv (grad type). */
+enum { RING_BUFS = 8 };
+
+static void ring_sizes(const be_attn *s, size_t c, size_t sz[RING_BUFS])
+{
+	size_t rows = (size_t)s->b * (size_t)s->tq, hv = (size_t)(s->h * s->hdv);
+	size_t g = be_dtype_size(s->grad);
+	size_t v[RING_BUFS] = {c * hv * be_dtype_size(s->out), c * hv * 4, c * (size_t)s->h * 4,
+			       rows * hv * 4, rows * (size_t)(s->h * s->hd) * 4,
+			       c * (size_t)(s->h * s->hd) * g, c * (size_t)(s->hkv * s->hd) * g,
+			       c * (size_t)(s->hkv * s->hdv) * g};
+	memcpy(sz, v, sizeof v);
+}
+
+size_t cp_ring_bytes(const cp_layout *l, const be_attn *shape)
+{
+	size_t sz[RING_BUFS], total = 0;
+	ring_sizes(shape, (size_t)l->chunk, sz);
+	for (int i = 0; i < RING_BUFS; i++)
+		total += sz[i];
+	return total;
+}
+
 cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn *shape,
 			titan_err *e)
 {
@@ -65,7 +90,6 @@ cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn
 	*r = (cp_ring){.be = be, .l = *l, .rank = rank, .s = *shape, .T = T, .c = c};
 	const be_attn *s = shape;
 	size_t rows = (size_t)(s->b * T), crow = (size_t)c;
-	size_t es_out = be_dtype_size(s->out), es_g = be_dtype_size(s->grad);
 	r->acc_out = malloc(rows * (size_t)(s->h * s->hdv) * sizeof(float));
 	r->acc_lse = malloc(rows * (size_t)s->h * sizeof(float));
 	r->h_out = malloc(crow * (size_t)(s->h * s->hdv) * sizeof(float));
@@ -75,14 +99,14 @@ cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn
 		cp_ring_free(r);
 		return NULL;
 	}
-	if (!(r->t_out = dev(r, crow * (size_t)(s->h * s->hdv) * es_out, e)) ||
-	    !(r->t_out32 = dev(r, crow * (size_t)(s->h * s->hdv) * sizeof(float), e)) ||
-	    !(r->t_lse = dev(r, crow * (size_t)s->h * sizeof(float), e)) ||
-	    !(r->d_out32 = dev(r, rows * (size_t)(s->h * s->hdv) * sizeof(float), e)) ||
-	    !(r->dq_acc = dev(r, rows * (size_t)(s->h * s->hd) * sizeof(float), e)) ||
-	    !(r->t_dq = dev(r, crow * (size_t)(s->h * s->hd) * es_g, e)) ||
-	    !(r->t_dk = dev(r, crow * (size_t)(s->hkv * s->hd) * es_g, e)) ||
-	    !(r->t_dv = dev(r, crow * (size_t)(s->hkv * s->hdv) * es_g, e))) {
+	size_t sz[RING_BUFS];
+	ring_sizes(shape, (size_t)c, sz);
+	void **d[RING_BUFS] = {&r->t_out, (void **)&r->t_out32, (void **)&r->t_lse,
+			       (void **)&r->d_out32, (void **)&r->dq_acc, &r->t_dq, &r->t_dk, &r->t_dv};
+	int ok = 1;
+	for (int i = 0; i < RING_BUFS && ok; i++)
+		ok = (*d[i] = dev(r, sz[i], e)) != NULL;
+	if (!ok) {
 		err_prefix(e, "ring attention buffers");
 		cp_ring_free(r);
 		return NULL;

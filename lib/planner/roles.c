@@ -188,21 +188,22 @@ static uint64_t kv_bytes(const plan_ctx *x, int b, size_t elem)
 }
 
 /* Communication buffers beyond the activations: what the pipeline's messages
- * add to the activations' peak (activation_bytes), context parallel's keys
- * and values from the other ranks and their float32 gradients with the
- * ring's float32 accumulators of out and dq. */
+ * add to the activations' peak (activation_bytes), and ring attention's
+ * (cp_attn_bytes: the keys and values from the other ranks, their float32
+ * gradients, the float32 accumulators of out and dq). */
 static void buffer_bytes(const plan_ctx *x, uint64_t msg_extra, plan_role *ro)
 {
 	int b = (int)x->r->microbatch;
 	const llama_args *a = model_args(x->local);
-	uint64_t tokens = (uint64_t)b * (uint64_t)cp_local_len(&x->cpl);
 	uint64_t buf = msg_extra;
 	if (x->d.cp > 1) {
-		uint64_t kv = kv_bytes(x, b, be_dtype_size(x->compute_t)), kv32 = kv_bytes(x, b, 4);
-		uint64_t others = x->rotate == CP_ROTATE_ALLGATHER ? (uint64_t)(x->d.cp - 1) : 2;
-		uint64_t grads = x->rotate == CP_ROTATE_ALLGATHER ? (uint64_t)x->d.cp : 2;
-		uint64_t hq = (uint64_t)a->n_heads * (uint64_t)flavor_head_dim(a);
-		buf += others * kv + grads * kv32 + tokens * hq * 4 * 3;
+		/* the model's attention call on this rank, as model_attn makes it */
+		int hd = flavor_head_dim(a);
+		be_dtype t = x->compute_t;
+		be_attn s = {.b = b, .tq = cp_local_len(&x->cpl), .tk = cp_local_len(&x->cpl),
+			     .h = a->n_heads, .hkv = a->n_kv_heads, .hd = hd, .hdv = hd, .causal = 1,
+			     .qkv = t, .out = t, .dout = t, .grad = t};
+		buf += cp_attn_bytes(&x->cpl, x->rotate, &s);
 	}
 	ro->bytes[PLAN_COMM_BUFFERS] = buf;
 }

@@ -19,7 +19,10 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "cp/cp.h"
+#include "config/config.h"
+#include "model/family.h"
 #include "model/model.h"
+#include "planner/planner.h"
 
 static comm *world;
 
@@ -181,6 +184,79 @@ static void model_with_ring_attention_trains_as_the_whole_model(void **state)
 	backend_free(be);
 }
 
+/* The planner's activations and ring buffers under cp against the CPU
+ * backend's measured peak: debugmodel trained one step on this rank's share
+ * with the ring, less its own float32 parameters and gradients (FSDP over
+ * dp_shard x cp, which the plan also counts, is the FSDP plan's). */
+static void plan_equals_measured_activations_and_buffers(void **state)
+{
+	(void)state;
+	int cp = comm_size(world), r = comm_rank(world);
+	for (int how = 0; how < 2; how++) {
+		titan_err e = {0};
+		char toml[512];
+		snprintf(toml, sizeof toml,
+			 "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+			 "[training]\nlocal_batch_size = %d\nseq_len = %d\n"
+			 "mixed_precision_param = \"float32\"\n"
+			 "[parallelism]\ncontext_parallel_degree = %d\ndata_parallel_shard_degree = 1\n"
+			 "context_parallel_rotate_method = \"%s\"\n", B, T, cp,
+			 how ? "alltoall" : "allgather");
+		job_config c;
+		assert_int_equal(config_defaults(&c, &e), 0);
+		if (config_load_string(&c, "t.toml", toml, &e))
+			fail_msg("%s", e.msg);
+		plan_report rep;
+		if (planner_run(&c, cp, (uint64_t)1 << 40, &rep, &e))
+			fail_msg("%s", e.msg);
+		uint64_t want = rep.roles[0].bytes[PLAN_ACTIVATIONS] + rep.roles[0].bytes[PLAN_COMM_BUFFERS];
+		backend *be = backend_cpu_create(1, &e);
+		const llama_args *a = model_family_flavor(model_family_find("llama3"), "debugmodel");
+		model *m = model_create(be, a, 0, &e);
+		model_ac_mode ac;
+		int every;
+		assert_int_equal(planner_ac_mode(&c, &ac, &every, &e), 0);
+		assert_int_equal(model_set_ac(m, ac, every, &e), 0);
+		assert_int_equal(model_init(m, 3, 1, &e), 0);
+		uint64_t own = backend_peak_bytes(be);
+		cp_layout l;
+		cp_balance bal;
+		assert_int_equal(cp_balance_parse(c.parallelism.context_parallel_load_balancer, &bal,
+						  &e), 0);
+		assert_int_equal(cp_layout_init(&l, T, cp, bal, &e), 0);
+		int64_t n = cp_local_len(&l), pos[T];
+		int32_t ids[B * T], labels[B * T], mids[B * T], mlabels[B * T];
+		for (int i = 0; i < B * T; i++)
+			ids[i] = labels[i] = (i * 37) % 2048;
+		cp_shard(&l, r, ids, mids, B, 4);
+		cp_shard(&l, r, labels, mlabels, B, 4);
+		cp_positions(&l, r, pos);
+		/* a run with one cp rank has no ring */
+		cp_attn *at = cp > 1 ? cp_attn_create(be, world, &l, (cp_rotate)how, &e) : NULL;
+		model_attention hk;
+		if (at != NULL) {
+			cp_attn_hook(at, &hk);
+			assert_int_equal(model_set_positions(m, pos, (int)n, &e), 0);
+			model_set_attention(m, &hk);
+		}
+		double loss;
+		int64_t nv;
+		if (model_forward_backward(m, mids, mlabels, B, (int)n, 1e-3f, &loss, &nv, &e))
+			fail_msg("%s", e.msg);
+		uint64_t got = backend_peak_bytes(be) - own;
+		if (r == 0)
+			print_message("plan, cp %d %-9s: activations and ring buffers planned %llu, "
+				      "measured %llu\n", cp, how ? "alltoall" : "allgather",
+				      (unsigned long long)want, (unsigned long long)got);
+		assert_int_equal(got, want);
+		cp_attn_free(at);
+		model_free(m);
+		backend_free(be);
+		planner_report_free(&rep);
+		config_free(&c);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	titan_err e = {0};
@@ -191,6 +267,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(ring_attention_across_ranks_equals_whole_attention),
 		cmocka_unit_test(model_with_ring_attention_trains_as_the_whole_model),
+		cmocka_unit_test(plan_equals_measured_activations_and_buffers),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	comm_finalize(world);
