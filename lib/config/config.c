@@ -369,11 +369,12 @@ static const cfg_key keys[] = {
 	   "real collectives, or a dry run", CFG_NOT_BUILT,
 	   "dry runs on a fake or local-tensor backend are not built"),
 
-	KS("memory_estimation.enable", CFG_BOOL, memory_estimation.enable, "false", NULL,
-	   "estimate FSDP memory before training", CFG_NOT_BUILT, "memory estimation is not built"),
+	K("memory_estimation.enable", CFG_BOOL, memory_estimation.enable, "false", NULL,
+	  "memory_estimation.enable",
+	  "plan memory and traffic per rank before training (as titan-train --dry-run)"),
 	KS("memory_estimation.disable_fake_mode", CFG_BOOL, memory_estimation.disable_fake_mode,
-	   "false", NULL, "estimate with real tensors", CFG_NOT_BUILT,
-	   "memory estimation is not built"),
+	   "false", NULL, "estimate with real tensors", CFG_NO_EFFECT,
+	   "titan's planner allocates no tensors, fake or real"),
 
 	KS("fault_tolerance.enable", CFG_BOOL, fault_tolerance.enable, "false", NULL,
 	   "train as TorchFT replica groups", CFG_NOT_BUILT, NO_FT),

@@ -15,6 +15,7 @@
 #include "metrics/metrics.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "planner/planner.h"
 #include "shard/shard.h"
 #include "tb/tb.h"
 
@@ -210,22 +211,10 @@ static int build_model(job *j, titan_err *err)
 		return -1;
 	if (model_init(j->m, seed_of(c), 1, err) != 0)
 		return -1;
-	const char *mode = c->activation_checkpoint.mode;
-	model_ac_mode ac = MODEL_AC_NONE;
-	int every = 1;
-	if (strcmp(mode, "full") == 0)
-		ac = MODEL_AC_FULL;
-	else if (strcmp(mode, "selective") == 0 && strcmp(c->activation_checkpoint.selective_ac_option, "op") == 0)
-		ac = MODEL_AC_OP;
-	else if (strcmp(mode, "selective") == 0) {
-		every = atoi(c->activation_checkpoint.selective_ac_option);
-		if (every < 1)
-			return err_set(err, "activation_checkpoint.selective_ac_option \"%s\": expected a "
-				       "positive integer or \"op\"", c->activation_checkpoint.selective_ac_option);
-		ac = MODEL_AC_SELECTIVE;
-	} else if (strcmp(mode, "memory_budget") == 0) {
-		return err_set(err, "activation_checkpoint.mode = \"memory_budget\" is not supported yet");
-	}
+	model_ac_mode ac;
+	int every;
+	if (planner_ac_mode(c, &ac, &every, err) != 0)
+		return -1;
 	if (model_set_ac(j->m, ac, every, err) != 0 || set_precision(j, err) != 0)
 		return -1;
 	const llama_args *ma = model_args(j->m);
@@ -632,6 +621,21 @@ static int run_loop(job *j, titan_err *err)
 	return 0;
 }
 
+/* torchtitan's memory_estimation.enable: the plan of this job, logged before
+ * anything is built (titan-train --dry-run prints the same).  Not fitting is
+ * a warning: the plan is an estimate, the allocator the judge. */
+static int estimate_memory(job *j, titan_err *err)
+{
+	plan_report r;
+	if (planner_run(j->c, 1, planner_local_memory(), &r, err) != 0)
+		return err_prefix(err, "memory_estimation");
+	planner_print(&r, j->log);
+	if (!r.fits)
+		titan_warn("memory_estimation: the plan does not fit the device's memory");
+	planner_report_free(&r);
+	return 0;
+}
+
 int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 {
 	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr};
@@ -639,6 +643,8 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 	metrics_log(j.log, "Starting job: %s", c->job.description);
 	warn_inert(&j);
 	int rc = -1;
+	if (c->memory_estimation.enable && estimate_memory(&j, err) != 0)
+		return -1;
 	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_model(&j, err) != 0 ||
 	    build_optimizer(&j, err) != 0)
 		goto out;
