@@ -108,6 +108,9 @@ int loader_state_set(loader *l, const loader_state *s, titan_err *err);
  * checkpoint's dataloader item, and back. */
 void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES]);
 int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err *err);
+/* Whether buf starts as loader_state_encode's bytes do (a checkpoint torchtitan
+ * wrote holds a pickle of its own loader there instead). */
+int loader_state_is_titan(const uint8_t *buf, size_t n);
 /* A JSON object with the same fields (plus "epoch", informative); malloc'd. */
 char *loader_state_to_json(const loader_state *s, uint64_t windows_per_epoch);
 int loader_state_from_json(const char *json, loader_state *s, titan_err *err);

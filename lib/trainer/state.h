@@ -17,7 +17,8 @@ typedef struct tstate {
 	model *m;
 	adamw *opt;             /* NULL for a model-only save */
 	double base_lr;         /* optimizer.lr */
-	double cur_lr;          /* the lr of the last step (lr_scheduler._last_lr) */
+	double cur_lr;          /* the lr of the next step, which torch's LambdaLR has
+	                           set after the last step (lr_scheduler._last_lr) */
 	int64_t step;           /* train_state.step */
 	int64_t ntokens_seen;   /* train_state.ntokens_seen */
 	uint8_t *loader;        /* dataloader.dp_rank_0 bytes (owned when loaded) */

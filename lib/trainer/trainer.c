@@ -54,6 +54,18 @@ int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err
 	return 0;
 }
 
+/* The data's ids must be rows of the embedding. */
+static int trainer_check_vocab(const char *dir, uint32_t data_vocab, const llama_args *a,
+			       titan_err *err)
+{
+	if (data_vocab <= (uint32_t)a->vocab_size)
+		return 0;
+	return err_set(err, "%s holds ids of a %u-token vocabulary, more than the %d of model.flavor "
+		       "\"%s\" (the embedding has vocab_size rows, as torchtitan's): tokenize with a "
+		       "smaller vocabulary or pick a flavor that fits", dir, data_vocab,
+		       a->vocab_size, a->name);
+}
+
 void trainer_list_flavors(FILE *out)
 {
 	fprintf(out, "%-11s %6s %7s %6s %9s %7s %7s %16s\n", "flavor", "dim", "layers", "heads",
@@ -165,14 +177,13 @@ static int build_model(job *j, titan_err *err)
 	if (a == NULL)
 		return err_set(err, "model.flavor \"%s\": unknown (see titan-train --list-flavors)",
 			       c->model.flavor);
-	shard_manifest man;
-	if (shard_manifest_read(j->data_dir, &man, err) != 0)
-		return -1;
-	int vocab = (int)man.stream.vocab_size;
-	shard_manifest_free(&man);
+	/* torchtitan sizes the embedding and the output by the flavor's
+	 * vocab_size, not by the tokenizer's: checkpoints then cross both ways. */
+	int vocab = a->vocab_size;
+	if (trainer_check_vocab(j->data_dir, loader_vocab_size(j->train), a, err) != 0)
+		return err_prefix(err, "training data");
 	if ((j->be = backend_cpu_create(j->h->threads, err)) == NULL)
 		return -1;
-	/* torchtitan sizes the embedding by the tokenizer, not the flavor. */
 	if ((j->m = model_create(j->be, a, vocab, err)) == NULL)
 		return -1;
 	if (model_init(j->m, seed_of(c), 1, err) != 0)
@@ -259,7 +270,9 @@ static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
 	s->m = j->m;
 	s->opt = j->opt;
 	s->base_lr = j->c->optimizer.lr;
-	s->cur_lr = j->lr;
+	/* torchtitan saves after scheduler.step(): the optimizer's lr and the
+	 * scheduler's _last_lr are already the next step's. */
+	s->cur_lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
 	s->step = j->step;
 	s->ntokens_seen = j->ntokens_seen;
 	s->dp_world = 1;
@@ -310,6 +323,35 @@ static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err 
 	return 0;
 }
 
+static int list_has_part(const cfg_strlist *l, const char *part)
+{
+	for (int i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], part) == 0)
+			return 1;
+	return 0;
+}
+
+/* A checkpoint torchtitan wrote holds its own loader's state (a pickle) or
+ * none.  Its loader reads the same windows in the same order as titan's
+ * unshuffled one, so train_state.ntokens_seen / seq_len windows are behind. */
+static int seek_by_tokens(job *j, int64_t ntokens_seen, const char *dir, titan_err *err)
+{
+	if (ntokens_seen <= 0)
+		return 0;
+	if (ntokens_seen % j->T != 0)
+		titan_warn("%s: train_state.ntokens_seen %lld is not a multiple of seq_len %lld",
+			   dir, (long long)ntokens_seen, (long long)j->T);
+	loader_state ls;
+	loader_state_get(j->train, &ls);
+	ls.windows = (uint64_t)(ntokens_seen / j->T);
+	titan_warn("%s: no titan data loader state (a torchtitan checkpoint?); the data resumes "
+		   "after train_state.ntokens_seen = %lld tokens (%llu windows)", dir,
+		   (long long)ntokens_seen, (unsigned long long)ls.windows);
+	if (loader_state_set(j->train, &ls, err) != 0)
+		return err_prefix(err, "%s", dir);
+	return 0;
+}
+
 /* torchtitan's CheckpointManager.load: the run's own latest step first, then
  * initial_load_path; step 0 (a seed checkpoint) is model only. */
 static int load_checkpoint(job *j, titan_err *err)
@@ -340,13 +382,16 @@ static int load_checkpoint(job *j, titan_err *err)
 	fill_state(j, &s, NULL);
 	tstate_loaded got;
 	int rc = tstate_load(dir, &s, model_only, &c->checkpoint.exclude_from_loading, &got, err);
-	if (rc == 0 && got.dataloader) {
+	if (rc == 0 && got.dataloader && loader_state_is_titan(s.loader, s.loader_len)) {
 		loader_state ls;
 		rc = loader_state_decode(s.loader, s.loader_len, &ls, err);
 		if (rc == 0)
 			rc = loader_state_set(j->train, &ls, err);
 		if (rc != 0)
 			err_prefix(err, "%s: dataloader.dp_rank_0", dir);
+	} else if (rc == 0 && got.train_state && !list_has_part(&c->checkpoint.exclude_from_loading,
+								"dataloader")) {
+		rc = seek_by_tokens(j, s.ntokens_seen, dir, err);
 	}
 	free(s.loader);
 	if (rc != 0)
