@@ -7,7 +7,7 @@
 
 #include "model/model_priv.h"
 
-static int add_tensor(model *m, int *cap, const char *fqn, int64_t d0, int64_t d1,
+static int add_tensor(model *m, int *cap, int unit, const char *fqn, int64_t d0, int64_t d1,
 		      int is_norm, int is_embedding, titan_err *e)
 {
 	if (m->n_tensors == *cap) {
@@ -26,9 +26,27 @@ static int add_tensor(model *m, int *cap, const char *fqn, int64_t d0, int64_t d
 	t->shape[1] = d1;
 	t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
 	t->offset = m->n_params;
+	t->unit = unit;
 	t->is_norm = is_norm;
 	t->is_embedding = is_embedding;
 	m->n_params += t->numel;
+	return 0;
+}
+
+/* Units from the tensors' unit numbers: each unit's tensors are contiguous. */
+static int build_units(model *m, titan_err *e)
+{
+	m->n_units = m->args.n_layers + 2;
+	m->units = calloc((size_t)m->n_units, sizeof *m->units);
+	if (!m->units)
+		return err_set(e, "model: out of memory");
+	for (int i = m->n_tensors - 1; i >= 0; i--) {
+		model_unit *u = &m->units[m->tensors[i].unit];
+		u->first_tensor = i;
+		u->n_tensors++;
+		u->offset = m->tensors[i].offset;
+		u->numel += m->tensors[i].numel;
+	}
 	return 0;
 }
 
@@ -40,7 +58,7 @@ static int build_layout(model *m, titan_err *e)
 	int64_t d = a->dim, hq = (int64_t)a->n_heads * m->head_dim,
 		hk = (int64_t)a->n_kv_heads * m->head_dim, f = m->ffn;
 	char name[64];
-	if (add_tensor(m, &cap, "tok_embeddings.weight", a->vocab_size, d, 0, 1, e))
+	if (add_tensor(m, &cap, 0, "tok_embeddings.weight", a->vocab_size, d, 0, 1, e))
 		return -1;
 	for (int l = 0; l < a->n_layers; l++) {
 		struct {
@@ -56,38 +74,62 @@ static int build_layout(model *m, titan_err *e)
 		};
 		for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
 			snprintf(name, sizeof name, "layers.%d.%s", l, spec[i].n);
-			if (add_tensor(m, &cap, name, spec[i].d0, spec[i].d1, spec[i].norm, 0, e))
+			if (add_tensor(m, &cap, l + 1, name, spec[i].d0, spec[i].d1, spec[i].norm, 0, e))
 				return -1;
 		}
 	}
-	if (add_tensor(m, &cap, "norm.weight", d, 0, 1, 0, e))
+	int head = a->n_layers + 1;
+	if (add_tensor(m, &cap, head, "norm.weight", d, 0, 1, 0, e))
 		return -1;
-	if (!a->tied_embeddings && add_tensor(m, &cap, "output.weight", a->vocab_size, d, 0, 0, e))
+	if (!a->tied_embeddings &&
+	    add_tensor(m, &cap, head, "output.weight", a->vocab_size, d, 0, 0, e))
 		return -1;
-	return 0;
+	return build_units(m, e);
 }
 
-static void bind_views(model *m, float *base, layer_w *lw, float **tok, float **norm,
-		       float **out)
+/* Point the views of unit u at base (its slice of the flat layout, of type t);
+ * w are the parameter views or the gradient views. */
+static void bind_views(model *m, int u, void *base, be_dtype t, int grads)
 {
-	const model_tensor *t = m->tensors;
-	*tok = base + t[0].offset;
-	for (int l = 0; l < m->args.n_layers; l++) {
-		const model_tensor *lt = t + 1 + 9 * l;
-		lw[l] = (layer_w){
-			.attn_norm = base + lt[0].offset, .wq = base + lt[1].offset,
-			.wk = base + lt[2].offset,        .wv = base + lt[3].offset,
-			.wo = base + lt[4].offset,        .ffn_norm = base + lt[5].offset,
-			.w1 = base + lt[6].offset,        .w2 = base + lt[7].offset,
-			.w3 = base + lt[8].offset,
+	const model_unit *un = &m->units[u];
+	const model_tensor *ts = m->tensors + un->first_tensor;
+	void *p[9] = {0};
+	for (int i = 0; i < un->n_tensors && i < 9; i++)
+		p[i] = base ? elt(base, t, ts[i].offset - un->offset) : NULL;
+	int nl = m->args.n_layers;
+	if (u == 0) {
+		*(grads ? &m->tok_g : &m->tok) = p[0];
+	} else if (u <= nl) {
+		*(grads ? &m->lg[u - 1] : &m->lw[u - 1]) = (layer_w){
+			.attn_norm = p[0], .wq = p[1], .wk = p[2], .wv = p[3], .wo = p[4],
+			.ffn_norm = p[5], .w1 = p[6], .w2 = p[7], .w3 = p[8],
 		};
+	} else {
+		*(grads ? &m->norm_g : &m->norm) = p[0];
+		if (!m->args.tied_embeddings)
+			*(grads ? &m->out_g : &m->out) = p[1];
 	}
-	const model_tensor *tail = t + 1 + 9 * m->args.n_layers;
-	*norm = base + tail[0].offset;
-	*out = m->args.tied_embeddings ? *tok : base + tail[1].offset;
+	if (m->args.tied_embeddings) {
+		m->out = m->tok;
+		m->out_g = m->tok_g;
+	}
 }
 
-model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err *e)
+void model_bind_unit(model *m, int u, const void *params, void *grads)
+{
+	bind_views(m, u, (void *)params, m->prec.param, 0);
+	bind_views(m, u, grads, m->prec.grad, 1);
+}
+
+/* Bind every unit to the model's own float32 buffers. */
+static void bind_own(model *m)
+{
+	for (int u = 0; u < m->n_units; u++)
+		model_bind_unit(m, u, m->params + m->units[u].offset, m->grads + m->units[u].offset);
+}
+
+static model *create(backend *be, const llama_args *a, int vocab_size, int own,
+		     titan_err *e)
 {
 	if (a->dim <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_layers <= 0 ||
 	    a->dim % a->n_heads || a->n_heads % a->n_kv_heads || (a->dim / a->n_heads) % 2) {
@@ -106,6 +148,8 @@ model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err 
 		m->args.vocab_size = vocab_size;
 	m->ffn = flavor_ffn_hidden(&m->args);
 	m->head_dim = flavor_head_dim(&m->args);
+	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
+	m->ac = MODEL_AC_NONE;
 	m->lw = calloc((size_t)a->n_layers, sizeof *m->lw);
 	m->lg = calloc((size_t)a->n_layers, sizeof *m->lg);
 	if (!m->lw || !m->lg) {
@@ -114,29 +158,41 @@ model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err 
 	}
 	if (build_layout(m, e))
 		goto fail;
+	if (!own)
+		return m;
 	m->params = backend_alloc_floats(be, m->n_params, e);
 	m->grads = m->params ? backend_calloc_floats(be, m->n_params, e) : NULL;
 	if (!m->grads) {
 		err_prefix(e, "model %s (%zu parameters)", a->name, m->n_params);
 		goto fail;
 	}
-	bind_views(m, m->params, m->lw, &m->tok, &m->norm, &m->out);
-	bind_views(m, m->grads, m->lg, &m->tok_g, &m->norm_g, &m->out_g);
-	m->ac = MODEL_AC_NONE;
+	bind_own(m);
 	return m;
 fail:
 	model_free(m);
 	return NULL;
 }
 
+model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err *e)
+{
+	return create(be, a, vocab_size, 1, e);
+}
+
+model *model_create_unbound(backend *be, const llama_args *a, int vocab_size, titan_err *e)
+{
+	return create(be, a, vocab_size, 0, e);
+}
+
 void model_free(model *m)
 {
 	if (!m)
 		return;
-	model_release_acts(m);
+	model_mb_free(m->own_mb);
+	model_scratch_release(m);
 	m->be->ops->free(m->be, m->params);
 	m->be->ops->free(m->be, m->grads);
 	free(m->tensors);
+	free(m->units);
 	free(m->lw);
 	free(m->lg);
 	free(m);
@@ -145,14 +201,21 @@ void model_free(model *m)
 const llama_args *model_args(const model *m) { return &m->args; }
 int model_ffn_hidden(const model *m) { return m->ffn; }
 int model_num_tensors(const model *m) { return m->n_tensors; }
+int model_num_units(const model *m) { return m->n_units; }
 size_t model_num_params(const model *m) { return m->n_params; }
 float *model_params(model *m) { return m->params; }
 float *model_grads(model *m) { return m->grads; }
 backend *model_backend(model *m) { return m->be; }
+const model_prec *model_get_prec(const model *m) { return &m->prec; }
 
 const model_tensor *model_tensor_at(const model *m, int i)
 {
 	return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+
+const model_unit *model_unit_at(const model *m, int u)
+{
+	return u >= 0 && u < m->n_units ? &m->units[u] : NULL;
 }
 
 const model_tensor *model_tensor_find(const model *m, const char *fqn)
@@ -189,7 +252,17 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
 
 void model_zero_grad(model *m)
 {
-	m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float));
+	if (m->grads)
+		m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float));
+}
+
+/* Contexts and scratch are laid out for one AC mode and precision: drop the
+ * model's own so the next micro-batch lays them out again. */
+static void relayout(model *m)
+{
+	model_mb_free(m->own_mb);
+	m->own_mb = NULL;
+	model_scratch_release(m);
 }
 
 int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
@@ -201,8 +274,41 @@ int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
 		return err_set(e, "activation checkpointing: unknown mode %d", (int)mode);
 	m->ac = mode;
 	m->ac_every = every;
-	model_release_acts(m); /* the next micro-batch lays them out again */
+	relayout(m);
 	return 0;
+}
+
+int model_set_prec(model *m, const model_prec *p, titan_err *e)
+{
+	if (m->params && (p->param != BE_F32 || p->grad != BE_F32))
+		return err_set(e, "model: its own storage is float32; bind storage of %s "
+			       "parameters and %s gradients to a model made without storage",
+			       be_dtype_name(p->param), be_dtype_name(p->grad));
+	m->prec = *p;
+	relayout(m);
+	return 0;
+}
+
+/* y (n, out) = x (n, in) @ w^T: activations and the bound weight. */
+void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, int64_t in,
+		  int64_t out, float beta)
+{
+	be_dtype t = m->prec.act;
+	m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
+}
+
+void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
+		     int64_t in, int64_t out, float beta_dx)
+{
+	be_dtype t = m->prec.act;
+	m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx, in, t);
+}
+
+void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
+		     int64_t in, int64_t out)
+{
+	m->be->ops->matmul(m->be, 1, 0, out, in, n, 1, dy, out, x, in, m->prec.act, 1, dw, in,
+			   m->prec.grad);
 }
 
 /* Initialisation.  Every tensor is cut into fixed chunks, each drawn from its own
@@ -251,9 +357,35 @@ static void fill_normal(float *dst, size_t n, double std, double lo, double hi,
 	}
 }
 
-int model_init(model *m, uint64_t seed, int depth_init, titan_err *e)
+void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, float *host)
 {
 	const llama_args *a = &m->args;
+	const model_tensor *t = &m->tensors[i];
+	const char *name = t->fqn;
+	int layer = -1;
+	if (strncmp(name, "layers.", 7) == 0)
+		layer = atoi(name + 7);
+	double small = 0.02 / sqrt(2.0 * (depth_init ? layer + 1 : a->n_layers));
+	if (t->is_norm) {
+		for (size_t j = 0; j < t->numel; j++)
+			host[j] = 1.0f;
+	} else if (t->is_embedding) {
+		fill_normal(host, t->numel, 1.0, 0, 0, seed, (uint64_t)i);
+	} else if (strcmp(name, "output.weight") == 0) {
+		double std = 1.0 / sqrt((double)a->dim);
+		fill_normal(host, t->numel, std, -3 * std, 3 * std, seed, (uint64_t)i);
+	} else if (strstr(name, ".wq.") || strstr(name, ".wk.") || strstr(name, ".wv.") ||
+		   strstr(name, ".w1.")) {
+		fill_normal(host, t->numel, 0.02, -2, 2, seed, (uint64_t)i);
+	} else {
+		fill_normal(host, t->numel, small, -2, 2, seed, (uint64_t)i);
+	}
+}
+
+int model_init(model *m, uint64_t seed, int depth_init, titan_err *e)
+{
+	if (!m->params)
+		return err_set(e, "model init: the model has no storage of its own");
 	size_t maxn = 0;
 	for (int i = 0; i < m->n_tensors; i++)
 		maxn = m->tensors[i].numel > maxn ? m->tensors[i].numel : maxn;
@@ -261,27 +393,8 @@ int model_init(model *m, uint64_t seed, int depth_init, titan_err *e)
 	if (!host)
 		return err_set(e, "model init: out of memory");
 	for (int i = 0; i < m->n_tensors; i++) {
-		const model_tensor *t = &m->tensors[i];
-		const char *name = t->fqn;
-		int layer = -1;
-		if (strncmp(name, "layers.", 7) == 0)
-			layer = atoi(name + 7);
-		double small = 0.02 / sqrt(2.0 * (depth_init ? layer + 1 : a->n_layers));
-		if (t->is_norm) {
-			for (size_t j = 0; j < t->numel; j++)
-				host[j] = 1.0f;
-		} else if (t->is_embedding) {
-			fill_normal(host, t->numel, 1.0, 0, 0, seed, (uint64_t)i);
-		} else if (strcmp(name, "output.weight") == 0) {
-			double std = 1.0 / sqrt((double)a->dim);
-			fill_normal(host, t->numel, std, -3 * std, 3 * std, seed, (uint64_t)i);
-		} else if (strstr(name, ".wq.") || strstr(name, ".wk.") || strstr(name, ".wv.") ||
-			   strstr(name, ".w1.")) {
-			fill_normal(host, t->numel, 0.02, -2, 2, seed, (uint64_t)i);
-		} else {
-			fill_normal(host, t->numel, small, -2, 2, seed, (uint64_t)i);
-		}
-		model_tensor_write(m, t, 0, host);
+		model_init_tensor(m, i, seed, depth_init, host);
+		model_tensor_write(m, &m->tensors[i], 0, host);
 	}
 	free(host);
 	return 0;

@@ -1,12 +1,18 @@
 /* model.h: the Llama 3 model of torchtitan (models/llama3), written once against
  * the backend op interface: parameter layout, initialisation, forward, hand-written
- * backward, activation checkpointing.
+ * backward, activation checkpointing, as UNITS that a parallel plan can drive one
+ * at a time.
  *
- * Parameters, gradients (and the optimizer's states, see optim.h) each live in ONE
- * flat float buffer of model_num_params() elements; a table of named views gives
- * every tensor's torchtitan FQN, shape and offset into those buffers.  FSDP shards
- * by ranges of the flat buffer, checkpoints enumerate the views.  Tensors are in
- * the table's order: tok_embeddings.weight, then per layer N
+ * Units, in order: 0 the embedding, 1..n_layers the transformer blocks,
+ * n_layers + 1 the head (final norm, output projection, loss).  A unit's forward
+ * reads the hidden state (b*t, dim) before it and writes the one after it; its
+ * backward turns the gradient of the one after into the gradient of the one
+ * before.  These are the units torchtitan wraps with FSDP, the runs of units a
+ * pipeline stage holds, and the places a plan's hooks run.
+ *
+ * Parameters: a table of named views gives every tensor's torchtitan FQN, shape and
+ * offset in ONE flat layout of model_num_params() elements.  Tensors are in the
+ * table's order: tok_embeddings.weight, then per layer N
  *   layers.N.attention_norm.weight  (dim)
  *   layers.N.attention.wq.weight    (n_heads*head_dim, dim)
  *   layers.N.attention.wk.weight    (n_kv_heads*head_dim, dim)
@@ -16,9 +22,21 @@
  *   layers.N.feed_forward.w1.weight (hidden, dim)
  *   layers.N.feed_forward.w2.weight (dim, hidden)
  *   layers.N.feed_forward.w3.weight (hidden, dim)
- * then norm.weight and output.weight (absent with tied embeddings: the output
- * projection reads tok_embeddings.weight).  Linear weights are (out, in) like
- * torch.nn.Linear. */
+ * then norm.weight and output.weight (absent with tied embeddings: the head then
+ * reads tok_embeddings.weight, the embedding unit's tensor).  Each unit's tensors
+ * are contiguous in the layout.  Linear weights are (out, in) like
+ * torch.nn.Linear.
+ *
+ * Storage: a unit computes with whatever storage is BOUND to it
+ * (model_bind_unit): params of the precision's param type and gradients of its
+ * grad type, each laid out as the unit's slice of the flat layout.  The plain
+ * model (model_create) owns float32 flat buffers of the whole layout and keeps
+ * every unit bound to them; an FSDP plan owns shards instead and binds a unit's
+ * gathered parameters before running it.
+ *
+ * Activations: a model_mb holds one micro-batch's activations over a run of
+ * units (a pipeline stage holds several at once); scratch that only lives inside
+ * one unit's forward or backward is the model's. */
 #ifndef TITAN_MODEL_H
 #define TITAN_MODEL_H
 
@@ -32,16 +50,23 @@
 #define MODEL_IGNORE_INDEX (-100) /* labels equal to this count for nothing */
 
 typedef struct model model;
+typedef struct model_mb model_mb;
 
 typedef struct model_tensor {
 	char fqn[64];     /* torchtitan's name, e.g. "layers.3.attention.wq.weight" */
 	int ndim;         /* 1 or 2 */
 	int64_t shape[2]; /* (out, in) for linears, (n,) for norms */
-	size_t offset;    /* first element in the flat buffers */
+	size_t offset;    /* first element in the flat layout */
 	size_t numel;
+	int unit;         /* the unit that owns it */
 	int is_norm;      /* RMSNorm weight */
 	int is_embedding; /* tok_embeddings (also the output with tied embeddings) */
 } model_tensor;
+
+typedef struct model_unit {
+	int first_tensor, n_tensors; /* its tensors in the table */
+	size_t offset, numel;        /* its slice of the flat layout */
+} model_unit;
 
 /* Activation checkpointing, torchtitan's activation_checkpoint.mode. */
 typedef enum model_ac_mode {
@@ -52,10 +77,23 @@ typedef enum model_ac_mode {
 	                       norms, rope and the SwiGLU gate (selective "op") */
 } model_ac_mode;
 
+/* Element types the units compute with (backend.h lists the combinations a
+ * backend implements).  float32 everywhere is the reference. */
+typedef struct model_prec {
+	be_dtype param; /* the bound parameters */
+	be_dtype grad;  /* the bound gradients (accumulated) */
+	be_dtype act;   /* activations: linear inputs and outputs, attention, logits */
+	be_dtype resid; /* the residual stream: the hidden states between units */
+} model_prec;
+
 /* A model of flavor a on backend be (which it uses, not owns).  vocab_size > 0
- * replaces the flavor's vocabulary (torchtitan follows the tokenizer).  The
- * weights are allocated, not initialised.  NULL on error. */
+ * replaces the flavor's vocabulary.  The model owns float32 flat buffers of
+ * parameters and gradients, bound to every unit; the weights are allocated,
+ * not initialised.  NULL on error. */
 model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err *e);
+/* The same without storage: every unit must be bound before it runs (an FSDP
+ * plan's model). */
+model *model_create_unbound(backend *be, const llama_args *a, int vocab_size, titan_err *e);
 void model_free(model *m);
 
 /* The model's arguments, vocab_size as used. */
@@ -66,13 +104,20 @@ int model_ffn_hidden(const model *m);
  * tok_embeddings normal(0, 1); wq wk wv w1 trunc_normal(0, 0.02); wo w2 w3
  * trunc_normal(0, 0.02/sqrt(2*(layer+1))) with depth_init, else
  * 0.02/sqrt(2*n_layers); norms 1; output trunc_normal(0, dim^-0.5) cut at 3 std.
- * trunc_normal without a cut is torch's default, cut at +-2 absolute. */
+ * trunc_normal without a cut is torch's default, cut at +-2 absolute.  Needs the
+ * model's own storage (model_create). */
 int model_init(model *m, uint64_t seed, int depth_init, titan_err *e);
+/* The same values for one tensor alone, into host (numel floats): what a rank
+ * that holds a shard of the tensor draws (each 64Ki chunk has its own stream). */
+void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, float *host);
 
 /* The table of views. */
 int model_num_tensors(const model *m);
 const model_tensor *model_tensor_at(const model *m, int i);
 const model_tensor *model_tensor_find(const model *m, const char *fqn);
+int model_num_units(const model *m);
+const model_unit *model_unit_at(const model *m, int u);
+static inline int model_head_unit(const model *m) { return model_num_units(m) - 1; }
 
 size_t model_num_params(const model *m);
 /* Parameters other than the embedding table (torchtitan's flops count). */
@@ -80,30 +125,91 @@ int64_t model_num_params_no_embedding(const model *m);
 /* torchtitan's dense flops per token: 6*(params - embedding) + 6*L*H*2*hd*seq_len. */
 double model_flops_per_token(const model *m, int seq_len);
 
-/* The flat buffers, in backend memory (host memory on the CPU backend).  The
- * model owns them; they live as long as the model. */
+/* The model's own float32 flat buffers (NULL for model_create_unbound).  They
+ * live as long as the model. */
 float *model_params(model *m);
 float *model_grads(model *m);
 backend *model_backend(model *m);
 
-/* Copy one tensor between the model's buffers and host memory (the checkpoint
- * path for any backend).  grads = 1 reads/writes the gradient instead. */
+/* Copy one tensor between the model's own buffers and host memory (the
+ * checkpoint path for any backend).  grads = 1 reads/writes the gradient. */
 void model_tensor_read(model *m, const model_tensor *t, int grads, float *host);
 void model_tensor_write(model *m, const model_tensor *t, int grads, const float *host);
 
+/* Bind unit u to params (the unit's numel elements of prec.param) and grads
+ * (prec.grad), each laid out as the unit's slice of the flat layout.  grads may
+ * be NULL for a forward-only unit. */
+void model_bind_unit(model *m, int u, const void *params, void *grads);
+/* Element types; the bound storage must follow them.  Default: float32. */
+int model_set_prec(model *m, const model_prec *p, titan_err *e);
+const model_prec *model_get_prec(const model *m);
+
 /* Activation checkpointing; every is N for MODEL_AC_SELECTIVE (layers whose
- * 1-based index is a multiple of N are recomputed, like torchtitan's counter). */
+ * 1-based index is a multiple of N are recomputed, like torchtitan's counter).
+ * Micro-batch contexts made before the change keep their layout: make new ones. */
 int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e);
 
-/* Set every gradient to 0 (before the first micro-batch of a step). */
+/* Set the gradients of the model's own buffers to 0 (before a step's first
+ * micro-batch). */
 void model_zero_grad(model *m);
 
-/* One micro-batch: forward and backward.  inputs and labels are host arrays
- * (b, t) of token ids; labels equal to MODEL_IGNORE_INDEX are skipped.  The
- * gradient of (sum of token losses) * grad_scale is ADDED to model_grads, so
- * pass grad_scale = 1 / (valid tokens of the whole step, all micro-batches and
- * ranks), as torchtitan does.  *loss_sum gets the summed cross-entropy of this
- * micro-batch, *n_valid its number of valid labels. */
+/* ---- micro-batches and units ---- */
+
+/* Activations for one micro-batch of (b, t) tokens over units u0..u1.  NULL on
+ * error. */
+model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e);
+void model_mb_free(model_mb *mb);
+
+/* The micro-batch's tokens, host arrays (b, t): inputs (needed when the run
+ * starts at the embedding) and labels (when it ends at the head; NULL for a
+ * forward that only wants logits).  Ids outside the vocabulary are refused.
+ * train = 1: the head computes the loss and its gradient, scaled by grad_scale,
+ * in its backward (pass 1 / valid tokens of the whole step, all micro-batches
+ * and ranks, as torchtitan does); train = 0: the head computes the loss in its
+ * forward, and the logits into logits_host (b*t, vocab) when not NULL. */
+int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labels,
+			int train, float grad_scale, float *logits_host, titan_err *e);
+/* The summed cross-entropy of the head's valid labels, and their number (after
+ * the head ran). */
+double model_mb_loss_sum(const model_mb *mb);
+int64_t model_mb_valid(const model_mb *mb);
+/* The hidden state before unit u (b*t, dim) of prec.resid, u in u0..u1+1: a
+ * pipeline stage receives its input into hidden(u0) and sends hidden(u1 + 1). */
+void *model_mb_hidden(model_mb *mb, int u);
+
+/* The gradient of the hidden state being propagated (b*t, dim) of prec.resid: a
+ * pipeline stage puts the received gradient of hidden(u1 + 1) there before the
+ * backward of u1, and sends it after the backward of u0 (the gradient of
+ * hidden(u0)). */
+void *model_dhidden(model *m);
+
+/* Forward of unit u on mb (u in the mb's range, units in order). */
+int model_unit_fwd(model *m, int u, model_mb *mb, titan_err *e);
+/* Backward of unit u (units in reverse order, after the forward).  With
+ * defer_wgrad the weight gradients of a block's linears wait for
+ * model_unit_wgrad (the zero-bubble schedules' split of B and W); the embedding
+ * and the head never defer. */
+int model_unit_bwd(model *m, int u, model_mb *mb, int defer_wgrad, titan_err *e);
+int model_unit_wgrad(model *m, int u, model_mb *mb, titan_err *e);
+
+/* A plan's hooks around every unit's forward, backward and deferred weight
+ * gradient: FSDP gathers and binds parameters before, frees them and
+ * reduce-scatters gradients after.  Any may be NULL. */
+enum model_phase { MODEL_FWD, MODEL_BWD, MODEL_WGRAD };
+typedef struct model_hooks {
+	void *ctx;
+	int (*before)(void *ctx, int unit, int phase, titan_err *e);
+	int (*after)(void *ctx, int unit, int phase, titan_err *e);
+} model_hooks;
+
+/* Forward then backward of every unit of mb with the hooks (NULL: none). */
+int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e);
+
+/* One micro-batch on the model's own storage: forward and backward of every
+ * unit.  inputs and labels are host arrays (b, t); labels equal to
+ * MODEL_IGNORE_INDEX are skipped.  The gradient of (sum of token losses) *
+ * grad_scale is ADDED to the gradients.  *loss_sum gets the summed
+ * cross-entropy of this micro-batch, *n_valid its number of valid labels. */
 int model_forward_backward(model *m, const int32_t *inputs, const int32_t *labels,
 			   int b, int t, float grad_scale, double *loss_sum,
 			   int64_t *n_valid, titan_err *e);
@@ -114,8 +220,13 @@ int model_forward(model *m, const int32_t *inputs, const int32_t *labels, int b,
 		  int t, float *logits, double *loss_sum, int64_t *n_valid,
 		  titan_err *e);
 
-/* Bytes of activations the model holds for a micro-batch of (b, t) in the
- * current AC mode (a prediction; backend_peak_bytes is the measurement). */
+/* Bytes of activations a micro-batch of (b, t) over every unit holds in the
+ * current AC mode and precision, with the model's scratch (a prediction;
+ * backend_peak_bytes is the measurement). */
 size_t model_activation_bytes(const model *m, int b, int t);
+/* The part one micro-batch context over units u0..u1 holds, and the model's
+ * scratch, apart (a pipeline stage keeps several contexts). */
+size_t model_mb_bytes(const model *m, int u0, int u1, int b, int t);
+size_t model_scratch_bytes(const model *m, int b, int t);
 
 #endif

@@ -1,0 +1,467 @@
+/* Micro-batch contexts, the model's scratch, the embedding and head units, and
+ * the runner that drives units with a plan's hooks.  The output projection and
+ * the cross-entropy run over chunks of tokens, so the logits of a whole
+ * micro-batch never exist at once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu_kernels.h"
+#include "model/model_priv.h"
+
+size_t model_act_bytes(const model *m, int i, size_t n)
+{
+	size_t d = (size_t)m->args.dim, hq = (size_t)m->args.n_heads * m->head_dim;
+	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn;
+	size_t a = be_dtype_size(m->prec.act);
+	switch (i) {
+	case ACT_XN1: case ACT_XN2: return n * d * a;
+	case ACT_XM: return n * d * be_dtype_size(m->prec.resid);
+	case ACT_RSTD1: case ACT_RSTD2: return n * sizeof(float);
+	case ACT_Q: case ACT_ATT: return n * hq * a;
+	case ACT_K: case ACT_V: return n * hk * a;
+	case ACT_LSE: return n * (size_t)m->args.n_heads * sizeof(float);
+	default: return n * f * a; /* ACT_A, ACT_G, ACT_H */
+	}
+}
+
+unsigned model_layer_keep(const model *m, int l)
+{
+	switch (m->ac) {
+	case MODEL_AC_NONE: return ACT_ALL;
+	case MODEL_AC_FULL: return 0;
+	case MODEL_AC_SELECTIVE: return (l + 1) % m->ac_every == 0 ? 0 : ACT_ALL;
+	case MODEL_AC_OP: return ACT_OP_KEEP;
+	}
+	return ACT_ALL;
+}
+
+static int logits_chunk(const model *m, size_t n)
+{
+	size_t c = ((size_t)1 << 24) / (size_t)m->args.vocab_size; /* 64 MiB of float32 logits */
+	c = c < 256 ? 256 : c;
+	return (int)(c < n ? c : n);
+}
+
+/* Round each piece of one allocation up to 64 bytes (vector loads). */
+static size_t al(size_t bytes)
+{
+	return (bytes + 63) & ~(size_t)63;
+}
+
+/* The scratch's pieces for n tokens of (b, t), in the order model_scratch_prepare
+ * lays them out; writes their sizes to sz (when not NULL) and returns the total. */
+enum { SC_ROPE, SC_LOGITS, SC_DX, SC_DTMP, SC_DXN, SC_DYA, SC_DQ, SC_DATT, SC_DK, SC_DV,
+       SC_DH, SC_DA, SC_DG, SC_COUNT };
+
+static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + ACT_COUNT])
+{
+	size_t n = (size_t)b * t, d = (size_t)m->args.dim;
+	size_t hq = (size_t)m->args.n_heads * m->head_dim;
+	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn;
+	size_t a = be_dtype_size(m->prec.act), r = be_dtype_size(m->prec.resid);
+	size_t p[SC_COUNT + ACT_COUNT] = {0};
+	p[SC_ROPE] = (size_t)t * m->head_dim * sizeof(float);
+	p[SC_LOGITS] = (size_t)logits_chunk(m, n) * m->args.vocab_size * a;
+	p[SC_DX] = p[SC_DTMP] = n * d * r;
+	p[SC_DXN] = n * d * a;
+	p[SC_DYA] = m->prec.act == m->prec.resid ? 0 : n * d * a;
+	p[SC_DQ] = p[SC_DATT] = n * hq * a;
+	p[SC_DK] = p[SC_DV] = n * hk * a;
+	p[SC_DH] = p[SC_DA] = p[SC_DG] = n * f * a;
+	unsigned recomputed = 0;
+	for (int l = 0; l < m->args.n_layers; l++)
+		recomputed |= ~model_layer_keep(m, l) & ACT_ALL;
+	for (int i = 0; i < ACT_COUNT; i++)
+		if (recomputed & (1u << i))
+			p[SC_COUNT + i] = model_act_bytes(m, i, n);
+	size_t total = 0;
+	for (int i = 0; i < SC_COUNT + ACT_COUNT; i++)
+		total += al(p[i]);
+	if (sz)
+		memcpy(sz, p, sizeof p);
+	return total;
+}
+
+size_t model_scratch_bytes(const model *m, int b, int t)
+{
+	return scratch_layout(m, b, t, NULL);
+}
+
+void model_scratch_release(model *m)
+{
+	m->be->ops->free(m->be, m->scratch);
+	m->scratch = NULL;
+	m->sb = m->st = 0;
+}
+
+static int upload_rope(model *m, int t, titan_err *e)
+{
+	size_t n = (size_t)t * (size_t)m->head_dim;
+	double *cs = malloc(n * sizeof(double)); /* (t, hd/2, 2) */
+	float *csf = malloc(n * sizeof(float));
+	if (!cs || !csf) {
+		free(cs);
+		free(csf);
+		return err_set(e, "model: out of memory");
+	}
+	cpu_rope_table_f64(cs, t, m->head_dim, 0, m->args.rope_theta,
+			   m->args.rope_scale_factor);
+	for (size_t i = 0; i < n; i++)
+		csf[i] = (float)cs[i];
+	m->be->ops->copy(m->be, m->rope_cs, csf, n * sizeof(float), BACKEND_H2D);
+	free(cs);
+	free(csf);
+	return 0;
+}
+
+int model_scratch_prepare(model *m, int b, int t, titan_err *e)
+{
+	if (m->scratch && m->sb == b && m->st == t)
+		return 0;
+	model_scratch_release(m);
+	size_t sz[SC_COUNT + ACT_COUNT];
+	size_t total = scratch_layout(m, b, t, sz);
+	if (!(m->scratch = m->be->ops->alloc(m->be, total, e)))
+		return err_prefix(e, "model scratch for batch %d x seq %d", b, t);
+	void *p[SC_COUNT + ACT_COUNT];
+	char *c = m->scratch;
+	for (int i = 0; i < SC_COUNT + ACT_COUNT; i++) {
+		p[i] = sz[i] ? c : NULL;
+		c += al(sz[i]);
+	}
+	m->rope_cs = p[SC_ROPE];
+	m->logits = p[SC_LOGITS];
+	m->chunk = logits_chunk(m, (size_t)b * t);
+	m->d_x = p[SC_DX], m->d_tmp = p[SC_DTMP], m->d_xn = p[SC_DXN];
+	m->d_ya = p[SC_DYA] ? p[SC_DYA] : m->d_x;
+	m->d_q = p[SC_DQ], m->d_att = p[SC_DATT], m->d_k = p[SC_DK], m->d_v = p[SC_DV];
+	m->d_h = p[SC_DH], m->d_a = p[SC_DA], m->d_g = p[SC_DG];
+	for (int i = 0; i < ACT_COUNT; i++)
+		m->recomp[i] = p[SC_COUNT + i];
+	m->sb = b;
+	m->st = t;
+	return upload_rope(m, t, e);
+}
+
+/* ---- micro-batch contexts ---- */
+
+static int is_block(const model *m, int u)
+{
+	return u >= 1 && u <= m->args.n_layers;
+}
+
+/* The bytes of an mb's one allocation: ids, labels, hidden states, kept
+ * activations of its blocks, the head's norm output. */
+static size_t mb_layout(const model *m, int u0, int u1, int b, int t)
+{
+	size_t n = (size_t)b * t, d = (size_t)m->args.dim;
+	int head = m->n_units - 1;
+	size_t total = al(n * sizeof(int32_t)) * ((u0 == 0) + (u1 == head));
+	for (int u = u0; u <= u1 + 1; u++)
+		if (u > 0 && u <= head)
+			total += al(n * d * be_dtype_size(m->prec.resid));
+	for (int u = u0; u <= u1; u++) {
+		if (!is_block(m, u))
+			continue;
+		unsigned k = model_layer_keep(m, u - 1);
+		for (int i = 0; i < ACT_COUNT; i++)
+			if (k & (1u << i))
+				total += al(model_act_bytes(m, i, n));
+	}
+	if (u1 == head)
+		total += al(n * d * be_dtype_size(m->prec.act)) + al(n * sizeof(float));
+	return total;
+}
+
+size_t model_mb_bytes(const model *m, int u0, int u1, int b, int t)
+{
+	return mb_layout(m, u0, u1, b, t);
+}
+
+size_t model_activation_bytes(const model *m, int b, int t)
+{
+	return mb_layout(m, 0, m->n_units - 1, b, t) + scratch_layout(m, b, t, NULL);
+}
+
+void model_mb_free(model_mb *mb)
+{
+	if (!mb)
+		return;
+	for (int u = mb->u0; u <= mb->u1; u++)
+		model_block_drop_jobs(mb->m, &mb->acts[u - mb->u0]);
+	mb->m->be->ops->free(mb->m->be, mb->mem);
+	free(mb->hidden);
+	free(mb->acts);
+	free(mb);
+}
+
+model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
+{
+	int head = m->n_units - 1;
+	if (u0 < 0 || u1 > head || u0 > u1 || b <= 0 || t <= 0) {
+		err_set(e, "model: micro-batch of units %d..%d, batch %d x seq %d: expected units "
+			"within 0..%d and positive sizes", u0, u1, b, t, head);
+		return NULL;
+	}
+	if (model_scratch_prepare(m, b, t, e))
+		return NULL;
+	model_mb *mb = calloc(1, sizeof *mb);
+	if (!mb || !(mb->hidden = calloc((size_t)(u1 - u0 + 2), sizeof *mb->hidden)) ||
+	    !(mb->acts = calloc((size_t)(u1 - u0 + 1), sizeof *mb->acts))) {
+		if (mb)
+			free(mb->hidden);
+		free(mb);
+		err_set(e, "model: out of memory");
+		return NULL;
+	}
+	mb->m = m, mb->u0 = u0, mb->u1 = u1, mb->b = b, mb->t = t;
+	if (!(mb->mem = m->be->ops->alloc(m->be, mb_layout(m, u0, u1, b, t), e))) {
+		err_prefix(e, "activations for batch %d x seq %d", b, t);
+		model_mb_free(mb);
+		return NULL;
+	}
+	size_t n = (size_t)b * t, d = (size_t)m->args.dim;
+	char *c = mb->mem;
+	if (u0 == 0)
+		mb->ids = (int32_t *)c, c += al(n * sizeof(int32_t));
+	if (u1 == head)
+		mb->labels = (int32_t *)c, c += al(n * sizeof(int32_t));
+	for (int u = u0; u <= u1 + 1; u++)
+		if (u > 0 && u <= head)
+			mb->hidden[u - u0] = c, c += al(n * d * be_dtype_size(m->prec.resid));
+	for (int u = u0; u <= u1; u++) {
+		if (!is_block(m, u))
+			continue;
+		layer_act *a = &mb->acts[u - u0];
+		a->keep = model_layer_keep(m, u - 1);
+		for (int i = 0; i < ACT_COUNT; i++)
+			if (a->keep & (1u << i))
+				a->kept[i] = c, c += al(model_act_bytes(m, i, n));
+	}
+	if (u1 == head) {
+		mb->xf = c, c += al(n * d * be_dtype_size(m->prec.act));
+		mb->rstdf = (float *)c;
+	}
+	return mb;
+}
+
+static int check_ids(const int32_t *ids, int64_t n, int64_t v, int labels, titan_err *e)
+{
+	for (int64_t i = 0; i < n; i++) {
+		if (labels && ids[i] == MODEL_IGNORE_INDEX)
+			continue;
+		if (ids[i] < 0 || ids[i] >= v)
+			return labels ? err_set(e, "model: label %d at %lld outside the vocabulary "
+						"(%lld) and not %d", ids[i], (long long)i,
+						(long long)v, MODEL_IGNORE_INDEX)
+				      : err_set(e, "model: input token %d at %lld outside the "
+						"vocabulary (%lld)", ids[i], (long long)i, (long long)v);
+	}
+	return 0;
+}
+
+int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labels,
+			int train, float grad_scale, float *logits_host, titan_err *e)
+{
+	model *m = mb->m;
+	backend *be = m->be;
+	int64_t n = (int64_t)mb->b * mb->t, v = m->args.vocab_size;
+	if (mb->ids) {
+		if (!inputs)
+			return err_set(e, "model: the micro-batch starts at the embedding and has no "
+				       "inputs");
+		if (check_ids(inputs, n, v, 0, e))
+			return -1;
+		be->ops->copy(be, mb->ids, inputs, (size_t)n * sizeof(int32_t), BACKEND_H2D);
+	}
+	mb->has_labels = labels != NULL;
+	if (mb->labels && labels) {
+		if (check_ids(labels, n, v, 1, e))
+			return -1;
+		be->ops->copy(be, mb->labels, labels, (size_t)n * sizeof(int32_t), BACKEND_H2D);
+	}
+	if (train && mb->labels && !labels)
+		return err_set(e, "model: training needs labels");
+	if (logits_host && m->prec.act != BE_F32)
+		return err_set(e, "model: logits to the host need float32 activations, not %s",
+			       be_dtype_name(m->prec.act));
+	mb->train = train;
+	mb->grad_scale = grad_scale;
+	mb->logits_host = logits_host;
+	mb->loss_sum = 0;
+	mb->n_valid = 0;
+	return 0;
+}
+
+double model_mb_loss_sum(const model_mb *mb) { return mb->loss_sum; }
+int64_t model_mb_valid(const model_mb *mb) { return mb->n_valid; }
+void *model_dhidden(model *m) { return m->d_x; }
+
+void *model_mb_hidden(model_mb *mb, int u)
+{
+	return u >= mb->u0 && u <= mb->u1 + 1 ? mb->hidden[u - mb->u0] : NULL;
+}
+
+/* ---- the head ---- */
+
+/* Output projection and loss over chunks of tokens: logits (copied to the host
+ * when asked), the loss when there are labels, and with backward the logits'
+ * gradient in place, then the rows of d xf (into m->d_xn) and the output
+ * weight's gradient. */
+static void output_chunks(model *m, model_mb *mb, int backward)
+{
+	backend *be = m->be;
+	be_dtype at = m->prec.act;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, v = m->args.vocab_size;
+	for (int64_t r0 = 0; r0 < n; r0 += m->chunk) {
+		int64_t c = n - r0 < m->chunk ? n - r0 : m->chunk;
+		const void *xf = elt(mb->xf, at, (size_t)(r0 * d));
+		model_linear(m, m->logits, xf, m->out, c, d, v, 0);
+		if (mb->logits_host)
+			be->ops->copy(be, mb->logits_host + r0 * v, m->logits,
+				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
+		if (mb->has_labels)
+			be->ops->cross_entropy(be, m->logits, at, mb->labels + r0, c, v,
+					       MODEL_IGNORE_INDEX, backward ? mb->grad_scale : 0,
+					       &mb->loss_sum, &mb->n_valid);
+		if (backward) {
+			model_linear_dx(m, elt(m->d_xn, at, (size_t)(r0 * d)), m->logits, m->out, c,
+					d, v, 0);
+			model_linear_dw(m, m->out_g, m->logits, xf, c, d, v);
+		}
+	}
+}
+
+static void head_fwd(model *m, model_mb *mb)
+{
+	int head = m->n_units - 1;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	m->be->ops->rmsnorm_fwd(m->be, mb->xf, m->prec.act, mb->rstdf, model_mb_hidden(mb, head),
+				m->prec.resid, m->norm, m->prec.param, n, d,
+				(float)m->args.norm_eps);
+	if (!mb->train)
+		output_chunks(m, mb, 0);
+}
+
+static void head_bwd(model *m, model_mb *mb)
+{
+	int head = m->n_units - 1;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	output_chunks(m, mb, 1);
+	m->be->ops->rmsnorm_bwd(m->be, m->d_x, m->prec.resid, m->norm_g, m->prec.grad, m->d_xn,
+				m->prec.act, model_mb_hidden(mb, head), m->prec.resid, m->norm,
+				m->prec.param, mb->rstdf, n, d);
+}
+
+/* ---- units ---- */
+
+static int check_unit(const model *m, const model_mb *mb, int u, titan_err *e)
+{
+	if (u < mb->u0 || u > mb->u1)
+		return err_set(e, "model: unit %d is outside the micro-batch's units %d..%d", u,
+			       mb->u0, mb->u1);
+	if (m->sb != mb->b || m->st != mb->t)
+		return model_scratch_prepare((model *)m, mb->b, mb->t, e);
+	return 0;
+}
+
+/* Unit calls queue work on the backend without waiting for it: a fault inside an
+ * op surfaces at the next sync (model_run_mb's, or the caller's). */
+int model_unit_fwd(model *m, int u, model_mb *mb, titan_err *e)
+{
+	if (check_unit(m, mb, u, e))
+		return -1;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	if (u == 0)
+		m->be->ops->embedding_fwd(m->be, model_mb_hidden(mb, 1), m->prec.resid, m->tok,
+					  m->prec.param, mb->ids, n, d, 0, m->args.vocab_size);
+	else if (is_block(m, u))
+		model_block_fwd(m, mb, u - 1, model_mb_hidden(mb, u), model_mb_hidden(mb, u + 1));
+	else
+		head_fwd(m, mb);
+	return 0;
+}
+
+int model_unit_bwd(model *m, int u, model_mb *mb, int defer_wgrad, titan_err *e)
+{
+	if (check_unit(m, mb, u, e))
+		return -1;
+	if (!mb->train)
+		return err_set(e, "model: backward of a micro-batch set up for a forward only");
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	if (is_block(m, u))
+		return model_block_bwd(m, mb, u - 1, model_mb_hidden(mb, u), defer_wgrad, e);
+	if (u == 0)
+		m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, m->d_x, m->prec.resid,
+					  mb->ids, n, d, 0, m->args.vocab_size);
+	else
+		head_bwd(m, mb);
+	return 0;
+}
+
+int model_unit_wgrad(model *m, int u, model_mb *mb, titan_err *e)
+{
+	if (check_unit(m, mb, u, e))
+		return -1;
+	return is_block(m, u) ? model_block_wgrad(m, mb, u - 1, e) : 0;
+}
+
+static int hook(const model_hooks *h, int after, int u, int phase, titan_err *e)
+{
+	if (!h)
+		return 0;
+	int (*f)(void *, int, int, titan_err *) = after ? h->after : h->before;
+	return f ? f(h->ctx, u, phase, e) : 0;
+}
+
+int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e)
+{
+	for (int u = mb->u0; u <= mb->u1; u++)
+		if (hook(h, 0, u, MODEL_FWD, e) || model_unit_fwd(m, u, mb, e) ||
+		    hook(h, 1, u, MODEL_FWD, e))
+			return -1;
+	for (int u = mb->u1; mb->train && u >= mb->u0; u--)
+		if (hook(h, 0, u, MODEL_BWD, e) || model_unit_bwd(m, u, mb, 0, e) ||
+		    hook(h, 1, u, MODEL_BWD, e))
+			return -1;
+	return m->be->ops->sync(m->be, e);
+}
+
+/* The model's own context over every unit, made again when (b, t) changes. */
+static model_mb *own_mb(model *m, int b, int t, titan_err *e)
+{
+	if (m->own_mb && m->own_mb->b == b && m->own_mb->t == t)
+		return m->own_mb;
+	model_mb_free(m->own_mb);
+	m->own_mb = model_mb_create(m, 0, m->n_units - 1, b, t, e);
+	return m->own_mb;
+}
+
+int model_forward_backward(model *m, const int32_t *inputs, const int32_t *labels, int b,
+			   int t, float grad_scale, double *loss_sum, int64_t *n_valid,
+			   titan_err *e)
+{
+	if (!labels)
+		return err_set(e, "model: forward_backward needs labels");
+	model_mb *mb = own_mb(m, b, t, e);
+	if (!mb || model_mb_set_tokens(mb, inputs, labels, 1, grad_scale, NULL, e) ||
+	    model_run_mb(m, mb, NULL, e))
+		return -1;
+	*loss_sum = mb->loss_sum;
+	*n_valid = mb->n_valid;
+	return 0;
+}
+
+int model_forward(model *m, const int32_t *inputs, const int32_t *labels, int b, int t,
+		  float *logits, double *loss_sum, int64_t *n_valid, titan_err *e)
+{
+	model_mb *mb = own_mb(m, b, t, e);
+	if (!mb || model_mb_set_tokens(mb, inputs, labels, 0, 0, logits, e) ||
+	    model_run_mb(m, mb, NULL, e))
+		return -1;
+	if (loss_sum)
+		*loss_sum = mb->loss_sum;
+	if (n_valid)
+		*n_valid = mb->n_valid;
+	return 0;
+}
