@@ -16,6 +16,15 @@
 #       the first windows of TOKENS, saves DUMP/checkpoint/step-2 as its
 #       trainer does (with a pickled data loader state titan cannot read),
 #       then trains step 3 and writes its loss and weights for titan to match.
+#   hf-load HFDIR MODEL.safetensors
+#       torchtitan starts from titan's last save in HF safetensors
+#       (checkpoint.initial_load_in_hf): its weights must equal MODEL, titan's
+#       same model under torchtitan's names, bit for bit.
+#   hf-save DUMP TOKENS OUT_LOSS1 OUT_MODEL.safetensors
+#       torchtitan initialises debugmodel (seed 0) and saves it as its last
+#       save in HF safetensors (checkpoint.last_save_in_hf) in
+#       DUMP/checkpoint/step-1; writes the loss of step 1 from it and its
+#       weights under torchtitan's names.
 #
 # TOKENS is the train split as a titan token stream (titan-shard cat --split
 # train): windows of seq_len + 1 tokens without overlap, in order, are the
@@ -36,7 +45,7 @@ from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
 from torchtitan.config import JobConfig
 from torchtitan.distributed.parallel_dims import ParallelDims
-from torchtitan.models.llama3 import Transformer, llama3_args
+from torchtitan.models.llama3 import Llama3StateDictAdapter, Transformer, llama3_args
 
 SEQ_LEN, BATCH = 16, 2
 
@@ -103,20 +112,22 @@ class Loader:
         self.sd = sd
 
 
-def trainer(dump):
+def trainer(dump, jc=None, hf=False):
     torch.manual_seed(0)
     model = Transformer(llama3_args["debugmodel"])
     with torch.no_grad():
         model.init_weights()
     model.train()
-    jc = job_config()
+    jc = jc or job_config()
     pd = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=1)
     opt = build_optimizers([model], jc.optimizer, pd)
     sched = build_lr_schedulers(opt, jc.lr_scheduler, jc.training.steps)
     ts, loader = TrainState(), Loader()
     ckpt = CheckpointManager(dataloader=loader, model_parts=[model], optimizers=opt,
                              lr_schedulers=sched, states={"train_state": ts},
-                             checkpoint_config=jc.checkpoint, sd_adapter=None, base_folder=dump)
+                             checkpoint_config=jc.checkpoint,
+                             sd_adapter=Llama3StateDictAdapter(llama3_args["debugmodel"], None)
+                             if hf else None, base_folder=dump)
     return model, opt, sched, ts, ckpt
 
 
@@ -186,6 +197,38 @@ def torchtitan_to_titan(dump, tokens, out_loss, out_weights):
     print(f"torchtitan losses {losses}; step-2 saved in {dump}/checkpoint")
 
 
+def hf_load(hfdir, want):
+    jc = job_config()
+    jc.checkpoint.folder = "none-yet"  # no checkpoint folder: the initial load applies
+    jc.checkpoint.initial_load_in_hf = True
+    jc.checkpoint.initial_load_path = hfdir
+    model, _, _, _, ckpt = trainer(os.path.dirname(os.path.abspath(hfdir)), jc, hf=True)
+    if not ckpt.load():
+        sys.exit("torchtitan loaded nothing")
+    check_weights(model, want, "titan's HF last save loaded by torchtitan (initial_load_in_hf)", 0.0)
+    ckpt.close()
+
+
+def hf_save(dump, tokens, out_loss, out_weights):
+    wins = windows(tokens)
+    jc = job_config()
+    jc.checkpoint.last_save_model_only = True
+    jc.checkpoint.last_save_in_hf = True
+    model, _, _, _, ckpt = trainer(dump, jc, hf=True)
+    ckpt.save(curr_step=1, last_step=True)
+    ckpt.close()
+    batch = torch.stack(wins[0:BATCH])
+    with torch.no_grad():
+        logits = model(batch[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                                 batch[:, 1:].reshape(-1))
+    with open(out_loss, "w") as f:
+        f.write(f"{loss.item():.9g}\n")
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, out_weights)
+    print(f"torchtitan saved its model as HF in {dump}/checkpoint/step-1: "
+          f"{sorted(os.listdir(os.path.join(dump, 'checkpoint', 'step-1')))}")
+
+
 def main():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29600 + os.getpid() % 1000))
@@ -196,9 +239,14 @@ def main():
             titan_to_torchtitan(*args)
         elif cmd == "torchtitan-to-titan" and len(args) == 4:
             torchtitan_to_titan(*args)
+        elif cmd == "hf-load" and len(args) == 2:
+            hf_load(*args)
+        elif cmd == "hf-save" and len(args) == 4:
+            hf_save(*args)
         else:
             sys.exit("usage: ckpt_crossing.py titan-to-torchtitan DUMP TOKENS SEED LOSS4 STEP4 |"
-                     " torchtitan-to-titan DUMP TOKENS OUT_LOSS3 OUT_STEP3")
+                     " torchtitan-to-titan DUMP TOKENS OUT_LOSS3 OUT_STEP3 |"
+                     " hf-load HFDIR MODEL | hf-save DUMP TOKENS OUT_LOSS1 OUT_MODEL")
     finally:
         dist.destroy_process_group()
 

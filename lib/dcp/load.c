@@ -420,13 +420,27 @@ static int step_of(const char *name, int64_t *step, int *partial)
 	return 0;
 }
 
+static int has_file(const char *dir, const char *name)
+{
+	char *p = path_join(dir, name);
+	struct stat st;
+	int ok = p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+	free(p);
+	return ok;
+}
+
+int dcp_is_hf_step(const char *dir)
+{
+	return !has_file(dir, ".metadata") && has_file(dir, "model.safetensors.index.json");
+}
+
+/* A complete step folder: a DCP checkpoint's .metadata, or (torchtitan's
+ * last_save_in_hf) an HF safetensors index, both written last. */
 static int has_metadata(const char *folder, const char *name)
 {
-	char *d = path_join(folder, name), *m = d ? path_join(d, ".metadata") : NULL;
-	struct stat st;
-	int ok = m && stat(m, &st) == 0 && S_ISREG(st.st_mode);
+	char *d = path_join(folder, name);
+	int ok = d && (has_file(d, ".metadata") || has_file(d, "model.safetensors.index.json"));
 	free(d);
-	free(m);
 	return ok;
 }
 

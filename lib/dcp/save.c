@@ -336,7 +336,7 @@ dcp_saver *dcp_save_begin(const char *dir, int rank, int world, const dcp_item *
 		err_set(err, "out of memory");
 		return NULL;
 	}
-	if (mkdir_p(s->stage, err)) {
+	if (dcp_stage_dir(s->stage, err)) {
 		saver_free(s);
 		return NULL;
 	}
@@ -541,7 +541,15 @@ int dcp_rm_rf(const char *path)
 	return rm_rf(path);
 }
 
-static int swap_in(const char *stage, const char *dir, titan_err *err)
+int dcp_stage_dir(const char *stage, titan_err *err)
+{
+	struct stat st;
+	if (lstat(stage, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(stage) != 0)
+		return err_errno(err, "%s: not a folder, and cannot be removed", stage);
+	return mkdir_p(stage, err);
+}
+
+int dcp_swap_in(const char *stage, const char *dir, titan_err *err)
 {
 	struct stat st;
 	char *old = NULL;
@@ -601,7 +609,7 @@ int dcp_save_commit(const char *dir, int world, titan_err *err)
 	if (rc == 0)
 		rc = fsync_parent_dir(mp, err);
 	if (rc == 0)
-		rc = swap_in(stage, dir, err);
+		rc = dcp_swap_in(stage, dir, err);
 	if (rc)
 		err_prefix(err, "%s", dir);
 	for (size_t i = 0; i < m.n; i++)

@@ -323,6 +323,33 @@ static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err 
 	return 0;
 }
 
+/* torchtitan's last_save_in_hf: the last step's model as HF safetensors, in
+ * the files model.hf_assets_path's index names (one file without it). */
+static int save_hf(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (finish_pending(j, err) != 0)
+		return -1;
+	char dir[1100], index[1100];
+	snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)j->step);
+	snprintf(index, sizeof index, "%s/model.safetensors.index.json", c->model.hf_assets_path);
+	struct stat st;
+	int have_index = stat(index, &st) == 0 && S_ISREG(st.st_mode);
+	if (!have_index)
+		titan_warn("model.safetensors.index.json not found at hf_assets_path: %s; saving a "
+			   "single safetensors file", index);
+	double t0 = now_s();
+	metrics_log(j->log, "Saving a model only checkpoint in %s at last step, step %lld, as "
+		    "HF safetensors.", c->checkpoint.export_dtype, (long long)j->step);
+	tstate s;
+	fill_state(j, &s, NULL);
+	if (tstate_save_hf(dir, &s, c->checkpoint.export_dtype, have_index ? index : NULL, err) != 0 ||
+	    dcp_purge(j->ckpt_dir, (int)c->checkpoint.keep_latest_k, err) != 0)
+		return -1;
+	metrics_log(j->log, "Finished saving the checkpoint in %.2f seconds.", now_s() - t0);
+	return 0;
+}
+
 static int list_has_part(const cfg_strlist *l, const char *part)
 {
 	for (int i = 0; i < l->n; i++)
@@ -366,10 +393,23 @@ static int load_checkpoint(job *j, titan_err *err)
 			return -1;
 	}
 	char dir[1100];
-	int model_only;
+	int model_only, hf = 0;
 	if (step >= 0) {
 		snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)step);
 		model_only = step == 0;
+		hf = dcp_is_hf_step(dir); /* a last save in HF safetensors */
+		if (c->checkpoint.initial_load_in_hf)
+			titan_warn("checkpoint.initial_load_in_hf is true but %s holds checkpoints: "
+				   "loading from them, not from HF safetensors", j->ckpt_dir);
+	} else if (c->checkpoint.initial_load_in_hf) {
+		/* torchtitan: initial_load_path, else model.hf_assets_path. */
+		const char *from = c->checkpoint.initial_load_path ? "checkpoint.initial_load_path"
+								   : "model.hf_assets_path";
+		snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path
+							? c->checkpoint.initial_load_path
+							: c->model.hf_assets_path);
+		metrics_log(j->log, "loading HF safetensors from --%s: %s", from, dir);
+		hf = model_only = 1;
 	} else if (c->checkpoint.initial_load_path != NULL) {
 		snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path);
 		model_only = c->checkpoint.initial_load_model_only;
@@ -380,6 +420,20 @@ static int load_checkpoint(job *j, titan_err *err)
 	metrics_log(j->log, "Loading the checkpoint from %s.", dir);
 	tstate s;
 	fill_state(j, &s, NULL);
+	if (hf) {
+		if (tstate_load_hf(dir, &s, err) != 0)
+			return -1;
+		if (step > 0) {
+			titan_warn("%s holds the model only (HF safetensors); training continues "
+				   "after step %lld with a fresh optimizer", dir, (long long)step);
+			j->step = step;
+			j->ntokens_seen = step * j->accum * j->B * j->T;
+			if (seek_by_tokens(j, j->ntokens_seen, dir, err) != 0)
+				return -1;
+		}
+		metrics_log(j->log, "Finished loading the checkpoint in %.2f seconds.", now_s() - t0);
+		return 0;
+	}
 	tstate_loaded got;
 	int rc = tstate_load(dir, &s, model_only, &c->checkpoint.exclude_from_loading, &got, err);
 	if (rc == 0 && got.dataloader && loader_state_is_titan(s.loader, s.loader_len)) {
@@ -620,8 +674,10 @@ static int run_loop(job *j, titan_err *err)
 			return 0;
 		}
 		if (should_save(j, last) &&
-		    save_checkpoint(j, last && c->checkpoint.last_save_model_only,
-				    c->checkpoint.export_dtype, err) != 0)
+		    (last && c->checkpoint.last_save_in_hf
+			     ? save_hf(j, err)
+			     : save_checkpoint(j, last && c->checkpoint.last_save_model_only,
+					       c->checkpoint.export_dtype, err)) != 0)
 			return -1;
 	}
 	metrics_log(j->log, "Training completed");

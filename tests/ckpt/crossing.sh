@@ -61,6 +61,14 @@ loss_at() { # metrics.jsonl STEP
 	grep "^{\"step\":$2,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
 }
 
+close_to() { # NAME TITAN TORCHTITAN RELATIVE-TOLERANCE
+	if awk -v a="$2" -v b="$3" -v r="$4" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= r * b) }'; then
+		t_ok "$1 ($2, $3)"
+	else
+		t_not_ok "$1" "titan $2, torchtitan $3"
+	fi
+}
+
 # titan -> torchtitan.
 A="$TMP/a"
 t_run "titan writes a seed checkpoint" "$TRAIN" --config "$TMP/cross.toml" --job.dump_folder "$A" \
@@ -88,13 +96,8 @@ t_run "titan-train resumes torchtitan's step-2 and trains step 3" \
 t_grep "titan resumes torchtitan's data position from ntokens_seen" \
 	'resumes after train_state.ntokens_seen = 64 tokens (4 windows)' "$TMP/.err"
 t_grep "titan starts at step 3" 'Training starts at step 3' "$TMP/.err"
-want=$(cat "$TMP/loss3")
-got=$(loss_at "$B/metrics.jsonl" 3)
-if awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'; then
-	t_ok "step 3 after torchtitan's step-2: titan's loss $got, torchtitan's $want"
-else
-	t_not_ok "step 3 after torchtitan's step-2: titan's loss equals torchtitan's" "titan $got, torchtitan $want"
-fi
+close_to "step 3 after torchtitan's step-2: titan's loss is torchtitan's" \
+	"$(loss_at "$B/metrics.jsonl" 3)" "$(cat "$TMP/loss3")" 1e-4
 "$C" dcp-to-single "$B/checkpoint/step-3" "$TMP/b3.safetensors" --model-only >/dev/null 2>&1
 "$C" diff "$TMP/tt3.safetensors" "$TMP/b3.safetensors" --tol 2e-6 >"$TMP/b3.diff" 2>&1
 bad=$(grep -vc ' ok ' "$TMP/b3.diff")
@@ -104,5 +107,29 @@ if [ "$n" -eq 57 ] && [ "$bad" -eq 0 ]; then
 else
 	t_not_ok "step 3 weights: titan's equal torchtitan's within 2e-6" "$n ok, $bad other: $(grep -v ' ok ' "$TMP/b3.diff" | head -3)"
 fi
+
+# HF safetensors both ways (checkpoint.last_save_in_hf, initial_load_in_hf).
+t_run "titan's last save in HF safetensors" "$TRAIN" --config "$TMP/cross.toml" --job.dump_folder "$TMP/h" \
+	--training.steps 2 --checkpoint.last_save_model_only --checkpoint.last_save_in_hf \
+	--model.hf_assets_path "$TMP/none"
+t_run "the same run with a DCP last save" "$TRAIN" --config "$TMP/cross.toml" --job.dump_folder "$TMP/hd" \
+	--training.steps 2 --checkpoint.last_save_model_only
+"$C" dcp-to-single "$TMP/hd/checkpoint/step-2" "$TMP/hd2.safetensors" --model-only >/dev/null 2>&1
+t_run "torchtitan's initial_load_in_hf loads titan's HF last save: the model, bit for bit" \
+	"$PY" scripts/ckpt_crossing.py hf-load "$TMP/h/checkpoint/step-2" "$TMP/hd2.safetensors"
+sed 's/^/# /' "$TMP/.out"
+t_run "torchtitan's last_save_in_hf" "$PY" scripts/ckpt_crossing.py hf-save "$TMP/g" "$TMP/train.tts" \
+	"$TMP/loss1" "$TMP/g.safetensors"
+sed 's/^/# /' "$TMP/.out"
+"$C" from-hf "$TMP/g/checkpoint/step-1" "$TMP/g-dcp" --flavor debugmodel >/dev/null 2>"$TMP/fromhf.err"
+"$C" diff "$TMP/g.safetensors" "$TMP/g-dcp" >"$TMP/g.diff" 2>&1
+n=$(grep -c ' ok  *max_abs 0 max_rel 0$' "$TMP/g.diff")
+[ "$n" -eq 57 ] && t_ok "titan reads torchtitan's HF last save as torchtitan's model, bit for bit" ||
+	t_not_ok "titan reads torchtitan's HF last save as torchtitan's model" "$n equal: $(head -3 "$TMP/g.diff") $(cat "$TMP/fromhf.err")"
+t_run "titan-train starts from torchtitan's HF last save (initial_load_in_hf)" "$TRAIN" \
+	--config "$TMP/cross.toml" --job.dump_folder "$TMP/gt" --training.steps 1 \
+	--checkpoint.initial_load_in_hf --checkpoint.initial_load_path "$TMP/g/checkpoint/step-1"
+close_to "its first loss is torchtitan's on the same batch" \
+	"$(loss_at "$TMP/gt/metrics.jsonl" 1)" "$(cat "$TMP/loss1")" 1e-5
 
 t_done

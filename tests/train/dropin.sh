@@ -44,4 +44,63 @@ t_fails "data of a 4096-id vocabulary is refused on debugmodel (2048)" 1 \
 	"$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/w" --training.dataset_path "$TMP/big"
 t_grep "the refusal says why" 'holds ids of a 4096-token vocabulary, more than the 2048 of model.flavor "debugmodel"' "$TMP/.err"
 
+# HF safetensors in the trainer (torchtitan's checkpoint.initial_load_in_hf and
+# last_save_in_hf).  Run H ends with an HF last save; run D is the same run
+# with a model-only DCP last save: the HF files are D's model exported.
+t_run "last_save_in_hf writes the last step as HF safetensors" "$TRAIN" --config "$TMP/tiny.toml" \
+	--job.dump_folder "$TMP/h" --checkpoint.last_save_model_only --checkpoint.last_save_in_hf \
+	--model.hf_assets_path "$TMP/none"
+H2="$TMP/h/checkpoint/step-2"
+if [ -f "$H2/model-00001-of-00001.safetensors" ] && [ -f "$H2/model.safetensors.index.json" ] &&
+	[ ! -e "$H2/.metadata" ]; then
+	t_ok "one file and its index, as torch's HuggingFaceStorageWriter names them"
+else
+	t_not_ok "one file and its index, as torch's HuggingFaceStorageWriter names them" "$(ls -A "$H2" 2>&1)"
+fi
+t_grep "the HF folder holds HF names" '"model.layers.5.self_attn.q_proj.weight": "model-00001-of-00001.safetensors"' \
+	"$H2/model.safetensors.index.json"
+t_run "the same run with a DCP last save" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/d" \
+	--checkpoint.last_save_model_only
+"$C" to-hf "$TMP/d/checkpoint/step-2" "$TMP/d-hf" --flavor debugmodel >/dev/null 2>&1
+"$C" diff "$TMP/d-hf" "$H2" >"$TMP/hf.diff" 2>&1
+n=$(grep -c ' ok  *max_abs 0 max_rel 0$' "$TMP/hf.diff")
+if [ "$n" -eq 57 ] && [ "$(grep -vc ' ok ' "$TMP/hf.diff")" -eq 0 ]; then
+	t_ok "the HF last save equals titan-ckpt-convert to-hf of the model, bit for bit (57 tensors)"
+else
+	t_not_ok "the HF last save equals to-hf of the model" "$n equal: $(grep -v ' ok ' "$TMP/hf.diff" | head -3)"
+fi
+t_run "a run of 2 steps is already done after its HF last save" "$TRAIN" --config "$TMP/tiny.toml" \
+	--job.dump_folder "$TMP/h" --checkpoint.last_save_model_only --checkpoint.last_save_in_hf
+t_grep "the HF step folder counts as the run's latest step" 'Step 2 already reached' "$TMP/.err"
+
+# With model.hf_assets_path holding a sharded HF model, the last save is
+# sharded as its index says (torchtitan's fqn_to_index_mapping).
+"$C" to-hf "$TMP/d/checkpoint/step-2" "$TMP/assets" --flavor debugmodel --max-shard-size 2M >/dev/null 2>&1
+t_run "last_save_in_hf with a sharded model in hf_assets_path" "$TRAIN" --config "$TMP/tiny.toml" \
+	--job.dump_folder "$TMP/hs" --checkpoint.last_save_model_only --checkpoint.last_save_in_hf \
+	--model.hf_assets_path "$TMP/assets"
+t_same "its files and index are the assets' layout" "$TMP/assets/model.safetensors.index.json" \
+	"$TMP/hs/checkpoint/step-2/model.safetensors.index.json"
+
+# Starting from the HF folder or from the same model as a DCP folder trains
+# the same step, bit for bit: the HF import undoes the export exactly.
+t_run "initial_load_in_hf starts from an HF folder" "$TRAIN" --config "$TMP/tiny.toml" \
+	--job.dump_folder "$TMP/i" --training.steps 1 --checkpoint.initial_load_in_hf \
+	--checkpoint.initial_load_path "$H2"
+t_grep "it says where it loads from, as torchtitan does" \
+	"loading HF safetensors from --checkpoint.initial_load_path: $H2" "$TMP/.err"
+t_run "initial_load_path starts from the same model as DCP" "$TRAIN" --config "$TMP/tiny.toml" \
+	--job.dump_folder "$TMP/j" --training.steps 1 --checkpoint.initial_load_path "$TMP/d/checkpoint/step-2"
+"$C" diff "$TMP/i/checkpoint/step-1" "$TMP/j/checkpoint/step-1" >"$TMP/ij.diff" 2>&1
+bad=$(grep -vc ' ok  *max_abs 0 max_rel 0$' "$TMP/ij.diff")
+[ "$bad" -eq 0 ] && t_ok "a step from the HF folder equals a step from the DCP folder bit for bit" ||
+	t_not_ok "a step from the HF folder equals a step from the DCP folder" "$(grep -v ' ok ' "$TMP/ij.diff" | head -3)"
+t_run "initial_load_in_hf without initial_load_path reads model.hf_assets_path" "$TRAIN" \
+	--config "$TMP/tiny.toml" --job.dump_folder "$TMP/k" --training.steps 1 \
+	--checkpoint.initial_load_in_hf --model.hf_assets_path "$H2"
+t_grep "it names model.hf_assets_path" "loading HF safetensors from --model.hf_assets_path: $H2" "$TMP/.err"
+t_fails "initial_load_in_hf needs initial_load_model_only, as torchtitan asserts" 2 "$TRAIN" \
+	--config "$TMP/tiny.toml" --checkpoint.initial_load_in_hf --checkpoint.initial_load_model_only false
+t_grep "the refusal says why" 'initial_load_in_hf: needs checkpoint.initial_load_model_only' "$TMP/.err"
+
 t_done
