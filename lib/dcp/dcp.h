@@ -172,6 +172,7 @@ typedef struct dcp_ckpt {
 	size_t n;
 	char *version;       /* Metadata.version ("1.0.0"), NULL when absent (older torch) */
 	struct dcp_files *files; /* mapped data files (private) */
+	struct strmap *index;    /* fqn -> entry (private) */
 } dcp_ckpt;
 
 /* Read DIR/.metadata. */
@@ -199,8 +200,13 @@ int64_t dcp_latest_step(const char *folder, titan_err *err);
 /* Whether a step folder holds HF safetensors (an index, no .metadata). */
 int dcp_is_hf_step(const char *dir);
 /* Remove all but the newest k complete step-N folders (and any step-N.partial
- * older than the newest complete one).  k <= 0 keeps everything. */
+ * older than the newest complete one).  k <= 0 keeps everything.  A folder is
+ * renamed out of sight before it is deleted, so a kill never leaves a step
+ * that looks complete but is not; dcp_clean_stale runs first. */
 int dcp_purge(const char *folder, int keep_latest_k, titan_err *err);
+/* Remove the step-N.old.PID folders left when a process was killed while it
+ * replaced or purged a step (PID gone, or this process). */
+int dcp_clean_stale(const char *folder, titan_err *err);
 
 /* Any checkpoint as a flat list of named items ----------------------------- */
 

@@ -2,7 +2,10 @@
 #ifndef TITAN_DCP_PRIV_H
 #define TITAN_DCP_PRIV_H
 
+#include <stdint.h>
+
 #include "core/mfile.h"
+#include "core/strmap.h"
 #include "dcp/dcp.h"
 
 struct dcp_files {

@@ -397,18 +397,19 @@ static int add_file(st_set *s, const char *path, titan_err *err)
 
 static int open_index(st_set *s, const char *dir, const char *ip, titan_err *err)
 {
-	json_error_t je;
-	json_t *root = json_load_file(ip, 0, &je);
+	json_t *root = tjson_load_file(ip, 0, err), *wm = NULL;
 	if (!root)
-		return err_set(err, "%s: %s", ip, je.text);
-	json_t *wm = json_object_get(root, "weight_map");
-	int rc = json_is_object(wm) ? 0 : err_set(err, "%s: no weight_map", ip);
+		return -1;
+	int rc = tjson_get_object(root, "weight_map", &wm, ip, err);
 	const char *k;
 	json_t *v;
 	/* Open each distinct file once, in first-mention order. */
 	json_object_foreach(wm, k, v) {
 		const char *f = json_string_value(v);
-		if (rc || !f)
+		if (rc == 0 && !f)
+			rc = err_set(err, "%s: weight_map maps '%s' to %s, not to a file name", ip, k,
+				     tjson_type_name(v));
+		if (rc)
 			continue;
 		if (strchr(f, '/') || strstr(f, "..")) {
 			rc = err_set(err, "%s: unsafe file name '%s'", ip, f);
