@@ -61,6 +61,9 @@ typedef struct loader_opts {
 				 loss curves compare with torchtitan's */
 	int doc_bounds;       /* also fill batch.doc_ids */
 	int prefetch;         /* batches prepared ahead by a thread; 0 = none */
+	const uint8_t *tokenizer; /* NULL, or the 32-byte fingerprint the folder's
+				     tokenizer must have (validation data must be the
+				     training data's tokens) */
 } loader_opts;
 
 typedef struct loader_batch {

@@ -301,6 +301,9 @@ static int excluded(const cfg_strlist *ex, const char *part)
 
 /* Load ------------------------------------------------------------------- */
 
+/* The largest step a checkpoint may hold (as config's training.steps bound). */
+#define TSTATE_MAX_STEP 1000000000000000LL
+
 static int load_int(dcp_item *it, int64_t *v, titan_err *err)
 {
 	int rc = dcp_value_get_int(it->bytes, it->nbytes, v, err);
@@ -400,6 +403,16 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	}
 	for (size_t i = first_bytes; i < b->n; i++)
 		free(b->items[i].bytes);
+	/* A step drives the lr schedule and the data position: a negative or
+	 * absurd one (a damaged or hostile checkpoint) would train nonsense. */
+	if (rc == 0 && have_train_state &&
+	    (s->step < 0 || s->step > TSTATE_MAX_STEP || s->ntokens_seen < 0))
+		rc = err_set(err, "%s: train_state.step %lld, ntokens_seen %lld: expected 0 <= step "
+			     "<= %lld and ntokens_seen >= 0", dir, (long long)s->step,
+			     (long long)s->ntokens_seen, (long long)TSTATE_MAX_STEP);
+	if (rc == 0 && want_opt && have_train_state && !(*stepv >= 0 && *stepv <= 1e15f))
+		rc = err_set(err, "%s: optimizer.state.*.step is %g: expected a count of steps", dir,
+			     (double)*stepv);
 	got->had_train_state = have_train_state;
 	for (size_t i = 0; rc == 0 && want_opt && have_train_state && i < first_bytes; i++)
 		if (!b->items[i].found)

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/afile.h"
@@ -101,6 +102,7 @@ typedef struct job {
 	double lr;
 	tstate_saver *pending;  /* async checkpoint in flight */
 	int64_t pending_step;
+	int lock_fd;            /* job.dump_folder, locked for this run (-1: not yet) */
 } job;
 
 static void job_close(job *j)
@@ -108,6 +110,8 @@ static void job_close(job *j)
 	titan_err e;
 	if (j->pending != NULL && tstate_save_finish(j->pending, &e) != 0)
 		titan_warn("%s", e.msg);
+	if (j->lock_fd >= 0)
+		close(j->lock_fd);
 	if (j->tb_open)
 		tb_close(&j->tb, NULL);
 	if (j->jl_open)
@@ -594,7 +598,7 @@ static int validate(job *j, titan_err *err)
 	snprintf(dir, sizeof dir, "%s", c->validation.dataset_path ? c->validation.dataset_path : j->data_dir);
 	loader_opts o = {.dir = dir, .split = SHARD_VAL, .seq_len = c->validation.seq_len,
 			 .local_batch = c->validation.local_batch_size, .dp_rank = 0, .dp_degree = 1,
-			 .prefetch = 1};
+			 .prefetch = 1, .tokenizer = loader_fingerprint(j->train)};
 	loader *l = loader_open(&o, err);
 	if (l == NULL)
 		return err_prefix(err, "validation data");
@@ -686,11 +690,16 @@ static int run_loop(job *j, titan_err *err)
 
 int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 {
-	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr};
+	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr, .lock_fd = -1};
 	snprintf(j.ckpt_dir, sizeof j.ckpt_dir, "%s/%s", c->job.dump_folder, c->checkpoint.folder);
 	metrics_log(j.log, "Starting job: %s", c->job.description);
 	warn_inert(&j);
 	int rc = -1;
+	/* One run per dump folder: two would mix their checkpoints and metrics.
+	 * What a killed run left half done is cleaned up once the folder is ours. */
+	if ((j.lock_fd = dir_lock(c->job.dump_folder, "titan-train is running in", err)) < 0 ||
+	    dcp_clean_stale(j.ckpt_dir, err) != 0)
+		goto out;
 	if (open_data(&j, err) != 0 || build_model(&j, err) != 0 || build_optimizer(&j, err) != 0)
 		goto out;
 	if (c->checkpoint.create_seed_checkpoint) {

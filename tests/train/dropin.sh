@@ -103,4 +103,65 @@ t_fails "initial_load_in_hf needs initial_load_model_only, as torchtitan asserts
 	--config "$TMP/tiny.toml" --checkpoint.initial_load_in_hf --checkpoint.initial_load_model_only false
 t_grep "the refusal says why" 'initial_load_in_hf: needs checkpoint.initial_load_model_only' "$TMP/.err"
 
+# One run per dump folder: a second one is refused while the first runs.
+cat >"$TMP/long.toml" <<EOF
+[training]
+dataset_path = "$TMP/data"
+local_batch_size = 1
+seq_len = 8
+steps = 100000
+[checkpoint]
+enable = true
+interval = 100000
+[activation_checkpoint]
+mode = "none"
+EOF
+"$TRAIN" --config "$TMP/long.toml" --job.dump_folder "$TMP/busy" >/dev/null 2>"$TMP/first.err" &
+first=$!
+n=0
+while ! grep -q 'Training starts' "$TMP/first.err" 2>/dev/null && [ $n -lt 300 ]; do
+	sleep 0.1
+	n=$((n + 1))
+done
+t_fails "a second titan-train on the same dump folder is refused" 1 "$TRAIN" --config "$TMP/tiny.toml" \
+	--job.dump_folder "$TMP/busy"
+t_grep "the refusal says another run is there" 'busy: another titan-train is running in this folder' "$TMP/.err"
+kill "$first"
+wait "$first"
+rc=$?
+[ "$rc" -eq 0 ] && t_ok "the first run stops cleanly on SIGTERM" ||
+	t_not_ok "the first run stops cleanly on SIGTERM" "exit $rc: $(tail -2 "$TMP/first.err")"
+if [ -s "$TMP/busy/metrics.jsonl" ] && ! grep -qv '^{"step":' "$TMP/busy/metrics.jsonl"; then
+	t_ok "its metrics.jsonl holds its own lines only"
+else
+	t_not_ok "its metrics.jsonl holds its own lines only" "$(head -3 "$TMP/busy/metrics.jsonl")"
+fi
+t_run "once it is gone the folder is free" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/busy" \
+	--checkpoint.enable false --training.steps 1
+
+# A kill while a step was replaced leaves step-N.old.PID: the next run removes it.
+dead=$(sh -c 'echo $$')
+cp -r "$TMP/v/checkpoint/step-1" "$TMP/v/checkpoint/step-1.old.$dead"
+t_run "a later run" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/v" --training.steps 3
+if ls "$TMP/v/checkpoint" | grep -q '\.old\.'; then
+	t_not_ok "removes the leftover of a killed overwrite" "$(ls "$TMP/v/checkpoint")"
+else
+	t_ok "removes the leftover of a killed overwrite"
+fi
+
+# Validation data must be the training data's tokens.
+"$GEN" gen 4 60 256 100 200 >"$TMP/other.tts"
+"$BIN/titan-shard" -q --out "$TMP/otherdata" --val-fraction 0.5 "$TMP/other.tts"
+t_fails "a validation folder made with another tokenizer is refused" 1 "$TRAIN" --config "$TMP/tiny.toml" \
+	--job.dump_folder "$TMP/val" --checkpoint.enable false --validation.enable --validation.freq 1 \
+	--validation.steps 1 --validation.seq_len 16 --validation.local_batch_size 1 \
+	--validation.dataset_path "$TMP/otherdata"
+t_grep "the refusal says so" 'otherdata: tokenized with another tokenizer' "$TMP/.err"
+
+# Listings that cannot be written are failures.
+for opt in --list-keys --list-flavors --job.print_config; do
+	t_fails "titan-train $opt > /dev/full fails" 1 sh -c "'$TRAIN' $opt >/dev/full"
+done
+t_grep "saying why" 'standard output: No space left on device' "$TMP/.err"
+
 t_done

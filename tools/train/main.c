@@ -176,7 +176,7 @@ int main(int argc, char **argv)
 	else if (config_from_args(&c, argc, argv, &nrest, rest, &err) != 0)
 		rc = fail(TITAN_EXIT_USAGE, err.msg, 1);
 	else
-		rc = run(&c, nrest, rest);
+		rc = cli_stdout_status(run(&c, nrest, rest)); /* listings: > /dev/full fails */
 	config_free(&c);
 	free(rest);
 	return rc;
