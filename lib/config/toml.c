@@ -270,9 +270,9 @@ static int parse_items(parser *ps, toml_value *v)
 			return perr(ps, "out of memory");
 		v->items = items;
 		memset(&v->items[v->n], 0, sizeof *items);
-		if (parse_value(ps, &v->items[v->n]) != 0)
+		/* Counted before it is read, so that freeing v frees a half-read item. */
+		if (parse_value(ps, &v->items[v->n++]) != 0)
 			return -1;
-		v->n++;
 		skip_ws_nl(ps);
 		if (*ps->p == ',') {
 			ps->p++;
