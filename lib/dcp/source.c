@@ -110,9 +110,10 @@ static int has_tensor(const pk_val *v, int depth)
 }
 
 /* Each path through shared containers of a torch.save file is an entry of
- * its own (as torch's nesting reads it), so the walk is bounded: a million
- * values is far beyond a real state dict. */
-#define PT_MAX_VISITS (1u << 20)
+ * its own (as torch's nesting reads it), so the walk is bounded: 256K values
+ * is far beyond the state dict of a model saved as one .pt (checkpoints of
+ * the largest models are DCP folders, read without this walk). */
+#define PT_MAX_VISITS (1u << 18)
 
 typedef struct walk {
 	dcp_source *s;
