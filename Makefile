@@ -2,6 +2,7 @@
 #
 #   make            library, programs (bin/), CUDA kernels when nvcc is found
 #   make check      build and run every test (unit, end-to-end, man page lint)
+#   make check-gpu  build and run the GPU tests alone (GPU_CHECK=1: only what they link)
 #   make demo       the whole pipeline on a bundled corpus, on the CPU
 #   make bench      benchmarks with figures against the reference tools
 #   make asan       the same build with ASan + UBSan (build/asan/); asan-check runs the tests
@@ -39,21 +40,46 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 CPPFLAGS  += -Ilib -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS    += -std=c17 $(OPT) -g -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -MMD -MP $(SANFLAGS)
 LDFLAGS   += -fopenmp $(SANFLAGS) -Wl,--as-needed
-LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(MPI_LIBS) -lm -lpthread
+LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
 
 # CUDA: found at $(CUDA_HOME)/bin/nvcc or /usr/local/cuda/bin/nvcc; CUDA=0 turns it off.
+# cuDNN (the fused attention) when cudnn.h is in CUDNN_INC; CUDNN=0 leaves it out
+# and attention runs on titan's own kernels.  CUDNN_LIBS names the library where
+# it is not in $(CUDA_HOME)/lib64 (a pip wheel's folder: -L<dir> -l:libcudnn.so.9).
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,)
 NVCC      := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,)
 CUDA      ?= $(if $(and $(NVCC),$(wildcard $(NVCC))),1,0)
-NVCCFLAGS ?= -O2 -std=c++17 -Ilib -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+NVCC_WERROR ?= -Werror all-warnings -Xcompiler -Werror
+NVCCFLAGS ?= -O2 -std=c++17 -Ilib $(NVCC_WERROR) -Xcompiler -Wall,-Wextra \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+CUDNN_INC  ?= $(CUDA_HOME)/include
+CUDNN      ?= $(if $(wildcard $(CUDNN_INC)/cudnn.h),1,0)
+CUDNN_LIBS ?= -lcudnn
+# NCCL is the comm layer's (lib/comm/nccl.c); the GPU check builds no comm.
+NCCL_LIBS  ?= $(if $(filter 1,$(GPU_CHECK)),,-lnccl)
 ifeq ($(CUDA),1)
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
-CPPFLAGS  += -DTITAN_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(NCCL_LIBS) -lcublasLt \
+             $(if $(filter 1,$(CUDNN)),$(CUDNN_LIBS),) -lcudart_static -ldl -lrt -lstdc++
+CPPFLAGS  += -DTITAN_CUDA=1 -I$(CUDA_HOME)/include $(if $(filter 1,$(CUDNN)),-DTITAN_CUDNN=1 -I$(CUDNN_INC),)
 LDLIBS    += $(CUDA_LIBS)
 endif
 
-LIB_SRC   := $(sort $(wildcard lib/*/*.c))
+# GPU_CHECK=1 builds only what the GPU tests and benchmarks link (make check-gpu
+# on a machine without Debian's -dev packages, scripts/gpu/check.sh): the
+# modules below and the model families (lib/model/families.def), linked against
+# OpenBLAS, cmocka and CUDA alone.  Warnings stay
+# warnings there: another image's compilers warn about other things, and CI's
+# -Werror build is the one that keeps the code clean.
+GPU_CHECK_MODULES ?= core backend gpu model optim \
+	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
+ifeq ($(GPU_CHECK),1)
+MPI_CFLAGS  :=
+LDLIBS      := -lopenblas $(CUDA_LIBS) -lm -lpthread
+CFLAGS      += -Wno-error
+NVCC_WERROR :=
+endif
+
+LIB_SRC   := $(sort $(wildcard $(if $(filter 1,$(GPU_CHECK)),$(GPU_CHECK_MODULES:%=lib/%/*.c),lib/*/*.c)))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CU_SRC    := $(if $(filter 1,$(CUDA)),$(sort $(wildcard kernels/*.cu)),)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
@@ -85,7 +111,7 @@ FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_TIME   ?= 60
 
-.PHONY: all check run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
+.PHONY: all check check-gpu gpu-check-build run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
 all: $(LIBTITAN) $(PROGRAMS)
 
 $(BUILD)/%.o: %.c
@@ -123,10 +149,18 @@ check: deps
 run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
 	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
 
+# The GPU tests alone (they skip, saying why, where there is no device).
+GPU_TEST_BIN  := $(filter $(BUILD)/tests/gpu/%,$(TEST_BIN))
+GPU_BENCH_BIN := $(filter $(BUILD)/tests/gpu/%,$(BENCH_BIN))
+gpu-check-build: $(GPU_TEST_BIN) $(GPU_BENCH_BIN)
+check-gpu: gpu-check-build
+	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) TITAN_TEST_FILTER=tests/gpu/ \
+		sh tests/run.sh $(GPU_TEST_BIN)
+
 # The clang copy of the library has no CUDA: the fuzz targets parse inputs.
 $(FUZZ_DIR)/%.o: %.c
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(filter-out -DTITAN_CUDA=1,$(CPPFLAGS)) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(filter-out -DTITAN_CUDA=1 -DTITAN_CUDNN=1,$(CPPFLAGS)) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_LIB): $(LIB_SRC:%.c=$(FUZZ_DIR)/%.o)
 	rm -f $@

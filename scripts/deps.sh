@@ -6,7 +6,7 @@
 set -eu
 
 PKGS="gcc make pkg-config binutils libarchive-dev libzstd-dev libcurl4-openssl-dev libssl-dev
-libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev openmpi-bin libcmocka-dev
+libjansson-dev libpcre2-dev libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev
 mandoc jq gzip zstd xz-utils bzip2 lz4 zip tar curl python3 fortunes jargon"
 # libFuzzer and its sanitizer runtimes; libomp for the library's OpenMP under clang.
 FUZZ_PKGS="clang libclang-rt-dev libomp-dev"

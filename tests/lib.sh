@@ -21,6 +21,14 @@ T_N=0
 T_FAILED=0
 export BIN FIXTURES TMP
 
+# mpirun as the tests run it: as root too, more ranks than cores, unbound.
+MPIRUN="mpirun --oversubscribe --bind-to none"
+[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+# mpirun for a job that every rank refuses (exits non-zero): mpirun kills the
+# ranks still exiting once the first has, which can cut LeakSanitizer's scan
+# at exit short, so these ranks skip it (single-process runs keep it).
+MPIRUN_REFUSED="env ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 $MPIRUN"
+
 t_ok() { T_N=$((T_N + 1)); echo "ok $T_N $1"; }
 t_not_ok() {
 	T_N=$((T_N + 1)); T_FAILED=$((T_FAILED + 1))
@@ -63,6 +71,20 @@ t_need_fixture() {
 		t_not_ok "fixture $1 present" "missing $FIXTURES/$1"
 		t_done
 	fi
+}
+
+# t_random_shards DIR SEED DOCS VOCAB MAXLEN VALFRAC: DOCS documents of up to
+# MAXLEN random ids below VOCAB (tests/shard/test_gen, seeded) into a titan-shard
+# folder DIR; a test that cannot make them fails and ends.
+t_random_shards() {
+	gen="$BUILD/tests/shard/test_gen"
+	if [ ! -x "$gen" ]; then
+		t_not_ok "token stream generator built" "missing $gen"
+		t_done
+	fi
+	"$gen" gen "$2" "$3" "$4" "$5" >"$TMP/.random.tts"
+	t_run "random data set shards" "$BIN/titan-shard" -q --out "$1" --val-fraction "$6" \
+		"$TMP/.random.tts"
 }
 
 t_done() {

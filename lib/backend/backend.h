@@ -1,7 +1,7 @@
 /* backend.h: the op interface the model, the optimizer and the parallel plans are
  * written against.  A backend owns device memory and implements every op on it;
- * the CPU backend (OpenBLAS sgemm + OpenMP) is the reference, a CUDA backend
- * implements the same table.
+ * the CPU backend (OpenBLAS sgemm + OpenMP in float32, oneDNN for bfloat16
+ * GEMMs) is the reference, a CUDA backend implements the same table.
  *
  * Conventions shared by every op:
  * - Tensors are dense and row-major in device memory (host memory on the CPU);
@@ -51,6 +51,45 @@ const char *be_dtype_name(be_dtype t); /* "float32", "bfloat16", ... */
 /* "float32" / "bfloat16" (torch's names, as configs spell them) or -1. */
 int be_dtype_parse(const char *name);
 
+/* The element-type combinations the model uses, by torchtitan's precision mode
+ * (every backend implements these; all-float32 is the reference; "f32" is
+ * BE_F32, "bf16" BE_BF16).  The CPU backend implements every mix of f32 and
+ * bf16 for every op.
+ *
+ * autocast: torch.autocast("cpu"/"cuda", bfloat16) on one device or under pure
+ * data replication; float32 master weights, cast once per step to the bf16
+ * copies the linears read (autocast's weight cache):
+ *   embedding_fwd    table f32 -> out f32: the residual stream is float32
+ *   rmsnorm_fwd      x f32, w f32 -> y bf16: the float32 norm, rounded where
+ *                    autocast casts it for the next linear
+ *   matmul           A, B bf16 -> C bf16 (activations, dx with beta 0 or 1), or
+ *                    C f32 with beta 1 (weight gradients into float32 grads)
+ *   rope             x bf16, rotated in float32 and rounded (apply_rotary_emb's
+ *                    .float() and type_as)
+ *   attention_*      q, k, v, out, dout, dq, dk, dv bf16
+ *   swiglu_*         bf16, with torch's roundings (silu(a) rounded before the
+ *                    product)
+ *   add, axpy        y f32 = x f32 + branch bf16; y f32 += x bf16
+ *   rmsnorm_bwd      dy bf16, x f32, w f32 -> dx f32, dw f32
+ *   cross_entropy    logits bf16, the loss in float32 (the loss's .float()),
+ *                    the gradient stored bf16
+ *   convert          f32 -> bf16 (the weight copies; the residual gradient
+ *                    entering a bf16 branch), bf16 -> f32
+ * FSDP's MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32):
+ * parameters gathered in bf16, every activation and the residual stream bf16:
+ *   embedding_fwd    table bf16 -> out bf16
+ *   rmsnorm_fwd      x, w, y bf16;   rmsnorm_bwd  dy, x, w, dx bf16, dw f32
+ *   matmul           C bf16 (activations), C f32 with beta 1 (weight gradients)
+ *   embedding_bwd    dout bf16 -> dtable f32
+ *   add, axpy        all bf16
+ *   rope, attention_*, swiglu_*, cross_entropy as under autocast
+ * training.dtype = "bfloat16": parameters, gradients and AdamW states bf16:
+ *   matmul           C bf16 with beta 1 (weight gradients)
+ *   rmsnorm_bwd      dw bf16;   embedding_bwd  dtable bf16
+ *   adamw, sumsq, scale   bf16 (AdamW in float32, rounded as torch's fused
+ *                    AdamW rounds bf16 states)
+ *   the rest as under FSDP's policy */
+
 /* RoPE layouts: torchtitan's Llama rotates interleaved pairs (x[2i], x[2i+1])
  * (view_as_complex of (..., hd/2, 2)); HF's and Qwen3's rotate_half pairs
  * (x[i], x[i + hd/2]). */
@@ -78,6 +117,41 @@ typedef struct be_attn {
 	be_dtype dout;     /* the gradient of out */
 	be_dtype grad;     /* dq, dk, dv */
 } be_attn;
+
+/* Mixture of experts (torchtitan's MoE: TokenChoiceTopKRouter, TokenReorderer,
+ * GroupedExperts).  n tokens each go to k of e experts; assignment a =
+ * token * k + j is the token's j-th choice.  The assignments sorted by expert
+ * (stable: in token order within an expert) are the ROWS r = 0 .. offs[e] - 1
+ * the experts' grouped matmuls run over; an expert past its capacity drops the
+ * rest of its assignments (their output is zero).  Integer arrays (idx, perm,
+ * pos, offs) are int32 in device memory. */
+enum be_moe_score {
+	BE_MOE_SOFTMAX, /* softmax over the experts */
+	BE_MOE_SIGMOID, /* an independent sigmoid per expert */
+};
+typedef struct be_moe {
+	int64_t n, e, k;   /* tokens, experts, experts per token (k <= e) */
+	int score;         /* be_moe_score, computed in float32 */
+	int route_norm;    /* divide each token's k scores by their sum (+ 1e-20) */
+	float route_scale; /* then multiply them by this */
+	int64_t groups;    /* node-limited routing: the experts form `groups` equal
+	                      groups; a token chooses among the `limited` groups whose
+	                      two best scores sum highest; 0: off */
+	int64_t limited;
+	int force_balance; /* debug.moe_force_load_balance: assignment a goes to
+	                      expert a % e, whatever the scores */
+	int64_t capacity;  /* rows an expert takes at most (in token order); 0: all */
+} be_moe;
+
+/* Grouped matmul modes (torch._grouped_mm's three uses by the experts), group
+ * g owning rows offs[g] .. offs[g+1] - 1 of the row-major 2-D operands:
+ *   BE_GMM_FWD  c (rows, nn) = a (rows, kk) @ b[g]^T,  b (groups, nn, kk)  (y = x W^T)
+ *   BE_GMM_DX   c (rows, kk) = a (rows, nn) @ b[g],    b (groups, nn, kk)  (dx = dy W)
+ *   BE_GMM_DW   c[g] (nn, kk) = a[rows of g]^T (nn, m_g) @ b[rows of g] (m_g, kk),
+ *               a (rows, nn), b (rows, kk), c (groups, nn, kk)           (dW = dy^T x)
+ * c = beta * c + product (beta 0 writes); FWD and DX with beta 0 write zero rows
+ * from offs[groups] to rows, so every row of c is defined. */
+enum be_gmm_mode { BE_GMM_FWD, BE_GMM_DX, BE_GMM_DW };
 
 typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
@@ -158,6 +232,43 @@ typedef struct backend_ops {
 	void (*cross_entropy)(backend *be, void *logits, be_dtype lt, const int32_t *labels,
 			      int64_t n, int64_t v, int32_t ignore_index, float grad_scale,
 			      double *loss_sum, int64_t *n_valid);
+
+	/* Mixture of experts (be_moe above).  Routing: scores (n, e) float32 =
+	 * softmax or sigmoid of logits (n, e) of type lt; idx (n, k) the experts
+	 * chosen (best first, ties to the lower index) by scores + bias (bias (e)
+	 * float32, or NULL: it only steers the choice); w (n, k) float32 the chosen
+	 * experts' scores, normalised (route_norm) and scaled (route_scale). */
+	void (*moe_route)(backend *be, float *scores, int32_t *idx, float *w, const void *logits,
+			  be_dtype lt, const float *bias, const be_moe *r);
+	/* dlogits (n, e) of type lt written from dw (n, k) float32, the gradient
+	 * of w; scores and idx as moe_route left them. */
+	void (*moe_route_bwd)(backend *be, void *dlogits, be_dtype lt, const float *dw,
+			      const float *scores, const int32_t *idx, const be_moe *r);
+	/* The sort by expert: perm (n*k) the assignment of each row (-1 past
+	 * offs[e]); pos (n*k) the row of each assignment (-1: dropped by
+	 * capacity); offs (e+1) each expert's first row.  counts (e) float32, when
+	 * not NULL, += the assignments each expert was chosen for (torchtitan's
+	 * tokens_per_expert, before capacity). */
+	void (*moe_permute)(backend *be, int32_t *perm, int32_t *pos, int32_t *offs,
+			    float *counts, const int32_t *idx, const be_moe *r);
+	/* y (n*k, d): row r = x[perm[r] / k] (x (n, d)), times w[perm[r]] when w
+	 * (n*k float32) is not NULL; rows from offs[e] on are zero. */
+	void (*moe_gather)(backend *be, void *y, const void *x, be_dtype t, const int32_t *perm,
+			   const int32_t *offs, const float *w, const be_moe *r, int64_t d);
+	/* out (n, d) = beta * out + sum over j in order of (w ? w[a] : 1) * y[pos[a]],
+	 * a = token * k + j, dropped assignments skipped: the experts' outputs
+	 * back in token order (and the backward of moe_gather). */
+	void (*moe_combine)(backend *be, void *out, const void *y, be_dtype t, const int32_t *pos,
+			    const float *w, float beta, const be_moe *r, int64_t d);
+	/* dw (n*k) float32: dw[a] = <y[pos[a]], x[a / k]> over d (0 when dropped);
+	 * y (rows, d), x (n, d): the gradient of the routing weights. */
+	void (*moe_dot)(backend *be, float *dw, const void *y, const void *x, be_dtype t,
+			const int32_t *pos, const be_moe *r, int64_t d);
+	/* The experts' matmuls, one call for all groups (be_gmm_mode above).
+	 * a, b of type ab; c of type ct; products accumulate in float32. */
+	void (*grouped_matmul)(backend *be, int mode, int64_t groups, const int32_t *offs,
+			       int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
+			       be_dtype ab, float beta, void *c, be_dtype ct);
 
 	/* Elementwise: y = a + b; y += alpha * x; x *= alpha. */
 	void (*add)(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,

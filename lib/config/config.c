@@ -36,7 +36,7 @@ typedef struct cfg_key {
 #define NO_MX "MX (MXFP8) training is not built"
 #define NO_FT "fault tolerance (TorchFT) is not built"
 #define NO_BUDGET "the memory_budget mode (torch.compile's min-cut partitioner) is not built"
-#define ONE_PROCESS "titan-train runs one process: there are no collectives to time out or trace"
+#define NO_FLIGHT_RECORDER "titan's comm layer has no flight recorder: a timeout names the operation instead"
 #define NO_PY "titan-train cannot import Python modules"
 
 /* [training.dataloader] and [validation.dataloader]: torch DataLoader settings. */
@@ -97,9 +97,10 @@ static const cfg_key keys[] = {
 	   "log metrics to Weights & Biases", CFG_NOT_BUILT,
 	   "Weights & Biases is not available; use metrics.enable_tensorboard"),
 
-	K("model.name", CFG_STR, model.name, "\"llama3\"", "llama3", "model.name", "model family"),
-	K("model.flavor", CFG_STR, model.flavor, "\"debugmodel\"",
-	  "debugmodel|1B|3B|8B|70B|405B", "model.flavor", "model size (see --list-flavors)"),
+	K("model.name", CFG_STR, model.name, "\"llama3\"", NULL, "model.name",
+	  "model family: llama3, or another of --list-flavors"),
+	K("model.flavor", CFG_STR, model.flavor, "\"debugmodel\"", NULL, "model.flavor",
+	  "model size, a flavor of model.name (see --list-flavors)"),
 	K("model.hf_assets_path", CFG_STR, model.hf_assets_path, "\"./tests/assets/tokenizer\"",
 	  NULL, "model.hf_assets_path",
 	  "HF assets folder: weights for checkpoint.initial_load_in_hf without initial_load_path, "
@@ -166,7 +167,7 @@ static const cfg_key keys[] = {
 	  "training.dtype", "parameter dtype"),
 	K("training.mixed_precision_param", CFG_STR, training.mixed_precision_param,
 	  "\"bfloat16\"", "bfloat16|float32", "training.mixed_precision_param",
-	  "FSDP compute dtype (takes effect with sharding only)"),
+	  "compute dtype: torch.autocast's on one process, FSDP's parameter dtype when sharding"),
 	K("training.mixed_precision_reduce", CFG_STR, training.mixed_precision_reduce,
 	  "\"float32\"", "float32", "training.mixed_precision_reduce", "gradient reduce dtype"),
 	K("training.gc_freq", CFG_INT, training.gc_freq, "50", NULL, "training.gc_freq",
@@ -358,16 +359,16 @@ static const cfg_key keys[] = {
 	KS("quantize.grouped_mm.mx.fqns", CFG_LIST, grouped_mm.mx.fqns, "[]", NULL,
 	   "MoE layers whose grouped GEMMs run in MXFP8", CFG_NOT_BUILT, NO_MOE),
 
-	KS("comm.init_timeout_seconds", CFG_INT, comm.init_timeout_seconds, "300", NULL,
-	   "collective timeout until the first step", CFG_NO_EFFECT, ONE_PROCESS),
-	KS("comm.train_timeout_seconds", CFG_INT, comm.train_timeout_seconds, "100", NULL,
-	   "collective timeout after the first step", CFG_NO_EFFECT, ONE_PROCESS),
+	K("comm.init_timeout_seconds", CFG_INT, comm.init_timeout_seconds, "300", NULL,
+	  "comm.init_timeout_seconds", "collective timeout until the first step (seconds)"),
+	K("comm.train_timeout_seconds", CFG_INT, comm.train_timeout_seconds, "100", NULL,
+	  "comm.train_timeout_seconds", "collective timeout after the first step (seconds)"),
 	KS("comm.trace_buf_size", CFG_INT, comm.trace_buf_size, "20000", NULL,
-	   "flight recorder entries (0: off)", CFG_NO_EFFECT, ONE_PROCESS),
+	   "flight recorder entries (0: off)", CFG_NO_EFFECT, NO_FLIGHT_RECORDER),
 	KS("comm.save_traces_folder", CFG_STR, comm.save_traces_folder, "\"comm_traces\"", NULL,
-	   "flight recorder folder", CFG_NO_EFFECT, ONE_PROCESS),
+	   "flight recorder folder", CFG_NO_EFFECT, NO_FLIGHT_RECORDER),
 	KS("comm.save_traces_file_prefix", CFG_STR, comm.save_traces_file_prefix, "\"rank_\"",
-	   NULL, "flight recorder file prefix", CFG_NO_EFFECT, ONE_PROCESS),
+	   NULL, "flight recorder file prefix", CFG_NO_EFFECT, NO_FLIGHT_RECORDER),
 	KS("comm.mode", CFG_STR, comm.mode, "\"default\"", "default|fake_backend|local_tensor",
 	   "real collectives, or a dry run", CFG_NOT_BUILT,
 	   "dry runs on a fake or local-tensor backend are not built"),
@@ -1031,6 +1032,8 @@ int config_validate(const job_config *c, titan_err *err)
 	    validate_dataloader(&c->validation.dataloader, "validation.dataloader", err))
 		return -1;
 	if (need(c->metrics.log_freq >= 1, err, "metrics.log_freq: must be >= 1") ||
+	    need(c->comm.init_timeout_seconds >= 1 && c->comm.train_timeout_seconds >= 1, err,
+		 "comm.init_timeout_seconds and train_timeout_seconds: must be >= 1") ||
 	    need(t->steps >= 1, err, "training.steps: must be >= 1") ||
 	    need(t->local_batch_size >= 1, err, "training.local_batch_size: must be >= 1") ||
 	    need(t->global_batch_size == -1 || t->global_batch_size >= 1, err,

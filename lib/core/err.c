@@ -62,8 +62,17 @@ int err_prefix(titan_err *e, const char *fmt, ...)
 	return -1;
 }
 
+static int warnings = 1;
+
+void titan_set_warnings(int on)
+{
+	warnings = on;
+}
+
 void titan_warn(const char *fmt, ...)
 {
+	if (!warnings)
+		return;
 	va_list ap;
 	fprintf(stderr, "%s: ", progname);
 	va_start(ap, fmt);

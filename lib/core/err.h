@@ -38,7 +38,9 @@ int err_prefix(titan_err *e, const char *fmt, ...)
 void titan_set_progname(const char *name);
 const char *titan_progname(void);
 
-/* "titan-NAME: message" on stderr. */
+/* "titan-NAME: message" on stderr (nothing once warnings are off: the
+ * ranks of a job but the first say what the first says). */
+void titan_set_warnings(int on);
 void titan_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void titan_err_print(const titan_err *e);
 

@@ -1,18 +1,249 @@
 /* launch.h: the host launchers of kernels/ (.cu files), with C linkage.  Private to
- * lib/gpu (and later lib/ backends): programs use gpu.h.  Pointers are device
- * pointers; stream is a cudaStream_t (NULL: the default stream).  Each returns
- * the cudaError_t of the launch (0 = success). */
+ * lib/gpu and the CUDA backend: programs use gpu.h.
+ *
+ * Conventions:
+ * - Pointers are device pointers; stream is a cudaStream_t (NULL: the default
+ *   stream).  Each launcher returns the cudaError_t of its launch (0 = success);
+ *   an unsupported element type or size returns cudaErrorInvalidValue (1).
+ * - A tensor's element type travels beside its pointer as a gpu_dtype.  GPU_BF16
+ *   elements are bfloat16 bit patterns (uint16_t on the C side, __nv_bfloat16 in
+ *   the kernels).  Whatever the storage, every kernel computes in float32 and
+ *   rounds to nearest even when it stores bf16 (torch's .to(torch.bfloat16)).
+ * - Statistics (rstd, lse, losses) and reductions (norms, loss sums) are float32
+ *   or double always (DESIGN.md "Precision"): their pointers are typed.  Weight
+ *   gradients take the type the caller gives them (float32 unless training.dtype
+ *   is bfloat16), summed in float32 whatever it is.
+ * - Shapes as in backend.h: row-major, sizes as counts, the layout of each
+ *   argument in its comment.
+ * - Nothing here uses atomics on floating point: every result repeats bit for bit
+ *   on the same device with the same shapes.  Where an op needs scratch memory it
+ *   says how much (a *_scratch_bytes function) and the caller passes it in: no
+ *   launcher allocates, so a whole step can be captured in a CUDA graph. */
 #ifndef TITAN_GPU_LAUNCH_H
 #define TITAN_GPU_LAUNCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+typedef enum gpu_dtype {
+	GPU_F32 = 0,
+	GPU_BF16 = 1,
+} gpu_dtype;
+
+/* Bytes of one element of dtype (0 for an unknown one). */
+static inline size_t gpu_dtype_size(int dtype)
+{
+	return dtype == GPU_F32 ? 4 : dtype == GPU_BF16 ? 2 : 0;
+}
+
 /* c[i] = a[i] + b[i] for i < n (n may exceed 2^31). */
 int launch_vecadd(const float *a, const float *b, float *c, size_t n, void *stream);
+
+/* --- elementwise (kernels/elementwise.cu) --- */
+
+/* y (n) = x (n) converted; y and x may not overlap unless they are the same
+ * pointer with the same type. */
+int launch_cast(void *y, int ty, const void *x, int tx, int64_t n, void *stream);
+/* y = a + b, all (n); y may be a or b. */
+int launch_add(void *y, int ty, const void *a, int ta, const void *b, int tb, int64_t n,
+	       void *stream);
+/* y += alpha * x, (n). */
+int launch_axpy(void *y, int ty, float alpha, const void *x, int tx, int64_t n, void *stream);
+/* x *= alpha, (n). */
+int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream);
+
+/* --- RMSNorm fused with the residual add (kernels/rmsnorm.cu) --- */
+
+/* r = x + delta (delta NULL: r = x), rounded to tres when res is given, and
+ * stored to res (which may be x: the residual stream updated in place);
+ * y = r * rstd * w with rstd = 1/sqrt(mean(r^2) + eps) over the last dim.
+ * x, delta, res, y (n, d); w (d); rstd (n).  The statistics are float32 over
+ * the stored r, as torch computes the norm of a bf16 residual.  With delta and
+ * res NULL this is backend.h's rmsnorm_fwd. */
+int launch_rmsnorm_fwd(void *y, int ty, float *rstd, void *res, int tres, const void *x,
+		       int tx, const void *delta, int tdelta, const void *w, int tw, int64_t n,
+		       int64_t d, float eps, void *stream);
+/* dx = rmsnorm backward of dy (+ dres when not NULL: the gradient arriving along
+ * the residual stream), written; dw (d) += sum over rows of dy * x * rstd.  dres
+ * has dx's type and may be dx.  dy, dres, x, dx (n, d); w, dw (d); rstd (n).
+ * scratch: at least rmsnorm_bwd_scratch_bytes(n, d) bytes (per-block partial
+ * dw, summed in block order). */
+#define GPU_RMSNORM_BWD_BLOCKS 256 /* at most; a function of n alone, so the sum's order is too */
+static inline size_t rmsnorm_bwd_scratch_bytes(int64_t n, int64_t d)
+{
+	int64_t blocks = n < GPU_RMSNORM_BWD_BLOCKS ? n : GPU_RMSNORM_BWD_BLOCKS;
+	return n > 0 && d > 0 ? (size_t)blocks * (size_t)d * sizeof(float) : 0;
+}
+int launch_rmsnorm_bwd(void *dx, int tdx, void *dw, int tdw, const void *dy, int tdy,
+		       const void *dres, const void *x, int tx, const void *w, int tw,
+		       const float *rstd, int64_t n, int64_t d, void *scratch, void *stream);
+
+/* --- rotary embedding (kernels/rope.cu) --- */
+
+/* Which elements form a rotated pair: (2i, 2i+1) in torchtitan's and Meta's
+ * Llama (complex view), (i, i + hd/2) in HF's rotate_half (Qwen3, HF Llama). */
+enum gpu_rope_style { GPU_ROPE_INTERLEAVED = 0, GPU_ROPE_HALF = 1 };
+
+/* In place, as backend.h's rope: x (b, t, h, hd); cs (t, hd/2, 2) holds (cos, sin)
+ * of pair i's angle at each position; inverse rotates by minus the angle. */
+int launch_rope(void *x, int tx, const float *cs, int64_t b, int64_t t, int64_t h,
+		int64_t hd, int inverse, int style, void *stream);
+/* The fused QKV projection's output split into attention's layout with q and k
+ * rotated: qkv (b, t, h + 2 hkv, hd) -> q (b, t, h, hd), k, v (b, t, hkv, hd). */
+int launch_rope_qkv_split(void *q, void *k, void *v, int tout, const void *qkv, int tin,
+			  const float *cs, int64_t b, int64_t t, int64_t h, int64_t hkv,
+			  int64_t hd, int style, void *stream);
+/* Its backward: dq, dk rotated back and dv packed into dqkv (b, t, h + 2 hkv, hd). */
+int launch_rope_qkv_merge(void *dqkv, int tout, const void *dq, const void *dk,
+			  const void *dv, int tin, const float *cs, int64_t b, int64_t t,
+			  int64_t h, int64_t hkv, int64_t hd, int style, void *stream);
+
+/* --- SwiGLU (kernels/swiglu.cu) --- */
+
+/* y = silu(a) * g, all (n); a and g of type tin. */
+int launch_swiglu_fwd(void *y, int ty, const void *a, const void *g, int tin, int64_t n,
+		      void *stream);
+/* da, dg (n) written (type tgrad). */
+int launch_swiglu_bwd(void *da, void *dg, int tgrad, const void *dy, int tdy, const void *a,
+		      const void *g, int tin, int64_t n, void *stream);
+
+/* --- token embedding (kernels/embedding.cu) --- */
+
+/* out (n, d) = table[ids - v0] for ids in [v0, v0 + nv), zero rows for the
+ * others (a vocabulary-parallel rank holds rows v0.. of the table); table
+ * (nv, d); ids (n). */
+int launch_embedding_fwd(void *out, int tout, const void *table, int ttab,
+			 const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv,
+			 void *stream);
+/* dtable[ids[i] - v0] += dout[i] for the ids in range, in token order, without
+ * atomics: the (row, i) pairs are radix-sorted and each row's gradients are
+ * added in token order onto the table's row in float32 and stored once (for a
+ * float32 table: exactly the CPU backend's additions, bit for bit).  dtable
+ * (nv, d); dout (n, d).  scratch: at least the bytes embedding_bwd_scratch_bytes
+ * gives (it asks CUB, so it needs a device and returns a cudaError_t like the
+ * launchers). */
+int embedding_bwd_scratch_bytes(int64_t n, int64_t nv, size_t *bytes);
+int launch_embedding_bwd(void *dtable, int ttab, const void *dout, int tdout,
+			 const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv,
+			 void *scratch, size_t scratch_bytes, void *stream);
+
+/* --- cross-entropy (kernels/crossentropy.cu) --- */
+
+/* Softmax cross-entropy of each row of logits (n, v) against labels (n):
+ * row_loss[i] = logsumexp(row) - row[label] (float32; 0 where the label is
+ * ignore_index).  When the gradient scale is not 0 the logits are overwritten by
+ * their gradient (softmax - onehot) * scale, zero on ignored rows: no probability
+ * matrix beside them.  The scale is *grad_scale_dev when that pointer is not
+ * NULL (so a captured graph can change it between replays), else grad_scale. */
+int launch_cross_entropy(void *logits, int tl, const int32_t *labels, int64_t n, int64_t v,
+			 int32_t ignore_index, float grad_scale, const float *grad_scale_dev,
+			 float *row_loss, void *stream);
+/* *loss_sum += sum of row_loss over valid rows (in row order, in double) and
+ * *n_valid += their number; both device pointers.  One block: deterministic. */
+int launch_loss_sum(double *loss_sum, int64_t *n_valid, const float *row_loss,
+		    const int32_t *labels, int64_t n, int32_t ignore_index, void *stream);
+
+/* --- grouped-query attention, the reference kernels (kernels/attention.cu) --- */
+
+/* One attention call, as backend.h's be_attn (whose fields it mirrors):
+ * q (b, tq, h, hd), k, v (b, tk, hkv, hd), out (b, tq, h, hd), lse (b, h, tq)
+ * float32; query i sits at position q_pos0 + i, key j at k_pos0 + j, and with
+ * causal set sees the keys at positions up to its own (none: out 0, lse -inf).
+ * scale 0 means 1/sqrt(hd).  hd must be 16, 32, 64, 96 or 128, h a multiple of
+ * hkv. */
+typedef struct gpu_att {
+	int64_t b, tq, tk, h, hkv, hd;
+	int64_t q_pos0, k_pos0;
+	int causal;
+	float scale;
+} gpu_att;
+
+/* q, k, v, out all of type dt.  Plain CUDA cores in float32 (no tensor cores):
+ * the simple, exact reference the cuDNN path is tested against, and the path for
+ * what cuDNN does not take. */
+int launch_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v,
+			 int dt, const gpu_att *a, void *stream);
+/* dq, dk, dv written, all tensors of type dt.  dk and dv add their query heads
+ * in head order, like the CPU backend.  scratch: at least
+ * attention_bwd_scratch_bytes(a) (rowsum(dout * out)). */
+static inline size_t attention_bwd_scratch_bytes(const gpu_att *a)
+{
+	return (size_t)(a->b * a->tq * a->h) * sizeof(float);
+}
+int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q,
+			 const void *k, const void *v, const void *out, const float *lse,
+			 int dt, const gpu_att *a, void *scratch, void *stream);
+
+/* --- optimizer and gradient norm over many tensors (kernels/adamw.cu) --- */
+
+/* backend.h's adamw on one tensor: p, g, m, v (n) all of type t, computed in
+ * float32 (and rounded back for bf16, as torch's fused AdamW). */
+int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
+		 float b1, float b2, float eps, float wd, float bc1, float bc2, void *stream);
+
+/* One tensor of the multi-tensor kernels.  p, g, m, v float32 (n); p_bf16 (n),
+ * when not NULL, receives p rounded to bf16 after the update (the compute copy
+ * the next step's matmuls read); wd is this tensor's weight decay (0 for the
+ * tensors torchtitan exempts). */
+typedef struct gpu_mt_tensor {
+	float *p;
+	const float *g;
+	float *m, *v;
+	uint16_t *p_bf16;
+	int64_t n;
+	float wd;
+} gpu_mt_tensor;
+
+/* The work is cut into chunks of GPU_MT_CHUNK elements, each (tensor, offset);
+ * the table is built once on the host (gpu_mt_chunks) and kept on the device. */
+#define GPU_MT_CHUNK 65536
+typedef struct gpu_mt_chunk {
+	int32_t tensor;
+	int32_t len;
+	int64_t offset;
+} gpu_mt_chunk;
+
+/* Number of chunks of these tensors; with out not NULL, writes them (out must
+ * hold that many).  -1 when a tensor is not 16-byte aligned or n < 0. */
+int64_t gpu_mt_chunks(const gpu_mt_tensor *t, int nt, gpu_mt_chunk *out);
+
+/* What changes from step to step, read on the device so that a captured step
+ * replays with new values: lr, the bias corrections 1 - b^step, and the
+ * gradient clipping factor (1 when not clipping). */
+typedef struct gpu_adamw_step {
+	float lr, b1, b2, eps;
+	float bc1, bc2;
+	float clip;
+	float pad;
+} gpu_adamw_step;
+
+/* torch.optim.AdamW (as backend.h's adamw) on every tensor, with the gradient
+ * multiplied by step->clip first.  tensors, chunks, step: device pointers. */
+int launch_adamw_multi(const gpu_mt_tensor *tensors, const gpu_mt_chunk *chunks,
+		       int64_t nchunks, const gpu_adamw_step *step, void *stream);
+
+/* Sum of squares of every tensor's g, in double, in a fixed order: one partial
+ * per chunk (partials: nchunks doubles), then *sumsq = their sum in chunk order.
+ * All device pointers. */
+int launch_sumsq_multi(double *sumsq, double *partials, const gpu_mt_tensor *tensors,
+		       const gpu_mt_chunk *chunks, int64_t nchunks, void *stream);
+/* torch.nn.utils.clip_grad_norm_: *norm = sqrt(*sumsq) and
+ * step->clip = min(1, max_norm / (norm + 1e-6)) (1 when max_norm <= 0).  sumsq
+ * is the total over every rank (a comm layer all-reduces it first). */
+int launch_clip_factor(gpu_adamw_step *step, float *norm, const double *sumsq,
+		       float max_norm, void *stream);
+/* sum(x^2) of one float32 or bf16 tensor into *out (device double), fixed order;
+ * partials holds sumsq_partials(n) doubles. */
+static inline int64_t sumsq_partials(int64_t n)
+{
+	return n > 0 ? (n + GPU_MT_CHUNK - 1) / GPU_MT_CHUNK : 0;
+}
+int launch_sumsq(double *out, double *partials, const void *x, int tx, int64_t n,
+		 void *stream);
 
 #ifdef __cplusplus
 }

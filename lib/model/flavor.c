@@ -1,37 +1,19 @@
-#include "model/flavor.h"
-
-#include <string.h>
-
-/* Dims of torchtitan's llama3_args; 1B and 3B are Llama 3.2's shapes (tied
- * embeddings, rope scaling factor 32 as in Meta's release).  torchtitan's
- * TransformerModelArgs applies the Llama 3.1 rope scaling (RoPEScalingArgs:
- * factor 8, low 1, high 4, original 8192) to every flavor, debugmodel included;
- * n_kv_heads unset means n_heads. */
-static const llama_args flavors[] = {
-	{"debugmodel", 256, 6, 16, 16, 2048, 256, 0.0, 1e-5, 500000.0, 8, 0, 131072},
-	{"1B", 2048, 16, 32, 8, 128256, 256, 1.5, 1e-5, 500000.0, 32, 1, 131072},
-	{"3B", 3072, 28, 24, 8, 128256, 256, 1.0, 1e-5, 500000.0, 32, 1, 131072},
-	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, 1e-5, 500000.0, 8, 0, 131072},
-	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, 1e-5, 500000.0, 8, 0, 131072},
-	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, 1e-5, 500000.0, 8, 0, 131072},
-	{0},
-};
+#include "model/family.h"
 
 const llama_args *flavor_find(const char *name)
 {
-	for (const llama_args *a = flavors; a->name != NULL; a++)
-		if (strcmp(a->name, name) == 0)
-			return a;
-	return NULL;
+	return model_family_flavor(model_family_find("llama3"), name);
 }
 
 const llama_args *flavor_all(void)
 {
-	return flavors;
+	return model_family_find("llama3")->flavors;
 }
 
 int flavor_ffn_hidden(const llama_args *a)
 {
+	if (a->hidden_dim > 0)
+		return a->hidden_dim;
 	int64_t h = 4 * (int64_t)a->dim;
 	h = 2 * h / 3;
 	if (a->ffn_dim_multiplier > 0)

@@ -1,5 +1,5 @@
-/* The Llama 3 model: parameter layout (one flat buffer with named views),
- * torchtitan's initialisation, the public accessors. */
+/* The model: parameter layout (one flat buffer with named views, the pieces
+ * adding their tensors), torchtitan's initialisation, the public accessors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,30 +7,55 @@
 
 #include "model/model_priv.h"
 
-static int add_tensor(model *m, int *cap, int unit, const char *fqn, int64_t d0, int64_t d1,
-		      int is_norm, int is_embedding, titan_err *e)
+/* Append a tensor to the table; slot is its W_* for a layer's tensor, else -1. */
+static int add_tensor(model *m, int *cap, int unit, const char *fqn, int slot, int init,
+		      int tp, int ndim, const int64_t *shape, titan_err *e)
 {
 	if (m->n_tensors == *cap) {
 		int nc = *cap ? 2 * *cap : 64;
 		model_tensor *nt = realloc(m->tensors, sizeof *nt * (size_t)nc);
-		if (!nt)
+		if (nt)
+			m->tensors = nt;
+		int *ns = realloc(m->slot, sizeof *ns * (size_t)nc);
+		if (ns)
+			m->slot = ns;
+		int *ni = realloc(m->init, sizeof *ni * (size_t)nc);
+		if (ni)
+			m->init = ni;
+		if (!nt || !ns || !ni)
 			return err_set(e, "model: out of memory");
-		m->tensors = nt;
 		*cap = nc;
 	}
-	model_tensor *t = &m->tensors[m->n_tensors++];
+	int i = m->n_tensors++;
+	model_tensor *t = &m->tensors[i];
 	memset(t, 0, sizeof *t);
 	snprintf(t->fqn, sizeof t->fqn, "%s", fqn);
-	t->ndim = d1 ? 2 : 1;
-	t->shape[0] = d0;
-	t->shape[1] = d1;
-	t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+	t->ndim = ndim;
+	t->numel = 1;
+	for (int d = 0; d < ndim; d++) {
+		t->shape[d] = shape[d];
+		t->numel *= (size_t)shape[d];
+	}
 	t->offset = m->n_params;
 	t->unit = unit;
-	t->is_norm = is_norm;
-	t->is_embedding = is_embedding;
+	t->is_norm = init == INIT_ONES;
+	t->is_embedding = strcmp(fqn, "tok_embeddings.weight") == 0;
+	t->tp = tp;
+	t->tp_dim = tp == MODEL_TP_COLWISE ? ndim - 2
+		  : tp == MODEL_TP_ROWWISE ? (t->is_embedding ? 0 : ndim - 1) : -1;
+	m->slot[i] = slot;
+	m->init[i] = init;
 	m->n_params += t->numel;
 	return 0;
+}
+
+int model_add_layer_tensor(model *m, int *cap, int l, const char *name, int slot, int init,
+			   int tp, int ndim, int64_t d0, int64_t d1, int64_t d2, titan_err *e)
+{
+	char fqn[64];
+	int64_t shape[3] = {d0, d1, d2};
+	snprintf(fqn, sizeof fqn, "layers.%d.%s", l, name);
+	return add_tensor(m, cap, l + 1, fqn, slot, init, tp, ndim, shape, e);
 }
 
 /* Units from the tensors' unit numbers: each unit's tensors are contiguous. */
@@ -50,39 +75,29 @@ static int build_units(model *m, titan_err *e)
 	return 0;
 }
 
-/* The table of views, in torchtitan's state_dict order. */
+/* The table of views: the embedding, each layer's norms around its pieces'
+ * tensors, the head. */
 static int build_layout(model *m, titan_err *e)
 {
 	const llama_args *a = &m->args;
 	int cap = 0;
-	int64_t d = a->dim, hq = (int64_t)a->n_heads * m->head_dim,
-		hk = (int64_t)a->n_kv_heads * m->head_dim, f = m->ffn;
-	char name[64];
-	if (add_tensor(m, &cap, 0, "tok_embeddings.weight", a->vocab_size, d, 0, 1, e))
+	int64_t emb[2] = {a->vocab_size, a->dim}, d = a->dim;
+	if (add_tensor(m, &cap, 0, "tok_embeddings.weight", -1, INIT_EMBED, MODEL_TP_ROWWISE, 2,
+		       emb, e))
 		return -1;
-	for (int l = 0; l < a->n_layers; l++) {
-		struct {
-			const char *n;
-			int64_t d0, d1;
-			int norm;
-		} spec[] = {
-			{"attention_norm.weight", d, 0, 1}, {"attention.wq.weight", hq, d, 0},
-			{"attention.wk.weight", hk, d, 0},  {"attention.wv.weight", hk, d, 0},
-			{"attention.wo.weight", d, hq, 0},  {"ffn_norm.weight", d, 0, 1},
-			{"feed_forward.w1.weight", f, d, 0}, {"feed_forward.w2.weight", d, f, 0},
-			{"feed_forward.w3.weight", f, d, 0},
-		};
-		for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
-			snprintf(name, sizeof name, "layers.%d.%s", l, spec[i].n);
-			if (add_tensor(m, &cap, l + 1, name, spec[i].d0, spec[i].d1, spec[i].norm, 0, e))
-				return -1;
-		}
-	}
+	for (int l = 0; l < a->n_layers; l++)
+		if (model_add_layer_tensor(m, &cap, l, "attention_norm.weight", W_ATTN_NORM,
+					   INIT_ONES, MODEL_TP_REPLICATE, 1, d, 0, 0, e) ||
+		    model_attn_layout(m, l, &cap, e) ||
+		    model_add_layer_tensor(m, &cap, l, "ffn_norm.weight", W_FFN_NORM, INIT_ONES,
+					   MODEL_TP_REPLICATE, 1, d, 0, 0, e) ||
+		    model_ffn_layout(m, l, &cap, e))
+			return -1;
 	int head = a->n_layers + 1;
-	if (add_tensor(m, &cap, head, "norm.weight", d, 0, 1, 0, e))
+	if (add_tensor(m, &cap, head, "norm.weight", -1, INIT_ONES, MODEL_TP_REPLICATE, 1, &d, e))
 		return -1;
-	if (!a->tied_embeddings &&
-	    add_tensor(m, &cap, head, "output.weight", a->vocab_size, d, 0, 0, e))
+	if (!a->tied_embeddings && add_tensor(m, &cap, head, "output.weight", -1, INIT_OUTPUT,
+					      MODEL_TP_COLWISE, 2, emb, e))
 		return -1;
 	return build_units(m, e);
 }
@@ -92,22 +107,18 @@ static int build_layout(model *m, titan_err *e)
 static void bind_views(model *m, int u, void *base, be_dtype t, int grads)
 {
 	const model_unit *un = &m->units[u];
-	const model_tensor *ts = m->tensors + un->first_tensor;
-	void *p[9] = {0};
-	for (int i = 0; i < un->n_tensors && i < 9; i++)
-		p[i] = base ? elt(base, t, ts[i].offset - un->offset) : NULL;
 	int nl = m->args.n_layers;
-	if (u == 0) {
-		*(grads ? &m->tok_g : &m->tok) = p[0];
-	} else if (u <= nl) {
-		*(grads ? &m->lg[u - 1] : &m->lw[u - 1]) = (layer_w){
-			.attn_norm = p[0], .wq = p[1], .wk = p[2], .wv = p[3], .wo = p[4],
-			.ffn_norm = p[5], .w1 = p[6], .w2 = p[7], .w3 = p[8],
-		};
-	} else {
-		*(grads ? &m->norm_g : &m->norm) = p[0];
-		if (!m->args.tied_embeddings)
-			*(grads ? &m->out_g : &m->out) = p[1];
+	for (int k = 0; k < un->n_tensors; k++) {
+		int i = un->first_tensor + k;
+		void *p = base ? elt(base, t, m->tensors[i].offset - un->offset) : NULL;
+		if (u == 0)
+			*(grads ? &m->tok_g : &m->tok) = p;
+		else if (u <= nl)
+			(grads ? &m->lg[u - 1] : &m->lw[u - 1])->p[m->slot[i]] = p;
+		else if (k == 0)
+			*(grads ? &m->norm_g : &m->norm) = p;
+		else
+			*(grads ? &m->out_g : &m->out) = p;
 	}
 	if (m->args.tied_embeddings) {
 		m->out = m->tok;
@@ -119,6 +130,8 @@ void model_bind_unit(model *m, int u, const void *params, void *grads)
 {
 	bind_views(m, u, (void *)params, m->prec.param, 0);
 	bind_views(m, u, grads, m->prec.grad, 1);
+	m->ubound[u] = params;
+	m->wcast_ok[u] = 0;
 }
 
 /* Bind every unit to the model's own float32 buffers. */
@@ -128,11 +141,23 @@ static void bind_own(model *m)
 		model_bind_unit(m, u, m->params + m->units[u].offset, m->grads + m->units[u].offset);
 }
 
+/* Free the autocast copies (a model without them has NULL arrays). */
+static void drop_casts(model *m)
+{
+	for (int u = 0; m->wcast && u < m->n_units; u++) {
+		m->be->ops->free(m->be, m->wcast[u]);
+		m->wcast[u] = NULL;
+		m->wcast_ok[u] = 0;
+	}
+}
+
 static model *create(backend *be, const llama_args *a, int vocab_size, int own,
 		     titan_err *e)
 {
+	int hd = a->n_heads > 0 ? flavor_head_dim(a) : 0;
 	if (a->dim <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_layers <= 0 ||
-	    a->dim % a->n_heads || a->n_heads % a->n_kv_heads || (a->dim / a->n_heads) % 2) {
+	    a->n_heads % a->n_kv_heads || hd <= 0 || hd % 2 ||
+	    (a->head_dim <= 0 && a->dim % a->n_heads)) {
 		err_set(e, "model %s: dim %d, n_heads %d, n_kv_heads %d do not divide into "
 			"even heads", a->name ? a->name : "?", a->dim, a->n_heads, a->n_kv_heads);
 		return NULL;
@@ -144,20 +169,32 @@ static model *create(backend *be, const llama_args *a, int vocab_size, int own,
 	}
 	m->be = be;
 	m->args = *a;
+	m->family = model_family_of(a);
 	if (vocab_size > 0)
 		m->args.vocab_size = vocab_size;
 	m->ffn = flavor_ffn_hidden(&m->args);
-	m->head_dim = flavor_head_dim(&m->args);
+	m->head_dim = hd;
 	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	m->ac = MODEL_AC_NONE;
 	m->lw = calloc((size_t)a->n_layers, sizeof *m->lw);
 	m->lg = calloc((size_t)a->n_layers, sizeof *m->lg);
-	if (!m->lw || !m->lg) {
+	m->kind = calloc((size_t)a->n_layers, sizeof *m->kind);
+	if (!m->lw || !m->lg || !m->kind) {
 		err_set(e, "model: out of memory");
 		goto fail;
 	}
+	for (int l = 0; l < a->n_layers; l++)
+		m->kind[l] = (layer_kind){ATTN_GQA, FFN_DENSE};
 	if (build_layout(m, e))
 		goto fail;
+	m->autocast = BE_F32;
+	m->ubound = calloc((size_t)m->n_units, sizeof *m->ubound);
+	m->wcast = calloc((size_t)m->n_units, sizeof *m->wcast);
+	m->wcast_ok = calloc((size_t)m->n_units, 1);
+	if (!m->ubound || !m->wcast || !m->wcast_ok) {
+		err_set(e, "model: out of memory");
+		goto fail;
+	}
 	if (!own)
 		return m;
 	m->params = backend_alloc_floats(be, m->n_params, e);
@@ -189,9 +226,16 @@ void model_free(model *m)
 		return;
 	model_mb_free(m->own_mb);
 	model_scratch_release(m);
+	drop_casts(m);
+	free(m->ubound);
+	free(m->wcast);
+	free(m->wcast_ok);
 	m->be->ops->free(m->be, m->params);
 	m->be->ops->free(m->be, m->grads);
 	free(m->tensors);
+	free(m->slot);
+	free(m->init);
+	free(m->kind);
 	free(m->units);
 	free(m->lw);
 	free(m->lg);
@@ -199,6 +243,7 @@ void model_free(model *m)
 }
 
 const llama_args *model_args(const model *m) { return &m->args; }
+const model_family *model_get_family(const model *m) { return m->family; }
 int model_ffn_hidden(const model *m) { return m->ffn; }
 int model_num_tensors(const model *m) { return m->n_tensors; }
 int model_num_units(const model *m) { return m->n_units; }
@@ -248,6 +293,8 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
 {
 	float *dst = (grads ? m->grads : m->params) + t->offset;
 	m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	if (!grads)
+		model_weights_changed(m);
 }
 
 void model_zero_grad(model *m)
@@ -285,8 +332,61 @@ int model_set_prec(model *m, const model_prec *p, titan_err *e)
 			       "parameters and %s gradients to a model made without storage",
 			       be_dtype_name(p->param), be_dtype_name(p->grad));
 	m->prec = *p;
+	m->autocast = BE_F32;
+	drop_casts(m);
 	relayout(m);
 	return 0;
+}
+
+int model_set_autocast(model *m, be_dtype t, titan_err *e)
+{
+	if (t != BE_F32 && (m->prec.param != BE_F32 || m->prec.act != t))
+		return err_set(e, "model: autocast to %s needs float32 parameters and %s "
+			       "activations, not %s and %s", be_dtype_name(t), be_dtype_name(t),
+			       be_dtype_name(m->prec.param), be_dtype_name(m->prec.act));
+	drop_casts(m);
+	m->autocast = t;
+	return 0;
+}
+
+be_dtype model_get_autocast(const model *m) { return m->autocast; }
+
+void model_weights_changed(model *m)
+{
+	if (m->wcast_ok)
+		memset(m->wcast_ok, 0, (size_t)m->n_units);
+}
+
+/* The weight a linear reads: w itself, or under autocast its element in the
+ * cast copy of the unit it is bound in (the copy made, or remade after the
+ * weights changed, on first use).  NULL (a fault for the next sync) when the
+ * copy cannot be allocated. */
+static const void *linear_weight(model *m, const void *w)
+{
+	if (m->autocast == BE_F32)
+		return w;
+	backend *be = m->be;
+	for (int u = 0; u < m->n_units; u++) {
+		const float *base = m->ubound[u];
+		size_t numel = m->units[u].numel;
+		if (!base || (const float *)w < base || (const float *)w >= base + numel)
+			continue;
+		if (!m->wcast[u]) {
+			titan_err e = {0};
+			m->wcast[u] = be->ops->alloc(be, numel * be_dtype_size(m->autocast), &e);
+			if (!m->wcast[u]) {
+				backend_fault(be, "model: autocast copy of unit %d: %s", u, e.msg);
+				return NULL;
+			}
+		}
+		if (!m->wcast_ok[u]) {
+			be->ops->convert(be, m->wcast[u], m->autocast, base, BE_F32, (int64_t)numel);
+			m->wcast_ok[u] = 1;
+		}
+		return elt(m->wcast[u], m->autocast, (size_t)((const float *)w - base));
+	}
+	backend_fault(be, "model: autocast: a linear's weight is in no bound unit");
+	return NULL;
 }
 
 /* y (n, out) = x (n, in) @ w^T: activations and the bound weight. */
@@ -294,14 +394,17 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 		  int64_t out, float beta)
 {
 	be_dtype t = m->prec.act;
-	m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
+	if ((w = linear_weight(m, w)) != NULL)
+		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
 
 void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
 		     int64_t in, int64_t out, float beta_dx)
 {
 	be_dtype t = m->prec.act;
-	m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx, in, t);
+	if ((w = linear_weight(m, w)) != NULL)
+		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
+				   in, t);
 }
 
 void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
@@ -359,26 +462,27 @@ static void fill_normal(float *dst, size_t n, double std, double lo, double hi,
 
 void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, float *host)
 {
-	const llama_args *a = &m->args;
 	const model_tensor *t = &m->tensors[i];
-	const char *name = t->fqn;
-	int layer = -1;
-	if (strncmp(name, "layers.", 7) == 0)
-		layer = atoi(name + 7);
-	double small = 0.02 / sqrt(2.0 * (depth_init ? layer + 1 : a->n_layers));
-	if (t->is_norm) {
+	int layer = t->unit - 1; /* for a layer's tensors */
+	double small = 0.02 / sqrt(2.0 * (depth_init ? layer + 1 : m->args.n_layers));
+	double out = 1.0 / sqrt((double)m->args.dim);
+	switch (m->init[i]) {
+	case INIT_ONES:
 		for (size_t j = 0; j < t->numel; j++)
 			host[j] = 1.0f;
-	} else if (t->is_embedding) {
+		break;
+	case INIT_EMBED:
 		fill_normal(host, t->numel, 1.0, 0, 0, seed, (uint64_t)i);
-	} else if (strcmp(name, "output.weight") == 0) {
-		double std = 1.0 / sqrt((double)a->dim);
-		fill_normal(host, t->numel, std, -3 * std, 3 * std, seed, (uint64_t)i);
-	} else if (strstr(name, ".wq.") || strstr(name, ".wk.") || strstr(name, ".wv.") ||
-		   strstr(name, ".w1.")) {
+		break;
+	case INIT_OUTPUT:
+		fill_normal(host, t->numel, out, -3 * out, 3 * out, seed, (uint64_t)i);
+		break;
+	case INIT_INPUT:
 		fill_normal(host, t->numel, 0.02, -2, 2, seed, (uint64_t)i);
-	} else {
+		break;
+	default:
 		fill_normal(host, t->numel, small, -2, 2, seed, (uint64_t)i);
+		break;
 	}
 }
 

@@ -1,18 +1,21 @@
-/* model.h: the Llama 3 model of torchtitan (models/llama3), written once against
- * the backend op interface: parameter layout, initialisation, forward, hand-written
- * backward, activation checkpointing, as UNITS that a parallel plan can drive one
- * at a time.
+/* model.h: the decoder-only transformers of torchtitan (models/llama3, qwen3,
+ * ...), written once against the backend op interface: parameter layout,
+ * initialisation, forward, hand-written backward, activation checkpointing, as
+ * UNITS that a parallel plan can drive one at a time.  The family and flavor
+ * (family.h, flavor.h) choose the pieces of each block; the units, the table
+ * of views and the storage binding are the same for every family.
  *
  * Units, in order: 0 the embedding, 1..n_layers the transformer blocks,
  * n_layers + 1 the head (final norm, output projection, loss).  A unit's forward
  * reads the hidden state (b*t, dim) before it and writes the one after it; its
  * backward turns the gradient of the one after into the gradient of the one
  * before.  These are the units torchtitan wraps with FSDP, the runs of units a
- * pipeline stage holds, and the places a plan's hooks run.
+ * pipeline stage holds, the places a plan's hooks run, and the blocks
+ * activation checkpointing recomputes.
  *
  * Parameters: a table of named views gives every tensor's torchtitan FQN, shape and
  * offset in ONE flat layout of model_num_params() elements.  Tensors are in the
- * table's order: tok_embeddings.weight, then per layer N
+ * table's order: tok_embeddings.weight, then per layer N (Llama 3's)
  *   layers.N.attention_norm.weight  (dim)
  *   layers.N.attention.wq.weight    (n_heads*head_dim, dim)
  *   layers.N.attention.wk.weight    (n_kv_heads*head_dim, dim)
@@ -23,8 +26,9 @@
  *   layers.N.feed_forward.w2.weight (dim, hidden)
  *   layers.N.feed_forward.w3.weight (hidden, dim)
  * then norm.weight and output.weight (absent with tied embeddings: the head then
- * reads tok_embeddings.weight, the embedding unit's tensor).  Each unit's tensors
- * are contiguous in the layout.  Linear weights are (out, in) like
+ * reads tok_embeddings.weight, the embedding unit's tensor).  Other pieces add
+ * their own tensors in the same places (see each tensor's fqn).  Each unit's
+ * tensors are contiguous in the layout.  Linear weights are (out, in) like
  * torch.nn.Linear.
  *
  * Storage: a unit computes with whatever storage is BOUND to it
@@ -45,6 +49,7 @@
 
 #include "backend/backend.h"
 #include "core/err.h"
+#include "model/family.h"
 #include "model/flavor.h"
 
 #define MODEL_IGNORE_INDEX (-100) /* labels equal to this count for nothing */
@@ -52,15 +57,28 @@
 typedef struct model model;
 typedef struct model_mb model_mb;
 
+/* How torchtitan's tensor-parallel plan shards a tensor (its parallelize_fn):
+ * a colwise linear splits its output features, a rowwise one its input
+ * features (its output is then a partial sum); tok_embeddings under
+ * RowwiseParallel splits its vocabulary rows.  tp_dim says which dimension. */
+enum model_tp {
+	MODEL_TP_REPLICATE, /* every rank holds it whole (norms; under sequence
+	                       parallelism the norms see a shard of the tokens) */
+	MODEL_TP_COLWISE,   /* wq wk wv w1 w3, output */
+	MODEL_TP_ROWWISE,   /* wo w2, tok_embeddings */
+};
+
 typedef struct model_tensor {
 	char fqn[64];     /* torchtitan's name, e.g. "layers.3.attention.wq.weight" */
-	int ndim;         /* 1 or 2 */
-	int64_t shape[2]; /* (out, in) for linears, (n,) for norms */
+	int ndim;         /* 1 to 3 */
+	int64_t shape[3]; /* (out, in) for linears, (n,) for norms */
 	size_t offset;    /* first element in the flat layout */
 	size_t numel;
 	int unit;         /* the unit that owns it */
 	int is_norm;      /* RMSNorm weight */
 	int is_embedding; /* tok_embeddings (also the output with tied embeddings) */
+	int tp;           /* enum model_tp */
+	int tp_dim;       /* the dimension tensor parallelism splits, -1 for none */
 } model_tensor;
 
 typedef struct model_unit {
@@ -96,14 +114,16 @@ model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err 
 model *model_create_unbound(backend *be, const llama_args *a, int vocab_size, titan_err *e);
 void model_free(model *m);
 
-/* The model's arguments, vocab_size as used. */
+/* The model's arguments, vocab_size as used, and its family. */
 const llama_args *model_args(const model *m);
+const model_family *model_get_family(const model *m);
 int model_ffn_hidden(const model *m);
 
 /* torchtitan's init_weights, from a seeded generator (same seed, same weights):
  * tok_embeddings normal(0, 1); wq wk wv w1 trunc_normal(0, 0.02); wo w2 w3
  * trunc_normal(0, 0.02/sqrt(2*(layer+1))) with depth_init, else
- * 0.02/sqrt(2*n_layers); norms 1; output trunc_normal(0, dim^-0.5) cut at 3 std.
+ * 0.02/sqrt(2*n_layers); norms 1; output trunc_normal(0, dim^-0.5) cut at 3 std
+ * (each family's init_weights says the same for its own tensors).
  * trunc_normal without a cut is torch's default, cut at +-2 absolute.  Needs the
  * model's own storage (model_create). */
 int model_init(model *m, uint64_t seed, int depth_init, titan_err *e);
@@ -143,6 +163,18 @@ void model_bind_unit(model *m, int u, const void *params, void *grads);
 /* Element types; the bound storage must follow them.  Default: float32. */
 int model_set_prec(model *m, const model_prec *p, titan_err *e);
 const model_prec *model_get_prec(const model *m);
+
+/* torch.autocast(dtype=t): the linears read copies of their weights cast to t
+ * (bfloat16), made on first use and kept until the weights change, as
+ * autocast's weight cache does within a step; the norms and the embedding read
+ * the bound float32 parameters.  Needs prec.param float32 and prec.act t;
+ * BE_F32 turns it off (as does model_set_prec).  The copies are backend memory
+ * (counted in its peak). */
+int model_set_autocast(model *m, be_dtype t, titan_err *e);
+be_dtype model_get_autocast(const model *m);
+/* The bound weights changed (an optimizer step): drop the cast copies.  Writing
+ * a tensor, init and binding a unit do this themselves. */
+void model_weights_changed(model *m);
 
 /* Activation checkpointing; every is N for MODEL_AC_SELECTIVE (layers whose
  * 1-based index is a multiple of N are recomputed, like torchtitan's counter).

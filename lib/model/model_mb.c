@@ -8,20 +8,15 @@
 #include "backend/cpu_kernels.h"
 #include "model/model_priv.h"
 
-size_t model_act_bytes(const model *m, int i, size_t n)
+size_t model_act_bytes(const model *m, int l, int i, size_t n)
 {
-	size_t d = (size_t)m->args.dim, hq = (size_t)m->args.n_heads * m->head_dim;
-	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn;
-	size_t a = be_dtype_size(m->prec.act);
+	size_t d = (size_t)m->args.dim;
 	switch (i) {
-	case ACT_XN1: case ACT_XN2: return n * d * a;
+	case ACT_XN1: case ACT_XN2: return n * d * be_dtype_size(m->prec.act);
 	case ACT_XM: return n * d * be_dtype_size(m->prec.resid);
 	case ACT_RSTD1: case ACT_RSTD2: return n * sizeof(float);
-	case ACT_Q: case ACT_ATT: return n * hq * a;
-	case ACT_K: case ACT_V: return n * hk * a;
-	case ACT_LSE: return n * (size_t)m->args.n_heads * sizeof(float);
-	default: return n * f * a; /* ACT_A, ACT_G, ACT_H */
 	}
+	return model_attn_act_bytes(m, l, i, n) + model_ffn_act_bytes(m, l, i, n);
 }
 
 unsigned model_layer_keep(const model *m, int l)
@@ -68,12 +63,15 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 	p[SC_DQ] = p[SC_DATT] = n * hq * a;
 	p[SC_DK] = p[SC_DV] = n * hk * a;
 	p[SC_DH] = p[SC_DA] = p[SC_DG] = n * f * a;
-	unsigned recomputed = 0;
-	for (int l = 0; l < m->args.n_layers; l++)
-		recomputed |= ~model_layer_keep(m, l) & ACT_ALL;
-	for (int i = 0; i < ACT_COUNT; i++)
-		if (recomputed & (1u << i))
-			p[SC_COUNT + i] = model_act_bytes(m, i, n);
+	/* one set of recomputed activations, as large as the largest layer's */
+	for (int l = 0; l < m->args.n_layers; l++) {
+		unsigned recomputed = ~model_layer_keep(m, l) & ACT_ALL;
+		for (int i = 0; i < ACT_COUNT; i++) {
+			size_t b = model_act_bytes(m, l, i, n);
+			if ((recomputed & (1u << i)) && b > p[SC_COUNT + i])
+				p[SC_COUNT + i] = b;
+		}
+	}
 	size_t total = 0;
 	for (int i = 0; i < SC_COUNT + ACT_COUNT; i++)
 		total += al(p[i]);
@@ -166,7 +164,7 @@ static size_t mb_layout(const model *m, int u0, int u1, int b, int t)
 		unsigned k = model_layer_keep(m, u - 1);
 		for (int i = 0; i < ACT_COUNT; i++)
 			if (k & (1u << i))
-				total += al(model_act_bytes(m, i, n));
+				total += al(model_act_bytes(m, u - 1, i, n));
 	}
 	if (u1 == head)
 		total += al(n * d * be_dtype_size(m->prec.act)) + al(n * sizeof(float));
@@ -234,9 +232,11 @@ model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
 			continue;
 		layer_act *a = &mb->acts[u - u0];
 		a->keep = model_layer_keep(m, u - 1);
-		for (int i = 0; i < ACT_COUNT; i++)
-			if (a->keep & (1u << i))
-				a->kept[i] = c, c += al(model_act_bytes(m, i, n));
+		for (int i = 0; i < ACT_COUNT; i++) {
+			size_t bytes = model_act_bytes(m, u - 1, i, n);
+			if ((a->keep & (1u << i)) && bytes)
+				a->kept[i] = c, c += al(bytes);
+		}
 	}
 	if (u1 == head) {
 		mb->xf = c, c += al(n * d * be_dtype_size(m->prec.act));

@@ -1,23 +1,57 @@
 /* model_priv.h: the model's private state, shared by model.c (layout, storage,
  * init), model_mb.c (micro-batch contexts, the embedding and head units, the
- * runner) and model_block.c (the transformer block). */
+ * runner), model_block.c (the transformer block) and the block's pieces:
+ * model_attn.c (attention) and model_ffn.c (feed-forward).
+ *
+ * Every family runs the same pre-norm block,
+ *   xm = x + attention(attention_norm(x)),  y = xm + feed_forward(ffn_norm(xm)),
+ * whose two branches are pieces chosen per layer (layer_kind): a piece owns
+ * its parameters (their slots in layer_w), its activations (their slots in
+ * layer_act) and its forward, recompute and backward.  model_block.c owns the
+ * norms, the residual stream, activation checkpointing and the deferred weight
+ * gradients every piece's linears go through. */
 #ifndef TITAN_MODEL_PRIV_H
 #define TITAN_MODEL_PRIV_H
 
+#include "model/family.h"
 #include "model/model.h"
 
-/* Pointers into the bound parameter (or gradient) storage of one layer. */
+/* The pieces. */
+enum { ATTN_GQA };   /* grouped-query attention with RoPE */
+enum { FFN_DENSE };  /* SwiGLU: w2(silu(w1 x) * w3 x) */
+
+typedef struct layer_kind {
+	int attn, ffn;
+} layer_kind;
+
+/* A layer's parameter slots: pointers into the bound parameter (or gradient)
+ * storage, NULL for the slots its pieces do not use. */
+enum {
+	W_ATTN_NORM, /* (dim) */
+	W_WQ,        /* (h*hd, dim) */
+	W_WK, W_WV,  /* (hkv*hd, dim) */
+	W_WO,        /* (dim, h*hd) */
+	W_FFN_NORM,  /* (dim) */
+	W_W1, W_W3,  /* (ffn, dim) */
+	W_W2,        /* (dim, ffn) */
+	W_COUNT,
+};
 typedef struct layer_w {
-	void *attn_norm; /* (dim) */
-	void *wq;        /* (h*hd, dim) */
-	void *wk, *wv;   /* (hkv*hd, dim) */
-	void *wo;        /* (dim, h*hd) */
-	void *ffn_norm;  /* (dim) */
-	void *w1, *w3;   /* (ffn, dim) */
-	void *w2;        /* (dim, ffn) */
+	void *p[W_COUNT];
 } layer_w;
 
-/* The activations one layer's backward reads; n = b*t tokens. */
+/* How a tensor is initialised (torchtitan's init_weights). */
+enum {
+	INIT_ONES,   /* norms */
+	INIT_EMBED,  /* normal(0, 1) */
+	INIT_OUTPUT, /* trunc_normal(0, dim^-0.5) cut at 3 std */
+	INIT_INPUT,  /* trunc_normal(0, 0.02): wq wk wv w1 */
+	INIT_DEPTH,  /* trunc_normal(0, 0.02/sqrt(2*(layer+1))) (depth_init) or
+	                0.02/sqrt(2*n_layers): wo w2 w3 */
+};
+
+/* The activations a layer's backward reads; n = b*t tokens.  Each layer uses
+ * the slots of its pieces (model_act_bytes is 0 for the others). */
 enum {
 	ACT_XN1,   /* (n, dim) attention_norm output */
 	ACT_RSTD1, /* (n) float32 */
@@ -40,13 +74,9 @@ enum {
 		     (1u << ACT_LSE) | (1u << ACT_XM) | (1u << ACT_A) | (1u << ACT_G))
 #define ACT_ALL ((1u << ACT_COUNT) - 1)
 
-/* The block's linears, in the order of layer_w: where a deferred weight
- * gradient goes. */
-enum { LIN_WQ, LIN_WK, LIN_WV, LIN_WO, LIN_W1, LIN_W3, LIN_W2, LIN_COUNT };
-
 /* A weight gradient the backward left for model_unit_wgrad: dW += dy^T x. */
 typedef struct wgrad_job {
-	int lin;          /* LIN_* */
+	int slot;         /* W_*: the weight */
 	void *dy;         /* (n, out) of prec.act, owned by the job */
 	const void *x;    /* (n, in) of prec.act: a kept activation or a saved copy */
 	int64_t in, out;
@@ -55,7 +85,7 @@ typedef struct wgrad_job {
 typedef struct layer_act {
 	void *kept[ACT_COUNT];  /* kept activations (in the mb's memory), else NULL */
 	unsigned keep;          /* bit i set: activation i survives until the backward */
-	wgrad_job jobs[LIN_COUNT];
+	wgrad_job jobs[W_COUNT];
 	int n_jobs;
 	void *saved[ACT_COUNT]; /* copies of recomputed inputs the jobs read (owned) */
 } layer_act;
@@ -81,10 +111,14 @@ struct model_mb {
 struct model {
 	backend *be;
 	llama_args args;
+	const model_family *family;
 	int ffn;
 	int head_dim;
+	layer_kind *kind;      /* (n_layers) the pieces of each layer */
 	int n_tensors;
 	model_tensor *tensors;
+	int *slot;             /* (n_tensors) W_* of a layer's tensor, -1 for the others */
+	int *init;             /* (n_tensors) INIT_* */
 	int n_units;
 	model_unit *units;
 	size_t n_params;
@@ -114,10 +148,19 @@ struct model {
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
 
 	model_mb *own_mb;       /* model_forward(_backward)'s context */
+
+	/* Autocast (model_set_autocast): the type linears read (BE_F32: off), and
+	 * per unit its bound parameters, their cast copy (backend memory, made on
+	 * first use) and whether the copy is current. */
+	be_dtype autocast;
+	const void **ubound;    /* (n_units) */
+	void **wcast;           /* (n_units) */
+	unsigned char *wcast_ok;/* (n_units) */
 };
 
-/* Bytes of activation i for n tokens in the current precision. */
-size_t model_act_bytes(const model *m, int i, size_t n);
+/* Bytes of activation i of layer l for n tokens in the current precision (0
+ * when the layer's pieces do not use it). */
+size_t model_act_bytes(const model *m, int l, int i, size_t n);
 /* Which activations layer l keeps until its backward. */
 unsigned model_layer_keep(const model *m, int l);
 /* Lay the scratch out for micro-batches of (b, t) (grows; keeps it when it fits). */
@@ -140,12 +183,63 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
 		     int64_t in, int64_t out);
 
-/* The transformer block (model_block.c): layer l of mb, x the hidden state
- * before it, y after; the backward turns m->d_x (gradient of y) into the
- * gradient of x in place. */
+/* ---- the block (model_block.c) ---- */
+
+/* Layer l of mb, x the hidden state before it, y after; the backward turns
+ * m->d_x (gradient of y) into the gradient of x in place. */
 void model_block_fwd(model *m, model_mb *mb, int l, const void *x, void *y);
 int model_block_bwd(model *m, model_mb *mb, int l, const void *x, int defer, titan_err *e);
 int model_block_wgrad(model *m, model_mb *mb, int l, titan_err *e);
 void model_block_drop_jobs(model *m, layer_act *a);
+
+/* What a piece's forward and backward are given: the layer, its activations,
+ * its parameter and gradient views, the micro-batch's shape. */
+typedef struct piece_ctx {
+	model *m;
+	const model_mb *mb;
+	int l;
+	layer_act *a;
+	const layer_w *w, *g;
+	int64_t b, t, n; /* n = b*t tokens */
+	int defer;       /* backward: leave the weight gradients for model_block_wgrad */
+} piece_ctx;
+
+/* Activation i of the layer: kept in the micro-batch, or the shared recompute set. */
+static inline void *piece_act(const piece_ctx *c, int i)
+{
+	return c->a->kept[i] ? c->a->kept[i] : c->m->recomp[i];
+}
+
+/* y (n, out) += x @ w^T with y of the residual type: a branch's last linear
+ * adding into the stream. */
+void model_resid_add_linear(model *m, void *y, const void *x, const void *w, int64_t n,
+			    int64_t in, int64_t out);
+/* The weight gradient of slot (dW += dy^T x, x the layer's activation xi) now,
+ * or with c->defer kept for model_block_wgrad. */
+int model_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int64_t in,
+		      int64_t out, titan_err *e);
+
+/* ---- the pieces ---- */
+
+/* Attention (model_attn.c): add the layer's tensors to the layout; forward
+ * from ACT_XN1 adding its output into xm; the recompute op-level checkpointing
+ * needs; backward from dy (the stream's gradient as prec.act) into m->d_xn. */
+int model_attn_layout(model *m, int l, int *cap, titan_err *e);
+size_t model_attn_act_bytes(const model *m, int l, int i, size_t n);
+void model_attn_fwd(const piece_ctx *c, void *xm);
+int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+
+/* Feed-forward (model_ffn.c): the same from ACT_XN2, adding into y (NULL:
+ * recompute its activations, without the output linear). */
+int model_ffn_layout(model *m, int l, int *cap, titan_err *e);
+size_t model_ffn_act_bytes(const model *m, int l, int i, size_t n);
+void model_ffn_fwd(const piece_ctx *c, void *y);
+void model_ffn_recompute_op(const piece_ctx *c);
+int model_ffn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+
+/* Add a tensor of layer l's unit to the layout (model.c): its name under
+ * "layers.<l>.", shape (ndim of d0, d1, d2), slot, init and TP style. */
+int model_add_layer_tensor(model *m, int *cap, int l, const char *name, int slot, int init,
+			   int tp, int ndim, int64_t d0, int64_t d1, int64_t d2, titan_err *e);
 
 #endif

@@ -1,4 +1,5 @@
 #include "trainer/trainer.h"
+#include "trainer/precision.h"
 #include "trainer/state.h"
 
 #include <math.h>
@@ -13,7 +14,6 @@
 #include "dcp/dcp.h"
 #include "loader/loader.h"
 #include "metrics/metrics.h"
-#include "model/flavor.h"
 #include "model/model.h"
 #include "optim/optim.h"
 #include "shard/shard.h"
@@ -69,13 +69,18 @@ static int trainer_check_vocab(const char *dir, uint32_t data_vocab, const llama
 
 void trainer_list_flavors(FILE *out)
 {
-	fprintf(out, "%-11s %6s %7s %6s %9s %7s %7s %16s\n", "flavor", "dim", "layers", "heads",
-		"kv_heads", "ffn", "vocab", "parameters");
-	for (const llama_args *a = flavor_all(); a->name != NULL; a++) {
-		char p[48];
-		metrics_commas(p, sizeof p, flavor_param_count(a));
-		fprintf(out, "%-11s %6d %7d %6d %9d %7d %7d %16s\n", a->name, a->dim, a->n_layers,
-			a->n_heads, a->n_kv_heads, flavor_ffn_hidden(a), a->vocab_size, p);
+	const model_family *f;
+	for (int i = 0; (f = model_family_at(i)) != NULL; i++) {
+		fprintf(out, "%smodel.name = \"%s\": %s\n", i ? "\n" : "", f->name, f->description);
+		fprintf(out, "%-11s %6s %7s %6s %9s %9s %7s %7s %16s\n", "flavor", "dim", "layers",
+			"heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters");
+		for (const llama_args *a = f->flavors; a->name != NULL; a++) {
+			char p[48];
+			metrics_commas(p, sizeof p, flavor_param_count(a));
+			fprintf(out, "%-11s %6d %7d %6d %9d %9d %7d %7d %16s\n", a->name, a->dim,
+				a->n_layers, a->n_heads, a->n_kv_heads, flavor_head_dim(a),
+				flavor_ffn_hidden(a), a->vocab_size, p);
+		}
 	}
 }
 
@@ -83,6 +88,7 @@ void trainer_list_flavors(FILE *out)
 typedef struct job {
 	const job_config *c;
 	const trainer_hooks *h;
+	const llama_args *args; /* model.name's flavor model.flavor */
 	FILE *log;
 	char data_dir[1024], ckpt_dir[1024];
 	backend *be;
@@ -141,10 +147,25 @@ static void warn_inert(job *j)
 		titan_warn("profiling.enable_profiling: titan-train has no profiler yet; no traces are written");
 	if (c->profiling.enable_memory_snapshot)
 		titan_warn("profiling.enable_memory_snapshot: not available; no snapshots are written");
-	if (strcmp(c->training.mixed_precision_param, "float32") != 0)
-		metrics_log(j->log, "Mixed precision: training.mixed_precision_param = %s takes effect "
-			    "with sharded data parallelism only; computing in float32",
-			    c->training.mixed_precision_param);
+}
+
+/* torchtitan's precision mode for this job's mesh (one process, or replication
+ * alone: autocast with training.mixed_precision_param), put on the model and
+ * logged. */
+static int set_precision(job *j, titan_err *err)
+{
+	prec_degrees d = {1, 1, 1, 1, 1};
+	if (j->h->mesh != NULL) {
+		const mesh_degrees *md = &j->h->mesh->d;
+		d = (prec_degrees){(int)md->dp_replicate, (int)md->dp_shard, (int)md->tp,
+				   (int)md->pp, (int)md->cp};
+	}
+	train_prec p;
+	if (train_prec_choose(j->c, &d, &p, err) != 0 || train_prec_apply(j->m, &p, err) != 0)
+		return -1;
+	metrics_log(j->log, "%s", p.line);
+	metrics_log(j->log, "Precision: %s", p.detail);
+	return 0;
 }
 
 static int open_data(job *j, titan_err *err)
@@ -174,13 +195,25 @@ static int open_data(job *j, titan_err *err)
 	return 0;
 }
 
+/* model.name names a family of the registry, model.flavor one of its flavors. */
+static int find_flavor(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	const model_family *f = model_family_find(c->model.name);
+	if (f == NULL)
+		return err_set(err, "model.name \"%s\": no such model family (see titan-train "
+			       "--list-flavors)", c->model.name);
+	j->args = model_family_flavor(f, c->model.flavor);
+	if (j->args == NULL)
+		return err_set(err, "model.flavor \"%s\": not a flavor of model.name \"%s\" (see "
+			       "titan-train --list-flavors)", c->model.flavor, c->model.name);
+	return 0;
+}
+
 static int build_model(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
-	const llama_args *a = flavor_find(c->model.flavor);
-	if (a == NULL)
-		return err_set(err, "model.flavor \"%s\": unknown (see titan-train --list-flavors)",
-			       c->model.flavor);
+	const llama_args *a = j->args;
 	/* torchtitan sizes the embedding and the output by the flavor's
 	 * vocab_size, not by the tokenizer's: checkpoints then cross both ways. */
 	int vocab = a->vocab_size;
@@ -208,11 +241,10 @@ static int build_model(job *j, titan_err *err)
 	} else if (strcmp(mode, "memory_budget") == 0) {
 		return err_set(err, "activation_checkpoint.mode = \"memory_budget\" is not supported yet");
 	}
-	if (model_set_ac(j->m, ac, every, err) != 0)
+	if (model_set_ac(j->m, ac, every, err) != 0 || set_precision(j, err) != 0)
 		return -1;
 	const llama_args *ma = model_args(j->m);
-	j->flops_per_token = metrics_flops_per_token(model_num_params_no_embedding(j->m), ma->n_layers,
-						     ma->n_heads, flavor_head_dim(ma), j->T);
+	j->flops_per_token = model_flops_per_token(j->m, (int)j->T);
 	j->peak_flops = metrics_cpu_peak_flops();
 	char np[48];
 	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->m));
@@ -454,6 +486,7 @@ static int load_checkpoint(job *j, titan_err *err)
 	free(s.loader);
 	if (rc != 0)
 		return -1;
+	model_weights_changed(j->m); /* the masters were written behind the model's back */
 	if (got.train_state) {
 		j->step = s.step;
 		j->ntokens_seen = s.ntokens_seen;
@@ -468,10 +501,18 @@ static int load_checkpoint(job *j, titan_err *err)
 static int open_outputs(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
+	int rank = j->h->mesh != NULL ? j->h->mesh->rank : 0;
+	char mine[32] = "", jsonl[48] = "metrics.jsonl"; /* torchtitan's rank_N when all write */
+	if (rank != 0 && !c->metrics.save_for_all_ranks)
+		return 0;
+	if (c->metrics.save_for_all_ranks && j->h->mesh != NULL && j->h->mesh->world_size > 1) {
+		snprintf(mine, sizeof mine, "/rank_%d", rank);
+		snprintf(jsonl, sizeof jsonl, "metrics_rank_%d.jsonl", rank);
+	}
 	if (mkdir_p(c->job.dump_folder, err) != 0)
 		return -1;
 	char path[1100];
-	snprintf(path, sizeof path, "%s/metrics.jsonl", c->job.dump_folder);
+	snprintf(path, sizeof path, "%s/%s", c->job.dump_folder, jsonl);
 	if (metrics_jsonl_open(&j->jl, path, err) != 0)
 		return -1;
 	j->jl_open = 1;
@@ -482,7 +523,8 @@ static int open_outputs(job *j, titan_err *err)
 	struct tm tm;
 	localtime_r(&t, &tm);
 	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
-	snprintf(path, sizeof path, "%s/%s/%s", c->job.dump_folder, c->metrics.save_tb_folder, stamp);
+	snprintf(path, sizeof path, "%s/%s/%s%s", c->job.dump_folder, c->metrics.save_tb_folder, stamp,
+		 mine);
 	if (tb_open(&j->tb, path, wall_s(), err) != 0)
 		return -1;
 	j->tb_open = 1;
@@ -582,6 +624,7 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
 	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
 	adamw_step(j->opt, model_params(j->m), model_grads(j->m), j->lr);
+	model_weights_changed(j->m); /* autocast casts the new weights on next use */
 	j->step++;
 	j->ntokens_seen += (int64_t)j->accum * j->B * j->T;
 	w->tokens += (int64_t)j->accum * j->B * j->T;
@@ -630,7 +673,7 @@ static int validate(job *j, titan_err *err)
 	char line[256];
 	metrics_format_validation_line(line, sizeof line, j->step, loss, gib, pct, j->h->color);
 	metrics_log(j->log, "%s", line);
-	if (metrics_jsonl_validation(&j->jl, j->step, loss, n_valid, err) != 0)
+	if (j->jl_open && metrics_jsonl_validation(&j->jl, j->step, loss, n_valid, err) != 0)
 		return -1;
 	if (j->tb_open && (tb_scalar(j, "validation_metrics/loss", loss, err) || tb_flush(&j->tb, err)))
 		return -1;
@@ -652,6 +695,7 @@ static int run_loop(job *j, titan_err *err)
 	window w = {.t0 = now_s()};
 	double t_start = now_s();
 	metrics_log(j->log, "Training starts at step %lld", (long long)j->step + 1);
+	int64_t first = j->step + 1;
 	while (j->step < c->training.steps) {
 		double loss = 0, gnorm = 0;
 		if (train_step(j, &w, &loss, &gnorm, err) != 0)
@@ -662,7 +706,7 @@ static int run_loop(job *j, titan_err *err)
 		ms.tflops = j->flops_per_token * ms.tps / 1e12;
 		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
 		metrics_cpu_memory(&ms.mem_gib, &ms.mem_pct);
-		if (metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
+		if (j->jl_open && metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
 			return -1;
 		t_start = now_s();
 		if ((j->step == 1 || j->step % c->metrics.log_freq == 0) && log_step(j, &w, loss, gnorm, err) != 0)
@@ -683,6 +727,11 @@ static int run_loop(job *j, titan_err *err)
 			     : save_checkpoint(j, last && c->checkpoint.last_save_model_only,
 					       c->checkpoint.export_dtype, err)) != 0)
 			return -1;
+		/* torchtitan tightens the timeout once the first step (warm-up,
+		 * first collectives) is over; comm_set_timeout holds a barrier first. */
+		if (j->step == first && j->h->mesh != NULL &&
+		    comm_set_timeout(j->h->mesh->world, (double)c->comm.train_timeout_seconds, err) != 0)
+			return -1;
 	}
 	metrics_log(j->log, "Training completed");
 	return 0;
@@ -700,7 +749,8 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 	if ((j.lock_fd = dir_lock(c->job.dump_folder, "titan-train is running in", err)) < 0 ||
 	    dcp_clean_stale(j.ckpt_dir, err) != 0)
 		goto out;
-	if (open_data(&j, err) != 0 || build_model(&j, err) != 0 || build_optimizer(&j, err) != 0)
+	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_model(&j, err) != 0 ||
+	    build_optimizer(&j, err) != 0)
 		goto out;
 	if (c->checkpoint.create_seed_checkpoint) {
 		if (!c->checkpoint.enable) {

@@ -18,6 +18,7 @@
 
 #include "config/config.h"
 #include "core/err.h"
+#include "mesh/mesh.h"
 
 typedef struct trainer_hooks {
 	/* Set (by a signal handler) to ask for a stop: the current step finishes, a
@@ -26,6 +27,12 @@ typedef struct trainer_hooks {
 	FILE *log;   /* log lines; stderr when NULL */
 	int color;   /* ANSI colours in the log line */
 	int threads; /* CPU threads (0: OpenMP's default) */
+	/* The device mesh (every dimension a communicator; a world of one is a
+	 * mesh too), NULL in tests that train without one.  Rank 0 writes the
+	 * metrics and TensorBoard events; with metrics.save_for_all_ranks every
+	 * rank does, in a rank_N folder of its own, as torchtitan. */
+	mesh *mesh;
+	int device;  /* the CUDA device of this process (its local rank's), -1: none */
 } trainer_hooks;
 
 /* Run the whole job.  Returns 0 when every step ran (or a stop was honoured),

@@ -10,7 +10,7 @@
 #include "core/cli.h"
 #include "core/err.h"
 #include "dcp/dcp.h"
-#include "model/flavor.h"
+#include "model/family.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,6 +20,7 @@
 enum {
 	OPT_JSON = 256, OPT_MODEL_ONLY, OPT_EXPORT_DTYPE, OPT_CHUNKS, OPT_DIM, OPT_FLAVOR,
 	OPT_MAX_SHARD, OPT_N_HEADS, OPT_N_KV_HEADS, OPT_TOL, OPT_VERBOSE, OPT_SIZE, OPT_ASYNC,
+	OPT_MODEL,
 };
 
 static const cli_option opts[] = {
@@ -28,7 +29,8 @@ static const cli_option opts[] = {
 	{"export-dtype", 0, CLI_ARG, OPT_EXPORT_DTYPE, "T", "cast float tensors (float32, bfloat16, float16)"},
 	{"chunks", 0, CLI_ARG, OPT_CHUNKS, "N", "to DCP: split tensors into N rank files"},
 	{"dim", 0, CLI_ARG, OPT_DIM, "D", "the dimension --chunks splits (default 0)"},
-	{"flavor", 0, CLI_ARG, OPT_FLAVOR, "F", "to-hf, from-hf: Llama flavor (debugmodel, 8B, ...)"},
+	{"model", 0, CLI_ARG, OPT_MODEL, "NAME", "to-hf, from-hf: model family (default llama3)"},
+	{"flavor", 0, CLI_ARG, OPT_FLAVOR, "F", "to-hf, from-hf: the family's flavor (debugmodel, 8B, ...)"},
 	{"max-shard-size", 0, CLI_ARG, OPT_MAX_SHARD, "SIZE", "to-hf: bytes per shard (default 5G)"},
 	{"n-heads", 0, CLI_ARG, OPT_N_HEADS, "N", "override the flavor's attention heads"},
 	{"n-kv-heads", 0, CLI_ARG, OPT_N_KV_HEADS, "N", "override the flavor's kv heads"},
@@ -46,8 +48,8 @@ static const cli_spec spec = {
 	"  dcp-to-single DIR OUT.pt|OUT.safetensors [--model-only] [--export-dtype T]\n"
 	"  single-to-dcp IN OUT [--chunks N [--dim D]]\n"
 	"  reshard DIR OUT --chunks N [--dim D]\n"
-	"  to-hf DIR OUT --flavor F [--export-dtype T] [--max-shard-size SIZE]\n"
-	"  from-hf HFDIR OUT --flavor F [--export-dtype T]\n"
+	"  to-hf DIR OUT [--model NAME] --flavor F [--export-dtype T] [--max-shard-size SIZE]\n"
+	"  from-hf HFDIR OUT [--model NAME] --flavor F [--export-dtype T]\n"
 	"  diff A B [--tol X] [--json]\n"
 	"  bench DIR [--size SIZE] [--chunks N] [--async]",
 	"Convert, reshard and check PyTorch distributed checkpoints.",
@@ -59,7 +61,7 @@ static const cli_spec spec = {
 typedef struct args {
 	int json, model_only, chunks, dim, n_heads, n_kv_heads, verbose;
 	dcp_dtype export_dtype;
-	const char *flavor;
+	const char *model, *flavor;
 	uint64_t max_shard;
 	double tol;
 	uint64_t size;
@@ -406,9 +408,13 @@ static dcp_hf_model hf_model(const args *a)
 {
 	dcp_hf_model m;
 	memset(&m, 0, sizeof m);
-	const llama_args *f = flavor_find(a->flavor);
+	const model_family *fam = model_family_find(a->model);
+	if (!fam)
+		cli_usage_error(&spec, "--model: no model family '%s' (see titan-train --list-flavors)",
+				a->model);
+	const llama_args *f = model_family_flavor(fam, a->flavor);
 	if (!f)
-		cli_usage_error(&spec, "unknown flavor '%s'", a->flavor);
+		cli_usage_error(&spec, "--flavor: '%s' is not a flavor of %s", a->flavor, fam->name);
 	m.n_heads = a->n_heads ? a->n_heads : f->n_heads;
 	m.n_kv_heads = a->n_kv_heads ? a->n_kv_heads : (a->n_heads ? a->n_heads : f->n_kv_heads);
 	if (a->n_kv_heads)
@@ -438,7 +444,7 @@ int main(int argc, char **argv)
 {
 	cli_state st;
 	cli_begin(&st, &spec);
-	args a = {.max_shard = (uint64_t)5 << 30, .size = (uint64_t)1 << 30};
+	args a = {.max_shard = (uint64_t)5 << 30, .size = (uint64_t)1 << 30, .model = "llama3"};
 	int c;
 	while ((c = cli_next(&st, argc, argv)) != -1) {
 		switch (c) {
@@ -453,6 +459,7 @@ int main(int argc, char **argv)
 		case OPT_CHUNKS: a.chunks = (int)cli_int(&spec, "--chunks", st.arg, 1, 65536); break;
 		case OPT_DIM: a.dim = (int)cli_int(&spec, "--dim", st.arg, 0, DCP_MAX_DIM - 1); break;
 		case OPT_FLAVOR: a.flavor = st.arg; break;
+		case OPT_MODEL: a.model = st.arg; break;
 		case OPT_MAX_SHARD: a.max_shard = cli_size(&spec, "--max-shard-size", st.arg); break;
 		case OPT_N_HEADS: a.n_heads = (int)cli_int(&spec, "--n-heads", st.arg, 1, 1 << 20); break;
 		case OPT_N_KV_HEADS: a.n_kv_heads = (int)cli_int(&spec, "--n-kv-heads", st.arg, 1, 1 << 20); break;

@@ -6,10 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "config/config.h"
 #include "core/cli.h"
 #include "core/err.h"
+#include "gpu/gpu.h"
+#include "mesh/mesh.h"
 #include "metrics/metrics.h"
+#include "model/flavor.h"
 #include "tb/tb.h"
 #include "trainer/trainer.h"
 
@@ -26,6 +30,8 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: titan-train --config FILE.toml [--section.key value ...]\n"
+		"       titan-train --module NAME --config NAME [--section.key value ...]\n"
+		"       mpirun -np N titan-train ...   srun titan-train ...   NGPU=N ./run_train.sh\n"
 		"       titan-train --list-flavors\n"
 		"       titan-train --read-events FILE\n"
 		"       titan-train --plot-loss FILE.jsonl [--png OUT.png]\n"
@@ -33,6 +39,9 @@ static void usage(FILE *out)
 		"\n"
 		"options:\n"
 		"  --config FILE            TOML job config (torchtitan's sections and keys)\n"
+		"  --module NAME --config NAME\n"
+		"                           the config NAME.toml of configs/ (TITAN_CONFIG_DIR),\n"
+		"                           a model.name = NAME one\n"
 		"  --section.key VALUE      override one key (booleans may be bare flags)\n"
 		"  --job.print_config       print the resolved config as TOML and exit\n"
 		"  --list-flavors           print the model flavors and exit\n"
@@ -86,17 +95,97 @@ static int print_event(void *ctx, const tb_event *ev, titan_err *err)
 	return 0;
 }
 
-/* Processes started together by mpirun, srun (PMI) or torchrun: each would train
- * alone into the same folder, so more than one is refused for now. */
-static int launcher_world_size(void)
+/* --module NAME --config NAME: torchtitan's newer launch names a config by
+ * module and name instead of a file.  Rewrites argv's --config to the file
+ * (configs/NAME.toml, TITAN_CONFIG_DIR overriding configs/) and removes
+ * --module; *module is its value or NULL.  path holds the file's name. */
+static int named_config(int *argc, char **argv, const char **module, char *path, size_t n)
 {
-	const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"};
-	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-		const char *v = getenv(vars[i]);
-		if (v != NULL && atoi(v) > 0)
-			return atoi(v);
+	*module = NULL;
+	int cfg = -1;
+	for (int i = 1; i + 1 < *argc; i++) {
+		if (strcmp(argv[i], "--module") == 0) {
+			*module = argv[i + 1];
+			memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 1) * sizeof *argv);
+			*argc -= 2;
+			i--;
+		} else if (strcmp(argv[i], "--config") == 0) {
+			cfg = i + 1;
+		}
 	}
-	return 1;
+	if (*module == NULL || cfg < 0 || strchr(argv[cfg], '/') != NULL ||
+	    strstr(argv[cfg], ".toml") != NULL)
+		return 0;
+	const char *dir = getenv("TITAN_CONFIG_DIR");
+	snprintf(path, n, "%s/%s.toml", dir != NULL && *dir ? dir : "configs", argv[cfg]);
+	if (access(path, R_OK) != 0) {
+		fprintf(stderr, "titan-train: --module %s --config %s: no %s\n", *module, argv[cfg], path);
+		return -1;
+	}
+	argv[cfg] = path;
+	return 0;
+}
+
+/* The mesh's limits from the model's shape. */
+static mesh_model model_limits(const job_config *c)
+{
+	mesh_model m = {c->model.flavor, 0, 0, 0, 0, 0, 0, c->training.seq_len};
+	const llama_args *a = flavor_find(c->model.flavor);
+	if (a != NULL) {
+		m.n_layers = a->n_layers;
+		m.n_heads = a->n_heads;
+		m.n_kv_heads = a->n_kv_heads;
+		m.dim = a->dim;
+		m.ffn_hidden = flavor_ffn_hidden(a);
+	}
+	return m;
+}
+
+/* The job on the ranks of world: the mesh, then the trainer.  A bad mesh is
+ * the same on every rank: rank 0 says why, every rank exits 2. */
+static int run_ranks(job_config *c, comm *world, int threads)
+{
+	titan_err err = {{0}};
+	int rank = comm_rank(world), n = comm_size(world);
+	const __typeof__(c->parallelism) *p = &c->parallelism;
+	mesh_degrees want = {p->data_parallel_replicate_degree, p->data_parallel_shard_degree,
+			     p->context_parallel_degree, p->tensor_parallel_degree,
+			     p->pipeline_parallel_degree, p->expert_parallel_degree,
+			     p->expert_tensor_parallel_degree}, d;
+	mesh_model limits = model_limits(c);
+	if (rank != 0)
+		titan_set_warnings(c->metrics.save_for_all_ranks);
+	if (mesh_resolve(&want, n, &d, &err) != 0 || mesh_check_model(&d, &limits, &err) != 0 ||
+	    config_check_supported(c, n, &err) != 0)
+		return rank == 0 ? fail(TITAN_EXIT_USAGE, err.msg, 0) : TITAN_EXIT_USAGE;
+	mesh *m;
+	if (mesh_create(world, &d, &m, &err) != 0)
+		return fail(TITAN_EXIT_FAIL, err.msg, 0);
+	FILE *quiet = NULL;
+	if (rank != 0 && !c->metrics.save_for_all_ranks && (quiet = fopen("/dev/null", "w")) == NULL)
+		quiet = stderr;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	int gpus = gpu_count();
+	trainer_hooks h = {.stop = &stop_requested, .log = quiet != NULL ? quiet : stderr,
+			   .color = metrics_use_color(STDERR_FILENO, c->metrics.disable_color_printing),
+			   .threads = threads, .mesh = m,
+			   .device = gpus > 0 ? comm_local_rank(world) % gpus : -1};
+	int rc = TITAN_EXIT_OK;
+	if (trainer_run(c, &h, &err) != 0) {
+		if (n > 1 && strncmp(err.msg, "rank ", 5) != 0)
+			err_prefix(&err, "rank %d", rank);
+		rc = fail(TITAN_EXIT_FAIL, err.msg, 0);
+	}
+	if (quiet != NULL && quiet != stderr)
+		fclose(quiet);
+	mesh_free(m);
+	return rc;
 }
 
 /* Everything after the configuration is read; returns the exit status. */
@@ -132,23 +221,18 @@ static int run(job_config *c, int nrest, char **rest)
 		config_print(c, stdout);
 		return TITAN_EXIT_OK;
 	}
-	if (c->job.config_file == NULL)
-		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
-	if (config_check_supported(c, launcher_world_size(), &err) != 0)
-		return fail(TITAN_EXIT_USAGE, err.msg, 0);
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESETHAND;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	trainer_hooks h = {.stop = &stop_requested, .log = stderr,
-			   .color = metrics_use_color(STDERR_FILENO, c->metrics.disable_color_printing),
-			   .threads = threads};
-	if (trainer_run(c, &h, &err) != 0)
+	/* MPI starts here: a world of one when no launcher started us. */
+	comm *world;
+	if (comm_init(NULL, NULL, (double)c->comm.init_timeout_seconds, &world, &err) != 0)
 		return fail(TITAN_EXIT_FAIL, err.msg, 0);
-	return TITAN_EXIT_OK;
+	if (c->job.config_file == NULL && comm_rank(world) == 0)
+		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
+	int rc = run_ranks(c, world, threads);
+	/* A rank that failed alone may leave the others waiting on it: end them. */
+	if (rc == TITAN_EXIT_FAIL && comm_size(world) > 1)
+		comm_abort(world, rc);
+	comm_finalize(world);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -171,12 +255,21 @@ int main(int argc, char **argv)
 	titan_err err = {{0}};
 	char **rest = calloc((size_t)argc + 1, sizeof *rest);
 	int nrest = 0, rc;
-	if (rest == NULL || config_defaults(&c, &err) != 0)
+	const char *module;
+	char named[1024];
+	if (named_config(&argc, argv, &module, named, sizeof named) != 0)
+		rc = TITAN_EXIT_USAGE;
+	else if (rest == NULL || config_defaults(&c, &err) != 0)
 		rc = fail(TITAN_EXIT_FAIL, "out of memory", 0);
 	else if (config_from_args(&c, argc, argv, &nrest, rest, &err) != 0)
 		rc = fail(TITAN_EXIT_USAGE, err.msg, 1);
-	else
+	else if (module != NULL && strcmp(module, c.model.name) != 0) {
+		fprintf(stderr, "titan-train: --module %s: %s is a model.name = \"%s\" config\n",
+			module, c.job.config_file ? c.job.config_file : "the default", c.model.name);
+		rc = TITAN_EXIT_USAGE;
+	} else {
 		rc = cli_stdout_status(run(&c, nrest, rest)); /* listings: > /dev/full fails */
+	}
 	config_free(&c);
 	free(rest);
 	return rc;

@@ -1,0 +1,227 @@
+// adamw.cu: the optimizer step and the global gradient norm over all of a
+// model's tensors in one launch each (multi-tensor: a table of chunks, one
+// block per chunk), with every step-dependent scalar read from device memory so
+// that a captured step replays correctly.
+#include "gpu/device.cuh"
+
+static const int THREADS = 256;
+
+// torch.optim.AdamW, one element (CPU backend's cpu_adamw with the gradient
+// scaled by the clipping factor first):
+//   m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//   p = p (1 - lr wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
+struct adamw_consts {
+	float decay, step, rbc2, b1, b2, eps, clip;
+};
+
+__device__ __forceinline__ void adamw_one(float &p, float g, float &m, float &v,
+					  const adamw_consts &c)
+{
+	g *= c.clip;
+	m = c.b1 * m + (1.0f - c.b1) * g;
+	v = c.b2 * v + (1.0f - c.b2) * g * g;
+	p = p * c.decay - c.step * m / (sqrtf(v) * c.rbc2 + c.eps);
+}
+
+// One block per chunk.  Tensors are 16-byte aligned (gpu_mt_chunks checks) and
+// chunks start at multiples of GPU_MT_CHUNK, so 8-wide vectors line up; a
+// chunk's tail that is not a whole vector goes element by element.
+__global__ void adamw_multi_kernel(const gpu_mt_tensor *__restrict__ tensors,
+				   const gpu_mt_chunk *__restrict__ chunks,
+				   const gpu_adamw_step *__restrict__ stepp)
+{
+	gpu_mt_chunk ch = chunks[blockIdx.x];
+	gpu_mt_tensor tn = tensors[ch.tensor];
+	gpu_adamw_step st = *stepp;
+	adamw_consts c = {1.0f - st.lr * tn.wd, st.lr / st.bc1, 1.0f / sqrtf(st.bc2),
+			  st.b1, st.b2, st.eps, st.clip};
+	float *p = tn.p + ch.offset, *m = tn.m + ch.offset, *v = tn.v + ch.offset;
+	const float *g = tn.g + ch.offset;
+	bf16 *pb = tn.p_bf16 ? (bf16 *)tn.p_bf16 + ch.offset : nullptr;
+	int len = ch.len, whole = len / 8 * 8;
+	for (int i = threadIdx.x * 8; i < whole; i += blockDim.x * 8) {
+		float pv[8], gv[8], mv[8], vv[8];
+		load_vec<8>(p + i, pv);
+		load_vec<8>(g + i, gv);
+		load_vec<8>(m + i, mv);
+		load_vec<8>(v + i, vv);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			adamw_one(pv[k], gv[k], mv[k], vv[k], c);
+		store_vec<8>(p + i, pv);
+		store_vec<8>(m + i, mv);
+		store_vec<8>(v + i, vv);
+		if (pb)
+			store_vec<8>(pb + i, pv);
+	}
+	for (int i = whole + threadIdx.x; i < len; i += blockDim.x) {
+		float pi = p[i], mi = m[i], vi = v[i];
+		adamw_one(pi, g[i], mi, vi, c);
+		p[i] = pi;
+		m[i] = mi;
+		v[i] = vi;
+		if (pb)
+			pb[i] = from_f<bf16>(pi);
+	}
+}
+
+extern "C" int launch_adamw_multi(const gpu_mt_tensor *tensors, const gpu_mt_chunk *chunks,
+				  int64_t nchunks, const gpu_adamw_step *step, void *stream)
+{
+	if (nchunks <= 0)
+		return 0;
+	if (nchunks > 0x7fffffff)
+		return (int)cudaErrorInvalidValue;
+	adamw_multi_kernel<<<(unsigned)nchunks, THREADS, 0, (cudaStream_t)stream>>>(tensors, chunks,
+										    step);
+	return launch_status();
+}
+
+// One tensor, p, g, m, v all of type T (float32 masters, or bf16 under
+// training.dtype = "bfloat16": computed in float32 and rounded back).
+template <int V, typename T>
+__global__ void adamw_kernel(T *p, const T *__restrict__ g, T *m, T *v, int64_t n,
+			     adamw_consts c)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x * V;
+	for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
+		int len = n - i < V ? (int)(n - i) : V;
+		float pv[V], gv[V], mv[V], vv[V];
+		if (len == V) {
+			load_vec<V>(p + i, pv), load_vec<V>(g + i, gv);
+			load_vec<V>(m + i, mv), load_vec<V>(v + i, vv);
+		} else {
+			for (int k = 0; k < V; k++) {
+				pv[k] = k < len ? to_f(p[i + k]) : 0.0f;
+				gv[k] = k < len ? to_f(g[i + k]) : 0.0f;
+				mv[k] = k < len ? to_f(m[i + k]) : 0.0f;
+				vv[k] = k < len ? to_f(v[i + k]) : 0.0f;
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			adamw_one(pv[k], gv[k], mv[k], vv[k], c);
+		if (len == V) {
+			store_vec<V>(p + i, pv), store_vec<V>(m + i, mv), store_vec<V>(v + i, vv);
+		} else {
+			for (int k = 0; k < len; k++) {
+				p[i + k] = from_f<T>(pv[k]);
+				m[i + k] = from_f<T>(mv[k]);
+				v[i + k] = from_f<T>(vv[k]);
+			}
+		}
+	}
+}
+
+extern "C" int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
+			    float b1, float b2, float eps, float wd, float bc1, float bc2,
+			    void *stream)
+{
+	if (n <= 0)
+		return 0;
+	cudaStream_t s = (cudaStream_t)stream;
+	adamw_consts c = {1.0f - lr * wd, lr / bc1, 1.0f / sqrtf(bc2), b1, b2, eps, 1.0f};
+	bool v8 = aligned16(p, g, m, v);
+	DISPATCH(t, T, {
+		if (v8)
+			adamw_kernel<8><<<grid_for(n / 8 + 1, THREADS), THREADS, 0, s>>>(
+				(T *)p, (const T *)g, (T *)m, (T *)v, n, c);
+		else
+			adamw_kernel<1><<<grid_for(n, THREADS), THREADS, 0, s>>>(
+				(T *)p, (const T *)g, (T *)m, (T *)v, n, c);
+	});
+	return launch_status();
+}
+
+// Sum of squares of n elements in double, this block's share; the block's
+// fixed tree makes it repeat exactly.
+template <typename T> __device__ double chunk_sumsq(const T *x, int len)
+{
+	__shared__ double red[32];
+	double acc = 0.0;
+	for (int i = threadIdx.x; i < len; i += blockDim.x) {
+		double xi = (double)to_f(x[i]);
+		acc += xi * xi;
+	}
+	return block_sum_d(acc, red);
+}
+
+__global__ void sumsq_multi_kernel(double *partials, const gpu_mt_tensor *__restrict__ tensors,
+				   const gpu_mt_chunk *__restrict__ chunks)
+{
+	gpu_mt_chunk ch = chunks[blockIdx.x];
+	double s = chunk_sumsq(tensors[ch.tensor].g + ch.offset, ch.len);
+	if (threadIdx.x == 0)
+		partials[blockIdx.x] = s;
+}
+
+// *out = sum of partials[0..n) in a fixed order (one block).
+__global__ void sum_partials_kernel(double *out, const double *__restrict__ partials, int64_t n)
+{
+	__shared__ double red[32];
+	double acc = 0.0;
+	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+		acc += partials[i];
+	acc = block_sum_d(acc, red);
+	if (threadIdx.x == 0)
+		*out = acc;
+}
+
+extern "C" int launch_sumsq_multi(double *sumsq, double *partials, const gpu_mt_tensor *tensors,
+				  const gpu_mt_chunk *chunks, int64_t nchunks, void *stream)
+{
+	cudaStream_t s = (cudaStream_t)stream;
+	if (nchunks > 0x7fffffff)
+		return (int)cudaErrorInvalidValue;
+	if (nchunks > 0) {
+		sumsq_multi_kernel<<<(unsigned)nchunks, THREADS, 0, s>>>(partials, tensors, chunks);
+		int rc = launch_status();
+		if (rc != 0)
+			return rc;
+	}
+	sum_partials_kernel<<<1, 1024, 0, s>>>(sumsq, partials, nchunks);
+	return launch_status();
+}
+
+__global__ void clip_factor_kernel(gpu_adamw_step *step, float *norm, const double *sumsq,
+				   float max_norm)
+{
+	float nrm = (float)sqrt(*sumsq);
+	*norm = nrm;
+	float f = max_norm > 0.0f ? max_norm / (nrm + 1e-6f) : 1.0f;
+	step->clip = f < 1.0f ? f : 1.0f;
+}
+
+extern "C" int launch_clip_factor(gpu_adamw_step *step, float *norm, const double *sumsq,
+				  float max_norm, void *stream)
+{
+	clip_factor_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(step, norm, sumsq, max_norm);
+	return launch_status();
+}
+
+template <typename T> __global__ void sumsq_kernel(double *partials, const T *x, int64_t n)
+{
+	int64_t off = (int64_t)blockIdx.x * GPU_MT_CHUNK;
+	int len = (int)(n - off < GPU_MT_CHUNK ? n - off : GPU_MT_CHUNK);
+	double s = chunk_sumsq(x + off, len);
+	if (threadIdx.x == 0)
+		partials[blockIdx.x] = s;
+}
+
+extern "C" int launch_sumsq(double *out, double *partials, const void *x, int tx, int64_t n,
+			    void *stream)
+{
+	cudaStream_t s = (cudaStream_t)stream;
+	int64_t np = sumsq_partials(n);
+	if (np > 0x7fffffff)
+		return (int)cudaErrorInvalidValue;
+	if (np > 0) {
+		DISPATCH(tx, T,
+			 sumsq_kernel<<<(unsigned)np, THREADS, 0, s>>>(partials, (const T *)x, n));
+		int rc = launch_status();
+		if (rc != 0)
+			return rc;
+	}
+	sum_partials_kernel<<<1, 1024, 0, s>>>(out, partials, np);
+	return launch_status();
+}

@@ -1,0 +1,727 @@
+/* The CUDA backend: backend.h's ops bound to the kernels of kernels/ (through
+ * lib/gpu/launch.h), cuBLASLt (gemm.h) and cuDNN (attn.h), on one stream, with
+ * every byte from one device arena.  See cuda.h for what differs from the CPU
+ * backend.  Plain C over lib/gpu: a build without CUDA compiles it too, and
+ * backend_cuda_create then says there is no device. */
+#include "backend/cuda.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/arena.h"
+#include "gpu/attn.h"
+#include "gpu/gemm.h"
+#include "gpu/gpu.h"
+#include "gpu/launch.h"
+
+/* be_dtype and gpu_dtype agree on the types both have. */
+_Static_assert(BE_F32 == (int)GPU_F32 && BE_BF16 == (int)GPU_BF16, "be_dtype vs gpu_dtype");
+
+/* A loss sum that lives on the device until the next sync: the slot's
+ * (double sum, int64 count) are added to the caller's host variables then. */
+typedef struct pending_loss {
+	double *loss_sum;
+	int64_t *n_valid;
+	int slot;
+} pending_loss;
+
+#define LOSS_SLOTS 256
+
+/* A shape cuDNN refused: not tried again. */
+typedef struct att_shape {
+	int64_t b, t, h, hkv, hd;
+} att_shape;
+
+typedef struct cuda_state {
+	int device;
+	void *stream;
+	gpu_arena *arena;
+	gpu_gemm *gemm;
+	void *gemm_ws;
+	gpu_attn *cudnn; /* NULL: no cuDNN (why in cudnn_why) */
+	char cudnn_why[sizeof(titan_err)];
+	int attention;
+	char att_path[sizeof(titan_err) + 32];
+	att_shape *refused;
+	int nrefused, cap_refused;
+	void *scratch; /* the ops' temporaries, grown on demand (one stream: reused in order) */
+	size_t scratch_bytes;
+	struct {
+		double sum;
+		int64_t n;
+	} *slots;            /* (LOSS_SLOTS) on the device */
+	pending_loss *pending; /* (LOSS_SLOTS) on the host */
+	int npending;
+	int capturing;
+} cuda_state;
+
+struct backend_cuda_graph {
+	gpu_graph *g;
+	pending_loss *pending; /* the losses the recording produces */
+	int npending;
+};
+
+static const backend_ops cuda_ops;
+
+static cuda_state *st(const backend *be)
+{
+	return be->impl;
+}
+
+/* The arena's books are the backend's: pieces of 256 bytes, scratch included. */
+static void count_memory(backend *be)
+{
+	be->bytes_in_use = gpu_arena_in_use(st(be)->arena);
+	if (be->bytes_in_use > be->peak_bytes)
+		be->peak_bytes = be->bytes_in_use;
+}
+
+/* A launcher's or library's failure becomes the backend's fault. */
+static int check(backend *be, int rc, const char *op)
+{
+	if (rc == 0)
+		return 0;
+	titan_err e;
+	gpu_check(rc, op, &e);
+	backend_fault(be, "cuda backend: %s", e.msg);
+	return -1;
+}
+
+static int types_ok(backend *be, const char *op, int n, ...)
+{
+	va_list ap;
+	va_start(ap, n);
+	int ok = 1;
+	for (int i = 0; i < n; i++) {
+		int t = va_arg(ap, int);
+		if (t != BE_F32 && t != BE_BF16) {
+			backend_fault(be, "cuda backend: %s: %s tensors are not implemented", op,
+				      be_dtype_name((be_dtype)t));
+			ok = 0;
+			break;
+		}
+	}
+	va_end(ap);
+	return ok;
+}
+
+/* At least bytes of scratch (256-byte aligned), or NULL with a fault. */
+static void *scratch(backend *be, size_t bytes, const char *op)
+{
+	cuda_state *s = st(be);
+	if (bytes <= s->scratch_bytes)
+		return s->scratch;
+	titan_err e;
+	if (s->scratch && gpu_arena_release(s->arena, s->scratch, &e) != 0) {
+		backend_fault(be, "cuda backend: %s: %s", op, e.msg);
+		return NULL;
+	}
+	size_t want = bytes > 2 * s->scratch_bytes ? bytes : 2 * s->scratch_bytes;
+	s->scratch = gpu_arena_alloc(s->arena, want, &e);
+	s->scratch_bytes = s->scratch ? want : 0;
+	count_memory(be);
+	if (!s->scratch)
+		backend_fault(be, "cuda backend: %s: scratch: %s", op, e.msg);
+	return s->scratch;
+}
+
+/* --- memory --- */
+
+static void *cuda_alloc(backend *be, size_t bytes, titan_err *e)
+{
+	void *p = gpu_arena_alloc(st(be)->arena, bytes, e);
+	if (p)
+		count_memory(be);
+	else
+		err_prefix(e, "cuda backend");
+	return p;
+}
+
+static void cuda_free(backend *be, void *p)
+{
+	titan_err e;
+	if (gpu_arena_release(st(be)->arena, p, &e) != 0)
+		backend_fault(be, "cuda backend: free: %s", e.msg);
+	count_memory(be);
+}
+
+static void cuda_copy(backend *be, void *dst, const void *src, size_t bytes, int kind)
+{
+	titan_err e;
+	cuda_state *s = st(be);
+	if (gpu_copy_async(dst, src, bytes, s->stream, &e) != 0) {
+		backend_fault(be, "cuda backend: copy: %s", e.msg);
+		return;
+	}
+	/* the host reads dst when copy returns */
+	if (kind == BACKEND_D2H && gpu_stream_sync(s->stream, &e) != 0)
+		backend_fault(be, "cuda backend: copy to host: %s", e.msg);
+}
+
+static void cuda_zero(backend *be, void *p, size_t bytes)
+{
+	titan_err e;
+	if (gpu_memset_async(p, 0, bytes, st(be)->stream, &e) != 0)
+		backend_fault(be, "cuda backend: zero: %s", e.msg);
+}
+
+/* Add the device's loss sums to the callers' host variables (after a sync). */
+static int settle_losses(backend *be, titan_err *e)
+{
+	cuda_state *s = st(be);
+	if (s->npending == 0)
+		return 0;
+	struct {
+		double sum;
+		int64_t n;
+	} host[LOSS_SLOTS];
+	if (gpu_download(host, s->slots, (size_t)s->npending * sizeof host[0], e) != 0)
+		return err_prefix(e, "cuda backend: loss");
+	for (int i = 0; i < s->npending; i++) {
+		pending_loss *p = &s->pending[i];
+		*p->loss_sum += host[p->slot].sum;
+		*p->n_valid += host[p->slot].n;
+	}
+	s->npending = 0;
+	return 0;
+}
+
+static int cuda_sync(backend *be, titan_err *e)
+{
+	cuda_state *s = st(be);
+	if (s->capturing) /* waiting would end the capture: nothing has run yet */
+		return err_set(e, "cuda backend: sync inside a CUDA graph capture");
+	titan_err se;
+	if (gpu_stream_sync(s->stream, &se) != 0) {
+		backend_fault(be, "cuda backend: %s", se.msg);
+		s->npending = 0; /* those sums are lost with the failed work */
+	} else if (settle_losses(be, &se) != 0) {
+		backend_fault(be, "%s", se.msg);
+		s->npending = 0;
+	}
+	return backend_take_fault(be, e);
+}
+
+static void cuda_destroy(backend *be)
+{
+	cuda_state *s = st(be);
+	if (s) {
+		titan_err e;
+		if (s->stream)
+			gpu_stream_sync(s->stream, &e);
+		gpu_attn_free(s->cudnn);
+		gpu_gemm_free(s->gemm);
+		gpu_stream_free(s->stream);
+		gpu_arena_free(s->arena);
+		free(s->refused);
+		free(s->pending);
+		free(s);
+	}
+	free(be);
+}
+
+/* --- ops --- */
+
+static void cuda_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype stt,
+			 int64_t n)
+{
+	if (!types_ok(be, "convert", 2, dt, stt))
+		return;
+	if (dt == stt) {
+		titan_err e;
+		if (gpu_copy_async(dst, src, (size_t)n * be_dtype_size(dt), st(be)->stream, &e))
+			backend_fault(be, "cuda backend: convert: %s", e.msg);
+		return;
+	}
+	check(be, launch_cast(dst, dt, src, stt, n, st(be)->stream), "convert");
+}
+
+static void cuda_matmul(backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+			const void *a, int64_t lda, const void *b, int64_t ldb, be_dtype ab,
+			float beta, void *c, int64_t ldc, be_dtype ct)
+{
+	if (!types_ok(be, "matmul", 2, ab, ct))
+		return;
+	gpu_gemm_args x = {
+		.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+		.a = a, .lda = lda, .b = b, .ldb = ldb, .ab_type = ab,
+		.c = beta != 0.0f ? c : NULL, .d = c, .ldd = ldc, .d_type = ct,
+	};
+	titan_err e;
+	if (k == 0) { /* C = beta C: no product */
+		if (ldc != n)
+			backend_fault(be, "cuda backend: matmul: k = 0 with a strided C");
+		else if (beta == 0.0f)
+			cuda_zero(be, c, (size_t)(m * n) * be_dtype_size(ct));
+		else
+			check(be, launch_scale(c, ct, beta, m * n, st(be)->stream), "matmul (k = 0)");
+		return;
+	}
+	if (gpu_gemm_run(st(be)->gemm, st(be)->stream, &x, &e) != 0)
+		backend_fault(be, "cuda backend: matmul: %s", e.msg);
+}
+
+static void cuda_rmsnorm_fwd(backend *be, void *y, be_dtype yt, float *rstd, const void *x,
+			     be_dtype xt, const void *w, be_dtype wt, int64_t n, int64_t d,
+			     float eps)
+{
+	if (types_ok(be, "rmsnorm_fwd", 3, yt, xt, wt))
+		check(be, launch_rmsnorm_fwd(y, yt, rstd, NULL, xt, x, xt, NULL, xt, w, wt, n, d, eps,
+					     st(be)->stream),
+		      "rmsnorm_fwd");
+}
+
+static void cuda_rmsnorm_bwd(backend *be, void *dx, be_dtype dxt, void *dw, be_dtype dwt,
+			     const void *dy, be_dtype dyt, const void *x, be_dtype xt,
+			     const void *w, be_dtype wt, const float *rstd, int64_t n, int64_t d)
+{
+	if (!types_ok(be, "rmsnorm_bwd", 5, dxt, dwt, dyt, xt, wt))
+		return;
+	void *tmp = scratch(be, rmsnorm_bwd_scratch_bytes(n, d), "rmsnorm_bwd");
+	if (tmp)
+		check(be, launch_rmsnorm_bwd(dx, dxt, dw, dwt, dy, dyt, NULL, x, xt, w, wt, rstd, n, d,
+					     tmp, st(be)->stream),
+		      "rmsnorm_bwd");
+}
+
+static void cuda_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b, int64_t t,
+		      int64_t h, int64_t hd, int style, int inverse)
+{
+	if (types_ok(be, "rope", 1, xt))
+		check(be, launch_rope(x, xt, cs, b, t, h, hd, inverse,
+				      style == BE_ROPE_HALF ? GPU_ROPE_HALF : GPU_ROPE_INTERLEAVED,
+				      st(be)->stream),
+		      "rope");
+}
+
+/* --- attention: cuDNN where it applies, titan's kernels elsewhere --- */
+
+static int att_types_ok(backend *be, const char *op, const be_attn *a)
+{
+	if (!types_ok(be, op, 4, a->qkv, a->out, a->dout, a->grad))
+		return 0;
+	if (a->out != a->qkv || a->dout != a->qkv || a->grad != a->qkv || a->hdv != a->hd) {
+		backend_fault(be, "cuda backend: %s: one element type for q, k, v, out and their "
+				  "gradients, and hdv == hd, are implemented",
+			      op);
+		return 0;
+	}
+	return 1;
+}
+
+static gpu_att att_of(const be_attn *a)
+{
+	return (gpu_att){.b = a->b, .tq = a->tq, .tk = a->tk, .h = a->h, .hkv = a->hkv,
+			 .hd = a->hd, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
+			 .causal = a->causal, .scale = a->scale};
+}
+
+static int refused(cuda_state *s, const att_shape *x)
+{
+	for (int i = 0; i < s->nrefused; i++)
+		if (!memcmp(&s->refused[i], x, sizeof *x))
+			return 1;
+	return 0;
+}
+
+static void remember_refusal(cuda_state *s, const att_shape *x, const char *why)
+{
+	snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", why);
+	if (s->nrefused == s->cap_refused) {
+		int cap = s->cap_refused ? 2 * s->cap_refused : 8;
+		att_shape *n = realloc(s->refused, (size_t)cap * sizeof *n);
+		if (!n)
+			return; /* only costs a retry */
+		s->refused = n;
+		s->cap_refused = cap;
+	}
+	s->refused[s->nrefused++] = *x;
+}
+
+/* The cuDNN scratch for this call, or NULL when cuDNN does not take it (the
+ * reason goes to att_path). */
+static void *cudnn_for(backend *be, const be_attn *a, size_t *bytes)
+{
+	cuda_state *s = st(be);
+	if (s->attention == BACKEND_CUDA_ATTN_REFERENCE) {
+		snprintf(s->att_path, sizeof s->att_path, "titan kernels: asked for");
+		return NULL;
+	}
+	if (!s->cudnn) {
+		snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", s->cudnn_why);
+		return NULL;
+	}
+	if (a->qkv != BE_BF16 || !a->causal || a->tq != a->tk || a->q_pos0 != a->k_pos0) {
+		snprintf(s->att_path, sizeof s->att_path,
+			 "titan kernels: cuDNN takes bf16 causal self-attention only");
+		return NULL;
+	}
+	att_shape x = {a->b, a->tq, a->h, a->hkv, a->hd};
+	if (refused(s, &x))
+		return NULL;
+	titan_err e;
+	if (gpu_attn_prepare(s->cudnn, a->b, a->tq, a->h, a->hkv, a->hd, bytes, &e) != 0) {
+		remember_refusal(s, &x, e.msg);
+		return NULL;
+	}
+	void *p = scratch(be, *bytes, "attention (cuDNN)");
+	if (p)
+		snprintf(s->att_path, sizeof s->att_path, "cuDNN %ld", gpu_attn_cudnn_version());
+	return p;
+}
+
+static void cuda_attention_fwd(backend *be, void *out, float *lse, const void *q, const void *k,
+			       const void *v, const be_attn *a)
+{
+	if (!att_types_ok(be, "attention_fwd", a))
+		return;
+	cuda_state *s = st(be);
+	size_t bytes = 0;
+	void *ws = cudnn_for(be, a, &bytes);
+	if (ws) {
+		titan_err e;
+		if (gpu_attn_fwd(s->cudnn, s->stream, out, lse, q, k, v, a->b, a->tq, a->h, a->hkv,
+				 a->hd, a->scale, ws, bytes, &e) != 0)
+			backend_fault(be, "cuda backend: attention_fwd: %s", e.msg);
+		return;
+	}
+	gpu_att x = att_of(a);
+	check(be, launch_attention_fwd(out, lse, q, k, v, a->qkv, &x, s->stream), "attention_fwd");
+}
+
+static void cuda_attention_bwd(backend *be, void *dq, void *dk, void *dv, const void *dout,
+			       const void *q, const void *k, const void *v, const void *out,
+			       const float *lse, const be_attn *a)
+{
+	if (!att_types_ok(be, "attention_bwd", a))
+		return;
+	cuda_state *s = st(be);
+	size_t bytes = 0;
+	void *ws = cudnn_for(be, a, &bytes);
+	if (ws) {
+		titan_err e;
+		if (gpu_attn_bwd(s->cudnn, s->stream, dq, dk, dv, dout, q, k, v, out, lse, a->b, a->tq,
+				 a->h, a->hkv, a->hd, a->scale, ws, bytes, &e) != 0)
+			backend_fault(be, "cuda backend: attention_bwd: %s", e.msg);
+		return;
+	}
+	gpu_att x = att_of(a);
+	void *tmp = scratch(be, attention_bwd_scratch_bytes(&x), "attention_bwd");
+	if (tmp)
+		check(be, launch_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, a->qkv, &x, tmp,
+					       s->stream),
+		      "attention_bwd");
+}
+
+/* --- the rest --- */
+
+static void cuda_swiglu_fwd(backend *be, void *y, const void *a, const void *g, be_dtype t,
+			    int64_t n)
+{
+	if (types_ok(be, "swiglu_fwd", 1, t))
+		check(be, launch_swiglu_fwd(y, t, a, g, t, n, st(be)->stream), "swiglu_fwd");
+}
+
+static void cuda_swiglu_bwd(backend *be, void *da, void *dg, const void *dy, const void *a,
+			    const void *g, be_dtype t, int64_t n)
+{
+	if (types_ok(be, "swiglu_bwd", 1, t))
+		check(be, launch_swiglu_bwd(da, dg, t, dy, t, a, g, t, n, st(be)->stream),
+		      "swiglu_bwd");
+}
+
+static void cuda_embedding_fwd(backend *be, void *out, be_dtype ot, const void *table,
+			       be_dtype tt, const int32_t *ids, int64_t n, int64_t d, int64_t v0,
+			       int64_t nv)
+{
+	if (types_ok(be, "embedding_fwd", 2, ot, tt))
+		check(be, launch_embedding_fwd(out, ot, table, tt, ids, n, d, v0, nv, st(be)->stream),
+		      "embedding_fwd");
+}
+
+static void cuda_embedding_bwd(backend *be, void *dtable, be_dtype tt, const void *dout,
+			       be_dtype dt, const int32_t *ids, int64_t n, int64_t d, int64_t v0,
+			       int64_t nv)
+{
+	if (!types_ok(be, "embedding_bwd", 2, tt, dt))
+		return;
+	size_t bytes = 0;
+	if (check(be, embedding_bwd_scratch_bytes(n, nv, &bytes), "embedding_bwd scratch"))
+		return;
+	void *tmp = scratch(be, bytes, "embedding_bwd");
+	if (tmp)
+		check(be, launch_embedding_bwd(dtable, tt, dout, dt, ids, n, d, v0, nv, tmp, bytes,
+					       st(be)->stream),
+		      "embedding_bwd");
+}
+
+/* The row losses go to scratch, their sum to a device slot that the next sync
+ * adds to *loss_sum, *n_valid. */
+static void cuda_cross_entropy(backend *be, void *logits, be_dtype lt, const int32_t *labels,
+			       int64_t n, int64_t v, int32_t ignore_index, float grad_scale,
+			       double *loss_sum, int64_t *n_valid)
+{
+	cuda_state *s = st(be);
+	if (!types_ok(be, "cross_entropy", 1, lt))
+		return;
+	if (s->npending == LOSS_SLOTS) { /* many losses without a sync: settle them now */
+		titan_err e;
+		if (s->capturing) {
+			backend_fault(be, "cuda backend: cross_entropy: more than %d losses in one "
+					  "captured graph",
+				      LOSS_SLOTS);
+			return;
+		}
+		if (gpu_stream_sync(s->stream, &e) != 0 || settle_losses(be, &e) != 0) {
+			backend_fault(be, "cuda backend: cross_entropy: %s", e.msg);
+			return;
+		}
+	}
+	float *rows = scratch(be, (size_t)(n > 0 ? n : 1) * sizeof(float), "cross_entropy");
+	if (!rows)
+		return;
+	int slot = s->npending;
+	titan_err e;
+	if (gpu_memset_async(&s->slots[slot], 0, sizeof s->slots[0], s->stream, &e) != 0) {
+		backend_fault(be, "cuda backend: cross_entropy: %s", e.msg);
+		return;
+	}
+	if (check(be, launch_cross_entropy(logits, lt, labels, n, v, ignore_index, grad_scale, NULL,
+					   rows, s->stream),
+		  "cross_entropy") ||
+	    check(be, launch_loss_sum(&s->slots[slot].sum, &s->slots[slot].n, rows, labels, n,
+				      ignore_index, s->stream),
+		  "cross_entropy sum"))
+		return;
+	s->pending[s->npending++] = (pending_loss){loss_sum, n_valid, slot};
+}
+
+static void cuda_add(backend *be, void *y, be_dtype yt, const void *a, be_dtype at, const void *b,
+		     be_dtype bt, int64_t n)
+{
+	if (types_ok(be, "add", 3, yt, at, bt))
+		check(be, launch_add(y, yt, a, at, b, bt, n, st(be)->stream), "add");
+}
+
+static void cuda_axpy(backend *be, void *y, be_dtype yt, float alpha, const void *x, be_dtype xt,
+		      int64_t n)
+{
+	if (types_ok(be, "axpy", 2, yt, xt))
+		check(be, launch_axpy(y, yt, alpha, x, xt, n, st(be)->stream), "axpy");
+}
+
+static void cuda_scale(backend *be, void *x, be_dtype xt, float alpha, int64_t n)
+{
+	if (types_ok(be, "scale", 1, xt))
+		check(be, launch_scale(x, xt, alpha, n, st(be)->stream), "scale");
+}
+
+/* The partial comes back to the host: this op waits for the device. */
+static double cuda_sumsq(backend *be, const void *x, be_dtype xt, int64_t n)
+{
+	cuda_state *s = st(be);
+	if (!types_ok(be, "sumsq", 1, xt))
+		return 0;
+	double *tmp = scratch(be, (size_t)(sumsq_partials(n) + 1) * sizeof(double), "sumsq");
+	if (!tmp || check(be, launch_sumsq(tmp, tmp + 1, x, xt, n, s->stream), "sumsq"))
+		return 0;
+	double out = 0;
+	titan_err e;
+	if (gpu_copy_async(&out, tmp, sizeof out, s->stream, &e) != 0 ||
+	    gpu_stream_sync(s->stream, &e) != 0)
+		backend_fault(be, "cuda backend: sumsq: %s", e.msg);
+	return out;
+}
+
+static void cuda_adamw(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
+		       int64_t n, float lr, float b1, float b2, float eps, float wd, float bc1,
+		       float bc2)
+{
+	if (types_ok(be, "adamw", 1, t))
+		check(be, launch_adamw(p, g, m, v, t, n, lr, b1, b2, eps, wd, bc1, bc2, st(be)->stream),
+		      "adamw");
+}
+
+static const backend_ops cuda_ops = {
+	.name = "cuda",
+	.alloc = cuda_alloc,
+	.free = cuda_free,
+	.destroy = cuda_destroy,
+	.copy = cuda_copy,
+	.zero = cuda_zero,
+	.sync = cuda_sync,
+	.convert = cuda_convert,
+	.matmul = cuda_matmul,
+	.rmsnorm_fwd = cuda_rmsnorm_fwd,
+	.rmsnorm_bwd = cuda_rmsnorm_bwd,
+	.rope = cuda_rope,
+	.attention_fwd = cuda_attention_fwd,
+	.attention_bwd = cuda_attention_bwd,
+	.swiglu_fwd = cuda_swiglu_fwd,
+	.swiglu_bwd = cuda_swiglu_bwd,
+	.embedding_fwd = cuda_embedding_fwd,
+	.embedding_bwd = cuda_embedding_bwd,
+	.cross_entropy = cuda_cross_entropy,
+	.add = cuda_add,
+	.axpy = cuda_axpy,
+	.scale = cuda_scale,
+	.sumsq = cuda_sumsq,
+	.adamw = cuda_adamw,
+};
+
+/* --- creation --- */
+
+static int state_init(cuda_state *s, const backend_cuda_opts *o, titan_err *e)
+{
+	s->device = o->device;
+	s->attention = o->attention;
+	if (gpu_set_device(o->device, e) != 0)
+		return -1;
+	size_t bytes = o->arena_bytes;
+	if (bytes == 0) {
+		size_t free_b, total_b;
+		if (gpu_mem_info(&free_b, &total_b, e) != 0)
+			return -1;
+		if (free_b <= 2 * BACKEND_CUDA_RESERVE_BYTES)
+			return err_set(e, "cuda backend: %zu bytes free on device %d: too little for an "
+					  "arena",
+				       free_b, o->device);
+		bytes = free_b - BACKEND_CUDA_RESERVE_BYTES;
+	}
+	if (!(s->stream = gpu_stream_create(e)) || !(s->arena = gpu_arena_create(bytes, e)))
+		return -1;
+	if (!(s->gemm_ws = gpu_arena_alloc(s->arena, GPU_GEMM_WORKSPACE, e)) ||
+	    !(s->gemm = gpu_gemm_create(s->gemm_ws, GPU_GEMM_WORKSPACE, e)) ||
+	    !(s->slots = gpu_arena_alloc(s->arena, LOSS_SLOTS * sizeof s->slots[0], e)))
+		return -1;
+	if (!(s->pending = calloc(LOSS_SLOTS, sizeof *s->pending)))
+		return err_set(e, "cuda backend: out of host memory");
+	titan_err why;
+	if (!(s->cudnn = gpu_attn_create(&why)))
+		snprintf(s->cudnn_why, sizeof s->cudnn_why, "%s", why.msg);
+	snprintf(s->att_path, sizeof s->att_path, "none yet");
+	return 0;
+}
+
+backend *backend_cuda_create(const backend_cuda_opts *o, titan_err *e)
+{
+	backend *be = calloc(1, sizeof *be);
+	cuda_state *s = calloc(1, sizeof *s);
+	if (!be || !s) {
+		free(be);
+		free(s);
+		err_set(e, "cuda backend: out of host memory");
+		return NULL;
+	}
+	be->ops = &cuda_ops;
+	be->impl = s;
+	be->threads = 1;
+	if (state_init(s, o, e) != 0) {
+		err_prefix(e, "cuda backend on device %d", o->device);
+		cuda_destroy(be);
+		return NULL;
+	}
+	count_memory(be);
+	return be;
+}
+
+int backend_is_cuda(const backend *be)
+{
+	return be && be->ops == &cuda_ops;
+}
+
+const char *backend_cuda_attention_path(const backend *be)
+{
+	return st(be)->att_path;
+}
+
+size_t backend_cuda_arena_bytes(const backend *be)
+{
+	return gpu_arena_size(st(be)->arena);
+}
+
+size_t backend_cuda_high_water(const backend *be)
+{
+	return gpu_arena_high_water(st(be)->arena);
+}
+
+void *backend_cuda_stream(const backend *be)
+{
+	return st(be)->stream;
+}
+
+/* --- CUDA graphs --- */
+
+int backend_cuda_capture_begin(backend *be, titan_err *e)
+{
+	cuda_state *s = st(be);
+	if (s->capturing)
+		return err_set(e, "cuda backend: a capture is already under way");
+	if (cuda_sync(be, e) != 0) /* settle what came before: the graph's losses are its own */
+		return -1;
+	if (gpu_graph_begin(s->stream, e) != 0)
+		return -1;
+	s->capturing = 1;
+	return 0;
+}
+
+backend_cuda_graph *backend_cuda_capture_end(backend *be, titan_err *e)
+{
+	cuda_state *s = st(be);
+	if (!s->capturing) {
+		err_set(e, "cuda backend: no capture under way");
+		return NULL;
+	}
+	s->capturing = 0;
+	gpu_graph *g = gpu_graph_end(s->stream, e);
+	backend_cuda_graph *bg = g ? calloc(1, sizeof *bg) : NULL;
+	if (g && bg && s->npending > 0 &&
+	    !(bg->pending = malloc((size_t)s->npending * sizeof *bg->pending))) {
+		free(bg);
+		bg = NULL;
+	}
+	if (!bg) {
+		if (g)
+			err_set(e, "cuda backend: out of host memory");
+		gpu_graph_free(g);
+		s->npending = 0;
+		backend_take_fault(be, NULL);
+		return NULL;
+	}
+	bg->g = g;
+	bg->npending = s->npending;
+	if (s->npending)
+		memcpy(bg->pending, s->pending, (size_t)s->npending * sizeof *bg->pending);
+	s->npending = 0; /* nothing ran yet: the losses come with each replay */
+	if (backend_take_fault(be, e) != 0) {
+		backend_cuda_graph_free(bg);
+		return NULL;
+	}
+	return bg;
+}
+
+int backend_cuda_replay(backend *be, backend_cuda_graph *g, titan_err *e)
+{
+	cuda_state *s = st(be);
+	if (s->npending != 0 && g->npending != 0 && cuda_sync(be, e) != 0)
+		return -1; /* the recording writes slots 0.. */
+	if (gpu_graph_launch(g->g, s->stream, e) != 0)
+		return -1;
+	if (g->npending) {
+		memcpy(s->pending, g->pending, (size_t)g->npending * sizeof *g->pending);
+		s->npending = g->npending;
+	}
+	return 0;
+}
+
+void backend_cuda_graph_free(backend_cuda_graph *g)
+{
+	if (!g)
+		return;
+	gpu_graph_free(g->g);
+	free(g->pending);
+	free(g);
+}

@@ -1,0 +1,532 @@
+/* mpi.c: the MPI implementation of comm.h, on host buffers, and the start of
+ * the job (MPI_Init_thread, the node's ranks, the watchdog).
+ *
+ * Every operation is MPI's nonblocking form (MPI-3), so that a blocking call
+ * and a started one are the same code and the wait loop can enforce a
+ * deadline; errors come back as values (MPI_ERRORS_RETURN), never as MPI's
+ * default abort from inside the library. */
+#include "comm/comm.h"
+#include "comm/comm_priv.h"
+#include "core/bf16.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct mpi_req {
+	struct mpi_req *next;   /* the abandoned list */
+	MPI_Request one, *reqs; /* reqs points at one or at an array */
+	int n;
+	int *counts;            /* all-to-all-v: MPI reads them until completion */
+	float *f32;             /* bfloat16 reductions: float32 send/recv scratch */
+	float *f32_out;         /* where the float32 result is (inside f32) */
+	uint16_t *bf16_out;     /* the caller's buffer it is rounded into */
+	size_t out_count;
+} mpi_req;
+
+/* The process's MPI state: there is one world per process. */
+static struct {
+	int we_initialised;
+	MPI_Comm local;    /* ranks of this node */
+	MPI_Comm progress; /* a private MPI_COMM_SELF for the watchdog's MPI_Iprobe */
+	int local_rank, local_size;
+	mpi_req *abandoned; /* freed after MPI_Finalize */
+} g = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, NULL};
+
+static const comm_ops mpi_ops;
+
+static MPI_Comm handle(const comm *c)
+{
+	return *(const MPI_Comm *)c->impl;
+}
+
+int comm_is_mpi(const comm *c)
+{
+	return c->ops == &mpi_ops;
+}
+
+static int mpi_fail(int rc, titan_err *e, const char *what)
+{
+	char s[MPI_MAX_ERROR_STRING];
+	int n = 0;
+	if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS)
+		snprintf(s, sizeof s, "MPI error %d", rc);
+	return err_set(e, "%s: %s", what, s);
+}
+
+static MPI_Datatype mpi_type(comm_dtype t)
+{
+	switch (t) {
+	case COMM_F32: return MPI_FLOAT;
+	case COMM_F64: return MPI_DOUBLE;
+	case COMM_BF16: return MPI_UINT16_T; /* moved as bits; reduced through float32 */
+	case COMM_I32: return MPI_INT32_T;
+	case COMM_I64: return MPI_INT64_T;
+	default: return MPI_UINT8_T;
+	}
+}
+
+static MPI_Op mpi_op(comm_redop op)
+{
+	return op == COMM_MAX ? MPI_MAX : op == COMM_MIN ? MPI_MIN : MPI_SUM;
+}
+
+static int fits_int(size_t count, const char *op, titan_err *e)
+{
+	if (count > INT_MAX)
+		return err_set(e, "%s: %zu elements exceed MPI's limit of %d per call", op, count,
+			       INT_MAX);
+	return 0;
+}
+
+static mpi_req *req_new(comm_req *r, titan_err *e)
+{
+	mpi_req *q = calloc(1, sizeof *q);
+	if (q == NULL) {
+		err_set(e, "out of memory");
+		return NULL;
+	}
+	q->reqs = &q->one;
+	q->n = 1;
+	r->impl = q;
+	return q;
+}
+
+static void req_free(mpi_req *q)
+{
+	if (q->reqs != &q->one)
+		free(q->reqs);
+	free(q->counts);
+	free(q->f32);
+	free(q);
+}
+
+static int req_fail(comm_req *r, int rc, titan_err *e, const char *what)
+{
+	req_free(r->impl);
+	r->impl = NULL;
+	return mpi_fail(rc, e, what);
+}
+
+/* bfloat16 in float32: n elements of src widened into a new scratch of cap. */
+static float *widen(const void *src, size_t n, size_t cap)
+{
+	float *f = malloc((cap > 0 ? cap : 1) * sizeof *f);
+	if (f == NULL)
+		return NULL;
+	const uint16_t *b = src;
+	for (size_t i = 0; i < n; i++)
+		f[i] = bf16_to_f32(b[i]);
+	return f;
+}
+
+static int mpi_all_gather(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			  comm_req *r, titan_err *e)
+{
+	if (fits_int(count, "all_gather", e))
+		return -1;
+	mpi_req *q = req_new(r, e);
+	if (q == NULL)
+		return -1;
+	size_t b = count * comm_dtype_size(t);
+	const void *s = send == (char *)recv + (size_t)c->rank * b ? MPI_IN_PLACE : send;
+	int rc = MPI_Iallgather(s, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
+				handle(c), q->reqs);
+	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Iallgather");
+}
+
+static int mpi_reduce_scatter(comm *c, const void *send, void *recv, size_t count,
+			      comm_dtype t, comm_redop op, comm_req *r, titan_err *e)
+{
+	if (fits_int(count, "reduce_scatter", e))
+		return -1;
+	mpi_req *q = req_new(r, e);
+	if (q == NULL)
+		return -1;
+	int rc;
+	if (t == COMM_BF16) {
+		size_t n = count * (size_t)c->size;
+		if ((q->f32 = widen(send, n, n + count)) == NULL) {
+			req_free(q);
+			return err_set(e, "reduce_scatter: out of memory");
+		}
+		q->f32_out = q->f32 + n;
+		q->bf16_out = recv;
+		q->out_count = count;
+		rc = MPI_Ireduce_scatter_block(q->f32, q->f32_out, (int)count, MPI_FLOAT,
+					       mpi_op(op), handle(c), q->reqs);
+	} else {
+		rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(t), mpi_op(op),
+					       handle(c), q->reqs);
+	}
+	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Ireduce_scatter_block");
+}
+
+static int mpi_all_reduce(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			  comm_redop op, comm_req *r, titan_err *e)
+{
+	if (fits_int(count, "all_reduce", e))
+		return -1;
+	mpi_req *q = req_new(r, e);
+	if (q == NULL)
+		return -1;
+	int rc;
+	if (t == COMM_BF16) {
+		if ((q->f32 = widen(send, count, count)) == NULL) {
+			req_free(q);
+			return err_set(e, "all_reduce: out of memory");
+		}
+		q->f32_out = q->f32;
+		q->bf16_out = recv;
+		q->out_count = count;
+		rc = MPI_Iallreduce(MPI_IN_PLACE, q->f32, (int)count, MPI_FLOAT, mpi_op(op),
+				    handle(c), q->reqs);
+	} else {
+		const void *s = send == recv ? MPI_IN_PLACE : send;
+		rc = MPI_Iallreduce(s, recv, (int)count, mpi_type(t), mpi_op(op), handle(c), q->reqs);
+	}
+	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Iallreduce");
+}
+
+static int mpi_broadcast(comm *c, void *buf, size_t count, comm_dtype t, int root, comm_req *r,
+			 titan_err *e)
+{
+	if (fits_int(count, "broadcast", e))
+		return -1;
+	mpi_req *q = req_new(r, e);
+	if (q == NULL)
+		return -1;
+	int rc = MPI_Ibcast(buf, (int)count, mpi_type(t), root, handle(c), q->reqs);
+	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Ibcast");
+}
+
+static int mpi_p2p(comm *c, const comm_p2p *ops, int n, comm_req *r, titan_err *e)
+{
+	enum { TAG = 0x7174 };
+	for (int i = 0; i < n; i++)
+		if (fits_int(ops[i].count, ops[i].is_send ? "send" : "recv", e))
+			return -1;
+	mpi_req *q = req_new(r, e);
+	if (q == NULL)
+		return -1;
+	if (n > 1 && (q->reqs = calloc((size_t)n, sizeof *q->reqs)) == NULL) {
+		q->reqs = &q->one;
+		req_free(q);
+		return err_set(e, "p2p: out of memory");
+	}
+	q->n = n;
+	for (int i = 0; i < n; i++) {
+		int rc = ops[i].is_send
+			? MPI_Isend(ops[i].buf, (int)ops[i].count, mpi_type(ops[i].dtype), ops[i].peer,
+				    TAG, handle(c), &q->reqs[i])
+			: MPI_Irecv(ops[i].buf, (int)ops[i].count, mpi_type(ops[i].dtype), ops[i].peer,
+				    TAG, handle(c), &q->reqs[i]);
+		if (rc != MPI_SUCCESS)
+			return req_fail(r, rc, e, ops[i].is_send ? "MPI_Isend" : "MPI_Irecv");
+	}
+	return 0;
+}
+
+static int mpi_all_to_allv(comm *c, const void *send, const size_t *scounts,
+			   const size_t *sdispls, void *recv, const size_t *rcounts,
+			   const size_t *rdispls, comm_dtype t, comm_req *r, titan_err *e)
+{
+	int n = c->size;
+	for (int j = 0; j < n; j++)
+		if (fits_int(scounts[j] + sdispls[j], "all_to_allv", e) ||
+		    fits_int(rcounts[j] + rdispls[j], "all_to_allv", e))
+			return -1;
+	mpi_req *q = req_new(r, e);
+	if (q == NULL)
+		return -1;
+	if ((q->counts = malloc(4 * (size_t)n * sizeof *q->counts)) == NULL) {
+		req_free(q);
+		return err_set(e, "all_to_allv: out of memory");
+	}
+	int *sc = q->counts, *sd = sc + n, *rc_ = sd + n, *rd = rc_ + n;
+	for (int j = 0; j < n; j++) {
+		sc[j] = (int)scounts[j];
+		sd[j] = (int)sdispls[j];
+		rc_[j] = (int)rcounts[j];
+		rd[j] = (int)rdispls[j];
+	}
+	int rc = MPI_Ialltoallv(send, sc, sd, mpi_type(t), recv, rc_, rd, mpi_type(t), handle(c),
+				q->reqs);
+	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Ialltoallv");
+}
+
+static int mpi_barrier(comm *c, comm_req *r, titan_err *e)
+{
+	mpi_req *q = req_new(r, e);
+	if (q == NULL)
+		return -1;
+	int rc = MPI_Ibarrier(handle(c), q->reqs);
+	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Ibarrier");
+}
+
+static int mpi_test(comm *c, comm_req *r, int *done, titan_err *e)
+{
+	(void)c;
+	mpi_req *q = r->impl;
+	int flag = 0;
+	int rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, e, "MPI_Testall"); /* q stays: MPI may still write its buffers */
+	if (!flag) {
+		*done = 0;
+		return 0;
+	}
+	for (size_t i = 0; i < q->out_count; i++)
+		q->bf16_out[i] = bf16_from_f32(q->f32_out[i]);
+	req_free(q);
+	r->impl = NULL;
+	*done = 1;
+	return 0;
+}
+
+static void mpi_abandon(comm *c, comm_req *r)
+{
+	(void)c;
+	mpi_req *q = r->impl;
+	q->next = g.abandoned;
+	g.abandoned = q;
+	r->impl = NULL;
+}
+
+static int mpi_split(comm *c, int color, int key, comm *out, titan_err *e)
+{
+	MPI_Comm *h = malloc(sizeof *h);
+	if (h == NULL)
+		return err_set(e, "out of memory");
+	int rc = MPI_Comm_split(handle(c), color, key, h);
+	if (rc != MPI_SUCCESS) {
+		free(h);
+		return mpi_fail(rc, e, "MPI_Comm_split");
+	}
+	MPI_Comm_rank(*h, &out->rank);
+	MPI_Comm_size(*h, &out->size);
+	out->ops = &mpi_ops;
+	out->impl = h;
+	return 0;
+}
+
+static void mpi_free(comm *c)
+{
+	MPI_Comm *h = c->impl;
+	MPI_Comm_free(h);
+	free(h);
+}
+
+static const comm_ops mpi_ops = {
+	.name = "mpi",
+	.split = mpi_split,
+	.all_gather = mpi_all_gather,
+	.reduce_scatter = mpi_reduce_scatter,
+	.all_reduce = mpi_all_reduce,
+	.broadcast = mpi_broadcast,
+	.p2p = mpi_p2p,
+	.all_to_allv = mpi_all_to_allv,
+	.barrier = mpi_barrier,
+	.test = mpi_test,
+	.abandon = mpi_abandon,
+	.free = mpi_free,
+};
+
+/* Open MPI keeps what MPI_Init allocates (much of it in components it
+ * dlopens and closes) until exit.  LeakSanitizer, in the builds that have it,
+ * is told so here, where MPI is used: the allocations under Open MPI's
+ * libraries are not titan's leaks.  The slow unwinder lets it see those
+ * frames beneath the closed components. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+	return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libhwloc.so\n"
+	       "leak:libevent\nleak:libpmix.so\n";
+}
+
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void)
+{
+	return "fast_unwind_on_malloc=0:print_suppressions=0";
+}
+
+static void mpi_progress(void)
+{
+	int flag;
+	MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g.progress, &flag, MPI_STATUS_IGNORE);
+}
+
+/* Whether a launcher started this process as one rank of several. */
+static int launcher_size(void)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
+			      "WORLD_SIZE"};
+	int n = 0;
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		if (v != NULL && atoi(v) > n)
+			n = atoi(v);
+	}
+	return n;
+}
+
+/* The ranks of this node that this process can see, for the watchdog. */
+static int node_peers(int rank, comm_peer **out, int *nout, titan_err *e)
+{
+	int ids[2] = {rank, (int)getpid()};
+	int *all = malloc(2 * (size_t)g.local_size * sizeof *all);
+	*out = malloc((size_t)g.local_size * sizeof **out);
+	if (all == NULL || *out == NULL) {
+		free(all);
+		free(*out);
+		return err_set(e, "out of memory");
+	}
+	int rc = MPI_Allgather(ids, 2, MPI_INT, all, 2, MPI_INT, g.local);
+	if (rc != MPI_SUCCESS) {
+		free(all);
+		free(*out);
+		return mpi_fail(rc, e, "MPI_Allgather (node ranks)");
+	}
+	int n = 0;
+	for (int i = 0; i < g.local_size; i++) {
+		pid_t pid = (pid_t)all[2 * i + 1];
+		/* Another pid namespace (a container per rank) shows other processes:
+		 * watch only those seen now. */
+		if (all[2 * i] != rank && kill(pid, 0) == 0)
+			(*out)[n++] = (comm_peer){all[2 * i], pid};
+	}
+	free(all);
+	*nout = n;
+	return 0;
+}
+
+static int start_world(comm *w, titan_err *e)
+{
+	MPI_Comm *h = malloc(sizeof *h);
+	if (h == NULL)
+		return err_set(e, "out of memory");
+	int rc = MPI_Comm_dup(MPI_COMM_WORLD, h);
+	if (rc != MPI_SUCCESS) {
+		free(h);
+		return mpi_fail(rc, e, "MPI_Comm_dup");
+	}
+	w->ops = &mpi_ops;
+	w->impl = h;
+	MPI_Comm_rank(*h, &w->rank);
+	MPI_Comm_size(*h, &w->size);
+	w->world_rank = w->rank;
+	snprintf(w->name, sizeof w->name, "world");
+	if ((rc = MPI_Comm_split_type(*h, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &g.local)) !=
+		    MPI_SUCCESS ||
+	    (rc = MPI_Comm_dup(MPI_COMM_SELF, &g.progress)) != MPI_SUCCESS)
+		return mpi_fail(rc, e, "MPI communicators of the node");
+	MPI_Comm_rank(g.local, &g.local_rank);
+	MPI_Comm_size(g.local, &g.local_size);
+	return 0;
+}
+
+int comm_init(int *argc, char ***argv, double timeout_s, comm **world, titan_err *e)
+{
+	int inited = 0, provided = 0, rc;
+	MPI_Initialized(&inited);
+	int launched = launcher_size();
+	if (!inited) {
+		/* Alone, Open MPI would start a daemon to be able to spawn processes
+		 * later; titan never spawns. */
+		if (launched == 0)
+			setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+		if ((rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided)) != MPI_SUCCESS)
+			return mpi_fail(rc, e, "MPI_Init_thread");
+		g.we_initialised = 1;
+	} else {
+		MPI_Query_thread(&provided);
+	}
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	comm *w = calloc(1, sizeof *w);
+	if (w == NULL)
+		return err_set(e, "out of memory");
+	if (start_world(w, e) != 0) {
+		free(w);
+		return -1;
+	}
+	if (launched > 1 && w->size == 1) {
+		err_set(e, "the launcher started %d processes but MPI sees each alone: start them "
+			"with mpirun, or srun --mpi=pmix (torchrun is not an MPI launcher)", launched);
+		comm_finalize(w);
+		return -1;
+	}
+	char host[MPI_MAX_PROCESSOR_NAME] = "";
+	int hlen = 0;
+	MPI_Get_processor_name(host, &hlen);
+	comm_peer *peers = NULL;
+	int npeers = 0;
+	if ((w->rt = comm_rt_create(w->rank, w->size, timeout_s, e)) == NULL ||
+	    node_peers(w->rank, &peers, &npeers, e) != 0) {
+		comm_finalize(w);
+		return -1;
+	}
+	/* Driving progress from a second thread needs MPI_THREAD_MULTIPLE; without
+	 * it, started operations move only while someone waits. */
+	rc = comm_rt_start(w->rt, peers, npeers, host,
+			   provided >= MPI_THREAD_MULTIPLE ? mpi_progress : NULL, e);
+	free(peers);
+	if (rc != 0) {
+		comm_finalize(w);
+		return -1;
+	}
+	comm_rt_add(w->rt, w);
+	*world = w;
+	return 0;
+}
+
+int comm_local_rank(const comm *world)
+{
+	(void)world;
+	return g.local_rank;
+}
+
+int comm_local_size(const comm *world)
+{
+	(void)world;
+	return g.local_size;
+}
+
+void comm_finalize(comm *world)
+{
+	if (world == NULL)
+		return;
+	comm_runtime *rt = world->rt;
+	if (rt != NULL) {
+		comm_rt_free_comms(rt, world);
+		comm_rt_free(rt);
+	} else {
+		mpi_free(world);
+		free(world);
+	}
+	if (g.local != MPI_COMM_NULL)
+		MPI_Comm_free(&g.local);
+	if (g.progress != MPI_COMM_NULL)
+		MPI_Comm_free(&g.progress);
+	int fin = 0;
+	MPI_Finalized(&fin);
+	if (g.we_initialised && !fin)
+		MPI_Finalize();
+	while (g.abandoned != NULL) {
+		mpi_req *q = g.abandoned;
+		g.abandoned = q->next;
+		req_free(q);
+	}
+}
+
+_Noreturn void comm_abort(comm *world, int status)
+{
+	fflush(stdout);
+	fflush(stderr);
+	MPI_Abort(MPI_COMM_WORLD, status != 0 ? status : 1);
+	(void)world;
+	_exit(status != 0 ? status : 1);
+}

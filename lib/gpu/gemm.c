@@ -1,0 +1,279 @@
+/* cuBLASLt products in the row-major convention of gemm.h.
+ *
+ * cuBLASLt is column-major.  A row-major (m, n) matrix is the column-major
+ * (n, m) one, so D^T = op(B)^T op(A)^T is computed instead: cuBLASLt's first
+ * operand is our B, its second our A, with the same transposition flags, and
+ * its (rows, cols) are our (n, m). */
+#include "gpu/gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TITAN_CUDA
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "gpu/launch.h"
+
+/* Everything that selects an algorithm: shapes, strides, types, whether C is
+ * read, the epilogue, and each pointer's alignment (cuBLASLt's kernels assume
+ * the alignment they were chosen for). */
+typedef struct gemm_key { /* all int64_t: no padding, so memcmp compares keys */
+	int64_t trans_a, trans_b, ab_type, d_type, bias_type, use_c, use_bias;
+	int64_t align_a, align_b, align_c, align_d;
+	int64_t m, n, k, lda, ldb, ldd;
+} gemm_key;
+
+typedef struct gemm_plan {
+	gemm_key key;
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our B), B (our A), C = D */
+	cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+struct gpu_gemm {
+	cublasLtHandle_t lt;
+	void *ws;
+	size_t ws_bytes;
+	gemm_plan *plans;
+	int nplans, cap;
+};
+
+static int lt_fail(titan_err *e, const char *what, cublasStatus_t st)
+{
+	return err_set(e, "cuBLASLt: %s: %s", what, cublasLtGetStatusString(st));
+}
+
+gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e)
+{
+	gpu_gemm *g = calloc(1, sizeof *g);
+	if (!g) {
+		err_set(e, "cuBLASLt: out of memory");
+		return NULL;
+	}
+	cublasStatus_t st = cublasLtCreate(&g->lt);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		lt_fail(e, "cublasLtCreate", st);
+		free(g);
+		return NULL;
+	}
+	g->ws = workspace;
+	g->ws_bytes = workspace ? workspace_bytes : 0;
+	return g;
+}
+
+static void plan_destroy(gemm_plan *p)
+{
+	cublasLtMatrixLayoutDestroy(p->la);
+	cublasLtMatrixLayoutDestroy(p->lb);
+	cublasLtMatrixLayoutDestroy(p->lc);
+	cublasLtMatmulDescDestroy(p->desc);
+}
+
+void gpu_gemm_free(gpu_gemm *g)
+{
+	if (!g)
+		return;
+	for (int i = 0; i < g->nplans; i++)
+		plan_destroy(&g->plans[i]);
+	free(g->plans);
+	cublasLtDestroy(g->lt);
+	free(g);
+}
+
+int gpu_gemm_cached(const gpu_gemm *g)
+{
+	return g->nplans;
+}
+
+/* The alignment every row of a matrix keeps: its start pointer's and its row
+ * stride's in bytes, at most 256. */
+static int64_t align_of(const void *p, int64_t ld, int dt)
+{
+	uintptr_t a = (uintptr_t)p | (uintptr_t)(ld * (int64_t)gpu_dtype_size(dt));
+	int64_t al = 256;
+	while (al > 1 && a % (uintptr_t)al)
+		al /= 2;
+	return al;
+}
+
+static cudaDataType_t cuda_type(int dt)
+{
+	return dt == GPU_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static int type_ok(int dt)
+{
+	return dt == GPU_F32 || dt == GPU_BF16;
+}
+
+static gemm_key key_of(const gpu_gemm_args *x)
+{
+	gemm_key k;
+	k.trans_a = x->trans_a != 0;
+	k.trans_b = x->trans_b != 0;
+	k.ab_type = x->ab_type;
+	k.d_type = x->d_type;
+	k.use_c = x->beta != 0.0f;
+	k.use_bias = x->bias != NULL;
+	k.bias_type = x->bias ? x->bias_type : 0;
+	k.align_a = align_of(x->a, x->lda, x->ab_type);
+	k.align_b = align_of(x->b, x->ldb, x->ab_type);
+	k.align_c = k.use_c ? align_of(x->c, x->ldd, x->d_type) : 256;
+	k.align_d = align_of(x->d, x->ldd, x->d_type);
+	k.m = x->m, k.n = x->n, k.k = x->k;
+	k.lda = x->lda, k.ldb = x->ldb, k.ldd = x->ldd;
+	return k;
+}
+
+static int set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void *v,
+		    size_t bytes, titan_err *e)
+{
+	cublasStatus_t st = cublasLtMatmulDescSetAttribute(d, attr, v, bytes);
+	return st == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(e, "cublasLtMatmulDescSetAttribute", st);
+}
+
+/* Descriptors and the heuristic's first algorithm for key k. */
+static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
+{
+	memset(p, 0, sizeof *p);
+	p->key = *k;
+	cublasStatus_t st = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return lt_fail(e, "cublasLtMatmulDescCreate", st);
+	cublasOperation_t op_first = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* our B */
+	cublasOperation_t op_second = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; /* our A */
+	cublasLtEpilogue_t epi = k->use_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	if (set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first, e) ||
+	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second, e) ||
+	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, e))
+		goto fail;
+	if (k->use_bias) {
+		cudaDataType_t bt = cuda_type(k->bias_type);
+		if (set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt, e))
+			goto fail;
+	}
+	/* Column-major views: first operand (n, k) after op, stored (n, k) or (k, n);
+	 * second (k, m) after op, stored (k, m) or (m, k); D (n, m). */
+	cudaDataType_t ab = cuda_type(k->ab_type), dt = cuda_type(k->d_type);
+	if ((st = cublasLtMatrixLayoutCreate(&p->la, ab, k->trans_b ? k->k : k->n,
+					     k->trans_b ? k->n : k->k, k->ldb)) != CUBLAS_STATUS_SUCCESS ||
+	    (st = cublasLtMatrixLayoutCreate(&p->lb, ab, k->trans_a ? k->m : k->k,
+					     k->trans_a ? k->k : k->m, k->lda)) != CUBLAS_STATUS_SUCCESS ||
+	    (st = cublasLtMatrixLayoutCreate(&p->lc, dt, k->n, k->m, k->ldd)) != CUBLAS_STATUS_SUCCESS) {
+		lt_fail(e, "cublasLtMatrixLayoutCreate", st);
+		goto fail;
+	}
+	cublasLtMatmulPreference_t pref;
+	if ((st = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS) {
+		lt_fail(e, "cublasLtMatmulPreferenceCreate", st);
+		goto fail;
+	}
+	uint64_t ws = g->ws_bytes;
+	uint32_t al_first = (uint32_t)k->align_b, al_second = (uint32_t)k->align_a;
+	uint32_t al_c = (uint32_t)k->align_c, al_d = (uint32_t)k->align_d;
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	if ((st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+							&ws, sizeof ws)) == CUBLAS_STATUS_SUCCESS &&
+	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+							&al_first, sizeof al_first)) == CUBLAS_STATUS_SUCCESS &&
+	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+							&al_second, sizeof al_second)) == CUBLAS_STATUS_SUCCESS &&
+	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+							&al_c, sizeof al_c)) == CUBLAS_STATUS_SUCCESS &&
+	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+							&al_d, sizeof al_d)) == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+						    &res, &found);
+	cublasLtMatmulPreferenceDestroy(pref);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		lt_fail(e, "cublasLtMatmulAlgoGetHeuristic", st);
+		goto fail;
+	}
+	if (found < 1) {
+		err_set(e, "cuBLASLt: no algorithm for %s%s m=%lld n=%lld k=%lld (A/B %s, D %s)",
+			k->trans_a ? "A^T" : "A", k->trans_b ? "B^T" : "B", (long long)k->m,
+			(long long)k->n, (long long)k->k, k->ab_type == GPU_BF16 ? "bf16" : "f32",
+			k->d_type == GPU_BF16 ? "bf16" : "f32");
+		goto fail;
+	}
+	p->algo = res.algo;
+	return 0;
+fail:
+	plan_destroy(p);
+	return -1;
+}
+
+static gemm_plan *plan_for(gpu_gemm *g, const gemm_key *k, titan_err *e)
+{
+	for (int i = 0; i < g->nplans; i++)
+		if (memcmp(&g->plans[i].key, k, sizeof *k) == 0)
+			return &g->plans[i];
+	if (g->nplans == g->cap) {
+		int cap = g->cap ? 2 * g->cap : 16;
+		gemm_plan *np = realloc(g->plans, (size_t)cap * sizeof *np);
+		if (!np) {
+			err_set(e, "cuBLASLt: out of memory");
+			return NULL;
+		}
+		g->plans = np;
+		g->cap = cap;
+	}
+	if (plan_make(g, k, &g->plans[g->nplans], e) != 0)
+		return NULL;
+	return &g->plans[g->nplans++];
+}
+
+int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *x, titan_err *e)
+{
+	if (x->m == 0 || x->n == 0)
+		return 0;
+	if (x->m < 0 || x->n < 0 || x->k <= 0 || !type_ok(x->ab_type) || !type_ok(x->d_type) ||
+	    (x->bias && !type_ok(x->bias_type)))
+		return err_set(e, "gemm: bad arguments (m=%lld n=%lld k=%lld, types %d/%d)",
+			       (long long)x->m, (long long)x->n, (long long)x->k, x->ab_type,
+			       x->d_type);
+	if (x->beta != 0.0f && !x->c)
+		return err_set(e, "gemm: beta = %g needs C", (double)x->beta);
+	gemm_key k = key_of(x);
+	gemm_plan *p = plan_for(g, &k, e);
+	if (!p)
+		return -1;
+	if (x->bias && set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias,
+				sizeof x->bias, e))
+		return -1;
+	const void *c = x->beta != 0.0f ? x->c : x->d;
+	cublasStatus_t st = cublasLtMatmul(g->lt, p->desc, &x->alpha, x->b, p->la, x->a, p->lb,
+					   &x->beta, c, p->lc, x->d, p->lc, &p->algo, g->ws,
+					   g->ws_bytes, (cudaStream_t)stream);
+	return st == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(e, "cublasLtMatmul", st);
+}
+
+#else /* built without CUDA */
+
+gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e)
+{
+	(void)workspace, (void)workspace_bytes;
+	err_set(e, "gemm: built without CUDA (CUDA=0)");
+	return NULL;
+}
+
+void gpu_gemm_free(gpu_gemm *g)
+{
+	(void)g;
+}
+
+int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *args, titan_err *e)
+{
+	(void)g, (void)stream, (void)args;
+	return err_set(e, "gemm: built without CUDA (CUDA=0)");
+}
+
+int gpu_gemm_cached(const gpu_gemm *g)
+{
+	(void)g;
+	return 0;
+}
+
+#endif

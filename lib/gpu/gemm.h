@@ -1,0 +1,59 @@
+/* gemm.h: matrix products on the GPU through cuBLASLt, with the CPU backend's
+ * row-major convention (backend.h's matmul):
+ *
+ *   D (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C  [+ bias (n) per column]
+ *
+ * op(X) = X, or X^T when its trans flag is set (then A is stored (k, m), B
+ * (n, k)); lda, ldb, ldd are row strides in elements; C, when given, has D's
+ * type and layout and may be D itself (beta = 1 accumulates into D: the weight
+ * gradients of micro-batches, a residual added by the product).  A and B are
+ * both float32 or both bf16; D is float32 or bf16; accumulation is float32
+ * always (CUBLAS_COMPUTE_32F: float32 inputs get full float32, never TF32, so
+ * they match the CPU backend).
+ *
+ * The first call with a shape asks cuBLASLt's heuristic for an algorithm and
+ * keeps it (with its descriptors) for later calls of that shape; nothing is
+ * allocated on the device after gpu_gemm_create, so calls may be captured in a
+ * CUDA graph once each shape has run once. */
+#ifndef TITAN_GPU_GEMM_H
+#define TITAN_GPU_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct gpu_gemm gpu_gemm;
+
+/* The workspace cuBLASLt may use (device memory the caller owns and keeps while
+ * g lives; GPU_GEMM_WORKSPACE bytes is what Hopper's fastest kernels want). */
+#define GPU_GEMM_WORKSPACE ((size_t)32 << 20)
+gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e);
+void gpu_gemm_free(gpu_gemm *g);
+
+typedef struct gpu_gemm_args {
+	int trans_a, trans_b;
+	int64_t m, n, k;
+	float alpha, beta;
+	const void *a; /* (m, k), or (k, m) with trans_a */
+	int64_t lda;
+	const void *b; /* (k, n), or (n, k) with trans_b */
+	int64_t ldb;
+	int ab_type;   /* gpu_dtype of A and B */
+	const void *c; /* (m, n) like D, or NULL (then beta must be 0) */
+	void *d;       /* (m, n) */
+	int64_t ldd;
+	int d_type;
+	const void *bias; /* (n) or NULL */
+	int bias_type;
+} gpu_gemm_args;
+
+/* Runs on stream (a cudaStream_t; NULL: the default stream).  m or n = 0 does
+ * nothing; k must be at least 1.  Errors: a shape or type cuBLASLt has no
+ * algorithm for, or a failed launch. */
+int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *args, titan_err *e);
+
+/* Shapes seen so far (each holds one cached algorithm). */
+int gpu_gemm_cached(const gpu_gemm *g);
+
+#endif

@@ -1,0 +1,236 @@
+#!/bin/sh
+# The GPU check, run from the repository's root on a fresh GPU machine (CUDA with
+# nvcc, PyTorch, cuDNN; no Debian -dev packages, nothing downloadable) with the
+# folder scripts/gpu/prepare.sh made (.gpu-deps, or GPU_DEPS=DIR) beside it:
+#
+#   1. unpack the carried Debian runtime libraries, find CUDA's and cuDNN's
+#   2. build what the GPU tests and benchmarks link (make GPU_CHECK=1)
+#   3. run the GPU tests (make check-gpu): every kernel against the CPU backend,
+#      the CUDA backend's ops table, the model's step against the CPU's
+#   4. scripts/gpu/comm_check.sh when it exists (NCCL)
+#   5. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears,
+#      attention (cuDNN and titan's kernels), the memory-bound kernels, training
+#      steps of an 8B-shaped model with 8 layers and of the 1B flavor; and PyTorch
+#      (torch.compile) on the same shapes in the same run
+#   6. a short table, printed last
+#
+# Every stage has a time limit and the whole stays within CHECK_BUDGET_S
+# (default 470 s: an 8-minute device call); a stage that would not fit is
+# skipped and the table says so.  Logs and the table go to $OUT (the device
+# tool's folder that comes back) or build/gpu-check-out.
+#
+#   sh scripts/gpu/check.sh [--build-only]
+#
+# --build-only stops after the tests (which skip without a GPU): what
+# scripts/gpu/selftest.sh runs on a machine without one.
+set -u
+build_only=0
+[ "${1:-}" = --build-only ] && build_only=1
+
+t_start=$(date +%s)
+root=$(pwd)
+deps=${GPU_DEPS:-$root/.gpu-deps}
+out=${OUT:-$root/build/gpu-check-out}
+budget=${CHECK_BUDGET_S:-470}
+jobs=$(nproc 2>/dev/null || echo 4)
+build=build/gpu-check
+mkdir -p "$out"
+log=$out/check.log
+results=$out/results.txt
+status=$out/stages.txt
+: >"$log"
+: >"$results"
+: >"$status"
+
+elapsed() { echo $(($(date +%s) - t_start)); }
+say() { echo "$*" | tee -a "$log"; }
+
+# stage NAME LIMIT_S cmd...: runs cmd with its output in the log (and the
+# "result" lines in results.txt) unless fewer than LIMIT_S seconds of the
+# budget are left; records "NAME ok|failed (rc)|timed out|skipped SECONDS".
+stage() {
+	name=$1 limit=$2
+	shift 2
+	left=$((budget - $(elapsed)))
+	if [ "$left" -lt "$limit" ]; then
+		echo "$name skipped: ${left}s of the budget left, it may take ${limit}s" >>"$status"
+		say "== $name: skipped (${left}s left < ${limit}s)"
+		return 1
+	fi
+	say "== $name ($(elapsed)s)"
+	s0=$(date +%s)
+	timeout -k 5 "$limit" "$@" >"$out/.stage" 2>&1
+	rc=$?
+	cat "$out/.stage" >>"$log"
+	grep '^result ' "$out/.stage" >>"$results"
+	secs=$(($(date +%s) - s0))
+	case $rc in
+	0) echo "$name ok ${secs}s" >>"$status" ;;
+	124 | 137) echo "$name timed-out ${secs}s" >>"$status" ;;
+	*) echo "$name failed($rc) ${secs}s" >>"$status" ;;
+	esac
+	tail -3 "$out/.stage"
+	rm -f "$out/.stage"
+	return $rc
+}
+
+# ---- 1. the machine and its libraries ----
+
+say "GPU check of titan $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$log" 2>&1
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+[ -x "$CUDA_HOME/bin/nvcc" ] || CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")")
+[ -x "$CUDA_HOME/bin/nvcc" ] || { say "no nvcc found"; exit 1; }
+export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH"
+cuda_ver=$(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+py=${PYTHON:-python3}
+torch_ver=$($py -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
+say "GPU $gpu; CUDA $cuda_ver at $CUDA_HOME; torch $torch_ver"
+
+# The carried runtime libraries, unpacked under build/ (dpkg-deb, or ar + tar),
+# with the linker's names for them in $unpacked/lib.
+[ -d "$deps/debs" ] || { say "no $deps/debs: run scripts/gpu/prepare.sh and carry it"; exit 1; }
+unpacked=$root/build/gpu-deps
+rm -rf "$unpacked"
+mkdir -p "$unpacked/root" "$unpacked/lib"
+for d in "$deps"/debs/*.deb; do
+	if command -v dpkg-deb >/dev/null; then
+		dpkg-deb -x "$d" "$unpacked/root"
+	else
+		data=$(ar t "$d" | grep '^data.tar')
+		case $data in
+		*.xz) unz="xz -dc" ;;
+		*.zst) unz="zstd -dc" ;;
+		*.gz) unz="gzip -dc" ;;
+		*) unz="cat" ;;
+		esac
+		ar p "$d" "$data" | $unz | tar -x -f - -C "$unpacked/root"
+	fi
+done
+multi=$unpacked/root/usr/lib/x86_64-linux-gnu
+ln -sf "$multi/openblas-pthread/libopenblas.so.0" "$unpacked/lib/libopenblas.so"
+ln -sf "$multi/libcmocka.so.0" "$unpacked/lib/libcmocka.so"
+command -v make >/dev/null || export PATH="$PATH:$unpacked/root/usr/bin"
+
+# A library's folder: the first of the candidates that holds NAME.
+find_lib() {
+	name=$1
+	shift
+	for dir in "$@"; do
+		ls "$dir"/$name* >/dev/null 2>&1 && { echo "$dir"; return 0; }
+	done
+	return 1
+}
+site=$($py -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null || echo /nonexistent)
+cublas_lib=$(find_lib libcublasLt.so "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$site/cublas/lib") ||
+	{ say "no libcublasLt found"; exit 1; }
+[ -e "$cublas_lib/libcublasLt.so" ] || ln -sf "$(ls "$cublas_lib"/libcublasLt.so.* | head -1)" "$unpacked/lib/libcublasLt.so"
+cudnn_lib=$(find_lib libcudnn.so "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$site/cudnn/lib" /usr/lib/x86_64-linux-gnu) || cudnn_lib=
+cudnn_inc=
+for dir in "$CUDA_HOME/include" "$site/cudnn/include" /usr/include "$deps/include/cudnn"; do
+	[ -f "$dir/cudnn.h" ] && { cudnn_inc=$dir; break; }
+done
+if [ -n "$cudnn_lib" ] && [ -n "$cudnn_inc" ]; then
+	[ -e "$cudnn_lib/libcudnn.so" ] || ln -sf "$(ls "$cudnn_lib"/libcudnn.so.* | head -1)" "$unpacked/lib/libcudnn.so"
+	cudnn_make="CUDNN=1 CUDNN_INC=$cudnn_inc"
+	say "cuDNN: library in $cudnn_lib, headers in $cudnn_inc"
+else
+	cudnn_make="CUDNN=0"
+	say "cuDNN: not found (attention runs on titan's kernels)"
+fi
+export LD_LIBRARY_PATH="$unpacked/lib:$multi:$multi/openblas-pthread:$cublas_lib${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CPPFLAGS="-I$deps/include"
+export LDFLAGS="-L$unpacked/lib -L$cublas_lib${cudnn_lib:+ -L$cudnn_lib}"
+# (paths without spaces: the make arguments split on them)
+mk="make --no-print-directory GPU_CHECK=1 BUILD=$build CUDA_HOME=$CUDA_HOME $cudnn_make CUDNN_LIBS=-lcudnn"
+
+# ---- 2. build, 3. tests, 4. NCCL ----
+
+# shellcheck disable=SC2086
+stage build 150 $mk -j"$jobs" gpu-check-build || say "build failed: see $log"
+export TITAN_TEST_TIMEOUT=100
+# shellcheck disable=SC2086
+stage tests 120 $mk check-gpu
+tests_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+if [ "$build_only" = 1 ]; then
+	echo "tests: ${tests_line:-did not run}"
+	cat "$status"
+	! grep -v ' ok ' "$status" | grep -q .
+	exit $?
+fi
+if [ -f scripts/gpu/comm_check.sh ]; then
+	stage comm 60 sh scripts/gpu/comm_check.sh
+fi
+
+# ---- 5. benchmarks, titan beside PyTorch, the most telling first ----
+
+bench=$build/tests/gpu/bench_gpu
+tb="$py scripts/gpu/torch_bench.py"
+have_torch=0
+[ "$torch_ver" != none ] && have_torch=1
+if [ -x "$bench" ]; then
+	stage bench-ceiling 40 "$bench" ceiling
+	copy=$(awk '$2 == "ceiling" && $3 == "copy_GBps" { print $4 }' "$results")
+	stage bench-gemm 45 "$bench" gemm
+	stage bench-attention 45 "$bench" attention
+	stage bench-8B-L8-op 75 "$bench" model 8B 8 1 8192 5 op
+fi
+# shellcheck disable=SC2086
+[ "$have_torch" = 1 ] && stage torch-8B-L8 110 $tb model 8B 8 1 8192 5
+[ -x "$bench" ] && stage bench-1B-op 75 "$bench" model 1B 0 1 8192 5 op
+# shellcheck disable=SC2086
+if [ "$have_torch" = 1 ]; then
+	stage torch-1B 110 $tb model 1B 0 1 8192 5
+	stage torch-gemm 30 $tb gemm
+	stage torch-attention 30 $tb attention
+fi
+if [ -x "$bench" ]; then
+	stage bench-kernels 45 "$bench" kernels "${copy:-0}"
+	stage bench-8B-L8-none 75 "$bench" model 8B 8 1 8192 5 none
+fi
+
+# ---- 6. the table ----
+
+# value SECTION NAME: the figure, or "-"
+value() {
+	awk -v s="$1" -v n="$2" '$2 == s && $3 == n { v = $4 } END { print (v == "" ? "-" : v) }' "$results"
+}
+row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
+	t=$(value "$3" "$4")
+	r=-
+	[ $# -ge 6 ] && r=$(value "$5" "$6")
+	printf '%-44s %10s %10s  %s\n' "$1" "$t" "$r" "$2"
+}
+{
+	echo
+	echo "GPU check: $gpu, CUDA $cuda_ver, torch $torch_ver, $(elapsed)s in all"
+	echo "tests: ${tests_line:-did not run}"
+	sed 's/^/stage: /' "$status"
+	printf '%-44s %10s %10s  %s\n' figure titan torch unit
+	row "copy bandwidth (read + write)" GB/s ceiling copy_GBps
+	row "bf16 GEMM ceiling (best 8192^3)" TFLOP/s ceiling bf16_gemm_TFLOPs
+	row "8B linears, fwd+dgrad+wgrad (t=8192)" TFLOP/s gemm 8B_linears_TFLOPs torch-gemm 8B_linears_TFLOPs
+	row "  of the measured ceiling" % gemm 8B_linears_of_ceiling
+	row "  w1 fwd (8192x14336x4096)" TFLOP/s gemm w1_fwd_TFLOPs torch-gemm w1_fwd_TFLOPs
+	row "  output fwd (8192x128256x4096)" TFLOP/s gemm output_fwd_TFLOPs torch-gemm output_fwd_TFLOPs
+	row "attention 8B fwd, cuDNN vs torch SDPA" TFLOP/s attention cudnn_8B_fwd_TFLOPs torch-attention sdpa_8B_fwd_TFLOPs
+	row "attention 8B bwd, cuDNN vs torch SDPA" TFLOP/s attention cudnn_8B_bwd_TFLOPs torch-attention sdpa_8B_bwd_TFLOPs
+	row "attention 8B fwd, titan's kernels" TFLOP/s attention titan_8B_fwd_TFLOPs
+	row "attention 8B bwd, titan's kernels" TFLOP/s attention titan_8B_bwd_TFLOPs
+	row "attention 1B fwd, cuDNN vs torch SDPA" TFLOP/s attention cudnn_1B_fwd_TFLOPs torch-attention sdpa_1B_fwd_TFLOPs
+	row "rmsnorm fwd" GB/s kernels rmsnorm_fwd_GBps
+	row "swiglu bwd" GB/s kernels swiglu_bwd_GBps
+	row "cross-entropy (128k vocab)" GB/s kernels cross_entropy_GBps
+	row "adamw" GB/s kernels adamw_GBps
+	row "8B-shaped, 8 layers, t=8192, AC op" tok/s model 8B_L8_t8192_op_tokens_per_s torch-model 8B_L8_t8192_none_tokens_per_s
+	row "  MFU (torch: no AC, torch.compile)" % model 8B_L8_t8192_op_MFU torch-model 8B_L8_t8192_none_MFU
+	row "  the same as a replayed CUDA graph" tok/s model 8B_L8_t8192_op_graph_tokens_per_s
+	row "8B-shaped, 8 layers, t=8192, no AC" tok/s model 8B_L8_t8192_none_tokens_per_s torch-model 8B_L8_t8192_none_tokens_per_s
+	row "  MFU" % model 8B_L8_t8192_none_MFU torch-model 8B_L8_t8192_none_MFU
+	row "  peak memory" GiB model 8B_L8_t8192_none_peak_GiB torch-model 8B_L8_t8192_none_peak_GiB
+	row "1B, t=8192, AC op (torch: no AC)" tok/s model 1B_L16_t8192_op_tokens_per_s torch-model 1B_L16_t8192_none_tokens_per_s
+	row "  MFU" % model 1B_L16_t8192_op_MFU torch-model 1B_L16_t8192_none_MFU
+} >"$out/table.txt"
+cat "$out/table.txt" >>"$log"
+cat "$out/table.txt"

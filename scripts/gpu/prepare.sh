@@ -1,0 +1,58 @@
+#!/bin/sh
+# Prepare, on a Debian machine with apt, what scripts/gpu/check.sh needs on a GPU
+# machine of another image (CUDA with nvcc, PyTorch, cuDNN; no Debian -dev
+# packages; nothing to download): the Debian runtime libraries the GPU check
+# links (kept as .deb files, unpacked there) and the -dev packages' headers
+# (unpacked here).  The GPU check builds only what the GPU tests and
+# benchmarks link (make GPU_CHECK=1): OpenBLAS, cmocka, CUDA; nothing else.
+#
+#   sh scripts/gpu/prepare.sh [DIR]      DIR defaults to .gpu-deps (ignored by git)
+#
+# Then name DIR in the device call's carry list; check.sh finds it there.
+set -eu
+
+dest=${1:-.gpu-deps}
+# Runtime libraries, unpacked on the GPU machine: OpenBLAS (the CPU reference the
+# tests compare with) and its Fortran runtime, cmocka; make in case the image
+# has none.
+RUNTIME="libopenblas0-pthread libgfortran5 libquadmath0 libcmocka0 make"
+# Headers only: cblas.h, cmocka.h, and OpenSSL's for lib/core's sha256.c.
+DEV="libopenblas-pthread-dev libcmocka-dev libssl-dev"
+
+command -v apt-get >/dev/null || { echo "prepare.sh: needs apt-get (a Debian machine)" >&2; exit 1; }
+rm -rf "$dest"
+mkdir -p "$dest/debs" "$dest/include" "$dest/.dev"
+# apt-get download writes into the current folder; as root it warns that _apt
+# cannot write there, which is harmless.
+(cd "$dest/debs" && apt-get download $RUNTIME 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+(cd "$dest/.dev" && apt-get download $DEV 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+for p in $RUNTIME; do
+	ls "$dest/debs/${p}_"*.deb >/dev/null 2>&1 || { echo "prepare.sh: could not download $p" >&2; exit 1; }
+done
+for d in "$dest"/.dev/*.deb; do
+	dpkg-deb -x "$d" "$dest/.dev/root"
+done
+inc=$dest/.dev/root/usr/include
+cp "$inc/x86_64-linux-gnu/openblas-pthread/cblas.h" \
+	"$inc/x86_64-linux-gnu/openblas-pthread/openblas_config.h" "$dest/include/"
+cp "$inc/cmocka.h" "$inc/cmocka_pbc.h" "$dest/include/"
+cp -r "$inc/openssl" "$dest/include/"
+cp "$inc/x86_64-linux-gnu/openssl/"*.h "$dest/include/openssl/"
+rm -rf "$dest/.dev"
+
+# cuDNN's headers of this machine's CUDA, for a GPU machine whose cuDNN came
+# without them (a pip wheel's library): the backend API is stable across 9.x.
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if ls "$cuda"/include/cudnn*.h >/dev/null 2>&1; then
+	mkdir -p "$dest/include/cudnn"
+	cp "$cuda"/include/cudnn*.h "$dest/include/cudnn/"
+fi
+
+{
+	echo "# made by scripts/gpu/prepare.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	for d in "$dest"/debs/*.deb; do
+		dpkg-deb -W --showformat='${Package} ${Version}\n' "$d"
+	done
+} >"$dest/MANIFEST"
+echo "prepare.sh: $dest holds $(du -sh "$dest" | cut -f1)" \
+	"($(ls "$dest"/debs | wc -l) packages, $(find "$dest/include" -type f | wc -l) headers)"

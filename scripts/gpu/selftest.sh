@@ -1,0 +1,38 @@
+#!/bin/sh
+# Check, on this machine (no GPU needed), that what scripts/gpu/prepare.sh put
+# in .gpu-deps is all scripts/gpu/check.sh needs from Debian: in a private
+# mount namespace, every system header and library the folder provides is
+# replaced by a poison (a header that is an #error, a library that is not ELF),
+# then check.sh --build-only builds the GPU check and runs its tests (which
+# skip without a GPU, except those that need none).  A header or library
+# taken from the system instead of the folder fails the build or the link.
+# Needs root (unshare -m, mount --bind); run prepare.sh first.
+set -eu
+
+deps=${GPU_DEPS:-$(pwd)/.gpu-deps}
+[ -d "$deps/include" ] || { echo "selftest.sh: no $deps: run sh scripts/gpu/prepare.sh" >&2; exit 1; }
+poison=$(mktemp -d)
+trap 'rm -rf "$poison"' EXIT
+printf 'not a library: scripts/gpu/selftest.sh hid it\n' >"$poison/lib"
+
+# The mounts, as a script for the namespace's shell.
+plan=$poison/plan
+: >"$plan"
+( cd "$deps/include" && find . -type f ) | while read -r h; do
+	h=${h#./}
+	for sys in "/usr/include/$h" "/usr/include/x86_64-linux-gnu/$h" \
+		"/usr/include/x86_64-linux-gnu/openblas-pthread/$h"; do
+		[ -f "$sys" ] || continue
+		mkdir -p "$poison/h/$(dirname "$h")"
+		printf '#error "%s: the system header, not .gpu-deps'"'"'s"\n' "$sys" >"$poison/h/$h"
+		echo "mount --bind '$poison/h/$h' '$sys'" >>"$plan"
+	done
+done
+for lib in /usr/lib/x86_64-linux-gnu/libopenblas*.so* /usr/lib/x86_64-linux-gnu/openblas-pthread/*.so* \
+	/usr/lib/x86_64-linux-gnu/libcmocka.so* /usr/lib/x86_64-linux-gnu/libgfortran.so* \
+	/usr/lib/x86_64-linux-gnu/libcblas.so* /usr/lib/x86_64-linux-gnu/libblas.so*; do
+	[ -e "$lib" ] && echo "mount --bind '$poison/lib' '$(readlink -f "$lib")'" >>"$plan"
+done
+sort -u "$plan" -o "$plan"
+echo "selftest.sh: hiding $(wc -l <"$plan") system headers and libraries"
+unshare -m sh -c ". '$plan' && sh scripts/gpu/check.sh --build-only"

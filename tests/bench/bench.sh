@@ -1,0 +1,118 @@
+#!/bin/sh
+# titan-bench: every subcommand that exists runs at tiny sizes, its --json
+# parses with jq and holds its figures; what cannot run here says why; the
+# subcommands that have not landed say so; --profile writes a trace and a
+# memory snapshot that jq (and, with $PYTHON's torch, PyTorch's memory viewer)
+# read.  Timings are not checked (performance is for make bench).
+. tests/lib.sh
+B="$BIN/titan-bench"
+PY="${PYTHON:-python3}"
+Q="--seconds 0.01 --threads 1"
+
+json_ok() { # name file jq-expression that must be true
+	if jq -e "$3" "$2" >/dev/null 2>"$TMP/.jq"; then
+		t_ok "$1"
+	else
+		t_not_ok "$1" "jq '$3' on $2: $(cat "$TMP/.jq") $(head -c 400 "$2")"
+	fi
+}
+
+t_run "gemm --json on two given shapes" "$B" gemm --json $Q --shapes 16,16,16:32,64,48
+cp "$TMP/.out" "$TMP/gemm.json"
+json_ok "gemm: a float32 row per shape with TFLOP/s and percent of the ceiling" "$TMP/gemm.json" \
+	'.bench == "gemm" and .ceiling.tflops > 0 and ([.rows[] | select(.dtype == "fp32")] | length) == 2
+	 and all(.rows[]; .tflops > 0 and .pct_ceiling > 0 and .ms > 0 and .m * .n * .k > 0)'
+json_ok "gemm: every element type asked for is measured or listed as not available, with why" \
+	"$TMP/gemm.json" \
+	'([.rows[].dtype] + [.unavailable[].what] | unique) as $s
+	 | all(("fp32", "bf16", "fp8-tensorwise", "fp8-rowwise"); . as $d | $s | index($d) != null)
+	 and all(.unavailable[]; (.why | length) > 10)'
+json_ok "gemm: the machine's load is in the report" "$TMP/gemm.json" '(.load | length) > 4'
+
+t_run "gemm on a model's shapes (debugmodel, M = 8)" "$B" gemm --json $Q --shapes debugmodel \
+	--tokens 8 --dtype fp32
+json_ok "gemm debugmodel: its 4 distinct linears (wq=wk=wv=wo, w1=w3, w2, output)" "$TMP/.out" \
+	'[.rows[] | [.n, .k]] == [[256, 256], [768, 256], [256, 768], [2048, 256]]
+	 and .rows[0].shape == "wq,wk,wv,wo" and all(.rows[]; .m == 8)'
+
+t_run "gemm prints an aligned table" "$B" gemm $Q --shapes 8,8,8 --dtype fp32
+t_grep "gemm table: header and ceiling" '^shape .* TFLOP/s .* % ceiling$' "$TMP/.out"
+t_grep "gemm table: the CUDA bench says why it cannot run" '^not available: cuda: ' "$TMP/.out"
+
+t_run "attention --json on a tiny GQA shape" "$B" attention --json $Q --attention-shape 1,32,4,2,16
+json_ok "attention: forward and backward rows in float32 with TFLOP/s" "$TMP/.out" \
+	'[.rows[] | select(.dtype == "fp32") | .pass] == ["forward", "backward"]
+	 and all(.rows[]; .tflops > 0 and .shape == "1x32 h4/2 hd16")'
+
+t_run "io --json on 2 MiB of synthetic shards and checkpoint" "$B" io --json --threads 1 \
+	--size 2M --seq 64 --batch 2 --dir "$TMP"
+json_ok "io: loader cold and warm, checkpoint save and load, each against the raw disk" \
+	"$TMP/.out" \
+	'[.rows[] | .what + "/" + .cache] == ["loader epoch/cold", "loader epoch/warm",
+	   "checkpoint save (DCP, fsync)/-", "checkpoint load (DCP)/cold"]
+	 and all(.rows[]; .mb_s > 0 and .raw_mb_s > 0 and .ratio > 0)'
+if ls "$TMP"/titan-bench-io.* >/dev/null 2>&1; then
+	t_not_ok "io removes its work folder" "$(ls -d "$TMP"/titan-bench-io.*)"
+else
+	t_ok "io removes its work folder"
+fi
+
+t_need_fixture tokenizers/llama3_1/tokenizer.json
+t_need_fixture corpus/en.jsonl
+head -n 40 "$FIXTURES/corpus/en.jsonl" >"$TMP/docs.jsonl"
+t_run "tokenize --json without a reference" "$B" tokenize --json $Q \
+	--tokenizer "$FIXTURES/tokenizers/llama3_1" --input "$TMP/docs.jsonl"
+json_ok "tokenize: titan's row, and the reference listed as not available" "$TMP/.out" \
+	'.rows[0].encoder == "titan" and .rows[0].tokens > 1000 and .rows[0].mb_s > 0
+	 and ([.unavailable[].what] | index("reference")) != null'
+if "$PY" -c 'import tokenizers' 2>/dev/null; then
+	t_run "tokenize --python: HF tokenizers on the same documents" "$B" tokenize --json $Q \
+		--tokenizer "$FIXTURES/tokenizers/llama3_1" --input "$TMP/docs.jsonl" --python "$PY"
+	json_ok "tokenize: the reference's ids are titan's, token for token" "$TMP/.out" \
+		'([.rows[] | select(.encoder == "hf-tokenizers") | .same_ids] | unique) == ["yes"]
+		 and .rows[0].x_ref > 0'
+else
+	t_skip "tokenize --python: HF tokenizers on the same documents" "no tokenizers in $PY"
+fi
+t_fails "tokenize --python with a missing interpreter is reported, not fatal" 0 "$B" tokenize \
+	$Q --tokenizer "$FIXTURES/tokenizers/llama3_1" --input "$TMP/docs.jsonl" \
+	--python "$TMP/no-such-python"
+t_grep "tokenize: the missing reference says why" '^not available: reference: ' "$TMP/.out"
+
+t_fails "step is not available yet" 1 "$B" step
+t_grep "step says why" 'not available yet' "$TMP/.err"
+t_fails "comm is not available yet" 1 "$B" comm
+t_fails "an unknown subcommand is bad usage" 2 "$B" frobnicate
+t_fails "an unknown element type is bad usage" 2 "$B" gemm --dtype fp16
+t_fails "a malformed shape is bad usage" 2 "$B" gemm --shapes 1,2
+t_fails "a malformed attention shape is bad usage" 2 "$B" attention --attention-shape 1,2,3,2,4
+t_fails "tokenize without --tokenizer is bad usage" 2 "$B" tokenize --input "$TMP/docs.jsonl"
+t_run "--help" "$B" --help
+t_grep "--help names the subcommands" 'titan-bench tokenize' "$TMP/.out"
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -eq 0 ]; then
+	t_fails "gemm --device cuda without a GPU fails saying why" 1 "$B" gemm --device cuda
+	t_grep "the GPU bench says it is not available" 'not available' "$TMP/.err"
+else
+	t_skip "gemm --device cuda without a GPU fails saying why" "this machine has a GPU"
+fi
+
+t_run "--profile writes a trace of the run" "$B" gemm $Q --shapes 16,16,16 --dtype fp32 \
+	--profile "$TMP/prof"
+T="$TMP/prof/iteration_1/rank0_trace.json"
+json_ok "--profile: trace-event JSON with the GEMMs and their shapes" "$T" \
+	'(.traceEvents | length) > 3 and all(.traceEvents[]; has("ph") and has("pid") and has("tid"))
+	 and any(.traceEvents[]; .ph == "X" and .name == "matmul" and .args.m == 16 and .args.dtype == "fp32")
+	 and any(.traceEvents[]; .ph == "C" and .name == "memory")'
+S="$TMP/prof/iteration_1/rank0_memory_snapshot.pickle"
+if [ -s "$S" ]; then t_ok "--profile: a memory snapshot"; else t_not_ok "--profile: a memory snapshot"; fi
+if "$PY" -c 'import torch' 2>/dev/null; then
+	t_run "PyTorch's memory viewer reads the snapshot" "$PY" -c '
+import pickle, sys
+import torch.cuda._memory_viz as mv
+d = pickle.load(open(sys.argv[1], "rb"))
+assert any(e["action"] == "alloc" for e in d["device_traces"][0])
+mv.segsum(d); mv.trace(d); mv.trace_plot(d)' "$S"
+else
+	t_skip "PyTorch's memory viewer reads the snapshot" "no torch in $PY"
+fi
+t_done

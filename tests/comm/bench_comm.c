@@ -1,0 +1,157 @@
+/* Collective bandwidth by message size, for scripts/bench/comm.sh and
+ * scripts/gpu/comm_check.sh:
+ *
+ *   mpirun -np N bench_comm titan|mpi|nccl [MAX_BYTES]
+ *
+ * "titan" goes through lib/comm's MPI implementation (comm_init,
+ * comm_all_gather, ...: the layer's own cost: its thread level, watchdog,
+ * requests and polling wait); "mpi" is the plain MPI program doing the same
+ * (MPI_Init, the blocking collectives); "nccl" is lib/comm's NCCL
+ * implementation on device buffers, each rank on its local rank's GPU.
+ * The timing is shared: a barrier, then enough repetitions for 0.2 s (on a
+ * GPU, until the stream has finished them), the slowest rank's time, the best
+ * of 3.  Rank 0 prints, per operation and size (the whole buffer, nccl-tests'
+ * "size"), seconds per call, the algorithm bandwidth (size / time) and the
+ * bus bandwidth in GB/s (nccl-tests' busbw: algbw x (n-1)/n, x 2(n-1)/n for
+ * all-reduce; 0 for one rank, which moves nothing between ranks), a line
+ * each: "OP BYTES SECONDS ALGBW BUSBW". */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+
+#if TITAN_CUDA
+#include <cuda_runtime.h>
+#endif
+
+enum { AG, RS, AR, OPS };
+static const char *const op_names[OPS] = {"all_gather", "reduce_scatter", "all_reduce"};
+
+static comm *world; /* NULL in the plain MPI mode */
+static comm *c;     /* what is measured: world, or the NCCL communicator */
+
+/* One call of op on `bytes` of float32 in total (the gathered buffer, the
+ * scattered input, the reduced buffer). */
+static int call(int op, float *send, float *recv, size_t bytes, int n)
+{
+	size_t total = bytes / sizeof(float), part = total / (size_t)n;
+	titan_err e;
+	int rc;
+	if (c != NULL) {
+		rc = op == AG ? comm_all_gather(c, send, recv, part, COMM_F32, &e)
+		   : op == RS ? comm_reduce_scatter(c, send, recv, part, COMM_F32, COMM_SUM, &e)
+			      : comm_all_reduce(c, send, recv, total, COMM_F32, COMM_SUM, &e);
+		if (rc != 0)
+			fprintf(stderr, "bench_comm: %s\n", e.msg);
+		return rc;
+	}
+	rc = op == AG ? MPI_Allgather(send, (int)part, MPI_FLOAT, recv, (int)part, MPI_FLOAT,
+				      MPI_COMM_WORLD)
+	   : op == RS ? MPI_Reduce_scatter_block(send, recv, (int)part, MPI_FLOAT, MPI_SUM,
+						 MPI_COMM_WORLD)
+		      : MPI_Allreduce(send, recv, (int)total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+	return rc == MPI_SUCCESS ? 0 : -1;
+}
+
+/* Seconds per call: the slowest rank's, best of 3 rounds of `reps` calls. */
+static double timed(int op, float *send, float *recv, size_t bytes, int n, int reps)
+{
+	double best = 1e30;
+	for (int round = 0; round < 3; round++) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		double t0 = MPI_Wtime();
+		titan_err e;
+		for (int i = 0; i < reps; i++)
+			if (call(op, send, recv, bytes, n) != 0)
+				return -1;
+		if (c != NULL && comm_sync(c, &e) != 0) {
+			fprintf(stderr, "bench_comm: %s\n", e.msg);
+			return -1;
+		}
+		double mine = (MPI_Wtime() - t0) / reps, slowest;
+		MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+		if (slowest < best)
+			best = slowest;
+	}
+	return best;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "";
+	if (strcmp(mode, "titan") != 0 && strcmp(mode, "mpi") != 0 && strcmp(mode, "nccl") != 0) {
+		fprintf(stderr, "usage: bench_comm titan|mpi|nccl [MAX_BYTES]\n");
+		return 2;
+	}
+	size_t max = argc > 2 ? strtoull(argv[2], NULL, 10) : (size_t)64 << 20;
+	titan_err e;
+	if (strcmp(mode, "mpi") == 0) {
+		MPI_Init(&argc, &argv);
+	} else if (comm_init(&argc, &argv, 300, &world, &e) != 0) {
+		fprintf(stderr, "bench_comm: %s\n", e.msg);
+		return 1;
+	}
+	c = world;
+	int n, rank, rc = 0;
+	MPI_Comm_size(MPI_COMM_WORLD, &n);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	float *send = NULL, *recv = NULL;
+	if (strcmp(mode, "nccl") == 0) {
+#if TITAN_CUDA
+		int ngpu = 0;
+		cudaGetDeviceCount(&ngpu);
+		int dev = ngpu > 0 ? comm_local_rank(world) % ngpu : 0;
+		if (comm_nccl_create(world, dev, NULL, "nccl", &c, &e) != 0 ||
+		    cudaMalloc((void **)&send, max) != cudaSuccess ||
+		    cudaMalloc((void **)&recv, max) != cudaSuccess ||
+		    cudaMemset(send, 0, max) != cudaSuccess || cudaMemset(recv, 0, max) != cudaSuccess) {
+			fprintf(stderr, "bench_comm: NCCL on device %d: %s\n", dev, e.msg);
+			rc = 1;
+		}
+#else
+		fprintf(stderr, "bench_comm: nccl: built without CUDA (CUDA=0)\n");
+		rc = 1;
+#endif
+	} else {
+		send = malloc(max);
+		recv = malloc(max);
+		rc = send == NULL || recv == NULL;
+		if (!rc) {
+			memset(send, 0, max);
+			memset(recv, 0, max);
+		}
+	}
+	for (size_t bytes = 4096; !rc && bytes <= max; bytes *= 8) {
+		size_t b = bytes / (sizeof(float) * (size_t)n) * sizeof(float) * (size_t)n;
+		for (int op = 0; op < OPS && !rc; op++) {
+			/* Repetitions for about 0.2 s, from one warm-up call's time. */
+			double one = timed(op, send, recv, b, n, 1);
+			int reps = one > 0 ? (int)(0.2 / one) + 1 : 1;
+			double t = timed(op, send, recv, b, n, reps > 2000 ? 2000 : reps);
+			if (t < 0) {
+				rc = 1;
+				break;
+			}
+			double factor = op == AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+			double algbw = (double)b / t / 1e9;
+			if (rank == 0)
+				printf("%s %zu %.9f %.4f %.4f\n", op_names[op], b, t, algbw, algbw * factor);
+		}
+	}
+	if (c != world) {
+#if TITAN_CUDA
+		cudaFree(send);
+		cudaFree(recv);
+#endif
+	} else {
+		free(send);
+		free(recv);
+	}
+	if (world != NULL)
+		comm_finalize(world);
+	else
+		MPI_Finalize();
+	return rc;
+}

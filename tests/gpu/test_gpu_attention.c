@@ -1,0 +1,237 @@
+/* Causal GQA attention on the GPU, both paths, against the CPU backend's float64
+ * attention: titan's reference kernels (launch_attention_*, float32 and bf16,
+ * any t, head dims 16 to 128) and cuDNN's fused flash attention (attn.h, bf16,
+ * t a multiple of 128).  The backward is fed the forward's float64 output and
+ * lse rounded to the device's types, so each direction is measured on its own.
+ * Method and bounds: gpu_test.h; cuDNN rounds the probabilities to bf16 before
+ * the second product (as flash attention does), hence TOL_BF16_CHAIN for its
+ * outputs.  Without a GPU every test reports skipped with the reason. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/cpu_kernels.h"
+#include "gpu/attn.h"
+#include "gpu_test.h"
+
+#define TOL_LSE_CUDNN 1e-3 /* cuDNN's softmax statistics (its own exp) */
+/* cuDNN's backward multiplies bf16-rounded P and dS: two roundings deep */
+#define TOL_CUDNN_BWD 4e-2
+
+/* One direction pair on one path (0 = reference kernels, 1 = cuDNN), on the
+ * attention call a (element types: dt for every tensor). */
+static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
+{
+	int64_t b = a.b, tq = a.tq, tk = a.tk, h = a.h, hkv = a.hkv, hd = a.hd;
+	size_t nq = (size_t)(b * tq * h * hd), nk = (size_t)(b * tk * hkv * hd);
+	size_t nl = (size_t)(b * h * tq);
+	be_attn ba = {.b = b, .tq = tq, .tk = tk, .h = h, .hkv = hkv, .hd = hd, .hdv = hd,
+		      .scale = a.scale, .causal = a.causal, .q_pos0 = a.q_pos0, .k_pos0 = a.k_pos0};
+	double *q = rnd(nq, 1.0), *k = rnd(nk, 1.0), *v = rnd(nk, 1.0), *dout = rnd(nq, 1.0);
+	void *dq_in = dev_from(q, nq, dt), *dk_in = dev_from(k, nk, dt);
+	void *dv_in = dev_from(v, nk, dt), *ddout = dev_from(dout, nq, dt);
+	double *out = zeros(nq), *lse = zeros(nl);
+	cpu_attention_fwd_f64(out, lse, q, k, v, &ba);
+	print_message(" %s b=%lld tq=%lld tk=%lld h=%lld hkv=%lld hd=%lld%s q@%lld k@%lld\n",
+		      path ? "cuDNN" : "reference", (long long)b, (long long)tq, (long long)tk,
+		      (long long)h, (long long)hkv, (long long)hd, a.causal ? " causal" : "",
+		      (long long)a.q_pos0, (long long)a.k_pos0);
+
+	void *dout_gpu = dev_poisoned(nq, dt);
+	float *dlse = dev_poisoned(nl, GPU_F32);
+	titan_err e;
+	size_t scratch_bytes = attention_bwd_scratch_bytes(&a);
+	if (path == 1 && gpu_attn_prepare(cudnn, b, tq, h, hkv, hd, &scratch_bytes, &e))
+		fail_msg("%s", e.msg);
+	void *scratch = dev_alloc(scratch_bytes ? scratch_bytes : 256);
+	if (path == 0)
+		gpu_ok(launch_attention_fwd(dout_gpu, dlse, dq_in, dk_in, dv_in, dt, &a, NULL),
+		       "attention_fwd");
+	else if (gpu_attn_fwd(cudnn, NULL, dout_gpu, dlse, dq_in, dk_in, dv_in, b, tq, h, hkv, hd,
+			      a.scale, scratch, scratch_bytes, &e))
+		fail_msg("%s", e.msg);
+	double tol_out = path ? TOL_BF16_CHAIN : dt == GPU_BF16 ? TOL_BF16 : TOL_F32;
+	expect_close("attention out", dout_gpu, out, nq, dt, tol_out);
+	/* lse: -inf where a query sees no key, on both sides */
+	double *got_lse = host_of(dlse, nl, GPU_F32);
+	for (size_t i = 0; i < nl; i++)
+		if (isinf(lse[i]) || isinf(got_lse[i])) {
+			if (!(isinf(lse[i]) && isinf(got_lse[i]) && got_lse[i] < 0))
+				fail_msg("lse[%zu] = %g, want %g", i, got_lse[i], lse[i]);
+			got_lse[i] = lse[i] = 0;
+		}
+	double err = rel_err(got_lse, lse, nl), tol_lse = path ? TOL_LSE_CUDNN : TOL_F32;
+	print_message("  %-44s f32  rel err %.2e (bound %.1e)\n", "attention lse", err, tol_lse);
+	if (!(err <= tol_lse))
+		fail_msg("attention lse: relative error %.3e over %.1e", err, tol_lse);
+	cpu_attention_fwd_f64(out, lse, q, k, v, &ba); /* lse again, -inf kept */
+
+	/* backward from the float64 forward's out and lse, as stored */
+	void *dout_ref = dev_from(out, nq, dt);
+	void *dlse_ref = dev_from(lse, nl, GPU_F32);
+	void *dgq = dev_poisoned(nq, dt), *dgk = dev_poisoned(nk, dt), *dgv = dev_poisoned(nk, dt);
+	if (path == 0)
+		gpu_ok(launch_attention_bwd(dgq, dgk, dgv, ddout, dq_in, dk_in, dv_in, dout_ref,
+					    dlse_ref, dt, &a, scratch, NULL),
+		       "attention_bwd");
+	else if (gpu_attn_bwd(cudnn, NULL, dgq, dgk, dgv, ddout, dq_in, dk_in, dv_in, dout_ref,
+			      dlse_ref, b, tq, h, hkv, hd, a.scale, scratch, scratch_bytes, &e))
+		fail_msg("%s", e.msg);
+	double *gq = zeros(nq), *gk = zeros(nk), *gv = zeros(nk);
+	cpu_attention_bwd_f64(gq, gk, gv, dout, q, k, v, out, lse, &ba);
+	double tol = path ? TOL_CUDNN_BWD : dt == GPU_BF16 ? TOL_BF16 : 5 * TOL_F32;
+	expect_close("attention dq", dgq, gq, nq, dt, tol);
+	expect_close("attention dk", dgk, gk, nk, dt, tol);
+	expect_close("attention dv", dgv, gv, nk, dt, tol);
+	free(q), free(k), free(v), free(dout), free(out), free(lse), free(got_lse);
+	free(gq), free(gk), free(gv);
+	gpu_free(dq_in), gpu_free(dk_in), gpu_free(dv_in), gpu_free(ddout), gpu_free(dout_gpu);
+	gpu_free(dlse), gpu_free(scratch), gpu_free(dout_ref), gpu_free(dlse_ref), gpu_free(dgq);
+	gpu_free(dgk), gpu_free(dgv);
+}
+
+/* A causal self-attention call over t tokens. */
+static gpu_att self_att(int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd)
+{
+	return (gpu_att){.b = b, .tq = t, .tk = t, .h = h, .hkv = hkv, .hd = hd, .causal = 1};
+}
+
+static void reference_kernels_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(101);
+	const gpu_att cases[] = {
+		self_att(1, 1, 1, 1, 64),
+		self_att(2, 37, 4, 2, 64),
+		self_att(2, 50, 16, 16, 16), /* debugmodel's head dim */
+		self_att(1, 45, 6, 3, 96),
+		self_att(1, 130, 8, 2, 128),
+		self_att(2, 256, 4, 1, 128),
+		/* context parallelism: this rank's queries after keys it holds */
+		{.b = 1, .tq = 64, .tk = 128, .h = 4, .hkv = 2, .hd = 64, .causal = 1,
+		 .q_pos0 = 64, .k_pos0 = 0},
+		/* queries 0..15 see no key at all (out 0, lse -inf) */
+		{.b = 2, .tq = 32, .tk = 64, .h = 2, .hkv = 1, .hd = 128, .causal = 1,
+		 .q_pos0 = 16, .k_pos0 = 32},
+		/* no mask, and a scale of its own */
+		{.b = 1, .tq = 40, .tk = 72, .h = 4, .hkv = 4, .hd = 64, .scale = 0.3f},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int dt = 0; dt < 2; dt++)
+			check_attention(cases[c], dt, 0, NULL);
+}
+
+/* dk and dv add the heads of a group in a fixed order, without atomics. */
+static void reference_backward_repeats_bit_for_bit(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(102);
+	gpu_att c = self_att(1, 200, 8, 2, 64);
+	size_t nq = (size_t)(c.b * c.tq * c.h * c.hd), nk = (size_t)(c.b * c.tk * c.hkv * c.hd);
+	size_t nl = (size_t)(c.b * c.h * c.tq);
+	double *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *g = rnd(nq, 1);
+	void *dq = dev_from(q, nq, GPU_BF16), *dk = dev_from(k, nk, GPU_BF16);
+	void *dv = dev_from(v, nk, GPU_BF16), *dg = dev_from(g, nq, GPU_BF16);
+	void *out = dev_poisoned(nq, GPU_BF16);
+	float *lse = dev_poisoned(nl, GPU_F32);
+	void *scratch = dev_alloc(attention_bwd_scratch_bytes(&c));
+	gpu_ok(launch_attention_fwd(out, lse, dq, dk, dv, GPU_BF16, &c, NULL), "attention_fwd");
+	double *first[3] = {NULL, NULL, NULL};
+	for (int run = 0; run < 3; run++) {
+		void *gq = dev_poisoned(nq, GPU_BF16), *gk = dev_poisoned(nk, GPU_BF16);
+		void *gv = dev_poisoned(nk, GPU_BF16);
+		gpu_ok(launch_attention_bwd(gq, gk, gv, dg, dq, dk, dv, out, lse, GPU_BF16, &c, scratch,
+					    NULL),
+		       "attention_bwd");
+		double *got[3] = {host_of(gq, nq, GPU_BF16), host_of(gk, nk, GPU_BF16),
+				  host_of(gv, nk, GPU_BF16)};
+		size_t len[3] = {nq, nk, nk};
+		for (int i = 0; i < 3; i++) {
+			if (!first[i]) {
+				first[i] = got[i];
+				continue;
+			}
+			assert_memory_equal(first[i], got[i], len[i] * sizeof(double));
+			free(got[i]);
+		}
+		gpu_free(gq), gpu_free(gk), gpu_free(gv);
+	}
+	for (int i = 0; i < 3; i++)
+		free(first[i]);
+	free(q), free(k), free(v), free(g);
+	gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dg), gpu_free(out), gpu_free(lse);
+	gpu_free(scratch);
+}
+
+/* cuDNN where this build has it: a plan that fails to build on a GPU fails
+ * the test (the backend would silently lose its fast path). */
+static void cudnn_flash_attention_matches_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	titan_err e;
+	gpu_attn *a = gpu_attn_create(&e);
+	if (!a) {
+		print_message("# SKIP cuDNN attention: %s\n", e.msg);
+		skip();
+	}
+	print_message("cuDNN %ld\n", gpu_attn_cudnn_version());
+	seed(103);
+	const gpu_att cases[] = {
+		self_att(1, 128, 4, 4, 64),
+		self_att(2, 256, 8, 2, 128),
+		self_att(1, 1024, 8, 1, 128),
+		self_att(1, 384, 16, 4, 64),
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		check_attention(cases[c], GPU_BF16, 1, a);
+	size_t bytes;
+	assert_int_equal(gpu_attn_prepare(a, 1, 100, 4, 4, 64, &bytes, &e), -1);
+	print_message("  t=100 refused: %s\n", e.msg);
+	gpu_attn_free(a);
+}
+
+/* Without a device: cuDNN itself checks every descriptor of the graphs and the
+ * operation graph they form (it cannot say without a GPU whether an engine
+ * takes them: the test above does that). */
+static void cudnn_graphs_are_well_formed(void **state)
+{
+	(void)state;
+	if (gpu_attn_cudnn_version() == 0) {
+		print_message("# SKIP cuDNN graphs: built without cuDNN\n");
+		skip();
+	}
+	print_message("cuDNN %ld\n", gpu_attn_cudnn_version());
+	const gpu_att cases[] = {self_att(1, 128, 4, 4, 64), self_att(2, 8192, 32, 8, 128),
+				 self_att(1, 256, 16, 1, 64)};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int bwd = 0; bwd < 2; bwd++) {
+			gpu_att a = cases[c];
+			titan_err e;
+			int nops = 0;
+			if (gpu_attn_graph_check(bwd, a.b, a.tq, a.h, a.hkv, a.hd, &nops, &e))
+				fail_msg("%s graph b=%lld t=%lld h=%lld hkv=%lld hd=%lld: %s",
+					 bwd ? "backward" : "forward", (long long)a.b, (long long)a.tq,
+					 (long long)a.h, (long long)a.hkv, (long long)a.hd, e.msg);
+			print_message("  %s h=%lld hkv=%lld hd=%lld: %d operations\n",
+				      bwd ? "backward" : "forward", (long long)a.h, (long long)a.hkv,
+				      (long long)a.hd, nops);
+			/* the SDPA pattern: 14 forward, 22 backward (+2 GQA reductions) */
+			assert_int_equal(nops, bwd ? (a.h != a.hkv ? 24 : 22) : 14);
+		}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(cudnn_graphs_are_well_formed),
+		cmocka_unit_test(reference_kernels_match_the_cpu),
+		cmocka_unit_test(reference_backward_repeats_bit_for_bit),
+		cmocka_unit_test(cudnn_flash_attention_matches_the_cpu),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

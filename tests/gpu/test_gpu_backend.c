@@ -1,0 +1,366 @@
+/* The CUDA backend's ops table (lib/backend/cuda.c) against the CPU backend's,
+ * op by op in float32 on the same random inputs, and its own mechanics: faults
+ * for element types it does not implement, the loss that arrives at sync, a
+ * captured step replayed, memory counted from the arena.  The kernels' bf16
+ * paths are measured in test_gpu_ops.c.  Without a GPU every test reports
+ * skipped with the reason. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "backend/cuda.h"
+#include "backend/cpu_kernels.h"
+#include "gpu_test.h"
+
+static backend *cpu, *gpu;
+
+static int setup(void **state)
+{
+	(void)state;
+	if (gpu_count() == 0)
+		return 0;
+	titan_err e;
+	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30};
+	if (!(cpu = backend_cpu_create(0, &e)) || !(gpu = backend_cuda_create(&o, &e))) {
+		fprintf(stderr, "%s\n", e.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	backend_free(cpu);
+	backend_free(gpu);
+	return 0;
+}
+
+static void sync_ok(backend *be)
+{
+	titan_err e;
+	if (be->ops->sync(be, &e) != 0)
+		fail_msg("%s: %s", be->ops->name, e.msg);
+}
+
+/* n floats on be, copied from x (NULL: left as allocated). */
+static float *put(backend *be, const float *x, size_t n)
+{
+	titan_err e;
+	float *p = be->ops->alloc(be, n * sizeof(float) + 16, &e);
+	if (!p)
+		fail_msg("%s", e.msg);
+	if (x)
+		be->ops->copy(be, p, x, n * sizeof(float), BACKEND_H2D);
+	return p;
+}
+
+static float *frand(size_t n, double scale)
+{
+	float *x = malloc((n ? n : 1) * sizeof *x);
+	assert_non_null(x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(scale * urand());
+	return x;
+}
+
+/* The CUDA result d (n floats) against the CPU's host array want. */
+static void same(const char *what, const float *d, const float *want, size_t n, double tol)
+{
+	float *got = malloc((n ? n : 1) * sizeof *got);
+	double *g = malloc((n ? n : 1) * sizeof *g), *w = malloc((n ? n : 1) * sizeof *w);
+	assert_non_null(got);
+	assert_non_null(g);
+	assert_non_null(w);
+	gpu->ops->copy(gpu, got, d, n * sizeof(float), BACKEND_D2H);
+	sync_ok(gpu);
+	for (size_t i = 0; i < n; i++)
+		g[i] = got[i], w[i] = want[i];
+	double err = rel_err(g, w, n);
+	print_message("  %-36s rel err %.2e (bound %.1e)\n", what, err, tol);
+	if (!(err <= tol))
+		fail_msg("%s: relative error %.3e over %.1e", what, err, tol);
+	free(got), free(g), free(w);
+}
+
+static void every_op_in_float32_matches_the_cpu_backend(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(201);
+	const int64_t n = 48, d = 256, f = 512, v = 1000, vocab = 300;
+	/* matmul: C (n, f) = x (n, d) W^T (f, d), accumulated once more */
+	float *x = frand((size_t)(n * d), 1), *w = frand((size_t)(f * d), 0.1);
+	float *c = frand((size_t)(n * f), 1);
+	float *dx = put(gpu, x, (size_t)(n * d)), *dw = put(gpu, w, (size_t)(f * d));
+	float *dc = put(gpu, c, (size_t)(n * f));
+	gpu->ops->matmul(gpu, 0, 1, n, f, d, 1.0f, dx, d, dw, d, BE_F32, 0.5f, dc, f, BE_F32);
+	cpu->ops->matmul(cpu, 0, 1, n, f, d, 1.0f, x, d, w, d, BE_F32, 0.5f, c, f, BE_F32);
+	same("matmul (beta 0.5)", dc, c, (size_t)(n * f), 5 * TOL_F32);
+
+	/* rmsnorm */
+	float *nw = frand((size_t)d, 1), *y = frand((size_t)(n * d), 1), *rstd = frand((size_t)n, 1);
+	float *dnw = put(gpu, nw, (size_t)d), *dy = put(gpu, NULL, (size_t)(n * d));
+	float *drstd = put(gpu, NULL, (size_t)n);
+	gpu->ops->rmsnorm_fwd(gpu, dy, BE_F32, drstd, dx, BE_F32, dnw, BE_F32, n, d, 1e-5f);
+	cpu->ops->rmsnorm_fwd(cpu, y, BE_F32, rstd, x, BE_F32, nw, BE_F32, n, d, 1e-5f);
+	same("rmsnorm_fwd y", dy, y, (size_t)(n * d), TOL_F32);
+	same("rmsnorm_fwd rstd", drstd, rstd, (size_t)n, TOL_F32);
+	float *g = frand((size_t)(n * d), 1), *gx = frand((size_t)(n * d), 1);
+	float *gw = frand((size_t)d, 0.1);
+	float *dg = put(gpu, g, (size_t)(n * d)), *dgx = put(gpu, NULL, (size_t)(n * d));
+	float *dgw = put(gpu, gw, (size_t)d);
+	gpu->ops->rmsnorm_bwd(gpu, dgx, BE_F32, dgw, BE_F32, dg, BE_F32, dx, BE_F32, dnw, BE_F32,
+			      drstd, n, d);
+	cpu->ops->rmsnorm_bwd(cpu, gx, BE_F32, gw, BE_F32, g, BE_F32, x, BE_F32, nw, BE_F32, rstd,
+			      n, d);
+	same("rmsnorm_bwd dx", dgx, gx, (size_t)(n * d), TOL_F32);
+	same("rmsnorm_bwd dw", dgw, gw, (size_t)d, TOL_F32);
+
+	/* rope, both pairings, there and back */
+	const int64_t b = 2, t = 24, h = 2, hd = 64;
+	double *cs64 = zeros((size_t)(t * hd));
+	cpu_rope_table_f64(cs64, t, hd, 0, 500000.0, 0.0);
+	float *cs = malloc((size_t)(t * hd) * sizeof *cs);
+	assert_non_null(cs);
+	for (int64_t i = 0; i < t * hd; i++)
+		cs[i] = (float)cs64[i];
+	float *dcs = put(gpu, cs, (size_t)(t * hd));
+	for (int style = 0; style < 2; style++) {
+		float *r = frand((size_t)(b * t * h * hd), 1);
+		float *dr = put(gpu, r, (size_t)(b * t * h * hd));
+		gpu->ops->rope(gpu, dr, BE_F32, dcs, b, t, h, hd, style, 0);
+		cpu->ops->rope(cpu, r, BE_F32, cs, b, t, h, hd, style, 0);
+		same(style ? "rope rotate-half" : "rope interleaved", dr, r, (size_t)(b * t * h * hd),
+		     TOL_F32);
+		free(r);
+		gpu->ops->free(gpu, dr);
+	}
+
+	/* attention through the op (titan's kernels for float32) */
+	be_attn a = {.b = b, .tq = t, .tk = t, .h = 4, .hkv = 2, .hd = hd, .hdv = hd, .causal = 1};
+	size_t nq = (size_t)(b * t * 4 * hd), nk = (size_t)(b * t * 2 * hd), nl = (size_t)(b * 4 * t);
+	float *q = frand(nq, 1), *k = frand(nk, 1), *vv = frand(nk, 1), *o = frand(nq, 1);
+	float *lse = frand(nl, 1);
+	float *dq = put(gpu, q, nq), *dk = put(gpu, k, nk), *dvv = put(gpu, vv, nk);
+	float *dout = put(gpu, NULL, nq), *dlse = put(gpu, NULL, nl);
+	gpu->ops->attention_fwd(gpu, dout, dlse, dq, dk, dvv, &a);
+	cpu->ops->attention_fwd(cpu, o, lse, q, k, vv, &a);
+	same("attention out", dout, o, nq, TOL_F32);
+	same("attention lse", dlse, lse, nl, TOL_F32);
+	print_message("  attention ran on: %s\n", backend_cuda_attention_path(gpu));
+	float *go = frand(nq, 1), *gq = frand(nq, 1), *gk = frand(nk, 1), *gv = frand(nk, 1);
+	float *dgo = put(gpu, go, nq), *dgq = put(gpu, NULL, nq), *dgk = put(gpu, NULL, nk);
+	float *dgv = put(gpu, NULL, nk);
+	gpu->ops->attention_bwd(gpu, dgq, dgk, dgv, dgo, dq, dk, dvv, dout, dlse, &a);
+	cpu->ops->attention_bwd(cpu, gq, gk, gv, go, q, k, vv, o, lse, &a);
+	same("attention dq", dgq, gq, nq, 5 * TOL_F32);
+	same("attention dk", dgk, gk, nk, 5 * TOL_F32);
+	same("attention dv", dgv, gv, nk, 5 * TOL_F32);
+
+	/* swiglu */
+	float *sa = frand((size_t)(n * f), 4), *sg = frand((size_t)(n * f), 2);
+	float *sy = frand((size_t)(n * f), 1), *sda = frand((size_t)(n * f), 1);
+	float *sdg = frand((size_t)(n * f), 1);
+	float *dsa = put(gpu, sa, (size_t)(n * f)), *dsg = put(gpu, sg, (size_t)(n * f));
+	float *dsy = put(gpu, NULL, (size_t)(n * f)), *dsda = put(gpu, NULL, (size_t)(n * f));
+	float *dsdg = put(gpu, NULL, (size_t)(n * f));
+	gpu->ops->swiglu_fwd(gpu, dsy, dsa, dsg, BE_F32, n * f);
+	cpu->ops->swiglu_fwd(cpu, sy, sa, sg, BE_F32, n * f);
+	same("swiglu_fwd", dsy, sy, (size_t)(n * f), TOL_F32);
+	gpu->ops->swiglu_bwd(gpu, dsda, dsdg, dc, dsa, dsg, BE_F32, n * f);
+	cpu->ops->swiglu_bwd(cpu, sda, sdg, c, sa, sg, BE_F32, n * f);
+	same("swiglu_bwd da", dsda, sda, (size_t)(n * f), TOL_F32);
+	same("swiglu_bwd dg", dsdg, sdg, (size_t)(n * f), TOL_F32);
+
+	/* embedding: bit for bit both ways */
+	int32_t *ids = malloc((size_t)n * sizeof *ids);
+	assert_non_null(ids);
+	for (int64_t i = 0; i < n; i++)
+		ids[i] = (int32_t)(((urand() + 1) / 2) * 40); /* many repeats */
+	int32_t *dids = gpu->ops->alloc(gpu, (size_t)n * 4, NULL);
+	assert_non_null(dids);
+	gpu->ops->copy(gpu, dids, ids, (size_t)n * 4, BACKEND_H2D);
+	float *tab = frand((size_t)(vocab * d), 1), *dtab = put(gpu, tab, (size_t)(vocab * d));
+	gpu->ops->embedding_fwd(gpu, dy, BE_F32, dtab, BE_F32, dids, n, d, 0, vocab);
+	cpu->ops->embedding_fwd(cpu, y, BE_F32, tab, BE_F32, ids, n, d, 0, vocab);
+	same("embedding_fwd", dy, y, (size_t)(n * d), 0.0);
+	gpu->ops->embedding_bwd(gpu, dtab, BE_F32, dg, BE_F32, dids, n, d, 0, vocab);
+	cpu->ops->embedding_bwd(cpu, tab, BE_F32, g, BE_F32, ids, n, d, 0, vocab);
+	same("embedding_bwd (bit for bit)", dtab, tab, (size_t)(vocab * d), 0.0);
+
+	/* cross-entropy: the loss arrives at sync */
+	float *lg = frand((size_t)(n * v), 6);
+	int32_t *lab = malloc((size_t)n * sizeof *lab);
+	assert_non_null(lab);
+	for (int64_t i = 0; i < n; i++)
+		lab[i] = i == 3 ? -100 : (int32_t)(((urand() + 1) / 2) * (v - 1));
+	float *dlg = put(gpu, lg, (size_t)(n * v));
+	int32_t *dlab = gpu->ops->alloc(gpu, (size_t)n * 4, NULL);
+	assert_non_null(dlab);
+	gpu->ops->copy(gpu, dlab, lab, (size_t)n * 4, BACKEND_H2D);
+	double gl = 0.5, cl = 0.5;
+	int64_t gn = 2, cn = 2;
+	gpu->ops->cross_entropy(gpu, dlg, BE_F32, dlab, n, v, -100, 0.01f, &gl, &gn);
+	cpu->ops->cross_entropy(cpu, lg, BE_F32, lab, n, v, -100, 0.01f, &cl, &cn);
+	assert_true(gl == 0.5 && gn == 2); /* not before sync */
+	sync_ok(gpu);
+	print_message("  cross_entropy loss %.9f cpu %.9f, valid %lld\n", gl, cl, (long long)gn);
+	assert_int_equal(gn, cn);
+	assert_true(fabs(gl - cl) <= TOL_F32 * fabs(cl));
+	same("cross_entropy gradient", dlg, lg, (size_t)(n * v), TOL_F32);
+
+	/* add, axpy, scale, sumsq, adamw */
+	gpu->ops->add(gpu, dy, BE_F32, dx, BE_F32, dg, BE_F32, n * d);
+	cpu->ops->add(cpu, y, BE_F32, x, BE_F32, g, BE_F32, n * d);
+	same("add", dy, y, (size_t)(n * d), 0.0);
+	gpu->ops->axpy(gpu, dy, BE_F32, -0.3f, dx, BE_F32, n * d);
+	cpu->ops->axpy(cpu, y, BE_F32, -0.3f, x, BE_F32, n * d);
+	same("axpy", dy, y, (size_t)(n * d), TOL_F32);
+	gpu->ops->scale(gpu, dy, BE_F32, 1.7f, n * d);
+	cpu->ops->scale(cpu, y, BE_F32, 1.7f, n * d);
+	same("scale", dy, y, (size_t)(n * d), TOL_F32);
+	double s_gpu = gpu->ops->sumsq(gpu, dy, BE_F32, n * d);
+	double s_cpu = cpu->ops->sumsq(cpu, y, BE_F32, n * d);
+	sync_ok(gpu);
+	print_message("  sumsq %.12g cpu %.12g\n", s_gpu, s_cpu);
+	assert_true(fabs(s_gpu - s_cpu) <= 1e-6 * s_cpu);
+	float *m = frand((size_t)(f * d), 0.01), *vs = frand((size_t)(f * d), 0.01);
+	for (int64_t i = 0; i < f * d; i++)
+		vs[i] = fabsf(vs[i]);
+	float *dm = put(gpu, m, (size_t)(f * d)), *dvs = put(gpu, vs, (size_t)(f * d));
+	float *gr = frand((size_t)(f * d), 0.01), *dgr = put(gpu, gr, (size_t)(f * d));
+	gpu->ops->adamw(gpu, dw, dgr, dm, dvs, BE_F32, f * d, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f,
+			0.0975f);
+	cpu->ops->adamw(cpu, w, gr, m, vs, BE_F32, f * d, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f,
+			0.0975f);
+	same("adamw p", dw, w, (size_t)(f * d), TOL_F32);
+	same("adamw v", dvs, vs, (size_t)(f * d), TOL_F32);
+
+	/* convert there and back */
+	uint16_t *dh = gpu->ops->alloc(gpu, (size_t)(n * d) * 2, NULL);
+	assert_non_null(dh);
+	gpu->ops->convert(gpu, dh, BE_BF16, dx, BE_F32, n * d);
+	gpu->ops->convert(gpu, dy, BE_F32, dh, BE_BF16, n * d);
+	for (int64_t i = 0; i < n * d; i++)
+		y[i] = bf16_round(x[i]);
+	same("convert f32 -> bf16 -> f32", dy, y, (size_t)(n * d), 0.0);
+	sync_ok(gpu);
+	free(x), free(w), free(c), free(nw), free(y), free(rstd), free(g), free(gx), free(gw);
+	free(cs64), free(cs), free(q), free(k), free(vv), free(o), free(lse), free(go), free(gq);
+	free(gk), free(gv), free(sa), free(sg), free(sy), free(sda), free(sdg), free(ids), free(tab);
+	free(lg), free(lab), free(m), free(vs), free(gr);
+	/* the backend's books: everything it handed out comes back */
+	size_t before = gpu->bytes_in_use;
+	void *all[] = {dx,  dw,   dc,   dnw,  dy,   drstd, dg,   dgx, dgw, dcs,  dq,  dk,  dvv,
+		       dout, dlse, dgo, dgq,  dgk,  dgv,   dsa,  dsg, dsy, dsda, dsdg, dids, dtab,
+		       dlg, dlab, dm,  dvs, dgr, dh};
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		gpu->ops->free(gpu, all[i]);
+	sync_ok(gpu);
+	print_message("  arena: %zu bytes in use before the frees, %zu after, peak %zu\n", before,
+		      gpu->bytes_in_use, gpu->peak_bytes);
+	assert_true(gpu->bytes_in_use < before);
+	assert_true(gpu->peak_bytes >= before);
+}
+
+/* Types the backend does not implement fault at the next sync, saying which. */
+static void unimplemented_types_fault_at_sync(void **state)
+{
+	(void)state;
+	need_gpu();
+	float *p = put(gpu, NULL, 64);
+	gpu->ops->scale(gpu, p, BE_E4M3, 2.0f, 64);
+	titan_err e;
+	assert_int_equal(gpu->ops->sync(gpu, &e), -1);
+	assert_non_null(strstr(e.msg, "float8_e4m3fn"));
+	be_attn a = {.b = 1, .tq = 8, .tk = 8, .h = 1, .hkv = 1, .hd = 64, .hdv = 32, .causal = 1};
+	gpu->ops->attention_fwd(gpu, p, p, p, p, p, &a);
+	assert_int_equal(gpu->ops->sync(gpu, &e), -1);
+	assert_non_null(strstr(e.msg, "hdv == hd"));
+	assert_int_equal(gpu->ops->sync(gpu, &e), 0); /* reported once */
+	gpu->ops->free(gpu, p);
+}
+
+/* A step's ops captured once and replayed give what running them eagerly
+ * gives, loss included. */
+static void a_captured_step_replays_like_the_eager_one(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(202);
+	const int64_t n = 64, d = 128, v = 512;
+	float *x = frand((size_t)(n * d), 1), *w = frand((size_t)(v * d), 0.1);
+	int32_t *lab = malloc((size_t)n * sizeof *lab);
+	assert_non_null(lab);
+	for (int64_t i = 0; i < n; i++)
+		lab[i] = (int32_t)(((urand() + 1) / 2) * (v - 1));
+	float *dx = put(gpu, x, (size_t)(n * d)), *dw = put(gpu, w, (size_t)(v * d));
+	float *dl = put(gpu, NULL, (size_t)(n * v)), *dgw = put(gpu, NULL, (size_t)(v * d));
+	int32_t *dlab = gpu->ops->alloc(gpu, (size_t)n * 4, NULL);
+	assert_non_null(dlab);
+	gpu->ops->copy(gpu, dlab, lab, (size_t)n * 4, BACKEND_H2D);
+	double loss[2] = {0};
+	int64_t cnt[2] = {0};
+	titan_err e;
+	/* logits, loss and gradient, the weight gradient: eager, then captured */
+	float *eager = malloc((size_t)(v * d) * sizeof *eager);
+	assert_non_null(eager);
+	backend_cuda_graph *g = NULL;
+	for (int run = 0; run < 2; run++) {
+		if (run == 1 && backend_cuda_capture_begin(gpu, &e) != 0)
+			fail_msg("%s", e.msg);
+		gpu->ops->zero(gpu, dgw, (size_t)(v * d) * 4);
+		gpu->ops->matmul(gpu, 0, 1, n, v, d, 1.0f, dx, d, dw, d, BE_F32, 0.0f, dl, v, BE_F32);
+		gpu->ops->cross_entropy(gpu, dl, BE_F32, dlab, n, v, -100, 1.0f / (float)n, &loss[run],
+					&cnt[run]);
+		gpu->ops->matmul(gpu, 1, 0, v, d, n, 1.0f, dl, v, dx, d, BE_F32, 1.0f, dgw, d, BE_F32);
+		if (run == 0) {
+			sync_ok(gpu);
+			gpu->ops->copy(gpu, eager, dgw, (size_t)(v * d) * 4, BACKEND_D2H);
+		} else if (!(g = backend_cuda_capture_end(gpu, &e))) {
+			fail_msg("%s", e.msg);
+		}
+	}
+	assert_int_equal(cnt[1], 0);
+	for (int replay = 0; replay < 2; replay++) {
+		if (backend_cuda_replay(gpu, g, &e) != 0)
+			fail_msg("%s", e.msg);
+		sync_ok(gpu);
+		same("replayed dW = eager dW", dgw, eager, (size_t)(v * d), 0.0);
+	}
+	backend_cuda_graph_free(g);
+	free(eager);
+	print_message("  loss eager %.9f (%lld), replayed twice %.9f (%lld)\n", loss[0],
+		      (long long)cnt[0], loss[1], (long long)cnt[1]);
+	assert_int_equal(cnt[1], 2 * cnt[0]);
+	assert_true(fabs(loss[1] - 2 * loss[0]) <= 1e-9 * fabs(loss[0]));
+	free(x), free(w), free(lab);
+	gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dw), gpu->ops->free(gpu, dl);
+	gpu->ops->free(gpu, dgw), gpu->ops->free(gpu, dlab);
+	sync_ok(gpu);
+}
+
+static void creation_fails_cleanly_without_a_device(void **state)
+{
+	(void)state;
+	titan_err e = {{0}};
+	backend_cuda_opts o = {.device = gpu_count() + 3};
+	assert_null(backend_cuda_create(&o, &e));
+	print_message("  %s\n", e.msg);
+	assert_true(strlen(e.msg) > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(creation_fails_cleanly_without_a_device),
+		cmocka_unit_test(every_op_in_float32_matches_the_cpu_backend),
+		cmocka_unit_test(unimplemented_types_fault_at_sync),
+		cmocka_unit_test(a_captured_step_replays_like_the_eager_one),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,649 @@
+/* The kernels of kernels/ (launch.h) against the CPU backend's float64 ops, on
+ * random inputs of several shapes (odd sizes take the kernels' element-wise
+ * paths, multiples of 8 their 16-byte vectors), float32 and bf16, outputs
+ * poisoned first.  Method and bounds: gpu_test.h.  Without a GPU every test
+ * reports skipped with the reason. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/cpu_kernels.h"
+#include "gpu_test.h"
+
+/* f32 -> bf16 -> f32 on the device rounds exactly as the host helpers do. */
+static void cast_rounds_like_torch_bit_for_bit(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(11);
+	const size_t sizes[] = {1, 7, 8, 1000, 65537};
+	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+		size_t n = sizes[k];
+		double *x = rnd(n, 1000.0);
+		for (size_t i = 0; i < n; i += 5)
+			x[i] *= 1e-30; /* tiny values and denormals in bf16 too */
+		float *xf = malloc(n * sizeof *xf);
+		uint16_t *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+		assert_non_null(xf);
+		assert_non_null(want);
+		assert_non_null(got);
+		for (size_t i = 0; i < n; i++) {
+			xf[i] = (float)x[i];
+			want[i] = bf16_from_f32(xf[i]);
+		}
+		void *dx = dev_from(x, n, GPU_F32);
+		void *dy = dev_poisoned(n, GPU_BF16);
+		gpu_ok(launch_cast(dy, GPU_BF16, dx, GPU_F32, (int64_t)n, NULL), "cast");
+		titan_err e;
+		if (gpu_sync(&e) || gpu_download(got, dy, n * 2, &e))
+			fail_msg("%s", e.msg);
+		for (size_t i = 0; i < n; i++)
+			if (got[i] != want[i])
+				fail_msg("n=%zu: bf16(%a) = 0x%04x on the device, 0x%04x on the host", n,
+					 (double)xf[i], got[i], want[i]);
+		/* and back: bf16 -> f32 is exact */
+		void *dz = dev_poisoned(n, GPU_F32);
+		gpu_ok(launch_cast(dz, GPU_F32, dy, GPU_BF16, (int64_t)n, NULL), "cast back");
+		double *z = host_of(dz, n, GPU_F32);
+		for (size_t i = 0; i < n; i++)
+			assert_true(z[i] == (double)bf16_to_f32(want[i]));
+		print_message("  cast n=%zu: bit for bit\n", n);
+		free(x), free(xf), free(want), free(got), free(z);
+		gpu_free(dx), gpu_free(dy), gpu_free(dz);
+	}
+}
+
+static void add_axpy_scale_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(12);
+	const size_t sizes[] = {1, 13, 4096, 100003};
+	const int types[][3] = {{GPU_F32, GPU_F32, GPU_F32}, {GPU_BF16, GPU_BF16, GPU_BF16},
+				{GPU_F32, GPU_F32, GPU_BF16}, {GPU_BF16, GPU_F32, GPU_BF16}};
+	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+		for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+			size_t n = sizes[k];
+			int ty = types[t][0], ta = types[t][1], tb = types[t][2];
+			double tol = ty == GPU_BF16 ? TOL_BF16 : TOL_F32;
+			double *a = rnd(n, 3.0), *b = rnd(n, 3.0), *y0 = rnd(n, 1.0);
+			void *da = dev_from(a, n, ta), *db = dev_from(b, n, tb);
+			void *dy = dev_poisoned(n, ty);
+			double *want = malloc(n * sizeof *want);
+			assert_non_null(want);
+			print_message(" n=%zu y %s a %s b %s\n", n, dt_name(ty), dt_name(ta), dt_name(tb));
+			gpu_ok(launch_add(dy, ty, da, ta, db, tb, (int64_t)n, NULL), "add");
+			cpu_add_f64(want, a, b, (int64_t)n);
+			expect_close("add", dy, want, n, ty, tol);
+			void *dy0 = dev_from(y0, n, ty);
+			gpu_ok(launch_axpy(dy0, ty, -0.75f, da, ta, (int64_t)n, NULL), "axpy");
+			cpu_axpy_f64(y0, -0.75, a, (int64_t)n);
+			expect_close("axpy", dy0, y0, n, ty, tol);
+			gpu_ok(launch_scale(dy0, ty, 1.5f, (int64_t)n, NULL), "scale");
+			double *mid = host_of(dy0, n, ty); /* scale what the device holds */
+			gpu_ok(launch_scale(dy0, ty, 1.5f, (int64_t)n, NULL), "scale");
+			cpu_scale_f64(mid, 1.5, (int64_t)n);
+			expect_close("scale", dy0, mid, n, ty, tol);
+			free(a), free(b), free(y0), free(want), free(mid);
+			gpu_free(da), gpu_free(db), gpu_free(dy), gpu_free(dy0);
+		}
+}
+
+/* --- RMSNorm with the residual add --- */
+
+typedef struct norm_case {
+	int64_t n, d;
+	int tx, tdelta, ty; /* tdelta -1: no delta */
+	int tw;             /* the weight's type (and its gradient's) */
+	int in_place;       /* res = x (the residual stream updated in place) */
+} norm_case;
+
+static const norm_case norm_cases[] = {
+	{1, 8, GPU_F32, -1, GPU_F32, GPU_F32, 0},
+	{3, 7, GPU_F32, GPU_F32, GPU_F32, GPU_F32, 1},
+	{17, 64, GPU_F32, GPU_BF16, GPU_BF16, GPU_F32, 1},
+	{64, 4096, GPU_BF16, GPU_BF16, GPU_BF16, GPU_BF16, 1},
+	{33, 1000, GPU_BF16, -1, GPU_F32, GPU_F32, 0},
+	{5, 12288, GPU_F32, GPU_BF16, GPU_BF16, GPU_F32, 0},
+};
+
+static void rmsnorm_forward_with_residual_matches_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(21);
+	for (size_t c = 0; c < sizeof norm_cases / sizeof norm_cases[0]; c++) {
+		norm_case k = norm_cases[c];
+		size_t nd = (size_t)(k.n * k.d);
+		const float eps = 1e-5f;
+		double *x = rnd(nd, 2.0), *delta = rnd(nd, 1.0), *w = rnd((size_t)k.d, 1.0);
+		void *dx = dev_from(x, nd, k.tx);
+		void *ddelta = k.tdelta >= 0 ? dev_from(delta, nd, k.tdelta) : NULL;
+		void *dw = dev_from(w, (size_t)k.d, k.tw);
+		void *dres = k.in_place ? dx : dev_poisoned(nd, k.tx);
+		void *dy = dev_poisoned(nd, k.ty);
+		float *drstd = dev_poisoned((size_t)k.n, GPU_F32);
+		print_message(" n=%lld d=%lld x %s delta %s y %s%s\n", (long long)k.n, (long long)k.d,
+			      dt_name(k.tx), k.tdelta >= 0 ? dt_name(k.tdelta) : "none", dt_name(k.ty),
+			      k.in_place ? " in place" : "");
+		gpu_ok(launch_rmsnorm_fwd(dy, k.ty, drstd, dres, k.tx, dx, k.tx, ddelta,
+					  k.tdelta >= 0 ? k.tdelta : k.tx, dw, k.tw, k.n, k.d, eps, NULL),
+		       "rmsnorm_fwd");
+		/* reference: r = x + delta as the residual stream stores it */
+		double *r = f64_copy(x, nd), *y = zeros(nd), *rstd = zeros((size_t)k.n);
+		if (k.tdelta >= 0)
+			for (size_t i = 0; i < nd; i++)
+				r[i] = round_to(x[i] + delta[i], k.tx);
+		cpu_rmsnorm_fwd_f64(y, rstd, r, w, k.n, k.d, eps);
+		expect_close("residual stored", dres, r, nd, k.tx, k.tx == GPU_BF16 ? TOL_BF16 : TOL_F32);
+		expect_close("rmsnorm y", dy, y, nd, k.ty, k.ty == GPU_BF16 ? TOL_BF16 : TOL_F32);
+		expect_close("rmsnorm rstd", drstd, rstd, (size_t)k.n, GPU_F32, TOL_F32);
+		free(x), free(delta), free(w), free(r), free(y), free(rstd);
+		gpu_free(dx), gpu_free(ddelta), gpu_free(dw), gpu_free(dy), gpu_free(drstd);
+		if (!k.in_place)
+			gpu_free(dres);
+	}
+}
+
+static void rmsnorm_backward_with_residual_matches_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(22);
+	for (size_t c = 0; c < sizeof norm_cases / sizeof norm_cases[0]; c++) {
+		norm_case k = norm_cases[c];
+		size_t nd = (size_t)(k.n * k.d);
+		int tdy = k.ty;                /* dy: the activations' type */
+		int tg = k.tx;                 /* dx, dres: the residual stream's */
+		int with_dres = k.tdelta >= 0; /* the residual's own gradient arrives */
+		double *x = rnd(nd, 2.0), *dy = rnd(nd, 1.0), *dres = rnd(nd, 0.5);
+		double *w = rnd((size_t)k.d, 1.0), *dw = rnd((size_t)k.d, 0.1);
+		void *dx_in = dev_from(x, nd, k.tx), *ddy = dev_from(dy, nd, tdy);
+		void *ddres = with_dres ? dev_from(dres, nd, tg) : NULL;
+		void *dw_w = dev_from(w, (size_t)k.d, k.tw);
+		void *ddw = dev_from(dw, (size_t)k.d, k.tw);
+		/* rstd from the float64 reference, stored as float as the forward keeps it */
+		double *yref = zeros(nd), *rstd = zeros((size_t)k.n);
+		cpu_rmsnorm_fwd_f64(yref, rstd, x, w, k.n, k.d, 1e-5);
+		void *drstd = dev_from(rstd, (size_t)k.n, GPU_F32);
+		void *ddx = k.in_place && with_dres ? ddres : dev_poisoned(nd, tg);
+		void *scratch = dev_alloc(rmsnorm_bwd_scratch_bytes(k.n, k.d));
+		print_message(" n=%lld d=%lld x, dx %s dy %s%s\n", (long long)k.n, (long long)k.d,
+			      dt_name(k.tx), dt_name(tdy),
+			      with_dres ? (ddx == ddres ? " + dres in place" : " + dres") : "");
+		gpu_ok(launch_rmsnorm_bwd(ddx, tg, ddw, k.tw, ddy, tdy, ddres, dx_in, k.tx, dw_w, k.tw,
+					  drstd, k.n, k.d, scratch, NULL),
+		       "rmsnorm_bwd");
+		double *dx = zeros(nd);
+		cpu_rmsnorm_bwd_f64(dx, dw, dy, x, w, rstd, k.n, k.d);
+		if (with_dres)
+			for (size_t i = 0; i < nd; i++)
+				dx[i] += dres[i];
+		expect_close("rmsnorm dx", ddx, dx, nd, tg, tg == GPU_BF16 ? TOL_BF16 : TOL_F32);
+		expect_close("rmsnorm dw (accumulated)", ddw, dw, (size_t)k.d, k.tw,
+			     k.tw == GPU_BF16 ? TOL_BF16 : TOL_F32);
+		free(x), free(dy), free(dres), free(w), free(dw), free(yref), free(rstd), free(dx);
+		gpu_free(dx_in), gpu_free(ddy), gpu_free(dw_w), gpu_free(ddw), gpu_free(drstd);
+		gpu_free(scratch);
+		if (ddx != ddres)
+			gpu_free(ddx);
+		gpu_free(ddres);
+	}
+}
+
+/* The dw sum runs in a fixed order: the same inputs give the same bits. */
+static void rmsnorm_backward_repeats_bit_for_bit(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(23);
+	const int64_t n = 1000, d = 512;
+	size_t nd = (size_t)(n * d);
+	double *x = rnd(nd, 1), *dy = rnd(nd, 1), *w = rnd((size_t)d, 1), *rstd = rnd((size_t)n, 1);
+	void *dx_in = dev_from(x, nd, GPU_BF16), *ddy = dev_from(dy, nd, GPU_BF16);
+	void *dw_w = dev_from(w, (size_t)d, GPU_F32), *drstd = dev_from(rstd, (size_t)n, GPU_F32);
+	void *ddx = dev_poisoned(nd, GPU_BF16), *scratch = dev_alloc(rmsnorm_bwd_scratch_bytes(n, d));
+	double *first = NULL;
+	for (int run = 0; run < 3; run++) {
+		void *ddw = dev_alloc((size_t)d * 4);
+		titan_err e;
+		if (gpu_memset(ddw, 0, (size_t)d * 4, &e))
+			fail_msg("%s", e.msg);
+		gpu_ok(launch_rmsnorm_bwd(ddx, GPU_BF16, ddw, GPU_F32, ddy, GPU_BF16, NULL, dx_in,
+					  GPU_BF16, dw_w, GPU_F32, drstd, n, d, scratch, NULL),
+		       "rmsnorm_bwd");
+		double *got = host_of(ddw, (size_t)d, GPU_F32);
+		if (!first)
+			first = got;
+		else {
+			assert_memory_equal(first, got, (size_t)d * sizeof(double));
+			free(got);
+		}
+		gpu_free(ddw);
+	}
+	free(first), free(x), free(dy), free(w), free(rstd);
+	gpu_free(dx_in), gpu_free(ddy), gpu_free(dw_w), gpu_free(drstd), gpu_free(ddx);
+	gpu_free(scratch);
+}
+
+/* --- RoPE --- */
+
+/* (cos, sin) table (t, hd/2, 2) of Llama 3's frequencies, rounded to float as the
+ * device reads it. */
+static double *rope_table(int64_t t, int64_t hd)
+{
+	double *cs = zeros((size_t)(t * hd));
+	cpu_rope_table_f64(cs, t, hd, 3, 500000.0, 0.0);
+	round_all(cs, (size_t)(t * hd), GPU_F32);
+	return cs;
+}
+
+static void rope_ref(double *x, const double *cs, int64_t b, int64_t t, int64_t h, int64_t hd,
+		     int inverse, int style)
+{
+	if (style == GPU_ROPE_HALF)
+		cpu_rope_half_f64(x, cs, b, t, h, hd, inverse);
+	else
+		cpu_rope_f64(x, cs, b, t, h, hd, inverse);
+}
+
+typedef struct rope_case {
+	int64_t b, t, h, hkv, hd;
+} rope_case;
+
+static const rope_case rope_cases[] = {
+	{1, 1, 1, 1, 2}, {2, 5, 3, 1, 6}, {2, 17, 4, 2, 64}, {1, 64, 8, 2, 128},
+};
+
+static void rope_in_place_both_pairings_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(31);
+	for (size_t c = 0; c < sizeof rope_cases / sizeof rope_cases[0]; c++)
+		for (int style = 0; style < 2; style++)
+			for (int dt = 0; dt < 2; dt++)
+				for (int inverse = 0; inverse < 2; inverse++) {
+					rope_case k = rope_cases[c];
+					size_t n = (size_t)(k.b * k.t * k.h * k.hd);
+					double *x = rnd(n, 1.0), *cs = rope_table(k.t, k.hd);
+					void *dx = dev_from(x, n, dt);
+					void *dcs = dev_from(cs, (size_t)(k.t * k.hd), GPU_F32);
+					print_message(" b=%lld t=%lld h=%lld hd=%lld %s%s\n",
+						      (long long)k.b, (long long)k.t, (long long)k.h,
+						      (long long)k.hd,
+						      style ? "rotate-half" : "interleaved",
+						      inverse ? " inverse" : "");
+					gpu_ok(launch_rope(dx, dt, dcs, k.b, k.t, k.h, k.hd, inverse, style,
+							   NULL),
+					       "rope");
+					rope_ref(x, cs, k.b, k.t, k.h, k.hd, inverse, style);
+					expect_close("rope", dx, x, n, dt,
+						     dt == GPU_BF16 ? TOL_BF16 : TOL_F32);
+					free(x), free(cs);
+					gpu_free(dx), gpu_free(dcs);
+				}
+}
+
+/* Split: q, k rotated and v copied out of the packed QKV projection; merge: the
+ * gradients rotated back into the packed layout. */
+static void rope_qkv_split_and_merge_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(32);
+	for (size_t c = 0; c < sizeof rope_cases / sizeof rope_cases[0]; c++)
+		for (int style = 0; style < 2; style++) {
+			rope_case k = rope_cases[c];
+			int tin = GPU_BF16, tout = style ? GPU_BF16 : GPU_F32;
+			int64_t nh = k.h + 2 * k.hkv, ntok = k.b * k.t;
+			size_t n = (size_t)(ntok * nh * k.hd), nq = (size_t)(ntok * k.h * k.hd);
+			size_t nk = (size_t)(ntok * k.hkv * k.hd);
+			double *qkv = rnd(n, 1.0), *cs = rope_table(k.t, k.hd);
+			void *dqkv = dev_from(qkv, n, tin);
+			void *dcs = dev_from(cs, (size_t)(k.t * k.hd), GPU_F32);
+			void *dq = dev_poisoned(nq, tout), *dk = dev_poisoned(nk, tout);
+			void *dv = dev_poisoned(nk, tout);
+			print_message(" b=%lld t=%lld h=%lld hkv=%lld hd=%lld %s\n", (long long)k.b,
+				      (long long)k.t, (long long)k.h, (long long)k.hkv, (long long)k.hd,
+				      style ? "rotate-half" : "interleaved");
+			gpu_ok(launch_rope_qkv_split(dq, dk, dv, tout, dqkv, tin, dcs, k.b, k.t, k.h,
+						     k.hkv, k.hd, style, NULL),
+			       "rope_qkv_split");
+			double *q = zeros(nq), *kk = zeros(nk), *v = zeros(nk);
+			for (int64_t tok = 0; tok < ntok; tok++) {
+				const double *row = qkv + tok * nh * k.hd;
+				memcpy(q + tok * k.h * k.hd, row, (size_t)(k.h * k.hd) * sizeof(double));
+				memcpy(kk + tok * k.hkv * k.hd, row + k.h * k.hd,
+				       (size_t)(k.hkv * k.hd) * sizeof(double));
+				memcpy(v + tok * k.hkv * k.hd, row + (k.h + k.hkv) * k.hd,
+				       (size_t)(k.hkv * k.hd) * sizeof(double));
+			}
+			rope_ref(q, cs, k.b, k.t, k.h, k.hd, 0, style);
+			rope_ref(kk, cs, k.b, k.t, k.hkv, k.hd, 0, style);
+			double tol = tout == GPU_BF16 ? TOL_BF16 : TOL_F32;
+			expect_close("split q", dq, q, nq, tout, tol);
+			expect_close("split k", dk, kk, nk, tout, tol);
+			expect_close("split v", dv, v, nk, tout, tol);
+			/* merge gradients back (types swapped: tout in, tin out) */
+			double *gq = rnd(nq, 1.0), *gk = rnd(nk, 1.0), *gv = rnd(nk, 1.0);
+			void *dgq = dev_from(gq, nq, tout), *dgk = dev_from(gk, nk, tout);
+			void *dgv = dev_from(gv, nk, tout), *dgqkv = dev_poisoned(n, tin);
+			gpu_ok(launch_rope_qkv_merge(dgqkv, tin, dgq, dgk, dgv, tout, dcs, k.b, k.t, k.h,
+						     k.hkv, k.hd, style, NULL),
+			       "rope_qkv_merge");
+			rope_ref(gq, cs, k.b, k.t, k.h, k.hd, 1, style);
+			rope_ref(gk, cs, k.b, k.t, k.hkv, k.hd, 1, style);
+			double *want = zeros(n);
+			for (int64_t tok = 0; tok < ntok; tok++) {
+				double *row = want + tok * nh * k.hd;
+				memcpy(row, gq + tok * k.h * k.hd, (size_t)(k.h * k.hd) * sizeof(double));
+				memcpy(row + k.h * k.hd, gk + tok * k.hkv * k.hd,
+				       (size_t)(k.hkv * k.hd) * sizeof(double));
+				memcpy(row + (k.h + k.hkv) * k.hd, gv + tok * k.hkv * k.hd,
+				       (size_t)(k.hkv * k.hd) * sizeof(double));
+			}
+			expect_close("merge dqkv", dgqkv, want, n, tin, TOL_BF16);
+			free(qkv), free(cs), free(q), free(kk), free(v), free(gq), free(gk), free(gv);
+			free(want);
+			gpu_free(dqkv), gpu_free(dcs), gpu_free(dq), gpu_free(dk), gpu_free(dv);
+			gpu_free(dgq), gpu_free(dgk), gpu_free(dgv), gpu_free(dgqkv);
+		}
+}
+
+/* --- SwiGLU --- */
+
+static void swiglu_forward_and_backward_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(41);
+	const size_t sizes[] = {1, 9, 4099, 14336 * 3};
+	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
+		for (int dt = 0; dt < 2; dt++) {
+			size_t n = sizes[c];
+			double tol = dt == GPU_BF16 ? TOL_BF16 : TOL_F32;
+			double *a = rnd(n, 6.0), *g = rnd(n, 2.0), *dy = rnd(n, 1.0);
+			void *da = dev_from(a, n, dt), *dg = dev_from(g, n, dt);
+			void *ddy = dev_from(dy, n, dt), *dyo = dev_poisoned(n, dt);
+			void *dda = dev_poisoned(n, dt), *ddg = dev_poisoned(n, dt);
+			print_message(" n=%zu\n", n);
+			gpu_ok(launch_swiglu_fwd(dyo, dt, da, dg, dt, (int64_t)n, NULL), "swiglu_fwd");
+			gpu_ok(launch_swiglu_bwd(dda, ddg, dt, ddy, dt, da, dg, dt, (int64_t)n, NULL),
+			       "swiglu_bwd");
+			double *y = zeros(n), *ga = zeros(n), *gg = zeros(n);
+			cpu_swiglu_fwd_f64(y, a, g, (int64_t)n);
+			cpu_swiglu_bwd_f64(ga, gg, dy, a, g, (int64_t)n);
+			expect_close("swiglu y", dyo, y, n, dt, tol);
+			expect_close("swiglu da", dda, ga, n, dt, tol);
+			expect_close("swiglu dg", ddg, gg, n, dt, tol);
+			free(a), free(g), free(dy), free(y), free(ga), free(gg);
+			gpu_free(da), gpu_free(dg), gpu_free(ddy), gpu_free(dyo), gpu_free(dda);
+			gpu_free(ddg);
+		}
+}
+
+/* --- embedding --- */
+
+/* ids with many repeats (a few frequent tokens), all in [0, vocab). */
+static int32_t *random_ids(size_t n, int64_t vocab)
+{
+	int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+	assert_non_null(ids);
+	for (size_t i = 0; i < n; i++) {
+		double u = (urand() + 1) / 2;
+		ids[i] = (int32_t)(u * u * u * (double)vocab); /* skewed to small ids */
+		if (ids[i] >= vocab)
+			ids[i] = (int32_t)(vocab - 1);
+	}
+	return ids;
+}
+
+static void embedding_forward_and_backward_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(51);
+	/* v0, nv: the rows this rank holds (vocabulary-parallel); ids outside them
+	 * give zero rows and no gradient */
+	const struct {
+		int64_t n, d, vocab, v0, nv;
+	} cases[] = {{1, 8, 5, 0, 5},
+		     {37, 7, 11, 0, 11},
+		     {300, 256, 50, 10, 25},
+		     {4096, 1024, 32000, 0, 32000}};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int dt = 0; dt < 2; dt++) {
+			int64_t n = cases[c].n, d = cases[c].d, vocab = cases[c].vocab;
+			int64_t v0 = cases[c].v0, nv = cases[c].nv;
+			size_t nd = (size_t)(n * d), vd = (size_t)(nv * d);
+			int32_t *ids = random_ids((size_t)n, vocab);
+			double *table = rnd(vd, 1.0), *dout = rnd(nd, 1.0), *dtab = rnd(vd, 0.1);
+			void *dids = dev_alloc((size_t)n * 4);
+			titan_err e;
+			if (gpu_upload(dids, ids, (size_t)n * 4, &e))
+				fail_msg("%s", e.msg);
+			void *dtable = dev_from(table, vd, dt), *dy = dev_poisoned(nd, dt);
+			print_message(" n=%lld d=%lld vocab=%lld rows %lld..%lld\n", (long long)n,
+				      (long long)d, (long long)vocab, (long long)v0, (long long)(v0 + nv));
+			gpu_ok(launch_embedding_fwd(dy, dt, dtable, dt, dids, n, d, v0, nv, NULL),
+			       "embedding_fwd");
+			double *y = zeros(nd);
+			cpu_embedding_fwd_f64(y, table, ids, n, d, v0, nv);
+			expect_close("embedding out (a copy: exact)", dy, y, nd, dt, 0.0);
+			void *ddout = dev_from(dout, nd, dt), *ddtab = dev_from(dtab, vd, GPU_F32);
+			size_t sb = 0;
+			gpu_ok(embedding_bwd_scratch_bytes(n, nv, &sb), "embedding scratch size");
+			void *scratch = dev_alloc(sb);
+			gpu_ok(launch_embedding_bwd(ddtab, GPU_F32, ddout, dt, dids, n, d, v0, nv, scratch,
+						    sb, NULL),
+			       "embedding_bwd");
+			/* the float32 CPU op adds in the same order: the same bits */
+			float *tab32 = malloc(vd * sizeof *tab32), *dout32 = malloc(nd * sizeof *dout32);
+			assert_non_null(tab32);
+			assert_non_null(dout32);
+			for (size_t i = 0; i < vd; i++)
+				tab32[i] = (float)dtab[i];
+			for (size_t i = 0; i < nd; i++)
+				dout32[i] = (float)dout[i];
+			cpu_embedding_bwd_f32(tab32, dout32, ids, n, d, v0, nv);
+			double *got = host_of(ddtab, vd, GPU_F32);
+			for (size_t i = 0; i < vd; i++)
+				if (got[i] != (double)tab32[i])
+					fail_msg("dtable[%zu] = %a, the CPU's float32 op gives %a", i, got[i],
+						 (double)tab32[i]);
+			print_message("  embedding dtable: bit for bit with the CPU's float32 op\n");
+			cpu_embedding_bwd_f64(dtab, dout, ids, n, d, v0, nv);
+			expect_close("embedding dtable vs float64", ddtab, dtab, vd, GPU_F32, TOL_F32);
+			/* a bf16 table's gradient: summed in float32, rounded once */
+			double *dtab16 = rnd(vd, 0.1), *want16 = NULL;
+			void *ddtab16 = dev_from(dtab16, vd, GPU_BF16);
+			want16 = f64_copy(dtab16, vd);
+			cpu_embedding_bwd_f64(want16, dout, ids, n, d, v0, nv);
+			gpu_ok(launch_embedding_bwd(ddtab16, GPU_BF16, ddout, dt, dids, n, d, v0, nv,
+						    scratch, sb, NULL),
+			       "embedding_bwd bf16");
+			expect_close("embedding dtable (bf16)", ddtab16, want16, vd, GPU_BF16, TOL_BF16);
+			free(dtab16), free(want16);
+			gpu_free(ddtab16);
+			free(ids), free(table), free(dout), free(dtab), free(y), free(tab32), free(dout32);
+			free(got);
+			gpu_free(dids), gpu_free(dtable), gpu_free(dy), gpu_free(ddout), gpu_free(ddtab);
+			gpu_free(scratch);
+		}
+}
+
+/* --- cross-entropy --- */
+
+static void cross_entropy_loss_and_gradient_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(61);
+	const struct {
+		int64_t n, v;
+	} cases[] = {{3, 10}, {5, 1001}, {4, 128256}};
+	const int32_t ignore = -100;
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int dt = 0; dt < 2; dt++)
+			for (int train = 0; train < 2; train++) {
+				int64_t n = cases[c].n, v = cases[c].v;
+				size_t nv = (size_t)(n * v);
+				double *logits = rnd(nv, 8.0);
+				int32_t *labels = random_ids((size_t)n, v);
+				labels[n / 2] = ignore; /* one ignored row */
+				float scale = train ? 0.25f : 0.0f;
+				void *dl = dev_from(logits, nv, dt), *dlab = dev_alloc((size_t)n * 4);
+				float *drow = dev_poisoned((size_t)n, GPU_F32);
+				titan_err e;
+				if (gpu_upload(dlab, labels, (size_t)n * 4, &e))
+					fail_msg("%s", e.msg);
+				print_message(" n=%lld v=%lld %s\n", (long long)n, (long long)v,
+					      train ? "loss and gradient" : "loss only");
+				gpu_ok(launch_cross_entropy(dl, dt, dlab, n, v, ignore, scale, NULL, drow,
+							    NULL),
+				       "cross_entropy");
+				double *rows = zeros((size_t)n), *grad = f64_copy(logits, nv);
+				double total = 0;
+				int64_t valid = 0;
+				for (int64_t i = 0; i < n; i++) {
+					double before = 0;
+					int64_t vb = 0;
+					cpu_cross_entropy_f64(grad + i * v, labels + i, 1, v, ignore, scale,
+							      &before, &vb);
+					rows[i] = before;
+					total += before;
+					valid += vb;
+				}
+				expect_close("row losses", drow, rows, (size_t)n, GPU_F32, TOL_F32);
+				if (train)
+					expect_close("logits -> gradient", dl, grad, nv, dt,
+						     dt == GPU_BF16 ? TOL_BF16 : TOL_F32);
+				double *dsum = dev_alloc(sizeof(double));
+				int64_t *dvalid = dev_alloc(sizeof(int64_t));
+				double start = 1.5;
+				int64_t start_n = 7;
+				if (gpu_upload(dsum, &start, sizeof start, &e) ||
+				    gpu_upload(dvalid, &start_n, sizeof start_n, &e))
+					fail_msg("%s", e.msg);
+				gpu_ok(launch_loss_sum(dsum, dvalid, drow, dlab, n, ignore, NULL),
+				       "loss_sum");
+				double got_sum;
+				int64_t got_n;
+				if (gpu_sync(&e) || gpu_download(&got_sum, dsum, sizeof got_sum, &e) ||
+				    gpu_download(&got_n, dvalid, sizeof got_n, &e))
+					fail_msg("%s", e.msg);
+				assert_int_equal(got_n, start_n + valid);
+				double err = fabs(got_sum - (start + total)) / fabs(start + total);
+				print_message("  loss sum %.6f want %.6f rel err %.2e\n", got_sum,
+					      start + total, err);
+				assert_true(err < TOL_F32);
+				free(logits), free(labels), free(rows), free(grad);
+				gpu_free(dl), gpu_free(dlab), gpu_free(drow), gpu_free(dsum);
+				gpu_free(dvalid);
+			}
+}
+
+/* --- AdamW and the gradient norm over many tensors --- */
+
+static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(71);
+	const int64_t sizes[] = {1, 7, 65536, 65537, 300000};
+	enum { NT = sizeof sizes / sizeof sizes[0] };
+	double *p[NT], *g[NT], *m[NT], *v[NT];
+	gpu_mt_tensor t[NT];
+	double sumsq = 0;
+	for (int i = 0; i < NT; i++) {
+		size_t n = (size_t)sizes[i];
+		p[i] = rnd(n, 1.0), g[i] = rnd(n, 0.01), m[i] = rnd(n, 0.001), v[i] = rnd(n, 1e-6);
+		for (size_t j = 0; j < n; j++)
+			v[i][j] = fabs(v[i][j]);
+		t[i] = (gpu_mt_tensor){.p = dev_from(p[i], n, GPU_F32),
+				       .g = dev_from(g[i], n, GPU_F32),
+				       .m = dev_from(m[i], n, GPU_F32),
+				       .v = dev_from(v[i], n, GPU_F32),
+				       .p_bf16 = i % 2 ? dev_poisoned(n, GPU_BF16) : NULL,
+				       .n = sizes[i],
+				       .wd = i == 1 ? 0.0f : 0.1f};
+		sumsq += cpu_sumsq_f64(g[i], (int64_t)n);
+	}
+	int64_t nch = gpu_mt_chunks(t, NT, NULL);
+	gpu_mt_chunk *ch = malloc((size_t)nch * sizeof *ch);
+	assert_non_null(ch);
+	assert_int_equal(gpu_mt_chunks(t, NT, ch), nch);
+	void *dt = dev_alloc(sizeof t), *dch = dev_alloc((size_t)nch * sizeof *ch);
+	double *dpart = dev_alloc((size_t)nch * sizeof(double)), *dsumsq = dev_alloc(sizeof(double));
+	float *dnorm = dev_alloc(sizeof(float));
+	const float max_norm = 0.5f;
+	gpu_adamw_step st = {.lr = 3e-4f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f,
+			     .bc1 = 1 - 0.9f * 0.9f * 0.9f, .bc2 = 1 - 0.95f * 0.95f * 0.95f};
+	gpu_adamw_step *dst = dev_alloc(sizeof st);
+	titan_err e;
+	if (gpu_upload(dt, t, sizeof t, &e) || gpu_upload(dch, ch, (size_t)nch * sizeof *ch, &e) ||
+	    gpu_upload(dst, &st, sizeof st, &e))
+		fail_msg("%s", e.msg);
+	gpu_ok(launch_sumsq_multi(dsumsq, dpart, dt, dch, nch, NULL), "sumsq_multi");
+	gpu_ok(launch_clip_factor(dst, dnorm, dsumsq, max_norm, NULL), "clip_factor");
+	gpu_ok(launch_adamw_multi(dt, dch, nch, dst, NULL), "adamw_multi");
+	double got_sumsq;
+	float got_norm;
+	if (gpu_sync(&e) || gpu_download(&got_sumsq, dsumsq, sizeof got_sumsq, &e) ||
+	    gpu_download(&got_norm, dnorm, sizeof got_norm, &e))
+		fail_msg("%s", e.msg);
+	print_message("  sumsq %.12g want %.12g; norm %.6g\n", got_sumsq, sumsq, (double)got_norm);
+	assert_true(fabs(got_sumsq - sumsq) <= 1e-12 * sumsq);
+	assert_true(fabs((double)got_norm - sqrt(sumsq)) <= 1e-6 * sqrt(sumsq));
+	double clip = fmin(1.0, max_norm / (sqrt(sumsq) + 1e-6));
+	for (int i = 0; i < NT; i++) {
+		size_t n = (size_t)sizes[i];
+		for (size_t j = 0; j < n; j++)
+			g[i][j] *= clip;
+		cpu_adamw_f64(p[i], g[i], m[i], v[i], (int64_t)n, 3e-4, 0.9, 0.95, 1e-8, t[i].wd,
+			      (double)st.bc1, (double)st.bc2);
+		print_message(" tensor %d (n=%zu, wd %.1f)\n", i, n, (double)t[i].wd);
+		expect_close("adamw p", t[i].p, p[i], n, GPU_F32, TOL_F32);
+		expect_close("adamw m", t[i].m, m[i], n, GPU_F32, TOL_F32);
+		expect_close("adamw v", t[i].v, v[i], n, GPU_F32, TOL_F32);
+		if (t[i].p_bf16)
+			expect_close("adamw bf16 copy of p", t[i].p_bf16, p[i], n, GPU_BF16, TOL_BF16);
+		free(p[i]), free(g[i]), free(m[i]), free(v[i]);
+		gpu_free(t[i].p), gpu_free((void *)t[i].g), gpu_free(t[i].m), gpu_free(t[i].v);
+		gpu_free(t[i].p_bf16);
+	}
+	/* one tensor alone, bf16 too */
+	double *x = rnd(200003, 3.0);
+	void *dx = dev_from(x, 200003, GPU_BF16);
+	double *dp1 = dev_alloc((size_t)sumsq_partials(200003) * sizeof(double));
+	gpu_ok(launch_sumsq(dsumsq, dp1, dx, GPU_BF16, 200003, NULL), "sumsq");
+	if (gpu_sync(&e) || gpu_download(&got_sumsq, dsumsq, sizeof got_sumsq, &e))
+		fail_msg("%s", e.msg);
+	double want = cpu_sumsq_f64(x, 200003);
+	print_message("  sumsq (bf16) %.12g want %.12g\n", got_sumsq, want);
+	assert_true(fabs(got_sumsq - want) <= 1e-12 * want);
+	free(x), free(ch);
+	gpu_free(dx), gpu_free(dp1), gpu_free(dt), gpu_free(dch), gpu_free(dpart), gpu_free(dsumsq);
+	gpu_free(dnorm), gpu_free(dst);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(cast_rounds_like_torch_bit_for_bit),
+		cmocka_unit_test(add_axpy_scale_match_the_cpu),
+		cmocka_unit_test(rmsnorm_forward_with_residual_matches_the_cpu),
+		cmocka_unit_test(rmsnorm_backward_with_residual_matches_the_cpu),
+		cmocka_unit_test(rmsnorm_backward_repeats_bit_for_bit),
+		cmocka_unit_test(rope_in_place_both_pairings_match_the_cpu),
+		cmocka_unit_test(rope_qkv_split_and_merge_match_the_cpu),
+		cmocka_unit_test(swiglu_forward_and_backward_match_the_cpu),
+		cmocka_unit_test(embedding_forward_and_backward_match_the_cpu),
+		cmocka_unit_test(cross_entropy_loss_and_gradient_match_the_cpu),
+		cmocka_unit_test(adamw_and_grad_norm_over_many_tensors_match_the_cpu),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
