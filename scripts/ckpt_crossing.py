@@ -57,6 +57,7 @@ def job_config():
     jc.lr_scheduler.total_steps = 10
     jc.training.steps = 10
     jc.training.max_norm = 1.0
+    jc.training.mixed_precision_param = "float32"  # no autocast: float32 on both sides
     jc.checkpoint.enable = True
     jc.checkpoint.folder = "checkpoint"
     jc.checkpoint.interval = 1

@@ -32,7 +32,8 @@ fi
 "$BIN/titan-shard" -q --out "$TMP/data" --val-fraction 0.05 "$TMP/s.tts"
 "$BIN/titan-shard" cat --split train "$TMP/data" >"$TMP/train.tts"
 
-# The settings of scripts/ckpt_crossing.py's job_config().
+# The settings of scripts/ckpt_crossing.py's job_config().  Both sides compute
+# in float32 (no autocast): the crossing is of the state, compared closely.
 cat >"$TMP/cross.toml" <<EOF
 [model]
 flavor = "debugmodel"
@@ -46,6 +47,7 @@ dataset_path = "$TMP/data"
 local_batch_size = 2
 seq_len = 16
 max_norm = 1.0
+mixed_precision_param = "float32"
 [checkpoint]
 enable = true
 interval = 100
