@@ -333,7 +333,7 @@ int main(int argc, char **argv)
 			module, c.job.config_file ? c.job.config_file : "the default", c.model.name);
 		rc = TITAN_EXIT_USAGE;
 	} else {
-		rc = run(&c, nrest, rest);
+		rc = cli_stdout_status(run(&c, nrest, rest)); /* listings: > /dev/full fails */
 	}
 	config_free(&c);
 	free(rest);
