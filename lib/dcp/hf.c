@@ -1,17 +1,23 @@
-/* hf.c: titan/torchtitan Llama state <-> Hugging Face LlamaForCausalLM.
+/* hf.c: titan/torchtitan state <-> Hugging Face checkpoints, through each
+ * family's key table (dcp_hf_key: torchtitan's StateDictAdapter's names) and
+ * the shape changes its entries name: wq / wk rows permuted, experts stacked
+ * or split one per expert, fused experts transposed or cut in halves.
  *
- * torchtitan applies RoPE to interleaved pairs (x0, x1), (x2, x3), ... of each
- * head, HF to the two halves (x0, x_{h/2}), ...; the HF export therefore
+ * torchtitan's Llama applies RoPE to interleaved pairs (x0, x1), (x2, x3), ...
+ * of each head, HF to the two halves (x0, x_{h/2}), ...; the HF export therefore
  * permutes the rows of wq (per query head) and wk (per kv head): titan row
  * h*hd + 2i + j becomes HF row h*hd + j*hd/2 + i (torchtitan #1291 is what
  * happens when this is forgotten). */
 #include <inttypes.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/afile.h"
+#include "core/json.h"
 #include "dcp/dcp_priv.h"
 #include "model/flavor.h"
 #include "safetensors/safetensors.h"
@@ -327,20 +333,9 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 		json_decref(c);
 		return err_set(err, "%s/config.json: out of memory", dir);
 	}
-	char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+	char *p = path_join(dir, "config.json");
+	int rc = p ? tjson_dump_file(c, p, err) : err_set(err, "out of memory");
 	json_decref(c);
-	size_t n = strlen(dir) + 16;
-	char *p = malloc(n);
-	int rc;
-	if (!text || !p) {
-		rc = err_set(err, "out of memory");
-	} else {
-		snprintf(p, n, "%s/config.json", dir);
-		size_t tl = strlen(text);
-		text[tl] = '\n';
-		rc = atomic_write_file(p, text, tl + 1, err);
-	}
-	free(text);
 	free(p);
 	return rc;
 }
@@ -376,15 +371,33 @@ static void transpose_last(const void *src, void *dst, const int64_t *shape, siz
 				       (const char *)src + (size_t)((x * a + i) * b + j) * es, es);
 }
 
-/* Read, cast and (for wq/wk) permute one tensor into a new buffer; a
- * DCP_HF_TRANSPOSE kind swaps its last two dims (*swapped set; the caller
- * swaps the shape it names). */
+/* buf (consumed) as the other side keeps it: rows of wq / wk permuted, the
+ * last two dims of fused experts swapped (DCP_HF_TRANSPOSE), or buf itself. */
+static void *mapped(void *buf, int ndim, const int64_t *shape, size_t es, int kind,
+		    const dcp_hf_model *m, int to_hf, titan_err *err)
+{
+	int rope = rope_of(kind);
+	if (!buf || (!rope && kind != DCP_HF_TRANSPOSE))
+		return buf;
+	size_t b = (size_t)dcp_numel(ndim, shape) * es;
+	void *out = malloc(b ? b : 1);
+	if (!out)
+		err_set(err, "out of memory");
+	else if (kind == DCP_HF_TRANSPOSE)
+		transpose_last(buf, out, shape, es);
+	else
+		dcp_rope_permute(buf, out, shape[0], shape[1], rope == 1 ? m->n_heads : m->n_kv_heads,
+				 to_hf, es);
+	free(buf);
+	return out;
+}
+
+/* Read, cast and map (mapped) one tensor into a new buffer. */
 static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, int kind,
 			 const dcp_hf_model *m, int to_hf, titan_err *err)
 {
-	int rope = rope_of(kind);
 	size_t es = ptz_dtype_size(dt), b = (size_t)dcp_numel(it->ndim, it->shape) * es;
-	void *buf = malloc(b ? b : 1), *out = NULL;
+	void *buf = malloc(b ? b : 1);
 	if (!buf) {
 		err_set(err, "out of memory");
 		return NULL;
@@ -393,18 +406,7 @@ static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, in
 		free(buf);
 		return NULL;
 	}
-	if (!rope && kind != DCP_HF_TRANSPOSE)
-		return buf;
-	out = malloc(b ? b : 1);
-	if (!out)
-		err_set(err, "out of memory");
-	else if (kind == DCP_HF_TRANSPOSE)
-		transpose_last(buf, out, it->shape, es);
-	else
-		dcp_rope_permute(buf, out, it->shape[0], it->shape[1],
-				 rope == 1 ? m->n_heads : m->n_kv_heads, to_hf, es);
-	free(buf);
-	return out;
+	return mapped(buf, it->ndim, it->shape, es, kind, m, to_hf, err);
 }
 
 /* One half of a fused (experts, dim, 2f) gate_up_proj <-> torchtitan's (experts,
@@ -421,101 +423,148 @@ static void half_copy(void *fused, void *part, int64_t e, int64_t f, int64_t d, 
 			}
 }
 
-/* torchtitan's w1 or w3 into its half of HF's fused gate_up_proj, made (zeroed)
- * by whichever of the two comes first. */
-static int export_half(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
-		       const long *nums, int nn, dcp_dtype dt, st_item *items, size_t *k,
+/* HF's tensors being written: a growing list. */
+typedef struct hf_out {
+	st_item *items;
+	size_t n, cap;
+} hf_out;
+
+static st_item *out_push(hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			 void *data, titan_err *err)
+{
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 64;
+		st_item *ni = realloc(o->items, cap * sizeof *ni);
+		if (!ni) {
+			err_set(err, "out of memory");
+			return NULL;
+		}
+		o->items = ni;
+		o->cap = cap;
+	}
+	st_item *d = &o->items[o->n++];
+	memset(d, 0, sizeof *d);
+	d->name = name;
+	d->dtype = dt;
+	d->ndim = ndim;
+	memcpy(d->shape, shape, sizeof(int64_t) * (size_t)ndim);
+	d->data = data;
+	return d;
+}
+
+static void free_out(hf_out *o)
+{
+	for (size_t i = 0; i < o->n; i++) {
+		free((char *)o->items[i].name);
+		free((void *)o->items[i].data);
+	}
+	free(o->items);
+}
+
+/* torchtitan's expert stack (experts, a, b) as HF's one tensor (a, b) per
+ * expert, named by key->hf with the layer and the expert; data consumed. */
+static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			  void *data, const dcp_hf_key *key, long layer, hf_out *o, titan_err *err)
+{
+	int rc = ndim == 3 ? 0 : err_set(err, "%s: %d dims, expected (experts, out, in)", name, ndim);
+	size_t slice = ndim == 3 ? (size_t)(shape[1] * shape[2]) * ptz_dtype_size(dt) : 0;
+	for (int64_t x = 0; rc == 0 && x < shape[0]; x++) {
+		long nums[2] = {layer, (long)x};
+		char *hn = format_key(key->hf, nums, 2);
+		void *one = malloc(slice ? slice : 1);
+		if (!hn || !one || !out_push(o, hn, dt, 2, shape + 1, one, err)) {
+			free(hn);
+			free(one);
+			rc = err_set(err, "out of memory");
+		} else {
+			memcpy(one, (char *)data + (size_t)x * slice, slice);
+		}
+	}
+	free(data);
+	return rc;
+}
+
+/* torchtitan's w1 or w3 (experts, f, dim) into its half of HF's fused
+ * gate_up_proj (experts, dim, 2f), made (zeroed) by whichever comes first;
+ * data consumed. */
+static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+		       void *data, const dcp_hf_key *key, const long *nums, int nn, hf_out *o,
 		       titan_err *err)
 {
-	if (it->ndim != 3)
-		return err_set(err, "%s: %d dims, expected (experts, f, dim)", it->name, it->ndim);
-	char *hn = format_key(key->hf, nums, nn);
-	if (!hn)
-		return err_set(err, "out of memory");
-	int64_t e = it->shape[0], f = it->shape[1], d = it->shape[2];
+	char *hn = ndim == 3 ? format_key(key->hf, nums, nn) : NULL;
+	int rc = ndim != 3 ? err_set(err, "%s: %d dims, expected (experts, f, dim)", name, ndim)
+		 : !hn     ? err_set(err, "out of memory") : 0;
+	int64_t e = shape[0], f = ndim == 3 ? shape[1] : 0, d = ndim == 3 ? shape[2] : 0;
 	size_t es = ptz_dtype_size(dt);
 	st_item *fused = NULL;
-	for (size_t i = 0; i < *k && !fused; i++)
-		if (!strcmp(items[i].name, hn))
-			fused = &items[i];
-	if (fused) {
+	for (size_t i = 0; rc == 0 && i < o->n && !fused; i++)
+		if (!strcmp(o->items[i].name, hn))
+			fused = &o->items[i];
+	if (rc == 0 && fused) {
 		free(hn);
 		if (fused->shape[0] != e || fused->shape[1] != d || fused->shape[2] != 2 * f ||
 		    fused->dtype != dt)
-			return err_set(err, "%s: shape or type differs from its other half", it->name);
+			rc = err_set(err, "%s: shape or type differs from its other half", name);
+	} else if (rc == 0) {
+		int64_t fs[3] = {e, d, 2 * f};
+		void *buf = calloc((size_t)(e * d * 2 * f) * es + 1, 1);
+		if (!buf || !(fused = out_push(o, hn, dt, 3, fs, buf, err))) {
+			free(hn);
+			free(buf);
+			rc = err_set(err, "out of memory");
+		}
 	} else {
-		fused = &items[(*k)++];
-		fused->name = hn;
-		fused->dtype = dt;
-		fused->ndim = 3;
-		fused->shape[0] = e, fused->shape[1] = d, fused->shape[2] = 2 * f;
-		if (!(fused->data = calloc((size_t)(e * d * 2 * f) * es + 1, 1)))
-			return err_set(err, "out of memory");
+		free(hn);
 	}
-	void *part = load_mapped(s, it, dt, 0, NULL, 1, err);
-	if (!part)
+	if (rc == 0)
+		half_copy((void *)fused->data, data, e, f, d, key->kind == DCP_HF_UP_HALF, 1, es);
+	free(data);
+	return rc;
+}
+
+/* One titan tensor (data consumed) into HF's, as its key's kind says: one
+ * tensor (permuted or transposed), one per expert, half of a fused one, or
+ * none (a dropped buffer; lm_head of a tied model). */
+static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			 void *data, const dcp_hf_model *m, hf_out *o, titan_err *err)
+{
+	long nums[4];
+	int nn;
+	const dcp_hf_key *key = find_key(m->keys, name, 1, nums, &nn);
+	if (!key) {
+		free(data);
+		return err_set(err, "%s: not a weight of the model torchtitan names", name);
+	}
+	if (key->kind == DCP_HF_DROP) {
+		free(data);
+		return 0;
+	}
+	if (key->kind == DCP_HF_EXPERTS)
+		return export_experts(name, dt, ndim, shape, data, key, nums[0], o, err);
+	if (key->kind == DCP_HF_GATE_HALF || key->kind == DCP_HF_UP_HALF)
+		return export_half(name, dt, ndim, shape, data, key, nums, nn, o, err);
+	char *hn = format_key(key->hf, nums, nn);
+	if (!hn) {
+		free(data);
+		return err_set(err, "out of memory");
+	}
+	if (m->tied && !strcmp(hn, "lm_head.weight")) {
+		free(hn);
+		free(data);
+		return 0;
+	}
+	dcp_src_item it = {.name = (char *)name, .ndim = ndim};
+	int64_t hs[DCP_MAX_DIM];
+	memcpy(it.shape, shape, sizeof(int64_t) * (size_t)ndim);
+	memcpy(hs, shape, sizeof(int64_t) * (size_t)ndim);
+	if (check_kind(&it, key->kind, m, hs, err) ||
+	    !(data = mapped(data, ndim, shape, ptz_dtype_size(dt), key->kind, m, 1, err)) ||
+	    !out_push(o, hn, dt, ndim, hs, data, err)) {
+		free(hn);
+		free(data);
 		return -1;
-	half_copy((void *)fused->data, part, e, f, d, key->kind == DCP_HF_UP_HALF, 1, es);
-	free(part);
+	}
 	return 0;
-}
-
-/* HF's fused gate_up_proj (experts, dim, 2f) as torchtitan's w1 and w3 (the
- * key and its next entry), appended to items. */
-static int import_halves(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
-			 const long *nums, int nn, dcp_dtype dt, dcp_item *items, size_t *k,
-			 titan_err *err)
-{
-	if (it->ndim != 3 || it->shape[2] % 2 || key[1].kind != DCP_HF_UP_HALF)
-		return err_set(err, "%s: expected (experts, dim, 2 * f)", it->name);
-	int64_t e = it->shape[0], d = it->shape[1], f = it->shape[2] / 2;
-	size_t es = ptz_dtype_size(dt);
-	void *fused = load_mapped(s, it, dt, 0, NULL, 0, err);
-	if (!fused)
-		return -1;
-	int rc = 0;
-	for (int half = 0; half < 2 && rc == 0; half++) {
-		int64_t shape[3] = {e, f, d};
-		char *tn = format_key(key[half].titan, nums, nn);
-		void *part = malloc((size_t)(e * f * d) * es + 1);
-		dcp_item_full(&items[(*k)++], tn, dt, 3, shape, part);
-		if (!tn || !part)
-			rc = err_set(err, "out of memory");
-		else
-			half_copy(fused, part, e, f, d, half, 0, es);
-	}
-	free(fused);
-	return rc;
-}
-
-/* One stack of experts (experts, a, b) as HF's one tensor per expert, named by
- * key->hf with the layer and the expert, appended to items. */
-static int export_experts(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
-			  long layer, dcp_dtype dt, st_item *items, size_t *k, titan_err *err)
-{
-	if (it->ndim != 3)
-		return err_set(err, "%s: %d dims, expected (experts, out, in)", it->name, it->ndim);
-	void *all = load_mapped(s, it, dt, 0, NULL, 1, err);
-	if (!all)
-		return -1;
-	size_t slice = (size_t)(it->shape[1] * it->shape[2]) * ptz_dtype_size(dt);
-	int rc = 0;
-	for (int64_t x = 0; x < it->shape[0] && rc == 0; x++) {
-		long nums[2] = {layer, (long)x};
-		st_item *d = &items[(*k)++];
-		d->name = format_key(key->hf, nums, 2);
-		d->dtype = dt;
-		d->ndim = 2;
-		d->shape[0] = it->shape[1];
-		d->shape[1] = it->shape[2];
-		d->data = malloc(slice ? slice : 1);
-		if (!d->name || !d->data)
-			rc = err_set(err, "out of memory");
-		else
-			memcpy((void *)d->data, (char *)all + (size_t)x * slice, slice);
-	}
-	free(all);
-	return rc;
 }
 
 int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dcp_dtype export_dtype,
@@ -526,96 +575,146 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 0, err);
-	size_t n = dcp_source_count(s), k = 0, cap = n;
-	long nums[4];
-	int nn;
-	for (size_t i = 0; i < n; i++) { /* one HF tensor per expert */
-		const dcp_src_item *it = dcp_source_item(s, i);
-		const dcp_hf_key *key = find_key(m.keys, it->name, 1, nums, &nn);
-		if (key && key->kind == DCP_HF_EXPERTS && it->ndim == 3)
-			cap += (size_t)it->shape[0];
-	}
-	st_item *items = calloc(cap ? cap : 1, sizeof *items);
-	if (!items && rc == 0)
-		rc = err_set(err, "out of memory");
+	hf_out o = {0};
 	dcp_dtype first = PTZ_NONE;
-	for (size_t i = 0; i < n && rc == 0; i++) {
+	for (size_t i = 0; i < dcp_source_count(s) && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
 		if (!dcp_is_model_key(it->name) || it->kind != DCP_TENSOR)
 			continue;
-		const dcp_hf_key *key = find_key(m.keys, it->name, 1, nums, &nn);
-		if (!key) {
-			rc = err_set(err, "%s: not a weight of the model torchtitan names", it->name);
-			break;
-		}
 		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : it->dtype;
-		if (key->kind == DCP_HF_DROP)
-			continue;
-		if (first == PTZ_NONE)
+		void *data = load_mapped(s, it, dt, DCP_HF_PLAIN, &m, 1, err);
+		rc = data ? export_tensor(it->name, dt, it->ndim, it->shape, data, &m, &o, err) : -1;
+		if (rc == 0 && first == PTZ_NONE && o.n)
 			first = dt;
-		if (key->kind == DCP_HF_EXPERTS) {
-			rc = export_experts(s, it, key, nums[0], dt, items, &k, err);
-			continue;
-		}
-		if (key->kind == DCP_HF_GATE_HALF || key->kind == DCP_HF_UP_HALF) {
-			rc = export_half(s, it, key, nums, nn, dt, items, &k, err);
-			continue;
-		}
-		int kind = key->kind;
-		char *hn = format_key(key->hf, nums, nn);
-		if (!hn) {
-			rc = err_set(err, "out of memory");
-			break;
-		}
-		if (m.tied && !strcmp(hn, "lm_head.weight")) {
-			free(hn);
-			continue;
-		}
-		st_item *d = &items[k];
-		d->name = hn;
-		d->dtype = dt;
-		d->ndim = it->ndim;
-		memcpy(d->shape, it->shape, sizeof(int64_t) * (size_t)it->ndim);
-		k++;
-		rc = check_kind(it, kind, &m, d->shape, err);
-		if (rc == 0 && !(d->data = load_mapped(s, it, dt, kind, &m, 1, err)))
-			rc = -1;
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
 	if (rc == 0)
-		rc = st_write_sharded(outdir, items, k, max_shard, meta, err);
+		rc = st_write_sharded(outdir, o.items, o.n, max_shard, meta, err);
 	if (rc == 0)
 		rc = write_config(outdir, &m, first == PTZ_NONE ? PTZ_F32 : first, err);
-	for (size_t i = 0; i < k; i++) {
-		free((char *)items[i].name);
-		free((void *)items[i].data);
-	}
-	free(items);
+	free_out(&o);
 	dcp_source_close(s);
 	return rc;
 }
 
+/* The file index of each HF name in index_json's weight_map (the first number
+ * of the file name, as torchtitan's StateDictAdapter reads it). */
+static int file_indices(const char *index_json, const st_item *items, size_t n, int *file_of,
+			int *m, titan_err *err)
+{
+	json_t *root = tjson_load_file(index_json, JSON_REJECT_DUPLICATES, err), *wm = NULL;
+	int rc = root ? tjson_get_object(root, "weight_map", &wm, index_json, err) : -1;
+	*m = 1;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		json_t *f = json_object_get(wm, items[i].name);
+		const char *fn = json_string_value(f);
+		const char *d = fn ? fn + strcspn(fn, "0123456789") : NULL;
+		long v = d && *d ? strtol(d, NULL, 10) : 0;
+		if (!fn)
+			rc = err_set(err, "%s: weight_map has %s for %s", index_json,
+				     f ? "no file name" : "no entry", items[i].name);
+		else if (v < 1 || v > 99999)
+			rc = err_set(err, "%s: %s: no file number in \"%s\"", index_json, items[i].name, fn);
+		else if ((file_of[i] = (int)v) > *m)
+			*m = file_of[i];
+	}
+	json_decref(root);
+	return rc;
+}
+
+int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model *model,
+		dcp_dtype export_dtype, const char *index_json, titan_err *err)
+{
+	hf_out o = {0};
+	char *stage = malloc(strlen(dir) + 16);
+	int rc = stage ? 0 : err_set(err, "out of memory");
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : in[i].dtype;
+		size_t ne = (size_t)dcp_numel(in[i].ndim, in[i].shape);
+		void *data = malloc(ne * ptz_dtype_size(dt) + 1);
+		if (!data) {
+			rc = err_set(err, "out of memory");
+			break;
+		}
+		ptz_convert(data, dt, in[i].data, in[i].dtype, ne);
+		rc = export_tensor(in[i].name, dt, in[i].ndim, in[i].shape, data, model, &o, err);
+	}
+	int *file_of = calloc(o.n ? o.n : 1, sizeof *file_of);
+	int m = 1;
+	if (rc == 0 && !file_of)
+		rc = err_set(err, "out of memory");
+	if (rc == 0 && index_json)
+		rc = file_indices(index_json, o.items, o.n, file_of, &m, err);
+	for (size_t i = 0; rc == 0 && !index_json && i < o.n; i++)
+		file_of[i] = 1;
+	if (rc == 0) {
+		snprintf(stage, strlen(dir) + 16, "%s.partial", dir);
+		rc = dcp_stage_dir(stage, err);
+	}
+	static const char *const meta[] = {"format", "pt", NULL};
+	if (rc == 0)
+		rc = st_write_indexed(stage, o.items, o.n, file_of, m, meta, err);
+	if (rc == 0)
+		rc = dcp_swap_in(stage, dir, err);
+	free_out(&o);
+	free(file_of);
+	free(stage);
+	return rc;
+}
+
+/* Whether the model of the HF folder (or the folder of a .safetensors file)
+ * ties lm_head to the embedding: its config.json's tie_word_embeddings (false
+ * when absent, as transformers reads it), or fallback without a config.json. */
+static int config_tied(const char *path, int fallback, int *tied, titan_err *err)
+{
+	struct stat st;
+	char *dir = NULL, *cfg;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		cfg = path_join(path, "config.json");
+	} else {
+		dir = strdup(path);
+		cfg = dir ? path_join(dirname(dir), "config.json") : NULL;
+	}
+	free(dir);
+	if (!cfg)
+		return err_set(err, "out of memory");
+	int rc = 0;
+	if (stat(cfg, &st) != 0) {
+		*tied = fallback;
+	} else {
+		json_t *c = tjson_load_file(cfg, 0, err);
+		rc = c ? tjson_opt_bool(c, "tie_word_embeddings", tied, 0, cfg, err) : -1;
+		rc = rc < 0 ? -1 : 0;
+		json_decref(c);
+	}
+	free(cfg);
+	return rc;
+}
+
 /* Experts arriving one HF tensor at a time, stacked into torchtitan's
- * (experts, a, b) tensor. */
+ * (experts, a, b) tensor and handed on when the last one has come. */
 typedef struct expert_stack {
-	dcp_item *item; /* its DCP item; data (experts, a, b) */
+	char *fqn;
+	dcp_dtype dt;
+	int64_t shape[3];
+	void *data;
 	unsigned char *seen; /* (experts) */
 	int64_t have;
 } expert_stack;
 
 static int stack_expert(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
-			const long *nums, dcp_dtype dt, const dcp_hf_model *m, dcp_item *items,
-			size_t *k, expert_stack *stacks, size_t *ns, titan_err *err)
+			const long *nums, dcp_dtype dt, const dcp_hf_model *m, expert_stack *stacks,
+			size_t *ns, dcp_hf_tensor_fn fn, void *ctx, titan_err *err)
 {
 	char *tn = format_key(key->titan, nums, 1);
 	if (!tn)
 		return err_set(err, "out of memory");
 	expert_stack *st = NULL;
 	for (size_t i = 0; i < *ns && !st; i++)
-		if (!strcmp(stacks[i].item->fqn, tn))
+		if (stacks[i].fqn && !strcmp(stacks[i].fqn, tn))
 			st = &stacks[i];
 	if (it->ndim != 2 || nums[1] < 0 || nums[1] >= m->n_experts ||
-	    (st && memcmp(st->item->shape + 1, it->shape, 2 * sizeof(int64_t)))) {
+	    (st && memcmp(st->shape + 1, it->shape, 2 * sizeof(int64_t)))) {
 		free(tn);
 		return err_set(err, "%s: expert %ld of %d, or its shape differs from the other "
 			       "experts'", it->name, nums[1], m->n_experts);
@@ -623,97 +722,179 @@ static int stack_expert(dcp_source *s, const dcp_src_item *it, const dcp_hf_key 
 	size_t es = ptz_dtype_size(dt), slice = (size_t)(it->shape[0] * it->shape[1]) * es;
 	if (!st) {
 		st = &stacks[(*ns)++];
-		st->item = &items[(*k)++];
-		int64_t shape[3] = {m->n_experts, it->shape[0], it->shape[1]};
-		dcp_item_full(st->item, tn, dt, 3, shape, malloc(slice * (size_t)m->n_experts + 1));
+		st->fqn = tn;
+		st->dt = dt;
+		st->shape[0] = m->n_experts, st->shape[1] = it->shape[0], st->shape[2] = it->shape[1];
+		st->data = malloc(slice * (size_t)m->n_experts + 1);
 		st->seen = calloc((size_t)m->n_experts, 1);
-		if (!st->item->data || !st->seen)
+		if (!st->data || !st->seen)
 			return err_set(err, "out of memory");
 	} else {
 		free(tn);
 	}
 	if (st->seen[nums[1]]++)
 		return err_set(err, "%s: expert %ld twice", it->name, nums[1]);
-	void *one = load_mapped(s, it, dt, 0, m, 0, err);
+	void *one = load_mapped(s, it, dt, DCP_HF_PLAIN, m, 0, err);
 	if (!one)
 		return -1;
-	memcpy((char *)st->item->data + (size_t)nums[1] * slice, one, slice);
+	memcpy((char *)st->data + (size_t)nums[1] * slice, one, slice);
 	free(one);
-	st->have++;
-	return 0;
+	if (++st->have < m->n_experts)
+		return 0;
+	void *data = st->data;
+	st->data = NULL;
+	return fn(ctx, st->fqn, st->dt, 3, st->shape, data, err);
 }
 
-int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
-		titan_err *err)
+/* HF's fused gate_up_proj (experts, dim, 2f) as torchtitan's w1 and w3 (the
+ * key and its next entry), each handed on. */
+static int import_halves(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
+			 const long *nums, int nn, dcp_dtype dt, const dcp_hf_model *m,
+			 dcp_hf_tensor_fn fn, void *ctx, titan_err *err)
+{
+	if (it->ndim != 3 || it->shape[2] % 2 || key[1].kind != DCP_HF_UP_HALF)
+		return err_set(err, "%s: expected (experts, dim, 2 * f)", it->name);
+	int64_t e = it->shape[0], d = it->shape[1], f = it->shape[2] / 2, shape[3] = {e, f, d};
+	size_t es = ptz_dtype_size(dt);
+	void *fused = load_mapped(s, it, dt, DCP_HF_PLAIN, m, 0, err);
+	int rc = fused ? 0 : -1;
+	for (int half = 0; half < 2 && rc == 0; half++) {
+		char *tn = format_key(key[half].titan, nums, nn);
+		void *part = malloc((size_t)(e * f * d) * es + 1);
+		if (!tn || !part) {
+			free(part);
+			rc = err_set(err, "out of memory");
+		} else {
+			half_copy(fused, part, e, f, d, half, 0, es);
+			rc = fn(ctx, tn, dt, 3, shape, part, err);
+		}
+		free(tn);
+	}
+	free(fused);
+	return rc;
+}
+
+/* One HF tensor as torchtitan's: named, mapped and handed on (experts wait
+ * for their stack). */
+static int import_tensor(dcp_source *s, const dcp_src_item *it, const dcp_hf_model *m,
+			 dcp_dtype dtype, expert_stack *stacks, size_t *ns, dcp_hf_tensor_fn fn,
+			 void *ctx, int *have_output, titan_err *err)
+{
+	long nums[4];
+	int nn;
+	const dcp_hf_key *key = find_key(m->keys, it->name, 0, nums, &nn);
+	if (!key)
+		return err_set(err, "%s: not a weight of the model Hugging Face names", it->name);
+	dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
+	if (key->kind == DCP_HF_EXPERTS)
+		return stack_expert(s, it, key, nums, dt, m, stacks, ns, fn, ctx, err);
+	if (key->kind == DCP_HF_GATE_HALF)
+		return import_halves(s, it, key, nums, nn, dt, m, fn, ctx, err);
+	char *tn = format_key(key->titan, nums, nn);
+	if (!tn)
+		return err_set(err, "out of memory");
+	*have_output |= !strcmp(tn, "output.weight");
+	int64_t shape[DCP_MAX_DIM];
+	memcpy(shape, it->shape, sizeof(int64_t) * (size_t)it->ndim);
+	void *data = NULL;
+	int rc = check_kind(it, key->kind, m, shape, err);
+	if (rc == 0 && !(data = load_mapped(s, it, dt, key->kind, m, 0, err)))
+		rc = -1;
+	if (rc == 0)
+		rc = fn(ctx, tn, dt, it->ndim, shape, data, err);
+	free(tn);
+	return rc;
+}
+
+int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
+		void *ctx, titan_err *err)
 {
 	dcp_source *s;
 	if (dcp_source_open(&s, hfdir, err))
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 1, err);
-	size_t n = dcp_source_count(s), k = 0, ns = 0;
-	dcp_item *items = calloc(2 * n + 1, sizeof *items); /* a fused gate_up_proj gives two */
+	size_t n = dcp_source_count(s), ns = 0;
 	expert_stack *stacks = calloc(n + 1, sizeof *stacks);
-	if ((!items || !stacks) && rc == 0)
+	if (!stacks && rc == 0)
 		rc = err_set(err, "out of memory");
 	int have_output = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
-		long nums[4];
-		int nn;
-		const dcp_hf_key *key = find_key(m.keys, it->name, 0, nums, &nn);
-		if (!key) {
-			rc = err_set(err, "%s: not a weight of the model Hugging Face names", it->name);
-			break;
-		}
-		dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
-		if (key->kind == DCP_HF_EXPERTS) {
-			rc = stack_expert(s, it, key, nums, dt, &m, items, &k, stacks, &ns, err);
+		/* torchtitan's adapter drops the RoPE buffers old exports carry. */
+		if (strstr(it->name, ".self_attn.rotary_emb.inv_freq"))
 			continue;
-		}
-		if (key->kind == DCP_HF_GATE_HALF) {
-			rc = import_halves(s, it, key, nums, nn, dt, items, &k, err);
-			continue;
-		}
-		int kind = key->kind;
-		char *tn = format_key(key->titan, nums, nn);
-		if (!tn) {
-			rc = err_set(err, "out of memory");
-			break;
-		}
-		have_output |= !strcmp(tn, "output.weight");
-		dcp_item *d = &items[k++];
-		int64_t shape[DCP_MAX_DIM];
-		memcpy(shape, it->shape, sizeof(int64_t) * (size_t)it->ndim);
-		rc = check_kind(it, kind, &m, shape, err);
-		dcp_item_full(d, tn, dt, it->ndim, shape, NULL);
-		if (rc == 0 && !(d->data = load_mapped(s, it, dt, kind, &m, 0, err)))
-			rc = -1;
+		rc = import_tensor(s, it, &m, dtype, stacks, &ns, fn, ctx, &have_output, err);
 	}
 	for (size_t i = 0; i < ns && rc == 0; i++)
 		if (stacks[i].have != m.n_experts)
-			rc = err_set(err, "%s: %" PRId64 " of the %d experts", stacks[i].item->fqn,
+			rc = err_set(err, "%s: %" PRId64 " of the %d experts", stacks[i].fqn,
 				     stacks[i].have, m.n_experts);
+	for (size_t i = 0; i < ns; i++) {
+		free(stacks[i].fqn);
+		free(stacks[i].data);
+		free(stacks[i].seen);
+	}
+	free(stacks);
 	/* A tied model (Llama 3.2 1B/3B) has no lm_head: torchtitan's model still
-	 * has output.weight, equal to the embedding. */
-	if (rc == 0 && !have_output) {
+	 * has output.weight, equal to the embedding.  An untied one without it is
+	 * incomplete and is not quietly given the embedding. */
+	int tied = 0;
+	if (rc == 0 && !have_output && config_tied(hfdir, m.tied, &tied, err) != 0) {
+		rc = -1;
+	} else if (rc == 0 && !have_output && !tied) {
+		rc = err_set(err, "%s: no lm_head.weight, and the model does not tie it to the "
+			     "embedding (tie_word_embeddings is not true in its config.json, or "
+			     "without one in the flavor): an incomplete download?", hfdir);
+	} else if (rc == 0 && !have_output) {
 		const dcp_src_item *e = dcp_source_find(s, "model.embed_tokens.weight");
 		dcp_dtype dt = dtype != PTZ_NONE ? dtype : e->dtype;
-		dcp_item *d = &items[k++];
-		dcp_item_full(d, strdup("output.weight"), dt, e->ndim, e->shape, NULL);
-		if (!d->fqn || !(d->data = load_mapped(s, e, dt, 0, &m, 0, err)))
-			rc = -1;
+		void *data = load_mapped(s, e, dt, DCP_HF_PLAIN, &m, 0, err);
+		rc = data ? fn(ctx, "output.weight", dt, e->ndim, e->shape, data, err) : -1;
 	}
-	if (rc == 0)
-		rc = dcp_save(out, items, k, NULL, err);
-	for (size_t i = 0; i < k; i++) {
-		free((char *)items[i].fqn);
-		free(items[i].data);
-	}
-	for (size_t i = 0; i < ns; i++)
-		free(stacks[i].seen);
-	free(stacks);
-	free(items);
 	dcp_source_close(s);
+	return rc;
+}
+
+typedef struct from_hf_ctx {
+	dcp_item *items;
+	size_t n, cap;
+} from_hf_ctx;
+
+static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+		     void *data, titan_err *err)
+{
+	from_hf_ctx *c = vctx;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		dcp_item *ni = realloc(c->items, cap * sizeof *ni);
+		if (!ni) {
+			free(data);
+			return err_set(err, "out of memory");
+		}
+		c->items = ni;
+		c->cap = cap;
+	}
+	char *fqn = strdup(name);
+	if (!fqn) {
+		free(data);
+		return err_set(err, "out of memory");
+	}
+	dcp_item_full(&c->items[c->n++], fqn, dt, ndim, shape, data);
+	return 0;
+}
+
+int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
+		titan_err *err)
+{
+	from_hf_ctx c = {0};
+	int rc = dcp_hf_read(hfdir, model, dtype, keep_item, &c, err);
+	if (rc == 0)
+		rc = dcp_save(out, c.items, c.n, NULL, err);
+	for (size_t i = 0; i < c.n; i++) {
+		free((char *)c.items[i].fqn);
+		free(c.items[i].data);
+	}
+	free(c.items);
 	return rc;
 }

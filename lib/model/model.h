@@ -192,9 +192,23 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
  * (prec.grad), each laid out as the unit's slice of the flat layout.  grads may
  * be NULL for a forward-only unit. */
 void model_bind_unit(model *m, int u, const void *params, void *grads);
-/* Element types; the bound storage must follow them.  Default: float32. */
+/* Element types; the bound storage must follow them.  Default: float32.  A
+ * model with MoE layers, MLA, attention biases or sinks refuses any other
+ * (their ops have float32 kernels only). */
 int model_set_prec(model *m, const model_prec *p, titan_err *e);
 const model_prec *model_get_prec(const model *m);
+
+/* torch.autocast(dtype=t): the linears read copies of their weights cast to t
+ * (bfloat16), made on first use and kept until the weights change, as
+ * autocast's weight cache does within a step; the norms and the embedding read
+ * the bound float32 parameters.  Needs prec.param float32 and prec.act t;
+ * BE_F32 turns it off (as does model_set_prec).  The copies are backend memory
+ * (counted in its peak). */
+int model_set_autocast(model *m, be_dtype t, titan_err *e);
+be_dtype model_get_autocast(const model *m);
+/* The bound weights changed (an optimizer step): drop the cast copies.  Writing
+ * a tensor, init and binding a unit do this themselves. */
+void model_weights_changed(model *m);
 
 /* Activation checkpointing; every is N for MODEL_AC_SELECTIVE (layers whose
  * 1-based index is a multiple of N are recomputed, like torchtitan's counter).
@@ -254,6 +268,26 @@ typedef struct model_hooks {
 	int (*after)(void *ctx, int unit, int phase, titan_err *e);
 } model_hooks;
 
+/* Context parallelism.  A cp rank's micro-batches hold its own tokens of
+ * every sequence (torchtitan's load balancer picks them), so the model needs
+ * their global positions, t of them, the same for each sequence: RoPE rotates
+ * each token by its own (NULL: 0..t-1, the default).  Attention over the
+ * whole sequence needs the other ranks' keys and values: a plan replaces the
+ * backend's attention op by its own (ring attention), called with the
+ * backend's arguments for the rank's tokens; a failure is recorded with
+ * backend_fault and reported by the next sync, as an op's.  NULL restores
+ * the backend's op. */
+typedef struct model_attention {
+	void *ctx;
+	void (*fwd)(void *ctx, void *out, float *lse, const void *q, const void *k,
+		    const void *v, const be_attn *a);
+	void (*bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q,
+		    const void *k, const void *v, const void *out, const float *lse,
+		    const be_attn *a);
+} model_attention;
+int model_set_positions(model *m, const int64_t *pos, int t, titan_err *e);
+void model_set_attention(model *m, const model_attention *a);
+
 /* Forward then backward of every unit of mb with the hooks (NULL: none). */
 int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e);
 
@@ -280,5 +314,10 @@ size_t model_activation_bytes(const model *m, int b, int t);
  * scratch, apart (a pipeline stage keeps several contexts). */
 size_t model_mb_bytes(const model *m, int u0, int u1, int b, int t);
 size_t model_scratch_bytes(const model *m, int b, int t);
+/* What a backward with defer_wgrad leaves alive until model_unit_wgrad for
+ * units u0..u1 of a micro-batch of (b, t): each linear's output gradient and
+ * the copies of inputs AC did not keep (a zero-bubble stage holds this per
+ * micro-batch between its I and its W). */
+size_t model_wgrad_bytes(const model *m, int u0, int u1, int b, int t);
 
 #endif

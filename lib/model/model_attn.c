@@ -195,6 +195,30 @@ static void rotate(const piece_ctx *c, void *q, void *k, int inverse)
 	}
 }
 
+void model_attention_fwd(const piece_ctx *c, const be_attn *sh)
+{
+	model *m = c->m;
+	void *att = piece_act(c, ACT_ATT), *lse = piece_act(c, ACT_LSE);
+	const void *q = piece_act(c, ACT_Q), *k = piece_act(c, ACT_K), *v = piece_act(c, ACT_V);
+	if (m->attn.fwd)
+		m->attn.fwd(m->attn.ctx, att, lse, q, k, v, sh);
+	else
+		m->be->ops->attention_fwd(m->be, att, lse, q, k, v, sh);
+}
+
+void model_attention_bwd(const piece_ctx *c, const be_attn *sh)
+{
+	model *m = c->m;
+	const void *q = piece_act(c, ACT_Q), *k = piece_act(c, ACT_K), *v = piece_act(c, ACT_V);
+	const void *att = piece_act(c, ACT_ATT);
+	const float *lse = piece_act(c, ACT_LSE);
+	if (m->attn.bwd)
+		m->attn.bwd(m->attn.ctx, m->d_q, m->d_k, m->d_v, m->d_att, q, k, v, att, lse, sh);
+	else
+		m->be->ops->attention_bwd(m->be, m->d_q, m->d_k, m->d_v, m->d_att, q, k, v, att,
+					  lse, sh);
+}
+
 void model_attn_fwd(const piece_ctx *c, void *xm)
 {
 	model *m = c->m;
@@ -226,7 +250,7 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 		rotate(c, q, k, 0);
 	}
 	be_attn sh = shape_of(c);
-	be->ops->attention_fwd(be, att, piece_act(c, ACT_LSE), q, k, v, &sh);
+	model_attention_fwd(c, &sh);
 	model_resid_add_linear(m, xm, att, w->p[W_WO], s.n, s.h * s.hd, s.d);
 	if (w->p[W_BO])
 		be->ops->bias_add(be, xm, m->prec.resid, w->p[W_BO], m->prec.param, s.n, s.d, 1,
@@ -238,7 +262,6 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	model *m = c->m;
 	if (m->kind[c->l].attn == ATTN_MLA)
 		return model_mla_bwd(c, dy, e);
-	backend *be = m->be;
 	attn_dims s = dims_of(c);
 	const layer_w *w = c->w;
 	int before = m->args.qk_norm, after = m->kind[c->l].qk_l2;
@@ -247,9 +270,7 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 		return -1;
 	bias_grad(c, W_BO, dy, s.d);
 	be_attn sh = shape_of(c);
-	be->ops->attention_bwd(be, m->d_q, m->d_k, m->d_v, m->d_att, piece_act(c, ACT_Q),
-			       piece_act(c, ACT_K), piece_act(c, ACT_V), piece_act(c, ACT_ATT),
-			       piece_act(c, ACT_LSE), &sh);
+	model_attention_bwd(c, &sh);
 	/* the gradients of wq's and wk's outputs, and the activations they read */
 	void *dq = m->d_q, *dk = m->d_k;
 	if (before || after) {

@@ -130,12 +130,16 @@ void model_scratch_release(model *m)
 	m->sb = m->st = 0;
 }
 
-/* The RoPE table of positions 0..t-1; Llama 4's temperatures of the same
- * positions as (scale, 0) pairs, which the rope op applies as a scaling
- * (HF's attn_scales = ln(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1);
- * the weightless norm's ones. */
+/* The RoPE table of the tokens' positions (0..t-1, or those
+ * model_set_positions set); Llama 4's temperatures of the same positions as
+ * (scale, 0) pairs, which the rope op applies as a scaling (HF's attn_scales =
+ * ln(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1); the weightless
+ * norm's ones. */
 static int upload_tables(model *m, int t, titan_err *e)
 {
+	if (m->pos != NULL && m->n_pos != t)
+		return err_set(e, "model: %d positions set for micro-batches of %d tokens",
+			       m->n_pos, t);
 	size_t n = (size_t)t * (size_t)m->rope_dim, nt = (size_t)t * (size_t)m->head_dim;
 	size_t most = n > nt ? n : nt;
 	double *cs = malloc(most * sizeof(double)); /* (t, hd/2, 2) */
@@ -145,14 +149,15 @@ static int upload_tables(model *m, int t, titan_err *e)
 		free(csf);
 		return err_set(e, "model: out of memory");
 	}
-	flavor_rope_table(&m->args, cs, t, m->rope_dim, 0, NULL);
+	flavor_rope_table(&m->args, cs, t, m->rope_dim, 0, m->pos);
 	for (size_t i = 0; i < n; i++)
 		csf[i] = (float)cs[i];
 	m->be->ops->copy(m->be, m->rope_cs, csf, n * sizeof(float), BACKEND_H2D);
 	if (m->temp_cs) {
 		const llama_args *a = &m->args;
 		for (size_t i = 0; i < nt; i += 2) {
-			int64_t pos = (int64_t)(i / (size_t)m->head_dim);
+			size_t ti = i / (size_t)m->head_dim;
+			int64_t pos = m->pos ? m->pos[ti] : (int64_t)ti;
 			double fl = floor((double)(pos + 1) / a->attn_temp_floor);
 			csf[i] = (float)(log(fl + 1) * a->attn_temp_scale + 1);
 			csf[i + 1] = 0;
@@ -172,6 +177,29 @@ static int upload_tables(model *m, int t, titan_err *e)
 	free(cs);
 	free(csf);
 	return 0;
+}
+
+int model_set_positions(model *m, const int64_t *pos, int t, titan_err *e)
+{
+	int64_t *copy = NULL;
+	if (pos != NULL) {
+		if (t < 1 || !(copy = malloc((size_t)t * sizeof *copy)))
+			return err_set(e, "model: positions for %d tokens", t);
+		memcpy(copy, pos, (size_t)t * sizeof *copy);
+	}
+	free(m->pos);
+	m->pos = copy;
+	m->n_pos = pos ? t : 0;
+	/* the table in the scratch follows at once, or at the next layout */
+	if (m->scratch && (pos == NULL || m->st == t))
+		return upload_tables(m, m->st, e);
+	model_scratch_release(m);
+	return 0;
+}
+
+void model_set_attention(model *m, const model_attention *a)
+{
+	m->attn = a ? *a : (model_attention){0};
 }
 
 int model_scratch_prepare(model *m, int b, int t, titan_err *e)

@@ -150,7 +150,7 @@ void model_mla_fwd(const piece_ctx *c, void *xm)
 	be->ops->heads_split(be, m->d_att, v, m->d_kvb, at, s.n, s.h, s.nope, s.vd, s.h);
 	be->ops->heads_cat(be, k, m->d_att, m->d_kpe, at, s.n, s.h, s.nope, s.rope, 1);
 	be_attn sh = shape_of(c, &s);
-	be->ops->attention_fwd(be, att, piece_act(c, ACT_LSE), q, k, v, &sh);
+	model_attention_fwd(c, &sh);
 	model_resid_add_linear(m, xm, att, w->p[W_WO], s.n, s.h * s.vd, s.d);
 }
 
@@ -202,14 +202,11 @@ static int q_bwd(const piece_ctx *c, const mla_dims *s, titan_err *e)
 int model_mla_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 {
 	model *m = c->m;
-	backend *be = m->be;
 	mla_dims s = dims_of(m, c->n);
 	model_linear_dx(m, m->d_att, dy, c->w->p[W_WO], s.n, s.h * s.vd, s.d, 0);
 	if (model_weight_grad(c, W_WO, dy, ACT_ATT, s.h * s.vd, s.d, e))
 		return -1;
 	be_attn sh = shape_of(c, &s);
-	be->ops->attention_bwd(be, m->d_q, m->d_k, m->d_v, m->d_att, piece_act(c, ACT_Q),
-			       piece_act(c, ACT_K), piece_act(c, ACT_V), piece_act(c, ACT_ATT),
-			       piece_act(c, ACT_LSE), &sh);
+	model_attention_bwd(c, &sh);
 	return kv_bwd(c, &s, e) || q_bwd(c, &s, e) ? -1 : 0;
 }

@@ -241,6 +241,17 @@ struct model {
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
 
 	model_mb *own_mb;       /* model_forward(_backward)'s context */
+
+	/* Autocast (model_set_autocast): the type linears read (BE_F32: off), and
+	 * per unit its bound parameters, their cast copy (backend memory, made on
+	 * first use) and whether the copy is current. */
+	be_dtype autocast;
+	const void **ubound;    /* (n_units) */
+	void **wcast;           /* (n_units) */
+	unsigned char *wcast_ok;/* (n_units) */
+	int64_t *pos;           /* (n_pos) the tokens' global positions (CP), or NULL */
+	int n_pos;
+	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
 };
 
 /* Bytes of activation i of layer l for n tokens in the current precision (0
@@ -317,6 +328,11 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
 layer_kind model_attn_kind(const llama_args *a, int l);
 /* The be_attn of a layer's attention call over the micro-batch. */
 be_attn model_attn_shape(const piece_ctx *c, int64_t h, int64_t hkv, int64_t hd, int64_t hdv);
+/* The attention op on the piece's activations (ACT_Q, K, V, ATT, LSE): the
+ * plan's (model_set_attention) or the backend's.  The backward reads d_att
+ * and writes d_q, d_k, d_v. */
+void model_attention_fwd(const piece_ctx *c, const be_attn *sh);
+void model_attention_bwd(const piece_ctx *c, const be_attn *sh);
 
 /* Multi-head latent attention (model_mla.c): the same interface. */
 int model_mla_layout(model *m, int l, int *cap, titan_err *e);

@@ -16,31 +16,19 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_kernels.h"
+#include "../support/testutil.h"
 
 #define FD_H 1e-6
 #define FD_TOL 1e-6  /* central differences in float64: error ~ h^2 + eps/h */
 #define F32_TOL 2e-6 /* float32 op vs float64 op */
 
-static uint64_t rng_state;
-
-static void seed(uint64_t s)
-{
-	print_message("seed %llu\n", (unsigned long long)s);
-	rng_state = s;
-}
-
-static double urand(void) /* uniform in [-1, 1) */
-{
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
-}
 
 static double *rnd(size_t n, double scale)
 {
 	double *x = malloc(n * sizeof(double));
 	assert_non_null(x);
 	for (size_t i = 0; i < n; i++)
-		x[i] = scale * urand();
+		x[i] = scale * test_urand();
 	return x;
 }
 
@@ -125,7 +113,7 @@ static double rms_loss(void *p)
 static void rmsnorm_backward_matches_finite_differences_and_f32_matches_f64(void **s)
 {
 	(void)s;
-	seed(11);
+	test_seed(11);
 	int64_t n = 5, d = 70;
 	size_t nd = (size_t)(n * d);
 	rms_ctx c = {rnd(nd, 2), rnd((size_t)d, 1), rnd(nd, 1), rnd(nd, 0), rnd((size_t)n, 0), n, d};
@@ -173,7 +161,7 @@ static double rope_loss(void *p)
 static void rope_inverse_is_its_gradient_and_matches_complex_rotation(void **s)
 {
 	(void)s;
-	seed(12);
+	test_seed(12);
 	int64_t b = 2, t = 9, h = 3, hd = 8;
 	size_t n = (size_t)(b * t * h * hd);
 	double *cs = malloc((size_t)(t * hd) * sizeof(double));
@@ -201,7 +189,7 @@ static void rope_inverse_is_its_gradient_and_matches_complex_rotation(void **s)
 static void rope_half_matches_hf_rotate_half_and_inverts(void **s)
 {
 	(void)s;
-	seed(26);
+	test_seed(26);
 	int64_t b = 1, t = 5, h = 2, hd = 8, half = hd / 2;
 	size_t n = (size_t)(b * t * h * hd);
 	double *cs = malloc((size_t)(t * hd) * sizeof(double));
@@ -330,7 +318,7 @@ static void att_naive(double *o, double *lse, const att_ctx *c)
 
 static void check_attention(const be_attn *shape, int sinks, uint64_t sd)
 {
-	seed(sd);
+	test_seed(sd);
 	att_ctx c = {.a = *shape};
 	size_t nq = att_nq(&c.a), nk = att_nk(&c.a), nv = att_nv(&c.a), no = att_no(&c.a);
 	size_t nl = (size_t)(c.a.b * c.a.h * c.a.tq), nh = (size_t)c.a.h;
@@ -500,7 +488,7 @@ static double glu_loss(void *p)
 static void swiglu_backward_matches_finite_differences_and_f32_matches_f64(void **s)
 {
 	(void)s;
-	seed(14);
+	test_seed(14);
 	int64_t n = 300;
 	glu_ctx c = {rnd(300, 6), rnd(300, 2), rnd(300, 1), rnd(300, 0), n};
 	round_f32(c.a, 300), round_f32(c.g, 300), round_f32(c.r, 300);
@@ -536,7 +524,7 @@ static double clamp_loss(void *p)
 static void swiglu_clamp_matches_gpt_oss_and_finite_differences(void **s)
 {
 	(void)s;
-	seed(61);
+	test_seed(61);
 	int64_t n = 7, f = 40, m = n * f;
 	/* scale 12 with limit 7: about 40% of the inputs clamped */
 	clamp_ctx c = {rnd((size_t)(2 * m), 12), rnd((size_t)m, 1), rnd((size_t)m, 0), n, f,
@@ -576,7 +564,7 @@ static void swiglu_clamp_matches_gpt_oss_and_finite_differences(void **s)
 static void bias_add_and_grad_match_definition_per_row_group(void **s)
 {
 	(void)s;
-	seed(71);
+	test_seed(71);
 	int64_t rows = 50, d = 70, groups = 4; /* d > 64: two column blocks */
 	int32_t offs[5] = {3, 10, 10, 31, 44};  /* an empty group; rows 0-2, 44-49 unused */
 	double *y = rnd((size_t)(rows * d), 1), *y0 = malloc((size_t)(rows * d) * 8);
@@ -622,7 +610,7 @@ static void bias_add_and_grad_match_definition_per_row_group(void **s)
 static void heads_cat_and_split_are_adjoint_and_sum_the_shared_rope_key(void **s)
 {
 	(void)s;
-	seed(81);
+	test_seed(81);
 	int64_t n = 5, h = 3, d1 = 6, d2 = 4, d = d1 + d2;
 	for (int64_t h2 = 1; h2 <= h; h2 += h - 1) {
 		double *x1 = rnd((size_t)(n * h * d1), 1), *x2 = rnd((size_t)(n * h2 * d2), 1);
@@ -683,7 +671,7 @@ static void backend_entries_run_the_kernels_and_fault_on_other_types(void **s)
 static void embedding_backward_adds_repeated_ids_in_order(void **s)
 {
 	(void)s;
-	seed(15);
+	test_seed(15);
 	int64_t v = 10, d = 130, n = 7;
 	int32_t ids[7] = {3, 0, 3, 9, 3, 1, 0};
 	double *tab = rnd((size_t)(v * d), 1), *out = rnd((size_t)(n * d), 0);
@@ -709,7 +697,7 @@ static void embedding_backward_adds_repeated_ids_in_order(void **s)
 static void embedding_vocab_shards_sum_to_the_whole_lookup(void **s)
 {
 	(void)s;
-	seed(27);
+	test_seed(27);
 	int64_t v = 10, d = 5, n = 6;
 	int32_t ids[6] = {9, 0, 4, 5, 4, 7};
 	double *tab = rnd((size_t)(v * d), 1), *whole = rnd((size_t)(n * d), 0);
@@ -747,7 +735,7 @@ static double ce_loss(void *p)
 static void cross_entropy_gradient_matches_finite_differences_and_skips_ignored(void **s)
 {
 	(void)s;
-	seed(16);
+	test_seed(16);
 	int64_t n = 6, v = 50;
 	int32_t y[6] = {3, -100, 49, 0, -100, 17};
 	size_t nv = (size_t)(n * v);
@@ -793,7 +781,7 @@ static void cross_entropy_gradient_matches_finite_differences_and_skips_ignored(
 static void matmul_every_transpose_matches_definition(void **s)
 {
 	(void)s;
-	seed(17);
+	test_seed(17);
 	int64_t m = 13, n = 9, k = 21;
 	for (int ta = 0; ta < 2; ta++)
 		for (int tb = 0; tb < 2; tb++) {
@@ -823,7 +811,7 @@ static void matmul_every_transpose_matches_definition(void **s)
 static void sumsq_is_exact_and_independent_of_threads(void **s)
 {
 	(void)s;
-	seed(18);
+	test_seed(18);
 	size_t n = 100003;
 	double *x = rnd(n, 1);
 	round_f32(x, n);
@@ -846,11 +834,11 @@ static void sumsq_is_exact_and_independent_of_threads(void **s)
 static void adamw_update_matches_torch_formula(void **s)
 {
 	(void)s;
-	seed(19);
+	test_seed(19);
 	size_t n = 1000;
 	double *p = rnd(n, 1), *g = rnd(n, 1e-3), *m = rnd(n, 1e-3), *v = rnd(n, 0);
 	for (size_t i = 0; i < n; i++)
-		v[i] = fabs(urand()) * 1e-6;
+		v[i] = fabs(test_urand()) * 1e-6;
 	round_f32(p, n), round_f32(g, n), round_f32(m, n), round_f32(v, n);
 	float *fp = to_f32(p, n), *fg = to_f32(g, n), *fm = to_f32(m, n), *fv = to_f32(v, n);
 	double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
@@ -904,6 +892,23 @@ static void convert_rounds_to_bf16_and_unsupported_types_fault_at_sync(void **s)
 	backend_free(be);
 }
 
+/* The vectorisable exp: within 2 ulp of exp over the range, 0 below it, and a
+ * NaN (an lr of inf makes them) passes through without undefined behaviour
+ * (the sanitizer build runs this). */
+static void fast_exp_is_close_and_passes_nan_and_infinities(void **s)
+{
+	(void)s;
+	for (float x = -87.0f; x < 88.0f; x += 0.37f) {
+		double want = exp((double)x), got = cpu_exp_f32(x);
+		assert_true(fabs(got - want) <= 3e-7 * want);
+	}
+	assert_true(isnan(cpu_exp_f32(NAN)));
+	assert_true(isnan(cpu_exp_f32(-NAN)));
+	assert_true(cpu_exp_f32(-INFINITY) == 0.0f);
+	assert_true(cpu_exp_f32(-200.0f) == 0.0f);
+	assert_true(isinf(cpu_exp_f32(INFINITY)) || cpu_exp_f32(INFINITY) > 1e38f);
+}
+
 static void backend_counts_bytes_in_use_and_peak(void **s)
 {
 	(void)s;
@@ -952,6 +957,7 @@ int main(void)
 		cmocka_unit_test(sumsq_is_exact_and_independent_of_threads),
 		cmocka_unit_test(adamw_update_matches_torch_formula),
 		cmocka_unit_test(convert_rounds_to_bf16_and_unsupported_types_fault_at_sync),
+		cmocka_unit_test(fast_exp_is_close_and_passes_nan_and_infinities),
 		cmocka_unit_test(backend_counts_bytes_in_use_and_peak),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
