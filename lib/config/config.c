@@ -1105,7 +1105,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
 	const char *later = "is not supported by this titan-train yet";
-	int64_t dps = p->data_parallel_shard_degree == -1 ? world_size : p->data_parallel_shard_degree;
+	(void)world_size; /* data parallelism takes any world (lib/plan) */
 	if (need(p->tensor_parallel_degree == 1, err,
 		 "parallelism.tensor_parallel_degree = %ld: tensor parallelism %s; use 1",
 		 (long)p->tensor_parallel_degree, later) ||
@@ -1118,12 +1118,6 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	    need(p->expert_parallel_degree == 1, err,
 		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
 		 (long)p->expert_parallel_degree, later) ||
-	    need(p->data_parallel_replicate_degree == 1, err,
-		 "parallelism.data_parallel_replicate_degree = %ld: replicated data parallelism %s; "
-		 "use 1", (long)p->data_parallel_replicate_degree, later) ||
-	    need(dps == 1, err,
-		 "parallelism.data_parallel_shard_degree = %ld (world size %d): sharded data "
-		 "parallelism %s; run one process", (long)dps, world_size, later) ||
 	    need(!list_has(&c->model.converters, "float8") && !list_has(&c->model.converters, "mx"),
 		 err, "model.converters: Float8/MX training %s; remove the converter", later) ||
 	    need(!c->float8.enable_fsdp_float8_all_gather &&

@@ -106,8 +106,9 @@ t_grep "compile refusal" 'compile.enable = true: compilation is not supported' "
 t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
 t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
 
-t_fails "two processes (mpirun) are refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" --training.steps 1
-t_grep "refusal names the world size" 'data_parallel_shard_degree = 2 (world size 2)' "$TMP/.err"
+t_fails "a mesh that is not the world size is refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" \
+	--training.steps 1 --parallelism.data_parallel_shard_degree 3
+t_grep "refusal names the world size" 'data_parallel_shard_degree = 3: more than the world size 2' "$TMP/.err"
 
 t_run "--list-flavors" "$TRAIN" --list-flavors
 t_grep "flavors listed with sizes" '^8B .* 8,030,261,248$' "$TMP/.out"
