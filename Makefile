@@ -8,6 +8,7 @@
 #   make asan       the same build with ASan + UBSan (build/asan/); asan-check runs the tests
 #   make install    PREFIX=/usr/local (programs and man pages)
 #   make deps       install the missing Debian packages the build and tests need
+#   make fixtures   test fixtures a clone lacks, in build/fixtures (HF_TOKEN: gated ones)
 #   make fuzz       libFuzzer targets (clang) in build/fuzz/; fuzz-run runs each a while
 #
 # Layout: lib/<module>/*.c -> libtitan.a; tools/<name>/*.c -> bin/titan-<name>;
@@ -40,7 +41,7 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 CPPFLAGS  += -Ilib -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS    += -std=c17 $(OPT) -g -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -MMD -MP $(SANFLAGS)
 LDFLAGS   += -fopenmp $(SANFLAGS) -Wl,--as-needed
-LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -lcrypto $(MPI_LIBS) -lm -lpthread
+LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
 
 # CUDA: found at $(CUDA_HOME)/bin/nvcc or /usr/local/cuda/bin/nvcc; CUDA=0 turns it off.
 # cuDNN (the fused attention) when cudnn.h is in CUDNN_INC; CUDNN=0 leaves it out
@@ -111,7 +112,8 @@ FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_TIME   ?= 60
 
-.PHONY: all check check-gpu gpu-check-build run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run
+.PHONY: all check check-gpu gpu-check-build run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run \
+	fixtures
 all: $(LIBTITAN) $(PROGRAMS)
 
 $(BUILD)/%.o: %.c
@@ -147,6 +149,7 @@ check: deps
 	@$(MAKE) --no-print-directory run-tests
 
 run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
+	@sh scripts/fixtures.sh local
 	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
 
 # The GPU tests alone (they skip, saying why, where there is no device).
@@ -204,6 +207,11 @@ bench: deps
 
 deps:
 	@sh scripts/deps.sh
+
+# The fixtures the repository does not hold: see scripts/fixtures.sh.
+fixtures: deps
+	@$(MAKE) --no-print-directory all
+	@BIN=$(BIN) sh scripts/fixtures.sh
 
 deps-fuzz:
 	@sh scripts/deps.sh fuzz

@@ -2,12 +2,15 @@
 # Install the Debian packages titan's build and tests need, only those missing,
 # and say which.  `deps.sh` is what make, make check and make demo need;
 # `deps.sh fuzz` adds the clang toolchain that only `make fuzz` needs;
-# `deps.sh -n [fuzz]` only lists what is missing.
+# `deps.sh -n [fuzz]` only lists what is missing.  The text packages after
+# jargon are what scripts/fixtures_corpus.py builds the test corpora from.
 set -eu
 
 PKGS="gcc make pkg-config binutils libarchive-dev libzstd-dev libcurl4-openssl-dev libssl-dev
-libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev openmpi-bin libcmocka-dev
-mandoc jq gzip zstd xz-utils bzip2 lz4 zip tar curl python3 fortunes jargon"
+libjansson-dev libpcre2-dev libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev
+mandoc jq gzip zstd xz-utils bzip2 lz4 zip tar curl python3 fortunes jargon
+fortunes-min fortunes-zh jargon-text gnu-standards fortunes-ru fortunes-de fortunes-es
+fortunes-it fortunes-pl fortunes-bg"
 # libFuzzer and its sanitizer runtimes; libomp for the library's OpenMP under clang.
 FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
 

@@ -12,9 +12,22 @@ from the `unicodedata2` package pinned to 16.0.0:
 
 White_Space is not in unicodedata; it is PropList.txt's list, unchanged since
 Unicode 6.3 (which removed U+180E), written out below.
+
+Case folding, for regexes under (?i): PCRE2 folds case with its own tables
+(Unicode 14 in Debian bookworm), which are right for every pair of characters
+that Unicode 14 already had, since case folding is stable.  The pairs it lacks
+are those involving a cased letter assigned since: they are listed here
+(uni_fold_new), found with the `regex` package (Unicode 16 or later; its folds
+of characters Unicode 16 assigns are Unicode 16's by the same stability), and
+the interpreter's own unicodedata must be Unicode 14 to tell the new letters:
+
+    pip install --target /tmp/ud2 unicodedata2==16.0.0 regex
+    PYTHONPATH=/tmp/ud2 python3.11 scripts/gen_unicode.py > lib/unicode/unicode_tables.c
 """
 import sys
+import unicodedata as ud14
 
+import regex
 import unicodedata2 as ud
 
 WANT = "16.0.0"
@@ -91,6 +104,28 @@ def main():
     out.write("const uni_comp_entry uni_comp[%d] = {\n" % len(pairs))
     write_list(out, ["{0x%X, 0x%X, 0x%X}" % p for p in pairs])
     out.write("};\nconst size_t uni_n_comp = %d;\n" % len(pairs))
+    folds = new_fold_pairs()
+    out.write("\nconst uint32_t uni_fold_new[%d][2] = {\n" % len(folds))
+    write_list(out, ["{0x%X, 0x%X}" % f for f in folds], per=6)
+    out.write("};\nconst size_t uni_n_fold_new = %d;\n" % len(folds))
+
+
+def new_fold_pairs():
+    """Pairs (a, b), a < b, that fold together in Unicode 16 and involve a cased
+    letter Unicode 14 did not have."""
+    if ud14.unidata_version != "14.0.0":
+        sys.exit(f"gen_unicode.py: this Python's unicodedata is {ud14.unidata_version}, want 14.0.0")
+    assigned = [c for c in range(N) if not 0xD800 <= c < 0xE000 and ud.category(chr(c)) != "Cn"]
+    cased = [c for c in assigned if ud.category(chr(c)) in ("Lu", "Ll", "Lt")
+             or chr(c).lower() != chr(c) or chr(c).upper() != chr(c)]
+    new = [c for c in cased if ud14.category(chr(c)) == "Cn" and ud.category(chr(c)) in ("Lu", "Ll", "Lt")]
+    pairs = set()
+    for n in new:
+        pat = regex.compile("(?i)" + regex.escape(chr(n)))
+        for c in cased:
+            if c != n and pat.fullmatch(chr(c)):
+                pairs.add((min(n, c), max(n, c)))
+    return sorted(pairs)
 
 
 def emit_two_stage(out, name, data):

@@ -4,9 +4,12 @@ tests/model/bench_model.c (the model of scripts/model_golden.py, after
 torchtitan's code, in float32), the same training step (forward, cross-entropy
 over all tokens, backward, clip_grad_norm_ 1.0, AdamW with torchtitan's
 defaults), the same batch and thread count.  Prints one key=value line.
+PREC bfloat16 runs the forward and the loss under torch.autocast("cpu",
+bfloat16), as torchtitan does on one device (float32 parameters and optimizer).
 
-    model_bench_torch.py SHAPE B T STEPS
+    model_bench_torch.py SHAPE B T STEPS [float32|bfloat16]
 """
+import contextlib
 import os
 import resource
 import statistics
@@ -48,6 +51,11 @@ def init(a, gen):
 
 def main():
     shape, b, t, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    prec = sys.argv[5] if len(sys.argv) > 5 else "float32"
+    if prec not in ("float32", "bfloat16"):
+        sys.exit(f"model_bench_torch.py: precision {prec!r}: float32 or bfloat16")
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if prec == "bfloat16" \
+        else contextlib.nullcontext
     threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
     torch.set_num_threads(threads)
     a = dict(SHAPES[shape])
@@ -67,9 +75,10 @@ def main():
     for step in range(steps + 1):  # step 0 warms up, not timed
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        logits = ref.forward(a, P, ids)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
-                               ignore_index=-100, reduction="sum") / (b * t)
+        with amp():
+            logits = ref.forward(a, P, ids)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
+                                   ignore_index=-100, reduction="sum") / (b * t)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -79,7 +88,7 @@ def main():
     med = statistics.median(times)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     n = sum(p.numel() for p in params)
-    print(f"impl=torch shape={shape} params={n} b={b} t={t} threads={threads} "
+    print(f"impl=torch shape={shape} prec={prec} params={n} b={b} t={t} threads={threads} "
           f"step_s={med:.4f} cpu_s={statistics.median(cpu):.4f} tok_s={b * t / med:.1f} peak_rss_mib={rss:.1f} "
           f"loss={loss.item():.4f}")
 

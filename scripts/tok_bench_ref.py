@@ -36,7 +36,7 @@ def run(name, encode, texts, passes):
 
 
 def main():
-    tok_reference.FIX = sys.argv[1]
+    tok_reference.FIX_DIRS = [sys.argv[1]]
     with open(sys.argv[2], encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f if line.strip()]
     import tiktoken

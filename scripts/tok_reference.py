@@ -1,21 +1,29 @@
 #!/usr/bin/env python3
 """Reference token ids for tests/tok/test_tok_corpus, from HF tokenizers and tiktoken.
 
-    $PYTHON scripts/tok_reference.py                 write tests/tok/ref/*.bin.zst
-    $PYTHON scripts/tok_reference.py --show TOK CORPUS DOC   print one document's ids
+    $PYTHON scripts/tok_reference.py                 write tests/tok/ref/*.zst
+    $PYTHON scripts/tok_reference.py --show TOK CORPUS.jsonl DOC   one document's ids
     $PYTHON scripts/tok_reference.py --text TOK < file       ids of stdin's text
     $PYTHON scripts/tok_reference.py --vectors > tests/tok/tok_vectors.h
                                    tricky strings' ids, for tests/tok/test_tok.c
 
-TOK is a folder under ../shared/fixtures/tokenizers/ (llama3_1, qwen3, torchtitan_test:
-HF tokenizer.json, encoded with add_special_tokens=False; llama3_tiktoken, cl100k_base,
-o200k_base: tiktoken encode_ordinary with the encoding's regex and specials).  CORPUS
-is en or multi (../shared/fixtures/corpus/CORPUS.jsonl).
+TOK is a folder under the fixtures' tokenizers/ (llama3_1, qwen3, torchtitan_test: HF
+tokenizer.json loaded as torchtitan 0.2.2's HuggingFaceTokenizer loads its folder, so
+the tokens tokenizer_config.json names are special added tokens, and encoded with
+add_special_tokens=False; llama3_tiktoken, cl100k_base, o200k_base: tiktoken
+encode_ordinary with the encoding's regex and specials).  Fixtures are looked for in
+$TITAN_FIXTURES (default ../shared/fixtures), then build/fixtures (make fixtures).
 
-Reference file format (little-endian), compressed with zstd: "TTKREF1\\0", u32 number
-of documents, the corpus file's SHA-256 (32 bytes), then per document u32 id count and
-the first 4 bytes of SHA-256(ids as int32 little-endian).  Needs tokenizers, tiktoken,
-numpy and the zstd program.
+The corpus references are keyed by document text, so that they hold for any build of
+the corpus: every en and multi corpus found in those folders (../shared's and the one
+scripts/fixtures_corpus.py builds from Debian packages) is read, and each distinct
+document text is one entry.  Files (little-endian, compressed with zstd):
+  ref/CORPUS.keys.zst      "TTKKEY1\\0", u32 n, n keys of 8 bytes (the first bytes of
+                           SHA-256 of the text as UTF-8), ascending
+  ref/TOK.CORPUS.bin.zst   "TTKREF2\\0", u32 n, SHA-256 of the uncompressed key file,
+                           then per key u32 id count and the first 4 bytes of
+                           SHA-256(ids as int32 little-endian)
+Needs tokenizers, tiktoken, torchtitan, numpy and the zstd program.
 """
 import hashlib
 import json
@@ -28,7 +36,23 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIX = os.environ.get("TITAN_FIXTURES", os.path.join(ROOT, "..", "shared", "fixtures"))
+FIX_DIRS = [os.environ.get("TITAN_FIXTURES", os.path.join(ROOT, "..", "shared", "fixtures")),
+            os.path.join(ROOT, "build", "fixtures")]
+
+
+def fixture(rel):
+    """The first fixture folder's rel that exists."""
+    for d in FIX_DIRS:
+        if os.path.exists(os.path.join(d, rel)):
+            return os.path.join(d, rel)
+    sys.exit(f"tok_reference.py: no fixture {rel} in {FIX_DIRS} (make fixtures)")
+
+
+def hf_tokenizer(path):
+    """tokenizers.Tokenizer of a folder, loaded by torchtitan 0.2.2's HuggingFaceTokenizer
+    (titan loads a folder the same way: tokenizer_config.json's tokens are specials)."""
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+    return HuggingFaceTokenizer(path).tokenizer
 HF = ["llama3_1", "qwen3", "torchtitan_test"]
 # A self-made tokenizer in the repository (scripts/tok_make_deepseek_like.py).
 LOCAL = {"deepseek_like": os.path.join(ROOT, "tests", "tok", "deepseek_like")}
@@ -51,10 +75,9 @@ def llama3_specials():
 
 def load(name):
     """Returns a function: list of str -> list of lists of ids."""
-    path = LOCAL.get(name, os.path.join(FIX, "tokenizers", name))
+    path = LOCAL.get(name) or fixture(os.path.join("tokenizers", name))
     if name in HF or name in LOCAL:
-        from tokenizers import Tokenizer
-        t = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        t = hf_tokenizer(path)
         return lambda texts: [e.ids for e in t.encode_batch(texts, add_special_tokens=False)]
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
@@ -74,36 +97,55 @@ def load(name):
     return lambda texts: enc.encode_ordinary_batch(texts, num_threads=2)
 
 
-def texts_of(corpus):
-    path = os.path.join(FIX, "corpus", corpus + ".jsonl")
+def texts_of(path):
     with open(path, encoding="utf-8") as f:
-        return path, [json.loads(line)["text"] for line in f if line.strip()]
+        return [json.loads(line)["text"] for line in f if line.strip()]
+
+
+def corpus_texts(corpus):
+    """Every distinct document text of every build of the corpus, by key."""
+    by_key = {}
+    for d in FIX_DIRS:
+        path = os.path.join(d, "corpus", corpus + ".jsonl")
+        if not os.path.exists(path):
+            continue
+        texts = texts_of(path)
+        for t in texts:
+            by_key.setdefault(hashlib.sha256(t.encode("utf-8")).digest()[:8], t)
+        print(f"{path}: {len(texts)} documents", file=sys.stderr)
+    if not by_key:
+        sys.exit(f"tok_reference.py: no corpus/{corpus}.jsonl in {FIX_DIRS}")
+    return [by_key[k] for k in sorted(by_key)], sorted(by_key)
 
 
 def digest(ids):
     return hashlib.sha256(np.asarray(ids, dtype="<i4").tobytes()).digest()[:4]
 
 
+def write_zst(raw, dst):
+    with tempfile.NamedTemporaryFile(delete=False) as tmp:
+        tmp.write(raw)
+    subprocess.run(["zstd", "-q", "-f", "-19", tmp.name, "-o", dst], check=True)
+    os.unlink(tmp.name)
+    os.chmod(dst, 0o644)
+
+
 def write_all(names):
     out_dir = os.path.join(ROOT, "tests", "tok", "ref")
     os.makedirs(out_dir, exist_ok=True)
     for corpus in CORPORA:
-        path, texts = texts_of(corpus)
-        with open(path, "rb") as f:
-            sha = hashlib.sha256(f.read()).digest()
+        texts, keys = corpus_texts(corpus)
+        key_raw = b"TTKKEY1\0" + struct.pack("<I", len(keys)) + b"".join(keys)
+        write_zst(key_raw, os.path.join(out_dir, f"{corpus}.keys.zst"))
+        key_sha = hashlib.sha256(key_raw).digest()
         for name in names:
             encode = load(name)
-            parts = [b"TTKREF1\0", struct.pack("<I", len(texts)), sha]
+            parts = [b"TTKREF2\0", struct.pack("<I", len(texts)), key_sha]
             for i in range(0, len(texts), 4096):
                 for ids in encode(texts[i:i + 4096]):
                     parts.append(struct.pack("<I", len(ids)) + digest(ids))
-            raw = b"".join(parts)
             dst = os.path.join(out_dir, f"{name}.{corpus}.bin.zst")
-            with tempfile.NamedTemporaryFile(delete=False) as tmp:
-                tmp.write(raw)
-            subprocess.run(["zstd", "-q", "-f", "-19", tmp.name, "-o", dst], check=True)
-            os.unlink(tmp.name)
-            os.chmod(dst, 0o644)
+            write_zst(b"".join(parts), dst)
             print(f"{dst}: {len(texts)} documents", file=sys.stderr)
 
 
@@ -157,7 +199,7 @@ def write_vectors():
 def main():
     args = sys.argv[1:]
     if args and args[0] == "--show":
-        _, texts = texts_of(args[2])
+        texts = texts_of(args[2])
         print(" ".join(map(str, load(args[1])([texts[int(args[3])]])[0])))
     elif args and args[0] == "--vectors":
         write_vectors()

@@ -6,11 +6,17 @@ shared corpus fixture, the way `titan-tokenize train` does (Llama 3 or GPT-2
 pre-tokenizer, the 256 ByteLevel symbols as initial alphabet, the given special
 tokens first), then encodes a held-out slice and prints its ids, one document
 per line, BOS first.  tests/tokenize/train.sh compares titan's ids with the
-committed output.
+committed output for the corpus file it finds, by the first 16 hex digits of
+the corpus file's SHA-256 (SHA below):
 
-    $PYTHON scripts/tokenize_train_reference.py CORPUS.jsonl [--pre-tokenizer llama3|gpt2]
-        [--vocab-size N] [--min-frequency K] [--train A:B] [--held-out A:B]
-        [--save DIR]  > tests/tokenize/train_llama3.ids
+    $PYTHON scripts/tokenize_train_reference.py en.jsonl --held-out 20000:20030 \
+        > tests/tokenize/train_ref/llama3.SHA.ids
+    $PYTHON scripts/tokenize_train_reference.py multi.jsonl --pre-tokenizer gpt2 \
+        --vocab-size 1500 --min-frequency 3 --train 0:3000 --held-out 30000:30030 \
+        > tests/tokenize/train_ref/gpt2.SHA.ids
+
+    options: [--pre-tokenizer llama3|gpt2] [--vocab-size N] [--min-frequency K]
+        [--train A:B] [--held-out A:B] [--save DIR]
 
 A:B are line ranges of the JSONL file (0-based, end excluded).  --save writes
 HF's own tokenizer.json to DIR for a side-by-side look.

@@ -9,14 +9,21 @@
 #   t_done                               at the end
 #
 # Output is TAP ("ok N name", "not ok N name") read by tests/run.sh.
-# $BIN is the folder of the programs, $TMP a fresh folder removed at exit,
-# $FIXTURES the shared fixtures (a test that needs one must fail, not skip).
+# $BIN is the folder of the programs, $TMP a fresh folder removed at exit.
+# Fixtures: `fx REL` prints the path of fixture REL, found in $TITAN_FIXTURES
+# (default ../shared/fixtures) or else build/fixtures (make fixtures);
+# `t_have REL` says whether it exists; `t_need_fixture REL...` ends the file as
+# skipped when one is missing, `t_skip_fixture NAME REL` skips one test, both
+# saying how to get it, and both fail instead under CI=true.
 
 : "${BIN:=$(pwd)/bin}"
 : "${TITAN_FIXTURES:=$(pwd)/../shared/fixtures}"
 FIXTURES=$TITAN_FIXTURES
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/titan-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# Compiled tokenizers go to the test's own folder, not the user's cache.
+TITAN_TOK_CACHE=$TMP/tok-cache
+export TITAN_TOK_CACHE
 T_N=0
 T_FAILED=0
 export BIN FIXTURES TMP
@@ -66,11 +73,46 @@ t_grep() {
 	if grep -q -e "$2" "$3"; then t_ok "$1"; else t_not_ok "$1" "no line matches '$2' in $3: $(head -3 "$3")"; fi
 }
 
+fx() {
+	for d in "$TITAN_FIXTURES" "${ROOT:-$(pwd)}/build/fixtures"; do
+		[ -e "$d/$1" ] && { echo "$d/$1"; return 0; }
+	done
+	return 1
+}
+t_have() { fx "$1" >/dev/null; }
+t_fixture_how() {
+	case "$1" in
+	tokenizers/llama3*) echo "HF_TOKEN=<token> make fixtures (gated Llama 3 files)" ;;
+	*) echo "make deps && make fixtures" ;;
+	esac
+}
+t_skip_fixture() {
+	if [ "${CI:-}" = true ]; then
+		t_not_ok "$1" "fixture $2 missing under CI=true: $(t_fixture_how "$2")"
+	else
+		t_skip "$1" "no fixture $2: $(t_fixture_how "$2")"
+	fi
+}
 t_need_fixture() {
-	if [ ! -e "$FIXTURES/$1" ]; then
-		t_not_ok "fixture $1 present" "missing $FIXTURES/$1"
+	for f in "$@"; do
+		t_have "$f" && continue
+		t_skip_fixture "fixture $f present" "$f"
+		t_done
+	done
+}
+
+# t_random_shards DIR SEED DOCS VOCAB MAXLEN VALFRAC: DOCS documents of up to
+# MAXLEN random ids below VOCAB (tests/shard/test_gen, seeded) into a titan-shard
+# folder DIR; a test that cannot make them fails and ends.
+t_random_shards() {
+	gen="$BUILD/tests/shard/test_gen"
+	if [ ! -x "$gen" ]; then
+		t_not_ok "token stream generator built" "missing $gen"
 		t_done
 	fi
+	"$gen" gen "$2" "$3" "$4" "$5" >"$TMP/.random.tts"
+	t_run "random data set shards" "$BIN/titan-shard" -q --out "$1" --val-fraction "$6" \
+		"$TMP/.random.tts"
 }
 
 t_done() {

@@ -1,7 +1,7 @@
 /* backend.h: the op interface the model, the optimizer and the parallel plans are
  * written against.  A backend owns device memory and implements every op on it;
- * the CPU backend (OpenBLAS sgemm + OpenMP) is the reference, a CUDA backend
- * implements the same table.
+ * the CPU backend (OpenBLAS sgemm + OpenMP in float32, oneDNN for bfloat16
+ * GEMMs) is the reference, a CUDA backend implements the same table.
  *
  * Conventions shared by every op:
  * - Tensors are dense and row-major in device memory (host memory on the CPU);
@@ -50,6 +50,45 @@ size_t be_dtype_size(be_dtype t);
 const char *be_dtype_name(be_dtype t); /* "float32", "bfloat16", ... */
 /* "float32" / "bfloat16" (torch's names, as configs spell them) or -1. */
 int be_dtype_parse(const char *name);
+
+/* The element-type combinations the model uses, by torchtitan's precision mode
+ * (every backend implements these; all-float32 is the reference; "f32" is
+ * BE_F32, "bf16" BE_BF16).  The CPU backend implements every mix of f32 and
+ * bf16 for every op.
+ *
+ * autocast: torch.autocast("cpu"/"cuda", bfloat16) on one device or under pure
+ * data replication; float32 master weights, cast once per step to the bf16
+ * copies the linears read (autocast's weight cache):
+ *   embedding_fwd    table f32 -> out f32: the residual stream is float32
+ *   rmsnorm_fwd      x f32, w f32 -> y bf16: the float32 norm, rounded where
+ *                    autocast casts it for the next linear
+ *   matmul           A, B bf16 -> C bf16 (activations, dx with beta 0 or 1), or
+ *                    C f32 with beta 1 (weight gradients into float32 grads)
+ *   rope             x bf16, rotated in float32 and rounded (apply_rotary_emb's
+ *                    .float() and type_as)
+ *   attention_*      q, k, v, out, dout, dq, dk, dv bf16
+ *   swiglu_*         bf16, with torch's roundings (silu(a) rounded before the
+ *                    product)
+ *   add, axpy        y f32 = x f32 + branch bf16; y f32 += x bf16
+ *   rmsnorm_bwd      dy bf16, x f32, w f32 -> dx f32, dw f32
+ *   cross_entropy    logits bf16, the loss in float32 (the loss's .float()),
+ *                    the gradient stored bf16
+ *   convert          f32 -> bf16 (the weight copies; the residual gradient
+ *                    entering a bf16 branch), bf16 -> f32
+ * FSDP's MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32):
+ * parameters gathered in bf16, every activation and the residual stream bf16:
+ *   embedding_fwd    table bf16 -> out bf16
+ *   rmsnorm_fwd      x, w, y bf16;   rmsnorm_bwd  dy, x, w, dx bf16, dw f32
+ *   matmul           C bf16 (activations), C f32 with beta 1 (weight gradients)
+ *   embedding_bwd    dout bf16 -> dtable f32
+ *   add, axpy        all bf16
+ *   rope, attention_*, swiglu_*, cross_entropy as under autocast
+ * training.dtype = "bfloat16": parameters, gradients and AdamW states bf16:
+ *   matmul           C bf16 with beta 1 (weight gradients)
+ *   rmsnorm_bwd      dw bf16;   embedding_bwd  dtable bf16
+ *   adamw, sumsq, scale   bf16 (AdamW in float32, rounded as torch's fused
+ *                    AdamW rounds bf16 states)
+ *   the rest as under FSDP's policy */
 
 /* RoPE layouts: torchtitan's Llama rotates interleaved pairs (x[2i], x[2i+1])
  * (view_as_complex of (..., hd/2, 2)); HF's and Qwen3's rotate_half pairs

@@ -1,5 +1,6 @@
 /* The CPU backend: the ops of backend.h on host memory, with OpenBLAS sgemm for
- * every matmul and OpenMP for the rest (kernels in cpu_kernels.inc). */
+ * the float32 matmuls, oneDNN for the bfloat16 ones (cpu_onednn.c) and OpenMP
+ * for the rest (kernels in cpu_kernels.inc, mixed precision in cpu_bf16.c). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -7,8 +8,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
-#include "core/bf16.h"
 
 /* Each block starts with a header that remembers its size, so free can count it
  * off; 64 keeps the data aligned for vector loads. */
@@ -55,176 +56,363 @@ static void cpu_zero(backend *be, void *p, size_t bytes)
 		memset(p, 0, bytes);
 }
 
-static void cpu_destroy(backend *be)
-{
-	free(be);
-}
-
 static int cpu_sync(backend *be, titan_err *e)
 {
 	return backend_take_fault(be, e);
 }
 
-/* The float32 kernels serve every op whose tensors are all float32; other
- * element types are not implemented here yet and fault. */
+/* The element types of an op's float tensors decide its kernels: all float32,
+ * the float32 kernels (cpu_kernels.inc, the exactness reference); float32 and
+ * bfloat16 in any mix, the mixed kernels (cpu_bf16.c) and oneDNN's GEMMs;
+ * anything else (float8) is not implemented here and faults. */
+enum { ALL_F32, MIXED, UNSUPPORTED };
+
+static int kinds(backend *be, const char *op, int n, ...)
+{
+	va_list ap;
+	va_start(ap, n);
+	int all32 = 1, ok = 1;
+	for (int i = 0; i < n; i++) {
+		int t = va_arg(ap, int);
+		all32 &= t == BE_F32;
+		ok &= t == BE_F32 || t == BE_BF16;
+	}
+	va_end(ap);
+	if (!ok) {
+		backend_fault(be, "cpu backend: %s: only float32 and bfloat16 tensors are implemented",
+			      op);
+		return UNSUPPORTED;
+	}
+	return all32 ? ALL_F32 : MIXED;
+}
+
+/* The ops with float32 kernels only (mixture of experts, grouped GEMMs): every
+ * type float32, or a fault. */
 static int all_f32(backend *be, const char *op, int n, ...)
 {
 	va_list ap;
 	va_start(ap, n);
 	int ok = 1;
 	for (int i = 0; i < n; i++)
-		if (va_arg(ap, int) != BE_F32)
-			ok = 0;
+		ok &= va_arg(ap, int) == BE_F32;
 	va_end(ap);
 	if (!ok)
 		backend_fault(be, "cpu backend: %s: only float32 tensors are implemented", op);
 	return ok;
 }
 
+/* The backend's own state: oneDNN's engine and primitives, made on the first
+ * bfloat16 GEMM (a float32 run never loads them). */
+typedef struct cpu_state {
+	cpu_onednn *dnnl;
+	int dnnl_failed;
+	void *scratch; /* cpu_scratch's block, backend memory */
+	size_t scratch_bytes;
+} cpu_state;
+
+static void cpu_destroy(backend *be)
+{
+	cpu_state *st = be->impl;
+	if (st) {
+		cpu_onednn_free(st->dnnl);
+		cpu_free(be, st->scratch);
+	}
+	free(st);
+	free(be);
+}
+
+void *cpu_scratch(backend *be, size_t bytes, const char *op)
+{
+	cpu_state *st = be->impl;
+	if (bytes <= st->scratch_bytes)
+		return st->scratch;
+	cpu_free(be, st->scratch);
+	st->scratch_bytes = 0;
+	titan_err e = {0};
+	if (!(st->scratch = cpu_alloc(be, bytes, &e))) {
+		backend_fault(be, "cpu backend: %s: scratch: %s", op, e.msg);
+		return NULL;
+	}
+	st->scratch_bytes = bytes;
+	return st->scratch;
+}
+
+const char *cpu_bf16_gemm_impl(const backend *be)
+{
+	const cpu_state *st = be->impl;
+	return cpu_onednn_impl(st ? st->dnnl : NULL);
+}
+
 static void cpu_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
 			int64_t n)
 {
-	if (dt == st) {
-		if (n)
-			memmove(dst, src, (size_t)n * be_dtype_size(dt));
-	} else if (dt == BE_BF16 && st == BE_F32) {
-		uint16_t *restrict d = dst;
-		const float *restrict x = src;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-		for (int64_t i = 0; i < n; i++)
-			d[i] = bf16_from_f32(x[i]);
-	} else if (dt == BE_F32 && st == BE_BF16) {
-		float *restrict d = dst;
-		const uint16_t *restrict x = src;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-		for (int64_t i = 0; i < n; i++)
-			d[i] = bf16_to_f32(x[i]);
-	} else {
-		backend_fault(be, "cpu backend: convert %s to %s is not implemented",
-			      be_dtype_name(st), be_dtype_name(dt));
+	if (kinds(be, "convert", 2, dt, st) != UNSUPPORTED)
+		cpu_bf16_convert(dst, dt, src, st, n);
+}
+
+/* C = beta C in place: a product over k = 0. */
+static void scale_c(int64_t m, int64_t n, float beta, void *c, int64_t ldc,
+		    be_dtype ct)
+{
+	size_t es = be_dtype_size(ct);
+	for (int64_t i = 0; i < m; i++) {
+		void *row = (char *)c + (size_t)(i * ldc) * es;
+		if (beta == 0)
+			memset(row, 0, es * (size_t)n);
+		else if (ct == BE_F32)
+			cpu_scale_f32(row, beta, n);
+		else
+			cpu_bf16_scale(row, beta, n);
 	}
+}
+
+static void cpu_matmul_bf16(backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+			    float alpha, const void *a, int64_t lda, const void *b,
+			    int64_t ldb, float beta, void *c, int64_t ldc, be_dtype ct)
+{
+	cpu_state *st = be->impl;
+	titan_err e = {0};
+	if (m == 0 || n == 0)
+		return;
+	if (k == 0) {
+		scale_c(m, n, beta, c, ldc, ct);
+		return;
+	}
+	if (!st->dnnl && !st->dnnl_failed) {
+		st->dnnl = cpu_onednn_create(&e);
+		st->dnnl_failed = !st->dnnl;
+	}
+	if (!st->dnnl) {
+		backend_fault(be, "cpu backend: matmul: %s", e.msg[0] ? e.msg : "oneDNN unavailable");
+		return;
+	}
+	if (cpu_onednn_matmul(st->dnnl, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ct,
+			      &e) < 0)
+		backend_fault(be, "cpu backend: matmul %lldx%lldx%lld: %s", (long long)m,
+			      (long long)n, (long long)k, e.msg);
 }
 
 static void cpu_matmul(backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
 		       float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
 		       be_dtype ab, float beta, void *c, int64_t ldc, be_dtype ct)
 {
-	if (all_f32(be, "matmul", 2, ab, ct))
+	switch (kinds(be, "matmul", 2, ab, ct)) {
+	case ALL_F32:
 		cpu_matmul_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+		break;
+	case MIXED:
+		if (ab == BE_BF16)
+			cpu_matmul_bf16(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+					ct);
+		else
+			backend_fault(be, "cpu backend: matmul: float32 A and B with a bfloat16 C "
+					  "is not implemented");
+		break;
+	}
 }
 
 static void cpu_rmsnorm_fwd(backend *be, void *y, be_dtype yt, float *rstd, const void *x,
 			    be_dtype xt, const void *w, be_dtype wt, int64_t n, int64_t d,
 			    float eps)
 {
-	if (all_f32(be, "rmsnorm_fwd", 3, yt, xt, wt))
+	switch (kinds(be, "rmsnorm_fwd", 3, yt, xt, wt)) {
+	case ALL_F32:
 		cpu_rmsnorm_fwd_f32(y, rstd, x, w, n, d, eps);
+		break;
+	case MIXED:
+		cpu_bf16_rmsnorm_fwd(be, y, yt, rstd, x, xt, w, wt, n, d, eps);
+		break;
+	}
 }
 
 static void cpu_rmsnorm_bwd(backend *be, void *dx, be_dtype dxt, void *dw, be_dtype dwt,
 			    const void *dy, be_dtype dyt, const void *x, be_dtype xt,
 			    const void *w, be_dtype wt, const float *rstd, int64_t n, int64_t d)
 {
-	if (all_f32(be, "rmsnorm_bwd", 5, dxt, dwt, dyt, xt, wt))
+	switch (kinds(be, "rmsnorm_bwd", 5, dxt, dwt, dyt, xt, wt)) {
+	case ALL_F32:
 		cpu_rmsnorm_bwd_f32(dx, dw, dy, x, w, rstd, n, d);
+		break;
+	case MIXED:
+		cpu_bf16_rmsnorm_bwd(be, dx, dxt, dw, dwt, dy, dyt, x, xt, w, wt, rstd, n, d);
+		break;
+	}
 }
 
 static void cpu_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b,
 		     int64_t t, int64_t h, int64_t hd, int style, int inverse)
 {
-	if (!all_f32(be, "rope", 1, xt))
-		return;
-	if (style == BE_ROPE_HALF)
-		cpu_rope_half_f32(x, cs, b, t, h, hd, inverse);
-	else
-		cpu_rope_f32(x, cs, b, t, h, hd, inverse);
+	switch (kinds(be, "rope", 1, xt)) {
+	case ALL_F32:
+		if (style == BE_ROPE_HALF)
+			cpu_rope_half_f32(x, cs, b, t, h, hd, inverse);
+		else
+			cpu_rope_f32(x, cs, b, t, h, hd, inverse);
+		break;
+	case MIXED:
+		cpu_bf16_rope(be, x, xt, cs, b, t, h, hd, style, inverse);
+		break;
+	}
 }
 
 static void cpu_attention_fwd(backend *be, void *out, float *lse, const void *q,
 			      const void *k, const void *v, const be_attn *a)
 {
-	if (all_f32(be, "attention_fwd", 2, a->qkv, a->out))
+	switch (kinds(be, "attention_fwd", 2, a->qkv, a->out)) {
+	case ALL_F32:
 		cpu_attention_fwd_f32(out, lse, q, k, v, a);
+		break;
+	case MIXED:
+		cpu_bf16_attention_fwd(be, out, lse, q, k, v, a);
+		break;
+	}
 }
 
 static void cpu_attention_bwd(backend *be, void *dq, void *dk, void *dv, const void *dout,
 			      const void *q, const void *k, const void *v, const void *out,
 			      const float *lse, const be_attn *a)
 {
-	if (all_f32(be, "attention_bwd", 4, a->qkv, a->out, a->dout, a->grad))
+	switch (kinds(be, "attention_bwd", 4, a->qkv, a->out, a->dout, a->grad)) {
+	case ALL_F32:
 		cpu_attention_bwd_f32(dq, dk, dv, dout, q, k, v, out, lse, a);
+		break;
+	case MIXED:
+		cpu_bf16_attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, a);
+		break;
+	}
 }
 
 static void cpu_swiglu_fwd(backend *be, void *y, const void *a, const void *g, be_dtype t,
 			   int64_t n)
 {
-	if (all_f32(be, "swiglu_fwd", 1, t))
+	switch (kinds(be, "swiglu_fwd", 1, t)) {
+	case ALL_F32:
 		cpu_swiglu_fwd_f32(y, a, g, n);
+		break;
+	case MIXED:
+		cpu_bf16_swiglu_fwd(y, a, g, n);
+		break;
+	}
 }
 
 static void cpu_swiglu_bwd(backend *be, void *da, void *dg, const void *dy, const void *a,
 			   const void *g, be_dtype t, int64_t n)
 {
-	if (all_f32(be, "swiglu_bwd", 1, t))
+	switch (kinds(be, "swiglu_bwd", 1, t)) {
+	case ALL_F32:
 		cpu_swiglu_bwd_f32(da, dg, dy, a, g, n);
+		break;
+	case MIXED:
+		cpu_bf16_swiglu_bwd(da, dg, dy, a, g, n);
+		break;
+	}
 }
 
 static void cpu_embedding_fwd(backend *be, void *out, be_dtype ot, const void *table,
 			      be_dtype tt, const int32_t *ids, int64_t n, int64_t d, int64_t v0,
 			      int64_t nv)
 {
-	if (all_f32(be, "embedding_fwd", 2, ot, tt))
+	switch (kinds(be, "embedding_fwd", 2, ot, tt)) {
+	case ALL_F32:
 		cpu_embedding_fwd_f32(out, table, ids, n, d, v0, nv);
+		break;
+	case MIXED:
+		cpu_bf16_embedding_fwd(out, ot, table, tt, ids, n, d, v0, nv);
+		break;
+	}
 }
 
 static void cpu_embedding_bwd(backend *be, void *dtable, be_dtype tt, const void *dout,
 			      be_dtype dt, const int32_t *ids, int64_t n, int64_t d, int64_t v0,
 			      int64_t nv)
 {
-	if (all_f32(be, "embedding_bwd", 2, tt, dt))
+	switch (kinds(be, "embedding_bwd", 2, tt, dt)) {
+	case ALL_F32:
 		cpu_embedding_bwd_f32(dtable, dout, ids, n, d, v0, nv);
+		break;
+	case MIXED:
+		cpu_bf16_embedding_bwd(dtable, tt, dout, dt, ids, n, d, v0, nv);
+		break;
+	}
 }
 
 static void cpu_cross_entropy(backend *be, void *logits, be_dtype lt, const int32_t *labels,
 			      int64_t n, int64_t v, int32_t ignore_index, float grad_scale,
 			      double *loss_sum, int64_t *n_valid)
 {
-	if (all_f32(be, "cross_entropy", 1, lt))
+	switch (kinds(be, "cross_entropy", 1, lt)) {
+	case ALL_F32:
 		cpu_cross_entropy_f32(logits, labels, n, v, ignore_index, grad_scale, loss_sum,
 				      n_valid);
+		break;
+	case MIXED:
+		cpu_bf16_cross_entropy(be, logits, labels, n, v, ignore_index, grad_scale,
+				       loss_sum, n_valid);
+		break;
+	}
 }
 
 static void cpu_add(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,
 		    const void *b, be_dtype bt, int64_t n)
 {
-	if (all_f32(be, "add", 3, yt, at, bt))
+	switch (kinds(be, "add", 3, yt, at, bt)) {
+	case ALL_F32:
 		cpu_add_f32(y, a, b, n);
+		break;
+	case MIXED:
+		cpu_bf16_add(y, yt, a, at, b, bt, n);
+		break;
+	}
 }
 
 static void cpu_axpy(backend *be, void *y, be_dtype yt, float alpha, const void *x,
 		     be_dtype xt, int64_t n)
 {
-	if (all_f32(be, "axpy", 2, yt, xt))
+	switch (kinds(be, "axpy", 2, yt, xt)) {
+	case ALL_F32:
 		cpu_axpy_f32(y, alpha, x, n);
+		break;
+	case MIXED:
+		cpu_bf16_axpy(y, yt, alpha, x, xt, n);
+		break;
+	}
 }
 
 static void cpu_scale(backend *be, void *x, be_dtype xt, float alpha, int64_t n)
 {
-	if (all_f32(be, "scale", 1, xt))
+	switch (kinds(be, "scale", 1, xt)) {
+	case ALL_F32:
 		cpu_scale_f32(x, alpha, n);
+		break;
+	case MIXED:
+		cpu_bf16_scale(x, alpha, n);
+		break;
+	}
 }
 
 static double cpu_sumsq(backend *be, const void *x, be_dtype xt, int64_t n)
 {
-	return all_f32(be, "sumsq", 1, xt) ? cpu_sumsq_f32(x, n) : 0;
+	switch (kinds(be, "sumsq", 1, xt)) {
+	case ALL_F32:
+		return cpu_sumsq_f32(x, n);
+	case MIXED:
+		return cpu_bf16_sumsq(x, n);
+	}
+	return 0;
 }
 
 static void cpu_adamw(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
 		      int64_t n, float lr, float b1, float b2, float eps, float wd, float bc1,
 		      float bc2)
 {
-	if (all_f32(be, "adamw", 1, t))
+	switch (kinds(be, "adamw", 1, t)) {
+	case ALL_F32:
 		cpu_adamw_f32(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+		break;
+	case MIXED:
+		cpu_bf16_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+		break;
+	}
 }
 
 static void cpu_moe_route(backend *be, float *scores, int32_t *idx, float *w, const void *logits,
@@ -319,6 +507,12 @@ backend *backend_cpu_create(int threads, titan_err *e)
 		return NULL;
 	}
 	be->ops = &cpu_ops;
+	be->impl = calloc(1, sizeof(cpu_state));
+	if (!be->impl) {
+		free(be);
+		err_set(e, "cpu backend: out of memory");
+		return NULL;
+	}
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	/* OpenBLAS works single-threaded inside OpenMP's blocks (cpu_matmul). */

@@ -8,8 +8,47 @@
 #define TITAN_CPU_KERNELS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/backend.h"
+
+/* The hot loops (rows and spans) are compiled twice, for AVX-512 (x86-64-v4)
+ * and for the baseline, and the loader picks the one the processor runs (GCC's
+ * target_clones).  Under -std=c17 GCC contracts no multiply-add, so both give
+ * the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define CPU_HOT
+#endif
+
+/* Below this many elements a loop runs on one thread: waking the team costs
+ * more than the work (and a loaded machine makes it worse). */
+#define CPU_PAR_MIN 65536
+
+/* expf that the compiler can vectorise (glibc's is a call per element): Cody-Waite
+ * range reduction x = k ln2 + r, a degree-6 polynomial for e^r (Cephes'
+ * coefficients) and 2^k put into the exponent bits.  Within 2 ulp of expf on
+ * [-87.3, 88.7]; below that 0, as the softmax wants. */
+static inline float cpu_exp_f32(float x)
+{
+	float xc = x < -87.33654f ? -87.33654f : x;
+	xc = xc > 88.72283f ? 88.72283f : xc;
+	float kf = (xc * 1.44269504089f + 12582912.0f) - 12582912.0f; /* round to nearest */
+	float r = xc - kf * 0.693359375f - kf * -2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	int32_t bits = ((int32_t)kf + 127) << 23; /* 2^k */
+	float sc;
+	memcpy(&sc, &bits, sizeof sc);
+	float y = p * sc;
+	return x < -87.33654f ? 0.0f : y;
+}
 
 #define CPU_KERNELS_DECLARE(REAL, SFX)                                                 \
 	void cpu_matmul_##SFX(int ta, int tb, int64_t m, int64_t n, int64_t k,         \
@@ -67,7 +106,22 @@
 	void cpu_grouped_matmul_##SFX(int mode, int64_t groups, const int32_t *offs,   \
 				      int64_t rows, int64_t nn, int64_t kk,            \
 				      const REAL *a, const REAL *b, REAL beta,         \
-				      REAL *c);
+				      REAL *c);                                       \
+	/* Pieces of the ops above on one thread: a row, a span. */                    \
+	REAL cpu_rmsnorm_fwd_row_##SFX(REAL *y, const REAL *x, const REAL *w,          \
+				       int64_t d, REAL eps);                           \
+	void cpu_rmsnorm_bwd_row_##SFX(REAL *dx, const REAL *dy, const REAL *x,        \
+				       const REAL *w, REAL r, int64_t d);              \
+	void cpu_rope_row_##SFX(REAL *x, const REAL *c, int64_t h, int64_t hd,         \
+				int style, int inverse);                               \
+	double cpu_cross_entropy_row_##SFX(REAL *x, int64_t v, int32_t y,              \
+					   REAL grad_scale);                           \
+	double cpu_sum_valid_##SFX(const double *row_loss, const int32_t *labels,      \
+				   int64_t n, int32_t ignore_index, int64_t *n_valid); \
+	double cpu_sumsq_span_##SFX(const REAL *x, int64_t n);                         \
+	void cpu_adamw_span_##SFX(REAL *p, const REAL *g, REAL *m, REAL *v, int64_t n, \
+				  REAL lr, REAL b1, REAL b2, REAL eps, REAL wd,        \
+				  REAL bc1, REAL bc2);
 
 CPU_KERNELS_DECLARE(float, f32)
 CPU_KERNELS_DECLARE(double, f64)

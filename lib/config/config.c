@@ -167,7 +167,7 @@ static const cfg_key keys[] = {
 	  "training.dtype", "parameter dtype"),
 	K("training.mixed_precision_param", CFG_STR, training.mixed_precision_param,
 	  "\"bfloat16\"", "bfloat16|float32", "training.mixed_precision_param",
-	  "FSDP compute dtype (takes effect with sharding only)"),
+	  "compute dtype: torch.autocast's on one process, FSDP's parameter dtype when sharding"),
 	K("training.mixed_precision_reduce", CFG_STR, training.mixed_precision_reduce,
 	  "\"float32\"", "float32", "training.mixed_precision_reduce", "gradient reduce dtype"),
 	K("training.gc_freq", CFG_INT, training.gc_freq, "50", NULL, "training.gc_freq",

@@ -130,6 +130,8 @@ void model_bind_unit(model *m, int u, const void *params, void *grads)
 {
 	bind_views(m, u, (void *)params, m->prec.param, 0);
 	bind_views(m, u, grads, m->prec.grad, 1);
+	m->ubound[u] = params;
+	m->wcast_ok[u] = 0;
 }
 
 /* Bind every unit to the model's own float32 buffers. */
@@ -137,6 +139,16 @@ static void bind_own(model *m)
 {
 	for (int u = 0; u < m->n_units; u++)
 		model_bind_unit(m, u, m->params + m->units[u].offset, m->grads + m->units[u].offset);
+}
+
+/* Free the autocast copies (a model without them has NULL arrays). */
+static void drop_casts(model *m)
+{
+	for (int u = 0; m->wcast && u < m->n_units; u++) {
+		m->be->ops->free(m->be, m->wcast[u]);
+		m->wcast[u] = NULL;
+		m->wcast_ok[u] = 0;
+	}
 }
 
 static model *create(backend *be, const llama_args *a, int vocab_size, int own,
@@ -175,6 +187,14 @@ static model *create(backend *be, const llama_args *a, int vocab_size, int own,
 		m->kind[l] = (layer_kind){ATTN_GQA, FFN_DENSE};
 	if (build_layout(m, e))
 		goto fail;
+	m->autocast = BE_F32;
+	m->ubound = calloc((size_t)m->n_units, sizeof *m->ubound);
+	m->wcast = calloc((size_t)m->n_units, sizeof *m->wcast);
+	m->wcast_ok = calloc((size_t)m->n_units, 1);
+	if (!m->ubound || !m->wcast || !m->wcast_ok) {
+		err_set(e, "model: out of memory");
+		goto fail;
+	}
 	if (!own)
 		return m;
 	m->params = backend_alloc_floats(be, m->n_params, e);
@@ -206,6 +226,10 @@ void model_free(model *m)
 		return;
 	model_mb_free(m->own_mb);
 	model_scratch_release(m);
+	drop_casts(m);
+	free(m->ubound);
+	free(m->wcast);
+	free(m->wcast_ok);
 	m->be->ops->free(m->be, m->params);
 	m->be->ops->free(m->be, m->grads);
 	free(m->tensors);
@@ -269,6 +293,8 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
 {
 	float *dst = (grads ? m->grads : m->params) + t->offset;
 	m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	if (!grads)
+		model_weights_changed(m);
 }
 
 void model_zero_grad(model *m)
@@ -306,8 +332,61 @@ int model_set_prec(model *m, const model_prec *p, titan_err *e)
 			       "parameters and %s gradients to a model made without storage",
 			       be_dtype_name(p->param), be_dtype_name(p->grad));
 	m->prec = *p;
+	m->autocast = BE_F32;
+	drop_casts(m);
 	relayout(m);
 	return 0;
+}
+
+int model_set_autocast(model *m, be_dtype t, titan_err *e)
+{
+	if (t != BE_F32 && (m->prec.param != BE_F32 || m->prec.act != t))
+		return err_set(e, "model: autocast to %s needs float32 parameters and %s "
+			       "activations, not %s and %s", be_dtype_name(t), be_dtype_name(t),
+			       be_dtype_name(m->prec.param), be_dtype_name(m->prec.act));
+	drop_casts(m);
+	m->autocast = t;
+	return 0;
+}
+
+be_dtype model_get_autocast(const model *m) { return m->autocast; }
+
+void model_weights_changed(model *m)
+{
+	if (m->wcast_ok)
+		memset(m->wcast_ok, 0, (size_t)m->n_units);
+}
+
+/* The weight a linear reads: w itself, or under autocast its element in the
+ * cast copy of the unit it is bound in (the copy made, or remade after the
+ * weights changed, on first use).  NULL (a fault for the next sync) when the
+ * copy cannot be allocated. */
+static const void *linear_weight(model *m, const void *w)
+{
+	if (m->autocast == BE_F32)
+		return w;
+	backend *be = m->be;
+	for (int u = 0; u < m->n_units; u++) {
+		const float *base = m->ubound[u];
+		size_t numel = m->units[u].numel;
+		if (!base || (const float *)w < base || (const float *)w >= base + numel)
+			continue;
+		if (!m->wcast[u]) {
+			titan_err e = {0};
+			m->wcast[u] = be->ops->alloc(be, numel * be_dtype_size(m->autocast), &e);
+			if (!m->wcast[u]) {
+				backend_fault(be, "model: autocast copy of unit %d: %s", u, e.msg);
+				return NULL;
+			}
+		}
+		if (!m->wcast_ok[u]) {
+			be->ops->convert(be, m->wcast[u], m->autocast, base, BE_F32, (int64_t)numel);
+			m->wcast_ok[u] = 1;
+		}
+		return elt(m->wcast[u], m->autocast, (size_t)((const float *)w - base));
+	}
+	backend_fault(be, "model: autocast: a linear's weight is in no bound unit");
+	return NULL;
 }
 
 /* y (n, out) = x (n, in) @ w^T: activations and the bound weight. */
@@ -315,14 +394,17 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 		  int64_t out, float beta)
 {
 	be_dtype t = m->prec.act;
-	m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
+	if ((w = linear_weight(m, w)) != NULL)
+		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
 
 void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
 		     int64_t in, int64_t out, float beta_dx)
 {
 	be_dtype t = m->prec.act;
-	m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx, in, t);
+	if ((w = linear_weight(m, w)) != NULL)
+		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
+				   in, t);
 }
 
 void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,

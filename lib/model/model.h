@@ -164,6 +164,18 @@ void model_bind_unit(model *m, int u, const void *params, void *grads);
 int model_set_prec(model *m, const model_prec *p, titan_err *e);
 const model_prec *model_get_prec(const model *m);
 
+/* torch.autocast(dtype=t): the linears read copies of their weights cast to t
+ * (bfloat16), made on first use and kept until the weights change, as
+ * autocast's weight cache does within a step; the norms and the embedding read
+ * the bound float32 parameters.  Needs prec.param float32 and prec.act t;
+ * BE_F32 turns it off (as does model_set_prec).  The copies are backend memory
+ * (counted in its peak). */
+int model_set_autocast(model *m, be_dtype t, titan_err *e);
+be_dtype model_get_autocast(const model *m);
+/* The bound weights changed (an optimizer step): drop the cast copies.  Writing
+ * a tensor, init and binding a unit do this themselves. */
+void model_weights_changed(model *m);
+
 /* Activation checkpointing; every is N for MODEL_AC_SELECTIVE (layers whose
  * 1-based index is a multiple of N are recomputed, like torchtitan's counter).
  * Micro-batch contexts made before the change keep their layout: make new ones. */

@@ -148,6 +148,14 @@ struct model {
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
 
 	model_mb *own_mb;       /* model_forward(_backward)'s context */
+
+	/* Autocast (model_set_autocast): the type linears read (BE_F32: off), and
+	 * per unit its bound parameters, their cast copy (backend memory, made on
+	 * first use) and whether the copy is current. */
+	be_dtype autocast;
+	const void **ubound;    /* (n_units) */
+	void **wcast;           /* (n_units) */
+	unsigned char *wcast_ok;/* (n_units) */
 };
 
 /* Bytes of activation i of layer l for n tokens in the current precision (0

@@ -30,6 +30,7 @@ size_t plan_shard_numel(const plan *p) { return p->shard_numel; }
 float *plan_shard_params(plan *p) { return p->params; }
 float *plan_shard_grads(plan *p) { return p->grads; }
 adamw *plan_optimizer(plan *p) { return p->opt; }
+void plan_weights_changed(plan *p) { model_weights_changed(p->m); }
 const model_hooks *plan_unit_hooks(plan *p) { return &p->hooks; }
 
 const plan_box *plan_box_at(const plan *p, int i)

@@ -222,6 +222,9 @@ size_t plan_shard_numel(const plan *p);
 float *plan_shard_params(plan *p);
 float *plan_shard_grads(plan *p);
 adamw *plan_optimizer(plan *p);
+/* The master weights changed behind the plan's back (a checkpoint load):
+ * autocast's cast copies are dropped. */
+void plan_weights_changed(plan *p);
 
 /* ---- what it costs ---- */
 

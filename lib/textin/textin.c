@@ -24,6 +24,10 @@ typedef struct src {
 	uint64_t delivered;
 	int failed; /* a read failed (as opposed to: no bytes at all) */
 	char *buf;
+	uint8_t head[6]; /* the first bytes, to name a compressor libarchive missed */
+	size_t nhead;
+	const char *filter;      /* filter_of() the archive reading this source */
+	const char *from_filter; /* and of from, when the data comes from it */
 } src;
 
 struct textin {
@@ -43,12 +47,75 @@ struct textin {
 	uint64_t lineno, doc_line, skipped, bytes;
 };
 
+/* Keep the first bytes a source delivers. */
+static void keep_head(src *s, const char *p, size_t n)
+{
+	while (s->nhead < sizeof s->head && n--)
+		s->head[s->nhead++] = (uint8_t)*p++;
+}
+
+/* A compressor's magic at the start of data that libarchive read as plain:
+ * the stream is too short to decompress.  Returns its name, or NULL. */
+static const char *missed_compressor(const src *s)
+{
+	static const struct {
+		const char *name;
+		uint8_t magic[6];
+		size_t n;
+	} known[] = {
+		{"gzip", {0x1f, 0x8b}, 2},
+		{"zstd", {0x28, 0xb5, 0x2f, 0xfd}, 4},
+		{"xz", {0xfd, '7', 'z', 'X', 'Z', 0}, 6},
+		{"bzip2", {'B', 'Z', 'h'}, 3},
+		{"lz4", {0x04, 0x22, 0x4d, 0x18}, 4},
+	};
+	for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+		if (s->nhead >= known[i].n && !memcmp(s->head, known[i].magic, known[i].n))
+			return known[i].name;
+	return NULL;
+}
+
+/* The compression filter an archive reads through ("gzip"), or "compressed"
+ * when none is known (yet). */
+static const char *filter_of(struct archive *a)
+{
+	const char *f = "compressed";
+	for (int i = 0; a && i < archive_filter_count(a); i++) {
+		const char *name = archive_filter_name(a, i);
+		if (name && strcmp(name, "none"))
+			f = name;
+	}
+	return f;
+}
+
+/* The compressor of a source's data: as libarchive said while the archive was
+ * healthy, else from the data's first bytes (a short stream can fail while
+ * libarchive is still opening it). */
+static const char *src_filter(const src *s, const char *known)
+{
+	const char *m = missed_compressor(s);
+	return known ? known : m ? m : "compressed";
+}
+
+/* libarchive's message, or ours when it gives none: a gzip stream cut inside
+ * its 8-byte trailer fails without one; filter names the compressor. */
+static const char *archive_msg(struct archive *a, const char *filter)
+{
+	static _Thread_local char buf[128];
+	const char *m = archive_error_string(a);
+	if (m)
+		return m;
+	snprintf(buf, sizeof buf, "truncated or corrupt %s input", filter);
+	return buf;
+}
+
 static la_ssize_t fd_read(struct archive *a, void *data, const void **out)
 {
 	src *s = data;
 	for (;;) {
 		ssize_t n = read(s->fd, s->buf, TEXTIN_CHUNK);
 		if (n >= 0) {
+			keep_head(s, s->buf, (size_t)n);
 			s->delivered += (uint64_t)n;
 			*out = s->buf;
 			return n;
@@ -67,9 +134,10 @@ static la_ssize_t member_read(struct archive *a, void *data, const void **out)
 	la_ssize_t n = archive_read_data(s->from, s->buf, TEXTIN_CHUNK);
 	if (n < 0) {
 		s->failed = 1;
-		archive_set_error(a, EIO, "%s", archive_error_string(s->from));
+		archive_set_error(a, EIO, "%s", archive_msg(s->from, s->from_filter ? s->from_filter : "compressed"));
 		return -1;
 	}
+	keep_head(s, s->buf, (size_t)n);
 	s->delivered += (uint64_t)n;
 	*out = s->buf;
 	return n;
@@ -129,7 +197,7 @@ textin *textin_open(const char *path, const textin_opts *opts, titan_err *err)
 			t->finished = 1; /* empty input: no documents */
 			return t;
 		}
-		err_set(err, "%s: %s", t->path, archive_error_string(t->outer));
+		err_set(err, "%s: %s", t->path, archive_msg(t->outer, src_filter(&t->outer_src, t->outer_src.filter)));
 		goto fail;
 	}
 	return t;
@@ -158,13 +226,16 @@ static int open_inner(textin *t, titan_err *err)
 	t->inner_src.from = t->outer;
 	t->inner_src.delivered = 0;
 	t->inner_src.failed = 0;
+	t->inner_src.nhead = 0;
+	t->inner_src.filter = NULL;
+	t->inner_src.from_filter = t->outer_src.filter;
 	struct archive_entry *e;
 	if (archive_read_open(t->inner, &t->inner_src, NULL, member_read, NULL) != ARCHIVE_OK) {
 		if (t->inner_src.delivered == 0 && !t->inner_src.failed) {
 			close_inner(t);
 			return 0;
 		}
-		err_set(err, "%s: %s", t->where, archive_error_string(t->inner));
+		err_set(err, "%s: %s", t->where, archive_msg(t->inner, src_filter(&t->inner_src, t->inner_src.filter)));
 		close_inner(t);
 		return -1;
 	}
@@ -174,7 +245,14 @@ static int open_inner(textin *t, titan_err *err)
 		return 0;
 	}
 	if (r < ARCHIVE_WARN) {
-		err_set(err, "%s: %s", t->where, archive_error_string(t->inner));
+		err_set(err, "%s: %s", t->where, archive_msg(t->inner, src_filter(&t->inner_src, t->inner_src.filter)));
+		close_inner(t);
+		return -1;
+	}
+	t->inner_src.filter = filter_of(t->inner);
+	const char *c = archive_filter_count(t->inner) <= 1 ? missed_compressor(&t->inner_src) : NULL;
+	if (c) {
+		err_set(err, "%s: truncated %s input (too short to decompress)", t->where, c);
 		close_inner(t);
 		return -1;
 	}
@@ -196,11 +274,17 @@ static int next_member(textin *t, titan_err *err)
 			return 0;
 		}
 		if (r < ARCHIVE_WARN)
-			return err_set(err, "%s: %s", t->path, archive_error_string(t->outer));
+			return err_set(err, "%s: %s", t->path, archive_msg(t->outer, src_filter(&t->outer_src, t->outer_src.filter)));
+		t->outer_src.filter = filter_of(t->outer);
 		if (archive_format(t->outer) == ARCHIVE_FORMAT_RAW) {
 			t->outer_raw = 1;
 			if (set_where(t, NULL) != 0)
 				return err_set(err, "out of memory");
+			const char *c = archive_filter_count(t->outer) <= 1
+						? missed_compressor(&t->outer_src) : NULL;
+			if (c)
+				return err_set(err, "%s: truncated %s input (too short to decompress)",
+					       t->path, c);
 		} else {
 			if (archive_entry_filetype(e) != AE_IFREG)
 				continue;
@@ -225,7 +309,9 @@ static int fill(textin *t, titan_err *err)
 	struct archive *a = t->outer_raw ? t->outer : t->inner;
 	la_ssize_t n = archive_read_data(a, t->chunk, TEXTIN_CHUNK);
 	if (n < 0)
-		return err_set(err, "%s: %s", t->where, archive_error_string(a));
+		return err_set(err, "%s: %s", t->where,
+			       archive_msg(a, t->outer_raw ? src_filter(&t->outer_src, t->outer_src.filter)
+							    : src_filter(&t->inner_src, t->inner_src.filter)));
 	if (n == 0)
 		t->member_eof = 1;
 	t->clen = (size_t)n;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/sha256.h"
 #include "tok/tok_int.h"
 #include "tok/tok_split_int.h"
 #include "unicode/unicode.h"
@@ -64,17 +65,27 @@ static bool exists(const char *p)
 	return !stat(p, &st);
 }
 
-/* A file that starts with '{' is JSON; anything else is read as tiktoken. */
-static bool looks_json(const char *path)
+/* What a tokenizer file is, from its first bytes: JSON when an object starts
+ * after white space (and a byte order mark, which the JSON loader then names),
+ * empty when white space is all there is, or else tiktoken. */
+enum { FILE_TIKTOKEN, FILE_JSON, FILE_EMPTY };
+
+static int file_kind(const char *path)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return false;
+		return FILE_TIKTOKEN; /* the loader reports why it cannot open it */
+	uint8_t bom[3];
+	size_t got = fread(bom, 1, 3, f);
+	if (got < 3 || memcmp(bom, "\xef\xbb\xbf", 3))
+		rewind(f);
 	int c;
 	while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t')
 		;
 	fclose(f);
-	return c == '{';
+	if (c == '{')
+		return FILE_JSON;
+	return c == EOF ? FILE_EMPTY : FILE_TIKTOKEN;
 }
 
 /* The one *.tiktoken file of a folder, if there is exactly one. */
@@ -96,6 +107,31 @@ static int find_tiktoken(const char *dir, char *out, size_t cap)
 	return found == 1 ? 0 : -1;
 }
 
+const char *tok_cache_dir(char *buf, size_t cap)
+{
+	const char *v = getenv("TITAN_TOK_CACHE");
+	if (v)
+		return *v && strcmp(v, "off") ? (snprintf(buf, cap, "%s", v), buf) : NULL;
+	if ((v = getenv("XDG_CACHE_HOME")) && *v)
+		snprintf(buf, cap, "%s/titan/tokenizers", v);
+	else if ((v = getenv("HOME")) && *v)
+		snprintf(buf, cap, "%s/.cache/titan/tokenizers", v);
+	else
+		return NULL;
+	return buf;
+}
+
+/* SHA-256 of a whole file; -1 when it cannot be read. */
+static int file_sha(const char *path, uint8_t out[32], titan_err *err)
+{
+	mfile m;
+	if (mfile_open(&m, path, err))
+		return -1;
+	int rc = sha256(m.data ? m.data : (const uint8_t *)"", m.size, out, err);
+	mfile_close(&m);
+	return rc;
+}
+
 static void describe(tok *t)
 {
 	char splits[256] = "";
@@ -105,11 +141,12 @@ static void describe(tok *t)
 				      tok_split_kind(t->split[i]));
 	snprintf(t->describe, sizeof t->describe,
 		 "%s%s: %lld ids, normalizer %s, pre-tokenizer [%s], BPE %zu merges%s, "
-		 "added tokens %s, Unicode %s",
+		 "added tokens %s, Unicode %s%s%s",
 		 t->format == TOK_FORMAT_HF_JSON ? "" : "tiktoken ", t->encoding,
 		 (long long)t->n_vocab, t->nfc ? "NFC" : "none", splits, t->pairs.n,
 		 t->ignore_merges ? " (ignore_merges)" : "",
-		 t->added_mode == TOK_ADDED_EXTRACT ? "extracted" : "as text", uni_version);
+		 t->added_mode == TOK_ADDED_EXTRACT ? "extracted" : "as text", uni_version,
+		 t->cache_note[0] ? "; " : "", t->cache_note);
 }
 
 int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err)
@@ -142,7 +179,34 @@ int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err)
 		else
 			snprintf(cfg, sizeof cfg, "tokenizer_config.json");
 	}
-	if (looks_json(file)) {
+	int kind = file_kind(file);
+	if (kind == FILE_EMPTY) {
+		free(t);
+		return err_set(err, "%s: empty (or only white space): neither a tokenizer.json nor a tiktoken file", file);
+	}
+	/* The compiled cache: keyed by what the load reads and how. */
+	const char *cache = opts ? opts->cache_dir : NULL;
+	uint8_t key[32], cfg_sha[32];
+	struct stat st;
+	bool has_cfg = kind == FILE_JSON && !stat(cfg, &st) && S_ISREG(st.st_mode);
+	if (file_sha(file, t->source_sha, err) || (has_cfg && file_sha(cfg, cfg_sha, err))) {
+		free(t);
+		return -1;
+	}
+	if (cache) {
+		tok_cache_key(t->source_sha, has_cfg ? cfg_sha : NULL, added, t->pretok_mode, key);
+		int c = tok_cache_read(t, cache, key, err);
+		if (c < 0) {
+			tok_free(t);
+			return -1;
+		}
+		if (c == 0) {
+			describe(t);
+			*out = t;
+			return 0;
+		}
+	}
+	if (kind == FILE_JSON) {
 		t->format = TOK_FORMAT_HF_JSON;
 		t->added_mode = added == TOK_ADDED_PLAIN ? TOK_ADDED_PLAIN : TOK_ADDED_EXTRACT;
 		snprintf(t->encoding, sizeof t->encoding, "tokenizer.json");
@@ -156,6 +220,8 @@ int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err)
 		tok_free(t);
 		return -1;
 	}
+	if (cache)
+		tok_cache_write(t, cache, key);
 	describe(t);
 	*out = t;
 	return 0;
@@ -172,7 +238,8 @@ int tok_load_json_text(tok **out, const char *json, size_t n, const tok_opts *op
 	t->format = TOK_FORMAT_HF_JSON;
 	t->added_mode = opts && opts->added == TOK_ADDED_PLAIN ? TOK_ADDED_PLAIN : TOK_ADDED_EXTRACT;
 	snprintf(t->encoding, sizeof t->encoding, "tokenizer.json");
-	if (tok_load_hf_text(t, json, n, NULL, err)) {
+	if (sha256(json ? json : "", json ? n : 0, t->source_sha, err) ||
+	    tok_load_hf_text(t, json, n, NULL, err)) {
 		tok_free(t);
 		return -1;
 	}
@@ -192,17 +259,22 @@ void tok_free(tok *t)
 			free(t->dec[i]);
 	free(t->dec);
 	free(t->dec_len);
-	free(t->pool);
-	free(t->off);
-	free(t->len);
-	free(t->flags);
-	tok_strmap_free(&t->vocab);
-	tok_strmap_free(&t->added);
-	tok_pairmap_free(&t->pairs);
+	if (t->mapped) { /* the tables are the cache file's pages */
+		mfile_close(&t->map);
+	} else {
+		free(t->pool);
+		free(t->off);
+		free(t->len);
+		free(t->flags);
+		tok_strmap_free(&t->vocab);
+		tok_strmap_free(&t->added);
+		tok_pairmap_free(&t->pairs);
+	}
 	free(t);
 }
 
 int tok_format(const tok *t) { return t->format; }
+void tok_fingerprint(const tok *t, uint8_t out[32]) { memcpy(out, t->source_sha, 32); }
 const char *tok_encoding_name(const tok *t) { return t->encoding; }
 const char *tok_describe(const tok *t) { return t->describe; }
 int64_t tok_n_vocab(const tok *t) { return t->n_vocab; }
@@ -338,7 +410,8 @@ static void long_put(long_ent *c, uint64_t h, const uint8_t *p, size_t n, const 
 	int32_t *blob = malloc(nids * sizeof *ids + n);
 	if (!blob)
 		return;
-	memcpy(blob, ids, nids * sizeof *ids);
+	if (nids) /* a piece of bytes without tokens has none (and ids may be NULL) */
+		memcpy(blob, ids, nids * sizeof *ids);
 	memcpy((uint8_t *)(blob + nids), p, n);
 	free(c->blob);
 	*c = (long_ent){h, (uint32_t)n, (uint32_t)nids, blob};
@@ -374,7 +447,7 @@ static int bpe_cached(tok_enc *e, const uint8_t *p, size_t n, uint64_t h)
 		memcpy(c->bytes, p, n);
 		memcpy(c->ids, e->out->v + before, got * sizeof *c->ids);
 	} else if (lc) {
-		long_put(lc, h, p, n, e->out->v + before, got);
+		long_put(lc, h, p, n, got ? e->out->v + before : NULL, got);
 	}
 	return 0;
 }

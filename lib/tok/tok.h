@@ -1,9 +1,12 @@
 /* tok.h: exact ByteLevel BPE tokenization (HF tokenizer.json, tiktoken files).
  *
  * What loads:
- *   - a tokenizer.json, or a folder holding one (tokenizer_config.json beside it
- *     gives bos_token / eos_token / add_bos_token / add_eos_token, read the way
- *     torchtitan's HuggingFaceTokenizer reads them);
+ *   - a tokenizer.json, or a folder holding one, with the tokenizer_config.json
+ *     beside it read the way torchtitan 0.2.2's HuggingFaceTokenizer reads it:
+ *     bos_token and eos_token name BOS and EOS, and every token it names
+ *     (bos/eos/pad/unk/sep/cls/mask_token, each added_tokens_decoder entry)
+ *     becomes a special added token, with the next free id when the tokenizer
+ *     lacks it;
  *   - a tiktoken file ("base64(bytes) rank" per line: Meta's Llama 3
  *     tokenizer.model, cl100k_base.tiktoken, o200k_base.tiktoken), or a folder
  *     holding tokenizer.model or one *.tiktoken file.  The encoding is recognised
@@ -28,10 +31,13 @@
  *
  * Pre-tokenizer regexes run through hand-written scanners when the regex is one
  * of the known patterns (Llama 3 / cl100k, Qwen2/3, GPT-2, o200k), otherwise
- * through PCRE2 (JIT, UTF, UCP).  The scanners use titan's own Unicode tables
- * (Unicode 16.0.0, what the references' regex engines use); PCRE2 in Debian
- * uses its own, older, tables, so the two can differ on code points assigned
- * after Unicode 14.  Prefer the scanners (TOK_PRETOK_AUTO).
+ * through PCRE2 (JIT, UTF, UCP).  Both are exact on titan's own Unicode tables
+ * (Unicode 16.0.0, what the references' regex engines use): a tokenizer.json
+ * regex, in the Oniguruma syntax HF tokenizers runs it with, is rewritten for
+ * PCRE2 with its Unicode classes as explicit code point ranges (tok_regex.c),
+ * since PCRE2's own tables are older (Unicode 14 in Debian bookworm).  A regex
+ * needing Unicode data titan's tables lack (scripts, Alphabetic...) is refused
+ * at load.  The scanners are faster (TOK_PRETOK_AUTO).
  *
  * Bytes in: the encoder takes raw bytes.  Valid UTF-8 is tokenized exactly as
  * the references tokenize the same string.  Each byte of an invalid UTF-8
@@ -70,9 +76,25 @@ enum tok_pretok_mode {
 };
 
 typedef struct tok_opts {
-	int added;  /* enum tok_added */
-	int pretok; /* enum tok_pretok_mode */
+	int added;             /* enum tok_added */
+	int pretok;            /* enum tok_pretok_mode */
+	const char *cache_dir; /* compiled tokenizers' folder (tok_cache_dir); NULL: none */
 } tok_opts;
+
+/* The compiled-tokenizer cache.  With opts->cache_dir set, tok_load looks there
+ * for the compiled form of what it is asked to load, keyed by the SHA-256 of
+ * the source (and of its tokenizer_config.json, the options, titan's loader
+ * version and Unicode version): a file found and sound is mapped in a few
+ * milliseconds; otherwise the source is loaded and its compiled form written
+ * there (atomically: a cache folder may be shared by concurrent runs; a file
+ * that is not sound is ignored and rewritten).  The format is titan-formats(5),
+ * COMPILED TOKENIZER.  A cache that cannot be written only costs speed; what
+ * happened is in tok_describe().
+ *
+ * The default folder: $TITAN_TOK_CACHE when set ("" or "off": no cache),
+ * else $XDG_CACHE_HOME/titan/tokenizers, else $HOME/.cache/titan/tokenizers.
+ * Writes it into buf and returns buf, or NULL for no cache. */
+const char *tok_cache_dir(char *buf, size_t cap);
 
 /* Which file format the tokenizer came from. */
 enum tok_format { TOK_FORMAT_HF_JSON = 1, TOK_FORMAT_TIKTOKEN = 2 };
@@ -94,11 +116,15 @@ int tok_load_json_text(tok **out, const char *json, size_t n, const tok_opts *op
 		       titan_err *err);
 
 int tok_format(const tok *t);
+/* SHA-256 of the file tok_load read (tokenizer.json or the tiktoken file), or
+ * of the text tok_load_json_text was given: what names a tokenizer. */
+void tok_fingerprint(const tok *t, uint8_t out[32]);
 /* "llama3", "cl100k_base", "o200k_base" for tiktoken files; "tokenizer.json"
  * otherwise. */
 const char *tok_encoding_name(const tok *t);
 /* One line for logs: format, vocabulary size, pre-tokenizer stages and whether
- * each runs on a scanner or PCRE2, normalizer, added-token policy. */
+ * each runs on a scanner or PCRE2, normalizer, added-token policy, and what
+ * the compiled cache did. */
 const char *tok_describe(const tok *t);
 
 /* Ids run 0 .. n_vocab-1 (the largest id + 1; there may be holes).  A file
@@ -108,12 +134,18 @@ int64_t tok_n_vocab(const tok *t);
 
 /* BOS / EOS ids, or -1 when the tokenizer has none.  For tokenizer.json they
  * come from tokenizer_config.json (bos_token / eos_token, a string or an
- * {"content": ...} object); tiktoken "llama3": <|begin_of_text|> and
- * <|end_of_text|>; cl100k_base / o200k_base: no BOS, EOS <|endoftext|>. */
+ * {"content": ...} object), else from the post-processor's template; tiktoken
+ * "llama3": <|begin_of_text|> and <|end_of_text|>; cl100k_base / o200k_base:
+ * no BOS, EOS <|endoftext|>. */
 int32_t tok_bos_id(const tok *t);
 int32_t tok_eos_id(const tok *t);
-/* Defaults for adding them, from add_bos_token / add_eos_token when present,
- * otherwise (like torchtitan) add_bos = (BOS exists), add_eos = false. */
+/* Whether a training stream starts every document with BOS and ends it with
+ * EOS: what torchtitan's dataset makes with encode(text, add_bos=True,
+ * add_eos=True) (HF's post-processor template, then BOS in front and EOS at
+ * the end unless the template adds them; no EOS when eos_token is bos_token's
+ * text).  tiktoken files: both, when the encoding has them.  A tokenizer.json
+ * whose torchtitan stream would hold more than one token before or after a
+ * document is refused at load.  tok_encode itself adds neither. */
 bool tok_default_add_bos(const tok *t);
 bool tok_default_add_eos(const tok *t);
 
@@ -168,7 +200,8 @@ extern const char tok_re_gpt2[];   /* GPT-2 (ByteLevel use_regex) */
 extern const char tok_re_o200k[];  /* o200k_base */
 
 typedef struct tok_split tok_split;
-/* mode: enum tok_pretok_mode.  A regex PCRE2 cannot compile is an error. */
+/* mode: enum tok_pretok_mode.  A regex that cannot be made exact, or that
+ * PCRE2 cannot compile, is an error naming the offset and the reason. */
 tok_split *tok_split_new(const char *regex, int mode, titan_err *err);
 void tok_split_free(tok_split *s);
 /* "scanner:llama3", "scanner:qwen2", "scanner:gpt2", "scanner:o200k" or "pcre2". */

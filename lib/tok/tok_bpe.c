@@ -143,6 +143,8 @@ int tok_pairmap_init(tok_pairmap *m, size_t expect, int64_t n_vocab, uint32_t n_
 		return err_set(err, "out of memory for a %zu-entry merge map", cap);
 	for (size_t i = 0; i < cap; i++)
 		m->slot[i] = UINT64_MAX;
+	/* Ranks that merge nothing (a tiktoken byte) keep this: no id. */
+	memset(m->merged, 0xff, ((size_t)n_ranks + 1) * sizeof *m->merged);
 	m->mask = cap - 1;
 	m->n = 0;
 	m->idbits = idbits;

@@ -6,7 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/mfile.h"
 #include "tok/tok.h"
+
+/* What a compiled tokenizer in the cache (tok_cache.c) was made by: bump it
+ * whenever what a loaded tok holds, or how a loader computes it, changes, so
+ * that caches written before are not used. */
+#define TOK_CACHE_VERSION 1
 
 /* Open-addressing hash: byte strings -> id (the vocabulary, added tokens). */
 /* A slot holds short tokens' bytes inline, so that a lookup of a word that is
@@ -77,6 +83,11 @@ struct tok {
 
 	int32_t bos, eos;
 	bool add_bos, add_eos;
+
+	uint8_t source_sha[32];   /* SHA-256 of the file (or text) loaded */
+	mfile map;                /* a compiled cache file the tables point into */
+	bool mapped;              /* pool ... pairs live in map: not freed */
+	char cache_note[192];     /* what the cache did, for tok_describe */
 };
 
 enum {
@@ -142,6 +153,16 @@ tok_bpe_scratch *tok_bpe_scratch_new(void);
 void tok_bpe_scratch_free(tok_bpe_scratch *s);
 int tok_bpe_piece(const tok *t, tok_bpe_scratch *s, const uint8_t *p, size_t n, tok_ids *out,
 		  titan_err *err);
+
+/* The compiled cache (tok_cache.c).  tok_cache_key: the key of a load of
+ * source (its SHA-256) with config (NULL: none) under the options. */
+void tok_cache_key(const uint8_t source_sha[32], const uint8_t *config_sha, int added, int pretok,
+		   uint8_t key[32]);
+/* Load t from dir's file for key: 0 done, 1 no usable file (t untouched
+ * except cache_note), -1 out of memory. */
+int tok_cache_read(tok *t, const char *dir, const uint8_t key[32], titan_err *err);
+/* Write t (freshly loaded) for key; failures only go to t->cache_note. */
+void tok_cache_write(tok *t, const char *dir, const uint8_t key[32]);
 
 /* Loaders (tok_load.c calls them). */
 int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, titan_err *err);

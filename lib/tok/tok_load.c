@@ -316,9 +316,15 @@ static int load_vocab(tok *t, pool_w *w, json_t *vocab, titan_err *err)
 			return err_set(err, "vocab entry \"%.40s\" is not an integer id", k);
 		if (n > sizeof buf)
 			return err_set(err, "vocab entry of %zu bytes is too long", n);
+		int64_t id = json_integer_value(v);
+		/* HF keeps every string of a shared id; titan's tables hold one token
+		 * per id, and dropping the others would lose their text silently. */
+		if (id >= 0 && id < t->n_vocab && t->len[id] != UINT32_MAX)
+			return err_set(err, "model.vocab: id %lld is given to \"%.40s\" and to another "
+				       "entry (titan needs one string per id)", (long long)id, k);
 		size_t m;
 		bool ok = bytelevel_decode(k, n, buf, &m);
-		if (set_token(t, w, json_integer_value(v), buf, m, ok ? 0 : TOK_F_UNREACH, err))
+		if (set_token(t, w, id, buf, m, ok ? 0 : TOK_F_UNREACH, err))
 			return -1;
 	}
 	return 0;
@@ -370,6 +376,54 @@ static int load_merges(tok *t, json_t *vocab, json_t *merges, titan_err *err)
 	return 0;
 }
 
+/* Whether id already holds a token whose text is not content (raw, or in
+ * ByteLevel form), which an added token would silently replace. */
+static bool clashes(const tok *t, const pool_w *w, int64_t id, const uint8_t *content, size_t n)
+{
+	if (id < 0 || id >= t->n_vocab || t->len[id] == UINT32_MAX)
+		return false;
+	const uint8_t *have = w->p + t->off[id];
+	size_t hn = t->len[id];
+	if (hn == n && !memcmp(have, content, n))
+		return false;
+	uint8_t *d = malloc(n + 1);
+	size_t dn = 0;
+	if (!d)
+		return false;
+	bytelevel_decode((const char *)content, n, d, &dn);
+	bool same = dn == hn && !memcmp(d, have, hn);
+	free(d);
+	return !same;
+}
+
+/* Make id the added token whose text is content (n raw bytes), as HF's
+ * add_tokens does; what names it (for messages) is where it came from. */
+static int add_token(tok *t, pool_w *w, int64_t id, const uint8_t *content, size_t n,
+		     bool special, const char *what, titan_err *err)
+{
+	if (clashes(t, w, id, content, n))
+		return err_set(err, "%s \"%.40s\": id %lld is already the vocabulary's token for "
+			       "other text (titan needs one string per id)", what, (const char *)content,
+			       (long long)id);
+	if (set_token(t, w, id, content, n, TOK_F_ADDED | (special ? TOK_F_SPECIAL : 0), err))
+		return -1;
+	/* HF decodes an added token through the ByteLevel decoder too. */
+	uint8_t *d = malloc(n + 1);
+	size_t dn = 0;
+	if (!d)
+		return err_set(err, "out of memory");
+	bytelevel_decode((const char *)content, n, d, &dn);
+	free(t->dec[id]);
+	t->dec[id] = NULL;
+	if (dn == n && !memcmp(d, content, n)) {
+		free(d);
+	} else {
+		t->dec[id] = d;
+		t->dec_len[id] = (uint32_t)dn;
+	}
+	return 0;
+}
+
 static int load_added(tok *t, pool_w *w, json_t *added, titan_err *err)
 {
 	size_t i;
@@ -384,87 +438,275 @@ static int load_added(tok *t, pool_w *w, json_t *added, titan_err *err)
 		if (!content)
 			return err_set(err, "out of memory");
 		n = unmask_nul(json_string_value(c), n, content);
-		const char *s = (const char *)content;
-		uint8_t fl = TOK_F_ADDED | (json_is_true(json_object_get(a, "special")) ? TOK_F_SPECIAL : 0);
-		int rc = set_token(t, w, id, content, n, fl, err);
-		/* HF decodes an added token through the ByteLevel decoder too. */
-		uint8_t *d = rc ? NULL : malloc(n + 1);
-		size_t dn = 0;
-		if (d)
-			bytelevel_decode(s, n, d, &dn);
-		bool same = d && dn == n && !memcmp(d, s, n);
+		content[n] = 0; /* for messages */
+		char what[64];
+		snprintf(what, sizeof what, "added_tokens[%zu]", i);
+		int rc = add_token(t, w, id, content, n, json_is_true(json_object_get(a, "special")),
+				   what, err);
 		free(content);
 		if (rc)
 			return -1;
-		if (!d)
-			return err_set(err, "out of memory");
-		if (same) {
-			free(d);
-		} else {
-			t->dec[id] = d;
-			t->dec_len[id] = (uint32_t)dn;
-		}
 	}
 	return 0;
 }
 
-/* The special token named by tokenizer_config.json's key: a string or an
- * {"content": ...} object. */
-static int32_t config_token(const tok *t, json_t *cfg, const char *key)
+/* ---- tokenizer_config.json and the post-processor: torchtitan's view ----
+ *
+ * torchtitan 0.2.2's HuggingFaceTokenizer adds every token tokenizer_config.json
+ * names (bos_token, eos_token, pad_token, unk_token, sep_token, cls_token,
+ * mask_token, then each added_tokens_decoder entry) to the tokenizer as a
+ * special token, so such text in a document is cut out as that token, and a
+ * token the tokenizer lacks gets the next free id.  Its dataset encodes every
+ * document with add_bos=True, add_eos=True: HF's post-processor template first,
+ * then BOS in front and EOS at the end unless the template already adds them. */
+
+enum { CFG_MAX = 1024 }; /* config tokens kept; more is refused */
+
+typedef struct cfg_tok {
+	const char *content; /* UTF-8, NUL-masked like the vocabulary (see unmask_nul) */
+	bool special;
+	int64_t id;          /* assigned by cfg_assign_ids */
+} cfg_tok;
+
+typedef struct cfg {
+	json_t *root;        /* NULL: no tokenizer_config.json */
+	cfg_tok tok[CFG_MAX];
+	size_t n;
+	const char *bos, *eos; /* the bos_token / eos_token strings, or NULL */
+} cfg;
+
+/* A token entry: a string, or an object whose "content" is one (torchtitan's
+ * _get_token_from_config); NULL for null; -1 for anything else. */
+static int cfg_string(json_t *v, const char **out)
 {
-	json_t *v = json_object_get(cfg, key);
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
 	if (json_is_object(v))
 		v = json_object_get(v, "content");
 	if (!json_is_string(v))
 		return -1;
-	return tok_token_id(t, json_string_value(v), json_string_length(v));
+	*out = json_string_value(v);
+	return 0;
 }
 
-/* Whether HF's post-processor template adds the token (torchtitan infers
- * add_bos / add_eos from it when the config does not say). */
-static bool template_has(json_t *pp, const tok *t, int32_t id)
+static int cfg_push(cfg *c, const char *content, bool special, titan_err *err)
 {
-	if (!pp || id < 0)
-		return false;
-	json_t *list = json_object_get(pp, "processors"), *q;
+	if (c->n == CFG_MAX)
+		return err_set(err, "more than %d special tokens", CFG_MAX);
+	c->tok[c->n++] = (cfg_tok){content, special, -1};
+	return 0;
+}
+
+static int cfg_read(cfg *c, const char *path, titan_err *err)
+{
+	static const char *const keys[] = {"bos_token", "eos_token", "pad_token", "unk_token",
+					   "sep_token", "cls_token", "mask_token"};
+	struct stat st;
+	memset(c, 0, sizeof *c);
+	if (!path || stat(path, &st))
+		return 0;
+	json_error_t je;
+	c->root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+	if (!c->root)
+		return err_set(err, "%s:%d: %s", path, je.line, je.text);
+	if (!json_is_object(c->root))
+		return err_set(err, "%s: not a JSON object", path);
+	for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+		json_t *v = json_object_get(c->root, keys[k]);
+		const char *s;
+		if (cfg_string(v, &s))
+			return err_set(err, "%s: %s is neither a string nor an object with a content "
+				       "string", path, keys[k]);
+		bool special = !json_is_object(v) || !json_is_false(json_object_get(v, "special"));
+		if (s && cfg_push(c, s, special, err))
+			return -1;
+		if (k == 0)
+			c->bos = s;
+		if (k == 1)
+			c->eos = s;
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(json_object_get(c->root, "added_tokens_decoder"), key, v) {
+		json_t *content = json_object_get(v, "content");
+		if (json_is_object(v) && json_is_string(content) &&
+		    cfg_push(c, json_string_value(content),
+			     !json_is_false(json_object_get(v, "special")), err))
+			return -1;
+	}
+	return 0;
+}
+
+/* Ids for the config's tokens the way HF's add_tokens gives them: an added
+ * token's or a vocabulary entry's with the same text, else the next free one
+ * (the largest added id + 1, or the vocabulary's size when that is larger).
+ * *max_id grows to cover new ones. */
+static void cfg_assign_ids(cfg *c, json_t *vocab, json_t *added, int64_t *max_id)
+{
+	int64_t added_max = -1, vocab_size = (int64_t)json_object_size(vocab);
 	size_t i;
-	if (json_is_array(list)) {
+	json_t *a;
+	json_array_foreach(added, i, a)
+		if (json_integer_value(json_object_get(a, "id")) > added_max)
+			added_max = json_integer_value(json_object_get(a, "id"));
+	for (size_t k = 0; k < c->n; k++) {
+		int64_t id = -1;
+		json_array_foreach(added, i, a) {
+			const char *have = json_string_value(json_object_get(a, "content"));
+			if (have && !strcmp(have, c->tok[k].content))
+				id = json_integer_value(json_object_get(a, "id"));
+		}
+		for (size_t j = 0; id < 0 && j < k; j++)
+			if (!strcmp(c->tok[j].content, c->tok[k].content))
+				id = c->tok[j].id;
+		if (id < 0 && json_is_integer(json_object_get(vocab, c->tok[k].content)))
+			id = json_integer_value(json_object_get(vocab, c->tok[k].content));
+		if (id < 0) {
+			id = added_max >= 0 && (added_max >= vocab_size || vocab_size == 0) ? added_max + 1
+											    : vocab_size;
+			added_max = id;
+		}
+		c->tok[k].id = id;
+		if (id > *max_id)
+			*max_id = id;
+	}
+}
+
+static int cfg_add(tok *t, pool_w *w, const cfg *c, titan_err *err)
+{
+	for (size_t k = 0; k < c->n; k++) {
+		size_t n = strlen(c->tok[k].content);
+		uint8_t *content = malloc(n + 1);
+		if (!content)
+			return err_set(err, "out of memory");
+		n = unmask_nul(c->tok[k].content, n, content);
+		content[n] = 0;
+		int rc = add_token(t, w, c->tok[k].id, content, n, c->tok[k].special,
+				   "tokenizer_config.json", err);
+		free(content);
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
+/* The ids HF's post-processor puts around a single sequence: before (pre) and
+ * after (suf) it, at most 8 each. */
+typedef struct affix {
+	int32_t pre[8], suf[8];
+	int npre, nsuf;
+} affix;
+
+static int affix_push(affix *f, bool after, int32_t id, titan_err *err)
+{
+	int *n = after ? &f->nsuf : &f->npre;
+	if (*n == 8)
+		return err_set(err, "post_processor adds more than 8 tokens");
+	(after ? f->suf : f->pre)[(*n)++] = id;
+	return 0;
+}
+
+/* TemplateProcessing's "single" template: SpecialToken items before and after
+ * the $A sequence, each its special_tokens entry's ids. */
+static int template_affix(json_t *pp, affix *f, titan_err *err)
+{
+	json_t *single = json_object_get(pp, "single"), *item, *specials = json_object_get(pp, "special_tokens");
+	size_t i, j;
+	bool after = false;
+	if (!json_is_array(single))
+		return err_set(err, "post_processor TemplateProcessing without a single template");
+	json_array_foreach(single, i, item) {
+		if (json_object_get(item, "Sequence")) {
+			after = true;
+			continue;
+		}
+		const char *name = json_string_value(json_object_get(json_object_get(item, "SpecialToken"), "id"));
+		json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids"), *id;
+		if (!name || !json_is_array(ids))
+			return err_set(err, "post_processor template item %zu names no special token", i);
+		json_array_foreach(ids, j, id)
+			if (affix_push(f, after, (int32_t)json_integer_value(id), err))
+				return -1;
+	}
+	return 0;
+}
+
+/* A post-processor's additions; ByteLevel adds none, a Sequence adds its
+ * processors' in turn. */
+static int post_affix(json_t *pp, affix *f, titan_err *err)
+{
+	if (!pp || json_is_null(pp))
+		return 0;
+	const char *type = json_string_value(json_object_get(pp, "type"));
+	if (type && !strcmp(type, "ByteLevel"))
+		return 0;
+	if (type && !strcmp(type, "TemplateProcessing"))
+		return template_affix(pp, f, err);
+	if (type && (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing"))) {
+		json_t *cls = json_array_get(json_object_get(pp, "cls"), 1);
+		json_t *sep = json_array_get(json_object_get(pp, "sep"), 1);
+		if (!json_is_integer(cls) || !json_is_integer(sep))
+			return err_set(err, "post_processor %s without cls and sep ids", type);
+		return affix_push(f, false, (int32_t)json_integer_value(cls), err) ||
+		       affix_push(f, true, (int32_t)json_integer_value(sep), err);
+	}
+	if (type && !strcmp(type, "Sequence")) {
+		json_t *list = json_object_get(pp, "processors"), *q;
+		size_t i;
 		json_array_foreach(list, i, q)
-			if (template_has(q, t, id))
-				return true;
-		return false;
+			if (post_affix(q, f, err))
+				return -1;
+		return 0;
 	}
-	json_t *single = json_object_get(pp, "single");
-	json_array_foreach(single, i, q) {
-		json_t *st = json_object_get(json_object_get(q, "SpecialToken"), "id");
-		if (json_is_string(st) &&
-		    tok_token_id(t, json_string_value(st), json_string_length(st)) == id)
+	return err_set(err, "post_processor %s is not supported", type ? type : "(no type)");
+}
+
+static bool affix_has(const affix *f, int32_t id)
+{
+	for (int i = 0; i < f->npre; i++)
+		if (f->pre[i] == id)
 			return true;
-	}
+	for (int i = 0; i < f->nsuf; i++)
+		if (f->suf[i] == id)
+			return true;
 	return false;
 }
 
-static int read_config(tok *t, const char *config_path, json_t *root, titan_err *err)
+/* BOS / EOS and the training stream's defaults, as torchtitan's encode(text,
+ * add_bos=True, add_eos=True) makes them: the template's tokens, BOS in front
+ * unless the template adds it, EOS at the end likewise.  torchtitan names no
+ * EOS when eos_token is bos_token's text (its elif), so none is added then.
+ * titan's stream holds at most one token before and one after a document. */
+static int resolve_stream(tok *t, const cfg *c, json_t *root, titan_err *err)
 {
-	json_t *cfg = NULL;
-	struct stat st;
-	if (config_path && !stat(config_path, &st)) {
-		json_error_t je;
-		cfg = json_load_file(config_path, JSON_DECODE_INT_AS_REAL, &je);
-		if (!cfg)
-			return err_set(err, "%s:%d: %s", config_path, je.line, je.text);
-	}
-	t->bos = config_token(t, cfg, "bos_token");
-	t->eos = config_token(t, cfg, "eos_token");
-	json_t *pp = json_object_get(root, "post_processor");
-	json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
-	t->add_bos = json_is_boolean(ab) ? json_is_true(ab) : template_has(pp, t, t->bos);
-	t->add_eos = json_is_boolean(ae) ? json_is_true(ae) : template_has(pp, t, t->eos);
-	if (t->bos < 0)
-		t->add_bos = false;
-	if (t->eos < 0)
-		t->add_eos = false;
-	json_decref(cfg);
+	affix f = {0};
+	if (post_affix(json_object_get(root, "post_processor"), &f, err))
+		return -1;
+	t->bos = c->bos ? tok_token_id(t, c->bos, strlen(c->bos)) : -1;
+	t->eos = c->eos ? tok_token_id(t, c->eos, strlen(c->eos)) : -1;
+	bool named_eos = t->eos >= 0 && !(c->bos && !strcmp(c->bos, c->eos));
+	int32_t pre[9], suf[9];
+	int npre = 0, nsuf = 0;
+	if (t->bos >= 0 && !affix_has(&f, t->bos))
+		pre[npre++] = t->bos;
+	memcpy(pre + npre, f.pre, (size_t)f.npre * sizeof *pre);
+	npre += f.npre;
+	memcpy(suf, f.suf, (size_t)f.nsuf * sizeof *suf);
+	nsuf = f.nsuf;
+	if (named_eos && !affix_has(&f, t->eos))
+		suf[nsuf++] = t->eos;
+	if (npre > 1 || nsuf > 1 || (npre && t->bos >= 0 && pre[0] != t->bos) ||
+	    (nsuf && t->eos >= 0 && suf[0] != t->eos))
+		return err_set(err, "torchtitan would put %d token(s) before and %d after each document "
+			       "(post_processor and tokenizer_config.json); titan's token stream holds "
+			       "one BOS and one EOS", npre, nsuf);
+	if (npre)
+		t->bos = pre[0];
+	if (nsuf)
+		t->eos = suf[0];
+	t->add_bos = npre == 1;
+	t->add_eos = nsuf == 1;
 	return 0;
 }
 
@@ -504,12 +746,20 @@ int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path
 		     titan_err *err)
 {
 	init_bytelevel();
+	if (text && n >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
+		return err_set(err, "starts with a UTF-8 byte order mark, which JSON text must not "
+			       "(HF tokenizers refuses it too): remove the first 3 bytes");
 	json_error_t je;
 	json_t *root = load_json_masked(text ? text : "", text ? n : 0, &je, err);
 	if (!root)
 		return -1;
 	int rc = -1;
 	pool_w w = {0};
+	cfg *c = calloc(1, sizeof *c);
+	if (!c) {
+		json_decref(root);
+		return err_set(err, "out of memory");
+	}
 	json_t *model = json_object_get(root, "model");
 	json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
 	json_t *added = json_object_get(root, "added_tokens");
@@ -523,7 +773,10 @@ int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path
 		err_set(err, "added_tokens is not a list");
 		goto out;
 	}
+	if (cfg_read(c, config_path, err))
+		goto out;
 	int64_t max = json_max_id(vocab, added);
+	cfg_assign_ids(c, vocab, added, &max);
 	if (max < 0 || max >= TOK_MAX_IDS) {
 		err_set(err, "bad vocabulary: largest id %lld (expected 0..%d)", (long long)max,
 			TOK_MAX_IDS - 1);
@@ -539,15 +792,18 @@ int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path
 		goto out;
 	}
 	if (tok_alloc_ids(t, max + 1, err) || load_vocab(t, &w, vocab, err) ||
-	    load_merges(t, vocab, merges, err) || load_added(t, &w, added, err))
+	    load_merges(t, vocab, merges, err) || load_added(t, &w, added, err) ||
+	    cfg_add(t, &w, c, err))
 		goto out;
 	t->pool = w.p;
 	w.p = NULL;
-	if (tok_finish(t, err) || read_config(t, config_path, root, err))
+	if (tok_finish(t, err) || resolve_stream(t, c, root, err))
 		goto out;
 	rc = 0;
 out:
 	free(w.p);
+	json_decref(c->root);
+	free(c);
 	json_decref(root);
 	return rc;
 }
@@ -764,8 +1020,9 @@ int tok_load_tiktoken(tok *t, const char *path, titan_err *err)
 		goto out;
 	if (!llama)
 		t->eos = tok_token_id(t, "<|endoftext|>", 13);
+	/* torchtitan's TikTokenizer (before 0.2) encoded with bos=True, eos=True. */
 	t->add_bos = t->bos >= 0;
-	t->add_eos = false;
+	t->add_eos = t->eos >= 0;
 	if (add_split(t, enc->regex, t->pretok_mode, err))
 		goto out;
 	rc = 0;

@@ -2,8 +2,9 @@
  * patterns, PCRE2 (JIT, UTF, UCP) for any other.
  *
  * Both follow the references' regex semantics: leftmost-first alternation,
- * greedy quantifiers with backtracking, \s = Unicode White_Space.  The
- * scanners read titan's Unicode 16 tables; PCRE2 its own. */
+ * greedy quantifiers with backtracking, \s = Unicode White_Space.  Both read
+ * titan's Unicode 16 tables: the scanners directly, PCRE2 through the explicit
+ * ranges tok_regex.c writes into the pattern in place of its own tables. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -297,53 +298,6 @@ static size_t scan_o200k(const uint8_t *s, size_t n, size_t i)
 	return scan_space(s, n, i, true);
 }
 
-/* PCRE2's \s under UCP is Z plus \t\n\v\f\r; the references' \s is
- * White_Space, which also holds U+0085.  Rewrite \s and \S to say so. */
-static char *rewrite_pattern(const char *re)
-{
-	size_t n = strlen(re);
-	char *o = malloc(n * 12 + 1);
-	if (!o)
-		return NULL;
-	size_t k = 0;
-	bool in_class = false;
-	for (size_t i = 0; i < n; i++) {
-		char ch = re[i];
-		if (ch == '\\' && i + 1 < n) {
-			char e = re[i + 1];
-			const char *rep = NULL;
-			if (e == 's')
-				rep = in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
-			else if (e == 'S' && !in_class)
-				rep = "[^\\s\\x{85}]";
-			if (rep) {
-				memcpy(o + k, rep, strlen(rep));
-				k += strlen(rep);
-			} else {
-				o[k++] = ch;
-				o[k++] = e;
-			}
-			i++;
-			continue;
-		}
-		if (ch == '[' && !in_class) {
-			in_class = true;
-			o[k++] = ch;
-			/* A ']' right after '[' or '[^' is literal. */
-			if (i + 1 < n && re[i + 1] == '^')
-				o[k++] = re[++i];
-			if (i + 1 < n && re[i + 1] == ']')
-				o[k++] = re[++i];
-			continue;
-		}
-		if (ch == ']' && in_class)
-			in_class = false;
-		o[k++] = ch;
-	}
-	o[k] = 0;
-	return o;
-}
-
 tok_split *tok_split_new(const char *regex, int mode, titan_err *err)
 {
 	init_ascii();
@@ -353,6 +307,12 @@ tok_split *tok_split_new(const char *regex, int mode, titan_err *err)
 		return NULL;
 	}
 	s->kind = TOK_SPLIT_PCRE2;
+	s->src = strdup(regex);
+	if (!s->src) {
+		free(s);
+		err_set(err, "out of memory");
+		return NULL;
+	}
 	if (mode != TOK_PRETOK_PCRE2) {
 		if (!strcmp(regex, tok_re_llama3) || !strcmp(regex, re_cl100k_tiktoken))
 			s->kind = TOK_SPLIT_LLAMA3;
@@ -363,10 +323,9 @@ tok_split *tok_split_new(const char *regex, int mode, titan_err *err)
 		else if (!strcmp(regex, tok_re_o200k))
 			s->kind = TOK_SPLIT_O200K;
 	}
-	char *pat = rewrite_pattern(regex);
+	char *pat = tok_regex_to_pcre2(regex, err);
 	if (!pat) {
-		free(s);
-		err_set(err, "out of memory");
+		tok_split_free(s);
 		return NULL;
 	}
 	int ec;
@@ -379,7 +338,7 @@ tok_split *tok_split_new(const char *regex, int mode, titan_err *err)
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(ec, msg, sizeof msg);
 		err_set(err, "pre-tokenizer regex at offset %zu: %s", (size_t)eo, (char *)msg);
-		free(s);
+		tok_split_free(s);
 		return NULL;
 	}
 	/* JIT is an optimisation: a platform without it still matches. */
@@ -391,8 +350,14 @@ void tok_split_free(tok_split *s)
 {
 	if (!s)
 		return;
+	free(s->src);
 	pcre2_code_free(s->re);
 	free(s);
+}
+
+const char *tok_split_source(const tok_split *s)
+{
+	return s->src;
 }
 
 const char *tok_split_kind(const tok_split *s)
@@ -510,7 +475,14 @@ static int pcre_run(const tok_split *sp, tok_pcre *pc, const uint8_t *s0, size_t
 		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(pc->md);
 		size_t ms = ov[0], me = ov[1];
-		if (me == ms) { /* an empty match makes no piece: step one character */
+		if (me == ms) {
+			/* HF: an empty match makes no piece but ends the gap before
+			 * it; the search goes on a character later. */
+			if (ms > last && (rc = fn(ctx, s0 + ORIG(last), ORIG(ms) - ORIG(last))))
+				goto out;
+			last = ms;
+			if (ms >= n)
+				break;
 			uint32_t cp;
 			pos = ms + uni_utf8_decode(s + ms, n - ms, &cp);
 			continue;

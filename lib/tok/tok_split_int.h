@@ -17,8 +17,17 @@ enum {
 
 struct tok_split {
 	int kind;
-	void *re; /* pcre2_code *, compiled for every kind */
+	char *src; /* the regex as given */
+	void *re;  /* pcre2_code *, compiled for every kind */
 };
+
+/* The regex a split was made from. */
+const char *tok_split_source(const tok_split *s);
+
+/* A tokenizer.json regex (Oniguruma syntax, as HF tokenizers runs it) as a
+ * PCRE2 pattern with the same meaning on Unicode 16.0.0 (malloc'd; see
+ * tok_regex.c), or NULL with *err naming what cannot be made exact. */
+char *tok_regex_to_pcre2(const char *re, titan_err *err);
 
 /* Per-thread PCRE2 match state (the compiled code is shared). */
 typedef struct tok_pcre {

@@ -1,4 +1,5 @@
 #include "trainer/trainer.h"
+#include "trainer/precision.h"
 #include "trainer/state.h"
 
 #include <math.h>
@@ -136,10 +137,24 @@ static void warn_inert(job *j)
 		titan_warn("profiling.enable_profiling: titan-train has no profiler yet; no traces are written");
 	if (c->profiling.enable_memory_snapshot)
 		titan_warn("profiling.enable_memory_snapshot: not available; no snapshots are written");
-	if (strcmp(c->training.mixed_precision_param, "float32") != 0)
-		metrics_log(j->log, "Mixed precision: training.mixed_precision_param = %s takes effect "
-			    "with sharded data parallelism only; computing in float32",
-			    c->training.mixed_precision_param);
+}
+
+/* torchtitan's precision mode for this job's mesh (one process, or replication
+ * alone: autocast with training.mixed_precision_param; FSDP's policy when
+ * sharding), logged; the plan puts it on the model. */
+static int choose_precision(job *j, train_prec *p, titan_err *err)
+{
+	prec_degrees d = {1, 1, 1, 1, 1};
+	if (j->h->mesh != NULL) {
+		const mesh_degrees *md = &j->h->mesh->d;
+		d = (prec_degrees){(int)md->dp_replicate, (int)md->dp_shard, (int)md->tp,
+				   (int)md->pp, (int)md->cp};
+	}
+	if (train_prec_choose(j->c, &d, p, err) != 0)
+		return -1;
+	metrics_log(j->log, "%s", p->line);
+	metrics_log(j->log, "Precision: %s", p->detail);
+	return 0;
 }
 
 /* The mesh's layout for this job: data parallel ranks read their own rows
@@ -255,12 +270,17 @@ static int build_plan(job *j, titan_err *err)
 		       .loss_parallel = !c->parallelism.disable_loss_parallel,
 		       .async_tp = c->parallelism.enable_async_tensor_parallel,
 		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings};
+	train_prec prec;
 	if (ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
-	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0)
+	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
+	    choose_precision(j, &prec, err) != 0)
 		return -1;
+	o.prec = prec.model;
+	o.reduce = prec.reduce;
 	if ((j->p = plan_create(&o, err)) == NULL)
 		return -1;
-	if (plan_init_weights(j->p, seed_of(c), 1, err) != 0)
+	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 ||
+	    plan_init_weights(j->p, seed_of(c), 1, err) != 0)
 		return -1;
 	j->gm = plan_global_model(j->p);
 	const llama_args *ma = model_args(j->gm);
@@ -402,6 +422,7 @@ static int load_checkpoint(job *j, titan_err *err)
 	free(s.loader);
 	if (rc != 0)
 		return -1;
+	plan_weights_changed(j->p); /* the masters were written behind the model's back */
 	if (got.train_state) {
 		j->step = s.step;
 		j->ntokens_seen = s.ntokens_seen;

@@ -20,6 +20,73 @@ uint8_t uni_ccc(uint32_t cp)
 	return uni_ccc_stage2[((size_t)uni_ccc_stage1[cp >> 8] << 8) | (cp & 0xff)];
 }
 
+static bool wanted(uint8_t p, uint32_t gc_mask, bool ws)
+{
+	return (gc_mask >> uni_gc_of(p) & 1) || (ws && (p & UNI_PROP_WS));
+}
+
+/* A run being collected: code point cp is wanted or not. */
+typedef struct runs {
+	uint32_t start;
+	bool in;
+	int (*fn)(void *ctx, uint32_t lo, uint32_t hi);
+	void *ctx;
+} runs;
+
+static int step(runs *r, uint32_t cp, bool want)
+{
+	if (want && !r->in) {
+		r->start = cp;
+		r->in = true;
+	} else if (!want && r->in) {
+		r->in = false;
+		return r->fn(r->ctx, r->start, cp - 1);
+	}
+	return 0;
+}
+
+int uni_ranges(uint32_t gc_mask, bool ws, int (*fn)(void *ctx, uint32_t lo, uint32_t hi),
+	       void *ctx)
+{
+	/* Each distinct block of the two-stage table is judged once: none of
+	 * its code points wanted (0), all (1), or some (2). */
+	uint16_t nblocks = 0;
+	for (size_t i = 0; i < 0x1100; i++)
+		if (uni_props_stage1[i] >= nblocks)
+			nblocks = (uint16_t)(uni_props_stage1[i] + 1);
+	uint8_t *judged = calloc(nblocks, 1); /* 0 not yet, else 1 + verdict */
+	if (!judged)
+		return -1;
+	runs r = {.fn = fn, .ctx = ctx};
+	int rc = 0;
+	for (uint32_t b = 0; b < 0x1100 && !rc; b++) {
+		uint16_t blk = uni_props_stage1[b];
+		const uint8_t *p = uni_props_stage2 + ((size_t)blk << 8);
+		if (!judged[blk]) {
+			int n = 0;
+			for (int k = 0; k < 256; k++)
+				n += wanted(p[k], gc_mask, ws);
+			judged[blk] = (uint8_t)(1 + (n == 0 ? 0 : n == 256 ? 1 : 2));
+		}
+		if (judged[blk] != 3) { /* the whole block alike */
+			rc = step(&r, b << 8, judged[blk] == 2);
+			continue;
+		}
+		for (uint32_t k = 0; k < 256 && !rc; k++)
+			rc = step(&r, b << 8 | k, wanted(p[k], gc_mask, ws));
+	}
+	if (!rc && r.in)
+		rc = fn(ctx, r.start, 0x10FFFF);
+	free(judged);
+	return rc;
+}
+
+size_t uni_fold_new_pairs(const uint32_t (**pairs)[2])
+{
+	*pairs = uni_fold_new;
+	return uni_n_fold_new;
+}
+
 size_t uni_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
 {
 	uint8_t b = s[0];

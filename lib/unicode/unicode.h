@@ -37,6 +37,19 @@ uint8_t uni_props(uint32_t cp);
 static inline enum uni_gc uni_gc_of(uint8_t props) { return (enum uni_gc)(props & 0x1f); }
 uint8_t uni_ccc(uint32_t cp);
 
+/* Calls fn(ctx, lo, hi) for each maximal run of code points 0..0x10FFFF whose
+ * general category is in gc_mask (a bit per enum uni_gc) or, when ws, that
+ * are White_Space, in ascending order; stops at fn's first non-zero result
+ * and returns it.  Fast: whole 256-code-point blocks are judged at once. */
+int uni_ranges(uint32_t gc_mask, bool ws, int (*fn)(void *ctx, uint32_t lo, uint32_t hi),
+	       void *ctx);
+
+/* Case: the pairs of characters (a, b), a < b, that fold together in Unicode
+ * 16.0.0 and involve a cased letter assigned after Unicode 14 (Garay, U+1C89,
+ * U+A7CB...): what a regex engine with Unicode 14 tables (Debian's PCRE2)
+ * misses under (?i).  Every older pair it folds as Unicode 16 does. */
+size_t uni_fold_new_pairs(const uint32_t (**pairs)[2]);
+
 /* Decode one UTF-8 character at s[0..n) (n > 0).  Returns its length; *cp is
  * the code point, or UNI_BAD_BYTE(b) for a byte that does not start a valid,
  * shortest-form, non-surrogate sequence (then the length is 1). */

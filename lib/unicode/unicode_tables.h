@@ -23,5 +23,7 @@ extern const uni_decomp_entry uni_decomp[];
 extern const size_t uni_n_decomp;
 extern const uni_comp_entry uni_comp[];
 extern const size_t uni_n_comp;
+extern const uint32_t uni_fold_new[][2];
+extern const size_t uni_n_fold_new;
 
 #endif

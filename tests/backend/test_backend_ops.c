@@ -16,31 +16,19 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_kernels.h"
+#include "../support/testutil.h"
 
 #define FD_H 1e-6
 #define FD_TOL 1e-6  /* central differences in float64: error ~ h^2 + eps/h */
 #define F32_TOL 2e-6 /* float32 op vs float64 op */
 
-static uint64_t rng_state;
-
-static void seed(uint64_t s)
-{
-	print_message("seed %llu\n", (unsigned long long)s);
-	rng_state = s;
-}
-
-static double urand(void) /* uniform in [-1, 1) */
-{
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
-}
 
 static double *rnd(size_t n, double scale)
 {
 	double *x = malloc(n * sizeof(double));
 	assert_non_null(x);
 	for (size_t i = 0; i < n; i++)
-		x[i] = scale * urand();
+		x[i] = scale * test_urand();
 	return x;
 }
 
@@ -125,7 +113,7 @@ static double rms_loss(void *p)
 static void rmsnorm_backward_matches_finite_differences_and_f32_matches_f64(void **s)
 {
 	(void)s;
-	seed(11);
+	test_seed(11);
 	int64_t n = 5, d = 70;
 	size_t nd = (size_t)(n * d);
 	rms_ctx c = {rnd(nd, 2), rnd((size_t)d, 1), rnd(nd, 1), rnd(nd, 0), rnd((size_t)n, 0), n, d};
@@ -173,7 +161,7 @@ static double rope_loss(void *p)
 static void rope_inverse_is_its_gradient_and_matches_complex_rotation(void **s)
 {
 	(void)s;
-	seed(12);
+	test_seed(12);
 	int64_t b = 2, t = 9, h = 3, hd = 8;
 	size_t n = (size_t)(b * t * h * hd);
 	double *cs = malloc((size_t)(t * hd) * sizeof(double));
@@ -201,7 +189,7 @@ static void rope_inverse_is_its_gradient_and_matches_complex_rotation(void **s)
 static void rope_half_matches_hf_rotate_half_and_inverts(void **s)
 {
 	(void)s;
-	seed(26);
+	test_seed(26);
 	int64_t b = 1, t = 5, h = 2, hd = 8, half = hd / 2;
 	size_t n = (size_t)(b * t * h * hd);
 	double *cs = malloc((size_t)(t * hd) * sizeof(double));
@@ -304,7 +292,7 @@ static void att_naive(double *o, const att_ctx *c)
  * differences, then the float32 op against the float64 one. */
 static void check_attention(const be_attn *shape, uint64_t sd)
 {
-	seed(sd);
+	test_seed(sd);
 	att_ctx c = {.a = *shape};
 	size_t nq = att_nq(&c.a), nk = att_nk(&c.a), nv = att_nv(&c.a), no = att_no(&c.a);
 	size_t nl = (size_t)(c.a.b * c.a.h * c.a.tq);
@@ -396,7 +384,7 @@ static double glu_loss(void *p)
 static void swiglu_backward_matches_finite_differences_and_f32_matches_f64(void **s)
 {
 	(void)s;
-	seed(14);
+	test_seed(14);
 	int64_t n = 300;
 	glu_ctx c = {rnd(300, 6), rnd(300, 2), rnd(300, 1), rnd(300, 0), n};
 	round_f32(c.a, 300), round_f32(c.g, 300), round_f32(c.r, 300);
@@ -422,7 +410,7 @@ static void swiglu_backward_matches_finite_differences_and_f32_matches_f64(void 
 static void embedding_backward_adds_repeated_ids_in_order(void **s)
 {
 	(void)s;
-	seed(15);
+	test_seed(15);
 	int64_t v = 10, d = 130, n = 7;
 	int32_t ids[7] = {3, 0, 3, 9, 3, 1, 0};
 	double *tab = rnd((size_t)(v * d), 1), *out = rnd((size_t)(n * d), 0);
@@ -448,7 +436,7 @@ static void embedding_backward_adds_repeated_ids_in_order(void **s)
 static void embedding_vocab_shards_sum_to_the_whole_lookup(void **s)
 {
 	(void)s;
-	seed(27);
+	test_seed(27);
 	int64_t v = 10, d = 5, n = 6;
 	int32_t ids[6] = {9, 0, 4, 5, 4, 7};
 	double *tab = rnd((size_t)(v * d), 1), *whole = rnd((size_t)(n * d), 0);
@@ -486,7 +474,7 @@ static double ce_loss(void *p)
 static void cross_entropy_gradient_matches_finite_differences_and_skips_ignored(void **s)
 {
 	(void)s;
-	seed(16);
+	test_seed(16);
 	int64_t n = 6, v = 50;
 	int32_t y[6] = {3, -100, 49, 0, -100, 17};
 	size_t nv = (size_t)(n * v);
@@ -532,7 +520,7 @@ static void cross_entropy_gradient_matches_finite_differences_and_skips_ignored(
 static void matmul_every_transpose_matches_definition(void **s)
 {
 	(void)s;
-	seed(17);
+	test_seed(17);
 	int64_t m = 13, n = 9, k = 21;
 	for (int ta = 0; ta < 2; ta++)
 		for (int tb = 0; tb < 2; tb++) {
@@ -562,7 +550,7 @@ static void matmul_every_transpose_matches_definition(void **s)
 static void sumsq_is_exact_and_independent_of_threads(void **s)
 {
 	(void)s;
-	seed(18);
+	test_seed(18);
 	size_t n = 100003;
 	double *x = rnd(n, 1);
 	round_f32(x, n);
@@ -585,11 +573,11 @@ static void sumsq_is_exact_and_independent_of_threads(void **s)
 static void adamw_update_matches_torch_formula(void **s)
 {
 	(void)s;
-	seed(19);
+	test_seed(19);
 	size_t n = 1000;
 	double *p = rnd(n, 1), *g = rnd(n, 1e-3), *m = rnd(n, 1e-3), *v = rnd(n, 0);
 	for (size_t i = 0; i < n; i++)
-		v[i] = fabs(urand()) * 1e-6;
+		v[i] = fabs(test_urand()) * 1e-6;
 	round_f32(p, n), round_f32(g, n), round_f32(m, n), round_f32(v, n);
 	float *fp = to_f32(p, n), *fg = to_f32(g, n), *fm = to_f32(m, n), *fv = to_f32(v, n);
 	double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;

@@ -2,7 +2,10 @@
  * backward + clip + AdamW) for a named shape, print one line of key=value
  * figures for scripts/bench/model.sh (make bench builds it).
  *
- *   bench_model SHAPE B T STEPS [AC]     SHAPE: debugmodel | 100M;  AC: none|full|op|selective */
+ *   bench_model SHAPE B T STEPS [AC [PREC]]
+ *     SHAPE: debugmodel | 100M;  AC: none|full|op|selective;
+ *     PREC: float32 (default) | bfloat16 (torch.autocast's: float32 masters,
+ *     bf16 linears and activations, float32 residual stream) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,13 +39,16 @@ static int cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	if (argc < 5) {
-		fprintf(stderr, "usage: bench_model SHAPE B T STEPS [none|full|op|selective]\n");
+		fprintf(stderr, "usage: bench_model SHAPE B T STEPS [none|full|op|selective "
+				"[float32|bfloat16]]\n");
 		return 2;
 	}
 	const llama_args *a = strcmp(argv[1], "100M") == 0 ? &shape_100m : flavor_find(argv[1]);
 	int b = atoi(argv[2]), t = atoi(argv[3]), steps = atoi(argv[4]);
 	const char *ac = argc > 5 ? argv[5] : "none";
-	if (!a || b < 1 || t < 1 || steps < 1) {
+	const char *prec = argc > 6 ? argv[6] : "float32";
+	int bf16 = strcmp(prec, "bfloat16") == 0;
+	if (!a || b < 1 || t < 1 || steps < 1 || (!bf16 && strcmp(prec, "float32") != 0)) {
 		fprintf(stderr, "bench_model: bad shape or sizes\n");
 		return 2;
 	}
@@ -56,7 +62,9 @@ int main(int argc, char **argv)
 	model_ac_mode mode = strcmp(ac, "full") == 0 ? MODEL_AC_FULL
 			     : strcmp(ac, "op") == 0 ? MODEL_AC_OP
 			     : strcmp(ac, "selective") == 0 ? MODEL_AC_SELECTIVE : MODEL_AC_NONE;
-	if (model_set_ac(m, mode, 2, &e)) {
+	model_prec mp = {BE_F32, BE_F32, BE_BF16, BE_F32};
+	if (model_set_ac(m, mode, 2, &e) ||
+	    (bf16 && (model_set_prec(m, &mp, &e) || model_set_autocast(m, BE_BF16, &e)))) {
 		titan_err_print(&e);
 		return 1;
 	}
@@ -89,6 +97,7 @@ int main(int argc, char **argv)
 		}
 		grad_clip_norm(be, model_grads(m), model_num_params(m), 1.0);
 		adamw_step(opt, model_params(m), model_grads(m), c.lr);
+		model_weights_changed(m);
 		dt[st] = clock_s(CLOCK_MONOTONIC) - t0;
 		dc[st] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
 		loss = ls / (double)nv;
@@ -98,10 +107,11 @@ int main(int argc, char **argv)
 	double med = dt[1 + steps / 2], cpu = dc[1 + steps / 2];
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	printf("impl=titan shape=%s params=%zu b=%d t=%d threads=%d step_s=%.4f cpu_s=%.4f tok_s=%.1f "
-	       "peak_rss_mib=%.1f backend_peak_mib=%.1f loss=%.4f\n",
-	       argv[1], model_num_params(m), b, t, be->threads, med, cpu, (double)n / med,
-	       (double)ru.ru_maxrss / 1024.0, (double)backend_peak_bytes(be) / 1048576.0, loss);
+	printf("impl=titan shape=%s prec=%s params=%zu b=%d t=%d threads=%d step_s=%.4f cpu_s=%.4f "
+	       "tok_s=%.1f peak_rss_mib=%.1f backend_peak_mib=%.1f act_mib=%.1f loss=%.4f\n",
+	       argv[1], prec, model_num_params(m), b, t, be->threads, med, cpu, (double)n / med,
+	       (double)ru.ru_maxrss / 1024.0, (double)backend_peak_bytes(be) / 1048576.0,
+	       (double)model_activation_bytes(m, b, t) / 1048576.0, loss);
 	adamw_free(opt);
 	model_free(m);
 	backend_free(be);

@@ -15,9 +15,9 @@ if [ ! -x "$TOK" ]; then
 	t_done
 fi
 t_need_fixture corpus/en.jsonl
-t_need_fixture tokenizers/llama3_1/tokenizer.json
-TK="$FIXTURES/tokenizers/llama3_1"
-head -n 400 "$FIXTURES/corpus/en.jsonl" >"$TMP/c.jsonl"
+t_need_fixture tokenizers/qwen3/tokenizer.json
+TK="$(fx tokenizers/qwen3)"
+head -n 400 "$(fx corpus/en.jsonl)" >"$TMP/c.jsonl"
 t_run "tokenize the corpus" sh -c "'$TOK' -q -j 2 -t '$TK' <'$TMP/c.jsonl' >'$TMP/s.tts'"
 t_run "shard it (zstd, val split)" \
 	"$SH" -q --out "$TMP/d" --shard-tokens 20000 --val-fraction 0.05 --compress zstd "$TMP/s.tts"

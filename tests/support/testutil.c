@@ -27,3 +27,17 @@ const char *test_path(const char *name)
 	snprintf(buf, sizeof buf, "%s/%s", test_tmpdir, name);
 	return buf;
 }
+
+static uint64_t rng_state;
+
+void test_seed(uint64_t s)
+{
+	printf("seed %llu\n", (unsigned long long)s);
+	rng_state = s;
+}
+
+double test_urand(void)
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
+}

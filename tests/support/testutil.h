@@ -3,6 +3,7 @@
 #define TITAN_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A fresh scratch folder for a test group: pass these as the group's setup and
  * teardown to cmocka_run_group_tests(); test_tmpdir holds its path. */
@@ -12,6 +13,11 @@ int test_tmpdir_remove(void **state);
 
 /* test_tmpdir "/" name, in a static buffer that the next call overwrites. */
 const char *test_path(const char *name);
+
+/* A fixed-seed generator for random test inputs: test_seed prints the seed
+ * (a failure can be replayed), test_urand draws uniformly from [-1, 1). */
+void test_seed(uint64_t s);
+double test_urand(void);
 
 /* SANITIZED is 1 in the ASan build (gcc's or clang's spelling), where tests
  * that scale with input size run a fraction of the work. */

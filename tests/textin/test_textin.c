@@ -265,6 +265,30 @@ static void text_invalid_utf8_names_the_line(void **state)
 	assert_non_null(strstr(err.msg, ":4: invalid UTF-8"));
 }
 
+/* A gzip stream cut in its trailer (libarchive says nothing then) or inside
+ * its header (too short for libarchive to see gzip) is named as truncated
+ * gzip input, never "(null)" nor a JSON error about the compressed bytes. */
+static void truncated_gzip_is_named_in_every_place_it_can_be_cut(void **state)
+{
+	(void)state;
+	static const uint8_t gz[] = { /* {"text":"hello"}\n{"text":"world"}\n, gzip -n -9 */
+		0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x03, 0xab, 0x56, 0x2a, 0x49,
+		0xad, 0x28, 0x51, 0xb2, 0x52, 0xca, 0x48, 0xcd, 0xc9, 0xc9, 0x57, 0xaa, 0xe5, 0xaa,
+		0x86, 0x09, 0x94, 0xe7, 0x17, 0xe5, 0xa4, 0x00, 0x05, 0x00, 0x07, 0x6f, 0x1a, 0x8c,
+		0x22, 0x00, 0x00, 0x00};
+	char out[256];
+	titan_err err;
+	textin_opts o = {.format = TEXTIN_JSONL};
+	assert_int_equal(read_all((const char *)gz, sizeof gz, o, out, sizeof out, &err, NULL), 0);
+	assert_string_equal(out, "hello|world|");
+	for (size_t cut = 2; cut < sizeof gz; cut++) {
+		err.msg[0] = '\0';
+		int rc = read_all((const char *)gz, cut, o, out, sizeof out, &err, NULL);
+		if (rc != -1 || !strstr(err.msg, "gzip") || strstr(err.msg, "(null)"))
+			fail_msg("cut at %zu of %zu bytes: rc %d, \"%s\"", cut, sizeof gz, rc, err.msg);
+	}
+}
+
 /* A 12 MB JSON line (no line length limit) decodes whole. */
 static void jsonl_twelve_megabyte_line_is_read_whole(void **state)
 {
@@ -309,6 +333,7 @@ int main(void)
 		cmocka_unit_test(jsonl_errors_name_file_and_line_and_skip_bad_counts),
 		cmocka_unit_test(text_invalid_utf8_names_the_line),
 		cmocka_unit_test(jsonl_twelve_megabyte_line_is_read_whole),
+		cmocka_unit_test(truncated_gzip_is_named_in_every_place_it_can_be_cut),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,11 +4,11 @@
 . tests/lib.sh
 t_need_fixture corpus/en.jsonl
 t_need_fixture corpus/en.jsonl.gz
-t_need_fixture tokenizers/llama3_tiktoken/tokenizer.model
-TK=$FIXTURES/tokenizers/llama3_tiktoken/tokenizer.model # loads fastest
+t_need_fixture tokenizers/cl100k_base/cl100k_base.tiktoken
+TK=$(fx tokenizers/cl100k_base/cl100k_base.tiktoken) # in the repository, loads fast
 T="$BIN/titan-tokenize"
 
-head -n 300 "$FIXTURES/corpus/en.jsonl" >"$TMP/a.jsonl"
+head -n 300 "$(fx corpus/en.jsonl)" >"$TMP/a.jsonl"
 "$T" -q -t "$TK" --ids "$TMP/a.jsonl" >"$TMP/plain.ids" 2>"$TMP/err"
 [ -s "$TMP/plain.ids" ] && [ "$(wc -l <"$TMP/plain.ids")" -eq 300 ] &&
 	t_ok "plain JSONL gives one line of ids per document" ||
@@ -41,8 +41,8 @@ gzip -c <"$TMP/a.jsonl" | "$T" -q -t "$TK" --ids >"$TMP/stdin.ids" 2>"$TMP/err"
 t_same "gzip on stdin, no file operand" "$TMP/plain.ids" "$TMP/stdin.ids"
 
 # Truncated compressed input is an error, never a short output.
-size=$(wc -c <"$FIXTURES/corpus/en.jsonl.gz")
-head -c $((size / 2)) "$FIXTURES/corpus/en.jsonl.gz" >"$TMP/trunc.gz"
+size=$(wc -c <"$(fx corpus/en.jsonl.gz)")
+head -c $((size / 2)) "$(fx corpus/en.jsonl.gz)" >"$TMP/trunc.gz"
 t_fails "truncated gzip exits 1" 1 "$T" -q -t "$TK" "$TMP/trunc.gz"
 t_grep "truncated gzip is reported as truncated" "trunc.gz: .*[Tt]runcated" "$TMP/.err"
 for c in zstd xz bzip2 lz4; do
@@ -78,7 +78,7 @@ t_grep "empty input summary says 0 documents" "tokenized 0 documents" "$TMP/.err
 # The output does not depend on the number of threads (English and
 # Cyrillic/Latin text, many batches).
 t_need_fixture corpus/multi.jsonl
-{ head -n 4000 "$FIXTURES/corpus/en.jsonl"; head -n 4000 "$FIXTURES/corpus/multi.jsonl"; } |
+{ head -n 4000 "$(fx corpus/en.jsonl)"; head -n 4000 "$(fx corpus/multi.jsonl)"; } |
 	gzip -c >"$TMP/mix.gz"
 "$T" -q -t "$TK" -j 1 "$TMP/mix.gz" >"$TMP/j1.tts" 2>"$TMP/err"
 "$T" -t "$TK" -j 4 "$TMP/mix.gz" >"$TMP/j4.tts" 2>"$TMP/err4"

@@ -3,20 +3,13 @@
 # files, validation, checkpoints, and resume after kill -9 being bit-exact.
 . tests/lib.sh
 
-GEN="$BUILD/tests/shard/test_gen"
 TRAIN="$BIN/titan-train"
 # Same thread count in every run: reductions are bit-exact for a fixed count.
 # Passive waiting keeps OpenMP from spinning on a busy CI machine.
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
 
-if [ ! -x "$GEN" ]; then
-	t_not_ok "token stream generator built" "missing $GEN"
-	t_done
-fi
-
 # 300 documents of up to 120 random ids (vocab 256), seed 11; 10% to val.
-"$GEN" gen 11 300 256 120 >"$TMP/s.tts"
-t_run "tiny data set shards" "$BIN/titan-shard" -q --out "$TMP/data" --val-fraction 0.1 "$TMP/s.tts"
+t_random_shards "$TMP/data" 11 300 256 120 0.1
 
 cat >"$TMP/tiny.toml" <<EOF
 [job]

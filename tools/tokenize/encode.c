@@ -355,6 +355,7 @@ static int run(enc_ctx *c, const tkz_opts *o, const uint8_t fp[32], uint64_t *sk
 static void summary(const enc_ctx *c, const tkz_opts *o, uint64_t skipped, double t0)
 {
 	double s = tkz_now() - t0, mb = (double)c->bytes / 1e6;
+	fprintf(stderr, "%s: tokenizer: %s\n", titan_progname(), tok_describe(c->tok));
 	fprintf(stderr, "%s: tokenized %llu documents, %llu tokens, %.1f MB in %.2f s (%.1f MB/s)\n",
 		titan_progname(), (unsigned long long)c->docs, (unsigned long long)c->tokens, mb, s,
 		s > 0 ? mb / s : 0.0);
@@ -389,10 +390,10 @@ int tkz_encode(const tkz_opts *o)
 	free(c.encs);
 	free(c.line.p);
 	pthread_mutex_destroy(&c.mu);
+	if (rc == 0 && !o->quiet)
+		summary(&c, o, skipped, t0); /* before tok_free: it names the tokenizer */
 	tok_free(t);
 	if (rc != 0)
 		titan_die_err(&err);
-	if (!o->quiet)
-		summary(&c, o, skipped, t0);
 	return TITAN_EXIT_OK;
 }

@@ -1,6 +1,5 @@
 /* titan-tokenize: text in, token ids out (and back), and BPE training.
  * See titan-tokenize(1). */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,7 @@
 
 enum {
 	OPT_FIELD = 256, OPT_SPLIT, OPT_SKIP_BAD, OPT_BOS, OPT_NO_BOS, OPT_EOS, OPT_NO_EOS,
-	OPT_DECODE, OPT_IDS, OPT_ADDED, OPT_QUIET,
+	OPT_DECODE, OPT_IDS, OPT_ADDED, OPT_QUIET, OPT_CACHE, OPT_NO_CACHE,
 };
 
 static const cli_option options[] = {
@@ -32,6 +31,8 @@ static const cli_option options[] = {
 	{"no-eos", 0, CLI_NO_ARG, OPT_NO_EOS, NULL, "do not add EOS"},
 	{"added-tokens", 0, CLI_ARG, OPT_ADDED, "HOW", "special tokens in text: extract or plain"},
 	{"jobs", 'j', CLI_ARG, 'j', "N", "encoding threads (default: all cores)"},
+	{"cache", 0, CLI_ARG, OPT_CACHE, "DIR", "compiled tokenizers' folder (default: XDG cache)"},
+	{"no-cache", 0, CLI_NO_ARG, OPT_NO_CACHE, NULL, "load the tokenizer from its source only"},
 	{"quiet", 'q', CLI_NO_ARG, OPT_QUIET, NULL, "no progress, no summary"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
@@ -53,61 +54,14 @@ double tkz_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The file tok_load reads for path: path itself, or in a folder
- * tokenizer.json, then tokenizer.model, then the only *.tiktoken. */
-static int tokenizer_file(const char *path, char **out, titan_err *err)
-{
-	struct stat st;
-	if (stat(path, &st) != 0)
-		return err_errno(err, "%s", path);
-	if (!S_ISDIR(st.st_mode)) {
-		*out = strdup(path);
-		return *out ? 0 : err_set(err, "out of memory");
-	}
-	const char *names[] = {"tokenizer.json", "tokenizer.model"};
-	for (size_t i = 0; i < 2; i++) {
-		if (asprintf(out, "%s/%s", path, names[i]) < 0)
-			return err_set(err, "out of memory");
-		if (stat(*out, &st) == 0 && S_ISREG(st.st_mode))
-			return 0;
-		free(*out);
-	}
-	DIR *d = opendir(path);
-	if (d == NULL)
-		return err_errno(err, "%s", path);
-	*out = NULL;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		size_t n = strlen(e->d_name);
-		if (n > 9 && strcmp(e->d_name + n - 9, ".tiktoken") == 0) {
-			free(*out);
-			if (asprintf(out, "%s/%s", path, e->d_name) < 0) {
-				closedir(d);
-				return err_set(err, "out of memory");
-			}
-		}
-	}
-	closedir(d);
-	return *out ? 0 : err_set(err, "%s: no tokenizer.json, tokenizer.model or *.tiktoken", path);
-}
-
 int tkz_load(const tkz_opts *o, tok **t, uint8_t fingerprint[32], titan_err *err)
 {
-	tok_opts to = {.added = o->added, .pretok = TOK_PRETOK_AUTO};
+	char dir[4096];
+	tok_opts to = {.added = o->added, .pretok = TOK_PRETOK_AUTO,
+		       .cache_dir = o->no_cache ? NULL : o->cache ? o->cache : tok_cache_dir(dir, sizeof dir)};
 	if (tok_load(t, o->tokenizer, &to, err) != 0)
 		return -1;
-	char *file, hex[65];
-	if (tokenizer_file(o->tokenizer, &file, err) != 0 ||
-	    sha256_file_hex(file, hex, err) != 0) {
-		tok_free(*t);
-		return -1;
-	}
-	free(file);
-	for (int i = 0; i < 32; i++) {
-		unsigned v;
-		sscanf(hex + 2 * i, "%2x", &v);
-		fingerprint[i] = (uint8_t)v;
-	}
+	tok_fingerprint(*t, fingerprint);
 	return 0;
 }
 
@@ -160,6 +114,8 @@ static int parse_args(int argc, char **argv, tkz_opts *o)
 			break;
 		case 'j': o->threads = (int)cli_int(&spec, "--jobs", a, 1, 1024); break;
 		case OPT_QUIET: o->quiet = 1; break;
+		case OPT_CACHE: o->cache = a; break;
+		case OPT_NO_CACHE: o->no_cache = 1; break;
 		default: cli_usage_error(&spec, "unhandled option");
 		}
 	}

@@ -17,12 +17,14 @@ typedef struct tkz_opts {
 	int added;             /* enum tok_added */
 	int threads;           /* -j N */
 	int quiet;             /* no progress, no summary */
+	const char *cache;     /* --cache DIR; NULL: the default (tok_cache_dir) */
+	int no_cache;          /* --no-cache */
 	char **files;          /* inputs; {"-"} when none given */
 	int n_files;
 } tkz_opts;
 
-/* Load the tokenizer and compute its fingerprint (SHA-256 of the file
- * tok_load reads). */
+/* Load the tokenizer (through the compiled cache unless --no-cache) and give
+ * its fingerprint (SHA-256 of the file tok_load reads). */
 int tkz_load(const tkz_opts *o, tok **t, uint8_t fingerprint[32], titan_err *err);
 
 /* Text in, tokens out on stdout.  Returns an exit status. */

@@ -1,0 +1,68 @@
+/* cpu_bf16.h (private to lib/backend and its tests): the CPU backend's ops over
+ * bfloat16 tensors.  Arguments as in backend.h; every float tensor may be
+ * float32 or bfloat16 in any mix (cpu.c sends the all-float32 calls to the
+ * float32 kernels and faults on other types before calling these).  Each op
+ * computes in float32 and rounds to nearest even where it stores bfloat16; the
+ * scratch it cannot allocate is a fault for the next sync. */
+#ifndef TITAN_CPU_BF16_H
+#define TITAN_CPU_BF16_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+void cpu_bf16_rmsnorm_fwd(backend *be, void *y, be_dtype yt, float *rstd, const void *x,
+			  be_dtype xt, const void *w, be_dtype wt, int64_t n, int64_t d,
+			  float eps);
+void cpu_bf16_rmsnorm_bwd(backend *be, void *dx, be_dtype dxt, void *dw, be_dtype dwt,
+			  const void *dy, be_dtype dyt, const void *x, be_dtype xt,
+			  const void *w, be_dtype wt, const float *rstd, int64_t n, int64_t d);
+void cpu_bf16_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b, int64_t t,
+		   int64_t h, int64_t hd, int style, int inverse);
+void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, const void *k,
+			    const void *v, const be_attn *a);
+void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const void *dout,
+			    const void *q, const void *k, const void *v, const void *out,
+			    const float *lse, const be_attn *a);
+/* SwiGLU with torch's roundings of bfloat16 tensors: silu(a) is rounded before
+ * the product, and the backward rounds dy * g before silu's derivative. */
+void cpu_bf16_swiglu_fwd(void *y, const void *a, const void *g, int64_t n);
+void cpu_bf16_swiglu_bwd(void *da, void *dg, const void *dy, const void *a, const void *g,
+			 int64_t n);
+void cpu_bf16_embedding_fwd(void *out, be_dtype ot, const void *table, be_dtype tt,
+			    const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv);
+void cpu_bf16_embedding_bwd(void *dtable, be_dtype tt, const void *dout, be_dtype dt,
+			    const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv);
+void cpu_bf16_cross_entropy(backend *be, void *logits, const int32_t *labels, int64_t n,
+			    int64_t v, int32_t ignore_index, float grad_scale, double *loss_sum,
+			    int64_t *n_valid);
+void cpu_bf16_convert(void *dst, be_dtype dt, const void *src, be_dtype st, int64_t n);
+void cpu_bf16_add(void *y, be_dtype yt, const void *a, be_dtype at, const void *b,
+		  be_dtype bt, int64_t n);
+void cpu_bf16_axpy(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt, int64_t n);
+void cpu_bf16_scale(void *x, float alpha, int64_t n);
+double cpu_bf16_sumsq(const void *x, int64_t n);
+void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n, float lr, float b1,
+		    float b2, float eps, float wd, float bc1, float bc2);
+
+/* The backend's scratch (cpu.c): at least `bytes`, kept and grown across calls
+ * (ops run one at a time, and no op holds it across another's call), 64-byte
+ * aligned, counted in the backend's bytes.  NULL with a fault naming op when
+ * out of memory. */
+void *cpu_scratch(backend *be, size_t bytes, const char *op);
+
+/* bfloat16 GEMMs through oneDNN (cpu_onednn.c): A and B bfloat16, C float32 or
+ * bfloat16, backend.h's matmul otherwise.  Returns 0, or -1 with e set. */
+typedef struct cpu_onednn cpu_onednn;
+cpu_onednn *cpu_onednn_create(titan_err *e);
+void cpu_onednn_free(cpu_onednn *o);
+int cpu_onednn_matmul(cpu_onednn *o, int ta, int tb, int64_t m, int64_t n, int64_t k,
+		      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+		      float beta, void *c, int64_t ldc, be_dtype ct, titan_err *e);
+/* The kernel oneDNN chose for the last primitive it made ("brg:avx512_core_bf16",
+ * "brg:avx512_core_amx", ...), or "none". */
+const char *cpu_onednn_impl(const cpu_onednn *o);
+/* That of the backend's bf16 GEMMs so far (benchmarks print it). */
+const char *cpu_bf16_gemm_impl(const backend *be);
+
+#endif
