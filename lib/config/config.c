@@ -1105,11 +1105,8 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
 	const char *later = "is not supported by this titan-train yet";
-	(void)world_size; /* data parallelism takes any world (lib/plan) */
-	if (need(p->tensor_parallel_degree == 1, err,
-		 "parallelism.tensor_parallel_degree = %ld: tensor parallelism %s; use 1",
-		 (long)p->tensor_parallel_degree, later) ||
-	    need(p->pipeline_parallel_degree == 1, err,
+	(void)world_size; /* data and tensor parallelism take any world (lib/plan) */
+	if (need(p->pipeline_parallel_degree == 1, err,
 		 "parallelism.pipeline_parallel_degree = %ld: pipeline parallelism %s; use 1",
 		 (long)p->pipeline_parallel_degree, later) ||
 	    need(p->context_parallel_degree == 1, err,

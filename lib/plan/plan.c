@@ -74,9 +74,6 @@ static int read_mesh(plan *p, titan_err *e)
 		return err_set(e, "parallelism: data_parallel_replicate_degree %d without sharding "
 			       "is DDP, which torchtitan runs alone (world size %d); shard with "
 			       "data_parallel_shard_degree or drop the other degrees", p->rep, world);
-	if (p->tp > 1)
-		return err_set(e, "parallelism.tensor_parallel_degree %d: tensor parallelism is not "
-			       "built yet", p->tp);
 	return 0;
 }
 
@@ -99,8 +96,9 @@ static int norm_comm(plan *p, titan_err *e)
 static int apply_tp(plan *p, titan_err *e)
 {
 	const plan_opts *o = &p->o;
+	model_tp_group tp = plan_tp_group(p);
 	if (!(p->g = model_create_unbound(p->be, o->args, o->vocab_size, e)) ||
-	    !(p->m = model_create_unbound(p->be, o->args, o->vocab_size, e)))
+	    !(p->m = model_create_tp(p->be, o->args, o->vocab_size, &tp, e)))
 		return -1;
 	p->n_units = model_num_units(p->m);
 	p->head = p->n_units - 1;

@@ -89,6 +89,11 @@ void plan_release_unit(plan *p, int u);
 /* Reduce unit u's gradient (started; finished by plan_finish_reduce). */
 int plan_reduce_unit(plan *p, int u, titan_err *e);
 
+/* tp.c: the model's collectives over tp; the replicated tensors' gradients
+ * all-reduced over tp. */
+model_tp_group plan_tp_group(plan *p);
+int plan_tp_reduce_replicated(plan *p, titan_err *e);
+
 /* Copy n elements between element types (a copy when they agree). */
 void plan_move(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
 comm_dtype plan_comm_dtype(be_dtype t);

@@ -111,7 +111,7 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	int64_t valid = 0;
 	if (p->runner.run(p->runner.ctx, p, b, (float)(1.0 / (double)global), &p->hooks,
 			  &loss_sum, &valid, e) ||
-	    plan_finish_reduce(p, e))
+	    plan_finish_reduce(p, e) || plan_tp_reduce_replicated(p, e))
 		return -1;
 	plan_release_all(p);
 	double sums[1] = {loss_sum}, avg = valid ? loss_sum / (double)valid : 0;
