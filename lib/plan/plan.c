@@ -67,6 +67,7 @@ static int read_mesh(plan *p, titan_err *e)
 	p->c_rep = dim_comm(p, MESH_DP_REPLICATE);
 	p->c_tp = dim_comm(p, MESH_TP);
 	p->c_loss = dim_comm(p, MESH_LOSS);
+	p->c_pp = dim_comm(p, MESH_PP);
 	int world = p->mesh ? p->mesh->world_size : 1;
 	/* torchtitan's apply_ddp: replication without sharding is DDP, alone. */
 	p->ddp = p->rep > 1 && p->fsdp == 1;
@@ -75,20 +76,6 @@ static int read_mesh(plan *p, titan_err *e)
 			       "is DDP, which torchtitan runs alone (world size %d); shard with "
 			       "data_parallel_shard_degree or drop the other degrees", p->rep, world);
 	return 0;
-}
-
-/* The comm every rank of this dp_replicate index shares: the grad norm sums
- * over it (replicas hold the same shards). */
-static int norm_comm(plan *p, titan_err *e)
-{
-	if (p->mesh == NULL)
-		return 0;
-	if (p->rep == 1) {
-		p->c_norm = p->mesh->world;
-		return 0;
-	}
-	p->own_c_norm = 1;
-	return comm_split(p->mesh->world, p->rep_rank, p->mesh->rank, "grad_norm", &p->c_norm, e);
 }
 
 /* torchtitan's apply_tp: the rank's model, built with its TP shapes (one tp
@@ -214,7 +201,7 @@ plan *plan_create(const plan_opts *o, titan_err *e)
 	if (p->prec.param == 0 && p->prec.grad == 0 && p->prec.act == 0 && p->prec.resid == 0)
 		p->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	p->hooks = (model_hooks){p, plan_hook_before, plan_hook_after};
-	if (read_mesh(p, e) || norm_comm(p, e) || apply_tp(p, e) ||
+	if (read_mesh(p, e) || apply_tp(p, e) ||
 	    model_set_prec(p->m, &p->prec, e) || model_set_ac(p->m, o->ac, o->ac_every, e) ||
 	    apply_fsdp(p, e) || make_boxes(p, e))
 		goto fail;
@@ -244,8 +231,6 @@ void plan_free(plan *p)
 		p->be->ops->free(p->be, p->params);
 	if (p->grads)
 		p->be->ops->free(p->be, p->grads);
-	if (p->own_c_norm)
-		comm_free(p->c_norm);
 	model_free(p->m);
 	model_free(p->g);
 	free(p->t);

@@ -56,9 +56,7 @@ struct plan {
 	int fsdp, fsdp_rank;   /* dp_shard x cp */
 	int rep, rep_rank;     /* dp_replicate */
 	int tp, tp_rank;
-	comm *c_fsdp, *c_rep, *c_tp, *c_loss;
-	comm *c_norm;      /* every rank of this dp_replicate index (grad norm) */
-	int own_c_norm;    /* made by the plan (comm_split) */
+	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp;
 	int ddp;           /* replication alone: all-reduce the unit's gradient */
 	plan_tensor *t;    /* (model's tensors) */
 	plan_box *box;     /* (global tensors) */

@@ -80,12 +80,16 @@ static double local_sumsq(plan *p)
 	return s;
 }
 
-/* torchtitan's clip_grad_norm_: the norm over every shard, then the scale. */
+/* torchtitan's clip_grad_norm_: the norm over every shard, then the scale.
+ * The sum of squares adds up over the dimensions whose ranks hold different
+ * shards (fsdp, tp, pp), not over the replicas. */
 static int clip(plan *p, double max_norm, double *norm, titan_err *e)
 {
 	PROF_T0(t);
 	double s = local_sumsq(p);
-	if (all_reduce(p, p->c_norm, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e))
+	if (all_reduce(p, p->c_fsdp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->c_tp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->c_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e))
 		return -1;
 	*norm = sqrt(s);
 	grad_clip_scale(p->be, p->grads, p->shard_numel, *norm, max_norm);
