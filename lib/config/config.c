@@ -30,7 +30,8 @@ typedef struct cfg_key {
 	{{name, CFG_OPT_INT, def, NULL, name, help, sup, why}, OFF(member), OFF(setm)}
 
 /* Reasons shared by several keys. */
-#define NO_PROFILER "titan-train has no profiler yet (see profiling.enable_profiling)"
+#define NO_WARMUP "titan's profiler records the last profiler_active steps of each window " \
+	"from their first op; it needs no warm-up steps"
 #define OWN_LOADER "titan's loader reads shards on its own prefetch thread, without worker processes"
 #define NO_MOE "titan has no mixture-of-experts models yet"
 #define NO_MX "MX (MXFP8) training is not built"
@@ -68,15 +69,15 @@ static const cfg_key keys[] = {
 	   "Python module extending the configuration", CFG_NOT_BUILT, NO_PY),
 
 	K("profiling.enable_profiling", CFG_BOOL, profiling.enable_profiling, "false", NULL,
-	  "profiling.enable_profiling", "collect profiler traces (no profiler yet: warned)"),
+	  "profiling.enable_profiling", "write Chrome trace-event files of each rank"),
 	K("profiling.save_traces_folder", CFG_STR, profiling.save_traces_folder,
 	  "\"profile_traces\"", NULL, "profiling.save_traces_folder", "trace folder"),
 	K("profiling.profile_freq", CFG_INT, profiling.profile_freq, "10", NULL,
 	  "profiling.profile_freq", "steps between traces"),
-	KS("profiling.profiler_active", CFG_INT, profiling.profiler_active, "1", NULL,
-	   "steps each profiling cycle records", CFG_NO_EFFECT, NO_PROFILER),
+	K("profiling.profiler_active", CFG_INT, profiling.profiler_active, "1", NULL,
+	  "profiling.profiler_active", "steps each profiling cycle records"),
 	KS("profiling.profiler_warmup", CFG_INT, profiling.profiler_warmup, "3", NULL,
-	   "warmup steps before each recorded one", CFG_NO_EFFECT, NO_PROFILER),
+	   "warmup steps before each recorded one", CFG_NO_EFFECT, NO_WARMUP),
 	K("profiling.enable_memory_snapshot", CFG_BOOL, profiling.enable_memory_snapshot, "false",
 	  NULL, "profiling.enable_memory_snapshot", "dump memory snapshots (warned)"),
 	K("profiling.save_memory_snapshot_folder", CFG_STR, profiling.save_memory_snapshot_folder,

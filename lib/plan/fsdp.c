@@ -297,9 +297,19 @@ static int reshard_after_forward(const plan *p, int u)
 	}
 }
 
+static int hook_before(plan *p, int u, int phase, titan_err *e);
+
+/* The unit's compute, between the hooks, is the profiler's "op" event. */
 int plan_hook_before(void *ctx, int u, int phase, titan_err *e)
 {
 	plan *p = ctx;
+	int rc = hook_before(p, u, phase, e);
+	p->op_t0 = prof_on ? prof_now() : 0;
+	return rc;
+}
+
+static int hook_before(plan *p, int u, int phase, titan_err *e)
+{
 	if (!p->u[u].held)
 		return err_set(e, "plan: unit %d runs on a rank that does not hold it", u);
 	if (u == p->head && tied(p) && plan_gather_unit(p, 0, e))
@@ -330,6 +340,8 @@ int plan_hook_after(void *ctx, int u, int phase, titan_err *e)
 {
 	plan *p = ctx;
 	plan_unit *pu = &p->u[u];
+	PROF_OP(p->op_t0, phase == MODEL_FWD ? "forward" : phase == MODEL_BWD ? "backward"
+		: "weight_grad", PA_I("unit", u), PA_I("tokens", (int64_t)p->o.b * p->o.t));
 	if (phase == MODEL_FWD) {
 		if (reshard_after_forward(p, u))
 			plan_release_unit(p, u);

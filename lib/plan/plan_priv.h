@@ -71,6 +71,7 @@ struct plan {
 	int last_mb;       /* the runner is in the step's last micro-batch */
 	size_t live_bytes, peak_bytes; /* unsharded buffers alive now / at most */
 	int *queue, nq;    /* units whose reductions are in flight, oldest first */
+	uint64_t op_t0;    /* when the running unit's compute began (profiler) */
 	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
 };
 

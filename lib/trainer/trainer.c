@@ -98,6 +98,7 @@ typedef struct job {
 	double flops_per_token, peak_flops;
 	int64_t step, ntokens_seen; /* ntokens_seen: this rank's (torchtitan's train_state) */
 	double lr, max_loss;
+	int prof;               /* the profiler is started */
 	tstate_saver *pending;  /* async checkpoint in flight */
 	int64_t pending_step;
 	char pending_dir[1100];
@@ -117,6 +118,8 @@ static void job_close(job *j)
 		metrics_jsonl_close(&j->jl, NULL);
 	if (j->train != NULL)
 		loader_close(j->train);
+	if (j->prof)
+		prof_stop();
 	plan_free(j->p);
 	if (j->be != NULL)
 		backend_free(j->be);
@@ -133,8 +136,6 @@ static uint64_t seed_of(const job_config *c)
 static void warn_inert(job *j)
 {
 	const job_config *c = j->c;
-	if (c->profiling.enable_profiling)
-		titan_warn("profiling.enable_profiling: titan-train has no profiler yet; no traces are written");
 	if (c->profiling.enable_memory_snapshot)
 		titan_warn("profiling.enable_memory_snapshot: not available; no snapshots are written");
 }
@@ -616,6 +617,24 @@ static int should_save(const job *j, int last)
 	       (j->step == 1 && c->checkpoint.enable_first_step_checkpoint);
 }
 
+/* torchtitan's maybe_enable_profiling: every rank writes its trace of the
+ * last profiler_active steps of every profile_freq (lib/prof). */
+static int start_profiler(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (!c->profiling.enable_profiling)
+		return 0;
+	char dir[1100];
+	snprintf(dir, sizeof dir, "%s/%s", c->job.dump_folder, c->profiling.save_traces_folder);
+	prof_opts o = {.trace_folder = dir, .rank = j->rank, .freq = c->profiling.profile_freq,
+		       .active = c->profiling.profiler_active};
+	if (prof_start(&o, err) != 0)
+		return -1;
+	j->prof = 1;
+	metrics_log(j->log, "Profiling active. Traces will be saved at %s", dir);
+	return 0;
+}
+
 static int run_loop(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
@@ -625,7 +644,13 @@ static int run_loop(job *j, titan_err *err)
 	int64_t first = j->step + 1;
 	while (j->step < c->training.steps) {
 		double loss = 0, gnorm = 0;
+		if (j->prof)
+			prof_step_begin(j->step + 1);
 		if (train_step(j, &w, &loss, &gnorm, err) != 0)
+			return -1;
+		if (j->prof && j->step % j->c->profiling.profile_freq == 0)
+			metrics_log(j->log, "Dumping profiler traces at step %lld", (long long)j->step);
+		if (j->prof && prof_step_end(j->step, err) != 0)
 			return -1;
 		double dt = now_s() - t_start;
 		metrics_step ms = {.step = j->step, .loss = loss, .grad_norm = gnorm,
@@ -683,7 +708,8 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 			metrics_log(j.log, "Created seed checkpoint at %s/step-0", j.ckpt_dir);
 		goto out;
 	}
-	if (load_checkpoint(&j, err) != 0 || open_outputs(&j, err) != 0)
+	if (load_checkpoint(&j, err) != 0 || open_outputs(&j, err) != 0 ||
+	    start_profiler(&j, err) != 0)
 		goto out;
 	if (j.step >= c->training.steps) {
 		metrics_log(j.log, "Step %lld already reached (training.steps %lld); nothing to do",
