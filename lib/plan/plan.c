@@ -254,6 +254,13 @@ static void box_copy(float *dst, const float *src, const int64_t *shape, const p
 			       (size_t)z2 * sizeof(float));
 }
 
+void plan_box_extract(const plan *p, int i, const float *whole, float *shard)
+{
+	const plan_box *b = &p->box[i];
+	if (b->numel)
+		box_copy(shard + b->shard_off, whole, model_tensor_at(p->g, i)->shape, b);
+}
+
 int plan_init_weights(plan *p, uint64_t seed, int depth_init, titan_err *e)
 {
 	size_t maxn = 1;
@@ -268,11 +275,10 @@ int plan_init_weights(plan *p, uint64_t seed, int depth_init, titan_err *e)
 		return err_set(e, "plan init: out of memory");
 	}
 	for (int i = 0; i < model_num_tensors(p->g); i++) {
-		const plan_box *b = &p->box[i];
-		if (!b->numel)
+		if (!p->box[i].numel)
 			continue;
 		model_init_tensor(p->g, i, seed, depth_init, full);
-		box_copy(shard + b->shard_off, full, model_tensor_at(p->g, i)->shape, b);
+		plan_box_extract(p, i, full, shard);
 	}
 	p->be->ops->copy(p->be, p->params, shard, p->shard_numel * sizeof(float), BACKEND_H2D);
 	free(full);

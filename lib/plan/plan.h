@@ -214,6 +214,10 @@ typedef struct plan_box {
 	int owner;
 } plan_box;
 const plan_box *plan_box_at(const plan *p, int i);
+/* Copy this rank's box of global tensor i out of the whole tensor (host,
+ * row-major, float32) into shard + its shard_off (a host image of the
+ * shard buffer); nothing when the rank holds none of it. */
+void plan_box_extract(const plan *p, int i, const float *whole, float *shard);
 
 /* The rank's shard buffers, in backend memory: float32 master weights and
  * their gradients (plan_shard_numel elements each); the optimizer's states
