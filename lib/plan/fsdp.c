@@ -47,7 +47,9 @@ static int wait_req(plan *p, comm_req **r, const char *what, size_t bytes, titan
 	if (!*r)
 		return 0;
 	PROF_T0(t);
+	uint64_t w0 = plan_now();
 	int rc = comm_wait(*r, e);
+	p->wait_ns += plan_now() - w0;
 	*r = NULL;
 	PROF_COMM(t, what, PA_I("bytes", bytes));
 	if (rc)

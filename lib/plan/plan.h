@@ -164,6 +164,9 @@ typedef struct plan_result {
 	int64_t n_valid;  /* global valid labels */
 	double local_loss_sum; /* this rank's summed cross-entropy */
 	int64_t local_valid;   /* this rank's valid labels */
+	double step_s;    /* seconds the step took on this rank */
+	double comm_s;    /* of which blocked in communication (waits, blocking
+	                     collectives): the rest computes or copies */
 } plan_result;
 
 /* One training step: forward and backward of every micro-batch (gradients

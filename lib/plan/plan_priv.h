@@ -5,6 +5,8 @@
 #ifndef TITAN_PLAN_PRIV_H
 #define TITAN_PLAN_PRIV_H
 
+#include <time.h>
+
 #include "comm/comm.h"
 #include "plan/plan.h"
 
@@ -72,6 +74,7 @@ struct plan {
 	size_t live_bytes, peak_bytes; /* unsharded buffers alive now / at most */
 	int *queue, nq;    /* units whose reductions are in flight, oldest first */
 	uint64_t op_t0;    /* when the running unit's compute began (profiler) */
+	uint64_t wait_ns;  /* blocked in communication this step (plan_result.comm_s) */
 	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
 };
 
@@ -92,6 +95,15 @@ int plan_reduce_unit(plan *p, int u, titan_err *e);
  * all-reduced over tp. */
 model_tp_group plan_tp_group(plan *p);
 int plan_tp_reduce_replicated(plan *p, titan_err *e);
+
+/* Nanoseconds on the monotonic clock: what the rank waits on communication
+ * is the time spent inside the blocking calls and waits. */
+static inline uint64_t plan_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Copy n elements between element types (a copy when they agree). */
 void plan_move(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);

@@ -17,7 +17,9 @@ static int all_reduce(plan *p, comm *c, void *buf, size_t n, comm_dtype t, comm_
 	if (c == NULL || comm_size(c) == 1)
 		return 0;
 	PROF_T0(t0);
+	uint64_t w0 = plan_now();
 	int rc = comm_all_reduce(c, buf, buf, n, t, op, e);
+	p->wait_ns += plan_now() - w0;
 	PROF_COMM(t0, what, PA_I("bytes", n * comm_dtype_size(t)));
 	if (rc)
 		p->broken = 1;
@@ -101,6 +103,8 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	      titan_err *e)
 {
 	memset(r, 0, sizeof *r);
+	uint64_t t0 = plan_now();
+	p->wait_ns = 0;
 	if (!p->runner.run)
 		plan_set_runner(p, NULL);
 	size_t n = (size_t)b->n_mb * (size_t)p->o.b * (size_t)p->o.t;
@@ -133,6 +137,8 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	r->n_valid = global;
 	r->local_loss_sum = loss_sum;
 	r->local_valid = valid;
+	r->step_s = (double)(plan_now() - t0) * 1e-9;
+	r->comm_s = (double)p->wait_ns * 1e-9;
 	return rc;
 }
 

@@ -14,7 +14,9 @@ static int tp_all_gather(void *ctx, void *full, const void *part, size_t count, 
 {
 	plan *p = ctx;
 	PROF_T0(t0);
+	uint64_t w0 = plan_now();
 	int rc = comm_all_gather(p->c_tp, part, full, count, plan_comm_dtype(t), e);
+	p->wait_ns += plan_now() - w0;
 	PROF_COMM(t0, "all_gather", PA_I("bytes", count * be_dtype_size(t)), PA_S("dim", "tp"));
 	return rc;
 }
@@ -24,7 +26,9 @@ static int tp_reduce_scatter(void *ctx, void *part, const void *full, size_t cou
 {
 	plan *p = ctx;
 	PROF_T0(t0);
+	uint64_t w0 = plan_now();
 	int rc = comm_reduce_scatter(p->c_tp, full, part, count, plan_comm_dtype(t), COMM_SUM, e);
+	p->wait_ns += plan_now() - w0;
 	PROF_COMM(t0, "reduce_scatter", PA_I("bytes", count * be_dtype_size(t)), PA_S("dim", "tp"));
 	return rc;
 }
@@ -42,9 +46,10 @@ static int tp_ring_start(void *ctx, const void *send, void *recv, size_t count, 
 static int tp_ring_wait(void *ctx, void *req, titan_err *e)
 {
 	plan *p = ctx;
-	(void)p;
 	PROF_T0(t0);
+	uint64_t w0 = plan_now();
 	int rc = comm_wait(req, e);
+	p->wait_ns += plan_now() - w0;
 	PROF_COMM(t0, "ring_send_recv", PA_S("dim", "tp"));
 	return rc;
 }
@@ -88,7 +93,9 @@ int plan_tp_reduce_replicated(plan *p, titan_err *e)
 		}
 		if (pass == 0) {
 			PROF_T0(t0);
+			uint64_t w0 = plan_now();
 			int rc = comm_all_reduce(p->c_tp, buf, buf, n, COMM_F32, COMM_SUM, e);
+			p->wait_ns += plan_now() - w0;
 			PROF_COMM(t0, "all_reduce", PA_I("bytes", n * sizeof(float)), PA_S("dim", "tp"));
 			if (rc) {
 				p->broken = 1;
