@@ -92,6 +92,12 @@ static inline float cpu_exp_f32(float x)
 	void cpu_embedding_bwd_##SFX(REAL *dtable, const REAL *dout,                   \
 				     const int32_t *ids, int64_t n, int64_t d,         \
 				     int64_t v0, int64_t nv);                          \
+	void cpu_ce_vocab_stats_##SFX(const REAL *logits, const int32_t *labels,        \
+				      int64_t n, int64_t nv, int64_t v0, REAL *stats); \
+	void cpu_ce_vocab_loss_##SFX(REAL *logits, const int32_t *labels, int64_t n,   \
+				     int64_t nv, int64_t v0, int32_t ignore_index,     \
+				     const REAL *all, int ranks, REAL grad_scale,      \
+				     double *loss_sum, int64_t *n_valid);              \
 	void cpu_cross_entropy_##SFX(REAL *logits, const int32_t *labels, int64_t n,   \
 				     int64_t v, int32_t ignore_index, REAL grad_scale, \
 				     double *loss_sum, int64_t *n_valid);              \

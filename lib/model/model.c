@@ -181,6 +181,52 @@ static int check_attention_args(const llama_args *a, titan_err *e)
 	return 0;
 }
 
+/* The first piece or option of a flavor that tensor parallelism has no plan
+ * for yet (NULL: none; Llama's GQA, dense SwiGLU and per-layer attention masks
+ * shard as torchtitan's apply_tp). */
+static const char *tp_unplanned(const llama_args *a)
+{
+	if (a->moe.experts > 0)
+		return "mixture-of-experts layers";
+	if (a->mla.kv_lora_rank > 0)
+		return "multi-head latent attention";
+	if (a->qk_norm)
+		return "QK-norm";
+	if (a->attn_bias)
+		return "attention biases";
+	if (a->attn_sinks)
+		return "attention sinks";
+	return NULL;
+}
+
+/* The rank's shapes under tensor parallelism: heads and the FFN's hidden
+ * size split evenly, the vocabulary in torch.chunk's sizes. */
+static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
+{
+	llama_args *a = &m->args;
+	int t = tp->size;
+	m->tp = *tp;
+	m->vocab_global = a->vocab_size;
+	if (t == 1)
+		return 0;
+	const char *piece = tp_unplanned(a);
+	if (piece)
+		return err_set(e, "model %s: tensor parallel degree %d: no tensor-parallel plan "
+			       "for its %s yet", a->name ? a->name : "?", t, piece);
+	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t)
+		return err_set(e, "tensor parallel degree %d does not divide n_heads %d, n_kv_heads "
+			       "%d and the FFN's %d rows", t, a->n_heads, a->n_kv_heads, m->ffn);
+	int64_t chunk = (a->vocab_size + t - 1) / t;
+	m->v0 = chunk * tp->rank;
+	int64_t nv = a->vocab_size - m->v0;
+	a->vocab_size = (int)(nv < 0 ? 0 : nv > chunk ? chunk : nv);
+	a->n_heads /= t;
+	a->n_kv_heads /= t;
+	a->head_dim = m->head_dim;
+	a->hidden_dim = m->ffn /= t;
+	return 0;
+}
+
 /* The arguments a model cannot be built from, with the numbers named. */
 static int check_args(const llama_args *a, titan_err *e)
 {
@@ -259,8 +305,8 @@ static int setup_layers(model *m, titan_err *e)
 	return 0;
 }
 
-static model *create(backend *be, const llama_args *a, int vocab_size, int own,
-		     titan_err *e)
+static model *create(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
+		     int own, titan_err *e)
 {
 	if (check_args(a, e))
 		return NULL;
@@ -288,6 +334,9 @@ static model *create(backend *be, const llama_args *a, int vocab_size, int own,
 					   : flavor_head_dim(a);
 	m->v_head_dim = ml->kv_lora_rank > 0 ? ml->v_head_dim : m->head_dim;
 	m->rope_dim = ml->kv_lora_rank > 0 ? ml->qk_rope_head_dim : m->head_dim;
+	model_tp_group one = {.size = 1};
+	if (tp_shapes(m, tp ? tp : &one, e))
+		goto fail;
 	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	m->ac = MODEL_AC_NONE;
 	m->lw = calloc((size_t)a->n_layers, sizeof *m->lw);
@@ -323,12 +372,22 @@ fail:
 
 model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err *e)
 {
-	return create(be, a, vocab_size, 1, e);
+	return create(be, a, vocab_size, NULL, 1, e);
 }
 
 model *model_create_unbound(backend *be, const llama_args *a, int vocab_size, titan_err *e)
 {
-	return create(be, a, vocab_size, 0, e);
+	return create(be, a, vocab_size, NULL, 0, e);
+}
+
+model *model_create_tp(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
+		       titan_err *e)
+{
+	if (tp->size < 1 || tp->rank < 0 || tp->rank >= tp->size) {
+		err_set(e, "model: tensor parallel rank %d of %d", tp->rank, tp->size);
+		return NULL;
+	}
+	return create(be, a, vocab_size, tp, 0, e);
 }
 
 void model_free(model *m)
@@ -603,6 +662,8 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 		  int64_t out, float beta)
 {
 	be_dtype t = m->prec.act;
+	if (m->pend && model_tp_linear_pending(m, y, x, w, n, in, out, beta, 0))
+		return;
 	if ((w = linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
@@ -611,6 +672,8 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 		     int64_t in, int64_t out, float beta_dx)
 {
 	be_dtype t = m->prec.act;
+	if (m->pend && model_tp_linear_pending(m, dx, dy, w, n, in, out, beta_dx, 1))
+		return;
 	if ((w = linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
 				   in, t);
@@ -619,6 +682,7 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
 		     int64_t in, int64_t out)
 {
+	model_tp_finish(m);
 	m->be->ops->matmul(m->be, 1, 0, out, in, n, 1, dy, out, x, in, m->prec.act, 1, dw, in,
 			   m->prec.grad);
 }
