@@ -211,8 +211,9 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 		return 0;
 	const char *piece = tp_unplanned(a);
 	if (piece)
-		return err_set(e, "model %s: tensor parallel degree %d: no tensor-parallel plan "
-			       "for its %s yet", a->name ? a->name : "?", t, piece);
+		return err_set(e, "model %s %s: tensor parallel degree %d: no tensor-parallel "
+			       "plan for its %s yet", m->family->name, a->name ? a->name : "?", t,
+			       piece);
 	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t)
 		return err_set(e, "tensor parallel degree %d does not divide n_heads %d, n_kv_heads "
 			       "%d and the FFN's %d rows", t, a->n_heads, a->n_kv_heads, m->ffn);
@@ -592,8 +593,8 @@ int model_set_prec(model *m, const model_prec *p, titan_err *e)
 	const char *only = float32_only_piece(m);
 	if (only && (p->param != BE_F32 || p->grad != BE_F32 || p->act != BE_F32 ||
 		     p->resid != BE_F32))
-		return err_set(e, "model %s: %s: float32 only, no %s kernels for their ops yet",
-			       m->args.name, only,
+		return err_set(e, "model %s %s: %s: float32 only, no %s kernels for their ops "
+			       "yet", m->family->name, m->args.name, only,
 			       be_dtype_name(p->act != BE_F32 ? p->act : p->param));
 	if (m->params && (p->param != BE_F32 || p->grad != BE_F32))
 		return err_set(e, "model: its own storage is float32; bind storage of %s "

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/family.h"
 #include "pickle/pickle.h"
 #include "ptzip/ptzip.h"
 
@@ -523,14 +524,27 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 
 /* Hugging Face safetensors ------------------------------------------------ */
 
+/* The HF mapping of the model's family (its key table and config writer)
+ * with the dims titan-ckpt-convert would infer from the checkpoint. */
 static dcp_hf_model hf_model_of(const model *m)
 {
 	const llama_args *a = model_args(m);
+	const model_family *f = model_get_family(m);
+	const mla_args *ml = &a->mla;
 	dcp_hf_model h = {.dim = a->dim, .n_layers = a->n_layers, .n_heads = a->n_heads,
 			  .n_kv_heads = a->n_kv_heads, .vocab_size = a->vocab_size,
-			  .head_dim = a->dim / a->n_heads, .norm_eps = a->norm_eps,
-			  .rope_theta = a->rope_theta, .rope_scale_factor = a->rope_scale_factor,
-			  .tied = a->tied_embeddings, .max_seq_len = a->max_seq_len};
+			  .ffn_hidden = model_ffn_hidden(m), .head_dim = flavor_head_dim(a),
+			  .norm_eps = a->norm_eps, .rope_theta = a->rope_theta,
+			  .rope_scale_factor = a->rope_scale_factor, .tied = a->tied_embeddings,
+			  .max_seq_len = a->max_seq_len, .n_experts = a->moe.experts,
+			  .top_k = a->moe.top_k, .moe_inter = a->moe.inter_dim,
+			  .route_norm = a->moe.route_norm, .dense_layers = a->moe.dense_layers,
+			  .q_lora = ml->q_lora_rank, .kv_lora = ml->kv_lora_rank,
+			  .qk_nope = ml->qk_nope_head_dim, .qk_rope = ml->qk_rope_head_dim,
+			  .v_head = ml->v_head_dim, .keys = f->hf_keys, .args = a,
+			  .config = f->hf_config};
+	if (ml->kv_lora_rank > 0)
+		h.head_dim = ml->qk_nope_head_dim + ml->qk_rope_head_dim;
 	return h;
 }
 
