@@ -376,7 +376,9 @@ int plan_stage_reduce(plan *p, int u0, int u1, titan_err *e)
 {
 	for (int u = u1; u >= u0; u--) {
 		p->u[u].kept = 0;
-		if (plan_reduce_unit(p, u, e))
+		/* a resident gradient accumulates in the shard: replicas all-reduce it
+		 * after the step's last micro-batches only */
+		if ((!p->u[u].resident || p->last_mb) && plan_reduce_unit(p, u, e))
 			return -1;
 		plan_release_unit(p, u);
 	}

@@ -88,8 +88,10 @@
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "pp/pp.h"
 
 typedef struct plan plan;
+typedef struct plan_pipe plan_pipe;
 
 /* parallelism.fsdp_reshard_after_forward. */
 typedef enum plan_reshard {
@@ -199,6 +201,20 @@ const model_hooks *plan_unit_hooks(plan *p);
  * u0..u1 and keep them; after its last backward, reduce their gradients. */
 int plan_stage_gather(plan *p, int u0, int u1, titan_err *e);
 int plan_stage_reduce(plan *p, int u0, int u1, titan_err *e);
+
+/* The units pipeline rank r holds under split sp (its stages' units): what
+ * opts.hold takes (n_units entries). */
+void plan_pipeline_hold(const pp_split *sp, int r, int n_units, int8_t *hold);
+/* Drive the steps by lib/pp's engine: this rank's action list (its
+ * coordinate in the pp dimension) of schedule s over the stages of split sp
+ * (checked against the plan's held units, and every pipeline rank's schedule
+ * against the others': pp_schedule_agree), the stage hooks gathering and
+ * reducing each stage once per round.  A step's n_mb must be a multiple of
+ * the schedule's (the rest is gradient accumulation).  The loss is summed
+ * over pp as well (only the last stage has one), and the grad norm's sum of
+ * squares.  sp and s are the caller's and must outlive the plan.  Collective
+ * over pp. */
+int plan_set_pipeline(plan *p, const pp_split *sp, const pp_schedule *s, titan_err *e);
 
 /* ---- checkpoints ---- */
 

@@ -76,6 +76,7 @@ struct plan {
 	uint64_t op_t0;    /* when the running unit's compute began (profiler) */
 	uint64_t wait_ns;  /* blocked in communication this step (plan_result.comm_s) */
 	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
+	plan_pipe *pipe;   /* pipeline parallelism's engine (plan_set_pipeline) */
 };
 
 /* fsdp.c: the unit hooks, and what finishes a step's reductions. */
@@ -90,6 +91,9 @@ int plan_gather_unit(plan *p, int u, titan_err *e);
 void plan_release_unit(plan *p, int u);
 /* Reduce unit u's gradient (started; finished by plan_finish_reduce). */
 int plan_reduce_unit(plan *p, int u, titan_err *e);
+
+/* pipe.c: the pipeline's engine freed. */
+void plan_pipeline_free(plan *p);
 
 /* tp.c: the model's collectives over tp; the replicated tensors' gradients
  * all-reduced over tp. */

@@ -123,8 +123,12 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 		return -1;
 	plan_release_all(p);
 	double sums[1] = {loss_sum}, avg = valid ? loss_sum / (double)valid : 0;
+	/* under pipeline parallelism the last stage alone has a loss: summed over
+	 * pp too, so that every rank (rank 0 logs) knows it */
 	if (all_reduce(p, p->c_loss, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
 	    all_reduce(p, p->c_loss, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
+	    all_reduce(p, p->c_pp, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->c_pp, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
 	    clip(p, max_norm, &r->grad_norm, e))
 		return -1;
 	PROF_T0(t);

@@ -1,0 +1,104 @@
+#!/bin/sh
+# titan-train under pipeline parallelism, torchtitan's seed-checkpoint
+# workflow: one process writes the seed (--checkpoint.create_seed_checkpoint),
+# then runs of several pipeline plans start from it, each stage loading its
+# own layers, and train as one process does from the same seed (losses of the
+# 4 steps within 1e-6 relative: the plans agree to ~1e-9, tests/plan/equiv.sh).
+# Their own initialisation uses another debug.seed, so a stage that did not
+# load its layers would start elsewhere.  A PP 2 x FSDP 2 checkpoint covers
+# every tensor once and resumes in one process.
+. tests/lib.sh
+
+TRAIN="$BIN/titan-train"
+C="$BIN/titan-ckpt-convert"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive NO_COLOR=1
+
+t_random_shards "$TMP/data" 11 300 256 120 0.1
+cat >"$TMP/c.toml" <<EOT
+[model]
+flavor = "debugmodel"
+[optimizer]
+lr = 1e-3
+[lr_scheduler]
+warmup_steps = 2
+[training]
+dataset_path = "$TMP/data"
+local_batch_size = 4
+seq_len = 32
+steps = 4
+mixed_precision_param = "float32"
+[metrics]
+log_freq = 1
+[checkpoint]
+enable = true
+interval = 2
+keep_latest_k = 0
+last_save_model_only = false
+[debug]
+seed = 42
+EOT
+
+"$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/seed" \
+	--checkpoint.create_seed_checkpoint >"$TMP/seed.log" 2>&1
+t_grep "one process writes the seed checkpoint" 'Created seed checkpoint at .*step-0' "$TMP/seed.log"
+
+# seeded NAME NP ARGS...: a run from the seed (its own init seed 7) into $TMP/NAME
+seeded() {
+	name=$1 np=$2
+	shift 2
+	mkdir -p "$TMP/$name/checkpoint"
+	cp -r "$TMP/seed/checkpoint/step-0" "$TMP/$name/checkpoint/"
+	t0=$(date +%s)
+	$MPIRUN -np "$np" "$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/$name" \
+		--debug.seed 7 "$@" >"$TMP/$name.log" 2>&1
+	rc=$?
+	secs=$(($(date +%s) - t0))
+	if [ "$rc" -eq 0 ] && grep -q 'Loading the checkpoint from .*step-0' "$TMP/$name.log"; then
+		t_ok "$name: $np ranks $* from the seed (${secs}s)"
+	else
+		t_not_ok "$name: $np ranks $* from the seed" "exit $rc: $(tail -5 "$TMP/$name.log")"
+	fi
+}
+
+loss() { # metrics.jsonl STEP
+	grep "^{\"step\":$2,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
+}
+
+# like NAME FIRST: steps FIRST..4 of NAME equal the single process's, 1e-6 relative
+like() {
+	bad=
+	for s in $(seq "$2" 4); do
+		a=$(loss "$TMP/single/metrics.jsonl" "$s")
+		b=$(loss "$TMP/$1/metrics.jsonl" "$s")
+		awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 1e-6 * a) }' ||
+			bad="$bad step $s: $b vs $a;"
+	done
+	if [ -z "$bad" ]; then
+		t_ok "$1: the losses of steps $2-4 are the single process's"
+	else
+		t_not_ok "$1: the losses of steps $2-4 are the single process's" "$bad"
+	fi
+}
+
+PP="--parallelism.pipeline_parallel_degree"
+MBS="--parallelism.pipeline_parallel_microbatch_size"
+SCHED="--parallelism.pipeline_parallel_schedule"
+seeded single 1
+seeded pp2 2 $PP 2
+like pp2 1
+seeded pp2fsdp2 4 $PP 2 $SCHED ZBVZeroBubble --training.local_batch_size 2 $MBS 1
+like pp2fsdp2 1
+seeded pp4 4 $PP 4 $SCHED Interleaved1F1B $MBS 1
+like pp4 1
+t_grep "PP 4 x 2 virtual stages: rank 0 builds stages 0 and 4" 'PP rank 0 is building stage_idx 4' "$TMP/pp4.log"
+
+t_run "the PP 2 x FSDP 2 checkpoint verifies (every tensor covered once)" "$C" verify \
+	"$TMP/pp2fsdp2/checkpoint/step-2"
+mkdir -p "$TMP/resume/checkpoint"
+cp -r "$TMP/pp2fsdp2/checkpoint/step-2" "$TMP/resume/checkpoint/"
+$MPIRUN -np 1 "$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/resume" \
+	--debug.seed 7 >"$TMP/resume.log" 2>&1
+t_grep "one process resumes the PP 2 x FSDP 2 checkpoint" 'Loading the checkpoint from .*step-2' \
+	"$TMP/resume.log"
+like resume 3
+t_done
