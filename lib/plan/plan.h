@@ -124,6 +124,9 @@ typedef struct plan_opts {
 	int no_decay_norms_embeddings; /* optimizer.no_decay_norms_embeddings */
 	int pp;                  /* pipeline parallelism drives the units */
 	const int8_t *hold;      /* (units) the units this rank holds; NULL: all */
+	int layout_only;         /* the model's table and the shard layout, nothing
+	                            allocated (the planner: plan_shard_numel,
+	                            plan_memory_get); not for steps */
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the

@@ -815,6 +815,9 @@ static int run_loop(job *j, titan_err *err)
 		    comm_set_timeout(j->h->mesh->world, (double)c->comm.train_timeout_seconds, err) != 0)
 			return -1;
 	}
+	/* the backend's high-water mark, what --dry-run's peak predicts */
+	metrics_log(j->log, "Peak backend memory: %zu bytes (rank %d)", backend_peak_bytes(j->be),
+		    j->rank);
 	metrics_log(j->log, "Training completed");
 	return 0;
 }

@@ -6,7 +6,10 @@
 # 4 steps within 1e-6 relative: the plans agree to ~1e-9, tests/plan/equiv.sh).
 # Their own initialisation uses another debug.seed, so a stage that did not
 # load its layers would start elsewhere.  A PP 2 x FSDP 2 checkpoint covers
-# every tensor once and resumes in one process.
+# every tensor once and resumes in one process.  The planner's peak of each
+# pipeline role (titan-train --dry-run --json) against the backend's peak that
+# each rank measured (2 steps): exact without FSDP, within a stated error with
+# it and with TP (the planner's FSDP buffers are its own arithmetic).
 . tests/lib.sh
 
 TRAIN="$BIN/titan-train"
@@ -101,4 +104,35 @@ $MPIRUN -np 1 "$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/resume" \
 t_grep "one process resumes the PP 2 x FSDP 2 checkpoint" 'Loading the checkpoint from .*step-2' \
 	"$TMP/resume.log"
 like resume 3
+# peaks NAME NP PP TOL ARGS...: every rank's measured peak within TOL (relative)
+# of its role's planned peak (pp is the mesh's outermost dimension: rank r
+# plays role r / (NP / PP))
+peaks() {
+	name=$1 np=$2 pp=$3 tol=$4
+	shift 4
+	"$TRAIN" --config "$TMP/c.toml" --dry-run --json --world-size "$np" "$@" |
+		sed -n 's/.*"peak": *\([0-9]*\).*/\1/p' >"$TMP/$name.plan"
+	$MPIRUN -np "$np" "$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/$name" \
+		--training.steps 2 --metrics.save_for_all_ranks "$@" >"$TMP/$name.log" 2>&1
+	sed -n 's/.*Peak backend memory: \([0-9]*\) bytes (rank \([0-9]*\)).*/\2 \1/p' \
+		"$TMP/$name.log" | sort -n >"$TMP/$name.got"
+	awk -v tol="$tol" -v per=$((np / pp)) -v np="$np" '
+		NR == FNR { plan[NR - 1] = $1; next }
+		{ p = plan[int($1 / per)]; err = ($2 - p) / p; n++
+		  printf "# rank %d (pp %d): planned %d, measured %d bytes, error %+.2f%%\n", $1, int($1 / per), p, $2, 100 * err
+		  if (err < -tol || err > tol) bad = 1 }
+		END { exit !(n == np && !bad) }' "$TMP/$name.plan" "$TMP/$name.got" >"$TMP/$name.cmp"
+	rc=$?
+	if [ "$rc" -eq 0 ]; then
+		t_ok "$name: every rank's peak is its role's planned peak within $tol"
+	else
+		t_not_ok "$name: every rank's peak is its role's planned peak within $tol" \
+			"$(cat "$TMP/$name.cmp"; tail -3 "$TMP/$name.log")"
+	fi
+	cat "$TMP/$name.cmp"
+}
+peaks peak_pp2 2 2 0 $PP 2 $SCHED GPipe
+peaks peak_pp4 4 4 0 $PP 4 $SCHED Interleaved1F1B $MBS 1
+peaks peak_pp2tp2 4 2 0.02 $PP 2 --parallelism.tensor_parallel_degree 2
+peaks peak_pp2fsdp2 4 2 0.1 $PP 2 $SCHED ZBVZeroBubble --training.local_batch_size 2 $MBS 1
 t_done
