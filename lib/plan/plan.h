@@ -172,6 +172,10 @@ typedef struct plan_result {
 	double step_s;    /* seconds the step took on this rank */
 	double comm_s;    /* of which blocked in communication (waits, blocking
 	                     collectives): the rest computes or copies */
+	double run_s;     /* of which the runner ran the micro-batches (forward
+	                     and backward) */
+	double busy_s;    /* of which inside the units' compute (between the unit
+	                     hooks): 1 - busy_s / run_s is a pipeline rank's bubble */
 } plan_result;
 
 /* One training step: forward and backward of every micro-batch (gradients

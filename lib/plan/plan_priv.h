@@ -74,6 +74,7 @@ struct plan {
 	size_t live_bytes, peak_bytes; /* unsharded buffers alive now / at most */
 	int *queue, nq;    /* units whose reductions are in flight, oldest first */
 	uint64_t op_t0;    /* when the running unit's compute began (profiler) */
+	uint64_t unit_t0, busy_ns; /* the same, and the step's compute (plan_result.busy_s) */
 	uint64_t wait_ns;  /* blocked in communication this step (plan_result.comm_s) */
 	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
 	plan_pipe *pipe;   /* pipeline parallelism's engine (plan_set_pipeline) */

@@ -104,7 +104,7 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 {
 	memset(r, 0, sizeof *r);
 	uint64_t t0 = plan_now();
-	p->wait_ns = 0;
+	p->wait_ns = p->busy_ns = 0;
 	if (!p->runner.run)
 		plan_set_runner(p, NULL);
 	size_t n = (size_t)b->n_mb * (size_t)p->o.b * (size_t)p->o.t;
@@ -117,9 +117,13 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	p->eval = 0;
 	double loss_sum = 0;
 	int64_t valid = 0;
+	uint64_t r0 = plan_now();
 	if (p->runner.run(p->runner.ctx, p, b, (float)(1.0 / (double)global), &p->hooks,
-			  &loss_sum, &valid, e) ||
-	    plan_finish_reduce(p, e) || plan_tp_reduce_replicated(p, e))
+			  &loss_sum, &valid, e))
+		return -1;
+	r->run_s = (double)(plan_now() - r0) * 1e-9;
+	r->busy_s = (double)p->busy_ns * 1e-9;
+	if (plan_finish_reduce(p, e) || plan_tp_reduce_replicated(p, e))
 		return -1;
 	plan_release_all(p);
 	double sums[1] = {loss_sum}, avg = valid ? loss_sum / (double)valid : 0;

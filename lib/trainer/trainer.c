@@ -122,6 +122,8 @@ typedef struct job {
 	pp_split pp_split;
 	pp_schedule *pp_sched;
 	int8_t *pp_hold;        /* the units of this rank's stages */
+	double pp_run_s, pp_busy_s; /* forward-backward time and compute in it, steps after
+	                               the run's first (the measured bubble) */
 } job;
 
 static void job_close(job *j)
@@ -680,6 +682,10 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 		return err_prefix(err, "step %lld", (long long)j->step + 1);
 	*loss = r.loss;
 	*gnorm = r.grad_norm;
+	if (w->steps > 0 || j->step > 0) { /* the run's first step warms up */
+		j->pp_run_s += r.run_s;
+		j->pp_busy_s += r.busy_s;
+	}
 	j->max_loss = r.max_loss;
 	j->step++;
 	/* tokens of the global batch (titan's train_state counts them all) */
@@ -765,6 +771,27 @@ static int start_profiler(job *j, titan_err *err)
 	return 0;
 }
 
+/* This pipeline rank's bubble, measured (1 - the units' compute / the
+ * forward-backward time, over the steps after the first) next to the
+ * schedule's formula and its simulation at unit costs (lib/pp). */
+static int log_bubble(job *j, titan_err *err)
+{
+	if (j->pp_run_s <= 0)
+		return 0;
+	const pp_schedule *s = j->pp_sched;
+	pp_kind k;
+	pp_sim sim;
+	if (pp_simulate(s, &PP_COSTS_UNIT, &sim, NULL, err) != 0)
+		return -1;
+	double f = pp_kind_parse(j->c->parallelism.pipeline_parallel_schedule, &k, err) == 0
+			   ? pp_bubble_formula(k, s->n_ranks, s->n_stages / s->n_ranks, s->n_mb) : NAN;
+	metrics_log(j->log, "Pipeline bubble of rank %d: %.1f%% measured (1 - compute / "
+		    "forward-backward time), %.1f%% by %s's formula, %.1f%% simulated at unit "
+		    "costs", j->rank, 100 * (1 - j->pp_busy_s / j->pp_run_s), 100 * f, s->name,
+		    100 * sim.bubble);
+	return 0;
+}
+
 static int run_loop(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
@@ -815,6 +842,8 @@ static int run_loop(job *j, titan_err *err)
 		    comm_set_timeout(j->h->mesh->world, (double)c->comm.train_timeout_seconds, err) != 0)
 			return -1;
 	}
+	if (j->pp > 1 && log_bubble(j, err) != 0)
+		return -1;
 	/* the backend's high-water mark, what --dry-run's peak predicts */
 	metrics_log(j->log, "Peak backend memory: %zu bytes (rank %d)", backend_peak_bytes(j->be),
 		    j->rank);
