@@ -93,6 +93,9 @@ seeded pp2fsdp2 4 $PP 2 $SCHED ZBVZeroBubble --training.local_batch_size 2 $MBS 
 like pp2fsdp2 1
 seeded pp4 4 $PP 4 $SCHED Interleaved1F1B $MBS 1
 like pp4 1
+seeded ppfqn 2 $PP 2 --parallelism.module_fqns_per_model_part \
+	"tok_embeddings,layers.0,layers.1 layers.2,layers.3,layers.4,layers.5,norm,output"
+like ppfqn 1
 t_grep "PP 4 x 2 virtual stages: rank 0 builds stages 0 and 4" 'PP rank 0 is building stage_idx 4' "$TMP/pp4.log"
 
 t_run "the PP 2 x FSDP 2 checkpoint verifies (every tensor covered once)" "$C" verify \
