@@ -107,6 +107,72 @@ int plan_set_pipeline(plan *p, const pp_split *sp, const pp_schedule *s, titan_e
 	return 0;
 }
 
+/* Validation through the pipeline (torchtitan's schedule.eval): one
+ * micro-batch of (b, t) forward only, each rank running its stages in order,
+ * a stage's input received from the rank of the stage before and its output
+ * sent on (the sends finished at the end, so a chain of stages cannot
+ * deadlock); the last stage's loss. */
+int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+		       double *loss_sum, int64_t *n_valid, titan_err *e)
+{
+	const pp_split *sp = p->pipe->sp;
+	int r = plan_coord(p, MESH_PP), n = sp->n_stages, rc = 0, nreq = 0;
+	size_t bytes = model_hidden_bytes(p->m, b, t);
+	model_mb **mb = calloc((size_t)n, sizeof *mb);
+	comm_req **req = calloc((size_t)n, sizeof *req);
+	*loss_sum = 0;
+	*n_valid = 0;
+	if (mb == NULL || req == NULL)
+		rc = err_set(e, "pipeline validation: out of memory");
+	for (int s = 0; rc == 0 && s < n; s++) {
+		if (sp->stage_rank[s] != r)
+			continue;
+		int u0 = sp->u0[s], u1 = sp->u1[s], from = s > 0 ? sp->stage_rank[s - 1] : r;
+		if (!(mb[s] = model_mb_create(p->m, u0, u1, b, t, e)) ||
+		    model_mb_set_tokens(mb[s], u0 == 0 ? inputs : NULL, u1 == p->head ? labels : NULL,
+					0, 0, NULL, e)) {
+			rc = -1;
+			break;
+		}
+		void *in = model_mb_hidden(mb[s], u0);
+		if (s > 0 && from == r) /* the stage before is this rank's */
+			p->be->ops->copy(p->be, in, model_mb_hidden(mb[s - 1], sp->u1[s - 1] + 1), bytes,
+					 BACKEND_D2D);
+		comm_req *rq = NULL;
+		if (s > 0 && from != r &&
+		    (comm_recv_start(p->c_pp, in, bytes, COMM_U8, from, &rq, e) || comm_wait(rq, e))) {
+			rc = -1;
+			break;
+		}
+		for (int u = u0; rc == 0 && u <= u1; u++)
+			rc = plan_hook_before(p, u, MODEL_FWD, e) || model_unit_fwd(p->m, u, mb[s], e) ||
+			     plan_hook_after(p, u, MODEL_FWD, e) ? -1 : 0;
+		if (rc == 0)
+			rc = p->be->ops->sync(p->be, e);
+		int to = s + 1 < n ? sp->stage_rank[s + 1] : r;
+		if (rc == 0 && to != r &&
+		    comm_send_start(p->c_pp, model_mb_hidden(mb[s], u1 + 1), bytes, COMM_U8, to,
+				    &req[nreq++], e))
+			rc = -1;
+		if (rc == 0 && u1 == p->head) {
+			*loss_sum += model_mb_loss_sum(mb[s]);
+			*n_valid += model_mb_valid(mb[s]);
+		}
+	}
+	for (int k = 0; k < nreq; k++) {
+		titan_err we;
+		if (req[k] && comm_wait(req[k], rc ? &we : e) && rc == 0)
+			rc = -1;
+	}
+	for (int s = 0; mb && s < n; s++)
+		model_mb_free(mb[s]);
+	free(mb);
+	free(req);
+	if (rc)
+		p->broken = 1;
+	return rc;
+}
+
 void plan_pipeline_free(plan *p)
 {
 	if (p->pipe == NULL)

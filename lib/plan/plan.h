@@ -186,7 +186,9 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	      titan_err *e);
 
 /* Forward only (validation) of one micro-batch of (b, t) tokens: the summed
- * loss and valid labels over the loss dimension (every rank gets them). */
+ * loss and valid labels over the loss dimension (every rank gets them).
+ * Under a pipeline (plan_set_pipeline) forward through the stages, the last
+ * stage's loss summed over pp. */
 int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
 	      double *loss_sum, int64_t *n_valid, titan_err *e);
 

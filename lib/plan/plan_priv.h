@@ -93,8 +93,11 @@ void plan_release_unit(plan *p, int u);
 /* Reduce unit u's gradient (started; finished by plan_finish_reduce). */
 int plan_reduce_unit(plan *p, int u, titan_err *e);
 
-/* pipe.c: the pipeline's engine freed. */
+/* pipe.c: the pipeline's engine freed; plan_eval through the stages (the
+ * rank's loss: 0 off the last stage). */
 void plan_pipeline_free(plan *p);
+int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+		       double *loss_sum, int64_t *n_valid, titan_err *e);
 
 /* tp.c: the model's collectives over tp; the replicated tensors' gradients
  * all-reduced over tp. */

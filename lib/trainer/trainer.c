@@ -266,9 +266,6 @@ static int build_pipeline(job *j, titan_err *err)
 	const job_config *c = j->c;
 	if (j->pp == 1)
 		return 0;
-	if (c->validation.enable)
-		return err_set(err, "validation.enable: evaluation under pipeline parallelism is not "
-			       "supported yet; set it false or pipeline_parallel_degree 1");
 	int L = j->args->n_layers, r = j->h->mesh->coord[MESH_PP];
 	if (planner_pipeline(c, j->pp, L, &j->pp_split, &j->pp_sched, &j->pp_mb, err) != 0)
 		return -1;

@@ -5,7 +5,8 @@
 # own layers, and train as one process does from the same seed (losses of the
 # 4 steps within 1e-6 relative: the plans agree to ~1e-9, tests/plan/equiv.sh).
 # Their own initialisation uses another debug.seed, so a stage that did not
-# load its layers would start elsewhere.  A PP 2 x FSDP 2 checkpoint covers
+# load its layers would start elsewhere.  Their validation losses (forward
+# through the stages) are the single process's too.  A PP 2 x FSDP 2 checkpoint covers
 # every tensor once and resumes in one process.  The planner's peak of each
 # pipeline role (titan-train --dry-run --json) against the backend's peak that
 # each rank measured (2 steps): exact without FSDP, within a stated error with
@@ -53,7 +54,8 @@ seeded() {
 	cp -r "$TMP/seed/checkpoint/step-0" "$TMP/$name/checkpoint/"
 	t0=$(date +%s)
 	$MPIRUN -np "$np" "$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/$name" \
-		--debug.seed 7 "$@" >"$TMP/$name.log" 2>&1
+		--debug.seed 7 --validation.enable --validation.freq 2 --validation.steps 2 \
+		--validation.local_batch_size 2 "$@" >"$TMP/$name.log" 2>&1
 	rc=$?
 	secs=$(($(date +%s) - t0))
 	if [ "$rc" -eq 0 ] && grep -q 'Loading the checkpoint from .*step-0' "$TMP/$name.log"; then
@@ -63,23 +65,26 @@ seeded() {
 	fi
 }
 
-loss() { # metrics.jsonl STEP
-	grep "^{\"step\":$2,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
+loss() { # metrics.jsonl STEP KEY
+	grep "^{\"step\":$2,\"$3\"" "$1" | tail -1 | sed "s/.*\"$3\":\\([^,]*\\),.*/\\1/"
 }
 
-# like NAME FIRST: steps FIRST..4 of NAME equal the single process's, 1e-6 relative
+# like NAME FIRST [KEY [STEPS]]: the KEY (loss) of steps FIRST..4 (or STEPS) of
+# NAME equal the single process's, 1e-6 relative
 like() {
 	bad=
-	for s in $(seq "$2" 4); do
-		a=$(loss "$TMP/single/metrics.jsonl" "$s")
-		b=$(loss "$TMP/$1/metrics.jsonl" "$s")
+	key=${3:-loss}
+	steps=$(echo ${4:-$(seq "$2" 4)})
+	for s in $steps; do
+		a=$(loss "$TMP/single/metrics.jsonl" "$s" "$key")
+		b=$(loss "$TMP/$1/metrics.jsonl" "$s" "$key")
 		awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 1e-6 * a) }' ||
 			bad="$bad step $s: $b vs $a;"
 	done
 	if [ -z "$bad" ]; then
-		t_ok "$1: the losses of steps $2-4 are the single process's"
+		t_ok "$1: the $key of steps $steps are the single process's"
 	else
-		t_not_ok "$1: the losses of steps $2-4 are the single process's" "$bad"
+		t_not_ok "$1: the $key of steps $steps are the single process's" "$bad"
 	fi
 }
 
@@ -89,10 +94,14 @@ SCHED="--parallelism.pipeline_parallel_schedule"
 seeded single 1
 seeded pp2 2 $PP 2
 like pp2 1
-seeded pp2fsdp2 4 $PP 2 $SCHED ZBVZeroBubble --training.local_batch_size 2 $MBS 1
+like pp2 2 validation_loss "2 4"
+seeded pp2fsdp2 4 $PP 2 $SCHED ZBVZeroBubble --training.local_batch_size 2 $MBS 1 \
+	--validation.local_batch_size 1
 like pp2fsdp2 1
+like pp2fsdp2 2 validation_loss "2 4"
 seeded pp4 4 $PP 4 $SCHED Interleaved1F1B $MBS 1
 like pp4 1
+like pp4 2 validation_loss "2 4"
 seeded ppfqn 2 $PP 2 --parallelism.module_fqns_per_model_part \
 	"tok_embeddings,layers.0,layers.1 layers.2,layers.3,layers.4,layers.5,norm,output"
 like ppfqn 1
