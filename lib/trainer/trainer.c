@@ -854,7 +854,7 @@ static int run_loop(job *j, titan_err *err)
 static int estimate_memory(job *j, titan_err *err)
 {
 	plan_report r;
-	if (planner_run(j->c, 1, planner_local_memory(), &r, err) != 0)
+	if (planner_run(j->c, j->world, planner_local_memory(), &r, err) != 0)
 		return err_prefix(err, "memory_estimation");
 	planner_print(&r, j->log);
 	if (!r.fits)

@@ -59,5 +59,6 @@ plan 4 pp=4 sched=GPipe mbs=1 layers=6 fl=0 ll=2
 plan 4 pp=2 shard=2 sched=1F1B mbs=2
 plan 4 pp=2 shard=2 sched=ZBVZeroBubble mbs=1 reshard=always accum=2
 plan 4 pp=2 tp=2 sched=1F1B mbs=2 async=1
+plan 8 pp=2 rep=2 shard=2 sched=1F1B mbs=1
 plan 8 pp=2 shard=2 tp=2 sched=Interleaved1F1B mbs=2
 t_done

@@ -92,7 +92,9 @@ PP="--parallelism.pipeline_parallel_degree"
 MBS="--parallelism.pipeline_parallel_microbatch_size"
 SCHED="--parallelism.pipeline_parallel_schedule"
 seeded single 1
-seeded pp2 2 $PP 2
+seeded pp2 2 $PP 2 --memory_estimation.enable
+t_grep "memory_estimation plans the job's 2 ranks" 'plan: llama3 debugmodel .* on 2 ranks: pp 2' \
+	"$TMP/pp2.log"
 like pp2 1
 like pp2 2 validation_loss "2 4"
 seeded pp2fsdp2 4 $PP 2 $SCHED ZBVZeroBubble --training.local_batch_size 2 $MBS 1 \
