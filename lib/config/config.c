@@ -196,12 +196,10 @@ static const cfg_key keys[] = {
 	  "1", NULL, "parallelism.pipeline_parallel_degree", "pipeline stages"),
 	KS("parallelism.module_fqns_per_model_part", CFG_OPT_LISTS,
 	   parallelism.module_fqns_per_model_part, "none", NULL,
-	   "the modules of each pipeline stage, a list per stage", CFG_NOT_BUILT,
-	   "pipeline parallelism is not supported by this titan-train yet"),
+	   "the modules of each pipeline stage, a list per stage", CFG_HONOURED, NULL),
 	{{"parallelism.pipeline_parallel_split_points", CFG_LIST, "[]", NULL, NULL,
 	  "module names that start a stage (torchtitan 0.1's spelling; 0.2 has "
-	  "module_fqns_per_model_part, and the two may not both be set)", CFG_NOT_BUILT,
-	  "pipeline parallelism is not supported by this titan-train yet"},
+	  "module_fqns_per_model_part, and the two may not both be set)", CFG_HONOURED, NULL},
 	 OFF(parallelism.pipeline_parallel_split_points), 0},
 	KOPT("parallelism.pipeline_parallel_layers_per_stage",
 	     parallelism.pipeline_parallel_layers_per_stage,
@@ -1112,10 +1110,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	const __typeof__(c->parallelism) *p = &c->parallelism;
 	const char *later = "is not supported by this titan-train yet";
 	(void)world_size; /* data and tensor parallelism take any world (lib/plan) */
-	if (need(p->pipeline_parallel_degree == 1, err,
-		 "parallelism.pipeline_parallel_degree = %ld: pipeline parallelism %s; use 1",
-		 (long)p->pipeline_parallel_degree, later) ||
-	    need(p->context_parallel_degree == 1, err,
+	if (need(p->context_parallel_degree == 1, err,
 		 "parallelism.context_parallel_degree = %ld: context parallelism %s; use 1",
 		 (long)p->context_parallel_degree, later) ||
 	    need(p->expert_parallel_degree == 1, err,

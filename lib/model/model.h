@@ -292,6 +292,10 @@ int64_t model_mb_valid(const model_mb *mb);
 /* The hidden state before unit u (b*t, dim) of prec.resid, u in u0..u1+1: a
  * pipeline stage receives its input into hidden(u0) and sends hidden(u1 + 1). */
 void *model_mb_hidden(model_mb *mb, int u);
+/* Bytes of one hidden state (or its gradient) of b sequences of t tokens:
+ * the rows of the stream this rank holds (b*t, or b*t / tp under tensor
+ * parallelism) x dim in prec.resid; what a pipeline stage sends. */
+size_t model_hidden_bytes(const model *m, int b, int t);
 
 /* The gradient of the hidden state being propagated (b*t, dim) of prec.resid: a
  * pipeline stage puts the received gradient of hidden(u1 + 1) there before the

@@ -405,6 +405,12 @@ double model_mb_loss_sum(const model_mb *mb) { return mb->loss_sum; }
 int64_t model_mb_valid(const model_mb *mb) { return mb->n_valid; }
 void *model_dhidden(model *m) { return m->d_x; }
 
+size_t model_hidden_bytes(const model *m, int b, int t)
+{
+	return (size_t)model_seq(m, (int64_t)b * t) * (size_t)m->args.dim *
+	       be_dtype_size(m->prec.resid);
+}
+
 void *model_mb_hidden(model_mb *mb, int u)
 {
 	return u >= mb->u0 && u <= mb->u1 + 1 ? mb->hidden[u - mb->u0] : NULL;

@@ -307,6 +307,7 @@ int plan_hook_before(void *ctx, int u, int phase, titan_err *e)
 	plan *p = ctx;
 	int rc = hook_before(p, u, phase, e);
 	p->op_t0 = prof_on ? prof_now() : 0;
+	p->unit_t0 = plan_now();
 	return rc;
 }
 
@@ -342,6 +343,7 @@ int plan_hook_after(void *ctx, int u, int phase, titan_err *e)
 {
 	plan *p = ctx;
 	plan_unit *pu = &p->u[u];
+	p->busy_ns += plan_now() - p->unit_t0;
 	PROF_OP(p->op_t0, phase == MODEL_FWD ? "forward" : phase == MODEL_BWD ? "backward"
 		: "weight_grad", PA_I("unit", u), PA_I("tokens", (int64_t)p->o.b * p->o.t));
 	if (phase == MODEL_FWD) {
@@ -376,7 +378,9 @@ int plan_stage_reduce(plan *p, int u0, int u1, titan_err *e)
 {
 	for (int u = u1; u >= u0; u--) {
 		p->u[u].kept = 0;
-		if (plan_reduce_unit(p, u, e))
+		/* a resident gradient accumulates in the shard: replicas all-reduce it
+		 * after the step's last micro-batches only */
+		if ((!p->u[u].resident || p->last_mb) && plan_reduce_unit(p, u, e))
 			return -1;
 		plan_release_unit(p, u);
 	}

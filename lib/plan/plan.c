@@ -205,6 +205,8 @@ plan *plan_create(const plan_opts *o, titan_err *e)
 	    model_set_prec(p->m, &p->prec, e) || model_set_ac(p->m, o->ac, o->ac_every, e) ||
 	    apply_fsdp(p, e) || make_boxes(p, e))
 		goto fail;
+	if (o->layout_only)
+		return p;
 	/* calloc: FSDP's padding rows stay zero */
 	if (!(p->params = backend_calloc_floats(p->be, p->shard_numel ? p->shard_numel : 1, e)) ||
 	    !(p->grads = backend_calloc_floats(p->be, p->shard_numel ? p->shard_numel : 1, e))) {
@@ -225,6 +227,7 @@ void plan_free(plan *p)
 	if (!p)
 		return;
 	plan_release_all(p);
+	plan_pipeline_free(p);
 	model_mb_free(p->mb);
 	adamw_free(p->opt);
 	if (p->params)

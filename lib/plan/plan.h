@@ -88,8 +88,10 @@
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "pp/pp.h"
 
 typedef struct plan plan;
+typedef struct plan_pipe plan_pipe;
 
 /* parallelism.fsdp_reshard_after_forward. */
 typedef enum plan_reshard {
@@ -122,6 +124,9 @@ typedef struct plan_opts {
 	int no_decay_norms_embeddings; /* optimizer.no_decay_norms_embeddings */
 	int pp;                  /* pipeline parallelism drives the units */
 	const int8_t *hold;      /* (units) the units this rank holds; NULL: all */
+	int layout_only;         /* the model's table and the shard layout, nothing
+	                            allocated (the planner: plan_shard_numel,
+	                            plan_memory_get); not for steps */
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the
@@ -167,6 +172,10 @@ typedef struct plan_result {
 	double step_s;    /* seconds the step took on this rank */
 	double comm_s;    /* of which blocked in communication (waits, blocking
 	                     collectives): the rest computes or copies */
+	double run_s;     /* of which the runner ran the micro-batches (forward
+	                     and backward) */
+	double busy_s;    /* of which inside the units' compute (between the unit
+	                     hooks): 1 - busy_s / run_s is a pipeline rank's bubble */
 } plan_result;
 
 /* One training step: forward and backward of every micro-batch (gradients
@@ -177,7 +186,9 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	      titan_err *e);
 
 /* Forward only (validation) of one micro-batch of (b, t) tokens: the summed
- * loss and valid labels over the loss dimension (every rank gets them). */
+ * loss and valid labels over the loss dimension (every rank gets them).
+ * Under a pipeline (plan_set_pipeline) forward through the stages, the last
+ * stage's loss summed over pp. */
 int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
 	      double *loss_sum, int64_t *n_valid, titan_err *e);
 
@@ -199,6 +210,20 @@ const model_hooks *plan_unit_hooks(plan *p);
  * u0..u1 and keep them; after its last backward, reduce their gradients. */
 int plan_stage_gather(plan *p, int u0, int u1, titan_err *e);
 int plan_stage_reduce(plan *p, int u0, int u1, titan_err *e);
+
+/* The units pipeline rank r holds under split sp (its stages' units): what
+ * opts.hold takes (n_units entries). */
+void plan_pipeline_hold(const pp_split *sp, int r, int n_units, int8_t *hold);
+/* Drive the steps by lib/pp's engine: this rank's action list (its
+ * coordinate in the pp dimension) of schedule s over the stages of split sp
+ * (checked against the plan's held units, and every pipeline rank's schedule
+ * against the others': pp_schedule_agree), the stage hooks gathering and
+ * reducing each stage once per round.  A step's n_mb must be a multiple of
+ * the schedule's (the rest is gradient accumulation).  The loss is summed
+ * over pp as well (only the last stage has one), and the grad norm's sum of
+ * squares.  sp and s are the caller's and must outlive the plan.  Collective
+ * over pp. */
+int plan_set_pipeline(plan *p, const pp_split *sp, const pp_schedule *s, titan_err *e);
 
 /* ---- checkpoints ---- */
 

@@ -74,8 +74,10 @@ struct plan {
 	size_t live_bytes, peak_bytes; /* unsharded buffers alive now / at most */
 	int *queue, nq;    /* units whose reductions are in flight, oldest first */
 	uint64_t op_t0;    /* when the running unit's compute began (profiler) */
+	uint64_t unit_t0, busy_ns; /* the same, and the step's compute (plan_result.busy_s) */
 	uint64_t wait_ns;  /* blocked in communication this step (plan_result.comm_s) */
 	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
+	plan_pipe *pipe;   /* pipeline parallelism's engine (plan_set_pipeline) */
 };
 
 /* fsdp.c: the unit hooks, and what finishes a step's reductions. */
@@ -90,6 +92,12 @@ int plan_gather_unit(plan *p, int u, titan_err *e);
 void plan_release_unit(plan *p, int u);
 /* Reduce unit u's gradient (started; finished by plan_finish_reduce). */
 int plan_reduce_unit(plan *p, int u, titan_err *e);
+
+/* pipe.c: the pipeline's engine freed; plan_eval through the stages (the
+ * rank's loss: 0 off the last stage). */
+void plan_pipeline_free(plan *p);
+int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+		       double *loss_sum, int64_t *n_valid, titan_err *e);
 
 /* tp.c: the model's collectives over tp; the replicated tensors' gradients
  * all-reduced over tp. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/plan.h"
 #include "planner/planner_priv.h"
 
 /* A tensor's elements on one rank: split by TP along its tp_dim, then FSDP's
@@ -74,15 +75,51 @@ static void role_stages(const plan_ctx *x, int r, stages *s)
 	}
 }
 
-/* Parameters, gradients, optimizer states and FSDP's unsharded copies. */
-static void state_bytes(const plan_ctx *x, const stages *s, plan_role *ro)
+/* The shard elements each rank of pipeline rank r holds, from the plan's
+ * own layout: plan_create with layout_only (TP's shapes, FSDP2's padded
+ * chunks) of the units plan_pipeline_hold gives the rank, for its first rank
+ * (the others of the role hold as many). */
+static int held_shard(const plan_ctx *x, int r, uint64_t *numel, titan_err *e)
+{
+	mesh m = {.d = {x->d.dp_replicate, x->d.dp_shard, x->d.cp, x->d.tp, x->d.pp, 1, 1}};
+	m.world_size = x->r->world_size;
+	mesh_sizes(&m.d, m.size);
+	for (m.rank = 0; m.rank < m.world_size; m.rank++) {
+		mesh_coords(&m.d, m.rank, m.coord);
+		if (m.coord[MESH_PP] == r)
+			break;
+	}
+	int n_units = model_num_units(x->whole);
+	int8_t *hold = NULL;
+	if (x->d.pp > 1) {
+		if (!(hold = malloc((size_t)n_units)))
+			return err_set(e, "planner: out of memory");
+		plan_pipeline_hold(&x->split, r, n_units, hold);
+	}
+	plan_opts o = {.be = x->be, .mesh = &m, .args = model_args(x->whole),
+		       .b = (int)x->r->microbatch, .t = cp_local_len(&x->cpl), .reduce = BE_F32,
+		       .pp = x->d.pp > 1, .hold = hold, .layout_only = 1};
+	adamw_config_default(&o.adamw);
+	plan *p = plan_create(&o, e);
+	free(hold);
+	if (p == NULL)
+		return err_prefix(e, "planner: pipeline rank %d's plan", r);
+	*numel = plan_shard_numel(p);
+	plan_free(p);
+	return 0;
+}
+
+/* Parameters, gradients, optimizer states (the plan's shards) and FSDP's
+ * unsharded copies. */
+static int state_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro, titan_err *e)
 {
 	uint64_t shard = 0, biggest = 0, all = 0, head = 0;
 	int H = model_head_unit(x->whole);
+	if (held_shard(x, r, &shard, e))
+		return -1;
 	for (int k = 0; k < s->n; k++)
 		for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 			uint64_t w = unit_numel(x, u, 1);
-			shard += unit_numel(x, u, 0);
 			all += w;
 			if (u == H)
 				head = w;
@@ -104,6 +141,7 @@ static void state_bytes(const plan_ctx *x, const stages *s, plan_role *ro)
 		ro->bytes[PLAN_GATHERED] = gathered * be_dtype_size(x->mp_t) +
 					   grads * be_dtype_size(x->reduce_t);
 	}
+	return 0;
 }
 
 /* The bytes of one pipeline message: a micro-batch's hidden state, its
@@ -309,8 +347,7 @@ int planner_roles(plan_ctx *x, titan_err *e)
 			ro->unit1[k] = s.u1[k];
 		}
 		uint64_t msg_extra;
-		state_bytes(x, &s, ro);
-		if (activation_bytes(x, r, &s, ro, &msg_extra, e))
+		if (state_bytes(x, r, &s, ro, e) || activation_bytes(x, r, &s, ro, &msg_extra, e))
 			return -1;
 		buffer_bytes(x, msg_extra, ro);
 		traffic(x, r, &s, ro);

@@ -122,6 +122,13 @@ typedef struct job {
 	int64_t pending_step;
 	char pending_dir[1100];
 	int lock_fd;            /* job.dump_folder, locked for this run (-1: not yet) */
+	/* pipeline parallelism (pp > 1): the plan's engine runs this schedule */
+	int pp, pp_mb;          /* pipeline ranks; micro-batches of a schedule step */
+	pp_split pp_split;
+	pp_schedule *pp_sched;
+	int8_t *pp_hold;        /* the units of this rank's stages */
+	double pp_run_s, pp_busy_s; /* forward-backward time and compute in it, steps after
+	                               the run's first (the measured bubble) */
 } job;
 
 static void job_close(job *j)
@@ -143,6 +150,9 @@ static void job_close(job *j)
 	if (j->prof)
 		prof_stop();
 	plan_free(j->p);
+	pp_schedule_free(j->pp_sched);
+	pp_split_free(&j->pp_split);
+	free(j->pp_hold);
 	if (j->be != NULL)
 		backend_free(j->be);
 	free(j->inputs);
@@ -188,6 +198,7 @@ static void read_layout(job *j)
 	j->dp = m != NULL ? m->size[MESH_BATCH] : 1;
 	j->dp_rank = m != NULL ? m->coord[MESH_BATCH] : 0;
 	j->non_dp = m != NULL ? m->size[MESH_CP] * m->size[MESH_TP] * m->size[MESH_PP] : 1;
+	j->pp = m != NULL ? m->size[MESH_PP] : 1;
 	j->rank = m != NULL ? m->rank : 0;
 	j->world = m != NULL ? m->world_size : 1;
 }
@@ -252,6 +263,33 @@ static int adamw_of(const job_config *c, adamw_config *ac, titan_err *err)
 	return 0;
 }
 
+/* torchtitan's pipeline_llm: the stage split and the schedule (refused with
+ * torchtitan's messages before any work), and the units of this rank's
+ * stages. */
+static int build_pipeline(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (j->pp == 1)
+		return 0;
+	int L = j->args->n_layers, r = j->h->mesh->coord[MESH_PP];
+	if (planner_pipeline(c, j->pp, L, &j->pp_split, &j->pp_sched, &j->pp_mb, err) != 0)
+		return -1;
+	if (!(j->pp_hold = malloc((size_t)L + 2)))
+		return err_set(err, "out of memory");
+	plan_pipeline_hold(&j->pp_split, r, L + 2, j->pp_hold);
+	if (j->pp_mb < j->pp_split.n_stages)
+		titan_warn("Number of microbatches (%d) is less than the total number of stages (%d) "
+			   "which may result in a bubble in the pipeline.", j->pp_mb, j->pp_split.n_stages);
+	for (int s = 0; s < j->pp_split.n_stages; s++)
+		if (j->pp_split.stage_rank[s] == r)
+			metrics_log(j->log, "PP rank %d is building stage_idx %d with units %d..%d "
+				    "(0: tok_embeddings, %d: norm and output)", r, s, j->pp_split.u0[s],
+				    j->pp_split.u1[s], L + 1);
+	metrics_log(j->log, "Using pipeline schedule %s with %d microbatches and %d stages.",
+		    j->pp_sched->name, j->pp_mb, j->pp_split.n_stages);
+	return 0;
+}
+
 /* torchtitan's parallelize_llama on this rank: the plan (the model with its
  * tensor-parallel shapes, FSDP's shards, the optimizer over them), each rank
  * drawing its own shards of torchtitan's initial weights. */
@@ -283,10 +321,16 @@ static int build_plan(job *j, titan_err *err)
 		return -1;
 	o.prec = prec.model;
 	o.reduce = prec.reduce;
+	if (j->pp > 1) {
+		o.b = (int)c->parallelism.pipeline_parallel_microbatch_size;
+		o.pp = 1;
+		o.hold = j->pp_hold;
+	}
 	if ((j->p = plan_create(&o, err)) == NULL)
 		return -1;
 	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 ||
-	    plan_init_weights(j->p, seed_of(c), 1, err) != 0)
+	    plan_init_weights(j->p, seed_of(c), 1, err) != 0 ||
+	    (j->pp > 1 && plan_set_pipeline(j->p, &j->pp_split, j->pp_sched, err) != 0))
 		return -1;
 	j->gm = plan_global_model(j->p);
 	const llama_args *ma = model_args(j->gm);
@@ -643,12 +687,18 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	w->data_s += now_s() - t0;
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
 	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
-	plan_batch b = {.inputs = j->inputs, .labels = j->labels, .n_mb = j->accum};
+	/* under pipeline parallelism each accumulation step is pp_mb micro-batches */
+	plan_batch b = {.inputs = j->inputs, .labels = j->labels,
+			.n_mb = j->accum * (j->pp > 1 ? j->pp_mb : 1)};
 	plan_result r;
 	if (plan_step(j->p, &b, j->lr, j->c->training.max_norm, &r, err) != 0)
 		return err_prefix(err, "step %lld", (long long)j->step + 1);
 	*loss = r.loss;
 	*gnorm = r.grad_norm;
+	if (w->steps > 0 || j->step > 0) { /* the run's first step warms up */
+		j->pp_run_s += r.run_s;
+		j->pp_busy_s += r.busy_s;
+	}
 	j->max_loss = r.max_loss;
 	j->step++;
 	/* tokens of the global batch (titan's train_state counts them all) */
@@ -734,6 +784,27 @@ static int start_profiler(job *j, titan_err *err)
 	return 0;
 }
 
+/* This pipeline rank's bubble, measured (1 - the units' compute / the
+ * forward-backward time, over the steps after the first) next to the
+ * schedule's formula and its simulation at unit costs (lib/pp). */
+static int log_bubble(job *j, titan_err *err)
+{
+	if (j->pp_run_s <= 0)
+		return 0;
+	const pp_schedule *s = j->pp_sched;
+	pp_kind k;
+	pp_sim sim;
+	if (pp_simulate(s, &PP_COSTS_UNIT, &sim, NULL, err) != 0)
+		return -1;
+	double f = pp_kind_parse(j->c->parallelism.pipeline_parallel_schedule, &k, err) == 0
+			   ? pp_bubble_formula(k, s->n_ranks, s->n_stages / s->n_ranks, s->n_mb) : NAN;
+	metrics_log(j->log, "Pipeline bubble of rank %d: %.1f%% measured (1 - compute / "
+		    "forward-backward time), %.1f%% by %s's formula, %.1f%% simulated at unit "
+		    "costs", j->rank, 100 * (1 - j->pp_busy_s / j->pp_run_s), 100 * f, s->name,
+		    100 * sim.bubble);
+	return 0;
+}
+
 static int run_loop(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
@@ -784,6 +855,11 @@ static int run_loop(job *j, titan_err *err)
 		    comm_set_timeout(j->h->mesh->world, (double)c->comm.train_timeout_seconds, err) != 0)
 			return -1;
 	}
+	if (j->pp > 1 && log_bubble(j, err) != 0)
+		return -1;
+	/* the backend's high-water mark, what --dry-run's peak predicts */
+	metrics_log(j->log, "Peak backend memory: %zu bytes (rank %d)", backend_peak_bytes(j->be),
+		    j->rank);
 	metrics_log(j->log, "Training completed");
 	return 0;
 }
@@ -794,7 +870,7 @@ static int run_loop(job *j, titan_err *err)
 static int estimate_memory(job *j, titan_err *err)
 {
 	plan_report r;
-	if (planner_run(j->c, 1, planner_local_memory(), &r, err) != 0)
+	if (planner_run(j->c, j->world, planner_local_memory(), &r, err) != 0)
 		return err_prefix(err, "memory_estimation");
 	planner_print(&r, j->log);
 	if (!r.fits)
@@ -834,8 +910,8 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 		goto out;
 	if (lock_dump_folder(&j, err) != 0)
 		goto out;
-	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_plan(&j, err) != 0 ||
-	    build_schedule(&j, err) != 0)
+	if (find_flavor(&j, err) != 0 || build_pipeline(&j, err) != 0 || open_data(&j, err) != 0 ||
+	    build_plan(&j, err) != 0 || build_schedule(&j, err) != 0)
 		goto out;
 	if (c->checkpoint.create_seed_checkpoint) {
 		if (!c->checkpoint.enable) {

@@ -3,7 +3,9 @@
 # mpirun, one run per plan): 5 steps of a small Llama, per-step loss and grad
 # norm and the final parameters within the tolerances of test_plan.c, and the
 # bytes each rank sends on every mesh dimension equal to titan-train(1)'s
-# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.
+# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.  Pipeline plans
+# are held to the same single process (it runs the whole batch as one
+# micro-batch) and the same tolerances.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -39,4 +41,24 @@ plan 2 tp=2 ac=full
 plan 2 tp=2 async=1 ac=op
 plan 4 shard=2 tp=2 accum=2
 plan 4 shard=2 tp=2 async=1 reshard=always ac=sel2
+# pipeline parallelism (lib/pp's engine as the runner): every schedule, two
+# virtual stages per rank (the multi-stage ones' default), three by
+# layers_per_stage, a CSV schedule, four stages with first/last stage less
+# layers, gradient accumulation, and the compositions with FSDP and TP
+plan 2 pp=2 sched=GPipe mbs=2
+plan 2 pp=2 sched=1F1B mbs=2 accum=2
+plan 2 pp=2 sched=Interleaved1F1B mbs=2
+plan 2 pp=2 sched=LoopedBFS mbs=2
+plan 2 pp=2 sched=InterleavedZeroBubble mbs=2
+plan 2 pp=2 sched=ZBVZeroBubble mbs=1 ac=full
+plan 2 pp=2 sched=DualPipeV mbs=2
+plan 2 pp=2 sched=Interleaved1F1B lps=1 layers=4 mbs=2
+plan 2 pp=2 sched=ZBVZeroBubble mbs=3 csv=tests/pp/golden/csv/zbvzerobubble_pp2_mb4.csv
+plan 4 pp=4 sched=1F1B mbs=2 layers=6
+plan 4 pp=4 sched=GPipe mbs=1 layers=6 fl=0 ll=2
+plan 4 pp=2 shard=2 sched=1F1B mbs=2
+plan 4 pp=2 shard=2 sched=ZBVZeroBubble mbs=1 reshard=always accum=2
+plan 4 pp=2 tp=2 sched=1F1B mbs=2 async=1
+plan 8 pp=2 rep=2 shard=2 sched=1F1B mbs=1
+plan 8 pp=2 shard=2 tp=2 sched=Interleaved1F1B mbs=2
 t_done

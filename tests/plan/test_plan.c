@@ -2,6 +2,11 @@
  * this program under mpirun once per plan, naming it in TITAN_PLAN_TEST
  * ("rep=2 shard=2 tp=1 accum=2 reshard=always async=0 lp=1 ac=none"; the
  * degrees' product is the world size); run alone it checks the world of one.
+ * Pipeline parallelism: "pp=2 sched=1F1B mbs=2" (pipeline_parallel_degree,
+ * _schedule, _microbatch_size), optionally "lps=N" (layers_per_stage),
+ * "fl=N ll=N" (first/last_stage_less_layers, default 1), "layers=N" (the
+ * model's, default 3), "csv=PATH" (pipeline_parallel_schedule_csv): the
+ * plan's runner is then lib/pp's engine (plan_set_pipeline).
  *
  * Every rank trains a small Llama (3 layers, GQA, seq 64) for 5 steps of a
  * global batch of 12 sequences under the plan, and beside it the same model
@@ -40,7 +45,10 @@
  * signs and nearly cancels keeps little relative precision under reordering,
  * and its update may differ by a visible fraction of lr while every gradient
  * agrees to 1e-7 of the gradient's scale; 5 steps moved no element by more
- * than 0.4% of one step's lr (printed).  A wrong gradient (a contribution
+ * than 0.4% of one step's lr (printed).  Pipeline plans split the batch
+ * into micro-batches whose gradients add up across the schedule's order:
+ * the same kind of reordering, measured within the same bounds (loss 2e-9,
+ * grad norm 2e-8, parameters 0.5% of lr).  A wrong gradient (a contribution
  * lost or counted twice) moves parameters by the order of lr itself. */
 #define LOSS_TOL 1e-7
 #define NORM_TOL 1e-6
@@ -49,7 +57,7 @@
 
 enum { STEPS = 5, ROWS = 12, T = 64 };
 
-static const llama_args small = {
+static llama_args small = {
 	.name = "small", .dim = 64, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
 	.vocab_size = 256, .multiple_of = 32, .norm_eps = 1e-5, .rope_theta = 500000,
 	.rope_scale_factor = 8, .max_seq_len = 4096,
@@ -59,6 +67,9 @@ static comm *world;
 
 typedef struct cfg {
 	int rep, shard, tp, accum, async, lp;
+	int pp, mbs, lps, fl, ll; /* pipeline: degree, micro-batch size, layers per stage */
+	pp_kind kind;
+	char csv[256];
 	plan_reshard reshard;
 	model_ac_mode ac;
 	int ac_every;
@@ -87,6 +98,29 @@ static void read_cfg(cfg *c)
 	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
 		: strstr(s, "ac=sel2") ? MODEL_AC_SELECTIVE : MODEL_AC_NONE;
 	c->ac_every = 2;
+	c->pp = get(s, "pp=", 1);
+	c->mbs = get(s, "mbs=", 1);
+	c->lps = get(s, "lps=", 0);
+	c->fl = get(s, "fl=", 1);
+	c->ll = get(s, "ll=", 1);
+	small.n_layers = get(s, "layers=", 3);
+	c->kind = PP_1F1B;
+	const char *k = strstr(s, "sched=");
+	char name[32] = "";
+	if (k != NULL) {
+		sscanf(k + 6, "%31s", name);
+		titan_err e;
+		if (pp_kind_parse(name, &c->kind, &e) != 0)
+			fail_msg("TITAN_PLAN_TEST: %s", e.msg);
+	}
+	const char *f = strstr(s, "csv=");
+	c->csv[0] = '\0';
+	if (f != NULL)
+		sscanf(f + 4, "%255s", c->csv);
+	if (c->pp == 1)
+		c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->tp));
+	else
+		c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->tp * c->pp));
 }
 
 /* Tokens of every step: (STEPS, ROWS, T), ids and labels, 1 in 9 labels ignored. */
@@ -100,11 +134,38 @@ static void tokens(int32_t *ids, int32_t *labels, uint64_t seed)
 	}
 }
 
-static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
+/* The pipeline of a cfg: torchtitan's split and the schedule (built, or read
+ * from the CSV) for n_mb micro-batches a round. */
+typedef struct pipe {
+	pp_split sp;
+	pp_schedule *s;
+	int8_t hold[64];
+} pipe;
+
+static void make_pipe(const cfg *c, int n_mb, int rank, pipe *pi)
+{
+	titan_err e = {{0}};
+	pp_split_args a = {.n_layers = small.n_layers, .pp = c->pp, .kind = c->kind,
+			   .layers_per_stage = c->lps, .first_less = c->fl, .last_less = c->ll};
+	if (pp_split_make(&a, &pi->sp, &e) != 0)
+		fail_msg("pp_split_make: %s", e.msg);
+	int rc = c->csv[0] ? pp_schedule_read_csv(c->csv, c->pp, pi->sp.n_stages, n_mb, &pi->s, &e)
+			   : pp_schedule_build(c->kind, c->pp, pi->sp.stages_per_rank, n_mb, &pi->s, &e);
+	if (rc != 0)
+		fail_msg("schedule: %s", e.msg);
+	plan_pipeline_hold(&pi->sp, rank, small.n_layers + 2, pi->hold);
+	if (rank == 0)
+		for (int st = 0; st < pi->sp.n_stages; st++)
+			print_message("stage %d: units %d..%d on pipeline rank %d\n", st, pi->sp.u0[st],
+				      pi->sp.u1[st], pi->sp.stage_rank[st]);
+}
+
+static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, const pipe *pi)
 {
 	plan_opts o = {.be = be, .mesh = m, .args = &small, .b = b, .t = T, .ac = c->ac,
 		       .ac_every = c->ac_every, .reduce = BE_F32, .reshard = c->reshard,
-		       .loss_parallel = c->lp, .async_tp = c->async};
+		       .loss_parallel = c->lp, .async_tp = c->async, .pp = pi != NULL,
+		       .hold = pi ? pi->hold : NULL};
 	adamw_config_default(&o.adamw);
 	o.adamw.lr = LR;
 	titan_err e = {{0}};
@@ -112,6 +173,8 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
 	if (!p)
 		fail_msg("plan_create: %s", e.msg);
 	assert_int_equal(plan_init_weights(p, 7, 1, &e), 0);
+	if (pi != NULL && plan_set_pipeline(p, &pi->sp, pi->s, &e) != 0)
+		fail_msg("plan_set_pipeline: %s", e.msg);
 	return p;
 }
 
@@ -124,15 +187,25 @@ static uint64_t ar(int n, uint64_t bytes) /* an all-reduce's share, rounded down
 	return n > 1 ? 2 * (uint64_t)(n - 1) * bytes / (uint64_t)n : 0;
 }
 
-static void formula(const plan *pl, const cfg *c, int b, counts x)
+/* b: rows of a micro-batch; under pipeline parallelism the step runs
+ * c->accum rounds of the schedule's micro-batches (pi), FSDP gathering and
+ * reducing each held unit once a round; without, c->accum micro-batches, a
+ * gather (or two) and a reduction each. */
+static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts x)
 {
 	memset(x, 0, sizeof(counts));
 	const model *m = plan_model((plan *)pl);
 	int N = plan_size(pl, MESH_FSDP), R = plan_size(pl, MESH_DP_REPLICATE);
 	int P = plan_size(pl, MESH_TP), L = plan_size(pl, MESH_LOSS), A = c->accum;
-	int head = model_head_unit(m), layers = model_args(m)->n_layers;
-	uint64_t pe = 4, ge = 4, ae = 4, re = 4;
+	int PP = plan_size(pl, MESH_PP), rank = plan_coord(pl, MESH_PP);
+	int n_mb = pi ? A * pi->s->n_mb : A; /* micro-batches run */
+	int head = model_head_unit(m);
+	uint64_t pe = 4, ge = 4, ae = 4;
+	uint64_t n = (uint64_t)b * T, ns = n / (uint64_t)P, d = (uint64_t)model_args(m)->dim;
+	uint64_t one = (uint64_t)(P - 1) * ns * d;
 	for (int u = 0; u <= head; u++) {
+		if (pi && !pi->hold[u])
+			continue;
 		const model_unit *mu = model_unit_at(m, u);
 		uint64_t s = 0;
 		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
@@ -141,7 +214,9 @@ static void formula(const plan *pl, const cfg *c, int b, counts x)
 			s += (rows + (uint64_t)N - 1) / (uint64_t)N * cols;
 		}
 		uint64_t gathers = c->reshard == PLAN_RESHARD_ALWAYS ? 2
-				   : c->reshard == PLAN_RESHARD_NEVER ? 1 : u == head ? 1 : 2;
+				   : c->reshard == PLAN_RESHARD_NEVER || pi || u == head ? 1 : 2;
+		if (pi && c->reshard == PLAN_RESHARD_ALWAYS)
+			gathers = 1; /* a stage's units stay gathered for the round */
 		if (N > 1) {
 			x[MESH_FSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(N - 1) * s * pe;
 			x[MESH_FSDP][COMM_OP_REDUCE_SCATTER] += A * (uint64_t)(N - 1) * s * ge;
@@ -149,48 +224,71 @@ static void formula(const plan *pl, const cfg *c, int b, counts x)
 		} else {
 			x[MESH_DP_REPLICATE][COMM_OP_ALL_REDUCE] += ar(R, mu->numel * 4);
 		}
-	}
-	if (P > 1) {
-		uint64_t n = (uint64_t)b * T, ns = n / (uint64_t)P, d = (uint64_t)model_args(m)->dim;
-		uint64_t one = (uint64_t)(P - 1) * ns * d, L3 = (uint64_t)layers;
-		/* recomputed gathers (norm outputs) and reduce-scatters (wo) per layer */
-		uint64_t rg = 0, rr = 0;
-		for (int l = 0; l < layers; l++) {
+		if (P == 1)
+			continue;
+		/* tensor parallel, per micro-batch: gathers read by a matmul and the
+		 * row-parallel reduce-scatters of the forward go round the ring when
+		 * async (sends of the same bytes).  A layer: 2 gathers forward and 2
+		 * backward, 2 such reduce-scatters forward and 2 plain ones backward,
+		 * plus what activation checkpointing recomputes (norm outputs
+		 * gathered again, wo reduce-scattered again); the embedding: its
+		 * reduce-scatter forward, a gather backward; the head: its gather
+		 * forward, a reduce-scatter backward, and the loss's all-gather. */
+		uint64_t ag_mm = 0, rs_mm = 0, rs_plain = 0, loss = 0;
+		if (u == 0) {
+			ag_mm = 1;
+			rs_plain = 1;
+		} else if (u == head) {
+			ag_mm = 1;
+			rs_plain = 1;
+			loss = c->lp ? (uint64_t)(P - 1) * n * 3 * 4
+			       : (uint64_t)(P - 1) * n * ((256 + (uint64_t)P - 1) / (uint64_t)P) * ae;
+		} else {
+			int l = u - 1;
 			int full = c->ac == MODEL_AC_FULL ||
 				   (c->ac == MODEL_AC_SELECTIVE && (l + 1) % c->ac_every == 0);
-			rg += full || c->ac == MODEL_AC_OP ? 2 : 0;
-			rr += full ? 1 : 0;
+			ag_mm = 4 + (full || c->ac == MODEL_AC_OP ? 2 : 0);
+			rs_mm = 2 + (full ? 1 : 0);
+			rs_plain = 2;
 		}
-		/* gathers read by a matmul and the row-parallel reduce-scatters of the
-		 * forward go round the ring when async (sends of the same bytes):
-		 * forward 2 per layer + the head's; backward 2 per layer + the
-		 * embedding's; the forward's 2 reduce-scatters per layer */
-		uint64_t ag_mm = (2 * L3 + 1 + 2 * L3 + 1 + rg) * one * ae;
-		uint64_t rs_mm = (2 * L3 + rr) * one * ae;
-		uint64_t rs_plain = (1 + 2 * L3 + 1) * one * ae; /* embedding, backward's, head's */
-		uint64_t loss = c->lp ? (uint64_t)(P - 1) * n * 3 * 4
-				: (uint64_t)(P - 1) * n * ((256 + (uint64_t)P - 1) / (uint64_t)P) * ae;
 		int op_ag = c->async ? COMM_OP_SEND : COMM_OP_ALL_GATHER;
 		int op_rs = c->async ? COMM_OP_SEND : COMM_OP_REDUCE_SCATTER;
-		x[MESH_TP][op_ag] += A * ag_mm;
-		x[MESH_TP][op_rs] += A * rs_mm;
-		x[MESH_TP][COMM_OP_REDUCE_SCATTER] += A * rs_plain;
-		x[MESH_TP][COMM_OP_ALL_GATHER] += A * loss;
-		(void)re;
+		x[MESH_TP][op_ag] += n_mb * ag_mm * one * ae;
+		x[MESH_TP][op_rs] += n_mb * rs_mm * one * ae;
+		x[MESH_TP][COMM_OP_REDUCE_SCATTER] += n_mb * rs_plain * one * ae;
+		x[MESH_TP][COMM_OP_ALL_GATHER] += n_mb * loss;
+	}
+	if (P > 1) {
 		uint64_t rep = 0;
 		for (int i = 0; i < model_num_tensors(m); i++) {
 			const model_tensor *t = model_tensor_at(m, i);
 			uint64_t rows = (uint64_t)t->shape[0];
-			if (t->tp == MODEL_TP_REPLICATE)
+			if (t->tp == MODEL_TP_REPLICATE && (!pi || pi->hold[t->unit]))
 				rep += (rows + (uint64_t)N - 1) / (uint64_t)N * (t->numel / rows);
 		}
 		x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, rep * 4) + ar(P, 8); /* + the grad norm */
 	}
 	x[MESH_LOSS][COMM_OP_ALL_REDUCE] += 3 * ar(L, 8); /* valid labels, loss sum, max */
 	x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, 8);     /* the grad norm */
+	if (pi) {
+		/* an F whose next stage is on another rank sends its output, a B or I
+		 * whose previous stage is the input gradient: a micro-batch's stream
+		 * rows (b*t / tp) x dim, float32; then the loss sum and its max and
+		 * the grad norm all-reduced over pp */
+		const pp_schedule *sc = pi->s;
+		uint64_t msgs = 0;
+		for (int i = sc->first[rank]; i < sc->first[rank + 1]; i++) {
+			const pp_action *a = &sc->act[i];
+			int to = a->op == PP_F && a->stage + 1 < sc->n_stages ? a->stage + 1
+				 : (a->op == PP_B || a->op == PP_I) && a->stage > 0 ? a->stage - 1 : -1;
+			msgs += to >= 0 && sc->stage_rank[to] != rank;
+		}
+		x[MESH_PP][COMM_OP_SEND] += A * msgs * ns * d * 4;
+		x[MESH_PP][COMM_OP_ALL_REDUCE] += 3 * ar(PP, 8);
+	}
 }
 
-static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_TP, MESH_LOSS};
+static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_TP, MESH_LOSS, MESH_PP};
 
 static void check_bytes(const mesh *m, const counts want)
 {
@@ -248,7 +346,7 @@ static void plan_equals_the_single_process(void **state)
 	cfg c;
 	read_cfg(&c);
 	titan_err e = {{0}};
-	mesh_degrees want = {c.rep, c.shard, 1, c.tp, 1, 1, 1}, d;
+	mesh_degrees want = {c.rep, c.shard, 1, c.tp, c.pp, 1, 1}, d;
 	if (mesh_resolve(&want, comm_size(world), &d, &e) != 0)
 		fail_msg("TITAN_PLAN_TEST \"%s\": %s", c.text, e.msg);
 	mesh *m;
@@ -257,12 +355,25 @@ static void plan_equals_the_single_process(void **state)
 	assert_true(ROWS % (dp * c.accum) == 0);
 	int lb = ROWS / (dp * c.accum);
 	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
-	plan *p = make_plan(be, m, &c, lb);
+	pipe pi = {0};
+	int b = lb, n_mb = c.accum; /* a micro-batch's rows, the step's micro-batches */
+	if (c.pp > 1) {
+		assert_true(lb % c.mbs == 0);
+		b = c.mbs;
+		n_mb = c.accum * (lb / c.mbs);
+		make_pipe(&c, lb / c.mbs, m->coord[MESH_PP], &pi);
+	}
+	plan *p = make_plan(be, m, &c, b, c.pp > 1 ? &pi : NULL);
 	cfg one = c;
 	one.accum = 1;
-	plan *ref = make_plan(rbe, NULL, &one, ROWS);
-	/* memory: every rank holds 1/N of the (TP-local) parameters, padding aside */
-	size_t local = model_num_params(plan_model(p)), N = (size_t)m->size[MESH_FSDP];
+	plan *ref = make_plan(rbe, NULL, &one, ROWS, NULL);
+	/* memory: every rank holds 1/N of the (TP-local) parameters of its units,
+	 * padding aside */
+	size_t local = 0, N = (size_t)m->size[MESH_FSDP];
+	for (int i = 0; i < model_num_tensors(plan_model(p)); i++) {
+		const model_tensor *t = model_tensor_at(plan_model(p), i);
+		local += c.pp == 1 || pi.hold[t->unit] ? t->numel : 0;
+	}
 	assert_true(plan_shard_numel(p) >= local / N);
 	assert_true(plan_shard_numel(p) <= local / N + 64 * model_num_tensors(plan_model(p)));
 
@@ -282,14 +393,14 @@ static void plan_equals_the_single_process(void **state)
 			}
 		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
 			comm_reset_stats(mesh_comm(m, dims[k]));
-		plan_batch b = {mi, ml, c.accum}, rb = {ids + base, labels + base, 1};
+		plan_batch bt = {mi, ml, n_mb}, rb = {ids + base, labels + base, 1};
 		plan_result got, exp;
-		if (plan_step(p, &b, LR, 1.0, &got, &e) != 0)
+		if (plan_step(p, &bt, LR, 1.0, &got, &e) != 0)
 			fail_msg("step %d: %s", s + 1, e.msg);
 		if (plan_step(ref, &rb, LR, 1.0, &exp, &e) != 0)
 			fail_msg("reference step %d: %s", s + 1, e.msg);
 		counts want_bytes;
-		formula(p, &c, lb, want_bytes);
+		formula(p, &c, b, c.pp > 1 ? &pi : NULL, want_bytes);
 		check_bytes(m, want_bytes);
 		assert_int_equal(got.n_valid, exp.n_valid);
 		double dl = rel(got.loss, exp.loss), dn = rel(got.grad_norm, exp.grad_norm);
@@ -313,6 +424,9 @@ static void plan_equals_the_single_process(void **state)
 	free(ml);
 	plan_free(p);
 	plan_free(ref);
+	pp_schedule_free(pi.s);
+	if (c.pp > 1)
+		pp_split_free(&pi.sp);
 	backend_free(be);
 	backend_free(rbe);
 	mesh_free(m);

@@ -168,9 +168,12 @@ static int run_ranks(job_config *c, comm *world, int threads)
 	mesh_model limits = model_limits(c);
 	if (rank != 0)
 		titan_set_warnings(c->metrics.save_for_all_ranks);
+	pp_schedule *sched = NULL; /* the pipeline the run will build, refused here if bad */
 	if (mesh_resolve(&want, n, &d, &err) != 0 || mesh_check_model(&d, &limits, &err) != 0 ||
-	    config_check_supported(c, n, &err) != 0)
+	    config_check_supported(c, n, &err) != 0 ||
+	    (d.pp > 1 && planner_schedule(c, n, &sched, &err) != 0))
 		return rank == 0 ? fail(TITAN_EXIT_USAGE, err.msg, 0) : TITAN_EXIT_USAGE;
+	pp_schedule_free(sched);
 	mesh *m;
 	if (mesh_create(world, &d, &m, &err) != 0)
 		return fail(TITAN_EXIT_FAIL, err.msg, 0);
