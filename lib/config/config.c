@@ -1115,9 +1115,6 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	if (need(p->pipeline_parallel_degree == 1, err,
 		 "parallelism.pipeline_parallel_degree = %ld: pipeline parallelism %s; use 1",
 		 (long)p->pipeline_parallel_degree, later) ||
-	    need(p->context_parallel_degree == 1, err,
-		 "parallelism.context_parallel_degree = %ld: context parallelism %s; use 1",
-		 (long)p->context_parallel_degree, later) ||
 	    need(p->expert_parallel_degree == 1, err,
 		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
 		 (long)p->expert_parallel_degree, later) ||

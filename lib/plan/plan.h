@@ -67,11 +67,18 @@
  * gradient accumulates unsharded over the micro-batches until
  * plan_stage_reduce.
  *
- * Context parallelism (lib/cp) slots in through the model and the batch:
- * model_set_positions and model_set_attention (ring attention over the cp
- * dimension) on plan_model(), and micro-batches of the rank's share of each
- * sequence (opts.t = seq_len / cp); FSDP already shards over dp_shard x cp,
- * and the loss and its token count are already all-reduced over dp x cp.
+ * Context parallelism (torchtitan's context_parallel over the cp dimension):
+ * each sequence of seq_len tokens is cut into chunks (opts.cp_balance:
+ * headtail, rank i holding chunks i and 2cp-1-i, or none), and a rank's
+ * micro-batches hold its chunks (opts.t = seq_len / cp tokens; plan_cp_share
+ * cuts them out of whole sequences).  The plan gives the model the tokens'
+ * global positions (RoPE) and ring attention over the cp dimension
+ * (lib/cp; opts.cp_rotate: allgather or alltoall).  Every other op works
+ * token by token, so a rank's loss and gradients are its tokens' share:
+ * FSDP's reduce-scatter over dp_shard x cp sums the cp ranks' gradients, and
+ * the loss and its token count are all-reduced over dp x cp.  With tensor
+ * parallelism the ring runs on each tp rank's heads, sequence parallelism
+ * splitting the rank's tokens further.
  *
  * Checkpoints are each rank's boxes of the global tensors (plan_box): its TP
  * slice cut by its FSDP chunk, written as DCP chunks with global offsets and
@@ -85,6 +92,7 @@
 
 #include "backend/backend.h"
 #include "core/err.h"
+#include "cp/cp.h"
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -122,6 +130,11 @@ typedef struct plan_opts {
 	int no_decay_norms_embeddings; /* optimizer.no_decay_norms_embeddings */
 	int pp;                  /* pipeline parallelism drives the units */
 	const int8_t *hold;      /* (units) the units this rank holds; NULL: all */
+	/* context parallelism (a cp dimension of more than one rank): how the
+	 * sequence of t x cp tokens is cut (context_parallel_load_balancer) and
+	 * how keys and values go round (context_parallel_rotate_method) */
+	cp_balance cp_balance;
+	cp_rotate cp_rotate;
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the
@@ -176,10 +189,19 @@ typedef struct plan_result {
 int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
 	      titan_err *e);
 
-/* Forward only (validation) of one micro-batch of (b, t) tokens: the summed
- * loss and valid labels over the loss dimension (every rank gets them). */
+/* Forward only (validation) of one micro-batch of (b, t) tokens (under
+ * context parallelism the rank's share of sequences of t x cp, any length
+ * the chunks divide): the summed loss and valid labels over the loss
+ * dimension (every rank gets them). */
 int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
 	      double *loss_sum, int64_t *n_valid, titan_err *e);
+
+/* This rank's share of rows sequences of seq_len tokens (host, (rows,
+ * seq_len) into (rows, seq_len / cp)): its context-parallel chunks, the
+ * whole sequences without context parallelism.  Refuses a seq_len the
+ * chunks do not divide. */
+int plan_cp_share(const plan *p, const int32_t *full, int32_t *local, int64_t rows,
+		  int64_t seq_len, titan_err *e);
 
 /* What runs a step's micro-batches over the rank's units; the default runs
  * them one after another over every unit (model_run_mb with the unit hooks).

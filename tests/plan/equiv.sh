@@ -3,7 +3,10 @@
 # mpirun, one run per plan): 5 steps of a small Llama, per-step loss and grad
 # norm and the final parameters within the tolerances of test_plan.c, and the
 # bytes each rank sends on every mesh dimension equal to titan-train(1)'s
-# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.
+# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.  Context
+# parallelism: CP 2 with each load balancer and rotate method, CP 4, and CP
+# composed with FSDP, TP and both (8 ranks); each line prints its seconds
+# (CI runs this on 2 cores).
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -39,4 +42,14 @@ plan 2 tp=2 ac=full
 plan 2 tp=2 async=1 ac=op
 plan 4 shard=2 tp=2 accum=2
 plan 4 shard=2 tp=2 async=1 reshard=always ac=sel2
+plan 2 cp=2
+plan 2 cp=2 rot=alltoall
+plan 2 cp=2 bal=none
+plan 2 cp=2 bal=none rot=alltoall accum=2
+plan 4 cp=4
+plan 4 cp=4 rot=alltoall ac=full
+plan 4 shard=2 cp=2
+plan 4 cp=2 tp=2
+plan 4 cp=2 tp=2 async=1 rot=alltoall ac=sel2
+plan 8 shard=2 cp=2 tp=2
 t_done
