@@ -142,28 +142,19 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	return rc;
 }
 
-int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
-	      double *loss_sum, int64_t *n_valid, titan_err *e)
+static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+		      double *loss_sum, int64_t *n_valid, titan_err *e)
 {
 	if (p->o.hold != NULL)
 		return err_set(e, "plan: evaluation of a rank holding some units only");
-	cp_attn *ring; /* context parallel: a ring for another sequence length */
-	if (plan_cp_use(p, t, &ring, e))
-		return -1;
 	model_mb *mb = model_mb_create(p->m, 0, p->head, b, t, e);
-	if (!mb) {
-		titan_err later;
-		plan_cp_restore(p, ring, &later);
+	if (!mb)
 		return -1;
-	}
 	p->eval = 1;
 	int rc = model_mb_set_tokens(mb, inputs, labels, 0, 0, NULL, e) ||
 		 model_run_mb(p->m, mb, &p->hooks, e);
 	p->eval = 0;
 	plan_release_all(p);
-	titan_err later; /* the first error is the one told */
-	if (plan_cp_restore(p, ring, rc ? &later : e))
-		rc = -1;
 	double s = model_mb_loss_sum(mb);
 	int64_t v = model_mb_valid(mb);
 	model_mb_free(mb);
@@ -173,4 +164,19 @@ int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int 
 	*loss_sum = s;
 	*n_valid = v;
 	return 0;
+}
+
+/* Context parallelism: t may be another length than training's (its own
+ * ring and positions meanwhile). */
+int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+	      double *loss_sum, int64_t *n_valid, titan_err *e)
+{
+	cp_attn *ring;
+	if (plan_cp_use(p, t, &ring, e))
+		return -1;
+	int rc = eval_batch(p, inputs, labels, b, t, loss_sum, n_valid, e);
+	titan_err later; /* the first error is the one told */
+	if (plan_cp_restore(p, ring, rc ? &later : e))
+		rc = -1;
+	return rc;
 }
