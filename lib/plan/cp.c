@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/flavor.h"
 #include "plan/plan_priv.h"
 
 /* The model computes on the chunks of layout l: their positions, ring's
@@ -65,6 +66,21 @@ int plan_cp_restore(plan *p, cp_attn *ring, titan_err *e)
 	int rc = use_layout(p, &p->cpl, p->ring, e);
 	cp_attn_free(ring);
 	return rc;
+}
+
+size_t plan_cp_bytes(const plan *p)
+{
+	if (p->cp == 1)
+		return 0;
+	/* the model's attention call (its heads: the tp rank's) on the rank's
+	 * chunks of a micro-batch, in the activations' type */
+	const llama_args *a = model_args(p->m);
+	int hd = flavor_head_dim(model_args(p->g));
+	be_dtype t = model_get_prec(p->m)->act;
+	be_attn s = {.b = p->o.b, .tq = p->o.t, .tk = p->o.t, .h = a->n_heads,
+		     .hkv = a->n_kv_heads, .hd = hd, .hdv = hd, .causal = 1, .qkv = t, .out = t,
+		     .dout = t, .grad = t};
+	return cp_attn_bytes(&p->cpl, p->o.cp_rotate, &s);
 }
 
 int plan_cp_share(const plan *p, const int32_t *full, int32_t *local, int64_t rows,

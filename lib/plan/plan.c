@@ -317,6 +317,7 @@ void plan_memory_get(const plan *p, plan_memory *mm)
 	mm->params = mm->grads = p->shard_numel * sizeof(float);
 	mm->optimizer = 2 * p->shard_numel * sizeof(float);
 	mm->activations = model_activation_bytes(p->m, p->o.b, p->o.t);
+	mm->ring = plan_cp_bytes(p);
 	if (p->peak_bytes) {
 		mm->gathered = p->peak_bytes;
 		return;
@@ -372,4 +373,7 @@ void plan_describe(const plan *p, FILE *log)
 		    "%.4f GiB, optimizer %.4f GiB, unsharded %.4f GiB, activations %.4f GiB",
 		    gib(mm.params), n, gib(mm.grads), gib(mm.optimizer), gib(mm.gathered),
 		    gib(mm.activations));
+	if (mm.ring)
+		metrics_log(log, "Memory per rank: ring attention's keys, values and gradients "
+			    "%.4f GiB", gib(mm.ring));
 }

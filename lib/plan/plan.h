@@ -260,11 +260,13 @@ void plan_weights_changed(plan *p);
 /* Bytes this rank holds for the model: its shards (params, grads, the
  * optimizer's two states), the unsharded copies alive at once at most
  * (gathered parameters and unreduced gradients, with what is prefetched and
- * in flight), and a micro-batch's activations. */
+ * in flight), a micro-batch's activations and, under context parallelism,
+ * ring attention's key, value and gradient buffers. */
 typedef struct plan_memory {
 	size_t params, grads, optimizer;
 	size_t gathered;
 	size_t activations;
+	size_t ring;      /* context parallelism: ring attention's buffers */
 } plan_memory;
 void plan_memory_get(const plan *p, plan_memory *m);
 

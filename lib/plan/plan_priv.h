@@ -106,6 +106,8 @@ int plan_tp_reduce_replicated(plan *p, titan_err *e);
 int plan_apply_cp(plan *p, titan_err *e);
 int plan_cp_use(plan *p, int t, cp_attn **ring, titan_err *e);
 int plan_cp_restore(plan *p, cp_attn *ring, titan_err *e);
+/* The bytes of the training ring's buffers (0 without context parallelism). */
+size_t plan_cp_bytes(const plan *p);
 
 /* Nanoseconds on the monotonic clock: what the rank waits on communication
  * is the time spent inside the blocking calls and waits. */

@@ -269,9 +269,10 @@ static void plan_equals_measured_activations_and_buffers(void **state)
 
 /* The plan titan-train builds for the config on this rank (the mesh, FSDP
  * over dp_shard x cp, TP, the ring), one step of its share of a batch: the
- * CPU backend's peak bytes, and the bytes it sent over cp. */
+ * CPU backend's peak bytes, the bytes it sent over cp, and the ring's bytes
+ * as the plan tells them (plan_memory_get). */
 static uint64_t measured_plan(const job_config *c, cp_balance bal, cp_rotate how,
-			      uint64_t *cp_sent)
+			      uint64_t *cp_sent, uint64_t *ring)
 {
 	titan_err e = {0};
 	const __typeof__(c->parallelism) *p = &c->parallelism;
@@ -303,6 +304,9 @@ static uint64_t measured_plan(const job_config *c, cp_balance bal, cp_rotate how
 	if (plan_step(pl, &batch, 1e-3, 1.0, &r, &e))
 		fail_msg("%s", e.msg);
 	uint64_t peak = backend_peak_bytes(be);
+	plan_memory mm;
+	plan_memory_get(pl, &mm);
+	*ring = mm.ring;
 	const comm_stats *st = comm_get_stats(mesh_comm(m, MESH_CP));
 	*cp_sent = 0;
 	for (int op = 0; op < COMM_OP_COUNT; op++)
@@ -321,7 +325,8 @@ static uint64_t measured_plan(const job_config *c, cp_balance bal, cp_rotate how
  * the planner counts as its own arithmetic (the two largest units gathered
  * and one unit's gradient) and the plan allocates as it goes (prefetch, the
  * reductions in flight): the error is printed, and bounded by 10%.  The
- * bytes sent over cp in the step must be the planner's exactly. */
+ * bytes sent over cp in the step, and the ring's buffers the plan logs
+ * (plan_memory_get), must be the planner's exactly. */
 static void plan_peak_against_the_cp_plans(void **state)
 {
 	(void)state;
@@ -332,8 +337,9 @@ static void plan_peak_against_the_cp_plans(void **state)
 			job_config c;
 			plan_report rep;
 			plan_cp_config(&c, n / tps[k], tps[k], (cp_rotate)how, &rep);
-			uint64_t want = rep.roles[0].peak, sent;
-			uint64_t got = measured_plan(&c, CP_BALANCE_HEADTAIL, (cp_rotate)how, &sent);
+			uint64_t want = rep.roles[0].peak, sent, ring;
+			uint64_t got = measured_plan(&c, CP_BALANCE_HEADTAIL, (cp_rotate)how, &sent,
+						     &ring);
 			double err = ((double)want - (double)got) / (double)got;
 			if (r == 0)
 				print_message("plan peak, cp %d x tp %d %-9s: planned %llu bytes, "
@@ -344,6 +350,7 @@ static void plan_peak_against_the_cp_plans(void **state)
 					      (unsigned long long)rep.roles[0].sent[PLAN_DIM_CP]);
 			assert_true(err < 0.10 && err > -0.10);
 			assert_int_equal(sent, rep.roles[0].sent[PLAN_DIM_CP]);
+			assert_int_equal(ring, rep.roles[0].bytes[PLAN_COMM_BUFFERS]);
 			planner_report_free(&rep);
 			config_free(&c);
 		}
