@@ -226,13 +226,16 @@ static const cfg_key keys[] = {
 	   parallelism.pipeline_parallel_expert_parallel_overlap, "true", NULL,
 	   "overlap expert and pipeline communication under DualPipeV", CFG_NOT_BUILT, NO_MOE),
 	K("parallelism.context_parallel_degree", CFG_INT, parallelism.context_parallel_degree, "1",
-	  NULL, "parallelism.context_parallel_degree", "context parallel degree"),
+	  NULL, "parallelism.context_parallel_degree",
+	  "context parallel degree: the ranks each sequence is split over, attention a ring over them"),
 	K("parallelism.context_parallel_load_balancer", CFG_OPT_STR,
 	  parallelism.context_parallel_load_balancer, "\"headtail\"", "headtail|ptrr",
-	  "parallelism.context_parallel_load_balancer", "CP load balancing (none: off)"),
+	  "parallelism.context_parallel_load_balancer", "CP load balancing: headtail gives rank i chunks i and 2cp-1-i of 2cp, none "
+	  "(off) chunk i of cp; ptrr (FlexAttention's) is refused"),
 	K("parallelism.context_parallel_rotate_method", CFG_STR,
 	  parallelism.context_parallel_rotate_method, "\"allgather\"", "allgather|alltoall",
-	  "parallelism.context_parallel_rotate_method", "CP key/value exchange"),
+	  "parallelism.context_parallel_rotate_method", "CP key/value exchange: allgather gathers every rank's once, alltoall passes "
+	  "them round the ring overlapped with compute"),
 	K("parallelism.expert_parallel_degree", CFG_INT, parallelism.expert_parallel_degree, "1",
 	  NULL, "parallelism.expert_parallel_degree", "expert parallel degree"),
 	KS("parallelism.expert_tensor_parallel_degree", CFG_INT,
@@ -1110,10 +1113,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	const __typeof__(c->parallelism) *p = &c->parallelism;
 	const char *later = "is not supported by this titan-train yet";
 	(void)world_size; /* data and tensor parallelism take any world (lib/plan) */
-	if (need(p->context_parallel_degree == 1, err,
-		 "parallelism.context_parallel_degree = %ld: context parallelism %s; use 1",
-		 (long)p->context_parallel_degree, later) ||
-	    need(p->expert_parallel_degree == 1, err,
+	if (need(p->expert_parallel_degree == 1, err,
 		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
 		 (long)p->expert_parallel_degree, later) ||
 	    need(!list_has(&c->model.converters, "float8") && !list_has(&c->model.converters, "mx"),

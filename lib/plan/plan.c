@@ -63,11 +63,13 @@ static int read_mesh(plan *p, titan_err *e)
 	p->fsdp = plan_size(p, MESH_FSDP), p->fsdp_rank = plan_coord(p, MESH_FSDP);
 	p->rep = plan_size(p, MESH_DP_REPLICATE), p->rep_rank = plan_coord(p, MESH_DP_REPLICATE);
 	p->tp = plan_size(p, MESH_TP), p->tp_rank = plan_coord(p, MESH_TP);
+	p->cp = plan_size(p, MESH_CP), p->cp_rank = plan_coord(p, MESH_CP);
 	p->c_fsdp = dim_comm(p, MESH_FSDP);
 	p->c_rep = dim_comm(p, MESH_DP_REPLICATE);
 	p->c_tp = dim_comm(p, MESH_TP);
 	p->c_loss = dim_comm(p, MESH_LOSS);
 	p->c_pp = dim_comm(p, MESH_PP);
+	p->c_cp = dim_comm(p, MESH_CP);
 	int world = p->mesh ? p->mesh->world_size : 1;
 	/* torchtitan's apply_ddp: replication without sharding is DDP, alone. */
 	p->ddp = p->rep > 1 && p->fsdp == 1;
@@ -201,7 +203,7 @@ plan *plan_create(const plan_opts *o, titan_err *e)
 	if (p->prec.param == 0 && p->prec.grad == 0 && p->prec.act == 0 && p->prec.resid == 0)
 		p->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	p->hooks = (model_hooks){p, plan_hook_before, plan_hook_after};
-	if (read_mesh(p, e) || apply_tp(p, e) ||
+	if (read_mesh(p, e) || apply_tp(p, e) || plan_apply_cp(p, e) ||
 	    model_set_prec(p->m, &p->prec, e) || model_set_ac(p->m, o->ac, o->ac_every, e) ||
 	    apply_fsdp(p, e) || make_boxes(p, e))
 		goto fail;
@@ -229,6 +231,7 @@ void plan_free(plan *p)
 	plan_release_all(p);
 	plan_pipeline_free(p);
 	model_mb_free(p->mb);
+	cp_attn_free(p->ring);
 	adamw_free(p->opt);
 	if (p->params)
 		p->be->ops->free(p->be, p->params);
@@ -317,6 +320,7 @@ void plan_memory_get(const plan *p, plan_memory *mm)
 	mm->params = mm->grads = p->shard_numel * sizeof(float);
 	mm->optimizer = 2 * p->shard_numel * sizeof(float);
 	mm->activations = model_activation_bytes(p->m, p->o.b, p->o.t);
+	mm->ring = plan_cp_bytes(p);
 	if (p->peak_bytes) {
 		mm->gathered = p->peak_bytes;
 		return;
@@ -350,6 +354,12 @@ void plan_describe(const plan *p, FILE *log)
 {
 	if (p->tp > 1)
 		metrics_log(log, "Applied Tensor Parallelism to the model (tp %d)", p->tp);
+	if (p->cp > 1)
+		metrics_log(log, "Applied Context Parallelism to the model (cp %d, load balancer %s, "
+			    "rotate method %s: %lld tokens per sequence in %d chunks of %lld per rank)",
+			    p->cp, p->o.cp_balance == CP_BALANCE_HEADTAIL ? "headtail" : "none",
+			    p->o.cp_rotate == CP_ROTATE_ALLTOALL ? "alltoall" : "allgather",
+			    (long long)p->cpl.seq_len, p->cpl.chunks, (long long)p->cpl.chunk);
 	if (p->fsdp > 1)
 		metrics_log(log, "Applied %s to the model (%d shards%s, reshard_after_forward %s)",
 			    p->rep > 1 ? "HSDP" : "FSDP", p->fsdp,
@@ -366,4 +376,7 @@ void plan_describe(const plan *p, FILE *log)
 		    "%.4f GiB, optimizer %.4f GiB, unsharded %.4f GiB, activations %.4f GiB",
 		    gib(mm.params), n, gib(mm.grads), gib(mm.optimizer), gib(mm.gathered),
 		    gib(mm.activations));
+	if (mm.ring)
+		metrics_log(log, "Memory per rank: ring attention's keys, values and gradients "
+			    "%.4f GiB", gib(mm.ring));
 }

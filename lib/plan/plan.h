@@ -67,11 +67,18 @@
  * gradient accumulates unsharded over the micro-batches until
  * plan_stage_reduce.
  *
- * Context parallelism (lib/cp) slots in through the model and the batch:
- * model_set_positions and model_set_attention (ring attention over the cp
- * dimension) on plan_model(), and micro-batches of the rank's share of each
- * sequence (opts.t = seq_len / cp); FSDP already shards over dp_shard x cp,
- * and the loss and its token count are already all-reduced over dp x cp.
+ * Context parallelism (torchtitan's context_parallel over the cp dimension):
+ * each sequence of seq_len tokens is cut into chunks (opts.cp_balance:
+ * headtail, rank i holding chunks i and 2cp-1-i, or none), and a rank's
+ * micro-batches hold its chunks (opts.t = seq_len / cp tokens; plan_cp_share
+ * cuts them out of whole sequences).  The plan gives the model the tokens'
+ * global positions (RoPE) and ring attention over the cp dimension
+ * (lib/cp; opts.cp_rotate: allgather or alltoall).  Every other op works
+ * token by token, so a rank's loss and gradients are its tokens' share:
+ * FSDP's reduce-scatter over dp_shard x cp sums the cp ranks' gradients, and
+ * the loss and its token count are all-reduced over dp x cp.  With tensor
+ * parallelism the ring runs on each tp rank's heads, sequence parallelism
+ * splitting the rank's tokens further.
  *
  * Checkpoints are each rank's boxes of the global tensors (plan_box): its TP
  * slice cut by its FSDP chunk, written as DCP chunks with global offsets and
@@ -85,6 +92,7 @@
 
 #include "backend/backend.h"
 #include "core/err.h"
+#include "cp/cp.h"
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -127,6 +135,11 @@ typedef struct plan_opts {
 	int layout_only;         /* the model's table and the shard layout, nothing
 	                            allocated (the planner: plan_shard_numel,
 	                            plan_memory_get); not for steps */
+	/* context parallelism (a cp dimension of more than one rank): how the
+	 * sequence of t x cp tokens is cut (context_parallel_load_balancer) and
+	 * how keys and values go round (context_parallel_rotate_method) */
+	cp_balance cp_balance;
+	cp_rotate cp_rotate;
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the
@@ -185,12 +198,20 @@ typedef struct plan_result {
 int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
 	      titan_err *e);
 
-/* Forward only (validation) of one micro-batch of (b, t) tokens: the summed
- * loss and valid labels over the loss dimension (every rank gets them).
- * Under a pipeline (plan_set_pipeline) forward through the stages, the last
- * stage's loss summed over pp. */
+/* Forward only (validation) of one micro-batch of (b, t) tokens (under
+ * context parallelism the rank's share of sequences of t x cp, any length
+ * the chunks divide): the summed loss and valid labels over the loss
+ * dimension (every rank gets them).  Under a pipeline (plan_set_pipeline)
+ * forward through the stages, the last stage's loss summed over pp. */
 int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
 	      double *loss_sum, int64_t *n_valid, titan_err *e);
+
+/* This rank's share of rows sequences of seq_len tokens (host, (rows,
+ * seq_len) into (rows, seq_len / cp)): its context-parallel chunks, the
+ * whole sequences without context parallelism.  Refuses a seq_len the
+ * chunks do not divide. */
+int plan_cp_share(const plan *p, const int32_t *full, int32_t *local, int64_t rows,
+		  int64_t seq_len, titan_err *e);
 
 /* What runs a step's micro-batches over the rank's units; the default runs
  * them one after another over every unit (model_run_mb with the unit hooks).
@@ -263,11 +284,13 @@ void plan_weights_changed(plan *p);
 /* Bytes this rank holds for the model: its shards (params, grads, the
  * optimizer's two states), the unsharded copies alive at once at most
  * (gathered parameters and unreduced gradients, with what is prefetched and
- * in flight), and a micro-batch's activations. */
+ * in flight), a micro-batch's activations and, under context parallelism,
+ * ring attention's key, value and gradient buffers. */
 typedef struct plan_memory {
 	size_t params, grads, optimizer;
 	size_t gathered;
 	size_t activations;
+	size_t ring;      /* context parallelism: ring attention's buffers */
 } plan_memory;
 void plan_memory_get(const plan *p, plan_memory *m);
 

@@ -58,7 +58,10 @@ struct plan {
 	int fsdp, fsdp_rank;   /* dp_shard x cp */
 	int rep, rep_rank;     /* dp_replicate */
 	int tp, tp_rank;
-	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp;
+	int cp, cp_rank;
+	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp, *c_cp;
+	cp_layout cpl;     /* context parallelism: the training sequence's chunks */
+	cp_attn *ring;     /* its ring attention (NULL: one cp rank) */
 	int ddp;           /* replication alone: all-reduce the unit's gradient */
 	plan_tensor *t;    /* (model's tensors) */
 	plan_box *box;     /* (global tensors) */
@@ -103,6 +106,16 @@ int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, in
  * all-reduced over tp. */
 model_tp_group plan_tp_group(plan *p);
 int plan_tp_reduce_replicated(plan *p, titan_err *e);
+
+/* cp.c: context parallelism on the model: the positions of the rank's
+ * chunks and ring attention for micro-batches of t tokens (plan_apply_cp:
+ * the training length, kept; plan_cp_use: another, for an evaluation, until
+ * plan_cp_restore). */
+int plan_apply_cp(plan *p, titan_err *e);
+int plan_cp_use(plan *p, int t, cp_attn **ring, titan_err *e);
+int plan_cp_restore(plan *p, cp_attn *ring, titan_err *e);
+/* The bytes of the training ring's buffers (0 without context parallelism). */
+size_t plan_cp_bytes(const plan *p);
 
 /* Nanoseconds on the monotonic clock: what the rank waits on communication
  * is the time spent inside the blocking calls and waits. */

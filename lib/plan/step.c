@@ -164,8 +164,8 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	return rc;
 }
 
-int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
-	      double *loss_sum, int64_t *n_valid, titan_err *e)
+static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+		      double *loss_sum, int64_t *n_valid, titan_err *e)
 {
 	if (p->o.hold != NULL && p->pipe == NULL)
 		return err_set(e, "plan: evaluation of a rank holding some units only");
@@ -198,4 +198,19 @@ int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int 
 	*loss_sum = s;
 	*n_valid = v;
 	return 0;
+}
+
+/* Context parallelism: t may be another length than training's (its own
+ * ring and positions meanwhile). */
+int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+	      double *loss_sum, int64_t *n_valid, titan_err *e)
+{
+	cp_attn *ring;
+	if (plan_cp_use(p, t, &ring, e))
+		return -1;
+	int rc = eval_batch(p, inputs, labels, b, t, loss_sum, n_valid, e);
+	titan_err later; /* the first error is the one told */
+	if (plan_cp_restore(p, ring, rc ? &later : e))
+		rc = -1;
+	return rc;
 }

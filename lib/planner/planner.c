@@ -86,7 +86,8 @@ static int check_model(const plan_ctx *x, const llama_args *a, titan_err *e)
 	mesh_degrees d = {.dp_replicate = x->d.dp_replicate, .dp_shard = x->d.dp_shard,
 			  .cp = x->d.cp, .tp = x->d.tp, .pp = x->d.pp, .ep = 1, .etp = 1};
 	mesh_model m = {a->name, a->n_layers, a->n_heads, a->n_kv_heads, a->dim,
-			flavor_ffn_hidden(a), 0, x->c->training.seq_len};
+			flavor_ffn_hidden(a), 0, x->c->training.seq_len,
+			x->c->parallelism.context_parallel_load_balancer == NULL};
 	return mesh_check_model(&d, &m, e);
 }
 

@@ -216,13 +216,16 @@ static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role
 	return 0;
 }
 
-/* Bytes of one rank's keys plus values (elem bytes each) for b x t tokens. */
-static uint64_t kv_bytes(const plan_ctx *x, int b, size_t elem)
+/* The model's attention call on this rank, as model_attn makes it (local
+ * heads, the rank's chunks). */
+static be_attn attn_call(const plan_ctx *x)
 {
 	const llama_args *a = model_args(x->local);
 	int hd = flavor_head_dim(a);
-	return (uint64_t)b * (uint64_t)cp_local_len(&x->cpl) * (uint64_t)a->n_kv_heads * 2 *
-	       (uint64_t)hd * elem;
+	be_dtype t = x->compute_t;
+	return (be_attn){.b = (int)x->r->microbatch, .tq = cp_local_len(&x->cpl),
+			 .tk = cp_local_len(&x->cpl), .h = a->n_heads, .hkv = a->n_kv_heads,
+			 .hd = hd, .hdv = hd, .causal = 1, .qkv = t, .out = t, .dout = t, .grad = t};
 }
 
 /* Communication buffers beyond the activations: what the pipeline's messages
@@ -231,16 +234,9 @@ static uint64_t kv_bytes(const plan_ctx *x, int b, size_t elem)
  * gradients, the float32 accumulators of out and dq). */
 static void buffer_bytes(const plan_ctx *x, uint64_t msg_extra, plan_role *ro)
 {
-	int b = (int)x->r->microbatch;
-	const llama_args *a = model_args(x->local);
 	uint64_t buf = msg_extra;
 	if (x->d.cp > 1) {
-		/* the model's attention call on this rank, as model_attn makes it */
-		int hd = flavor_head_dim(a);
-		be_dtype t = x->compute_t;
-		be_attn s = {.b = b, .tq = cp_local_len(&x->cpl), .tk = cp_local_len(&x->cpl),
-			     .h = a->n_heads, .hkv = a->n_kv_heads, .hd = hd, .hdv = hd, .causal = 1,
-			     .qkv = t, .out = t, .dout = t, .grad = t};
+		be_attn s = attn_call(x);
 		buf += cp_attn_bytes(&x->cpl, x->rotate, &s);
 	}
 	ro->bytes[PLAN_COMM_BUFFERS] = buf;
@@ -296,21 +292,16 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 			}
 		ro->sent[PLAN_DIM_TP] = per * passes;
 	}
-	/* CP: per block and pass, the keys and values of the others (all-gather:
-	 * (cp-1) x own; ring: cp-1 sends), again for the backward with the
-	 * float32 gradients back to their owners (reduce-scatter (cp-1) x own;
-	 * ring: cp sends), the forward again where AC recomputes it. */
+	/* CP: per block and pass, ring attention's forward (again where AC
+	 * recomputes it) and backward, as lib/cp sends them (cp_attn_sent). */
 	if (x->d.cp > 1) {
-		uint64_t cp = (uint64_t)x->d.cp, kv = kv_bytes(x, (int)b, act), kv32 = kv_bytes(x, (int)b, 4);
-		uint64_t per = 0;
+		be_attn call = attn_call(x);
+		uint64_t fwd, bwd, per = 0;
+		cp_attn_sent(&x->cpl, x->rotate, &call, &fwd, &bwd);
 		for (int k = 0; k < s->n; k++)
-			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
-				if (u == 0 || u == H)
-					continue;
-				int full = recomputed(x, u);
-				uint64_t back = x->rotate == CP_ROTATE_ALLGATHER ? (cp - 1) * kv32 : cp * kv32;
-				per += (2 + full) * (cp - 1) * kv + back;
-			}
+			for (int u = s->u0[k]; u <= s->u1[k]; u++)
+				if (u != 0 && u != H)
+					per += (uint64_t)(1 + recomputed(x, u)) * fwd + bwd;
 		ro->sent[PLAN_DIM_CP] = per * passes;
 	}
 	/* PP: each F sends its output to the next stage's rank, each B or I its

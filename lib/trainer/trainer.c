@@ -107,9 +107,11 @@ typedef struct job {
 	int accum;              /* micro-batches per step */
 	int dp, dp_rank;        /* the batch dimension: data parallel ranks, this one's */
 	int non_dp;             /* cp x tp x pp: ranks that share a batch (throughput per rank) */
+	int cp;                 /* context parallel ranks: each computes on its chunks */
 	int rank, world;
 	int64_t B, T;
 	int32_t *inputs, *labels; /* (accum, B, T) */
+	int32_t *cp_inputs, *cp_labels; /* (accum, B, T / cp): this rank's chunks */
 	tb_writer tb;
 	int tb_open;
 	metrics_jsonl jl;
@@ -157,6 +159,8 @@ static void job_close(job *j)
 		backend_free(j->be);
 	free(j->inputs);
 	free(j->labels);
+	free(j->cp_inputs);
+	free(j->cp_labels);
 }
 
 static uint64_t seed_of(const job_config *c)
@@ -199,6 +203,7 @@ static void read_layout(job *j)
 	j->dp_rank = m != NULL ? m->coord[MESH_BATCH] : 0;
 	j->non_dp = m != NULL ? m->size[MESH_CP] * m->size[MESH_TP] * m->size[MESH_PP] : 1;
 	j->pp = m != NULL ? m->size[MESH_PP] : 1;
+	j->cp = m != NULL ? m->size[MESH_CP] : 1;
 	j->rank = m != NULL ? m->rank : 0;
 	j->world = m != NULL ? m->world_size : 1;
 }
@@ -226,7 +231,9 @@ static int open_data(job *j, titan_err *err)
 	size_t n = (size_t)(j->accum * j->B * j->T);
 	j->inputs = malloc(n * sizeof(int32_t));
 	j->labels = malloc(n * sizeof(int32_t));
-	if (j->inputs == NULL || j->labels == NULL)
+	j->cp_inputs = malloc(n / (size_t)j->cp * sizeof(int32_t));
+	j->cp_labels = malloc(n / (size_t)j->cp * sizeof(int32_t));
+	if (j->inputs == NULL || j->labels == NULL || j->cp_inputs == NULL || j->cp_labels == NULL)
 		return err_set(err, "out of memory");
 	return 0;
 }
@@ -309,13 +316,17 @@ static int build_plan(job *j, titan_err *err)
 		return err_prefix(err, "training data");
 	if ((j->be = backend_cpu_create(j->h->threads, err)) == NULL)
 		return -1;
+	/* context parallelism: a rank computes on its T / cp tokens of each
+	 * sequence (T divides: lib/mesh refused it before) */
 	plan_opts o = {.be = j->be, .mesh = j->h->mesh, .args = a, .vocab_size = vocab,
-		       .b = (int)j->B, .t = (int)j->T, .reduce = BE_F32,
+		       .b = (int)j->B, .t = (int)(j->T / j->cp), .reduce = BE_F32,
 		       .loss_parallel = !c->parallelism.disable_loss_parallel,
 		       .async_tp = c->parallelism.enable_async_tensor_parallel,
 		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings};
 	train_prec prec;
-	if (planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
+	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &o.cp_balance, err) ||
+	    cp_rotate_parse(c->parallelism.context_parallel_rotate_method, &o.cp_rotate, err) ||
+	    planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
 	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
 	    choose_precision(j, &prec, err) != 0)
 		return -1;
@@ -687,8 +698,14 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	w->data_s += now_s() - t0;
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
 	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
+	/* each rank's chunks of the sequences (torchtitan's context_parallel
+	 * shards the batch's buffers in place) */
+	int64_t rows = (int64_t)j->accum * j->B;
+	if (plan_cp_share(j->p, j->inputs, j->cp_inputs, rows, j->T, err) != 0 ||
+	    plan_cp_share(j->p, j->labels, j->cp_labels, rows, j->T, err) != 0)
+		return -1;
 	/* under pipeline parallelism each accumulation step is pp_mb micro-batches */
-	plan_batch b = {.inputs = j->inputs, .labels = j->labels,
+	plan_batch b = {.inputs = j->cp_inputs, .labels = j->cp_labels,
 			.n_mb = j->accum * (j->pp > 1 ? j->pp_mb : 1)};
 	plan_result r;
 	if (plan_step(j->p, &b, j->lr, j->c->training.max_norm, &r, err) != 0)
@@ -709,6 +726,23 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	if (!isfinite(*loss))
 		return err_set(err, "step %lld: loss is %g; stopping", (long long)j->step, *loss);
 	return 0;
+}
+
+/* One validation batch on this rank's chunks of its sequences. */
+static int eval_batch(job *j, const loader_batch *b, double *loss_sum, int64_t *n_valid,
+		      titan_err *err)
+{
+	size_t n = (size_t)(b->B * b->T) / (size_t)j->cp;
+	int32_t *in = malloc(n * sizeof *in), *lab = malloc(n * sizeof *lab);
+	int rc = in == NULL || lab == NULL ? err_set(err, "out of memory") : 0;
+	if (rc == 0 && (plan_cp_share(j->p, b->inputs, in, b->B, b->T, err) != 0 ||
+			plan_cp_share(j->p, b->labels, lab, b->B, b->T, err) != 0))
+		rc = err_prefix(err, "validation.seq_len");
+	if (rc == 0)
+		rc = plan_eval(j->p, in, lab, (int)b->B, (int)(b->T / j->cp), loss_sum, n_valid, err);
+	free(in);
+	free(lab);
+	return rc;
 }
 
 static int validate(job *j, titan_err *err)
@@ -732,7 +766,7 @@ static int validate(job *j, titan_err *err)
 			break;
 		double ls = 0;
 		int64_t nv = 0;
-		rc = plan_eval(j->p, b->inputs, b->labels, (int)b->B, (int)b->T, &ls, &nv, err);
+		rc = eval_batch(j, b, &ls, &nv, err);
 		if (rc != 0)
 			break;
 		loss_sum += ls;

@@ -1,8 +1,8 @@
 #!/bin/sh
 # titan-train across processes: mpirun and run_train.sh start it, a bad mesh
 # is refused by rank 0 alone before any work, as is a pipeline the run could
-# not execute (torchtitan's messages), a plan not built yet (context
-# parallelism) is refused,
+# not execute (torchtitan's messages) and a sequence the context-parallel
+# chunks do not divide,
 # the SLURM script is ready to submit.
 . tests/lib.sh
 
@@ -54,9 +54,26 @@ refused "a schedule CSV placing stages elsewhere is refused" 2 \
 	--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule \
 	Interleaved1F1B --training.local_batch_size 4 --parallelism.pipeline_parallel_schedule_csv \
 	tests/pp/golden/csv/zbvzerobubble_pp2_mb4.csv
-refused "CP 2 x FSDP 2 without its plan yet is refused saying so" 4 \
-	'context_parallel_degree = 2: context parallelism is not supported' \
-	--parallelism.context_parallel_degree 2
+refused "CP 2: seq_len not divisible by 2 x cp (headtail) is refused before any work" 2 \
+	'^titan-train: training.seq_len = 30 is not divisible by tp 1 x 2 cp = 4$' \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--training.seq_len 30
+refused "CP 2 x TP 2: seq_len not divisible by tp x 2 cp is refused" 4 \
+	'^titan-train: training.seq_len = 36 is not divisible by tp 2 x 2 cp = 8$' \
+	--parallelism.context_parallel_degree 2 --parallelism.tensor_parallel_degree 2 \
+	--training.seq_len 36
+refused "CP 2 without a load balancer: seq_len not divisible by cp is refused" 2 \
+	'^titan-train: training.seq_len = 31 is not divisible by tp 1 x cp = 2$' \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--parallelism.context_parallel_load_balancer none --training.seq_len 31
+refused "CP 2: a validation seq_len the chunks do not divide is refused" 2 \
+	'^titan-train: validation.seq_len = 18 is not divisible by tp 1 x 2 cp = 4$' \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--validation.enable --validation.seq_len 18
+refused "the ptrr load balancer (FlexAttention's) is refused saying why" 2 \
+	"context_parallel_load_balancer: 'ptrr' balances FlexAttention" \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--parallelism.context_parallel_load_balancer ptrr
 
 # run_train.sh: NGPU processes, the config by file or by module and name.
 t_random_shards "$TMP/data" 5 100 256 80 0.1

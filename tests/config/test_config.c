@@ -187,7 +187,6 @@ static void later_features_are_refused_not_ignored(void **state)
 {
 	(void)state;
 	const char *cases[][3] = {
-		{"parallelism.context_parallel_degree", "2", "context parallelism"},
 		{"compile.enable", "true", "compile.enable"},
 		{"model.converters", "quantize.linear.float8", "Float8"},
 		{"quantize.linear.float8.enable_fsdp_float8_all_gather", "true", "Float8"},

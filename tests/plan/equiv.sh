@@ -5,7 +5,10 @@
 # bytes each rank sends on every mesh dimension equal to titan-train(1)'s
 # formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.  Pipeline plans
 # are held to the same single process (it runs the whole batch as one
-# micro-batch) and the same tolerances.
+# micro-batch) and the same tolerances.  Context
+# parallelism: CP 2 with each load balancer and rotate method, CP 4, and CP
+# composed with FSDP, TP and both (8 ranks); each line prints its seconds
+# (CI runs this on 2 cores).
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -61,4 +64,16 @@ plan 4 pp=2 shard=2 sched=ZBVZeroBubble mbs=1 reshard=always accum=2
 plan 4 pp=2 tp=2 sched=1F1B mbs=2 async=1
 plan 8 pp=2 rep=2 shard=2 sched=1F1B mbs=1
 plan 8 pp=2 shard=2 tp=2 sched=Interleaved1F1B mbs=2
+# context parallelism: each load balancer and rotate method, CP 4, and the
+# compositions with FSDP and TP
+plan 2 cp=2
+plan 2 cp=2 rot=alltoall
+plan 2 cp=2 bal=none
+plan 2 cp=2 bal=none rot=alltoall accum=2
+plan 4 cp=4
+plan 4 cp=4 rot=alltoall ac=full
+plan 4 shard=2 cp=2
+plan 4 cp=2 tp=2
+plan 4 cp=2 tp=2 async=1 rot=alltoall ac=sel2
+plan 8 shard=2 cp=2 tp=2
 t_done

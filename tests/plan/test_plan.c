@@ -1,7 +1,8 @@
 /* The parallel plans against the single process.  tests/plan/equiv.sh runs
  * this program under mpirun once per plan, naming it in TITAN_PLAN_TEST
- * ("rep=2 shard=2 tp=1 accum=2 reshard=always async=0 lp=1 ac=none"; the
- * degrees' product is the world size); run alone it checks the world of one.
+ * ("rep=2 shard=2 cp=1 tp=1 accum=2 reshard=always async=0 lp=1 ac=none
+ * bal=headtail rot=allgather"; the degrees' product is the world size); run
+ * alone it checks the world of one.
  * Pipeline parallelism: "pp=2 sched=1F1B mbs=2" (pipeline_parallel_degree,
  * _schedule, _microbatch_size), optionally "lps=N" (layers_per_stage),
  * "fl=N ll=N" (first/last_stage_less_layers, default 1), "layers=N" (the
@@ -13,7 +14,8 @@
  * as one process (the plan of a world of one: mesh NULL) on the whole batch.
  * Per step the loss and grad norm must agree, and after the steps every
  * rank's boxes of the final parameters must equal the same boxes of the
- * single process's tensors, within float32 reduction-order tolerances (see
+ * single process's tensors (under context parallelism each rank trains on its
+ * chunks of its rows' sequences, the single process on whole sequences), within float32 reduction-order tolerances (see
  * LOSS_TOL, NORM_TOL, PARAM_TOL).  The bytes each rank sent on every mesh
  * dimension in a step, as lib/comm counts them, must equal the formula of
  * titan-train(1) (COMMUNICATION), computed here from the model's shapes.
@@ -38,7 +40,9 @@
  * reduce-scatters summing rank by rank, the grad norm's partial sums): each
  * gradient element differs from the single process's by a few units of
  * float32 rounding of the terms it sums.  The loss (summed in double from
- * float32 rows) and the grad norm agree to ~1e-8 relative (measured up to
+ * float32 rows) and the grad norm agree to ~1e-8 relative (context
+ * parallelism adds ring attention's log-sum-exp merge of the key blocks'
+ * partial outputs, float32 again: the same order of agreement) (measured up to
  * 2e-9 and 2e-8: the bounds leave a factor 50).  Parameters are compared in
  * units of the learning rate: AdamW normalises each gradient element
  * (m / sqrt(v)), so an element whose gradient is a sum of many terms of both
@@ -66,7 +70,9 @@ static llama_args small = {
 static comm *world;
 
 typedef struct cfg {
-	int rep, shard, tp, accum, async, lp;
+	int rep, shard, cp, tp, accum, async, lp;
+	cp_balance bal;
+	cp_rotate rot;
 	int pp, mbs, lps, fl, ll; /* pipeline: degree, micro-batch size, layers per stage */
 	pp_kind kind;
 	char csv[256];
@@ -89,7 +95,10 @@ static void read_cfg(cfg *c)
 	snprintf(c->text, sizeof c->text, "%s", s);
 	c->rep = get(s, "rep=", 1);
 	c->tp = get(s, "tp=", 1);
-	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->tp));
+	c->cp = get(s, "cp=", 1);
+	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->cp * c->tp));
+	c->bal = strstr(s, "bal=none") ? CP_BALANCE_NONE : CP_BALANCE_HEADTAIL;
+	c->rot = strstr(s, "rot=alltoall") ? CP_ROTATE_ALLTOALL : CP_ROTATE_ALLGATHER;
 	c->accum = get(s, "accum=", 1);
 	c->async = get(s, "async=", 0);
 	c->lp = get(s, "lp=", 1);
@@ -160,12 +169,13 @@ static void make_pipe(const cfg *c, int n_mb, int rank, pipe *pi)
 				      pi->sp.u1[st], pi->sp.stage_rank[st]);
 }
 
-static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, const pipe *pi)
+/* b rows of t tokens (the rank's share of T under context parallelism). */
+static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const pipe *pi)
 {
-	plan_opts o = {.be = be, .mesh = m, .args = &small, .b = b, .t = T, .ac = c->ac,
+	plan_opts o = {.be = be, .mesh = m, .args = &small, .b = b, .t = t, .ac = c->ac,
 		       .ac_every = c->ac_every, .reduce = BE_F32, .reshard = c->reshard,
 		       .loss_parallel = c->lp, .async_tp = c->async, .pp = pi != NULL,
-		       .hold = pi ? pi->hold : NULL};
+		       .hold = pi ? pi->hold : NULL, .cp_balance = c->bal, .cp_rotate = c->rot};
 	adamw_config_default(&o.adamw);
 	o.adamw.lr = LR;
 	titan_err e = {{0}};
@@ -198,11 +208,12 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 	int N = plan_size(pl, MESH_FSDP), R = plan_size(pl, MESH_DP_REPLICATE);
 	int P = plan_size(pl, MESH_TP), L = plan_size(pl, MESH_LOSS), A = c->accum;
 	int PP = plan_size(pl, MESH_PP), rank = plan_coord(pl, MESH_PP);
+	int C = plan_size(pl, MESH_CP);
 	int n_mb = pi ? A * pi->s->n_mb : A; /* micro-batches run */
-	int head = model_head_unit(m);
+	int head = model_head_unit(m), layers = model_args(m)->n_layers;
 	uint64_t pe = 4, ge = 4, ae = 4;
-	uint64_t n = (uint64_t)b * T, ns = n / (uint64_t)P, d = (uint64_t)model_args(m)->dim;
-	uint64_t one = (uint64_t)(P - 1) * ns * d;
+	uint64_t n = (uint64_t)b * T / (uint64_t)C, ns = n / (uint64_t)P;
+	uint64_t d = (uint64_t)model_args(m)->dim, one = (uint64_t)(P - 1) * ns * d;
 	for (int u = 0; u <= head; u++) {
 		if (pi && !pi->hold[u])
 			continue;
@@ -268,6 +279,29 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 		}
 		x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, rep * 4) + ar(P, 8); /* + the grad norm */
 	}
+	if (C > 1) {
+		/* ring attention, per layer and micro-batch: the rank's keys and
+		 * values (b, T/C, kv heads of its tp rank, 2 x head_dim) reach the
+		 * C - 1 others in the forward (a forward recomputed under AC again)
+		 * and the backward; their float32 gradients go back to their owner
+		 * (allgather: a reduce-scatter of C blocks; alltoall: C hops) */
+		const llama_args *a = model_args(plan_global_model(pl));
+		uint64_t kv = (uint64_t)b * T / (uint64_t)C * (uint64_t)(a->n_kv_heads / P) * 2 *
+			      (uint64_t)(a->dim / a->n_heads) * 4;
+		for (int l = 0; l < layers; l++) {
+			if (pi && !pi->hold[l + 1])
+				continue;
+			int full = c->ac == MODEL_AC_FULL ||
+				   (c->ac == MODEL_AC_SELECTIVE && (l + 1) % c->ac_every == 0);
+			uint64_t kvs = (uint64_t)(2 + full) * (uint64_t)(C - 1) * kv;
+			if (c->rot == CP_ROTATE_ALLGATHER) {
+				x[MESH_CP][COMM_OP_ALL_GATHER] += n_mb * kvs;
+				x[MESH_CP][COMM_OP_REDUCE_SCATTER] += n_mb * (uint64_t)(C - 1) * kv;
+			} else {
+				x[MESH_CP][COMM_OP_SEND] += n_mb * (kvs + (uint64_t)C * kv);
+			}
+		}
+	}
 	x[MESH_LOSS][COMM_OP_ALL_REDUCE] += 3 * ar(L, 8); /* valid labels, loss sum, max */
 	x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, 8);     /* the grad norm */
 	if (pi) {
@@ -288,7 +322,8 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 	}
 }
 
-static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_TP, MESH_LOSS, MESH_PP};
+static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_CP, MESH_TP, MESH_LOSS,
+				 MESH_PP};
 
 static void check_bytes(const mesh *m, const counts want)
 {
@@ -346,7 +381,7 @@ static void plan_equals_the_single_process(void **state)
 	cfg c;
 	read_cfg(&c);
 	titan_err e = {{0}};
-	mesh_degrees want = {c.rep, c.shard, 1, c.tp, c.pp, 1, 1}, d;
+	mesh_degrees want = {c.rep, c.shard, c.cp, c.tp, c.pp, 1, 1}, d;
 	if (mesh_resolve(&want, comm_size(world), &d, &e) != 0)
 		fail_msg("TITAN_PLAN_TEST \"%s\": %s", c.text, e.msg);
 	mesh *m;
@@ -355,6 +390,10 @@ static void plan_equals_the_single_process(void **state)
 	assert_true(ROWS % (dp * c.accum) == 0);
 	int lb = ROWS / (dp * c.accum);
 	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
+	int cp = m->size[MESH_CP], tl = T / cp;
+	cp_layout cl;
+	if (cp_layout_init(&cl, T, cp, c.bal, &e) != 0)
+		fail_msg("%s", e.msg);
 	pipe pi = {0};
 	int b = lb, n_mb = c.accum; /* a micro-batch's rows, the step's micro-batches */
 	if (c.pp > 1) {
@@ -363,10 +402,10 @@ static void plan_equals_the_single_process(void **state)
 		n_mb = c.accum * (lb / c.mbs);
 		make_pipe(&c, lb / c.mbs, m->coord[MESH_PP], &pi);
 	}
-	plan *p = make_plan(be, m, &c, b, c.pp > 1 ? &pi : NULL);
+	plan *p = make_plan(be, m, &c, b, tl, c.pp > 1 ? &pi : NULL);
 	cfg one = c;
 	one.accum = 1;
-	plan *ref = make_plan(rbe, NULL, &one, ROWS, NULL);
+	plan *ref = make_plan(rbe, NULL, &one, ROWS, T, NULL);
 	/* memory: every rank holds 1/N of the (TP-local) parameters of its units,
 	 * padding aside */
 	size_t local = 0, N = (size_t)m->size[MESH_FSDP];
@@ -391,14 +430,24 @@ static void plan_equals_the_single_process(void **state)
 				memcpy(mi + ((size_t)k * lb + i) * T, ids + base + row * T, T * sizeof(int32_t));
 				memcpy(ml + ((size_t)k * lb + i) * T, labels + base + row * T, T * sizeof(int32_t));
 			}
+		/* context parallelism: the rank's chunks of each of those rows, cut
+		 * by lib/cp's layout (tested against torch's in tests/cp) */
+		int32_t *cpl_ids = malloc(sizeof(int32_t) * (size_t)(c.accum * lb * tl));
+		int32_t *cpl_labels = malloc(sizeof(int32_t) * (size_t)(c.accum * lb * tl));
+		assert_non_null(cpl_ids);
+		assert_non_null(cpl_labels);
+		cp_shard(&cl, m->coord[MESH_CP], mi, cpl_ids, c.accum * lb, sizeof(int32_t));
+		cp_shard(&cl, m->coord[MESH_CP], ml, cpl_labels, c.accum * lb, sizeof(int32_t));
 		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
 			comm_reset_stats(mesh_comm(m, dims[k]));
-		plan_batch bt = {mi, ml, n_mb}, rb = {ids + base, labels + base, 1};
+		plan_batch bt = {cpl_ids, cpl_labels, n_mb}, rb = {ids + base, labels + base, 1};
 		plan_result got, exp;
 		if (plan_step(p, &bt, LR, 1.0, &got, &e) != 0)
 			fail_msg("step %d: %s", s + 1, e.msg);
 		if (plan_step(ref, &rb, LR, 1.0, &exp, &e) != 0)
 			fail_msg("reference step %d: %s", s + 1, e.msg);
+		free(cpl_ids);
+		free(cpl_labels);
 		counts want_bytes;
 		formula(p, &c, b, c.pp > 1 ? &pi : NULL, want_bytes);
 		check_bytes(m, want_bytes);

@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "core/cli.h"
 #include "core/err.h"
+#include "cp/cp.h"
 #include "gpu/gpu.h"
 #include "mesh/mesh.h"
 #include "metrics/metrics.h"
@@ -140,7 +141,8 @@ static int named_config(int *argc, char **argv, const char **module, char *path,
 /* The mesh's limits from the model's shape. */
 static mesh_model model_limits(const job_config *c)
 {
-	mesh_model m = {c->model.flavor, 0, 0, 0, 0, 0, 0, c->training.seq_len};
+	mesh_model m = {c->model.flavor, 0, 0, 0, 0, 0, 0, c->training.seq_len,
+			c->parallelism.context_parallel_load_balancer == NULL};
 	const model_family *f = model_family_find(c->model.name);
 	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
 	if (a != NULL) {
@@ -152,6 +154,18 @@ static mesh_model model_limits(const job_config *c)
 		m.ffn_hidden = a->moe.experts > 0 ? a->moe.inter_dim : flavor_ffn_hidden(a);
 	}
 	return m;
+}
+
+/* Validation cuts its sequences over the cp ranks as training does. */
+static int check_validation(const job_config *c, const mesh_degrees *d, titan_err *e)
+{
+	int unbalanced = c->parallelism.context_parallel_load_balancer == NULL;
+	int64_t div = d->tp * (d->cp > 1 ? (unbalanced ? d->cp : 2 * d->cp) : 1);
+	if (!c->validation.enable || div == 1 || c->validation.seq_len % div == 0)
+		return 0;
+	return err_set(e, "validation.seq_len = %lld is not divisible by tp %lld%s = %lld",
+		       (long long)c->validation.seq_len, (long long)d->tp,
+		       d->cp == 1 ? "" : unbalanced ? " x cp" : " x 2 cp", (long long)div);
 }
 
 /* The job on the ranks of world: the mesh, then the trainer.  A bad mesh is
@@ -169,8 +183,12 @@ static int run_ranks(job_config *c, comm *world, int threads)
 	if (rank != 0)
 		titan_set_warnings(c->metrics.save_for_all_ranks);
 	pp_schedule *sched = NULL; /* the pipeline the run will build, refused here if bad */
+	cp_balance bal;
+	cp_rotate rot;
 	if (mesh_resolve(&want, n, &d, &err) != 0 || mesh_check_model(&d, &limits, &err) != 0 ||
-	    config_check_supported(c, n, &err) != 0 ||
+	    check_validation(c, &d, &err) != 0 || config_check_supported(c, n, &err) != 0 ||
+	    cp_balance_parse(p->context_parallel_load_balancer, &bal, &err) != 0 ||
+	    cp_rotate_parse(p->context_parallel_rotate_method, &rot, &err) != 0 ||
 	    (d.pp > 1 && planner_schedule(c, n, &sched, &err) != 0))
 		return rank == 0 ? fail(TITAN_EXIT_USAGE, err.msg, 0) : TITAN_EXIT_USAGE;
 	pp_schedule_free(sched);
