@@ -32,6 +32,8 @@ unsigned model_layer_keep(const model *m, int l)
 
 static int logits_chunk(const model *m, size_t n)
 {
+	if (model_f8_head_whole(m))
+		return (int)n;
 	size_t c = ((size_t)1 << 24) / (size_t)m->args.vocab_size; /* 64 MiB of float32 logits */
 	c = c < 256 ? 256 : c;
 	return (int)(c < n ? c : n);
