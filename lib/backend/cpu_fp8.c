@@ -56,26 +56,6 @@ void cpu_f8_amax(backend *be, float *amax, const void *x, be_dtype xt, int64_t r
 		f8_amax(amax, xf, rows, cols, (f8_scaling)scaling);
 }
 
-/* q (cols, rows) = the cast of x (rows, cols) transposed, in 64 x 64 tiles (a
- * row of q gathers a column of x). */
-static void quantize_t(uint8_t *q, const float *x, const float *scale, int64_t rows,
-		       int64_t cols, f8_scaling s, f8_format f)
-{
-	enum { T = 64 };
-	int64_t ti = (rows + T - 1) / T, tj = (cols + T - 1) / T;
-#pragma omp parallel for collapse(2) schedule(static) if (rows * cols > CPU_PAR_MIN)
-	for (int64_t bi = 0; bi < ti; bi++)
-		for (int64_t bj = 0; bj < tj; bj++) {
-			int64_t i1 = bi * T + T < rows ? bi * T + T : rows;
-			int64_t j1 = bj * T + T < cols ? bj * T + T : cols;
-			for (int64_t j = bj * T; j < j1; j++)
-				for (int64_t i = bi * T; i < i1; i++) {
-					float sc = s == F8_TENSOR ? scale[0] : s == F8_ROWS ? scale[i] : scale[j];
-					q[j * rows + i] = f8_from_float_sat(x[i * cols + j] * sc, f);
-				}
-		}
-}
-
 void cpu_f8_cast(backend *be, void *q, be_dtype qt, float *scale, const void *x, be_dtype xt,
 		 int64_t rows, int64_t cols, int scaling, int pow2, int transpose,
 		 const float *amax)
@@ -99,7 +79,7 @@ void cpu_f8_cast(backend *be, void *q, be_dtype qt, float *scale, const void *x,
 		f8_scales(scale, xf, rows, cols, s, f, pow2 != 0);
 	}
 	if (transpose)
-		quantize_t(q, xf, scale, rows, cols, s, f);
+		f8_quantize_t(q, xf, scale, rows, cols, s, f);
 	else
 		f8_quantize(q, xf, scale, rows, cols, s, f);
 }

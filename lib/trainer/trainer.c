@@ -1,4 +1,5 @@
 #include "trainer/trainer.h"
+#include "trainer/convert.h"
 #include "trainer/precision.h"
 #include "trainer/state.h"
 
@@ -230,7 +231,8 @@ static int build_model(job *j, titan_err *err)
 	int every;
 	if (planner_ac_mode(c, &ac, &every, err) != 0)
 		return -1;
-	if (model_set_ac(j->m, ac, every, err) != 0 || set_precision(j, err) != 0)
+	if (model_set_ac(j->m, ac, every, err) != 0 || set_precision(j, err) != 0 ||
+	    train_convert(j->m, c, j->log, err) != 0)
 		return -1;
 	const llama_args *ma = model_args(j->m);
 	j->flops_per_token = model_flops_per_token(j->m, (int)j->T);

@@ -103,7 +103,7 @@ t_fails "tensor parallel 2 on 2 ranks is refused" 2 $MPIRUN_REFUSED -np 2 "$TRAI
 t_grep "refusal says tensor parallelism is not supported yet" 'tensor parallelism is not supported by this titan-train yet' "$TMP/.err"
 t_fails "compile is refused" 2 "$TRAIN" --compile.enable
 t_grep "compile refusal" 'compile.enable = true: compilation is not supported' "$TMP/.err"
-t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
+t_fails "MX is refused" 2 "$TRAIN" --model.converters quantize.linear.mx
 t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
 
 t_fails "two processes (mpirun) are refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" --training.steps 1
