@@ -89,6 +89,33 @@ static int add_tensor(tstate_saver *sv, const char *fqn, dcp_dtype dt, int ndim,
 	return 0;
 }
 
+/* A chunk of a global tensor t: this rank's box b of it, at data. */
+static dcp_item *add_box(tstate_saver *sv, const char *fqn, dcp_dtype dt, const model_tensor *t,
+			 const plan_box *b, void *data)
+{
+	dcp_item *it = add(sv);
+	if (it == NULL || fqn == NULL)
+		return NULL;
+	dcp_item_full(it, fqn, dt, t->ndim, t->shape, data);
+	for (int d = 0; d < t->ndim; d++) {
+		it->offsets[d] = b->offsets[d];
+		it->sizes[d] = b->sizes[d];
+	}
+	return it;
+}
+
+/* The first box of a tensor (offsets all 0): its rank writes the tensor's
+ * replicated values (the optimizer's step and param_groups). */
+static int first_box(const plan_box *b)
+{
+	if (!b->owner)
+		return 0;
+	for (int d = 0; d < b->ndim; d++)
+		if (b->offsets[d] != 0)
+			return 0;
+	return 1;
+}
+
 static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n)
 {
 	dcp_item *it = add(sv);
@@ -120,7 +147,7 @@ typedef struct val {
 static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **keys, int *nk,
 			titan_err *err)
 {
-	const adamw_config *c = adamw_get_config(s->opt);
+	const adamw_config *c = adamw_get_config(plan_optimizer(s->p));
 	double betas[2] = {c->beta1, c->beta2};
 	int k = 0;
 #define FLOATV(key, x) (keys[k] = key, dcp_value_float(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
@@ -143,27 +170,34 @@ static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **
 	return 0;
 }
 
+static backend *be_of(const tstate *s)
+{
+	return model_backend(plan_model(s->p));
+}
+
 static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
 {
-	model *m = s->m;
-	backend *be = model_backend(m);
-	float *params = to_host(sv, be, model_params(m), model_num_params(m));
+	const model *g = plan_global_model(s->p);
+	float *params = to_host(sv, be_of(s), plan_shard_params(s->p), plan_shard_numel(s->p));
 	if (params == NULL)
 		return err_set(err, "out of memory");
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
 	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
 		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
 			       export_dtype);
-	for (int i = 0; i < model_num_tensors(m); i++) {
-		const model_tensor *t = model_tensor_at(m, i);
-		void *data = params + t->offset;
+	for (int i = 0; i < model_num_tensors(g); i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		const plan_box *b = plan_box_at(s->p, i);
+		if (!b->owner)
+			continue;
+		void *data = params + b->shard_off;
 		if (dt != PTZ_F32) {
-			data = keep(sv, malloc(t->numel * ptz_dtype_size(dt)));
+			data = keep(sv, malloc(b->numel * ptz_dtype_size(dt)));
 			if (data == NULL)
 				return err_set(err, "out of memory");
-			ptz_convert(data, dt, params + t->offset, PTZ_F32, t->numel);
+			ptz_convert(data, dt, params + b->shard_off, PTZ_F32, b->numel);
 		}
-		if (add_tensor(sv, name(sv, t->fqn, "", ""), dt, t->ndim, t->shape, data) != 0)
+		if (add_box(sv, name(sv, t->fqn, "", ""), dt, t, b, data) == NULL)
 			return err_set(err, "out of memory");
 	}
 	return 0;
@@ -171,27 +205,33 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 
 static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 {
-	model *m = s->m;
-	backend *be = model_backend(m);
-	size_t n = model_num_params(m);
-	float *ea = to_host(sv, be, adamw_exp_avg(s->opt), n);
-	float *eas = to_host(sv, be, adamw_exp_avg_sq(s->opt), n);
+	const model *g = plan_global_model(s->p);
+	adamw *opt = plan_optimizer(s->p);
+	size_t n = plan_shard_numel(s->p);
+	float *ea = to_host(sv, be_of(s), adamw_exp_avg(opt), n);
+	float *eas = to_host(sv, be_of(s), adamw_exp_avg_sq(opt), n);
 	float *stepv = keep(sv, malloc(sizeof(float)));
 	if (ea == NULL || eas == NULL || stepv == NULL)
 		return err_set(err, "out of memory");
-	*stepv = (float)adamw_get_step(s->opt);
+	*stepv = (float)adamw_get_step(opt);
 	val v[16];
 	const char *keys[16];
 	int nk;
 	if (group_values(sv, s, v, keys, &nk, err) != 0)
 		return -1;
-	for (int i = 0; i < model_num_tensors(m); i++) {
-		const model_tensor *t = model_tensor_at(m, i);
-		if (add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv) ||
-		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t->ndim,
-			       t->shape, ea + t->offset) ||
-		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t->ndim,
-			       t->shape, eas + t->offset))
+	for (int i = 0; i < model_num_tensors(g); i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		const plan_box *b = plan_box_at(s->p, i);
+		if (!b->owner)
+			continue;
+		if (add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t, b,
+			    ea + b->shard_off) == NULL ||
+		    add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t, b,
+			    eas + b->shard_off) == NULL)
+			return err_set(err, "out of memory");
+		if (!first_box(b))
+			continue;
+		if (add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv))
 			return err_set(err, "out of memory");
 		char prefix[160];
 		snprintf(prefix, sizeof prefix, "optimizer.param_groups.%s.", t->fqn);
@@ -242,13 +282,20 @@ static int add_lr_scheduler(tstate_saver *sv, const tstate *s, titan_err *err)
 	return 0;
 }
 
+/* The loader's state is every rank's own (the same on each), saved under its
+ * dp rank as torchtitan does; the replicated values by rank 0. */
 static int add_rest(tstate_saver *sv, const tstate *s, titan_err *err)
 {
 	uint8_t *p;
 	size_t n;
-	if (dcp_value_pybytes(s->loader, s->loader_len, &p, &n, err) ||
-	    add_value(sv, "dataloader.dp_rank_0", p, n, err) ||
-	    dcp_value_int(s->dp_world, &p, &n, err) ||
+	char key[64];
+	snprintf(key, sizeof key, "dataloader.dp_rank_%d", s->dp_rank);
+	if (s->write_loader && (dcp_value_pybytes(s->loader, s->loader_len, &p, &n, err) ||
+				add_value(sv, key, p, n, err)))
+		return -1;
+	if (s->rank != 0)
+		return 0;
+	if (dcp_value_int(s->dp_world, &p, &n, err) ||
 	    add_value(sv, "dataloader.world_size", p, n, err) ||
 	    dcp_value_int(s->step, &p, &n, err) || add_value(sv, "train_state.step", p, n, err) ||
 	    dcp_value_int(s->ntokens_seen, &p, &n, err) ||
@@ -268,13 +315,14 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 	}
 	int rc = add_model(sv, s, o->model_only ? o->export_dtype : NULL, err);
 	if (rc == 0 && !o->model_only)
-		rc = add_optimizer(sv, s, err) || add_lr_scheduler(sv, s, err) || add_rest(sv, s, err);
+		rc = add_optimizer(sv, s, err) || (s->rank == 0 && add_lr_scheduler(sv, s, err)) ||
+		     add_rest(sv, s, err);
 	if (rc != 0) {
 		saver_free(sv);
 		return NULL;
 	}
 	dcp_save_opts dopts = {.async = o->async, .copy = 0};
-	sv->dcp = dcp_save_begin(dir, 0, 1, sv->items, sv->n, &dopts, err);
+	sv->dcp = dcp_save_begin(dir, s->rank, s->world, sv->items, sv->n, &dopts, err);
 	if (sv->dcp == NULL) {
 		saver_free(sv);
 		return NULL;
@@ -282,11 +330,9 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 	return sv;
 }
 
-int tstate_save_finish(tstate_saver *sv, titan_err *err)
+int tstate_save_wait(tstate_saver *sv, titan_err *err)
 {
 	int rc = dcp_save_wait(sv->dcp, err);
-	if (rc == 0)
-		rc = dcp_save_commit(sv->dir, 1, err);
 	saver_free(sv);
 	return rc;
 }
@@ -338,29 +384,43 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	tstate_saver *b = calloc(1, sizeof *b);
 	if (b == NULL)
 		return err_set(err, "out of memory");
-	model *m = s->m;
-	backend *be = model_backend(m);
-	size_t n = model_num_params(m);
-	int want_opt = !model_only && s->opt != NULL && !excluded(exclude, "optimizer");
-	float *params = keep(b, malloc(n * sizeof(float) + 1));
-	float *ea = want_opt ? keep(b, malloc(n * sizeof(float) + 1)) : NULL;
-	float *eas = want_opt ? keep(b, malloc(n * sizeof(float) + 1)) : NULL;
+	const model *g = plan_global_model(s->p);
+	adamw *opt = plan_optimizer(s->p);
+	backend *be = be_of(s);
+	size_t n = plan_shard_numel(s->p);
+	int want_opt = !model_only && !excluded(exclude, "optimizer");
+	/* calloc: FSDP's padding stays zero */
+	float *params = keep(b, calloc(n + 1, sizeof(float)));
+	float *ea = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
+	float *eas = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
 	float *stepv = keep(b, malloc(sizeof(float)));
 	int rc = params == NULL || stepv == NULL || (want_opt && (ea == NULL || eas == NULL))
 			 ? err_set(err, "out of memory") : 0;
-	for (int i = 0; rc == 0 && i < model_num_tensors(m); i++) {
-		const model_tensor *t = model_tensor_at(m, i);
-		if (add_tensor(b, name(b, t->fqn, "", ""), PTZ_F32, t->ndim, t->shape, params + t->offset) ||
-		    (want_opt && i == 0 &&
-		     add_tensor(b, name(b, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv)) ||
-		    (want_opt && (add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32,
-					     t->ndim, t->shape, ea + t->offset) ||
-				  add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32,
-					     t->ndim, t->shape, eas + t->offset))))
+	int step_item = 0; /* the optimizer's step of the first tensor this rank holds */
+	for (int i = 0; rc == 0 && i < model_num_tensors(g); i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		const plan_box *x = plan_box_at(s->p, i);
+		if (x->numel == 0)
+			continue;
+		if (add_box(b, name(b, t->fqn, "", ""), PTZ_F32, t, x, params + x->shard_off) == NULL) {
 			rc = err_set(err, "out of memory");
-		else if (want_opt) /* absent from a model-only checkpoint; checked below */
-			for (size_t k = b->n - (i == 0 ? 3 : 2); k < b->n; k++)
-				b->items[k].optional = 1;
+			break;
+		}
+		if (!want_opt)
+			continue;
+		size_t first = b->n;
+		if ((!step_item &&
+		     add_tensor(b, name(b, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv)) ||
+		    add_box(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t, x,
+			    ea + x->shard_off) == NULL ||
+		    add_box(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t, x,
+			    eas + x->shard_off) == NULL) {
+			rc = err_set(err, "out of memory");
+			break;
+		}
+		step_item = 1;
+		for (size_t k = first; k < b->n; k++) /* absent from a model-only checkpoint; checked below */
+			b->items[k].optional = 1;
 	}
 	size_t first_bytes = b->n;
 	const char *scalars[] = {"train_state.step", "train_state.ntokens_seen", "dataloader.dp_rank_0",
@@ -419,11 +479,11 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			rc = err_set(err, "%s: %s missing (a model-only checkpoint? set "
 				     "checkpoint.exclude_from_loading = [\"optimizer\"])", dir, b->items[i].fqn);
 	if (rc == 0) {
-		be->ops->copy(be, model_params(m), params, n * sizeof(float), BACKEND_H2D);
+		be->ops->copy(be, plan_shard_params(s->p), params, n * sizeof(float), BACKEND_H2D);
 		if (want_opt && have_train_state) {
-			be->ops->copy(be, adamw_exp_avg(s->opt), ea, n * sizeof(float), BACKEND_H2D);
-			be->ops->copy(be, adamw_exp_avg_sq(s->opt), eas, n * sizeof(float), BACKEND_H2D);
-			adamw_set_step(s->opt, (int64_t)*stepv);
+			be->ops->copy(be, adamw_exp_avg(opt), ea, n * sizeof(float), BACKEND_H2D);
+			be->ops->copy(be, adamw_exp_avg_sq(opt), eas, n * sizeof(float), BACKEND_H2D);
+			adamw_set_step(opt, step_item ? (int64_t)*stepv : 0);
 			got->optimizer = 1;
 		}
 	}
@@ -445,19 +505,22 @@ static dcp_hf_model hf_model_of(const model *m)
 }
 
 typedef struct hf_load {
-	const model *m;
-	float *params;
-	uint8_t *seen;  /* per model tensor */
+	const plan *p;
+	const model *g;  /* the global tensors */
+	float *shard;    /* host image of the rank's shard */
+	uint8_t *seen;   /* per tensor */
 	const char *dir;
 } hf_load;
 
+/* Each HF tensor, whole, gives the rank its box. */
 static int put_hf_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
 			 void *data, titan_err *err)
 {
 	hf_load *h = vctx;
-	const model_tensor *t = model_tensor_find(h->m, name);
+	const model_tensor *t = model_tensor_find(h->g, name);
 	int rc = 0;
-	if (t == NULL && strcmp(name, "output.weight") == 0 && model_args(h->m)->tied_embeddings) {
+	float *whole = NULL;
+	if (t == NULL && strcmp(name, "output.weight") == 0 && model_args(h->g)->tied_embeddings) {
 		rc = 0; /* the embedding, which the tied model holds once */
 	} else if (t == NULL) {
 		rc = err_set(err, "%s: %s is not a weight of the model", h->dir, name);
@@ -466,59 +529,69 @@ static int put_hf_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, c
 			     (long long)shape[0], ndim == 2 ? ", " : "", ndim == 2 ? (long long)shape[1] : 0LL,
 			     (long long)t->shape[0], t->ndim == 2 ? ", " : "",
 			     t->ndim == 2 ? (long long)t->shape[1] : 0LL);
+	} else if ((whole = malloc(t->numel * sizeof(float) + 1)) == NULL) {
+		rc = err_set(err, "out of memory");
 	} else {
-		ptz_convert(h->params + t->offset, PTZ_F32, data, dt, t->numel);
-		h->seen[t - model_tensor_at(h->m, 0)] = 1;
+		int i = (int)(t - model_tensor_at(h->g, 0));
+		ptz_convert(whole, PTZ_F32, data, dt, t->numel);
+		plan_box_extract(h->p, i, whole, h->shard);
+		h->seen[i] = 1;
 	}
+	free(whole);
 	free(data);
 	return rc;
 }
 
 int tstate_load_hf(const char *dir, tstate *s, titan_err *err)
 {
-	model *m = s->m;
-	size_t n = model_num_params(m);
-	int nt = model_num_tensors(m);
-	hf_load h = {.m = m, .params = malloc(n * sizeof(float) + 1), .seen = calloc((size_t)nt, 1),
-		     .dir = dir};
-	dcp_hf_model hm = hf_model_of(m);
-	int rc = h.params && h.seen ? dcp_hf_read(dir, &hm, PTZ_NONE, put_hf_tensor, &h, err)
-				    : err_set(err, "out of memory");
+	const model *g = plan_global_model(s->p);
+	size_t n = plan_shard_numel(s->p);
+	int nt = model_num_tensors(g);
+	hf_load h = {.p = s->p, .g = g, .shard = calloc(n + 1, sizeof(float)),
+		     .seen = calloc((size_t)nt, 1), .dir = dir};
+	dcp_hf_model hm = hf_model_of(g);
+	int rc = h.shard && h.seen ? dcp_hf_read(dir, &hm, PTZ_NONE, put_hf_tensor, &h, err)
+				   : err_set(err, "out of memory");
 	for (int i = 0; rc == 0 && i < nt; i++)
 		if (!h.seen[i])
-			rc = err_set(err, "%s: no weight for %s", dir, model_tensor_at(m, i)->fqn);
+			rc = err_set(err, "%s: no weight for %s", dir, model_tensor_at(g, i)->fqn);
 	if (rc == 0) {
-		backend *be = model_backend(m);
-		be->ops->copy(be, model_params(m), h.params, n * sizeof(float), BACKEND_H2D);
+		backend *be = be_of(s);
+		be->ops->copy(be, plan_shard_params(s->p), h.shard, n * sizeof(float), BACKEND_H2D);
 	}
-	free(h.params);
+	free(h.shard);
 	free(h.seen);
 	return rc;
 }
 
+/* The whole tensors are needed: one process holds them (a sharded run's
+ * checkpoint converts with titan-ckpt-convert to-hf). */
 int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
 		   const char *index_json, titan_err *err)
 {
-	model *m = s->m;
+	if (s->world > 1)
+		return err_set(err, "checkpoint.last_save_in_hf: the weights are sharded over %d "
+			       "ranks; save DCP and convert with titan-ckpt-convert to-hf", s->world);
+	const model *g = plan_global_model(s->p);
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
 	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
 		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
 			       export_dtype);
-	size_t n = model_num_params(m);
-	int nt = model_num_tensors(m);
+	size_t n = plan_shard_numel(s->p);
+	int nt = model_num_tensors(g);
 	float *params = malloc(n * sizeof(float) + 1);
 	st_item *items = calloc((size_t)nt, sizeof *items);
 	int rc = params && items ? 0 : err_set(err, "out of memory");
 	if (rc == 0) {
-		backend *be = model_backend(m);
-		be->ops->copy(be, params, model_params(m), n * sizeof(float), BACKEND_D2H);
+		backend *be = be_of(s);
+		be->ops->copy(be, params, plan_shard_params(s->p), n * sizeof(float), BACKEND_D2H);
 		for (int i = 0; i < nt; i++) {
-			const model_tensor *t = model_tensor_at(m, i);
+			const model_tensor *t = model_tensor_at(g, i);
 			items[i] = (st_item){.name = t->fqn, .dtype = PTZ_F32, .ndim = t->ndim,
-					     .data = params + t->offset};
+					     .data = params + plan_box_at(s->p, i)->shard_off};
 			memcpy(items[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
 		}
-		dcp_hf_model hm = hf_model_of(m);
+		dcp_hf_model hm = hf_model_of(g);
 		rc = dcp_hf_save(dir, items, (size_t)nt, &hm, dt, index_json, err);
 	}
 	free(params);
