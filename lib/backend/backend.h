@@ -178,7 +178,9 @@ typedef struct backend_ops {
 	 * sync. */
 	int (*sync)(backend *be, titan_err *e);
 
-	/* dst (n) = src (n) converted between element types. */
+	/* dst (n) = src (n) converted between element types; also from float8
+	 * (BE_E4M3, BE_E5M2) to float32 or bfloat16, exactly (their values, no
+	 * scale: FSDP's float8 all-gather hands the linears the gathered codes). */
 	void (*convert)(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
 			int64_t n);
 

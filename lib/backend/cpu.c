@@ -148,7 +148,9 @@ const char *cpu_bf16_gemm_impl(const backend *be)
 static void cpu_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
 			int64_t n)
 {
-	if (kinds(be, "convert", 2, dt, st) != UNSUPPORTED)
+	if (st == BE_E4M3 || st == BE_E5M2)
+		cpu_f8_decode(be, dst, dt, src, st, n);
+	else if (kinds(be, "convert", 2, dt, st) != UNSUPPORTED)
 		cpu_bf16_convert(dst, dt, src, st, n);
 }
 

@@ -8,6 +8,7 @@
 
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
+#include "core/bf16.h"
 #include "float8/float8.h"
 
 _Static_assert(BE_F8_TENSOR == (int)F8_TENSOR && BE_F8_ROWS == (int)F8_ROWS &&
@@ -116,4 +117,26 @@ void cpu_f8_matmul(backend *be, int64_t m, int64_t n, int64_t k, const void *a, 
 	cpu_matmul_f32(0, 1, m, n, k, 1.0f, af, k, bf, k, beta, cf, n);
 	if (ct == BE_BF16)
 		cpu_bf16_convert(c, BE_BF16, cf, BE_F32, m * n);
+}
+
+void cpu_f8_decode(backend *be, void *dst, be_dtype dt, const uint8_t *src, be_dtype st,
+		   int64_t n)
+{
+	if (!is_f8(st) || !hp_ok(be, "convert", dt))
+		return;
+	/* every float8 value is a float32 and a bfloat16 exactly: a table lookup */
+	float v[256];
+	for (int c = 0; c < 256; c++)
+		v[c] = f8_to_float((uint8_t)c, fmt_of(st));
+	if (dt == BE_F32) {
+		float *y = dst;
+#pragma omp parallel for if (n > CPU_PAR_MIN)
+		for (int64_t i = 0; i < n; i++)
+			y[i] = v[src[i]];
+	} else {
+		uint16_t *y = dst;
+#pragma omp parallel for if (n > CPU_PAR_MIN)
+		for (int64_t i = 0; i < n; i++)
+			y[i] = bf16_from_f32(v[src[i]]);
+	}
 }

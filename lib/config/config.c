@@ -1080,7 +1080,7 @@ static char *value_text(const job_config *c, const cfg_key *k);
  * torchtitan asserts that a recipe and FSDP's float8 all-gather are not asked
  * for together; the all-gather itself acts only under FSDP (dp_shard > 1).
  * Float8 under tensor parallelism needs torchao's float8 TP styles (not built). */
-static int check_converters(const job_config *c, int world_size, titan_err *err)
+static int check_converters(const job_config *c, titan_err *err)
 {
 	static const char *const known[] = {"quantize.linear.float8", "quantize.linear.mx",
 					    "quantize.grouped_mm.float8", "quantize.grouped_mm.mx"};
@@ -1103,15 +1103,6 @@ static int check_converters(const job_config *c, int world_size, titan_err *err)
 			       "recipe_name \"%s\" is not supported (torchtitan asserts the same: the "
 			       "all-gather is the tensorwise default's)", f->recipe_name);
 	const __typeof__(c->parallelism) *p = &c->parallelism;
-	int64_t dps = p->data_parallel_shard_degree;
-	if (dps == -1)
-		dps = world_size / (p->data_parallel_replicate_degree * p->tensor_parallel_degree);
-	if (dps > 1 && (f->enable_fsdp_float8_all_gather ||
-			f->precompute_float8_dynamic_scale_for_fsdp))
-		return err_set(err, "quantize.linear.float8: FSDP's float8 all-gather "
-			       "(enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp) "
-			       "is not supported by this titan-train yet; FSDP gathers the weights in "
-			       "mixed_precision_param and the linears cast them");
 	if (c->model.converters.n > 0 && p->tensor_parallel_degree > 1)
 		return err_set(err, "quantize.linear.float8 with tensor_parallel_degree = %ld is not "
 			       "supported by this titan-train yet (torchao's float8 tensor-parallel "
@@ -1151,6 +1142,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
 	const char *later = "is not supported by this titan-train yet";
+	(void)world_size; /* data and tensor parallelism take any world (lib/plan) */
 	if (need(p->pipeline_parallel_degree == 1, err,
 		 "parallelism.pipeline_parallel_degree = %ld: pipeline parallelism %s; use 1",
 		 (long)p->pipeline_parallel_degree, later) ||
@@ -1160,7 +1152,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	    need(p->expert_parallel_degree == 1, err,
 		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
 		 (long)p->expert_parallel_degree, later) ||
-	    check_converters(c, world_size, err) ||
+	    check_converters(c, err) ||
 	    need(strcmp(c->training.dtype, "float32") == 0, err,
 		 "training.dtype = \"%s\": only float32 parameters are supported yet", c->training.dtype))
 		return -1;

@@ -250,6 +250,14 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e);
  * (NULL when none is set). */
 int model_float8_converted(const model *m, int i);
 const char *model_float8_recipe(const model *m);
+/* FSDP's float8 all-gather (torchao's WeightWithDynamicFloat8CastTensor): the
+ * weight bound for converted tensor i holds the values of its float8 e4m3
+ * codes (decoded exactly into the parameter type) and *scale, one float on the
+ * backend, is their tensorwise scale: its linear multiplies those codes with
+ * that scale instead of casting the weight.  scale NULL: cast the bound weight
+ * again.  0, or -1 with e (tensor i is not converted, or the recipe does not
+ * cast weights tensorwise to e4m3). */
+int model_float8_weight_cast(model *m, int i, const float *scale, titan_err *e);
 
 /* Activation checkpointing; every is N for MODEL_AC_SELECTIVE (layers whose
  * 1-based index is a multiple of N are recomputed, like torchtitan's counter).

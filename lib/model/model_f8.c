@@ -25,6 +25,9 @@ struct model_f8 {
 	unsigned char *conv; /* (n_tensors) 1: the linear of this weight is converted */
 	int n_conv;
 	int head;            /* the output projection is converted */
+	const float **wscale; /* (n_tensors) FSDP's float8 all-gather: the bound weight
+	                         holds e4m3 codes of this scale (model_float8_weight_cast) */
+	float *qmax;         /* 448 on the backend: the amax that casts codes to themselves */
 	void *qa, *qb;       /* the two float8 operands of a GEMM */
 	size_t qbytes;
 	float *sa, *sb;      /* their scales */
@@ -41,7 +44,9 @@ static void f8_release(model *m)
 	be->ops->free(be, f->qb);
 	be->ops->free(be, f->sa);
 	be->ops->free(be, f->sb);
+	be->ops->free(be, f->qmax);
 	free(f->conv);
+	free(f->wscale);
 	free(f);
 	m->f8 = NULL;
 }
@@ -75,7 +80,9 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e)
 		free(f);
 		return -1;
 	}
-	if (!(f->conv = calloc((size_t)m->n_tensors, 1))) {
+	if (!(f->conv = calloc((size_t)m->n_tensors, 1)) ||
+	    !(f->wscale = calloc((size_t)m->n_tensors, sizeof *f->wscale))) {
+		free(f->conv);
 		free(f);
 		return err_set(e, "model: out of memory");
 	}
@@ -137,13 +144,34 @@ static int tensor_at(const model *m, const void *p, int grads)
 }
 
 /* The recipe, when the linear whose weight (or weight gradient) is p is
- * converted; NULL for the plain GEMM. */
-static const f8_recipe *recipe_for(const model *m, const void *p, int grads)
+ * converted (its table index in *i); NULL for the plain GEMM. */
+static const f8_recipe *recipe_for(const model *m, const void *p, int grads, int *i)
 {
 	if (!m->f8)
 		return NULL;
-	int i = tensor_at(m, p, grads);
-	return i >= 0 && m->f8->conv[i] ? &m->f8->r : NULL;
+	*i = tensor_at(m, p, grads);
+	return *i >= 0 && m->f8->conv[*i] ? &m->f8->r : NULL;
+}
+
+int model_float8_weight_cast(model *m, int i, const float *scale, titan_err *e)
+{
+	if (!model_float8_converted(m, i))
+		return err_set(e, "model: float8 weight cast: tensor %d is not a converted linear", i);
+	struct model_f8 *f = m->f8;
+	const f8_recipe *r = &f->r;
+	if (scale && (f8_operand_scaling(r, F8_WEIGHT) != F8_TENSOR ||
+		      f8_operand_scaling(r, F8_WEIGHT_GI) != F8_TENSOR ||
+		      r->cast[F8_WEIGHT].fmt != F8_E4M3FN || r->cast[F8_WEIGHT_GI].fmt != F8_E4M3FN))
+		return err_set(e, "model: float8 weight cast: recipe %s does not cast weights "
+			       "tensorwise to e4m3 (FSDP's float8 all-gather is tensorwise's)", r->name);
+	if (scale && !f->qmax) {
+		const float qmax = F8_E4M3FN_MAX;
+		if (!(f->qmax = backend_alloc_floats(m->be, 1, e)))
+			return -1;
+		m->be->ops->copy(m->be, f->qmax, &qmax, sizeof qmax, BACKEND_H2D);
+	}
+	f->wscale[i] = scale;
+	return 0;
 }
 
 /* Room for operands of qa and qb bytes and of na and nb scales; 0, or -1
@@ -195,10 +223,27 @@ static int64_t cast(model *m, const f8_recipe *r, int op, void *q, float *scale,
 	return f8_n_scales(s, rows, cols);
 }
 
+/* Cast the weight w (out, in) as operand op (F8_WEIGHT, or F8_WEIGHT_GI
+ * transposed) of tensor i.  Under FSDP's float8 all-gather w holds e4m3 codes
+ * already: cast with amax 448 they are their own cast (scale 1, exactly), and
+ * the gathered scale is copied in. */
+static int64_t cast_weight(model *m, const f8_recipe *r, int op, int i, const void *w,
+			   int64_t out, int64_t in, int transpose)
+{
+	struct model_f8 *f = m->f8;
+	if (!f->wscale[i])
+		return cast(m, r, op, f->qb, f->sb, w, m->prec.param, out, in, transpose);
+	m->be->ops->f8_cast(m->be, f->qb, BE_E4M3, f->sb, w, m->prec.param, out, in, BE_F8_TENSOR,
+			    0, transpose, f->qmax);
+	m->be->ops->copy(m->be, f->sb, f->wscale[i], sizeof(float), BACKEND_D2D);
+	return 1;
+}
+
 int model_f8_linear(model *m, void *y, const void *x, const void *w, int64_t n, int64_t in,
 		    int64_t out, float beta)
 {
-	const f8_recipe *r = recipe_for(m, w, 0);
+	int i;
+	const f8_recipe *r = recipe_for(m, w, 0, &i);
 	if (!r)
 		return 0;
 	struct model_f8 *f = m->f8;
@@ -206,7 +251,7 @@ int model_f8_linear(model *m, void *y, const void *x, const void *w, int64_t n, 
 		return 1;
 	/* y (n, out) = x (n, in) . w (out, in) */
 	int64_t na = cast(m, r, F8_INPUT, f->qa, f->sa, x, m->prec.act, n, in, 0);
-	int64_t nb = cast(m, r, F8_WEIGHT, f->qb, f->sb, w, m->prec.param, out, in, 0);
+	int64_t nb = cast_weight(m, r, F8_WEIGHT, i, w, out, in, 0);
 	m->be->ops->f8_matmul(m->be, n, out, in, f->qa, qtype(r, F8_INPUT), f->sa, na, f->qb,
 			      qtype(r, F8_WEIGHT), f->sb, nb, beta, y, m->prec.act);
 	return 1;
@@ -215,7 +260,8 @@ int model_f8_linear(model *m, void *y, const void *x, const void *w, int64_t n, 
 int model_f8_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
 		       int64_t in, int64_t out, float beta_dx)
 {
-	const f8_recipe *r = recipe_for(m, w, 0);
+	int i;
+	const f8_recipe *r = recipe_for(m, w, 0, &i);
 	if (!r)
 		return 0;
 	struct model_f8 *f = m->f8;
@@ -223,7 +269,7 @@ int model_f8_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_
 		return 1;
 	/* dx (n, in) = dy (n, out) . w^T (in, out) */
 	int64_t na = cast(m, r, F8_GRAD_OUTPUT, f->qa, f->sa, dy, m->prec.act, n, out, 0);
-	int64_t nb = cast(m, r, F8_WEIGHT_GI, f->qb, f->sb, w, m->prec.param, out, in, 1);
+	int64_t nb = cast_weight(m, r, F8_WEIGHT_GI, i, w, out, in, 1);
 	m->be->ops->f8_matmul(m->be, n, in, out, f->qa, qtype(r, F8_GRAD_OUTPUT), f->sa, na,
 			      f->qb, qtype(r, F8_WEIGHT_GI), f->sb, nb, beta_dx, dx, m->prec.act);
 	return 1;
@@ -232,7 +278,8 @@ int model_f8_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_
 int model_f8_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
 		       int64_t in, int64_t out)
 {
-	const f8_recipe *r = recipe_for(m, dw, 1);
+	int i;
+	const f8_recipe *r = recipe_for(m, dw, 1, &i);
 	if (!r || f8_operand_scaling(r, F8_GRAD_OUTPUT_GW) == F8_NONE)
 		return 0; /* rowwise_with_gw_hp: the high-precision GEMM */
 	struct model_f8 *f = m->f8;

@@ -225,6 +225,7 @@ void plan_free(plan *p)
 	if (!p)
 		return;
 	plan_release_all(p);
+	plan_f8_free(p);
 	model_mb_free(p->mb);
 	adamw_free(p->opt);
 	if (p->params)

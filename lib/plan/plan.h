@@ -122,6 +122,12 @@ typedef struct plan_opts {
 	int no_decay_norms_embeddings; /* optimizer.no_decay_norms_embeddings */
 	int pp;                  /* pipeline parallelism drives the units */
 	const int8_t *hold;      /* (units) the units this rank holds; NULL: all */
+	/* quantize.linear.float8's FSDP options (act under FSDP, with the model's
+	 * Float8 converter set, tensorwise): the converted weights all-gathered as
+	 * float8 codes with the whole weight's scale; their amax all-reduced with
+	 * each gather, or once per step when precomputed. */
+	int f8_all_gather;       /* enable_fsdp_float8_all_gather */
+	int f8_precompute;       /* precompute_float8_dynamic_scale_for_fsdp */
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the

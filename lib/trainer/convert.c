@@ -31,7 +31,8 @@ static int float8(model *m, const job_config *c, FILE *log, titan_err *e)
 		metrics_log(log, "Float8 training active with recipe %s", f->recipe_name);
 	else
 		metrics_log(log, "Float8 tensorwise scaled training active");
-	metrics_log(log, "Swapped to Float8Linear layers with enable_fsdp_float8_all_gather=False");
+	metrics_log(log, "Swapped to Float8Linear layers with enable_fsdp_float8_all_gather=%s",
+		    f->enable_fsdp_float8_all_gather ? "True" : "False");
 	int linears = 0;
 	for (int i = 0; i < model_num_tensors(m); i++) {
 		const model_tensor *t = model_tensor_at(m, i);

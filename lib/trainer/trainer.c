@@ -266,7 +266,9 @@ static int build_plan(job *j, titan_err *err)
 		       .b = (int)j->B, .t = (int)j->T, .reduce = BE_F32,
 		       .loss_parallel = !c->parallelism.disable_loss_parallel,
 		       .async_tp = c->parallelism.enable_async_tensor_parallel,
-		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings};
+		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings,
+		       .f8_all_gather = c->float8.enable_fsdp_float8_all_gather,
+		       .f8_precompute = c->float8.precompute_float8_dynamic_scale_for_fsdp};
 	train_prec prec;
 	if (planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
 	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||

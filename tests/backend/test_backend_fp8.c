@@ -429,6 +429,50 @@ static void amax_and_given_amax(void **state)
 	free(q2);
 }
 
+/* A float8 code's value from its fields (the OCP formats: e4m3fn has no
+ * infinities and one NaN mantissa, e5m2 is IEEE-like). */
+static double decode_fields(unsigned c, int e5m2)
+{
+	int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, emax = e5m2 ? 31 : 15;
+	unsigned ex = (c >> mb) & (unsigned)emax, m = c & ((1u << mb) - 1);
+	double sign = c & 0x80 ? -1 : 1;
+	if (e5m2 && ex == 31)
+		return m ? NAN : sign * INFINITY;
+	if (!e5m2 && ex == 15 && m == 7)
+		return NAN;
+	if (ex == 0)
+		return sign * ldexp(m, 1 - bias - mb);
+	return sign * ldexp((double)((1u << mb) + m), (int)ex - bias - mb);
+}
+
+/* convert from float8 (FSDP's float8 all-gather): every code of both formats
+ * into float32 and bfloat16, exactly its value. */
+static void convert_decodes_every_code(void **state)
+{
+	(void)state;
+	uint8_t q[256];
+	float f[256];
+	uint16_t h[256];
+	for (int c = 0; c < 256; c++)
+		q[c] = (uint8_t)c;
+	for (int e5 = 0; e5 < 2; e5++) {
+		be_dtype t = e5 ? BE_E5M2 : BE_E4M3;
+		be->ops->convert(be, f, BE_F32, q, t, 256);
+		be->ops->convert(be, h, BE_BF16, q, t, 256);
+		sync_ok();
+		for (int c = 0; c < 256; c++) {
+			double want = decode_fields((unsigned)c, e5);
+			if (isnan(want)) {
+				assert_true(isnan(f[c]) && isnan(bf16_to_f32(h[c])));
+				continue;
+			}
+			if ((double)f[c] != want || (double)bf16_to_f32(h[c]) != want)
+				fail_msg("%s code 0x%02x: float32 %g, bfloat16 %g, want %g",
+					 e5 ? "e5m2" : "e4m3", c, f[c], bf16_to_f32(h[c]), want);
+		}
+	}
+}
+
 static void unsupported_types_fault_at_sync(void **state)
 {
 	(void)state;
@@ -458,6 +502,7 @@ int main(void)
 		cmocka_unit_test(scaled_gemm_matches_float64),
 		cmocka_unit_test(bf16_input_casts_as_its_float32_values),
 		cmocka_unit_test(amax_and_given_amax),
+		cmocka_unit_test(convert_decodes_every_code),
 		cmocka_unit_test(unsupported_types_fault_at_sync),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -3,7 +3,8 @@
 # mpirun, one run per plan): 5 steps of a small Llama, per-step loss and grad
 # norm and the final parameters within the tolerances of test_plan.c, and the
 # bytes each rank sends on every mesh dimension equal to titan-train(1)'s
-# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.
+# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.  f8=1: Float8
+# linears with FSDP's float8 all-gather, f8=2: with precomputed scales.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -39,4 +40,6 @@ plan 2 tp=2 ac=full
 plan 2 tp=2 async=1 ac=op
 plan 4 shard=2 tp=2 accum=2
 plan 4 shard=2 tp=2 async=1 reshard=always ac=sel2
+plan 2 shard=2 f8=1 accum=2
+plan 4 rep=2 shard=2 f8=2 reshard=always
 t_done

@@ -7,7 +7,8 @@
 # many linears it converted, and its mean loss over the last 10 steps is within
 # 1% of bf16's (measured: see the printed figures).  The converters torchtitan
 # registers but titan does not build, and the combinations torchtitan refuses,
-# fail before any work.
+# fail before any work.  Under FSDP 2 the float8 all-gather trains as one
+# process does.
 . tests/lib.sh
 
 TRAIN="$BIN/titan-train"
@@ -45,6 +46,30 @@ for r in tensorwise rowwise; do
 	*) t_not_ok "$r loss within 1% of bf16" "${verdict#bad }" ;;
 	esac
 done
+
+# FSDP 2 with the float8 all-gather (and precomputed scales) against one
+# process running the same micro-batches in turn (global batch 8 of local 4:
+# the activation scales span a micro-batch), float32 masters gathered in
+# float32 so that only float8 differs: the losses agree to reduction order.
+FS="--training.global_batch_size 8 --training.mixed_precision_param float32 --training.steps 8"
+# shellcheck disable=SC2086
+t_run "8 steps of Float8 in one process (2 micro-batches of 4)" "$TRAIN" --config "$TMP/job.toml" \
+	--job.dump_folder "$TMP/one" $F8 $FS
+# shellcheck disable=SC2086
+t_run "8 steps of Float8 under FSDP 2 with the float8 all-gather, precomputed scales" \
+	$MPIRUN -np 2 "$TRAIN" --config "$TMP/job.toml" --job.dump_folder "$TMP/fsdp" $F8 $FS \
+	--parallelism.data_parallel_shard_degree 2 --quantize.linear.float8.enable_fsdp_float8_all_gather \
+	--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp
+t_grep "FSDP: torchtitan's line" 'Swapped to Float8Linear layers with enable_fsdp_float8_all_gather=True' "$TMP/.err"
+losses "$TMP/one/metrics.jsonl" >"$TMP/b"
+losses "$TMP/fsdp/metrics.jsonl" >"$TMP/f"
+verdict=$(join "$TMP/b" "$TMP/f" | awk '
+	{ n++; d = ($3 - $2) / $2; d = d < 0 ? -d : d; if (d > w) w = d }
+	END { printf "%s %d steps, largest relative difference %.2e", (n == 8 && w < 1e-5) ? "ok" : "bad", n, w }')
+case "$verdict" in
+ok*) t_ok "FSDP 2 float8 all-gather equals one process: ${verdict#ok }" ;;
+*) t_not_ok "FSDP 2 float8 all-gather equals one process" "${verdict#bad }" ;;
+esac
 
 # Refused before any work, with the reason.
 t_fails "MX converter is refused" 2 "$TRAIN" --config "$TMP/job.toml" --model.converters quantize.linear.mx
