@@ -86,6 +86,8 @@ void bench_ceiling_end(report *r, int threads);
 void *bench_operand(backend *be, be_dtype t, size_t n, float amp, uint64_t seed, float *scale,
 		    titan_err *e);
 void bench_release(backend *be, void *p, size_t bytes);
+/* n floats of value v on the backend (float8 GEMMs' scales); NULL with e set. */
+float *bench_fill_floats(backend *be, float v, size_t n, titan_err *e);
 
 /* Whether name is an entry of the comma-separated list. */
 int bench_listed(const char *list, const char *name);
