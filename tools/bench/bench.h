@@ -27,6 +27,9 @@ typedef struct bench_args {
 	uint64_t size;
 	/* tokenize */
 	const char *tokenizer, *input, *python;
+	/* step */
+	const char *config, *model; /* a titan-train TOML; its model.flavor replaced */
+	int steps;
 } bench_args;
 
 /* Report ------------------------------------------------------------------ */
@@ -113,5 +116,7 @@ int bench_gemm(const bench_args *a, titan_err *e);
 int bench_attention(const bench_args *a, titan_err *e);
 int bench_io(const bench_args *a, titan_err *e);
 int bench_tokenize(const bench_args *a, titan_err *e);
+int bench_step(const bench_args *a, titan_err *e);
+int bench_comm(const bench_args *a, titan_err *e);
 
 #endif
