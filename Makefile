@@ -71,7 +71,7 @@ endif
 # OpenBLAS, cmocka and CUDA alone.  Warnings stay
 # warnings there: another image's compilers warn about other things, and CI's
 # -Werror build is the one that keeps the code clean.
-GPU_CHECK_MODULES ?= core backend gpu model optim \
+GPU_CHECK_MODULES ?= core backend float8 gpu model optim \
 	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
 ifeq ($(GPU_CHECK),1)
 MPI_CFLAGS  :=

@@ -174,6 +174,16 @@ typedef struct be_moe {
  * from offs[groups] to rows, so every row of c is defined. */
 enum be_gmm_mode { BE_GMM_FWD, BE_GMM_DX, BE_GMM_DW };
 
+/* Float8 (torchao's Float8Linear under the quantize.linear.float8 converter;
+ * the numerics are lib/float8's, see float8.h).  A cast's scaling: one scale
+ * for the tensor, or one per row or per column of x (rows, cols), its amax
+ * taken along that row or column.  (The values are float8.h's f8_scaling.) */
+enum be_f8_scaling {
+	BE_F8_TENSOR = 1,
+	BE_F8_ROWS = 2,
+	BE_F8_COLS = 3,
+};
+
 typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
@@ -189,7 +199,9 @@ typedef struct backend_ops {
 	 * sync. */
 	int (*sync)(backend *be, titan_err *e);
 
-	/* dst (n) = src (n) converted between element types. */
+	/* dst (n) = src (n) converted between element types; also from float8
+	 * (BE_E4M3, BE_E5M2) to float32 or bfloat16, exactly (their values, no
+	 * scale: FSDP's float8 all-gather hands the linears the gathered codes). */
 	void (*convert)(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
 			int64_t n);
 
@@ -345,6 +357,35 @@ typedef struct backend_ops {
 	void (*grouped_matmul)(backend *be, int mode, int64_t groups, const int32_t *offs,
 			       int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
 			       be_dtype ab, float beta, void *c, be_dtype ct);
+
+	/* Float8 (be_f8_scaling above).  amax (1, rows or cols floats) = max |x|
+	 * of x (rows, cols) of type xt over the tensor, each row or each column; a
+	 * NaN in a reduction makes it NaN.  FSDP's precomputed scales: each rank's
+	 * amax of its shard, all-reduced with max, then f8_cast with it. */
+	void (*f8_amax)(backend *be, float *amax, const void *x, be_dtype xt, int64_t rows,
+			int64_t cols, int scaling);
+	/* torchao's dynamic cast (hp_tensor_to_float8_dynamic), fused: per scale
+	 * s = float32(qmax / max(amax, 1e-12)) computed in double (then rounded down
+	 * to a power of two when pow2), q = the saturating cast of x * s (float32)
+	 * to qt (BE_E4M3 or BE_E5M2, qmax 448 or 57344); scale (1, rows or cols
+	 * floats) gets s.  amax NULL: taken here; else the given one (FSDP's).  q
+	 * is (rows, cols) like x, or with transpose set its transpose (cols, rows):
+	 * a float8 GEMM reads its operands with the reduction dimension contiguous. */
+	void (*f8_cast)(backend *be, void *q, be_dtype qt, float *scale, const void *x,
+			be_dtype xt, int64_t rows, int64_t cols, int scaling, int pow2,
+			int transpose, const float *amax);
+	/* The scaled float8 GEMM (torch._scaled_mm with torchao's scales):
+	 *   C (m, n) = beta * C + sum_k (a[i,k] / sa[i]) * (b[j,k] / sb[j])
+	 * a (m, k) and b (n, k) float8 of types at, bt (not both e5m2) with k
+	 * contiguous; sa (nsa = 1 or m floats) and sb (nsb = 1 or n) the scales
+	 * f8_cast wrote (q = x * s); C (m, n), ldc n, of type ct (float32 or
+	 * bfloat16); float32 accumulation.  The CPU divides each operand by its
+	 * scale and multiplies in float32: torchao's emulate=True, the same operand
+	 * values bit for bit.  A GPU multiplies the float8 values and scales the
+	 * float32 sums by 1 / (sa[i] sb[j]). */
+	void (*f8_matmul)(backend *be, int64_t m, int64_t n, int64_t k, const void *a,
+			  be_dtype at, const float *sa, int64_t nsa, const void *b, be_dtype bt,
+			  const float *sb, int64_t nsb, float beta, void *c, be_dtype ct);
 
 	/* Elementwise: y = a + b; y += alpha * x; x *= alpha. */
 	void (*add)(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,

@@ -1,6 +1,7 @@
 /* The CPU backend: the ops of backend.h on host memory, with OpenBLAS sgemm for
  * the float32 matmuls, oneDNN for the bfloat16 ones (cpu_onednn.c) and OpenMP
- * for the rest (kernels in cpu_kernels.inc, mixed precision in cpu_bf16.c). */
+ * for the rest (kernels in cpu_kernels.inc, mixed precision in cpu_bf16.c,
+ * float8 in cpu_fp8.c). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -9,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_bf16.h"
+#include "backend/cpu_fp8.h"
 #include "backend/cpu_kernels.h"
 
 /* Each block starts with a header that remembers its size, so free can count it
@@ -146,7 +148,9 @@ const char *cpu_bf16_gemm_impl(const backend *be)
 static void cpu_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
 			int64_t n)
 {
-	if (kinds(be, "convert", 2, dt, st) != UNSUPPORTED)
+	if (st == BE_E4M3 || st == BE_E5M2)
+		cpu_f8_decode(be, dst, dt, src, st, n);
+	else if (kinds(be, "convert", 2, dt, st) != UNSUPPORTED)
 		cpu_bf16_convert(dst, dt, src, st, n);
 }
 
@@ -595,6 +599,9 @@ static const backend_ops cpu_ops = {
 	.moe_combine = cpu_moe_combine,
 	.moe_dot = cpu_moe_dot,
 	.grouped_matmul = cpu_grouped_matmul,
+	.f8_amax = cpu_f8_amax,
+	.f8_cast = cpu_f8_cast,
+	.f8_matmul = cpu_f8_matmul,
 	.add = cpu_add,
 	.axpy = cpu_axpy,
 	.scale = cpu_scale,

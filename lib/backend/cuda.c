@@ -18,7 +18,12 @@
 #include "gpu/launch.h"
 
 /* be_dtype and gpu_dtype agree on the types both have. */
-_Static_assert(BE_F32 == (int)GPU_F32 && BE_BF16 == (int)GPU_BF16, "be_dtype vs gpu_dtype");
+_Static_assert(BE_F32 == (int)GPU_F32 && BE_BF16 == (int)GPU_BF16 && BE_E4M3 == (int)GPU_E4M3 &&
+		       BE_E5M2 == (int)GPU_E5M2,
+	       "be_dtype vs gpu_dtype");
+_Static_assert(BE_F8_TENSOR == (int)GPU_F8_TENSOR && BE_F8_ROWS == (int)GPU_F8_ROWS &&
+		       BE_F8_COLS == (int)GPU_F8_COLS,
+	       "be_f8_scaling vs gpu_f8_scaling");
 
 /* A loss sum that lives on the device until the next sync: the slot's
  * (double sum, int64 count) are added to the caller's host variables then. */
@@ -37,6 +42,7 @@ typedef struct att_shape {
 
 typedef struct cuda_state {
 	int device;
+	int f8_no_vec; /* cuBLASLt refused row-wise float8 scales: the epilogue applies them */
 	void *stream;
 	gpu_arena *arena;
 	gpu_gemm *gemm;
@@ -228,6 +234,10 @@ static void cuda_destroy(backend *be)
 static void cuda_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype stt,
 			 int64_t n)
 {
+	if ((stt == BE_E4M3 || stt == BE_E5M2) && types_ok(be, "convert", 1, dt)) {
+		check(be, launch_f8_decode(dst, dt, src, stt, n, st(be)->stream), "convert");
+		return;
+	}
 	if (!types_ok(be, "convert", 2, dt, stt))
 		return;
 	if (dt == stt) {
@@ -550,6 +560,88 @@ static void cuda_adamw(backend *be, void *p, const void *g, void *m, void *v, be
 		      "adamw");
 }
 
+/* --- float8 (kernels/float8.cu, the scaled GEMM through cuBLASLt) --- */
+
+static int f8_ok(backend *be, const char *op, be_dtype t)
+{
+	if (t == BE_E4M3 || t == BE_E5M2)
+		return 1;
+	backend_fault(be, "cuda backend: %s: %s is not a float8 type", op, be_dtype_name(t));
+	return 0;
+}
+
+static void cuda_f8_amax(backend *be, float *amax, const void *x, be_dtype xt, int64_t rows,
+			 int64_t cols, int scaling)
+{
+	if (types_ok(be, "f8_amax", 1, xt))
+		check(be, launch_f8_amax(amax, x, xt, rows, cols, scaling, st(be)->stream), "f8_amax");
+}
+
+static void cuda_f8_cast(backend *be, void *q, be_dtype qt, float *scale, const void *x,
+			 be_dtype xt, int64_t rows, int64_t cols, int scaling, int pow2,
+			 int transpose, const float *amax)
+{
+	if (types_ok(be, "f8_cast", 1, xt) && f8_ok(be, "f8_cast", qt))
+		check(be, launch_f8_cast(q, qt, scale, x, xt, rows, cols, scaling, pow2, transpose, amax,
+					 st(be)->stream),
+		      "f8_cast");
+}
+
+/* cuBLASLt multiplies by dequantising scales (1 / torchao's): their
+ * reciprocals go to scratch; row-wise scales are cuBLASLt's outer vectors, or
+ * where it has no kernel for them the unscaled product goes to scratch and the
+ * epilogue divides. */
+static void cuda_f8_matmul(backend *be, int64_t m, int64_t n, int64_t k, const void *a,
+			   be_dtype at, const float *sa, int64_t nsa, const void *b, be_dtype bt,
+			   const float *sb, int64_t nsb, float beta, void *c, be_dtype ct)
+{
+	cuda_state *s = st(be);
+	if (!f8_ok(be, "f8_matmul", at) || !f8_ok(be, "f8_matmul", bt) ||
+	    !types_ok(be, "f8_matmul", 1, ct))
+		return;
+	if ((nsa != 1 && nsa != m) || (nsb != 1 && nsb != n) || (at == BE_E5M2 && bt == BE_E5M2)) {
+		backend_fault(be, "cuda backend: f8_matmul: %lld and %lld scales for (%lld, %lld), or "
+				  "both operands e5m2",
+			      (long long)nsa, (long long)nsb, (long long)m, (long long)n);
+		return;
+	}
+	if (m == 0 || n == 0)
+		return;
+	int rowwise = nsa > 1 || nsb > 1, epilogue = rowwise && s->f8_no_vec;
+	size_t rb = ((size_t)(nsa + nsb) * sizeof(float) + 255) & ~(size_t)255;
+	char *tmp = scratch(be, rb + (epilogue || rowwise ? (size_t)(m * n) * sizeof(float) : 0),
+			    "f8_matmul");
+	if (!tmp)
+		return;
+	float *ra = (float *)tmp, *rb_ = ra + nsa, *acc = (float *)(tmp + rb);
+	gpu_gemm_f8_args x = {.m = m, .n = n, .k = k, .a = a, .a_type = at, .b = b, .b_type = bt,
+			      .sa = ra, .sb = rb_, .a_rows = nsa > 1, .b_rows = nsb > 1,
+			      .beta = beta, .d = c, .d_type = ct};
+	titan_err e;
+	if (!epilogue) {
+		if (check(be, launch_f8_recip(ra, sa, nsa, s->stream), "f8_matmul scales") ||
+		    check(be, launch_f8_recip(rb_, sb, nsb, s->stream), "f8_matmul scales"))
+			return;
+		if (gpu_gemm_f8_run(s->gemm, s->stream, &x, &e) == 0)
+			return;
+		if (!rowwise) {
+			backend_fault(be, "cuda backend: f8_matmul: %s", e.msg);
+			return;
+		}
+		s->f8_no_vec = 1; /* no outer-vector kernel: the epilogue from now on */
+	}
+	x.sa = x.sb = NULL;
+	x.a_rows = x.b_rows = 0;
+	x.beta = 0;
+	x.d = acc;
+	x.d_type = BE_F32;
+	if (gpu_gemm_f8_run(s->gemm, s->stream, &x, &e) != 0)
+		backend_fault(be, "cuda backend: f8_matmul: %s", e.msg);
+	else
+		check(be, launch_f8_epilogue(c, ct, acc, sa, nsa, sb, nsb, beta, m, n, s->stream),
+		      "f8_matmul epilogue");
+}
+
 static const backend_ops cuda_ops = {
 	.name = "cuda",
 	.alloc = cuda_alloc,
@@ -570,6 +662,9 @@ static const backend_ops cuda_ops = {
 	.embedding_fwd = cuda_embedding_fwd,
 	.embedding_bwd = cuda_embedding_bwd,
 	.cross_entropy = cuda_cross_entropy,
+	.f8_amax = cuda_f8_amax,
+	.f8_cast = cuda_f8_cast,
+	.f8_matmul = cuda_f8_matmul,
 	.add = cuda_add,
 	.axpy = cuda_axpy,
 	.scale = cuda_scale,

@@ -109,7 +109,7 @@ static const cfg_key keys[] = {
 	K("model.tokenizer_path", CFG_OPT_STR, model.tokenizer_path, "none", NULL,
 	  "model.tokenizer_path", "deprecated: when set, replaces hf_assets_path (with a warning)"),
 	K("model.converters", CFG_LIST, model.converters, "[]", NULL, "model.converters",
-	  "model converters, e.g. quantize.linear.float8 (refused for now)"),
+	  "model converters: quantize.linear.float8 (Float8 linears)"),
 	K("model.print_after_conversion", CFG_BOOL, model.print_after_conversion, "false", NULL,
 	  "model.print_after_conversion", "print the model after converters"),
 
@@ -333,18 +333,21 @@ static const cfg_key keys[] = {
 
 	K("quantize.linear.float8.enable_fsdp_float8_all_gather", CFG_BOOL,
 	  float8.enable_fsdp_float8_all_gather, "false", NULL,
-	  "quantize.linear.float8.enable_fsdp_float8_all_gather", "Float8 all-gather (refused)"),
+	  "quantize.linear.float8.enable_fsdp_float8_all_gather",
+	  "FSDP all-gathers float8 weights (tensorwise; acts only under FSDP)"),
 	K("quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", CFG_BOOL,
 	  float8.precompute_float8_dynamic_scale_for_fsdp, "false", NULL,
 	  "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
-	  "precomputed Float8 scales (refused)"),
+	  "one amax all-reduce per step for the float8 all-gather's scales"),
 	K("quantize.linear.float8.recipe_name", CFG_OPT_STR, float8.recipe_name, "none",
 	  "tensorwise|rowwise|rowwise_with_gw_hp", "quantize.linear.float8.recipe_name",
-	  "Float8 recipe"),
+	  "Float8 recipe (none: tensorwise)"),
 	K("quantize.linear.float8.filter_fqns", CFG_LIST, float8.filter_fqns, "[]", NULL,
-	  "quantize.linear.float8.filter_fqns", "modules left in high precision"),
+	  "quantize.linear.float8.filter_fqns",
+	  "linears left in high precision (FQN substrings; auto_filter_small_kn)"),
 	K("quantize.linear.float8.emulate", CFG_BOOL, float8.emulate, "false", NULL,
-	  "quantize.linear.float8.emulate", "emulated Float8"),
+	  "quantize.linear.float8.emulate",
+	  "float8 GEMMs emulated in float32 (always so on the CPU)"),
 
 	KS("quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", CFG_STR,
 	   mx.mxfp8_dim1_cast_kernel_choice, "\"triton\"", "triton|cuda|torch",
@@ -1071,15 +1074,43 @@ int config_validate(const job_config *c, titan_err *err)
 	return 0;
 }
 
-static int list_has(const cfg_strlist *l, const char *s)
+static char *value_text(const job_config *c, const cfg_key *k);
+
+/* model.converters: torchtitan's registry names; the Float8 linear converter is
+ * built (lib/model/model_f8.c), the MX and grouped-GEMM ones are not.
+ * torchtitan asserts that a recipe and FSDP's float8 all-gather are not asked
+ * for together; the all-gather itself acts only under FSDP (dp_shard > 1).
+ * Float8 under tensor parallelism needs torchao's float8 TP styles (not built). */
+static int check_converters(const job_config *c, titan_err *err)
 {
-	for (int i = 0; i < l->n; i++)
-		if (strstr(l->v[i], s) != NULL)
-			return 1;
+	static const char *const known[] = {"quantize.linear.float8", "quantize.linear.mx",
+					    "quantize.grouped_mm.float8", "quantize.grouped_mm.mx"};
+	for (int i = 0; i < c->model.converters.n; i++) {
+		const char *v = c->model.converters.v[i];
+		size_t k = 0;
+		while (k < sizeof known / sizeof known[0] && strcmp(v, known[k]) != 0)
+			k++;
+		if (k == sizeof known / sizeof known[0])
+			return err_set(err, "model.converters: \"%s\" is not a converter (expected "
+				       "quantize.linear.float8, quantize.linear.mx, "
+				       "quantize.grouped_mm.float8 or quantize.grouped_mm.mx)", v);
+		if (k > 0)
+			return err_set(err, "model.converters: %s is not supported by this titan-train "
+				       "yet (quantize.linear.float8 is)", v);
+	}
+	const __typeof__(c->float8) *f = &c->float8;
+	if (f->recipe_name != NULL && f->enable_fsdp_float8_all_gather)
+		return err_set(err, "quantize.linear.float8: enable_fsdp_float8_all_gather with "
+			       "recipe_name \"%s\" is not supported (torchtitan asserts the same: the "
+			       "all-gather is the tensorwise default's)", f->recipe_name);
+	const __typeof__(c->parallelism) *p = &c->parallelism;
+	if (c->model.converters.n > 0 && p->tensor_parallel_degree > 1)
+		return err_set(err, "quantize.linear.float8 with tensor_parallel_degree = %ld is not "
+			       "supported by this titan-train yet (torchao's float8 tensor-parallel "
+			       "styles are not built); use FSDP or HSDP",
+			       (long)c->parallelism.tensor_parallel_degree);
 	return 0;
 }
-
-static char *value_text(const job_config *c, const cfg_key *k);
 
 /* The schema's CFG_NOT_BUILT keys away from their default are refused, its
  * CFG_NO_EFFECT ones warned about. */
@@ -1116,11 +1147,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	if (need(p->expert_parallel_degree == 1, err,
 		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
 		 (long)p->expert_parallel_degree, later) ||
-	    need(!list_has(&c->model.converters, "float8") && !list_has(&c->model.converters, "mx"),
-		 err, "model.converters: Float8/MX training %s; remove the converter", later) ||
-	    need(!c->float8.enable_fsdp_float8_all_gather &&
-			 !c->float8.precompute_float8_dynamic_scale_for_fsdp && c->float8.recipe_name == NULL,
-		 err, "quantize.linear.float8: Float8 training %s", later) ||
+	    check_converters(c, err) ||
 	    need(strcmp(c->training.dtype, "float32") == 0, err,
 		 "training.dtype = \"%s\": only float32 parameters are supported yet", c->training.dtype))
 		return -1;

@@ -32,12 +32,15 @@ extern "C" {
 typedef enum gpu_dtype {
 	GPU_F32 = 0,
 	GPU_BF16 = 1,
+	GPU_E4M3 = 2, /* float8 codes (the float8 ops and the scaled GEMM only) */
+	GPU_E5M2 = 3,
 } gpu_dtype;
 
 /* Bytes of one element of dtype (0 for an unknown one). */
 static inline size_t gpu_dtype_size(int dtype)
 {
-	return dtype == GPU_F32 ? 4 : dtype == GPU_BF16 ? 2 : 0;
+	return dtype == GPU_F32 ? 4 : dtype == GPU_BF16 ? 2
+	       : dtype == GPU_E4M3 || dtype == GPU_E5M2 ? 1 : 0;
 }
 
 /* c[i] = a[i] + b[i] for i < n (n may exceed 2^31). */
@@ -244,6 +247,31 @@ static inline int64_t sumsq_partials(int64_t n)
 }
 int launch_sumsq(double *out, double *partials, const void *x, int tx, int64_t n,
 		 void *stream);
+
+/* --- float8 (kernels/float8.cu): backend.h's f8_amax and f8_cast --- */
+
+/* A cast's scaling (backend.h's be_f8_scaling). */
+enum gpu_f8_scaling { GPU_F8_TENSOR = 1, GPU_F8_ROWS = 2, GPU_F8_COLS = 3 };
+/* amax (1, rows or cols floats) = max |x| of x (rows, cols) over the tensor,
+ * each row or each column; a NaN is kept. */
+int launch_f8_amax(float *amax, const void *x, int tx, int64_t rows, int64_t cols,
+		   int scaling, void *stream);
+/* torchao's dynamic cast: scale = float32(qmax / max(amax, 1e-12)) (amax NULL:
+ * taken from x into scale first; pow2: rounded down to a power of two), q =
+ * the saturating cast of x * scale to fmt (GPU_E4M3 / GPU_E5M2), (rows, cols)
+ * or transposed (cols, rows). */
+int launch_f8_cast(uint8_t *q, int fmt, float *scale, const void *x, int tx, int64_t rows,
+		   int64_t cols, int scaling, int pow2, int transpose, const float *amax,
+		   void *stream);
+/* y (n, f32 or bf16) = the values of the codes q (n) of fmt, exactly. */
+int launch_f8_decode(void *y, int ty, const uint8_t *q, int fmt, int64_t n, void *stream);
+/* y = 1 / x, (n): the scaled GEMM's dequantising scales. */
+int launch_f8_recip(float *y, const float *x, int64_t n, void *stream);
+/* c (m, n) = beta c + acc / (sa[i] sb[j]) (nsa, nsb: 1 or m, 1 or n): the
+ * scaled GEMM's epilogue over an unscaled float32 product acc (m, n). */
+int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64_t nsa,
+		       const float *sb, int64_t nsb, float beta, int64_t m, int64_t n,
+		       void *stream);
 
 #ifdef __cplusplus
 }

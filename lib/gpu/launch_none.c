@@ -191,4 +191,41 @@ int launch_sumsq(double *out, double *partials, const void *x, int tx, int64_t n
 	return NO_DEVICE;
 }
 
+int launch_f8_amax(float *amax, const void *x, int tx, int64_t rows, int64_t cols,
+		   int scaling, void *stream)
+{
+	(void)amax, (void)x, (void)tx, (void)rows, (void)cols, (void)scaling, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_cast(uint8_t *q, int fmt, float *scale, const void *x, int tx, int64_t rows,
+		   int64_t cols, int scaling, int pow2, int transpose, const float *amax,
+		   void *stream)
+{
+	(void)q, (void)fmt, (void)scale, (void)x, (void)tx, (void)rows, (void)cols, (void)scaling;
+	(void)pow2, (void)transpose, (void)amax, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_decode(void *y, int ty, const uint8_t *q, int fmt, int64_t n, void *stream)
+{
+	(void)y, (void)ty, (void)q, (void)fmt, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_recip(float *y, const float *x, int64_t n, void *stream)
+{
+	(void)y, (void)x, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64_t nsa,
+		       const float *sb, int64_t nsb, float beta, int64_t m, int64_t n,
+		       void *stream)
+{
+	(void)c, (void)tc, (void)acc, (void)sa, (void)nsa, (void)sb, (void)nsb, (void)beta;
+	(void)m, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
 #endif

@@ -397,6 +397,7 @@ void model_free(model *m)
 		return;
 	model_mb_free(m->own_mb);
 	model_scratch_release(m);
+	model_f8_free(m);
 	drop_casts(m);
 	free(m->ubound);
 	free(m->wcast);
@@ -665,6 +666,8 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 	be_dtype t = m->prec.act;
 	if (m->pend && model_tp_linear_pending(m, y, x, w, n, in, out, beta, 0))
 		return;
+	if (m->f8 && model_f8_linear(m, y, x, w, n, in, out, beta))
+		return;
 	if ((w = linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
@@ -675,6 +678,8 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 	be_dtype t = m->prec.act;
 	if (m->pend && model_tp_linear_pending(m, dx, dy, w, n, in, out, beta_dx, 1))
 		return;
+	if (m->f8 && model_f8_linear_dx(m, dx, dy, w, n, in, out, beta_dx))
+		return;
 	if ((w = linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
 				   in, t);
@@ -684,6 +689,8 @@ void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t 
 		     int64_t in, int64_t out)
 {
 	model_tp_finish(m);
+	if (m->f8 && model_f8_linear_dw(m, dw, dy, x, n, in, out))
+		return;
 	m->be->ops->matmul(m->be, 1, 0, out, in, n, 1, dy, out, x, in, m->prec.act, 1, dw, in,
 			   m->prec.grad);
 }

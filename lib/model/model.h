@@ -260,6 +260,39 @@ be_dtype model_get_autocast(const model *m);
  * a tensor, init and binding a unit do this themselves. */
 void model_weights_changed(model *m);
 
+/* The Float8 converter (torchtitan's quantize.linear.float8 on
+ * model.converters): the linears its filter picks run their three GEMMs
+ * (output, grad_input, grad_weight) on float8 operands with torchao's
+ * Float8Linear numerics (lib/float8/float8.h: the recipe's formats, scales and
+ * which GEMM casts what), through the backend's f8_cast and f8_matmul.
+ * filter_fqns are torchtitan's: module FQNs ("layers.1.attention.wq",
+ * "output"), an entry matching as a substring; "auto_filter_small_kn" applies
+ * torchao's size rule; a linear whose dimensions are not multiples of 16 is
+ * never converted.  A converted output projection computes the whole
+ * micro-batch's logits at once (its scales run over every token), not in
+ * chunks.  Under autocast the weight is cast from the float32 masters, as
+ * torchao does. */
+typedef struct model_float8 {
+	const char *recipe;             /* tensorwise (NULL too), rowwise, rowwise_with_gw_hp */
+	const char *const *filter_fqns; /* borrowed for the call */
+	size_t n_filter;
+} model_float8;
+/* Convert (c NULL: back to plain linears).  Returns the number of linears
+ * converted, or -1 with e set (an unknown recipe, a filter torchao refuses). */
+int model_set_float8(model *m, const model_float8 *c, titan_err *e);
+/* Whether tensor i is the weight of a converted linear; the recipe's name
+ * (NULL when none is set). */
+int model_float8_converted(const model *m, int i);
+const char *model_float8_recipe(const model *m);
+/* FSDP's float8 all-gather (torchao's WeightWithDynamicFloat8CastTensor): the
+ * weight bound for converted tensor i holds the values of its float8 e4m3
+ * codes (decoded exactly into the parameter type) and *scale, one float on the
+ * backend, is their tensorwise scale: its linear multiplies those codes with
+ * that scale instead of casting the weight.  scale NULL: cast the bound weight
+ * again.  0, or -1 with e (tensor i is not converted, or the recipe does not
+ * cast weights tensorwise to e4m3). */
+int model_float8_weight_cast(model *m, int i, const float *scale, titan_err *e);
+
 /* Activation checkpointing; every is N for MODEL_AC_SELECTIVE (layers whose
  * 1-based index is a multiple of N are recomputed, like torchtitan's counter).
  * Micro-batch contexts made before the change keep their layout: make new ones. */

@@ -36,6 +36,8 @@ act_set model_layer_keep(const model *m, int l)
  * pair up chunk by chunk), from the largest rank's share of the vocabulary. */
 static int logits_chunk(const model *m, size_t n)
 {
+	if (model_f8_head_whole(m))
+		return (int)n;
 	size_t v = (size_t)((m->vocab_global + m->tp.size - 1) / m->tp.size);
 	size_t c = ((size_t)1 << 24) / (v ? v : 1); /* 64 MiB of float32 logits */
 	c = c < 256 ? 256 : c;

@@ -253,6 +253,7 @@ struct model {
 	int n_pos;
 	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
 
+	struct model_f8 *f8;    /* the Float8 converter (model_f8.c), or NULL */
 	/* Tensor parallelism (model_tp.c); size 1: none.  Scratch it adds, for
 	 * n = b*t tokens and ns = n / size held by the rank: */
 	model_tp_group tp;
@@ -299,6 +300,20 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 /* dw (out, in) += dy^T @ x. */
 void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
 		     int64_t in, int64_t out);
+
+/* The Float8 converter (model_f8.c): each runs the linear's GEMM in float8
+ * and returns 1 when the linear of weight w (gradient dw) is converted, else
+ * 0 and the caller runs the plain GEMM. */
+int model_f8_linear(model *m, void *y, const void *x, const void *w, int64_t n, int64_t in,
+		    int64_t out, float beta);
+int model_f8_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
+		       int64_t in, int64_t out, float beta_dx);
+int model_f8_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
+		       int64_t in, int64_t out);
+/* Whether the head computes its logits whole rather than in chunks (a
+ * converted output projection whose scales run over all the tokens). */
+int model_f8_head_whole(const model *m);
+void model_f8_free(model *m);
 
 /* ---- the block (model_block.c) ---- */
 

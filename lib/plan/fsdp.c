@@ -41,6 +41,14 @@ static size_t pbytes(const plan *p, size_t n) { return n * be_dtype_size(p->prec
 static size_t gbytes(const plan *p, size_t n) { return n * be_dtype_size(p->prec.grad); }
 static size_t rbytes(const plan *p, size_t n) { return n * be_dtype_size(p->o.reduce); }
 
+/* A rank's bytes of unit u in its all-gather (FSDP's float8 all-gather packs
+ * the converted weights as float8: f8.c). */
+static size_t sbytes(const plan *p, int u)
+{
+	size_t b = plan_f8_gather_bytes(p, u);
+	return b ? b : pbytes(p, p->u[u].shard_numel);
+}
+
 /* Wait for a request; the comm's time is the profiler's "comm" event. */
 static int wait_req(plan *p, comm_req **r, const char *what, size_t bytes, titan_err *e)
 {
@@ -65,14 +73,18 @@ static int start_gather(plan *p, int u, titan_err *e)
 	if (!pu->held || pu->resident || pu->gathered || pu->ag)
 		return 0;
 	be_dtype pt = p->prec.param;
-	size_t s = pu->shard_numel;
-	if (!(pu->gbuf = take(p, pbytes(p, (size_t)p->fsdp * s), e)))
+	size_t s = pu->shard_numel, sb = sbytes(p, u);
+	int f8 = plan_f8_gather_bytes(p, u) != 0;
+	if (!(pu->gbuf = take(p, (size_t)p->fsdp * sb, e)))
 		return err_prefix(e, "fsdp: gathering unit %d", u);
 	const void *src = p->params + pu->shard_off;
-	if (pt != BE_F32) {
-		if (!(pu->send = take(p, pbytes(p, s), e)))
+	if (f8 || pt != BE_F32) {
+		if (!(pu->send = take(p, sb, e)))
 			return err_prefix(e, "fsdp: gathering unit %d", u);
-		p->be->ops->convert(p->be, pu->send, pt, src, BE_F32, (int64_t)s);
+		if (f8 && plan_f8_pack(p, u, pu->send, e))
+			return -1;
+		if (!f8)
+			p->be->ops->convert(p->be, pu->send, pt, src, BE_F32, (int64_t)s);
 		src = pu->send;
 	}
 	if (p->fsdp == 1) {
@@ -80,21 +92,26 @@ static int start_gather(plan *p, int u, titan_err *e)
 		return 0;
 	}
 	PROF_T0(t);
-	if (comm_all_gather_start(p->c_fsdp, src, pu->gbuf, s, plan_comm_dtype(pt), &pu->ag, e))
+	if (comm_all_gather_start(p->c_fsdp, src, pu->gbuf, f8 ? sb : s,
+				  f8 ? COMM_U8 : plan_comm_dtype(pt), &pu->ag, e))
 		return p->broken = 1, -1;
-	PROF_COMM(t, "all_gather_start", PA_I("bytes", pbytes(p, s)), PA_I("unit", u));
+	PROF_COMM(t, "all_gather_start", PA_I("bytes", sb), PA_I("unit", u));
 	return 0;
 }
 
 /* Move unit u between the model's layout (flat, of type ft: tensors after
  * each other, whole) and FSDP's padded one (padded, of type pt: rank j's
- * chunk of every tensor in block j), either way. */
+ * chunk of every tensor in block j), either way.  A unit gathered with the
+ * float8 all-gather comes out of its packed layout (f8.c: the converted
+ * weights' chunks as e4m3 codes, decoded here). */
 static void relayout(plan *p, int u, void *flat, be_dtype ft, void *padded, be_dtype pt,
 		     int to_padded)
 {
 	const plan_unit *pu = &p->u[u];
 	const model_unit *mu = model_unit_at(p->m, u);
 	size_t fe = be_dtype_size(ft), pe = be_dtype_size(pt);
+	int packed = !to_padded && plan_f8_gather_bytes(p, u) != 0;
+	size_t block = packed ? pu->f8_bytes : pu->shard_numel * pe;
 	for (int j = 0; j < p->fsdp; j++)
 		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
 			const plan_tensor *t = &p->t[i];
@@ -103,12 +120,14 @@ static void relayout(plan *p, int u, void *flat, be_dtype ft, void *padded, be_d
 			if (r == 0)
 				continue;
 			char *a = (char *)flat + (t->unit_off + (size_t)(j * t->cs * t->cols)) * fe;
-			char *b = (char *)padded + ((size_t)j * pu->shard_numel + t->chunk_off) * pe;
+			char *b = (char *)padded + (size_t)j * block +
+				  (packed ? t->chunk_boff : t->chunk_off * pe);
+			be_dtype bt = packed && t->f8 ? BE_E4M3 : pt;
 			size_t n = (size_t)(r * t->cols);
 			if (to_padded)
-				plan_move(p->be, b, pt, a, ft, n);
+				plan_move(p->be, b, bt, a, ft, n);
 			else
-				plan_move(p->be, a, ft, b, pt, n);
+				plan_move(p->be, a, ft, b, bt, n);
 		}
 }
 
@@ -121,13 +140,14 @@ static int finish_gather(plan *p, int u, titan_err *e)
 		return 0;
 	if (!pu->gbuf && start_gather(p, u, e))
 		return -1;
-	if (wait_req(p, &pu->ag, "all_gather", pbytes(p, pu->shard_numel), e))
+	size_t sb = sbytes(p, u);
+	if (wait_req(p, &pu->ag, "all_gather", sb, e))
 		return -1;
 	if (!(pu->params = take(p, pbytes(p, pu->numel), e)))
 		return err_prefix(e, "fsdp: unit %d", u);
 	relayout(p, u, pu->params, p->prec.param, pu->gbuf, p->prec.param, 0);
-	give(p, &pu->gbuf, pbytes(p, (size_t)p->fsdp * pu->shard_numel));
-	give(p, &pu->send, pbytes(p, pu->shard_numel));
+	give(p, &pu->gbuf, (size_t)p->fsdp * sb);
+	give(p, &pu->send, sb);
 	pu->gathered = 1;
 	return 0;
 }
@@ -402,8 +422,8 @@ void plan_release_all(plan *p)
 			*rq[k] = NULL;
 		if (p->broken) /* MPI may still write what it was given */
 			continue;
-		give(p, &pu->gbuf, pbytes(p, (size_t)p->fsdp * pu->shard_numel));
-		give(p, &pu->send, pbytes(p, pu->shard_numel));
+		give(p, &pu->gbuf, (size_t)p->fsdp * sbytes(p, u));
+		give(p, &pu->send, sbytes(p, u));
 		give(p, &pu->params, pbytes(p, pu->numel));
 		give(p, &pu->grad, gbytes(p, pu->numel));
 		give(p, &pu->rsbuf, rbytes(p, (size_t)p->fsdp * pu->shard_numel));

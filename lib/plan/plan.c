@@ -230,6 +230,7 @@ void plan_free(plan *p)
 		return;
 	plan_release_all(p);
 	plan_pipeline_free(p);
+	plan_f8_free(p);
 	model_mb_free(p->mb);
 	cp_attn_free(p->ring);
 	adamw_free(p->opt);

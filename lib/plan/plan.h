@@ -140,6 +140,12 @@ typedef struct plan_opts {
 	 * how keys and values go round (context_parallel_rotate_method) */
 	cp_balance cp_balance;
 	cp_rotate cp_rotate;
+	/* quantize.linear.float8's FSDP options (act under FSDP, with the model's
+	 * Float8 converter set, tensorwise): the converted weights all-gathered as
+	 * float8 codes with the whole weight's scale; their amax all-reduced with
+	 * each gather, or once per step when precomputed. */
+	int f8_all_gather;       /* enable_fsdp_float8_all_gather */
+	int f8_precompute;       /* precompute_float8_dynamic_scale_for_fsdp */
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the

@@ -20,6 +20,9 @@ typedef struct plan_tensor {
 	size_t unit_off;     /* in its unit's slice of the model's flat layout */
 	size_t chunk_off;    /* in its unit's shard: shard_off - unit's shard_off */
 	int tp_replicated;   /* every tp rank holds it whole (norms) */
+	int f8;              /* float8 all-gather: 1 + its ordinal among the converted
+	                        weights, 0 when not converted (f8.c) */
+	size_t chunk_boff;   /* float8 all-gather: its chunk's byte offset in the unit's */
 } plan_tensor;
 
 /* A unit's storage and what is in flight for it.  A resident unit is bound to
@@ -44,6 +47,9 @@ typedef struct plan_unit {
 	void *rsout;                   /* (shard_numel) reduce type */
 	comm_req *rs, *ar;             /* reduce-scatter over fsdp, all-reduce over replicas */
 	int queued;                    /* in the reduction queue */
+	size_t f8_bytes;               /* float8 all-gather: the rank's bytes of the unit
+	                                  (0: gathered in prec.param as above) */
+	int f8_first, f8_n;            /* its converted weights' ordinals */
 } plan_unit;
 
 struct plan {
@@ -81,6 +87,10 @@ struct plan {
 	uint64_t wait_ns;  /* blocked in communication this step (plan_result.comm_s) */
 	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
 	plan_pipe *pipe;   /* pipeline parallelism's engine (plan_set_pipeline) */
+	/* FSDP's float8 all-gather (f8.c) */
+	int f8_ready, f8_conv;  /* laid out; the number of converted weights (0: off) */
+	float *f8_amax;         /* (f8_conv) their amax over the fsdp ranks */
+	float *f8_scale;        /* (model's tensors) their scales */
 };
 
 /* fsdp.c: the unit hooks, and what finishes a step's reductions. */
@@ -101,6 +111,16 @@ int plan_reduce_unit(plan *p, int u, titan_err *e);
 void plan_pipeline_free(plan *p);
 int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
 		       double *loss_sum, int64_t *n_valid, titan_err *e);
+/* f8.c: FSDP's float8 all-gather.  plan_f8_begin before a step or an eval
+ * (the first time: the layout; with precompute: every amax all-reduced);
+ * plan_f8_gather_bytes: a rank's bytes of unit u in the all-gather, 0 when the
+ * unit goes in prec.param; plan_f8_pack casts them into send (the unit's amax
+ * all-reduced first unless precomputed); fsdp.c's relayout decodes the
+ * gathered chunks (at chunk_boff in blocks of f8_bytes). */
+int plan_f8_begin(plan *p, titan_err *e);
+size_t plan_f8_gather_bytes(const plan *p, int u);
+int plan_f8_pack(plan *p, int u, void *send, titan_err *e);
+void plan_f8_free(plan *p);
 
 /* tp.c: the model's collectives over tp; the replicated tensors' gradients
  * all-reduced over tp. */

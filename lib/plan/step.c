@@ -127,6 +127,8 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 		return -1;
 	if (global == 0)
 		return err_set(e, "no valid labels in the step's batch on any rank");
+	if (plan_f8_begin(p, e))
+		return -1;
 	p->be->ops->zero(p->be, p->grads, p->shard_numel * sizeof(float));
 	p->eval = 0;
 	double loss_sum = 0;
@@ -169,6 +171,8 @@ static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int
 {
 	if (p->o.hold != NULL && p->pipe == NULL)
 		return err_set(e, "plan: evaluation of a rank holding some units only");
+	if (plan_f8_begin(p, e))
+		return -1;
 	double s = 0;
 	int64_t v = 0;
 	int rc;

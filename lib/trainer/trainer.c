@@ -1,4 +1,5 @@
 #include "trainer/trainer.h"
+#include "trainer/convert.h"
 #include "trainer/precision.h"
 #include "trainer/state.h"
 
@@ -322,7 +323,9 @@ static int build_plan(job *j, titan_err *err)
 		       .b = (int)j->B, .t = (int)(j->T / j->cp), .reduce = BE_F32,
 		       .loss_parallel = !c->parallelism.disable_loss_parallel,
 		       .async_tp = c->parallelism.enable_async_tensor_parallel,
-		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings};
+		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings,
+		       .f8_all_gather = c->float8.enable_fsdp_float8_all_gather,
+		       .f8_precompute = c->float8.precompute_float8_dynamic_scale_for_fsdp};
 	train_prec prec;
 	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &o.cp_balance, err) ||
 	    cp_rotate_parse(c->parallelism.context_parallel_rotate_method, &o.cp_rotate, err) ||
@@ -342,6 +345,8 @@ static int build_plan(job *j, titan_err *err)
 	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 ||
 	    plan_init_weights(j->p, seed_of(c), 1, err) != 0 ||
 	    (j->pp > 1 && plan_set_pipeline(j->p, &j->pp_split, j->pp_sched, err) != 0))
+		return -1;
+	if (train_convert(plan_model(j->p), c, j->log, err) != 0)
 		return -1;
 	j->gm = plan_global_model(j->p);
 	const llama_args *ma = model_args(j->gm);

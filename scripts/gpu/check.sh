@@ -8,7 +8,8 @@
 #   3. run the GPU tests (make check-gpu): every kernel against the CPU backend,
 #      the CUDA backend's ops table, the model's step against the CPU's
 #   4. scripts/gpu/comm_check.sh when it exists (NCCL)
-#   5. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears,
+#   5. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears (bf16,
+#      and float8 tensorwise / rowwise against it; the 8B-shaped model with Float8),
 #      attention (cuDNN and titan's kernels), the memory-bound kernels, training
 #      steps of an 8B-shaped model with 8 layers and of the 1B flavor; and PyTorch
 #      (torch.compile) on the same shapes in the same run
@@ -175,6 +176,10 @@ if [ -x "$bench" ]; then
 	stage bench-gemm 45 "$bench" gemm
 	stage bench-attention 45 "$bench" attention
 	stage bench-8B-L8-op 75 "$bench" model 8B 8 1 8192 5 op
+	# Float8 (issue 15): the scaled GEMMs against bf16, the model with each recipe
+	stage bench-gemm8 45 "$bench" gemm8
+	stage bench-8B-L8-op-f8tensorwise 75 "$bench" model 8B 8 1 8192 5 op tensorwise
+	stage bench-8B-L8-op-f8rowwise 75 "$bench" model 8B 8 1 8192 5 op rowwise
 fi
 # shellcheck disable=SC2086
 [ "$have_torch" = 1 ] && stage torch-8B-L8 110 $tb model 8B 8 1 8192 5
@@ -226,6 +231,11 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	row "8B-shaped, 8 layers, t=8192, AC op" tok/s model 8B_L8_t8192_op_tokens_per_s torch-model 8B_L8_t8192_none_tokens_per_s
 	row "  MFU (torch: no AC, torch.compile)" % model 8B_L8_t8192_op_MFU torch-model 8B_L8_t8192_none_MFU
 	row "  the same as a replayed CUDA graph" tok/s model 8B_L8_t8192_op_graph_tokens_per_s
+	row "Float8 GEMM, 8B fwd linears, tensorwise" x gemm8 tensorwise_over_bf16
+	row "Float8 GEMM, 8B fwd linears, rowwise" x gemm8 rowwise_over_bf16
+	row "  w1 fwd bf16 / fp8 tensorwise" TFLOP/s gemm8 w1_bf16_TFLOPs gemm8 w1_fp8_tensorwise_TFLOPs
+	row "8B-shaped, 8 layers, AC op, Float8 tensorwise" tok/s model 8B_L8_t8192_op_f8tensorwise_tokens_per_s
+	row "8B-shaped, 8 layers, AC op, Float8 rowwise" tok/s model 8B_L8_t8192_op_f8rowwise_tokens_per_s
 	row "8B-shaped, 8 layers, t=8192, no AC" tok/s model 8B_L8_t8192_none_tokens_per_s torch-model 8B_L8_t8192_none_tokens_per_s
 	row "  MFU" % model 8B_L8_t8192_none_MFU torch-model 8B_L8_t8192_none_MFU
 	row "  peak memory" GiB model 8B_L8_t8192_none_peak_GiB torch-model 8B_L8_t8192_none_peak_GiB

@@ -103,7 +103,7 @@ t_fails "tensor parallel 3 on 3 ranks is refused (heads)" 2 $MPIRUN_REFUSED -np 
 t_grep "refusal names the heads" 'parallelism.tensor_parallel_degree = 3 does not divide n_heads = 16' "$TMP/.err"
 t_fails "compile is refused" 2 "$TRAIN" --compile.enable
 t_grep "compile refusal" 'compile.enable = true: compilation is not supported' "$TMP/.err"
-t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
+t_fails "MX is refused" 2 "$TRAIN" --model.converters quantize.linear.mx
 t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
 
 t_fails "a mesh that is not the world size is refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" \

@@ -13,38 +13,8 @@
 #include "backend/backend.h"
 #include "backend/cuda.h"
 #include "backend/cpu_kernels.h"
+#define GPU_TEST_TWO_BACKENDS
 #include "gpu_test.h"
-
-static backend *cpu, *gpu;
-
-static int setup(void **state)
-{
-	(void)state;
-	if (gpu_count() == 0)
-		return 0;
-	titan_err e;
-	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30};
-	if (!(cpu = backend_cpu_create(0, &e)) || !(gpu = backend_cuda_create(&o, &e))) {
-		fprintf(stderr, "%s\n", e.msg);
-		return -1;
-	}
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	backend_free(cpu);
-	backend_free(gpu);
-	return 0;
-}
-
-static void sync_ok(backend *be)
-{
-	titan_err e;
-	if (be->ops->sync(be, &e) != 0)
-		fail_msg("%s: %s", be->ops->name, e.msg);
-}
 
 /* n floats on be, copied from x (NULL: left as allocated). */
 static float *put(backend *be, const float *x, size_t n)

@@ -51,15 +51,6 @@ static json_t *autocast_case(const char *name)
 	return c;
 }
 
-/* max|a - b| over the whole tensor, and max|b|. */
-static void diff(const float *a, const float *b, size_t n, double *num, double *den)
-{
-	for (size_t i = 0; i < n; i++) {
-		*num = fmax(*num, fabs((double)a[i] - b[i]));
-		*den = fmax(*den, fabs((double)b[i]));
-	}
-}
-
 static void check_case(const char *name)
 {
 	titan_err e = {0};
@@ -105,23 +96,11 @@ static void check_case(const char *name)
 	assert_true(lerr < LOSS_TOL);
 
 	const float *got = model_grads(m);
-	double worst = 0, all_num = 0, all_den = 0, mp_num = 0, mp_den = 0, ex_num = 0, ex_den = 0;
-	const char *worst_name = "";
-	for (int i = 0; i < model_num_tensors(m); i++) {
-		const model_tensor *tt = model_tensor_at(m, i);
-		double num = 0, den = 0;
-		diff(got + tt->offset, g_ac + tt->offset, tt->numel, &num, &den);
-		double r = den > 0 ? num / den : num;
-		if (r > worst)
-			worst = r, worst_name = tt->fqn;
-		if (r >= GRAD_TOL)
-			print_message("%s: grad %s rel diff %.2e\n", name, tt->fqn, r);
-		assert_true(r < GRAD_TOL);
-		diff(got + tt->offset, g_ac + tt->offset, tt->numel, &all_num, &all_den);
-		diff(g_ac + tt->offset, g_64 + tt->offset, tt->numel, &mp_num, &mp_den);
-		diff(got + tt->offset, g_64 + tt->offset, tt->numel, &ex_num, &ex_den);
-	}
-	double all = all_num / all_den, mp = mp_num / mp_den, ex = ex_num / ex_den;
+	const char *worst_name;
+	double worst = golden_worst_tensor(m, got, g_ac, GRAD_TOL, name, &worst_name);
+	assert_true(worst < GRAD_TOL);
+	double all = golden_rel(got, g_ac, np), mp = golden_rel(g_ac, g_64, np);
+	double ex = golden_rel(got, g_64, np);
 	print_message("%s: gradients vs torch autocast: worst tensor %.2e (%s), all %.2e; vs exact: "
 		      "titan %.2e, torch autocast %.2e\n", name, worst, worst_name, all, ex, mp);
 	/* Both are bf16 computations: their distances from the exact gradients are
@@ -244,7 +223,7 @@ static void fsdp_policy_bf16_params_float32_grads_near_exact(void **s)
 	    be->ops->sync(be, &e))
 		fail_msg("%s", e.msg);
 	double lerr = fabs(ls / (double)nv - exact) / exact, num = 0, den = 0;
-	diff(grads, g64, np, &num, &den);
+	golden_diff(grads, g64, np, &num, &den);
 	print_message("fsdp policy: loss %.9f, exact %.9f (rel %.2e); gradients vs exact %.2e\n",
 		      ls / (double)nv, exact, lerr, num / den);
 	assert_true(lerr < 1e-3);

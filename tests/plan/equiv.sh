@@ -9,6 +9,8 @@
 # parallelism: CP 2 with each load balancer and rotate method, CP 4, and CP
 # composed with FSDP, TP and both (8 ranks); each line prints its seconds
 # (CI runs this on 2 cores).
+# f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
+# precomputed scales.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -76,4 +78,7 @@ plan 4 shard=2 cp=2
 plan 4 cp=2 tp=2
 plan 4 cp=2 tp=2 async=1 rot=alltoall ac=sel2
 plan 8 shard=2 cp=2 tp=2
+# Float8 linears with FSDP's float8 all-gather
+plan 2 shard=2 f8=1 accum=2
+plan 4 rep=2 shard=2 f8=2 reshard=always
 t_done

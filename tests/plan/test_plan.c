@@ -19,7 +19,16 @@
  * LOSS_TOL, NORM_TOL, PARAM_TOL).  The bytes each rank sent on every mesh
  * dimension in a step, as lib/comm counts them, must equal the formula of
  * titan-train(1) (COMMUNICATION), computed here from the model's shapes.
- * Seeds fixed and printed. */
+ * Seeds fixed and printed.
+ *
+ * f8=1 converts every linear to Float8 (tensorwise) on both sides and gathers
+ * the converted weights as float8 (enable_fsdp_float8_all_gather); f8=2 also
+ * precomputes their scales once per step.  A float8 linear's activation
+ * scales run over its micro-batch, so the single process then runs the same
+ * micro-batches as the ranks, one after another (gradient accumulation over
+ * ROWS / local rows): the float8 weights gathered with the whole weight's
+ * scale are the single process's cast, and every micro-batch computes what
+ * the rank that runs it computes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,7 +79,7 @@ static llama_args small = {
 static comm *world;
 
 typedef struct cfg {
-	int rep, shard, cp, tp, accum, async, lp;
+	int rep, shard, cp, tp, accum, async, lp, f8;
 	cp_balance bal;
 	cp_rotate rot;
 	int pp, mbs, lps, fl, ll; /* pipeline: degree, micro-batch size, layers per stage */
@@ -102,6 +111,7 @@ static void read_cfg(cfg *c)
 	c->accum = get(s, "accum=", 1);
 	c->async = get(s, "async=", 0);
 	c->lp = get(s, "lp=", 1);
+	c->f8 = get(s, "f8=", 0);
 	c->reshard = strstr(s, "reshard=always") ? PLAN_RESHARD_ALWAYS
 		     : strstr(s, "reshard=never") ? PLAN_RESHARD_NEVER : PLAN_RESHARD_DEFAULT;
 	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
@@ -175,13 +185,17 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const p
 	plan_opts o = {.be = be, .mesh = m, .args = &small, .b = b, .t = t, .ac = c->ac,
 		       .ac_every = c->ac_every, .reduce = BE_F32, .reshard = c->reshard,
 		       .loss_parallel = c->lp, .async_tp = c->async, .pp = pi != NULL,
-		       .hold = pi ? pi->hold : NULL, .cp_balance = c->bal, .cp_rotate = c->rot};
+		       .hold = pi ? pi->hold : NULL, .cp_balance = c->bal, .cp_rotate = c->rot,
+		       .f8_all_gather = c->f8 >= 1, .f8_precompute = c->f8 == 2};
 	adamw_config_default(&o.adamw);
 	o.adamw.lr = LR;
 	titan_err e = {{0}};
 	plan *p = plan_create(&o, &e);
 	if (!p)
 		fail_msg("plan_create: %s", e.msg);
+	model_float8 f8 = {NULL, NULL, 0}; /* tensorwise, every linear */
+	if (c->f8 && model_set_float8(plan_model(p), &f8, &e) < 0)
+		fail_msg("model_set_float8: %s", e.msg);
 	assert_int_equal(plan_init_weights(p, 7, 1, &e), 0);
 	if (pi != NULL && plan_set_pipeline(p, &pi->sp, pi->s, &e) != 0)
 		fail_msg("plan_set_pipeline: %s", e.msg);
@@ -214,22 +228,31 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 	uint64_t pe = 4, ge = 4, ae = 4;
 	uint64_t n = (uint64_t)b * T / (uint64_t)C, ns = n / (uint64_t)P;
 	uint64_t d = (uint64_t)model_args(m)->dim, one = (uint64_t)(P - 1) * ns * d;
+	uint64_t conv = 0; /* float8 weights */
 	for (int u = 0; u <= head; u++) {
 		if (pi && !pi->hold[u])
 			continue;
 		const model_unit *mu = model_unit_at(m, u);
-		uint64_t s = 0;
+		uint64_t s = 0, sb = 0, f8 = 0; /* elements, bytes gathered, float8 weights */
 		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
 			const model_tensor *t = model_tensor_at(m, i);
 			uint64_t rows = (uint64_t)t->shape[0], cols = t->numel / rows;
-			s += (rows + (uint64_t)N - 1) / (uint64_t)N * cols;
+			uint64_t sn = (rows + (uint64_t)N - 1) / (uint64_t)N * cols;
+			int q = c->f8 && N > 1 && model_float8_converted(m, i);
+			s += sn;
+			sb += sn * (q ? 1 : pe);
+			f8 += (uint64_t)q;
 		}
+		conv += f8;
 		uint64_t gathers = c->reshard == PLAN_RESHARD_ALWAYS ? 2
 				   : c->reshard == PLAN_RESHARD_NEVER || pi || u == head ? 1 : 2;
 		if (pi && c->reshard == PLAN_RESHARD_ALWAYS)
 			gathers = 1; /* a stage's units stay gathered for the round */
 		if (N > 1) {
-			x[MESH_FSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(N - 1) * s * pe;
+			x[MESH_FSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(N - 1) * sb;
+			/* the float8 weights' amax with each gather, unless precomputed */
+			if (c->f8 == 1)
+				x[MESH_FSDP][COMM_OP_ALL_REDUCE] += A * gathers * ar(N, f8 * 4);
 			x[MESH_FSDP][COMM_OP_REDUCE_SCATTER] += A * (uint64_t)(N - 1) * s * ge;
 			x[MESH_DP_REPLICATE][COMM_OP_ALL_REDUCE] += A * ar(R, s * ge);
 		} else {
@@ -320,6 +343,8 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 		x[MESH_PP][COMM_OP_SEND] += A * msgs * ns * d * 4;
 		x[MESH_PP][COMM_OP_ALL_REDUCE] += 3 * ar(PP, 8);
 	}
+	if (c->f8 == 2)
+		x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, conv * 4); /* precomputed amax */
 }
 
 static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_CP, MESH_TP, MESH_LOSS,
@@ -404,8 +429,8 @@ static void plan_equals_the_single_process(void **state)
 	}
 	plan *p = make_plan(be, m, &c, b, tl, c.pp > 1 ? &pi : NULL);
 	cfg one = c;
-	one.accum = 1;
-	plan *ref = make_plan(rbe, NULL, &one, ROWS, T, NULL);
+	one.accum = c.f8 ? ROWS / lb : 1; /* float8: the ranks' micro-batches in turn */
+	plan *ref = make_plan(rbe, NULL, &one, ROWS / one.accum, T, NULL);
 	/* memory: every rank holds 1/N of the (TP-local) parameters of its units,
 	 * padding aside */
 	size_t local = 0, N = (size_t)m->size[MESH_FSDP];
@@ -440,7 +465,7 @@ static void plan_equals_the_single_process(void **state)
 		cp_shard(&cl, m->coord[MESH_CP], ml, cpl_labels, c.accum * lb, sizeof(int32_t));
 		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
 			comm_reset_stats(mesh_comm(m, dims[k]));
-		plan_batch bt = {cpl_ids, cpl_labels, n_mb}, rb = {ids + base, labels + base, 1};
+		plan_batch bt = {cpl_ids, cpl_labels, n_mb}, rb = {ids + base, labels + base, one.accum};
 		plan_result got, exp;
 		if (plan_step(p, &bt, LR, 1.0, &got, &e) != 0)
 			fail_msg("step %d: %s", s + 1, e.msg);

@@ -11,24 +11,7 @@ TRAIN="$BIN/titan-train"
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
 t_random_shards "$TMP/data" 12 400 256 120 0.05
 
-cat >"$TMP/job.toml" <<EOF2
-[model]
-flavor = "debugmodel"
-[optimizer]
-lr = 2e-3
-[lr_scheduler]
-warmup_steps = 5
-decay_type = "cosine"
-[training]
-dataset_path = "$TMP/data"
-local_batch_size = 4
-seq_len = 32
-steps = 60
-[metrics]
-log_freq = 20
-[debug]
-seed = 7
-EOF2
+t_debugmodel_job "$TMP/job.toml" "$TMP/data" 60
 
 for p in float32 bfloat16; do
 	t_run "60 steps with mixed_precision_param $p" "$TRAIN" --config "$TMP/job.toml" \
