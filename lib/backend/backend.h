@@ -285,10 +285,12 @@ typedef struct backend_ops {
 	 * in float32 and rounded back as torch's fused AdamW does):
 	 *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 	 *   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-	 * with bc1 = 1 - b1^step, bc2 = 1 - b2^step. */
+	 * with bc1 = 1 - b1^step, bc2 = 1 - b2^step.  The hyper-parameters come in
+	 * double, as torch's kernel gets them: it derives 1 - b1, lr/bc1, sqrt(bc2)
+	 * in double before rounding them to float32, and so do the backends. */
 	void (*adamw)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
-		      int64_t n, float lr, float b1, float b2, float eps, float wd,
-		      float bc1, float bc2);
+		      int64_t n, double lr, double b1, double b2, double eps, double wd,
+		      double bc1, double bc2);
 } backend_ops;
 
 struct backend {

@@ -402,15 +402,16 @@ static double cpu_sumsq(backend *be, const void *x, be_dtype xt, int64_t n)
 }
 
 static void cpu_adamw(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
-		      int64_t n, float lr, float b1, float b2, float eps, float wd, float bc1,
-		      float bc2)
+		      int64_t n, double lr, double b1, double b2, double eps, double wd, double bc1,
+		      double bc2)
 {
+	cpu_adamw_consts c = cpu_adamw_consts_of(lr, b1, b2, eps, wd, bc1, bc2);
 	switch (kinds(be, "adamw", 1, t)) {
 	case ALL_F32:
-		cpu_adamw_f32(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+		cpu_adamw_f32(p, g, m, v, n, &c);
 		break;
 	case MIXED:
-		cpu_bf16_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+		cpu_bf16_adamw(p, g, m, v, n, &c);
 		break;
 	}
 }

@@ -555,25 +555,24 @@ double cpu_bf16_sumsq(const void *x, int64_t n)
 }
 
 static CPU_HOT void adamw_chunk(uint16_t *p, const uint16_t *g, uint16_t *m, uint16_t *v,
-				 int64_t n, float lr, float b1, float b2, float eps, float wd,
-				 float bc1, float bc2)
+				 int64_t n, const cpu_adamw_consts *c)
 {
 	float bp[CHUNK], bg[CHUNK], bm[CHUNK], bv[CHUNK];
 	float *fp = fetch(bp, p, BE_BF16, n), *fm = fetch(bm, m, BE_BF16, n);
 	float *fv = fetch(bv, v, BE_BF16, n);
-	cpu_adamw_span_f32(fp, load(bg, g, BE_BF16, n), fm, fv, n, lr, b1, b2, eps, wd, bc1, bc2);
+	cpu_adamw_span_f32(fp, load(bg, g, BE_BF16, n), fm, fv, n, c);
 	store(p, BE_BF16, fp, n);
 	store(m, BE_BF16, fm, n);
 	store(v, BE_BF16, fv, n);
 }
 
-void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n, float lr, float b1,
-		    float b2, float eps, float wd, float bc1, float bc2)
+void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
+		    const cpu_adamw_consts *k)
 {
 #pragma omp parallel for schedule(dynamic, 8) if (n > CPU_PAR_MIN)
 	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
 		int64_t i0 = c * CHUNK;
 		adamw_chunk((uint16_t *)p + i0, (const uint16_t *)g + i0, (uint16_t *)m + i0,
-			    (uint16_t *)v + i0, min64(CHUNK, n - i0), lr, b1, b2, eps, wd, bc1, bc2);
+			    (uint16_t *)v + i0, min64(CHUNK, n - i0), k);
 	}
 }

@@ -537,8 +537,8 @@ static double cuda_sumsq(backend *be, const void *x, be_dtype xt, int64_t n)
 }
 
 static void cuda_adamw(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
-		       int64_t n, float lr, float b1, float b2, float eps, float wd, float bc1,
-		       float bc2)
+		       int64_t n, double lr, double b1, double b2, double eps, double wd, double bc1,
+		       double bc2)
 {
 	if (types_ok(be, "adamw", 1, t))
 		check(be, launch_adamw(p, g, m, v, t, n, lr, b1, b2, eps, wd, bc1, bc2, st(be)->stream),

@@ -1132,9 +1132,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	    need(!c->checkpoint.initial_load_in_hf, err,
 		 "checkpoint.initial_load_in_hf: %s; convert with titan-ckpt-convert first", later) ||
 	    need(!c->checkpoint.last_save_in_hf, err,
-		 "checkpoint.last_save_in_hf: %s; convert with titan-ckpt-convert afterwards", later) ||
-	    need(strcmp(c->training.dtype, "float32") == 0, err,
-		 "training.dtype = \"%s\": only float32 parameters are supported yet", c->training.dtype))
+		 "checkpoint.last_save_in_hf: %s; convert with titan-ckpt-convert afterwards", later))
 		return -1;
 	return check_schema_support(c, err);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "model/model_priv.h"
 
 /* Append a tensor to the table; slot is its W_* for a layer's tensor, else -1. */
@@ -134,11 +135,12 @@ void model_bind_unit(model *m, int u, const void *params, void *grads)
 	m->wcast_ok[u] = 0;
 }
 
-/* Bind every unit to the model's own float32 buffers. */
+/* Bind every unit to the model's own buffers. */
 static void bind_own(model *m)
 {
 	for (int u = 0; u < m->n_units; u++)
-		model_bind_unit(m, u, m->params + m->units[u].offset, m->grads + m->units[u].offset);
+		model_bind_unit(m, u, elt(m->params, m->prec.param, m->units[u].offset),
+				elt(m->grads, m->prec.grad, m->units[u].offset));
 }
 
 /* Free the autocast copies (a model without them has NULL arrays). */
@@ -248,8 +250,10 @@ int model_ffn_hidden(const model *m) { return m->ffn; }
 int model_num_tensors(const model *m) { return m->n_tensors; }
 int model_num_units(const model *m) { return m->n_units; }
 size_t model_num_params(const model *m) { return m->n_params; }
-float *model_params(model *m) { return m->params; }
-float *model_grads(model *m) { return m->grads; }
+void *model_param_storage(model *m) { return m->params; }
+void *model_grad_storage(model *m) { return m->grads; }
+float *model_params(model *m) { return m->prec.param == BE_F32 ? m->params : NULL; }
+float *model_grads(model *m) { return m->prec.grad == BE_F32 ? m->grads : NULL; }
 backend *model_backend(model *m) { return m->be; }
 const model_prec *model_get_prec(const model *m) { return &m->prec; }
 
@@ -283,16 +287,36 @@ double model_flops_per_token(const model *m, int seq_len)
 	       6.0 * a->n_layers * a->n_heads * (2.0 * m->head_dim) * seq_len;
 }
 
+/* A bfloat16 tensor comes to the host into the first half of its float32
+ * buffer and is widened in place from the last element down (element i's
+ * float lands at or after every bf16 not yet read). */
 void model_tensor_read(model *m, const model_tensor *t, int grads, float *host)
 {
-	float *src = (grads ? m->grads : m->params) + t->offset;
-	m->be->ops->copy(m->be, host, src, t->numel * sizeof(float), BACKEND_D2H);
+	be_dtype ty = grads ? m->prec.grad : m->prec.param;
+	const void *src = elt(grads ? m->grads : m->params, ty, t->offset);
+	m->be->ops->copy(m->be, host, src, t->numel * be_dtype_size(ty), BACKEND_D2H);
+	if (ty == BE_BF16)
+		for (size_t i = t->numel; i-- > 0;)
+			host[i] = bf16_to_f32(((const uint16_t *)host)[i]);
 }
 
 void model_tensor_write(model *m, const model_tensor *t, int grads, const float *host)
 {
-	float *dst = (grads ? m->grads : m->params) + t->offset;
-	m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	be_dtype ty = grads ? m->prec.grad : m->prec.param;
+	void *dst = elt(grads ? m->grads : m->params, ty, t->offset);
+	if (ty == BE_F32) {
+		m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	} else {
+		uint16_t *b = malloc(t->numel * sizeof *b + 1);
+		if (!b) {
+			backend_fault(m->be, "model: %s: out of host memory", t->fqn);
+			return;
+		}
+		for (size_t i = 0; i < t->numel; i++)
+			b[i] = bf16_from_f32(host[i]);
+		m->be->ops->copy(m->be, dst, b, t->numel * sizeof *b, BACKEND_H2D);
+		free(b);
+	}
 	if (!grads)
 		model_weights_changed(m);
 }
@@ -300,7 +324,7 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
 void model_zero_grad(model *m)
 {
 	if (m->grads)
-		m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float));
+		m->be->ops->zero(m->be, m->grads, m->n_params * be_dtype_size(m->prec.grad));
 }
 
 /* Contexts and scratch are laid out for one AC mode and precision: drop the
@@ -325,13 +349,42 @@ int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
 	return 0;
 }
 
+/* The own buffers in the types of p: parameters converted, gradients zeroed
+ * (both buffers are live at once while the parameters convert). */
+static int retype_own(model *m, const model_prec *p, titan_err *e)
+{
+	backend *be = m->be;
+	size_t n = m->n_params;
+	void *np = m->params, *ng = m->grads;
+	if (p->param != m->prec.param) {
+		if (!(np = be->ops->alloc(be, n * be_dtype_size(p->param), e)))
+			return err_prefix(e, "model: %s parameters", be_dtype_name(p->param));
+		be->ops->convert(be, np, p->param, m->params, m->prec.param, (int64_t)n);
+	}
+	if (p->grad != m->prec.grad) {
+		if (!(ng = be->ops->alloc(be, n * be_dtype_size(p->grad), e))) {
+			if (np != m->params)
+				be->ops->free(be, np);
+			return err_prefix(e, "model: %s gradients", be_dtype_name(p->grad));
+		}
+		be->ops->zero(be, ng, n * be_dtype_size(p->grad));
+	}
+	if (np != m->params)
+		be->ops->free(be, m->params);
+	if (ng != m->grads)
+		be->ops->free(be, m->grads);
+	m->params = np;
+	m->grads = ng;
+	return 0;
+}
+
 int model_set_prec(model *m, const model_prec *p, titan_err *e)
 {
-	if (m->params && (p->param != BE_F32 || p->grad != BE_F32))
-		return err_set(e, "model: its own storage is float32; bind storage of %s "
-			       "parameters and %s gradients to a model made without storage",
-			       be_dtype_name(p->param), be_dtype_name(p->grad));
+	if (m->params && retype_own(m, p, e))
+		return -1;
 	m->prec = *p;
+	if (m->params)
+		bind_own(m);
 	m->autocast = BE_F32;
 	drop_casts(m);
 	relayout(m);

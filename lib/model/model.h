@@ -36,7 +36,9 @@
  * grad type, each laid out as the unit's slice of the flat layout.  The plain
  * model (model_create) owns float32 flat buffers of the whole layout and keeps
  * every unit bound to them; an FSDP plan owns shards instead and binds a unit's
- * gathered parameters before running it.
+ * gathered parameters before running it.  The plain model's own buffers follow
+ * the precision (model_set_prec): bfloat16 parameters and gradients under
+ * training.dtype = "bfloat16", float32 otherwise.
  *
  * Activations: a model_mb holds one micro-batch's activations over a run of
  * units (a pipeline stage holds several at once); scratch that only lives inside
@@ -145,14 +147,19 @@ int64_t model_num_params_no_embedding(const model *m);
 /* torchtitan's dense flops per token: 6*(params - embedding) + 6*L*H*2*hd*seq_len. */
 double model_flops_per_token(const model *m, int seq_len);
 
-/* The model's own float32 flat buffers (NULL for model_create_unbound).  They
- * live as long as the model. */
+/* The model's own flat buffers, of the precision's param and grad types (NULL
+ * for model_create_unbound).  They live as long as the model (model_set_prec
+ * may replace them).  model_params and model_grads are the same buffers as
+ * float32, NULL when they are stored in another type. */
+void *model_param_storage(model *m);
+void *model_grad_storage(model *m);
 float *model_params(model *m);
 float *model_grads(model *m);
 backend *model_backend(model *m);
 
-/* Copy one tensor between the model's own buffers and host memory (the
- * checkpoint path for any backend).  grads = 1 reads/writes the gradient. */
+/* Copy one tensor between the model's own buffers and host memory as float32
+ * (converted from and to the stored type; the checkpoint path for any
+ * backend).  grads = 1 reads/writes the gradient. */
 void model_tensor_read(model *m, const model_tensor *t, int grads, float *host);
 void model_tensor_write(model *m, const model_tensor *t, int grads, const float *host);
 
@@ -160,7 +167,9 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
  * (prec.grad), each laid out as the unit's slice of the flat layout.  grads may
  * be NULL for a forward-only unit. */
 void model_bind_unit(model *m, int u, const void *params, void *grads);
-/* Element types; the bound storage must follow them.  Default: float32. */
+/* Element types; the bound storage must follow them.  Default: float32.  The
+ * model's own buffers are converted to the new param type (rounded to nearest
+ * even) and its gradients zeroed in the new grad type. */
 int model_set_prec(model *m, const model_prec *p, titan_err *e);
 const model_prec *model_get_prec(const model *m);
 

@@ -123,7 +123,8 @@ struct model {
 	model_unit *units;
 	size_t n_params;
 	model_prec prec;
-	float *params, *grads; /* own float32 storage (n_params each), or NULL */
+	void *params, *grads;  /* own storage (n_params each) of prec.param and prec.grad
+	                          (model_set_prec converts it), or NULL */
 	layer_w *lw, *lg;      /* (n_layers) views into the bound storage */
 	void *tok, *tok_g;     /* (vocab, dim) */
 	void *norm, *norm_g;   /* (dim) */

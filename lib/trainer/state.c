@@ -101,13 +101,27 @@ static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n
 	return 0;
 }
 
-/* A whole backend buffer of n floats copied to a new host buffer. */
-static float *to_host(tstate_saver *sv, backend *be, const float *dev, size_t n)
+/* The checkpoint dtype of a backend element type: the model's and the
+ * optimizer's tensors are saved as they are stored (torch saves bf16
+ * parameters and states under training.dtype = "bfloat16"). */
+static ptz_dtype ptz_of(be_dtype t)
 {
-	float *h = keep(sv, malloc(n * sizeof(float) + 1));
+	return t == BE_BF16 ? PTZ_BF16 : PTZ_F32;
+}
+
+/* A whole backend buffer of n elements of t copied to a new host buffer. */
+static void *to_host(tstate_saver *sv, backend *be, const void *dev, be_dtype t, size_t n)
+{
+	void *h = keep(sv, malloc(n * be_dtype_size(t) + 1));
 	if (h != NULL)
-		be->ops->copy(be, h, dev, n * sizeof(float), BACKEND_D2H);
+		be->ops->copy(be, h, dev, n * be_dtype_size(t), BACKEND_D2H);
 	return h;
+}
+
+/* Element i of a host buffer of dtype t. */
+static void *at(void *base, ptz_dtype t, size_t i)
+{
+	return (char *)base + i * ptz_dtype_size(t);
 }
 
 typedef struct val {
@@ -147,21 +161,27 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 {
 	model *m = s->m;
 	backend *be = model_backend(m);
-	float *params = to_host(sv, be, model_params(m), model_num_params(m));
+	be_dtype pt = model_get_prec(m)->param;
+	ptz_dtype st = ptz_of(pt);
+	void *params = to_host(sv, be, model_param_storage(m), pt, model_num_params(m));
 	if (params == NULL)
 		return err_set(err, "out of memory");
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
 	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
 		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
 			       export_dtype);
+	/* torchtitan converts only to an export_dtype other than float32: bf16
+	 * parameters stay bf16 under the default */
+	if (dt == PTZ_F32)
+		dt = st;
 	for (int i = 0; i < model_num_tensors(m); i++) {
 		const model_tensor *t = model_tensor_at(m, i);
-		void *data = params + t->offset;
-		if (dt != PTZ_F32) {
+		void *data = at(params, st, t->offset);
+		if (dt != st) {
 			data = keep(sv, malloc(t->numel * ptz_dtype_size(dt)));
 			if (data == NULL)
 				return err_set(err, "out of memory");
-			ptz_convert(data, dt, params + t->offset, PTZ_F32, t->numel);
+			ptz_convert(data, dt, at(params, st, t->offset), st, t->numel);
 		}
 		if (add_tensor(sv, name(sv, t->fqn, "", ""), dt, t->ndim, t->shape, data) != 0)
 			return err_set(err, "out of memory");
@@ -174,9 +194,11 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	model *m = s->m;
 	backend *be = model_backend(m);
 	size_t n = model_num_params(m);
-	float *ea = to_host(sv, be, adamw_exp_avg(s->opt), n);
-	float *eas = to_host(sv, be, adamw_exp_avg_sq(s->opt), n);
-	float *stepv = keep(sv, malloc(sizeof(float)));
+	be_dtype ot = adamw_dtype(s->opt);
+	ptz_dtype st = ptz_of(ot);
+	void *ea = to_host(sv, be, adamw_exp_avg(s->opt), ot, n);
+	void *eas = to_host(sv, be, adamw_exp_avg_sq(s->opt), ot, n);
+	float *stepv = keep(sv, malloc(sizeof(float))); /* torch's step is a float32 tensor */
 	if (ea == NULL || eas == NULL || stepv == NULL)
 		return err_set(err, "out of memory");
 	*stepv = (float)adamw_get_step(s->opt);
@@ -188,10 +210,10 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	for (int i = 0; i < model_num_tensors(m); i++) {
 		const model_tensor *t = model_tensor_at(m, i);
 		if (add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv) ||
-		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t->ndim,
-			       t->shape, ea + t->offset) ||
-		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t->ndim,
-			       t->shape, eas + t->offset))
+		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), st, t->ndim,
+			       t->shape, at(ea, st, t->offset)) ||
+		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), st, t->ndim,
+			       t->shape, at(eas, st, t->offset)))
 			return err_set(err, "out of memory");
 		char prefix[160];
 		snprintf(prefix, sizeof prefix, "optimizer.param_groups.%s.", t->fqn);
@@ -339,21 +361,25 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	backend *be = model_backend(m);
 	size_t n = model_num_params(m);
 	int want_opt = !model_only && s->opt != NULL && !excluded(exclude, "optimizer");
-	float *params = keep(b, malloc(n * sizeof(float) + 1));
-	float *ea = want_opt ? keep(b, malloc(n * sizeof(float) + 1)) : NULL;
-	float *eas = want_opt ? keep(b, malloc(n * sizeof(float) + 1)) : NULL;
+	/* read into the types the run keeps (DCP converts from what was saved) */
+	be_dtype pt = model_get_prec(m)->param, ot = s->opt != NULL ? adamw_dtype(s->opt) : BE_F32;
+	ptz_dtype pz = ptz_of(pt), oz = ptz_of(ot);
+	void *params = keep(b, malloc(n * be_dtype_size(pt) + 1));
+	void *ea = want_opt ? keep(b, malloc(n * be_dtype_size(ot) + 1)) : NULL;
+	void *eas = want_opt ? keep(b, malloc(n * be_dtype_size(ot) + 1)) : NULL;
 	float *stepv = keep(b, malloc(sizeof(float)));
 	int rc = params == NULL || stepv == NULL || (want_opt && (ea == NULL || eas == NULL))
 			 ? err_set(err, "out of memory") : 0;
 	for (int i = 0; rc == 0 && i < model_num_tensors(m); i++) {
 		const model_tensor *t = model_tensor_at(m, i);
-		if (add_tensor(b, name(b, t->fqn, "", ""), PTZ_F32, t->ndim, t->shape, params + t->offset) ||
+		if (add_tensor(b, name(b, t->fqn, "", ""), pz, t->ndim, t->shape,
+			       at(params, pz, t->offset)) ||
 		    (want_opt && i == 0 &&
 		     add_tensor(b, name(b, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv)) ||
-		    (want_opt && (add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32,
-					     t->ndim, t->shape, ea + t->offset) ||
-				  add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32,
-					     t->ndim, t->shape, eas + t->offset))))
+		    (want_opt && (add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), oz,
+					     t->ndim, t->shape, at(ea, oz, t->offset)) ||
+				  add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), oz,
+					     t->ndim, t->shape, at(eas, oz, t->offset)))))
 			rc = err_set(err, "out of memory");
 		else if (want_opt) /* absent from a model-only checkpoint; checked below */
 			for (size_t k = b->n - (i == 0 ? 3 : 2); k < b->n; k++)
@@ -406,10 +432,11 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			rc = err_set(err, "%s: %s missing (a model-only checkpoint? set "
 				     "checkpoint.exclude_from_loading = [\"optimizer\"])", dir, b->items[i].fqn);
 	if (rc == 0) {
-		be->ops->copy(be, model_params(m), params, n * sizeof(float), BACKEND_H2D);
+		be->ops->copy(be, model_param_storage(m), params, n * be_dtype_size(pt), BACKEND_H2D);
 		if (want_opt && have_train_state) {
-			be->ops->copy(be, adamw_exp_avg(s->opt), ea, n * sizeof(float), BACKEND_H2D);
-			be->ops->copy(be, adamw_exp_avg_sq(s->opt), eas, n * sizeof(float), BACKEND_H2D);
+			be->ops->copy(be, adamw_exp_avg(s->opt), ea, n * be_dtype_size(ot), BACKEND_H2D);
+			be->ops->copy(be, adamw_exp_avg_sq(s->opt), eas, n * be_dtype_size(ot),
+				      BACKEND_H2D);
 			adamw_set_step(s->opt, (int64_t)*stepv);
 			got->optimizer = 1;
 		}

@@ -230,15 +230,17 @@ static int build_model(job *j, titan_err *err)
 		return -1;
 	const llama_args *ma = model_args(j->m);
 	j->flops_per_token = model_flops_per_token(j->m, (int)j->T);
-	j->peak_flops = metrics_cpu_peak_flops();
+	/* MFU against the peak of the type the linears compute in */
+	be_dtype mm = model_get_prec(j->m)->act;
+	j->peak_flops = metrics_matmul_peak_flops(j->be, mm);
 	char np[48];
 	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->m));
 	metrics_log(j->log, "Building %s %s with vocab_size %d, dim %d, n_layers %d, n_heads %d, "
 		    "n_kv_heads %d", c->model.name, a->name, vocab, ma->dim, ma->n_layers,
 		    ma->n_heads, ma->n_kv_heads);
 	metrics_log(j->log, "Model %s %s size: %s total parameters", c->model.name, a->name, np);
-	metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured sgemm)",
-		    j->be->threads, j->peak_flops);
+	metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured %s "
+		    "matmul)", j->be->threads, j->peak_flops, be_dtype_name(mm));
 	return 0;
 }
 
@@ -265,6 +267,7 @@ static int build_optimizer(job *j, titan_err *err)
 	ac.beta2 = c->optimizer.beta2;
 	ac.eps = c->optimizer.eps;
 	ac.weight_decay = c->optimizer.weight_decay;
+	ac.dtype = model_get_prec(j->m)->param; /* bf16 states under training.dtype bf16 */
 	/* torch's Adam adds weight decay to the gradient (L2), AdamW decouples it;
 	 * only AdamW is implemented, so Adam is allowed only without decay. */
 	if (strcmp(c->optimizer.name, "Adam") == 0 && c->optimizer.weight_decay != 0)
@@ -516,11 +519,11 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 		loss_sum += ls;
 	}
 	*loss = loss_sum / (double)n_valid;
-	*gnorm = grad_clip_norm(j->be, model_grads(j->m), model_num_params(j->m),
-				j->c->training.max_norm);
+	*gnorm = grad_clip_norm_typed(j->be, model_grad_storage(j->m), model_get_prec(j->m)->grad,
+				      model_num_params(j->m), j->c->training.max_norm);
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
 	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
-	adamw_step(j->opt, model_params(j->m), model_grads(j->m), j->lr);
+	adamw_step(j->opt, model_param_storage(j->m), model_grad_storage(j->m), j->lr);
 	model_weights_changed(j->m); /* autocast casts the new weights on next use */
 	j->step++;
 	j->ntokens_seen += (int64_t)j->accum * j->B * j->T;
