@@ -93,6 +93,24 @@ t_skip_fixture() {
 		t_skip "$1" "no fixture $2: $(t_fixture_how "$2")"
 	fi
 }
+# t_on_ranks NAME PROGRAM NP [SHOW]: a cmocka PROGRAM under mpirun on NP ranks
+# passes on every rank; lines of its output matching SHOW are echoed as
+# comments.
+t_on_ranks() {
+	log=$TMP/$(basename "$2")-$3.log
+	$MPIRUN -np "$3" "$2" >"$log" 2>&1
+	rc=$?
+	passed=$(grep -c '^\[  PASSED  \]' "$log")
+	if [ "$rc" -eq 0 ] && [ "$passed" -eq "$3" ] && ! grep -q '^\[  FAILED  \]' "$log"; then
+		t_ok "$1 on each of $3 ranks"
+		[ -n "${4:-}" ] && grep -e "$4" "$log" | sed 's/^/# /'
+	else
+		t_not_ok "$1 on each of $3 ranks" \
+			"mpirun exit $rc, $passed of $3 ranks passed: $(grep -e FAILED -e ERROR -e rank "$log" | head -20)"
+	fi
+	return 0
+}
+
 t_need_fixture() {
 	for f in "$@"; do
 		t_have "$f" && continue

@@ -258,7 +258,9 @@ static const cfg_key keys[] = {
 	  "true", NULL, "checkpoint.initial_load_model_only",
 	  "load only the model from initial_load_path"),
 	K("checkpoint.initial_load_in_hf", CFG_BOOL, checkpoint.initial_load_in_hf, "false", NULL,
-	  "checkpoint.initial_load_in_hf", "initial_load_path is HF safetensors (refused)"),
+	  "checkpoint.initial_load_in_hf",
+	  "with no checkpoint yet, start from the HF safetensors model at initial_load_path "
+	  "(none: model.hf_assets_path)"),
 	KS("checkpoint.initial_load_in_hf_quantized", CFG_BOOL,
 	   checkpoint.initial_load_in_hf_quantized, "false", NULL,
 	   "the HF checkpoint holds quantized weights to dequantize", CFG_NOT_BUILT,
@@ -266,7 +268,9 @@ static const cfg_key keys[] = {
 	K("checkpoint.last_save_model_only", CFG_BOOL, checkpoint.last_save_model_only, "true",
 	  NULL, "checkpoint.last_save_model_only", "the last save holds the model only"),
 	K("checkpoint.last_save_in_hf", CFG_BOOL, checkpoint.last_save_in_hf, "false", NULL,
-	  "checkpoint.last_save_in_hf", "last save as HF safetensors (refused)"),
+	  "checkpoint.last_save_in_hf",
+	  "the last save is the model as HF safetensors, in the files model.hf_assets_path's "
+	  "index names"),
 	K("checkpoint.export_dtype", CFG_STR, checkpoint.export_dtype, "\"float32\"",
 	  "float16|bfloat16|float32", "checkpoint.export_dtype", "dtype of a model-only last save"),
 	K("checkpoint.async_mode", CFG_STR, checkpoint.async_mode, "\"disabled\"",
@@ -369,11 +373,12 @@ static const cfg_key keys[] = {
 	   "real collectives, or a dry run", CFG_NOT_BUILT,
 	   "dry runs on a fake or local-tensor backend are not built"),
 
-	KS("memory_estimation.enable", CFG_BOOL, memory_estimation.enable, "false", NULL,
-	   "estimate FSDP memory before training", CFG_NOT_BUILT, "memory estimation is not built"),
+	K("memory_estimation.enable", CFG_BOOL, memory_estimation.enable, "false", NULL,
+	  "memory_estimation.enable",
+	  "plan memory and traffic per rank before training (as titan-train --dry-run)"),
 	KS("memory_estimation.disable_fake_mode", CFG_BOOL, memory_estimation.disable_fake_mode,
-	   "false", NULL, "estimate with real tensors", CFG_NOT_BUILT,
-	   "memory estimation is not built"),
+	   "false", NULL, "estimate with real tensors", CFG_NO_EFFECT,
+	   "titan's planner allocates no tensors, fake or real"),
 
 	KS("fault_tolerance.enable", CFG_BOOL, fault_tolerance.enable, "false", NULL,
 	   "train as TorchFT replica groups", CFG_NOT_BUILT, NO_FT),
@@ -1128,11 +1133,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 		 err, "model.converters: Float8/MX training %s; remove the converter", later) ||
 	    need(!c->float8.enable_fsdp_float8_all_gather &&
 			 !c->float8.precompute_float8_dynamic_scale_for_fsdp && c->float8.recipe_name == NULL,
-		 err, "quantize.linear.float8: Float8 training %s", later) ||
-	    need(!c->checkpoint.initial_load_in_hf, err,
-		 "checkpoint.initial_load_in_hf: %s; convert with titan-ckpt-convert first", later) ||
-	    need(!c->checkpoint.last_save_in_hf, err,
-		 "checkpoint.last_save_in_hf: %s; convert with titan-ckpt-convert afterwards", later))
+		 err, "quantize.linear.float8: Float8 training %s", later))
 		return -1;
 	return check_schema_support(c, err);
 }

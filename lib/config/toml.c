@@ -16,7 +16,13 @@ typedef struct parser {
 	char table[512];  /* current [table] prefix, "" at the top */
 	char **seen;      /* full keys seen, to refuse duplicates */
 	int nseen, capseen;
+	int depth;        /* arrays open around the value being read */
 } parser;
+
+/* Configs nest arrays two deep (a list of lists); the bound keeps a hostile
+ * file from exhausting the stack of the recursive reader (and of
+ * toml_value_free). */
+#define TOML_MAX_DEPTH 32
 
 static int perr(parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int perr(parser *ps, const char *fmt, ...)
@@ -237,10 +243,22 @@ static int parse_key(parser *ps, char *buf, size_t cap)
 
 static int parse_value(parser *ps, toml_value *v);
 
+static int parse_items(parser *ps, toml_value *v);
+
 static int parse_array(parser *ps, toml_value *v)
 {
-	ps->p++; /* '[' */
 	v->kind = TOML_ARRAY;
+	if (ps->depth >= TOML_MAX_DEPTH)
+		return perr(ps, "arrays nested deeper than %d", TOML_MAX_DEPTH);
+	ps->p++; /* '[' */
+	ps->depth++;
+	int rc = parse_items(ps, v);
+	ps->depth--;
+	return rc;
+}
+
+static int parse_items(parser *ps, toml_value *v)
+{
 	for (;;) {
 		skip_ws_nl(ps);
 		if (*ps->p == ']') {
@@ -252,9 +270,9 @@ static int parse_array(parser *ps, toml_value *v)
 			return perr(ps, "out of memory");
 		v->items = items;
 		memset(&v->items[v->n], 0, sizeof *items);
-		if (parse_value(ps, &v->items[v->n]) != 0)
+		/* Counted before it is read, so that freeing v frees a half-read item. */
+		if (parse_value(ps, &v->items[v->n++]) != 0)
 			return -1;
-		v->n++;
 		skip_ws_nl(ps);
 		if (*ps->p == ',') {
 			ps->p++;

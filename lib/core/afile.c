@@ -1,11 +1,14 @@
 #include "core/afile.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -181,4 +184,53 @@ char *path_join(const char *dir, const char *name)
 	if (s != NULL)
 		snprintf(s, n, "%s/%s", dir, name);
 	return s;
+}
+
+int pid_gone(long pid)
+{
+	return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+void afile_clean_stale(const char *path)
+{
+	char *a = strdup(path), *b = strdup(path);
+	const char *dir = a ? dirname(a) : NULL, *base = b ? basename(b) : NULL;
+	DIR *d = dir ? opendir(dir) : NULL;
+	size_t bl = base ? strlen(base) : 0;
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		const char *n = de->d_name;
+		if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0)
+			continue;
+		char *end;
+		long pid = strtol(n + bl + 5, &end, 10);
+		if (end == n + bl + 5 || *end != '.' || strlen(end) != 7 || !pid_gone(pid))
+			continue;
+		char *p = path_join(dir, n);
+		if (p)
+			unlink(p);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	free(a);
+	free(b);
+}
+
+int dir_lock(const char *dir, const char *holder, titan_err *err)
+{
+	if (mkdir_p(dir, err) != 0)
+		return -1;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return err_errno(err, "%s", dir);
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno;
+		close(fd);
+		if (e == EWOULDBLOCK)
+			return err_set(err, "%s: another %s this folder", dir, holder);
+		errno = e;
+		return err_errno(err, "%s: lock", dir);
+	}
+	return fd;
 }

@@ -29,6 +29,21 @@ int afile_commit(afile *af, titan_err *err);
 /* Close and remove the temporary file; frees af.  Safe after a failed call. */
 void afile_abort(afile *af);
 
+/* Whether process pid (not this one) has ended, so that what it left named
+ * after its pid is stale (kill(pid, 0) tells without signalling). */
+int pid_gone(long pid);
+
+/* Remove the temporary files "PATH.tmp.PID.XXXXXX" that writers of path
+ * killed before their commit left behind (those whose process is gone). */
+void afile_clean_stale(const char *path);
+
+/* One process per folder: make dir (mkdir -p) and take an exclusive lock on
+ * the folder itself, held while the returned descriptor stays open (no lock
+ * file to leave behind: the kernel drops the lock when the process dies).
+ * Returns the descriptor, or -1 with "DIR: another HOLDER this folder" when
+ * another process holds it (holder: "titan-train is running in"). */
+int dir_lock(const char *dir, const char *holder, titan_err *err);
+
 /* Write a whole buffer to path atomically. */
 int atomic_write_file(const char *path, const void *buf, size_t n, titan_err *err);
 

@@ -190,3 +190,12 @@ double cli_double(const cli_spec *spec, const char *opt, const char *s, double m
 		cli_usage_error(spec, "%s: %g is out of range [%g, %g]", opt, v, min, max);
 	return v;
 }
+
+int cli_stdout_status(int status)
+{
+	errno = 0;
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return status;
+	titan_warn("standard output: %s", errno ? strerror(errno) : "write error");
+	return TITAN_EXIT_FAIL;
+}

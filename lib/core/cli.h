@@ -49,6 +49,12 @@ void cli_print_help(const cli_spec *spec);
 _Noreturn void cli_usage_error(const cli_spec *spec, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* For a command whose standard output is its result: flush it, and when a
+ * write failed (a full disk, a closed pipe, > /dev/full) say so as
+ * "titan-NAME: standard output: REASON" and return TITAN_EXIT_FAIL; otherwise
+ * return status.  main() ends with `return cli_stdout_status(status);`. */
+int cli_stdout_status(int status);
+
 /* Parse a whole number / a number with an optional K, M, G, T suffix (powers of
  * 1024) / a floating-point number; on failure, cli_usage_error naming the option. */
 int64_t cli_int(const cli_spec *spec, const char *opt, const char *s, int64_t min, int64_t max);

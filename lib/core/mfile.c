@@ -10,7 +10,10 @@ int mfile_open(mfile *m, const char *path, titan_err *err)
 {
 	memset(m, 0, sizeof *m);
 	m->fd = -1;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO planted where a file should be would wait
+	 * for a writer forever; this way the check below refuses it.  Regular
+	 * files ignore the flag. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return err_errno(err, "%s", path);
 	struct stat st;

@@ -248,6 +248,7 @@ int dcp_convert_to_torch(const char *src, const char *out, const dcp_convert_opt
 			 titan_err *err)
 {
 	dcp_source *s;
+	afile_clean_stale(out); /* what a killed conversion to out left */
 	if (dcp_source_open(&s, src, err))
 		return -1;
 	pk_arena *a = pk_arena_new(), **vals = NULL;
@@ -294,6 +295,7 @@ int dcp_convert_to_safetensors(const char *src, const char *out, const dcp_conve
 			       size_t *skipped, titan_err *err)
 {
 	dcp_source *s;
+	afile_clean_stale(out); /* what a killed conversion to out left */
 	if (dcp_source_open(&s, src, err))
 		return -1;
 	size_t n = dcp_source_count(s), m = 0;

@@ -65,6 +65,7 @@
 #include "core/err.h"
 #include "pickle/pickle.h"
 #include "ptzip/ptzip.h"
+#include "safetensors/safetensors.h"
 
 #define DCP_MAX_DIM 8
 
@@ -171,6 +172,7 @@ typedef struct dcp_ckpt {
 	size_t n;
 	char *version;       /* Metadata.version ("1.0.0"), NULL when absent (older torch) */
 	struct dcp_files *files; /* mapped data files (private) */
+	struct strmap *index;    /* fqn -> entry (private) */
 } dcp_ckpt;
 
 /* Read DIR/.metadata. */
@@ -190,12 +192,21 @@ int dcp_verify(dcp_ckpt *c, titan_err *err);
 
 /* Step folders ------------------------------------------------------------- */
 
-/* The largest N such that FOLDER/step-N/.metadata exists; -1 when none (or
- * no FOLDER), -2 on error. */
+/* The largest N such that FOLDER/step-N/.metadata exists (or, for a last
+ * save in HF safetensors as torchtitan's last_save_in_hf writes it,
+ * step-N/model.safetensors.index.json); -1 when none (or no FOLDER), -2 on
+ * error. */
 int64_t dcp_latest_step(const char *folder, titan_err *err);
+/* Whether a step folder holds HF safetensors (an index, no .metadata). */
+int dcp_is_hf_step(const char *dir);
 /* Remove all but the newest k complete step-N folders (and any step-N.partial
- * older than the newest complete one).  k <= 0 keeps everything. */
+ * older than the newest complete one).  k <= 0 keeps everything.  A folder is
+ * renamed out of sight before it is deleted, so a kill never leaves a step
+ * that looks complete but is not; dcp_clean_stale runs first. */
 int dcp_purge(const char *folder, int keep_latest_k, titan_err *err);
+/* Remove the step-N.old.PID folders left when a process was killed while it
+ * replaced or purged a step (PID gone, or this process). */
+int dcp_clean_stale(const char *folder, titan_err *err);
 
 /* Any checkpoint as a flat list of named items ----------------------------- */
 
@@ -282,6 +293,28 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model,
  * torchtitan's keys, in dtype (PTZ_NONE keeps the stored types). */
 int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
 		titan_err *err);
+
+/* Called with each weight of an HF Llama under torchtitan's name; data is
+ * malloc'd and belongs to the callee. */
+typedef int (*dcp_hf_tensor_fn)(void *ctx, const char *name, dcp_dtype dtype, int ndim,
+				const int64_t *shape, void *data, titan_err *err);
+/* Read the weights of an HF Llama folder (or .safetensors) one at a time, as
+ * torchtitan's Llama3StateDictAdapter.from_hf gives them: torchtitan's names,
+ * wq / wk rows permuted back, in dtype (PTZ_NONE: as stored); RoPE buffers
+ * left out.  A missing lm_head.weight is the embedding when the folder's
+ * config.json sets tie_word_embeddings (model->tied without a config.json),
+ * and an error otherwise. */
+int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
+		void *ctx, titan_err *err);
+/* Write model weights (torchtitan's names, as in a checkpoint) as torchtitan's
+ * last_save_in_hf does: HF names, wq / wk permuted, cast to export_dtype
+ * (PTZ_NONE keeps), lm_head left out when model->tied; in DIR, files
+ * model-0000K-of-0000M.safetensors numbered as index_json's weight_map
+ * numbers them (an HF model's model.safetensors.index.json, as torchtitan's
+ * fqn_to_index_mapping), or one file when index_json is NULL, and
+ * DIR/model.safetensors.index.json.  Written in DIR.partial and renamed. */
+int dcp_hf_save(const char *dir, const st_item *items, size_t n, const dcp_hf_model *model,
+		dcp_dtype export_dtype, const char *index_json, titan_err *err);
 
 /* Python values as torch.save streams (what DCP stores for non-tensors) ------ */
 

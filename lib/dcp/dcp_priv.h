@@ -2,7 +2,10 @@
 #ifndef TITAN_DCP_PRIV_H
 #define TITAN_DCP_PRIV_H
 
+#include <stdint.h>
+
 #include "core/mfile.h"
+#include "core/strmap.h"
 #include "dcp/dcp.h"
 
 struct dcp_files {
@@ -26,5 +29,11 @@ int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
 int64_t dcp_numel(int ndim, const int64_t *sizes);
 /* rm -r; 0 when path is gone (or never was). */
 int dcp_rm_rf(const char *path);
+/* Make the staging folder stage (DIR.partial) a real folder of ours: a file
+ * or symbolic link planted at its name is removed, not followed. */
+int dcp_stage_dir(const char *stage, titan_err *err);
+/* Move the staging folder stage to dir (an existing dir is moved aside first
+ * and removed after) and fsync the parent. */
+int dcp_swap_in(const char *stage, const char *dir, titan_err *err);
 
 #endif

@@ -7,11 +7,14 @@
  * happens when this is forgotten). */
 #include <inttypes.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/afile.h"
+#include "core/json.h"
 #include "dcp/dcp_priv.h"
 #include "safetensors/safetensors.h"
 
@@ -162,22 +165,29 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 	json_object_set_new(c, "torch_dtype", json_string(ptz_dtype_torch(dt)));
 	json_object_set_new(c, "use_cache", json_true());
 	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
-	char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+	char *p = path_join(dir, "config.json");
+	int rc = p ? tjson_dump_file(c, p, err) : err_set(err, "out of memory");
 	json_decref(c);
-	size_t n = strlen(dir) + 16;
-	char *p = malloc(n);
-	int rc;
-	if (!text || !p) {
-		rc = err_set(err, "out of memory");
-	} else {
-		snprintf(p, n, "%s/config.json", dir);
-		size_t tl = strlen(text);
-		text[tl] = '\n';
-		rc = atomic_write_file(p, text, tl + 1, err);
-	}
-	free(text);
 	free(p);
 	return rc;
+}
+
+/* buf (consumed) with the rows of wq / wk permuted into a new buffer; buf
+ * itself for the other tensors. */
+static void *permuted(void *buf, const int64_t *shape, size_t es, int rope, const dcp_hf_model *m,
+		      int to_hf, titan_err *err)
+{
+	if (!rope || !buf)
+		return buf;
+	size_t b = (size_t)dcp_numel(2, shape) * es;
+	void *out = malloc(b ? b : 1);
+	if (out)
+		dcp_rope_permute(buf, out, shape[0], shape[1], rope == 1 ? m->n_heads : m->n_kv_heads,
+				 to_hf, es);
+	else
+		err_set(err, "out of memory");
+	free(buf);
+	return out;
 }
 
 /* Read, cast and (for wq/wk) permute one tensor into a new buffer. */
@@ -185,7 +195,7 @@ static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, in
 			 const dcp_hf_model *m, int to_hf, titan_err *err)
 {
 	size_t es = ptz_dtype_size(dt), b = (size_t)dcp_numel(it->ndim, it->shape) * es;
-	void *buf = malloc(b ? b : 1), *out = NULL;
+	void *buf = malloc(b ? b : 1);
 	if (!buf) {
 		err_set(err, "out of memory");
 		return NULL;
@@ -194,16 +204,50 @@ static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, in
 		free(buf);
 		return NULL;
 	}
-	if (!rope)
-		return buf;
-	out = malloc(b ? b : 1);
-	if (out)
-		dcp_rope_permute(buf, out, it->shape[0], it->shape[1],
-				 rope == 1 ? m->n_heads : m->n_kv_heads, to_hf, es);
-	else
-		err_set(err, "out of memory");
-	free(buf);
-	return out;
+	return permuted(buf, it->shape, es, rope, m, to_hf, err);
+}
+
+/* One titan tensor as HF keeps it: *out gets the HF name (malloc'd), dtype,
+ * shape and data (malloc'd, permuted); data is consumed.  Returns 1 when HF
+ * does not keep it (lm_head of a tied model), 0, or -1. */
+static int export_one(const char *name, dcp_dtype dt, int ndim, const int64_t *shape, void *data,
+		      const dcp_hf_model *m, st_item *out, titan_err *err)
+{
+	int rope;
+	char *hn = dcp_hf_name(name, 1, &rope);
+	if (!hn) {
+		free(data);
+		return err_set(err, "%s: not a Llama weight torchtitan names", name);
+	}
+	if (m->tied && !strcmp(hn, "lm_head.weight")) {
+		free(hn);
+		free(data);
+		return 1;
+	}
+	dcp_src_item it = {.ndim = ndim};
+	memcpy(it.shape, shape, sizeof(int64_t) * (size_t)ndim);
+	if (check_shape(name, &it, m, rope, err) ||
+	    !(data = permuted(data, shape, ptz_dtype_size(dt), rope, m, 1, err))) {
+		free(hn);
+		free(data);
+		return -1;
+	}
+	memset(out, 0, sizeof *out);
+	out->name = hn;
+	out->dtype = dt;
+	out->ndim = ndim;
+	memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
+	out->data = data;
+	return 0;
+}
+
+static void free_st_items(st_item *items, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free((char *)items[i].name);
+		free((void *)items[i].data);
+	}
+	free(items);
 }
 
 int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dcp_dtype export_dtype,
@@ -223,59 +267,136 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		const dcp_src_item *it = dcp_source_item(s, i);
 		if (!dcp_is_model_key(it->name) || it->kind != DCP_TENSOR)
 			continue;
-		int rope;
-		char *hn = dcp_hf_name(it->name, 1, &rope);
-		if (!hn) {
-			rc = err_set(err, "%s: not a Llama weight torchtitan names", it->name);
-			break;
-		}
-		if (m.tied && !strcmp(hn, "lm_head.weight")) {
-			free(hn);
-			continue;
-		}
 		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : it->dtype;
-		if (first == PTZ_NONE)
-			first = dt;
-		st_item *d = &items[k];
-		d->name = hn;
-		d->dtype = dt;
-		d->ndim = it->ndim;
-		memcpy(d->shape, it->shape, sizeof(int64_t) * (size_t)it->ndim);
-		k++;
-		rc = check_shape(it->name, it, &m, rope, err);
-		if (rc == 0 && !(d->data = load_mapped(s, it, dt, rope, &m, 1, err)))
+		void *data = load_mapped(s, it, dt, 0, &m, 1, err);
+		int got = data ? export_one(it->name, dt, it->ndim, it->shape, data, &m, &items[k], err)
+			       : -1;
+		if (got < 0)
 			rc = -1;
+		else if (got == 0 && first == PTZ_NONE)
+			first = dt;
+		k += got == 0;
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
 	if (rc == 0)
 		rc = st_write_sharded(outdir, items, k, max_shard, meta, err);
 	if (rc == 0)
 		rc = write_config(outdir, &m, first == PTZ_NONE ? PTZ_F32 : first, err);
-	for (size_t i = 0; i < k; i++) {
-		free((char *)items[i].name);
-		free((void *)items[i].data);
-	}
-	free(items);
+	free_st_items(items, k);
 	dcp_source_close(s);
 	return rc;
 }
 
-int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
-		titan_err *err)
+/* The file index of each HF name in index_json's weight_map (the first number
+ * of the file name, as torchtitan's StateDictAdapter reads it). */
+static int file_indices(const char *index_json, const st_item *items, size_t n, int *file_of,
+			int *m, titan_err *err)
+{
+	json_t *root = tjson_load_file(index_json, JSON_REJECT_DUPLICATES, err), *wm = NULL;
+	int rc = root ? tjson_get_object(root, "weight_map", &wm, index_json, err) : -1;
+	*m = 1;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		json_t *f = json_object_get(wm, items[i].name);
+		const char *fn = json_string_value(f);
+		const char *d = fn ? fn + strcspn(fn, "0123456789") : NULL;
+		long v = d && *d ? strtol(d, NULL, 10) : 0;
+		if (!fn)
+			rc = err_set(err, "%s: weight_map has %s for %s", index_json,
+				     f ? "no file name" : "no entry", items[i].name);
+		else if (v < 1 || v > 99999)
+			rc = err_set(err, "%s: %s: no file number in \"%s\"", index_json, items[i].name, fn);
+		else if ((file_of[i] = (int)v) > *m)
+			*m = file_of[i];
+	}
+	json_decref(root);
+	return rc;
+}
+
+int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model *model,
+		dcp_dtype export_dtype, const char *index_json, titan_err *err)
+{
+	st_item *items = calloc(n ? n : 1, sizeof *items);
+	int *file_of = calloc(n ? n : 1, sizeof *file_of);
+	char *stage = malloc(strlen(dir) + 16);
+	int rc = items && file_of && stage ? 0 : err_set(err, "out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : in[i].dtype;
+		size_t ne = (size_t)dcp_numel(in[i].ndim, in[i].shape);
+		void *data = malloc(ne * ptz_dtype_size(dt) + 1);
+		if (!data) {
+			rc = err_set(err, "out of memory");
+			break;
+		}
+		ptz_convert(data, dt, in[i].data, in[i].dtype, ne);
+		int got = export_one(in[i].name, dt, in[i].ndim, in[i].shape, data, model, &items[k], err);
+		rc = got < 0 ? -1 : 0;
+		k += got == 0;
+	}
+	int m = 1;
+	if (rc == 0 && index_json)
+		rc = file_indices(index_json, items, k, file_of, &m, err);
+	for (size_t i = 0; rc == 0 && !index_json && i < k; i++)
+		file_of[i] = 1;
+	if (rc == 0) {
+		snprintf(stage, strlen(dir) + 16, "%s.partial", dir);
+		rc = dcp_stage_dir(stage, err);
+	}
+	static const char *const meta[] = {"format", "pt", NULL};
+	if (rc == 0)
+		rc = st_write_indexed(stage, items, k, file_of, m, meta, err);
+	if (rc == 0)
+		rc = dcp_swap_in(stage, dir, err);
+	free_st_items(items, k);
+	free(file_of);
+	free(stage);
+	return rc;
+}
+
+/* Whether the model of the HF folder (or the folder of a .safetensors file)
+ * ties lm_head to the embedding: its config.json's tie_word_embeddings (false
+ * when absent, as transformers reads it), or fallback without a config.json. */
+static int config_tied(const char *path, int fallback, int *tied, titan_err *err)
+{
+	struct stat st;
+	char *dir = NULL, *cfg;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		cfg = path_join(path, "config.json");
+	} else {
+		dir = strdup(path);
+		cfg = dir ? path_join(dirname(dir), "config.json") : NULL;
+	}
+	free(dir);
+	if (!cfg)
+		return err_set(err, "out of memory");
+	int rc = 0;
+	if (stat(cfg, &st) != 0) {
+		*tied = fallback;
+	} else {
+		json_t *c = tjson_load_file(cfg, 0, err);
+		rc = c ? tjson_opt_bool(c, "tie_word_embeddings", tied, 0, cfg, err) : -1;
+		rc = rc < 0 ? -1 : 0;
+		json_decref(c);
+	}
+	free(cfg);
+	return rc;
+}
+
+int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
+		void *ctx, titan_err *err)
 {
 	dcp_source *s;
 	if (dcp_source_open(&s, hfdir, err))
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 1, err);
-	size_t n = dcp_source_count(s), k = 0;
-	dcp_item *items = calloc(n + 1, sizeof *items);
-	if (!items && rc == 0)
-		rc = err_set(err, "out of memory");
 	int have_output = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
+	for (size_t i = 0; i < dcp_source_count(s) && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
 		int rope;
+		/* torchtitan's adapter drops the RoPE buffers old exports carry. */
+		if (strstr(it->name, ".self_attn.rotary_emb.inv_freq"))
+			continue;
 		char *tn = dcp_hf_name(it->name, 0, &rope);
 		if (!tn) {
 			rc = err_set(err, "%s: not a LlamaForCausalLM weight", it->name);
@@ -283,29 +404,73 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
 		}
 		have_output |= !strcmp(tn, "output.weight");
 		dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
-		dcp_item *d = &items[k++];
-		dcp_item_full(d, tn, dt, it->ndim, it->shape, NULL);
+		void *data = NULL;
 		rc = check_shape(it->name, it, &m, rope, err);
-		if (rc == 0 && !(d->data = load_mapped(s, it, dt, rope, &m, 0, err)))
+		if (rc == 0 && !(data = load_mapped(s, it, dt, rope, &m, 0, err)))
 			rc = -1;
+		if (rc == 0)
+			rc = fn(ctx, tn, dt, it->ndim, it->shape, data, err);
+		free(tn);
 	}
 	/* A tied model (Llama 3.2 1B/3B) has no lm_head: torchtitan's model still
-	 * has output.weight, equal to the embedding. */
-	if (rc == 0 && !have_output) {
+	 * has output.weight, equal to the embedding.  An untied one without it is
+	 * incomplete and is not quietly given the embedding. */
+	int tied = 0;
+	if (rc == 0 && !have_output && config_tied(hfdir, m.tied, &tied, err) != 0) {
+		rc = -1;
+	} else if (rc == 0 && !have_output && !tied) {
+		rc = err_set(err, "%s: no lm_head.weight, and the model does not tie it to the "
+			     "embedding (tie_word_embeddings is not true in its config.json, or "
+			     "without one in the flavor): an incomplete download?", hfdir);
+	} else if (rc == 0 && !have_output) {
 		const dcp_src_item *e = dcp_source_find(s, "model.embed_tokens.weight");
 		dcp_dtype dt = dtype != PTZ_NONE ? dtype : e->dtype;
-		dcp_item *d = &items[k++];
-		dcp_item_full(d, strdup("output.weight"), dt, e->ndim, e->shape, NULL);
-		if (!d->fqn || !(d->data = load_mapped(s, e, dt, 0, &m, 0, err)))
-			rc = -1;
+		void *data = load_mapped(s, e, dt, 0, &m, 0, err);
+		rc = data ? fn(ctx, "output.weight", dt, e->ndim, e->shape, data, err) : -1;
 	}
-	if (rc == 0)
-		rc = dcp_save(out, items, k, NULL, err);
-	for (size_t i = 0; i < k; i++) {
-		free((char *)items[i].fqn);
-		free(items[i].data);
-	}
-	free(items);
 	dcp_source_close(s);
+	return rc;
+}
+
+typedef struct from_hf_ctx {
+	dcp_item *items;
+	size_t n, cap;
+} from_hf_ctx;
+
+static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+		     void *data, titan_err *err)
+{
+	from_hf_ctx *c = vctx;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		dcp_item *ni = realloc(c->items, cap * sizeof *ni);
+		if (!ni) {
+			free(data);
+			return err_set(err, "out of memory");
+		}
+		c->items = ni;
+		c->cap = cap;
+	}
+	char *fqn = strdup(name);
+	if (!fqn) {
+		free(data);
+		return err_set(err, "out of memory");
+	}
+	dcp_item_full(&c->items[c->n++], fqn, dt, ndim, shape, data);
+	return 0;
+}
+
+int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
+		titan_err *err)
+{
+	from_hf_ctx c = {0};
+	int rc = dcp_hf_read(hfdir, model, dtype, keep_item, &c, err);
+	if (rc == 0)
+		rc = dcp_save(out, c.items, c.n, NULL, err);
+	for (size_t i = 0; i < c.n; i++) {
+		free((char *)c.items[i].fqn);
+		free(c.items[i].data);
+	}
+	free(c.items);
 	return rc;
 }

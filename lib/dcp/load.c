@@ -50,6 +50,9 @@ void dcp_close(dcp_ckpt *c)
 		free(c->files->f);
 		free(c->files);
 	}
+	if (c->index)
+		strmap_free(c->index);
+	free(c->index);
 	free(c->dir);
 	free(c->version);
 	memset(c, 0, sizeof *c);
@@ -57,10 +60,8 @@ void dcp_close(dcp_ckpt *c)
 
 const dcp_entry *dcp_find(const dcp_ckpt *c, const char *fqn)
 {
-	for (size_t i = 0; i < c->n; i++)
-		if (!strcmp(c->entries[i].fqn, fqn))
-			return &c->entries[i];
-	return NULL;
+	size_t i;
+	return c->index && strmap_get(c->index, fqn, &i) ? &c->entries[i] : NULL;
 }
 
 int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
@@ -420,13 +421,27 @@ static int step_of(const char *name, int64_t *step, int *partial)
 	return 0;
 }
 
+static int has_file(const char *dir, const char *name)
+{
+	char *p = path_join(dir, name);
+	struct stat st;
+	int ok = p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+	free(p);
+	return ok;
+}
+
+int dcp_is_hf_step(const char *dir)
+{
+	return !has_file(dir, ".metadata") && has_file(dir, "model.safetensors.index.json");
+}
+
+/* A complete step folder: a DCP checkpoint's .metadata, or (torchtitan's
+ * last_save_in_hf) an HF safetensors index, both written last. */
 static int has_metadata(const char *folder, const char *name)
 {
-	char *d = path_join(folder, name), *m = d ? path_join(d, ".metadata") : NULL;
-	struct stat st;
-	int ok = m && stat(m, &st) == 0 && S_ISREG(st.st_mode);
+	char *d = path_join(folder, name);
+	int ok = d && (has_file(d, ".metadata") || has_file(d, "model.safetensors.index.json"));
 	free(d);
-	free(m);
 	return ok;
 }
 
@@ -456,8 +471,68 @@ static int cmp_i64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Remove a step folder so that it is never seen half removed: renamed out of
+ * discovery's sight first (step-N.old.PID, what dcp_clean_stale removes if a
+ * kill interrupts), then deleted. */
+static int remove_step(const char *folder, const char *name, titan_err *err)
+{
+	char aside[96];
+	snprintf(aside, sizeof aside, "%s.old.%ld", name, (long)getpid());
+	char *p = path_join(folder, name), *q = path_join(folder, aside);
+	int rc = 0;
+	if (!p || !q)
+		rc = err_set(err, "out of memory");
+	else if (rename(p, q) != 0)
+		rc = err_errno(err, "%s/%s: cannot move aside to remove", folder, name);
+	else if (fsync_parent_dir(q, err) != 0)
+		rc = -1;
+	else if (dcp_rm_rf(q) != 0)
+		rc = err_errno(err, "%s/%s: cannot remove", folder, aside);
+	free(p);
+	free(q);
+	return rc;
+}
+
+/* step-N.old.PID of process PID: a step being replaced (dcp_save_commit) or
+ * removed (dcp_purge). */
+static int old_of(const char *name, long *pid)
+{
+	int64_t s;
+	int partial;
+	const char *o = strstr(name, ".old.");
+	if (!o || o - name > 40)
+		return -1;
+	char step[48];
+	snprintf(step, sizeof step, "%.*s", (int)(o - name), name);
+	char *end;
+	*pid = strtol(o + 5, &end, 10);
+	return step_of(step, &s, &partial) == 0 && !partial && end != o + 5 && !*end ? 0 : -1;
+}
+
+int dcp_clean_stale(const char *folder, titan_err *err)
+{
+	DIR *d = opendir(folder);
+	if (!d)
+		return errno == ENOENT ? 0 : err_errno(err, "%s", folder);
+	struct dirent *de;
+	long pid;
+	int rc = 0;
+	while (rc == 0 && (de = readdir(d))) {
+		if (old_of(de->d_name, &pid) != 0 || (pid != (long)getpid() && !pid_gone(pid)))
+			continue;
+		char *p = path_join(folder, de->d_name);
+		if (!p || dcp_rm_rf(p) != 0)
+			rc = err_errno(err, "%s/%s: cannot remove", folder, de->d_name);
+		free(p);
+	}
+	closedir(d);
+	return rc;
+}
+
 int dcp_purge(const char *folder, int keep, titan_err *err)
 {
+	if (dcp_clean_stale(folder, err) != 0)
+		return -1;
 	if (keep <= 0)
 		return 0;
 	DIR *d = opendir(folder);
@@ -489,10 +564,7 @@ int dcp_purge(const char *folder, int keep, titan_err *err)
 		char name[64];
 		for (size_t i = 0; i + (size_t)keep < n && rc == 0; i++) {
 			snprintf(name, sizeof name, "step-%" PRId64, steps[i]);
-			char *p = path_join(folder, name);
-			if (!p || dcp_rm_rf(p) != 0)
-				rc = err_errno(err, "%s/%s: cannot remove", folder, name);
-			free(p);
+			rc = remove_step(folder, name, err);
 		}
 		/* Staging folders of saves older than the newest complete one are dead. */
 		d = opendir(folder);

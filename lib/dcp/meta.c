@@ -107,6 +107,14 @@ static int parse_entry(dcp_entry *e, const pk_val *key, const pk_val *v, titan_e
 		return err_set(err, "%s: missing or unsupported dtype", e->fqn);
 	if (size_of(pk_dict_get(st, "size"), e->shape, &e->ndim))
 		return err_set(err, "%s: bad size", e->fqn);
+	/* Element counts and byte sizes are int64_t / size_t products everywhere:
+	 * a shape whose bytes do not fit 2^62 is refused here, once. */
+	int64_t numel = 1;
+	for (int d = 0; d < e->ndim; d++)
+		if (__builtin_mul_overflow(numel, e->shape[d], &numel) ||
+		    numel > ((int64_t)1 << 62) / (int64_t)ptz_dtype_size(e->dtype))
+			return err_set(err, "%s: a shape of %d dims holding more than 2^62 bytes",
+				       e->fqn, e->ndim);
 	const pk_val *ch = pk_dict_get(st, "chunks");
 	if (!ch || ch->kind != PK_LIST)
 		return err_set(err, "%s: no chunk list", e->fqn);
@@ -131,10 +139,23 @@ static int parse_entry(dcp_entry *e, const pk_val *key, const pk_val *v, titan_e
 
 static dcp_entry *by_fqn(dcp_ckpt *c, const char *fqn)
 {
-	for (size_t i = 0; i < c->n; i++)
-		if (!strcmp(c->entries[i].fqn, fqn))
-			return &c->entries[i];
-	return NULL;
+	size_t i;
+	return c->index && strmap_get(c->index, fqn, &i) ? &c->entries[i] : NULL;
+}
+
+/* The fqn -> entry map; a key given twice is refused. */
+static int index_entries(dcp_ckpt *c, titan_err *err)
+{
+	if (!(c->index = calloc(1, sizeof *c->index)))
+		return err_set(err, "out of memory");
+	for (size_t i = 0; i < c->n; i++) {
+		int rc = strmap_put(c->index, c->entries[i].fqn, i);
+		if (rc < 0)
+			return err_set(err, "out of memory");
+		if (rc > 0)
+			return err_set(err, "state_dict_metadata names '%s' twice", c->entries[i].fqn);
+	}
+	return 0;
 }
 
 static int parse_storage(dcp_ckpt *c, const pk_val *sd, titan_err *err)
@@ -247,6 +268,8 @@ int dcp_meta_parse(dcp_ckpt *c, const uint8_t *buf, size_t n, titan_err *err)
 		rc = parse_entry(&c->entries[i], sdm->items[2 * i], sdm->items[2 * i + 1], err);
 		c->n = i + 1;
 	}
+	if (rc == 0)
+		rc = index_entries(c, err);
 	if (rc == 0)
 		rc = parse_storage(c, pk_dict_get(st, "storage_data"), err);
 	if (rc == 0 && parse_paths(c, pk_dict_get(st, "planner_data")))

@@ -104,9 +104,15 @@ static int write_data(dcp_saver *s)
 	if (!path)
 		return err_set(&s->err, "out of memory");
 	int rc = 0;
-	FILE *fp = fopen(path, "wb");
+	/* A fresh file: whatever an interrupted save (or anyone) left at the
+	 * name, a FIFO or a link included, is removed rather than opened. */
+	int fd = unlink(path) == 0 || errno == ENOENT
+			 ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
+	FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
 	if (!fp) {
 		rc = err_errno(&s->err, "%s", path);
+		if (fd >= 0)
+			close(fd);
 		free(path);
 		return rc;
 	}
@@ -336,7 +342,7 @@ dcp_saver *dcp_save_begin(const char *dir, int rank, int world, const dcp_item *
 		err_set(err, "out of memory");
 		return NULL;
 	}
-	if (mkdir_p(s->stage, err)) {
+	if (dcp_stage_dir(s->stage, err)) {
 		saver_free(s);
 		return NULL;
 	}
@@ -413,14 +419,13 @@ static int dims(json_t *a, int64_t *out, int *n)
 typedef struct merged {
 	dcp_entry *e;
 	size_t n, cap;
+	strmap index; /* fqn -> position in e */
 } merged;
 
 static dcp_entry *merged_find(merged *m, const char *fqn)
 {
-	for (size_t i = m->n; i-- > 0;)
-		if (!strcmp(m->e[i].fqn, fqn))
-			return &m->e[i];
-	return NULL;
+	size_t i;
+	return strmap_get(&m->index, fqn, &i) ? &m->e[i] : NULL;
 }
 
 static int merge_one(merged *m, json_t *o, const char *side, titan_err *err)
@@ -457,6 +462,8 @@ static int merge_one(merged *m, json_t *o, const char *side, titan_err *err)
 		e = &m->e[m->n++];
 		memset(e, 0, sizeof *e);
 		e->fqn = strdup(fqn);
+		if (!e->fqn || strmap_put(&m->index, e->fqn, m->n - 1) < 0)
+			return err_set(err, "out of memory");
 		e->kind = is_bytes ? DCP_BYTES : DCP_TENSOR;
 		e->dtype = dt;
 		e->ndim = nd;
@@ -541,7 +548,15 @@ int dcp_rm_rf(const char *path)
 	return rm_rf(path);
 }
 
-static int swap_in(const char *stage, const char *dir, titan_err *err)
+int dcp_stage_dir(const char *stage, titan_err *err)
+{
+	struct stat st;
+	if (lstat(stage, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(stage) != 0)
+		return err_errno(err, "%s: not a folder, and cannot be removed", stage);
+	return mkdir_p(stage, err);
+}
+
+int dcp_swap_in(const char *stage, const char *dir, titan_err *err)
 {
 	struct stat st;
 	char *old = NULL;
@@ -601,12 +616,13 @@ int dcp_save_commit(const char *dir, int world, titan_err *err)
 	if (rc == 0)
 		rc = fsync_parent_dir(mp, err);
 	if (rc == 0)
-		rc = swap_in(stage, dir, err);
+		rc = dcp_swap_in(stage, dir, err);
 	if (rc)
 		err_prefix(err, "%s", dir);
 	for (size_t i = 0; i < m.n; i++)
 		dcp_entry_free(&m.e[i]);
 	free(m.e);
+	strmap_free(&m.index);
 	free(md);
 	free(mp);
 	free(stage);

@@ -20,6 +20,7 @@ struct dcp_source {
 	st_set st;
 	dcp_src_item *items;
 	size_t n, cap;
+	strmap index;   /* name -> item, made once the items are all there */
 };
 
 /* Private per-item handles. */
@@ -84,28 +85,41 @@ static int is_tensor(const pk_val *v)
 	       pk_obj_is(v, "torch._utils", "_rebuild_parameter");
 }
 
+/* Whether a tensor is inside v.  A pickle's memo shares nodes (a list nested
+ * 40 deep as [L, L] is 2 KB and 2^40 paths), so the answer is kept in each
+ * node's scratch and every node is looked at once: 1 no, 2 yes, 3 being
+ * looked at (a cycle holds no tensor that its other paths do not show). */
 static int has_tensor(const pk_val *v, int depth)
 {
+	if (v->scratch)
+		return v->scratch == 2;
 	if (depth > PK_MAX_DEPTH)
 		return 0;
-	if (is_tensor(v))
-		return 1;
-	if (v->kind == PK_DICT) {
-		for (size_t i = 0; i < v->n; i++)
-			if (has_tensor(v->items[2 * i + 1], depth + 1))
-				return 1;
-	} else if (v->kind == PK_LIST || v->kind == PK_TUPLE) {
-		for (size_t i = 0; i < v->n; i++)
-			if (has_tensor(v->items[i], depth + 1))
-				return 1;
+	int found = is_tensor(v);
+	pk_val *m = (pk_val *)v;
+	m->scratch = 3;
+	if (!found && v->kind == PK_DICT) {
+		for (size_t i = 0; i < v->n && !found; i++)
+			found = has_tensor(v->items[2 * i + 1], depth + 1);
+	} else if (!found && (v->kind == PK_LIST || v->kind == PK_TUPLE)) {
+		for (size_t i = 0; i < v->n && !found; i++)
+			found = has_tensor(v->items[i], depth + 1);
 	}
-	return 0;
+	m->scratch = found ? 2 : 1;
+	return found;
 }
+
+/* Each path through shared containers of a torch.save file is an entry of
+ * its own (as torch's nesting reads it), so the walk is bounded: 256K values
+ * is far beyond the state dict of a model saved as one .pt (checkpoints of
+ * the largest models are DCP folders, read without this walk). */
+#define PT_MAX_VISITS (1u << 18)
 
 typedef struct walk {
 	dcp_source *s;
 	const char *parts[PK_MAX_DEPTH + 1];
 	int depth;
+	size_t visits;
 	titan_err *err;
 } walk;
 
@@ -154,6 +168,9 @@ static int walk_val(walk *w, const pk_val *v)
 {
 	if (w->depth >= PK_MAX_DEPTH)
 		return err_set(w->err, "torch.save file nested too deeply");
+	if (++w->visits > PT_MAX_VISITS)
+		return err_set(w->err, "torch.save file has more than %u values once its shared "
+			       "references are followed", (unsigned)PT_MAX_VISITS);
 	int container = v->kind == PK_DICT ||
 			((v->kind == PK_LIST || v->kind == PK_TUPLE) && has_tensor(v, 0));
 	if (!container || (w->depth > 0 && v->kind == PK_DICT && v->n == 0))
@@ -253,6 +270,11 @@ int dcp_source_open(dcp_source **out, const char *path, titan_err *err)
 	} else {
 		rc = open_pt(s, path, err);
 	}
+	/* A name seen twice (a .pt whose nesting flattens to one key twice, or
+	 * safetensors files sharing a tensor) keeps its first item. */
+	for (size_t i = 0; rc == 0 && i < s->n; i++)
+		if (strmap_put(&s->index, s->items[i].name, i) < 0)
+			rc = err_set(err, "out of memory");
 	if (rc) {
 		dcp_source_close(s);
 		return -1;
@@ -274,6 +296,7 @@ void dcp_source_close(dcp_source *s)
 			free((void *)s->items[i].priv);
 	}
 	free(s->items);
+	strmap_free(&s->index);
 	if (s->kind == SRC_DCP)
 		dcp_close(&s->ck);
 	ptz_close(&s->z);
@@ -296,10 +319,8 @@ const dcp_src_item *dcp_source_item(const dcp_source *s, size_t i)
 
 const dcp_src_item *dcp_source_find(const dcp_source *s, const char *name)
 {
-	for (size_t i = 0; i < s->n; i++)
-		if (!strcmp(s->items[i].name, name))
-			return &s->items[i];
-	return NULL;
+	size_t i;
+	return strmap_get(&s->index, name, &i) ? &s->items[i] : NULL;
 }
 
 int dcp_source_read(dcp_source *s, const dcp_src_item *it, void *out, dcp_dtype dtype,

@@ -365,19 +365,21 @@ int hub_list_tree(hub_client *c, hub_repo_type type, const char *repo, const cha
 	free(qrepo);
 	char what[512];
 	snprintf(what, sizeof what, "%s@%.12s: file listing", repo, commit);
-	/* pages until no rel="next"; the bound stops a server that loops */
-	for (int page = 0; url != NULL && rc == 0; page++) {
-		if (page > 100000) {
-			rc = err_set(err, "%s: more than 100000 pages", what);
-			break;
-		}
+	/* Pages until no rel="next".  Each page must list new files: a server
+	 * that loops repeats a path (refused by hub_tree_parse), one that sends
+	 * empty pages is stopped here, and HUB_MAX_FILES bounds the rest. */
+	while (url != NULL && rc == 0) {
+		size_t before = hub_filelist_entries(l);
 		rc = api_get(c, url, repo, type, what, &m, &h, err);
-		if (rc == 0)
-			rc = hub_tree_parse(m.p ? m.p : "", m.n, l, err);
+		if (rc == 0 && hub_tree_parse(m.p ? m.p : "", m.n, l, err) != 0)
+			rc = err_prefix(err, "%s", what);
+		int empty = rc == 0 && hub_filelist_entries(l) == before;
 		char next[sizeof h.link];
 		free(url);
 		url = NULL;
-		if (rc == 0 && hub_link_next(h.link, next, sizeof next)) {
+		if (rc == 0 && hub_link_next(h.link, next, sizeof next) && empty) {
+			rc = err_set(err, "%s: an empty page links to another one", what);
+		} else if (rc == 0 && hub_link_next(h.link, next, sizeof next)) {
 			url = hub_url_join(c->endpoint, next);
 			if (url == NULL)
 				rc = err_set(err, "%s: bad next-page link", what);

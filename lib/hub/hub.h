@@ -35,7 +35,13 @@ typedef struct hub_file {
 typedef struct hub_filelist {
 	hub_file *v;
 	size_t n, cap;
+	struct strmap *seen; /* private: the paths listed, to refuse a repeat */
 } hub_filelist;
+
+/* Files one listing may hold: a server that pages forever (or loops) is
+ * stopped here or at its first repeated path.  The Hub's largest repositories
+ * hold a few hundred thousand files. */
+#define HUB_MAX_FILES (1u << 21)
 
 void hub_filelist_free(hub_filelist *l);
 

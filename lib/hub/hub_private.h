@@ -28,6 +28,9 @@ typedef struct hub_hdrs {
 } hub_hdrs;
 
 size_t hub_header_cb(char *buf, size_t size, size_t nitems, void *userdata);
+
+/* Entries (files and folders) a listing has named so far. */
+size_t hub_filelist_entries(const hub_filelist *l);
 int hub_status_retryable(long status);
 int hub_curl_retryable(CURLcode rc);
 /* Seconds before retry number attempt+1: the server's hint, else exponential with jitter. */

@@ -7,11 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/strmap.h"
+
+size_t hub_filelist_entries(const hub_filelist *l)
+{
+	return l->seen != NULL ? l->seen->n : 0;
+}
+
 void hub_filelist_free(hub_filelist *l)
 {
 	for (size_t i = 0; i < l->n; i++)
 		free(l->v[i].path);
 	free(l->v);
+	if (l->seen != NULL)
+		strmap_free(l->seen);
+	free(l->seen);
 	memset(l, 0, sizeof *l);
 }
 
@@ -218,6 +228,18 @@ static int tree_entry(json_t *e, size_t idx, hub_filelist *l, titan_err *err)
 	const char *path = json_string_value(jp);
 	if (type == NULL || path == NULL)
 		return err_set(err, "tree listing: entry %zu has no \"type\" or \"path\"", idx);
+	/* A listing names each path once: a server that loops is stopped at its
+	 * first repeat, and HUB_MAX_FILES bounds one that pages on forever. */
+	if (hub_filelist_entries(l) >= 2 * (size_t)HUB_MAX_FILES)
+		return err_set(err, "tree listing: more than %u entries", 2 * HUB_MAX_FILES);
+	if (l->seen == NULL && (l->seen = calloc(1, sizeof *l->seen)) == NULL)
+		return err_set(err, "tree listing: out of memory");
+	l->seen->owns = 1;
+	int known = strmap_put(l->seen, path, 0);
+	if (known != 0)
+		return known < 0 ? err_set(err, "tree listing: out of memory")
+				 : err_set(err, "tree listing: \"%.200s\" listed twice (a server that "
+					   "repeats its pages?)", path);
 	if (strcmp(type, "file") != 0)
 		return 0; /* "directory": the recursive listing also names its files */
 	size_t plen = json_string_length(jp);
@@ -242,6 +264,8 @@ static int tree_entry(json_t *e, size_t idx, hub_filelist *l, titan_err *err)
 	}
 	if (f.size < 0)
 		return err_set(err, "tree listing: %.200s: no size", path);
+	if (l->n >= HUB_MAX_FILES)
+		return err_set(err, "tree listing: more than %u files", HUB_MAX_FILES);
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 64;
 		hub_file *v = realloc(l->v, cap * sizeof *v);

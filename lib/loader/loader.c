@@ -427,6 +427,11 @@ loader *loader_open(const loader_opts *o, titan_err *err)
 	else if (m.stream.vocab_size > (uint32_t)INT32_MAX)
 		rc = err_set(err, "%s: vocab_size %u does not fit int32 ids", o->dir,
 			     m.stream.vocab_size);
+	else if (o->tokenizer != NULL && memcmp(o->tokenizer, m.stream.fingerprint, 32) != 0)
+		rc = err_set(err, "%s: tokenized with another tokenizer (fingerprint %02x%02x%02x%02x..., "
+			     "expected %02x%02x%02x%02x...)", o->dir, m.stream.fingerprint[0],
+			     m.stream.fingerprint[1], m.stream.fingerprint[2], m.stream.fingerprint[3],
+			     o->tokenizer[0], o->tokenizer[1], o->tokenizer[2], o->tokenizer[3]);
 	l->vocab_size = m.stream.vocab_size;
 	memcpy(l->fingerprint, m.stream.fingerprint, 32);
 	if (rc == 0)

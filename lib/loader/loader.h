@@ -61,6 +61,9 @@ typedef struct loader_opts {
 				 loss curves compare with torchtitan's */
 	int doc_bounds;       /* also fill batch.doc_ids */
 	int prefetch;         /* batches prepared ahead by a thread; 0 = none */
+	const uint8_t *tokenizer; /* NULL, or the 32-byte fingerprint the folder's
+				     tokenizer must have (validation data must be the
+				     training data's tokens) */
 } loader_opts;
 
 typedef struct loader_batch {
@@ -108,6 +111,9 @@ int loader_state_set(loader *l, const loader_state *s, titan_err *err);
  * checkpoint's dataloader item, and back. */
 void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES]);
 int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err *err);
+/* Whether buf starts as loader_state_encode's bytes do (a checkpoint torchtitan
+ * wrote holds a pickle of its own loader there instead). */
+int loader_state_is_titan(const uint8_t *buf, size_t n);
 /* A JSON object with the same fields (plus "epoch", informative); malloc'd. */
 char *loader_state_to_json(const loader_state *s, uint64_t windows_per_epoch);
 int loader_state_from_json(const char *json, loader_state *s, titan_err *err);

@@ -36,6 +36,11 @@ void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES])
 	put(out + 52, crc32c(0, out, 52), 4);
 }
 
+int loader_state_is_titan(const uint8_t *buf, size_t n)
+{
+	return n >= 4 && memcmp(buf, "TLDS", 4) == 0;
+}
+
 int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err *err)
 {
 	if (n != LOADER_STATE_BYTES || memcmp(buf, "TLDS", 4) != 0)

@@ -232,6 +232,7 @@ void model_free(model *m)
 	free(m->ubound);
 	free(m->wcast);
 	free(m->wcast_ok);
+	free(m->pos);
 	m->be->ops->free(m->be, m->params);
 	m->be->ops->free(m->be, m->grads);
 	free(m->tensors);

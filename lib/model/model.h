@@ -243,6 +243,26 @@ typedef struct model_hooks {
 	int (*after)(void *ctx, int unit, int phase, titan_err *e);
 } model_hooks;
 
+/* Context parallelism.  A cp rank's micro-batches hold its own tokens of
+ * every sequence (torchtitan's load balancer picks them), so the model needs
+ * their global positions, t of them, the same for each sequence: RoPE rotates
+ * each token by its own (NULL: 0..t-1, the default).  Attention over the
+ * whole sequence needs the other ranks' keys and values: a plan replaces the
+ * backend's attention op by its own (ring attention), called with the
+ * backend's arguments for the rank's tokens; a failure is recorded with
+ * backend_fault and reported by the next sync, as an op's.  NULL restores
+ * the backend's op. */
+typedef struct model_attention {
+	void *ctx;
+	void (*fwd)(void *ctx, void *out, float *lse, const void *q, const void *k,
+		    const void *v, const be_attn *a);
+	void (*bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q,
+		    const void *k, const void *v, const void *out, const float *lse,
+		    const be_attn *a);
+} model_attention;
+int model_set_positions(model *m, const int64_t *pos, int t, titan_err *e);
+void model_set_attention(model *m, const model_attention *a);
+
 /* Forward then backward of every unit of mb with the hooks (NULL: none). */
 int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e);
 
@@ -269,5 +289,10 @@ size_t model_activation_bytes(const model *m, int b, int t);
  * scratch, apart (a pipeline stage keeps several contexts). */
 size_t model_mb_bytes(const model *m, int u0, int u1, int b, int t);
 size_t model_scratch_bytes(const model *m, int b, int t);
+/* What a backward with defer_wgrad leaves alive until model_unit_wgrad for
+ * units u0..u1 of a micro-batch of (b, t): each linear's output gradient and
+ * the copies of inputs AC did not keep (a zero-bubble stage holds this per
+ * micro-batch between its I and its W). */
+size_t model_wgrad_bytes(const model *m, int u0, int u1, int b, int t);
 
 #endif

@@ -58,7 +58,10 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 	be->ops->rope(be, q, at, m->rope_cs, c->b, c->t, h, hd, BE_ROPE_INTERLEAVED, 0);
 	be->ops->rope(be, k, at, m->rope_cs, c->b, c->t, hkv, hd, BE_ROPE_INTERLEAVED, 0);
 	be_attn sh = shape_of(c);
-	be->ops->attention_fwd(be, att, piece_act(c, ACT_LSE), q, k, v, &sh);
+	if (m->attn.fwd)
+		m->attn.fwd(m->attn.ctx, att, piece_act(c, ACT_LSE), q, k, v, &sh);
+	else
+		be->ops->attention_fwd(be, att, piece_act(c, ACT_LSE), q, k, v, &sh);
 	model_resid_add_linear(m, xm, att, w->p[W_WO], n, h * hd, d);
 }
 
@@ -74,9 +77,14 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	if (model_weight_grad(c, W_WO, dy, ACT_ATT, h * hd, d, e))
 		return -1;
 	be_attn sh = shape_of(c);
-	be->ops->attention_bwd(be, m->d_q, m->d_k, m->d_v, m->d_att, piece_act(c, ACT_Q),
-			       piece_act(c, ACT_K), piece_act(c, ACT_V), piece_act(c, ACT_ATT),
-			       piece_act(c, ACT_LSE), &sh);
+	if (m->attn.bwd)
+		m->attn.bwd(m->attn.ctx, m->d_q, m->d_k, m->d_v, m->d_att, piece_act(c, ACT_Q),
+			    piece_act(c, ACT_K), piece_act(c, ACT_V), piece_act(c, ACT_ATT),
+			    piece_act(c, ACT_LSE), &sh);
+	else
+		be->ops->attention_bwd(be, m->d_q, m->d_k, m->d_v, m->d_att, piece_act(c, ACT_Q),
+				       piece_act(c, ACT_K), piece_act(c, ACT_V),
+				       piece_act(c, ACT_ATT), piece_act(c, ACT_LSE), &sh);
 	be->ops->rope(be, m->d_q, at, m->rope_cs, c->b, c->t, h, hd, BE_ROPE_INTERLEAVED, 1);
 	be->ops->rope(be, m->d_k, at, m->rope_cs, c->b, c->t, hkv, hd, BE_ROPE_INTERLEAVED, 1);
 	model_linear_dx(m, m->d_xn, m->d_q, w->p[W_WQ], n, d, h * hd, 0);

@@ -119,6 +119,30 @@ int model_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int6
 	return 0;
 }
 
+/* The bytes model_weight_grad keeps for layer l's deferred jobs: the pieces'
+ * linears (GQA attention, dense SwiGLU) as they call it. */
+static size_t wgrad_layer_bytes(const model *m, int l, size_t n)
+{
+	size_t d = (size_t)m->args.dim, hq = (size_t)m->args.n_heads * (size_t)m->head_dim;
+	size_t hk = (size_t)m->args.n_kv_heads * (size_t)m->head_dim, f = (size_t)m->ffn;
+	size_t dy = n * (d + hq + 2 * hk + d + 2 * f) * be_dtype_size(m->prec.act);
+	static const int inputs[] = {ACT_ATT, ACT_XN1, ACT_H, ACT_XN2};
+	unsigned keep = model_layer_keep(m, l);
+	for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
+		if (!(keep & (1u << inputs[i])))
+			dy += model_act_bytes(m, l, inputs[i], n);
+	return dy;
+}
+
+size_t model_wgrad_bytes(const model *m, int u0, int u1, int b, int t)
+{
+	size_t total = 0;
+	for (int u = u0; u <= u1; u++)
+		if (u >= 1 && u <= m->args.n_layers)
+			total += wgrad_layer_bytes(m, u - 1, (size_t)b * (size_t)t);
+	return total;
+}
+
 void model_block_drop_jobs(model *m, layer_act *a)
 {
 	for (int i = 0; i < a->n_jobs; i++)

@@ -94,6 +94,9 @@ void model_scratch_release(model *m)
 
 static int upload_rope(model *m, int t, titan_err *e)
 {
+	if (m->pos != NULL && m->n_pos != t)
+		return err_set(e, "model: %d positions set for micro-batches of %d tokens",
+			       m->n_pos, t);
 	size_t n = (size_t)t * (size_t)m->head_dim;
 	double *cs = malloc(n * sizeof(double)); /* (t, hd/2, 2) */
 	float *csf = malloc(n * sizeof(float));
@@ -102,14 +105,41 @@ static int upload_rope(model *m, int t, titan_err *e)
 		free(csf);
 		return err_set(e, "model: out of memory");
 	}
-	cpu_rope_table_f64(cs, t, m->head_dim, 0, m->args.rope_theta,
-			   m->args.rope_scale_factor);
+	if (m->pos == NULL)
+		cpu_rope_table_f64(cs, t, m->head_dim, 0, m->args.rope_theta,
+				   m->args.rope_scale_factor);
+	for (int i = 0; m->pos != NULL && i < t; i++)
+		cpu_rope_table_f64(cs + (size_t)i * (size_t)m->head_dim, 1, m->head_dim, m->pos[i],
+				   m->args.rope_theta, m->args.rope_scale_factor);
 	for (size_t i = 0; i < n; i++)
 		csf[i] = (float)cs[i];
 	m->be->ops->copy(m->be, m->rope_cs, csf, n * sizeof(float), BACKEND_H2D);
 	free(cs);
 	free(csf);
 	return 0;
+}
+
+int model_set_positions(model *m, const int64_t *pos, int t, titan_err *e)
+{
+	int64_t *copy = NULL;
+	if (pos != NULL) {
+		if (t < 1 || !(copy = malloc((size_t)t * sizeof *copy)))
+			return err_set(e, "model: positions for %d tokens", t);
+		memcpy(copy, pos, (size_t)t * sizeof *copy);
+	}
+	free(m->pos);
+	m->pos = copy;
+	m->n_pos = pos ? t : 0;
+	/* the table in the scratch follows at once, or at the next layout */
+	if (m->scratch && (pos == NULL || m->st == t))
+		return upload_rope(m, m->st, e);
+	model_scratch_release(m);
+	return 0;
+}
+
+void model_set_attention(model *m, const model_attention *a)
+{
+	m->attn = a ? *a : (model_attention){0};
 }
 
 int model_scratch_prepare(model *m, int b, int t, titan_err *e)

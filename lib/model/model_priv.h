@@ -157,6 +157,9 @@ struct model {
 	const void **ubound;    /* (n_units) */
 	void **wcast;           /* (n_units) */
 	unsigned char *wcast_ok;/* (n_units) */
+	int64_t *pos;           /* (n_pos) the tokens' global positions (CP), or NULL */
+	int n_pos;
+	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
 };
 
 /* Bytes of activation i of layer l for n tokens in the current precision (0

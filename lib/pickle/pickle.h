@@ -46,6 +46,9 @@ struct pk_val {
 	pk_val *args;     /* PK_OBJ: a PK_TUPLE; PK_PERSID: the id */
 	pk_val *state;    /* PK_OBJ: BUILD's argument, or NULL */
 	int newobj;       /* PK_OBJ: made by NEWOBJ rather than REDUCE */
+	uint32_t scratch; /* 0 when made; a walker of the DAG may keep per-node
+	                     results here (one walker at a time per arena) so that
+	                     it visits a shared node once */
 };
 
 typedef struct pk_arena pk_arena;

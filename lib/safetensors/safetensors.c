@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/afile.h"
+#include "core/json.h"
 
 static int cmp_begin(const void *a, const void *b)
 {
@@ -297,63 +298,87 @@ out:
 	return rc;
 }
 
-int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t max_shard,
-		     const char *const *meta, titan_err *err)
+/* DIR/model.safetensors.index.json naming the file of every item. */
+static int write_index(const char *dir, const st_item *items, size_t n, char names[][64],
+		       const int *file_of, titan_err *err)
+{
+	json_t *root = json_object(), *md = json_object(), *wm = json_object();
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		total += item_bytes(&items[i]);
+		json_object_set_new(wm, items[i].name, json_string(names[file_of[i]]));
+	}
+	json_object_set_new(md, "total_size", json_integer((json_int_t)total));
+	json_object_set_new(root, "metadata", md);
+	json_object_set_new(root, "weight_map", wm);
+	char *p = path_join(dir, "model.safetensors.index.json");
+	int rc = p ? tjson_dump_file(root, p, err) : err_set(err, "out of memory");
+	json_decref(root);
+	free(p);
+	return rc;
+}
+
+/* Files 1..m (file_of[i] is item i's), named model-0000K-of-0000M.safetensors,
+ * or model.safetensors without an index when single. */
+static int write_files(const char *dir, const st_item *items, size_t n, const int *file_of, int m,
+		       int single, const char *const *meta, titan_err *err)
 {
 	if (mkdir_p(dir, err))
 		return -1;
+	char (*names)[64] = calloc((size_t)m + 1, sizeof *names);
+	st_item *part = malloc((n ? n : 1) * sizeof *part);
+	int rc = names && part ? 0 : err_set(err, "out of memory");
+	for (int f = 1; f <= m && rc == 0; f++) {
+		if (single)
+			snprintf(names[f], sizeof names[f], "model.safetensors");
+		else
+			snprintf(names[f], sizeof names[f], "model-%05d-of-%05d.safetensors", f, m);
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++)
+			if (file_of[i] == f)
+				part[k++] = items[i];
+		char *p = path_join(dir, names[f]);
+		rc = p ? st_write(p, part, k, meta, err) : err_set(err, "out of memory");
+		free(p);
+	}
+	if (rc == 0 && !single)
+		rc = write_index(dir, items, n, names, file_of, err);
+	free(names);
+	free(part);
+	return rc;
+}
+
+int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t max_shard,
+		     const char *const *meta, titan_err *err)
+{
 	/* Shards in the caller's order, a new one when the next tensor would not fit. */
-	size_t *first = malloc((n + 1) * sizeof *first);
-	if (!first)
+	int *file_of = malloc((n ? n : 1) * sizeof *file_of);
+	if (!file_of)
 		return err_set(err, "out of memory");
-	size_t ns = 0;
-	uint64_t cur = 0, total = 0;
+	int m = 0;
+	uint64_t cur = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t b = item_bytes(&items[i]);
 		if (i == 0 || (cur > 0 && cur + b > max_shard)) {
-			first[ns++] = i;
+			m++;
 			cur = 0;
 		}
 		cur += b;
-		total += b;
+		file_of[i] = m;
 	}
-	first[ns] = n;
-	int rc = 0;
-	json_t *wm = json_object();
-	for (size_t s = 0; s < ns && rc == 0; s++) {
-		char name[64];
-		if (ns == 1)
-			snprintf(name, sizeof name, "model.safetensors");
-		else
-			snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, ns);
-		char *p = path_join(dir, name);
-		rc = p ? st_write(p, items + first[s], first[s + 1] - first[s], meta, err)
-		       : err_set(err, "out of memory");
-		free(p);
-		for (size_t i = first[s]; i < first[s + 1]; i++)
-			json_object_set_new(wm, items[i].name, json_string(name));
-	}
-	if (rc == 0 && ns > 1) {
-		json_t *root = json_object(), *md = json_object();
-		json_object_set_new(md, "total_size", json_integer((json_int_t)total));
-		json_object_set_new(root, "metadata", md);
-		json_object_set(root, "weight_map", wm);
-		char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
-		json_decref(root);
-		char *p = path_join(dir, "model.safetensors.index.json");
-		if (!text || !p) {
-			rc = err_set(err, "out of memory");
-		} else {
-			size_t tl = strlen(text);
-			text[tl] = '\n';
-			rc = atomic_write_file(p, text, tl + 1, err);
-		}
-		free(text);
-		free(p);
-	}
-	json_decref(wm);
-	free(first);
+	int rc = write_files(dir, items, n, file_of, m ? m : 1, m <= 1, meta, err);
+	free(file_of);
 	return rc;
+}
+
+int st_write_indexed(const char *dir, const st_item *items, size_t n, const int *file_of, int m,
+		     const char *const *meta, titan_err *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (file_of[i] < 1 || file_of[i] > m)
+			return err_set(err, "%s: %s: file %d is not in 1..%d", dir, items[i].name,
+				       file_of[i], m);
+	return write_files(dir, items, n, file_of, m, 0, meta, err);
 }
 
 /* ---- sets ---- */
@@ -372,18 +397,19 @@ static int add_file(st_set *s, const char *path, titan_err *err)
 
 static int open_index(st_set *s, const char *dir, const char *ip, titan_err *err)
 {
-	json_error_t je;
-	json_t *root = json_load_file(ip, 0, &je);
+	json_t *root = tjson_load_file(ip, 0, err), *wm = NULL;
 	if (!root)
-		return err_set(err, "%s: %s", ip, je.text);
-	json_t *wm = json_object_get(root, "weight_map");
-	int rc = json_is_object(wm) ? 0 : err_set(err, "%s: no weight_map", ip);
+		return -1;
+	int rc = tjson_get_object(root, "weight_map", &wm, ip, err);
 	const char *k;
 	json_t *v;
 	/* Open each distinct file once, in first-mention order. */
 	json_object_foreach(wm, k, v) {
 		const char *f = json_string_value(v);
-		if (rc || !f)
+		if (rc == 0 && !f)
+			rc = err_set(err, "%s: weight_map maps '%s' to %s, not to a file name", ip, k,
+				     tjson_type_name(v));
+		if (rc)
 			continue;
 		if (strchr(f, '/') || strstr(f, "..")) {
 			rc = err_set(err, "%s: unsafe file name '%s'", ip, f);

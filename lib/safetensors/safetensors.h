@@ -68,6 +68,11 @@ int st_write(const char *path, const st_item *items, size_t n, const char *const
  * and gets no index (as transformers' save_pretrained does). */
 int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t max_shard,
 		     const char *const *meta, titan_err *err);
+/* Write item i into DIR/model-0000K-of-0000M.safetensors with K = file_of[i]
+ * (1..m), and DIR/model.safetensors.index.json (always, as torch's
+ * HuggingFaceStorageWriter does, even for one file). */
+int st_write_indexed(const char *dir, const st_item *items, size_t n, const int *file_of, int m,
+		     const char *const *meta, titan_err *err);
 
 /* A set of safetensors files behind one model folder or one file. */
 typedef struct st_set {

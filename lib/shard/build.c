@@ -96,19 +96,45 @@ static int dir_is_empty(const char *dir, titan_err *err)
 	return empty;
 }
 
+/* A listed shard against its manifest entry: counts, size, checksums and
+ * vocabulary from its header; full also reads the data against its CRCs. */
+static int verify_entry(const char *dir, const shard_manifest *m, const shard_entry *e, int full,
+			titan_err *err)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", dir, e->file);
+	shard_file *f = shard_file_open(path, err);
+	if (f == NULL)
+		return -1;
+	const shard_header *h = shard_file_header(f);
+	int rc = -1;
+	if (h->n_tokens != e->tokens || h->n_docs != e->docs)
+		err_set(err, "%s: %llu tokens, %llu documents; manifest.json says %llu, %llu", path,
+			(unsigned long long)h->n_tokens, (unsigned long long)h->n_docs,
+			(unsigned long long)e->tokens, (unsigned long long)e->docs);
+	else if (h->index_offset + h->index_bytes != e->bytes)
+		err_set(err, "%s: %llu bytes, manifest.json says %llu", path,
+			(unsigned long long)(h->index_offset + h->index_bytes),
+			(unsigned long long)e->bytes);
+	else if (h->header_crc != e->header_crc || h->data_crc != e->data_crc ||
+		 h->index_crc != e->index_crc)
+		err_set(err, "%s: checksums differ from manifest.json (replaced file?)", path);
+	else if (h->vocab_size != m->stream.vocab_size ||
+		 memcmp(h->fingerprint, m->stream.fingerprint, 32) != 0)
+		err_set(err, "%s: vocab mismatch with manifest.json", path);
+	else
+		rc = full ? shard_file_verify(f, err) : 0;
+	shard_file_close(f);
+	return rc;
+}
+
 /* Fresh folder, or resume from its manifest, or refuse. */
 /* One writer per folder: an exclusive lock on the folder itself (no lock file
  * that could be left behind; the kernel drops it when the process dies). */
 static int lock_dir(build *b, titan_err *err)
 {
-	if (mkdir_p(b->dir, err) != 0)
-		return -1;
-	b->lock_fd = open(b->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (b->lock_fd < 0)
-		return err_errno(err, "%s", b->dir);
-	if (flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0)
-		return err_set(err, "%s: another titan-shard is writing this folder", b->dir);
-	return 0;
+	b->lock_fd = dir_lock(b->dir, "titan-shard is writing", err);
+	return b->lock_fd < 0 ? -1 : 0;
 }
 
 static int prepare(build *b, const tokstream_header *h, titan_err *err)
@@ -132,6 +158,13 @@ static int prepare(build *b, const tokstream_header *h, titan_err *err)
 		if (!tokstream_header_same_vocab(&b->m.stream, h))
 			return err_set(err, "%s: vocab mismatch between inputs (the folder was made "
 				       "from another tokenizer)", b->dir);
+		/* The shards already listed must still be there, whole: a resume
+		 * only appends to them. */
+		for (int s = 0; s < 2; s++)
+			for (size_t i = 0; i < b->m.split[s].n_shards; i++)
+				if (verify_entry(b->dir, &b->m, &b->m.split[s].shards[i], 0, err) != 0)
+					return err_prefix(err, "%s: cannot resume (remove the folder to "
+							  "start over)", b->dir);
 		b->resuming = b->m.input_docs > 0;
 		b->st->resumed = 1;
 		return clean_leftovers(b, err);
@@ -299,36 +332,6 @@ int shard_build(tokstream_reader *in, const shard_build_opts *o, shard_build_sta
 
 /* ---- verify */
 
-static int verify_entry(const char *dir, const shard_manifest *m, const shard_entry *e,
-			titan_err *err)
-{
-	char path[4096];
-	snprintf(path, sizeof path, "%s/%s", dir, e->file);
-	shard_file *f = shard_file_open(path, err);
-	if (f == NULL)
-		return -1;
-	const shard_header *h = shard_file_header(f);
-	int rc = -1;
-	if (h->n_tokens != e->tokens || h->n_docs != e->docs)
-		err_set(err, "%s: %llu tokens, %llu documents; manifest.json says %llu, %llu", path,
-			(unsigned long long)h->n_tokens, (unsigned long long)h->n_docs,
-			(unsigned long long)e->tokens, (unsigned long long)e->docs);
-	else if (h->index_offset + h->index_bytes != e->bytes)
-		err_set(err, "%s: %llu bytes, manifest.json says %llu", path,
-			(unsigned long long)(h->index_offset + h->index_bytes),
-			(unsigned long long)e->bytes);
-	else if (h->header_crc != e->header_crc || h->data_crc != e->data_crc ||
-		 h->index_crc != e->index_crc)
-		err_set(err, "%s: checksums differ from manifest.json (replaced file?)", path);
-	else if (h->vocab_size != m->stream.vocab_size ||
-		 memcmp(h->fingerprint, m->stream.fingerprint, 32) != 0)
-		err_set(err, "%s: vocab mismatch with manifest.json", path);
-	else
-		rc = shard_file_verify(f, err);
-	shard_file_close(f);
-	return rc;
-}
-
 int shard_verify_dir(const char *dir, void (*warn)(const char *msg), titan_err *err)
 {
 	shard_manifest m;
@@ -338,7 +341,7 @@ int shard_verify_dir(const char *dir, void (*warn)(const char *msg), titan_err *
 	for (int s = 0; s < 2 && rc == 0; s++) {
 		uint64_t tokens = 0, docs = 0;
 		for (size_t i = 0; i < m.split[s].n_shards && rc == 0; i++) {
-			rc = verify_entry(dir, &m, &m.split[s].shards[i], err);
+			rc = verify_entry(dir, &m, &m.split[s].shards[i], 1, err);
 			tokens += m.split[s].shards[i].tokens;
 			docs += m.split[s].shards[i].docs;
 		}

@@ -323,6 +323,9 @@ static int excluded(const cfg_strlist *ex, const char *part)
 
 /* Load ------------------------------------------------------------------- */
 
+/* The largest step a checkpoint may hold (as config's training.steps bound). */
+#define TSTATE_MAX_STEP 1000000000000000LL
+
 static int load_int(dcp_item *it, int64_t *v, titan_err *err)
 {
 	int rc = dcp_value_get_int(it->bytes, it->nbytes, v, err);
@@ -426,6 +429,16 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	}
 	for (size_t i = first_bytes; i < b->n; i++)
 		free(b->items[i].bytes);
+	/* A step drives the lr schedule and the data position: a negative or
+	 * absurd one (a damaged or hostile checkpoint) would train nonsense. */
+	if (rc == 0 && have_train_state &&
+	    (s->step < 0 || s->step > TSTATE_MAX_STEP || s->ntokens_seen < 0))
+		rc = err_set(err, "%s: train_state.step %lld, ntokens_seen %lld: expected 0 <= step "
+			     "<= %lld and ntokens_seen >= 0", dir, (long long)s->step,
+			     (long long)s->ntokens_seen, (long long)TSTATE_MAX_STEP);
+	if (rc == 0 && want_opt && have_train_state && !(*stepv >= 0 && *stepv <= 1e15f))
+		rc = err_set(err, "%s: optimizer.state.*.step is %g: expected a count of steps", dir,
+			     (double)*stepv);
 	got->had_train_state = have_train_state;
 	for (size_t i = 0; rc == 0 && want_opt && have_train_state && i < first_bytes; i++)
 		if (!b->items[i].found)
@@ -442,5 +455,100 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		}
 	}
 	saver_free(b);
+	return rc;
+}
+
+/* Hugging Face safetensors ------------------------------------------------ */
+
+static dcp_hf_model hf_model_of(const model *m)
+{
+	const llama_args *a = model_args(m);
+	dcp_hf_model h = {.dim = a->dim, .n_layers = a->n_layers, .n_heads = a->n_heads,
+			  .n_kv_heads = a->n_kv_heads, .vocab_size = a->vocab_size,
+			  .head_dim = a->dim / a->n_heads, .norm_eps = a->norm_eps,
+			  .rope_theta = a->rope_theta, .rope_scale_factor = a->rope_scale_factor,
+			  .tied = a->tied_embeddings, .max_seq_len = a->max_seq_len};
+	return h;
+}
+
+typedef struct hf_load {
+	const model *m;
+	float *params;
+	uint8_t *seen;  /* per model tensor */
+	const char *dir;
+} hf_load;
+
+static int put_hf_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			 void *data, titan_err *err)
+{
+	hf_load *h = vctx;
+	const model_tensor *t = model_tensor_find(h->m, name);
+	int rc = 0;
+	if (t == NULL && strcmp(name, "output.weight") == 0 && model_args(h->m)->tied_embeddings) {
+		rc = 0; /* the embedding, which the tied model holds once */
+	} else if (t == NULL) {
+		rc = err_set(err, "%s: %s is not a weight of the model", h->dir, name);
+	} else if (ndim != t->ndim || shape[0] != t->shape[0] || (ndim == 2 && shape[1] != t->shape[1])) {
+		rc = err_set(err, "%s: %s has shape (%lld%s%lld), the model (%lld%s%lld)", h->dir, name,
+			     (long long)shape[0], ndim == 2 ? ", " : "", ndim == 2 ? (long long)shape[1] : 0LL,
+			     (long long)t->shape[0], t->ndim == 2 ? ", " : "",
+			     t->ndim == 2 ? (long long)t->shape[1] : 0LL);
+	} else {
+		ptz_convert(h->params + t->offset, PTZ_F32, data, dt, t->numel);
+		h->seen[t - model_tensor_at(h->m, 0)] = 1;
+	}
+	free(data);
+	return rc;
+}
+
+int tstate_load_hf(const char *dir, tstate *s, titan_err *err)
+{
+	model *m = s->m;
+	size_t n = model_num_params(m);
+	int nt = model_num_tensors(m);
+	hf_load h = {.m = m, .params = malloc(n * sizeof(float) + 1), .seen = calloc((size_t)nt, 1),
+		     .dir = dir};
+	dcp_hf_model hm = hf_model_of(m);
+	int rc = h.params && h.seen ? dcp_hf_read(dir, &hm, PTZ_NONE, put_hf_tensor, &h, err)
+				    : err_set(err, "out of memory");
+	for (int i = 0; rc == 0 && i < nt; i++)
+		if (!h.seen[i])
+			rc = err_set(err, "%s: no weight for %s", dir, model_tensor_at(m, i)->fqn);
+	if (rc == 0) {
+		backend *be = model_backend(m);
+		be->ops->copy(be, model_params(m), h.params, n * sizeof(float), BACKEND_H2D);
+	}
+	free(h.params);
+	free(h.seen);
+	return rc;
+}
+
+int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
+		   const char *index_json, titan_err *err)
+{
+	model *m = s->m;
+	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
+	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
+		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
+			       export_dtype);
+	size_t n = model_num_params(m);
+	int nt = model_num_tensors(m);
+	float *params = malloc(n * sizeof(float) + 1);
+	st_item *items = calloc((size_t)nt, sizeof *items);
+	int rc = params && items ? 0 : err_set(err, "out of memory");
+	if (rc == 0) {
+		backend *be = model_backend(m);
+		be->ops->copy(be, params, model_params(m), n * sizeof(float), BACKEND_D2H);
+		for (int i = 0; i < nt; i++) {
+			const model_tensor *t = model_tensor_at(m, i);
+			items[i] = (st_item){.name = t->fqn, .dtype = PTZ_F32, .ndim = t->ndim,
+					     .data = params + t->offset};
+			memcpy(items[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+		}
+		dcp_hf_model hm = hf_model_of(m);
+		rc = dcp_hf_save(dir, items, (size_t)nt, &hm, dt, index_json, err);
+	}
+	free(params);
+	free(items);
 	return rc;
 }

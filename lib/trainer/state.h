@@ -17,7 +17,8 @@ typedef struct tstate {
 	model *m;
 	adamw *opt;             /* NULL for a model-only save */
 	double base_lr;         /* optimizer.lr */
-	double cur_lr;          /* the lr of the last step (lr_scheduler._last_lr) */
+	double cur_lr;          /* the lr of the next step, which torch's LambdaLR has
+	                           set after the last step (lr_scheduler._last_lr) */
 	int64_t step;           /* train_state.step */
 	int64_t ntokens_seen;   /* train_state.ntokens_seen */
 	uint8_t *loader;        /* dataloader.dp_rank_0 bytes (owned when loaded) */
@@ -52,5 +53,15 @@ typedef struct tstate_loaded {
  * The model must match the checkpoint's shapes. */
 int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *exclude,
 		tstate_loaded *got, titan_err *err);
+
+/* Load the model's weights from a Hugging Face Llama folder (safetensors, as
+ * torchtitan's checkpoint.initial_load_in_hf): every weight the model has must
+ * be there with its shape. */
+int tstate_load_hf(const char *dir, tstate *s, titan_err *err);
+/* Save the model as Hugging Face safetensors in dir, as torchtitan's
+ * checkpoint.last_save_in_hf: in export_dtype, files numbered as index_json
+ * (the HF model's model.safetensors.index.json) numbers them, or one file. */
+int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
+		   const char *index_json, titan_err *err);
 
 #endif

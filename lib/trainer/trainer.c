@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/afile.h"
@@ -15,6 +16,7 @@
 #include "metrics/metrics.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "planner/planner.h"
 #include "shard/shard.h"
 #include "tb/tb.h"
 
@@ -52,6 +54,18 @@ int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err
 		return err_set(err, "training.dataset \"%s\": no folder %s; set training.dataset_path "
 			       "to a titan-shard folder", c->training.dataset, buf);
 	return 0;
+}
+
+/* The data's ids must be rows of the embedding. */
+static int trainer_check_vocab(const char *dir, uint32_t data_vocab, const llama_args *a,
+			       titan_err *err)
+{
+	if (data_vocab <= (uint32_t)a->vocab_size)
+		return 0;
+	return err_set(err, "%s holds ids of a %u-token vocabulary, more than the %d of model.flavor "
+		       "\"%s\" (the embedding has vocab_size rows, as torchtitan's): tokenize with a "
+		       "smaller vocabulary or pick a flavor that fits", dir, data_vocab,
+		       a->vocab_size, a->name);
 }
 
 void trainer_list_flavors(FILE *out)
@@ -95,6 +109,7 @@ typedef struct job {
 	double lr;
 	tstate_saver *pending;  /* async checkpoint in flight */
 	int64_t pending_step;
+	int lock_fd;            /* job.dump_folder, locked for this run (-1: not yet) */
 } job;
 
 static void job_close(job *j)
@@ -102,6 +117,8 @@ static void job_close(job *j)
 	titan_err e;
 	if (j->pending != NULL && tstate_save_finish(j->pending, &e) != 0)
 		titan_warn("%s", e.msg);
+	if (j->lock_fd >= 0)
+		close(j->lock_fd);
 	if (j->tb_open)
 		tb_close(&j->tb, NULL);
 	if (j->jl_open)
@@ -198,34 +215,21 @@ static int build_model(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
 	const llama_args *a = j->args;
-	shard_manifest man;
-	if (shard_manifest_read(j->data_dir, &man, err) != 0)
-		return -1;
-	int vocab = (int)man.stream.vocab_size;
-	shard_manifest_free(&man);
+	/* torchtitan sizes the embedding and the output by the flavor's
+	 * vocab_size, not by the tokenizer's: checkpoints then cross both ways. */
+	int vocab = a->vocab_size;
+	if (trainer_check_vocab(j->data_dir, loader_vocab_size(j->train), a, err) != 0)
+		return err_prefix(err, "training data");
 	if ((j->be = backend_cpu_create(j->h->threads, err)) == NULL)
 		return -1;
-	/* torchtitan sizes the embedding by the tokenizer, not the flavor. */
 	if ((j->m = model_create(j->be, a, vocab, err)) == NULL)
 		return -1;
 	if (model_init(j->m, seed_of(c), 1, err) != 0)
 		return -1;
-	const char *mode = c->activation_checkpoint.mode;
-	model_ac_mode ac = MODEL_AC_NONE;
-	int every = 1;
-	if (strcmp(mode, "full") == 0)
-		ac = MODEL_AC_FULL;
-	else if (strcmp(mode, "selective") == 0 && strcmp(c->activation_checkpoint.selective_ac_option, "op") == 0)
-		ac = MODEL_AC_OP;
-	else if (strcmp(mode, "selective") == 0) {
-		every = atoi(c->activation_checkpoint.selective_ac_option);
-		if (every < 1)
-			return err_set(err, "activation_checkpoint.selective_ac_option \"%s\": expected a "
-				       "positive integer or \"op\"", c->activation_checkpoint.selective_ac_option);
-		ac = MODEL_AC_SELECTIVE;
-	} else if (strcmp(mode, "memory_budget") == 0) {
-		return err_set(err, "activation_checkpoint.mode = \"memory_budget\" is not supported yet");
-	}
+	model_ac_mode ac;
+	int every;
+	if (planner_ac_mode(c, &ac, &every, err) != 0)
+		return -1;
 	if (model_set_ac(j->m, ac, every, err) != 0 || set_precision(j, err) != 0)
 		return -1;
 	const llama_args *ma = model_args(j->m);
@@ -294,7 +298,9 @@ static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
 	s->m = j->m;
 	s->opt = j->opt;
 	s->base_lr = j->c->optimizer.lr;
-	s->cur_lr = j->lr;
+	/* torchtitan saves after scheduler.step(): the optimizer's lr and the
+	 * scheduler's _last_lr are already the next step's. */
+	s->cur_lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
 	s->step = j->step;
 	s->ntokens_seen = j->ntokens_seen;
 	s->dp_world = 1;
@@ -345,6 +351,62 @@ static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err 
 	return 0;
 }
 
+/* torchtitan's last_save_in_hf: the last step's model as HF safetensors, in
+ * the files model.hf_assets_path's index names (one file without it). */
+static int save_hf(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (finish_pending(j, err) != 0)
+		return -1;
+	char dir[1100], index[1100];
+	snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)j->step);
+	snprintf(index, sizeof index, "%s/model.safetensors.index.json", c->model.hf_assets_path);
+	struct stat st;
+	int have_index = stat(index, &st) == 0 && S_ISREG(st.st_mode);
+	if (!have_index)
+		titan_warn("model.safetensors.index.json not found at hf_assets_path: %s; saving a "
+			   "single safetensors file", index);
+	double t0 = now_s();
+	metrics_log(j->log, "Saving a model only checkpoint in %s at last step, step %lld, as "
+		    "HF safetensors.", c->checkpoint.export_dtype, (long long)j->step);
+	tstate s;
+	fill_state(j, &s, NULL);
+	if (tstate_save_hf(dir, &s, c->checkpoint.export_dtype, have_index ? index : NULL, err) != 0 ||
+	    dcp_purge(j->ckpt_dir, (int)c->checkpoint.keep_latest_k, err) != 0)
+		return -1;
+	metrics_log(j->log, "Finished saving the checkpoint in %.2f seconds.", now_s() - t0);
+	return 0;
+}
+
+static int list_has_part(const cfg_strlist *l, const char *part)
+{
+	for (int i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], part) == 0)
+			return 1;
+	return 0;
+}
+
+/* A checkpoint torchtitan wrote holds its own loader's state (a pickle) or
+ * none.  Its loader reads the same windows in the same order as titan's
+ * unshuffled one, so train_state.ntokens_seen / seq_len windows are behind. */
+static int seek_by_tokens(job *j, int64_t ntokens_seen, const char *dir, titan_err *err)
+{
+	if (ntokens_seen <= 0)
+		return 0;
+	if (ntokens_seen % j->T != 0)
+		titan_warn("%s: train_state.ntokens_seen %lld is not a multiple of seq_len %lld",
+			   dir, (long long)ntokens_seen, (long long)j->T);
+	loader_state ls;
+	loader_state_get(j->train, &ls);
+	ls.windows = (uint64_t)(ntokens_seen / j->T);
+	titan_warn("%s: no titan data loader state (a torchtitan checkpoint?); the data resumes "
+		   "after train_state.ntokens_seen = %lld tokens (%llu windows)", dir,
+		   (long long)ntokens_seen, (unsigned long long)ls.windows);
+	if (loader_state_set(j->train, &ls, err) != 0)
+		return err_prefix(err, "%s", dir);
+	return 0;
+}
+
 /* torchtitan's CheckpointManager.load: the run's own latest step first, then
  * initial_load_path; step 0 (a seed checkpoint) is model only. */
 static int load_checkpoint(job *j, titan_err *err)
@@ -359,10 +421,23 @@ static int load_checkpoint(job *j, titan_err *err)
 			return -1;
 	}
 	char dir[1100];
-	int model_only;
+	int model_only, hf = 0;
 	if (step >= 0) {
 		snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)step);
 		model_only = step == 0;
+		hf = dcp_is_hf_step(dir); /* a last save in HF safetensors */
+		if (c->checkpoint.initial_load_in_hf)
+			titan_warn("checkpoint.initial_load_in_hf is true but %s holds checkpoints: "
+				   "loading from them, not from HF safetensors", j->ckpt_dir);
+	} else if (c->checkpoint.initial_load_in_hf) {
+		/* torchtitan: initial_load_path, else model.hf_assets_path. */
+		const char *from = c->checkpoint.initial_load_path ? "checkpoint.initial_load_path"
+								   : "model.hf_assets_path";
+		snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path
+							? c->checkpoint.initial_load_path
+							: c->model.hf_assets_path);
+		metrics_log(j->log, "loading HF safetensors from --%s: %s", from, dir);
+		hf = model_only = 1;
 	} else if (c->checkpoint.initial_load_path != NULL) {
 		snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path);
 		model_only = c->checkpoint.initial_load_model_only;
@@ -373,15 +448,32 @@ static int load_checkpoint(job *j, titan_err *err)
 	metrics_log(j->log, "Loading the checkpoint from %s.", dir);
 	tstate s;
 	fill_state(j, &s, NULL);
+	if (hf) {
+		if (tstate_load_hf(dir, &s, err) != 0)
+			return -1;
+		if (step > 0) {
+			titan_warn("%s holds the model only (HF safetensors); training continues "
+				   "after step %lld with a fresh optimizer", dir, (long long)step);
+			j->step = step;
+			j->ntokens_seen = step * j->accum * j->B * j->T;
+			if (seek_by_tokens(j, j->ntokens_seen, dir, err) != 0)
+				return -1;
+		}
+		metrics_log(j->log, "Finished loading the checkpoint in %.2f seconds.", now_s() - t0);
+		return 0;
+	}
 	tstate_loaded got;
 	int rc = tstate_load(dir, &s, model_only, &c->checkpoint.exclude_from_loading, &got, err);
-	if (rc == 0 && got.dataloader) {
+	if (rc == 0 && got.dataloader && loader_state_is_titan(s.loader, s.loader_len)) {
 		loader_state ls;
 		rc = loader_state_decode(s.loader, s.loader_len, &ls, err);
 		if (rc == 0)
 			rc = loader_state_set(j->train, &ls, err);
 		if (rc != 0)
 			err_prefix(err, "%s: dataloader.dp_rank_0", dir);
+	} else if (rc == 0 && got.train_state && !list_has_part(&c->checkpoint.exclude_from_loading,
+								"dataloader")) {
+		rc = seek_by_tokens(j, s.ntokens_seen, dir, err);
 	}
 	free(s.loader);
 	if (rc != 0)
@@ -541,7 +633,7 @@ static int validate(job *j, titan_err *err)
 	snprintf(dir, sizeof dir, "%s", c->validation.dataset_path ? c->validation.dataset_path : j->data_dir);
 	loader_opts o = {.dir = dir, .split = SHARD_VAL, .seq_len = c->validation.seq_len,
 			 .local_batch = c->validation.local_batch_size, .dp_rank = 0, .dp_degree = 1,
-			 .prefetch = 1};
+			 .prefetch = 1, .tokenizer = loader_fingerprint(j->train)};
 	loader *l = loader_open(&o, err);
 	if (l == NULL)
 		return err_prefix(err, "validation data");
@@ -622,8 +714,10 @@ static int run_loop(job *j, titan_err *err)
 			return 0;
 		}
 		if (should_save(j, last) &&
-		    save_checkpoint(j, last && c->checkpoint.last_save_model_only,
-				    c->checkpoint.export_dtype, err) != 0)
+		    (last && c->checkpoint.last_save_in_hf
+			     ? save_hf(j, err)
+			     : save_checkpoint(j, last && c->checkpoint.last_save_model_only,
+					       c->checkpoint.export_dtype, err)) != 0)
 			return -1;
 		/* torchtitan tightens the timeout once the first step (warm-up,
 		 * first collectives) is over; comm_set_timeout holds a barrier first. */
@@ -635,13 +729,35 @@ static int run_loop(job *j, titan_err *err)
 	return 0;
 }
 
+/* torchtitan's memory_estimation.enable: the plan of this job, logged before
+ * anything is built (titan-train --dry-run prints the same).  Not fitting is
+ * a warning: the plan is an estimate, the allocator the judge. */
+static int estimate_memory(job *j, titan_err *err)
+{
+	plan_report r;
+	if (planner_run(j->c, 1, planner_local_memory(), &r, err) != 0)
+		return err_prefix(err, "memory_estimation");
+	planner_print(&r, j->log);
+	if (!r.fits)
+		titan_warn("memory_estimation: the plan does not fit the device's memory");
+	planner_report_free(&r);
+	return 0;
+}
+
 int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 {
-	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr};
+	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr, .lock_fd = -1};
 	snprintf(j.ckpt_dir, sizeof j.ckpt_dir, "%s/%s", c->job.dump_folder, c->checkpoint.folder);
 	metrics_log(j.log, "Starting job: %s", c->job.description);
 	warn_inert(&j);
 	int rc = -1;
+	if (c->memory_estimation.enable && estimate_memory(&j, err) != 0)
+		goto out;
+	/* One run per dump folder: two would mix their checkpoints and metrics.
+	 * What a killed run left half done is cleaned up once the folder is ours. */
+	if ((j.lock_fd = dir_lock(c->job.dump_folder, "titan-train is running in", err)) < 0 ||
+	    dcp_clean_stale(j.ckpt_dir, err) != 0)
+		goto out;
 	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_model(&j, err) != 0 ||
 	    build_optimizer(&j, err) != 0)
 		goto out;

@@ -67,6 +67,23 @@ t_run "HF -> titan -> HF keeps every tensor" "$C" diff "$TMP/hf2/model.safetenso
 t_grep "to-hf shards with an index" '"weight_map"' "$TMP/hfs/model.safetensors.index.json"
 t_run "sharded HF export reads back whole" "$C" diff "$TMP/hfs" "$G/hf/model.safetensors"
 
+# An HF model without lm_head.weight is tied only when it says so.
+"$C" to-hf "$G/torch_new" "$TMP/tied" --flavor 1B --n-heads 4 --n-kv-heads 2 >/dev/null 2>&1
+t_grep "a tied flavor's export says tie_word_embeddings" '"tie_word_embeddings": true' "$TMP/tied/config.json"
+t_run "from-hf of a tied model (config.json says so) takes the embedding as output" \
+	"$C" from-hf "$TMP/tied" "$TMP/tied-dcp" --flavor debugmodel --n-heads 4 --n-kv-heads 2
+sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$TMP/tied/config.json" >"$TMP/cfg"
+mv "$TMP/cfg" "$TMP/tied/config.json"
+t_fails "from-hf refuses a model without lm_head.weight whose config.json does not tie it" 1 \
+	"$C" from-hf "$TMP/tied" "$TMP/untied-dcp" --flavor debugmodel --n-heads 4 --n-kv-heads 2
+t_grep "the refusal names lm_head.weight" 'no lm_head.weight, and the model does not tie it' "$TMP/.err"
+if [ -e "$TMP/untied-dcp" ]; then t_not_ok "nothing is written when refused" "$(ls "$TMP/untied-dcp")"; else t_ok "nothing is written when refused"; fi
+rm "$TMP/tied/config.json"
+t_fails "without config.json, an untied flavor refuses it too" 1 \
+	"$C" from-hf "$TMP/tied" "$TMP/untied-dcp" --flavor debugmodel --n-heads 4 --n-kv-heads 2
+t_run "without config.json, a tied flavor ties it" \
+	"$C" from-hf "$TMP/tied" "$TMP/tied-dcp2" --flavor 1B --n-heads 4 --n-kv-heads 2
+
 # Model-only export in bfloat16, rounded as torch rounds.
 "$C" dcp-to-single "$G/torch_new" "$TMP/m.safetensors" --model-only --export-dtype bfloat16 2>/dev/null
 t_run "model-only bfloat16 export equals torch's .to(bfloat16)" \

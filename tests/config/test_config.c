@@ -535,6 +535,35 @@ static void new_keys_are_honoured_or_checked(void **state)
 	config_free(&c);
 }
 
+/* A 50,000-deep array crashed the recursive reader (stack overflow). */
+static void deeply_nested_array_is_refused_not_a_crash(void **state)
+{
+	(void)state;
+	size_t depth = 50000;
+	char *text = malloc(2 * depth + 64);
+	assert_non_null(text);
+	size_t n = (size_t)sprintf(text, "[training]\nsteps = ");
+	memset(text + n, '[', depth);
+	memset(text + n + depth, ']', depth);
+	text[n + 2 * depth] = '\0';
+	job_config c;
+	titan_err err = {{0}};
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(config_load_string(&c, "deep.toml", text, &err), -1);
+	assert_string_equal(err.msg, "deep.toml:2: arrays nested deeper than 32");
+	/* An unterminated one too, and 32 levels still read. */
+	text[n + depth] = '\0';
+	assert_int_equal(config_load_string(&c, "deep.toml", text, &err), -1);
+	n = (size_t)sprintf(text, "[parallelism]\nmodule_fqns_per_model_part = ");
+	memset(text + n, '[', 32);
+	memset(text + n + 32, ']', 32);
+	text[n + 64] = '\0';
+	assert_int_equal(config_load_string(&c, "ok.toml", text, &err), -1);
+	assert_non_null(strstr(err.msg, "expected a list of strings"));
+	free(text);
+	config_free(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -551,6 +580,7 @@ int main(void)
 		cmocka_unit_test(unbuilt_keys_are_refused_with_the_reason),
 		cmocka_unit_test(lists_of_lists_read_from_toml_and_the_command_line),
 		cmocka_unit_test(new_keys_are_honoured_or_checked),
+		cmocka_unit_test(deeply_nested_array_is_refused_not_a_crash),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

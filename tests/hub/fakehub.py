@@ -7,7 +7,8 @@ carries an Authorization header (the token must never leave the Hub's origin).
 
 Repositories are folders: ROOT/models/ORG/NAME/... and ROOT/datasets/ORG/NAME/...
 A file ROOT/<type>/ORG/NAME.json may say {"gated": true} or {"private": true}, or
-add hostile entries to the tree listing: {"extra_tree": [{"type": "file", ...}]}.
+add hostile entries to the tree listing: {"extra_tree": [{"type": "file", ...}]}, or
+make its last listing page link back to the first: {"loop_tree": true}.
 LFS files: *.safetensors, *.gz, *.bin, *.model, *.zst, *.parquet.
 
 Faults, set by the test: POST /_fault {"path": P, "kind": K, "times": N, ...}
@@ -91,7 +92,7 @@ class State:
         for rel in sorted(files):
             h.update(("%s %s\n" % (rel, files[rel]["oid"])).encode())
         r = {"files": files, "commit": h.hexdigest(), "gated": meta.get("gated", False),
-             "extra_tree": meta.get("extra_tree", []),
+             "extra_tree": meta.get("extra_tree", []), "loop_tree": meta.get("loop_tree", False),
              "private": meta.get("private", False), "base": base}
         with self.lock:
             self.repos[key] = r
@@ -272,8 +273,10 @@ class Handler(BaseHTTPRequestHandler):
         start = int(q.get("cursor", ["0"])[0])
         page = entries[start:start + self.st.page_size]
         h = {}
-        if start + self.st.page_size < len(entries):
-            nq = {"recursive": "true", "cursor": str(start + self.st.page_size)}
+        if start + self.st.page_size < len(entries) or r["loop_tree"]:
+            # loop_tree: the last page links back to the first, forever
+            nxt = start + self.st.page_size if start + self.st.page_size < len(entries) else 0
+            nq = {"recursive": "true", "cursor": str(nxt)}
             nxt = "http://%s:%d%s?%s" % (self.server.server_address[0], self.server.server_address[1],
                                          urllib.parse.quote(urllib.parse.urlsplit(self.path).path),
                                          urllib.parse.urlencode(nq))

@@ -149,6 +149,8 @@ t_grep "missing_revision_is_revision_not_found" "revision not found" "$TMP/err7.
 if grep -rl -a -e "$TOKEN" "$TMP" --exclude-dir=root 2>/dev/null | grep -v "/hfhome/" | grep -q .; then
 	t_not_ok "token_never_printed_or_written" "$(grep -rl -a -e "$TOKEN" "$TMP" | head -3)"; else
 	t_ok "token_never_printed_or_written"; fi
+t_fails "a_listing_that_loops_back_is_refused" 1 $F org/loop --list
+t_grep "the_refusal_says_the_listing_repeats" 'listed twice (a server that repeats its pages?)' "$TMP/.err"
 $F org/evil --local-dir "$TMP/evil" 2>"$TMP/err.txt"
 rc=$?
 if [ $rc -eq 1 ] && grep -q "unsafe remote path" "$TMP/err.txt" && [ ! -e "$TMP/outside" ]; then

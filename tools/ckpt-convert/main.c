@@ -478,21 +478,21 @@ int main(int argc, char **argv)
 	dcp_convert_opts co = {a.model_only, a.export_dtype, a.chunks, a.dim, a.verbose};
 	if (!strcmp(cmd, "info")) {
 		need(argc, nops, 2, cmd);
-		return cmd_info(op[1], &a);
+		return cli_stdout_status(cmd_info(op[1], &a));
 	}
 	if (!strcmp(cmd, "verify")) {
 		need(argc, nops, 2, cmd);
-		return cmd_verify(op[1]);
+		return cli_stdout_status(cmd_verify(op[1]));
 	}
 	if (!strcmp(cmd, "bench")) {
 		need(argc, nops, 2, cmd);
 		if (a.size < 4096)
 			cli_usage_error(&spec, "--size must be at least 4K");
-		return cmd_bench(op[1], &a);
+		return cli_stdout_status(cmd_bench(op[1], &a));
 	}
 	if (!strcmp(cmd, "diff")) {
 		need(argc, nops, 3, cmd);
-		return cmd_diff(op[1], op[2], &a);
+		return cli_stdout_status(cmd_diff(op[1], op[2], &a));
 	}
 	if (!strcmp(cmd, "dcp-to-single")) {
 		need(argc, nops, 3, cmd);

@@ -256,7 +256,11 @@ int main(int argc, char **argv)
 	while ((c = cli_next(&cs, argc, argv)) != -1) {
 		switch (c) {
 		case OPT_OUT: a.out = cs.arg; break;
-		case OPT_SHARD_TOKENS: a.b.shard_tokens = cli_size(&spec, "--shard-tokens", cs.arg); break;
+		case OPT_SHARD_TOKENS:
+			/* 0 is what the library reads as "the default": say so instead. */
+			if ((a.b.shard_tokens = cli_size(&spec, "--shard-tokens", cs.arg)) == 0)
+				cli_usage_error(&spec, "--shard-tokens: must be at least 1");
+			break;
 		case OPT_VAL_FRACTION:
 			a.b.val_fraction = cli_double(&spec, "--val-fraction", cs.arg, 0.0, 1.0);
 			a.have_val_fraction = 1;
@@ -311,7 +315,7 @@ int main(int argc, char **argv)
 		}
 		if (rc != 0)
 			titan_die_err(&err);
-		return TITAN_EXIT_OK;
+		return cli_stdout_status(TITAN_EXIT_OK);
 	}
 	if (a.out == NULL)
 		cli_usage_error(&spec, "missing --out DIR (or a command: info, verify, cat)");

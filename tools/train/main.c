@@ -14,6 +14,8 @@
 #include "mesh/mesh.h"
 #include "metrics/metrics.h"
 #include "model/flavor.h"
+#include "planner/planner.h"
+#include "pp/pp.h"
 #include "tb/tb.h"
 #include "trainer/trainer.h"
 
@@ -35,6 +37,8 @@ static void usage(FILE *out)
 		"       titan-train --list-flavors\n"
 		"       titan-train --read-events FILE\n"
 		"       titan-train --plot-loss FILE.jsonl [--png OUT.png]\n"
+		"       titan-train --config FILE.toml --dry-run [--world-size N]\n"
+		"                   [--device-memory SIZE] [--json] [--print-schedule]\n"
 		"Train a Llama model on titan-shard data, as torchtitan's train.py does.\n"
 		"\n"
 		"options:\n"
@@ -53,6 +57,12 @@ static void usage(FILE *out)
 		"                           plot the loss curves of a metrics.jsonl in the terminal\n"
 		"                           (and as a PNG image) and exit\n"
 		"  --threads N              CPU threads (default: OMP_NUM_THREADS or all)\n"
+		"  --dry-run                plan memory and traffic per rank and exit\n"
+		"  --world-size N           ranks to plan for (default: the launcher's)\n"
+		"  --device-memory SIZE     memory per rank, e.g. 80GiB (default: the GPU's,\n"
+		"                           else this machine's)\n"
+		"  --json                   the plan as JSON\n"
+		"  --print-schedule         print the pipeline schedule's action lists and exit\n"
 		"  -h, --help               show this help and exit\n"
 		"      --version            show the version and exit\n"
 		"\nEvery key, its default and its torchtitan name: titan-config(5).\n"
@@ -188,11 +198,40 @@ static int run_ranks(job_config *c, comm *world, int threads)
 	return rc;
 }
 
+typedef struct plan_opts {
+	int dry_run, json, print_schedule, world_size;
+	uint64_t device_bytes;
+} plan_opts;
+
+/* --dry-run and --print-schedule: plan, print, exit. */
+static int plan_only(const job_config *c, const plan_opts *o)
+{
+	titan_err err = {{0}};
+	plan_report r;
+	int world = o->world_size;
+	if (o->print_schedule) {
+		pp_schedule *s = NULL;
+		if (planner_schedule(c, world, &s, &err) != 0)
+			return fail(TITAN_EXIT_USAGE, err.msg, 0);
+		int rc = s ? pp_schedule_print(s, stdout, &err) : 0;
+		if (s == NULL)
+			printf("no pipeline: parallelism.pipeline_parallel_degree is 1\n");
+		pp_schedule_free(s);
+		return rc ? fail(TITAN_EXIT_FAIL, err.msg, 0) : TITAN_EXIT_OK;
+	}
+	if (planner_run(c, world, o->device_bytes ? o->device_bytes : planner_local_memory(), &r, &err))
+		return fail(TITAN_EXIT_USAGE, err.msg, 0);
+	int rc = o->json ? planner_print_json(&r, stdout, &err) : planner_print(&r, stdout);
+	planner_report_free(&r);
+	return rc ? fail(TITAN_EXIT_FAIL, "writing the plan failed", 0) : TITAN_EXIT_OK;
+}
+
 /* Everything after the configuration is read; returns the exit status. */
 static int run(job_config *c, int nrest, char **rest)
 {
 	titan_err err = {{0}};
 	int threads = 0;
+	plan_opts po = {0};
 	for (int i = 1; i < nrest; i++) {
 		if (strcmp(rest[i], "--list-keys") == 0) {
 			config_list_keys(stdout);
@@ -209,6 +248,21 @@ static int run(job_config *c, int nrest, char **rest)
 			return plot_loss(rest[i + 1], png);
 		} else if (strcmp(rest[i], "--threads") == 0 && i + 1 < nrest) {
 			threads = atoi(rest[++i]);
+		} else if (strcmp(rest[i], "--dry-run") == 0) {
+			po.dry_run = 1;
+		} else if (strcmp(rest[i], "--json") == 0) {
+			po.json = 1;
+		} else if (strcmp(rest[i], "--print-schedule") == 0) {
+			po.print_schedule = 1;
+		} else if (strcmp(rest[i], "--world-size") == 0 && i + 1 < nrest) {
+			char *end;
+			long w = strtol(rest[++i], &end, 10);
+			if (*end != '\0' || w < 1 || w > 1 << 20)
+				return fail(TITAN_EXIT_USAGE, "--world-size: expected a number of ranks", 1);
+			po.world_size = (int)w;
+		} else if (strcmp(rest[i], "--device-memory") == 0 && i + 1 < nrest) {
+			if (planner_parse_bytes(rest[++i], &po.device_bytes, &err) != 0)
+				return fail(TITAN_EXIT_USAGE, err.msg, 1);
 		} else {
 			char msg[300];
 			snprintf(msg, sizeof msg, "unknown option '%s'", rest[i]);
@@ -221,10 +275,21 @@ static int run(job_config *c, int nrest, char **rest)
 		config_print(c, stdout);
 		return TITAN_EXIT_OK;
 	}
+	if ((po.json || po.world_size || po.device_bytes) && !po.dry_run && !po.print_schedule)
+		return fail(TITAN_EXIT_USAGE, "--json, --world-size and --device-memory go with "
+			    "--dry-run", 1);
 	/* MPI starts here: a world of one when no launcher started us. */
 	comm *world;
 	if (comm_init(NULL, NULL, (double)c->comm.init_timeout_seconds, &world, &err) != 0)
 		return fail(TITAN_EXIT_FAIL, err.msg, 0);
+	if (po.dry_run || po.print_schedule) {
+		/* a plan is rank 0's to print, for --world-size ranks or the launcher's */
+		if (po.world_size == 0)
+			po.world_size = comm_size(world);
+		int rc = comm_rank(world) == 0 ? plan_only(c, &po) : TITAN_EXIT_OK;
+		comm_finalize(world);
+		return rc;
+	}
 	if (c->job.config_file == NULL && comm_rank(world) == 0)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
 	int rc = run_ranks(c, world, threads);
@@ -268,7 +333,7 @@ int main(int argc, char **argv)
 			module, c.job.config_file ? c.job.config_file : "the default", c.model.name);
 		rc = TITAN_EXIT_USAGE;
 	} else {
-		rc = run(&c, nrest, rest);
+		rc = cli_stdout_status(run(&c, nrest, rest)); /* listings: > /dev/full fails */
 	}
 	config_free(&c);
 	free(rest);

@@ -1,0 +1,117 @@
+/* cp.h: context parallelism as torchtitan 0.2.2 does it
+ * (torchtitan/distributed/context_parallel.py over torch's
+ * experimental _context_parallel): the sequence dimension sharded over the cp
+ * ranks, and attention computed as RING ATTENTION over them.
+ *
+ * Layout.  The global sequence of seq_len tokens is cut into equal chunks.
+ * With the headtail load balancer (torchtitan's default) there are 2 cp chunks
+ * and rank i holds chunks i and 2cp-1-i, so that under the causal mask every
+ * rank has the same work; without a balancer ("none") rank i holds chunk i of
+ * cp.  A rank's local sequence is its chunks concatenated; positions (RoPE,
+ * the causal mask) are each token's global position.
+ *
+ * Ring attention.  A rank's queries meet every rank's keys and values, a
+ * block of them at a time: for a query chunk at global chunk index a and a key
+ * chunk at b, nothing when b > a, the causal diagonal when b = a, everything
+ * when b < a.  The backend's attention op computes each block at its
+ * positions; the partial results are merged by log-sum-exp in float32
+ * (out = sum_j exp(lse_j - lse) out_j, lse = log sum_j exp lse_j).  The
+ * backward runs each block with the MERGED out and lse, which gives that
+ * block's exact share of dq, dk and dv; dq is summed locally (float32) and dk,
+ * dv (float32) go back to the keys' owner.
+ *
+ * This file's cp_ring does the arithmetic of one rank given the blocks, in
+ * any order; lib/cp/ring.c (with lib/comm) moves the blocks between ranks by
+ * all-gather or by passing them round the ring.
+ *
+ * Layouts of one rank's tensors, as the backend's attention op has them, with
+ * T = the local length (chunks x chunk): q (b, T, h, hd), k (b, T, hkv, hd),
+ * v (b, T, hkv, hdv), out (b, T, h, hdv); lse is cp's own: (chunks, b, h,
+ * chunk) float32, each block's rows contiguous. */
+#ifndef TITAN_CP_H
+#define TITAN_CP_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/err.h"
+
+typedef enum cp_balance { CP_BALANCE_NONE, CP_BALANCE_HEADTAIL } cp_balance;
+typedef enum cp_rotate { CP_ROTATE_ALLGATHER, CP_ROTATE_ALLTOALL } cp_rotate;
+
+/* parallelism.context_parallel_load_balancer (NULL: None) and
+ * context_parallel_rotate_method. */
+int cp_balance_parse(const char *name, cp_balance *b, titan_err *e);
+int cp_rotate_parse(const char *name, cp_rotate *r, titan_err *e);
+
+typedef struct cp_layout {
+	int cp;          /* ranks */
+	int chunks;      /* chunks per rank: 2 (headtail) or 1 */
+	int64_t seq_len; /* global tokens per sequence */
+	int64_t chunk;   /* tokens per chunk */
+} cp_layout;
+
+/* The layout of seq_len tokens over cp ranks; refuses a seq_len the chunks do
+ * not divide, naming the numbers. */
+int cp_layout_init(cp_layout *l, int64_t seq_len, int cp, cp_balance b, titan_err *e);
+static inline int64_t cp_local_len(const cp_layout *l) { return l->chunks * l->chunk; }
+/* The global chunk index of rank r's k-th chunk. */
+int cp_chunk_index(const cp_layout *l, int r, int k);
+/* The global positions of rank r's local tokens (cp_local_len of them). */
+void cp_positions(const cp_layout *l, int r, int64_t *pos);
+/* Rank r's share of a host array of b sequences of seq_len items of elem
+ * bytes (tokens, labels, a reference tensor with elem = row bytes): local
+ * (b, T_local) from full (b, seq_len); cp_unshard puts it back. */
+void cp_shard(const cp_layout *l, int r, const void *full, void *local, int64_t b, size_t elem);
+void cp_unshard(const cp_layout *l, int r, const void *local, void *full, int64_t b, size_t elem);
+
+/* One rank's ring-attention arithmetic for a fixed shape.  shape is the
+ * rank's local call: b, h, hkv, hd, hdv, scale and element types as for the
+ * backend's attention; tq and tk must be cp_local_len; causal must be set. */
+typedef struct cp_ring cp_ring;
+
+cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn *shape,
+			titan_err *e);
+void cp_ring_free(cp_ring *r);
+
+/* Forward: begin with this rank's queries, add the blocks of keys and values
+ * of each owner rank (each once, any order), end writes out and lse. */
+void cp_ring_fwd_begin(cp_ring *r, const void *q);
+int cp_ring_fwd_block(cp_ring *r, int owner, const void *k, const void *v, titan_err *e);
+int cp_ring_fwd_end(cp_ring *r, void *out, float *lse, titan_err *e);
+
+/* Backward: begin with the gradient of out and what the forward saw (q, and
+ * its merged out and lse); each owner's block adds its share of dk and dv
+ * into dk_acc and dv_acc (float32, shaped like the owner's k and v, in
+ * backend memory); end writes dq in the shape's grad type. */
+void cp_ring_bwd_begin(cp_ring *r, const void *dout, const void *q, const void *out,
+		       const float *lse);
+int cp_ring_bwd_block(cp_ring *r, int owner, const void *k, const void *v, float *dk_acc,
+		      float *dv_acc, titan_err *e);
+int cp_ring_bwd_end(cp_ring *r, void *dq, titan_err *e);
+
+/* Element counts of one rank's k (and dk_acc) and v (dv_acc) for the shape. */
+int64_t cp_ring_k_numel(const cp_ring *r);
+int64_t cp_ring_v_numel(const cp_ring *r);
+/* The backend bytes cp_ring_create allocates for the shape. */
+size_t cp_ring_bytes(const cp_layout *l, const be_attn *shape);
+
+/* ---- ring attention over lib/comm ---- */
+
+/* This rank's ring attention over the cp communicator (its size the
+ * layout's cp, its rank this rank's), moving keys and values as `how` says;
+ * buffers follow the shape of each call.  cp_attn_hook fills a
+ * model_attention for model_set_attention: the model's attention then runs
+ * over the ring, a failure reported by the backend's next sync. */
+typedef struct cp_attn cp_attn;
+struct comm;
+struct model_attention;
+cp_attn *cp_attn_create(backend *be, struct comm *cp, const cp_layout *l, cp_rotate how,
+			titan_err *e);
+void cp_attn_free(cp_attn *a);
+void cp_attn_hook(cp_attn *a, struct model_attention *out);
+/* The backend bytes a cp_attn holds for calls of `shape` (the rank's local
+ * call): its key/value and gradient buffers and its cp_ring's. */
+size_t cp_attn_bytes(const cp_layout *l, cp_rotate how, const be_attn *shape);
+
+#endif

@@ -1,0 +1,302 @@
+/* The planner: the run's structures built without storage, and their bytes.
+ * See planner.h for what each figure counts. */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cp/cp.h"
+#include "gpu/gpu.h"
+#include "mesh/mesh.h"
+#include "model/family.h"
+#include "planner/planner.h"
+#include "planner/planner_priv.h"
+#include "pp/pp.h"
+
+int planner_ac_mode(const job_config *c, model_ac_mode *mode, int *every, titan_err *e)
+{
+	const char *m = c->activation_checkpoint.mode, *opt = c->activation_checkpoint.selective_ac_option;
+	*mode = MODEL_AC_NONE;
+	*every = 1;
+	if (strcmp(m, "full") == 0) {
+		*mode = MODEL_AC_FULL;
+	} else if (strcmp(m, "selective") == 0 && strcmp(opt, "op") == 0) {
+		*mode = MODEL_AC_OP;
+	} else if (strcmp(m, "selective") == 0) {
+		*every = atoi(opt);
+		if (*every < 1)
+			return err_set(e, "activation_checkpoint.selective_ac_option \"%s\": expected a "
+				       "positive integer or \"op\"", opt);
+		*mode = MODEL_AC_SELECTIVE;
+	} else if (strcmp(m, "memory_budget") == 0) {
+		return err_set(e, "activation_checkpoint.mode = \"memory_budget\" is not supported yet");
+	}
+	return 0;
+}
+
+uint64_t planner_local_memory(void)
+{
+	gpu_info g;
+	titan_err e;
+	if (gpu_count() > 0 && gpu_device_info(0, &g, &e) == 0)
+		return g.mem_bytes;
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
+int planner_parse_bytes(const char *s, uint64_t *out, titan_err *e)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	char *end;
+	double v = strtod(s, &end);
+	while (isspace((unsigned char)*end))
+		end++;
+	int u = *end == '\0' ? 0 : -1;
+	for (int i = 0; i < 5 && u < 0; i++)
+		if (strcmp(end, units[i]) == 0)
+			u = i;
+	if (end == s || u < 0 || !(v > 0) || v * pow(1024, u) > 1e18)
+		return err_set(e, "'%s': expected a size like 80GiB (B, KiB, MiB, GiB, TiB)", s);
+	*out = (uint64_t)(v * pow(1024, u));
+	return 0;
+}
+
+/* torchtitan's mesh rules as the run applies them (lib/mesh): the degrees
+ * against the world, then against the model. */
+static int resolve(const job_config *c, int world, plan_degrees *out, titan_err *e)
+{
+	const __typeof__(c->parallelism) *p = &c->parallelism;
+	mesh_degrees want = {p->data_parallel_replicate_degree, p->data_parallel_shard_degree,
+			     p->context_parallel_degree, p->tensor_parallel_degree,
+			     p->pipeline_parallel_degree, p->expert_parallel_degree,
+			     p->expert_tensor_parallel_degree}, d;
+	if (mesh_resolve(&want, world, &d, e))
+		return -1;
+	*out = (plan_degrees){.pp = (int)d.pp, .dp_replicate = (int)d.dp_replicate,
+			      .dp_shard = (int)d.dp_shard, .cp = (int)d.cp, .tp = (int)d.tp};
+	return 0;
+}
+
+/* The mesh against the model: tp dividing the heads and the FFN, no more
+ * stages than layers, FSDP ranks and sequence divisible (lib/mesh's
+ * refusals, word for word as the run's). */
+static int check_model(const plan_ctx *x, const llama_args *a, titan_err *e)
+{
+	mesh_degrees d = {.dp_replicate = x->d.dp_replicate, .dp_shard = x->d.dp_shard,
+			  .cp = x->d.cp, .tp = x->d.tp, .pp = x->d.pp, .ep = 1, .etp = 1};
+	mesh_model m = {a->name, a->n_layers, a->n_heads, a->n_kv_heads, a->dim,
+			flavor_ffn_hidden(a), 0, x->c->training.seq_len};
+	return mesh_check_model(&d, &m, e);
+}
+
+static int parse_dtype(const char *key, const char *name, be_dtype *t, titan_err *e)
+{
+	int v = be_dtype_parse(name);
+	if (v < 0)
+		return err_set(e, "%s = \"%s\": expected float32 or bfloat16", key, name);
+	*t = (be_dtype)v;
+	return 0;
+}
+
+/* The config's model, whole (to read each tensor's shape and TP style) and as
+ * one tensor-parallel rank holds it (local heads and FFN rows). */
+static int build_models(plan_ctx *x, titan_err *e)
+{
+	const job_config *c = x->c;
+	const model_family *f = model_family_find(c->model.name);
+	if (f == NULL)
+		return err_set(e, "model.name \"%s\": no such model family", c->model.name);
+	const llama_args *a = model_family_flavor(f, c->model.flavor);
+	if (a == NULL)
+		return err_set(e, "model.flavor \"%s\": not a flavor of model.name \"%s\"",
+			       c->model.flavor, c->model.name);
+	int tp = x->d.tp, ffn = flavor_ffn_hidden(a);
+	if (check_model(x, a, e))
+		return -1;
+	if ((x->be = backend_cpu_create(1, e)) == NULL)
+		return -1;
+	if ((x->whole = model_create_unbound(x->be, a, 0, e)) == NULL)
+		return -1;
+	llama_args l = *a;
+	l.n_heads /= tp;
+	l.n_kv_heads /= tp;
+	l.head_dim = flavor_head_dim(a);
+	l.hidden_dim = ffn / tp;
+	int vocab = (a->vocab_size + tp - 1) / tp;
+	if ((x->local = model_create_unbound(x->be, &l, vocab, e)) == NULL)
+		return -1;
+	model_prec p = {x->param_t, x->param_t, x->compute_t, x->compute_t};
+	if (planner_ac_mode(c, &x->ac, &x->ac_every, e) || model_set_prec(x->local, &p, e) ||
+	    model_set_ac(x->local, x->ac, x->ac_every, e))
+		return -1;
+	snprintf(x->r->model, sizeof x->r->model, "%s %s", c->model.name, a->name);
+	x->r->n_params = (int64_t)model_num_params(x->whole);
+	snprintf(x->r->ac, sizeof x->r->ac, "%s%s%s", c->activation_checkpoint.mode,
+		 strcmp(c->activation_checkpoint.mode, "selective") ? "" : " ",
+		 strcmp(c->activation_checkpoint.mode, "selective")
+			 ? "" : c->activation_checkpoint.selective_ac_option);
+	return 0;
+}
+
+/* Precision as the run applies it: parameters and optimizer states in
+ * training.dtype; under FSDP the units compute in mixed_precision_param and
+ * reduce gradients in mixed_precision_reduce (torchtitan's
+ * MixedPrecisionPolicy), without sharding in training.dtype. */
+static int precision(plan_ctx *x, titan_err *e)
+{
+	const job_config *c = x->c;
+	if (parse_dtype("training.dtype", c->training.dtype, &x->param_t, e) ||
+	    parse_dtype("training.mixed_precision_param", c->training.mixed_precision_param,
+			&x->mp_t, e) ||
+	    parse_dtype("training.mixed_precision_reduce", c->training.mixed_precision_reduce,
+			&x->reduce_t, e))
+		return -1;
+	x->fsdp = x->d.dp_shard * x->d.cp;
+	x->compute_t = x->fsdp > 1 ? x->mp_t : x->param_t;
+	snprintf(x->r->dtypes, sizeof x->r->dtypes, "params %s, compute %s, reduce %s",
+		 be_dtype_name(x->param_t), be_dtype_name(x->compute_t),
+		 be_dtype_name(x->fsdp > 1 ? x->reduce_t : x->param_t));
+	return 0;
+}
+
+/* The pipeline split and schedule, or one stage of every unit. */
+static int pipeline(plan_ctx *x, titan_err *e)
+{
+	const job_config *c = x->c;
+	const __typeof__(c->parallelism) *p = &c->parallelism;
+	int L = model_args(x->whole)->n_layers;
+	x->r->microbatch = x->d.pp > 1 ? p->pipeline_parallel_microbatch_size : c->training.local_batch_size;
+	if (x->d.pp == 1) {
+		int64_t dp = (int64_t)x->d.dp_replicate * x->d.dp_shard, lb = c->training.local_batch_size;
+		int64_t gb = c->training.global_batch_size > 0 ? c->training.global_batch_size : lb * dp;
+		if (gb % (lb * dp))
+			return err_set(e, "training.global_batch_size %lld is not a multiple of "
+				       "local_batch_size %lld x data parallel degree %lld",
+				       (long long)gb, (long long)lb, (long long)dp);
+		x->r->n_mb = gb / (lb * dp);
+		return 0;
+	}
+	pp_kind k;
+	if (pp_kind_parse(p->pipeline_parallel_schedule, &k, e))
+		return err_prefix(e, "parallelism.pipeline_parallel_schedule");
+	const cfg_strlists *fq = &p->module_fqns_per_model_part;
+	const char *const **parts = NULL;
+	int *len = NULL;
+	if (fq->set && fq->n > 0) {
+		parts = malloc((size_t)fq->n * sizeof *parts);
+		len = malloc((size_t)fq->n * sizeof *len);
+		if (parts == NULL || len == NULL) {
+			free(parts);
+			free(len);
+			return err_set(e, "planner: out of memory");
+		}
+		for (int i = 0; i < fq->n; i++) {
+			parts[i] = (const char *const *)fq->v[i].v;
+			len[i] = fq->v[i].n;
+		}
+	}
+	pp_split_args a = {
+		.n_layers = L, .pp = x->d.pp, .kind = k,
+		.layers_per_stage = p->pipeline_parallel_layers_per_stage_set
+					    ? p->pipeline_parallel_layers_per_stage : 0,
+		.first_less = p->pipeline_parallel_first_stage_less_layers,
+		.last_less = p->pipeline_parallel_last_stage_less_layers,
+		.n_parts = fq->set ? fq->n : 0, .part_len = len, .parts = parts,
+		.n_split_points = p->pipeline_parallel_split_points.n,
+		.split_points = (const char *const *)p->pipeline_parallel_split_points.v};
+	int rc = pp_split_make(&a, &x->split, e);
+	free(parts);
+	free(len);
+	if (rc)
+		return -1;
+	int n_mb, few;
+	if (pp_microbatches(c->training.local_batch_size, p->pipeline_parallel_microbatch_size,
+			    x->split.n_stages, &n_mb, &few, e))
+		return -1;
+	x->r->n_mb = n_mb;
+	const char *csv = p->pipeline_parallel_schedule_csv;
+	if (csv != NULL && csv[0] != '\0') {
+		if (pp_schedule_read_csv(csv, x->d.pp, x->split.n_stages, n_mb, &x->sched, e))
+			return -1;
+		for (int s = 0; s < x->split.n_stages; s++)
+			if (x->sched->stage_rank[s] != x->split.stage_rank[s])
+				return err_set(e, "%s: stage %d runs on rank %d, but %s places it on rank "
+					       "%d", csv, s, x->sched->stage_rank[s],
+					       p->pipeline_parallel_schedule, x->split.stage_rank[s]);
+	} else if (pp_schedule_build(k, x->d.pp, x->split.stages_per_rank, n_mb, &x->sched, e)) {
+		return -1;
+	}
+	snprintf(x->r->schedule, sizeof x->r->schedule, "%s", csv && csv[0] ? "csv" : pp_kind_name(k));
+	pp_sim sim;
+	if (pp_simulate(x->sched, &PP_COSTS_UNIT, &sim, NULL, e))
+		return -1;
+	x->r->bubble = sim.bubble;
+	return 0;
+}
+
+void planner_report_free(plan_report *r)
+{
+	free(r->roles);
+	r->roles = NULL;
+	r->n_roles = 0;
+}
+
+static void ctx_free(plan_ctx *x)
+{
+	model_free(x->whole);
+	model_free(x->local);
+	if (x->be)
+		backend_free(x->be);
+	pp_schedule_free(x->sched);
+	pp_split_free(&x->split);
+}
+
+/* Everything but the roles: the degrees, the layout, the models, the
+ * pipeline. */
+static int build(plan_ctx *x, int world_size, titan_err *e)
+{
+	const job_config *c = x->c;
+	if (resolve(c, world_size, &x->d, e) || precision(x, e) || build_models(x, e))
+		return -1;
+	cp_balance bal;
+	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &bal, e) ||
+	    cp_layout_init(&x->cpl, c->training.seq_len, x->d.cp, bal, e))
+		return -1;
+	if (x->d.cp > 1 && cp_rotate_parse(c->parallelism.context_parallel_rotate_method,
+					   &x->rotate, e))
+		return -1;
+	return pipeline(x, e);
+}
+
+int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan_report *r,
+		titan_err *e)
+{
+	memset(r, 0, sizeof *r);
+	plan_ctx x = {.c = c, .r = r};
+	int rc = build(&x, world_size, e);
+	if (rc == 0) {
+		r->d = x.d;
+		r->world_size = world_size;
+		r->local_batch = c->training.local_batch_size;
+		r->seq_len = c->training.seq_len;
+		r->device_bytes = device_bytes;
+		rc = planner_roles(&x, e);
+	}
+	ctx_free(&x);
+	if (rc)
+		planner_report_free(r);
+	return rc ? -1 : 0;
+}
+
+int planner_schedule(const job_config *c, int world_size, pp_schedule **out, titan_err *e)
+{
+	plan_report r;
+	memset(&r, 0, sizeof r);
+	plan_ctx x = {.c = c, .r = &r};
+	int rc = build(&x, world_size, e);
+	*out = rc == 0 ? x.sched : NULL;
+	x.sched = NULL;
+	ctx_free(&x);
+	return rc;
+}

@@ -1,0 +1,121 @@
+/* planner.h: what a job will hold and send on each rank, before it runs
+ * (titan-train --dry-run; torchtitan's memory_estimation.enable).
+ *
+ * The planner builds what the run builds from the config (the mesh degrees,
+ * the pipeline split and schedule, the context-parallel layout, the model
+ * with each rank's local shapes and the same precision and activation
+ * checkpointing) and asks the same code for its figures: the model's
+ * model_mb_bytes and model_scratch_bytes for activations, the schedule's
+ * action lists for how many micro-batches each stage keeps alive at once and
+ * which messages cross ranks, pp_simulate for the bubble.  Nothing is
+ * allocated but the model's table of tensors, so a 405B model over 512 ranks
+ * plans on a laptop.
+ *
+ * A ROLE is what one pipeline rank does (its stages); every rank of a role
+ * holds the same bytes (the dp, cp and tp ranks are symmetric; FSDP's padded
+ * last shard is counted on every rank).  Per role the planner gives:
+ *   params     the rank's parameters in training.dtype: each tensor split by
+ *              tensor parallelism along its tp_dim, then FSDP's dim-0 shard
+ *              over dp_shard x cp, rows padded up as FSDP2 pads them
+ *   grads      the same shapes, in training.dtype
+ *   optimizer  AdamW's exp_avg and exp_avg_sq, the same shapes
+ *   gathered   FSDP's unsharded copies in mixed_precision_param: the unit
+ *              computing and the one prefetched, or every unit of the rank
+ *              when nothing is resharded after forward (pipeline parallel, as
+ *              torchtitan); and one unit's unsharded gradients in
+ *              mixed_precision_reduce before its reduce-scatter
+ *   activations the micro-batch contexts alive at the schedule's worst
+ *              moment, each model_mb_bytes of its stage at (microbatch size,
+ *              seq_len / cp) tokens, with the model's scratch
+ *   comm       buffers of communication outside those: what the pipeline
+ *              engine's messages add to the activations' peak, context
+ *              parallel's gathered or passed keys and values and their float32
+ *              gradients
+ *   peak       the sum: all of the above can be alive at once (the first
+ *              backward of the last micro-batch)
+ * and the bytes it sends per step on each mesh dimension, in lib/comm's
+ * counting (an all-gather sends (n-1) x its shard, a reduce-scatter (n-1) x
+ * its result, a send its payload). */
+#ifndef TITAN_PLANNER_H
+#define TITAN_PLANNER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "core/err.h"
+#include "model/model.h"
+#include "pp/pp.h"
+
+/* The resolved degrees of torchtitan's mesh. */
+typedef struct plan_degrees {
+	int pp, dp_replicate, dp_shard, cp, tp;
+} plan_degrees;
+
+enum plan_term {
+	PLAN_PARAMS,
+	PLAN_GRADS,
+	PLAN_OPTIMIZER,
+	PLAN_GATHERED,
+	PLAN_ACTIVATIONS,
+	PLAN_COMM_BUFFERS,
+	PLAN_TERM_COUNT
+};
+
+enum plan_dim { PLAN_DIM_PP, PLAN_DIM_DP_REPLICATE, PLAN_DIM_FSDP, PLAN_DIM_CP, PLAN_DIM_TP,
+		PLAN_DIM_COUNT };
+
+typedef struct plan_role {
+	int pp_rank;
+	int n_ranks;         /* ranks that play it */
+	int n_stages;
+	int stage[8];        /* its stages (the first 8) */
+	int unit0[8], unit1[8];
+	int live_mb;         /* the most micro-batch contexts alive at once */
+	uint64_t bytes[PLAN_TERM_COUNT];
+	uint64_t peak;
+	uint64_t sent[PLAN_DIM_COUNT]; /* bytes sent per step on each dimension */
+} plan_role;
+
+typedef struct plan_report {
+	char model[64];         /* "llama3 8B" */
+	int64_t n_params;
+	plan_degrees d;
+	int world_size;
+	int64_t local_batch, seq_len, microbatch, n_mb;
+	char schedule[32];      /* "" without pipeline parallelism */
+	double bubble;          /* unit-cost idle fraction of the schedule */
+	char ac[32];            /* "selective op", "full", ... */
+	char dtypes[64];        /* "params float32, compute bfloat16, reduce float32" */
+	uint64_t device_bytes;
+	int fits;               /* every role's peak within device_bytes */
+	int n_roles;
+	plan_role *roles;       /* owned */
+} plan_report;
+
+/* Plan c on world_size ranks against device_bytes of memory per rank. */
+int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan_report *r,
+		titan_err *e);
+void planner_report_free(plan_report *r);
+
+/* The pipeline schedule the run would execute (NULL when
+ * pipeline_parallel_degree is 1), for --print-schedule. */
+int planner_schedule(const job_config *c, int world_size, pp_schedule **out, titan_err *e);
+
+/* The report for people, and as JSON (one object; keys in planner.c). */
+int planner_print(const plan_report *r, FILE *f);
+int planner_print_json(const plan_report *r, FILE *f, titan_err *e);
+
+/* The model settings the config asks for, shared with the trainer so that a
+ * plan and a run agree: activation checkpointing (mode and selective
+ * option). */
+int planner_ac_mode(const job_config *c, model_ac_mode *mode, int *every, titan_err *e);
+
+/* Memory per rank when none is given: the first GPU's, else this machine's. */
+uint64_t planner_local_memory(void);
+
+/* Sizes with a binary unit suffix ("80GiB", "512MiB", "1.5TiB", bytes without
+ * one); -1 with a message otherwise. */
+int planner_parse_bytes(const char *s, uint64_t *out, titan_err *e);
+
+#endif

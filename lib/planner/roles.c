@@ -1,0 +1,323 @@
+/* Each pipeline rank's bytes: state by tensor shards, activations by walking
+ * its action list, traffic by counting what its actions and collectives send.
+ * See planner.h for the terms. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner_priv.h"
+
+/* A tensor's elements on one rank: split by TP along its tp_dim, then FSDP's
+ * dim-0 shard, the rows padded up to a multiple of the FSDP degree (FSDP2's
+ * padding, held by every rank). */
+static uint64_t tp_numel(const plan_ctx *x, const model_tensor *t)
+{
+	uint64_t n = t->numel;
+	if (x->d.tp > 1 && t->tp_dim >= 0)
+		n = n / (uint64_t)t->shape[t->tp_dim] *
+		    (uint64_t)((t->shape[t->tp_dim] + x->d.tp - 1) / x->d.tp);
+	return n;
+}
+
+static uint64_t shard_numel(const plan_ctx *x, const model_tensor *t)
+{
+	uint64_t n = tp_numel(x, t);
+	int64_t rows = t->shape[0];
+	if (x->d.tp > 1 && t->tp_dim == 0)
+		rows = (rows + x->d.tp - 1) / x->d.tp;
+	if (x->fsdp <= 1 || rows <= 0)
+		return n;
+	return n / (uint64_t)rows * (uint64_t)((rows + x->fsdp - 1) / x->fsdp);
+}
+
+/* Elements of unit u on one rank: TP-local (whole = 1) or its FSDP shard. */
+static uint64_t unit_numel(const plan_ctx *x, int u, int whole)
+{
+	const model_unit *mu = model_unit_at(x->whole, u);
+	uint64_t n = 0;
+	for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
+		const model_tensor *t = model_tensor_at(x->whole, i);
+		n += whole ? tp_numel(x, t) : shard_numel(x, t);
+	}
+	return n;
+}
+
+/* Whether AC recomputes block unit u's forward in its backward (as the
+ * model's model_layer_keep decides: full, or every Nth layer). */
+static int recomputed(const plan_ctx *x, int u)
+{
+	return x->ac == MODEL_AC_FULL || (x->ac == MODEL_AC_SELECTIVE && u % x->ac_every == 0);
+}
+
+static int reshard_after_forward(const plan_ctx *x)
+{
+	const char *p = x->c->parallelism.fsdp_reshard_after_forward;
+	return strcmp(p, "always") == 0 || (strcmp(p, "default") == 0 && x->d.pp == 1);
+}
+
+/* A rank's stages: (first unit, last unit) of each. */
+typedef struct stages {
+	int n, id[64], u0[64], u1[64];
+} stages;
+
+static void role_stages(const plan_ctx *x, int r, stages *s)
+{
+	if (x->d.pp == 1) {
+		*s = (stages){.n = 1, .id = {0}, .u0 = {0}, .u1 = {model_head_unit(x->whole)}};
+		return;
+	}
+	int ids[64];
+	s->n = pp_split_rank_stages(&x->split, r, ids);
+	for (int k = 0; k < s->n && k < 64; k++) {
+		s->id[k] = ids[k];
+		s->u0[k] = x->split.u0[ids[k]];
+		s->u1[k] = x->split.u1[ids[k]];
+	}
+}
+
+/* Parameters, gradients, optimizer states and FSDP's unsharded copies. */
+static void state_bytes(const plan_ctx *x, const stages *s, plan_role *ro)
+{
+	uint64_t shard = 0, biggest = 0, all = 0, head = 0;
+	int H = model_head_unit(x->whole);
+	for (int k = 0; k < s->n; k++)
+		for (int u = s->u0[k]; u <= s->u1[k]; u++) {
+			uint64_t w = unit_numel(x, u, 1);
+			shard += unit_numel(x, u, 0);
+			all += w;
+			if (u == H)
+				head = w;
+			else if (w > biggest)
+				biggest = w;
+		}
+	size_t p = be_dtype_size(x->param_t);
+	ro->bytes[PLAN_PARAMS] = shard * p;
+	ro->bytes[PLAN_GRADS] = shard * p;
+	ro->bytes[PLAN_OPTIMIZER] = 2 * shard * p;
+	if (x->fsdp > 1) {
+		/* torchtitan keeps norm + output gathered after forward in any case.
+		 * A unit's unsharded gradient lives until its reduce-scatter: right
+		 * after its backward, or under pipeline parallelism (torch's stage
+		 * turns gradient sync off until the last micro-batch) through the
+		 * whole step, for every unit of the rank. */
+		uint64_t gathered = reshard_after_forward(x) ? head + 2 * biggest : all;
+		uint64_t grads = x->d.pp > 1 ? all : head > biggest ? head : biggest;
+		ro->bytes[PLAN_GATHERED] = gathered * be_dtype_size(x->mp_t) +
+					   grads * be_dtype_size(x->reduce_t);
+	}
+}
+
+/* The bytes of one pipeline message: a micro-batch's hidden state, its
+ * tokens split by sequence parallelism. */
+static uint64_t message_bytes(const plan_ctx *x)
+{
+	uint64_t tokens = (uint64_t)x->r->microbatch * (uint64_t)cp_local_len(&x->cpl);
+	return tokens / (uint64_t)x->d.tp * (uint64_t)model_args(x->local)->dim *
+	       be_dtype_size(x->compute_t);
+}
+
+/* Activations: the bytes of the micro-batch contexts alive at the worst
+ * moment of the rank's action list (a context lives from its F to its B, or
+ * to its W when the backward is split, when the weight-gradient jobs its I
+ * left live too), and the model's scratch.  The pipeline's messages (as the
+ * engine holds them: pp_engine_message_events) are followed in the same walk,
+ * and what they add to that peak is the role's pipeline buffer term. */
+static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro,
+			    uint64_t *msg_extra, titan_err *e)
+{
+	int b = (int)x->r->microbatch, t = (int)cp_local_len(&x->cpl), tk = t;
+	uint64_t scratch = model_scratch_bytes(x->local, b, t);
+	/* Under TP's sequence parallelism the residual stream between blocks
+	 * holds t / tp tokens.  With full AC that is all a block keeps, so the
+	 * model's figure at t / tp is exact; with op or selective AC the figure
+	 * at t over-counts the sequence-sharded pieces (the residual, the norm
+	 * statistics) until the TP plan gives the model its sequence-parallel
+	 * layout. */
+	if (x->d.tp > 1 && x->ac == MODEL_AC_FULL)
+		tk = t / x->d.tp;
+	*msg_extra = 0;
+	if (x->d.pp == 1) {
+		ro->live_mb = 1;
+		ro->bytes[PLAN_ACTIVATIONS] = model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk) + scratch;
+		return 0;
+	}
+	const pp_schedule *sc = x->sched;
+	int n_act = sc->first[r + 1] - sc->first[r];
+	int *ev = malloc(3 * (size_t)(n_act ? n_act : 1) * sizeof(int));
+	if (ev == NULL || pp_engine_message_events(sc, r, ev, ev + n_act, ev + 2 * n_act)) {
+		free(ev);
+		return err_set(e, "planner: out of memory");
+	}
+	uint64_t msg = message_bytes(x), live = 0, peak = 0, both = 0, held = 0;
+	int n = 0, most = 0;
+	for (int k = 0; k < n_act; k++) {
+		const pp_action *a = &sc->act[sc->first[r] + k];
+		int u0 = x->split.u0[a->stage], u1 = x->split.u1[a->stage];
+		uint64_t mb = model_mb_bytes(x->local, u0, u1, b, tk);
+		uint64_t jobs = model_wgrad_bytes(x->local, u0, u1, b, t);
+		held += (uint64_t)ev[k] * msg;
+		if (a->op == PP_F) {
+			live += mb;
+			n++;
+		}
+		both = live + held > both ? live + held : both;
+		held = held - (uint64_t)ev[n_act + k] * msg + (uint64_t)ev[2 * n_act + k] * msg;
+		if (a->op == PP_I)
+			live += jobs;
+		both = live + held > both ? live + held : both;
+		peak = live > peak ? live : peak;
+		most = n > most ? n : most;
+		if (a->op == PP_B || a->op == PP_W) {
+			live -= mb + (a->op == PP_W ? jobs : 0);
+			n--;
+		}
+	}
+	free(ev);
+	ro->live_mb = most;
+	ro->bytes[PLAN_ACTIVATIONS] = peak + scratch;
+	*msg_extra = both - peak;
+	return 0;
+}
+
+/* Bytes of one rank's keys plus values (elem bytes each) for b x t tokens. */
+static uint64_t kv_bytes(const plan_ctx *x, int b, size_t elem)
+{
+	const llama_args *a = model_args(x->local);
+	int hd = flavor_head_dim(a);
+	return (uint64_t)b * (uint64_t)cp_local_len(&x->cpl) * (uint64_t)a->n_kv_heads * 2 *
+	       (uint64_t)hd * elem;
+}
+
+/* Communication buffers beyond the activations: what the pipeline's messages
+ * add to the activations' peak (activation_bytes), and ring attention's
+ * (cp_attn_bytes: the keys and values from the other ranks, their float32
+ * gradients, the float32 accumulators of out and dq). */
+static void buffer_bytes(const plan_ctx *x, uint64_t msg_extra, plan_role *ro)
+{
+	int b = (int)x->r->microbatch;
+	const llama_args *a = model_args(x->local);
+	uint64_t buf = msg_extra;
+	if (x->d.cp > 1) {
+		/* the model's attention call on this rank, as model_attn makes it */
+		int hd = flavor_head_dim(a);
+		be_dtype t = x->compute_t;
+		be_attn s = {.b = b, .tq = cp_local_len(&x->cpl), .tk = cp_local_len(&x->cpl),
+			     .h = a->n_heads, .hkv = a->n_kv_heads, .hd = hd, .hdv = hd, .causal = 1,
+			     .qkv = t, .out = t, .dout = t, .grad = t};
+		buf += cp_attn_bytes(&x->cpl, x->rotate, &s);
+	}
+	ro->bytes[PLAN_COMM_BUFFERS] = buf;
+}
+
+/* Bytes sent per step.  Passes of a unit's forward and backward: n_mb micro-
+ * batches (pipeline) or the gradient-accumulation steps. */
+static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
+{
+	const llama_args *a = model_args(x->local);
+	int H = model_head_unit(x->whole);
+	uint64_t passes = (uint64_t)x->r->n_mb, b = (uint64_t)x->r->microbatch;
+	uint64_t tokens = b * (uint64_t)cp_local_len(&x->cpl);
+	size_t act = be_dtype_size(x->compute_t);
+	/* FSDP: an all-gather of each unit's shard before forward (and again
+	 * before backward when resharded), a reduce-scatter of its gradient; once
+	 * a step under pipeline parallelism (no reshard; torch reduces at the
+	 * stage's last backward), each micro-batch otherwise (FSDP2 reduces every
+	 * backward).  HSDP then all-reduces the reduced shard over the replicas. */
+	if (x->fsdp > 1 || x->d.dp_replicate > 1) {
+		uint64_t n = (uint64_t)x->fsdp, R = (uint64_t)x->d.dp_replicate;
+		int again = reshard_after_forward(x);
+		uint64_t gathers = x->d.pp > 1 ? (again ? 2 * passes : 1) : passes * (again ? 2 : 1);
+		uint64_t reduces = x->d.pp > 1 ? 1 : passes;
+		for (int k = 0; k < s->n; k++)
+			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
+				uint64_t sh = unit_numel(x, u, 0);
+				if (n > 1) {
+					ro->sent[PLAN_DIM_FSDP] += gathers * (n - 1) * sh * be_dtype_size(x->mp_t);
+					ro->sent[PLAN_DIM_FSDP] +=
+						reduces * (n - 1) * sh * be_dtype_size(x->reduce_t);
+				}
+				if (R > 1)
+					ro->sent[PLAN_DIM_DP_REPLICATE] +=
+						reduces * 2 * (R - 1) * sh * be_dtype_size(x->reduce_t) / R;
+			}
+	}
+	/* TP with sequence parallelism: per block and pass, the forward gathers
+	 * the sequence before attention and the FFN and reduce-scatters after wo
+	 * and w2, the backward the reverse (4 + 4 shards of b t/tp dim); a layer
+	 * recomputed under AC repeats its forward's; the embedding reduce-scatters
+	 * (backward: gathers), the head gathers (backward: reduce-scatters). */
+	if (x->d.tp > 1) {
+		uint64_t tp = (uint64_t)x->d.tp, shard = tokens / tp * (uint64_t)a->dim * act;
+		uint64_t per = 0;
+		for (int k = 0; k < s->n; k++)
+			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
+				if (u == 0 || u == H) {
+					per += 2 * (tp - 1) * shard;
+					continue;
+				}
+				per += (8 + (recomputed(x, u) ? 4 : 0)) * (tp - 1) * shard;
+			}
+		ro->sent[PLAN_DIM_TP] = per * passes;
+	}
+	/* CP: per block and pass, the keys and values of the others (all-gather:
+	 * (cp-1) x own; ring: cp-1 sends), again for the backward with the
+	 * float32 gradients back to their owners (reduce-scatter (cp-1) x own;
+	 * ring: cp sends), the forward again where AC recomputes it. */
+	if (x->d.cp > 1) {
+		uint64_t cp = (uint64_t)x->d.cp, kv = kv_bytes(x, (int)b, act), kv32 = kv_bytes(x, (int)b, 4);
+		uint64_t per = 0;
+		for (int k = 0; k < s->n; k++)
+			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
+				if (u == 0 || u == H)
+					continue;
+				int full = recomputed(x, u);
+				uint64_t back = x->rotate == CP_ROTATE_ALLGATHER ? (cp - 1) * kv32 : cp * kv32;
+				per += (2 + full) * (cp - 1) * kv + back;
+			}
+		ro->sent[PLAN_DIM_CP] = per * passes;
+	}
+	/* PP: each F sends its output to the next stage's rank, each B or I its
+	 * input gradient to the previous stage's, when that is another rank. */
+	if (x->d.pp > 1) {
+		const pp_schedule *sc = x->sched;
+		uint64_t msg = message_bytes(x);
+		for (int i = sc->first[r]; i < sc->first[r + 1]; i++) {
+			const pp_action *ac = &sc->act[i];
+			int to = ac->op == PP_F ? ac->stage + 1 : ac->op == PP_W ? -1 : ac->stage - 1;
+			if (to >= 0 && to < sc->n_stages && sc->stage_rank[to] != r)
+				ro->sent[PLAN_DIM_PP] += msg;
+		}
+	}
+}
+
+int planner_roles(plan_ctx *x, titan_err *e)
+{
+	plan_report *rep = x->r;
+	rep->n_roles = x->d.pp;
+	if ((rep->roles = calloc((size_t)rep->n_roles, sizeof *rep->roles)) == NULL)
+		return err_set(e, "planner: out of memory");
+	rep->fits = 1;
+	for (int r = 0; r < rep->n_roles; r++) {
+		plan_role *ro = &rep->roles[r];
+		stages s;
+		role_stages(x, r, &s);
+		ro->pp_rank = r;
+		ro->n_ranks = rep->world_size / x->d.pp;
+		ro->n_stages = s.n;
+		for (int k = 0; k < s.n && k < 8; k++) {
+			ro->stage[k] = s.id[k];
+			ro->unit0[k] = s.u0[k];
+			ro->unit1[k] = s.u1[k];
+		}
+		uint64_t msg_extra;
+		state_bytes(x, &s, ro);
+		if (activation_bytes(x, r, &s, ro, &msg_extra, e))
+			return -1;
+		buffer_bytes(x, msg_extra, ro);
+		traffic(x, r, &s, ro);
+		for (int i = 0; i < PLAN_TERM_COUNT; i++)
+			ro->peak += ro->bytes[i];
+		if (ro->peak > rep->device_bytes)
+			rep->fits = 0;
+	}
+	return 0;
+}

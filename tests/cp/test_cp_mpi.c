@@ -1,0 +1,275 @@
+/* Ring attention across processes (tests/cp/mpi.sh runs it on 2, 3 and 4
+ * ranks; alone, a cp group of one): every rank holds its share of one
+ * sequence as torchtitan's load balancer cuts it, runs attention over the
+ * group with each rotate method, and its out, lse, dq, dk and dv must equal
+ * its share of whole-sequence attention computed on the rank; then the model
+ * with the ring and the rank's positions trains to the whole model's loss and
+ * (summed over the ranks) gradients. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "cp/cp.h"
+#include "config/config.h"
+#include "model/family.h"
+#include "model/model.h"
+#include "planner/planner.h"
+
+static comm *world;
+
+enum { B = 2, T = 48, H = 4, HKV = 2, HD = 8 };
+
+static void randn(float *x, size_t n, uint64_t *seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		*seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+		x[i] = (float)((double)(*seed >> 11) / 9007199254740992.0 * 2 - 1);
+	}
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+	double m = 0;
+	for (size_t i = 0; i < n; i++)
+		m = fmax(m, fabs((double)a[i] - b[i]));
+	return m;
+}
+
+static void op_level(backend *be, cp_balance bal, cp_rotate how)
+{
+	titan_err e = {0};
+	int cp = comm_size(world), r = comm_rank(world);
+	cp_layout l;
+	if (cp_layout_init(&l, T, cp, bal, &e))
+		fail_msg("%s", e.msg);
+	size_t nq = B * T * H * HD, nk = B * T * HKV * HD;
+	float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+	float *out = malloc(nq * 4), *lse = malloc(B * H * T * 4);
+	float *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nk * 4);
+	uint64_t seed = 4242;
+	randn(q, nq, &seed), randn(k, nk, &seed), randn(v, nk, &seed), randn(dout, nq, &seed);
+	be_attn whole = {.b = B, .tq = T, .tk = T, .h = H, .hkv = HKV, .hd = HD, .hdv = HD, .causal = 1};
+	be->ops->attention_fwd(be, out, lse, q, k, v, &whole);
+	be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &whole);
+	int64_t n = cp_local_len(&l);
+	size_t lq = B * n * H * HD, lk = B * n * HKV * HD;
+	float *mq = malloc(lq * 4), *mk = malloc(lk * 4), *mv = malloc(lk * 4), *mdo = malloc(lq * 4);
+	float *mo = malloc(lq * 4), *ml = malloc(B * H * n * 4), *mdq = malloc(lq * 4);
+	float *mdk = malloc(lk * 4), *mdv = malloc(lk * 4), *want = malloc(lq * 4);
+	cp_shard(&l, r, q, mq, B, H * HD * 4);
+	cp_shard(&l, r, k, mk, B, HKV * HD * 4);
+	cp_shard(&l, r, v, mv, B, HKV * HD * 4);
+	cp_shard(&l, r, dout, mdo, B, H * HD * 4);
+	cp_attn *a = cp_attn_create(be, world, &l, how, &e);
+	model_attention hk;
+	cp_attn_hook(a, &hk);
+	be_attn mine = whole;
+	mine.tq = mine.tk = n;
+	hk.fwd(hk.ctx, mo, ml, mq, mk, mv, &mine);
+	hk.bwd(hk.ctx, mdq, mdk, mdv, mdo, mq, mk, mv, mo, ml, &mine);
+	if (be->ops->sync(be, &e))
+		fail_msg("rank %d: %s", r, e.msg);
+	double fw, bw;
+	cp_shard(&l, r, out, want, B, H * HD * 4);
+	fw = max_diff(mo, want, lq);
+	cp_shard(&l, r, dq, want, B, H * HD * 4);
+	bw = max_diff(mdq, want, lq);
+	cp_shard(&l, r, dk, want, B, HKV * HD * 4);
+	bw = fmax(bw, max_diff(mdk, want, lk));
+	cp_shard(&l, r, dv, want, B, HKV * HD * 4);
+	bw = fmax(bw, max_diff(mdv, want, lk));
+	if (r == 0)
+		print_message("cp %d %-8s %-9s: out within %.1e, dq dk dv within %.1e\n", cp,
+			      bal ? "headtail" : "none", how ? "alltoall" : "allgather", fw, bw);
+	assert_true(fw < 2e-6 && bw < 1e-5);
+	cp_attn_free(a);
+	free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+	free(mq), free(mk), free(mv), free(mdo), free(mo), free(ml), free(mdq), free(mdk), free(mdv);
+	free(want);
+}
+
+static void ring_attention_across_ranks_equals_whole_attention(void **state)
+{
+	(void)state;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	for (int bal = 0; bal < 2; bal++)
+		for (int how = 0; how < 2; how++)
+			op_level(be, (cp_balance)bal, (cp_rotate)how);
+	backend_free(be);
+}
+
+static const llama_args small = {
+	.name = "small", .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+	.vocab_size = 300, .multiple_of = 32, .norm_eps = 1e-5, .rope_theta = 500000,
+	.rope_scale_factor = 8, .max_seq_len = 4096,
+};
+
+/* The model with the ring and this rank's positions, on its share of the
+ * tokens: its loss and gradients, summed over the ranks, are the whole
+ * model's. */
+static void model_level(backend *be, cp_balance bal, cp_rotate how)
+{
+	titan_err e = {0};
+	int cp = comm_size(world), r = comm_rank(world);
+	cp_layout l;
+	if (cp_layout_init(&l, T, cp, bal, &e))
+		fail_msg("%s", e.msg);
+	int32_t ids[B * T], labels[B * T];
+	uint64_t seed = 77;
+	for (int i = 0; i < B * T; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		ids[i] = (int32_t)((seed >> 33) % 300);
+		labels[i] = (seed >> 21) % 7 == 0 ? MODEL_IGNORE_INDEX : (int32_t)((seed >> 41) % 300);
+	}
+	model *whole = model_create(be, &small, 0, &e), *mine = model_create(be, &small, 0, &e);
+	assert_int_equal(model_init(whole, 8, 1, &e), 0);
+	assert_int_equal(model_init(mine, 8, 1, &e), 0);
+	double want, got, n[2];
+	int64_t nv;
+	model_zero_grad(whole);
+	assert_int_equal(model_forward_backward(whole, ids, labels, B, T, 0.01f, &want, &nv, &e), 0);
+	int64_t len = cp_local_len(&l), pos[T];
+	int32_t mids[B * T], mlabels[B * T];
+	cp_shard(&l, r, ids, mids, B, 4);
+	cp_shard(&l, r, labels, mlabels, B, 4);
+	cp_positions(&l, r, pos);
+	cp_attn *a = cp_attn_create(be, world, &l, how, &e);
+	model_attention hk;
+	cp_attn_hook(a, &hk);
+	assert_int_equal(model_set_positions(mine, pos, (int)len, &e), 0);
+	model_set_attention(mine, &hk);
+	model_zero_grad(mine);
+	if (model_forward_backward(mine, mids, mlabels, B, (int)len, 0.01f, &got, &nv, &e))
+		fail_msg("rank %d: %s", r, e.msg);
+	n[0] = got;
+	n[1] = (double)nv;
+	size_t np = model_num_params(whole);
+	assert_int_equal(comm_all_reduce(world, n, n, 2, COMM_F64, COMM_SUM, &e), 0);
+	assert_int_equal(comm_all_reduce(world, model_grads(mine), model_grads(mine), np, COMM_F32,
+					 COMM_SUM, &e), 0);
+	double d = 0, m = 0;
+	for (size_t i = 0; i < np; i++) {
+		d = fmax(d, fabs((double)model_grads(mine)[i] - model_grads(whole)[i]));
+		m = fmax(m, fabs((double)model_grads(whole)[i]));
+	}
+	if (r == 0)
+		print_message("model, cp %d %-8s %-9s: loss %.9f (whole %.9f), gradients within %.1e\n",
+			      cp, bal ? "headtail" : "none", how ? "alltoall" : "allgather", n[0], want,
+			      d / m);
+	assert_true(fabs(n[0] - want) < 1e-6 * fabs(want));
+	assert_true(d / m < 1e-5);
+	cp_attn_free(a);
+	model_free(mine);
+	model_free(whole);
+}
+
+static void model_with_ring_attention_trains_as_the_whole_model(void **state)
+{
+	(void)state;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	for (int bal = 0; bal < 2; bal++)
+		for (int how = 0; how < 2; how++)
+			model_level(be, (cp_balance)bal, (cp_rotate)how);
+	backend_free(be);
+}
+
+/* The planner's activations and ring buffers under cp against the CPU
+ * backend's measured peak: debugmodel trained one step on this rank's share
+ * with the ring, less its own float32 parameters and gradients (FSDP over
+ * dp_shard x cp, which the plan also counts, is the FSDP plan's). */
+static void plan_equals_measured_activations_and_buffers(void **state)
+{
+	(void)state;
+	int cp = comm_size(world), r = comm_rank(world);
+	for (int how = 0; how < 2; how++) {
+		titan_err e = {0};
+		char toml[512];
+		snprintf(toml, sizeof toml,
+			 "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+			 "[training]\nlocal_batch_size = %d\nseq_len = %d\n"
+			 "mixed_precision_param = \"float32\"\n"
+			 "[parallelism]\ncontext_parallel_degree = %d\ndata_parallel_shard_degree = 1\n"
+			 "context_parallel_rotate_method = \"%s\"\n", B, T, cp,
+			 how ? "alltoall" : "allgather");
+		job_config c;
+		assert_int_equal(config_defaults(&c, &e), 0);
+		if (config_load_string(&c, "t.toml", toml, &e))
+			fail_msg("%s", e.msg);
+		plan_report rep;
+		if (planner_run(&c, cp, (uint64_t)1 << 40, &rep, &e))
+			fail_msg("%s", e.msg);
+		uint64_t want = rep.roles[0].bytes[PLAN_ACTIVATIONS] + rep.roles[0].bytes[PLAN_COMM_BUFFERS];
+		backend *be = backend_cpu_create(1, &e);
+		const llama_args *a = model_family_flavor(model_family_find("llama3"), "debugmodel");
+		model *m = model_create(be, a, 0, &e);
+		model_ac_mode ac;
+		int every;
+		assert_int_equal(planner_ac_mode(&c, &ac, &every, &e), 0);
+		assert_int_equal(model_set_ac(m, ac, every, &e), 0);
+		assert_int_equal(model_init(m, 3, 1, &e), 0);
+		uint64_t own = backend_peak_bytes(be);
+		cp_layout l;
+		cp_balance bal;
+		assert_int_equal(cp_balance_parse(c.parallelism.context_parallel_load_balancer, &bal,
+						  &e), 0);
+		assert_int_equal(cp_layout_init(&l, T, cp, bal, &e), 0);
+		int64_t n = cp_local_len(&l), pos[T];
+		int32_t ids[B * T], labels[B * T], mids[B * T], mlabels[B * T];
+		for (int i = 0; i < B * T; i++)
+			ids[i] = labels[i] = (i * 37) % 2048;
+		cp_shard(&l, r, ids, mids, B, 4);
+		cp_shard(&l, r, labels, mlabels, B, 4);
+		cp_positions(&l, r, pos);
+		/* a run with one cp rank has no ring */
+		cp_attn *at = cp > 1 ? cp_attn_create(be, world, &l, (cp_rotate)how, &e) : NULL;
+		model_attention hk;
+		if (at != NULL) {
+			cp_attn_hook(at, &hk);
+			assert_int_equal(model_set_positions(m, pos, (int)n, &e), 0);
+			model_set_attention(m, &hk);
+		}
+		double loss;
+		int64_t nv;
+		if (model_forward_backward(m, mids, mlabels, B, (int)n, 1e-3f, &loss, &nv, &e))
+			fail_msg("%s", e.msg);
+		uint64_t got = backend_peak_bytes(be) - own;
+		if (r == 0)
+			print_message("plan, cp %d %-9s: activations and ring buffers planned %llu, "
+				      "measured %llu\n", cp, how ? "alltoall" : "allgather",
+				      (unsigned long long)want, (unsigned long long)got);
+		assert_int_equal(got, want);
+		cp_attn_free(at);
+		model_free(m);
+		backend_free(be);
+		planner_report_free(&rep);
+		config_free(&c);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	titan_err e = {0};
+	if (comm_init(&argc, &argv, 60, &world, &e)) {
+		fprintf(stderr, "%s\n", e.msg);
+		return 1;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(ring_attention_across_ranks_equals_whole_attention),
+		cmocka_unit_test(model_with_ring_attention_trains_as_the_whole_model),
+		cmocka_unit_test(plan_equals_measured_activations_and_buffers),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	comm_finalize(world);
+	return rc;
+}

@@ -1,0 +1,333 @@
+/* The planner's figures against what the CPU backend measures: a
+ * single-process step (forward, backward, AdamW) in every AC mode, and every
+ * pipeline rank of every schedule run by the engine in one process (each rank
+ * a backend of its own, its stages' storage, AdamW, the engine's messages);
+ * the peak each backend saw must equal the plan's.  Then the plan's arithmetic on known cases: FSDP's
+ * padded shards, the pipeline's traffic, torchtitan's refusals. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/family.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "planner/planner.h"
+#include "pp/pp.h"
+#include "../support/pp_loop.h"
+
+static void load(job_config *c, const char *toml)
+{
+	titan_err e = {0};
+	assert_int_equal(config_defaults(c, &e), 0);
+	if (config_load_string(c, "test.toml", toml, &e) != 0)
+		fail_msg("%s", e.msg);
+}
+
+static const char *base =
+	"[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+	"[training]\nlocal_batch_size = 4\nseq_len = 32\n";
+
+static void tokens(int32_t *ids, int32_t *labels, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		ids[i] = (int32_t)((seed >> 33) % 2048);
+		labels[i] = (int32_t)((seed >> 40) % 2048);
+	}
+}
+
+static const llama_args *debugmodel(void)
+{
+	return model_family_flavor(model_family_find("llama3"), "debugmodel");
+}
+
+/* One training step in one process, as the trainer runs it. */
+static uint64_t measured_single(const job_config *c)
+{
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	model *m = model_create(be, debugmodel(), 0, &e);
+	model_ac_mode ac;
+	int every;
+	assert_int_equal(planner_ac_mode(c, &ac, &every, &e), 0);
+	assert_int_equal(model_set_ac(m, ac, every, &e), 0);
+	assert_int_equal(model_init(m, 3, 1, &e), 0);
+	adamw_config oc;
+	adamw_config_default(&oc);
+	adamw *o = adamw_create(be, model_num_params(m), &oc, &e);
+	int b = (int)c->training.local_batch_size, t = (int)c->training.seq_len;
+	int32_t *ids = malloc((size_t)(b * t) * 4), *labels = malloc((size_t)(b * t) * 4);
+	tokens(ids, labels, (size_t)(b * t), 7);
+	double loss;
+	int64_t nv;
+	assert_int_equal(model_forward_backward(m, ids, labels, b, t, 1.0f / (float)(b * t), &loss,
+						&nv, &e), 0);
+	adamw_step(o, model_params(m), model_grads(m), 1e-3);
+	assert_int_equal(be->ops->sync(be, &e), 0);
+	uint64_t peak = backend_peak_bytes(be);
+	free(ids);
+	free(labels);
+	adamw_free(o);
+	model_free(m);
+	backend_free(be);
+	return peak;
+}
+
+static void single_process_plan_equals_measured_peak(void **state)
+{
+	(void)state;
+	static const char *const modes[] = {
+		"mode = \"none\"\n", "mode = \"full\"\n",
+		"mode = \"selective\"\nselective_ac_option = \"2\"\n",
+		"mode = \"selective\"\nselective_ac_option = \"op\"\n"};
+	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+		char toml[512];
+		snprintf(toml, sizeof toml, "%s[activation_checkpoint]\n%s", base, modes[i]);
+		job_config c;
+		load(&c, toml);
+		plan_report r;
+		titan_err e = {0};
+		if (planner_run(&c, 1, (uint64_t)1 << 40, &r, &e))
+			fail_msg("%s", e.msg);
+		uint64_t got = measured_single(&c);
+		print_message("AC %-12s planned %10llu bytes, measured %10llu (%+.3f%%)\n", r.ac,
+			      (unsigned long long)r.roles[0].peak, (unsigned long long)got,
+			      100.0 * ((double)r.roles[0].peak - (double)got) / (double)got);
+		assert_int_equal(r.roles[0].peak, got);
+		planner_report_free(&r);
+		config_free(&c);
+	}
+}
+
+/* The plan's pipeline run by the engine with every rank in one process over
+ * a loopback (a send finished only when the step ends, as over lib/comm),
+ * each rank with a backend of its own, its stages' units bound to float32
+ * storage of their own and AdamW over them; each rank's measured peak into
+ * peak[r]. */
+static void measured_ranks(const job_config *c, const pp_schedule *s, const pp_split *sp,
+			   uint64_t *peak)
+{
+	titan_err e = {0};
+	int b = (int)c->parallelism.pipeline_parallel_microbatch_size, t = (int)c->training.seq_len;
+	size_t ntok = (size_t)s->n_mb * (size_t)(b * t);
+	int32_t *ids = malloc(ntok * 4), *labels = malloc(ntok * 4);
+	tokens(ids, labels, ntok, 11);
+	static pp_loop lb;
+	pp_transport tr;
+	pp_loop_transport(&lb, &tr);
+	backend *be[PP_LOOP_MAX];
+	model *m[PP_LOOP_MAX];
+	float *store[PP_LOOP_MAX][8] = {{0}};
+	adamw *o[PP_LOOP_MAX];
+	pp_engine *en[PP_LOOP_MAX];
+	model_ac_mode ac;
+	int every;
+	assert_int_equal(planner_ac_mode(c, &ac, &every, &e), 0);
+	for (int r = 0; r < s->n_ranks; r++) {
+		be[r] = backend_cpu_create(1, &e);
+		m[r] = model_create_unbound(be[r], debugmodel(), 0, &e);
+		assert_int_equal(model_set_ac(m[r], ac, every, &e), 0);
+		size_t n_state = 0;
+		for (int st = 0; st < s->n_stages; st++) {
+			if (s->stage_rank[st] != r)
+				continue;
+			const model_unit *u0 = model_unit_at(m[r], sp->u0[st]);
+			const model_unit *u1 = model_unit_at(m[r], sp->u1[st]);
+			size_t n = u1->offset + u1->numel - u0->offset;
+			float *p = store[r][st] = backend_calloc_floats(be[r], 2 * n, &e);
+			for (int u = sp->u0[st]; u <= sp->u1[st]; u++) {
+				size_t off = model_unit_at(m[r], u)->offset - u0->offset;
+				model_bind_unit(m[r], u, p + off, p + n + off);
+			}
+			n_state += n;
+		}
+		adamw_config oc;
+		adamw_config_default(&oc);
+		o[r] = adamw_create(be[r], n_state, &oc, &e);
+		en[r] = pp_engine_create(m[r], sp, s, r, b, t, &tr, &e);
+		assert_non_null(en[r]);
+		assert_int_equal(pp_engine_begin(en[r], ids, labels, 1e-3f, NULL, &e), 0);
+	}
+	if (pp_loop_run(&lb, en, s->n_ranks, s->first[s->n_ranks], &e))
+		fail_msg("%s", e.msg);
+	for (int r = 0; r < s->n_ranks; r++) {
+		peak[r] = backend_peak_bytes(be[r]);
+		pp_engine_free(en[r]);
+		adamw_free(o[r]);
+		model_free(m[r]);
+		for (int st = 0; st < 8; st++)
+			if (store[r][st])
+				be[r]->ops->free(be[r], store[r][st]);
+		backend_free(be[r]);
+	}
+	pp_loop_free(&lb);
+	free(ids);
+	free(labels);
+}
+
+static void pipeline_rank_plans_equal_measured_peaks(void **state)
+{
+	(void)state;
+	static const char *const kinds[] = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS",
+					    "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"};
+	static const char *const acs[] = {"none", "full"};
+	int compared = 0;
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+		for (size_t a = 0; a < 2; a++) {
+			char toml[600];
+			snprintf(toml, sizeof toml,
+				 "%s[parallelism]\npipeline_parallel_degree = 2\n"
+				 "pipeline_parallel_schedule = \"%s\"\ndata_parallel_shard_degree = 1\n"
+				 "[activation_checkpoint]\nmode = \"%s\"\n", base, kinds[k], acs[a]);
+			job_config c;
+			load(&c, toml);
+			plan_report r;
+			titan_err e = {0};
+			if (planner_run(&c, 2, (uint64_t)1 << 40, &r, &e))
+				fail_msg("%s: %s", kinds[k], e.msg);
+			pp_schedule *s;
+			assert_int_equal(planner_schedule(&c, 2, &s, &e), 0);
+			pp_kind kind;
+			assert_int_equal(pp_kind_parse(kinds[k], &kind, &e), 0);
+			pp_split sp;
+			pp_split_args sa = {.n_layers = debugmodel()->n_layers, .pp = 2, .kind = kind,
+					    .first_less = 1, .last_less = 1};
+			assert_int_equal(pp_split_make(&sa, &sp, &e), 0);
+			uint64_t peaks[2];
+			measured_ranks(&c, s, &sp, peaks);
+			for (int rank = 0; rank < 2; rank++) {
+				const plan_role *ro = &r.roles[rank];
+				uint64_t want = ro->peak, got = peaks[rank];
+				print_message("%-22s AC %-4s rank %d: %d contexts at most, planned %9llu, "
+					      "measured %9llu\n", kinds[k], acs[a], rank, ro->live_mb,
+					      (unsigned long long)want, (unsigned long long)got);
+				assert_int_equal(want, got);
+				compared++;
+			}
+			pp_split_free(&sp);
+			pp_schedule_free(s);
+			planner_report_free(&r);
+			config_free(&c);
+		}
+	assert_int_equal(compared, 28);
+}
+
+/* FSDP's shards of a 2-layer model over 3 ranks, counted by hand: every
+ * tensor's rows rounded up to a multiple of 3. */
+static void fsdp_shards_are_padded_like_fsdp2(void **state)
+{
+	(void)state;
+	job_config c;
+	load(&c, "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+		 "[training]\nlocal_batch_size = 1\nseq_len = 16\nmixed_precision_param = \"float32\"\n");
+	plan_report r;
+	titan_err e = {0};
+	assert_int_equal(planner_run(&c, 3, (uint64_t)1 << 40, &r, &e), 0);
+	backend *be = backend_cpu_create(1, &e);
+	model *m = model_create_unbound(be, debugmodel(), 0, &e);
+	uint64_t want = 0;
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		uint64_t rows = (uint64_t)t->shape[0];
+		want += (rows + 2) / 3 * (t->numel / rows);
+	}
+	assert_int_equal(r.d.dp_shard, 3);
+	assert_int_equal(r.roles[0].bytes[PLAN_PARAMS], 4 * want);
+	assert_int_equal(r.roles[0].bytes[PLAN_OPTIMIZER], 8 * want);
+	/* each unit: gathered once for forward and once for backward (resharded),
+	 * its gradient reduce-scattered, all float32 here: (3 - 1) x shard x 3 */
+	assert_int_equal(r.roles[0].sent[PLAN_DIM_FSDP], 2 * 4 * want * 3);
+	model_free(m);
+	backend_free(be);
+	planner_report_free(&r);
+	config_free(&c);
+}
+
+static void pipeline_traffic_is_one_message_per_crossing(void **state)
+{
+	(void)state;
+	job_config c;
+	load(&c, "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+		 "[training]\nlocal_batch_size = 8\nseq_len = 32\n"
+		 "[parallelism]\npipeline_parallel_degree = 4\ndata_parallel_shard_degree = 1\n");
+	plan_report r;
+	titan_err e = {0};
+	assert_int_equal(planner_run(&c, 4, (uint64_t)1 << 40, &r, &e), 0);
+	/* 8 micro-batches of 1 x 32 tokens x dim 256 float32: a message is 32 KiB;
+	 * inner ranks send forward and backward, the ends one way only */
+	uint64_t msg = 32 * 256 * 4;
+	assert_int_equal(r.roles[0].sent[PLAN_DIM_PP], 8 * msg);
+	assert_int_equal(r.roles[1].sent[PLAN_DIM_PP], 16 * msg);
+	assert_int_equal(r.roles[3].sent[PLAN_DIM_PP], 8 * msg);
+	/* 1F1B: rank 0 holds p = 4 micro-batches at most, the last rank 1 */
+	assert_int_equal(r.roles[0].live_mb, 4);
+	assert_int_equal(r.roles[3].live_mb, 1);
+	assert_true(r.bubble > 0.27 && r.bubble < 0.28); /* 3 / 11 */
+	planner_report_free(&r);
+	config_free(&c);
+}
+
+static void bad_plans_are_refused_before_any_work(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *toml;
+		int world;
+		const char *words;
+	} bad[] = {
+		{"[parallelism]\npipeline_parallel_degree = 8\ndata_parallel_shard_degree = 1\n", 8,
+		 "more stages than the 6 layers"},
+		{"[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+		 "pipeline_parallel_microbatch_size = 3\n", 2,
+		 "Batch size 4 must be divisible by microbatch_size 3"},
+		{"[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+		 "pipeline_parallel_microbatch_size = 4\n", 2,
+		 "Number of microbatches (1) must be greater than or equal to the number of stages (2)"},
+		{"[parallelism]\ncontext_parallel_degree = 3\ndata_parallel_shard_degree = 1\n", 3,
+		 "training.seq_len = 32 is not divisible by tp 1 x 2 cp = 6"},
+		{"[parallelism]\ntensor_parallel_degree = 3\ndata_parallel_shard_degree = 1\n", 3,
+		 "parallelism.tensor_parallel_degree = 3 does not divide n_heads = 16 of debugmodel"},
+		{"[parallelism]\ndata_parallel_shard_degree = 3\n", 4,
+		 "dp_replicate 1 x dp_shard 3 x cp 1 x tp 1 x pp 1 = 3, not the world size 4"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char toml[600];
+		snprintf(toml, sizeof toml, "%s%s", base, bad[i].toml);
+		job_config c;
+		load(&c, toml);
+		plan_report r;
+		titan_err e = {0};
+		assert_int_equal(planner_run(&c, bad[i].world, (uint64_t)1 << 40, &r, &e), -1);
+		if (strstr(e.msg, bad[i].words) == NULL)
+			fail_msg("got: %s\nexpected: %s", e.msg, bad[i].words);
+		config_free(&c);
+	}
+	uint64_t v;
+	titan_err e = {0};
+	assert_int_equal(planner_parse_bytes("80GiB", &v, &e), 0);
+	assert_int_equal(v, 80ull << 30);
+	assert_int_equal(planner_parse_bytes("1.5 TiB", &v, &e), 0);
+	assert_int_equal(v, 3ull << 39);
+	assert_int_equal(planner_parse_bytes("80GB", &v, &e), -1);
+	assert_int_equal(planner_parse_bytes("-1", &v, &e), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(single_process_plan_equals_measured_peak),
+		cmocka_unit_test(pipeline_rank_plans_equal_measured_peaks),
+		cmocka_unit_test(fsdp_shards_are_padded_like_fsdp2),
+		cmocka_unit_test(pipeline_traffic_is_one_message_per_crossing),
+		cmocka_unit_test(bad_plans_are_refused_before_any_work),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
