@@ -34,9 +34,10 @@ __device__ __forceinline__ void adamw_one(float &p, float g, float &m, float &v,
 }
 
 // One block per chunk; p, g, m, v of type T (float32 masters, or bf16 under
-// training.dtype = "bfloat16").  Tensors are 16-byte aligned (gpu_mt_chunks
-// checks) and chunks start at multiples of GPU_MT_CHUNK, so 8-wide vectors
-// line up; a chunk's tail that is not a whole vector goes element by element.
+// training.dtype = "bfloat16").  Chunks start at multiples of GPU_MT_CHUNK
+// into their tensor, so a tensor whose pointers are 16-byte aligned takes
+// 8-wide vectors through every chunk; a misaligned one (a span of a flat
+// buffer at an odd offset) and a chunk's tail go element by element.
 template <typename T>
 __global__ void adamw_multi_kernel(const gpu_mt_tensor *__restrict__ tensors,
 				   const gpu_mt_chunk *__restrict__ chunks,
@@ -49,7 +50,9 @@ __global__ void adamw_multi_kernel(const gpu_mt_tensor *__restrict__ tensors,
 	T *p = (T *)tn.p + ch.offset, *m = (T *)tn.m + ch.offset, *v = (T *)tn.v + ch.offset;
 	const T *g = (const T *)tn.g + ch.offset;
 	bf16 *pb = tn.p_bf16 ? (bf16 *)tn.p_bf16 + ch.offset : nullptr;
-	int len = ch.len, whole = len / 8 * 8;
+	bool vec = (((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v | (uintptr_t)pb) &
+		    15) == 0;
+	int len = ch.len, whole = vec ? len / 8 * 8 : 0;
 	for (int i = threadIdx.x * 8; i < whole; i += blockDim.x * 8) {
 		float pv[8], gv[8], mv[8], vv[8];
 		load_vec<8>(p + i, pv);

@@ -20,6 +20,11 @@ void cpu_bf16_rmsnorm_bwd(backend *be, void *dx, be_dtype dxt, void *dw, be_dtyp
 			  const void *w, be_dtype wt, const float *rstd, int64_t n, int64_t d);
 void cpu_bf16_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b, int64_t t,
 		   int64_t h, int64_t hd, int style, int inverse);
+void cpu_bf16_rope_qkv(backend *be, void *q, void *k, void *v, const void *qkv, const float *cs,
+		       int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, int style);
+void cpu_bf16_rope_qkv_bwd(backend *be, void *dqkv, const void *dq, const void *dk,
+			   const void *dv, const float *cs, int64_t b, int64_t t, int64_t h,
+			   int64_t hkv, int64_t hd, int style);
 void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, const void *k,
 			    const void *v, const be_attn *a);
 void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const void *dout,

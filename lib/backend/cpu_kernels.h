@@ -62,12 +62,13 @@ typedef struct cpu_adamw_consts {
 	double step;   /* lr / bc1 */
 	double sbc2;   /* sqrt(bc2) */
 	double eps;
+	double clip;   /* the gradient's clipping factor (1: none) */
 } cpu_adamw_consts;
 
 static inline cpu_adamw_consts cpu_adamw_consts_of(double lr, double b1, double b2, double eps,
 						   double wd, double bc1, double bc2)
 {
-	return (cpu_adamw_consts){1 - lr * wd, 1 - b1, b2, 1 - b2, lr / bc1, sqrt(bc2), eps};
+	return (cpu_adamw_consts){1 - lr * wd, 1 - b1, b2, 1 - b2, lr / bc1, sqrt(bc2), eps, 1};
 }
 
 #define CPU_KERNELS_DECLARE(REAL, SFX)                                                 \
@@ -89,6 +90,13 @@ static inline cpu_adamw_consts cpu_adamw_consts_of(double lr, double b1, double 
 				     const REAL *q, const REAL *k, const REAL *v,      \
 				     const REAL *out, const REAL *lse,                 \
 				     const be_attn *a);                                \
+	void cpu_rope_qkv_##SFX(REAL *q, REAL *k, REAL *v, const REAL *qkv,            \
+				const REAL *cs, int64_t b, int64_t t, int64_t h,       \
+				int64_t hkv, int64_t hd, int style);                   \
+	void cpu_rope_qkv_bwd_##SFX(REAL *dqkv, const REAL *dq, const REAL *dk,        \
+				    const REAL *dv, const REAL *cs, int64_t b,         \
+				    int64_t t, int64_t h, int64_t hkv, int64_t hd,     \
+				    int style);                                        \
 	void cpu_swiglu_fwd_##SFX(REAL *y, const REAL *a, const REAL *g, int64_t n);   \
 	void cpu_swiglu_bwd_##SFX(REAL *da, REAL *dg, const REAL *dy, const REAL *a,   \
 				  const REAL *g, int64_t n);                           \

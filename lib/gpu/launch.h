@@ -211,7 +211,9 @@ typedef struct gpu_mt_chunk {
 } gpu_mt_chunk;
 
 /* Number of chunks of these tensors; with out not NULL, writes them (out must
- * hold that many).  -1 when a tensor is not 16-byte aligned or n < 0. */
+ * hold that many).  -1 when a tensor's n < 0.  (A tensor whose pointers are not
+ * 16-byte aligned is updated element by element instead of in 16-byte
+ * vectors.) */
 int64_t gpu_mt_chunks(const gpu_mt_tensor *t, int nt, gpu_mt_chunk *out);
 
 /* What changes from step to step, read on the device so that a captured step
