@@ -253,6 +253,27 @@ typedef struct backend_ops {
 			      int64_t n, int64_t v, int32_t ignore_index, float grad_scale,
 			      double *loss_sum, int64_t *n_valid);
 
+	/* Cross-entropy over logits sharded by vocabulary (tensor parallelism's
+	 * loss_parallel): a rank's logits (n, nv) of type lt are columns v0 ..
+	 * v0 + nv - 1.  ce_vocab_stats writes stats (n, 3) float32 per row: the
+	 * max m over its columns, s = sum of exp(logit - m), and the label's logit
+	 * when the label is one of its columns, else 0 (m = -inf, s = 0 without
+	 * columns).  ce_vocab_loss gets every rank's stats (ranks, n, 3) in rank
+	 * order (an all-gather of them): per row lse = M + log(sum_r s_r exp(m_r -
+	 * M)), M = max_r m_r, the label's logit = sum_r of the third column; adds
+	 * the valid rows' lse - logit to *loss_sum and their number to *n_valid;
+	 * with grad_scale not 0 overwrites the logits by (exp(logit - lse) -
+	 * onehot) * grad_scale, zero on ignored rows.  Every rank gets the same
+	 * loss; the sum over its rows of the gradient is this rank's columns of
+	 * cross_entropy's. */
+	void (*ce_vocab_stats)(backend *be, const void *logits, be_dtype lt,
+			       const int32_t *labels, int64_t n, int64_t nv, int64_t v0,
+			       float *stats);
+	void (*ce_vocab_loss)(backend *be, void *logits, be_dtype lt, const int32_t *labels,
+			      int64_t n, int64_t nv, int64_t v0, int32_t ignore_index,
+			      const float *all, int ranks, float grad_scale, double *loss_sum,
+			      int64_t *n_valid);
+
 	/* Mixture of experts (be_moe above).  Routing: scores (n, e) float32 =
 	 * softmax or sigmoid of logits (n, e) of type lt; idx (n, k) the experts
 	 * chosen (best first, ties to the lower index) by scores + bias (bias (e)

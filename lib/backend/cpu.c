@@ -353,6 +353,59 @@ static void cpu_cross_entropy(backend *be, void *logits, be_dtype lt, const int3
 	}
 }
 
+/* The vocabulary-parallel loss on bfloat16 logits: in float32 on a copy. */
+static float *logits_f32(backend *be, const void *logits, be_dtype lt, int64_t n)
+{
+	float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	if (!f)
+		backend_fault(be, "cpu backend: ce_vocab: out of memory");
+	else
+		cpu_bf16_convert(f, BE_F32, logits, lt, n);
+	return f;
+}
+
+static void cpu_ce_vocab_stats(backend *be, const void *logits, be_dtype lt,
+			       const int32_t *labels, int64_t n, int64_t nv, int64_t v0,
+			       float *stats)
+{
+	switch (kinds(be, "ce_vocab_stats", 1, lt)) {
+	case ALL_F32:
+		cpu_ce_vocab_stats_f32(logits, labels, n, nv, v0, stats);
+		break;
+	case MIXED: {
+		float *f = logits_f32(be, logits, lt, n * nv);
+		if (f)
+			cpu_ce_vocab_stats_f32(f, labels, n, nv, v0, stats);
+		free(f);
+		break;
+	}
+	}
+}
+
+static void cpu_ce_vocab_loss(backend *be, void *logits, be_dtype lt, const int32_t *labels,
+			      int64_t n, int64_t nv, int64_t v0, int32_t ignore_index,
+			      const float *all, int ranks, float grad_scale, double *loss_sum,
+			      int64_t *n_valid)
+{
+	switch (kinds(be, "ce_vocab_loss", 1, lt)) {
+	case ALL_F32:
+		cpu_ce_vocab_loss_f32(logits, labels, n, nv, v0, ignore_index, all, ranks,
+				      grad_scale, loss_sum, n_valid);
+		break;
+	case MIXED: {
+		float *f = logits_f32(be, logits, lt, n * nv);
+		if (!f)
+			break;
+		cpu_ce_vocab_loss_f32(f, labels, n, nv, v0, ignore_index, all, ranks, grad_scale,
+				      loss_sum, n_valid);
+		if (grad_scale != 0)
+			cpu_bf16_convert(logits, lt, f, BE_F32, n * nv);
+		free(f);
+		break;
+	}
+	}
+}
+
 static void cpu_add(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,
 		    const void *b, be_dtype bt, int64_t n)
 {
@@ -609,6 +662,8 @@ static const backend_ops cpu_ops = {
 	.embedding_fwd = cpu_embedding_fwd,
 	.embedding_bwd = cpu_embedding_bwd,
 	.cross_entropy = cpu_cross_entropy,
+	.ce_vocab_stats = cpu_ce_vocab_stats,
+	.ce_vocab_loss = cpu_ce_vocab_loss,
 	.moe_route = cpu_moe_route,
 	.moe_route_bwd = cpu_moe_route_bwd,
 	.moe_permute = cpu_moe_permute,

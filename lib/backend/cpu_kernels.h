@@ -33,7 +33,9 @@
  * [-87.3, 88.7]; below that 0, as the softmax wants. */
 static inline float cpu_exp_f32(float x)
 {
-	float xc = x < -87.33654f ? -87.33654f : x;
+	/* a NaN computes as 0 and comes back out at the end: converting it to an
+	 * integer below would be undefined */
+	float xc = x != x ? 0.0f : x < -87.33654f ? -87.33654f : x;
 	xc = xc > 88.72283f ? 88.72283f : xc;
 	float kf = (xc * 1.44269504089f + 12582912.0f) - 12582912.0f; /* round to nearest */
 	float r = xc - kf * 0.693359375f - kf * -2.12194440e-4f;
@@ -44,11 +46,11 @@ static inline float cpu_exp_f32(float x)
 	p = p * r + 1.6666665459e-1f;
 	p = p * r + 5.0000001201e-1f;
 	p = p * r * r + r + 1.0f;
-	int32_t bits = ((int32_t)kf + 127) << 23; /* 2^k */
+	uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23; /* 2^k */
 	float sc;
 	memcpy(&sc, &bits, sizeof sc);
 	float y = p * sc;
-	return x < -87.33654f ? 0.0f : y;
+	return x != x ? x : x < -87.33654f ? 0.0f : y;
 }
 
 /* AdamW's constants as torch's fused kernel derives them: in double from the
@@ -105,6 +107,12 @@ static inline cpu_adamw_consts cpu_adamw_consts_of(double lr, double b1, double 
 	void cpu_embedding_bwd_##SFX(REAL *dtable, const REAL *dout,                   \
 				     const int32_t *ids, int64_t n, int64_t d,         \
 				     int64_t v0, int64_t nv);                          \
+	void cpu_ce_vocab_stats_##SFX(const REAL *logits, const int32_t *labels,        \
+				      int64_t n, int64_t nv, int64_t v0, REAL *stats); \
+	void cpu_ce_vocab_loss_##SFX(REAL *logits, const int32_t *labels, int64_t n,   \
+				     int64_t nv, int64_t v0, int32_t ignore_index,     \
+				     const REAL *all, int ranks, REAL grad_scale,      \
+				     double *loss_sum, int64_t *n_valid);              \
 	void cpu_cross_entropy_##SFX(REAL *logits, const int32_t *labels, int64_t n,   \
 				     int64_t v, int32_t ignore_index, REAL grad_scale, \
 				     double *loss_sum, int64_t *n_valid);              \

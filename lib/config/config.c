@@ -30,7 +30,8 @@ typedef struct cfg_key {
 	{{name, CFG_OPT_INT, def, NULL, name, help, sup, why}, OFF(member), OFF(setm)}
 
 /* Reasons shared by several keys. */
-#define NO_PROFILER "titan-train has no profiler yet (see profiling.enable_profiling)"
+#define NO_WARMUP "titan's profiler records the last profiler_active steps of each window " \
+	"from their first op; it needs no warm-up steps"
 #define OWN_LOADER "titan's loader reads shards on its own prefetch thread, without worker processes"
 #define NO_MOE "titan has no mixture-of-experts models yet"
 #define NO_MX "MX (MXFP8) training is not built"
@@ -68,15 +69,15 @@ static const cfg_key keys[] = {
 	   "Python module extending the configuration", CFG_NOT_BUILT, NO_PY),
 
 	K("profiling.enable_profiling", CFG_BOOL, profiling.enable_profiling, "false", NULL,
-	  "profiling.enable_profiling", "collect profiler traces (no profiler yet: warned)"),
+	  "profiling.enable_profiling", "write Chrome trace-event files of each rank"),
 	K("profiling.save_traces_folder", CFG_STR, profiling.save_traces_folder,
 	  "\"profile_traces\"", NULL, "profiling.save_traces_folder", "trace folder"),
 	K("profiling.profile_freq", CFG_INT, profiling.profile_freq, "10", NULL,
 	  "profiling.profile_freq", "steps between traces"),
-	KS("profiling.profiler_active", CFG_INT, profiling.profiler_active, "1", NULL,
-	   "steps each profiling cycle records", CFG_NO_EFFECT, NO_PROFILER),
+	K("profiling.profiler_active", CFG_INT, profiling.profiler_active, "1", NULL,
+	  "profiling.profiler_active", "steps each profiling cycle records"),
 	KS("profiling.profiler_warmup", CFG_INT, profiling.profiler_warmup, "3", NULL,
-	   "warmup steps before each recorded one", CFG_NO_EFFECT, NO_PROFILER),
+	   "warmup steps before each recorded one", CFG_NO_EFFECT, NO_WARMUP),
 	K("profiling.enable_memory_snapshot", CFG_BOOL, profiling.enable_memory_snapshot, "false",
 	  NULL, "profiling.enable_memory_snapshot", "dump memory snapshots (warned)"),
 	K("profiling.save_memory_snapshot_folder", CFG_STR, profiling.save_memory_snapshot_folder,
@@ -1110,11 +1111,8 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
 	const char *later = "is not supported by this titan-train yet";
-	int64_t dps = p->data_parallel_shard_degree == -1 ? world_size : p->data_parallel_shard_degree;
-	if (need(p->tensor_parallel_degree == 1, err,
-		 "parallelism.tensor_parallel_degree = %ld: tensor parallelism %s; use 1",
-		 (long)p->tensor_parallel_degree, later) ||
-	    need(p->pipeline_parallel_degree == 1, err,
+	(void)world_size; /* data and tensor parallelism take any world (lib/plan) */
+	if (need(p->pipeline_parallel_degree == 1, err,
 		 "parallelism.pipeline_parallel_degree = %ld: pipeline parallelism %s; use 1",
 		 (long)p->pipeline_parallel_degree, later) ||
 	    need(p->context_parallel_degree == 1, err,
@@ -1123,12 +1121,6 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	    need(p->expert_parallel_degree == 1, err,
 		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
 		 (long)p->expert_parallel_degree, later) ||
-	    need(p->data_parallel_replicate_degree == 1, err,
-		 "parallelism.data_parallel_replicate_degree = %ld: replicated data parallelism %s; "
-		 "use 1", (long)p->data_parallel_replicate_degree, later) ||
-	    need(dps == 1, err,
-		 "parallelism.data_parallel_shard_degree = %ld (world size %d): sharded data "
-		 "parallelism %s; run one process", (long)dps, world_size, later) ||
 	    need(!list_has(&c->model.converters, "float8") && !list_has(&c->model.converters, "mx"),
 		 err, "model.converters: Float8/MX training %s; remove the converter", later) ||
 	    need(!c->float8.enable_fsdp_float8_all_gather &&

@@ -153,8 +153,32 @@ static void drop_casts(model *m)
 	}
 }
 
-static model *create(backend *be, const llama_args *a, int vocab_size, int own,
-		     titan_err *e)
+/* The rank's shapes under tensor parallelism: heads and the FFN's hidden
+ * size split evenly, the vocabulary in torch.chunk's sizes. */
+static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
+{
+	llama_args *a = &m->args;
+	int t = tp->size;
+	m->tp = *tp;
+	m->vocab_global = a->vocab_size;
+	if (t == 1)
+		return 0;
+	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t)
+		return err_set(e, "tensor parallel degree %d does not divide n_heads %d, n_kv_heads "
+			       "%d and the FFN's %d rows", t, a->n_heads, a->n_kv_heads, m->ffn);
+	int64_t chunk = (a->vocab_size + t - 1) / t;
+	m->v0 = chunk * tp->rank;
+	int64_t nv = a->vocab_size - m->v0;
+	a->vocab_size = (int)(nv < 0 ? 0 : nv > chunk ? chunk : nv);
+	a->n_heads /= t;
+	a->n_kv_heads /= t;
+	a->head_dim = m->head_dim;
+	a->hidden_dim = m->ffn /= t;
+	return 0;
+}
+
+static model *create(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
+		     int own, titan_err *e)
 {
 	int hd = a->n_heads > 0 ? flavor_head_dim(a) : 0;
 	if (a->dim <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_layers <= 0 ||
@@ -176,6 +200,9 @@ static model *create(backend *be, const llama_args *a, int vocab_size, int own,
 		m->args.vocab_size = vocab_size;
 	m->ffn = flavor_ffn_hidden(&m->args);
 	m->head_dim = hd;
+	model_tp_group one = {.size = 1};
+	if (tp_shapes(m, tp ? tp : &one, e))
+		goto fail;
 	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	m->ac = MODEL_AC_NONE;
 	m->lw = calloc((size_t)a->n_layers, sizeof *m->lw);
@@ -214,12 +241,22 @@ fail:
 
 model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err *e)
 {
-	return create(be, a, vocab_size, 1, e);
+	return create(be, a, vocab_size, NULL, 1, e);
 }
 
 model *model_create_unbound(backend *be, const llama_args *a, int vocab_size, titan_err *e)
 {
-	return create(be, a, vocab_size, 0, e);
+	return create(be, a, vocab_size, NULL, 0, e);
+}
+
+model *model_create_tp(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
+		       titan_err *e)
+{
+	if (tp->size < 1 || tp->rank < 0 || tp->rank >= tp->size) {
+		err_set(e, "model: tensor parallel rank %d of %d", tp->rank, tp->size);
+		return NULL;
+	}
+	return create(be, a, vocab_size, tp, 0, e);
 }
 
 void model_free(model *m)
@@ -448,6 +485,8 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 		  int64_t out, float beta)
 {
 	be_dtype t = m->prec.act;
+	if (m->pend && model_tp_linear_pending(m, y, x, w, n, in, out, beta, 0))
+		return;
 	if ((w = linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
@@ -456,6 +495,8 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 		     int64_t in, int64_t out, float beta_dx)
 {
 	be_dtype t = m->prec.act;
+	if (m->pend && model_tp_linear_pending(m, dx, dy, w, n, in, out, beta_dx, 1))
+		return;
 	if ((w = linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
 				   in, t);
@@ -464,6 +505,7 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
 		     int64_t in, int64_t out)
 {
+	model_tp_finish(m);
 	m->be->ops->matmul(m->be, 1, 0, out, in, n, 1, dy, out, x, in, m->prec.act, 1, dw, in,
 			   m->prec.grad);
 }

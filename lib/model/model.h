@@ -114,6 +114,56 @@ model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err 
 /* The same without storage: every unit must be bound before it runs (an FSDP
  * plan's model). */
 model *model_create_unbound(backend *be, const llama_args *a, int vocab_size, titan_err *e);
+/* Tensor parallelism, torchtitan's Llama plan (apply_tp) with sequence
+ * parallelism, on one tp rank of `size`.  The model is built with the rank's
+ * shapes: the colwise linears (wq wk wv w1 w3, output) keep their rank's
+ * rows of output features, the rowwise ones (wo w2) their columns of input
+ * features, tok_embeddings its rows of the vocabulary (torch.chunk's sizes:
+ * ceil(V / size) rows, the last ranks fewer), the norms whole; heads and the
+ * FFN's hidden size must divide by size.  The residual stream between and
+ * inside units is SEQUENCE PARALLEL: a rank holds rows rank * n/size ..
+ * of the micro-batch's n = b*t tokens (torchtitan shards dim 1 of (b, t, dim);
+ * sharding the flattened tokens gives the same numbers, every op on the stream
+ * working token by token), and n must divide by size.  The collectives sit at
+ * the edges of the pieces, as torchtitan's layouts put them:
+ *   a norm's output is all-gathered over the sequence before the
+ *     column-parallel linears (attention, feed-forward, output);
+ *   a row-parallel linear's output (partial sums) is reduce-scattered back
+ *     to sequence shards before it joins the stream; the embedding's too;
+ *   their backward the other way round;
+ *   the loss: with loss_parallel the cross-entropy of the vocabulary-sharded
+ *     logits (ce_vocab_stats, an all-gather of the row statistics,
+ *     ce_vocab_loss), else the logits all-gathered over the vocabulary.
+ * With async (enable_async_tensor_parallel) a gather is finished inside the
+ * first matmul that reads it, chunk by chunk round the ring (each rank's
+ * shard multiplied while the next one arrives), and a row-parallel matmul is
+ * computed chunk by chunk into a ring reduce-scatter.  The plan supplies the
+ * collectives; a failure is recorded with backend_fault and reported by the
+ * next sync, as an op's. */
+typedef struct model_tp_group {
+	int size, rank;
+	int loss_parallel;
+	int async;
+	void *ctx;
+	/* full (size * count) = every rank's part (count) in rank order; part
+	 * may be full + rank * count. */
+	int (*all_gather)(void *ctx, void *full, const void *part, size_t count, be_dtype t,
+			  titan_err *e);
+	/* part (count) = the sum over ranks of their full[rank * count ..]. */
+	int (*reduce_scatter)(void *ctx, void *part, const void *full, size_t count, be_dtype t,
+			      titan_err *e);
+	/* async: send (count) to rank + 1 and receive recv (count) from rank - 1
+	 * (mod size), started; ring_wait finishes it. */
+	int (*ring_start)(void *ctx, const void *send, void *recv, size_t count, be_dtype t,
+			  void **req, titan_err *e);
+	int (*ring_wait)(void *ctx, void *req, titan_err *e);
+} model_tp_group;
+
+/* model_create_unbound's model for tp rank tp->rank (tp->size 1: the whole
+ * model).  The table of views holds the rank's shapes under the global
+ * names. */
+model *model_create_tp(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
+		       titan_err *e);
 void model_free(model *m);
 
 /* The model's arguments, vocab_size as used, and its family. */

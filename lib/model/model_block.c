@@ -17,7 +17,8 @@ static piece_ctx ctx_of(model *m, const model_mb *mb, int l, int defer)
 {
 	return (piece_ctx){.m = m, .mb = mb, .l = l, .a = &mb->acts[l + 1 - mb->u0],
 			   .w = &m->lw[l], .g = &m->lg[l], .b = mb->b, .t = mb->t,
-			   .n = (int64_t)mb->b * mb->t, .defer = defer};
+			   .n = (int64_t)mb->b * mb->t, .defer = defer,
+			   .ns = model_seq(m, (int64_t)mb->b * mb->t)};
 }
 
 /* y (n, out) += x @ w^T with y of the residual type.  torch adds the branch's
@@ -26,6 +27,10 @@ static piece_ctx ctx_of(model *m, const model_mb *mb, int l, int defer)
 void model_resid_add_linear(model *m, void *y, const void *x, const void *w, int64_t n,
 			    int64_t in, int64_t out)
 {
+	if (m->tp.size > 1) { /* a row-parallel linear: partial sums, reduce-scattered */
+		model_tp_resid_add_linear(m, y, x, w, n, in, out);
+		return;
+	}
 	if (m->prec.act == m->prec.resid) {
 		model_linear(m, y, x, w, n, in, out, 1);
 		return;
@@ -34,12 +39,18 @@ void model_resid_add_linear(model *m, void *y, const void *x, const void *w, int
 	m->be->ops->axpy(m->be, y, m->prec.resid, 1, m->d_xn, m->prec.act, n * out);
 }
 
+/* A norm over the rank's rows of the stream, into its rows of the norm's
+ * output, which the pieces read whole: gathered under TP (torchtitan's
+ * SequenceParallel norm, then PrepareModuleInput's Shard(1) -> Replicate). */
 static void norm_fwd(const piece_ctx *c, int xn, int rstd, const void *x, int slot)
 {
 	model *m = c->m;
-	m->be->ops->rmsnorm_fwd(m->be, piece_act(c, xn), m->prec.act, piece_act(c, rstd), x,
-				m->prec.resid, c->w->p[slot], m->prec.param, c->n, m->args.dim,
-				(float)m->args.norm_eps);
+	int64_t d = m->args.dim;
+	void *full = piece_act(c, xn);
+	m->be->ops->rmsnorm_fwd(m->be, elt(full, m->prec.act, (size_t)(m->tp.rank * c->ns * d)),
+				m->prec.act, piece_act(c, rstd), x, m->prec.resid, c->w->p[slot],
+				m->prec.param, c->ns, d, (float)m->args.norm_eps);
+	model_tp_gather(m, full, c->n, d, m->prec.act);
 }
 
 static void ffn_half_fwd(const piece_ctx *c, void *y)
@@ -47,7 +58,7 @@ static void ffn_half_fwd(const piece_ctx *c, void *y)
 	model *m = c->m;
 	norm_fwd(c, ACT_XN2, ACT_RSTD2, piece_act(c, ACT_XM), W_FFN_NORM);
 	m->be->ops->copy(m->be, y, piece_act(c, ACT_XM),
-			 (size_t)(c->n * m->args.dim) * be_dtype_size(m->prec.resid), BACKEND_D2D);
+			 (size_t)(c->ns * m->args.dim) * be_dtype_size(m->prec.resid), BACKEND_D2D);
 	model_ffn_fwd(c, y);
 }
 
@@ -56,7 +67,7 @@ static void attn_half_fwd(const piece_ctx *c, const void *x)
 	model *m = c->m;
 	void *xm = piece_act(c, ACT_XM);
 	norm_fwd(c, ACT_XN1, ACT_RSTD1, x, W_ATTN_NORM);
-	m->be->ops->copy(m->be, xm, x, (size_t)(c->n * m->args.dim) * be_dtype_size(m->prec.resid),
+	m->be->ops->copy(m->be, xm, x, (size_t)(c->ns * m->args.dim) * be_dtype_size(m->prec.resid),
 			 BACKEND_D2D);
 	model_attn_fwd(c, xm);
 }
@@ -96,6 +107,7 @@ int model_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int6
 	layer_act *a = c->a;
 	int64_t n = c->n;
 	const void *x = piece_act(c, xi);
+	model_tp_finish(m);
 	if (!c->defer) {
 		model_linear_dw(m, c->g->p[slot], dy, x, n, in, out);
 		return 0;
@@ -154,14 +166,22 @@ void model_block_drop_jobs(model *m, layer_act *a)
 	a->n_jobs = 0;
 }
 
-/* The gradient of the stream, d_x (residual type), as the activation type the
- * linears' backward reads: d_ya, or d_x itself when the types agree. */
-static void *stream_grad_as_act(model *m, int64_t nd)
+/* The gradient of the stream, d_x (residual type, the rank's rows), as the
+ * activation type the linears' backward reads: d_ya, or d_x itself when the
+ * types agree; under TP gathered over the sequence into d_full (n rows). */
+static void *stream_grad_as_act(model *m, int64_t n)
 {
-	if (m->prec.act == m->prec.resid)
-		return m->d_x;
-	m->be->ops->convert(m->be, m->d_ya, m->prec.act, m->d_x, m->prec.resid, nd);
-	return m->d_ya;
+	int64_t ns = model_seq(m, n), d = m->args.dim;
+	be_dtype at = m->prec.act;
+	void *g = m->d_x;
+	if (at != m->prec.resid)
+		m->be->ops->convert(m->be, g = m->d_ya, at, m->d_x, m->prec.resid, ns * d);
+	if (m->tp.size == 1)
+		return g;
+	m->be->ops->copy(m->be, elt(m->d_full, at, (size_t)(m->tp.rank * ns * d)), g,
+			 (size_t)(ns * d) * be_dtype_size(at), BACKEND_D2D);
+	model_tp_gather(m, m->d_full, n, d, at);
+	return m->d_full;
 }
 
 /* A half's norm backward: its output's gradient (m->d_xn) through the norm,
@@ -171,24 +191,27 @@ static void norm_bwd(const piece_ctx *c, int rstd, const void *x, int slot)
 	model *m = c->m;
 	backend *be = m->be;
 	be_dtype rt = m->prec.resid;
-	int64_t nd = c->n * m->args.dim;
-	be->ops->rmsnorm_bwd(be, m->d_tmp, rt, c->g->p[slot], m->prec.grad, m->d_xn, m->prec.act,
-			     x, rt, c->w->p[slot], m->prec.param, piece_act(c, rstd), c->n,
-			     m->args.dim);
-	be->ops->axpy(be, m->d_x, rt, 1, m->d_tmp, rt, nd);
+	int64_t d = m->args.dim;
+	const void *dy = m->d_xn; /* (n, d): under TP each rank's part of the sum */
+	if (m->tp.size > 1) {
+		model_tp_scatter(m, m->d_xs, dy, c->n, d, m->prec.act);
+		dy = m->d_xs;
+	}
+	be->ops->rmsnorm_bwd(be, m->d_tmp, rt, c->g->p[slot], m->prec.grad, dy, m->prec.act, x, rt,
+			     c->w->p[slot], m->prec.param, piece_act(c, rstd), c->ns, d);
+	be->ops->axpy(be, m->d_x, rt, 1, m->d_tmp, rt, c->ns * d);
 }
 
 int model_block_bwd(model *m, model_mb *mb, int l, const void *x, int defer, titan_err *e)
 {
 	piece_ctx c = ctx_of(m, mb, l, defer);
-	int64_t nd = c.n * m->args.dim;
 	recompute(&c, x);
 	/* Feed-forward branch; the residual passes d_x through to dxm. */
-	if (model_ffn_bwd(&c, stream_grad_as_act(m, nd), e))
+	if (model_ffn_bwd(&c, stream_grad_as_act(m, c.n), e))
 		return -1;
 	norm_bwd(&c, ACT_RSTD2, piece_act(&c, ACT_XM), W_FFN_NORM); /* d_x = dxm */
 	/* Attention branch. */
-	if (model_attn_bwd(&c, stream_grad_as_act(m, nd), e))
+	if (model_attn_bwd(&c, stream_grad_as_act(m, c.n), e))
 		return -1;
 	norm_bwd(&c, ACT_RSTD1, x, W_ATTN_NORM);
 	return 0;

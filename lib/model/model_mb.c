@@ -10,11 +10,11 @@
 
 size_t model_act_bytes(const model *m, int l, int i, size_t n)
 {
-	size_t d = (size_t)m->args.dim;
+	size_t d = (size_t)m->args.dim, ns = (size_t)model_seq(m, (int64_t)n);
 	switch (i) {
-	case ACT_XN1: case ACT_XN2: return n * d * be_dtype_size(m->prec.act);
-	case ACT_XM: return n * d * be_dtype_size(m->prec.resid);
-	case ACT_RSTD1: case ACT_RSTD2: return n * sizeof(float);
+	case ACT_XN1: case ACT_XN2: return n * d * be_dtype_size(m->prec.act); /* gathered */
+	case ACT_XM: return ns * d * be_dtype_size(m->prec.resid);
+	case ACT_RSTD1: case ACT_RSTD2: return ns * sizeof(float);
 	}
 	return model_attn_act_bytes(m, l, i, n) + model_ffn_act_bytes(m, l, i, n);
 }
@@ -30,9 +30,12 @@ unsigned model_layer_keep(const model *m, int l)
 	return ACT_ALL;
 }
 
+/* Rows of logits at a time: the same on every tp rank (their collectives
+ * pair up chunk by chunk), from the largest rank's share of the vocabulary. */
 static int logits_chunk(const model *m, size_t n)
 {
-	size_t c = ((size_t)1 << 24) / (size_t)m->args.vocab_size; /* 64 MiB of float32 logits */
+	size_t v = (size_t)((m->vocab_global + m->tp.size - 1) / m->tp.size);
+	size_t c = ((size_t)1 << 24) / (v ? v : 1); /* 64 MiB of float32 logits */
 	c = c < 256 ? 256 : c;
 	return (int)(c < n ? c : n);
 }
@@ -46,20 +49,21 @@ static size_t al(size_t bytes)
 /* The scratch's pieces for n tokens of (b, t), in the order model_scratch_prepare
  * lays them out; writes their sizes to sz (when not NULL) and returns the total. */
 enum { SC_ROPE, SC_LOGITS, SC_DX, SC_DTMP, SC_DXN, SC_DYA, SC_DQ, SC_DATT, SC_DK, SC_DV,
-       SC_DH, SC_DA, SC_DG, SC_COUNT };
+       SC_DH, SC_DA, SC_DG, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_COUNT };
 
 static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + ACT_COUNT])
 {
-	size_t n = (size_t)b * t, d = (size_t)m->args.dim;
+	size_t n = (size_t)b * t, d = (size_t)m->args.dim, ns = (size_t)model_seq(m, (int64_t)n);
 	size_t hq = (size_t)m->args.n_heads * m->head_dim;
 	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn;
 	size_t a = be_dtype_size(m->prec.act), r = be_dtype_size(m->prec.resid);
 	size_t p[SC_COUNT + ACT_COUNT] = {0};
 	p[SC_ROPE] = (size_t)t * m->head_dim * sizeof(float);
 	p[SC_LOGITS] = (size_t)logits_chunk(m, n) * m->args.vocab_size * a;
-	p[SC_DX] = p[SC_DTMP] = n * d * r;
+	p[SC_DX] = p[SC_DTMP] = ns * d * r; /* the stream's gradient: the rank's rows */
 	p[SC_DXN] = n * d * a;
-	p[SC_DYA] = m->prec.act == m->prec.resid ? 0 : n * d * a;
+	p[SC_DYA] = m->prec.act == m->prec.resid ? 0 : ns * d * a;
+	model_tp_scratch(m, n, (size_t)logits_chunk(m, n), p + SC_TP_FULL);
 	p[SC_DQ] = p[SC_DATT] = n * hq * a;
 	p[SC_DK] = p[SC_DV] = n * hk * a;
 	p[SC_DH] = p[SC_DA] = p[SC_DG] = n * f * a;
@@ -164,6 +168,8 @@ int model_scratch_prepare(model *m, int b, int t, titan_err *e)
 	m->d_ya = p[SC_DYA] ? p[SC_DYA] : m->d_x;
 	m->d_q = p[SC_DQ], m->d_att = p[SC_DATT], m->d_k = p[SC_DK], m->d_v = p[SC_DV];
 	m->d_h = p[SC_DH], m->d_a = p[SC_DA], m->d_g = p[SC_DG];
+	m->d_full = p[SC_TP_FULL], m->d_xs = p[SC_TP_XS], m->ring = p[SC_TP_RING];
+	m->ce_stats = p[SC_TP_CE], m->lg_full = p[SC_TP_LG];
 	for (int i = 0; i < ACT_COUNT; i++)
 		m->recomp[i] = p[SC_COUNT + i];
 	m->sb = b;
@@ -182,12 +188,12 @@ static int is_block(const model *m, int u)
  * activations of its blocks, the head's norm output. */
 static size_t mb_layout(const model *m, int u0, int u1, int b, int t)
 {
-	size_t n = (size_t)b * t, d = (size_t)m->args.dim;
+	size_t n = (size_t)b * t, d = (size_t)m->args.dim, ns = (size_t)model_seq(m, (int64_t)n);
 	int head = m->n_units - 1;
 	size_t total = al(n * sizeof(int32_t)) * ((u0 == 0) + (u1 == head));
 	for (int u = u0; u <= u1 + 1; u++)
 		if (u > 0 && u <= head)
-			total += al(n * d * be_dtype_size(m->prec.resid));
+			total += al(ns * d * be_dtype_size(m->prec.resid));
 	for (int u = u0; u <= u1; u++) {
 		if (!is_block(m, u))
 			continue;
@@ -196,8 +202,8 @@ static size_t mb_layout(const model *m, int u0, int u1, int b, int t)
 			if (k & (1u << i))
 				total += al(model_act_bytes(m, u - 1, i, n));
 	}
-	if (u1 == head)
-		total += al(n * d * be_dtype_size(m->prec.act)) + al(n * sizeof(float));
+	if (u1 == head) /* the final norm's output gathered, its rstd the rank's rows */
+		total += al(n * d * be_dtype_size(m->prec.act)) + al(ns * sizeof(float));
 	return total;
 }
 
@@ -248,7 +254,7 @@ model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
 		model_mb_free(mb);
 		return NULL;
 	}
-	size_t n = (size_t)b * t, d = (size_t)m->args.dim;
+	size_t n = (size_t)b * t, d = (size_t)m->args.dim, ns = (size_t)model_seq(m, (int64_t)n);
 	char *c = mb->mem;
 	if (u0 == 0)
 		mb->ids = (int32_t *)c, c += al(n * sizeof(int32_t));
@@ -256,7 +262,7 @@ model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
 		mb->labels = (int32_t *)c, c += al(n * sizeof(int32_t));
 	for (int u = u0; u <= u1 + 1; u++)
 		if (u > 0 && u <= head)
-			mb->hidden[u - u0] = c, c += al(n * d * be_dtype_size(m->prec.resid));
+			mb->hidden[u - u0] = c, c += al(ns * d * be_dtype_size(m->prec.resid));
 	for (int u = u0; u <= u1; u++) {
 		if (!is_block(m, u))
 			continue;
@@ -295,7 +301,12 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
 {
 	model *m = mb->m;
 	backend *be = m->be;
-	int64_t n = (int64_t)mb->b * mb->t, v = m->args.vocab_size;
+	int64_t n = (int64_t)mb->b * mb->t, v = m->vocab_global;
+	if (n % m->tp.size)
+		return err_set(e, "model: %lld tokens (batch %d x seq %d) do not divide among %d "
+			       "tensor parallel ranks", (long long)n, mb->b, mb->t, m->tp.size);
+	if (logits_host && m->tp.size > 1)
+		return err_set(e, "model: logits to the host from one tensor parallel rank");
 	if (mb->ids) {
 		if (!inputs)
 			return err_set(e, "model: the micro-batch starts at the embedding and has no "
@@ -350,7 +361,9 @@ static void output_chunks(model *m, model_mb *mb, int backward)
 		if (mb->logits_host)
 			be->ops->copy(be, mb->logits_host + r0 * v, m->logits,
 				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
-		if (mb->has_labels)
+		if (mb->has_labels && m->tp.size > 1)
+			model_tp_loss(m, mb, m->logits, r0, c, backward);
+		else if (mb->has_labels)
 			be->ops->cross_entropy(be, m->logits, at, mb->labels + r0, c, v,
 					       MODEL_IGNORE_INDEX, backward ? mb->grad_scale : 0,
 					       &mb->loss_sum, &mb->n_valid);
@@ -362,13 +375,17 @@ static void output_chunks(model *m, model_mb *mb, int backward)
 	}
 }
 
+/* The final norm over the rank's rows of the stream, written into its rows of
+ * xf, which the output projection reads whole (gathered under TP). */
 static void head_fwd(model *m, model_mb *mb)
 {
 	int head = m->n_units - 1;
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
-	m->be->ops->rmsnorm_fwd(m->be, mb->xf, m->prec.act, mb->rstdf, model_mb_hidden(mb, head),
-				m->prec.resid, m->norm, m->prec.param, n, d,
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
+	void *mine = elt(mb->xf, m->prec.act, (size_t)(m->tp.rank * ns * d));
+	m->be->ops->rmsnorm_fwd(m->be, mine, m->prec.act, mb->rstdf, model_mb_hidden(mb, head),
+				m->prec.resid, m->norm, m->prec.param, ns, d,
 				(float)m->args.norm_eps);
+	model_tp_gather(m, mb->xf, n, d, m->prec.act);
 	if (!mb->train)
 		output_chunks(m, mb, 0);
 }
@@ -376,11 +393,43 @@ static void head_fwd(model *m, model_mb *mb)
 static void head_bwd(model *m, model_mb *mb)
 {
 	int head = m->n_units - 1;
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
 	output_chunks(m, mb, 1);
-	m->be->ops->rmsnorm_bwd(m->be, m->d_x, m->prec.resid, m->norm_g, m->prec.grad, m->d_xn,
+	void *dy = m->d_xn; /* (n, d): under TP each rank's part of the sum */
+	if (m->tp.size > 1)
+		model_tp_scatter(m, dy = m->d_xs, m->d_xn, n, d, m->prec.act);
+	m->be->ops->rmsnorm_bwd(m->be, m->d_x, m->prec.resid, m->norm_g, m->prec.grad, dy,
 				m->prec.act, model_mb_hidden(mb, head), m->prec.resid, m->norm,
-				m->prec.param, mb->rstdf, n, d);
+				m->prec.param, mb->rstdf, ns, d);
+}
+
+/* The embedding: under TP each rank looks up its rows of the vocabulary (zero
+ * for the others) and the sum over ranks is scattered to the stream's rows. */
+static void embedding_fwd(model *m, model_mb *mb)
+{
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	be_dtype rt = m->prec.resid;
+	void *out = m->tp.size > 1 ? m->d_full : model_mb_hidden(mb, 1);
+	m->be->ops->embedding_fwd(m->be, out, rt, m->tok, m->prec.param, mb->ids, n, d, m->v0,
+				  m->args.vocab_size);
+	if (m->tp.size > 1)
+		model_tp_scatter(m, model_mb_hidden(mb, 1), m->d_full, n, d, rt);
+}
+
+static void embedding_bwd(model *m, model_mb *mb)
+{
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
+	be_dtype rt = m->prec.resid;
+	void *dy = m->d_x;
+	if (m->tp.size > 1) {
+		dy = m->d_full;
+		m->be->ops->copy(m->be, elt(dy, rt, (size_t)(m->tp.rank * ns * d)), m->d_x,
+				 (size_t)(ns * d) * be_dtype_size(rt), BACKEND_D2D);
+		model_tp_gather(m, dy, n, d, rt);
+		model_tp_finish(m);
+	}
+	m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, dy, rt, mb->ids, n, d, m->v0,
+				  m->args.vocab_size);
 }
 
 /* ---- units ---- */
@@ -401,10 +450,8 @@ int model_unit_fwd(model *m, int u, model_mb *mb, titan_err *e)
 {
 	if (check_unit(m, mb, u, e))
 		return -1;
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
 	if (u == 0)
-		m->be->ops->embedding_fwd(m->be, model_mb_hidden(mb, 1), m->prec.resid, m->tok,
-					  m->prec.param, mb->ids, n, d, 0, m->args.vocab_size);
+		embedding_fwd(m, mb);
 	else if (is_block(m, u))
 		model_block_fwd(m, mb, u - 1, model_mb_hidden(mb, u), model_mb_hidden(mb, u + 1));
 	else
@@ -418,12 +465,10 @@ int model_unit_bwd(model *m, int u, model_mb *mb, int defer_wgrad, titan_err *e)
 		return -1;
 	if (!mb->train)
 		return err_set(e, "model: backward of a micro-batch set up for a forward only");
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
 	if (is_block(m, u))
 		return model_block_bwd(m, mb, u - 1, model_mb_hidden(mb, u), defer_wgrad, e);
 	if (u == 0)
-		m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, m->d_x, m->prec.resid,
-					  mb->ids, n, d, 0, m->args.vocab_size);
+		embedding_bwd(m, mb);
 	else
 		head_bwd(m, mb);
 	return 0;

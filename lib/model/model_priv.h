@@ -160,7 +160,28 @@ struct model {
 	int64_t *pos;           /* (n_pos) the tokens' global positions (CP), or NULL */
 	int n_pos;
 	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
+
+	/* Tensor parallelism (model_tp.c); size 1: none.  Scratch it adds, for
+	 * n = b*t tokens and ns = n / size held by the rank: */
+	model_tp_group tp;
+	int64_t v0, vocab_global; /* the rank's first vocabulary row; the whole vocabulary */
+	void *d_full;           /* (n, dim) act or resid: a gathered stream gradient, the
+	                           embedding's partial output */
+	void *d_xs;             /* (ns, dim) prec.act: a norm output's gradient, scattered */
+	void *ring;             /* async: 3 x (ns, dim) prec.act, a fused reduce-scatter's */
+	float *ce_stats;        /* loss parallel: (chunk, 3) then (size, chunk, 3) */
+	void *lg_full;          /* logits gathered: (chunk, vocab) then (size, chunk,
+	                           vchunk) and (chunk, vchunk) prec.act */
+	void *pend;             /* async: a gather left for the first matmul that reads it */
+	int64_t pend_n, pend_d; /* its rows (n) and row length */
+	be_dtype pend_t;
 };
+
+/* Rows of the residual stream a rank holds for n tokens. */
+static inline int64_t model_seq(const model *m, int64_t n)
+{
+	return n / m->tp.size;
+}
 
 /* Bytes of activation i of layer l for n tokens in the current precision (0
  * when the layer's pieces do not use it). */
@@ -205,6 +226,7 @@ typedef struct piece_ctx {
 	layer_act *a;
 	const layer_w *w, *g;
 	int64_t b, t, n; /* n = b*t tokens */
+	int64_t ns;      /* the rank's rows of the stream: n / tensor parallel degree */
 	int defer;       /* backward: leave the weight gradients for model_block_wgrad */
 } piece_ctx;
 
@@ -245,5 +267,30 @@ int model_ffn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
  * "layers.<l>.", shape (ndim of d0, d1, d2), slot, init and TP style. */
 int model_add_layer_tensor(model *m, int *cap, int l, const char *name, int slot, int init,
 			   int tp, int ndim, int64_t d0, int64_t d1, int64_t d2, titan_err *e);
+
+/* ---- tensor parallelism (model_tp.c) ---- */
+
+/* The scratch TP adds for micro-batches of n tokens with logits chunks of
+ * chunk rows: sizes of d_full, d_xs, ring, ce_stats, lg_full (0 when unused). */
+void model_tp_scratch(const model *m, size_t n, size_t chunk, size_t sz[5]);
+/* full (n, d) of type t, this rank's rows (ns of them) already in place at
+ * rank * ns: all-gathered (or, async, left for the first matmul reading it). */
+void model_tp_gather(model *m, void *full, int64_t n, int64_t d, be_dtype t);
+/* A gather left pending is finished (before anything but a matmul reads it). */
+void model_tp_finish(model *m);
+/* y = x @ w^T (dx = 0) or dx-style y = x @ w (dx = 1) when x is the pending
+ * gather: computed rank's chunk by chunk as the ring brings them.  0 when x is
+ * not pending (nothing done). */
+int model_tp_linear_pending(model *m, void *y, const void *x, const void *w, int64_t n,
+			    int64_t in, int64_t out, float beta, int dx);
+/* part (n/size, d) = the reduce-scatter over the ranks of full (n, d). */
+void model_tp_scatter(model *m, void *part, const void *full, int64_t n, int64_t d, be_dtype t);
+/* y (n/size, out) of the residual type += the reduce-scatter of x (n, in) @
+ * w^T: a row-parallel linear joining the stream. */
+void model_tp_resid_add_linear(model *m, void *y, const void *x, const void *w, int64_t n,
+			       int64_t in, int64_t out);
+/* The loss of logits rows r0 .. r0 + c of mb (c, vocab / size): vocabulary
+ * parallel or gathered; with backward the logits become their gradient. */
+void model_tp_loss(model *m, model_mb *mb, void *logits, int64_t r0, int64_t c, int backward);
 
 #endif

@@ -45,6 +45,8 @@ typedef struct train_prec {
 	model_prec model;  /* the units' element types */
 	be_dtype autocast; /* the linears' weight copies (BE_F32: none) */
 	be_dtype reduce;   /* gradients as reduced across ranks */
+	be_dtype master;   /* the kept parameters, their gradients and AdamW's states
+	                      (the plan's shards): bf16 under training.dtype */
 	const char *line;  /* torchtitan's log line for the mode */
 	char detail[200];  /* titan's: the element types in force */
 } train_prec;

@@ -89,6 +89,33 @@ static int add_tensor(tstate_saver *sv, const char *fqn, dcp_dtype dt, int ndim,
 	return 0;
 }
 
+/* A chunk of a global tensor t: this rank's box b of it, at data. */
+static dcp_item *add_box(tstate_saver *sv, const char *fqn, dcp_dtype dt, const model_tensor *t,
+			 const plan_box *b, void *data)
+{
+	dcp_item *it = add(sv);
+	if (it == NULL || fqn == NULL)
+		return NULL;
+	dcp_item_full(it, fqn, dt, t->ndim, t->shape, data);
+	for (int d = 0; d < t->ndim; d++) {
+		it->offsets[d] = b->offsets[d];
+		it->sizes[d] = b->sizes[d];
+	}
+	return it;
+}
+
+/* The first box of a tensor (offsets all 0): its rank writes the tensor's
+ * replicated values (the optimizer's step and param_groups). */
+static int first_box(const plan_box *b)
+{
+	if (!b->owner)
+		return 0;
+	for (int d = 0; d < b->ndim; d++)
+		if (b->offsets[d] != 0)
+			return 0;
+	return 1;
+}
+
 static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n)
 {
 	dcp_item *it = add(sv);
@@ -101,27 +128,32 @@ static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n
 	return 0;
 }
 
-/* The checkpoint dtype of a backend element type: the model's and the
- * optimizer's tensors are saved as they are stored (torch saves bf16
- * parameters and states under training.dtype = "bfloat16"). */
-static ptz_dtype ptz_of(be_dtype t)
+/* A whole shard buffer (of the plan's master type) copied to a new host
+ * float32 image; NULL when out of memory or the copy failed. */
+static float *to_host(tstate_saver *sv, plan *p, const void *dev)
+{
+	titan_err e;
+	float *h = keep(sv, malloc(plan_shard_numel(p) * sizeof(float) + 1));
+	return h != NULL && plan_shard_download(p, h, dev, &e) == 0 ? h : NULL;
+}
+
+/* The checkpoint's type for what the run keeps in t: torchtitan saves its
+ * tensors in their dtype (bf16 under training.dtype = "bfloat16"). */
+static ptz_dtype saved_dtype(be_dtype t)
 {
 	return t == BE_BF16 ? PTZ_BF16 : PTZ_F32;
 }
 
-/* A whole backend buffer of n elements of t copied to a new host buffer. */
-static void *to_host(tstate_saver *sv, backend *be, const void *dev, be_dtype t, size_t n)
+/* n floats of a host image as dt: the image itself for float32, else a kept
+ * converted copy. */
+static void *as_dtype(tstate_saver *sv, float *x, size_t n, ptz_dtype dt)
 {
-	void *h = keep(sv, malloc(n * be_dtype_size(t) + 1));
-	if (h != NULL)
-		be->ops->copy(be, h, dev, n * be_dtype_size(t), BACKEND_D2H);
-	return h;
-}
-
-/* Element i of a host buffer of dtype t. */
-static void *at(void *base, ptz_dtype t, size_t i)
-{
-	return (char *)base + i * ptz_dtype_size(t);
+	if (dt == PTZ_F32)
+		return x;
+	void *y = keep(sv, malloc(n * ptz_dtype_size(dt) + 1));
+	if (y != NULL)
+		ptz_convert(y, dt, x, PTZ_F32, n);
+	return y;
 }
 
 typedef struct val {
@@ -134,7 +166,7 @@ typedef struct val {
 static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **keys, int *nk,
 			titan_err *err)
 {
-	const adamw_config *c = adamw_get_config(s->opt);
+	const adamw_config *c = adamw_get_config(plan_optimizer(s->p));
 	double betas[2] = {c->beta1, c->beta2};
 	int k = 0;
 #define FLOATV(key, x) (keys[k] = key, dcp_value_float(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
@@ -159,11 +191,8 @@ static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **
 
 static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
 {
-	model *m = s->m;
-	backend *be = model_backend(m);
-	be_dtype pt = model_get_prec(m)->param;
-	ptz_dtype st = ptz_of(pt);
-	void *params = to_host(sv, be, model_param_storage(m), pt, model_num_params(m));
+	const model *g = plan_global_model(s->p);
+	float *params = to_host(sv, s->p, plan_shard_params(s->p));
 	if (params == NULL)
 		return err_set(err, "out of memory");
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
@@ -173,17 +202,20 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 	/* torchtitan converts only to an export_dtype other than float32: bf16
 	 * parameters stay bf16 under the default */
 	if (dt == PTZ_F32)
-		dt = st;
-	for (int i = 0; i < model_num_tensors(m); i++) {
-		const model_tensor *t = model_tensor_at(m, i);
-		void *data = at(params, st, t->offset);
-		if (dt != st) {
-			data = keep(sv, malloc(t->numel * ptz_dtype_size(dt)));
+		dt = saved_dtype(plan_shard_dtype(s->p));
+	for (int i = 0; i < model_num_tensors(g); i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		const plan_box *b = plan_box_at(s->p, i);
+		if (!b->owner)
+			continue;
+		void *data = params + b->shard_off;
+		if (dt != PTZ_F32) {
+			data = keep(sv, malloc(b->numel * ptz_dtype_size(dt)));
 			if (data == NULL)
 				return err_set(err, "out of memory");
-			ptz_convert(data, dt, at(params, st, t->offset), st, t->numel);
+			ptz_convert(data, dt, params + b->shard_off, PTZ_F32, b->numel);
 		}
-		if (add_tensor(sv, name(sv, t->fqn, "", ""), dt, t->ndim, t->shape, data) != 0)
+		if (add_box(sv, name(sv, t->fqn, "", ""), dt, t, b, data) == NULL)
 			return err_set(err, "out of memory");
 	}
 	return 0;
@@ -191,29 +223,37 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 
 static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 {
-	model *m = s->m;
-	backend *be = model_backend(m);
-	size_t n = model_num_params(m);
-	be_dtype ot = adamw_dtype(s->opt);
-	ptz_dtype st = ptz_of(ot);
-	void *ea = to_host(sv, be, adamw_exp_avg(s->opt), ot, n);
-	void *eas = to_host(sv, be, adamw_exp_avg_sq(s->opt), ot, n);
-	float *stepv = keep(sv, malloc(sizeof(float))); /* torch's step is a float32 tensor */
-	if (ea == NULL || eas == NULL || stepv == NULL)
+	const model *g = plan_global_model(s->p);
+	adamw *opt = plan_optimizer(s->p);
+	size_t n = plan_shard_numel(s->p);
+	ptz_dtype st = saved_dtype(adamw_dtype(opt));
+	float *ea = to_host(sv, s->p, adamw_exp_avg(opt));
+	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt));
+	uint8_t *ea_s = ea ? as_dtype(sv, ea, n, st) : NULL;
+	uint8_t *eas_s = eas ? as_dtype(sv, eas, n, st) : NULL;
+	size_t es = ptz_dtype_size(st);
+	float *stepv = keep(sv, malloc(sizeof(float)));
+	if (ea_s == NULL || eas_s == NULL || stepv == NULL)
 		return err_set(err, "out of memory");
-	*stepv = (float)adamw_get_step(s->opt);
+	*stepv = (float)adamw_get_step(opt);
 	val v[16];
 	const char *keys[16];
 	int nk;
 	if (group_values(sv, s, v, keys, &nk, err) != 0)
 		return -1;
-	for (int i = 0; i < model_num_tensors(m); i++) {
-		const model_tensor *t = model_tensor_at(m, i);
-		if (add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv) ||
-		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), st, t->ndim,
-			       t->shape, at(ea, st, t->offset)) ||
-		    add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), st, t->ndim,
-			       t->shape, at(eas, st, t->offset)))
+	for (int i = 0; i < model_num_tensors(g); i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		const plan_box *b = plan_box_at(s->p, i);
+		if (!b->owner)
+			continue;
+		if (add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), st, t, b,
+			    ea_s + b->shard_off * es) == NULL ||
+		    add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), st, t, b,
+			    eas_s + b->shard_off * es) == NULL)
+			return err_set(err, "out of memory");
+		if (!first_box(b))
+			continue;
+		if (add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv))
 			return err_set(err, "out of memory");
 		char prefix[160];
 		snprintf(prefix, sizeof prefix, "optimizer.param_groups.%s.", t->fqn);
@@ -264,13 +304,20 @@ static int add_lr_scheduler(tstate_saver *sv, const tstate *s, titan_err *err)
 	return 0;
 }
 
+/* The loader's state is every rank's own (the same on each), saved under its
+ * dp rank as torchtitan does; the replicated values by rank 0. */
 static int add_rest(tstate_saver *sv, const tstate *s, titan_err *err)
 {
 	uint8_t *p;
 	size_t n;
-	if (dcp_value_pybytes(s->loader, s->loader_len, &p, &n, err) ||
-	    add_value(sv, "dataloader.dp_rank_0", p, n, err) ||
-	    dcp_value_int(s->dp_world, &p, &n, err) ||
+	char key[64];
+	snprintf(key, sizeof key, "dataloader.dp_rank_%d", s->dp_rank);
+	if (s->write_loader && (dcp_value_pybytes(s->loader, s->loader_len, &p, &n, err) ||
+				add_value(sv, key, p, n, err)))
+		return -1;
+	if (s->rank != 0)
+		return 0;
+	if (dcp_value_int(s->dp_world, &p, &n, err) ||
 	    add_value(sv, "dataloader.world_size", p, n, err) ||
 	    dcp_value_int(s->step, &p, &n, err) || add_value(sv, "train_state.step", p, n, err) ||
 	    dcp_value_int(s->ntokens_seen, &p, &n, err) ||
@@ -290,13 +337,14 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 	}
 	int rc = add_model(sv, s, o->model_only ? o->export_dtype : NULL, err);
 	if (rc == 0 && !o->model_only)
-		rc = add_optimizer(sv, s, err) || add_lr_scheduler(sv, s, err) || add_rest(sv, s, err);
+		rc = add_optimizer(sv, s, err) || (s->rank == 0 && add_lr_scheduler(sv, s, err)) ||
+		     add_rest(sv, s, err);
 	if (rc != 0) {
 		saver_free(sv);
 		return NULL;
 	}
 	dcp_save_opts dopts = {.async = o->async, .copy = 0};
-	sv->dcp = dcp_save_begin(dir, 0, 1, sv->items, sv->n, &dopts, err);
+	sv->dcp = dcp_save_begin(dir, s->rank, s->world, sv->items, sv->n, &dopts, err);
 	if (sv->dcp == NULL) {
 		saver_free(sv);
 		return NULL;
@@ -304,11 +352,9 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 	return sv;
 }
 
-int tstate_save_finish(tstate_saver *sv, titan_err *err)
+int tstate_save_wait(tstate_saver *sv, titan_err *err)
 {
 	int rc = dcp_save_wait(sv->dcp, err);
-	if (rc == 0)
-		rc = dcp_save_commit(sv->dir, 1, err);
 	saver_free(sv);
 	return rc;
 }
@@ -360,33 +406,42 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	tstate_saver *b = calloc(1, sizeof *b);
 	if (b == NULL)
 		return err_set(err, "out of memory");
-	model *m = s->m;
-	backend *be = model_backend(m);
-	size_t n = model_num_params(m);
-	int want_opt = !model_only && s->opt != NULL && !excluded(exclude, "optimizer");
-	/* read into the types the run keeps (DCP converts from what was saved) */
-	be_dtype pt = model_get_prec(m)->param, ot = s->opt != NULL ? adamw_dtype(s->opt) : BE_F32;
-	ptz_dtype pz = ptz_of(pt), oz = ptz_of(ot);
-	void *params = keep(b, malloc(n * be_dtype_size(pt) + 1));
-	void *ea = want_opt ? keep(b, malloc(n * be_dtype_size(ot) + 1)) : NULL;
-	void *eas = want_opt ? keep(b, malloc(n * be_dtype_size(ot) + 1)) : NULL;
+	const model *g = plan_global_model(s->p);
+	adamw *opt = plan_optimizer(s->p);
+	size_t n = plan_shard_numel(s->p);
+	int want_opt = !model_only && !excluded(exclude, "optimizer");
+	/* calloc: FSDP's padding stays zero */
+	float *params = keep(b, calloc(n + 1, sizeof(float)));
+	float *ea = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
+	float *eas = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
 	float *stepv = keep(b, malloc(sizeof(float)));
 	int rc = params == NULL || stepv == NULL || (want_opt && (ea == NULL || eas == NULL))
 			 ? err_set(err, "out of memory") : 0;
-	for (int i = 0; rc == 0 && i < model_num_tensors(m); i++) {
-		const model_tensor *t = model_tensor_at(m, i);
-		if (add_tensor(b, name(b, t->fqn, "", ""), pz, t->ndim, t->shape,
-			       at(params, pz, t->offset)) ||
-		    (want_opt && i == 0 &&
-		     add_tensor(b, name(b, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv)) ||
-		    (want_opt && (add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), oz,
-					     t->ndim, t->shape, at(ea, oz, t->offset)) ||
-				  add_tensor(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), oz,
-					     t->ndim, t->shape, at(eas, oz, t->offset)))))
+	int step_item = 0; /* the optimizer's step of the first tensor this rank holds */
+	for (int i = 0; rc == 0 && i < model_num_tensors(g); i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		const plan_box *x = plan_box_at(s->p, i);
+		if (x->numel == 0)
+			continue;
+		if (add_box(b, name(b, t->fqn, "", ""), PTZ_F32, t, x, params + x->shard_off) == NULL) {
 			rc = err_set(err, "out of memory");
-		else if (want_opt) /* absent from a model-only checkpoint; checked below */
-			for (size_t k = b->n - (i == 0 ? 3 : 2); k < b->n; k++)
-				b->items[k].optional = 1;
+			break;
+		}
+		if (!want_opt)
+			continue;
+		size_t first = b->n;
+		if ((!step_item &&
+		     add_tensor(b, name(b, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv)) ||
+		    add_box(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t, x,
+			    ea + x->shard_off) == NULL ||
+		    add_box(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t, x,
+			    eas + x->shard_off) == NULL) {
+			rc = err_set(err, "out of memory");
+			break;
+		}
+		step_item = 1;
+		for (size_t k = first; k < b->n; k++) /* absent from a model-only checkpoint; checked below */
+			b->items[k].optional = 1;
 	}
 	size_t first_bytes = b->n;
 	const char *scalars[] = {"train_state.step", "train_state.ntokens_seen", "dataloader.dp_rank_0",
@@ -445,12 +500,12 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			rc = err_set(err, "%s: %s missing (a model-only checkpoint? set "
 				     "checkpoint.exclude_from_loading = [\"optimizer\"])", dir, b->items[i].fqn);
 	if (rc == 0) {
-		be->ops->copy(be, model_param_storage(m), params, n * be_dtype_size(pt), BACKEND_H2D);
-		if (want_opt && have_train_state) {
-			be->ops->copy(be, adamw_exp_avg(s->opt), ea, n * be_dtype_size(ot), BACKEND_H2D);
-			be->ops->copy(be, adamw_exp_avg_sq(s->opt), eas, n * be_dtype_size(ot),
-				      BACKEND_H2D);
-			adamw_set_step(s->opt, (int64_t)*stepv);
+		/* into the types the run keeps (DCP converted from what was saved) */
+		rc = plan_shard_upload(s->p, plan_shard_params(s->p), params, err);
+		if (rc == 0 && want_opt && have_train_state) {
+			rc = plan_shard_upload(s->p, adamw_exp_avg(opt), ea, err) ||
+			     plan_shard_upload(s->p, adamw_exp_avg_sq(opt), eas, err);
+			adamw_set_step(opt, step_item ? (int64_t)*stepv : 0);
 			got->optimizer = 1;
 		}
 	}
@@ -472,19 +527,22 @@ static dcp_hf_model hf_model_of(const model *m)
 }
 
 typedef struct hf_load {
-	const model *m;
-	float *params;
-	uint8_t *seen;  /* per model tensor */
+	const plan *p;
+	const model *g;  /* the global tensors */
+	float *shard;    /* host image of the rank's shard */
+	uint8_t *seen;   /* per tensor */
 	const char *dir;
 } hf_load;
 
+/* Each HF tensor, whole, gives the rank its box. */
 static int put_hf_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
 			 void *data, titan_err *err)
 {
 	hf_load *h = vctx;
-	const model_tensor *t = model_tensor_find(h->m, name);
+	const model_tensor *t = model_tensor_find(h->g, name);
 	int rc = 0;
-	if (t == NULL && strcmp(name, "output.weight") == 0 && model_args(h->m)->tied_embeddings) {
+	float *whole = NULL;
+	if (t == NULL && strcmp(name, "output.weight") == 0 && model_args(h->g)->tied_embeddings) {
 		rc = 0; /* the embedding, which the tied model holds once */
 	} else if (t == NULL) {
 		rc = err_set(err, "%s: %s is not a weight of the model", h->dir, name);
@@ -493,59 +551,67 @@ static int put_hf_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, c
 			     (long long)shape[0], ndim == 2 ? ", " : "", ndim == 2 ? (long long)shape[1] : 0LL,
 			     (long long)t->shape[0], t->ndim == 2 ? ", " : "",
 			     t->ndim == 2 ? (long long)t->shape[1] : 0LL);
+	} else if ((whole = malloc(t->numel * sizeof(float) + 1)) == NULL) {
+		rc = err_set(err, "out of memory");
 	} else {
-		ptz_convert(h->params + t->offset, PTZ_F32, data, dt, t->numel);
-		h->seen[t - model_tensor_at(h->m, 0)] = 1;
+		int i = (int)(t - model_tensor_at(h->g, 0));
+		ptz_convert(whole, PTZ_F32, data, dt, t->numel);
+		plan_box_extract(h->p, i, whole, h->shard);
+		h->seen[i] = 1;
 	}
+	free(whole);
 	free(data);
 	return rc;
 }
 
 int tstate_load_hf(const char *dir, tstate *s, titan_err *err)
 {
-	model *m = s->m;
-	size_t n = model_num_params(m);
-	int nt = model_num_tensors(m);
-	hf_load h = {.m = m, .params = malloc(n * sizeof(float) + 1), .seen = calloc((size_t)nt, 1),
-		     .dir = dir};
-	dcp_hf_model hm = hf_model_of(m);
-	int rc = h.params && h.seen ? dcp_hf_read(dir, &hm, PTZ_NONE, put_hf_tensor, &h, err)
-				    : err_set(err, "out of memory");
+	const model *g = plan_global_model(s->p);
+	size_t n = plan_shard_numel(s->p);
+	int nt = model_num_tensors(g);
+	hf_load h = {.p = s->p, .g = g, .shard = calloc(n + 1, sizeof(float)),
+		     .seen = calloc((size_t)nt, 1), .dir = dir};
+	dcp_hf_model hm = hf_model_of(g);
+	int rc = h.shard && h.seen ? dcp_hf_read(dir, &hm, PTZ_NONE, put_hf_tensor, &h, err)
+				   : err_set(err, "out of memory");
 	for (int i = 0; rc == 0 && i < nt; i++)
 		if (!h.seen[i])
-			rc = err_set(err, "%s: no weight for %s", dir, model_tensor_at(m, i)->fqn);
-	if (rc == 0) {
-		backend *be = model_backend(m);
-		be->ops->copy(be, model_params(m), h.params, n * sizeof(float), BACKEND_H2D);
-	}
-	free(h.params);
+			rc = err_set(err, "%s: no weight for %s", dir, model_tensor_at(g, i)->fqn);
+	if (rc == 0)
+		rc = plan_shard_upload(s->p, plan_shard_params(s->p), h.shard, err);
+	free(h.shard);
 	free(h.seen);
 	return rc;
 }
 
+/* The whole tensors are needed: one process holds them (a sharded run's
+ * checkpoint converts with titan-ckpt-convert to-hf). */
 int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
 		   const char *index_json, titan_err *err)
 {
-	model *m = s->m;
+	if (s->world > 1)
+		return err_set(err, "checkpoint.last_save_in_hf: the weights are sharded over %d "
+			       "ranks; save DCP and convert with titan-ckpt-convert to-hf", s->world);
+	const model *g = plan_global_model(s->p);
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
 	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
 		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
 			       export_dtype);
-	size_t n = model_num_params(m);
-	int nt = model_num_tensors(m);
+	size_t n = plan_shard_numel(s->p);
+	int nt = model_num_tensors(g);
 	float *params = malloc(n * sizeof(float) + 1);
 	st_item *items = calloc((size_t)nt, sizeof *items);
 	int rc = params && items ? 0 : err_set(err, "out of memory");
+	if (rc == 0)
+		rc = plan_shard_download(s->p, params, plan_shard_params(s->p), err);
 	if (rc == 0) {
-		backend *be = model_backend(m);
-		be->ops->copy(be, params, model_params(m), n * sizeof(float), BACKEND_D2H);
 		for (int i = 0; i < nt; i++) {
-			const model_tensor *t = model_tensor_at(m, i);
+			const model_tensor *t = model_tensor_at(g, i);
 			items[i] = (st_item){.name = t->fqn, .dtype = PTZ_F32, .ndim = t->ndim,
-					     .data = params + t->offset};
+					     .data = params + plan_box_at(s->p, i)->shard_off};
 			memcpy(items[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
 		}
-		dcp_hf_model hm = hf_model_of(m);
+		dcp_hf_model hm = hf_model_of(g);
 		rc = dcp_hf_save(dir, items, (size_t)nt, &hm, dt, index_json, err);
 	}
 	free(params);

@@ -10,18 +10,23 @@
 #include "config/config.h"
 #include "core/err.h"
 #include "dcp/dcp.h"
-#include "model/model.h"
-#include "optim/optim.h"
+#include "plan/plan.h"
 
+/* Each rank saves and loads its own boxes of the tensors (plan_box_at): the
+ * model and the optimizer's states as DCP chunks with global offsets, so
+ * that any mesh loads any other's checkpoint. */
 typedef struct tstate {
-	model *m;
-	adamw *opt;             /* NULL for a model-only save */
+	plan *p;                /* the rank's shards: model and optimizer */
+	int rank, world;        /* this rank among the job's writers (world rank) */
+	int dp_rank;            /* writes dataloader.dp_rank_{dp_rank} when write_loader */
+	int write_loader;
 	double base_lr;         /* optimizer.lr */
 	double cur_lr;          /* the lr of the next step, which torch's LambdaLR has
 	                           set after the last step (lr_scheduler._last_lr) */
 	int64_t step;           /* train_state.step */
 	int64_t ntokens_seen;   /* train_state.ntokens_seen */
-	uint8_t *loader;        /* dataloader.dp_rank_0 bytes (owned when loaded) */
+	uint8_t *loader;        /* dataloader.dp_rank_N bytes (owned when loaded: dp_rank_0's,
+	                           the loader's state being the same on every rank) */
 	size_t loader_len;
 	int dp_world;           /* dataloader.world_size */
 } tstate;
@@ -37,10 +42,14 @@ typedef struct tstate_save_opts {
 /* A save in flight (async) or done. */
 typedef struct tstate_saver tstate_saver;
 
+/* This rank's part: its boxes, and the values rank 0 alone writes (the
+ * lr_scheduler, train_state, dataloader.world_size; a tensor's optimizer step
+ * and param_groups by the rank of its first box). */
 tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_save_opts *o,
 				titan_err *err);
-/* Wait for the writing, commit the folder, free the handle. */
-int tstate_save_finish(tstate_saver *sv, titan_err *err);
+/* Wait for this rank's writing and free the handle.  When every rank's has
+ * returned (a barrier), rank 0 commits the folder with dcp_save_commit. */
+int tstate_save_wait(tstate_saver *sv, titan_err *err);
 
 /* What a load restored. */
 typedef struct tstate_loaded {
@@ -48,9 +57,10 @@ typedef struct tstate_loaded {
 	int optimizer, lr_scheduler, dataloader, train_state; /* parts restored */
 } tstate_loaded;
 
-/* Load dir into s.  model_only loads the model alone; exclude lists top-level
- * parts not to load ("optimizer", "lr_scheduler", "dataloader", "train_state").
- * The model must match the checkpoint's shapes. */
+/* Load dir into s: every rank reads its own boxes, whatever chunks the
+ * checkpoint holds.  model_only loads the model alone; exclude lists
+ * top-level parts not to load ("optimizer", "lr_scheduler", "dataloader",
+ * "train_state").  The model must match the checkpoint's global shapes. */
 int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *exclude,
 		tstate_loaded *got, titan_err *err);
 

@@ -16,7 +16,9 @@
 #include "metrics/metrics.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "plan/plan.h"
 #include "planner/planner.h"
+#include "prof/prof.h"
 #include "shard/shard.h"
 #include "tb/tb.h"
 
@@ -93,11 +95,14 @@ typedef struct job {
 	FILE *log;
 	char data_dir[1024], ckpt_dir[1024];
 	backend *be;
-	model *m;
-	adamw *opt;
+	plan *p;                /* what this rank holds and does: model, shards, optimizer */
+	const model *gm;        /* the global model's table (plan_global_model) */
 	lr_schedule sched;
 	loader *train;
 	int accum;              /* micro-batches per step */
+	int dp, dp_rank;        /* the batch dimension: data parallel ranks, this one's */
+	int non_dp;             /* cp x tp x pp: ranks that share a batch (throughput per rank) */
+	int rank, world;
 	int64_t B, T;
 	int32_t *inputs, *labels; /* (accum, B, T) */
 	tb_writer tb;
@@ -105,17 +110,22 @@ typedef struct job {
 	metrics_jsonl jl;
 	int jl_open;
 	double flops_per_token, peak_flops;
-	int64_t step, ntokens_seen;
-	double lr;
+	int64_t step, ntokens_seen; /* ntokens_seen: this rank's (torchtitan's train_state) */
+	double lr, max_loss;
+	int prof;               /* the profiler is started */
 	tstate_saver *pending;  /* async checkpoint in flight */
 	int64_t pending_step;
+	char pending_dir[1100];
 	int lock_fd;            /* job.dump_folder, locked for this run (-1: not yet) */
 } job;
 
 static void job_close(job *j)
 {
 	titan_err e;
-	if (j->pending != NULL && tstate_save_finish(j->pending, &e) != 0)
+	/* a save left in flight by a failure: this rank's files are finished; only
+	 * a world of one commits them (the other ranks may be gone) */
+	if (j->pending != NULL && (tstate_save_wait(j->pending, &e) != 0 ||
+				   (j->world == 1 && dcp_save_commit(j->pending_dir, 1, &e) != 0)))
 		titan_warn("%s", e.msg);
 	if (j->lock_fd >= 0)
 		close(j->lock_fd);
@@ -125,10 +135,9 @@ static void job_close(job *j)
 		metrics_jsonl_close(&j->jl, NULL);
 	if (j->train != NULL)
 		loader_close(j->train);
-	if (j->opt != NULL)
-		adamw_free(j->opt);
-	if (j->m != NULL)
-		model_free(j->m);
+	if (j->prof)
+		prof_stop();
+	plan_free(j->p);
 	if (j->be != NULL)
 		backend_free(j->be);
 	free(j->inputs);
@@ -144,16 +153,14 @@ static uint64_t seed_of(const job_config *c)
 static void warn_inert(job *j)
 {
 	const job_config *c = j->c;
-	if (c->profiling.enable_profiling)
-		titan_warn("profiling.enable_profiling: titan-train has no profiler yet; no traces are written");
 	if (c->profiling.enable_memory_snapshot)
 		titan_warn("profiling.enable_memory_snapshot: not available; no snapshots are written");
 }
 
 /* torchtitan's precision mode for this job's mesh (one process, or replication
- * alone: autocast with training.mixed_precision_param), put on the model and
- * logged. */
-static int set_precision(job *j, titan_err *err)
+ * alone: autocast with training.mixed_precision_param; FSDP's policy when
+ * sharding), logged; the plan puts it on the model. */
+static int choose_precision(job *j, train_prec *p, titan_err *err)
 {
 	prec_degrees d = {1, 1, 1, 1, 1};
 	if (j->h->mesh != NULL) {
@@ -161,12 +168,23 @@ static int set_precision(job *j, titan_err *err)
 		d = (prec_degrees){(int)md->dp_replicate, (int)md->dp_shard, (int)md->tp,
 				   (int)md->pp, (int)md->cp};
 	}
-	train_prec p;
-	if (train_prec_choose(j->c, &d, &p, err) != 0 || train_prec_apply(j->m, &p, err) != 0)
+	if (train_prec_choose(j->c, &d, p, err) != 0)
 		return -1;
-	metrics_log(j->log, "%s", p.line);
-	metrics_log(j->log, "Precision: %s", p.detail);
+	metrics_log(j->log, "%s", p->line);
+	metrics_log(j->log, "Precision: %s", p->detail);
 	return 0;
+}
+
+/* The mesh's layout for this job: data parallel ranks read their own rows
+ * of every batch (loader_opts.dp_rank), the others share them. */
+static void read_layout(job *j)
+{
+	const mesh *m = j->h->mesh;
+	j->dp = m != NULL ? m->size[MESH_BATCH] : 1;
+	j->dp_rank = m != NULL ? m->coord[MESH_BATCH] : 0;
+	j->non_dp = m != NULL ? m->size[MESH_CP] * m->size[MESH_TP] * m->size[MESH_PP] : 1;
+	j->rank = m != NULL ? m->rank : 0;
+	j->world = m != NULL ? m->world_size : 1;
 }
 
 static int open_data(job *j, titan_err *err)
@@ -176,15 +194,16 @@ static int open_data(job *j, titan_err *err)
 		return -1;
 	j->B = c->training.local_batch_size;
 	j->T = c->training.seq_len;
-	int64_t global = c->training.global_batch_size == -1 ? j->B : c->training.global_batch_size;
-	if (global % j->B != 0)
+	int64_t global = c->training.global_batch_size == -1 ? j->B * j->dp
+							     : c->training.global_batch_size;
+	if (global <= 0 || global % (j->B * j->dp) != 0)
 		return err_set(err, "training.global_batch_size %lld is not a multiple of "
-			       "local_batch_size %lld x data parallel degree 1", (long long)global,
-			       (long long)j->B);
-	j->accum = (int)(global / j->B);
+			       "local_batch_size %lld x data parallel degree %d", (long long)global,
+			       (long long)j->B, j->dp);
+	j->accum = (int)(global / (j->B * j->dp));
 	loader_opts o = {.dir = j->data_dir, .split = SHARD_TRAIN, .seq_len = j->T,
-			 .local_batch = j->B, .dp_rank = 0, .dp_degree = 1, .seed = seed_of(c),
-			 .shuffle = 0, .prefetch = 2};
+			 .local_batch = j->B, .dp_rank = j->dp_rank, .dp_degree = j->dp,
+			 .seed = seed_of(c), .shuffle = 0, .prefetch = 2};
 	j->train = loader_open(&o, err);
 	if (j->train == NULL)
 		return err_prefix(err, "training data");
@@ -211,7 +230,27 @@ static int find_flavor(job *j, titan_err *err)
 	return 0;
 }
 
-static int build_model(job *j, titan_err *err)
+static int adamw_of(const job_config *c, adamw_config *ac, titan_err *err)
+{
+	adamw_config_default(ac);
+	ac->lr = c->optimizer.lr;
+	ac->beta1 = c->optimizer.beta1;
+	ac->beta2 = c->optimizer.beta2;
+	ac->eps = c->optimizer.eps;
+	ac->weight_decay = c->optimizer.weight_decay;
+	/* torch's Adam adds weight decay to the gradient (L2), AdamW decouples it;
+	 * only AdamW is implemented, so Adam is allowed only without decay. */
+	if (strcmp(c->optimizer.name, "Adam") == 0 && c->optimizer.weight_decay != 0)
+		return err_set(err, "optimizer.name = \"Adam\" with weight_decay %g: only AdamW's "
+			       "decoupled decay is implemented; use AdamW or weight_decay 0",
+			       c->optimizer.weight_decay);
+	return 0;
+}
+
+/* torchtitan's parallelize_llama on this rank: the plan (the model with its
+ * tensor-parallel shapes, FSDP's shards, the optimizer over them), each rank
+ * drawing its own shards of torchtitan's initial weights. */
+static int build_plan(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
 	const llama_args *a = j->args;
@@ -222,66 +261,45 @@ static int build_model(job *j, titan_err *err)
 		return err_prefix(err, "training data");
 	if ((j->be = backend_cpu_create(j->h->threads, err)) == NULL)
 		return -1;
-	if ((j->m = model_create(j->be, a, vocab, err)) == NULL)
+	plan_opts o = {.be = j->be, .mesh = j->h->mesh, .args = a, .vocab_size = vocab,
+		       .b = (int)j->B, .t = (int)j->T, .reduce = BE_F32,
+		       .loss_parallel = !c->parallelism.disable_loss_parallel,
+		       .async_tp = c->parallelism.enable_async_tensor_parallel,
+		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings};
+	train_prec prec;
+	if (planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
+	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
+	    choose_precision(j, &prec, err) != 0)
 		return -1;
-	if (model_init(j->m, seed_of(c), 1, err) != 0)
+	o.prec = prec.model;
+	o.reduce = prec.reduce;
+	o.master = prec.master;
+	if ((j->p = plan_create(&o, err)) == NULL)
 		return -1;
-	model_ac_mode ac;
-	int every;
-	if (planner_ac_mode(c, &ac, &every, err) != 0)
+	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 ||
+	    plan_init_weights(j->p, seed_of(c), 1, err) != 0)
 		return -1;
-	if (model_set_ac(j->m, ac, every, err) != 0 || set_precision(j, err) != 0)
-		return -1;
-	const llama_args *ma = model_args(j->m);
-	j->flops_per_token = model_flops_per_token(j->m, (int)j->T);
+	j->gm = plan_global_model(j->p);
+	const llama_args *ma = model_args(j->gm);
+	j->flops_per_token = model_flops_per_token(j->gm, (int)j->T);
 	/* MFU against the peak of the type the linears compute in */
-	be_dtype mm = model_get_prec(j->m)->act;
+	be_dtype mm = model_get_prec(plan_model(j->p))->act;
 	j->peak_flops = metrics_matmul_peak_flops(j->be, mm);
 	char np[48];
-	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->m));
+	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->gm));
 	metrics_log(j->log, "Building %s %s with vocab_size %d, dim %d, n_layers %d, n_heads %d, "
 		    "n_kv_heads %d", c->model.name, a->name, vocab, ma->dim, ma->n_layers,
 		    ma->n_heads, ma->n_kv_heads);
 	metrics_log(j->log, "Model %s %s size: %s total parameters", c->model.name, a->name, np);
 	metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured %s "
 		    "matmul)", j->be->threads, j->peak_flops, be_dtype_name(mm));
+	plan_describe(j->p, j->log);
 	return 0;
 }
 
-/* A common recipe, not torchtitan's default: decay only the matrices that
- * are not embeddings, so norm gains and the token table keep their scale. */
-static int exempt_from_decay(job *j, titan_err *err)
-{
-	for (int i = 0; i < model_num_tensors(j->m); i++) {
-		const model_tensor *t = model_tensor_at(j->m, i);
-		if ((t->is_norm || t->is_embedding) &&
-		    adamw_no_decay(j->opt, t->offset, t->numel, err) != 0)
-			return err_prefix(err, "%s", t->fqn);
-	}
-	return 0;
-}
-
-static int build_optimizer(job *j, titan_err *err)
+static int build_schedule(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
-	adamw_config ac;
-	adamw_config_default(&ac);
-	ac.lr = c->optimizer.lr;
-	ac.beta1 = c->optimizer.beta1;
-	ac.beta2 = c->optimizer.beta2;
-	ac.eps = c->optimizer.eps;
-	ac.weight_decay = c->optimizer.weight_decay;
-	ac.dtype = model_get_prec(j->m)->param; /* bf16 states under training.dtype bf16 */
-	/* torch's Adam adds weight decay to the gradient (L2), AdamW decouples it;
-	 * only AdamW is implemented, so Adam is allowed only without decay. */
-	if (strcmp(c->optimizer.name, "Adam") == 0 && c->optimizer.weight_decay != 0)
-		return err_set(err, "optimizer.name = \"Adam\" with weight_decay %g: only AdamW's "
-			       "decoupled decay is implemented; use AdamW or weight_decay 0",
-			       c->optimizer.weight_decay);
-	if ((j->opt = adamw_create(j->be, model_num_params(j->m), &ac, err)) == NULL)
-		return -1;
-	if (c->optimizer.no_decay_norms_embeddings && exempt_from_decay(j, err) != 0)
-		return -1;
 	double ratio = isnan(c->lr_scheduler.decay_ratio) ? -1 : c->lr_scheduler.decay_ratio;
 	/* torchtitan: lr_scheduler.total_steps, when set, is the schedule's length. */
 	int64_t total = c->lr_scheduler.total_steps_set ? c->lr_scheduler.total_steps : c->training.steps;
@@ -295,16 +313,22 @@ static int build_optimizer(job *j, titan_err *err)
 static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
 {
 	memset(s, 0, sizeof *s);
-	s->m = j->m;
-	s->opt = j->opt;
+	s->p = j->p;
+	s->rank = j->rank;
+	s->world = j->world;
+	s->dp_rank = j->dp_rank;
 	s->base_lr = j->c->optimizer.lr;
 	/* torchtitan saves after scheduler.step(): the optimizer's lr and the
 	 * scheduler's _last_lr are already the next step's. */
 	s->cur_lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
 	s->step = j->step;
 	s->ntokens_seen = j->ntokens_seen;
-	s->dp_world = 1;
+	s->dp_world = j->dp;
 	if (loader_buf != NULL) {
+		/* every rank of a dp index holds the same loader: the first writes it */
+		const mesh *m = j->h->mesh;
+		s->write_loader = m == NULL || (m->coord[MESH_CP] == 0 && m->coord[MESH_TP] == 0 &&
+						m->coord[MESH_PP] == 0);
 		loader_state ls;
 		loader_state_get(j->train, &ls);
 		loader_state_encode(&ls, loader_buf);
@@ -313,13 +337,21 @@ static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
 	}
 }
 
+/* Every rank waits for its files; once all have (a barrier), rank 0 commits
+ * the folder and prunes the old ones. */
 static int finish_pending(job *j, titan_err *err)
 {
 	if (j->pending == NULL)
 		return 0;
 	tstate_saver *p = j->pending;
 	j->pending = NULL;
-	if (tstate_save_finish(p, err) != 0)
+	if (tstate_save_wait(p, err) != 0)
+		return -1;
+	if (j->world > 1 && comm_barrier(j->h->mesh->world, err) != 0)
+		return -1;
+	if (j->rank != 0)
+		return 0;
+	if (dcp_save_commit(j->pending_dir, j->world, err) != 0)
 		return -1;
 	return dcp_purge(j->ckpt_dir, (int)j->c->checkpoint.keep_latest_k, err);
 }
@@ -329,8 +361,7 @@ static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err 
 	const job_config *c = j->c;
 	if (finish_pending(j, err) != 0)
 		return -1;
-	char dir[1100];
-	snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)j->step);
+	snprintf(j->pending_dir, sizeof j->pending_dir, "%s/step-%lld", j->ckpt_dir, (long long)j->step);
 	double t0 = now_s();
 	int async = strcmp(c->checkpoint.async_mode, "disabled") != 0 && !model_only;
 	metrics_log(j->log, "Saving the checkpoint (or staging if async is enabled).");
@@ -339,7 +370,7 @@ static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err 
 	fill_state(j, &s, model_only ? NULL : lbuf);
 	tstate_save_opts o = {.model_only = model_only, .export_dtype = dtype,
 			      .async = async};
-	tstate_saver *sv = tstate_save_begin(dir, &s, &o, err);
+	tstate_saver *sv = tstate_save_begin(j->pending_dir, &s, &o, err);
 	if (sv == NULL)
 		return -1;
 	j->pending = sv;
@@ -478,7 +509,7 @@ static int load_checkpoint(job *j, titan_err *err)
 	free(s.loader);
 	if (rc != 0)
 		return -1;
-	model_weights_changed(j->m); /* the masters were written behind the model's back */
+	plan_weights_changed(j->p); /* the masters were written behind the model's back */
 	if (got.train_state) {
 		j->step = s.step;
 		j->ntokens_seen = s.ntokens_seen;
@@ -540,7 +571,9 @@ static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err
 	double dt = now_s() - w->t0;
 	metrics_step s = {.step = j->step, .loss = loss, .grad_norm = gnorm};
 	metrics_cpu_memory(&s.mem_gib, &s.mem_pct);
-	s.tps = dt > 0 ? (double)w->tokens / dt : 0;
+	/* torchtitan's tps: the tokens of this rank's batch per second, over the
+	 * ranks that share it (cp x tp x pp) */
+	s.tps = dt > 0 ? (double)w->tokens / dt / j->non_dp : 0;
 	s.tflops = j->flops_per_token * s.tps / 1e12;
 	s.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * s.tps / j->peak_flops : 0;
 	char line[512];
@@ -550,7 +583,7 @@ static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err
 		double active = (double)backend_peak_bytes(j->be) / (1024.0 * 1024 * 1024);
 		double total = s.mem_pct > 0 ? s.mem_gib * 100.0 / s.mem_pct : 0;
 		if (tb_scalar(j, "loss_metrics/global_avg_loss", loss, err) ||
-		    tb_scalar(j, "loss_metrics/global_max_loss", loss, err) ||
+		    tb_scalar(j, "loss_metrics/global_max_loss", j->max_loss, err) ||
 		    tb_scalar(j, "grad_norm", gnorm, err) || tb_scalar(j, "lr", j->lr, err) ||
 		    tb_scalar(j, "throughput(tps)", s.tps, err) || tb_scalar(j, "tflops", s.tflops, err) ||
 		    tb_scalar(j, "mfu(%)", s.mfu, err) ||
@@ -573,10 +606,9 @@ static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err
 
 /* Read the step's micro-batches first: the loss is normalised by the valid
  * tokens of the whole step. */
-static int read_step_batches(job *j, int64_t *n_valid, titan_err *err)
+static int read_step_batches(job *j, titan_err *err)
 {
 	size_t per = (size_t)(j->B * j->T);
-	*n_valid = 0;
 	for (int k = 0; k < j->accum; k++) {
 		const loader_batch *b;
 		int rc = loader_next(j->train, &b, err);
@@ -584,7 +616,6 @@ static int read_step_batches(job *j, int64_t *n_valid, titan_err *err)
 			return rc == 0 ? err_set(err, "training data ended") : -1;
 		memcpy(j->inputs + k * per, b->inputs, per * sizeof(int32_t));
 		memcpy(j->labels + k * per, b->labels, per * sizeof(int32_t));
-		*n_valid += b->n_valid;
 	}
 	return 0;
 }
@@ -592,34 +623,25 @@ static int read_step_batches(job *j, int64_t *n_valid, titan_err *err)
 static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err *err)
 {
 	double t0 = now_s();
-	int64_t n_valid;
-	if (read_step_batches(j, &n_valid, err) != 0)
+	PROF_T0(pt);
+	if (read_step_batches(j, err) != 0)
 		return -1;
+	PROF_PHASE(pt, "data");
 	w->data_s += now_s() - t0;
-	if (n_valid == 0)
-		return err_set(err, "step %lld: no valid labels in the batch", (long long)j->step + 1);
-	model_zero_grad(j->m);
-	size_t per = (size_t)(j->B * j->T);
-	double loss_sum = 0;
-	float scale = (float)(1.0 / (double)n_valid);
-	for (int k = 0; k < j->accum; k++) {
-		double ls = 0;
-		int64_t nv = 0;
-		if (model_forward_backward(j->m, j->inputs + k * per, j->labels + k * per, (int)j->B,
-					   (int)j->T, scale, &ls, &nv, err) != 0)
-			return -1;
-		loss_sum += ls;
-	}
-	*loss = loss_sum / (double)n_valid;
-	*gnorm = grad_clip_norm_typed(j->be, model_grad_storage(j->m), model_get_prec(j->m)->grad,
-				      model_num_params(j->m), j->c->training.max_norm);
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
 	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
-	adamw_step(j->opt, model_param_storage(j->m), model_grad_storage(j->m), j->lr);
-	model_weights_changed(j->m); /* autocast casts the new weights on next use */
+	plan_batch b = {.inputs = j->inputs, .labels = j->labels, .n_mb = j->accum};
+	plan_result r;
+	if (plan_step(j->p, &b, j->lr, j->c->training.max_norm, &r, err) != 0)
+		return err_prefix(err, "step %lld", (long long)j->step + 1);
+	*loss = r.loss;
+	*gnorm = r.grad_norm;
+	j->max_loss = r.max_loss;
 	j->step++;
-	j->ntokens_seen += (int64_t)j->accum * j->B * j->T;
-	w->tokens += (int64_t)j->accum * j->B * j->T;
+	/* tokens of the global batch (titan's train_state counts them all) */
+	int64_t local = (int64_t)j->accum * j->B * j->T;
+	j->ntokens_seen += local * j->dp;
+	w->tokens += local;
 	w->steps++;
 	if (!isfinite(*loss))
 		return err_set(err, "step %lld: loss is %g; stopping", (long long)j->step, *loss);
@@ -632,8 +654,8 @@ static int validate(job *j, titan_err *err)
 	char dir[1024];
 	snprintf(dir, sizeof dir, "%s", c->validation.dataset_path ? c->validation.dataset_path : j->data_dir);
 	loader_opts o = {.dir = dir, .split = SHARD_VAL, .seq_len = c->validation.seq_len,
-			 .local_batch = c->validation.local_batch_size, .dp_rank = 0, .dp_degree = 1,
-			 .prefetch = 1, .tokenizer = loader_fingerprint(j->train)};
+			 .local_batch = c->validation.local_batch_size, .dp_rank = j->dp_rank,
+			 .dp_degree = j->dp, .prefetch = 1, .tokenizer = loader_fingerprint(j->train)};
 	loader *l = loader_open(&o, err);
 	if (l == NULL)
 		return err_prefix(err, "validation data");
@@ -647,7 +669,7 @@ static int validate(job *j, titan_err *err)
 			break;
 		double ls = 0;
 		int64_t nv = 0;
-		rc = model_forward(j->m, b->inputs, b->labels, (int)b->B, (int)b->T, NULL, &ls, &nv, err);
+		rc = plan_eval(j->p, b->inputs, b->labels, (int)b->B, (int)b->T, &ls, &nv, err);
 		if (rc != 0)
 			break;
 		loss_sum += ls;
@@ -681,6 +703,24 @@ static int should_save(const job *j, int last)
 	       (j->step == 1 && c->checkpoint.enable_first_step_checkpoint);
 }
 
+/* torchtitan's maybe_enable_profiling: every rank writes its trace of the
+ * last profiler_active steps of every profile_freq (lib/prof). */
+static int start_profiler(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (!c->profiling.enable_profiling)
+		return 0;
+	char dir[1100];
+	snprintf(dir, sizeof dir, "%s/%s", c->job.dump_folder, c->profiling.save_traces_folder);
+	prof_opts o = {.trace_folder = dir, .rank = j->rank, .freq = c->profiling.profile_freq,
+		       .active = c->profiling.profiler_active};
+	if (prof_start(&o, err) != 0)
+		return -1;
+	j->prof = 1;
+	metrics_log(j->log, "Profiling active. Traces will be saved at %s", dir);
+	return 0;
+}
+
 static int run_loop(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
@@ -690,11 +730,17 @@ static int run_loop(job *j, titan_err *err)
 	int64_t first = j->step + 1;
 	while (j->step < c->training.steps) {
 		double loss = 0, gnorm = 0;
+		if (j->prof)
+			prof_step_begin(j->step + 1);
 		if (train_step(j, &w, &loss, &gnorm, err) != 0)
+			return -1;
+		if (j->prof && j->step % j->c->profiling.profile_freq == 0)
+			metrics_log(j->log, "Dumping profiler traces at step %lld", (long long)j->step);
+		if (j->prof && prof_step_end(j->step, err) != 0)
 			return -1;
 		double dt = now_s() - t_start;
 		metrics_step ms = {.step = j->step, .loss = loss, .grad_norm = gnorm,
-				   .tps = (double)j->accum * (double)(j->B * j->T) / dt};
+				   .tps = (double)j->accum * (double)(j->B * j->T) / dt / j->non_dp};
 		ms.tflops = j->flops_per_token * ms.tps / 1e12;
 		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
 		metrics_cpu_memory(&ms.mem_gib, &ms.mem_pct);
@@ -744,6 +790,20 @@ static int estimate_memory(job *j, titan_err *err)
 	return 0;
 }
 
+/* One run per dump folder: two would mix their checkpoints and metrics.
+ * What a killed run left half done is cleaned up once the folder is ours.
+ * The job's ranks are one run: rank 0 holds the lock and cleans, the others
+ * wait for it. */
+static int lock_dump_folder(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (j->rank == 0 &&
+	    ((j->lock_fd = dir_lock(c->job.dump_folder, "titan-train is running in", err)) < 0 ||
+	     dcp_clean_stale(j->ckpt_dir, err) != 0))
+		return -1;
+	return j->world > 1 ? comm_barrier(j->h->mesh->world, err) : 0;
+}
+
 int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 {
 	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr, .lock_fd = -1};
@@ -751,15 +811,18 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 	metrics_log(j.log, "Starting job: %s", c->job.description);
 	warn_inert(&j);
 	int rc = -1;
+	read_layout(&j);
+	if (c->checkpoint.last_save_in_hf && j.world > 1) {
+		err_set(err, "checkpoint.last_save_in_hf: the weights are sharded over %d ranks; save "
+			"DCP and convert with titan-ckpt-convert to-hf", j.world);
+		goto out;
+	}
 	if (c->memory_estimation.enable && estimate_memory(&j, err) != 0)
 		goto out;
-	/* One run per dump folder: two would mix their checkpoints and metrics.
-	 * What a killed run left half done is cleaned up once the folder is ours. */
-	if ((j.lock_fd = dir_lock(c->job.dump_folder, "titan-train is running in", err)) < 0 ||
-	    dcp_clean_stale(j.ckpt_dir, err) != 0)
+	if (lock_dump_folder(&j, err) != 0)
 		goto out;
-	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_model(&j, err) != 0 ||
-	    build_optimizer(&j, err) != 0)
+	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_plan(&j, err) != 0 ||
+	    build_schedule(&j, err) != 0)
 		goto out;
 	if (c->checkpoint.create_seed_checkpoint) {
 		if (!c->checkpoint.enable) {
@@ -771,7 +834,8 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 			metrics_log(j.log, "Created seed checkpoint at %s/step-0", j.ckpt_dir);
 		goto out;
 	}
-	if (load_checkpoint(&j, err) != 0 || open_outputs(&j, err) != 0)
+	if (load_checkpoint(&j, err) != 0 || open_outputs(&j, err) != 0 ||
+	    start_profiler(&j, err) != 0)
 		goto out;
 	if (j.step >= c->training.steps) {
 		metrics_log(j.log, "Step %lld already reached (training.steps %lld); nothing to do",

@@ -1,6 +1,7 @@
 #!/bin/sh
 # titan-train across processes: mpirun and run_train.sh start it, a bad mesh
-# is refused by rank 0 alone before any work, a plan not built yet is refused,
+# is refused by rank 0 alone before any work, a plan not built yet (pipeline,
+# context parallelism) is refused,
 # the SLURM script is ready to submit.
 . tests/lib.sh
 
@@ -32,14 +33,18 @@ refused "dp_shard -1 that cannot fill the world is refused" 4 \
 	'dp_replicate 1 x cp 1 x tp 3 x pp 1 = 3 does not divide the world size 4' \
 	--parallelism.tensor_parallel_degree 3
 refused "a valid mesh without its plan yet is refused saying so" 2 \
-	'sharded data parallelism is not supported by this titan-train yet'
-refused "HSDP 2x2 without its plan yet is refused saying so" 4 \
-	'data_parallel_replicate_degree = 2: replicated data parallelism is not supported' \
-	--parallelism.data_parallel_replicate_degree 2
+	'pipeline parallelism is not supported by this titan-train yet' \
+	--parallelism.pipeline_parallel_degree 2 --parallelism.data_parallel_shard_degree 1
+refused "CP 2 x FSDP 2 without its plan yet is refused saying so" 4 \
+	'context_parallel_degree = 2: context parallelism is not supported' \
+	--parallelism.context_parallel_degree 2
 
 # run_train.sh: NGPU processes, the config by file or by module and name.
-NGPU=2 TITAN_TRAIN=$TRAIN ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" "$ROOT/run_train.sh" --job.dump_folder "$TMP/out" >"$TMP/.out" 2>"$TMP/.err"
-t_grep "run_train.sh NGPU=2 starts 2 ranks" 'data_parallel_shard_degree = 2 (world size 2)' "$TMP/.err"
+t_random_shards "$TMP/data" 5 100 256 80 0.1
+NGPU=2 TITAN_TRAIN=$TRAIN "$ROOT/run_train.sh" --job.dump_folder "$TMP/out" \
+	--training.dataset_path "$TMP/data" --training.steps 1 --training.seq_len 32 \
+	--training.local_batch_size 1 >"$TMP/.out" 2>"$TMP/.err"
+t_grep "run_train.sh NGPU=2 starts 2 ranks (FSDP 2)" 'Applied FSDP to the model (2 shards' "$TMP/.err"
 MODULE=llama3 CONFIG=debug_model NGPU=1 TITAN_TRAIN=$TRAIN "$ROOT/run_train.sh" --job.print_config \
 	--training.steps 7 >"$TMP/.out" 2>"$TMP/.err"
 t_grep "MODULE/CONFIG names configs/CONFIG.toml" '^# config_file = "configs/debug_model.toml"$' "$TMP/.out"

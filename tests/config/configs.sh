@@ -99,15 +99,16 @@ t_grep "explicit false" '^enable_tensorboard = false$' "$TMP/.out"
 # Features of later issues are refused before any work, with a reason.
 t_fails "70B config (tensor parallel 8) is refused in one process" 2 "$TRAIN" --config configs/llama3_70b.toml
 t_grep "refusal says the mesh does not fit one process" 'tensor_parallel_degree = 8: more than the world size 1' "$TMP/.err"
-t_fails "tensor parallel 2 on 2 ranks is refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" --parallelism.tensor_parallel_degree 2
-t_grep "refusal says tensor parallelism is not supported yet" 'tensor parallelism is not supported by this titan-train yet' "$TMP/.err"
+t_fails "tensor parallel 3 on 3 ranks is refused (heads)" 2 $MPIRUN_REFUSED -np 3 "$TRAIN" --parallelism.tensor_parallel_degree 3
+t_grep "refusal names the heads" 'parallelism.tensor_parallel_degree = 3 does not divide n_heads = 16' "$TMP/.err"
 t_fails "compile is refused" 2 "$TRAIN" --compile.enable
 t_grep "compile refusal" 'compile.enable = true: compilation is not supported' "$TMP/.err"
 t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
 t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
 
-t_fails "two processes (mpirun) are refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" --training.steps 1
-t_grep "refusal names the world size" 'data_parallel_shard_degree = 2 (world size 2)' "$TMP/.err"
+t_fails "a mesh that is not the world size is refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" \
+	--training.steps 1 --parallelism.data_parallel_shard_degree 3
+t_grep "refusal names the world size" 'data_parallel_shard_degree = 3: more than the world size 2' "$TMP/.err"
 
 t_run "--list-flavors" "$TRAIN" --list-flavors
 t_grep "flavors listed with sizes" '^8B .* 8,030,261,248$' "$TMP/.out"

@@ -187,10 +187,8 @@ static void later_features_are_refused_not_ignored(void **state)
 {
 	(void)state;
 	const char *cases[][3] = {
-		{"parallelism.tensor_parallel_degree", "8", "tensor parallelism is not supported"},
 		{"parallelism.pipeline_parallel_degree", "2", "pipeline parallelism"},
 		{"parallelism.context_parallel_degree", "2", "context parallelism"},
-		{"parallelism.data_parallel_shard_degree", "4", "sharded data parallelism"},
 		{"compile.enable", "true", "compile.enable"},
 		{"model.converters", "quantize.linear.float8", "Float8"},
 		{"quantize.linear.float8.enable_fsdp_float8_all_gather", "true", "Float8"},

@@ -15,12 +15,13 @@
 #include "model/flavor.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "plan/plan.h"
+#include "dcp/dcp.h"
 #include "trainer/state.h"
 
 typedef struct rig {
 	backend *be;
-	model *m;
-	adamw *opt;
+	plan *p; /* a world of one */
 } rig;
 
 static void rig_make(rig *r)
@@ -29,29 +30,28 @@ static void rig_make(rig *r)
 	const llama_args *a = flavor_find("debugmodel");
 	assert_non_null(a);
 	assert_non_null(r->be = backend_cpu_create(1, &err));
-	assert_non_null(r->m = model_create(r->be, a, a->vocab_size, &err));
-	assert_int_equal(model_init(r->m, 3, 1, &err), 0);
-	adamw_config ac;
-	adamw_config_default(&ac);
-	assert_non_null(r->opt = adamw_create(r->be, model_num_params(r->m), &ac, &err));
+	plan_opts o = {.be = r->be, .args = a, .b = 1, .t = 8, .reduce = BE_F32};
+	adamw_config_default(&o.adamw);
+	assert_non_null(r->p = plan_create(&o, &err));
+	assert_int_equal(plan_init_weights(r->p, 3, 1, &err), 0);
 }
 
 static void rig_free(rig *r)
 {
-	adamw_free(r->opt);
-	model_free(r->m);
+	plan_free(r->p);
 	backend_free(r->be);
 }
 
 static void save(const rig *r, const char *dir, int64_t step, int64_t ntokens)
 {
 	uint8_t lbuf[LOADER_STATE_BYTES] = {0};
-	tstate s = {.m = r->m, .opt = r->opt, .base_lr = 1e-3, .cur_lr = 1e-3, .step = step,
-		    .ntokens_seen = ntokens, .loader = lbuf, .loader_len = sizeof lbuf, .dp_world = 1};
+	tstate s = {.p = r->p, .world = 1, .write_loader = 1, .base_lr = 1e-3, .cur_lr = 1e-3,
+		    .step = step, .ntokens_seen = ntokens, .loader = lbuf, .loader_len = sizeof lbuf,
+		    .dp_world = 1};
 	tstate_save_opts o = {0};
 	titan_err err;
 	tstate_saver *sv = tstate_save_begin(dir, &s, &o, &err);
-	if (sv == NULL || tstate_save_finish(sv, &err) != 0)
+	if (sv == NULL || tstate_save_wait(sv, &err) != 0 || dcp_save_commit(dir, 1, &err) != 0)
 		fail_msg("%s", err.msg);
 }
 
@@ -67,7 +67,7 @@ static void negative_or_absurd_train_state_is_refused(void **state)
 		char dir[300];
 		snprintf(dir, sizeof dir, "%s/bad-%zu", test_tmpdir, i);
 		save(&r, dir, bad[i][0], bad[i][1]);
-		tstate s = {.m = r.m, .opt = r.opt};
+		tstate s = {.p = r.p, .world = 1};
 		tstate_loaded got;
 		titan_err err;
 		assert_int_equal(tstate_load(dir, &s, 0, NULL, &got, &err), -1);
@@ -78,7 +78,7 @@ static void negative_or_absurd_train_state_is_refused(void **state)
 	char dir[300];
 	snprintf(dir, sizeof dir, "%s/good", test_tmpdir);
 	save(&r, dir, 7, 7 * 32);
-	tstate s = {.m = r.m, .opt = r.opt};
+	tstate s = {.p = r.p, .world = 1};
 	tstate_loaded got;
 	titan_err err;
 	if (tstate_load(dir, &s, 0, NULL, &got, &err) != 0)

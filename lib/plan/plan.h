@@ -1,0 +1,263 @@
+/* plan.h: the parallel plan, what each rank of a job holds and does in a
+ * training step (DESIGN.md, "Parallel training").  It mirrors torchtitan
+ * 0.2.2's parallelize_llama (models/llama3/infra/parallelize.py): one
+ * function per parallelism, applied to the model's units in torchtitan's
+ * order (tensor parallelism, then the pipeline's units, then data
+ * parallelism: FSDP2 / HSDP, or replication alone), and the step of
+ * train.py that drives them.  A world of one process is the plan with every
+ * degree 1: the same code, whose collectives all have one rank.
+ *
+ * What a rank holds:
+ *  - the model (unbound, model_create_unbound), with the shapes of its
+ *    tensor-parallel rank (model_create_tp): wq wk wv w1 w3 and output split
+ *    by rows (colwise), wo w2 by columns (rowwise), tok_embeddings by
+ *    vocabulary rows, the norms whole;
+ *  - for every unit it holds (all of them, or a pipeline rank's stages) the
+ *    SHARD of each of the unit's tensors: FSDP2's chunk of dim 0 over the
+ *    fsdp dimension (dp_shard x cp), ceil(rows / N) rows with the last
+ *    ranks' rows padded with zeros (so any N works), as float32 master
+ *    weights, their gradients and AdamW's exp_avg and exp_avg_sq, in one
+ *    flat shard buffer (a unit's tensors after each other, each padded);
+ *    with an fsdp dimension of one rank the shard is the whole (TP-local)
+ *    tensor, laid out as the model's units are, and the units are bound to
+ *    it directly.
+ *
+ * What a rank does in a step (plan_step), torchtitan's train_step:
+ *  1. the valid labels of its micro-batches, all-reduced over the loss
+ *     dimension (dp x cp; tp and pp ranks see the same labels): every
+ *     token's loss is divided by this global count;
+ *  2. the RUNNER runs the micro-batches (gradient accumulation) over the
+ *     rank's units with the plan's hooks around every unit
+ *     (plan_unit_hooks):
+ *       before a unit's forward: its parameters gathered and bound (the
+ *         all-gather was started before the previous unit ran: prefetch;
+ *         in mixed_precision_param);
+ *       after its forward: freed per fsdp_reshard_after_forward (default:
+ *         every unit but the head, none under pipeline parallelism; always;
+ *         never);
+ *       before its backward: gathered again where freed, the unit before it
+ *         prefetched, a zeroed unsharded gradient bound;
+ *       after its backward: the gradient, in mixed_precision_reduce,
+ *         reduce-scattered over the fsdp dimension into the shard's gradient
+ *         (started now, finished while the next units run); under HSDP the
+ *         reduced shard is then all-reduced over dp_replicate; replication
+ *         alone (torchtitan's DDP: dp_replicate is the whole world)
+ *         all-reduces each unit's gradient after the step's last
+ *         micro-batch; the parameters are freed (FSDP2 reshards after
+ *         backward);
+ *     tensor parallelism's collectives run inside the units (the model's
+ *     model_tp callbacks, over the tp dimension);
+ *  3. the loss: the rank's summed cross-entropy all-reduced over the loss
+ *     dimension, over the global count (torchtitan's global_avg_loss), and
+ *     the largest rank's own average (global_max_loss);
+ *  4. the global grad norm: each rank's sum of squares over its shards (a
+ *     tensor that tp replicates counted by tp rank 0 alone), all-reduced over
+ *     every rank of the same dp_replicate index (replicas hold the same
+ *     shards); clipping by it scales the shards (clip_grad_norm_);
+ *  5. AdamW on the shards.
+ * The communication of each plan per step, in lib/comm's counting, is
+ * written in titan-train(1) (COMMUNICATION) and held to by tests/plan.
+ *
+ * Pipeline parallelism (lib/pp) slots in as the runner (plan_set_runner):
+ * its engine runs the rank's action list over the units of its stages (the
+ * opts.hold units), calling the unit hooks as model_run_mb does, and
+ * plan_stage_gather / plan_stage_reduce once a step per stage (its
+ * pp_stage_hooks' first and last: torch's UNSHARD and REDUCE_GRAD).  With
+ * opts.pp set nothing is resharded after forward by default and a unit's
+ * gradient accumulates unsharded over the micro-batches until
+ * plan_stage_reduce.
+ *
+ * Context parallelism (lib/cp) slots in through the model and the batch:
+ * model_set_positions and model_set_attention (ring attention over the cp
+ * dimension) on plan_model(), and micro-batches of the rank's share of each
+ * sequence (opts.t = seq_len / cp); FSDP already shards over dp_shard x cp,
+ * and the loss and its token count are already all-reduced over dp x cp.
+ *
+ * Checkpoints are each rank's boxes of the global tensors (plan_box): its TP
+ * slice cut by its FSDP chunk, written as DCP chunks with global offsets and
+ * read back from any checkpoint's chunking (lib/dcp). */
+#ifndef TITAN_PLAN_H
+#define TITAN_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "core/err.h"
+#include "mesh/mesh.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+typedef struct plan plan;
+
+/* parallelism.fsdp_reshard_after_forward. */
+typedef enum plan_reshard {
+	PLAN_RESHARD_DEFAULT, /* every unit but the head; none under pipeline parallelism */
+	PLAN_RESHARD_ALWAYS,
+	PLAN_RESHARD_NEVER,
+} plan_reshard;
+
+/* "default", "always", "never"; -1 with e set otherwise. */
+int plan_reshard_parse(const char *name, plan_reshard *r, titan_err *e);
+
+typedef struct plan_opts {
+	backend *be;             /* used, not owned */
+	mesh *mesh;              /* used, not owned; NULL: a world of one */
+	const llama_args *args;  /* the flavor */
+	int vocab_size;          /* > 0: replaces the flavor's (the tokenizer's) */
+	int b, t;                /* a micro-batch: b sequences of t tokens (t: the
+	                            rank's share under context parallelism) */
+	model_ac_mode ac;        /* activation checkpointing */
+	int ac_every;
+	/* The units' element types: prec.param is what FSDP gathers
+	 * (mixed_precision_param), prec.grad the unsharded gradients; the shards
+	 * are float32.  All zero: float32. */
+	model_prec prec;
+	be_dtype reduce;         /* mixed_precision_reduce: gradients reduced in */
+	be_dtype master;         /* the shards (master weights, their gradients,
+	                            AdamW's states): float32 (0), or bf16 under
+	                            training.dtype = "bfloat16" */
+	plan_reshard reshard;
+	int loss_parallel;       /* !disable_loss_parallel */
+	int async_tp;            /* enable_async_tensor_parallel */
+	adamw_config adamw;
+	int no_decay_norms_embeddings; /* optimizer.no_decay_norms_embeddings */
+	int pp;                  /* pipeline parallelism drives the units */
+	const int8_t *hold;      /* (units) the units this rank holds; NULL: all */
+} plan_opts;
+
+/* Build the plan of this rank: the model with its TP shapes, the shards, the
+ * optimizer.  Refuses (naming the numbers) what the mesh or the model cannot
+ * do.  The weights are allocated, not initialised.  NULL on error. */
+plan *plan_create(const plan_opts *o, titan_err *e);
+void plan_free(plan *p);
+
+/* torchtitan's init_weights (model_init's values, seed and depth_init): each
+ * rank draws the elements of its own boxes. */
+int plan_init_weights(plan *p, uint64_t seed, int depth_init, titan_err *e);
+
+/* The model this rank computes with (TP shapes, unbound between steps), for
+ * settings that are the model's: precision, context parallelism's positions
+ * and attention.  Owned by the plan. */
+model *plan_model(plan *p);
+/* The model's tensors as a single process has them: global FQNs and shapes
+ * (a table without storage).  Owned by the plan. */
+const model *plan_global_model(const plan *p);
+const mesh *plan_mesh(const plan *p);
+/* The rank's index and the number of ranks in a mesh dimension (1 and 0
+ * without a mesh). */
+int plan_size(const plan *p, mesh_dim d);
+int plan_coord(const plan *p, mesh_dim d);
+
+/* ---- the step ---- */
+
+/* A step's micro-batches for this rank: n_mb of (b, t) tokens each (the
+ * plan's shape), host arrays (n_mb, b, t); labels equal to
+ * MODEL_IGNORE_INDEX count for nothing. */
+typedef struct plan_batch {
+	const int32_t *inputs, *labels;
+	int n_mb;
+} plan_batch;
+
+typedef struct plan_result {
+	double loss;      /* summed loss of every rank / global valid labels */
+	double max_loss;  /* the largest of the ranks' own averages */
+	double grad_norm; /* global L2 norm of the gradients, before clipping */
+	int64_t n_valid;  /* global valid labels */
+	double local_loss_sum; /* this rank's summed cross-entropy */
+	int64_t local_valid;   /* this rank's valid labels */
+	double step_s;    /* seconds the step took on this rank */
+	double comm_s;    /* of which blocked in communication (waits, blocking
+	                     collectives): the rest computes or copies */
+} plan_result;
+
+/* One training step: forward and backward of every micro-batch (gradients
+ * of loss / global valid labels), the gradients reduced, clipped to max_norm
+ * by their global norm (max_norm <= 0: not clipped), AdamW with learning
+ * rate lr.  Collective over the mesh. */
+int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
+	      titan_err *e);
+
+/* Forward only (validation) of one micro-batch of (b, t) tokens: the summed
+ * loss and valid labels over the loss dimension (every rank gets them). */
+int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+	      double *loss_sum, int64_t *n_valid, titan_err *e);
+
+/* What runs a step's micro-batches over the rank's units; the default runs
+ * them one after another over every unit (model_run_mb with the unit hooks).
+ * run gets the step's batch and each loss's scale (1 / global valid labels)
+ * and returns the rank's summed loss and valid labels (0 where the rank
+ * holds no head). */
+typedef struct plan_runner {
+	void *ctx;
+	int (*run)(void *ctx, plan *p, const plan_batch *b, float grad_scale,
+		   const model_hooks *hooks, double *loss_sum, int64_t *n_valid, titan_err *e);
+} plan_runner;
+/* NULL restores the default. */
+void plan_set_runner(plan *p, const plan_runner *r);
+/* The hooks the runner calls around every unit. */
+const model_hooks *plan_unit_hooks(plan *p);
+/* Pipeline parallelism: before a stage's first action, gather its units
+ * u0..u1 and keep them; after its last backward, reduce their gradients. */
+int plan_stage_gather(plan *p, int u0, int u1, titan_err *e);
+int plan_stage_reduce(plan *p, int u0, int u1, titan_err *e);
+
+/* ---- checkpoints ---- */
+
+/* This rank's part of global tensor i (plan_global_model's table): a box of
+ * the global tensor, the rank's TP slice cut by its FSDP chunk.  Its elements
+ * are contiguous, row-major, in the shard buffers from shard_off.  numel 0:
+ * the rank holds none of it (FSDP's last ranks of a short tensor, a unit of
+ * another pipeline rank).  owner: this rank writes it to a checkpoint (a
+ * replica along dp_replicate, or a tp rank but the first of a tensor tp
+ * replicates, holds the same box and leaves it). */
+typedef struct plan_box {
+	int ndim;
+	int64_t offsets[3], sizes[3];
+	size_t numel;
+	size_t shard_off;
+	int owner;
+} plan_box;
+const plan_box *plan_box_at(const plan *p, int i);
+/* Copy this rank's box of global tensor i out of the whole tensor (host,
+ * row-major, float32) into shard + its shard_off (a host image of the
+ * shard buffer); nothing when the rank holds none of it. */
+void plan_box_extract(const plan *p, int i, const float *whole, float *shard);
+
+/* The rank's shard buffers, in backend memory: master weights and their
+ * gradients (plan_shard_numel elements each, of plan_shard_dtype: float32,
+ * or bf16 under opts.master); the optimizer's states are laid out the same
+ * (adamw_exp_avg / adamw_exp_avg_sq, of the same type). */
+size_t plan_shard_numel(const plan *p);
+be_dtype plan_shard_dtype(const plan *p);
+void *plan_shard_params(plan *p);
+void *plan_shard_grads(plan *p);
+adamw *plan_optimizer(plan *p);
+/* A shard buffer (plan_shard_params, _grads, the optimizer's states) to and
+ * from a host float32 image of it (plan_shard_numel floats; bf16 rounds to
+ * nearest even going up, widens exactly coming down). */
+int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e);
+int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e);
+/* The master weights changed behind the plan's back (a checkpoint load):
+ * autocast's cast copies are dropped. */
+void plan_weights_changed(plan *p);
+
+/* ---- what it costs ---- */
+
+/* Bytes this rank holds for the model: its shards (params, grads, the
+ * optimizer's two states), the unsharded copies alive at once at most
+ * (gathered parameters and unreduced gradients, with what is prefetched and
+ * in flight), and a micro-batch's activations. */
+typedef struct plan_memory {
+	size_t params, grads, optimizer;
+	size_t gathered;
+	size_t activations;
+} plan_memory;
+void plan_memory_get(const plan *p, plan_memory *m);
+
+/* Log lines saying what was applied (torchtitan's "Applied FSDP to the
+ * model", the shard sizes) and the per-rank memory breakdown. */
+void plan_describe(const plan *p, FILE *log);
+
+#endif

@@ -1,0 +1,119 @@
+/* plan_priv.h: the plan's state, shared by plan.c (building it: the TP
+ * model, FSDP's shard layout, the optimizer, initialisation, checkpoint
+ * boxes, memory), fsdp.c (the unit hooks: gather, free, reduce) and step.c
+ * (the step: the runner, the loss, the grad norm, clipping, AdamW). */
+#ifndef TITAN_PLAN_PRIV_H
+#define TITAN_PLAN_PRIV_H
+
+#include <time.h>
+
+#include "comm/comm.h"
+#include "plan/plan.h"
+
+/* Where tensor i of the rank's model lives in the shard: dim 0 is cut into
+ * FSDP chunks of cs rows; this rank holds rows r0 .. r0 + nr - 1 (nr may be
+ * less than cs, or 0), stored as cs rows (the rest zeros) from shard_off. */
+typedef struct plan_tensor {
+	int64_t rows, cols;  /* the TP-local tensor as (dim 0, the rest) */
+	int64_t cs, r0, nr;
+	size_t shard_off;    /* in the rank's flat shard */
+	size_t unit_off;     /* in its unit's slice of the model's flat layout */
+	size_t chunk_off;    /* in its unit's shard: shard_off - unit's shard_off */
+	int tp_replicated;   /* every tp rank holds it whole (norms) */
+} plan_tensor;
+
+/* A unit's storage and what is in flight for it.  A resident unit is bound to
+ * the shard itself (one fsdp rank, parameters and gradients of the shard's
+ * type): it is
+ * never gathered.  The others gather into gbuf (fsdp ranks x shard, the
+ * all-gather's receive buffer) and copy out into params (the model's layout);
+ * their gradient goes the other way: grad (model layout), copied into rsbuf
+ * (FSDP's padded layout, in the reduce type), reduce-scattered into rsout. */
+typedef struct plan_unit {
+	int held;
+	int resident;
+	size_t numel;                  /* model layout */
+	size_t shard_off, shard_numel; /* the unit's slice of the flat shard */
+	void *send;                    /* (shard_numel) prec.param: the shard converted */
+	void *gbuf;                    /* (N * shard_numel) prec.param */
+	void *params;                  /* (numel) prec.param, bound while gathered */
+	comm_req *ag;                  /* the all-gather in flight */
+	int gathered;                  /* params hold the gathered weights */
+	int kept;                      /* gathered for a pipeline stage: kept until reduced */
+	void *grad;                    /* (numel) prec.grad, bound during backward */
+	void *rsbuf;                   /* (N * shard_numel) reduce type */
+	void *rsout;                   /* (shard_numel) reduce type */
+	comm_req *rs, *ar;             /* reduce-scatter over fsdp, all-reduce over replicas */
+	int queued;                    /* in the reduction queue */
+} plan_unit;
+
+struct plan {
+	plan_opts o;
+	backend *be;
+	mesh *mesh;
+	model *m;          /* the rank's model (TP shapes), unbound */
+	model *g;          /* the global table (no storage) */
+	int n_units, head;
+	model_prec prec;   /* the units' element types in force */
+	/* sizes and this rank's index in the dimensions the plan uses */
+	int fsdp, fsdp_rank;   /* dp_shard x cp */
+	int rep, rep_rank;     /* dp_replicate */
+	int tp, tp_rank;
+	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp;
+	int ddp;           /* replication alone: all-reduce the unit's gradient */
+	plan_tensor *t;    /* (model's tensors) */
+	plan_box *box;     /* (global tensors) */
+	plan_unit *u;      /* (units) */
+	size_t shard_numel;
+	be_dtype mt;       /* the shards' element type (opts.master) */
+	void *params, *grads; /* (shard_numel) of mt: masters and their gradients */
+	adamw *opt;
+	model_hooks hooks;
+	plan_runner runner;
+	model_mb *mb;      /* the default runner's context over the held units */
+	int eval;          /* the hooks serve a forward only */
+	int last_mb;       /* the runner is in the step's last micro-batch */
+	size_t live_bytes, peak_bytes; /* unsharded buffers alive now / at most */
+	int *queue, nq;    /* units whose reductions are in flight, oldest first */
+	uint64_t op_t0;    /* when the running unit's compute began (profiler) */
+	uint64_t wait_ns;  /* blocked in communication this step (plan_result.comm_s) */
+	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
+};
+
+/* fsdp.c: the unit hooks, and what finishes a step's reductions. */
+int plan_hook_before(void *ctx, int u, int phase, titan_err *e);
+int plan_hook_after(void *ctx, int u, int phase, titan_err *e);
+/* Wait for every reduction in flight and add it into the shard's gradient. */
+int plan_finish_reduce(plan *p, titan_err *e);
+/* Free every unit's unsharded storage (after a step, an eval, a failure). */
+void plan_release_all(plan *p);
+/* Gather unit u now (blocking), bound; release it. */
+int plan_gather_unit(plan *p, int u, titan_err *e);
+void plan_release_unit(plan *p, int u);
+/* Reduce unit u's gradient (started; finished by plan_finish_reduce). */
+int plan_reduce_unit(plan *p, int u, titan_err *e);
+
+/* tp.c: the model's collectives over tp; the replicated tensors' gradients
+ * all-reduced over tp. */
+model_tp_group plan_tp_group(plan *p);
+int plan_tp_reduce_replicated(plan *p, titan_err *e);
+
+/* Nanoseconds on the monotonic clock: what the rank waits on communication
+ * is the time spent inside the blocking calls and waits. */
+static inline uint64_t plan_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Copy n elements between element types (a copy when they agree). */
+void plan_move(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
+/* Element i of a shard buffer of the plan's master type. */
+static inline void *plan_shard_at(const plan *p, void *base, size_t i)
+{
+	return (char *)base + i * be_dtype_size(p->mt);
+}
+comm_dtype plan_comm_dtype(be_dtype t);
+
+#endif
