@@ -3,7 +3,8 @@
 # mpirun, one run per plan): 5 steps of a small Llama, per-step loss and grad
 # norm and the final parameters within the tolerances of test_plan.c, and the
 # bytes each rank sends on every mesh dimension equal to titan-train(1)'s
-# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.
+# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.  prec=fsdp:
+# bf16 parameters and activations, float32 reduce, on both sides.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -39,4 +40,8 @@ plan 2 tp=2 ac=full
 plan 2 tp=2 async=1 ac=op
 plan 4 shard=2 tp=2 accum=2
 plan 4 shard=2 tp=2 async=1 reshard=always ac=sel2
+# FSDP2's mixed precision (mixed_precision_param bf16, reduce float32) against
+# one process in the same mode, 200 steps (issue 12's bound; test_plan.c)
+plan 2 shard=2 prec=fsdp steps=200
+plan 2 shard=2 prec=fsdp accum=2 reshard=always
 t_done
