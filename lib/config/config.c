@@ -322,9 +322,8 @@ static const cfg_key keys[] = {
 	   "torch.utils.checkpoint's debug capture", CFG_NO_EFFECT,
 	   "there is no torch.utils.checkpoint to debug"),
 
-	KS("compile.enable", CFG_BOOL, compile.enable, "false", NULL,
-	   "torch.compile of the model and the loss", CFG_NOT_BUILT,
-	   "compilation is not supported by this titan-train yet"),
+	K("compile.enable", CFG_BOOL, compile.enable, "false", NULL, "compile.enable",
+	  "torch.compile of the model and the loss: titan runs its fused ops there"),
 	K("compile.components", CFG_LIST, compile.components, "[\"model\", \"loss\"]", NULL,
 	  "compile.components", "what to compile"),
 	KS("compile.backend", CFG_STR, compile.backend, "\"inductor\"", NULL,

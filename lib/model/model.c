@@ -374,6 +374,18 @@ static void relayout(model *m)
 	model_scratch_release(m);
 }
 
+int model_set_fusion(model *m, unsigned flags, titan_err *e)
+{
+	if (flags & ~(unsigned)(MODEL_FUSE_BLOCKS | MODEL_FUSE_LOSS))
+		return err_set(e, "model: unknown fusion flags %#x", flags);
+	if (flags != m->fuse)
+		relayout(m); /* the fused projection's scratch comes and goes */
+	m->fuse = flags;
+	return 0;
+}
+
+unsigned model_get_fusion(const model *m) { return m->fuse; }
+
 int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
 {
 	if (mode == MODEL_AC_SELECTIVE && every < 1)
@@ -452,7 +464,7 @@ void model_weights_changed(model *m)
  * cast copy of the unit it is bound in (the copy made, or remade after the
  * weights changed, on first use).  NULL (a fault for the next sync) when the
  * copy cannot be allocated. */
-static const void *linear_weight(model *m, const void *w)
+const void *model_linear_weight(model *m, const void *w)
 {
 	if (m->autocast == BE_F32)
 		return w;
@@ -487,7 +499,7 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 	be_dtype t = m->prec.act;
 	if (m->pend && model_tp_linear_pending(m, y, x, w, n, in, out, beta, 0))
 		return;
-	if ((w = linear_weight(m, w)) != NULL)
+	if ((w = model_linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
 
@@ -497,7 +509,7 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 	be_dtype t = m->prec.act;
 	if (m->pend && model_tp_linear_pending(m, dx, dy, w, n, in, out, beta_dx, 1))
 		return;
-	if ((w = linear_weight(m, w)) != NULL)
+	if ((w = model_linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
 				   in, t);
 }

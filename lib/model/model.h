@@ -240,6 +240,28 @@ void model_weights_changed(model *m);
  * Micro-batch contexts made before the change keep their layout: make new ones. */
 int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e);
 
+/* compile.enable: torchtitan compiles its components "model" (each block) and
+ * "loss"; titan runs fused ops of backend.h in their place.
+ * MODEL_FUSE_BLOCKS: the attention's q, k, v projections as one product
+ * whose output rope_qkv splits and rotates (and rope_qkv_bwd packs back: one
+ * product each way in the backward), when the three weights lie after each
+ * other in the bound storage and its gradients, as the model's layout puts
+ * them (not under tensor parallelism); and each norm's backward fused with
+ * the residual stream's gradient add (rmsnorm_add_bwd).  MODEL_FUSE_LOSS: the
+ * output projection and the loss as lm_head_loss over the logits' chunks, the
+ * micro-batch's gradient scale read from backend memory (not under tensor
+ * parallelism, nor with logits copied to the host).  Results equal the plain
+ * ops' up to the order of float32 sums: on the CPU backend, whose fused ops are
+ * its plain kernels in sequence, the loss bit for bit and the gradients within
+ * float32 rounding (the input gradient of the q, k, v product sums its three
+ * parts in one product instead of three).  0: one plain op per step. */
+enum model_fuse {
+	MODEL_FUSE_BLOCKS = 1,
+	MODEL_FUSE_LOSS = 2,
+};
+int model_set_fusion(model *m, unsigned flags, titan_err *e);
+unsigned model_get_fusion(const model *m);
+
 /* Set the gradients of the model's own buffers to 0 (before a step's first
  * micro-batch). */
 void model_zero_grad(model *m);

@@ -33,6 +33,24 @@ size_t model_attn_act_bytes(const model *m, int l, int i, size_t n)
 	}
 }
 
+/* Whether q, k, v run as one product (MODEL_FUSE_BLOCKS): wq, wk, wv lie
+ * after each other in the bound parameters (the layout's order), and in the
+ * gradients for a backward, so [wq; wk; wv] is one weight. */
+static int qkv_fused(const piece_ctx *c, int grads)
+{
+	const model *m = c->m;
+	size_t hq = (size_t)m->args.n_heads * m->head_dim, d = (size_t)m->args.dim;
+	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim;
+	const void *const *w = (const void *const *)c->w->p, *const *g = (const void *const *)c->g->p;
+	if (!(m->fuse & MODEL_FUSE_BLOCKS) || !m->qkv || m->tp.size > 1)
+		return 0;
+	if (w[W_WK] != elt(w[W_WQ], m->prec.param, hq * d) ||
+	    w[W_WV] != elt(w[W_WK], m->prec.param, hk * d))
+		return 0;
+	return !grads || (g[W_WQ] && g[W_WK] == elt(g[W_WQ], m->prec.grad, hq * d) &&
+			  g[W_WV] == elt(g[W_WK], m->prec.grad, hk * d));
+}
+
 static be_attn shape_of(const piece_ctx *c)
 {
 	const model *m = c->m;
@@ -52,11 +70,17 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 	const layer_w *w = c->w;
 	void *xn = piece_act(c, ACT_XN1), *q = piece_act(c, ACT_Q), *k = piece_act(c, ACT_K);
 	void *v = piece_act(c, ACT_V), *att = piece_act(c, ACT_ATT);
-	model_linear(m, q, xn, w->p[W_WQ], n, d, h * hd, 0);
-	model_linear(m, k, xn, w->p[W_WK], n, d, hkv * hd, 0);
-	model_linear(m, v, xn, w->p[W_WV], n, d, hkv * hd, 0);
-	be->ops->rope(be, q, at, m->rope_cs, c->b, c->t, h, hd, BE_ROPE_INTERLEAVED, 0);
-	be->ops->rope(be, k, at, m->rope_cs, c->b, c->t, hkv, hd, BE_ROPE_INTERLEAVED, 0);
+	if (qkv_fused(c, 0)) { /* one product, split and rotated in one pass */
+		model_linear(m, m->qkv, xn, w->p[W_WQ], n, d, (h + 2 * hkv) * hd, 0);
+		be->ops->rope_qkv(be, q, k, v, m->qkv, at, m->rope_cs, c->b, c->t, h, hkv, hd,
+				  BE_ROPE_INTERLEAVED);
+	} else {
+		model_linear(m, q, xn, w->p[W_WQ], n, d, h * hd, 0);
+		model_linear(m, k, xn, w->p[W_WK], n, d, hkv * hd, 0);
+		model_linear(m, v, xn, w->p[W_WV], n, d, hkv * hd, 0);
+		be->ops->rope(be, q, at, m->rope_cs, c->b, c->t, h, hd, BE_ROPE_INTERLEAVED, 0);
+		be->ops->rope(be, k, at, m->rope_cs, c->b, c->t, hkv, hd, BE_ROPE_INTERLEAVED, 0);
+	}
 	be_attn sh = shape_of(c);
 	if (m->attn.fwd)
 		m->attn.fwd(m->attn.ctx, att, piece_act(c, ACT_LSE), q, k, v, &sh);
@@ -85,6 +109,13 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 		be->ops->attention_bwd(be, m->d_q, m->d_k, m->d_v, m->d_att, piece_act(c, ACT_Q),
 				       piece_act(c, ACT_K), piece_act(c, ACT_V),
 				       piece_act(c, ACT_ATT), piece_act(c, ACT_LSE), &sh);
+	if (qkv_fused(c, 1)) { /* rotated back and packed: one product each way */
+		int64_t hqkv = (h + 2 * hkv) * hd;
+		be->ops->rope_qkv_bwd(be, m->qkv, m->d_q, m->d_k, m->d_v, at, m->rope_cs, c->b, c->t,
+				      h, hkv, hd, BE_ROPE_INTERLEAVED);
+		model_linear_dx(m, m->d_xn, m->qkv, w->p[W_WQ], n, d, hqkv, 0);
+		return model_weight_grad(c, W_WQ, m->qkv, ACT_XN1, d, hqkv, e);
+	}
 	be->ops->rope(be, m->d_q, at, m->rope_cs, c->b, c->t, h, hd, BE_ROPE_INTERLEAVED, 1);
 	be->ops->rope(be, m->d_k, at, m->rope_cs, c->b, c->t, hkv, hd, BE_ROPE_INTERLEAVED, 1);
 	model_linear_dx(m, m->d_xn, m->d_q, w->p[W_WQ], n, d, h * hd, 0);

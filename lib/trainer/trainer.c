@@ -283,6 +283,32 @@ static void job_memory(const job *j, double *gib, double *pct)
 	*pct = j->gpu.mem_bytes ? 100.0 * *gib * GIB / (double)j->gpu.mem_bytes : 0;
 }
 
+/* compile.enable: torchtitan compiles each block ("model") and the loss
+ * ("loss"); titan runs its fused ops there (model_set_fusion). */
+static int apply_compile(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	unsigned flags = 0;
+	if (!c->compile.enable)
+		return 0;
+	for (int i = 0; i < c->compile.components.n; i++) {
+		const char *s = c->compile.components.v[i];
+		if (strcmp(s, "model") == 0)
+			flags |= MODEL_FUSE_BLOCKS;
+		else if (strcmp(s, "loss") == 0)
+			flags |= MODEL_FUSE_LOSS;
+		else
+			return err_set(err, "compile.components: \"%s\" is not \"model\" or \"loss\"", s);
+	}
+	if (flags & MODEL_FUSE_BLOCKS)
+		metrics_log(j->log, "Compiling each TransformerBlock: fused q, k, v product with "
+			    "RoPE, norms' backward fused with the residual gradient");
+	if (flags & MODEL_FUSE_LOSS)
+		metrics_log(j->log, "Compiling the loss function: output projection and "
+			    "cross-entropy fused over the logits' chunks");
+	return model_set_fusion(plan_model(j->p), flags, err);
+}
+
 /* torchtitan's parallelize_llama on this rank: the plan (the model with its
  * tensor-parallel shapes, FSDP's shards, the optimizer over them), each rank
  * drawing its own shards of torchtitan's initial weights. */
@@ -317,7 +343,7 @@ static int build_plan(job *j, titan_err *err)
 	o.master = prec.master;
 	if ((j->p = plan_create(&o, err)) == NULL)
 		return -1;
-	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 ||
+	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 || apply_compile(j, err) != 0 ||
 	    plan_init_weights(j->p, seed_of(c), 1, err) != 0)
 		return -1;
 	j->gm = plan_global_model(j->p);

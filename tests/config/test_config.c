@@ -189,7 +189,7 @@ static void later_features_are_refused_not_ignored(void **state)
 	const char *cases[][3] = {
 		{"parallelism.pipeline_parallel_degree", "2", "pipeline parallelism"},
 		{"parallelism.context_parallel_degree", "2", "context parallelism"},
-		{"compile.enable", "true", "compile.enable"},
+		{"compile.backend", "eager", "compile.backend"},
 		{"model.converters", "quantize.linear.float8", "Float8"},
 		{"quantize.linear.float8.enable_fsdp_float8_all_gather", "true", "Float8"},
 		{"training.enable_cpu_offload", "true", "enable_cpu_offload"},
