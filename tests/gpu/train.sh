@@ -14,7 +14,7 @@
 . tests/lib.sh
 
 TRAIN="$BIN/titan-train"
-export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} NO_COLOR=1
 if [ ! -x "$TRAIN" ] || [ ! -x "$BUILD/tests/shard/test_gen" ]; then
 	t_skip "titan-train on the CUDA backend" "titan-train is not built (make GPU_CHECK=1 builds the GPU tests alone; scripts/gpu/check.sh runs a carried one)"
 	t_done

@@ -1,7 +1,7 @@
 /* The parallel plans against the single process.  tests/plan/equiv.sh runs
  * this program under mpirun once per plan, naming it in TITAN_PLAN_TEST
  * ("rep=2 shard=2 tp=1 accum=2 reshard=always async=0 lp=1 ac=none
- * prec=fsdp steps=5"; the degrees' product is the world size); run alone it
+ * prec=fsdp steps=5 model=debugmodel"; the degrees' product is the world size); run alone it
  * checks the world of one.  prec=fsdp puts FSDP2's mixed precision (bf16
  * parameters and activations, float32 reduce) on both sides.
  *
@@ -75,6 +75,7 @@ typedef struct cfg {
 	int rep, shard, tp, accum, async, lp;
 	int bf16;  /* prec=fsdp: FSDP2's MixedPrecisionPolicy, bf16 param, float32 reduce */
 	int steps;
+	const llama_args *args; /* model=debugmodel: that flavor instead of the small one */
 	plan_reshard reshard;
 	model_ac_mode ac;
 	int ac_every;
@@ -105,6 +106,7 @@ static void read_cfg(cfg *c)
 	c->ac_every = 2;
 	c->bf16 = strstr(s, "prec=fsdp") != NULL;
 	c->steps = get(s, "steps=", STEPS);
+	c->args = strstr(s, "model=debugmodel") ? flavor_find("debugmodel") : &small;
 }
 
 /* Tokens of every step: (steps, ROWS, T), ids and labels, 1 in 9 labels ignored. */
@@ -120,7 +122,7 @@ static void tokens(int32_t *ids, int32_t *labels, int steps, uint64_t seed)
 
 static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
 {
-	plan_opts o = {.be = be, .mesh = m, .args = &small, .b = b, .t = T, .ac = c->ac,
+	plan_opts o = {.be = be, .mesh = m, .args = c->args, .b = b, .t = T, .ac = c->ac,
 		       .ac_every = c->ac_every, .reduce = BE_F32, .reshard = c->reshard,
 		       .loss_parallel = c->lp, .async_tp = c->async};
 	if (c->bf16) /* the policy's types, as lib/trainer/precision.c puts them */
@@ -189,7 +191,8 @@ static void formula(const plan *pl, const cfg *c, int b, counts x)
 		uint64_t rs_mm = (2 * L3 + rr) * one * ae;
 		uint64_t rs_plain = (1 + 2 * L3 + 1) * one * ae; /* embedding, backward's, head's */
 		uint64_t loss = c->lp ? (uint64_t)(P - 1) * n * 3 * 4
-				: (uint64_t)(P - 1) * n * ((256 + (uint64_t)P - 1) / (uint64_t)P) * ae;
+				: (uint64_t)(P - 1) * n *
+					  (((uint64_t)c->args->vocab_size + (uint64_t)P - 1) / (uint64_t)P) * ae;
 		int op_ag = c->async ? COMM_OP_SEND : COMM_OP_ALL_GATHER;
 		int op_rs = c->async ? COMM_OP_SEND : COMM_OP_REDUCE_SCATTER;
 		x[MESH_TP][op_ag] += A * ag_mm;
