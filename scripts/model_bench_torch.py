@@ -49,19 +49,12 @@ def init(a, gen):
     return P
 
 
-def main():
-    shape, b, t, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    prec = sys.argv[5] if len(sys.argv) > 5 else "float32"
-    if prec not in ("float32", "bfloat16"):
-        sys.exit(f"model_bench_torch.py: precision {prec!r}: float32 or bfloat16")
+def bench(shape, params, logits_of, vocab, b, t, steps, threads, prec="float32"):
+    """The timed training step of bench_model.c on params, logits_of(ids)
+    the forward; prints the key=value line.  (scripts/family_bench_torch.py
+    times transformers' models with it.)"""
     amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if prec == "bfloat16" \
         else contextlib.nullcontext
-    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
-    torch.set_num_threads(threads)
-    a = dict(SHAPES[shape])
-    a["ffn"] = ref.ffn_hidden(a["dim"], a["multiple_of"], a["ffn_dim_multiplier"])
-    P = init(a, torch.Generator().manual_seed(1))
-    params = list(P.values())
     try:
         opt = torch.optim.AdamW(params, lr=8e-4, betas=(0.9, 0.95), eps=1e-8,
                                 weight_decay=0.1, fused=True)
@@ -69,14 +62,14 @@ def main():
         opt = torch.optim.AdamW(params, lr=8e-4, betas=(0.9, 0.95), eps=1e-8,
                                 weight_decay=0.1, foreach=True)
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, a["vocab"], (b, t), generator=gen)
-    labels = torch.randint(0, a["vocab"], (b, t), generator=gen)
+    ids = torch.randint(0, vocab, (b, t), generator=gen)
+    labels = torch.randint(0, vocab, (b, t), generator=gen)
     times, cpu = [], []
     for step in range(steps + 1):  # step 0 warms up, not timed
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         with amp():
-            logits = ref.forward(a, P, ids)
+            logits = logits_of(ids)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
                                    ignore_index=-100, reduction="sum") / (b * t)
         loss.backward()
@@ -91,6 +84,20 @@ def main():
     print(f"impl=torch shape={shape} prec={prec} params={n} b={b} t={t} threads={threads} "
           f"step_s={med:.4f} cpu_s={statistics.median(cpu):.4f} tok_s={b * t / med:.1f} peak_rss_mib={rss:.1f} "
           f"loss={loss.item():.4f}")
+
+
+def main():
+    shape, b, t, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    prec = sys.argv[5] if len(sys.argv) > 5 else "float32"
+    if prec not in ("float32", "bfloat16"):
+        sys.exit(f"model_bench_torch.py: precision {prec!r}: float32 or bfloat16")
+    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
+    torch.set_num_threads(threads)
+    a = dict(SHAPES[shape])
+    a["ffn"] = ref.ffn_hidden(a["dim"], a["multiple_of"], a["ffn_dim_multiplier"])
+    P = init(a, torch.Generator().manual_seed(1))
+    bench(shape, list(P.values()), lambda ids: ref.forward(a, P, ids), a["vocab"], b, t, steps,
+          threads, prec)
 
 
 if __name__ == "__main__":

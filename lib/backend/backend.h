@@ -102,11 +102,27 @@ enum be_rope_style {
  * reads kv head j / (h / hkv).  Layouts, contiguous:
  *   q (b, tq, h, hd); k (b, tk, hkv, hd); v (b, tk, hkv, hdv); out (b, tq, h, hdv);
  *   lse (b, h, tq) float32, each row's log-sum-exp.
- * Query i sits at position q_pos0 + i and key j at k_pos0 + j; with causal set a
- * query sees the keys at positions <= its own (a context-parallel rank passes
- * the positions of its chunks; a query that sees no key gets out = 0 and
- * lse = -inf, which merging partial results expects).  The gradients dq, dk, dv
- * are written (not accumulated). */
+ * Query i sits at position q_pos0 + i and key j at k_pos0 + j; the mask keeps
+ * the keys whose positions pass every test that is on: causal (at or before
+ * the query's), window (the last `window` of those: GPT-OSS's sliding window),
+ * chunk (the query's own chunk of `chunk` positions, [p / chunk * chunk, + chunk):
+ * Llama 4's local attention).  A context-parallel rank passes the positions of
+ * its chunks; a query that sees no key gets out = 0 and lse = -inf (the sink's
+ * logit with sinks), which merging partial results expects.  The gradients dq,
+ * dk, dv are written (not accumulated).
+ *
+ * Variants the families use, each off when 0 / NULL:
+ *   hdv != hd       MLA's value heads (DeepSeek V3: hd 192 = nope 128 + rope 64,
+ *                   hdv 128)
+ *   scale           MLA's 1/sqrt(hd) times YaRN's mscale^2
+ *   window, chunk   as above
+ *   sinks (h)       GPT-OSS's learned sinks, float32: one logit per query head
+ *                   that joins each row's softmax denominator with no value
+ *                   (out = softmax over [keys, sink] without the sink's column;
+ *                   lse includes it).  dsinks (h) float32, when not NULL, is
+ *                   ACCUMULATED by the backward (a weight gradient).  A
+ *                   context-parallel rank gives the sinks to one block of a
+ *                   query's row only. */
 typedef struct be_attn {
 	int64_t b, tq, tk, h, hkv, hd, hdv;
 	float scale;       /* 0: 1/sqrt(hd), as Llama */
@@ -116,6 +132,10 @@ typedef struct be_attn {
 	be_dtype out;      /* out (forward), and the out the backward reads */
 	be_dtype dout;     /* the gradient of out */
 	be_dtype grad;     /* dq, dk, dv */
+	int64_t window;    /* sliding window in positions; 0: none */
+	int64_t chunk;     /* chunked attention's chunk in positions; 0: none */
+	const void *sinks; /* (h) float32 or NULL */
+	void *dsinks;      /* (h) float32, accumulated, or NULL */
 } be_attn;
 
 /* Mixture of experts (torchtitan's MoE: TokenChoiceTopKRouter, TokenReorderer,
@@ -135,8 +155,9 @@ typedef struct be_moe {
 	int route_norm;    /* divide each token's k scores by their sum (+ 1e-20) */
 	float route_scale; /* then multiply them by this */
 	int64_t groups;    /* node-limited routing: the experts form `groups` equal
-	                      groups; a token chooses among the `limited` groups whose
-	                      two best scores sum highest; 0: off */
+	                      groups (at most 256, of 2 experts at least); a token
+	                      chooses among the `limited` groups whose two best
+	                      scores sum highest; 0: off */
 	int64_t limited;
 	int force_balance; /* debug.moe_force_load_balance: assignment a goes to
 	                      expert a % e, whatever the scores */
@@ -231,6 +252,40 @@ typedef struct backend_ops {
 	/* da, dg (n) written. */
 	void (*swiglu_bwd)(backend *be, void *da, void *dg, const void *dy, const void *a,
 			   const void *g, be_dtype t, int64_t n);
+
+	/* GPT-OSS's clamped SwiGLU over x (n, 2f) whose columns (2i, 2i+1) hold
+	 * the pair (gate, up) of hidden unit i (its mlp1's interleaved rows):
+	 *   g = min(gate, limit), u = clamp(up, -limit, limit),
+	 *   y (n, f) = g sigmoid(alpha g) (u + 1),
+	 * all of type t.  The backward writes dx (n, 2f); a clamped input gets no
+	 * gradient (torch.clamp's: the bounds themselves pass it). */
+	void (*swiglu_clamp_fwd)(backend *be, void *y, const void *x, be_dtype t, int64_t n,
+				 int64_t f, float alpha, float limit);
+	void (*swiglu_clamp_bwd)(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+				 int64_t n, int64_t f, float alpha, float limit);
+
+	/* Biases of linears (GPT-OSS's attention, router and experts): y (rows, d)
+	 * += bias.  With offs NULL every row adds bias (d); else rows offs[g] ..
+	 * offs[g+1] - 1 add row g of bias (groups, d) (the experts' biases over
+	 * rows sorted by expert) and rows from offs[groups] on are left alone. */
+	void (*bias_add)(backend *be, void *y, be_dtype yt, const void *bias, be_dtype bt,
+			 int64_t rows, int64_t d, int64_t groups, const int32_t *offs);
+	/* dbias (d) or (groups, d) += the sums of dy's rows over the same groups, in
+	 * row order. */
+	void (*bias_grad)(backend *be, void *dbias, be_dtype bt, const void *dy, be_dtype dyt,
+			  int64_t rows, int64_t d, int64_t groups, const int32_t *offs);
+
+	/* Multi-head latent attention's split heads (DeepSeek V3), of type t:
+	 *   heads_cat:   y (n, h, d1 + d2) = [x1 (n, h, d1), x2 (n, h2, d2)]
+	 *   heads_split: x1 (n, h, d1), x2 (n, h2, d2) = the two parts of y
+	 * with h2 = h, or h2 = 1: one x2 row shared by every head (MLA's k_pe,
+	 * which the split then sums over the heads in order: the backward of the
+	 * broadcast).  Either output of the split may be NULL (not wanted).  They
+	 * are each other's backward. */
+	void (*heads_cat)(backend *be, void *y, const void *x1, const void *x2, be_dtype t,
+			  int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2);
+	void (*heads_split)(backend *be, void *x1, void *x2, const void *y, be_dtype t, int64_t n,
+			    int64_t h, int64_t d1, int64_t d2, int64_t h2);
 
 	/* out (n, d) = table[ids - v0] for ids in [v0, v0 + nv), zero rows for the
 	 * others (a vocabulary-parallel rank holds rows v0.. of the table);

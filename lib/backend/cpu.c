@@ -309,6 +309,48 @@ static void cpu_swiglu_bwd(backend *be, void *da, void *dg, const void *dy, cons
 	}
 }
 
+static void cpu_swiglu_clamp_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n,
+				 int64_t f, float alpha, float limit)
+{
+	if (all_f32(be, "swiglu_clamp_fwd", 1, t))
+		cpu_swiglu_clamp_fwd_f32(y, x, n, f, alpha, limit);
+}
+
+static void cpu_swiglu_clamp_bwd(backend *be, void *dx, const void *dy, const void *x,
+				 be_dtype t, int64_t n, int64_t f, float alpha, float limit)
+{
+	if (all_f32(be, "swiglu_clamp_bwd", 1, t))
+		cpu_swiglu_clamp_bwd_f32(dx, dy, x, n, f, alpha, limit);
+}
+
+static void cpu_bias_add(backend *be, void *y, be_dtype yt, const void *bias, be_dtype bt,
+			 int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
+{
+	if (all_f32(be, "bias_add", 2, yt, bt))
+		cpu_bias_add_f32(y, bias, rows, d, groups, offs);
+}
+
+static void cpu_bias_grad(backend *be, void *dbias, be_dtype bt, const void *dy, be_dtype dyt,
+			  int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
+{
+	if (all_f32(be, "bias_grad", 2, bt, dyt))
+		cpu_bias_grad_f32(dbias, dy, rows, d, groups, offs);
+}
+
+static void cpu_heads_cat(backend *be, void *y, const void *x1, const void *x2, be_dtype t,
+			  int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
+{
+	if (all_f32(be, "heads_cat", 1, t))
+		cpu_heads_cat_f32(y, x1, x2, n, h, d1, d2, h2);
+}
+
+static void cpu_heads_split(backend *be, void *x1, void *x2, const void *y, be_dtype t,
+			    int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
+{
+	if (all_f32(be, "heads_split", 1, t))
+		cpu_heads_split_f32(x1, x2, y, n, h, d1, d2, h2);
+}
+
 static void cpu_embedding_fwd(backend *be, void *out, be_dtype ot, const void *table,
 			      be_dtype tt, const int32_t *ids, int64_t n, int64_t d, int64_t v0,
 			      int64_t nv)
@@ -659,6 +701,12 @@ static const backend_ops cpu_ops = {
 	.attention_bwd = cpu_attention_bwd,
 	.swiglu_fwd = cpu_swiglu_fwd,
 	.swiglu_bwd = cpu_swiglu_bwd,
+	.swiglu_clamp_fwd = cpu_swiglu_clamp_fwd,
+	.swiglu_clamp_bwd = cpu_swiglu_clamp_bwd,
+	.bias_add = cpu_bias_add,
+	.bias_grad = cpu_bias_grad,
+	.heads_cat = cpu_heads_cat,
+	.heads_split = cpu_heads_split,
 	.embedding_fwd = cpu_embedding_fwd,
 	.embedding_bwd = cpu_embedding_bwd,
 	.cross_entropy = cpu_cross_entropy,

@@ -282,7 +282,10 @@ void cpu_bf16_rope_qkv_bwd(backend *be, void *dqkv, const void *dq, const void *
  * splits its work.  A group's rows of q (its query heads), k and v are gathered
  * from the strided tensors into float32 buffers of its thread, the float32
  * kernel runs on them as a problem of one batch and one kv head, and out (or
- * dq, dk, dv) is scattered back, rounded.  Scratch: a group per thread. ---- */
+ * dq, dk, dv) is scattered back, rounded.  Scratch: a group per thread.  A
+ * group's sinks are its query heads' (GPT-OSS); their gradients are summed per
+ * group and then over the batch in order (groups of one kv head run on
+ * different threads). ---- */
 
 typedef struct att_geom {
 	be_attn g;          /* the group's problem: b 1, h rep, hkv 1 */
@@ -294,9 +297,21 @@ static att_geom att_group(const be_attn *a)
 {
 	att_geom ge = {.g = *a, .rep = a->h / a->hkv};
 	ge.g.b = 1, ge.g.h = ge.rep, ge.g.hkv = 1;
+	ge.g.dsinks = NULL;
 	ge.nq = a->tq * ge.rep * a->hd, ge.nk = a->tk * a->hd;
 	ge.nv = a->tk * a->hdv, ge.no = a->tq * ge.rep * a->hdv;
 	return ge;
+}
+
+/* Group (bi, kv)'s problem: its query heads' sinks, its sinks' gradient in
+ * dsink (rep floats, or NULL). */
+static be_attn att_problem(const att_geom *ge, const be_attn *a, int64_t kv, float *dsink)
+{
+	be_attn g = ge->g;
+	if (a->sinks)
+		g.sinks = (const float *)a->sinks + kv * ge->rep;
+	g.dsinks = a->sinks ? dsink : NULL;
+	return g;
 }
 
 /* rows of width elements, ld apart in src (type t), into dst packed. */
@@ -346,7 +361,8 @@ void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, c
 		       a->hkv * a->hd);
 		gather(fv, elem(v, a->qkv, k_off(a, bi, kv, a->hdv)), a->qkv, a->tk, a->hdv,
 		       a->hkv * a->hdv);
-		cpu_attention_fwd_f32(fo, lse + (bi * a->h + kv * ge.rep) * a->tq, fq, fk, fv, &ge.g);
+		be_attn g = att_problem(&ge, a, kv, NULL);
+		cpu_attention_fwd_f32(fo, lse + (bi * a->h + kv * ge.rep) * a->tq, fq, fk, fv, &g);
 		scatter(elem_mut(out, a->out, q_off(a, bi, kv, ge.rep, a->hdv)), a->out,
 			a->h * a->hdv, fo, a->tq, ge.rep * a->hdv);
 	}
@@ -360,9 +376,12 @@ void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const voi
 	int64_t per = 2 * (ge.nq + ge.nk + ge.nv + ge.no), groups = a->b * a->hkv;
 	int64_t work = a->b * a->h * a->tq * a->tk * a->hd;
 	int nt = groups > 1 && work > CPU_PAR_MIN && !omp_in_parallel() ? omp_get_max_threads() : 1;
-	float *s = cpu_scratch(be, sizeof(float) * (size_t)(per * nt), "attention_bwd");
+	int64_t nds = a->sinks && a->dsinks ? groups * ge.rep : 0; /* per group's dsinks */
+	float *s = cpu_scratch(be, sizeof(float) * (size_t)(per * nt + nds), "attention_bwd");
 	if (!s)
 		return;
+	float *ds = s + per * nt;
+	memset(ds, 0, sizeof(float) * (size_t)nds);
 	int64_t ldq = a->h * a->hd, ldk = a->hkv * a->hd, ldv = a->hkv * a->hdv, ldo = a->h * a->hdv;
 #pragma omp parallel for schedule(dynamic, 1) if (nt > 1)
 	for (int64_t grp = 0; grp < groups; grp++) {
@@ -376,12 +395,16 @@ void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const voi
 		gather(fv, elem(v, a->qkv, ov), a->qkv, a->tk, a->hdv, ldv);
 		gather(fo, elem(out, a->out, oo), a->out, a->tq, ge.rep * a->hdv, ldo);
 		gather(fdo, elem(dout, a->dout, oo), a->dout, a->tq, ge.rep * a->hdv, ldo);
+		be_attn g = att_problem(&ge, a, kv, nds ? ds + grp * ge.rep : NULL);
 		cpu_attention_bwd_f32(fdq, fdk, fdv, fdo, fq, fk, fv, fo,
-				      lse + (bi * a->h + kv * ge.rep) * a->tq, &ge.g);
+				      lse + (bi * a->h + kv * ge.rep) * a->tq, &g);
 		scatter(elem_mut(dq, a->grad, oq), a->grad, ldq, fdq, a->tq, ge.rep * a->hd);
 		scatter(elem_mut(dk, a->grad, ok), a->grad, ldk, fdk, a->tk, a->hd);
 		scatter(elem_mut(dv, a->grad, ov), a->grad, ldv, fdv, a->tk, a->hdv);
 	}
+	for (int64_t grp = 0; grp < (nds ? groups : 0); grp++) /* in batch order */
+		for (int64_t j = 0; j < ge.rep; j++)
+			((float *)a->dsinks)[grp % a->hkv * ge.rep + j] += ds[grp * ge.rep + j];
 }
 
 /* ---- SwiGLU: torchtitan's F.silu(w1(x)) * w3(x) on bf16 tensors rounds

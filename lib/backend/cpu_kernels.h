@@ -3,7 +3,8 @@
  * backend's ops) and double (_f64, the reference the float32 ops and the finite
  * difference gradient checks are measured against).  Arguments as in backend.h,
  * every tensor of the kernel's own type (a be_attn's element types and a
- * scale of 0 mean: the kernel's type, and 1/sqrt(hd)). */
+ * scale of 0 mean: the kernel's type, and 1/sqrt(hd); its sinks and dsinks
+ * are of the kernel's type). */
 #ifndef TITAN_CPU_KERNELS_H
 #define TITAN_CPU_KERNELS_H
 
@@ -102,6 +103,18 @@ static inline cpu_adamw_consts cpu_adamw_consts_of(double lr, double b1, double 
 	void cpu_swiglu_fwd_##SFX(REAL *y, const REAL *a, const REAL *g, int64_t n);   \
 	void cpu_swiglu_bwd_##SFX(REAL *da, REAL *dg, const REAL *dy, const REAL *a,   \
 				  const REAL *g, int64_t n);                           \
+	void cpu_swiglu_clamp_fwd_##SFX(REAL *y, const REAL *x, int64_t n, int64_t f,  \
+					REAL alpha, REAL limit);                       \
+	void cpu_swiglu_clamp_bwd_##SFX(REAL *dx, const REAL *dy, const REAL *x,       \
+					int64_t n, int64_t f, REAL alpha, REAL limit); \
+	void cpu_bias_add_##SFX(REAL *y, const REAL *bias, int64_t rows, int64_t d,    \
+				int64_t groups, const int32_t *offs);                  \
+	void cpu_bias_grad_##SFX(REAL *dbias, const REAL *dy, int64_t rows, int64_t d, \
+				 int64_t groups, const int32_t *offs);                 \
+	void cpu_heads_cat_##SFX(REAL *y, const REAL *x1, const REAL *x2, int64_t n,   \
+				 int64_t h, int64_t d1, int64_t d2, int64_t h2);       \
+	void cpu_heads_split_##SFX(REAL *x1, REAL *x2, const REAL *y, int64_t n,       \
+				   int64_t h, int64_t d1, int64_t d2, int64_t h2);     \
 	void cpu_embedding_fwd_##SFX(REAL *out, const REAL *table, const int32_t *ids, \
 				     int64_t n, int64_t d, int64_t v0, int64_t nv);    \
 	void cpu_embedding_bwd_##SFX(REAL *dtable, const REAL *dout,                   \

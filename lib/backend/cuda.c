@@ -337,6 +337,11 @@ static int att_types_ok(backend *be, const char *op, const be_attn *a)
 {
 	if (!types_ok(be, op, 4, a->qkv, a->out, a->dout, a->grad))
 		return 0;
+	if (a->window || a->chunk || a->sinks) {
+		backend_fault(be, "cuda backend: %s: sliding windows, chunks and sinks are not "
+				  "implemented", op);
+		return 0;
+	}
 	if (a->out != a->qkv || a->dout != a->qkv || a->grad != a->qkv || a->hdv != a->hd) {
 		backend_fault(be, "cuda backend: %s: one element type for q, k, v, out and their "
 				  "gradients, and hdv == hd, are implemented",

@@ -33,7 +33,7 @@ typedef struct cfg_key {
 #define NO_WARMUP "titan's profiler records the last profiler_active steps of each window " \
 	"from their first op; it needs no warm-up steps"
 #define OWN_LOADER "titan's loader reads shards on its own prefetch thread, without worker processes"
-#define NO_MOE "titan has no mixture-of-experts models yet"
+#define NO_MOE "titan's mixture of experts has no expert parallelism or low-precision grouped GEMMs yet"
 #define NO_MX "MX (MXFP8) training is not built"
 #define NO_FT "fault tolerance (TorchFT) is not built"
 #define NO_BUDGET "the memory_budget mode (torch.compile's min-cut partitioner) is not built"
@@ -426,8 +426,8 @@ static const cfg_key keys[] = {
 	  "debug.deterministic_warn_only",
 	  "warn instead of failing on an op without a deterministic kernel (the CPU backend has "
 	  "none)"),
-	KS("debug.moe_force_load_balance", CFG_BOOL, debug.moe_force_load_balance, "false", NULL,
-	   "route tokens to experts round-robin", CFG_NOT_BUILT, NO_MOE),
+	K("debug.moe_force_load_balance", CFG_BOOL, debug.moe_force_load_balance, "false", NULL,
+	  "debug.moe_force_load_balance", "route tokens to experts round-robin (MoE flavors)"),
 };
 
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))

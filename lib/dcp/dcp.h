@@ -267,17 +267,61 @@ int dcp_convert_to_torch(const char *src, const char *out, const dcp_convert_opt
 int dcp_convert_to_safetensors(const char *src, const char *out, const dcp_convert_opts *o,
 			       size_t *skipped, titan_err *err);
 
-/* Hugging Face Llama (LlamaForCausalLM) export and import ------------------- */
+/* Hugging Face export and import (LlamaForCausalLM, or a family's) ---------- */
 
+/* One weight's name in torchtitan's state dict and in Hugging Face's, as
+ * torchtitan's StateDictAdapter maps them: "{}" stands for the layer number,
+ * e.g. {"layers.{}.attention.wq.weight", "model.layers.{}.self_attn.q_proj.weight",
+ * DCP_HF_ROPE_Q}.  A family's table ends with {NULL}. */
+enum dcp_hf_kind {
+	DCP_HF_PLAIN,   /* the same tensor */
+	DCP_HF_ROPE_Q,  /* wq: rows permuted per query head (dcp_rope_permute) */
+	DCP_HF_ROPE_K,  /* wk: rows permuted per kv head */
+	DCP_HF_EXPERTS, /* torchtitan's (experts, a, b) stack <-> one HF tensor (a, b)
+	                   per expert; hf has a second "{}", the expert */
+	DCP_HF_DROP,    /* a torchtitan buffer HF has no place for (expert_bias):
+	                   to-hf leaves it out; hf is NULL */
+	DCP_HF_TRANSPOSE, /* torchtitan's (experts, out, in) <-> HF's fused (experts, in,
+	                     out): the last two dims swapped (GPT-OSS, Llama 4) */
+	DCP_HF_GATE_HALF, /* torchtitan's w1 (experts, f, dim) <-> the first half of HF's
+	                     fused gate_up_proj (experts, dim, 2f), transposed (Llama 4);
+	                     the table's next entry is its DCP_HF_UP_HALF, same hf */
+	DCP_HF_UP_HALF,   /* w3 <-> the second half */
+};
+typedef struct dcp_hf_key {
+	const char *titan, *hf;
+	int kind; /* enum dcp_hf_kind */
+} dcp_hf_key;
+
+/* LlamaForCausalLM's table (torchtitan's Llama3StateDictAdapter). */
+extern const dcp_hf_key dcp_hf_llama_keys[];
+
+struct json_t;
 typedef struct dcp_hf_model {
 	int dim, n_layers, n_heads, n_kv_heads, vocab_size, ffn_hidden, head_dim;
 	double norm_eps, rope_theta, rope_scale_factor;
 	int tied, max_seq_len;
+	int n_experts, top_k, moe_inter, route_norm; /* mixture of experts (0: none);
+	                                                 n_experts, moe_inter inferred */
+	int dense_layers;       /* inferred: the layers before the first with experts */
+	int q_lora, kv_lora, qk_nope, qk_rope, v_head; /* inferred: multi-head latent
+	                                                 attention's dims (kv_lora 0: none) */
+	const dcp_hf_key *keys; /* the family's names; NULL: Llama's */
+	const struct llama_args *args; /* the flavor, for a family's config writer
+	                                  (MLA, RoPE scaling, attention options); may
+	                                  be NULL */
+	/* The family's config.json: add its own keys (architectures, model_type,
+	 * ...) to c, which holds torch_dtype and the keys every decoder has
+	 * (sizes, heads, norm eps, rope_theta, tie_word_embeddings, ...; a key
+	 * set again replaces them); NULL: LlamaForCausalLM's. */
+	int (*config)(struct json_t *c, const struct dcp_hf_model *m);
 } dcp_hf_model;
 
-/* Key names: "layers.3.attention.wq.weight" <-> "model.layers.3.self_attn.q_proj.weight"
- * (torchtitan's mapping); *rope is 1 for wq, 2 for wk, else 0.  NULL when the
- * key is not a model weight.  The result is malloc'd. */
+/* Key names through a table (NULL: Llama's): "layers.3.attention.wq.weight" <->
+ * "model.layers.3.self_attn.q_proj.weight"; *kind is the key's dcp_hf_kind.
+ * NULL when the key is not in the table.  The result is malloc'd. */
+char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *kind);
+/* The same through Llama's table (*rope 1 for wq, 2 for wk, else 0). */
 char *dcp_hf_name(const char *name, int to_hf, int *rope);
 /* The RoPE row permutation of wq / wk, W of shape (d1, d2) with n heads:
  * to HF W.view(n, d1/n/2, 2, d2).transpose(1, 2); from HF the inverse. */

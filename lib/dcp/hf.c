@@ -1,7 +1,10 @@
-/* hf.c: titan/torchtitan Llama state <-> Hugging Face LlamaForCausalLM.
+/* hf.c: titan/torchtitan state <-> Hugging Face checkpoints, through each
+ * family's key table (dcp_hf_key: torchtitan's StateDictAdapter's names) and
+ * the shape changes its entries name: wq / wk rows permuted, experts stacked
+ * or split one per expert, fused experts transposed or cut in halves.
  *
- * torchtitan applies RoPE to interleaved pairs (x0, x1), (x2, x3), ... of each
- * head, HF to the two halves (x0, x_{h/2}), ...; the HF export therefore
+ * torchtitan's Llama applies RoPE to interleaved pairs (x0, x1), (x2, x3), ...
+ * of each head, HF to the two halves (x0, x_{h/2}), ...; the HF export therefore
  * permutes the rows of wq (per query head) and wk (per kv head): titan row
  * h*hd + 2i + j becomes HF row h*hd + j*hd/2 + i (torchtitan #1291 is what
  * happens when this is forgotten). */
@@ -16,50 +19,92 @@
 #include "core/afile.h"
 #include "core/json.h"
 #include "dcp/dcp_priv.h"
+#include "model/flavor.h"
 #include "safetensors/safetensors.h"
 
-static const struct {
-	const char *titan, *hf;
-	int rope; /* 1: wq (n_heads), 2: wk (n_kv_heads) */
-} layer_map[] = {
-	{"attention.wq.weight", "self_attn.q_proj.weight", 1},
-	{"attention.wk.weight", "self_attn.k_proj.weight", 2},
-	{"attention.wv.weight", "self_attn.v_proj.weight", 0},
-	{"attention.wo.weight", "self_attn.o_proj.weight", 0},
-	{"feed_forward.w1.weight", "mlp.gate_proj.weight", 0},
-	{"feed_forward.w2.weight", "mlp.down_proj.weight", 0},
-	{"feed_forward.w3.weight", "mlp.up_proj.weight", 0},
-	{"attention_norm.weight", "input_layernorm.weight", 0},
-	{"ffn_norm.weight", "post_attention_layernorm.weight", 0},
+const dcp_hf_key dcp_hf_llama_keys[] = {
+	{"tok_embeddings.weight", "model.embed_tokens.weight", DCP_HF_PLAIN},
+	{"norm.weight", "model.norm.weight", DCP_HF_PLAIN},
+	{"output.weight", "lm_head.weight", DCP_HF_PLAIN},
+	{"layers.{}.attention.wq.weight", "model.layers.{}.self_attn.q_proj.weight", DCP_HF_ROPE_Q},
+	{"layers.{}.attention.wk.weight", "model.layers.{}.self_attn.k_proj.weight", DCP_HF_ROPE_K},
+	{"layers.{}.attention.wv.weight", "model.layers.{}.self_attn.v_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.attention.wo.weight", "model.layers.{}.self_attn.o_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.feed_forward.w1.weight", "model.layers.{}.mlp.gate_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.feed_forward.w2.weight", "model.layers.{}.mlp.down_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.feed_forward.w3.weight", "model.layers.{}.mlp.up_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.attention_norm.weight", "model.layers.{}.input_layernorm.weight", DCP_HF_PLAIN},
+	{"layers.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight",
+	 DCP_HF_PLAIN},
+	{NULL, NULL, 0},
 };
-#define NMAP (sizeof layer_map / sizeof layer_map[0])
 
-/* Map a name one way or the other; *rope says which permutation applies.
- * Returns a malloc'd name, or NULL when the key is not a model weight. */
-char *dcp_hf_name(const char *name, int to_hf, int *rope)
+/* Whether name matches pattern, "{}" matching a decimal number (kept in
+ * nums, at most 4). */
+static int match_key(const char *pat, const char *name, long *nums, int *nn)
 {
-	char buf[256];
-	*rope = 0;
-	const char *tops[][2] = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
-				 {"norm.weight", "model.norm.weight"},
-				 {"output.weight", "lm_head.weight"}};
-	for (int i = 0; i < 3; i++)
-		if (!strcmp(name, tops[i][to_hf ? 0 : 1]))
-			return strdup(tops[i][to_hf ? 1 : 0]);
-	int layer, used = 0;
-	const char *pre = to_hf ? "layers.%d.%n" : "model.layers.%d.%n";
-	if (sscanf(name, pre, &layer, &used) != 1 || used == 0 || layer < 0)
-		return NULL;
-	const char *rest = name + used;
-	for (size_t k = 0; k < NMAP; k++) {
-		if (!strcmp(rest, to_hf ? layer_map[k].titan : layer_map[k].hf)) {
-			*rope = layer_map[k].rope;
-			snprintf(buf, sizeof buf, to_hf ? "model.layers.%d.%s" : "layers.%d.%s", layer,
-				 to_hf ? layer_map[k].hf : layer_map[k].titan);
-			return strdup(buf);
+	*nn = 0;
+	while (*pat) {
+		if (pat[0] == '{' && pat[1] == '}') {
+			if (*name < '0' || *name > '9' || *nn == 4)
+				return 0;
+			char *end;
+			nums[(*nn)++] = strtol(name, &end, 10);
+			name = end;
+			pat += 2;
+		} else if (*pat++ != *name++) {
+			return 0;
 		}
 	}
+	return *name == '\0';
+}
+
+/* The entry of keys (NULL: Llama's) whose pattern on one side matches name,
+ * with the numbers it holds; NULL when none does. */
+static const dcp_hf_key *find_key(const dcp_hf_key *keys, const char *name, int to_hf,
+				  long *nums, int *nn)
+{
+	for (const dcp_hf_key *k = keys ? keys : dcp_hf_llama_keys; k->titan; k++) {
+		const char *pat = to_hf ? k->titan : k->hf;
+		if (pat && match_key(pat, name, nums, nn))
+			return k;
+	}
 	return NULL;
+}
+
+/* pat with its "{}" replaced by nums in order (malloc'd). */
+static char *format_key(const char *pat, const long *nums, int nn)
+{
+	char buf[256];
+	size_t at = 0;
+	int used = 0;
+	for (const char *p = pat; *p && at + 24 < sizeof buf; p++) {
+		if (p[0] == '{' && p[1] == '}' && used < nn) {
+			at += (size_t)snprintf(buf + at, sizeof buf - at, "%ld", nums[used++]);
+			p++;
+		} else {
+			buf[at++] = *p;
+		}
+	}
+	buf[at] = '\0';
+	return strdup(buf);
+}
+
+char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *kind)
+{
+	long nums[4];
+	int nn;
+	const dcp_hf_key *k = find_key(keys, name, to_hf, nums, &nn);
+	*kind = k ? k->kind : 0;
+	if (!k || (to_hf && !k->hf))
+		return NULL;
+	return format_key(to_hf ? k->hf : k->titan, nums, nn);
+}
+
+/* Map a name one way or the other through Llama's table. */
+char *dcp_hf_name(const char *name, int to_hf, int *rope)
+{
+	return dcp_hf_key_name(dcp_hf_llama_keys, name, to_hf, rope);
 }
 
 /* Permute the rows of W (d1, d2) of n heads, elements of es bytes. */
@@ -94,19 +139,116 @@ static int check_shape(const char *name, const dcp_src_item *it, const dcp_hf_mo
 	return 0;
 }
 
+/* The first layer's tensor named by fmt (one %d, the layer) among the first
+ * 64 layers: DeepSeek V3's experts start after its dense layers, Llama 4's
+ * alternate with them. */
+static const dcp_src_item *first_layer_item(dcp_source *s, const char *fmt)
+{
+	char name[160];
+	for (int l = 0; l < 64; l++) {
+		snprintf(name, sizeof name, fmt, l);
+		const dcp_src_item *it = dcp_source_find(s, name);
+		if (it)
+			return it;
+	}
+	return NULL;
+}
+
+/* Multi-head latent attention's dims from layer 0's shapes (kv_norm, wkv_a,
+ * wkv_b, wo, q_norm); 0 when the checkpoint has no MLA. */
+static int infer_mla(dcp_source *s, dcp_hf_model *m, int from_hf)
+{
+	const char *p = from_hf ? "model.layers.0.self_attn." : "layers.0.attention.";
+	const char *nm[5] = {"kv_a_layernorm.weight", "kv_a_proj_with_mqa.weight",
+			     "kv_b_proj.weight", "o_proj.weight", "q_a_layernorm.weight"};
+	const char *tt[5] = {"kv_norm.weight", "wkv_a.weight", "wkv_b.weight", "wo.weight",
+			     "q_norm.weight"};
+	const dcp_src_item *it[5];
+	for (int i = 0; i < 5; i++) {
+		char name[128];
+		snprintf(name, sizeof name, "%s%s", p, from_hf ? nm[i] : tt[i]);
+		it[i] = dcp_source_find(s, name);
+	}
+	if (!it[0] || !it[1] || !it[2] || !it[3] || it[2]->shape[0] % m->n_heads ||
+	    it[3]->ndim != 2 || it[3]->shape[1] % m->n_heads)
+		return 0;
+	m->kv_lora = (int)it[0]->shape[0];
+	m->qk_rope = (int)it[1]->shape[0] - m->kv_lora;
+	m->v_head = (int)(it[3]->shape[1] / m->n_heads);
+	m->qk_nope = (int)(it[2]->shape[0] / m->n_heads) - m->v_head;
+	/* Qwen3's q_norm is per head: a bottleneck's is wq_a's width */
+	m->q_lora = it[4] && it[4]->shape[0] != m->qk_nope + m->qk_rope ? (int)it[4]->shape[0] : 0;
+	m->head_dim = m->qk_nope + m->qk_rope;
+	return 1;
+}
+
 /* Fill the shapes a checkpoint implies: dim, vocab, layers, FFN size. */
+/* Where each side keeps the first layer's feed-forward: the dense SwiGLU's
+ * w1, and the experts' first matrix, (experts, inter * mult, dim) in
+ * torchtitan's stacks, one HF tensor per expert (per_expert) or HF's fused
+ * (experts, dim, inter * mult) (GPT-OSS, Llama 4). */
+static const char *const dense_at[2][2] = {
+	{"layers.%d.feed_forward.w1.weight", NULL},
+	{"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.feed_forward.gate_proj.weight"},
+};
+static const struct {
+	const char *fmt;
+	int inter_dim, mult, per_expert;
+} experts_at[2][3] = {
+	{{"layers.%d.moe.experts.w1", 1, 1, 0},
+	 {"layers.%d.moe.experts.mlp1_weight", 1, 2, 0},
+	 {NULL, 0, 0, 0}},
+	{{"model.layers.%d.mlp.experts.0.gate_proj.weight", 0, 1, 1},
+	 {"model.layers.%d.mlp.experts.gate_up_proj", 2, 2, 0},
+	 {"model.layers.%d.feed_forward.experts.gate_up_proj", 2, 2, 0}},
+};
+
+/* The experts' number and hidden size from the first layer that has them;
+ * their layer in *at (-1: none). */
+static void infer_experts(dcp_source *s, dcp_hf_model *m, int from_hf, int *at)
+{
+	*at = -1;
+	for (int i = 0; i < 3; i++) {
+		const char *fmt = experts_at[from_hf][i].fmt;
+		const dcp_src_item *x = fmt ? first_layer_item(s, fmt) : NULL;
+		if (!x)
+			continue;
+		*at = atoi(x->name + strlen(from_hf ? "model.layers." : "layers."));
+		m->moe_inter = (int)(x->shape[experts_at[from_hf][i].inter_dim] /
+				     experts_at[from_hf][i].mult);
+		int n = (int)x->shape[0];
+		if (experts_at[from_hf][i].per_expert) {
+			char name[128];
+			for (n = 0;; n++) {
+				snprintf(name, sizeof name,
+					 "model.layers.%d.mlp.experts.%d.gate_proj.weight", *at, n);
+				if (!dcp_source_find(s, name))
+					break;
+			}
+		}
+		m->n_experts = n;
+		return;
+	}
+}
+
 static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 {
 	const char *emb = from_hf ? "model.embed_tokens.weight" : "tok_embeddings.weight";
-	const char *w1 = from_hf ? "model.layers.0.mlp.gate_proj.weight" : "layers.0.feed_forward.w1.weight";
-	const dcp_src_item *e = dcp_source_find(s, emb), *f = dcp_source_find(s, w1);
-	if (!e || e->ndim != 2 || !f || f->ndim != 2)
-		return err_set(err, "no %s / %s: not a Llama checkpoint", emb, w1);
+	const dcp_src_item *e = dcp_source_find(s, emb), *f = NULL;
+	for (int i = 0; i < 2 && !f; i++)
+		if (dense_at[from_hf][i])
+			f = first_layer_item(s, dense_at[from_hf][i]);
+	int moe_at;
+	infer_experts(s, m, from_hf, &moe_at);
+	if (!e || e->ndim != 2 || !((f && f->ndim == 2) || moe_at >= 0))
+		return err_set(err, "no %s or feed-forward: not a checkpoint of this model", emb);
 	if (m->dim && m->dim != e->shape[1])
 		return err_set(err, "%s has dim %" PRId64 ", the flavor says %d", emb, e->shape[1], m->dim);
 	m->dim = (int)e->shape[1];
 	m->vocab_size = (int)e->shape[0];
-	m->ffn_hidden = (int)f->shape[0];
+	if (f)
+		m->ffn_hidden = (int)f->shape[0];
+	m->dense_layers = moe_at > 0 ? moe_at : 0;
 	int layers = 0;
 	char name[128];
 	for (;; layers++) {
@@ -118,37 +260,56 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 	if (m->n_layers && m->n_layers != layers)
 		return err_set(err, "checkpoint has %d layers, the flavor %d", layers, m->n_layers);
 	m->n_layers = layers;
-	if (m->n_heads <= 0 || m->n_kv_heads <= 0 || m->dim % m->n_heads)
+	if (m->n_heads <= 0 || m->n_kv_heads <= 0)
 		return err_set(err, "need the number of heads (a flavor or --n-heads)");
-	m->head_dim = m->dim / m->n_heads;
+	if (infer_mla(s, m, from_hf))
+		return 0;
+	/* Heads need not split dim (Qwen3's are 128 wide at any dim): wq's rows
+	 * say their size. */
+	const char *wq = from_hf ? "model.layers.0.self_attn.q_proj.weight"
+				 : "layers.0.attention.wq.weight";
+	const dcp_src_item *q = dcp_source_find(s, wq);
+	if (!q || q->ndim != 2 || q->shape[0] % m->n_heads)
+		return err_set(err, "%s: %s does not split into %d heads", wq, q ? "its rows" : "absent",
+			       m->n_heads);
+	m->head_dim = (int)(q->shape[0] / m->n_heads);
 	return 0;
 }
 
-static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, titan_err *err)
+/* The keys of every decoder-only model's config.json, from m. */
+static void common_config(json_t *c, const dcp_hf_model *m)
 {
-	json_t *c = json_object();
-	json_t *arch = json_array();
-	json_array_append_new(arch, json_string("LlamaForCausalLM"));
-	json_object_set_new(c, "architectures", arch);
 	json_object_set_new(c, "attention_bias", json_false());
 	json_object_set_new(c, "attention_dropout", json_real(0.0));
-	if (m->vocab_size == 128256) {
-		json_object_set_new(c, "bos_token_id", json_integer(128000));
-		json_object_set_new(c, "eos_token_id", json_integer(128001));
-	}
 	json_object_set_new(c, "head_dim", json_integer(m->head_dim));
 	json_object_set_new(c, "hidden_act", json_string("silu"));
 	json_object_set_new(c, "hidden_size", json_integer(m->dim));
 	json_object_set_new(c, "initializer_range", json_real(0.02));
 	json_object_set_new(c, "intermediate_size", json_integer(m->ffn_hidden));
 	json_object_set_new(c, "max_position_embeddings", json_integer(m->max_seq_len));
-	json_object_set_new(c, "mlp_bias", json_false());
-	json_object_set_new(c, "model_type", json_string("llama"));
 	json_object_set_new(c, "num_attention_heads", json_integer(m->n_heads));
 	json_object_set_new(c, "num_hidden_layers", json_integer(m->n_layers));
 	json_object_set_new(c, "num_key_value_heads", json_integer(m->n_kv_heads));
-	json_object_set_new(c, "pretraining_tp", json_integer(1));
 	json_object_set_new(c, "rms_norm_eps", json_real(m->norm_eps));
+	json_object_set_new(c, "rope_theta", json_real(m->rope_theta));
+	json_object_set_new(c, "tie_word_embeddings", json_boolean(m->tied));
+	json_object_set_new(c, "use_cache", json_true());
+	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
+}
+
+/* LlamaForCausalLM's own keys. */
+static int llama_config(json_t *c, const dcp_hf_model *m)
+{
+	json_t *arch = json_array();
+	json_array_append_new(arch, json_string("LlamaForCausalLM"));
+	json_object_set_new(c, "architectures", arch);
+	if (m->vocab_size == 128256) {
+		json_object_set_new(c, "bos_token_id", json_integer(128000));
+		json_object_set_new(c, "eos_token_id", json_integer(128001));
+	}
+	json_object_set_new(c, "mlp_bias", json_false());
+	json_object_set_new(c, "model_type", json_string("llama"));
+	json_object_set_new(c, "pretraining_tp", json_integer(1));
 	if (m->rope_scale_factor > 0) {
 		json_t *r = json_object();
 		json_object_set_new(r, "factor", json_real(m->rope_scale_factor));
@@ -160,11 +321,18 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 	} else {
 		json_object_set_new(c, "rope_scaling", json_null());
 	}
-	json_object_set_new(c, "rope_theta", json_real(m->rope_theta));
-	json_object_set_new(c, "tie_word_embeddings", json_boolean(m->tied));
+	return 0;
+}
+
+static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, titan_err *err)
+{
+	json_t *c = json_object();
 	json_object_set_new(c, "torch_dtype", json_string(ptz_dtype_torch(dt)));
-	json_object_set_new(c, "use_cache", json_true());
-	json_object_set_new(c, "vocab_size", json_integer(m->vocab_size));
+	common_config(c, m);
+	if ((m->config ? m->config : llama_config)(c, m) != 0) {
+		json_decref(c);
+		return err_set(err, "%s/config.json: out of memory", dir);
+	}
 	char *p = path_join(dir, "config.json");
 	int rc = p ? tjson_dump_file(c, p, err) : err_set(err, "out of memory");
 	json_decref(c);
@@ -172,26 +340,60 @@ static int write_config(const char *dir, const dcp_hf_model *m, dcp_dtype dt, ti
 	return rc;
 }
 
-/* buf (consumed) with the rows of wq / wk permuted into a new buffer; buf
- * itself for the other tensors. */
-static void *permuted(void *buf, const int64_t *shape, size_t es, int rope, const dcp_hf_model *m,
-		      int to_hf, titan_err *err)
+/* The RoPE permutation a key's kind asks for: 1 wq, 2 wk, 0 none. */
+static int rope_of(int kind)
 {
-	if (!rope || !buf)
+	return kind == DCP_HF_ROPE_Q ? 1 : kind == DCP_HF_ROPE_K ? 2 : 0;
+}
+
+/* A tensor's shape against what its key's kind does to it; out_shape (the
+ * other side's) gets the last two dims swapped for DCP_HF_TRANSPOSE. */
+static int check_kind(const dcp_src_item *it, int kind, const dcp_hf_model *m,
+		      int64_t *out_shape, titan_err *err)
+{
+	if (kind != DCP_HF_TRANSPOSE)
+		return check_shape(it->name, it, m, rope_of(kind), err);
+	if (it->ndim != 3)
+		return err_set(err, "%s: %d dims, expected (experts, a, b)", it->name, it->ndim);
+	out_shape[1] = it->shape[2];
+	out_shape[2] = it->shape[1];
+	return 0;
+}
+
+/* (e, a, b) -> (e, b, a), elements of es bytes. */
+static void transpose_last(const void *src, void *dst, const int64_t *shape, size_t es)
+{
+	int64_t a = shape[1], b = shape[2];
+	for (int64_t x = 0; x < shape[0]; x++)
+		for (int64_t i = 0; i < a; i++)
+			for (int64_t j = 0; j < b; j++)
+				memcpy((char *)dst + (size_t)((x * b + j) * a + i) * es,
+				       (const char *)src + (size_t)((x * a + i) * b + j) * es, es);
+}
+
+/* buf (consumed) as the other side keeps it: rows of wq / wk permuted, the
+ * last two dims of fused experts swapped (DCP_HF_TRANSPOSE), or buf itself. */
+static void *mapped(void *buf, int ndim, const int64_t *shape, size_t es, int kind,
+		    const dcp_hf_model *m, int to_hf, titan_err *err)
+{
+	int rope = rope_of(kind);
+	if (!buf || (!rope && kind != DCP_HF_TRANSPOSE))
 		return buf;
-	size_t b = (size_t)dcp_numel(2, shape) * es;
+	size_t b = (size_t)dcp_numel(ndim, shape) * es;
 	void *out = malloc(b ? b : 1);
-	if (out)
+	if (!out)
+		err_set(err, "out of memory");
+	else if (kind == DCP_HF_TRANSPOSE)
+		transpose_last(buf, out, shape, es);
+	else
 		dcp_rope_permute(buf, out, shape[0], shape[1], rope == 1 ? m->n_heads : m->n_kv_heads,
 				 to_hf, es);
-	else
-		err_set(err, "out of memory");
 	free(buf);
 	return out;
 }
 
-/* Read, cast and (for wq/wk) permute one tensor into a new buffer. */
-static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, int rope,
+/* Read, cast and map (mapped) one tensor into a new buffer. */
+static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, int kind,
 			 const dcp_hf_model *m, int to_hf, titan_err *err)
 {
 	size_t es = ptz_dtype_size(dt), b = (size_t)dcp_numel(it->ndim, it->shape) * es;
@@ -204,50 +406,165 @@ static void *load_mapped(dcp_source *s, const dcp_src_item *it, dcp_dtype dt, in
 		free(buf);
 		return NULL;
 	}
-	return permuted(buf, it->shape, es, rope, m, to_hf, err);
+	return mapped(buf, it->ndim, it->shape, es, kind, m, to_hf, err);
 }
 
-/* One titan tensor as HF keeps it: *out gets the HF name (malloc'd), dtype,
- * shape and data (malloc'd, permuted); data is consumed.  Returns 1 when HF
- * does not keep it (lm_head of a tied model), 0, or -1. */
-static int export_one(const char *name, dcp_dtype dt, int ndim, const int64_t *shape, void *data,
-		      const dcp_hf_model *m, st_item *out, titan_err *err)
+/* One half of a fused (experts, dim, 2f) gate_up_proj <-> torchtitan's (experts,
+ * f, dim): half 0 the gate (w1), 1 the up (w3); elements of es bytes. */
+static void half_copy(void *fused, void *part, int64_t e, int64_t f, int64_t d, int half,
+		      int to_fused, size_t es)
 {
-	int rope;
-	char *hn = dcp_hf_name(name, 1, &rope);
+	for (int64_t x = 0; x < e; x++)
+		for (int64_t i = 0; i < f; i++)
+			for (int64_t j = 0; j < d; j++) {
+				char *a = (char *)fused + (size_t)((x * d + j) * 2 * f + half * f + i) * es;
+				char *b = (char *)part + (size_t)((x * f + i) * d + j) * es;
+				memcpy(to_fused ? a : b, to_fused ? b : a, es);
+			}
+}
+
+/* HF's tensors being written: a growing list. */
+typedef struct hf_out {
+	st_item *items;
+	size_t n, cap;
+} hf_out;
+
+static st_item *out_push(hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			 void *data, titan_err *err)
+{
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 64;
+		st_item *ni = realloc(o->items, cap * sizeof *ni);
+		if (!ni) {
+			err_set(err, "out of memory");
+			return NULL;
+		}
+		o->items = ni;
+		o->cap = cap;
+	}
+	st_item *d = &o->items[o->n++];
+	memset(d, 0, sizeof *d);
+	d->name = name;
+	d->dtype = dt;
+	d->ndim = ndim;
+	memcpy(d->shape, shape, sizeof(int64_t) * (size_t)ndim);
+	d->data = data;
+	return d;
+}
+
+static void free_out(hf_out *o)
+{
+	for (size_t i = 0; i < o->n; i++) {
+		free((char *)o->items[i].name);
+		free((void *)o->items[i].data);
+	}
+	free(o->items);
+}
+
+/* torchtitan's expert stack (experts, a, b) as HF's one tensor (a, b) per
+ * expert, named by key->hf with the layer and the expert; data consumed. */
+static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			  void *data, const dcp_hf_key *key, long layer, hf_out *o, titan_err *err)
+{
+	int rc = ndim == 3 ? 0 : err_set(err, "%s: %d dims, expected (experts, out, in)", name, ndim);
+	size_t slice = ndim == 3 ? (size_t)(shape[1] * shape[2]) * ptz_dtype_size(dt) : 0;
+	for (int64_t x = 0; rc == 0 && x < shape[0]; x++) {
+		long nums[2] = {layer, (long)x};
+		char *hn = format_key(key->hf, nums, 2);
+		void *one = malloc(slice ? slice : 1);
+		if (!hn || !one || !out_push(o, hn, dt, 2, shape + 1, one, err)) {
+			free(hn);
+			free(one);
+			rc = err_set(err, "out of memory");
+		} else {
+			memcpy(one, (char *)data + (size_t)x * slice, slice);
+		}
+	}
+	free(data);
+	return rc;
+}
+
+/* torchtitan's w1 or w3 (experts, f, dim) into its half of HF's fused
+ * gate_up_proj (experts, dim, 2f), made (zeroed) by whichever comes first;
+ * data consumed. */
+static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+		       void *data, const dcp_hf_key *key, const long *nums, int nn, hf_out *o,
+		       titan_err *err)
+{
+	char *hn = ndim == 3 ? format_key(key->hf, nums, nn) : NULL;
+	int rc = ndim != 3 ? err_set(err, "%s: %d dims, expected (experts, f, dim)", name, ndim)
+		 : !hn     ? err_set(err, "out of memory") : 0;
+	int64_t e = shape[0], f = ndim == 3 ? shape[1] : 0, d = ndim == 3 ? shape[2] : 0;
+	size_t es = ptz_dtype_size(dt);
+	st_item *fused = NULL;
+	for (size_t i = 0; rc == 0 && i < o->n && !fused; i++)
+		if (!strcmp(o->items[i].name, hn))
+			fused = &o->items[i];
+	if (rc == 0 && fused) {
+		free(hn);
+		if (fused->shape[0] != e || fused->shape[1] != d || fused->shape[2] != 2 * f ||
+		    fused->dtype != dt)
+			rc = err_set(err, "%s: shape or type differs from its other half", name);
+	} else if (rc == 0) {
+		int64_t fs[3] = {e, d, 2 * f};
+		void *buf = calloc((size_t)(e * d * 2 * f) * es + 1, 1);
+		if (!buf || !(fused = out_push(o, hn, dt, 3, fs, buf, err))) {
+			free(hn);
+			free(buf);
+			rc = err_set(err, "out of memory");
+		}
+	} else {
+		free(hn);
+	}
+	if (rc == 0)
+		half_copy((void *)fused->data, data, e, f, d, key->kind == DCP_HF_UP_HALF, 1, es);
+	free(data);
+	return rc;
+}
+
+/* One titan tensor (data consumed) into HF's, as its key's kind says: one
+ * tensor (permuted or transposed), one per expert, half of a fused one, or
+ * none (a dropped buffer; lm_head of a tied model). */
+static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			 void *data, const dcp_hf_model *m, hf_out *o, titan_err *err)
+{
+	long nums[4];
+	int nn;
+	const dcp_hf_key *key = find_key(m->keys, name, 1, nums, &nn);
+	if (!key) {
+		free(data);
+		return err_set(err, "%s: not a weight of the model torchtitan names", name);
+	}
+	if (key->kind == DCP_HF_DROP) {
+		free(data);
+		return 0;
+	}
+	if (key->kind == DCP_HF_EXPERTS)
+		return export_experts(name, dt, ndim, shape, data, key, nums[0], o, err);
+	if (key->kind == DCP_HF_GATE_HALF || key->kind == DCP_HF_UP_HALF)
+		return export_half(name, dt, ndim, shape, data, key, nums, nn, o, err);
+	char *hn = format_key(key->hf, nums, nn);
 	if (!hn) {
 		free(data);
-		return err_set(err, "%s: not a Llama weight torchtitan names", name);
+		return err_set(err, "out of memory");
 	}
 	if (m->tied && !strcmp(hn, "lm_head.weight")) {
 		free(hn);
 		free(data);
-		return 1;
+		return 0;
 	}
-	dcp_src_item it = {.ndim = ndim};
+	dcp_src_item it = {.name = (char *)name, .ndim = ndim};
+	int64_t hs[DCP_MAX_DIM];
 	memcpy(it.shape, shape, sizeof(int64_t) * (size_t)ndim);
-	if (check_shape(name, &it, m, rope, err) ||
-	    !(data = permuted(data, shape, ptz_dtype_size(dt), rope, m, 1, err))) {
+	memcpy(hs, shape, sizeof(int64_t) * (size_t)ndim);
+	if (check_kind(&it, key->kind, m, hs, err) ||
+	    !(data = mapped(data, ndim, shape, ptz_dtype_size(dt), key->kind, m, 1, err)) ||
+	    !out_push(o, hn, dt, ndim, hs, data, err)) {
 		free(hn);
 		free(data);
 		return -1;
 	}
-	memset(out, 0, sizeof *out);
-	out->name = hn;
-	out->dtype = dt;
-	out->ndim = ndim;
-	memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
-	out->data = data;
 	return 0;
-}
-
-static void free_st_items(st_item *items, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		free((char *)items[i].name);
-		free((void *)items[i].data);
-	}
-	free(items);
 }
 
 int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dcp_dtype export_dtype,
@@ -258,31 +575,24 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 0, err);
-	size_t n = dcp_source_count(s), k = 0;
-	st_item *items = calloc(n ? n : 1, sizeof *items);
-	if (!items && rc == 0)
-		rc = err_set(err, "out of memory");
+	hf_out o = {0};
 	dcp_dtype first = PTZ_NONE;
-	for (size_t i = 0; i < n && rc == 0; i++) {
+	for (size_t i = 0; i < dcp_source_count(s) && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
 		if (!dcp_is_model_key(it->name) || it->kind != DCP_TENSOR)
 			continue;
 		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : it->dtype;
-		void *data = load_mapped(s, it, dt, 0, &m, 1, err);
-		int got = data ? export_one(it->name, dt, it->ndim, it->shape, data, &m, &items[k], err)
-			       : -1;
-		if (got < 0)
-			rc = -1;
-		else if (got == 0 && first == PTZ_NONE)
+		void *data = load_mapped(s, it, dt, DCP_HF_PLAIN, &m, 1, err);
+		rc = data ? export_tensor(it->name, dt, it->ndim, it->shape, data, &m, &o, err) : -1;
+		if (rc == 0 && first == PTZ_NONE && o.n)
 			first = dt;
-		k += got == 0;
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
 	if (rc == 0)
-		rc = st_write_sharded(outdir, items, k, max_shard, meta, err);
+		rc = st_write_sharded(outdir, o.items, o.n, max_shard, meta, err);
 	if (rc == 0)
 		rc = write_config(outdir, &m, first == PTZ_NONE ? PTZ_F32 : first, err);
-	free_st_items(items, k);
+	free_out(&o);
 	dcp_source_close(s);
 	return rc;
 }
@@ -315,11 +625,9 @@ static int file_indices(const char *index_json, const st_item *items, size_t n, 
 int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model *model,
 		dcp_dtype export_dtype, const char *index_json, titan_err *err)
 {
-	st_item *items = calloc(n ? n : 1, sizeof *items);
-	int *file_of = calloc(n ? n : 1, sizeof *file_of);
+	hf_out o = {0};
 	char *stage = malloc(strlen(dir) + 16);
-	int rc = items && file_of && stage ? 0 : err_set(err, "out of memory");
-	size_t k = 0;
+	int rc = stage ? 0 : err_set(err, "out of memory");
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : in[i].dtype;
 		size_t ne = (size_t)dcp_numel(in[i].ndim, in[i].shape);
@@ -329,14 +637,15 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 			break;
 		}
 		ptz_convert(data, dt, in[i].data, in[i].dtype, ne);
-		int got = export_one(in[i].name, dt, in[i].ndim, in[i].shape, data, model, &items[k], err);
-		rc = got < 0 ? -1 : 0;
-		k += got == 0;
+		rc = export_tensor(in[i].name, dt, in[i].ndim, in[i].shape, data, model, &o, err);
 	}
+	int *file_of = calloc(o.n ? o.n : 1, sizeof *file_of);
 	int m = 1;
+	if (rc == 0 && !file_of)
+		rc = err_set(err, "out of memory");
 	if (rc == 0 && index_json)
-		rc = file_indices(index_json, items, k, file_of, &m, err);
-	for (size_t i = 0; rc == 0 && !index_json && i < k; i++)
+		rc = file_indices(index_json, o.items, o.n, file_of, &m, err);
+	for (size_t i = 0; rc == 0 && !index_json && i < o.n; i++)
 		file_of[i] = 1;
 	if (rc == 0) {
 		snprintf(stage, strlen(dir) + 16, "%s.partial", dir);
@@ -344,10 +653,10 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
 	if (rc == 0)
-		rc = st_write_indexed(stage, items, k, file_of, m, meta, err);
+		rc = st_write_indexed(stage, o.items, o.n, file_of, m, meta, err);
 	if (rc == 0)
 		rc = dcp_swap_in(stage, dir, err);
-	free_st_items(items, k);
+	free_out(&o);
 	free(file_of);
 	free(stage);
 	return rc;
@@ -382,6 +691,121 @@ static int config_tied(const char *path, int fallback, int *tied, titan_err *err
 	return rc;
 }
 
+/* Experts arriving one HF tensor at a time, stacked into torchtitan's
+ * (experts, a, b) tensor and handed on when the last one has come. */
+typedef struct expert_stack {
+	char *fqn;
+	dcp_dtype dt;
+	int64_t shape[3];
+	void *data;
+	unsigned char *seen; /* (experts) */
+	int64_t have;
+} expert_stack;
+
+static int stack_expert(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
+			const long *nums, dcp_dtype dt, const dcp_hf_model *m, expert_stack *stacks,
+			size_t *ns, dcp_hf_tensor_fn fn, void *ctx, titan_err *err)
+{
+	char *tn = format_key(key->titan, nums, 1);
+	if (!tn)
+		return err_set(err, "out of memory");
+	expert_stack *st = NULL;
+	for (size_t i = 0; i < *ns && !st; i++)
+		if (stacks[i].fqn && !strcmp(stacks[i].fqn, tn))
+			st = &stacks[i];
+	if (it->ndim != 2 || nums[1] < 0 || nums[1] >= m->n_experts ||
+	    (st && memcmp(st->shape + 1, it->shape, 2 * sizeof(int64_t)))) {
+		free(tn);
+		return err_set(err, "%s: expert %ld of %d, or its shape differs from the other "
+			       "experts'", it->name, nums[1], m->n_experts);
+	}
+	size_t es = ptz_dtype_size(dt), slice = (size_t)(it->shape[0] * it->shape[1]) * es;
+	if (!st) {
+		st = &stacks[(*ns)++];
+		st->fqn = tn;
+		st->dt = dt;
+		st->shape[0] = m->n_experts, st->shape[1] = it->shape[0], st->shape[2] = it->shape[1];
+		st->data = malloc(slice * (size_t)m->n_experts + 1);
+		st->seen = calloc((size_t)m->n_experts, 1);
+		if (!st->data || !st->seen)
+			return err_set(err, "out of memory");
+	} else {
+		free(tn);
+	}
+	if (st->seen[nums[1]]++)
+		return err_set(err, "%s: expert %ld twice", it->name, nums[1]);
+	void *one = load_mapped(s, it, dt, DCP_HF_PLAIN, m, 0, err);
+	if (!one)
+		return -1;
+	memcpy((char *)st->data + (size_t)nums[1] * slice, one, slice);
+	free(one);
+	if (++st->have < m->n_experts)
+		return 0;
+	void *data = st->data;
+	st->data = NULL;
+	return fn(ctx, st->fqn, st->dt, 3, st->shape, data, err);
+}
+
+/* HF's fused gate_up_proj (experts, dim, 2f) as torchtitan's w1 and w3 (the
+ * key and its next entry), each handed on. */
+static int import_halves(dcp_source *s, const dcp_src_item *it, const dcp_hf_key *key,
+			 const long *nums, int nn, dcp_dtype dt, const dcp_hf_model *m,
+			 dcp_hf_tensor_fn fn, void *ctx, titan_err *err)
+{
+	if (it->ndim != 3 || it->shape[2] % 2 || key[1].kind != DCP_HF_UP_HALF)
+		return err_set(err, "%s: expected (experts, dim, 2 * f)", it->name);
+	int64_t e = it->shape[0], d = it->shape[1], f = it->shape[2] / 2, shape[3] = {e, f, d};
+	size_t es = ptz_dtype_size(dt);
+	void *fused = load_mapped(s, it, dt, DCP_HF_PLAIN, m, 0, err);
+	int rc = fused ? 0 : -1;
+	for (int half = 0; half < 2 && rc == 0; half++) {
+		char *tn = format_key(key[half].titan, nums, nn);
+		void *part = malloc((size_t)(e * f * d) * es + 1);
+		if (!tn || !part) {
+			free(part);
+			rc = err_set(err, "out of memory");
+		} else {
+			half_copy(fused, part, e, f, d, half, 0, es);
+			rc = fn(ctx, tn, dt, 3, shape, part, err);
+		}
+		free(tn);
+	}
+	free(fused);
+	return rc;
+}
+
+/* One HF tensor as torchtitan's: named, mapped and handed on (experts wait
+ * for their stack). */
+static int import_tensor(dcp_source *s, const dcp_src_item *it, const dcp_hf_model *m,
+			 dcp_dtype dtype, expert_stack *stacks, size_t *ns, dcp_hf_tensor_fn fn,
+			 void *ctx, int *have_output, titan_err *err)
+{
+	long nums[4];
+	int nn;
+	const dcp_hf_key *key = find_key(m->keys, it->name, 0, nums, &nn);
+	if (!key)
+		return err_set(err, "%s: not a weight of the model Hugging Face names", it->name);
+	dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
+	if (key->kind == DCP_HF_EXPERTS)
+		return stack_expert(s, it, key, nums, dt, m, stacks, ns, fn, ctx, err);
+	if (key->kind == DCP_HF_GATE_HALF)
+		return import_halves(s, it, key, nums, nn, dt, m, fn, ctx, err);
+	char *tn = format_key(key->titan, nums, nn);
+	if (!tn)
+		return err_set(err, "out of memory");
+	*have_output |= !strcmp(tn, "output.weight");
+	int64_t shape[DCP_MAX_DIM];
+	memcpy(shape, it->shape, sizeof(int64_t) * (size_t)it->ndim);
+	void *data = NULL;
+	int rc = check_kind(it, key->kind, m, shape, err);
+	if (rc == 0 && !(data = load_mapped(s, it, dt, key->kind, m, 0, err)))
+		rc = -1;
+	if (rc == 0)
+		rc = fn(ctx, tn, dt, it->ndim, shape, data, err);
+	free(tn);
+	return rc;
+}
+
 int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
 		void *ctx, titan_err *err)
 {
@@ -390,28 +814,28 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 1, err);
+	size_t n = dcp_source_count(s), ns = 0;
+	expert_stack *stacks = calloc(n + 1, sizeof *stacks);
+	if (!stacks && rc == 0)
+		rc = err_set(err, "out of memory");
 	int have_output = 0;
-	for (size_t i = 0; i < dcp_source_count(s) && rc == 0; i++) {
+	for (size_t i = 0; i < n && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
-		int rope;
 		/* torchtitan's adapter drops the RoPE buffers old exports carry. */
 		if (strstr(it->name, ".self_attn.rotary_emb.inv_freq"))
 			continue;
-		char *tn = dcp_hf_name(it->name, 0, &rope);
-		if (!tn) {
-			rc = err_set(err, "%s: not a LlamaForCausalLM weight", it->name);
-			break;
-		}
-		have_output |= !strcmp(tn, "output.weight");
-		dcp_dtype dt = dtype != PTZ_NONE ? dtype : it->dtype;
-		void *data = NULL;
-		rc = check_shape(it->name, it, &m, rope, err);
-		if (rc == 0 && !(data = load_mapped(s, it, dt, rope, &m, 0, err)))
-			rc = -1;
-		if (rc == 0)
-			rc = fn(ctx, tn, dt, it->ndim, it->shape, data, err);
-		free(tn);
+		rc = import_tensor(s, it, &m, dtype, stacks, &ns, fn, ctx, &have_output, err);
 	}
+	for (size_t i = 0; i < ns && rc == 0; i++)
+		if (stacks[i].have != m.n_experts)
+			rc = err_set(err, "%s: %" PRId64 " of the %d experts", stacks[i].fqn,
+				     stacks[i].have, m.n_experts);
+	for (size_t i = 0; i < ns; i++) {
+		free(stacks[i].fqn);
+		free(stacks[i].data);
+		free(stacks[i].seen);
+	}
+	free(stacks);
 	/* A tied model (Llama 3.2 1B/3B) has no lm_head: torchtitan's model still
 	 * has output.weight, equal to the embedding.  An untied one without it is
 	 * incomplete and is not quietly given the embedding. */
@@ -425,7 +849,7 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 	} else if (rc == 0 && !have_output) {
 		const dcp_src_item *e = dcp_source_find(s, "model.embed_tokens.weight");
 		dcp_dtype dt = dtype != PTZ_NONE ? dtype : e->dtype;
-		void *data = load_mapped(s, e, dt, 0, &m, 0, err);
+		void *data = load_mapped(s, e, dt, DCP_HF_PLAIN, &m, 0, err);
 		rc = data ? fn(ctx, "output.weight", dt, e->ndim, e->shape, data, err) : -1;
 	}
 	dcp_source_close(s);

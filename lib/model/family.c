@@ -40,3 +40,15 @@ const llama_args *model_family_flavor(const model_family *f, const char *name)
 			return a;
 	return NULL;
 }
+
+int model_family_moe_layer(const llama_args *a, int l)
+{
+	if (a->moe.experts <= 0)
+		return 0;
+	const model_family *f = model_family_of(a);
+	if (f->moe_layer)
+		return f->moe_layer(a, l);
+	if (l < a->moe.dense_layers)
+		return 0;
+	return a->moe.interleave <= 1 || (l + 1) % a->moe.interleave == 0;
+}

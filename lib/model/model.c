@@ -42,7 +42,10 @@ static int add_tensor(model *m, int *cap, int unit, const char *fqn, int slot, i
 	t->is_norm = init == INIT_ONES;
 	t->is_embedding = strcmp(fqn, "tok_embeddings.weight") == 0;
 	t->tp = tp;
-	t->tp_dim = tp == MODEL_TP_COLWISE ? ndim - 2
+	t->is_expert = strstr(fqn, ".moe.experts.") != NULL;
+	/* a colwise linear splits its weight's rows and its bias's (last) dim */
+	int vec = ndim == 1 || strcmp(fqn + strlen(fqn) - 4, "bias") == 0;
+	t->tp_dim = tp == MODEL_TP_COLWISE ? (vec ? ndim - 1 : ndim - 2)
 		  : tp == MODEL_TP_ROWWISE ? (t->is_embedding ? 0 : ndim - 1) : -1;
 	m->slot[i] = slot;
 	m->init[i] = init;
@@ -83,7 +86,9 @@ static int build_layout(model *m, titan_err *e)
 	const llama_args *a = &m->args;
 	int cap = 0;
 	int64_t emb[2] = {a->vocab_size, a->dim}, d = a->dim;
-	if (add_tensor(m, &cap, 0, "tok_embeddings.weight", -1, INIT_EMBED, MODEL_TP_ROWWISE, 2,
+	int emb_init = a->tied_embeddings && m->family->tied_init_as_output ? INIT_OUTPUT
+									    : INIT_EMBED;
+	if (add_tensor(m, &cap, 0, "tok_embeddings.weight", -1, emb_init, MODEL_TP_ROWWISE, 2,
 		       emb, e))
 		return -1;
 	for (int l = 0; l < a->n_layers; l++)
@@ -153,6 +158,49 @@ static void drop_casts(model *m)
 	}
 }
 
+/* The attention options a model cannot be built from. */
+static int check_attention_args(const llama_args *a, titan_err *e)
+{
+	const mla_args *ml = &a->mla;
+	const char *nm = a->name ? a->name : "?";
+	if (ml->kv_lora_rank < 0 || ml->q_lora_rank < 0 ||
+	    (ml->kv_lora_rank > 0 &&
+	     (ml->qk_nope_head_dim <= 0 || ml->qk_rope_head_dim <= 0 ||
+	      ml->qk_rope_head_dim % 2 || ml->v_head_dim <= 0 || a->n_kv_heads != a->n_heads)))
+		return err_set(e, "model %s: MLA kv_lora_rank %d, q_lora_rank %d, qk_nope %d, "
+			       "qk_rope %d, v %d, n_kv_heads %d: expected positive dims, an even "
+			       "qk_rope and n_kv_heads == n_heads", nm, ml->kv_lora_rank,
+			       ml->q_lora_rank, ml->qk_nope_head_dim, ml->qk_rope_head_dim,
+			       ml->v_head_dim, a->n_kv_heads);
+	if (a->sliding_window < 0 || a->nope_every < 0 || a->attn_chunk < 0 ||
+	    (a->nope_every == 1) || a->attn_temp_floor < 0)
+		return err_set(e, "model %s: sliding_window %d, nope_every %d, attn_chunk %d, "
+			       "attention temperature floor %d: expected sizes >= 0 and nope_every "
+			       "> 1 (or 0)", nm, a->sliding_window, a->nope_every, a->attn_chunk,
+			       a->attn_temp_floor);
+	if (ml->kv_lora_rank > 0 && (a->qk_norm || a->attn_bias || a->attn_sinks))
+		return err_set(e, "model %s: MLA with QK-norm, biases or sinks is not built", nm);
+	return 0;
+}
+
+/* The first piece or option of a flavor that tensor parallelism has no plan
+ * for yet (NULL: none; Llama's GQA, dense SwiGLU and per-layer attention masks
+ * shard as torchtitan's apply_tp). */
+static const char *tp_unplanned(const llama_args *a)
+{
+	if (a->moe.experts > 0)
+		return "mixture-of-experts layers";
+	if (a->mla.kv_lora_rank > 0)
+		return "multi-head latent attention";
+	if (a->qk_norm)
+		return "QK-norm";
+	if (a->attn_bias)
+		return "attention biases";
+	if (a->attn_sinks)
+		return "attention sinks";
+	return NULL;
+}
+
 /* The rank's shapes under tensor parallelism: heads and the FFN's hidden
  * size split evenly, the vocabulary in torch.chunk's sizes. */
 static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
@@ -163,6 +211,11 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	m->vocab_global = a->vocab_size;
 	if (t == 1)
 		return 0;
+	const char *piece = tp_unplanned(a);
+	if (piece)
+		return err_set(e, "model %s %s: tensor parallel degree %d: no tensor-parallel "
+			       "plan for its %s yet", m->family->name, a->name ? a->name : "?", t,
+			       piece);
 	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t)
 		return err_set(e, "tensor parallel degree %d does not divide n_heads %d, n_kv_heads "
 			       "%d and the FFN's %d rows", t, a->n_heads, a->n_kv_heads, m->ffn);
@@ -177,15 +230,95 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	return 0;
 }
 
-static model *create(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
-		     int own, titan_err *e)
+/* The arguments a model cannot be built from, with the numbers named. */
+static int check_args(const llama_args *a, titan_err *e)
 {
 	int hd = a->n_heads > 0 ? flavor_head_dim(a) : 0;
 	if (a->dim <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_layers <= 0 ||
 	    a->n_heads % a->n_kv_heads || hd <= 0 || hd % 2 ||
-	    (a->head_dim <= 0 && a->dim % a->n_heads)) {
-		err_set(e, "model %s: dim %d, n_heads %d, n_kv_heads %d do not divide into "
-			"even heads", a->name ? a->name : "?", a->dim, a->n_heads, a->n_kv_heads);
+	    (a->head_dim <= 0 && a->dim % a->n_heads))
+		return err_set(e, "model %s: dim %d, n_heads %d, n_kv_heads %d do not divide into "
+			       "even heads", a->name ? a->name : "?", a->dim, a->n_heads,
+			       a->n_kv_heads);
+	if (check_attention_args(a, e))
+		return -1;
+	const moe_args *mo = &a->moe;
+	if (mo->experts <= 0)
+		return 0;
+	if (mo->top_k < 1 || mo->top_k > mo->experts || mo->inter_dim <= 0 ||
+	    mo->shared_experts < 0 || mo->route_scale <= 0 || mo->capacity_factor < 0 ||
+	    mo->load_balance_coeff < 0)
+		return err_set(e, "model %s: experts %d, top_k %d, inter_dim %d, shared %d, "
+			       "route_scale %g, capacity_factor %g, load_balance_coeff %g: expected "
+			       "1 <= top_k <= experts and positive sizes", a->name, mo->experts,
+			       mo->top_k, mo->inter_dim, mo->shared_experts, mo->route_scale,
+			       mo->capacity_factor, mo->load_balance_coeff);
+	if (mo->groups && (mo->groups > 256 || mo->experts % mo->groups ||
+			   mo->experts / mo->groups < 2 || mo->limited < 1 ||
+			   mo->limited > mo->groups))
+		return err_set(e, "model %s: %d experts in %d groups, %d of them kept: expected "
+			       "groups of at least 2 experts, at most 256 groups, 1 <= limited <= "
+			       "groups", a->name, mo->experts, mo->groups, mo->limited);
+	return 0;
+}
+
+/* Each layer's pieces, the MoE layers' numbering, the expert_bias buffers and
+ * the counts (zeroed). */
+static int setup_layers(model *m, titan_err *e)
+{
+	const llama_args *a = &m->args;
+	int nl = a->n_layers, ex = a->moe.experts;
+	m->kind = calloc((size_t)nl, sizeof *m->kind);
+	m->moe_index = calloc((size_t)nl, sizeof *m->moe_index);
+	if (!m->kind || !m->moe_index)
+		return err_set(e, "model: out of memory");
+	m->ffn_max = 0;
+	for (int l = 0; l < nl; l++) {
+		int moe = model_family_moe_layer(a, l);
+		m->kind[l] = model_attn_kind(a, l);
+		m->kind[l].ffn = moe ? FFN_MOE : FFN_DENSE;
+		m->moe_index[l] = moe ? m->n_moe++ : -1;
+		int ff = moe ? a->moe.inter_dim * a->moe.shared_experts : m->ffn;
+		m->ffn_max = ff > m->ffn_max ? ff : m->ffn_max;
+	}
+	if (!m->n_moe)
+		return 0;
+	size_t nb = (size_t)m->n_moe * (size_t)ex;
+	m->moe_bias = backend_calloc_floats(m->be, nb, e);
+	m->moe_counts = m->moe_bias ? backend_calloc_floats(m->be, nb, e) : NULL;
+	if (!m->moe_counts)
+		return -1;
+	if (a->moe.load_balance_coeff <= 0)
+		return 0;
+	m->buffers = calloc((size_t)m->n_moe, sizeof *m->buffers);
+	if (!m->buffers)
+		return err_set(e, "model: out of memory");
+	for (int l = 0; l < nl; l++) {
+		if (m->moe_index[l] < 0)
+			continue;
+		model_tensor *t = &m->buffers[m->n_buffers++];
+		snprintf(t->fqn, sizeof t->fqn, "layers.%d.moe.expert_bias", l);
+		t->ndim = 1;
+		t->shape[0] = ex;
+		t->numel = (size_t)ex;
+		t->offset = (size_t)m->moe_index[l] * (size_t)ex;
+		t->unit = l + 1;
+		t->tp_dim = -1;
+	}
+	return 0;
+}
+
+static model *create(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
+		     int own, titan_err *e)
+{
+	if (check_args(a, e))
+		return NULL;
+	const backend_ops *o = be->ops;
+	if (a->moe.experts > 0 && (!o->moe_route || !o->moe_route_bwd || !o->moe_permute ||
+				   !o->moe_gather || !o->moe_combine || !o->moe_dot ||
+				   !o->grouped_matmul)) {
+		err_set(e, "model %s: the %s backend has no mixture-of-experts ops yet", a->name,
+			o->name);
 		return NULL;
 	}
 	model *m = calloc(1, sizeof *m);
@@ -199,7 +332,11 @@ static model *create(backend *be, const llama_args *a, int vocab_size, const mod
 	if (vocab_size > 0)
 		m->args.vocab_size = vocab_size;
 	m->ffn = flavor_ffn_hidden(&m->args);
-	m->head_dim = hd;
+	const mla_args *ml = &a->mla;
+	m->head_dim = ml->kv_lora_rank > 0 ? ml->qk_nope_head_dim + ml->qk_rope_head_dim
+					   : flavor_head_dim(a);
+	m->v_head_dim = ml->kv_lora_rank > 0 ? ml->v_head_dim : m->head_dim;
+	m->rope_dim = ml->kv_lora_rank > 0 ? ml->qk_rope_head_dim : m->head_dim;
 	model_tp_group one = {.size = 1};
 	if (tp_shapes(m, tp ? tp : &one, e))
 		goto fail;
@@ -207,14 +344,11 @@ static model *create(backend *be, const llama_args *a, int vocab_size, const mod
 	m->ac = MODEL_AC_NONE;
 	m->lw = calloc((size_t)a->n_layers, sizeof *m->lw);
 	m->lg = calloc((size_t)a->n_layers, sizeof *m->lg);
-	m->kind = calloc((size_t)a->n_layers, sizeof *m->kind);
-	if (!m->lw || !m->lg || !m->kind) {
+	if (!m->lw || !m->lg) {
 		err_set(e, "model: out of memory");
 		goto fail;
 	}
-	for (int l = 0; l < a->n_layers; l++)
-		m->kind[l] = (layer_kind){ATTN_GQA, FFN_DENSE};
-	if (build_layout(m, e))
+	if (setup_layers(m, e) || build_layout(m, e))
 		goto fail;
 	m->autocast = BE_F32;
 	m->ubound = calloc((size_t)m->n_units, sizeof *m->ubound);
@@ -276,6 +410,10 @@ void model_free(model *m)
 	free(m->slot);
 	free(m->init);
 	free(m->kind);
+	free(m->moe_index);
+	free(m->buffers);
+	m->be->ops->free(m->be, m->moe_bias);
+	m->be->ops->free(m->be, m->moe_counts);
 	free(m->units);
 	free(m->lw);
 	free(m->lg);
@@ -318,11 +456,82 @@ int64_t model_num_params_no_embedding(const model *m)
 	return (int64_t)m->n_params - (int64_t)m->args.vocab_size * m->args.dim;
 }
 
+int64_t model_num_params_active(const model *m)
+{
+	int64_t experts = 0, total = (int64_t)m->n_params;
+	for (int i = 0; i < m->n_tensors; i++)
+		if (m->tensors[i].is_expert)
+			experts += (int64_t)m->tensors[i].numel;
+	if (experts == 0)
+		return total;
+	return total - experts + experts * m->args.moe.top_k / m->args.moe.experts;
+}
+
 double model_flops_per_token(const model *m, int seq_len)
 {
 	const llama_args *a = &m->args;
-	return 6.0 * (double)model_num_params_no_embedding(m) +
-	       6.0 * a->n_layers * a->n_heads * (2.0 * m->head_dim) * seq_len;
+	int64_t active = model_num_params_active(m) - (int64_t)a->vocab_size * a->dim;
+	/* torchtitan passes 2 * head_dim, MLA's qk_nope + qk_rope + v */
+	return 6.0 * (double)active +
+	       6.0 * a->n_layers * a->n_heads * (double)(m->head_dim + m->v_head_dim) * seq_len;
+}
+
+int model_num_buffers(const model *m) { return m->n_buffers; }
+
+const model_tensor *model_buffer_at(const model *m, int i)
+{
+	return i >= 0 && i < m->n_buffers ? &m->buffers[i] : NULL;
+}
+
+void model_buffer_read(model *m, const model_tensor *t, float *host)
+{
+	m->be->ops->copy(m->be, host, m->moe_bias + t->offset, t->numel * sizeof(float),
+			 BACKEND_D2H);
+}
+
+void model_buffer_write(model *m, const model_tensor *t, const float *host)
+{
+	m->be->ops->copy(m->be, m->moe_bias + t->offset, host, t->numel * sizeof(float),
+			 BACKEND_H2D);
+}
+
+float *model_moe_counts(model *m, size_t *n)
+{
+	*n = (size_t)m->n_moe * (size_t)m->args.moe.experts;
+	return m->moe_counts;
+}
+
+/* torchtitan's _update_expert_bias, in float32 as torch computes it. */
+int model_moe_balance(model *m, titan_err *e)
+{
+	float coeff = (float)m->args.moe.load_balance_coeff;
+	if (!m->n_moe || coeff <= 0)
+		return 0;
+	int ex = m->args.moe.experts;
+	size_t nb = (size_t)m->n_moe * (size_t)ex;
+	float *h = malloc(2 * nb * sizeof(float));
+	if (!h)
+		return err_set(e, "expert load balancing: out of memory");
+	float *counts = h, *bias = h + nb;
+	backend *be = m->be;
+	be->ops->copy(be, counts, m->moe_counts, nb * sizeof(float), BACKEND_D2H);
+	be->ops->copy(be, bias, m->moe_bias, nb * sizeof(float), BACKEND_D2H);
+	for (int l = 0; l < m->n_moe; l++) {
+		const float *c = counts + (size_t)l * ex;
+		float *b = bias + (size_t)l * ex, mean = 0, dmean = 0;
+		for (int i = 0; i < ex; i++)
+			mean += c[i];
+		mean /= (float)ex;
+		for (int i = 0; i < ex; i++)
+			dmean += coeff * (float)((mean > c[i]) - (mean < c[i]));
+		dmean /= (float)ex;
+		for (int i = 0; i < ex; i++)
+			b[i] += coeff * (float)((mean > c[i]) - (mean < c[i])) - dmean;
+	}
+	be->ops->copy(be, m->moe_bias, bias, nb * sizeof(float), BACKEND_H2D);
+	be->ops->zero(be, m->moe_counts, nb * sizeof(float));
+	free(h);
+	return 0;
 }
 
 /* A bfloat16 tensor comes to the host into the first half of its float32
@@ -428,8 +637,30 @@ static int retype_own(model *m, const model_prec *p, titan_err *e)
 	return 0;
 }
 
+/* The pieces whose ops have float32 kernels only (the CPU backend's are
+ * float32; the CUDA table lacks them): NULL when every piece has more. */
+static const char *float32_only_piece(const model *m)
+{
+	if (m->n_moe > 0)
+		return "mixture-of-experts layers";
+	for (int l = 0; l < m->args.n_layers; l++)
+		if (m->kind[l].attn == ATTN_MLA)
+			return "multi-head latent attention";
+	if (m->args.attn_bias)
+		return "attention biases";
+	if (m->args.attn_sinks)
+		return "attention sinks";
+	return NULL;
+}
+
 int model_set_prec(model *m, const model_prec *p, titan_err *e)
 {
+	const char *only = float32_only_piece(m);
+	if (only && (p->param != BE_F32 || p->grad != BE_F32 || p->act != BE_F32 ||
+		     p->resid != BE_F32))
+		return err_set(e, "model %s %s: %s: float32 only, no %s kernels for their ops "
+			       "yet", m->family->name, m->args.name, only,
+			       be_dtype_name(p->act != BE_F32 ? p->act : p->param));
 	if (m->params && retype_own(m, p, e))
 		return -1;
 	m->prec = *p;
@@ -548,8 +779,9 @@ static double std_normal(uint64_t *s)
 }
 
 /* normal(0, std) cut to [lo, hi] by rejection (torch.nn.init.trunc_normal_'s
- * distribution; its default cut is +-2 absolute).  lo >= hi: no cut. */
-static void fill_normal(float *dst, size_t n, double std, double lo, double hi,
+ * distribution; its default cut is +-2 absolute).  lo >= hi: no cut.  With
+ * uniform set, uniform(-std, std) instead. */
+static void fill_random(float *dst, size_t n, double std, double lo, double hi, int uniform,
 			uint64_t seed, uint64_t tensor)
 {
 	size_t nchunk = (n + INIT_CHUNK - 1) / INIT_CHUNK;
@@ -560,12 +792,21 @@ static void fill_normal(float *dst, size_t n, double std, double lo, double hi,
 		size_t i1 = (c + 1) * INIT_CHUNK < n ? (c + 1) * INIT_CHUNK : n;
 		for (size_t i = c * INIT_CHUNK; i < i1; i++) {
 			double x;
-			do
-				x = std * std_normal(&s);
-			while (lo < hi && (x < lo || x > hi));
+			if (uniform)
+				x = std * (2 * uniform01(&s) - 1);
+			else
+				do
+					x = std * std_normal(&s);
+				while (lo < hi && (x < lo || x > hi));
 			dst[i] = (float)x;
 		}
 	}
+}
+
+static void fill_normal(float *dst, size_t n, double std, double lo, double hi, uint64_t seed,
+			uint64_t tensor)
+{
+	fill_random(dst, n, std, lo, hi, 0, seed, tensor);
 }
 
 void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, float *host)
@@ -588,6 +829,10 @@ void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, flo
 	case INIT_INPUT:
 		fill_normal(host, t->numel, 0.02, -2, 2, seed, (uint64_t)i);
 		break;
+	case INIT_FANIN:
+		fill_random(host, t->numel, 1.0 / sqrt((double)m->args.dim), 0, 0, 1, seed,
+			    (uint64_t)i);
+		break;
 	default:
 		fill_normal(host, t->numel, small, -2, 2, seed, (uint64_t)i);
 		break;
@@ -609,5 +854,11 @@ int model_init(model *m, uint64_t seed, int depth_init, titan_err *e)
 		model_tensor_write(m, &m->tensors[i], 0, host);
 	}
 	free(host);
+	/* torchtitan's MoE.init_weights: expert_bias and the counts start at 0 */
+	size_t nb = (size_t)m->n_moe * (size_t)m->args.moe.experts;
+	if (nb) {
+		m->be->ops->zero(m->be, m->moe_bias, nb * sizeof(float));
+		m->be->ops->zero(m->be, m->moe_counts, nb * sizeof(float));
+	}
 	return 0;
 }

@@ -27,7 +27,11 @@
  *   layers.N.feed_forward.w3.weight (hidden, dim)
  * then norm.weight and output.weight (absent with tied embeddings: the head then
  * reads tok_embeddings.weight, the embedding unit's tensor).  Other pieces add
- * their own tensors in the same places (see each tensor's fqn).  Each unit's
+ * their own tensors in the same places: QK-norm layers.N.attention.q_norm.weight
+ * and .k_norm.weight (head_dim) after wo; a mixture of experts, in place of
+ * feed_forward, layers.N.moe.experts.w1 / .w2 / .w3 (experts, hidden, dim) /
+ * (experts, dim, hidden) / (experts, hidden, dim), layers.N.moe.router.gate.weight
+ * (experts, dim) and layers.N.moe.shared_experts.w1/w2/w3.weight.  Each unit's
  * tensors are contiguous in the layout.  Linear weights are (out, in) like
  * torch.nn.Linear.
  *
@@ -81,6 +85,8 @@ typedef struct model_tensor {
 	int is_embedding; /* tok_embeddings (also the output with tied embeddings) */
 	int tp;           /* enum model_tp */
 	int tp_dim;       /* the dimension tensor parallelism splits, -1 for none */
+	int is_expert;    /* routed experts' weights (experts, out, in): expert
+	                     parallelism splits dim 0 */
 } model_tensor;
 
 typedef struct model_unit {
@@ -194,8 +200,35 @@ static inline int model_head_unit(const model *m) { return model_num_units(m) - 
 size_t model_num_params(const model *m);
 /* Parameters other than the embedding table (torchtitan's flops count). */
 int64_t model_num_params_no_embedding(const model *m);
-/* torchtitan's dense flops per token: 6*(params - embedding) + 6*L*H*2*hd*seq_len. */
+/* The parameters one token computes with: the routed experts' scaled by
+ * top_k / experts (the total for a dense model). */
+int64_t model_num_params_active(const model *m);
+/* torchtitan's flops per token: 6*(active params - embedding) +
+ * 6*L*H*2*hd*seq_len (get_dense/moe_model_nparams_and_flops). */
 double model_flops_per_token(const model *m, int seq_len);
+
+/* Buffers: state that is saved with the model but not trained (torchtitan's
+ * persistent buffers): layers.N.moe.expert_bias (experts) float32 of each
+ * mixture-of-experts layer with load balancing.  Each buffer's offset indexes
+ * the model's own buffer storage; unit is its layer's.  Every rank holds them
+ * whole. */
+int model_num_buffers(const model *m);
+const model_tensor *model_buffer_at(const model *m, int i);
+void model_buffer_read(model *m, const model_tensor *t, float *host);
+void model_buffer_write(model *m, const model_tensor *t, const float *host);
+
+/* Auxiliary-loss-free load balancing (DeepSeek-V3's, torchtitan's
+ * _update_expert_bias).  Every training forward of a mixture-of-experts layer
+ * adds the tokens routed to each expert to its counts; model_moe_balance (once
+ * per optimizer step, before it) moves each layer's expert_bias by
+ *   delta = coeff * sign(mean(counts) - counts);  bias += delta - mean(delta)
+ * (float32, as torch) and zeroes the counts.  Under data parallelism a plan
+ * first sums the counts over the ranks of the loss mesh: model_moe_counts
+ * gives them all, (n_moe_layers, experts) float32 on the device (*n elements;
+ * NULL without MoE layers). */
+float *model_moe_counts(model *m, size_t *n);
+int model_moe_balance(model *m, titan_err *e);
+
 
 /* The model's own flat buffers, of the precision's param and grad types (NULL
  * for model_create_unbound).  They live as long as the model (model_set_prec
@@ -219,7 +252,9 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
 void model_bind_unit(model *m, int u, const void *params, void *grads);
 /* Element types; the bound storage must follow them.  Default: float32.  The
  * model's own buffers are converted to the new param type (rounded to nearest
- * even) and its gradients zeroed in the new grad type. */
+ * even) and its gradients zeroed in the new grad type.  A model with MoE
+ * layers, MLA, attention biases or sinks refuses any other (their ops have
+ * float32 kernels only). */
 int model_set_prec(model *m, const model_prec *p, titan_err *e);
 const model_prec *model_get_prec(const model *m);
 

@@ -97,38 +97,78 @@ static void recompute(const piece_ctx *c, const void *x)
 	model_ffn_fwd(c, NULL);
 }
 
+/* A copy of activation i that outlives the shared recompute set (for a
+ * deferred job), or the kept one. */
+static const void *job_input(const piece_ctx *c, int i, size_t bytes, titan_err *e)
+{
+	layer_act *a = c->a;
+	backend *be = c->m->be;
+	if (a->kept[i])
+		return a->kept[i];
+	if (!a->saved[i]) {
+		if (!(a->saved[i] = be->ops->alloc(be, bytes, e))) {
+			err_prefix(e, "deferred weight gradient");
+			return NULL;
+		}
+		be->ops->copy(be, a->saved[i], c->m->recomp[i], bytes, BACKEND_D2D);
+	}
+	return a->saved[i];
+}
+
+static void run_job(model *m, void *dw, const wgrad_job *j)
+{
+	if (j->offs)
+		m->be->ops->grouped_matmul(m->be, BE_GMM_DW, j->groups, j->offs, j->rows, j->out,
+					   j->in, j->dy, j->x, m->prec.act, 1, dw, m->prec.grad);
+	else
+		model_linear_dw(m, dw, j->dy, j->x, j->rows, j->in, j->out);
+}
+
 /* dW += dy^T x now, or (defer) keep what it needs for model_block_wgrad: a copy
- * of dy always (it is scratch the next layer reuses), of x when x was recomputed
- * into the shared set (one copy per activation, shared by its linears). */
-int model_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int64_t in,
-		      int64_t out, titan_err *e)
+ * of dy always (it is scratch the next layer reuses), of x (and the groups'
+ * offsets) when recomputed into the shared set (one copy per activation,
+ * shared by its weights). */
+static int weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int64_t rows,
+		       int64_t in, int64_t out, int grouped, titan_err *e)
 {
 	model *m = c->m;
 	layer_act *a = c->a;
-	int64_t n = c->n;
-	const void *x = piece_act(c, xi);
+	wgrad_job now = {.slot = slot, .dy = (void *)dy, .x = piece_act(c, xi), .rows = rows,
+			 .in = in, .out = out};
+	if (grouped) {
+		now.offs = piece_act(c, ACT_OFFS);
+		now.groups = m->args.moe.experts;
+	}
 	model_tp_finish(m);
 	if (!c->defer) {
-		model_linear_dw(m, c->g->p[slot], dy, x, n, in, out);
+		run_job(m, c->g->p[slot], &now);
 		return 0;
 	}
 	backend *be = m->be;
 	size_t es = be_dtype_size(m->prec.act);
-	if (!a->kept[xi] && !a->saved[xi]) {
-		if (!(a->saved[xi] = be->ops->alloc(be, (size_t)(n * in) * es, e)))
-			return err_prefix(e, "deferred weight gradient");
-		be->ops->copy(be, a->saved[xi], x, (size_t)(n * in) * es, BACKEND_D2D);
-	}
 	wgrad_job *j = &a->jobs[a->n_jobs];
-	if (!(j->dy = be->ops->alloc(be, (size_t)(n * out) * es, e)))
+	*j = now;
+	if (!(j->x = job_input(c, xi, (size_t)(rows * in) * es, e)) ||
+	    (grouped && !(j->offs = job_input(c, ACT_OFFS, (size_t)(now.groups + 1) *
+							    sizeof(int32_t), e))))
+		return -1;
+	if (!(j->dy = be->ops->alloc(be, (size_t)(rows * out) * es, e)))
 		return err_prefix(e, "deferred weight gradient");
-	be->ops->copy(be, j->dy, dy, (size_t)(n * out) * es, BACKEND_D2D);
-	j->slot = slot;
-	j->x = a->kept[xi] ? a->kept[xi] : a->saved[xi];
-	j->in = in;
-	j->out = out;
+	be->ops->copy(be, j->dy, dy, (size_t)(rows * out) * es, BACKEND_D2D);
 	a->n_jobs++;
 	return 0;
+}
+
+int model_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int64_t in,
+		      int64_t out, titan_err *e)
+{
+	return weight_grad(c, slot, dy, xi, c->n, in, out, 0, e);
+}
+
+int model_grouped_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int64_t in,
+			      int64_t out, titan_err *e)
+{
+	return weight_grad(c, slot, dy, xi, c->n * c->m->args.moe.top_k, in, out, 1, e);
 }
 
 /* The bytes model_weight_grad keeps for layer l's deferred jobs: the pieces'
@@ -227,11 +267,8 @@ int model_block_wgrad(model *m, model_mb *mb, int l, titan_err *e)
 {
 	(void)e;
 	layer_act *a = &mb->acts[l + 1 - mb->u0];
-	int64_t n = (int64_t)mb->b * mb->t;
-	for (int i = 0; i < a->n_jobs; i++) {
-		const wgrad_job *j = &a->jobs[i];
-		model_linear_dw(m, m->lg[l].p[j->slot], j->dy, j->x, n, j->in, j->out);
-	}
+	for (int i = 0; i < a->n_jobs; i++)
+		run_job(m, m->lg[l].p[a->jobs[i].slot], &a->jobs[i]);
 	model_block_drop_jobs(m, a);
 	return 0;
 }

@@ -2,10 +2,12 @@
  * the runner that drives units with a plan's hooks.  The output projection and
  * the cross-entropy run over chunks of tokens, so the logits of a whole
  * micro-batch never exist at once. */
+#include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_kernels.h"
+#include "core/bf16.h"
 #include "model/model_priv.h"
 
 size_t model_act_bytes(const model *m, int l, int i, size_t n)
@@ -19,7 +21,7 @@ size_t model_act_bytes(const model *m, int l, int i, size_t n)
 	return model_attn_act_bytes(m, l, i, n) + model_ffn_act_bytes(m, l, i, n);
 }
 
-unsigned model_layer_keep(const model *m, int l)
+act_set model_layer_keep(const model *m, int l)
 {
 	switch (m->ac) {
 	case MODEL_AC_NONE: return ACT_ALL;
@@ -49,17 +51,43 @@ static size_t al(size_t bytes)
 /* The scratch's pieces for n tokens of (b, t), in the order model_scratch_prepare
  * lays them out; writes their sizes to sz (when not NULL) and returns the total. */
 enum { SC_ROPE, SC_LOGITS, SC_DX, SC_DTMP, SC_DXN, SC_DYA, SC_DQ, SC_DATT, SC_DK, SC_DV,
-       SC_DH, SC_DA, SC_DG, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_QKV,
+       SC_DKR, SC_DH, SC_DA, SC_DG, SC_RLOGITS, SC_DRW, SC_DROWS, SC_DEH, SC_DEA, SC_DEG,
+       SC_TEMP, SC_ONES, SC_JUNK, SC_KVB, SC_LAT0, SC_LAT1, SC_LAT2, SC_PE, SC_KPE, SC_QA0,
+       SC_QA1, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_QKV,
        SC_COUNT };
+
+/* What some layer's attention needs: OR of a layer_kind field over the layers. */
+static int any_layer(const model *m, size_t field)
+{
+	for (int l = 0; l < m->args.n_layers; l++)
+		if (*(const int *)((const char *)&m->kind[l] + field))
+			return 1;
+	return 0;
+}
 
 static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + ACT_COUNT])
 {
 	size_t n = (size_t)b * t, d = (size_t)m->args.dim, ns = (size_t)model_seq(m, (int64_t)n);
 	size_t hq = (size_t)m->args.n_heads * m->head_dim;
-	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn;
+	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim, f = (size_t)m->ffn_max;
 	size_t a = be_dtype_size(m->prec.act), r = be_dtype_size(m->prec.resid);
 	size_t p[SC_COUNT + ACT_COUNT] = {0};
-	p[SC_ROPE] = (size_t)t * m->head_dim * sizeof(float);
+	p[SC_ROPE] = (size_t)t * m->rope_dim * sizeof(float);
+	if (any_layer(m, offsetof(layer_kind, temperature)))
+		p[SC_TEMP] = (size_t)t * m->head_dim * sizeof(float);
+	if (any_layer(m, offsetof(layer_kind, qk_l2))) {
+		p[SC_ONES] = (size_t)m->head_dim * be_dtype_size(m->prec.param);
+		p[SC_JUNK] = (size_t)m->head_dim * be_dtype_size(m->prec.grad);
+	}
+	const mla_args *ml = &m->args.mla;
+	if (ml->kv_lora_rank > 0) {
+		size_t h = (size_t)m->args.n_heads, rope = (size_t)ml->qk_rope_head_dim;
+		p[SC_KVB] = n * h * (size_t)(ml->qk_nope_head_dim + ml->v_head_dim) * a;
+		p[SC_LAT0] = p[SC_LAT1] = p[SC_LAT2] = n * (ml->kv_lora_rank + rope) * a;
+		p[SC_PE] = n * h * rope * a;
+		p[SC_KPE] = n * rope * a;
+		p[SC_QA0] = p[SC_QA1] = n * (size_t)ml->q_lora_rank * a;
+	}
 	p[SC_LOGITS] = (size_t)logits_chunk(m, n) * m->args.vocab_size * a;
 	p[SC_DX] = p[SC_DTMP] = ns * d * r; /* the stream's gradient: the rank's rows */
 	p[SC_DXN] = n * d * a;
@@ -67,14 +95,24 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 	model_tp_scratch(m, n, (size_t)logits_chunk(m, n), p + SC_TP_FULL);
 	p[SC_DQ] = p[SC_DATT] = n * hq * a;
 	p[SC_DK] = p[SC_DV] = n * hk * a;
+	p[SC_DKR] = m->args.qk_norm || any_layer(m, offsetof(layer_kind, qk_l2)) ? n * hk * a : 0;
 	p[SC_DH] = p[SC_DA] = p[SC_DG] = n * f * a;
 	p[SC_QKV] = m->fuse & MODEL_FUSE_BLOCKS ? n * (hq + 2 * hk) * a : 0;
+	if (m->n_moe) {
+		size_t rows = n * (size_t)m->args.moe.top_k, in = (size_t)m->args.moe.inter_dim;
+		p[SC_RLOGITS] = n * (size_t)m->args.moe.experts * a;
+		p[SC_DRW] = rows * sizeof(float);
+		p[SC_DROWS] = rows * d * a;
+		p[SC_DEH] = p[SC_DEA] = p[SC_DEG] = rows * in * a;
+		if (m->args.moe.swiglu_limit > 0) /* GPT-OSS: mlp1's gate and up side by side */
+			p[SC_DEA] = 2 * rows * in * a, p[SC_DEG] = 0;
+	}
 	/* one set of recomputed activations, as large as the largest layer's */
 	for (int l = 0; l < m->args.n_layers; l++) {
-		unsigned recomputed = ~model_layer_keep(m, l) & ACT_ALL;
+		act_set recomputed = ~model_layer_keep(m, l) & ACT_ALL;
 		for (int i = 0; i < ACT_COUNT; i++) {
 			size_t b = model_act_bytes(m, l, i, n);
-			if ((recomputed & (1u << i)) && b > p[SC_COUNT + i])
+			if ((recomputed & ACT_BIT(i)) && b > p[SC_COUNT + i])
 				p[SC_COUNT + i] = b;
 		}
 	}
@@ -98,28 +136,50 @@ void model_scratch_release(model *m)
 	m->sb = m->st = 0;
 }
 
-static int upload_rope(model *m, int t, titan_err *e)
+/* The RoPE table of the tokens' positions (0..t-1, or those
+ * model_set_positions set); Llama 4's temperatures of the same positions as
+ * (scale, 0) pairs, which the rope op applies as a scaling (HF's attn_scales =
+ * ln(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1); the weightless
+ * norm's ones. */
+static int upload_tables(model *m, int t, titan_err *e)
 {
 	if (m->pos != NULL && m->n_pos != t)
 		return err_set(e, "model: %d positions set for micro-batches of %d tokens",
 			       m->n_pos, t);
-	size_t n = (size_t)t * (size_t)m->head_dim;
-	double *cs = malloc(n * sizeof(double)); /* (t, hd/2, 2) */
-	float *csf = malloc(n * sizeof(float));
+	size_t n = (size_t)t * (size_t)m->rope_dim, nt = (size_t)t * (size_t)m->head_dim;
+	size_t most = n > nt ? n : nt;
+	double *cs = malloc(most * sizeof(double)); /* (t, hd/2, 2) */
+	float *csf = malloc(most * sizeof(float));
 	if (!cs || !csf) {
 		free(cs);
 		free(csf);
 		return err_set(e, "model: out of memory");
 	}
-	if (m->pos == NULL)
-		cpu_rope_table_f64(cs, t, m->head_dim, 0, m->args.rope_theta,
-				   m->args.rope_scale_factor);
-	for (int i = 0; m->pos != NULL && i < t; i++)
-		cpu_rope_table_f64(cs + (size_t)i * (size_t)m->head_dim, 1, m->head_dim, m->pos[i],
-				   m->args.rope_theta, m->args.rope_scale_factor);
+	flavor_rope_table(&m->args, cs, t, m->rope_dim, 0, m->pos);
 	for (size_t i = 0; i < n; i++)
 		csf[i] = (float)cs[i];
 	m->be->ops->copy(m->be, m->rope_cs, csf, n * sizeof(float), BACKEND_H2D);
+	if (m->temp_cs) {
+		const llama_args *a = &m->args;
+		for (size_t i = 0; i < nt; i += 2) {
+			size_t ti = i / (size_t)m->head_dim;
+			int64_t pos = m->pos ? m->pos[ti] : (int64_t)ti;
+			double fl = floor((double)(pos + 1) / a->attn_temp_floor);
+			csf[i] = (float)(log(fl + 1) * a->attn_temp_scale + 1);
+			csf[i + 1] = 0;
+		}
+		m->be->ops->copy(m->be, m->temp_cs, csf, nt * sizeof(float), BACKEND_H2D);
+	}
+	if (m->ones) {
+		size_t es = be_dtype_size(m->prec.param);
+		unsigned char one[4];
+		float f1 = 1.0f;
+		uint16_t b1 = bf16_from_f32(1.0f);
+		memcpy(one, m->prec.param == BE_BF16 ? (const void *)&b1 : (const void *)&f1, es);
+		for (int i = 0; i < m->head_dim; i++)
+			memcpy((char *)csf + (size_t)i * es, one, es);
+		m->be->ops->copy(m->be, m->ones, csf, (size_t)m->head_dim * es, BACKEND_H2D);
+	}
 	free(cs);
 	free(csf);
 	return 0;
@@ -138,7 +198,7 @@ int model_set_positions(model *m, const int64_t *pos, int t, titan_err *e)
 	m->n_pos = pos ? t : 0;
 	/* the table in the scratch follows at once, or at the next layout */
 	if (m->scratch && (pos == NULL || m->st == t))
-		return upload_rope(m, m->st, e);
+		return upload_tables(m, m->st, e);
 	model_scratch_release(m);
 	return 0;
 }
@@ -169,7 +229,14 @@ int model_scratch_prepare(model *m, int b, int t, titan_err *e)
 	m->d_x = p[SC_DX], m->d_tmp = p[SC_DTMP], m->d_xn = p[SC_DXN];
 	m->d_ya = p[SC_DYA] ? p[SC_DYA] : m->d_x;
 	m->d_q = p[SC_DQ], m->d_att = p[SC_DATT], m->d_k = p[SC_DK], m->d_v = p[SC_DV];
+	m->d_kr = p[SC_DKR];
 	m->d_h = p[SC_DH], m->d_a = p[SC_DA], m->d_g = p[SC_DG];
+	m->rlogits = p[SC_RLOGITS], m->d_rw = p[SC_DRW], m->d_rows = p[SC_DROWS];
+	m->d_eh = p[SC_DEH], m->d_ea = p[SC_DEA], m->d_eg = p[SC_DEG];
+	m->temp_cs = p[SC_TEMP], m->ones = p[SC_ONES], m->junk_dw = p[SC_JUNK];
+	m->d_kvb = p[SC_KVB], m->d_pe = p[SC_PE], m->d_kpe = p[SC_KPE];
+	m->d_lat[0] = p[SC_LAT0], m->d_lat[1] = p[SC_LAT1], m->d_lat[2] = p[SC_LAT2];
+	m->d_qa[0] = p[SC_QA0], m->d_qa[1] = p[SC_QA1];
 	m->d_full = p[SC_TP_FULL], m->d_xs = p[SC_TP_XS], m->ring = p[SC_TP_RING];
 	m->ce_stats = p[SC_TP_CE], m->lg_full = p[SC_TP_LG];
 	m->qkv = p[SC_QKV];
@@ -177,7 +244,7 @@ int model_scratch_prepare(model *m, int b, int t, titan_err *e)
 		m->recomp[i] = p[SC_COUNT + i];
 	m->sb = b;
 	m->st = t;
-	return upload_rope(m, t, e);
+	return upload_tables(m, t, e);
 }
 
 /* ---- micro-batch contexts ---- */
@@ -201,9 +268,9 @@ static size_t mb_layout(const model *m, int u0, int u1, int b, int t)
 	for (int u = u0; u <= u1; u++) {
 		if (!is_block(m, u))
 			continue;
-		unsigned k = model_layer_keep(m, u - 1);
+		act_set k = model_layer_keep(m, u - 1);
 		for (int i = 0; i < ACT_COUNT; i++)
-			if (k & (1u << i))
+			if (k & ACT_BIT(i))
 				total += al(model_act_bytes(m, u - 1, i, n));
 	}
 	if (u1 == head) /* the final norm's output gathered, its rstd the rank's rows */
@@ -276,7 +343,7 @@ model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
 		a->keep = model_layer_keep(m, u - 1);
 		for (int i = 0; i < ACT_COUNT; i++) {
 			size_t bytes = model_act_bytes(m, u - 1, i, n);
-			if ((a->keep & (1u << i)) && bytes)
+			if ((a->keep & ACT_BIT(i)) && bytes)
 				a->kept[i] = c, c += al(bytes);
 		}
 	}
@@ -401,7 +468,8 @@ static void head_fwd(model *m, model_mb *mb)
 	void *mine = elt(mb->xf, m->prec.act, (size_t)(m->tp.rank * ns * d));
 	m->be->ops->rmsnorm_fwd(m->be, mine, m->prec.act, mb->rstdf, model_mb_hidden(mb, head),
 				m->prec.resid, m->norm, m->prec.param, ns, d,
-				(float)m->args.norm_eps);
+				(float)(m->args.final_norm_eps > 0 ? m->args.final_norm_eps
+								   : m->args.norm_eps));
 	model_tp_gather(m, mb->xf, n, d, m->prec.act);
 	if (!mb->train)
 		output_chunks(m, mb, 0);

@@ -9,7 +9,9 @@
  * its parameters (their slots in layer_w), its activations (their slots in
  * layer_act) and its forward, recompute and backward.  model_block.c owns the
  * norms, the residual stream, activation checkpointing and the deferred weight
- * gradients every piece's linears go through. */
+ * gradients every piece's linears go through.  The attention pieces are
+ * model_attn.c (grouped-query attention and its per-layer options) and
+ * model_mla.c (multi-head latent attention). */
 #ifndef TITAN_MODEL_PRIV_H
 #define TITAN_MODEL_PRIV_H
 
@@ -17,11 +19,20 @@
 #include "model/model.h"
 
 /* The pieces. */
-enum { ATTN_GQA };   /* grouped-query attention with RoPE */
-enum { FFN_DENSE };  /* SwiGLU: w2(silu(w1 x) * w3 x) */
+enum { ATTN_GQA,     /* grouped-query attention with RoPE (model_attn.c) */
+       ATTN_MLA };   /* multi-head latent attention (model_mla.c) */
+enum { FFN_DENSE,    /* SwiGLU: w2(silu(w1 x) * w3 x) */
+       FFN_MOE };     /* a mixture of SwiGLU experts (model_moe.c) */
 
+/* A layer's pieces and the options its attention runs with (torchtitan's
+ * per-layer rules, set by model_attn_kind). */
 typedef struct layer_kind {
 	int attn, ffn;
+	int rope;          /* RoPE on q and k (0: a NoPE layer, Llama 4) */
+	int64_t window;    /* be_attn's sliding window (GPT-OSS's even layers) */
+	int64_t chunk;     /* be_attn's chunk (Llama 4's RoPE layers) */
+	int qk_l2;         /* q and k divided by their RMS after RoPE (Llama 4) */
+	int temperature;   /* q scaled by the position's temperature (Llama 4's NoPE) */
 } layer_kind;
 
 /* A layer's parameter slots: pointers into the bound parameter (or gradient)
@@ -31,9 +42,27 @@ enum {
 	W_WQ,        /* (h*hd, dim) */
 	W_WK, W_WV,  /* (hkv*hd, dim) */
 	W_WO,        /* (dim, h*hd) */
+	W_Q_NORM,    /* (hd) with qk_norm */
+	W_K_NORM,    /* (hd) */
 	W_FFN_NORM,  /* (dim) */
 	W_W1, W_W3,  /* (ffn, dim) */
 	W_W2,        /* (dim, ffn) */
+	W_GATE,      /* (experts, dim) the router */
+	W_EW1, W_EW3,/* (experts, inter, dim) */
+	W_EW2,       /* (experts, dim, inter) */
+	W_SW1, W_SW3,/* (shared*inter, dim) the shared experts */
+	W_SW2,       /* (dim, shared*inter) */
+	W_BQ, W_BK, W_BV, W_BO, /* attention biases (h*hd), (hkv*hd), (hkv*hd), (dim) */
+	W_SINKS,     /* (h) attention sinks */
+	W_WQ_A,      /* MLA: (q_lora, dim) */
+	W_QA_NORM,   /* (q_lora) */
+	W_WQ_B,      /* (h*(nope+rope), q_lora) */
+	W_WKV_A,     /* (kv_lora+rope, dim) */
+	W_KV_NORM,   /* (kv_lora) */
+	W_WKV_B,     /* (h*(nope+v), kv_lora) */
+	W_GATE_B,    /* (experts) the router's bias (GPT-OSS) */
+	W_EB1,       /* (experts, 2*inter) GPT-OSS's experts' mlp1 bias */
+	W_EB2,       /* (experts, dim) mlp2 bias */
 	W_COUNT,
 };
 typedef struct layer_w {
@@ -48,6 +77,8 @@ enum {
 	INIT_INPUT,  /* trunc_normal(0, 0.02): wq wk wv w1 */
 	INIT_DEPTH,  /* trunc_normal(0, 0.02/sqrt(2*(layer+1))) (depth_init) or
 	                0.02/sqrt(2*n_layers): wo w2 w3 */
+	INIT_FANIN,  /* uniform(-dim^-0.5, dim^-0.5): nn.Linear's own bias init, which
+	                torchtitan leaves on the router's bias (GPT-OSS) */
 };
 
 /* The activations a layer's backward reads; n = b*t tokens.  Each layer uses
@@ -66,25 +97,61 @@ enum {
 	ACT_A,     /* (n, ffn) w1 output */
 	ACT_G,     /* (n, ffn) w3 output */
 	ACT_H,     /* (n, ffn) silu(a) * g, w2's input */
+	ACT_QR,    /* (n, h*hd) with qk_norm: wq's output, q_norm's input */
+	ACT_KR,    /* (n, hkv*hd) wk's output */
+	ACT_QRSTD, /* (n*h) float32: q_norm's rstd */
+	ACT_KRSTD, /* (n*hkv) float32 */
+	/* a mixture of experts, R = n*top_k rows (the shared experts use A, G, H) */
+	ACT_SCORES,/* (n, experts) float32 router scores */
+	ACT_IDX,   /* (n, top_k) int32 chosen experts */
+	ACT_RW,    /* (n, top_k) float32 routing weights */
+	ACT_PERM,  /* (R) int32 the assignment of each row */
+	ACT_POS,   /* (R) int32 the row of each assignment */
+	ACT_OFFS,  /* (experts + 1) int32 each expert's first row */
+	ACT_XR,    /* (R, dim) the experts' input rows */
+	ACT_EA,    /* (R, inter) w1 output */
+	ACT_EG,    /* (R, inter) w3 output */
+	ACT_EH,    /* (R, inter) silu(ea) * eg, w2's input */
+	ACT_EY,    /* (R, dim) the experts' output rows */
+	/* multi-head latent attention (ACT_Q, K, V, ATT as above with MLA's heads) */
+	ACT_QA,    /* (n, q_lora) wq_a output */
+	ACT_QAN,   /* (n, q_lora) q_norm output, wq_b's input */
+	ACT_QA_RSTD, /* (n) float32 */
+	ACT_KVA,   /* (n, kv_lora) the latent, wkv_a's output */
+	ACT_KVN,   /* (n, kv_lora) kv_norm output, wkv_b's input */
+	ACT_KV_RSTD, /* (n) float32 */
 	ACT_COUNT,
 };
 
-/* Activations that op-level checkpointing keeps: matmul and attention outputs. */
-#define ACT_OP_KEEP ((1u << ACT_Q) | (1u << ACT_K) | (1u << ACT_V) | (1u << ACT_ATT) | \
-		     (1u << ACT_LSE) | (1u << ACT_XM) | (1u << ACT_A) | (1u << ACT_G))
-#define ACT_ALL ((1u << ACT_COUNT) - 1)
+/* A set of activations, bit i for activation i. */
+typedef uint64_t act_set;
+#define ACT_BIT(i) ((act_set)1 << (i))
 
-/* A weight gradient the backward left for model_unit_wgrad: dW += dy^T x. */
+/* Activations that op-level checkpointing keeps: matmul and attention outputs
+ * (and the per-head norms' statistics, a few floats per token). */
+#define ACT_OP_KEEP                                                                         \
+	(ACT_BIT(ACT_Q) | ACT_BIT(ACT_K) | ACT_BIT(ACT_V) | ACT_BIT(ACT_ATT) | ACT_BIT(ACT_LSE) | \
+	 ACT_BIT(ACT_XM) | ACT_BIT(ACT_A) | ACT_BIT(ACT_G) | ACT_BIT(ACT_QR) | ACT_BIT(ACT_KR) |  \
+	 ACT_BIT(ACT_QRSTD) | ACT_BIT(ACT_KRSTD) | ACT_BIT(ACT_SCORES) | ACT_BIT(ACT_IDX) |      \
+	 ACT_BIT(ACT_RW) | ACT_BIT(ACT_PERM) | ACT_BIT(ACT_POS) | ACT_BIT(ACT_OFFS) |            \
+	 ACT_BIT(ACT_EA) | ACT_BIT(ACT_EG) | ACT_BIT(ACT_EY) | ACT_BIT(ACT_QA) |                 \
+	 ACT_BIT(ACT_QAN) | ACT_BIT(ACT_QA_RSTD) | ACT_BIT(ACT_KVA) | ACT_BIT(ACT_KVN) |         \
+	 ACT_BIT(ACT_KV_RSTD))
+#define ACT_ALL (ACT_BIT(ACT_COUNT) - 1)
+
+/* A weight gradient the backward left for model_unit_wgrad: dW += dy^T x (by
+ * expert groups when offs is set: the experts' weights). */
 typedef struct wgrad_job {
-	int slot;         /* W_*: the weight */
-	void *dy;         /* (n, out) of prec.act, owned by the job */
-	const void *x;    /* (n, in) of prec.act: a kept activation or a saved copy */
-	int64_t in, out;
+	int slot;          /* W_*: the weight */
+	void *dy;          /* (rows, out) of prec.act, owned by the job */
+	const void *x;     /* (rows, in) of prec.act: a kept activation or a saved copy */
+	const int32_t *offs; /* (groups + 1) the rows of each expert, or NULL */
+	int64_t rows, in, out, groups;
 } wgrad_job;
 
 typedef struct layer_act {
 	void *kept[ACT_COUNT];  /* kept activations (in the mb's memory), else NULL */
-	unsigned keep;          /* bit i set: activation i survives until the backward */
+	act_set keep;           /* bit i set: activation i survives until the backward */
 	wgrad_job jobs[W_COUNT];
 	int n_jobs;
 	void *saved[ACT_COUNT]; /* copies of recomputed inputs the jobs read (owned) */
@@ -114,7 +181,10 @@ struct model {
 	llama_args args;
 	const model_family *family;
 	int ffn;
-	int head_dim;
+	int ffn_max;           /* the largest SwiGLU hidden size (dense, shared experts) */
+	int head_dim;          /* query/key heads (MLA: qk_nope + qk_rope) */
+	int v_head_dim;        /* value heads (== head_dim but for MLA) */
+	int rope_dim;          /* the dims RoPE rotates (MLA: qk_rope) */
 	layer_kind *kind;      /* (n_layers) the pieces of each layer */
 	int n_tensors;
 	model_tensor *tensors;
@@ -140,7 +210,11 @@ struct model {
 	int sb, st;             /* (b, t) it is laid out for */
 	void *scratch;          /* one allocation for all of it */
 	void *recomp[ACT_COUNT];/* one set of recomputed activations */
-	float *rope_cs;         /* (t, hd/2, 2) */
+	float *rope_cs;         /* (t, rope_dim/2, 2) */
+	float *temp_cs;         /* (t, hd/2, 2) (scale, 0): Llama 4's attention temperature
+	                           as a rotation the rope op applies */
+	void *ones;             /* (hd) of prec.param: the weight of a weightless norm */
+	void *junk_dw;          /* (hd) of prec.grad: its gradient, discarded */
 	void *logits;           /* (chunk, vocab) prec.act */
 	int chunk;              /* rows of logits at a time */
 	void *d_x, *d_tmp;      /* (n, dim) prec.resid: d_x the propagated gradient */
@@ -148,6 +222,25 @@ struct model {
 	                           prec.act (== d_x when the types agree) */
 	void *d_q, *d_att;      /* (n, h*hd) */
 	void *d_k, *d_v;        /* (n, hkv*hd) */
+	void *d_kr;             /* (n, hkv*hd) with qk_norm: the gradient of wk's output */
+	void *d_kvb;            /* MLA (n, h*(nope+v)): wkv_b's output, then its gradient */
+	void *d_lat[3];         /* MLA (n, kv_lora+rope) each: the latent's gradients */
+	void *d_pe;             /* MLA (n, h*rope): q_pe, then its gradient */
+	void *d_kpe;            /* MLA (n, rope): k_pe, then its gradient */
+	void *d_qa[2];          /* MLA (n, q_lora): q's bottleneck's gradients */
+	void *rlogits;          /* (n, experts) prec.act: router logits, then their gradient */
+	float *d_rw;            /* (n, top_k) the routing weights' gradient */
+	void *d_rows;           /* (n*top_k, dim) the gradient of ey, then of xr */
+	void *d_eh, *d_ea, *d_eg; /* (n*top_k, inter) */
+
+	/* Mixture of experts: layer l's index among the MoE layers (-1: dense);
+	 * their expert_bias (load balancing) and tokens-per-expert counts, each
+	 * (n_moe, experts) float32 on the device. */
+	int *moe_index;
+	int n_moe;
+	float *moe_bias, *moe_counts;
+	int n_buffers;
+	model_tensor *buffers; /* expert_bias per MoE layer: offset into moe_bias */
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
 	void *qkv;              /* (n, (h + 2 hkv) hd) prec.act: the fused projection's
 	                           output, in the backward its gradient (MODEL_FUSE_BLOCKS) */
@@ -191,7 +284,7 @@ static inline int64_t model_seq(const model *m, int64_t n)
  * when the layer's pieces do not use it). */
 size_t model_act_bytes(const model *m, int l, int i, size_t n);
 /* Which activations layer l keeps until its backward. */
-unsigned model_layer_keep(const model *m, int l);
+act_set model_layer_keep(const model *m, int l);
 /* Lay the scratch out for micro-batches of (b, t) (grows; keeps it when it fits). */
 int model_scratch_prepare(model *m, int b, int t, titan_err *e);
 void model_scratch_release(model *m);
@@ -260,14 +353,52 @@ int model_attn_layout(model *m, int l, int *cap, titan_err *e);
 size_t model_attn_act_bytes(const model *m, int l, int i, size_t n);
 void model_attn_fwd(const piece_ctx *c, void *xm);
 int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+/* Layer l's attention piece and options, from the flavor (setup). */
+layer_kind model_attn_kind(const llama_args *a, int l);
+/* The be_attn of a layer's attention call over the micro-batch. */
+be_attn model_attn_shape(const piece_ctx *c, int64_t h, int64_t hkv, int64_t hd, int64_t hdv);
+/* The attention op on the piece's activations (ACT_Q, K, V, ATT, LSE): the
+ * plan's (model_set_attention) or the backend's.  The backward reads d_att
+ * and writes d_q, d_k, d_v. */
+void model_attention_fwd(const piece_ctx *c, const be_attn *sh);
+void model_attention_bwd(const piece_ctx *c, const be_attn *sh);
 
-/* Feed-forward (model_ffn.c): the same from ACT_XN2, adding into y (NULL:
- * recompute its activations, without the output linear). */
+/* Multi-head latent attention (model_mla.c): the same interface. */
+int model_mla_layout(model *m, int l, int *cap, titan_err *e);
+size_t model_mla_act_bytes(const model *m, int l, int i, size_t n);
+void model_mla_fwd(const piece_ctx *c, void *xm);
+int model_mla_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+
+/* Feed-forward (model_ffn.c, dispatching to model_moe.c for FFN_MOE): the
+ * same from ACT_XN2, adding into y (NULL: recompute its activations, without
+ * the output linear). */
 int model_ffn_layout(model *m, int l, int *cap, titan_err *e);
 size_t model_ffn_act_bytes(const model *m, int l, int i, size_t n);
 void model_ffn_fwd(const piece_ctx *c, void *y);
 void model_ffn_recompute_op(const piece_ctx *c);
 int model_ffn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+
+/* A SwiGLU over ACT_XN2 with weights in slots w[0..2] (w1, w2, w3) and hidden
+ * size ff, its activations in ACT_A, ACT_G, ACT_H: the dense feed-forward and
+ * the shared experts.  The forward stops at ACT_H (the caller applies w2);
+ * the backward goes from dy (n, dim) of w2's output into m->d_xn (beta_dx 0
+ * writes, 1 adds). */
+void model_swiglu_fwd(const piece_ctx *c, const int *w, int64_t ff);
+int model_swiglu_bwd(const piece_ctx *c, const int *w, int64_t ff, const void *dy,
+		     float beta_dx, titan_err *e);
+/* The gradient of a grouped weight (the experts'): dW[g] += dy[rows of g]^T
+ * x[rows of g] by ACT_OFFS's groups, or kept for model_block_wgrad. */
+int model_grouped_weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int64_t in,
+			      int64_t out, titan_err *e);
+
+/* The mixture of experts (model_moe.c). */
+int model_moe_layout(model *m, int l, int *cap, titan_err *e);
+size_t model_moe_act_bytes(const model *m, int l, int i, size_t n);
+void model_moe_fwd(const piece_ctx *c, void *y);
+void model_moe_recompute_op(const piece_ctx *c);
+int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e);
+/* The experts' routing of n tokens (be_moe), capacity included. */
+be_moe model_moe_shape(const model *m, int64_t n);
 
 /* Add a tensor of layer l's unit to the layout (model.c): its name under
  * "layers.<l>.", shape (ndim of d0, d1, d2), slot, init and TP style. */

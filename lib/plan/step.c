@@ -100,6 +100,20 @@ static int clip(plan *p, double max_norm, double *norm, titan_err *e)
 	return 0;
 }
 
+/* torchtitan's optimizer pre-step hook of MoE models (_update_expert_bias): the
+ * tokens routed to each expert summed over the loss mesh (dp and cp), then
+ * each layer's expert_bias moved (model_moe_balance). */
+static int moe_balance(plan *p, titan_err *e)
+{
+	size_t n;
+	float *counts = model_moe_counts(p->m, &n);
+	if (counts == NULL)
+		return 0;
+	if (all_reduce(p, p->c_loss, counts, n, COMM_F32, COMM_SUM, "all_reduce", e))
+		return -1;
+	return model_moe_balance(p->m, e);
+}
+
 int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
 	      titan_err *e)
 {
@@ -126,7 +140,7 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	double sums[1] = {loss_sum}, avg = valid ? loss_sum / (double)valid : 0;
 	if (all_reduce(p, p->c_loss, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
 	    all_reduce(p, p->c_loss, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
-	    clip(p, max_norm, &r->grad_norm, e))
+	    clip(p, max_norm, &r->grad_norm, e) || moe_balance(p, e))
 		return -1;
 	PROF_T0(t);
 	adamw_step(p->opt, p->params, p->grads, lr);

@@ -64,6 +64,7 @@ int train_prec_choose(const job_config *c, const prec_degrees *d, train_prec *p,
 int train_prec_apply(model *m, const train_prec *p, titan_err *e)
 {
 	if (model_set_prec(m, &p->model, e))
-		return -1;
+		return err_prefix(e, "%s", p->mode == PREC_BF16 ? "training.dtype"
+							    : "training.mixed_precision_param");
 	return p->autocast == BE_F32 ? 0 : model_set_autocast(m, p->autocast, e);
 }

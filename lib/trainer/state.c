@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/family.h"
 #include "pickle/pickle.h"
 #include "ptzip/ptzip.h"
 
@@ -216,6 +217,19 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 			ptz_convert(data, dt, params + b->shard_off, PTZ_F32, b->numel);
 		}
 		if (add_box(sv, name(sv, t->fqn, "", ""), dt, t, b, data) == NULL)
+			return err_set(err, "out of memory");
+	}
+	/* Persistent buffers (MoE expert_bias), float32 as torchtitan keeps them:
+	 * every rank holds the same (the counts that move them are summed over
+	 * the batch ranks; tensor parallelism refuses MoE), rank 0 writes them. */
+	model *m = plan_model(s->p);
+	for (int i = 0; s->rank == 0 && i < model_num_buffers(m); i++) {
+		const model_tensor *t = model_buffer_at(m, i);
+		float *data = keep(sv, malloc(t->numel * sizeof(float)));
+		if (data == NULL)
+			return err_set(err, "out of memory");
+		model_buffer_read(m, t, data);
+		if (add_tensor(sv, name(sv, t->fqn, "", ""), PTZ_F32, t->ndim, t->shape, data) != 0)
 			return err_set(err, "out of memory");
 	}
 	return 0;
@@ -443,6 +457,19 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		for (size_t k = first; k < b->n; k++) /* absent from a model-only checkpoint; checked below */
 			b->items[k].optional = 1;
 	}
+	/* Buffers: absent from an HF import or a dense checkpoint, they keep their
+	 * initial values (expert_bias 0). */
+	size_t first_buffer = b->n;
+	model *m = plan_model(s->p);
+	for (int i = 0; rc == 0 && i < model_num_buffers(m); i++) {
+		const model_tensor *t = model_buffer_at(m, i);
+		float *data = keep(b, malloc(t->numel * sizeof(float)));
+		if (data == NULL ||
+		    add_tensor(b, name(b, t->fqn, "", ""), PTZ_F32, t->ndim, t->shape, data) != 0)
+			rc = err_set(err, "out of memory");
+		else
+			b->items[b->n - 1].optional = 1;
+	}
 	size_t first_bytes = b->n;
 	const char *scalars[] = {"train_state.step", "train_state.ntokens_seen", "dataloader.dp_rank_0",
 				 "lr_scheduler.last_epoch"};
@@ -495,10 +522,14 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		rc = err_set(err, "%s: optimizer.state.*.step is %g: expected a count of steps", dir,
 			     (double)*stepv);
 	got->had_train_state = have_train_state;
-	for (size_t i = 0; rc == 0 && want_opt && have_train_state && i < first_bytes; i++)
+	for (size_t i = 0; rc == 0 && want_opt && have_train_state && i < first_buffer; i++)
 		if (!b->items[i].found)
 			rc = err_set(err, "%s: %s missing (a model-only checkpoint? set "
 				     "checkpoint.exclude_from_loading = [\"optimizer\"])", dir, b->items[i].fqn);
+	for (size_t i = first_buffer; rc == 0 && i < first_bytes; i++)
+		if (b->items[i].found)
+			model_buffer_write(m, model_buffer_at(m, (int)(i - first_buffer)),
+					   b->items[i].data);
 	if (rc == 0) {
 		/* into the types the run keeps (DCP converted from what was saved) */
 		rc = plan_shard_upload(s->p, plan_shard_params(s->p), params, err);
@@ -515,14 +546,27 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 
 /* Hugging Face safetensors ------------------------------------------------ */
 
+/* The HF mapping of the model's family (its key table and config writer)
+ * with the dims titan-ckpt-convert would infer from the checkpoint. */
 static dcp_hf_model hf_model_of(const model *m)
 {
 	const llama_args *a = model_args(m);
+	const model_family *f = model_get_family(m);
+	const mla_args *ml = &a->mla;
 	dcp_hf_model h = {.dim = a->dim, .n_layers = a->n_layers, .n_heads = a->n_heads,
 			  .n_kv_heads = a->n_kv_heads, .vocab_size = a->vocab_size,
-			  .head_dim = a->dim / a->n_heads, .norm_eps = a->norm_eps,
-			  .rope_theta = a->rope_theta, .rope_scale_factor = a->rope_scale_factor,
-			  .tied = a->tied_embeddings, .max_seq_len = a->max_seq_len};
+			  .ffn_hidden = model_ffn_hidden(m), .head_dim = flavor_head_dim(a),
+			  .norm_eps = a->norm_eps, .rope_theta = a->rope_theta,
+			  .rope_scale_factor = a->rope_scale_factor, .tied = a->tied_embeddings,
+			  .max_seq_len = a->max_seq_len, .n_experts = a->moe.experts,
+			  .top_k = a->moe.top_k, .moe_inter = a->moe.inter_dim,
+			  .route_norm = a->moe.route_norm, .dense_layers = a->moe.dense_layers,
+			  .q_lora = ml->q_lora_rank, .kv_lora = ml->kv_lora_rank,
+			  .qk_nope = ml->qk_nope_head_dim, .qk_rope = ml->qk_rope_head_dim,
+			  .v_head = ml->v_head_dim, .keys = f->hf_keys, .args = a,
+			  .config = f->hf_config};
+	if (ml->kv_lora_rank > 0)
+		h.head_dim = ml->qk_nope_head_dim + ml->qk_rope_head_dim;
 	return h;
 }
 

@@ -77,14 +77,19 @@ void trainer_list_flavors(FILE *out)
 	const model_family *f;
 	for (int i = 0; (f = model_family_at(i)) != NULL; i++) {
 		fprintf(out, "%smodel.name = \"%s\": %s\n", i ? "\n" : "", f->name, f->description);
-		fprintf(out, "%-11s %6s %7s %6s %9s %9s %7s %7s %16s\n", "flavor", "dim", "layers",
-			"heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters");
+		fprintf(out, "%-20s %6s %6s %5s %8s %8s %6s %7s %7s %16s %16s\n", "flavor", "dim",
+			"layers", "heads", "kv_heads", "head_dim", "ffn", "experts", "vocab",
+			"active", "parameters");
 		for (const llama_args *a = f->flavors; a->name != NULL; a++) {
-			char p[48];
+			char p[48], act[48], ex[24] = "-";
 			metrics_commas(p, sizeof p, flavor_param_count(a));
-			fprintf(out, "%-11s %6d %7d %6d %9d %9d %7d %7d %16s\n", a->name, a->dim,
-				a->n_layers, a->n_heads, a->n_kv_heads, flavor_head_dim(a),
-				flavor_ffn_hidden(a), a->vocab_size, p);
+			metrics_commas(act, sizeof act, flavor_active_params(a));
+			if (a->moe.experts > 0)
+				snprintf(ex, sizeof ex, "%d/%d", a->moe.top_k, a->moe.experts);
+			fprintf(out, "%-20s %6d %6d %5d %8d %8d %6d %7s %7d %16s %16s\n", a->name,
+				a->dim, a->n_layers, a->n_heads, a->n_kv_heads, flavor_head_dim(a),
+				a->moe.experts > 0 ? a->moe.inter_dim : flavor_ffn_hidden(a), ex,
+				a->vocab_size, act, p);
 		}
 	}
 }
@@ -315,7 +320,12 @@ static int apply_compile(job *j, titan_err *err)
 static int build_plan(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
-	const llama_args *a = j->args;
+	llama_args fa = *j->args;
+	const llama_args *a = &fa;
+	fa.moe.force_balance = c->debug.moe_force_load_balance; /* MoEArgs' debug switch */
+	/* torchtitan's update_from_config: the model is built for the training
+	 * sequence (DeepSeek V3's YaRN applies only beyond its original 4096) */
+	fa.max_seq_len = (int)c->training.seq_len;
 	/* torchtitan sizes the embedding and the output by the flavor's
 	 * vocab_size, not by the tokenizer's: checkpoints then cross both ways. */
 	int vocab = a->vocab_size;
@@ -361,6 +371,12 @@ static int build_plan(job *j, titan_err *err)
 		    "n_kv_heads %d", c->model.name, a->name, vocab, ma->dim, ma->n_layers,
 		    ma->n_heads, ma->n_kv_heads);
 	metrics_log(j->log, "Model %s %s size: %s total parameters", c->model.name, a->name, np);
+	if (a->moe.experts > 0) {
+		char act[48];
+		metrics_commas(act, sizeof act, model_num_params_active(j->gm));
+		metrics_log(j->log, "Mixture of experts: %d experts, top %d; %s parameters active per "
+			    "token (flops and MFU count these)", a->moe.experts, a->moe.top_k, act);
+	}
 	if (j->gpu.name[0])
 		metrics_log(j->log, "CUDA backend on device %d (%s, %.1f GiB), arena %.1f GiB; "
 			    "peak FLOP/s for MFU: %.3g (%s)", j->h->device, j->gpu.name,

@@ -449,7 +449,18 @@ static void check_attention(backend *be, const be_attn *shape, be_dtype ot, be_d
 	tens out = tens_out(ot, no), dq = tens_out(gt, nq), dk = tens_out(gt, nk), dv = tens_out(gt, nv);
 	double *o = dalloc(no), *lse = dalloc(nl), *rq = dalloc(nq), *rk = dalloc(nk), *rv = dalloc(nv);
 	float *flse = malloc(nl * 4);
-	cpu_attention_fwd_f64(o, lse, q.ref, k.ref, v.ref, &a);
+	/* sinks (h) float32 for the backend, their float64 copies for the
+	 * reference; dsinks accumulated by each from zero */
+	be_attn ra = a;
+	double sk[16], dsk[16] = {0};
+	float fdsk[16] = {0};
+	assert_true(a.h <= 16);
+	if (a.sinks) {
+		for (int64_t i = 0; i < a.h; i++)
+			sk[i] = ((const float *)a.sinks)[i];
+		ra.sinks = sk, ra.dsinks = dsk, a.dsinks = fdsk;
+	}
+	cpu_attention_fwd_f64(o, lse, q.ref, k.ref, v.ref, &ra);
 	be->ops->attention_fwd(be, out.p, flse, q.p, k.p, v.p, &a);
 	be_sync_ok(be);
 	/* the backward reads the out the forward stored, as a model does: so does
@@ -457,7 +468,7 @@ static void check_attention(backend *be, const be_attn *shape, be_dtype ot, be_d
 	double *oin = dalloc(no);
 	for (size_t i = 0; i < no; i++)
 		oin[i] = get_elem(&out, i);
-	cpu_attention_bwd_f64(rq, rk, rv, dout.ref, q.ref, k.ref, v.ref, oin, lse, &a);
+	cpu_attention_bwd_f64(rq, rk, rv, dout.ref, q.ref, k.ref, v.ref, oin, lse, &ra);
 	be->ops->attention_bwd(be, dq.p, dk.p, dv.p, dout.p, q.p, k.p, v.p, out.p, flse, &a);
 	be_sync_ok(be);
 	const struct {
@@ -483,12 +494,19 @@ static void check_attention(backend *be, const be_attn *shape, be_dtype ot, be_d
 	}
 	for (size_t i = 0; i < nl; i++)
 		assert_true(isinf(lse[i]) ? isinf(flse[i]) : fabs(flse[i] - lse[i]) < 1e-5 * (1 + fabs(lse[i])));
+	double dmx = 0; /* dsinks: float32 sums of the float32 kernel's, 1e-5 of the largest */
+	for (int64_t i = 0; a.sinks && i < a.h; i++)
+		dmx = fmax(dmx, fabs(dsk[i]));
+	for (int64_t i = 0; a.sinks && i < a.h; i++) {
+		print_message("dsink[%lld] %.9g ref %.9g\n", (long long)i, fdsk[i], dsk[i]);
+		assert_true(fabs(fdsk[i] - dsk[i]) <= 1e-5 * dmx + 1e-30);
+	}
 	tens_free(&q), tens_free(&k), tens_free(&v), tens_free(&dout), tens_free(&out);
 	tens_free(&dq), tens_free(&dk), tens_free(&dv);
 	free(o), free(lse), free(rq), free(rk), free(rv), free(flse), free(oin);
 }
 
-static void attention_bf16_gqa_causal_and_blocks_within_bound(void **s)
+static void attention_bf16_gqa_causal_blocks_sinks_and_windows_within_bound(void **s)
 {
 	(void)s;
 	test_seed(107);
@@ -499,6 +517,15 @@ static void attention_bf16_gqa_causal_and_blocks_within_bound(void **s)
 	be_attn cp = {.b = 1, .tq = 20, .tk = 30, .h = 2, .hkv = 1, .hd = 8, .hdv = 4,
 		      .causal = 1, .q_pos0 = 10, .k_pos0 = 20, .scale = 0.3f};
 	check_attention(be, &cp, BE_BF16, BE_BF16);
+	/* GPT-OSS's sinks with a sliding window, Llama 4's chunks: each group of
+	 * query heads gets its own sinks, their gradients summed over the batch */
+	static const float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+	be_attn gs = {.b = 3, .tq = 40, .tk = 40, .h = 4, .hkv = 2, .hd = 8, .hdv = 8,
+		      .causal = 1, .window = 7, .sinks = sinks};
+	check_attention(be, &gs, BE_BF16, BE_BF16);
+	be_attn ch = {.b = 2, .tq = 40, .tk = 40, .h = 4, .hkv = 1, .hd = 8, .hdv = 8,
+		      .causal = 1, .chunk = 16};
+	check_attention(be, &ch, BE_BF16, BE_F32);
 	backend_free(be);
 }
 
@@ -815,7 +842,7 @@ int main(void)
 		cmocka_unit_test(rmsnorm_fwd_every_type_mix_within_bound),
 		cmocka_unit_test(rmsnorm_bwd_every_type_mix_within_bound),
 		cmocka_unit_test(rope_bf16_both_styles_and_inverse_within_bound),
-		cmocka_unit_test(attention_bf16_gqa_causal_and_blocks_within_bound),
+		cmocka_unit_test(attention_bf16_gqa_causal_blocks_sinks_and_windows_within_bound),
 		cmocka_unit_test(swiglu_bf16_rounds_as_torch_within_bound),
 		cmocka_unit_test(embedding_every_type_mix_within_bound),
 		cmocka_unit_test(cross_entropy_bf16_loss_and_gradient_within_bound),

@@ -235,9 +235,10 @@ static void rope_table_applies_llama31_scaling_bands(void **s)
 	}
 }
 
-/* ---- attention ---- */
+/* ---- attention (with windows, chunks and sinks) ---- */
+
 typedef struct {
-	double *q, *k, *v, *r, *o, *lse;
+	double *q, *k, *v, *r, *o, *lse, *sinks;
 	be_attn a;
 } att_ctx;
 
@@ -249,87 +250,134 @@ static size_t att_no(const be_attn *a) { return (size_t)(a->b * a->tq * a->h * a
 static double att_loss(void *p)
 {
 	att_ctx *c = p;
+	c->a.sinks = c->sinks;
 	cpu_attention_fwd_f64(c->o, c->lse, c->q, c->k, c->v, &c->a);
 	return dot(c->o, c->r, att_no(&c->a));
 }
 
-/* softmax(scale q k^T) v over the keys each query may see, by definition. */
-static void att_naive(double *o, const att_ctx *c)
+/* torchtitan's mask_mods, position by position: causal (kv <= q), its sliding
+ * window (q - kv < w), the fixed block (q // c == kv // c). */
+static int visible(const be_attn *a, int64_t qp, int64_t kp)
+{
+	if (a->causal && kp > qp)
+		return 0;
+	if (a->window > 0 && qp - kp >= a->window)
+		return 0;
+	if (a->chunk > 0 && qp / a->chunk != kp / a->chunk)
+		return 0;
+	return 1;
+}
+
+/* softmax over the visible keys (and the sink: GPT-OSS's output times
+ * sigmoid(lse - sink)) of scale q k^T, times v; lse includes the sink. */
+static void att_naive(double *o, double *lse, const att_ctx *c)
 {
 	const be_attn *a = &c->a;
 	int64_t rep = a->h / a->hkv, hd = a->hd, hdv = a->hdv;
 	double scale = a->scale != 0 ? a->scale : 1 / sqrt((double)hd);
-	double *p = malloc((size_t)a->tk * sizeof(double));
+	double *p = malloc((size_t)a->tk * sizeof(double) + 8);
 	for (int64_t b = 0; b < a->b; b++)
 		for (int64_t h = 0; h < a->h; h++)
 			for (int64_t i = 0; i < a->tq; i++) {
 				const double *qi = c->q + ((b * a->tq + i) * a->h + h) * hd;
 				double *oi = o + ((b * a->tq + i) * a->h + h) * hdv;
-				double mx = -INFINITY, sum = 0;
-				int64_t nk = 0;
+				double mx = c->sinks ? c->sinks[h] : -INFINITY, sum = 0;
 				for (int64_t j = 0; j < a->tk; j++) {
-					if (a->causal && a->k_pos0 + j > a->q_pos0 + i)
-						break;
+					p[j] = -INFINITY;
+					if (!visible(a, a->q_pos0 + i, a->k_pos0 + j))
+						continue;
 					const double *kj = c->k + ((b * a->tk + j) * a->hkv + h / rep) * hd;
 					p[j] = dot(qi, kj, (size_t)hd) * scale;
 					mx = fmax(mx, p[j]);
-					nk++;
 				}
-				for (int64_t j = 0; j < nk; j++)
+				if (isinf(mx)) {
+					memset(oi, 0, sizeof(double) * (size_t)hdv);
+					lse[(b * a->h + h) * a->tq + i] = -INFINITY;
+					continue;
+				}
+				for (int64_t j = 0; j < a->tk; j++)
 					sum += p[j] = exp(p[j] - mx);
-				for (int64_t d = 0; d < hdv; d++) {
+				double plain = sum; /* without the sink */
+				if (c->sinks)
+					sum += exp(c->sinks[h] - mx);
+				lse[(b * a->h + h) * a->tq + i] = mx + log(sum);
+				for (int64_t d = 0; d < hdv && plain == 0; d++)
+					oi[d] = 0; /* only the sink: nothing to average */
+				for (int64_t d = 0; d < hdv && plain > 0; d++) {
 					double acc = 0;
-					for (int64_t j = 0; j < nk; j++)
-						acc += p[j] / sum *
+					for (int64_t j = 0; j < a->tk; j++)
+						acc += p[j] / plain *
 						       c->v[((b * a->tk + j) * a->hkv + h / rep) * hdv + d];
-					oi[d] = acc;
+					/* torchtitan: out * sigmoid(lse_keys - sink) */
+					oi[d] = acc * (c->sinks ? 1 / (1 + exp(c->sinks[h] - mx - log(plain)))
+								: 1);
 				}
 			}
 	free(p);
 }
 
-/* The float64 op against the definition and its backward against finite
- * differences, then the float32 op against the float64 one. */
-static void check_attention(const be_attn *shape, uint64_t sd)
+static void check_attention(const be_attn *shape, int sinks, uint64_t sd)
 {
 	test_seed(sd);
 	att_ctx c = {.a = *shape};
 	size_t nq = att_nq(&c.a), nk = att_nk(&c.a), nv = att_nv(&c.a), no = att_no(&c.a);
-	size_t nl = (size_t)(c.a.b * c.a.h * c.a.tq);
+	size_t nl = (size_t)(c.a.b * c.a.h * c.a.tq), nh = (size_t)c.a.h;
 	c.q = rnd(nq, 1.5), c.k = rnd(nk, 1.5), c.v = rnd(nv, 1), c.r = rnd(no, 1);
 	c.o = rnd(no, 0), c.lse = rnd(nl, 0);
+	c.sinks = sinks ? rnd(nh, 2) : NULL;
 	round_f32(c.q, nq), round_f32(c.k, nk), round_f32(c.v, nv), round_f32(c.r, no);
+	if (sinks)
+		round_f32(c.sinks, nh);
 	att_loss(&c);
-	double *naive = malloc(no * sizeof(double));
-	att_naive(naive, &c);
-	double en = rel_err_dd(c.o, naive, no);
-	print_message("attention vs definition %.2e\n", en);
-	assert_true(en < 1e-12);
+	double *naive = malloc(no * sizeof(double)), *nlse = malloc(nl * sizeof(double));
+	att_naive(naive, nlse, &c);
+	double en = rel_err_dd(c.o, naive, no), el = 0;
+	for (size_t i = 0; i < nl; i++) {
+		assert_true(isinf(nlse[i]) == isinf(c.lse[i]));
+		if (!isinf(nlse[i]))
+			el = fmax(el, fabs(nlse[i] - c.lse[i]));
+	}
+	print_message("attention vs definition: out %.2e lse %.2e\n", en, el);
+	assert_true(en < 1e-12 && el < 1e-12);
 
 	double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nv * 8);
+	double *ds = calloc(nh, 8);
+	c.a.dsinks = sinks ? ds : NULL;
 	cpu_attention_bwd_f64(dq, dk, dv, c.r, c.q, c.k, c.v, c.o, c.lse, &c.a);
 	double eq = fd_check(att_loss, &c, c.q, dq, nq, 7);
 	double ek = fd_check(att_loss, &c, c.k, dk, nk, 5);
 	double ev = fd_check(att_loss, &c, c.v, dv, nv, 5);
-	print_message("attention fd: dq %.2e dk %.2e dv %.2e\n", eq, ek, ev);
-	assert_true(eq < FD_TOL && ek < FD_TOL && ev < FD_TOL);
+	double es = sinks ? fd_check(att_loss, &c, c.sinks, ds, nh, 1) : 0;
+	print_message("attention fd: dq %.2e dk %.2e dv %.2e dsinks %.2e\n", eq, ek, ev, es);
+	assert_true(eq < FD_TOL && ek < FD_TOL && ev < FD_TOL && es < FD_TOL);
 
+	/* float32 against float64, and dsinks accumulating onto what is there */
 	att_loss(&c);
 	float *q = to_f32(c.q, nq), *k = to_f32(c.k, nk), *v = to_f32(c.v, nv), *r = to_f32(c.r, no);
-	float *o = malloc(no * 4), *lse = malloc(nl * 4);
+	float *o = malloc(no * 4), *lse = malloc(nl * 4), *fs = sinks ? to_f32(c.sinks, nh) : NULL;
 	float *fq = malloc(nq * 4), *fk = malloc(nk * 4), *fv = malloc(nv * 4);
-	cpu_attention_fwd_f32(o, lse, q, k, v, &c.a);
-	cpu_attention_bwd_f32(fq, fk, fv, r, q, k, v, o, lse, &c.a);
+	float *fds = malloc(nh * 4);
+	for (size_t i = 0; i < nh; i++)
+		fds[i] = 1.0f;
+	be_attn af = c.a;
+	af.sinks = fs, af.dsinks = sinks ? fds : NULL;
+	cpu_attention_fwd_f32(o, lse, q, k, v, &af);
+	cpu_attention_bwd_f32(fq, fk, fv, r, q, k, v, o, lse, &af);
 	double e1 = rel_err_fd(o, c.o, no), e2 = rel_err_fd(fq, dq, nq),
-	       e3 = rel_err_fd(fk, dk, nk), e4 = rel_err_fd(fv, dv, nv);
-	print_message("attention f32: out %.2e dq %.2e dk %.2e dv %.2e\n", e1, e2, e3, e4);
-	assert_true(e1 < F32_TOL && e2 < F32_TOL && e3 < F32_TOL && e4 < F32_TOL);
+	       e3 = rel_err_fd(fk, dk, nk), e4 = rel_err_fd(fv, dv, nv), e5 = 0;
+	for (size_t i = 0; sinks && i < nh; i++)
+		e5 = fmax(e5, fabs(fds[i] - 1.0 - ds[i]) / (1 + fabs(ds[i])));
+	print_message("attention f32: out %.2e dq %.2e dk %.2e dv %.2e dsinks %.2e\n", e1, e2,
+		      e3, e4, e5);
+	assert_true(e1 < F32_TOL && e2 < F32_TOL && e3 < F32_TOL && e4 < F32_TOL &&
+		    e5 < F32_TOL);
 	for (size_t i = 0; i < nl; i++)
 		assert_true(isinf(c.lse[i]) ? isinf(lse[i]) && lse[i] < 0
 					    : fabs(lse[i] - c.lse[i]) < 1e-5 * (1 + fabs(c.lse[i])));
-	free(c.q), free(c.k), free(c.v), free(c.r), free(c.o), free(c.lse), free(naive);
-	free(dq), free(dk), free(dv), free(q), free(k), free(v), free(r), free(o), free(lse);
-	free(fq), free(fk), free(fv);
+	free(c.q), free(c.k), free(c.v), free(c.r), free(c.o), free(c.lse), free(c.sinks);
+	free(naive), free(nlse), free(dq), free(dk), free(dv), free(ds);
+	free(q), free(k), free(v), free(r), free(o), free(lse), free(fs), free(fq), free(fk);
+	free(fv), free(fds);
 }
 
 static void attention_gqa_causal_backward_matches_finite_differences(void **s)
@@ -338,7 +386,7 @@ static void attention_gqa_causal_backward_matches_finite_differences(void **s)
 	/* t = 70 spans two query blocks of 64; 4 query heads share 2 kv heads. */
 	be_attn a = {.b = 2, .tq = 70, .tk = 70, .h = 4, .hkv = 2, .hd = 8, .hdv = 8,
 		     .causal = 1};
-	check_attention(&a, 13);
+	check_attention(&a, 0, 13);
 }
 
 /* The blocks a context-parallel rank computes: queries of one chunk against the
@@ -349,14 +397,14 @@ static void attention_blocks_at_positions_mask_by_position(void **s)
 	(void)s;
 	be_attn diag = {.b = 1, .tq = 20, .tk = 20, .h = 2, .hkv = 1, .hd = 8, .hdv = 8,
 			.causal = 1, .q_pos0 = 40, .k_pos0 = 40};
-	check_attention(&diag, 21);
+	check_attention(&diag, 0, 21);
 	be_attn past = diag;
 	past.k_pos0 = 0;
 	past.tk = 24; /* keys 0..23 all before queries 40..59 */
-	check_attention(&past, 22);
+	check_attention(&past, 0, 22);
 	be_attn straddle = diag;
 	straddle.q_pos0 = 10, straddle.k_pos0 = 20, straddle.tk = 30;
-	check_attention(&straddle, 23); /* queries 10..19 see nothing, 20..29 some */
+	check_attention(&straddle, 0, 23); /* queries 10..19 see nothing, 20..29 some */
 }
 
 /* MLA's value heads are narrower than its query/key heads, and its softmax scale
@@ -366,9 +414,65 @@ static void attention_value_dim_scale_and_no_mask(void **s)
 	(void)s;
 	be_attn a = {.b = 1, .tq = 9, .tk = 13, .h = 3, .hkv = 3, .hd = 12, .hdv = 4,
 		     .scale = 0.2f};
-	check_attention(&a, 24);
+	check_attention(&a, 0, 24);
 	a.causal = 1, a.q_pos0 = 4;
-	check_attention(&a, 25);
+	check_attention(&a, 0, 25);
+}
+
+/* GPT-OSS's sliding layers: each query sees itself and the window - 1 keys
+ * before it.  t = 150 spans three query blocks of 64, so blocks start and end
+ * inside the window; GQA with 4 query heads on 2 kv heads. */
+static void sliding_window_matches_mask_definition_and_finite_differences(void **s)
+{
+	(void)s;
+	be_attn a = {.b = 2, .tq = 150, .tk = 150, .h = 4, .hkv = 2, .hd = 8, .hdv = 8,
+		     .causal = 1, .window = 37};
+	check_attention(&a, 0, 31);
+	a.window = 1; /* only itself */
+	check_attention(&a, 0, 32);
+	/* a context-parallel block: queries 100..139 against keys 60..119 */
+	be_attn cp = {.b = 1, .tq = 40, .tk = 60, .h = 2, .hkv = 1, .hd = 8, .hdv = 8,
+		      .causal = 1, .window = 25, .q_pos0 = 100, .k_pos0 = 60};
+	check_attention(&cp, 0, 33);
+}
+
+/* Llama 4's local layers: a query sees the keys of its own chunk, causally;
+ * chunks of 16 cut through the 64-row query blocks. */
+static void chunked_attention_matches_mask_definition_and_finite_differences(void **s)
+{
+	(void)s;
+	be_attn a = {.b = 2, .tq = 100, .tk = 100, .h = 2, .hkv = 2, .hd = 8, .hdv = 8,
+		     .causal = 1, .chunk = 16};
+	check_attention(&a, 0, 41);
+	be_attn cp = a; /* queries at 40..79 against keys 30..69 */
+	cp.b = 1, cp.tq = 40, cp.tk = 40, cp.q_pos0 = 40, cp.k_pos0 = 30;
+	check_attention(&cp, 0, 42);
+}
+
+/* GPT-OSS's sinks, with full and sliding masks, with MLA's shapes for
+ * completeness; a block whose queries see no key returns the sink's logit as
+ * lse and zero output. */
+static void sinks_match_sigmoid_rescale_and_their_gradient_finite_differences(void **s)
+{
+	(void)s;
+	be_attn a = {.b = 2, .tq = 70, .tk = 70, .h = 4, .hkv = 2, .hd = 8, .hdv = 8,
+		     .causal = 1};
+	check_attention(&a, 1, 51);
+	a.window = 9;
+	check_attention(&a, 1, 52);
+	be_attn mla = {.b = 1, .tq = 20, .tk = 20, .h = 3, .hkv = 3, .hd = 12, .hdv = 4,
+		       .causal = 1, .scale = 0.31f};
+	check_attention(&mla, 1, 53);
+	be_attn none = {.b = 1, .tq = 10, .tk = 10, .h = 2, .hkv = 1, .hd = 8, .hdv = 8,
+			.causal = 1, .q_pos0 = 0, .k_pos0 = 50};
+	check_attention(&none, 1, 54);
+	double q[160] = {0}, k[80] = {0}, v[80] = {0}, o[160], lse[20], sk[2] = {0.25, -1.5};
+	none.sinks = sk;
+	cpu_attention_fwd_f64(o, lse, q, k, v, &none);
+	for (int i = 0; i < 20; i++)
+		assert_true(lse[i] == sk[i / 10]);
+	for (int i = 0; i < 160; i++)
+		assert_true(o[i] == 0);
 }
 
 /* ---- swiglu ---- */
@@ -404,6 +508,163 @@ static void swiglu_backward_matches_finite_differences_and_f32_matches_f64(void 
 	assert_true(e1 < F32_TOL && e2 < F32_TOL && e3 < F32_TOL);
 	free(c.a), free(c.g), free(c.r), free(c.y), free(da), free(dg);
 	free(a), free(g), free(r), free(y), free(fa), free(fg);
+}
+
+/* ---- GPT-OSS's clamped SwiGLU ---- */
+
+typedef struct { double *x, *r, *y; int64_t n, f; double alpha, limit; } clamp_ctx;
+
+static double clamp_loss(void *p)
+{
+	clamp_ctx *c = p;
+	cpu_swiglu_clamp_fwd_f64(c->y, c->x, c->n, c->f, c->alpha, c->limit);
+	return dot(c->y, c->r, (size_t)(c->n * c->f));
+}
+
+static void swiglu_clamp_matches_gpt_oss_and_finite_differences(void **s)
+{
+	(void)s;
+	test_seed(61);
+	int64_t n = 7, f = 40, m = n * f;
+	/* scale 12 with limit 7: about 40% of the inputs clamped */
+	clamp_ctx c = {rnd((size_t)(2 * m), 12), rnd((size_t)m, 1), rnd((size_t)m, 0), n, f,
+		       1.702, 7.0};
+	round_f32(c.x, (size_t)(2 * m)), round_f32(c.r, (size_t)m);
+	clamp_loss(&c);
+	double worst = 0;
+	int clamped = 0;
+	for (int64_t i = 0; i < m; i++) { /* torchtitan's swiglu(x, alpha, limit) */
+		double glu = fmin(c.x[2 * i], c.limit);
+		double lin = fmin(fmax(c.x[2 * i + 1], -c.limit), c.limit);
+		double want = glu / (1 + exp(-c.alpha * glu)) * (lin + 1);
+		worst = fmax(worst, fabs(c.y[i] - want) / (1 + fabs(want)));
+		clamped += glu != c.x[2 * i] || lin != c.x[2 * i + 1];
+	}
+	print_message("clamped swiglu vs definition %.2e (%d of %lld clamped)\n", worst, clamped,
+		      (long long)m);
+	assert_true(worst < 1e-15 && clamped > m / 5);
+	double *dx = malloc((size_t)(2 * m) * 8);
+	cpu_swiglu_clamp_bwd_f64(dx, c.r, c.x, n, f, c.alpha, c.limit);
+	double e = fd_check(clamp_loss, &c, c.x, dx, (size_t)(2 * m), 1);
+	print_message("clamped swiglu fd %.2e\n", e);
+	assert_true(e < FD_TOL);
+	float *x = to_f32(c.x, (size_t)(2 * m)), *r = to_f32(c.r, (size_t)m);
+	float *y = malloc((size_t)m * 4), *fdx = malloc((size_t)(2 * m) * 4);
+	clamp_loss(&c);
+	cpu_swiglu_clamp_fwd_f32(y, x, n, f, 1.702f, 7.0f);
+	cpu_swiglu_clamp_bwd_f32(fdx, r, x, n, f, 1.702f, 7.0f);
+	double e1 = rel_err_fd(y, c.y, (size_t)m), e2 = rel_err_fd(fdx, dx, (size_t)(2 * m));
+	print_message("clamped swiglu f32: y %.2e dx %.2e\n", e1, e2);
+	assert_true(e1 < F32_TOL && e2 < F32_TOL);
+	free(c.x), free(c.r), free(c.y), free(dx), free(x), free(r), free(y), free(fdx);
+}
+
+/* ---- biases ---- */
+
+static void bias_add_and_grad_match_definition_per_row_group(void **s)
+{
+	(void)s;
+	test_seed(71);
+	int64_t rows = 50, d = 70, groups = 4; /* d > 64: two column blocks */
+	int32_t offs[5] = {3, 10, 10, 31, 44};  /* an empty group; rows 0-2, 44-49 unused */
+	double *y = rnd((size_t)(rows * d), 1), *y0 = malloc((size_t)(rows * d) * 8);
+	double *bias = rnd((size_t)(groups * d), 1), *db = rnd((size_t)(groups * d), 1);
+	double *db0 = malloc((size_t)(groups * d) * 8);
+	memcpy(y0, y, (size_t)(rows * d) * 8);
+	memcpy(db0, db, (size_t)(groups * d) * 8);
+	cpu_bias_add_f64(y, bias, rows, d, groups, offs);
+	cpu_bias_grad_f64(db, y0, rows, d, groups, offs);
+	for (int64_t r = 0; r < rows; r++) {
+		int64_t g = -1;
+		for (int64_t j = 0; j < groups; j++)
+			if (r >= offs[j] && r < offs[j + 1])
+				g = j;
+		for (int64_t c = 0; c < d; c++)
+			assert_true(y[r * d + c] == y0[r * d + c] + (g >= 0 ? bias[g * d + c] : 0));
+	}
+	for (int64_t g = 0; g < groups; g++)
+		for (int64_t c = 0; c < d; c++) {
+			double want = db0[g * d + c];
+			for (int64_t r = offs[g]; r < offs[g + 1]; r++)
+				want += y0[r * d + c];
+			assert_true(fabs(db[g * d + c] - want) < 1e-13);
+		}
+	/* one bias for every row */
+	memcpy(y, y0, (size_t)(rows * d) * 8);
+	memset(db, 0, (size_t)d * 8);
+	cpu_bias_add_f64(y, bias, rows, d, 1, NULL);
+	cpu_bias_grad_f64(db, y0, rows, d, 1, NULL);
+	for (int64_t c = 0; c < d; c++) {
+		double want = 0;
+		for (int64_t r = 0; r < rows; r++) {
+			assert_true(y[r * d + c] == y0[r * d + c] + bias[c]);
+			want += y0[r * d + c];
+		}
+		assert_true(fabs(db[c] - want) < 1e-13);
+	}
+	free(y), free(y0), free(bias), free(db), free(db0);
+}
+
+/* ---- MLA's split heads ---- */
+
+static void heads_cat_and_split_are_adjoint_and_sum_the_shared_rope_key(void **s)
+{
+	(void)s;
+	test_seed(81);
+	int64_t n = 5, h = 3, d1 = 6, d2 = 4, d = d1 + d2;
+	for (int64_t h2 = 1; h2 <= h; h2 += h - 1) {
+		double *x1 = rnd((size_t)(n * h * d1), 1), *x2 = rnd((size_t)(n * h2 * d2), 1);
+		double *y = rnd((size_t)(n * h * d), 0), *r = rnd((size_t)(n * h * d), 1);
+		double *r1 = rnd((size_t)(n * h * d1), 0), *r2 = rnd((size_t)(n * h2 * d2), 0);
+		cpu_heads_cat_f64(y, x1, x2, n, h, d1, d2, h2);
+		for (int64_t i = 0; i < n; i++)
+			for (int64_t j = 0; j < h; j++)
+				for (int64_t c = 0; c < d; c++)
+					assert_true(y[(i * h + j) * d + c] ==
+						    (c < d1 ? x1[(i * h + j) * d1 + c]
+							    : x2[(i * h2 + (h2 == 1 ? 0 : j)) * d2 + c - d1]));
+		/* <cat(x1, x2), r> = <x1, split1(r)> + <x2, split2(r)> */
+		cpu_heads_split_f64(r1, r2, r, n, h, d1, d2, h2);
+		double lhs = dot(y, r, (size_t)(n * h * d));
+		double rhs = dot(x1, r1, (size_t)(n * h * d1)) + dot(x2, r2, (size_t)(n * h2 * d2));
+		assert_true(fabs(lhs - rhs) < 1e-12 * (1 + fabs(lhs)));
+		/* the split of a concatenation gives its parts back (h2 = h) */
+		if (h2 == h) {
+			cpu_heads_split_f64(r1, NULL, y, n, h, d1, d2, h2);
+			assert_true(rel_err_dd(r1, x1, (size_t)(n * h * d1)) == 0);
+		}
+		free(x1), free(x2), free(y), free(r), free(r1), free(r2);
+	}
+}
+
+/* ---- the backend table ---- */
+
+/* The CPU backend's entries run the float32 kernels and fault on the types
+ * they do not take. */
+static void backend_entries_run_the_kernels_and_fault_on_other_types(void **s)
+{
+	(void)s;
+	titan_err e;
+	backend *be = backend_cpu_create(2, &e);
+	assert_non_null(be);
+	float x[16], y[8], y2[8], b[4] = {1, 2, 3, 4};
+	for (int i = 0; i < 16; i++)
+		x[i] = (float)(i - 8) * 1.3f;
+	be->ops->swiglu_clamp_fwd(be, y, x, BE_F32, 2, 4, 1.702f, 7.0f);
+	cpu_swiglu_clamp_fwd_f32(y2, x, 2, 4, 1.702f, 7.0f);
+	assert_memory_equal(y, y2, sizeof y);
+	be->ops->bias_add(be, y, BE_F32, b, BE_F32, 2, 4, 1, NULL);
+	for (int i = 0; i < 8; i++)
+		assert_true(y[i] == y2[i] + b[i % 4]);
+	float cat[24];
+	be->ops->heads_cat(be, cat, x, b, BE_F32, 2, 2, 4, 2, 1);
+	assert_true(cat[4] == b[0] && cat[10] == b[0] && cat[16] == b[2]);
+	assert_int_equal(be->ops->sync(be, &e), 0);
+	be->ops->heads_split(be, y, NULL, cat, BE_BF16, 2, 2, 4, 2, 1);
+	assert_int_equal(be->ops->sync(be, &e), -1);
+	print_message("%s\n", e.msg);
+	assert_non_null(strstr(e.msg, "heads_split"));
+	backend_free(be);
 }
 
 /* ---- embedding ---- */
@@ -681,7 +942,14 @@ int main(void)
 		cmocka_unit_test(attention_gqa_causal_backward_matches_finite_differences),
 		cmocka_unit_test(attention_blocks_at_positions_mask_by_position),
 		cmocka_unit_test(attention_value_dim_scale_and_no_mask),
+		cmocka_unit_test(sliding_window_matches_mask_definition_and_finite_differences),
+		cmocka_unit_test(chunked_attention_matches_mask_definition_and_finite_differences),
+		cmocka_unit_test(sinks_match_sigmoid_rescale_and_their_gradient_finite_differences),
 		cmocka_unit_test(swiglu_backward_matches_finite_differences_and_f32_matches_f64),
+		cmocka_unit_test(swiglu_clamp_matches_gpt_oss_and_finite_differences),
+		cmocka_unit_test(bias_add_and_grad_match_definition_per_row_group),
+		cmocka_unit_test(heads_cat_and_split_are_adjoint_and_sum_the_shared_rope_key),
+		cmocka_unit_test(backend_entries_run_the_kernels_and_fault_on_other_types),
 		cmocka_unit_test(embedding_backward_adds_repeated_ids_in_order),
 		cmocka_unit_test(embedding_vocab_shards_sum_to_the_whole_lookup),
 		cmocka_unit_test(cross_entropy_gradient_matches_finite_differences_and_skips_ignored),

@@ -3,7 +3,8 @@
  * figures for scripts/bench/model.sh (make bench builds it).
  *
  *   bench_model SHAPE B T STEPS [AC [PREC]]
- *     SHAPE: debugmodel | 100M;  AC: none|full|op|selective;
+ *     SHAPE: debugmodel | 100M | FAMILY:FLAVOR (qwen3:debugmodel_moe);
+ *     AC: none|full|op|selective;
  *     PREC: float32 (default) | bfloat16 (torch.autocast's: float32 masters,
  *     bf16 linears and activations, float32 residual stream) */
 #include <stdio.h>
@@ -44,6 +45,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const llama_args *a = strcmp(argv[1], "100M") == 0 ? &shape_100m : flavor_find(argv[1]);
+	char fam[64];
+	const char *colon = strchr(argv[1], ':');
+	if (colon && (size_t)(colon - argv[1]) < sizeof fam) {
+		snprintf(fam, sizeof fam, "%.*s", (int)(colon - argv[1]), argv[1]);
+		const model_family *f = model_family_find(fam);
+		a = f ? model_family_flavor(f, colon + 1) : NULL;
+	}
 	int b = atoi(argv[2]), t = atoi(argv[3]), steps = atoi(argv[4]);
 	const char *ac = argc > 5 ? argv[5] : "none";
 	const char *prec = argc > 6 ? argv[6] : "float32";

@@ -1,7 +1,8 @@
 /* The registry of model families: every family is found by name, its flavors
  * point back to it and build models whose layout agrees with the flavor's
  * parameter count, and every tensor carries torchtitan's tensor-parallel style
- * (what the TP plan reads). */
+ * (what the TP plan reads); the pieces TP and bfloat16 cannot run yet refuse
+ * them by name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,6 +78,79 @@ static void llama3_tensors_carry_torchtitans_tensor_parallel_plan(void **s)
  * count (an independent sum over the shapes), tensors cover the flat layout in
  * order and each unit's tensors are contiguous.  Unbound: no storage needed
  * even for 405B. */
+/* Tensor parallelism has Llama's plan only: a flavor with pieces it has no
+ * plan for refuses a degree above 1 by name, and builds at degree 1. */
+static void pieces_without_a_tp_plan_refuse_tensor_parallelism(void **s)
+{
+	(void)s;
+	static const struct {
+		const char *family, *flavor, *piece;
+	} cases[] = {
+		{"qwen3", "debugmodel", "QK-norm"},
+		{"qwen3", "debugmodel_moe", "mixture-of-experts"},
+		{"deepseek_v3", "debugmodel", "mixture-of-experts"},
+		{"llama4", "debugmodel", "mixture-of-experts"},
+		{"gpt_oss", "debugmodel", "mixture-of-experts"},
+	};
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	assert_non_null(be);
+	model_tp_group two = {.size = 2, .rank = 0}, one = {.size = 1, .rank = 0};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const llama_args *a =
+			model_family_flavor(model_family_find(cases[i].family), cases[i].flavor);
+		assert_non_null(a);
+		e.msg[0] = 0;
+		assert_null(model_create_tp(be, a, 0, &two, &e));
+		print_message("%s %s: %s\n", cases[i].family, cases[i].flavor, e.msg);
+		assert_non_null(strstr(e.msg, "tensor parallel degree 2"));
+		assert_non_null(strstr(e.msg, cases[i].piece));
+		model *m = model_create_tp(be, a, 0, &one, &e);
+		assert_non_null(m);
+		model_free(m);
+	}
+	model *m = model_create_tp(be, flavor_find("debugmodel"), 0, &two, &e);
+	assert_non_null(m);
+	model_free(m);
+	backend_free(be);
+}
+
+/* The MoE, MLA, attention-bias and sink ops have float32 kernels only: such a
+ * model refuses other element types by name, where a Llama takes them. */
+static void float32_only_pieces_refuse_bfloat16(void **s)
+{
+	(void)s;
+	static const struct {
+		const char *family, *flavor, *piece;
+	} cases[] = {
+		{"qwen3", "debugmodel_moe", "mixture-of-experts"},
+		{"deepseek_v3", "debugmodel", "mixture-of-experts"},
+		{"gpt_oss", "debugmodel", "mixture-of-experts"},
+	};
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	assert_non_null(be);
+	model_prec autocast = {BE_F32, BE_F32, BE_BF16, BE_F32};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const llama_args *a =
+			model_family_flavor(model_family_find(cases[i].family), cases[i].flavor);
+		model *m = model_create_unbound(be, a, 0, &e);
+		assert_non_null(m);
+		e.msg[0] = 0;
+		assert_int_equal(model_set_prec(m, &autocast, &e), -1);
+		print_message("%s\n", e.msg);
+		assert_non_null(strstr(e.msg, cases[i].piece));
+		assert_non_null(strstr(e.msg, "bfloat16"));
+		model_free(m);
+	}
+	model *m = model_create_unbound(be, model_family_flavor(model_family_find("qwen3"),
+								"debugmodel"), 0, &e);
+	assert_non_null(m);
+	assert_int_equal(model_set_prec(m, &autocast, &e), 0);
+	model_free(m);
+	backend_free(be);
+}
+
 static void every_flavor_lays_out_its_parameter_count(void **s)
 {
 	(void)s;
@@ -112,6 +186,8 @@ int main(void)
 		cmocka_unit_test(every_family_is_found_by_name_and_owns_its_flavors),
 		cmocka_unit_test(llama3_tensors_carry_torchtitans_tensor_parallel_plan),
 		cmocka_unit_test(every_flavor_lays_out_its_parameter_count),
+		cmocka_unit_test(pieces_without_a_tp_plan_refuse_tensor_parallelism),
+		cmocka_unit_test(float32_only_pieces_refuse_bfloat16),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

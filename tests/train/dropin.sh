@@ -103,6 +103,38 @@ t_fails "initial_load_in_hf needs initial_load_model_only, as torchtitan asserts
 	--config "$TMP/tiny.toml" --checkpoint.initial_load_in_hf --checkpoint.initial_load_model_only false
 t_grep "the refusal says why" 'initial_load_in_hf: needs checkpoint.initial_load_model_only' "$TMP/.err"
 
+# A family's HF save and load go through its own key table: Qwen3-MoE's
+# experts one tensor per expert, its head_dim 128 wider than dim / n_heads.
+Q="--model.name qwen3 --model.flavor debugmodel_moe_small --training.mixed_precision_param float32"
+t_run "qwen3 MoE: last_save_in_hf" "$TRAIN" --config "$TMP/tiny.toml" $Q --job.dump_folder "$TMP/qh" \
+	--checkpoint.last_save_model_only --checkpoint.last_save_in_hf --model.hf_assets_path "$TMP/none"
+t_grep "qwen3 MoE: the HF folder holds HF's per-expert names" \
+	'"model.layers.1.mlp.experts.7.down_proj.weight"' "$TMP/qh/checkpoint/step-2/model.safetensors.index.json"
+t_run "qwen3 MoE: the same run with a DCP last save" "$TRAIN" --config "$TMP/tiny.toml" $Q \
+	--job.dump_folder "$TMP/qd" --checkpoint.last_save_model_only
+"$C" to-hf "$TMP/qd/checkpoint/step-2" "$TMP/qd-hf" --model qwen3 --flavor debugmodel_moe_small \
+	>/dev/null 2>&1
+"$C" diff "$TMP/qd-hf" "$TMP/qh/checkpoint/step-2" >"$TMP/qhf.diff" 2>&1
+if [ "$(grep -c ' ok  *max_abs 0 max_rel 0$' "$TMP/qhf.diff")" -gt 0 ] &&
+	[ "$(grep -vc ' ok  *max_abs 0 max_rel 0$' "$TMP/qhf.diff")" -eq 0 ]; then
+	t_ok "qwen3 MoE: the HF last save equals titan-ckpt-convert to-hf, bit for bit"
+else
+	t_not_ok "qwen3 MoE: the HF last save equals to-hf" "$(grep -v ' ok ' "$TMP/qhf.diff" | head -3)"
+fi
+t_run "qwen3 MoE: initial_load_in_hf from the HF folder" "$TRAIN" --config "$TMP/tiny.toml" $Q \
+	--job.dump_folder "$TMP/qi" --training.steps 1 --checkpoint.initial_load_in_hf \
+	--checkpoint.initial_load_path "$TMP/qh/checkpoint/step-2"
+# HF has no place for expert_bias: the DCP start is the HF folder converted
+# back (expert_bias at its initial 0 in both).
+"$C" from-hf "$TMP/qh/checkpoint/step-2" "$TMP/qh.dcp" --model qwen3 --flavor debugmodel_moe_small \
+	>/dev/null 2>&1
+t_run "qwen3 MoE: initial_load_path from its from-hf conversion" "$TRAIN" --config "$TMP/tiny.toml" \
+	$Q --job.dump_folder "$TMP/qj" --training.steps 1 --checkpoint.initial_load_path "$TMP/qh.dcp"
+"$C" diff "$TMP/qi/checkpoint/step-1" "$TMP/qj/checkpoint/step-1" >"$TMP/qij.diff" 2>&1
+[ "$(grep -vc ' ok  *max_abs 0 max_rel 0$' "$TMP/qij.diff")" -eq 0 ] &&
+	t_ok "qwen3 MoE: a step from the HF folder equals a step from its DCP conversion bit for bit" ||
+	t_not_ok "qwen3 MoE: a step from HF equals a step from DCP" "$(grep -v ' ok ' "$TMP/qij.diff" | head -3)"
+
 # One run per dump folder: a second one is refused while the first runs.
 cat >"$TMP/long.toml" <<EOF
 [training]

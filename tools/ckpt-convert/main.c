@@ -430,6 +430,12 @@ static dcp_hf_model hf_model(const args *a)
 	m.rope_scale_factor = f->rope_scale_factor;
 	m.tied = f->tied_embeddings;
 	m.max_seq_len = f->max_seq_len;
+	m.keys = fam->hf_keys;
+	m.args = f;
+	m.config = fam->hf_config;
+	m.ffn_hidden = flavor_ffn_hidden(f);
+	m.top_k = f->moe.top_k;
+	m.route_norm = f->moe.route_norm;
 	return m;
 }
 

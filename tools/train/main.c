@@ -13,6 +13,7 @@
 #include "gpu/gpu.h"
 #include "mesh/mesh.h"
 #include "metrics/metrics.h"
+#include "model/family.h"
 #include "model/flavor.h"
 #include "planner/planner.h"
 #include "pp/pp.h"
@@ -142,13 +143,15 @@ static int named_config(int *argc, char **argv, const char **module, char *path,
 static mesh_model model_limits(const job_config *c)
 {
 	mesh_model m = {c->model.flavor, 0, 0, 0, 0, 0, 0, c->training.seq_len};
-	const llama_args *a = flavor_find(c->model.flavor);
+	const model_family *f = model_family_find(c->model.name);
+	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
 	if (a != NULL) {
 		m.n_layers = a->n_layers;
 		m.n_heads = a->n_heads;
 		m.n_kv_heads = a->n_kv_heads;
 		m.dim = a->dim;
-		m.ffn_hidden = flavor_ffn_hidden(a);
+		/* the rows tensor parallelism splits: the experts' with experts */
+		m.ffn_hidden = a->moe.experts > 0 ? a->moe.inter_dim : flavor_ffn_hidden(a);
 	}
 	return m;
 }

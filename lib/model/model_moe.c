@@ -1,0 +1,294 @@
+/* The mixture-of-experts feed-forward (torchtitan's models/moe MoE, v0.2.2):
+ *   router:  scores = softmax|sigmoid(gate n2); each token picks top_k experts
+ *            by scores + expert_bias (the bias steers the choice only), weights
+ *            w = its chosen scores, normalised (route_norm) and scaled;
+ *   experts: the token-expert assignments sorted by expert (rows), each
+ *            expert a SwiGLU over its rows, all of them in grouped matmuls;
+ *   out:     sum_j w_j * expert_j(n2) (or the experts' inputs weighted, with
+ *            score_before_experts), plus the shared experts' SwiGLU of n2.
+ * GPT-OSS's experts (swiglu_limit set) are instead mlp2(clamped_swiglu(mlp1 x +
+ * b1)) + b2, mlp1's rows holding each hidden unit's gate and up side by side,
+ * and its router's linear has a bias (gate_bias).
+ * Experts past their capacity (capacity_factor) drop the later rows: their
+ * output is zero.  Each training forward counts the tokens per expert for the
+ * load balancing of model_moe_balance. */
+#include <math.h>
+
+#include "model/model_priv.h"
+
+static const int shared_w[3] = {W_SW1, W_SW2, W_SW3};
+
+/* GPT-OSS's clamped SwiGLU: alpha fixed by the model, the limit the flavor's. */
+#define GPT_OSS_ALPHA 1.702f
+
+static int gpt_oss(const model *m)
+{
+	return m->args.moe.swiglu_limit > 0;
+}
+
+/* GptOssGroupedExperts' tensors: every one drawn with the layer's init_std. */
+static int gpt_oss_layout(model *m, int l, int *cap, titan_err *e)
+{
+	int64_t d = m->args.dim, ex = m->args.moe.experts, in = m->args.moe.inter_dim;
+	return model_add_layer_tensor(m, cap, l, "moe.experts.mlp1_weight", W_EW1, INIT_DEPTH,
+				      MODEL_TP_COLWISE, 3, ex, 2 * in, d, e) ||
+	       model_add_layer_tensor(m, cap, l, "moe.experts.mlp1_bias", W_EB1, INIT_DEPTH,
+				      MODEL_TP_COLWISE, 2, ex, 2 * in, 0, e) ||
+	       model_add_layer_tensor(m, cap, l, "moe.experts.mlp2_weight", W_EW2, INIT_DEPTH,
+				      MODEL_TP_ROWWISE, 3, ex, d, in, e) ||
+	       model_add_layer_tensor(m, cap, l, "moe.experts.mlp2_bias", W_EB2, INIT_DEPTH,
+				      MODEL_TP_REPLICATE, 2, ex, d, 0, e)
+		       ? -1 : 0;
+}
+
+int model_moe_layout(model *m, int l, int *cap, titan_err *e)
+{
+	const moe_args *mo = &m->args.moe;
+	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim;
+	int64_t sh = (int64_t)mo->inter_dim * mo->shared_experts;
+	if (gpt_oss(m) ? gpt_oss_layout(m, l, cap, e)
+		       : model_add_layer_tensor(m, cap, l, "moe.experts.w1", W_EW1, INIT_INPUT,
+						MODEL_TP_COLWISE, 3, ex, in, d, e) ||
+			 model_add_layer_tensor(m, cap, l, "moe.experts.w2", W_EW2, INIT_DEPTH,
+						MODEL_TP_ROWWISE, 3, ex, d, in, e) ||
+			 model_add_layer_tensor(m, cap, l, "moe.experts.w3", W_EW3, INIT_DEPTH,
+						MODEL_TP_COLWISE, 3, ex, in, d, e))
+		return -1;
+	if (model_add_layer_tensor(m, cap, l, "moe.router.gate.weight", W_GATE, INIT_DEPTH,
+				   MODEL_TP_REPLICATE, 2, ex, d, 0, e) ||
+	    (mo->gate_bias && model_add_layer_tensor(m, cap, l, "moe.router.gate.bias", W_GATE_B,
+						     INIT_FANIN, MODEL_TP_REPLICATE, 1, ex, 0, 0,
+						     e)))
+		return -1;
+	if (!sh)
+		return 0;
+	return model_add_layer_tensor(m, cap, l, "moe.shared_experts.w1.weight", W_SW1,
+				      INIT_INPUT, MODEL_TP_COLWISE, 2, sh, d, 0, e) ||
+	       model_add_layer_tensor(m, cap, l, "moe.shared_experts.w2.weight", W_SW2,
+				      INIT_DEPTH, MODEL_TP_ROWWISE, 2, d, sh, 0, e) ||
+	       model_add_layer_tensor(m, cap, l, "moe.shared_experts.w3.weight", W_SW3,
+				      INIT_DEPTH, MODEL_TP_COLWISE, 2, sh, d, 0, e)
+		       ? -1 : 0;
+}
+
+size_t model_moe_act_bytes(const model *m, int l, int i, size_t n)
+{
+	(void)l;
+	const moe_args *mo = &m->args.moe;
+	size_t a = be_dtype_size(m->prec.act), k = (size_t)mo->top_k, rows = n * k;
+	size_t d = (size_t)m->args.dim, in = (size_t)mo->inter_dim;
+	switch (i) {
+	case ACT_SCORES: return n * (size_t)mo->experts * sizeof(float);
+	case ACT_IDX: case ACT_PERM: case ACT_POS: return rows * sizeof(int32_t);
+	case ACT_RW: return rows * sizeof(float);
+	case ACT_OFFS: return ((size_t)mo->experts + 1) * sizeof(int32_t);
+	case ACT_XR: case ACT_EY: return rows * d * a;
+	case ACT_EA: return rows * in * a * (gpt_oss(m) ? 2 : 1); /* GPT-OSS: mlp1's output */
+	case ACT_EG: return gpt_oss(m) ? 0 : rows * in * a;
+	case ACT_EH: return rows * in * a;
+	default: return 0;
+	}
+}
+
+be_moe model_moe_shape(const model *m, int64_t n)
+{
+	const moe_args *mo = &m->args.moe;
+	int64_t cap = 0;
+	if (mo->capacity_factor > 0)
+		cap = (int64_t)ceil(mo->capacity_factor * (double)n * mo->top_k / mo->experts);
+	return (be_moe){.n = n, .e = mo->experts, .k = mo->top_k, .score = mo->score,
+			.route_norm = mo->route_norm, .route_scale = (float)mo->route_scale,
+			.groups = mo->groups, .limited = mo->limited,
+			.force_balance = mo->force_balance, .capacity = cap};
+}
+
+/* The experts' SwiGLU gate over every row. */
+static void experts_gate(const piece_ctx *c)
+{
+	model *m = c->m;
+	int64_t rows = c->n * m->args.moe.top_k, in = m->args.moe.inter_dim;
+	if (gpt_oss(m))
+		m->be->ops->swiglu_clamp_fwd(m->be, piece_act(c, ACT_EH), piece_act(c, ACT_EA),
+					     m->prec.act, rows, in, GPT_OSS_ALPHA,
+					     (float)m->args.moe.swiglu_limit);
+	else
+		m->be->ops->swiglu_fwd(m->be, piece_act(c, ACT_EH), piece_act(c, ACT_EA),
+				       piece_act(c, ACT_EG), m->prec.act, rows * in);
+}
+
+/* y (rows, w) += the bias in slot, group by group (the experts' rows). */
+static void expert_bias_add(const piece_ctx *c, void *y, int slot, int64_t w)
+{
+	model *m = c->m;
+	m->be->ops->bias_add(m->be, y, m->prec.act, c->w->p[slot], m->prec.param,
+			     c->n * m->args.moe.top_k, w, m->args.moe.experts,
+			     piece_act(c, ACT_OFFS));
+}
+
+static void expert_bias_grad(const piece_ctx *c, const void *dy, int slot, int64_t w)
+{
+	model *m = c->m;
+	m->be->ops->bias_grad(m->be, c->g->p[slot], m->prec.grad, dy, m->prec.act,
+			      c->n * m->args.moe.top_k, w, m->args.moe.experts,
+			      piece_act(c, ACT_OFFS));
+}
+
+/* The experts' rows (XR) up to their outputs (EY). */
+static void experts_fwd(const piece_ctx *c)
+{
+	model *m = c->m;
+	backend *be = m->be;
+	be_dtype at = m->prec.act;
+	const moe_args *mo = &m->args.moe;
+	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim, rows = c->n * mo->top_k;
+	const int32_t *offs = piece_act(c, ACT_OFFS);
+	int64_t w1 = gpt_oss(m) ? 2 * in : in; /* GPT-OSS's mlp1 holds gate and up */
+	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, offs, rows, w1, d, piece_act(c, ACT_XR),
+				c->w->p[W_EW1], at, 0, piece_act(c, ACT_EA), at);
+	if (gpt_oss(m))
+		expert_bias_add(c, piece_act(c, ACT_EA), W_EB1, w1);
+	else
+		be->ops->grouped_matmul(be, BE_GMM_FWD, ex, offs, rows, in, d, piece_act(c, ACT_XR),
+					c->w->p[W_EW3], at, 0, piece_act(c, ACT_EG), at);
+	experts_gate(c);
+	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, offs, rows, d, in, piece_act(c, ACT_EH),
+				c->w->p[W_EW2], at, 0, piece_act(c, ACT_EY), at);
+	if (gpt_oss(m))
+		expert_bias_add(c, piece_act(c, ACT_EY), W_EB2, d);
+}
+
+static void gather_rows(const piece_ctx *c, const be_moe *r)
+{
+	model *m = c->m;
+	const float *w = m->args.moe.score_before_experts ? piece_act(c, ACT_RW) : NULL;
+	m->be->ops->moe_gather(m->be, piece_act(c, ACT_XR), piece_act(c, ACT_XN2), m->prec.act,
+			       piece_act(c, ACT_PERM), piece_act(c, ACT_OFFS), w, r, m->args.dim);
+}
+
+/* Router, sort, experts up to their output rows (EY); y != NULL (the
+ * forward, not a recomputation) also counts the tokens and adds the layer's
+ * output into y. */
+void model_moe_fwd(const piece_ctx *c, void *y)
+{
+	model *m = c->m;
+	backend *be = m->be;
+	const moe_args *mo = &m->args.moe;
+	be_dtype at = m->prec.act;
+	int64_t n = c->n, d = m->args.dim, ex = mo->experts, in = mo->inter_dim;
+	int64_t li = m->moe_index[c->l];
+	be_moe r = model_moe_shape(m, n);
+	void *xn = piece_act(c, ACT_XN2);
+	int32_t *offs = piece_act(c, ACT_OFFS);
+	model_linear(m, m->rlogits, xn, c->w->p[W_GATE], n, d, ex, 0);
+	if (c->w->p[W_GATE_B])
+		be->ops->bias_add(be, m->rlogits, at, c->w->p[W_GATE_B], m->prec.param, n, ex, 1,
+				  NULL);
+	const float *bias = mo->load_balance_coeff > 0 ? m->moe_bias + li * ex : NULL;
+	be->ops->moe_route(be, piece_act(c, ACT_SCORES), piece_act(c, ACT_IDX),
+			   piece_act(c, ACT_RW), m->rlogits, at, bias, &r);
+	float *counts = y && c->mb->train ? m->moe_counts + li * ex : NULL;
+	be->ops->moe_permute(be, piece_act(c, ACT_PERM), piece_act(c, ACT_POS), offs, counts,
+			     piece_act(c, ACT_IDX), &r);
+	gather_rows(c, &r);
+	experts_fwd(c);
+	int64_t sh = (int64_t)in * mo->shared_experts;
+	if (sh)
+		model_swiglu_fwd(c, shared_w, sh);
+	if (!y)
+		return;
+	/* out = shared(n2) + combine(ey), into d_xn (the activation type), then
+	 * added to the stream as torch adds the branch. */
+	const float *w = mo->score_before_experts ? NULL : piece_act(c, ACT_RW);
+	be->ops->moe_combine(be, m->d_xn, piece_act(c, ACT_EY), at, piece_act(c, ACT_POS), w, 0,
+			     &r, d);
+	if (sh)
+		model_linear(m, m->d_xn, piece_act(c, ACT_H), c->w->p[W_SW2], n, sh, d, 1);
+	be->ops->axpy(be, y, m->prec.resid, 1, m->d_xn, at, n * d);
+}
+
+/* Op-level checkpointing kept the routing and the matmul outputs: the rows'
+ * gather and the gates again. */
+void model_moe_recompute_op(const piece_ctx *c)
+{
+	model *m = c->m;
+	be_moe r = model_moe_shape(m, c->n);
+	int64_t sh = (int64_t)m->args.moe.inter_dim * m->args.moe.shared_experts;
+	gather_rows(c, &r);
+	experts_gate(c);
+	if (sh)
+		m->be->ops->swiglu_fwd(m->be, piece_act(c, ACT_H), piece_act(c, ACT_A),
+				       piece_act(c, ACT_G), m->prec.act, c->n * sh);
+}
+
+/* The experts backward from the output rows' gradient (d_rows) to the input
+ * rows' (d_rows again). */
+static int experts_bwd(const piece_ctx *c, titan_err *e)
+{
+	model *m = c->m;
+	backend *be = m->be;
+	const moe_args *mo = &m->args.moe;
+	be_dtype at = m->prec.act;
+	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim, rows = c->n * mo->top_k;
+	const int32_t *offs = piece_act(c, ACT_OFFS);
+	int gpt = gpt_oss(m);
+	if (gpt)
+		expert_bias_grad(c, m->d_rows, W_EB2, d);
+	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, d, in, m->d_rows, c->w->p[W_EW2],
+				at, 0, m->d_eh, at);
+	if (model_grouped_weight_grad(c, W_EW2, m->d_rows, ACT_EH, in, d, e))
+		return -1;
+	if (gpt) { /* d_ea holds mlp1's (gate, up) pairs */
+		be->ops->swiglu_clamp_bwd(be, m->d_ea, m->d_eh, piece_act(c, ACT_EA), at, rows, in,
+					  GPT_OSS_ALPHA, (float)mo->swiglu_limit);
+		expert_bias_grad(c, m->d_ea, W_EB1, 2 * in);
+		be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, 2 * in, d, m->d_ea,
+					c->w->p[W_EW1], at, 0, m->d_rows, at);
+		return model_grouped_weight_grad(c, W_EW1, m->d_ea, ACT_XR, d, 2 * in, e);
+	}
+	be->ops->swiglu_bwd(be, m->d_ea, m->d_eg, m->d_eh, piece_act(c, ACT_EA),
+			    piece_act(c, ACT_EG), at, rows * in);
+	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, m->d_ea, c->w->p[W_EW1], at,
+				0, m->d_rows, at);
+	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, m->d_eg, c->w->p[W_EW3], at,
+				1, m->d_rows, at);
+	return model_grouped_weight_grad(c, W_EW1, m->d_ea, ACT_XR, d, in, e) ||
+	       model_grouped_weight_grad(c, W_EW3, m->d_eg, ACT_XR, d, in, e)
+		       ? -1 : 0;
+}
+
+int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e)
+{
+	model *m = c->m;
+	backend *be = m->be;
+	const moe_args *mo = &m->args.moe;
+	be_dtype at = m->prec.act;
+	int64_t n = c->n, d = m->args.dim, ex = mo->experts, in = mo->inter_dim;
+	be_moe r = model_moe_shape(m, n);
+	const int32_t *perm = piece_act(c, ACT_PERM), *pos = piece_act(c, ACT_POS);
+	const int32_t *offs = piece_act(c, ACT_OFFS);
+	float *rw = piece_act(c, ACT_RW);
+	int before = mo->score_before_experts;
+	void *xn = piece_act(c, ACT_XN2);
+	/* The combine: the rows' gradients, and (weighted outputs) the weights'. */
+	be->ops->moe_gather(be, m->d_rows, dy, at, perm, offs, before ? NULL : rw, &r, d);
+	if (!before)
+		be->ops->moe_dot(be, m->d_rw, piece_act(c, ACT_EY), dy, at, pos, &r, d);
+	if (experts_bwd(c, e))
+		return -1;
+	/* The gather: rows back to their tokens (weighted inputs: the weights'
+	 * gradient first). */
+	if (before)
+		be->ops->moe_dot(be, m->d_rw, m->d_rows, xn, at, pos, &r, d);
+	be->ops->moe_combine(be, m->d_xn, m->d_rows, at, pos, before ? rw : NULL, 0, &r, d);
+	/* The router. */
+	be->ops->moe_route_bwd(be, m->rlogits, at, m->d_rw, piece_act(c, ACT_SCORES),
+			       piece_act(c, ACT_IDX), &r);
+	if (c->g->p[W_GATE_B])
+		be->ops->bias_grad(be, c->g->p[W_GATE_B], m->prec.grad, m->rlogits, at, n, ex, 1,
+				   NULL);
+	model_linear_dx(m, m->d_xn, m->rlogits, c->w->p[W_GATE], n, d, ex, 1);
+	if (model_weight_grad(c, W_GATE, m->rlogits, ACT_XN2, d, ex, e))
+		return -1;
+	int64_t sh = (int64_t)in * mo->shared_experts;
+	return sh ? model_swiglu_bwd(c, shared_w, sh, dy, 1, e) : 0;
+}

@@ -1,0 +1,405 @@
+/* Each family against Hugging Face transformers' own modules on the same
+ * weights (tests/family/golden/<case>/, written by scripts/family_golden.py):
+ * the HF folder goes through titan's HF import (dcp_from_hf, the family's key
+ * table) into a DCP folder, the model loads it, and titan's float32 logits,
+ * loss and every parameter's gradient must match transformers' float64 ones.
+ * The MoE options transformers has no model for (sigmoid scores, expert_bias,
+ * node-limited groups, route_scale, shared experts, weighted inputs) are
+ * checked the same way against torchtitan's own Qwen3Model and MoE, whose
+ * weights and expert_bias are loaded by name, with the tokens counted per
+ * expert.
+ * Error metric: max|titan - ref| / max|ref| per tensor, < 1e-5 (float32
+ * rounding through a few layers; transformers' RoPE angles are float32). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "dcp/dcp.h"
+#include "model/model.h"
+#include "safetensors/safetensors.h"
+
+#define TOL 1e-5
+
+static double rel_err(const float *a, const float *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		num = fmax(num, fabs((double)a[i] - (double)b[i]));
+		den = fmax(den, fabs((double)b[i]));
+	}
+	return den > 0 ? num / den : num;
+}
+
+typedef struct golden {
+	char dir[256];
+	json_t *c;
+	llama_args a;
+	st_file ref;
+	int b, t;
+	int32_t *ids, *labels;
+} golden;
+
+static int ci(json_t *c, const char *k)
+{
+	return (int)json_integer_value(json_object_get(c, k));
+}
+
+/* The case's optional settings over the flavor's (key absent: the flavor's). */
+static void opt_int(json_t *c, const char *k, int *dst)
+{
+	json_t *v = json_object_get(c, k);
+	if (v)
+		*dst = json_is_boolean(v) ? json_is_true(v) : (int)json_integer_value(v);
+}
+
+static void opt_real(json_t *c, const char *k, double *dst)
+{
+	json_t *v = json_object_get(c, k);
+	if (v)
+		*dst = json_number_value(v);
+}
+
+/* The attention, RoPE and layer-pattern settings the families beyond Qwen3
+ * take from the case. */
+static void golden_options(golden *g)
+{
+	llama_args *a = &g->a;
+	opt_int(g->c, "q_lora", &a->mla.q_lora_rank);
+	opt_int(g->c, "kv_lora", &a->mla.kv_lora_rank);
+	opt_int(g->c, "qk_nope", &a->mla.qk_nope_head_dim);
+	opt_int(g->c, "qk_rope", &a->mla.qk_rope_head_dim);
+	opt_int(g->c, "v_head", &a->mla.v_head_dim);
+	opt_real(g->c, "mscale", &a->mla.mscale);
+	opt_real(g->c, "mla_eps", &a->mla.norm_eps);
+	opt_real(g->c, "rope_orig", &a->rope.orig);
+	opt_real(g->c, "rope_factor", &a->rope.factor);
+	opt_int(g->c, "max_seq", &a->max_seq_len);
+	opt_real(g->c, "final_eps", &a->final_norm_eps);
+	opt_int(g->c, "dense", &a->moe.dense_layers);
+	opt_int(g->c, "interleave", &a->moe.interleave);
+	opt_int(g->c, "route_norm", &a->moe.route_norm);
+	opt_int(g->c, "window", &a->sliding_window);
+	opt_int(g->c, "sinks", &a->attn_sinks);
+	opt_int(g->c, "attn_bias", &a->attn_bias);
+	opt_int(g->c, "nope_every", &a->nope_every);
+	opt_int(g->c, "chunk", &a->attn_chunk);
+	opt_int(g->c, "qk_l2", &a->qk_l2_norm);
+	opt_int(g->c, "temp_floor", &a->attn_temp_floor);
+	opt_real(g->c, "temp_scale", &a->attn_temp_scale);
+}
+
+/* The case's shapes on the family's debugmodel flavor (its other settings:
+ * RoPE style, QK-norm, tying). */
+static void golden_open(golden *g, const char *name)
+{
+	titan_err e = {0};
+	snprintf(g->dir, sizeof g->dir, "tests/family/golden/%s", name);
+	char p[320];
+	snprintf(p, sizeof p, "%s/case.json", g->dir);
+	json_error_t je;
+	g->c = json_load_file(p, 0, &je);
+	if (!g->c)
+		fail_msg("%s: %s (run scripts/family_golden.py)", p, je.text);
+	const model_family *f = model_family_find(json_string_value(json_object_get(g->c, "family")));
+	json_t *fl = json_object_get(g->c, "flavor");
+	assert_non_null(f);
+	g->a = *model_family_flavor(f, fl ? json_string_value(fl) : "debugmodel");
+	g->a.name = name;
+	g->a.dim = ci(g->c, "dim");
+	g->a.n_layers = ci(g->c, "layers");
+	g->a.n_heads = ci(g->c, "heads");
+	g->a.n_kv_heads = ci(g->c, "kv");
+	g->a.head_dim = ci(g->c, "head_dim");
+	g->a.hidden_dim = ci(g->c, "hidden");
+	g->a.vocab_size = ci(g->c, "vocab");
+	g->a.norm_eps = json_number_value(json_object_get(g->c, "eps"));
+	g->a.rope_theta = json_number_value(json_object_get(g->c, "theta"));
+	g->a.tied_embeddings = json_is_true(json_object_get(g->c, "tied"));
+	if (json_object_get(g->c, "experts")) {
+		moe_args *mo = &g->a.moe;
+		mo->experts = ci(g->c, "experts");
+		mo->top_k = ci(g->c, "top_k");
+		mo->inter_dim = ci(g->c, "moe_inter");
+		mo->shared_experts = ci(g->c, "shared");
+		mo->groups = ci(g->c, "groups");
+		mo->limited = ci(g->c, "limited");
+		mo->score_before_experts = json_is_true(json_object_get(g->c, "score_before"));
+		const char *sc = json_string_value(json_object_get(g->c, "score"));
+		if (sc && strcmp(sc, "sigmoid") == 0)
+			mo->score = BE_MOE_SIGMOID;
+		if (json_object_get(g->c, "route_scale"))
+			mo->route_scale = json_number_value(json_object_get(g->c, "route_scale"));
+	}
+	golden_options(g);
+	g->b = ci(g->c, "b");
+	g->t = ci(g->c, "t");
+	snprintf(p, sizeof p, "%s/ref.safetensors", g->dir);
+	if (st_open(&g->ref, p, &e))
+		fail_msg("%s", e.msg);
+	const st_tensor *ids = st_find(&g->ref, "ids"), *labels = st_find(&g->ref, "labels");
+	assert_true(ids && labels && ids->dtype == PTZ_I32);
+	size_t n = (size_t)g->b * g->t;
+	g->ids = malloc(n * sizeof(int32_t));
+	g->labels = malloc(n * sizeof(int32_t));
+	memcpy(g->ids, ids->data, n * sizeof(int32_t));
+	memcpy(g->labels, labels->data, n * sizeof(int32_t));
+}
+
+static void golden_close(golden *g)
+{
+	st_close(&g->ref);
+	json_decref(g->c);
+	free(g->ids);
+	free(g->labels);
+}
+
+static const float *ref_f32(const golden *g, const char *name, size_t n)
+{
+	const st_tensor *t = st_find(&g->ref, name);
+	if (!t)
+		return NULL;
+	assert_int_equal(t->dtype, PTZ_F32);
+	assert_int_equal(t->end - t->begin, n * sizeof(float));
+	return (const float *)t->data;
+}
+
+/* The HF folder through titan's import into a DCP folder, then into m. */
+static void load_from_hf(const golden *g, model *m, const char *tmp)
+{
+	titan_err e = {0};
+	const model_family *f = model_get_family(m);
+	dcp_hf_model hm = {.n_heads = g->a.n_heads, .n_kv_heads = g->a.n_kv_heads,
+			   .norm_eps = g->a.norm_eps, .rope_theta = g->a.rope_theta,
+			   .tied = g->a.tied_embeddings, .max_seq_len = g->a.max_seq_len,
+			   .n_experts = g->a.moe.experts, .top_k = g->a.moe.top_k,
+			   .keys = f->hf_keys, .config = f->hf_config, .args = &g->a};
+	char hf[320];
+	snprintf(hf, sizeof hf, "%s/hf", g->dir);
+	if (dcp_from_hf(hf, tmp, &hm, PTZ_F32, &e))
+		fail_msg("%s", e.msg);
+	int n = model_num_tensors(m);
+	dcp_item *items = calloc((size_t)n, sizeof *items);
+	for (int i = 0; i < n; i++) {
+		const model_tensor *mt = model_tensor_at(m, i);
+		dcp_item_full(&items[i], mt->fqn, PTZ_F32, mt->ndim, mt->shape,
+			      model_params(m) + mt->offset);
+	}
+	if (dcp_load(tmp, items, (size_t)n, &e))
+		fail_msg("%s", e.msg);
+	free(items);
+	/* buffers HF keeps (DeepSeek V3's e_score_correction_bias: expert_bias) */
+	for (int i = 0; i < model_num_buffers(m); i++) {
+		const model_tensor *t = model_buffer_at(m, i);
+		float *host = malloc(t->numel * sizeof(float));
+		dcp_item it;
+		dcp_item_full(&it, t->fqn, PTZ_F32, t->ndim, t->shape, host);
+		if (dcp_load(tmp, &it, 1, &e) == 0)
+			model_buffer_write(m, t, host);
+		free(host);
+	}
+}
+
+/* torchtitan's state dict by name: parameters and buffers (expert_bias). */
+static void load_weights(const golden *g, model *m)
+{
+	titan_err e = {0};
+	char p[320];
+	snprintf(p, sizeof p, "%s/weights.safetensors", g->dir);
+	st_file w;
+	if (st_open(&w, p, &e))
+		fail_msg("%s", e.msg);
+	for (int i = 0; i < model_num_tensors(m) + model_num_buffers(m); i++) {
+		int buf = i >= model_num_tensors(m);
+		const model_tensor *t = buf ? model_buffer_at(m, i - model_num_tensors(m))
+					    : model_tensor_at(m, i);
+		const st_tensor *s = st_find(&w, t->fqn);
+		if (!s)
+			fail_msg("%s: no %s", p, t->fqn);
+		assert_int_equal(s->end - s->begin, t->numel * sizeof(float));
+		if (buf)
+			model_buffer_write(m, t, (const float *)s->data);
+		else
+			model_tensor_write(m, t, 0, (const float *)s->data);
+	}
+	st_close(&w);
+}
+
+/* The tokens each layer routed to each expert, as torchtitan counted them. */
+static void check_counts(const golden *g, model *m)
+{
+	size_t n;
+	const float *got = model_moe_counts(m, &n);
+	int ex = g->a.moe.experts, mi = 0;
+	for (int l = 0; l < g->a.n_layers; l++) {
+		if (!model_family_moe_layer(&g->a, l))
+			continue;
+		char key[32];
+		snprintf(key, sizeof key, "counts.%d", l);
+		const float *want = ref_f32(g, key, (size_t)ex);
+		assert_non_null(want);
+		for (int i = 0; i < ex; i++)
+			if (got[mi * ex + i] != want[i])
+				fail_msg("layer %d expert %d: %g tokens, torchtitan %g", l, i,
+					 got[mi * ex + i], want[i]);
+		mi++;
+	}
+	print_message("%s: tokens per expert as torchtitan counts them (%zu)\n", g->dir, n);
+}
+
+static void check_case(const char *name)
+{
+	golden g;
+	titan_err e = {0};
+	golden_open(&g, name);
+	backend *be = backend_cpu_create(0, &e);
+	model *m = model_create(be, &g.a, 0, &e);
+	if (!m)
+		fail_msg("%s", e.msg);
+	char tmp[] = "/tmp/titan-family-XXXXXX";
+	assert_non_null(mkdtemp(tmp));
+	char dcp[64];
+	snprintf(dcp, sizeof dcp, "%s/dcp", tmp);
+	int titan = json_object_get(g.c, "source") != NULL;
+	if (titan)
+		load_weights(&g, m);
+	else
+		load_from_hf(&g, m, dcp);
+
+	size_t n = (size_t)g.b * g.t, v = (size_t)g.a.vocab_size;
+	float *logits = malloc(n * v * sizeof(float));
+	if (model_forward(m, g.ids, NULL, g.b, g.t, logits, NULL, NULL, &e))
+		fail_msg("%s", e.msg);
+	double le = rel_err(logits, ref_f32(&g, "logits", n * v), n * v);
+	print_message("%s: logits rel err %.2e\n", name, le);
+	assert_true(le < TOL);
+
+	int64_t want_nv = ci(g.c, "n_valid");
+	double want_loss = json_number_value(json_object_get(g.c, "loss")), ls;
+	int64_t nv;
+	model_zero_grad(m);
+	if (model_forward_backward(m, g.ids, g.labels, g.b, g.t, 1.0f / (float)want_nv, &ls, &nv,
+				   &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(nv, want_nv);
+	if (titan)
+		check_counts(&g, m);
+	double lerr = fabs(ls / (double)nv - want_loss) / want_loss;
+	print_message("%s: loss %.9f vs reference %.9f, rel err %.2e\n", name,
+		      ls / (double)nv, want_loss, lerr);
+	assert_true(lerr < TOL);
+	double worst = 0;
+	const char *worst_name = "";
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		char key[96];
+		snprintf(key, sizeof key, "grad.%s", t->fqn);
+		const float *want = ref_f32(&g, key, t->numel);
+		if (!want)
+			fail_msg("%s: no reference gradient", key);
+		double r = rel_err(model_grads(m) + t->offset, want, t->numel);
+		if (r >= TOL)
+			print_message("%s: grad %s rel err %.2e\n", name, t->fqn, r);
+		if (r > worst)
+			worst = r, worst_name = t->fqn;
+		assert_true(r < TOL);
+	}
+	print_message("%s: %d gradients, worst rel err %.2e (%s)\n", name, model_num_tensors(m),
+		      worst, worst_name);
+	free(logits);
+	model_free(m);
+	backend_free(be);
+	golden_close(&g);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void qwen3_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("qwen3");
+}
+
+/* Qwen3-MoE with debugmodel_moe's routing: 64 experts, top 8, softmax scores
+ * normalised; expert_bias zero (HF has none), so routing is transformers'. */
+static void qwen3_moe_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("qwen3_moe");
+}
+
+static void moe_routing_options_match_torchtitans_moe(void **s)
+{
+	(void)s;
+	check_case("moe_routing");
+}
+
+/* DeepSeek V3's debugmodel layout against torchtitan's DeepSeekV3Model: MLA,
+ * YaRN with its softmax mscale, a dense first layer, softmax experts with
+ * shared ones and a random expert_bias. */
+static void deepseek_v3_matches_torchtitan_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("deepseek_v3");
+}
+
+/* DeepSeek V3 (671B's routing) against transformers' DeepseekV3ForCausalLM,
+ * through titan's HF import: MLA with a q bottleneck, sigmoid grouped routing
+ * steered by e_score_correction_bias. */
+static void deepseek_v3_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("deepseek_v3_hf");
+}
+
+/* GPT-OSS against transformers' GptOssForCausalLM, through titan's HF import:
+ * sinks, attention biases, the 128-token window of the even layers, YaRN on
+ * halves with its cos/sin scale, the router's bias, mlp1/mlp2 with biases and
+ * the clamped SwiGLU. */
+static void gpt_oss_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("gpt_oss");
+}
+
+/* Llama 4 against transformers' Llama4ForCausalLM with HF's options: NoPE
+ * layers with the attention temperature, chunked RoPE layers with QK-norm
+ * after RoPE, dense and MoE layers interleaved (top-1 sigmoid weighting the
+ * input, a shared expert), Llama 4's RoPE scaling. */
+static void llama4_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("llama4");
+}
+
+/* debugmodel_irope's own settings over 260 tokens: the 256-token chunks. */
+static void llama4_irope_matches_transformers_logits_loss_and_gradients(void **s)
+{
+	(void)s;
+	check_case("llama4_irope");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(llama4_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(llama4_irope_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(gpt_oss_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(deepseek_v3_matches_torchtitan_logits_loss_and_gradients),
+		cmocka_unit_test(deepseek_v3_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(qwen3_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(qwen3_moe_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(moe_routing_options_match_torchtitans_moe),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

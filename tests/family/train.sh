@@ -1,0 +1,125 @@
+#!/bin/sh
+# Every family's debug config trains on the demo corpus (make demo's Debian
+# fortunes, a fixed part of them, tokenized with a 2048-id BPE as the demo
+# does): 50 steps with a falling loss, and a run killed with -9 after its
+# step-25 checkpoint resumes bit-exact (steps 26-50 and the final weights).
+# Small batches keep it fast (b 2 x t 32); the families' shapes are their own.
+# Under the sanitizers (SAN=1, several times slower) the runs are 12 steps
+# with the kill after step 6's checkpoint, and the loss is not judged.
+. tests/lib.sh
+TRAIN="$BIN/titan-train"
+TOK="$BIN/titan-tokenize"
+# Same thread count in every run: reductions are bit-exact for a fixed count.
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
+
+FORTUNES=/usr/share/games/fortunes
+if [ ! -f "$FORTUNES/fortunes" ]; then
+	if [ "${CI:-}" = true ]; then
+		t_not_ok "demo corpus present" "no $FORTUNES/fortunes (make deps installs fortunes)"
+	else
+		t_skip "demo corpus present" "no $FORTUNES/fortunes: run make deps"
+	fi
+	t_done
+fi
+# Six fortune files, their documents (blank-line separated) interleaved in a
+# fixed order so that every stretch of the stream mixes them.
+for f in fortunes computers science wisdom literature people; do
+	sed 's/^%$//' "$FORTUNES/$f" | tr -d '\010\r'
+	echo
+done | awk 'BEGIN { RS = ""; ORS = "\n\n" } { doc[NR] = $0 }
+	END { for (i = 0; i < NR; i++) print doc[(i * 7919) % NR + 1] }' >"$TMP/corpus.txt"
+t_run "tokenizer trained on the demo corpus" "$TOK" train --vocab-size 2048 --format text \
+	--split blank --add-eos -o "$TMP/tok" "$TMP/corpus.txt"
+"$TOK" -q -t "$TMP/tok" --format text --split blank --bos --eos "$TMP/corpus.txt" |
+	"$BIN/titan-shard" -q --out "$TMP/data" --val-fraction 0.02
+t_run "demo corpus sharded" "$BIN/titan-shard" info "$TMP/data"
+
+STEPS=50
+CK=25
+[ "${SAN:-0}" = 1 ] && STEPS=12 CK=6
+
+losses() { # metrics.jsonl FIRST LAST -> the last record's loss of each step, one a line
+	for s in $(seq "$2" "$3"); do
+		grep "^{\"step\":$s,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
+	done
+}
+
+# titan-train in place of the calling (sub)shell, so that `train ... &` gives
+# titan-train's own pid to kill; run is the same in a subshell.
+train() { # config dump_folder [more options]
+	cfg=$1
+	out=$2
+	shift 2
+	exec "$TRAIN" --config "$cfg" --job.dump_folder "$out" --training.dataset_path "$TMP/data" \
+		--training.steps $STEPS --training.local_batch_size 2 --training.seq_len 32 \
+		--metrics.log_freq 10 --checkpoint.enable true --checkpoint.interval $CK \
+		--checkpoint.keep_latest_k 0 --checkpoint.last_save_model_only false \
+		--optimizer.lr 2e-3 --activation_checkpoint.mode none --debug.seed 7 \
+		${flavor:+--model.flavor "${flavor#:}"} "$@"
+}
+run() { (train "$@"); }
+
+# config[:flavor]: the MoE family's debug config with titan's small MoE flavor
+# (debugmodel_moe's 315M parameters are too many for CI).
+for spec in ${TRAIN_SPECS:-configs/debug_model.toml configs/qwen3_debug.toml \
+	configs/qwen3_moe_debug.toml:debugmodel_moe_small configs/deepseek_v3_debug.toml \
+	configs/llama4_debug.toml configs/gpt_oss_debug.toml:debugmodel_small}; do
+	cfg=${spec%%:*}
+	flavor=${spec#"$cfg"}
+	fam=$(sed -n '/^\[model\]/,/^\[/s/^name = "\(.*\)"/\1/p' "$cfg")${flavor:+-${flavor#:}}
+	A="$TMP/$fam.a" # (t_run owns $name)
+	B="$TMP/$fam.b"
+	t_run "$fam: $STEPS steps of $cfg" run "$cfg" "$A"
+	losses "$A/metrics.jsonl" 1 $STEPS >"$TMP/$fam.a.loss"
+	# The first 5 steps against the last 10 (one batch of 64 tokens is noisy).
+	drop=$(awk 'NR <= 5 { a += $1 } NR > 40 { b += $1 } END { printf "%.3f", a / 5 - b / 10 }' \
+		"$TMP/$fam.a.loss")
+	if [ $STEPS -lt 50 ]; then
+		t_skip "$fam: the loss falls" "$STEPS steps under the sanitizers (judged in make check)"
+	elif [ "$(wc -l <"$TMP/$fam.a.loss")" -eq 50 ] &&
+		awk -v d="$drop" 'BEGIN { exit !(d >= 0.5) }'; then
+		t_ok "$fam: the loss falls (first 5 steps' mean - last 10's: $drop nats)"
+	else
+		t_not_ok "$fam: the loss falls by half a nat" "drop $drop: $(tr '\n' ' ' <"$TMP/$fam.a.loss")"
+	fi
+
+	train "$cfg" "$B" 2>"$TMP/$fam.b1.log" &
+	pid=$!
+	n=0
+	while [ $n -lt 12000 ]; do
+		if [ -f "$B/checkpoint/step-$CK/.metadata" ] &&
+			grep -q "^{\"step\":$((CK + 2))," "$B/metrics.jsonl" 2>/dev/null; then
+			break
+		fi
+		kill -0 $pid 2>/dev/null || break
+		sleep 0.05
+		n=$((n + 1))
+	done
+	kill -9 $pid 2>/dev/null
+	wait $pid 2>/dev/null
+	if [ -f "$B/checkpoint/step-$STEPS/.metadata" ]; then
+		t_not_ok "$fam: run killed with -9 before its end" "it finished first"
+	else
+		t_ok "$fam: run killed with -9 before its end"
+	fi
+	t_run "$fam: resumed after kill -9" run "$cfg" "$B"
+	t_grep "$fam: resume starts after the step-$CK checkpoint" "Training starts at step $((CK + 1))" \
+		"$TMP/.err"
+	losses "$A/metrics.jsonl" $((CK + 1)) $STEPS >"$TMP/$fam.a2.loss"
+	losses "$B/metrics.jsonl" $((CK + 1)) $STEPS >"$TMP/$fam.b2.loss"
+	if [ "$(wc -l <"$TMP/$fam.b2.loss")" -eq $((STEPS - CK)) ] &&
+		cmp -s "$TMP/$fam.a2.loss" "$TMP/$fam.b2.loss"; then
+		t_ok "$fam: resume after kill -9 is bit-exact (steps $((CK + 1))-$STEPS)"
+	else
+		t_not_ok "$fam: resume after kill -9 is bit-exact (steps $((CK + 1))-$STEPS)" \
+			"$(paste "$TMP/$fam.a2.loss" "$TMP/$fam.b2.loss" | head -5)"
+	fi
+	if cmp -s "$A/checkpoint/step-$STEPS/__0_0.distcp" "$B/checkpoint/step-$STEPS/__0_0.distcp"; then
+		t_ok "$fam: the same final checkpoint, byte for byte"
+	else
+		t_not_ok "$fam: the same final checkpoint, byte for byte" "$("$BIN/titan-ckpt-convert" diff \
+			"$A/checkpoint/step-$STEPS" "$B/checkpoint/step-$STEPS" 2>&1 | grep -v ' ok ' | head -5)"
+	fi
+	rm -rf "$A" "$B"
+done
+t_done
