@@ -184,6 +184,26 @@ enum be_f8_scaling {
 	BE_F8_COLS = 3,
 };
 
+/* The optimizer's values of one step, in device memory, that the fused
+ * optimizer ops read and write there (so a step captured in a CUDA graph
+ * replays with the next step's lr and clipping): the hyper-parameters and the
+ * bias corrections 1 - b^step in double (the update's constants are derived
+ * from them as torch's fused AdamW does), the gradient's clipping factor and
+ * its norm before clipping. */
+typedef struct be_adamw_step {
+	double lr, b1, b2, eps;
+	double bc1, bc2;
+	float clip; /* clip_factor writes it; 1 when not clipping */
+	float norm; /* clip_factor writes it: the global gradient norm */
+} be_adamw_step;
+
+/* A span of the optimizer's flat buffers with its weight decay (a tensor, or a
+ * run of tensors that share the decay). */
+typedef struct be_span {
+	int64_t offset, n;
+	float wd;
+} be_span;
+
 typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
@@ -402,10 +422,74 @@ typedef struct backend_ops {
 	 * in float32 and rounded back as torch's fused AdamW does):
 	 *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 	 *   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-	 * with bc1 = 1 - b1^step, bc2 = 1 - b2^step. */
+	 * with bc1 = 1 - b1^step, bc2 = 1 - b2^step.  The hyper-parameters come in
+	 * double, as torch's kernel gets them: it derives 1 - b1, lr/bc1, sqrt(bc2)
+	 * in double before rounding them to float32, and so do the backends. */
 	void (*adamw)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
-		      int64_t n, float lr, float b1, float b2, float eps, float wd,
-		      float bc1, float bc2);
+		      int64_t n, double lr, double b1, double b2, double eps, double wd,
+		      double bc1, double bc2);
+
+	/* Fused ops: what compile.enable runs in place of several plain ones (the
+	 * CUDA backend in one kernel or one library plan each, the CPU backend by
+	 * its plain kernels: the reference).  Their results are the plain ops'
+	 * up to the order of float32 sums. */
+
+	/* The residual add fused into the next norm: r = x + delta, rounded to
+	 * rt and stored to res (which may be x: the stream updated in place);
+	 * y = r / sqrt(mean(r^2) + eps) * w over the last dim, the statistics over
+	 * the stored r as torch computes the norm of its residual stream.  x, res
+	 * (n, d) of rt; delta (n, d) of dt; w (d); y (n, d) of yt; rstd (n). */
+	void (*rmsnorm_add_fwd)(backend *be, void *y, be_dtype yt, float *rstd, void *res,
+				be_dtype rt, const void *x, const void *delta, be_dtype dt,
+				const void *w, be_dtype wt, int64_t n, int64_t d, float eps);
+	/* rmsnorm_bwd with the gradient arriving along the residual stream added:
+	 * dx = (the norm's input gradient) + dres, written; dres (n, d) of dx's
+	 * type, and may be dx; dw (d) accumulated. */
+	void (*rmsnorm_add_bwd)(backend *be, void *dx, be_dtype dxt, const void *dres, void *dw,
+				be_dtype dwt, const void *dy, be_dtype dyt, const void *x,
+				be_dtype xt, const void *w, be_dtype wt, const float *rstd,
+				int64_t n, int64_t d);
+
+	/* RoPE fused into the QKV layout: the fused projection's output qkv
+	 * (b, t, h + 2 hkv, hd) split into attention's q (b, t, h, hd), k and v
+	 * (b, t, hkv, hd), q and k rotated as rope does (style; cs (t, hd/2, 2)).
+	 * All of type xt. */
+	void (*rope_qkv)(backend *be, void *q, void *k, void *v, const void *qkv, be_dtype xt,
+			 const float *cs, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			 int style);
+	/* Its backward: dq and dk rotated back and dv packed into dqkv
+	 * (b, t, h + 2 hkv, hd), written. */
+	void (*rope_qkv_bwd)(backend *be, void *dqkv, const void *dq, const void *dk,
+			     const void *dv, be_dtype xt, const float *cs, int64_t b, int64_t t,
+			     int64_t h, int64_t hkv, int64_t hd, int style);
+
+	/* The output projection fused with the loss over chunks of rows, so that
+	 * the logits of all n rows never exist at once: per chunk of at most chunk
+	 * rows, logits_c (c, v) = h_c w^T of type t in the scratch logits
+	 * (chunk, v); their cross-entropy against labels as cross_entropy (the
+	 * loss of the valid rows added to *loss_sum, their number to *n_valid);
+	 * and when grad_scale (a float in device memory, so a replayed step reads
+	 * the next step's) is not NULL, the logits' gradient in place, then
+	 * dh_c (c, d) = logits_c w (type dht, written) and dw (v, d) +=
+	 * logits_c^T h_c (type dwt).  h (n, d) and w (v, d) of type t. */
+	void (*lm_head_loss)(backend *be, const void *h, const void *w, be_dtype t,
+			     const int32_t *labels, int64_t n, int64_t d, int64_t v,
+			     int32_t ignore_index, const float *grad_scale, void *dh, be_dtype dht,
+			     void *dw, be_dtype dwt, void *logits, int64_t chunk,
+			     double *loss_sum, int64_t *n_valid);
+
+	/* The optimizer on the device, waiting for nothing.  sumsq_dev: *out
+	 * (device double) = sum(x^2) in a fixed order, as sumsq.  clip_factor:
+	 * st->norm = sqrt(*sumsq) and st->clip = min(1, max_norm / (norm + 1e-6))
+	 * (torch's clip_grad_norm_; 1 when max_norm <= 0).  adamw_multi: AdamW as
+	 * adamw over every span of the flat p, g, m, v (type t), all spans in one
+	 * go (one kernel), with the gradient multiplied by st->clip first and the
+	 * step's values read from st (device memory); spans is a host array (the
+	 * CUDA backend keeps its device table per distinct list). */
+	void (*sumsq_dev)(backend *be, double *out, const void *x, be_dtype xt, int64_t n);
+	void (*clip_factor)(backend *be, be_adamw_step *st, const double *sumsq, float max_norm);
+	void (*adamw_multi)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
+			    const be_span *spans, int nspans, const be_adamw_step *st);
 } backend_ops;
 
 struct backend {

@@ -323,9 +323,8 @@ static const cfg_key keys[] = {
 	   "torch.utils.checkpoint's debug capture", CFG_NO_EFFECT,
 	   "there is no torch.utils.checkpoint to debug"),
 
-	KS("compile.enable", CFG_BOOL, compile.enable, "false", NULL,
-	   "torch.compile of the model and the loss", CFG_NOT_BUILT,
-	   "compilation is not supported by this titan-train yet"),
+	K("compile.enable", CFG_BOOL, compile.enable, "false", NULL, "compile.enable",
+	  "torch.compile of the model and the loss: titan runs its fused ops there"),
 	K("compile.components", CFG_LIST, compile.components, "[\"model\", \"loss\"]", NULL,
 	  "compile.components", "what to compile"),
 	KS("compile.backend", CFG_STR, compile.backend, "\"inductor\"", NULL,
@@ -1148,8 +1147,9 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
 		 (long)p->expert_parallel_degree, later) ||
 	    check_converters(c, err) ||
-	    need(strcmp(c->training.dtype, "float32") == 0, err,
-		 "training.dtype = \"%s\": only float32 parameters are supported yet", c->training.dtype))
+	    need(c->model.converters.n == 0 || strcmp(c->training.dtype, "float32") == 0, err,
+		 "training.dtype = \"%s\" with model.converters: Float8 training keeps float32 "
+		 "masters; use training.dtype = \"float32\"", c->training.dtype))
 		return -1;
 	return check_schema_support(c, err);
 }

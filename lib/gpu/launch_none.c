@@ -155,8 +155,9 @@ int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const v
 	return NO_DEVICE;
 }
 
-int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
-		 float b1, float b2, float eps, float wd, float bc1, float bc2, void *stream)
+int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, double lr,
+		 double b1, double b2, double eps, double wd, double bc1, double bc2,
+		 void *stream)
 {
 	(void)p, (void)g, (void)m, (void)v, (void)t, (void)n, (void)lr, (void)b1, (void)b2;
 	(void)eps, (void)wd, (void)bc1, (void)bc2, (void)stream;
@@ -164,16 +165,17 @@ int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, flo
 }
 
 int launch_adamw_multi(const gpu_mt_tensor *tensors, const gpu_mt_chunk *chunks,
-		       int64_t nchunks, const gpu_adamw_step *step, void *stream)
+		       int64_t nchunks, const gpu_adamw_step *step, int dt, void *stream)
 {
-	(void)tensors, (void)chunks, (void)nchunks, (void)step, (void)stream;
+	(void)tensors, (void)chunks, (void)nchunks, (void)step, (void)dt, (void)stream;
 	return NO_DEVICE;
 }
 
 int launch_sumsq_multi(double *sumsq, double *partials, const gpu_mt_tensor *tensors,
-		       const gpu_mt_chunk *chunks, int64_t nchunks, void *stream)
+		       const gpu_mt_chunk *chunks, int64_t nchunks, int dt, void *stream)
 {
-	(void)sumsq, (void)partials, (void)tensors, (void)chunks, (void)nchunks, (void)stream;
+	(void)sumsq, (void)partials, (void)tensors, (void)chunks, (void)nchunks, (void)dt;
+	(void)stream;
 	return NO_DEVICE;
 }
 

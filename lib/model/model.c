@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "model/model_priv.h"
 
 /* Append a tensor to the table; slot is its W_* for a layer's tensor, else -1. */
@@ -139,11 +140,12 @@ void model_bind_unit(model *m, int u, const void *params, void *grads)
 	m->wcast_ok[u] = 0;
 }
 
-/* Bind every unit to the model's own float32 buffers. */
+/* Bind every unit to the model's own buffers. */
 static void bind_own(model *m)
 {
 	for (int u = 0; u < m->n_units; u++)
-		model_bind_unit(m, u, m->params + m->units[u].offset, m->grads + m->units[u].offset);
+		model_bind_unit(m, u, elt(m->params, m->prec.param, m->units[u].offset),
+				elt(m->grads, m->prec.grad, m->units[u].offset));
 }
 
 /* Free the autocast copies (a model without them has NULL arrays). */
@@ -425,8 +427,10 @@ int model_ffn_hidden(const model *m) { return m->ffn; }
 int model_num_tensors(const model *m) { return m->n_tensors; }
 int model_num_units(const model *m) { return m->n_units; }
 size_t model_num_params(const model *m) { return m->n_params; }
-float *model_params(model *m) { return m->params; }
-float *model_grads(model *m) { return m->grads; }
+void *model_param_storage(model *m) { return m->params; }
+void *model_grad_storage(model *m) { return m->grads; }
+float *model_params(model *m) { return m->prec.param == BE_F32 ? m->params : NULL; }
+float *model_grads(model *m) { return m->prec.grad == BE_F32 ? m->grads : NULL; }
 backend *model_backend(model *m) { return m->be; }
 const model_prec *model_get_prec(const model *m) { return &m->prec; }
 
@@ -531,16 +535,36 @@ int model_moe_balance(model *m, titan_err *e)
 	return 0;
 }
 
+/* A bfloat16 tensor comes to the host into the first half of its float32
+ * buffer and is widened in place from the last element down (element i's
+ * float lands at or after every bf16 not yet read). */
 void model_tensor_read(model *m, const model_tensor *t, int grads, float *host)
 {
-	float *src = (grads ? m->grads : m->params) + t->offset;
-	m->be->ops->copy(m->be, host, src, t->numel * sizeof(float), BACKEND_D2H);
+	be_dtype ty = grads ? m->prec.grad : m->prec.param;
+	const void *src = elt(grads ? m->grads : m->params, ty, t->offset);
+	m->be->ops->copy(m->be, host, src, t->numel * be_dtype_size(ty), BACKEND_D2H);
+	if (ty == BE_BF16)
+		for (size_t i = t->numel; i-- > 0;)
+			host[i] = bf16_to_f32(((const uint16_t *)host)[i]);
 }
 
 void model_tensor_write(model *m, const model_tensor *t, int grads, const float *host)
 {
-	float *dst = (grads ? m->grads : m->params) + t->offset;
-	m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	be_dtype ty = grads ? m->prec.grad : m->prec.param;
+	void *dst = elt(grads ? m->grads : m->params, ty, t->offset);
+	if (ty == BE_F32) {
+		m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	} else {
+		uint16_t *b = malloc(t->numel * sizeof *b + 1);
+		if (!b) {
+			backend_fault(m->be, "model: %s: out of host memory", t->fqn);
+			return;
+		}
+		for (size_t i = 0; i < t->numel; i++)
+			b[i] = bf16_from_f32(host[i]);
+		m->be->ops->copy(m->be, dst, b, t->numel * sizeof *b, BACKEND_H2D);
+		free(b);
+	}
 	if (!grads)
 		model_weights_changed(m);
 }
@@ -548,7 +572,7 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
 void model_zero_grad(model *m)
 {
 	if (m->grads)
-		m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float));
+		m->be->ops->zero(m->be, m->grads, m->n_params * be_dtype_size(m->prec.grad));
 }
 
 /* Contexts and scratch are laid out for one AC mode and precision: drop the
@@ -560,6 +584,18 @@ static void relayout(model *m)
 	model_scratch_release(m);
 }
 
+int model_set_fusion(model *m, unsigned flags, titan_err *e)
+{
+	if (flags & ~(unsigned)(MODEL_FUSE_BLOCKS | MODEL_FUSE_LOSS))
+		return err_set(e, "model: unknown fusion flags %#x", flags);
+	if (flags != m->fuse)
+		relayout(m); /* the fused projection's scratch comes and goes */
+	m->fuse = flags;
+	return 0;
+}
+
+unsigned model_get_fusion(const model *m) { return m->fuse; }
+
 int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
 {
 	if (mode == MODEL_AC_SELECTIVE && every < 1)
@@ -570,6 +606,35 @@ int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
 	m->ac = mode;
 	m->ac_every = every;
 	relayout(m);
+	return 0;
+}
+
+/* The own buffers in the types of p: parameters converted, gradients zeroed
+ * (both buffers are live at once while the parameters convert). */
+static int retype_own(model *m, const model_prec *p, titan_err *e)
+{
+	backend *be = m->be;
+	size_t n = m->n_params;
+	void *np = m->params, *ng = m->grads;
+	if (p->param != m->prec.param) {
+		if (!(np = be->ops->alloc(be, n * be_dtype_size(p->param), e)))
+			return err_prefix(e, "model: %s parameters", be_dtype_name(p->param));
+		be->ops->convert(be, np, p->param, m->params, m->prec.param, (int64_t)n);
+	}
+	if (p->grad != m->prec.grad) {
+		if (!(ng = be->ops->alloc(be, n * be_dtype_size(p->grad), e))) {
+			if (np != m->params)
+				be->ops->free(be, np);
+			return err_prefix(e, "model: %s gradients", be_dtype_name(p->grad));
+		}
+		be->ops->zero(be, ng, n * be_dtype_size(p->grad));
+	}
+	if (np != m->params)
+		be->ops->free(be, m->params);
+	if (ng != m->grads)
+		be->ops->free(be, m->grads);
+	m->params = np;
+	m->grads = ng;
 	return 0;
 }
 
@@ -597,11 +662,11 @@ int model_set_prec(model *m, const model_prec *p, titan_err *e)
 		return err_set(e, "model %s %s: %s: float32 only, no %s kernels for their ops "
 			       "yet", m->family->name, m->args.name, only,
 			       be_dtype_name(p->act != BE_F32 ? p->act : p->param));
-	if (m->params && (p->param != BE_F32 || p->grad != BE_F32))
-		return err_set(e, "model: its own storage is float32; bind storage of %s "
-			       "parameters and %s gradients to a model made without storage",
-			       be_dtype_name(p->param), be_dtype_name(p->grad));
+	if (m->params && retype_own(m, p, e))
+		return -1;
 	m->prec = *p;
+	if (m->params)
+		bind_own(m);
 	m->autocast = BE_F32;
 	drop_casts(m);
 	relayout(m);
@@ -631,7 +696,7 @@ void model_weights_changed(model *m)
  * cast copy of the unit it is bound in (the copy made, or remade after the
  * weights changed, on first use).  NULL (a fault for the next sync) when the
  * copy cannot be allocated. */
-static const void *linear_weight(model *m, const void *w)
+const void *model_linear_weight(model *m, const void *w)
 {
 	if (m->autocast == BE_F32)
 		return w;
@@ -668,7 +733,7 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 		return;
 	if (m->f8 && model_f8_linear(m, y, x, w, n, in, out, beta))
 		return;
-	if ((w = linear_weight(m, w)) != NULL)
+	if ((w = model_linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
 
@@ -680,7 +745,7 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 		return;
 	if (m->f8 && model_f8_linear_dx(m, dx, dy, w, n, in, out, beta_dx))
 		return;
-	if ((w = linear_weight(m, w)) != NULL)
+	if ((w = model_linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
 				   in, t);
 }

@@ -55,6 +55,9 @@ static int ready(plan *p, titan_err *e)
 	p->f8_ready = 1;
 	if (!p->o.f8_all_gather || p->fsdp == 1 || !model_float8_recipe(p->m))
 		return 0;
+	if (p->mt != BE_F32) /* the casts read float32 masters */
+		return err_set(e, "plan: FSDP's float8 all-gather needs float32 master weights "
+			       "(training.dtype = \"float32\")");
 	layout(p);
 	if (p->f8_conv == 0)
 		return 0;
@@ -83,8 +86,8 @@ static int amax(plan *p, int k0, int n, titan_err *e)
 		if (t->nr == 0 || !p->u[model_tensor_at(p->m, i)->unit].held)
 			be->ops->zero(be, p->f8_amax + k, sizeof(float));
 		else
-			be->ops->f8_amax(be, p->f8_amax + k, p->params + t->shard_off, BE_F32, t->nr,
-					 t->cols, BE_F8_TENSOR);
+			be->ops->f8_amax(be, p->f8_amax + k, plan_shard_at(p, p->params, t->shard_off),
+					 BE_F32, t->nr, t->cols, BE_F8_TENSOR);
 	}
 	float *a = p->f8_amax + k0;
 	PROF_T0(t0);
@@ -122,7 +125,7 @@ int plan_f8_pack(plan *p, int u, void *send, titan_err *e)
 	for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
 		const plan_tensor *t = &p->t[i];
 		char *dst = (char *)send + t->chunk_boff;
-		const float *src = p->params + t->shard_off;
+		const float *src = plan_shard_at(p, p->params, t->shard_off);
 		if (t->f8) /* the padding rows are zeros: their codes are zeros */
 			be->ops->f8_cast(be, dst, BE_E4M3, p->f8_scale + i, src, BE_F32, t->cs, t->cols,
 					 BE_F8_TENSOR, 0, 0, p->f8_amax + (t->f8 - 1));

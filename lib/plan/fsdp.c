@@ -77,14 +77,14 @@ static int start_gather(plan *p, int u, titan_err *e)
 	int f8 = plan_f8_gather_bytes(p, u) != 0;
 	if (!(pu->gbuf = take(p, (size_t)p->fsdp * sb, e)))
 		return err_prefix(e, "fsdp: gathering unit %d", u);
-	const void *src = p->params + pu->shard_off;
-	if (f8 || pt != BE_F32) {
+	const void *src = plan_shard_at(p, p->params, pu->shard_off);
+	if (f8 || pt != p->mt) {
 		if (!(pu->send = take(p, sb, e)))
 			return err_prefix(e, "fsdp: gathering unit %d", u);
 		if (f8 && plan_f8_pack(p, u, pu->send, e))
 			return -1;
 		if (!f8)
-			p->be->ops->convert(p->be, pu->send, pt, src, BE_F32, (int64_t)s);
+			p->be->ops->convert(p->be, pu->send, pt, src, p->mt, (int64_t)s);
 		src = pu->send;
 	}
 	if (p->fsdp == 1) {
@@ -196,7 +196,8 @@ static void accumulate(plan *p, int u)
 	plan_unit *pu = &p->u[u];
 	if (pu->resident)
 		return;
-	p->be->ops->axpy(p->be, p->grads + pu->shard_off, BE_F32, 1, pu->rsout, p->o.reduce,
+	p->be->ops->axpy(p->be, plan_shard_at(p, p->grads, pu->shard_off), p->mt, 1, pu->rsout,
+			 p->o.reduce,
 			 (int64_t)pu->shard_numel);
 	give(p, &pu->rsout, rbytes(p, pu->shard_numel));
 }
@@ -204,8 +205,8 @@ static void accumulate(plan *p, int u)
 static int start_all_reduce(plan *p, int u, titan_err *e)
 {
 	plan_unit *pu = &p->u[u];
-	void *buf = pu->resident ? (void *)(p->grads + pu->shard_off) : pu->rsout;
-	comm_dtype t = pu->resident ? COMM_F32 : plan_comm_dtype(p->o.reduce);
+	void *buf = pu->resident ? plan_shard_at(p, p->grads, pu->shard_off) : pu->rsout;
+	comm_dtype t = plan_comm_dtype(pu->resident ? p->mt : p->o.reduce);
 	PROF_T0(t0);
 	if (comm_all_reduce_start(p->c_rep, buf, buf, pu->shard_numel, t, COMM_SUM, &pu->ar, e))
 		return p->broken = 1, -1;

@@ -125,6 +125,9 @@ typedef struct plan_opts {
 	 * are float32.  All zero: float32. */
 	model_prec prec;
 	be_dtype reduce;         /* mixed_precision_reduce: gradients reduced in */
+	be_dtype master;         /* the shards (master weights, their gradients,
+	                            AdamW's states): float32 (0), or bf16 under
+	                            training.dtype = "bfloat16" */
 	plan_reshard reshard;
 	int loss_parallel;       /* !disable_loss_parallel */
 	int async_tp;            /* enable_async_tensor_parallel */
@@ -274,13 +277,20 @@ const plan_box *plan_box_at(const plan *p, int i);
  * shard buffer); nothing when the rank holds none of it. */
 void plan_box_extract(const plan *p, int i, const float *whole, float *shard);
 
-/* The rank's shard buffers, in backend memory: float32 master weights and
- * their gradients (plan_shard_numel elements each); the optimizer's states
- * are laid out the same (adamw_exp_avg / adamw_exp_avg_sq). */
+/* The rank's shard buffers, in backend memory: master weights and their
+ * gradients (plan_shard_numel elements each, of plan_shard_dtype: float32,
+ * or bf16 under opts.master); the optimizer's states are laid out the same
+ * (adamw_exp_avg / adamw_exp_avg_sq, of the same type). */
 size_t plan_shard_numel(const plan *p);
-float *plan_shard_params(plan *p);
-float *plan_shard_grads(plan *p);
+be_dtype plan_shard_dtype(const plan *p);
+void *plan_shard_params(plan *p);
+void *plan_shard_grads(plan *p);
 adamw *plan_optimizer(plan *p);
+/* A shard buffer (plan_shard_params, _grads, the optimizer's states) to and
+ * from a host float32 image of it (plan_shard_numel floats; bf16 rounds to
+ * nearest even going up, widens exactly coming down). */
+int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e);
+int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e);
 /* The master weights changed behind the plan's back (a checkpoint load):
  * autocast's cast copies are dropped. */
 void plan_weights_changed(plan *p);

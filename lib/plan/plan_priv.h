@@ -26,7 +26,8 @@ typedef struct plan_tensor {
 } plan_tensor;
 
 /* A unit's storage and what is in flight for it.  A resident unit is bound to
- * the shard itself (one fsdp rank, float32 parameters and gradients): it is
+ * the shard itself (one fsdp rank, parameters and gradients of the shard's
+ * type): it is
  * never gathered.  The others gather into gbuf (fsdp ranks x shard, the
  * all-gather's receive buffer) and copy out into params (the model's layout);
  * their gradient goes the other way: grad (model layout), copied into rsbuf
@@ -73,7 +74,8 @@ struct plan {
 	plan_box *box;     /* (global tensors) */
 	plan_unit *u;      /* (units) */
 	size_t shard_numel;
-	float *params, *grads; /* (shard_numel) float32 masters and their gradients */
+	be_dtype mt;       /* the shards' element type (opts.master) */
+	void *params, *grads; /* (shard_numel) of mt: masters and their gradients */
 	adamw *opt;
 	model_hooks hooks;
 	plan_runner runner;
@@ -148,6 +150,11 @@ static inline uint64_t plan_now(void)
 
 /* Copy n elements between element types (a copy when they agree). */
 void plan_move(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
+/* Element i of a shard buffer of the plan's master type. */
+static inline void *plan_shard_at(const plan *p, void *base, size_t i)
+{
+	return (char *)base + i * be_dtype_size(p->mt);
+}
 comm_dtype plan_comm_dtype(be_dtype t);
 
 #endif

@@ -72,12 +72,13 @@ static int64_t count_valid(const int32_t *labels, size_t n)
 static double local_sumsq(plan *p)
 {
 	if (p->tp == 1)
-		return grad_sumsq(p->be, p->grads, p->shard_numel);
+		return grad_sumsq_typed(p->be, p->grads, p->mt, p->shard_numel);
 	double s = 0;
 	for (int i = 0; i < model_num_tensors(p->m); i++) {
 		const plan_tensor *t = &p->t[i];
 		if (p->u[model_tensor_at(p->m, i)->unit].held && (!t->tp_replicated || p->tp_rank == 0))
-			s += grad_sumsq(p->be, p->grads + t->shard_off, (size_t)(t->cs * t->cols));
+			s += grad_sumsq_typed(p->be, plan_shard_at(p, p->grads, t->shard_off), p->mt,
+					      (size_t)(t->cs * t->cols));
 	}
 	return s;
 }
@@ -94,7 +95,7 @@ static int clip(plan *p, double max_norm, double *norm, titan_err *e)
 	    all_reduce(p, p->c_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e))
 		return -1;
 	*norm = sqrt(s);
-	grad_clip_scale(p->be, p->grads, p->shard_numel, *norm, max_norm);
+	grad_clip_scale_typed(p->be, p->grads, p->mt, p->shard_numel, *norm, max_norm);
 	PROF_PHASE(t, "clip_grad_norm");
 	return 0;
 }
@@ -129,7 +130,7 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 		return err_set(e, "no valid labels in the step's batch on any rank");
 	if (plan_f8_begin(p, e))
 		return -1;
-	p->be->ops->zero(p->be, p->grads, p->shard_numel * sizeof(float));
+	p->be->ops->zero(p->be, p->grads, p->shard_numel * be_dtype_size(p->mt));
 	p->eval = 0;
 	double loss_sum = 0;
 	int64_t valid = 0;

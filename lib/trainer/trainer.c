@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cuda.h"
 #include "core/afile.h"
 #include "dcp/dcp.h"
+#include "gpu/gpu.h"
 #include "loader/loader.h"
 #include "metrics/metrics.h"
 #include "model/model.h"
@@ -118,6 +120,7 @@ typedef struct job {
 	metrics_jsonl jl;
 	int jl_open;
 	double flops_per_token, peak_flops;
+	gpu_info gpu;           /* the CUDA backend's device (name "" on the CPU) */
 	int64_t step, ntokens_seen; /* ntokens_seen: this rank's (torchtitan's train_state) */
 	double lr, max_loss;
 	int prof;               /* the profiler is started */
@@ -298,6 +301,66 @@ static int build_pipeline(job *j, titan_err *err)
 	return 0;
 }
 
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The backend of --backend (trainer_hooks.backend): the CPU's, or the CUDA
+ * backend on the process's device with one arena of all its free memory
+ * (less what the CUDA libraries keep for themselves). */
+static int open_backend(job *j, titan_err *err)
+{
+	int want = j->h->backend, dev = j->h->device;
+	if (want == TRAINER_BACKEND_AUTO)
+		want = dev >= 0 ? TRAINER_BACKEND_CUDA : TRAINER_BACKEND_CPU;
+	if (want == TRAINER_BACKEND_CPU)
+		return (j->be = backend_cpu_create(j->h->threads, err)) ? 0 : -1;
+	if (dev < 0)
+		return err_set(err, "--backend cuda: no GPU for this process (%s)", gpu_why_none());
+	backend_cuda_opts o = {.device = dev};
+	if (gpu_device_info(dev, &j->gpu, err) != 0 || !(j->be = backend_cuda_create(&o, err)))
+		return err_prefix(err, "--backend cuda");
+	return 0;
+}
+
+/* The log's memory: the CPU process's resident peak, or on a GPU the arena's
+ * real peak (titan's whole device memory in a step) and its share of the
+ * device, as torchtitan reports max_reserved. */
+static void job_memory(const job *j, double *gib, double *pct)
+{
+	if (!j->gpu.name[0]) {
+		metrics_cpu_memory(gib, pct);
+		return;
+	}
+	*gib = (double)backend_cuda_high_water(j->be) / GIB;
+	*pct = j->gpu.mem_bytes ? 100.0 * *gib * GIB / (double)j->gpu.mem_bytes : 0;
+}
+
+/* compile.enable: torchtitan compiles each block ("model") and the loss
+ * ("loss"); titan runs its fused ops there (model_set_fusion). */
+static int apply_compile(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	unsigned flags = 0;
+	if (!c->compile.enable)
+		return 0;
+	for (int i = 0; i < c->compile.components.n; i++) {
+		const char *s = c->compile.components.v[i];
+		if (strcmp(s, "model") == 0)
+			flags |= MODEL_FUSE_BLOCKS;
+		else if (strcmp(s, "loss") == 0)
+			flags |= MODEL_FUSE_LOSS;
+		else
+			return err_set(err, "compile.components: \"%s\" is not \"model\" or \"loss\"", s);
+	}
+	if (flags & MODEL_FUSE_BLOCKS)
+		metrics_log(j->log, "Compiling each TransformerBlock: fused q, k, v product with "
+			    "RoPE, norms' backward fused with the residual gradient");
+	if (flags & MODEL_FUSE_LOSS)
+		metrics_log(j->log, "Compiling the loss function: output projection and "
+			    "cross-entropy fused over the logits' chunks");
+	return model_set_fusion(plan_model(j->p), flags, err);
+}
+
+
 /* torchtitan's parallelize_llama on this rank: the plan (the model with its
  * tensor-parallel shapes, FSDP's shards, the optimizer over them), each rank
  * drawing its own shards of torchtitan's initial weights. */
@@ -315,7 +378,7 @@ static int build_plan(job *j, titan_err *err)
 	int vocab = a->vocab_size;
 	if (trainer_check_vocab(j->data_dir, loader_vocab_size(j->train), a, err) != 0)
 		return err_prefix(err, "training data");
-	if ((j->be = backend_cpu_create(j->h->threads, err)) == NULL)
+	if (open_backend(j, err) != 0)
 		return -1;
 	/* context parallelism: a rank computes on its T / cp tokens of each
 	 * sequence (T divides: lib/mesh refused it before) */
@@ -333,8 +396,14 @@ static int build_plan(job *j, titan_err *err)
 	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
 	    choose_precision(j, &prec, err) != 0)
 		return -1;
+	if (backend_is_cuda(j->be) && j->be->ops->ce_vocab_stats == NULL && o.loss_parallel &&
+	    j->h->mesh != NULL && j->h->mesh->size[MESH_TP] > 1)
+		return err_set(err, "--backend cuda: loss parallelism's vocabulary-sharded "
+			       "cross-entropy is not on the CUDA backend yet; set "
+			       "parallelism.disable_loss_parallel = true");
 	o.prec = prec.model;
 	o.reduce = prec.reduce;
+	o.master = prec.master;
 	if (j->pp > 1) {
 		o.b = (int)c->parallelism.pipeline_parallel_microbatch_size;
 		o.pp = 1;
@@ -342,7 +411,7 @@ static int build_plan(job *j, titan_err *err)
 	}
 	if ((j->p = plan_create(&o, err)) == NULL)
 		return -1;
-	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 ||
+	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 || apply_compile(j, err) != 0 ||
 	    plan_init_weights(j->p, seed_of(c), 1, err) != 0 ||
 	    (j->pp > 1 && plan_set_pipeline(j->p, &j->pp_split, j->pp_sched, err) != 0))
 		return -1;
@@ -351,7 +420,12 @@ static int build_plan(job *j, titan_err *err)
 	j->gm = plan_global_model(j->p);
 	const llama_args *ma = model_args(j->gm);
 	j->flops_per_token = model_flops_per_token(j->gm, (int)j->T);
-	j->peak_flops = metrics_cpu_peak_flops();
+	/* MFU against the peak of the type the linears compute in: measured on
+	 * the CPU; torchtitan's table (bf16 dense) for a GPU it knows */
+	be_dtype mm = model_get_prec(plan_model(j->p))->act;
+	j->peak_flops = j->gpu.name[0] ? metrics_device_peak_flops(j->gpu.name) : 0;
+	if (j->peak_flops <= 0)
+		j->peak_flops = metrics_matmul_peak_flops(j->be, mm);
 	char np[48];
 	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->gm));
 	metrics_log(j->log, "Building %s %s with vocab_size %d, dim %d, n_layers %d, n_heads %d, "
@@ -364,8 +438,16 @@ static int build_plan(job *j, titan_err *err)
 		metrics_log(j->log, "Mixture of experts: %d experts, top %d; %s parameters active per "
 			    "token (flops and MFU count these)", a->moe.experts, a->moe.top_k, act);
 	}
-	metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured sgemm)",
-		    j->be->threads, j->peak_flops);
+	if (j->gpu.name[0])
+		metrics_log(j->log, "CUDA backend on device %d (%s, %.1f GiB), arena %.1f GiB; "
+			    "peak FLOP/s for MFU: %.3g (%s)", j->h->device, j->gpu.name,
+			    (double)j->gpu.mem_bytes / GIB, (double)backend_cuda_arena_bytes(j->be) / GIB,
+			    j->peak_flops, metrics_device_peak_flops(j->gpu.name) > 0
+						   ? "the device's bf16 dense peak, as torchtitan"
+						   : "measured matmul");
+	else
+		metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured %s "
+			    "matmul)", j->be->threads, j->peak_flops, be_dtype_name(mm));
 	plan_describe(j->p, j->log);
 	return 0;
 }
@@ -643,7 +725,7 @@ static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err
 {
 	double dt = now_s() - w->t0;
 	metrics_step s = {.step = j->step, .loss = loss, .grad_norm = gnorm};
-	metrics_cpu_memory(&s.mem_gib, &s.mem_pct);
+	job_memory(j, &s.mem_gib, &s.mem_pct);
 	/* torchtitan's tps: the tokens of this rank's batch per second, over the
 	 * ranks that share it (cp x tp x pp) */
 	s.tps = dt > 0 ? (double)w->tokens / dt / j->non_dp : 0;
@@ -785,7 +867,7 @@ static int validate(job *j, titan_err *err)
 		return err_set(err, "validation: %s has no validation tokens", dir);
 	double loss = loss_sum / (double)n_valid;
 	double gib, pct;
-	metrics_cpu_memory(&gib, &pct);
+	job_memory(j, &gib, &pct);
 	char line[256];
 	metrics_format_validation_line(line, sizeof line, j->step, loss, gib, pct, j->h->color);
 	metrics_log(j->log, "%s", line);
@@ -866,7 +948,7 @@ static int run_loop(job *j, titan_err *err)
 				   .tps = (double)j->accum * (double)(j->B * j->T) / dt / j->non_dp};
 		ms.tflops = j->flops_per_token * ms.tps / 1e12;
 		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
-		metrics_cpu_memory(&ms.mem_gib, &ms.mem_pct);
+		job_memory(j, &ms.mem_gib, &ms.mem_pct);
 		if (j->jl_open && metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
 			return -1;
 		t_start = now_s();

@@ -187,7 +187,7 @@ static void later_features_are_refused_not_ignored(void **state)
 {
 	(void)state;
 	const char *cases[][3] = {
-		{"compile.enable", "true", "compile.enable"},
+		{"compile.backend", "eager", "compile.backend"},
 		{"model.converters", "quantize.linear.mx", "quantize.linear.mx is not supported"},
 		{"model.converters", "quantize.grouped_mm.float8", "grouped_mm.float8 is not supported"},
 		{"training.enable_cpu_offload", "true", "enable_cpu_offload"},

@@ -11,6 +11,7 @@
 # (CI runs this on 2 cores).
 # f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
 # precomputed scales.
+# prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -81,4 +82,8 @@ plan 8 shard=2 cp=2 tp=2
 # Float8 linears with FSDP's float8 all-gather
 plan 2 shard=2 f8=1 accum=2
 plan 4 rep=2 shard=2 f8=2 reshard=always
+# FSDP2's mixed precision (mixed_precision_param bf16, reduce float32) against
+# one process in the same mode, 200 steps (issue 12's bound; test_plan.c)
+plan 2 shard=2 prec=fsdp steps=200
+plan 2 shard=2 prec=fsdp accum=2 reshard=always
 t_done
