@@ -291,7 +291,7 @@ static void training_dtype_bf16_own_storage_near_exact(void **s)
 		model_tensor_read(m, tt, 1, grads + tt->offset);
 	}
 	double lerr = fabs(ls / (double)nv - exact) / exact, num = 0, den = 0;
-	diff(grads, g64, np, &num, &den);
+	golden_diff(grads, g64, np, &num, &den);
 	print_message("training.dtype bf16: loss %.9f, exact %.9f (rel %.2e); gradients vs exact "
 		      "%.2e\n", ls / (double)nv, exact, lerr, num / den);
 	assert_true(lerr < 1e-3);
