@@ -190,8 +190,6 @@ static const char *tp_unplanned(const llama_args *a)
 		return "mixture-of-experts layers";
 	if (a->mla.kv_lora_rank > 0)
 		return "multi-head latent attention";
-	if (a->qk_norm)
-		return "QK-norm";
 	if (a->attn_bias)
 		return "attention biases";
 	if (a->attn_sinks)

@@ -7,32 +7,36 @@
  *
  * Every rank trains the flavor for 5 steps of a global batch of 4 sequences
  * of 32 tokens under the plan, and beside it the same model as one process
- * on the whole batch (the families' own shapes: 4 x 32 tokens keep CI fast,
- * as tests/family/train.sh does).  Per step the loss and grad norm must
- * agree; after the steps every rank's boxes of the final parameters must
- * equal the same boxes of the single process's tensors, and its buffers
- * (the MoE layers' expert_bias, moved by the load balancing after every
- * step) the single process's.  Seeds fixed and printed.
+ * on the whole batch (the families' own shapes, vocabulary cut to 2048: 4 x
+ * 32 tokens keep CI fast, as tests/family/train.sh does).  Per step the loss
+ * and grad norm must agree; after step 1 (the same weights on both sides)
+ * every rank's boxes of the gradients must equal the same boxes of the single
+ * process's; after the last step its boxes of the parameters, and its
+ * buffers (the MoE layers' expert_bias, moved by the load balancing after
+ * every step) the single process's.  Seeds fixed and printed.
  *
- * Tolerances: those of tests/plan/test_plan.c (the same reorderings of
- * float32 sums: rows split over ranks, partial sums over tp, the
- * reduce-scatters), with two differences.  The first step starts from the
- * same weights: its loss and grad norm agree to FIRST_TOL (measured 1.3e-10
- * for the grad norm of Qwen3's debug flavor).  Later steps start from
- * weights that AdamW moved by m / sqrt(v), which turns a reordering of a
- * nearly cancelling gradient element into a visible fraction of lr, and the
- * families' deeper flavors (8 layers, 2048-wide attention) carry that
- * further: Qwen3's grad norm drifts 5e-8, 2e-7, 7e-7, 1.2e-6 over steps 2-5
- * (NORM_TOL leaves a factor 8; a lost or doubled contribution shows at step
- * 1 or in the parameters, by the order of lr).  And the MoE router's top-k.  A token
- * whose k-th and (k+1)-th scores tie within float32 rounding may pick
- * another expert when its scores are computed in another order; nothing here
- * makes a tie likely (random weights, 128 tokens), and one flip would move
- * the loss by ~1e-3 relative, far outside the bounds, so a failure of that
- * kind is visible and named by the loss.  expert_bias moves by
- * load_balance_coeff * sign(mean - count): counts are integers summed
- * exactly, so it must agree exactly up to float32 rounding of the sums of
- * its steps (BIAS_TOL). */
+ * Tolerances.  The plans add the same float32 products in another order
+ * (rows split over ranks, partial sums over tp heads, the reduce-scatters).
+ * Step 1 starts from the same weights: loss and grad norm within FIRST_TOL
+ * (measured up to 6e-9), every gradient element within GRAD_TOL of its
+ * tensor's largest (measured 2.2e-6, Qwen3's q_norm under TP 2: a sum over
+ * every token and head); a lost or doubled contribution (a replicated
+ * tensor's gradient not summed over tp, an expert's rows sent twice) is off
+ * by the order of the tensor's own gradient.  Later steps start from weights
+ * that AdamW moved by m / sqrt(v), which turns the reordering of a nearly
+ * cancelling gradient element into a visible fraction of lr, and Qwen3's
+ * QK-norm makes such elements common in wq and wk (an RMSNorm's backward
+ * takes out the component along its input): over steps 2-5 the loss drifts
+ * to 1.5e-7, the grad norm to 3.6e-6 (TP 2), and the parameters to 0.042 lr
+ * (wo, wk); the bounds leave a factor 5 to 14 (LOSS_TOL, NORM_TOL,
+ * PARAM_TOL_LR).  The MoE router's top-k: a token whose k-th and (k+1)-th
+ * scores tie within float32 rounding may pick another expert when its
+ * scores are computed in another order; nothing here makes a tie likely
+ * (random weights, 128 tokens), and one flip would move the loss by ~1e-3
+ * relative, far outside the bounds, so a failure of that kind is visible.
+ * expert_bias moves by load_balance_coeff * sign(mean - count): the counts
+ * are integers summed exactly, so it must agree to float32 rounding
+ * (BIAS_TOL). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,9 +54,10 @@
 #include "plan/plan.h"
 
 #define FIRST_TOL 1e-8
-#define LOSS_TOL 1e-7
-#define NORM_TOL 1e-5
-#define PARAM_TOL_LR 0.02
+#define LOSS_TOL 1e-6
+#define NORM_TOL 5e-5
+#define GRAD_TOL 1e-5
+#define PARAM_TOL_LR 0.2
 #define BIAS_TOL 1e-6
 #define LR 1e-3
 
@@ -116,18 +121,24 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
 	return p;
 }
 
-/* Every rank's boxes of its final parameters (up to 3 dims: the experts'
- * weights) against the same boxes of the single process's tensors: the
- * largest |a - b|. */
-static double compare_params(plan *dist, plan *ref)
+/* Every rank's boxes of its shard buffer (final parameters, or gradients
+ * with grads) against the same boxes of the single process's tensors, up to
+ * 3 dims (the experts' weights): the largest |a - b|, or with grads the
+ * largest |a - b| / max |b| of the tensor; *where names its tensor. */
+static double compare_boxes(plan *dist, plan *ref, int grads, const char **where)
 {
 	const model *g = plan_global_model(dist);
-	const float *a = plan_shard_params(dist), *b = plan_shard_params(ref);
+	const float *a = grads ? plan_shard_grads(dist) : plan_shard_params(dist);
+	const float *b = grads ? plan_shard_grads(ref) : plan_shard_params(ref);
 	double worst = 0;
 	for (int i = 0; i < model_num_tensors(g); i++) {
 		const model_tensor *t = model_tensor_at(g, i);
 		const plan_box *x = plan_box_at(dist, i);
 		const float *full = b + plan_box_at(ref, i)->shard_off;
+		double scale = 0;
+		for (size_t k = 0; grads && k < t->numel; k++)
+			scale = fabs(full[k]) > scale ? fabs(full[k]) : scale;
+		scale = grads ? (scale > 0 ? scale : 1) : 1;
 		int64_t z[3] = {1, 1, 1}, o[3] = {0, 0, 0}, s[3] = {1, 1, 1};
 		for (int d = 0; d < x->ndim; d++) {
 			z[d] = x->sizes[d];
@@ -139,8 +150,11 @@ static double compare_params(plan *dist, plan *ref)
 			for (int64_t j = 0; j < z[1]; j++)
 				for (int64_t l = 0; l < z[2]; l++, k++) {
 					size_t at = (size_t)(((o[0] + r) * s[1] + o[1] + j) * s[2] + o[2] + l);
-					double d = fabs((double)a[x->shard_off + k] - (double)full[at]);
-					worst = d > worst ? d : worst;
+					double d = fabs((double)a[x->shard_off + k] - (double)full[at]) / scale;
+					if (d > worst) {
+						worst = d;
+						*where = t->fqn;
+					}
 				}
 	}
 	return worst;
@@ -203,7 +217,8 @@ static void family_plan_equals_the_single_process(void **state)
 	int32_t *mi = malloc(sizeof(int32_t) * ROWS * T), *ml = malloc(sizeof(int32_t) * ROWS * T);
 	assert_true(ids && labels && mi && ml);
 	tokens(ids, labels, vocab, 20261203);
-	double worst_loss = 0, worst_norm = 0;
+	double worst_loss = 0, worst_norm = 0, dg = 0;
+	const char *gat = "-";
 	for (int s = 0; s < STEPS; s++) {
 		size_t base = (size_t)s * ROWS * T;
 		/* the loader's order: micro-batch k takes rows k*lb*dp + r*lb.. */
@@ -223,19 +238,28 @@ static void family_plan_equals_the_single_process(void **state)
 		double dl = rel(got.loss, exp.loss), dn = rel(got.grad_norm, exp.grad_norm);
 		worst_loss = dl > worst_loss ? dl : worst_loss;
 		worst_norm = dn > worst_norm ? dn : worst_norm;
+		if (m->rank == 0)
+			print_message("step %d: loss %.2e, grad norm %.2e (relative)\n", s + 1, dl, dn);
 		double tol_l = s ? LOSS_TOL : FIRST_TOL, tol_n = s ? NORM_TOL : FIRST_TOL;
 		if (dl > tol_l || dn > tol_n)
 			fail_msg("rank %d step %d: loss %.10f vs %.10f (rel %.2e), grad norm %.10f vs "
 				 "%.10f (rel %.2e)", m->rank, s + 1, got.loss, exp.loss, dl, got.grad_norm,
 				 exp.grad_norm, dn);
+		if (s == 0) /* the same weights: the gradients themselves */
+			dg = compare_boxes(p, ref, 1, &gat);
+		if (dg > GRAD_TOL)
+			fail_msg("rank %d: step 1's gradients differ by %.2e of their tensor's "
+				 "largest (%s)", m->rank, dg, gat);
 	}
-	double bmax, dw = compare_params(p, ref) / LR, db = compare_buffers(p, ref, &bmax);
+	const char *at = "-";
+	double bmax, dw = compare_boxes(p, ref, 0, &at) / LR, db = compare_buffers(p, ref, &bmax);
 	if (m->rank == 0)
 		print_message("%s: worst differences: loss %.2e, grad norm %.2e (relative), "
-			      "parameters %.2e lr, buffers %.2e (of %.2e)\n", c.text, worst_loss,
-			      worst_norm, dw, db, bmax);
+			      "step 1's gradients %.2e (%s), parameters %.2e lr (%s), buffers "
+			      "%.2e (of %.2e)\n", c.text, worst_loss, worst_norm, dg, gat, dw, at, db,
+			      bmax);
 	if (dw > PARAM_TOL_LR)
-		fail_msg("rank %d: parameters differ by %.3f lr", m->rank, dw);
+		fail_msg("rank %d: parameters differ by %.3f lr (%s)", m->rank, dw, at);
 	if (db > BIAS_TOL)
 		fail_msg("rank %d: buffers (expert_bias) differ by %.3g", m->rank, db);
 	free(ids);

@@ -78,15 +78,15 @@ static void llama3_tensors_carry_torchtitans_tensor_parallel_plan(void **s)
  * count (an independent sum over the shapes), tensors cover the flat layout in
  * order and each unit's tensors are contiguous.  Unbound: no storage needed
  * even for 405B. */
-/* Tensor parallelism has Llama's plan only: a flavor with pieces it has no
- * plan for refuses a degree above 1 by name, and builds at degree 1. */
+/* Tensor parallelism has plans for Llama's pieces and Qwen3's QK-norm: a
+ * flavor with pieces it has no plan for refuses a degree above 1 by name,
+ * and builds at degree 1; Qwen3's dense debug flavor builds at 2. */
 static void pieces_without_a_tp_plan_refuse_tensor_parallelism(void **s)
 {
 	(void)s;
 	static const struct {
 		const char *family, *flavor, *piece;
 	} cases[] = {
-		{"qwen3", "debugmodel", "QK-norm"},
 		{"qwen3", "debugmodel_moe", "mixture-of-experts"},
 		{"deepseek_v3", "debugmodel", "mixture-of-experts"},
 		{"llama4", "debugmodel", "mixture-of-experts"},
@@ -110,6 +110,10 @@ static void pieces_without_a_tp_plan_refuse_tensor_parallelism(void **s)
 		model_free(m);
 	}
 	model *m = model_create_tp(be, flavor_find("debugmodel"), 0, &two, &e);
+	assert_non_null(m);
+	model_free(m);
+	m = model_create_tp(be, model_family_flavor(model_family_find("qwen3"), "debugmodel"), 0,
+			    &two, &e);
 	assert_non_null(m);
 	model_free(m);
 	backend_free(be);
