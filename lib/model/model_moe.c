@@ -203,7 +203,17 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 			     &r, d);
 	if (sh)
 		model_linear(m, m->d_xn, piece_act(c, ACT_H), c->w->p[W_SW2], n, sh, d, 1);
-	be->ops->axpy(be, y, m->prec.resid, 1, m->d_xn, at, n * d);
+	if (m->tp.size == 1) {
+		be->ops->axpy(be, y, m->prec.resid, 1, m->d_xn, at, n * d);
+		return;
+	}
+	/* Under TP every rank routed every token to its slice of each expert's
+	 * hidden units: the output is a partial sum, reduce-scattered to the
+	 * rank's rows of the stream (torchtitan's moe output Partial ->
+	 * Shard(1)). */
+	int64_t ns = model_seq(m, n);
+	model_tp_scatter(m, m->d_xs, m->d_xn, n, d, at);
+	be->ops->axpy(be, y, m->prec.resid, 1, m->d_xs, at, ns * d);
 }
 
 /* Op-level checkpointing kept the routing and the matmul outputs: the rows'
@@ -269,6 +279,7 @@ int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	float *rw = piece_act(c, ACT_RW);
 	int before = mo->score_before_experts;
 	void *xn = piece_act(c, ACT_XN2);
+	model_tp_finish(m); /* async TP: dy's gather, which no linear reads first here */
 	/* The combine: the rows' gradients, and (weighted outputs) the weights'. */
 	be->ops->moe_gather(be, m->d_rows, dy, at, perm, offs, before ? NULL : rw, &r, d);
 	if (!before)

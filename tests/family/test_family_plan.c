@@ -1,7 +1,7 @@
 /* Every family's debug flavor under the parallel plans against the single
  * process.  tests/family/equiv.sh runs this program under mpirun once per
  * case, naming it in TITAN_FAMILY_PLAN ("qwen3:debugmodel_moe_small shard=2
- * tp=1 accum=1"; the degrees' product is the world size); run alone it checks
+ * tp=1 accum=1 async=0"; the degrees' product is the world size); run alone it checks
  * Qwen3's debug flavor in a world of one (a plan over a mesh of one rank
  * against the plan without a mesh).
  *
@@ -67,7 +67,7 @@ static comm *world;
 
 typedef struct cfg {
 	const llama_args *args;
-	int shard, tp, accum;
+	int shard, tp, accum, async;
 	char text[256];
 } cfg;
 
@@ -92,6 +92,7 @@ static void read_cfg(cfg *c)
 	c->tp = get(s, "tp=", 1);
 	c->shard = get(s, "shard=", comm_size(world) / c->tp);
 	c->accum = get(s, "accum=", 1);
+	c->async = get(s, "async=", 0);
 }
 
 /* Tokens of every step: (STEPS, ROWS, T) ids below vocab and labels, 1 in 9
@@ -109,7 +110,7 @@ static void tokens(int32_t *ids, int32_t *labels, int vocab, uint64_t seed)
 static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
 {
 	plan_opts o = {.be = be, .mesh = m, .args = c->args, .vocab_size = VOCAB, .b = b, .t = T,
-		       .reduce = BE_F32, .loss_parallel = 1};
+		       .reduce = BE_F32, .loss_parallel = 1, .async_tp = c->async};
 	adamw_config_default(&o.adamw);
 	o.adamw.lr = LR;
 	titan_err e = {{0}};
