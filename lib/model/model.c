@@ -181,22 +181,6 @@ static int check_attention_args(const llama_args *a, titan_err *e)
 	return 0;
 }
 
-/* The first piece or option of a flavor that tensor parallelism has no plan
- * for yet (NULL: none; Llama's GQA, dense SwiGLU and per-layer attention masks
- * shard as torchtitan's apply_tp). */
-static const char *tp_unplanned(const llama_args *a)
-{
-	if (a->moe.swiglu_limit > 0)
-		return "GPT-OSS experts (their biases)";
-	if (a->mla.kv_lora_rank > 0)
-		return "multi-head latent attention";
-	if (a->attn_bias)
-		return "attention biases";
-	if (a->attn_sinks)
-		return "attention sinks";
-	return NULL;
-}
-
 /* The rank's shapes under tensor parallelism: heads and the FFN's hidden
  * size split evenly, the vocabulary in torch.chunk's sizes. */
 static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
@@ -207,11 +191,6 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	m->vocab_global = a->vocab_size;
 	if (t == 1)
 		return 0;
-	const char *piece = tp_unplanned(a);
-	if (piece)
-		return err_set(e, "model %s %s: tensor parallel degree %d: no tensor-parallel "
-			       "plan for its %s yet", m->family->name, a->name ? a->name : "?", t,
-			       piece);
 	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t || a->moe.inter_dim % t)
 		return err_set(e, "tensor parallel degree %d does not divide n_heads %d, n_kv_heads "
 			       "%d, the FFN's %d rows and the experts' %d", t, a->n_heads,

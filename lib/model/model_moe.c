@@ -153,7 +153,7 @@ static void experts_fwd(const piece_ctx *c)
 	experts_gate(c);
 	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, offs, rows, d, in, piece_act(c, ACT_EH),
 				c->w->p[W_EW2], at, 0, piece_act(c, ACT_EY), at);
-	if (gpt_oss(m))
+	if (gpt_oss(m) && m->tp.rank == 0) /* under TP once, to the partial sums */
 		expert_bias_add(c, piece_act(c, ACT_EY), W_EB2, d);
 }
 
@@ -241,7 +241,7 @@ static int experts_bwd(const piece_ctx *c, titan_err *e)
 	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim, rows = c->n * mo->top_k;
 	const int32_t *offs = piece_act(c, ACT_OFFS);
 	int gpt = gpt_oss(m);
-	if (gpt)
+	if (gpt && m->tp.rank == 0) /* the whole gradient; the other tp ranks' add 0 */
 		expert_bias_grad(c, m->d_rows, W_EB2, d);
 	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, d, in, m->d_rows, c->w->p[W_EW2],
 				at, 0, m->d_eh, at);

@@ -4,8 +4,8 @@
 # 4 x 32 tokens, per-step loss and grad norm, the final parameters and the
 # MoE layers' expert_bias within the tolerances of test_family_plan.c.  The
 # MoE families run titan's small MoE flavors, as tests/family/train.sh does.
-# Each line: the ranks, the case (TITAN_FAMILY_PLAN): FSDP 2 for every
-# family, then TP 2 for the families' pieces that have a tensor-parallel plan.
+# Each line: the ranks, the case (TITAN_FAMILY_PLAN): FSDP 2, then TP 2,
+# for every family.
 . tests/lib.sh
 
 T=$BUILD/tests/family/test_family_plan
@@ -35,4 +35,6 @@ plan 2 gpt_oss:debugmodel_small shard=2
 plan 2 qwen3:debugmodel tp=2
 plan 2 qwen3:debugmodel_moe_small tp=2 async=1
 plan 2 llama4:debugmodel tp=2
+plan 2 deepseek_v3:debugmodel tp=2
+plan 2 gpt_oss:debugmodel_small tp=2
 t_done
