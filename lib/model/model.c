@@ -183,24 +183,6 @@ static int check_attention_args(const llama_args *a, titan_err *e)
 	return 0;
 }
 
-/* The first piece or option of a flavor that tensor parallelism has no plan
- * for yet (NULL: none; Llama's GQA, dense SwiGLU and per-layer attention masks
- * shard as torchtitan's apply_tp). */
-static const char *tp_unplanned(const llama_args *a)
-{
-	if (a->moe.experts > 0)
-		return "mixture-of-experts layers";
-	if (a->mla.kv_lora_rank > 0)
-		return "multi-head latent attention";
-	if (a->qk_norm)
-		return "QK-norm";
-	if (a->attn_bias)
-		return "attention biases";
-	if (a->attn_sinks)
-		return "attention sinks";
-	return NULL;
-}
-
 /* The rank's shapes under tensor parallelism: heads and the FFN's hidden
  * size split evenly, the vocabulary in torch.chunk's sizes. */
 static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
@@ -211,14 +193,10 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	m->vocab_global = a->vocab_size;
 	if (t == 1)
 		return 0;
-	const char *piece = tp_unplanned(a);
-	if (piece)
-		return err_set(e, "model %s %s: tensor parallel degree %d: no tensor-parallel "
-			       "plan for its %s yet", m->family->name, a->name ? a->name : "?", t,
-			       piece);
-	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t)
+	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t || a->moe.inter_dim % t)
 		return err_set(e, "tensor parallel degree %d does not divide n_heads %d, n_kv_heads "
-			       "%d and the FFN's %d rows", t, a->n_heads, a->n_kv_heads, m->ffn);
+			       "%d, the FFN's %d rows and the experts' %d", t, a->n_heads,
+			       a->n_kv_heads, m->ffn, a->moe.inter_dim);
 	int64_t chunk = (a->vocab_size + t - 1) / t;
 	m->v0 = chunk * tp->rank;
 	int64_t nv = a->vocab_size - m->v0;
@@ -227,6 +205,7 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	a->n_kv_heads /= t;
 	a->head_dim = m->head_dim;
 	a->hidden_dim = m->ffn /= t;
+	a->moe.inter_dim /= t; /* routed and shared experts: hidden units split */
 	return 0;
 }
 

@@ -279,8 +279,8 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 	be_attn sh = shape_of(c);
 	model_attention_fwd(c, &sh);
 	model_resid_add_linear(m, xm, att, w->p[W_WO], s.n, s.h * s.hd, s.d);
-	if (w->p[W_BO])
-		be->ops->bias_add(be, xm, m->prec.resid, w->p[W_BO], m->prec.param, s.n, s.d, 1,
+	if (w->p[W_BO]) /* onto the rank's rows of the stream (whole sums under TP) */
+		be->ops->bias_add(be, xm, m->prec.resid, w->p[W_BO], m->prec.param, c->ns, s.d, 1,
 				  NULL);
 }
 
@@ -295,7 +295,10 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	model_linear_dx(m, m->d_att, dy, w->p[W_WO], s.n, s.h * s.hd, s.d, 0);
 	if (model_weight_grad(c, W_WO, dy, ACT_ATT, s.h * s.hd, s.d, e))
 		return -1;
-	bias_grad(c, W_BO, dy, s.d);
+	if (c->g->p[W_BO]) /* the rank's rows: under TP a partial sum, all-reduced as a norm's */
+		m->be->ops->bias_grad(m->be, c->g->p[W_BO], m->prec.grad,
+				      elt(dy, m->prec.act, (size_t)(m->tp.rank * c->ns * s.d)),
+				      m->prec.act, c->ns, s.d, 1, NULL);
 	be_attn sh = shape_of(c);
 	model_attention_bwd(c, &sh);
 	if (qkv_fused(c, 1)) { /* rotated back and packed: one product each way */

@@ -221,7 +221,7 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 	}
 	/* Persistent buffers (MoE expert_bias), float32 as torchtitan keeps them:
 	 * every rank holds the same (the counts that move them are summed over
-	 * the batch ranks; tensor parallelism refuses MoE), rank 0 writes them. */
+	 * the batch ranks; tp ranks route the same tokens), rank 0 writes them. */
 	model *m = plan_model(s->p);
 	for (int i = 0; s->rank == 0 && i < model_num_buffers(m); i++) {
 		const model_tensor *t = model_buffer_at(m, i);
