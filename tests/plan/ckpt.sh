@@ -1,7 +1,8 @@
 #!/bin/sh
 # Checkpoints across meshes: a run saved under FSDP 4 resumes under FSDP 2 x
-# TP 2, under CP 2 x TP 2 and in one process, and the losses continue as in
-# the uninterrupted run; the last checkpoints of the four agree; torch.distributed.checkpoint
+# TP 2, under CP 2 x TP 2 and in one process, and one saved under PP 2 x FSDP
+# 2 resumes under CP 2 x TP 2: the losses continue as in the uninterrupted
+# run; the last checkpoints of FSDP 4's resumptions agree; torch.distributed.checkpoint
 # loads the 4-rank checkpoint in one process (with $PYTHON's torch; skipped
 # without it, as in CI).
 . tests/lib.sh
@@ -104,6 +105,11 @@ CP2TP2="--training.local_batch_size 4 --parallelism.data_parallel_shard_degree 1
 	--parallelism.context_parallel_degree 2 --parallelism.tensor_parallel_degree 2"
 # shellcheck disable=SC2086
 resume fsdp4 cp2tp2 4 $CP2TP2
+# the pipeline's checkpoint (each stage's ranks write their own units' boxes)
+# resumed under another plan: PP 2 x FSDP 2 saves, CP 2 x TP 2 continues it
+run pp2fsdp2 4 --training.local_batch_size 2 --parallelism.data_parallel_shard_degree 2 \
+	--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_microbatch_size 1
+resume pp2fsdp2 pp2fsdp2_cp2tp2 4 $CP2TP2
 # The last checkpoints: every key but the dataloader's (one per dp rank, its
 # world size) equal within 1e-5.
 for r in fsdp2tp2 single cp2tp2; do
