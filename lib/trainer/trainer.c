@@ -315,6 +315,12 @@ static int open_backend(job *j, titan_err *err)
 		return (j->be = backend_cpu_create(j->h->threads, err)) ? 0 : -1;
 	if (dev < 0)
 		return err_set(err, "--backend cuda: no GPU for this process (%s)", gpu_why_none());
+	/* The plan's collectives and its host-side scalar reductions go over the
+	 * mesh's MPI communicators, which take host buffers only. */
+	if (j->h->mesh != NULL && j->h->mesh->world_size > 1)
+		return err_set(err, "--backend cuda with %d ranks: the parallel plans do not run over "
+			       "NCCL yet; train on one GPU, or with --backend cpu",
+			       j->h->mesh->world_size);
 	backend_cuda_opts o = {.device = dev};
 	if (gpu_device_info(dev, &j->gpu, err) != 0 || !(j->be = backend_cuda_create(&o, err)))
 		return err_prefix(err, "--backend cuda");
