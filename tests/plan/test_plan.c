@@ -123,7 +123,6 @@ static void read_cfg(cfg *c)
 	c->rep = get(s, "rep=", 1);
 	c->tp = get(s, "tp=", 1);
 	c->cp = get(s, "cp=", 1);
-	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->cp * c->tp));
 	c->bal = strstr(s, "bal=none") ? CP_BALANCE_NONE : CP_BALANCE_HEADTAIL;
 	c->rot = strstr(s, "rot=alltoall") ? CP_ROTATE_ALLTOALL : CP_ROTATE_ALLGATHER;
 	c->accum = get(s, "accum=", 1);
@@ -154,10 +153,7 @@ static void read_cfg(cfg *c)
 	c->csv[0] = '\0';
 	if (f != NULL)
 		sscanf(f + 4, "%255s", c->csv);
-	if (c->pp == 1)
-		c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->tp));
-	else
-		c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->tp * c->pp));
+	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->cp * c->tp * c->pp));
 	c->bf16 = strstr(s, "prec=fsdp") != NULL;
 	c->steps = get(s, "steps=", STEPS);
 	c->args = strstr(s, "model=debugmodel") ? flavor_find("debugmodel") : &small;
