@@ -36,7 +36,8 @@ static int make_ring(plan *p, int t, cp_layout *l, cp_attn **ring, titan_err *e)
 
 int plan_apply_cp(plan *p, titan_err *e)
 {
-	if (p->cp == 1)
+	/* a layout-only plan (the planner's) has no communicators to ring over */
+	if (p->cp == 1 || p->o.layout_only)
 		return 0;
 	if (make_ring(p, p->o.t, &p->cpl, &p->ring, e) || use_layout(p, &p->cpl, p->ring, e))
 		return err_prefix(e, "context parallel");
