@@ -430,8 +430,11 @@ static int build_plan(job *j, titan_err *err)
 	 * the CPU; torchtitan's table (bf16 dense) for a GPU it knows */
 	be_dtype mm = model_get_prec(plan_model(j->p))->act;
 	j->peak_flops = j->gpu.name[0] ? metrics_device_peak_flops(j->gpu.name) : 0;
-	if (j->peak_flops <= 0)
+	if (j->peak_flops <= 0) {
 		j->peak_flops = metrics_matmul_peak_flops(j->be, mm);
+		/* the measurement's operands are not the run's: the peak starts after */
+		backend_reset_peak(j->be);
+	}
 	char np[48];
 	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->gm));
 	metrics_log(j->log, "Building %s %s with vocab_size %d, dim %d, n_layers %d, n_heads %d, "
