@@ -1118,9 +1118,6 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 	    need(p->context_parallel_degree == 1, err,
 		 "parallelism.context_parallel_degree = %ld: context parallelism %s; use 1",
 		 (long)p->context_parallel_degree, later) ||
-	    need(p->expert_parallel_degree == 1, err,
-		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
-		 (long)p->expert_parallel_degree, later) ||
 	    need(!list_has(&c->model.converters, "float8") && !list_has(&c->model.converters, "mx"),
 		 err, "model.converters: Float8/MX training %s; remove the converter", later) ||
 	    need(!c->float8.enable_fsdp_float8_all_gather &&
