@@ -17,16 +17,20 @@
  * experts had run there.  The backward sends the rows' gradients the same way
  * and brings the inputs' gradients back.  What a layer receives varies with
  * the routing: its rows and their activations live in one allocation per
- * layer, made by the forward (again by a recomputation) and freed by the
- * backward (or the next forward). */
+ * layer, made by the forward and freed by the backward (or the next
+ * forward); a forward whose layer the backward recomputes (activation
+ * checkpointing) or that has no backward frees them at once. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model_priv.h"
 
 typedef struct moe_ep_layer {
-	void *mem;        /* backend memory: the rows' indices and activations */
-	void *bwd;        /* backend memory: the backward's scratch */
+	void *mem;        /* backend memory: the rows' indices and the activations
+	                     the backward reads (xr, ea, eg, eh) */
+	void *tmp;        /* backend memory: the rows in received order (buf) and,
+	                     forward, the experts' outputs (ey); the backward's
+	                     scratch */
 	int64_t rows;     /* received: the rows this rank's experts compute */
 	size_t *sc, *sd;  /* (ep) rows sent to each rank, from row sd[j] of the sorted rows */
 	size_t *rc, *rd;  /* (ep) rows received from each rank, at row rd[j] */
@@ -74,9 +78,9 @@ static void drop_layer(model *m, moe_ep_layer *x)
 {
 	if (x->mem)
 		m->be->ops->free(m->be, x->mem);
-	if (x->bwd)
-		m->be->ops->free(m->be, x->bwd);
-	x->mem = x->bwd = NULL;
+	if (x->tmp)
+		m->be->ops->free(m->be, x->tmp);
+	x->mem = x->tmp = NULL;
 }
 
 void model_ep_free(model *m)
@@ -171,35 +175,43 @@ static int exchange_counts(model *m, moe_ep_layer *x, const int32_t *offs_dev, i
 	return 0;
 }
 
-/* The layer's allocation for `rows` received rows: indices, then the rows'
- * activations. */
+/* Carve n buffers of sz[i] bytes (0: NULL) out of one allocation *mem. */
+static int carve(model *m, void **mem, const size_t *sz, void **out, int n, titan_err *e)
+{
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += al(sz[i]);
+	if (!(*mem = m->be->ops->alloc(m->be, total, e)))
+		return -1;
+	char *c = *mem;
+	for (int i = 0; i < n; i++) {
+		out[i] = sz[i] ? c : NULL;
+		c += al(sz[i]);
+	}
+	return 0;
+}
+
+/* The layer's allocations for its received rows: the indices and what the
+ * backward reads, kept; the staging rows and the outputs, for the forward. */
 static int lay_out(model *m, moe_ep_layer *x, const int32_t *idx, titan_err *e)
 {
-	backend *be = m->be;
 	size_t a = be_dtype_size(m->prec.act), d = (size_t)m->args.dim, r = (size_t)x->rows;
 	size_t in = (size_t)m->args.moe.inter_dim, el = (size_t)m->el;
 	int gpt = m->args.moe.swiglu_limit > 0;
 	size_t ib = (el + 3 + 2 * r) * sizeof(int32_t);
-	size_t sz[7] = {ib, r * d * a, r * d * a, r * in * a * (gpt ? 2 : 1),
-			gpt ? 0 : r * in * a, r * in * a, r * d * a};
-	size_t total = 0;
-	for (int i = 0; i < 7; i++)
-		total += al(sz[i]);
-	if (!(x->mem = be->ops->alloc(be, total, e)))
+	size_t sz[5] = {ib, r * d * a, r * in * a * (gpt ? 2 : 1), gpt ? 0 : r * in * a, r * in * a};
+	size_t tz[2] = {r * d * a, r * d * a};
+	void *p[5], *t[2];
+	if (carve(m, &x->mem, sz, p, 5, e) || carve(m, &x->tmp, tz, t, 2, e))
 		return err_prefix(e, "expert parallel: %lld rows", (long long)x->rows);
-	be->ops->copy(be, x->mem, idx, ib, BACKEND_H2D);
-	char *p[7], *c = x->mem;
-	for (int i = 0; i < 7; i++) {
-		p[i] = sz[i] ? c : NULL;
-		c += al(sz[i]);
-	}
-	x->offs = (int32_t *)p[0];
+	m->be->ops->copy(m->be, x->mem, idx, ib, BACKEND_H2D);
+	x->offs = p[0];
 	x->to_local = x->offs + el + 1;
 	x->to_recv = x->to_local + r;
 	x->span = x->to_recv + r;
-	x->buf = p[1];
-	x->v = (moe_rows){.rows = x->rows, .groups = m->el, .offs = x->offs, .xr = p[2],
-			  .ea = p[3], .eg = p[4], .eh = p[5], .ey = p[6], .direct = 1};
+	x->buf = t[0];
+	x->v = (moe_rows){.rows = x->rows, .groups = m->el, .offs = x->offs, .xr = p[1],
+			  .ea = p[2], .eg = p[3], .eh = p[4], .ey = t[1], .direct = 1};
 	return 0;
 }
 
@@ -256,16 +268,19 @@ static int ep_fwd(const piece_ctx *c, titan_err *e)
 	permute_rows(m, x, x->v.xr, x->buf, x->to_local);
 	model_moe_experts_fwd(c, &x->v);
 	permute_rows(m, x, x->buf, x->v.ey, x->to_recv);
-	return send_rows(m, x, x->buf, piece_act(c, ACT_EY), 0, e);
+	rc = send_rows(m, x, x->buf, piece_act(c, ACT_EY), 0, e);
+	m->be->ops->free(m->be, x->tmp); /* the backward needs neither */
+	x->tmp = x->buf = x->v.ey = NULL;
+	return rc;
 }
 
-void model_ep_fwd(const piece_ctx *c)
+void model_ep_fwd(const piece_ctx *c, int keep)
 {
 	titan_err e = {{0}};
-	if (ep_fwd(c, &e)) {
+	if (ep_fwd(c, &e))
 		backend_fault(c->m->be, "expert parallel (layer %d): %s", c->l, e.msg);
+	if (!keep || e.msg[0])
 		drop_layer(c->m, &c->m->epl[c->l]);
-	}
 }
 
 int model_ep_bwd(const piece_ctx *c, titan_err *e)
@@ -278,18 +293,13 @@ int model_ep_bwd(const piece_ctx *c, titan_err *e)
 	size_t a = be_dtype_size(m->prec.act), r = (size_t)x->rows;
 	size_t in = (size_t)m->args.moe.inter_dim, d = (size_t)m->args.dim;
 	int gpt = m->args.moe.swiglu_limit > 0;
-	size_t sz[4] = {r * d * a, r * in * a, r * in * a * (gpt ? 2 : 1), gpt ? 0 : r * in * a};
-	size_t total = 0;
-	for (int i = 0; i < 4; i++)
-		total += al(sz[i]);
-	if (!(x->bwd = m->be->ops->alloc(m->be, total, e)))
+	size_t sz[5] = {r * d * a, r * d * a, r * in * a, r * in * a * (gpt ? 2 : 1),
+			gpt ? 0 : r * in * a};
+	void *p[5];
+	if (carve(m, &x->tmp, sz, p, 5, e))
 		return err_prefix(e, "expert parallel: the backward of %lld rows", (long long)x->rows);
-	char *p = x->bwd;
-	void **dst[4] = {&x->v.d_rows, &x->v.d_eh, &x->v.d_ea, &x->v.d_eg};
-	for (int i = 0; i < 4; i++) {
-		*dst[i] = sz[i] ? p : NULL;
-		p += al(sz[i]);
-	}
+	x->buf = p[0];
+	x->v.d_rows = p[1], x->v.d_eh = p[2], x->v.d_ea = p[3], x->v.d_eg = p[4];
 	int rc = send_rows(m, x, m->d_rows, x->buf, 1, e);
 	if (rc == 0) {
 		permute_rows(m, x, x->v.d_rows, x->buf, x->to_local);

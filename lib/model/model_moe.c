@@ -197,8 +197,9 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 	be->ops->moe_permute(be, piece_act(c, ACT_PERM), piece_act(c, ACT_POS), offs, counts,
 			     piece_act(c, ACT_IDX), &r);
 	gather_rows(c, &r);
-	if (m->ep.size > 1) {
-		model_ep_fwd(c);
+	if (m->ep.size > 1) { /* the backward uses these rows unless it recomputes them */
+		int kept = (model_layer_keep(m, c->l) & ACT_BIT(ACT_EY)) != 0;
+		model_ep_fwd(c, c->mb->train && (!y || kept));
 	} else {
 		moe_rows v = layer_rows(c);
 		model_moe_experts_fwd(c, &v);

@@ -419,12 +419,13 @@ int model_moe_experts_bwd(const piece_ctx *c, const moe_rows *v, titan_err *e);
 /* Expert parallelism (model_ep.c).  setup: the group and the experts held
  * (before the layout); free: what the layers hold.  fwd: the sorted rows
  * (ACT_XR, ACT_OFFS) to this rank's experts and their outputs back into
- * ACT_EY; a failure is recorded with backend_fault.  bwd: the rows'
+ * ACT_EY, the rank's rows kept for the backward when keep; a failure is
+ * recorded with backend_fault.  bwd: the rows'
  * gradient (m->d_rows) through the experts that computed them, in place;
  * the layer's rows are freed. */
 int model_ep_setup(model *m, const model_ep_group *ep, titan_err *e);
 void model_ep_free(model *m);
-void model_ep_fwd(const piece_ctx *c);
+void model_ep_fwd(const piece_ctx *c, int keep);
 int model_ep_bwd(const piece_ctx *c, titan_err *e);
 
 /* Add a tensor of layer l's unit to the layout (model.c): its name under

@@ -4,13 +4,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/family.h"
 #include "planner/planner_priv.h"
 
 /* A tensor's elements on one rank: split by TP along its tp_dim, then FSDP's
  * dim-0 shard, the rows padded up to a multiple of the FSDP degree (FSDP2's
  * padding, held by every rank). */
+static int ep_split(const plan_ctx *x, const model_tensor *t)
+{
+	return x->d.ep > 1 && t->is_expert;
+}
+
+/* Under expert parallelism a routed expert tensor holds the rank's experts
+ * (dim 0 / ep) and shards over efsdp = fsdp / ep. */
 static uint64_t tp_numel(const plan_ctx *x, const model_tensor *t)
 {
+	if (ep_split(x, t))
+		return t->numel / (uint64_t)x->d.ep;
 	uint64_t n = t->numel;
 	if (x->d.tp > 1 && t->tp_dim >= 0)
 		n = n / (uint64_t)t->shape[t->tp_dim] *
@@ -22,11 +32,14 @@ static uint64_t shard_numel(const plan_ctx *x, const model_tensor *t)
 {
 	uint64_t n = tp_numel(x, t);
 	int64_t rows = t->shape[0];
+	int fsdp = x->fsdp;
 	if (x->d.tp > 1 && t->tp_dim == 0)
 		rows = (rows + x->d.tp - 1) / x->d.tp;
-	if (x->fsdp <= 1 || rows <= 0)
+	if (ep_split(x, t))
+		rows /= x->d.ep, fsdp /= x->d.ep;
+	if (fsdp <= 1 || rows <= 0)
 		return n;
-	return n / (uint64_t)rows * (uint64_t)((rows + x->fsdp - 1) / x->fsdp);
+	return n / (uint64_t)rows * (uint64_t)((rows + fsdp - 1) / fsdp);
 }
 
 /* Elements of unit u on one rank: TP-local (whole = 1) or its FSDP shard. */
@@ -115,6 +128,25 @@ static uint64_t message_bytes(const plan_ctx *x)
 	       be_dtype_size(x->compute_t);
 }
 
+/* Expert parallelism's rows beyond what the model counts for its experts
+ * (n top_k rows of their activations: what a rank's experts receive when
+ * the routing is balanced, the average): the received rows' input (and,
+ * under op-level AC, their gate output: both recomputed without ep) for
+ * every MoE layer whose backward keeps them; and one layer's staging rows
+ * and outputs (2 rows x dim) while it runs. */
+static uint64_t ep_bytes(const plan_ctx *x, int b, int t)
+{
+	const llama_args *a = model_args(x->local);
+	if (x->d.ep <= 1)
+		return 0;
+	uint64_t rows = (uint64_t)b * (uint64_t)t * (uint64_t)a->moe.top_k, layers = 0;
+	uint64_t d = (uint64_t)a->dim, in = (uint64_t)a->moe.inter_dim;
+	for (int l = 0; l < a->n_layers; l++)
+		layers += model_family_moe_layer(a, l) && !recomputed(x, l + 1);
+	uint64_t kept = d + (x->ac == MODEL_AC_OP ? in : 0);
+	return (layers * kept + 2 * d) * rows * be_dtype_size(x->compute_t);
+}
+
 /* Activations: the bytes of the micro-batch contexts alive at the worst
  * moment of the rank's action list (a context lives from its F to its B, or
  * to its W when the backward is split, when the weight-gradient jobs its I
@@ -137,7 +169,8 @@ static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role
 	*msg_extra = 0;
 	if (x->d.pp == 1) {
 		ro->live_mb = 1;
-		ro->bytes[PLAN_ACTIVATIONS] = model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk) + scratch;
+		ro->bytes[PLAN_ACTIVATIONS] = model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk) +
+					      scratch + ep_bytes(x, b, t);
 		return 0;
 	}
 	const pp_schedule *sc = x->sched;

@@ -25,7 +25,7 @@ ep() {
 	fi
 }
 
-ep 2 ep=2
+ep 2 ep=2 ac=op
 ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
 t_done
