@@ -54,6 +54,17 @@ static uint64_t unit_numel(const plan_ctx *x, int u, int whole)
 	return n;
 }
 
+/* Elements of unit u's expert-parallel tensors in a rank's shard. */
+static uint64_t expert_numel(const plan_ctx *x, int u)
+{
+	const model_unit *mu = model_unit_at(x->whole, u);
+	uint64_t n = 0;
+	for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++)
+		if (ep_split(x, model_tensor_at(x->whole, i)))
+			n += shard_numel(x, model_tensor_at(x->whole, i));
+	return n;
+}
+
 /* Whether AC recomputes block unit u's forward in its backward (as the
  * model's model_layer_keep decides: full, or every Nth layer). */
 static int recomputed(const plan_ctx *x, int u)
@@ -262,11 +273,12 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 		uint64_t reduces = x->d.pp > 1 ? 1 : passes;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
-				uint64_t sh = unit_numel(x, u, 0);
+				uint64_t sh = unit_numel(x, u, 0), se = expert_numel(x, u);
+				/* the experts' shards go round efsdp = fsdp / ep (counted here) */
+				uint64_t ring = (n - 1) * (sh - se) + (n / (uint64_t)x->d.ep - 1) * se;
 				if (n > 1) {
-					ro->sent[PLAN_DIM_FSDP] += gathers * (n - 1) * sh * be_dtype_size(x->mp_t);
-					ro->sent[PLAN_DIM_FSDP] +=
-						reduces * (n - 1) * sh * be_dtype_size(x->reduce_t);
+					ro->sent[PLAN_DIM_FSDP] += gathers * ring * be_dtype_size(x->mp_t);
+					ro->sent[PLAN_DIM_FSDP] += reduces * ring * be_dtype_size(x->reduce_t);
 				}
 				if (R > 1)
 					ro->sent[PLAN_DIM_DP_REPLICATE] +=
