@@ -106,16 +106,46 @@ static size_t al(size_t n)
 	return (n + 255) & ~(size_t)255;
 }
 
-/* Step 1: the rows per expert of the sorted rows (offs, E + 1) exchanged;
- * x's counts and displacements (in rows), and the local experts' offsets and
- * the regrouping's indices, on the host into idx (el + 1 + 2 rows + 2). */
+/* Step 3's indices, on the host: the local experts' offsets (el + 1), then
+ * to_local and to_recv (rows each), then the span {0, rows}; rcv (ep, el)
+ * the rows each rank sends each local expert.  NULL when out of memory. */
+static int32_t *regroup(const moe_ep_layer *x, const int32_t *rcv, int n, int el)
+{
+	int64_t rows = x->rows;
+	int32_t *ix = malloc(((size_t)el + 3 + 2 * (size_t)rows) * sizeof(int32_t));
+	if (!ix)
+		return NULL;
+	/* local order: expert by expert, source by source within an expert */
+	int32_t *lo = ix, *to_local = ix + el + 1, *to_recv = to_local + rows;
+	int32_t at = 0;
+	for (int g = 0; g < el; g++) {
+		lo[g] = at;
+		for (int j = 0; j < n; j++) {
+			int32_t first = (int32_t)x->rd[j];
+			for (int k = 0; k < g; k++)
+				first += rcv[j * el + k];
+			for (int32_t r = 0; r < rcv[j * el + g]; r++, at++) {
+				to_local[at] = first + r;
+				to_recv[first + r] = at;
+			}
+		}
+	}
+	lo[el] = at;
+	to_recv[rows] = 0, to_recv[rows + 1] = (int32_t)rows;
+	return ix;
+}
+
+/* Step 1: the rows per expert of the sorted rows (offs_dev, E + 1) sent to
+ * the experts' ranks; x's counts and displacements (in rows), and the
+ * regrouping's indices into *idx (host, malloc'd). */
 static int exchange_counts(model *m, moe_ep_layer *x, const int32_t *offs_dev, int32_t **idx,
 			   titan_err *e)
 {
 	backend *be = m->be;
 	int n = m->ep.size, el = m->el, ex = m->args.moe.experts;
 	size_t cb = (size_t)ex * sizeof(int32_t);
-	int32_t *h = malloc(2 * cb + sizeof(int32_t)), *cnt = h + ex + 1, *rcv = cnt;
+	/* offs (E + 1), then the counts sent (E), overwritten by those received */
+	int32_t *h = malloc(2 * cb + sizeof(int32_t)), *cnt = h + ex + 1;
 	void *dev = be->ops->alloc(be, 2 * cb, e);
 	if (!h || !dev) {
 		free(h);
@@ -133,46 +163,21 @@ static int exchange_counts(model *m, moe_ep_layer *x, const int32_t *offs_dev, i
 	be->ops->copy(be, dev, cnt, cb, BACKEND_H2D);
 	int rc = m->ep.all_to_all_i32(m->ep.ctx, dev, (int32_t *)((char *)dev + cb), (size_t)el, e);
 	if (rc == 0)
-		be->ops->copy(be, rcv, (char *)dev + cb, cb, BACKEND_D2H); /* (ep, el) */
+		be->ops->copy(be, cnt, (char *)dev + cb, cb, BACKEND_D2H); /* (ep, el) */
 	be->ops->free(be, dev);
-	if (rc) {
-		free(h);
-		return -1;
-	}
 	int64_t rows = 0;
-	for (int j = 0; j < n; j++) {
+	for (int j = 0; rc == 0 && j < n; j++) {
 		x->rd[j] = (size_t)rows;
 		x->rc[j] = 0;
 		for (int g = 0; g < el; g++)
-			x->rc[j] += (size_t)rcv[j * el + g];
+			x->rc[j] += (size_t)cnt[j * el + g];
 		rows += (int64_t)x->rc[j];
 	}
 	x->rows = rows;
-	int32_t *ix = malloc(((size_t)el + 3 + 2 * (size_t)rows) * sizeof(int32_t));
-	if (!ix) {
-		free(h);
-		return err_set(e, "expert parallel: out of memory");
-	}
-	/* local order: expert by expert, source by source within an expert */
-	int32_t *lo = ix, *to_local = ix + el + 1, *to_recv = to_local + rows;
-	int32_t at = 0;
-	for (int g = 0; g < el; g++) {
-		lo[g] = at;
-		for (int j = 0; j < n; j++) {
-			int32_t first = (int32_t)x->rd[j];
-			for (int k = 0; k < g; k++)
-				first += rcv[j * el + k];
-			for (int32_t r = 0; r < rcv[j * el + g]; r++, at++) {
-				to_local[at] = first + r;
-				to_recv[first + r] = at;
-			}
-		}
-	}
-	lo[el] = at;
-	to_recv[rows] = 0, to_recv[rows + 1] = (int32_t)rows; /* the span */
+	if (rc == 0 && !(*idx = regroup(x, cnt, n, el)))
+		rc = err_set(e, "expert parallel: out of memory");
 	free(h);
-	*idx = ix;
-	return 0;
+	return rc;
 }
 
 /* Carve n buffers of sz[i] bytes (0: NULL) out of one allocation *mem. */
