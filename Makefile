@@ -68,14 +68,14 @@ endif
 # GPU_CHECK=1 builds only what the GPU tests and benchmarks link (make check-gpu
 # on a machine without Debian's -dev packages, scripts/gpu/check.sh): the
 # modules below and the model families (lib/model/families.def), linked against
-# OpenBLAS, cmocka and CUDA alone.  Warnings stay
+# OpenBLAS, oneDNN, cmocka and CUDA alone.  Warnings stay
 # warnings there: another image's compilers warn about other things, and CI's
 # -Werror build is the one that keeps the code clean.
-GPU_CHECK_MODULES ?= core backend gpu model optim \
+GPU_CHECK_MODULES ?= core backend float8 gpu model optim \
 	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
 ifeq ($(GPU_CHECK),1)
 MPI_CFLAGS  :=
-LDLIBS      := -lopenblas $(CUDA_LIBS) -lm -lpthread
+LDLIBS      := -lopenblas -ldnnl $(CUDA_LIBS) -lm -lpthread
 CFLAGS      += -Wno-error
 NVCC_WERROR :=
 endif
@@ -93,7 +93,8 @@ TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_SRC := $(sort $(wildcard tests/*/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
-TEST_SUPPORT_SRC := $(sort $(wildcard tests/support/*.c))
+# (the GPU tests use none of them, and they link modules GPU_CHECK leaves out)
+TEST_SUPPORT_SRC := $(if $(filter 1,$(GPU_CHECK)),,$(sort $(wildcard tests/support/*.c)))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
 

@@ -6,26 +6,39 @@
 
 static const int THREADS = 256;
 
-// torch.optim.AdamW, one element (CPU backend's cpu_adamw with the gradient
-// scaled by the clipping factor first):
-//   m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// torch.optim.AdamW, one element, as torch's fused kernel computes it (the CPU
+// backend's cpu_adamw_span): the constants derived in double from the
+// hyper-parameters and rounded to float, exp_avg by lerp, exp_avg_sq with one
+// fma, the gradient scaled by the clipping factor first:
+//   m = m + (1-b1)(g - m); v = g (1-b2) g + v b2;
 //   p = p (1 - lr wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
 struct adamw_consts {
-	float decay, step, rbc2, b1, b2, eps, clip;
+	float decay, omb1, b2, omb2, step, sbc2, eps, clip;
 };
+
+__host__ __device__ __forceinline__ adamw_consts adamw_consts_of(double lr, double b1, double b2,
+								  double eps, double wd, double bc1,
+								  double bc2, float clip)
+{
+	return {(float)(1.0 - lr * wd), (float)(1.0 - b1), (float)b2, (float)(1.0 - b2),
+		(float)(lr / bc1), (float)sqrt(bc2), (float)eps, clip};
+}
 
 __device__ __forceinline__ void adamw_one(float &p, float g, float &m, float &v,
 					  const adamw_consts &c)
 {
 	g *= c.clip;
-	m = c.b1 * m + (1.0f - c.b1) * g;
-	v = c.b2 * v + (1.0f - c.b2) * g * g;
-	p = p * c.decay - c.step * m / (sqrtf(v) * c.rbc2 + c.eps);
+	m = fmaf(c.omb1, g - m, m);
+	v = fmaf(g * c.omb2, g, v * c.b2);
+	p = __fsub_rn(__fmul_rn(p, c.decay), c.step * m / (sqrtf(v) / c.sbc2 + c.eps));
 }
 
-// One block per chunk.  Tensors are 16-byte aligned (gpu_mt_chunks checks) and
-// chunks start at multiples of GPU_MT_CHUNK, so 8-wide vectors line up; a
-// chunk's tail that is not a whole vector goes element by element.
+// One block per chunk; p, g, m, v of type T (float32 masters, or bf16 under
+// training.dtype = "bfloat16").  Chunks start at multiples of GPU_MT_CHUNK
+// into their tensor, so a tensor whose pointers are 16-byte aligned takes
+// 8-wide vectors through every chunk; a misaligned one (a span of a flat
+// buffer at an odd offset) and a chunk's tail go element by element.
+template <typename T>
 __global__ void adamw_multi_kernel(const gpu_mt_tensor *__restrict__ tensors,
 				   const gpu_mt_chunk *__restrict__ chunks,
 				   const gpu_adamw_step *__restrict__ stepp)
@@ -33,12 +46,13 @@ __global__ void adamw_multi_kernel(const gpu_mt_tensor *__restrict__ tensors,
 	gpu_mt_chunk ch = chunks[blockIdx.x];
 	gpu_mt_tensor tn = tensors[ch.tensor];
 	gpu_adamw_step st = *stepp;
-	adamw_consts c = {1.0f - st.lr * tn.wd, st.lr / st.bc1, 1.0f / sqrtf(st.bc2),
-			  st.b1, st.b2, st.eps, st.clip};
-	float *p = tn.p + ch.offset, *m = tn.m + ch.offset, *v = tn.v + ch.offset;
-	const float *g = tn.g + ch.offset;
+	adamw_consts c = adamw_consts_of(st.lr, st.b1, st.b2, st.eps, tn.wd, st.bc1, st.bc2, st.clip);
+	T *p = (T *)tn.p + ch.offset, *m = (T *)tn.m + ch.offset, *v = (T *)tn.v + ch.offset;
+	const T *g = (const T *)tn.g + ch.offset;
 	bf16 *pb = tn.p_bf16 ? (bf16 *)tn.p_bf16 + ch.offset : nullptr;
-	int len = ch.len, whole = len / 8 * 8;
+	bool vec = (((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v | (uintptr_t)pb) &
+		    15) == 0;
+	int len = ch.len, whole = vec ? len / 8 * 8 : 0;
 	for (int i = threadIdx.x * 8; i < whole; i += blockDim.x * 8) {
 		float pv[8], gv[8], mv[8], vv[8];
 		load_vec<8>(p + i, pv);
@@ -55,25 +69,26 @@ __global__ void adamw_multi_kernel(const gpu_mt_tensor *__restrict__ tensors,
 			store_vec<8>(pb + i, pv);
 	}
 	for (int i = whole + threadIdx.x; i < len; i += blockDim.x) {
-		float pi = p[i], mi = m[i], vi = v[i];
-		adamw_one(pi, g[i], mi, vi, c);
-		p[i] = pi;
-		m[i] = mi;
-		v[i] = vi;
+		float pi = to_f(p[i]), mi = to_f(m[i]), vi = to_f(v[i]);
+		adamw_one(pi, to_f(g[i]), mi, vi, c);
+		p[i] = from_f<T>(pi);
+		m[i] = from_f<T>(mi);
+		v[i] = from_f<T>(vi);
 		if (pb)
 			pb[i] = from_f<bf16>(pi);
 	}
 }
 
 extern "C" int launch_adamw_multi(const gpu_mt_tensor *tensors, const gpu_mt_chunk *chunks,
-				  int64_t nchunks, const gpu_adamw_step *step, void *stream)
+				  int64_t nchunks, const gpu_adamw_step *step, int dt, void *stream)
 {
 	if (nchunks <= 0)
 		return 0;
 	if (nchunks > 0x7fffffff)
 		return (int)cudaErrorInvalidValue;
-	adamw_multi_kernel<<<(unsigned)nchunks, THREADS, 0, (cudaStream_t)stream>>>(tensors, chunks,
-										    step);
+	DISPATCH(dt, T,
+		 adamw_multi_kernel<T><<<(unsigned)nchunks, THREADS, 0, (cudaStream_t)stream>>>(
+			 tensors, chunks, step));
 	return launch_status();
 }
 
@@ -113,14 +128,14 @@ __global__ void adamw_kernel(T *p, const T *__restrict__ g, T *m, T *v, int64_t 
 	}
 }
 
-extern "C" int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
-			    float b1, float b2, float eps, float wd, float bc1, float bc2,
-			    void *stream)
+extern "C" int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n,
+			    double lr, double b1, double b2, double eps, double wd, double bc1,
+			    double bc2, void *stream)
 {
 	if (n <= 0)
 		return 0;
 	cudaStream_t s = (cudaStream_t)stream;
-	adamw_consts c = {1.0f - lr * wd, lr / bc1, 1.0f / sqrtf(bc2), b1, b2, eps, 1.0f};
+	adamw_consts c = adamw_consts_of(lr, b1, b2, eps, wd, bc1, bc2, 1.0f);
 	bool v8 = aligned16(p, g, m, v);
 	DISPATCH(t, T, {
 		if (v8)
@@ -146,11 +161,12 @@ template <typename T> __device__ double chunk_sumsq(const T *x, int len)
 	return block_sum_d(acc, red);
 }
 
+template <typename T>
 __global__ void sumsq_multi_kernel(double *partials, const gpu_mt_tensor *__restrict__ tensors,
 				   const gpu_mt_chunk *__restrict__ chunks)
 {
 	gpu_mt_chunk ch = chunks[blockIdx.x];
-	double s = chunk_sumsq(tensors[ch.tensor].g + ch.offset, ch.len);
+	double s = chunk_sumsq((const T *)tensors[ch.tensor].g + ch.offset, ch.len);
 	if (threadIdx.x == 0)
 		partials[blockIdx.x] = s;
 }
@@ -168,13 +184,15 @@ __global__ void sum_partials_kernel(double *out, const double *__restrict__ part
 }
 
 extern "C" int launch_sumsq_multi(double *sumsq, double *partials, const gpu_mt_tensor *tensors,
-				  const gpu_mt_chunk *chunks, int64_t nchunks, void *stream)
+				  const gpu_mt_chunk *chunks, int64_t nchunks, int dt, void *stream)
 {
 	cudaStream_t s = (cudaStream_t)stream;
 	if (nchunks > 0x7fffffff)
 		return (int)cudaErrorInvalidValue;
 	if (nchunks > 0) {
-		sumsq_multi_kernel<<<(unsigned)nchunks, THREADS, 0, s>>>(partials, tensors, chunks);
+		DISPATCH(dt, T,
+			 sumsq_multi_kernel<T><<<(unsigned)nchunks, THREADS, 0, s>>>(partials, tensors,
+										     chunks));
 		int rc = launch_status();
 		if (rc != 0)
 			return rc;

@@ -73,6 +73,15 @@ def step(model, a, ids, labels, autocast):
     return float(loss.detach()), grads.astype("<f4"), n_valid
 
 
+def read_case(out, c):
+    """A golden case's float32 weights (flat) and its batch (b, t) as tensors."""
+    b, t = c["b"], c["t"]
+    flat = np.fromfile(os.path.join(out, c["weights"]), dtype="<f4")
+    ids, labels = (torch.from_numpy(np.fromfile(os.path.join(out, c[k]), dtype="<i4")
+                                    .reshape(b, t).astype(np.int64)) for k in ("inputs", "labels"))
+    return flat, ids, labels
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "model", "golden")
@@ -82,12 +91,8 @@ def main():
     result = {"torch": torch.__version__, "cases": {}}
     for name in CASES:
         c = index["cases"][name]
-        a, b, t = c["args"], c["b"], c["t"]
-        flat = np.fromfile(os.path.join(out, c["weights"]), dtype="<f4")
-        ids = torch.from_numpy(np.fromfile(os.path.join(out, c["inputs"]), dtype="<i4")
-                               .reshape(b, t).astype(np.int64))
-        labels = torch.from_numpy(np.fromfile(os.path.join(out, c["labels"]), dtype="<i4")
-                                  .reshape(b, t).astype(np.int64))
+        a, t = c["args"], c["t"]
+        flat, ids, labels = read_case(out, c)
         model = build(a, t)
         load_flat(model, a, flat)
         entry = {"source": name}

@@ -133,6 +133,30 @@ t_random_shards() {
 		"$TMP/.random.tts"
 }
 
+# t_debugmodel_job FILE DATA STEPS: a titan-train config for debugmodel on the
+# shards in DATA, batch 4 x 32, STEPS steps from seed 7, lr 2e-3 with 5 warmup
+# steps and cosine decay (the job the precision tests compare runs of).
+t_debugmodel_job() {
+	cat >"$1" <<EOF
+[model]
+flavor = "debugmodel"
+[optimizer]
+lr = 2e-3
+[lr_scheduler]
+warmup_steps = 5
+decay_type = "cosine"
+[training]
+dataset_path = "$2"
+local_batch_size = 4
+seq_len = 32
+steps = $3
+[metrics]
+log_freq = 10
+[debug]
+seed = 7
+EOF
+}
+
 t_done() {
 	echo "# $T_N tests, $T_FAILED failed"
 	[ "$T_FAILED" -eq 0 ]

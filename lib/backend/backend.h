@@ -174,6 +174,36 @@ typedef struct be_moe {
  * from offs[groups] to rows, so every row of c is defined. */
 enum be_gmm_mode { BE_GMM_FWD, BE_GMM_DX, BE_GMM_DW };
 
+/* Float8 (torchao's Float8Linear under the quantize.linear.float8 converter;
+ * the numerics are lib/float8's, see float8.h).  A cast's scaling: one scale
+ * for the tensor, or one per row or per column of x (rows, cols), its amax
+ * taken along that row or column.  (The values are float8.h's f8_scaling.) */
+enum be_f8_scaling {
+	BE_F8_TENSOR = 1,
+	BE_F8_ROWS = 2,
+	BE_F8_COLS = 3,
+};
+
+/* The optimizer's values of one step, in device memory, that the fused
+ * optimizer ops read and write there (so a step captured in a CUDA graph
+ * replays with the next step's lr and clipping): the hyper-parameters and the
+ * bias corrections 1 - b^step in double (the update's constants are derived
+ * from them as torch's fused AdamW does), the gradient's clipping factor and
+ * its norm before clipping. */
+typedef struct be_adamw_step {
+	double lr, b1, b2, eps;
+	double bc1, bc2;
+	float clip; /* clip_factor writes it; 1 when not clipping */
+	float norm; /* clip_factor writes it: the global gradient norm */
+} be_adamw_step;
+
+/* A span of the optimizer's flat buffers with its weight decay (a tensor, or a
+ * run of tensors that share the decay). */
+typedef struct be_span {
+	int64_t offset, n;
+	float wd;
+} be_span;
+
 typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
@@ -189,7 +219,9 @@ typedef struct backend_ops {
 	 * sync. */
 	int (*sync)(backend *be, titan_err *e);
 
-	/* dst (n) = src (n) converted between element types. */
+	/* dst (n) = src (n) converted between element types; also from float8
+	 * (BE_E4M3, BE_E5M2) to float32 or bfloat16, exactly (their values, no
+	 * scale: FSDP's float8 all-gather hands the linears the gathered codes). */
 	void (*convert)(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
 			int64_t n);
 
@@ -346,6 +378,35 @@ typedef struct backend_ops {
 			       int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
 			       be_dtype ab, float beta, void *c, be_dtype ct);
 
+	/* Float8 (be_f8_scaling above).  amax (1, rows or cols floats) = max |x|
+	 * of x (rows, cols) of type xt over the tensor, each row or each column; a
+	 * NaN in a reduction makes it NaN.  FSDP's precomputed scales: each rank's
+	 * amax of its shard, all-reduced with max, then f8_cast with it. */
+	void (*f8_amax)(backend *be, float *amax, const void *x, be_dtype xt, int64_t rows,
+			int64_t cols, int scaling);
+	/* torchao's dynamic cast (hp_tensor_to_float8_dynamic), fused: per scale
+	 * s = float32(qmax / max(amax, 1e-12)) computed in double (then rounded down
+	 * to a power of two when pow2), q = the saturating cast of x * s (float32)
+	 * to qt (BE_E4M3 or BE_E5M2, qmax 448 or 57344); scale (1, rows or cols
+	 * floats) gets s.  amax NULL: taken here; else the given one (FSDP's).  q
+	 * is (rows, cols) like x, or with transpose set its transpose (cols, rows):
+	 * a float8 GEMM reads its operands with the reduction dimension contiguous. */
+	void (*f8_cast)(backend *be, void *q, be_dtype qt, float *scale, const void *x,
+			be_dtype xt, int64_t rows, int64_t cols, int scaling, int pow2,
+			int transpose, const float *amax);
+	/* The scaled float8 GEMM (torch._scaled_mm with torchao's scales):
+	 *   C (m, n) = beta * C + sum_k (a[i,k] / sa[i]) * (b[j,k] / sb[j])
+	 * a (m, k) and b (n, k) float8 of types at, bt (not both e5m2) with k
+	 * contiguous; sa (nsa = 1 or m floats) and sb (nsb = 1 or n) the scales
+	 * f8_cast wrote (q = x * s); C (m, n), ldc n, of type ct (float32 or
+	 * bfloat16); float32 accumulation.  The CPU divides each operand by its
+	 * scale and multiplies in float32: torchao's emulate=True, the same operand
+	 * values bit for bit.  A GPU multiplies the float8 values and scales the
+	 * float32 sums by 1 / (sa[i] sb[j]). */
+	void (*f8_matmul)(backend *be, int64_t m, int64_t n, int64_t k, const void *a,
+			  be_dtype at, const float *sa, int64_t nsa, const void *b, be_dtype bt,
+			  const float *sb, int64_t nsb, float beta, void *c, be_dtype ct);
+
 	/* Elementwise: y = a + b; y += alpha * x; x *= alpha. */
 	void (*add)(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,
 		    const void *b, be_dtype bt, int64_t n);
@@ -361,10 +422,74 @@ typedef struct backend_ops {
 	 * in float32 and rounded back as torch's fused AdamW does):
 	 *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 	 *   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-	 * with bc1 = 1 - b1^step, bc2 = 1 - b2^step. */
+	 * with bc1 = 1 - b1^step, bc2 = 1 - b2^step.  The hyper-parameters come in
+	 * double, as torch's kernel gets them: it derives 1 - b1, lr/bc1, sqrt(bc2)
+	 * in double before rounding them to float32, and so do the backends. */
 	void (*adamw)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
-		      int64_t n, float lr, float b1, float b2, float eps, float wd,
-		      float bc1, float bc2);
+		      int64_t n, double lr, double b1, double b2, double eps, double wd,
+		      double bc1, double bc2);
+
+	/* Fused ops: what compile.enable runs in place of several plain ones (the
+	 * CUDA backend in one kernel or one library plan each, the CPU backend by
+	 * its plain kernels: the reference).  Their results are the plain ops'
+	 * up to the order of float32 sums. */
+
+	/* The residual add fused into the next norm: r = x + delta, rounded to
+	 * rt and stored to res (which may be x: the stream updated in place);
+	 * y = r / sqrt(mean(r^2) + eps) * w over the last dim, the statistics over
+	 * the stored r as torch computes the norm of its residual stream.  x, res
+	 * (n, d) of rt; delta (n, d) of dt; w (d); y (n, d) of yt; rstd (n). */
+	void (*rmsnorm_add_fwd)(backend *be, void *y, be_dtype yt, float *rstd, void *res,
+				be_dtype rt, const void *x, const void *delta, be_dtype dt,
+				const void *w, be_dtype wt, int64_t n, int64_t d, float eps);
+	/* rmsnorm_bwd with the gradient arriving along the residual stream added:
+	 * dx = (the norm's input gradient) + dres, written; dres (n, d) of dx's
+	 * type, and may be dx; dw (d) accumulated. */
+	void (*rmsnorm_add_bwd)(backend *be, void *dx, be_dtype dxt, const void *dres, void *dw,
+				be_dtype dwt, const void *dy, be_dtype dyt, const void *x,
+				be_dtype xt, const void *w, be_dtype wt, const float *rstd,
+				int64_t n, int64_t d);
+
+	/* RoPE fused into the QKV layout: the fused projection's output qkv
+	 * (b, t, h + 2 hkv, hd) split into attention's q (b, t, h, hd), k and v
+	 * (b, t, hkv, hd), q and k rotated as rope does (style; cs (t, hd/2, 2)).
+	 * All of type xt. */
+	void (*rope_qkv)(backend *be, void *q, void *k, void *v, const void *qkv, be_dtype xt,
+			 const float *cs, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			 int style);
+	/* Its backward: dq and dk rotated back and dv packed into dqkv
+	 * (b, t, h + 2 hkv, hd), written. */
+	void (*rope_qkv_bwd)(backend *be, void *dqkv, const void *dq, const void *dk,
+			     const void *dv, be_dtype xt, const float *cs, int64_t b, int64_t t,
+			     int64_t h, int64_t hkv, int64_t hd, int style);
+
+	/* The output projection fused with the loss over chunks of rows, so that
+	 * the logits of all n rows never exist at once: per chunk of at most chunk
+	 * rows, logits_c (c, v) = h_c w^T of type t in the scratch logits
+	 * (chunk, v); their cross-entropy against labels as cross_entropy (the
+	 * loss of the valid rows added to *loss_sum, their number to *n_valid);
+	 * and when grad_scale (a float in device memory, so a replayed step reads
+	 * the next step's) is not NULL, the logits' gradient in place, then
+	 * dh_c (c, d) = logits_c w (type dht, written) and dw (v, d) +=
+	 * logits_c^T h_c (type dwt).  h (n, d) and w (v, d) of type t. */
+	void (*lm_head_loss)(backend *be, const void *h, const void *w, be_dtype t,
+			     const int32_t *labels, int64_t n, int64_t d, int64_t v,
+			     int32_t ignore_index, const float *grad_scale, void *dh, be_dtype dht,
+			     void *dw, be_dtype dwt, void *logits, int64_t chunk,
+			     double *loss_sum, int64_t *n_valid);
+
+	/* The optimizer on the device, waiting for nothing.  sumsq_dev: *out
+	 * (device double) = sum(x^2) in a fixed order, as sumsq.  clip_factor:
+	 * st->norm = sqrt(*sumsq) and st->clip = min(1, max_norm / (norm + 1e-6))
+	 * (torch's clip_grad_norm_; 1 when max_norm <= 0).  adamw_multi: AdamW as
+	 * adamw over every span of the flat p, g, m, v (type t), all spans in one
+	 * go (one kernel), with the gradient multiplied by st->clip first and the
+	 * step's values read from st (device memory); spans is a host array (the
+	 * CUDA backend keeps its device table per distinct list). */
+	void (*sumsq_dev)(backend *be, double *out, const void *x, be_dtype xt, int64_t n);
+	void (*clip_factor)(backend *be, be_adamw_step *st, const double *sumsq, float max_norm);
+	void (*adamw_multi)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
+			    const be_span *spans, int nspans, const be_adamw_step *st);
 } backend_ops;
 
 struct backend {

@@ -1,7 +1,9 @@
 /* The CPU backend: the ops of backend.h on host memory, with OpenBLAS sgemm for
  * the float32 matmuls, oneDNN for the bfloat16 ones (cpu_onednn.c) and OpenMP
- * for the rest (kernels in cpu_kernels.inc, mixed precision in cpu_bf16.c). */
+ * for the rest (kernels in cpu_kernels.inc, mixed precision in cpu_bf16.c,
+ * float8 in cpu_fp8.c). */
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_bf16.h"
+#include "backend/cpu_fp8.h"
 #include "backend/cpu_kernels.h"
 
 /* Each block starts with a header that remembers its size, so free can count it
@@ -146,7 +149,9 @@ const char *cpu_bf16_gemm_impl(const backend *be)
 static void cpu_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
 			int64_t n)
 {
-	if (kinds(be, "convert", 2, dt, st) != UNSUPPORTED)
+	if (st == BE_E4M3 || st == BE_E5M2)
+		cpu_f8_decode(be, dst, dt, src, st, n);
+	else if (kinds(be, "convert", 2, dt, st) != UNSUPPORTED)
 		cpu_bf16_convert(dst, dt, src, st, n);
 }
 
@@ -497,16 +502,139 @@ static double cpu_sumsq(backend *be, const void *x, be_dtype xt, int64_t n)
 }
 
 static void cpu_adamw(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
-		      int64_t n, float lr, float b1, float b2, float eps, float wd, float bc1,
-		      float bc2)
+		      int64_t n, double lr, double b1, double b2, double eps, double wd, double bc1,
+		      double bc2)
 {
+	cpu_adamw_consts c = cpu_adamw_consts_of(lr, b1, b2, eps, wd, bc1, bc2);
 	switch (kinds(be, "adamw", 1, t)) {
 	case ALL_F32:
-		cpu_adamw_f32(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+		cpu_adamw_f32(p, g, m, v, n, &c);
 		break;
 	case MIXED:
-		cpu_bf16_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+		cpu_bf16_adamw(p, g, m, v, n, &c);
 		break;
+	}
+}
+
+/* ---- fused ops: the plain kernels one after another, the reference the
+ * CUDA backend's fused kernels are tested against (equal to the plain ops'
+ * sequence in the model bit for bit) ---- */
+
+static void cpu_rmsnorm_add_fwd(backend *be, void *y, be_dtype yt, float *rstd, void *res,
+				be_dtype rt, const void *x, const void *delta, be_dtype dt,
+				const void *w, be_dtype wt, int64_t n, int64_t d, float eps)
+{
+	cpu_add(be, res, rt, x, rt, delta, dt, n * d);
+	cpu_rmsnorm_fwd(be, y, yt, rstd, res, rt, w, wt, n, d, eps);
+}
+
+/* The norm's gradient in dx, or in a temporary when dx is dres; then added. */
+static void cpu_rmsnorm_add_bwd(backend *be, void *dx, be_dtype dxt, const void *dres, void *dw,
+				be_dtype dwt, const void *dy, be_dtype dyt, const void *x,
+				be_dtype xt, const void *w, be_dtype wt, const float *rstd,
+				int64_t n, int64_t d)
+{
+	titan_err e = {0};
+	void *g = dx;
+	if (dx == dres && !(g = cpu_alloc(be, (size_t)(n * d) * be_dtype_size(dxt), &e))) {
+		backend_fault(be, "cpu backend: rmsnorm_add_bwd: %s", e.msg);
+		return;
+	}
+	cpu_rmsnorm_bwd(be, g, dxt, dw, dwt, dy, dyt, x, xt, w, wt, rstd, n, d);
+	cpu_axpy(be, dx, dxt, 1, g == dx ? dres : g, dxt, n * d);
+	if (g != dx)
+		cpu_free(be, g);
+}
+
+static void cpu_rope_qkv(backend *be, void *q, void *k, void *v, const void *qkv, be_dtype xt,
+			 const float *cs, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			 int style)
+{
+	switch (kinds(be, "rope_qkv", 1, xt)) {
+	case ALL_F32:
+		cpu_rope_qkv_f32(q, k, v, qkv, cs, b, t, h, hkv, hd, style);
+		break;
+	case MIXED:
+		cpu_bf16_rope_qkv(be, q, k, v, qkv, cs, b, t, h, hkv, hd, style);
+		break;
+	}
+}
+
+static void cpu_rope_qkv_bwd(backend *be, void *dqkv, const void *dq, const void *dk,
+			     const void *dv, be_dtype xt, const float *cs, int64_t b, int64_t t,
+			     int64_t h, int64_t hkv, int64_t hd, int style)
+{
+	switch (kinds(be, "rope_qkv_bwd", 1, xt)) {
+	case ALL_F32:
+		cpu_rope_qkv_bwd_f32(dqkv, dq, dk, dv, cs, b, t, h, hkv, hd, style);
+		break;
+	case MIXED:
+		cpu_bf16_rope_qkv_bwd(be, dqkv, dq, dk, dv, cs, b, t, h, hkv, hd, style);
+		break;
+	}
+}
+
+/* The model's head, chunk by chunk: logits, loss (and gradient), dh, dw. */
+static void cpu_lm_head_loss(backend *be, const void *h, const void *w, be_dtype t,
+			     const int32_t *labels, int64_t n, int64_t d, int64_t v,
+			     int32_t ignore_index, const float *grad_scale, void *dh, be_dtype dht,
+			     void *dw, be_dtype dwt, void *logits, int64_t chunk,
+			     double *loss_sum, int64_t *n_valid)
+{
+	size_t es = be_dtype_size(t), ds = be_dtype_size(dht);
+	float scale = grad_scale ? *grad_scale : 0;
+	if (chunk < 1) {
+		backend_fault(be, "cpu backend: lm_head_loss: chunk %lld", (long long)chunk);
+		return;
+	}
+	for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+		int64_t c = n - r0 < chunk ? n - r0 : chunk;
+		const void *hc = (const char *)h + (size_t)(r0 * d) * es;
+		void *dhc = grad_scale ? (char *)dh + (size_t)(r0 * d) * ds : NULL;
+		cpu_matmul(be, 0, 1, c, v, d, 1, hc, d, w, d, t, 0, logits, v, t);
+		cpu_cross_entropy(be, logits, t, labels + r0, c, v, ignore_index, scale, loss_sum,
+				  n_valid);
+		if (!grad_scale)
+			continue;
+		if (scale == 0) { /* a zero gradient: the logits hold no gradient to multiply */
+			memset(dhc, 0, (size_t)(c * d) * ds);
+			continue;
+		}
+		cpu_matmul(be, 0, 0, c, d, v, 1, logits, v, w, d, t, 0, dhc, d, dht);
+		cpu_matmul(be, 1, 0, v, d, c, 1, logits, v, hc, d, t, 1, dw, d, dwt);
+	}
+}
+
+static void cpu_sumsq_dev(backend *be, double *out, const void *x, be_dtype xt, int64_t n)
+{
+	*out = cpu_sumsq(be, x, xt, n);
+}
+
+/* clip_grad_norm_'s factor as grad_clip_scale computes it (in double). */
+static void cpu_clip_factor(backend *be, be_adamw_step *st, const double *sumsq, float max_norm)
+{
+	(void)be;
+	double norm = sqrt(*sumsq), coef = max_norm / (norm + 1e-6);
+	st->norm = (float)norm;
+	st->clip = max_norm > 0 && coef < 1 ? (float)coef : 1.0f;
+}
+
+static void cpu_adamw_multi(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
+			    const be_span *spans, int nspans, const be_adamw_step *st)
+{
+	int kind = kinds(be, "adamw_multi", 1, t);
+	size_t es = be_dtype_size(t);
+	for (int i = 0; kind != UNSUPPORTED && i < nspans; i++) {
+		cpu_adamw_consts c = cpu_adamw_consts_of(st->lr, st->b1, st->b2, st->eps, spans[i].wd,
+							 st->bc1, st->bc2);
+		c.clip = st->clip;
+		size_t off = (size_t)spans[i].offset * es;
+		void *pi = (char *)p + off, *mi = (char *)m + off, *vi = (char *)v + off;
+		const void *gi = (const char *)g + off;
+		if (kind == ALL_F32)
+			cpu_adamw_f32(pi, gi, mi, vi, spans[i].n, &c);
+		else
+			cpu_bf16_adamw(pi, gi, mi, vi, spans[i].n, &c);
 	}
 }
 
@@ -595,11 +723,22 @@ static const backend_ops cpu_ops = {
 	.moe_combine = cpu_moe_combine,
 	.moe_dot = cpu_moe_dot,
 	.grouped_matmul = cpu_grouped_matmul,
+	.f8_amax = cpu_f8_amax,
+	.f8_cast = cpu_f8_cast,
+	.f8_matmul = cpu_f8_matmul,
 	.add = cpu_add,
 	.axpy = cpu_axpy,
 	.scale = cpu_scale,
 	.sumsq = cpu_sumsq,
 	.adamw = cpu_adamw,
+	.rmsnorm_add_fwd = cpu_rmsnorm_add_fwd,
+	.rmsnorm_add_bwd = cpu_rmsnorm_add_bwd,
+	.rope_qkv = cpu_rope_qkv,
+	.rope_qkv_bwd = cpu_rope_qkv_bwd,
+	.lm_head_loss = cpu_lm_head_loss,
+	.sumsq_dev = cpu_sumsq_dev,
+	.clip_factor = cpu_clip_factor,
+	.adamw_multi = cpu_adamw_multi,
 };
 
 backend *backend_cpu_create(int threads, titan_err *e)

@@ -234,6 +234,50 @@ void cpu_bf16_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b
 	}
 }
 
+/* RoPE fused into the QKV layout (backend.h's rope_qkv) on bf16 tensors: a
+ * token's heads converted to float32, rotated and rounded, as rope does.
+ * Scratch: a row of h + 2 hkv heads per thread. */
+void cpu_bf16_rope_qkv(backend *be, void *q, void *k, void *v, const void *qkv, const float *cs,
+		       int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, int style)
+{
+	int64_t nq = h * hd, nk = hkv * hd, row = nq + 2 * nk;
+	float *s = cpu_scratch(be, sizeof(float) * (size_t)(row * threads_for(b * t * row)),
+			       "rope_qkv");
+	if (!s)
+		return;
+#pragma omp parallel for schedule(dynamic, 8) if (b * t * row > CPU_PAR_MIN)
+	for (int64_t r = 0; r < b * t; r++) {
+		float *px = scratch_of(s, row);
+		load(px, elem(qkv, BE_BF16, r * row), BE_BF16, row);
+		cpu_rope_row_f32(px, cs + (r % t) * hd, h, hd, style, 0);
+		cpu_rope_row_f32(px + nq, cs + (r % t) * hd, hkv, hd, style, 0);
+		store(elem_mut(q, BE_BF16, r * nq), BE_BF16, px, nq);
+		store(elem_mut(k, BE_BF16, r * nk), BE_BF16, px + nq, nk);
+		store(elem_mut(v, BE_BF16, r * nk), BE_BF16, px + nq + nk, nk);
+	}
+}
+
+void cpu_bf16_rope_qkv_bwd(backend *be, void *dqkv, const void *dq, const void *dk,
+			   const void *dv, const float *cs, int64_t b, int64_t t, int64_t h,
+			   int64_t hkv, int64_t hd, int style)
+{
+	int64_t nq = h * hd, nk = hkv * hd, row = nq + 2 * nk;
+	float *s = cpu_scratch(be, sizeof(float) * (size_t)(row * threads_for(b * t * row)),
+			       "rope_qkv_bwd");
+	if (!s)
+		return;
+#pragma omp parallel for schedule(dynamic, 8) if (b * t * row > CPU_PAR_MIN)
+	for (int64_t r = 0; r < b * t; r++) {
+		float *px = scratch_of(s, row);
+		load(px, elem(dq, BE_BF16, r * nq), BE_BF16, nq);
+		load(px + nq, elem(dk, BE_BF16, r * nk), BE_BF16, nk);
+		load(px + nq + nk, elem(dv, BE_BF16, r * nk), BE_BF16, nk);
+		cpu_rope_row_f32(px, cs + (r % t) * hd, h, hd, style, 1);
+		cpu_rope_row_f32(px + nq, cs + (r % t) * hd, hkv, hd, style, 1);
+		store(elem_mut(dqkv, BE_BF16, r * row), BE_BF16, px, row);
+	}
+}
+
 /* ---- attention: one (batch, kv head) group at a time, as the float32 kernel
  * splits its work.  A group's rows of q (its query heads), k and v are gathered
  * from the strided tensors into float32 buffers of its thread, the float32
@@ -578,25 +622,24 @@ double cpu_bf16_sumsq(const void *x, int64_t n)
 }
 
 static CPU_HOT void adamw_chunk(uint16_t *p, const uint16_t *g, uint16_t *m, uint16_t *v,
-				 int64_t n, float lr, float b1, float b2, float eps, float wd,
-				 float bc1, float bc2)
+				 int64_t n, const cpu_adamw_consts *c)
 {
 	float bp[CHUNK], bg[CHUNK], bm[CHUNK], bv[CHUNK];
 	float *fp = fetch(bp, p, BE_BF16, n), *fm = fetch(bm, m, BE_BF16, n);
 	float *fv = fetch(bv, v, BE_BF16, n);
-	cpu_adamw_span_f32(fp, load(bg, g, BE_BF16, n), fm, fv, n, lr, b1, b2, eps, wd, bc1, bc2);
+	cpu_adamw_span_f32(fp, load(bg, g, BE_BF16, n), fm, fv, n, c);
 	store(p, BE_BF16, fp, n);
 	store(m, BE_BF16, fm, n);
 	store(v, BE_BF16, fv, n);
 }
 
-void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n, float lr, float b1,
-		    float b2, float eps, float wd, float bc1, float bc2)
+void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
+		    const cpu_adamw_consts *k)
 {
 #pragma omp parallel for schedule(dynamic, 8) if (n > CPU_PAR_MIN)
 	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
 		int64_t i0 = c * CHUNK;
 		adamw_chunk((uint16_t *)p + i0, (const uint16_t *)g + i0, (uint16_t *)m + i0,
-			    (uint16_t *)v + i0, min64(CHUNK, n - i0), lr, b1, b2, eps, wd, bc1, bc2);
+			    (uint16_t *)v + i0, min64(CHUNK, n - i0), k);
 	}
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_kernels.h"
 
 void cpu_bf16_rmsnorm_fwd(backend *be, void *y, be_dtype yt, float *rstd, const void *x,
 			  be_dtype xt, const void *w, be_dtype wt, int64_t n, int64_t d,
@@ -19,6 +20,11 @@ void cpu_bf16_rmsnorm_bwd(backend *be, void *dx, be_dtype dxt, void *dw, be_dtyp
 			  const void *w, be_dtype wt, const float *rstd, int64_t n, int64_t d);
 void cpu_bf16_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_t b, int64_t t,
 		   int64_t h, int64_t hd, int style, int inverse);
+void cpu_bf16_rope_qkv(backend *be, void *q, void *k, void *v, const void *qkv, const float *cs,
+		       int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd, int style);
+void cpu_bf16_rope_qkv_bwd(backend *be, void *dqkv, const void *dq, const void *dk,
+			   const void *dv, const float *cs, int64_t b, int64_t t, int64_t h,
+			   int64_t hkv, int64_t hd, int style);
 void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, const void *k,
 			    const void *v, const be_attn *a);
 void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const void *dout,
@@ -42,8 +48,8 @@ void cpu_bf16_add(void *y, be_dtype yt, const void *a, be_dtype at, const void *
 void cpu_bf16_axpy(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt, int64_t n);
 void cpu_bf16_scale(void *x, float alpha, int64_t n);
 double cpu_bf16_sumsq(const void *x, int64_t n);
-void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n, float lr, float b1,
-		    float b2, float eps, float wd, float bc1, float bc2);
+void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
+		    const cpu_adamw_consts *c);
 
 /* The backend's scratch (cpu.c): at least `bytes`, kept and grown across calls
  * (ops run one at a time, and no op holds it across another's call), 64-byte

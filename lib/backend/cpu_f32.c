@@ -19,4 +19,5 @@
 #define EXP cpu_exp_f32
 #define LOG logf
 #define SQRT sqrtf
+#define FMA fmaf
 #include "backend/cpu_kernels.inc"

@@ -14,6 +14,7 @@
 #define EXP exp
 #define LOG log
 #define SQRT sqrt
+#define FMA fma
 #include "backend/cpu_kernels.inc"
 
 /* torchtitan's precompute_freqs_cis with apply_scaling (Llama 3.1): low 1, high 4,

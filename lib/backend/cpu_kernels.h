@@ -8,6 +8,7 @@
 #ifndef TITAN_CPU_KERNELS_H
 #define TITAN_CPU_KERNELS_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -53,6 +54,26 @@ static inline float cpu_exp_f32(float x)
 	return x != x ? x : x < -87.33654f ? 0.0f : y;
 }
 
+/* AdamW's constants as torch's fused kernel derives them: in double from the
+ * hyper-parameters, rounded to the kernel's type where they are used (a float32
+ * kernel's 1 - b1 is (float)(1 - 0.9), not 1 - (float)0.9). */
+typedef struct cpu_adamw_consts {
+	double decay;  /* 1 - lr * wd */
+	double omb1;   /* 1 - b1 */
+	double b2;
+	double omb2;   /* 1 - b2 */
+	double step;   /* lr / bc1 */
+	double sbc2;   /* sqrt(bc2) */
+	double eps;
+	double clip;   /* the gradient's clipping factor (1: none) */
+} cpu_adamw_consts;
+
+static inline cpu_adamw_consts cpu_adamw_consts_of(double lr, double b1, double b2, double eps,
+						   double wd, double bc1, double bc2)
+{
+	return (cpu_adamw_consts){1 - lr * wd, 1 - b1, b2, 1 - b2, lr / bc1, sqrt(bc2), eps, 1};
+}
+
 #define CPU_KERNELS_DECLARE(REAL, SFX)                                                 \
 	void cpu_matmul_##SFX(int ta, int tb, int64_t m, int64_t n, int64_t k,         \
 			      REAL alpha, const REAL *a, int64_t lda, const REAL *b,   \
@@ -72,6 +93,13 @@ static inline float cpu_exp_f32(float x)
 				     const REAL *q, const REAL *k, const REAL *v,      \
 				     const REAL *out, const REAL *lse,                 \
 				     const be_attn *a);                                \
+	void cpu_rope_qkv_##SFX(REAL *q, REAL *k, REAL *v, const REAL *qkv,            \
+				const REAL *cs, int64_t b, int64_t t, int64_t h,       \
+				int64_t hkv, int64_t hd, int style);                   \
+	void cpu_rope_qkv_bwd_##SFX(REAL *dqkv, const REAL *dq, const REAL *dk,        \
+				    const REAL *dv, const REAL *cs, int64_t b,         \
+				    int64_t t, int64_t h, int64_t hkv, int64_t hd,     \
+				    int style);                                        \
 	void cpu_swiglu_fwd_##SFX(REAL *y, const REAL *a, const REAL *g, int64_t n);   \
 	void cpu_swiglu_bwd_##SFX(REAL *da, REAL *dg, const REAL *dy, const REAL *a,   \
 				  const REAL *g, int64_t n);                           \
@@ -106,8 +134,7 @@ static inline float cpu_exp_f32(float x)
 	void cpu_scale_##SFX(REAL *x, REAL alpha, int64_t n);                          \
 	double cpu_sumsq_##SFX(const REAL *x, int64_t n);                              \
 	void cpu_adamw_##SFX(REAL *p, const REAL *g, REAL *m, REAL *v, int64_t n,      \
-			     REAL lr, REAL b1, REAL b2, REAL eps, REAL wd, REAL bc1,   \
-			     REAL bc2);                                                \
+			     const cpu_adamw_consts *c);                               \
 	void cpu_moe_route_##SFX(REAL *scores, int32_t *idx, REAL *w,                  \
 				 const REAL *logits, const REAL *bias,                 \
 				 const be_moe *r);                                     \
@@ -141,8 +168,7 @@ static inline float cpu_exp_f32(float x)
 				   int64_t n, int32_t ignore_index, int64_t *n_valid); \
 	double cpu_sumsq_span_##SFX(const REAL *x, int64_t n);                         \
 	void cpu_adamw_span_##SFX(REAL *p, const REAL *g, REAL *m, REAL *v, int64_t n, \
-				  REAL lr, REAL b1, REAL b2, REAL eps, REAL wd,        \
-				  REAL bc1, REAL bc2);
+				  const cpu_adamw_consts *c);
 
 CPU_KERNELS_DECLARE(float, f32)
 CPU_KERNELS_DECLARE(double, f64)

@@ -6,6 +6,7 @@
 #include "backend/cuda.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,21 @@
 #include "gpu/gemm.h"
 #include "gpu/gpu.h"
 #include "gpu/launch.h"
+#include "gpu/lmhead.h"
 
 /* be_dtype and gpu_dtype agree on the types both have. */
-_Static_assert(BE_F32 == (int)GPU_F32 && BE_BF16 == (int)GPU_BF16, "be_dtype vs gpu_dtype");
+_Static_assert(BE_F32 == (int)GPU_F32 && BE_BF16 == (int)GPU_BF16 && BE_E4M3 == (int)GPU_E4M3 &&
+		       BE_E5M2 == (int)GPU_E5M2,
+	       "be_dtype vs gpu_dtype");
+_Static_assert(BE_F8_TENSOR == (int)GPU_F8_TENSOR && BE_F8_ROWS == (int)GPU_F8_ROWS &&
+		       BE_F8_COLS == (int)GPU_F8_COLS,
+	       "be_f8_scaling vs gpu_f8_scaling");
+/* The fused optimizer's step record is the kernels' (its norm in their pad). */
+_Static_assert(sizeof(be_adamw_step) == sizeof(gpu_adamw_step) &&
+		       offsetof(be_adamw_step, lr) == offsetof(gpu_adamw_step, lr) &&
+		       offsetof(be_adamw_step, bc2) == offsetof(gpu_adamw_step, bc2) &&
+		       offsetof(be_adamw_step, clip) == offsetof(gpu_adamw_step, clip),
+	       "be_adamw_step vs gpu_adamw_step");
 
 /* A loss sum that lives on the device until the next sync: the slot's
  * (double sum, int64 count) are added to the caller's host variables then. */
@@ -30,6 +43,21 @@ typedef struct pending_loss {
 
 #define LOSS_SLOTS 256
 
+/* The device tables of one adamw_multi call's spans (kept: a step calls it
+ * with the same buffers and spans every time, and a captured step must not
+ * upload them). */
+typedef struct mt_table {
+	void *p, *m, *v;
+	const void *g;
+	int t;
+	be_span *spans; /* the host list it was built from */
+	int nspans;
+	gpu_mt_tensor *tensors; /* device */
+	gpu_mt_chunk *chunks;   /* device */
+	int64_t nchunks;
+	struct mt_table *next;
+} mt_table;
+
 /* A shape cuDNN refused: not tried again. */
 typedef struct att_shape {
 	int64_t b, t, h, hkv, hd;
@@ -37,6 +65,7 @@ typedef struct att_shape {
 
 typedef struct cuda_state {
 	int device;
+	int f8_no_vec; /* cuBLASLt refused row-wise float8 scales: the epilogue applies them */
 	void *stream;
 	gpu_arena *arena;
 	gpu_gemm *gemm;
@@ -56,6 +85,8 @@ typedef struct cuda_state {
 	pending_loss *pending; /* (LOSS_SLOTS) on the host */
 	int npending;
 	int capturing;
+	unsigned scratch_epoch; /* bumped when the scratch moves (a graph holding it is stale) */
+	mt_table *mt;
 } cuda_state;
 
 struct backend_cuda_graph {
@@ -120,6 +151,10 @@ static void *scratch(backend *be, size_t bytes, const char *op)
 		return NULL;
 	}
 	size_t want = bytes > 2 * s->scratch_bytes ? bytes : 2 * s->scratch_bytes;
+	if (s->capturing)
+		backend_fault(be, "cuda backend: %s: scratch grows inside a CUDA graph capture "
+				  "(run the step once before capturing it)", op);
+	s->scratch_epoch++;
 	s->scratch = gpu_arena_alloc(s->arena, want, &e);
 	s->scratch_bytes = s->scratch ? want : 0;
 	count_memory(be);
@@ -212,6 +247,11 @@ static void cuda_destroy(backend *be)
 		titan_err e;
 		if (s->stream)
 			gpu_stream_sync(s->stream, &e);
+		for (mt_table *t = s->mt, *nx; t; t = nx) {
+			nx = t->next;
+			free(t->spans);
+			free(t);
+		}
 		gpu_attn_free(s->cudnn);
 		gpu_gemm_free(s->gemm);
 		gpu_stream_free(s->stream);
@@ -228,6 +268,10 @@ static void cuda_destroy(backend *be)
 static void cuda_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype stt,
 			 int64_t n)
 {
+	if ((stt == BE_E4M3 || stt == BE_E5M2) && types_ok(be, "convert", 1, dt)) {
+		check(be, launch_f8_decode(dst, dt, src, stt, n, st(be)->stream), "convert");
+		return;
+	}
 	if (!types_ok(be, "convert", 2, dt, stt))
 		return;
 	if (dt == stt) {
@@ -463,6 +507,38 @@ static void cuda_embedding_bwd(backend *be, void *dtable, be_dtype tt, const voi
 		      "embedding_bwd");
 }
 
+/* A zeroed device slot for a loss sum that the next sync adds to the caller's
+ * host variables (registered by loss_slot_done once the kernels are queued);
+ * -1 with a fault when none can be had. */
+static int loss_slot(backend *be, const char *op)
+{
+	cuda_state *s = st(be);
+	titan_err e;
+	if (s->npending == LOSS_SLOTS) { /* many losses without a sync: settle them now */
+		if (s->capturing) {
+			backend_fault(be, "cuda backend: %s: more than %d losses in one captured graph",
+				      op, LOSS_SLOTS);
+			return -1;
+		}
+		if (gpu_stream_sync(s->stream, &e) != 0 || settle_losses(be, &e) != 0) {
+			backend_fault(be, "cuda backend: %s: %s", op, e.msg);
+			return -1;
+		}
+	}
+	int slot = s->npending;
+	if (gpu_memset_async(&s->slots[slot], 0, sizeof s->slots[0], s->stream, &e) != 0) {
+		backend_fault(be, "cuda backend: %s: %s", op, e.msg);
+		return -1;
+	}
+	return slot;
+}
+
+static void loss_slot_done(backend *be, int slot, double *loss_sum, int64_t *n_valid)
+{
+	cuda_state *s = st(be);
+	s->pending[s->npending++] = (pending_loss){loss_sum, n_valid, slot};
+}
+
 /* The row losses go to scratch, their sum to a device slot that the next sync
  * adds to *loss_sum, *n_valid. */
 static void cuda_cross_entropy(backend *be, void *logits, be_dtype lt, const int32_t *labels,
@@ -472,28 +548,11 @@ static void cuda_cross_entropy(backend *be, void *logits, be_dtype lt, const int
 	cuda_state *s = st(be);
 	if (!types_ok(be, "cross_entropy", 1, lt))
 		return;
-	if (s->npending == LOSS_SLOTS) { /* many losses without a sync: settle them now */
-		titan_err e;
-		if (s->capturing) {
-			backend_fault(be, "cuda backend: cross_entropy: more than %d losses in one "
-					  "captured graph",
-				      LOSS_SLOTS);
-			return;
-		}
-		if (gpu_stream_sync(s->stream, &e) != 0 || settle_losses(be, &e) != 0) {
-			backend_fault(be, "cuda backend: cross_entropy: %s", e.msg);
-			return;
-		}
-	}
-	float *rows = scratch(be, (size_t)(n > 0 ? n : 1) * sizeof(float), "cross_entropy");
+	int slot = loss_slot(be, "cross_entropy");
+	float *rows = slot < 0 ? NULL : scratch(be, (size_t)(n > 0 ? n : 1) * sizeof(float),
+						 "cross_entropy");
 	if (!rows)
 		return;
-	int slot = s->npending;
-	titan_err e;
-	if (gpu_memset_async(&s->slots[slot], 0, sizeof s->slots[0], s->stream, &e) != 0) {
-		backend_fault(be, "cuda backend: cross_entropy: %s", e.msg);
-		return;
-	}
 	if (check(be, launch_cross_entropy(logits, lt, labels, n, v, ignore_index, grad_scale, NULL,
 					   rows, s->stream),
 		  "cross_entropy") ||
@@ -501,7 +560,7 @@ static void cuda_cross_entropy(backend *be, void *logits, be_dtype lt, const int
 				      ignore_index, s->stream),
 		  "cross_entropy sum"))
 		return;
-	s->pending[s->npending++] = (pending_loss){loss_sum, n_valid, slot};
+	loss_slot_done(be, slot, loss_sum, n_valid);
 }
 
 static void cuda_add(backend *be, void *y, be_dtype yt, const void *a, be_dtype at, const void *b,
@@ -542,12 +601,285 @@ static double cuda_sumsq(backend *be, const void *x, be_dtype xt, int64_t n)
 }
 
 static void cuda_adamw(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
-		       int64_t n, float lr, float b1, float b2, float eps, float wd, float bc1,
-		       float bc2)
+		       int64_t n, double lr, double b1, double b2, double eps, double wd, double bc1,
+		       double bc2)
 {
 	if (types_ok(be, "adamw", 1, t))
 		check(be, launch_adamw(p, g, m, v, t, n, lr, b1, b2, eps, wd, bc1, bc2, st(be)->stream),
 		      "adamw");
+}
+
+/* --- float8 (kernels/float8.cu, the scaled GEMM through cuBLASLt) --- */
+
+static int f8_ok(backend *be, const char *op, be_dtype t)
+{
+	if (t == BE_E4M3 || t == BE_E5M2)
+		return 1;
+	backend_fault(be, "cuda backend: %s: %s is not a float8 type", op, be_dtype_name(t));
+	return 0;
+}
+
+static void cuda_f8_amax(backend *be, float *amax, const void *x, be_dtype xt, int64_t rows,
+			 int64_t cols, int scaling)
+{
+	if (types_ok(be, "f8_amax", 1, xt))
+		check(be, launch_f8_amax(amax, x, xt, rows, cols, scaling, st(be)->stream), "f8_amax");
+}
+
+static void cuda_f8_cast(backend *be, void *q, be_dtype qt, float *scale, const void *x,
+			 be_dtype xt, int64_t rows, int64_t cols, int scaling, int pow2,
+			 int transpose, const float *amax)
+{
+	if (types_ok(be, "f8_cast", 1, xt) && f8_ok(be, "f8_cast", qt))
+		check(be, launch_f8_cast(q, qt, scale, x, xt, rows, cols, scaling, pow2, transpose, amax,
+					 st(be)->stream),
+		      "f8_cast");
+}
+
+/* cuBLASLt multiplies by dequantising scales (1 / torchao's): their
+ * reciprocals go to scratch; row-wise scales are cuBLASLt's outer vectors, or
+ * where it has no kernel for them the unscaled product goes to scratch and the
+ * epilogue divides. */
+static void cuda_f8_matmul(backend *be, int64_t m, int64_t n, int64_t k, const void *a,
+			   be_dtype at, const float *sa, int64_t nsa, const void *b, be_dtype bt,
+			   const float *sb, int64_t nsb, float beta, void *c, be_dtype ct)
+{
+	cuda_state *s = st(be);
+	if (!f8_ok(be, "f8_matmul", at) || !f8_ok(be, "f8_matmul", bt) ||
+	    !types_ok(be, "f8_matmul", 1, ct))
+		return;
+	if ((nsa != 1 && nsa != m) || (nsb != 1 && nsb != n) || (at == BE_E5M2 && bt == BE_E5M2)) {
+		backend_fault(be, "cuda backend: f8_matmul: %lld and %lld scales for (%lld, %lld), or "
+				  "both operands e5m2",
+			      (long long)nsa, (long long)nsb, (long long)m, (long long)n);
+		return;
+	}
+	if (m == 0 || n == 0)
+		return;
+	int rowwise = nsa > 1 || nsb > 1, epilogue = rowwise && s->f8_no_vec;
+	size_t rb = ((size_t)(nsa + nsb) * sizeof(float) + 255) & ~(size_t)255;
+	char *tmp = scratch(be, rb + (epilogue || rowwise ? (size_t)(m * n) * sizeof(float) : 0),
+			    "f8_matmul");
+	if (!tmp)
+		return;
+	float *ra = (float *)tmp, *rb_ = ra + nsa, *acc = (float *)(tmp + rb);
+	gpu_gemm_f8_args x = {.m = m, .n = n, .k = k, .a = a, .a_type = at, .b = b, .b_type = bt,
+			      .sa = ra, .sb = rb_, .a_rows = nsa > 1, .b_rows = nsb > 1,
+			      .beta = beta, .d = c, .d_type = ct};
+	titan_err e;
+	if (!epilogue) {
+		if (check(be, launch_f8_recip(ra, sa, nsa, s->stream), "f8_matmul scales") ||
+		    check(be, launch_f8_recip(rb_, sb, nsb, s->stream), "f8_matmul scales"))
+			return;
+		if (gpu_gemm_f8_run(s->gemm, s->stream, &x, &e) == 0)
+			return;
+		if (!rowwise) {
+			backend_fault(be, "cuda backend: f8_matmul: %s", e.msg);
+			return;
+		}
+		s->f8_no_vec = 1; /* no outer-vector kernel: the epilogue from now on */
+	}
+	x.sa = x.sb = NULL;
+	x.a_rows = x.b_rows = 0;
+	x.beta = 0;
+	x.d = acc;
+	x.d_type = BE_F32;
+	if (gpu_gemm_f8_run(s->gemm, s->stream, &x, &e) != 0)
+		backend_fault(be, "cuda backend: f8_matmul: %s", e.msg);
+	else
+		check(be, launch_f8_epilogue(c, ct, acc, sa, nsa, sb, nsb, beta, m, n, s->stream),
+		      "f8_matmul epilogue");
+}
+
+/* --- fused ops (compile.enable) --- */
+
+static void cuda_rmsnorm_add_fwd(backend *be, void *y, be_dtype yt, float *rstd, void *res,
+				 be_dtype rt, const void *x, const void *delta, be_dtype dt,
+				 const void *w, be_dtype wt, int64_t n, int64_t d, float eps)
+{
+	if (types_ok(be, "rmsnorm_add_fwd", 4, yt, rt, dt, wt))
+		check(be, launch_rmsnorm_fwd(y, yt, rstd, res, rt, x, rt, delta, dt, w, wt, n, d, eps,
+					     st(be)->stream),
+		      "rmsnorm_add_fwd");
+}
+
+static void cuda_rmsnorm_add_bwd(backend *be, void *dx, be_dtype dxt, const void *dres, void *dw,
+				 be_dtype dwt, const void *dy, be_dtype dyt, const void *x,
+				 be_dtype xt, const void *w, be_dtype wt, const float *rstd,
+				 int64_t n, int64_t d)
+{
+	if (!types_ok(be, "rmsnorm_add_bwd", 5, dxt, dwt, dyt, xt, wt))
+		return;
+	void *tmp = scratch(be, rmsnorm_bwd_scratch_bytes(n, d), "rmsnorm_add_bwd");
+	if (tmp)
+		check(be, launch_rmsnorm_bwd(dx, dxt, dw, dwt, dy, dyt, dres, x, xt, w, wt, rstd, n, d,
+					     tmp, st(be)->stream),
+		      "rmsnorm_add_bwd");
+}
+
+static int gpu_style(int style)
+{
+	return style == BE_ROPE_HALF ? GPU_ROPE_HALF : GPU_ROPE_INTERLEAVED;
+}
+
+static void cuda_rope_qkv(backend *be, void *q, void *k, void *v, const void *qkv, be_dtype xt,
+			  const float *cs, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			  int style)
+{
+	if (types_ok(be, "rope_qkv", 1, xt))
+		check(be, launch_rope_qkv_split(q, k, v, xt, qkv, xt, cs, b, t, h, hkv, hd,
+						gpu_style(style), st(be)->stream),
+		      "rope_qkv");
+}
+
+static void cuda_rope_qkv_bwd(backend *be, void *dqkv, const void *dq, const void *dk,
+			      const void *dv, be_dtype xt, const float *cs, int64_t b, int64_t t,
+			      int64_t h, int64_t hkv, int64_t hd, int style)
+{
+	if (types_ok(be, "rope_qkv_bwd", 1, xt))
+		check(be, launch_rope_qkv_merge(dqkv, xt, dq, dk, dv, xt, cs, b, t, h, hkv, hd,
+						gpu_style(style), st(be)->stream),
+		      "rope_qkv_bwd");
+}
+
+/* lib/gpu/lmhead.c's three products and one kernel per chunk; the row losses
+ * in scratch, their sum in a loss slot. */
+static void cuda_lm_head_loss(backend *be, const void *h, const void *w, be_dtype t,
+			      const int32_t *labels, int64_t n, int64_t d, int64_t v,
+			      int32_t ignore_index, const float *grad_scale, void *dh, be_dtype dht,
+			      void *dw, be_dtype dwt, void *logits, int64_t chunk,
+			      double *loss_sum, int64_t *n_valid)
+{
+	cuda_state *s = st(be);
+	if (!types_ok(be, "lm_head_loss", 3, t, dht, dwt))
+		return;
+	int slot = loss_slot(be, "lm_head_loss");
+	float *rows = slot < 0 ? NULL : scratch(be, (size_t)(n > 0 ? n : 1) * sizeof(float),
+						 "lm_head_loss");
+	if (!rows)
+		return;
+	gpu_lmhead_args a = {.h = h, .w = w, .type = t, .labels = labels, .n = n, .d = d, .v = v,
+			     .ignore_index = ignore_index, .grad_scale_dev = grad_scale,
+			     .dh = grad_scale ? dh : NULL, .dh_type = dht,
+			     .dw = grad_scale ? dw : NULL, .dw_type = dwt, .logits = logits,
+			     .chunk = chunk, .row_loss = rows, .loss_sum = &s->slots[slot].sum,
+			     .n_valid = &s->slots[slot].n};
+	titan_err e;
+	if (gpu_lmhead_loss(s->gemm, s->stream, &a, &e) != 0) {
+		backend_fault(be, "cuda backend: lm_head_loss: %s", e.msg);
+		return;
+	}
+	loss_slot_done(be, slot, loss_sum, n_valid);
+}
+
+static void cuda_sumsq_dev(backend *be, double *out, const void *x, be_dtype xt, int64_t n)
+{
+	double *part = types_ok(be, "sumsq_dev", 1, xt)
+			       ? scratch(be, (size_t)(sumsq_partials(n) + 1) * sizeof(double),
+					 "sumsq_dev")
+			       : NULL;
+	if (part)
+		check(be, launch_sumsq(out, part, x, xt, n, st(be)->stream), "sumsq_dev");
+}
+
+static void cuda_clip_factor(backend *be, be_adamw_step *stp, const double *sumsq, float max_norm)
+{
+	check(be, launch_clip_factor((gpu_adamw_step *)stp, &stp->norm, sumsq, max_norm,
+				     st(be)->stream),
+	      "clip_factor");
+}
+
+/* Upload x's tensor and chunk tables (built on the host from the spans). */
+static int mt_upload(backend *be, mt_table *x, titan_err *e)
+{
+	cuda_state *s = st(be);
+	size_t es = be_dtype_size((be_dtype)x->t);
+	int ns = x->nspans;
+	gpu_mt_tensor *tab = calloc((size_t)ns + 1, sizeof *tab);
+	gpu_mt_chunk *ch = NULL;
+	int rc = -1;
+	if (!tab) {
+		err_set(e, "out of host memory");
+		goto out;
+	}
+	for (int i = 0; i < ns; i++) {
+		size_t off = (size_t)x->spans[i].offset * es;
+		tab[i] = (gpu_mt_tensor){.p = (char *)x->p + off, .g = (const char *)x->g + off,
+					 .m = (char *)x->m + off, .v = (char *)x->v + off,
+					 .n = x->spans[i].n, .wd = x->spans[i].wd};
+	}
+	if ((x->nchunks = gpu_mt_chunks(tab, ns, NULL)) < 0) {
+		err_set(e, "a span of negative length");
+		goto out;
+	}
+	if (!(ch = malloc((size_t)(x->nchunks + 1) * sizeof *ch))) {
+		err_set(e, "out of host memory");
+		goto out;
+	}
+	gpu_mt_chunks(tab, ns, ch);
+	if ((x->tensors = gpu_arena_alloc(s->arena, (size_t)(ns + 1) * sizeof *tab, e)) &&
+	    (x->chunks = gpu_arena_alloc(s->arena, (size_t)(x->nchunks + 1) * sizeof *ch, e)) &&
+	    gpu_copy_async(x->tensors, tab, (size_t)ns * sizeof *tab, s->stream, e) == 0 &&
+	    gpu_copy_async(x->chunks, ch, (size_t)x->nchunks * sizeof *ch, s->stream, e) == 0 &&
+	    gpu_stream_sync(s->stream, e) == 0) /* tab and ch are freed below */
+		rc = 0;
+out:
+	count_memory(be);
+	free(tab);
+	free(ch);
+	return rc;
+}
+
+/* The device tables of these buffers and spans: found, or built and uploaded
+ * (not inside a capture, which cannot wait for an upload). */
+static mt_table *mt_find(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
+			 const be_span *spans, int nspans)
+{
+	cuda_state *s = st(be);
+	for (mt_table *x = s->mt; x; x = x->next)
+		if (x->p == p && x->g == g && x->m == m && x->v == v && x->t == (int)t &&
+		    x->nspans == nspans && !memcmp(x->spans, spans, (size_t)nspans * sizeof *spans))
+			return x;
+	if (s->capturing) {
+		backend_fault(be, "cuda backend: adamw_multi: new tensors inside a CUDA graph capture "
+				  "(run the step once before capturing it)");
+		return NULL;
+	}
+	titan_err e = {0};
+	mt_table *x = calloc(1, sizeof *x);
+	be_span *sp = malloc((size_t)(nspans > 0 ? nspans : 1) * sizeof *sp);
+	if (!x || !sp) {
+		free(x);
+		free(sp);
+		backend_fault(be, "cuda backend: adamw_multi: out of host memory");
+		return NULL;
+	}
+	memcpy(sp, spans, (size_t)nspans * sizeof *sp);
+	x->p = p, x->g = g, x->m = m, x->v = v, x->t = (int)t, x->spans = sp, x->nspans = nspans;
+	if (mt_upload(be, x, &e) != 0) {
+		gpu_arena_release(s->arena, x->tensors, NULL);
+		gpu_arena_release(s->arena, x->chunks, NULL);
+		count_memory(be);
+		free(sp);
+		free(x);
+		backend_fault(be, "cuda backend: adamw_multi: %s", e.msg);
+		return NULL;
+	}
+	x->next = s->mt;
+	s->mt = x;
+	return x;
+}
+
+static void cuda_adamw_multi(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
+			     const be_span *spans, int nspans, const be_adamw_step *stp)
+{
+	if (!types_ok(be, "adamw_multi", 1, t))
+		return;
+	mt_table *x = mt_find(be, p, g, m, v, t, spans, nspans);
+	if (x)
+		check(be, launch_adamw_multi(x->tensors, x->chunks, x->nchunks,
+					     (const gpu_adamw_step *)stp, t, st(be)->stream),
+		      "adamw_multi");
 }
 
 static const backend_ops cuda_ops = {
@@ -570,11 +902,22 @@ static const backend_ops cuda_ops = {
 	.embedding_fwd = cuda_embedding_fwd,
 	.embedding_bwd = cuda_embedding_bwd,
 	.cross_entropy = cuda_cross_entropy,
+	.f8_amax = cuda_f8_amax,
+	.f8_cast = cuda_f8_cast,
+	.f8_matmul = cuda_f8_matmul,
 	.add = cuda_add,
 	.axpy = cuda_axpy,
 	.scale = cuda_scale,
 	.sumsq = cuda_sumsq,
 	.adamw = cuda_adamw,
+	.rmsnorm_add_fwd = cuda_rmsnorm_add_fwd,
+	.rmsnorm_add_bwd = cuda_rmsnorm_add_bwd,
+	.rope_qkv = cuda_rope_qkv,
+	.rope_qkv_bwd = cuda_rope_qkv_bwd,
+	.lm_head_loss = cuda_lm_head_loss,
+	.sumsq_dev = cuda_sumsq_dev,
+	.clip_factor = cuda_clip_factor,
+	.adamw_multi = cuda_adamw_multi,
 };
 
 /* --- creation --- */
@@ -656,6 +999,11 @@ size_t backend_cuda_high_water(const backend *be)
 void *backend_cuda_stream(const backend *be)
 {
 	return st(be)->stream;
+}
+
+unsigned backend_cuda_scratch_epoch(const backend *be)
+{
+	return st(be)->scratch_epoch;
 }
 
 /* --- CUDA graphs --- */

@@ -70,4 +70,9 @@ void backend_cuda_graph_free(backend_cuda_graph *g);
 /* The stream the ops run on (a cudaStream_t), for NCCL and timing. */
 void *backend_cuda_stream(const backend *be);
 
+/* Changes whenever the ops' scratch moves in the arena (it grows for a larger
+ * call, as a validation batch of another shape may make it): a graph captured
+ * before then points at freed memory and must be captured again. */
+unsigned backend_cuda_scratch_epoch(const backend *be);
+
 #endif

@@ -109,7 +109,7 @@ static const cfg_key keys[] = {
 	K("model.tokenizer_path", CFG_OPT_STR, model.tokenizer_path, "none", NULL,
 	  "model.tokenizer_path", "deprecated: when set, replaces hf_assets_path (with a warning)"),
 	K("model.converters", CFG_LIST, model.converters, "[]", NULL, "model.converters",
-	  "model converters, e.g. quantize.linear.float8 (refused for now)"),
+	  "model converters: quantize.linear.float8 (Float8 linears)"),
 	K("model.print_after_conversion", CFG_BOOL, model.print_after_conversion, "false", NULL,
 	  "model.print_after_conversion", "print the model after converters"),
 
@@ -196,12 +196,10 @@ static const cfg_key keys[] = {
 	  "1", NULL, "parallelism.pipeline_parallel_degree", "pipeline stages"),
 	KS("parallelism.module_fqns_per_model_part", CFG_OPT_LISTS,
 	   parallelism.module_fqns_per_model_part, "none", NULL,
-	   "the modules of each pipeline stage, a list per stage", CFG_NOT_BUILT,
-	   "pipeline parallelism is not supported by this titan-train yet"),
+	   "the modules of each pipeline stage, a list per stage", CFG_HONOURED, NULL),
 	{{"parallelism.pipeline_parallel_split_points", CFG_LIST, "[]", NULL, NULL,
 	  "module names that start a stage (torchtitan 0.1's spelling; 0.2 has "
-	  "module_fqns_per_model_part, and the two may not both be set)", CFG_NOT_BUILT,
-	  "pipeline parallelism is not supported by this titan-train yet"},
+	  "module_fqns_per_model_part, and the two may not both be set)", CFG_HONOURED, NULL},
 	 OFF(parallelism.pipeline_parallel_split_points), 0},
 	KOPT("parallelism.pipeline_parallel_layers_per_stage",
 	     parallelism.pipeline_parallel_layers_per_stage,
@@ -228,13 +226,16 @@ static const cfg_key keys[] = {
 	   parallelism.pipeline_parallel_expert_parallel_overlap, "true", NULL,
 	   "overlap expert and pipeline communication under DualPipeV", CFG_NOT_BUILT, NO_MOE),
 	K("parallelism.context_parallel_degree", CFG_INT, parallelism.context_parallel_degree, "1",
-	  NULL, "parallelism.context_parallel_degree", "context parallel degree"),
+	  NULL, "parallelism.context_parallel_degree",
+	  "context parallel degree: the ranks each sequence is split over, attention a ring over them"),
 	K("parallelism.context_parallel_load_balancer", CFG_OPT_STR,
 	  parallelism.context_parallel_load_balancer, "\"headtail\"", "headtail|ptrr",
-	  "parallelism.context_parallel_load_balancer", "CP load balancing (none: off)"),
+	  "parallelism.context_parallel_load_balancer", "CP load balancing: headtail gives rank i chunks i and 2cp-1-i of 2cp, none "
+	  "(off) chunk i of cp; ptrr (FlexAttention's) is refused"),
 	K("parallelism.context_parallel_rotate_method", CFG_STR,
 	  parallelism.context_parallel_rotate_method, "\"allgather\"", "allgather|alltoall",
-	  "parallelism.context_parallel_rotate_method", "CP key/value exchange"),
+	  "parallelism.context_parallel_rotate_method", "CP key/value exchange: allgather gathers every rank's once, alltoall passes "
+	  "them round the ring overlapped with compute"),
 	K("parallelism.expert_parallel_degree", CFG_INT, parallelism.expert_parallel_degree, "1",
 	  NULL, "parallelism.expert_parallel_degree",
 	  "expert parallel degree: each rank of an ep group holds experts / ep of the routed "
@@ -325,9 +326,8 @@ static const cfg_key keys[] = {
 	   "torch.utils.checkpoint's debug capture", CFG_NO_EFFECT,
 	   "there is no torch.utils.checkpoint to debug"),
 
-	KS("compile.enable", CFG_BOOL, compile.enable, "false", NULL,
-	   "torch.compile of the model and the loss", CFG_NOT_BUILT,
-	   "compilation is not supported by this titan-train yet"),
+	K("compile.enable", CFG_BOOL, compile.enable, "false", NULL, "compile.enable",
+	  "torch.compile of the model and the loss: titan runs its fused ops there"),
 	K("compile.components", CFG_LIST, compile.components, "[\"model\", \"loss\"]", NULL,
 	  "compile.components", "what to compile"),
 	KS("compile.backend", CFG_STR, compile.backend, "\"inductor\"", NULL,
@@ -335,18 +335,21 @@ static const cfg_key keys[] = {
 
 	K("quantize.linear.float8.enable_fsdp_float8_all_gather", CFG_BOOL,
 	  float8.enable_fsdp_float8_all_gather, "false", NULL,
-	  "quantize.linear.float8.enable_fsdp_float8_all_gather", "Float8 all-gather (refused)"),
+	  "quantize.linear.float8.enable_fsdp_float8_all_gather",
+	  "FSDP all-gathers float8 weights (tensorwise; acts only under FSDP)"),
 	K("quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", CFG_BOOL,
 	  float8.precompute_float8_dynamic_scale_for_fsdp, "false", NULL,
 	  "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
-	  "precomputed Float8 scales (refused)"),
+	  "one amax all-reduce per step for the float8 all-gather's scales"),
 	K("quantize.linear.float8.recipe_name", CFG_OPT_STR, float8.recipe_name, "none",
 	  "tensorwise|rowwise|rowwise_with_gw_hp", "quantize.linear.float8.recipe_name",
-	  "Float8 recipe"),
+	  "Float8 recipe (none: tensorwise)"),
 	K("quantize.linear.float8.filter_fqns", CFG_LIST, float8.filter_fqns, "[]", NULL,
-	  "quantize.linear.float8.filter_fqns", "modules left in high precision"),
+	  "quantize.linear.float8.filter_fqns",
+	  "linears left in high precision (FQN substrings; auto_filter_small_kn)"),
 	K("quantize.linear.float8.emulate", CFG_BOOL, float8.emulate, "false", NULL,
-	  "quantize.linear.float8.emulate", "emulated Float8"),
+	  "quantize.linear.float8.emulate",
+	  "float8 GEMMs emulated in float32 (always so on the CPU)"),
 
 	KS("quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", CFG_STR,
 	   mx.mxfp8_dim1_cast_kernel_choice, "\"triton\"", "triton|cuda|torch",
@@ -1073,15 +1076,43 @@ int config_validate(const job_config *c, titan_err *err)
 	return 0;
 }
 
-static int list_has(const cfg_strlist *l, const char *s)
+static char *value_text(const job_config *c, const cfg_key *k);
+
+/* model.converters: torchtitan's registry names; the Float8 linear converter is
+ * built (lib/model/model_f8.c), the MX and grouped-GEMM ones are not.
+ * torchtitan asserts that a recipe and FSDP's float8 all-gather are not asked
+ * for together; the all-gather itself acts only under FSDP (dp_shard > 1).
+ * Float8 under tensor parallelism needs torchao's float8 TP styles (not built). */
+static int check_converters(const job_config *c, titan_err *err)
 {
-	for (int i = 0; i < l->n; i++)
-		if (strstr(l->v[i], s) != NULL)
-			return 1;
+	static const char *const known[] = {"quantize.linear.float8", "quantize.linear.mx",
+					    "quantize.grouped_mm.float8", "quantize.grouped_mm.mx"};
+	for (int i = 0; i < c->model.converters.n; i++) {
+		const char *v = c->model.converters.v[i];
+		size_t k = 0;
+		while (k < sizeof known / sizeof known[0] && strcmp(v, known[k]) != 0)
+			k++;
+		if (k == sizeof known / sizeof known[0])
+			return err_set(err, "model.converters: \"%s\" is not a converter (expected "
+				       "quantize.linear.float8, quantize.linear.mx, "
+				       "quantize.grouped_mm.float8 or quantize.grouped_mm.mx)", v);
+		if (k > 0)
+			return err_set(err, "model.converters: %s is not supported by this titan-train "
+				       "yet (quantize.linear.float8 is)", v);
+	}
+	const __typeof__(c->float8) *f = &c->float8;
+	if (f->recipe_name != NULL && f->enable_fsdp_float8_all_gather)
+		return err_set(err, "quantize.linear.float8: enable_fsdp_float8_all_gather with "
+			       "recipe_name \"%s\" is not supported (torchtitan asserts the same: the "
+			       "all-gather is the tensorwise default's)", f->recipe_name);
+	const __typeof__(c->parallelism) *p = &c->parallelism;
+	if (c->model.converters.n > 0 && p->tensor_parallel_degree > 1)
+		return err_set(err, "quantize.linear.float8 with tensor_parallel_degree = %ld is not "
+			       "supported by this titan-train yet (torchao's float8 tensor-parallel "
+			       "styles are not built); use FSDP or HSDP",
+			       (long)c->parallelism.tensor_parallel_degree);
 	return 0;
 }
-
-static char *value_text(const job_config *c, const cfg_key *k);
 
 /* The schema's CFG_NOT_BUILT keys away from their default are refused, its
  * CFG_NO_EFFECT ones warned about. */
@@ -1112,22 +1143,11 @@ static int check_schema_support(const job_config *c, titan_err *err)
 
 int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
-	const __typeof__(c->parallelism) *p = &c->parallelism;
-	const char *later = "is not supported by this titan-train yet";
-	(void)world_size; /* data and tensor parallelism take any world (lib/plan) */
-	if (need(p->pipeline_parallel_degree == 1, err,
-		 "parallelism.pipeline_parallel_degree = %ld: pipeline parallelism %s; use 1",
-		 (long)p->pipeline_parallel_degree, later) ||
-	    need(p->context_parallel_degree == 1, err,
-		 "parallelism.context_parallel_degree = %ld: context parallelism %s; use 1",
-		 (long)p->context_parallel_degree, later) ||
-	    need(!list_has(&c->model.converters, "float8") && !list_has(&c->model.converters, "mx"),
-		 err, "model.converters: Float8/MX training %s; remove the converter", later) ||
-	    need(!c->float8.enable_fsdp_float8_all_gather &&
-			 !c->float8.precompute_float8_dynamic_scale_for_fsdp && c->float8.recipe_name == NULL,
-		 err, "quantize.linear.float8: Float8 training %s", later) ||
-	    need(strcmp(c->training.dtype, "float32") == 0, err,
-		 "training.dtype = \"%s\": only float32 parameters are supported yet", c->training.dtype))
+	(void)world_size; /* every parallelism takes any world (lib/plan) */
+	if (check_converters(c, err) ||
+	    need(c->model.converters.n == 0 || strcmp(c->training.dtype, "float32") == 0, err,
+		 "training.dtype = \"%s\" with model.converters: Float8 training keeps float32 "
+		 "masters; use training.dtype = \"float32\"", c->training.dtype))
 		return -1;
 	return check_schema_support(c, err);
 }

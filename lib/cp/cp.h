@@ -113,5 +113,13 @@ void cp_attn_hook(cp_attn *a, struct model_attention *out);
 /* The backend bytes a cp_attn holds for calls of `shape` (the rank's local
  * call): its key/value and gradient buffers and its cp_ring's. */
 size_t cp_attn_bytes(const cp_layout *l, cp_rotate how, const be_attn *shape);
+/* The bytes a rank sends over the cp group (lib/comm's counting) in one
+ * forward and in one backward of a call of `shape`: the forward's keys and
+ * values to the cp - 1 others (allgather: one all-gather; alltoall: cp - 1
+ * hops), the backward's again, and the float32 gradients of every block back
+ * to its owner (a reduce-scatter, (cp - 1) blocks; or cp hops round the ring
+ * with their block). */
+void cp_attn_sent(const cp_layout *l, cp_rotate how, const be_attn *shape, uint64_t *fwd,
+		  uint64_t *bwd);
 
 #endif

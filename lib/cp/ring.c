@@ -58,6 +58,15 @@ size_t cp_attn_bytes(const cp_layout *l, cp_rotate how, const be_attn *shape)
 	return sz[0] + sz[1] + sz[2] + cp_ring_bytes(l, shape);
 }
 
+void cp_attn_sent(const cp_layout *l, cp_rotate how, const be_attn *s, uint64_t *fwd,
+		  uint64_t *bwd)
+{
+	uint64_t kv = (uint64_t)s->b * (uint64_t)s->tk * (uint64_t)s->hkv * (uint64_t)(s->hd + s->hdv);
+	uint64_t n = (uint64_t)l->cp, hops = how == CP_ROTATE_ALLGATHER ? n - 1 : n;
+	*fwd = (n - 1) * kv * be_dtype_size(s->qkv);
+	*bwd = *fwd + hops * kv * sizeof(float);
+}
+
 /* Buffers for the shape, made again when it changes. */
 static int prepare(cp_attn *a, const be_attn *s, titan_err *e)
 {

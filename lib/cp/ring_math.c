@@ -82,6 +82,13 @@ cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn
 			(long long)shape->tk, (long long)T, shape->causal);
 		return NULL;
 	}
+	/* the blocks are cut by chunk only: a mask by distance or by position
+	 * chunk, or sinks in the softmax, would need the ring to know them */
+	if (shape->window || shape->chunk || shape->sinks) {
+		err_set(e, "ring attention: sliding windows, chunked attention and attention "
+			"sinks (GPT-OSS, Llama 4) are not supported under context parallelism");
+		return NULL;
+	}
 	cp_ring *r = calloc(1, sizeof *r);
 	if (r == NULL) {
 		err_set(e, "ring attention: out of memory");

@@ -1,3 +1,8 @@
+/* Floating-point exceptions are never inspected: without this GCC keeps the
+ * compares of the casts as branches and leaves their loops scalar. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include "float8/float8.h"
 
 #include <cblas.h>
@@ -65,9 +70,39 @@ static inline float clamp_max(float x, float max)
 	return x > max ? max : x < -max ? -max : x;
 }
 
+/* f8_from_float of a value already clamped to +-max (or NaN), without branches
+ * so that the casting loops vectorise: both roundings are computed and one
+ * chosen.  Subnormals count units of 2^(1 - bias - mbits) rounded to nearest
+ * even by the 2^23 trick (the count is below 2^mbits, far below 2^22). */
+static inline uint32_t encode_clamped(float x, int mbits, int bias, float sub_mul)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	uint32_t sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+	int shift = 23 - mbits;
+	uint32_t rn = a + ((1u << (shift - 1)) - 1) + ((a >> shift) & 1);
+	uint32_t normal = (rn >> shift) - ((uint32_t)(127 - bias) << mbits);
+	int is_normal = a >= (uint32_t)(128 - bias) << 23;
+	float v;
+	memcpy(&v, &a, sizeof v);
+	v = is_normal ? 0.0f : v;
+	uint32_t sub = (uint32_t)(int32_t)((v * sub_mul + 8388608.0f) - 8388608.0f);
+	uint32_t code = is_normal ? normal : sub;
+	code = a > 0x7f800000u ? 0x7fu : code; /* NaN keeps its sign */
+	return sign | code;
+}
+
+static inline uint8_t encode_sat(float x, f8_format f)
+{
+	/* constant per call site: the compiler folds the format in */
+	if (f == F8_E4M3FN)
+		return (uint8_t)encode_clamped(clamp_max(x, F8_E4M3FN_MAX), 3, 7, 512.0f);
+	return (uint8_t)encode_clamped(clamp_max(x, F8_E5M2_MAX), 2, 15, 65536.0f);
+}
+
 uint8_t f8_from_float_sat(float x, f8_format f)
 {
-	return f8_from_float(clamp_max(x, FMT[f].max), f);
+	return encode_sat(x, f);
 }
 
 static float decode(uint32_t code, f8_format f)
@@ -120,22 +155,32 @@ int64_t f8_n_scales(f8_scaling s, int64_t rows, int64_t cols)
 	}
 }
 
-/* max that keeps a NaN once seen, as torch.amax does. */
-static inline float nanmax(float m, float a) { return a > m || a != a ? a : m; }
+/* |x| as its bits: for non-negative floats the order of the bits is the order
+ * of the values, and every NaN's bits lie above infinity's, so an integer max
+ * keeps a NaN once seen (as torch.amax does) and vectorises. */
+static inline uint32_t abs_bits(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	return u & 0x7fffffffu;
+}
+
+static inline float from_bits(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
 
 static float amax_all(const float *x, int64_t n)
 {
-	float m = 0;
-#pragma omp parallel if (n > PAR_MIN)
-	{
-		float lm = 0;
-#pragma omp for nowait
-		for (int64_t i = 0; i < n; i++)
-			lm = nanmax(lm, fabsf(x[i]));
-#pragma omp critical
-		m = nanmax(m, lm);
+	uint32_t m = 0;
+#pragma omp parallel for simd reduction(max : m) if (n > PAR_MIN)
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t a = abs_bits(x[i]);
+		m = a > m ? a : m;
 	}
-	return m;
+	return from_bits(m);
 }
 
 void f8_amax(float *amax, const float *x, int64_t rows, int64_t cols, f8_scaling s)
@@ -145,22 +190,29 @@ void f8_amax(float *amax, const float *x, int64_t rows, int64_t cols, f8_scaling
 	} else if (s == F8_ROWS) {
 #pragma omp parallel for if (rows * cols > PAR_MIN)
 		for (int64_t i = 0; i < rows; i++) {
-			float m = 0;
-			for (int64_t j = 0; j < cols; j++)
-				m = nanmax(m, fabsf(x[i * cols + j]));
-			amax[i] = m;
+			uint32_t m = 0;
+#pragma omp simd reduction(max : m)
+			for (int64_t j = 0; j < cols; j++) {
+				uint32_t a = abs_bits(x[i * cols + j]);
+				m = a > m ? a : m;
+			}
+			amax[i] = from_bits(m);
 		}
 	} else if (s == F8_COLS) {
 		/* Column blocks per thread, rows streamed in order. */
 		enum { BLK = 256 };
 #pragma omp parallel for if (rows * cols > PAR_MIN)
 		for (int64_t j0 = 0; j0 < cols; j0 += BLK) {
-			int64_t j1 = j0 + BLK < cols ? j0 + BLK : cols;
-			for (int64_t j = j0; j < j1; j++)
-				amax[j] = 0;
+			uint32_t m[BLK] = {0};
+			int64_t nb = j0 + BLK < cols ? BLK : cols - j0;
 			for (int64_t i = 0; i < rows; i++)
-				for (int64_t j = j0; j < j1; j++)
-					amax[j] = nanmax(amax[j], fabsf(x[i * cols + j]));
+#pragma omp simd
+				for (int64_t j = 0; j < nb; j++) {
+					uint32_t a = abs_bits(x[i * cols + j0 + j]);
+					m[j] = a > m[j] ? a : m[j];
+				}
+			for (int64_t j = 0; j < nb; j++)
+				amax[j0 + j] = from_bits(m[j]);
 		}
 	}
 }
@@ -189,9 +241,29 @@ void f8_scales(float *scale, const float *x, int64_t rows, int64_t cols, f8_scal
 
 /* Casts -------------------------------------------------------------------- */
 
-static inline float scale_at(const float *scale, f8_scaling s, int64_t i, int64_t j)
+/* One row of x cast with scale sc[j] (per column, cs = 1) or sc[0] (cs = 0). */
+static inline void quantize_row(uint8_t *q, const float *x, const float *sc, int cs,
+				int64_t n, f8_format f)
 {
-	return s == F8_TENSOR ? scale[0] : s == F8_ROWS ? scale[i] : scale[j];
+	if (f == F8_E4M3FN && cs) {
+#pragma omp simd
+		for (int64_t j = 0; j < n; j++)
+			q[j] = encode_sat(x[j] * sc[j], F8_E4M3FN);
+	} else if (f == F8_E4M3FN) {
+		float s0 = sc[0];
+#pragma omp simd
+		for (int64_t j = 0; j < n; j++)
+			q[j] = encode_sat(x[j] * s0, F8_E4M3FN);
+	} else if (cs) {
+#pragma omp simd
+		for (int64_t j = 0; j < n; j++)
+			q[j] = encode_sat(x[j] * sc[j], F8_E5M2);
+	} else {
+		float s0 = sc[0];
+#pragma omp simd
+		for (int64_t j = 0; j < n; j++)
+			q[j] = encode_sat(x[j] * s0, F8_E5M2);
+	}
 }
 
 void f8_quantize(uint8_t *q, const float *x, const float *scale, int64_t rows,
@@ -199,9 +271,32 @@ void f8_quantize(uint8_t *q, const float *x, const float *scale, int64_t rows,
 {
 #pragma omp parallel for if (rows * cols > PAR_MIN)
 	for (int64_t i = 0; i < rows; i++)
-		for (int64_t j = 0; j < cols; j++) {
-			int64_t k = i * cols + j;
-			q[k] = f8_from_float_sat(x[k] * scale_at(scale, s, i, j), f);
+		quantize_row(q + i * cols, x + i * cols, s == F8_ROWS ? scale + i : scale,
+			     s == F8_COLS, cols, f);
+}
+
+void f8_quantize_t(uint8_t *q, const float *x, const float *scale, int64_t rows,
+		   int64_t cols, f8_scaling s, f8_format f)
+{
+	/* 64 x 64 tiles: a tile of x transposed through a local buffer, then each
+	 * of its rows (a column of x) cast as a row of q.  A row of q is a column
+	 * of x: per-column scales are one per row of q, per-row ones run along it. */
+	enum { T = 64 };
+	int64_t ti = (rows + T - 1) / T, tj = (cols + T - 1) / T;
+#pragma omp parallel for collapse(2) schedule(static) if (rows * cols > PAR_MIN)
+	for (int64_t bi = 0; bi < ti; bi++)
+		for (int64_t bj = 0; bj < tj; bj++) {
+			float tile[T][T];
+			int64_t i0 = bi * T, j0 = bj * T;
+			int64_t ni = rows - i0 < T ? rows - i0 : T, nj = cols - j0 < T ? cols - j0 : T;
+			for (int64_t i = 0; i < ni; i++)
+				for (int64_t j = 0; j < nj; j++)
+					tile[j][i] = x[(i0 + i) * cols + j0 + j];
+			for (int64_t j = 0; j < nj; j++) {
+				const float *sc = s == F8_TENSOR ? scale : s == F8_COLS ? scale + j0 + j
+										   : scale + i0;
+				quantize_row(q + (j0 + j) * rows + i0, tile[j], sc, s == F8_ROWS, ni, f);
+			}
 		}
 }
 
@@ -210,11 +305,18 @@ void f8_dequantize(float *y, const uint8_t *q, const float *scale, int64_t rows,
 {
 	const float *t = table(f);
 #pragma omp parallel for if (rows * cols > PAR_MIN)
-	for (int64_t i = 0; i < rows; i++)
-		for (int64_t j = 0; j < cols; j++) {
-			int64_t k = i * cols + j;
-			y[k] = t[q[k]] / scale_at(scale, s, i, j);
+	for (int64_t i = 0; i < rows; i++) {
+		const uint8_t *qi = q + i * cols;
+		float *yi = y + i * cols;
+		if (s == F8_COLS) {
+			for (int64_t j = 0; j < cols; j++)
+				yi[j] = t[qi[j]] / scale[j];
+		} else {
+			float sc = scale[s == F8_ROWS ? i : 0];
+			for (int64_t j = 0; j < cols; j++)
+				yi[j] = t[qi[j]] / sc;
 		}
+	}
 }
 
 void f8_fake_quantize(float *y, const float *x, const float *scale, int64_t rows,
@@ -222,12 +324,17 @@ void f8_fake_quantize(float *y, const float *x, const float *scale, int64_t rows
 {
 	const float *t = table(f);
 #pragma omp parallel for if (rows * cols > PAR_MIN)
-	for (int64_t i = 0; i < rows; i++)
-		for (int64_t j = 0; j < cols; j++) {
-			int64_t k = i * cols + j;
-			float sc = scale_at(scale, s, i, j);
-			y[k] = t[f8_from_float_sat(x[k] * sc, f)] / sc;
+	for (int64_t i = 0; i < rows; i++) {
+		uint8_t q[256];
+		const float *sc = s == F8_ROWS ? scale + i : scale;
+		for (int64_t j0 = 0; j0 < cols; j0 += 256) {
+			int64_t nb = cols - j0 < 256 ? cols - j0 : 256;
+			const float *sj = s == F8_COLS ? sc + j0 : sc;
+			quantize_row(q, x + i * cols + j0, sj, s == F8_COLS, nb, f);
+			for (int64_t j = 0; j < nb; j++)
+				y[i * cols + j0 + j] = t[q[j]] / sj[s == F8_COLS ? j : 0];
 		}
+	}
 }
 
 /* Recipes ------------------------------------------------------------------ */

@@ -115,6 +115,11 @@ void f8_scales(float *scale, const float *x, int64_t rows, int64_t cols, f8_scal
 /* q (rows, cols) = fp8 bytes of clamp(x * scale); s is F8_TENSOR/ROWS/COLS. */
 void f8_quantize(uint8_t *q, const float *x, const float *scale, int64_t rows,
 		 int64_t cols, f8_scaling s, f8_format f);
+/* The same cast written transposed: q (cols, rows), q[j][i] the cast of
+ * x[i][j] (a float8 GEMM reads its operands with the reduction dimension
+ * contiguous). */
+void f8_quantize_t(uint8_t *q, const float *x, const float *scale, int64_t rows,
+		   int64_t cols, f8_scaling s, f8_format f);
 /* y = float(q) / scale. */
 void f8_dequantize(float *y, const uint8_t *q, const float *scale, int64_t rows,
 		   int64_t cols, f8_scaling s, f8_format f);

@@ -22,6 +22,7 @@ typedef struct gemm_key { /* all int64_t: no padding, so memcmp compares keys */
 	int64_t trans_a, trans_b, ab_type, d_type, bias_type, use_c, use_bias;
 	int64_t align_a, align_b, align_c, align_d;
 	int64_t m, n, k, lda, ldb, ldd;
+	int64_t f8_a, f8_b, vec_a, vec_b; /* the scaled float8 product's (0: not one) */
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -99,7 +100,8 @@ static int64_t align_of(const void *p, int64_t ld, int dt)
 
 static cudaDataType_t cuda_type(int dt)
 {
-	return dt == GPU_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+	return dt == GPU_BF16 ? CUDA_R_16BF : dt == GPU_E4M3 ? CUDA_R_8F_E4M3
+	       : dt == GPU_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_32F;
 }
 
 static int type_ok(int dt)
@@ -110,6 +112,7 @@ static int type_ok(int dt)
 static gemm_key key_of(const gpu_gemm_args *x)
 {
 	gemm_key k;
+	memset(&k, 0, sizeof k);
 	k.trans_a = x->trans_a != 0;
 	k.trans_b = x->trans_b != 0;
 	k.ab_type = x->ab_type;
@@ -148,6 +151,12 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second, e) ||
 	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, e))
 		goto fail;
+	if (k->f8_a) { /* outer-vector scales: per row of our A, per row of our B */
+		int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+		if ((k->vec_b && set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec, e)) ||
+		    (k->vec_a && set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec, e)))
+			goto fail;
+	}
 	if (k->use_bias) {
 		cudaDataType_t bt = cuda_type(k->bias_type);
 		if (set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt, e))
@@ -156,9 +165,11 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 	/* Column-major views: first operand (n, k) after op, stored (n, k) or (k, n);
 	 * second (k, m) after op, stored (k, m) or (m, k); D (n, m). */
 	cudaDataType_t ab = cuda_type(k->ab_type), dt = cuda_type(k->d_type);
-	if ((st = cublasLtMatrixLayoutCreate(&p->la, ab, k->trans_b ? k->k : k->n,
+	cudaDataType_t first = k->f8_a ? cuda_type((int)k->f8_b) : ab;
+	cudaDataType_t second = k->f8_a ? cuda_type((int)k->f8_a) : ab;
+	if ((st = cublasLtMatrixLayoutCreate(&p->la, first, k->trans_b ? k->k : k->n,
 					     k->trans_b ? k->n : k->k, k->ldb)) != CUBLAS_STATUS_SUCCESS ||
-	    (st = cublasLtMatrixLayoutCreate(&p->lb, ab, k->trans_a ? k->m : k->k,
+	    (st = cublasLtMatrixLayoutCreate(&p->lb, second, k->trans_a ? k->m : k->k,
 					     k->trans_a ? k->k : k->m, k->lda)) != CUBLAS_STATUS_SUCCESS ||
 	    (st = cublasLtMatrixLayoutCreate(&p->lc, dt, k->n, k->m, k->ldd)) != CUBLAS_STATUS_SUCCESS) {
 		lt_fail(e, "cublasLtMatrixLayoutCreate", st);
@@ -194,7 +205,9 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 	if (found < 1) {
 		err_set(e, "cuBLASLt: no algorithm for %s%s m=%lld n=%lld k=%lld (A/B %s, D %s)",
 			k->trans_a ? "A^T" : "A", k->trans_b ? "B^T" : "B", (long long)k->m,
-			(long long)k->n, (long long)k->k, k->ab_type == GPU_BF16 ? "bf16" : "f32",
+			(long long)k->n, (long long)k->k,
+			k->f8_a ? (k->vec_a || k->vec_b ? "float8, row-wise scales" : "float8")
+			: k->ab_type == GPU_BF16 ? "bf16" : "f32",
 			k->d_type == GPU_BF16 ? "bf16" : "f32");
 		goto fail;
 	}
@@ -250,7 +263,61 @@ int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *x, titan_err *e
 	return st == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(e, "cublasLtMatmul", st);
 }
 
+static int f8_type_ok(int t)
+{
+	return t == GPU_E4M3 || t == GPU_E5M2;
+}
+
+/* Row-major D (m, n) = a (m, k) . b (n, k)^T is column-major D^T (n, m) =
+ * op(first) (n, k) . op(second) (k, m) with first = our b stored (k, n)
+ * column-major and transposed, second = our a stored (k, m): cuBLASLt's "TN",
+ * the only layout of its float8 kernels. */
+int gpu_gemm_f8_run(gpu_gemm *g, void *stream, const gpu_gemm_f8_args *x, titan_err *e)
+{
+	if (x->m == 0 || x->n == 0)
+		return 0;
+	if (x->m < 0 || x->n < 0 || x->k <= 0 || !f8_type_ok(x->a_type) || !f8_type_ok(x->b_type) ||
+	    (x->a_type == GPU_E5M2 && x->b_type == GPU_E5M2) || !type_ok(x->d_type))
+		return err_set(e, "gemm float8: bad arguments (m=%lld n=%lld k=%lld, types %d/%d/%d)",
+			       (long long)x->m, (long long)x->n, (long long)x->k, x->a_type,
+			       x->b_type, x->d_type);
+	gemm_key k;
+	memset(&k, 0, sizeof k);
+	k.trans_a = 0; /* our a (m, k) is cuBLASLt's (k, m) untransposed */
+	k.trans_b = 1; /* our b (n, k): (k, n) transposed */
+	k.ab_type = GPU_F32; /* unused for float8 */
+	k.d_type = x->d_type;
+	k.use_c = x->beta != 0.0f;
+	k.align_a = align_of(x->a, x->k, x->a_type);
+	k.align_b = align_of(x->b, x->k, x->b_type);
+	k.align_c = k.use_c ? align_of(x->d, x->n, x->d_type) : 256;
+	k.align_d = align_of(x->d, x->n, x->d_type);
+	k.m = x->m, k.n = x->n, k.k = x->k;
+	k.lda = x->k, k.ldb = x->k, k.ldd = x->n;
+	k.f8_a = x->a_type, k.f8_b = x->b_type;
+	k.vec_a = x->a_rows != 0, k.vec_b = x->b_rows != 0;
+	gemm_plan *p = plan_for(g, &k, e);
+	if (!p)
+		return -1;
+	/* cuBLASLt's A is our b, its B our a */
+	if (set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &x->sb, sizeof x->sb, e) ||
+	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x->sa, sizeof x->sa, e))
+		return -1;
+	const float one = 1.0f;
+	cublasStatus_t st = cublasLtMatmul(g->lt, p->desc, &one, x->b, p->la, x->a, p->lb, &x->beta,
+					   x->d, p->lc, x->d, p->lc, &p->algo, g->ws, g->ws_bytes,
+					   (cudaStream_t)stream);
+	return st == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(e, "cublasLtMatmul (float8)", st);
+}
+
 #else /* built without CUDA */
+
+int gpu_gemm_f8_run(gpu_gemm *g, void *stream, const gpu_gemm_f8_args *args, titan_err *e)
+{
+	(void)g, (void)stream, (void)args;
+	return err_set(e, "gemm: built without CUDA (CUDA=0)");
+}
+
 
 gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e)
 {

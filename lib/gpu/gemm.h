@@ -53,6 +53,28 @@ typedef struct gpu_gemm_args {
  * algorithm for, or a failed launch. */
 int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *args, titan_err *e);
 
+/* The scaled float8 product (backend.h's f8_matmul, torch._scaled_mm):
+ *   D (m, n) = beta * D + sum_k (sa[i] a[i,k]) (sb[j] b[j,k])
+ * a (m, k) and b (n, k) float8 codes (GPU_E4M3 / GPU_E5M2, not both e5m2)
+ * with k contiguous; sa, sb the dequantising multipliers on the device (the
+ * reciprocals of torchao's cast scales): one each, or with a_rows / b_rows one
+ * per row of a (m) / of b (n) (cuBLASLt's outer-vector scaling); NULL: 1.  D
+ * float32 or bf16, row stride n; float32 accumulation.  cuBLASLt wants k and
+ * the row strides multiples of 16 bytes. */
+typedef struct gpu_gemm_f8_args {
+	int64_t m, n, k;
+	const void *a;
+	int a_type;
+	const void *b;
+	int b_type;
+	const float *sa, *sb;
+	int a_rows, b_rows;
+	float beta;
+	void *d;
+	int d_type;
+} gpu_gemm_f8_args;
+int gpu_gemm_f8_run(gpu_gemm *g, void *stream, const gpu_gemm_f8_args *args, titan_err *e);
+
 /* Shapes seen so far (each holds one cached algorithm). */
 int gpu_gemm_cached(const gpu_gemm *g);
 

@@ -32,12 +32,15 @@ extern "C" {
 typedef enum gpu_dtype {
 	GPU_F32 = 0,
 	GPU_BF16 = 1,
+	GPU_E4M3 = 2, /* float8 codes (the float8 ops and the scaled GEMM only) */
+	GPU_E5M2 = 3,
 } gpu_dtype;
 
 /* Bytes of one element of dtype (0 for an unknown one). */
 static inline size_t gpu_dtype_size(int dtype)
 {
-	return dtype == GPU_F32 ? 4 : dtype == GPU_BF16 ? 2 : 0;
+	return dtype == GPU_F32 ? 4 : dtype == GPU_BF16 ? 2
+	       : dtype == GPU_E4M3 || dtype == GPU_E5M2 ? 1 : 0;
 }
 
 /* c[i] = a[i] + b[i] for i < n (n may exceed 2^31). */
@@ -181,18 +184,21 @@ int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const v
 /* --- optimizer and gradient norm over many tensors (kernels/adamw.cu) --- */
 
 /* backend.h's adamw on one tensor: p, g, m, v (n) all of type t, computed in
- * float32 (and rounded back for bf16, as torch's fused AdamW). */
-int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
-		 float b1, float b2, float eps, float wd, float bc1, float bc2, void *stream);
+ * float32 (and rounded back for bf16, as torch's fused AdamW), its constants
+ * derived in double from the hyper-parameters as torch's kernel does. */
+int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, double lr,
+		 double b1, double b2, double eps, double wd, double bc1, double bc2,
+		 void *stream);
 
-/* One tensor of the multi-tensor kernels.  p, g, m, v float32 (n); p_bf16 (n),
- * when not NULL, receives p rounded to bf16 after the update (the compute copy
- * the next step's matmuls read); wd is this tensor's weight decay (0 for the
+/* One tensor of the multi-tensor kernels.  p, g, m, v (n) of the launch's
+ * type (float32, or bf16 under training.dtype = "bfloat16"); p_bf16 (n), when
+ * not NULL, receives p rounded to bf16 after the update (the compute copy the
+ * next step's matmuls read); wd is this tensor's weight decay (0 for the
  * tensors torchtitan exempts). */
 typedef struct gpu_mt_tensor {
-	float *p;
-	const float *g;
-	float *m, *v;
+	void *p;
+	const void *g;
+	void *m, *v;
 	uint16_t *p_bf16;
 	int64_t n;
 	float wd;
@@ -208,29 +214,33 @@ typedef struct gpu_mt_chunk {
 } gpu_mt_chunk;
 
 /* Number of chunks of these tensors; with out not NULL, writes them (out must
- * hold that many).  -1 when a tensor is not 16-byte aligned or n < 0. */
+ * hold that many).  -1 when a tensor's n < 0.  (A tensor whose pointers are not
+ * 16-byte aligned is updated element by element instead of in 16-byte
+ * vectors.) */
 int64_t gpu_mt_chunks(const gpu_mt_tensor *t, int nt, gpu_mt_chunk *out);
 
 /* What changes from step to step, read on the device so that a captured step
- * replays with new values: lr, the bias corrections 1 - b^step, and the
- * gradient clipping factor (1 when not clipping). */
+ * replays with new values: lr, the bias corrections 1 - b^step (doubles, as
+ * torch derives the update's constants), and the gradient clipping factor (1
+ * when not clipping). */
 typedef struct gpu_adamw_step {
-	float lr, b1, b2, eps;
-	float bc1, bc2;
+	double lr, b1, b2, eps;
+	double bc1, bc2;
 	float clip;
 	float pad;
 } gpu_adamw_step;
 
-/* torch.optim.AdamW (as backend.h's adamw) on every tensor, with the gradient
- * multiplied by step->clip first.  tensors, chunks, step: device pointers. */
+/* torch.optim.AdamW (as backend.h's adamw) on every tensor, p, g, m, v of type
+ * dt, with the gradient multiplied by step->clip first.  tensors, chunks, step:
+ * device pointers. */
 int launch_adamw_multi(const gpu_mt_tensor *tensors, const gpu_mt_chunk *chunks,
-		       int64_t nchunks, const gpu_adamw_step *step, void *stream);
+		       int64_t nchunks, const gpu_adamw_step *step, int dt, void *stream);
 
-/* Sum of squares of every tensor's g, in double, in a fixed order: one partial
- * per chunk (partials: nchunks doubles), then *sumsq = their sum in chunk order.
- * All device pointers. */
+/* Sum of squares of every tensor's g (of type dt), in double, in a fixed order:
+ * one partial per chunk (partials: nchunks doubles), then *sumsq = their sum in
+ * chunk order.  All device pointers. */
 int launch_sumsq_multi(double *sumsq, double *partials, const gpu_mt_tensor *tensors,
-		       const gpu_mt_chunk *chunks, int64_t nchunks, void *stream);
+		       const gpu_mt_chunk *chunks, int64_t nchunks, int dt, void *stream);
 /* torch.nn.utils.clip_grad_norm_: *norm = sqrt(*sumsq) and
  * step->clip = min(1, max_norm / (norm + 1e-6)) (1 when max_norm <= 0).  sumsq
  * is the total over every rank (a comm layer all-reduces it first). */
@@ -244,6 +254,31 @@ static inline int64_t sumsq_partials(int64_t n)
 }
 int launch_sumsq(double *out, double *partials, const void *x, int tx, int64_t n,
 		 void *stream);
+
+/* --- float8 (kernels/float8.cu): backend.h's f8_amax and f8_cast --- */
+
+/* A cast's scaling (backend.h's be_f8_scaling). */
+enum gpu_f8_scaling { GPU_F8_TENSOR = 1, GPU_F8_ROWS = 2, GPU_F8_COLS = 3 };
+/* amax (1, rows or cols floats) = max |x| of x (rows, cols) over the tensor,
+ * each row or each column; a NaN is kept. */
+int launch_f8_amax(float *amax, const void *x, int tx, int64_t rows, int64_t cols,
+		   int scaling, void *stream);
+/* torchao's dynamic cast: scale = float32(qmax / max(amax, 1e-12)) (amax NULL:
+ * taken from x into scale first; pow2: rounded down to a power of two), q =
+ * the saturating cast of x * scale to fmt (GPU_E4M3 / GPU_E5M2), (rows, cols)
+ * or transposed (cols, rows). */
+int launch_f8_cast(uint8_t *q, int fmt, float *scale, const void *x, int tx, int64_t rows,
+		   int64_t cols, int scaling, int pow2, int transpose, const float *amax,
+		   void *stream);
+/* y (n, f32 or bf16) = the values of the codes q (n) of fmt, exactly. */
+int launch_f8_decode(void *y, int ty, const uint8_t *q, int fmt, int64_t n, void *stream);
+/* y = 1 / x, (n): the scaled GEMM's dequantising scales. */
+int launch_f8_recip(float *y, const float *x, int64_t n, void *stream);
+/* c (m, n) = beta c + acc / (sa[i] sb[j]) (nsa, nsb: 1 or m, 1 or n): the
+ * scaled GEMM's epilogue over an unscaled float32 product acc (m, n). */
+int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64_t nsa,
+		       const float *sb, int64_t nsb, float beta, int64_t m, int64_t n,
+		       void *stream);
 
 #ifdef __cplusplus
 }

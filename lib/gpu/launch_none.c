@@ -155,8 +155,9 @@ int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const v
 	return NO_DEVICE;
 }
 
-int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, float lr,
-		 float b1, float b2, float eps, float wd, float bc1, float bc2, void *stream)
+int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, double lr,
+		 double b1, double b2, double eps, double wd, double bc1, double bc2,
+		 void *stream)
 {
 	(void)p, (void)g, (void)m, (void)v, (void)t, (void)n, (void)lr, (void)b1, (void)b2;
 	(void)eps, (void)wd, (void)bc1, (void)bc2, (void)stream;
@@ -164,16 +165,17 @@ int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, flo
 }
 
 int launch_adamw_multi(const gpu_mt_tensor *tensors, const gpu_mt_chunk *chunks,
-		       int64_t nchunks, const gpu_adamw_step *step, void *stream)
+		       int64_t nchunks, const gpu_adamw_step *step, int dt, void *stream)
 {
-	(void)tensors, (void)chunks, (void)nchunks, (void)step, (void)stream;
+	(void)tensors, (void)chunks, (void)nchunks, (void)step, (void)dt, (void)stream;
 	return NO_DEVICE;
 }
 
 int launch_sumsq_multi(double *sumsq, double *partials, const gpu_mt_tensor *tensors,
-		       const gpu_mt_chunk *chunks, int64_t nchunks, void *stream)
+		       const gpu_mt_chunk *chunks, int64_t nchunks, int dt, void *stream)
 {
-	(void)sumsq, (void)partials, (void)tensors, (void)chunks, (void)nchunks, (void)stream;
+	(void)sumsq, (void)partials, (void)tensors, (void)chunks, (void)nchunks, (void)dt;
+	(void)stream;
 	return NO_DEVICE;
 }
 
@@ -188,6 +190,43 @@ int launch_sumsq(double *out, double *partials, const void *x, int tx, int64_t n
 		 void *stream)
 {
 	(void)out, (void)partials, (void)x, (void)tx, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_amax(float *amax, const void *x, int tx, int64_t rows, int64_t cols,
+		   int scaling, void *stream)
+{
+	(void)amax, (void)x, (void)tx, (void)rows, (void)cols, (void)scaling, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_cast(uint8_t *q, int fmt, float *scale, const void *x, int tx, int64_t rows,
+		   int64_t cols, int scaling, int pow2, int transpose, const float *amax,
+		   void *stream)
+{
+	(void)q, (void)fmt, (void)scale, (void)x, (void)tx, (void)rows, (void)cols, (void)scaling;
+	(void)pow2, (void)transpose, (void)amax, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_decode(void *y, int ty, const uint8_t *q, int fmt, int64_t n, void *stream)
+{
+	(void)y, (void)ty, (void)q, (void)fmt, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_recip(float *y, const float *x, int64_t n, void *stream)
+{
+	(void)y, (void)x, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64_t nsa,
+		       const float *sb, int64_t nsb, float beta, int64_t m, int64_t n,
+		       void *stream)
+{
+	(void)c, (void)tc, (void)acc, (void)sa, (void)nsa, (void)sb, (void)nsb, (void)beta;
+	(void)m, (void)n, (void)stream;
 	return NO_DEVICE;
 }
 

@@ -49,7 +49,7 @@ int gpu_lmhead_loss(gpu_gemm *g, void *stream, const gpu_lmhead_args *a, titan_e
 		gpu_gemm_args dw = {
 			.trans_a = 1, .m = a->v, .n = a->d, .k = c, .alpha = 1, .beta = 1,
 			.a = a->logits, .lda = a->v, .b = h, .ldb = a->d, .ab_type = a->type,
-			.c = a->dw, .d = a->dw, .ldd = a->d, .d_type = GPU_F32,
+			.c = a->dw, .d = a->dw, .ldd = a->d, .d_type = a->dw_type,
 		};
 		if (gpu_gemm_run(g, stream, &dh, e))
 			return err_prefix(e, "lmhead dh");

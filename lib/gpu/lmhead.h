@@ -8,7 +8,8 @@
  *                                                 bf16 as under torch autocast)
  *   row_loss_c = lse - logits_c[label]; logits_c <- (softmax - onehot) * scale
  *   dh_c (c, d)  = logits_c @ w                 (written)
- *   dw (v, d)   += logits_c^T @ h_c             (float32, accumulated)
+ *   dw (v, d)   += logits_c^T @ h_c             (dw_type: float32, or bf16 under
+ *                                                 training.dtype; accumulated)
  *
  * With grad_scale 0 (and no grad_scale_dev) only the loss is computed (eval). */
 #ifndef TITAN_GPU_LMHEAD_H
@@ -31,7 +32,8 @@ typedef struct gpu_lmhead_args {
 	const float *grad_scale_dev; /* not NULL: the scale, read on the device */
 	void *dh;                    /* (n, d) of dh_type, written; NULL for loss only */
 	int dh_type;
-	float *dw;      /* (v, d), accumulated; NULL for loss only */
+	void *dw;       /* (v, d) of dw_type, accumulated; NULL for loss only */
+	int dw_type;    /* gpu_dtype (0: float32) */
 	void *logits;   /* scratch (chunk, v) of type */
 	int64_t chunk;  /* rows per chunk, >= 1 */
 	float *row_loss;    /* (n) */

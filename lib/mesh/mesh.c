@@ -216,11 +216,14 @@ int mesh_check_model(const mesh_degrees *d, const mesh_model *m, titan_err *e)
 			       (long long)d->dp_shard, (long long)d->cp, (long long)fsdp,
 			       (long long)m->dim, m->name);
 	/* Sequence parallelism splits the sequence over tp; the head-tail CP
-	 * balancer cuts it into 2 cp chunks (torchtitan's seq_len_divisor). */
-	int64_t div = d->tp * (d->cp > 1 ? 2 * d->cp : 1);
+	 * balancer cuts it into 2 cp chunks (torchtitan's seq_len_divisor),
+	 * none into cp. */
+	int64_t chunks = d->cp > 1 ? (m->cp_unbalanced ? d->cp : 2 * d->cp) : 1;
+	int64_t div = d->tp * chunks;
 	if (m->seq_len > 0 && div > 1 && m->seq_len % div != 0)
 		return err_set(e, "training.seq_len = %lld is not divisible by tp %lld%s = %lld",
-			       (long long)m->seq_len, (long long)d->tp, d->cp > 1 ? " x 2 cp" : "",
+			       (long long)m->seq_len, (long long)d->tp,
+			       d->cp == 1 ? "" : m->cp_unbalanced ? " x cp" : " x 2 cp",
 			       (long long)div);
 	if (m->n_experts > 0 && m->n_experts % d->ep != 0)
 		return err_set(e, "parallelism.expert_parallel_degree = %lld does not divide the %lld "

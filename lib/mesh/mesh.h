@@ -52,6 +52,8 @@ typedef struct mesh_model {
 	int64_t ffn_hidden;    /* w1/w3 rows, split by tp */
 	int64_t n_experts;     /* 0: a dense model */
 	int64_t seq_len;
+	int cp_unbalanced;     /* context_parallel_load_balancer None: seq_len is cut
+	                          into cp chunks, not headtail's 2 cp */
 } mesh_model;
 
 typedef struct mesh {
@@ -69,7 +71,8 @@ typedef struct mesh {
 int mesh_resolve(const mesh_degrees *want, int world_size, mesh_degrees *out, titan_err *e);
 /* Refuse degrees that do not divide the model: tp not dividing n_heads,
  * n_kv_heads or the FFN rows, more pipeline stages than layers, more FSDP
- * ranks than rows, seq_len not divisible by tp x 2cp, experts not divisible
+ * ranks than rows, seq_len not divisible by tp x 2cp (tp x cp without the
+ * headtail balancer), experts not divisible
  * by ep.  d is resolved. */
 int mesh_check_model(const mesh_degrees *d, const mesh_model *m, titan_err *e);
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backend/backend.h"
 #include "core/err.h"
 
 /* torchtitan's dense-model count: 6 x (params - embedding params) for the
@@ -32,6 +33,15 @@ double metrics_device_peak_flops(const char *device_name);
  * 1.2e12) overrides the measurement.  MFU on the CPU is relative to this
  * measured rate, not to a datasheet figure. */
 double metrics_cpu_peak_flops(void);
+
+/* The rate of be's own matmul in element type t, the peak MFU is measured
+ * against on the CPU: BE_F32 for float32 linears, BE_BF16 (bf16 inputs, float32
+ * accumulation: oneDNN's kernels) when the linears compute in bfloat16 (bf16
+ * autocast, FSDP's bf16 policy, training.dtype bfloat16).  Measured once per
+ * type by a short probe of 1024^3 products on be's threads (about 0.2 s each);
+ * TITAN_CPU_PEAK_FLOPS and TITAN_CPU_PEAK_FLOPS_BF16 override the
+ * measurements. */
+double metrics_matmul_peak_flops(backend *be, be_dtype t);
 
 /* Peak resident memory of this process and its share of the machine's RAM
  * (the CPU's counterpart of torch.cuda.max_memory_reserved). */

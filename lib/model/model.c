@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "model/model_priv.h"
 
 /* Append a tensor to the table; slot is its W_* for a layer's tensor, else -1. */
@@ -139,11 +140,12 @@ void model_bind_unit(model *m, int u, const void *params, void *grads)
 	m->wcast_ok[u] = 0;
 }
 
-/* Bind every unit to the model's own float32 buffers. */
+/* Bind every unit to the model's own buffers. */
 static void bind_own(model *m)
 {
 	for (int u = 0; u < m->n_units; u++)
-		model_bind_unit(m, u, m->params + m->units[u].offset, m->grads + m->units[u].offset);
+		model_bind_unit(m, u, elt(m->params, m->prec.param, m->units[u].offset),
+				elt(m->grads, m->prec.grad, m->units[u].offset));
 }
 
 /* Free the autocast copies (a model without them has NULL arrays). */
@@ -181,24 +183,6 @@ static int check_attention_args(const llama_args *a, titan_err *e)
 	return 0;
 }
 
-/* The first piece or option of a flavor that tensor parallelism has no plan
- * for yet (NULL: none; Llama's GQA, dense SwiGLU and per-layer attention masks
- * shard as torchtitan's apply_tp). */
-static const char *tp_unplanned(const llama_args *a)
-{
-	if (a->moe.experts > 0)
-		return "mixture-of-experts layers";
-	if (a->mla.kv_lora_rank > 0)
-		return "multi-head latent attention";
-	if (a->qk_norm)
-		return "QK-norm";
-	if (a->attn_bias)
-		return "attention biases";
-	if (a->attn_sinks)
-		return "attention sinks";
-	return NULL;
-}
-
 /* The rank's shapes under tensor parallelism: heads and the FFN's hidden
  * size split evenly, the vocabulary in torch.chunk's sizes. */
 static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
@@ -209,14 +193,10 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	m->vocab_global = a->vocab_size;
 	if (t == 1)
 		return 0;
-	const char *piece = tp_unplanned(a);
-	if (piece)
-		return err_set(e, "model %s %s: tensor parallel degree %d: no tensor-parallel "
-			       "plan for its %s yet", m->family->name, a->name ? a->name : "?", t,
-			       piece);
-	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t)
+	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t || a->moe.inter_dim % t)
 		return err_set(e, "tensor parallel degree %d does not divide n_heads %d, n_kv_heads "
-			       "%d and the FFN's %d rows", t, a->n_heads, a->n_kv_heads, m->ffn);
+			       "%d, the FFN's %d rows and the experts' %d", t, a->n_heads,
+			       a->n_kv_heads, m->ffn, a->moe.inter_dim);
 	int64_t chunk = (a->vocab_size + t - 1) / t;
 	m->v0 = chunk * tp->rank;
 	int64_t nv = a->vocab_size - m->v0;
@@ -225,6 +205,7 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	a->n_kv_heads /= t;
 	a->head_dim = m->head_dim;
 	a->hidden_dim = m->ffn /= t;
+	a->moe.inter_dim /= t; /* routed and shared experts: hidden units split */
 	return 0;
 }
 
@@ -404,6 +385,7 @@ void model_free(model *m)
 	model_mb_free(m->own_mb);
 	model_scratch_release(m);
 	model_ep_free(m);
+	model_f8_free(m);
 	drop_casts(m);
 	free(m->ubound);
 	free(m->wcast);
@@ -431,8 +413,10 @@ int model_ffn_hidden(const model *m) { return m->ffn; }
 int model_num_tensors(const model *m) { return m->n_tensors; }
 int model_num_units(const model *m) { return m->n_units; }
 size_t model_num_params(const model *m) { return m->n_params; }
-float *model_params(model *m) { return m->params; }
-float *model_grads(model *m) { return m->grads; }
+void *model_param_storage(model *m) { return m->params; }
+void *model_grad_storage(model *m) { return m->grads; }
+float *model_params(model *m) { return m->prec.param == BE_F32 ? m->params : NULL; }
+float *model_grads(model *m) { return m->prec.grad == BE_F32 ? m->grads : NULL; }
 backend *model_backend(model *m) { return m->be; }
 const model_prec *model_get_prec(const model *m) { return &m->prec; }
 
@@ -537,16 +521,36 @@ int model_moe_balance(model *m, titan_err *e)
 	return 0;
 }
 
+/* A bfloat16 tensor comes to the host into the first half of its float32
+ * buffer and is widened in place from the last element down (element i's
+ * float lands at or after every bf16 not yet read). */
 void model_tensor_read(model *m, const model_tensor *t, int grads, float *host)
 {
-	float *src = (grads ? m->grads : m->params) + t->offset;
-	m->be->ops->copy(m->be, host, src, t->numel * sizeof(float), BACKEND_D2H);
+	be_dtype ty = grads ? m->prec.grad : m->prec.param;
+	const void *src = elt(grads ? m->grads : m->params, ty, t->offset);
+	m->be->ops->copy(m->be, host, src, t->numel * be_dtype_size(ty), BACKEND_D2H);
+	if (ty == BE_BF16)
+		for (size_t i = t->numel; i-- > 0;)
+			host[i] = bf16_to_f32(((const uint16_t *)host)[i]);
 }
 
 void model_tensor_write(model *m, const model_tensor *t, int grads, const float *host)
 {
-	float *dst = (grads ? m->grads : m->params) + t->offset;
-	m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	be_dtype ty = grads ? m->prec.grad : m->prec.param;
+	void *dst = elt(grads ? m->grads : m->params, ty, t->offset);
+	if (ty == BE_F32) {
+		m->be->ops->copy(m->be, dst, host, t->numel * sizeof(float), BACKEND_H2D);
+	} else {
+		uint16_t *b = malloc(t->numel * sizeof *b + 1);
+		if (!b) {
+			backend_fault(m->be, "model: %s: out of host memory", t->fqn);
+			return;
+		}
+		for (size_t i = 0; i < t->numel; i++)
+			b[i] = bf16_from_f32(host[i]);
+		m->be->ops->copy(m->be, dst, b, t->numel * sizeof *b, BACKEND_H2D);
+		free(b);
+	}
 	if (!grads)
 		model_weights_changed(m);
 }
@@ -554,7 +558,7 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
 void model_zero_grad(model *m)
 {
 	if (m->grads)
-		m->be->ops->zero(m->be, m->grads, m->n_params * sizeof(float));
+		m->be->ops->zero(m->be, m->grads, m->n_params * be_dtype_size(m->prec.grad));
 }
 
 /* Contexts and scratch are laid out for one AC mode and precision: drop the
@@ -566,6 +570,18 @@ static void relayout(model *m)
 	model_scratch_release(m);
 }
 
+int model_set_fusion(model *m, unsigned flags, titan_err *e)
+{
+	if (flags & ~(unsigned)(MODEL_FUSE_BLOCKS | MODEL_FUSE_LOSS))
+		return err_set(e, "model: unknown fusion flags %#x", flags);
+	if (flags != m->fuse)
+		relayout(m); /* the fused projection's scratch comes and goes */
+	m->fuse = flags;
+	return 0;
+}
+
+unsigned model_get_fusion(const model *m) { return m->fuse; }
+
 int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
 {
 	if (mode == MODEL_AC_SELECTIVE && every < 1)
@@ -576,6 +592,35 @@ int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e)
 	m->ac = mode;
 	m->ac_every = every;
 	relayout(m);
+	return 0;
+}
+
+/* The own buffers in the types of p: parameters converted, gradients zeroed
+ * (both buffers are live at once while the parameters convert). */
+static int retype_own(model *m, const model_prec *p, titan_err *e)
+{
+	backend *be = m->be;
+	size_t n = m->n_params;
+	void *np = m->params, *ng = m->grads;
+	if (p->param != m->prec.param) {
+		if (!(np = be->ops->alloc(be, n * be_dtype_size(p->param), e)))
+			return err_prefix(e, "model: %s parameters", be_dtype_name(p->param));
+		be->ops->convert(be, np, p->param, m->params, m->prec.param, (int64_t)n);
+	}
+	if (p->grad != m->prec.grad) {
+		if (!(ng = be->ops->alloc(be, n * be_dtype_size(p->grad), e))) {
+			if (np != m->params)
+				be->ops->free(be, np);
+			return err_prefix(e, "model: %s gradients", be_dtype_name(p->grad));
+		}
+		be->ops->zero(be, ng, n * be_dtype_size(p->grad));
+	}
+	if (np != m->params)
+		be->ops->free(be, m->params);
+	if (ng != m->grads)
+		be->ops->free(be, m->grads);
+	m->params = np;
+	m->grads = ng;
 	return 0;
 }
 
@@ -603,11 +648,11 @@ int model_set_prec(model *m, const model_prec *p, titan_err *e)
 		return err_set(e, "model %s %s: %s: float32 only, no %s kernels for their ops "
 			       "yet", m->family->name, m->args.name, only,
 			       be_dtype_name(p->act != BE_F32 ? p->act : p->param));
-	if (m->params && (p->param != BE_F32 || p->grad != BE_F32))
-		return err_set(e, "model: its own storage is float32; bind storage of %s "
-			       "parameters and %s gradients to a model made without storage",
-			       be_dtype_name(p->param), be_dtype_name(p->grad));
+	if (m->params && retype_own(m, p, e))
+		return -1;
 	m->prec = *p;
+	if (m->params)
+		bind_own(m);
 	m->autocast = BE_F32;
 	drop_casts(m);
 	relayout(m);
@@ -637,7 +682,7 @@ void model_weights_changed(model *m)
  * cast copy of the unit it is bound in (the copy made, or remade after the
  * weights changed, on first use).  NULL (a fault for the next sync) when the
  * copy cannot be allocated. */
-static const void *linear_weight(model *m, const void *w)
+const void *model_linear_weight(model *m, const void *w)
 {
 	if (m->autocast == BE_F32)
 		return w;
@@ -672,7 +717,9 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 	be_dtype t = m->prec.act;
 	if (m->pend && model_tp_linear_pending(m, y, x, w, n, in, out, beta, 0))
 		return;
-	if ((w = linear_weight(m, w)) != NULL)
+	if (m->f8 && model_f8_linear(m, y, x, w, n, in, out, beta))
+		return;
+	if ((w = model_linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 1, n, out, in, 1, x, in, w, in, t, beta, y, out, t);
 }
 
@@ -682,7 +729,9 @@ void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t 
 	be_dtype t = m->prec.act;
 	if (m->pend && model_tp_linear_pending(m, dx, dy, w, n, in, out, beta_dx, 1))
 		return;
-	if ((w = linear_weight(m, w)) != NULL)
+	if (m->f8 && model_f8_linear_dx(m, dx, dy, w, n, in, out, beta_dx))
+		return;
+	if ((w = model_linear_weight(m, w)) != NULL)
 		m->be->ops->matmul(m->be, 0, 0, n, in, out, 1, dy, out, w, in, t, beta_dx, dx,
 				   in, t);
 }
@@ -691,6 +740,8 @@ void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t 
 		     int64_t in, int64_t out)
 {
 	model_tp_finish(m);
+	if (m->f8 && model_f8_linear_dw(m, dw, dy, x, n, in, out))
+		return;
 	m->be->ops->matmul(m->be, 1, 0, out, in, n, 1, dy, out, x, in, m->prec.act, 1, dw, in,
 			   m->prec.grad);
 }

@@ -40,7 +40,9 @@
  * grad type, each laid out as the unit's slice of the flat layout.  The plain
  * model (model_create) owns float32 flat buffers of the whole layout and keeps
  * every unit bound to them; an FSDP plan owns shards instead and binds a unit's
- * gathered parameters before running it.
+ * gathered parameters before running it.  The plain model's own buffers follow
+ * the precision (model_set_prec): bfloat16 parameters and gradients under
+ * training.dtype = "bfloat16", float32 otherwise.
  *
  * Activations: a model_mb holds one micro-batch's activations over a run of
  * units (a pipeline stage holds several at once); scratch that only lives inside
@@ -260,14 +262,20 @@ void model_buffer_write(model *m, const model_tensor *t, const float *host);
 float *model_moe_counts(model *m, size_t *n);
 int model_moe_balance(model *m, titan_err *e);
 
-/* The model's own float32 flat buffers (NULL for model_create_unbound).  They
- * live as long as the model. */
+
+/* The model's own flat buffers, of the precision's param and grad types (NULL
+ * for model_create_unbound).  They live as long as the model (model_set_prec
+ * may replace them).  model_params and model_grads are the same buffers as
+ * float32, NULL when they are stored in another type. */
+void *model_param_storage(model *m);
+void *model_grad_storage(model *m);
 float *model_params(model *m);
 float *model_grads(model *m);
 backend *model_backend(model *m);
 
-/* Copy one tensor between the model's own buffers and host memory (the
- * checkpoint path for any backend).  grads = 1 reads/writes the gradient. */
+/* Copy one tensor between the model's own buffers and host memory as float32
+ * (converted from and to the stored type; the checkpoint path for any
+ * backend).  grads = 1 reads/writes the gradient. */
 void model_tensor_read(model *m, const model_tensor *t, int grads, float *host);
 void model_tensor_write(model *m, const model_tensor *t, int grads, const float *host);
 
@@ -275,9 +283,11 @@ void model_tensor_write(model *m, const model_tensor *t, int grads, const float 
  * (prec.grad), each laid out as the unit's slice of the flat layout.  grads may
  * be NULL for a forward-only unit. */
 void model_bind_unit(model *m, int u, const void *params, void *grads);
-/* Element types; the bound storage must follow them.  Default: float32.  A
- * model with MoE layers, MLA, attention biases or sinks refuses any other
- * (their ops have float32 kernels only). */
+/* Element types; the bound storage must follow them.  Default: float32.  The
+ * model's own buffers are converted to the new param type (rounded to nearest
+ * even) and its gradients zeroed in the new grad type.  A model with MoE
+ * layers, MLA, attention biases or sinks refuses any other (their ops have
+ * float32 kernels only). */
 int model_set_prec(model *m, const model_prec *p, titan_err *e);
 const model_prec *model_get_prec(const model *m);
 
@@ -293,10 +303,65 @@ be_dtype model_get_autocast(const model *m);
  * a tensor, init and binding a unit do this themselves. */
 void model_weights_changed(model *m);
 
+/* The Float8 converter (torchtitan's quantize.linear.float8 on
+ * model.converters): the linears its filter picks run their three GEMMs
+ * (output, grad_input, grad_weight) on float8 operands with torchao's
+ * Float8Linear numerics (lib/float8/float8.h: the recipe's formats, scales and
+ * which GEMM casts what), through the backend's f8_cast and f8_matmul.
+ * filter_fqns are torchtitan's: module FQNs ("layers.1.attention.wq",
+ * "output"), an entry matching as a substring; "auto_filter_small_kn" applies
+ * torchao's size rule; a linear whose dimensions are not multiples of 16 is
+ * never converted.  A converted output projection computes the whole
+ * micro-batch's logits at once (its scales run over every token), not in
+ * chunks.  Under autocast the weight is cast from the float32 masters, as
+ * torchao does. */
+typedef struct model_float8 {
+	const char *recipe;             /* tensorwise (NULL too), rowwise, rowwise_with_gw_hp */
+	const char *const *filter_fqns; /* borrowed for the call */
+	size_t n_filter;
+} model_float8;
+/* Convert (c NULL: back to plain linears).  Returns the number of linears
+ * converted, or -1 with e set (an unknown recipe, a filter torchao refuses). */
+int model_set_float8(model *m, const model_float8 *c, titan_err *e);
+/* Whether tensor i is the weight of a converted linear; the recipe's name
+ * (NULL when none is set). */
+int model_float8_converted(const model *m, int i);
+const char *model_float8_recipe(const model *m);
+/* FSDP's float8 all-gather (torchao's WeightWithDynamicFloat8CastTensor): the
+ * weight bound for converted tensor i holds the values of its float8 e4m3
+ * codes (decoded exactly into the parameter type) and *scale, one float on the
+ * backend, is their tensorwise scale: its linear multiplies those codes with
+ * that scale instead of casting the weight.  scale NULL: cast the bound weight
+ * again.  0, or -1 with e (tensor i is not converted, or the recipe does not
+ * cast weights tensorwise to e4m3). */
+int model_float8_weight_cast(model *m, int i, const float *scale, titan_err *e);
+
 /* Activation checkpointing; every is N for MODEL_AC_SELECTIVE (layers whose
  * 1-based index is a multiple of N are recomputed, like torchtitan's counter).
  * Micro-batch contexts made before the change keep their layout: make new ones. */
 int model_set_ac(model *m, model_ac_mode mode, int every, titan_err *e);
+
+/* compile.enable: torchtitan compiles its components "model" (each block) and
+ * "loss"; titan runs fused ops of backend.h in their place.
+ * MODEL_FUSE_BLOCKS: the attention's q, k, v projections as one product
+ * whose output rope_qkv splits and rotates (and rope_qkv_bwd packs back: one
+ * product each way in the backward), when the three weights lie after each
+ * other in the bound storage and its gradients, as the model's layout puts
+ * them (not under tensor parallelism); and each norm's backward fused with
+ * the residual stream's gradient add (rmsnorm_add_bwd).  MODEL_FUSE_LOSS: the
+ * output projection and the loss as lm_head_loss over the logits' chunks, the
+ * micro-batch's gradient scale read from backend memory (not under tensor
+ * parallelism, nor with logits copied to the host).  Results equal the plain
+ * ops' up to the order of float32 sums: on the CPU backend, whose fused ops are
+ * its plain kernels in sequence, the loss bit for bit and the gradients within
+ * float32 rounding (the input gradient of the q, k, v product sums its three
+ * parts in one product instead of three).  0: one plain op per step. */
+enum model_fuse {
+	MODEL_FUSE_BLOCKS = 1,
+	MODEL_FUSE_LOSS = 2,
+};
+int model_set_fusion(model *m, unsigned flags, titan_err *e);
+unsigned model_get_fusion(const model *m);
 
 /* Set the gradients of the model's own buffers to 0 (before a step's first
  * micro-batch). */
@@ -325,6 +390,10 @@ int64_t model_mb_valid(const model_mb *mb);
 /* The hidden state before unit u (b*t, dim) of prec.resid, u in u0..u1+1: a
  * pipeline stage receives its input into hidden(u0) and sends hidden(u1 + 1). */
 void *model_mb_hidden(model_mb *mb, int u);
+/* Bytes of one hidden state (or its gradient) of b sequences of t tokens:
+ * the rows of the stream this rank holds (b*t, or b*t / tp under tensor
+ * parallelism) x dim in prec.resid; what a pipeline stage sends. */
+size_t model_hidden_bytes(const model *m, int b, int t);
 
 /* The gradient of the hidden state being propagated (b*t, dim) of prec.resid: a
  * pipeline stage puts the received gradient of hidden(u1 + 1) there before the

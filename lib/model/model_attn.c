@@ -177,6 +177,27 @@ static void bias_grad(const piece_ctx *c, int bslot, const void *dy, int64_t out
 				      1, NULL);
 }
 
+/* Whether q, k, v run as one product (MODEL_FUSE_BLOCKS): a plain attention
+ * (RoPE, no head norms, no biases) whose wq, wk, wv lie after each other in the
+ * bound parameters (the layout's order), and in the gradients for a backward,
+ * so [wq; wk; wv] is one weight.  Not under tensor parallelism. */
+static int qkv_fused(const piece_ctx *c, int grads)
+{
+	const model *m = c->m;
+	const layer_kind *kd = &m->kind[c->l];
+	size_t hq = (size_t)m->args.n_heads * m->head_dim, d = (size_t)m->args.dim;
+	size_t hk = (size_t)m->args.n_kv_heads * m->head_dim;
+	const void *const *w = (const void *const *)c->w->p, *const *g = (const void *const *)c->g->p;
+	if (!(m->fuse & MODEL_FUSE_BLOCKS) || !m->qkv || m->tp.size > 1 || !kd->rope ||
+	    m->args.qk_norm || kd->qk_l2 || w[W_BQ] || w[W_BK] || w[W_BV])
+		return 0;
+	if (w[W_WK] != elt(w[W_WQ], m->prec.param, hq * d) ||
+	    w[W_WV] != elt(w[W_WK], m->prec.param, hk * d))
+		return 0;
+	return !grads || (g[W_WQ] && g[W_WK] == elt(g[W_WQ], m->prec.grad, hq * d) &&
+			  g[W_WV] == elt(g[W_WK], m->prec.grad, hk * d));
+}
+
 /* RoPE (or its inverse) on q and k, or the temperature on q of a NoPE layer. */
 static void rotate(const piece_ctx *c, void *q, void *k, int inverse)
 {
@@ -232,28 +253,34 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 	int before = m->args.qk_norm, after = m->kind[c->l].qk_l2;
 	void *xn = piece_act(c, ACT_XN1), *q = piece_act(c, ACT_Q), *k = piece_act(c, ACT_K);
 	void *v = piece_act(c, ACT_V), *att = piece_act(c, ACT_ATT);
-	/* with a head norm, wq's and wk's outputs (QR, KR) are its inputs */
-	void *qr = before || after ? piece_act(c, ACT_QR) : q;
-	void *kr = before || after ? piece_act(c, ACT_KR) : k;
-	linear_bias(c, qr, xn, W_WQ, W_BQ, s.d, s.h * s.hd);
-	linear_bias(c, kr, xn, W_WK, W_BK, s.d, s.hkv * s.hd);
-	linear_bias(c, v, xn, W_WV, W_BV, s.d, s.hkv * s.hd);
-	if (before) {
-		head_norm_fwd(c, q, ACT_QRSTD, qr, W_Q_NORM, s.n * s.h);
-		head_norm_fwd(c, k, ACT_KRSTD, kr, W_K_NORM, s.n * s.hkv);
-		rotate(c, q, k, 0);
-	} else if (after) {
-		rotate(c, qr, kr, 0);
-		head_norm_fwd(c, q, ACT_QRSTD, qr, W_Q_NORM, s.n * s.h);
-		head_norm_fwd(c, k, ACT_KRSTD, kr, W_K_NORM, s.n * s.hkv);
+	if (qkv_fused(c, 0)) { /* one product, split and rotated in one pass */
+		model_linear(m, m->qkv, xn, w->p[W_WQ], s.n, s.d, (s.h + 2 * s.hkv) * s.hd, 0);
+		be->ops->rope_qkv(be, q, k, v, m->qkv, m->prec.act, m->rope_cs, c->b, c->t, s.h,
+				  s.hkv, s.hd, m->args.rope_style);
 	} else {
-		rotate(c, q, k, 0);
+		/* with a head norm, wq's and wk's outputs (QR, KR) are its inputs */
+		void *qr = before || after ? piece_act(c, ACT_QR) : q;
+		void *kr = before || after ? piece_act(c, ACT_KR) : k;
+		linear_bias(c, qr, xn, W_WQ, W_BQ, s.d, s.h * s.hd);
+		linear_bias(c, kr, xn, W_WK, W_BK, s.d, s.hkv * s.hd);
+		linear_bias(c, v, xn, W_WV, W_BV, s.d, s.hkv * s.hd);
+		if (before) {
+			head_norm_fwd(c, q, ACT_QRSTD, qr, W_Q_NORM, s.n * s.h);
+			head_norm_fwd(c, k, ACT_KRSTD, kr, W_K_NORM, s.n * s.hkv);
+			rotate(c, q, k, 0);
+		} else if (after) {
+			rotate(c, qr, kr, 0);
+			head_norm_fwd(c, q, ACT_QRSTD, qr, W_Q_NORM, s.n * s.h);
+			head_norm_fwd(c, k, ACT_KRSTD, kr, W_K_NORM, s.n * s.hkv);
+		} else {
+			rotate(c, q, k, 0);
+		}
 	}
 	be_attn sh = shape_of(c);
 	model_attention_fwd(c, &sh);
 	model_resid_add_linear(m, xm, att, w->p[W_WO], s.n, s.h * s.hd, s.d);
-	if (w->p[W_BO])
-		be->ops->bias_add(be, xm, m->prec.resid, w->p[W_BO], m->prec.param, s.n, s.d, 1,
+	if (w->p[W_BO]) /* onto the rank's rows of the stream (whole sums under TP) */
+		be->ops->bias_add(be, xm, m->prec.resid, w->p[W_BO], m->prec.param, c->ns, s.d, 1,
 				  NULL);
 }
 
@@ -268,9 +295,19 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	model_linear_dx(m, m->d_att, dy, w->p[W_WO], s.n, s.h * s.hd, s.d, 0);
 	if (model_weight_grad(c, W_WO, dy, ACT_ATT, s.h * s.hd, s.d, e))
 		return -1;
-	bias_grad(c, W_BO, dy, s.d);
+	if (c->g->p[W_BO]) /* the rank's rows: under TP a partial sum, all-reduced as a norm's */
+		m->be->ops->bias_grad(m->be, c->g->p[W_BO], m->prec.grad,
+				      elt(dy, m->prec.act, (size_t)(m->tp.rank * c->ns * s.d)),
+				      m->prec.act, c->ns, s.d, 1, NULL);
 	be_attn sh = shape_of(c);
 	model_attention_bwd(c, &sh);
+	if (qkv_fused(c, 1)) { /* rotated back and packed: one product each way */
+		int64_t hqkv = (s.h + 2 * s.hkv) * s.hd;
+		m->be->ops->rope_qkv_bwd(m->be, m->qkv, m->d_q, m->d_k, m->d_v, m->prec.act, m->rope_cs,
+					 c->b, c->t, s.h, s.hkv, s.hd, m->args.rope_style);
+		model_linear_dx(m, m->d_xn, m->qkv, w->p[W_WQ], s.n, s.d, hqkv, 0);
+		return model_weight_grad(c, W_WQ, m->qkv, ACT_XN1, s.d, hqkv, e);
+	}
 	/* the gradients of wq's and wk's outputs, and the activations they read */
 	void *dq = m->d_q, *dk = m->d_k;
 	if (before || after) {

@@ -237,6 +237,12 @@ static void norm_bwd(const piece_ctx *c, int rstd, const void *x, int slot)
 		model_tp_scatter(m, m->d_xs, dy, c->n, d, m->prec.act);
 		dy = m->d_xs;
 	}
+	if (m->fuse & MODEL_FUSE_BLOCKS) { /* the stream's gradient added in the same pass */
+		be->ops->rmsnorm_add_bwd(be, m->d_x, rt, m->d_x, c->g->p[slot], m->prec.grad, dy,
+					 m->prec.act, x, rt, c->w->p[slot], m->prec.param,
+					 piece_act(c, rstd), c->ns, d);
+		return;
+	}
 	be->ops->rmsnorm_bwd(be, m->d_tmp, rt, c->g->p[slot], m->prec.grad, dy, m->prec.act, x, rt,
 			     c->w->p[slot], m->prec.param, piece_act(c, rstd), c->ns, d);
 	be->ops->axpy(be, m->d_x, rt, 1, m->d_tmp, rt, c->ns * d);

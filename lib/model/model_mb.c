@@ -36,6 +36,8 @@ act_set model_layer_keep(const model *m, int l)
  * pair up chunk by chunk), from the largest rank's share of the vocabulary. */
 static int logits_chunk(const model *m, size_t n)
 {
+	if (model_f8_head_whole(m))
+		return (int)n;
 	size_t v = (size_t)((m->vocab_global + m->tp.size - 1) / m->tp.size);
 	size_t c = ((size_t)1 << 24) / (v ? v : 1); /* 64 MiB of float32 logits */
 	c = c < 256 ? 256 : c;
@@ -53,7 +55,8 @@ static size_t al(size_t bytes)
 enum { SC_ROPE, SC_LOGITS, SC_DX, SC_DTMP, SC_DXN, SC_DYA, SC_DQ, SC_DATT, SC_DK, SC_DV,
        SC_DKR, SC_DH, SC_DA, SC_DG, SC_RLOGITS, SC_DRW, SC_DROWS, SC_DEH, SC_DEA, SC_DEG,
        SC_TEMP, SC_ONES, SC_JUNK, SC_KVB, SC_LAT0, SC_LAT1, SC_LAT2, SC_PE, SC_KPE, SC_QA0,
-       SC_QA1, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_COUNT };
+       SC_QA1, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_QKV,
+       SC_COUNT };
 
 /* What some layer's attention needs: OR of a layer_kind field over the layers. */
 static int any_layer(const model *m, size_t field)
@@ -96,6 +99,7 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 	p[SC_DK] = p[SC_DV] = n * hk * a;
 	p[SC_DKR] = m->args.qk_norm || any_layer(m, offsetof(layer_kind, qk_l2)) ? n * hk * a : 0;
 	p[SC_DH] = p[SC_DA] = p[SC_DG] = n * f * a;
+	p[SC_QKV] = m->fuse & MODEL_FUSE_BLOCKS ? n * (hq + 2 * hk) * a : 0;
 	if (m->n_moe) {
 		size_t rows = n * (size_t)m->args.moe.top_k, in = (size_t)m->args.moe.inter_dim;
 		p[SC_RLOGITS] = n * (size_t)m->args.moe.experts * a;
@@ -237,6 +241,7 @@ int model_scratch_prepare(model *m, int b, int t, titan_err *e)
 	m->d_qa[0] = p[SC_QA0], m->d_qa[1] = p[SC_QA1];
 	m->d_full = p[SC_TP_FULL], m->d_xs = p[SC_TP_XS], m->ring = p[SC_TP_RING];
 	m->ce_stats = p[SC_TP_CE], m->lg_full = p[SC_TP_LG];
+	m->qkv = p[SC_QKV];
 	for (int i = 0; i < ACT_COUNT; i++)
 		m->recomp[i] = p[SC_COUNT + i];
 	m->sb = b;
@@ -257,7 +262,8 @@ static size_t mb_layout(const model *m, int u0, int u1, int b, int t)
 {
 	size_t n = (size_t)b * t, d = (size_t)m->args.dim, ns = (size_t)model_seq(m, (int64_t)n);
 	int head = m->n_units - 1;
-	size_t total = al(n * sizeof(int32_t)) * ((u0 == 0) + (u1 == head));
+	size_t total = al(n * sizeof(int32_t)) * ((u0 == 0) + (u1 == head)) +
+		       (u1 == head ? al(sizeof(float)) : 0);
 	for (int u = u0; u <= u1 + 1; u++)
 		if (u > 0 && u <= head)
 			total += al(ns * d * be_dtype_size(m->prec.resid));
@@ -325,8 +331,10 @@ model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
 	char *c = mb->mem;
 	if (u0 == 0)
 		mb->ids = (int32_t *)c, c += al(n * sizeof(int32_t));
-	if (u1 == head)
+	if (u1 == head) {
 		mb->labels = (int32_t *)c, c += al(n * sizeof(int32_t));
+		mb->gscale = (float *)c, c += al(sizeof(float));
+	}
 	for (int u = u0; u <= u1 + 1; u++)
 		if (u > 0 && u <= head)
 			mb->hidden[u - u0] = c, c += al(ns * d * be_dtype_size(m->prec.resid));
@@ -395,6 +403,8 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
 			       be_dtype_name(m->prec.act));
 	mb->train = train;
 	mb->grad_scale = grad_scale;
+	if (mb->gscale && train) /* the fused head reads it there */
+		be->ops->copy(be, mb->gscale, &mb->grad_scale, sizeof(float), BACKEND_H2D);
 	mb->logits_host = logits_host;
 	mb->loss_sum = 0;
 	mb->n_valid = 0;
@@ -404,6 +414,12 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
 double model_mb_loss_sum(const model_mb *mb) { return mb->loss_sum; }
 int64_t model_mb_valid(const model_mb *mb) { return mb->n_valid; }
 void *model_dhidden(model *m) { return m->d_x; }
+
+size_t model_hidden_bytes(const model *m, int b, int t)
+{
+	return (size_t)model_seq(m, (int64_t)b * t) * (size_t)m->args.dim *
+	       be_dtype_size(m->prec.resid);
+}
 
 void *model_mb_hidden(model_mb *mb, int u)
 {
@@ -421,6 +437,15 @@ static void output_chunks(model *m, model_mb *mb, int backward)
 	backend *be = m->be;
 	be_dtype at = m->prec.act;
 	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, v = m->args.vocab_size;
+	if ((m->fuse & MODEL_FUSE_LOSS) && m->tp.size == 1 && mb->has_labels && !mb->logits_host) {
+		const void *w = model_linear_weight(m, m->out);
+		if (w)
+			be->ops->lm_head_loss(be, mb->xf, w, at, mb->labels, n, d, v,
+					      MODEL_IGNORE_INDEX, backward ? mb->gscale : NULL,
+					      m->d_xn, at, m->out_g, m->prec.grad, m->logits, m->chunk,
+					      &mb->loss_sum, &mb->n_valid);
+		return;
+	}
 	for (int64_t r0 = 0; r0 < n; r0 += m->chunk) {
 		int64_t c = n - r0 < m->chunk ? n - r0 : m->chunk;
 		const void *xf = elt(mb->xf, at, (size_t)(r0 * d));

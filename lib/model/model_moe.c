@@ -149,7 +149,7 @@ void model_moe_experts_fwd(const piece_ctx *c, const moe_rows *v)
 	experts_gate(c, v);
 	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, d, in, v->eh, c->w->p[W_EW2],
 				at, 0, v->ey, at);
-	if (gpt_oss(m))
+	if (gpt_oss(m) && m->tp.rank == 0) /* under TP once, to the partial sums */
 		expert_bias_add(c, v, v->ey, W_EB2, d);
 }
 
@@ -216,7 +216,17 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 			     &r, d);
 	if (sh)
 		model_linear(m, m->d_xn, piece_act(c, ACT_H), c->w->p[W_SW2], n, sh, d, 1);
-	be->ops->axpy(be, y, m->prec.resid, 1, m->d_xn, at, n * d);
+	if (m->tp.size == 1) {
+		be->ops->axpy(be, y, m->prec.resid, 1, m->d_xn, at, n * d);
+		return;
+	}
+	/* Under TP every rank routed every token to its slice of each expert's
+	 * hidden units: the output is a partial sum, reduce-scattered to the
+	 * rank's rows of the stream (torchtitan's moe output Partial ->
+	 * Shard(1)). */
+	int64_t ns = model_seq(m, n);
+	model_tp_scatter(m, m->d_xs, m->d_xn, n, d, at);
+	be->ops->axpy(be, y, m->prec.resid, 1, m->d_xs, at, ns * d);
 }
 
 /* Op-level checkpointing kept the routing and the matmul outputs: the rows'
@@ -259,7 +269,7 @@ int model_moe_experts_bwd(const piece_ctx *c, const moe_rows *v, titan_err *e)
 	int64_t d = m->args.dim, ex = v->groups, in = mo->inter_dim, rows = v->rows;
 	const int32_t *offs = v->offs;
 	int gpt = gpt_oss(m);
-	if (gpt)
+	if (gpt && m->tp.rank == 0) /* the whole gradient; the other tp ranks' add 0 */
 		expert_bias_grad(c, v, v->d_rows, W_EB2, d);
 	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, d, in, v->d_rows, c->w->p[W_EW2],
 				at, 0, v->d_eh, at);
@@ -296,6 +306,7 @@ int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	float *rw = piece_act(c, ACT_RW);
 	int before = mo->score_before_experts;
 	void *xn = piece_act(c, ACT_XN2);
+	model_tp_finish(m); /* async TP: dy's gather, which no linear reads first here */
 	/* The combine: the rows' gradients, and (weighted outputs) the weights'. */
 	be->ops->moe_gather(be, m->d_rows, dy, at, perm, offs, before ? NULL : rw, &r, d);
 	if (!before)

@@ -173,6 +173,7 @@ struct model_mb {
 	layer_act *acts;       /* (u1 - u0 + 1), used for the blocks */
 	void *xf;              /* (n, dim) final norm output, prec.act */
 	float *rstdf;          /* (n) */
+	float *gscale;         /* (1) grad_scale in backend memory (MODEL_FUSE_LOSS) */
 };
 
 struct model {
@@ -193,7 +194,8 @@ struct model {
 	model_unit *units;
 	size_t n_params;
 	model_prec prec;
-	float *params, *grads; /* own float32 storage (n_params each), or NULL */
+	void *params, *grads;  /* own storage (n_params each) of prec.param and prec.grad
+	                          (model_set_prec converts it), or NULL */
 	layer_w *lw, *lg;      /* (n_layers) views into the bound storage */
 	void *tok, *tok_g;     /* (vocab, dim) */
 	void *norm, *norm_g;   /* (dim) */
@@ -201,6 +203,7 @@ struct model {
 
 	model_ac_mode ac;
 	int ac_every;
+	unsigned fuse;          /* enum model_fuse */
 
 	/* Scratch for the micro-batches of n tokens seen so far: the recomputed
 	 * activations, the backward's gradients, a logits chunk, the RoPE table. */
@@ -239,6 +242,8 @@ struct model {
 	int n_buffers;
 	model_tensor *buffers; /* expert_bias per MoE layer: offset into moe_bias */
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
+	void *qkv;              /* (n, (h + 2 hkv) hd) prec.act: the fused projection's
+	                           output, in the backward its gradient (MODEL_FUSE_BLOCKS) */
 
 	model_mb *own_mb;       /* model_forward(_backward)'s context */
 
@@ -253,6 +258,7 @@ struct model {
 	int n_pos;
 	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
 
+	struct model_f8 *f8;    /* the Float8 converter (model_f8.c), or NULL */
 	/* Tensor parallelism (model_tp.c); size 1: none.  Scratch it adds, for
 	 * n = b*t tokens and ns = n / size held by the rank: */
 	model_tp_group tp;
@@ -304,9 +310,25 @@ void model_linear(model *m, void *y, const void *x, const void *w, int64_t n, in
 /* dx (n, in) (+)= dy (n, out) @ w (beta_dx 0 writes, 1 adds). */
 void model_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
 		     int64_t in, int64_t out, float beta_dx);
+/* The weight a linear reads: w, or its autocast copy (made on first use). */
+const void *model_linear_weight(model *m, const void *w);
 /* dw (out, in) += dy^T @ x. */
 void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
 		     int64_t in, int64_t out);
+
+/* The Float8 converter (model_f8.c): each runs the linear's GEMM in float8
+ * and returns 1 when the linear of weight w (gradient dw) is converted, else
+ * 0 and the caller runs the plain GEMM. */
+int model_f8_linear(model *m, void *y, const void *x, const void *w, int64_t n, int64_t in,
+		    int64_t out, float beta);
+int model_f8_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
+		       int64_t in, int64_t out, float beta_dx);
+int model_f8_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
+		       int64_t in, int64_t out);
+/* Whether the head computes its logits whole rather than in chunks (a
+ * converted output projection whose scales run over all the tokens). */
+int model_f8_head_whole(const model *m);
+void model_f8_free(model *m);
 
 /* ---- the block (model_block.c) ---- */
 

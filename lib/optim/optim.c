@@ -9,7 +9,7 @@ struct adamw {
 	backend *be;
 	adamw_config c;
 	size_t n;
-	float *m, *v; /* (n) exp_avg, exp_avg_sq */
+	void *m, *v; /* (n) exp_avg, exp_avg_sq of c.dtype */
 	int64_t step;
 	/* Ranges exempt from weight decay, sorted by offset, not overlapping. */
 	size_t (*nd)[2];
@@ -23,6 +23,7 @@ void adamw_config_default(adamw_config *c)
 	c->beta2 = 0.95;
 	c->eps = 1e-8;
 	c->weight_decay = 0.1;
+	c->dtype = BE_F32;
 }
 
 adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e)
@@ -35,13 +36,22 @@ adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e)
 	o->be = be;
 	o->c = *c;
 	o->n = n;
-	o->m = backend_calloc_floats(be, n, e);
-	o->v = o->m ? backend_calloc_floats(be, n, e) : NULL;
+	if (c->dtype != BE_F32 && c->dtype != BE_BF16) {
+		err_set(e, "adamw: states of %s: expected float32 or bfloat16",
+			be_dtype_name(c->dtype));
+		free(o);
+		return NULL;
+	}
+	size_t bytes = n * be_dtype_size(c->dtype);
+	o->m = be->ops->alloc(be, bytes, e);
+	o->v = o->m ? be->ops->alloc(be, bytes, e) : NULL;
 	if (!o->v) {
 		err_prefix(e, "adamw states for %zu parameters", n);
 		adamw_free(o);
 		return NULL;
 	}
+	be->ops->zero(be, o->m, bytes);
+	be->ops->zero(be, o->v, bytes);
 	return o;
 }
 
@@ -79,16 +89,23 @@ int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e)
 	return 0;
 }
 
-static void update(adamw *o, float *p, const float *g, size_t a, size_t b, double lr,
-		   double wd, double bc1, double bc2)
+/* Element i of a flat buffer of type t. */
+static void *at(const void *base, be_dtype t, size_t i)
 {
-	if (b > a)
-		o->be->ops->adamw(o->be, p + a, g + a, o->m + a, o->v + a, BE_F32, (int64_t)(b - a),
-				  (float)lr, (float)o->c.beta1, (float)o->c.beta2,
-				  (float)o->c.eps, (float)wd, (float)bc1, (float)bc2);
+	return (char *)base + i * be_dtype_size(t);
 }
 
-void adamw_step(adamw *o, float *params, const float *grads, double lr)
+static void update(adamw *o, void *p, const void *g, size_t a, size_t b, double lr,
+		   double wd, double bc1, double bc2)
+{
+	be_dtype t = o->c.dtype;
+	if (b > a)
+		o->be->ops->adamw(o->be, at(p, t, a), at(g, t, a), at(o->m, t, a), at(o->v, t, a), t,
+				  (int64_t)(b - a), lr, o->c.beta1, o->c.beta2, o->c.eps, wd, bc1,
+				  bc2);
+}
+
+void adamw_step(adamw *o, void *params, const void *grads, double lr)
 {
 	o->step++;
 	double bc1 = 1 - pow(o->c.beta1, (double)o->step);
@@ -102,31 +119,48 @@ void adamw_step(adamw *o, float *params, const float *grads, double lr)
 	update(o, params, grads, at, o->n, lr, o->c.weight_decay, bc1, bc2);
 }
 
-float *adamw_exp_avg(adamw *o) { return o->m; }
-float *adamw_exp_avg_sq(adamw *o) { return o->v; }
+void *adamw_exp_avg(adamw *o) { return o->m; }
+void *adamw_exp_avg_sq(adamw *o) { return o->v; }
+be_dtype adamw_dtype(const adamw *o) { return o->c.dtype; }
 int64_t adamw_get_step(const adamw *o) { return o->step; }
 void adamw_set_step(adamw *o, int64_t step) { o->step = step; }
 const adamw_config *adamw_get_config(const adamw *o) { return &o->c; }
 
-double grad_sumsq(backend *be, const float *g, size_t n)
+double grad_sumsq_typed(backend *be, const void *g, be_dtype t, size_t n)
 {
-	return be->ops->sumsq(be, g, BE_F32, (int64_t)n);
+	return be->ops->sumsq(be, g, t, (int64_t)n);
 }
 
-void grad_clip_scale(backend *be, float *g, size_t n, double total_norm, double max_norm)
+void grad_clip_scale_typed(backend *be, void *g, be_dtype t, size_t n, double total_norm,
+			   double max_norm)
 {
 	if (max_norm <= 0)
 		return;
 	double coef = max_norm / (total_norm + 1e-6);
 	if (coef < 1)
-		be->ops->scale(be, g, BE_F32, (float)coef, (int64_t)n);
+		be->ops->scale(be, g, t, (float)coef, (int64_t)n);
+}
+
+double grad_clip_norm_typed(backend *be, void *g, be_dtype t, size_t n, double max_norm)
+{
+	double norm = sqrt(grad_sumsq_typed(be, g, t, n));
+	grad_clip_scale_typed(be, g, t, n, norm, max_norm);
+	return norm;
+}
+
+double grad_sumsq(backend *be, const float *g, size_t n)
+{
+	return grad_sumsq_typed(be, g, BE_F32, n);
+}
+
+void grad_clip_scale(backend *be, float *g, size_t n, double total_norm, double max_norm)
+{
+	grad_clip_scale_typed(be, g, BE_F32, n, total_norm, max_norm);
 }
 
 double grad_clip_norm(backend *be, float *g, size_t n, double max_norm)
 {
-	double norm = sqrt(grad_sumsq(be, g, n));
-	grad_clip_scale(be, g, n, norm, max_norm);
-	return norm;
+	return grad_clip_norm_typed(be, g, BE_F32, n, max_norm);
 }
 
 int lr_schedule_init(lr_schedule *s, int64_t training_steps, int64_t warmup_steps,

@@ -2,9 +2,12 @@
  * components/optimizer.py and lr_scheduler.py (v0.2.2) use them.
  *
  * The optimizer's states are flat buffers parallel to the model's parameters
- * (same length, same offsets), so a tensor view (fqn, offset, numel) of the
- * model is also the view of its exp_avg and exp_avg_sq, and FSDP shards them by
- * the same ranges. */
+ * (same length, same offsets, same element type), so a tensor view (fqn,
+ * offset, numel) of the model is also the view of its exp_avg and exp_avg_sq,
+ * and FSDP shards them by the same ranges.  The element type is float32
+ * (master weights), or bfloat16 under training.dtype = "bfloat16", where torch
+ * keeps the states in the parameters' dtype (zeros_like(param)) and its fused
+ * AdamW computes in float32 and rounds each state back. */
 #ifndef TITAN_OPTIM_H
 #define TITAN_OPTIM_H
 
@@ -19,13 +22,15 @@ typedef struct adamw_config {
 	double beta1, beta2; /* 0.9, 0.95 */
 	double eps;          /* 1e-8 */
 	double weight_decay; /* 0.1, applied to every parameter by default */
+	be_dtype dtype;      /* of parameters, gradients and states: BE_F32 (default) or BE_BF16 */
 } adamw_config;
 
 void adamw_config_default(adamw_config *c);
 
 typedef struct adamw adamw;
 
-/* States for n parameters, zeroed, in be's memory; step 0.  NULL on error. */
+/* States for n parameters of c->dtype, zeroed, in be's memory; step 0.  NULL on
+ * error. */
 adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e);
 void adamw_free(adamw *o);
 
@@ -34,11 +39,13 @@ void adamw_free(adamw *o);
 int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e);
 
 /* One update of every parameter with learning rate lr (the schedule's factor
- * times the configured lr); increments the step first, like torch. */
-void adamw_step(adamw *o, float *params, const float *grads, double lr);
+ * times the configured lr); increments the step first, like torch.  params and
+ * grads are (n) of the optimizer's dtype. */
+void adamw_step(adamw *o, void *params, const void *grads, double lr);
 
-float *adamw_exp_avg(adamw *o);    /* (n) in backend memory */
-float *adamw_exp_avg_sq(adamw *o); /* (n) */
+void *adamw_exp_avg(adamw *o);    /* (n) of adamw_dtype, in backend memory */
+void *adamw_exp_avg_sq(adamw *o); /* (n) */
+be_dtype adamw_dtype(const adamw *o);
 int64_t adamw_get_step(const adamw *o);
 void adamw_set_step(adamw *o, int64_t step); /* when a checkpoint is loaded */
 const adamw_config *adamw_get_config(const adamw *o);
@@ -52,6 +59,12 @@ void grad_clip_scale(backend *be, float *g, size_t n, double total_norm,
 		     double max_norm);
 /* Both on one rank; returns the norm before clipping.  max_norm <= 0: no clip. */
 double grad_clip_norm(backend *be, float *g, size_t n, double max_norm);
+/* The same for gradients of element type t (bfloat16 under training.dtype =
+ * "bfloat16": the sum of squares still runs in double). */
+double grad_sumsq_typed(backend *be, const void *g, be_dtype t, size_t n);
+void grad_clip_scale_typed(backend *be, void *g, be_dtype t, size_t n, double total_norm,
+			   double max_norm);
+double grad_clip_norm_typed(backend *be, void *g, be_dtype t, size_t n, double max_norm);
 
 /* torchtitan's linear_warmup_stable_decay. */
 typedef enum lr_decay_type {

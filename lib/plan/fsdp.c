@@ -41,6 +41,15 @@ static size_t pbytes(const plan *p, size_t n) { return n * be_dtype_size(p->prec
 static size_t gbytes(const plan *p, size_t n) { return n * be_dtype_size(p->prec.grad); }
 static size_t rbytes(const plan *p, size_t n) { return n * be_dtype_size(p->o.reduce); }
 
+/* A rank's bytes of group k of unit u in its all-gather (FSDP's float8
+ * all-gather packs the converted weights as float8: f8.c; it runs without
+ * expert parallelism only, so the dense group is the whole unit). */
+static size_t sbytes(const plan *p, int u, int k)
+{
+	size_t b = k == PLAN_DENSE ? plan_f8_gather_bytes(p, u) : 0;
+	return b ? b : pbytes(p, p->u[u].g[k].shard_numel);
+}
+
 /* Wait for a request; the comm's time is the profiler's "comm" event. */
 static int wait_req(plan *p, comm_req **r, const char *what, size_t bytes, titan_err *e)
 {
@@ -67,15 +76,18 @@ static int start_gather(plan *p, int u, titan_err *e)
 	be_dtype pt = p->prec.param;
 	for (int k = 0; k < PLAN_GROUPS; k++) {
 		plan_shards *g = &pu->g[k];
-		size_t s = g->shard_numel;
-		int n = p->gn[k];
-		if (!(g->gbuf = take(p, pbytes(p, (size_t)n * s), e)))
+		size_t s = g->shard_numel, sb = sbytes(p, u, k);
+		int n = p->gn[k], f8 = k == PLAN_DENSE && plan_f8_gather_bytes(p, u) != 0;
+		if (!(g->gbuf = take(p, (size_t)n * sb, e)))
 			return err_prefix(e, "fsdp: gathering unit %d", u);
-		const void *src = p->params + g->shard_off;
-		if (pt != BE_F32) {
-			if (!(g->send = take(p, pbytes(p, s), e)))
+		const void *src = plan_shard_at(p, p->params, g->shard_off);
+		if (f8 || pt != p->mt) {
+			if (!(g->send = take(p, sb, e)))
 				return err_prefix(e, "fsdp: gathering unit %d", u);
-			p->be->ops->convert(p->be, g->send, pt, src, BE_F32, (int64_t)s);
+			if (f8 && plan_f8_pack(p, u, g->send, e))
+				return -1;
+			if (!f8)
+				p->be->ops->convert(p->be, g->send, pt, src, p->mt, (int64_t)s);
 			src = g->send;
 		}
 		if (n == 1 || s == 0) { /* a group of one rank, or no tensors of the group */
@@ -83,22 +95,27 @@ static int start_gather(plan *p, int u, titan_err *e)
 			continue;
 		}
 		PROF_T0(t);
-		if (comm_all_gather_start(p->gc[k], src, g->gbuf, s, plan_comm_dtype(pt), &g->ag, e))
+		if (comm_all_gather_start(p->gc[k], src, g->gbuf, f8 ? sb : s,
+					  f8 ? COMM_U8 : plan_comm_dtype(pt), &g->ag, e))
 			return p->broken = 1, -1;
-		PROF_COMM(t, "all_gather_start", PA_I("bytes", pbytes(p, s)), PA_I("unit", u));
+		PROF_COMM(t, "all_gather_start", PA_I("bytes", sb), PA_I("unit", u));
 	}
 	return 0;
 }
 
-/* Move unit u between the model's layout (flat, of type ft: tensors after
- * each other, whole) and FSDP's padded one (padded, of type pt: rank j's
- * chunk of every tensor in block j), either way. */
+/* Move group k of unit u between the model's layout (flat, of type ft:
+ * tensors after each other, whole) and FSDP's padded one (padded, of type pt:
+ * rank j's chunk of every tensor of the group in block j), either way.  A
+ * unit gathered with the float8 all-gather comes out of its packed layout
+ * (f8.c: the converted weights' chunks as e4m3 codes, decoded here). */
 static void relayout(plan *p, int u, int k, void *flat, be_dtype ft, void *padded, be_dtype pt,
 		     int to_padded)
 {
 	const plan_unit *pu = &p->u[u];
 	const model_unit *mu = model_unit_at(p->m, u);
 	size_t fe = be_dtype_size(ft), pe = be_dtype_size(pt);
+	int packed = !to_padded && k == PLAN_DENSE && plan_f8_gather_bytes(p, u) != 0;
+	size_t block = packed ? pu->f8_bytes : pu->g[k].shard_numel * pe;
 	for (int j = 0; j < p->gn[k]; j++)
 		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
 			const plan_tensor *t = &p->t[i];
@@ -109,12 +126,14 @@ static void relayout(plan *p, int u, int k, void *flat, be_dtype ft, void *padde
 			if (r == 0)
 				continue;
 			char *a = (char *)flat + (t->unit_off + (size_t)(j * t->cs * t->cols)) * fe;
-			char *b = (char *)padded + ((size_t)j * pu->g[k].shard_numel + t->chunk_off) * pe;
+			char *b = (char *)padded + (size_t)j * block +
+				  (packed ? t->chunk_boff : t->chunk_off * pe);
+			be_dtype bt = packed && t->f8 ? BE_E4M3 : pt;
 			size_t n = (size_t)(r * t->cols);
 			if (to_padded)
-				plan_move(p->be, b, pt, a, ft, n);
+				plan_move(p->be, b, bt, a, ft, n);
 			else
-				plan_move(p->be, a, ft, b, pt, n);
+				plan_move(p->be, a, ft, b, bt, n);
 		}
 }
 
@@ -128,15 +147,15 @@ static int finish_gather(plan *p, int u, titan_err *e)
 	if (!pu->g[PLAN_DENSE].gbuf && start_gather(p, u, e))
 		return -1;
 	for (int k = 0; k < PLAN_GROUPS; k++)
-		if (wait_req(p, &pu->g[k].ag, "all_gather", pbytes(p, pu->g[k].shard_numel), e))
+		if (wait_req(p, &pu->g[k].ag, "all_gather", sbytes(p, u, k), e))
 			return -1;
 	if (!(pu->params = take(p, pbytes(p, pu->numel), e)))
 		return err_prefix(e, "fsdp: unit %d", u);
 	for (int k = 0; k < PLAN_GROUPS; k++) {
 		plan_shards *g = &pu->g[k];
 		relayout(p, u, k, pu->params, p->prec.param, g->gbuf, p->prec.param, 0);
-		give(p, &g->gbuf, pbytes(p, (size_t)p->gn[k] * g->shard_numel));
-		give(p, &g->send, pbytes(p, g->shard_numel));
+		give(p, &g->gbuf, (size_t)p->gn[k] * sbytes(p, u, k));
+		give(p, &g->send, sbytes(p, u, k));
 	}
 	pu->gathered = 1;
 	return 0;
@@ -188,8 +207,8 @@ static void accumulate(plan *p, int u)
 		return;
 	for (int k = 0; k < PLAN_GROUPS; k++) {
 		plan_shards *g = &pu->g[k];
-		p->be->ops->axpy(p->be, p->grads + g->shard_off, BE_F32, 1, g->rsout, p->o.reduce,
-				 (int64_t)g->shard_numel);
+		p->be->ops->axpy(p->be, plan_shard_at(p, p->grads, g->shard_off), p->mt, 1,
+				 g->rsout, p->o.reduce, (int64_t)g->shard_numel);
 		give(p, &g->rsout, rbytes(p, g->shard_numel));
 	}
 }
@@ -201,9 +220,9 @@ static int start_all_reduce(plan *p, int u, titan_err *e)
 	plan_unit *pu = &p->u[u];
 	for (int k = 0; k < (pu->resident ? 1 : PLAN_GROUPS); k++) {
 		plan_shards *g = &pu->g[k];
-		void *buf = pu->resident ? (void *)(p->grads + pu->shard_off) : g->rsout;
+		void *buf = pu->resident ? plan_shard_at(p, p->grads, pu->shard_off) : g->rsout;
 		size_t n = pu->resident ? pu->shard_numel : g->shard_numel;
-		comm_dtype t = pu->resident ? COMM_F32 : plan_comm_dtype(p->o.reduce);
+		comm_dtype t = plan_comm_dtype(pu->resident ? p->mt : p->o.reduce);
 		if (n == 0)
 			continue;
 		PROF_T0(t0);
@@ -343,6 +362,7 @@ int plan_hook_before(void *ctx, int u, int phase, titan_err *e)
 	plan *p = ctx;
 	int rc = hook_before(p, u, phase, e);
 	p->op_t0 = prof_on ? prof_now() : 0;
+	p->unit_t0 = plan_now();
 	return rc;
 }
 
@@ -378,6 +398,7 @@ int plan_hook_after(void *ctx, int u, int phase, titan_err *e)
 {
 	plan *p = ctx;
 	plan_unit *pu = &p->u[u];
+	p->busy_ns += plan_now() - p->unit_t0;
 	PROF_OP(p->op_t0, phase == MODEL_FWD ? "forward" : phase == MODEL_BWD ? "backward"
 		: "weight_grad", PA_I("unit", u), PA_I("tokens", (int64_t)p->o.b * p->o.t));
 	if (phase == MODEL_FWD) {
@@ -412,7 +433,9 @@ int plan_stage_reduce(plan *p, int u0, int u1, titan_err *e)
 {
 	for (int u = u1; u >= u0; u--) {
 		p->u[u].kept = 0;
-		if (plan_reduce_unit(p, u, e))
+		/* a resident gradient accumulates in the shard: replicas all-reduce it
+		 * after the step's last micro-batches only */
+		if ((!p->u[u].resident || p->last_mb) && plan_reduce_unit(p, u, e))
 			return -1;
 		plan_release_unit(p, u);
 	}
@@ -440,8 +463,8 @@ void plan_release_all(plan *p)
 		for (int k = 0; k < PLAN_GROUPS; k++) {
 			plan_shards *g = &pu->g[k];
 			size_t n = (size_t)p->gn[k] * g->shard_numel;
-			give(p, &g->gbuf, pbytes(p, n));
-			give(p, &g->send, pbytes(p, g->shard_numel));
+			give(p, &g->gbuf, (size_t)p->gn[k] * sbytes(p, u, k));
+			give(p, &g->send, sbytes(p, u, k));
 			give(p, &g->rsbuf, rbytes(p, n));
 			give(p, &g->rsout, rbytes(p, g->shard_numel));
 		}

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "metrics/metrics.h"
 #include "plan/plan_priv.h"
 
@@ -27,8 +28,9 @@ model *plan_model(plan *p) { return p->m; }
 const model *plan_global_model(const plan *p) { return p->g; }
 const mesh *plan_mesh(const plan *p) { return p->mesh; }
 size_t plan_shard_numel(const plan *p) { return p->shard_numel; }
-float *plan_shard_params(plan *p) { return p->params; }
-float *plan_shard_grads(plan *p) { return p->grads; }
+be_dtype plan_shard_dtype(const plan *p) { return p->mt; }
+void *plan_shard_params(plan *p) { return p->params; }
+void *plan_shard_grads(plan *p) { return p->grads; }
 adamw *plan_optimizer(plan *p) { return p->opt; }
 void plan_weights_changed(plan *p) { model_weights_changed(p->m); }
 const model_hooks *plan_unit_hooks(plan *p) { return &p->hooks; }
@@ -63,11 +65,13 @@ static int read_mesh(plan *p, titan_err *e)
 	p->fsdp = plan_size(p, MESH_FSDP), p->fsdp_rank = plan_coord(p, MESH_FSDP);
 	p->rep = plan_size(p, MESH_DP_REPLICATE), p->rep_rank = plan_coord(p, MESH_DP_REPLICATE);
 	p->tp = plan_size(p, MESH_TP), p->tp_rank = plan_coord(p, MESH_TP);
+	p->cp = plan_size(p, MESH_CP), p->cp_rank = plan_coord(p, MESH_CP);
 	p->c_fsdp = dim_comm(p, MESH_FSDP);
 	p->c_rep = dim_comm(p, MESH_DP_REPLICATE);
 	p->c_tp = dim_comm(p, MESH_TP);
 	p->c_loss = dim_comm(p, MESH_LOSS);
 	p->c_pp = dim_comm(p, MESH_PP);
+	p->c_cp = dim_comm(p, MESH_CP);
 	p->ep = plan_size(p, MESH_EP), p->ep_rank = plan_coord(p, MESH_EP);
 	p->c_ep = dim_comm(p, MESH_EP);
 	/* FSDP's groups: the experts' over efsdp under expert parallelism */
@@ -82,6 +86,11 @@ static int read_mesh(plan *p, titan_err *e)
 			       "parallelism runs with data parallelism (and cp) only yet", p->ep,
 			       p->tp > 1 ? "tensor_parallel_degree" : "pipeline_parallel_degree",
 			       p->tp > 1 ? p->tp : plan_size(p, MESH_PP));
+	/* f8.c packs a unit's whole shard as one block: not the expert group's */
+	if (p->ep > 1 && p->o.f8_all_gather)
+		return err_set(e, "parallelism: expert_parallel_degree %d with "
+			       "quantize.linear.float8.enable_fsdp_float8_all_gather: FSDP's float8 "
+			       "all-gather runs without expert parallelism only yet", p->ep);
 	/* torchtitan's apply_ddp: replication without sharding is DDP, alone. */
 	p->ddp = p->rep > 1 && p->fsdp == 1;
 	if (p->ddp && world != p->rep)
@@ -140,7 +149,7 @@ static int apply_fsdp(plan *p, titan_err *e)
 	p->queue = calloc((size_t)p->n_units, sizeof *p->queue);
 	if (!p->t || !p->u || !p->queue)
 		return err_set(e, "out of memory");
-	int resident = p->fsdp == 1 && p->prec.param == BE_F32 && p->prec.grad == BE_F32;
+	int resident = p->fsdp == 1 && p->prec.param == p->mt && p->prec.grad == p->mt;
 	size_t at = 0;
 	for (int u = 0; u < p->n_units; u++) {
 		const model_unit *mu = model_unit_at(m, u);
@@ -197,7 +206,9 @@ static int make_boxes(plan *p, titan_err *e)
 
 static int build_optimizer(plan *p, titan_err *e)
 {
-	if (!(p->opt = adamw_create(p->be, p->shard_numel, &p->o.adamw, e)))
+	adamw_config ac = p->o.adamw;
+	ac.dtype = p->mt; /* torch's AdamW keeps its states in the parameters' dtype */
+	if (!(p->opt = adamw_create(p->be, p->shard_numel, &ac, e)))
 		return -1;
 	if (!p->o.no_decay_norms_embeddings)
 		return 0;
@@ -216,8 +227,8 @@ static void bind_resident(plan *p)
 {
 	for (int u = 0; u < p->n_units; u++)
 		if (p->u[u].held && p->u[u].resident)
-			model_bind_unit(p->m, u, p->params + p->u[u].shard_off,
-					p->grads + p->u[u].shard_off);
+			model_bind_unit(p->m, u, plan_shard_at(p, p->params, p->u[u].shard_off),
+					plan_shard_at(p, p->grads, p->u[u].shard_off));
 }
 
 plan *plan_create(const plan_opts *o, titan_err *e)
@@ -231,19 +242,25 @@ plan *plan_create(const plan_opts *o, titan_err *e)
 	p->be = o->be;
 	p->mesh = o->mesh;
 	p->prec = o->prec;
+	p->mt = o->master == BE_BF16 ? BE_BF16 : BE_F32;
 	if (p->prec.param == 0 && p->prec.grad == 0 && p->prec.act == 0 && p->prec.resid == 0)
 		p->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	p->hooks = (model_hooks){p, plan_hook_before, plan_hook_after};
-	if (read_mesh(p, e) || apply_tp(p, e) ||
+	if (read_mesh(p, e) || apply_tp(p, e) || plan_apply_cp(p, e) ||
 	    model_set_prec(p->m, &p->prec, e) || model_set_ac(p->m, o->ac, o->ac_every, e) ||
 	    apply_fsdp(p, e) || make_boxes(p, e))
 		goto fail;
-	/* calloc: FSDP's padding rows stay zero */
-	if (!(p->params = backend_calloc_floats(p->be, p->shard_numel ? p->shard_numel : 1, e)) ||
-	    !(p->grads = backend_calloc_floats(p->be, p->shard_numel ? p->shard_numel : 1, e))) {
+	if (o->layout_only)
+		return p;
+	/* zeroed: FSDP's padding rows stay zero */
+	size_t sb = (p->shard_numel ? p->shard_numel : 1) * be_dtype_size(p->mt);
+	if (!(p->params = p->be->ops->alloc(p->be, sb, e)) ||
+	    !(p->grads = p->be->ops->alloc(p->be, sb, e))) {
 		err_prefix(e, "plan: shards of %zu parameters", p->shard_numel);
 		goto fail;
 	}
+	p->be->ops->zero(p->be, p->params, sb);
+	p->be->ops->zero(p->be, p->grads, sb);
 	if (build_optimizer(p, e))
 		goto fail;
 	bind_resident(p);
@@ -258,7 +275,10 @@ void plan_free(plan *p)
 	if (!p)
 		return;
 	plan_release_all(p);
+	plan_pipeline_free(p);
+	plan_f8_free(p);
 	model_mb_free(p->mb);
+	cp_attn_free(p->ring);
 	adamw_free(p->opt);
 	if (p->params)
 		p->be->ops->free(p->be, p->params);
@@ -294,6 +314,43 @@ void plan_box_extract(const plan *p, int i, const float *whole, float *shard)
 		box_copy(shard + b->shard_off, whole, model_tensor_at(p->g, i)->shape, b);
 }
 
+/* Host float32 image of a shard buffer <-> the buffer (of the master type). */
+int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e)
+{
+	size_t n = p->shard_numel;
+	if (p->mt == BE_F32) {
+		p->be->ops->copy(p->be, dev, host, n * sizeof(float), BACKEND_H2D);
+		return 0;
+	}
+	uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+	if (!h)
+		return err_set(e, "plan: out of memory");
+	for (size_t i = 0; i < n; i++)
+		h[i] = bf16_from_f32(host[i]);
+	p->be->ops->copy(p->be, dev, h, n * sizeof *h, BACKEND_H2D);
+	int rc = p->be->ops->sync(p->be, e); /* h is freed now */
+	free(h);
+	return rc;
+}
+
+int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e)
+{
+	size_t n = p->shard_numel;
+	if (p->mt == BE_F32) {
+		p->be->ops->copy(p->be, host, dev, n * sizeof(float), BACKEND_D2H);
+		return p->be->ops->sync(p->be, e);
+	}
+	uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+	if (!h)
+		return err_set(e, "plan: out of memory");
+	p->be->ops->copy(p->be, h, dev, n * sizeof *h, BACKEND_D2H);
+	int rc = p->be->ops->sync(p->be, e);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		host[i] = bf16_to_f32(h[i]);
+	free(h);
+	return rc;
+}
+
 int plan_init_weights(plan *p, uint64_t seed, int depth_init, titan_err *e)
 {
 	size_t maxn = 1;
@@ -313,10 +370,10 @@ int plan_init_weights(plan *p, uint64_t seed, int depth_init, titan_err *e)
 		model_init_tensor(p->g, i, seed, depth_init, full);
 		plan_box_extract(p, i, full, shard);
 	}
-	p->be->ops->copy(p->be, p->params, shard, p->shard_numel * sizeof(float), BACKEND_H2D);
+	int rc = plan_shard_upload(p, p->params, shard, e);
 	free(full);
 	free(shard);
-	return 0;
+	return rc;
 }
 
 /* The unsharded bytes of unit u while gathered: its parameters and the
@@ -329,7 +386,7 @@ static size_t gather_bytes(const plan *p, int u)
 	size_t pe = be_dtype_size(p->prec.param), b = pu->numel * pe;
 	for (int k = 0; k < PLAN_GROUPS; k++)
 		b += (size_t)p->gn[k] * pu->g[k].shard_numel * pe +
-		     (p->prec.param != BE_F32 ? pu->g[k].shard_numel * pe : 0);
+		     (p->prec.param != p->mt ? pu->g[k].shard_numel * pe : 0);
 	return b;
 }
 
@@ -348,9 +405,10 @@ static size_t grad_bytes(const plan *p, int u)
 void plan_memory_get(const plan *p, plan_memory *mm)
 {
 	memset(mm, 0, sizeof *mm);
-	mm->params = mm->grads = p->shard_numel * sizeof(float);
-	mm->optimizer = 2 * p->shard_numel * sizeof(float);
+	mm->params = mm->grads = p->shard_numel * be_dtype_size(p->mt);
+	mm->optimizer = 2 * p->shard_numel * be_dtype_size(p->mt);
 	mm->activations = model_activation_bytes(p->m, p->o.b, p->o.t);
+	mm->ring = plan_cp_bytes(p);
 	if (p->peak_bytes) {
 		mm->gathered = p->peak_bytes;
 		return;
@@ -384,6 +442,12 @@ void plan_describe(const plan *p, FILE *log)
 {
 	if (p->tp > 1)
 		metrics_log(log, "Applied Tensor Parallelism to the model (tp %d)", p->tp);
+	if (p->cp > 1)
+		metrics_log(log, "Applied Context Parallelism to the model (cp %d, load balancer %s, "
+			    "rotate method %s: %lld tokens per sequence in %d chunks of %lld per rank)",
+			    p->cp, p->o.cp_balance == CP_BALANCE_HEADTAIL ? "headtail" : "none",
+			    p->o.cp_rotate == CP_ROTATE_ALLTOALL ? "alltoall" : "allgather",
+			    (long long)p->cpl.seq_len, p->cpl.chunks, (long long)p->cpl.chunk);
 	if (p->fsdp > 1)
 		metrics_log(log, "Applied %s to the model (%d shards%s, reshard_after_forward %s)",
 			    p->rep > 1 ? "HSDP" : "FSDP", p->fsdp,
@@ -400,8 +464,11 @@ void plan_describe(const plan *p, FILE *log)
 	plan_memory_get(p, &mm);
 	char n[48];
 	metrics_commas(n, sizeof n, (int64_t)p->shard_numel);
-	metrics_log(log, "Memory per rank: parameters %.4f GiB (%s elements, float32), gradients "
+	metrics_log(log, "Memory per rank: parameters %.4f GiB (%s elements, %s), gradients "
 		    "%.4f GiB, optimizer %.4f GiB, unsharded %.4f GiB, activations %.4f GiB",
-		    gib(mm.params), n, gib(mm.grads), gib(mm.optimizer), gib(mm.gathered),
-		    gib(mm.activations));
+		    gib(mm.params), n, be_dtype_name(p->mt), gib(mm.grads), gib(mm.optimizer),
+		    gib(mm.gathered), gib(mm.activations));
+	if (mm.ring)
+		metrics_log(log, "Memory per rank: ring attention's keys, values and gradients "
+			    "%.4f GiB", gib(mm.ring));
 }

@@ -67,11 +67,18 @@
  * gradient accumulates unsharded over the micro-batches until
  * plan_stage_reduce.
  *
- * Context parallelism (lib/cp) slots in through the model and the batch:
- * model_set_positions and model_set_attention (ring attention over the cp
- * dimension) on plan_model(), and micro-batches of the rank's share of each
- * sequence (opts.t = seq_len / cp); FSDP already shards over dp_shard x cp,
- * and the loss and its token count are already all-reduced over dp x cp.
+ * Context parallelism (torchtitan's context_parallel over the cp dimension):
+ * each sequence of seq_len tokens is cut into chunks (opts.cp_balance:
+ * headtail, rank i holding chunks i and 2cp-1-i, or none), and a rank's
+ * micro-batches hold its chunks (opts.t = seq_len / cp tokens; plan_cp_share
+ * cuts them out of whole sequences).  The plan gives the model the tokens'
+ * global positions (RoPE) and ring attention over the cp dimension
+ * (lib/cp; opts.cp_rotate: allgather or alltoall).  Every other op works
+ * token by token, so a rank's loss and gradients are its tokens' share:
+ * FSDP's reduce-scatter over dp_shard x cp sums the cp ranks' gradients, and
+ * the loss and its token count are all-reduced over dp x cp.  With tensor
+ * parallelism the ring runs on each tp rank's heads, sequence parallelism
+ * splitting the rank's tokens further.
  *
  * Checkpoints are each rank's boxes of the global tensors (plan_box): its TP
  * slice cut by its FSDP chunk, written as DCP chunks with global offsets and
@@ -85,11 +92,14 @@
 
 #include "backend/backend.h"
 #include "core/err.h"
+#include "cp/cp.h"
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "pp/pp.h"
 
 typedef struct plan plan;
+typedef struct plan_pipe plan_pipe;
 
 /* parallelism.fsdp_reshard_after_forward. */
 typedef enum plan_reshard {
@@ -115,6 +125,9 @@ typedef struct plan_opts {
 	 * are float32.  All zero: float32. */
 	model_prec prec;
 	be_dtype reduce;         /* mixed_precision_reduce: gradients reduced in */
+	be_dtype master;         /* the shards (master weights, their gradients,
+	                            AdamW's states): float32 (0), or bf16 under
+	                            training.dtype = "bfloat16" */
 	plan_reshard reshard;
 	int loss_parallel;       /* !disable_loss_parallel */
 	int async_tp;            /* enable_async_tensor_parallel */
@@ -122,6 +135,20 @@ typedef struct plan_opts {
 	int no_decay_norms_embeddings; /* optimizer.no_decay_norms_embeddings */
 	int pp;                  /* pipeline parallelism drives the units */
 	const int8_t *hold;      /* (units) the units this rank holds; NULL: all */
+	int layout_only;         /* the model's table and the shard layout, nothing
+	                            allocated (the planner: plan_shard_numel,
+	                            plan_memory_get); not for steps */
+	/* context parallelism (a cp dimension of more than one rank): how the
+	 * sequence of t x cp tokens is cut (context_parallel_load_balancer) and
+	 * how keys and values go round (context_parallel_rotate_method) */
+	cp_balance cp_balance;
+	cp_rotate cp_rotate;
+	/* quantize.linear.float8's FSDP options (act under FSDP, with the model's
+	 * Float8 converter set, tensorwise): the converted weights all-gathered as
+	 * float8 codes with the whole weight's scale; their amax all-reduced with
+	 * each gather, or once per step when precomputed. */
+	int f8_all_gather;       /* enable_fsdp_float8_all_gather */
+	int f8_precompute;       /* precompute_float8_dynamic_scale_for_fsdp */
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the
@@ -167,6 +194,10 @@ typedef struct plan_result {
 	double step_s;    /* seconds the step took on this rank */
 	double comm_s;    /* of which blocked in communication (waits, blocking
 	                     collectives): the rest computes or copies */
+	double run_s;     /* of which the runner ran the micro-batches (forward
+	                     and backward) */
+	double busy_s;    /* of which inside the units' compute (between the unit
+	                     hooks): 1 - busy_s / run_s is a pipeline rank's bubble */
 } plan_result;
 
 /* One training step: forward and backward of every micro-batch (gradients
@@ -176,10 +207,20 @@ typedef struct plan_result {
 int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
 	      titan_err *e);
 
-/* Forward only (validation) of one micro-batch of (b, t) tokens: the summed
- * loss and valid labels over the loss dimension (every rank gets them). */
+/* Forward only (validation) of one micro-batch of (b, t) tokens (under
+ * context parallelism the rank's share of sequences of t x cp, any length
+ * the chunks divide): the summed loss and valid labels over the loss
+ * dimension (every rank gets them).  Under a pipeline (plan_set_pipeline)
+ * forward through the stages, the last stage's loss summed over pp. */
 int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
 	      double *loss_sum, int64_t *n_valid, titan_err *e);
+
+/* This rank's share of rows sequences of seq_len tokens (host, (rows,
+ * seq_len) into (rows, seq_len / cp)): its context-parallel chunks, the
+ * whole sequences without context parallelism.  Refuses a seq_len the
+ * chunks do not divide. */
+int plan_cp_share(const plan *p, const int32_t *full, int32_t *local, int64_t rows,
+		  int64_t seq_len, titan_err *e);
 
 /* What runs a step's micro-batches over the rank's units; the default runs
  * them one after another over every unit (model_run_mb with the unit hooks).
@@ -199,6 +240,20 @@ const model_hooks *plan_unit_hooks(plan *p);
  * u0..u1 and keep them; after its last backward, reduce their gradients. */
 int plan_stage_gather(plan *p, int u0, int u1, titan_err *e);
 int plan_stage_reduce(plan *p, int u0, int u1, titan_err *e);
+
+/* The units pipeline rank r holds under split sp (its stages' units): what
+ * opts.hold takes (n_units entries). */
+void plan_pipeline_hold(const pp_split *sp, int r, int n_units, int8_t *hold);
+/* Drive the steps by lib/pp's engine: this rank's action list (its
+ * coordinate in the pp dimension) of schedule s over the stages of split sp
+ * (checked against the plan's held units, and every pipeline rank's schedule
+ * against the others': pp_schedule_agree), the stage hooks gathering and
+ * reducing each stage once per round.  A step's n_mb must be a multiple of
+ * the schedule's (the rest is gradient accumulation).  The loss is summed
+ * over pp as well (only the last stage has one), and the grad norm's sum of
+ * squares.  sp and s are the caller's and must outlive the plan.  Collective
+ * over pp. */
+int plan_set_pipeline(plan *p, const pp_split *sp, const pp_schedule *s, titan_err *e);
 
 /* ---- checkpoints ---- */
 
@@ -222,13 +277,20 @@ const plan_box *plan_box_at(const plan *p, int i);
  * shard buffer); nothing when the rank holds none of it. */
 void plan_box_extract(const plan *p, int i, const float *whole, float *shard);
 
-/* The rank's shard buffers, in backend memory: float32 master weights and
- * their gradients (plan_shard_numel elements each); the optimizer's states
- * are laid out the same (adamw_exp_avg / adamw_exp_avg_sq). */
+/* The rank's shard buffers, in backend memory: master weights and their
+ * gradients (plan_shard_numel elements each, of plan_shard_dtype: float32,
+ * or bf16 under opts.master); the optimizer's states are laid out the same
+ * (adamw_exp_avg / adamw_exp_avg_sq, of the same type). */
 size_t plan_shard_numel(const plan *p);
-float *plan_shard_params(plan *p);
-float *plan_shard_grads(plan *p);
+be_dtype plan_shard_dtype(const plan *p);
+void *plan_shard_params(plan *p);
+void *plan_shard_grads(plan *p);
 adamw *plan_optimizer(plan *p);
+/* A shard buffer (plan_shard_params, _grads, the optimizer's states) to and
+ * from a host float32 image of it (plan_shard_numel floats; bf16 rounds to
+ * nearest even going up, widens exactly coming down). */
+int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e);
+int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e);
 /* The master weights changed behind the plan's back (a checkpoint load):
  * autocast's cast copies are dropped. */
 void plan_weights_changed(plan *p);
@@ -238,11 +300,13 @@ void plan_weights_changed(plan *p);
 /* Bytes this rank holds for the model: its shards (params, grads, the
  * optimizer's two states), the unsharded copies alive at once at most
  * (gathered parameters and unreduced gradients, with what is prefetched and
- * in flight), and a micro-batch's activations. */
+ * in flight), a micro-batch's activations and, under context parallelism,
+ * ring attention's key, value and gradient buffers. */
 typedef struct plan_memory {
 	size_t params, grads, optimizer;
 	size_t gathered;
 	size_t activations;
+	size_t ring;      /* context parallelism: ring attention's buffers */
 } plan_memory;
 void plan_memory_get(const plan *p, plan_memory *m);
 

@@ -21,6 +21,9 @@ typedef struct plan_tensor {
 	size_t chunk_off;    /* in its unit's shard: shard_off - unit's shard_off */
 	int tp_replicated;   /* every tp rank holds it whole (norms) */
 	int grp;             /* PLAN_DENSE or PLAN_EXPERT: the FSDP group it shards over */
+	int f8;              /* float8 all-gather: 1 + its ordinal among the converted
+	                        weights, 0 when not converted (f8.c) */
+	size_t chunk_boff;   /* float8 all-gather: its chunk's byte offset in the unit's */
 } plan_tensor;
 
 /* FSDP's groups: a unit's tensors shard over the fsdp dimension, but under
@@ -33,7 +36,7 @@ enum { PLAN_DENSE, PLAN_EXPERT, PLAN_GROUPS };
 typedef struct plan_shards {
 	size_t shard_off, shard_numel; /* the group's block of the flat shard */
 	void *send;                    /* (shard_numel) prec.param: the shard converted */
-	void *gbuf;                    /* (N * shard_numel) prec.param */
+	void *gbuf;                    /* (N * shard_numel) prec.param (float8: N * f8_bytes) */
 	comm_req *ag;                  /* the all-gather in flight */
 	void *rsbuf;                   /* (N * shard_numel) reduce type */
 	void *rsout;                   /* (shard_numel) reduce type */
@@ -41,10 +44,12 @@ typedef struct plan_shards {
 } plan_shards;
 
 /* A unit's storage and what is in flight for it.  A resident unit is bound to
- * the shard itself (one fsdp rank, float32 parameters and gradients): it is
- * never gathered (its all-reduce over replicas is g[PLAN_DENSE].ar).  The
- * others gather each group into its gbuf (the group's ranks x its shard, the
- * all-gather's receive buffer) and copy out into params (the model's layout);
+ * the shard itself (one fsdp rank, parameters and gradients of the shard's
+ * type): it is never gathered (its all-reduce over replicas is
+ * g[PLAN_DENSE].ar).  The others gather each group into its gbuf (the group's
+ * ranks x its shard, the all-gather's receive buffer; under FSDP's float8
+ * all-gather the dense group's blocks are f8_bytes of packed codes) and copy
+ * out into params (the model's layout);
  * their gradient goes the other way: grad (model layout), copied into each
  * group's rsbuf (FSDP's padded layout, in the reduce type), reduce-scattered
  * into its rsout. */
@@ -59,6 +64,9 @@ typedef struct plan_unit {
 	int kept;                      /* gathered for a pipeline stage: kept until reduced */
 	void *grad;                    /* (numel) prec.grad, bound during backward */
 	int queued;                    /* in the reduction queue */
+	size_t f8_bytes;               /* float8 all-gather: the rank's bytes of the unit
+	                                  (0: gathered in prec.param as above) */
+	int f8_first, f8_n;            /* its converted weights' ordinals */
 } plan_unit;
 
 struct plan {
@@ -74,16 +82,20 @@ struct plan {
 	int rep, rep_rank;     /* dp_replicate */
 	int tp, tp_rank;
 	int ep, ep_rank;       /* expert parallelism (ep borrowed from dp_shard x cp) */
-	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp, *c_ep;
+	int cp, cp_rank;
+	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp, *c_cp, *c_ep;
 	/* FSDP's groups (PLAN_DENSE: fsdp; PLAN_EXPERT: efsdp): size, index, comm */
 	int gn[PLAN_GROUPS], gr[PLAN_GROUPS];
 	comm *gc[PLAN_GROUPS];
+	cp_layout cpl;     /* context parallelism: the training sequence's chunks */
+	cp_attn *ring;     /* its ring attention (NULL: one cp rank) */
 	int ddp;           /* replication alone: all-reduce the unit's gradient */
 	plan_tensor *t;    /* (model's tensors) */
 	plan_box *box;     /* (global tensors) */
 	plan_unit *u;      /* (units) */
 	size_t shard_numel;
-	float *params, *grads; /* (shard_numel) float32 masters and their gradients */
+	be_dtype mt;       /* the shards' element type (opts.master) */
+	void *params, *grads; /* (shard_numel) of mt: masters and their gradients */
 	adamw *opt;
 	model_hooks hooks;
 	plan_runner runner;
@@ -93,8 +105,14 @@ struct plan {
 	size_t live_bytes, peak_bytes; /* unsharded buffers alive now / at most */
 	int *queue, nq;    /* units whose reductions are in flight, oldest first */
 	uint64_t op_t0;    /* when the running unit's compute began (profiler) */
+	uint64_t unit_t0, busy_ns; /* the same, and the step's compute (plan_result.busy_s) */
 	uint64_t wait_ns;  /* blocked in communication this step (plan_result.comm_s) */
 	int broken;        /* a collective failed: its buffers stay (MPI may write them) */
+	plan_pipe *pipe;   /* pipeline parallelism's engine (plan_set_pipeline) */
+	/* FSDP's float8 all-gather (f8.c) */
+	int f8_ready, f8_conv;  /* laid out; the number of converted weights (0: off) */
+	float *f8_amax;         /* (f8_conv) their amax over the fsdp ranks */
+	float *f8_scale;        /* (model's tensors) their scales */
 };
 
 /* fsdp.c: the unit hooks, and what finishes a step's reductions. */
@@ -110,6 +128,21 @@ void plan_release_unit(plan *p, int u);
 /* Reduce unit u's gradient (started; finished by plan_finish_reduce). */
 int plan_reduce_unit(plan *p, int u, titan_err *e);
 
+/* pipe.c: the pipeline's engine freed; plan_eval through the stages (the
+ * rank's loss: 0 off the last stage). */
+void plan_pipeline_free(plan *p);
+int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+		       double *loss_sum, int64_t *n_valid, titan_err *e);
+/* f8.c: FSDP's float8 all-gather.  plan_f8_begin before a step or an eval
+ * (the first time: the layout; with precompute: every amax all-reduced);
+ * plan_f8_gather_bytes: a rank's bytes of unit u in the all-gather, 0 when the
+ * unit goes in prec.param; plan_f8_pack casts them into send (the unit's amax
+ * all-reduced first unless precomputed); fsdp.c's relayout decodes the
+ * gathered chunks (at chunk_boff in blocks of f8_bytes). */
+int plan_f8_begin(plan *p, titan_err *e);
+size_t plan_f8_gather_bytes(const plan *p, int u);
+int plan_f8_pack(plan *p, int u, void *send, titan_err *e);
+void plan_f8_free(plan *p);
 /* ep.c: the model's all-to-alls over ep. */
 model_ep_group plan_ep_group(plan *p);
 
@@ -117,6 +150,16 @@ model_ep_group plan_ep_group(plan *p);
  * all-reduced over tp. */
 model_tp_group plan_tp_group(plan *p);
 int plan_tp_reduce_replicated(plan *p, titan_err *e);
+
+/* cp.c: context parallelism on the model: the positions of the rank's
+ * chunks and ring attention for micro-batches of t tokens (plan_apply_cp:
+ * the training length, kept; plan_cp_use: another, for an evaluation, until
+ * plan_cp_restore). */
+int plan_apply_cp(plan *p, titan_err *e);
+int plan_cp_use(plan *p, int t, cp_attn **ring, titan_err *e);
+int plan_cp_restore(plan *p, cp_attn *ring, titan_err *e);
+/* The bytes of the training ring's buffers (0 without context parallelism). */
+size_t plan_cp_bytes(const plan *p);
 
 /* Nanoseconds on the monotonic clock: what the rank waits on communication
  * is the time spent inside the blocking calls and waits. */
@@ -129,6 +172,11 @@ static inline uint64_t plan_now(void)
 
 /* Copy n elements between element types (a copy when they agree). */
 void plan_move(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
+/* Element i of a shard buffer of the plan's master type. */
+static inline void *plan_shard_at(const plan *p, void *base, size_t i)
+{
+	return (char *)base + i * be_dtype_size(p->mt);
+}
 comm_dtype plan_comm_dtype(be_dtype t);
 
 #endif

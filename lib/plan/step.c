@@ -72,12 +72,13 @@ static int64_t count_valid(const int32_t *labels, size_t n)
 static double local_sumsq(plan *p)
 {
 	if (p->tp == 1)
-		return grad_sumsq(p->be, p->grads, p->shard_numel);
+		return grad_sumsq_typed(p->be, p->grads, p->mt, p->shard_numel);
 	double s = 0;
 	for (int i = 0; i < model_num_tensors(p->m); i++) {
 		const plan_tensor *t = &p->t[i];
 		if (p->u[model_tensor_at(p->m, i)->unit].held && (!t->tp_replicated || p->tp_rank == 0))
-			s += grad_sumsq(p->be, p->grads + t->shard_off, (size_t)(t->cs * t->cols));
+			s += grad_sumsq_typed(p->be, plan_shard_at(p, p->grads, t->shard_off), p->mt,
+					      (size_t)(t->cs * t->cols));
 	}
 	return s;
 }
@@ -94,7 +95,7 @@ static int clip(plan *p, double max_norm, double *norm, titan_err *e)
 	    all_reduce(p, p->c_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e))
 		return -1;
 	*norm = sqrt(s);
-	grad_clip_scale(p->be, p->grads, p->shard_numel, *norm, max_norm);
+	grad_clip_scale_typed(p->be, p->grads, p->mt, p->shard_numel, *norm, max_norm);
 	PROF_PHASE(t, "clip_grad_norm");
 	return 0;
 }
@@ -118,7 +119,7 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 {
 	memset(r, 0, sizeof *r);
 	uint64_t t0 = plan_now();
-	p->wait_ns = 0;
+	p->wait_ns = p->busy_ns = 0;
 	if (!p->runner.run)
 		plan_set_runner(p, NULL);
 	size_t n = (size_t)b->n_mb * (size_t)p->o.b * (size_t)p->o.t;
@@ -127,18 +128,28 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 		return -1;
 	if (global == 0)
 		return err_set(e, "no valid labels in the step's batch on any rank");
-	p->be->ops->zero(p->be, p->grads, p->shard_numel * sizeof(float));
+	if (plan_f8_begin(p, e))
+		return -1;
+	p->be->ops->zero(p->be, p->grads, p->shard_numel * be_dtype_size(p->mt));
 	p->eval = 0;
 	double loss_sum = 0;
 	int64_t valid = 0;
+	uint64_t r0 = plan_now();
 	if (p->runner.run(p->runner.ctx, p, b, (float)(1.0 / (double)global), &p->hooks,
-			  &loss_sum, &valid, e) ||
-	    plan_finish_reduce(p, e) || plan_tp_reduce_replicated(p, e))
+			  &loss_sum, &valid, e))
+		return -1;
+	r->run_s = (double)(plan_now() - r0) * 1e-9;
+	r->busy_s = (double)p->busy_ns * 1e-9;
+	if (plan_finish_reduce(p, e) || plan_tp_reduce_replicated(p, e))
 		return -1;
 	plan_release_all(p);
 	double sums[1] = {loss_sum}, avg = valid ? loss_sum / (double)valid : 0;
+	/* under pipeline parallelism the last stage alone has a loss: summed over
+	 * pp too, so that every rank (rank 0 logs) knows it */
 	if (all_reduce(p, p->c_loss, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
 	    all_reduce(p, p->c_loss, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
+	    all_reduce(p, p->c_pp, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->c_pp, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
 	    clip(p, max_norm, &r->grad_norm, e) || moe_balance(p, e))
 		return -1;
 	PROF_T0(t);
@@ -156,26 +167,55 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	return rc;
 }
 
-int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
-	      double *loss_sum, int64_t *n_valid, titan_err *e)
+static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+		      double *loss_sum, int64_t *n_valid, titan_err *e)
 {
-	if (p->o.hold != NULL)
+	if (p->o.hold != NULL && p->pipe == NULL)
 		return err_set(e, "plan: evaluation of a rank holding some units only");
-	model_mb *mb = model_mb_create(p->m, 0, p->head, b, t, e);
-	if (!mb)
+	if (plan_f8_begin(p, e))
 		return -1;
+	double s = 0;
+	int64_t v = 0;
+	int rc;
 	p->eval = 1;
-	int rc = model_mb_set_tokens(mb, inputs, labels, 0, 0, NULL, e) ||
-		 model_run_mb(p->m, mb, &p->hooks, e);
+	if (p->pipe != NULL) {
+		rc = plan_pipeline_eval(p, inputs, labels, b, t, &s, &v, e);
+	} else {
+		model_mb *mb = model_mb_create(p->m, 0, p->head, b, t, e);
+		if (!mb) {
+			p->eval = 0;
+			return -1;
+		}
+		rc = model_mb_set_tokens(mb, inputs, labels, 0, 0, NULL, e) ||
+		     model_run_mb(p->m, mb, &p->hooks, e);
+		s = model_mb_loss_sum(mb);
+		v = model_mb_valid(mb);
+		model_mb_free(mb);
+	}
 	p->eval = 0;
 	plan_release_all(p);
-	double s = model_mb_loss_sum(mb);
-	int64_t v = model_mb_valid(mb);
-	model_mb_free(mb);
+	/* under pipeline parallelism the last stage alone has the loss */
 	if (rc || all_reduce(p, p->c_loss, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_loss, &v, 1, COMM_I64, COMM_SUM, "all_reduce", e))
+	    all_reduce(p, p->c_loss, &v, 1, COMM_I64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->c_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->c_pp, &v, 1, COMM_I64, COMM_SUM, "all_reduce", e))
 		return -1;
 	*loss_sum = s;
 	*n_valid = v;
 	return 0;
+}
+
+/* Context parallelism: t may be another length than training's (its own
+ * ring and positions meanwhile). */
+int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+	      double *loss_sum, int64_t *n_valid, titan_err *e)
+{
+	cp_attn *ring;
+	if (plan_cp_use(p, t, &ring, e))
+		return -1;
+	int rc = eval_batch(p, inputs, labels, b, t, loss_sum, n_valid, e);
+	titan_err later; /* the first error is the one told */
+	if (plan_cp_restore(p, ring, rc ? &later : e))
+		rc = -1;
+	return rc;
 }

@@ -76,7 +76,8 @@ int plan_tp_reduce_replicated(plan *p, titan_err *e)
 			n += (size_t)(p->t[i].cs * p->t[i].cols);
 	if (n == 0)
 		return 0;
-	float *buf = p->be->ops->alloc(p->be, n * sizeof(float), e);
+	size_t es = be_dtype_size(p->mt);
+	char *buf = p->be->ops->alloc(p->be, n * es, e);
 	if (!buf)
 		return err_prefix(e, "tensor parallel: replicated gradients");
 	size_t at = 0;
@@ -86,17 +87,17 @@ int plan_tp_reduce_replicated(plan *p, titan_err *e)
 			if (!t->tp_replicated || !p->u[model_tensor_at(p->m, i)->unit].held)
 				continue;
 			size_t k = (size_t)(t->cs * t->cols);
-			float *g = p->grads + t->shard_off;
-			p->be->ops->copy(p->be, pass ? g : buf + at, pass ? buf + at : g,
-					 k * sizeof(float), BACKEND_D2D);
+			void *g = plan_shard_at(p, p->grads, t->shard_off);
+			p->be->ops->copy(p->be, pass ? g : buf + at * es, pass ? buf + at * es : g, k * es,
+					 BACKEND_D2D);
 			at += k;
 		}
 		if (pass == 0) {
 			PROF_T0(t0);
 			uint64_t w0 = plan_now();
-			int rc = comm_all_reduce(p->c_tp, buf, buf, n, COMM_F32, COMM_SUM, e);
+			int rc = comm_all_reduce(p->c_tp, buf, buf, n, plan_comm_dtype(p->mt), COMM_SUM, e);
 			p->wait_ns += plan_now() - w0;
-			PROF_COMM(t0, "all_reduce", PA_I("bytes", n * sizeof(float)), PA_S("dim", "tp"));
+			PROF_COMM(t0, "all_reduce", PA_I("bytes", n * es), PA_S("dim", "tp"));
 			if (rc) {
 				p->broken = 1;
 				return -1; /* buf stays: MPI may still write it */

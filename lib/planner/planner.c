@@ -87,7 +87,8 @@ static int check_model(const plan_ctx *x, const llama_args *a, titan_err *e)
 	mesh_degrees d = {.dp_replicate = x->d.dp_replicate, .dp_shard = x->d.dp_shard,
 			  .cp = x->d.cp, .tp = x->d.tp, .pp = x->d.pp, .ep = x->d.ep, .etp = 1};
 	mesh_model m = {a->name, a->n_layers, a->n_heads, a->n_kv_heads, a->dim,
-			flavor_ffn_hidden(a), a->moe.experts, x->c->training.seq_len};
+			flavor_ffn_hidden(a), a->moe.experts, x->c->training.seq_len,
+			x->c->parallelism.context_parallel_load_balancer == NULL};
 	if (x->d.ep > 1 && (a->moe.experts <= 0 || x->d.tp > 1 || x->d.pp > 1))
 		return err_set(e, "parallelism.expert_parallel_degree = %d: %s", x->d.ep,
 			       a->moe.experts <= 0 ? "the model has no experts"
@@ -165,23 +166,11 @@ static int precision(plan_ctx *x, titan_err *e)
 	return 0;
 }
 
-/* The pipeline split and schedule, or one stage of every unit. */
-static int pipeline(plan_ctx *x, titan_err *e)
+int planner_pipeline(const job_config *c, int pp, int n_layers, pp_split *sp, pp_schedule **out,
+		     int *n_mb, titan_err *e)
 {
-	const job_config *c = x->c;
 	const __typeof__(c->parallelism) *p = &c->parallelism;
-	int L = model_args(x->whole)->n_layers;
-	x->r->microbatch = x->d.pp > 1 ? p->pipeline_parallel_microbatch_size : c->training.local_batch_size;
-	if (x->d.pp == 1) {
-		int64_t dp = (int64_t)x->d.dp_replicate * x->d.dp_shard, lb = c->training.local_batch_size;
-		int64_t gb = c->training.global_batch_size > 0 ? c->training.global_batch_size : lb * dp;
-		if (gb % (lb * dp))
-			return err_set(e, "training.global_batch_size %lld is not a multiple of "
-				       "local_batch_size %lld x data parallel degree %lld",
-				       (long long)gb, (long long)lb, (long long)dp);
-		x->r->n_mb = gb / (lb * dp);
-		return 0;
-	}
+	*out = NULL;
 	pp_kind k;
 	if (pp_kind_parse(p->pipeline_parallel_schedule, &k, e))
 		return err_prefix(e, "parallelism.pipeline_parallel_schedule");
@@ -202,7 +191,7 @@ static int pipeline(plan_ctx *x, titan_err *e)
 		}
 	}
 	pp_split_args a = {
-		.n_layers = L, .pp = x->d.pp, .kind = k,
+		.n_layers = n_layers, .pp = pp, .kind = k,
 		.layers_per_stage = p->pipeline_parallel_layers_per_stage_set
 					    ? p->pipeline_parallel_layers_per_stage : 0,
 		.first_less = p->pipeline_parallel_first_stage_less_layers,
@@ -210,29 +199,59 @@ static int pipeline(plan_ctx *x, titan_err *e)
 		.n_parts = fq->set ? fq->n : 0, .part_len = len, .parts = parts,
 		.n_split_points = p->pipeline_parallel_split_points.n,
 		.split_points = (const char *const *)p->pipeline_parallel_split_points.v};
-	int rc = pp_split_make(&a, &x->split, e);
+	int rc = pp_split_make(&a, sp, e);
 	free(parts);
 	free(len);
 	if (rc)
 		return -1;
-	int n_mb, few;
+	int few;
 	if (pp_microbatches(c->training.local_batch_size, p->pipeline_parallel_microbatch_size,
-			    x->split.n_stages, &n_mb, &few, e))
-		return -1;
-	x->r->n_mb = n_mb;
+			    sp->n_stages, n_mb, &few, e))
+		goto fail;
 	const char *csv = p->pipeline_parallel_schedule_csv;
 	if (csv != NULL && csv[0] != '\0') {
-		if (pp_schedule_read_csv(csv, x->d.pp, x->split.n_stages, n_mb, &x->sched, e))
-			return -1;
-		for (int s = 0; s < x->split.n_stages; s++)
-			if (x->sched->stage_rank[s] != x->split.stage_rank[s])
-				return err_set(e, "%s: stage %d runs on rank %d, but %s places it on rank "
-					       "%d", csv, s, x->sched->stage_rank[s],
-					       p->pipeline_parallel_schedule, x->split.stage_rank[s]);
-	} else if (pp_schedule_build(k, x->d.pp, x->split.stages_per_rank, n_mb, &x->sched, e)) {
-		return -1;
+		if (pp_schedule_read_csv(csv, pp, sp->n_stages, *n_mb, out, e))
+			goto fail;
+		for (int s = 0; s < sp->n_stages; s++)
+			if ((*out)->stage_rank[s] != sp->stage_rank[s]) {
+				err_set(e, "%s: stage %d runs on rank %d, but %s places it on rank %d",
+					csv, s, (*out)->stage_rank[s], p->pipeline_parallel_schedule,
+					sp->stage_rank[s]);
+				goto fail;
+			}
+	} else if (pp_schedule_build(k, pp, sp->stages_per_rank, *n_mb, out, e)) {
+		goto fail;
 	}
-	snprintf(x->r->schedule, sizeof x->r->schedule, "%s", csv && csv[0] ? "csv" : pp_kind_name(k));
+	return 0;
+fail:
+	pp_schedule_free(*out);
+	*out = NULL;
+	pp_split_free(sp);
+	return -1;
+}
+
+/* The pipeline split and schedule, or one stage of every unit. */
+static int pipeline(plan_ctx *x, titan_err *e)
+{
+	const job_config *c = x->c;
+	const __typeof__(c->parallelism) *p = &c->parallelism;
+	int L = model_args(x->whole)->n_layers;
+	x->r->microbatch = x->d.pp > 1 ? p->pipeline_parallel_microbatch_size : c->training.local_batch_size;
+	if (x->d.pp == 1) {
+		int64_t dp = (int64_t)x->d.dp_replicate * x->d.dp_shard, lb = c->training.local_batch_size;
+		int64_t gb = c->training.global_batch_size > 0 ? c->training.global_batch_size : lb * dp;
+		if (gb % (lb * dp))
+			return err_set(e, "training.global_batch_size %lld is not a multiple of "
+				       "local_batch_size %lld x data parallel degree %lld",
+				       (long long)gb, (long long)lb, (long long)dp);
+		x->r->n_mb = gb / (lb * dp);
+		return 0;
+	}
+	int n_mb;
+	if (planner_pipeline(c, x->d.pp, L, &x->split, &x->sched, &n_mb, e))
+		return -1;
+	x->r->n_mb = n_mb;
+	snprintf(x->r->schedule, sizeof x->r->schedule, "%s", x->sched->name);
 	pp_sim sim;
 	if (pp_simulate(x->sched, &PP_COSTS_UNIT, &sim, NULL, e))
 		return -1;

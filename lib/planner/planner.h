@@ -103,6 +103,14 @@ void planner_report_free(plan_report *r);
  * pipeline_parallel_degree is 1), for --print-schedule. */
 int planner_schedule(const job_config *c, int world_size, pp_schedule **out, titan_err *e);
 
+/* The stage split and the schedule of pipeline_parallel_degree pp for a model
+ * of n_layers, as the run builds them (torchtitan's split and messages, the
+ * schedule built or read from pipeline_parallel_schedule_csv), and the
+ * micro-batches of a schedule step (local_batch_size / microbatch_size).
+ * The caller frees sp and *s. */
+int planner_pipeline(const job_config *c, int pp, int n_layers, pp_split *sp, pp_schedule **s,
+		     int *n_mb, titan_err *e);
+
 /* The report for people, and as JSON (one object; keys in planner.c). */
 int planner_print(const plan_report *r, FILE *f);
 int planner_print_json(const plan_report *r, FILE *f, titan_err *e);

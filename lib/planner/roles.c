@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/family.h"
+#include "plan/plan.h"
 #include "planner/planner_priv.h"
 
 /* A tensor's elements on one rank: split by TP along its tp_dim, then FSDP's
@@ -98,15 +99,51 @@ static void role_stages(const plan_ctx *x, int r, stages *s)
 	}
 }
 
-/* Parameters, gradients, optimizer states and FSDP's unsharded copies. */
-static void state_bytes(const plan_ctx *x, const stages *s, plan_role *ro)
+/* The shard elements each rank of pipeline rank r holds, from the plan's
+ * own layout: plan_create with layout_only (TP's shapes, the rank's experts
+ * under EP, FSDP2's padded chunks) of the units plan_pipeline_hold gives the rank, for its first rank
+ * (the others of the role hold as many). */
+static int held_shard(const plan_ctx *x, int r, uint64_t *numel, titan_err *e)
+{
+	mesh m = {.d = {x->d.dp_replicate, x->d.dp_shard, x->d.cp, x->d.tp, x->d.pp, x->d.ep, 1}};
+	m.world_size = x->r->world_size;
+	mesh_sizes(&m.d, m.size);
+	for (m.rank = 0; m.rank < m.world_size; m.rank++) {
+		mesh_coords(&m.d, m.rank, m.coord);
+		if (m.coord[MESH_PP] == r)
+			break;
+	}
+	int n_units = model_num_units(x->whole);
+	int8_t *hold = NULL;
+	if (x->d.pp > 1) {
+		if (!(hold = malloc((size_t)n_units)))
+			return err_set(e, "planner: out of memory");
+		plan_pipeline_hold(&x->split, r, n_units, hold);
+	}
+	plan_opts o = {.be = x->be, .mesh = &m, .args = model_args(x->whole),
+		       .b = (int)x->r->microbatch, .t = cp_local_len(&x->cpl), .reduce = BE_F32,
+		       .pp = x->d.pp > 1, .hold = hold, .layout_only = 1};
+	adamw_config_default(&o.adamw);
+	plan *p = plan_create(&o, e);
+	free(hold);
+	if (p == NULL)
+		return err_prefix(e, "planner: pipeline rank %d's plan", r);
+	*numel = plan_shard_numel(p);
+	plan_free(p);
+	return 0;
+}
+
+/* Parameters, gradients, optimizer states (the plan's shards) and FSDP's
+ * unsharded copies. */
+static int state_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro, titan_err *e)
 {
 	uint64_t shard = 0, biggest = 0, all = 0, head = 0;
 	int H = model_head_unit(x->whole);
+	if (held_shard(x, r, &shard, e))
+		return -1;
 	for (int k = 0; k < s->n; k++)
 		for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 			uint64_t w = unit_numel(x, u, 1);
-			shard += unit_numel(x, u, 0);
 			all += w;
 			if (u == H)
 				head = w;
@@ -128,6 +165,7 @@ static void state_bytes(const plan_ctx *x, const stages *s, plan_role *ro)
 		ro->bytes[PLAN_GATHERED] = gathered * be_dtype_size(x->mp_t) +
 					   grads * be_dtype_size(x->reduce_t);
 	}
+	return 0;
 }
 
 /* The bytes of one pipeline message: a micro-batch's hidden state, its
@@ -222,13 +260,16 @@ static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role
 	return 0;
 }
 
-/* Bytes of one rank's keys plus values (elem bytes each) for b x t tokens. */
-static uint64_t kv_bytes(const plan_ctx *x, int b, size_t elem)
+/* The model's attention call on this rank, as model_attn makes it (local
+ * heads, the rank's chunks). */
+static be_attn attn_call(const plan_ctx *x)
 {
 	const llama_args *a = model_args(x->local);
 	int hd = flavor_head_dim(a);
-	return (uint64_t)b * (uint64_t)cp_local_len(&x->cpl) * (uint64_t)a->n_kv_heads * 2 *
-	       (uint64_t)hd * elem;
+	be_dtype t = x->compute_t;
+	return (be_attn){.b = (int)x->r->microbatch, .tq = cp_local_len(&x->cpl),
+			 .tk = cp_local_len(&x->cpl), .h = a->n_heads, .hkv = a->n_kv_heads,
+			 .hd = hd, .hdv = hd, .causal = 1, .qkv = t, .out = t, .dout = t, .grad = t};
 }
 
 /* Communication buffers beyond the activations: what the pipeline's messages
@@ -237,16 +278,9 @@ static uint64_t kv_bytes(const plan_ctx *x, int b, size_t elem)
  * gradients, the float32 accumulators of out and dq). */
 static void buffer_bytes(const plan_ctx *x, uint64_t msg_extra, plan_role *ro)
 {
-	int b = (int)x->r->microbatch;
-	const llama_args *a = model_args(x->local);
 	uint64_t buf = msg_extra;
 	if (x->d.cp > 1) {
-		/* the model's attention call on this rank, as model_attn makes it */
-		int hd = flavor_head_dim(a);
-		be_dtype t = x->compute_t;
-		be_attn s = {.b = b, .tq = cp_local_len(&x->cpl), .tk = cp_local_len(&x->cpl),
-			     .h = a->n_heads, .hkv = a->n_kv_heads, .hd = hd, .hdv = hd, .causal = 1,
-			     .qkv = t, .out = t, .dout = t, .grad = t};
+		be_attn s = attn_call(x);
 		buf += cp_attn_bytes(&x->cpl, x->rotate, &s);
 	}
 	ro->bytes[PLAN_COMM_BUFFERS] = buf;
@@ -303,21 +337,16 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 			}
 		ro->sent[PLAN_DIM_TP] = per * passes;
 	}
-	/* CP: per block and pass, the keys and values of the others (all-gather:
-	 * (cp-1) x own; ring: cp-1 sends), again for the backward with the
-	 * float32 gradients back to their owners (reduce-scatter (cp-1) x own;
-	 * ring: cp sends), the forward again where AC recomputes it. */
+	/* CP: per block and pass, ring attention's forward (again where AC
+	 * recomputes it) and backward, as lib/cp sends them (cp_attn_sent). */
 	if (x->d.cp > 1) {
-		uint64_t cp = (uint64_t)x->d.cp, kv = kv_bytes(x, (int)b, act), kv32 = kv_bytes(x, (int)b, 4);
-		uint64_t per = 0;
+		be_attn call = attn_call(x);
+		uint64_t fwd, bwd, per = 0;
+		cp_attn_sent(&x->cpl, x->rotate, &call, &fwd, &bwd);
 		for (int k = 0; k < s->n; k++)
-			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
-				if (u == 0 || u == H)
-					continue;
-				int full = recomputed(x, u);
-				uint64_t back = x->rotate == CP_ROTATE_ALLGATHER ? (cp - 1) * kv32 : cp * kv32;
-				per += (2 + full) * (cp - 1) * kv + back;
-			}
+			for (int u = s->u0[k]; u <= s->u1[k]; u++)
+				if (u != 0 && u != H)
+					per += (uint64_t)(1 + recomputed(x, u)) * fwd + bwd;
 		ro->sent[PLAN_DIM_CP] = per * passes;
 	}
 	/* PP: each F sends its output to the next stage's rank, each B or I its
@@ -354,8 +383,7 @@ int planner_roles(plan_ctx *x, titan_err *e)
 			ro->unit1[k] = s.u1[k];
 		}
 		uint64_t msg_extra;
-		state_bytes(x, &s, ro);
-		if (activation_bytes(x, r, &s, ro, &msg_extra, e))
+		if (state_bytes(x, r, &s, ro, e) || activation_bytes(x, r, &s, ro, &msg_extra, e))
 			return -1;
 		buffer_bytes(x, msg_extra, ro);
 		traffic(x, r, &s, ro);

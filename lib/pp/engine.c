@@ -215,8 +215,7 @@ pp_engine *pp_engine_create(model *m, const pp_split *sp, const pp_schedule *s, 
 	en->b = b;
 	en->t = t;
 	en->head = model_head_unit(m);
-	en->bytes = (size_t)b * (size_t)t * (size_t)model_args(m)->dim *
-		    be_dtype_size(model_get_prec(m)->resid);
+	en->bytes = model_hidden_bytes(m, b, t); /* the stream's rows (b*t / tp) */
 	if (index_peers(en, e) || index_stages(en, e)) {
 		pp_engine_free(en);
 		return NULL;
@@ -426,6 +425,7 @@ int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, fl
 {
 	(void)e;
 	en->pos = 0;
+	en->bytes = model_hidden_bytes(en->m, en->b, en->t); /* the precision may have changed */
 	en->ids = ids;
 	en->labels = labels;
 	en->grad_scale = grad_scale;

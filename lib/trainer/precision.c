@@ -24,12 +24,13 @@ int train_prec_choose(const job_config *c, const prec_degrees *d, train_prec *p,
 		     &reduce, e))
 		return -1;
 	*p = (train_prec){.mode = PREC_NONE, .model = {BE_F32, BE_F32, BE_F32, BE_F32},
-			  .autocast = BE_F32, .reduce = BE_F32};
+			  .autocast = BE_F32, .reduce = BE_F32, .master = BE_F32};
 	const char *pn = be_dtype_name(param);
 	if (train == BE_BF16) {
 		p->mode = PREC_BF16;
 		p->model = (model_prec){BE_BF16, BE_BF16, BE_BF16, BE_BF16};
 		p->reduce = BE_BF16;
+		p->master = BE_BF16;
 		p->line = "Mixed precision training is handled by AMP";
 		snprintf(p->detail, sizeof p->detail, "training.dtype = bfloat16: parameters, "
 			 "gradients, optimizer states and activations in bfloat16");

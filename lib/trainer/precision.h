@@ -2,8 +2,9 @@
  * torchtitan 0.2.2's rules, and the element types that puts on the model.
  *
  *   training.dtype = "bfloat16"   parameters, gradients and optimizer states in
- *                                 bf16, no float32 copy (titan's config refuses
- *                                 it today: the optimizer keeps float32 states)
+ *                                 bf16, no float32 copy (the model's own storage
+ *                                 and AdamW's states become bf16; AdamW computes
+ *                                 in float32 and rounds, as torch's fused one)
  *   FSDP (data_parallel_shard_degree > 1, or context parallelism)
  *                                 fully_shard's MixedPrecisionPolicy: parameters
  *                                 gathered in mixed_precision_param, every
@@ -44,6 +45,8 @@ typedef struct train_prec {
 	model_prec model;  /* the units' element types */
 	be_dtype autocast; /* the linears' weight copies (BE_F32: none) */
 	be_dtype reduce;   /* gradients as reduced across ranks */
+	be_dtype master;   /* the kept parameters, their gradients and AdamW's states
+	                      (the plan's shards): bf16 under training.dtype */
 	const char *line;  /* torchtitan's log line for the mode */
 	char detail[200];  /* titan's: the element types in force */
 } train_prec;
@@ -52,8 +55,10 @@ typedef struct train_prec {
  * dtype name outside float32/bfloat16. */
 int train_prec_choose(const job_config *c, const prec_degrees *d, train_prec *p, titan_err *e);
 
-/* Put the mode on a model (FSDP and training.dtype bf16 need a model whose
- * storage the plan binds: model_create_unbound). */
+/* Put the mode on a model (a model with storage of its own converts it to the
+ * mode's parameter and gradient types: bf16 under training.dtype; FSDP's
+ * policy needs a model whose storage the plan binds, model_create_unbound,
+ * since its masters stay float32 in the shards). */
 int train_prec_apply(model *m, const train_prec *p, titan_err *e);
 
 #endif

@@ -129,13 +129,32 @@ static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n
 	return 0;
 }
 
-/* A whole backend buffer of n floats copied to a new host buffer. */
-static float *to_host(tstate_saver *sv, backend *be, const float *dev, size_t n)
+/* A whole shard buffer (of the plan's master type) copied to a new host
+ * float32 image; NULL when out of memory or the copy failed. */
+static float *to_host(tstate_saver *sv, plan *p, const void *dev)
 {
-	float *h = keep(sv, malloc(n * sizeof(float) + 1));
-	if (h != NULL)
-		be->ops->copy(be, h, dev, n * sizeof(float), BACKEND_D2H);
-	return h;
+	titan_err e;
+	float *h = keep(sv, malloc(plan_shard_numel(p) * sizeof(float) + 1));
+	return h != NULL && plan_shard_download(p, h, dev, &e) == 0 ? h : NULL;
+}
+
+/* The checkpoint's type for what the run keeps in t: torchtitan saves its
+ * tensors in their dtype (bf16 under training.dtype = "bfloat16"). */
+static ptz_dtype saved_dtype(be_dtype t)
+{
+	return t == BE_BF16 ? PTZ_BF16 : PTZ_F32;
+}
+
+/* n floats of a host image as dt: the image itself for float32, else a kept
+ * converted copy. */
+static void *as_dtype(tstate_saver *sv, float *x, size_t n, ptz_dtype dt)
+{
+	if (dt == PTZ_F32)
+		return x;
+	void *y = keep(sv, malloc(n * ptz_dtype_size(dt) + 1));
+	if (y != NULL)
+		ptz_convert(y, dt, x, PTZ_F32, n);
+	return y;
 }
 
 typedef struct val {
@@ -171,21 +190,20 @@ static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **
 	return 0;
 }
 
-static backend *be_of(const tstate *s)
-{
-	return model_backend(plan_model(s->p));
-}
-
 static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
 {
 	const model *g = plan_global_model(s->p);
-	float *params = to_host(sv, be_of(s), plan_shard_params(s->p), plan_shard_numel(s->p));
+	float *params = to_host(sv, s->p, plan_shard_params(s->p));
 	if (params == NULL)
 		return err_set(err, "out of memory");
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
 	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
 		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
 			       export_dtype);
+	/* torchtitan converts only to an export_dtype other than float32: bf16
+	 * parameters stay bf16 under the default */
+	if (dt == PTZ_F32)
+		dt = saved_dtype(plan_shard_dtype(s->p));
 	for (int i = 0; i < model_num_tensors(g); i++) {
 		const model_tensor *t = model_tensor_at(g, i);
 		const plan_box *b = plan_box_at(s->p, i);
@@ -203,7 +221,7 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 	}
 	/* Persistent buffers (MoE expert_bias), float32 as torchtitan keeps them:
 	 * every rank holds the same (the counts that move them are summed over
-	 * the batch ranks; tensor parallelism refuses MoE), rank 0 writes them. */
+	 * the batch ranks; tp ranks route the same tokens), rank 0 writes them. */
 	model *m = plan_model(s->p);
 	for (int i = 0; s->rank == 0 && i < model_num_buffers(m); i++) {
 		const model_tensor *t = model_buffer_at(m, i);
@@ -222,10 +240,14 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	const model *g = plan_global_model(s->p);
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
-	float *ea = to_host(sv, be_of(s), adamw_exp_avg(opt), n);
-	float *eas = to_host(sv, be_of(s), adamw_exp_avg_sq(opt), n);
+	ptz_dtype st = saved_dtype(adamw_dtype(opt));
+	float *ea = to_host(sv, s->p, adamw_exp_avg(opt));
+	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt));
+	uint8_t *ea_s = ea ? as_dtype(sv, ea, n, st) : NULL;
+	uint8_t *eas_s = eas ? as_dtype(sv, eas, n, st) : NULL;
+	size_t es = ptz_dtype_size(st);
 	float *stepv = keep(sv, malloc(sizeof(float)));
-	if (ea == NULL || eas == NULL || stepv == NULL)
+	if (ea_s == NULL || eas_s == NULL || stepv == NULL)
 		return err_set(err, "out of memory");
 	*stepv = (float)adamw_get_step(opt);
 	val v[16];
@@ -238,10 +260,10 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 		const plan_box *b = plan_box_at(s->p, i);
 		if (!b->owner)
 			continue;
-		if (add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t, b,
-			    ea + b->shard_off) == NULL ||
-		    add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t, b,
-			    eas + b->shard_off) == NULL)
+		if (add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), st, t, b,
+			    ea_s + b->shard_off * es) == NULL ||
+		    add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), st, t, b,
+			    eas_s + b->shard_off * es) == NULL)
 			return err_set(err, "out of memory");
 		if (!first_box(b))
 			continue;
@@ -400,7 +422,6 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		return err_set(err, "out of memory");
 	const model *g = plan_global_model(s->p);
 	adamw *opt = plan_optimizer(s->p);
-	backend *be = be_of(s);
 	size_t n = plan_shard_numel(s->p);
 	int want_opt = !model_only && !excluded(exclude, "optimizer");
 	/* calloc: FSDP's padding stays zero */
@@ -510,10 +531,11 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			model_buffer_write(m, model_buffer_at(m, (int)(i - first_buffer)),
 					   b->items[i].data);
 	if (rc == 0) {
-		be->ops->copy(be, plan_shard_params(s->p), params, n * sizeof(float), BACKEND_H2D);
-		if (want_opt && have_train_state) {
-			be->ops->copy(be, adamw_exp_avg(opt), ea, n * sizeof(float), BACKEND_H2D);
-			be->ops->copy(be, adamw_exp_avg_sq(opt), eas, n * sizeof(float), BACKEND_H2D);
+		/* into the types the run keeps (DCP converted from what was saved) */
+		rc = plan_shard_upload(s->p, plan_shard_params(s->p), params, err);
+		if (rc == 0 && want_opt && have_train_state) {
+			rc = plan_shard_upload(s->p, adamw_exp_avg(opt), ea, err) ||
+			     plan_shard_upload(s->p, adamw_exp_avg_sq(opt), eas, err);
 			adamw_set_step(opt, step_item ? (int64_t)*stepv : 0);
 			got->optimizer = 1;
 		}
@@ -599,10 +621,8 @@ int tstate_load_hf(const char *dir, tstate *s, titan_err *err)
 	for (int i = 0; rc == 0 && i < nt; i++)
 		if (!h.seen[i])
 			rc = err_set(err, "%s: no weight for %s", dir, model_tensor_at(g, i)->fqn);
-	if (rc == 0) {
-		backend *be = be_of(s);
-		be->ops->copy(be, plan_shard_params(s->p), h.shard, n * sizeof(float), BACKEND_H2D);
-	}
+	if (rc == 0)
+		rc = plan_shard_upload(s->p, plan_shard_params(s->p), h.shard, err);
 	free(h.shard);
 	free(h.seen);
 	return rc;
@@ -626,9 +646,9 @@ int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
 	float *params = malloc(n * sizeof(float) + 1);
 	st_item *items = calloc((size_t)nt, sizeof *items);
 	int rc = params && items ? 0 : err_set(err, "out of memory");
+	if (rc == 0)
+		rc = plan_shard_download(s->p, params, plan_shard_params(s->p), err);
 	if (rc == 0) {
-		backend *be = be_of(s);
-		be->ops->copy(be, params, plan_shard_params(s->p), n * sizeof(float), BACKEND_D2H);
 		for (int i = 0; i < nt; i++) {
 			const model_tensor *t = model_tensor_at(g, i);
 			items[i] = (st_item){.name = t->fqn, .dtype = PTZ_F32, .ndim = t->ndim,

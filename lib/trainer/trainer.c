@@ -1,4 +1,5 @@
 #include "trainer/trainer.h"
+#include "trainer/convert.h"
 #include "trainer/precision.h"
 #include "trainer/state.h"
 
@@ -10,8 +11,10 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cuda.h"
 #include "core/afile.h"
 #include "dcp/dcp.h"
+#include "gpu/gpu.h"
 #include "loader/loader.h"
 #include "metrics/metrics.h"
 #include "model/model.h"
@@ -107,14 +110,17 @@ typedef struct job {
 	int accum;              /* micro-batches per step */
 	int dp, dp_rank;        /* the batch dimension: data parallel ranks, this one's */
 	int non_dp;             /* cp x tp x pp: ranks that share a batch (throughput per rank) */
+	int cp;                 /* context parallel ranks: each computes on its chunks */
 	int rank, world;
 	int64_t B, T;
 	int32_t *inputs, *labels; /* (accum, B, T) */
+	int32_t *cp_inputs, *cp_labels; /* (accum, B, T / cp): this rank's chunks */
 	tb_writer tb;
 	int tb_open;
 	metrics_jsonl jl;
 	int jl_open;
 	double flops_per_token, peak_flops;
+	gpu_info gpu;           /* the CUDA backend's device (name "" on the CPU) */
 	int64_t step, ntokens_seen; /* ntokens_seen: this rank's (torchtitan's train_state) */
 	double lr, max_loss;
 	int prof;               /* the profiler is started */
@@ -122,6 +128,13 @@ typedef struct job {
 	int64_t pending_step;
 	char pending_dir[1100];
 	int lock_fd;            /* job.dump_folder, locked for this run (-1: not yet) */
+	/* pipeline parallelism (pp > 1): the plan's engine runs this schedule */
+	int pp, pp_mb;          /* pipeline ranks; micro-batches of a schedule step */
+	pp_split pp_split;
+	pp_schedule *pp_sched;
+	int8_t *pp_hold;        /* the units of this rank's stages */
+	double pp_run_s, pp_busy_s; /* forward-backward time and compute in it, steps after
+	                               the run's first (the measured bubble) */
 } job;
 
 static void job_close(job *j)
@@ -143,10 +156,15 @@ static void job_close(job *j)
 	if (j->prof)
 		prof_stop();
 	plan_free(j->p);
+	pp_schedule_free(j->pp_sched);
+	pp_split_free(&j->pp_split);
+	free(j->pp_hold);
 	if (j->be != NULL)
 		backend_free(j->be);
 	free(j->inputs);
 	free(j->labels);
+	free(j->cp_inputs);
+	free(j->cp_labels);
 }
 
 static uint64_t seed_of(const job_config *c)
@@ -188,6 +206,8 @@ static void read_layout(job *j)
 	j->dp = m != NULL ? m->size[MESH_BATCH] : 1;
 	j->dp_rank = m != NULL ? m->coord[MESH_BATCH] : 0;
 	j->non_dp = m != NULL ? m->size[MESH_CP] * m->size[MESH_TP] * m->size[MESH_PP] : 1;
+	j->pp = m != NULL ? m->size[MESH_PP] : 1;
+	j->cp = m != NULL ? m->size[MESH_CP] : 1;
 	j->rank = m != NULL ? m->rank : 0;
 	j->world = m != NULL ? m->world_size : 1;
 }
@@ -215,7 +235,9 @@ static int open_data(job *j, titan_err *err)
 	size_t n = (size_t)(j->accum * j->B * j->T);
 	j->inputs = malloc(n * sizeof(int32_t));
 	j->labels = malloc(n * sizeof(int32_t));
-	if (j->inputs == NULL || j->labels == NULL)
+	j->cp_inputs = malloc(n / (size_t)j->cp * sizeof(int32_t));
+	j->cp_labels = malloc(n / (size_t)j->cp * sizeof(int32_t));
+	if (j->inputs == NULL || j->labels == NULL || j->cp_inputs == NULL || j->cp_labels == NULL)
 		return err_set(err, "out of memory");
 	return 0;
 }
@@ -252,6 +274,93 @@ static int adamw_of(const job_config *c, adamw_config *ac, titan_err *err)
 	return 0;
 }
 
+/* torchtitan's pipeline_llm: the stage split and the schedule (refused with
+ * torchtitan's messages before any work), and the units of this rank's
+ * stages. */
+static int build_pipeline(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (j->pp == 1)
+		return 0;
+	int L = j->args->n_layers, r = j->h->mesh->coord[MESH_PP];
+	if (planner_pipeline(c, j->pp, L, &j->pp_split, &j->pp_sched, &j->pp_mb, err) != 0)
+		return -1;
+	if (!(j->pp_hold = malloc((size_t)L + 2)))
+		return err_set(err, "out of memory");
+	plan_pipeline_hold(&j->pp_split, r, L + 2, j->pp_hold);
+	if (j->pp_mb < j->pp_split.n_stages)
+		titan_warn("Number of microbatches (%d) is less than the total number of stages (%d) "
+			   "which may result in a bubble in the pipeline.", j->pp_mb, j->pp_split.n_stages);
+	for (int s = 0; s < j->pp_split.n_stages; s++)
+		if (j->pp_split.stage_rank[s] == r)
+			metrics_log(j->log, "PP rank %d is building stage_idx %d with units %d..%d "
+				    "(0: tok_embeddings, %d: norm and output)", r, s, j->pp_split.u0[s],
+				    j->pp_split.u1[s], L + 1);
+	metrics_log(j->log, "Using pipeline schedule %s with %d microbatches and %d stages.",
+		    j->pp_sched->name, j->pp_mb, j->pp_split.n_stages);
+	return 0;
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The backend of --backend (trainer_hooks.backend): the CPU's, or the CUDA
+ * backend on the process's device with one arena of all its free memory
+ * (less what the CUDA libraries keep for themselves). */
+static int open_backend(job *j, titan_err *err)
+{
+	int want = j->h->backend, dev = j->h->device;
+	if (want == TRAINER_BACKEND_AUTO)
+		want = dev >= 0 ? TRAINER_BACKEND_CUDA : TRAINER_BACKEND_CPU;
+	if (want == TRAINER_BACKEND_CPU)
+		return (j->be = backend_cpu_create(j->h->threads, err)) ? 0 : -1;
+	if (dev < 0)
+		return err_set(err, "--backend cuda: no GPU for this process (%s)", gpu_why_none());
+	backend_cuda_opts o = {.device = dev};
+	if (gpu_device_info(dev, &j->gpu, err) != 0 || !(j->be = backend_cuda_create(&o, err)))
+		return err_prefix(err, "--backend cuda");
+	return 0;
+}
+
+/* The log's memory: the CPU process's resident peak, or on a GPU the arena's
+ * real peak (titan's whole device memory in a step) and its share of the
+ * device, as torchtitan reports max_reserved. */
+static void job_memory(const job *j, double *gib, double *pct)
+{
+	if (!j->gpu.name[0]) {
+		metrics_cpu_memory(gib, pct);
+		return;
+	}
+	*gib = (double)backend_cuda_high_water(j->be) / GIB;
+	*pct = j->gpu.mem_bytes ? 100.0 * *gib * GIB / (double)j->gpu.mem_bytes : 0;
+}
+
+/* compile.enable: torchtitan compiles each block ("model") and the loss
+ * ("loss"); titan runs its fused ops there (model_set_fusion). */
+static int apply_compile(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	unsigned flags = 0;
+	if (!c->compile.enable)
+		return 0;
+	for (int i = 0; i < c->compile.components.n; i++) {
+		const char *s = c->compile.components.v[i];
+		if (strcmp(s, "model") == 0)
+			flags |= MODEL_FUSE_BLOCKS;
+		else if (strcmp(s, "loss") == 0)
+			flags |= MODEL_FUSE_LOSS;
+		else
+			return err_set(err, "compile.components: \"%s\" is not \"model\" or \"loss\"", s);
+	}
+	if (flags & MODEL_FUSE_BLOCKS)
+		metrics_log(j->log, "Compiling each TransformerBlock: fused q, k, v product with "
+			    "RoPE, norms' backward fused with the residual gradient");
+	if (flags & MODEL_FUSE_LOSS)
+		metrics_log(j->log, "Compiling the loss function: output projection and "
+			    "cross-entropy fused over the logits' chunks");
+	return model_set_fusion(plan_model(j->p), flags, err);
+}
+
+
 /* torchtitan's parallelize_llama on this rank: the plan (the model with its
  * tensor-parallel shapes, FSDP's shards, the optimizer over them), each rank
  * drawing its own shards of torchtitan's initial weights. */
@@ -269,29 +378,54 @@ static int build_plan(job *j, titan_err *err)
 	int vocab = a->vocab_size;
 	if (trainer_check_vocab(j->data_dir, loader_vocab_size(j->train), a, err) != 0)
 		return err_prefix(err, "training data");
-	if ((j->be = backend_cpu_create(j->h->threads, err)) == NULL)
+	if (open_backend(j, err) != 0)
 		return -1;
+	/* context parallelism: a rank computes on its T / cp tokens of each
+	 * sequence (T divides: lib/mesh refused it before) */
 	plan_opts o = {.be = j->be, .mesh = j->h->mesh, .args = a, .vocab_size = vocab,
-		       .b = (int)j->B, .t = (int)j->T, .reduce = BE_F32,
+		       .b = (int)j->B, .t = (int)(j->T / j->cp), .reduce = BE_F32,
 		       .loss_parallel = !c->parallelism.disable_loss_parallel,
 		       .async_tp = c->parallelism.enable_async_tensor_parallel,
-		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings};
+		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings,
+		       .f8_all_gather = c->float8.enable_fsdp_float8_all_gather,
+		       .f8_precompute = c->float8.precompute_float8_dynamic_scale_for_fsdp};
 	train_prec prec;
-	if (planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
+	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &o.cp_balance, err) ||
+	    cp_rotate_parse(c->parallelism.context_parallel_rotate_method, &o.cp_rotate, err) ||
+	    planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
 	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
 	    choose_precision(j, &prec, err) != 0)
 		return -1;
+	if (backend_is_cuda(j->be) && j->be->ops->ce_vocab_stats == NULL && o.loss_parallel &&
+	    j->h->mesh != NULL && j->h->mesh->size[MESH_TP] > 1)
+		return err_set(err, "--backend cuda: loss parallelism's vocabulary-sharded "
+			       "cross-entropy is not on the CUDA backend yet; set "
+			       "parallelism.disable_loss_parallel = true");
 	o.prec = prec.model;
 	o.reduce = prec.reduce;
+	o.master = prec.master;
+	if (j->pp > 1) {
+		o.b = (int)c->parallelism.pipeline_parallel_microbatch_size;
+		o.pp = 1;
+		o.hold = j->pp_hold;
+	}
 	if ((j->p = plan_create(&o, err)) == NULL)
 		return -1;
-	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 ||
-	    plan_init_weights(j->p, seed_of(c), 1, err) != 0)
+	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 || apply_compile(j, err) != 0 ||
+	    plan_init_weights(j->p, seed_of(c), 1, err) != 0 ||
+	    (j->pp > 1 && plan_set_pipeline(j->p, &j->pp_split, j->pp_sched, err) != 0))
+		return -1;
+	if (train_convert(plan_model(j->p), c, j->log, err) != 0)
 		return -1;
 	j->gm = plan_global_model(j->p);
 	const llama_args *ma = model_args(j->gm);
 	j->flops_per_token = model_flops_per_token(j->gm, (int)j->T);
-	j->peak_flops = metrics_cpu_peak_flops();
+	/* MFU against the peak of the type the linears compute in: measured on
+	 * the CPU; torchtitan's table (bf16 dense) for a GPU it knows */
+	be_dtype mm = model_get_prec(plan_model(j->p))->act;
+	j->peak_flops = j->gpu.name[0] ? metrics_device_peak_flops(j->gpu.name) : 0;
+	if (j->peak_flops <= 0)
+		j->peak_flops = metrics_matmul_peak_flops(j->be, mm);
 	char np[48];
 	metrics_commas(np, sizeof np, (int64_t)model_num_params(j->gm));
 	metrics_log(j->log, "Building %s %s with vocab_size %d, dim %d, n_layers %d, n_heads %d, "
@@ -304,8 +438,16 @@ static int build_plan(job *j, titan_err *err)
 		metrics_log(j->log, "Mixture of experts: %d experts, top %d; %s parameters active per "
 			    "token (flops and MFU count these)", a->moe.experts, a->moe.top_k, act);
 	}
-	metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured sgemm)",
-		    j->be->threads, j->peak_flops);
+	if (j->gpu.name[0])
+		metrics_log(j->log, "CUDA backend on device %d (%s, %.1f GiB), arena %.1f GiB; "
+			    "peak FLOP/s for MFU: %.3g (%s)", j->h->device, j->gpu.name,
+			    (double)j->gpu.mem_bytes / GIB, (double)backend_cuda_arena_bytes(j->be) / GIB,
+			    j->peak_flops, metrics_device_peak_flops(j->gpu.name) > 0
+						   ? "the device's bf16 dense peak, as torchtitan"
+						   : "measured matmul");
+	else
+		metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured %s "
+			    "matmul)", j->be->threads, j->peak_flops, be_dtype_name(mm));
 	plan_describe(j->p, j->log);
 	return 0;
 }
@@ -583,7 +725,7 @@ static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err
 {
 	double dt = now_s() - w->t0;
 	metrics_step s = {.step = j->step, .loss = loss, .grad_norm = gnorm};
-	metrics_cpu_memory(&s.mem_gib, &s.mem_pct);
+	job_memory(j, &s.mem_gib, &s.mem_pct);
 	/* torchtitan's tps: the tokens of this rank's batch per second, over the
 	 * ranks that share it (cp x tp x pp) */
 	s.tps = dt > 0 ? (double)w->tokens / dt / j->non_dp : 0;
@@ -643,12 +785,24 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	w->data_s += now_s() - t0;
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
 	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
-	plan_batch b = {.inputs = j->inputs, .labels = j->labels, .n_mb = j->accum};
+	/* each rank's chunks of the sequences (torchtitan's context_parallel
+	 * shards the batch's buffers in place) */
+	int64_t rows = (int64_t)j->accum * j->B;
+	if (plan_cp_share(j->p, j->inputs, j->cp_inputs, rows, j->T, err) != 0 ||
+	    plan_cp_share(j->p, j->labels, j->cp_labels, rows, j->T, err) != 0)
+		return -1;
+	/* under pipeline parallelism each accumulation step is pp_mb micro-batches */
+	plan_batch b = {.inputs = j->cp_inputs, .labels = j->cp_labels,
+			.n_mb = j->accum * (j->pp > 1 ? j->pp_mb : 1)};
 	plan_result r;
 	if (plan_step(j->p, &b, j->lr, j->c->training.max_norm, &r, err) != 0)
 		return err_prefix(err, "step %lld", (long long)j->step + 1);
 	*loss = r.loss;
 	*gnorm = r.grad_norm;
+	if (w->steps > 0 || j->step > 0) { /* the run's first step warms up */
+		j->pp_run_s += r.run_s;
+		j->pp_busy_s += r.busy_s;
+	}
 	j->max_loss = r.max_loss;
 	j->step++;
 	/* tokens of the global batch (titan's train_state counts them all) */
@@ -659,6 +813,23 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	if (!isfinite(*loss))
 		return err_set(err, "step %lld: loss is %g; stopping", (long long)j->step, *loss);
 	return 0;
+}
+
+/* One validation batch on this rank's chunks of its sequences. */
+static int eval_batch(job *j, const loader_batch *b, double *loss_sum, int64_t *n_valid,
+		      titan_err *err)
+{
+	size_t n = (size_t)(b->B * b->T) / (size_t)j->cp;
+	int32_t *in = malloc(n * sizeof *in), *lab = malloc(n * sizeof *lab);
+	int rc = in == NULL || lab == NULL ? err_set(err, "out of memory") : 0;
+	if (rc == 0 && (plan_cp_share(j->p, b->inputs, in, b->B, b->T, err) != 0 ||
+			plan_cp_share(j->p, b->labels, lab, b->B, b->T, err) != 0))
+		rc = err_prefix(err, "validation.seq_len");
+	if (rc == 0)
+		rc = plan_eval(j->p, in, lab, (int)b->B, (int)(b->T / j->cp), loss_sum, n_valid, err);
+	free(in);
+	free(lab);
+	return rc;
 }
 
 static int validate(job *j, titan_err *err)
@@ -682,7 +853,7 @@ static int validate(job *j, titan_err *err)
 			break;
 		double ls = 0;
 		int64_t nv = 0;
-		rc = plan_eval(j->p, b->inputs, b->labels, (int)b->B, (int)b->T, &ls, &nv, err);
+		rc = eval_batch(j, b, &ls, &nv, err);
 		if (rc != 0)
 			break;
 		loss_sum += ls;
@@ -696,7 +867,7 @@ static int validate(job *j, titan_err *err)
 		return err_set(err, "validation: %s has no validation tokens", dir);
 	double loss = loss_sum / (double)n_valid;
 	double gib, pct;
-	metrics_cpu_memory(&gib, &pct);
+	job_memory(j, &gib, &pct);
 	char line[256];
 	metrics_format_validation_line(line, sizeof line, j->step, loss, gib, pct, j->h->color);
 	metrics_log(j->log, "%s", line);
@@ -734,6 +905,27 @@ static int start_profiler(job *j, titan_err *err)
 	return 0;
 }
 
+/* This pipeline rank's bubble, measured (1 - the units' compute / the
+ * forward-backward time, over the steps after the first) next to the
+ * schedule's formula and its simulation at unit costs (lib/pp). */
+static int log_bubble(job *j, titan_err *err)
+{
+	if (j->pp_run_s <= 0)
+		return 0;
+	const pp_schedule *s = j->pp_sched;
+	pp_kind k;
+	pp_sim sim;
+	if (pp_simulate(s, &PP_COSTS_UNIT, &sim, NULL, err) != 0)
+		return -1;
+	double f = pp_kind_parse(j->c->parallelism.pipeline_parallel_schedule, &k, err) == 0
+			   ? pp_bubble_formula(k, s->n_ranks, s->n_stages / s->n_ranks, s->n_mb) : NAN;
+	metrics_log(j->log, "Pipeline bubble of rank %d: %.1f%% measured (1 - compute / "
+		    "forward-backward time), %.1f%% by %s's formula, %.1f%% simulated at unit "
+		    "costs", j->rank, 100 * (1 - j->pp_busy_s / j->pp_run_s), 100 * f, s->name,
+		    100 * sim.bubble);
+	return 0;
+}
+
 static int run_loop(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
@@ -756,7 +948,7 @@ static int run_loop(job *j, titan_err *err)
 				   .tps = (double)j->accum * (double)(j->B * j->T) / dt / j->non_dp};
 		ms.tflops = j->flops_per_token * ms.tps / 1e12;
 		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
-		metrics_cpu_memory(&ms.mem_gib, &ms.mem_pct);
+		job_memory(j, &ms.mem_gib, &ms.mem_pct);
 		if (j->jl_open && metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
 			return -1;
 		t_start = now_s();
@@ -784,6 +976,11 @@ static int run_loop(job *j, titan_err *err)
 		    comm_set_timeout(j->h->mesh->world, (double)c->comm.train_timeout_seconds, err) != 0)
 			return -1;
 	}
+	if (j->pp > 1 && log_bubble(j, err) != 0)
+		return -1;
+	/* the backend's high-water mark, what --dry-run's peak predicts */
+	metrics_log(j->log, "Peak backend memory: %zu bytes (rank %d)", backend_peak_bytes(j->be),
+		    j->rank);
 	metrics_log(j->log, "Training completed");
 	return 0;
 }
@@ -794,7 +991,7 @@ static int run_loop(job *j, titan_err *err)
 static int estimate_memory(job *j, titan_err *err)
 {
 	plan_report r;
-	if (planner_run(j->c, 1, planner_local_memory(), &r, err) != 0)
+	if (planner_run(j->c, j->world, planner_local_memory(), &r, err) != 0)
 		return err_prefix(err, "memory_estimation");
 	planner_print(&r, j->log);
 	if (!r.fits)
@@ -834,8 +1031,8 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 		goto out;
 	if (lock_dump_folder(&j, err) != 0)
 		goto out;
-	if (find_flavor(&j, err) != 0 || open_data(&j, err) != 0 || build_plan(&j, err) != 0 ||
-	    build_schedule(&j, err) != 0)
+	if (find_flavor(&j, err) != 0 || build_pipeline(&j, err) != 0 || open_data(&j, err) != 0 ||
+	    build_plan(&j, err) != 0 || build_schedule(&j, err) != 0)
 		goto out;
 	if (c->checkpoint.create_seed_checkpoint) {
 		if (!c->checkpoint.enable) {

@@ -33,7 +33,16 @@ typedef struct trainer_hooks {
 	 * rank does, in a rank_N folder of its own, as torchtitan. */
 	mesh *mesh;
 	int device;  /* the CUDA device of this process (its local rank's), -1: none */
+	int backend; /* enum trainer_backend */
 } trainer_hooks;
+
+/* Where the ops run: AUTO is torchtitan's choice, the process's GPU when it
+ * has one, else the CPU. */
+enum trainer_backend {
+	TRAINER_BACKEND_AUTO,
+	TRAINER_BACKEND_CPU,
+	TRAINER_BACKEND_CUDA,
+};
 
 /* Run the whole job.  Returns 0 when every step ran (or a stop was honoured),
  * -1 with err set otherwise. */

@@ -1,7 +1,9 @@
 #!/bin/sh
 # titan-bench on this machine: the CPU backend's GEMMs on Llama 3 8B's linear
 # shapes against the measured FMA ceiling, attention with 8B's heads, the
-# loader and checkpoint I/O against the raw disk, and the tokenizer against HF
+# loader and checkpoint I/O against the raw disk, a training step (alone and
+# FSDP 2) against the ceiling, the comm layer's collectives against MPI's own,
+# and the tokenizer against HF
 # tokenizers and tiktoken (PYTHON with them; the rows say so without).  The
 # GPU benches report why they cannot run where there is no GPU.
 #
@@ -23,6 +25,16 @@ echo
 "$B" attention --attention-shape llama3-8b --seq "$SEQ" --seconds "$S"
 echo
 "$B" io --size "$SIZE"
+echo
+# a training step of debugmodel alone and under FSDP 2, the collectives of 2 ranks
+mpirun="mpirun --oversubscribe --bind-to none"
+[ "$(id -u)" -ne 0 ] || mpirun="$mpirun --allow-run-as-root"
+"$B" step --model debugmodel --batch 4 --seq "$SEQ" --seconds "$S"
+echo
+OMP_NUM_THREADS=1 $mpirun -np 2 "$B" step --model debugmodel --batch 2 --seq "$SEQ" \
+	--threads 1 --seconds "$S"
+echo
+OMP_NUM_THREADS=1 $mpirun -np 2 "$B" comm --size "$SIZE" --threads 1 --seconds "$S"
 echo
 for t in llama3_1 llama3_tiktoken; do
 	"$B" tokenize --tokenizer "$FIX/tokenizers/$t" --input "$FIX/corpus/en.jsonl" \

@@ -7,15 +7,20 @@
 #   2. build what the GPU tests and benchmarks link (make GPU_CHECK=1)
 #   3. run the GPU tests (make check-gpu): every kernel against the CPU backend,
 #      the CUDA backend's ops table, the model's step against the CPU's
-#   4. scripts/gpu/comm_check.sh when it exists (NCCL)
-#   5. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears,
+#   4. titan-train on the GPU, as carried (built here, .gpu-deps/bin): the same
+#      job on the CUDA and the CPU backend (tests/gpu/train.sh), 200 steps of
+#      debugmodel on both (scripts/gpu/train_check.sh curve), and later the 1B
+#      flavor at t=8192 for tokens/s and MFU (train_check.sh mfu)
+#   5. scripts/gpu/comm_check.sh when it exists (NCCL)
+#   6. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears (bf16,
+#      and float8 tensorwise / rowwise against it; the 8B-shaped model with Float8),
 #      attention (cuDNN and titan's kernels), the memory-bound kernels, training
 #      steps of an 8B-shaped model with 8 layers and of the 1B flavor; and PyTorch
 #      (torch.compile) on the same shapes in the same run
-#   6. a short table, printed last
+#   7. a short table, printed last
 #
 # Every stage has a time limit and the whole stays within CHECK_BUDGET_S
-# (default 470 s: an 8-minute device call); a stage that would not fit is
+# (default 540 s: a 9-minute device call); a stage that would not fit is
 # skipped and the table says so.  Logs and the table go to $OUT (the device
 # tool's folder that comes back) or build/gpu-check-out.
 #
@@ -31,7 +36,7 @@ t_start=$(date +%s)
 root=$(pwd)
 deps=${GPU_DEPS:-$root/.gpu-deps}
 out=${OUT:-$root/build/gpu-check-out}
-budget=${CHECK_BUDGET_S:-470}
+budget=${CHECK_BUDGET_S:-540}
 jobs=$(nproc 2>/dev/null || echo 4)
 build=build/gpu-check
 mkdir -p "$out"
@@ -111,6 +116,7 @@ done
 multi=$unpacked/root/usr/lib/x86_64-linux-gnu
 ln -sf "$multi/openblas-pthread/libopenblas.so.0" "$unpacked/lib/libopenblas.so"
 ln -sf "$multi/libcmocka.so.0" "$unpacked/lib/libcmocka.so"
+ln -sf "$multi/libdnnl.so.2" "$unpacked/lib/libdnnl.so"
 command -v make >/dev/null || export PATH="$PATH:$unpacked/root/usr/bin"
 
 # A library's folder: the first of the candidates that holds NAME.
@@ -139,7 +145,24 @@ else
 	cudnn_make="CUDNN=0"
 	say "cuDNN: not found (attention runs on titan's kernels)"
 fi
-export LD_LIBRARY_PATH="$unpacked/lib:$multi:$multi/openblas-pthread:$cublas_lib${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nccl_lib=$(find_lib libnccl.so "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$site/nccl/lib" /usr/lib/x86_64-linux-gnu) || nccl_lib=
+export LD_LIBRARY_PATH="$unpacked/lib:$multi:$multi/openblas-pthread:$cublas_lib${cudnn_lib:+:$cudnn_lib}${nccl_lib:+:$nccl_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The carried titan-train's Open MPI finds its components and help files under
+# the unpacked copy; it runs as a singleton (no mpirun).
+export OPAL_PREFIX=$unpacked/root/usr
+tbin=$deps/bin
+train_ok=0
+if [ -x "$tbin/titan-train" ]; then
+	if "$tbin/titan-train" --version >>"$log" 2>&1; then
+		train_ok=1
+	else
+		say "the carried titan-train does not start here: $(tail -1 "$log")"
+	fi
+else
+	say "no carried titan-train ($tbin): prepare.sh makes it"
+fi
+# the carried programs, OpenMP on every core (a command prefix for stage)
+train="env BIN=$tbin BUILD=$deps/build TEST_GEN=$deps/build/tests/shard/test_gen OMP_NUM_THREADS=$jobs"
 export CPPFLAGS="-I$deps/include"
 export LDFLAGS="-L$unpacked/lib -L$cublas_lib${cudnn_lib:+ -L$cudnn_lib}"
 # (paths without spaces: the make arguments split on them)
@@ -153,12 +176,18 @@ export TITAN_TEST_TIMEOUT=100
 # shellcheck disable=SC2086
 stage tests 120 $mk check-gpu
 tests_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+# titan-train: the same job on both backends (a GPU-less machine checks the
+# refusal), then 200 steps of debugmodel on both
+# shellcheck disable=SC2086
+[ "$train_ok" = 1 ] && stage train-equivalence 90 $train sh tests/gpu/train.sh
 if [ "$build_only" = 1 ]; then
 	echo "tests: ${tests_line:-did not run}"
 	cat "$status"
 	! grep -v ' ok ' "$status" | grep -q .
 	exit $?
 fi
+# shellcheck disable=SC2086
+[ "$train_ok" = 1 ] && stage train-200-steps 120 $train sh scripts/gpu/train_check.sh curve 200
 if [ -f scripts/gpu/comm_check.sh ]; then
 	stage comm 60 sh scripts/gpu/comm_check.sh
 fi
@@ -175,9 +204,15 @@ if [ -x "$bench" ]; then
 	stage bench-gemm 45 "$bench" gemm
 	stage bench-attention 45 "$bench" attention
 	stage bench-8B-L8-op 75 "$bench" model 8B 8 1 8192 5 op
+	# Float8 (issue 15): the scaled GEMMs against bf16, the model with each recipe
+	stage bench-gemm8 45 "$bench" gemm8
+	stage bench-8B-L8-op-f8tensorwise 75 "$bench" model 8B 8 1 8192 5 op tensorwise
+	stage bench-8B-L8-op-f8rowwise 75 "$bench" model 8B 8 1 8192 5 op rowwise
 fi
 # shellcheck disable=SC2086
 [ "$have_torch" = 1 ] && stage torch-8B-L8 110 $tb model 8B 8 1 8192 5
+# shellcheck disable=SC2086
+[ "$train_ok" = 1 ] && stage train-1B 120 $train sh scripts/gpu/train_check.sh mfu 1B 8192 8
 [ -x "$bench" ] && stage bench-1B-op 75 "$bench" model 1B 0 1 8192 5 op
 # shellcheck disable=SC2086
 if [ "$have_torch" = 1 ]; then
@@ -226,11 +261,22 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	row "8B-shaped, 8 layers, t=8192, AC op" tok/s model 8B_L8_t8192_op_tokens_per_s torch-model 8B_L8_t8192_none_tokens_per_s
 	row "  MFU (torch: no AC, torch.compile)" % model 8B_L8_t8192_op_MFU torch-model 8B_L8_t8192_none_MFU
 	row "  the same as a replayed CUDA graph" tok/s model 8B_L8_t8192_op_graph_tokens_per_s
+	row "Float8 GEMM, 8B fwd linears, tensorwise" x gemm8 tensorwise_over_bf16
+	row "Float8 GEMM, 8B fwd linears, rowwise" x gemm8 rowwise_over_bf16
+	row "  w1 fwd bf16 / fp8 tensorwise" TFLOP/s gemm8 w1_bf16_TFLOPs gemm8 w1_fp8_tensorwise_TFLOPs
+	row "8B-shaped, 8 layers, AC op, Float8 tensorwise" tok/s model 8B_L8_t8192_op_f8tensorwise_tokens_per_s
+	row "8B-shaped, 8 layers, AC op, Float8 rowwise" tok/s model 8B_L8_t8192_op_f8rowwise_tokens_per_s
 	row "8B-shaped, 8 layers, t=8192, no AC" tok/s model 8B_L8_t8192_none_tokens_per_s torch-model 8B_L8_t8192_none_tokens_per_s
 	row "  MFU" % model 8B_L8_t8192_none_MFU torch-model 8B_L8_t8192_none_MFU
 	row "  peak memory" GiB model 8B_L8_t8192_none_peak_GiB torch-model 8B_L8_t8192_none_peak_GiB
 	row "1B, t=8192, AC op (torch: no AC)" tok/s model 1B_L16_t8192_op_tokens_per_s torch-model 1B_L16_t8192_none_tokens_per_s
 	row "  MFU" % model 1B_L16_t8192_op_MFU torch-model 1B_L16_t8192_none_MFU
+	row "titan-train 1B, t=8192, AC op, compile" tok/s train 1B_t8192_tokens_per_s
+	row "  MFU (torchtitan's peak)" % train 1B_t8192_MFU
+	row "  memory (the arena's high water)" GiB train 1B_t8192_memory_GiB
+	row "titan-train debugmodel, cuda vs cpu: steps" steps train debug_curve_steps
+	row "  largest loss difference at a step" loss train debug_curve_max_diff
+	row "  difference of the last 20 steps' means" loss train debug_curve_last_mean_diff
 } >"$out/table.txt"
 cat "$out/table.txt" >>"$log"
 cat "$out/table.txt"

@@ -3,9 +3,11 @@
 # machine of another image (CUDA with nvcc, PyTorch, cuDNN; no Debian -dev
 # packages; nothing to download): the Debian runtime libraries the GPU check
 # links (kept as .deb files, unpacked there) and the -dev packages' headers
-# (unpacked here).  The GPU check builds only what the GPU tests and
-# benchmarks link (make GPU_CHECK=1): OpenBLAS, cmocka, CUDA; nothing else.
+# (unpacked here), and titan-train built here with what it links.  The GPU
+# check builds only what the GPU tests and benchmarks link (make GPU_CHECK=1):
+# OpenBLAS, oneDNN, cmocka, CUDA; nothing else.
 #
+#   make && make build/tests/shard/test_gen
 #   sh scripts/gpu/prepare.sh [DIR]      DIR defaults to .gpu-deps (ignored by git)
 #
 # Then name DIR in the device call's carry list; check.sh finds it there.
@@ -16,17 +18,30 @@ dest=${1:-.gpu-deps}
 # tests compare with) and its Fortran runtime, cmocka; make in case the image
 # has none.
 RUNTIME="libopenblas0-pthread libgfortran5 libquadmath0 libcmocka0 make"
-# Headers only: cblas.h, cmocka.h, and OpenSSL's for lib/core's sha256.c.
-DEV="libopenblas-pthread-dev libcmocka-dev libssl-dev"
+# titan-train runs there as built here (that image has no -dev packages for
+# MPI, oneDNN, zstd or jansson to build it with): the programs below, stripped,
+# and the runtime libraries they link beyond RUNTIME's (Open MPI with what its
+# components load; check.sh points OPAL_PREFIX at the unpacked copy).  CUDA's
+# libraries (cuBLASLt, cuDNN, NCCL) come from the GPU machine's own.
+TRAIN_RUNTIME="libzstd1 libjansson4 libdnnl2 libgomp1 ocl-icd-libopencl1 libopenmpi3 openmpi-common libpmix2
+	libmunge2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libudev1 zlib1g"
+TRAIN_PROGRAMS="bin/titan-train bin/titan-shard build/tests/shard/test_gen"
+# Headers only: cblas.h, cmocka.h, OpenSSL's for lib/core's sha256.c, oneDNN's
+# for the CPU backend's bf16 products (its library is in TRAIN_RUNTIME).
+DEV="libopenblas-pthread-dev libcmocka-dev libssl-dev libdnnl-dev"
 
 command -v apt-get >/dev/null || { echo "prepare.sh: needs apt-get (a Debian machine)" >&2; exit 1; }
+for f in $TRAIN_PROGRAMS; do
+	[ -x "$f" ] || { echo "prepare.sh: no $f: build first (make; make build/tests/shard/test_gen)" >&2; exit 1; }
+done
 rm -rf "$dest"
 mkdir -p "$dest/debs" "$dest/include" "$dest/.dev"
 # apt-get download writes into the current folder; as root it warns that _apt
 # cannot write there, which is harmless.
-(cd "$dest/debs" && apt-get download $RUNTIME 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+(cd "$dest/debs" && apt-get download $RUNTIME $TRAIN_RUNTIME 2>&1 |
+	grep -v '^W: Download is performed unsandboxed' >&2 || true)
 (cd "$dest/.dev" && apt-get download $DEV 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
-for p in $RUNTIME; do
+for p in $RUNTIME $TRAIN_RUNTIME; do
 	ls "$dest/debs/${p}_"*.deb >/dev/null 2>&1 || { echo "prepare.sh: could not download $p" >&2; exit 1; }
 done
 for d in "$dest"/.dev/*.deb; do
@@ -37,8 +52,14 @@ cp "$inc/x86_64-linux-gnu/openblas-pthread/cblas.h" \
 	"$inc/x86_64-linux-gnu/openblas-pthread/openblas_config.h" "$dest/include/"
 cp "$inc/cmocka.h" "$inc/cmocka_pbc.h" "$dest/include/"
 cp -r "$inc/openssl" "$dest/include/"
+cp "$inc"/dnnl*.h "$dest/include/"
+cp -r "$inc/oneapi" "$dest/include/"
 cp "$inc/x86_64-linux-gnu/openssl/"*.h "$dest/include/openssl/"
 rm -rf "$dest/.dev"
+for f in $TRAIN_PROGRAMS; do
+	mkdir -p "$dest/$(dirname "$f")"
+	strip -o "$dest/$f" "$f"
+done
 
 # cuDNN's headers of this machine's CUDA, for a GPU machine whose cuDNN came
 # without them (a pip wheel's library): the backend API is stable across 9.x.

@@ -4,7 +4,8 @@
 # mount namespace, every system header and library the folder provides is
 # replaced by a poison (a header that is an #error, a library that is not ELF),
 # then check.sh --build-only builds the GPU check and runs its tests (which
-# skip without a GPU, except those that need none).  A header or library
+# skip without a GPU, except those that need none), and the carried
+# titan-train's (tests/gpu/train.sh: without a GPU, its refusal).  A header or library
 # taken from the system instead of the folder fails the build or the link.
 # Needs root (unshare -m, mount --bind); run prepare.sh first.
 set -eu
@@ -28,9 +29,15 @@ plan=$poison/plan
 		echo "mount --bind '$poison/h/$h' '$sys'" >>"$plan"
 	done
 done
-for lib in /usr/lib/x86_64-linux-gnu/libopenblas*.so* /usr/lib/x86_64-linux-gnu/openblas-pthread/*.so* \
-	/usr/lib/x86_64-linux-gnu/libcmocka.so* /usr/lib/x86_64-linux-gnu/libgfortran.so* \
-	/usr/lib/x86_64-linux-gnu/libcblas.so* /usr/lib/x86_64-linux-gnu/libblas.so*; do
+# (and the carried titan-train's: Open MPI with its components, oneDNN,
+# jansson, hwloc, libevent, PMIx; not zlib, zstd, libgomp or libudev, which
+# this machine's own tools load)
+multi=/usr/lib/x86_64-linux-gnu
+for lib in $multi/libopenblas*.so* $multi/openblas-pthread/*.so* \
+	$multi/libcmocka.so* $multi/libgfortran.so* $multi/libcblas.so* $multi/libblas.so* \
+	$multi/libmpi.so* $multi/libopen-rte.so* $multi/libopen-pal.so* $multi/openmpi/lib/openmpi3/*.so \
+	$multi/libdnnl.so* $multi/libjansson.so* $multi/libhwloc.so* $multi/libevent_*.so* \
+	$multi/libpmix.so* $multi/pmix2/lib/pmix/*.so $multi/libOpenCL.so* $multi/libmunge.so*; do
 	[ -e "$lib" ] && echo "mount --bind '$poison/lib' '$(readlink -f "$lib")'" >>"$plan"
 done
 sort -u "$plan" -o "$plan"

@@ -804,8 +804,7 @@ static void adamw_bf16_states_within_bound(void **s)
 		bv[i] = U16 * fabs(rv[i]) + 4 * U32 * (b2 * v.ref[i] + (1 - b2) * gi * gi) + 1e-30;
 		bp[i] = U16 * fabs(rp[i]) + 8 * U32 * (fabs(p.ref[i]) + fabs(upd)) + 1e-30;
 	}
-	be->ops->adamw(be, p.p, g.p, m.p, v.p, BE_BF16, (int64_t)n, (float)lr, (float)b1, (float)b2,
-		       (float)eps, (float)wd, (float)bc1, (float)bc2);
+	be->ops->adamw(be, p.p, g.p, m.p, v.p, BE_BF16, (int64_t)n, lr, b1, b2, eps, wd, bc1, bc2);
 	be_sync_ok(be);
 	check("adamw bf16 exp_avg", &m, rm, bm, n);
 	check("adamw bf16 exp_avg_sq", &v, rv, bv, n);

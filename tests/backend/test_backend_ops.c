@@ -844,8 +844,8 @@ static void adamw_update_matches_torch_formula(void **s)
 	double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
 	int step = 3;
 	double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
-	cpu_adamw_f32(fp, fg, fm, fv, (int64_t)n, (float)lr, (float)b1, (float)b2, (float)eps,
-		      (float)wd, (float)bc1, (float)bc2);
+	cpu_adamw_consts k = cpu_adamw_consts_of(lr, b1, b2, eps, wd, bc1, bc2);
+	cpu_adamw_f32(fp, fg, fm, fv, (int64_t)n, &k);
 	for (size_t i = 0; i < n; i++) {
 		/* torch.optim.AdamW (single tensor, not capturable). */
 		double pi = p[i] * (1 - lr * wd);

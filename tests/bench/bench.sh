@@ -1,7 +1,7 @@
 #!/bin/sh
 # titan-bench: every subcommand that exists runs at tiny sizes, its --json
 # parses with jq and holds its figures; what cannot run here says why; the
-# subcommands that have not landed say so; --profile writes a trace and a
+# step and comm run under mpirun; --profile writes a trace and a
 # memory snapshot that jq (and, with $PYTHON's torch, PyTorch's memory viewer)
 # read.  Timings are not checked (performance is for make bench).
 . tests/lib.sh
@@ -79,9 +79,40 @@ t_fails "tokenize --python with a missing interpreter is reported, not fatal" 0 
 	--python "$TMP/no-such-python"
 t_grep "tokenize: the missing reference says why" '^not available: reference: ' "$TMP/.out"
 
-t_fails "step is not available yet" 1 "$B" step
-t_grep "step says why" 'not available yet' "$TMP/.err"
-t_fails "comm is not available yet" 1 "$B" comm
+t_run "step --json: debugmodel, batch 2 x 64" "$B" step --json $Q --model debugmodel --batch 2 \
+	--seq 64 --steps 2
+json_ok "step: the phases in ms and as shares of the step, TFLOP/s against the ceiling" \
+	"$TMP/.out" '[.rows[].phase] == ["step", "forward", "backward", "optimizer", "communication"]
+	 and .rows[0].pct_step == 100 and .rows[0].tflops > 0 and .rows[0].pct_ceiling > 0
+	 and all(.rows[]; .ms >= 0) and .tokens_per_s > 0 and .peak_gib > 0 and .ranks == 1
+	 and ([.unavailable[].what] | index("data")) != null'
+cat >"$TMP/f8.toml" <<EOT
+[model]
+flavor = "debugmodel"
+converters = ["quantize.linear.float8"]
+[training]
+local_batch_size = 2
+seq_len = 64
+[quantize.linear.float8]
+enable_fsdp_float8_all_gather = true
+precompute_float8_dynamic_scale_for_fsdp = true
+EOT
+t_run "step under mpirun -np 2: FSDP 2, Float8 with the float8 all-gather" $MPIRUN -np 2 \
+	"$B" step --json $Q --config "$TMP/f8.toml" --steps 2
+json_ok "step FSDP 2: 2 ranks, time blocked in communication" "$TMP/.out" \
+	'.ranks == 2 and (.rows[] | select(.phase == "communication") | .ms) > 0'
+t_fails "step with an unknown flavor fails" 1 "$B" step $Q --model no-such-flavor
+t_grep "step names the flavor" 'no-such-flavor' "$TMP/.err"
+sed 's/^enable_fsdp/recipe_name = "rowwise"\nenable_fsdp/' "$TMP/f8.toml" >"$TMP/bad.toml"
+t_fails "step with a job titan-train refuses fails" 1 "$B" step $Q --config "$TMP/bad.toml"
+t_grep "step says why, as titan-train does" 'torchtitan asserts the same' "$TMP/.err"
+t_run "comm under mpirun -np 2: titan against MPI" $MPIRUN -np 2 "$B" comm --json $Q --size 1M
+json_ok "comm: each collective at each size, titan's and MPI's time and bus bandwidth" \
+	"$TMP/.out" '([.rows[].op] | unique) == ["all_gather", "all_reduce", "reduce_scatter"]
+	 and ([.rows[].bytes] | unique) == [8192, 32768, 131072, 524288]
+	 and all(.rows[]; .titan_us > 0 and .mpi_us > 0 and .titan_busbw > 0 and .ratio > 0)'
+t_run "comm in one process" "$B" comm $Q
+t_grep "comm alone says it needs ranks" '^not available: collectives: one rank' "$TMP/.out"
 t_fails "an unknown subcommand is bad usage" 2 "$B" frobnicate
 t_fails "an unknown element type is bad usage" 2 "$B" gemm --dtype fp16
 t_fails "a malformed shape is bad usage" 2 "$B" gemm --shapes 1,2

@@ -1,8 +1,8 @@
 #!/bin/sh
 # titan-train across processes: mpirun and run_train.sh start it, a bad mesh
 # is refused by rank 0 alone before any work (expert parallelism's degrees
-# too), a plan not built yet (pipeline, context parallelism) is refused, EP 2
-# trains,
+# too), as is a pipeline the run could not execute (torchtitan's messages) and
+# a sequence the context-parallel chunks do not divide, EP 2 trains,
 # the SLURM script is ready to submit.
 . tests/lib.sh
 
@@ -33,12 +33,47 @@ refused "tp not dividing the heads is refused naming them" 3 \
 refused "dp_shard -1 that cannot fill the world is refused" 4 \
 	'dp_replicate 1 x cp 1 x tp 3 x pp 1 = 3 does not divide the world size 4' \
 	--parallelism.tensor_parallel_degree 3
-refused "a valid mesh without its plan yet is refused saying so" 2 \
-	'pipeline parallelism is not supported by this titan-train yet' \
-	--parallelism.pipeline_parallel_degree 2 --parallelism.data_parallel_shard_degree 1
-refused "CP 2 x FSDP 2 without its plan yet is refused saying so" 4 \
-	'context_parallel_degree = 2: context parallelism is not supported' \
-	--parallelism.context_parallel_degree 2
+# pipelines the run could not execute, refused with torchtitan's messages
+refused "more pipeline ranks than layers is refused" 8 \
+	'pipeline_parallel_degree = 8: more stages than the 6 layers of debugmodel' \
+	--parallelism.pipeline_parallel_degree 8 --parallelism.data_parallel_shard_degree 1
+refused "more (virtual) stages than effective layers is refused" 4 \
+	'Number of stages (8) cannot be greater than effective layers (6)' \
+	--parallelism.pipeline_parallel_degree 4 --parallelism.pipeline_parallel_schedule \
+	Interleaved1F1B --parallelism.pipeline_parallel_first_stage_less_layers 0 \
+	--parallelism.pipeline_parallel_last_stage_less_layers 0
+refused "a micro-batch size not dividing the batch is refused" 2 \
+	'Batch size 8 must be divisible by microbatch_size 3' \
+	--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_microbatch_size 3
+refused "micro-batches the schedule cannot use are refused" 2 \
+	'Interleaved 1F1B requires the number of microbatches to be a multiple of the number of rounds (2), but got 5' \
+	--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule \
+	Interleaved1F1B --training.local_batch_size 5
+refused "a schedule CSV placing stages elsewhere is refused" 2 \
+	'zbvzerobubble_pp2_mb4.csv: stage 2 runs on rank 1, but Interleaved1F1B places it on rank 0' \
+	--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule \
+	Interleaved1F1B --training.local_batch_size 4 --parallelism.pipeline_parallel_schedule_csv \
+	tests/pp/golden/csv/zbvzerobubble_pp2_mb4.csv
+refused "CP 2: seq_len not divisible by 2 x cp (headtail) is refused before any work" 2 \
+	'^titan-train: training.seq_len = 30 is not divisible by tp 1 x 2 cp = 4$' \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--training.seq_len 30
+refused "CP 2 x TP 2: seq_len not divisible by tp x 2 cp is refused" 4 \
+	'^titan-train: training.seq_len = 36 is not divisible by tp 2 x 2 cp = 8$' \
+	--parallelism.context_parallel_degree 2 --parallelism.tensor_parallel_degree 2 \
+	--training.seq_len 36
+refused "CP 2 without a load balancer: seq_len not divisible by cp is refused" 2 \
+	'^titan-train: training.seq_len = 31 is not divisible by tp 1 x cp = 2$' \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--parallelism.context_parallel_load_balancer none --training.seq_len 31
+refused "CP 2: a validation seq_len the chunks do not divide is refused" 2 \
+	'^titan-train: validation.seq_len = 18 is not divisible by tp 1 x 2 cp = 4$' \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--validation.enable --validation.seq_len 18
+refused "the ptrr load balancer (FlexAttention's) is refused saying why" 2 \
+	"context_parallel_load_balancer: 'ptrr' balances FlexAttention" \
+	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
+	--parallelism.context_parallel_load_balancer ptrr
 CFG=configs/deepseek_v3_debug.toml
 refused "ep not dividing the experts is refused naming them" 3 \
 	'^titan-train: parallelism.expert_parallel_degree = 3 does not divide the 8 experts of debugmodel$' \

@@ -101,9 +101,9 @@ t_fails "70B config (tensor parallel 8) is refused in one process" 2 "$TRAIN" --
 t_grep "refusal says the mesh does not fit one process" 'tensor_parallel_degree = 8: more than the world size 1' "$TMP/.err"
 t_fails "tensor parallel 3 on 3 ranks is refused (heads)" 2 $MPIRUN_REFUSED -np 3 "$TRAIN" --parallelism.tensor_parallel_degree 3
 t_grep "refusal names the heads" 'parallelism.tensor_parallel_degree = 3 does not divide n_heads = 16' "$TMP/.err"
-t_fails "compile is refused" 2 "$TRAIN" --compile.enable
-t_grep "compile refusal" 'compile.enable = true: compilation is not supported' "$TMP/.err"
-t_fails "Float8 is refused" 2 "$TRAIN" --model.converters quantize.linear.float8
+t_fails "a torch.compile backend is refused" 2 "$TRAIN" --compile.backend eager
+t_grep "compile.backend refusal" 'compile.backend' "$TMP/.err"
+t_fails "MX is refused" 2 "$TRAIN" --model.converters quantize.linear.mx
 t_fails "pipeline parallel is refused" 2 "$TRAIN" --parallelism.pipeline_parallel_degree 2
 
 t_fails "a mesh that is not the world size is refused" 2 $MPIRUN_REFUSED -np 2 "$TRAIN" \

@@ -187,11 +187,9 @@ static void later_features_are_refused_not_ignored(void **state)
 {
 	(void)state;
 	const char *cases[][3] = {
-		{"parallelism.pipeline_parallel_degree", "2", "pipeline parallelism"},
-		{"parallelism.context_parallel_degree", "2", "context parallelism"},
-		{"compile.enable", "true", "compile.enable"},
-		{"model.converters", "quantize.linear.float8", "Float8"},
-		{"quantize.linear.float8.enable_fsdp_float8_all_gather", "true", "Float8"},
+		{"compile.backend", "eager", "compile.backend"},
+		{"model.converters", "quantize.linear.mx", "quantize.linear.mx is not supported"},
+		{"model.converters", "quantize.grouped_mm.float8", "grouped_mm.float8 is not supported"},
 		{"training.enable_cpu_offload", "true", "enable_cpu_offload"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -202,6 +200,39 @@ static void later_features_are_refused_not_ignored(void **state)
 		assert_int_equal(config_check_supported(&c, 1, &err), -1);
 		if (strstr(err.msg, cases[i][2]) == NULL)
 			fail_msg("%s: message '%s' lacks '%s'", cases[i][0], err.msg, cases[i][2]);
+		config_free(&c);
+	}
+}
+
+/* The Float8 converter is taken; torchtitan's refusals are kept: a recipe
+ * with FSDP's float8 all-gather, a name outside its registry.  The
+ * all-gather alone acts only under FSDP and is accepted in one process. */
+static void float8_converter_is_taken_with_torchtitans_rules(void **state)
+{
+	(void)state;
+	const char *cases[][5] = {
+		/* key, value, key, value, "" (accepted) or the message */
+		{"model.converters", "quantize.linear.float8", "quantize.linear.float8.recipe_name",
+		 "rowwise", ""},
+		{"model.converters", "quantize.linear.float8",
+		 "quantize.linear.float8.enable_fsdp_float8_all_gather", "true", ""},
+		{"quantize.linear.float8.recipe_name", "tensorwise",
+		 "quantize.linear.float8.enable_fsdp_float8_all_gather", "true",
+		 "torchtitan asserts the same"},
+		{"model.converters", "float8", "quantize.linear.float8.emulate", "true",
+		 "\"float8\" is not a converter"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		job_config c;
+		titan_err err = {{0}};
+		assert_int_equal(config_defaults(&c, &err), 0);
+		assert_int_equal(config_set(&c, cases[i][0], cases[i][1], &err), 0);
+		assert_int_equal(config_set(&c, cases[i][2], cases[i][3], &err), 0);
+		int rc = config_check_supported(&c, 1, &err);
+		if (cases[i][4][0] == '\0' && rc != 0)
+			fail_msg("case %zu refused: %s", i, err.msg);
+		if (cases[i][4][0] != '\0' && (rc == 0 || strstr(err.msg, cases[i][4]) == NULL))
+			fail_msg("case %zu: rc %d, message '%s' lacks '%s'", i, rc, err.msg, cases[i][4]);
 		config_free(&c);
 	}
 }
@@ -572,6 +603,7 @@ int main(void)
 		cmocka_unit_test(bad_values_are_refused_with_reason),
 		cmocka_unit_test(overrides_follow_the_file_and_bare_booleans_work),
 		cmocka_unit_test(later_features_are_refused_not_ignored),
+		cmocka_unit_test(float8_converter_is_taken_with_torchtitans_rules),
 		cmocka_unit_test(printed_config_reads_back_identically),
 		cmocka_unit_test(every_key_has_a_default_that_parses),
 		cmocka_unit_test(every_torchtitan_key_is_known_with_its_type_and_default),

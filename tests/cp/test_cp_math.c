@@ -244,11 +244,37 @@ static void layout_is_torchtitans(void **state)
 	assert_int_equal(cp_rotate_parse("ring", &rot, &e), -1);
 }
 
+/* Masks and softmaxes the ring does not cut by chunk are refused, not
+ * computed wrong. */
+static void ring_refuses_windows_chunks_and_sinks(void **state)
+{
+	(void)state;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	cp_layout l;
+	assert_int_equal(cp_layout_init(&l, 16, 2, CP_BALANCE_HEADTAIL, &e), 0);
+	float sinks[2] = {0};
+	be_attn ok = {.b = 1, .tq = 8, .tk = 8, .h = 2, .hkv = 2, .hd = 4, .hdv = 4, .causal = 1};
+	be_attn bad[3] = {ok, ok, ok};
+	bad[0].window = 4;
+	bad[1].chunk = 8;
+	bad[2].sinks = sinks;
+	cp_ring *r = cp_ring_create(be, &l, 0, &ok, &e);
+	assert_non_null(r);
+	cp_ring_free(r);
+	for (int i = 0; i < 3; i++) {
+		assert_null(cp_ring_create(be, &l, 0, &bad[i], &e));
+		assert_non_null(strstr(e.msg, "not supported under context parallelism"));
+	}
+	backend_free(be);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(layout_is_torchtitans),
 		cmocka_unit_test(ring_attention_equals_whole_sequence_attention),
+		cmocka_unit_test(ring_refuses_windows_chunks_and_sinks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

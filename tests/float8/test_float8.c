@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "float8/float8.h"
+#include "golden_io.h"
 
 #define TOL 1e-5
 
@@ -29,23 +30,10 @@ static const char *const FMTS[2] = {"e4m3fn", "e5m2"};
 
 static json_t *index_json;
 
-static const char *golden_dir(void)
-{
-	static char dir[512];
-	const char *root = getenv("ROOT");
-	snprintf(dir, sizeof dir, "%s/tests/float8/golden", root ? root : ".");
-	return dir;
-}
-
 static int load_index(void **state)
 {
 	(void)state;
-	char path[600];
-	json_error_t je;
-	snprintf(path, sizeof path, "%s/index.json", golden_dir());
-	index_json = json_load_file(path, 0, &je);
-	if (index_json == NULL)
-		fprintf(stderr, "%s: %s\n", path, je.text);
+	index_json = f8_golden_index();
 	return index_json == NULL;
 }
 
@@ -56,40 +44,6 @@ static int free_index(void **state)
 	return 0;
 }
 
-static json_t *at(const json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-	if (v == NULL)
-		fail_msg("index.json: no field '%s'", key);
-	return v;
-}
-
-/* The whole file named by o[key], which must hold exactly n elements of sz. */
-static void *read_golden(const json_t *o, const char *key, size_t sz, size_t n)
-{
-	char path[700];
-	snprintf(path, sizeof path, "%s/%s", golden_dir(), json_string_value(at(o, key)));
-	FILE *f = fopen(path, "rb");
-	if (f == NULL)
-		fail_msg("%s: cannot open", path);
-	void *buf = malloc(sz * n + 1);
-	assert_non_null(buf);
-	size_t got = fread(buf, sz, n + 1, f);
-	fclose(f);
-	if (got != n)
-		fail_msg("%s: %zu elements, expected %zu", path, got, n);
-	return buf;
-}
-
-static size_t num(const json_t *o, const char *key)
-{
-	return (size_t)json_integer_value(at(o, key));
-}
-
-static bool same_float(float a, float b)
-{
-	return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
-}
 
 static void every_code_decodes_as_torch_reads_it(void **state)
 {
@@ -265,16 +219,6 @@ static void filter_decides_as_torchtitan_and_torchao(void **state)
 	assert_non_null(strstr(e.msg, "rowwise_with_gw_hp"));
 }
 
-/* max|a - b| / max|b|. */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-	double d = 0, m = 0;
-	for (size_t i = 0; i < n; i++) {
-		d = fmax(d, fabs((double)a[i] - b[i]));
-		m = fmax(m, fabs((double)b[i]));
-	}
-	return m > 0 ? d / m : d;
-}
 
 typedef struct operand {
 	const char *name;

@@ -252,6 +252,81 @@ static void bench_gemm(void)
 	gpu_free(x), gpu_free(w), gpu_free(y), gpu_free(gw);
 }
 
+/* --- float8: Llama 3 8B's forward linears, bf16 against the scaled float8
+ * GEMM (e4m3 operands, bf16 out) with one scale each (tensorwise) and one per
+ * row (rowwise: cuBLASLt's outer-vector scales) --- */
+
+typedef struct gemm8_ctx {
+	gpu_gemm *g;
+	gpu_gemm_f8_args a;
+} gemm8_ctx;
+
+static void run_gemm8(void *p)
+{
+	gemm8_ctx *c = p;
+	titan_err e;
+	if (gpu_gemm_f8_run(c->g, NULL, &c->a, &e))
+		die(&e);
+}
+
+static void bench_gemm8(void)
+{
+	gpu_gemm *g = gemm_handle();
+	const int64_t tok = 8192;
+	const struct {
+		const char *name;
+		int64_t out, in;
+	} lin[] = {{"wq", 4096, 4096}, {"wk", 1024, 4096}, {"w1", 14336, 4096}, {"w2", 4096, 14336},
+		   {"output", 128256, 4096}};
+	int64_t most = 128256 * 4096;
+	void *x = dalloc((size_t)(tok * 14336) * 2), *w = dalloc((size_t)most * 2);
+	void *y = dalloc((size_t)tok * 128256 * 2);
+	void *x8 = dalloc((size_t)(tok * 14336)), *w8 = dalloc((size_t)most);
+	float *sx = dalloc((size_t)tok * 4), *sw = dalloc((size_t)128256 * 4);
+	fill_random(x, (size_t)(tok * 14336), GPU_BF16, 1, 4);
+	fill_random(w, (size_t)most, GPU_BF16, 0.02f, 5);
+	/* the float8 operands: x and w cast row-wise (their first scales serve tensorwise) */
+	if (launch_f8_cast(x8, GPU_E4M3, sx, x, GPU_BF16, tok, 14336, GPU_F8_ROWS, 1, 0, NULL, NULL) ||
+	    launch_f8_cast(w8, GPU_E4M3, sw, w, GPU_BF16, 128256, 4096, GPU_F8_ROWS, 1, 0, NULL, NULL) ||
+	    launch_f8_recip(sx, sx, tok, NULL) || launch_f8_recip(sw, sw, 128256, NULL))
+		die(&(titan_err){.msg = "float8 operands: a launch failed"});
+	printf("  %-8s %6s %6s %6s %9s %9s %9s %7s %7s\n", "linear", "m", "n", "k", "bf16", "fp8-t",
+	       "fp8-r", "t/bf16", "r/bf16");
+	double fl_all = 0, ms_b = 0, ms_t = 0, ms_r = 0;
+	for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+		int64_t o = lin[i].out, in = lin[i].in;
+		gemm_ctx cb = {g, {.trans_b = 1, .m = tok, .n = o, .k = in, .alpha = 1, .a = x, .lda = in,
+				   .b = w, .ldb = in, .ab_type = GPU_BF16, .d = y, .ldd = o,
+				   .d_type = GPU_BF16}};
+		gemm8_ctx ct = {g, {.m = tok, .n = o, .k = in, .a = x8, .a_type = GPU_E4M3, .b = w8,
+				    .b_type = GPU_E4M3, .sa = sx, .sb = sw, .d = y, .d_type = GPU_BF16}};
+		gemm8_ctx cr = ct;
+		cr.a.a_rows = cr.a.b_rows = 1;
+		double fl = 2.0 * (double)tok * (double)o * (double)in;
+		float mb = time_ms(run_gemm, &cb, 2, 7), mt = time_ms(run_gemm8, &ct, 2, 7);
+		float mr = time_ms(run_gemm8, &cr, 2, 7);
+		double tb = fl / (mb * 1e-3) / 1e12, tt = fl / (mt * 1e-3) / 1e12;
+		double tr = fl / (mr * 1e-3) / 1e12;
+		fl_all += fl, ms_b += mb, ms_t += mt, ms_r += mr;
+		printf("  %-8s %6lld %6lld %6lld %9.1f %9.1f %9.1f %6.2fx %6.2fx  TFLOP/s\n",
+		       lin[i].name, (long long)tok, (long long)o, (long long)in, tb, tt, tr, tt / tb,
+		       tr / tb);
+		char name[64];
+		snprintf(name, sizeof name, "%s_bf16_TFLOPs", lin[i].name);
+		result("gemm8", name, tb, "TFLOP/s");
+		snprintf(name, sizeof name, "%s_fp8_tensorwise_TFLOPs", lin[i].name);
+		result("gemm8", name, tt, "TFLOP/s");
+		snprintf(name, sizeof name, "%s_fp8_rowwise_TFLOPs", lin[i].name);
+		result("gemm8", name, tr, "TFLOP/s");
+	}
+	printf("  all: bf16 %.1f, fp8 tensorwise %.1f (%.2fx), rowwise %.1f (%.2fx) TFLOP/s\n",
+	       fl_all / (ms_b * 1e-3) / 1e12, fl_all / (ms_t * 1e-3) / 1e12, ms_b / ms_t,
+	       fl_all / (ms_r * 1e-3) / 1e12, ms_b / ms_r);
+	result("gemm8", "tensorwise_over_bf16", ms_b / ms_t, "x");
+	result("gemm8", "rowwise_over_bf16", ms_b / ms_r, "x");
+	gpu_free(x), gpu_free(w), gpu_free(y), gpu_free(x8), gpu_free(w8), gpu_free(sx), gpu_free(sw);
+}
+
 /* --- attention --- */
 
 typedef struct att_ctx {
@@ -578,7 +653,10 @@ static void model_result(const char *name, const char *what, double v, const cha
 	result("model", key, v, unit);
 }
 
-static void bench_model(const char *flavor, int layers, int b, int t, int steps, const char *ac)
+/* recipe: NULL, or a Float8 recipe for every linear but the output (as
+ * torchtitan's Llama 3 8B float8 runs filter it). */
+static void bench_model(const char *flavor, int layers, int b, int t, int steps, const char *ac,
+			const char *recipe)
 {
 	const llama_args *base = flavor_find(flavor);
 	if (!base) {
@@ -599,6 +677,10 @@ static void bench_model(const char *flavor, int layers, int b, int t, int steps,
 			     : strcmp(ac, "full") == 0 ? MODEL_AC_FULL : MODEL_AC_NONE;
 	if (model_set_prec(m, &prec, &e) || model_set_ac(m, mode, 1, &e))
 		die(&e);
+	const char *const keep[] = {"output"};
+	model_float8 f8 = {recipe, keep, 1};
+	if (recipe && model_set_float8(m, &f8, &e) < 0)
+		die(&e);
 	random_params(be, m);
 	adamw_config cfg;
 	adamw_config_default(&cfg);
@@ -614,10 +696,12 @@ static void bench_model(const char *flavor, int layers, int b, int t, int steps,
 		ids[i] = (int32_t)((s >> 33) % (uint64_t)a.vocab_size);
 		labels[i] = (int32_t)((s >> 13) % (uint64_t)a.vocab_size);
 	}
-	printf("  %s with %d layers, %zu parameters, b=%d t=%d, bf16 activations, AC %s\n", flavor,
-	       a.n_layers, model_num_params(m), b, t, ac);
+	printf("  %s with %d layers, %zu parameters, b=%d t=%d, bf16 activations, AC %s%s%s\n",
+	       flavor, a.n_layers, model_num_params(m), b, t, ac, recipe ? ", Float8 " : "",
+	       recipe ? recipe : "");
 	char name[96];
-	snprintf(name, sizeof name, "%s_L%d_t%d_%s", flavor, a.n_layers, t, ac);
+	snprintf(name, sizeof name, "%s_L%d_t%d_%s%s%s", flavor, a.n_layers, t, ac,
+		 recipe ? "_f8" : "", recipe ? recipe : "");
 	double flops = model_flops_per_token(m, t);
 	double step = median_step(&c, steps), tps = (double)n / step;
 	double mfu = flops * tps / PEAK_BF16_FLOPS;
@@ -660,8 +744,8 @@ static void bench_model(const char *flavor, int layers, int b, int t, int steps,
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_gpu ceiling|gemm|attention|kernels [COPY_GBPS]|model "
-				"FLAVOR LAYERS B T STEPS AC\n");
+		fprintf(stderr, "usage: bench_gpu ceiling|gemm|gemm8|attention|kernels [COPY_GBPS]|model "
+				"FLAVOR LAYERS B T STEPS AC [FLOAT8_RECIPE]\n");
 		return 2;
 	}
 	if (gpu_count() == 0) {
@@ -678,13 +762,15 @@ int main(int argc, char **argv)
 		bench_ceiling();
 	else if (strcmp(argv[1], "gemm") == 0)
 		bench_gemm();
+	else if (strcmp(argv[1], "gemm8") == 0)
+		bench_gemm8();
 	else if (strcmp(argv[1], "attention") == 0)
 		bench_attention();
 	else if (strcmp(argv[1], "kernels") == 0)
 		bench_kernels(argc > 2 ? atof(argv[2]) : 0);
-	else if (strcmp(argv[1], "model") == 0 && argc == 8)
+	else if (strcmp(argv[1], "model") == 0 && (argc == 8 || argc == 9))
 		bench_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
-			    argv[7]);
+			    argv[7], argc == 9 ? argv[8] : NULL);
 	else {
 		fprintf(stderr, "bench_gpu: unknown section %s\n", argv[1]);
 		return 2;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#include "backend/cuda.h"
 #include "core/bf16.h"
 #include "gpu/gpu.h"
 #include "gpu/launch.h"
@@ -197,5 +199,41 @@ static inline double *f64_copy(const double *x, size_t n)
 	memcpy(y, x, n * sizeof(double));
 	return y;
 }
+
+#ifdef GPU_TEST_TWO_BACKENDS
+/* The tests that compare the CUDA backend with the CPU one: both created by
+ * the cmocka group's setup (the CUDA one with a 1 GiB arena; nothing without a
+ * GPU), freed by its teardown. */
+static backend *cpu, *gpu;
+
+static int setup(void **state)
+{
+	(void)state;
+	if (gpu_count() == 0)
+		return 0;
+	titan_err e;
+	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30};
+	if (!(cpu = backend_cpu_create(0, &e)) || !(gpu = backend_cuda_create(&o, &e))) {
+		fprintf(stderr, "%s\n", e.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	backend_free(cpu);
+	backend_free(gpu);
+	return 0;
+}
+
+static void sync_ok(backend *be)
+{
+	titan_err e;
+	if (be->ops->sync(be, &e) != 0)
+		fail_msg("%s: %s", be->ops->name, e.msg);
+}
+#endif
 
 #endif

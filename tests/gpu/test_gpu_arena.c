@@ -157,7 +157,9 @@ static void chunk_table_covers_every_element_once(void **state)
 	assert_int_equal(ch[3].offset, GPU_MT_CHUNK);
 	assert_int_equal(ch[4].offset, 2 * GPU_MT_CHUNK);
 	assert_int_equal(ch[4].len, 5);
-	t[3].m = buf + 1; /* the kernels' 16-byte vectors need aligned tensors */
+	t[3].m = buf + 1; /* misaligned: element by element, same chunks */
+	assert_int_equal(gpu_mt_chunks(t, 4, NULL), 5);
+	t[3].n = -1;
 	assert_int_equal(gpu_mt_chunks(t, 4, NULL), -1);
 	free(buf);
 }

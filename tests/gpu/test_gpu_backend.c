@@ -1,7 +1,8 @@
 /* The CUDA backend's ops table (lib/backend/cuda.c) against the CPU backend's,
  * op by op in float32 on the same random inputs, and its own mechanics: faults
  * for element types it does not implement, the loss that arrives at sync, a
- * captured step replayed, memory counted from the arena.  The kernels' bf16
+ * captured step replayed, memory counted from the arena; the fused ops
+ * (compile.enable's) against the CPU backend's plain sequences.  The kernels' bf16
  * paths are measured in test_gpu_ops.c.  Without a GPU every test reports
  * skipped with the reason. */
 #include <setjmp.h>
@@ -13,38 +14,8 @@
 #include "backend/backend.h"
 #include "backend/cuda.h"
 #include "backend/cpu_kernels.h"
+#define GPU_TEST_TWO_BACKENDS
 #include "gpu_test.h"
-
-static backend *cpu, *gpu;
-
-static int setup(void **state)
-{
-	(void)state;
-	if (gpu_count() == 0)
-		return 0;
-	titan_err e;
-	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30};
-	if (!(cpu = backend_cpu_create(0, &e)) || !(gpu = backend_cuda_create(&o, &e))) {
-		fprintf(stderr, "%s\n", e.msg);
-		return -1;
-	}
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	backend_free(cpu);
-	backend_free(gpu);
-	return 0;
-}
-
-static void sync_ok(backend *be)
-{
-	titan_err e;
-	if (be->ops->sync(be, &e) != 0)
-		fail_msg("%s: %s", be->ops->name, e.msg);
-}
 
 /* n floats on be, copied from x (NULL: left as allocated). */
 static float *put(backend *be, const float *x, size_t n)
@@ -86,6 +57,19 @@ static void same(const char *what, const float *d, const float *want, size_t n, 
 	free(got), free(g), free(w);
 }
 
+/* RoPE's (t, hd/2, 2) table in float32, from the float64 one. */
+static float *rope_table(int64_t t, int64_t hd)
+{
+	double *cs64 = zeros((size_t)(t * hd));
+	float *cs = malloc((size_t)(t * hd) * sizeof *cs);
+	assert_non_null(cs);
+	cpu_rope_table_f64(cs64, t, hd, 0, 500000.0, 0.0);
+	for (int64_t i = 0; i < t * hd; i++)
+		cs[i] = (float)cs64[i];
+	free(cs64);
+	return cs;
+}
+
 static void every_op_in_float32_matches_the_cpu_backend(void **state)
 {
 	(void)state;
@@ -122,12 +106,7 @@ static void every_op_in_float32_matches_the_cpu_backend(void **state)
 
 	/* rope, both pairings, there and back */
 	const int64_t b = 2, t = 24, h = 2, hd = 64;
-	double *cs64 = zeros((size_t)(t * hd));
-	cpu_rope_table_f64(cs64, t, hd, 0, 500000.0, 0.0);
-	float *cs = malloc((size_t)(t * hd) * sizeof *cs);
-	assert_non_null(cs);
-	for (int64_t i = 0; i < t * hd; i++)
-		cs[i] = (float)cs64[i];
+	float *cs = rope_table(t, hd);
 	float *dcs = put(gpu, cs, (size_t)(t * hd));
 	for (int style = 0; style < 2; style++) {
 		float *r = frand((size_t)(b * t * h * hd), 1);
@@ -250,7 +229,7 @@ static void every_op_in_float32_matches_the_cpu_backend(void **state)
 	same("convert f32 -> bf16 -> f32", dy, y, (size_t)(n * d), 0.0);
 	sync_ok(gpu);
 	free(x), free(w), free(c), free(nw), free(y), free(rstd), free(g), free(gx), free(gw);
-	free(cs64), free(cs), free(q), free(k), free(vv), free(o), free(lse), free(go), free(gq);
+	free(cs), free(q), free(k), free(vv), free(o), free(lse), free(go), free(gq);
 	free(gk), free(gv), free(sa), free(sg), free(sy), free(sda), free(sdg), free(ids), free(tab);
 	free(lg), free(lab), free(m), free(vs), free(gr);
 	/* the backend's books: everything it handed out comes back */
@@ -344,6 +323,130 @@ static void a_captured_step_replays_like_the_eager_one(void **state)
 	sync_ok(gpu);
 }
 
+/* The fused ops of the table (compile.enable's) against the CPU backend's,
+ * which are the plain ops run one after another: float32, random inputs. */
+static void fused_ops_match_the_cpu_backend(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(203);
+	const int64_t n = 40, d = 192, b = 2, t = 20, h = 4, hkv = 2, hd = 64, v = 700;
+	const size_t nd = (size_t)(n * d);
+	/* the residual add fused into the norm, in place over the stream */
+	float *x = frand(nd, 1), *dl = frand(nd, 1), *w = frand((size_t)d, 1);
+	float *y = frand(nd, 1), *rs = frand((size_t)n, 1);
+	float *gx = put(gpu, x, nd), *gdl = put(gpu, dl, nd), *gw = put(gpu, w, (size_t)d);
+	float *gy = put(gpu, NULL, nd), *grs = put(gpu, NULL, (size_t)n);
+	gpu->ops->rmsnorm_add_fwd(gpu, gy, BE_F32, grs, gx, BE_F32, gx, gdl, BE_F32, gw, BE_F32, n,
+				  d, 1e-5f);
+	cpu->ops->rmsnorm_add_fwd(cpu, y, BE_F32, rs, x, BE_F32, x, dl, BE_F32, w, BE_F32, n, d,
+				  1e-5f);
+	same("rmsnorm_add_fwd residual", gx, x, nd, 0.0);
+	same("rmsnorm_add_fwd y", gy, y, nd, TOL_F32);
+	same("rmsnorm_add_fwd rstd", grs, rs, (size_t)n, TOL_F32);
+	/* and its backward, the stream's gradient added in place */
+	float *dy = frand(nd, 1), *dres = frand(nd, 1), *dw = frand((size_t)d, 0.1);
+	float *gdy = put(gpu, dy, nd), *gdres = put(gpu, dres, nd), *gdw = put(gpu, dw, (size_t)d);
+	gpu->ops->rmsnorm_add_bwd(gpu, gdres, BE_F32, gdres, gdw, BE_F32, gdy, BE_F32, gx, BE_F32,
+				  gw, BE_F32, grs, n, d);
+	cpu->ops->rmsnorm_add_bwd(cpu, dres, BE_F32, dres, dw, BE_F32, dy, BE_F32, x, BE_F32, w,
+				  BE_F32, rs, n, d);
+	same("rmsnorm_add_bwd dx", gdres, dres, nd, TOL_F32);
+	same("rmsnorm_add_bwd dw", gdw, dw, (size_t)d, TOL_F32);
+
+	/* RoPE in the QKV layout, there and back */
+	float *cs = rope_table(t, hd);
+	float *gcs = put(gpu, cs, (size_t)(t * hd));
+	size_t nq = (size_t)(b * t * h * hd), nk = (size_t)(b * t * hkv * hd), nt = nq + 2 * nk;
+	float *qkv = frand(nt, 1), *q = frand(nq, 1), *k = frand(nk, 1), *vv = frand(nk, 1);
+	float *gqkv = put(gpu, qkv, nt), *gq = put(gpu, NULL, nq), *gk = put(gpu, NULL, nk);
+	float *gv = put(gpu, NULL, nk);
+	for (int style = 0; style < 2; style++) {
+		gpu->ops->rope_qkv(gpu, gq, gk, gv, gqkv, BE_F32, gcs, b, t, h, hkv, hd, style);
+		cpu->ops->rope_qkv(cpu, q, k, vv, qkv, BE_F32, cs, b, t, h, hkv, hd, style);
+		same("rope_qkv q", gq, q, nq, TOL_F32);
+		same("rope_qkv k", gk, k, nk, TOL_F32);
+		same("rope_qkv v", gv, vv, nk, 0.0);
+		gpu->ops->rope_qkv_bwd(gpu, gqkv, gq, gk, gv, BE_F32, gcs, b, t, h, hkv, hd, style);
+		cpu->ops->rope_qkv_bwd(cpu, qkv, q, k, vv, BE_F32, cs, b, t, h, hkv, hd, style);
+		same("rope_qkv_bwd dqkv", gqkv, qkv, nt, TOL_F32);
+	}
+
+	/* the output projection fused with the loss, chunks of 16 rows over 40 */
+	float *hh = frand(nd, 1), *hw = frand((size_t)(v * d), 0.1), *dh = frand(nd, 1);
+	float *hdw = frand((size_t)(v * d), 0.01), *lg = frand((size_t)(16 * v), 1);
+	int32_t *lab = malloc((size_t)n * sizeof *lab);
+	assert_non_null(lab);
+	for (int64_t i = 0; i < n; i++)
+		lab[i] = i % 7 == 0 ? -100 : (int32_t)(((urand() + 1) / 2) * (v - 1));
+	float *ghh = put(gpu, hh, nd), *ghw = put(gpu, hw, (size_t)(v * d));
+	float *gdh = put(gpu, NULL, nd), *ghdw = put(gpu, hdw, (size_t)(v * d));
+	float *glg = put(gpu, NULL, (size_t)(16 * v)), *gscale = put(gpu, NULL, 1);
+	int32_t *glab = gpu->ops->alloc(gpu, (size_t)n * 4, NULL);
+	assert_non_null(glab);
+	gpu->ops->copy(gpu, glab, lab, (size_t)n * 4, BACKEND_H2D);
+	float scale = 1.0f / 34;
+	gpu->ops->copy(gpu, gscale, &scale, sizeof scale, BACKEND_H2D);
+	double gl = 0, cl = 0;
+	int64_t gn = 0, cn = 0;
+	gpu->ops->lm_head_loss(gpu, ghh, ghw, BE_F32, glab, n, d, v, -100, gscale, gdh, BE_F32, ghdw,
+			       BE_F32, glg, 16, &gl, &gn);
+	cpu->ops->lm_head_loss(cpu, hh, hw, BE_F32, lab, n, d, v, -100, &scale, dh, BE_F32, hdw,
+			       BE_F32, lg, 16, &cl, &cn);
+	sync_ok(gpu);
+	print_message("  lm_head_loss %.9f cpu %.9f, valid %lld\n", gl, cl, (long long)gn);
+	assert_int_equal(gn, cn);
+	assert_true(fabs(gl - cl) <= TOL_F32 * fabs(cl));
+	same("lm_head_loss dh", gdh, dh, nd, TOL_F32);
+	same("lm_head_loss dw", ghdw, hdw, (size_t)(v * d), TOL_F32);
+
+	/* the optimizer on the device: norm, clip factor, AdamW over three spans
+	 * (one at an offset that breaks the 16-byte vectors) */
+	const int64_t np = 5003;
+	const be_span spans[3] = {{0, 2000, 0.1f}, {2000, 3, 0.0f}, {2003, 3000, 0.1f}};
+	float *p = frand((size_t)np, 1), *g = frand((size_t)np, 0.5), *m = frand((size_t)np, 0.01);
+	float *vs = frand((size_t)np, 0.01);
+	for (int64_t i = 0; i < np; i++)
+		vs[i] = fabsf(vs[i]);
+	float *gp = put(gpu, p, (size_t)np), *gg = put(gpu, g, (size_t)np);
+	float *gm = put(gpu, m, (size_t)np), *gvs = put(gpu, vs, (size_t)np);
+	be_adamw_step cst = {.lr = 1e-3, .b1 = 0.9, .b2 = 0.95, .eps = 1e-8,
+			     .bc1 = 1 - pow(0.9, 3), .bc2 = 1 - pow(0.95, 3)};
+	be_adamw_step *gst = gpu->ops->alloc(gpu, sizeof *gst, NULL);
+	double *gsum = gpu->ops->alloc(gpu, sizeof(double), NULL), csum = 0, gsum_h = 0;
+	assert_non_null(gst);
+	assert_non_null(gsum);
+	gpu->ops->copy(gpu, gst, &cst, sizeof cst, BACKEND_H2D);
+	for (int rep = 0; rep < 2; rep++) { /* the second time from the kept device tables */
+		gpu->ops->sumsq_dev(gpu, gsum, gg, BE_F32, np);
+		gpu->ops->clip_factor(gpu, gst, gsum, 1.0f);
+		gpu->ops->adamw_multi(gpu, gp, gg, gm, gvs, BE_F32, spans, 3, gst);
+		cpu->ops->sumsq_dev(cpu, &csum, g, BE_F32, np);
+		cpu->ops->clip_factor(cpu, &cst, &csum, 1.0f);
+		cpu->ops->adamw_multi(cpu, p, g, m, vs, BE_F32, spans, 3, &cst);
+	}
+	be_adamw_step got;
+	gpu->ops->copy(gpu, &got, gst, sizeof got, BACKEND_D2H);
+	gpu->ops->copy(gpu, &gsum_h, gsum, sizeof gsum_h, BACKEND_D2H);
+	sync_ok(gpu);
+	print_message("  sumsq %.12g cpu %.12g, clip %.7g cpu %.7g\n", gsum_h, csum,
+		      (double)got.clip, (double)cst.clip);
+	assert_true(fabs(gsum_h - csum) <= 1e-9 * csum);
+	assert_true(got.clip < 1 && fabs(got.clip - cst.clip) <= 1e-6);
+	same("adamw_multi p", gp, p, (size_t)np, TOL_F32);
+	same("adamw_multi exp_avg", gm, m, (size_t)np, TOL_F32);
+	same("adamw_multi exp_avg_sq", gvs, vs, (size_t)np, TOL_F32);
+
+	free(x), free(dl), free(w), free(y), free(rs), free(dy), free(dres), free(dw);
+	free(cs), free(qkv), free(q), free(k), free(vv), free(hh), free(hw), free(dh), free(hdw);
+	free(lg), free(lab), free(p), free(g), free(m), free(vs);
+	void *all[] = {gx,  gdl, gw,  gy,   grs, gdy,    gdres, gdw,  gcs, gqkv, gq,  gk,  gv,
+		       ghh, ghw, gdh, ghdw, glg, gscale, glab,  gp,   gg,  gm,   gvs, gst, gsum};
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		gpu->ops->free(gpu, all[i]);
+	sync_ok(gpu);
+}
+
 static void creation_fails_cleanly_without_a_device(void **state)
 {
 	(void)state;
@@ -359,6 +462,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(creation_fails_cleanly_without_a_device),
 		cmocka_unit_test(every_op_in_float32_matches_the_cpu_backend),
+		cmocka_unit_test(fused_ops_match_the_cpu_backend),
 		cmocka_unit_test(unimplemented_types_fault_at_sync),
 		cmocka_unit_test(a_captured_step_replays_like_the_eager_one),
 	};

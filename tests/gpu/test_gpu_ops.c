@@ -548,26 +548,27 @@ static void cross_entropy_loss_and_gradient_match_the_cpu(void **state)
 
 /* --- AdamW and the gradient norm over many tensors --- */
 
-static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
+/* The multi-tensor kernels on tensors of type dt (float32 masters, or bf16
+ * under training.dtype = "bfloat16") against the float64 reference. */
+static void adamw_multi_case(int dt)
 {
-	(void)state;
-	need_gpu();
-	seed(71);
 	const int64_t sizes[] = {1, 7, 65536, 65537, 300000};
 	enum { NT = sizeof sizes / sizeof sizes[0] };
 	double *p[NT], *g[NT], *m[NT], *v[NT];
 	gpu_mt_tensor t[NT];
-	double sumsq = 0;
+	double sumsq = 0, tol = dt == GPU_BF16 ? TOL_BF16 : TOL_F32;
+	print_message(" %s tensors\n", dt_name(dt));
 	for (int i = 0; i < NT; i++) {
 		size_t n = (size_t)sizes[i];
 		p[i] = rnd(n, 1.0), g[i] = rnd(n, 0.01), m[i] = rnd(n, 0.001), v[i] = rnd(n, 1e-6);
 		for (size_t j = 0; j < n; j++)
 			v[i][j] = fabs(v[i][j]);
-		t[i] = (gpu_mt_tensor){.p = dev_from(p[i], n, GPU_F32),
-				       .g = dev_from(g[i], n, GPU_F32),
-				       .m = dev_from(m[i], n, GPU_F32),
-				       .v = dev_from(v[i], n, GPU_F32),
-				       .p_bf16 = i % 2 ? dev_poisoned(n, GPU_BF16) : NULL,
+		t[i] = (gpu_mt_tensor){.p = dev_from(p[i], n, dt),
+				       .g = dev_from(g[i], n, dt),
+				       .m = dev_from(m[i], n, dt),
+				       .v = dev_from(v[i], n, dt),
+				       .p_bf16 = i % 2 && dt == GPU_F32 ? dev_poisoned(n, GPU_BF16)
+									: NULL,
 				       .n = sizes[i],
 				       .wd = i == 1 ? 0.0f : 0.1f};
 		sumsq += cpu_sumsq_f64(g[i], (int64_t)n);
@@ -576,20 +577,20 @@ static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
 	gpu_mt_chunk *ch = malloc((size_t)nch * sizeof *ch);
 	assert_non_null(ch);
 	assert_int_equal(gpu_mt_chunks(t, NT, ch), nch);
-	void *dt = dev_alloc(sizeof t), *dch = dev_alloc((size_t)nch * sizeof *ch);
+	void *dt_tab = dev_alloc(sizeof t), *dch = dev_alloc((size_t)nch * sizeof *ch);
 	double *dpart = dev_alloc((size_t)nch * sizeof(double)), *dsumsq = dev_alloc(sizeof(double));
 	float *dnorm = dev_alloc(sizeof(float));
 	const float max_norm = 0.5f;
-	gpu_adamw_step st = {.lr = 3e-4f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f,
-			     .bc1 = 1 - 0.9f * 0.9f * 0.9f, .bc2 = 1 - 0.95f * 0.95f * 0.95f};
+	gpu_adamw_step st = {.lr = 3e-4, .b1 = 0.9, .b2 = 0.95, .eps = 1e-8,
+			     .bc1 = 1 - 0.9 * 0.9 * 0.9, .bc2 = 1 - 0.95 * 0.95 * 0.95};
 	gpu_adamw_step *dst = dev_alloc(sizeof st);
 	titan_err e;
-	if (gpu_upload(dt, t, sizeof t, &e) || gpu_upload(dch, ch, (size_t)nch * sizeof *ch, &e) ||
-	    gpu_upload(dst, &st, sizeof st, &e))
+	if (gpu_upload(dt_tab, t, sizeof t, &e) ||
+	    gpu_upload(dch, ch, (size_t)nch * sizeof *ch, &e) || gpu_upload(dst, &st, sizeof st, &e))
 		fail_msg("%s", e.msg);
-	gpu_ok(launch_sumsq_multi(dsumsq, dpart, dt, dch, nch, NULL), "sumsq_multi");
+	gpu_ok(launch_sumsq_multi(dsumsq, dpart, dt_tab, dch, nch, dt, NULL), "sumsq_multi");
 	gpu_ok(launch_clip_factor(dst, dnorm, dsumsq, max_norm, NULL), "clip_factor");
-	gpu_ok(launch_adamw_multi(dt, dch, nch, dst, NULL), "adamw_multi");
+	gpu_ok(launch_adamw_multi(dt_tab, dch, nch, dst, dt, NULL), "adamw_multi");
 	double got_sumsq;
 	float got_norm;
 	if (gpu_sync(&e) || gpu_download(&got_sumsq, dsumsq, sizeof got_sumsq, &e) ||
@@ -603,31 +604,45 @@ static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
 		size_t n = (size_t)sizes[i];
 		for (size_t j = 0; j < n; j++)
 			g[i][j] *= clip;
-		cpu_adamw_f64(p[i], g[i], m[i], v[i], (int64_t)n, 3e-4, 0.9, 0.95, 1e-8, t[i].wd,
-			      (double)st.bc1, (double)st.bc2);
+		cpu_adamw_consts k = cpu_adamw_consts_of(st.lr, st.b1, st.b2, st.eps, t[i].wd,
+							 st.bc1, st.bc2);
+		cpu_adamw_f64(p[i], g[i], m[i], v[i], (int64_t)n, &k);
 		print_message(" tensor %d (n=%zu, wd %.1f)\n", i, n, (double)t[i].wd);
-		expect_close("adamw p", t[i].p, p[i], n, GPU_F32, TOL_F32);
-		expect_close("adamw m", t[i].m, m[i], n, GPU_F32, TOL_F32);
-		expect_close("adamw v", t[i].v, v[i], n, GPU_F32, TOL_F32);
+		expect_close("adamw p", t[i].p, p[i], n, dt, tol);
+		expect_close("adamw m", t[i].m, m[i], n, dt, tol);
+		expect_close("adamw v", t[i].v, v[i], n, dt, tol);
 		if (t[i].p_bf16)
 			expect_close("adamw bf16 copy of p", t[i].p_bf16, p[i], n, GPU_BF16, TOL_BF16);
 		free(p[i]), free(g[i]), free(m[i]), free(v[i]);
 		gpu_free(t[i].p), gpu_free((void *)t[i].g), gpu_free(t[i].m), gpu_free(t[i].v);
 		gpu_free(t[i].p_bf16);
 	}
+	free(ch);
+	gpu_free(dt_tab), gpu_free(dch), gpu_free(dpart), gpu_free(dsumsq), gpu_free(dnorm);
+	gpu_free(dst);
+}
+
+static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(71);
+	adamw_multi_case(GPU_F32);
+	adamw_multi_case(GPU_BF16);
 	/* one tensor alone, bf16 too */
-	double *x = rnd(200003, 3.0);
+	double *x = rnd(200003, 3.0), got_sumsq;
 	void *dx = dev_from(x, 200003, GPU_BF16);
 	double *dp1 = dev_alloc((size_t)sumsq_partials(200003) * sizeof(double));
+	double *dsumsq = dev_alloc(sizeof(double));
+	titan_err e;
 	gpu_ok(launch_sumsq(dsumsq, dp1, dx, GPU_BF16, 200003, NULL), "sumsq");
 	if (gpu_sync(&e) || gpu_download(&got_sumsq, dsumsq, sizeof got_sumsq, &e))
 		fail_msg("%s", e.msg);
 	double want = cpu_sumsq_f64(x, 200003);
 	print_message("  sumsq (bf16) %.12g want %.12g\n", got_sumsq, want);
 	assert_true(fabs(got_sumsq - want) <= 1e-12 * want);
-	free(x), free(ch);
-	gpu_free(dx), gpu_free(dp1), gpu_free(dt), gpu_free(dch), gpu_free(dpart), gpu_free(dsumsq);
-	gpu_free(dnorm), gpu_free(dst);
+	free(x);
+	gpu_free(dx), gpu_free(dp1), gpu_free(dsumsq);
 }
 
 int main(void)

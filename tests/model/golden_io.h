@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "model/flavor.h"
+#include "model/model.h"
 
 static inline const char *golden_dir(void)
 {
@@ -55,6 +56,42 @@ static inline void *golden_read(json_t *c, const char *key, size_t sz, size_t n)
 		return NULL;
 	}
 	return buf;
+}
+
+/* Accumulate max|a - b| into *num and max|b| into *den over n elements. */
+static inline void golden_diff(const float *a, const float *b, size_t n, double *num,
+			       double *den)
+{
+	for (size_t i = 0; i < n; i++) {
+		*num = fmax(*num, fabs((double)a[i] - b[i]));
+		*den = fmax(*den, fabs((double)b[i]));
+	}
+}
+
+/* max|a - b| / max|b| over the whole of n elements. */
+static inline double golden_rel(const float *a, const float *b, size_t n)
+{
+	double num = 0, den = 0;
+	golden_diff(a, b, n, &num, &den);
+	return den > 0 ? num / den : num;
+}
+
+/* The largest golden_rel of one tensor of the model's flat layout (got against
+ * want) and its name; tensors at or above tol are printed with label. */
+static inline double golden_worst_tensor(const model *m, const float *got, const float *want,
+					 double tol, const char *label, const char **name)
+{
+	double worst = 0;
+	*name = "";
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		double r = golden_rel(got + t->offset, want + t->offset, t->numel);
+		if (r >= tol)
+			fprintf(stderr, "%s: grad %s rel diff %.2e\n", label, t->fqn, r);
+		if (r > worst)
+			worst = r, *name = t->fqn;
+	}
+	return worst;
 }
 
 static inline llama_args golden_args(json_t *c)

@@ -78,40 +78,35 @@ static void llama3_tensors_carry_torchtitans_tensor_parallel_plan(void **s)
  * count (an independent sum over the shapes), tensors cover the flat layout in
  * order and each unit's tensors are contiguous.  Unbound: no storage needed
  * even for 405B. */
-/* Tensor parallelism has Llama's plan only: a flavor with pieces it has no
- * plan for refuses a degree above 1 by name, and builds at degree 1. */
-static void pieces_without_a_tp_plan_refuse_tensor_parallelism(void **s)
+/* Tensor parallelism has a plan for every family's pieces: each family's
+ * debug flavors build at degree 2 (the rank's shapes: heads, hidden units and
+ * the experts' hidden units halved), and a degree that does not divide the
+ * heads is refused by name. */
+static void every_family_takes_tensor_parallelism(void **s)
 {
 	(void)s;
-	static const struct {
-		const char *family, *flavor, *piece;
-	} cases[] = {
-		{"qwen3", "debugmodel", "QK-norm"},
-		{"qwen3", "debugmodel_moe", "mixture-of-experts"},
-		{"deepseek_v3", "debugmodel", "mixture-of-experts"},
-		{"llama4", "debugmodel", "mixture-of-experts"},
-		{"gpt_oss", "debugmodel", "mixture-of-experts"},
-	};
 	titan_err e = {0};
 	backend *be = backend_cpu_create(1, &e);
 	assert_non_null(be);
-	model_tp_group two = {.size = 2, .rank = 0}, one = {.size = 1, .rank = 0};
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		const llama_args *a =
-			model_family_flavor(model_family_find(cases[i].family), cases[i].flavor);
-		assert_non_null(a);
-		e.msg[0] = 0;
-		assert_null(model_create_tp(be, a, 0, &two, &e));
-		print_message("%s %s: %s\n", cases[i].family, cases[i].flavor, e.msg);
-		assert_non_null(strstr(e.msg, "tensor parallel degree 2"));
-		assert_non_null(strstr(e.msg, cases[i].piece));
-		model *m = model_create_tp(be, a, 0, &one, &e);
-		assert_non_null(m);
-		model_free(m);
+	model_tp_group two = {.size = 2, .rank = 1}, three = {.size = 3, .rank = 0};
+	for (int i = 0; model_family_at(i); i++) {
+		const model_family *f = model_family_at(i);
+		for (const llama_args *a = f->flavors; a->name; a++) {
+			if (strncmp(a->name, "debugmodel", 10) != 0)
+				continue;
+			model *m = model_create_tp(be, a, 0, &two, &e);
+			if (!m)
+				fail_msg("%s %s at TP 2: %s", f->name, a->name, e.msg);
+			assert_int_equal(model_args(m)->n_heads * 2, a->n_heads);
+			assert_int_equal(model_args(m)->moe.inter_dim * 2, a->moe.inter_dim);
+			model_free(m);
+		}
 	}
-	model *m = model_create_tp(be, flavor_find("debugmodel"), 0, &two, &e);
-	assert_non_null(m);
-	model_free(m);
+	const llama_args *q = model_family_flavor(model_family_find("qwen3"), "debugmodel");
+	e.msg[0] = 0;
+	assert_null(model_create_tp(be, q, 0, &three, &e));
+	print_message("qwen3 debugmodel at TP 3: %s\n", e.msg);
+	assert_non_null(strstr(e.msg, "tensor parallel degree 3 does not divide n_heads 16"));
 	backend_free(be);
 }
 
@@ -186,7 +181,7 @@ int main(void)
 		cmocka_unit_test(every_family_is_found_by_name_and_owns_its_flavors),
 		cmocka_unit_test(llama3_tensors_carry_torchtitans_tensor_parallel_plan),
 		cmocka_unit_test(every_flavor_lays_out_its_parameter_count),
-		cmocka_unit_test(pieces_without_a_tp_plan_refuse_tensor_parallelism),
+		cmocka_unit_test(every_family_takes_tensor_parallelism),
 		cmocka_unit_test(float32_only_pieces_refuse_bfloat16),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,15 +1,21 @@
 /* AdamW, clipping and the LR schedule against torchtitan's and torch's
- * definitions worked by hand. */
+ * definitions worked by hand, and AdamW on bfloat16 parameters against torch's
+ * fused AdamW on the same numbers (tests/optim/golden, made by
+ * scripts/optim_bf16_golden.py). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/bf16.h"
 #include "optim/optim.h"
 
 static void expect_factors(const lr_schedule *s, const double *want, int n)
@@ -115,11 +121,106 @@ static void adamw_decays_every_parameter_unless_exempted(void **s)
 	assert_int_equal(adamw_no_decay(o1, 0, 1, &e), 0);
 	adamw_step(o1, q, h, 0.01);
 	assert_true(fabs(q[0] + 0.01) < 1e-8);
-	assert_true(fabs(adamw_exp_avg(o1)[0] - 0.2) < 1e-7);
-	assert_true(fabs(adamw_exp_avg_sq(o1)[0] - 0.2) < 1e-7);
+	assert_true(fabs(((float *)adamw_exp_avg(o1))[0] - 0.2) < 1e-7);
+	assert_true(fabs(((float *)adamw_exp_avg_sq(o1))[0] - 0.2) < 1e-7);
 	adamw_free(o1);
 	adamw_free(o);
 	backend_free(be);
+}
+
+/* The golden file's doubles and its uint16 arrays. */
+static json_t *golden_meta(char *bin, size_t n)
+{
+	const char *root = getenv("ROOT");
+	char path[600];
+	snprintf(path, sizeof path, "%s/tests/optim/golden/adamw_bf16.json", root ? root : ".");
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je);
+	if (!j)
+		fail_msg("%s: %s (make it with PYTHON=... scripts/optim_bf16_golden.py)", path,
+			 je.text);
+	snprintf(bin, n, "%s/tests/optim/golden/%s", root ? root : ".",
+		 json_string_value(json_object_get(j, "file")));
+	return j;
+}
+
+static double num(json_t *j, const char *k)
+{
+	return json_number_value(json_object_get(j, k));
+}
+
+/* Bits of titan's bf16 AdamW against torch's fused one, each step from torch's
+ * parameters and states after the step before (so each compares one update on
+ * the same numbers; left to itself a trajectory that differs by one ulp
+ * somewhere drifts, lr / sqrt(v) magnifying it).  Both compute in float32 from
+ * constants derived in double and round once per stored tensor; titan follows
+ * torch's expressions and fused multiply-adds, so every element must agree bit
+ * for bit (a different evaluation order would show as one-ulp differences: the
+ * message counts them). */
+static void bf16_adamw_matches_torch_fused_adamw(void **s)
+{
+	(void)s;
+	char bin[700];
+	json_t *j = golden_meta(bin, sizeof bin);
+	json_t *sizes = json_object_get(j, "sizes");
+	size_t n0 = (size_t)json_integer_value(json_array_get(sizes, 0));
+	size_t n = n0 + (size_t)json_integer_value(json_array_get(sizes, 1));
+	int steps = (int)json_integer_value(json_object_get(j, "steps"));
+	print_message("golden: seed %lld, torch %s, %zu elements, %d steps\n",
+		      (long long)json_integer_value(json_object_get(j, "seed")),
+		      json_string_value(json_object_get(j, "torch")), n, steps);
+	size_t total = n * (1 + 4 * (size_t)steps);
+	uint16_t *gold = malloc(total * 2 + 1);
+	FILE *f = fopen(bin, "rb");
+	assert_non_null(gold);
+	if (!f || fread(gold, 2, total + 1, f) != total)
+		fail_msg("%s: expected %zu bf16 values", bin, total);
+	fclose(f);
+	titan_err e = {0};
+	backend *be = backend_cpu_create(0, &e);
+	adamw_config c;
+	adamw_config_default(&c);
+	c.lr = num(j, "lr"), c.beta1 = num(j, "beta1"), c.beta2 = num(j, "beta2");
+	c.eps = num(j, "eps"), c.weight_decay = num(j, "weight_decay");
+	c.dtype = BE_BF16;
+	adamw *o = be ? adamw_create(be, n, &c, &e) : NULL;
+	if (!o || adamw_no_decay(o, n0, n - n0, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(adamw_dtype(o), BE_BF16);
+	uint16_t *p = malloc(n * 2), *g = malloc(n * 2);
+	assert_non_null(p), assert_non_null(g);
+	size_t exact = 0, all = 0;
+	for (int k = 0; k < steps; k++) {
+		const uint16_t *want = gold + n + (size_t)k * 4 * n;
+		memcpy(p, want - (k ? 3 : 1) * n, n * 2); /* torch's parameters before the step */
+		if (k) { /* and its states (CPU backend memory is host memory) */
+			memcpy(adamw_exp_avg(o), want - 2 * n, n * 2);
+			memcpy(adamw_exp_avg_sq(o), want - n, n * 2);
+		}
+		memcpy(g, want, n * 2);
+		adamw_step(o, p, g, c.lr);
+		const uint16_t *got[3] = {p, adamw_exp_avg(o), adamw_exp_avg_sq(o)};
+		const char *what[3] = {"param", "exp_avg", "exp_avg_sq"};
+		for (int t = 0; t < 3; t++)
+			for (size_t i = 0; i < n; i++) {
+				uint16_t a = got[t][i], b = want[(size_t)(t + 1) * n + i];
+				/* same sign: one ulp is a difference of one in the bits */
+				int ulps = abs((int)a - (int)b);
+				if ((a ^ b) & 0x8000)
+					ulps = (a | b) & 0x7fff ? 99 : 0; /* +0 and -0 agree */
+				if (ulps > 1)
+					fail_msg("step %d %s[%zu]: titan %g, torch %g", k + 1, what[t], i,
+						 (double)bf16_to_f32(a), (double)bf16_to_f32(b));
+				exact += ulps == 0;
+				all++;
+			}
+	}
+	print_message("bit for bit: %zu of %zu, the rest within one ulp\n", exact, all);
+	assert_int_equal(exact, all);
+	adamw_free(o);
+	backend_free(be);
+	free(p), free(g), free(gold);
+	json_decref(j);
 }
 
 int main(void)
@@ -129,6 +230,7 @@ int main(void)
 		cmocka_unit_test(default_decay_never_reaches_zero),
 		cmocka_unit_test(clipping_scales_to_max_norm_and_leaves_small_gradients),
 		cmocka_unit_test(adamw_decays_every_parameter_unless_exempted),
+		cmocka_unit_test(bf16_adamw_matches_torch_fused_adamw),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,11 @@
 /* bench_plan: the step of a ~100M Llama under a plan, on the CPU backend
  * (scripts/bench/plan.sh runs it under mpirun and puts the figures side by
- * side).  usage: bench_plan THREADS STEPS GLOBAL_ROWS SEQ [tp]
+ * side).  usage: bench_plan THREADS STEPS GLOBAL_ROWS SEQ [tp [cp [alltoall]]]
  * Every rank trains STEPS steps (after one warm-up step) of GLOBAL_ROWS
  * sequences of SEQ tokens split over the data-parallel ranks (FSDP over the
- * ranks that tp leaves); rank 0 prints one line:
+ * ranks that tp and cp leave, and over cp), each cp rank on its SEQ / cp
+ * tokens (headtail; ring attention by allgather, or alltoall); rank 0 prints
+ * one line:
  *   ranks threads tp step_s comm_s tokens_per_s params_per_rank
  * step_s is the median step, comm_s the median time a rank was blocked in
  * communication (the largest over ranks), the rest being compute. */
@@ -34,12 +36,16 @@ int main(int argc, char **argv)
 	titan_err e = {{0}};
 	comm *world;
 	if (argc < 5 || comm_init(&argc, &argv, 600, &world, &e) != 0) {
-		fprintf(stderr, "usage: bench_plan THREADS STEPS GLOBAL_ROWS SEQ [tp] %s\n", e.msg);
+		fprintf(stderr, "usage: bench_plan THREADS STEPS GLOBAL_ROWS SEQ [tp [cp [alltoall]]] "
+			"%s\n", e.msg);
 		return 2;
 	}
 	int threads = atoi(argv[1]), steps = atoi(argv[2]), rows = atoi(argv[3]);
 	int seq = atoi(argv[4]), tp = argc > 5 ? atoi(argv[5]) : 1, n = comm_size(world);
-	mesh_degrees want = {1, n / tp, 1, tp, 1, 1, 1}, d;
+	int cp = argc > 6 ? atoi(argv[6]) : 1;
+	cp_rotate how = argc > 7 && strcmp(argv[7], "alltoall") == 0 ? CP_ROTATE_ALLTOALL
+								    : CP_ROTATE_ALLGATHER;
+	mesh_degrees want = {1, n / (tp * cp), cp, tp, 1, 1, 1}, d;
 	mesh *m = NULL;
 	backend *be = NULL;
 	plan *p = NULL;
@@ -48,12 +54,12 @@ int main(int argc, char **argv)
 	    !(be = backend_cpu_create(threads, &e)))
 		goto out;
 	int dp = m->size[MESH_BATCH], b = rows / dp;
-	plan_opts o = {.be = be, .mesh = m, .args = &m100, .b = b, .t = seq, .reduce = BE_F32,
-		       .loss_parallel = 1};
+	plan_opts o = {.be = be, .mesh = m, .args = &m100, .b = b, .t = seq / cp, .reduce = BE_F32,
+		       .loss_parallel = 1, .cp_balance = CP_BALANCE_HEADTAIL, .cp_rotate = how};
 	adamw_config_default(&o.adamw);
 	if (!(p = plan_create(&o, &e)) || plan_init_weights(p, 1, 1, &e))
 		goto out;
-	size_t tok = (size_t)b * seq;
+	size_t tok = (size_t)b * (size_t)(seq / cp);
 	int32_t *ids = malloc(tok * sizeof *ids), *labels = malloc(tok * sizeof *labels);
 	double *st = calloc((size_t)steps, sizeof *st), *ct = calloc((size_t)steps, sizeof *ct);
 	uint64_t s = 12345 + (uint64_t)m->coord[MESH_BATCH];

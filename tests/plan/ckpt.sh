@@ -1,7 +1,7 @@
 #!/bin/sh
 # Checkpoints across meshes: a run saved under FSDP 4 resumes under FSDP 2 x
-# TP 2 and in one process, and the losses continue as in the uninterrupted
-# run; the last checkpoints of the three agree; torch.distributed.checkpoint
+# TP 2, under CP 2 x TP 2 and in one process, and the losses continue as in
+# the uninterrupted run; the last checkpoints of the four agree; torch.distributed.checkpoint
 # loads the 4-rank checkpoint in one process (with $PYTHON's torch; skipped
 # without it, as in CI).
 . tests/lib.sh
@@ -54,21 +54,33 @@ loss() { # metrics.jsonl STEP
 	grep "^{\"step\":$2,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
 }
 
-# same NAME: steps 4..6 of run NAME against the uninterrupted run's, 1e-6 relative
-# (the plans agree to 1e-8 per step: tests/plan/equiv.sh)
+# same NAME [FROM]: steps 4..6 of run NAME against the uninterrupted run FROM's
+# (default fsdp4), 1e-6 relative (the plans agree to 1e-8 per step:
+# tests/plan/equiv.sh)
 same() {
-	bad=
+	bad= from=${2:-fsdp4}
 	for s in 4 5 6; do
-		a=$(loss "$TMP/fsdp4/metrics.jsonl" $s)
+		a=$(loss "$TMP/$from/metrics.jsonl" $s)
 		b=$(loss "$TMP/$1/metrics.jsonl" $s)
 		awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * a) }' ||
 			bad="$bad step $s: $b vs $a;"
 	done
 	if [ -z "$bad" ] && grep -q "Loading the checkpoint from .*step-3" "$TMP/$1.log"; then
-		t_ok "$1 continues the FSDP 4 run's losses (steps 4-6)"
+		t_ok "$1 continues the $from run's losses (steps 4-6)"
 	else
-		t_not_ok "$1 continues the FSDP 4 run's losses (steps 4-6)" "$bad $(grep -m1 Loading "$TMP/$1.log")"
+		t_not_ok "$1 continues the $from run's losses (steps 4-6)" "$bad $(grep -m1 Loading "$TMP/$1.log")"
 	fi
+}
+
+# resume FROM NAME NP ARGS...: run NAME on NP ranks from run FROM's step-3
+# checkpoint; its steps 4..6 must be FROM's
+resume() {
+	from=$1 name=$2 np=$3
+	shift 3
+	mkdir -p "$TMP/$name/checkpoint"
+	cp -r "$TMP/$from/checkpoint/step-3" "$TMP/$name/checkpoint/"
+	run "$name" "$np" "$@"
+	same "$name" "$from"
 }
 
 run fsdp4 4 --training.local_batch_size 1
@@ -81,17 +93,20 @@ for s in 3 6; do
 done
 t_run "the 4-rank checkpoint verifies (every tensor covered once)" "$C" verify "$TMP/fsdp4/checkpoint/step-3"
 
-mkdir -p "$TMP/fsdp2tp2/checkpoint" "$TMP/single/checkpoint"
-cp -r "$TMP/fsdp4/checkpoint/step-3" "$TMP/fsdp2tp2/checkpoint/"
-cp -r "$TMP/fsdp4/checkpoint/step-3" "$TMP/single/checkpoint/"
-run fsdp2tp2 4 --training.local_batch_size 2 --parallelism.data_parallel_shard_degree 2 \
+resume fsdp4 fsdp2tp2 4 --training.local_batch_size 2 --parallelism.data_parallel_shard_degree 2 \
 	--parallelism.tensor_parallel_degree 2
-same fsdp2tp2
-run single 1 --training.local_batch_size 4
-same single
+resume fsdp4 single 1 --training.local_batch_size 4
+# Context parallelism: each rank's chunks of every sequence, the weights as
+# CP 2 x TP 2 holds them (FSDP over cp, TP slices), from FSDP 4's boxes.
+# (Saved under PP 2 x FSDP 2 once pipeline parallelism trains: one more
+# `run pp2fsdp2 4 ...` and `resume pp2fsdp2 cp2tp2pp 4 <the CP 2 x TP 2 args>`.)
+CP2TP2="--training.local_batch_size 4 --parallelism.data_parallel_shard_degree 1
+	--parallelism.context_parallel_degree 2 --parallelism.tensor_parallel_degree 2"
+# shellcheck disable=SC2086
+resume fsdp4 cp2tp2 4 $CP2TP2
 # The last checkpoints: every key but the dataloader's (one per dp rank, its
 # world size) equal within 1e-5.
-for r in fsdp2tp2 single; do
+for r in fsdp2tp2 single cp2tp2; do
 	"$C" diff --tol 1e-5 "$TMP/fsdp4/checkpoint/step-6" "$TMP/$r/checkpoint/step-6" >"$TMP/diff" 2>&1
 	bad=$(grep -v -e ' ok ' -e '^dataloader\.' "$TMP/diff")
 	if [ -z "$bad" ] && grep -q '^optimizer.state.output.weight.exp_avg ' "$TMP/diff"; then

@@ -3,7 +3,15 @@
 # mpirun, one run per plan): 5 steps of a small Llama, per-step loss and grad
 # norm and the final parameters within the tolerances of test_plan.c, and the
 # bytes each rank sends on every mesh dimension equal to titan-train(1)'s
-# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.
+# formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.  Pipeline plans
+# are held to the same single process (it runs the whole batch as one
+# micro-batch) and the same tolerances.  Context
+# parallelism: CP 2 with each load balancer and rotate method, CP 4, and CP
+# composed with FSDP, TP and both (8 ranks); each line prints its seconds
+# (CI runs this on 2 cores).
+# f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
+# precomputed scales.
+# prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -39,4 +47,43 @@ plan 2 tp=2 ac=full
 plan 2 tp=2 async=1 ac=op
 plan 4 shard=2 tp=2 accum=2
 plan 4 shard=2 tp=2 async=1 reshard=always ac=sel2
+# pipeline parallelism (lib/pp's engine as the runner): every schedule, two
+# virtual stages per rank (the multi-stage ones' default), three by
+# layers_per_stage, a CSV schedule, four stages with first/last stage less
+# layers, gradient accumulation, and the compositions with FSDP and TP
+plan 2 pp=2 sched=GPipe mbs=2
+plan 2 pp=2 sched=1F1B mbs=2 accum=2
+plan 2 pp=2 sched=Interleaved1F1B mbs=2
+plan 2 pp=2 sched=LoopedBFS mbs=2
+plan 2 pp=2 sched=InterleavedZeroBubble mbs=2
+plan 2 pp=2 sched=ZBVZeroBubble mbs=1 ac=full
+plan 2 pp=2 sched=DualPipeV mbs=2
+plan 2 pp=2 sched=Interleaved1F1B lps=1 layers=4 mbs=2
+plan 2 pp=2 sched=ZBVZeroBubble mbs=3 csv=tests/pp/golden/csv/zbvzerobubble_pp2_mb4.csv
+plan 4 pp=4 sched=1F1B mbs=2 layers=6
+plan 4 pp=4 sched=GPipe mbs=1 layers=6 fl=0 ll=2
+plan 4 pp=2 shard=2 sched=1F1B mbs=2
+plan 4 pp=2 shard=2 sched=ZBVZeroBubble mbs=1 reshard=always accum=2
+plan 4 pp=2 tp=2 sched=1F1B mbs=2 async=1
+plan 8 pp=2 rep=2 shard=2 sched=1F1B mbs=1
+plan 8 pp=2 shard=2 tp=2 sched=Interleaved1F1B mbs=2
+# context parallelism: each load balancer and rotate method, CP 4, and the
+# compositions with FSDP and TP
+plan 2 cp=2
+plan 2 cp=2 rot=alltoall
+plan 2 cp=2 bal=none
+plan 2 cp=2 bal=none rot=alltoall accum=2
+plan 4 cp=4
+plan 4 cp=4 rot=alltoall ac=full
+plan 4 shard=2 cp=2
+plan 4 cp=2 tp=2
+plan 4 cp=2 tp=2 async=1 rot=alltoall ac=sel2
+plan 8 shard=2 cp=2 tp=2
+# Float8 linears with FSDP's float8 all-gather
+plan 2 shard=2 f8=1 accum=2
+plan 4 rep=2 shard=2 f8=2 reshard=always
+# FSDP2's mixed precision (mixed_precision_param bf16, reduce float32) against
+# one process in the same mode, 200 steps (issue 12's bound; test_plan.c)
+plan 2 shard=2 prec=fsdp steps=200
+plan 2 shard=2 prec=fsdp accum=2 reshard=always
 t_done

@@ -1,18 +1,37 @@
 /* The parallel plans against the single process.  tests/plan/equiv.sh runs
  * this program under mpirun once per plan, naming it in TITAN_PLAN_TEST
- * ("rep=2 shard=2 tp=1 accum=2 reshard=always async=0 lp=1 ac=none"; the
- * degrees' product is the world size); run alone it checks the world of one.
+ * ("rep=2 shard=2 cp=1 tp=1 accum=2 reshard=always async=0 lp=1 ac=none
+ * bal=headtail rot=allgather"; the degrees' product is the world size); run
+ * alone it checks the world of one.
+ * Pipeline parallelism: "pp=2 sched=1F1B mbs=2" (pipeline_parallel_degree,
+ * _schedule, _microbatch_size), optionally "lps=N" (layers_per_stage),
+ * "fl=N ll=N" (first/last_stage_less_layers, default 1), "layers=N" (the
+ * model's, default 3), "csv=PATH" (pipeline_parallel_schedule_csv): the
+ * plan's runner is then lib/pp's engine (plan_set_pipeline).
+ * "prec=fsdp" puts FSDP2's mixed precision (bf16 parameters and activations,
+ * float32 reduce) on both sides; "steps=N" (default 5); "model=debugmodel"
+ * trains that flavor instead of the small model.
  *
  * Every rank trains a small Llama (3 layers, GQA, seq 64) for 5 steps of a
  * global batch of 12 sequences under the plan, and beside it the same model
  * as one process (the plan of a world of one: mesh NULL) on the whole batch.
  * Per step the loss and grad norm must agree, and after the steps every
  * rank's boxes of the final parameters must equal the same boxes of the
- * single process's tensors, within float32 reduction-order tolerances (see
+ * single process's tensors (under context parallelism each rank trains on its
+ * chunks of its rows' sequences, the single process on whole sequences), within float32 reduction-order tolerances (see
  * LOSS_TOL, NORM_TOL, PARAM_TOL).  The bytes each rank sent on every mesh
  * dimension in a step, as lib/comm counts them, must equal the formula of
  * titan-train(1) (COMMUNICATION), computed here from the model's shapes.
- * Seeds fixed and printed. */
+ * Seeds fixed and printed.
+ *
+ * f8=1 converts every linear to Float8 (tensorwise) on both sides and gathers
+ * the converted weights as float8 (enable_fsdp_float8_all_gather); f8=2 also
+ * precomputes their scales once per step.  A float8 linear's activation
+ * scales run over its micro-batch, so the single process then runs the same
+ * micro-batches as the ranks, one after another (gradient accumulation over
+ * ROWS / local rows): the float8 weights gathered with the whole weight's
+ * scale are the single process's cast, and every micro-batch computes what
+ * the rank that runs it computes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,23 +52,40 @@
  * reduce-scatters summing rank by rank, the grad norm's partial sums): each
  * gradient element differs from the single process's by a few units of
  * float32 rounding of the terms it sums.  The loss (summed in double from
- * float32 rows) and the grad norm agree to ~1e-8 relative (measured up to
+ * float32 rows) and the grad norm agree to ~1e-8 relative (context
+ * parallelism adds ring attention's log-sum-exp merge of the key blocks'
+ * partial outputs, float32 again: the same order of agreement) (measured up to
  * 2e-9 and 2e-8: the bounds leave a factor 50).  Parameters are compared in
  * units of the learning rate: AdamW normalises each gradient element
  * (m / sqrt(v)), so an element whose gradient is a sum of many terms of both
  * signs and nearly cancels keeps little relative precision under reordering,
  * and its update may differ by a visible fraction of lr while every gradient
  * agrees to 1e-7 of the gradient's scale; 5 steps moved no element by more
- * than 0.4% of one step's lr (printed).  A wrong gradient (a contribution
+ * than 0.4% of one step's lr (printed).  Pipeline plans split the batch
+ * into micro-batches whose gradients add up across the schedule's order:
+ * the same kind of reordering, measured within the same bounds (loss 2e-9,
+ * grad norm 2e-8, parameters 0.5% of lr).  A wrong gradient (a contribution
  * lost or counted twice) moves parameters by the order of lr itself. */
 #define LOSS_TOL 1e-7
 #define NORM_TOL 1e-6
 #define PARAM_TOL_LR 0.02
 #define LR 1e-3
+/* prec=fsdp (FSDP2's MixedPrecisionPolicy: parameters gathered and
+ * activations in bf16, gradients reduced in float32), both sides in that
+ * mode: the same reorderings, but a float32 difference that moves a value
+ * across a bf16 rounding boundary shows as a whole bf16 ulp (2^-8 relative)
+ * of an activation, and such flips accumulate over steps.  Measured over 200
+ * steps of FSDP 2 against one process in the same mode: loss 5.2e-5, grad
+ * norm 3.4e-4 (relative), parameters 0.63 lr; against one process in
+ * float32 instead (the bounds must tell the modes apart): 3.1e-4, 3.1e-3,
+ * 6.9 lr.  Bounds about 3x above the first and 2-3x below the second. */
+#define LOSS_TOL_BF16 1.5e-4
+#define NORM_TOL_BF16 1.5e-3
+#define PARAM_TOL_LR_BF16 2.0
 
 enum { STEPS = 5, ROWS = 12, T = 64 };
 
-static const llama_args small = {
+static llama_args small = {
 	.name = "small", .dim = 64, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
 	.vocab_size = 256, .multiple_of = 32, .norm_eps = 1e-5, .rope_theta = 500000,
 	.rope_scale_factor = 8, .max_seq_len = 4096,
@@ -58,7 +94,15 @@ static const llama_args small = {
 static comm *world;
 
 typedef struct cfg {
-	int rep, shard, tp, accum, async, lp;
+	int rep, shard, cp, tp, accum, async, lp, f8;
+	cp_balance bal;
+	cp_rotate rot;
+	int pp, mbs, lps, fl, ll; /* pipeline: degree, micro-batch size, layers per stage */
+	pp_kind kind;
+	char csv[256];
+	int bf16;  /* prec=fsdp: FSDP2's MixedPrecisionPolicy, bf16 param, float32 reduce */
+	int steps;
+	const llama_args *args; /* model=debugmodel: that flavor instead of the small one */
 	plan_reshard reshard;
 	model_ac_mode ac;
 	int ac_every;
@@ -78,40 +122,102 @@ static void read_cfg(cfg *c)
 	snprintf(c->text, sizeof c->text, "%s", s);
 	c->rep = get(s, "rep=", 1);
 	c->tp = get(s, "tp=", 1);
-	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->tp));
+	c->cp = get(s, "cp=", 1);
+	c->bal = strstr(s, "bal=none") ? CP_BALANCE_NONE : CP_BALANCE_HEADTAIL;
+	c->rot = strstr(s, "rot=alltoall") ? CP_ROTATE_ALLTOALL : CP_ROTATE_ALLGATHER;
 	c->accum = get(s, "accum=", 1);
 	c->async = get(s, "async=", 0);
 	c->lp = get(s, "lp=", 1);
+	c->f8 = get(s, "f8=", 0);
 	c->reshard = strstr(s, "reshard=always") ? PLAN_RESHARD_ALWAYS
 		     : strstr(s, "reshard=never") ? PLAN_RESHARD_NEVER : PLAN_RESHARD_DEFAULT;
 	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
 		: strstr(s, "ac=sel2") ? MODEL_AC_SELECTIVE : MODEL_AC_NONE;
 	c->ac_every = 2;
+	c->pp = get(s, "pp=", 1);
+	c->mbs = get(s, "mbs=", 1);
+	c->lps = get(s, "lps=", 0);
+	c->fl = get(s, "fl=", 1);
+	c->ll = get(s, "ll=", 1);
+	small.n_layers = get(s, "layers=", 3);
+	c->kind = PP_1F1B;
+	const char *k = strstr(s, "sched=");
+	char name[32] = "";
+	if (k != NULL) {
+		sscanf(k + 6, "%31s", name);
+		titan_err e;
+		if (pp_kind_parse(name, &c->kind, &e) != 0)
+			fail_msg("TITAN_PLAN_TEST: %s", e.msg);
+	}
+	const char *f = strstr(s, "csv=");
+	c->csv[0] = '\0';
+	if (f != NULL)
+		sscanf(f + 4, "%255s", c->csv);
+	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->cp * c->tp * c->pp));
+	c->bf16 = strstr(s, "prec=fsdp") != NULL;
+	c->steps = get(s, "steps=", STEPS);
+	c->args = strstr(s, "model=debugmodel") ? flavor_find("debugmodel") : &small;
 }
 
-/* Tokens of every step: (STEPS, ROWS, T), ids and labels, 1 in 9 labels ignored. */
-static void tokens(int32_t *ids, int32_t *labels, uint64_t seed)
+/* Tokens of every step: (steps, ROWS, T), ids and labels, 1 in 9 labels ignored. */
+static void tokens(int32_t *ids, int32_t *labels, int steps, uint64_t seed)
 {
 	print_message("seed %llu\n", (unsigned long long)seed);
-	for (size_t i = 0; i < (size_t)STEPS * ROWS * T; i++) {
+	for (size_t i = 0; i < (size_t)steps * ROWS * T; i++) {
 		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
 		ids[i] = (int32_t)((seed >> 33) % 256);
 		labels[i] = (seed >> 20) % 9 == 0 ? -100 : (int32_t)((seed >> 41) % 256);
 	}
 }
 
-static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
+/* The pipeline of a cfg: torchtitan's split and the schedule (built, or read
+ * from the CSV) for n_mb micro-batches a round. */
+typedef struct pipe {
+	pp_split sp;
+	pp_schedule *s;
+	int8_t hold[64];
+} pipe;
+
+static void make_pipe(const cfg *c, int n_mb, int rank, pipe *pi)
 {
-	plan_opts o = {.be = be, .mesh = m, .args = &small, .b = b, .t = T, .ac = c->ac,
+	titan_err e = {{0}};
+	pp_split_args a = {.n_layers = small.n_layers, .pp = c->pp, .kind = c->kind,
+			   .layers_per_stage = c->lps, .first_less = c->fl, .last_less = c->ll};
+	if (pp_split_make(&a, &pi->sp, &e) != 0)
+		fail_msg("pp_split_make: %s", e.msg);
+	int rc = c->csv[0] ? pp_schedule_read_csv(c->csv, c->pp, pi->sp.n_stages, n_mb, &pi->s, &e)
+			   : pp_schedule_build(c->kind, c->pp, pi->sp.stages_per_rank, n_mb, &pi->s, &e);
+	if (rc != 0)
+		fail_msg("schedule: %s", e.msg);
+	plan_pipeline_hold(&pi->sp, rank, small.n_layers + 2, pi->hold);
+	if (rank == 0)
+		for (int st = 0; st < pi->sp.n_stages; st++)
+			print_message("stage %d: units %d..%d on pipeline rank %d\n", st, pi->sp.u0[st],
+				      pi->sp.u1[st], pi->sp.stage_rank[st]);
+}
+
+/* b rows of t tokens (the rank's share of T under context parallelism). */
+static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const pipe *pi)
+{
+	plan_opts o = {.be = be, .mesh = m, .args = c->args, .b = b, .t = t, .ac = c->ac,
 		       .ac_every = c->ac_every, .reduce = BE_F32, .reshard = c->reshard,
-		       .loss_parallel = c->lp, .async_tp = c->async};
+		       .loss_parallel = c->lp, .async_tp = c->async, .pp = pi != NULL,
+		       .hold = pi ? pi->hold : NULL, .cp_balance = c->bal, .cp_rotate = c->rot,
+		       .f8_all_gather = c->f8 >= 1, .f8_precompute = c->f8 == 2};
+	if (c->bf16) /* the policy's types, as lib/trainer/precision.c puts them */
+		o.prec = (model_prec){BE_BF16, BE_F32, BE_BF16, BE_BF16};
 	adamw_config_default(&o.adamw);
 	o.adamw.lr = LR;
 	titan_err e = {{0}};
 	plan *p = plan_create(&o, &e);
 	if (!p)
 		fail_msg("plan_create: %s", e.msg);
+	model_float8 f8 = {NULL, NULL, 0}; /* tensorwise, every linear */
+	if (c->f8 && model_set_float8(plan_model(p), &f8, &e) < 0)
+		fail_msg("model_set_float8: %s", e.msg);
 	assert_int_equal(plan_init_weights(p, 7, 1, &e), 0);
+	if (pi != NULL && plan_set_pipeline(p, &pi->sp, pi->s, &e) != 0)
+		fail_msg("plan_set_pipeline: %s", e.msg);
 	return p;
 }
 
@@ -124,73 +230,145 @@ static uint64_t ar(int n, uint64_t bytes) /* an all-reduce's share, rounded down
 	return n > 1 ? 2 * (uint64_t)(n - 1) * bytes / (uint64_t)n : 0;
 }
 
-static void formula(const plan *pl, const cfg *c, int b, counts x)
+/* b: rows of a micro-batch; under pipeline parallelism the step runs
+ * c->accum rounds of the schedule's micro-batches (pi), FSDP gathering and
+ * reducing each held unit once a round; without, c->accum micro-batches, a
+ * gather (or two) and a reduction each. */
+static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts x)
 {
 	memset(x, 0, sizeof(counts));
 	const model *m = plan_model((plan *)pl);
 	int N = plan_size(pl, MESH_FSDP), R = plan_size(pl, MESH_DP_REPLICATE);
 	int P = plan_size(pl, MESH_TP), L = plan_size(pl, MESH_LOSS), A = c->accum;
+	int PP = plan_size(pl, MESH_PP), rank = plan_coord(pl, MESH_PP);
+	int C = plan_size(pl, MESH_CP);
+	int n_mb = pi ? A * pi->s->n_mb : A; /* micro-batches run */
 	int head = model_head_unit(m), layers = model_args(m)->n_layers;
-	uint64_t pe = 4, ge = 4, ae = 4, re = 4;
+	uint64_t pe = c->bf16 ? 2 : 4, ge = 4, ae = c->bf16 ? 2 : 4;
+	uint64_t n = (uint64_t)b * T / (uint64_t)C, ns = n / (uint64_t)P;
+	uint64_t d = (uint64_t)model_args(m)->dim, one = (uint64_t)(P - 1) * ns * d;
+	uint64_t conv = 0; /* float8 weights */
 	for (int u = 0; u <= head; u++) {
+		if (pi && !pi->hold[u])
+			continue;
 		const model_unit *mu = model_unit_at(m, u);
-		uint64_t s = 0;
+		uint64_t s = 0, sb = 0, f8 = 0; /* elements, bytes gathered, float8 weights */
 		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
 			const model_tensor *t = model_tensor_at(m, i);
 			uint64_t rows = (uint64_t)t->shape[0], cols = t->numel / rows;
-			s += (rows + (uint64_t)N - 1) / (uint64_t)N * cols;
+			uint64_t sn = (rows + (uint64_t)N - 1) / (uint64_t)N * cols;
+			int q = c->f8 && N > 1 && model_float8_converted(m, i);
+			s += sn;
+			sb += sn * (q ? 1 : pe);
+			f8 += (uint64_t)q;
 		}
+		conv += f8;
 		uint64_t gathers = c->reshard == PLAN_RESHARD_ALWAYS ? 2
-				   : c->reshard == PLAN_RESHARD_NEVER ? 1 : u == head ? 1 : 2;
+				   : c->reshard == PLAN_RESHARD_NEVER || pi || u == head ? 1 : 2;
+		if (pi && c->reshard == PLAN_RESHARD_ALWAYS)
+			gathers = 1; /* a stage's units stay gathered for the round */
 		if (N > 1) {
-			x[MESH_FSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(N - 1) * s * pe;
+			x[MESH_FSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(N - 1) * sb;
+			/* the float8 weights' amax with each gather, unless precomputed */
+			if (c->f8 == 1)
+				x[MESH_FSDP][COMM_OP_ALL_REDUCE] += A * gathers * ar(N, f8 * 4);
 			x[MESH_FSDP][COMM_OP_REDUCE_SCATTER] += A * (uint64_t)(N - 1) * s * ge;
 			x[MESH_DP_REPLICATE][COMM_OP_ALL_REDUCE] += A * ar(R, s * ge);
 		} else {
 			x[MESH_DP_REPLICATE][COMM_OP_ALL_REDUCE] += ar(R, mu->numel * 4);
 		}
-	}
-	if (P > 1) {
-		uint64_t n = (uint64_t)b * T, ns = n / (uint64_t)P, d = (uint64_t)model_args(m)->dim;
-		uint64_t one = (uint64_t)(P - 1) * ns * d, L3 = (uint64_t)layers;
-		/* recomputed gathers (norm outputs) and reduce-scatters (wo) per layer */
-		uint64_t rg = 0, rr = 0;
-		for (int l = 0; l < layers; l++) {
+		if (P == 1)
+			continue;
+		/* tensor parallel, per micro-batch: gathers read by a matmul and the
+		 * row-parallel reduce-scatters of the forward go round the ring when
+		 * async (sends of the same bytes).  A layer: 2 gathers forward and 2
+		 * backward, 2 such reduce-scatters forward and 2 plain ones backward,
+		 * plus what activation checkpointing recomputes (norm outputs
+		 * gathered again, wo reduce-scattered again); the embedding: its
+		 * reduce-scatter forward, a gather backward; the head: its gather
+		 * forward, a reduce-scatter backward, and the loss's all-gather. */
+		uint64_t ag_mm = 0, rs_mm = 0, rs_plain = 0, loss = 0;
+		if (u == 0) {
+			ag_mm = 1;
+			rs_plain = 1;
+		} else if (u == head) {
+			ag_mm = 1;
+			rs_plain = 1;
+			loss = c->lp ? (uint64_t)(P - 1) * n * 3 * 4
+			       : (uint64_t)(P - 1) * n *
+				 (((uint64_t)c->args->vocab_size + (uint64_t)P - 1) / (uint64_t)P) * ae;
+		} else {
+			int l = u - 1;
 			int full = c->ac == MODEL_AC_FULL ||
 				   (c->ac == MODEL_AC_SELECTIVE && (l + 1) % c->ac_every == 0);
-			rg += full || c->ac == MODEL_AC_OP ? 2 : 0;
-			rr += full ? 1 : 0;
+			ag_mm = 4 + (full || c->ac == MODEL_AC_OP ? 2 : 0);
+			rs_mm = 2 + (full ? 1 : 0);
+			rs_plain = 2;
 		}
-		/* gathers read by a matmul and the row-parallel reduce-scatters of the
-		 * forward go round the ring when async (sends of the same bytes):
-		 * forward 2 per layer + the head's; backward 2 per layer + the
-		 * embedding's; the forward's 2 reduce-scatters per layer */
-		uint64_t ag_mm = (2 * L3 + 1 + 2 * L3 + 1 + rg) * one * ae;
-		uint64_t rs_mm = (2 * L3 + rr) * one * ae;
-		uint64_t rs_plain = (1 + 2 * L3 + 1) * one * ae; /* embedding, backward's, head's */
-		uint64_t loss = c->lp ? (uint64_t)(P - 1) * n * 3 * 4
-				: (uint64_t)(P - 1) * n * ((256 + (uint64_t)P - 1) / (uint64_t)P) * ae;
 		int op_ag = c->async ? COMM_OP_SEND : COMM_OP_ALL_GATHER;
 		int op_rs = c->async ? COMM_OP_SEND : COMM_OP_REDUCE_SCATTER;
-		x[MESH_TP][op_ag] += A * ag_mm;
-		x[MESH_TP][op_rs] += A * rs_mm;
-		x[MESH_TP][COMM_OP_REDUCE_SCATTER] += A * rs_plain;
-		x[MESH_TP][COMM_OP_ALL_GATHER] += A * loss;
-		(void)re;
+		x[MESH_TP][op_ag] += n_mb * ag_mm * one * ae;
+		x[MESH_TP][op_rs] += n_mb * rs_mm * one * ae;
+		x[MESH_TP][COMM_OP_REDUCE_SCATTER] += n_mb * rs_plain * one * ae;
+		x[MESH_TP][COMM_OP_ALL_GATHER] += n_mb * loss;
+	}
+	if (P > 1) {
 		uint64_t rep = 0;
 		for (int i = 0; i < model_num_tensors(m); i++) {
 			const model_tensor *t = model_tensor_at(m, i);
 			uint64_t rows = (uint64_t)t->shape[0];
-			if (t->tp == MODEL_TP_REPLICATE)
+			if (t->tp == MODEL_TP_REPLICATE && (!pi || pi->hold[t->unit]))
 				rep += (rows + (uint64_t)N - 1) / (uint64_t)N * (t->numel / rows);
 		}
 		x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, rep * 4) + ar(P, 8); /* + the grad norm */
 	}
+	if (C > 1) {
+		/* ring attention, per layer and micro-batch: the rank's keys and
+		 * values (b, T/C, kv heads of its tp rank, 2 x head_dim) reach the
+		 * C - 1 others in the forward (a forward recomputed under AC again)
+		 * and the backward; their float32 gradients go back to their owner
+		 * (allgather: a reduce-scatter of C blocks; alltoall: C hops) */
+		const llama_args *a = model_args(plan_global_model(pl));
+		uint64_t kv = (uint64_t)b * T / (uint64_t)C * (uint64_t)(a->n_kv_heads / P) * 2 *
+			      (uint64_t)(a->dim / a->n_heads) * 4;
+		for (int l = 0; l < layers; l++) {
+			if (pi && !pi->hold[l + 1])
+				continue;
+			int full = c->ac == MODEL_AC_FULL ||
+				   (c->ac == MODEL_AC_SELECTIVE && (l + 1) % c->ac_every == 0);
+			uint64_t kvs = (uint64_t)(2 + full) * (uint64_t)(C - 1) * kv;
+			if (c->rot == CP_ROTATE_ALLGATHER) {
+				x[MESH_CP][COMM_OP_ALL_GATHER] += n_mb * kvs;
+				x[MESH_CP][COMM_OP_REDUCE_SCATTER] += n_mb * (uint64_t)(C - 1) * kv;
+			} else {
+				x[MESH_CP][COMM_OP_SEND] += n_mb * (kvs + (uint64_t)C * kv);
+			}
+		}
+	}
 	x[MESH_LOSS][COMM_OP_ALL_REDUCE] += 3 * ar(L, 8); /* valid labels, loss sum, max */
 	x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, 8);     /* the grad norm */
+	if (pi) {
+		/* an F whose next stage is on another rank sends its output, a B or I
+		 * whose previous stage is the input gradient: a micro-batch's stream
+		 * rows (b*t / tp) x dim, float32; then the loss sum and its max and
+		 * the grad norm all-reduced over pp */
+		const pp_schedule *sc = pi->s;
+		uint64_t msgs = 0;
+		for (int i = sc->first[rank]; i < sc->first[rank + 1]; i++) {
+			const pp_action *a = &sc->act[i];
+			int to = a->op == PP_F && a->stage + 1 < sc->n_stages ? a->stage + 1
+				 : (a->op == PP_B || a->op == PP_I) && a->stage > 0 ? a->stage - 1 : -1;
+			msgs += to >= 0 && sc->stage_rank[to] != rank;
+		}
+		x[MESH_PP][COMM_OP_SEND] += A * msgs * ns * d * 4;
+		x[MESH_PP][COMM_OP_ALL_REDUCE] += 3 * ar(PP, 8);
+	}
+	if (c->f8 == 2)
+		x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, conv * 4); /* precomputed amax */
 }
 
-static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_TP, MESH_LOSS};
+static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_CP, MESH_TP, MESH_LOSS,
+				 MESH_PP};
 
 static void check_bytes(const mesh *m, const counts want)
 {
@@ -248,7 +426,7 @@ static void plan_equals_the_single_process(void **state)
 	cfg c;
 	read_cfg(&c);
 	titan_err e = {{0}};
-	mesh_degrees want = {c.rep, c.shard, 1, c.tp, 1, 1, 1}, d;
+	mesh_degrees want = {c.rep, c.shard, c.cp, c.tp, c.pp, 1, 1}, d;
 	if (mesh_resolve(&want, comm_size(world), &d, &e) != 0)
 		fail_msg("TITAN_PLAN_TEST \"%s\": %s", c.text, e.msg);
 	mesh *m;
@@ -257,21 +435,39 @@ static void plan_equals_the_single_process(void **state)
 	assert_true(ROWS % (dp * c.accum) == 0);
 	int lb = ROWS / (dp * c.accum);
 	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
-	plan *p = make_plan(be, m, &c, lb);
+	int cp = m->size[MESH_CP], tl = T / cp;
+	cp_layout cl;
+	if (cp_layout_init(&cl, T, cp, c.bal, &e) != 0)
+		fail_msg("%s", e.msg);
+	pipe pi = {0};
+	int b = lb, n_mb = c.accum; /* a micro-batch's rows, the step's micro-batches */
+	if (c.pp > 1) {
+		assert_true(lb % c.mbs == 0);
+		b = c.mbs;
+		n_mb = c.accum * (lb / c.mbs);
+		make_pipe(&c, lb / c.mbs, m->coord[MESH_PP], &pi);
+	}
+	plan *p = make_plan(be, m, &c, b, tl, c.pp > 1 ? &pi : NULL);
 	cfg one = c;
-	one.accum = 1;
-	plan *ref = make_plan(rbe, NULL, &one, ROWS);
-	/* memory: every rank holds 1/N of the (TP-local) parameters, padding aside */
-	size_t local = model_num_params(plan_model(p)), N = (size_t)m->size[MESH_FSDP];
+	one.accum = c.f8 ? ROWS / lb : 1; /* float8: the ranks' micro-batches in turn */
+	plan *ref = make_plan(rbe, NULL, &one, ROWS / one.accum, T, NULL);
+	/* memory: every rank holds 1/N of the (TP-local) parameters of its units,
+	 * padding aside */
+	size_t local = 0, N = (size_t)m->size[MESH_FSDP];
+	for (int i = 0; i < model_num_tensors(plan_model(p)); i++) {
+		const model_tensor *t = model_tensor_at(plan_model(p), i);
+		local += c.pp == 1 || pi.hold[t->unit] ? t->numel : 0;
+	}
 	assert_true(plan_shard_numel(p) >= local / N);
 	assert_true(plan_shard_numel(p) <= local / N + 64 * model_num_tensors(plan_model(p)));
 
-	int32_t *ids = malloc(sizeof(int32_t) * STEPS * ROWS * T);
-	int32_t *labels = malloc(sizeof(int32_t) * STEPS * ROWS * T);
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)c.steps * ROWS * T);
+	int32_t *labels = malloc(sizeof(int32_t) * (size_t)c.steps * ROWS * T);
 	int32_t *mi = malloc(sizeof(int32_t) * ROWS * T), *ml = malloc(sizeof(int32_t) * ROWS * T);
-	tokens(ids, labels, 20261203);
+	tokens(ids, labels, c.steps, 20261203);
 	double worst_loss = 0, worst_norm = 0;
-	for (int s = 0; s < STEPS; s++) {
+	double loss_tol = c.bf16 ? LOSS_TOL_BF16 : LOSS_TOL, norm_tol = c.bf16 ? NORM_TOL_BF16 : NORM_TOL;
+	for (int s = 0; s < c.steps; s++) {
 		size_t base = (size_t)s * ROWS * T;
 		/* the loader's order: micro-batch k takes rows k*lb*dp + r*lb.. */
 		for (int k = 0; k < c.accum; k++)
@@ -280,22 +476,32 @@ static void plan_equals_the_single_process(void **state)
 				memcpy(mi + ((size_t)k * lb + i) * T, ids + base + row * T, T * sizeof(int32_t));
 				memcpy(ml + ((size_t)k * lb + i) * T, labels + base + row * T, T * sizeof(int32_t));
 			}
+		/* context parallelism: the rank's chunks of each of those rows, cut
+		 * by lib/cp's layout (tested against torch's in tests/cp) */
+		int32_t *cpl_ids = malloc(sizeof(int32_t) * (size_t)(c.accum * lb * tl));
+		int32_t *cpl_labels = malloc(sizeof(int32_t) * (size_t)(c.accum * lb * tl));
+		assert_non_null(cpl_ids);
+		assert_non_null(cpl_labels);
+		cp_shard(&cl, m->coord[MESH_CP], mi, cpl_ids, c.accum * lb, sizeof(int32_t));
+		cp_shard(&cl, m->coord[MESH_CP], ml, cpl_labels, c.accum * lb, sizeof(int32_t));
 		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
 			comm_reset_stats(mesh_comm(m, dims[k]));
-		plan_batch b = {mi, ml, c.accum}, rb = {ids + base, labels + base, 1};
+		plan_batch bt = {cpl_ids, cpl_labels, n_mb}, rb = {ids + base, labels + base, one.accum};
 		plan_result got, exp;
-		if (plan_step(p, &b, LR, 1.0, &got, &e) != 0)
+		if (plan_step(p, &bt, LR, 1.0, &got, &e) != 0)
 			fail_msg("step %d: %s", s + 1, e.msg);
 		if (plan_step(ref, &rb, LR, 1.0, &exp, &e) != 0)
 			fail_msg("reference step %d: %s", s + 1, e.msg);
+		free(cpl_ids);
+		free(cpl_labels);
 		counts want_bytes;
-		formula(p, &c, lb, want_bytes);
+		formula(p, &c, b, c.pp > 1 ? &pi : NULL, want_bytes);
 		check_bytes(m, want_bytes);
 		assert_int_equal(got.n_valid, exp.n_valid);
 		double dl = rel(got.loss, exp.loss), dn = rel(got.grad_norm, exp.grad_norm);
 		worst_loss = dl > worst_loss ? dl : worst_loss;
 		worst_norm = dn > worst_norm ? dn : worst_norm;
-		if (dl > LOSS_TOL || dn > NORM_TOL)
+		if (dl > loss_tol || dn > norm_tol)
 			fail_msg("rank %d step %d: loss %.10f vs %.10f (rel %.2e), grad norm %.10f vs "
 				 "%.10f (rel %.2e)", m->rank, s + 1, got.loss, exp.loss, dl, got.grad_norm,
 				 exp.grad_norm, dn);
@@ -305,7 +511,7 @@ static void plan_equals_the_single_process(void **state)
 		print_message("%s: worst differences: loss %.2e, grad norm %.2e (relative), "
 			      "parameters %.2e lr\n", c.text[0] ? c.text : "world of one", worst_loss,
 			      worst_norm, dw);
-	if (dw > PARAM_TOL_LR)
+	if (dw > (c.bf16 ? PARAM_TOL_LR_BF16 : PARAM_TOL_LR))
 		fail_msg("rank %d: parameters differ by %.3f lr", m->rank, dw);
 	free(ids);
 	free(labels);
@@ -313,6 +519,9 @@ static void plan_equals_the_single_process(void **state)
 	free(ml);
 	plan_free(p);
 	plan_free(ref);
+	pp_schedule_free(pi.s);
+	if (c.pp > 1)
+		pp_split_free(&pi.sp);
 	backend_free(be);
 	backend_free(rbe);
 	mesh_free(m);

@@ -70,6 +70,18 @@ static void device_table_and_cpu_probe(void **state)
 	assert_true(metrics_device_peak_flops("some cpu") == 0);
 	double p = metrics_cpu_peak_flops();
 	assert_true(p > 1e8 && p < 1e15);
+	/* the backend's own matmul, in each type the linears compute in */
+	titan_err e;
+	backend *be = backend_cpu_create(0, &e);
+	assert_non_null(be);
+	size_t held = be->bytes_in_use;
+	double f32 = metrics_matmul_peak_flops(be, BE_F32);
+	double bf16 = metrics_matmul_peak_flops(be, BE_BF16);
+	print_message("matmul peak: float32 %.3g, bfloat16 %.3g FLOP/s\n", f32, bf16);
+	assert_true(f32 > 1e8 && f32 < 1e15 && bf16 > 1e8 && bf16 < 1e16);
+	assert_true(be->bytes_in_use == held);                    /* the probe frees its buffers */
+	assert_true(metrics_matmul_peak_flops(be, BE_F32) == f32); /* measured once */
+	backend_free(be);
 	double gib, pct;
 	metrics_cpu_memory(&gib, &pct);
 	assert_true(gib > 0 && pct > 0 && pct < 100);

@@ -27,6 +27,9 @@ typedef struct bench_args {
 	uint64_t size;
 	/* tokenize */
 	const char *tokenizer, *input, *python;
+	/* step */
+	const char *config, *model; /* a titan-train TOML; its model.flavor replaced */
+	int steps;
 } bench_args;
 
 /* Report ------------------------------------------------------------------ */
@@ -86,6 +89,8 @@ void bench_ceiling_end(report *r, int threads);
 void *bench_operand(backend *be, be_dtype t, size_t n, float amp, uint64_t seed, float *scale,
 		    titan_err *e);
 void bench_release(backend *be, void *p, size_t bytes);
+/* n floats of value v on the backend (float8 GEMMs' scales); NULL with e set. */
+float *bench_fill_floats(backend *be, float v, size_t n, titan_err *e);
 
 /* Whether name is an entry of the comma-separated list. */
 int bench_listed(const char *list, const char *name);
@@ -111,5 +116,7 @@ int bench_gemm(const bench_args *a, titan_err *e);
 int bench_attention(const bench_args *a, titan_err *e);
 int bench_io(const bench_args *a, titan_err *e);
 int bench_tokenize(const bench_args *a, titan_err *e);
+int bench_step(const bench_args *a, titan_err *e);
+int bench_comm(const bench_args *a, titan_err *e);
 
 #endif

@@ -16,15 +16,15 @@
 typedef struct gemm_dtype {
 	const char *name;
 	be_dtype ab, ct;     /* operands, output (torchao: float8 in, bf16 out) */
-	const char *missing; /* the op interface cannot express it (yet) */
+	int rows;            /* float8: one scale per row of each operand (rowwise) */
 } gemm_dtype;
 
+/* float8: the backend's f8_matmul (torch._scaled_mm), as torchao's recipes call it */
 static const gemm_dtype DTYPES[] = {
-	{"fp32", BE_F32, BE_F32, NULL},
-	{"bf16", BE_BF16, BE_BF16, NULL},
-	{"fp8-tensorwise", BE_E4M3, BE_BF16, NULL},
-	{"fp8-rowwise", BE_E4M3, BE_BF16,
-	 "the op interface has no GEMM with per-row scales yet (its matmul takes one alpha)"},
+	{"fp32", BE_F32, BE_F32, 0},
+	{"bf16", BE_BF16, BE_BF16, 0},
+	{"fp8-tensorwise", BE_E4M3, BE_BF16, 0},
+	{"fp8-rowwise", BE_E4M3, BE_BF16, 1},
 };
 #define N_DTYPES (sizeof DTYPES / sizeof DTYPES[0])
 
@@ -108,16 +108,26 @@ typedef struct gemm_run {
 	const gemm_dtype *dt;
 	int64_t m, n, k;
 	void *x, *w, *y;
-	float alpha;
+	float *sx, *sw; /* float8: the operands' scales on the backend (1, or m and n) */
 } gemm_run;
+
+static int is_f8(be_dtype t)
+{
+	return t == BE_E4M3 || t == BE_E5M2;
+}
 
 static void run_gemm(void *p)
 {
 	gemm_run *g = p;
 	PROF_T0(t);
-	/* y (m, n) = alpha * x (m, k) @ w (n, k)^T */
-	g->be->ops->matmul(g->be, 0, 1, g->m, g->n, g->k, g->alpha, g->x, g->k, g->w, g->k,
-			   g->dt->ab, 0.0f, g->y, g->n, g->dt->ct);
+	/* y (m, n) = x (m, k) @ w (n, k)^T */
+	if (is_f8(g->dt->ab))
+		g->be->ops->f8_matmul(g->be, g->m, g->n, g->k, g->x, g->dt->ab, g->sx,
+				      g->dt->rows ? g->m : 1, g->w, g->dt->ab, g->sw,
+				      g->dt->rows ? g->n : 1, 0.0f, g->y, g->dt->ct);
+	else
+		g->be->ops->matmul(g->be, 0, 1, g->m, g->n, g->k, 1.0f, g->x, g->k, g->w, g->k,
+				   g->dt->ab, 0.0f, g->y, g->n, g->dt->ct);
 	PROF_OP(t, "matmul", PA_I("m", g->m), PA_I("n", g->n), PA_I("k", g->k),
 		PA_S("dtype", g->dt->name));
 }
@@ -129,29 +139,31 @@ static double time_gemm(backend *be, const gemm_dtype *dt, const shape *s, doubl
 {
 	float sx, sw;
 	size_t ab = be_dtype_size(dt->ab), ct = be_dtype_size(dt->ct);
-	gemm_run g = {be, dt, s->m, s->n, s->k, NULL, NULL, NULL, 1.0f};
+	int64_t nsx = dt->rows ? s->m : 1, nsw = dt->rows ? s->n : 1;
+	gemm_run g = {be, dt, s->m, s->n, s->k, NULL, NULL, NULL, NULL, NULL};
 	double t = -1;
 	g.x = bench_operand(be, dt->ab, (size_t)(s->m * s->k), 1.0f, 1, &sx, e);
 	g.w = g.x ? bench_operand(be, dt->ab, (size_t)(s->n * s->k), 0.02f, 2, &sw, e) : NULL;
 	g.y = g.w ? be->ops->alloc(be, (size_t)(s->m * s->n) * ct, e) : NULL;
-	if (g.y != NULL) {
+	if (g.y != NULL && is_f8(dt->ab)) { /* the tensorwise scale on every row: same time */
+		g.sx = bench_fill_floats(be, sx, (size_t)nsx, e);
+		g.sw = g.sx ? bench_fill_floats(be, sw, (size_t)nsw, e) : NULL;
+	}
+	if (g.y != NULL && (!is_f8(dt->ab) || g.sw != NULL)) {
 		PROF_MEM_ALLOC(g.y, (size_t)(s->m * s->n) * ct, "gemm output");
-		g.alpha = 1.0f / (sx * sw); /* torchao's tensorwise float8 GEMM unscales by alpha */
 		t = bench_time(run_gemm, &g, min_s, be, e);
 	}
 	bench_release(be, g.x, (size_t)(s->m * s->k) * ab);
 	bench_release(be, g.w, (size_t)(s->n * s->k) * ab);
 	bench_release(be, g.y, (size_t)(s->m * s->n) * ct);
+	bench_release(be, g.sx, (size_t)nsx * sizeof(float));
+	bench_release(be, g.sw, (size_t)nsw * sizeof(float));
 	return t;
 }
 
 /* Whether the backend implements this element type: a 16x16x16 GEMM and a sync. */
 static int probe(backend *be, const gemm_dtype *dt, char *why, size_t n)
 {
-	if (dt->missing != NULL) {
-		snprintf(why, n, "%s", dt->missing);
-		return 0;
-	}
 	titan_err e = {0};
 	shape s = {"probe", 16, 16, 16};
 	if (time_gemm(be, dt, &s, 0, &e) < 0) {

@@ -15,7 +15,7 @@
 enum {
 	OPT_JSON = 256, OPT_THREADS, OPT_SECONDS, OPT_DEVICE, OPT_PROFILE, OPT_DTYPE, OPT_SHAPES,
 	OPT_TOKENS, OPT_ATTN, OPT_SEQ, OPT_BATCH, OPT_DATA, OPT_DIR, OPT_SIZE, OPT_TOKENIZER,
-	OPT_INPUT, OPT_PYTHON,
+	OPT_INPUT, OPT_PYTHON, OPT_CONFIG, OPT_MODEL, OPT_STEPS,
 };
 
 static const cli_option options[] = {
@@ -28,14 +28,19 @@ static const cli_option options[] = {
 	{"shapes", 0, CLI_ARG, OPT_SHAPES, "SPEC", "gemm: a model (llama3-8b) or M,N,K[:M,N,K...]"},
 	{"tokens", 0, CLI_ARG, OPT_TOKENS, "M", "gemm: M of a model's shapes (default 256)"},
 	{"attention-shape", 0, CLI_ARG, OPT_ATTN, "SPEC", "attention: a model or B,T,H,HKV,HD"},
-	{"seq", 0, CLI_ARG, OPT_SEQ, "T", "attention, io: sequence length (default 1024 / 2048)"},
-	{"batch", 0, CLI_ARG, OPT_BATCH, "B", "attention, io: batch (default 1 / 8)"},
+	{"seq", 0, CLI_ARG, OPT_SEQ, "T",
+	 "attention, io, step: sequence length (default 1024 / 2048 / the job's)"},
+	{"batch", 0, CLI_ARG, OPT_BATCH, "B", "attention, io, step: batch (default 1 / 8 / the job's)"},
 	{"data", 0, CLI_ARG, OPT_DATA, "DIR", "io: a titan-shard folder (default: synthetic)"},
 	{"dir", 0, CLI_ARG, OPT_DIR, "DIR", "io: where to write (default $TMPDIR or /tmp)"},
-	{"size", 0, CLI_ARG, OPT_SIZE, "SIZE", "io: bytes of shards and of checkpoint (default 256M)"},
+	{"size", 0, CLI_ARG, OPT_SIZE, "SIZE",
+	 "io: bytes of shards and of checkpoint (default 256M); comm: the largest message (16M)"},
 	{"tokenizer", 0, CLI_ARG, OPT_TOKENIZER, "PATH", "tokenize: tokenizer.json, tiktoken file or folder"},
 	{"input", 0, CLI_ARG, OPT_INPUT, "FILE", "tokenize: JSON Lines documents (\"text\")"},
 	{"python", 0, CLI_ARG, OPT_PYTHON, "PY", "tokenize: interpreter with tokenizers/tiktoken"},
+	{"config", 0, CLI_ARG, OPT_CONFIG, "FILE", "step: a titan-train job (TOML)"},
+	{"model", 0, CLI_ARG, OPT_MODEL, "FLAVOR", "step: the model flavor (default: the job's)"},
+	{"steps", 0, CLI_ARG, OPT_STEPS, "N", "step: steps measured after a warm-up (default 5)"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -45,7 +50,8 @@ static const cli_spec spec = {
 		    "       titan-bench attention [--attention-shape llama3-8b|B,T,H,HKV,HD]\n"
 		    "       titan-bench io [--data DIR] [--size SIZE]\n"
 		    "       titan-bench tokenize --tokenizer PATH --input FILE [--python PY]\n"
-		    "       titan-bench step | comm          (not available yet)",
+		    "       [mpirun -np N] titan-bench step [--config FILE] [--model FLAVOR] [--steps N]\n"
+		    "       mpirun -np N titan-bench comm [--size SIZE]",
 	.summary = "Measure titan on this machine against its ceilings and the references.",
 	.opts = options,
 	.epilog = "Every subcommand takes --json, --threads, --seconds, --device, --profile.\n"
@@ -76,6 +82,9 @@ static void parse(int argc, char **argv, bench_args *a, const char **cmd)
 		case OPT_TOKENIZER: a->tokenizer = st.arg; break;
 		case OPT_INPUT: a->input = st.arg; break;
 		case OPT_PYTHON: a->python = st.arg; break;
+		case OPT_CONFIG: a->config = st.arg; break;
+		case OPT_MODEL: a->model = st.arg; break;
+		case OPT_STEPS: a->steps = (int)cli_int(&spec, "--steps", st.arg, 1, 100000); break;
 		}
 	}
 	if (argc - st.optind != 1)
@@ -83,7 +92,7 @@ static void parse(int argc, char **argv, bench_args *a, const char **cmd)
 	*cmd = argv[st.optind];
 	if (strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
 		cli_usage_error(&spec, "--device: '%s' is not cpu or cuda", a->device);
-	if (a->size < (1u << 20))
+	if (a->size != 0 && a->size < (1u << 20))
 		cli_usage_error(&spec, "--size: at least 1M");
 }
 
@@ -94,6 +103,10 @@ static void defaults(const char *cmd, bench_args *a)
 	int attn = strcmp(cmd, "attention") == 0;
 	if (a->dtypes == NULL)
 		a->dtypes = attn ? "fp32,bf16" : "fp32,bf16,fp8-tensorwise,fp8-rowwise";
+	if (a->size == 0)
+		a->size = strcmp(cmd, "comm") == 0 ? 16u << 20 : 256u << 20;
+	if (strcmp(cmd, "step") == 0)
+		return; /* the job's batch and sequence unless given */
 	if (a->seq == 0)
 		a->seq = attn ? 1024 : 2048;
 	if (a->batch == 0)
@@ -108,24 +121,24 @@ static const struct {
 	{"attention", bench_attention},
 	{"io", bench_io},
 	{"tokenize", bench_tokenize},
+	{"step", bench_step},
+	{"comm", bench_comm},
 };
 
 int main(int argc, char **argv)
 {
 	bench_args a = {.seconds = 1.0, .device = "cpu", .shapes = "llama3-8b", .tokens = 256,
-			.attn = "llama3-8b", .size = 256u << 20};
+			.attn = "llama3-8b"};
 	const char *cmd;
 	titan_err e = {0};
 	parse(argc, argv, &a, &cmd);
-	if (strcmp(cmd, "step") == 0 || strcmp(cmd, "comm") == 0)
-		titan_die(TITAN_EXIT_FAIL, "%s: not available yet: it measures the parallel plans "
-			  "(FSDP/TP/PP/CP), which have not landed; see titan-bench(1)", cmd);
 	size_t i = 0;
 	while (i < sizeof COMMANDS / sizeof COMMANDS[0] && strcmp(cmd, COMMANDS[i].name) != 0)
 		i++;
 	if (i == sizeof COMMANDS / sizeof COMMANDS[0])
 		cli_usage_error(&spec, "unknown subcommand '%s'", cmd);
-	if (strcmp(a.device, "cuda") == 0 && strcmp(cmd, "io") != 0 && strcmp(cmd, "tokenize") != 0)
+	if (strcmp(a.device, "cuda") == 0 && strcmp(cmd, "io") != 0 && strcmp(cmd, "tokenize") != 0 &&
+	    strcmp(cmd, "comm") != 0)
 		titan_die(TITAN_EXIT_FAIL, "%s --device cuda: not available: %s", cmd,
 			  bench_cuda_unavailable());
 	defaults(cmd, &a);

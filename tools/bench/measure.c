@@ -162,6 +162,22 @@ void *bench_operand(backend *be, be_dtype t, size_t n, float amp, uint64_t seed,
 	return d;
 }
 
+float *bench_fill_floats(backend *be, float v, size_t n, titan_err *e)
+{
+	float *h = malloc(n * sizeof *h);
+	float *d = h ? be->ops->alloc(be, n * sizeof *d, e) : NULL;
+	if (h == NULL)
+		err_set(e, "out of memory for %zu scales", n);
+	if (d != NULL) {
+		PROF_MEM_ALLOC(d, n * sizeof *d, "bench scales");
+		for (size_t i = 0; i < n; i++)
+			h[i] = v;
+		be->ops->copy(be, d, h, n * sizeof *d, BACKEND_H2D);
+	}
+	free(h);
+	return d;
+}
+
 void bench_release(backend *be, void *p, size_t bytes)
 {
 	if (p != NULL) {

@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "core/cli.h"
 #include "core/err.h"
+#include "cp/cp.h"
 #include "gpu/gpu.h"
 #include "mesh/mesh.h"
 #include "metrics/metrics.h"
@@ -58,6 +59,8 @@ static void usage(FILE *out)
 		"                           plot the loss curves of a metrics.jsonl in the terminal\n"
 		"                           (and as a PNG image) and exit\n"
 		"  --threads N              CPU threads (default: OMP_NUM_THREADS or all)\n"
+		"  --backend cpu|cuda|auto  where the ops run (default auto: the process's GPU\n"
+		"                           when it has one, as torchtitan, else the CPU)\n"
 		"  --dry-run                plan memory and traffic per rank and exit\n"
 		"  --world-size N           ranks to plan for (default: the launcher's)\n"
 		"  --device-memory SIZE     memory per rank, e.g. 80GiB (default: the GPU's,\n"
@@ -140,7 +143,8 @@ static int named_config(int *argc, char **argv, const char **module, char *path,
 /* The mesh's limits from the model's shape. */
 static mesh_model model_limits(const job_config *c)
 {
-	mesh_model m = {c->model.flavor, 0, 0, 0, 0, 0, 0, c->training.seq_len};
+	mesh_model m = {c->model.flavor, 0, 0, 0, 0, 0, 0, c->training.seq_len,
+			c->parallelism.context_parallel_load_balancer == NULL};
 	const model_family *f = model_family_find(c->model.name);
 	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
 	if (a != NULL) {
@@ -155,9 +159,21 @@ static mesh_model model_limits(const job_config *c)
 	return m;
 }
 
+/* Validation cuts its sequences over the cp ranks as training does. */
+static int check_validation(const job_config *c, const mesh_degrees *d, titan_err *e)
+{
+	int unbalanced = c->parallelism.context_parallel_load_balancer == NULL;
+	int64_t div = d->tp * (d->cp > 1 ? (unbalanced ? d->cp : 2 * d->cp) : 1);
+	if (!c->validation.enable || div == 1 || c->validation.seq_len % div == 0)
+		return 0;
+	return err_set(e, "validation.seq_len = %lld is not divisible by tp %lld%s = %lld",
+		       (long long)c->validation.seq_len, (long long)d->tp,
+		       d->cp == 1 ? "" : unbalanced ? " x cp" : " x 2 cp", (long long)div);
+}
+
 /* The job on the ranks of world: the mesh, then the trainer.  A bad mesh is
  * the same on every rank: rank 0 says why, every rank exits 2. */
-static int run_ranks(job_config *c, comm *world, int threads)
+static int run_ranks(job_config *c, comm *world, int threads, int backend)
 {
 	titan_err err = {{0}};
 	int rank = comm_rank(world), n = comm_size(world);
@@ -169,9 +185,16 @@ static int run_ranks(job_config *c, comm *world, int threads)
 	mesh_model limits = model_limits(c);
 	if (rank != 0)
 		titan_set_warnings(c->metrics.save_for_all_ranks);
+	pp_schedule *sched = NULL; /* the pipeline the run will build, refused here if bad */
+	cp_balance bal;
+	cp_rotate rot;
 	if (mesh_resolve(&want, n, &d, &err) != 0 || mesh_check_model(&d, &limits, &err) != 0 ||
-	    config_check_supported(c, n, &err) != 0)
+	    check_validation(c, &d, &err) != 0 || config_check_supported(c, n, &err) != 0 ||
+	    cp_balance_parse(p->context_parallel_load_balancer, &bal, &err) != 0 ||
+	    cp_rotate_parse(p->context_parallel_rotate_method, &rot, &err) != 0 ||
+	    (d.pp > 1 && planner_schedule(c, n, &sched, &err) != 0))
 		return rank == 0 ? fail(TITAN_EXIT_USAGE, err.msg, 0) : TITAN_EXIT_USAGE;
+	pp_schedule_free(sched);
 	mesh *m;
 	if (mesh_create(world, &d, &m, &err) != 0)
 		return fail(TITAN_EXIT_FAIL, err.msg, 0);
@@ -189,7 +212,8 @@ static int run_ranks(job_config *c, comm *world, int threads)
 	trainer_hooks h = {.stop = &stop_requested, .log = quiet != NULL ? quiet : stderr,
 			   .color = metrics_use_color(STDERR_FILENO, c->metrics.disable_color_printing),
 			   .threads = threads, .mesh = m,
-			   .device = gpus > 0 ? comm_local_rank(world) % gpus : -1};
+			   .device = gpus > 0 ? comm_local_rank(world) % gpus : -1,
+			   .backend = backend};
 	int rc = TITAN_EXIT_OK;
 	if (trainer_run(c, &h, &err) != 0) {
 		if (n > 1 && strncmp(err.msg, "rank ", 5) != 0)
@@ -234,7 +258,7 @@ static int plan_only(const job_config *c, const plan_opts *o)
 static int run(job_config *c, int nrest, char **rest)
 {
 	titan_err err = {{0}};
-	int threads = 0;
+	int threads = 0, backend = TRAINER_BACKEND_AUTO;
 	plan_opts po = {0};
 	for (int i = 1; i < nrest; i++) {
 		if (strcmp(rest[i], "--list-keys") == 0) {
@@ -252,6 +276,16 @@ static int run(job_config *c, int nrest, char **rest)
 			return plot_loss(rest[i + 1], png);
 		} else if (strcmp(rest[i], "--threads") == 0 && i + 1 < nrest) {
 			threads = atoi(rest[++i]);
+		} else if (strcmp(rest[i], "--backend") == 0 && i + 1 < nrest) {
+			const char *b = rest[++i];
+			if (strcmp(b, "auto") == 0)
+				backend = TRAINER_BACKEND_AUTO;
+			else if (strcmp(b, "cpu") == 0)
+				backend = TRAINER_BACKEND_CPU;
+			else if (strcmp(b, "cuda") == 0)
+				backend = TRAINER_BACKEND_CUDA;
+			else
+				return fail(TITAN_EXIT_USAGE, "--backend: expected cpu, cuda or auto", 1);
 		} else if (strcmp(rest[i], "--dry-run") == 0) {
 			po.dry_run = 1;
 		} else if (strcmp(rest[i], "--json") == 0) {
@@ -296,7 +330,7 @@ static int run(job_config *c, int nrest, char **rest)
 	}
 	if (c->job.config_file == NULL && comm_rank(world) == 0)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
-	int rc = run_ranks(c, world, threads);
+	int rc = run_ranks(c, world, threads, backend);
 	/* A rank that failed alone may leave the others waiting on it: end them. */
 	if (rc == TITAN_EXIT_FAIL && comm_size(world) > 1)
 		comm_abort(world, rc);

@@ -1,0 +1,294 @@
+/* The Float8 converter (torchtitan's quantize.linear.float8, which swaps the
+ * nn.Linear modules its filter picks for torchao's Float8Linear): the linears
+ * it converts run their three GEMMs on float8 operands, each cast with the
+ * recipe's format and scaling by the backend's f8_cast and multiplied by its
+ * f8_matmul (lib/float8/float8.h has the numerics and the table of which GEMM
+ * casts what).  Every cast is made from the operand as the model holds it, as
+ * torchao recasts from the saved high-precision tensors in its backward:
+ *   output       y  (n, out) = x (n, in) . w (out, in)     x, w: rows or one scale
+ *   grad_input   dx (n, in)  = dy (n, out) . w^T (in, out) dy: rows; w: columns
+ *   grad_weight  dw (out, in) += dy^T (out, n) . x^T (in, n)  columns of dy, of x
+ * (a float8 GEMM reads both operands with the reduction dimension contiguous,
+ * so w, dy and x are cast transposed where it runs over their rows).  The
+ * weight is cast from the bound parameters (float32 masters under autocast,
+ * as torchao casts the float32 weight), never from autocast's bf16 copy;
+ * rowwise_with_gw_hp's weight gradient stays the plain high-precision GEMM. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "float8/float8.h"
+#include "model/model_priv.h"
+
+struct model_f8 {
+	f8_recipe r;
+	unsigned char *conv; /* (n_tensors) 1: the linear of this weight is converted */
+	int n_conv;
+	int head;            /* the output projection is converted */
+	const float **wscale; /* (n_tensors) FSDP's float8 all-gather: the bound weight
+	                         holds e4m3 codes of this scale (model_float8_weight_cast) */
+	float *qmax;         /* 448 on the backend: the amax that casts codes to themselves */
+	void *qa, *qb;       /* the two float8 operands of a GEMM */
+	size_t qbytes;
+	float *sa, *sb;      /* their scales */
+	size_t sfloats;
+};
+
+static void f8_release(model *m)
+{
+	struct model_f8 *f = m->f8;
+	if (!f)
+		return;
+	backend *be = m->be;
+	be->ops->free(be, f->qa);
+	be->ops->free(be, f->qb);
+	be->ops->free(be, f->sa);
+	be->ops->free(be, f->sb);
+	be->ops->free(be, f->qmax);
+	free(f->conv);
+	free(f->wscale);
+	free(f);
+	m->f8 = NULL;
+}
+
+void model_f8_free(model *m)
+{
+	f8_release(m);
+}
+
+/* The table's linears: weights of two dimensions that are not the embedding. */
+static int is_linear(const model_tensor *t)
+{
+	return t->ndim == 2 && !t->is_embedding && !t->is_norm;
+}
+
+int model_set_float8(model *m, const model_float8 *c, titan_err *e)
+{
+	f8_release(m);
+	/* the head lays its logits out whole or in chunks by this */
+	model_mb_free(m->own_mb);
+	m->own_mb = NULL;
+	model_scratch_release(m);
+	if (!c)
+		return 0;
+	f8_filter flt;
+	struct model_f8 *f = calloc(1, sizeof *f);
+	if (!f)
+		return err_set(e, "model: out of memory");
+	if (f8_recipe_get(&f->r, c->recipe, e) ||
+	    f8_filter_init(&flt, c->recipe, c->filter_fqns, c->n_filter, e)) {
+		free(f);
+		return -1;
+	}
+	if (!(f->conv = calloc((size_t)m->n_tensors, 1)) ||
+	    !(f->wscale = calloc((size_t)m->n_tensors, sizeof *f->wscale))) {
+		free(f->conv);
+		free(f);
+		return err_set(e, "model: out of memory");
+	}
+	for (int i = 0; i < m->n_tensors; i++) {
+		const model_tensor *t = &m->tensors[i];
+		if (!is_linear(t))
+			continue;
+		/* torchtitan filters by the module's FQN: "layers.0.attention.wq" */
+		char fqn[64];
+		snprintf(fqn, sizeof fqn, "%s", t->fqn);
+		char *dot = strrchr(fqn, '.');
+		if (dot && strcmp(dot, ".weight") == 0)
+			*dot = '\0';
+		f->conv[i] = f8_filter_convert(&flt, fqn, t->shape[0], t->shape[1]);
+		f->n_conv += f->conv[i];
+		f->head |= f->conv[i] && t->unit == m->n_units - 1;
+	}
+	m->f8 = f;
+	return f->n_conv;
+}
+
+int model_float8_converted(const model *m, int i)
+{
+	return m->f8 && i >= 0 && i < m->n_tensors && m->f8->conv[i];
+}
+
+const char *model_float8_recipe(const model *m)
+{
+	return m->f8 ? m->f8->r.name : NULL;
+}
+
+int model_f8_head_whole(const model *m)
+{
+	/* A converted output projection scales over all the tokens (tensorwise
+	 * amax, the weight gradient's per-column amax): it runs on the whole
+	 * logits at once, as torchtitan's does.  rowwise_with_gw_hp's scales all
+	 * run along single tokens or weight rows and columns. */
+	return m->f8 && m->f8->head && m->f8->r.id != F8_RECIPE_ROWWISE_WITH_GW_HP;
+}
+
+/* The table index of the tensor whose bound storage (parameters, or with
+ * grads the gradients) is p, or -1. */
+static int tensor_at(const model *m, const void *p, int grads)
+{
+	for (int l = 0; l < m->args.n_layers; l++) {
+		const layer_w *v = grads ? &m->lg[l] : &m->lw[l];
+		for (int s = 0; s < W_COUNT; s++) {
+			if (!v->p[s] || v->p[s] != p)
+				continue;
+			const model_unit *u = &m->units[l + 1];
+			for (int i = u->first_tensor; i < u->first_tensor + u->n_tensors; i++)
+				if (m->slot[i] == s)
+					return i;
+		}
+	}
+	if (p == (grads ? m->out_g : m->out) && !m->args.tied_embeddings)
+		return m->n_tensors - 1; /* output.weight is the table's last */
+	return -1;
+}
+
+/* The recipe, when the linear whose weight (or weight gradient) is p is
+ * converted (its table index in *i); NULL for the plain GEMM. */
+static const f8_recipe *recipe_for(const model *m, const void *p, int grads, int *i)
+{
+	if (!m->f8)
+		return NULL;
+	*i = tensor_at(m, p, grads);
+	return *i >= 0 && m->f8->conv[*i] ? &m->f8->r : NULL;
+}
+
+int model_float8_weight_cast(model *m, int i, const float *scale, titan_err *e)
+{
+	if (!model_float8_converted(m, i))
+		return err_set(e, "model: float8 weight cast: tensor %d is not a converted linear", i);
+	struct model_f8 *f = m->f8;
+	const f8_recipe *r = &f->r;
+	if (scale && (f8_operand_scaling(r, F8_WEIGHT) != F8_TENSOR ||
+		      f8_operand_scaling(r, F8_WEIGHT_GI) != F8_TENSOR ||
+		      r->cast[F8_WEIGHT].fmt != F8_E4M3FN || r->cast[F8_WEIGHT_GI].fmt != F8_E4M3FN))
+		return err_set(e, "model: float8 weight cast: recipe %s does not cast weights "
+			       "tensorwise to e4m3 (FSDP's float8 all-gather is tensorwise's)", r->name);
+	if (scale && !f->qmax) {
+		const float qmax = F8_E4M3FN_MAX;
+		if (!(f->qmax = backend_alloc_floats(m->be, 1, e)))
+			return -1;
+		m->be->ops->copy(m->be, f->qmax, &qmax, sizeof qmax, BACKEND_H2D);
+	}
+	f->wscale[i] = scale;
+	return 0;
+}
+
+/* Room for operands of qa and qb bytes and of na and nb scales; 0, or -1
+ * with a fault for the next sync. */
+static int room(model *m, size_t qa, size_t qb, size_t na, size_t nb)
+{
+	struct model_f8 *f = m->f8;
+	backend *be = m->be;
+	size_t q = qa > qb ? qa : qb, s = na > nb ? na : nb;
+	titan_err e = {0};
+	if (q > f->qbytes) {
+		be->ops->free(be, f->qa);
+		be->ops->free(be, f->qb);
+		f->qb = NULL;
+		f->qbytes = 0;
+		if (!(f->qa = be->ops->alloc(be, q, &e)) || !(f->qb = be->ops->alloc(be, q, &e)))
+			goto fail;
+		f->qbytes = q;
+	}
+	if (s > f->sfloats) {
+		be->ops->free(be, f->sa);
+		be->ops->free(be, f->sb);
+		f->sb = NULL;
+		f->sfloats = 0;
+		if (!(f->sa = backend_alloc_floats(be, s, &e)) ||
+		    !(f->sb = backend_alloc_floats(be, s, &e)))
+			goto fail;
+		f->sfloats = s;
+	}
+	return 0;
+fail:
+	backend_fault(be, "model: float8 operands: %s", e.msg);
+	return -1;
+}
+
+static be_dtype qtype(const f8_recipe *r, int op)
+{
+	return r->cast[op].fmt == F8_E5M2 ? BE_E5M2 : BE_E4M3;
+}
+
+/* Cast operand op of a GEMM: x (rows, cols) of type xt into q (transposed
+ * when the GEMM reduces over x's rows) and its scales; the number of scales. */
+static int64_t cast(model *m, const f8_recipe *r, int op, void *q, float *scale, const void *x,
+		    be_dtype xt, int64_t rows, int64_t cols, int transpose)
+{
+	f8_scaling s = f8_operand_scaling(r, op);
+	m->be->ops->f8_cast(m->be, q, qtype(r, op), scale, x, xt, rows, cols, s, r->pow2_scales,
+			    transpose, NULL);
+	return f8_n_scales(s, rows, cols);
+}
+
+/* Cast the weight w (out, in) as operand op (F8_WEIGHT, or F8_WEIGHT_GI
+ * transposed) of tensor i.  Under FSDP's float8 all-gather w holds e4m3 codes
+ * already: cast with amax 448 they are their own cast (scale 1, exactly), and
+ * the gathered scale is copied in. */
+static int64_t cast_weight(model *m, const f8_recipe *r, int op, int i, const void *w,
+			   int64_t out, int64_t in, int transpose)
+{
+	struct model_f8 *f = m->f8;
+	if (!f->wscale[i])
+		return cast(m, r, op, f->qb, f->sb, w, m->prec.param, out, in, transpose);
+	m->be->ops->f8_cast(m->be, f->qb, BE_E4M3, f->sb, w, m->prec.param, out, in, BE_F8_TENSOR,
+			    0, transpose, f->qmax);
+	m->be->ops->copy(m->be, f->sb, f->wscale[i], sizeof(float), BACKEND_D2D);
+	return 1;
+}
+
+int model_f8_linear(model *m, void *y, const void *x, const void *w, int64_t n, int64_t in,
+		    int64_t out, float beta)
+{
+	int i;
+	const f8_recipe *r = recipe_for(m, w, 0, &i);
+	if (!r)
+		return 0;
+	struct model_f8 *f = m->f8;
+	if (room(m, (size_t)(n * in), (size_t)(out * in), (size_t)n, (size_t)out))
+		return 1;
+	/* y (n, out) = x (n, in) . w (out, in) */
+	int64_t na = cast(m, r, F8_INPUT, f->qa, f->sa, x, m->prec.act, n, in, 0);
+	int64_t nb = cast_weight(m, r, F8_WEIGHT, i, w, out, in, 0);
+	m->be->ops->f8_matmul(m->be, n, out, in, f->qa, qtype(r, F8_INPUT), f->sa, na, f->qb,
+			      qtype(r, F8_WEIGHT), f->sb, nb, beta, y, m->prec.act);
+	return 1;
+}
+
+int model_f8_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_t n,
+		       int64_t in, int64_t out, float beta_dx)
+{
+	int i;
+	const f8_recipe *r = recipe_for(m, w, 0, &i);
+	if (!r)
+		return 0;
+	struct model_f8 *f = m->f8;
+	if (room(m, (size_t)(n * out), (size_t)(out * in), (size_t)n, (size_t)in))
+		return 1;
+	/* dx (n, in) = dy (n, out) . w^T (in, out) */
+	int64_t na = cast(m, r, F8_GRAD_OUTPUT, f->qa, f->sa, dy, m->prec.act, n, out, 0);
+	int64_t nb = cast_weight(m, r, F8_WEIGHT_GI, i, w, out, in, 1);
+	m->be->ops->f8_matmul(m->be, n, in, out, f->qa, qtype(r, F8_GRAD_OUTPUT), f->sa, na,
+			      f->qb, qtype(r, F8_WEIGHT_GI), f->sb, nb, beta_dx, dx, m->prec.act);
+	return 1;
+}
+
+int model_f8_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t n,
+		       int64_t in, int64_t out)
+{
+	int i;
+	const f8_recipe *r = recipe_for(m, dw, 1, &i);
+	if (!r || f8_operand_scaling(r, F8_GRAD_OUTPUT_GW) == F8_NONE)
+		return 0; /* rowwise_with_gw_hp: the high-precision GEMM */
+	struct model_f8 *f = m->f8;
+	if (room(m, (size_t)(n * out), (size_t)(n * in), (size_t)out, (size_t)in))
+		return 1;
+	/* dw (out, in) += dy^T (out, n) . x^T (in, n) */
+	int64_t na = cast(m, r, F8_GRAD_OUTPUT_GW, f->qa, f->sa, dy, m->prec.act, n, out, 1);
+	int64_t nb = cast(m, r, F8_INPUT_GW, f->qb, f->sb, x, m->prec.act, n, in, 1);
+	m->be->ops->f8_matmul(m->be, out, in, n, f->qa, qtype(r, F8_GRAD_OUTPUT_GW), f->sa, na,
+			      f->qb, qtype(r, F8_INPUT_GW), f->sb, nb, 1, dw, m->prec.grad);
+	return 1;
+}

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Every family's debug flavor under the parallel plans trains as the single
+# process does (test_family_plan under mpirun, one run per case): 5 steps of
+# 4 x 32 tokens, per-step loss and grad norm, the final parameters and the
+# MoE layers' expert_bias within the tolerances of test_family_plan.c.  The
+# MoE families run titan's small MoE flavors, as tests/family/train.sh does.
+# Each line: the ranks, the case (TITAN_FAMILY_PLAN): FSDP 2, then TP 2,
+# for every family.
+. tests/lib.sh
+
+T=$BUILD/tests/family/test_family_plan
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+plan() {
+	np=$1
+	shift
+	log=$TMP/plan.log
+	t0=$(date +%s)
+	TITAN_FAMILY_PLAN="$*" $MPIRUN -np "$np" "$T" >"$log" 2>&1
+	rc=$?
+	secs=$(($(date +%s) - t0))
+	passed=$(grep -c '^\[  PASSED  \]' "$log")
+	if [ "$rc" -eq 0 ] && [ "$passed" -eq "$np" ]; then
+		t_ok "$* on $np ranks (${secs}s): $(grep -h 'worst differences' "$log" | sed 's/.*: worst/worst/')"
+	else
+		t_not_ok "$* on $np ranks" "exit $rc: $(grep -e ERROR -e FAILED -e rank "$log" | head -12)"
+	fi
+}
+
+plan 2 qwen3:debugmodel shard=2
+plan 2 qwen3:debugmodel_moe_small shard=2 accum=2
+plan 2 deepseek_v3:debugmodel shard=2
+plan 2 llama4:debugmodel shard=2
+plan 2 gpt_oss:debugmodel_small shard=2
+plan 2 qwen3:debugmodel tp=2
+plan 2 qwen3:debugmodel_moe_small tp=2 async=1
+plan 2 llama4:debugmodel tp=2
+plan 2 deepseek_v3:debugmodel tp=2
+plan 2 gpt_oss:debugmodel_small tp=2
+t_done
