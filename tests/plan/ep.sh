@@ -3,7 +3,8 @@
 # does (test_ep under mpirun, one run per mesh): 5 steps, per-step loss and
 # grad norm and the final parameters within test_ep.c's tolerances, and the
 # bytes each rank sends on fsdp, efsdp, ep and the loss dimension equal to
-# titan-train(1)'s formula.  Each line: the mesh (TITAN_EP_TEST), its ranks.
+# titan-train(1)'s formula; every run also checks that EP with TP and with
+# FSDP's float8 all-gather is refused.  Each line: the mesh (TITAN_EP_TEST), its ranks.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_ep

@@ -305,6 +305,41 @@ static void ep_equals_the_single_process(void **state)
 	mesh_free(m);
 }
 
+/* A layout-only plan of rank 0 of degrees d (no comms: the refusals come
+ * before any), NULL with the message in e when refused. */
+static plan *layout(backend *be, mesh_degrees d, int f8, titan_err *e)
+{
+	mesh m = {.d = d};
+	m.world_size = d.dp_replicate * d.dp_shard * d.cp * d.tp * d.pp;
+	mesh_sizes(&m.d, m.size);
+	mesh_coords(&m.d, 0, m.coord);
+	plan_opts o = {.be = be, .mesh = &m, .args = flavor(), .b = 1, .t = T, .reduce = BE_F32,
+		       .layout_only = 1, .f8_all_gather = f8};
+	adamw_config_default(&o.adamw);
+	return plan_create(&o, e);
+}
+
+/* EP 2 lays out (the planner's layout-only plans), but EP with TP and with
+ * FSDP's float8 all-gather are refused, saying so. */
+static void ep_refuses_what_it_has_no_plan_for(void **state)
+{
+	(void)state;
+	titan_err e = {{0}};
+	backend *be = backend_cpu_create(1, &e);
+	assert_non_null(be);
+	plan *p = layout(be, (mesh_degrees){1, 2, 1, 1, 1, 2, 1}, 0, &e);
+	if (!p)
+		fail_msg("EP 2 layout: %s", e.msg);
+	plan_free(p);
+	assert_null(layout(be, (mesh_degrees){1, 2, 1, 1, 1, 2, 1}, 1, &e));
+	print_message("%s\n", e.msg);
+	assert_non_null(strstr(e.msg, "enable_fsdp_float8_all_gather"));
+	assert_null(layout(be, (mesh_degrees){1, 2, 1, 2, 1, 2, 1}, 0, &e));
+	print_message("%s\n", e.msg);
+	assert_non_null(strstr(e.msg, "tensor_parallel_degree 2"));
+	backend_free(be);
+}
+
 int main(int argc, char **argv)
 {
 	titan_err e;
@@ -313,6 +348,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(ep_refuses_what_it_has_no_plan_for),
 		cmocka_unit_test(ep_equals_the_single_process),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
