@@ -33,7 +33,7 @@ typedef struct cfg_key {
 #define NO_WARMUP "titan's profiler records the last profiler_active steps of each window " \
 	"from their first op; it needs no warm-up steps"
 #define OWN_LOADER "titan's loader reads shards on its own prefetch thread, without worker processes"
-#define NO_MOE "titan's mixture of experts has no expert parallelism or low-precision grouped GEMMs yet"
+#define NO_MOE "titan's expert parallelism has no expert tensor parallelism, DeepEP all-to-all or DualPipeV overlap yet"
 #define NO_MX "MX (MXFP8) training is not built"
 #define NO_FT "fault tolerance (TorchFT) is not built"
 #define NO_BUDGET "the memory_budget mode (torch.compile's min-cut partitioner) is not built"
@@ -237,7 +237,10 @@ static const cfg_key keys[] = {
 	  "parallelism.context_parallel_rotate_method", "CP key/value exchange: allgather gathers every rank's once, alltoall passes "
 	  "them round the ring overlapped with compute"),
 	K("parallelism.expert_parallel_degree", CFG_INT, parallelism.expert_parallel_degree, "1",
-	  NULL, "parallelism.expert_parallel_degree", "expert parallel degree"),
+	  NULL, "parallelism.expert_parallel_degree",
+	  "expert parallel degree: each rank of an ep group holds experts / ep of the routed "
+	  "experts, its ranks taken from dp_shard x cp; the experts' FSDP is over the "
+	  "dp_shard x cp / ep ranks that hold the same experts (titan-train(1))"),
 	KS("parallelism.expert_tensor_parallel_degree", CFG_INT,
 	   parallelism.expert_tensor_parallel_degree, "1", NULL,
 	   "tensor parallel degree of the routed experts", CFG_NOT_BUILT, NO_MOE),
@@ -1140,13 +1143,8 @@ static int check_schema_support(const job_config *c, titan_err *err)
 
 int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
-	const __typeof__(c->parallelism) *p = &c->parallelism;
-	const char *later = "is not supported by this titan-train yet";
-	(void)world_size; /* data and tensor parallelism take any world (lib/plan) */
-	if (need(p->expert_parallel_degree == 1, err,
-		 "parallelism.expert_parallel_degree = %ld: expert parallelism %s; use 1",
-		 (long)p->expert_parallel_degree, later) ||
-	    check_converters(c, err) ||
+	(void)world_size; /* every parallelism takes any world (lib/plan) */
+	if (check_converters(c, err) ||
 	    need(c->model.converters.n == 0 || strcmp(c->training.dtype, "float32") == 0, err,
 		 "training.dtype = \"%s\" with model.converters: Float8 training keeps float32 "
 		 "masters; use training.dtype = \"float32\"", c->training.dtype))

@@ -288,7 +288,7 @@ static int setup_layers(model *m, titan_err *e)
 }
 
 static model *create(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
-		     int own, titan_err *e)
+		     const model_ep_group *ep, int own, titan_err *e)
 {
 	if (check_args(a, e))
 		return NULL;
@@ -317,7 +317,7 @@ static model *create(backend *be, const llama_args *a, int vocab_size, const mod
 	m->v_head_dim = ml->kv_lora_rank > 0 ? ml->v_head_dim : m->head_dim;
 	m->rope_dim = ml->kv_lora_rank > 0 ? ml->qk_rope_head_dim : m->head_dim;
 	model_tp_group one = {.size = 1};
-	if (tp_shapes(m, tp ? tp : &one, e))
+	if (tp_shapes(m, tp ? tp : &one, e) || model_ep_setup(m, ep, e))
 		goto fail;
 	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	m->ac = MODEL_AC_NONE;
@@ -354,22 +354,28 @@ fail:
 
 model *model_create(backend *be, const llama_args *a, int vocab_size, titan_err *e)
 {
-	return create(be, a, vocab_size, NULL, 1, e);
+	return create(be, a, vocab_size, NULL, NULL, 1, e);
 }
 
 model *model_create_unbound(backend *be, const llama_args *a, int vocab_size, titan_err *e)
 {
-	return create(be, a, vocab_size, NULL, 0, e);
+	return create(be, a, vocab_size, NULL, NULL, 0, e);
 }
 
 model *model_create_tp(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
 		       titan_err *e)
 {
+	return model_create_ep(be, a, vocab_size, tp, NULL, e);
+}
+
+model *model_create_ep(backend *be, const llama_args *a, int vocab_size,
+		       const model_tp_group *tp, const model_ep_group *ep, titan_err *e)
+{
 	if (tp->size < 1 || tp->rank < 0 || tp->rank >= tp->size) {
 		err_set(e, "model: tensor parallel rank %d of %d", tp->rank, tp->size);
 		return NULL;
 	}
-	return create(be, a, vocab_size, tp, 0, e);
+	return create(be, a, vocab_size, tp, ep, 0, e);
 }
 
 void model_free(model *m)
@@ -378,6 +384,7 @@ void model_free(model *m)
 		return;
 	model_mb_free(m->own_mb);
 	model_scratch_release(m);
+	model_ep_free(m);
 	model_f8_free(m);
 	drop_casts(m);
 	free(m->ubound);

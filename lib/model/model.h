@@ -171,6 +171,39 @@ typedef struct model_tp_group {
 model *model_create_tp(backend *be, const llama_args *a, int vocab_size, const model_tp_group *tp,
 		       titan_err *e);
 void model_free(model *m);
+/* Expert parallelism (torchtitan 0.2.2's ExpertParallel on the MoE layers'
+ * experts): the routed experts split over `size` ranks of the ep group, rank
+ * r holding experts r*E/size .. (r+1)*E/size - 1 (the model's expert tensors
+ * have E/size rows of dim 0); the router, the shared experts and every other
+ * tensor stay whole.  After routing and the sort by expert on each rank, the
+ * rows of each expert go to the rank holding it and come back after the
+ * experts ran: the rows per expert exchanged first (all_to_all of E/size
+ * int32 per rank), then the rows themselves (all_to_allv of the activation
+ * type), forward and backward (the gradients of the rows the same way).  The
+ * plan supplies the collectives; buffers are backend memory.  size 1: none. */
+typedef struct model_ep_group {
+	int size, rank;
+	void *ctx;
+	/* recv (size * count) = every rank's send[rank * count ..], int32 */
+	int (*all_to_all_i32)(void *ctx, const int32_t *send, int32_t *recv, size_t count,
+			      titan_err *e);
+	/* rows of type t: send's rows sdispls[j] .. + scounts[j] go to rank j,
+	 * recv's rows rdispls[j] .. + rcounts[j] come from rank j (counts and
+	 * displacements in elements) */
+	int (*all_to_allv)(void *ctx, const void *send, const size_t *scounts,
+			   const size_t *sdispls, void *recv, const size_t *rcounts,
+			   const size_t *rdispls, be_dtype t, titan_err *e);
+} model_ep_group;
+
+/* model_create_tp with the experts of ep->rank (ep NULL or size 1: all);
+ * the ep size must divide the experts. */
+model *model_create_ep(backend *be, const llama_args *a, int vocab_size,
+		       const model_tp_group *tp, const model_ep_group *ep, titan_err *e);
+/* The expert rows this rank sent to other ranks' experts and received from
+ * other ranks for its own, in the forward dispatches since the last call
+ * (recomputations included; each is sent four times a step: rows and
+ * outputs forward, their gradients backward), then zeroed. */
+void model_ep_take_rows(model *m, int64_t *sent, int64_t *received);
 
 /* The model's arguments, vocab_size as used, and its family. */
 const llama_args *model_args(const model *m);

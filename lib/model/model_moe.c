@@ -29,7 +29,7 @@ static int gpt_oss(const model *m)
 /* GptOssGroupedExperts' tensors: every one drawn with the layer's init_std. */
 static int gpt_oss_layout(model *m, int l, int *cap, titan_err *e)
 {
-	int64_t d = m->args.dim, ex = m->args.moe.experts, in = m->args.moe.inter_dim;
+	int64_t d = m->args.dim, ex = m->el, in = m->args.moe.inter_dim;
 	return model_add_layer_tensor(m, cap, l, "moe.experts.mlp1_weight", W_EW1, INIT_DEPTH,
 				      MODEL_TP_COLWISE, 3, ex, 2 * in, d, e) ||
 	       model_add_layer_tensor(m, cap, l, "moe.experts.mlp1_bias", W_EB1, INIT_DEPTH,
@@ -44,15 +44,15 @@ static int gpt_oss_layout(model *m, int l, int *cap, titan_err *e)
 int model_moe_layout(model *m, int l, int *cap, titan_err *e)
 {
 	const moe_args *mo = &m->args.moe;
-	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim;
+	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim, el = m->el;
 	int64_t sh = (int64_t)mo->inter_dim * mo->shared_experts;
 	if (gpt_oss(m) ? gpt_oss_layout(m, l, cap, e)
 		       : model_add_layer_tensor(m, cap, l, "moe.experts.w1", W_EW1, INIT_INPUT,
-						MODEL_TP_COLWISE, 3, ex, in, d, e) ||
+						MODEL_TP_COLWISE, 3, el, in, d, e) ||
 			 model_add_layer_tensor(m, cap, l, "moe.experts.w2", W_EW2, INIT_DEPTH,
-						MODEL_TP_ROWWISE, 3, ex, d, in, e) ||
+						MODEL_TP_ROWWISE, 3, el, d, in, e) ||
 			 model_add_layer_tensor(m, cap, l, "moe.experts.w3", W_EW3, INIT_DEPTH,
-						MODEL_TP_COLWISE, 3, ex, in, d, e))
+						MODEL_TP_COLWISE, 3, el, in, d, e))
 		return -1;
 	if (model_add_layer_tensor(m, cap, l, "moe.router.gate.weight", W_GATE, INIT_DEPTH,
 				   MODEL_TP_REPLICATE, 2, ex, d, 0, e) ||
@@ -77,6 +77,8 @@ size_t model_moe_act_bytes(const model *m, int l, int i, size_t n)
 	const moe_args *mo = &m->args.moe;
 	size_t a = be_dtype_size(m->prec.act), k = (size_t)mo->top_k, rows = n * k;
 	size_t d = (size_t)m->args.dim, in = (size_t)mo->inter_dim;
+	if (m->ep.size > 1 && (i == ACT_EA || i == ACT_EG || i == ACT_EH))
+		return 0; /* expert parallelism: the received rows have their own (model_ep.c) */
 	switch (i) {
 	case ACT_SCORES: return n * (size_t)mo->experts * sizeof(float);
 	case ACT_IDX: case ACT_PERM: case ACT_POS: return rows * sizeof(int32_t);
@@ -103,58 +105,63 @@ be_moe model_moe_shape(const model *m, int64_t n)
 }
 
 /* The experts' SwiGLU gate over every row. */
-static void experts_gate(const piece_ctx *c)
+static void experts_gate(const piece_ctx *c, const moe_rows *v)
 {
 	model *m = c->m;
-	int64_t rows = c->n * m->args.moe.top_k, in = m->args.moe.inter_dim;
+	int64_t in = m->args.moe.inter_dim;
 	if (gpt_oss(m))
-		m->be->ops->swiglu_clamp_fwd(m->be, piece_act(c, ACT_EH), piece_act(c, ACT_EA),
-					     m->prec.act, rows, in, GPT_OSS_ALPHA,
-					     (float)m->args.moe.swiglu_limit);
+		m->be->ops->swiglu_clamp_fwd(m->be, v->eh, v->ea, m->prec.act, v->rows, in,
+					     GPT_OSS_ALPHA, (float)m->args.moe.swiglu_limit);
 	else
-		m->be->ops->swiglu_fwd(m->be, piece_act(c, ACT_EH), piece_act(c, ACT_EA),
-				       piece_act(c, ACT_EG), m->prec.act, rows * in);
+		m->be->ops->swiglu_fwd(m->be, v->eh, v->ea, v->eg, m->prec.act, v->rows * in);
 }
 
 /* y (rows, w) += the bias in slot, group by group (the experts' rows). */
-static void expert_bias_add(const piece_ctx *c, void *y, int slot, int64_t w)
+static void expert_bias_add(const piece_ctx *c, const moe_rows *v, void *y, int slot, int64_t w)
 {
 	model *m = c->m;
-	m->be->ops->bias_add(m->be, y, m->prec.act, c->w->p[slot], m->prec.param,
-			     c->n * m->args.moe.top_k, w, m->args.moe.experts,
-			     piece_act(c, ACT_OFFS));
+	m->be->ops->bias_add(m->be, y, m->prec.act, c->w->p[slot], m->prec.param, v->rows, w,
+			     v->groups, v->offs);
 }
 
-static void expert_bias_grad(const piece_ctx *c, const void *dy, int slot, int64_t w)
+static void expert_bias_grad(const piece_ctx *c, const moe_rows *v, const void *dy, int slot,
+			     int64_t w)
 {
 	model *m = c->m;
-	m->be->ops->bias_grad(m->be, c->g->p[slot], m->prec.grad, dy, m->prec.act,
-			      c->n * m->args.moe.top_k, w, m->args.moe.experts,
-			      piece_act(c, ACT_OFFS));
+	m->be->ops->bias_grad(m->be, c->g->p[slot], m->prec.grad, dy, m->prec.act, v->rows, w,
+			      v->groups, v->offs);
 }
 
-/* The experts' rows (XR) up to their outputs (EY). */
-static void experts_fwd(const piece_ctx *c)
+void model_moe_experts_fwd(const piece_ctx *c, const moe_rows *v)
 {
 	model *m = c->m;
 	backend *be = m->be;
 	be_dtype at = m->prec.act;
-	const moe_args *mo = &m->args.moe;
-	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim, rows = c->n * mo->top_k;
-	const int32_t *offs = piece_act(c, ACT_OFFS);
+	int64_t d = m->args.dim, in = m->args.moe.inter_dim, rows = v->rows, ex = v->groups;
 	int64_t w1 = gpt_oss(m) ? 2 * in : in; /* GPT-OSS's mlp1 holds gate and up */
-	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, offs, rows, w1, d, piece_act(c, ACT_XR),
-				c->w->p[W_EW1], at, 0, piece_act(c, ACT_EA), at);
+	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, w1, d, v->xr, c->w->p[W_EW1],
+				at, 0, v->ea, at);
 	if (gpt_oss(m))
-		expert_bias_add(c, piece_act(c, ACT_EA), W_EB1, w1);
+		expert_bias_add(c, v, v->ea, W_EB1, w1);
 	else
-		be->ops->grouped_matmul(be, BE_GMM_FWD, ex, offs, rows, in, d, piece_act(c, ACT_XR),
-					c->w->p[W_EW3], at, 0, piece_act(c, ACT_EG), at);
-	experts_gate(c);
-	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, offs, rows, d, in, piece_act(c, ACT_EH),
-				c->w->p[W_EW2], at, 0, piece_act(c, ACT_EY), at);
+		be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, in, d, v->xr,
+					c->w->p[W_EW3], at, 0, v->eg, at);
+	experts_gate(c, v);
+	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, d, in, v->eh, c->w->p[W_EW2],
+				at, 0, v->ey, at);
 	if (gpt_oss(m) && m->tp.rank == 0) /* under TP once, to the partial sums */
-		expert_bias_add(c, piece_act(c, ACT_EY), W_EB2, d);
+		expert_bias_add(c, v, v->ey, W_EB2, d);
+}
+
+/* The layer's own rows: its activations and the model's scratch. */
+static moe_rows layer_rows(const piece_ctx *c)
+{
+	model *m = c->m;
+	return (moe_rows){.rows = c->n * m->args.moe.top_k, .groups = m->args.moe.experts,
+			  .offs = piece_act(c, ACT_OFFS), .xr = piece_act(c, ACT_XR),
+			  .ea = piece_act(c, ACT_EA), .eg = piece_act(c, ACT_EG),
+			  .eh = piece_act(c, ACT_EH), .ey = piece_act(c, ACT_EY),
+			  .d_rows = m->d_rows, .d_eh = m->d_eh, .d_ea = m->d_ea, .d_eg = m->d_eg};
 }
 
 static void gather_rows(const piece_ctx *c, const be_moe *r)
@@ -190,7 +197,13 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 	be->ops->moe_permute(be, piece_act(c, ACT_PERM), piece_act(c, ACT_POS), offs, counts,
 			     piece_act(c, ACT_IDX), &r);
 	gather_rows(c, &r);
-	experts_fwd(c);
+	if (m->ep.size > 1) { /* the backward uses these rows unless it recomputes them */
+		int kept = (model_layer_keep(m, c->l) & ACT_BIT(ACT_EY)) != 0;
+		model_ep_fwd(c, c->mb->train && (!y || kept));
+	} else {
+		moe_rows v = layer_rows(c);
+		model_moe_experts_fwd(c, &v);
+	}
 	int64_t sh = (int64_t)in * mo->shared_experts;
 	if (sh)
 		model_swiglu_fwd(c, shared_w, sh);
@@ -223,46 +236,60 @@ void model_moe_recompute_op(const piece_ctx *c)
 	model *m = c->m;
 	be_moe r = model_moe_shape(m, c->n);
 	int64_t sh = (int64_t)m->args.moe.inter_dim * m->args.moe.shared_experts;
-	gather_rows(c, &r);
-	experts_gate(c);
+	if (m->ep.size == 1) { /* expert parallelism keeps the rank's rows whole */
+		moe_rows v = layer_rows(c);
+		gather_rows(c, &r);
+		experts_gate(c, &v);
+	}
 	if (sh)
 		m->be->ops->swiglu_fwd(m->be, piece_act(c, ACT_H), piece_act(c, ACT_A),
 				       piece_act(c, ACT_G), m->prec.act, c->n * sh);
 }
 
-/* The experts backward from the output rows' gradient (d_rows) to the input
- * rows' (d_rows again). */
-static int experts_bwd(const piece_ctx *c, titan_err *e)
+/* dW[g] += dy[rows of g]^T x[rows of g]: now from the view's rows, or as the
+ * layer's activation xi says (deferred where the backward defers). */
+static int grouped_dw(const piece_ctx *c, const moe_rows *v, int slot, const void *dy,
+		      const void *x, int xi, int64_t in, int64_t out, titan_err *e)
+{
+	model *m = c->m;
+	if (!v->direct)
+		return model_grouped_weight_grad(c, slot, dy, xi, in, out, e);
+	model_tp_finish(m);
+	m->be->ops->grouped_matmul(m->be, BE_GMM_DW, v->groups, v->offs, v->rows, out, in, dy, x,
+				   m->prec.act, 1, c->g->p[slot], m->prec.grad);
+	return 0;
+}
+
+int model_moe_experts_bwd(const piece_ctx *c, const moe_rows *v, titan_err *e)
 {
 	model *m = c->m;
 	backend *be = m->be;
 	const moe_args *mo = &m->args.moe;
 	be_dtype at = m->prec.act;
-	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim, rows = c->n * mo->top_k;
-	const int32_t *offs = piece_act(c, ACT_OFFS);
+	int64_t d = m->args.dim, ex = v->groups, in = mo->inter_dim, rows = v->rows;
+	const int32_t *offs = v->offs;
 	int gpt = gpt_oss(m);
 	if (gpt && m->tp.rank == 0) /* the whole gradient; the other tp ranks' add 0 */
-		expert_bias_grad(c, m->d_rows, W_EB2, d);
-	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, d, in, m->d_rows, c->w->p[W_EW2],
-				at, 0, m->d_eh, at);
-	if (model_grouped_weight_grad(c, W_EW2, m->d_rows, ACT_EH, in, d, e))
+		expert_bias_grad(c, v, v->d_rows, W_EB2, d);
+	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, d, in, v->d_rows, c->w->p[W_EW2],
+				at, 0, v->d_eh, at);
+	if (grouped_dw(c, v, W_EW2, v->d_rows, v->eh, ACT_EH, in, d, e))
 		return -1;
 	if (gpt) { /* d_ea holds mlp1's (gate, up) pairs */
-		be->ops->swiglu_clamp_bwd(be, m->d_ea, m->d_eh, piece_act(c, ACT_EA), at, rows, in,
-					  GPT_OSS_ALPHA, (float)mo->swiglu_limit);
-		expert_bias_grad(c, m->d_ea, W_EB1, 2 * in);
-		be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, 2 * in, d, m->d_ea,
-					c->w->p[W_EW1], at, 0, m->d_rows, at);
-		return model_grouped_weight_grad(c, W_EW1, m->d_ea, ACT_XR, d, 2 * in, e);
+		be->ops->swiglu_clamp_bwd(be, v->d_ea, v->d_eh, v->ea, at, rows, in, GPT_OSS_ALPHA,
+					  (float)mo->swiglu_limit);
+		expert_bias_grad(c, v, v->d_ea, W_EB1, 2 * in);
+		be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, 2 * in, d, v->d_ea,
+					c->w->p[W_EW1], at, 0, v->d_rows, at);
+		return grouped_dw(c, v, W_EW1, v->d_ea, v->xr, ACT_XR, d, 2 * in, e);
 	}
-	be->ops->swiglu_bwd(be, m->d_ea, m->d_eg, m->d_eh, piece_act(c, ACT_EA),
-			    piece_act(c, ACT_EG), at, rows * in);
-	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, m->d_ea, c->w->p[W_EW1], at,
-				0, m->d_rows, at);
-	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, m->d_eg, c->w->p[W_EW3], at,
-				1, m->d_rows, at);
-	return model_grouped_weight_grad(c, W_EW1, m->d_ea, ACT_XR, d, in, e) ||
-	       model_grouped_weight_grad(c, W_EW3, m->d_eg, ACT_XR, d, in, e)
+	be->ops->swiglu_bwd(be, v->d_ea, v->d_eg, v->d_eh, v->ea, v->eg, at, rows * in);
+	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, v->d_ea, c->w->p[W_EW1], at,
+				0, v->d_rows, at);
+	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, v->d_eg, c->w->p[W_EW3], at,
+				1, v->d_rows, at);
+	return grouped_dw(c, v, W_EW1, v->d_ea, v->xr, ACT_XR, d, in, e) ||
+	       grouped_dw(c, v, W_EW3, v->d_eg, v->xr, ACT_XR, d, in, e)
 		       ? -1 : 0;
 }
 
@@ -284,7 +311,8 @@ int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	be->ops->moe_gather(be, m->d_rows, dy, at, perm, offs, before ? NULL : rw, &r, d);
 	if (!before)
 		be->ops->moe_dot(be, m->d_rw, piece_act(c, ACT_EY), dy, at, pos, &r, d);
-	if (experts_bwd(c, e))
+	moe_rows v = layer_rows(c);
+	if (m->ep.size > 1 ? model_ep_bwd(c, e) : model_moe_experts_bwd(c, &v, e))
 		return -1;
 	/* The gather: rows back to their tokens (weighted inputs: the weights'
 	 * gradient first). */

@@ -273,6 +273,14 @@ struct model {
 	void *pend;             /* async: a gather left for the first matmul that reads it */
 	int64_t pend_n, pend_d; /* its rows (n) and row length */
 	be_dtype pend_t;
+
+	/* Expert parallelism (model_ep.c); size 1: none.  el: the routed experts
+	 * this rank holds; epl (n_layers): a MoE layer's rows on this rank between
+	 * its forward and its backward; the rows sent and received so far. */
+	model_ep_group ep;
+	int el;
+	struct moe_ep_layer *epl;
+	int64_t ep_sent, ep_recv;
 };
 
 /* Rows of the residual stream a rank holds for n tokens. */
@@ -414,6 +422,33 @@ void model_moe_recompute_op(const piece_ctx *c);
 int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e);
 /* The experts' routing of n tokens (be_moe), capacity included. */
 be_moe model_moe_shape(const model *m, int64_t n);
+
+/* The experts' rows of a MoE layer (sorted by expert, groups experts from
+ * offs) and their activations: the layer's own (n*top_k rows, every expert),
+ * or with expert parallelism the rows this rank's experts received. */
+typedef struct moe_rows {
+	int64_t rows, groups;
+	const int32_t *offs;                /* (groups + 1) */
+	void *xr, *ea, *eg, *eh, *ey;       /* as ACT_XR .. ACT_EY */
+	void *d_rows, *d_eh, *d_ea, *d_eg;  /* the backward's scratch */
+	int direct; /* weight gradients now from xr / eh (not the layer's activations) */
+} moe_rows;
+/* The experts from xr up to ey, and back from d_rows (ey's gradient) to
+ * d_rows (xr's), adding the experts' weight gradients. */
+void model_moe_experts_fwd(const piece_ctx *c, const moe_rows *v);
+int model_moe_experts_bwd(const piece_ctx *c, const moe_rows *v, titan_err *e);
+
+/* Expert parallelism (model_ep.c).  setup: the group and the experts held
+ * (before the layout); free: what the layers hold.  fwd: the sorted rows
+ * (ACT_XR, ACT_OFFS) to this rank's experts and their outputs back into
+ * ACT_EY, the rank's rows kept for the backward when keep; a failure is
+ * recorded with backend_fault.  bwd: the rows'
+ * gradient (m->d_rows) through the experts that computed them, in place;
+ * the layer's rows are freed. */
+int model_ep_setup(model *m, const model_ep_group *ep, titan_err *e);
+void model_ep_free(model *m);
+void model_ep_fwd(const piece_ctx *c, int keep);
+int model_ep_bwd(const piece_ctx *c, titan_err *e);
 
 /* Add a tensor of layer l's unit to the layout (model.c): its name under
  * "layers.<l>.", shape (ndim of d0, d1, d2), slot, init and TP style. */

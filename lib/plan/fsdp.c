@@ -41,12 +41,13 @@ static size_t pbytes(const plan *p, size_t n) { return n * be_dtype_size(p->prec
 static size_t gbytes(const plan *p, size_t n) { return n * be_dtype_size(p->prec.grad); }
 static size_t rbytes(const plan *p, size_t n) { return n * be_dtype_size(p->o.reduce); }
 
-/* A rank's bytes of unit u in its all-gather (FSDP's float8 all-gather packs
- * the converted weights as float8: f8.c). */
-static size_t sbytes(const plan *p, int u)
+/* A rank's bytes of group k of unit u in its all-gather (FSDP's float8
+ * all-gather packs the converted weights as float8: f8.c; it runs without
+ * expert parallelism only, so the dense group is the whole unit). */
+static size_t sbytes(const plan *p, int u, int k)
 {
-	size_t b = plan_f8_gather_bytes(p, u);
-	return b ? b : pbytes(p, p->u[u].shard_numel);
+	size_t b = k == PLAN_DENSE ? plan_f8_gather_bytes(p, u) : 0;
+	return b ? b : pbytes(p, p->u[u].g[k].shard_numel);
 }
 
 /* Wait for a request; the comm's time is the profiler's "comm" event. */
@@ -65,56 +66,61 @@ static int wait_req(plan *p, comm_req **r, const char *what, size_t bytes, titan
 	return rc;
 }
 
-/* Start the all-gather of unit u's shards (a held unit that is not resident,
- * gathered or being gathered). */
+/* Start the all-gathers of unit u's shards, group by group (a held unit that
+ * is not resident, gathered or being gathered). */
 static int start_gather(plan *p, int u, titan_err *e)
 {
 	plan_unit *pu = &p->u[u];
-	if (!pu->held || pu->resident || pu->gathered || pu->ag)
+	if (!pu->held || pu->resident || pu->gathered || pu->g[PLAN_DENSE].gbuf)
 		return 0;
 	be_dtype pt = p->prec.param;
-	size_t s = pu->shard_numel, sb = sbytes(p, u);
-	int f8 = plan_f8_gather_bytes(p, u) != 0;
-	if (!(pu->gbuf = take(p, (size_t)p->fsdp * sb, e)))
-		return err_prefix(e, "fsdp: gathering unit %d", u);
-	const void *src = plan_shard_at(p, p->params, pu->shard_off);
-	if (f8 || pt != p->mt) {
-		if (!(pu->send = take(p, sb, e)))
+	for (int k = 0; k < PLAN_GROUPS; k++) {
+		plan_shards *g = &pu->g[k];
+		size_t s = g->shard_numel, sb = sbytes(p, u, k);
+		int n = p->gn[k], f8 = k == PLAN_DENSE && plan_f8_gather_bytes(p, u) != 0;
+		if (!(g->gbuf = take(p, (size_t)n * sb, e)))
 			return err_prefix(e, "fsdp: gathering unit %d", u);
-		if (f8 && plan_f8_pack(p, u, pu->send, e))
-			return -1;
-		if (!f8)
-			p->be->ops->convert(p->be, pu->send, pt, src, p->mt, (int64_t)s);
-		src = pu->send;
+		const void *src = plan_shard_at(p, p->params, g->shard_off);
+		if (f8 || pt != p->mt) {
+			if (!(g->send = take(p, sb, e)))
+				return err_prefix(e, "fsdp: gathering unit %d", u);
+			if (f8 && plan_f8_pack(p, u, g->send, e))
+				return -1;
+			if (!f8)
+				p->be->ops->convert(p->be, g->send, pt, src, p->mt, (int64_t)s);
+			src = g->send;
+		}
+		if (n == 1 || s == 0) { /* a group of one rank, or no tensors of the group */
+			plan_move(p->be, g->gbuf, pt, src, pt, s);
+			continue;
+		}
+		PROF_T0(t);
+		if (comm_all_gather_start(p->gc[k], src, g->gbuf, f8 ? sb : s,
+					  f8 ? COMM_U8 : plan_comm_dtype(pt), &g->ag, e))
+			return p->broken = 1, -1;
+		PROF_COMM(t, "all_gather_start", PA_I("bytes", sb), PA_I("unit", u));
 	}
-	if (p->fsdp == 1) {
-		plan_move(p->be, pu->gbuf, pt, src, pt, s);
-		return 0;
-	}
-	PROF_T0(t);
-	if (comm_all_gather_start(p->c_fsdp, src, pu->gbuf, f8 ? sb : s,
-				  f8 ? COMM_U8 : plan_comm_dtype(pt), &pu->ag, e))
-		return p->broken = 1, -1;
-	PROF_COMM(t, "all_gather_start", PA_I("bytes", sb), PA_I("unit", u));
 	return 0;
 }
 
-/* Move unit u between the model's layout (flat, of type ft: tensors after
- * each other, whole) and FSDP's padded one (padded, of type pt: rank j's
- * chunk of every tensor in block j), either way.  A unit gathered with the
- * float8 all-gather comes out of its packed layout (f8.c: the converted
- * weights' chunks as e4m3 codes, decoded here). */
-static void relayout(plan *p, int u, void *flat, be_dtype ft, void *padded, be_dtype pt,
+/* Move group k of unit u between the model's layout (flat, of type ft:
+ * tensors after each other, whole) and FSDP's padded one (padded, of type pt:
+ * rank j's chunk of every tensor of the group in block j), either way.  A
+ * unit gathered with the float8 all-gather comes out of its packed layout
+ * (f8.c: the converted weights' chunks as e4m3 codes, decoded here). */
+static void relayout(plan *p, int u, int k, void *flat, be_dtype ft, void *padded, be_dtype pt,
 		     int to_padded)
 {
 	const plan_unit *pu = &p->u[u];
 	const model_unit *mu = model_unit_at(p->m, u);
 	size_t fe = be_dtype_size(ft), pe = be_dtype_size(pt);
-	int packed = !to_padded && plan_f8_gather_bytes(p, u) != 0;
-	size_t block = packed ? pu->f8_bytes : pu->shard_numel * pe;
-	for (int j = 0; j < p->fsdp; j++)
+	int packed = !to_padded && k == PLAN_DENSE && plan_f8_gather_bytes(p, u) != 0;
+	size_t block = packed ? pu->f8_bytes : pu->g[k].shard_numel * pe;
+	for (int j = 0; j < p->gn[k]; j++)
 		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
 			const plan_tensor *t = &p->t[i];
+			if (t->grp != k)
+				continue;
 			int64_t r = t->rows - j * t->cs;
 			r = r < 0 ? 0 : r > t->cs ? t->cs : r;
 			if (r == 0)
@@ -138,16 +144,19 @@ static int finish_gather(plan *p, int u, titan_err *e)
 	plan_unit *pu = &p->u[u];
 	if (pu->gathered || pu->resident)
 		return 0;
-	if (!pu->gbuf && start_gather(p, u, e))
+	if (!pu->g[PLAN_DENSE].gbuf && start_gather(p, u, e))
 		return -1;
-	size_t sb = sbytes(p, u);
-	if (wait_req(p, &pu->ag, "all_gather", sb, e))
-		return -1;
+	for (int k = 0; k < PLAN_GROUPS; k++)
+		if (wait_req(p, &pu->g[k].ag, "all_gather", sbytes(p, u, k), e))
+			return -1;
 	if (!(pu->params = take(p, pbytes(p, pu->numel), e)))
 		return err_prefix(e, "fsdp: unit %d", u);
-	relayout(p, u, pu->params, p->prec.param, pu->gbuf, p->prec.param, 0);
-	give(p, &pu->gbuf, (size_t)p->fsdp * sb);
-	give(p, &pu->send, sb);
+	for (int k = 0; k < PLAN_GROUPS; k++) {
+		plan_shards *g = &pu->g[k];
+		relayout(p, u, k, pu->params, p->prec.param, g->gbuf, p->prec.param, 0);
+		give(p, &g->gbuf, (size_t)p->gn[k] * sbytes(p, u, k));
+		give(p, &g->send, sbytes(p, u, k));
+	}
 	pu->gathered = 1;
 	return 0;
 }
@@ -196,43 +205,58 @@ static void accumulate(plan *p, int u)
 	plan_unit *pu = &p->u[u];
 	if (pu->resident)
 		return;
-	p->be->ops->axpy(p->be, plan_shard_at(p, p->grads, pu->shard_off), p->mt, 1, pu->rsout,
-			 p->o.reduce,
-			 (int64_t)pu->shard_numel);
-	give(p, &pu->rsout, rbytes(p, pu->shard_numel));
+	for (int k = 0; k < PLAN_GROUPS; k++) {
+		plan_shards *g = &pu->g[k];
+		p->be->ops->axpy(p->be, plan_shard_at(p, p->grads, g->shard_off), p->mt, 1,
+				 g->rsout, p->o.reduce, (int64_t)g->shard_numel);
+		give(p, &g->rsout, rbytes(p, g->shard_numel));
+	}
 }
 
+/* The all-reduces over the replicas (HSDP: each group's reduced shard; DDP:
+ * the resident unit's gradient, as the dense group's). */
 static int start_all_reduce(plan *p, int u, titan_err *e)
 {
 	plan_unit *pu = &p->u[u];
-	void *buf = pu->resident ? plan_shard_at(p, p->grads, pu->shard_off) : pu->rsout;
-	comm_dtype t = plan_comm_dtype(pu->resident ? p->mt : p->o.reduce);
-	PROF_T0(t0);
-	if (comm_all_reduce_start(p->c_rep, buf, buf, pu->shard_numel, t, COMM_SUM, &pu->ar, e))
-		return p->broken = 1, -1;
-	PROF_COMM(t0, "all_reduce_start", PA_I("bytes", rbytes(p, pu->shard_numel)), PA_I("unit", u));
+	for (int k = 0; k < (pu->resident ? 1 : PLAN_GROUPS); k++) {
+		plan_shards *g = &pu->g[k];
+		void *buf = pu->resident ? plan_shard_at(p, p->grads, pu->shard_off) : g->rsout;
+		size_t n = pu->resident ? pu->shard_numel : g->shard_numel;
+		comm_dtype t = plan_comm_dtype(pu->resident ? p->mt : p->o.reduce);
+		if (n == 0)
+			continue;
+		PROF_T0(t0);
+		if (comm_all_reduce_start(p->c_rep, buf, buf, n, t, COMM_SUM, &g->ar, e))
+			return p->broken = 1, -1;
+		PROF_COMM(t0, "all_reduce_start", PA_I("bytes", rbytes(p, n)), PA_I("unit", u));
+	}
 	return 0;
 }
 
-/* Move every reduction in flight on by one stage: an all-reduce is waited
- * for and added in; a reduce-scatter is waited for and, under HSDP, its
- * all-reduce started (else added in). */
+/* Move every reduction in flight on by one stage: all-reduces are waited for
+ * and added in; reduce-scatters are waited for and, under HSDP, their
+ * all-reduces started (else added in). */
 static int advance(plan *p, titan_err *e)
 {
 	int n = p->nq, w = 0;
-	for (int k = 0; k < n; k++) {
-		int u = p->queue[k];
+	for (int q = 0; q < n; q++) {
+		int u = p->queue[q];
 		plan_unit *pu = &p->u[u];
-		if (pu->ar) {
-			if (wait_req(p, &pu->ar, "all_reduce", rbytes(p, pu->shard_numel), e))
-				return -1;
+		if (pu->g[PLAN_DENSE].ar) {
+			for (int k = 0; k < PLAN_GROUPS; k++)
+				if (wait_req(p, &pu->g[k].ar, "all_reduce",
+					     rbytes(p, pu->g[k].shard_numel), e))
+					return -1;
 			accumulate(p, u);
 			pu->queued = 0;
 			continue;
 		}
-		if (wait_req(p, &pu->rs, "reduce_scatter", rbytes(p, pu->shard_numel), e))
-			return -1;
-		give(p, &pu->rsbuf, rbytes(p, (size_t)p->fsdp * pu->shard_numel));
+		for (int k = 0; k < PLAN_GROUPS; k++) {
+			plan_shards *g = &pu->g[k];
+			if (wait_req(p, &g->rs, "reduce_scatter", rbytes(p, g->shard_numel), e))
+				return -1;
+			give(p, &g->rsbuf, rbytes(p, (size_t)p->gn[k] * g->shard_numel));
+		}
 		if (p->rep > 1 && !pu->resident) {
 			if (start_all_reduce(p, u, e))
 				return -1;
@@ -254,14 +278,17 @@ int plan_finish_reduce(plan *p, titan_err *e)
 	return 0;
 }
 
-/* Copy unit u's gradient into FSDP's padded layout in the reduce type, the
- * padding zero. */
+/* Copy unit u's gradient into each group's padded layout in the reduce type,
+ * the padding zero. */
 static void copy_in(plan *p, int u)
 {
 	plan_unit *pu = &p->u[u];
-	void *dst = p->fsdp > 1 ? pu->rsbuf : pu->rsout;
-	p->be->ops->zero(p->be, dst, rbytes(p, (size_t)p->fsdp * pu->shard_numel));
-	relayout(p, u, pu->grad, p->prec.grad, dst, p->o.reduce, 1);
+	for (int k = 0; k < PLAN_GROUPS; k++) {
+		plan_shards *g = &pu->g[k];
+		void *dst = p->gn[k] > 1 ? g->rsbuf : g->rsout;
+		p->be->ops->zero(p->be, dst, rbytes(p, (size_t)p->gn[k] * g->shard_numel));
+		relayout(p, u, k, pu->grad, p->prec.grad, dst, p->o.reduce, 1);
+	}
 }
 
 int plan_reduce_unit(plan *p, int u, titan_err *e)
@@ -277,20 +304,27 @@ int plan_reduce_unit(plan *p, int u, titan_err *e)
 	p->queue[p->nq++] = u;
 	if (pu->resident)
 		return start_all_reduce(p, u, e);
-	if (!(pu->rsout = take(p, rbytes(p, pu->shard_numel), e)) ||
-	    (p->fsdp > 1 && !(pu->rsbuf = take(p, rbytes(p, (size_t)p->fsdp * pu->shard_numel), e))))
-		return err_prefix(e, "fsdp: reducing unit %d", u);
+	for (int k = 0; k < PLAN_GROUPS; k++) {
+		plan_shards *g = &pu->g[k];
+		if (!(g->rsout = take(p, rbytes(p, g->shard_numel), e)) ||
+		    (p->gn[k] > 1 &&
+		     !(g->rsbuf = take(p, rbytes(p, (size_t)p->gn[k] * g->shard_numel), e))))
+			return err_prefix(e, "fsdp: reducing unit %d", u);
+	}
 	copy_in(p, u);
 	give(p, &pu->grad, gbytes(p, pu->numel));
 	model_bind_unit(p->m, u, pu->params, NULL);
-	if (p->fsdp == 1)
-		return 0;
-	PROF_T0(t);
-	if (comm_reduce_scatter_start(p->c_fsdp, pu->rsbuf, pu->rsout, pu->shard_numel,
-				      plan_comm_dtype(p->o.reduce), COMM_SUM, &pu->rs, e))
-		return p->broken = 1, -1;
-	PROF_COMM(t, "reduce_scatter_start", PA_I("bytes", rbytes(p, pu->shard_numel)),
-		  PA_I("unit", u));
+	for (int k = 0; k < PLAN_GROUPS; k++) {
+		plan_shards *g = &pu->g[k];
+		if (p->gn[k] == 1 || g->shard_numel == 0)
+			continue;
+		PROF_T0(t);
+		if (comm_reduce_scatter_start(p->gc[k], g->rsbuf, g->rsout, g->shard_numel,
+					      plan_comm_dtype(p->o.reduce), COMM_SUM, &g->rs, e))
+			return p->broken = 1, -1;
+		PROF_COMM(t, "reduce_scatter_start", PA_I("bytes", rbytes(p, g->shard_numel)),
+			  PA_I("unit", u));
+	}
 	return 0;
 }
 
@@ -415,20 +449,27 @@ void plan_release_all(plan *p)
 		return;
 	for (int u = 0; u < p->n_units; u++) {
 		plan_unit *pu = &p->u[u];
-		comm_req **rq[3] = {&pu->ag, &pu->rs, &pu->ar};
-		for (int k = 0; k < 3; k++)
-			if (*rq[k] && comm_wait(*rq[k], &e))
-				p->broken = 1;
-		for (int k = 0; k < 3; k++)
-			*rq[k] = NULL;
+		for (int k = 0; k < PLAN_GROUPS; k++) {
+			plan_shards *g = &pu->g[k];
+			comm_req **rq[3] = {&g->ag, &g->rs, &g->ar};
+			for (int r = 0; r < 3; r++) {
+				if (*rq[r] && comm_wait(*rq[r], &e))
+					p->broken = 1;
+				*rq[r] = NULL;
+			}
+		}
 		if (p->broken) /* MPI may still write what it was given */
 			continue;
-		give(p, &pu->gbuf, (size_t)p->fsdp * sbytes(p, u));
-		give(p, &pu->send, sbytes(p, u));
+		for (int k = 0; k < PLAN_GROUPS; k++) {
+			plan_shards *g = &pu->g[k];
+			size_t n = (size_t)p->gn[k] * g->shard_numel;
+			give(p, &g->gbuf, (size_t)p->gn[k] * sbytes(p, u, k));
+			give(p, &g->send, sbytes(p, u, k));
+			give(p, &g->rsbuf, rbytes(p, n));
+			give(p, &g->rsout, rbytes(p, g->shard_numel));
+		}
 		give(p, &pu->params, pbytes(p, pu->numel));
 		give(p, &pu->grad, gbytes(p, pu->numel));
-		give(p, &pu->rsbuf, rbytes(p, (size_t)p->fsdp * pu->shard_numel));
-		give(p, &pu->rsout, rbytes(p, pu->shard_numel));
 		pu->gathered = pu->kept = pu->queued = 0;
 		if (!pu->resident && pu->held)
 			model_bind_unit(p->m, u, NULL, NULL);

@@ -72,7 +72,25 @@ static int read_mesh(plan *p, titan_err *e)
 	p->c_loss = dim_comm(p, MESH_LOSS);
 	p->c_pp = dim_comm(p, MESH_PP);
 	p->c_cp = dim_comm(p, MESH_CP);
+	p->ep = plan_size(p, MESH_EP), p->ep_rank = plan_coord(p, MESH_EP);
+	p->c_ep = dim_comm(p, MESH_EP);
+	/* FSDP's groups: the experts' over efsdp under expert parallelism */
+	int ex = p->ep > 1;
+	p->gn[PLAN_DENSE] = p->fsdp, p->gr[PLAN_DENSE] = p->fsdp_rank, p->gc[PLAN_DENSE] = p->c_fsdp;
+	p->gn[PLAN_EXPERT] = ex ? plan_size(p, MESH_EFSDP) : p->fsdp;
+	p->gr[PLAN_EXPERT] = ex ? plan_coord(p, MESH_EFSDP) : p->fsdp_rank;
+	p->gc[PLAN_EXPERT] = ex ? dim_comm(p, MESH_EFSDP) : p->c_fsdp;
 	int world = p->mesh ? p->mesh->world_size : 1;
+	if (p->ep > 1 && (p->tp > 1 || p->o.pp))
+		return err_set(e, "parallelism: expert_parallel_degree %d with %s %d: expert "
+			       "parallelism runs with data parallelism (and cp) only yet", p->ep,
+			       p->tp > 1 ? "tensor_parallel_degree" : "pipeline_parallel_degree",
+			       p->tp > 1 ? p->tp : plan_size(p, MESH_PP));
+	/* f8.c packs a unit's whole shard as one block: not the expert group's */
+	if (p->ep > 1 && p->o.f8_all_gather)
+		return err_set(e, "parallelism: expert_parallel_degree %d with "
+			       "quantize.linear.float8.enable_fsdp_float8_all_gather: FSDP's float8 "
+			       "all-gather runs without expert parallelism only yet", p->ep);
 	/* torchtitan's apply_ddp: replication without sharding is DDP, alone. */
 	p->ddp = p->rep > 1 && p->fsdp == 1;
 	if (p->ddp && world != p->rep)
@@ -88,16 +106,40 @@ static int apply_tp(plan *p, titan_err *e)
 {
 	const plan_opts *o = &p->o;
 	model_tp_group tp = plan_tp_group(p);
+	model_ep_group ep = plan_ep_group(p);
 	if (!(p->g = model_create_unbound(p->be, o->args, o->vocab_size, e)) ||
-	    !(p->m = model_create_tp(p->be, o->args, o->vocab_size, &tp, e)))
+	    !(p->m = model_create_ep(p->be, o->args, o->vocab_size, &tp, &ep, e)))
 		return -1;
 	p->n_units = model_num_units(p->m);
 	p->head = p->n_units - 1;
 	return 0;
 }
 
+/* Where tensor i of unit u goes in the shard: FSDP2's chunk of dim 0 over its
+ * group, from `at`. */
+static void place_tensor(plan *p, const model_unit *mu, int i, size_t *at)
+{
+	const model_tensor *mt = model_tensor_at(p->m, i);
+	plan_tensor *t = &p->t[i];
+	plan_unit *pu = &p->u[mt->unit];
+	int n = p->gn[t->grp];
+	t->rows = mt->shape[0];
+	t->cols = (int64_t)(mt->numel / (size_t)mt->shape[0]);
+	t->cs = (t->rows + n - 1) / n;
+	t->r0 = t->cs * p->gr[t->grp];
+	t->nr = t->rows - t->r0 < 0 ? 0 : t->rows - t->r0 > t->cs ? t->cs : t->rows - t->r0;
+	t->unit_off = mt->offset - mu->offset;
+	t->tp_replicated = mt->tp == MODEL_TP_REPLICATE;
+	if (pu->held) {
+		t->shard_off = *at;
+		t->chunk_off = *at - pu->g[t->grp].shard_off;
+		*at += (size_t)(t->cs * t->cols);
+	}
+}
+
 /* FSDP2's chunks of dim 0 (torch.chunk's sizes, the last ranks short or
- * empty) of every tensor of the held units, each padded to cs rows. */
+ * empty) of every tensor of the held units, each padded to cs rows; a unit's
+ * dense tensors first, then its experts' (their own group). */
 static int apply_fsdp(plan *p, titan_err *e)
 {
 	model *m = p->m;
@@ -116,21 +158,15 @@ static int apply_fsdp(plan *p, titan_err *e)
 		pu->numel = mu->numel;
 		pu->shard_off = at;
 		pu->resident = resident;
-		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
-			const model_tensor *mt = model_tensor_at(m, i);
-			plan_tensor *t = &p->t[i];
-			t->rows = mt->shape[0];
-			t->cols = (int64_t)(mt->numel / (size_t)mt->shape[0]);
-			t->cs = (t->rows + p->fsdp - 1) / p->fsdp;
-			t->r0 = t->cs * p->fsdp_rank;
-			t->nr = t->rows - t->r0 < 0 ? 0 : t->rows - t->r0 > t->cs ? t->cs : t->rows - t->r0;
-			t->unit_off = mt->offset - mu->offset;
-			t->tp_replicated = mt->tp == MODEL_TP_REPLICATE;
-			if (pu->held) {
-				t->shard_off = at;
-				t->chunk_off = at - pu->shard_off;
-				at += (size_t)(t->cs * t->cols);
-			}
+		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++)
+			p->t[i].grp = p->ep > 1 && model_tensor_at(m, i)->is_expert ? PLAN_EXPERT
+										    : PLAN_DENSE;
+		for (int k = 0; k < PLAN_GROUPS; k++) {
+			pu->g[k].shard_off = at;
+			for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++)
+				if (p->t[i].grp == k)
+					place_tensor(p, mu, i, &at);
+			pu->g[k].shard_numel = at - pu->g[k].shard_off;
 		}
 		pu->shard_numel = at - pu->shard_off;
 	}
@@ -154,6 +190,8 @@ static int make_boxes(plan *p, titan_err *e)
 			b->sizes[d] = lt->shape[d];
 		b->sizes[0] = t->nr;
 		b->offsets[0] = t->r0;
+		if (t->grp == PLAN_EXPERT) /* the rank's experts */
+			b->offsets[0] += (int64_t)p->ep_rank * lt->shape[0];
 		if (gt->tp_dim >= 0 && p->tp > 1) {
 			int64_t g = gt->shape[gt->tp_dim], chunk = (g + p->tp - 1) / p->tp;
 			b->offsets[gt->tp_dim] += chunk * p->tp_rank;
@@ -339,15 +377,17 @@ int plan_init_weights(plan *p, uint64_t seed, int depth_init, titan_err *e)
 }
 
 /* The unsharded bytes of unit u while gathered: its parameters and the
- * all-gather's buffer (and the converted shard it sends). */
+ * all-gathers' buffers (and the converted shards they send). */
 static size_t gather_bytes(const plan *p, int u)
 {
 	const plan_unit *pu = &p->u[u];
 	if (pu->resident || !pu->held)
 		return 0;
-	size_t pe = be_dtype_size(p->prec.param);
-	return pu->numel * pe + (size_t)p->fsdp * pu->shard_numel * pe +
-	       (p->prec.param != p->mt ? pu->shard_numel * pe : 0);
+	size_t pe = be_dtype_size(p->prec.param), b = pu->numel * pe;
+	for (int k = 0; k < PLAN_GROUPS; k++)
+		b += (size_t)p->gn[k] * pu->g[k].shard_numel * pe +
+		     (p->prec.param != p->mt ? pu->g[k].shard_numel * pe : 0);
+	return b;
 }
 
 /* ... and while its gradient is reduced. */
@@ -356,8 +396,10 @@ static size_t grad_bytes(const plan *p, int u)
 	const plan_unit *pu = &p->u[u];
 	if (pu->resident || !pu->held)
 		return 0;
-	size_t re = be_dtype_size(p->o.reduce);
-	return pu->numel * be_dtype_size(p->prec.grad) + (size_t)(p->fsdp + 1) * pu->shard_numel * re;
+	size_t re = be_dtype_size(p->o.reduce), b = pu->numel * be_dtype_size(p->prec.grad);
+	for (int k = 0; k < PLAN_GROUPS; k++)
+		b += (size_t)(p->gn[k] + 1) * pu->g[k].shard_numel * re;
+	return b;
 }
 
 void plan_memory_get(const plan *p, plan_memory *mm)
@@ -414,6 +456,10 @@ void plan_describe(const plan *p, FILE *log)
 			    : p->o.reshard == PLAN_RESHARD_NEVER ? "never" : "default");
 	else if (p->ddp)
 		metrics_log(log, "Applied DDP to the model (%d replicas)", p->rep);
+	if (p->ep > 1)
+		metrics_log(log, "Applied Expert Parallelism to the model (ep %d: %d experts per "
+			    "rank, their FSDP over %d ranks)", p->ep,
+			    model_args(p->m)->moe.experts / p->ep, p->gn[PLAN_EXPERT]);
 	plan_memory mm;
 	plan_memory_get(p, &mm);
 	char n[48];

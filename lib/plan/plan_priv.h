@@ -20,33 +20,49 @@ typedef struct plan_tensor {
 	size_t unit_off;     /* in its unit's slice of the model's flat layout */
 	size_t chunk_off;    /* in its unit's shard: shard_off - unit's shard_off */
 	int tp_replicated;   /* every tp rank holds it whole (norms) */
+	int grp;             /* PLAN_DENSE or PLAN_EXPERT: the FSDP group it shards over */
 	int f8;              /* float8 all-gather: 1 + its ordinal among the converted
 	                        weights, 0 when not converted (f8.c) */
 	size_t chunk_boff;   /* float8 all-gather: its chunk's byte offset in the unit's */
 } plan_tensor;
 
+/* FSDP's groups: a unit's tensors shard over the fsdp dimension, but under
+ * expert parallelism its routed experts' tensors (the rank's experts) shard
+ * over efsdp, the ranks that hold the same experts (torchtitan's
+ * fully_shard of the experts on the dp_shard_mod_ep mesh).  Each group of a
+ * unit is gathered and reduced by its own collectives, its chunks a block of
+ * the unit's shard. */
+enum { PLAN_DENSE, PLAN_EXPERT, PLAN_GROUPS };
+typedef struct plan_shards {
+	size_t shard_off, shard_numel; /* the group's block of the flat shard */
+	void *send;                    /* (shard_numel) prec.param: the shard converted */
+	void *gbuf;                    /* (N * shard_numel) prec.param (float8: N * f8_bytes) */
+	comm_req *ag;                  /* the all-gather in flight */
+	void *rsbuf;                   /* (N * shard_numel) reduce type */
+	void *rsout;                   /* (shard_numel) reduce type */
+	comm_req *rs, *ar;             /* reduce-scatter over the group, all-reduce over replicas */
+} plan_shards;
+
 /* A unit's storage and what is in flight for it.  A resident unit is bound to
  * the shard itself (one fsdp rank, parameters and gradients of the shard's
- * type): it is
- * never gathered.  The others gather into gbuf (fsdp ranks x shard, the
- * all-gather's receive buffer) and copy out into params (the model's layout);
- * their gradient goes the other way: grad (model layout), copied into rsbuf
- * (FSDP's padded layout, in the reduce type), reduce-scattered into rsout. */
+ * type): it is never gathered (its all-reduce over replicas is
+ * g[PLAN_DENSE].ar).  The others gather each group into its gbuf (the group's
+ * ranks x its shard, the all-gather's receive buffer; under FSDP's float8
+ * all-gather the dense group's blocks are f8_bytes of packed codes) and copy
+ * out into params (the model's layout);
+ * their gradient goes the other way: grad (model layout), copied into each
+ * group's rsbuf (FSDP's padded layout, in the reduce type), reduce-scattered
+ * into its rsout. */
 typedef struct plan_unit {
 	int held;
 	int resident;
 	size_t numel;                  /* model layout */
 	size_t shard_off, shard_numel; /* the unit's slice of the flat shard */
-	void *send;                    /* (shard_numel) prec.param: the shard converted */
-	void *gbuf;                    /* (N * shard_numel) prec.param */
+	plan_shards g[PLAN_GROUPS];
 	void *params;                  /* (numel) prec.param, bound while gathered */
-	comm_req *ag;                  /* the all-gather in flight */
 	int gathered;                  /* params hold the gathered weights */
 	int kept;                      /* gathered for a pipeline stage: kept until reduced */
 	void *grad;                    /* (numel) prec.grad, bound during backward */
-	void *rsbuf;                   /* (N * shard_numel) reduce type */
-	void *rsout;                   /* (shard_numel) reduce type */
-	comm_req *rs, *ar;             /* reduce-scatter over fsdp, all-reduce over replicas */
 	int queued;                    /* in the reduction queue */
 	size_t f8_bytes;               /* float8 all-gather: the rank's bytes of the unit
 	                                  (0: gathered in prec.param as above) */
@@ -65,8 +81,12 @@ struct plan {
 	int fsdp, fsdp_rank;   /* dp_shard x cp */
 	int rep, rep_rank;     /* dp_replicate */
 	int tp, tp_rank;
+	int ep, ep_rank;       /* expert parallelism (ep borrowed from dp_shard x cp) */
 	int cp, cp_rank;
-	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp, *c_cp;
+	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp, *c_cp, *c_ep;
+	/* FSDP's groups (PLAN_DENSE: fsdp; PLAN_EXPERT: efsdp): size, index, comm */
+	int gn[PLAN_GROUPS], gr[PLAN_GROUPS];
+	comm *gc[PLAN_GROUPS];
 	cp_layout cpl;     /* context parallelism: the training sequence's chunks */
 	cp_attn *ring;     /* its ring attention (NULL: one cp rank) */
 	int ddp;           /* replication alone: all-reduce the unit's gradient */
@@ -123,6 +143,8 @@ int plan_f8_begin(plan *p, titan_err *e);
 size_t plan_f8_gather_bytes(const plan *p, int u);
 int plan_f8_pack(plan *p, int u, void *send, titan_err *e);
 void plan_f8_free(plan *p);
+/* ep.c: the model's all-to-alls over ep. */
+model_ep_group plan_ep_group(plan *p);
 
 /* tp.c: the model's collectives over tp; the replicated tensors' gradients
  * all-reduced over tp. */

@@ -74,7 +74,8 @@ static int resolve(const job_config *c, int world, plan_degrees *out, titan_err 
 	if (mesh_resolve(&want, world, &d, e))
 		return -1;
 	*out = (plan_degrees){.pp = (int)d.pp, .dp_replicate = (int)d.dp_replicate,
-			      .dp_shard = (int)d.dp_shard, .cp = (int)d.cp, .tp = (int)d.tp};
+			      .dp_shard = (int)d.dp_shard, .cp = (int)d.cp, .tp = (int)d.tp,
+			      .ep = (int)d.ep};
 	return 0;
 }
 
@@ -84,10 +85,14 @@ static int resolve(const job_config *c, int world, plan_degrees *out, titan_err 
 static int check_model(const plan_ctx *x, const llama_args *a, titan_err *e)
 {
 	mesh_degrees d = {.dp_replicate = x->d.dp_replicate, .dp_shard = x->d.dp_shard,
-			  .cp = x->d.cp, .tp = x->d.tp, .pp = x->d.pp, .ep = 1, .etp = 1};
+			  .cp = x->d.cp, .tp = x->d.tp, .pp = x->d.pp, .ep = x->d.ep, .etp = 1};
 	mesh_model m = {a->name, a->n_layers, a->n_heads, a->n_kv_heads, a->dim,
-			flavor_ffn_hidden(a), 0, x->c->training.seq_len,
+			flavor_ffn_hidden(a), a->moe.experts, x->c->training.seq_len,
 			x->c->parallelism.context_parallel_load_balancer == NULL};
+	if (x->d.ep > 1 && (a->moe.experts <= 0 || x->d.tp > 1 || x->d.pp > 1))
+		return err_set(e, "parallelism.expert_parallel_degree = %d: %s", x->d.ep,
+			       a->moe.experts <= 0 ? "the model has no experts"
+			       : "expert parallelism runs with data parallelism (and cp) only yet");
 	return mesh_check_model(&d, &m, e);
 }
 

@@ -18,8 +18,11 @@ int planner_print(const plan_report *r, FILE *f)
 {
 	const plan_degrees *d = &r->d;
 	fprintf(f, "plan: %s (%lld parameters) on %d ranks: pp %d, dp_replicate %d, dp_shard %d, "
-		"cp %d, tp %d\n", r->model, (long long)r->n_params, r->world_size, d->pp,
+		"cp %d, tp %d", r->model, (long long)r->n_params, r->world_size, d->pp,
 		d->dp_replicate, d->dp_shard, d->cp, d->tp);
+	if (d->ep > 1)
+		fprintf(f, ", ep %d (experts' FSDP over %d)", d->ep, d->dp_shard * d->cp / d->ep);
+	fputc('\n', f);
 	fprintf(f, "batch: local %lld x seq %lld, %lld micro-batch%s of %lld a step; AC %s; %s\n",
 		(long long)r->local_batch, (long long)r->seq_len, (long long)r->n_mb,
 		r->n_mb == 1 ? "" : "es", (long long)r->microbatch, r->ac, r->dtypes);
@@ -82,9 +85,9 @@ int planner_print_json(const plan_report *r, FILE *f, titan_err *e)
 	json_object_set_new(o, "model", json_string(r->model));
 	json_object_set_new(o, "n_params", json_integer(r->n_params));
 	json_object_set_new(o, "world_size", json_integer(r->world_size));
-	json_object_set_new(o, "degrees", json_pack("{s:i, s:i, s:i, s:i, s:i}", "pp", d->pp,
+	json_object_set_new(o, "degrees", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "pp", d->pp,
 						    "dp_replicate", d->dp_replicate, "dp_shard",
-						    d->dp_shard, "cp", d->cp, "tp", d->tp));
+						    d->dp_shard, "cp", d->cp, "tp", d->tp, "ep", d->ep));
 	json_object_set_new(o, "local_batch_size", json_integer(r->local_batch));
 	json_object_set_new(o, "seq_len", json_integer(r->seq_len));
 	json_object_set_new(o, "microbatch_size", json_integer(r->microbatch));

@@ -4,14 +4,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/family.h"
 #include "plan/plan.h"
 #include "planner/planner_priv.h"
 
 /* A tensor's elements on one rank: split by TP along its tp_dim, then FSDP's
  * dim-0 shard, the rows padded up to a multiple of the FSDP degree (FSDP2's
  * padding, held by every rank). */
+static int ep_split(const plan_ctx *x, const model_tensor *t)
+{
+	return x->d.ep > 1 && t->is_expert;
+}
+
+/* Under expert parallelism a routed expert tensor holds the rank's experts
+ * (dim 0 / ep) and shards over efsdp = fsdp / ep. */
 static uint64_t tp_numel(const plan_ctx *x, const model_tensor *t)
 {
+	if (ep_split(x, t))
+		return t->numel / (uint64_t)x->d.ep;
 	uint64_t n = t->numel;
 	if (x->d.tp > 1 && t->tp_dim >= 0)
 		n = n / (uint64_t)t->shape[t->tp_dim] *
@@ -23,11 +33,14 @@ static uint64_t shard_numel(const plan_ctx *x, const model_tensor *t)
 {
 	uint64_t n = tp_numel(x, t);
 	int64_t rows = t->shape[0];
+	int fsdp = x->fsdp;
 	if (x->d.tp > 1 && t->tp_dim == 0)
 		rows = (rows + x->d.tp - 1) / x->d.tp;
-	if (x->fsdp <= 1 || rows <= 0)
+	if (ep_split(x, t))
+		rows /= x->d.ep, fsdp /= x->d.ep;
+	if (fsdp <= 1 || rows <= 0)
 		return n;
-	return n / (uint64_t)rows * (uint64_t)((rows + x->fsdp - 1) / x->fsdp);
+	return n / (uint64_t)rows * (uint64_t)((rows + fsdp - 1) / fsdp);
 }
 
 /* Elements of unit u on one rank: TP-local (whole = 1) or its FSDP shard. */
@@ -39,6 +52,17 @@ static uint64_t unit_numel(const plan_ctx *x, int u, int whole)
 		const model_tensor *t = model_tensor_at(x->whole, i);
 		n += whole ? tp_numel(x, t) : shard_numel(x, t);
 	}
+	return n;
+}
+
+/* Elements of unit u's expert-parallel tensors in a rank's shard. */
+static uint64_t expert_numel(const plan_ctx *x, int u)
+{
+	const model_unit *mu = model_unit_at(x->whole, u);
+	uint64_t n = 0;
+	for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++)
+		if (ep_split(x, model_tensor_at(x->whole, i)))
+			n += shard_numel(x, model_tensor_at(x->whole, i));
 	return n;
 }
 
@@ -76,12 +100,12 @@ static void role_stages(const plan_ctx *x, int r, stages *s)
 }
 
 /* The shard elements each rank of pipeline rank r holds, from the plan's
- * own layout: plan_create with layout_only (TP's shapes, FSDP2's padded
- * chunks) of the units plan_pipeline_hold gives the rank, for its first rank
+ * own layout: plan_create with layout_only (TP's shapes, the rank's experts
+ * under EP, FSDP2's padded chunks) of the units plan_pipeline_hold gives the rank, for its first rank
  * (the others of the role hold as many). */
 static int held_shard(const plan_ctx *x, int r, uint64_t *numel, titan_err *e)
 {
-	mesh m = {.d = {x->d.dp_replicate, x->d.dp_shard, x->d.cp, x->d.tp, x->d.pp, 1, 1}};
+	mesh m = {.d = {x->d.dp_replicate, x->d.dp_shard, x->d.cp, x->d.tp, x->d.pp, x->d.ep, 1}};
 	m.world_size = x->r->world_size;
 	mesh_sizes(&m.d, m.size);
 	for (m.rank = 0; m.rank < m.world_size; m.rank++) {
@@ -153,6 +177,25 @@ static uint64_t message_bytes(const plan_ctx *x)
 	       be_dtype_size(x->compute_t);
 }
 
+/* Expert parallelism's rows beyond what the model counts for its experts
+ * (n top_k rows of their activations: what a rank's experts receive when
+ * the routing is balanced, the average): the received rows' input (and,
+ * under op-level AC, their gate output: both recomputed without ep) for
+ * every MoE layer whose backward keeps them; and one layer's staging rows
+ * and outputs (2 rows x dim) while it runs. */
+static uint64_t ep_bytes(const plan_ctx *x, int b, int t)
+{
+	const llama_args *a = model_args(x->local);
+	if (x->d.ep <= 1)
+		return 0;
+	uint64_t rows = (uint64_t)b * (uint64_t)t * (uint64_t)a->moe.top_k, layers = 0;
+	uint64_t d = (uint64_t)a->dim, in = (uint64_t)a->moe.inter_dim;
+	for (int l = 0; l < a->n_layers; l++)
+		layers += model_family_moe_layer(a, l) && !recomputed(x, l + 1);
+	uint64_t kept = d + (x->ac == MODEL_AC_OP ? in : 0);
+	return (layers * kept + 2 * d) * rows * be_dtype_size(x->compute_t);
+}
+
 /* Activations: the bytes of the micro-batch contexts alive at the worst
  * moment of the rank's action list (a context lives from its F to its B, or
  * to its W when the backward is split, when the weight-gradient jobs its I
@@ -175,7 +218,8 @@ static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role
 	*msg_extra = 0;
 	if (x->d.pp == 1) {
 		ro->live_mb = 1;
-		ro->bytes[PLAN_ACTIVATIONS] = model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk) + scratch;
+		ro->bytes[PLAN_ACTIVATIONS] = model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk) +
+					      scratch + ep_bytes(x, b, t);
 		return 0;
 	}
 	const pp_schedule *sc = x->sched;
@@ -263,11 +307,12 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 		uint64_t reduces = x->d.pp > 1 ? 1 : passes;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
-				uint64_t sh = unit_numel(x, u, 0);
+				uint64_t sh = unit_numel(x, u, 0), se = expert_numel(x, u);
+				/* the experts' shards go round efsdp = fsdp / ep (counted here) */
+				uint64_t ring = (n - 1) * (sh - se) + (n / (uint64_t)x->d.ep - 1) * se;
 				if (n > 1) {
-					ro->sent[PLAN_DIM_FSDP] += gathers * (n - 1) * sh * be_dtype_size(x->mp_t);
-					ro->sent[PLAN_DIM_FSDP] +=
-						reduces * (n - 1) * sh * be_dtype_size(x->reduce_t);
+					ro->sent[PLAN_DIM_FSDP] += gathers * ring * be_dtype_size(x->mp_t);
+					ro->sent[PLAN_DIM_FSDP] += reduces * ring * be_dtype_size(x->reduce_t);
 				}
 				if (R > 1)
 					ro->sent[PLAN_DIM_DP_REPLICATE] +=

@@ -1,8 +1,8 @@
 #!/bin/sh
 # titan-train across processes: mpirun and run_train.sh start it, a bad mesh
-# is refused by rank 0 alone before any work, as is a pipeline the run could
-# not execute (torchtitan's messages) and a sequence the context-parallel
-# chunks do not divide,
+# is refused by rank 0 alone before any work (expert parallelism's degrees
+# too), as is a pipeline the run could not execute (torchtitan's messages) and
+# a sequence the context-parallel chunks do not divide, EP 2 trains,
 # the SLURM script is ready to submit.
 . tests/lib.sh
 
@@ -74,9 +74,24 @@ refused "the ptrr load balancer (FlexAttention's) is refused saying why" 2 \
 	"context_parallel_load_balancer: 'ptrr' balances FlexAttention" \
 	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
 	--parallelism.context_parallel_load_balancer ptrr
+CFG=configs/deepseek_v3_debug.toml
+refused "ep not dividing the experts is refused naming them" 3 \
+	'^titan-train: parallelism.expert_parallel_degree = 3 does not divide the 8 experts of debugmodel$' \
+	--parallelism.expert_parallel_degree 3
+refused "ep not fitting dp_shard x cp is refused naming the numbers" 3 \
+	'expert_parallel_degree 2 x expert_tensor_parallel_degree 1 = 2 does not divide dp_shard 3 x cp 1 x tp 1 = 3' \
+	--parallelism.expert_parallel_degree 2
+CFG=configs/debug_model.toml
 
 # run_train.sh: NGPU processes, the config by file or by module and name.
 t_random_shards "$TMP/data" 5 100 256 80 0.1
+# DeepSeek V3's debug model under EP 2 (dp_shard 2 lends its ranks to ep).
+$MPIRUN -np 2 env OMP_NUM_THREADS=1 "$TRAIN" --config configs/deepseek_v3_debug.toml \
+	--job.dump_folder "$TMP/ep" --training.dataset_path "$TMP/data" --training.steps 2 \
+	--training.seq_len 32 --training.local_batch_size 1 \
+	--parallelism.expert_parallel_degree 2 >"$TMP/.out" 2>"$TMP/.err"
+t_grep "titan-train runs EP 2 on 2 ranks" 'Applied Expert Parallelism to the model (ep 2: 4 experts per rank' "$TMP/.err"
+t_grep "EP 2 trains its steps" 'step: *2 ' "$TMP/.err"
 NGPU=2 TITAN_TRAIN=$TRAIN "$ROOT/run_train.sh" --job.dump_folder "$TMP/out" \
 	--training.dataset_path "$TMP/data" --training.steps 1 --training.seq_len 32 \
 	--training.local_batch_size 1 >"$TMP/.out" 2>"$TMP/.err"

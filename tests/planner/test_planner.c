@@ -251,6 +251,45 @@ static void fsdp_shards_are_padded_like_fsdp2(void **state)
 	config_free(&c);
 }
 
+/* Expert parallelism: a rank holds E/ep experts of each routed expert tensor,
+ * sharded over efsdp = fsdp / ep; the other tensors over fsdp.  DeepSeek V3's
+ * debug flavor on 4 ranks with ep 2: 4 experts a rank, 2 rows each of efsdp 2. */
+static void expert_tensors_split_over_ep_then_efsdp(void **state)
+{
+	(void)state;
+	job_config c;
+	load(&c, "[model]\nname = \"deepseek_v3\"\nflavor = \"debugmodel\"\n"
+		 "[training]\nlocal_batch_size = 1\nseq_len = 16\nmixed_precision_param = \"float32\"\n"
+		 "[parallelism]\nexpert_parallel_degree = 2\n");
+	plan_report r;
+	titan_err e = {0};
+	if (planner_run(&c, 4, (uint64_t)1 << 40, &r, &e))
+		fail_msg("%s", e.msg);
+	const llama_args *a =
+		model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
+	backend *be = backend_cpu_create(1, &e);
+	model *m = model_create_unbound(be, a, 0, &e);
+	uint64_t dense = 0, experts = 0;
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		uint64_t rows = (uint64_t)t->shape[0], cols = t->numel / rows;
+		if (t->is_expert)
+			experts += (rows / 2 + 1) / 2 * cols;
+		else
+			dense += (rows + 3) / 4 * cols;
+	}
+	assert_int_equal(r.d.ep, 2);
+	assert_int_equal(r.roles[0].bytes[PLAN_PARAMS], 4 * (dense + experts));
+	assert_int_equal(r.roles[0].bytes[PLAN_OPTIMIZER], 8 * (dense + experts));
+	/* gathered twice and reduced once, float32: the dense shards round 4
+	 * ranks, the experts' round their 2 efsdp ranks */
+	assert_int_equal(r.roles[0].sent[PLAN_DIM_FSDP], 3 * 4 * (3 * dense + 1 * experts));
+	model_free(m);
+	backend_free(be);
+	planner_report_free(&r);
+	config_free(&c);
+}
+
 static void pipeline_traffic_is_one_message_per_crossing(void **state)
 {
 	(void)state;
@@ -297,6 +336,11 @@ static void bad_plans_are_refused_before_any_work(void **state)
 		 "parallelism.tensor_parallel_degree = 3 does not divide n_heads = 16 of debugmodel"},
 		{"[parallelism]\ndata_parallel_shard_degree = 3\n", 4,
 		 "dp_replicate 1 x dp_shard 3 x cp 1 x tp 1 x pp 1 = 3, not the world size 4"},
+		{"[parallelism]\nexpert_parallel_degree = 2\n", 2,
+		 "parallelism.expert_parallel_degree = 2: the model has no experts"},
+		{"[parallelism]\nexpert_parallel_degree = 2\n", 3,
+		 "expert_parallel_degree 2 x expert_tensor_parallel_degree 1 = 2 does not divide "
+		 "dp_shard 3 x cp 1 x tp 1 = 3"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char toml[600];
@@ -326,6 +370,7 @@ int main(void)
 		cmocka_unit_test(single_process_plan_equals_measured_peak),
 		cmocka_unit_test(pipeline_rank_plans_equal_measured_peaks),
 		cmocka_unit_test(fsdp_shards_are_padded_like_fsdp2),
+		cmocka_unit_test(expert_tensors_split_over_ep_then_efsdp),
 		cmocka_unit_test(pipeline_traffic_is_one_message_per_crossing),
 		cmocka_unit_test(bad_plans_are_refused_before_any_work),
 	};

@@ -74,7 +74,8 @@ static int build(step_job *j, const bench_args *a, titan_err *e)
 	const __typeof__(c->parallelism) *pp = &c->parallelism;
 	mesh_degrees want = {pp->data_parallel_replicate_degree, pp->data_parallel_shard_degree,
 			     pp->context_parallel_degree, pp->tensor_parallel_degree,
-			     pp->pipeline_parallel_degree, 1, 1}, d;
+			     pp->pipeline_parallel_degree, pp->expert_parallel_degree,
+			     pp->expert_tensor_parallel_degree}, d;
 	if (mesh_resolve(&want, comm_size(j->world), &d, e) ||
 	    (comm_size(j->world) > 1 && mesh_create(j->world, &d, &j->mesh, e)))
 		return -1;

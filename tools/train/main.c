@@ -154,6 +154,7 @@ static mesh_model model_limits(const job_config *c)
 		m.dim = a->dim;
 		/* the rows tensor parallelism splits: the experts' with experts */
 		m.ffn_hidden = a->moe.experts > 0 ? a->moe.inter_dim : flavor_ffn_hidden(a);
+		m.n_experts = a->moe.experts;
 	}
 	return m;
 }

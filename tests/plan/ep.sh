@@ -1,0 +1,32 @@
+#!/bin/sh
+# Expert parallelism trains DeepSeek V3's debug flavor as the single process
+# does (test_ep under mpirun, one run per mesh): 5 steps, per-step loss and
+# grad norm and the final parameters within test_ep.c's tolerances, and the
+# bytes each rank sends on fsdp, efsdp, ep and the loss dimension equal to
+# titan-train(1)'s formula; every run also checks that EP with TP and with
+# FSDP's float8 all-gather is refused.  Each line: the mesh (TITAN_EP_TEST), its ranks.
+. tests/lib.sh
+
+T=$BUILD/tests/plan/test_ep
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+ep() {
+	np=$1
+	shift
+	log=$TMP/ep.log
+	t0=$(date +%s)
+	TITAN_EP_TEST="$*" $MPIRUN -np "$np" "$T" >"$log" 2>&1
+	rc=$?
+	secs=$(($(date +%s) - t0))
+	passed=$(grep -c '^\[  PASSED  \]' "$log")
+	if [ "$rc" -eq 0 ] && [ "$passed" -eq "$np" ]; then
+		t_ok "$* on $np ranks (${secs}s): $(grep -h 'worst differences' "$log" | sed 's/.*: worst/worst/')"
+	else
+		t_not_ok "$* on $np ranks" "exit $rc: $(grep -e ERROR -e FAILED -e rank "$log" | head -12)"
+	fi
+}
+
+ep 2 ep=2 ac=op
+ep 4 ep=2 shard=4
+ep 2 ep=2 accum=2 ac=full
+t_done

@@ -1,0 +1,357 @@
+/* Expert parallelism against the single process.  tests/plan/ep.sh runs this
+ * program under mpirun once per mesh, naming it in TITAN_EP_TEST ("ep=2
+ * shard=4 accum=2 ac=full"; dp_shard defaults to the world size); run alone
+ * it checks the world of one (ep 1).
+ *
+ * Every rank trains DeepSeek V3's debug flavor (6 layers, the last 5 of 8
+ * experts, top-3, 2 shared experts, expert_bias balancing) for 5 steps of a
+ * global batch of 8 sequences of 32 tokens under the plan, and beside it the
+ * same model as one process (mesh NULL) on the whole batch.  Per step the
+ * loss and grad norm must agree, and after the steps every rank's boxes of
+ * the final parameters (its experts' chunks included) must equal the same
+ * boxes of the single process's tensors, within float32 reduction-order
+ * tolerances (see LOSS_TOL, NORM_TOL, PARAM_TOL_LR).  The bytes each rank sent on
+ * every mesh dimension in a step, as lib/comm counts them, must equal the
+ * formula of titan-train(1) (COMMUNICATION), the all-to-alls' from the rows
+ * the routing sent (model_ep_take_rows); the rows sent and received over all
+ * ranks must balance.  Seeds fixed and printed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "mesh/mesh.h"
+#include "model/family.h"
+#include "plan/plan.h"
+
+/* Tolerances: test_plan.c's for the loss and grad norm (measured here up to
+ * 1.5e-8 and 2.3e-7).  Parameters in units of the learning rate, as there:
+ * AdamW's m / sqrt(v) turns the last bits of a nearly cancelling gradient
+ * element into a visible fraction of lr; on this model FSDP 2 alone, without
+ * expert parallelism, moves layers.5.attention.wo.weight by 0.036 lr from
+ * the single process in 5 steps, and EP 2 by the same.  A lost or doubled
+ * contribution moves parameters by the order of lr itself. */
+#define LOSS_TOL 1e-7
+#define NORM_TOL 1e-6
+#define PARAM_TOL_LR 0.1
+#define LR 1e-3
+
+enum { STEPS = 5, ROWS = 8, T = 32 };
+
+static comm *world;
+
+typedef struct cfg {
+	int ep, shard, accum;
+	model_ac_mode ac;
+	char text[256];
+} cfg;
+
+static int get(const char *s, const char *key, int dflt)
+{
+	const char *p = strstr(s, key);
+	return p ? atoi(p + strlen(key)) : dflt;
+}
+
+static void read_cfg(cfg *c)
+{
+	const char *s = getenv("TITAN_EP_TEST");
+	s = s ? s : "";
+	snprintf(c->text, sizeof c->text, "%s", s);
+	c->ep = get(s, "ep=", 1);
+	c->shard = get(s, "shard=", comm_size(world));
+	c->accum = get(s, "accum=", 1);
+	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
+										 : MODEL_AC_NONE;
+}
+
+static const llama_args *flavor(void)
+{
+	const llama_args *a =
+		model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
+	assert_non_null(a);
+	return a;
+}
+
+/* Tokens of every step: (STEPS, ROWS, T), ids and labels, 1 in 9 labels ignored. */
+static void tokens(int32_t *ids, int32_t *labels, int vocab, uint64_t seed)
+{
+	print_message("seed %llu\n", (unsigned long long)seed);
+	for (size_t i = 0; i < (size_t)STEPS * ROWS * T; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		ids[i] = (int32_t)((seed >> 33) % (uint64_t)vocab);
+		labels[i] = (seed >> 20) % 9 == 0 ? -100 : (int32_t)((seed >> 41) % (uint64_t)vocab);
+	}
+}
+
+static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
+{
+	plan_opts o = {.be = be, .mesh = m, .args = flavor(), .b = b, .t = T, .ac = c->ac,
+		       .ac_every = 1, .reduce = BE_F32, .loss_parallel = 1};
+	adamw_config_default(&o.adamw);
+	o.adamw.lr = LR;
+	titan_err e = {{0}};
+	plan *p = plan_create(&o, &e);
+	if (!p)
+		fail_msg("plan_create: %s", e.msg);
+	assert_int_equal(plan_init_weights(p, 7, 1, &e), 0);
+	return p;
+}
+
+/* ---- the formula of titan-train(1), COMMUNICATION ---- */
+
+typedef uint64_t counts[MESH_DIM_COUNT][COMM_OP_COUNT];
+
+static uint64_t ar(int n, uint64_t bytes)
+{
+	return n > 1 ? 2 * (uint64_t)(n - 1) * bytes / (uint64_t)n : 0;
+}
+
+/* rows: the expert rows this rank sent to and received from other ranks in
+ * the step's forwards (recomputations included), fwd_layers: the MoE
+ * layers' forwards (each exchanges its rows per expert once). */
+static void formula(const plan *pl, const cfg *c, int64_t rows, uint64_t fwd_layers,
+		    uint64_t bwd_rows, counts x)
+{
+	memset(x, 0, sizeof(counts));
+	const model *m = plan_model((plan *)pl);
+	const llama_args *a = model_args(m);
+	int N = plan_size(pl, MESH_FSDP), L = plan_size(pl, MESH_LOSS), A = c->accum;
+	int EP = plan_size(pl, MESH_EP), NE = EP > 1 ? plan_size(pl, MESH_EFSDP) : N;
+	int head = model_head_unit(m);
+	for (int u = 0; u <= head; u++) {
+		const model_unit *mu = model_unit_at(m, u);
+		uint64_t s = 0, se = 0;
+		for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++) {
+			const model_tensor *t = model_tensor_at(m, i);
+			uint64_t r = (uint64_t)t->shape[0], cols = t->numel / r;
+			if (EP > 1 && t->is_expert)
+				se += (r + (uint64_t)NE - 1) / (uint64_t)NE * cols;
+			else
+				s += (r + (uint64_t)N - 1) / (uint64_t)N * cols;
+		}
+		uint64_t gathers = u == head ? 1 : 2;
+		if (N > 1) {
+			x[MESH_FSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(N - 1) * s * 4;
+			x[MESH_FSDP][COMM_OP_REDUCE_SCATTER] += A * (uint64_t)(N - 1) * s * 4;
+		}
+		if (EP > 1 && NE > 1 && se) {
+			x[MESH_EFSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(NE - 1) * se * 4;
+			x[MESH_EFSDP][COMM_OP_REDUCE_SCATTER] += A * (uint64_t)(NE - 1) * se * 4;
+		}
+	}
+	if (EP > 1) {
+		uint64_t el = (uint64_t)(a->moe.experts / EP), d = (uint64_t)a->dim;
+		x[MESH_EP][COMM_OP_ALL_TO_ALL] += fwd_layers * (uint64_t)(EP - 1) * el * 4;
+		x[MESH_EP][COMM_OP_ALL_TO_ALLV] += ((uint64_t)rows + bwd_rows) * d * 4;
+	}
+	uint64_t nb = 0; /* the expert_bias counts: (MoE layers, experts) float32 */
+	for (int l = 0; l < a->n_layers; l++)
+		nb += model_family_moe_layer(a, l) ? (uint64_t)a->moe.experts * 4 : 0;
+	x[MESH_LOSS][COMM_OP_ALL_REDUCE] += 3 * ar(L, 8) + ar(L, nb);
+	x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, 8); /* the grad norm */
+}
+
+static const mesh_dim dims[] = {MESH_FSDP, MESH_LOSS, MESH_EP, MESH_EFSDP};
+
+static void check_bytes(const mesh *m, const counts want)
+{
+	for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+		if (dims[k] == MESH_EFSDP && m->size[MESH_EP] == 1)
+			continue; /* without ep efsdp is fsdp's ranks: its bytes are fsdp's */
+		const comm_stats *s = comm_get_stats(mesh_comm(m, dims[k]));
+		for (int op = 0; op < COMM_OP_COUNT; op++)
+			if (s->bytes_sent[op] != want[dims[k]][op])
+				fail_msg("rank %d: %s %s: %llu bytes sent, the formula says %llu", m->rank,
+					 mesh_dim_name(dims[k]), comm_op_name((comm_op)op),
+					 (unsigned long long)s->bytes_sent[op],
+					 (unsigned long long)want[dims[k]][op]);
+	}
+}
+
+/* Every rank's boxes of its final parameters against the same boxes of the
+ * single process's tensors: the largest |a - b|. */
+static double compare_params(plan *dist, plan *ref, const char **where)
+{
+	const model *g = plan_global_model(dist);
+	size_t nd = plan_shard_numel(dist), nr = plan_shard_numel(ref);
+	float *a = plan_shard_params(dist), *b = plan_shard_params(ref);
+	(void)nd, (void)nr;
+	double worst = 0;
+	for (int i = 0; i < model_num_tensors(g); i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		const plan_box *x = plan_box_at(dist, i);
+		const float *full = b + plan_box_at(ref, i)->shard_off;
+		int64_t z1 = x->ndim > 1 ? x->sizes[1] : 1, s1 = t->ndim > 1 ? t->shape[1] : 1;
+		int64_t z2 = x->ndim > 2 ? x->sizes[2] : 1, s2 = t->ndim > 2 ? t->shape[2] : 1;
+		for (int64_t r = 0; x->numel && r < x->sizes[0]; r++)
+			for (int64_t j = 0; j < z1; j++)
+				for (int64_t k = 0; k < z2; k++) {
+					double d = fabs(
+						(double)a[x->shard_off + (size_t)((r * z1 + j) * z2 + k)] -
+						(double)full[((x->offsets[0] + r) * s1 + j) * s2 + k]);
+					if (d > worst)
+						worst = d, *where = t->fqn;
+				}
+	}
+	return worst;
+}
+
+static double rel(double a, double b)
+{
+	return fabs(a - b) / fabs(b);
+}
+
+static void ep_equals_the_single_process(void **state)
+{
+	(void)state;
+	cfg c;
+	read_cfg(&c);
+	titan_err e = {{0}};
+	mesh_degrees want = {1, c.shard, 1, 1, 1, c.ep, 1}, d;
+	if (mesh_resolve(&want, comm_size(world), &d, &e) != 0)
+		fail_msg("TITAN_EP_TEST \"%s\": %s", c.text, e.msg);
+	mesh *m;
+	assert_int_equal(mesh_create(world, &d, &m, &e), 0);
+	int dp = m->size[MESH_BATCH], r = m->coord[MESH_BATCH];
+	assert_true(ROWS % (dp * c.accum) == 0);
+	int lb = ROWS / (dp * c.accum);
+	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
+	plan *p = make_plan(be, m, &c, lb);
+	cfg one = c;
+	one.accum = 1;
+	plan *ref = make_plan(rbe, NULL, &one, ROWS);
+	/* each rank holds its E/ep experts: the expert tensors' dim 0 */
+	const model *pm = plan_model(p);
+	for (int i = 0; i < model_num_tensors(pm); i++)
+		if (model_tensor_at(pm, i)->is_expert)
+			assert_int_equal(model_tensor_at(pm, i)->shape[0],
+					 flavor()->moe.experts / c.ep);
+
+	int vocab = flavor()->vocab_size;
+	size_t all = (size_t)STEPS * ROWS * T;
+	int32_t *ids = malloc(sizeof(int32_t) * all), *labels = malloc(sizeof(int32_t) * all);
+	int32_t *mi = malloc(sizeof(int32_t) * ROWS * T), *ml = malloc(sizeof(int32_t) * ROWS * T);
+	tokens(ids, labels, vocab, 20261203);
+	double worst_loss = 0, worst_norm = 0;
+	int64_t moved = 0;
+	uint64_t moe_layers = 0;
+	for (int l = 0; l < flavor()->n_layers; l++)
+		moe_layers += model_family_moe_layer(flavor(), l) != 0;
+	for (int s = 0; s < STEPS; s++) {
+		size_t base = (size_t)s * ROWS * T;
+		for (int k = 0; k < c.accum; k++)
+			for (int i = 0; i < lb; i++) {
+				size_t row = (size_t)(k * lb * dp + r * lb + i);
+				memcpy(mi + ((size_t)k * lb + i) * T, ids + base + row * T, T * sizeof(int32_t));
+				memcpy(ml + ((size_t)k * lb + i) * T, labels + base + row * T, T * sizeof(int32_t));
+			}
+		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+			comm_reset_stats(mesh_comm(m, dims[k]));
+		plan_batch b = {mi, ml, c.accum}, rb = {ids + base, labels + base, 1};
+		plan_result got, exp;
+		if (plan_step(p, &b, LR, 1.0, &got, &e) != 0)
+			fail_msg("step %d: %s", s + 1, e.msg);
+		if (plan_step(ref, &rb, LR, 1.0, &exp, &e) != 0)
+			fail_msg("reference step %d: %s", s + 1, e.msg);
+		int64_t sent, recvd;
+		model_ep_take_rows(plan_model(p), &sent, &recvd);
+		/* every forward sends its rows and brings the outputs back; the
+		 * backward sends their gradients once each way (full AC: the
+		 * forward twice) */
+		uint64_t fwd = (uint64_t)c.accum * moe_layers * (c.ac == MODEL_AC_FULL ? 2 : 1);
+		int64_t bwd = c.ac == MODEL_AC_FULL ? (sent + recvd) / 2 : sent + recvd;
+		counts want_bytes;
+		formula(p, &c, sent + recvd, fwd, (uint64_t)bwd, want_bytes);
+		check_bytes(m, want_bytes);
+		int64_t bal[2] = {sent, recvd};
+		assert_int_equal(comm_all_reduce(world, bal, bal, 2, COMM_I64, COMM_SUM, &e), 0);
+		assert_int_equal(bal[0], bal[1]);
+		moved += bal[0];
+		assert_int_equal(got.n_valid, exp.n_valid);
+		double dl = rel(got.loss, exp.loss), dn = rel(got.grad_norm, exp.grad_norm);
+		worst_loss = dl > worst_loss ? dl : worst_loss;
+		worst_norm = dn > worst_norm ? dn : worst_norm;
+		if (dl > LOSS_TOL || dn > NORM_TOL)
+			fail_msg("rank %d step %d: loss %.10f vs %.10f (rel %.2e), grad norm %.10f vs "
+				 "%.10f (rel %.2e)", m->rank, s + 1, got.loss, exp.loss, dl, got.grad_norm,
+				 exp.grad_norm, dn);
+	}
+	if (c.ep > 1)
+		assert_true(moved > 0); /* tokens did cross ranks */
+	const char *where = "";
+	double dw = compare_params(p, ref, &where) / LR;
+	if (m->rank == 0)
+		print_message("%s: worst differences: loss %.2e, grad norm %.2e (relative), "
+			      "parameters %.2e lr; %lld expert rows crossed ranks\n",
+			      c.text[0] ? c.text : "world of one", worst_loss, worst_norm, dw,
+			      (long long)moved);
+	if (dw > PARAM_TOL_LR)
+		fail_msg("rank %d: parameters differ by %.3f lr (%s)", m->rank, dw, where);
+	free(ids);
+	free(labels);
+	free(mi);
+	free(ml);
+	plan_free(p);
+	plan_free(ref);
+	backend_free(be);
+	backend_free(rbe);
+	mesh_free(m);
+}
+
+/* A layout-only plan of rank 0 of degrees d (no comms: the refusals come
+ * before any), NULL with the message in e when refused. */
+static plan *layout(backend *be, mesh_degrees d, int f8, titan_err *e)
+{
+	mesh m = {.d = d};
+	m.world_size = d.dp_replicate * d.dp_shard * d.cp * d.tp * d.pp;
+	mesh_sizes(&m.d, m.size);
+	mesh_coords(&m.d, 0, m.coord);
+	plan_opts o = {.be = be, .mesh = &m, .args = flavor(), .b = 1, .t = T, .reduce = BE_F32,
+		       .layout_only = 1, .f8_all_gather = f8};
+	adamw_config_default(&o.adamw);
+	return plan_create(&o, e);
+}
+
+/* EP 2 lays out (the planner's layout-only plans), but EP with TP and with
+ * FSDP's float8 all-gather are refused, saying so. */
+static void ep_refuses_what_it_has_no_plan_for(void **state)
+{
+	(void)state;
+	titan_err e = {{0}};
+	backend *be = backend_cpu_create(1, &e);
+	assert_non_null(be);
+	plan *p = layout(be, (mesh_degrees){1, 2, 1, 1, 1, 2, 1}, 0, &e);
+	if (!p)
+		fail_msg("EP 2 layout: %s", e.msg);
+	plan_free(p);
+	assert_null(layout(be, (mesh_degrees){1, 2, 1, 1, 1, 2, 1}, 1, &e));
+	print_message("%s\n", e.msg);
+	assert_non_null(strstr(e.msg, "enable_fsdp_float8_all_gather"));
+	assert_null(layout(be, (mesh_degrees){1, 2, 1, 2, 1, 2, 1}, 0, &e));
+	print_message("%s\n", e.msg);
+	assert_non_null(strstr(e.msg, "tensor_parallel_degree 2"));
+	backend_free(be);
+}
+
+int main(int argc, char **argv)
+{
+	titan_err e;
+	if (comm_init(&argc, &argv, 60, &world, &e) != 0) {
+		fprintf(stderr, "comm_init: %s\n", e.msg);
+		return 1;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(ep_refuses_what_it_has_no_plan_for),
+		cmocka_unit_test(ep_equals_the_single_process),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	comm_finalize(world);
+	return rc;
+}
