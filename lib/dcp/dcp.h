@@ -293,6 +293,43 @@ typedef struct dcp_hf_key {
 	int kind; /* enum dcp_hf_kind */
 } dcp_hf_key;
 
+/* Rows that every family's table shares, as torchtitan's adapters name them:
+ * the embedding, the final norm and the output; a layer's two norms; an
+ * attention projection ("wq", "q" -> layers.{}.attention.wq.weight <->
+ * model.layers.{}.self_attn.q_proj.weight) and its bias; a dense feed-forward
+ * projection under HF's module name ("mlp" or "feed_forward"); the routed
+ * experts as one HF tensor each with the router (Qwen3-MoE, DeepSeek V3). */
+#define DCP_HF_KEYS_EDGES                                                       \
+	{"tok_embeddings.weight", "model.embed_tokens.weight", DCP_HF_PLAIN},   \
+	{"norm.weight", "model.norm.weight", DCP_HF_PLAIN},                     \
+	{"output.weight", "lm_head.weight", DCP_HF_PLAIN}
+#define DCP_HF_KEYS_LAYER_NORMS                                                 \
+	{"layers.{}.attention_norm.weight", "model.layers.{}.input_layernorm.weight", \
+	 DCP_HF_PLAIN},                                                         \
+	{"layers.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight", \
+	 DCP_HF_PLAIN}
+#define DCP_HF_KEY_ATTN(titan, hf, kind)                                        \
+	{"layers.{}.attention." titan ".weight",                                \
+	 "model.layers.{}.self_attn." hf "_proj.weight", kind}
+#define DCP_HF_KEY_ATTN_BIAS(titan, hf)                                         \
+	{"layers.{}.attention." titan ".bias", "model.layers.{}.self_attn." hf "_proj.bias", \
+	 DCP_HF_PLAIN}
+#define DCP_HF_KEYS_FFN(module)                                                 \
+	{"layers.{}.feed_forward.w1.weight", "model.layers.{}." module ".gate_proj.weight", \
+	 DCP_HF_PLAIN},                                                         \
+	{"layers.{}.feed_forward.w2.weight", "model.layers.{}." module ".down_proj.weight", \
+	 DCP_HF_PLAIN},                                                         \
+	{"layers.{}.feed_forward.w3.weight", "model.layers.{}." module ".up_proj.weight", \
+	 DCP_HF_PLAIN}
+#define DCP_HF_KEYS_EXPERTS_PER_EXPERT                                          \
+	{"layers.{}.moe.experts.w1", "model.layers.{}.mlp.experts.{}.gate_proj.weight", \
+	 DCP_HF_EXPERTS},                                                       \
+	{"layers.{}.moe.experts.w2", "model.layers.{}.mlp.experts.{}.down_proj.weight", \
+	 DCP_HF_EXPERTS},                                                       \
+	{"layers.{}.moe.experts.w3", "model.layers.{}.mlp.experts.{}.up_proj.weight", \
+	 DCP_HF_EXPERTS},                                                       \
+	{"layers.{}.moe.router.gate.weight", "model.layers.{}.mlp.gate.weight", DCP_HF_PLAIN}
+
 /* LlamaForCausalLM's table (torchtitan's Llama3StateDictAdapter). */
 extern const dcp_hf_key dcp_hf_llama_keys[];
 

@@ -23,19 +23,13 @@
 #include "safetensors/safetensors.h"
 
 const dcp_hf_key dcp_hf_llama_keys[] = {
-	{"tok_embeddings.weight", "model.embed_tokens.weight", DCP_HF_PLAIN},
-	{"norm.weight", "model.norm.weight", DCP_HF_PLAIN},
-	{"output.weight", "lm_head.weight", DCP_HF_PLAIN},
-	{"layers.{}.attention.wq.weight", "model.layers.{}.self_attn.q_proj.weight", DCP_HF_ROPE_Q},
-	{"layers.{}.attention.wk.weight", "model.layers.{}.self_attn.k_proj.weight", DCP_HF_ROPE_K},
-	{"layers.{}.attention.wv.weight", "model.layers.{}.self_attn.v_proj.weight", DCP_HF_PLAIN},
-	{"layers.{}.attention.wo.weight", "model.layers.{}.self_attn.o_proj.weight", DCP_HF_PLAIN},
-	{"layers.{}.feed_forward.w1.weight", "model.layers.{}.mlp.gate_proj.weight", DCP_HF_PLAIN},
-	{"layers.{}.feed_forward.w2.weight", "model.layers.{}.mlp.down_proj.weight", DCP_HF_PLAIN},
-	{"layers.{}.feed_forward.w3.weight", "model.layers.{}.mlp.up_proj.weight", DCP_HF_PLAIN},
-	{"layers.{}.attention_norm.weight", "model.layers.{}.input_layernorm.weight", DCP_HF_PLAIN},
-	{"layers.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight",
-	 DCP_HF_PLAIN},
+	DCP_HF_KEYS_EDGES,
+	DCP_HF_KEY_ATTN("wq", "q", DCP_HF_ROPE_Q),
+	DCP_HF_KEY_ATTN("wk", "k", DCP_HF_ROPE_K),
+	DCP_HF_KEY_ATTN("wv", "v", DCP_HF_PLAIN),
+	DCP_HF_KEY_ATTN("wo", "o", DCP_HF_PLAIN),
+	DCP_HF_KEYS_FFN("mlp"),
+	DCP_HF_KEYS_LAYER_NORMS,
 	{NULL, NULL, 0},
 };
 
