@@ -50,7 +50,7 @@
 /* The resolved degrees of torchtitan's mesh. */
 typedef struct plan_degrees {
 	int pp, dp_replicate, dp_shard, cp, tp;
-	int ep; /* expert parallelism: the routed experts over ep of the fsdp ranks */
+	int ep; /* expert parallelism: the routed experts over ep of the fsdp x tp ranks */
 } plan_degrees;
 
 enum plan_term {

@@ -21,7 +21,7 @@ int planner_print(const plan_report *r, FILE *f)
 		"cp %d, tp %d", r->model, (long long)r->n_params, r->world_size, d->pp,
 		d->dp_replicate, d->dp_shard, d->cp, d->tp);
 	if (d->ep > 1)
-		fprintf(f, ", ep %d (experts' FSDP over %d)", d->ep, d->dp_shard * d->cp / d->ep);
+		fprintf(f, ", ep %d (experts' FSDP over %d)", d->ep, d->dp_shard * d->cp * d->tp / d->ep);
 	fputc('\n', f);
 	fprintf(f, "batch: local %lld x seq %lld, %lld micro-batch%s of %lld a step; AC %s; %s\n",
 		(long long)r->local_batch, (long long)r->seq_len, (long long)r->n_mb,
