@@ -135,7 +135,9 @@ static void place_tensor(plan *p, const model_unit *mu, int i, size_t *at)
 	t->r0 = t->cs * p->gr[t->grp];
 	t->nr = t->rows - t->r0 < 0 ? 0 : t->rows - t->r0 > t->cs ? t->cs : t->rows - t->r0;
 	t->unit_off = mt->offset - mu->offset;
-	t->tp_replicated = mt->tp == MODEL_TP_REPLICATE;
+	/* under ep a tp group's ranks hold other experts: none is replicated
+	 * (GPT-OSS's mlp2 bias would be all-reduced over tp otherwise) */
+	t->tp_replicated = mt->tp == MODEL_TP_REPLICATE && t->grp != PLAN_EXPERT;
 	if (pu->held) {
 		t->shard_off = *at;
 		t->chunk_off = *at - pu->g[t->grp].shard_off;
