@@ -358,6 +358,22 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 					per += (uint64_t)(1 + recomputed(x, u)) * fwd + bwd;
 		ro->sent[PLAN_DIM_CP] = per * passes;
 	}
+	/* EP: per MoE layer and pass, the forward (again where AC recomputes it)
+	 * exchanges the rows per expert (all-to-all of E/ep int32) and sends the
+	 * rows out and the outputs back, the backward the rows' gradients out
+	 * and back (all-to-allv), as balanced routing sends them: (ep - 1)/ep of
+	 * the rank's n/tp x top_k rows each way. */
+	if (x->d.ep > 1) {
+		uint64_t ep = (uint64_t)x->d.ep, el = (uint64_t)a->moe.experts / ep;
+		uint64_t rows = tokens / (uint64_t)x->d.tp * (uint64_t)a->moe.top_k;
+		uint64_t v = 2 * (ep - 1) * rows / ep * (uint64_t)a->dim * act, per = 0;
+		for (int k = 0; k < s->n; k++)
+			for (int u = s->u0[k]; u <= s->u1[k]; u++)
+				if (u != 0 && u != H && model_family_moe_layer(a, u - 1))
+					per += (uint64_t)(1 + recomputed(x, u)) *
+						       ((ep - 1) * el * 4 + v) + v;
+		ro->sent[PLAN_DIM_EP] = per * passes;
+	}
 	/* PP: each F sends its output to the next stage's rank, each B or I its
 	 * input gradient to the previous stage's, when that is another rank. */
 	if (x->d.pp > 1) {

@@ -299,7 +299,8 @@ static void experts_stay_whole_under_ep_with_tp(void **state)
 	job_config c;
 	load(&c, "[model]\nname = \"deepseek_v3\"\nflavor = \"debugmodel\"\n"
 		 "[training]\nlocal_batch_size = 1\nseq_len = 16\nmixed_precision_param = \"float32\"\n"
-		 "[parallelism]\nexpert_parallel_degree = 2\ntensor_parallel_degree = 2\n");
+		 "[parallelism]\nexpert_parallel_degree = 2\ntensor_parallel_degree = 2\n"
+		 "[activation_checkpoint]\nmode = \"none\"\n");
 	plan_report r;
 	titan_err e = {0};
 	if (planner_run(&c, 4, (uint64_t)1 << 40, &r, &e))
@@ -329,6 +330,14 @@ static void experts_stay_whole_under_ep_with_tp(void **state)
 	assert_int_equal(r.roles[0].bytes[PLAN_PARAMS], 4 * (dense + experts));
 	/* gathered twice and reduced once, float32, each round its 2 ranks */
 	assert_int_equal(r.roles[0].sent[PLAN_DIM_FSDP], 3 * 4 * (dense + experts));
+	/* each MoE layer: the counts (4 experts a rank, int32) to the other ep
+	 * rank, then the rank's 8 of 16 tokens x top_k rows, half of them to the
+	 * other rank and as many back, forward and backward, float32 */
+	uint64_t moe = 0, rows = 8 * (uint64_t)a->moe.top_k;
+	for (int l = 0; l < a->n_layers; l++)
+		moe += model_family_moe_layer(a, l) != 0;
+	assert_int_equal(r.roles[0].sent[PLAN_DIM_EP],
+			 moe * (4 * 4 + 2 * (rows / 2 + rows / 2) * (uint64_t)a->dim * 4));
 	model_free(m);
 	backend_free(be);
 	planner_report_free(&r);
