@@ -18,8 +18,8 @@
  * and brings the inputs' gradients back.  Under tensor parallelism (torchtitan
  * 0.2.2's expert_tensor_parallel_degree 1, ep borrowed from tp first) every
  * tp rank routes the gathered sequence alike and dispatches its own 1/tp
- * share of it (model_moe.c), through whole experts.  What a layer receives varies with
- * the routing: its rows and their activations live in one allocation per
+ * share of it (model_moe.c), through whole experts.  What a layer receives
+ * varies with the routing: its rows and their activations live in one allocation per
  * layer, made by the forward and freed by the backward (or the next
  * forward); a forward whose layer the backward recomputes (activation
  * checkpointing) or that has no backward frees them at once. */

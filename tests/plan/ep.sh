@@ -36,6 +36,6 @@ ep() {
 ep 2 ep=2 ac=op
 ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
-ep 4 ep=2 tp=2
+ep 4 ep=2 tp=2 ac=full
 ep 4 ep=2 tp=2 model=gpt_oss
 t_done
