@@ -239,8 +239,8 @@ static const cfg_key keys[] = {
 	K("parallelism.expert_parallel_degree", CFG_INT, parallelism.expert_parallel_degree, "1",
 	  NULL, "parallelism.expert_parallel_degree",
 	  "expert parallel degree: each rank of an ep group holds experts / ep of the routed "
-	  "experts, its ranks taken from dp_shard x cp; the experts' FSDP is over the "
-	  "dp_shard x cp / ep ranks that hold the same experts (titan-train(1))"),
+	  "experts, its ranks taken from dp_shard x cp x tp (tp first); the experts' FSDP is "
+	  "over the dp_shard x cp x tp / ep ranks that hold the same experts (titan-train(1))"),
 	KS("parallelism.expert_tensor_parallel_degree", CFG_INT,
 	   parallelism.expert_tensor_parallel_degree, "1", NULL,
 	   "tensor parallel degree of the routed experts", CFG_NOT_BUILT, NO_MOE),

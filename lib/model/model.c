@@ -191,6 +191,7 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	int t = tp->size;
 	m->tp = *tp;
 	m->vocab_global = a->vocab_size;
+	m->moe_sh = a->moe.inter_dim * a->moe.shared_experts;
 	if (t == 1)
 		return 0;
 	if (a->n_heads % t || a->n_kv_heads % t || m->ffn % t || a->moe.inter_dim % t)
@@ -205,7 +206,9 @@ static int tp_shapes(model *m, const model_tp_group *tp, titan_err *e)
 	a->n_kv_heads /= t;
 	a->head_dim = m->head_dim;
 	a->hidden_dim = m->ffn /= t;
-	a->moe.inter_dim /= t; /* routed and shared experts: hidden units split */
+	m->moe_sh /= t; /* the shared experts' hidden units split as a dense FFN's */
+	if (model_experts_tp(m)) /* the routed experts' too, but whole under ep */
+		a->moe.inter_dim /= t;
 	return 0;
 }
 
@@ -257,7 +260,7 @@ static int setup_layers(model *m, titan_err *e)
 		m->kind[l] = model_attn_kind(a, l);
 		m->kind[l].ffn = moe ? FFN_MOE : FFN_DENSE;
 		m->moe_index[l] = moe ? m->n_moe++ : -1;
-		int ff = moe ? a->moe.inter_dim * a->moe.shared_experts : m->ffn;
+		int ff = moe ? m->moe_sh : m->ffn;
 		m->ffn_max = ff > m->ffn_max ? ff : m->ffn_max;
 	}
 	if (!m->n_moe)
@@ -317,7 +320,8 @@ static model *create(backend *be, const llama_args *a, int vocab_size, const mod
 	m->v_head_dim = ml->kv_lora_rank > 0 ? ml->v_head_dim : m->head_dim;
 	m->rope_dim = ml->kv_lora_rank > 0 ? ml->qk_rope_head_dim : m->head_dim;
 	model_tp_group one = {.size = 1};
-	if (tp_shapes(m, tp ? tp : &one, e) || model_ep_setup(m, ep, e))
+	/* expert parallelism first: whether tp splits the experts depends on it */
+	if (model_ep_setup(m, ep, e) || tp_shapes(m, tp ? tp : &one, e))
 		goto fail;
 	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	m->ac = MODEL_AC_NONE;

@@ -15,8 +15,11 @@
  * the experts run on them, and the combine undoes 3 and 2: their outputs go
  * back to the ranks the rows came from, into the layer's ACT_EY as if the
  * experts had run there.  The backward sends the rows' gradients the same way
- * and brings the inputs' gradients back.  What a layer receives varies with
- * the routing: its rows and their activations live in one allocation per
+ * and brings the inputs' gradients back.  Under tensor parallelism (torchtitan
+ * 0.2.2's expert_tensor_parallel_degree 1, ep borrowed from tp first) every
+ * tp rank routes the gathered sequence alike and dispatches its own 1/tp
+ * share of it (model_moe.c), through whole experts.  What a layer receives
+ * varies with the routing: its rows and their activations live in one allocation per
  * layer, made by the forward and freed by the backward (or the next
  * forward); a forward whose layer the backward recomputes (activation
  * checkpointing) or that has no backward frees them at once. */
@@ -55,10 +58,6 @@ int model_ep_setup(model *m, const model_ep_group *ep, titan_err *e)
 	if (ex % n || m->ep.rank < 0 || m->ep.rank >= n)
 		return err_set(e, "model %s: expert parallel degree %d does not divide its %d "
 			       "experts (rank %d)", m->args.name, n, ex, m->ep.rank);
-	if (m->tp.size > 1)
-		return err_set(e, "model %s: expert parallel degree %d with tensor parallel degree "
-			       "%d: the MoE layer has no tensor-parallel plan yet", m->args.name, n,
-			       m->tp.size);
 	m->el = ex / n;
 	m->epl = calloc((size_t)m->args.n_layers, sizeof *m->epl);
 	size_t *v = calloc(4 * (size_t)n * (size_t)m->args.n_layers, sizeof *v);

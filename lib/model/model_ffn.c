@@ -23,8 +23,7 @@ int model_ffn_layout(model *m, int l, int *cap, titan_err *e)
 size_t model_ffn_act_bytes(const model *m, int l, int i, size_t n)
 {
 	int moe = m->kind[l].ffn == FFN_MOE;
-	size_t ff = moe ? (size_t)m->args.moe.inter_dim * (size_t)m->args.moe.shared_experts
-			: (size_t)m->ffn;
+	size_t ff = moe ? (size_t)m->moe_sh : (size_t)m->ffn;
 	if (i == ACT_A || i == ACT_G || i == ACT_H)
 		return n * ff * be_dtype_size(m->prec.act);
 	return moe ? model_moe_act_bytes(m, l, i, n) : 0;

@@ -45,7 +45,7 @@ int model_moe_layout(model *m, int l, int *cap, titan_err *e)
 {
 	const moe_args *mo = &m->args.moe;
 	int64_t d = m->args.dim, ex = mo->experts, in = mo->inter_dim, el = m->el;
-	int64_t sh = (int64_t)mo->inter_dim * mo->shared_experts;
+	int64_t sh = m->moe_sh;
 	if (gpt_oss(m) ? gpt_oss_layout(m, l, cap, e)
 		       : model_add_layer_tensor(m, cap, l, "moe.experts.w1", W_EW1, INIT_INPUT,
 						MODEL_TP_COLWISE, 3, el, in, d, e) ||
@@ -149,7 +149,7 @@ void model_moe_experts_fwd(const piece_ctx *c, const moe_rows *v)
 	experts_gate(c, v);
 	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, d, in, v->eh, c->w->p[W_EW2],
 				at, 0, v->ey, at);
-	if (gpt_oss(m) && m->tp.rank == 0) /* under TP once, to the partial sums */
+	if (gpt_oss(m) && (!model_experts_tp(m) || m->tp.rank == 0)) /* once, to partial sums */
 		expert_bias_add(c, v, v->ey, W_EB2, d);
 }
 
@@ -164,12 +164,31 @@ static moe_rows layer_rows(const piece_ctx *c)
 			  .d_rows = m->d_rows, .d_eh = m->d_eh, .d_ea = m->d_ea, .d_eg = m->d_eg};
 }
 
-static void gather_rows(const piece_ctx *c, const be_moe *r)
+/* The tokens a rank sends through the experts: all n, or under expert
+ * parallelism with TP its 1/tp share of the gathered sequence, rows r0 to
+ * r0 + r.n (torchtitan's ReordererSequenceParallel: the router runs on every
+ * token alike, the sort, dispatch and combine on the share; the output, a
+ * partial sum over tp, is reduce-scattered as under TP alone). */
+typedef struct moe_share {
+	int64_t r0;
+	be_moe r;
+} moe_share;
+
+static moe_share token_share(const model *m, int64_t n)
+{
+	int split = m->ep.size > 1 && m->tp.size > 1;
+	int64_t nl = split ? model_seq(m, n) : n;
+	return (moe_share){split ? nl * m->tp.rank : 0, model_moe_shape(m, nl)};
+}
+
+static void gather_rows(const piece_ctx *c, const moe_share *s)
 {
 	model *m = c->m;
 	const float *w = m->args.moe.score_before_experts ? piece_act(c, ACT_RW) : NULL;
-	m->be->ops->moe_gather(m->be, piece_act(c, ACT_XR), piece_act(c, ACT_XN2), m->prec.act,
-			       piece_act(c, ACT_PERM), piece_act(c, ACT_OFFS), w, r, m->args.dim);
+	m->be->ops->moe_gather(m->be, piece_act(c, ACT_XR),
+			       elt(piece_act(c, ACT_XN2), m->prec.act, (size_t)(s->r0 * m->args.dim)),
+			       m->prec.act, piece_act(c, ACT_PERM), piece_act(c, ACT_OFFS),
+			       w ? w + s->r0 * s->r.k : NULL, &s->r, m->args.dim);
 }
 
 /* Router, sort, experts up to their output rows (EY); y != NULL (the
@@ -181,7 +200,7 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 	backend *be = m->be;
 	const moe_args *mo = &m->args.moe;
 	be_dtype at = m->prec.act;
-	int64_t n = c->n, d = m->args.dim, ex = mo->experts, in = mo->inter_dim;
+	int64_t n = c->n, d = m->args.dim, ex = mo->experts;
 	int64_t li = m->moe_index[c->l];
 	be_moe r = model_moe_shape(m, n);
 	void *xn = piece_act(c, ACT_XN2);
@@ -194,9 +213,15 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 	be->ops->moe_route(be, piece_act(c, ACT_SCORES), piece_act(c, ACT_IDX),
 			   piece_act(c, ACT_RW), m->rlogits, at, bias, &r);
 	float *counts = y && c->mb->train ? m->moe_counts + li * ex : NULL;
-	be->ops->moe_permute(be, piece_act(c, ACT_PERM), piece_act(c, ACT_POS), offs, counts,
-			     piece_act(c, ACT_IDX), &r);
-	gather_rows(c, &r);
+	int32_t *perm = piece_act(c, ACT_PERM), *pos = piece_act(c, ACT_POS);
+	int32_t *idx = piece_act(c, ACT_IDX);
+	moe_share s = token_share(m, n);
+	if (s.r.n != n && counts) { /* the router's counts are every token's */
+		be->ops->moe_permute(be, perm, pos, offs, counts, idx, &r);
+		counts = NULL;
+	}
+	be->ops->moe_permute(be, perm, pos, offs, counts, idx + s.r0 * r.k, &s.r);
+	gather_rows(c, &s);
 	if (m->ep.size > 1) { /* the backward uses these rows unless it recomputes them */
 		int kept = (model_layer_keep(m, c->l) & ACT_BIT(ACT_EY)) != 0;
 		model_ep_fwd(c, c->mb->train && (!y || kept));
@@ -204,7 +229,7 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 		moe_rows v = layer_rows(c);
 		model_moe_experts_fwd(c, &v);
 	}
-	int64_t sh = (int64_t)in * mo->shared_experts;
+	int64_t sh = m->moe_sh;
 	if (sh)
 		model_swiglu_fwd(c, shared_w, sh);
 	if (!y)
@@ -212,8 +237,10 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 	/* out = shared(n2) + combine(ey), into d_xn (the activation type), then
 	 * added to the stream as torch adds the branch. */
 	const float *w = mo->score_before_experts ? NULL : piece_act(c, ACT_RW);
-	be->ops->moe_combine(be, m->d_xn, piece_act(c, ACT_EY), at, piece_act(c, ACT_POS), w, 0,
-			     &r, d);
+	if (s.r.n != n)
+		be->ops->zero(be, m->d_xn, (size_t)(n * d) * be_dtype_size(at));
+	be->ops->moe_combine(be, elt(m->d_xn, at, (size_t)(s.r0 * d)), piece_act(c, ACT_EY), at,
+			     pos, w ? w + s.r0 * r.k : NULL, 0, &s.r, d);
 	if (sh)
 		model_linear(m, m->d_xn, piece_act(c, ACT_H), c->w->p[W_SW2], n, sh, d, 1);
 	if (m->tp.size == 1) {
@@ -221,9 +248,9 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 		return;
 	}
 	/* Under TP every rank routed every token to its slice of each expert's
-	 * hidden units: the output is a partial sum, reduce-scattered to the
-	 * rank's rows of the stream (torchtitan's moe output Partial ->
-	 * Shard(1)). */
+	 * hidden units (under ep: its share of the tokens through whole
+	 * experts): the output is a partial sum, reduce-scattered to the rank's
+	 * rows of the stream (torchtitan's moe output Partial -> Shard(1)). */
 	int64_t ns = model_seq(m, n);
 	model_tp_scatter(m, m->d_xs, m->d_xn, n, d, at);
 	be->ops->axpy(be, y, m->prec.resid, 1, m->d_xs, at, ns * d);
@@ -234,11 +261,11 @@ void model_moe_fwd(const piece_ctx *c, void *y)
 void model_moe_recompute_op(const piece_ctx *c)
 {
 	model *m = c->m;
-	be_moe r = model_moe_shape(m, c->n);
-	int64_t sh = (int64_t)m->args.moe.inter_dim * m->args.moe.shared_experts;
+	moe_share s = token_share(m, c->n);
+	int64_t sh = m->moe_sh;
 	if (m->ep.size == 1) { /* expert parallelism keeps the rank's rows whole */
 		moe_rows v = layer_rows(c);
-		gather_rows(c, &r);
+		gather_rows(c, &s);
 		experts_gate(c, &v);
 	}
 	if (sh)
@@ -269,7 +296,7 @@ int model_moe_experts_bwd(const piece_ctx *c, const moe_rows *v, titan_err *e)
 	int64_t d = m->args.dim, ex = v->groups, in = mo->inter_dim, rows = v->rows;
 	const int32_t *offs = v->offs;
 	int gpt = gpt_oss(m);
-	if (gpt && m->tp.rank == 0) /* the whole gradient; the other tp ranks' add 0 */
+	if (gpt && (!model_experts_tp(m) || m->tp.rank == 0)) /* the other tp ranks' add 0 */
 		expert_bias_grad(c, v, v->d_rows, W_EB2, d);
 	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, d, in, v->d_rows, c->w->p[W_EW2],
 				at, 0, v->d_eh, at);
@@ -299,26 +326,35 @@ int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	backend *be = m->be;
 	const moe_args *mo = &m->args.moe;
 	be_dtype at = m->prec.act;
-	int64_t n = c->n, d = m->args.dim, ex = mo->experts, in = mo->inter_dim;
+	int64_t n = c->n, d = m->args.dim, ex = mo->experts;
 	be_moe r = model_moe_shape(m, n);
 	const int32_t *perm = piece_act(c, ACT_PERM), *pos = piece_act(c, ACT_POS);
 	const int32_t *offs = piece_act(c, ACT_OFFS);
-	float *rw = piece_act(c, ACT_RW);
+	/* the rank's share of the tokens: its rows of dy, x and the weights; the
+	 * other tokens' gradients through the experts are other tp ranks' (0 here) */
+	moe_share s = token_share(m, n);
+	size_t o = (size_t)(s.r0 * d);
+	float *rw = (float *)piece_act(c, ACT_RW) + s.r0 * r.k, *drw = m->d_rw + s.r0 * r.k;
+	const void *dys = elt(dy, at, o), *xn = elt(piece_act(c, ACT_XN2), at, o);
 	int before = mo->score_before_experts;
-	void *xn = piece_act(c, ACT_XN2);
 	model_tp_finish(m); /* async TP: dy's gather, which no linear reads first here */
+	if (s.r.n != n) {
+		be->ops->zero(be, m->d_rw, (size_t)(n * r.k) * sizeof(float));
+		be->ops->zero(be, m->d_xn, (size_t)(n * d) * be_dtype_size(at));
+	}
 	/* The combine: the rows' gradients, and (weighted outputs) the weights'. */
-	be->ops->moe_gather(be, m->d_rows, dy, at, perm, offs, before ? NULL : rw, &r, d);
+	be->ops->moe_gather(be, m->d_rows, dys, at, perm, offs, before ? NULL : rw, &s.r, d);
 	if (!before)
-		be->ops->moe_dot(be, m->d_rw, piece_act(c, ACT_EY), dy, at, pos, &r, d);
+		be->ops->moe_dot(be, drw, piece_act(c, ACT_EY), dys, at, pos, &s.r, d);
 	moe_rows v = layer_rows(c);
 	if (m->ep.size > 1 ? model_ep_bwd(c, e) : model_moe_experts_bwd(c, &v, e))
 		return -1;
 	/* The gather: rows back to their tokens (weighted inputs: the weights'
 	 * gradient first). */
 	if (before)
-		be->ops->moe_dot(be, m->d_rw, m->d_rows, xn, at, pos, &r, d);
-	be->ops->moe_combine(be, m->d_xn, m->d_rows, at, pos, before ? rw : NULL, 0, &r, d);
+		be->ops->moe_dot(be, drw, m->d_rows, xn, at, pos, &s.r, d);
+	be->ops->moe_combine(be, elt(m->d_xn, at, o), m->d_rows, at, pos, before ? rw : NULL, 0,
+			     &s.r, d);
 	/* The router. */
 	be->ops->moe_route_bwd(be, m->rlogits, at, m->d_rw, piece_act(c, ACT_SCORES),
 			       piece_act(c, ACT_IDX), &r);
@@ -328,6 +364,6 @@ int model_moe_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	model_linear_dx(m, m->d_xn, m->rlogits, c->w->p[W_GATE], n, d, ex, 1);
 	if (model_weight_grad(c, W_GATE, m->rlogits, ACT_XN2, d, ex, e))
 		return -1;
-	int64_t sh = (int64_t)in * mo->shared_experts;
+	int64_t sh = m->moe_sh;
 	return sh ? model_swiglu_bwd(c, shared_w, sh, dy, 1, e) : 0;
 }

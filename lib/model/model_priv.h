@@ -182,6 +182,8 @@ struct model {
 	const model_family *family;
 	int ffn;
 	int ffn_max;           /* the largest SwiGLU hidden size (dense, shared experts) */
+	int moe_sh;            /* the shared experts' hidden units on this rank
+	                          (moe.inter_dim x shared_experts, split over tp) */
 	int head_dim;          /* query/key heads (MLA: qk_nope + qk_rope) */
 	int v_head_dim;        /* value heads (== head_dim but for MLA) */
 	int rope_dim;          /* the dims RoPE rotates (MLA: qk_rope) */
@@ -287,6 +289,15 @@ struct model {
 static inline int64_t model_seq(const model *m, int64_t n)
 {
 	return n / m->tp.size;
+}
+
+/* Whether tensor parallelism splits the routed experts' hidden units
+ * (torchtitan's TensorParallel of GroupedExperts).  Under expert parallelism
+ * (expert_tensor_parallel_degree 1) a rank holds whole experts instead and
+ * sends its 1/tp share of the gathered tokens through them (model_moe.c). */
+static inline int model_experts_tp(const model *m)
+{
+	return m->tp.size > 1 && m->ep.size == 1;
 }
 
 /* Bytes of activation i of layer l for n tokens in the current precision (0

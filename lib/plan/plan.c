@@ -81,11 +81,17 @@ static int read_mesh(plan *p, titan_err *e)
 	p->gr[PLAN_EXPERT] = ex ? plan_coord(p, MESH_EFSDP) : p->fsdp_rank;
 	p->gc[PLAN_EXPERT] = ex ? dim_comm(p, MESH_EFSDP) : p->c_fsdp;
 	int world = p->mesh ? p->mesh->world_size : 1;
-	if (p->ep > 1 && (p->tp > 1 || p->o.pp))
-		return err_set(e, "parallelism: expert_parallel_degree %d with %s %d: expert "
-			       "parallelism runs with data parallelism (and cp) only yet", p->ep,
-			       p->tp > 1 ? "tensor_parallel_degree" : "pipeline_parallel_degree",
-			       p->tp > 1 ? p->tp : plan_size(p, MESH_PP));
+	if (p->ep > 1 && p->o.pp)
+		return err_set(e, "parallelism: expert_parallel_degree %d with "
+			       "pipeline_parallel_degree %d: expert parallelism runs with data, "
+			       "context and tensor parallelism only yet", p->ep, plan_size(p, MESH_PP));
+	/* torchtitan 0.2.2 has ETP 1 (ep borrowed from dp_shard x cp x tp, whole
+	 * experts) and ETP = TP (ep from dp_shard x cp, experts split over tp) */
+	if (p->ep > 1 && plan_size(p, MESH_ETP) > 1)
+		return err_set(e, "parallelism: expert_tensor_parallel_degree %d: experts split "
+			       "over tp under expert parallelism (torchtitan's ETP = TP) are not "
+			       "built; expert_tensor_parallel_degree 1 (whole experts, ep borrowed "
+			       "from dp_shard x cp x tp) is", plan_size(p, MESH_ETP));
 	/* f8.c packs a unit's whole shard as one block: not the expert group's */
 	if (p->ep > 1 && p->o.f8_all_gather)
 		return err_set(e, "parallelism: expert_parallel_degree %d with "
@@ -129,7 +135,9 @@ static void place_tensor(plan *p, const model_unit *mu, int i, size_t *at)
 	t->r0 = t->cs * p->gr[t->grp];
 	t->nr = t->rows - t->r0 < 0 ? 0 : t->rows - t->r0 > t->cs ? t->cs : t->rows - t->r0;
 	t->unit_off = mt->offset - mu->offset;
-	t->tp_replicated = mt->tp == MODEL_TP_REPLICATE;
+	/* under ep a tp group's ranks hold other experts: none is replicated
+	 * (GPT-OSS's mlp2 bias would be all-reduced over tp otherwise) */
+	t->tp_replicated = mt->tp == MODEL_TP_REPLICATE && t->grp != PLAN_EXPERT;
 	if (pu->held) {
 		t->shard_off = *at;
 		t->chunk_off = *at - pu->g[t->grp].shard_off;
@@ -192,7 +200,8 @@ static int make_boxes(plan *p, titan_err *e)
 		b->offsets[0] = t->r0;
 		if (t->grp == PLAN_EXPERT) /* the rank's experts */
 			b->offsets[0] += (int64_t)p->ep_rank * lt->shape[0];
-		if (gt->tp_dim >= 0 && p->tp > 1) {
+		/* under ep the experts are whole on every tp rank (ETP 1) */
+		if (gt->tp_dim >= 0 && p->tp > 1 && t->grp != PLAN_EXPERT) {
 			int64_t g = gt->shape[gt->tp_dim], chunk = (g + p->tp - 1) / p->tp;
 			b->offsets[gt->tp_dim] += chunk * p->tp_rank;
 		}

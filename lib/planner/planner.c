@@ -89,10 +89,11 @@ static int check_model(const plan_ctx *x, const llama_args *a, titan_err *e)
 	mesh_model m = {a->name, a->n_layers, a->n_heads, a->n_kv_heads, a->dim,
 			flavor_ffn_hidden(a), a->moe.experts, x->c->training.seq_len,
 			x->c->parallelism.context_parallel_load_balancer == NULL};
-	if (x->d.ep > 1 && (a->moe.experts <= 0 || x->d.tp > 1 || x->d.pp > 1))
+	if (x->d.ep > 1 && (a->moe.experts <= 0 || x->d.pp > 1))
 		return err_set(e, "parallelism.expert_parallel_degree = %d: %s", x->d.ep,
 			       a->moe.experts <= 0 ? "the model has no experts"
-			       : "expert parallelism runs with data parallelism (and cp) only yet");
+			       : "expert parallelism runs with data, context and tensor "
+				 "parallelism only yet");
 	return mesh_check_model(&d, &m, e);
 }
 

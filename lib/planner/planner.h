@@ -50,7 +50,7 @@
 /* The resolved degrees of torchtitan's mesh. */
 typedef struct plan_degrees {
 	int pp, dp_replicate, dp_shard, cp, tp;
-	int ep; /* expert parallelism: the routed experts over ep of the fsdp ranks */
+	int ep; /* expert parallelism: the routed experts over ep of the fsdp x tp ranks */
 } plan_degrees;
 
 enum plan_term {
@@ -64,7 +64,7 @@ enum plan_term {
 };
 
 enum plan_dim { PLAN_DIM_PP, PLAN_DIM_DP_REPLICATE, PLAN_DIM_FSDP, PLAN_DIM_CP, PLAN_DIM_TP,
-		PLAN_DIM_COUNT };
+		PLAN_DIM_EP, PLAN_DIM_COUNT };
 
 typedef struct plan_role {
 	int pp_rank;

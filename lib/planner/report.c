@@ -7,7 +7,8 @@
 
 static const char *const term_key[PLAN_TERM_COUNT] = {
 	"params", "grads", "optimizer", "gathered", "activations", "comm_buffers"};
-static const char *const dim_key[PLAN_DIM_COUNT] = {"pp", "dp_replicate", "fsdp", "cp", "tp"};
+static const char *const dim_key[PLAN_DIM_COUNT] = {"pp", "dp_replicate", "fsdp", "cp", "tp",
+						     "ep"};
 
 static double gib(uint64_t b)
 {
@@ -21,7 +22,7 @@ int planner_print(const plan_report *r, FILE *f)
 		"cp %d, tp %d", r->model, (long long)r->n_params, r->world_size, d->pp,
 		d->dp_replicate, d->dp_shard, d->cp, d->tp);
 	if (d->ep > 1)
-		fprintf(f, ", ep %d (experts' FSDP over %d)", d->ep, d->dp_shard * d->cp / d->ep);
+		fprintf(f, ", ep %d (experts' FSDP over %d)", d->ep, d->dp_shard * d->cp * d->tp / d->ep);
 	fputc('\n', f);
 	fprintf(f, "batch: local %lld x seq %lld, %lld micro-batch%s of %lld a step; AC %s; %s\n",
 		(long long)r->local_batch, (long long)r->seq_len, (long long)r->n_mb,
@@ -50,7 +51,8 @@ int planner_print(const plan_report *r, FILE *f)
 		const plan_role *ro = &r->roles[i];
 		fprintf(f, "pp %d:", ro->pp_rank);
 		for (int k = 0; k < PLAN_DIM_COUNT; k++)
-			fprintf(f, " %s %.3f", dim_key[k], gib(ro->sent[k]));
+			if (k != PLAN_DIM_EP || r->d.ep > 1)
+				fprintf(f, " %s %.3f", dim_key[k], gib(ro->sent[k]));
 		fprintf(f, " (%d micro-batch contexts alive at most)\n", ro->live_mb);
 	}
 	fprintf(f, "%s\n", r->fits ? "fits" : "does NOT fit");

@@ -17,7 +17,13 @@ static int ep_split(const plan_ctx *x, const model_tensor *t)
 }
 
 /* Under expert parallelism a routed expert tensor holds the rank's experts
- * (dim 0 / ep) and shards over efsdp = fsdp / ep. */
+ * (dim 0 / ep), whole under TP (expert_tensor_parallel_degree 1), and shards
+ * over efsdp = fsdp x tp / ep. */
+static int efsdp(const plan_ctx *x)
+{
+	return x->fsdp * x->d.tp / x->d.ep;
+}
+
 static uint64_t tp_numel(const plan_ctx *x, const model_tensor *t)
 {
 	if (ep_split(x, t))
@@ -37,7 +43,7 @@ static uint64_t shard_numel(const plan_ctx *x, const model_tensor *t)
 	if (x->d.tp > 1 && t->tp_dim == 0)
 		rows = (rows + x->d.tp - 1) / x->d.tp;
 	if (ep_split(x, t))
-		rows /= x->d.ep, fsdp /= x->d.ep;
+		rows /= x->d.ep, fsdp = efsdp(x);
 	if (fsdp <= 1 || rows <= 0)
 		return n;
 	return n / (uint64_t)rows * (uint64_t)((rows + fsdp - 1) / fsdp);
@@ -188,7 +194,9 @@ static uint64_t ep_bytes(const plan_ctx *x, int b, int t)
 	const llama_args *a = model_args(x->local);
 	if (x->d.ep <= 1)
 		return 0;
-	uint64_t rows = (uint64_t)b * (uint64_t)t * (uint64_t)a->moe.top_k, layers = 0;
+	/* under TP a rank dispatches its 1/tp of the gathered tokens */
+	uint64_t rows = (uint64_t)b * (uint64_t)t / (uint64_t)x->d.tp * (uint64_t)a->moe.top_k;
+	uint64_t layers = 0;
 	uint64_t d = (uint64_t)a->dim, in = (uint64_t)a->moe.inter_dim;
 	for (int l = 0; l < a->n_layers; l++)
 		layers += model_family_moe_layer(a, l) && !recomputed(x, l + 1);
@@ -300,7 +308,8 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 	 * a step under pipeline parallelism (no reshard; torch reduces at the
 	 * stage's last backward), each micro-batch otherwise (FSDP2 reduces every
 	 * backward).  HSDP then all-reduces the reduced shard over the replicas. */
-	if (x->fsdp > 1 || x->d.dp_replicate > 1) {
+	uint64_t ne = x->d.ep > 1 ? (uint64_t)efsdp(x) : (uint64_t)x->fsdp;
+	if (x->fsdp > 1 || ne > 1 || x->d.dp_replicate > 1) {
 		uint64_t n = (uint64_t)x->fsdp, R = (uint64_t)x->d.dp_replicate;
 		int again = reshard_after_forward(x);
 		uint64_t gathers = x->d.pp > 1 ? (again ? 2 * passes : 1) : passes * (again ? 2 : 1);
@@ -308,9 +317,9 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 				uint64_t sh = unit_numel(x, u, 0), se = expert_numel(x, u);
-				/* the experts' shards go round efsdp = fsdp / ep (counted here) */
-				uint64_t ring = (n - 1) * (sh - se) + (n / (uint64_t)x->d.ep - 1) * se;
-				if (n > 1) {
+				/* the experts' shards go round efsdp (counted here) */
+				uint64_t ring = (n - 1) * (sh - se) + (ne - 1) * se;
+				if (ring) {
 					ro->sent[PLAN_DIM_FSDP] += gathers * ring * be_dtype_size(x->mp_t);
 					ro->sent[PLAN_DIM_FSDP] += reduces * ring * be_dtype_size(x->reduce_t);
 				}
@@ -348,6 +357,22 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 				if (u != 0 && u != H)
 					per += (uint64_t)(1 + recomputed(x, u)) * fwd + bwd;
 		ro->sent[PLAN_DIM_CP] = per * passes;
+	}
+	/* EP: per MoE layer and pass, the forward (again where AC recomputes it)
+	 * exchanges the rows per expert (all-to-all of E/ep int32) and sends the
+	 * rows out and the outputs back, the backward the rows' gradients out
+	 * and back (all-to-allv), as balanced routing sends them: (ep - 1)/ep of
+	 * the rank's n/tp x top_k rows each way. */
+	if (x->d.ep > 1) {
+		uint64_t ep = (uint64_t)x->d.ep, el = (uint64_t)a->moe.experts / ep;
+		uint64_t rows = tokens / (uint64_t)x->d.tp * (uint64_t)a->moe.top_k;
+		uint64_t v = 2 * (ep - 1) * rows / ep * (uint64_t)a->dim * act, per = 0;
+		for (int k = 0; k < s->n; k++)
+			for (int u = s->u0[k]; u <= s->u1[k]; u++)
+				if (u != 0 && u != H && model_family_moe_layer(a, u - 1))
+					per += (uint64_t)(1 + recomputed(x, u)) *
+						       ((ep - 1) * el * 4 + v) + v;
+		ro->sent[PLAN_DIM_EP] = per * passes;
 	}
 	/* PP: each F sends its output to the next stage's rank, each B or I its
 	 * input gradient to the previous stage's, when that is another rank. */

@@ -3,19 +3,26 @@
 # does (test_ep under mpirun, one run per mesh): 5 steps, per-step loss and
 # grad norm and the final parameters within test_ep.c's tolerances, and the
 # bytes each rank sends on fsdp, efsdp, ep and the loss dimension equal to
-# titan-train(1)'s formula; every run also checks that EP with TP and with
-# FSDP's float8 all-gather is refused.  Each line: the mesh (TITAN_EP_TEST), its ranks.
+# titan-train(1)'s formula (tp's too under EP 2 x TP 2, where ep is borrowed
+# from tp: torchtitan's expert_tensor_parallel_degree 1; also on GPT-OSS's
+# small debug flavor, whose experts' biases are the other kind of expert
+# tensor: mlp2's bias is replicated over tp without ep); every run also
+# checks that EP with experts split over tp (ETP = TP) and with FSDP's float8
+# all-gather is refused.  Each line: the mesh (TITAN_EP_TEST), its ranks.
+# Under the sanitizers (SAN=1, several times slower) 2 steps a run.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_ep
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+few=
+[ "${SAN:-0}" = 1 ] && few=" steps=2"
 
 ep() {
 	np=$1
 	shift
 	log=$TMP/ep.log
 	t0=$(date +%s)
-	TITAN_EP_TEST="$*" $MPIRUN -np "$np" "$T" >"$log" 2>&1
+	TITAN_EP_TEST="$*$few" $MPIRUN -np "$np" "$T" >"$log" 2>&1
 	rc=$?
 	secs=$(($(date +%s) - t0))
 	passed=$(grep -c '^\[  PASSED  \]' "$log")
@@ -29,4 +36,6 @@ ep() {
 ep 2 ep=2 ac=op
 ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
+ep 4 ep=2 tp=2 ac=full
+ep 4 ep=2 tp=2 model=gpt_oss
 t_done

@@ -1,10 +1,11 @@
 /* Expert parallelism against the single process.  tests/plan/ep.sh runs this
  * program under mpirun once per mesh, naming it in TITAN_EP_TEST ("ep=2
- * shard=4 accum=2 ac=full"; dp_shard defaults to the world size); run alone
- * it checks the world of one (ep 1).
+ * shard=4 tp=1 accum=2 ac=full"; dp_shard defaults to the world size over
+ * tp); run alone it checks the world of one (ep 1).
  *
  * Every rank trains DeepSeek V3's debug flavor (6 layers, the last 5 of 8
- * experts, top-3, 2 shared experts, expert_bias balancing) for 5 steps of a
+ * experts, top-3, 2 shared experts, expert_bias balancing) for 5 steps (or
+ * steps=N) of a
  * global batch of 8 sequences of 32 tokens under the plan, and beside it the
  * same model as one process (mesh NULL) on the whole batch.  Per step the
  * loss and grad norm must agree, and after the steps every rank's boxes of
@@ -32,23 +33,26 @@
 #include "plan/plan.h"
 
 /* Tolerances: test_plan.c's for the loss and grad norm (measured here up to
- * 1.5e-8 and 2.3e-7).  Parameters in units of the learning rate, as there:
- * AdamW's m / sqrt(v) turns the last bits of a nearly cancelling gradient
- * element into a visible fraction of lr; on this model FSDP 2 alone, without
+ * 1.5e-8 and 2.3e-7; EP 2 x TP 2 3.7e-8 and 2.7e-7).  Parameters in units of
+ * the learning rate, as there: AdamW's m / sqrt(v) turns the last bits of a
+ * nearly cancelling gradient element into a visible fraction of lr; on this
+ * model FSDP 2 alone, without
  * expert parallelism, moves layers.5.attention.wo.weight by 0.036 lr from
- * the single process in 5 steps, and EP 2 by the same.  A lost or doubled
+ * the single process in 5 steps, EP 2 by the same, EP 2 x TP 2 by 0.042
+ * (float32 sums in the tp reduce-scatters' order besides).  A lost or doubled
  * contribution moves parameters by the order of lr itself. */
 #define LOSS_TOL 1e-7
 #define NORM_TOL 1e-6
 #define PARAM_TOL_LR 0.1
 #define LR 1e-3
 
-enum { STEPS = 5, ROWS = 8, T = 32 };
+enum { STEPS = 5, ROWS = 8, T = 32 }; /* STEPS: the most (steps=N: fewer) */
 
 static comm *world;
+static int gpt_oss; /* model=gpt_oss: see flavor() */
 
 typedef struct cfg {
-	int ep, shard, accum;
+	int ep, shard, tp, accum, steps;
 	model_ac_mode ac;
 	char text[256];
 } cfg;
@@ -65,18 +69,32 @@ static void read_cfg(cfg *c)
 	s = s ? s : "";
 	snprintf(c->text, sizeof c->text, "%s", s);
 	c->ep = get(s, "ep=", 1);
-	c->shard = get(s, "shard=", comm_size(world));
+	c->tp = get(s, "tp=", 1);
+	c->shard = get(s, "shard=", comm_size(world) / c->tp);
 	c->accum = get(s, "accum=", 1);
+	c->steps = get(s, "steps=", STEPS);
+	if (c->steps < 1 || c->steps > STEPS)
+		c->steps = STEPS;
+	gpt_oss = strstr(s, "model=gpt_oss") != NULL;
 	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
 										 : MODEL_AC_NONE;
 }
 
+/* The model: DeepSeek V3's debug flavor, or with model=gpt_oss GPT-OSS's
+ * debugmodel_small (experts with biases: mlp2's is added once per token)
+ * on a vocabulary of 2048. */
 static const llama_args *flavor(void)
 {
 	const llama_args *a =
-		model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
+		gpt_oss ? model_family_flavor(model_family_find("gpt_oss"), "debugmodel_small")
+			: model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
 	assert_non_null(a);
 	return a;
+}
+
+static int vocab(void)
+{
+	return gpt_oss ? 2048 : flavor()->vocab_size;
 }
 
 /* Tokens of every step: (STEPS, ROWS, T), ids and labels, 1 in 9 labels ignored. */
@@ -92,7 +110,8 @@ static void tokens(int32_t *ids, int32_t *labels, int vocab, uint64_t seed)
 
 static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
 {
-	plan_opts o = {.be = be, .mesh = m, .args = flavor(), .b = b, .t = T, .ac = c->ac,
+	plan_opts o = {.be = be, .mesh = m, .args = flavor(), .vocab_size = vocab(), .b = b,
+		       .t = T, .ac = c->ac,
 		       .ac_every = 1, .reduce = BE_F32, .loss_parallel = 1};
 	adamw_config_default(&o.adamw);
 	o.adamw.lr = LR;
@@ -113,6 +132,28 @@ static uint64_t ar(int n, uint64_t bytes)
 	return n > 1 ? 2 * (uint64_t)(n - 1) * bytes / (uint64_t)n : 0;
 }
 
+/* Unit u's tensor-parallel bytes per step: per micro-batch of n tokens,
+ * m = (P - 1) n/P d x 4 per gather or reduce-scatter of the stream; a block 2
+ * gathers and 2 reduce-scatters forward and backward each, what AC recomputes
+ * again (full: 2 gathers, 1 reduce-scatter; op: 2 gathers); the embedding a
+ * reduce-scatter forward and a gather backward, the head the reverse and the
+ * loss's all-gather of (n, 3) float32 statistics. */
+static void tp_unit(counts x, const cfg *c, int u, int head, uint64_t A, const model *m, int P)
+{
+	uint64_t n = (uint64_t)(ROWS / (c->shard * c->accum)) * T; /* batch = shard ranks */
+	uint64_t one = (uint64_t)(P - 1) * (n / (uint64_t)P) * (uint64_t)model_args(m)->dim * 4;
+	uint64_t ag = 1, rs = 1, loss = 0;
+	if (u == head) {
+		loss = (uint64_t)(P - 1) * n * 3 * 4;
+	} else if (u > 0) {
+		int full = c->ac == MODEL_AC_FULL;
+		ag = 4 + (full || c->ac == MODEL_AC_OP ? 2 : 0);
+		rs = 4 + (full ? 1 : 0);
+	}
+	x[MESH_TP][COMM_OP_ALL_GATHER] += A * (ag * one + loss);
+	x[MESH_TP][COMM_OP_REDUCE_SCATTER] += A * rs * one;
+}
+
 /* rows: the expert rows this rank sent to and received from other ranks in
  * the step's forwards (recomputations included), fwd_layers: the MoE
  * layers' forwards (each exchanges its rows per expert once). */
@@ -124,7 +165,9 @@ static void formula(const plan *pl, const cfg *c, int64_t rows, uint64_t fwd_lay
 	const llama_args *a = model_args(m);
 	int N = plan_size(pl, MESH_FSDP), L = plan_size(pl, MESH_LOSS), A = c->accum;
 	int EP = plan_size(pl, MESH_EP), NE = EP > 1 ? plan_size(pl, MESH_EFSDP) : N;
+	int P = plan_size(pl, MESH_TP);
 	int head = model_head_unit(m);
+	uint64_t rep = 0; /* tp-replicated elements of the rank's shard */
 	for (int u = 0; u <= head; u++) {
 		const model_unit *mu = model_unit_at(m, u);
 		uint64_t s = 0, se = 0;
@@ -135,6 +178,8 @@ static void formula(const plan *pl, const cfg *c, int64_t rows, uint64_t fwd_lay
 				se += (r + (uint64_t)NE - 1) / (uint64_t)NE * cols;
 			else
 				s += (r + (uint64_t)N - 1) / (uint64_t)N * cols;
+			if (t->tp == MODEL_TP_REPLICATE && !(EP > 1 && t->is_expert))
+				rep += (r + (uint64_t)N - 1) / (uint64_t)N * cols;
 		}
 		uint64_t gathers = u == head ? 1 : 2;
 		if (N > 1) {
@@ -145,7 +190,11 @@ static void formula(const plan *pl, const cfg *c, int64_t rows, uint64_t fwd_lay
 			x[MESH_EFSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(NE - 1) * se * 4;
 			x[MESH_EFSDP][COMM_OP_REDUCE_SCATTER] += A * (uint64_t)(NE - 1) * se * 4;
 		}
+		if (P > 1) /* titan-train(1)'s tp term, float32, loss parallel, not async */
+			tp_unit(x, c, u, head, A, m, P);
 	}
+	if (P > 1)
+		x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, rep * 4) + ar(P, 8); /* + the grad norm */
 	if (EP > 1) {
 		uint64_t el = (uint64_t)(a->moe.experts / EP), d = (uint64_t)a->dim;
 		x[MESH_EP][COMM_OP_ALL_TO_ALL] += fwd_layers * (uint64_t)(EP - 1) * el * 4;
@@ -158,7 +207,7 @@ static void formula(const plan *pl, const cfg *c, int64_t rows, uint64_t fwd_lay
 	x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, 8); /* the grad norm */
 }
 
-static const mesh_dim dims[] = {MESH_FSDP, MESH_LOSS, MESH_EP, MESH_EFSDP};
+static const mesh_dim dims[] = {MESH_FSDP, MESH_LOSS, MESH_EP, MESH_EFSDP, MESH_TP};
 
 static void check_bytes(const mesh *m, const counts want)
 {
@@ -190,12 +239,14 @@ static double compare_params(plan *dist, plan *ref, const char **where)
 		const float *full = b + plan_box_at(ref, i)->shard_off;
 		int64_t z1 = x->ndim > 1 ? x->sizes[1] : 1, s1 = t->ndim > 1 ? t->shape[1] : 1;
 		int64_t z2 = x->ndim > 2 ? x->sizes[2] : 1, s2 = t->ndim > 2 ? t->shape[2] : 1;
+		int64_t off1 = x->ndim > 1 ? x->offsets[1] : 0, off2 = x->ndim > 2 ? x->offsets[2] : 0;
 		for (int64_t r = 0; x->numel && r < x->sizes[0]; r++)
 			for (int64_t j = 0; j < z1; j++)
 				for (int64_t k = 0; k < z2; k++) {
+					int64_t at = ((x->offsets[0] + r) * s1 + off1 + j) * s2 + off2 + k;
 					double d = fabs(
 						(double)a[x->shard_off + (size_t)((r * z1 + j) * z2 + k)] -
-						(double)full[((x->offsets[0] + r) * s1 + j) * s2 + k]);
+						(double)full[at]);
 					if (d > worst)
 						worst = d, *where = t->fqn;
 				}
@@ -214,7 +265,7 @@ static void ep_equals_the_single_process(void **state)
 	cfg c;
 	read_cfg(&c);
 	titan_err e = {{0}};
-	mesh_degrees want = {1, c.shard, 1, 1, 1, c.ep, 1}, d;
+	mesh_degrees want = {1, c.shard, 1, c.tp, 1, c.ep, 1}, d;
 	if (mesh_resolve(&want, comm_size(world), &d, &e) != 0)
 		fail_msg("TITAN_EP_TEST \"%s\": %s", c.text, e.msg);
 	mesh *m;
@@ -234,17 +285,16 @@ static void ep_equals_the_single_process(void **state)
 			assert_int_equal(model_tensor_at(pm, i)->shape[0],
 					 flavor()->moe.experts / c.ep);
 
-	int vocab = flavor()->vocab_size;
 	size_t all = (size_t)STEPS * ROWS * T;
 	int32_t *ids = malloc(sizeof(int32_t) * all), *labels = malloc(sizeof(int32_t) * all);
 	int32_t *mi = malloc(sizeof(int32_t) * ROWS * T), *ml = malloc(sizeof(int32_t) * ROWS * T);
-	tokens(ids, labels, vocab, 20261203);
+	tokens(ids, labels, vocab(), 20261203);
 	double worst_loss = 0, worst_norm = 0;
 	int64_t moved = 0;
 	uint64_t moe_layers = 0;
 	for (int l = 0; l < flavor()->n_layers; l++)
 		moe_layers += model_family_moe_layer(flavor(), l) != 0;
-	for (int s = 0; s < STEPS; s++) {
+	for (int s = 0; s < c.steps; s++) {
 		size_t base = (size_t)s * ROWS * T;
 		for (int k = 0; k < c.accum; k++)
 			for (int i = 0; i < lb; i++) {
@@ -319,8 +369,9 @@ static plan *layout(backend *be, mesh_degrees d, int f8, titan_err *e)
 	return plan_create(&o, e);
 }
 
-/* EP 2 lays out (the planner's layout-only plans), but EP with TP and with
- * FSDP's float8 all-gather are refused, saying so. */
+/* EP 2 and EP 2 x TP 2 lay out (the planner's layout-only plans), but EP
+ * with experts split over tp (ETP = TP) and with FSDP's float8 all-gather
+ * are refused, saying so. */
 static void ep_refuses_what_it_has_no_plan_for(void **state)
 {
 	(void)state;
@@ -334,9 +385,13 @@ static void ep_refuses_what_it_has_no_plan_for(void **state)
 	assert_null(layout(be, (mesh_degrees){1, 2, 1, 1, 1, 2, 1}, 1, &e));
 	print_message("%s\n", e.msg);
 	assert_non_null(strstr(e.msg, "enable_fsdp_float8_all_gather"));
-	assert_null(layout(be, (mesh_degrees){1, 2, 1, 2, 1, 2, 1}, 0, &e));
+	p = layout(be, (mesh_degrees){1, 2, 1, 2, 1, 2, 1}, 0, &e);
+	if (!p)
+		fail_msg("EP 2 x TP 2 layout: %s", e.msg);
+	plan_free(p);
+	assert_null(layout(be, (mesh_degrees){1, 2, 1, 2, 1, 2, 2}, 0, &e));
 	print_message("%s\n", e.msg);
-	assert_non_null(strstr(e.msg, "tensor_parallel_degree 2"));
+	assert_non_null(strstr(e.msg, "expert_tensor_parallel_degree 2"));
 	backend_free(be);
 }
 

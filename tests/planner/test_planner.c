@@ -290,6 +290,60 @@ static void expert_tensors_split_over_ep_then_efsdp(void **state)
 	config_free(&c);
 }
 
+/* EP 2 x TP 2 on 4 ranks (torchtitan's ETP 1): ep borrowed from tp, so a
+ * rank holds E/ep whole experts (not split over tp) sharded over efsdp =
+ * dp_shard x tp / ep = 2, the other tensors TP-split and sharded over fsdp 2. */
+static void experts_stay_whole_under_ep_with_tp(void **state)
+{
+	(void)state;
+	job_config c;
+	load(&c, "[model]\nname = \"deepseek_v3\"\nflavor = \"debugmodel\"\n"
+		 "[training]\nlocal_batch_size = 1\nseq_len = 16\nmixed_precision_param = \"float32\"\n"
+		 "[parallelism]\nexpert_parallel_degree = 2\ntensor_parallel_degree = 2\n"
+		 "[activation_checkpoint]\nmode = \"none\"\n");
+	plan_report r;
+	titan_err e = {0};
+	if (planner_run(&c, 4, (uint64_t)1 << 40, &r, &e))
+		fail_msg("%s", e.msg);
+	const llama_args *a =
+		model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
+	backend *be = backend_cpu_create(1, &e);
+	model *m = model_create_unbound(be, a, 0, &e);
+	uint64_t dense = 0, experts = 0;
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		uint64_t rows = (uint64_t)t->shape[0], cols = t->numel / rows;
+		if (t->is_expert) {
+			experts += (rows / 2 + 1) / 2 * cols;
+			continue;
+		}
+		if (t->tp_dim == 0)
+			rows = (rows + 1) / 2;
+		else if (t->tp_dim > 0)
+			cols = cols / (uint64_t)t->shape[t->tp_dim] *
+			       (((uint64_t)t->shape[t->tp_dim] + 1) / 2);
+		dense += (rows + 1) / 2 * cols;
+	}
+	assert_int_equal(r.d.ep, 2);
+	assert_int_equal(r.d.tp, 2);
+	assert_int_equal(r.d.dp_shard, 2);
+	assert_int_equal(r.roles[0].bytes[PLAN_PARAMS], 4 * (dense + experts));
+	/* gathered twice and reduced once, float32, each round its 2 ranks */
+	assert_int_equal(r.roles[0].sent[PLAN_DIM_FSDP], 3 * 4 * (dense + experts));
+	/* each MoE layer: the counts (4 experts a rank, int32) to the other ep
+	 * rank, then the rank's 8 of 16 tokens x top_k rows, half of them to the
+	 * other rank and as many back, forward and backward, float32 */
+	uint64_t moe = 0, rows = 8 * (uint64_t)a->moe.top_k;
+	for (int l = 0; l < a->n_layers; l++)
+		moe += model_family_moe_layer(a, l) != 0;
+	assert_int_equal(r.roles[0].sent[PLAN_DIM_EP],
+			 moe * (4 * 4 + 2 * (rows / 2 + rows / 2) * (uint64_t)a->dim * 4));
+	model_free(m);
+	backend_free(be);
+	planner_report_free(&r);
+	config_free(&c);
+}
+
 static void pipeline_traffic_is_one_message_per_crossing(void **state)
 {
 	(void)state;
@@ -371,6 +425,7 @@ int main(void)
 		cmocka_unit_test(pipeline_rank_plans_equal_measured_peaks),
 		cmocka_unit_test(fsdp_shards_are_padded_like_fsdp2),
 		cmocka_unit_test(expert_tensors_split_over_ep_then_efsdp),
+		cmocka_unit_test(experts_stay_whole_under_ep_with_tp),
 		cmocka_unit_test(pipeline_traffic_is_one_message_per_crossing),
 		cmocka_unit_test(bad_plans_are_refused_before_any_work),
 	};
