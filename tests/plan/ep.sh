@@ -29,4 +29,5 @@ ep() {
 ep 2 ep=2 ac=op
 ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
+ep 2 ep=2 dev=1
 t_done
