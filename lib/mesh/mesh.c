@@ -247,20 +247,64 @@ int mesh_create(comm *world, const mesh_degrees *d, mesh **out, titan_err *e)
 		axis_sizes(d, dim_axes[k].sparse, sz);
 		decode(sz, m->rank, c);
 		int color = (int)index_over(sz, c, dim_axes[k].mask, 0);
-		if (comm_split(world, color, m->coord[k], dim_names[k], &m->dims[k], e) != 0) {
+		if (comm_split(world, color, m->coord[k], dim_names[k], &m->host[k], e) != 0) {
 			mesh_free(m);
 			return -1;
 		}
+		m->dims[k] = m->host[k];
 	}
 	*out = m;
 	return 0;
+}
+
+void mesh_drop_device_comms(mesh *m)
+{
+	if (m == NULL)
+		return;
+	for (int k = MESH_DIM_COUNT - 1; k >= 0; k--) {
+		if (m->dims[k] != m->host[k])
+			comm_free(m->dims[k]);
+		m->dims[k] = m->host[k];
+	}
+}
+
+int mesh_use_device_comms(mesh *m, mesh_comm_maker make, void *ctx, titan_err *e)
+{
+	mesh_drop_device_comms(m);
+	for (int k = 0; k < MESH_DIM_COUNT; k++) {
+		comm *c;
+		if (make(ctx, m->host[k], dim_names[k], &c, e) != 0) {
+			mesh_drop_device_comms(m);
+			return err_prefix(e, "mesh dimension %s", dim_names[k]);
+		}
+		m->dims[k] = c;
+	}
+	return 0;
+}
+
+typedef struct nccl_target {
+	int device;
+	void *stream;
+} nccl_target;
+
+static int make_nccl(void *ctx, comm *host, const char *name, comm **out, titan_err *e)
+{
+	const nccl_target *t = ctx;
+	return comm_nccl_create(host, t->device, t->stream, name, out, e);
+}
+
+int mesh_use_nccl(mesh *m, int device, void *stream, titan_err *e)
+{
+	nccl_target t = {device, stream};
+	return mesh_use_device_comms(m, make_nccl, &t, e);
 }
 
 void mesh_free(mesh *m)
 {
 	if (m == NULL)
 		return;
+	mesh_drop_device_comms(m);
 	for (int k = MESH_DIM_COUNT - 1; k >= 0; k--)
-		comm_free(m->dims[k]);
+		comm_free(m->host[k]);
 	free(m);
 }

@@ -14,6 +14,14 @@
  * Every dimension, of any size, is a communicator of lib/comm; a world of one
  * process is a mesh whose dimensions all have size 1.
  *
+ * Each dimension has two communicators over the same ranks: the one for the
+ * backend's memory (mesh_comm: the plans' gathers and reductions of tensors)
+ * and its host twin (mesh_host_comm: scalars the host holds, such as token
+ * counts, loss sums and the grad norm's sum of squares).  On the CPU both
+ * are the same MPI communicator; with the CUDA backend (mesh_use_nccl) the
+ * first is NCCL on the device and the twin stays MPI, so a plan is one code
+ * path over either.
+ *
  * The layout functions (mesh_resolve, mesh_coords, mesh_group) need no
  * communication, so a planner can lay out 512 ranks from one process. */
 #ifndef TITAN_MESH_H
@@ -61,7 +69,8 @@ typedef struct mesh {
 	int world_size, rank;
 	int size[MESH_DIM_COUNT];
 	int coord[MESH_DIM_COUNT];  /* this rank's index in each dimension */
-	comm *dims[MESH_DIM_COUNT]; /* owned */
+	comm *dims[MESH_DIM_COUNT]; /* owned: the backend's memory (host[k] without a device) */
+	comm *host[MESH_DIM_COUNT]; /* owned: MPI on host buffers */
 	comm *world;                /* not owned */
 } mesh;
 
@@ -92,6 +101,21 @@ void mesh_describe(const mesh_degrees *d, char *buf, size_t n);
 int mesh_create(comm *world, const mesh_degrees *d, mesh **out, titan_err *e);
 void mesh_free(mesh *m);
 
+/* Make each dimension's device communicator with make(ctx, host twin, name,
+ * &out, e), in dimension order (collective over world: every rank calls it).
+ * On failure the mesh keeps its host communicators alone. */
+typedef int (*mesh_comm_maker)(void *ctx, comm *host, const char *name, comm **out,
+			       titan_err *e);
+int mesh_use_device_comms(mesh *m, mesh_comm_maker make, void *ctx, titan_err *e);
+/* The CUDA backend's: one NCCL communicator per dimension on device `device`,
+ * ordered after `stream` (the backend's cudaStream_t), NCCL's unique id
+ * broadcast over the dimension's MPI twin. */
+int mesh_use_nccl(mesh *m, int device, void *stream, titan_err *e);
+/* Free the device communicators (before the backend whose stream they wait
+ * on goes): the mesh is back to host communicators alone. */
+void mesh_drop_device_comms(mesh *m);
+
 static inline comm *mesh_comm(const mesh *m, mesh_dim dim) { return m->dims[dim]; }
+static inline comm *mesh_host_comm(const mesh *m, mesh_dim dim) { return m->host[dim]; }
 
 #endif

@@ -50,6 +50,14 @@ static size_t sbytes(const plan *p, int u, int k)
 	return b ? b : pbytes(p, p->u[u].g[k].shard_numel);
 }
 
+/* Whether group k's gathers and reductions go through its communicator: over
+ * more than one rank, or always (opts.comm_always: a world of one on NCCL);
+ * else they are copies. */
+static int via_comm(const plan *p, int k)
+{
+	return p->gn[k] > 1 || p->o.comm_always;
+}
+
 /* Wait for a request; the comm's time is the profiler's "comm" event. */
 static int wait_req(plan *p, comm_req **r, const char *what, size_t bytes, titan_err *e)
 {
@@ -90,7 +98,7 @@ static int start_gather(plan *p, int u, titan_err *e)
 				p->be->ops->convert(p->be, g->send, pt, src, p->mt, (int64_t)s);
 			src = g->send;
 		}
-		if (n == 1 || s == 0) { /* a group of one rank, or no tensors of the group */
+		if (!via_comm(p, k) || s == 0) { /* a group of one rank, or no tensors of it */
 			plan_move(p->be, g->gbuf, pt, src, pt, s);
 			continue;
 		}
@@ -257,7 +265,7 @@ static int advance(plan *p, titan_err *e)
 				return -1;
 			give(p, &g->rsbuf, rbytes(p, (size_t)p->gn[k] * g->shard_numel));
 		}
-		if (p->rep > 1 && !pu->resident) {
+		if ((p->rep > 1 || p->o.comm_always) && !pu->resident) {
 			if (start_all_reduce(p, u, e))
 				return -1;
 			p->queue[w++] = u;
@@ -285,7 +293,7 @@ static void copy_in(plan *p, int u)
 	plan_unit *pu = &p->u[u];
 	for (int k = 0; k < PLAN_GROUPS; k++) {
 		plan_shards *g = &pu->g[k];
-		void *dst = p->gn[k] > 1 ? g->rsbuf : g->rsout;
+		void *dst = via_comm(p, k) ? g->rsbuf : g->rsout;
 		p->be->ops->zero(p->be, dst, rbytes(p, (size_t)p->gn[k] * g->shard_numel));
 		relayout(p, u, k, pu->grad, p->prec.grad, dst, p->o.reduce, 1);
 	}
@@ -307,7 +315,7 @@ int plan_reduce_unit(plan *p, int u, titan_err *e)
 	for (int k = 0; k < PLAN_GROUPS; k++) {
 		plan_shards *g = &pu->g[k];
 		if (!(g->rsout = take(p, rbytes(p, g->shard_numel), e)) ||
-		    (p->gn[k] > 1 &&
+		    (via_comm(p, k) &&
 		     !(g->rsbuf = take(p, rbytes(p, (size_t)p->gn[k] * g->shard_numel), e))))
 			return err_prefix(e, "fsdp: reducing unit %d", u);
 	}
@@ -316,7 +324,7 @@ int plan_reduce_unit(plan *p, int u, titan_err *e)
 	model_bind_unit(p->m, u, pu->params, NULL);
 	for (int k = 0; k < PLAN_GROUPS; k++) {
 		plan_shards *g = &pu->g[k];
-		if (p->gn[k] == 1 || g->shard_numel == 0)
+		if (!via_comm(p, k) || g->shard_numel == 0)
 			continue;
 		PROF_T0(t);
 		if (comm_reduce_scatter_start(p->gc[k], g->rsbuf, g->rsout, g->shard_numel,

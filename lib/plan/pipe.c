@@ -88,7 +88,7 @@ int plan_set_pipeline(plan *p, const pp_split *sp, const pp_schedule *s, titan_e
 			return err_set(e, "plan: unit %d is %sheld, but pipeline rank %d's stages %s it",
 				       u, p->u[u].held ? "" : "not ", r, mine ? "hold" : "leave");
 	}
-	if (p->c_pp != NULL && comm_size(p->c_pp) > 1 && pp_schedule_agree(p->c_pp, s, e))
+	if (p->h_pp != NULL && comm_size(p->h_pp) > 1 && pp_schedule_agree(p->h_pp, s, e))
 		return -1;
 	plan_pipe *pp = calloc(1, sizeof *pp);
 	if (pp == NULL)

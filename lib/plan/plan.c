@@ -58,6 +58,11 @@ static comm *dim_comm(const plan *p, mesh_dim d)
 	return p->mesh ? mesh_comm(p->mesh, d) : NULL;
 }
 
+static comm *host_comm(const plan *p, mesh_dim d)
+{
+	return p->mesh ? mesh_host_comm(p->mesh, d) : NULL;
+}
+
 /* The sizes and indices the plan uses, and torchtitan's refusals of meshes
  * it has no plan for. */
 static int read_mesh(plan *p, titan_err *e)
@@ -72,6 +77,10 @@ static int read_mesh(plan *p, titan_err *e)
 	p->c_loss = dim_comm(p, MESH_LOSS);
 	p->c_pp = dim_comm(p, MESH_PP);
 	p->c_cp = dim_comm(p, MESH_CP);
+	p->h_fsdp = host_comm(p, MESH_FSDP);
+	p->h_tp = host_comm(p, MESH_TP);
+	p->h_loss = host_comm(p, MESH_LOSS);
+	p->h_pp = host_comm(p, MESH_PP);
 	p->ep = plan_size(p, MESH_EP), p->ep_rank = plan_coord(p, MESH_EP);
 	p->c_ep = dim_comm(p, MESH_EP);
 	/* FSDP's groups: the experts' over efsdp under expert parallelism */
@@ -157,7 +166,8 @@ static int apply_fsdp(plan *p, titan_err *e)
 	p->queue = calloc((size_t)p->n_units, sizeof *p->queue);
 	if (!p->t || !p->u || !p->queue)
 		return err_set(e, "out of memory");
-	int resident = p->fsdp == 1 && p->prec.param == p->mt && p->prec.grad == p->mt;
+	int resident = p->fsdp == 1 && p->prec.param == p->mt && p->prec.grad == p->mt &&
+		       !p->o.comm_always;
 	size_t at = 0;
 	for (int u = 0; u < p->n_units; u++) {
 		const model_unit *mu = model_unit_at(m, u);

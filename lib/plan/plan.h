@@ -149,6 +149,11 @@ typedef struct plan_opts {
 	 * each gather, or once per step when precomputed. */
 	int f8_all_gather;       /* enable_fsdp_float8_all_gather */
 	int f8_precompute;       /* precompute_float8_dynamic_scale_for_fsdp */
+	/* FSDP's and HSDP's gathers and reductions go through the communicators
+	 * even over one rank (no unit resident), which otherwise are copies: the
+	 * comm path of a world of one, as on one GPU under NCCL (titan-train's
+	 * TITAN_COMM_ALWAYS).  Same numbers, more copies. */
+	int comm_always;
 } plan_opts;
 
 /* Build the plan of this rank: the model with its TP shapes, the shards, the

@@ -83,7 +83,11 @@ struct plan {
 	int tp, tp_rank;
 	int ep, ep_rank;       /* expert parallelism (ep borrowed from dp_shard x cp) */
 	int cp, cp_rank;
-	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp, *c_cp, *c_ep;
+	comm *c_fsdp, *c_rep, *c_tp, *c_loss, *c_pp, *c_cp, *c_ep; /* the backend's memory */
+	/* their host twins (mesh_host_comm: the same MPI communicators on the CPU,
+	 * MPI beside NCCL on a GPU): the host's scalars, the token count, the loss
+	 * sums, the grad norm's sum of squares, are born and used on the host */
+	comm *h_fsdp, *h_tp, *h_loss, *h_pp;
 	/* FSDP's groups (PLAN_DENSE: fsdp; PLAN_EXPERT: efsdp): size, index, comm */
 	int gn[PLAN_GROUPS], gr[PLAN_GROUPS];
 	comm *gc[PLAN_GROUPS];

@@ -10,7 +10,9 @@
 #include "plan/plan_priv.h"
 #include "prof/prof.h"
 
-/* A blocking all-reduce of n values on c (nothing to do without one). */
+/* A blocking all-reduce of n values on c (nothing to do without one).  The
+ * host's scalars go on the h_* twins, the backend's buffers (the MoE
+ * counts) on the c_* communicators. */
 static int all_reduce(plan *p, comm *c, void *buf, size_t n, comm_dtype t, comm_redop op,
 		      const char *what, titan_err *e)
 {
@@ -90,9 +92,9 @@ static int clip(plan *p, double max_norm, double *norm, titan_err *e)
 {
 	PROF_T0(t);
 	double s = local_sumsq(p);
-	if (all_reduce(p, p->c_fsdp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_tp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e))
+	if (all_reduce(p, p->h_fsdp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->h_tp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->h_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e))
 		return -1;
 	*norm = sqrt(s);
 	grad_clip_scale_typed(p->be, p->grads, p->mt, p->shard_numel, *norm, max_norm);
@@ -124,7 +126,7 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 		plan_set_runner(p, NULL);
 	size_t n = (size_t)b->n_mb * (size_t)p->o.b * (size_t)p->o.t;
 	int64_t global = count_valid(b->labels, n);
-	if (all_reduce(p, p->c_loss, &global, 1, COMM_I64, COMM_SUM, "all_reduce", e))
+	if (all_reduce(p, p->h_loss, &global, 1, COMM_I64, COMM_SUM, "all_reduce", e))
 		return -1;
 	if (global == 0)
 		return err_set(e, "no valid labels in the step's batch on any rank");
@@ -146,10 +148,10 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	double sums[1] = {loss_sum}, avg = valid ? loss_sum / (double)valid : 0;
 	/* under pipeline parallelism the last stage alone has a loss: summed over
 	 * pp too, so that every rank (rank 0 logs) knows it */
-	if (all_reduce(p, p->c_loss, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_loss, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
-	    all_reduce(p, p->c_pp, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_pp, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
+	if (all_reduce(p, p->h_loss, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->h_loss, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
+	    all_reduce(p, p->h_pp, sums, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->h_pp, &avg, 1, COMM_F64, COMM_MAX, "all_reduce", e) ||
 	    clip(p, max_norm, &r->grad_norm, e) || moe_balance(p, e))
 		return -1;
 	PROF_T0(t);
@@ -195,10 +197,10 @@ static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int
 	p->eval = 0;
 	plan_release_all(p);
 	/* under pipeline parallelism the last stage alone has the loss */
-	if (rc || all_reduce(p, p->c_loss, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_loss, &v, 1, COMM_I64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
-	    all_reduce(p, p->c_pp, &v, 1, COMM_I64, COMM_SUM, "all_reduce", e))
+	if (rc || all_reduce(p, p->h_loss, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->h_loss, &v, 1, COMM_I64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->h_pp, &s, 1, COMM_F64, COMM_SUM, "all_reduce", e) ||
+	    all_reduce(p, p->h_pp, &v, 1, COMM_I64, COMM_SUM, "all_reduce", e))
 		return -1;
 	*loss_sum = s;
 	*n_valid = v;

@@ -159,6 +159,8 @@ static void job_close(job *j)
 	pp_schedule_free(j->pp_sched);
 	pp_split_free(&j->pp_split);
 	free(j->pp_hold);
+	if (j->h != NULL && j->h->mesh != NULL)
+		mesh_drop_device_comms(j->h->mesh); /* they wait on the backend's stream */
 	if (j->be != NULL)
 		backend_free(j->be);
 	free(j->inputs);
@@ -303,6 +305,32 @@ static int build_pipeline(job *j, titan_err *err)
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
+/* TITAN_COMM_ALWAYS=1: FSDP's collectives through the communicators even in a
+ * world of one (plan_opts.comm_always; on a GPU over NCCL): a check of the
+ * comm path on one device, titan-train(1). */
+static int comm_always(void)
+{
+	const char *v = getenv("TITAN_COMM_ALWAYS");
+	return v != NULL && strcmp(v, "1") == 0;
+}
+
+/* NCCL allocates its buffers (per communicator, channel and peer) as its
+ * collectives first connect, after the arena took the device: leave them
+ * this much besides what the CUDA libraries keep. */
+#define NCCL_RESERVE_BYTES ((size_t)2 << 30)
+
+static int nccl_arena(int dev, backend_cuda_opts *o, titan_err *err)
+{
+	size_t free_b, total_b, keep = BACKEND_CUDA_RESERVE_BYTES + NCCL_RESERVE_BYTES;
+	if (gpu_set_device(dev, err) != 0 || gpu_mem_info(&free_b, &total_b, err) != 0)
+		return -1;
+	if (free_b <= 2 * keep)
+		return err_set(err, "%zu bytes free on device %d: too little for an arena beside "
+			       "NCCL's buffers", free_b, dev);
+	o->arena_bytes = free_b - keep;
+	return 0;
+}
+
 /* The backend of --backend (trainer_hooks.backend): the CPU's, or the CUDA
  * backend on the process's device with one arena of all its free memory
  * (less what the CUDA libraries keep for themselves). */
@@ -315,16 +343,39 @@ static int open_backend(job *j, titan_err *err)
 		return (j->be = backend_cpu_create(j->h->threads, err)) ? 0 : -1;
 	if (dev < 0)
 		return err_set(err, "--backend cuda: no GPU for this process (%s)", gpu_why_none());
-	/* The plan's collectives and its host-side scalar reductions go over the
-	 * mesh's MPI communicators, which take host buffers only. */
-	if (j->h->mesh != NULL && j->h->mesh->world_size > 1)
-		return err_set(err, "--backend cuda with %d ranks: the parallel plans do not run over "
-			       "NCCL yet; train on one GPU, or with --backend cpu",
-			       j->h->mesh->world_size);
+	const mesh *m = j->h->mesh;
+	/* lib/pp's engine posts lone sends and receives: on one NCCL stream per
+	 * communicator two stages would wait on each other (1F1B) */
+	if (m != NULL && m->size[MESH_PP] > 1)
+		return err_set(err, "--backend cuda with pipeline_parallel_degree %d: the pipeline's "
+			       "sends and receives do not run over NCCL yet; use --backend cpu",
+			       m->size[MESH_PP]);
+	int nccl = m != NULL && (m->world_size > 1 || comm_always());
 	backend_cuda_opts o = {.device = dev};
-	if (gpu_device_info(dev, &j->gpu, err) != 0 || !(j->be = backend_cuda_create(&o, err)))
+	if (gpu_device_info(dev, &j->gpu, err) != 0 || (nccl && nccl_arena(dev, &o, err) != 0) ||
+	    !(j->be = backend_cuda_create(&o, err)))
 		return err_prefix(err, "--backend cuda");
+	/* The plans' tensors go over NCCL on the backend's stream, one
+	 * communicator per mesh dimension; their host scalars stay on MPI. */
+	if (nccl && mesh_use_nccl(j->h->mesh, dev, backend_cuda_stream(j->be), err) != 0)
+		return err_prefix(err, "--backend cuda: NCCL");
+	if (nccl)
+		metrics_log(j->log, "Collectives over NCCL: a communicator per mesh dimension on "
+			    "device %d, host scalars over MPI", dev);
 	return 0;
+}
+
+/* The collectives of the run on the device communicators (NCCL), when the
+ * mesh has them: what shows that a GPU run went through NCCL. */
+static void log_device_collectives(job *j)
+{
+	const mesh *m = j->h->mesh;
+	uint64_t n = 0;
+	for (int k = 0; m != NULL && k < MESH_DIM_COUNT; k++)
+		for (int op = 0; m->dims[k] != m->host[k] && op < COMM_OP_COUNT; op++)
+			n += comm_get_stats(m->dims[k])->calls[op];
+	if (m != NULL && m->dims[MESH_FSDP] != m->host[MESH_FSDP])
+		metrics_log(j->log, "NCCL collectives: %llu (rank %d)", (unsigned long long)n, j->rank);
 }
 
 /* The log's memory: the CPU process's resident peak, or on a GPU the arena's
@@ -394,7 +445,8 @@ static int build_plan(job *j, titan_err *err)
 		       .async_tp = c->parallelism.enable_async_tensor_parallel,
 		       .no_decay_norms_embeddings = c->optimizer.no_decay_norms_embeddings,
 		       .f8_all_gather = c->float8.enable_fsdp_float8_all_gather,
-		       .f8_precompute = c->float8.precompute_float8_dynamic_scale_for_fsdp};
+		       .f8_precompute = c->float8.precompute_float8_dynamic_scale_for_fsdp,
+		       .comm_always = comm_always()};
 	train_prec prec;
 	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &o.cp_balance, err) ||
 	    cp_rotate_parse(c->parallelism.context_parallel_rotate_method, &o.cp_rotate, err) ||
@@ -990,6 +1042,7 @@ static int run_loop(job *j, titan_err *err)
 	/* the backend's high-water mark, what --dry-run's peak predicts */
 	metrics_log(j->log, "Peak backend memory: %zu bytes (rank %d)", backend_peak_bytes(j->be),
 		    j->rank);
+	log_device_collectives(j);
 	metrics_log(j->log, "Training completed");
 	return 0;
 }

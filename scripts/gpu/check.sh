@@ -8,7 +8,9 @@
 #   3. run the GPU tests (make check-gpu): every kernel against the CPU backend,
 #      the CUDA backend's ops table, the model's step against the CPU's
 #   4. titan-train on the GPU, as carried (built here, .gpu-deps/bin): the same
-#      job on the CUDA and the CPU backend (tests/gpu/train.sh), 200 steps of
+#      job on the CUDA and the CPU backend and on the CUDA backend with every
+#      FSDP collective through NCCL in a world of one (TITAN_COMM_ALWAYS=1:
+#      the whole train step through NCCL; tests/gpu/train.sh), 200 steps of
 #      debugmodel on both (scripts/gpu/train_check.sh curve), and later the 1B
 #      flavor at t=8192 for tokens/s and MFU (train_check.sh mfu)
 #   5. scripts/gpu/comm_check.sh when it exists (NCCL)
@@ -179,7 +181,7 @@ tests_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
 # titan-train: the same job on both backends (a GPU-less machine checks the
 # refusal), then 200 steps of debugmodel on both
 # shellcheck disable=SC2086
-[ "$train_ok" = 1 ] && stage train-equivalence 90 $train sh tests/gpu/train.sh
+[ "$train_ok" = 1 ] && stage train-equivalence 150 $train sh tests/gpu/train.sh
 if [ "$build_only" = 1 ]; then
 	echo "tests: ${tests_line:-did not run}"
 	cat "$status"
@@ -274,6 +276,9 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	row "titan-train 1B, t=8192, AC op, compile" tok/s train 1B_t8192_tokens_per_s
 	row "  MFU (torchtitan's peak)" % train 1B_t8192_MFU
 	row "  memory (the arena's high water)" GiB train 1B_t8192_memory_GiB
+	row "titan-train 40 steps, NCCL (world 1) vs cuda" loss train nccl_w1_vs_cuda_max_diff
+	row "  NCCL (world 1) vs cpu, largest difference" loss train nccl_w1_vs_cpu_max_diff
+	row "  cuda vs cpu, largest difference" loss train cuda_w1_vs_cpu_max_diff
 	row "titan-train debugmodel, cuda vs cpu: steps" steps train debug_curve_steps
 	row "  largest loss difference at a step" loss train debug_curve_max_diff
 	row "  difference of the last 20 steps' means" loss train debug_curve_last_mean_diff

@@ -13,6 +13,10 @@
 #    reduce-scatter, all-reduce; with one GPU only the algorithm bandwidth
 #    (size / time: the cost of a call) means anything.
 #
+# The train step through NCCL (FSDP's collectives on NCCL in a world of one,
+# against the plain CUDA run and the CPU) is tests/gpu/train.sh, check.sh's
+# train-equivalence stage.
+#
 # BUILD (default build) is the build folder; OUT, when set, receives the logs
 # (comm_nccl_test.log, comm_nccl_bw.txt).  Exit status 0 when the test passed.
 set -u

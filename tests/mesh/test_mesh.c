@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "gpu/gpu.h"
 #include "mesh/mesh.h"
 
 static comm *world;
@@ -214,6 +215,66 @@ static void communicators_hold_the_layouts_ranks(void **state)
 	free(want);
 }
 
+/* A maker of device communicators for the test: a new MPI communicator over
+ * the twin's ranks (so distinct from it), failing at dimension fail_at. */
+typedef struct maker {
+	int made, fail_at;
+} maker;
+
+static int make_split(void *ctx, comm *host, const char *name, comm **out, titan_err *e)
+{
+	maker *mk = ctx;
+	if (mk->made == mk->fail_at)
+		return err_set(e, "no device for %s", name);
+	mk->made++;
+	return comm_split(host, 0, comm_rank(host), name, out, e);
+}
+
+/* Each dimension's device communicator beside its host twin: the same ranks
+ * in the same order; a failure part way leaves the host communicators alone
+ * (naming the dimension), and so does dropping them. */
+static void device_comms_have_host_twins(void **state)
+{
+	(void)state;
+	int n = comm_size(world);
+	mesh_degrees want = {1, -1, 1, 1, 1, 1, 1}, d;
+	titan_err e;
+	mesh *m;
+	if (mesh_resolve(&want, n, &d, &e) != 0 || mesh_create(world, &d, &m, &e) != 0)
+		fail_msg("%s", e.msg);
+	for (int k = 0; k < MESH_DIM_COUNT; k++)
+		assert_ptr_equal(mesh_comm(m, (mesh_dim)k), mesh_host_comm(m, (mesh_dim)k));
+	maker mk = {0, 2};
+	assert_int_equal(mesh_use_device_comms(m, make_split, &mk, &e), -1);
+	assert_non_null(strstr(e.msg, "mesh dimension dp_shard: no device for dp_shard"));
+	for (int k = 0; k < MESH_DIM_COUNT; k++)
+		assert_ptr_equal(mesh_comm(m, (mesh_dim)k), mesh_host_comm(m, (mesh_dim)k));
+	mk = (maker){0, -1};
+	if (mesh_use_device_comms(m, make_split, &mk, &e) != 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(mk.made, MESH_DIM_COUNT);
+	for (int k = 0; k < MESH_DIM_COUNT; k++) {
+		comm *c = mesh_comm(m, (mesh_dim)k), *h = mesh_host_comm(m, (mesh_dim)k);
+		assert_ptr_not_equal(c, h);
+		assert_int_equal(comm_size(c), comm_size(h));
+		assert_int_equal(comm_rank(c), comm_rank(h));
+		assert_string_equal(c->name, h->name);
+	}
+	mesh_drop_device_comms(m);
+	for (int k = 0; k < MESH_DIM_COUNT; k++)
+		assert_ptr_equal(mesh_comm(m, (mesh_dim)k), mesh_host_comm(m, (mesh_dim)k));
+	/* without a GPU NCCL says so, and the mesh stays on MPI */
+	if (gpu_count() == 0) {
+		assert_int_equal(mesh_use_nccl(m, 0, NULL, &e), -1);
+		print_message("mesh_use_nccl without a GPU: %s\n", e.msg);
+		for (int k = 0; k < MESH_DIM_COUNT; k++)
+			assert_ptr_equal(mesh_comm(m, (mesh_dim)k), mesh_host_comm(m, (mesh_dim)k));
+	}
+	if (mesh_use_device_comms(m, make_split, &mk, &e) != 0) /* freed by mesh_free */
+		fail_msg("%s", e.msg);
+	mesh_free(m);
+}
+
 int main(int argc, char **argv)
 {
 	titan_err e;
@@ -226,6 +287,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(dp_shard_is_the_intersection_of_fsdp_and_batch),
 		cmocka_unit_test(bad_meshes_are_refused_naming_the_numbers),
 		cmocka_unit_test(communicators_hold_the_layouts_ranks),
+		cmocka_unit_test(device_comms_have_host_twins),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	comm_finalize(world);

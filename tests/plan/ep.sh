@@ -38,4 +38,5 @@ ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
 ep 4 ep=2 tp=2 ac=full
 ep 4 ep=2 tp=2 model=gpt_oss
+ep 2 ep=2 dev=1
 t_done

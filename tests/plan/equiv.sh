@@ -11,6 +11,7 @@
 # (CI runs this on 2 cores).
 # f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
 # precomputed scales.
+# dev=1 / always=1: the routes of the CUDA backend (NCCL) checked on the CPU.
 # prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides.
 . tests/lib.sh
 
@@ -86,4 +87,17 @@ plan 4 rep=2 shard=2 f8=2 reshard=always
 # one process in the same mode, 200 steps (issue 12's bound; test_plan.c)
 plan 2 shard=2 prec=fsdp steps=200
 plan 2 shard=2 prec=fsdp accum=2 reshard=always
+# the CUDA backend's routes on the CPU (test_plan.c dev=1, always=1): tensors
+# to device-shaped communicators that take the backend's memory only (as
+# NCCL), host scalars to their MPI twins; FSDP's collectives over one rank
+# (a world of one on a GPU through NCCL)
+plan 1 always=1
+plan 1 dev=1 always=1 prec=fsdp
+plan 2 shard=2 dev=1 accum=2
+plan 2 rep=2 shard=1 dev=1
+plan 4 rep=2 shard=2 dev=1 reshard=always
+plan 4 shard=2 tp=2 async=1 dev=1
+plan 2 cp=2 dev=1
+plan 2 shard=2 f8=1 dev=1
+plan 2 pp=2 sched=1F1B mbs=2 dev=1
 t_done

@@ -15,7 +15,9 @@
  * every mesh dimension in a step, as lib/comm counts them, must equal the
  * formula of titan-train(1) (COMMUNICATION), the all-to-alls' from the rows
  * the routing sent (model_ep_take_rows); the rows sent and received over all
- * ranks must balance.  Seeds fixed and printed. */
+ * ranks must balance.  Seeds fixed and printed.  dev=1: the mesh's
+ * communicators take the backend's memory only, as NCCL's (test_plan.c's
+ * dev=1), their host twins the scalars. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +33,7 @@
 #include "mesh/mesh.h"
 #include "model/family.h"
 #include "plan/plan.h"
+#include "../support/devcomm.h"
 
 /* Tolerances: test_plan.c's for the loss and grad norm (measured here up to
  * 1.5e-8 and 2.3e-7; EP 2 x TP 2 3.7e-8 and 2.7e-7).  Parameters in units of
@@ -52,7 +55,7 @@ static comm *world;
 static int gpt_oss; /* model=gpt_oss: see flavor() */
 
 typedef struct cfg {
-	int ep, shard, tp, accum, steps;
+	int ep, shard, tp, accum, steps, dev;
 	model_ac_mode ac;
 	char text[256];
 } cfg;
@@ -76,6 +79,7 @@ static void read_cfg(cfg *c)
 	if (c->steps < 1 || c->steps > STEPS)
 		c->steps = STEPS;
 	gpt_oss = strstr(s, "model=gpt_oss") != NULL;
+	c->dev = get(s, "dev=", 0);
 	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
 										 : MODEL_AC_NONE;
 }
@@ -214,13 +218,15 @@ static void check_bytes(const mesh *m, const counts want)
 	for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
 		if (dims[k] == MESH_EFSDP && m->size[MESH_EP] == 1)
 			continue; /* without ep efsdp is fsdp's ranks: its bytes are fsdp's */
-		const comm_stats *s = comm_get_stats(mesh_comm(m, dims[k]));
-		for (int op = 0; op < COMM_OP_COUNT; op++)
-			if (s->bytes_sent[op] != want[dims[k]][op])
+		comm *c = mesh_comm(m, dims[k]), *h = mesh_host_comm(m, dims[k]);
+		for (int op = 0; op < COMM_OP_COUNT; op++) {
+			uint64_t b = comm_get_stats(c)->bytes_sent[op] +
+				     (h != c ? comm_get_stats(h)->bytes_sent[op] : 0);
+			if (b != want[dims[k]][op])
 				fail_msg("rank %d: %s %s: %llu bytes sent, the formula says %llu", m->rank,
 					 mesh_dim_name(dims[k]), comm_op_name((comm_op)op),
-					 (unsigned long long)s->bytes_sent[op],
-					 (unsigned long long)want[dims[k]][op]);
+					 (unsigned long long)b, (unsigned long long)want[dims[k]][op]);
+		}
 	}
 }
 
@@ -274,6 +280,10 @@ static void ep_equals_the_single_process(void **state)
 	assert_true(ROWS % (dp * c.accum) == 0);
 	int lb = ROWS / (dp * c.accum);
 	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
+	devcomm_tracker *trk = NULL;
+	if (c.dev && (!(trk = devcomm_track(be)) ||
+		      mesh_use_device_comms(m, devcomm_make, trk, &e) != 0))
+		fail_msg("device-shaped communicators: %s", e.msg);
 	plan *p = make_plan(be, m, &c, lb);
 	cfg one = c;
 	one.accum = 1;
@@ -302,8 +312,10 @@ static void ep_equals_the_single_process(void **state)
 				memcpy(mi + ((size_t)k * lb + i) * T, ids + base + row * T, T * sizeof(int32_t));
 				memcpy(ml + ((size_t)k * lb + i) * T, labels + base + row * T, T * sizeof(int32_t));
 			}
-		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
 			comm_reset_stats(mesh_comm(m, dims[k]));
+			comm_reset_stats(mesh_host_comm(m, dims[k]));
+		}
 		plan_batch b = {mi, ml, c.accum}, rb = {ids + base, labels + base, 1};
 		plan_result got, exp;
 		if (plan_step(p, &b, LR, 1.0, &got, &e) != 0)
@@ -350,9 +362,10 @@ static void ep_equals_the_single_process(void **state)
 	free(ml);
 	plan_free(p);
 	plan_free(ref);
+	mesh_free(m);
+	devcomm_untrack(trk);
 	backend_free(be);
 	backend_free(rbe);
-	mesh_free(m);
 }
 
 /* A layout-only plan of rank 0 of degrees d (no comms: the refusals come

@@ -31,7 +31,14 @@
  * micro-batches as the ranks, one after another (gradient accumulation over
  * ROWS / local rows): the float8 weights gathered with the whole weight's
  * scale are the single process's cast, and every micro-batch computes what
- * the rank that runs it computes. */
+ * the rank that runs it computes.
+ *
+ * dev=1 gives the mesh device-shaped communicators (tests/support/devcomm.h:
+ * MPI that takes only the backend's memory, as NCCL does) beside its host
+ * twins: the plan must hand its tensors to the first and its host scalars to
+ * the second, and still equal the single process.  always=1 runs FSDP's and
+ * HSDP's collectives through the communicators even over one rank
+ * (plan_opts.comm_always, the path of one GPU under NCCL). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,6 +53,7 @@
 #include "comm/comm.h"
 #include "mesh/mesh.h"
 #include "plan/plan.h"
+#include "../support/devcomm.h"
 
 /* Tolerances.  The plans add the same float32 products in another order (a
  * micro-batch's rows split over ranks, partial sums over tp heads,
@@ -101,6 +109,7 @@ typedef struct cfg {
 	pp_kind kind;
 	char csv[256];
 	int bf16;  /* prec=fsdp: FSDP2's MixedPrecisionPolicy, bf16 param, float32 reduce */
+	int dev, always; /* device-shaped communicators; collectives over one rank too */
 	int steps;
 	const llama_args *args; /* model=debugmodel: that flavor instead of the small one */
 	plan_reshard reshard;
@@ -155,6 +164,8 @@ static void read_cfg(cfg *c)
 		sscanf(f + 4, "%255s", c->csv);
 	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->cp * c->tp * c->pp));
 	c->bf16 = strstr(s, "prec=fsdp") != NULL;
+	c->dev = get(s, "dev=", 0);
+	c->always = get(s, "always=", 0);
 	c->steps = get(s, "steps=", STEPS);
 	c->args = strstr(s, "model=debugmodel") ? flavor_find("debugmodel") : &small;
 }
@@ -203,7 +214,8 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const p
 		       .ac_every = c->ac_every, .reduce = BE_F32, .reshard = c->reshard,
 		       .loss_parallel = c->lp, .async_tp = c->async, .pp = pi != NULL,
 		       .hold = pi ? pi->hold : NULL, .cp_balance = c->bal, .cp_rotate = c->rot,
-		       .f8_all_gather = c->f8 >= 1, .f8_precompute = c->f8 == 2};
+		       .f8_all_gather = c->f8 >= 1, .f8_precompute = c->f8 == 2,
+		       .comm_always = c->always};
 	if (c->bf16) /* the policy's types, as lib/trainer/precision.c puts them */
 		o.prec = (model_prec){BE_BF16, BE_F32, BE_BF16, BE_BF16};
 	adamw_config_default(&o.adamw);
@@ -370,17 +382,56 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_CP, MESH_TP, MESH_LOSS,
 				 MESH_PP};
 
-static void check_bytes(const mesh *m, const counts want)
+/* The bytes of dimension k's communicators: the device one and, when it is
+ * another, its host twin. */
+static uint64_t sent(const mesh *m, mesh_dim k, int op)
+{
+	uint64_t b = comm_get_stats(mesh_comm(m, k))->bytes_sent[op];
+	if (mesh_host_comm(m, k) != mesh_comm(m, k))
+		b += comm_get_stats(mesh_host_comm(m, k))->bytes_sent[op];
+	return b;
+}
+
+static void reset_stats(mesh *m)
 {
 	for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
-		const comm_stats *s = comm_get_stats(mesh_comm(m, dims[k]));
+		comm_reset_stats(mesh_comm(m, dims[k]));
+		comm_reset_stats(mesh_host_comm(m, dims[k]));
+	}
+}
+
+static void check_bytes(const mesh *m, const counts want)
+{
+	for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
 		for (int op = 0; op < COMM_OP_COUNT; op++)
-			if (s->bytes_sent[op] != want[dims[k]][op])
+			if (sent(m, dims[k], op) != want[dims[k]][op])
 				fail_msg("rank %d: %s %s: %llu bytes sent, the formula says %llu", m->rank,
 					 mesh_dim_name(dims[k]), comm_op_name((comm_op)op),
-					 (unsigned long long)s->bytes_sent[op],
+					 (unsigned long long)sent(m, dims[k], op),
 					 (unsigned long long)want[dims[k]][op]);
-	}
+}
+
+static uint64_t calls(const comm *c)
+{
+	uint64_t n = 0;
+	for (int op = 0; op < COMM_OP_COUNT; op++)
+		n += comm_get_stats(c)->calls[op];
+	return n;
+}
+
+/* dev=1: the tensors went to the device communicators (FSDP's gathers and
+ * reductions), the scalars (the token count, the loss sums) to the twins. */
+static void check_routes(const mesh *m, const cfg *c)
+{
+	if (!c->dev)
+		return;
+	if ((m->size[MESH_FSDP] > 1 || c->always) && calls(mesh_comm(m, MESH_FSDP)) == 0)
+		fail_msg("rank %d: no FSDP collective on the device communicator", m->rank);
+	if (m->size[MESH_LOSS] > 1 && calls(mesh_host_comm(m, MESH_LOSS)) == 0)
+		fail_msg("rank %d: no scalar reduced on the loss dimension's host twin", m->rank);
+	if (calls(mesh_comm(m, MESH_LOSS)) != 0) /* a dense model has no device tensor there */
+		fail_msg("rank %d: %llu operations on the loss dimension's device communicator",
+			 m->rank, (unsigned long long)calls(mesh_comm(m, MESH_LOSS)));
 }
 
 /* Every rank's boxes of its final parameters against the same boxes of the
@@ -435,6 +486,12 @@ static void plan_equals_the_single_process(void **state)
 	assert_true(ROWS % (dp * c.accum) == 0);
 	int lb = ROWS / (dp * c.accum);
 	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
+	devcomm_tracker *trk = NULL;
+	if (c.dev) {
+		assert_non_null(trk = devcomm_track(be));
+		if (mesh_use_device_comms(m, devcomm_make, trk, &e) != 0)
+			fail_msg("mesh_use_device_comms: %s", e.msg);
+	}
 	int cp = m->size[MESH_CP], tl = T / cp;
 	cp_layout cl;
 	if (cp_layout_init(&cl, T, cp, c.bal, &e) != 0)
@@ -449,6 +506,7 @@ static void plan_equals_the_single_process(void **state)
 	}
 	plan *p = make_plan(be, m, &c, b, tl, c.pp > 1 ? &pi : NULL);
 	cfg one = c;
+	one.dev = one.always = 0;
 	one.accum = c.f8 ? ROWS / lb : 1; /* float8: the ranks' micro-batches in turn */
 	plan *ref = make_plan(rbe, NULL, &one, ROWS / one.accum, T, NULL);
 	/* memory: every rank holds 1/N of the (TP-local) parameters of its units,
@@ -484,8 +542,7 @@ static void plan_equals_the_single_process(void **state)
 		assert_non_null(cpl_labels);
 		cp_shard(&cl, m->coord[MESH_CP], mi, cpl_ids, c.accum * lb, sizeof(int32_t));
 		cp_shard(&cl, m->coord[MESH_CP], ml, cpl_labels, c.accum * lb, sizeof(int32_t));
-		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
-			comm_reset_stats(mesh_comm(m, dims[k]));
+		reset_stats(m);
 		plan_batch bt = {cpl_ids, cpl_labels, n_mb}, rb = {ids + base, labels + base, one.accum};
 		plan_result got, exp;
 		if (plan_step(p, &bt, LR, 1.0, &got, &e) != 0)
@@ -497,6 +554,7 @@ static void plan_equals_the_single_process(void **state)
 		counts want_bytes;
 		formula(p, &c, b, c.pp > 1 ? &pi : NULL, want_bytes);
 		check_bytes(m, want_bytes);
+		check_routes(m, &c);
 		assert_int_equal(got.n_valid, exp.n_valid);
 		double dl = rel(got.loss, exp.loss), dn = rel(got.grad_norm, exp.grad_norm);
 		worst_loss = dl > worst_loss ? dl : worst_loss;
@@ -522,9 +580,10 @@ static void plan_equals_the_single_process(void **state)
 	pp_schedule_free(pi.s);
 	if (c.pp > 1)
 		pp_split_free(&pi.sp);
+	mesh_free(m);
+	devcomm_untrack(trk);
 	backend_free(be);
 	backend_free(rbe);
-	mesh_free(m);
 }
 
 int main(int argc, char **argv)
