@@ -8,8 +8,9 @@
 # of the test file names to run), TITAN_FIXTURES (default ../shared/fixtures),
 # TITAN_TEST_TIMEOUT (seconds one test file may run, default 900: a hang fails
 # that file instead of stalling CI), TITAN_TEST_JOBS (test files run at once,
-# default 1: some end-to-end tests time kills and stalls and are not yet safe
-# beside others; the report keeps the files' order either way).
+# default 1: some end-to-end tests time kills and stalls, which load slows;
+# .ci/run runs 2 (2 cores), the longest first (tests/slow.list);
+# the report keeps the files' order either way).
 set -u
 
 # One test file, run by xargs: "run.sh --one NAME KIND PATH" (KIND is bin or sh)
