@@ -84,6 +84,7 @@ LIB_SRC   := $(sort $(wildcard $(if $(filter 1,$(GPU_CHECK)),$(GPU_CHECK_MODULES
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CU_SRC    := $(if $(filter 1,$(CUDA)),$(sort $(wildcard kernels/*.cu)),)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+KERNEL_BUILD := $(if $(filter 1,$(SAN)),build,$(BUILD))
 LIBTITAN  := $(BUILD)/libtitan.a
 
 TOOLS     := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/main.c)))))
@@ -121,9 +122,17 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/kernels/%.o: kernels/%.cu
+$(KERNEL_BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+# nvcc takes no sanitizer flags: the sanitizer build copies the plain build's
+# kernel objects rather than compiling the same code again (minutes in CI).
+ifeq ($(SAN),1)
+$(BUILD)/kernels/%.o: $(KERNEL_BUILD)/kernels/%.o
+	@mkdir -p $(@D)
+	cp $< $@
+endif
 
 $(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(@D)
@@ -226,7 +235,7 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
+-include $(LIB_OBJ:.o=.d) $(CU_SRC:%.cu=$(KERNEL_BUILD)/%.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
 	$(BUILD)/tests/fuzz/replay.d $(wildcard $(FUZZ_DIR)/lib/*/*.d $(FUZZ_DIR)/tests/fuzz/*.d) $(TEST_SUPPORT_OBJ:.o=.d) \
 	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 

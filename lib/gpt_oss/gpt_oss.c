@@ -19,9 +19,9 @@
 extern const model_family gpt_oss_family;
 
 /* GptOssModelArgs' defaults; MoEArgs of torchtitan's gptoss_configs. */
-#define GPT_OSS(nm, d, layers, heads, kv, ne, inter)                                           \
+#define GPT_OSS(nm, vocab, d, layers, heads, kv, ne, inter)                                    \
 	{.name = nm, .dim = d, .n_layers = layers, .n_heads = heads, .n_kv_heads = kv,        \
-	 .vocab_size = 201088, .norm_eps = 1e-5, .rope_theta = 150000, .max_seq_len = 131072, \
+	 .vocab_size = vocab, .norm_eps = 1e-5, .rope_theta = 150000, .max_seq_len = 131072, \
 	 .family = &gpt_oss_family, .head_dim = 64, .rope_style = BE_ROPE_HALF,               \
 	 .rope = {.kind = ROPE_SCALE_YARN, .factor = 32, .low = 1, .high = 32, .orig = 4096,  \
 		  .cs_scale = 1.3465735902799727 /* 0.1 ln 32 + 1 */},                        \
@@ -30,13 +30,15 @@ extern const model_family gpt_oss_family;
 		 .route_scale = 1.0, .load_balance_coeff = 1e-3, .inter_dim = inter,             \
 		 .gate_bias = 1, .swiglu_limit = 7.0}}
 
-/* debugmodel_small is titan's (16 heads, experts of 256): debugmodel's 64
- * heads and experts of 2880 make 71M parameters, too many for the CPU tests. */
+/* debugmodel_small is titan's (16 heads, experts of 256, and the other
+ * families' debug vocabulary of 2048 ids): debugmodel's 64 heads and experts
+ * of 2880 make 71M parameters, and GPT-OSS's 201088-id vocabulary 103M more in
+ * the embedding and output, too many for the CPU tests. */
 static const llama_args flavors[] = {
-	GPT_OSS("debugmodel", 256, 4, 64, 8, 8, 2880),
-	GPT_OSS("20b", 2880, 24, 64, 8, 32, 2880),
-	GPT_OSS("120b", 2880, 36, 64, 8, 128, 2880),
-	GPT_OSS("debugmodel_small", 256, 4, 16, 4, 8, 256),
+	GPT_OSS("debugmodel", 201088, 256, 4, 64, 8, 8, 2880),
+	GPT_OSS("20b", 201088, 2880, 24, 64, 8, 32, 2880),
+	GPT_OSS("120b", 201088, 2880, 36, 64, 8, 128, 2880),
+	GPT_OSS("debugmodel_small", 2048, 256, 4, 16, 4, 8, 256),
 	{0},
 };
 

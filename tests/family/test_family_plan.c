@@ -1,7 +1,8 @@
 /* Every family's debug flavor under the parallel plans against the single
  * process.  tests/family/equiv.sh runs this program under mpirun once per
  * case, naming it in TITAN_FAMILY_PLAN ("qwen3:debugmodel_moe_small shard=2
- * tp=1 accum=1 async=0"; the degrees' product is the world size); run alone it checks
+ * tp=1 accum=1 async=0 steps=5"; the degrees' product is the world size;
+ * steps defaults to 5, fewer under the sanitizers); run alone it checks
  * Qwen3's debug flavor in a world of one (a plan over a mesh of one rank
  * against the plan without a mesh).
  *
@@ -67,7 +68,7 @@ static comm *world;
 
 typedef struct cfg {
 	const llama_args *args;
-	int shard, tp, accum, async;
+	int shard, tp, accum, async, steps;
 	char text[256];
 } cfg;
 
@@ -93,14 +94,17 @@ static void read_cfg(cfg *c)
 	c->shard = get(s, "shard=", comm_size(world) / c->tp);
 	c->accum = get(s, "accum=", 1);
 	c->async = get(s, "async=", 0);
+	c->steps = get(s, "steps=", STEPS);
+	if (c->steps < 2)
+		fail_msg("TITAN_FAMILY_PLAN \"%s\": steps must be at least 2", s);
 }
 
-/* Tokens of every step: (STEPS, ROWS, T) ids below vocab and labels, 1 in 9
+/* Tokens of every step: (steps, ROWS, T) ids below vocab and labels, 1 in 9
  * labels ignored. */
-static void tokens(int32_t *ids, int32_t *labels, int vocab, uint64_t seed)
+static void tokens(int32_t *ids, int32_t *labels, int steps, int vocab, uint64_t seed)
 {
 	print_message("seed %llu\n", (unsigned long long)seed);
-	for (size_t i = 0; i < (size_t)STEPS * ROWS * T; i++) {
+	for (size_t i = 0; i < (size_t)steps * ROWS * T; i++) {
 		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
 		ids[i] = (int32_t)((seed >> 33) % (uint64_t)vocab);
 		labels[i] = (seed >> 20) % 9 == 0 ? -100 : (int32_t)((seed >> 41) % (uint64_t)vocab);
@@ -213,14 +217,14 @@ static void family_plan_equals_the_single_process(void **state)
 	plan *ref = make_plan(rbe, NULL, &c, ROWS);
 
 	int vocab = VOCAB;
-	int32_t *ids = malloc(sizeof(int32_t) * STEPS * ROWS * T);
-	int32_t *labels = malloc(sizeof(int32_t) * STEPS * ROWS * T);
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)c.steps * ROWS * T);
+	int32_t *labels = malloc(sizeof(int32_t) * (size_t)c.steps * ROWS * T);
 	int32_t *mi = malloc(sizeof(int32_t) * ROWS * T), *ml = malloc(sizeof(int32_t) * ROWS * T);
 	assert_true(ids && labels && mi && ml);
-	tokens(ids, labels, vocab, 20261203);
+	tokens(ids, labels, c.steps, vocab, 20261203);
 	double worst_loss = 0, worst_norm = 0, dg = 0;
 	const char *gat = "-";
-	for (int s = 0; s < STEPS; s++) {
+	for (int s = 0; s < c.steps; s++) {
 		size_t base = (size_t)s * ROWS * T;
 		/* the loader's order: micro-batch k takes rows k*lb*dp + r*lb.. */
 		for (int k = 0; k < c.accum; k++)
