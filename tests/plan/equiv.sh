@@ -11,7 +11,8 @@
 # (CI runs this on 2 cores).
 # f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
 # precomputed scales.
-# prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides.
+# prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides;
+# mb=ranks: the single process runs the ranks' micro-batches in turn.
 . tests/lib.sh
 
 T=$BUILD/tests/plan/test_plan
@@ -86,4 +87,9 @@ plan 4 rep=2 shard=2 f8=2 reshard=always
 # one process in the same mode, 200 steps (issue 12's bound; test_plan.c)
 plan 2 shard=2 prec=fsdp steps=200
 plan 2 shard=2 prec=fsdp accum=2 reshard=always
+# debugmodel: the single process on the ranks' micro-batches computes the same
+# bits (step 1's gradients identical), on the whole batch step 1's gradients
+# within float32 reordering (test_plan.c STEP1_GRAD_TOL)
+plan 2 shard=2 prec=fsdp model=debugmodel mb=ranks
+plan 2 shard=2 prec=fsdp model=debugmodel steps=3
 t_done
