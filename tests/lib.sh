@@ -133,6 +133,34 @@ t_random_shards() {
 		"$TMP/.random.tts"
 }
 
+# t_demo_data DIR: make demo's kind of corpus in little: six of Debian's
+# fortune files, their documents (blank-line separated) interleaved in a fixed
+# order so that every stretch of the stream mixes them, a 2048-id BPE trained
+# on them as the demo does, and its tokens as titan-shard folder DIR (2% to
+# validation); about a second.  Without the fortunes (make deps installs them)
+# the test file ends: skipped, or failed under CI=true.
+t_demo_data() {
+	fortunes=/usr/share/games/fortunes
+	if [ ! -f "$fortunes/fortunes" ]; then
+		if [ "${CI:-}" = true ]; then
+			t_not_ok "demo corpus present" "no $fortunes/fortunes (make deps installs fortunes)"
+		else
+			t_skip "demo corpus present" "no $fortunes/fortunes: run make deps"
+		fi
+		t_done
+	fi
+	for f in fortunes computers science wisdom literature people; do
+		sed 's/^%$//' "$fortunes/$f" | tr -d '\010\r'
+		echo
+	done | awk 'BEGIN { RS = ""; ORS = "\n\n" } { doc[NR] = $0 }
+		END { for (i = 0; i < NR; i++) print doc[(i * 7919) % NR + 1] }' >"$TMP/.demo.txt"
+	t_run "tokenizer trained on the demo corpus" "$BIN/titan-tokenize" train --vocab-size 2048 \
+		--format text --split blank --add-eos -o "$TMP/.demo-tok" "$TMP/.demo.txt"
+	"$BIN/titan-tokenize" -q -t "$TMP/.demo-tok" --format text --split blank --bos --eos \
+		"$TMP/.demo.txt" | "$BIN/titan-shard" -q --out "$1" --val-fraction 0.02
+	t_run "demo corpus sharded" "$BIN/titan-shard" info "$1"
+}
+
 # t_debugmodel_job FILE DATA STEPS: a titan-train config for debugmodel on the
 # shards in DATA, batch 4 x 32, STEPS steps from seed 7, lr 2e-3 with 5 warmup
 # steps and cosine decay (the job the precision tests compare runs of).

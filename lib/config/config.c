@@ -171,6 +171,12 @@ static const cfg_key keys[] = {
 	  "compute dtype: torch.autocast's on one process, FSDP's parameter dtype when sharding"),
 	K("training.mixed_precision_reduce", CFG_STR, training.mixed_precision_reduce,
 	  "\"float32\"", "float32", "training.mixed_precision_reduce", "gradient reduce dtype"),
+	K("training.mixed_precision_mode", CFG_STR, training.mixed_precision_mode, "\"auto\"",
+	  "auto|fully_shard", NULL,
+	  "which mode mixed_precision_param is applied in: auto is torchtitan's rule (autocast on "
+	  "one process or under replication alone, FSDP's policy when sharding); fully_shard "
+	  "puts FSDP's policy on any job, one process included, to compare a sharded run "
+	  "against one process in the same mode"),
 	K("training.gc_freq", CFG_INT, training.gc_freq, "50", NULL, "training.gc_freq",
 	  "Python GC interval (no effect in C)"),
 	K("training.gc_debug", CFG_BOOL, training.gc_debug, "false", NULL, "training.gc_debug",

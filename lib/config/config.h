@@ -102,6 +102,7 @@ typedef struct job_config {
 		char *dtype;
 		char *mixed_precision_param;
 		char *mixed_precision_reduce;
+		char *mixed_precision_mode; /* titan's: "auto" | "fully_shard" */
 		int64_t gc_freq;
 		int gc_debug;
 		cfg_dataloader dataloader;

@@ -2,6 +2,7 @@
  * the MixedPrecisionPolicy of parallelize_llama, training.dtype), as element
  * types for titan's model. */
 #include <stdio.h>
+#include <string.h>
 
 #include "trainer/precision.h"
 
@@ -34,7 +35,8 @@ int train_prec_choose(const job_config *c, const prec_degrees *d, train_prec *p,
 		p->line = "Mixed precision training is handled by AMP";
 		snprintf(p->detail, sizeof p->detail, "training.dtype = bfloat16: parameters, "
 			 "gradients, optimizer states and activations in bfloat16");
-	} else if (d->dp_shard > 1 || d->cp > 1) {
+	} else if (d->dp_shard > 1 || d->cp > 1 ||
+		   strcmp(c->training.mixed_precision_mode, "fully_shard") == 0) {
 		p->mode = PREC_FSDP;
 		p->model = (model_prec){param, reduce, param, param};
 		p->reduce = reduce;

@@ -5,7 +5,8 @@
  *                                 bf16, no float32 copy (the model's own storage
  *                                 and AdamW's states become bf16; AdamW computes
  *                                 in float32 and rounds, as torch's fused one)
- *   FSDP (data_parallel_shard_degree > 1, or context parallelism)
+ *   FSDP (data_parallel_shard_degree > 1, or context parallelism, or titan's
+ *   training.mixed_precision_mode = "fully_shard")
  *                                 fully_shard's MixedPrecisionPolicy: parameters
  *                                 gathered in mixed_precision_param, every
  *                                 activation and the residual stream in it,

@@ -11,7 +11,10 @@
 # Environment: PYTHON (with torch; default python3), BENCH_THREADS (default: all
 # cores), BENCH_STEPS (default 5), BENCH_QUICK=1 (debugmodel only).
 # Figures on a shared machine are noisy: the four runs alternate, and the load
-# is printed; CPU seconds are steadier than wall time there.
+# is printed; CPU seconds are steadier than wall time there.  The last line is
+# one core's arithmetic peak in float32 and in bf16 (tests/backend/bench_peak):
+# their ratio bounds what bf16 can gain (2.00 on an AVX512-BF16 CPU without
+# AMX, such as Zen 4).
 set -eu
 PYTHON=${PYTHON:-python3}
 THREADS=${BENCH_THREADS:-$(nproc)}
@@ -23,7 +26,7 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
 	echo "bench precision: $PYTHON cannot import torch (set PYTHON to an interpreter with torch from PyPI)" >&2
 	exit 1
 fi
-make -s "$BUILD/tests/model/bench_model" >&2
+make -s "$BUILD/tests/model/bench_model" "$BUILD/tests/backend/bench_peak" >&2
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -34,6 +37,7 @@ run() { # shape b t
 	done
 }
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
+peak=$("$BUILD/tests/backend/bench_peak")
 run debugmodel 4 256
 [ "${BENCH_QUICK:-0}" = 1 ] || run 100M 2 256
 
@@ -56,3 +60,7 @@ END {
       tok[tb] / tok[tf], cpu[tf] / cpu[tb], tok[tb] / tok[pb], cpu[pb] / cpu[tb], act[tb] / act[tf] }
   print "goals: titan bf16 >= 2x titan float32 and >= 1.5x PyTorch bf16 (autocast)"
 }' "$out"
+# The ceiling: a bf16 GEMM gains at most this ratio over a float32 one here
+# (tests/backend/bench_peak.c); the rest of a step (AdamW on float32 masters,
+# norms, softmax, conversions) gains less, so a step's ratio stays below it.
+echo "one core's peak: float32 FMA vs bf16 dot products: $peak"

@@ -8,31 +8,10 @@
 # with the kill after step 6's checkpoint, and the loss is not judged.
 . tests/lib.sh
 TRAIN="$BIN/titan-train"
-TOK="$BIN/titan-tokenize"
 # Same thread count in every run: reductions are bit-exact for a fixed count.
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
 
-FORTUNES=/usr/share/games/fortunes
-if [ ! -f "$FORTUNES/fortunes" ]; then
-	if [ "${CI:-}" = true ]; then
-		t_not_ok "demo corpus present" "no $FORTUNES/fortunes (make deps installs fortunes)"
-	else
-		t_skip "demo corpus present" "no $FORTUNES/fortunes: run make deps"
-	fi
-	t_done
-fi
-# Six fortune files, their documents (blank-line separated) interleaved in a
-# fixed order so that every stretch of the stream mixes them.
-for f in fortunes computers science wisdom literature people; do
-	sed 's/^%$//' "$FORTUNES/$f" | tr -d '\010\r'
-	echo
-done | awk 'BEGIN { RS = ""; ORS = "\n\n" } { doc[NR] = $0 }
-	END { for (i = 0; i < NR; i++) print doc[(i * 7919) % NR + 1] }' >"$TMP/corpus.txt"
-t_run "tokenizer trained on the demo corpus" "$TOK" train --vocab-size 2048 --format text \
-	--split blank --add-eos -o "$TMP/tok" "$TMP/corpus.txt"
-"$TOK" -q -t "$TMP/tok" --format text --split blank --bos --eos "$TMP/corpus.txt" |
-	"$BIN/titan-shard" -q --out "$TMP/data" --val-fraction 0.02
-t_run "demo corpus sharded" "$BIN/titan-shard" info "$TMP/data"
+t_demo_data "$TMP/data"
 
 STEPS=50
 CK=25

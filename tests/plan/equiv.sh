@@ -12,7 +12,8 @@
 # f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
 # precomputed scales.
 # dev=1 / always=1: the routes of the CUDA backend (NCCL) checked on the CPU.
-# prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides.
+# prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides;
+# mb=ranks: the single process runs the ranks' micro-batches in turn.
 . tests/lib.sh
 # Under the sanitizers (SAN=1, several times slower) every case runs 2 steps
 # (one from fresh weights, one with AdamW's state: the same code as 5 or 200
@@ -106,4 +107,9 @@ plan 4 shard=2 tp=2 async=1 dev=1
 plan 2 cp=2 dev=1
 plan 2 shard=2 f8=1 dev=1
 plan 2 pp=2 sched=1F1B mbs=2 dev=1
+# debugmodel: the single process on the ranks' micro-batches computes the same
+# bits (step 1's gradients identical), on the whole batch step 1's gradients
+# within float32 reordering (test_plan.c STEP1_GRAD_TOL)
+plan 2 shard=2 prec=fsdp model=debugmodel mb=ranks
+plan 2 shard=2 prec=fsdp model=debugmodel steps=3
 t_done
