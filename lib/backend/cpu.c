@@ -89,21 +89,6 @@ static int kinds(backend *be, const char *op, int n, ...)
 	return all32 ? ALL_F32 : MIXED;
 }
 
-/* The ops with float32 kernels only (mixture of experts, grouped GEMMs): every
- * type float32, or a fault. */
-static int all_f32(backend *be, const char *op, int n, ...)
-{
-	va_list ap;
-	va_start(ap, n);
-	int ok = 1;
-	for (int i = 0; i < n; i++)
-		ok &= va_arg(ap, int) == BE_F32;
-	va_end(ap);
-	if (!ok)
-		backend_fault(be, "cpu backend: %s: only float32 tensors are implemented", op);
-	return ok;
-}
-
 /* The backend's own state: oneDNN's engine and primitives, made on the first
  * bfloat16 GEMM (a float32 run never loads them). */
 typedef struct cpu_state {
@@ -316,43 +301,79 @@ static void cpu_swiglu_bwd(backend *be, void *da, void *dg, const void *dy, cons
 static void cpu_swiglu_clamp_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n,
 				 int64_t f, float alpha, float limit)
 {
-	if (all_f32(be, "swiglu_clamp_fwd", 1, t))
+	switch (kinds(be, "swiglu_clamp_fwd", 1, t)) {
+	case ALL_F32:
 		cpu_swiglu_clamp_fwd_f32(y, x, n, f, alpha, limit);
+		break;
+	case MIXED:
+		cpu_bf16_swiglu_clamp_fwd(y, x, n, f, alpha, limit);
+		break;
+	}
 }
 
 static void cpu_swiglu_clamp_bwd(backend *be, void *dx, const void *dy, const void *x,
 				 be_dtype t, int64_t n, int64_t f, float alpha, float limit)
 {
-	if (all_f32(be, "swiglu_clamp_bwd", 1, t))
+	switch (kinds(be, "swiglu_clamp_bwd", 1, t)) {
+	case ALL_F32:
 		cpu_swiglu_clamp_bwd_f32(dx, dy, x, n, f, alpha, limit);
+		break;
+	case MIXED:
+		cpu_bf16_swiglu_clamp_bwd(dx, dy, x, n, f, alpha, limit);
+		break;
+	}
 }
 
 static void cpu_bias_add(backend *be, void *y, be_dtype yt, const void *bias, be_dtype bt,
 			 int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
 {
-	if (all_f32(be, "bias_add", 2, yt, bt))
+	switch (kinds(be, "bias_add", 2, yt, bt)) {
+	case ALL_F32:
 		cpu_bias_add_f32(y, bias, rows, d, groups, offs);
+		break;
+	case MIXED:
+		cpu_bf16_bias_add(y, yt, bias, bt, rows, d, groups, offs);
+		break;
+	}
 }
 
 static void cpu_bias_grad(backend *be, void *dbias, be_dtype bt, const void *dy, be_dtype dyt,
 			  int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
 {
-	if (all_f32(be, "bias_grad", 2, bt, dyt))
+	switch (kinds(be, "bias_grad", 2, bt, dyt)) {
+	case ALL_F32:
 		cpu_bias_grad_f32(dbias, dy, rows, d, groups, offs);
+		break;
+	case MIXED:
+		cpu_bf16_bias_grad(dbias, bt, dy, dyt, rows, d, groups, offs);
+		break;
+	}
 }
 
 static void cpu_heads_cat(backend *be, void *y, const void *x1, const void *x2, be_dtype t,
 			  int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
 {
-	if (all_f32(be, "heads_cat", 1, t))
+	switch (kinds(be, "heads_cat", 1, t)) {
+	case ALL_F32:
 		cpu_heads_cat_f32(y, x1, x2, n, h, d1, d2, h2);
+		break;
+	case MIXED:
+		cpu_bf16_heads_cat(y, x1, x2, n, h, d1, d2, h2);
+		break;
+	}
 }
 
 static void cpu_heads_split(backend *be, void *x1, void *x2, const void *y, be_dtype t,
 			    int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
 {
-	if (all_f32(be, "heads_split", 1, t))
+	switch (kinds(be, "heads_split", 1, t)) {
+	case ALL_F32:
 		cpu_heads_split_f32(x1, x2, y, n, h, d1, d2, h2);
+		break;
+	case MIXED:
+		cpu_bf16_heads_split(x1, x2, y, n, h, d1, d2, h2);
+		break;
+	}
 }
 
 static void cpu_embedding_fwd(backend *be, void *out, be_dtype ot, const void *table,
@@ -641,15 +662,27 @@ static void cpu_adamw_multi(backend *be, void *p, const void *g, void *m, void *
 static void cpu_moe_route(backend *be, float *scores, int32_t *idx, float *w, const void *logits,
 			  be_dtype lt, const float *bias, const be_moe *r)
 {
-	if (all_f32(be, "moe_route", 1, lt))
+	switch (kinds(be, "moe_route", 1, lt)) {
+	case ALL_F32:
 		cpu_moe_route_f32(scores, idx, w, logits, bias, r);
+		break;
+	case MIXED:
+		cpu_bf16_moe_route(be, scores, idx, w, logits, bias, r);
+		break;
+	}
 }
 
 static void cpu_moe_route_bwd(backend *be, void *dlogits, be_dtype lt, const float *dw,
 			      const float *scores, const int32_t *idx, const be_moe *r)
 {
-	if (all_f32(be, "moe_route_bwd", 1, lt))
+	switch (kinds(be, "moe_route_bwd", 1, lt)) {
+	case ALL_F32:
 		cpu_moe_route_bwd_f32(dlogits, dw, scores, idx, r);
+		break;
+	case MIXED:
+		cpu_bf16_moe_route_bwd(be, dlogits, dw, scores, idx, r);
+		break;
+	}
 }
 
 static void cpu_moe_permute(backend *be, int32_t *perm, int32_t *pos, int32_t *offs,
@@ -662,30 +695,83 @@ static void cpu_moe_permute(backend *be, int32_t *perm, int32_t *pos, int32_t *o
 static void cpu_moe_gather(backend *be, void *y, const void *x, be_dtype t, const int32_t *perm,
 			   const int32_t *offs, const float *w, const be_moe *r, int64_t d)
 {
-	if (all_f32(be, "moe_gather", 1, t))
+	switch (kinds(be, "moe_gather", 1, t)) {
+	case ALL_F32:
 		cpu_moe_gather_f32(y, x, perm, offs, w, r, d);
+		break;
+	case MIXED:
+		cpu_bf16_moe_gather(y, x, perm, offs, w, r, d);
+		break;
+	}
 }
 
 static void cpu_moe_combine(backend *be, void *out, const void *y, be_dtype t, const int32_t *pos,
 			    const float *w, float beta, const be_moe *r, int64_t d)
 {
-	if (all_f32(be, "moe_combine", 1, t))
+	switch (kinds(be, "moe_combine", 1, t)) {
+	case ALL_F32:
 		cpu_moe_combine_f32(out, y, pos, w, beta, r, d);
+		break;
+	case MIXED:
+		cpu_bf16_moe_combine(out, y, pos, w, beta, r, d);
+		break;
+	}
 }
 
 static void cpu_moe_dot(backend *be, float *dw, const void *y, const void *x, be_dtype t,
 			const int32_t *pos, const be_moe *r, int64_t d)
 {
-	if (all_f32(be, "moe_dot", 1, t))
+	switch (kinds(be, "moe_dot", 1, t)) {
+	case ALL_F32:
 		cpu_moe_dot_f32(dw, y, x, pos, r, d);
+		break;
+	case MIXED:
+		cpu_bf16_moe_dot(dw, y, x, pos, r, d);
+		break;
+	}
+}
+
+/* The grouped products in bf16: one oneDNN GEMM a group (torch._grouped_mm's
+ * bf16 operands, float32 accumulation), each group's rows a contiguous block. */
+static void grouped_matmul_bf16(backend *be, int mode, int64_t groups, const int32_t *offs,
+				int64_t rows, int64_t nn, int64_t kk, const void *a,
+				const void *b, float beta, void *c, be_dtype ct)
+{
+	size_t cs = be_dtype_size(ct);
+	for (int64_t g = 0; g < groups; g++) {
+		int64_t r0 = offs[g], m = offs[g + 1] - r0;
+		const char *bg = (const char *)b + (size_t)(g * nn * kk) * 2;
+		if (mode == BE_GMM_DW) /* C_g (nn, kk) = beta C_g + A_g^T B_g */
+			cpu_matmul_bf16(be, 1, 0, nn, kk, m, 1, (const char *)a + (size_t)(r0 * nn) * 2,
+					nn, (const char *)b + (size_t)(r0 * kk) * 2, kk, beta,
+					(char *)c + (size_t)(g * nn * kk) * cs, kk, ct);
+		else if (mode == BE_GMM_FWD) /* C_g (m, nn) = A_g (m, kk) B_g^T */
+			cpu_matmul_bf16(be, 0, 1, m, nn, kk, 1, (const char *)a + (size_t)(r0 * kk) * 2,
+					kk, bg, kk, beta, (char *)c + (size_t)(r0 * nn) * cs, nn, ct);
+		else /* DX: C_g (m, kk) = A_g (m, nn) B_g */
+			cpu_matmul_bf16(be, 0, 0, m, kk, nn, 1, (const char *)a + (size_t)(r0 * nn) * 2,
+					nn, bg, kk, beta, (char *)c + (size_t)(r0 * kk) * cs, kk, ct);
+	}
+	if (mode != BE_GMM_DW && beta == 0)
+		cpu_bf16_zero_rows(c, ct, offs[groups], rows, mode == BE_GMM_FWD ? nn : kk);
 }
 
 static void cpu_grouped_matmul(backend *be, int mode, int64_t groups, const int32_t *offs,
 			       int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
 			       be_dtype ab, float beta, void *c, be_dtype ct)
 {
-	if (all_f32(be, "grouped_matmul", 2, ab, ct))
+	switch (kinds(be, "grouped_matmul", 2, ab, ct)) {
+	case ALL_F32:
 		cpu_grouped_matmul_f32(mode, groups, offs, rows, nn, kk, a, b, beta, c);
+		break;
+	case MIXED:
+		if (ab == BE_BF16)
+			grouped_matmul_bf16(be, mode, groups, offs, rows, nn, kk, a, b, beta, c, ct);
+		else
+			backend_fault(be, "cpu backend: grouped_matmul: float32 A and B with a "
+					  "bfloat16 C is not implemented");
+		break;
+	}
 }
 
 static const backend_ops cpu_ops = {

@@ -51,6 +51,34 @@ double cpu_bf16_sumsq(const void *x, int64_t n);
 void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
 		    const cpu_adamw_consts *c);
 
+/* The mixture-of-experts, MLA and GPT-OSS ops (cpu_bf16_moe.c): the tensors
+ * of one element type t are bf16; yt/bt/dyt may be either; scores, routing
+ * weights and expert biases (bias of moe_route) stay float32. */
+void cpu_bf16_swiglu_clamp_fwd(void *y, const void *x, int64_t n, int64_t f, float alpha,
+			       float limit);
+void cpu_bf16_swiglu_clamp_bwd(void *dx, const void *dy, const void *x, int64_t n, int64_t f,
+			       float alpha, float limit);
+void cpu_bf16_bias_add(void *y, be_dtype yt, const void *bias, be_dtype bt, int64_t rows,
+		       int64_t d, int64_t groups, const int32_t *offs);
+void cpu_bf16_bias_grad(void *dbias, be_dtype bt, const void *dy, be_dtype dyt, int64_t rows,
+			int64_t d, int64_t groups, const int32_t *offs);
+void cpu_bf16_heads_cat(void *y, const void *x1, const void *x2, int64_t n, int64_t h,
+			int64_t d1, int64_t d2, int64_t h2);
+void cpu_bf16_heads_split(void *x1, void *x2, const void *y, int64_t n, int64_t h, int64_t d1,
+			  int64_t d2, int64_t h2);
+void cpu_bf16_moe_route(backend *be, float *scores, int32_t *idx, float *w, const void *logits,
+			const float *bias, const be_moe *r);
+void cpu_bf16_moe_route_bwd(backend *be, void *dlogits, const float *dw, const float *scores,
+			    const int32_t *idx, const be_moe *r);
+void cpu_bf16_moe_gather(void *y, const void *x, const int32_t *perm, const int32_t *offs,
+			 const float *w, const be_moe *r, int64_t d);
+void cpu_bf16_moe_combine(void *out, const void *y, const int32_t *pos, const float *w,
+			  float beta, const be_moe *r, int64_t d);
+void cpu_bf16_moe_dot(float *dw, const void *y, const void *x, const int32_t *pos,
+		      const be_moe *r, int64_t d);
+/* Rows from..rows of a (rows, width) output of type ct set to zero. */
+void cpu_bf16_zero_rows(void *c, be_dtype ct, int64_t from, int64_t rows, int64_t width);
+
 /* The backend's scratch (cpu.c): at least `bytes`, kept and grown across calls
  * (ops run one at a time, and no op holds it across another's call), 64-byte
  * aligned, counted in the backend's bytes.  NULL with a fault naming op when

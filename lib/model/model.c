@@ -628,30 +628,8 @@ static int retype_own(model *m, const model_prec *p, titan_err *e)
 	return 0;
 }
 
-/* The pieces whose ops have float32 kernels only (the CPU backend's are
- * float32; the CUDA table lacks them): NULL when every piece has more. */
-static const char *float32_only_piece(const model *m)
-{
-	if (m->n_moe > 0)
-		return "mixture-of-experts layers";
-	for (int l = 0; l < m->args.n_layers; l++)
-		if (m->kind[l].attn == ATTN_MLA)
-			return "multi-head latent attention";
-	if (m->args.attn_bias)
-		return "attention biases";
-	if (m->args.attn_sinks)
-		return "attention sinks";
-	return NULL;
-}
-
 int model_set_prec(model *m, const model_prec *p, titan_err *e)
 {
-	const char *only = float32_only_piece(m);
-	if (only && (p->param != BE_F32 || p->grad != BE_F32 || p->act != BE_F32 ||
-		     p->resid != BE_F32))
-		return err_set(e, "model %s %s: %s: float32 only, no %s kernels for their ops "
-			       "yet", m->family->name, m->args.name, only,
-			       be_dtype_name(p->act != BE_F32 ? p->act : p->param));
 	if (m->params && retype_own(m, p, e))
 		return -1;
 	m->prec = *p;

@@ -123,13 +123,35 @@ be_attn model_attn_shape(const piece_ctx *c, int64_t h, int64_t hkv, int64_t hd,
 			 .window = k->window, .chunk = k->chunk};
 }
 
-static be_attn shape_of(const piece_ctx *c)
+/* The attention takes float32 sinks (be_attn): bf16 parameters are widened
+ * into m->sinks32 first, and for bf16 gradients the backward accumulates
+ * into its second half, which sinks_grad_done then adds to the gradient. */
+static be_attn shape_of(const piece_ctx *c, int bwd)
 {
+	model *m = c->m;
 	attn_dims s = dims_of(c);
 	be_attn a = model_attn_shape(c, s.h, s.hkv, s.hd, s.hd);
 	a.sinks = c->w->p[W_SINKS];
-	a.dsinks = c->g->p[W_SINKS];
+	a.dsinks = bwd ? c->g->p[W_SINKS] : NULL;
+	if (!a.sinks || !m->sinks32)
+		return a;
+	if (m->prec.param != BE_F32) {
+		m->be->ops->convert(m->be, m->sinks32, BE_F32, a.sinks, m->prec.param, s.h);
+		a.sinks = m->sinks32;
+	}
+	if (a.dsinks && m->prec.grad != BE_F32) {
+		m->be->ops->zero(m->be, m->sinks32 + s.h, (size_t)s.h * sizeof(float));
+		a.dsinks = m->sinks32 + s.h;
+	}
 	return a;
+}
+
+static void sinks_grad_done(const piece_ctx *c, const be_attn *a)
+{
+	model *m = c->m;
+	if (a->dsinks && a->dsinks != c->g->p[W_SINKS])
+		m->be->ops->axpy(m->be, c->g->p[W_SINKS], m->prec.grad, 1, a->dsinks, BE_F32,
+				 m->args.n_heads);
 }
 
 /* A per-head norm: y (rows, hd) = rmsnorm(x) * w, rows = tokens * heads;
@@ -276,7 +298,7 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 			rotate(c, q, k, 0);
 		}
 	}
-	be_attn sh = shape_of(c);
+	be_attn sh = shape_of(c, 0);
 	model_attention_fwd(c, &sh);
 	model_resid_add_linear(m, xm, att, w->p[W_WO], s.n, s.h * s.hd, s.d);
 	if (w->p[W_BO]) /* onto the rank's rows of the stream (whole sums under TP) */
@@ -299,8 +321,9 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 		m->be->ops->bias_grad(m->be, c->g->p[W_BO], m->prec.grad,
 				      elt(dy, m->prec.act, (size_t)(m->tp.rank * c->ns * s.d)),
 				      m->prec.act, c->ns, s.d, 1, NULL);
-	be_attn sh = shape_of(c);
+	be_attn sh = shape_of(c, 1);
 	model_attention_bwd(c, &sh);
+	sinks_grad_done(c, &sh);
 	if (qkv_fused(c, 1)) { /* rotated back and packed: one product each way */
 		int64_t hqkv = (s.h + 2 * s.hkv) * s.hd;
 		m->be->ops->rope_qkv_bwd(m->be, m->qkv, m->d_q, m->d_k, m->d_v, m->prec.act, m->rope_cs,

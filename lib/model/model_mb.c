@@ -55,7 +55,7 @@ static size_t al(size_t bytes)
 enum { SC_ROPE, SC_LOGITS, SC_DX, SC_DTMP, SC_DXN, SC_DYA, SC_DQ, SC_DATT, SC_DK, SC_DV,
        SC_DKR, SC_DH, SC_DA, SC_DG, SC_RLOGITS, SC_DRW, SC_DROWS, SC_DEH, SC_DEA, SC_DEG,
        SC_TEMP, SC_ONES, SC_JUNK, SC_KVB, SC_LAT0, SC_LAT1, SC_LAT2, SC_PE, SC_KPE, SC_QA0,
-       SC_QA1, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_QKV,
+       SC_QA1, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_QKV, SC_SINKS,
        SC_COUNT };
 
 /* What some layer's attention needs: OR of a layer_kind field over the layers. */
@@ -90,6 +90,8 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 		p[SC_KPE] = n * rope * a;
 		p[SC_QA0] = p[SC_QA1] = n * (size_t)ml->q_lora_rank * a;
 	}
+	if (m->args.attn_sinks && (m->prec.param != BE_F32 || m->prec.grad != BE_F32))
+		p[SC_SINKS] = 2 * (size_t)m->args.n_heads * sizeof(float); /* float32 sinks, grads */
 	p[SC_LOGITS] = (size_t)logits_chunk(m, n) * m->args.vocab_size * a;
 	p[SC_DX] = p[SC_DTMP] = ns * d * r; /* the stream's gradient: the rank's rows */
 	p[SC_DXN] = n * d * a;
@@ -242,6 +244,7 @@ int model_scratch_prepare(model *m, int b, int t, titan_err *e)
 	m->d_full = p[SC_TP_FULL], m->d_xs = p[SC_TP_XS], m->ring = p[SC_TP_RING];
 	m->ce_stats = p[SC_TP_CE], m->lg_full = p[SC_TP_LG];
 	m->qkv = p[SC_QKV];
+	m->sinks32 = p[SC_SINKS];
 	for (int i = 0; i < ACT_COUNT; i++)
 		m->recomp[i] = p[SC_COUNT + i];
 	m->sb = b;

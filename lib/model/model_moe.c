@@ -132,23 +132,32 @@ static void expert_bias_grad(const piece_ctx *c, const moe_rows *v, const void *
 			      v->groups, v->offs);
 }
 
+/* The grouped product of mode with the experts' weight in slot: under
+ * autocast its bf16 copy (torchtitan's _grouped_mm takes w.bfloat16()); a
+ * copy that cannot be had is a fault for the next sync. */
+static void experts_mm(const piece_ctx *c, const moe_rows *v, int mode, int slot, int64_t nn,
+		       int64_t kk, const void *a, float beta, void *out)
+{
+	model *m = c->m;
+	const void *w = model_linear_weight(m, c->w->p[slot]);
+	be_dtype at = m->prec.act;
+	if (w)
+		m->be->ops->grouped_matmul(m->be, mode, v->groups, v->offs, v->rows, nn, kk, a, w,
+					   at, beta, out, at);
+}
+
 void model_moe_experts_fwd(const piece_ctx *c, const moe_rows *v)
 {
 	model *m = c->m;
-	backend *be = m->be;
-	be_dtype at = m->prec.act;
-	int64_t d = m->args.dim, in = m->args.moe.inter_dim, rows = v->rows, ex = v->groups;
+	int64_t d = m->args.dim, in = m->args.moe.inter_dim;
 	int64_t w1 = gpt_oss(m) ? 2 * in : in; /* GPT-OSS's mlp1 holds gate and up */
-	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, w1, d, v->xr, c->w->p[W_EW1],
-				at, 0, v->ea, at);
+	experts_mm(c, v, BE_GMM_FWD, W_EW1, w1, d, v->xr, 0, v->ea);
 	if (gpt_oss(m))
 		expert_bias_add(c, v, v->ea, W_EB1, w1);
 	else
-		be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, in, d, v->xr,
-					c->w->p[W_EW3], at, 0, v->eg, at);
+		experts_mm(c, v, BE_GMM_FWD, W_EW3, in, d, v->xr, 0, v->eg);
 	experts_gate(c, v);
-	be->ops->grouped_matmul(be, BE_GMM_FWD, ex, v->offs, rows, d, in, v->eh, c->w->p[W_EW2],
-				at, 0, v->ey, at);
+	experts_mm(c, v, BE_GMM_FWD, W_EW2, d, in, v->eh, 0, v->ey);
 	if (gpt_oss(m) && (!model_experts_tp(m) || m->tp.rank == 0)) /* once, to partial sums */
 		expert_bias_add(c, v, v->ey, W_EB2, d);
 }
@@ -293,28 +302,23 @@ int model_moe_experts_bwd(const piece_ctx *c, const moe_rows *v, titan_err *e)
 	backend *be = m->be;
 	const moe_args *mo = &m->args.moe;
 	be_dtype at = m->prec.act;
-	int64_t d = m->args.dim, ex = v->groups, in = mo->inter_dim, rows = v->rows;
-	const int32_t *offs = v->offs;
+	int64_t d = m->args.dim, in = mo->inter_dim, rows = v->rows;
 	int gpt = gpt_oss(m);
 	if (gpt && (!model_experts_tp(m) || m->tp.rank == 0)) /* the other tp ranks' add 0 */
 		expert_bias_grad(c, v, v->d_rows, W_EB2, d);
-	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, d, in, v->d_rows, c->w->p[W_EW2],
-				at, 0, v->d_eh, at);
+	experts_mm(c, v, BE_GMM_DX, W_EW2, d, in, v->d_rows, 0, v->d_eh);
 	if (grouped_dw(c, v, W_EW2, v->d_rows, v->eh, ACT_EH, in, d, e))
 		return -1;
 	if (gpt) { /* d_ea holds mlp1's (gate, up) pairs */
 		be->ops->swiglu_clamp_bwd(be, v->d_ea, v->d_eh, v->ea, at, rows, in, GPT_OSS_ALPHA,
 					  (float)mo->swiglu_limit);
 		expert_bias_grad(c, v, v->d_ea, W_EB1, 2 * in);
-		be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, 2 * in, d, v->d_ea,
-					c->w->p[W_EW1], at, 0, v->d_rows, at);
+		experts_mm(c, v, BE_GMM_DX, W_EW1, 2 * in, d, v->d_ea, 0, v->d_rows);
 		return grouped_dw(c, v, W_EW1, v->d_ea, v->xr, ACT_XR, d, 2 * in, e);
 	}
 	be->ops->swiglu_bwd(be, v->d_ea, v->d_eg, v->d_eh, v->ea, v->eg, at, rows * in);
-	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, v->d_ea, c->w->p[W_EW1], at,
-				0, v->d_rows, at);
-	be->ops->grouped_matmul(be, BE_GMM_DX, ex, offs, rows, in, d, v->d_eg, c->w->p[W_EW3], at,
-				1, v->d_rows, at);
+	experts_mm(c, v, BE_GMM_DX, W_EW1, in, d, v->d_ea, 0, v->d_rows);
+	experts_mm(c, v, BE_GMM_DX, W_EW3, in, d, v->d_eg, 1, v->d_rows);
 	return grouped_dw(c, v, W_EW1, v->d_ea, v->xr, ACT_XR, d, in, e) ||
 	       grouped_dw(c, v, W_EW3, v->d_eg, v->xr, ACT_XR, d, in, e)
 		       ? -1 : 0;

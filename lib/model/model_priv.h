@@ -217,6 +217,8 @@ struct model {
 	                           as a rotation the rope op applies */
 	void *ones;             /* (hd) of prec.param: the weight of a weightless norm */
 	void *junk_dw;          /* (hd) of prec.grad: its gradient, discarded */
+	float *sinks32;         /* (2h) a layer's sinks and their gradient in float32, the
+	                           attention's types, when prec.param or .grad is bf16 */
 	void *logits;           /* (chunk, vocab) prec.act */
 	int chunk;              /* rows of logits at a time */
 	void *d_x, *d_tmp;      /* (n, dim) prec.resid: d_x the propagated gradient */

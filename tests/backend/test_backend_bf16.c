@@ -814,6 +814,375 @@ static void adamw_bf16_states_within_bound(void **s)
 	backend_free(be);
 }
 
+/* ---- mixture of experts, MLA and GPT-OSS (cpu_bf16_moe.c) ---- */
+
+/* Row offsets of `groups` groups over rows: one group empty, and the last
+ * rows past every group (a capacity's dropped rows). */
+static int32_t *group_offs(int64_t groups, int64_t rows)
+{
+	int32_t *offs = malloc(sizeof(int32_t) * (size_t)(groups + 1));
+	assert_non_null(offs);
+	int64_t used = rows - 3, at = 0;
+	offs[0] = 0;
+	for (int64_t g = 0; g < groups; g++) {
+		int64_t len = g == 1 ? 0 : (used - at) / (groups - g) + (g % 3 == 0 ? 5 : -2);
+		len = len < 0 ? 0 : at + len > used || g == groups - 1 ? used - at : len;
+		at += len;
+		offs[g + 1] = (int32_t)at;
+	}
+	return offs;
+}
+
+/* torch._grouped_mm's three uses on bf16 operands.  Bound as matmul's: u_out
+ * |ref| + (K + 2) e (sum_p |a b| + |beta c0|), K the product's depth (the
+ * group's rows for DW); rows no group holds are zero (FWD, DX with beta 0). */
+static void check_grouped(backend *be, int mode, float beta, be_dtype ct)
+{
+	int64_t groups = 5, rows = 150, nn = 48, kk = 40;
+	int32_t *offs = group_offs(groups, rows);
+	int64_t arows = rows, acols = mode == BE_GMM_FWD ? kk : nn;
+	int64_t crows = mode == BE_GMM_DW ? groups * nn : rows;
+	int64_t ccols = mode == BE_GMM_FWD ? nn : kk;
+	size_t nb = mode == BE_GMM_DW ? (size_t)(rows * kk) : (size_t)(groups * nn * kk);
+	tens a = tens_rand(BE_BF16, (size_t)(arows * acols), 1), b = tens_rand(BE_BF16, nb, 1);
+	tens c = tens_rand(ct, (size_t)(crows * ccols), 1);
+	double *ref = dalloc(c.n), *bound = dalloc(c.n);
+	for (int64_t g = 0; g < groups; g++) {
+		int64_t r0 = offs[g], r1 = offs[g + 1];
+		int64_t i1 = mode == BE_GMM_DW ? nn : r1 - r0, k = mode == BE_GMM_DW ? r1 - r0
+							     : mode == BE_GMM_FWD ? kk : nn;
+		for (int64_t i = 0; i < i1; i++)
+			for (int64_t j = 0; j < ccols; j++) {
+				double acc = 0, mag = 0;
+				for (int64_t p = 0; p < k; p++) {
+					double pr;
+					if (mode == BE_GMM_FWD)
+						pr = a.ref[(r0 + i) * kk + p] * b.ref[(g * nn + j) * kk + p];
+					else if (mode == BE_GMM_DX)
+						pr = a.ref[(r0 + i) * nn + p] * b.ref[(g * nn + p) * kk + j];
+					else
+						pr = a.ref[(r0 + p) * nn + i] * b.ref[(r0 + p) * kk + j];
+					acc += pr;
+					mag += fabs(pr);
+				}
+				size_t o = (size_t)((mode == BE_GMM_DW ? g * nn + i : r0 + i) * ccols + j);
+				ref[o] = acc + beta * c.ref[o];
+				bound[o] = u_of(ct) * fabs(ref[o]) +
+					   (double)(k + 2) * U32 * (mag + fabs(beta * c.ref[o])) + 1e-30;
+			}
+	}
+	if (mode != BE_GMM_DW) /* zero with beta 0, else left alone */
+		for (int64_t r = offs[groups]; r < rows; r++)
+			for (int64_t j = 0; j < ccols; j++) {
+				ref[r * ccols + j] = beta == 0 ? 0 : c.ref[r * ccols + j];
+				bound[r * ccols + j] = 1e-30;
+			}
+	if (beta == 0)
+		for (size_t i = 0; i < c.n; i++)
+			set_elem(&c, i, NAN);
+	be->ops->grouped_matmul(be, mode, groups, offs, rows, nn, kk, a.p, b.p, BE_BF16, beta, c.p,
+				ct);
+	be_sync_ok(be);
+	char what[80];
+	snprintf(what, sizeof what, "grouped_matmul %s beta %g C %s",
+		 mode == BE_GMM_FWD ? "fwd" : mode == BE_GMM_DX ? "dx" : "dw", (double)beta, tn(ct));
+	check(what, &c, ref, bound, c.n);
+	tens_free(&a), tens_free(&b), tens_free(&c);
+	free(ref), free(bound), free(offs);
+}
+
+static void grouped_matmul_bf16_every_mode_within_k_bound(void **s)
+{
+	(void)s;
+	test_seed(120);
+	backend *be = be_open(0);
+	for (int ci = 0; ci < 2; ci++) {
+		check_grouped(be, BE_GMM_FWD, 0, types[ci]);
+		check_grouped(be, BE_GMM_DX, 0, types[ci]);
+		check_grouped(be, BE_GMM_DX, 1, types[ci]);
+		check_grouped(be, BE_GMM_DW, 1, types[ci]);
+		check_grouped(be, BE_GMM_DW, 0, types[ci]);
+	}
+	backend_free(be);
+}
+
+/* The router on bf16 logits (torchtitan's scores.to(float32)): the same
+ * choice as float64 on the rounded logits, scores and weights within 64 e
+ * (a float32 exp, a sum of e terms, a division, the scale); the logits'
+ * gradient bf16, within u |ref| + 64 e Z, Z = route_scale sum_j |dw_j| (1 +
+ * 1/S)^2 bounding every term it is a sum of (S the chosen scores' sum). */
+static void check_route(backend *be, int score, int route_norm, int groups)
+{
+	be_moe r = {.n = 61, .e = 16, .k = 4, .score = score, .route_norm = route_norm,
+		    .route_scale = 2.5f, .groups = groups, .limited = groups ? 2 : 0};
+	size_t ne = (size_t)(r.n * r.e), nk = (size_t)(r.n * r.k);
+	tens lg = tens_rand(BE_BF16, ne, 3), dl = tens_out(BE_BF16, ne);
+	float *sc = malloc(ne * 4), *w = malloc(nk * 4), *bias = malloc((size_t)r.e * 4);
+	float *dw = malloc(nk * 4);
+	double *bias64 = dalloc((size_t)r.e), *sc64 = dalloc(ne), *w64 = dalloc(nk);
+	double *dw64 = dalloc(nk), *dl64 = dalloc(ne), *bound = dalloc(ne);
+	int32_t *idx = malloc(nk * 4), *idx64 = malloc(nk * 4);
+	for (int64_t i = 0; i < r.e; i++)
+		bias[i] = (float)(0.05 * test_urand()), bias64[i] = bias[i];
+	for (size_t i = 0; i < nk; i++)
+		dw[i] = (float)test_urand(), dw64[i] = dw[i];
+	be->ops->moe_route(be, sc, idx, w, lg.p, BE_BF16, bias, &r);
+	be_sync_ok(be);
+	cpu_moe_route_f64(sc64, idx64, w64, lg.ref, bias64, &r);
+	assert_memory_equal(idx, idx64, nk * 4);
+	double worst = 0;
+	for (size_t i = 0; i < ne; i++)
+		worst = fmax(worst, fabs(sc[i] - sc64[i]) / (64 * U32));
+	for (size_t i = 0; i < nk; i++)
+		worst = fmax(worst, fabs(w[i] - w64[i]) / (64 * U32 * r.route_scale));
+	print_message("moe_route %s norm %d groups %d: scores, weights worst err/bound %.3f\n",
+		      score == BE_MOE_SOFTMAX ? "softmax" : "sigmoid", route_norm, groups, worst);
+	assert_true(worst <= 1);
+	/* the backward from the forward's own float32 scores */
+	for (size_t i = 0; i < ne; i++)
+		sc64[i] = sc[i];
+	be->ops->moe_route_bwd(be, dl.p, BE_BF16, dw, sc, idx, &r);
+	be_sync_ok(be);
+	cpu_moe_route_bwd_f64(dl64, dw64, sc64, idx, &r);
+	for (int64_t t = 0; t < r.n; t++) {
+		double sum = 0, gs = 0;
+		for (int64_t j = 0; j < r.k; j++)
+			sum += sc64[t * r.e + idx[t * r.k + j]], gs += fabs(dw64[t * r.k + j]);
+		double z = r.route_scale * gs * (1 + 1 / sum) * (1 + 1 / sum);
+		for (int64_t i = 0; i < r.e; i++)
+			bound[t * r.e + i] = U16 * fabs(dl64[t * r.e + i]) + 64 * U32 * z + 1e-30;
+	}
+	check("moe_route_bwd bf16 dlogits", &dl, dl64, bound, ne);
+	tens_free(&lg), tens_free(&dl);
+	free(sc), free(w), free(bias), free(dw), free(bias64), free(sc64), free(w64), free(dw64);
+	free(dl64), free(bound), free(idx), free(idx64);
+}
+
+static void moe_route_bf16_logits_choose_as_float64_within_bound(void **s)
+{
+	(void)s;
+	test_seed(121);
+	backend *be = be_open(0);
+	check_route(be, BE_MOE_SOFTMAX, 1, 0);
+	check_route(be, BE_MOE_SOFTMAX, 0, 0);
+	check_route(be, BE_MOE_SIGMOID, 1, 4);
+	check_route(be, BE_MOE_SIGMOID, 0, 0);
+	backend_free(be);
+}
+
+/* The rows: gather (x c, one rounding: u |ref|), combine (beta out + sum c y
+ * in float32, rounded once: u |ref| + (k + 2) e (|beta out| + sum |c y|)),
+ * dot (a double sum rounded to float32: e |ref|), on a routing with dropped
+ * assignments (capacity). */
+static void moe_rows_bf16_gather_combine_dot_within_bound(void **s)
+{
+	(void)s;
+	test_seed(122);
+	backend *be = be_open(0);
+	be_moe r = {.n = 37, .e = 6, .k = 3, .score = BE_MOE_SOFTMAX, .route_scale = 1,
+		    .capacity = 16};
+	int64_t d = 70, na = r.n * r.k;
+	int32_t *idx = malloc((size_t)na * 4), *perm = malloc((size_t)na * 4);
+	int32_t *pos = malloc((size_t)na * 4), offs[7];
+	float *w = malloc((size_t)na * 4), *dw = malloc((size_t)na * 4);
+	double *w64 = dalloc((size_t)na), *dw64 = dalloc((size_t)na);
+	for (int64_t a = 0; a < na; a++)
+		idx[a] = (int32_t)((a * 7 + a / 5) % r.e), w[a] = (float)test_urand(), w64[a] = w[a];
+	be->ops->moe_permute(be, perm, pos, offs, NULL, idx, &r);
+	tens x = tens_rand(BE_BF16, (size_t)(r.n * d), 2), y = tens_out(BE_BF16, (size_t)(na * d));
+	double *ref = dalloc((size_t)(na * d)), *bound = dalloc((size_t)(na * d));
+	for (int wi = 0; wi < 2; wi++) {
+		be->ops->moe_gather(be, y.p, x.p, BE_BF16, perm, offs, wi ? w : NULL, &r, d);
+		be_sync_ok(be);
+		cpu_moe_gather_f64(ref, x.ref, perm, offs, wi ? w64 : NULL, &r, d);
+		for (int64_t i = 0; i < na * d; i++)
+			bound[i] = U16 * fabs(ref[i]) + 1e-30;
+		check(wi ? "moe_gather bf16 weighted" : "moe_gather bf16", &y, ref, bound,
+		      (size_t)(na * d));
+	}
+	tens yr = tens_rand(BE_BF16, (size_t)(na * d), 2);
+	for (int bi = 0; bi < 2; bi++) {
+		float beta = bi ? 0.5f : 0;
+		tens out = bi ? tens_rand(BE_BF16, (size_t)(r.n * d), 1)
+			      : tens_out(BE_BF16, (size_t)(r.n * d));
+		double *o64 = dalloc((size_t)(r.n * d)), *ob = dalloc((size_t)(r.n * d));
+		memcpy(o64, out.ref, sizeof(double) * (size_t)(r.n * d));
+		if (!bi)
+			memset(o64, 0, sizeof(double) * (size_t)(r.n * d));
+		for (int64_t t = 0; t < r.n; t++)
+			for (int64_t i = 0; i < d; i++) {
+				double mag = fabs(beta * o64[t * d + i]);
+				for (int64_t j = 0; j < r.k; j++)
+					if (pos[t * r.k + j] >= 0)
+						mag += fabs(w64[t * r.k + j] *
+							    yr.ref[pos[t * r.k + j] * d + i]);
+				ob[t * d + i] = (double)(r.k + 2) * U32 * mag;
+			}
+		be->ops->moe_combine(be, out.p, yr.p, BE_BF16, pos, w, beta, &r, d);
+		be_sync_ok(be);
+		cpu_moe_combine_f64(o64, yr.ref, pos, w64, beta, &r, d);
+		for (int64_t i = 0; i < r.n * d; i++)
+			ob[i] += U16 * fabs(o64[i]) + 1e-30;
+		check(bi ? "moe_combine bf16 beta 0.5" : "moe_combine bf16", &out, o64, ob,
+		      (size_t)(r.n * d));
+		tens_free(&out);
+		free(o64), free(ob);
+	}
+	be->ops->moe_dot(be, dw, yr.p, x.p, BE_BF16, pos, &r, d);
+	be_sync_ok(be);
+	cpu_moe_dot_f64(dw64, yr.ref, x.ref, pos, &r, d);
+	for (int64_t a = 0; a < na; a++)
+		if (fabs(dw[a] - dw64[a]) > U32 * fabs(dw64[a]) + 1e-30)
+			fail_msg("moe_dot %lld: %.9g, want %.9g", (long long)a, dw[a], dw64[a]);
+	print_message("moe_dot bf16: within e |ref|\n");
+	tens_free(&x), tens_free(&y), tens_free(&yr);
+	free(idx), free(perm), free(pos), free(w), free(dw), free(w64), free(dw64);
+	free(ref), free(bound);
+	backend_free(be);
+}
+
+/* Biases, per row group or whole: y + bias with the bias rounded to y's type
+ * first (torchtitan's b.to(h.dtype)), then the sum once: u_y (|ref| + |b|);
+ * the gradient's column sums in double, rounded once to its type: u |ref| +
+ * 4 e sum |dy|. */
+static void bias_add_grad_every_type_mix_within_bound(void **s)
+{
+	(void)s;
+	test_seed(123);
+	backend *be = be_open(0);
+	int64_t rows = 90, d = 33, groups = 4;
+	int32_t *offs = group_offs(groups, rows);
+	for (int yi = 0; yi < 2; yi++)
+		for (int bi = 0; bi < 2; bi++)
+			for (int grouped = 0; grouped < 2; grouped++) {
+				be_dtype yt = types[yi], bt = types[bi];
+				int64_t ng = grouped ? groups : 1;
+				const int32_t *of = grouped ? offs : NULL;
+				tens y = tens_rand(yt, (size_t)(rows * d), 2);
+				tens b = tens_rand(bt, (size_t)(ng * d), 1);
+				double *ref = dalloc(y.n), *bound = dalloc(y.n);
+				memcpy(ref, y.ref, sizeof(double) * y.n);
+				cpu_bias_add_f64(ref, b.ref, rows, d, ng, of);
+				for (int64_t r = 0; r < rows; r++)
+					for (int64_t j = 0; j < d; j++) {
+						int in = !of || (r >= of[0] && r < of[ng]);
+						int64_t g = 0;
+						while (of && in && g + 1 < ng && of[g + 1] <= r)
+							g++;
+						double bb = in ? fabs(b.ref[g * d + j]) : 0;
+						size_t o = (size_t)(r * d + j);
+						bound[o] = u_of(yt) * (fabs(ref[o]) + bb) + 1e-30;
+					}
+				be->ops->bias_add(be, y.p, yt, b.p, bt, rows, d, ng, of);
+				be_sync_ok(be);
+				char what[80];
+				snprintf(what, sizeof what, "bias_add y %s bias %s%s", tn(yt), tn(bt),
+					 grouped ? " grouped" : "");
+				check(what, &y, ref, bound, y.n);
+				/* the gradient: dy of yt into a bias of bt */
+				tens dy = tens_rand(yt, (size_t)(rows * d), 2);
+				tens db = tens_rand(bt, (size_t)(ng * d), 1);
+				double *gref = dalloc(db.n), *gb = dalloc(db.n);
+				memcpy(gref, db.ref, sizeof(double) * db.n);
+				cpu_bias_grad_f64(gref, dy.ref, rows, d, ng, of);
+				for (int64_t g = 0; g < ng; g++)
+					for (int64_t j = 0; j < d; j++) {
+						double mag = fabs(db.ref[g * d + j]);
+						for (int64_t r = of ? of[g] : 0; r < (of ? of[g + 1] : rows); r++)
+							mag += fabs(dy.ref[r * d + j]);
+						gb[g * d + j] = u_of(bt) * fabs(gref[g * d + j]) + 4 * U32 * mag +
+								1e-30;
+					}
+				be->ops->bias_grad(be, db.p, bt, dy.p, yt, rows, d, ng, of);
+				be_sync_ok(be);
+				snprintf(what, sizeof what, "bias_grad dy %s dbias %s%s", tn(yt), tn(bt),
+					 grouped ? " grouped" : "");
+				check(what, &db, gref, gb, db.n);
+				tens_free(&y), tens_free(&b), tens_free(&dy), tens_free(&db);
+				free(ref), free(bound), free(gref), free(gb);
+			}
+	free(offs);
+	backend_free(be);
+}
+
+/* GPT-OSS's clamped SwiGLU in float32, rounded once: u |ref| plus 64 e times
+ * the magnitudes of its terms (cpu_exp_f32's few ulps, a handful of roundings)
+ * -- inputs straddle the limit. */
+static void swiglu_clamp_bf16_within_bound(void **s)
+{
+	(void)s;
+	test_seed(124);
+	backend *be = be_open(0);
+	int64_t n = 300, f = 50;
+	float alpha = 1.702f, limit = 7;
+	tens x = tens_rand(BE_BF16, (size_t)(2 * n * f), 10), dy = tens_rand(BE_BF16, (size_t)(n * f), 1);
+	tens y = tens_out(BE_BF16, (size_t)(n * f)), dx = tens_out(BE_BF16, (size_t)(2 * n * f));
+	double *yr = dalloc(y.n), *dxr = dalloc(dx.n), *yb = dalloc(y.n), *dxb = dalloc(dx.n);
+	be->ops->swiglu_clamp_fwd(be, y.p, x.p, BE_BF16, n, f, alpha, limit);
+	be->ops->swiglu_clamp_bwd(be, dx.p, dy.p, x.p, BE_BF16, n, f, alpha, limit);
+	be_sync_ok(be);
+	cpu_swiglu_clamp_fwd_f64(yr, x.ref, n, f, alpha, limit);
+	cpu_swiglu_clamp_bwd_f64(dxr, dy.ref, x.ref, n, f, alpha, limit);
+	for (int64_t i = 0; i < n * f; i++) {
+		double g = fmin(x.ref[2 * i], limit), u = fmin(fmax(x.ref[2 * i + 1], -limit), limit);
+		double d = fabs(dy.ref[i]);
+		yb[i] = U16 * fabs(yr[i]) + 64 * U32 * fabs(g) * (fabs(u) + 1) + 1e-30;
+		dxb[2 * i] = U16 * fabs(dxr[2 * i]) +
+			     64 * U32 * d * (fabs(u) + 1) * (1 + alpha * fabs(g)) + 1e-30;
+		dxb[2 * i + 1] = U16 * fabs(dxr[2 * i + 1]) + 64 * U32 * d * fabs(g) + 1e-30;
+	}
+	check("swiglu_clamp_fwd bf16", &y, yr, yb, y.n);
+	check("swiglu_clamp_bwd bf16", &dx, dxr, dxb, dx.n);
+	tens_free(&x), tens_free(&dy), tens_free(&y), tens_free(&dx);
+	free(yr), free(dxr), free(yb), free(dxb);
+	backend_free(be);
+}
+
+/* MLA's heads: cat and split copy bf16 exactly; the split's shared part (h2
+ * 1) sums the heads in float32, rounded once: u |ref| + h e sum |terms|. */
+static void heads_cat_split_bf16_within_bound(void **s)
+{
+	(void)s;
+	test_seed(125);
+	backend *be = be_open(0);
+	int64_t n = 29, h = 6, d1 = 12, d2 = 8;
+	for (int64_t h2 = 1; h2 <= h; h2 += h - 1) {
+		tens x1 = tens_rand(BE_BF16, (size_t)(n * h * d1), 2);
+		tens x2 = tens_rand(BE_BF16, (size_t)(n * h2 * d2), 2);
+		tens y = tens_out(BE_BF16, (size_t)(n * h * (d1 + d2)));
+		double *yr = dalloc(y.n), *yb = dalloc(y.n);
+		be->ops->heads_cat(be, y.p, x1.p, x2.p, BE_BF16, n, h, d1, d2, h2);
+		be_sync_ok(be);
+		cpu_heads_cat_f64(yr, x1.ref, x2.ref, n, h, d1, d2, h2);
+		for (size_t i = 0; i < y.n; i++)
+			yb[i] = 1e-30;
+		check(h2 == 1 ? "heads_cat bf16 shared" : "heads_cat bf16", &y, yr, yb, y.n);
+		tens s1 = tens_out(BE_BF16, x1.n), s2 = tens_out(BE_BF16, x2.n);
+		double *r1 = dalloc(x1.n), *r2 = dalloc(x2.n), *b1 = dalloc(x1.n), *b2 = dalloc(x2.n);
+		be->ops->heads_split(be, s1.p, s2.p, y.p, BE_BF16, n, h, d1, d2, h2);
+		be_sync_ok(be);
+		cpu_heads_split_f64(r1, r2, yr, n, h, d1, d2, h2); /* y holds yr exactly */
+		for (size_t i = 0; i < x1.n; i++)
+			b1[i] = 1e-30;
+		for (int64_t i = 0; i < n; i++)
+			for (int64_t c = 0; c < d2; c++) {
+				double mag = 0;
+				for (int64_t j = 0; j < h && h2 == 1; j++)
+					mag += fabs(yr[(i * h + j) * (d1 + d2) + d1 + c]);
+				for (int64_t j = 0; j < h2; j++) {
+					size_t o = (size_t)((i * h2 + j) * d2 + c);
+					b2[o] = U16 * fabs(r2[o]) + (double)h * U32 * mag + 1e-30;
+				}
+			}
+		check("heads_split bf16 x1", &s1, r1, b1, x1.n);
+		check(h2 == 1 ? "heads_split bf16 shared x2 (summed)" : "heads_split bf16 x2", &s2,
+		      r2, b2, x2.n);
+		tens_free(&x1), tens_free(&x2), tens_free(&y), tens_free(&s1), tens_free(&s2);
+		free(yr), free(yb), free(r1), free(r2), free(b1), free(b2);
+	}
+	backend_free(be);
+}
+
 /* What the CPU does not implement faults at the next sync, naming the op. */
 static void unsupported_mixes_fault_at_sync(void **s)
 {
@@ -849,6 +1218,12 @@ int main(void)
 		cmocka_unit_test(add_axpy_scale_every_type_mix_within_bound),
 		cmocka_unit_test(sumsq_bf16_is_exact_and_independent_of_threads),
 		cmocka_unit_test(adamw_bf16_states_within_bound),
+		cmocka_unit_test(grouped_matmul_bf16_every_mode_within_k_bound),
+		cmocka_unit_test(moe_route_bf16_logits_choose_as_float64_within_bound),
+		cmocka_unit_test(moe_rows_bf16_gather_combine_dot_within_bound),
+		cmocka_unit_test(bias_add_grad_every_type_mix_within_bound),
+		cmocka_unit_test(swiglu_clamp_bf16_within_bound),
+		cmocka_unit_test(heads_cat_split_bf16_within_bound),
 		cmocka_unit_test(unsupported_mixes_fault_at_sync),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -466,7 +466,7 @@ static void backend_ops_are_the_kernels_and_independent_of_threads(void **st)
 		be->ops->grouped_matmul(be, BE_GMM_DW, g, offs, rows, nn, kk, af, bf, BE_F32, 1, c[i],
 					BE_F32);
 		assert_int_equal(be->ops->sync(be, &e), 0);
-		be->ops->grouped_matmul(be, BE_GMM_DW, g, offs, rows, nn, kk, af, bf, BE_BF16, 1, c[i],
+		be->ops->grouped_matmul(be, BE_GMM_DW, g, offs, rows, nn, kk, af, bf, BE_E5M2, 1, c[i],
 					BE_F32);
 		assert_int_equal(be->ops->sync(be, &e), -1);
 		assert_non_null(strstr(e.msg, "grouped_matmul"));

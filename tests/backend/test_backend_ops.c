@@ -660,7 +660,7 @@ static void backend_entries_run_the_kernels_and_fault_on_other_types(void **s)
 	be->ops->heads_cat(be, cat, x, b, BE_F32, 2, 2, 4, 2, 1);
 	assert_true(cat[4] == b[0] && cat[10] == b[0] && cat[16] == b[2]);
 	assert_int_equal(be->ops->sync(be, &e), 0);
-	be->ops->heads_split(be, y, NULL, cat, BE_BF16, 2, 2, 4, 2, 1);
+	be->ops->heads_split(be, y, NULL, cat, BE_E4M3, 2, 2, 4, 2, 1);
 	assert_int_equal(be->ops->sync(be, &e), -1);
 	print_message("%s\n", e.msg);
 	assert_non_null(strstr(e.msg, "heads_split"));
