@@ -343,29 +343,51 @@ static void cuda_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_
 
 /* --- attention: cuDNN where it applies, titan's kernels elsewhere --- */
 
+/* The head dims the kernels take (launch.h's attention_dims_ok), else a fault. */
+static int att_dims_ok(backend *be, const char *op, const be_attn *a)
+{
+	if (attention_dims_ok(a->hd, a->hdv))
+		return 1;
+	backend_fault(be, "cuda backend: %s: head dims hd %lld, hdv %lld: the kernels take "
+			  "hd == hdv in 16, 32, 64, 96, 128 and (192, 128)",
+		      op, (long long)a->hd, (long long)a->hdv);
+	return 0;
+}
+
+/* What of the call cuDNN's graph (attn.h: plain causal SDPA) does not take:
+ * the variants run on titan's kernels.  NULL: none. */
+static const char *att_variant(const be_attn *a)
+{
+	if (a->window > 0)
+		return "a sliding window";
+	if (a->chunk > 0)
+		return "chunked attention";
+	if (a->sinks)
+		return "attention sinks";
+	if (a->hdv != a->hd)
+		return "hdv != hd (MLA)";
+	return NULL;
+}
+
 static int att_types_ok(backend *be, const char *op, const be_attn *a)
 {
 	if (!types_ok(be, op, 4, a->qkv, a->out, a->dout, a->grad))
 		return 0;
-	if (a->window || a->chunk || a->sinks) {
-		backend_fault(be, "cuda backend: %s: sliding windows, chunks and sinks are not "
-				  "implemented", op);
-		return 0;
-	}
-	if (a->out != a->qkv || a->dout != a->qkv || a->grad != a->qkv || a->hdv != a->hd) {
+	if (a->out != a->qkv || a->dout != a->qkv || a->grad != a->qkv) {
 		backend_fault(be, "cuda backend: %s: one element type for q, k, v, out and their "
-				  "gradients, and hdv == hd, are implemented",
+				  "gradients is implemented",
 			      op);
 		return 0;
 	}
-	return 1;
+	return att_dims_ok(be, op, a);
 }
 
 static gpu_att att_of(const be_attn *a)
 {
 	return (gpu_att){.b = a->b, .tq = a->tq, .tk = a->tk, .h = a->h, .hkv = a->hkv,
-			 .hd = a->hd, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
-			 .causal = a->causal, .scale = a->scale};
+			 .hd = a->hd, .hdv = a->hdv, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
+			 .causal = a->causal, .scale = a->scale, .window = a->window,
+			 .chunk = a->chunk, .sinks = a->sinks, .dsinks = a->dsinks};
 }
 
 static int refused(cuda_state *s, const att_shape *x)
@@ -401,6 +423,11 @@ static void *cudnn_for(backend *be, const be_attn *a, size_t *bytes)
 	}
 	if (!s->cudnn) {
 		snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", s->cudnn_why);
+		return NULL;
+	}
+	const char *variant = att_variant(a);
+	if (variant) {
+		snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", variant);
 		return NULL;
 	}
 	if (a->qkv != BE_BF16 || !a->causal || a->tq != a->tk || a->q_pos0 != a->k_pos0) {
