@@ -492,6 +492,24 @@ static void cuda_attention_bwd(backend *be, void *dq, void *dk, void *dv, const 
 		      "attention_bwd");
 }
 
+/* --- MLA's split heads --- */
+
+static void cuda_heads_cat(backend *be, void *y, const void *x1, const void *x2, be_dtype t,
+			   int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
+{
+	if (types_ok(be, "heads_cat", 1, t))
+		check(be, launch_heads_cat(y, x1, x2, t, n, h, d1, d2, h2, st(be)->stream),
+		      "heads_cat");
+}
+
+static void cuda_heads_split(backend *be, void *x1, void *x2, const void *y, be_dtype t,
+			     int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
+{
+	if (types_ok(be, "heads_split", 1, t))
+		check(be, launch_heads_split(x1, x2, y, t, n, h, d1, d2, h2, st(be)->stream),
+		      "heads_split");
+}
+
 /* --- the rest --- */
 
 static void cuda_swiglu_fwd(backend *be, void *y, const void *a, const void *g, be_dtype t,
@@ -926,6 +944,8 @@ static const backend_ops cuda_ops = {
 	.attention_bwd = cuda_attention_bwd,
 	.swiglu_fwd = cuda_swiglu_fwd,
 	.swiglu_bwd = cuda_swiglu_bwd,
+	.heads_cat = cuda_heads_cat,
+	.heads_split = cuda_heads_split,
 	.embedding_fwd = cuda_embedding_fwd,
 	.embedding_bwd = cuda_embedding_bwd,
 	.cross_entropy = cuda_cross_entropy,

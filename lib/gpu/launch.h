@@ -150,6 +150,17 @@ int launch_cross_entropy(void *logits, int tl, const int32_t *labels, int64_t n,
 int launch_loss_sum(double *loss_sum, int64_t *n_valid, const float *row_loss,
 		    const int32_t *labels, int64_t n, int32_t ignore_index, void *stream);
 
+/* --- multi-head latent attention's split heads (kernels/heads.cu) --- */
+
+/* backend.h's heads_cat and heads_split, all of type t: y (n, h, d1 + d2) =
+ * [x1 (n, h, d1), x2 (n, h2, d2)] with h2 = h or 1 (one x2 row for every head,
+ * which the split sums over the heads in head order); either output of the
+ * split may be NULL. */
+int launch_heads_cat(void *y, const void *x1, const void *x2, int t, int64_t n, int64_t h,
+		     int64_t d1, int64_t d2, int64_t h2, void *stream);
+int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int64_t h,
+		       int64_t d1, int64_t d2, int64_t h2, void *stream);
+
 /* --- grouped-query attention, the reference kernels (kernels/attention.cu) --- */
 
 /* One attention call, as backend.h's be_attn (whose fields it mirrors):

@@ -305,6 +305,39 @@ static void attention_variants_match_the_cpu_backend(void **state)
 	}
 }
 
+/* MLA's split heads against the CPU backend, bit for bit in float32 (copies,
+ * and the shared part's sum over heads in the same order): per-head second
+ * parts (q's rope) and one shared by every head (k_pe), either output alone. */
+static void heads_cat_and_split_match_the_cpu_backend(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(204);
+	const int64_t n = 37, h = 5, d1 = 128, d2 = 64;
+	for (int64_t h2 = 1; h2 <= h; h2 += h - 1) {
+		size_t ny = (size_t)(n * h * (d1 + d2)), n1 = (size_t)(n * h * d1);
+		size_t n2 = (size_t)(n * h2 * d2);
+		float *x1 = frand(n1, 1), *x2 = frand(n2, 1), *y = frand(ny, 1);
+		float *dx1 = put(gpu, x1, n1), *dx2 = put(gpu, x2, n2), *dy = put(gpu, NULL, ny);
+		gpu->ops->heads_cat(gpu, dy, dx1, dx2, BE_F32, n, h, d1, d2, h2);
+		cpu->ops->heads_cat(cpu, y, x1, x2, BE_F32, n, h, d1, d2, h2);
+		print_message(" h2 = %lld\n", (long long)h2);
+		same("heads_cat", dy, y, ny, 0.0);
+		float *g = frand(ny, 1), *dg = put(gpu, g, ny);
+		gpu->ops->heads_split(gpu, dx1, dx2, dg, BE_F32, n, h, d1, d2, h2);
+		cpu->ops->heads_split(cpu, x1, x2, g, BE_F32, n, h, d1, d2, h2);
+		same("heads_split x1", dx1, x1, n1, 0.0);
+		same("heads_split x2", dx2, x2, n2, 0.0);
+		gpu->ops->heads_split(gpu, NULL, dx2, dg, BE_F32, n, h, d1, d2, h2);
+		gpu->ops->heads_split(gpu, dx1, NULL, dg, BE_F32, n, h, d1, d2, h2);
+		same("heads_split x1 alone", dx1, x1, n1, 0.0);
+		same("heads_split x2 alone", dx2, x2, n2, 0.0);
+		free(x1), free(x2), free(y), free(g);
+		gpu->ops->free(gpu, dx1), gpu->ops->free(gpu, dx2), gpu->ops->free(gpu, dy);
+		gpu->ops->free(gpu, dg);
+	}
+}
+
 /* Types the backend does not implement fault at the next sync, saying which. */
 static void unimplemented_types_fault_at_sync(void **state)
 {
@@ -523,6 +556,7 @@ int main(void)
 		cmocka_unit_test(every_op_in_float32_matches_the_cpu_backend),
 		cmocka_unit_test(fused_ops_match_the_cpu_backend),
 		cmocka_unit_test(attention_variants_match_the_cpu_backend),
+		cmocka_unit_test(heads_cat_and_split_match_the_cpu_backend),
 		cmocka_unit_test(unimplemented_types_fault_at_sync),
 		cmocka_unit_test(a_captured_step_replays_like_the_eager_one),
 	};
