@@ -343,29 +343,51 @@ static void cuda_rope(backend *be, void *x, be_dtype xt, const float *cs, int64_
 
 /* --- attention: cuDNN where it applies, titan's kernels elsewhere --- */
 
+/* The head dims the kernels take (launch.h's attention_dims_ok), else a fault. */
+static int att_dims_ok(backend *be, const char *op, const be_attn *a)
+{
+	if (attention_dims_ok(a->hd, a->hdv))
+		return 1;
+	backend_fault(be, "cuda backend: %s: head dims hd %lld, hdv %lld: the kernels take "
+			  "hd == hdv in 16, 32, 64, 96, 128 and (192, 128)",
+		      op, (long long)a->hd, (long long)a->hdv);
+	return 0;
+}
+
+/* What of the call cuDNN's graph (attn.h: plain causal SDPA) does not take:
+ * the variants run on titan's kernels.  NULL: none. */
+static const char *att_variant(const be_attn *a)
+{
+	if (a->window > 0)
+		return "a sliding window";
+	if (a->chunk > 0)
+		return "chunked attention";
+	if (a->sinks)
+		return "attention sinks";
+	if (a->hdv != a->hd)
+		return "hdv != hd (MLA)";
+	return NULL;
+}
+
 static int att_types_ok(backend *be, const char *op, const be_attn *a)
 {
 	if (!types_ok(be, op, 4, a->qkv, a->out, a->dout, a->grad))
 		return 0;
-	if (a->window || a->chunk || a->sinks) {
-		backend_fault(be, "cuda backend: %s: sliding windows, chunks and sinks are not "
-				  "implemented", op);
-		return 0;
-	}
-	if (a->out != a->qkv || a->dout != a->qkv || a->grad != a->qkv || a->hdv != a->hd) {
+	if (a->out != a->qkv || a->dout != a->qkv || a->grad != a->qkv) {
 		backend_fault(be, "cuda backend: %s: one element type for q, k, v, out and their "
-				  "gradients, and hdv == hd, are implemented",
+				  "gradients is implemented",
 			      op);
 		return 0;
 	}
-	return 1;
+	return att_dims_ok(be, op, a);
 }
 
 static gpu_att att_of(const be_attn *a)
 {
 	return (gpu_att){.b = a->b, .tq = a->tq, .tk = a->tk, .h = a->h, .hkv = a->hkv,
-			 .hd = a->hd, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
-			 .causal = a->causal, .scale = a->scale};
+			 .hd = a->hd, .hdv = a->hdv, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
+			 .causal = a->causal, .scale = a->scale, .window = a->window,
+			 .chunk = a->chunk, .sinks = a->sinks, .dsinks = a->dsinks};
 }
 
 static int refused(cuda_state *s, const att_shape *x)
@@ -401,6 +423,11 @@ static void *cudnn_for(backend *be, const be_attn *a, size_t *bytes)
 	}
 	if (!s->cudnn) {
 		snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", s->cudnn_why);
+		return NULL;
+	}
+	const char *variant = att_variant(a);
+	if (variant) {
+		snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", variant);
 		return NULL;
 	}
 	if (a->qkv != BE_BF16 || !a->causal || a->tq != a->tk || a->q_pos0 != a->k_pos0) {
@@ -463,6 +490,24 @@ static void cuda_attention_bwd(backend *be, void *dq, void *dk, void *dv, const 
 		check(be, launch_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, a->qkv, &x, tmp,
 					       s->stream),
 		      "attention_bwd");
+}
+
+/* --- MLA's split heads --- */
+
+static void cuda_heads_cat(backend *be, void *y, const void *x1, const void *x2, be_dtype t,
+			   int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
+{
+	if (types_ok(be, "heads_cat", 1, t))
+		check(be, launch_heads_cat(y, x1, x2, t, n, h, d1, d2, h2, st(be)->stream),
+		      "heads_cat");
+}
+
+static void cuda_heads_split(backend *be, void *x1, void *x2, const void *y, be_dtype t,
+			     int64_t n, int64_t h, int64_t d1, int64_t d2, int64_t h2)
+{
+	if (types_ok(be, "heads_split", 1, t))
+		check(be, launch_heads_split(x1, x2, y, t, n, h, d1, d2, h2, st(be)->stream),
+		      "heads_split");
 }
 
 /* --- the rest --- */
@@ -899,6 +944,8 @@ static const backend_ops cuda_ops = {
 	.attention_bwd = cuda_attention_bwd,
 	.swiglu_fwd = cuda_swiglu_fwd,
 	.swiglu_bwd = cuda_swiglu_bwd,
+	.heads_cat = cuda_heads_cat,
+	.heads_split = cuda_heads_split,
 	.embedding_fwd = cuda_embedding_fwd,
 	.embedding_bwd = cuda_embedding_bwd,
 	.cross_entropy = cuda_cross_entropy,

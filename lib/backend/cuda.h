@@ -13,11 +13,13 @@
  *   the loss): read them after backend sync.
  * - Element types: float32 and bfloat16 in every op; float8 faults (the Float8
  *   converter's products come with the fp8 issue).  Attention wants one type
- *   for q, k, v, out, dout and the gradients, and hdv == hd.
+ *   for q, k, v, out, dout and the gradients, and head dims hd == hdv (16 to
+ *   128) or MLA's hd 192 with hdv 128.
  * - Attention runs on cuDNN's fused flash attention where it applies (bf16,
  *   causal self-attention at equal positions, head dim 64 or 128, t a multiple
- *   of 128) unless opts.attention is BACKEND_CUDA_ATTN_REFERENCE, else on
- *   titan's own kernels.  cuDNN's backward adds dq with atomics, so it is not
+ *   of 128, no window, chunk or sinks, hdv == hd) unless opts.attention is
+ *   BACKEND_CUDA_ATTN_REFERENCE, else on titan's own kernels (which take the
+ *   sliding window, chunks, sinks and their gradient, and MLA's head dims).  cuDNN's backward adds dq with atomics, so it is not
  *   bit-for-bit repeatable; with the reference kernels every op is (the CPU
  *   backend's promise).
  * - CUDA graphs: backend_cuda_capture_begin/end around a step's ops records

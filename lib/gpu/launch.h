@@ -150,29 +150,60 @@ int launch_cross_entropy(void *logits, int tl, const int32_t *labels, int64_t n,
 int launch_loss_sum(double *loss_sum, int64_t *n_valid, const float *row_loss,
 		    const int32_t *labels, int64_t n, int32_t ignore_index, void *stream);
 
+/* --- multi-head latent attention's split heads (kernels/heads.cu) --- */
+
+/* backend.h's heads_cat and heads_split, all of type t: y (n, h, d1 + d2) =
+ * [x1 (n, h, d1), x2 (n, h2, d2)] with h2 = h or 1 (one x2 row for every head,
+ * which the split sums over the heads in head order); either output of the
+ * split may be NULL. */
+int launch_heads_cat(void *y, const void *x1, const void *x2, int t, int64_t n, int64_t h,
+		     int64_t d1, int64_t d2, int64_t h2, void *stream);
+int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int64_t h,
+		       int64_t d1, int64_t d2, int64_t h2, void *stream);
+
 /* --- grouped-query attention, the reference kernels (kernels/attention.cu) --- */
 
 /* One attention call, as backend.h's be_attn (whose fields it mirrors):
- * q (b, tq, h, hd), k, v (b, tk, hkv, hd), out (b, tq, h, hd), lse (b, h, tq)
- * float32; query i sits at position q_pos0 + i, key j at k_pos0 + j, and with
- * causal set sees the keys at positions up to its own (none: out 0, lse -inf).
- * scale 0 means 1/sqrt(hd).  hd must be 16, 32, 64, 96 or 128, h a multiple of
- * hkv. */
+ * q (b, tq, h, hd), k (b, tk, hkv, hd), v (b, tk, hkv, hdv), out (b, tq, h,
+ * hdv), lse (b, h, tq) float32; query i sits at position q_pos0 + i, key j at
+ * k_pos0 + j.  With causal set a query sees the keys at positions up to its
+ * own; a window w keeps the last w of those (GPT-OSS's sliding window); a
+ * chunk c keeps the keys of the query's own chunk of c positions (Llama 4's
+ * local layers; positions >= 0).  A query that sees no key gets out 0 and lse
+ * -inf, or lse = its sink with sinks.  scale 0 means 1/sqrt(hd).  (hd, hdv):
+ * attention_dims_ok's pairs; h a multiple of hkv; hdv 0 means hd.
+ * sinks (h) float32 on the device: GPT-OSS's learned per-head logits that
+ * join each row's softmax denominator with no value; the backward adds their
+ * gradient into dsinks (h) when both are set. */
 typedef struct gpu_att {
-	int64_t b, tq, tk, h, hkv, hd;
+	int64_t b, tq, tk, h, hkv, hd, hdv;
 	int64_t q_pos0, k_pos0;
 	int causal;
 	float scale;
+	int64_t window, chunk; /* 0: none */
+	const float *sinks;    /* NULL: none */
+	float *dsinks;         /* NULL: no sink gradient */
 } gpu_att;
+
+/* The head dims the attention kernels take: hd == hdv in 16, 32, 64, 96, 128,
+ * and MLA's (192, 128) (DeepSeek V3: nope 128 + rope 64 for q and k, 128 for v). */
+static inline int attention_dims_ok(int64_t hd, int64_t hdv)
+{
+	if (hdv == 0)
+		hdv = hd;
+	if (hd == 192)
+		return hdv == 128;
+	return hd == hdv && (hd == 16 || hd == 32 || hd == 64 || hd == 96 || hd == 128);
+}
 
 /* q, k, v, out all of type dt.  Plain CUDA cores in float32 (no tensor cores):
  * the simple, exact reference the cuDNN path is tested against, and the path for
  * what cuDNN does not take. */
 int launch_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v,
 			 int dt, const gpu_att *a, void *stream);
-/* dq, dk, dv written, all tensors of type dt.  dk and dv add their query heads
- * in head order, like the CPU backend.  scratch: at least
- * attention_bwd_scratch_bytes(a) (rowsum(dout * out)). */
+/* dq, dk, dv written, all tensors of type dt; dsinks (when set) accumulated.
+ * dk and dv add their query heads in head order, like the CPU backend.
+ * scratch: at least attention_bwd_scratch_bytes(a) (rowsum(dout * out)). */
 static inline size_t attention_bwd_scratch_bytes(const gpu_att *a)
 {
 	return (size_t)(a->b * a->tq * a->h) * sizeof(float);

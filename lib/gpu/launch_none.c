@@ -139,6 +139,22 @@ int launch_loss_sum(double *loss_sum, int64_t *n_valid, const float *row_loss,
 	return NO_DEVICE;
 }
 
+int launch_heads_cat(void *y, const void *x1, const void *x2, int t, int64_t n, int64_t h,
+		     int64_t d1, int64_t d2, int64_t h2, void *stream)
+{
+	(void)y, (void)x1, (void)x2, (void)t, (void)n, (void)h, (void)d1, (void)d2, (void)h2;
+	(void)stream;
+	return NO_DEVICE;
+}
+
+int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int64_t h,
+		       int64_t d1, int64_t d2, int64_t h2, void *stream)
+{
+	(void)x1, (void)x2, (void)y, (void)t, (void)n, (void)h, (void)d1, (void)d2, (void)h2;
+	(void)stream;
+	return NO_DEVICE;
+}
+
 int launch_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v,
 			 int dt, const gpu_att *a, void *stream)
 {

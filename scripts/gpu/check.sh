@@ -16,9 +16,10 @@
 #   5. scripts/gpu/comm_check.sh when it exists (NCCL)
 #   6. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears (bf16,
 #      and float8 tensorwise / rowwise against it; the 8B-shaped model with Float8),
-#      attention (cuDNN and titan's kernels), the memory-bound kernels, training
-#      steps of an 8B-shaped model with 8 layers and of the 1B flavor; and PyTorch
-#      (torch.compile) on the same shapes in the same run
+#      attention (cuDNN and titan's kernels; the families' variants on titan's),
+#      the memory-bound kernels, training steps of an 8B-shaped model with 8
+#      layers and of the 1B flavor; and PyTorch (torch.compile) on the same shapes
+#      in the same run
 #   7. a short table, printed last
 #
 # Every stage has a time limit and the whole stays within CHECK_BUDGET_S
@@ -205,6 +206,8 @@ if [ -x "$bench" ]; then
 	copy=$(awk '$2 == "ceiling" && $3 == "copy_GBps" { print $4 }' "$results")
 	stage bench-gemm 45 "$bench" gemm
 	stage bench-attention 45 "$bench" attention
+	# the families' variants (issue 17): window + sinks, MLA heads, chunks
+	stage bench-attention-variants 30 "$bench" attention-variants
 	stage bench-8B-L8-op 75 "$bench" model 8B 8 1 8192 5 op
 	# Float8 (issue 15): the scaled GEMMs against bf16, the model with each recipe
 	stage bench-gemm8 45 "$bench" gemm8
@@ -256,6 +259,9 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	row "attention 8B fwd, titan's kernels" TFLOP/s attention titan_8B_fwd_TFLOPs
 	row "attention 8B bwd, titan's kernels" TFLOP/s attention titan_8B_bwd_TFLOPs
 	row "attention 1B fwd, cuDNN vs torch SDPA" TFLOP/s attention cudnn_1B_fwd_TFLOPs torch-attention sdpa_1B_fwd_TFLOPs
+	row "GPT-OSS window 128 + sinks fwd / bwd" ms attention-variants gptoss_window128_fwd_ms attention-variants gptoss_window128_bwd_ms
+	row "MLA 16B heads (192/128) fwd / bwd" ms attention-variants mla_16B_fwd_ms attention-variants mla_16B_bwd_ms
+	row "Llama 4 chunk 2048 fwd / bwd" ms attention-variants llama4_chunk2048_fwd_ms attention-variants llama4_chunk2048_bwd_ms
 	row "rmsnorm fwd" GB/s kernels rmsnorm_fwd_GBps
 	row "swiglu bwd" GB/s kernels swiglu_bwd_GBps
 	row "cross-entropy (128k vocab)" GB/s kernels cross_entropy_GBps

@@ -6,6 +6,9 @@
  *   bench_gpu gemm        cuBLASLt on Llama 3 8B's linear shapes (b*t = 8192 tokens):
  *                         forward, input gradient, weight gradient
  *   bench_gpu attention   causal GQA, cuDNN and titan's kernels, forward and backward
+ *   bench_gpu attention-variants
+ *                         GPT-OSS's sliding window + sinks, MLA's heads, Llama 4's
+ *                         chunks on titan's kernels, forward and backward
  *   bench_gpu kernels     the memory-bound kernels in GB/s
  *   bench_gpu model FLAVOR LAYERS B T STEPS AC
  *                         a training step (forward, backward, clip, AdamW) of a Llama 3
@@ -22,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
+#include "gpu/att_mask.h"
 #include "gpu/attn.h"
 #include "gpu/gemm.h"
 #include "gpu/gpu.h"
@@ -359,6 +363,26 @@ static void run_att(void *p)
 		   "attn bwd");
 }
 
+/* c's tensors for its call c->a (hdv 0: hd), random bf16; and their release. */
+static void att_alloc(att_ctx *c)
+{
+	const gpu_att *a = &c->a;
+	int64_t hdv = a->hdv ? a->hdv : a->hd;
+	size_t nq = (size_t)(a->b * a->tq * a->h * a->hd), nk = (size_t)(a->b * a->tk * a->hkv * a->hd);
+	size_t nv = (size_t)(a->b * a->tk * a->hkv * hdv), no = (size_t)(a->b * a->tq * a->h * hdv);
+	c->q = dalloc(nq * 2), c->k = dalloc(nk * 2), c->v = dalloc(nv * 2), c->o = dalloc(no * 2);
+	c->dq = dalloc(nq * 2), c->dk = dalloc(nk * 2), c->dv = dalloc(nv * 2);
+	c->dout = dalloc(no * 2), c->lse = dalloc((size_t)(a->b * a->h * a->tq) * 4);
+	fill_random(c->q, nq, GPU_BF16, 1, 8), fill_random(c->k, nk, GPU_BF16, 1, 9);
+	fill_random(c->v, nv, GPU_BF16, 1, 10), fill_random(c->dout, no, GPU_BF16, 1, 11);
+}
+
+static void att_release(att_ctx *c)
+{
+	gpu_free(c->q), gpu_free(c->k), gpu_free(c->v), gpu_free(c->o), gpu_free(c->dq);
+	gpu_free(c->dk), gpu_free(c->dv), gpu_free(c->dout), gpu_free(c->lse);
+}
+
 static void bench_attention(void)
 {
 	titan_err e;
@@ -376,13 +400,8 @@ static void bench_attention(void)
 	};
 	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 		gpu_att a = shapes[s].a;
-		size_t nq = (size_t)(a.b * a.tq * a.h * a.hd), nk = (size_t)(a.b * a.tk * a.hkv * a.hd);
 		att_ctx c = {.a = a};
-		c.q = dalloc(nq * 2), c.k = dalloc(nk * 2), c.v = dalloc(nk * 2), c.o = dalloc(nq * 2);
-		c.dq = dalloc(nq * 2), c.dk = dalloc(nk * 2), c.dv = dalloc(nk * 2);
-		c.dout = dalloc(nq * 2), c.lse = dalloc((size_t)(a.b * a.h * a.tq) * 4);
-		fill_random(c.q, nq, GPU_BF16, 1, 8), fill_random(c.k, nk, GPU_BF16, 1, 9);
-		fill_random(c.v, nk, GPU_BF16, 1, 10), fill_random(c.dout, nq, GPU_BF16, 1, 11);
+		att_alloc(&c);
 		/* causal: half the score matrix; forward 2 products, backward 5 */
 		double fwd_flops = 2.0 * 2 * (double)a.b * a.h * a.tq * a.tk * a.hd / 2;
 		for (int path = 0; path < 2; path++) {
@@ -413,10 +432,69 @@ static void bench_attention(void)
 			}
 			gpu_free(c.ws);
 		}
-		gpu_free(c.q), gpu_free(c.k), gpu_free(c.v), gpu_free(c.o), gpu_free(c.dq);
-		gpu_free(c.dk), gpu_free(c.dv), gpu_free(c.dout), gpu_free(c.lse);
+		att_release(&c);
 	}
 	gpu_attn_free(cudnn);
+}
+
+/* The families' variants on titan's kernels (cuDNN's graph takes none of them):
+ * GPT-OSS 20B's sliding layers (window 128, sinks: forward, backward with the
+ * sinks' gradient), DeepSeek V3 16B's MLA heads (192 / 128), Llama 4's chunked
+ * layers at a chunk of 2048.  FLOPs count the (query, key) pairs the masks
+ * keep: 2 (hd + hdv) per pair forward, 2.5 times that backward. */
+static void bench_attention_variants(void)
+{
+	const struct {
+		const char *name;
+		gpu_att a;
+		int sinks;
+	} shapes[] = {
+		{"gptoss_window128", {.b = 1, .tq = 8192, .tk = 8192, .h = 64, .hkv = 8, .hd = 64,
+				      .hdv = 64, .causal = 1, .window = 128}, 1},
+		{"mla_16B", {.b = 1, .tq = 4096, .tk = 4096, .h = 16, .hkv = 16, .hd = 192,
+			     .hdv = 128, .causal = 1}, 0},
+		{"llama4_chunk2048", {.b = 1, .tq = 8192, .tk = 8192, .h = 40, .hkv = 8, .hd = 128,
+				      .hdv = 128, .causal = 1, .chunk = 2048}, 0},
+	};
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		gpu_att a = shapes[s].a;
+		att_ctx c = {.a = a};
+		att_alloc(&c);
+		float *sinks = NULL, *dsinks = NULL;
+		if (shapes[s].sinks) {
+			sinks = dalloc((size_t)a.h * 4), dsinks = dalloc((size_t)a.h * 4);
+			fill_random(sinks, (size_t)a.h, GPU_F32, 1, 12);
+			fill_random(dsinks, (size_t)a.h, GPU_F32, 1, 13);
+			c.a.sinks = sinks, c.a.dsinks = dsinks;
+		}
+		double pairs = 0;
+		for (int64_t i = 0; i < a.tq; i++) {
+			int64_t j0, j1;
+			att_keys(&a, i, &j0, &j1);
+			pairs += (double)(j1 - j0);
+		}
+		double fwd_flops = 2.0 * (double)(a.b * a.h) * pairs * (double)(a.hd + a.hdv);
+		c.ws_bytes = attention_bwd_scratch_bytes(&a);
+		c.ws = dalloc(c.ws_bytes);
+		for (c.bwd = 0; c.bwd < 2; c.bwd++) {
+			float ms = time_ms(run_att, &c, 1, 3);
+			double tf = fwd_flops * (c.bwd ? 2.5 : 1.0) / (ms * 1e-3) / 1e12;
+			printf("  titan attention %s %s (b=%lld t=%lld h=%lld hkv=%lld hd=%lld hdv=%lld "
+			       "window=%lld chunk=%lld%s): %.3f ms, %.1f TFLOP/s\n",
+			       shapes[s].name, c.bwd ? "bwd" : "fwd", (long long)a.b, (long long)a.tq,
+			       (long long)a.h, (long long)a.hkv, (long long)a.hd, (long long)a.hdv,
+			       (long long)a.window, (long long)a.chunk, sinks ? " sinks" : "", ms, tf);
+			char name[64];
+			snprintf(name, sizeof name, "%s_%s_ms", shapes[s].name, c.bwd ? "bwd" : "fwd");
+			result("attention-variants", name, ms, "ms");
+			snprintf(name, sizeof name, "%s_%s_TFLOPs", shapes[s].name, c.bwd ? "bwd" : "fwd");
+			result("attention-variants", name, tf, "TFLOP/s");
+		}
+		gpu_free(c.ws);
+		att_release(&c);
+		if (sinks)
+			gpu_free(sinks), gpu_free(dsinks);
+	}
 }
 
 /* --- memory-bound kernels, on an 8B layer's tensors (8192 tokens) --- */
@@ -744,7 +822,8 @@ static void bench_model(const char *flavor, int layers, int b, int t, int steps,
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_gpu ceiling|gemm|gemm8|attention|kernels [COPY_GBPS]|model "
+		fprintf(stderr, "usage: bench_gpu ceiling|gemm|gemm8|attention|attention-variants|"
+				"kernels [COPY_GBPS]|model "
 				"FLAVOR LAYERS B T STEPS AC [FLOAT8_RECIPE]\n");
 		return 2;
 	}
@@ -766,6 +845,8 @@ int main(int argc, char **argv)
 		bench_gemm8();
 	else if (strcmp(argv[1], "attention") == 0)
 		bench_attention();
+	else if (strcmp(argv[1], "attention-variants") == 0)
+		bench_attention_variants();
 	else if (strcmp(argv[1], "kernels") == 0)
 		bench_kernels(argc > 2 ? atof(argv[2]) : 0);
 	else if (strcmp(argv[1], "model") == 0 && (argc == 8 || argc == 9))

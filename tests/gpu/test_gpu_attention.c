@@ -1,6 +1,7 @@
 /* Causal GQA attention on the GPU, both paths, against the CPU backend's float64
  * attention: titan's reference kernels (launch_attention_*, float32 and bf16,
- * any t, head dims 16 to 128) and cuDNN's fused flash attention (attn.h, bf16,
+ * any t, head dims 16 to 128 and MLA's 192/128, sliding windows, chunks, sinks
+ * and their gradient) and cuDNN's fused flash attention (attn.h, bf16,
  * t a multiple of 128).  The backward is fed the forward's float64 output and
  * lse rounded to the device's types, so each direction is measured on its own.
  * Method and bounds: gpu_test.h; cuDNN rounds the probabilities to bf16 before
@@ -21,25 +22,37 @@
 #define TOL_CUDNN_BWD 4e-2
 
 /* One direction pair on one path (0 = reference kernels, 1 = cuDNN), on the
- * attention call a (element types: dt for every tensor). */
-static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
+ * attention call a (element types: dt for every tensor; hdv 0 means hd).  With
+ * sinks, random per-head sinks of magnitude up to `sinks` join the softmax,
+ * and dsinks (random to start with: the op accumulates) is checked too. */
+static void check_attention_sinks(gpu_att a, int dt, int path, gpu_attn *cudnn, double sinks)
 {
 	int64_t b = a.b, tq = a.tq, tk = a.tk, h = a.h, hkv = a.hkv, hd = a.hd;
+	int64_t hdv = a.hdv ? a.hdv : hd;
 	size_t nq = (size_t)(b * tq * h * hd), nk = (size_t)(b * tk * hkv * hd);
+	size_t nv = (size_t)(b * tk * hkv * hdv), no = (size_t)(b * tq * h * hdv);
 	size_t nl = (size_t)(b * h * tq);
-	be_attn ba = {.b = b, .tq = tq, .tk = tk, .h = h, .hkv = hkv, .hd = hd, .hdv = hd,
-		      .scale = a.scale, .causal = a.causal, .q_pos0 = a.q_pos0, .k_pos0 = a.k_pos0};
-	double *q = rnd(nq, 1.0), *k = rnd(nk, 1.0), *v = rnd(nk, 1.0), *dout = rnd(nq, 1.0);
+	double *q = rnd(nq, 1.0), *k = rnd(nk, 1.0), *v = rnd(nv, 1.0), *dout = rnd(no, 1.0);
+	double *sk = sinks ? rnd((size_t)h, sinks) : NULL;
+	double *dsk = sinks ? rnd((size_t)h, 0.01) : NULL; /* small: the sum must show */
 	void *dq_in = dev_from(q, nq, dt), *dk_in = dev_from(k, nk, dt);
-	void *dv_in = dev_from(v, nk, dt), *ddout = dev_from(dout, nq, dt);
-	double *out = zeros(nq), *lse = zeros(nl);
+	void *dv_in = dev_from(v, nv, dt), *ddout = dev_from(dout, no, dt);
+	float *dev_sk = sinks ? dev_from(sk, (size_t)h, GPU_F32) : NULL; /* sk rounded to float */
+	float *dev_dsk = sinks ? dev_from(dsk, (size_t)h, GPU_F32) : NULL;
+	a.sinks = dev_sk;
+	be_attn ba = {.b = b, .tq = tq, .tk = tk, .h = h, .hkv = hkv, .hd = hd, .hdv = hdv,
+		      .scale = a.scale, .causal = a.causal, .q_pos0 = a.q_pos0, .k_pos0 = a.k_pos0,
+		      .window = a.window, .chunk = a.chunk, .sinks = sk}; /* _f64: double sinks */
+	double *out = zeros(no), *lse = zeros(nl);
 	cpu_attention_fwd_f64(out, lse, q, k, v, &ba);
-	print_message(" %s b=%lld tq=%lld tk=%lld h=%lld hkv=%lld hd=%lld%s q@%lld k@%lld\n",
+	print_message(" %s b=%lld tq=%lld tk=%lld h=%lld hkv=%lld hd=%lld hdv=%lld%s q@%lld k@%lld"
+		      " window %lld chunk %lld%s\n",
 		      path ? "cuDNN" : "reference", (long long)b, (long long)tq, (long long)tk,
-		      (long long)h, (long long)hkv, (long long)hd, a.causal ? " causal" : "",
-		      (long long)a.q_pos0, (long long)a.k_pos0);
+		      (long long)h, (long long)hkv, (long long)hd, (long long)hdv,
+		      a.causal ? " causal" : "", (long long)a.q_pos0, (long long)a.k_pos0,
+		      (long long)a.window, (long long)a.chunk, sinks ? " sinks" : "");
 
-	void *dout_gpu = dev_poisoned(nq, dt);
+	void *dout_gpu = dev_poisoned(no, dt);
 	float *dlse = dev_poisoned(nl, GPU_F32);
 	titan_err e;
 	size_t scratch_bytes = attention_bwd_scratch_bytes(&a);
@@ -53,8 +66,8 @@ static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
 			      a.scale, scratch, scratch_bytes, &e))
 		fail_msg("%s", e.msg);
 	double tol_out = path ? TOL_BF16_CHAIN : dt == GPU_BF16 ? TOL_BF16 : TOL_F32;
-	expect_close("attention out", dout_gpu, out, nq, dt, tol_out);
-	/* lse: -inf where a query sees no key, on both sides */
+	expect_close("attention out", dout_gpu, out, no, dt, tol_out);
+	/* lse: -inf where a query sees no key (and there is no sink), on both sides */
 	double *got_lse = host_of(dlse, nl, GPU_F32);
 	for (size_t i = 0; i < nl; i++)
 		if (isinf(lse[i]) || isinf(got_lse[i])) {
@@ -69,9 +82,10 @@ static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
 	cpu_attention_fwd_f64(out, lse, q, k, v, &ba); /* lse again, -inf kept */
 
 	/* backward from the float64 forward's out and lse, as stored */
-	void *dout_ref = dev_from(out, nq, dt);
+	void *dout_ref = dev_from(out, no, dt);
 	void *dlse_ref = dev_from(lse, nl, GPU_F32);
-	void *dgq = dev_poisoned(nq, dt), *dgk = dev_poisoned(nk, dt), *dgv = dev_poisoned(nk, dt);
+	void *dgq = dev_poisoned(nq, dt), *dgk = dev_poisoned(nk, dt), *dgv = dev_poisoned(nv, dt);
+	a.dsinks = dev_dsk;
 	if (path == 0)
 		gpu_ok(launch_attention_bwd(dgq, dgk, dgv, ddout, dq_in, dk_in, dv_in, dout_ref,
 					    dlse_ref, dt, &a, scratch, NULL),
@@ -79,17 +93,29 @@ static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
 	else if (gpu_attn_bwd(cudnn, NULL, dgq, dgk, dgv, ddout, dq_in, dk_in, dv_in, dout_ref,
 			      dlse_ref, b, tq, h, hkv, hd, a.scale, scratch, scratch_bytes, &e))
 		fail_msg("%s", e.msg);
-	double *gq = zeros(nq), *gk = zeros(nk), *gv = zeros(nk);
+	double *gq = zeros(nq), *gk = zeros(nk), *gv = zeros(nv);
+	ba.dsinks = dsk;
 	cpu_attention_bwd_f64(gq, gk, gv, dout, q, k, v, out, lse, &ba);
 	double tol = path ? TOL_CUDNN_BWD : dt == GPU_BF16 ? TOL_BF16 : 5 * TOL_F32;
 	expect_close("attention dq", dgq, gq, nq, dt, tol);
 	expect_close("attention dk", dgk, gk, nk, dt, tol);
-	expect_close("attention dv", dgv, gv, nk, dt, tol);
+	expect_close("attention dv", dgv, gv, nv, dt, tol);
+	/* float32 sums (exp in double) of the same rounded inputs, whatever dt */
+	if (sinks)
+		expect_close("attention dsinks (accumulated)", dev_dsk, dsk, (size_t)h, GPU_F32,
+			     5 * TOL_F32);
 	free(q), free(k), free(v), free(dout), free(out), free(lse), free(got_lse);
-	free(gq), free(gk), free(gv);
+	free(gq), free(gk), free(gv), free(sk), free(dsk);
 	gpu_free(dq_in), gpu_free(dk_in), gpu_free(dv_in), gpu_free(ddout), gpu_free(dout_gpu);
 	gpu_free(dlse), gpu_free(scratch), gpu_free(dout_ref), gpu_free(dlse_ref), gpu_free(dgq);
 	gpu_free(dgk), gpu_free(dgv);
+	if (sinks)
+		gpu_free(dev_sk), gpu_free(dev_dsk);
+}
+
+static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
+{
+	check_attention_sinks(a, dt, path, cudnn, 0);
 }
 
 /* A causal self-attention call over t tokens. */
@@ -122,6 +148,51 @@ static void reference_kernels_match_the_cpu(void **state)
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
 		for (int dt = 0; dt < 2; dt++)
 			check_attention(cases[c], dt, 0, NULL);
+}
+
+/* The families' variants on the reference kernels: GPT-OSS's sliding window
+ * of 128 (keys p-127..p) with sinks, Llama 4's chunks, MLA's head dims (q, k
+ * 192, v 128), and their combinations with context-parallel positions, rows
+ * that see nothing, and windows and chunks that cut tiles of 32 anywhere. */
+static void reference_kernels_take_the_variants(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(104);
+	struct {
+		gpu_att a;
+		double sinks; /* 0: none */
+	} cases[] = {
+		/* GPT-OSS: window 128 over 300 tokens, GQA, sinks */
+		{{.b = 1, .tq = 300, .tk = 300, .h = 4, .hkv = 2, .hd = 64, .causal = 1,
+		  .window = 128}, 2.0},
+		/* GPT-OSS's full layers: sinks alone; large sinks that dominate the rows */
+		{{.b = 2, .tq = 100, .tk = 100, .h = 2, .hkv = 1, .hd = 64, .causal = 1}, 8.0},
+		/* a window of 2 (itself and the one before: with 1, P = 1 and dq, dk are
+		 * exactly 0, a relative error of rounding noise) and of 5 */
+		{{.b = 1, .tq = 70, .tk = 70, .h = 2, .hkv = 2, .hd = 32, .causal = 1, .window = 2}, 0},
+		{{.b = 1, .tq = 70, .tk = 70, .h = 2, .hkv = 1, .hd = 16, .causal = 1, .window = 5}, 0},
+		/* context-parallel positions with a window: the first tiles partly seen */
+		{{.b = 1, .tq = 64, .tk = 128, .h = 4, .hkv = 2, .hd = 64, .causal = 1,
+		  .q_pos0 = 64, .k_pos0 = 0, .window = 40}, 1.0},
+		/* queries 0..15 see no key: out 0, lse = the sink */
+		{{.b = 2, .tq = 32, .tk = 64, .h = 2, .hkv = 1, .hd = 128, .causal = 1,
+		  .q_pos0 = 16, .k_pos0 = 32}, 1.0},
+		/* Llama 4's chunks (8192 there), unaligned with the tiles */
+		{{.b = 1, .tq = 200, .tk = 200, .h = 4, .hkv = 1, .hd = 128, .causal = 1,
+		  .chunk = 48}, 0},
+		{{.b = 1, .tq = 60, .tk = 60, .h = 2, .hkv = 2, .hd = 96, .chunk = 24}, 0}, /* no mask */
+		{{.b = 1, .tq = 90, .tk = 90, .h = 2, .hkv = 1, .hd = 64, .causal = 1, .chunk = 32,
+		  .window = 20}, 0.5},
+		/* DeepSeek V3's MLA: hd 192 (nope 128 + rope 64), hdv 128, its own scale */
+		{{.b = 1, .tq = 150, .tk = 150, .h = 4, .hkv = 4, .hd = 192, .hdv = 128, .causal = 1,
+		  .scale = 0.0883883f}, 0},
+		{{.b = 2, .tq = 40, .tk = 72, .h = 2, .hkv = 2, .hd = 192, .hdv = 128, .causal = 1,
+		  .q_pos0 = 32, .k_pos0 = 0}, 0},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int dt = 0; dt < 2; dt++)
+			check_attention_sinks(cases[c].a, dt, 0, NULL, cases[c].sinks);
 }
 
 /* dk and dv add the heads of a group in a fixed order, without atomics. */
@@ -230,6 +301,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(cudnn_graphs_are_well_formed),
 		cmocka_unit_test(reference_kernels_match_the_cpu),
+		cmocka_unit_test(reference_kernels_take_the_variants),
 		cmocka_unit_test(reference_backward_repeats_bit_for_bit),
 		cmocka_unit_test(cudnn_flash_attention_matches_the_cpu),
 	};

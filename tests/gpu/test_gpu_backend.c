@@ -246,6 +246,98 @@ static void every_op_in_float32_matches_the_cpu_backend(void **state)
 	assert_true(gpu->peak_bytes >= before);
 }
 
+/* The attention variants through the ops table (GPT-OSS's window and sinks,
+ * Llama 4's chunks, MLA's head dims) against the CPU backend in float32; they
+ * run on titan's kernels, and dsinks accumulates as on the CPU. */
+static void attention_variants_match_the_cpu_backend(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(203);
+	const be_attn cases[] = {
+		{.b = 1, .tq = 256, .tk = 256, .h = 4, .hkv = 2, .hd = 64, .hdv = 64, .causal = 1,
+		 .window = 128},
+		{.b = 2, .tq = 96, .tk = 96, .h = 2, .hkv = 1, .hd = 128, .hdv = 128, .causal = 1,
+		 .chunk = 40},
+		{.b = 1, .tq = 80, .tk = 80, .h = 2, .hkv = 2, .hd = 192, .hdv = 128, .causal = 1,
+		 .scale = 0.1f},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		be_attn a = cases[c];
+		int sinks = a.window > 0; /* GPT-OSS's sliding layers have sinks */
+		size_t nq = (size_t)(a.b * a.tq * a.h * a.hd);
+		size_t nk = (size_t)(a.b * a.tk * a.hkv * a.hd);
+		size_t nv = (size_t)(a.b * a.tk * a.hkv * a.hdv);
+		size_t no = (size_t)(a.b * a.tq * a.h * a.hdv);
+		size_t nl = (size_t)(a.b * a.h * a.tq), nh = (size_t)a.h;
+		float *q = frand(nq, 1), *k = frand(nk, 1), *v = frand(nv, 1), *go = frand(no, 1);
+		float *sk = frand(nh, 2), *dsk = frand(nh, 0.01);
+		float *o = frand(no, 1), *lse = frand(nl, 1), *gq = frand(nq, 1), *gk = frand(nk, 1);
+		float *gv = frand(nv, 1);
+		float *dq = put(gpu, q, nq), *dk = put(gpu, k, nk), *dv = put(gpu, v, nv);
+		float *dgo = put(gpu, go, no), *dsk_d = put(gpu, dsk, nh), *sk_d = put(gpu, sk, nh);
+		float *dout = put(gpu, NULL, no), *dlse = put(gpu, NULL, nl);
+		float *dgq = put(gpu, NULL, nq), *dgk = put(gpu, NULL, nk), *dgv = put(gpu, NULL, nv);
+		be_attn ga = a, ca = a;
+		if (sinks)
+			ga.sinks = sk_d, ga.dsinks = dsk_d, ca.sinks = sk, ca.dsinks = dsk;
+		print_message(" window %lld chunk %lld hd %lld hdv %lld%s\n", (long long)a.window,
+			      (long long)a.chunk, (long long)a.hd, (long long)a.hdv,
+			      sinks ? " sinks" : "");
+		gpu->ops->attention_fwd(gpu, dout, dlse, dq, dk, dv, &ga);
+		cpu->ops->attention_fwd(cpu, o, lse, q, k, v, &ca);
+		same("attention out", dout, o, no, TOL_F32);
+		same("attention lse", dlse, lse, nl, TOL_F32);
+		print_message("  attention ran on: %s\n", backend_cuda_attention_path(gpu));
+		assert_non_null(strstr(backend_cuda_attention_path(gpu), "titan kernels"));
+		gpu->ops->attention_bwd(gpu, dgq, dgk, dgv, dgo, dq, dk, dv, dout, dlse, &ga);
+		cpu->ops->attention_bwd(cpu, gq, gk, gv, go, q, k, v, o, lse, &ca);
+		same("attention dq", dgq, gq, nq, 5 * TOL_F32);
+		same("attention dk", dgk, gk, nk, 5 * TOL_F32);
+		same("attention dv", dgv, gv, nv, 5 * TOL_F32);
+		if (sinks)
+			same("attention dsinks", dsk_d, dsk, nh, 5 * TOL_F32);
+		free(q), free(k), free(v), free(go), free(sk), free(dsk), free(o), free(lse);
+		free(gq), free(gk), free(gv);
+		float *dev[] = {dq, dk, dv, dgo, dsk_d, sk_d, dout, dlse, dgq, dgk, dgv};
+		for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+			gpu->ops->free(gpu, dev[i]);
+	}
+}
+
+/* MLA's split heads against the CPU backend, bit for bit in float32 (copies,
+ * and the shared part's sum over heads in the same order): per-head second
+ * parts (q's rope) and one shared by every head (k_pe), either output alone. */
+static void heads_cat_and_split_match_the_cpu_backend(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(204);
+	const int64_t n = 37, h = 5, d1 = 128, d2 = 64;
+	for (int64_t h2 = 1; h2 <= h; h2 += h - 1) {
+		size_t ny = (size_t)(n * h * (d1 + d2)), n1 = (size_t)(n * h * d1);
+		size_t n2 = (size_t)(n * h2 * d2);
+		float *x1 = frand(n1, 1), *x2 = frand(n2, 1), *y = frand(ny, 1);
+		float *dx1 = put(gpu, x1, n1), *dx2 = put(gpu, x2, n2), *dy = put(gpu, NULL, ny);
+		gpu->ops->heads_cat(gpu, dy, dx1, dx2, BE_F32, n, h, d1, d2, h2);
+		cpu->ops->heads_cat(cpu, y, x1, x2, BE_F32, n, h, d1, d2, h2);
+		print_message(" h2 = %lld\n", (long long)h2);
+		same("heads_cat", dy, y, ny, 0.0);
+		float *g = frand(ny, 1), *dg = put(gpu, g, ny);
+		gpu->ops->heads_split(gpu, dx1, dx2, dg, BE_F32, n, h, d1, d2, h2);
+		cpu->ops->heads_split(cpu, x1, x2, g, BE_F32, n, h, d1, d2, h2);
+		same("heads_split x1", dx1, x1, n1, 0.0);
+		same("heads_split x2", dx2, x2, n2, 0.0);
+		gpu->ops->heads_split(gpu, NULL, dx2, dg, BE_F32, n, h, d1, d2, h2);
+		gpu->ops->heads_split(gpu, dx1, NULL, dg, BE_F32, n, h, d1, d2, h2);
+		same("heads_split x1 alone", dx1, x1, n1, 0.0);
+		same("heads_split x2 alone", dx2, x2, n2, 0.0);
+		free(x1), free(x2), free(y), free(g);
+		gpu->ops->free(gpu, dx1), gpu->ops->free(gpu, dx2), gpu->ops->free(gpu, dy);
+		gpu->ops->free(gpu, dg);
+	}
+}
+
 /* Types the backend does not implement fault at the next sync, saying which. */
 static void unimplemented_types_fault_at_sync(void **state)
 {
@@ -259,7 +351,7 @@ static void unimplemented_types_fault_at_sync(void **state)
 	be_attn a = {.b = 1, .tq = 8, .tk = 8, .h = 1, .hkv = 1, .hd = 64, .hdv = 32, .causal = 1};
 	gpu->ops->attention_fwd(gpu, p, p, p, p, p, &a);
 	assert_int_equal(gpu->ops->sync(gpu, &e), -1);
-	assert_non_null(strstr(e.msg, "hdv == hd"));
+	assert_non_null(strstr(e.msg, "head dims hd 64, hdv 32"));
 	assert_int_equal(gpu->ops->sync(gpu, &e), 0); /* reported once */
 	gpu->ops->free(gpu, p);
 }
@@ -463,6 +555,8 @@ int main(void)
 		cmocka_unit_test(creation_fails_cleanly_without_a_device),
 		cmocka_unit_test(every_op_in_float32_matches_the_cpu_backend),
 		cmocka_unit_test(fused_ops_match_the_cpu_backend),
+		cmocka_unit_test(attention_variants_match_the_cpu_backend),
+		cmocka_unit_test(heads_cat_and_split_match_the_cpu_backend),
 		cmocka_unit_test(unimplemented_types_fault_at_sync),
 		cmocka_unit_test(a_captured_step_replays_like_the_eager_one),
 	};
