@@ -45,6 +45,7 @@ struct plan_graph {
 	/* CUDA */
 	backend_cuda_graph *g; /* the recorded step */
 	int g_mb;              /* its number of micro-batches */
+	float g_norm;          /* its max_norm (an argument of clip_factor) */
 	unsigned epoch;        /* the backend's scratch epoch it was recorded at */
 	int64_t replays;
 	int captures;
@@ -205,8 +206,9 @@ static backend_cuda_graph *record(plan *p, int n_mb, float max_norm, titan_err *
 }
 
 /* The CUDA backend: the first step runs as is, then the step is recorded
- * once and replayed; recorded again when the number of micro-batches
- * changes or the ops' scratch moved (a validation batch of another shape).
+ * once and replayed; recorded again when the number of micro-batches or
+ * max_norm changes or the ops' scratch moved (a validation batch of another
+ * shape).
  * A recording that fails leaves the steps unrecorded from then on (the
  * reason kept for the log): the recording's host side ran, none of its
  * work, so the step is queued again as is. */
@@ -217,7 +219,8 @@ static int run_cuda(plan *p, int n_mb, float max_norm, titan_err *e)
 		g->warm = 1;
 		return queue_step(p, n_mb, max_norm, e);
 	}
-	if (g->g && (g->g_mb != n_mb || g->epoch != backend_cuda_scratch_epoch(p->be))) {
+	if (g->g && (g->g_mb != n_mb || g->g_norm != max_norm ||
+		     g->epoch != backend_cuda_scratch_epoch(p->be))) {
 		backend_cuda_graph_free(g->g);
 		g->g = NULL;
 	}
@@ -230,6 +233,7 @@ static int run_cuda(plan *p, int n_mb, float max_norm, titan_err *e)
 			return queue_step(p, n_mb, max_norm, e);
 		}
 		g->g_mb = n_mb;
+		g->g_norm = max_norm;
 		g->captures++;
 	}
 	g->replays++;
@@ -289,6 +293,7 @@ int plan_graph_step(plan *p, const plan_batch *b, double lr, double max_norm, pl
 	be->ops->copy(be, g->st, &st, sizeof st, BACKEND_H2D);
 	model_mb_clear_loss(p->mb);
 	PROF_PHASE(pt, "data");
+	PROF_T0(pf);
 	uint64_t r0 = plan_now();
 	int rc = backend_is_cuda(be) ? run_cuda(p, b->n_mb, (float)max_norm, e)
 				     : run_queued(p, b->n_mb, (float)max_norm, e);
@@ -301,7 +306,7 @@ int plan_graph_step(plan *p, const plan_batch *b, double lr, double max_norm, pl
 		be->ops->copy(be, &sumsq, g->sumsq, sizeof sumsq, BACKEND_D2H);
 		rc = be->ops->sync(be, e);
 	}
-	PROF_PHASE(pt, "forward_backward");
+	PROF_PHASE(pf, "forward_backward"); /* the whole step: one graph */
 	model_weights_changed(p->m); /* the next eager use casts the new weights */
 	if (rc)
 		return -1;

@@ -9,7 +9,9 @@
 #      the CUDA backend's ops table, the model's step against the CPU's
 #   4. titan-train on the GPU, as carried (built here, .gpu-deps/bin): the same
 #      job on the CUDA and the CPU backend (tests/gpu/train.sh), 200 steps of
-#      debugmodel on both (scripts/gpu/train_check.sh curve), and later the 1B
+#      debugmodel on both (scripts/gpu/train_check.sh curve), compile.enable's
+#      whole-step CUDA graph against the same steps op by op (train_check.sh
+#      graph: the same losses, both step times), and later the 1B
 #      flavor at t=8192 for tokens/s and MFU (train_check.sh mfu)
 #   5. scripts/gpu/comm_check.sh when it exists (NCCL)
 #   6. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears (bf16,
@@ -188,6 +190,9 @@ if [ "$build_only" = 1 ]; then
 fi
 # shellcheck disable=SC2086
 [ "$train_ok" = 1 ] && stage train-200-steps 120 $train sh scripts/gpu/train_check.sh curve 200
+# compile.enable's whole-step CUDA graph against the same steps op by op
+# shellcheck disable=SC2086
+[ "$train_ok" = 1 ] && stage train-graph 60 $train sh scripts/gpu/train_check.sh graph 40
 if [ -f scripts/gpu/comm_check.sh ]; then
 	stage comm 60 sh scripts/gpu/comm_check.sh
 fi
@@ -274,6 +279,12 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	row "titan-train 1B, t=8192, AC op, compile" tok/s train 1B_t8192_tokens_per_s
 	row "  MFU (torchtitan's peak)" % train 1B_t8192_MFU
 	row "  memory (the arena's high water)" GiB train 1B_t8192_memory_GiB
+	row "titan-train step graph vs op by op: steps" steps train graph_steps
+	row "  largest loss difference (bound 1e-6)" loss train graph_max_diff
+	row "  bit for bit (1 yes)" - train graph_bitwise
+	row "  step time, graph" ms train graph_step_ms
+	row "  step time, op by op (--no-step-graph)" ms train eager_step_ms
+	row "  speed-up of the graph" x train graph_speedup
 	row "titan-train debugmodel, cuda vs cpu: steps" steps train debug_curve_steps
 	row "  largest loss difference at a step" loss train debug_curve_max_diff
 	row "  difference of the last 20 steps' means" loss train debug_curve_last_mean_diff
