@@ -204,10 +204,11 @@ extern "C" int launch_sumsq_multi(double *sumsq, double *partials, const gpu_mt_
 __global__ void clip_factor_kernel(gpu_adamw_step *step, float *norm, const double *sumsq,
 				   float max_norm)
 {
-	float nrm = (float)sqrt(*sumsq);
-	*norm = nrm;
-	float f = max_norm > 0.0f ? max_norm / (nrm + 1e-6f) : 1.0f;
-	step->clip = f < 1.0f ? f : 1.0f;
+	// in double, as the host's clip_grad_norm_ (optim.c) and the CPU backend:
+	// the factor rounds to the same float, so a recorded step clips as a plain one
+	double nrm = sqrt(*sumsq), f = (double)max_norm / (nrm + 1e-6);
+	*norm = (float)nrm;
+	step->clip = max_norm > 0.0f && f < 1.0 ? (float)f : 1.0f;
 }
 
 extern "C" int launch_clip_factor(gpu_adamw_step *step, float *norm, const double *sumsq,

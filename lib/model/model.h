@@ -383,6 +383,23 @@ void model_mb_free(model_mb *mb);
  * forward, and the logits into logits_host (b*t, vocab) when not NULL. */
 int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labels,
 			int train, float grad_scale, float *logits_host, titan_err *e);
+/* A training step whose work never waits for the host (compile.enable's
+ * whole-step CUDA graph, lib/plan/graph.c): the tokens come from backend
+ * memory, int32 (b, t) each (what the micro-batch needs: inputs when it
+ * starts at the embedding, labels when it ends at the head), copied on the
+ * backend, not read by the host; check them beforehand with
+ * model_check_tokens (n tokens, either array may be NULL).  The gradient
+ * scale is the float in backend memory that model_mb_grad_scale gives
+ * (NULL when the head does not read it from there: MODEL_FUSE_LOSS off, or
+ * tensor parallelism), written by the caller before the step runs.  The
+ * losses ADD to what model_mb_loss_sum / model_mb_valid hold (the step's
+ * micro-batches in one context); model_mb_clear_loss zeroes them. */
+int model_check_tokens(const model *m, const int32_t *inputs, const int32_t *labels, int64_t n,
+		       titan_err *e);
+int model_mb_set_tokens_dev(model_mb *mb, const int32_t *inputs, const int32_t *labels,
+			    titan_err *e);
+float *model_mb_grad_scale(model_mb *mb);
+void model_mb_clear_loss(model_mb *mb);
 /* The summed cross-entropy of the head's valid labels, and their number (after
  * the head ran). */
 double model_mb_loss_sum(const model_mb *mb);
@@ -440,8 +457,12 @@ typedef struct model_attention {
 int model_set_positions(model *m, const int64_t *pos, int t, titan_err *e);
 void model_set_attention(model *m, const model_attention *a);
 
-/* Forward then backward of every unit of mb with the hooks (NULL: none). */
+/* Forward then backward of every unit of mb with the hooks (NULL: none).
+ * model_run_mb waits for the backend at the end (and reports its faults);
+ * model_run_mb_queued leaves the ops queued (a step recorded as a CUDA
+ * graph: the caller syncs after it). */
 int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e);
+int model_run_mb_queued(model *m, model_mb *mb, const model_hooks *h, titan_err *e);
 
 /* One micro-batch on the model's own storage: forward and backward of every
  * unit.  inputs and labels are host arrays (b, t); labels equal to

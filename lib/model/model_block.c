@@ -31,6 +31,10 @@ void model_resid_add_linear(model *m, void *y, const void *x, const void *w, int
 		model_tp_resid_add_linear(m, y, x, w, n, in, out);
 		return;
 	}
+	if (m->resid_defer) { /* the block adds it fused with the next norm */
+		model_linear(m, m->d_xn, x, w, n, in, out, 0);
+		return;
+	}
 	if (m->prec.act == m->prec.resid) {
 		model_linear(m, y, x, w, n, in, out, 1);
 		return;
@@ -53,10 +57,10 @@ static void norm_fwd(const piece_ctx *c, int xn, int rstd, const void *x, int sl
 	model_tp_gather(m, full, c->n, d, m->prec.act);
 }
 
+/* The feed-forward half after its norm: y = xm + feed_forward(n2). */
 static void ffn_half_fwd(const piece_ctx *c, void *y)
 {
 	model *m = c->m;
-	norm_fwd(c, ACT_XN2, ACT_RSTD2, piece_act(c, ACT_XM), W_FFN_NORM);
 	m->be->ops->copy(m->be, y, piece_act(c, ACT_XM),
 			 (size_t)(c->ns * m->args.dim) * be_dtype_size(m->prec.resid), BACKEND_D2D);
 	model_ffn_fwd(c, y);
@@ -72,10 +76,36 @@ static void attn_half_fwd(const piece_ctx *c, const void *x)
 	model_attn_fwd(c, xm);
 }
 
+/* The attention half, then the feed-forward's norm of its output xm.  Under
+ * MODEL_FUSE_BLOCKS the attention's output projection is left in d_xn and
+ * rmsnorm_add_fwd adds it to the stream and normalises the sum in one pass
+ * (one op on one rank; the sum as the plain path rounds it: x + delta of the
+ * activation type into the residual type).  Not under TP (its row-parallel
+ * linear reduce-scatters into the stream), nor with an output bias (GPT-OSS:
+ * added to the stream after the product). */
+static void attn_norm2_fwd(const piece_ctx *c, const void *x)
+{
+	model *m = c->m;
+	if (!(m->fuse & MODEL_FUSE_BLOCKS) || m->tp.size > 1 || c->w->p[W_BO]) {
+		attn_half_fwd(c, x);
+		norm_fwd(c, ACT_XN2, ACT_RSTD2, piece_act(c, ACT_XM), W_FFN_NORM);
+		return;
+	}
+	void *xm = piece_act(c, ACT_XM);
+	norm_fwd(c, ACT_XN1, ACT_RSTD1, x, W_ATTN_NORM);
+	m->resid_defer = 1;
+	model_attn_fwd(c, xm);
+	m->resid_defer = 0;
+	m->be->ops->rmsnorm_add_fwd(m->be, piece_act(c, ACT_XN2), m->prec.act,
+				    piece_act(c, ACT_RSTD2), xm, m->prec.resid, x, m->d_xn,
+				    m->prec.act, c->w->p[W_FFN_NORM], m->prec.param, c->ns,
+				    m->args.dim, (float)m->args.norm_eps);
+}
+
 void model_block_fwd(model *m, model_mb *mb, int l, const void *x, void *y)
 {
 	piece_ctx c = ctx_of(m, mb, l, 0);
-	attn_half_fwd(&c, x);
+	attn_norm2_fwd(&c, x);
 	ffn_half_fwd(&c, y);
 }
 
@@ -92,8 +122,7 @@ static void recompute(const piece_ctx *c, const void *x)
 		model_ffn_recompute_op(c);
 		return;
 	}
-	attn_half_fwd(c, x);
-	norm_fwd(c, ACT_XN2, ACT_RSTD2, piece_act(c, ACT_XM), W_FFN_NORM);
+	attn_norm2_fwd(c, x); /* as the forward ran it */
 	model_ffn_fwd(c, NULL);
 }
 

@@ -414,6 +414,45 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
 	return 0;
 }
 
+int model_check_tokens(const model *m, const int32_t *inputs, const int32_t *labels, int64_t n,
+		       titan_err *e)
+{
+	return (inputs && check_ids(inputs, n, m->vocab_global, 0, e)) ||
+	       (labels && check_ids(labels, n, m->vocab_global, 1, e));
+}
+
+int model_mb_set_tokens_dev(model_mb *mb, const int32_t *inputs, const int32_t *labels,
+			    titan_err *e)
+{
+	model *m = mb->m;
+	backend *be = m->be;
+	size_t bytes = (size_t)mb->b * (size_t)mb->t * sizeof(int32_t);
+	if (mb->ids && !inputs)
+		return err_set(e, "model: the micro-batch starts at the embedding and has no inputs");
+	if (mb->labels && !labels)
+		return err_set(e, "model: training needs labels");
+	if (mb->ids)
+		be->ops->copy(be, mb->ids, inputs, bytes, BACKEND_D2D);
+	if (mb->labels)
+		be->ops->copy(be, mb->labels, labels, bytes, BACKEND_D2D);
+	mb->has_labels = mb->labels != NULL;
+	mb->train = 1;
+	mb->logits_host = NULL;
+	return 0;
+}
+
+float *model_mb_grad_scale(model_mb *mb)
+{
+	model *m = mb->m;
+	return (m->fuse & MODEL_FUSE_LOSS) && m->tp.size == 1 ? mb->gscale : NULL;
+}
+
+void model_mb_clear_loss(model_mb *mb)
+{
+	mb->loss_sum = 0;
+	mb->n_valid = 0;
+}
+
 double model_mb_loss_sum(const model_mb *mb) { return mb->loss_sum; }
 int64_t model_mb_valid(const model_mb *mb) { return mb->n_valid; }
 void *model_dhidden(model *m) { return m->d_x; }
@@ -585,7 +624,7 @@ static int hook(const model_hooks *h, int after, int u, int phase, titan_err *e)
 	return f ? f(h->ctx, u, phase, e) : 0;
 }
 
-int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e)
+int model_run_mb_queued(model *m, model_mb *mb, const model_hooks *h, titan_err *e)
 {
 	for (int u = mb->u0; u <= mb->u1; u++)
 		if (hook(h, 0, u, MODEL_FWD, e) || model_unit_fwd(m, u, mb, e) ||
@@ -595,7 +634,12 @@ int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e)
 		if (hook(h, 0, u, MODEL_BWD, e) || model_unit_bwd(m, u, mb, 0, e) ||
 		    hook(h, 1, u, MODEL_BWD, e))
 			return -1;
-	return m->be->ops->sync(m->be, e);
+	return 0;
+}
+
+int model_run_mb(model *m, model_mb *mb, const model_hooks *h, titan_err *e)
+{
+	return model_run_mb_queued(m, mb, h, e) || m->be->ops->sync(m->be, e) ? -1 : 0;
 }
 
 /* The model's own context over every unit, made again when (b, t) changes. */

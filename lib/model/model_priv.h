@@ -206,6 +206,8 @@ struct model {
 	model_ac_mode ac;
 	int ac_every;
 	unsigned fuse;          /* enum model_fuse */
+	int resid_defer;        /* model_resid_add_linear leaves the branch in d_xn: the
+	                           block adds it with the next norm (rmsnorm_add_fwd) */
 
 	/* Scratch for the micro-batches of n tokens seen so far: the recomputed
 	 * activations, the backward's gradients, a logits chunk, the RoPE table. */
@@ -372,7 +374,8 @@ static inline void *piece_act(const piece_ctx *c, int i)
 }
 
 /* y (n, out) += x @ w^T with y of the residual type: a branch's last linear
- * adding into the stream. */
+ * adding into the stream; with m->resid_defer set, x @ w^T is written to
+ * m->d_xn (prec.act) instead and y is left alone (the block adds it). */
 void model_resid_add_linear(model *m, void *y, const void *x, const void *w, int64_t n,
 			    int64_t in, int64_t out);
 /* The weight gradient of slot (dW += dy^T x, x the layer's activation xi) now,

@@ -119,6 +119,39 @@ void adamw_step(adamw *o, void *params, const void *grads, double lr)
 	update(o, params, grads, at, o->n, lr, o->c.weight_decay, bc1, bc2);
 }
 
+static int add_span(be_span *s, int n, size_t a, size_t b, double wd)
+{
+	if (b > a)
+		s[n++] = (be_span){.offset = (int64_t)a, .n = (int64_t)(b - a), .wd = (float)wd};
+	return n;
+}
+
+be_span *adamw_spans(const adamw *o, int *n, titan_err *e)
+{
+	be_span *s = malloc((size_t)(2 * o->n_nd + 1) * sizeof *s);
+	if (!s) {
+		err_set(e, "adamw: out of memory");
+		return NULL;
+	}
+	int k = 0;
+	size_t at = 0;
+	for (int i = 0; i < o->n_nd; i++) {
+		k = add_span(s, k, at, o->nd[i][0], o->c.weight_decay);
+		k = add_span(s, k, o->nd[i][0], o->nd[i][1], 0);
+		at = o->nd[i][1];
+	}
+	*n = add_span(s, k, at, o->n, o->c.weight_decay);
+	return s;
+}
+
+void adamw_next_step(adamw *o, double lr, be_adamw_step *st)
+{
+	o->step++;
+	*st = (be_adamw_step){.lr = lr, .b1 = o->c.beta1, .b2 = o->c.beta2, .eps = o->c.eps,
+			      .bc1 = 1 - pow(o->c.beta1, (double)o->step),
+			      .bc2 = 1 - pow(o->c.beta2, (double)o->step), .clip = 1};
+}
+
 void *adamw_exp_avg(adamw *o) { return o->m; }
 void *adamw_exp_avg_sq(adamw *o) { return o->v; }
 be_dtype adamw_dtype(const adamw *o) { return o->c.dtype; }

@@ -43,6 +43,16 @@ int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e);
  * grads are (n) of the optimizer's dtype. */
 void adamw_step(adamw *o, void *params, const void *grads, double lr);
 
+/* The same update as the fused ops see it (adamw_multi over the spans, the
+ * step's values in backend memory: a step recorded as a CUDA graph).
+ * adamw_spans: the runs of parameters that share a weight decay, in order,
+ * as adamw_step updates them; *n of them, a malloc'd array (NULL with e).
+ * adamw_next_step: increments the step as adamw_step does and fills st's
+ * lr, betas, eps and bias corrections for it (clip 1, norm 0: clip_factor
+ * writes those). */
+be_span *adamw_spans(const adamw *o, int *n, titan_err *e);
+void adamw_next_step(adamw *o, double lr, be_adamw_step *st);
+
 void *adamw_exp_avg(adamw *o);    /* (n) of adamw_dtype, in backend memory */
 void *adamw_exp_avg_sq(adamw *o); /* (n) */
 be_dtype adamw_dtype(const adamw *o);

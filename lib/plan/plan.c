@@ -294,6 +294,7 @@ void plan_free(plan *p)
 	if (!p)
 		return;
 	plan_release_all(p);
+	plan_graph_free(p);
 	plan_pipeline_free(p);
 	plan_f8_free(p);
 	model_mb_free(p->mb);

@@ -212,6 +212,38 @@ typedef struct plan_result {
 int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
 	      titan_err *e);
 
+/* compile.enable's whole step on the device (torch.compile's CUDA graphs
+ * under torchtitan's compile): with plan_set_graph on, plan_step queues the
+ * step's work -- gradients zeroed, every micro-batch's forward and backward,
+ * the grad norm (sumsq_dev), the clipping factor (clip_factor) and AdamW
+ * (adamw_multi) -- without one wait for the device: the batch goes to fixed
+ * backend buffers and the gradient scale, lr and bias corrections to backend
+ * memory before it runs, and the loss, valid count and grad norm are read
+ * after it.  On the CUDA backend the first such step runs as is (it sizes
+ * the ops' scratch and the libraries' plans), the second is captured as a
+ * CUDA graph, and every step from then replays it (captured again when the
+ * number of micro-batches or the ops' scratch changes).  Other backends run
+ * the same queued step every time, between the plan_capture callbacks when
+ * set (a test's guard: nothing may wait for the backend in between).  The
+ * results equal plan_step's: the same ops, with the clipping factor applied
+ * inside AdamW (float32 gradients: bit for bit; bfloat16 gradients differ by
+ * the rounding of the clipped gradient that the plain path stores).
+ * plan_graph_refusal: NULL when the plan's step can run so, else why not
+ * (one line); plan_set_graph(p, 1) refuses with that reason. */
+const char *plan_graph_refusal(plan *p);
+int plan_set_graph(plan *p, int on, titan_err *e);
+typedef struct plan_capture {
+	void *ctx;
+	int (*begin)(void *ctx, titan_err *e);
+	int (*end)(void *ctx, titan_err *e);
+} plan_capture;
+void plan_set_capture(plan *p, const plan_capture *c);
+/* Steps replayed from a CUDA graph so far, and graphs captured; why a
+ * capture failed (the steps then run queued, unrecorded), or NULL. */
+int64_t plan_graph_replays(const plan *p);
+int plan_graph_captures(const plan *p);
+const char *plan_graph_failure(const plan *p);
+
 /* Forward only (validation) of one micro-batch of (b, t) tokens (under
  * context parallelism the rank's share of sequences of t x cp, any length
  * the chunks divide): the summed loss and valid labels over the loss

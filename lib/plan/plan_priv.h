@@ -117,6 +117,7 @@ struct plan {
 	int f8_ready, f8_conv;  /* laid out; the number of converted weights (0: off) */
 	float *f8_amax;         /* (f8_conv) their amax over the fsdp ranks */
 	float *f8_scale;        /* (model's tensors) their scales */
+	struct plan_graph *graph; /* compile.enable's whole step on the device (graph.c) */
 };
 
 /* fsdp.c: the unit hooks, and what finishes a step's reductions. */
@@ -164,6 +165,13 @@ int plan_cp_use(plan *p, int t, cp_attn **ring, titan_err *e);
 int plan_cp_restore(plan *p, cp_attn *ring, titan_err *e);
 /* The bytes of the training ring's buffers (0 without context parallelism). */
 size_t plan_cp_bytes(const plan *p);
+
+/* step.c: the labels of n tokens that count (not MODEL_IGNORE_INDEX). */
+int64_t plan_count_valid(const int32_t *labels, size_t n);
+/* graph.c: plan_step when plan_set_graph turned it on; freed with the plan. */
+int plan_graph_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
+		    titan_err *e);
+void plan_graph_free(plan *p);
 
 /* Nanoseconds on the monotonic clock: what the rank waits on communication
  * is the time spent inside the blocking calls and waits. */

@@ -61,7 +61,7 @@ void plan_set_runner(plan *p, const plan_runner *r)
 	p->runner = r ? *r : default_runner;
 }
 
-static int64_t count_valid(const int32_t *labels, size_t n)
+int64_t plan_count_valid(const int32_t *labels, size_t n)
 {
 	int64_t v = 0;
 	for (size_t i = 0; i < n; i++)
@@ -119,13 +119,15 @@ static int moe_balance(plan *p, titan_err *e)
 int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_result *r,
 	      titan_err *e)
 {
+	if (p->graph)
+		return plan_graph_step(p, b, lr, max_norm, r, e);
 	memset(r, 0, sizeof *r);
 	uint64_t t0 = plan_now();
 	p->wait_ns = p->busy_ns = 0;
 	if (!p->runner.run)
 		plan_set_runner(p, NULL);
 	size_t n = (size_t)b->n_mb * (size_t)p->o.b * (size_t)p->o.t;
-	int64_t global = count_valid(b->labels, n);
+	int64_t global = plan_count_valid(b->labels, n);
 	if (all_reduce(p, p->h_loss, &global, 1, COMM_I64, COMM_SUM, "all_reduce", e))
 		return -1;
 	if (global == 0)

@@ -135,6 +135,7 @@ typedef struct job {
 	int8_t *pp_hold;        /* the units of this rank's stages */
 	double pp_run_s, pp_busy_s; /* forward-backward time and compute in it, steps after
 	                               the run's first (the measured bubble) */
+	int graph_told;         /* the step graph's capture (1) or failure (2) logged */
 } job;
 
 static void job_close(job *j)
@@ -417,6 +418,39 @@ static int apply_compile(job *j, titan_err *err)
 	return model_set_fusion(plan_model(j->p), flags, err);
 }
 
+/* compile.enable's whole step (plan_set_graph): on the CUDA backend captured
+ * once as a CUDA graph and replayed; on the CPU the same step, queued without
+ * a wait.  Where the plan's step cannot run so, the log says why, once, and
+ * the steps run op by op. */
+static int apply_step_graph(job *j, titan_err *err)
+{
+	if (!j->c->compile.enable || j->h->no_step_graph)
+		return 0;
+	const char *why = plan_graph_refusal(j->p);
+	if (why) {
+		metrics_log(j->log, "Compiling the whole step: not done, steps run op by op: %s", why);
+		return 0;
+	}
+	metrics_log(j->log, "Compiling the whole step (forward, backward, grad norm, clipping, "
+		    "AdamW): %s", backend_is_cuda(j->be)
+		    ? "one CUDA graph, captured at the second step and replayed"
+		    : "queued without waiting for the backend (no CUDA graph on the CPU)");
+	return plan_set_graph(j->p, 1, err);
+}
+
+/* The step graph's news, once each: its capture, or why capturing failed. */
+static void note_step_graph(job *j)
+{
+	const char *why = plan_graph_failure(j->p);
+	if (why && !(j->graph_told & 2)) {
+		metrics_log(j->log, "Step graph: capturing failed, steps run uncaptured: %s", why);
+		j->graph_told |= 2;
+	} else if (!why && plan_graph_captures(j->p) > 0 && !(j->graph_told & 1)) {
+		metrics_log(j->log, "Step graph: step %lld captured as one CUDA graph, replayed from "
+			    "then on", (long long)j->step);
+		j->graph_told |= 1;
+	}
+}
 
 /* torchtitan's parallelize_llama on this rank: the plan (the model with its
  * tensor-parallel shapes, FSDP's shards, the optimizer over them), each rank
@@ -510,7 +544,7 @@ static int build_plan(job *j, titan_err *err)
 		metrics_log(j->log, "CPU backend, %d threads; peak FLOP/s for MFU: %.3g (measured %s "
 			    "matmul)", j->be->threads, j->peak_flops, be_dtype_name(mm));
 	plan_describe(j->p, j->log);
-	return 0;
+	return apply_step_graph(j, err);
 }
 
 static int build_schedule(job *j, titan_err *err)
@@ -866,6 +900,7 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	}
 	j->max_loss = r.max_loss;
 	j->step++;
+	note_step_graph(j);
 	/* tokens of the global batch (titan's train_state counts them all) */
 	int64_t local = (int64_t)j->accum * j->B * j->T;
 	j->ntokens_seen += local * j->dp;

@@ -34,6 +34,9 @@ typedef struct trainer_hooks {
 	mesh *mesh;
 	int device;  /* the CUDA device of this process (its local rank's), -1: none */
 	int backend; /* enum trainer_backend */
+	/* compile.enable without its whole-step graph (plan_set_graph): the
+	 * fused ops only (titan-train --no-step-graph; the GPU check compares) */
+	int no_step_graph;
 } trainer_hooks;
 
 /* Where the ops run: AUTO is torchtitan's choice, the process's GPU when it

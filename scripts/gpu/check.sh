@@ -11,7 +11,9 @@
 #      job on the CUDA and the CPU backend and on the CUDA backend with every
 #      FSDP collective through NCCL in a world of one (TITAN_COMM_ALWAYS=1:
 #      the whole train step through NCCL; tests/gpu/train.sh), 200 steps of
-#      debugmodel on both (scripts/gpu/train_check.sh curve), and later the 1B
+#      debugmodel on both (scripts/gpu/train_check.sh curve), compile.enable's
+#      whole-step CUDA graph against the same steps op by op (train_check.sh
+#      graph: the same losses, both step times), and later the 1B
 #      flavor at t=8192 for tokens/s and MFU (train_check.sh mfu)
 #   5. scripts/gpu/comm_check.sh when it exists (NCCL)
 #   6. benchmarks: the measured ceilings, cuBLASLt on Llama 3 8B's linears (bf16,
@@ -191,6 +193,9 @@ if [ "$build_only" = 1 ]; then
 fi
 # shellcheck disable=SC2086
 [ "$train_ok" = 1 ] && stage train-200-steps 120 $train sh scripts/gpu/train_check.sh curve 200
+# compile.enable's whole-step CUDA graph against the same steps op by op
+# shellcheck disable=SC2086
+[ "$train_ok" = 1 ] && stage train-graph 60 $train sh scripts/gpu/train_check.sh graph 40
 if [ -f scripts/gpu/comm_check.sh ]; then
 	stage comm 60 sh scripts/gpu/comm_check.sh
 fi
@@ -285,6 +290,12 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	row "titan-train 40 steps, NCCL (world 1) vs cuda" loss train nccl_w1_vs_cuda_max_diff
 	row "  NCCL (world 1) vs cpu, largest difference" loss train nccl_w1_vs_cpu_max_diff
 	row "  cuda vs cpu, largest difference" loss train cuda_w1_vs_cpu_max_diff
+	row "titan-train step graph vs op by op: steps" steps train graph_steps
+	row "  largest loss difference (bound 1e-6)" loss train graph_max_diff
+	row "  bit for bit (1 yes)" - train graph_bitwise
+	row "  step time, graph" ms train graph_step_ms
+	row "  step time, op by op (--no-step-graph)" ms train eager_step_ms
+	row "  speed-up of the graph" x train graph_speedup
 	row "titan-train debugmodel, cuda vs cpu: steps" steps train debug_curve_steps
 	row "  largest loss difference at a step" loss train debug_curve_max_diff
 	row "  difference of the last 20 steps' means" loss train debug_curve_last_mean_diff

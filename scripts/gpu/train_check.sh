@@ -15,6 +15,17 @@
 #       FLAVOR (e.g. 1B) at batch 1 x SEQ, selective op AC, compile.enable,
 #       STEPS steps (default 8): the last step's tokens/s, MFU (torchtitan's
 #       peak for the device) and the arena's memory, from metrics.jsonl.
+#   sh scripts/gpu/train_check.sh graph [STEPS]
+#       compile.enable's whole-step CUDA graph against the same step op by op
+#       (--no-step-graph): debugmodel on random tokens, 8 x 512 tokens a step,
+#       bf16 autocast, seed 7, STEPS steps (default 40), once each way.  The
+#       loss curves must agree within 1e-6 at every step (the same kernels in
+#       the same order: bit for bit is expected, and debugmodel's head_dim 16
+#       keeps attention on titan's deterministic kernels; the bound leaves room
+#       for AdamW's weight decay, which the graph's multi-tensor kernel reads
+#       as float, rounding 1 - lr wd to the same float but not provably
+#       always); the log must say the step was captured.  Prints both step
+#       times (the mean after the first 3 steps) and their ratio.
 #
 # BIN holds titan-train and titan-shard, TEST_GEN the token generator
 # (tests/shard/test_gen); OUT (default build/gpu-check-out) the runs' folders.
@@ -88,8 +99,54 @@ mfu() {
 	$1 == "\"memory_gib\"" { printf "result train %s_memory_GiB %.1f\n", n, $2 }'
 }
 
+# mean_step_s METRICS TOKENS_PER_STEP: the mean step time after the first 3
+mean_step_s() {
+	awk -v n="$2" -F'"tps":' 'NR > 3 && NF > 1 { split($2, a, /[,}]/); s += n / a[1]; k++ }
+		END { printf "%.6f\n", k ? s / k : 0 }' "$1"
+}
+
+graph() {
+	steps=${1:-40}
+	data "$out/graph-data" 13 600 2048 1100 || return 1
+	for side in graph eager; do
+		flag=
+		[ "$side" = eager ] && flag=--no-step-graph
+		rm -rf "$out/graph-$side"
+		# shellcheck disable=SC2086
+		"$BIN/titan-train" --backend "$gpu" --model.flavor debugmodel $flag \
+			--training.dataset_path "$out/graph-data" --job.dump_folder "$out/graph-$side" \
+			--training.local_batch_size 8 --training.seq_len 512 --training.steps "$steps" \
+			--optimizer.lr 2e-3 --lr_scheduler.warmup_steps 5 --metrics.log_freq 10 \
+			--compile.enable --checkpoint.enable false --debug.seed 7 \
+			2>"$out/graph-$side.log" ||
+			{ echo "titan-train ($side) failed:"; tail -5 "$out/graph-$side.log"; return 1; }
+		losses "$out/graph-$side/metrics.jsonl" >"$out/graph-$side.loss"
+	done
+	grep -h -e 'Compiling the whole step' -e 'Step graph' "$out/graph-graph.log"
+	captured=0
+	grep -q 'Step graph: step 2 captured' "$out/graph-graph.log" && captured=1
+	[ "$gpu" = cpu ] && captured=1 # no CUDA graph on the CPU: the same queued step
+	tg=$(mean_step_s "$out/graph-graph/metrics.jsonl" 4096)
+	te=$(mean_step_s "$out/graph-eager/metrics.jsonl" 4096)
+	same=0
+	cmp -s "$out/graph-graph.loss" "$out/graph-eager.loss" && same=1
+	join "$out/graph-eager.loss" "$out/graph-graph.loss" | awk -v n="$steps" -v tg="$tg" \
+		-v te="$te" -v same="$same" -v cap="$captured" '
+	{ d = $3 - $2; if (d < 0) d = -d; if (d > mx) { mx = d; at = $1 }; rows++ }
+	END { printf "debugmodel %d steps: graph vs op by op largest difference %.3g (step %d), %s; step %.2f ms vs %.2f ms\n",
+		rows, mx, at, same ? "bit for bit" : "not bit for bit", 1000 * tg, 1000 * te
+	      printf "result train graph_steps %d\n", rows
+	      printf "result train graph_max_diff %.3g\n", mx
+	      printf "result train graph_bitwise %d\n", same
+	      printf "result train graph_step_ms %.2f\n", 1000 * tg
+	      printf "result train eager_step_ms %.2f\n", 1000 * te
+	      if (tg > 0) printf "result train graph_speedup %.2f\n", te / tg
+	      exit !(rows == n && mx <= 1e-6 && cap) }'
+}
+
 case ${1:-} in
 curve) shift; curve "$@" ;;
+graph) shift; graph "$@" ;;
 mfu) shift; mfu "$@" ;;
-*) echo "usage: train_check.sh curve [STEPS] | mfu FLAVOR SEQ [STEPS]" >&2; exit 2 ;;
+*) echo "usage: train_check.sh curve [STEPS] | graph [STEPS] | mfu FLAVOR SEQ [STEPS]" >&2; exit 2 ;;
 esac

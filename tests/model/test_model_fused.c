@@ -1,7 +1,9 @@
 /* compile.enable's fused ops in the model (model_set_fusion: the q, k, v
- * projections as one product with RoPE fused into the split, the norms'
- * backward fused with the stream's gradient add, the output projection fused
- * with the loss) against the same model without them, on the CPU backend,
+ * projections as one product with RoPE fused into the split, the attention's
+ * residual add fused into the ffn norm's forward (rmsnorm_add_fwd: once per
+ * layer and forward, twice under full AC, counted), the norms' backward fused
+ * with the stream's gradient add, the output projection fused with the loss)
+ * against the same model without them, on the CPU backend,
  * whose fused ops are its plain kernels in sequence: on the gqa golden case's
  * weights and batch (tests/model/golden), in float32, under torch.autocast's
  * bf16 rules and under FSDP's bf16 policy, without and with full activation
@@ -37,6 +39,19 @@ typedef struct mode {
 	double loss_tol, grad_tol, exact_tol;
 } mode;
 
+/* The CPU backend's table with rmsnorm_add_fwd counted. */
+static backend_ops counted;
+static __typeof__(counted.rmsnorm_add_fwd) real_add_fwd;
+static int add_norms;
+
+static void count_add_fwd(backend *be, void *y, be_dtype yt, float *rstd, void *res,
+			  be_dtype rt, const void *x, const void *delta, be_dtype dt,
+			  const void *w, be_dtype wt, int64_t n, int64_t d, float eps)
+{
+	add_norms++;
+	real_add_fwd(be, y, yt, rstd, res, rt, x, delta, dt, w, wt, n, d, eps);
+}
+
 /* One step of the case on a model built for mode, fused or not: the loss,
  * the gradients (float32, the model's layout). */
 static double step(json_t *c, const mode *md, unsigned fuse, int micro, float *grads)
@@ -46,6 +61,13 @@ static double step(json_t *c, const mode *md, unsigned fuse, int micro, float *g
 	int b = (int)json_integer_value(json_object_get(c, "b"));
 	int t = (int)json_integer_value(json_object_get(c, "t"));
 	backend *be = backend_cpu_create(0, &e);
+	if (be) {
+		counted = *be->ops;
+		real_add_fwd = counted.rmsnorm_add_fwd;
+		counted.rmsnorm_add_fwd = count_add_fwd;
+		be->ops = &counted;
+	}
+	add_norms = 0;
 	model *m = be ? model_create(be, &a, 0, &e) : NULL;
 	if (!m)
 		fail_msg("%s", e.msg);
@@ -74,6 +96,9 @@ static double step(json_t *c, const mode *md, unsigned fuse, int micro, float *g
 			fail_msg("%s", e.msg);
 		loss += ls;
 	}
+	int want = fuse & MODEL_FUSE_BLOCKS ? a.n_layers * (micro ? 2 : 1) *
+						 (md->ac == MODEL_AC_FULL ? 2 : 1) : 0;
+	assert_int_equal(add_norms, want);
 	for (int i = 0; i < model_num_tensors(m); i++) {
 		const model_tensor *tt = model_tensor_at(m, i);
 		model_tensor_read(m, tt, 1, grads + tt->offset);

@@ -8,8 +8,11 @@
 # agree within 1e-5 at every step (the fused products sum in another order:
 # measured 4.4e-8), under the default bf16 autocast within 2e-3 (a float32
 # difference may flip a bf16 rounding: measured 5.3e-4;
-# tests/model/test_model_fused.c measures one step).  An unknown component is
-# refused.
+# tests/model/test_model_fused.c measures one step).  With compile.enable the
+# whole step runs queued without a wait for the backend (plan_set_graph: on
+# the CUDA backend one CUDA graph); on the CPU its curve equals the fused ops'
+# alone (--no-step-graph) bit for bit, and the log says so, or why not (no
+# "loss" component).  An unknown component is refused.
 . tests/lib.sh
 
 TRAIN="$BIN/titan-train"
@@ -57,6 +60,20 @@ if grep -q 'Compiling' "$TMP/float32-false.log"; then
 else
 	t_ok "nothing compiled without compile.enable"
 fi
+t_grep "the whole step runs queued on the device" 'Compiling the whole step (forward, backward, grad norm, clipping, AdamW): queued' "$TMP/float32-true.log"
+t_run "float32, compile.enable without the step graph" "$TRAIN" --config "$TMP/job.toml" \
+	--job.dump_folder "$TMP/float32-nograph" --training.mixed_precision_param float32 \
+	--compile.enable true --no-step-graph
+losses "$TMP/float32-nograph/metrics.jsonl" >"$TMP/float32-nograph.loss"
+if [ -s "$TMP/float32-nograph.loss" ] && cmp -s "$TMP/float32-nograph.loss" "$TMP/float32-true.loss"; then
+	t_ok "  its curve is the step graph's, bit for bit"
+else
+	t_not_ok "  its curve is the step graph's, bit for bit" "$(diff "$TMP/float32-nograph.loss" "$TMP/float32-true.loss" | head -5)"
+fi
+t_run "compile.components without \"loss\"" "$TRAIN" --config "$TMP/job.toml" \
+	--job.dump_folder "$TMP/model-only" --training.steps 2 --compile.enable \
+	--compile.components model
+t_grep "  the log says why the whole step is not compiled" 'Compiling the whole step: not done, steps run op by op: compile.components lacks "loss"' "$TMP/.err"
 t_fails "an unknown compile component is refused" 1 "$TRAIN" --config "$TMP/job.toml" \
 	--job.dump_folder "$TMP/bad" --compile.enable --compile.components model,optimizer
 t_grep "  naming it" 'compile.components: "optimizer" is not "model" or "loss"' "$TMP/.err"

@@ -61,6 +61,8 @@ static void usage(FILE *out)
 		"  --threads N              CPU threads (default: OMP_NUM_THREADS or all)\n"
 		"  --backend cpu|cuda|auto  where the ops run (default auto: the process's GPU\n"
 		"                           when it has one, as torchtitan, else the CPU)\n"
+		"  --no-step-graph          compile.enable without capturing the whole step\n"
+		"                           (a CUDA graph): the fused ops only\n"
 		"  --dry-run                plan memory and traffic per rank and exit\n"
 		"  --world-size N           ranks to plan for (default: the launcher's)\n"
 		"  --device-memory SIZE     memory per rank, e.g. 80GiB (default: the GPU's,\n"
@@ -173,7 +175,7 @@ static int check_validation(const job_config *c, const mesh_degrees *d, titan_er
 
 /* The job on the ranks of world: the mesh, then the trainer.  A bad mesh is
  * the same on every rank: rank 0 says why, every rank exits 2. */
-static int run_ranks(job_config *c, comm *world, int threads, int backend)
+static int run_ranks(job_config *c, comm *world, int threads, int backend, int no_step_graph)
 {
 	titan_err err = {{0}};
 	int rank = comm_rank(world), n = comm_size(world);
@@ -213,7 +215,7 @@ static int run_ranks(job_config *c, comm *world, int threads, int backend)
 			   .color = metrics_use_color(STDERR_FILENO, c->metrics.disable_color_printing),
 			   .threads = threads, .mesh = m,
 			   .device = gpus > 0 ? comm_local_rank(world) % gpus : -1,
-			   .backend = backend};
+			   .backend = backend, .no_step_graph = no_step_graph};
 	int rc = TITAN_EXIT_OK;
 	if (trainer_run(c, &h, &err) != 0) {
 		if (n > 1 && strncmp(err.msg, "rank ", 5) != 0)
@@ -258,7 +260,7 @@ static int plan_only(const job_config *c, const plan_opts *o)
 static int run(job_config *c, int nrest, char **rest)
 {
 	titan_err err = {{0}};
-	int threads = 0, backend = TRAINER_BACKEND_AUTO;
+	int threads = 0, backend = TRAINER_BACKEND_AUTO, no_step_graph = 0;
 	plan_opts po = {0};
 	for (int i = 1; i < nrest; i++) {
 		if (strcmp(rest[i], "--list-keys") == 0) {
@@ -286,6 +288,8 @@ static int run(job_config *c, int nrest, char **rest)
 				backend = TRAINER_BACKEND_CUDA;
 			else
 				return fail(TITAN_EXIT_USAGE, "--backend: expected cpu, cuda or auto", 1);
+		} else if (strcmp(rest[i], "--no-step-graph") == 0) {
+			no_step_graph = 1;
 		} else if (strcmp(rest[i], "--dry-run") == 0) {
 			po.dry_run = 1;
 		} else if (strcmp(rest[i], "--json") == 0) {
@@ -330,7 +334,7 @@ static int run(job_config *c, int nrest, char **rest)
 	}
 	if (c->job.config_file == NULL && comm_rank(world) == 0)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
-	int rc = run_ranks(c, world, threads, backend);
+	int rc = run_ranks(c, world, threads, backend, no_step_graph);
 	/* A rank that failed alone may leave the others waiting on it: end them. */
 	if (rc == TITAN_EXIT_FAIL && comm_size(world) > 1)
 		comm_abort(world, rc);
