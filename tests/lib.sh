@@ -93,15 +93,23 @@ t_skip_fixture() {
 		t_skip "$1" "no fixture $2: $(t_fixture_how "$2")"
 	fi
 }
+# ranks_pass LOG PROGRAM NP [VAR=VALUE]: run the cmocka PROGRAM under mpirun
+# on NP ranks (with VAR=VALUE in the environment), its output in LOG; true
+# when every rank passed.  Leaves the exit status in rc and the ranks that
+# passed in passed.
+ranks_pass() {
+	env ${4:+"$4"} $MPIRUN -np "$3" "$2" >"$1" 2>&1
+	rc=$?
+	passed=$(grep -c '^\[  PASSED  \]' "$1")
+	[ "$rc" -eq 0 ] && [ "$passed" -eq "$3" ] && ! grep -q '^\[  FAILED  \]' "$1"
+}
+
 # t_on_ranks NAME PROGRAM NP [SHOW]: a cmocka PROGRAM under mpirun on NP ranks
 # passes on every rank; lines of its output matching SHOW are echoed as
 # comments.
 t_on_ranks() {
 	log=$TMP/$(basename "$2")-$3.log
-	$MPIRUN -np "$3" "$2" >"$log" 2>&1
-	rc=$?
-	passed=$(grep -c '^\[  PASSED  \]' "$log")
-	if [ "$rc" -eq 0 ] && [ "$passed" -eq "$3" ] && ! grep -q '^\[  FAILED  \]' "$log"; then
+	if ranks_pass "$log" "$2" "$3"; then
 		t_ok "$1 on each of $3 ranks"
 		[ -n "${4:-}" ] && grep -e "$4" "$log" | sed 's/^/# /'
 	else
@@ -109,6 +117,21 @@ t_on_ranks() {
 			"mpirun exit $rc, $passed of $3 ranks passed: $(grep -e FAILED -e ERROR -e rank "$log" | head -20)"
 	fi
 	return 0
+}
+
+# t_mpi_case NP PROGRAM VAR=CASE LABEL: a cmocka PROGRAM that compares a
+# parallel run with the single process (tests/plan, tests/family) passes on
+# NP ranks with CASE in its environment; ok names the run's seconds and the
+# program's "worst differences" line.
+t_mpi_case() {
+	log=$TMP/mpi_case.log
+	t0=$(date +%s)
+	if ranks_pass "$log" "$2" "$1" "$3"; then
+		t_ok "$4 on $1 ranks ($(($(date +%s) - t0))s): $(grep -h 'worst differences' "$log" |
+			sed 's/.*: worst/worst/')"
+	else
+		t_not_ok "$4 on $1 ranks" "exit $rc: $(grep -e ERROR -e FAILED -e rank "$log" | head -12)"
+	fi
 }
 
 t_need_fixture() {

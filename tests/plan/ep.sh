@@ -17,20 +17,10 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 few=
 [ "${SAN:-0}" = 1 ] && few=" steps=2"
 
-ep() {
+ep() { # NP CASE...
 	np=$1
 	shift
-	log=$TMP/ep.log
-	t0=$(date +%s)
-	TITAN_EP_TEST="$*$few" $MPIRUN -np "$np" "$T" >"$log" 2>&1
-	rc=$?
-	secs=$(($(date +%s) - t0))
-	passed=$(grep -c '^\[  PASSED  \]' "$log")
-	if [ "$rc" -eq 0 ] && [ "$passed" -eq "$np" ]; then
-		t_ok "$* on $np ranks (${secs}s): $(grep -h 'worst differences' "$log" | sed 's/.*: worst/worst/')"
-	else
-		t_not_ok "$* on $np ranks" "exit $rc: $(grep -e ERROR -e FAILED -e rank "$log" | head -12)"
-	fi
+	t_mpi_case "$np" "$T" "TITAN_EP_TEST=$*$few" "$*"
 }
 
 ep 2 ep=2 ac=op

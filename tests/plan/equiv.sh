@@ -25,20 +25,10 @@ STEPS=
 T=$BUILD/tests/plan/test_plan
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
-plan() {
+plan() { # NP CASE...
 	np=$1
 	shift
-	log=$TMP/plan.log
-	t0=$(date +%s)
-	TITAN_PLAN_TEST="$STEPS$*" $MPIRUN -np "$np" "$T" >"$log" 2>&1
-	rc=$?
-	secs=$(($(date +%s) - t0))
-	passed=$(grep -c '^\[  PASSED  \]' "$log")
-	if [ "$rc" -eq 0 ] && [ "$passed" -eq "$np" ]; then
-		t_ok "$* on $np ranks (${secs}s): $(grep -h 'worst differences' "$log" | sed 's/.*: worst/worst/')"
-	else
-		t_not_ok "$* on $np ranks" "exit $rc: $(grep -e ERROR -e FAILED -e rank "$log" | head -12)"
-	fi
+	t_mpi_case "$np" "$T" "TITAN_PLAN_TEST=$STEPS$*" "$*"
 }
 
 plan 2 shard=2
