@@ -511,6 +511,10 @@ int backend_take_fault(backend *be, titan_err *e);
  * default, OMP_NUM_THREADS).  Free with backend_free. */
 backend *backend_cpu_create(int threads, titan_err *e);
 void backend_free(backend *be);
+/* One line on how the CPU backend computes on this processor (for logs and
+ * benchmark headers): core/cpu_isa's level, kernel build and bf16 GEMM path,
+ * and OpenBLAS's kernel. */
+void backend_cpu_describe(char *buf, size_t n);
 
 static inline size_t backend_peak_bytes(const backend *be) { return be->peak_bytes; }
 static inline void backend_reset_peak(backend *be) { be->peak_bytes = be->bytes_in_use; }

@@ -1,11 +1,12 @@
 /* The CPU backend: the ops of backend.h on host memory, with OpenBLAS sgemm for
- * the float32 matmuls, oneDNN for the bfloat16 ones (cpu_onednn.c) and OpenMP
- * for the rest (kernels in cpu_kernels.inc, mixed precision in cpu_bf16.c,
+ * the float32 matmuls, oneDNN or the portable path for the bfloat16 ones (as
+ * core/cpu_isa's level says: cpu_onednn.c, cpu_bf16.c) and OpenMP for the rest (kernels in cpu_kernels.inc, mixed precision in cpu_bf16.c,
  * float8 in cpu_fp8.c). */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_fp8.h"
 #include "backend/cpu_kernels.h"
+#include "core/cpu_isa.h"
 
 /* Each block starts with a header that remembers its size, so free can count it
  * off; 64 keeps the data aligned for vector loads. */
@@ -90,10 +92,12 @@ static int kinds(backend *be, const char *op, int n, ...)
 }
 
 /* The backend's own state: oneDNN's engine and primitives, made on the first
- * bfloat16 GEMM (a float32 run never loads them). */
+ * bfloat16 GEMM that goes to oneDNN (a float32 run never loads them). */
 typedef struct cpu_state {
 	cpu_onednn *dnnl;
 	int dnnl_failed;
+	char dnnl_refusal[160]; /* why oneDNN was given up for the portable path */
+	int gemm_portable;	/* the last bf16 GEMM ran the portable path */
 	void *scratch; /* cpu_scratch's block, backend memory */
 	size_t scratch_bytes;
 } cpu_state;
@@ -128,7 +132,16 @@ void *cpu_scratch(backend *be, size_t bytes, const char *op)
 const char *cpu_bf16_gemm_impl(const backend *be)
 {
 	const cpu_state *st = be->impl;
+	if (st && st->gemm_portable)
+		return st->dnnl_refusal[0] ? st->dnnl_refusal : "portable";
 	return cpu_onednn_impl(st ? st->dnnl : NULL);
+}
+
+void backend_cpu_describe(char *buf, size_t n)
+{
+	char isa[256];
+	cpu_isa_describe(isa, sizeof isa);
+	snprintf(buf, n, "%s, OpenBLAS %s", isa, openblas_get_corename());
 }
 
 static void cpu_convert(backend *be, void *dst, be_dtype dt, const void *src, be_dtype st,
@@ -168,18 +181,25 @@ static void cpu_matmul_bf16(backend *be, int ta, int tb, int64_t m, int64_t n, i
 		scale_c(m, n, beta, c, ldc, ct);
 		return;
 	}
-	if (!st->dnnl && !st->dnnl_failed) {
-		st->dnnl = cpu_onednn_create(&e);
-		st->dnnl_failed = !st->dnnl;
+	if (cpu_isa_onednn_bf16() && !st->dnnl_failed) {
+		if (!st->dnnl && !(st->dnnl = cpu_onednn_create(cpu_isa_level(), &e)))
+			st->dnnl_failed = 1;
+		else if (cpu_onednn_matmul(st->dnnl, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta,
+					   c, ldc, ct, &e) == 0) {
+			st->gemm_portable = 0;
+			return;
+		} else {
+			st->dnnl_failed = 1;
+		}
+		/* A oneDNN that refuses (built or limited below the level, e.g. by
+		 * ONEDNN_MAX_CPU_ISA) leaves the portable path for the rest of the
+		 * run: one path for every shape, and the reason for the log. */
+		snprintf(st->dnnl_refusal, sizeof st->dnnl_refusal,
+			 "portable (oneDNN refused %lldx%lldx%lld: %s)", (long long)m,
+			 (long long)n, (long long)k, e.msg);
 	}
-	if (!st->dnnl) {
-		backend_fault(be, "cpu backend: matmul: %s", e.msg[0] ? e.msg : "oneDNN unavailable");
-		return;
-	}
-	if (cpu_onednn_matmul(st->dnnl, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ct,
-			      &e) < 0)
-		backend_fault(be, "cpu backend: matmul %lldx%lldx%lld: %s", (long long)m,
-			      (long long)n, (long long)k, e.msg);
+	st->gemm_portable = 1;
+	cpu_bf16_matmul_portable(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ct);
 }
 
 static void cpu_matmul(backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,

@@ -49,7 +49,7 @@ static inline int64_t min64(int64_t a, int64_t b)
 
 /* n elements of src (type t) as float32: src itself when it is float32,
  * otherwise converted into buf. */
-static CPU_HOT const float *load(float *restrict buf, const void *src, be_dtype t, int64_t n)
+CPU_HOT(static, const float *, load, (float *restrict buf, const void *src, be_dtype t, int64_t n), (buf, src, t, n))
 {
 	if (t == BE_F32)
 		return src;
@@ -74,7 +74,7 @@ static inline float *place(float *buf, void *dst, be_dtype t)
 	return t == BE_F32 ? dst : buf;
 }
 
-static CPU_HOT void store(void *dst, be_dtype t, const float *src, int64_t n)
+CPU_HOT_VOID(static, store, (void *dst, be_dtype t, const float *src, int64_t n), (dst, t, src, n))
 {
 	if (t == BE_F32) {
 		if (dst != src)
@@ -101,7 +101,7 @@ static inline float *scratch_of(float *s, int64_t per)
 }
 
 /* One row or chunk converted between element types, on this thread. */
-static CPU_HOT void convert_span(void *dst, be_dtype dt, const void *src, be_dtype st, int64_t n)
+CPU_HOT_VOID(static, convert_span, (void *dst, be_dtype dt, const void *src, be_dtype st, int64_t n), (dst, dt, src, st, n))
 {
 	if (dt == st) {
 		memmove(dst, src, (size_t)n * esize(dt));
@@ -166,9 +166,7 @@ void cpu_bf16_rmsnorm_fwd(backend *be, void *y, be_dtype yt, float *rstd, const 
 
 /* dw[j0..j0+nj) += sum over rows of dy x rstd, the rows in order (as the
  * float32 kernel, whose sums this repeats). */
-static CPU_HOT void rmsnorm_dw_block(void *dw, be_dtype dwt, const void *dy, be_dtype dyt,
-				     const void *x, be_dtype xt, const float *rstd, int64_t n,
-				     int64_t d, int64_t j0, int64_t nj)
+CPU_HOT_VOID(static, rmsnorm_dw_block, (void *dw, be_dtype dwt, const void *dy, be_dtype dyt, const void *x, be_dtype xt, const float *rstd, int64_t n, int64_t d, int64_t j0, int64_t nj), (dw, dwt, dy, dyt, x, xt, rstd, n, d, j0, nj))
 {
 	float acc[COL_BLOCK] = {0}, bx[COL_BLOCK], bdy[COL_BLOCK], bw[COL_BLOCK];
 	for (int64_t i = 0; i < n; i++) {
@@ -416,8 +414,7 @@ static inline float silu_bf16(float a, float e)
 	return bf16_round(a / (1 + e));
 }
 
-static CPU_HOT void swiglu_fwd_span(uint16_t *y, const uint16_t *a, const uint16_t *g,
-				     int64_t n)
+CPU_HOT_VOID(static, swiglu_fwd_span, (uint16_t *y, const uint16_t *a, const uint16_t *g, int64_t n), (y, a, g, n))
 {
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++) {
@@ -437,8 +434,7 @@ void cpu_bf16_swiglu_fwd(void *y, const void *a, const void *g, int64_t n)
 	}
 }
 
-static CPU_HOT void swiglu_bwd_span(uint16_t *da, uint16_t *dg, const uint16_t *dy,
-				     const uint16_t *a, const uint16_t *g, int64_t n)
+CPU_HOT_VOID(static, swiglu_bwd_span, (uint16_t *da, uint16_t *dg, const uint16_t *dy, const uint16_t *a, const uint16_t *g, int64_t n), (da, dg, dy, a, g, n))
 {
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++) {
@@ -479,9 +475,7 @@ void cpu_bf16_embedding_fwd(void *out, be_dtype ot, const void *table, be_dtype 
 
 /* Columns j0..j0+nj of dtable, the tokens in order (as the float32 kernel).  A
  * bf16 table rounds after each token's row is added. */
-static CPU_HOT void embedding_bwd_block(void *dtable, be_dtype tt, const void *dout,
-					be_dtype dt, const int32_t *ids, int64_t n, int64_t d,
-					int64_t v0, int64_t nv, int64_t j0, int64_t nj)
+CPU_HOT_VOID(static, embedding_bwd_block, (void *dtable, be_dtype tt, const void *dout, be_dtype dt, const int32_t *ids, int64_t n, int64_t d, int64_t v0, int64_t nv, int64_t j0, int64_t nj), (dtable, tt, dout, dt, ids, n, d, v0, nv, j0, nj))
 {
 	float bs[COL_BLOCK], bd[COL_BLOCK];
 	for (int64_t i = 0; i < n; i++) {
@@ -541,8 +535,7 @@ void cpu_bf16_cross_entropy(backend *be, void *logits, const int32_t *labels, in
 
 /* ---- elementwise ---- */
 
-static CPU_HOT void add_chunk(void *y, be_dtype yt, const void *a, be_dtype at,
-			       const void *b, be_dtype bt, int64_t n)
+CPU_HOT_VOID(static, add_chunk, (void *y, be_dtype yt, const void *a, be_dtype at, const void *b, be_dtype bt, int64_t n), (y, yt, a, at, b, bt, n))
 {
 	float ba[CHUNK], bb[CHUNK], by[CHUNK];
 	const float *pa = load(ba, a, at, n), *pb = load(bb, b, bt, n);
@@ -564,8 +557,7 @@ void cpu_bf16_add(void *y, be_dtype yt, const void *a, be_dtype at, const void *
 	}
 }
 
-static CPU_HOT void axpy_chunk(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt,
-				int64_t n)
+CPU_HOT_VOID(static, axpy_chunk, (void *y, be_dtype yt, float alpha, const void *x, be_dtype xt, int64_t n), (y, yt, alpha, x, xt, n))
 {
 	float bx[CHUNK], by[CHUNK];
 	const float *px = load(bx, x, xt, n);
@@ -585,7 +577,7 @@ void cpu_bf16_axpy(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt
 	}
 }
 
-static CPU_HOT void scale_span(uint16_t *x, float alpha, int64_t n)
+CPU_HOT_VOID(static, scale_span, (uint16_t *x, float alpha, int64_t n), (x, alpha, n))
 {
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++)
@@ -621,8 +613,7 @@ double cpu_bf16_sumsq(const void *x, int64_t n)
 	return total;
 }
 
-static CPU_HOT void adamw_chunk(uint16_t *p, const uint16_t *g, uint16_t *m, uint16_t *v,
-				 int64_t n, const cpu_adamw_consts *c)
+CPU_HOT_VOID(static, adamw_chunk, (uint16_t *p, const uint16_t *g, uint16_t *m, uint16_t *v, int64_t n, const cpu_adamw_consts *c), (p, g, m, v, n, c))
 {
 	float bp[CHUNK], bg[CHUNK], bm[CHUNK], bv[CHUNK];
 	float *fp = fetch(bp, p, BE_BF16, n), *fm = fetch(bm, m, BE_BF16, n);
@@ -641,5 +632,77 @@ void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
 		int64_t i0 = c * CHUNK;
 		adamw_chunk((uint16_t *)p + i0, (const uint16_t *)g + i0, (uint16_t *)m + i0,
 			    (uint16_t *)v + i0, min64(CHUNK, n - i0), k);
+	}
+}
+
+/* ---- the portable GEMM: bf16 operands widened to float32 a block at a time,
+ * products and sums by the float32 matmul (OpenBLAS sgemm), C written as
+ * float32 or rounded to nearest even once, as oneDNN's bf16 matmul rounds
+ * (alpha AB + beta C in float32, then stored).  Only the order of the float32
+ * sums differs from oneDNN's, whose dot-product instructions add pairs. ---- */
+
+/* Floats in one widened block of an operand: 16 MiB bounds the scratch
+ * whatever the shapes, and leaves sgemm panels long enough to run at speed. */
+#define GEMM_BLOCK_FLOATS ((int64_t)4 << 20)
+
+/* rows x width elements, ld apart in src (type t), into dst packed, on all
+ * threads. */
+static void widen_block(float *dst, const void *src, be_dtype t, int64_t rows, int64_t width,
+			int64_t ld)
+{
+#pragma omp parallel for schedule(dynamic, 16) if (rows * width > CPU_PAR_MIN)
+	for (int64_t r = 0; r < rows; r++)
+		convert_span(dst + r * width, BE_F32, elem(src, t, r * ld), t, width);
+}
+
+static void round_block(void *dst, be_dtype t, int64_t ld, const float *src, int64_t rows,
+			int64_t width)
+{
+#pragma omp parallel for schedule(dynamic, 16) if (rows * width > CPU_PAR_MIN)
+	for (int64_t r = 0; r < rows; r++)
+		convert_span(elem_mut(dst, t, r * ld), t, src + r * width, BE_F32, width);
+}
+
+/* The block length along a dimension of `len`: all of it when `len` lines of
+ * `line` floats fit in a block, else whole multiples of 64. */
+static int64_t gemm_block(int64_t len, int64_t line)
+{
+	int64_t fit = GEMM_BLOCK_FLOATS / (line > 0 ? line : 1) / 64 * 64;
+	return len <= fit ? len : fit > 64 ? fit : 64;
+}
+
+void cpu_bf16_matmul_portable(backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+			      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+			      float beta, void *c, int64_t ldc, be_dtype ct)
+{
+	int64_t nb = gemm_block(n, k), mb = gemm_block(m, k + (ct == BE_BF16 ? nb : 0));
+	size_t floats = (size_t)(nb * k + mb * k + (ct == BE_BF16 ? mb * nb : 0));
+	float *bf = cpu_scratch(be, floats * sizeof(float), "matmul");
+	if (!bf)
+		return;
+	float *af = bf + nb * k, *cf = af + mb * k;
+	for (int64_t j0 = 0; j0 < n; j0 += nb) {
+		int64_t nj = min64(nb, n - j0);
+		/* B (k, n) is stored (n, k) when transposed: block j0 is nj rows there */
+		if (tb)
+			widen_block(bf, elem(b, BE_BF16, j0 * ldb), BE_BF16, nj, k, ldb);
+		else
+			widen_block(bf, elem(b, BE_BF16, j0), BE_BF16, k, nj, ldb);
+		for (int64_t i0 = 0; i0 < m; i0 += mb) {
+			int64_t mi = min64(mb, m - i0);
+			if (ta)
+				widen_block(af, elem(a, BE_BF16, i0), BE_BF16, k, mi, lda);
+			else
+				widen_block(af, elem(a, BE_BF16, i0 * lda), BE_BF16, mi, k, lda);
+			void *cij = elem_mut(c, ct, i0 * ldc + j0);
+			float *out = ct == BE_BF16 ? cf : cij;
+			int64_t ldo = ct == BE_BF16 ? nj : ldc;
+			if (ct == BE_BF16 && beta != 0)
+				widen_block(cf, cij, ct, mi, nj, ldc);
+			cpu_matmul_f32(ta, tb, mi, nj, k, alpha, af, ta ? mi : k, bf, tb ? k : nj,
+				       beta, out, ldo);
+			if (ct == BE_BF16)
+				round_block(cij, ct, ldc, cf, mi, nj);
+		}
 	}
 }

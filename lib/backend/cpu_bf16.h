@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_kernels.h"
+#include "core/cpu_isa.h"
 
 void cpu_bf16_rmsnorm_fwd(backend *be, void *y, be_dtype yt, float *rstd, const void *x,
 			  be_dtype xt, const void *w, be_dtype wt, int64_t n, int64_t d,
@@ -85,10 +86,19 @@ void cpu_bf16_zero_rows(void *c, be_dtype ct, int64_t from, int64_t rows, int64_
  * out of memory. */
 void *cpu_scratch(backend *be, size_t bytes, const char *op);
 
+/* The portable bfloat16 GEMM (every processor): A and B bfloat16 widened to
+ * float32 in blocks of the backend's scratch, products summed in float32 by
+ * cpu_matmul_f32, C float32 or rounded once to bfloat16; backend.h's matmul
+ * otherwise.  Scratch it cannot have is a fault. */
+void cpu_bf16_matmul_portable(backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+			      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+			      float beta, void *c, int64_t ldc, be_dtype ct);
+
 /* bfloat16 GEMMs through oneDNN (cpu_onednn.c): A and B bfloat16, C float32 or
  * bfloat16, backend.h's matmul otherwise.  Returns 0, or -1 with e set. */
 typedef struct cpu_onednn cpu_onednn;
-cpu_onednn *cpu_onednn_create(titan_err *e);
+/* level: core/cpu_isa's level in force, oneDNN's ceiling (set once a process). */
+cpu_onednn *cpu_onednn_create(cpu_level level, titan_err *e);
 void cpu_onednn_free(cpu_onednn *o);
 int cpu_onednn_matmul(cpu_onednn *o, int ta, int tb, int64_t m, int64_t n, int64_t k,
 		      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,

@@ -13,16 +13,54 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/cpu_isa.h"
 
-/* The hot loops (rows and spans) are compiled twice, for AVX-512 (x86-64-v4)
- * and for the baseline, and the loader picks the one the processor runs (GCC's
- * target_clones).  Under -std=c17 GCC contracts no multiply-add, so both give
- * the same bits. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+/* The hot loops (rows and spans) are built three times, for x86-64-v4
+ * (AVX-512), x86-64-v3 (AVX2 + FMA) and the baseline, and each call goes to the
+ * build core/cpu_isa chose (its level, or TITAN_CPU_ISA's), so that tests can
+ * run every build on one machine.  Under -std=c17 GCC contracts no multiply-add
+ * and the reductions keep fixed lanes, so all three give the same bits.
+ *
+ * A hot function is defined as
+ *     CPU_HOT(static, float, name, (const float *x, int64_t n), (x, n))
+ *     { ...the body... }
+ * (CPU_HOT_VOID for one returning nothing): linkage, return type, name, the
+ * parameters and the same names as arguments.  The body is written once, as
+ * an always-inline function that each build inlines and compiles for its
+ * target; `name` is the dispatcher the callers use. */
+#define CPU_CAT_(a, b) a##b
+#define CPU_CAT(a, b) CPU_CAT_(a, b)
+#if defined(__GNUC__) && defined(__x86_64__)
+#define CPU_HOT_(link, ret, name, params, args, RETURN)                                      \
+	static inline __attribute__((always_inline)) ret CPU_CAT(name, _body) params;        \
+	__attribute__((target("arch=x86-64-v4"))) static ret CPU_CAT(name, _v4) params      \
+	{                                                                                    \
+		RETURN CPU_CAT(name, _body) args;                                            \
+	}                                                                                    \
+	__attribute__((target("arch=x86-64-v3"))) static ret CPU_CAT(name, _v3) params      \
+	{                                                                                    \
+		RETURN CPU_CAT(name, _body) args;                                            \
+	}                                                                                    \
+	static ret CPU_CAT(name, _v1) params                                                 \
+	{                                                                                    \
+		RETURN CPU_CAT(name, _body) args;                                            \
+	}                                                                                    \
+	link ret name params                                                                 \
+	{                                                                                    \
+		int clone_ = cpu_isa_clone();                                                \
+		if (clone_ == 4)                                                             \
+			RETURN CPU_CAT(name, _v4) args;                                      \
+		else if (clone_ == 3)                                                        \
+			RETURN CPU_CAT(name, _v3) args;                                      \
+		else                                                                         \
+			RETURN CPU_CAT(name, _v1) args;                                      \
+	}                                                                                    \
+	static inline __attribute__((always_inline)) ret CPU_CAT(name, _body) params
 #else
-#define CPU_HOT
+#define CPU_HOT_(link, ret, name, params, args, RETURN) link ret name params
 #endif
+#define CPU_HOT(link, ret, name, params, args) CPU_HOT_(link, ret, name, params, args, return)
+#define CPU_HOT_VOID(link, name, params, args) CPU_HOT_(link, void, name, params, args, )
 
 /* Below this many elements a loop runs on one thread: waking the team costs
  * more than the work (and a loaded machine makes it worse). */

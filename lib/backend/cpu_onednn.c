@@ -52,13 +52,27 @@ static int ck(dnnl_status_t s, const char *what, titan_err *e)
 	return -1;
 }
 
-cpu_onednn *cpu_onednn_create(titan_err *e)
+/* oneDNN's own ceiling for the level in force, so that a forced avx512 runs
+ * oneDNN's avx512_core kernels on a processor that has more. */
+static void limit_isa(cpu_level l)
+{
+	dnnl_cpu_isa_t isa = l >= CPU_AMX ? dnnl_cpu_isa_avx512_core_amx
+			     : l >= CPU_AVX512_BF16 ? dnnl_cpu_isa_avx512_core_bf16
+						    : dnnl_cpu_isa_avx512_core;
+	/* Refused once oneDNN has generated code (a second backend in the process,
+	 * or ONEDNN_MAX_CPU_ISA read first): the ceiling already set stays, and a
+	 * primitive it cannot make is the portable path's (cpu.c). */
+	(void)dnnl_set_max_cpu_isa(isa);
+}
+
+cpu_onednn *cpu_onednn_create(cpu_level level, titan_err *e)
 {
 	cpu_onednn *o = calloc(1, sizeof *o);
 	if (!o) {
 		err_set(e, "oneDNN: out of memory");
 		return NULL;
 	}
+	limit_isa(level);
 	if (ck(dnnl_engine_create(&o->engine, dnnl_cpu, 0), "engine", e) < 0) {
 		free(o);
 		return NULL;
