@@ -10,13 +10,16 @@
 # that file instead of stalling CI), TITAN_TEST_JOBS (test files run at once,
 # default 1: some end-to-end tests time kills and stalls, which load slows;
 # .ci/run runs 2 (2 cores), the longest first (tests/slow.list);
-# the report keeps the files' order either way).
+# the report keeps the files' order either way).  A file named NAME@LEVEL is
+# NAME run under TITAN_CPU_ISA=LEVEL (tests/isa.list).
 set -u
 
 # One test file, run by xargs: "run.sh --one NAME KIND PATH" (KIND is bin or sh)
 # writes NAME's output, exit status and seconds into the log folder.
 if [ "${1:-}" = --one ]; then
 	out="$TITAN_TEST_LOG/$(echo "$2" | tr '/' '_').log"
+	# NAME@LEVEL: the file again under TITAN_CPU_ISA=LEVEL (tests/isa.list)
+	case "$2" in *@*) export TITAN_CPU_ISA="${2##*@}" ;; esac
 	start=$(date +%s)
 	if [ "$3" = sh ]; then
 		timeout -k 10 "$TITAN_TEST_TIMEOUT_S" sh "$4" >"$out" 2>&1
@@ -61,6 +64,36 @@ if [ -z "$filter" ] || [ "$filter" = man ]; then
 	echo "man-lint sh tests/man_lint.sh" >>"$list"
 fi
 
+# The files of tests/isa.list run a second time at a lower level of
+# core/cpu_isa, so that every machine tests two paths: where the processor has
+# AVX-512, at avx2 (the portable bf16 GEMMs, the x86-64-v3 kernels); where it
+# has AVX2 only, at baseline (the baseline kernels).  A level the processor
+# lacks is refused by every titan program, which is how this asks; a
+# TITAN_CPU_ISA already set stands for the processor (TITAN_CPU_ISA=avx2 make
+# check tests as an AVX2 machine would).  Under the sanitizers only the unit
+# programs run again (the end-to-end files are the slowest there, and the
+# same code).
+isa_ok() { TITAN_CPU_ISA=$1 "$BIN/titan-shard" --version >/dev/null 2>&1; }
+alt=""
+case "${TITAN_CPU_ISA:-native}" in
+native)
+	if isa_ok avx512; then
+		alt=avx2
+	elif isa_ok avx2; then
+		alt=baseline
+	fi
+	;;
+amx | avx512_bf16 | avx512) alt=avx2 ;;
+avx2 | v2) alt=baseline ;;
+esac
+if [ -n "$alt" ] && [ -f tests/isa.list ]; then
+	grep -v '^#' tests/isa.list | while read -r t; do
+		case "$t" in *.sh) [ "${SAN:-0}" = 1 ] && continue ;; esac
+		grep "^$t " "$list" | sed "s|^$t |$t@$alt |"
+	done >"$list.isa"
+	cat "$list.isa" >>"$list"
+fi
+
 while read -r name _ _; do
 	rm -f "$log/$(echo "$name" | tr '/' '_').log.status"
 done <"$list"
@@ -70,7 +103,7 @@ order=$log/.order
 : >"$order"
 if [ "$jobs" -gt 1 ] && [ -f tests/slow.list ]; then
 	grep -v '^#' tests/slow.list | while read -r slow; do
-		grep "^$slow " "$list"
+		grep -e "^$slow " -e "^$slow@[a-z0-9_]* " "$list"
 	done >"$order"
 fi
 grep -v -x -F -f "$order" "$list" >>"$order"

@@ -129,6 +129,12 @@ void *cpu_scratch(backend *be, size_t bytes, const char *op)
 	return st->scratch;
 }
 
+size_t cpu_scratch_bytes(const backend *be)
+{
+	const cpu_state *st = be->impl;
+	return st->scratch_bytes;
+}
+
 const char *cpu_bf16_gemm_impl(const backend *be)
 {
 	const cpu_state *st = be->impl;

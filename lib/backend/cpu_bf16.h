@@ -85,6 +85,9 @@ void cpu_bf16_zero_rows(void *c, be_dtype ct, int64_t from, int64_t rows, int64_
  * aligned, counted in the backend's bytes.  NULL with a fault naming op when
  * out of memory. */
 void *cpu_scratch(backend *be, size_t bytes, const char *op);
+/* Its size now (the most any op has asked for): tests that measure a model's
+ * own bytes leave it out, as they leave out oneDNN's scratchpad. */
+size_t cpu_scratch_bytes(const backend *be);
 
 /* The portable bfloat16 GEMM (every processor): A and B bfloat16 widened to
  * float32 in blocks of the backend's scratch, products summed in float32 by

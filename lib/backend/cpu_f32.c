@@ -3,6 +3,9 @@
 /* Floating-point exceptions are never inspected: without this GCC keeps the
  * compares of cpu_exp_f32 as branches and leaves its loops scalar. */
 #if defined(__GNUC__) && !defined(__clang__)
+/* fp-contract=off restated: the optimize pragma resets it to GCC's own
+ * default (fast), and the x86-64-v3/v4 builds of the hot kernels would then
+ * fuse multiply-adds the baseline build cannot, giving other bits. */
 #pragma GCC optimize("no-trapping-math")
 #endif
 #include <cblas.h>

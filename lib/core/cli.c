@@ -1,4 +1,5 @@
 #include "core/cli.h"
+#include "core/cpu_isa.h"
 #include "core/err.h"
 
 #include <errno.h>
@@ -21,6 +22,13 @@ void cli_begin(cli_state *st, const cli_spec *spec)
 	titan_set_progname(spec->prog);
 	optind = 1;
 	opterr = 0;
+	/* Every program computes at the level TITAN_CPU_ISA chooses (CRC32C,
+	 * the kernels): a level it cannot have is bad usage, said at once. */
+	titan_err e;
+	if (cpu_isa_check(&e) != 0) {
+		fprintf(stderr, "%s: %s\n", spec->prog, e.msg);
+		exit(TITAN_EXIT_USAGE);
+	}
 }
 
 static int count_opts(const cli_spec *spec)

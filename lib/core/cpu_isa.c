@@ -171,6 +171,8 @@ void cpu_isa_describe(char *buf, size_t n)
 	char why[96] = "";
 	if (l != nat)
 		snprintf(why, sizeof why, " (TITAN_CPU_ISA; the processor: %s)", cpu_level_name(nat));
+	else if (env_bad)
+		snprintf(why, sizeof why, " (TITAN_CPU_ISA=%s refused)", env_value);
 #if defined(__x86_64__)
 	const char *clone = clones[cpu_isa_clone()];
 #else

@@ -1,4 +1,5 @@
 #include "core/crc32c.h"
+#include "core/cpu_isa.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -139,7 +140,8 @@ uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
 		h = crc32c_hw_available();
 		atomic_store_explicit(&hw, h, memory_order_relaxed);
 	}
-	return h ? crc32c_hw(crc, buf, n) : crc32c_sw(crc, buf, n);
+	/* the level in force (TITAN_CPU_ISA=baseline runs the table) */
+	return h && cpu_isa_level() >= CPU_V2 ? crc32c_hw(crc, buf, n) : crc32c_sw(crc, buf, n);
 }
 #else
 int crc32c_hw_available(void)

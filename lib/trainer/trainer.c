@@ -340,8 +340,14 @@ static int open_backend(job *j, titan_err *err)
 	int want = j->h->backend, dev = j->h->device;
 	if (want == TRAINER_BACKEND_AUTO)
 		want = dev >= 0 ? TRAINER_BACKEND_CUDA : TRAINER_BACKEND_CPU;
-	if (want == TRAINER_BACKEND_CPU)
-		return (j->be = backend_cpu_create(j->h->threads, err)) ? 0 : -1;
+	if (want == TRAINER_BACKEND_CPU) {
+		if (!(j->be = backend_cpu_create(j->h->threads, err)))
+			return -1;
+		char how[384];
+		backend_cpu_describe(how, sizeof how);
+		metrics_log(j->log, "CPU backend: %s", how);
+		return 0;
+	}
 	if (dev < 0)
 		return err_set(err, "--backend cuda: no GPU for this process (%s)", gpu_why_none());
 	const mesh *m = j->h->mesh;

@@ -9,7 +9,12 @@
 # (what the model reports) and backend peak (what the backend measures).
 #
 # Environment: PYTHON (with torch; default python3), BENCH_THREADS (default: all
-# cores), BENCH_STEPS (default 5), BENCH_QUICK=1 (debugmodel only).
+# cores), BENCH_STEPS (default 5), BENCH_QUICK=1 (debugmodel only),
+# BENCH_ISA=avx2 (or another core/cpu_isa level): both sides run as on a
+# processor of that level, titan through TITAN_CPU_ISA, PyTorch through
+# ATEN_CPU_CAPABILITY and its oneDNN's ONEDNN_MAX_CPU_ISA (on a processor
+# with AVX-512, avx2 shows what an AVX2-only one gets: titan's portable bf16
+# path against PyTorch's emulated bf16).
 # Figures on a shared machine are noisy: the four runs alternate, and the load
 # is printed; CPU seconds are steadier than wall time there.  The last line is
 # one core's arithmetic peak in float32 and in bf16 (tests/backend/bench_peak):
@@ -21,6 +26,13 @@ THREADS=${BENCH_THREADS:-$(nproc)}
 STEPS=${BENCH_STEPS:-5}
 BUILD=${BUILD:-build}
 export OMP_NUM_THREADS="$THREADS"
+case "${BENCH_ISA:-native}" in
+native) ;;
+avx2) export TITAN_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ;;
+avx512) export TITAN_CPU_ISA=avx512 ATEN_CPU_CAPABILITY=avx512 ONEDNN_MAX_CPU_ISA=AVX512_CORE ;;
+baseline) export TITAN_CPU_ISA=baseline ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 ;;
+*) echo "bench precision: BENCH_ISA=$BENCH_ISA: expected native, avx512, avx2 or baseline" >&2; exit 2 ;;
+esac
 
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
 	echo "bench precision: $PYTHON cannot import torch (set PYTHON to an interpreter with torch from PyPI)" >&2
@@ -42,6 +54,7 @@ run debugmodel 4 256
 [ "${BENCH_QUICK:-0}" = 1 ] || run 100M 2 256
 
 echo "Mixed precision: titan vs PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') eager, CPU training step, $THREADS threads, median of $STEPS steps, load $load0 -> $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "titan: $("$BUILD/tests/model/bench_model" --describe 2>&1 | head -1); PyTorch: $("$PYTHON" -c 'import torch; print("ATen", torch.backends.cpu.get_cpu_capability())') ${ONEDNN_MAX_CPU_ISA:+ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA}"
 awk '
 function get(k,   i, kv) { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "" }
 { s = get("shape"); key = s SUBSEP get("impl") SUBSEP get("prec")

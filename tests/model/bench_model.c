@@ -39,6 +39,12 @@ static int cmp(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+	if (argc == 2 && strcmp(argv[1], "--describe") == 0) { /* what the CPU backend runs */
+		char how[384];
+		backend_cpu_describe(how, sizeof how);
+		printf("%s\n", how);
+		return 0;
+	}
 	if (argc < 5) {
 		fprintf(stderr, "usage: bench_model SHAPE B T STEPS [none|full|op|selective "
 				"[float32|bfloat16]]\n");

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_bf16.h"
 #include "core/bf16.h"
 #include "model/model.h"
 #include "golden_io.h"
@@ -129,8 +130,10 @@ static void autocast_headdim64_loss_and_gradients_match_torch_autocast(void **s)
 }
 
 /* What a first micro-batch's forward and backward adds on the backend at its
- * peak (its activations, the model's scratch, the backend's own), less the
- * autocast copies of the weights (weights, not activations). */
+ * peak (its activations, the model's scratch), less the autocast copies of
+ * the weights (weights, not activations) and the CPU backend's own scratch
+ * (the bf16 ops' float32 rows, and on the portable GEMM path the widened
+ * operands: what the path costs, not the model; oneDNN's is not counted). */
 static size_t step_bytes(model *m, backend *be, const int32_t *ids, const int32_t *labels, int b,
 			 int t, size_t *reported)
 {
@@ -144,7 +147,7 @@ static size_t step_bytes(model *m, backend *be, const int32_t *ids, const int32_
 		fail_msg("%s", e.msg);
 	*reported = model_activation_bytes(m, b, t);
 	size_t copies = model_get_autocast(m) == BE_F32 ? 0 : model_num_params(m) * 2;
-	return backend_peak_bytes(be) - before - copies;
+	return backend_peak_bytes(be) - before - copies - cpu_scratch_bytes(be);
 }
 
 /* Activations and the residual stream in bf16 take half the bytes of float32,
