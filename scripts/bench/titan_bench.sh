@@ -1,13 +1,15 @@
 #!/bin/sh
 # titan-bench on this machine: the CPU backend's GEMMs on Llama 3 8B's linear
-# shapes against the measured FMA ceiling, attention with 8B's heads, the
+# shapes against the measured float32 and bf16 ceilings (chains of the level in
+# force: TITAN_CPU_ISA=avx2 measures what an AVX2-only CPU runs; every report
+# opens with that dispatch), attention with 8B's heads, the
 # loader and checkpoint I/O against the raw disk, a training step (alone and
 # FSDP 2) against the ceiling, the comm layer's collectives against MPI's own,
 # and the tokenizer against HF
 # tokenizers and tiktoken (PYTHON with them; the rows say so without).  The
 # GPU benches report why they cannot run where there is no GPU.
 #
-# Environment: PYTHON, TITAN_FIXTURES (default ../shared/fixtures),
+# Environment: PYTHON, TITAN_FIXTURES (default ../shared/fixtures), TITAN_CPU_ISA,
 # BENCH_TOKENS (M of the GEMMs, default 256), BENCH_IO_SIZE (default 256M),
 # BENCH_QUICK=1 (small sizes, for a smoke run).
 set -eu

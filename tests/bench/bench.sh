@@ -1,6 +1,8 @@
 #!/bin/sh
 # titan-bench: every subcommand that exists runs at tiny sizes, its --json
-# parses with jq and holds its figures; what cannot run here says why; the
+# parses with jq and holds its figures; the header states the CPU dispatch and
+# the ceilings follow TITAN_CPU_ISA, no GEMM reading above its element type's;
+# what cannot run here says why; the
 # step and comm run under mpirun; --profile writes a trace and a
 # memory snapshot that jq (and, with $PYTHON's torch, PyTorch's memory viewer)
 # read.  Timings are not checked (performance is for make bench).
@@ -21,7 +23,16 @@ t_run "gemm --json on two given shapes" "$B" gemm --json $Q --shapes 16,16,16:32
 cp "$TMP/.out" "$TMP/gemm.json"
 json_ok "gemm: a float32 row per shape with TFLOP/s and percent of the ceiling" "$TMP/gemm.json" \
 	'.bench == "gemm" and .ceiling.tflops > 0 and ([.rows[] | select(.dtype == "fp32")] | length) == 2
-	 and all(.rows[]; .tflops > 0 and .pct_ceiling > 0 and .ms > 0 and .m * .n * .k > 0)'
+	 and (.ceiling_bf16 != null) as $b
+	 | all(.rows[]; .tflops > 0 and .ms > 0 and .m * .n * .k > 0 and (.path | length) > 0
+	       and (.pct_ceiling > 0 or (.dtype == "bf16" and ($b | not))))'
+json_ok "gemm: the header names the level in force, the kernels, the bf16 path and OpenBLAS's" \
+	"$TMP/gemm.json" '.cpu_level as $l | (.cpu | startswith($l + " ") or startswith($l + ","))
+	 and (.cpu | test(", kernels [a-z0-9-]+, bf16 GEMMs .*, OpenBLAS "))'
+json_ok "gemm: the bf16 ceiling is the dot products' at avx512_bf16, else the float32 one (none at amx)" \
+	"$TMP/gemm.json" 'if .cpu_level == "amx" then .ceiling_bf16 == null
+	 elif .cpu_level == "avx512_bf16" then .ceiling_bf16.isa == "avx512_bf16" and .ceiling_bf16.tflops > 0
+	 else .ceiling_bf16.tflops == .ceiling.tflops end'
 json_ok "gemm: every element type asked for is measured or listed as not available, with why" \
 	"$TMP/gemm.json" \
 	'([.rows[].dtype] + [.unavailable[].what] | unique) as $s
@@ -38,6 +49,45 @@ json_ok "gemm debugmodel: its 4 distinct linears (wq=wk=wv=wo, w1=w3, w2, output
 t_run "gemm prints an aligned table" "$B" gemm $Q --shapes 8,8,8 --dtype fp32
 t_grep "gemm table: header and ceiling" '^shape .* TFLOP/s .* % ceiling$' "$TMP/.out"
 t_grep "gemm table: the CUDA bench says why it cannot run" '^not available: cuda: ' "$TMP/.out"
+t_grep "gemm table: the dispatch line after the header" \
+	'^cpu: [a-z0-9_]*[ ,].*kernels .*, bf16 GEMMs .*, OpenBLAS ' "$TMP/.out"
+t_grep "gemm table: the float32 ceiling" '^ceiling float32: [0-9.]* TFLOP/s (' "$TMP/.out"
+
+# The ceilings follow TITAN_CPU_ISA: forced to avx2 (what an AVX2-only CPU
+# runs: bf16 through the portable path) and to the baseline (OpenBLAS's kernel,
+# which TITAN_CPU_ISA does not govern, still runs its own width), every GEMM
+# stays under the ceiling of its element type.  128^3 on one thread comes near
+# the peak, so a ceiling too low shows.
+G="gemm --json $Q --shapes 128,128,128 --dtype fp32,bf16,fp8-rowwise"
+if env TITAN_CPU_ISA=avx2 "$B" --help >/dev/null 2>&1; then
+	t_run "gemm under TITAN_CPU_ISA=avx2" env TITAN_CPU_ISA=avx2 "$B" $G
+	json_ok "avx2: the header says so, and the bf16 row runs the portable path" "$TMP/.out" \
+		'.cpu_level == "avx2" and (.cpu | startswith("avx2"))
+		 and ([.rows[] | select(.dtype == "bf16" and .path == "portable")] | length) == 1'
+	json_ok "avx2: the bf16 ceiling is the float32 one, every row at most 100 % of its own" \
+		"$TMP/.out" '.ceiling_bf16.tflops == .ceiling.tflops and .ceiling.isa != "baseline"
+		 and (.rows | length) == 3 and all(.rows[]; .pct_ceiling > 0 and .pct_ceiling <= 100)'
+	t_run "gemm table under TITAN_CPU_ISA=avx2" env TITAN_CPU_ISA=avx2 "$B" gemm $Q \
+		--shapes 8,8,8 --dtype bf16
+	t_grep "avx2 table: the dispatch line names the level" '^cpu: avx2[ ,]' "$TMP/.out"
+	t_grep "avx2 table: the bf16 ceiling is printed" '^ceiling bf16: [0-9.]* TFLOP/s (' "$TMP/.out"
+	t_grep "avx2 table: a bf16 row, its path named" '^8x8x8 .* bf16 *portable ' "$TMP/.out"
+else
+	t_skip "gemm under TITAN_CPU_ISA=avx2" "this processor has no AVX2"
+fi
+t_run "gemm under TITAN_CPU_ISA=baseline" env TITAN_CPU_ISA=baseline "$B" $G
+json_ok "baseline: every row at most 100 % of its ceiling (OpenBLAS's width counts)" "$TMP/.out" \
+	'.cpu_level == "baseline" and (.rows | length) == 3
+	 and all(.rows[]; .pct_ceiling > 0 and .pct_ceiling <= 100)'
+t_fails "an unknown TITAN_CPU_ISA is refused as bad usage" 2 env TITAN_CPU_ISA=bogus "$B" gemm \
+	$Q --shapes 8,8,8
+if [ "$(wc -l <"$TMP/.err")" -eq 1 ] && grep -q '^titan-bench: TITAN_CPU_ISA=bogus: expected ' \
+	"$TMP/.err" && [ ! -s "$TMP/.out" ]; then
+	t_ok "the refusal is one line naming the value and the levels, nothing on stdout"
+else
+	t_not_ok "the refusal is one line naming the value and the levels, nothing on stdout" \
+		"$(cat "$TMP/.err" "$TMP/.out")"
+fi
 
 t_run "attention --json on a tiny GQA shape" "$B" attention --json $Q --attention-shape 1,32,4,2,16
 json_ok "attention: forward and backward rows in float32 with TFLOP/s" "$TMP/.out" \
@@ -83,7 +133,9 @@ t_run "step --json: debugmodel, batch 2 x 64" "$B" step --json $Q --model debugm
 	--seq 64 --steps 2
 json_ok "step: the phases in ms and as shares of the step, TFLOP/s against the ceiling" \
 	"$TMP/.out" '[.rows[].phase] == ["step", "forward", "backward", "optimizer", "communication"]
-	 and .rows[0].pct_step == 100 and .rows[0].tflops > 0 and .rows[0].pct_ceiling > 0
+	 and .rows[0].pct_step == 100 and .rows[0].tflops > 0
+	 and (.rows[0].pct_ceiling > 0 or (.rows[0].dtype == "bf16" and .ceiling_bf16 == null))
+	 and all(.rows[] | select(.pct_ceiling); .pct_ceiling <= 100) and (.cpu | length) > 10
 	 and all(.rows[]; .ms >= 0) and .tokens_per_s > 0 and .peak_gib > 0 and .ranks == 1
 	 and ([.unavailable[].what] | index("data")) != null'
 cat >"$TMP/f8.toml" <<EOT

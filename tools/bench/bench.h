@@ -1,6 +1,7 @@
 /* bench.h: what titan-bench's subcommands share: their arguments, the report
  * each builds (an aligned table on stdout, or one JSON document with --json),
- * the timing loop and the arithmetic ceiling the figures are a percentage of. */
+ * the timing loop and the arithmetic ceilings the figures are a percentage of
+ * (float32's and bf16's, by the chains of peak.h). */
 #ifndef TITAN_BENCH_H
 #define TITAN_BENCH_H
 
@@ -35,11 +36,12 @@ typedef struct bench_args {
 /* Report ------------------------------------------------------------------ */
 
 typedef struct report {
-	json_t *doc;         /* {"bench", "device", "threads", "load", "rows", ...} */
+	json_t *doc;         /* {"bench", "device", "threads", "load", "cpu", "rows", ...} */
 	json_t *rows;        /* one object per table row */
 	json_t *unavailable; /* [{"what", "why"}] */
 	json_t *notes;       /* [string] */
-	double ceiling;      /* FLOP/s, the best measured so far */
+	double ceiling;      /* float32 FLOP/s, the best measured so far */
+	double ceiling_bf16; /* bf16 FLOP/s (the float32 one below avx512_bf16; 0 at amx) */
 } report;
 
 /* A table column: the row key, its header, and printf's format for a real
@@ -71,14 +73,16 @@ double bench_now(void); /* seconds, monotonic */
  * -1 and the message in e. */
 double bench_time(void (*fn)(void *), void *ctx, double min_s, backend *be, titan_err *e);
 
-/* The CPU's float32 multiply-add ceiling on `threads` threads, in FLOP/s,
- * measured by register-resident FMA chains (no memory traffic): what no
- * kernel can beat on this machine under this load. */
-double bench_cpu_ceiling(int threads, double min_s);
-/* Measure the ceiling before the rows and again after them: the better of the
- * two counts (a shared machine's load comes and goes).  The second call adds
- * the "ceiling" object to the document and "pct_ceiling" to every row that has
- * "tflops". */
+/* The CPU's ceilings on `threads` threads, in FLOP/s: peak.h's chains for
+ * float32 and for bf16 at the level in force, what no kernel of that element
+ * type can beat on this machine under this load.  Measured before the rows
+ * and again after them: the better of the two counts (a shared machine's load
+ * comes and goes).  The second call adds "ceiling" (float32) and
+ * "ceiling_bf16" to the document, and to every row that has "tflops" its
+ * "pct_ceiling": against the bf16 ceiling where the row's "dtype" is "bf16"
+ * (none at amx, where the bf16 ceiling is not measured), the float32 one
+ * otherwise (float32, and float8, which the CPU backend dequantizes and
+ * multiplies in float32). */
 void bench_ceiling_begin(report *r, int threads);
 void bench_ceiling_end(report *r, int threads);
 

@@ -1,7 +1,8 @@
 /* titan-bench gemm: the backend's matmul on a model's linear shapes (or given
  * ones), per element type, in TFLOP/s and as a percentage of the measured
- * ceiling.  An element type the backend does not implement is probed with a
- * small GEMM and reported with the backend's own reason. */
+ * ceiling of that element type, with the GEMM that ran (bf16: oneDNN's kernel
+ * or the portable path).  An element type the backend does not implement is
+ * probed with a small GEMM and reported with the backend's own reason. */
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "backend/cpu_bf16.h" /* cpu_bf16_gemm_impl: private to lib/backend, its one use here */
 #include "bench.h"
 #include "model/flavor.h"
 #include "prof/prof.h"
@@ -17,14 +19,17 @@ typedef struct gemm_dtype {
 	const char *name;
 	be_dtype ab, ct;     /* operands, output (torchao: float8 in, bf16 out) */
 	int rows;            /* float8: one scale per row of each operand (rowwise) */
+	const char *path;    /* the CPU backend's GEMM (bf16: cpu_bf16_gemm_impl's) */
 } gemm_dtype;
 
-/* float8: the backend's f8_matmul (torch._scaled_mm), as torchao's recipes call it */
+/* float8: the backend's f8_matmul (torch._scaled_mm), as torchao's recipes call
+ * it; the CPU backend dequantizes to float32 and calls sgemm (torchao's
+ * emulation) */
 static const gemm_dtype DTYPES[] = {
-	{"fp32", BE_F32, BE_F32, 0},
-	{"bf16", BE_BF16, BE_BF16, 0},
-	{"fp8-tensorwise", BE_E4M3, BE_BF16, 0},
-	{"fp8-rowwise", BE_E4M3, BE_BF16, 1},
+	{"fp32", BE_F32, BE_F32, 0, "sgemm"},
+	{"bf16", BE_BF16, BE_BF16, 0, NULL},
+	{"fp8-tensorwise", BE_E4M3, BE_BF16, 0, "f32 sgemm"},
+	{"fp8-rowwise", BE_E4M3, BE_BF16, 1, "f32 sgemm"},
 };
 #define N_DTYPES (sizeof DTYPES / sizeof DTYPES[0])
 
@@ -216,6 +221,8 @@ int bench_gemm(const bench_args *a, titan_err *e)
 			rset(row, "n", json_integer(s[i].n));
 			rset(row, "k", json_integer(s[i].k));
 			rset(row, "dtype", json_string(DTYPES[d].name));
+			rset(row, "path", json_string(DTYPES[d].path ? DTYPES[d].path
+								     : cpu_bf16_gemm_impl(be)));
 			rset(row, "ms", json_real(t * 1e3));
 			rset(row, "tflops", json_real(tf / 1e12));
 		}
@@ -230,7 +237,8 @@ int bench_gemm(const bench_args *a, titan_err *e)
 		    "lasting at least %.2f s", be->ops->name, a->seconds);
 	static const report_col cols[] = {
 		{"shape", "shape", NULL}, {"m", "M", NULL}, {"n", "N", NULL}, {"k", "K", NULL},
-		{"dtype", "dtype", NULL}, {"ms", "ms", "%.3f"}, {"tflops", "TFLOP/s", "%.4f"},
+		{"dtype", "dtype", NULL}, {"path", "path", NULL}, {"ms", "ms", "%.3f"},
+		{"tflops", "TFLOP/s", "%.4f"},
 		{"pct_ceiling", "% ceiling", "%.1f"},
 	};
 	if (rc == 0)

@@ -55,7 +55,8 @@ static const cli_spec spec = {
 	.summary = "Measure titan on this machine against its ceilings and the references.",
 	.opts = options,
 	.epilog = "Every subcommand takes --json, --threads, --seconds, --device, --profile.\n"
-		  "A figure that cannot be measured here is listed as not available, with why.\n",
+		  "A figure that cannot be measured here is listed as not available, with why.\n"
+		  "TITAN_CPU_ISA=avx2 (or baseline, v2, avx512, ...) measures at a lower level.\n",
 };
 
 static void parse(int argc, char **argv, bench_args *a, const char **cmd)
@@ -131,6 +132,8 @@ int main(int argc, char **argv)
 			.attn = "llama3-8b"};
 	const char *cmd;
 	titan_err e = {0};
+	/* cli_begin, parse's first step, refuses a TITAN_CPU_ISA this processor
+	 * cannot have (cpu_isa_check): one line, exit 2, before any work */
 	parse(argc, argv, &a, &cmd);
 	size_t i = 0;
 	while (i < sizeof COMMANDS / sizeof COMMANDS[0] && strcmp(cmd, COMMANDS[i].name) != 0)

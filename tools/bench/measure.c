@@ -1,4 +1,4 @@
-/* Timing, the arithmetic ceiling, and what the machine is doing meanwhile. */
+/* Timing, the arithmetic ceilings, and what the machine is doing meanwhile. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,8 +7,10 @@
 
 #include "bench.h"
 #include "core/bf16.h"
+#include "core/cpu_isa.h"
 #include "float8/float8.h"
 #include "gpu/gpu.h"
+#include "peak.h"
 #include "prof/prof.h"
 
 double bench_now(void)
@@ -44,83 +46,101 @@ double bench_time(void (*fn)(void *), void *ctx, double min_s, backend *be, tita
 	return t[n / 2];
 }
 
-/* Independent multiply-add chains, enough of them (12 vectors of 16 lanes) to
- * cover the FMA latency times the FMA ports of any x86 core, in registers.
- * One copy per instruction set: AVX-512, AVX2 + FMA, and the portable one. */
-typedef float v16 __attribute__((vector_size(64)));
-#define NACC 12
-#if defined(__x86_64__) && !defined(__clang__)
-#define ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ISA_CLONES
-#endif
-
-__attribute__((optimize("fp-contract=fast"), noinline)) ISA_CLONES
-static float fma_chains(int64_t iters, float seed)
-{
-	v16 acc[NACC], m = {0}, a = {0};
-	m += 0.999f;
-	a += 1e-3f;
-	for (int j = 0; j < NACC; j++)
-		acc[j] = (v16){0} + (seed + (float)j);
-	for (int64_t i = 0; i < iters; i++) {
-#pragma GCC unroll 16
-		for (int j = 0; j < NACC; j++)
-			acc[j] = acc[j] * m + a;
-	}
-	float s = 0;
-	for (int j = 0; j < NACC; j++)
-		for (int l = 0; l < 16; l++)
-			s += acc[j][l];
-	return s;
-}
-
-/* Where the chains' result goes, so the compiler keeps them. */
+/* Where the chains' results go, so the compiler keeps them. */
 static volatile float sink;
 
-double bench_cpu_ceiling(int threads, double min_s)
+/* The best FLOP/s on all threads of chains k[0] and k[1] (PEAK_NONE: skipped),
+ * over bursts of a few milliseconds lasting at least min_s in all, the two
+ * alternated so that both see the same load. */
+static void measure_peaks(const peak_kind k[2], int threads, double min_s, double best[2])
 {
-	const int64_t iters = 200000; /* ~80 MFLOP per thread, a few ms */
-	double best = 0, start = bench_now();
-	for (int rep = 0; rep < 200 && (rep < 5 || bench_now() - start < min_s); rep++) {
-		float s = 0;
-		double t0 = bench_now();
+	const int64_t iters = 200000; /* 20-100 MFLOP a thread */
+	double start = bench_now();
+	best[0] = best[1] = 0;
+	for (int rep = 0; rep < 200 && (rep < 5 || bench_now() - start < min_s); rep++)
+		for (int i = 0; i < 2; i++) {
+			if (k[i] == PEAK_NONE)
+				continue;
+			float s = 0;
+			double t0 = bench_now();
 #pragma omp parallel num_threads(threads) reduction(+ : s)
-		s += fma_chains(iters, (float)rep);
-		double dt = bench_now() - t0;
-		sink = s;
-		double flops = 2.0 * 16 * NACC * (double)iters * threads / dt;
-		if (flops > best)
-			best = flops;
-	}
-	return best;
+			s += peak_run(k[i], iters, (float)rep);
+			double dt = bench_now() - t0;
+			sink = s;
+			double flops = peak_flops(k[i], iters) * threads / dt;
+			if (flops > best[i])
+				best[i] = flops;
+		}
+}
+
+/* Both ceilings into r, keeping the better of what r has and this run. */
+static void measure_ceilings(report *r, int threads)
+{
+	peak_kind f = peak_f32(NULL), b = peak_bf16();
+	peak_kind k[2] = {f, b == f ? PEAK_NONE : b};
+	double c[2];
+	/* Not shorter than 0.3 s whatever --seconds says: on a shared machine the
+	 * best of many short runs is what finds the unloaded rate. */
+	measure_peaks(k, threads, 0.3, c);
+	if (c[0] > r->ceiling)
+		r->ceiling = c[0];
+	if (b == f)
+		r->ceiling_bf16 = r->ceiling;
+	else if (c[1] > r->ceiling_bf16)
+		r->ceiling_bf16 = c[1];
 }
 
 void bench_ceiling_begin(report *r, int threads)
 {
-	/* Not shorter than 0.3 s whatever --seconds says: on a shared machine the
-	 * best of many short runs is what finds the unloaded rate. */
-	r->ceiling = bench_cpu_ceiling(threads, 0.3);
+	r->ceiling = r->ceiling_bf16 = 0;
+	measure_ceilings(r, threads);
+}
+
+static json_t *ceiling_json(double flops, peak_kind k, const char *what)
+{
+	json_t *o = json_object();
+	if (o != NULL) {
+		rset(o, "tflops", json_real(flops / 1e12));
+		rset(o, "isa", json_string(peak_isa(k)));
+		rset(o, "what", json_string(what));
+	}
+	return o;
 }
 
 void bench_ceiling_end(report *r, int threads)
 {
-	double c = bench_cpu_ceiling(threads, 0.3);
-	if (c > r->ceiling)
-		r->ceiling = c;
-	json_t *o = json_object();
-	if (o != NULL) {
-		rset(o, "tflops", json_real(r->ceiling / 1e12));
-		rset(o, "what", json_string("float32 FMA chains in registers, all threads, best run "
-					    "before and after"));
-		rset(r->doc, "ceiling", o);
+	int raised;
+	peak_kind f = peak_f32(&raised), b = peak_bf16();
+	const char *level = cpu_level_name(cpu_isa_level());
+	char what[512];
+	measure_ceilings(r, threads);
+	int n = snprintf(what, sizeof what, "%s, in registers, all threads, best run before and after",
+			 peak_what(f));
+	if (raised && n > 0 && (size_t)n < sizeof what)
+		snprintf(what + n, sizeof what - (size_t)n, "; OpenBLAS's %s kernel, not the %s level in "
+			 "force, sets the width", openblas_get_corename(), level);
+	rset(r->doc, "ceiling", ceiling_json(r->ceiling, f, what));
+	if (b == PEAK_BF16_DOT) {
+		snprintf(what, sizeof what, "%s, in registers, all threads, best run before and after",
+			 peak_what(b));
+		rset(r->doc, "ceiling_bf16", ceiling_json(r->ceiling_bf16, b, what));
+	} else if (b != PEAK_NONE) {
+		snprintf(what, sizeof what, "the float32 ceiling: at %s (below avx512_bf16) the bf16 "
+			 "GEMMs multiply in float32", level);
+		rset(r->doc, "ceiling_bf16", ceiling_json(r->ceiling_bf16, b, what));
+	} else {
+		report_unavailable(r, "bf16 ceiling", "at amx oneDNN's bf16 GEMMs run AMX tiles, whose "
+				   "peak titan-bench does not measure (TITAN_CPU_ISA=avx512_bf16 "
+				   "measures them against the dot products)");
 	}
 	size_t i;
 	json_t *row;
 	json_array_foreach(r->rows, i, row) {
 		json_t *tf = json_object_get(row, "tflops");
-		if (tf != NULL)
-			rset(row, "pct_ceiling", json_real(100.0 * json_real_value(tf) * 1e12 / r->ceiling));
+		const char *dt = json_string_value(json_object_get(row, "dtype"));
+		double c = dt != NULL && strcmp(dt, "bf16") == 0 ? r->ceiling_bf16 : r->ceiling;
+		if (tf != NULL && c > 0)
+			rset(row, "pct_ceiling", json_real(100.0 * json_real_value(tf) * 1e12 / c));
 	}
 }
 

@@ -7,6 +7,7 @@
 
 #include "bench.h"
 #include "core/cli.h"
+#include "core/cpu_isa.h"
 #include "core/json.h"
 
 void rset(json_t *o, const char *key, json_t *v)
@@ -18,7 +19,7 @@ void rset(json_t *o, const char *key, json_t *v)
 
 int report_init(report *r, const char *bench, const bench_args *a, titan_err *e)
 {
-	char load[64];
+	char load[64], cpu[512];
 	r->doc = json_object();
 	r->rows = json_array();
 	r->unavailable = json_array();
@@ -28,11 +29,16 @@ int report_init(report *r, const char *bench, const bench_args *a, titan_err *e)
 		return err_set(e, "out of memory");
 	}
 	bench_loadavg(load, sizeof load);
+	backend_cpu_describe(cpu, sizeof cpu);
 	rset(r->doc, "bench", json_string(bench));
 	rset(r->doc, "titan_version", json_string(TITAN_VERSION));
 	rset(r->doc, "device", json_string(a->device));
 	rset(r->doc, "threads", json_integer(a->threads));
 	rset(r->doc, "load", json_string(load));
+	/* how the CPU computes: the level in force, the kernels' build, the bf16
+	 * GEMMs' path and OpenBLAS's kernel (TITAN_CPU_ISA moves the first three) */
+	rset(r->doc, "cpu", json_string(cpu));
+	rset(r->doc, "cpu_level", json_string(cpu_level_name(cpu_isa_level())));
 	json_object_set(r->doc, "rows", r->rows);
 	json_object_set(r->doc, "unavailable", r->unavailable);
 	json_object_set(r->doc, "notes", r->notes);
@@ -128,16 +134,21 @@ int report_emit(const report *r, const report_col *cols, int ncols, int json, ti
 		fputs(s, stdout);
 		free(s);
 	} else {
-		const json_t *ceil = json_object_get(r->doc, "ceiling");
+		static const char *const ceilings[][2] = {{"ceiling", "float32"},
+							  {"ceiling_bf16", "bf16"}};
 		printf("titan-bench %s: %s, %lld threads, load %s\n",
 		       json_string_value(json_object_get(r->doc, "bench")),
 		       json_string_value(json_object_get(r->doc, "device")),
 		       (long long)json_integer_value(json_object_get(r->doc, "threads")),
 		       json_string_value(json_object_get(r->doc, "load")));
-		if (ceil != NULL)
-			printf("ceiling: %.3f TFLOP/s (%s)\n",
-			       json_real_value(json_object_get(ceil, "tflops")),
-			       json_string_value(json_object_get(ceil, "what")));
+		printf("cpu: %s\n", json_string_value(json_object_get(r->doc, "cpu")));
+		for (int c = 0; c < 2; c++) {
+			const json_t *ceil = json_object_get(r->doc, ceilings[c][0]);
+			if (ceil != NULL)
+				printf("ceiling %s: %.3f TFLOP/s (%s)\n", ceilings[c][1],
+				       json_real_value(json_object_get(ceil, "tflops")),
+				       json_string_value(json_object_get(ceil, "what")));
+		}
 		if (json_array_size(r->rows) > 0)
 			print_table(r, cols, ncols);
 		size_t i;

@@ -2,8 +2,9 @@
  * job's model, batch, precision, activation checkpointing, Float8 converter
  * and parallel degrees (a titan-train TOML, --config), on random tokens, run
  * alone or under mpirun (one plan per rank, as titan-train runs them).  It
- * reports tokens/s, the FLOP rate against the CPU ceiling it measures (MFU
- * against the real ceiling of this machine, not a data sheet's), the peak
+ * reports tokens/s, the FLOP rate against the CPU ceiling it measures for the
+ * element type of the job's linears (MFU against the real ceiling of this
+ * machine, not a data sheet's), the peak
  * memory, and the phases: the step, its forward (the plan's evaluation of the
  * same micro-batches), the optimizer (AdamW over the rank's shard), the
  * backward (the rest), and the time blocked in communication within the
@@ -29,6 +30,7 @@ typedef struct step_job {
 	mesh *mesh;
 	backend *be;
 	plan *p;
+	be_dtype act;          /* the linears' element type: the ceiling the rate is against */
 	int32_t *ids, *labels; /* (n_mb, b, t) */
 } step_job;
 
@@ -96,6 +98,7 @@ static int build(step_job *j, const bench_args *a, titan_err *e)
 		return -1;
 	o.prec = prec.model;
 	o.reduce = prec.reduce;
+	j->act = prec.model.act;
 	if (!(j->p = plan_create(&o, e)) || train_prec_apply(plan_model(j->p), &prec, e) ||
 	    plan_init_weights(j->p, 7, 1, e))
 		return -1;
@@ -179,14 +182,17 @@ static int measure(step_job *j, int steps, phases *ph, titan_err *e)
 	return rc;
 }
 
-static void phase_row(report *r, const char *phase, double s, double step, double flops)
+static void phase_row(report *r, const char *phase, double s, double step, double flops,
+		      be_dtype act)
 {
 	json_t *row = report_row(r);
 	rset(row, "phase", json_string(phase));
 	rset(row, "ms", json_real(s * 1e3));
 	rset(row, "pct_step", json_real(100 * (s / step)));
-	if (flops > 0)
+	if (flops > 0) {
 		rset(row, "tflops", json_real(flops / s / 1e12));
+		rset(row, "dtype", json_string(act == BE_BF16 ? "bf16" : "fp32"));
+	}
 }
 
 static int run(step_job *j, const bench_args *a, report *rep, titan_err *e)
@@ -204,11 +210,11 @@ static int run(step_job *j, const bench_args *a, report *rep, titan_err *e)
 	double tokens = (double)j->n_mb * j->b * j->t;
 	int tp = j->mesh ? plan_size(j->p, MESH_TP) : 1;
 	double fl = model_flops_per_token(gm, j->t) * tokens / tp;
-	phase_row(rep, "step", ph.step, ph.step, fl);
-	phase_row(rep, "forward", ph.forward, ph.step, fl / 3);
-	phase_row(rep, "backward", ph.step - ph.forward - ph.optimizer, ph.step, 0);
-	phase_row(rep, "optimizer", ph.optimizer, ph.step, 0);
-	phase_row(rep, "communication", ph.comm, ph.step, 0);
+	phase_row(rep, "step", ph.step, ph.step, fl, j->act);
+	phase_row(rep, "forward", ph.forward, ph.step, fl / 3, j->act);
+	phase_row(rep, "backward", ph.step - ph.forward - ph.optimizer, ph.step, 0, j->act);
+	phase_row(rep, "optimizer", ph.optimizer, ph.step, 0, j->act);
+	phase_row(rep, "communication", ph.comm, ph.step, 0, j->act);
 	bench_ceiling_end(rep, j->be->threads); /* the rows' percentages of it */
 	int dp = j->mesh ? j->mesh->size[MESH_BATCH] : 1;
 	json_object_set_new(rep->doc, "tokens_per_s", json_real(tokens * dp / ph.step));
