@@ -515,6 +515,10 @@ void backend_free(backend *be);
  * benchmark headers): core/cpu_isa's level, kernel build and bf16 GEMM path,
  * and OpenBLAS's kernel. */
 void backend_cpu_describe(char *buf, size_t n);
+/* The path of the CPU backend's last bf16 GEMM: the kernel oneDNN chose
+ * ("brg:avx512_core_bf16", ...), "portable", or "portable (oneDNN refused
+ * ...)"; "none" before the first. */
+const char *backend_cpu_bf16_gemm(const backend *be);
 
 static inline size_t backend_peak_bytes(const backend *be) { return be->peak_bytes; }
 static inline void backend_reset_peak(backend *be) { be->peak_bytes = be->bytes_in_use; }

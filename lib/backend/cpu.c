@@ -135,7 +135,7 @@ size_t cpu_scratch_bytes(const backend *be)
 	return st->scratch_bytes;
 }
 
-const char *cpu_bf16_gemm_impl(const backend *be)
+const char *backend_cpu_bf16_gemm(const backend *be)
 {
 	const cpu_state *st = be->impl;
 	if (st && st->gemm_portable)

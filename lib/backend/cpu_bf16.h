@@ -109,7 +109,5 @@ int cpu_onednn_matmul(cpu_onednn *o, int ta, int tb, int64_t m, int64_t n, int64
 /* The kernel oneDNN chose for the last primitive it made ("brg:avx512_core_bf16",
  * "brg:avx512_core_amx", ...), or "none". */
 const char *cpu_onednn_impl(const cpu_onednn *o);
-/* That of the backend's bf16 GEMMs so far (benchmarks print it). */
-const char *cpu_bf16_gemm_impl(const backend *be);
 
 #endif

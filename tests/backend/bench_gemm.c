@@ -128,7 +128,7 @@ static int run_linear(backend *be, const shape *s, const linear *l)
 		printf("model=%s linear=%s op=%s m=%lld n=%lld k=%lld f32_gflops=%.1f "
 		       "bf16_gflops=%.1f impl=%s\n",
 		       s->model, l->name, ops[i], (long long)pf[i].m, (long long)pf[i].n,
-		       (long long)pf[i].k, gf[0], gf[1], cpu_bf16_gemm_impl(be));
+		       (long long)pf[i].k, gf[0], gf[1], backend_cpu_bf16_gemm(be));
 		fflush(stdout);
 	}
 	free(x), free(w), free(y), free(dy), free(dx), free(dw), free(hx), free(hw), free(hdy);

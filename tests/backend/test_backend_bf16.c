@@ -237,7 +237,7 @@ static void check_matmul(backend *be, int ta, int tb, int64_t m, int64_t n, int6
 	char what[96];
 	snprintf(what, sizeof what, "matmul %c%c %lldx%lldx%lld a%.2g b%.2g C %s %s",
 		 ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k,
-		 (double)alpha, (double)beta, tn(ct), k ? cpu_bf16_gemm_impl(be) : "-");
+		 (double)alpha, (double)beta, tn(ct), k ? backend_cpu_bf16_gemm(be) : "-");
 	check(what, &c, ref, bound, c.n);
 	tens_free(&a), tens_free(&b), tens_free(&c);
 	free(ref), free(bound), free(cond);

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "backend/cpu_bf16.h" /* cpu_bf16_gemm_impl: private to lib/backend, its one use here */
 #include "bench.h"
 #include "model/flavor.h"
 #include "prof/prof.h"
@@ -19,7 +18,7 @@ typedef struct gemm_dtype {
 	const char *name;
 	be_dtype ab, ct;     /* operands, output (torchao: float8 in, bf16 out) */
 	int rows;            /* float8: one scale per row of each operand (rowwise) */
-	const char *path;    /* the CPU backend's GEMM (bf16: cpu_bf16_gemm_impl's) */
+	const char *path;    /* the CPU backend's GEMM (bf16: backend_cpu_bf16_gemm's) */
 } gemm_dtype;
 
 /* float8: the backend's f8_matmul (torch._scaled_mm), as torchao's recipes call
@@ -222,7 +221,7 @@ int bench_gemm(const bench_args *a, titan_err *e)
 			rset(row, "k", json_integer(s[i].k));
 			rset(row, "dtype", json_string(DTYPES[d].name));
 			rset(row, "path", json_string(DTYPES[d].path ? DTYPES[d].path
-								     : cpu_bf16_gemm_impl(be)));
+								     : backend_cpu_bf16_gemm(be)));
 			rset(row, "ms", json_real(t * 1e3));
 			rset(row, "tflops", json_real(tf / 1e12));
 		}
