@@ -188,15 +188,14 @@ static void cpu_matmul_bf16(backend *be, int ta, int tb, int64_t m, int64_t n, i
 		return;
 	}
 	if (cpu_isa_onednn_bf16() && !st->dnnl_failed) {
-		if (!st->dnnl && !(st->dnnl = cpu_onednn_create(cpu_isa_level(), &e)))
-			st->dnnl_failed = 1;
-		else if (cpu_onednn_matmul(st->dnnl, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta,
-					   c, ldc, ct, &e) == 0) {
+		if (!st->dnnl)
+			st->dnnl = cpu_onednn_create(cpu_isa_level(), &e);
+		if (st->dnnl && cpu_onednn_matmul(st->dnnl, ta, tb, m, n, k, alpha, a, lda, b, ldb,
+						  beta, c, ldc, ct, &e) == 0) {
 			st->gemm_portable = 0;
 			return;
-		} else {
-			st->dnnl_failed = 1;
 		}
+		st->dnnl_failed = 1;
 		/* A oneDNN that refuses (built or limited below the level, e.g. by
 		 * ONEDNN_MAX_CPU_ISA) leaves the portable path for the rest of the
 		 * run: one path for every shape, and the reason for the log. */

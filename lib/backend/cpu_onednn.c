@@ -52,10 +52,15 @@ static int ck(dnnl_status_t s, const char *what, titan_err *e)
 	return -1;
 }
 
-/* oneDNN's own ceiling for the level in force, so that a forced avx512 runs
- * oneDNN's avx512_core kernels on a processor that has more. */
+/* oneDNN's own ceiling for a level forced below the processor's, so that a
+ * forced avx512 runs oneDNN's avx512_core kernels on a processor that has
+ * more.  At the processor's own level oneDNN keeps its default, which honours
+ * ONEDNN_MAX_CPU_ISA (a oneDNN so limited refuses, and cpu.c takes the
+ * portable path). */
 static void limit_isa(cpu_level l)
 {
+	if (l >= cpu_isa_native())
+		return;
 	dnnl_cpu_isa_t isa = l >= CPU_AMX ? dnnl_cpu_isa_avx512_core_amx
 			     : l >= CPU_AVX512_BF16 ? dnnl_cpu_isa_avx512_core_bf16
 						    : dnnl_cpu_isa_avx512_core;

@@ -75,6 +75,14 @@ if env TITAN_CPU_ISA=avx2 "$B" --help >/dev/null 2>&1; then
 else
 	t_skip "gemm under TITAN_CPU_ISA=avx2" "this processor has no AVX2"
 fi
+# A oneDNN limited below what titan's level sends it (its own
+# ONEDNN_MAX_CPU_ISA, or a build without bf16 kernels) refuses the bf16
+# matmul: the portable path takes over, saying why, and the row still runs.
+t_run "gemm with oneDNN limited to AVX2 (ONEDNN_MAX_CPU_ISA)" env ONEDNN_MAX_CPU_ISA=AVX2 "$B" \
+	gemm --json $Q --shapes 32,32,32 --dtype bf16
+json_ok "a refusing oneDNN: the bf16 row runs the portable path" "$TMP/.out" \
+	'(.rows | length) == 1 and (.rows[0].path | startswith("portable"))
+	 and (.cpu_level != "avx512_bf16" or (.rows[0].path | contains("oneDNN refused")))'
 t_run "gemm under TITAN_CPU_ISA=baseline" env TITAN_CPU_ISA=baseline "$B" $G
 json_ok "baseline: every row at most 100 % of its ceiling (OpenBLAS's width counts)" "$TMP/.out" \
 	'.cpu_level == "baseline" and (.rows | length) == 3
