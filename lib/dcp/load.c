@@ -196,7 +196,7 @@ static void copy_overlap(const ptz_tensor *t, const int64_t *co, const int64_t *
  * of the output.  Then read it with pread straight into the output: one copy,
  * kernel to caller, instead of page faults on the mapping and a memcpy.  When
  * the block is the whole storage record, its CRC-32 is computed piece by piece
- * as the pieces arrive (still in cache), not in a second pass over the file.
+ * as the pieces arrive, not in a second pass over the file.
  * Returns 1 when it handled the chunk (*rc set: 1 on I/O error, 2 on a CRC
  * mismatch, with *crc the CRC computed), 0 otherwise. */
 static int read_block(dcp_ckpt *c, const dcp_chunk *ch, const ptz_tensor *t,
@@ -226,8 +226,8 @@ static int read_block(dcp_ckpt *c, const dcp_chunk *ch, const ptz_tensor *t,
 		row *= ws[d];
 	uint8_t *dst = (uint8_t *)out + (size_t)((lo[0] - wo[0]) * row) * es;
 	off_t src = (off_t)(t->storage - f->m.data);
-	/* 32 MiB pieces: big enough for zipcrc's threads, small enough to be
-	 * checked while the last bytes are still in cache */
+	/* 32 MiB pieces: enough for zipcrc's threads (it splits from 32 MiB),
+	 * few enough bytes that most are still in cache when checked */
 	const size_t piece = (size_t)32 << 20;
 	*crc = 0;
 	while (len > 0) {
@@ -284,8 +284,10 @@ int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
 			}
 			copy_overlap(&t, ch->offsets, offsets, sizes, e->ndim, lo, hi, out, dtype);
 		}
-		if (rc == 2 && ptz_crc_matches(t.entry, crc, err))
+		if (rc == 2) {
+			ptz_crc_matches(t.entry, crc, err); /* the mismatch, in verify's words */
 			err_prefix(err, "%s/%s at %" PRIu64 " (%s)", c->dir, ch->file, ch->offset, e->fqn);
+		}
 		ptz_close(&z);
 		if (rc == 1)
 			return err_errno(err, "%s/%s: read", c->dir, ch->file);
