@@ -347,6 +347,12 @@ typedef struct dcp_hf_model {
 	const struct llama_args *args; /* the flavor, for a family's config writer
 	                                  (MLA, RoPE scaling, attention options); may
 	                                  be NULL */
+	/* The model the weights are for (dcp_hf_read): NULL, or its tensors'
+	 * names and shapes, which every weight read must have, none missing
+	 * (output.weight aside when the model ties it): the one check behind
+	 * titan-train's checkpoint.initial_load_in_hf and titan-ckpt-convert
+	 * from-hf --flavor. */
+	const struct model *model;
 	/* The family's config.json: add its own keys (architectures, model_type,
 	 * ...) to c, which holds torch_dtype and the keys every decoder has
 	 * (sizes, heads, norm eps, rope_theta, tie_word_embeddings, ...; a key
@@ -384,7 +390,10 @@ typedef int (*dcp_hf_tensor_fn)(void *ctx, const char *name, dcp_dtype dtype, in
  * wq / wk rows permuted back, in dtype (PTZ_NONE: as stored); RoPE buffers
  * left out.  A missing lm_head.weight is the embedding when the folder's
  * config.json sets tie_word_embeddings (model->tied without a config.json),
- * and an error otherwise. */
+ * and an error otherwise.  Every weight must be stored as a floating-point
+ * type (an integer or boolean tensor is refused with its name, not cast);
+ * with model->model set, each must be one of the model's with its shape, and
+ * none may be missing.  Messages start with hfdir. */
 int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
 		void *ctx, titan_err *err);
 /* Write model weights (torchtitan's names, as in a checkpoint) as torchtitan's

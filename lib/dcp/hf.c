@@ -20,6 +20,7 @@
 #include "core/json.h"
 #include "dcp/dcp_priv.h"
 #include "model/flavor.h"
+#include "model/model.h"
 #include "safetensors/safetensors.h"
 
 const dcp_hf_key dcp_hf_llama_keys[] = {
@@ -800,12 +801,74 @@ static int import_tensor(dcp_source *s, const dcp_src_item *it, const dcp_hf_mod
 	return rc;
 }
 
+static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+	size_t n = (size_t)snprintf(buf, cap, "(");
+	for (int d = 0; d < ndim && n < cap; d++)
+		n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, d ? ", " : "", shape[d]);
+	if (n < cap)
+		snprintf(buf + n, cap - n, ")");
+}
+
+/* The weights handed on, checked against the model's tensors first. */
+typedef struct hf_checked {
+	dcp_hf_tensor_fn fn;
+	void *ctx;
+	const model *model;
+	unsigned char *seen; /* (model_num_tensors) */
+	const char *dir;
+} hf_checked;
+
+static int check_weight(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			void *data, titan_err *err)
+{
+	hf_checked *c = vctx;
+	const model_tensor *t = model_tensor_find(c->model, name);
+	int rc = 0;
+	if (t == NULL && !(strcmp(name, "output.weight") == 0 &&
+			   model_args(c->model)->tied_embeddings)) {
+		rc = err_set(err, "%s: %s is not a weight of the model", c->dir, name);
+	} else if (t != NULL) {
+		int same = ndim == t->ndim;
+		for (int d = 0; same && d < ndim; d++)
+			same = shape[d] == t->shape[d];
+		if (!same) {
+			char a[160], b[160];
+			shape_text(a, sizeof a, ndim, shape);
+			shape_text(b, sizeof b, t->ndim, t->shape);
+			rc = err_set(err, "%s: %s has shape %s, the model %s", c->dir, name, a, b);
+		}
+	}
+	if (rc) {
+		free(data);
+		return rc;
+	}
+	if (t != NULL)
+		c->seen[t - model_tensor_at(c->model, 0)] = 1;
+	return c->fn(c->ctx, name, dt, ndim, shape, data, err);
+}
+
+static int is_float(dcp_dtype t)
+{
+	return t == PTZ_F32 || t == PTZ_BF16 || t == PTZ_F16 || t == PTZ_F64;
+}
+
 int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
 		void *ctx, titan_err *err)
 {
+	hf_checked chk = {.fn = fn, .ctx = ctx, .model = model->model, .dir = hfdir};
+	if (chk.model != NULL) {
+		int nt = model_num_tensors(chk.model);
+		if ((chk.seen = calloc((size_t)nt + 1, 1)) == NULL)
+			return err_set(err, "out of memory");
+		fn = check_weight;
+		ctx = &chk;
+	}
 	dcp_source *s;
-	if (dcp_source_open(&s, hfdir, err))
+	if (dcp_source_open(&s, hfdir, err)) {
+		free(chk.seen);
 		return -1;
+	}
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 1, err);
 	size_t n = dcp_source_count(s), ns = 0;
@@ -818,6 +881,13 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 		/* torchtitan's adapter drops the RoPE buffers old exports carry. */
 		if (strstr(it->name, ".self_attn.rotary_emb.inv_freq"))
 			continue;
+		/* the weights are floats: an integer tensor cast would train on
+		 * nonsense without a word */
+		if (it->kind == DCP_TENSOR && !is_float(it->dtype)) {
+			rc = err_set(err, "%s: %s is stored as %s, not as a floating-point type", hfdir,
+				     it->name, ptz_dtype_st(it->dtype));
+			break;
+		}
 		rc = import_tensor(s, it, &m, dtype, stacks, &ns, fn, ctx, &have_output, err);
 	}
 	for (size_t i = 0; i < ns && rc == 0; i++)
@@ -846,6 +916,10 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 		void *data = load_mapped(s, e, dt, DCP_HF_PLAIN, &m, 0, err);
 		rc = data ? fn(ctx, "output.weight", dt, e->ndim, e->shape, data, err) : -1;
 	}
+	for (int i = 0; rc == 0 && chk.model && i < model_num_tensors(chk.model); i++)
+		if (!chk.seen[i])
+			rc = err_set(err, "%s: no weight for %s", hfdir, model_tensor_at(chk.model, i)->fqn);
+	free(chk.seen);
 	dcp_source_close(s);
 	return rc;
 }

@@ -19,6 +19,9 @@ struct loader {
 	loader_opts o;
 	int64_t T, B;
 	shard_file **files;
+	uint8_t *verified;     /* per file: read whole against its CRCs and the
+				  vocabulary (shard_file_verify), once, before its
+				  first tokens are used */
 	size_t n_files;
 	uint64_t total;        /* tokens in the split */
 	uint64_t W;            /* windows per epoch (train) or in the pass (val) */
@@ -170,6 +173,15 @@ static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
 		uint64_t off = s + done - l->prefix[k];
 		if (off >= h->n_tokens)
 			continue;
+		/* What titan-shard verify reads, done as the shard is first read
+		 * (on the prefetch thread), not for every shard at start: a
+		 * data set of thousands of shards starts at once, and each
+		 * process pays for the shards it reads. */
+		if (!l->verified[l->order[k]]) {
+			if (shard_file_verify(f, err) != 0)
+				return -1;
+			l->verified[l->order[k]] = 1;
+		}
 		size_t take = h->n_tokens - off < len - done ? (size_t)(h->n_tokens - off) : len - done;
 		if (shard_file_read(f, l->dec, off, take, l->win + done, err) != 0)
 			return -1;
@@ -369,7 +381,8 @@ static int open_files(loader *l, const shard_manifest *m, titan_err *err)
 {
 	const shard_split *sp = &m->split[l->o.split];
 	l->files = calloc(sp->n_shards ? sp->n_shards : 1, sizeof *l->files);
-	if (l->files == NULL)
+	l->verified = calloc(sp->n_shards ? sp->n_shards : 1, 1);
+	if (l->files == NULL || l->verified == NULL)
 		return err_set(err, "%s: out of memory", l->o.dir);
 	uint32_t crc = 0;
 	for (size_t i = 0; i < sp->n_shards; i++) {
@@ -380,9 +393,8 @@ static int open_files(loader *l, const shard_manifest *m, titan_err *err)
 			return -1;
 		l->n_files = i + 1;
 		const shard_header *h = shard_file_header(l->files[i]);
-		if (h->n_tokens != e->tokens || h->header_crc != e->header_crc)
-			return err_set(err, "%s: differs from manifest.json (run titan-shard verify)",
-				       path);
+		if (shard_entry_check(l->files[i], m, e, err) != 0)
+			return -1;
 		l->total += h->n_tokens;
 		uint8_t rec[16]; /* tokens u64, data_crc, index_crc, little-endian */
 		for (int b = 0; b < 8; b++)
@@ -463,6 +475,7 @@ void loader_close(loader *l)
 	for (size_t i = 0; i < l->n_files; i++)
 		shard_file_close(l->files[i]);
 	free(l->files);
+	free(l->verified);
 	for (int i = 0; l->slots && i < l->depth; i++) {
 		free(l->slots[i].inputs);
 		free(l->slots[i].labels);

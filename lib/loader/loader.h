@@ -93,8 +93,11 @@ typedef struct loader_state {
 typedef struct loader loader;
 
 /* Open the folder's split.  Fails on a folder that verify would not pass at
- * the header level, an incomplete shard set, too few tokens for one window
- * (train), or bad options. */
+ * the header level (shard_entry_check: counts, CRCs and vocabulary against
+ * manifest.json), an incomplete shard set, too few tokens for one window
+ * (train), or bad options.  The rest of verify (shard_file_verify: data and
+ * index CRCs, every id below the vocabulary) runs on each shard before its
+ * first tokens are used, so loader_next fails naming a damaged shard. */
 loader *loader_open(const loader_opts *o, titan_err *err);
 /* Next batch: 1 with *b set (valid until the next call on l), 0 when the
  * validation split is exhausted (never for train), -1 on error. */

@@ -189,12 +189,22 @@ const ptz_entry *ptz_find(const ptz_reader *r, const char *rel)
 	return NULL;
 }
 
+int ptz_crc_matches(const ptz_entry *e, uint32_t crc, titan_err *err)
+{
+	if (crc != e->crc32)
+		return err_set(err, "zip: %s: CRC-32 %08x, expected %08x (the file is damaged)",
+			       e->name, crc, e->crc32);
+	return 0;
+}
+
 int ptz_check_crc(const ptz_reader *r, const ptz_entry *e, titan_err *err)
 {
-	uint32_t c = zipcrc(0, r->buf + e->data_off, (size_t)e->size);
-	if (c != e->crc32)
-		return err_set(err, "zip: %s: CRC-32 %08x, expected %08x", e->name, c, e->crc32);
-	return 0;
+	return ptz_crc_matches(e, zipcrc(0, r->buf + e->data_off, (size_t)e->size), err);
+}
+
+uint32_t ptz_crc32(uint32_t crc, const void *buf, size_t n)
+{
+	return zipcrc(crc, buf, n);
 }
 
 /* ---- tensors ---- */
@@ -285,6 +295,7 @@ int ptz_tensor_from_val(const ptz_reader *r, const pk_val *v, ptz_tensor *t, tit
 			       "-element storage", hi, numel);
 	t->storage = r->buf + e->data_off;
 	t->storage_bytes = (uint64_t)numel * es;
+	t->entry = e;
 	return 0;
 }
 

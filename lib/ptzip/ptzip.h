@@ -78,6 +78,14 @@ void ptz_close(ptz_reader *r);
 const ptz_entry *ptz_find(const ptz_reader *r, const char *rel);
 /* Verify the CRC-32 of an entry's data. */
 int ptz_check_crc(const ptz_reader *r, const ptz_entry *e, titan_err *err);
+/* The same for a CRC-32 the caller computed (zipcrc) over the entry's bytes as
+ * it read them, so that a reader that already streams the data through
+ * memory pays no second pass: 0 when crc is the entry's, else -1 with the
+ * message ptz_check_crc gives. */
+int ptz_crc_matches(const ptz_entry *e, uint32_t crc, titan_err *err);
+/* Extend crc (0 to start) over n bytes: the zip CRC-32 that ptz_crc_matches
+ * compares. */
+uint32_t ptz_crc32(uint32_t crc, const void *buf, size_t n);
 
 /* Where a torch.save'd tensor's elements are.  Only the forms torch writes for
  * a saved tensor are accepted: one storage, any strides (a view). */
@@ -89,6 +97,8 @@ typedef struct ptz_tensor {
 	int64_t storage_offset;  /* in elements */
 	const uint8_t *storage;  /* points into the zip */
 	uint64_t storage_bytes;
+	const ptz_entry *entry;  /* the storage's record (its size and CRC-32);
+	                            owned by the reader */
 } ptz_tensor;
 
 /* The globals a torch.save'd tensor's pickle may name (for pk_load). */

@@ -96,8 +96,31 @@ static int dir_is_empty(const char *dir, titan_err *err)
 	return empty;
 }
 
-/* A listed shard against its manifest entry: counts, size, checksums and
- * vocabulary from its header; full also reads the data against its CRCs. */
+int shard_entry_check(const shard_file *f, const shard_manifest *m, const shard_entry *e,
+		      titan_err *err)
+{
+	const shard_header *h = shard_file_header(f);
+	const char *path = shard_file_path(f);
+	if (h->n_tokens != e->tokens || h->n_docs != e->docs)
+		return err_set(err, "%s: %llu tokens, %llu documents; manifest.json says %llu, %llu",
+			       path, (unsigned long long)h->n_tokens, (unsigned long long)h->n_docs,
+			       (unsigned long long)e->tokens, (unsigned long long)e->docs);
+	if (h->index_offset + h->index_bytes != e->bytes)
+		return err_set(err, "%s: %llu bytes, manifest.json says %llu", path,
+			       (unsigned long long)(h->index_offset + h->index_bytes),
+			       (unsigned long long)e->bytes);
+	if (h->header_crc != e->header_crc || h->data_crc != e->data_crc ||
+	    h->index_crc != e->index_crc)
+		return err_set(err, "%s: checksums differ from manifest.json (replaced file?)", path);
+	if (h->vocab_size != m->stream.vocab_size ||
+	    memcmp(h->fingerprint, m->stream.fingerprint, 32) != 0)
+		return err_set(err, "%s: vocab mismatch with manifest.json (vocab_size %u, the "
+			       "manifest's %u)", path, h->vocab_size, m->stream.vocab_size);
+	return 0;
+}
+
+/* A listed shard against its manifest entry; full also reads the data
+ * against its CRCs and the vocabulary. */
 static int verify_entry(const char *dir, const shard_manifest *m, const shard_entry *e, int full,
 			titan_err *err)
 {
@@ -106,24 +129,9 @@ static int verify_entry(const char *dir, const shard_manifest *m, const shard_en
 	shard_file *f = shard_file_open(path, err);
 	if (f == NULL)
 		return -1;
-	const shard_header *h = shard_file_header(f);
-	int rc = -1;
-	if (h->n_tokens != e->tokens || h->n_docs != e->docs)
-		err_set(err, "%s: %llu tokens, %llu documents; manifest.json says %llu, %llu", path,
-			(unsigned long long)h->n_tokens, (unsigned long long)h->n_docs,
-			(unsigned long long)e->tokens, (unsigned long long)e->docs);
-	else if (h->index_offset + h->index_bytes != e->bytes)
-		err_set(err, "%s: %llu bytes, manifest.json says %llu", path,
-			(unsigned long long)(h->index_offset + h->index_bytes),
-			(unsigned long long)e->bytes);
-	else if (h->header_crc != e->header_crc || h->data_crc != e->data_crc ||
-		 h->index_crc != e->index_crc)
-		err_set(err, "%s: checksums differ from manifest.json (replaced file?)", path);
-	else if (h->vocab_size != m->stream.vocab_size ||
-		 memcmp(h->fingerprint, m->stream.fingerprint, 32) != 0)
-		err_set(err, "%s: vocab mismatch with manifest.json", path);
-	else
-		rc = full ? shard_file_verify(f, err) : 0;
+	int rc = shard_entry_check(f, m, e, err);
+	if (rc == 0 && full)
+		rc = shard_file_verify(f, err);
 	shard_file_close(f);
 	return rc;
 }

@@ -577,18 +577,27 @@ int shard_file_verify(shard_file *f, titan_err *err)
 	if (h->n_docs == 0 && h->n_tokens != 0)
 		return err_set(err, "%s: %llu tokens but no documents", f->path,
 			       (unsigned long long)h->n_tokens);
+	/* a decoder of its own, not the file's: a loader verifying thousands of
+	 * shards must not keep a decoder for each */
+	shard_dec *d = NULL;
+	if ((h->flags & SHARD_ZSTD) && (d = shard_dec_new()) == NULL)
+		return err_set(err, "%s: out of memory", f->path);
 	uint32_t buf[4096];
-	for (uint64_t t = 0; t < h->n_tokens;) {
+	int rc = 0;
+	for (uint64_t t = 0; rc == 0 && t < h->n_tokens;) {
 		size_t k = h->n_tokens - t < 4096 ? (size_t)(h->n_tokens - t) : 4096;
-		if (shard_file_tokens(f, t, k, buf, err) != 0)
-			return -1;
+		if (shard_file_read(f, d, t, k, buf, err) != 0) {
+			rc = -1;
+			break;
+		}
 		uint32_t bad = 0;
 		for (size_t i = 0; i < k; i++)
 			bad |= buf[i] >= h->vocab_size;
 		if (bad)
-			return err_set(err, "%s: an id near token %llu is not below vocab_size %u",
-				       f->path, (unsigned long long)t, h->vocab_size);
+			rc = err_set(err, "%s: an id near token %llu is not below vocab_size %u",
+				     f->path, (unsigned long long)t, h->vocab_size);
 		t += k;
 	}
-	return 0;
+	shard_dec_free(d);
+	return rc;
 }

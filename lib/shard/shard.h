@@ -93,7 +93,11 @@ int shard_file_read(shard_file *f, shard_dec *d, uint64_t start, size_t n, uint3
 uint64_t shard_file_doc_start(const shard_file *f, uint64_t d);
 /* Index of the document holding token t (the last start <= t). */
 uint64_t shard_file_doc_of(const shard_file *f, uint64_t t);
-/* Check the data and index CRCs and the index's order and range. */
+/* Check the data and index CRCs, the index's order and range, and that every
+ * id is below the header's vocab_size: titan-shard verify's reading of a
+ * shard, which the loader does once per shard before its first tokens are
+ * used.  Reads the whole shard (decompressing it through a decoder of its
+ * own, freed before it returns). */
 int shard_file_verify(shard_file *f, titan_err *err);
 
 /* ---- folders: manifest.json */
@@ -141,6 +145,11 @@ int shard_manifest_write(const char *dir, const shard_manifest *m, titan_err *er
 void shard_manifest_free(shard_manifest *m);
 /* Append a committed shard to split s. */
 int shard_manifest_add(shard_manifest *m, int s, const shard_entry *e, titan_err *err);
+/* A listed shard's header against its manifest entry and the manifest's
+ * vocabulary (counts, size, the three CRCs, vocab_size, tokenizer), as
+ * titan-shard verify checks it before reading the data. */
+int shard_entry_check(const shard_file *f, const shard_manifest *m, const shard_entry *e,
+		      titan_err *err);
 
 /* ---- the jobs behind titan-shard's commands */
 

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "core/crc32c.h"
 #include "loader/loader.h"
 #include "shard/shard.h"
 #include "tokstream/tokstream.h"
@@ -450,6 +451,95 @@ static void state_from_other_data_or_seq_len_is_refused(void **state)
 	loader_close(a), loader_close(z), loader_close(t);
 }
 
+/* A copy of the uncompressed folder, its first train shard's data changed
+ * by edit (at the data's start) and, when fix, its data and header CRCs
+ * (and the manifest's) made right again; *dir is the copy. */
+static void damaged_copy(const char *name, void (*edit)(uint8_t *data), int fix, char *dir,
+			 size_t cap)
+{
+	snprintf(dir, cap, "%s/%s", tmpdir, name);
+	char cmd[1400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, plain, dir);
+	assert_int_equal(system(cmd), 0);
+	titan_err err;
+	shard_manifest m;
+	assert_int_equal(shard_manifest_read(dir, &m, &err), 0);
+	shard_entry *e = &m.split[SHARD_TRAIN].shards[0];
+	char path[1200];
+	snprintf(path, sizeof path, "%s/%s", dir, e->file);
+	shard_file *sf = shard_file_open(path, &err);
+	assert_non_null(sf);
+	shard_header h = *shard_file_header(sf);
+	shard_file_close(sf);
+	FILE *fp = fopen(path, "r+b");
+	assert_non_null(fp);
+	uint8_t *buf = malloc((size_t)(h.index_offset + h.index_bytes));
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)(h.index_offset + h.index_bytes), fp),
+			 (size_t)(h.index_offset + h.index_bytes));
+	edit(buf + h.data_offset);
+	if (fix) {
+		/* the header's data_crc (offset 76) and header_crc (124), LE */
+		uint32_t dc = crc32c(0, buf + h.data_offset, (size_t)h.data_bytes);
+		for (int b = 0; b < 4; b++)
+			buf[76 + b] = (uint8_t)(dc >> (8 * b));
+		uint32_t hc = crc32c(0, buf, 124);
+		for (int b = 0; b < 4; b++)
+			buf[124 + b] = (uint8_t)(hc >> (8 * b));
+		e->data_crc = dc;
+		e->header_crc = hc;
+		assert_int_equal(shard_manifest_write(dir, &m, &err), 0);
+	}
+	assert_int_equal(fseek(fp, 0, SEEK_SET), 0);
+	assert_int_equal(fwrite(buf, 1, (size_t)(h.index_offset + h.index_bytes), fp),
+			 (size_t)(h.index_offset + h.index_bytes));
+	assert_int_equal(fclose(fp), 0);
+	free(buf);
+	shard_manifest_free(&m);
+}
+
+static void flip_byte(uint8_t *data)
+{
+	data[10] ^= 1;
+}
+
+/* ids are u16 (VOCAB 5000): the second token becomes 65535 */
+static void out_of_vocab(uint8_t *data)
+{
+	data[2] = data[3] = 0xff;
+}
+
+/* On main the loader checked a shard's header only; titan-shard verify's
+ * data CRC and the manifest's vocabulary were left to verify. */
+static void a_shard_with_a_flipped_data_byte_is_refused_naming_it(void **state)
+{
+	(void)state;
+	char dir[600];
+	damaged_copy("flipped", flip_byte, 0, dir, sizeof dir);
+	for (int prefetch = 0; prefetch < 2; prefetch++) {
+		loader *l = open_loader(dir, SHARD_TRAIN, 20, 1, 0, 1, 0, prefetch);
+		const loader_batch *b;
+		titan_err err;
+		assert_int_equal(loader_next(l, &b, &err), -1);
+		assert_non_null(strstr(err.msg, "/flipped/train-000000.bin: data checksum"));
+		loader_close(l);
+	}
+}
+
+static void ids_beyond_the_manifest_vocabulary_are_refused(void **state)
+{
+	(void)state;
+	char dir[600];
+	damaged_copy("oov", out_of_vocab, 1, dir, sizeof dir);
+	loader *l = open_loader(dir, SHARD_TRAIN, 20, 1, 0, 1, 0, 0);
+	const loader_batch *b;
+	titan_err err;
+	assert_int_equal(loader_next(l, &b, &err), -1);
+	assert_non_null(strstr(err.msg, "/oov/train-000000.bin: an id near token 0 is not below "
+				       "vocab_size 5000"));
+	loader_close(l);
+}
+
 /* test_loader bench DIR SEQ_LEN BATCH PREFETCH SHUFFLE: loader tokens/s on
  * rank 0 of 1 for about two seconds (used by scripts/bench/shard.sh). */
 static int bench(char **argv)
@@ -528,6 +618,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(val_loader_reads_val_once_with_padding),
 		cmocka_unit_test(state_from_other_data_or_seq_len_is_refused),
 		cmocka_unit_test(many_shards_open_under_a_small_descriptor_limit),
+		cmocka_unit_test(a_shard_with_a_flipped_data_byte_is_refused_naming_it),
+		cmocka_unit_test(ids_beyond_the_manifest_vocabulary_are_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

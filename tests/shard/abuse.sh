@@ -46,6 +46,30 @@ t_fails "titan-train refuses a FIFO shard" 1 $T "$BIN/titan-train" --config "$TM
 	--job.dump_folder "$TMP/run" --activation_checkpoint.mode none
 t_grep "and names it" 'train-000001.bin: not a regular file' "$TMP/.err"
 
+# A flipped byte in a shard's data: titan-train refuses it as titan-shard
+# verify does, naming the shard (on main it trained on it); a manifest whose
+# vocabulary is not its shards' is refused before the first step (on main ids
+# were checked against the model's vocabulary only).
+cp -r "$TMP/ok" "$TMP/flip"
+f="$TMP/flip/train-000000.bin"
+b=$(od -An -tu1 -j 200 -N1 "$f" | tr -d ' ')
+printf "\\$(printf %03o $((b ^ 1)))" | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
+t_fails "verify refuses a flipped data byte" 1 $T "$SH" verify "$TMP/flip"
+t_grep "naming the shard" 'flip/train-000000.bin: data checksum' "$TMP/.err"
+sed "s|$TMP/fifo|$TMP/flip|" "$TMP/t.toml" >"$TMP/flip.toml"
+t_fails "titan-train refuses the flipped data byte" 1 $T "$BIN/titan-train" --config "$TMP/flip.toml" \
+	--job.dump_folder "$TMP/run-flip" --activation_checkpoint.mode none
+t_grep "naming the shard as verify does" 'flip/train-000000.bin: data checksum' "$TMP/.err"
+cp -r "$TMP/ok" "$TMP/vocab"
+jq -c '.tokenizer.vocab_size = 900' "$TMP/ok/manifest.json" >"$TMP/vocab/manifest.json"
+sed "s|$TMP/fifo|$TMP/vocab|" "$TMP/t.toml" >"$TMP/vocab.toml"
+t_fails "titan-train refuses shards of another vocabulary than the manifest's" 1 $T \
+	"$BIN/titan-train" --config "$TMP/vocab.toml" --job.dump_folder "$TMP/run-vocab" \
+	--activation_checkpoint.mode none
+t_grep "naming the shard and both sizes" \
+	'vocab/train-000000.bin: vocab mismatch with manifest.json (vocab_size 1000, the manifest.s 900)' \
+	"$TMP/.err"
+
 # Results on standard output that cannot be written are failures.
 t_fails "info > /dev/full fails" 1 sh -c "'$SH' info '$TMP/ok' >/dev/full"
 t_grep "saying why" 'standard output: No space left on device' "$TMP/.err"

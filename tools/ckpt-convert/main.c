@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/cli.h"
 #include "core/err.h"
 #include "dcp/dcp.h"
 #include "model/family.h"
+#include "model/model.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -525,9 +527,25 @@ int main(int argc, char **argv)
 		if (!a.flavor)
 			cli_usage_error(&spec, "%s needs --flavor", cmd);
 		dcp_hf_model m = hf_model(&a);
-		int rc = !strcmp(cmd, "to-hf")
-				 ? dcp_to_hf(op[1], op[2], &m, a.export_dtype, a.max_shard, &err)
-				 : dcp_from_hf(op[1], op[2], &m, a.export_dtype, &err);
+		/* A flavor taken as it is names every weight and its shape: from-hf
+		 * then refuses what titan-train would (the same check, dcp_hf_read's);
+		 * the model is built without storage. */
+		backend *be = NULL;
+		model *fm = NULL;
+		int rc = 0;
+		if (!strcmp(cmd, "from-hf") && !a.n_heads && !a.n_kv_heads) {
+			be = backend_cpu_create(1, &err);
+			fm = be ? model_create_unbound(be, m.args, 0, &err) : NULL;
+			rc = fm ? 0 : -1;
+			m.model = fm;
+		}
+		if (rc == 0)
+			rc = !strcmp(cmd, "to-hf")
+				     ? dcp_to_hf(op[1], op[2], &m, a.export_dtype, a.max_shard, &err)
+				     : dcp_from_hf(op[1], op[2], &m, a.export_dtype, &err);
+		model_free(fm);
+		if (be)
+			backend_free(be);
 		if (rc)
 			titan_die_err(&err);
 		return 0;
