@@ -212,7 +212,10 @@ static int settle_losses(backend *be, titan_err *e)
 		double sum;
 		int64_t n;
 	} host[LOSS_SLOTS];
-	if (gpu_download(host, s->slots, (size_t)s->npending * sizeof host[0], e) != 0)
+	/* on the backend's stream: a device-wide gpu_download would also wait for
+	 * NCCL's streams, which the step overlaps with */
+	if (gpu_copy_async(host, s->slots, (size_t)s->npending * sizeof host[0], s->stream, e) != 0 ||
+	    gpu_stream_sync(s->stream, e) != 0)
 		return err_prefix(e, "cuda backend: loss");
 	for (int i = 0; i < s->npending; i++) {
 		pending_loss *p = &s->pending[i];
