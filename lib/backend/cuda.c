@@ -400,9 +400,16 @@ static int refused(cuda_state *s, const att_shape *x)
 	return 0;
 }
 
+/* Said once per shape: a refused cuDNN graph leaves attention on titan's
+ * float32 reference kernels, many times slower at 8B's shapes, and nothing
+ * else would show it but the step time. */
 static void remember_refusal(cuda_state *s, const att_shape *x, const char *why)
 {
 	snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", why);
+	titan_warn("cuda backend: attention b=%lld t=%lld h=%lld hkv=%lld hd=%lld runs on titan's "
+		   "reference kernels, not cuDNN: %s",
+		   (long long)x->b, (long long)x->t, (long long)x->h, (long long)x->hkv,
+		   (long long)x->hd, why);
 	if (s->nrefused == s->cap_refused) {
 		int cap = s->cap_refused ? 2 * s->cap_refused : 8;
 		att_shape *n = realloc(s->refused, (size_t)cap * sizeof *n);
@@ -1008,8 +1015,12 @@ static int state_init(cuda_state *s, const backend_cuda_opts *o, titan_err *e)
 	if (!(s->pending = calloc(LOSS_SLOTS, sizeof *s->pending)))
 		return err_set(e, "cuda backend: out of host memory");
 	titan_err why;
-	if (!(s->cudnn = gpu_attn_create(&why)))
+	if (!(s->cudnn = gpu_attn_create(&why))) {
 		snprintf(s->cudnn_why, sizeof s->cudnn_why, "%s", why.msg);
+		if (gpu_attn_cudnn_version() > 0) /* built in, yet it would not start */
+			titan_warn("cuda backend: attention runs on titan's reference kernels, not "
+				   "cuDNN: %s", why.msg);
+	}
 	snprintf(s->att_path, sizeof s->att_path, "none yet");
 	return 0;
 }

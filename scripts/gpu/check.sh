@@ -235,6 +235,15 @@ if [ -x "$bench" ]; then
 	stage bench-8B-L8-none 75 "$bench" model 8B 8 1 8192 5 none
 fi
 
+# A cuDNN refusal only warns in titan-train and the benchmarks (attention
+# still runs, on titan's float32 reference kernels): on a GPU machine with
+# cuDNN it is a failure of the check, said here and in the table.
+if [ -n "$cudnn_lib" ] && grep -q "reference kernels, not cuDNN" "$log"; then
+	echo "cudnn-attention failed(refused) 0s" >>"$status"
+	say "== cuDNN attention was expected and not taken:"
+	grep "reference kernels, not cuDNN" "$log" | sort -u | head -5 | tee -a "$log"
+fi
+
 # ---- 6. the table ----
 
 # value SECTION NAME: the figure, or "-"
