@@ -68,14 +68,15 @@ endif
 # GPU_CHECK=1 builds only what the GPU tests and benchmarks link (make check-gpu
 # on a machine without Debian's -dev packages, scripts/gpu/check.sh): the
 # modules below and the model families (lib/model/families.def), linked against
-# OpenBLAS, oneDNN, cmocka and CUDA alone.  Warnings stay
+# OpenBLAS, oneDNN, jansson (the families' HF config.json writers), cmocka and
+# CUDA alone.  Warnings stay
 # warnings there: another image's compilers warn about other things, and CI's
 # -Werror build is the one that keeps the code clean.
 GPU_CHECK_MODULES ?= core backend float8 gpu model optim \
 	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
 ifeq ($(GPU_CHECK),1)
 MPI_CFLAGS  :=
-LDLIBS      := -lopenblas -ldnnl $(CUDA_LIBS) -lm -lpthread
+LDLIBS      := -lopenblas -ldnnl -ljansson $(CUDA_LIBS) -lm -lpthread
 CFLAGS      += -Wno-error
 NVCC_WERROR :=
 endif

@@ -236,6 +236,21 @@ extern "C" int launch_f8_recip(float *y, const float *x, int64_t n, void *stream
 	return launch_status();
 }
 
+__global__ void recip_bcast_kernel(float *y, const float *x, int64_t n)
+{
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		y[i] = 1.0f / x[0];
+}
+
+extern "C" int launch_f8_recip_bcast(float *y, int64_t n, const float *x, void *stream)
+{
+	if (n <= 0)
+		return n < 0 ? (int)cudaErrorInvalidValue : 0;
+	recip_bcast_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(y, x, n);
+	return launch_status();
+}
+
 // C (m, n) = beta C + acc / (sa[i] sb[j]): the unscaled float8 product's
 // epilogue where cuBLASLt has no row-wise scales.
 template <typename T>

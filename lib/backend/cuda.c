@@ -65,7 +65,6 @@ typedef struct att_shape {
 
 typedef struct cuda_state {
 	int device;
-	int f8_no_vec; /* cuBLASLt refused row-wise float8 scales: the epilogue applies them */
 	void *stream;
 	gpu_arena *arena;
 	gpu_gemm *gemm;
@@ -213,7 +212,10 @@ static int settle_losses(backend *be, titan_err *e)
 		double sum;
 		int64_t n;
 	} host[LOSS_SLOTS];
-	if (gpu_download(host, s->slots, (size_t)s->npending * sizeof host[0], e) != 0)
+	/* on the backend's stream: a device-wide gpu_download would also wait for
+	 * NCCL's streams, which the step overlaps with */
+	if (gpu_copy_async(host, s->slots, (size_t)s->npending * sizeof host[0], s->stream, e) != 0 ||
+	    gpu_stream_sync(s->stream, e) != 0)
 		return err_prefix(e, "cuda backend: loss");
 	for (int i = 0; i < s->npending; i++) {
 		pending_loss *p = &s->pending[i];
@@ -398,9 +400,16 @@ static int refused(cuda_state *s, const att_shape *x)
 	return 0;
 }
 
+/* Said once per shape: a refused cuDNN graph leaves attention on titan's
+ * float32 reference kernels, many times slower at 8B's shapes, and nothing
+ * else would show it but the step time. */
 static void remember_refusal(cuda_state *s, const att_shape *x, const char *why)
 {
 	snprintf(s->att_path, sizeof s->att_path, "titan kernels: %s", why);
+	titan_warn("cuda backend: attention b=%lld t=%lld h=%lld hkv=%lld hd=%lld runs on titan's "
+		   "reference kernels, not cuDNN: %s",
+		   (long long)x->b, (long long)x->t, (long long)x->h, (long long)x->hkv,
+		   (long long)x->hd, why);
 	if (s->nrefused == s->cap_refused) {
 		int cap = s->cap_refused ? 2 * s->cap_refused : 8;
 		att_shape *n = realloc(s->refused, (size_t)cap * sizeof *n);
@@ -682,9 +691,10 @@ static void cuda_f8_cast(backend *be, void *q, be_dtype qt, float *scale, const 
 }
 
 /* cuBLASLt multiplies by dequantising scales (1 / torchao's): their
- * reciprocals go to scratch; row-wise scales are cuBLASLt's outer vectors, or
- * where it has no kernel for them the unscaled product goes to scratch and the
- * epilogue divides. */
+ * reciprocals go to scratch (gpu_f8_scales_plan: row-wise scales are
+ * cuBLASLt's outer vectors on both operands).  Where its heuristic refuses a
+ * row-wise shape, that call's unscaled product goes to scratch and the
+ * epilogue divides; any other failure is a fault, not a fallback. */
 static void cuda_f8_matmul(backend *be, int64_t m, int64_t n, int64_t k, const void *a,
 			   be_dtype at, const float *sa, int64_t nsa, const void *b, be_dtype bt,
 			   const float *sb, int64_t nsb, float beta, void *c, be_dtype ct)
@@ -701,29 +711,39 @@ static void cuda_f8_matmul(backend *be, int64_t m, int64_t n, int64_t k, const v
 	}
 	if (m == 0 || n == 0)
 		return;
-	int rowwise = nsa > 1 || nsb > 1, epilogue = rowwise && s->f8_no_vec;
-	size_t rb = ((size_t)(nsa + nsb) * sizeof(float) + 255) & ~(size_t)255;
-	char *tmp = scratch(be, rb + (epilogue || rowwise ? (size_t)(m * n) * sizeof(float) : 0),
-			    "f8_matmul");
+	titan_err e;
+	gpu_f8_scales sp;
+	if (gpu_f8_scales_plan(m, n, nsa, nsb, &sp, &e) != 0) {
+		backend_fault(be, "cuda backend: f8_matmul: %s", e.msg);
+		return;
+	}
+	char *tmp = scratch(be, sp.bytes, "f8_matmul");
 	if (!tmp)
 		return;
-	float *ra = (float *)tmp, *rb_ = ra + nsa, *acc = (float *)(tmp + rb);
+	/* (na) and (nb): the dequantising multipliers, a scalar broadcast beside a vector */
+	float *ra = (float *)tmp, *rb_ = (float *)(tmp + sp.b_offset);
+	if (check(be, nsa == sp.na ? launch_f8_recip(ra, sa, nsa, s->stream)
+				   : launch_f8_recip_bcast(ra, sp.na, sa, s->stream),
+		  "f8_matmul scales") ||
+	    check(be, nsb == sp.nb ? launch_f8_recip(rb_, sb, nsb, s->stream)
+				   : launch_f8_recip_bcast(rb_, sp.nb, sb, s->stream),
+		  "f8_matmul scales"))
+		return;
 	gpu_gemm_f8_args x = {.m = m, .n = n, .k = k, .a = a, .a_type = at, .b = b, .b_type = bt,
-			      .sa = ra, .sb = rb_, .a_rows = nsa > 1, .b_rows = nsb > 1,
+			      .sa = ra, .sb = rb_, .a_rows = sp.outer_vec, .b_rows = sp.outer_vec,
 			      .beta = beta, .d = c, .d_type = ct};
-	titan_err e;
-	if (!epilogue) {
-		if (check(be, launch_f8_recip(ra, sa, nsa, s->stream), "f8_matmul scales") ||
-		    check(be, launch_f8_recip(rb_, sb, nsb, s->stream), "f8_matmul scales"))
-			return;
-		if (gpu_gemm_f8_run(s->gemm, s->stream, &x, &e) == 0)
-			return;
-		if (!rowwise) {
-			backend_fault(be, "cuda backend: f8_matmul: %s", e.msg);
-			return;
-		}
-		s->f8_no_vec = 1; /* no outer-vector kernel: the epilogue from now on */
+	int rc = gpu_gemm_f8_run(s->gemm, s->stream, &x, &e);
+	if (rc == 0)
+		return;
+	/* Only a refused row-wise product has another way (gemm.h); the refusal
+	 * is this shape's, remembered by gpu_gemm, so other shapes still try. */
+	if (rc != GPU_GEMM_NO_ALGO || !sp.outer_vec) {
+		backend_fault(be, "cuda backend: f8_matmul: %s", e.msg);
+		return;
 	}
+	float *acc = scratch(be, sp.fallback_bytes, "f8_matmul (row-wise epilogue)"); /* (m, n) */
+	if (!acc)
+		return;
 	x.sa = x.sb = NULL;
 	x.a_rows = x.b_rows = 0;
 	x.beta = 0;
@@ -995,8 +1015,12 @@ static int state_init(cuda_state *s, const backend_cuda_opts *o, titan_err *e)
 	if (!(s->pending = calloc(LOSS_SLOTS, sizeof *s->pending)))
 		return err_set(e, "cuda backend: out of host memory");
 	titan_err why;
-	if (!(s->cudnn = gpu_attn_create(&why)))
+	if (!(s->cudnn = gpu_attn_create(&why))) {
 		snprintf(s->cudnn_why, sizeof s->cudnn_why, "%s", why.msg);
+		if (gpu_attn_cudnn_version() > 0) /* built in, yet it would not start */
+			titan_warn("cuda backend: attention runs on titan's reference kernels, not "
+				   "cuDNN: %s", why.msg);
+	}
 	snprintf(s->att_path, sizeof s->att_path, "none yet");
 	return 0;
 }

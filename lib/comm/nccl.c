@@ -25,6 +25,7 @@
 #include <nccl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 
 typedef struct inflight {
 	cudaEvent_t done;
@@ -43,7 +44,7 @@ typedef struct nccl_comm {
 	pthread_mutex_t mu;   /* the in-flight list, shared with the watchdog */
 	inflight *inflight;
 	float *one;           /* a device float: the barrier's all-reduce */
-	int aborted;
+	atomic_int aborted;   /* set by the watchdog, read by the caller's thread */
 } nccl_comm;
 
 static const comm_ops nccl_ops;
@@ -116,9 +117,20 @@ static int open_streams(comm *out, ncclComm_t nc, int device, cudaStream_t compu
 	n->compute = compute;
 	pthread_mutex_init(&n->mu, NULL);
 	cudaError_t rc;
+	/* The barrier's float is zeroed on the communicator's own stream, ahead
+	 * of every operation: an all-reduce of cudaMalloc's leftovers is a read
+	 * of uninitialised memory (compute-sanitizer's initcheck) and may sum
+	 * NaNs and infinities. */
 	if ((rc = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (rc = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming)) != cudaSuccess ||
-	    (rc = cudaMalloc((void **)&n->one, sizeof(float))) != cudaSuccess) {
+	    (rc = cudaMalloc((void **)&n->one, sizeof(float))) != cudaSuccess ||
+	    (rc = cudaMemsetAsync(n->one, 0, sizeof(float), n->stream)) != cudaSuccess) {
+		if (n->one != NULL)
+			cudaFree(n->one);
+		if (n->ready != NULL)
+			cudaEventDestroy(n->ready);
+		if (n->stream != NULL)
+			cudaStreamDestroy(n->stream);
 		pthread_mutex_destroy(&n->mu);
 		free(n);
 		return cuda_fail(rc, e, "NCCL communicator streams");
@@ -133,7 +145,7 @@ static int begin(comm *c, titan_err *e)
 {
 	nccl_comm *n = nc_of(c);
 	cudaError_t rc;
-	if (n->aborted)
+	if (atomic_load(&n->aborted))
 		return err_set(e, "the NCCL communicator was aborted after a failure");
 	if ((rc = cudaSetDevice(n->device)) != cudaSuccess ||
 	    (rc = cudaEventRecord(n->ready, n->compute)) != cudaSuccess ||
@@ -293,7 +305,7 @@ static int nccl_test(comm *c, comm_req *r, int *done, titan_err *e)
 static int nccl_watch(comm *c, double now, titan_err *e)
 {
 	nccl_comm *n = nc_of(c);
-	if (n->aborted)
+	if (atomic_load(&n->aborted))
 		return 0;
 	int rc = 0;
 	cudaSetDevice(n->device);
@@ -323,10 +335,8 @@ static int nccl_watch(comm *c, double now, titan_err *e)
 	pthread_mutex_unlock(&n->mu);
 	if (rc == 0)
 		rc = async_error(n, e);
-	if (rc != 0) {
-		n->aborted = 1;
+	if (rc != 0 && !atomic_exchange(&n->aborted, 1))
 		ncclCommAbort(n->nc);
-	}
 	return rc;
 }
 
@@ -379,18 +389,26 @@ static int nccl_split(comm *c, int color, int key, comm *out, titan_err *e)
 	return 0;
 }
 
+/* The in-flight list is the watchdog's too: it is detached under the mutex
+ * nccl_watch holds, so that a pass still walking it finishes before its
+ * events are destroyed.  (The runtime also takes c off its list first, under
+ * its own lock; this keeps nccl.c safe without relying on that.) */
 static void nccl_free(comm *c)
 {
 	nccl_comm *n = nc_of(c);
 	cudaSetDevice(n->device);
-	if (!n->aborted) {
+	if (!atomic_load(&n->aborted)) {
 		cudaStreamSynchronize(n->stream);
 		ncclResult_t rc = ncclCommFinalize(n->nc);
 		titan_err e;
 		if (settle(n->nc, rc, comm_now() + 10, &e, "ncclCommFinalize") == 0)
 			ncclCommDestroy(n->nc);
 	}
-	for (inflight *f = n->inflight, *next; f != NULL; f = next) {
+	pthread_mutex_lock(&n->mu);
+	inflight *list = n->inflight;
+	n->inflight = NULL;
+	pthread_mutex_unlock(&n->mu);
+	for (inflight *f = list, *next; f != NULL; f = next) {
 		next = f->next;
 		cudaEventDestroy(f->done);
 		free(f);

@@ -35,6 +35,14 @@ long gpu_attn_cudnn_version(void);
 int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
 			 int *nops, titan_err *e);
 
+/* The same graph as text, a line per operation in the order built: "<kind>
+ * <mode> <math precision>[ axis N] -> <output type>[ F16x16][ uid N]" (uid for
+ * the tensors the caller binds), e.g. "pointwise GEN_INDEX i32 axis 2 -> i32".
+ * For tests that hold the graph to cudnn-frontend's SDPA graph without a GPU;
+ * lines that do not fit in bytes are left out. */
+int gpu_attn_graph_describe(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			    char *text, size_t bytes, titan_err *e);
+
 /* Build (once per shape) the forward and backward execution plans and report
  * the scratch both need (the larger); later calls with the shape are free.
  * -1 with a message when cuDNN cannot run this shape: head dims 64 and 128,

@@ -13,6 +13,7 @@
 #include "gpu/attn.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,17 @@ typedef struct builder {
 	int64_t next_uid;
 	cudnnStatus_t st;
 	const char *what;
+	/* gpu_attn_graph_describe's record: each tensor's type, and a line per
+	 * operation (NULL text: not recording) */
+	struct {
+		cudnnBackendDescriptor_t d;
+		cudnnDataType_t dt;
+		int64_t uid;
+		bool virt, f16x16;
+	} tensors[160];
+	int ntensors;
+	char *text;
+	size_t text_len, text_cap;
 } builder;
 
 typedef struct attn_plan {
@@ -133,9 +145,18 @@ static void finalize(builder *g, cudnnBackendDescriptor_t d, const char *what)
 		check(g, cudnnBackendFinalize(d), what);
 }
 
-/* A 4-d tensor; uid 0 makes a virtual one with the next free id. */
-static cudnnBackendDescriptor_t tensor(builder *g, int64_t uid, cudnnDataType_t dt,
-				       const int64_t dims[4], const int64_t strides[4], bool by_value)
+static const char *type_name(cudnnDataType_t t)
+{
+	return t == CUDNN_DATA_FLOAT ? "f32" : t == CUDNN_DATA_BFLOAT16 ? "bf16"
+	       : t == CUDNN_DATA_INT32 ? "i32" : t == CUDNN_DATA_BOOLEAN ? "bool" : "?";
+}
+
+/* A 4-d tensor; uid 0 makes a virtual one with the next free id.  f16x16: in
+ * cuDNN's swizzled F16x16 layout (the float32 dq accumulator, as
+ * cudnn-frontend declares it). */
+static cudnnBackendDescriptor_t tensor_in(builder *g, int64_t uid, cudnnDataType_t dt,
+					  const int64_t dims[4], const int64_t strides[4],
+					  bool by_value, bool f16x16)
 {
 	bool virt = uid == 0;
 	int64_t id = virt ? g->next_uid++ : uid, align = 16;
@@ -147,8 +168,67 @@ static cudnnBackendDescriptor_t tensor(builder *g, int64_t uid, cudnnDataType_t 
 	set(g, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
 	set(g, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual");
 	set(g, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "tensor by value");
+	if (f16x16) {
+		cudnnBackendTensorReordering_t r = CUDNN_TENSOR_REORDERING_F16x16;
+		set(g, d, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &r,
+		    "tensor reordering");
+	}
 	finalize(g, d, "tensor");
+	if (ok(g) && g->ntensors < (int)(sizeof g->tensors / sizeof g->tensors[0])) {
+		g->tensors[g->ntensors].d = d;
+		g->tensors[g->ntensors].dt = dt;
+		g->tensors[g->ntensors].uid = id;
+		g->tensors[g->ntensors].virt = virt;
+		g->tensors[g->ntensors].f16x16 = f16x16;
+		g->ntensors++;
+	}
 	return d;
+}
+
+static cudnnBackendDescriptor_t tensor(builder *g, int64_t uid, cudnnDataType_t dt,
+				       const int64_t dims[4], const int64_t strides[4], bool by_value)
+{
+	return tensor_in(g, uid, dt, dims, strides, by_value, false);
+}
+
+/* Append "<op>[ <detail>] -> <y's type>[ F16x16][ uid N]\n" to the record. */
+static void record(builder *g, const char *op, const char *detail, cudnnBackendDescriptor_t y)
+{
+	if (!g->text || !ok(g))
+		return;
+	char line[160];
+	int n = snprintf(line, sizeof line, "%s%s%s ->", op, detail[0] ? " " : "", detail);
+	for (int i = 0; i < g->ntensors; i++)
+		if (g->tensors[i].d == y) {
+			n += snprintf(line + n, sizeof line - (size_t)n, " %s%s",
+				      type_name(g->tensors[i].dt), g->tensors[i].f16x16 ? " F16x16" : "");
+			if (!g->tensors[i].virt)
+				n += snprintf(line + n, sizeof line - (size_t)n, " uid %lld",
+					      (long long)g->tensors[i].uid);
+		}
+	snprintf(line + n, sizeof line - (size_t)n, "\n");
+	size_t len = strlen(line);
+	if (g->text_len + len + 1 > g->text_cap)
+		return; /* the caller's buffer is full: the record ends there */
+	memcpy(g->text + g->text_len, line, len + 1);
+	g->text_len += len;
+}
+
+static const char *mode_name(cudnnPointwiseMode_t m)
+{
+	switch (m) {
+	case CUDNN_POINTWISE_ADD: return "ADD";
+	case CUDNN_POINTWISE_SUB: return "SUB";
+	case CUDNN_POINTWISE_MUL: return "MUL";
+	case CUDNN_POINTWISE_DIV: return "DIV";
+	case CUDNN_POINTWISE_EXP: return "EXP";
+	case CUDNN_POINTWISE_LOG: return "LOG";
+	case CUDNN_POINTWISE_IDENTITY: return "IDENTITY";
+	case CUDNN_POINTWISE_GEN_INDEX: return "GEN_INDEX";
+	case CUDNN_POINTWISE_CMP_GE: return "CMP_GE";
+	case CUDNN_POINTWISE_BINARY_SELECT: return "BINARY_SELECT";
+	default: return "?";
+	}
 }
 
 static void add_op(builder *g, cudnnBackendDescriptor_t op, const char *what)
@@ -188,6 +268,12 @@ static void pointwise(builder *g, cudnnPointwiseMode_t mode, cudnnDataType_t pre
 	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
 	    "pointwise y");
 	add_op(g, op, "pointwise op");
+	char detail[64];
+	snprintf(detail, sizeof detail, "%s %s", mode_name(mode), type_name(prec));
+	if (axis >= 0)
+		snprintf(detail + strlen(detail), sizeof detail - strlen(detail), " axis %lld",
+			 (long long)axis);
+	record(g, "pointwise", detail, y);
 }
 
 static void reduction(builder *g, cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x,
@@ -207,6 +293,7 @@ static void reduction(builder *g, cudnnReduceTensorOp_t how, cudnnBackendDescrip
 	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r,
 	    "reduction op");
 	add_op(g, op, "reduction op");
+	record(g, "reduction", how == CUDNN_REDUCE_TENSOR_MAX ? "MAX" : "ADD", y);
 }
 
 /* c = a @ b over the last two dims, batched over the first two (b's head dim
@@ -225,6 +312,7 @@ static void matmul(builder *g, cudnnBackendDescriptor_t a, cudnnBackendDescripto
 	set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm,
 	    "matmul op");
 	add_op(g, op, "matmul op");
+	record(g, "matmul", "", c);
 }
 
 /* y: x seen with other dims and strides (here, transposed views). */
@@ -236,6 +324,7 @@ static void reshape(builder *g, cudnnBackendDescriptor_t x, cudnnBackendDescript
 	set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
 	    "reshape y");
 	add_op(g, op, "reshape op");
+	record(g, "reshape", "", y);
 }
 
 /* --- the two graphs --- */
@@ -290,8 +379,9 @@ static cudnnBackendDescriptor_t masked_scores(builder *g, const shapes *x,
 	cudnnBackendDescriptor_t col = tensor(g, 0, I, x->s, x->s_s, false);
 	cudnnBackendDescriptor_t keep = tensor(g, 0, B, x->s, x->s_s, false);
 	cudnnBackendDescriptor_t out = tensor(g, 0, F, x->s, x->s_s, false);
-	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, F, s2, NULL, NULL, row, 2);
-	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, F, s2, NULL, NULL, col, 3);
+	/* indices in INT32 math, as cudnn-frontend's causal mask generates them */
+	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, I, s2, NULL, NULL, row, 2);
+	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, I, s2, NULL, NULL, col, 3);
 	pointwise(g, CUDNN_POINTWISE_CMP_GE, B, row, col, NULL, keep, -1);
 	pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, F, s2, neg_inf, keep, out, -1);
 	return out;
@@ -315,7 +405,10 @@ static void build_fwd(builder *g, const shapes *x)
 	cudnnBackendDescriptor_t ex = tensor(g, 0, F, x->s, x->s_s, false);
 	cudnnBackendDescriptor_t z = tensor(g, 0, F, x->r, x->r_s, false);
 	cudnnBackendDescriptor_t lz = tensor(g, 0, F, x->r, x->r_s, false);
-	cudnnBackendDescriptor_t p = tensor(g, 0, H, x->s, x->s_s, false); /* bmm2 reads bf16 */
+	/* bmm2 reads P in the i/o type: cudnn-frontend sets the softmax output to
+	 * q's type ("requirement by cudnn backend to take in bmm2 aType as i/o
+	 * type") */
+	cudnnBackendDescriptor_t p = tensor(g, 0, H, x->s, x->s_s, false);
 	reduction(g, CUDNN_REDUCE_TENSOR_MAX, s, m);
 	pointwise(g, CUDNN_POINTWISE_SUB, F, s, m, NULL, sub, -1);
 	pointwise(g, CUDNN_POINTWISE_EXP, F, sub, NULL, NULL, ex, -1);
@@ -346,7 +439,10 @@ static void build_bwd(builder *g, const shapes *x, int gqa)
 	cudnnBackendDescriptor_t dk = tensor(g, UID_DK, H, x->kv, x->kv_s, false);
 	cudnnBackendDescriptor_t dv = tensor(g, UID_DV, H, x->kv, x->kv_s, false);
 	cudnnBackendDescriptor_t ssum = tensor(g, UID_SOFTMAX_SUM, F, x->r, x->r_s, false);
-	cudnnBackendDescriptor_t dq_acc = tensor(g, UID_DQ_ACCUM, F, x->full, x->full_s, false);
+	/* cudnn-frontend's non-virtual dq accumulator: float32 in the F16x16
+	 * layout, zeroed before every run (its workspace "memset" entry) */
+	cudnnBackendDescriptor_t dq_acc =
+		tensor_in(g, UID_DQ_ACCUM, F, x->full, x->full_s, false, true);
 
 	/* softmax_sum = rowsum(dO * O) * 1 */
 	int64_t prod_s[4] = {x->q[1] * x->q[2] * x->q[3], x->q[2] * x->q[3], x->q[1] * x->q[3], 1};
@@ -473,6 +569,26 @@ int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, 
 	finalize(&g, graph, "operation graph");
 	int rc = ok(&g) ? 0 : cudnn_fail(e, g.what, g.st);
 	*nops = g.nops;
+	for (int i = g.nd - 1; i >= 0; i--)
+		cudnnBackendDestroyDescriptor(g.d[i]);
+	free(g.d);
+	return rc;
+}
+
+int gpu_attn_graph_describe(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			    char *text, size_t bytes, titan_err *e)
+{
+	if (bytes == 0)
+		return err_set(e, "gpu_attn_graph_describe: no room");
+	text[0] = '\0';
+	builder g = {.next_uid = VIRTUAL_UID, .st = CUDNN_STATUS_SUCCESS, .text = text,
+		     .text_cap = bytes};
+	shapes x = shapes_of(b, t, h, hkv, hd);
+	if (bwd)
+		build_bwd(&g, &x, h != hkv);
+	else
+		build_fwd(&g, &x);
+	int rc = ok(&g) ? 0 : cudnn_fail(e, g.what, g.st);
 	for (int i = g.nd - 1; i >= 0; i--)
 		cudnnBackendDestroyDescriptor(g.d[i]);
 	free(g.d);
@@ -656,13 +772,13 @@ int gpu_attn_bwd(gpu_attn *a, void *stream, void *dq, void *dk, void *dv, const 
 		return err_set(e, "cuDNN attention backward: scratch of %zu bytes, %zu needed",
 			       scratch_bytes, p->need);
 	char *ssum = (char *)scratch + ssum_off(p), *dq_acc = (char *)scratch + dqacc_off(p);
-	if (a->version < 90600) { /* before 9.6 the caller zeroes the float32 dq accumulator */
-		cudaError_t rc = cudaMemsetAsync(dq_acc, 0, (size_t)(b * h * t * hd) * sizeof(float),
-						 (cudaStream_t)stream);
-		if (rc != cudaSuccess)
-			return err_set(e, "cuDNN attention backward: cudaMemsetAsync: %s",
-				       cudaGetErrorString(rc));
-	}
+	/* cuDNN adds dq into the accumulator: cudnn-frontend zeroes it before
+	 * every run, whatever the version, and so does this */
+	cudaError_t rc = cudaMemsetAsync(dq_acc, 0, (size_t)(b * h * t * hd) * sizeof(float),
+					 (cudaStream_t)stream);
+	if (rc != cudaSuccess)
+		return err_set(e, "cuDNN attention backward: cudaMemsetAsync: %s",
+			       cudaGetErrorString(rc));
 	int64_t uids[] = {UID_Q,  UID_K,  UID_V,  UID_O,     UID_DO,          UID_STATS,    UID_SCALE,
 			  UID_NEGINF, UID_ONE, UID_DQ, UID_DK, UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM};
 	void *ptrs[] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)dout, (void *)lse,
@@ -694,6 +810,15 @@ int gpu_attn_graph_check(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, 
 {
 	(void)bwd, (void)b, (void)t, (void)h, (void)hkv, (void)hd;
 	*nops = 0;
+	return no_cudnn(e);
+}
+
+int gpu_attn_graph_describe(int bwd, int64_t b, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+			    char *text, size_t bytes, titan_err *e)
+{
+	(void)bwd, (void)b, (void)t, (void)h, (void)hkv, (void)hd;
+	if (bytes > 0)
+		text[0] = '\0';
 	return no_cudnn(e);
 }
 

@@ -9,6 +9,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+int gpu_f8_scales_plan(int64_t m, int64_t n, int64_t nsa, int64_t nsb, gpu_f8_scales *out,
+		       titan_err *e)
+{
+	memset(out, 0, sizeof *out);
+	if (m < 0 || n < 0 || (nsa != 1 && nsa != m) || (nsb != 1 && nsb != n))
+		return err_set(e, "gemm float8: %lld and %lld scales for (%lld, %lld): expected 1 "
+				  "or a row's each", (long long)nsa, (long long)nsb, (long long)m,
+			       (long long)n);
+	out->outer_vec = nsa > 1 || nsb > 1;
+	out->na = out->outer_vec ? m : 1;
+	out->nb = out->outer_vec ? n : 1;
+	const size_t f = sizeof(float);
+	if ((uint64_t)out->na > SIZE_MAX / f / 2 || (uint64_t)out->nb > SIZE_MAX / f / 2)
+		return err_set(e, "gemm float8: %lld and %lld scales overflow", (long long)out->na,
+			       (long long)out->nb);
+	out->b_offset = ((size_t)out->na * f + 15) & ~(size_t)15;
+	out->bytes = out->b_offset + (size_t)out->nb * f;
+	if (out->outer_vec) {
+		if (n > 0 && (uint64_t)m > SIZE_MAX / f / (uint64_t)n)
+			return err_set(e, "gemm float8: a (%lld, %lld) float32 product overflows",
+				       (long long)m, (long long)n);
+		out->fallback_bytes = (size_t)m * (size_t)n * f;
+	}
+	return 0;
+}
+
 #ifdef TITAN_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -30,6 +56,7 @@ typedef struct gemm_plan {
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our B), B (our A), C = D */
 	cublasLtMatmulAlgo_t algo;
+	int refused; /* the heuristic had no algorithm: kept so that it is asked once */
 } gemm_plan;
 
 struct gpu_gemm {
@@ -65,10 +92,27 @@ gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e)
 
 static void plan_destroy(gemm_plan *p)
 {
-	cublasLtMatrixLayoutDestroy(p->la);
-	cublasLtMatrixLayoutDestroy(p->lb);
-	cublasLtMatrixLayoutDestroy(p->lc);
-	cublasLtMatmulDescDestroy(p->desc);
+	if (p->la)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->lb)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->lc)
+		cublasLtMatrixLayoutDestroy(p->lc);
+	if (p->desc)
+		cublasLtMatmulDescDestroy(p->desc);
+	p->la = p->lb = p->lc = NULL;
+	p->desc = NULL;
+}
+
+static int no_algo(const gemm_key *k, titan_err *e)
+{
+	err_set(e, "cuBLASLt: no algorithm for %s%s m=%lld n=%lld k=%lld (A/B %s, D %s)",
+		k->trans_a ? "A^T" : "A", k->trans_b ? "B^T" : "B", (long long)k->m,
+		(long long)k->n, (long long)k->k,
+		k->f8_a ? (k->vec_a || k->vec_b ? "float8, row-wise scales" : "float8")
+		: k->ab_type == GPU_BF16 ? "bf16" : "f32",
+		k->d_type == GPU_BF16 ? "bf16" : "f32");
+	return GPU_GEMM_NO_ALGO;
 }
 
 void gpu_gemm_free(gpu_gemm *g)
@@ -151,10 +195,10 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second, e) ||
 	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, e))
 		goto fail;
-	if (k->f8_a) { /* outer-vector scales: per row of our A, per row of our B */
+	if (k->f8_a && k->vec_a) { /* outer vectors on both (gpu_gemm_f8_run checks) */
 		int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-		if ((k->vec_b && set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec, e)) ||
-		    (k->vec_a && set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec, e)))
+		if (set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec, e) ||
+		    set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec, e))
 			goto fail;
 	}
 	if (k->use_bias) {
@@ -203,13 +247,9 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 		goto fail;
 	}
 	if (found < 1) {
-		err_set(e, "cuBLASLt: no algorithm for %s%s m=%lld n=%lld k=%lld (A/B %s, D %s)",
-			k->trans_a ? "A^T" : "A", k->trans_b ? "B^T" : "B", (long long)k->m,
-			(long long)k->n, (long long)k->k,
-			k->f8_a ? (k->vec_a || k->vec_b ? "float8, row-wise scales" : "float8")
-			: k->ab_type == GPU_BF16 ? "bf16" : "f32",
-			k->d_type == GPU_BF16 ? "bf16" : "f32");
-		goto fail;
+		plan_destroy(p);
+		p->refused = 1;
+		return no_algo(k, e);
 	}
 	p->algo = res.algo;
 	return 0;
@@ -218,11 +258,17 @@ fail:
 	return -1;
 }
 
-static gemm_plan *plan_for(gpu_gemm *g, const gemm_key *k, titan_err *e)
+/* The plan of key k, or NULL with *rc -1 or GPU_GEMM_NO_ALGO. */
+static gemm_plan *plan_for(gpu_gemm *g, const gemm_key *k, int *rc, titan_err *e)
 {
+	*rc = -1;
 	for (int i = 0; i < g->nplans; i++)
-		if (memcmp(&g->plans[i].key, k, sizeof *k) == 0)
-			return &g->plans[i];
+		if (memcmp(&g->plans[i].key, k, sizeof *k) == 0) {
+			if (!g->plans[i].refused)
+				return &g->plans[i];
+			*rc = no_algo(k, e);
+			return NULL;
+		}
 	if (g->nplans == g->cap) {
 		int cap = g->cap ? 2 * g->cap : 16;
 		gemm_plan *np = realloc(g->plans, (size_t)cap * sizeof *np);
@@ -233,9 +279,13 @@ static gemm_plan *plan_for(gpu_gemm *g, const gemm_key *k, titan_err *e)
 		g->plans = np;
 		g->cap = cap;
 	}
-	if (plan_make(g, k, &g->plans[g->nplans], e) != 0)
-		return NULL;
-	return &g->plans[g->nplans++];
+	gemm_plan *p = &g->plans[g->nplans];
+	int made = plan_make(g, k, p, e);
+	if (made == GPU_GEMM_NO_ALGO) {
+		g->nplans++;
+		*rc = made;
+	}
+	return made == 0 ? &g->plans[g->nplans++] : NULL;
 }
 
 int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *x, titan_err *e)
@@ -250,7 +300,8 @@ int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *x, titan_err *e
 	if (x->beta != 0.0f && !x->c)
 		return err_set(e, "gemm: beta = %g needs C", (double)x->beta);
 	gemm_key k = key_of(x);
-	gemm_plan *p = plan_for(g, &k, e);
+	int rc;
+	gemm_plan *p = plan_for(g, &k, &rc, e);
 	if (!p)
 		return -1;
 	if (x->bias && set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias,
@@ -296,9 +347,14 @@ int gpu_gemm_f8_run(gpu_gemm *g, void *stream, const gpu_gemm_f8_args *x, titan_
 	k.lda = x->k, k.ldb = x->k, k.ldd = x->n;
 	k.f8_a = x->a_type, k.f8_b = x->b_type;
 	k.vec_a = x->a_rows != 0, k.vec_b = x->b_rows != 0;
-	gemm_plan *p = plan_for(g, &k, e);
+	if (k.vec_a != k.vec_b)
+		return err_set(e, "gemm float8: row-wise scales on one operand and a scalar on the "
+				  "other (cuBLASLt's outer-vector mode is both or neither: "
+				  "gpu_f8_scales_plan)");
+	int rc;
+	gemm_plan *p = plan_for(g, &k, &rc, e);
 	if (!p)
-		return -1;
+		return rc;
 	/* cuBLASLt's A is our b, its B our a */
 	if (set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &x->sb, sizeof x->sb, e) ||
 	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x->sa, sizeof x->sa, e))

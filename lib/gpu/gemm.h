@@ -73,7 +73,32 @@ typedef struct gpu_gemm_f8_args {
 	void *d;
 	int d_type;
 } gpu_gemm_f8_args;
+/* As gpu_gemm_run; -2 (with a message) when cuBLASLt has no algorithm for
+ * this product (its heuristic refused the shape, types or scale modes): the
+ * caller may compute it another way.  A refusal is remembered with the shape,
+ * so asking again costs a lookup. */
 int gpu_gemm_f8_run(gpu_gemm *g, void *stream, const gpu_gemm_f8_args *args, titan_err *e);
+#define GPU_GEMM_NO_ALGO (-2)
+
+/* How a scaled float8 product's scales reach cuBLASLt, decided per call from
+ * nsa (1 or m) and nsb (1 or n) scales.  cuBLASLt takes
+ * CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on both operands or on neither
+ * (a vector beside a scalar has no kernel: torch._scaled_mm's row-wise sets
+ * both), so one vector makes both vectors, the scalar broadcast to its
+ * operand's rows.  The reciprocals live in one scratch buffer: a's at 0, b's at
+ * b_offset, a multiple of 16 bytes (cuBLASLt's alignment for scale vectors).
+ * fallback_bytes is the float32 product (m, n) that the epilogue fallback
+ * needs when cuBLASLt refuses the vector product (0 for a scalar product,
+ * which has no fallback): allocated only then.  Errors: counts that are
+ * neither 1 nor the rows, sizes that overflow. */
+typedef struct gpu_f8_scales {
+	int outer_vec;           /* 1: OUTER_VEC_32F on both operands; 0: scalars */
+	int64_t na, nb;          /* the lengths cuBLASLt reads: 1 and 1, or m and n */
+	size_t b_offset, bytes;  /* b's vector's offset, and both vectors' bytes */
+	size_t fallback_bytes;
+} gpu_f8_scales;
+int gpu_f8_scales_plan(int64_t m, int64_t n, int64_t nsa, int64_t nsb, gpu_f8_scales *out,
+		       titan_err *e);
 
 /* Shapes seen so far (each holds one cached algorithm). */
 int gpu_gemm_cached(const gpu_gemm *g);

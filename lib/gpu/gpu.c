@@ -93,19 +93,41 @@ void gpu_free(void *p)
 		cudaFree(p);
 }
 
+/* cudaMemcpy and cudaMemset run on the legacy default stream, which does not
+ * wait for, nor is waited for by, the non-blocking streams of the backend and
+ * of NCCL: a kernel launched there right after cudaMemset (asynchronous) or a
+ * pageable cudaMemcpy (which may return before its DMA lands) can read the
+ * old bytes, and a download can read before that stream's kernels wrote.  So
+ * these wait for the whole device before and after: ordered with every
+ * stream, at the cost that keeps them out of a step's hot path. */
+static int device_wide(cudaError_t rc, const char *what, titan_err *e)
+{
+	if (rc == cudaSuccess)
+		rc = cudaDeviceSynchronize();
+	return gpu_check(rc, what, e);
+}
+
 int gpu_upload(void *dst, const void *src, size_t bytes, titan_err *e)
 {
-	return gpu_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device", e);
+	if (gpu_check(cudaDeviceSynchronize(), "before a copy to the device", e) != 0)
+		return -1;
+	return device_wide(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device",
+			   e);
 }
 
 int gpu_download(void *dst, const void *src, size_t bytes, titan_err *e)
 {
-	return gpu_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host", e);
+	if (gpu_check(cudaDeviceSynchronize(), "before a copy to the host", e) != 0)
+		return -1;
+	return device_wide(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host",
+			   e);
 }
 
 int gpu_memset(void *dst, int byte, size_t bytes, titan_err *e)
 {
-	return gpu_check(cudaMemset(dst, byte, bytes), "cudaMemset", e);
+	if (gpu_check(cudaDeviceSynchronize(), "before cudaMemset", e) != 0)
+		return -1;
+	return device_wide(cudaMemset(dst, byte, bytes), "cudaMemset", e);
 }
 
 int gpu_sync(titan_err *e)

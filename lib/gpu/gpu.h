@@ -37,8 +37,11 @@ int gpu_device_info(int device, gpu_info *out, titan_err *err);
 int gpu_check(int rc, const char *what, titan_err *e);
 
 /* Plain device memory and copies, for tests, benchmarks and setup: a training
- * step takes its memory from an arena (arena.h) instead.  Copies are
- * synchronous. */
+ * step takes its memory from an arena (arena.h) instead.  gpu_upload,
+ * gpu_download and gpu_memset are device-wide synchronous: they start after
+ * the work queued on every stream (the backend's, NCCL's) and have landed
+ * when they return, so a kernel on any stream sees them.  Not inside a CUDA
+ * graph capture; a stream's own copies are gpu_copy_async below. */
 void *gpu_malloc(size_t bytes, titan_err *e);
 void gpu_free(void *p);
 int gpu_upload(void *dst, const void *src, size_t bytes, titan_err *e);

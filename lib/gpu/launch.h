@@ -305,6 +305,8 @@ int launch_f8_cast(uint8_t *q, int fmt, float *scale, const void *x, int tx, int
 int launch_f8_decode(void *y, int ty, const uint8_t *q, int fmt, int64_t n, void *stream);
 /* y = 1 / x, (n): the scaled GEMM's dequantising scales. */
 int launch_f8_recip(float *y, const float *x, int64_t n, void *stream);
+/* y (n) = 1 / x[0]: a scalar scale beside a vector one (gpu_f8_scales_plan). */
+int launch_f8_recip_bcast(float *y, int64_t n, const float *x, void *stream);
 /* c (m, n) = beta c + acc / (sa[i] sb[j]) (nsa, nsb: 1 or m, 1 or n): the
  * scaled GEMM's epilogue over an unscaled float32 product acc (m, n). */
 int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64_t nsa,

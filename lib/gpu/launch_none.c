@@ -237,6 +237,12 @@ int launch_f8_recip(float *y, const float *x, int64_t n, void *stream)
 	return NO_DEVICE;
 }
 
+int launch_f8_recip_bcast(float *y, int64_t n, const float *x, void *stream)
+{
+	(void)y, (void)n, (void)x, (void)stream;
+	return NO_DEVICE;
+}
+
 int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64_t nsa,
 		       const float *sb, int64_t nsb, float beta, int64_t m, int64_t n,
 		       void *stream)

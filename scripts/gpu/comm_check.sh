@@ -17,28 +17,55 @@
 # against the plain CUDA run and the CPU) is tests/gpu/train.sh, check.sh's
 # train-equivalence stage.
 #
-# BUILD (default build) is the build folder; OUT, when set, receives the logs
-# (comm_nccl_test.log, comm_nccl_bw.txt).  Exit status 0 when the test passed.
+# Without a GPU (scripts/gpu/selftest.sh, tests/gpu/comm_stage.sh) the NCCL
+# test must say it skips, and the launch is checked instead of the bandwidth:
+# 2 ranks of bench_comm titan (lib/comm over MPI) started by MPIRUN.
+#
+# BUILD (default build) is the folder holding tests/comm/ (check.sh passes
+# the carried one, .gpu-deps/build: its own GPU_CHECK build has no comm);
+# MPIRUN (default mpirun) the launcher (check.sh passes the carried Open
+# MPI's); OUT, when set, receives the logs (comm_nccl_test.log,
+# comm_nccl_bw.txt).  Exit status 0 when the test passed.
 set -u
-: "${BUILD:=build}"
+: "${BUILD:=build}" "${MPIRUN:=mpirun}"
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/titan-gpu-comm.XXXXXX")}
 mkdir -p "$out"
 status=0
+for p in test_comm_nccl bench_comm; do
+	[ -x "$BUILD/tests/comm/$p" ] || { echo "comm_check.sh: no $BUILD/tests/comm/$p (BUILD?)"; exit 1; }
+done
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
 echo "== comm: NCCL against MPI at world size 1 (tests/comm/test_comm_nccl)"
 if "$BUILD/tests/comm/test_comm_nccl" >"$out/comm_nccl_test.log" 2>&1; then
 	grep -e '^\[  PASSED' -e SKIP "$out/comm_nccl_test.log"
-	grep -q SKIP "$out/comm_nccl_test.log" && status=1 # a GPU machine must not skip
+	# a GPU machine must not skip; one without must say it skips
+	if [ "$ngpu" -ge 1 ]; then
+		grep -q SKIP "$out/comm_nccl_test.log" && status=1
+	else
+		grep -q 'SKIP NCCL test' "$out/comm_nccl_test.log" || status=1
+	fi
 else
 	status=1
 	grep -e FAILED -e ERROR -e 'NCCL' "$out/comm_nccl_test.log" | head -20
 fi
 
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-[ "$ngpu" -ge 1 ] || ngpu=1
-mpirun="mpirun --oversubscribe --bind-to none"
+mpirun="$MPIRUN --oversubscribe --bind-to none"
 [ "$(id -u)" -ne 0 ] || mpirun="$mpirun --allow-run-as-root"
+if [ "$ngpu" -lt 1 ]; then
+	echo "== comm: no GPU: 2 ranks of tests/comm/bench_comm titan through $MPIRUN"
+	# shellcheck disable=SC2086
+	if timeout 60 $mpirun -np 2 "$BUILD/tests/comm/bench_comm" titan 4096 >"$out/comm_nccl_bw.txt" 2>&1 &&
+		grep -q '^all_reduce 4096 ' "$out/comm_nccl_bw.txt"; then
+		echo "launched: $(wc -l <"$out/comm_nccl_bw.txt") lines from rank 0"
+	else
+		status=1
+		tail -20 "$out/comm_nccl_bw.txt"
+	fi
+	exit $status
+fi
 echo "== comm: NCCL bandwidth, $ngpu rank(s), one per GPU (tests/comm/bench_comm nccl)"
+# shellcheck disable=SC2086
 if $mpirun -np "$ngpu" "$BUILD/tests/comm/bench_comm" nccl 1073741824 >"$out/comm_nccl_bw.txt" 2>&1; then
 	printf "%-15s %12s %12s %12s %12s\n" op bytes "us/call" "algbw GB/s" "busbw GB/s"
 	awk '{ printf "%-15s %12d %12.1f %12.2f %12.2f\n", $1, $2, $3 * 1e6, $4, $5 }' "$out/comm_nccl_bw.txt"

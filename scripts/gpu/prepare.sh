@@ -7,7 +7,7 @@
 # check builds only what the GPU tests and benchmarks link (make GPU_CHECK=1):
 # OpenBLAS, oneDNN, cmocka, CUDA; nothing else.
 #
-#   make && make build/tests/shard/test_gen
+#   make && make build/tests/shard/test_gen build/tests/comm/test_comm_nccl build/tests/comm/bench_comm
 #   sh scripts/gpu/prepare.sh [DIR]      DIR defaults to .gpu-deps (ignored by git)
 #
 # Then name DIR in the device call's carry list; check.sh finds it there.
@@ -21,18 +21,23 @@ RUNTIME="libopenblas0-pthread libgfortran5 libquadmath0 libcmocka0 make"
 # titan-train runs there as built here (that image has no -dev packages for
 # MPI, oneDNN, zstd or jansson to build it with): the programs below, stripped,
 # and the runtime libraries they link beyond RUNTIME's (Open MPI with what its
-# components load; check.sh points OPAL_PREFIX at the unpacked copy).  CUDA's
-# libraries (cuBLASLt, cuDNN, NCCL) come from the GPU machine's own.
-TRAIN_RUNTIME="libzstd1 libjansson4 libdnnl2 libgomp1 ocl-icd-libopencl1 libopenmpi3 openmpi-common libpmix2
-	libmunge2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libudev1 zlib1g"
-TRAIN_PROGRAMS="bin/titan-train bin/titan-shard build/tests/shard/test_gen"
+# components load, and openmpi-bin's mpirun and orted, which a singleton
+# starts too; check.sh points OPAL_PREFIX at the unpacked copy).  The comm
+# stage's NCCL test and bandwidth benchmark are carried the same way (the
+# GPU_CHECK build leaves lib/comm out).  CUDA's libraries (cuBLASLt, cuDNN,
+# NCCL) come from the GPU machine's own.
+TRAIN_RUNTIME="libzstd1 libjansson4 libdnnl2 libgomp1 ocl-icd-libopencl1 libopenmpi3 openmpi-common
+	openmpi-bin libpmix2 libmunge2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libudev1 zlib1g"
+TRAIN_PROGRAMS="bin/titan-train bin/titan-shard build/tests/shard/test_gen build/tests/comm/test_comm_nccl
+	build/tests/comm/bench_comm"
 # Headers only: cblas.h, cmocka.h, OpenSSL's for lib/core's sha256.c, oneDNN's
-# for the CPU backend's bf16 products (its library is in TRAIN_RUNTIME).
-DEV="libopenblas-pthread-dev libcmocka-dev libssl-dev libdnnl-dev"
+# for the CPU backend's bf16 products, jansson's for the model families' HF
+# config writers (their libraries are in TRAIN_RUNTIME).
+DEV="libopenblas-pthread-dev libcmocka-dev libssl-dev libdnnl-dev libjansson-dev"
 
 command -v apt-get >/dev/null || { echo "prepare.sh: needs apt-get (a Debian machine)" >&2; exit 1; }
 for f in $TRAIN_PROGRAMS; do
-	[ -x "$f" ] || { echo "prepare.sh: no $f: build first (make; make build/tests/shard/test_gen)" >&2; exit 1; }
+	[ -x "$f" ] || { echo "prepare.sh: no $f: build first (make; make $f)" >&2; exit 1; }
 done
 rm -rf "$dest"
 mkdir -p "$dest/debs" "$dest/include" "$dest/.dev"
@@ -54,6 +59,7 @@ cp "$inc/cmocka.h" "$inc/cmocka_pbc.h" "$dest/include/"
 cp -r "$inc/openssl" "$dest/include/"
 cp "$inc"/dnnl*.h "$dest/include/"
 cp -r "$inc/oneapi" "$dest/include/"
+cp "$inc/jansson.h" "$inc/jansson_config.h" "$dest/include/"
 cp "$inc/x86_64-linux-gnu/openssl/"*.h "$dest/include/openssl/"
 rm -rf "$dest/.dev"
 for f in $TRAIN_PROGRAMS; do

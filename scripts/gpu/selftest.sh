@@ -4,9 +4,12 @@
 # mount namespace, every system header and library the folder provides is
 # replaced by a poison (a header that is an #error, a library that is not ELF),
 # then check.sh --build-only builds the GPU check and runs its tests (which
-# skip without a GPU, except those that need none), and the carried
-# titan-train's (tests/gpu/train.sh: without a GPU, its refusal).  A header or library
-# taken from the system instead of the folder fails the build or the link.
+# skip without a GPU, except those that need none), the carried
+# titan-train's (tests/gpu/train.sh: without a GPU, its refusal) and the comm
+# stage (the carried NCCL test, which skips, and 2 ranks launched by the
+# carried mpirun).  A header, library or Open MPI program (mpirun, orterun,
+# orted) taken from the system instead of the folder fails the build, the
+# link or the launch.  Prints the stages and the time taken.
 # Needs root (unshare -m, mount --bind); run prepare.sh first.
 set -eu
 
@@ -40,6 +43,18 @@ for lib in $multi/libopenblas*.so* $multi/openblas-pthread/*.so* \
 	$multi/libpmix.so* $multi/pmix2/lib/pmix/*.so $multi/libOpenCL.so* $multi/libmunge.so*; do
 	[ -e "$lib" ] && echo "mount --bind '$poison/lib' '$(readlink -f "$lib")'" >>"$plan"
 done
+# Open MPI's programs: the check must launch with openmpi-bin's carried copy
+printf '#!/bin/sh\necho "$0: the system copy, hidden by scripts/gpu/selftest.sh" >&2\nexit 127\n' \
+	>"$poison/prog"
+chmod +x "$poison/prog"
+for prog in mpirun mpiexec orterun orted; do
+	p=$(command -v "$prog" 2>/dev/null) || continue
+	echo "mount --bind '$poison/prog' '$(readlink -f "$p")'" >>"$plan"
+done
 sort -u "$plan" -o "$plan"
-echo "selftest.sh: hiding $(wc -l <"$plan") system headers and libraries"
-unshare -m sh -c ". '$plan' && sh scripts/gpu/check.sh --build-only"
+echo "selftest.sh: hiding $(wc -l <"$plan") system headers, libraries and programs"
+t0=$(date +%s)
+rc=0
+unshare -m sh -c ". '$plan' && sh scripts/gpu/check.sh --build-only" || rc=$?
+echo "selftest.sh: $([ "$rc" = 0 ] && echo passed || echo "failed ($rc)") in $(($(date +%s) - t0)) s"
+exit "$rc"

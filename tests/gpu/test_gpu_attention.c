@@ -59,6 +59,10 @@ static void check_attention_sinks(gpu_att a, int dt, int path, gpu_attn *cudnn, 
 	if (path == 1 && gpu_attn_prepare(cudnn, b, tq, h, hkv, hd, &scratch_bytes, &e))
 		fail_msg("%s", e.msg);
 	void *scratch = dev_alloc(scratch_bytes ? scratch_bytes : 256);
+	/* NaN everywhere: cuDNN's dq accumulator must be zeroed by gpu_attn_bwd,
+	 * not found zero in fresh memory */
+	if (gpu_memset(scratch, 0xff, scratch_bytes ? scratch_bytes : 256, &e) != 0)
+		fail_msg("%s", e.msg);
 	if (path == 0)
 		gpu_ok(launch_attention_fwd(dout_gpu, dlse, dq_in, dk_in, dv_in, dt, &a, NULL),
 		       "attention_fwd");
@@ -296,10 +300,55 @@ static void cudnn_graphs_are_well_formed(void **state)
 		}
 }
 
+/* The graphs against cudnn-frontend's SDPA graph, node by node where it
+ * decides whether an engine takes them (its scaled_dot_product_flash_attention.h
+ * and attention score modifiers): the causal mask's indices generated in INT32
+ * math into INT32 tensors and compared into a boolean, the probabilities bmm2
+ * reads in the i/o type (bf16), and the backward's dq accumulated in a
+ * float32 tensor in the F16x16 layout, then written as bf16.  No GPU needed. */
+static void cudnn_graphs_follow_cudnn_frontend(void **state)
+{
+	(void)state;
+	if (gpu_attn_cudnn_version() == 0) {
+		print_message("# SKIP cuDNN graphs: built without cuDNN\n");
+		skip();
+	}
+	static char text[8192];
+	titan_err e;
+	static const char *const fwd_lines[] = {
+		"pointwise GEN_INDEX i32 axis 2 -> i32\n",
+		"pointwise GEN_INDEX i32 axis 3 -> i32\n",
+		"pointwise CMP_GE bool -> bool\n",
+		"pointwise BINARY_SELECT f32 -> f32\n",
+		"pointwise DIV f32 -> bf16\n",
+		"matmul -> bf16 uid 4\n",
+		"pointwise ADD f32 -> f32 uid 5\n",
+	};
+	static const char *const bwd_lines[] = {
+		"pointwise GEN_INDEX i32 axis 2 -> i32\n",
+		"pointwise GEN_INDEX i32 axis 3 -> i32\n",
+		"pointwise CMP_GE bool -> bool\n",
+		"matmul -> f32 F16x16 uid 13\n",
+		"pointwise IDENTITY f32 -> bf16 uid 9\n",
+	};
+	for (int bwd = 0; bwd < 2; bwd++) {
+		if (gpu_attn_graph_describe(bwd, 2, 256, 8, 2, 128, text, sizeof text, &e) != 0)
+			fail_msg("%s", e.msg);
+		print_message("%s graph:\n%s", bwd ? "backward" : "forward", text);
+		const char *const *want = bwd ? bwd_lines : fwd_lines;
+		size_t n = bwd ? sizeof bwd_lines / sizeof *bwd_lines : sizeof fwd_lines / sizeof *fwd_lines;
+		for (size_t i = 0; i < n; i++)
+			if (!strstr(text, want[i]))
+				fail_msg("the %s graph has no \"%.*s\" (cudnn-frontend's)",
+					 bwd ? "backward" : "forward", (int)strlen(want[i]) - 1, want[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(cudnn_graphs_are_well_formed),
+		cmocka_unit_test(cudnn_graphs_follow_cudnn_frontend),
 		cmocka_unit_test(reference_kernels_match_the_cpu),
 		cmocka_unit_test(reference_kernels_take_the_variants),
 		cmocka_unit_test(reference_backward_repeats_bit_for_bit),

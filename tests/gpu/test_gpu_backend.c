@@ -15,6 +15,7 @@
 #include "backend/cuda.h"
 #include "backend/cpu_kernels.h"
 #define GPU_TEST_TWO_BACKENDS
+#include "gpu/attn.h"
 #include "gpu_test.h"
 
 /* n floats on be, copied from x (NULL: left as allocated). */
@@ -308,6 +309,69 @@ static void attention_variants_match_the_cpu_backend(void **state)
 /* MLA's split heads against the CPU backend, bit for bit in float32 (copies,
  * and the shared part's sum over heads in the same order): per-head second
  * parts (q's rope) and one shared by every head (k_pe), either output alone. */
+/* Llama-shaped bf16 attention is what cuDNN's fused kernels exist for: where
+ * this build has cuDNN, the backend must run it there.  A graph cuDNN refuses
+ * would otherwise fall back to titan's float32 reference kernels in silence
+ * (issue 24, item 19): the GPU check fails here instead. */
+static void llama_attention_runs_on_cudnn_where_built(void **state)
+{
+	(void)state;
+	need_gpu();
+	if (gpu_attn_cudnn_version() == 0) {
+		print_message("# SKIP cuDNN path: built without cuDNN\n");
+		skip();
+	}
+	seed(219);
+	const be_attn cases[] = {
+		{.b = 1, .tq = 256, .tk = 256, .h = 8, .hkv = 2, .hd = 128, .hdv = 128, .causal = 1,
+		 .qkv = BE_BF16, .out = BE_BF16, .dout = BE_BF16, .grad = BE_BF16},
+		{.b = 2, .tq = 128, .tk = 128, .h = 4, .hkv = 4, .hd = 64, .hdv = 64, .causal = 1,
+		 .qkv = BE_BF16, .out = BE_BF16, .dout = BE_BF16, .grad = BE_BF16},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		const be_attn *a = &cases[c];
+		size_t nq = (size_t)(a->b * a->tq * a->h * a->hd), nk = (size_t)(a->b * a->tk * a->hkv * a->hd);
+		size_t nl = (size_t)(a->b * a->h * a->tq);
+		uint16_t *hq = malloc(nq * 2), *hk = malloc(nk * 2);
+		assert_true(hq && hk);
+		for (size_t i = 0; i < nq; i++)
+			hq[i] = bf16_from_f32((float)urand());
+		for (size_t i = 0; i < nk; i++)
+			hk[i] = bf16_from_f32((float)urand());
+		titan_err e;
+		void *q = gpu->ops->alloc(gpu, nq * 2, &e), *k = gpu->ops->alloc(gpu, nk * 2, &e);
+		void *v = gpu->ops->alloc(gpu, nk * 2, &e), *o = gpu->ops->alloc(gpu, nq * 2, &e);
+		void *go = gpu->ops->alloc(gpu, nq * 2, &e), *gq = gpu->ops->alloc(gpu, nq * 2, &e);
+		void *gk = gpu->ops->alloc(gpu, nk * 2, &e), *gv = gpu->ops->alloc(gpu, nk * 2, &e);
+		float *lse = gpu->ops->alloc(gpu, nl * 4, &e);
+		assert_true(q && k && v && o && go && gq && gk && gv && lse);
+		gpu->ops->copy(gpu, q, hq, nq * 2, BACKEND_H2D);
+		gpu->ops->copy(gpu, go, hq, nq * 2, BACKEND_H2D);
+		gpu->ops->copy(gpu, k, hk, nk * 2, BACKEND_H2D);
+		gpu->ops->copy(gpu, v, hk, nk * 2, BACKEND_H2D);
+		gpu->ops->attention_fwd(gpu, o, lse, q, k, v, a);
+		sync_ok(gpu);
+		const char *path = backend_cuda_attention_path(gpu);
+		print_message("  b=%lld t=%lld h=%lld hkv=%lld hd=%lld bf16 forward ran on: %s\n",
+			      (long long)a->b, (long long)a->tq, (long long)a->h, (long long)a->hkv,
+			      (long long)a->hd, path);
+		if (strncmp(path, "cuDNN", 5) != 0)
+			fail_msg("the fast path (cuDNN %ld) was expected: %s", gpu_attn_cudnn_version(),
+				 path);
+		gpu->ops->attention_bwd(gpu, gq, gk, gv, go, q, k, v, o, lse, a);
+		sync_ok(gpu);
+		path = backend_cuda_attention_path(gpu);
+		print_message("  backward ran on: %s\n", path);
+		if (strncmp(path, "cuDNN", 5) != 0)
+			fail_msg("the fast path (cuDNN %ld) was expected: %s", gpu_attn_cudnn_version(),
+				 path);
+		free(hq), free(hk);
+		gpu->ops->free(gpu, q), gpu->ops->free(gpu, k), gpu->ops->free(gpu, v);
+		gpu->ops->free(gpu, o), gpu->ops->free(gpu, go), gpu->ops->free(gpu, gq);
+		gpu->ops->free(gpu, gk), gpu->ops->free(gpu, gv), gpu->ops->free(gpu, lse);
+	}
+}
+
 static void heads_cat_and_split_match_the_cpu_backend(void **state)
 {
 	(void)state;
@@ -556,6 +620,7 @@ int main(void)
 		cmocka_unit_test(every_op_in_float32_matches_the_cpu_backend),
 		cmocka_unit_test(fused_ops_match_the_cpu_backend),
 		cmocka_unit_test(attention_variants_match_the_cpu_backend),
+		cmocka_unit_test(llama_attention_runs_on_cudnn_where_built),
 		cmocka_unit_test(heads_cat_and_split_match_the_cpu_backend),
 		cmocka_unit_test(unimplemented_types_fault_at_sync),
 		cmocka_unit_test(a_captured_step_replays_like_the_eager_one),
