@@ -49,7 +49,11 @@ log=$TITAN_TEST_LOG
 mkdir -p "$log"
 
 # The test files, in order: "NAME KIND PATH" a line.
-list="$log/.list"
+# This run's own lists (another run.sh over the same build, say a filtered
+# one, must not truncate the file this run's xargs is still reading).
+list="$log/.list.$$"
+order="$log/.order.$$"
+trap 'rm -f "$list" "$list.isa" "$order"' EXIT
 : >"$list"
 for t in "$@"; do
 	rel=${t#"$build_rel"/} # tests/core/test_json: the filter ignores the build folder
@@ -99,7 +103,6 @@ while read -r name _ _; do
 done <"$list"
 # With several jobs, the longest files start first so that the jobs end
 # together (tests/slow.list, longest first: a few minutes saved in CI).
-order=$log/.order
 : >"$order"
 if [ "$jobs" -gt 1 ] && [ -f tests/slow.list ]; then
 	grep -v '^#' tests/slow.list | while read -r slow; do
