@@ -2,6 +2,7 @@
  * rank holds each, as torchtitan's pipeline_llm and
  * generate_llm_fqn_per_model_part decide (v0.2.2), with their messages. */
 #include <ctype.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -233,6 +234,10 @@ int pp_microbatches(int64_t local_batch_size, int64_t microbatch_size, int n_sta
 			       "the config arguments for either batch_size or "
 			       "pipeline_parallel_microbatch_size.", (long long)local_batch_size,
 			       (long long)microbatch_size);
+	if (local_batch_size / microbatch_size > INT_MAX)
+		return err_set(e, "training.local_batch_size %lld / pipeline_parallel_microbatch_size "
+			       "%lld: more than %d micro-batches", (long long)local_batch_size,
+			       (long long)microbatch_size, INT_MAX);
 	*n_mb = (int)(local_batch_size / microbatch_size);
 	*few = *n_mb < n_stages;
 	return 0;
