@@ -123,6 +123,11 @@ static int from_parts(const pp_split_args *a, pp_split *s, titan_err *e)
 				       "without %s (titan's last unit is the final norm with the "
 				       "output projection and the loss)", k, norm ? "norm" : "output",
 				       norm ? "output" : "norm");
+		if ((lo != next || hi - lo + 1 != n - (norm && out)) && k == 0)
+			return err_set(e, "parallelism.module_fqns_per_model_part: part 0 is not a run "
+				       "of modules from tok_embeddings (each part takes the next "
+				       "modules in order, tok_embeddings, layers.0, ..., norm and "
+				       "output, each once)");
 		if (lo != next || hi - lo + 1 != n - (norm && out))
 			return err_set(e, "parallelism.module_fqns_per_model_part: part %d is not the "
 				       "run of modules after part %d's (each part takes the next "

@@ -57,7 +57,7 @@ t_fails "micro-batches 1F1B cannot use are refused" 2 "$TRAIN" --config configs/
 t_grep "... with torch's message" "Number of microbatches (2) must be greater than or equal to the number of stages (4)" "$TMP/.err"
 t_fails "seq_len not divisible by 2 x cp is refused" 2 "$TRAIN" --config configs/debug_model.toml \
 	--parallelism.context_parallel_degree 3 --training.seq_len 2049 --dry-run --world-size 3
-t_grep "... with the numbers" "training.seq_len = 2049 is not divisible by tp 1 x 2 cp = 6" "$TMP/.err"
+t_grep "... with the numbers" "training.seq_len = 2049 is not divisible by tp 1 x 2 x cp 3 = 6" "$TMP/.err"
 # Sizes past the trainer's limits are refused as it refuses them, not
 # multiplied into a wrapped 64-bit figure that "fits"; within the limits a
 # product past 2^63 is refused with the numbers.
@@ -81,6 +81,9 @@ for opt in --print-schedule --dry-run; do
 done
 t_fails "--device-memory wants a unit it knows" 2 "$TRAIN" --config configs/debug_model.toml \
 	--dry-run --device-memory 80GB
+t_fails "--world-size above 2^20 is refused" 2 "$TRAIN" --config configs/debug_model.toml \
+	--dry-run --world-size 2000000
+t_grep "... saying the bound" "--world-size '2000000': expected a number of ranks from 1 to 1048576" "$TMP/.err"
 t_fails "--json without --dry-run is refused" 2 "$TRAIN" --config configs/debug_model.toml --json
 
 # memory_estimation.enable: a real run logs the plan before its first step.
