@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "unicode/unicode.h"
+
 typedef struct parser {
 	const char *name;
 	const char *p;
@@ -394,6 +396,12 @@ static int parse_header(parser *ps)
 	if (*ps->p != ']')
 		return perr(ps, "expected ']' after the table name");
 	ps->p++;
+	/* TOML: a table is defined once (its keys would otherwise be split
+	 * over two places, the second perhaps a pasted copy) */
+	char header[sizeof ps->table + 2];
+	snprintf(header, sizeof header, "[%s]", ps->table);
+	if (remember_key(ps, header) != 0)
+		return -1;
 	return expect_eol(ps);
 }
 
@@ -421,10 +429,32 @@ static int parse_keyval(parser *ps, toml_key_fn fn, void *ctx)
 	return expect_eol(ps);
 }
 
+/* TOML: a document is valid UTF-8.  Checked once, up front, so that no
+ * string echoes invalid bytes into print_config, a log or a checkpoint. */
+static int check_utf8(parser *ps)
+{
+	const uint8_t *s = (const uint8_t *)ps->p, *line = s;
+	size_t n = strlen(ps->p);
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t k = uni_utf8_decode(s + i, n - i, &cp);
+		if (cp & UNI_BAD)
+			return perr(ps, "invalid UTF-8 (byte 0x%02x at column %zu): a TOML file is "
+				    "UTF-8", s[i], (size_t)(s + i - line) + 1);
+		i += k;
+		if (cp == '\n') {
+			ps->line++;
+			line = s + i;
+		}
+	}
+	ps->line = 1;
+	return 0;
+}
+
 int toml_parse(const char *name, const char *text, toml_key_fn fn, void *ctx, titan_err *err)
 {
 	parser ps = {.name = name, .p = text, .line = 1, .err = err};
-	int rc = 0;
+	int rc = check_utf8(&ps);
 	while (rc == 0) {
 		skip_ws_nl(&ps);
 		if (*ps.p == '\0')

@@ -362,10 +362,11 @@ static int check_opts(const loader_opts *o, titan_err *err)
 		return err_set(err, "loader: no folder");
 	if (o->split != SHARD_TRAIN && o->split != SHARD_VAL)
 		return err_set(err, "%s: split %d is not train (0) or val (1)", o->dir, o->split);
-	if (o->seq_len < 1 || o->seq_len > (1 << 24) || o->local_batch < 1 ||
-	    o->local_batch > (1 << 20))
-		return err_set(err, "%s: seq_len %lld / local_batch %lld out of range", o->dir,
-			       (long long)o->seq_len, (long long)o->local_batch);
+	if (o->seq_len < 1 || o->seq_len > LOADER_MAX_SEQ_LEN || o->local_batch < 1 ||
+	    o->local_batch > LOADER_MAX_LOCAL_BATCH)
+		return err_set(err, "%s: seq_len %lld / local_batch %lld out of range (1 to %lld / "
+			       "1 to %lld)", o->dir, (long long)o->seq_len, (long long)o->local_batch,
+			       (long long)LOADER_MAX_SEQ_LEN, (long long)LOADER_MAX_LOCAL_BATCH);
 	if (o->dp_degree < 1 || o->dp_rank < 0 || o->dp_rank >= o->dp_degree)
 		return err_set(err, "%s: dp_rank %d of dp_degree %d", o->dir, o->dp_rank,
 			       o->dp_degree);

@@ -48,6 +48,11 @@
 #define LOADER_IGNORE_INDEX (-100)
 enum { LOADER_TRAIN = 0, LOADER_VAL = 1 }; /* = SHARD_TRAIN, SHARD_VAL */
 #define LOADER_STATE_BYTES 56
+/* The largest batch the loader serves (loader_open refuses more): the
+ * trainer's limits on training.seq_len and local_batch_size, which the
+ * planner (lib/planner) applies too, so that a plan and a run refuse alike. */
+#define LOADER_MAX_SEQ_LEN ((int64_t)1 << 24)
+#define LOADER_MAX_LOCAL_BATCH ((int64_t)1 << 20)
 
 typedef struct loader_opts {
 	const char *dir;      /* titan-shard folder (manifest.json) */

@@ -220,11 +220,14 @@ int mesh_check_model(const mesh_degrees *d, const mesh_model *m, titan_err *e)
 	 * none into cp. */
 	int64_t chunks = d->cp > 1 ? (m->cp_unbalanced ? d->cp : 2 * d->cp) : 1;
 	int64_t div = d->tp * chunks;
-	if (m->seq_len > 0 && div > 1 && m->seq_len % div != 0)
+	if (m->seq_len > 0 && div > 1 && m->seq_len % div != 0) {
+		char by[48] = "";
+		if (d->cp > 1)
+			snprintf(by, sizeof by, " x %scp %lld", m->cp_unbalanced ? "" : "2 x ",
+				 (long long)d->cp);
 		return err_set(e, "training.seq_len = %lld is not divisible by tp %lld%s = %lld",
-			       (long long)m->seq_len, (long long)d->tp,
-			       d->cp == 1 ? "" : m->cp_unbalanced ? " x cp" : " x 2 cp",
-			       (long long)div);
+			       (long long)m->seq_len, (long long)d->tp, by, (long long)div);
+	}
 	if (m->n_experts > 0 && m->n_experts % d->ep != 0)
 		return err_set(e, "parallelism.expert_parallel_degree = %lld does not divide the %lld "
 			       "experts of %s", (long long)d->ep, (long long)m->n_experts, m->name);

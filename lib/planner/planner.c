@@ -8,6 +8,7 @@
 
 #include "cp/cp.h"
 #include "gpu/gpu.h"
+#include "loader/loader.h"
 #include "mesh/mesh.h"
 #include "model/family.h"
 #include "planner/planner.h"
@@ -209,6 +210,19 @@ int planner_pipeline(const job_config *c, int pp, int n_layers, pp_split *sp, pp
 	if (pp_microbatches(c->training.local_batch_size, p->pipeline_parallel_microbatch_size,
 			    sp->n_stages, n_mb, &few, e))
 		goto fail;
+	/* Every schedule holds an F and a B (or an I and a W) per stage and
+	 * micro-batch, and the planner walks them again; refused here, before a
+	 * list of that size is built, rather than when an allocation fails. */
+	int64_t actions = 3 * (int64_t)sp->n_stages * *n_mb;
+	if (actions > PLANNER_MAX_ACTIONS) {
+		err_set(e, "parallelism: a pipeline schedule of %d stages x %d micro-batches "
+			"(local_batch_size %lld / pipeline_parallel_microbatch_size %lld) holds up "
+			"to %lld actions, more than the %lld a schedule may hold: use fewer "
+			"micro-batches", sp->n_stages, *n_mb, (long long)c->training.local_batch_size,
+			(long long)p->pipeline_parallel_microbatch_size, (long long)actions,
+			(long long)PLANNER_MAX_ACTIONS);
+		goto fail;
+	}
 	const char *csv = p->pipeline_parallel_schedule_csv;
 	if (csv != NULL && csv[0] != '\0') {
 		if (pp_schedule_read_csv(csv, pp, sp->n_stages, *n_mb, out, e))
@@ -277,12 +291,29 @@ static void ctx_free(plan_ctx *x)
 	pp_split_free(&x->split);
 }
 
+/* The batch the trainer would accept: its loader's limits (loader_open
+ * refuses beyond them), which also keep every size the planner multiplies
+ * from them within 64 bits (planner_roles checks what it adds up). */
+static int check_batch(const job_config *c, titan_err *e)
+{
+	const __typeof__(c->training) *t = &c->training;
+	if (t->seq_len < 1 || t->seq_len > LOADER_MAX_SEQ_LEN)
+		return err_set(e, "training.seq_len = %lld: expected 1 to %lld (the trainer's "
+			       "limit)", (long long)t->seq_len, (long long)LOADER_MAX_SEQ_LEN);
+	if (t->local_batch_size < 1 || t->local_batch_size > LOADER_MAX_LOCAL_BATCH)
+		return err_set(e, "training.local_batch_size = %lld: expected 1 to %lld (the "
+			       "trainer's limit)", (long long)t->local_batch_size,
+			       (long long)LOADER_MAX_LOCAL_BATCH);
+	return 0;
+}
+
 /* Everything but the roles: the degrees, the layout, the models, the
  * pipeline. */
 static int build(plan_ctx *x, int world_size, titan_err *e)
 {
 	const job_config *c = x->c;
-	if (resolve(c, world_size, &x->d, e) || precision(x, e) || build_models(x, e))
+	if (check_batch(c, e) || resolve(c, world_size, &x->d, e) || precision(x, e) ||
+	    build_models(x, e))
 		return -1;
 	cp_balance bal;
 	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &bal, e) ||

@@ -103,6 +103,10 @@ void planner_report_free(plan_report *r);
  * pipeline_parallel_degree is 1), for --print-schedule. */
 int planner_schedule(const job_config *c, int world_size, pp_schedule **out, titan_err *e);
 
+/* The most actions a pipeline schedule may hold (3 per stage and micro-batch
+ * at most): a larger one is refused before it is built. */
+#define PLANNER_MAX_ACTIONS ((int64_t)1 << 22)
+
 /* The stage split and the schedule of pipeline_parallel_degree pp for a model
  * of n_layers, as the run builds them (torchtitan's split and messages, the
  * schedule built or read from pipeline_parallel_schedule_csv), and the

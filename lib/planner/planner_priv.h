@@ -22,6 +22,7 @@ typedef struct plan_ctx {
 	model *local;             /* one TP rank's shapes, the run's precision and AC */
 	pp_split split;           /* pp > 1 */
 	pp_schedule *sched;       /* pp > 1 */
+	int overflow;             /* a figure passed INT64_MAX (roles.c's mul, add) */
 } plan_ctx;
 
 /* Every role's bytes and traffic into x->r. */

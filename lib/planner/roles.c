@@ -1,12 +1,36 @@
 /* Each pipeline rank's bytes: state by tensor shards, activations by walking
  * its action list, traffic by counting what its actions and collectives send.
  * See planner.h for the terms. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/family.h"
 #include "plan/plan.h"
 #include "planner/planner_priv.h"
+
+/* Every figure is a product of sizes from the config: each product and sum
+ * goes through these, which saturate at INT64_MAX (what JSON's integers hold)
+ * and flag the plan, so that a wrapped sum can never read as "fits". */
+static uint64_t mul(plan_ctx *x, uint64_t a, uint64_t b)
+{
+	uint64_t r;
+	if (__builtin_mul_overflow(a, b, &r) || r > (uint64_t)INT64_MAX) {
+		x->overflow = 1;
+		return (uint64_t)INT64_MAX;
+	}
+	return r;
+}
+
+static uint64_t add(plan_ctx *x, uint64_t a, uint64_t b)
+{
+	uint64_t r;
+	if (__builtin_add_overflow(a, b, &r) || r > (uint64_t)INT64_MAX) {
+		x->overflow = 1;
+		return (uint64_t)INT64_MAX;
+	}
+	return r;
+}
 
 /* A tensor's elements on one rank: split by TP along its tp_dim, then FSDP's
  * dim-0 shard, the rows padded up to a multiple of the FSDP degree (FSDP2's
@@ -141,7 +165,7 @@ static int held_shard(const plan_ctx *x, int r, uint64_t *numel, titan_err *e)
 
 /* Parameters, gradients, optimizer states (the plan's shards) and FSDP's
  * unsharded copies. */
-static int state_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro, titan_err *e)
+static int state_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro, titan_err *e)
 {
 	uint64_t shard = 0, biggest = 0, all = 0, head = 0;
 	int H = model_head_unit(x->whole);
@@ -150,37 +174,37 @@ static int state_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro,
 	for (int k = 0; k < s->n; k++)
 		for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 			uint64_t w = unit_numel(x, u, 1);
-			all += w;
+			all = add(x, all, w);
 			if (u == H)
 				head = w;
 			else if (w > biggest)
 				biggest = w;
 		}
 	size_t p = be_dtype_size(x->param_t);
-	ro->bytes[PLAN_PARAMS] = shard * p;
-	ro->bytes[PLAN_GRADS] = shard * p;
-	ro->bytes[PLAN_OPTIMIZER] = 2 * shard * p;
+	ro->bytes[PLAN_PARAMS] = mul(x, shard, p);
+	ro->bytes[PLAN_GRADS] = mul(x, shard, p);
+	ro->bytes[PLAN_OPTIMIZER] = mul(x, 2 * p, shard);
 	if (x->fsdp > 1) {
 		/* torchtitan keeps norm + output gathered after forward in any case.
 		 * A unit's unsharded gradient lives until its reduce-scatter: right
 		 * after its backward, or under pipeline parallelism (torch's stage
 		 * turns gradient sync off until the last micro-batch) through the
 		 * whole step, for every unit of the rank. */
-		uint64_t gathered = reshard_after_forward(x) ? head + 2 * biggest : all;
+		uint64_t gathered = reshard_after_forward(x) ? add(x, head, mul(x, 2, biggest)) : all;
 		uint64_t grads = x->d.pp > 1 ? all : head > biggest ? head : biggest;
-		ro->bytes[PLAN_GATHERED] = gathered * be_dtype_size(x->mp_t) +
-					   grads * be_dtype_size(x->reduce_t);
+		ro->bytes[PLAN_GATHERED] = add(x, mul(x, gathered, be_dtype_size(x->mp_t)),
+					       mul(x, grads, be_dtype_size(x->reduce_t)));
 	}
 	return 0;
 }
 
 /* The bytes of one pipeline message: a micro-batch's hidden state, its
  * tokens split by sequence parallelism. */
-static uint64_t message_bytes(const plan_ctx *x)
+static uint64_t message_bytes(plan_ctx *x)
 {
-	uint64_t tokens = (uint64_t)x->r->microbatch * (uint64_t)cp_local_len(&x->cpl);
-	return tokens / (uint64_t)x->d.tp * (uint64_t)model_args(x->local)->dim *
-	       be_dtype_size(x->compute_t);
+	uint64_t tokens = mul(x, (uint64_t)x->r->microbatch, (uint64_t)cp_local_len(&x->cpl));
+	return mul(x, mul(x, tokens / (uint64_t)x->d.tp, (uint64_t)model_args(x->local)->dim),
+		   be_dtype_size(x->compute_t));
 }
 
 /* Expert parallelism's rows beyond what the model counts for its experts
@@ -189,19 +213,21 @@ static uint64_t message_bytes(const plan_ctx *x)
  * under op-level AC, their gate output: both recomputed without ep) for
  * every MoE layer whose backward keeps them; and one layer's staging rows
  * and outputs (2 rows x dim) while it runs. */
-static uint64_t ep_bytes(const plan_ctx *x, int b, int t)
+static uint64_t ep_bytes(plan_ctx *x, int b, int t)
 {
 	const llama_args *a = model_args(x->local);
 	if (x->d.ep <= 1)
 		return 0;
 	/* under TP a rank dispatches its 1/tp of the gathered tokens */
-	uint64_t rows = (uint64_t)b * (uint64_t)t / (uint64_t)x->d.tp * (uint64_t)a->moe.top_k;
+	uint64_t rows = mul(x, mul(x, (uint64_t)b, (uint64_t)t) / (uint64_t)x->d.tp,
+			    (uint64_t)a->moe.top_k);
 	uint64_t layers = 0;
 	uint64_t d = (uint64_t)a->dim, in = (uint64_t)a->moe.inter_dim;
 	for (int l = 0; l < a->n_layers; l++)
 		layers += model_family_moe_layer(a, l) && !recomputed(x, l + 1);
 	uint64_t kept = d + (x->ac == MODEL_AC_OP ? in : 0);
-	return (layers * kept + 2 * d) * rows * be_dtype_size(x->compute_t);
+	return mul(x, mul(x, add(x, mul(x, layers, kept), 2 * d), rows),
+		   be_dtype_size(x->compute_t));
 }
 
 /* Activations: the bytes of the micro-batch contexts alive at the worst
@@ -210,7 +236,7 @@ static uint64_t ep_bytes(const plan_ctx *x, int b, int t)
  * left live too), and the model's scratch.  The pipeline's messages (as the
  * engine holds them: pp_engine_message_events) are followed in the same walk,
  * and what they add to that peak is the role's pipeline buffer term. */
-static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role *ro,
+static int activation_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro,
 			    uint64_t *msg_extra, titan_err *e)
 {
 	int b = (int)x->r->microbatch, t = (int)cp_local_len(&x->cpl), tk = t;
@@ -226,8 +252,9 @@ static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role
 	*msg_extra = 0;
 	if (x->d.pp == 1) {
 		ro->live_mb = 1;
-		ro->bytes[PLAN_ACTIVATIONS] = model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk) +
-					      scratch + ep_bytes(x, b, t);
+		ro->bytes[PLAN_ACTIVATIONS] =
+			add(x, add(x, model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk), scratch),
+			    ep_bytes(x, b, t));
 		return 0;
 	}
 	const pp_schedule *sc = x->sched;
@@ -244,16 +271,17 @@ static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role
 		int u0 = x->split.u0[a->stage], u1 = x->split.u1[a->stage];
 		uint64_t mb = model_mb_bytes(x->local, u0, u1, b, tk);
 		uint64_t jobs = model_wgrad_bytes(x->local, u0, u1, b, t);
-		held += (uint64_t)ev[k] * msg;
+		held = add(x, held, mul(x, (uint64_t)ev[k], msg));
 		if (a->op == PP_F) {
-			live += mb;
+			live = add(x, live, mb);
 			n++;
 		}
-		both = live + held > both ? live + held : both;
-		held = held - (uint64_t)ev[n_act + k] * msg + (uint64_t)ev[2 * n_act + k] * msg;
+		both = add(x, live, held) > both ? add(x, live, held) : both;
+		held = add(x, held - mul(x, (uint64_t)ev[n_act + k], msg),
+			   mul(x, (uint64_t)ev[2 * n_act + k], msg));
 		if (a->op == PP_I)
-			live += jobs;
-		both = live + held > both ? live + held : both;
+			live = add(x, live, jobs);
+		both = add(x, live, held) > both ? add(x, live, held) : both;
 		peak = live > peak ? live : peak;
 		most = n > most ? n : most;
 		if (a->op == PP_B || a->op == PP_W) {
@@ -263,7 +291,7 @@ static int activation_bytes(const plan_ctx *x, int r, const stages *s, plan_role
 	}
 	free(ev);
 	ro->live_mb = most;
-	ro->bytes[PLAN_ACTIVATIONS] = peak + scratch;
+	ro->bytes[PLAN_ACTIVATIONS] = add(x, peak, scratch);
 	*msg_extra = both - peak;
 	return 0;
 }
@@ -284,24 +312,25 @@ static be_attn attn_call(const plan_ctx *x)
  * add to the activations' peak (activation_bytes), and ring attention's
  * (cp_attn_bytes: the keys and values from the other ranks, their float32
  * gradients, the float32 accumulators of out and dq). */
-static void buffer_bytes(const plan_ctx *x, uint64_t msg_extra, plan_role *ro)
+static void buffer_bytes(plan_ctx *x, uint64_t msg_extra, plan_role *ro)
 {
 	uint64_t buf = msg_extra;
 	if (x->d.cp > 1) {
 		be_attn s = attn_call(x);
-		buf += cp_attn_bytes(&x->cpl, x->rotate, &s);
+		buf = add(x, buf, cp_attn_bytes(&x->cpl, x->rotate, &s));
 	}
 	ro->bytes[PLAN_COMM_BUFFERS] = buf;
 }
 
 /* Bytes sent per step.  Passes of a unit's forward and backward: n_mb micro-
  * batches (pipeline) or the gradient-accumulation steps. */
-static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
+static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 {
 	const llama_args *a = model_args(x->local);
 	int H = model_head_unit(x->whole);
 	uint64_t passes = (uint64_t)x->r->n_mb, b = (uint64_t)x->r->microbatch;
-	uint64_t tokens = b * (uint64_t)cp_local_len(&x->cpl);
+	uint64_t tokens = mul(x, b, (uint64_t)cp_local_len(&x->cpl));
+	uint64_t *sent = ro->sent;
 	size_t act = be_dtype_size(x->compute_t);
 	/* FSDP: an all-gather of each unit's shard before forward (and again
 	 * before backward when resharded), a reduce-scatter of its gradient; once
@@ -312,20 +341,24 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 	if (x->fsdp > 1 || ne > 1 || x->d.dp_replicate > 1) {
 		uint64_t n = (uint64_t)x->fsdp, R = (uint64_t)x->d.dp_replicate;
 		int again = reshard_after_forward(x);
-		uint64_t gathers = x->d.pp > 1 ? (again ? 2 * passes : 1) : passes * (again ? 2 : 1);
+		uint64_t gathers = x->d.pp > 1 ? (again ? mul(x, 2, passes) : 1)
+					       : mul(x, passes, again ? 2 : 1);
 		uint64_t reduces = x->d.pp > 1 ? 1 : passes;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 				uint64_t sh = unit_numel(x, u, 0), se = expert_numel(x, u);
 				/* the experts' shards go round efsdp (counted here) */
-				uint64_t ring = (n - 1) * (sh - se) + (ne - 1) * se;
+				uint64_t ring = add(x, mul(x, n - 1, sh - se), mul(x, ne - 1, se));
 				if (ring) {
-					ro->sent[PLAN_DIM_FSDP] += gathers * ring * be_dtype_size(x->mp_t);
-					ro->sent[PLAN_DIM_FSDP] += reduces * ring * be_dtype_size(x->reduce_t);
+					sent[PLAN_DIM_FSDP] = add(x, sent[PLAN_DIM_FSDP],
+						mul(x, mul(x, gathers, ring), be_dtype_size(x->mp_t)));
+					sent[PLAN_DIM_FSDP] = add(x, sent[PLAN_DIM_FSDP],
+						mul(x, mul(x, reduces, ring), be_dtype_size(x->reduce_t)));
 				}
 				if (R > 1)
-					ro->sent[PLAN_DIM_DP_REPLICATE] +=
-						reduces * 2 * (R - 1) * sh * be_dtype_size(x->reduce_t) / R;
+					sent[PLAN_DIM_DP_REPLICATE] = add(x, sent[PLAN_DIM_DP_REPLICATE],
+						mul(x, mul(x, reduces, 2 * (R - 1)),
+						    mul(x, sh, be_dtype_size(x->reduce_t))) / R);
 			}
 	}
 	/* TP with sequence parallelism: per block and pass, the forward gathers
@@ -334,17 +367,15 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 	 * recomputed under AC repeats its forward's; the embedding reduce-scatters
 	 * (backward: gathers), the head gathers (backward: reduce-scatters). */
 	if (x->d.tp > 1) {
-		uint64_t tp = (uint64_t)x->d.tp, shard = tokens / tp * (uint64_t)a->dim * act;
+		uint64_t tp = (uint64_t)x->d.tp;
+		uint64_t shard = mul(x, mul(x, tokens / tp, (uint64_t)a->dim), act);
 		uint64_t per = 0;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
-				if (u == 0 || u == H) {
-					per += 2 * (tp - 1) * shard;
-					continue;
-				}
-				per += (8 + (recomputed(x, u) ? 4 : 0)) * (tp - 1) * shard;
+				uint64_t times = u == 0 || u == H ? 2 : 8 + (recomputed(x, u) ? 4 : 0);
+				per = add(x, per, mul(x, times * (tp - 1), shard));
 			}
-		ro->sent[PLAN_DIM_TP] = per * passes;
+		sent[PLAN_DIM_TP] = mul(x, per, passes);
 	}
 	/* CP: per block and pass, ring attention's forward (again where AC
 	 * recomputes it) and backward, as lib/cp sends them (cp_attn_sent). */
@@ -355,8 +386,9 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++)
 				if (u != 0 && u != H)
-					per += (uint64_t)(1 + recomputed(x, u)) * fwd + bwd;
-		ro->sent[PLAN_DIM_CP] = per * passes;
+					per = add(x, per, add(x, mul(x, (uint64_t)(1 + recomputed(x, u)),
+								     fwd), bwd));
+		sent[PLAN_DIM_CP] = mul(x, per, passes);
 	}
 	/* EP: per MoE layer and pass, the forward (again where AC recomputes it)
 	 * exchanges the rows per expert (all-to-all of E/ep int32) and sends the
@@ -365,14 +397,16 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 	 * the rank's n/tp x top_k rows each way. */
 	if (x->d.ep > 1) {
 		uint64_t ep = (uint64_t)x->d.ep, el = (uint64_t)a->moe.experts / ep;
-		uint64_t rows = tokens / (uint64_t)x->d.tp * (uint64_t)a->moe.top_k;
-		uint64_t v = 2 * (ep - 1) * rows / ep * (uint64_t)a->dim * act, per = 0;
+		uint64_t rows = mul(x, tokens / (uint64_t)x->d.tp, (uint64_t)a->moe.top_k);
+		uint64_t v = mul(x, mul(x, mul(x, 2 * (ep - 1), rows) / ep, (uint64_t)a->dim), act);
+		uint64_t per = 0;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++)
 				if (u != 0 && u != H && model_family_moe_layer(a, u - 1))
-					per += (uint64_t)(1 + recomputed(x, u)) *
-						       ((ep - 1) * el * 4 + v) + v;
-		ro->sent[PLAN_DIM_EP] = per * passes;
+					per = add(x, per,
+						  add(x, mul(x, (uint64_t)(1 + recomputed(x, u)),
+							     add(x, (ep - 1) * el * 4, v)), v));
+		sent[PLAN_DIM_EP] = mul(x, per, passes);
 	}
 	/* PP: each F sends its output to the next stage's rank, each B or I its
 	 * input gradient to the previous stage's, when that is another rank. */
@@ -383,14 +417,41 @@ static void traffic(const plan_ctx *x, int r, const stages *s, plan_role *ro)
 			const pp_action *ac = &sc->act[i];
 			int to = ac->op == PP_F ? ac->stage + 1 : ac->op == PP_W ? -1 : ac->stage - 1;
 			if (to >= 0 && to < sc->n_stages && sc->stage_rank[to] != r)
-				ro->sent[PLAN_DIM_PP] += msg;
+				sent[PLAN_DIM_PP] = add(x, sent[PLAN_DIM_PP], msg);
 		}
 	}
+}
+
+/* The model's and lib/cp's figures are sums of pieces of n = b x t tokens
+ * (and of t alone) in size_t, each linear in n and rounded up to 64 bytes,
+ * so the figure at (b, t) is at most b times the figure at (1, t); and at
+ * (1, t) with t within the trainer's limit every registered flavor's figure
+ * is far from 2^64.  A micro-batch whose b x figure(1, t) passes INT64_MAX is
+ * refused here, before those unchecked sums could wrap. */
+static int check_tokens(plan_ctx *x, titan_err *e)
+{
+	int H = model_head_unit(x->local), t = (int)cp_local_len(&x->cpl);
+	uint64_t one = add(x, add(x, model_mb_bytes(x->local, 0, H, 1, t),
+				   model_scratch_bytes(x->local, 1, t)),
+			   model_wgrad_bytes(x->local, 0, H, 1, t));
+	if (x->d.cp > 1) {
+		be_attn s = attn_call(x);
+		s.b = 1;
+		one = add(x, one, cp_attn_bytes(&x->cpl, x->rotate, &s));
+	}
+	mul(x, one, (uint64_t)x->r->microbatch);
+	if (x->overflow)
+		return err_set(e, "planner: a micro-batch of %lld sequences of %lld tokens (%lld "
+			       "a rank) needs more than 2^63 bytes of activations on a rank",
+			       (long long)x->r->microbatch, (long long)x->r->seq_len, (long long)t);
+	return 0;
 }
 
 int planner_roles(plan_ctx *x, titan_err *e)
 {
 	plan_report *rep = x->r;
+	if (check_tokens(x, e))
+		return -1;
 	rep->n_roles = x->d.pp;
 	if ((rep->roles = calloc((size_t)rep->n_roles, sizeof *rep->roles)) == NULL)
 		return err_set(e, "planner: out of memory");
@@ -413,7 +474,13 @@ int planner_roles(plan_ctx *x, titan_err *e)
 		buffer_bytes(x, msg_extra, ro);
 		traffic(x, r, &s, ro);
 		for (int i = 0; i < PLAN_TERM_COUNT; i++)
-			ro->peak += ro->bytes[i];
+			ro->peak = add(x, ro->peak, ro->bytes[i]);
+		if (x->overflow)
+			return err_set(e, "planner: pipeline rank %d's bytes or traffic per step pass "
+				       "2^63 (local_batch_size %lld, seq_len %lld, %lld micro-batches "
+				       "of %lld)", r, (long long)rep->local_batch,
+				       (long long)rep->seq_len, (long long)rep->n_mb,
+				       (long long)rep->microbatch);
 		if (ro->peak > rep->device_bytes)
 			rep->fits = 0;
 	}

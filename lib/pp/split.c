@@ -2,6 +2,7 @@
  * rank holds each, as torchtitan's pipeline_llm and
  * generate_llm_fqn_per_model_part decide (v0.2.2), with their messages. */
 #include <ctype.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +123,11 @@ static int from_parts(const pp_split_args *a, pp_split *s, titan_err *e)
 				       "without %s (titan's last unit is the final norm with the "
 				       "output projection and the loss)", k, norm ? "norm" : "output",
 				       norm ? "output" : "norm");
+		if ((lo != next || hi - lo + 1 != n - (norm && out)) && k == 0)
+			return err_set(e, "parallelism.module_fqns_per_model_part: part 0 is not a run "
+				       "of modules from tok_embeddings (each part takes the next "
+				       "modules in order, tok_embeddings, layers.0, ..., norm and "
+				       "output, each once)");
 		if (lo != next || hi - lo + 1 != n - (norm && out))
 			return err_set(e, "parallelism.module_fqns_per_model_part: part %d is not the "
 				       "run of modules after part %d's (each part takes the next "
@@ -233,6 +239,10 @@ int pp_microbatches(int64_t local_batch_size, int64_t microbatch_size, int n_sta
 			       "the config arguments for either batch_size or "
 			       "pipeline_parallel_microbatch_size.", (long long)local_batch_size,
 			       (long long)microbatch_size);
+	if (local_batch_size / microbatch_size > INT_MAX)
+		return err_set(e, "training.local_batch_size %lld / pipeline_parallel_microbatch_size "
+			       "%lld: more than %d micro-batches", (long long)local_batch_size,
+			       (long long)microbatch_size, INT_MAX);
 	*n_mb = (int)(local_batch_size / microbatch_size);
 	*few = *n_mb < n_stages;
 	return 0;

@@ -45,6 +45,21 @@ static int is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A folder of the run, key's value sub, joined to job.dump_folder as
+ * torchtitan's os.path.join does: an absolute sub is used as given (a
+ * checkpoint folder on another filesystem), a relative one goes under the
+ * dump folder. */
+static int under_dump(const job_config *c, const char *key, const char *sub, char *buf, size_t n,
+		      titan_err *err)
+{
+	int len = sub[0] == '/' ? snprintf(buf, n, "%s", sub)
+				: snprintf(buf, n, "%s/%s", c->job.dump_folder, sub);
+	if (len < 0 || (size_t)len >= n)
+		return err_set(err, "%s \"%s\" under job.dump_folder \"%s\": longer than %zu bytes",
+			       key, sub, c->job.dump_folder, n - 1);
+	return 0;
+}
+
 int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err)
 {
 	if (c->training.dataset_path != NULL) {
@@ -54,7 +69,8 @@ int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err
 				       "titan-shard --out %s)", buf, buf);
 		return 0;
 	}
-	snprintf(buf, n, "%s/%s", c->job.dump_folder, c->training.dataset);
+	if (under_dump(c, "training.dataset", c->training.dataset, buf, n, err) != 0)
+		return -1;
 	if (!is_dir(buf))
 		return err_set(err, "training.dataset \"%s\": no folder %s; set training.dataset_path "
 			       "to a titan-shard folder", c->training.dataset, buf);
@@ -695,10 +711,12 @@ static int seek_by_tokens(job *j, int64_t ntokens_seen, const char *dir, titan_e
 }
 
 /* torchtitan's CheckpointManager.load: the run's own latest step first, then
- * initial_load_path; step 0 (a seed checkpoint) is model only. */
-static int load_checkpoint(job *j, titan_err *err)
+ * initial_load_path; step 0 (a seed checkpoint) is model only.  *loaded is
+ * set when something was loaded. */
+static int load_rank(job *j, int *loaded, titan_err *err)
 {
 	const job_config *c = j->c;
+	*loaded = 0;
 	if (!c->checkpoint.enable)
 		return 0;
 	int64_t step = c->checkpoint.load_step;
@@ -731,7 +749,7 @@ static int load_checkpoint(job *j, titan_err *err)
 	} else {
 		return 0;
 	}
-	double t0 = now_s();
+	*loaded = 1;
 	metrics_log(j->log, "Loading the checkpoint from %s.", dir);
 	tstate s;
 	fill_state(j, &s, NULL);
@@ -746,7 +764,6 @@ static int load_checkpoint(job *j, titan_err *err)
 			if (seek_by_tokens(j, j->ntokens_seen, dir, err) != 0)
 				return -1;
 		}
-		metrics_log(j->log, "Finished loading the checkpoint in %.2f seconds.", now_s() - t0);
 		return 0;
 	}
 	tstate_loaded got;
@@ -773,8 +790,27 @@ static int load_checkpoint(job *j, titan_err *err)
 	if (!model_only && !got.had_train_state)
 		titan_warn("%s holds the model only; training starts at step 1 with a fresh "
 			   "optimizer", dir);
-	metrics_log(j->log, "Finished loading the checkpoint in %.2f seconds.", now_s() - t0);
 	return 0;
+}
+
+/* Every rank loads its own shards; the load is finished (and logged as such)
+ * only when every rank's succeeded, so the ranks agree on the result first:
+ * the lowest rank that failed, if any. */
+static int load_checkpoint(job *j, titan_err *err)
+{
+	double t0 = now_s();
+	int loaded, rc = load_rank(j, &loaded, err);
+	if (j->world > 1) {
+		int32_t mine = rc != 0 ? j->rank : INT32_MAX, first;
+		titan_err e2;
+		if (comm_all_reduce(j->h->mesh->world, &mine, &first, 1, COMM_I32, COMM_MIN, &e2) != 0)
+			return rc != 0 ? -1 : err_set(err, "%s", e2.msg);
+		if (rc == 0 && first != INT32_MAX)
+			return err_set(err, "loading the checkpoint failed on rank %d", (int)first);
+	}
+	if (rc == 0 && loaded)
+		metrics_log(j->log, "Finished loading the checkpoint in %.2f seconds.", now_s() - t0);
+	return rc;
 }
 
 static int open_outputs(job *j, titan_err *err)
@@ -802,8 +838,10 @@ static int open_outputs(job *j, titan_err *err)
 	struct tm tm;
 	localtime_r(&t, &tm);
 	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
-	snprintf(path, sizeof path, "%s/%s/%s%s", c->job.dump_folder, c->metrics.save_tb_folder, stamp,
-		 mine);
+	char tb[1024];
+	if (under_dump(c, "metrics.save_tb_folder", c->metrics.save_tb_folder, tb, sizeof tb, err) != 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/%s%s", tb, stamp, mine);
 	if (tb_open(&j->tb, path, wall_s(), err) != 0)
 		return -1;
 	j->tb_open = 1;
@@ -997,7 +1035,9 @@ static int start_profiler(job *j, titan_err *err)
 	if (!c->profiling.enable_profiling)
 		return 0;
 	char dir[1100];
-	snprintf(dir, sizeof dir, "%s/%s", c->job.dump_folder, c->profiling.save_traces_folder);
+	if (under_dump(c, "profiling.save_traces_folder", c->profiling.save_traces_folder, dir,
+		       sizeof dir, err) != 0)
+		return -1;
 	prof_opts o = {.trace_folder = dir, .rank = j->rank, .freq = c->profiling.profile_freq,
 		       .active = c->profiling.profiler_active};
 	if (prof_start(&o, err) != 0)
@@ -1120,7 +1160,9 @@ static int lock_dump_folder(job *j, titan_err *err)
 int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 {
 	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr, .lock_fd = -1};
-	snprintf(j.ckpt_dir, sizeof j.ckpt_dir, "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	if (under_dump(c, "checkpoint.folder", c->checkpoint.folder, j.ckpt_dir, sizeof j.ckpt_dir,
+		       err) != 0)
+		return -1;
 	metrics_log(j.log, "Starting job: %s", c->job.description);
 	warn_inert(&j);
 	int rc = -1;

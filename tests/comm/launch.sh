@@ -55,19 +55,19 @@ refused "a schedule CSV placing stages elsewhere is refused" 2 \
 	Interleaved1F1B --training.local_batch_size 4 --parallelism.pipeline_parallel_schedule_csv \
 	tests/pp/golden/csv/zbvzerobubble_pp2_mb4.csv
 refused "CP 2: seq_len not divisible by 2 x cp (headtail) is refused before any work" 2 \
-	'^titan-train: training.seq_len = 30 is not divisible by tp 1 x 2 cp = 4$' \
+	'^titan-train: training.seq_len = 30 is not divisible by tp 1 x 2 x cp 2 = 4$' \
 	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
 	--training.seq_len 30
 refused "CP 2 x TP 2: seq_len not divisible by tp x 2 cp is refused" 4 \
-	'^titan-train: training.seq_len = 36 is not divisible by tp 2 x 2 cp = 8$' \
+	'^titan-train: training.seq_len = 36 is not divisible by tp 2 x 2 x cp 2 = 8$' \
 	--parallelism.context_parallel_degree 2 --parallelism.tensor_parallel_degree 2 \
 	--training.seq_len 36
 refused "CP 2 without a load balancer: seq_len not divisible by cp is refused" 2 \
-	'^titan-train: training.seq_len = 31 is not divisible by tp 1 x cp = 2$' \
+	'^titan-train: training.seq_len = 31 is not divisible by tp 1 x cp 2 = 2$' \
 	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
 	--parallelism.context_parallel_load_balancer none --training.seq_len 31
 refused "CP 2: a validation seq_len the chunks do not divide is refused" 2 \
-	'^titan-train: validation.seq_len = 18 is not divisible by tp 1 x 2 cp = 4$' \
+	'^titan-train: validation.seq_len = 18 is not divisible by tp 1 x 2 x cp 2 = 4$' \
 	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
 	--validation.enable --validation.seq_len 18
 refused "the ptrr load balancer (FlexAttention's) is refused saying why" 2 \

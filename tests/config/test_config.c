@@ -593,6 +593,48 @@ static void deeply_nested_array_is_refused_not_a_crash(void **state)
 	config_free(&c);
 }
 
+static void repeated_table_header_is_refused_with_its_line(void **state)
+{
+	(void)state;
+	job_config c;
+	titan_err err = {{0}};
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(config_load_string(&c, "r.toml", "[training]\nsteps = 2\n[model]\n"
+					    "name = \"llama3\"\n[training]\nseq_len = 16\n", &err), -1);
+	assert_string_equal(err.msg, "r.toml:5: [training]: defined twice");
+	/* a sub-table, and its parent after it, are two tables (TOML allows it) */
+	assert_int_equal(config_load_string(&c, "s.toml", "[training.dataloader]\nnum_workers = 0\n"
+					    "[training]\nsteps = 3\n", &err), 0);
+	assert_int_equal(c.training.steps, 3);
+	config_free(&c);
+}
+
+static void invalid_utf8_is_refused_with_its_line(void **state)
+{
+	(void)state;
+	job_config c;
+	titan_err err = {{0}};
+	assert_int_equal(config_defaults(&c, &err), 0);
+	/* a stray byte, an overlong '/', a surrogate, a sequence cut short */
+	static const char *const bad[] = {"deb\xffug", "a\xc0\xaf" "b", "\xed\xa0\x80", "x\xe2\x82"};
+	static const char *const byte[] = {"0xff at column 14", "0xc0 at column 12",
+					   "0xed at column 11", "0xe2 at column 12"};
+	for (int i = 0; i < 4; i++) {
+		char text[128], want[128];
+		snprintf(text, sizeof text, "[job]\ndescription = \"ok \xe2\x82\xac\"\n[model]\n"
+			 "flavor = \"%s\"\n", bad[i]);
+		assert_int_equal(config_load_string(&c, "u.toml", text, &err), -1);
+		snprintf(want, sizeof want, "u.toml:4: invalid UTF-8 (byte %s): a TOML file is UTF-8",
+			 byte[i]);
+		assert_string_equal(err.msg, want);
+	}
+	/* valid UTF-8 (the euro sign) reads and prints as it was */
+	assert_int_equal(config_load_string(&c, "v.toml", "[job]\ndescription = \"ok \xe2\x82\xac\"\n",
+					    &err), 0);
+	assert_string_equal(c.job.description, "ok \xe2\x82\xac");
+	config_free(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -611,6 +653,8 @@ int main(void)
 		cmocka_unit_test(lists_of_lists_read_from_toml_and_the_command_line),
 		cmocka_unit_test(new_keys_are_honoured_or_checked),
 		cmocka_unit_test(deeply_nested_array_is_refused_not_a_crash),
+		cmocka_unit_test(repeated_table_header_is_refused_with_its_line),
+		cmocka_unit_test(invalid_utf8_is_refused_with_its_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

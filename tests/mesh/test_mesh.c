@@ -152,13 +152,13 @@ static void bad_meshes_are_refused_naming_the_numbers(void **state)
 	d = (mesh_degrees){1, 1, 3, 2, 1, 1, 1};
 	m.seq_len = 8190;
 	assert_int_equal(mesh_check_model(&d, &m, &e), -1);
-	assert_string_equal(e.msg, "training.seq_len = 8190 is not divisible by tp 2 x 2 cp = 12");
+	assert_string_equal(e.msg, "training.seq_len = 8190 is not divisible by tp 2 x 2 x cp 3 = 12");
 	m.cp_unbalanced = 1; /* no load balancer: cp chunks */
 	m.seq_len = 8196;
 	assert_int_equal(mesh_check_model(&d, &m, &e), 0);
 	m.seq_len = 8194;
 	assert_int_equal(mesh_check_model(&d, &m, &e), -1);
-	assert_string_equal(e.msg, "training.seq_len = 8194 is not divisible by tp 2 x cp = 6");
+	assert_string_equal(e.msg, "training.seq_len = 8194 is not divisible by tp 2 x cp 3 = 6");
 	m.cp_unbalanced = 0;
 	mesh_model moe = {"deepseek 16B", 27, 16, 16, 2048, 1408, 64, 4096, 0};
 	d = (mesh_degrees){1, 3, 1, 1, 1, 3, 1};

@@ -57,9 +57,33 @@ t_fails "micro-batches 1F1B cannot use are refused" 2 "$TRAIN" --config configs/
 t_grep "... with torch's message" "Number of microbatches (2) must be greater than or equal to the number of stages (4)" "$TMP/.err"
 t_fails "seq_len not divisible by 2 x cp is refused" 2 "$TRAIN" --config configs/debug_model.toml \
 	--parallelism.context_parallel_degree 3 --training.seq_len 2049 --dry-run --world-size 3
-t_grep "... with the numbers" "training.seq_len = 2049 is not divisible by tp 1 x 2 cp = 6" "$TMP/.err"
+t_grep "... with the numbers" "training.seq_len = 2049 is not divisible by tp 1 x 2 x cp 3 = 6" "$TMP/.err"
+# Sizes past the trainer's limits are refused as it refuses them, not
+# multiplied into a wrapped 64-bit figure that "fits"; within the limits a
+# product past 2^63 is refused with the numbers.
+for key in seq_len local_batch_size; do
+	t_fails "405B with training.$key 2^62 is refused" 2 "$TRAIN" --config configs/llama3_405b.toml \
+		--training.$key 4611686018427387904 --dry-run --json --world-size 512 --device-memory 96GiB
+	t_grep "... at the trainer's limit" "training.$key = 4611686018427387904: expected 1 to [0-9]* (the trainer's limit)" "$TMP/.err"
+done
+t_fails "405B with 2^20 sequences of 2^24 tokens is refused" 2 "$TRAIN" --config configs/llama3_405b.toml \
+	--training.seq_len 16777216 --training.local_batch_size 1048576 --dry-run --world-size 512 --device-memory 96GiB
+t_grep "... naming the micro-batch" "a micro-batch of 1048576 sequences of 16777216 tokens .* needs more than 2^63 bytes" "$TMP/.err"
+# A schedule's size is bounded before it is built: 64 stages x 2^20
+# micro-batches are refused at once (they used to grow memory until an
+# allocation failed).
+for opt in --print-schedule --dry-run; do
+	t_fails "a schedule of 64 stages x 2^20 micro-batches is refused at once ($opt)" 2 \
+		timeout 20 "$TRAIN" --config configs/llama3_405b.toml --training.local_batch_size 1048576 \
+		--parallelism.pipeline_parallel_degree 64 --parallelism.tensor_parallel_degree 8 \
+		$opt --world-size 512 --device-memory 96GiB
+	t_grep "... with the numbers" "64 stages x 1048576 micro-batches .* holds up to 201326592 actions, more than the 4194304" "$TMP/.err"
+done
 t_fails "--device-memory wants a unit it knows" 2 "$TRAIN" --config configs/debug_model.toml \
 	--dry-run --device-memory 80GB
+t_fails "--world-size above 2^20 is refused" 2 "$TRAIN" --config configs/debug_model.toml \
+	--dry-run --world-size 2000000
+t_grep "... saying the bound" "--world-size '2000000': expected a number of ranks from 1 to 1048576" "$TMP/.err"
 t_fails "--json without --dry-run is refused" 2 "$TRAIN" --config configs/debug_model.toml --json
 
 # memory_estimation.enable: a real run logs the plan before its first step.

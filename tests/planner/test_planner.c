@@ -385,7 +385,7 @@ static void bad_plans_are_refused_before_any_work(void **state)
 		 "pipeline_parallel_microbatch_size = 4\n", 2,
 		 "Number of microbatches (1) must be greater than or equal to the number of stages (2)"},
 		{"[parallelism]\ncontext_parallel_degree = 3\ndata_parallel_shard_degree = 1\n", 3,
-		 "training.seq_len = 32 is not divisible by tp 1 x 2 cp = 6"},
+		 "training.seq_len = 32 is not divisible by tp 1 x 2 x cp 3 = 6"},
 		{"[parallelism]\ntensor_parallel_degree = 3\ndata_parallel_shard_degree = 1\n", 3,
 		 "parallelism.tensor_parallel_degree = 3 does not divide n_heads = 16 of debugmodel"},
 		{"[parallelism]\ndata_parallel_shard_degree = 3\n", 4,

@@ -297,6 +297,17 @@ static void split_by_module_names(void **state)
 	parts[1] = skip;
 	len[1] = 1;
 	split_errors(&a, "part 1 is not the run of modules after part 0's");
+	parts[1] = p1;
+	len[1] = 2;
+	/* the first part has no part before it to follow */
+	const char *late[] = {"layers.0"};
+	parts[0] = late;
+	len[0] = 1;
+	split_errors(&a, "part 0 is not a run of modules from tok_embeddings");
+	parts[0] = p0;
+	len[0] = 2;
+	parts[1] = skip;
+	len[1] = 1;
 	const char *unknown[] = {"layers.1", "layers.9"};
 	parts[1] = unknown;
 	len[1] = 2;

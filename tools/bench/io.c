@@ -7,9 +7,13 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -354,14 +358,138 @@ static int bench_ckpt(const char *work, const bench_args *a, report *r, titan_er
 	return rc;
 }
 
+/* The scratch folder outlives no interrupted run: on SIGINT, SIGTERM or
+ * SIGHUP the handler wakes a watcher thread (sem_post is async-signal-safe,
+ * removing a tree is not), which removes the folder and then dies of the
+ * signal.  The main thread may still be writing into it, so the removal
+ * repeats until the folder is gone. */
+static const int watched[] = {SIGINT, SIGTERM, SIGHUP};
+
+typedef struct watch {
+	sem_t wake;
+	pthread_t thread;
+	const char *dir;
+	struct sigaction old[3];
+} watch;
+
+static watch *the_watch;
+static volatile sig_atomic_t caught;
+
+static void on_signal(int sig)
+{
+	caught = sig;
+	sem_post(&the_watch->wake);
+}
+
+static void *watcher(void *arg)
+{
+	watch *w = arg;
+	while (sem_wait(&w->wake) != 0)
+		;
+	int sig = caught;
+	if (sig == 0)
+		return NULL; /* watch_stop */
+	for (int i = 0; i < 100 && access(w->dir, F_OK) == 0; i++)
+		rm_rf(w->dir);
+	signal(sig, SIG_DFL);
+	raise(sig);
+	return NULL;
+}
+
+static int watch_start(watch *w, const char *dir, titan_err *e)
+{
+	w->dir = dir;
+	caught = 0;
+	the_watch = w;
+	if (sem_init(&w->wake, 0, 0) != 0)
+		return err_errno(e, "io: watching for signals");
+	int rc = pthread_create(&w->thread, NULL, watcher, w);
+	if (rc != 0) {
+		sem_destroy(&w->wake);
+		return err_set(e, "io: watching for signals: %s", strerror(rc));
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	for (int i = 0; i < 3; i++)
+		sigaction(watched[i], &sa, &w->old[i]);
+	return 0;
+}
+
+/* After the folder is removed: the old actions back first (a signal from
+ * now on acts at once, with nothing left to remove), then the watcher ends,
+ * or finishes dying of a signal it already caught. */
+static void watch_stop(watch *w)
+{
+	for (int i = 0; i < 3; i++)
+		sigaction(watched[i], &w->old[i], NULL);
+	sem_post(&w->wake);
+	pthread_join(w->thread, NULL);
+	sem_destroy(&w->wake);
+	the_watch = NULL;
+}
+
+static void human(char *buf, size_t n, double bytes)
+{
+	static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	int u = 0;
+	while (bytes >= 1024 && u < 6)
+		bytes /= 1024, u++;
+	snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+}
+
+/* What the run will hold, against what base's filesystem has free and the
+ * machine's memory: synthetic shards with the token stream they are built
+ * from (2 x size), then the shards, the checkpoint and its raw copy (3 x
+ * size) on disk; the checkpoint and the copy it is read back into in memory
+ * (2 x size).  Refused before anything is written. */
+static int check_room(const bench_args *a, const char *base, titan_err *e)
+{
+	struct statvfs fs;
+	if (statvfs(base, &fs) != 0)
+		return err_errno(e, "%s", base);
+	double size = (double)a->size, disk = size * (a->data ? 1 : 3) * 1.05 + (64 << 20);
+	double free_b = (double)fs.f_bavail * (double)fs.f_frsize;
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	double mem = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+	char s[32], need[32], have[32];
+	human(s, sizeof s, size);
+	if (disk > free_b) {
+		human(need, sizeof need, disk);
+		human(have, sizeof have, free_b);
+		err_set(e, "io --size %s: needs %s free in %s (%s, a checkpoint and its raw copy), "
+			"which has %s", s, need, base, a->data ? "--data given" : "synthetic shards",
+			have);
+		return BENCH_USAGE;
+	}
+	if (mem > 0 && 2 * size > mem) {
+		human(need, sizeof need, 2 * size);
+		human(have, sizeof have, mem);
+		err_set(e, "io --size %s: the checkpoint and its read-back copy need %s of memory, "
+			"more than this machine's %s", s, need, have);
+		return BENCH_USAGE;
+	}
+	return 0;
+}
+
 int bench_io(const bench_args *a, titan_err *e)
 {
 	const char *base = a->dir ? a->dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	int room = check_room(a, base, e);
+	if (room != 0)
+		return room;
 	char *work = path_join(base, "titan-bench-io.XXXXXX");
 	if (work == NULL)
 		return err_set(e, "out of memory");
+	watch w;
+	if (watch_start(&w, work, e) != 0) {
+		free(work);
+		return -1;
+	}
 	if (mkdtemp(work) == NULL) {
 		err_errno(e, "%s", work);
+		watch_stop(&w);
 		free(work);
 		return -1;
 	}
@@ -389,6 +517,7 @@ int bench_io(const bench_args *a, titan_err *e)
 	if (rc == 0)
 		rc = report_emit(&r, cols, sizeof cols / sizeof cols[0], a->json, e);
 	rm_rf(work);
+	watch_stop(&w);
 	free(made);
 	free(work);
 	report_free(&r);

@@ -79,7 +79,11 @@ static void parse(int argc, char **argv, bench_args *a, const char **cmd)
 		case OPT_BATCH: a->batch = cli_int(&spec, "--batch", st.arg, 1, 1 << 20); break;
 		case OPT_DATA: a->data = st.arg; break;
 		case OPT_DIR: a->dir = st.arg; break;
-		case OPT_SIZE: a->size = cli_size(&spec, "--size", st.arg); break;
+		case OPT_SIZE:
+			/* 0 is no size (it used to mean the default) */
+			if ((a->size = cli_size(&spec, "--size", st.arg)) < (1u << 20))
+				cli_usage_error(&spec, "--size '%s': at least 1M", st.arg);
+			break;
 		case OPT_TOKENIZER: a->tokenizer = st.arg; break;
 		case OPT_INPUT: a->input = st.arg; break;
 		case OPT_PYTHON: a->python = st.arg; break;
@@ -93,8 +97,6 @@ static void parse(int argc, char **argv, bench_args *a, const char **cmd)
 	*cmd = argv[st.optind];
 	if (strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
 		cli_usage_error(&spec, "--device: '%s' is not cpu or cuda", a->device);
-	if (a->size != 0 && a->size < (1u << 20))
-		cli_usage_error(&spec, "--size: at least 1M");
 }
 
 /* Defaults that depend on the subcommand (a model's shapes, the dtypes it

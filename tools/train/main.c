@@ -1,5 +1,6 @@
 /* titan-train: pretrain a Llama model from a TOML config (torchtitan's sections
  * and keys) on titan-shard data.  See titan-train(1) and titan-config(5). */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,9 +169,11 @@ static int check_validation(const job_config *c, const mesh_degrees *d, titan_er
 	int64_t div = d->tp * (d->cp > 1 ? (unbalanced ? d->cp : 2 * d->cp) : 1);
 	if (!c->validation.enable || div == 1 || c->validation.seq_len % div == 0)
 		return 0;
+	char by[48] = "";
+	if (d->cp > 1)
+		snprintf(by, sizeof by, " x %scp %lld", unbalanced ? "" : "2 x ", (long long)d->cp);
 	return err_set(e, "validation.seq_len = %lld is not divisible by tp %lld%s = %lld",
-		       (long long)c->validation.seq_len, (long long)d->tp,
-		       d->cp == 1 ? "" : unbalanced ? " x cp" : " x 2 cp", (long long)div);
+		       (long long)c->validation.seq_len, (long long)d->tp, by, (long long)div);
 }
 
 /* The job on the ranks of world: the mesh, then the trainer.  A bad mesh is
@@ -227,6 +230,10 @@ static int run_ranks(job_config *c, comm *world, int threads, int backend, int n
 	mesh_free(m);
 	return rc;
 }
+
+/* --world-size's bound: 2^20 ranks, past any job run (the planner walks the
+ * ranks of each pipeline rank). */
+#define MAX_WORLD_SIZE (1 << 20)
 
 typedef struct plan_opts {
 	int dry_run, json, print_schedule, world_size;
@@ -297,10 +304,15 @@ static int run(job_config *c, int nrest, char **rest)
 		} else if (strcmp(rest[i], "--print-schedule") == 0) {
 			po.print_schedule = 1;
 		} else if (strcmp(rest[i], "--world-size") == 0 && i + 1 < nrest) {
-			char *end;
-			long w = strtol(rest[++i], &end, 10);
-			if (*end != '\0' || w < 1 || w > 1 << 20)
-				return fail(TITAN_EXIT_USAGE, "--world-size: expected a number of ranks", 1);
+			char *end, msg[160];
+			const char *v = rest[++i];
+			errno = 0;
+			long w = strtol(v, &end, 10);
+			if (end == v || *end != '\0' || errno != 0 || w < 1 || w > MAX_WORLD_SIZE) {
+				snprintf(msg, sizeof msg, "--world-size '%s': expected a number of ranks "
+					 "from 1 to %d", v, MAX_WORLD_SIZE);
+				return fail(TITAN_EXIT_USAGE, msg, 1);
+			}
 			po.world_size = (int)w;
 		} else if (strcmp(rest[i], "--device-memory") == 0 && i + 1 < nrest) {
 			if (planner_parse_bytes(rest[++i], &po.device_bytes, &err) != 0)
