@@ -2,6 +2,7 @@
  * counting, requests, deadlines and the wait loop. */
 #include "comm/comm.h"
 #include "comm/comm_priv.h"
+#include "core/crc32c.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -311,6 +312,33 @@ static int barrier_start(comm *c, comm_req **out, titan_err *e)
 	return started(r, 0, out);
 }
 
+/* Which rank an operation of c that timed out waits for: a rank of c this
+ * node sees stopped (SIGSTOP, a debugger), else the other rank of a pair
+ * (it alone can hold the operation up); else no rank can be named without
+ * hearing from them, which the hung one cannot do. */
+static void hung_peer(comm *c, char *buf, size_t n)
+{
+	int *members = malloc((size_t)c->size * sizeof *members), other = -1;
+	if (members != NULL && comm_mpi_world_ranks(c, members) != 0) {
+		free(members);
+		members = NULL;
+	}
+	char stopped[300];
+	int ns = comm_rt_stopped_peers(c->rt, members, members != NULL ? c->size : 0, stopped,
+				       sizeof stopped);
+	if (members != NULL && c->size == 2)
+		other = members[members[0] == c->world_rank ? 1 : 0];
+	free(members);
+	if (ns > 0)
+		snprintf(buf, n, "%s %s stopped (SIGSTOP or a debugger); the others wait for it",
+			 stopped, ns > 1 ? "are" : "is");
+	else if (other >= 0)
+		snprintf(buf, n, "rank %d, the other rank of '%s', did not take part (hung, dead or "
+			 "far behind)", other, c->name);
+	else
+		snprintf(buf, n, "a peer rank is hung, dead or far behind");
+}
+
 /* Poll until done: spin first (a collective of a few KiB takes microseconds),
  * then yield the core (ranks may outnumber cores), then sleep a little. */
 int comm_wait(comm_req *r, titan_err *e)
@@ -337,10 +365,11 @@ int comm_wait(comm_req *r, titan_err *e)
 			break;
 		}
 		if (now > r->deadline) {
+			char who[400];
+			hung_peer(c, who, sizeof who);
 			comm_rt_fail(c->rt, "rank %d: comm '%s': %s #%llu (%zu bytes) timed out after "
-				     "%g s: a peer rank is hung, dead or far behind",
-				     c->world_rank, c->name, comm_op_name(r->op),
-				     (unsigned long long)r->seq, r->bytes, r->deadline - r->started);
+				     "%g s: %s", c->world_rank, c->name, comm_op_name(r->op),
+				     (unsigned long long)r->seq, r->bytes, r->deadline - r->started, who);
 			rc = err_set(e, "%s", comm_rt_failure(c->rt));
 			break;
 		}
@@ -447,6 +476,10 @@ int comm_split(comm *c, int color, int key, const char *name, comm **out, titan_
 {
 	if (check_alive(c, "split", e))
 		return -1;
+	/* MPI_Comm_split blocks without a deadline: a barrier first, which has
+	 * one, so that a rank that never arrives ends the split in a timeout. */
+	if (comm_is_mpi(c) && c->size > 1 && comm_barrier(c, e) != 0)
+		return -1;
 	comm *n = calloc(1, sizeof *n);
 	if (n == NULL)
 		return fail_here(c, e, "split: out of memory");
@@ -478,5 +511,85 @@ int comm_set_timeout(comm *world, double timeout_s, titan_err *e)
 	if (comm_barrier(world, e) != 0)
 		return -1;
 	comm_rt_set_timeout(world->rt, timeout_s);
+	return 0;
+}
+
+/* An agreement text longer than this is no configuration: refused before
+ * every rank allocates it on another rank's word. */
+#define AGREE_MAX_BYTES ((size_t)64 << 20)
+
+/* The bytes of rank root broadcast to every rank (len known from the gather). */
+static int bcast_bytes(comm *c, const void *mine, size_t len, int root, char **out, titan_err *e)
+{
+	char *p = malloc(len + 1);
+	if (p == NULL)
+		return fail_here(c, e, "agreement: out of memory for %zu bytes", len);
+	if (c->rank == root)
+		memcpy(p, mine, len);
+	if (len > 0 && comm_broadcast(c, p, len, COMM_U8, root, e) != 0) {
+		free(p);
+		return -1;
+	}
+	p[len] = '\0';
+	*out = p;
+	return 0;
+}
+
+int comm_agree_bytes(comm *c, const void *buf, size_t n, int *other, char **a, size_t *na,
+		     char **b, size_t *nb, titan_err *e)
+{
+	*other = -1;
+	*a = *b = NULL;
+	*na = *nb = 0;
+	if (n > AGREE_MAX_BYTES)
+		return fail_here(c, e, "agreement: %zu bytes, more than %zu", n, AGREE_MAX_BYTES);
+	int64_t mine[2] = {(int64_t)crc32c(0, buf, n), (int64_t)n};
+	int64_t *all = malloc(2 * (size_t)c->size * sizeof *all);
+	if (all == NULL)
+		return fail_here(c, e, "agreement: out of memory");
+	if (comm_all_gather(c, mine, all, 2, COMM_I64, e) != 0) {
+		free(all);
+		return -1;
+	}
+	int r = 1;
+	while (r < c->size && all[2 * r] == all[0] && all[2 * r + 1] == all[1])
+		r++;
+	size_t len0 = (size_t)all[1], lenr = r < c->size ? (size_t)all[2 * r + 1] : 0;
+	free(all);
+	if (r == c->size)
+		return 0;
+	if (len0 > AGREE_MAX_BYTES || lenr > AGREE_MAX_BYTES)
+		return fail_here(c, e, "agreement: rank %d holds %zu bytes, rank 0 %zu", r, lenr, len0);
+	if (bcast_bytes(c, buf, len0, 0, a, e) != 0)
+		return -1;
+	if (bcast_bytes(c, buf, lenr, r, b, e) != 0) {
+		free(*a);
+		*a = NULL;
+		return -1;
+	}
+	*na = len0;
+	*nb = lenr;
+	*other = r;
+	return 0;
+}
+
+int comm_agree_status(comm *c, int failed, int *first, int *nfailed, titan_err *e)
+{
+	int32_t mine = failed != 0, *all = malloc((size_t)c->size * sizeof *all);
+	if (all == NULL)
+		return fail_here(c, e, "status agreement: out of memory");
+	if (comm_all_gather(c, &mine, all, 1, COMM_I32, e) != 0) {
+		free(all);
+		return -1;
+	}
+	*first = -1;
+	*nfailed = 0;
+	for (int r = 0; r < c->size; r++)
+		if (all[r]) {
+			if (*first < 0)
+				*first = r;
+			++*nfailed;
+		}
+	free(all);
 	return 0;
 }

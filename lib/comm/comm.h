@@ -152,12 +152,19 @@ void comm_finalize(comm *world);
  * main() after a failure, when other ranks may be waiting on this one. */
 _Noreturn void comm_abort(comm *world, int status);
 
+/* Whether this rank is to print the job's failure: the first rank of its
+ * node to ask is, the others (failing at the same moment, or because the
+ * first ended the job) stay quiet, so that a failure is said once.  For
+ * main(), just before it prints and calls comm_abort.  1 on a world of one. */
+int comm_claim_report(comm *world);
+
 /* The rank among the processes of this node, and their number. */
 int comm_local_rank(const comm *world);
 int comm_local_size(const comm *world);
 
 /* A communicator of the ranks of c that pass the same color, ordered by key
- * (then rank), as MPI_Comm_split; collective over c.  name is for messages.
+ * (then rank), as MPI_Comm_split; collective over c, under the deadline (a
+ * barrier first: MPI_Comm_split has none).  name is for messages.
  * Freed by comm_free or comm_finalize. */
 int comm_split(comm *c, int color, int key, const char *name, comm **out, titan_err *e);
 /* A NCCL communicator over the ranks of boot (an MPI communicator), on CUDA
@@ -227,6 +234,23 @@ int comm_all_to_allv_start(comm *c, const void *send, const size_t *send_counts,
 			   const size_t *send_displs, void *recv, const size_t *recv_counts,
 			   const size_t *recv_displs, comm_dtype t, comm_req **r, titan_err *e);
 int comm_barrier(comm *c, titan_err *e);
+
+/* Start-up agreement, collective over c and under the deadline like every
+ * operation (so that a rank that never arrives ends it with a timeout, not
+ * a hang).
+ *
+ * comm_agree_bytes: whether every rank holds the same n bytes at buf (a
+ * CRC-32C and the length of each rank gathered).  When some do not, *other is
+ * the lowest rank whose bytes differ from rank 0's and *a, *b (malloc'd, the
+ * caller frees both) are rank 0's bytes and that rank's, on every rank, so
+ * that each can say the same thing; else *other is -1 and *a, *b NULL.
+ *
+ * comm_agree_status: failed is whether this rank failed (0 or 1); *first is
+ * the lowest rank that failed (-1: none) and *nfailed how many did, the same
+ * on every rank, so that all can stop together without another collective. */
+int comm_agree_bytes(comm *c, const void *buf, size_t n, int *other, char **a, size_t *na,
+		     char **b, size_t *nb, titan_err *e);
+int comm_agree_status(comm *c, int failed, int *first, int *nfailed, titan_err *e);
 
 /* Finish a request and free it (also when it fails). */
 int comm_wait(comm_req *r, titan_err *e);

@@ -38,6 +38,11 @@ void comm_rt_set_timeout(comm_runtime *rt, double timeout_s);
 /* Record a failure (the first one is kept); returns -1. */
 int comm_rt_fail(comm_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *comm_rt_failure(comm_runtime *rt);
+/* The ranks of this node, among the world ranks members (NULL: all), whose
+ * process is stopped (SIGSTOP, a debugger): "rank 1 (pid 42 on HOST), ..."
+ * into buf; returns how many. */
+int comm_rt_stopped_peers(comm_runtime *rt, const int *members, int nmembers, char *buf,
+			  size_t len);
 /* A nonblocking operation starts (+1) or finishes or is waited for (-1). */
 void comm_rt_unattended(comm_runtime *rt, int delta);
 
@@ -46,5 +51,7 @@ double comm_now(void);
 
 /* The MPI implementation's world communicator, for the NCCL bootstrap. */
 int comm_is_mpi(const comm *c);
+/* The world rank of each rank of c (c->size entries); -1 when c is not MPI's. */
+int comm_mpi_world_ranks(const comm *c, int *out);
 
 #endif

@@ -12,9 +12,11 @@
 #include <limits.h>
 #include <mpi.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct mpi_req {
@@ -35,7 +37,11 @@ static struct {
 	MPI_Comm progress; /* a private MPI_COMM_SELF for the watchdog's MPI_Iprobe */
 	int local_rank, local_size;
 	mpi_req *abandoned; /* freed after MPI_Finalize */
-} g = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, NULL};
+	/* The node's reporter (comm_claim_report): 0, or the world rank + 1 of
+	 * the rank that claimed it, in memory the node's ranks share. */
+	MPI_Win report_win;
+	atomic_int *reporter;
+} g = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, NULL, MPI_WIN_NULL, NULL};
 
 static const comm_ops mpi_ops;
 
@@ -47,6 +53,57 @@ static MPI_Comm handle(const comm *c)
 int comm_is_mpi(const comm *c)
 {
 	return c->ops == &mpi_ops;
+}
+
+int comm_mpi_world_ranks(const comm *c, int *out)
+{
+	if (!comm_is_mpi(c))
+		return -1;
+	MPI_Group mine, world;
+	int rc = MPI_Comm_group(handle(c), &mine);
+	if (rc != MPI_SUCCESS)
+		return -1;
+	if ((rc = MPI_Comm_group(MPI_COMM_WORLD, &world)) != MPI_SUCCESS) {
+		MPI_Group_free(&mine);
+		return -1;
+	}
+	int *in = malloc((size_t)c->size * sizeof *in);
+	if (in != NULL) {
+		for (int i = 0; i < c->size; i++)
+			in[i] = i;
+		rc = MPI_Group_translate_ranks(mine, c->size, in, world, out);
+		free(in);
+	}
+	MPI_Group_free(&mine);
+	MPI_Group_free(&world);
+	return in != NULL && rc == MPI_SUCCESS ? 0 : -1;
+}
+
+/* One int the node's ranks share, so that a failure is reported by the
+ * first rank to see it and not again by every rank it brings down. */
+static int start_reporter(void)
+{
+	atomic_int *base = NULL;
+	MPI_Aint size = g.local_rank == 0 ? (MPI_Aint)sizeof *base : 0;
+	if (MPI_Win_allocate_shared(size, (int)sizeof *base, MPI_INFO_NULL, g.local, &base,
+				    &g.report_win) != MPI_SUCCESS)
+		return -1;
+	int disp;
+	if (MPI_Win_shared_query(g.report_win, 0, &size, &disp, &g.reporter) != MPI_SUCCESS ||
+	    g.reporter == NULL)
+		return -1;
+	if (g.local_rank == 0)
+		atomic_store(g.reporter, 0);
+	return MPI_Barrier(g.local) == MPI_SUCCESS ? 0 : -1;
+}
+
+int comm_claim_report(comm *world)
+{
+	if (g.reporter == NULL || world->size == 1)
+		return 1;
+	int none = 0;
+	return atomic_compare_exchange_strong(g.reporter, &none, world->rank + 1) ||
+	       atomic_load(g.reporter) == world->rank + 1;
 }
 
 static int mpi_fail(int rc, titan_err *e, const char *what)
@@ -426,6 +483,8 @@ static int start_world(comm *w, titan_err *e)
 		return mpi_fail(rc, e, "MPI communicators of the node");
 	MPI_Comm_rank(g.local, &g.local_rank);
 	MPI_Comm_size(g.local, &g.local_size);
+	if (start_reporter() != 0) /* then every rank reports: noisier, no worse */
+		g.reporter = NULL;
 	return 0;
 }
 
@@ -507,6 +566,9 @@ void comm_finalize(comm *world)
 		mpi_free(world);
 		free(world);
 	}
+	if (g.report_win != MPI_WIN_NULL)
+		MPI_Win_free(&g.report_win);
+	g.reporter = NULL;
 	if (g.local != MPI_COMM_NULL)
 		MPI_Comm_free(&g.local);
 	if (g.progress != MPI_COMM_NULL)
@@ -526,7 +588,11 @@ _Noreturn void comm_abort(comm *world, int status)
 {
 	fflush(stdout);
 	fflush(stderr);
+	/* Open MPI forwards a rank's output through its node's daemon, on
+	 * another path than the abort, which can overtake it and tear the job
+	 * down first: a moment for the reason just printed to get out. */
+	if (world != NULL && world->size > 1)
+		nanosleep(&(struct timespec){0, 200000000L}, NULL);
 	MPI_Abort(MPI_COMM_WORLD, status != 0 ? status : 1);
-	(void)world;
 	_exit(status != 0 ? status : 1);
 }

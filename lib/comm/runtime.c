@@ -139,22 +139,53 @@ void comm_rt_free_comms(comm_runtime *rt, comm *world)
 	}
 }
 
-/* Whether a process of this node has gone: no such pid, or a zombie not yet
- * reaped by the launcher. */
-static int process_gone(pid_t pid)
+/* The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z' zombie,
+ * ...), or 0 where there is no /proc. */
+static char process_state(pid_t pid)
 {
-	if (kill(pid, 0) != 0 && errno == ESRCH)
-		return 1;
 	char path[64], buf[256];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	FILE *f = fopen(path, "r");
 	if (f == NULL)
-		return 0; /* no /proc: trust kill() */
+		return 0;
 	size_t n = fread(buf, 1, sizeof buf - 1, f);
 	fclose(f);
 	buf[n] = '\0';
 	const char *paren = strrchr(buf, ')'); /* "pid (comm) S ...", comm may hold spaces */
-	return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+	return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
+}
+
+/* Whether a process of this node has gone: no such pid, or a zombie not yet
+ * reaped by the launcher (without /proc, kill() alone is trusted). */
+static int process_gone(pid_t pid)
+{
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return 1;
+	char st = process_state(pid);
+	return st == 'Z' || st == 'X';
+}
+
+int comm_rt_stopped_peers(comm_runtime *rt, const int *members, int nmembers, char *buf,
+			  size_t len)
+{
+	int found = 0;
+	size_t k = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < rt->npeers; i++) {
+		int in = members == NULL;
+		for (int j = 0; !in && j < nmembers; j++)
+			in = members[j] == rt->peers[i].rank;
+		char st = in ? process_state(rt->peers[i].pid) : 0;
+		if (st != 'T' && st != 't')
+			continue;
+		int w = snprintf(buf + k, len - k, "%srank %d (pid %d on %s)", found ? ", " : "",
+				 rt->peers[i].rank, (int)rt->peers[i].pid, rt->host);
+		if (w < 0 || (size_t)w >= len - k)
+			break;
+		k += (size_t)w;
+		found++;
+	}
+	return found;
 }
 
 static void watch_once(comm_runtime *rt)

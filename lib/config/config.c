@@ -1362,3 +1362,151 @@ int config_from_args(job_config *c, int argc, char **argv, int *nrest, char **re
 	}
 	return 0;
 }
+
+/* Keys that may differ across the ranks of a job (config.h says why). */
+static int rank_local_key(const char *name)
+{
+	static const char *const local[] = {"job.config_file", "job.description", "job.print_config",
+					    "metrics.disable_color_printing"};
+	for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+		if (strcmp(name, local[i]) == 0)
+			return 1;
+	return 0;
+}
+
+char *config_agreement_text(const job_config *c, size_t *n)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	if (m == NULL)
+		return NULL;
+	for (int i = 0; i < NKEYS; i++) {
+		if (rank_local_key(keys[i].info.name))
+			continue;
+		fprintf(m, "%s = ", keys[i].info.name);
+		print_value(c, &keys[i], m);
+		fputc('\n', m);
+	}
+	if (fclose(m) != 0) {
+		free(buf);
+		return NULL;
+	}
+	*n = len;
+	return buf;
+}
+
+/* One line of an agreement text: [p, end) up to its newline. */
+typedef struct agree_line {
+	const char *p;
+	size_t len;
+	int present;   /* 0: the text ended before this line */
+	const char *val;
+	size_t key_len, val_len;
+	int has_val;   /* 0: no " = " on the line */
+} agree_line;
+
+static agree_line next_line(const char **p, const char *end)
+{
+	agree_line l = {0};
+	if (*p >= end)
+		return l;
+	const char *nl = memchr(*p, '\n', (size_t)(end - *p));
+	l.p = *p;
+	l.len = (size_t)((nl != NULL ? nl : end) - *p);
+	l.present = 1;
+	*p = nl != NULL ? nl + 1 : end;
+	l.key_len = l.len;
+	for (size_t i = 0; i + 3 <= l.len; i++)
+		if (memcmp(l.p + i, " = ", 3) == 0) {
+			l.key_len = i;
+			l.val = l.p + i + 3;
+			l.val_len = l.len - i - 3;
+			l.has_val = 1;
+			break;
+		}
+	return l;
+}
+
+/* Append s (len bytes) to out (room bytes in all, *k written), ASCII only,
+ * at most cap bytes written for s (then "..."). */
+static void put_escaped(char *out, size_t room, size_t *k, const char *s, size_t len, size_t cap)
+{
+	size_t start = *k, i = 0;
+	for (; i < len && *k + 5 < room && *k - start + 4 <= cap; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (ch >= 0x20 && ch < 0x7f)
+			out[(*k)++] = (char)ch;
+		else
+			*k += (size_t)snprintf(out + *k, room - *k, "\\x%02x", ch);
+	}
+	if (i < len && *k + 4 < room) {
+		memcpy(out + *k, "...", 3);
+		*k += 3;
+	}
+	out[*k < room ? *k : room - 1] = '\0';
+}
+
+static void put_text(char *out, size_t room, size_t *k, const char *s)
+{
+	int w = snprintf(out + *k, room - *k, "%s", s);
+	if (w > 0)
+		*k += (size_t)w < room - *k ? (size_t)w : room - *k - 1;
+}
+
+/* "VALUE" of a line, or what stands for a missing one. */
+static void put_value(char *out, size_t room, size_t *k, const agree_line *l)
+{
+	enum { CAP = 160 };
+	if (!l->present)
+		put_text(out, room, k, "(no such key)");
+	else if (!l->has_val)
+		put_text(out, room, k, "(no value)");
+	else if (l->val_len == 0)
+		put_text(out, room, k, "(empty)");
+	else
+		put_escaped(out, room, k, l->val, l->val_len, CAP);
+}
+
+int config_agreement_diff(const char *a, size_t na, int rank_a, const char *b, size_t nb,
+			  int rank_b, char *msg, size_t n)
+{
+	enum { KEY_CAP = 120 };
+	const char *pa = a, *pb = b, *ea = a + na, *eb = b + nb;
+	if (n == 0)
+		return -1;
+	msg[0] = '\0';
+	for (;;) {
+		agree_line la = next_line(&pa, ea), lb = next_line(&pb, eb);
+		if (!la.present && !lb.present)
+			return 0;
+		if (la.present && lb.present && la.len == lb.len && memcmp(la.p, lb.p, la.len) == 0)
+			continue;
+		char rk[64];
+		size_t k = 0;
+		put_text(msg, n, &k, "config differs across ranks: ");
+		int same_key = la.present && lb.present && la.key_len == lb.key_len &&
+			       memcmp(la.p, lb.p, la.key_len) == 0;
+		if (same_key || !lb.present || !la.present) {
+			const agree_line *named = la.present ? &la : &lb;
+			put_escaped(msg, n, &k, named->p, named->key_len, KEY_CAP);
+			put_text(msg, n, &k, " is ");
+			put_value(msg, n, &k, &la);
+			snprintf(rk, sizeof rk, " on rank %d and ", rank_a);
+			put_text(msg, n, &k, rk);
+			put_value(msg, n, &k, &lb);
+			snprintf(rk, sizeof rk, " on rank %d", rank_b);
+			put_text(msg, n, &k, rk);
+		} else {
+			/* Another schema: the ranks run different builds of titan. */
+			snprintf(rk, sizeof rk, "rank %d has ", rank_a);
+			put_text(msg, n, &k, rk);
+			put_escaped(msg, n, &k, la.p, la.key_len, KEY_CAP);
+			snprintf(rk, sizeof rk, " where rank %d has ", rank_b);
+			put_text(msg, n, &k, rk);
+			put_escaped(msg, n, &k, lb.p, lb.key_len, KEY_CAP);
+			put_text(msg, n, &k, " (different titan builds?)");
+		}
+		return 1;
+	}
+}

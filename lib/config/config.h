@@ -298,6 +298,30 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err);
 /* Print every key with its value as TOML, section by section. */
 void config_print(const job_config *c, FILE *out);
 
+/* Agreement across the ranks of a job (titan-train compares these before the
+ * mesh: a rank started with another degree, flavor, lr or seed would crash
+ * in a collective or train its shard differently).
+ *
+ * config_agreement_text: every key the ranks must give the same value, one
+ * "key = value\n" line each in schema order, the value as config_print
+ * writes it (strings escaped: one line each).  Left out are the keys that
+ * change only this process's own output or name the file it read:
+ * job.config_file (the values read are compared), job.description,
+ * job.print_config (exits before any rank starts) and
+ * metrics.disable_color_printing (a terminal's choice).  Paths are compared:
+ * the ranks of a job share one dump folder and one data set.  Malloc'd (the
+ * caller frees), *n its length; NULL when out of memory.
+ *
+ * config_agreement_diff: the first line on which rank_a's text a (na bytes)
+ * and rank_b's text b differ, as one line of at most n - 1 bytes in msg:
+ * "config differs across ranks: KEY is VA on rank A and VB on rank B".
+ * Any bytes are accepted (they come from another process): non-ASCII bytes
+ * are written \xNN and long keys and values cut with "...".  Returns 1 when
+ * the texts differ (msg set), 0 when they are the same line for line. */
+char *config_agreement_text(const job_config *c, size_t *n);
+int config_agreement_diff(const char *a, size_t na, int rank_a, const char *b, size_t nb,
+			  int rank_b, char *msg, size_t n);
+
 /* The schema: n keys. */
 const cfg_key_info *config_keys(int *n);
 const char *config_type_name(cfg_type t);

@@ -45,7 +45,7 @@ else
 fi
 
 run a_hung_rank_times_the_others_out 30 $MPIRUN -np 2 "$T" hang 1 2
-expect a_hung_rank_times_the_others_out "rank 0: comm 'world': all_reduce #[0-9]* (1048576 bytes) timed out after 2 s"
+expect a_hung_rank_times_the_others_out "rank 0: comm 'world': all_reduce #[0-9]* (1048576 bytes) timed out after 2 s: rank 1, the other rank of 'world', did not take part"
 
 run a_failing_rank_ends_the_job_with_its_reason 30 $MPIRUN -np 3 "$T" error 1 100
 expect a_failing_rank_ends_the_job_with_its_reason 'rank 1: simulated failure: cannot read data/shard-000007.bin'

@@ -176,12 +176,52 @@ static int check_validation(const job_config *c, const mesh_degrees *d, titan_er
 		       (long long)c->validation.seq_len, (long long)d->tp, by, (long long)div);
 }
 
-/* The job on the ranks of world: the mesh, then the trainer.  A bad mesh is
- * the same on every rank: rank 0 says why, every rank exits 2. */
-static int run_ranks(job_config *c, comm *world, int threads, int backend, int no_step_graph)
+/* A failure the other ranks may not know of (main then ends them): said by
+ * the first rank of the node to fail, not again by each rank it brings down. */
+static int fail_alone(comm *world, const char *msg)
+{
+	return comm_claim_report(world) ? fail(TITAN_EXIT_FAIL, msg, 0) : TITAN_EXIT_FAIL;
+}
+
+/* Every rank must run the same job: one started with another degree or
+ * flavor would crash inside a collective, one with another lr or seed would
+ * train its shard differently.  Returns 0 when the ranks agree; -1 with err
+ * set, *agreed when every rank refuses alike (the configs differ), not when
+ * the exchange itself failed. */
+static int agree_config(const job_config *c, comm *world, int *agreed, titan_err *err)
+{
+	size_t n, na, nb;
+	char *mine = config_agreement_text(c, &n), *a, *b;
+	int other;
+	if (mine == NULL)
+		return err_set(err, "out of memory");
+	int rc = comm_agree_bytes(world, mine, n, &other, &a, &na, &b, &nb, err);
+	free(mine);
+	if (rc != 0 || other < 0)
+		return rc;
+	*agreed = 1;
+	if (config_agreement_diff(a, na, 0, b, nb, other, err->msg, sizeof err->msg) != 1)
+		err_set(err, "config differs across ranks: rank 0's and rank %d's checksums differ",
+			other);
+	free(a);
+	free(b);
+	return -1;
+}
+
+/* The job on the ranks of world: the mesh, then the trainer.  The ranks
+ * first agree on the config, then on the checks' outcome, so that a check
+ * that fails on some ranks only (a file one rank cannot read) stops all of
+ * them: the lowest failing rank says why, every rank exits 2.  *agreed: a
+ * failure every rank knows of (no rank waits for another). */
+static int run_ranks(job_config *c, comm *world, int threads, int backend, int no_step_graph,
+		     int *agreed)
 {
 	titan_err err = {{0}};
 	int rank = comm_rank(world), n = comm_size(world);
+	*agreed = 0;
+	if (n > 1 && agree_config(c, world, agreed, &err) != 0)
+		return !*agreed ? fail_alone(world, err.msg)
+		       : rank == 0 ? fail(TITAN_EXIT_FAIL, err.msg, 0) : TITAN_EXIT_FAIL;
 	const __typeof__(c->parallelism) *p = &c->parallelism;
 	mesh_degrees want = {p->data_parallel_replicate_degree, p->data_parallel_shard_degree,
 			     p->context_parallel_degree, p->tensor_parallel_degree,
@@ -193,16 +233,28 @@ static int run_ranks(job_config *c, comm *world, int threads, int backend, int n
 	pp_schedule *sched = NULL; /* the pipeline the run will build, refused here if bad */
 	cp_balance bal;
 	cp_rotate rot;
-	if (mesh_resolve(&want, n, &d, &err) != 0 || mesh_check_model(&d, &limits, &err) != 0 ||
-	    check_validation(c, &d, &err) != 0 || config_check_supported(c, n, &err) != 0 ||
-	    cp_balance_parse(p->context_parallel_load_balancer, &bal, &err) != 0 ||
-	    cp_rotate_parse(p->context_parallel_rotate_method, &rot, &err) != 0 ||
-	    (d.pp > 1 && planner_schedule(c, n, &sched, &err) != 0))
-		return rank == 0 ? fail(TITAN_EXIT_USAGE, err.msg, 0) : TITAN_EXIT_USAGE;
+	int bad = mesh_resolve(&want, n, &d, &err) != 0 || mesh_check_model(&d, &limits, &err) != 0 ||
+		  check_validation(c, &d, &err) != 0 || config_check_supported(c, n, &err) != 0 ||
+		  cp_balance_parse(p->context_parallel_load_balancer, &bal, &err) != 0 ||
+		  cp_rotate_parse(p->context_parallel_rotate_method, &rot, &err) != 0 ||
+		  (d.pp > 1 && planner_schedule(c, n, &sched, &err) != 0);
 	pp_schedule_free(sched);
+	int first = bad ? rank : -1, nfailed = bad;
+	if (n > 1) {
+		titan_err aerr = {{0}};
+		if (comm_agree_status(world, bad, &first, &nfailed, &aerr) != 0)
+			return fail_alone(world, aerr.msg);
+		*agreed = 1;
+	}
+	if (first >= 0) {
+		if (rank == first && nfailed < n)
+			err_prefix(&err, "rank %d", rank);
+		return rank == first ? fail(TITAN_EXIT_USAGE, err.msg, 0) : TITAN_EXIT_USAGE;
+	}
+	*agreed = 0;
 	mesh *m;
 	if (mesh_create(world, &d, &m, &err) != 0)
-		return fail(TITAN_EXIT_FAIL, err.msg, 0);
+		return fail_alone(world, err.msg);
 	FILE *quiet = NULL;
 	if (rank != 0 && !c->metrics.save_for_all_ranks && (quiet = fopen("/dev/null", "w")) == NULL)
 		quiet = stderr;
@@ -221,9 +273,11 @@ static int run_ranks(job_config *c, comm *world, int threads, int backend, int n
 			   .backend = backend, .no_step_graph = no_step_graph};
 	int rc = TITAN_EXIT_OK;
 	if (trainer_run(c, &h, &err) != 0) {
-		if (n > 1 && strncmp(err.msg, "rank ", 5) != 0)
+		char own[32];
+		snprintf(own, sizeof own, "rank %d: ", rank);
+		if (n > 1 && strstr(err.msg, own) == NULL)
 			err_prefix(&err, "rank %d", rank);
-		rc = fail(TITAN_EXIT_FAIL, err.msg, 0);
+		rc = fail_alone(world, err.msg);
 	}
 	if (quiet != NULL && quiet != stderr)
 		fclose(quiet);
@@ -346,9 +400,11 @@ static int run(job_config *c, int nrest, char **rest)
 	}
 	if (c->job.config_file == NULL && comm_rank(world) == 0)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
-	int rc = run_ranks(c, world, threads, backend, no_step_graph);
-	/* A rank that failed alone may leave the others waiting on it: end them. */
-	if (rc == TITAN_EXIT_FAIL && comm_size(world) > 1)
+	int agreed = 0;
+	int rc = run_ranks(c, world, threads, backend, no_step_graph, &agreed);
+	/* A rank that failed alone may leave the others waiting on it (in a
+	 * collective, or in MPI_Finalize, which waits for every rank): end them. */
+	if (rc != TITAN_EXIT_OK && !agreed && comm_size(world) > 1)
 		comm_abort(world, rc);
 	comm_finalize(world);
 	return rc;
