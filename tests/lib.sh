@@ -187,6 +187,24 @@ t_demo_data() {
 # t_debugmodel_job FILE DATA STEPS: a titan-train config for debugmodel on the
 # shards in DATA, batch 4 x 32, STEPS steps from seed 7, lr 2e-3 with 5 warmup
 # steps and cosine decay (the job the precision tests compare runs of).
+# t_relay_tap NAME PROGRAM [ARG...]: a test program that prints TAP lines of
+# its own ("ok N what", "not ok N what", then "1..N" at its end): each line
+# counted here, and a program that died before its end a failure.
+t_relay_tap() {
+	name=$1
+	shift
+	"$@" >"$TMP/tap.out" 2>"$TMP/tap.err"
+	rc=$?
+	while read -r line; do
+		case $line in
+		"ok "*) t_ok "${line#ok [0-9]* }" ;;
+		"not ok "*) t_not_ok "${line#not ok [0-9]* }" ;;
+		esac
+	done <"$TMP/tap.out"
+	grep -q '^1\.\.' "$TMP/tap.out" ||
+		t_not_ok "$name ran to its end (status $rc)" "$(tail -5 "$TMP/tap.err")"
+}
+
 t_debugmodel_job() {
 	cat >"$1" <<EOF
 [model]

@@ -19,13 +19,5 @@ else
 	t_not_ok "gpu.c builds against the fake CUDA runtime" "$(head -5 "$TMP/cc.log")"
 	t_done
 fi
-"$TMP/host_order" >"$TMP/out" 2>"$TMP/err"
-rc=$?
-while read -r line; do
-	case $line in
-	"ok "*) t_ok "${line#ok [0-9]* }" ;;
-	"not ok "*) t_not_ok "${line#not ok [0-9]* }" ;;
-	esac
-done <"$TMP/out"
-grep -q '^1\.\.' "$TMP/out" || t_not_ok "host_order ran to its end (status $rc)" "$(tail -5 "$TMP/err")"
+t_relay_tap host_order "$TMP/host_order"
 t_done
