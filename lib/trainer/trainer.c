@@ -795,18 +795,27 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 
 /* Every rank loads its own shards; the load is finished (and logged as such)
  * only when every rank's succeeded, so the ranks agree on the result first:
- * the lowest rank that failed, if any. */
+ * the lowest rank that failed, if any, whose message every rank then holds
+ * (the job's failure is said once, by whichever rank comes first to say it,
+ * and it must name the file that failed, not "another rank"). */
 static int load_checkpoint(job *j, titan_err *err)
 {
 	double t0 = now_s();
 	int loaded, rc = load_rank(j, &loaded, err);
 	if (j->world > 1) {
+		comm *w = j->h->mesh->world;
 		int32_t mine = rc != 0 ? j->rank : INT32_MAX, first;
 		titan_err e2;
-		if (comm_all_reduce(j->h->mesh->world, &mine, &first, 1, COMM_I32, COMM_MIN, &e2) != 0)
+		if (comm_all_reduce(w, &mine, &first, 1, COMM_I32, COMM_MIN, &e2) != 0)
 			return rc != 0 ? -1 : err_set(err, "%s", e2.msg);
-		if (rc == 0 && first != INT32_MAX)
-			return err_set(err, "loading the checkpoint failed on rank %d", (int)first);
+		if (first != INT32_MAX) {
+			char why[sizeof err->msg];
+			snprintf(why, sizeof why, "%s", first == j->rank ? err->msg : "");
+			if (comm_broadcast(w, why, sizeof why, COMM_U8, (int)first, &e2) != 0)
+				return rc != 0 ? -1 : err_set(err, "%s", e2.msg);
+			why[sizeof why - 1] = '\0';
+			return err_set(err, "rank %d: %s", (int)first, why);
+		}
 	}
 	if (rc == 0 && loaded)
 		metrics_log(j->log, "Finished loading the checkpoint in %.2f seconds.", now_s() - t0);

@@ -274,8 +274,12 @@ static int run_ranks(job_config *c, comm *world, int threads, int backend, int n
 	int rc = TITAN_EXIT_OK;
 	if (trainer_run(c, &h, &err) != 0) {
 		char own[32];
+		int named = 0, r;
 		snprintf(own, sizeof own, "rank %d: ", rank);
-		if (n > 1 && strstr(err.msg, own) == NULL)
+		/* a failure the ranks agreed on already names the rank it came from */
+		if (sscanf(err.msg, "rank %d: %n", &r, &named) != 1)
+			named = 0;
+		if (n > 1 && strstr(err.msg, own) == NULL && !named)
 			err_prefix(&err, "rank %d", rank);
 		rc = fail_alone(world, err.msg);
 	}
