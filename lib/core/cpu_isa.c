@@ -41,12 +41,13 @@ static int has(uint32_t reg, int bit)
  * asking the OS for the register state it needs (XCR0). */
 static cpu_level detect(void)
 {
-	unsigned a, b, c1, d, b7 = 0, d7 = 0, a71 = 0, ce = 0, x;
+	unsigned a, b, c1, d, b7 = 0, d7 = 0, a71 = 0, ce = 0, x, sub7 = 0;
 	if (!__get_cpuid(1, &a, &b, &c1, &d))
 		return CPU_BASELINE;
 	if (__get_cpuid_max(0, NULL) >= 7) {
-		__cpuid_count(7, 0, a, b7, x, d7);
-		__cpuid_count(7, 1, a71, b, x, d);
+		__cpuid_count(7, 0, sub7, b7, x, d7);
+		if (sub7 >= 1) /* leaf 7's last subleaf: 1 holds AVX512_BF16 */
+			__cpuid_count(7, 1, a71, b, x, d);
 	}
 	if (!__get_cpuid(0x80000001, &a, &b, &ce, &d))
 		ce = 0;
