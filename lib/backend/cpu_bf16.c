@@ -648,22 +648,14 @@ void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
  * whatever the shapes, and leaves sgemm panels long enough to run at speed. */
 #define GEMM_BLOCK_FLOATS ((int64_t)4 << 20)
 
-/* rows x width elements, ld apart in src (type t), into dst packed, on all
- * threads. */
-static void widen_block(float *dst, const void *src, be_dtype t, int64_t rows, int64_t width,
-			int64_t ld)
+/* rows x width elements from src (type st, rows lds apart) to dst (type dt,
+ * rows ldd apart), on all threads. */
+static void convert_rows(void *dst, be_dtype dt, int64_t ldd, const void *src, be_dtype st,
+			 int64_t lds, int64_t rows, int64_t width)
 {
 #pragma omp parallel for schedule(dynamic, 16) if (rows * width > CPU_PAR_MIN)
 	for (int64_t r = 0; r < rows; r++)
-		convert_span(dst + r * width, BE_F32, elem(src, t, r * ld), t, width);
-}
-
-static void round_block(void *dst, be_dtype t, int64_t ld, const float *src, int64_t rows,
-			int64_t width)
-{
-#pragma omp parallel for schedule(dynamic, 16) if (rows * width > CPU_PAR_MIN)
-	for (int64_t r = 0; r < rows; r++)
-		convert_span(elem_mut(dst, t, r * ld), t, src + r * width, BE_F32, width);
+		convert_span(elem_mut(dst, dt, r * ldd), dt, elem(src, st, r * lds), st, width);
 }
 
 /* The block length along a dimension of `len`: all of it when `len` lines of
@@ -688,24 +680,24 @@ void cpu_bf16_matmul_portable(backend *be, int ta, int tb, int64_t m, int64_t n,
 		int64_t nj = min64(nb, n - j0);
 		/* B (k, n) is stored (n, k) when transposed: block j0 is nj rows there */
 		if (tb)
-			widen_block(bf, elem(b, BE_BF16, j0 * ldb), BE_BF16, nj, k, ldb);
+			convert_rows(bf, BE_F32, k, elem(b, BE_BF16, j0 * ldb), BE_BF16, ldb, nj, k);
 		else
-			widen_block(bf, elem(b, BE_BF16, j0), BE_BF16, k, nj, ldb);
+			convert_rows(bf, BE_F32, nj, elem(b, BE_BF16, j0), BE_BF16, ldb, k, nj);
 		for (int64_t i0 = 0; i0 < m; i0 += mb) {
 			int64_t mi = min64(mb, m - i0);
 			if (ta)
-				widen_block(af, elem(a, BE_BF16, i0), BE_BF16, k, mi, lda);
+				convert_rows(af, BE_F32, mi, elem(a, BE_BF16, i0), BE_BF16, lda, k, mi);
 			else
-				widen_block(af, elem(a, BE_BF16, i0 * lda), BE_BF16, mi, k, lda);
+				convert_rows(af, BE_F32, k, elem(a, BE_BF16, i0 * lda), BE_BF16, lda, mi, k);
 			void *cij = elem_mut(c, ct, i0 * ldc + j0);
 			float *out = ct == BE_BF16 ? cf : cij;
 			int64_t ldo = ct == BE_BF16 ? nj : ldc;
 			if (ct == BE_BF16 && beta != 0)
-				widen_block(cf, cij, ct, mi, nj, ldc);
+				convert_rows(cf, BE_F32, nj, cij, ct, ldc, mi, nj);
 			cpu_matmul_f32(ta, tb, mi, nj, k, alpha, af, ta ? mi : k, bf, tb ? k : nj,
 				       beta, out, ldo);
 			if (ct == BE_BF16)
-				round_block(cij, ct, ldc, cf, mi, nj);
+				convert_rows(cij, ct, ldc, cf, BE_F32, nj, mi, nj);
 		}
 	}
 }

@@ -262,6 +262,11 @@ static void matmul_bf16_every_transpose_and_output_within_k_bound(void **s)
 	check_matmul(be, 1, 0, 192, 128, 256, 1, 1, BE_F32, 0);
 	check_matmul(be, 1, 0, 192, 128, 256, 1, 1, BE_BF16, 0);
 	check_matmul(be, 0, 0, 7, 9, 0, 1, 0.5f, BE_BF16, 0);
+	/* Past one 16 MiB block of the portable path's widened operands: two
+	 * blocks of A's rows (A transposed, C bf16 read with beta), then two of
+	 * B's columns (B transposed); one primitive each on oneDNN. */
+	check_matmul(be, 1, 0, 4200, 70, 1100, 1, 1, BE_BF16, 0);
+	check_matmul(be, 0, 1, 20, 3900, 1100, 0.5f, 0, BE_F32, 0);
 	backend_free(be);
 }
 
