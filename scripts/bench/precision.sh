@@ -14,7 +14,8 @@
 # processor of that level, titan through TITAN_CPU_ISA, PyTorch through
 # ATEN_CPU_CAPABILITY and its oneDNN's ONEDNN_MAX_CPU_ISA (on a processor
 # with AVX-512, avx2 shows what an AVX2-only one gets: titan's portable bf16
-# path against PyTorch's emulated bf16).
+# path against PyTorch's emulated bf16, which takes about a minute a step on
+# the 100M model: BENCH_STEPS=1 keeps that run to a few minutes).
 # Figures on a shared machine are noisy: the four runs alternate, and the load
 # is printed; CPU seconds are steadier than wall time there.  The last line is
 # one core's arithmetic peak in float32 and in bf16 (tests/backend/bench_peak):
