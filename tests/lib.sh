@@ -205,6 +205,22 @@ t_relay_tap() {
 		t_not_ok "$name ran to its end (status $rc)" "$(tail -5 "$TMP/tap.err")"
 }
 
+# t_tiny_job FILE DATA STEPS: the smallest debugmodel job over the titan-shard
+# folder DATA (one sequence of 16 tokens a step), for tests of what happens
+# around training (checkpoints, loading, folders); they append their own
+# sections.
+t_tiny_job() {
+	cat >"$1" <<EOF
+[model]
+flavor = "debugmodel"
+[training]
+dataset_path = "$2"
+local_batch_size = 1
+seq_len = 16
+steps = $3
+EOF
+}
+
 t_debugmodel_job() {
 	cat >"$1" <<EOF
 [model]

@@ -10,14 +10,8 @@ C="$BIN/titan-ckpt-convert"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive NO_COLOR=1
 
 t_random_shards "$TMP/data" 5 200 256 60 0.1
-cat >"$TMP/c.toml" <<EOF
-[model]
-flavor = "debugmodel"
-[training]
-dataset_path = "$TMP/data"
-local_batch_size = 1
-seq_len = 16
-steps = 1
+t_tiny_job "$TMP/c.toml" "$TMP/data" 1
+cat >>"$TMP/c.toml" <<EOF
 [checkpoint]
 enable = true
 interval = 1

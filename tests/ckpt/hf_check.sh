@@ -17,14 +17,8 @@ if ! "$MAKE_HF" make "$TMP/hf" 2>"$TMP/make.err"; then
 	t_done
 fi
 t_random_shards "$TMP/data" 9 100 256 60 0.1
-cat >"$TMP/c.toml" <<EOF
-[model]
-flavor = "debugmodel"
-[training]
-dataset_path = "$TMP/data"
-local_batch_size = 1
-seq_len = 16
-steps = 1
+t_tiny_job "$TMP/c.toml" "$TMP/data" 1
+cat >>"$TMP/c.toml" <<EOF
 [checkpoint]
 enable = true
 initial_load_in_hf = true

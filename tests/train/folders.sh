@@ -11,14 +11,8 @@ TRAIN="$BIN/titan-train"
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 NO_COLOR=1
 
 t_random_shards "$TMP/data" 7 60 256 60 0.1
-cat >"$TMP/job.toml" <<TOML
-[model]
-flavor = "debugmodel"
-[training]
-dataset_path = "$TMP/data"
-local_batch_size = 1
-seq_len = 16
-steps = 2
+t_tiny_job "$TMP/job.toml" "$TMP/data" 2
+cat >>"$TMP/job.toml" <<TOML
 [checkpoint]
 enable = true
 interval = 2
