@@ -105,6 +105,9 @@ typedef struct dcp_item {
 void dcp_item_full(dcp_item *it, const char *fqn, dcp_dtype dtype, int ndim,
 		   const int64_t *shape, void *data);
 
+/* "(4096, 14336)", "(256)", "()": a shape for messages, cut to cap bytes. */
+void dcp_shape_text(char *buf, size_t cap, int ndim, const int64_t *shape);
+
 /* Saving ------------------------------------------------------------------ */
 
 typedef struct dcp_save_opts {

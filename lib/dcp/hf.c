@@ -801,7 +801,7 @@ static int import_tensor(dcp_source *s, const dcp_src_item *it, const dcp_hf_mod
 	return rc;
 }
 
-static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape)
+void dcp_shape_text(char *buf, size_t cap, int ndim, const int64_t *shape)
 {
 	size_t n = (size_t)snprintf(buf, cap, "(");
 	for (int d = 0; d < ndim && n < cap; d++)
@@ -834,8 +834,8 @@ static int check_weight(void *vctx, const char *name, dcp_dtype dt, int ndim, co
 			same = shape[d] == t->shape[d];
 		if (!same) {
 			char a[160], b[160];
-			shape_text(a, sizeof a, ndim, shape);
-			shape_text(b, sizeof b, t->ndim, t->shape);
+			dcp_shape_text(a, sizeof a, ndim, shape);
+			dcp_shape_text(b, sizeof b, t->ndim, t->shape);
 			rc = err_set(err, "%s: %s has shape %s, the model %s", c->dir, name, a, b);
 		}
 	}

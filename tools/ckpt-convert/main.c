@@ -70,15 +70,6 @@ typedef struct args {
 	int async;
 } args;
 
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *s)
-{
-	size_t n = (size_t)snprintf(buf, cap, "(");
-	for (int d = 0; d < ndim && n < cap; d++)
-		n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, d ? ", " : "", s[d]);
-	if (n < cap)
-		snprintf(buf + n, cap - n, ")");
-}
-
 static int cmd_info(const char *path, const args *a)
 {
 	titan_err err;
@@ -130,7 +121,7 @@ static int cmd_info(const char *path, const args *a)
 			json_array_append_new(arr, o);
 		} else {
 			char sh[160];
-			shape_str(sh, sizeof sh, it->ndim, it->shape);
+			dcp_shape_text(sh, sizeof sh, it->ndim, it->shape);
 			printf("%-60s %-8s %-10s %-24s %4zu chunk%s %12" PRIu64 " bytes\n", it->name,
 			       it->kind == DCP_TENSOR ? "tensor" : "bytes",
 			       it->kind == DCP_TENSOR ? ptz_dtype_torch(it->dtype) : "-",
