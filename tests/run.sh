@@ -44,6 +44,7 @@ jobs="${TITAN_TEST_JOBS:-1}"
 # first UBSan report with a stack.  (Plain builds ignore these.)
 export ASAN_OPTIONS="${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp}"
 export TITAN_TEST_LOG="$BUILD/test-logs"
 log=$TITAN_TEST_LOG
 mkdir -p "$log"
