@@ -2,7 +2,9 @@
 # Install the Debian packages titan's build and tests need, only those missing,
 # and say which.  `deps.sh` is what make, make check and make demo need;
 # `deps.sh fuzz` adds the clang toolchain that only `make fuzz` needs;
-# `deps.sh -n [fuzz]` only lists what is missing.  The text packages after
+# `deps.sh arm64` adds the aarch64 cross compiler and qemu-user that only
+# `make check-arm64` needs (its arm64 libraries are scripts/arm64/sysroot.sh's);
+# `deps.sh -n [fuzz|arm64]` only lists what is missing.  The text packages after
 # jargon are what scripts/fixtures_corpus.py builds the test corpora from.
 set -eu
 
@@ -13,6 +15,7 @@ fortunes-min fortunes-zh jargon-text gnu-standards fortunes-ru fortunes-de fortu
 fortunes-it fortunes-pl fortunes-bg"
 # libFuzzer and its sanitizer runtimes; libomp for the library's OpenMP under clang.
 FUZZ_PKGS="clang libclang-rt-dev libomp-dev"
+ARM64_PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 
 want=$PKGS
 dry=0
@@ -20,7 +23,8 @@ for group in "$@"; do
 	case "$group" in
 	-n) dry=1 ;;
 	fuzz) want="$want $FUZZ_PKGS" ;;
-	*) echo "deps.sh: unknown group '$group' (known: -n, fuzz)" >&2; exit 2 ;;
+	arm64) want="$want $ARM64_PKGS" ;;
+	*) echo "deps.sh: unknown group '$group' (known: -n, fuzz, arm64)" >&2; exit 2 ;;
 	esac
 done
 

@@ -163,6 +163,17 @@ t_random_shards() {
 # validation); about a second.  Without the fortunes (make deps installs them)
 # the test file ends: skipped, or failed under CI=true.
 t_demo_data() {
+	t_demo_corpus
+	t_run "tokenizer trained on the demo corpus" "$BIN/titan-tokenize" train --vocab-size 2048 \
+		--format text --split blank --add-eos -o "$TMP/.demo-tok" "$TMP/.demo.txt"
+	"$BIN/titan-tokenize" -q -t "$TMP/.demo-tok" --format text --split blank --bos --eos \
+		"$TMP/.demo.txt" | "$BIN/titan-shard" -q --out "$1" --val-fraction 0.02
+	t_run "demo corpus sharded" "$BIN/titan-shard" info "$1"
+}
+
+# t_demo_corpus: t_demo_data's text alone, in $TMP/.demo.txt (the file ends,
+# skipped or failed, without it).
+t_demo_corpus() {
 	fortunes=/usr/share/games/fortunes
 	if [ ! -f "$fortunes/fortunes" ]; then
 		if [ "${CI:-}" = true ]; then
@@ -177,11 +188,6 @@ t_demo_data() {
 		echo
 	done | awk 'BEGIN { RS = ""; ORS = "\n\n" } { doc[NR] = $0 }
 		END { for (i = 0; i < NR; i++) print doc[(i * 7919) % NR + 1] }' >"$TMP/.demo.txt"
-	t_run "tokenizer trained on the demo corpus" "$BIN/titan-tokenize" train --vocab-size 2048 \
-		--format text --split blank --add-eos -o "$TMP/.demo-tok" "$TMP/.demo.txt"
-	"$BIN/titan-tokenize" -q -t "$TMP/.demo-tok" --format text --split blank --bos --eos \
-		"$TMP/.demo.txt" | "$BIN/titan-shard" -q --out "$1" --val-fraction 0.02
-	t_run "demo corpus sharded" "$BIN/titan-shard" info "$1"
 }
 
 # t_debugmodel_job FILE DATA STEPS: a titan-train config for debugmodel on the

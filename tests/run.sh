@@ -10,8 +10,11 @@
 # that file instead of stalling CI), TITAN_TEST_JOBS (test files run at once,
 # default 1: some end-to-end tests time kills and stalls, which load slows;
 # .ci/run runs 2 (2 cores), the longest first (tests/slow.list);
-# the report keeps the files' order either way).  A file named NAME@LEVEL is
-# NAME run under TITAN_CPU_ISA=LEVEL (tests/isa.list).
+# the report keeps the files' order either way), TITAN_TEST_EXEC (a command the
+# cmocka programs run under, e.g. qemu-aarch64: make check-arm64),
+# TITAN_TEST_SCRIPTS (the end-to-end scripts to run instead of tests/*/*.sh;
+# tests/arm64/ runs only when named there).  A file named NAME@LEVEL is NAME
+# run under TITAN_CPU_ISA=LEVEL (tests/isa.list).
 set -u
 
 # One test file, run by xargs: "run.sh --one NAME KIND PATH" (KIND is bin or sh)
@@ -24,7 +27,8 @@ if [ "${1:-}" = --one ]; then
 	if [ "$3" = sh ]; then
 		timeout -k 10 "$TITAN_TEST_TIMEOUT_S" sh "$4" >"$out" 2>&1
 	else
-		timeout -k 10 "$TITAN_TEST_TIMEOUT_S" "$4" >"$out" 2>&1
+		# shellcheck disable=SC2086
+		timeout -k 10 "$TITAN_TEST_TIMEOUT_S" ${TITAN_TEST_EXEC:-} "$4" >"$out" 2>&1
 	fi
 	rc=$?
 	[ "$rc" -eq 124 ] && echo "not ok - $2 timed out after ${TITAN_TEST_TIMEOUT_S}s" >>"$out"
@@ -60,19 +64,21 @@ for t in "$@"; do
 	rel=${t#"$build_rel"/} # tests/core/test_json: the filter ignores the build folder
 	case "$rel" in *"$filter"*) echo "$rel bin $t" >>"$list" ;; esac
 done
-for s in tests/*/*.sh; do
+for s in ${TITAN_TEST_SCRIPTS:-tests/*/*.sh}; do
 	[ -e "$s" ] || continue
 	case "$s" in tests/lib.sh|tests/run.sh|tests/man_lint.sh) continue ;; esac
+	[ -z "${TITAN_TEST_SCRIPTS:-}" ] && case "$s" in tests/arm64/*) continue ;; esac
 	case "$s" in *"$filter"*) echo "$s sh $s" >>"$list" ;; esac
 done
-if [ -z "$filter" ] || [ "$filter" = man ]; then
+if { [ -z "$filter" ] || [ "$filter" = man ]; } && [ -z "${TITAN_TEST_SCRIPTS:-}" ]; then
 	echo "man-lint sh tests/man_lint.sh" >>"$list"
 fi
 
 # The files of tests/isa.list run a second time at a lower level of
 # core/cpu_isa, so that every machine tests two paths: where the processor has
 # AVX-512, at avx2 (the portable bf16 GEMMs, the x86-64-v3 kernels); where it
-# has AVX2 only, at baseline (the baseline kernels).  A level the processor
+# has AVX2 only, at baseline (the baseline kernels); on aarch64, at baseline
+# (the NEON kernels where the processor has SVE, the table CRC32C).  A level the processor
 # lacks is refused by every titan program, which is how this asks; a
 # TITAN_CPU_ISA already set stands for the processor (TITAN_CPU_ISA=avx2 make
 # check tests as an AVX2 machine would).  Under the sanitizers only the unit
@@ -84,12 +90,12 @@ case "${TITAN_CPU_ISA:-native}" in
 native)
 	if isa_ok avx512; then
 		alt=avx2
-	elif isa_ok avx2; then
+	elif isa_ok avx2 || isa_ok crc; then
 		alt=baseline
 	fi
 	;;
 amx | avx512_bf16 | avx512) alt=avx2 ;;
-avx2 | v2) alt=baseline ;;
+avx2 | v2 | sve | crc) alt=baseline ;;
 esac
 if [ -n "$alt" ] && [ -f tests/isa.list ]; then
 	grep -v '^#' tests/isa.list | while read -r t; do

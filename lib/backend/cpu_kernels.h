@@ -15,11 +15,12 @@
 #include "backend/backend.h"
 #include "core/cpu_isa.h"
 
-/* The hot loops (rows and spans) are built three times, for x86-64-v4
- * (AVX-512), x86-64-v3 (AVX2 + FMA) and the baseline, and each call goes to the
- * build core/cpu_isa chose (its level, or TITAN_CPU_ISA's), so that tests can
- * run every build on one machine.  Under -std=c17 GCC contracts no multiply-add
- * and the reductions keep fixed lanes, so all three give the same bits.
+/* The hot loops (rows and spans) are built three times on x86-64, for
+ * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the baseline, and twice on
+ * aarch64, for SVE and the baseline (NEON); each call goes to the build
+ * core/cpu_isa chose (its level, or TITAN_CPU_ISA's), so that tests can run
+ * every build on one machine.  Under -std=c17 GCC contracts no multiply-add
+ * and the reductions keep fixed lanes, so every build gives the same bits.
  *
  * A hot function is defined as
  *     CPU_HOT(static, float, name, (const float *x, int64_t n), (x, n))
@@ -54,6 +55,25 @@
 			RETURN CPU_CAT(name, _v3) args;                                      \
 		else                                                                         \
 			RETURN CPU_CAT(name, _v1) args;                                      \
+	}                                                                                    \
+	static inline __attribute__((always_inline)) ret CPU_CAT(name, _body) params
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define CPU_HOT_(link, ret, name, params, args, RETURN)                                      \
+	static inline __attribute__((always_inline)) ret CPU_CAT(name, _body) params;        \
+	__attribute__((target("+sve"))) static ret CPU_CAT(name, _sve) params               \
+	{                                                                                    \
+		RETURN CPU_CAT(name, _body) args;                                            \
+	}                                                                                    \
+	static ret CPU_CAT(name, _neon) params                                               \
+	{                                                                                    \
+		RETURN CPU_CAT(name, _body) args;                                            \
+	}                                                                                    \
+	link ret name params                                                                 \
+	{                                                                                    \
+		if (cpu_isa_clone() == 2)                                                    \
+			RETURN CPU_CAT(name, _sve) args;                                     \
+		else                                                                         \
+			RETURN CPU_CAT(name, _neon) args;                                    \
 	}                                                                                    \
 	static inline __attribute__((always_inline)) ret CPU_CAT(name, _body) params
 #else

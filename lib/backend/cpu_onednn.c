@@ -59,6 +59,7 @@ static int ck(dnnl_status_t s, const char *what, titan_err *e)
  * portable path). */
 static void limit_isa(cpu_level l)
 {
+#if defined(__x86_64__)
 	if (l >= cpu_isa_native())
 		return;
 	dnnl_cpu_isa_t isa = l >= CPU_AMX ? dnnl_cpu_isa_avx512_core_amx
@@ -68,6 +69,9 @@ static void limit_isa(cpu_level l)
 	 * or ONEDNN_MAX_CPU_ISA read first): the ceiling already set stays, and a
 	 * primitive it cannot make is the portable path's (cpu.c). */
 	(void)dnnl_set_max_cpu_isa(isa);
+#else
+	(void)l; /* oneDNN keeps its own choice (no bf16 GEMMs go to it here) */
+#endif
 }
 
 cpu_onednn *cpu_onednn_create(cpu_level level, titan_err *e)

@@ -9,13 +9,27 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
 #endif
 
+#if defined(__aarch64__)
+static const char *const level_names[] = {
+	[CPU_BASELINE] = "baseline",
+	[CPU_CRC] = "crc",
+	[CPU_SVE] = "sve",
+};
+/* What each build of the hot kernels is called in cpu_isa_describe. */
+static const char *const clone_names[] = {[1] = "NEON", [2] = "SVE"};
+#else
 static const char *const level_names[] = {
 	[CPU_BASELINE] = "baseline", [CPU_V2] = "v2",
 	[CPU_AVX2] = "avx2",	     [CPU_AVX512] = "avx512",
 	[CPU_AVX512_BF16] = "avx512_bf16", [CPU_AMX] = "amx",
 };
+static const char *const clone_names[] = {[1] = "baseline", [3] = "x86-64-v3",
+					  [4] = "x86-64-v4"};
+#endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static cpu_level native = CPU_BASELINE;
@@ -74,17 +88,41 @@ static cpu_level detect(void)
 	/* AMX-BF16, AMX-TILE */
 	return os_amx && has(d7, 22) && has(d7, 24) ? CPU_AMX : CPU_AVX512_BF16;
 }
-#else
-static cpu_level detect(void)
-{
-	return CPU_BASELINE;
-}
-#endif
 
 static int clone_of(cpu_level l)
 {
 	return l >= CPU_AVX512 ? 4 : l >= CPU_AVX2 ? 3 : 1;
 }
+#elif defined(__aarch64__)
+/* The kernel's hardware capabilities (the ID registers are the kernel's to
+ * read; it also says whether it saves the SVE state).  Bit values from the
+ * arm64 uapi, named here so that an older libc's headers need not have them. */
+#define ARM_HWCAP_CRC32 (1UL << 7)
+#define ARM_HWCAP_SVE (1UL << 22)
+static cpu_level detect(void)
+{
+	unsigned long hw = getauxval(AT_HWCAP);
+	if (!(hw & ARM_HWCAP_CRC32))
+		return CPU_BASELINE;
+	return hw & ARM_HWCAP_SVE ? CPU_SVE : CPU_CRC;
+}
+
+static int clone_of(cpu_level l)
+{
+	return l >= CPU_SVE ? 2 : 1;
+}
+#else
+static cpu_level detect(void)
+{
+	return CPU_BASELINE;
+}
+
+static int clone_of(cpu_level l)
+{
+	(void)l;
+	return 1;
+}
+#endif
 
 static void init(void)
 {
@@ -139,21 +177,25 @@ int cpu_isa_check(titan_err *e)
 	if (!env_bad)
 		return 0;
 	cpu_level l = cpu_level_parse(env_value);
-	if (!l)
-		return err_set(e, "TITAN_CPU_ISA=%s: expected native, amx, avx512_bf16, avx512, "
-				  "avx2, v2 or baseline", env_value);
+	if (!l) {
+		char names[96] = "native";
+		for (int k = CPU_TOP; k >= CPU_BASELINE; k--)
+			snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+				 k == CPU_BASELINE ? " or " : ", ", level_names[k]);
+		return err_set(e, "TITAN_CPU_ISA=%s: expected %s", env_value, names);
+	}
 	return err_set(e, "TITAN_CPU_ISA=%s: this processor's level is %s, below it", env_value,
 		       cpu_level_name(native));
 }
 
 const char *cpu_level_name(cpu_level l)
 {
-	return l >= CPU_BASELINE && l <= CPU_AMX ? level_names[l] : NULL;
+	return l >= CPU_BASELINE && l <= CPU_TOP ? level_names[l] : NULL;
 }
 
 cpu_level cpu_level_parse(const char *s)
 {
-	for (int l = CPU_BASELINE; l <= CPU_AMX; l++)
+	for (int l = CPU_BASELINE; l <= CPU_TOP; l++)
 		if (strcmp(s, level_names[l]) == 0)
 			return (cpu_level)l;
 	return 0;
@@ -161,25 +203,22 @@ cpu_level cpu_level_parse(const char *s)
 
 int cpu_isa_onednn_bf16(void)
 {
+#if defined(__x86_64__)
 	return cpu_isa_level() >= CPU_AVX512;
+#else
+	return 0; /* oneDNN's bf16 matmul on aarch64 wants ARM's Compute Library */
+#endif
 }
 
 void cpu_isa_describe(char *buf, size_t n)
 {
 	cpu_level l = cpu_isa_level(), nat = cpu_isa_native();
-	static const char *const clones[] = {[1] = "baseline", [3] = "x86-64-v3",
-					     [4] = "x86-64-v4"};
 	char why[96] = "";
 	if (l != nat)
 		snprintf(why, sizeof why, " (TITAN_CPU_ISA; the processor: %s)", cpu_level_name(nat));
 	else if (env_bad)
 		snprintf(why, sizeof why, " (TITAN_CPU_ISA=%s refused)", env_value);
-#if defined(__x86_64__)
-	const char *clone = clones[cpu_isa_clone()];
-#else
-	const char *clone = "portable";
-	(void)clones;
-#endif
+	const char *clone = clone_names[cpu_isa_clone()];
 	snprintf(buf, n, "%s%s, kernels %s, bf16 GEMMs %s", cpu_level_name(l), why, clone,
 		 cpu_isa_onednn_bf16() ? "oneDNN" : "portable (float32 sgemm)");
 }

@@ -5,9 +5,25 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* The hardware CRC32C, where there is one: the SSE4.2 crc32 instruction on
+ * x86-64 (level v2), the ARMv8 crc32c instructions on aarch64 (level crc).
+ * HW_TARGET compiles a function for it; crc_u64 and crc_u8 extend a register
+ * over 8 bytes and over one. */
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <nmmintrin.h>
+#define CRC_HW 1
+#define CRC_HW_LEVEL CPU_V2
+#define HW_TARGET __attribute__((target("sse4.2")))
+#define crc_u64(c, v) _mm_crc32_u64((c), (v))
+#define crc_u8(c, b) _mm_crc32_u8((c), (b))
+#elif defined(__aarch64__)
+#include <arm_acle.h>
+#define CRC_HW 1
+#define CRC_HW_LEVEL CPU_CRC
+#define HW_TARGET __attribute__((target("+crc")))
+#define crc_u64(c, v) __crc32cd((uint32_t)(c), (v))
+#define crc_u8(c, b) __crc32cb((c), (b))
 #endif
 
 static uint32_t table[8][256];
@@ -48,7 +64,7 @@ uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t n)
 	return ~crc;
 }
 
-#if defined(__x86_64__)
+#if defined(CRC_HW)
 /* The crc32 instruction has a latency of 3 cycles and a throughput of 1, so one
  * dependent chain uses a third of it.  Long buffers are cut into three
  * interleaved streams of STREAM bytes, each from register 0, and joined after:
@@ -59,11 +75,11 @@ uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t n)
 static uint32_t shift_table[4][256];
 static pthread_once_t shift_once = PTHREAD_ONCE_INIT;
 
-__attribute__((target("sse4.2"))) static uint32_t zeros_hw(uint32_t r, size_t n)
+HW_TARGET static uint32_t zeros_hw(uint32_t r, size_t n)
 {
 	uint64_t c = r;
 	for (size_t i = 0; i < n / 8; i++)
-		c = _mm_crc32_u64(c, 0);
+		c = crc_u64(c, 0);
 	return (uint32_t)c;
 }
 
@@ -88,8 +104,7 @@ static uint32_t shift_stream(uint32_t r)
 	       shift_table[2][(r >> 16) & 0xff] ^ shift_table[3][r >> 24];
 }
 
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *buf,
-							      size_t n)
+HW_TARGET static uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t n)
 {
 	const unsigned char *p = buf;
 	uint64_t c = ~crc;
@@ -102,9 +117,9 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
 			memcpy(&a, p + i, 8);
 			memcpy(&b, p + STREAM + i, 8);
 			memcpy(&d, p + 2 * STREAM + i, 8);
-			c = _mm_crc32_u64(c, a);
-			c1 = _mm_crc32_u64(c1, b);
-			c2 = _mm_crc32_u64(c2, d);
+			c = crc_u64(c, a);
+			c1 = crc_u64(c1, b);
+			c2 = crc_u64(c2, d);
 		}
 		c = shift_stream(shift_stream((uint32_t)c) ^ (uint32_t)c1) ^ (uint32_t)c2;
 		p += 3 * STREAM;
@@ -113,22 +128,26 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
 	while (n >= 8) {
 		uint64_t v;
 		memcpy(&v, p, 8);
-		c = _mm_crc32_u64(c, v);
+		c = crc_u64(c, v);
 		p += 8;
 		n -= 8;
 	}
 	uint32_t c32 = (uint32_t)c;
 	while (n--)
-		c32 = _mm_crc32_u8(c32, *p++);
+		c32 = crc_u8(c32, *p++);
 	return ~c32;
 }
 
 int crc32c_hw_available(void)
 {
+#if defined(__x86_64__)
 	unsigned a, b, c, d;
 	if (!__get_cpuid(1, &a, &b, &c, &d))
 		return 0;
 	return (c & bit_SSE4_2) != 0;
+#else
+	return cpu_isa_native() >= CPU_CRC; /* HWCAP_CRC32 (core/cpu_isa) */
+#endif
 }
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
@@ -141,7 +160,8 @@ uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
 		atomic_store_explicit(&hw, h, memory_order_relaxed);
 	}
 	/* the level in force (TITAN_CPU_ISA=baseline runs the table) */
-	return h && cpu_isa_level() >= CPU_V2 ? crc32c_hw(crc, buf, n) : crc32c_sw(crc, buf, n);
+	return h && cpu_isa_level() >= CRC_HW_LEVEL ? crc32c_hw(crc, buf, n)
+						   : crc32c_sw(crc, buf, n);
 }
 #else
 int crc32c_hw_available(void)

@@ -6,8 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Extend crc (0 to start) over buf; uses the SSE4.2 instruction when the CPU
- * has it, a slicing table otherwise.  Both give the same value. */
+/* Extend crc (0 to start) over buf; uses the CRC32C instruction when the CPU
+ * has it (SSE4.2 on x86-64, ARMv8's crc32c on aarch64) and core/cpu_isa's
+ * level allows, a slicing table otherwise.  Both give the same value. */
 uint32_t crc32c(uint32_t crc, const void *buf, size_t n);
 /* The portable table version, kept as the reference for tests. */
 uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t n);

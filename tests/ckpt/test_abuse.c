@@ -48,17 +48,17 @@ static int spend(void)
 
 int unlink(const char *path)
 {
-	return spend() ? -1 : (int)syscall(SYS_unlink, path);
+	return spend() ? -1 : (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
 }
 
 int rmdir(const char *path)
 {
-	return spend() ? -1 : (int)syscall(SYS_rmdir, path);
+	return spend() ? -1 : (int)syscall(SYS_unlinkat, AT_FDCWD, path, AT_REMOVEDIR);
 }
 
 int rename(const char *from, const char *to)
 {
-	return spend() ? -1 : (int)syscall(SYS_rename, from, to);
+	return spend() ? -1 : (int)syscall(SYS_renameat, AT_FDCWD, from, AT_FDCWD, to);
 }
 
 /* Ends the test (as a failure) if a call hangs, instead of the whole run. */

@@ -11,6 +11,7 @@
  *   float32  16 lanes, FMA, at avx512 and above (x86-64-v4);
  *            8 lanes, FMA, at avx2 (x86-64-v3);
  *            4 lanes, a multiply then an add, below (x86-64's SSE2 has no FMA);
+ *            on aarch64 4 lanes, FMA (NEON; Neoverse V2's SVE is as wide);
  *            raised to OpenBLAS's kernel where that is wider: the float32 GEMMs
  *            (and the portable bf16 path's) are OpenBLAS's sgemm, whose kernel
  *            OpenBLAS picks when it loads (cpuid, or OPENBLAS_CORETYPE) whatever
@@ -36,6 +37,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 typedef enum peak_kind {
@@ -44,6 +47,8 @@ typedef enum peak_kind {
 	PEAK_F32_AVX2,    /* float32, 8 lanes, FMA */
 	PEAK_F32_AVX512,  /* float32, 16 lanes, FMA */
 	PEAK_BF16_DOT,    /* bf16 pairs into 16 float32 lanes, vdpbf16ps */
+	PEAK_F32_NEON,    /* float32, 4 lanes, FMA (aarch64) */
+	PEAK_KINDS
 } peak_kind;
 
 enum { PEAK_CHAINS_NARROW = 12, PEAK_CHAINS_WIDE = 16 };
@@ -66,6 +71,24 @@ __attribute__((unused, noinline)) static float peak_f32_base(int64_t iters, floa
 		acc[0] += acc[j];
 	return acc[0][0] + acc[0][1] + acc[0][2] + acc[0][3];
 }
+
+#if defined(__aarch64__)
+__attribute__((unused, noinline)) static float peak_f32_neon(int64_t iters, float m, float a,
+							       float seed)
+{
+	float32x4_t acc[PEAK_CHAINS_NARROW], vm = vdupq_n_f32(m), va = vdupq_n_f32(a);
+	for (int j = 0; j < PEAK_CHAINS_NARROW; j++)
+		acc[j] = vdupq_n_f32(seed + (float)j);
+	for (int64_t i = 0; i < iters; i++) {
+#pragma GCC unroll 16
+		for (int j = 0; j < PEAK_CHAINS_NARROW; j++)
+			acc[j] = vfmaq_f32(va, acc[j], vm);
+	}
+	for (int j = 1; j < PEAK_CHAINS_NARROW; j++)
+		acc[0] = vaddq_f32(acc[0], acc[j]);
+	return vaddvq_f32(acc[0]);
+}
+#endif
 
 #if defined(__x86_64__)
 __attribute__((unused, noinline, target("arch=x86-64-v3"))) static float
@@ -130,6 +153,9 @@ static inline peak_kind peak_of_level(cpu_level l)
 {
 #if defined(__x86_64__)
 	return l >= CPU_AVX512 ? PEAK_F32_AVX512 : l >= CPU_AVX2 ? PEAK_F32_AVX2 : PEAK_F32_BASE;
+#elif defined(__aarch64__)
+	(void)l;
+	return PEAK_F32_NEON;
 #else
 	(void)l;
 	return PEAK_F32_BASE;
@@ -140,6 +166,9 @@ static inline peak_kind peak_of_level(cpu_level l)
  * kernels, the AVX2 + FMA ones, else none above the baseline. */
 static inline cpu_level peak_blas_level(void)
 {
+#if !defined(__x86_64__)
+	return CPU_BASELINE; /* the baseline's chains are the widest there (above) */
+#else
 	static const struct {
 		const char *core;
 		cpu_level l;
@@ -152,6 +181,7 @@ static inline cpu_level peak_blas_level(void)
 		if (strcasecmp(name, CORES[i].core) == 0)
 			return CORES[i].l <= cpu_isa_native() ? CORES[i].l : cpu_isa_native();
 	return CPU_BASELINE;
+#endif
 }
 
 /* The float32 peak's chains (above), and whether OpenBLAS raised them. */
@@ -166,8 +196,12 @@ static inline peak_kind peak_f32(int *raised)
 /* The bf16 peak's chains (above); PEAK_NONE at amx. */
 static inline peak_kind peak_bf16(void)
 {
+#if defined(__x86_64__)
 	cpu_level l = cpu_isa_level();
 	return l == CPU_AMX ? PEAK_NONE : l == CPU_AVX512_BF16 ? PEAK_BF16_DOT : peak_f32(NULL);
+#else
+	return peak_f32(NULL); /* the portable path multiplies in float32 */
+#endif
 }
 
 /* The FLOPs of one peak_run of iters iterations. */
@@ -176,8 +210,9 @@ static inline double peak_flops(peak_kind k, int64_t iters)
 	static const double per[] = {
 		[PEAK_F32_BASE] = 4 * 2 * PEAK_CHAINS_NARROW, [PEAK_F32_AVX2] = 8 * 2 * PEAK_CHAINS_NARROW,
 		[PEAK_F32_AVX512] = 16 * 2 * PEAK_CHAINS_WIDE, [PEAK_BF16_DOT] = 32 * 2 * PEAK_CHAINS_WIDE,
+		[PEAK_F32_NEON] = 4 * 2 * PEAK_CHAINS_NARROW,
 	};
-	return k > PEAK_NONE && k <= PEAK_BF16_DOT ? per[k] * (double)iters : 0;
+	return k > PEAK_NONE && k < PEAK_KINDS ? per[k] * (double)iters : 0;
 }
 
 /* Run chains k for iters iterations; the sum of the accumulators (store it
@@ -191,6 +226,8 @@ static inline float peak_run(peak_kind k, int64_t iters, float seed)
 	case PEAK_F32_AVX2: return peak_f32_avx2(iters, m, a, seed);
 	case PEAK_F32_AVX512: return peak_f32_avx512(iters, m, a, seed);
 	case PEAK_BF16_DOT: return peak_bf16_dot(iters, m, a, seed);
+#elif defined(__aarch64__)
+	case PEAK_F32_NEON: return peak_f32_neon(iters, m, a, seed);
 #endif
 	case PEAK_F32_BASE: return peak_f32_base(iters, m, a, seed);
 	default: return 0;
@@ -200,7 +237,7 @@ static inline float peak_run(peak_kind k, int64_t iters, float seed)
 /* "avx512", ... for JSON; what the chains are, for people. */
 static inline const char *peak_isa(peak_kind k)
 {
-	static const char *const n[] = {"none", "baseline", "avx2", "avx512", "avx512_bf16"};
+	static const char *const n[] = {"none", "baseline", "avx2", "avx512", "avx512_bf16", "neon"};
 	return n[k];
 }
 
@@ -213,6 +250,7 @@ static inline const char *peak_what(peak_kind k)
 		"float32 FMA, 16 lanes (AVX-512, x86-64-v4), 16 chains",
 		"bf16 dot products (vdpbf16ps: two products a float32 lane), 16 lanes (AVX512-BF16), "
 		"16 chains",
+		"float32 FMA, 4 lanes (NEON), 12 chains",
 	};
 	return w[k];
 }
