@@ -1,21 +1,23 @@
 /* Expert parallelism against the single process.  tests/plan/ep.sh runs this
  * program under mpirun once per mesh, naming it in TITAN_EP_TEST ("ep=2
  * shard=4 tp=1 accum=2 ac=full"; dp_shard defaults to the world size over
- * tp); run alone it checks the world of one (ep 1).
+ * tp; model=gpt_oss: see flavor(); words matched by whole key, an unknown
+ * one refused: tests/support/case_args.h); run alone it checks the world of
+ * one (ep 1).
  *
  * Every rank trains DeepSeek V3's debug flavor (6 layers, the last 5 of 8
  * experts, top-3, 2 shared experts, expert_bias balancing) for 5 steps (or
- * steps=N) of a
- * global batch of 8 sequences of 32 tokens under the plan, and beside it the
- * same model as one process (mesh NULL) on the whole batch.  Per step the
- * loss and grad norm must agree, and after the steps every rank's boxes of
- * the final parameters (its experts' chunks included) must equal the same
- * boxes of the single process's tensors, within float32 reduction-order
- * tolerances (see LOSS_TOL, NORM_TOL, PARAM_TOL_LR).  The bytes each rank sent on
- * every mesh dimension in a step, as lib/comm counts them, must equal the
- * formula of titan-train(1) (COMMUNICATION), the all-to-alls' from the rows
- * the routing sent (model_ep_take_rows); the rows sent and received over all
- * ranks must balance.  Seeds fixed and printed.  dev=1: the mesh's
+ * steps=N) of a global batch of 8 sequences of 32 tokens under the plan, and
+ * rank 0 beside it the same model as one process (mesh NULL) on the whole
+ * batch, its results sent to every rank (tests/support/plan_harness.h).  Per
+ * step the loss and grad norm must agree, and after the steps every rank's
+ * boxes of the final parameters (its experts' chunks included) must equal
+ * the same boxes of the single process's tensors, within float32
+ * reduction-order tolerances (see LOSS_TOL, NORM_TOL, PARAM_TOL_LR).  The
+ * bytes each rank sent on every mesh dimension in a step, as lib/comm counts
+ * them, must equal the formula of titan-train(1) (COMMUNICATION), the
+ * all-to-alls' from the rows the routing sent (model_ep_take_rows); the rows
+ * sent and received over all ranks must balance.  Seeds fixed and printed.  dev=1: the mesh's
  * communicators take the backend's memory only, as NCCL's (test_plan.c's
  * dev=1), their host twins the scalars. */
 #include <setjmp.h>
@@ -33,7 +35,9 @@
 #include "mesh/mesh.h"
 #include "model/family.h"
 #include "plan/plan.h"
+#include "../support/case_args.h"
 #include "../support/devcomm.h"
+#include "../support/plan_harness.h"
 
 /* Tolerances: test_plan.c's for the loss and grad norm (measured here up to
  * 1.5e-8 and 2.3e-7; EP 2 x TP 2 3.7e-8 and 2.7e-7).  Parameters in units of
@@ -57,31 +61,31 @@ static int gpt_oss; /* model=gpt_oss: see flavor() */
 typedef struct cfg {
 	int ep, shard, tp, accum, steps, dev;
 	model_ac_mode ac;
-	char text[256];
+	case_args spec; /* TITAN_EP_TEST */
 } cfg;
 
-static int get(const char *s, const char *key, int dflt)
-{
-	const char *p = strstr(s, key);
-	return p ? atoi(p + strlen(key)) : dflt;
-}
+static const case_choice ac_modes[] = {
+	{"none", MODEL_AC_NONE}, {"full", MODEL_AC_FULL}, {"op", MODEL_AC_OP}, {NULL, 0}};
+static const case_choice models[] = {{"deepseek_v3", 0}, {"gpt_oss", 1}, {NULL, 0}};
 
 static void read_cfg(cfg *c)
 {
-	const char *s = getenv("TITAN_EP_TEST");
-	s = s ? s : "";
-	snprintf(c->text, sizeof c->text, "%s", s);
-	c->ep = get(s, "ep=", 1);
-	c->tp = get(s, "tp=", 1);
-	c->shard = get(s, "shard=", comm_size(world) / c->tp);
-	c->accum = get(s, "accum=", 1);
-	c->steps = get(s, "steps=", STEPS);
+	case_args *a = &c->spec;
+	titan_err e = {{0}};
+	if (case_parse(a, "TITAN_EP_TEST", getenv("TITAN_EP_TEST"), &e) != 0)
+		fail_msg("%s", e.msg);
+	c->ep = case_int(a, "ep", 1);
+	c->tp = case_int(a, "tp", 1);
+	c->shard = case_int(a, "shard", comm_size(world) / c->tp);
+	c->accum = case_int(a, "accum", 1);
+	c->steps = case_int(a, "steps", STEPS);
 	if (c->steps < 1 || c->steps > STEPS)
 		c->steps = STEPS;
-	gpt_oss = strstr(s, "model=gpt_oss") != NULL;
-	c->dev = get(s, "dev=", 0);
-	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
-										 : MODEL_AC_NONE;
+	gpt_oss = case_pick(a, "model", models, 0);
+	c->dev = case_int(a, "dev", 0);
+	c->ac = (model_ac_mode)case_pick(a, "ac", ac_modes, MODEL_AC_NONE);
+	if (case_end(a, &e) != 0)
+		fail_msg("%s", e.msg);
 }
 
 /* The model: DeepSeek V3's debug flavor, or with model=gpt_oss GPT-OSS's
@@ -99,17 +103,6 @@ static const llama_args *flavor(void)
 static int vocab(void)
 {
 	return gpt_oss ? 2048 : flavor()->vocab_size;
-}
-
-/* Tokens of every step: (STEPS, ROWS, T), ids and labels, 1 in 9 labels ignored. */
-static void tokens(int32_t *ids, int32_t *labels, int vocab, uint64_t seed)
-{
-	print_message("seed %llu\n", (unsigned long long)seed);
-	for (size_t i = 0; i < (size_t)STEPS * ROWS * T; i++) {
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		ids[i] = (int32_t)((seed >> 33) % (uint64_t)vocab);
-		labels[i] = (seed >> 20) % 9 == 0 ? -100 : (int32_t)((seed >> 41) % (uint64_t)vocab);
-	}
 }
 
 static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
@@ -213,6 +206,14 @@ static void formula(const plan *pl, const cfg *c, int64_t rows, uint64_t fwd_lay
 
 static const mesh_dim dims[] = {MESH_FSDP, MESH_LOSS, MESH_EP, MESH_EFSDP, MESH_TP};
 
+static void reset_stats(mesh *m)
+{
+	for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+		comm_reset_stats(mesh_comm(m, dims[k]));
+		comm_reset_stats(mesh_host_comm(m, dims[k]));
+	}
+}
+
 static void check_bytes(const mesh *m, const counts want)
 {
 	for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
@@ -230,142 +231,131 @@ static void check_bytes(const mesh *m, const counts want)
 	}
 }
 
-/* Every rank's boxes of its final parameters against the same boxes of the
- * single process's tensors: the largest |a - b|. */
-static double compare_params(plan *dist, plan *ref, const char **where)
+/* One mesh on this rank: its plan, and the single process's run (on rank 0:
+ * plan_harness.h). */
+typedef struct run {
+	cfg c;
+	harness_rank k;
+	backend *be;
+	devcomm_tracker *trk;
+	plan *p;
+	harness_ref ref;
+	harness_tokens tk;
+	harness_gap gap;
+	uint64_t moe_layers;
+} run;
+
+static plan *make_reference(backend *be, const void *c)
 {
-	const model *g = plan_global_model(dist);
-	size_t nd = plan_shard_numel(dist), nr = plan_shard_numel(ref);
-	float *a = plan_shard_params(dist), *b = plan_shard_params(ref);
-	(void)nd, (void)nr;
-	double worst = 0;
-	for (int i = 0; i < model_num_tensors(g); i++) {
-		const model_tensor *t = model_tensor_at(g, i);
-		const plan_box *x = plan_box_at(dist, i);
-		const float *full = b + plan_box_at(ref, i)->shard_off;
-		int64_t z1 = x->ndim > 1 ? x->sizes[1] : 1, s1 = t->ndim > 1 ? t->shape[1] : 1;
-		int64_t z2 = x->ndim > 2 ? x->sizes[2] : 1, s2 = t->ndim > 2 ? t->shape[2] : 1;
-		int64_t off1 = x->ndim > 1 ? x->offsets[1] : 0, off2 = x->ndim > 2 ? x->offsets[2] : 0;
-		for (int64_t r = 0; x->numel && r < x->sizes[0]; r++)
-			for (int64_t j = 0; j < z1; j++)
-				for (int64_t k = 0; k < z2; k++) {
-					int64_t at = ((x->offsets[0] + r) * s1 + off1 + j) * s2 + off2 + k;
-					double d = fabs(
-						(double)a[x->shard_off + (size_t)((r * z1 + j) * z2 + k)] -
-						(double)full[at]);
-					if (d > worst)
-						worst = d, *where = t->fqn;
-				}
-	}
-	return worst;
+	cfg one = *(const cfg *)c;
+	one.accum = 1;
+	return make_plan(be, NULL, &one, ROWS);
 }
 
-static double rel(double a, double b)
+static void open_run(run *u)
 {
-	return fabs(a - b) / fabs(b);
+	cfg *c = &u->c;
+	read_cfg(c);
+	titan_err e = {{0}};
+	mesh_degrees want = {1, c->shard, 1, c->tp, 1, c->ep, 1};
+	if (harness_rank_open(&u->k, world, &want, &c->spec, ROWS, c->accum, &e) != 0 ||
+	    !(u->be = backend_cpu_create(1, &e)))
+		fail_msg("%s", e.msg);
+	if (c->dev && (!(u->trk = devcomm_track(u->be)) ||
+		       mesh_use_device_comms(u->k.m, devcomm_make, u->trk, &e) != 0))
+		fail_msg("device-shaped communicators: %s", e.msg);
+	u->p = make_plan(u->be, u->k.m, c, u->k.lb);
+	if (harness_ref_open(&u->ref, world, make_reference, c, &e) != 0 ||
+	    harness_tokens_make(&u->tk, c->steps, ROWS, T, vocab(), 20261203, &e) != 0)
+		fail_msg("%s", e.msg);
+	/* each rank holds its E/ep experts: the expert tensors' dim 0 */
+	const model *pm = plan_model(u->p);
+	for (int i = 0; i < model_num_tensors(pm); i++)
+		if (model_tensor_at(pm, i)->is_expert)
+			assert_int_equal(model_tensor_at(pm, i)->shape[0],
+					 flavor()->moe.experts / c->ep);
+	for (int l = 0; l < flavor()->n_layers; l++)
+		u->moe_layers += model_family_moe_layer(flavor(), l) != 0;
+}
+
+static void close_run(run *u)
+{
+	harness_tokens_free(&u->tk);
+	harness_ref_free(&u->ref);
+	plan_free(u->p);
+	mesh_free(u->k.m);
+	devcomm_untrack(u->trk);
+	backend_free(u->be);
+}
+
+/* The bytes of step's communication against the formula, from the expert
+ * rows this rank sent and received; the rows crossing ranks (all of them
+ * sent are received) returned. */
+static int64_t check_step_bytes(const run *u)
+{
+	int64_t sent, recvd;
+	model_ep_take_rows(plan_model(u->p), &sent, &recvd);
+	/* every forward sends its rows and brings the outputs back; the
+	 * backward sends their gradients once each way (full AC: the
+	 * forward twice) */
+	int full = u->c.ac == MODEL_AC_FULL;
+	uint64_t fwd = (uint64_t)u->c.accum * u->moe_layers * (full ? 2 : 1);
+	int64_t bwd = full ? (sent + recvd) / 2 : sent + recvd;
+	counts want_bytes;
+	formula(u->p, &u->c, sent + recvd, fwd, (uint64_t)bwd, want_bytes);
+	check_bytes(u->k.m, want_bytes);
+	int64_t bal[2] = {sent, recvd};
+	titan_err e = {{0}};
+	if (comm_all_reduce(world, bal, bal, 2, COMM_I64, COMM_SUM, &e) != 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(bal[0], bal[1]);
+	return bal[0];
+}
+
+/* Step s (0-based) on this rank and the single process: the bytes, the loss
+ * and grad norm; the expert rows that crossed ranks returned. */
+static int64_t run_step(run *u, int s)
+{
+	titan_err e = {{0}};
+	int32_t ids[ROWS * T], labels[ROWS * T];
+	plan_batch b, rb;
+	harness_step_batches(&u->k, &u->tk, s, ids, labels, &b, &rb);
+	reset_stats(u->k.m);
+	plan_result got, want;
+	if (plan_step(u->p, &b, LR, 1.0, &got, &e) != 0)
+		fail_msg("step %d: %s", s + 1, e.msg);
+	int64_t moved = check_step_bytes(u);
+	if (harness_ref_step(&u->ref, s + 1, &rb, LR, 1.0, &want, &e) != 0 ||
+	    harness_check_step(&u->gap, u->k.m->rank, s + 1, &got, &want, LOSS_TOL, NORM_TOL,
+			       &e) != 0)
+		fail_msg("%s", e.msg);
+	return moved;
 }
 
 static void ep_equals_the_single_process(void **state)
 {
 	(void)state;
-	cfg c;
-	read_cfg(&c);
-	titan_err e = {{0}};
-	mesh_degrees want = {1, c.shard, 1, c.tp, 1, c.ep, 1}, d;
-	if (mesh_resolve(&want, comm_size(world), &d, &e) != 0)
-		fail_msg("TITAN_EP_TEST \"%s\": %s", c.text, e.msg);
-	mesh *m;
-	assert_int_equal(mesh_create(world, &d, &m, &e), 0);
-	int dp = m->size[MESH_BATCH], r = m->coord[MESH_BATCH];
-	assert_true(ROWS % (dp * c.accum) == 0);
-	int lb = ROWS / (dp * c.accum);
-	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
-	devcomm_tracker *trk = NULL;
-	if (c.dev && (!(trk = devcomm_track(be)) ||
-		      mesh_use_device_comms(m, devcomm_make, trk, &e) != 0))
-		fail_msg("device-shaped communicators: %s", e.msg);
-	plan *p = make_plan(be, m, &c, lb);
-	cfg one = c;
-	one.accum = 1;
-	plan *ref = make_plan(rbe, NULL, &one, ROWS);
-	/* each rank holds its E/ep experts: the expert tensors' dim 0 */
-	const model *pm = plan_model(p);
-	for (int i = 0; i < model_num_tensors(pm); i++)
-		if (model_tensor_at(pm, i)->is_expert)
-			assert_int_equal(model_tensor_at(pm, i)->shape[0],
-					 flavor()->moe.experts / c.ep);
-
-	size_t all = (size_t)STEPS * ROWS * T;
-	int32_t *ids = malloc(sizeof(int32_t) * all), *labels = malloc(sizeof(int32_t) * all);
-	int32_t *mi = malloc(sizeof(int32_t) * ROWS * T), *ml = malloc(sizeof(int32_t) * ROWS * T);
-	tokens(ids, labels, vocab(), 20261203);
-	double worst_loss = 0, worst_norm = 0;
+	run u = {0};
 	int64_t moved = 0;
-	uint64_t moe_layers = 0;
-	for (int l = 0; l < flavor()->n_layers; l++)
-		moe_layers += model_family_moe_layer(flavor(), l) != 0;
-	for (int s = 0; s < c.steps; s++) {
-		size_t base = (size_t)s * ROWS * T;
-		for (int k = 0; k < c.accum; k++)
-			for (int i = 0; i < lb; i++) {
-				size_t row = (size_t)(k * lb * dp + r * lb + i);
-				memcpy(mi + ((size_t)k * lb + i) * T, ids + base + row * T, T * sizeof(int32_t));
-				memcpy(ml + ((size_t)k * lb + i) * T, labels + base + row * T, T * sizeof(int32_t));
-			}
-		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
-			comm_reset_stats(mesh_comm(m, dims[k]));
-			comm_reset_stats(mesh_host_comm(m, dims[k]));
-		}
-		plan_batch b = {mi, ml, c.accum}, rb = {ids + base, labels + base, 1};
-		plan_result got, exp;
-		if (plan_step(p, &b, LR, 1.0, &got, &e) != 0)
-			fail_msg("step %d: %s", s + 1, e.msg);
-		if (plan_step(ref, &rb, LR, 1.0, &exp, &e) != 0)
-			fail_msg("reference step %d: %s", s + 1, e.msg);
-		int64_t sent, recvd;
-		model_ep_take_rows(plan_model(p), &sent, &recvd);
-		/* every forward sends its rows and brings the outputs back; the
-		 * backward sends their gradients once each way (full AC: the
-		 * forward twice) */
-		uint64_t fwd = (uint64_t)c.accum * moe_layers * (c.ac == MODEL_AC_FULL ? 2 : 1);
-		int64_t bwd = c.ac == MODEL_AC_FULL ? (sent + recvd) / 2 : sent + recvd;
-		counts want_bytes;
-		formula(p, &c, sent + recvd, fwd, (uint64_t)bwd, want_bytes);
-		check_bytes(m, want_bytes);
-		int64_t bal[2] = {sent, recvd};
-		assert_int_equal(comm_all_reduce(world, bal, bal, 2, COMM_I64, COMM_SUM, &e), 0);
-		assert_int_equal(bal[0], bal[1]);
-		moved += bal[0];
-		assert_int_equal(got.n_valid, exp.n_valid);
-		double dl = rel(got.loss, exp.loss), dn = rel(got.grad_norm, exp.grad_norm);
-		worst_loss = dl > worst_loss ? dl : worst_loss;
-		worst_norm = dn > worst_norm ? dn : worst_norm;
-		if (dl > LOSS_TOL || dn > NORM_TOL)
-			fail_msg("rank %d step %d: loss %.10f vs %.10f (rel %.2e), grad norm %.10f vs "
-				 "%.10f (rel %.2e)", m->rank, s + 1, got.loss, exp.loss, dl, got.grad_norm,
-				 exp.grad_norm, dn);
-	}
-	if (c.ep > 1)
+	open_run(&u);
+	for (int s = 0; s < u.c.steps; s++)
+		moved += run_step(&u, s);
+	if (u.c.ep > 1)
 		assert_true(moved > 0); /* tokens did cross ranks */
-	const char *where = "";
-	double dw = compare_params(p, ref, &where) / LR;
-	if (m->rank == 0)
+	titan_err e = {{0}};
+	harness_diff d;
+	if (harness_ref_finish(&u.ref, u.p, &d, &e) != 0)
+		fail_msg("%s", e.msg);
+	double dw = d.worst / LR;
+	if (u.k.m->rank == 0)
 		print_message("%s: worst differences: loss %.2e, grad norm %.2e (relative), "
 			      "parameters %.2e lr; %lld expert rows crossed ranks\n",
-			      c.text[0] ? c.text : "world of one", worst_loss, worst_norm, dw,
-			      (long long)moved);
+			      u.c.spec.text[0] ? u.c.spec.text : "world of one",
+			      u.gap.worst_loss, u.gap.worst_norm, dw, (long long)moved);
 	if (dw > PARAM_TOL_LR)
-		fail_msg("rank %d: parameters differ by %.3f lr (%s)", m->rank, dw, where);
-	free(ids);
-	free(labels);
-	free(mi);
-	free(ml);
-	plan_free(p);
-	plan_free(ref);
-	mesh_free(m);
-	devcomm_untrack(trk);
-	backend_free(be);
-	backend_free(rbe);
+		fail_msg("rank %d: parameters differ by %.3f lr (%s)", u.k.m->rank, dw,
+			 d.worst_at);
+	close_run(&u);
 }
 
 /* A layout-only plan of rank 0 of degrees d (no comms: the refusals come

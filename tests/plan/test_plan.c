@@ -13,9 +13,13 @@
  * trains that flavor instead of the small model; "mb=ranks" has the single
  * process run the ranks' micro-batches one after another (as float8 does).
  *
+ * The case's words are key=value, matched by whole key; an unknown key or a
+ * value the key does not take is refused (tests/support/case_args.h).
+ *
  * Every rank trains a small Llama (3 layers, GQA, seq 64) for 5 steps of a
- * global batch of 12 sequences under the plan, and beside it the same model
- * as one process (the plan of a world of one: mesh NULL) on the whole batch.
+ * global batch of 12 sequences under the plan, and rank 0 beside it the
+ * same model as one process (the plan of a world of one: mesh NULL) on the
+ * whole batch, its results sent to every rank (tests/support/plan_harness.h).
  * Per step the loss and grad norm must agree, and after the steps every
  * rank's boxes of the final parameters must equal the same boxes of the
  * single process's tensors (under context parallelism each rank trains on its
@@ -54,7 +58,9 @@
 #include "comm/comm.h"
 #include "mesh/mesh.h"
 #include "plan/plan.h"
+#include "../support/case_args.h"
 #include "../support/devcomm.h"
+#include "../support/plan_harness.h"
 
 /* Tolerances.  The plans add the same float32 products in another order (a
  * micro-batch's rows split over ranks, partial sums over tp heads,
@@ -132,71 +138,78 @@ typedef struct cfg {
 	plan_reshard reshard;
 	model_ac_mode ac;
 	int ac_every;
-	char text[256];
+	case_args spec; /* TITAN_PLAN_TEST */
 } cfg;
 
-static int get(const char *s, const char *key, int dflt)
+static const case_choice balancers[] = {
+	{"headtail", CP_BALANCE_HEADTAIL}, {"none", CP_BALANCE_NONE}, {NULL, 0}};
+static const case_choice rotations[] = {
+	{"allgather", CP_ROTATE_ALLGATHER}, {"alltoall", CP_ROTATE_ALLTOALL}, {NULL, 0}};
+static const case_choice reshards[] = {{"default", PLAN_RESHARD_DEFAULT},
+				       {"always", PLAN_RESHARD_ALWAYS},
+				       {"never", PLAN_RESHARD_NEVER},
+				       {NULL, 0}};
+static const case_choice ac_modes[] = {{"none", MODEL_AC_NONE}, {"full", MODEL_AC_FULL},
+				       {"op", MODEL_AC_OP},     {"sel2", MODEL_AC_SELECTIVE},
+				       {NULL, 0}};
+static const case_choice precisions[] = {{"float32", 0}, {"fsdp", 1}, {NULL, 0}};
+static const case_choice ref_batches[] = {{"batch", 0}, {"ranks", 1}, {NULL, 0}};
+static const case_choice models[] = {{"small", 0}, {"debugmodel", 1}, {NULL, 0}};
+
+/* The pipeline's keys: pp= sched= mbs= lps= fl= ll= layers= csv=. */
+static void read_pipeline(case_args *a, cfg *c)
 {
-	const char *p = strstr(s, key);
-	return p ? atoi(p + strlen(key)) : dflt;
+	c->pp = case_int(a, "pp", 1);
+	c->mbs = case_int(a, "mbs", 1);
+	c->lps = case_int(a, "lps", 0);
+	c->fl = case_int(a, "fl", 1);
+	c->ll = case_int(a, "ll", 1);
+	small.n_layers = case_int(a, "layers", 3);
+	c->kind = PP_1F1B;
+	const char *sched = case_str(a, "sched", NULL);
+	titan_err e;
+	if (sched != NULL && pp_kind_parse(sched, &c->kind, &e) != 0)
+		fail_msg("TITAN_PLAN_TEST: %s", e.msg);
+	const char *csv = case_str(a, "csv", "");
+	if (strlen(csv) >= sizeof c->csv)
+		fail_msg("TITAN_PLAN_TEST: csv=%s: longer than %zu", csv, sizeof c->csv - 1);
+	snprintf(c->csv, sizeof c->csv, "%s", csv);
+}
+
+/* The mesh's degrees and the plan's options. */
+static void read_plan(case_args *a, cfg *c)
+{
+	c->rep = case_int(a, "rep", 1);
+	c->tp = case_int(a, "tp", 1);
+	c->cp = case_int(a, "cp", 1);
+	c->shard = case_int(a, "shard", comm_size(world) / (c->rep * c->cp * c->tp * c->pp));
+	c->bal = (cp_balance)case_pick(a, "bal", balancers, CP_BALANCE_HEADTAIL);
+	c->rot = (cp_rotate)case_pick(a, "rot", rotations, CP_ROTATE_ALLGATHER);
+	c->accum = case_int(a, "accum", 1);
+	c->async = case_int(a, "async", 0);
+	c->lp = case_int(a, "lp", 1);
+	c->f8 = case_int(a, "f8", 0);
+	c->reshard = (plan_reshard)case_pick(a, "reshard", reshards, PLAN_RESHARD_DEFAULT);
+	c->ac = (model_ac_mode)case_pick(a, "ac", ac_modes, MODEL_AC_NONE);
+	c->ac_every = 2;
+	c->bf16 = case_pick(a, "prec", precisions, 0);
+	c->dev = case_int(a, "dev", 0);
+	c->always = case_int(a, "always", 0);
 }
 
 static void read_cfg(cfg *c)
 {
-	const char *s = getenv("TITAN_PLAN_TEST");
-	s = s ? s : "";
-	snprintf(c->text, sizeof c->text, "%s", s);
-	c->rep = get(s, "rep=", 1);
-	c->tp = get(s, "tp=", 1);
-	c->cp = get(s, "cp=", 1);
-	c->bal = strstr(s, "bal=none") ? CP_BALANCE_NONE : CP_BALANCE_HEADTAIL;
-	c->rot = strstr(s, "rot=alltoall") ? CP_ROTATE_ALLTOALL : CP_ROTATE_ALLGATHER;
-	c->accum = get(s, "accum=", 1);
-	c->async = get(s, "async=", 0);
-	c->lp = get(s, "lp=", 1);
-	c->f8 = get(s, "f8=", 0);
-	c->reshard = strstr(s, "reshard=always") ? PLAN_RESHARD_ALWAYS
-		     : strstr(s, "reshard=never") ? PLAN_RESHARD_NEVER : PLAN_RESHARD_DEFAULT;
-	c->ac = strstr(s, "ac=full") ? MODEL_AC_FULL : strstr(s, "ac=op") ? MODEL_AC_OP
-		: strstr(s, "ac=sel2") ? MODEL_AC_SELECTIVE : MODEL_AC_NONE;
-	c->ac_every = 2;
-	c->pp = get(s, "pp=", 1);
-	c->mbs = get(s, "mbs=", 1);
-	c->lps = get(s, "lps=", 0);
-	c->fl = get(s, "fl=", 1);
-	c->ll = get(s, "ll=", 1);
-	small.n_layers = get(s, "layers=", 3);
-	c->kind = PP_1F1B;
-	const char *k = strstr(s, "sched=");
-	char name[32] = "";
-	if (k != NULL) {
-		sscanf(k + 6, "%31s", name);
-		titan_err e;
-		if (pp_kind_parse(name, &c->kind, &e) != 0)
-			fail_msg("TITAN_PLAN_TEST: %s", e.msg);
-	}
-	const char *f = strstr(s, "csv=");
-	c->csv[0] = '\0';
-	if (f != NULL)
-		sscanf(f + 4, "%255s", c->csv);
-	c->shard = get(s, "shard=", comm_size(world) / (c->rep * c->cp * c->tp * c->pp));
-	c->bf16 = strstr(s, "prec=fsdp") != NULL;
-	c->dev = get(s, "dev=", 0);
-	c->always = get(s, "always=", 0);
-	c->steps = get(s, "steps=", STEPS);
-	c->same_mb = strstr(s, "mb=ranks") != NULL;
-	c->args = strstr(s, "model=debugmodel") ? flavor_find("debugmodel") : &small;
-}
-
-/* Tokens of every step: (steps, ROWS, T), ids and labels, 1 in 9 labels ignored. */
-static void tokens(int32_t *ids, int32_t *labels, int steps, uint64_t seed)
-{
-	print_message("seed %llu\n", (unsigned long long)seed);
-	for (size_t i = 0; i < (size_t)steps * ROWS * T; i++) {
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		ids[i] = (int32_t)((seed >> 33) % 256);
-		labels[i] = (seed >> 20) % 9 == 0 ? -100 : (int32_t)((seed >> 41) % 256);
-	}
+	case_args *a = &c->spec;
+	titan_err e = {{0}};
+	if (case_parse(a, "TITAN_PLAN_TEST", getenv("TITAN_PLAN_TEST"), &e) != 0)
+		fail_msg("%s", e.msg);
+	read_pipeline(a, c); /* first: shard's default divides by pp */
+	read_plan(a, c);
+	c->steps = case_int(a, "steps", STEPS);
+	c->same_mb = case_pick(a, "mb", ref_batches, 0);
+	c->args = case_pick(a, "model", models, 0) ? flavor_find("debugmodel") : &small;
+	if (case_end(a, &e) != 0)
+		fail_msg("%s", e.msg);
 }
 
 /* The pipeline of a cfg: torchtitan's split and the schedule (built, or read
@@ -452,179 +465,190 @@ static void check_routes(const mesh *m, const cfg *c)
 			 m->rank, (unsigned long long)calls(mesh_comm(m, MESH_LOSS)));
 }
 
-/* Every rank's boxes of its final parameters against the same boxes of the
- * single process's tensors: the largest |a - b|. */
-/* The largest difference between the single process's tensors and every box
- * of this rank's, of the parameters or (grads) the gradients as the last step
- * left them (reduced and clipped); *scaled: the largest difference relative to
- * the largest magnitude of its tensor's box. */
-static double compare_shards(plan *dist, plan *ref, int grads, double *scaled)
+/* One case on this rank: its mesh, pipeline and plan, and the single
+ * process's run (the plan of a world of one, on rank 0: plan_harness.h). */
+typedef struct run {
+	cfg c, one;          /* the case; the single process's (float8, mb=ranks: accum) */
+	harness_rank k;
+	backend *be;
+	devcomm_tracker *trk;
+	cp_layout cl;
+	pipe pi;
+	int b, n_mb, tl;     /* a micro-batch's rows, the step's micro-batches, a row's tokens */
+	plan *p;
+	harness_ref ref;
+	harness_tokens tk;
+	harness_gap gap;
+	/* the tolerances: prec=fsdp's unless mb=ranks (bf16 flips grow the
+	 * reorderings), else float32's */
+	double loss_tol, norm_tol, param_tol_lr;
+} run;
+
+/* memory: every rank holds 1/N of the (TP-local) parameters of its units,
+ * padding aside */
+static void check_memory(const run *u)
 {
-	const model *g = plan_global_model(dist);
-	size_t nd = plan_shard_numel(dist), nr = plan_shard_numel(ref);
-	float *a = malloc(nd * sizeof(float)), *b = malloc(nr * sizeof(float));
-	assert_non_null(a);
-	assert_non_null(b);
-	memcpy(a, grads ? plan_shard_grads(dist) : plan_shard_params(dist), nd * sizeof(float));
-	memcpy(b, grads ? plan_shard_grads(ref) : plan_shard_params(ref), nr * sizeof(float));
-	double worst = 0, worst_scaled = 0;
-	for (int i = 0; i < model_num_tensors(g); i++) {
-		const model_tensor *t = model_tensor_at(g, i);
-		const plan_box *x = plan_box_at(dist, i);
-		const float *full = b + plan_box_at(ref, i)->shard_off;
-		double num = 0, big = 0;
-		int64_t z1 = x->ndim > 1 ? x->sizes[1] : 1, s1 = t->ndim > 1 ? t->shape[1] : 1;
-		int64_t o1 = x->ndim > 1 ? x->offsets[1] : 0;
-		for (int64_t r = 0; x->numel && r < x->sizes[0]; r++)
-			for (int64_t j = 0; j < z1; j++) {
-				double w = full[(x->offsets[0] + r) * s1 + o1 + j];
-				double d = fabs((double)a[x->shard_off + (size_t)(r * z1 + j)] - w);
-				num = d > num ? d : num;
-				big = fabs(w) > big ? fabs(w) : big;
-			}
-		worst = num > worst ? num : worst;
-		if (big > 0 && num / big > worst_scaled)
-			worst_scaled = num / big;
+	size_t local = 0, N = (size_t)u->k.m->size[MESH_FSDP];
+	const model *pm = plan_model(u->p);
+	for (int i = 0; i < model_num_tensors(pm); i++) {
+		const model_tensor *t = model_tensor_at(pm, i);
+		local += u->c.pp == 1 || u->pi.hold[t->unit] ? t->numel : 0;
 	}
-	free(a);
-	free(b);
-	if (scaled)
-		*scaled = worst_scaled;
-	return worst;
+	assert_true(plan_shard_numel(u->p) >= local / N);
+	assert_true(plan_shard_numel(u->p) <= local / N + 64 * model_num_tensors(pm));
 }
 
-static double rel(double a, double b)
+static plan *make_reference(backend *be, const void *one)
 {
-	return fabs(a - b) / fabs(b);
+	const cfg *c = one;
+	return make_plan(be, NULL, c, ROWS / c->accum, T, NULL);
+}
+
+/* The micro-batches: without pipeline the rank's rows in accum, with it
+ * each of those in micro-batches of mbs rows. */
+static void split_batch(run *u)
+{
+	const cfg *c = &u->c;
+	int lb = u->k.lb;
+	u->b = lb;
+	u->n_mb = c->accum;
+	if (c->pp > 1) {
+		assert_true(lb % c->mbs == 0);
+		u->b = c->mbs;
+		u->n_mb = c->accum * (lb / c->mbs);
+		make_pipe(c, lb / c->mbs, u->k.m->coord[MESH_PP], &u->pi);
+	}
+}
+
+static void open_run(run *u)
+{
+	cfg *c = &u->c;
+	read_cfg(c);
+	titan_err e = {{0}};
+	mesh_degrees want = {c->rep, c->shard, c->cp, c->tp, c->pp, 1, 1};
+	if (harness_rank_open(&u->k, world, &want, &c->spec, ROWS, c->accum, &e) != 0 ||
+	    !(u->be = backend_cpu_create(1, &e)))
+		fail_msg("%s", e.msg);
+	if (c->dev) {
+		assert_non_null(u->trk = devcomm_track(u->be));
+		if (mesh_use_device_comms(u->k.m, devcomm_make, u->trk, &e) != 0)
+			fail_msg("mesh_use_device_comms: %s", e.msg);
+	}
+	int cp = u->k.m->size[MESH_CP];
+	u->tl = T / cp;
+	if (cp_layout_init(&u->cl, T, cp, c->bal, &e) != 0)
+		fail_msg("%s", e.msg);
+	split_batch(u);
+	u->p = make_plan(u->be, u->k.m, c, u->b, u->tl, c->pp > 1 ? &u->pi : NULL);
+	u->one = *c;
+	u->one.dev = u->one.always = 0;
+	/* float8 (and mb=ranks): the ranks' micro-batches in turn */
+	u->one.accum = c->f8 || c->same_mb ? ROWS / u->k.lb : 1;
+	if (harness_ref_open(&u->ref, world, make_reference, &u->one, &e) != 0 ||
+	    harness_tokens_make(&u->tk, c->steps, ROWS, T, 256, 20261203, &e) != 0)
+		fail_msg("%s", e.msg);
+	check_memory(u);
+	int amplified = c->bf16 && !c->same_mb;
+	u->loss_tol = amplified ? LOSS_TOL_BF16 : LOSS_TOL;
+	u->norm_tol = amplified ? NORM_TOL_BF16 : NORM_TOL;
+	u->param_tol_lr = amplified ? PARAM_TOL_LR_BF16 : PARAM_TOL_LR;
+}
+
+static void close_run(run *u)
+{
+	harness_tokens_free(&u->tk);
+	harness_ref_free(&u->ref);
+	plan_free(u->p);
+	pp_schedule_free(u->pi.s);
+	if (u->c.pp > 1)
+		pp_split_free(&u->pi.sp);
+	mesh_free(u->k.m);
+	devcomm_untrack(u->trk);
+	backend_free(u->be);
+}
+
+/* Step 1's gradients: the worst differences over every rank printed; under
+ * prec=fsdp held to STEP1_GRAD_TOL of a tensor's box's largest (mb=ranks:
+ * identical). */
+static void check_step1_grads(run *u)
+{
+	titan_err e = {{0}};
+	harness_diff d;
+	if (harness_compare(u->p, &u->ref, 1, &d, &e) != 0)
+		fail_msg("%s", e.msg);
+	double w[2] = {d.worst, d.of_box};
+	if (comm_all_reduce(world, w, w, 2, COMM_F64, COMM_MAX, &e) != 0)
+		fail_msg("%s", e.msg);
+	if (u->k.m->rank == 0)
+		print_message("step 1 gradients: worst difference %.3e, %.3e of its "
+			      "tensor's largest\n", w[0], w[1]);
+	if (u->c.bf16 && (u->c.same_mb ? w[0] != 0 : w[1] > STEP1_GRAD_TOL))
+		fail_msg("step 1 gradients differ by %.3e (%.3e of a tensor's largest)", w[0],
+			 w[1]);
+}
+
+/* Step s's batches: *whole, the single process's (in one.accum
+ * micro-batches), and *mine, this rank's: its rows, then under context
+ * parallelism its chunks of each, cut by lib/cp's layout (tested against
+ * torch's in tests/cp), into ids and labels. */
+static void step_batches(const run *u, int s, int32_t *ids, int32_t *labels, plan_batch *mine,
+			 plan_batch *whole)
+{
+	int32_t rows[2][ROWS * T];
+	harness_step_batches(&u->k, &u->tk, s, rows[0], rows[1], mine, whole);
+	int n = u->c.accum * u->k.lb, at = u->k.m->coord[MESH_CP];
+	cp_shard(&u->cl, at, rows[0], ids, n, sizeof(int32_t));
+	cp_shard(&u->cl, at, rows[1], labels, n, sizeof(int32_t));
+	*mine = (plan_batch){ids, labels, u->n_mb};
+	whole->n_mb = u->one.accum;
+}
+
+/* Step s (0-based) on this rank and the single process: the bytes sent, the
+ * routes, the loss and grad norm, after step 1 the gradients. */
+static void run_step(run *u, int s)
+{
+	titan_err e = {{0}};
+	int32_t ids[ROWS * T], labels[ROWS * T];
+	plan_batch bt, rb;
+	step_batches(u, s, ids, labels, &bt, &rb);
+	reset_stats(u->k.m);
+	plan_result got, want;
+	if (plan_step(u->p, &bt, LR, 1.0, &got, &e) != 0)
+		fail_msg("step %d: %s", s + 1, e.msg);
+	counts want_bytes;
+	formula(u->p, &u->c, u->b, u->c.pp > 1 ? &u->pi : NULL, want_bytes);
+	check_bytes(u->k.m, want_bytes);
+	check_routes(u->k.m, &u->c);
+	if (harness_ref_step(&u->ref, s + 1, &rb, LR, 1.0, &want, &e) != 0)
+		fail_msg("%s", e.msg);
+	int bad = harness_check_step(&u->gap, u->k.m->rank, s + 1, &got, &want, u->loss_tol,
+				     u->norm_tol, &e);
+	if (s == 0) /* a collective: before a failure leaves the other ranks in it */
+		check_step1_grads(u);
+	if (bad)
+		fail_msg("%s", e.msg);
 }
 
 static void plan_equals_the_single_process(void **state)
 {
 	(void)state;
-	cfg c;
-	read_cfg(&c);
+	run u = {0};
+	open_run(&u);
+	for (int s = 0; s < u.c.steps; s++)
+		run_step(&u, s);
 	titan_err e = {{0}};
-	mesh_degrees want = {c.rep, c.shard, c.cp, c.tp, c.pp, 1, 1}, d;
-	if (mesh_resolve(&want, comm_size(world), &d, &e) != 0)
-		fail_msg("TITAN_PLAN_TEST \"%s\": %s", c.text, e.msg);
-	mesh *m;
-	assert_int_equal(mesh_create(world, &d, &m, &e), 0);
-	int dp = m->size[MESH_BATCH], r = m->coord[MESH_BATCH];
-	assert_true(ROWS % (dp * c.accum) == 0);
-	int lb = ROWS / (dp * c.accum);
-	backend *be = backend_cpu_create(1, &e), *rbe = backend_cpu_create(1, &e);
-	devcomm_tracker *trk = NULL;
-	if (c.dev) {
-		assert_non_null(trk = devcomm_track(be));
-		if (mesh_use_device_comms(m, devcomm_make, trk, &e) != 0)
-			fail_msg("mesh_use_device_comms: %s", e.msg);
-	}
-	int cp = m->size[MESH_CP], tl = T / cp;
-	cp_layout cl;
-	if (cp_layout_init(&cl, T, cp, c.bal, &e) != 0)
+	harness_diff d;
+	if (harness_ref_finish(&u.ref, u.p, &d, &e) != 0)
 		fail_msg("%s", e.msg);
-	pipe pi = {0};
-	int b = lb, n_mb = c.accum; /* a micro-batch's rows, the step's micro-batches */
-	if (c.pp > 1) {
-		assert_true(lb % c.mbs == 0);
-		b = c.mbs;
-		n_mb = c.accum * (lb / c.mbs);
-		make_pipe(&c, lb / c.mbs, m->coord[MESH_PP], &pi);
-	}
-	plan *p = make_plan(be, m, &c, b, tl, c.pp > 1 ? &pi : NULL);
-	cfg one = c;
-	one.dev = one.always = 0;
-	/* float8 (and mb=ranks): the ranks' micro-batches in turn */
-	one.accum = c.f8 || c.same_mb ? ROWS / lb : 1;
-	plan *ref = make_plan(rbe, NULL, &one, ROWS / one.accum, T, NULL);
-	/* memory: every rank holds 1/N of the (TP-local) parameters of its units,
-	 * padding aside */
-	size_t local = 0, N = (size_t)m->size[MESH_FSDP];
-	for (int i = 0; i < model_num_tensors(plan_model(p)); i++) {
-		const model_tensor *t = model_tensor_at(plan_model(p), i);
-		local += c.pp == 1 || pi.hold[t->unit] ? t->numel : 0;
-	}
-	assert_true(plan_shard_numel(p) >= local / N);
-	assert_true(plan_shard_numel(p) <= local / N + 64 * model_num_tensors(plan_model(p)));
-
-	int32_t *ids = malloc(sizeof(int32_t) * (size_t)c.steps * ROWS * T);
-	int32_t *labels = malloc(sizeof(int32_t) * (size_t)c.steps * ROWS * T);
-	int32_t *mi = malloc(sizeof(int32_t) * ROWS * T), *ml = malloc(sizeof(int32_t) * ROWS * T);
-	tokens(ids, labels, c.steps, 20261203);
-	double worst_loss = 0, worst_norm = 0;
-	int amplified = c.bf16 && !c.same_mb; /* bf16 flips grow the reorderings */
-	double loss_tol = amplified ? LOSS_TOL_BF16 : LOSS_TOL;
-	double norm_tol = amplified ? NORM_TOL_BF16 : NORM_TOL;
-	for (int s = 0; s < c.steps; s++) {
-		size_t base = (size_t)s * ROWS * T;
-		/* the loader's order: micro-batch k takes rows k*lb*dp + r*lb.. */
-		for (int k = 0; k < c.accum; k++)
-			for (int i = 0; i < lb; i++) {
-				size_t row = (size_t)(k * lb * dp + r * lb + i);
-				memcpy(mi + ((size_t)k * lb + i) * T, ids + base + row * T, T * sizeof(int32_t));
-				memcpy(ml + ((size_t)k * lb + i) * T, labels + base + row * T, T * sizeof(int32_t));
-			}
-		/* context parallelism: the rank's chunks of each of those rows, cut
-		 * by lib/cp's layout (tested against torch's in tests/cp) */
-		int32_t *cpl_ids = malloc(sizeof(int32_t) * (size_t)(c.accum * lb * tl));
-		int32_t *cpl_labels = malloc(sizeof(int32_t) * (size_t)(c.accum * lb * tl));
-		assert_non_null(cpl_ids);
-		assert_non_null(cpl_labels);
-		cp_shard(&cl, m->coord[MESH_CP], mi, cpl_ids, c.accum * lb, sizeof(int32_t));
-		cp_shard(&cl, m->coord[MESH_CP], ml, cpl_labels, c.accum * lb, sizeof(int32_t));
-		reset_stats(m);
-		plan_batch bt = {cpl_ids, cpl_labels, n_mb}, rb = {ids + base, labels + base, one.accum};
-		plan_result got, exp;
-		if (plan_step(p, &bt, LR, 1.0, &got, &e) != 0)
-			fail_msg("step %d: %s", s + 1, e.msg);
-		if (plan_step(ref, &rb, LR, 1.0, &exp, &e) != 0)
-			fail_msg("reference step %d: %s", s + 1, e.msg);
-		free(cpl_ids);
-		free(cpl_labels);
-		counts want_bytes;
-		formula(p, &c, b, c.pp > 1 ? &pi : NULL, want_bytes);
-		check_bytes(m, want_bytes);
-		check_routes(m, &c);
-		assert_int_equal(got.n_valid, exp.n_valid);
-		double dl = rel(got.loss, exp.loss), dn = rel(got.grad_norm, exp.grad_norm);
-		worst_loss = dl > worst_loss ? dl : worst_loss;
-		worst_norm = dn > worst_norm ? dn : worst_norm;
-		if (s == 0) {
-			double gs, g = compare_shards(p, ref, 1, &gs), w[2] = {g, gs};
-			if (comm_all_reduce(world, w, w, 2, COMM_F64, COMM_MAX, &e) != 0)
-				fail_msg("%s", e.msg);
-			if (m->rank == 0)
-				print_message("step 1 gradients: worst difference %.3e, %.3e of its "
-					      "tensor's largest\n", w[0], w[1]);
-			if (c.bf16 && (c.same_mb ? w[0] != 0 : w[1] > STEP1_GRAD_TOL))
-				fail_msg("step 1 gradients differ by %.3e (%.3e of a tensor's largest)",
-					 w[0], w[1]);
-		}
-		if (dl > loss_tol || dn > norm_tol)
-			fail_msg("rank %d step %d: loss %.10f vs %.10f (rel %.2e), grad norm %.10f vs "
-				 "%.10f (rel %.2e)", m->rank, s + 1, got.loss, exp.loss, dl, got.grad_norm,
-				 exp.grad_norm, dn);
-	}
-	double dw = compare_shards(p, ref, 0, NULL) / LR;
-	if (m->rank == 0)
+	double dw = d.worst / LR;
+	if (u.k.m->rank == 0)
 		print_message("%s: worst differences: loss %.2e, grad norm %.2e (relative), "
-			      "parameters %.2e lr\n", c.text[0] ? c.text : "world of one", worst_loss,
-			      worst_norm, dw);
-	if (dw > (amplified ? PARAM_TOL_LR_BF16 : PARAM_TOL_LR))
-		fail_msg("rank %d: parameters differ by %.3f lr", m->rank, dw);
-	free(ids);
-	free(labels);
-	free(mi);
-	free(ml);
-	plan_free(p);
-	plan_free(ref);
-	pp_schedule_free(pi.s);
-	if (c.pp > 1)
-		pp_split_free(&pi.sp);
-	mesh_free(m);
-	devcomm_untrack(trk);
-	backend_free(be);
-	backend_free(rbe);
+			      "parameters %.2e lr\n",
+			      u.c.spec.text[0] ? u.c.spec.text : "world of one", u.gap.worst_loss,
+			      u.gap.worst_norm, dw);
+	if (dw > u.param_tol_lr)
+		fail_msg("rank %d: parameters differ by %.3f lr", u.k.m->rank, dw);
+	close_run(&u);
 }
 
 int main(int argc, char **argv)
