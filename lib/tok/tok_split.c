@@ -385,12 +385,26 @@ int tok_pcre_init(tok_pcre *p, titan_err *err)
 {
 	p->md = pcre2_match_data_create(1, NULL);
 	p->mc = pcre2_match_context_create(NULL);
-	p->js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
-	if (!p->md || !p->mc || !p->js) {
+	p->js = NULL;
+	if (!p->md || !p->mc) {
 		tok_pcre_free(p);
 		return err_set(err, "out of memory for PCRE2 match data");
 	}
-	pcre2_jit_stack_assign(p->mc, NULL, p->js);
+	return 0;
+}
+
+/* A JIT stack of up to 64 MiB for the rare piece that outgrows PCRE2's own
+ * 32 KiB: made on the first match that needs it, not per state, since each
+ * is a 64 MiB mapping (bpetrain makes a state per document).  0, or -1 when
+ * there is no memory for it. */
+static int grow_jit_stack(tok_pcre *pc)
+{
+	if (pc->js)
+		return -1; /* the big stack was not enough either */
+	pc->js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+	if (!pc->js)
+		return -1;
+	pcre2_jit_stack_assign(pc->mc, NULL, pc->js);
 	return 0;
 }
 
@@ -464,6 +478,8 @@ static int pcre_run(const tok_split *sp, tok_pcre *pc, const uint8_t *s0, size_t
 	size_t pos = 0, last = 0;
 	while (pos < n) {
 		int m = pcre2_match(sp->re, s, n, pos, PCRE2_NO_UTF_CHECK, pc->md, pc->mc);
+		if (m == PCRE2_ERROR_JIT_STACKLIMIT && grow_jit_stack(pc) == 0)
+			continue; /* the same position again, on the big stack */
 		if (m == PCRE2_ERROR_NOMATCH)
 			break;
 		if (m < 0) {

@@ -295,6 +295,32 @@ static double cpu_seconds(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A piece whose match outgrows PCRE2's own 32 KiB JIT stack (a repeated
+ * group with alternatives backtracks through a megabyte) still comes out
+ * whole: the split's state makes its big stack on that first need. */
+static void a_piece_past_the_small_jit_stack_is_whole(void **state)
+{
+	(void)state;
+	titan_err err = {0};
+	tok_split *sp = tok_split_new("(?:(a)|b|[c-z]|(?:q|r)*?s?)+", TOK_PRETOK_PCRE2, &err);
+	assert_non_null(sp);
+	size_t n = 1 << 20;
+	uint8_t *text = malloc(n);
+	assert_non_null(text);
+	for (size_t i = 0; i < n; i++)
+		text[i] = (uint8_t)('a' + i % 26);
+	for (int run = 0; run < 2; run++) { /* each run a fresh state */
+		pieces p = {.base = text};
+		assert_int_equal(tok_split_run(sp, text, n, collect, &p, &err), 0);
+		assert_int_equal(p.n, 2);
+		assert_int_equal(p.v[0], 0);
+		assert_int_equal(p.v[1], n);
+		free(p.v);
+	}
+	free(text);
+	tok_split_free(sp);
+}
+
 /* A megabyte of one character class is one piece (or one whitespace run):
  * it must take linear-ish time and round-trip. */
 static void megabyte_runs_encode_in_linear_time(void **state)
@@ -810,6 +836,7 @@ int main(void)
 		cmocka_unit_test(tricky_strings_match_reference_ids_on_both_paths),
 		cmocka_unit_test(scanners_split_like_pcre2_on_random_strings),
 		cmocka_unit_test(any_bytes_decode_back_to_themselves),
+		cmocka_unit_test(a_piece_past_the_small_jit_stack_is_whole),
 		cmocka_unit_test(megabyte_runs_encode_in_linear_time),
 		cmocka_unit_test(bos_eos_follow_torchtitan),
 		cmocka_unit_test(config_tokens_and_templates_follow_torchtitan),
