@@ -3,7 +3,7 @@
 #   make            library, programs (bin/), CUDA kernels when nvcc is found
 #   make check      build and run every test (unit, end-to-end, man page lint)
 #   make check-gpu  build and run the GPU tests alone (GPU_CHECK=1: only what they link)
-#   make check-arm64  the aarch64 cross build (ARCH=arm64), its tests under qemu-user
+#   make check-arm64  the aarch64 cross build (CROSS=arm64), its tests under qemu-user
 #   make demo       the whole pipeline on a bundled corpus, on the CPU
 #   make bench      benchmarks with figures against the reference tools
 #   make asan       the same build with ASan + UBSan (build/asan/); asan-check runs the tests
@@ -23,14 +23,14 @@ MANDIR    ?= $(PREFIX)/share/man
 CC        ?= cc
 SAN       ?= 0
 
-# ARCH=arm64: the cross build for aarch64 (ARM64 hosts such as Grace) with
+# CROSS=arm64: the cross build for aarch64 (ARM64 hosts such as Grace) with
 # Debian's gcc-aarch64-linux-gnu, against the arm64 libraries that
 # scripts/arm64/sysroot.sh unpacks into build/arm64/sysroot (the machine's own
 # packages stay amd64).  No CUDA: the nvcc here is an x86-64 toolkit (an
 # aarch64 one builds the kernels on the ARM host itself).  make check-arm64
 # builds it and runs its tests under qemu-user.
-ARCH      ?=
-ifeq ($(ARCH),arm64)
+CROSS     ?=
+ifeq ($(CROSS),arm64)
 BUILD     ?= build/arm64
 BIN       ?= build/arm64/bin
 SYSROOT   ?= build/arm64/sysroot/root
@@ -46,8 +46,8 @@ LDFLAGS   += --sysroot=$(SYSROOT)
 # fmax reduction whose trip count it knows, which the tests' error measures
 # become once inlined; the tests' own loops need no vectorising.
 $(BUILD)/tests/%.o: CFLAGS += -fno-tree-loop-vectorize
-else ifneq ($(ARCH),)
-$(error ARCH=$(ARCH): the one cross build is ARCH=arm64)
+else ifneq ($(CROSS),)
+$(error CROSS=$(CROSS): the one cross build is CROSS=arm64)
 endif
 
 ifeq ($(SAN),1)
@@ -63,7 +63,7 @@ OPT       ?= -O2
 endif
 
 # MPI is the CPU backend's collectives and the launcher; take its flags from mpicc.
-ifneq ($(ARCH),arm64)
+ifneq ($(CROSS),arm64)
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 endif
@@ -205,7 +205,7 @@ check-gpu: gpu-check-build
 # (the pipeline test compares the two): scripts/arm64/check.sh.
 check-arm64: deps-arm64
 	@$(MAKE) --no-print-directory all $(BUILD)/tests/backend/test_backend_isa
-	@$(MAKE) --no-print-directory ARCH=arm64 arm64-tests
+	@$(MAKE) --no-print-directory CROSS=arm64 arm64-tests
 	@sh scripts/arm64/check.sh
 
 deps-arm64: deps
