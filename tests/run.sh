@@ -78,12 +78,12 @@ fi
 # core/cpu_isa, so that every machine tests two paths: where the processor has
 # AVX-512, at avx2 (the portable bf16 GEMMs, the x86-64-v3 kernels); where it
 # has AVX2 only, at baseline (the baseline kernels); on aarch64, at baseline
-# (the NEON kernels where the processor has SVE, the table CRC32C).  A level the processor
-# lacks is refused by every titan program, which is how this asks; a
-# TITAN_CPU_ISA already set stands for the processor (TITAN_CPU_ISA=avx2 make
-# check tests as an AVX2 machine would).  Under the sanitizers only the unit
-# programs run again (the end-to-end files are the slowest there, and the
-# same code).
+# (the NEON kernels where the processor has SVE, the table CRC32C).  A level
+# the processor lacks is refused by every titan program, which is how this
+# asks; a TITAN_CPU_ISA already set stands for the processor
+# (TITAN_CPU_ISA=avx2 make check tests as an AVX2 machine would).  Under the
+# sanitizers only the unit programs run again (the end-to-end files are the
+# slowest there, and the same code).
 isa_ok() { TITAN_CPU_ISA=$1 "$BIN/titan-shard" --version >/dev/null 2>&1; }
 alt=""
 case "${TITAN_CPU_ISA:-native}" in
