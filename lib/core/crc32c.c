@@ -2,7 +2,6 @@
 #include "core/cpu_isa.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <string.h>
 
 /* The hardware CRC32C, where there is one: the SSE4.2 crc32 instruction on
@@ -10,7 +9,6 @@
  * HW_TARGET compiles a function for it; crc_u64 and crc_u8 extend a register
  * over 8 bytes and over one. */
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <nmmintrin.h>
 #define CRC_HW 1
 #define CRC_HW_LEVEL CPU_V2
@@ -138,30 +136,17 @@ HW_TARGET static uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t n)
 	return ~c32;
 }
 
+/* core/cpu_isa's levels include the instruction (x86-64-v2 has SSE4.2; crc
+ * is HWCAP_CRC32), so its detection is the one to ask. */
 int crc32c_hw_available(void)
 {
-#if defined(__x86_64__)
-	unsigned a, b, c, d;
-	if (!__get_cpuid(1, &a, &b, &c, &d))
-		return 0;
-	return (c & bit_SSE4_2) != 0;
-#else
-	return cpu_isa_native() >= CPU_CRC; /* HWCAP_CRC32 (core/cpu_isa) */
-#endif
+	return cpu_isa_native() >= CRC_HW_LEVEL;
 }
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
 {
-	/* Atomic: threads may race to the first call (they store the same value). */
-	static _Atomic int hw = -1;
-	int h = atomic_load_explicit(&hw, memory_order_relaxed);
-	if (h < 0) {
-		h = crc32c_hw_available();
-		atomic_store_explicit(&hw, h, memory_order_relaxed);
-	}
 	/* the level in force (TITAN_CPU_ISA=baseline runs the table) */
-	return h && cpu_isa_level() >= CRC_HW_LEVEL ? crc32c_hw(crc, buf, n)
-						   : crc32c_sw(crc, buf, n);
+	return cpu_isa_level() >= CRC_HW_LEVEL ? crc32c_hw(crc, buf, n) : crc32c_sw(crc, buf, n);
 }
 #else
 int crc32c_hw_available(void)

@@ -12,7 +12,8 @@
 uint32_t crc32c(uint32_t crc, const void *buf, size_t n);
 /* The portable table version, kept as the reference for tests. */
 uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t n);
-/* Whether crc32c() uses the hardware instruction. */
+/* Whether the processor has the CRC32C instruction (crc32c() uses it unless
+ * TITAN_CPU_ISA forces a level below). */
 int crc32c_hw_available(void);
 /* TensorBoard's masked form: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
 uint32_t crc32c_mask(uint32_t crc);
