@@ -51,6 +51,10 @@ double comm_now(void);
 
 /* The MPI implementation's world communicator, for the NCCL bootstrap. */
 int comm_is_mpi(const comm *c);
+/* The world of one process without MPI (solo.c), and whether c is one of
+ * its communicators. */
+int comm_solo_init(double timeout_s, comm **world, titan_err *e);
+int comm_is_solo(const comm *c);
 /* The world rank of each rank of c (c->size entries); -1 when c is not MPI's. */
 int comm_mpi_world_ranks(const comm *c, int *out);
 

@@ -488,11 +488,21 @@ static int start_world(comm *w, titan_err *e)
 	return 0;
 }
 
+/* TITAN_COMM=mpi: MPI's own world of one for a process no launcher started
+ * (the tests of MPI alone); otherwise such a process runs without MPI. */
+static int want_mpi_alone(void)
+{
+	const char *v = getenv("TITAN_COMM");
+	return v != NULL && strcmp(v, "mpi") == 0;
+}
+
 int comm_init(int *argc, char ***argv, double timeout_s, comm **world, titan_err *e)
 {
 	int inited = 0, provided = 0, rc;
 	MPI_Initialized(&inited);
 	int launched = launcher_size();
+	if (!inited && launched == 0 && !want_mpi_alone())
+		return comm_solo_init(timeout_s, world, e);
 	if (!inited) {
 		/* Alone, Open MPI would start a daemon to be able to spawn processes
 		 * later; titan never spawns. */
@@ -573,7 +583,10 @@ void comm_finalize(comm *world)
 		MPI_Comm_free(&g.local);
 	if (g.progress != MPI_COMM_NULL)
 		MPI_Comm_free(&g.progress);
-	int fin = 0;
+	int fin = 0, inited = 0;
+	MPI_Initialized(&inited);
+	if (!inited)
+		return; /* the world of one without MPI (solo.c) */
 	MPI_Finalized(&fin);
 	if (g.we_initialised && !fin)
 		MPI_Finalize();
@@ -593,6 +606,10 @@ _Noreturn void comm_abort(comm *world, int status)
 	 * down first: a moment for the reason just printed to get out. */
 	if (world != NULL && world->size > 1)
 		nanosleep(&(struct timespec){0, 200000000L}, NULL);
+	int inited = 0;
+	MPI_Initialized(&inited);
+	if (!inited)
+		_exit(status != 0 ? status : 1);
 	MPI_Abort(MPI_COMM_WORLD, status != 0 ? status : 1);
 	_exit(status != 0 ? status : 1);
 }

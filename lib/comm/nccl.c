@@ -444,8 +444,8 @@ int comm_have_nccl(void)
 int comm_nccl_create(comm *boot, int device, void *stream, const char *name, comm **out,
 		     titan_err *e)
 {
-	if (!comm_is_mpi(boot))
-		return err_set(e, "comm_nccl_create: comm '%s' is not an MPI communicator", boot->name);
+	if (!comm_is_mpi(boot) && !comm_is_solo(boot))
+		return err_set(e, "comm_nccl_create: comm '%s' is not a host communicator", boot->name);
 	struct {
 		ncclUniqueId id;
 		int32_t ok;

@@ -36,9 +36,9 @@ int gpu_f8_scales_plan(int64_t m, int64_t n, int64_t nsa, int64_t nsb, gpu_f8_sc
 }
 
 #ifdef TITAN_CUDA
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include "gpu/cublaslt.h"
 #include "gpu/launch.h"
 
 /* Everything that selects an algorithm: shapes, strides, types, whether C is
@@ -69,7 +69,7 @@ struct gpu_gemm {
 
 static int lt_fail(titan_err *e, const char *what, cublasStatus_t st)
 {
-	return err_set(e, "cuBLASLt: %s: %s", what, cublasLtGetStatusString(st));
+	return err_set(e, "cuBLASLt: %s: %s", what, gpu_lt()->GetStatusString(st));
 }
 
 gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e)
@@ -79,7 +79,11 @@ gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e)
 		err_set(e, "cuBLASLt: out of memory");
 		return NULL;
 	}
-	cublasStatus_t st = cublasLtCreate(&g->lt);
+	if (gpu_lt_load(e) == NULL) {
+		free(g);
+		return NULL;
+	}
+	cublasStatus_t st = gpu_lt()->Create(&g->lt);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		lt_fail(e, "cublasLtCreate", st);
 		free(g);
@@ -93,13 +97,13 @@ gpu_gemm *gpu_gemm_create(void *workspace, size_t workspace_bytes, titan_err *e)
 static void plan_destroy(gemm_plan *p)
 {
 	if (p->la)
-		cublasLtMatrixLayoutDestroy(p->la);
+		gpu_lt()->MatrixLayoutDestroy(p->la);
 	if (p->lb)
-		cublasLtMatrixLayoutDestroy(p->lb);
+		gpu_lt()->MatrixLayoutDestroy(p->lb);
 	if (p->lc)
-		cublasLtMatrixLayoutDestroy(p->lc);
+		gpu_lt()->MatrixLayoutDestroy(p->lc);
 	if (p->desc)
-		cublasLtMatmulDescDestroy(p->desc);
+		gpu_lt()->MatmulDescDestroy(p->desc);
 	p->la = p->lb = p->lc = NULL;
 	p->desc = NULL;
 }
@@ -122,7 +126,7 @@ void gpu_gemm_free(gpu_gemm *g)
 	for (int i = 0; i < g->nplans; i++)
 		plan_destroy(&g->plans[i]);
 	free(g->plans);
-	cublasLtDestroy(g->lt);
+	gpu_lt()->Destroy(g->lt);
 	free(g);
 }
 
@@ -176,7 +180,7 @@ static gemm_key key_of(const gpu_gemm_args *x)
 static int set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void *v,
 		    size_t bytes, titan_err *e)
 {
-	cublasStatus_t st = cublasLtMatmulDescSetAttribute(d, attr, v, bytes);
+	cublasStatus_t st = gpu_lt()->MatmulDescSetAttribute(d, attr, v, bytes);
 	return st == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(e, "cublasLtMatmulDescSetAttribute", st);
 }
 
@@ -185,7 +189,7 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 {
 	memset(p, 0, sizeof *p);
 	p->key = *k;
-	cublasStatus_t st = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	cublasStatus_t st = gpu_lt()->MatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return lt_fail(e, "cublasLtMatmulDescCreate", st);
 	cublasOperation_t op_first = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* our B */
@@ -211,16 +215,16 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 	cudaDataType_t ab = cuda_type(k->ab_type), dt = cuda_type(k->d_type);
 	cudaDataType_t first = k->f8_a ? cuda_type((int)k->f8_b) : ab;
 	cudaDataType_t second = k->f8_a ? cuda_type((int)k->f8_a) : ab;
-	if ((st = cublasLtMatrixLayoutCreate(&p->la, first, k->trans_b ? k->k : k->n,
+	if ((st = gpu_lt()->MatrixLayoutCreate(&p->la, first, k->trans_b ? k->k : k->n,
 					     k->trans_b ? k->n : k->k, k->ldb)) != CUBLAS_STATUS_SUCCESS ||
-	    (st = cublasLtMatrixLayoutCreate(&p->lb, second, k->trans_a ? k->m : k->k,
+	    (st = gpu_lt()->MatrixLayoutCreate(&p->lb, second, k->trans_a ? k->m : k->k,
 					     k->trans_a ? k->k : k->m, k->lda)) != CUBLAS_STATUS_SUCCESS ||
-	    (st = cublasLtMatrixLayoutCreate(&p->lc, dt, k->n, k->m, k->ldd)) != CUBLAS_STATUS_SUCCESS) {
+	    (st = gpu_lt()->MatrixLayoutCreate(&p->lc, dt, k->n, k->m, k->ldd)) != CUBLAS_STATUS_SUCCESS) {
 		lt_fail(e, "cublasLtMatrixLayoutCreate", st);
 		goto fail;
 	}
 	cublasLtMatmulPreference_t pref;
-	if ((st = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS) {
+	if ((st = gpu_lt()->MatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS) {
 		lt_fail(e, "cublasLtMatmulPreferenceCreate", st);
 		goto fail;
 	}
@@ -229,19 +233,19 @@ static int plan_make(gpu_gemm *g, const gemm_key *k, gemm_plan *p, titan_err *e)
 	uint32_t al_c = (uint32_t)k->align_c, al_d = (uint32_t)k->align_d;
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
-	if ((st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+	if ((st = gpu_lt()->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
 							&ws, sizeof ws)) == CUBLAS_STATUS_SUCCESS &&
-	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+	    (st = gpu_lt()->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
 							&al_first, sizeof al_first)) == CUBLAS_STATUS_SUCCESS &&
-	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+	    (st = gpu_lt()->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
 							&al_second, sizeof al_second)) == CUBLAS_STATUS_SUCCESS &&
-	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+	    (st = gpu_lt()->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
 							&al_c, sizeof al_c)) == CUBLAS_STATUS_SUCCESS &&
-	    (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+	    (st = gpu_lt()->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
 							&al_d, sizeof al_d)) == CUBLAS_STATUS_SUCCESS)
-		st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+		st = gpu_lt()->MatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
 						    &res, &found);
-	cublasLtMatmulPreferenceDestroy(pref);
+	gpu_lt()->MatmulPreferenceDestroy(pref);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		lt_fail(e, "cublasLtMatmulAlgoGetHeuristic", st);
 		goto fail;
@@ -308,7 +312,7 @@ int gpu_gemm_run(gpu_gemm *g, void *stream, const gpu_gemm_args *x, titan_err *e
 				sizeof x->bias, e))
 		return -1;
 	const void *c = x->beta != 0.0f ? x->c : x->d;
-	cublasStatus_t st = cublasLtMatmul(g->lt, p->desc, &x->alpha, x->b, p->la, x->a, p->lb,
+	cublasStatus_t st = gpu_lt()->Matmul(g->lt, p->desc, &x->alpha, x->b, p->la, x->a, p->lb,
 					   &x->beta, c, p->lc, x->d, p->lc, &p->algo, g->ws,
 					   g->ws_bytes, (cudaStream_t)stream);
 	return st == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(e, "cublasLtMatmul", st);
@@ -360,7 +364,7 @@ int gpu_gemm_f8_run(gpu_gemm *g, void *stream, const gpu_gemm_f8_args *x, titan_
 	    set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x->sa, sizeof x->sa, e))
 		return -1;
 	const float one = 1.0f;
-	cublasStatus_t st = cublasLtMatmul(g->lt, p->desc, &one, x->b, p->la, x->a, p->lb, &x->beta,
+	cublasStatus_t st = gpu_lt()->Matmul(g->lt, p->desc, &one, x->b, p->la, x->a, p->lb, &x->beta,
 					   x->d, p->lc, x->d, p->lc, &p->algo, g->ws, g->ws_bytes,
 					   (cudaStream_t)stream);
 	return st == CUBLAS_STATUS_SUCCESS ? 0 : lt_fail(e, "cublasLtMatmul (float8)", st);

@@ -38,7 +38,7 @@ double metrics_cpu_peak_flops(void);
  * against on the CPU: BE_F32 for float32 linears, BE_BF16 (bf16 inputs, float32
  * accumulation: oneDNN's kernels) when the linears compute in bfloat16 (bf16
  * autocast, FSDP's bf16 policy, training.dtype bfloat16).  Measured once per
- * type by a short probe of 1024^3 products on be's threads (about 0.2 s each);
+ * type by a short probe of 1024^3 products on be's threads (about 0.05 s each);
  * TITAN_CPU_PEAK_FLOPS and TITAN_CPU_PEAK_FLOPS_BF16 override the
  * measurements. */
 double metrics_matmul_peak_flops(backend *be, be_dtype t);

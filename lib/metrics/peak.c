@@ -17,8 +17,13 @@ static double now_s(void)
 
 /* Square products of PROBE_N: large enough for oneDNN's and OpenBLAS's
  * blocked kernels to reach their rate, small enough for a few runs in the
- * probe's 0.2 s on a small machine. */
+ * probe's PROBE_S on a small machine.  The probe is paid by every start of
+ * titan-train: the best of a few runs is as good as the best of fifty on a
+ * quiet machine, and no better on a busy one. */
 #define PROBE_N 1024
+#define PROBE_S 0.05
+#define PROBE_MIN_RUNS 2
+#define PROBE_MAX_RUNS 12
 
 /* The best of a few C = A B in type t on be, in FLOP/s; 0 when the backend
  * cannot run it (the fault is reported and cleared). */
@@ -46,7 +51,8 @@ static double probe(backend *be, be_dtype t)
 		be->ops->copy(be, b, h, bytes, BACKEND_H2D);
 		double start = now_s(), fastest = 1e30;
 		/* the first run warms caches, threads and the library's plans */
-		for (int rep = 0; rep < 50 && (rep < 3 || now_s() - start < 0.2); rep++) {
+		for (int rep = 0; rep < PROBE_MAX_RUNS && (rep < PROBE_MIN_RUNS || now_s() - start < PROBE_S);
+		     rep++) {
 			double t0 = now_s();
 			be->ops->matmul(be, 0, 0, n, n, n, 1, a, n, b, n, t, 0, c, n, BE_F32);
 			if (be->ops->sync(be, &e) != 0)

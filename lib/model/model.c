@@ -756,12 +756,16 @@ static double std_normal(uint64_t *s)
 /* normal(0, std) cut to [lo, hi] by rejection (torch.nn.init.trunc_normal_'s
  * distribution; its default cut is +-2 absolute).  lo >= hi: no cut.  With
  * uniform set, uniform(-std, std) instead. */
-static void fill_random(float *dst, size_t n, double std, double lo, double hi, int uniform,
+typedef struct init_span {
+	size_t n, first, end; /* the tensor's numel; the elements wanted [first, end) */
+} init_span;
+
+static void fill_random(float *dst, init_span sp, double std, double lo, double hi, int uniform,
 			uint64_t seed, uint64_t tensor)
 {
-	size_t nchunk = (n + INIT_CHUNK - 1) / INIT_CHUNK;
+	size_t n = sp.n, c0 = sp.first / INIT_CHUNK, c1 = (sp.end + INIT_CHUNK - 1) / INIT_CHUNK;
 #pragma omp parallel for schedule(static)
-	for (size_t c = 0; c < nchunk; c++) {
+	for (size_t c = c0; c < c1; c++) {
 		uint64_t s = seed ^ (tensor * 0xD1B54A32D192ED03ull) ^ (c * 0x8CB92BA72F3D8DD7ull);
 		splitmix64(&s);
 		size_t i1 = (c + 1) * INIT_CHUNK < n ? (c + 1) * INIT_CHUNK : n;
@@ -778,38 +782,44 @@ static void fill_random(float *dst, size_t n, double std, double lo, double hi, 
 	}
 }
 
-static void fill_normal(float *dst, size_t n, double std, double lo, double hi, uint64_t seed,
-			uint64_t tensor)
+static void fill_normal(float *dst, init_span sp, double std, double lo, double hi,
+			uint64_t seed, uint64_t tensor)
 {
-	fill_random(dst, n, std, lo, hi, 0, seed, tensor);
+	fill_random(dst, sp, std, lo, hi, 0, seed, tensor);
 }
 
 void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, float *host)
 {
+	model_init_tensor_span(m, i, seed, depth_init, host, 0, m->tensors[i].numel);
+}
+
+void model_init_tensor_span(const model *m, int i, uint64_t seed, int depth_init, float *host,
+			    size_t first, size_t end)
+{
 	const model_tensor *t = &m->tensors[i];
+	init_span sp = {t->numel, first, end < t->numel ? end : t->numel};
 	int layer = t->unit - 1; /* for a layer's tensors */
 	double small = 0.02 / sqrt(2.0 * (depth_init ? layer + 1 : m->args.n_layers));
 	double out = 1.0 / sqrt((double)m->args.dim);
 	switch (m->init[i]) {
 	case INIT_ONES:
-		for (size_t j = 0; j < t->numel; j++)
+		for (size_t j = sp.first; j < sp.end; j++)
 			host[j] = 1.0f;
 		break;
 	case INIT_EMBED:
-		fill_normal(host, t->numel, 1.0, 0, 0, seed, (uint64_t)i);
+		fill_normal(host, sp, 1.0, 0, 0, seed, (uint64_t)i);
 		break;
 	case INIT_OUTPUT:
-		fill_normal(host, t->numel, out, -3 * out, 3 * out, seed, (uint64_t)i);
+		fill_normal(host, sp, out, -3 * out, 3 * out, seed, (uint64_t)i);
 		break;
 	case INIT_INPUT:
-		fill_normal(host, t->numel, 0.02, -2, 2, seed, (uint64_t)i);
+		fill_normal(host, sp, 0.02, -2, 2, seed, (uint64_t)i);
 		break;
 	case INIT_FANIN:
-		fill_random(host, t->numel, 1.0 / sqrt((double)m->args.dim), 0, 0, 1, seed,
-			    (uint64_t)i);
+		fill_random(host, sp, 1.0 / sqrt((double)m->args.dim), 0, 0, 1, seed, (uint64_t)i);
 		break;
 	default:
-		fill_normal(host, t->numel, small, -2, 2, seed, (uint64_t)i);
+		fill_normal(host, sp, small, -2, 2, seed, (uint64_t)i);
 		break;
 	}
 }

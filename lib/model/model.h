@@ -221,6 +221,10 @@ int model_init(model *m, uint64_t seed, int depth_init, titan_err *e);
 /* The same values for one tensor alone, into host (numel floats): what a rank
  * that holds a shard of the tensor draws (each 64Ki chunk has its own stream). */
 void model_init_tensor(const model *m, int i, uint64_t seed, int depth_init, float *host);
+/* ... only its elements [first, end) (and the rest of their chunks) drawn:
+ * the same values there, the others of host left as they were. */
+void model_init_tensor_span(const model *m, int i, uint64_t seed, int depth_init, float *host,
+			    size_t first, size_t end);
 
 /* The table of views. */
 int model_num_tensors(const model *m);

@@ -327,6 +327,22 @@ static void box_copy(float *dst, const float *src, const int64_t *shape, const p
 			       (size_t)z2 * sizeof(float));
 }
 
+/* The elements [first, end) of a row-major tensor that box b lies within:
+ * a rank's shard alone is drawn at initialisation (FSDP's rows of a weight
+ * are a quarter of it on 4 ranks), not the whole tensor on every rank. */
+static void box_span(const plan_box *b, const int64_t *shape, size_t *first, size_t *end)
+{
+	int64_t stride[3] = {1, 1, 1}, lo = 0, hi = 0;
+	for (int d = b->ndim - 2; d >= 0; d--)
+		stride[d] = stride[d + 1] * shape[d + 1];
+	for (int d = 0; d < b->ndim; d++) {
+		lo += b->offsets[d] * stride[d];
+		hi += (b->offsets[d] + b->sizes[d] - 1) * stride[d];
+	}
+	*first = (size_t)lo;
+	*end = (size_t)hi + 1;
+}
+
 void plan_box_extract(const plan *p, int i, const float *whole, float *shard)
 {
 	const plan_box *b = &p->box[i];
@@ -387,7 +403,9 @@ int plan_init_weights(plan *p, uint64_t seed, int depth_init, titan_err *e)
 	for (int i = 0; i < model_num_tensors(p->g); i++) {
 		if (!p->box[i].numel)
 			continue;
-		model_init_tensor(p->g, i, seed, depth_init, full);
+		size_t first, end;
+		box_span(&p->box[i], model_tensor_at(p->g, i)->shape, &first, &end);
+		model_init_tensor_span(p->g, i, seed, depth_init, full, first, end);
 		plan_box_extract(p, i, full, shard);
 	}
 	int rc = plan_shard_upload(p, p->params, shard, e);

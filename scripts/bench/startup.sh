@@ -1,0 +1,89 @@
+#!/bin/sh
+# Start-up of titan-train: the seconds from exec to its "Training starts"
+# line (everything before the first step: libraries, MPI when launched, the
+# config, the data, the model, the MFU probe) and to the first step's line,
+# on debugmodel (configs/debug_model.toml: torchtitan's llama3
+# debug_model.toml, batch 8 x 2048, and a small batch 1 x 256 where the step
+# itself is short), one process and 4 ranks under mpirun (FSDP 4).  Beside it,
+# torchtitan's floor on the same machine: `import torchtitan.train` and the
+# interpreter alone, in $PYTHON (torchtitan 0.2.2 cannot train on a machine
+# without a GPU: its device_type falls back to "cuda").
+#
+# Each figure is the median of STARTUP_REPEAT runs (default 5); the load is
+# printed with the table.
+set -eu
+BIN=${BIN:-bin}
+PY=${PYTHON:-python3}
+N=${STARTUP_REPEAT:-5}
+W=$(mktemp -d "${TMPDIR:-/tmp}/titan-bench-startup.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+export OMP_WAIT_POLICY=passive NO_COLOR=1
+mpirun="mpirun --oversubscribe --bind-to none"
+[ "$(id -u)" -ne 0 ] || mpirun="$mpirun --allow-run-as-root"
+
+FORTUNES=/usr/share/games/fortunes
+if [ ! -d "$FORTUNES" ]; then
+	echo "bench startup: needs the fortunes package (make deps)" >&2
+	exit 1
+fi
+for f in "$FORTUNES"/*; do
+	case "$f" in *.dat | *.u8) continue ;; esac
+	[ -f "$f" ] && sed 's/^%$//' "$f"
+done >"$W/corpus.txt"
+"$BIN/titan-tokenize" train -q --vocab-size 2048 --format text --split blank -o "$W/tok" "$W/corpus.txt"
+"$BIN/titan-tokenize" -q -t "$W/tok" --format text --split blank --eos "$W/corpus.txt" |
+	"$BIN/titan-shard" -q --out "$W/data" --val-fraction 0.01
+
+now() { date +%s.%N; }
+# stamp START: each line of standard input prefixed by its seconds since START
+stamp() { while IFS= read -r l; do printf '%s %s\n' "$(echo "$(now) - $1" | bc)" "$l"; done; }
+# median: of the numbers on standard input
+median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.3f", NR ? v[int((NR + 1) / 2)] : 0 }'; }
+
+# run LABEL LAUNCH... -- ARGS: N runs of titan-train, 1 step; the two times
+run() {
+	label=$1
+	shift
+	: >"$W/ready"
+	: >"$W/step"
+	for _ in $(seq "$N"); do
+		rm -rf "$W/run"
+		s=$(now)
+		"$@" --config configs/debug_model.toml --job.dump_folder "$W/run" \
+			--training.dataset_path "$W/data" --training.steps 1 2>&1 | stamp "$s" >"$W/log"
+		grep -m1 'Training starts' "$W/log" | cut -d' ' -f1 >>"$W/ready"
+		grep -m1 'step:  *1 ' "$W/log" | cut -d' ' -f1 >>"$W/step"
+	done
+	printf "%-52s %9s %9s\n" "$label" "$(median <"$W/ready")" "$(median <"$W/step")"
+}
+
+echo "load: $(uptime | sed 's/.*load average: //')   cores: $(nproc)   runs: median of $N"
+printf "%-52s %9s %9s\n" "seconds from exec" "to start" "to step 1"
+run "titan, 1 process, batch 8 x 2048" "$BIN/titan-train"
+run "titan, 1 process, batch 1 x 256" "$BIN/titan-train" --training.local_batch_size 1 \
+	--training.seq_len 256
+run "titan, 4 ranks (mpirun, FSDP 4), batch 1 x 256" $mpirun -np 4 "$BIN/titan-train" \
+	--threads 1 --training.local_batch_size 1 --training.seq_len 256
+
+: >"$W/v"
+for _ in $(seq "$N"); do
+	s=$(now)
+	"$BIN/titan-train" --version >/dev/null
+	echo "$(now) - $s" | bc >>"$W/v"
+done
+printf "%-52s %9s\n" "titan-train --version (exec and exit)" "$(median <"$W/v")"
+
+if "$PY" -c 'import torchtitan' 2>/dev/null; then
+	for what in "import torchtitan.train" "pass"; do
+		: >"$W/t"
+		for _ in $(seq "$N"); do
+			s=$(now)
+			"$PY" -c "$what" >/dev/null 2>&1
+			echo "$(now) - $s" | bc >>"$W/t"
+		done
+		printf "%-52s %9s\n" "python -c '$what'" "$(median <"$W/t")"
+	done
+	echo "torchtitan $("$PY" -c 'import importlib.metadata as m; print(m.version("torchtitan"))'), torch $("$PY" -c 'import torch; print(torch.__version__)')"
+else
+	echo "torchtitan: skipped (\$PYTHON=$PY cannot import torchtitan)"
+fi
