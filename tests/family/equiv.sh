@@ -1,6 +1,7 @@
 #!/bin/sh
 # Every family's debug flavor under the parallel plans trains as the single
-# process does (test_family_plan under mpirun, one run per case): 5 steps of
+# process does (test_family_plan under mpirun, one run per world size for all
+# its cases: t_mpi_queue): 5 steps of
 # 4 x 32 tokens, per-step loss and grad norm, the final parameters and the
 # MoE layers' expert_bias within the tolerances of test_family_plan.c.  The
 # MoE families run titan's small MoE flavors, as tests/family/train.sh does.
@@ -19,7 +20,7 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 plan() { # NP CASE...
 	np=$1
 	shift
-	t_mpi_case "$np" "$T" "TITAN_FAMILY_PLAN=$*$STEPS" "$*"
+	t_mpi_queue "$np" "$T" TITAN_FAMILY_PLAN "$*$STEPS" "$*"
 }
 
 plan 2 qwen3:debugmodel shard=2

@@ -1,6 +1,7 @@
 /* Every family's debug flavor under the parallel plans against the single
  * process.  tests/family/equiv.sh runs this program under mpirun once per
- * case, naming it in TITAN_FAMILY_PLAN ("qwen3:debugmodel_moe_small shard=2
+ * world size, naming its cases in TITAN_FAMILY_PLAN (separated by ';':
+ * tests/support/case_batch.h), each ("qwen3:debugmodel_moe_small shard=2
  * tp=1 accum=1 async=0 steps=5"; the degrees' product is the world size;
  * steps defaults to 5, fewer under the sanitizers; after family:flavor,
  * words key=value matched by whole key, an unknown one refused:
@@ -60,6 +61,7 @@
 #include "model/family.h"
 #include "plan/plan.h"
 #include "../support/case_args.h"
+#include "../support/case_batch.h"
 #include "../support/plan_harness.h"
 
 #define FIRST_TOL 5e-8
@@ -240,7 +242,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(family_plan_equals_the_single_process),
 	};
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = case_batch_run("TITAN_FAMILY_PLAN", tests, sizeof tests / sizeof tests[0]);
 	comm_finalize(world);
 	return rc;
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Expert parallelism trains DeepSeek V3's debug flavor as the single process
-# does (test_ep under mpirun, one run per mesh): 5 steps, per-step loss and
+# does (test_ep under mpirun, one run per world size for all its meshes:
+# t_mpi_queue): 5 steps, per-step loss and
 # grad norm and the final parameters within test_ep.c's tolerances, and the
 # bytes each rank sends on fsdp, efsdp, ep and the loss dimension equal to
 # titan-train(1)'s formula (tp's too under EP 2 x TP 2, where ep is borrowed
@@ -20,7 +21,7 @@ few=
 ep() { # NP CASE...
 	np=$1
 	shift
-	t_mpi_case "$np" "$T" "TITAN_EP_TEST=$*$few" "$*"
+	t_mpi_queue "$np" "$T" TITAN_EP_TEST "$*$few" "$*"
 }
 
 ep 2 ep=2 ac=op

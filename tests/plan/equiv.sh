@@ -1,14 +1,14 @@
 #!/bin/sh
 # Every parallel plan trains as the single process does (test_plan under
-# mpirun, one run per plan): 5 steps of a small Llama, per-step loss and grad
+# mpirun, one run per world size for all its plans: t_mpi_queue): 5 steps of a small Llama, per-step loss and grad
 # norm and the final parameters within the tolerances of test_plan.c, and the
 # bytes each rank sends on every mesh dimension equal to titan-train(1)'s
 # formula.  Each line: the plan (TITAN_PLAN_TEST), its ranks.  Pipeline plans
 # are held to the same single process (it runs the whole batch as one
 # micro-batch) and the same tolerances.  Context
 # parallelism: CP 2 with each load balancer and rotate method, CP 4, and CP
-# composed with FSDP, TP and both (8 ranks); each line prints its seconds
-# (CI runs this on 2 cores).
+# composed with FSDP, TP and both (8 ranks); each line prints its batch's
+# seconds (CI runs this on 2 cores).
 # f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
 # precomputed scales.
 # dev=1 / always=1: the routes of the CUDA backend (NCCL) checked on the CPU.
@@ -28,7 +28,7 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 plan() { # NP CASE...
 	np=$1
 	shift
-	t_mpi_case "$np" "$T" "TITAN_PLAN_TEST=$STEPS$*" "$*"
+	t_mpi_queue "$np" "$T" TITAN_PLAN_TEST "$STEPS$*" "$*"
 }
 
 plan 2 shard=2

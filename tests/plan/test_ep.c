@@ -1,5 +1,6 @@
 /* Expert parallelism against the single process.  tests/plan/ep.sh runs this
- * program under mpirun once per mesh, naming it in TITAN_EP_TEST ("ep=2
+ * program under mpirun once per world size, naming its meshes in TITAN_EP_TEST
+ * (separated by ';': tests/support/case_batch.h), each ("ep=2
  * shard=4 tp=1 accum=2 ac=full"; dp_shard defaults to the world size over
  * tp; model=gpt_oss: see flavor(); words matched by whole key, an unknown
  * one refused: tests/support/case_args.h); run alone it checks the world of
@@ -36,6 +37,7 @@
 #include "model/family.h"
 #include "plan/plan.h"
 #include "../support/case_args.h"
+#include "../support/case_batch.h"
 #include "../support/devcomm.h"
 #include "../support/plan_harness.h"
 
@@ -409,7 +411,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(ep_refuses_what_it_has_no_plan_for),
 		cmocka_unit_test(ep_equals_the_single_process),
 	};
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = case_batch_run("TITAN_EP_TEST", tests, sizeof tests / sizeof tests[0]);
 	comm_finalize(world);
 	return rc;
 }

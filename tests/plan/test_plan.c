@@ -1,5 +1,6 @@
 /* The parallel plans against the single process.  tests/plan/equiv.sh runs
- * this program under mpirun once per plan, naming it in TITAN_PLAN_TEST
+ * this program under mpirun once per world size, naming its plans in
+ * TITAN_PLAN_TEST (several separated by ';': tests/support/case_batch.h), each
  * ("rep=2 shard=2 cp=1 tp=1 accum=2 reshard=always async=0 lp=1 ac=none
  * bal=headtail rot=allgather"; the degrees' product is the world size); run
  * alone it checks the world of one.
@@ -59,6 +60,7 @@
 #include "mesh/mesh.h"
 #include "plan/plan.h"
 #include "../support/case_args.h"
+#include "../support/case_batch.h"
 #include "../support/devcomm.h"
 #include "../support/plan_harness.h"
 
@@ -661,7 +663,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(plan_equals_the_single_process),
 	};
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = case_batch_run("TITAN_PLAN_TEST", tests, sizeof tests / sizeof tests[0]);
 	comm_finalize(world);
 	return rc;
 }
