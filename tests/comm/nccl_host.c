@@ -64,6 +64,12 @@ int comm_is_mpi(const comm *c)
 	return 1;
 }
 
+int comm_is_solo(const comm *c)
+{
+	(void)c;
+	return 0;
+}
+
 int comm_broadcast(comm *c, void *buf, size_t count, comm_dtype t, int root, titan_err *e)
 {
 	(void)c, (void)buf, (void)count, (void)t, (void)root, (void)e;
