@@ -9,6 +9,7 @@
 #include "comm/comm_priv.h"
 #include "core/bf16.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <mpi.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -393,24 +395,6 @@ static const comm_ops mpi_ops = {
 	.free = mpi_free,
 };
 
-/* Open MPI keeps what MPI_Init allocates (much of it in components it
- * dlopens and closes) until exit.  LeakSanitizer, in the builds that have it,
- * is told so here, where MPI is used: the allocations under Open MPI's
- * libraries are not titan's leaks.  The slow unwinder lets it see those
- * frames beneath the closed components. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libhwloc.so\n"
-	       "leak:libevent\nleak:libpmix.so\n";
-}
-
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void)
-{
-	return "fast_unwind_on_malloc=0:print_suppressions=0";
-}
-
 static void mpi_progress(void)
 {
 	int flag;
@@ -494,6 +478,62 @@ static int want_mpi_alone(void)
 {
 	const char *v = getenv("TITAN_COMM");
 	return v != NULL && strcmp(v, "mpi") == 0;
+}
+
+/* Open MPI keeps what MPI_Init allocates (much of it in components it
+ * dlopens and closes) until exit.  LeakSanitizer, in the builds that have it,
+ * is told so here, where MPI is used: the allocations under Open MPI's
+ * libraries are not titan's leaks.  The slow unwinder lets it see those
+ * frames beneath the closed components; it walks the DWARF tables at every
+ * allocation (test_tok under ASan spent most of its time there), so only a
+ * process that starts MPI (a launcher's rank, or TITAN_COMM=mpi) pays it. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+	return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libhwloc.so\n"
+	       "leak:libevent\nleak:libpmix.so\n";
+}
+
+/* Whether this process will start MPI (a launcher's variable, or
+ * TITAN_COMM), asked by the sanitizer as it starts: before its shadow memory,
+ * its interceptors of open and read, and the C library's environ exist, so
+ * nothing here is instrumented and the environment is read from
+ * /proc/self/environ with bare system calls.  When it cannot tell: yes. */
+__attribute__((no_sanitize_address)) static int env_starts_mpi(void)
+{
+	static char buf[1 << 18];
+	static const char *const names[] = {"OMPI_COMM_WORLD_SIZE=", "PMIX_SIZE=", "PMI_SIZE=",
+					    "SLURM_STEP_NUM_TASKS=", "WORLD_SIZE=", "TITAN_COMM="};
+	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/environ", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	size_t n = 0;
+	long got;
+	while (n < sizeof buf && (got = syscall(SYS_read, fd, buf + n, sizeof buf - n)) > 0)
+		n += (size_t)got;
+	syscall(SYS_close, fd);
+	if (n == sizeof buf)
+		return 1;
+	for (size_t at = 0; at < n;) {
+		for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+			size_t j = 0;
+			while (names[k][j] && at + j < n && buf[at + j] == names[k][j])
+				j++;
+			if (!names[k][j])
+				return 1;
+		}
+		while (at < n && buf[at])
+			at++;
+		at++;
+	}
+	return 0;
+}
+
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void)
+{
+	return env_starts_mpi() ? "fast_unwind_on_malloc=0:print_suppressions=0"
+				: "print_suppressions=0";
 }
 
 int comm_init(int *argc, char ***argv, double timeout_s, comm **world, titan_err *e)
