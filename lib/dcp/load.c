@@ -338,6 +338,15 @@ static void read_pieces(piece_queue *q)
 		pthread_join(t[i], NULL);
 }
 
+static int cmp_piece(const void *a, const void *b)
+{
+	const piece *x = a, *y = b;
+	if (x->b->fd != y->b->fd)
+		return x->b->fd < y->b->fd ? -1 : 1;
+	off_t u = x->b->src + (off_t)x->off, v = y->b->src + (off_t)y->off;
+	return u < v ? -1 : u > v;
+}
+
 /* Read the blocks, all their pieces in parallel (see READ_PIECE), and set
  * each block's rc and crc; READ_OK when all were read and match their CRC. */
 static int read_blocks(block_read *b, size_t nb)
@@ -359,7 +368,12 @@ static int read_blocks(block_read *b, size_t nb)
 		for (size_t o = 0; o < b[i].len; o += READ_PIECE)
 			q.p[k++] = (piece){.b = &b[i], .off = o,
 					   .len = b[i].len - o < READ_PIECE ? b[i].len - o : READ_PIECE};
+	/* file by file, front to back: one sequential stream per file for the
+	 * disk and its readahead, not every file at once (4 -> 1 resharding) */
+	qsort(q.p, np, sizeof *q.p, cmp_piece);
 	read_pieces(&q);
+	/* the CRCs join in each block's order: pieces of a block are in file
+	 * order, as the sort left them */
 	for (size_t j = 0; j < np; j++) {
 		block_read *r = q.p[j].b;
 		if (r->rc == READ_OK && q.p[j].rc != READ_OK) {

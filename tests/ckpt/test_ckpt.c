@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cpu_isa.h"
 #include "dcp/dcp.h"
 #include "pickle/pickle.h"
 #include "ptzip/ptzip.h"
@@ -555,6 +556,62 @@ static void safetensors_validation_rejects_malformed_files(void **state)
 	st_close(&f);
 }
 
+/* The zip CRC-32 one bit at a time, from its definition (reflected 0xEDB88320,
+ * initial and final inversion): the reference for ptz_crc32's table and
+ * folding versions. */
+static uint32_t crc_bitwise(const uint8_t *p, size_t n)
+{
+	uint32_t c = 0xffffffffu;
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+	}
+	return ~c;
+}
+
+/* Every length to 300 and some long ones, at every alignment to 16, in one
+ * call and split in two (crc extended, and joined with ptz_crc32_combine). */
+static void check_crc_lengths(const uint8_t *buf, const char *level)
+{
+	size_t longs[] = {1000, 4095, 65536 + 7, (size_t)1 << 20};
+	for (size_t n = 0; n < 300 + 4; n++) {
+		size_t len = n < 300 ? n : longs[n - 300];
+		for (size_t a = 0; a < 16; a++) {
+			uint32_t want = crc_bitwise(buf + a, len);
+			if (ptz_crc32(0, buf + a, len) != want)
+				fail_msg("%s: length %zu at alignment %zu", level, len, a);
+			size_t h = len / 3;
+			uint32_t head = ptz_crc32(0, buf + a, h);
+			if (ptz_crc32(head, buf + a + h, len - h) != want ||
+			    ptz_crc32_combine(head, ptz_crc32(0, buf + a + h, len - h), len - h) != want)
+				fail_msg("%s: length %zu at alignment %zu, split at %zu", level, len, a, h);
+		}
+	}
+}
+
+/* At the processor's level (PCLMULQDQ folding on x86-64) and at the
+ * baseline (the table). */
+static void zip_crc32_matches_the_bitwise_definition(void **state)
+{
+	(void)state;
+	const size_t cap = ((size_t)1 << 20) + 64;
+	uint8_t *buf = malloc(cap);
+	assert_non_null(buf);
+	unsigned seed = 7;
+	printf("# seed %u\n", seed);
+	srand(seed);
+	for (size_t i = 0; i < cap; i++)
+		buf[i] = (uint8_t)rand();
+	assert_int_equal(ptz_crc32(0, "123456789", 9), 0xCBF43926u);
+	cpu_level native = cpu_isa_level();
+	check_crc_lengths(buf, cpu_level_name(native));
+	cpu_isa_force(CPU_BASELINE);
+	check_crc_lengths(buf, "baseline");
+	cpu_isa_force(native);
+	free(buf);
+}
+
 /* xor one byte of a file with 1. */
 static void flip_byte(const char *path, long off)
 {
@@ -680,6 +737,7 @@ int main(void)
 		cmocka_unit_test(torch_written_file_reads_and_is_aligned),
 		cmocka_unit_test(save_by_ranks_then_load_any_box),
 		cmocka_unit_test(interrupted_save_keeps_the_previous_checkpoint),
+		cmocka_unit_test(zip_crc32_matches_the_bitwise_definition),
 		cmocka_unit_test(parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte),
 		cmocka_unit_test(torchtitan_values_in_torch_checkpoint_read_back),
 		cmocka_unit_test(value_helpers_round_trip),
