@@ -14,6 +14,8 @@
 #                                ($TMPDIR or /tmp), CKPT_BENCH_TRAIN (0: no
 #                                titan-train part), PYTHON, TORCHRUN, BIN
 #
+# Each row's figures are taken together (see save_row, load_row), 4-rank titan
+# and torch runs with one OpenMP thread a rank.
 # Ratios: titan / disk and titan / torch; "goal" is ok when titan is at least
 # 80 % of the disk, ahead of torch, and twice torch wherever torch is under
 # half the disk.  Shared machines are noisy: repeat to trust a difference
@@ -61,7 +63,9 @@ run_titan() { # RANKS PHASE DIR SIZE: MB/s
 	if [ "$1" = 1 ]; then
 		"$C" bench "$3" --size "$4" --phase "$2" >"$W/out" 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
 	else
-		$MPIRUN "$1" "$C" bench "$3" --size "$4" --phase "$2" >"$W/out" 2>"$W/err" ||
+		# one OpenMP thread a rank, as torchrun gives torch's: 4 ranks on
+		# fewer cores would otherwise spin against each other
+		OMP_NUM_THREADS=1 $MPIRUN "$1" "$C" bench "$3" --size "$4" --phase "$2" >"$W/out" 2>"$W/err" ||
 			{ cat "$W/err" >&2; exit 1; }
 	fi
 	mbs "$W/out"
@@ -93,54 +97,57 @@ row() { # SIZE WHAT TITAN TORCH DISK
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 printf "%-5s %-24s %9s %9s %9s %7s %7s  %s\n" size "checkpoint I/O, MB/s" titan torch disk "/disk" "/torch" goal
 best() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-" || a > b) print a; else print b }'; }
-disk() { # SIZE: "write read" MB/s of dd, the better of two runs each
+dd_write() { # SIZE: MB/s of dd writing SIZE with fsync (the file stays for dd_read)
 	count=$(($(numfmt --from=iec "$1") / 4194304))
-	w=0 r=0
-	for rep in 1 2; do
-		t=$(secs dd if=/dev/zero of="$W/raw" bs=4M count="$count" conv=fsync)
-		w=$(best "$w" "$(rate $((count * 4194304)) "$t")")
-		drop "$W"
-		t=$(secs dd if="$W/raw" of=/dev/null bs=4M)
-		r=$(best "$r" "$(rate $((count * 4194304)) "$t")")
-		rm -f "$W/raw"
-	done
-	echo "$w $r"
+	rate $((count * 4194304)) "$(secs dd if=/dev/zero of="$W/raw" bs=4M count="$count" conv=fsync)"
 }
-load_both() { # SAVER LOADER SIZE: "titan torch" MB/s, each the better of two runs taken
-	# in the order titan, torch, torch, titan (the disk's caches favour what
-	# was read or written last; this order gives neither side that)
-	a=0 t=0
+dd_read() { # SIZE: MB/s of dd reading it back with the page cache dropped
+	count=$(($(numfmt --from=iec "$1") / 4194304))
+	drop "$W"
+	rate $((count * 4194304)) "$(secs dd if="$W/raw" of=/dev/null bs=4M)"
+}
+# A row's three figures are taken together, in the order disk, titan, torch,
+# torch, titan, disk (loads; saves: disk, one side, the other, disk, the
+# side that wrote last alternating): this VM's disk runs at 400 MB/s to
+# 2 GB/s from one minute to the next, and its host's cache favours what was
+# touched last.  Each figure is the better of its two runs.
+save_row() { # SIZE RANKS: "titan torch disk"
+	d=$(dd_write "$1")
+	if [ "$2" = 1 ]; then
+		a=$(run_titan "$2" save "$W/titan" "$1")
+		t=$(run_torch "$2" save "$W/torch" "$1")
+	else
+		t=$(run_torch "$2" save "$W/torch" "$1")
+		a=$(run_titan "$2" save "$W/titan" "$1")
+	fi
+	d=$(best "$d" "$(dd_write "$1")")
+	echo "$a $t $d"
+}
+load_row() { # SIZE LOADERS: "titan torch disk"
+	d=$(dd_read "$1") a=0 t=0
 	for who in titan torch torch titan; do
 		[ "$who" = torch ] && [ "$have_torch" = 0 ] && continue
 		drop "$W/$who"
 		if [ "$who" = titan ]; then
-			a=$(best "$a" "$(run_titan "$2" load "$W/titan" "$3")")
+			a=$(best "$a" "$(run_titan "$2" load "$W/titan" "$1")")
 		else
-			t=$(best "$t" "$(run_torch "$2" load "$W/torch" "$3")")
+			t=$(best "$t" "$(run_torch "$2" load "$W/torch" "$1")")
 		fi
 	done
 	[ "$have_torch" = 0 ] && t=-
-	echo "$a $t"
+	d=$(best "$d" "$(dd_read "$1")")
+	echo "$a $t $d"
 }
 for size in $SIZES; do
-	set -- $(disk "$size")
-	disk_w=$1 disk_r=$2
 	for saver in 1 4; do
 		other=$((saver == 1 ? 4 : 1))
-		# whichever saves last leaves the other's files older: alternate
-		if [ "$saver" = 1 ]; then
-			a=$(run_titan "$saver" save "$W/titan" "$size")
-			t=$(run_torch "$saver" save "$W/torch" "$size")
-		else
-			t=$(run_torch "$saver" save "$W/torch" "$size")
-			a=$(run_titan "$saver" save "$W/titan" "$size")
-		fi
-		row "$size" "save, $saver rank$([ "$saver" = 1 ] || echo s)" "$a" "$t" "$disk_w"
+		set -- $(save_row "$size" "$saver")
+		row "$size" "save, $saver rank$([ "$saver" = 1 ] || echo s)" "$1" "$2" "$3"
 		for loader in "$saver" "$other"; do
-			set -- $(load_both "$saver" "$loader" "$size")
-			row "$size" "load, $saver -> $loader rank$([ "$loader" = 1 ] || echo s)" "$1" "$2" "$disk_r"
+			set -- $(load_row "$size" "$loader")
+			row "$size" "load, $saver -> $loader rank$([ "$loader" = 1 ] || echo s)" "$1" "$2" "$3"
 		done
-		rm -rf "$W/titan" "$W/torch"
+		rm -rf "$W/titan" "$W/torch" "$W/raw"
 	done
 done
 
@@ -148,8 +155,9 @@ if [ "${CKPT_BENCH_TRAIN:-1}" = 1 ]; then
 	sh "$HERE/ckpt_train.sh" "$W"
 fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "disk: dd bs=4M of the same size, write conv=fsync, read after the page cache was dropped (better of 2)"
-echo "loads: the better of two runs each side, in the order titan, torch, torch, titan"
+echo "disk: dd bs=4M of the same size, write conv=fsync, read after the page cache was dropped,"
+echo "  measured with each row: loads disk, titan, torch, torch, titan, disk; saves disk, both, disk"
+echo "  (each load and disk figure the better of its two runs; saves once each)"
 echo "page cache dropped before every read by $dropping"
 echo "titan: titan-ckpt-convert bench (fsync, rank files written by mpirun's ranks, every load checked);"
 echo "torch: torch.distributed.checkpoint dcp.save / dcp.load, FileSystemWriter defaults (torchrun, gloo, DTensor Shard(0))"

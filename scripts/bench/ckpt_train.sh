@@ -5,7 +5,7 @@
 # host memory and written on a thread while the next step runs).  Each
 # step's time_s in metrics.jsonl runs from the end of the step before, so it
 # holds the save that step made the training loop wait for; the mean is over
-# steps 2..N.
+# steps 2..N, and over two runs of each configuration.
 #
 #   sh scripts/bench/ckpt_train.sh [WORKDIR]   (CKPT_TRAIN_STEPS, default 10)
 set -eu
@@ -38,11 +38,22 @@ train() { # NAME, then overrides: mean time_s of steps 2..N
 		sed 's/.*"time_s":\([^,]*\),.*/\1/' | awk '{ s += $1; n++ } END { printf "%.3f", s / n }'
 }
 ckpt="--checkpoint.enable true --checkpoint.interval 1 --checkpoint.keep_latest_k 2"
-none=$(train none)
-# shellcheck disable=SC2086
-sync=$(train sync $ckpt --checkpoint.async_mode disabled)
-# shellcheck disable=SC2086
-async=$(train async $ckpt --checkpoint.async_mode async)
+run() { # NAME: one run of that configuration
+	case $1 in
+	none) train none ;;
+	# shellcheck disable=SC2086
+	sync) train sync $ckpt --checkpoint.async_mode disabled ;;
+	# shellcheck disable=SC2086
+	async) train async $ckpt --checkpoint.async_mode async ;;
+	esac
+}
+# Each configuration twice, in the order none, sync, async, async, sync, none
+# (the machine's load drifts), the mean of the two; the save-call times are
+# the last run's.
+none=0 sync=0 async=0
+for name in none sync async async sync none; do
+	eval "$name=\$(awk -v a=\"\$$name\" -v b=\"\$(run $name)\" 'BEGIN { printf \"%.3f\", a + b / 2 }')"
+done
 waited() { # NAME: mean seconds the loop waited for a save (the trainer's log line)
 	sed -n 's/.*Finished saving the checkpoint.*in \([0-9.]*\) seconds.*/\1/p' "$W/train-$1.log" |
 		awk '{ s += $1; n++ } END { printf "%.3f", n ? s / n : 0 }'
