@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +96,12 @@ int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
 			mfile_close(&f->m);
 			return err_set(err, "out of memory");
 		}
-		mfile_advise_sequential(&f->m);
+		/* Storage is read with pread (read_blocks, read_part); through the
+		 * mapping go the zip headers of each chunk.  Readahead on a
+		 * header's page fault would read megabytes of storage
+		 * synchronously, one chunk after another, before the parallel
+		 * pass. */
+		mfile_advise_random(&f->m);
 		fs->n++;
 	}
 	if (off > f->m.size || len > f->m.size - off)
@@ -106,7 +113,7 @@ int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
 
 /* The tensor stored for one chunk; checks dtype and shape against .metadata
  * and the CRC-32 of every record but the storage's, which the caller checks
- * as it reads the storage (check_storage, or read_block while it reads).
+ * as it reads the storage (check_storage, or read_blocks while it reads).
  * Loading and titan-ckpt-convert verify both come through here, so the
  * trainer refuses what verify refuses. */
 static int open_chunk(dcp_ckpt *c, const dcp_entry *e, const dcp_chunk *ch, ptz_reader *z,
@@ -191,17 +198,73 @@ static void copy_overlap(const ptz_tensor *t, const int64_t *co, const int64_t *
 	}
 }
 
-/* The common case of a load with the saved sharding (or a whole tensor): the
- * stored chunk, in the wanted dtype and contiguous, fills one contiguous block
- * of the output.  Then read it with pread straight into the output: one copy,
- * kernel to caller, instead of page faults on the mapping and a memcpy.  When
- * the block is the whole storage record, its CRC-32 is computed piece by piece
- * as the pieces arrive, not in a second pass over the file.
- * Returns 1 when it handled the chunk (*rc set: 1 on I/O error, 2 on a CRC
- * mismatch, with *crc the CRC computed), 0 otherwise. */
-static int read_block(dcp_ckpt *c, const dcp_chunk *ch, const ptz_tensor *t,
+/* Reading a block of a data file into memory with several reads in flight.
+ * One pread at a time leaves the disk idle while the CRC-32 of what it brought
+ * is computed, and the CRC idle while the disk works; pieces read by a few
+ * threads at once keep both busy.  Each thread checksums the piece it has just
+ * read, while it is still in its cache (no second pass over the data), and
+ * the pieces' CRCs are joined in file order.  8 MiB pieces: the block
+ * device's readahead window here, big enough that each pread is one long
+ * sequential request. */
+#define READ_PIECE ((size_t)8 << 20)
+#define READ_THREADS 4
+
+enum { READ_OK = 0, READ_IO = 1, READ_CRC = 2, READ_SHORT = 3 };
+
+/* len bytes at src of fd into dst, and their CRC-32; READ_IO (errno set) or
+ * READ_SHORT (the file ends first) on failure. */
+static int pread_crc(int fd, uint8_t *dst, size_t len, off_t src, uint32_t *crc)
+{
+	*crc = 0;
+	while (len > 0) {
+		ssize_t k = pread(fd, dst, len, src);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? READ_IO : READ_SHORT;
+		*crc = ptz_crc32(*crc, dst, (size_t)k);
+		dst += k;
+		src += k;
+		len -= (size_t)k;
+	}
+	return READ_OK;
+}
+
+/* The opened data file of that name, if it can be read with pread. */
+static const struct dcp_file *file_of(const dcp_ckpt *c, const char *name)
+{
+	for (size_t i = 0; i < c->files->n; i++)
+		if (!strcmp(c->files->f[i].name, name))
+			return c->files->f[i].m.fd >= 0 ? &c->files->f[i] : NULL;
+	return NULL;
+}
+
+/* One contiguous block of a data file that fills one contiguous block of the
+ * output: a stored chunk read whole with pread, its storage record's CRC-32
+ * computed on the way (plan_block decides, read_blocks reads). */
+typedef struct block_read {
+	const dcp_entry *e;
+	const dcp_chunk *ch;
+	int fd;
+	uint8_t *dst;
+	size_t len;
+	off_t src;
+	ptz_entry entry;     /* the storage record's size and crc32 (name: NULL) */
+	char name[128];      /* its name, for messages (the reader's copy is freed) */
+	int rc;              /* READ_* */
+	int eno;             /* errno of a READ_IO */
+	uint32_t crc;
+} block_read;
+
+/* The common case of a load with the saved sharding, or of a whole tensor
+ * from any sharding (4 -> 1): the stored chunk, in the wanted dtype and
+ * contiguous, fills one contiguous block of the output.  Then it is read with
+ * pread straight into the output: one copy, kernel to caller, instead of page
+ * faults on the mapping and a memcpy.  Returns 1 with *b filled when the
+ * chunk is such a block, 0 otherwise. */
+static int plan_block(dcp_ckpt *c, const dcp_entry *e, const dcp_chunk *ch, const ptz_tensor *t,
 		      const int64_t *wo, const int64_t *ws, int nd, const int64_t *lo,
-		      const int64_t *hi, void *out, dcp_dtype odt, int *rc, uint32_t *crc)
+		      const int64_t *hi, void *out, dcp_dtype odt, block_read *b)
 {
 	if (t->dtype != odt || !ptz_tensor_contiguous(t) || nd == 0)
 		return 0;
@@ -211,42 +274,245 @@ static int read_block(dcp_ckpt *c, const dcp_chunk *ch, const ptz_tensor *t,
 		if (d > 0 && (lo[d] != wo[d] || hi[d] != wo[d] + ws[d]))
 			return 0; /* the chunk's rows are not contiguous in the output */
 	}
-	const struct dcp_file *f = NULL;
-	for (size_t i = 0; i < c->files->n && !f; i++)
-		if (!strcmp(c->files->f[i].name, ch->file))
-			f = &c->files->f[i];
-	if (!f || f->m.fd < 0)
+	const struct dcp_file *f = file_of(c, ch->file);
+	if (!f)
 		return 0;
 	size_t es = ptz_dtype_size(odt);
 	size_t len = (size_t)dcp_numel(nd, ch->sizes) * es;
 	if (t->storage_offset != 0 || len != t->entry->size)
-		return 0; /* a view of a larger storage: the mapped path checks it whole */
+		return 0; /* a view of a larger storage: read_part checks it whole */
 	int64_t row = 1;
 	for (int d = 1; d < nd; d++)
 		row *= ws[d];
-	uint8_t *dst = (uint8_t *)out + (size_t)((lo[0] - wo[0]) * row) * es;
-	off_t src = (off_t)(t->storage - f->m.data);
-	/* 32 MiB pieces: enough for zipcrc's threads (it splits from 32 MiB),
-	 * few enough bytes that most are still in cache when checked */
-	const size_t piece = (size_t)32 << 20;
-	*crc = 0;
-	while (len > 0) {
-		ssize_t k = pread(f->m.fd, dst, len > piece ? piece : len, src);
-		if (k <= 0) {
-			*rc = 1;
-			return 1;
-		}
-		*crc = ptz_crc32(*crc, dst, (size_t)k);
-		dst += k;
-		src += k;
-		len -= (size_t)k;
-	}
-	*rc = *crc == t->entry->crc32 ? 0 : 2;
+	memset(b, 0, sizeof *b);
+	b->e = e;
+	b->ch = ch;
+	b->fd = f->m.fd;
+	b->dst = (uint8_t *)out + (size_t)((lo[0] - wo[0]) * row) * es;
+	b->len = len;
+	b->src = (off_t)(t->storage - f->m.data);
+	b->entry = *t->entry;
+	b->entry.name = NULL;
+	snprintf(b->name, sizeof b->name, "%s", t->entry->name);
 	return 1;
 }
 
-int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
-		    const int64_t *sizes, dcp_dtype dtype, void *out, titan_err *err)
+/* A piece of a block, read by whichever reader thread takes it next. */
+typedef struct piece {
+	block_read *b;
+	size_t off, len;
+	int rc, eno;
+	uint32_t crc;
+} piece;
+
+typedef struct piece_queue {
+	piece *p;
+	size_t n;
+	atomic_size_t next;
+} piece_queue;
+
+static void *reader(void *arg)
+{
+	piece_queue *q = arg;
+	for (size_t j; (j = atomic_fetch_add(&q->next, 1)) < q->n;) {
+		piece *p = &q->p[j];
+		p->rc = pread_crc(p->b->fd, p->b->dst + p->off, p->len, p->b->src + (off_t)p->off, &p->crc);
+		p->eno = errno;
+	}
+	return NULL;
+}
+
+/* Run reader on READ_THREADS threads, the caller's one of them.  Plain
+ * threads rather than OpenMP's: they sleep in pread instead of spinning, which
+ * matters when several ranks share the cores.  A thread that cannot start
+ * leaves its share to the others. */
+static void read_pieces(piece_queue *q)
+{
+	pthread_t t[READ_THREADS];
+	int started = 0;
+	for (int i = 1; i < READ_THREADS && (size_t)i < q->n; i++)
+		if (pthread_create(&t[started], NULL, reader, q) == 0)
+			started++;
+	reader(q);
+	for (int i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+}
+
+static int cmp_piece(const void *a, const void *b)
+{
+	const piece *x = a, *y = b;
+	if (x->b->fd != y->b->fd)
+		return x->b->fd < y->b->fd ? -1 : 1;
+	off_t u = x->b->src + (off_t)x->off, v = y->b->src + (off_t)y->off;
+	return u < v ? -1 : u > v;
+}
+
+/* Read the blocks, all their pieces in parallel (see READ_PIECE), and set
+ * each block's rc and crc; READ_OK when all were read and match their CRC. */
+static int read_blocks(block_read *b, size_t nb)
+{
+	size_t np = 0;
+	for (size_t i = 0; i < nb; i++)
+		np += (b[i].len + READ_PIECE - 1) / READ_PIECE;
+	if (np == 0)
+		return READ_OK;
+	piece_queue q = {.p = calloc(np, sizeof *q.p), .n = np};
+	if (!q.p) {
+		b[0].rc = READ_IO;
+		b[0].eno = ENOMEM;
+		return READ_IO;
+	}
+	atomic_init(&q.next, 0);
+	size_t k = 0;
+	for (size_t i = 0; i < nb; i++)
+		for (size_t o = 0; o < b[i].len; o += READ_PIECE)
+			q.p[k++] = (piece){.b = &b[i], .off = o,
+					   .len = b[i].len - o < READ_PIECE ? b[i].len - o : READ_PIECE};
+	/* file by file, front to back: one sequential stream per file for the
+	 * disk and its readahead, not every file at once (4 -> 1 resharding) */
+	qsort(q.p, np, sizeof *q.p, cmp_piece);
+	read_pieces(&q);
+	/* the CRCs join in each block's order: pieces of a block are in file
+	 * order, as the sort left them */
+	for (size_t j = 0; j < np; j++) {
+		block_read *r = q.p[j].b;
+		if (r->rc == READ_OK && q.p[j].rc != READ_OK) {
+			r->rc = q.p[j].rc;
+			r->eno = q.p[j].eno;
+		}
+		r->crc = ptz_crc32_combine(r->crc, q.p[j].crc, q.p[j].len);
+	}
+	int res = READ_OK;
+	for (size_t i = 0; i < nb; i++) {
+		if (b[i].rc == READ_OK && b[i].crc != b[i].entry.crc32)
+			b[i].rc = READ_CRC;
+		if (res == READ_OK)
+			res = b[i].rc;
+	}
+	free(q.p);
+	return res;
+}
+
+/* The message of the first block that failed. */
+static int block_error(const dcp_ckpt *c, const block_read *b, size_t nb, titan_err *err)
+{
+	size_t i = 0;
+	while (i < nb && b[i].rc == READ_OK)
+		i++;
+	if (i == nb)
+		return err_set(err, "%s: read failed", c->dir);
+	const dcp_entry *e = b[i].e;
+	const dcp_chunk *ch = b[i].ch;
+	if (b[i].rc == READ_IO) {
+		errno = b[i].eno;
+		return err_errno(err, "%s/%s: read", c->dir, ch->file);
+	}
+	if (b[i].rc == READ_SHORT)
+		return err_set(err, "%s/%s: ends inside %s's storage (at %" PRIu64 "+%" PRIu64 ")", c->dir,
+			       ch->file, e->fqn, ch->offset, ch->length);
+	ptz_entry en = b[i].entry;
+	en.name = (char *)b[i].name;
+	ptz_crc_matches(&en, b[i].crc, err); /* the mismatch, in verify's words */
+	return err_prefix(err, "%s/%s at %" PRIu64 " (%s)", c->dir, ch->file, ch->offset, e->fqn);
+}
+
+/* The blocks a load reads with pread, gathered over every item so that one
+ * parallel pass reads them all: no item waits for the last piece of the one
+ * before it. */
+typedef struct block_list {
+	block_read *b;
+	size_t n, cap;
+	uint8_t *scratch;  /* read_part's buffer, kept for the next chunk */
+	size_t scratch_cap;
+} block_list;
+
+/* A buffer of n bytes kept in l (NULL when n is 0 or memory runs out):
+ * fresh pages for every chunk would cost a page fault per 4 KiB. */
+static uint8_t *scratch(block_list *l, size_t n)
+{
+	if (n == 0)
+		return NULL;
+	if (n > l->scratch_cap) {
+		free(l->scratch);
+		l->scratch = malloc(n);
+		l->scratch_cap = l->scratch ? n : 0;
+	}
+	return l->scratch;
+}
+
+/* A stored chunk that plan_block cannot take (a part of it is wanted, or
+ * converted, or strided): its whole storage record read into a scratch
+ * buffer as read_blocks reads (pieces in parallel, the CRC-32 on the way:
+ * it covers the record, even when only a part is wanted), then the overlap
+ * with the wanted box copied out.  Without a file descriptor or the memory,
+ * the mapping serves. */
+static int read_part(dcp_ckpt *c, const dcp_entry *e, const dcp_chunk *ch, const ptz_reader *z,
+		     const ptz_tensor *t, const int64_t *offsets, const int64_t *sizes,
+		     const int64_t *lo, const int64_t *hi, void *out, dcp_dtype dtype, block_list *l,
+		     titan_err *err)
+{
+	const struct dcp_file *f = file_of(c, ch->file);
+	const uint8_t *rec = z->buf + t->entry->data_off;
+	uint8_t *buf = scratch(l, f ? (size_t)t->entry->size : 0);
+	if (!buf) {
+		if (check_storage(c, e, ch, z, t, err))
+			return -1;
+		copy_overlap(t, ch->offsets, offsets, sizes, e->ndim, lo, hi, out, dtype);
+		return 0;
+	}
+	block_read b = {.e = e, .ch = ch, .fd = f->m.fd, .dst = buf, .len = (size_t)t->entry->size,
+			.src = (off_t)(rec - f->m.data), .entry = *t->entry};
+	b.entry.name = NULL;
+	snprintf(b.name, sizeof b.name, "%s", t->entry->name);
+	int rc = read_blocks(&b, 1) == READ_OK ? 0 : block_error(c, &b, 1, err);
+	if (rc == 0) {
+		ptz_tensor copy = *t;
+		copy.storage = buf + (t->storage - rec);
+		copy_overlap(&copy, ch->offsets, offsets, sizes, e->ndim, lo, hi, out, dtype);
+	}
+	return rc;
+}
+
+/* The overlap of a chunk with the wanted box: its element count, lo and hi. */
+static int64_t overlap(const dcp_entry *e, const dcp_chunk *ch, const int64_t *offsets,
+		       const int64_t *sizes, int64_t *lo, int64_t *hi)
+{
+	int64_t n = 1;
+	for (int d = 0; d < e->ndim; d++) {
+		lo[d] = offsets[d] > ch->offsets[d] ? offsets[d] : ch->offsets[d];
+		int64_t a = offsets[d] + sizes[d], b = ch->offsets[d] + ch->sizes[d];
+		hi[d] = a < b ? a : b;
+		n *= hi[d] > lo[d] ? hi[d] - lo[d] : 0;
+	}
+	return n;
+}
+
+static void block_list_free(block_list *l)
+{
+	free(l->b);
+	free(l->scratch);
+	memset(l, 0, sizeof *l);
+}
+
+static block_read *block_next(block_list *l)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		block_read *nb = realloc(l->b, cap * sizeof *nb);
+		if (!nb)
+			return NULL;
+		l->b = nb;
+		l->cap = cap;
+	}
+	return &l->b[l->n];
+}
+
+/* Fill the box (offsets, sizes) of entry e into out: the chunks that
+ * plan_block takes are added to l to be read later, the others are read
+ * from the mapping now. */
+static int plan_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
+		       const int64_t *sizes, dcp_dtype dtype, void *out, block_list *l,
+		       titan_err *err)
 {
 	if (e->kind != DCP_TENSOR)
 		return err_set(err, "%s: not a tensor", e->fqn);
@@ -261,36 +527,23 @@ int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
 		return 0;
 	for (size_t k = 0; k < e->n_chunks; k++) {
 		const dcp_chunk *ch = &e->chunks[k];
-		int64_t lo[DCP_MAX_DIM], hi[DCP_MAX_DIM], n = 1;
-		for (int d = 0; d < e->ndim; d++) {
-			lo[d] = offsets[d] > ch->offsets[d] ? offsets[d] : ch->offsets[d];
-			int64_t a = offsets[d] + sizes[d], b = ch->offsets[d] + ch->sizes[d];
-			hi[d] = a < b ? a : b;
-			n *= hi[d] > lo[d] ? hi[d] - lo[d] : 0;
-		}
+		int64_t lo[DCP_MAX_DIM], hi[DCP_MAX_DIM];
+		int64_t n = overlap(e, ch, offsets, sizes, lo, hi);
 		if (n == 0)
 			continue;
 		ptz_reader z;
 		ptz_tensor t;
 		if (open_chunk(c, e, ch, &z, &t, err))
 			return -1;
+		block_read *b = block_next(l);
 		int rc = 0;
-		uint32_t crc = 0;
-		if (!read_block(c, ch, &t, offsets, sizes, e->ndim, lo, hi, out, dtype, &rc, &crc)) {
-			/* the whole record, even for a part of it: its CRC covers it all */
-			if (check_storage(c, e, ch, &z, &t, err)) {
-				ptz_close(&z);
-				return -1;
-			}
-			copy_overlap(&t, ch->offsets, offsets, sizes, e->ndim, lo, hi, out, dtype);
-		}
-		if (rc == 2) {
-			ptz_crc_matches(t.entry, crc, err); /* the mismatch, in verify's words */
-			err_prefix(err, "%s/%s at %" PRIu64 " (%s)", c->dir, ch->file, ch->offset, e->fqn);
-		}
+		if (!b)
+			rc = err_set(err, "out of memory");
+		else if (plan_block(c, e, ch, &t, offsets, sizes, e->ndim, lo, hi, out, dtype, b))
+			l->n++;
+		else
+			rc = read_part(c, e, ch, &z, &t, offsets, sizes, lo, hi, out, dtype, l, err);
 		ptz_close(&z);
-		if (rc == 1)
-			return err_errno(err, "%s/%s: read", c->dir, ch->file);
 		if (rc)
 			return -1;
 		got += n;
@@ -301,6 +554,25 @@ int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
 		return err_set(err, "%s: the checkpoint's chunks cover %" PRId64 " of the %" PRId64
 			       " wanted elements", e->fqn, got, want);
 	return 0;
+}
+
+/* Read the blocks planned; the message of the first that failed. */
+static int read_planned(dcp_ckpt *c, block_list *l, titan_err *err)
+{
+	int rc = read_blocks(l->b, l->n) == READ_OK ? 0 : block_error(c, l->b, l->n, err);
+	block_list_free(l);
+	return rc;
+}
+
+int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
+		    const int64_t *sizes, dcp_dtype dtype, void *out, titan_err *err)
+{
+	block_list l = {0};
+	if (plan_region(c, e, offsets, sizes, dtype, out, &l, err)) {
+		block_list_free(&l);
+		return -1;
+	}
+	return read_planned(c, &l, err);
 }
 
 int dcp_read_bytes(dcp_ckpt *c, const dcp_entry *e, const uint8_t **p, size_t *n, titan_err *err)
@@ -333,6 +605,7 @@ int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err)
 	if (dcp_open(&c, dir, err))
 		return -1;
 	int rc = 0;
+	block_list l = {0};
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		dcp_item *it = &items[i];
 		it->found = 0;
@@ -374,11 +647,17 @@ int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err)
 					     it->fqn, a, b);
 				continue;
 			}
-			rc = dcp_read_region(&c, e, it->offsets, it->sizes, it->dtype, it->data, err);
+			rc = plan_region(&c, e, it->offsets, it->sizes, it->dtype, it->data, &l, err);
 		}
 		if (rc == 0)
 			it->found = 1;
 	}
+	if (rc == 0)
+		rc = read_planned(&c, &l, err);
+	block_list_free(&l);
+	if (rc)
+		for (size_t i = 0; i < n; i++)
+			items[i].found = 0;
 	dcp_close(&c);
 	return rc;
 }

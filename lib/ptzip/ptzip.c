@@ -207,6 +207,11 @@ uint32_t ptz_crc32(uint32_t crc, const void *buf, size_t n)
 	return zipcrc(crc, buf, n);
 }
 
+uint32_t ptz_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+	return zipcrc_combine(crc_a, crc_b, len_b);
+}
+
 /* ---- tensors ---- */
 
 static const char *const tensor_globals[] = {

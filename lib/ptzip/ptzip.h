@@ -86,6 +86,9 @@ int ptz_crc_matches(const ptz_entry *e, uint32_t crc, titan_err *err);
 /* Extend crc (0 to start) over n bytes: the zip CRC-32 that ptz_crc_matches
  * compares. */
 uint32_t ptz_crc32(uint32_t crc, const void *buf, size_t n);
+/* The CRC-32 of A followed by B from crc_a, crc_b and B's length: pieces
+ * checked by different threads join into the record's CRC in order. */
+uint32_t ptz_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 /* Where a torch.save'd tensor's elements are.  Only the forms torch writes for
  * a saved tensor are accepted: one storage, any strides (a view). */

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cpu_isa.h"
 #include "dcp/dcp.h"
 #include "pickle/pickle.h"
 #include "ptzip/ptzip.h"
@@ -555,6 +556,175 @@ static void safetensors_validation_rejects_malformed_files(void **state)
 	st_close(&f);
 }
 
+/* The zip CRC-32 one bit at a time, from its definition (reflected 0xEDB88320,
+ * initial and final inversion): the reference for ptz_crc32's table and
+ * folding versions. */
+static uint32_t crc_bitwise(const uint8_t *p, size_t n)
+{
+	uint32_t c = 0xffffffffu;
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+	}
+	return ~c;
+}
+
+/* Every length to 300 and some long ones, at every alignment to 16, in one
+ * call and split in two (crc extended, and joined with ptz_crc32_combine). */
+static void check_crc_lengths(const uint8_t *buf, const char *level)
+{
+	size_t longs[] = {1000, 4095, 65536 + 7, (size_t)1 << 20};
+	for (size_t n = 0; n < 300 + 4; n++) {
+		size_t len = n < 300 ? n : longs[n - 300];
+		for (size_t a = 0; a < 16; a++) {
+			uint32_t want = crc_bitwise(buf + a, len);
+			if (ptz_crc32(0, buf + a, len) != want)
+				fail_msg("%s: length %zu at alignment %zu", level, len, a);
+			size_t h = len / 3;
+			uint32_t head = ptz_crc32(0, buf + a, h);
+			if (ptz_crc32(head, buf + a + h, len - h) != want ||
+			    ptz_crc32_combine(head, ptz_crc32(0, buf + a + h, len - h), len - h) != want)
+				fail_msg("%s: length %zu at alignment %zu, split at %zu", level, len, a, h);
+		}
+	}
+}
+
+/* At the processor's level (PCLMULQDQ folding on x86-64) and at the
+ * baseline (the table). */
+static void zip_crc32_matches_the_bitwise_definition(void **state)
+{
+	(void)state;
+	const size_t cap = ((size_t)1 << 20) + 64;
+	uint8_t *buf = malloc(cap);
+	assert_non_null(buf);
+	unsigned seed = 7;
+	printf("# seed %u\n", seed);
+	srand(seed);
+	for (size_t i = 0; i < cap; i++)
+		buf[i] = (uint8_t)rand();
+	assert_int_equal(ptz_crc32(0, "123456789", 9), 0xCBF43926u);
+	cpu_level native = cpu_isa_level();
+	check_crc_lengths(buf, cpu_level_name(native));
+	cpu_isa_force(CPU_BASELINE);
+	check_crc_lengths(buf, "baseline");
+	cpu_isa_force(native);
+	free(buf);
+}
+
+/* xor one byte of a file with 1. */
+static void flip_byte(const char *path, long off)
+{
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, off, SEEK_SET), 0);
+	int c = fgetc(f);
+	assert_true(c != EOF);
+	assert_int_equal(fseek(f, off, SEEK_SET), 0);
+	assert_int_equal(fputc(c ^ 1, f), c ^ 1);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Large chunks are read in 8 MiB pieces by several threads at once, each
+ * piece's CRC-32 joined into the record's: what comes back must be the saved
+ * bytes, whether a box is whole chunks (pieces of two files in flight) or a
+ * part of one (the mapped path), and a flipped byte in any piece must fail
+ * the load with the file, the tensor and the CRC named. */
+static void parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte(void **state)
+{
+	(void)state;
+	const int64_t rows = 5000, cols = 1024; /* 20 MB: 3 pieces whole, 2 per rank's half */
+	int64_t shape[2] = {rows, cols};
+	size_t n = (size_t)(rows * cols);
+	unsigned seed = 20261205;
+	printf("# seed %u\n", seed);
+	srand(seed);
+	float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *got = malloc(n * sizeof *got);
+	assert_true(a && b && got);
+	for (size_t i = 0; i < n; i++) {
+		a[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+		b[i] = (float)rand();
+	}
+	char dir[300];
+	snprintf(dir, sizeof dir, "%s/step-9", tmpdir);
+	titan_err err;
+	/* and 80 small tensors, so that a load plans more blocks than its first
+	 * allocation holds */
+	enum { NS = 80 };
+	int64_t sshape[1] = {256};
+	char snames[NS][16];
+	dcp_item it[2 + NS], want[2 + NS];
+	for (int k = 0; k < NS; k++)
+		snprintf(snames[k], sizeof snames[k], "s.%d", k);
+	for (int r = 0; r < 2; r++) {
+		dcp_item_full(&it[0], "a", PTZ_F32, 2, shape, a + (size_t)r * n / 2);
+		it[0].offsets[0] = r * rows / 2;
+		it[0].sizes[0] = rows / 2;
+		dcp_item_full(&it[1], "b", PTZ_F32, 2, shape, b);
+		for (int k = 0; k < NS; k++)
+			dcp_item_full(&it[2 + k], snames[k], PTZ_F32, 1, sshape, b + 256 * k);
+		dcp_saver *sv = dcp_save_begin(dir, r, 2, it, r == 0 ? 2 + NS : 1, NULL, &err);
+		if (!sv || dcp_save_wait(sv, &err))
+			fail_msg("%s", err.msg);
+	}
+	if (dcp_save_commit(dir, 2, &err))
+		fail_msg("%s", err.msg);
+
+	dcp_item_full(&want[0], "a", PTZ_F32, 2, shape, got);
+	memset(got, 0xff, n * sizeof *got);
+	if (dcp_load(dir, want, 1, &err))
+		fail_msg("%s", err.msg);
+	assert_memory_equal(got, a, n * sizeof *a); /* both ranks' chunks, 4 pieces */
+	dcp_item_full(&want[1], "b", PTZ_F32, 2, shape, got);
+	memset(got, 0xff, n * sizeof *got);
+	if (dcp_load(dir, &want[1], 1, &err))
+		fail_msg("%s", err.msg);
+	assert_memory_equal(got, b, n * sizeof *b); /* one chunk, 3 pieces */
+	want[0].offsets[0] = 1000; /* parts of both chunks: the mapped path */
+	want[0].sizes[0] = 3000;
+	memset(got, 0xff, n * sizeof *got);
+	if (dcp_load(dir, want, 1, &err))
+		fail_msg("%s", err.msg);
+	assert_memory_equal(got, a + 1000 * cols, (size_t)(3000 * cols) * sizeof *a);
+
+	/* rank 1's file holds only its half of "a": 10 MB of storage, the second
+	 * 8 MiB piece from 8 MiB on; flip a byte in each piece in turn */
+	dcp_ckpt c;
+	if (dcp_open(&c, dir, &err))
+		fail_msg("%s", err.msg);
+	const dcp_entry *e = dcp_find(&c, "a");
+	assert_non_null(e);
+	const dcp_chunk *ch = e->chunks[0].offsets[0] ? &e->chunks[0] : &e->chunks[1];
+	long at[2] = {(long)(ch->offset + ch->length / 4), (long)(ch->offset + ch->length - 1000000)};
+	char path[400];
+	snprintf(path, sizeof path, "%s/%s", dir, ch->file);
+	dcp_close(&c);
+	float *small = malloc(NS * 256 * sizeof *small);
+	assert_non_null(small);
+	for (int k = 0; k < 2; k++) {
+		flip_byte(path, at[k]);
+		for (int j = 0; j < NS; j++) /* the small ones first, "a" last */
+			dcp_item_full(&want[j], snames[j], PTZ_F32, 1, sshape, small + 256 * j);
+		dcp_item_full(&want[NS], "a", PTZ_F32, 2, shape, got);
+		assert_int_equal(dcp_load(dir, want, NS + 1, &err), -1);
+		printf("# flip %d: %s\n", k, err.msg);
+		if (!strstr(err.msg, "__1_0.distcp at ") || !strstr(err.msg, "(a)") ||
+		    !strstr(err.msg, "/data/0: CRC-32") || !strstr(err.msg, "expected"))
+			fail_msg("flip %d: '%s' does not name the file, the tensor and the CRC", k, err.msg);
+		flip_byte(path, at[k]);
+		memset(got, 0xff, n * sizeof *got);
+		memset(small, 0xff, NS * 256 * sizeof *small);
+		if (dcp_load(dir, want, NS + 1, &err))
+			fail_msg("flip %d undone: %s", k, err.msg);
+		assert_memory_equal(got, a, n * sizeof *a);
+		assert_memory_equal(small, b, NS * 256 * sizeof *small);
+	}
+	free(small);
+	free(a);
+	free(b);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -567,6 +737,8 @@ int main(void)
 		cmocka_unit_test(torch_written_file_reads_and_is_aligned),
 		cmocka_unit_test(save_by_ranks_then_load_any_box),
 		cmocka_unit_test(interrupted_save_keeps_the_previous_checkpoint),
+		cmocka_unit_test(zip_crc32_matches_the_bitwise_definition),
+		cmocka_unit_test(parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte),
 		cmocka_unit_test(torchtitan_values_in_torch_checkpoint_read_back),
 		cmocka_unit_test(value_helpers_round_trip),
 		cmocka_unit_test(safetensors_validation_rejects_malformed_files),

@@ -14,6 +14,8 @@
 #include "model/family.h"
 #include "model/model.h"
 
+#include "bench.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <time.h>
@@ -22,7 +24,7 @@
 enum {
 	OPT_JSON = 256, OPT_MODEL_ONLY, OPT_EXPORT_DTYPE, OPT_CHUNKS, OPT_DIM, OPT_FLAVOR,
 	OPT_MAX_SHARD, OPT_N_HEADS, OPT_N_KV_HEADS, OPT_TOL, OPT_VERBOSE, OPT_SIZE, OPT_ASYNC,
-	OPT_MODEL,
+	OPT_MODEL, OPT_PHASE,
 };
 
 static const cli_option opts[] = {
@@ -40,6 +42,7 @@ static const cli_option opts[] = {
 	{"verbose", 'v', CLI_NO_ARG, OPT_VERBOSE, NULL, "progress on stderr"},
 	{"size", 0, CLI_ARG, OPT_SIZE, "SIZE", "bench: bytes of state (default 1G)"},
 	{"async", 0, CLI_NO_ARG, OPT_ASYNC, NULL, "bench: save on a background thread (after a copy)"},
+	{"phase", 0, CLI_ARG, OPT_PHASE, "P", "bench: save, load (what a save left) or both (default)"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -53,7 +56,7 @@ static const cli_spec spec = {
 	"  to-hf DIR OUT [--model NAME] --flavor F [--export-dtype T] [--max-shard-size SIZE]\n"
 	"  from-hf HFDIR OUT [--model NAME] --flavor F [--export-dtype T]\n"
 	"  diff A B [--tol X] [--json]\n"
-	"  bench DIR [--size SIZE] [--chunks N] [--async]",
+	"  [mpirun -n N] bench DIR [--size SIZE] [--chunks N] [--async] [--phase P]",
 	"Convert, reshard and check PyTorch distributed checkpoints.",
 	opts,
 	"PATH, A and B may be DCP folders, torch.save files, .safetensors files or\n"
@@ -67,7 +70,7 @@ typedef struct args {
 	uint64_t max_shard;
 	double tol;
 	uint64_t size;
-	int async;
+	int async, phase;
 } args;
 
 static int cmd_info(const char *path, const args *a)
@@ -272,131 +275,6 @@ static int cmd_diff(const char *pa, const char *pb, const args *a)
 	return bad ? TITAN_EXIT_FAIL : 0;
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Drop DIR's files from the page cache so that loading reads the disk. */
-static void drop_cache(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		char p[4096];
-		snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-		int fd = open(p, O_RDONLY);
-		if (fd >= 0) {
-			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-			close(fd);
-		}
-	}
-	if (d)
-		closedir(d);
-}
-
-/* The bench state's values: an LCG per tensor, so a load can be checked. */
-static void fill(float *v, uint64_t n, uint32_t seed)
-{
-	uint32_t x = seed * 2654435761u + 1;
-	for (uint64_t j = 0; j < n; j++) {
-		x = x * 1664525u + 1013904223u;
-		v[j] = (float)(x >> 8) * 1e-7f;
-	}
-}
-
-/* Save and load a state of SIZE bytes in 64 MiB float32 tensors (the last one
- * smaller), each split into --chunks rank pieces; print MB/s. */
-static int cmd_bench(const char *dir, const args *a)
-{
-	titan_err err;
-	const uint64_t tensor = (uint64_t)64 << 20;
-	size_t nt = (size_t)((a->size + tensor - 1) / tensor);
-	int k = a->chunks > 1 ? a->chunks : 1;
-	float **data = calloc(nt, sizeof *data);
-	char **names = calloc(nt, sizeof *names);
-	dcp_item *items = calloc(nt, sizeof *items);
-	if (!data || !names || !items)
-		titan_die(1, "out of memory");
-	for (size_t i = 0; i < nt; i++) {
-		uint64_t bytes = i + 1 < nt ? tensor : a->size - tensor * (nt - 1);
-		int64_t shape[2] = {(int64_t)(bytes / 4 / 1024), 1024};
-		data[i] = malloc(bytes);
-		names[i] = malloc(64);
-		if (!data[i] || !names[i])
-			titan_die(1, "out of memory");
-		snprintf(names[i], 64, "layers.%zu.w", i);
-		fill(data[i], bytes / 4, (uint32_t)i);
-		dcp_item_full(&items[i], names[i], PTZ_F32, 2, shape, data[i]);
-	}
-	/* An async save is timed twice: the first pays for the staging buffer's
-	 * page faults, the second shows the steady state of a training run. */
-	int reps = a->async ? 2 : 1;
-	double t0 = 0, t1 = 0, blocked = 0, first_blocked = 0;
-	for (int rep = 0; rep < reps; rep++) {
-		t0 = now();
-		blocked = 0;
-		for (int r = 0; r < k; r++) {
-			for (size_t i = 0; i < nt; i++) {
-				int64_t rows = items[i].shape[0], cs = (rows + k - 1) / k;
-				int64_t off = r * cs < rows ? r * cs : rows, end = off + cs < rows ? off + cs : rows;
-				items[i].offsets[0] = off;
-				items[i].sizes[0] = end - off;
-				items[i].data = data[i] + off * 1024;
-			}
-			dcp_save_opts o = {.async = a->async, .copy = a->async};
-			double b0 = now();
-			dcp_saver *sv = dcp_save_begin(dir, r, k, items, nt, &o, &err);
-			blocked += now() - b0;
-			if (!sv || dcp_save_wait(sv, &err))
-				titan_die_err(&err);
-		}
-		if (dcp_save_commit(dir, k, &err))
-			titan_die_err(&err);
-		t1 = now();
-		if (rep == 0)
-			first_blocked = blocked;
-	}
-	drop_cache(dir);
-	for (size_t i = 0; i < nt; i++) {
-		items[i].offsets[0] = 0;
-		items[i].sizes[0] = items[i].shape[0];
-		items[i].data = data[i];
-		memset(data[i], 0, (size_t)items[i].shape[0] * 1024 * 4);
-	}
-	double t2 = now();
-	if (dcp_load(dir, items, nt, &err))
-		titan_die_err(&err);
-	double t3 = now();
-	for (size_t i = 0; i < nt; i++) {
-		uint64_t n = (uint64_t)items[i].shape[0] * 1024;
-		float *want = malloc(n * sizeof *want);
-		if (!want)
-			titan_die(1, "out of memory");
-		fill(want, n, (uint32_t)i);
-		if (memcmp(want, data[i], n * sizeof *want) != 0)
-			titan_die(1, "%s: %s loaded back different", dir, names[i]);
-		free(want);
-	}
-	double mb = (double)a->size / 1e6;
-	printf("save %.1f MB/s (%.2f s, fsync, %d rank file%s%s)\n", mb / (t1 - t0), t1 - t0, k,
-	       k == 1 ? "" : "s", a->async ? ", async" : "");
-	if (a->async)
-		printf("save blocked the caller %.3f s (copy; %.3f s the first time), wrote in the background\n",
-		       blocked, first_blocked);
-	printf("load %.1f MB/s (%.2f s, page cache dropped)\n", mb / (t3 - t2), t3 - t2);
-	for (size_t i = 0; i < nt; i++) {
-		free(data[i]);
-		free(names[i]);
-	}
-	free(data);
-	free(names);
-	free(items);
-	return 0;
-}
-
 static dcp_hf_model hf_model(const args *a)
 {
 	dcp_hf_model m;
@@ -466,6 +344,12 @@ int main(int argc, char **argv)
 		case OPT_VERBOSE: a.verbose = 1; break;
 		case OPT_SIZE: a.size = cli_size(&spec, "--size", st.arg); break;
 		case OPT_ASYNC: a.async = 1; break;
+		case OPT_PHASE:
+			a.phase = !strcmp(st.arg, "save") ? BENCH_SAVE : !strcmp(st.arg, "load") ? BENCH_LOAD
+				: !strcmp(st.arg, "both") ? BENCH_BOTH : -1;
+			if (a.phase < 0)
+				cli_usage_error(&spec, "--phase: '%s' is not save, load or both", st.arg);
+			break;
 		}
 	}
 	int nops = argc - st.optind;
@@ -487,7 +371,8 @@ int main(int argc, char **argv)
 		need(argc, nops, 2, cmd);
 		if (a.size < 4096)
 			cli_usage_error(&spec, "--size must be at least 4K");
-		return cli_stdout_status(cmd_bench(op[1], &a));
+		bench_opts bo = {a.size, a.chunks, a.async, a.phase};
+		return cli_stdout_status(ckpt_bench(op[1], &bo));
 	}
 	if (!strcmp(cmd, "diff")) {
 		need(argc, nops, 3, cmd);
