@@ -71,7 +71,7 @@ endif
 CPPFLAGS  += -Ilib -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS    += -std=c17 $(OPT) -g -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -MMD -MP $(SANFLAGS)
 LDFLAGS   += -fopenmp $(SANFLAGS) -Wl,--as-needed
-LDLIBS    += -lcurl -larchive -lzstd -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
+LDLIBS    += -lcurl -larchive -lzstd -ldeflate -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
 
 # CUDA: found at $(CUDA_HOME)/bin/nvcc or /usr/local/cuda/bin/nvcc; CUDA=0 turns it off.
 # cuDNN (the fused attention) when cudnn.h is in CUDNN_INC; CUDNN=0 leaves it out

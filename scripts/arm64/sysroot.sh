@@ -33,9 +33,9 @@ CONF
 export APT_CONFIG="$apt/apt.conf"
 
 RUNTIME="libc6 libstdc++6 libgomp1 libopenmpi3 libopenblas0-pthread libdnnl2 libcurl4
-libarchive13 libzstd1 libjansson4 libpcre2-8-0 libcmocka0 libssl3"
+libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3"
 DEV="libc6-dev linux-libc-dev libopenmpi-dev libopenblas-dev libopenblas-pthread-dev libdnnl-dev libcurl4-openssl-dev
-libarchive-dev libzstd-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev"
+libarchive-dev libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev"
 
 echo "arm64 sysroot: resolving and fetching Debian's arm64 packages into $dir" >&2
 apt-get update -qq
