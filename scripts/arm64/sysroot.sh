@@ -6,12 +6,19 @@
 # installed beside the amd64 one: they share mpicc).  The runtime libraries
 # come with their whole closure, resolved by apt as for an empty arm64 system;
 # the -dev packages (headers, .so links) come alone, without the compilers
-# they depend on.  Idempotent: a finished DIR (DIR/.done) is kept.
+# they depend on.  Idempotent: a finished DIR (DIR/.done, which names the
+# packages asked for) is kept while the lists below are the same.
 #
 #   sh scripts/arm64/sysroot.sh DIR
 set -eu
 dir=${1:?usage: sysroot.sh DIR}
-[ -f "$dir/.done" ] && exit 0
+RUNTIME="libc6 libstdc++6 libgomp1 libopenmpi3 libopenblas0-pthread libdnnl2 libcurl4
+libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3"
+DEV="libc6-dev linux-libc-dev libopenmpi-dev libopenblas-dev libopenblas-pthread-dev libdnnl-dev libcurl4-openssl-dev
+libarchive-dev libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev"
+
+wanted=$(echo $RUNTIME $DEV)
+[ -f "$dir/.done" ] && [ "$(sed -n 2p "$dir/.done")" = "$wanted" ] && exit 0
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 apt="$dir/.apt"
@@ -31,11 +38,6 @@ Dir::Etc::PreferencesParts "/dev/null";
 Debug::NoLocking "true";
 CONF
 export APT_CONFIG="$apt/apt.conf"
-
-RUNTIME="libc6 libstdc++6 libgomp1 libopenmpi3 libopenblas0-pthread libdnnl2 libcurl4
-libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3"
-DEV="libc6-dev linux-libc-dev libopenmpi-dev libopenblas-dev libopenblas-pthread-dev libdnnl-dev libcurl4-openssl-dev
-libarchive-dev libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev"
 
 echo "arm64 sysroot: resolving and fetching Debian's arm64 packages into $dir" >&2
 apt-get update -qq
@@ -57,5 +59,5 @@ done
 for f in cblas.h openblas_config.h; do
 	ln -sf "openblas-pthread/$f" "$inc/$f"
 done
-echo "$n" >"$dir/.done"
+printf '%s\n%s\n' "$n" "$wanted" >"$dir/.done"
 echo "arm64 sysroot: $n packages in $dir/root" >&2
