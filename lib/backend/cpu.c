@@ -187,7 +187,7 @@ static void cpu_matmul_bf16(backend *be, int ta, int tb, int64_t m, int64_t n, i
 		scale_c(m, n, beta, c, ldc, ct);
 		return;
 	}
-	if (cpu_isa_onednn_bf16() && !st->dnnl_failed) {
+	if (cpu_isa_onednn_gemm() && !st->dnnl_failed) {
 		if (!st->dnnl)
 			st->dnnl = cpu_onednn_create(cpu_isa_level(), &e);
 		if (st->dnnl && cpu_onednn_matmul(st->dnnl, ta, tb, m, n, k, alpha, a, lda, b, ldb,

@@ -201,7 +201,7 @@ cpu_level cpu_level_parse(const char *s)
 	return 0;
 }
 
-int cpu_isa_onednn_bf16(void)
+int cpu_isa_onednn_gemm(void)
 {
 #if defined(__x86_64__)
 	return cpu_isa_level() >= CPU_AVX512;
@@ -219,6 +219,8 @@ void cpu_isa_describe(char *buf, size_t n)
 	else if (env_bad)
 		snprintf(why, sizeof why, " (TITAN_CPU_ISA=%s refused)", env_value);
 	const char *clone = clone_names[cpu_isa_clone()];
-	snprintf(buf, n, "%s%s, kernels %s, bf16 GEMMs %s", cpu_level_name(l), why, clone,
-		 cpu_isa_onednn_bf16() ? "oneDNN" : "portable (float32 sgemm)");
+	int dnnl = cpu_isa_onednn_gemm();
+	snprintf(buf, n, "%s%s, kernels %s, bf16 GEMMs %s, float32 GEMMs %s", cpu_level_name(l),
+		 why, clone, dnnl ? "oneDNN" : "portable (float32 sgemm)",
+		 dnnl ? "oneDNN" : "OpenBLAS");
 }

@@ -25,6 +25,10 @@
  *     only from avx512_core on, and uses the dot products or the tiles the
  *     level allows), the portable path elsewhere (bf16 widened to float32,
  *     OpenBLAS sgemm, rounded once where stored), aarch64 included;
+ *   - the float32 GEMMs: oneDNN's sgemm at avx512 and above, OpenBLAS's
+ *     below (OpenBLAS picks its kernels by processor model and may give a
+ *     processor it does not know its AVX2 ones; oneDNN picks by the
+ *     instructions present);
  *   - CRC32C: the SSE4.2 instruction from v2 on, the ARMv8 one from crc on.
  *
  * TITAN_CPU_ISA=native or a level's name chooses a level at or below the
@@ -74,9 +78,9 @@ const char *cpu_level_name(cpu_level l);
 /* The level named s (as TITAN_CPU_ISA spells it), or 0. */
 cpu_level cpu_level_parse(const char *s);
 /* One line for logs and benchmark headers: the processor's level and flags,
- * the level in force and why, the kernel clone and the bf16 GEMM path, e.g.
+ * the level in force and why, the kernel clone and the GEMM paths, e.g.
  * "avx2 (TITAN_CPU_ISA; the processor: avx512_bf16), kernels x86-64-v3, bf16
- * GEMMs portable (float32 sgemm)".  backend_cpu_describe adds the libraries'
+ * GEMMs portable (float32 sgemm), float32 GEMMs OpenBLAS".  backend_cpu_describe adds the libraries'
  * own choices. */
 void cpu_isa_describe(char *buf, size_t n);
 
@@ -91,7 +95,7 @@ static inline int cpu_isa_clone(void)
 	return c ? c : cpu_isa_clone_init();
 }
 
-/* Whether the bf16 GEMMs go to oneDNN at the level in force. */
-int cpu_isa_onednn_bf16(void);
+/* Whether the GEMMs (bfloat16 and float32) go to oneDNN at the level in force. */
+int cpu_isa_onednn_gemm(void);
 
 #endif
