@@ -103,7 +103,8 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb)
 	return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
-static int new_req(comm *c, comm_op op, size_t bytes, comm_req **out, titan_err *e)
+static int new_req(comm *c, comm_op op, size_t bytes, int blocking, comm_req **out,
+		   titan_err *e)
 {
 	comm_req *r = calloc(1, sizeof *r);
 	if (r == NULL)
@@ -112,6 +113,7 @@ static int new_req(comm *c, comm_op op, size_t bytes, comm_req **out, titan_err 
 	r->op = op;
 	r->seq = ++c->seq;
 	r->bytes = bytes;
+	r->blocking = blocking;
 	r->started = comm_now();
 	r->deadline = r->started + comm_rt_timeout(c->rt);
 	*out = r;
@@ -125,18 +127,28 @@ static int drop_req(comm_req *r)
 	return -1;
 }
 
+/* A started operation nobody waits for yet is the watchdog's to move
+ * (comm_priv.h); a blocking call's is not: its caller waits at once, and
+ * telling the watchdog would wake it (a futex call, and a thread that takes
+ * a core from the ranks spinning in their waits) for every call. */
+static void unattended(comm_req *r, int delta)
+{
+	if (!r->blocking)
+		comm_rt_unattended(r->c->rt, delta);
+}
+
 /* Started: count it (sent: the bytes this rank sends, see comm.h). */
 static int started(comm_req *r, uint64_t sent, comm_req **out)
 {
 	r->c->stats.calls[r->op]++;
 	r->c->stats.bytes_sent[r->op] += sent;
-	comm_rt_unattended(r->c->rt, 1);
+	unattended(r, 1);
 	*out = r;
 	return 0;
 }
 
-int comm_all_gather_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
-			  comm_req **out, titan_err *e)
+static int all_gather_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			    int blocking, comm_req **out, titan_err *e)
 {
 	comm_op op = COMM_OP_ALL_GATHER;
 	if (check_alive(c, comm_op_name(op), e) || check_dtype(c, op, t, e))
@@ -146,15 +158,16 @@ int comm_all_gather_start(comm *c, const void *send, void *recv, size_t count, c
 	if (!in_place && overlap(send, b, recv, b * (size_t)c->size))
 		return fail_here(c, e, "all_gather: send overlaps recv other than in place");
 	comm_req *r;
-	if (new_req(c, op, b, &r, e) != 0)
+	if (new_req(c, op, b, blocking, &r, e) != 0)
 		return -1;
 	if (c->ops->all_gather(c, send, recv, count, t, r, e) != 0)
 		return drop_req(r);
 	return started(r, (uint64_t)(c->size - 1) * b, out);
 }
 
-int comm_reduce_scatter_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
-			      comm_redop rop, comm_req **out, titan_err *e)
+static int reduce_scatter_start(comm *c, const void *send, void *recv, size_t count,
+				comm_dtype t, comm_redop rop, int blocking, comm_req **out,
+				titan_err *e)
 {
 	comm_op op = COMM_OP_REDUCE_SCATTER;
 	if (check_alive(c, comm_op_name(op), e) || check_reduce(c, op, t, rop, e))
@@ -163,15 +176,15 @@ int comm_reduce_scatter_start(comm *c, const void *send, void *recv, size_t coun
 	if (overlap(send, b * (size_t)c->size, recv, b))
 		return fail_here(c, e, "reduce_scatter: send and recv overlap");
 	comm_req *r;
-	if (new_req(c, op, b, &r, e) != 0)
+	if (new_req(c, op, b, blocking, &r, e) != 0)
 		return -1;
 	if (c->ops->reduce_scatter(c, send, recv, count, t, rop, r, e) != 0)
 		return drop_req(r);
 	return started(r, (uint64_t)(c->size - 1) * b, out);
 }
 
-int comm_all_reduce_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
-			  comm_redop rop, comm_req **out, titan_err *e)
+static int all_reduce_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			    comm_redop rop, int blocking, comm_req **out, titan_err *e)
 {
 	comm_op op = COMM_OP_ALL_REDUCE;
 	if (check_alive(c, comm_op_name(op), e) || check_reduce(c, op, t, rop, e))
@@ -181,15 +194,15 @@ int comm_all_reduce_start(comm *c, const void *send, void *recv, size_t count, c
 		return fail_here(c, e, "all_reduce: send and recv overlap without being equal");
 	comm_req *r;
 	uint64_t n = (uint64_t)c->size;
-	if (new_req(c, op, b, &r, e) != 0)
+	if (new_req(c, op, b, blocking, &r, e) != 0)
 		return -1;
 	if (c->ops->all_reduce(c, send, recv, count, t, rop, r, e) != 0)
 		return drop_req(r);
 	return started(r, 2 * (n - 1) * (uint64_t)b / n, out);
 }
 
-int comm_broadcast_start(comm *c, void *buf, size_t count, comm_dtype t, int root,
-			 comm_req **out, titan_err *e)
+static int broadcast_start(comm *c, void *buf, size_t count, comm_dtype t, int root,
+			   int blocking, comm_req **out, titan_err *e)
 {
 	comm_op op = COMM_OP_BROADCAST;
 	if (check_alive(c, comm_op_name(op), e) || check_dtype(c, op, t, e) ||
@@ -198,14 +211,15 @@ int comm_broadcast_start(comm *c, void *buf, size_t count, comm_dtype t, int roo
 	size_t b = count * comm_dtype_size(t);
 	int last = (root + c->size - 1) % c->size; /* the ring's end forwards nothing */
 	comm_req *r;
-	if (new_req(c, op, b, &r, e) != 0)
+	if (new_req(c, op, b, blocking, &r, e) != 0)
 		return -1;
 	if (c->ops->broadcast(c, buf, count, t, root, r, e) != 0)
 		return drop_req(r);
 	return started(r, c->size > 1 && c->rank != last ? b : 0, out);
 }
 
-int comm_p2p_start(comm *c, const comm_p2p *ops, int n, comm_req **out, titan_err *e)
+static int p2p_start(comm *c, const comm_p2p *ops, int n, int blocking, comm_req **out,
+		     titan_err *e)
 {
 	uint64_t sent = 0, bytes = 0;
 	int sends = 0;
@@ -223,7 +237,7 @@ int comm_p2p_start(comm *c, const comm_p2p *ops, int n, comm_req **out, titan_er
 		}
 	}
 	comm_req *r;
-	if (new_req(c, sends > 0 ? COMM_OP_SEND : COMM_OP_RECV, bytes, &r, e) != 0)
+	if (new_req(c, sends > 0 ? COMM_OP_SEND : COMM_OP_RECV, bytes, blocking, &r, e) != 0)
 		return -1;
 	if (c->ops->p2p(c, ops, n, r, e) != 0)
 		return drop_req(r);
@@ -231,29 +245,35 @@ int comm_p2p_start(comm *c, const comm_p2p *ops, int n, comm_req **out, titan_er
 	c->stats.calls[COMM_OP_SEND] += (uint64_t)sends;
 	c->stats.calls[COMM_OP_RECV] += (uint64_t)(n - sends);
 	c->stats.bytes_sent[COMM_OP_SEND] += sent;
-	comm_rt_unattended(c->rt, 1);
+	unattended(r, 1);
 	*out = r;
 	return 0;
+}
+
+int comm_p2p_start(comm *c, const comm_p2p *ops, int n, comm_req **out, titan_err *e)
+{
+	return p2p_start(c, ops, n, 0, out, e);
 }
 
 int comm_send_start(comm *c, const void *buf, size_t count, comm_dtype t, int peer,
 		    comm_req **r, titan_err *e)
 {
 	comm_p2p p = {1, peer, (void *)buf, count, t};
-	return comm_p2p_start(c, &p, 1, r, e);
+	return p2p_start(c, &p, 1, 0, r, e);
 }
 
 int comm_recv_start(comm *c, void *buf, size_t count, comm_dtype t, int peer, comm_req **r,
 		    titan_err *e)
 {
 	comm_p2p p = {0, peer, buf, count, t};
-	return comm_p2p_start(c, &p, 1, r, e);
+	return p2p_start(c, &p, 1, 0, r, e);
 }
 
 /* The v form carries both: all-to-all is counted as itself. */
 static int all_to_allv_start(comm *c, comm_op op, const void *send, const size_t *scounts,
 			     const size_t *sdispls, void *recv, const size_t *rcounts,
-			     const size_t *rdispls, comm_dtype t, comm_req **out, titan_err *e)
+			     const size_t *rdispls, comm_dtype t, int blocking, comm_req **out,
+			     titan_err *e)
 {
 	if (check_alive(c, comm_op_name(op), e) || check_dtype(c, op, t, e))
 		return -1;
@@ -269,7 +289,7 @@ static int all_to_allv_start(comm *c, comm_op op, const void *send, const size_t
 	if (overlap(send, stot * es, recv, rtot * es))
 		return fail_here(c, e, "%s: send and recv overlap", comm_op_name(op));
 	comm_req *r;
-	if (new_req(c, op, stot * es, &r, e) != 0)
+	if (new_req(c, op, stot * es, blocking, &r, e) != 0)
 		return -1;
 	if (c->ops->all_to_allv(c, send, scounts, sdispls, recv, rcounts, rdispls, t, r, e) != 0)
 		return drop_req(r);
@@ -281,11 +301,11 @@ int comm_all_to_allv_start(comm *c, const void *send, const size_t *send_counts,
 			   const size_t *recv_displs, comm_dtype t, comm_req **r, titan_err *e)
 {
 	return all_to_allv_start(c, COMM_OP_ALL_TO_ALLV, send, send_counts, send_displs, recv,
-				 recv_counts, recv_displs, t, r, e);
+				 recv_counts, recv_displs, t, 0, r, e);
 }
 
-int comm_all_to_all_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
-			  comm_req **r, titan_err *e)
+static int all_to_all_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			    int blocking, comm_req **r, titan_err *e)
 {
 	size_t n = (size_t)c->size;
 	size_t *v = malloc(2 * n * sizeof *v);
@@ -295,7 +315,8 @@ int comm_all_to_all_start(comm *c, const void *send, void *recv, size_t count, c
 		v[j] = count;
 		v[n + j] = j * count;
 	}
-	int rc = all_to_allv_start(c, COMM_OP_ALL_TO_ALL, send, v, v + n, recv, v, v + n, t, r, e);
+	int rc = all_to_allv_start(c, COMM_OP_ALL_TO_ALL, send, v, v + n, recv, v, v + n, t,
+				   blocking, r, e);
 	free(v);
 	return rc;
 }
@@ -305,7 +326,7 @@ static int barrier_start(comm *c, comm_req **out, titan_err *e)
 	if (check_alive(c, comm_op_name(COMM_OP_BARRIER), e))
 		return -1;
 	comm_req *r;
-	if (new_req(c, COMM_OP_BARRIER, 0, &r, e) != 0)
+	if (new_req(c, COMM_OP_BARRIER, 0, 1, &r, e) != 0)
 		return -1;
 	if (c->ops->barrier(c, r, e) != 0)
 		return drop_req(r);
@@ -345,7 +366,7 @@ int comm_wait(comm_req *r, titan_err *e)
 {
 	comm *c = r->c;
 	int done = 0, rc = 0;
-	comm_rt_unattended(c->rt, -1);
+	unattended(r, -1);
 	for (long polls = 0;; polls++) {
 		if (c->ops->test(c, r, &done, e) != 0) {
 			comm_rt_fail(c->rt, "rank %d: comm '%s': %s #%llu: %s", c->world_rank, c->name,
@@ -393,11 +414,43 @@ int comm_sync(comm *c, titan_err *e)
 	return c->ops->sync != NULL ? c->ops->sync(c, e) : 0;
 }
 
+int comm_all_gather_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			  comm_req **r, titan_err *e)
+{
+	return all_gather_start(c, send, recv, count, t, 0, r, e);
+}
+
+int comm_reduce_scatter_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			      comm_redop op, comm_req **r, titan_err *e)
+{
+	return reduce_scatter_start(c, send, recv, count, t, op, 0, r, e);
+}
+
+int comm_all_reduce_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			  comm_redop op, comm_req **r, titan_err *e)
+{
+	return all_reduce_start(c, send, recv, count, t, op, 0, r, e);
+}
+
+int comm_broadcast_start(comm *c, void *buf, size_t count, comm_dtype t, int root,
+			 comm_req **r, titan_err *e)
+{
+	return broadcast_start(c, buf, count, t, root, 0, r, e);
+}
+
+int comm_all_to_all_start(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+			  comm_req **r, titan_err *e)
+{
+	return all_to_all_start(c, send, recv, count, t, 0, r, e);
+}
+
+/* The blocking calls: started as blocking (the implementation may then use
+ * a faster form that moves only while waited for, mpi_rounds.h) and waited. */
 int comm_all_gather(comm *c, const void *send, void *recv, size_t count, comm_dtype t,
 		    titan_err *e)
 {
 	comm_req *r;
-	if (comm_all_gather_start(c, send, recv, count, t, &r, e) != 0)
+	if (all_gather_start(c, send, recv, count, t, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }
@@ -406,7 +459,7 @@ int comm_reduce_scatter(comm *c, const void *send, void *recv, size_t count, com
 			comm_redop op, titan_err *e)
 {
 	comm_req *r;
-	if (comm_reduce_scatter_start(c, send, recv, count, t, op, &r, e) != 0)
+	if (reduce_scatter_start(c, send, recv, count, t, op, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }
@@ -415,7 +468,7 @@ int comm_all_reduce(comm *c, const void *send, void *recv, size_t count, comm_dt
 		    comm_redop op, titan_err *e)
 {
 	comm_req *r;
-	if (comm_all_reduce_start(c, send, recv, count, t, op, &r, e) != 0)
+	if (all_reduce_start(c, send, recv, count, t, op, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }
@@ -423,23 +476,25 @@ int comm_all_reduce(comm *c, const void *send, void *recv, size_t count, comm_dt
 int comm_broadcast(comm *c, void *buf, size_t count, comm_dtype t, int root, titan_err *e)
 {
 	comm_req *r;
-	if (comm_broadcast_start(c, buf, count, t, root, &r, e) != 0)
+	if (broadcast_start(c, buf, count, t, root, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }
 
 int comm_send(comm *c, const void *buf, size_t count, comm_dtype t, int peer, titan_err *e)
 {
+	comm_p2p p = {1, peer, (void *)buf, count, t};
 	comm_req *r;
-	if (comm_send_start(c, buf, count, t, peer, &r, e) != 0)
+	if (p2p_start(c, &p, 1, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }
 
 int comm_recv(comm *c, void *buf, size_t count, comm_dtype t, int peer, titan_err *e)
 {
+	comm_p2p p = {0, peer, buf, count, t};
 	comm_req *r;
-	if (comm_recv_start(c, buf, count, t, peer, &r, e) != 0)
+	if (p2p_start(c, &p, 1, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }
@@ -448,7 +503,7 @@ int comm_all_to_all(comm *c, const void *send, void *recv, size_t count, comm_dt
 		    titan_err *e)
 {
 	comm_req *r;
-	if (comm_all_to_all_start(c, send, recv, count, t, &r, e) != 0)
+	if (all_to_all_start(c, send, recv, count, t, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }
@@ -458,8 +513,8 @@ int comm_all_to_allv(comm *c, const void *send, const size_t *send_counts,
 		     const size_t *recv_displs, comm_dtype t, titan_err *e)
 {
 	comm_req *r;
-	if (comm_all_to_allv_start(c, send, send_counts, send_displs, recv, recv_counts,
-					     recv_displs, t, &r, e) != 0)
+	if (all_to_allv_start(c, COMM_OP_ALL_TO_ALLV, send, send_counts, send_displs, recv,
+			      recv_counts, recv_displs, t, 1, &r, e) != 0)
 		return -1;
 	return comm_wait(r, e);
 }

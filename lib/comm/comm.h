@@ -138,6 +138,7 @@ struct comm_req {
 	uint64_t seq;
 	size_t bytes;      /* payload, for messages */
 	double started, deadline;
+	int blocking;      /* a blocking call's: its caller waits for it at once */
 	void *impl;
 };
 

@@ -1,12 +1,16 @@
 /* mpi.c: the MPI implementation of comm.h, on host buffers, and the start of
  * the job (MPI_Init_thread, the node's ranks, the watchdog).
  *
- * Every operation is MPI's nonblocking form (MPI-3), so that a blocking call
- * and a started one are the same code and the wait loop can enforce a
- * deadline; errors come back as values (MPI_ERRORS_RETURN), never as MPI's
- * default abort from inside the library. */
+ * Every operation is nonblocking, so that the wait loop can enforce a
+ * deadline: a started one is MPI's nonblocking form (MPI-3), which the
+ * watchdog moves in the background; the collectives of a blocking call are
+ * rounds of point-to-point messages that the wait loop moves (mpi_rounds.h:
+ * MPI's nonblocking collectives cost up to several times its blocking ones).
+ * Errors come back as values (MPI_ERRORS_RETURN), never as MPI's default
+ * abort from inside the library. */
 #include "comm/comm.h"
 #include "comm/comm_priv.h"
+#include "comm/mpi_rounds.h"
 #include "core/bf16.h"
 
 #include <fcntl.h>
@@ -25,6 +29,7 @@ typedef struct mpi_req {
 	struct mpi_req *next;   /* the abandoned list */
 	MPI_Request one, *reqs; /* reqs points at one or at an array */
 	int n;
+	rounds *rounds;         /* a blocking call's collective, instead of reqs */
 	int *counts;            /* all-to-all-v: MPI reads them until completion */
 	float *f32;             /* bfloat16 reductions: float32 send/recv scratch */
 	float *f32_out;         /* where the float32 result is (inside f32) */
@@ -161,6 +166,7 @@ static void req_free(mpi_req *q)
 		free(q->reqs);
 	free(q->counts);
 	free(q->f32);
+	rounds_free(q->rounds);
 	free(q);
 }
 
@@ -169,6 +175,31 @@ static int req_fail(comm_req *r, int rc, titan_err *e, const char *what)
 	req_free(r->impl);
 	r->impl = NULL;
 	return mpi_fail(rc, e, what);
+}
+
+/* A blocking call's rounds started (rc 0) or not; rounds that failed with
+ * messages in flight are kept to the end, as an abandoned request is. */
+static int rounds_started(comm_req *r, int rc)
+{
+	mpi_req *q = r->impl;
+	if (rc == 0)
+		return 0;
+	if (q->rounds != NULL) {
+		q->next = g.abandoned;
+		g.abandoned = q;
+	} else {
+		req_free(q);
+	}
+	r->impl = NULL;
+	return -1;
+}
+
+/* Whether a collective runs as rounds of messages (mpi_rounds.h): when its
+ * caller waits for it at once, and its whole buffer (total elements) has an
+ * int count. */
+static int use_rounds(const comm *c, const comm_req *r, size_t total)
+{
+	return r->blocking && c->size > 1 && total <= INT_MAX;
 }
 
 /* bfloat16 in float32: n elements of src widened into a new scratch of cap. */
@@ -191,6 +222,9 @@ static int mpi_all_gather(comm *c, const void *send, void *recv, size_t count, c
 	mpi_req *q = req_new(r, e);
 	if (q == NULL)
 		return -1;
+	if (use_rounds(c, r, count * (size_t)c->size))
+		return rounds_started(r, rounds_all_gather(handle(c), send, recv, count, mpi_type(t),
+							   &q->rounds, e));
 	size_t b = count * comm_dtype_size(t);
 	const void *s = send == (char *)recv + (size_t)c->rank * b ? MPI_IN_PLACE : send;
 	int rc = MPI_Iallgather(s, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
@@ -206,7 +240,6 @@ static int mpi_reduce_scatter(comm *c, const void *send, void *recv, size_t coun
 	mpi_req *q = req_new(r, e);
 	if (q == NULL)
 		return -1;
-	int rc;
 	if (t == COMM_BF16) {
 		size_t n = count * (size_t)c->size;
 		if ((q->f32 = widen(send, n, n + count)) == NULL) {
@@ -216,12 +249,15 @@ static int mpi_reduce_scatter(comm *c, const void *send, void *recv, size_t coun
 		q->f32_out = q->f32 + n;
 		q->bf16_out = recv;
 		q->out_count = count;
-		rc = MPI_Ireduce_scatter_block(q->f32, q->f32_out, (int)count, MPI_FLOAT,
-					       mpi_op(op), handle(c), q->reqs);
-	} else {
-		rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(t), mpi_op(op),
-					       handle(c), q->reqs);
+		send = q->f32;
+		recv = q->f32_out;
+		t = COMM_F32;
 	}
+	if (use_rounds(c, r, count * (size_t)c->size))
+		return rounds_started(r, rounds_reduce_scatter(handle(c), send, recv, count,
+							       mpi_type(t), mpi_op(op), &q->rounds, e));
+	int rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(t), mpi_op(op),
+					   handle(c), q->reqs);
 	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Ireduce_scatter_block");
 }
 
@@ -233,7 +269,6 @@ static int mpi_all_reduce(comm *c, const void *send, void *recv, size_t count, c
 	mpi_req *q = req_new(r, e);
 	if (q == NULL)
 		return -1;
-	int rc;
 	if (t == COMM_BF16) {
 		if ((q->f32 = widen(send, count, count)) == NULL) {
 			req_free(q);
@@ -242,12 +277,14 @@ static int mpi_all_reduce(comm *c, const void *send, void *recv, size_t count, c
 		q->f32_out = q->f32;
 		q->bf16_out = recv;
 		q->out_count = count;
-		rc = MPI_Iallreduce(MPI_IN_PLACE, q->f32, (int)count, MPI_FLOAT, mpi_op(op),
-				    handle(c), q->reqs);
-	} else {
-		const void *s = send == recv ? MPI_IN_PLACE : send;
-		rc = MPI_Iallreduce(s, recv, (int)count, mpi_type(t), mpi_op(op), handle(c), q->reqs);
+		send = recv = q->f32;
+		t = COMM_F32;
 	}
+	if (use_rounds(c, r, count))
+		return rounds_started(r, rounds_all_reduce(handle(c), send, recv, count, mpi_type(t),
+							   mpi_op(op), &q->rounds, e));
+	const void *s = send == recv ? MPI_IN_PLACE : send;
+	int rc = MPI_Iallreduce(s, recv, (int)count, mpi_type(t), mpi_op(op), handle(c), q->reqs);
 	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Iallreduce");
 }
 
@@ -313,6 +350,9 @@ static int mpi_all_to_allv(comm *c, const void *send, const size_t *scounts,
 		rc_[j] = (int)rcounts[j];
 		rd[j] = (int)rdispls[j];
 	}
+	if (use_rounds(c, r, 0)) /* counts and displacements checked above */
+		return rounds_started(r, rounds_all_to_allv(handle(c), send, sc, sd, recv, rc_, rd,
+							    mpi_type(t), &q->rounds, e));
 	int rc = MPI_Ialltoallv(send, sc, sd, mpi_type(t), recv, rc_, rd, mpi_type(t), handle(c),
 				q->reqs);
 	return rc == MPI_SUCCESS ? 0 : req_fail(r, rc, e, "MPI_Ialltoallv");
@@ -332,9 +372,14 @@ static int mpi_test(comm *c, comm_req *r, int *done, titan_err *e)
 	(void)c;
 	mpi_req *q = r->impl;
 	int flag = 0;
-	int rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
-	if (rc != MPI_SUCCESS)
-		return mpi_fail(rc, e, "MPI_Testall"); /* q stays: MPI may still write its buffers */
+	if (q->rounds != NULL) {
+		if (rounds_test(q->rounds, &flag, e) != 0)
+			return -1; /* q stays: MPI may still write its buffers */
+	} else {
+		int rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
+		if (rc != MPI_SUCCESS)
+			return mpi_fail(rc, e, "MPI_Testall"); /* q stays, as above */
+	}
 	if (!flag) {
 		*done = 0;
 		return 0;

@@ -20,7 +20,7 @@ struct comm_runtime {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int world_rank, world_size;
-	double timeout_s;         /* under mu */
+	_Atomic double timeout_s; /* read by every operation's start: no lock */
 	atomic_int failed;
 	char failure[900];        /* written once, before failed is set */
 	comm *comms;              /* under mu */
@@ -52,23 +52,18 @@ comm_runtime *comm_rt_create(int world_rank, int world_size, double timeout_s, t
 	pthread_cond_init(&rt->cv, NULL);
 	rt->world_rank = world_rank;
 	rt->world_size = world_size;
-	rt->timeout_s = timeout_s;
+	atomic_init(&rt->timeout_s, timeout_s);
 	return rt;
 }
 
 double comm_rt_timeout(comm_runtime *rt)
 {
-	pthread_mutex_lock(&rt->mu);
-	double t = rt->timeout_s;
-	pthread_mutex_unlock(&rt->mu);
-	return t;
+	return atomic_load(&rt->timeout_s);
 }
 
 void comm_rt_set_timeout(comm_runtime *rt, double timeout_s)
 {
-	pthread_mutex_lock(&rt->mu);
-	rt->timeout_s = timeout_s;
-	pthread_mutex_unlock(&rt->mu);
+	atomic_store(&rt->timeout_s, timeout_s);
 }
 
 int comm_rt_fail(comm_runtime *rt, const char *fmt, ...)

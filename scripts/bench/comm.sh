@@ -1,17 +1,21 @@
 #!/bin/sh
 # make bench: lib/comm's collectives over MPI against the same collectives in a
 # plain MPI program (tests/comm/bench_comm.c, modes titan and mpi), all-gather,
-# reduce-scatter and all-reduce of float32 by message size (the whole buffer,
-# as nccl-tests counts it), on 2 and 4 ranks of this machine.  Figures are bus
-# bandwidth (GB/s, nccl-tests' busbw); ratio = titan / plain MPI (1.00: the
-# layer costs nothing).  The plain program runs twice: as Open MPI waits by
-# default (spinning) and with mpi_yield_when_idle (yielding the core while it
-# waits, as titan's wait loop does after 100 us); "ratio y" compares with the
-# second.  Ranks share the machine's cores: 4 ranks on 2 cores measure the
-# oversubscribed case, and a shared machine is noisy (a spinning rank starves
-# its peer when other jobs hold the cores): the three programs run in turn,
-# COMM_BENCH_REPEAT times (default 3), and each figure is the best of them.
-# The load is printed with the table.
+# reduce-scatter, all-reduce and all-to-all-v (an equal part for each rank) of
+# float32 by message size (the whole buffer, as nccl-tests counts it), on 2 and
+# 4 ranks of this machine.  Figures are bus bandwidth (GB/s, nccl-tests' busbw);
+# ratio = titan / plain MPI (1.00: the layer costs nothing; above 1 where
+# lib/comm's rounds of messages, lib/comm/mpi_rounds.h, beat Open MPI's own
+# choice of algorithm, as its blocking reduce-scatter from 256 KiB).  The plain
+# program runs twice: as Open MPI waits by default (spinning; Open MPI yields
+# by itself when it sees the node oversubscribed, the 4 ranks here) and with
+# mpi_yield_when_idle (yielding the core while it waits, as titan's wait loop
+# does after 100 us); "ratio y" compares with the second.  Ranks share the
+# machine's cores: 4 ranks on 2 cores measure the oversubscribed case, and a
+# shared machine is noisy (a spinning rank starves its peer when other jobs
+# hold the cores): the three programs run in turn, COMM_BENCH_REPEAT times
+# (default 3), and each figure is the best of them.  The load is printed with
+# the table.
 #
 # COMM_BENCH_MAX (bytes, default 64 MiB) caps the message size.
 set -eu
@@ -41,7 +45,7 @@ for np in 2 4; do
 	best "$TMP/titan.all" | sort -k2,2n >"$TMP/titan"
 	best "$TMP/mpi.all" >"$TMP/mpi"
 	best "$TMP/mpiy.all" >"$TMP/mpiy"
-	for op in all_gather reduce_scatter all_reduce; do
+	for op in all_gather reduce_scatter all_reduce all_to_allv; do
 		grep "^$op " "$TMP/titan" | while read -r _ bytes _ _ bw; do
 			ref=$(awk -v o="$op" -v b="$bytes" '$1 == o && $2 == b { print $5 }' "$TMP/mpi")
 			refy=$(awk -v o="$op" -v b="$bytes" '$1 == o && $2 == b { print $5 }' "$TMP/mpiy")

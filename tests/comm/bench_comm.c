@@ -6,7 +6,8 @@
  * "titan" goes through lib/comm's MPI implementation (comm_init,
  * comm_all_gather, ...: the layer's own cost: its thread level, watchdog,
  * requests and polling wait); "mpi" is the plain MPI program doing the same
- * (MPI_Init, the blocking collectives); "nccl" is lib/comm's NCCL
+ * (MPI_Init, the blocking collectives; all-to-all-v with an equal part for
+ * each rank); "nccl" is lib/comm's NCCL
  * implementation on device buffers, each rank on its local rank's GPU.
  * The timing is shared: a barrier, then enough repetitions for 0.2 s (on a
  * GPU, until the stream has finished them), the slowest rank's time, the best
@@ -26,32 +27,57 @@
 #include <cuda_runtime.h>
 #endif
 
-enum { AG, RS, AR, OPS };
-static const char *const op_names[OPS] = {"all_gather", "reduce_scatter", "all_reduce"};
+enum { AG, RS, AR, A2AV, OPS };
+static const char *const op_names[OPS] = {"all_gather", "reduce_scatter", "all_reduce",
+					  "all_to_allv"};
 
 static comm *world; /* NULL in the plain MPI mode */
 static comm *c;     /* what is measured: world, or the NCCL communicator */
 
+/* All-to-all-v's counts and displacements (elements; an equal part to and
+ * from each rank, as MoE's token exchange when balanced), in both forms. */
+static size_t *zcounts, *zdispls;
+static int *icounts, *idispls;
+
+static void set_parts(size_t part, int n)
+{
+	for (int j = 0; j < n; j++) {
+		zcounts[j] = part;
+		zdispls[j] = (size_t)j * part;
+		icounts[j] = (int)part;
+		idispls[j] = (int)((size_t)j * part);
+	}
+}
+
+static int call_titan(int op, float *send, float *recv, size_t total, size_t part)
+{
+	titan_err e;
+	int rc = op == AG ? comm_all_gather(c, send, recv, part, COMM_F32, &e)
+	       : op == RS ? comm_reduce_scatter(c, send, recv, part, COMM_F32, COMM_SUM, &e)
+	       : op == AR ? comm_all_reduce(c, send, recv, total, COMM_F32, COMM_SUM, &e)
+			  : comm_all_to_allv(c, send, zcounts, zdispls, recv, zcounts, zdispls,
+					     COMM_F32, &e);
+	if (rc != 0)
+		fprintf(stderr, "bench_comm: %s\n", e.msg);
+	return rc;
+}
+
 /* One call of op on `bytes` of float32 in total (the gathered buffer, the
- * scattered input, the reduced buffer). */
+ * scattered input, the reduced buffer, all-to-all-v's send buffer). */
 static int call(int op, float *send, float *recv, size_t bytes, int n)
 {
 	size_t total = bytes / sizeof(float), part = total / (size_t)n;
-	titan_err e;
-	int rc;
-	if (c != NULL) {
-		rc = op == AG ? comm_all_gather(c, send, recv, part, COMM_F32, &e)
-		   : op == RS ? comm_reduce_scatter(c, send, recv, part, COMM_F32, COMM_SUM, &e)
-			      : comm_all_reduce(c, send, recv, total, COMM_F32, COMM_SUM, &e);
-		if (rc != 0)
-			fprintf(stderr, "bench_comm: %s\n", e.msg);
-		return rc;
-	}
-	rc = op == AG ? MPI_Allgather(send, (int)part, MPI_FLOAT, recv, (int)part, MPI_FLOAT,
-				      MPI_COMM_WORLD)
-	   : op == RS ? MPI_Reduce_scatter_block(send, recv, (int)part, MPI_FLOAT, MPI_SUM,
-						 MPI_COMM_WORLD)
-		      : MPI_Allreduce(send, recv, (int)total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+	if (op == A2AV)
+		set_parts(part, n);
+	if (c != NULL)
+		return call_titan(op, send, recv, total, part);
+	int rc = op == AG ? MPI_Allgather(send, (int)part, MPI_FLOAT, recv, (int)part, MPI_FLOAT,
+					  MPI_COMM_WORLD)
+	       : op == RS ? MPI_Reduce_scatter_block(send, recv, (int)part, MPI_FLOAT, MPI_SUM,
+						     MPI_COMM_WORLD)
+	       : op == AR ? MPI_Allreduce(send, recv, (int)total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)
+			  : MPI_Alltoallv(send, icounts, idispls, MPI_FLOAT, recv, icounts, idispls,
+					  MPI_FLOAT, MPI_COMM_WORLD);
 	return rc == MPI_SUCCESS ? 0 : -1;
 }
 
@@ -98,6 +124,14 @@ int main(int argc, char **argv)
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	float *send = NULL, *recv = NULL;
+	zcounts = malloc(2 * (size_t)n * sizeof *zcounts);
+	icounts = malloc(2 * (size_t)n * sizeof *icounts);
+	if (zcounts == NULL || icounts == NULL) {
+		fprintf(stderr, "bench_comm: out of memory\n");
+		return 1;
+	}
+	zdispls = zcounts + n;
+	idispls = icounts + n;
 	if (strcmp(mode, "nccl") == 0) {
 #if TITAN_CUDA
 		int ngpu = 0;
@@ -134,6 +168,7 @@ int main(int argc, char **argv)
 				rc = 1;
 				break;
 			}
+			/* all-to-all-v: nccl-tests' alltoall factor, (n-1)/n */
 			double factor = op == AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 			double algbw = (double)b / t / 1e9;
 			if (rank == 0)
@@ -149,6 +184,8 @@ int main(int argc, char **argv)
 		free(send);
 		free(recv);
 	}
+	free(zcounts);
+	free(icounts);
 	if (world != NULL)
 		comm_finalize(world);
 	else
