@@ -113,7 +113,7 @@ int comm_claim_report(comm *world)
 	       atomic_load(g.reporter) == world->rank + 1;
 }
 
-static int mpi_fail(int rc, titan_err *e, const char *what)
+int comm_mpi_fail(int rc, titan_err *e, const char *what)
 {
 	char s[MPI_MAX_ERROR_STRING];
 	int n = 0;
@@ -174,7 +174,7 @@ static int req_fail(comm_req *r, int rc, titan_err *e, const char *what)
 {
 	req_free(r->impl);
 	r->impl = NULL;
-	return mpi_fail(rc, e, what);
+	return comm_mpi_fail(rc, e, what);
 }
 
 /* A blocking call's rounds started (rc 0) or not; rounds that failed with
@@ -378,7 +378,7 @@ static int mpi_test(comm *c, comm_req *r, int *done, titan_err *e)
 	} else {
 		int rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
 		if (rc != MPI_SUCCESS)
-			return mpi_fail(rc, e, "MPI_Testall"); /* q stays, as above */
+			return comm_mpi_fail(rc, e, "MPI_Testall"); /* q stays, as above */
 	}
 	if (!flag) {
 		*done = 0;
@@ -409,7 +409,7 @@ static int mpi_split(comm *c, int color, int key, comm *out, titan_err *e)
 	int rc = MPI_Comm_split(handle(c), color, key, h);
 	if (rc != MPI_SUCCESS) {
 		free(h);
-		return mpi_fail(rc, e, "MPI_Comm_split");
+		return comm_mpi_fail(rc, e, "MPI_Comm_split");
 	}
 	MPI_Comm_rank(*h, &out->rank);
 	MPI_Comm_size(*h, &out->size);
@@ -475,7 +475,7 @@ static int node_peers(int rank, comm_peer **out, int *nout, titan_err *e)
 	if (rc != MPI_SUCCESS) {
 		free(all);
 		free(*out);
-		return mpi_fail(rc, e, "MPI_Allgather (node ranks)");
+		return comm_mpi_fail(rc, e, "MPI_Allgather (node ranks)");
 	}
 	int n = 0;
 	for (int i = 0; i < g.local_size; i++) {
@@ -498,7 +498,7 @@ static int start_world(comm *w, titan_err *e)
 	int rc = MPI_Comm_dup(MPI_COMM_WORLD, h);
 	if (rc != MPI_SUCCESS) {
 		free(h);
-		return mpi_fail(rc, e, "MPI_Comm_dup");
+		return comm_mpi_fail(rc, e, "MPI_Comm_dup");
 	}
 	w->ops = &mpi_ops;
 	w->impl = h;
@@ -509,7 +509,7 @@ static int start_world(comm *w, titan_err *e)
 	if ((rc = MPI_Comm_split_type(*h, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &g.local)) !=
 		    MPI_SUCCESS ||
 	    (rc = MPI_Comm_dup(MPI_COMM_SELF, &g.progress)) != MPI_SUCCESS)
-		return mpi_fail(rc, e, "MPI communicators of the node");
+		return comm_mpi_fail(rc, e, "MPI communicators of the node");
 	MPI_Comm_rank(g.local, &g.local_rank);
 	MPI_Comm_size(g.local, &g.local_size);
 	if (start_reporter() != 0) /* then every rank reports: noisier, no worse */
@@ -594,7 +594,7 @@ int comm_init(int *argc, char ***argv, double timeout_s, comm **world, titan_err
 		if (launched == 0)
 			setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
 		if ((rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided)) != MPI_SUCCESS)
-			return mpi_fail(rc, e, "MPI_Init_thread");
+			return comm_mpi_fail(rc, e, "MPI_Init_thread");
 		g.we_initialised = 1;
 	} else {
 		MPI_Query_thread(&provided);

@@ -3,7 +3,6 @@
 #include "comm/mpi_rounds.h"
 
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,15 +82,6 @@ static size_t len(const rounds *s, int from, int to)
 	return off(s, to) - off(s, from);
 }
 
-static int mpi_err(int rc, titan_err *e, const char *what)
-{
-	char msg[MPI_MAX_ERROR_STRING];
-	int n = 0;
-	if (MPI_Error_string(rc, msg, &n) != MPI_SUCCESS)
-		snprintf(msg, sizeof msg, "MPI error %d", rc);
-	return err_set(e, "%s: %s", what, msg);
-}
-
 static rounds *new_rounds(MPI_Comm h, MPI_Datatype t, size_t total, titan_err *e)
 {
 	int n, rank, es;
@@ -136,11 +126,11 @@ static int post(rounds *s, int to, const void *sbuf, size_t scount, int from, vo
 {
 	int rc = MPI_Irecv(rbuf, (int)rcount, s->t, from, ROUNDS_TAG, s->h, &s->req[0]);
 	if (rc != MPI_SUCCESS)
-		return mpi_err(rc, e, "MPI_Irecv");
+		return comm_mpi_fail(rc, e, "MPI_Irecv");
 	s->nreq = 1;
 	if ((rc = MPI_Isend(sbuf, (int)scount, s->t, to, ROUNDS_TAG, s->h, &s->req[1])) !=
 	    MPI_SUCCESS)
-		return mpi_err(rc, e, "MPI_Isend");
+		return comm_mpi_fail(rc, e, "MPI_Isend");
 	s->nreq = 2;
 	return 0;
 }
@@ -221,14 +211,14 @@ static int all_to_allv(rounds *s, titan_err *e)
 		int j = (s->rank + i) % n;
 		if ((rc = MPI_Irecv(s->dst + (size_t)rd[j] * s->es, rc_[j], s->t, j, ROUNDS_TAG, s->h,
 				    &s->req[s->nreq])) != MPI_SUCCESS)
-			return mpi_err(rc, e, "MPI_Irecv");
+			return comm_mpi_fail(rc, e, "MPI_Irecv");
 		s->nreq++;
 	}
 	for (int i = 1; i < n; i++) {
 		int j = (s->rank + i) % n;
 		if ((rc = MPI_Isend(s->src + (size_t)sd[j] * s->es, sc[j], s->t, j, ROUNDS_TAG, s->h,
 				    &s->req[s->nreq])) != MPI_SUCCESS)
-			return mpi_err(rc, e, "MPI_Isend");
+			return comm_mpi_fail(rc, e, "MPI_Isend");
 		s->nreq++;
 	}
 	memmove(s->dst + (size_t)rd[s->rank] * s->es, s->src + (size_t)sd[s->rank] * s->es,
@@ -276,14 +266,14 @@ int rounds_test(rounds *s, int *done, titan_err *e)
 		if (s->nreq > 0) {
 			int flag = 0, rc = MPI_Testall(s->nreq, s->req, &flag, MPI_STATUSES_IGNORE);
 			if (rc != MPI_SUCCESS)
-				return mpi_err(rc, e, "MPI_Testall");
+				return comm_mpi_fail(rc, e, "MPI_Testall");
 			if (!flag)
 				return 0;
 			s->nreq = 0;
 			if (s->red_count > 0 &&
 			    (rc = MPI_Reduce_local(s->red_in, s->red_inout, (int)s->red_count, s->t,
 						   s->op)) != MPI_SUCCESS)
-				return mpi_err(rc, e, "MPI_Reduce_local");
+				return comm_mpi_fail(rc, e, "MPI_Reduce_local");
 			s->red_count = 0;
 			s->k++;
 		} else if (s->k < s->steps) {

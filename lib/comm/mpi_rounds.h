@@ -45,6 +45,8 @@ int rounds_all_to_allv(MPI_Comm h, const void *send, const int *scounts, const i
 /* Move the collective on: *done = 1 once its result is in place.  On an
  * error the rounds stay as they are (MPI may still write their buffers). */
 int rounds_test(rounds *s, int *done, titan_err *e);
+/* -1 with "what: MPI's message for rc" in e (mpi.c's, shared). */
+int comm_mpi_fail(int rc, titan_err *e, const char *what);
 void rounds_free(rounds *s);
 
 #endif

@@ -13,18 +13,8 @@ B=${BIN:-bin}
 STEPS=${CKPT_TRAIN_STEPS:-10}
 W=${1:-$(mktemp -d "${TMPDIR:-/tmp}/titan-bench-ckpt-train.XXXXXX")}
 mkdir -p "$W"
-FORTUNES=/usr/share/games/fortunes
-if [ ! -d "$FORTUNES" ]; then
-	echo "ckpt_train: needs the fortunes package (make deps)" >&2
-	exit 1
-fi
-for f in "$FORTUNES"/*; do
-	case "$f" in *.dat | *.u8) continue ;; esac
-	[ -f "$f" ] && sed 's/^%$//' "$f"
-done >"$W/corpus.txt"
-"$B/titan-tokenize" train -q --vocab-size 2048 --format text --split blank -o "$W/tok" "$W/corpus.txt"
-"$B/titan-tokenize" -q -t "$W/tok" --format text --split blank --eos "$W/corpus.txt" |
-	"$B/titan-shard" -q --out "$W/data" --val-fraction 0.01
+. scripts/bench/lib/fortunes_data.sh
+fortunes_data "$B" "$W"
 
 train() { # NAME, then overrides: mean time_s of steps 2..N
 	name=$1

@@ -21,18 +21,8 @@ export OMP_WAIT_POLICY=passive NO_COLOR=1
 mpirun="mpirun --oversubscribe --bind-to none"
 [ "$(id -u)" -ne 0 ] || mpirun="$mpirun --allow-run-as-root"
 
-FORTUNES=/usr/share/games/fortunes
-if [ ! -d "$FORTUNES" ]; then
-	echo "bench startup: needs the fortunes package (make deps)" >&2
-	exit 1
-fi
-for f in "$FORTUNES"/*; do
-	case "$f" in *.dat | *.u8) continue ;; esac
-	[ -f "$f" ] && sed 's/^%$//' "$f"
-done >"$W/corpus.txt"
-"$BIN/titan-tokenize" train -q --vocab-size 2048 --format text --split blank -o "$W/tok" "$W/corpus.txt"
-"$BIN/titan-tokenize" -q -t "$W/tok" --format text --split blank --eos "$W/corpus.txt" |
-	"$BIN/titan-shard" -q --out "$W/data" --val-fraction 0.01
+. scripts/bench/lib/fortunes_data.sh
+fortunes_data "$BIN" "$W"
 
 now() { date +%s.%N; }
 # stamp START: each line of standard input prefixed by its seconds since START

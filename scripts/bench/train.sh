@@ -15,20 +15,8 @@ BATCH=${BENCH_BATCH:-4}
 W=$(mktemp -d "${TMPDIR:-/tmp}/titan-bench-train.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 
-# Data: fortunes through a byte-level tokenizer trained on them (vocab 2048,
-# the debugmodel's).
-FORTUNES=/usr/share/games/fortunes
-if [ ! -d "$FORTUNES" ]; then
-	echo "bench train: needs the fortunes package (make deps)" >&2
-	exit 1
-fi
-for f in "$FORTUNES"/*; do
-	case "$f" in *.dat | *.u8) continue ;; esac
-	[ -f "$f" ] && sed 's/^%$//' "$f"
-done >"$W/corpus.txt"
-"$B/titan-tokenize" train -q --vocab-size 2048 --format text --split blank -o "$W/tok" "$W/corpus.txt"
-"$B/titan-tokenize" -q -t "$W/tok" --format text --split blank --eos "$W/corpus.txt" |
-	"$B/titan-shard" -q --out "$W/data" --val-fraction 0.01
+. scripts/bench/lib/fortunes_data.sh
+fortunes_data "$B" "$W"
 
 OMP_NUM_THREADS=$THREADS "$B/titan-train" --config configs/debug_model.toml \
 	--job.dump_folder "$W/run" --training.dataset_path "$W/data" --training.steps "$STEPS" \
