@@ -518,11 +518,16 @@ static int start_world(comm *w, titan_err *e)
 }
 
 /* TITAN_COMM=mpi: MPI's own world of one for a process no launcher started
- * (the tests of MPI alone); otherwise such a process runs without MPI. */
-static int want_mpi_alone(void)
+ * (the tests of MPI alone); unset or empty, such a process runs without MPI.
+ * 1, 0, or -1 with e for another value. */
+static int want_mpi_alone_or_bad(titan_err *e)
 {
 	const char *v = getenv("TITAN_COMM");
-	return v != NULL && strcmp(v, "mpi") == 0;
+	if (v == NULL || *v == 0)
+		return 0;
+	if (strcmp(v, "mpi") == 0)
+		return 1;
+	return err_set(e, "TITAN_COMM=%s: the one value it takes is mpi", v);
 }
 
 /* Open MPI keeps what MPI_Init allocates (much of it in components it
@@ -585,8 +590,10 @@ int comm_init(int *argc, char ***argv, double timeout_s, comm **world, titan_err
 {
 	int inited = 0, provided = 0, rc;
 	MPI_Initialized(&inited);
-	int launched = launcher_size();
-	if (!inited && launched == 0 && !want_mpi_alone())
+	int launched = launcher_size(), mpi_alone = want_mpi_alone_or_bad(e);
+	if (mpi_alone < 0)
+		return -1;
+	if (!inited && launched == 0 && !mpi_alone)
 		return comm_solo_init(timeout_s, world, e);
 	if (!inited) {
 		/* Alone, Open MPI would start a daemon to be able to spawn processes

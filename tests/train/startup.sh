@@ -30,6 +30,10 @@ else
 	t_ok "... loads no cuBLASLt on the CPU backend"
 fi
 
+t_fails "TITAN_COMM of another value than mpi is refused" 1 env TITAN_COMM=nccl "$TRAIN" \
+	--config "$TMP/job.toml" --job.dump_folder "$TMP/out3" --threads 1
+t_grep "... naming the variable" 'TITAN_COMM=nccl: the one value it takes is mpi' "$TMP/.err"
+
 mpirun="mpirun --oversubscribe --bind-to none -np 2"
 [ "$(id -u)" -ne 0 ] || mpirun="$mpirun --allow-run-as-root"
 t_run "a run on 2 ranks" $mpirun env LD_DEBUG=files LD_DEBUG_OUTPUT="$TMP/ranks" "$TRAIN" \
