@@ -446,14 +446,18 @@ static void mpi_progress(void)
 	MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g.progress, &flag, MPI_STATUS_IGNORE);
 }
 
+/* The variables a launcher sets to its number of processes; then
+ * TITAN_COMM, which env_starts_mpi also looks for. */
+static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE",
+					    "SLURM_STEP_NUM_TASKS", "WORLD_SIZE", "TITAN_COMM"};
+#define N_LAUNCHER_VARS (sizeof launcher_vars / sizeof launcher_vars[0] - 1)
+
 /* Whether a launcher started this process as one rank of several. */
 static int launcher_size(void)
 {
-	const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
-			      "WORLD_SIZE"};
 	int n = 0;
-	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-		const char *v = getenv(vars[i]);
+	for (size_t i = 0; i < N_LAUNCHER_VARS; i++) {
+		const char *v = getenv(launcher_vars[i]);
 		if (v != NULL && atoi(v) > n)
 			n = atoi(v);
 	}
@@ -552,8 +556,6 @@ const char *__lsan_default_suppressions(void)
 __attribute__((no_sanitize_address)) static int env_starts_mpi(void)
 {
 	static char buf[1 << 18];
-	static const char *const names[] = {"OMPI_COMM_WORLD_SIZE=", "PMIX_SIZE=", "PMI_SIZE=",
-					    "SLURM_STEP_NUM_TASKS=", "WORLD_SIZE=", "TITAN_COMM="};
 	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/environ", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 1;
@@ -565,11 +567,12 @@ __attribute__((no_sanitize_address)) static int env_starts_mpi(void)
 	if (n == sizeof buf)
 		return 1;
 	for (size_t at = 0; at < n;) {
-		for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+		for (size_t k = 0; k < N_LAUNCHER_VARS + 1; k++) { /* TITAN_COMM too */
+			const char *name = launcher_vars[k];
 			size_t j = 0;
-			while (names[k][j] && at + j < n && buf[at + j] == names[k][j])
+			while (name[j] && at + j < n && buf[at + j] == name[j])
 				j++;
-			if (!names[k][j])
+			if (!name[j] && at + j < n && buf[at + j] == '=')
 				return 1;
 		}
 		while (at < n && buf[at])

@@ -82,7 +82,9 @@ static size_t len(const rounds *s, int from, int to)
 	return off(s, to) - off(s, from);
 }
 
-static rounds *new_rounds(MPI_Comm h, MPI_Datatype t, size_t total, titan_err *e)
+/* A collective over h's ranks of a buffer of count elements, or of count
+ * elements a rank (per_rank: all-gather's result, reduce-scatter's input). */
+static rounds *new_rounds(MPI_Comm h, MPI_Datatype t, size_t count, int per_rank, titan_err *e)
 {
 	int n, rank, es;
 	if (MPI_Comm_size(h, &n) != MPI_SUCCESS || MPI_Comm_rank(h, &rank) != MPI_SUCCESS ||
@@ -90,6 +92,7 @@ static rounds *new_rounds(MPI_Comm h, MPI_Datatype t, size_t total, titan_err *e
 		err_set(e, "collective: cannot query the communicator");
 		return NULL;
 	}
+	size_t total = per_rank ? count * (size_t)n : count;
 	if (total > INT_MAX) {
 		err_set(e, "collective: %zu elements exceed MPI's limit of %d", total, INT_MAX);
 		return NULL;
@@ -311,12 +314,10 @@ int rounds_all_gather(MPI_Comm h, const void *send, void *recv, size_t count, MP
 		      rounds **out, titan_err *e)
 {
 	*out = NULL;
-	int n;
-	if (MPI_Comm_size(h, &n) != MPI_SUCCESS)
-		return err_set(e, "all_gather: cannot query the communicator");
-	rounds *s = new_rounds(h, t, count * (size_t)n, e);
+	rounds *s = new_rounds(h, t, count, 1, e);
 	if (s == NULL)
 		return -1;
+	int n = s->n;
 	s->dst = recv;
 	char *mine = at(s, recv, s->rank);
 	if ((const char *)send != mine)
@@ -329,12 +330,10 @@ int rounds_reduce_scatter(MPI_Comm h, const void *send, void *recv, size_t count
 			  MPI_Datatype t, MPI_Op op, rounds **out, titan_err *e)
 {
 	*out = NULL;
-	int n;
-	if (MPI_Comm_size(h, &n) != MPI_SUCCESS)
-		return err_set(e, "reduce_scatter: cannot query the communicator");
-	rounds *s = new_rounds(h, t, count * (size_t)n, e);
+	rounds *s = new_rounds(h, t, count, 1, e);
 	if (s == NULL)
 		return -1;
+	int n = s->n;
 	s->op = op;
 	s->src = send;
 	s->out = recv;
@@ -354,7 +353,7 @@ int rounds_all_reduce(MPI_Comm h, const void *send, void *recv, size_t count, MP
 		      MPI_Op op, rounds **out, titan_err *e)
 {
 	*out = NULL;
-	rounds *s = new_rounds(h, t, count, e);
+	rounds *s = new_rounds(h, t, count, 0, e);
 	if (s == NULL)
 		return -1;
 	s->op = op;
@@ -386,7 +385,7 @@ int rounds_all_to_allv(MPI_Comm h, const void *send, const int *scounts, const i
 		       rounds **out, titan_err *e)
 {
 	*out = NULL;
-	rounds *s = new_rounds(h, t, 0, e);
+	rounds *s = new_rounds(h, t, 0, 0, e);
 	if (s == NULL)
 		return -1;
 	size_t n = (size_t)s->n;
