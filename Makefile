@@ -125,6 +125,8 @@ CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 KERNEL_BUILD := $(if $(filter 1,$(SAN)),build,$(BUILD))
 LIBTITAN  := $(BUILD)/libtitan.a
 
+include tests/emu/emu.mk
+
 TOOLS     := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/main.c)))))
 PROGRAMS  := $(TOOLS:%=$(BIN)/titan-%)
 
@@ -196,7 +198,8 @@ $(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/r
 check: deps
 	@$(MAKE) --no-print-directory run-tests
 
-run-tests: all $(TEST_BIN) $(FUZZ_REPLAY)
+# The emulated kernels run here, not under SAN=1 (their own build has ASan).
+run-tests: all $(TEST_BIN) $(FUZZ_REPLAY) $(if $(filter 1,$(EMU)),$(if $(filter 1,$(SAN)),,$(EMU_BIN)))
 	@sh scripts/fixtures.sh local
 	@BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) sh tests/run.sh $(TEST_BIN) $(FUZZ_REPLAY)
 

@@ -41,6 +41,19 @@ static inline void need_gpu(void)
 	}
 }
 
+/* Defined by the CUDA emulator (tests/emu/emu.cc), which runs every device
+ * thread on one core: a case that launches millions of threads, or needs
+ * gigabytes of float64 references, is left to a device there, saying so. */
+int titan_gpu_emulated(void) __attribute__((weak));
+
+static inline int device_only(const char *what)
+{
+	if (!titan_gpu_emulated || !titan_gpu_emulated())
+		return 0;
+	print_message("  (left to a device under the emulator: %s)\n", what);
+	return 1;
+}
+
 static uint64_t rng_state;
 
 static inline void seed(uint64_t s)
