@@ -1,6 +1,6 @@
 // cuda_emu.h: CUDA C++ on the host, for testing kernels/*.cu without a GPU.
 // Included before everything else in each kernel source (g++ -include), after
-// tests/emu/cu2cpp.sh has rewritten the two things C++ cannot parse: a launch
+// tests/emu/cu2cpp has rewritten the two things C++ cannot parse: a launch
 // `k<<<grid, block, smem, stream>>>(args)` becomes a call of emu::launch, and
 // `extern __shared__ T x[];` a pointer to the launch's dynamic shared memory.
 // Everything else in the kernels is compiled as written.
@@ -13,7 +13,8 @@
 // yet written.  __shared__ variables are static storage poisoned (all bytes
 // 0xff: NaN as float) before each block; device memory is host memory.
 //
-// Not emulated (no kernel uses them; a kernel that does fails to compile):
+// Not emulated (no kernel uses them; a kernel that does fails to compile
+// unless they sit behind #if defined(__CUDA_ARCH__) beside a portable path):
 // inline PTX, tensor-core MMA/WGMMA, TMA, cp.async, cooperative groups.
 // __launch_bounds__ is accepted and not checked; the device math functions are
 // the host's (expf and __expf are both the correctly rounded expf).
@@ -105,12 +106,17 @@ template <typename T> inline T atomicAdd(T *p, T v)
 {
 	if constexpr (std::is_integral<T>::value) {
 		return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-	} else {
-		T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-		while (!__atomic_compare_exchange_n(p, &old, old + v, false, __ATOMIC_RELAXED,
-						    __ATOMIC_RELAXED))
-			;
-		return old;
+	} else { // float, double: a compare-and-swap of the bits
+		typedef std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t> U;
+		U *q = reinterpret_cast<U *>(p), old = __atomic_load_n(q, __ATOMIC_RELAXED), sum;
+		T was;
+		do {
+			std::memcpy(&was, &old, sizeof was);
+			T s = was + v;
+			std::memcpy(&sum, &s, sizeof sum);
+		} while (!__atomic_compare_exchange_n(q, &old, sum, false, __ATOMIC_RELAXED,
+						      __ATOMIC_RELAXED));
+		return was;
 	}
 }
 template <typename T> inline T atomicMax(T *p, T v)
@@ -227,5 +233,10 @@ launcher<F> launch(const char *kernel, const char *file, int line, F f, dim3 gri
 }
 
 } // namespace emu
+
+// Inline PTX (and with it WGMMA, TMA, cp.async) has no host meaning: a kernel
+// keeps it behind #if defined(__CUDA_ARCH__) beside a portable path, which is
+// what the emulator compiles; an unfenced asm statement stops the build here.
+#define asm inline_PTX_is_not_emulated__fence_it_with_CUDA_ARCH
 
 #endif

@@ -1,5 +1,5 @@
 # The CUDA emulator (tests/emu/, included by the Makefile): kernels/*.cu
-# compiled as host C++ (cuda_emu.h, after cu2cpp.sh's rewrite of the launch
+# compiled as host C++ (cuda_emu.h, after cu2cpp's rewrite of the launch
 # syntax) and run on fibers by the GPU tests that call the kernels' launchers,
 # against the CPU backend.  Two builds: asan (ASan + UBSan + gcov: bounds,
 # misaligned vector accesses, the lines each kernel executes) and tsan
@@ -34,9 +34,9 @@ EMU_CUDNN_LIBS := -L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib
 EMU_LDLIBS = $(filter-out $(CUDA_LIBS),$(LDLIBS)) $(if $(filter 1,$(CUDNN)),$(EMU_CUDNN_LIBS)) \
 	     -lcmocka -lstdc++
 
-$(EMU_DIR)/src/%: %
+$(EMU_DIR)/src/%: % tests/emu/cu2cpp
 	@mkdir -p $(@D)
-	@sh tests/emu/cu2cpp.sh $< $@
+	@sh tests/emu/cu2cpp $< $@
 
 # $(1): asan or tsan
 define emu_build
@@ -65,7 +65,14 @@ endef
 $(eval $(call emu_build,asan))
 $(eval $(call emu_build,tsan))
 
-EMU_BIN := $(foreach v,asan tsan,$(EMU_TESTS:%=$(EMU_DIR)/$(v)/%))
+# The emulator's own test (tests/emu/test_emu.cu), on the ASan build.
+$(EMU_DIR)/asan/test_emu.o: $(EMU_DIR)/src/tests/emu/test_emu.cu tests/emu/cuda_emu.h
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_KFLAGS) $(EMU_SAN_asan) -x c++ -c $< -o $@
+$(EMU_DIR)/asan/test_emu: $(addprefix $(EMU_DIR)/asan/,test_emu.o emu.o fiber.o fake_cuda.o)
+	$(CXX) $(EMU_SAN_asan) -o $@ $^ -lcmocka
+
+EMU_BIN := $(foreach v,asan tsan,$(EMU_TESTS:%=$(EMU_DIR)/$(v)/%)) $(EMU_DIR)/asan/test_emu
 .PRECIOUS: $(EMU_DIR)/src/%
 .PHONY: emu
 emu: $(EMU_BIN)

@@ -21,6 +21,11 @@ case $libtitan in /*) ;; *) libtitan=$ROOT/$libtitan ;; esac
 cxx=$(mk CXX) cc=$(mk CC) ldflags=$(mk LDFLAGS)
 export OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 cd "$ROOT" || exit 1
+# The rewritten sources the mutants start from (make keeps them, but a build
+# folder cleaned by hand may have lost them while the objects stayed).
+src=$(mk EMU_DIR)/src
+# shellcheck disable=SC2046
+make -s --no-print-directory $(for f in kernels/attention.cu $(mk EMU_CUH); do echo "$src/$f"; done)
 
 # mutant NAME BUILD(asan|tsan) FILE SED TEST EXPECT: FILE with SED (sed -E) applied,
 # built into TEST in place of the real one; TEST's first failure must match
@@ -31,11 +36,11 @@ mutant() {
 	mkdir -p "$m/inc/gpu"
 	kernel=$file incl=""
 	case $file in
-	kernels/*) sed -E -e "$expr" "$file" >"$m/src.cu" && sh tests/emu/cu2cpp.sh "$m/src.cu" "$m/k.cu" ;;
+	kernels/*) sed -E -e "$expr" "$file" >"$m/src.cu" && sh tests/emu/cu2cpp "$m/src.cu" "$m/k.cu" ;;
 	*) # a header: the real (rewritten) kernel compiled against the broken copy
 		sed -E -e "$expr" "$file" >"$m/inc/gpu/$(basename "$file")"
 		kernel=kernels/attention.cu incl="-I$m/inc"
-		cp "$emu/src/$kernel" "$m/k.cu" ;;
+		cp "$src/$kernel" "$m/k.cu" ;;
 	esac
 	if cmp -s "$file" "$m/src.cu" 2>/dev/null || cmp -s "$file" "$m/inc/gpu/$(basename "$file")" 2>/dev/null; then
 		t_not_ok "mutant $name: the change '$expr' applies to $file"

@@ -42,8 +42,9 @@ static inline void need_gpu(void)
 }
 
 /* Defined by the CUDA emulator (tests/emu/emu.cc), which runs every device
- * thread on one core: a case that launches millions of threads, or needs
- * gigabytes of float64 references, is left to a device there, saying so. */
+ * thread on one core (1; 2 in its TSan build): a case that launches millions
+ * of threads, or needs gigabytes of float64 references, is left to a device
+ * there, saying so. */
 int titan_gpu_emulated(void) __attribute__((weak));
 
 static inline int device_only(const char *what)
@@ -51,6 +52,17 @@ static inline int device_only(const char *what)
 	if (!titan_gpu_emulated || !titan_gpu_emulated())
 		return 0;
 	print_message("  (left to a device under the emulator: %s)\n", what);
+	return 1;
+}
+
+/* Under the emulator's TSan build (ten times the cost), which needs each
+ * kernel's paths once, not every shape: the larger cases are left to its ASan
+ * run, saying so. */
+static inline int tsan_leaves(const char *what)
+{
+	if (!titan_gpu_emulated || titan_gpu_emulated() < 2)
+		return 0;
+	print_message("  (left to the emulator's ASan run: %s)\n", what);
 	return 1;
 }
 
