@@ -38,7 +38,7 @@ struct rounds {
 	int rank, n;
 	size_t total;        /* elements of the whole buffer; block i starts at off(i) */
 	const char *src;     /* the caller's send buffer */
-	const char *own;     /* all-gather: the caller's block, not yet in dst */
+	const char *own;     /* all-gather: this rank's block, not yet in dst */
 	char *dst;           /* the whole result (all-gather, all-reduce) */
 	char *out;           /* where reduce-scatter's block goes */
 	phase phases[2];
@@ -169,7 +169,8 @@ static int ag_ring(rounds *s, titan_err *e)
 		    at(s, s->dst, rb), len(s, rb, rb + 1), e);
 }
 
-/* The caller's block to its place in dst, once the first round is posted:
+/* This rank's block (the caller's, or all-reduce's sum in the scratch) to its
+ * place in dst, once the all-gather's first round is posted:
  * the copy overlaps the transfer instead of holding up the peer, which
  * waits for this rank's message (2 ranks, 2 MiB: 225 us a call against
  * 86 with the copy first). */
@@ -272,15 +273,22 @@ static void begin_phase(rounds *s)
 	s->steps = p == ALL_TO_ALLV ? 1 : p == AG_RING || p == RS_RING ? s->n - 1 : log2i(s->n);
 }
 
-/* Reduce-scatter's result, the last partial sum, to its place. */
+/* Reduce-scatter's result, the last partial sum, to its place; before an
+ * all-gather (all-reduce), that round's first message carries it from the
+ * scratch and the copy follows the post (place_own). */
 static void end_phase(rounds *s)
 {
 	phase p = s->phases[s->ph];
 	size_t b = len(s, s->rank, s->rank + 1) * s->es;
-	if (p == RS_HALVING)
-		memcpy(s->out, at(s, s->t0, s->rank), b);
-	else if (p == RS_RING)
-		memcpy(s->out, s->n % 2 ? s->t1 : s->t0, b); /* round n - 2's receipt */
+	const char *sum = p == RS_HALVING ? at(s, s->t0, s->rank)
+			: s->n % 2        ? s->t1
+					  : s->t0; /* RS_RING: round n - 2's receipt */
+	if (p != RS_HALVING && p != RS_RING)
+		return;
+	if (s->ph + 1 < s->nphases)
+		s->own = sum;
+	else
+		memcpy(s->out, sum, b);
 }
 
 int rounds_test(rounds *s, int *done, titan_err *e)
