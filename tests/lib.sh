@@ -294,6 +294,20 @@ seed = 7
 EOF
 }
 
+# t_need_emu WHAT: the CUDA emulator's builds (tests/emu/emu.mk) are there, or
+# this file ends: skipped under SAN=1 (make check runs them, with their own
+# sanitizers) and where CUDA's headers are missing (a failure under CI=true).
+t_need_emu() {
+	if [ "${SAN:-0}" = 1 ]; then
+		t_skip "$1" "make check runs it, with the emulator's own sanitizers"
+		t_done
+	fi
+	[ -x "$ROOT/build/emu/asan/test_gpu_ops" ] && [ -x "$ROOT/build/emu/tsan/test_gpu_ops" ] && return 0
+	why="the CUDA emulator is not built: no CUDA headers (CUDA_HOME); make emu"
+	if [ "${CI:-}" = true ]; then t_not_ok "$1" "$why"; else t_skip "$1" "$why"; fi
+	t_done
+}
+
 t_done() {
 	t_mpi_flush
 	echo "# $T_N tests, $T_FAILED failed"

@@ -9,16 +9,7 @@
 . tests/lib.sh
 
 emu=$ROOT/build/emu/asan
-if [ "${SAN:-0}" = 1 ]; then
-	t_skip "the kernels on the CUDA emulator" "make check runs them, under ASan"
-	t_done
-fi
-if [ ! -x "$emu/test_gpu_ops" ]; then
-	why="not built: no CUDA headers (CUDA_HOME); make emu"
-	if [ "${CI:-}" = true ]; then t_not_ok "the kernels on the CUDA emulator" "$why"; else
-		t_skip "the kernels on the CUDA emulator" "$why"; fi
-	t_done
-fi
+t_need_emu "the kernels on the CUDA emulator"
 
 rm -f "$emu"/kernels/*.gcda
 # The emulator's own promises first (launch limits, collectives, poison).

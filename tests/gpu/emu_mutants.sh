@@ -9,12 +9,7 @@
 #   shfl      kernels/attention.cu shuffling with a half-warp mask
 . tests/lib.sh
 
-emu=$ROOT/build/emu
-if [ "${SAN:-0}" = 1 ] || [ ! -x "$emu/asan/test_gpu_ops" ]; then
-	if [ "${CI:-}" = true ] && [ "${SAN:-0}" != 1 ]; then t_not_ok "mutants" "the emulator is not built"; else
-		t_skip "broken kernels fail on the emulator" "run by make check where the emulator is built"; fi
-	t_done
-fi
+t_need_emu "broken kernels fail on the emulator"
 mk() { make -s --no-print-directory -C "$ROOT" "emu-print-$1"; }
 kflags=$(mk EMU_KFLAGS) ldlibs=$(mk EMU_LDLIBS) libtitan=$(mk LIBTITAN)
 case $libtitan in /*) ;; *) libtitan=$ROOT/$libtitan ;; esac

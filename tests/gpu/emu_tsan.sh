@@ -7,16 +7,7 @@
 . tests/lib.sh
 
 emu=$ROOT/build/emu/tsan
-if [ "${SAN:-0}" = 1 ]; then
-	t_skip "the kernels on the CUDA emulator under TSan" "make check runs them"
-	t_done
-fi
-if [ ! -x "$emu/test_gpu_ops" ]; then
-	why="not built: no CUDA headers (CUDA_HOME); make emu"
-	if [ "${CI:-}" = true ]; then t_not_ok "the kernels under TSan" "$why"; else
-		t_skip "the kernels under TSan" "$why"; fi
-	t_done
-fi
+t_need_emu "the kernels on the CUDA emulator under TSan"
 export OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 # The highest-numbered threads first: the other order from emu.sh's run.
 export EMU_SCHEDULE=high

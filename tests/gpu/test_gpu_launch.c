@@ -65,6 +65,17 @@ static float *floats_of(const double *x, size_t n)
 	return f;
 }
 
+/* x (n) on the device as tx, and *xf the same values as floats, as the CPU's
+ * float8 functions read them. */
+static void *f8_input_dev(const double *x, size_t n, int tx, float **xf)
+{
+	double *xr = f64_copy(x, n);
+	void *dx = dev_from(xr, n, tx);
+	*xf = floats_of(xr, n);
+	free(xr);
+	return dx;
+}
+
 /* A device copy of x (n of dt) starting off elements into its allocation
  * (off = 1: not 16-byte aligned, which sends a launcher to its element-wise
  * path); *base is what to free.  x is rounded in place, as by dev_from. */
@@ -293,9 +304,8 @@ static void f8_amax_matches_the_cpu_bit_for_bit(void **state)
 		size_t n = (size_t)(s.rows * s.cols);
 		double *x = f8_input(s);
 		for (int tx = GPU_F32; tx <= GPU_BF16; tx++) {
-			double *xr = f64_copy(x, n);
-			void *dx = dev_from(xr, n, tx);
-			float *xf = floats_of(xr, n);
+			float *xf;
+			void *dx = f8_input_dev(x, n, tx, &xf);
 			for (int sc = GPU_F8_TENSOR; sc <= GPU_F8_COLS; sc++) {
 				int64_t ns = f8_n_scales((f8_scaling)sc, s.rows, s.cols);
 				float *want = malloc((size_t)ns * sizeof *want);
@@ -311,7 +321,7 @@ static void f8_amax_matches_the_cpu_bit_for_bit(void **state)
 				free(want);
 				gpu_free(dam);
 			}
-			free(xr), free(xf);
+			free(xf);
 			gpu_free(dx);
 		}
 		free(x);
@@ -379,9 +389,8 @@ static void f8_cast_scales_and_codes_match_the_cpu_bit_for_bit(void **state)
 		size_t n = (size_t)(s.rows * s.cols);
 		double *x = f8_input(s);
 		for (int tx = GPU_F32; tx <= GPU_BF16; tx++) {
-			double *xr = f64_copy(x, n);
-			void *dx = dev_from(xr, n, tx);
-			float *xf = floats_of(xr, n);
+			float *xf;
+			void *dx = f8_input_dev(x, n, tx, &xf);
 			for (int fmt = GPU_E4M3; fmt <= GPU_E5M2; fmt++)
 				for (int sc = GPU_F8_TENSOR; sc <= GPU_F8_COLS; sc++)
 					for (int pow2 = 0; pow2 < 2; pow2++)
@@ -395,7 +404,7 @@ static void f8_cast_scales_and_codes_match_the_cpu_bit_for_bit(void **state)
 									       pow2,   tr,     given};
 								f8_cast_case(dx, xf, k);
 							}
-			free(xr), free(xf);
+			free(xf);
 			gpu_free(dx);
 		}
 		free(x);
@@ -406,13 +415,12 @@ static void f8_cast_scales_and_codes_match_the_cpu_bit_for_bit(void **state)
 	size_t n = (size_t)(f8_tall.rows * f8_tall.cols);
 	double *x = f8_input(f8_tall);
 	for (int tx = GPU_F32; tx <= GPU_BF16; tx++) {
-		double *xr = f64_copy(x, n);
-		void *dx = dev_from(xr, n, tx);
-		float *xf = floats_of(xr, n);
+		float *xf;
+		void *dx = f8_input_dev(x, n, tx, &xf);
 		cast_case k = {f8_tall.rows, f8_tall.cols, tx, tx == GPU_F32 ? GPU_E4M3 : GPU_E5M2,
 			       GPU_F8_ROWS,  1,            tx == GPU_BF16, 0};
 		f8_cast_case(dx, xf, k);
-		free(xr), free(xf);
+		free(xf);
 		gpu_free(dx);
 	}
 	free(x);
