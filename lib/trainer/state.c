@@ -17,7 +17,21 @@ struct tstate_saver {
 	size_t nblobs, capblobs;
 	dcp_saver *dcp;
 	char *dir;
+	int holds_images;  /* the kept staging images below are this saver's */
+	size_t next_image;
 };
+
+/* The host images an asynchronous save stages (the shard's parameters and
+ * optimizer states, their conversions), kept for the next save as torchtitan
+ * keeps its pinned staging buffer: the k-th image of a save reuses the k-th of
+ * the save before, so from the second save on staging costs its copies and
+ * no allocation or page faults.  One saver holds them at a time (another
+ * meanwhile allocates its own); synchronous saves do not keep them. */
+static struct {
+	void **p;
+	size_t *cap, n, alloc;
+	int busy;
+} images;
 
 static void saver_free(tstate_saver *sv)
 {
@@ -31,6 +45,8 @@ static void saver_free(tstate_saver *sv)
 	free(sv->blobs);
 	free(sv->items);
 	free(sv->dir);
+	if (sv->holds_images)
+		images.busy = 0;
 	free(sv);
 }
 
@@ -55,6 +71,39 @@ static void *keep(tstate_saver *sv, void *blob)
 	}
 	sv->blobs[sv->nblobs++] = blob;
 	return blob;
+}
+
+/* `bytes` of host memory for a staged image, alive until the save ends. */
+static void *stage_image(tstate_saver *sv, size_t bytes)
+{
+	if (!sv->holds_images)
+		return keep(sv, malloc(bytes));
+	size_t k = sv->next_image++;
+	if (k == images.n) {
+		if (images.n == images.alloc) {
+			size_t c = images.alloc ? 2 * images.alloc : 16;
+			void **p = realloc(images.p, c * sizeof *p);
+			if (p != NULL)
+				images.p = p;
+			size_t *cap = realloc(images.cap, c * sizeof *cap);
+			if (cap != NULL)
+				images.cap = cap;
+			if (p == NULL || cap == NULL)
+				return NULL;
+			images.alloc = c;
+		}
+		images.p[k] = NULL;
+		images.cap[k] = 0;
+		images.n++;
+	}
+	if (images.cap[k] < bytes) { /* a bigger one: no copy of the old */
+		free(images.p[k]);
+		images.cap[k] = 0;
+		if ((images.p[k] = malloc(bytes)) == NULL)
+			return NULL;
+		images.cap[k] = bytes;
+	}
+	return images.p[k];
 }
 
 static const char *name(tstate_saver *sv, const char *a, const char *b, const char *c)
@@ -134,7 +183,7 @@ static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n
 static float *to_host(tstate_saver *sv, plan *p, const void *dev)
 {
 	titan_err e;
-	float *h = keep(sv, malloc(plan_shard_numel(p) * sizeof(float) + 1));
+	float *h = stage_image(sv, plan_shard_numel(p) * sizeof(float) + 1);
 	return h != NULL && plan_shard_download(p, h, dev, &e) == 0 ? h : NULL;
 }
 
@@ -151,7 +200,7 @@ static void *as_dtype(tstate_saver *sv, float *x, size_t n, ptz_dtype dt)
 {
 	if (dt == PTZ_F32)
 		return x;
-	void *y = keep(sv, malloc(n * ptz_dtype_size(dt) + 1));
+	void *y = stage_image(sv, n * ptz_dtype_size(dt) + 1);
 	if (y != NULL)
 		ptz_convert(y, dt, x, PTZ_F32, n);
 	return y;
@@ -211,7 +260,7 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 			continue;
 		void *data = params + b->shard_off;
 		if (dt != PTZ_F32) {
-			data = keep(sv, malloc(b->numel * ptz_dtype_size(dt)));
+			data = stage_image(sv, b->numel * ptz_dtype_size(dt));
 			if (data == NULL)
 				return err_set(err, "out of memory");
 			ptz_convert(data, dt, params + b->shard_off, PTZ_F32, b->numel);
@@ -349,6 +398,8 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 		err_set(err, "out of memory");
 		return NULL;
 	}
+	if (o->async && !images.busy)
+		images.busy = sv->holds_images = 1;
 	int rc = add_model(sv, s, o->model_only ? o->export_dtype : NULL, err);
 	if (rc == 0 && !o->model_only)
 		rc = add_optimizer(sv, s, err) || (s->rank == 0 && add_lr_scheduler(sv, s, err)) ||

@@ -202,6 +202,15 @@ losses "$TMP/g/metrics.jsonl" 11 20 >"$TMP/g.loss"
 t_same "checkpointing does not change the losses" "$TMP/a.loss" "$TMP/g.loss"
 left=$(cd "$TMP/g/checkpoint" && ls -d step-* | sort | tr '\n' ' ')
 if [ "$left" = "step-15 step-20 " ]; then t_ok "keep_latest_k purges older checkpoints"; else t_not_ok "keep_latest_k purges older checkpoints" "left: $left"; fi
+# step-15 was staged in the host images step-5 and step-10 staged before it
+# (lib/trainer/state.c keeps them between async saves): resuming from it is
+# bit-exact all the same.
+cp -r "$TMP/g" "$TMP/g2"
+rm -rf "$TMP/g2/checkpoint/step-20"
+t_run "resume from the third async save" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/g2"
+losses "$TMP/a/metrics.jsonl" 16 20 >"$TMP/a16.loss"
+losses "$TMP/g2/metrics.jsonl" 16 20 >"$TMP/g2.loss"
+t_same "an async save in reused staging resumes bit-exact" "$TMP/a16.loss" "$TMP/g2.loss"
 
 # H: load_step picks an older checkpoint than the latest; exclude_from_loading
 # drops parts (without the dataloader state the data restarts: losses differ).
