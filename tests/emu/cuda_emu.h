@@ -37,6 +37,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "emu_abi.h"
+
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 
@@ -59,9 +61,6 @@ uint64_t emu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width);
 #define blockDim (emu_block_dim())
 #define gridDim (emu_grid_dim())
 #define warpSize 32
-
-enum { EMU_SHFL, EMU_SHFL_UP, EMU_SHFL_DOWN, EMU_SHFL_XOR, EMU_BALLOT, EMU_ANY, EMU_ALL,
-       EMU_SYNCWARP };
 
 inline void __syncthreads(void) { emu_syncthreads(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_warp_op(EMU_SYNCWARP, mask, 0, 0, 32); }
@@ -198,15 +197,6 @@ inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
 
 // --- launches ---
 namespace emu {
-
-struct config {
-	const char *kernel; // as the launch names it
-	const char *file;
-	int line;
-	dim3 grid, block;
-	size_t smem;
-	cudaStream_t stream;
-};
 
 // Runs body(ctx) as every thread of every block of c's grid; a configuration
 // the device would refuse sets the launch error instead (cudaGetLastError).

@@ -22,6 +22,7 @@
 // after the other (to TSan too: a block's threads reuse the stacks and the
 // shared memory of the one before, and TSan cannot be told to forget their
 // accesses), so races between blocks go unseen.
+#include "emu_abi.h"
 #include "fiber.h"
 
 #include <cuda_runtime_api.h>
@@ -40,20 +41,6 @@
 #define TSAN 0
 #endif
 
-namespace emu {
-struct config {
-	const char *kernel;
-	const char *file;
-	int line;
-	dim3 grid, block;
-	size_t smem;
-	cudaStream_t stream;
-};
-} // namespace emu
-
-// The ops of cuda_emu.h's emu_warp_op.
-enum { EMU_SHFL, EMU_SHFL_UP, EMU_SHFL_DOWN, EMU_SHFL_XOR, EMU_BALLOT, EMU_ANY, EMU_ALL,
-       EMU_SYNCWARP };
 static const char *const op_names[] = {"__shfl_sync",   "__shfl_up_sync", "__shfl_down_sync",
 				       "__shfl_xor_sync", "__ballot_sync",  "__any_sync",
 				       "__all_sync",      "__syncwarp"};
@@ -123,8 +110,9 @@ static void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
+	fputs("emu: ", stderr);
 	if (E.cfg)
-		fprintf(stderr, "emu: kernel %s launched at %s:%d, block (%u,%u,%u): ", E.cfg->kernel,
+		fprintf(stderr, "kernel %s launched at %s:%d, block (%u,%u,%u): ", E.cfg->kernel,
 			E.cfg->file, E.cfg->line, E.block.x, E.block.y, E.block.z);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
@@ -372,6 +360,8 @@ __attribute__((no_sanitize_address)) static void poison(unsigned char *p, size_t
 	volatile uint64_t *q = (volatile uint64_t *)p;
 	for (size_t i = 0; i < n / 8; i++)
 		q[i] = ~(uint64_t)0;
+	for (size_t i = n / 8 * 8; i < n; i++)
+		((volatile unsigned char *)p)[i] = 0xff;
 }
 
 static void run_block(void)

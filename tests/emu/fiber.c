@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(EMU_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif
 #if defined(__SANITIZE_THREAD__) || defined(EMU_TSAN)
@@ -15,7 +15,7 @@
 
 /* The fiber a switch starts, read by fiber_start on its first run. */
 static _Thread_local fiber *starting;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(EMU_ASAN)
 /* The stack of the thread's own fiber, which ASan must be told when a switch
  * returns to it (new fibers are first entered from there). */
 static _Thread_local const void *self_stack;
@@ -25,7 +25,7 @@ static _Thread_local size_t self_stack_size;
 static void fiber_start(void)
 {
 	fiber *f = starting;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(EMU_ASAN)
 	__sanitizer_finish_switch_fiber(NULL, &self_stack, &self_stack_size);
 #endif
 	f->fn(f->arg);
@@ -119,7 +119,7 @@ void fiber_make(fiber *f, char *stack, size_t size, void (*fn)(void *), void *ar
 void fiber_switch(fiber *from, fiber *to, int from_ends)
 {
 	starting = to;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(EMU_ASAN)
 	__sanitizer_start_switch_fiber(from_ends ? NULL : &from->asan_fake_stack,
 				       to->stack ? to->stack : self_stack,
 				       to->stack ? to->stack_size : self_stack_size);
@@ -137,7 +137,7 @@ void fiber_switch(fiber *from, fiber *to, int from_ends)
 		abort();
 	}
 #endif
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(EMU_ASAN)
 	__sanitizer_finish_switch_fiber(from->asan_fake_stack, NULL, NULL);
 #endif
 }

@@ -42,9 +42,14 @@ mutant() {
 		return
 	fi
 	san=$(mk "EMU_SAN_$kind") cov=$(mk "EMU_COV_$kind")
+	# The broken kernel itself: TSan must see its accesses; under ASan the
+	# emulator's checks and the results find the bug, so it builds plain
+	# (twice as fast) and links with the rest of the ASan build.
+	ksan=$san
+	[ "$kind" = asan ] && ksan=""
 	objs=$(mk "EMU_OBJ_$kind" | tr ' ' '\n' | grep -v "/kernels/$(basename "$kernel" .cu)\\.o$")
 	# shellcheck disable=SC2086 # the flags are lists
-	if ! $cxx $incl $kflags $san -x c++ -c "$m/k.cu" -o "$m/k.o" 2>"$m/cc.log" ||
+	if ! $cxx $incl $kflags $ksan -x c++ -c "$m/k.cu" -o "$m/k.o" 2>"$m/cc.log" ||
 		! $cc $ldflags $san $cov -o "$m/test" "$BUILD/tests/gpu/$test.o" "$m/k.o" $objs "$libtitan" \
 			-Wl,--gc-sections $ldlibs 2>>"$m/cc.log"; then
 		t_not_ok "mutant $name ($kind) builds" "$(head -3 "$m/cc.log")"
@@ -54,7 +59,7 @@ mutant() {
 	# (gcov's counts go to $m, not beside the objects tests/gpu/emu.sh counts)
 	first=$(GCOV_PREFIX=$m/gcov "$m/test" 2>&1 | grep -m1 -E '^\[  (ERROR|FAILED) |ThreadSanitizer: data race|^emu: |AddressSanitizer')
 	if echo "$first" | grep -qE "$expect"; then
-		t_ok "mutant $name ($kind) fails: $(echo "$first" | cut -c1-120)"
+		t_ok "mutant $name ($kind) fails: $(echo "$first" | cut -c1-220)"
 	else
 		t_not_ok "mutant $name ($kind) fails as expected ($expect)" "first sign: ${first:-none, it passed}"
 	fi

@@ -27,7 +27,7 @@
  * and dsinks (random to start with: the op accumulates) is checked too. */
 static void check_attention_sinks(gpu_att a, int dt, int path, gpu_attn *cudnn, double sinks)
 {
-	if (a.b * a.tq * a.tk * a.h > 100000 && tsan_leaves("b tq tk h over 100000"))
+	if (a.b * a.tq * a.tk * a.h > 40000 && tsan_leaves("b tq tk h over 40000"))
 		return;
 	int64_t b = a.b, tq = a.tq, tk = a.tk, h = a.h, hkv = a.hkv, hd = a.hd;
 	int64_t hdv = a.hdv ? a.hdv : hd;
