@@ -279,16 +279,15 @@ static void begin_phase(rounds *s)
 static void end_phase(rounds *s)
 {
 	phase p = s->phases[s->ph];
-	size_t b = len(s, s->rank, s->rank + 1) * s->es;
+	if (p != RS_HALVING && p != RS_RING)
+		return;
 	const char *sum = p == RS_HALVING ? at(s, s->t0, s->rank)
 			: s->n % 2        ? s->t1
 					  : s->t0; /* RS_RING: round n - 2's receipt */
-	if (p != RS_HALVING && p != RS_RING)
-		return;
 	if (s->ph + 1 < s->nphases)
 		s->own = sum;
 	else
-		memcpy(s->out, sum, b);
+		memcpy(s->out, sum, len(s, s->rank, s->rank + 1) * s->es);
 }
 
 int rounds_test(rounds *s, int *done, titan_err *e)
