@@ -3,7 +3,7 @@
 # syntax) and run on fibers by the GPU tests that call the kernels' launchers,
 # against the CPU backend.  Two builds: asan (ASan + UBSan + gcov: bounds,
 # misaligned vector accesses, the lines each kernel executes) and tsan
-# (ThreadSanitizer: races between a block's threads and between blocks).
+# (ThreadSanitizer: races between the threads of a block).
 # tests/gpu/emu.sh and emu_tsan.sh run them; tests/gpu/emu_mutants.sh holds
 # the emulator to catching broken kernels.  Needs CUDA's headers, not a GPU
 # (EMU=0 leaves it out); make check builds it beside the plain build.
