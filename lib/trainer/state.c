@@ -27,9 +27,13 @@ struct tstate_saver {
  * the save before, so from the second save on staging costs its copies and
  * no allocation or page faults.  One saver holds them at a time (another
  * meanwhile allocates its own); synchronous saves do not keep them. */
+typedef struct image {
+	void *p;
+	size_t cap;
+} image;
 static struct {
-	void **p;
-	size_t *cap, n, alloc;
+	image *img;
+	size_t n, alloc;
 	int busy;
 } images;
 
@@ -80,30 +84,19 @@ static void *stage_image(tstate_saver *sv, size_t bytes)
 		return keep(sv, malloc(bytes));
 	size_t k = sv->next_image++;
 	if (k == images.n) {
-		if (images.n == images.alloc) {
-			size_t c = images.alloc ? 2 * images.alloc : 16;
-			void **p = realloc(images.p, c * sizeof *p);
-			if (p != NULL)
-				images.p = p;
-			size_t *cap = realloc(images.cap, c * sizeof *cap);
-			if (cap != NULL)
-				images.cap = cap;
-			if (p == NULL || cap == NULL)
-				return NULL;
-			images.alloc = c;
-		}
-		images.p[k] = NULL;
-		images.cap[k] = 0;
-		images.n++;
-	}
-	if (images.cap[k] < bytes) { /* a bigger one: no copy of the old */
-		free(images.p[k]);
-		images.cap[k] = 0;
-		if ((images.p[k] = malloc(bytes)) == NULL)
+		if (grow((void **)&images.img, &images.alloc, images.n, sizeof(image)) != 0)
 			return NULL;
-		images.cap[k] = bytes;
+		images.img[images.n++] = (image){NULL, 0};
 	}
-	return images.p[k];
+	image *im = &images.img[k];
+	if (im->cap < bytes) { /* a bigger one: no copy of the old */
+		free(im->p);
+		im->cap = 0;
+		if ((im->p = malloc(bytes)) == NULL)
+			return NULL;
+		im->cap = bytes;
+	}
+	return im->p;
 }
 
 static const char *name(tstate_saver *sv, const char *a, const char *b, const char *c)

@@ -47,9 +47,14 @@ static inline void need_gpu(void)
  * there, saying so. */
 int titan_gpu_emulated(void) __attribute__((weak));
 
+static inline int gpu_emulated(void)
+{
+	return titan_gpu_emulated ? titan_gpu_emulated() : 0;
+}
+
 static inline int device_only(const char *what)
 {
-	if (!titan_gpu_emulated || !titan_gpu_emulated())
+	if (!gpu_emulated())
 		return 0;
 	print_message("  (left to a device under the emulator: %s)\n", what);
 	return 1;
@@ -60,7 +65,7 @@ static inline int device_only(const char *what)
  * run, saying so. */
 static inline int tsan_leaves(const char *what)
 {
-	if (!titan_gpu_emulated || titan_gpu_emulated() < 2)
+	if (gpu_emulated() < 2)
 		return 0;
 	print_message("  (left to the emulator's ASan run: %s)\n", what);
 	return 1;

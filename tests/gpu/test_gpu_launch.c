@@ -262,6 +262,13 @@ static const f8_shape f8_shapes[] = {
 /* More rows than the per-row amax's grid (65535 blocks): its loop wraps. */
 static const f8_shape f8_tall = {65537, 1, 0};
 
+/* The shapes the emulator's TSan run leaves to its ASan one (the small ones
+ * reach every path of the casts). */
+static int f8_tsan_leaves(f8_shape s)
+{
+	return s.rows * s.cols > 4096 && tsan_leaves("over 4096 elements");
+}
+
 /* x (rows, cols): magnitudes over several decades, so that the casts reach
  * both their saturation and their subnormals; a zero row and a column of -0
  * (an amax of 0 takes the 1e-12 floor; -0's code keeps its sign).  With trap:
@@ -301,7 +308,7 @@ static void f8_amax_matches_the_cpu_bit_for_bit(void **state)
 		if (c == nshapes && device_only("65537 x 1, 65535 blocks of 256 threads"))
 			break;
 		f8_shape s = c < nshapes ? f8_shapes[c] : f8_tall;
-		if (s.rows * s.cols > 4096 && tsan_leaves("over 4096 elements"))
+		if (f8_tsan_leaves(s))
 			continue;
 		size_t n = (size_t)(s.rows * s.cols);
 		double *x = f8_input(s);
@@ -388,7 +395,7 @@ static void f8_cast_scales_and_codes_match_the_cpu_bit_for_bit(void **state)
 	seed(105);
 	for (size_t c = 0; c < sizeof f8_shapes / sizeof f8_shapes[0]; c++) {
 		f8_shape s = f8_shapes[c];
-		if (s.rows * s.cols > 4096 && tsan_leaves("over 4096 elements"))
+		if (f8_tsan_leaves(s))
 			continue;
 		size_t n = (size_t)(s.rows * s.cols);
 		double *x = f8_input(s);
