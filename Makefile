@@ -125,6 +125,8 @@ CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 KERNEL_BUILD := $(if $(filter 1,$(SAN)),build,$(BUILD))
 LIBTITAN  := $(BUILD)/libtitan.a
 
+# all stays the goal of a plain make, whatever the included file defines first
+.DEFAULT_GOAL := all
 include tests/emu/emu.mk
 
 TOOLS     := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/main.c)))))

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Prints the KEYS and TITAN EXTENSIONS sections of man/titan-config.5 from
-# titan-train's schema (titan-train --list-keys), so that the page, the
+# Prints the KEYS, TITAN EXTENSIONS and TORCHTITAN 0.3.0 sections of
+# man/titan-config.5 from titan-train's schema (titan-train --list-keys) and
+# its table of 0.3.0's paths (--list-030-paths), so that the page, the
 # program and tests/config/configs.sh agree.  With --write, puts them into
 # man/titan-config.5 in place of the old ones (everything from ".Sh KEYS" up to
 # ".Sh FILES").
@@ -62,6 +63,33 @@ sections() {
 				printf "%s", entry(i)
 		print ".El"
 	}'
+	"$train" --list-030-paths | awk -F'\t' '
+	function sentence(s) { return toupper(substr(s, 1, 1)) substr(s, 2) "." }
+	BEGIN {
+		print ".Sh TORCHTITAN 0.3.0"
+		print "A run started with"
+		print ".Fl -module Ar family Fl -config Ar preset ,"
+		print "naming one of torchtitan 0.3.0\x27s presets, follows 0.3.0 (see"
+		print ".Xr titan-train 1 )"
+		print "and takes 0.3.0\x27s command-line paths, listed here with the key each sets or"
+		print "what titan-train does with it; the keys above are refused in such a run, and"
+		print "the paths below that 0.2.2 spells otherwise are refused in a TOML run."
+		print ".Bl -tag -width Ds"
+	}
+	{
+		print ".It Cm " $1
+		if ($2 == "sets" && $3 != "-")
+			print "Sets\n.Cm " $3 " ."
+		else if ($2 == "sets")
+			print "Sets 0.3.0\x27s loss."
+		if ($2 == "only")
+			print "Only " $4 " is accepted."
+		if ($2 == "refused")
+			print "Refused."
+		if ($5 != "-")
+			print sentence($5)
+	}
+	END { print ".El" }'
 }
 
 case "${1:-}" in

@@ -71,16 +71,32 @@ def rmsnorm(x, w, eps):
 
 
 def rotate(x, fc):
-    """x (b, t, h, hd): pairs (2i, 2i+1) as complex numbers times fc (t, hd/2)."""
+    """x (b, t, h, hd): pairs (2i, 2i+1) as complex numbers times fc (t, hd/2), or
+    (b, t, hd/2) with a row of its own per sequence."""
     xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
-    return torch.view_as_real(xc * fc[None, :, None, :]).flatten(3)
+    fc = fc[None] if fc.dim() == 2 else fc
+    return torch.view_as_real(xc * fc[:, :, None, :]).flatten(3)
 
 
-def forward(a, P, ids):
+def document_mask(positions):
+    """torchtitan 0.3.0's block-causal mask (b, 1, t, t) from per-document
+    positions: a document starts where the position is 0."""
+    doc = torch.cumsum((positions == 0).int(), dim=1) - 1
+    t = positions.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    return (causal[None] & (doc[:, :, None] == doc[:, None, :]))[:, None]
+
+
+def forward(a, P, ids, positions=None):
+    """positions (b, t): 0.3.0's documents (per-document RoPE positions and the
+    block-causal mask); None: one causal sequence per row."""
     b, t = ids.shape
     d, h, hkv = a["dim"], a["n_heads"], a["n_kv_heads"]
     hd, eps = d // h, 1e-5
     fc = rope_freqs(hd, t, a["rope_theta"], a["rope_factor"])
+    mask = None
+    if positions is not None:
+        fc, mask = fc[positions], document_mask(positions)
     x = P["tok_embeddings.weight"][ids]
     for l in range(a["n_layers"]):
         p = f"layers.{l}."
@@ -92,7 +108,8 @@ def forward(a, P, ids):
         k = k.repeat_interleave(h // hkv, dim=2)
         v = v.repeat_interleave(h // hkv, dim=2)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                           v.transpose(1, 2), is_causal=True)
+                                           v.transpose(1, 2), attn_mask=mask,
+                                           is_causal=mask is None)
         x = x + o.transpose(1, 2).reshape(b, t, h * hd) @ P[p + "attention.wo.weight"].T
         n2 = rmsnorm(x, P[p + "ffn_norm.weight"], eps)
         g = F.silu(n2 @ P[p + "feed_forward.w1.weight"].T) * (n2 @ P[p + "feed_forward.w3.weight"].T)
@@ -141,12 +158,13 @@ def write(out, name, arr):
     return name
 
 
-def make_case(out, name, a, b, t, seed):
+def make_case(out, name, a, b, t, seed, positions=None):
     rng = np.random.default_rng(seed)
     a["ffn"] = ffn_hidden(a["dim"], a["multiple_of"], a["ffn_dim_multiplier"])
     P = draw_weights(a, rng)
     ids, labels = draw_batch(a, b, t, rng)
-    logits = forward(a, P, ids)
+    pos = None if positions is None else torch.tensor(positions)
+    logits = forward(a, P, ids, pos)
     n_valid = int((labels != -100).sum())
     loss = loss_sum(logits, labels) / n_valid
     loss.backward()
@@ -156,7 +174,15 @@ def make_case(out, name, a, b, t, seed):
     case["labels"] = write(out, f"{name}.labels.bin", labels.numpy().astype("<i4"))
     case["logits"] = write(out, f"{name}.logits.bin", logits.detach().numpy().astype("<f4"))
     case["grads"] = write(out, f"{name}.grads.bin", flat(a, P, grad=True))
+    if positions is not None:
+        case["positions"] = write(out, f"{name}.positions.bin",
+                                  np.array(positions).astype("<i4"))
     return case
+
+
+def doc_positions(lengths):
+    """One row's positions for documents of these lengths (each counts from 0)."""
+    return [i for n in lengths for i in range(n)]
 
 
 def lr_factor(i, warmup, stable, decay, kind, min_f):
@@ -319,6 +345,12 @@ def main():
         # head_dim 128, ffn_dim_multiplier, tied embeddings (Llama 3.2 style).
         "hd128": make_case(out, "hd128", args(128, 1, 1, 1, 96, 16, 0.5, tied=True), 3, 5,
                            seed=3),
+        # The gqa shape over 0.3.0's documents: per-document RoPE positions and
+        # the block-causal mask, other boundaries in each row, a document of one
+        # token, one longer than a window's rest.
+        "gqa_docs": make_case(out, "gqa_docs", args(64, 2, 4, 2, 256), 2, 13, seed=5,
+                              positions=[doc_positions([5, 1, 7]),
+                                         doc_positions([3, 10])]),
         # torchtitan's debugmodel at full size with titan's seeded init, seq 37.
         "debugmodel": make_flavor(out, "debugmodel", args(256, 6, 16, 16, 2048, 256), 1, 37,
                                   seed=1234),

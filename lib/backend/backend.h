@@ -136,6 +136,11 @@ typedef struct be_attn {
 	int64_t chunk;     /* chunked attention's chunk in positions; 0: none */
 	const void *sinks; /* (h) float32 or NULL */
 	void *dsinks;      /* (h) float32, accumulated, or NULL */
+	const int32_t *doc; /* (b, doc_t) backend memory, or NULL: doc[bi * doc_t + p] is the
+			       first position of the document that position p of batch row bi
+			       belongs to (non-decreasing in p, <= p) */
+	int64_t doc_t;      /* positions per row of doc (the whole sequence: a context-parallel
+			       rank passes the full rows and its q_pos0/k_pos0) */
 } be_attn;
 
 /* Mixture of experts (torchtitan's MoE: TokenChoiceTopKRouter, TokenReorderer,

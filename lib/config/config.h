@@ -42,6 +42,16 @@ typedef struct cfg_dataloader {
  * optional value torchtitan spells `None` is a NULL string, a NaN double, or
  * an integer with its *_set flag 0. */
 typedef struct job_config {
+	/* The torchtitan release the run follows: 0 for 0.2.2 (a TOML config and
+	 * the keys below), 1 for 0.3.0 (--module/--config naming one of its
+	 * presets, and its CLI paths: lib/config/tt030.h), which packs documents,
+	 * masks attention to them and names its checkpoint's tensors its way. */
+	int follows_030;
+	struct {
+		int64_t num_chunks;        /* 0.3.0's loss.num_chunks (0: its 8) */
+		int64_t global_vocab_size; /* 0.3.0's loss.loss_fn.global_vocab_size (0: the
+					      model's; another value is refused) */
+	} loss030;
 	struct {
 		char *config_file; /* the TOML file read, or NULL */
 		char *dump_folder;

@@ -246,6 +246,20 @@ int dcp_source_bytes(dcp_source *s, const dcp_src_item *it, uint8_t **out, size_
  * dataloader. or train_state.). */
 int dcp_is_model_key(const char *name);
 
+/* torchtitan 0.3.0's names --------------------------------------------------
+ * 0.3.0 renamed model tensors (the layout, shapes and values are 0.2.2's):
+ * output.weight -> lm_head.weight; attention.w{q,k,v}.* -> attention.
+ * qkv_linear.w{q,k,v}.* (not MLA's wq: DeepSeek V3 keeps attention.wq);
+ * moe.experts.w1, w2, w3 -> moe.routed_experts.inner_experts.w1_EFD, w2_EDF,
+ * w3_EFD (GPT-OSS's mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias -> _EGD,
+ * _EG, _EDF, _ED); moe.expert_bias -> moe.expert_bias_E.  Prefixes (optimizer.
+ * state.) pass through.  Each returns its result in buf (n bytes), or name
+ * itself when unchanged or too long. */
+const char *dcp_name_030(const char *name, int mla, char *buf, size_t n);
+const char *dcp_name_022(const char *name, char *buf, size_t n);
+/* Whether the open checkpoint names its model tensors 0.3.0's way. */
+int dcp_names_are_030(const dcp_ckpt *c);
+
 /* Conversions ------------------------------------------------------------- */
 
 typedef struct dcp_convert_opts {

@@ -9,7 +9,7 @@
 #include "shard/shard.h"
 
 typedef struct slot {
-	int32_t *inputs, *labels, *doc_ids; /* (B, T) each */
+	int32_t *inputs, *labels, *doc_ids, *positions; /* (B, T) each */
 	loader_batch b;
 	int rc;          /* 1 batch, 0 end of val, -1 error */
 	titan_err err;
@@ -24,6 +24,7 @@ struct loader {
 				  first tokens are used */
 	size_t n_files;
 	uint64_t total;        /* tokens in the split */
+	uint64_t units;        /* what windows cut: tokens, or pairs (documents) */
 	uint64_t W;            /* windows per epoch (train) or in the pass (val) */
 	loader_state id;       /* seed, seq_len, shuffle, split, data identity */
 	uint32_t vocab_size;
@@ -33,9 +34,11 @@ struct loader {
 	uint64_t cache_epoch;
 	int cache_valid;
 	uint32_t *order;       /* n_files */
-	uint64_t *prefix;      /* n_files + 1: token offsets of the epoch's stream */
+	uint64_t *prefix;      /* n_files + 1: offsets of the epoch's stream in units */
 	shard_dec *dec;        /* shared by every shard */
 	uint32_t *win;         /* (T + 1) */
+	uint32_t *span;        /* documents: the tokens of a file's pairs (span_cap) */
+	size_t span_cap;
 	uint8_t *starts;       /* (T + 1): a document starts at this window position */
 
 	/* queue: batch q (0, 1, ... since the cursor was set) lives in slot q % depth */
@@ -138,6 +141,12 @@ size_t loader_shards(const loader *l)
 
 /* ---- producing one batch */
 
+static uint64_t file_units(const loader *l, shard_file *f)
+{
+	const shard_header *h = shard_file_header(f);
+	return l->o.documents ? h->n_tokens - h->n_docs : h->n_tokens;
+}
+
 static void set_epoch(loader *l, uint64_t e)
 {
 	if (l->cache_valid && l->cache_epoch == e)
@@ -145,16 +154,15 @@ static void set_epoch(loader *l, uint64_t e)
 	loader_shard_order(l, e, l->order);
 	l->prefix[0] = 0;
 	for (size_t k = 0; k < l->n_files; k++)
-		l->prefix[k + 1] = l->prefix[k] + shard_file_header(l->files[l->order[k]])->n_tokens;
+		l->prefix[k + 1] = l->prefix[k] + file_units(l, l->files[l->order[k]]);
 	l->cache_epoch = e;
 	l->cache_valid = 1;
 }
 
-/* Copy len tokens of the epoch stream from s into l->win, marking document
- * starts in l->starts. */
-static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
+/* The shard k of the epoch's order with prefix[k] <= s < prefix[k+1]. */
+static size_t file_at(const loader *l, uint64_t s)
 {
-	size_t lo = 0, hi = l->n_files; /* the shard k with prefix[k] <= s < prefix[k+1] */
+	size_t lo = 0, hi = l->n_files;
 	while (hi - lo > 1) {
 		size_t mid = (lo + hi) / 2;
 		if (l->prefix[mid] <= s)
@@ -162,6 +170,27 @@ static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
 		else
 			hi = mid;
 	}
+	return lo;
+}
+
+/* What titan-shard verify reads, done as the shard is first read (on the
+ * prefetch thread), not for every shard at start: a data set of thousands of
+ * shards starts at once, and each process pays for the shards it reads. */
+static int verify_once(loader *l, size_t k, titan_err *err)
+{
+	if (!l->verified[l->order[k]]) {
+		if (shard_file_verify(l->files[l->order[k]], err) != 0)
+			return -1;
+		l->verified[l->order[k]] = 1;
+	}
+	return 0;
+}
+
+/* Copy len tokens of the epoch stream from s into l->win, marking document
+ * starts in l->starts. */
+static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
+{
+	size_t lo = file_at(l, s);
 	memset(l->starts, 0, (size_t)l->T + 1);
 	size_t done = 0;
 	for (size_t k = lo; done < len; k++) {
@@ -173,15 +202,8 @@ static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
 		uint64_t off = s + done - l->prefix[k];
 		if (off >= h->n_tokens)
 			continue;
-		/* What titan-shard verify reads, done as the shard is first read
-		 * (on the prefetch thread), not for every shard at start: a
-		 * data set of thousands of shards starts at once, and each
-		 * process pays for the shards it reads. */
-		if (!l->verified[l->order[k]]) {
-			if (shard_file_verify(f, err) != 0)
-				return -1;
-			l->verified[l->order[k]] = 1;
-		}
+		if (verify_once(l, k, err) != 0)
+			return -1;
 		size_t take = h->n_tokens - off < len - done ? (size_t)(h->n_tokens - off) : len - done;
 		if (shard_file_read(f, l->dec, off, take, l->win + done, err) != 0)
 			return -1;
@@ -198,6 +220,113 @@ static int fill(loader *l, uint64_t s, size_t len, titan_err *err)
 		}
 		done += take;
 	}
+	return 0;
+}
+
+/* The document of f holding its pair q: the last d with doc_start(d) - d <= q
+ * (the pairs before it; a one-token document has none, and the search passes
+ * over it). */
+static uint64_t doc_of_pair(shard_file *f, uint64_t q)
+{
+	uint64_t lo = 0, hi = shard_file_header(f)->n_docs;
+	while (hi - lo > 1) {
+		uint64_t mid = (lo + hi) / 2;
+		if (shard_file_doc_start(f, mid) - mid <= q)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int grow_span(loader *l, size_t n, titan_err *err)
+{
+	if (n <= l->span_cap)
+		return 0;
+	uint32_t *p = realloc(l->span, n * sizeof *p);
+	if (p == NULL)
+		return err_set(err, "%s: out of memory for %zu tokens", l->o.dir, n);
+	l->span = p;
+	l->span_cap = n;
+	return 0;
+}
+
+/* Pairs [q, q + take) of file k (of the epoch's order) into in, lab, pos: one
+ * read of the tokens they span, then walked document by document.  The first
+ * document counts its positions from 0 (0.3.0 normalises a window's leading
+ * part of a document so); the ones after start at 0 anyway. */
+static int file_pairs(loader *l, size_t k, uint64_t q, size_t take, int32_t *in, int32_t *lab,
+		      int32_t *pos, titan_err *err)
+{
+	shard_file *f = l->files[l->order[k]];
+	const shard_header *h = shard_file_header(f);
+	uint64_t d = doc_of_pair(f, q), d1 = doc_of_pair(f, q + take - 1);
+	uint64_t t0 = q + d, t1 = q + take - 1 + d1 + 2; /* tokens [t0, t1) */
+	if (verify_once(l, k, err) != 0 || grow_span(l, (size_t)(t1 - t0), err) != 0 ||
+	    shard_file_read(f, l->dec, t0, (size_t)(t1 - t0), l->span, err) != 0)
+		return -1;
+	uint64_t t = t0;
+	int32_t p = 0;
+	size_t out = 0;
+	for (;;) {
+		uint64_t end = d + 1 < h->n_docs ? shard_file_doc_start(f, d + 1) : h->n_tokens;
+		for (; t + 1 < end && out < take; t++, out++) {
+			in[out] = (int32_t)l->span[t - t0];
+			lab[out] = (int32_t)l->span[t + 1 - t0];
+			pos[out] = p++;
+		}
+		if (out == take)
+			return 0;
+		if (++d >= h->n_docs || (t = shard_file_doc_start(f, d)) >= t1)
+			return err_set(err, "%s: internal error: pairs past the end of a shard",
+				       l->o.dir);
+		p = 0;
+	}
+}
+
+/* len pairs of the epoch's stream from s (documents). */
+static int fill_pairs(loader *l, uint64_t s, size_t len, int32_t *in, int32_t *lab,
+		      int32_t *pos, titan_err *err)
+{
+	size_t done = 0;
+	for (size_t k = file_at(l, s); done < len; k++) {
+		if (k >= l->n_files)
+			return err_set(err, "%s: internal error: window past the end of the data",
+				       l->o.dir);
+		uint64_t q = s + done - l->prefix[k], pairs = l->prefix[k + 1] - l->prefix[k];
+		if (q >= pairs)
+			continue;
+		size_t take = pairs - q < len - done ? (size_t)(pairs - q) : len - done;
+		if (file_pairs(l, k, q, take, in + done, lab + done, pos + done, err) != 0)
+			return -1;
+		done += take;
+	}
+	return 0;
+}
+
+static int make_row_docs(loader *l, uint64_t p, int32_t *in, int32_t *lab, int32_t *pos,
+			 int32_t *doc, int64_t *valid, titan_err *err)
+{
+	const int64_t T = l->T;
+	size_t len = (size_t)T;
+	uint64_t s;
+	if (l->o.split == SHARD_VAL) {
+		s = p * (uint64_t)T;
+		len = p >= l->W ? 0 : l->units - s < len ? (size_t)(l->units - s) : len;
+		set_epoch(l, 0);
+	} else {
+		set_epoch(l, p / l->W);
+		s = loader_window_at(l, p) * (uint64_t)T;
+	}
+	if (len > 0 && fill_pairs(l, s, len, in, lab, pos, err) != 0)
+		return -1;
+	for (size_t t = len; t < (size_t)T; t++) { /* the short last window of val */
+		in[t] = pos[t] = 0;
+		lab[t] = LOADER_IGNORE_INDEX;
+	}
+	*valid += (int64_t)len;
+	for (int64_t t = 0, c = -1; doc && t < T; t++)
+		doc[t] = (int32_t)(c += pos[t] == 0);
 	return 0;
 }
 
@@ -239,14 +368,21 @@ static int produce(loader *l, uint64_t q, slot *sl)
 		return sl->rc = 0;
 	uint64_t first = P + (uint64_t)l->o.dp_rank * (uint64_t)B;
 	sl->b = (loader_batch){.inputs = sl->inputs, .labels = sl->labels,
+			       .positions = sl->positions,
 			       .doc_ids = l->o.doc_bounds ? sl->doc_ids : NULL, .B = B, .T = T,
 			       .position = P,
 			       .epoch = l->o.split == SHARD_VAL ? 0 : first / l->W};
-	for (int64_t j = 0; j < B; j++)
-		if (make_row(l, first + (uint64_t)j, sl->inputs + j * T, sl->labels + j * T,
-			     l->o.doc_bounds ? sl->doc_ids + j * T : NULL, &sl->b.n_valid,
-			     &sl->err) != 0)
+	for (int64_t j = 0; j < B; j++) {
+		int32_t *doc = l->o.doc_bounds ? sl->doc_ids + j * T : NULL;
+		int rc = l->o.documents
+				 ? make_row_docs(l, first + (uint64_t)j, sl->inputs + j * T,
+						 sl->labels + j * T, sl->positions + j * T, doc,
+						 &sl->b.n_valid, &sl->err)
+				 : make_row(l, first + (uint64_t)j, sl->inputs + j * T,
+					    sl->labels + j * T, doc, &sl->b.n_valid, &sl->err);
+		if (rc != 0)
 			return sl->rc = -1;
+	}
 	return sl->rc = 1;
 }
 
@@ -350,7 +486,9 @@ static int alloc_buffers(loader *l, titan_err *err)
 		s->inputs = malloc(bt * sizeof(int32_t));
 		s->labels = malloc(bt * sizeof(int32_t));
 		s->doc_ids = l->o.doc_bounds ? malloc(bt * sizeof(int32_t)) : NULL;
-		if (!s->inputs || !s->labels || (l->o.doc_bounds && !s->doc_ids))
+		s->positions = l->o.documents ? malloc(bt * sizeof(int32_t)) : NULL;
+		if (!s->inputs || !s->labels || (l->o.doc_bounds && !s->doc_ids) ||
+		    (l->o.documents && !s->positions))
 			return err_set(err, "%s: out of memory for batch buffers", l->o.dir);
 	}
 	return 0;
@@ -397,6 +535,7 @@ static int open_files(loader *l, const shard_manifest *m, titan_err *err)
 		if (shard_entry_check(l->files[i], m, e, err) != 0)
 			return -1;
 		l->total += h->n_tokens;
+		l->units += file_units(l, l->files[i]);
 		uint8_t rec[16]; /* tokens u64, data_crc, index_crc, little-endian */
 		for (int b = 0; b < 8; b++)
 			rec[b] = (uint8_t)(e->tokens >> (8 * b));
@@ -425,6 +564,7 @@ loader *loader_open(const loader_opts *o, titan_err *err)
 	l->B = o->local_batch;
 	l->id = (loader_state){.seed = o->seed, .seq_len = o->seq_len,
 			       .shuffle = o->split == SHARD_TRAIN && o->shuffle,
+			       .documents = o->documents != 0,
 			       .split = (uint32_t)o->split};
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
@@ -450,11 +590,13 @@ loader *loader_open(const loader_opts *o, titan_err *err)
 	if (rc == 0)
 		rc = open_files(l, &m, err);
 	shard_manifest_free(&m);
-	uint64_t w1 = (uint64_t)l->T + 1;
-	l->W = o->split == SHARD_VAL ? (l->total + w1 - 1) / w1 : l->total / w1;
+	uint64_t w1 = (uint64_t)l->T + !o->documents;
+	l->W = o->split == SHARD_VAL ? (l->units + w1 - 1) / w1 : l->units / w1;
 	if (rc == 0 && o->split == SHARD_TRAIN && l->W == 0)
-		rc = err_set(err, "%s: %llu train tokens, fewer than one window of seq_len + 1 = "
-			     "%llu", o->dir, (unsigned long long)l->total, (unsigned long long)w1);
+		rc = err_set(err, "%s: %llu train %s, fewer than one window of %llu", o->dir,
+			     (unsigned long long)l->units,
+			     o->documents ? "pairs (a document's tokens less one)" : "tokens",
+			     (unsigned long long)w1);
 	if (rc == 0)
 		rc = alloc_buffers(l, err);
 	l->threaded = o->prefetch > 0;
@@ -481,12 +623,14 @@ void loader_close(loader *l)
 		free(l->slots[i].inputs);
 		free(l->slots[i].labels);
 		free(l->slots[i].doc_ids);
+		free(l->slots[i].positions);
 	}
 	free(l->slots);
 	free(l->order);
 	free(l->prefix);
 	free(l->win);
 	free(l->starts);
+	free(l->span);
 	shard_dec_free(l->dec);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
@@ -505,12 +649,13 @@ int loader_state_set(loader *l, const loader_state *s, titan_err *err)
 {
 	const loader_state *me = &l->id;
 	if (s->split != me->split || s->seed != me->seed || s->shuffle != me->shuffle ||
-	    s->seq_len != me->seq_len)
+	    s->seq_len != me->seq_len || s->documents != me->documents)
 		return err_set(err, "%s: dataloader state is for split %u, seed %llu, shuffle %u, "
-			       "seq_len %lld; this loader has %u, %llu, %u, %lld", l->o.dir, s->split,
-			       (unsigned long long)s->seed, s->shuffle, (long long)s->seq_len,
+			       "seq_len %lld, %s packing; this loader has %u, %llu, %u, %lld, %s",
+			       l->o.dir, s->split, (unsigned long long)s->seed, s->shuffle,
+			       (long long)s->seq_len, s->documents ? "documents'" : "windows'",
 			       me->split, (unsigned long long)me->seed, me->shuffle,
-			       (long long)me->seq_len);
+			       (long long)me->seq_len, me->documents ? "documents'" : "windows'");
 	if (s->data_tokens != me->data_tokens || s->data_crc != me->data_crc)
 		return err_set(err, "%s: dataloader state was saved over another data set (%llu "
 			       "tokens, id 0x%08x; here %llu, 0x%08x)", l->o.dir,

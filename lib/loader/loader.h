@@ -26,6 +26,14 @@
  * refuses when that does not divide) or accumulates gradients over several
  * calls.
  *
+ * torchtitan 0.3.0 packs documents instead (opts.documents): each document of n
+ * tokens gives the n - 1 pairs (input doc[i], label doc[i + 1]), so a
+ * document's last token never predicts the next one's first; the epoch's stream
+ * is these pairs, cut into windows of seq_len pairs as above (W = floor(pairs /
+ * seq_len)), and batch.positions holds each input's position in its document,
+ * counted from 0 at the window's start for a document that began before it.
+ * The model masks attention to each document and rotates by these positions.
+ *
  * The validation loader (split LOADER_VAL) reads the val shards once in order,
  * with no shuffle; its last window may be short and a final global batch may be
  * incomplete: those positions get label -100 (torchtitan's ignore_index) so
@@ -65,6 +73,7 @@ typedef struct loader_opts {
 				 0 is torchtitan's order, the default we suggest so
 				 loss curves compare with torchtitan's */
 	int doc_bounds;       /* also fill batch.doc_ids */
+	int documents;        /* torchtitan 0.3.0's packing (below), with batch.positions */
 	int prefetch;         /* batches prepared ahead by a thread; 0 = none */
 	const uint8_t *tokenizer; /* NULL, or the 32-byte fingerprint the folder's
 				     tokenizer must have (validation data must be the
@@ -74,6 +83,8 @@ typedef struct loader_opts {
 typedef struct loader_batch {
 	const int32_t *inputs;  /* (B, T) token ids */
 	const int32_t *labels;  /* (B, T) next tokens; LOADER_IGNORE_INDEX where none */
+	const int32_t *positions; /* (B, T) with opts.documents, else NULL: each input's
+				     position in its document, 0 where one starts */
 	const int32_t *doc_ids; /* (B, T) or NULL: per row, the index (from 0) of the
 				   document each input position belongs to; a new
 				   document starts where the id increases (block-causal
@@ -90,6 +101,7 @@ typedef struct loader_state {
 	uint64_t windows;       /* global positions consumed */
 	int64_t seq_len;
 	uint32_t shuffle;
+	uint32_t documents;     /* 0.3.0's packing: its windows count pairs */
 	uint32_t split;
 	uint64_t data_tokens;   /* tokens in the split's shards */
 	uint32_t data_crc;      /* CRC-32C over the split's shard list and CRCs */

@@ -21,7 +21,8 @@ static uint64_t get(const uint8_t *p, int n)
 	return v;
 }
 
-/* "TLDS" version seed windows seq_len shuffle split data_tokens data_crc crc */
+/* "TLDS" version seed windows seq_len flags split data_tokens data_crc crc;
+ * flags: bit 0 shuffle, bit 1 documents (0 in states from before it). */
 void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES])
 {
 	memcpy(out, "TLDS", 4);
@@ -29,7 +30,7 @@ void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES])
 	put(out + 8, s->seed, 8);
 	put(out + 16, s->windows, 8);
 	put(out + 24, (uint64_t)s->seq_len, 8);
-	put(out + 32, s->shuffle, 4);
+	put(out + 32, (s->shuffle & 1) | (s->documents & 1) << 1, 4);
 	put(out + 36, s->split, 4);
 	put(out + 40, s->data_tokens, 8);
 	put(out + 48, s->data_crc, 4);
@@ -56,7 +57,12 @@ int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err
 	s->seed = get(buf + 8, 8);
 	s->windows = get(buf + 16, 8);
 	s->seq_len = (int64_t)get(buf + 24, 8);
-	s->shuffle = (uint32_t)get(buf + 32, 4);
+	uint32_t flags = (uint32_t)get(buf + 32, 4);
+	if (flags > 3)
+		return err_set(err, "dataloader state: flags 0x%x, expected bits 0 and 1 only",
+			       (unsigned)flags);
+	s->shuffle = flags & 1;
+	s->documents = flags >> 1;
 	s->split = (uint32_t)get(buf + 36, 4);
 	s->data_tokens = get(buf + 40, 8);
 	s->data_crc = (uint32_t)get(buf + 48, 4);
@@ -65,12 +71,12 @@ int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err
 
 char *loader_state_to_json(const loader_state *s, uint64_t windows_per_epoch)
 {
-	json_t *o = json_pack("{s:i, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I}", "version", 1,
+	json_t *o = json_pack("{s:i, s:I, s:I, s:I, s:I, s:b, s:b, s:s, s:I, s:I}", "version", 1,
 			      "seed", (json_int_t)s->seed, "windows", (json_int_t)s->windows,
 			      "epoch", (json_int_t)(windows_per_epoch && s->split == 0
 						    ? s->windows / windows_per_epoch : 0),
 			      "seq_len", (json_int_t)s->seq_len, "shuffle", (int)s->shuffle,
-			      "split", s->split ? "val" : "train",
+			      "documents", (int)s->documents, "split", s->split ? "val" : "train",
 			      "data_tokens", (json_int_t)s->data_tokens,
 			      "data_crc", (json_int_t)s->data_crc);
 	if (o == NULL)
@@ -87,11 +93,12 @@ int loader_state_from_json(const char *text, loader_state *s, titan_err *err)
 	if (o == NULL)
 		return err_set(err, "dataloader state: %d:%d: %s", je.line, je.column, je.text);
 	json_int_t version, seed, windows, seq_len, tokens, crc;
-	int shuffle;
+	int shuffle, documents = 0; /* absent in states from before 0.3.0's packing */
 	const char *split;
-	int rc = json_unpack_ex(o, &je, 0, "{s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I}",
+	int rc = json_unpack_ex(o, &je, 0, "{s:I, s:I, s:I, s:I, s:b, s?b, s:s, s:I, s:I}",
 				"version", &version, "seed", &seed, "windows", &windows,
-				"seq_len", &seq_len, "shuffle", &shuffle, "split", &split,
+				"seq_len", &seq_len, "shuffle", &shuffle, "documents", &documents,
+				"split", &split,
 				"data_tokens", &tokens, "data_crc", &crc);
 	if (rc != 0) {
 		err_set(err, "dataloader state: %s", je.text);
@@ -105,6 +112,7 @@ int loader_state_from_json(const char *text, loader_state *s, titan_err *err)
 		s->windows = (uint64_t)windows;
 		s->seq_len = seq_len;
 		s->shuffle = shuffle != 0;
+		s->documents = documents != 0;
 		s->split = strcmp(split, "val") == 0;
 		s->data_tokens = (uint64_t)tokens;
 		s->data_crc = (uint32_t)crc;

@@ -387,6 +387,14 @@ void model_mb_free(model_mb *mb);
  * forward, and the logits into logits_host (b*t, vocab) when not NULL. */
 int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labels,
 			int train, float grad_scale, float *logits_host, titan_err *e);
+/* torchtitan 0.3.0's documents: positions (b, t), host, each token's position
+ * in its document as 0.3.0's dataloader emits them (0 where a document starts,
+ * then 1, 2, ...; every row starts a document).  RoPE rotates each token by its
+ * own position and attention is block-causal: a token sees the tokens of its
+ * own document up to itself.  NULL: every row one causal sequence at positions
+ * 0..t-1 (0.2.2).  Holds until set again.  Refused with context parallelism's
+ * positions (model_set_positions) and with Llama 4's attention temperature. */
+int model_mb_set_positions(model_mb *mb, const int32_t *positions, titan_err *e);
 /* A training step whose work never waits for the host (compile.enable's
  * whole-step CUDA graph, lib/plan/graph.c): the tokens come from backend
  * memory, int32 (b, t) each (what the micro-batch needs: inputs when it

@@ -118,9 +118,53 @@ be_attn model_attn_shape(const piece_ctx *c, int64_t h, int64_t hkv, int64_t hd,
 	const model *m = c->m;
 	const layer_kind *k = &m->kind[c->l];
 	be_dtype t = m->prec.act;
+	const model_mb *mb = c->mb;
 	return (be_attn){.b = c->b, .tq = c->t, .tk = c->t, .h = h, .hkv = hkv, .hd = hd,
 			 .hdv = hdv, .causal = 1, .qkv = t, .out = t, .dout = t, .grad = t,
-			 .window = k->window, .chunk = k->chunk};
+			 .window = k->window, .chunk = k->chunk,
+			 .doc = mb->docs ? mb->doc : NULL, .doc_t = mb->docs ? c->t : 0};
+}
+
+void model_rope(const piece_ctx *c, void *x, int64_t heads, int64_t hd, int inverse)
+{
+	model *m = c->m;
+	backend *be = m->be;
+	be_dtype at = m->prec.act;
+	int style = m->args.rope_style;
+	if (!c->mb->docs) {
+		be->ops->rope(be, x, at, m->rope_cs, c->b, c->t, heads, hd, style, inverse);
+		return;
+	}
+	size_t row = (size_t)(c->t * heads * hd), rd = (size_t)(c->t * m->rope_dim);
+	for (int64_t r = 0; r < c->b; r++)
+		be->ops->rope(be, elt(x, at, (size_t)r * row), at, c->mb->doc_cs + (size_t)r * rd,
+			      1, c->t, heads, hd, style, inverse);
+}
+
+/* The fused product's split and rotation (or its backward), row by row over
+ * the documents' tables. */
+static void rope_qkv(const piece_ctx *c, int bwd)
+{
+	model *m = c->m;
+	backend *be = m->be;
+	be_dtype at = m->prec.act;
+	int64_t h = m->args.n_heads, hkv = m->args.n_kv_heads, hd = m->head_dim;
+	int64_t rows = c->mb->docs ? c->b : 1, t = c->t, b = c->mb->docs ? 1 : c->b;
+	const float *cs = c->mb->docs ? c->mb->doc_cs : m->rope_cs;
+	size_t nq = (size_t)(t * h * hd), nk = (size_t)(t * hkv * hd), nqkv = nq + 2 * nk;
+	for (int64_t r = 0; r < rows; r++) {
+		void *q = elt(bwd ? m->d_q : piece_act(c, ACT_Q), at, (size_t)r * nq);
+		void *k = elt(bwd ? m->d_k : piece_act(c, ACT_K), at, (size_t)r * nk);
+		void *v = elt(bwd ? m->d_v : piece_act(c, ACT_V), at, (size_t)r * nk);
+		void *qkv = elt(m->qkv, at, (size_t)r * nqkv);
+		const float *csr = cs + (size_t)(r * t * m->rope_dim);
+		if (bwd)
+			be->ops->rope_qkv_bwd(be, qkv, q, k, v, at, csr, b, t, h, hkv, hd,
+					      m->args.rope_style);
+		else
+			be->ops->rope_qkv(be, q, k, v, qkv, at, csr, b, t, h, hkv, hd,
+					  m->args.rope_style);
+	}
 }
 
 /* The attention takes float32 sinks (be_attn): bf16 parameters are widened
@@ -229,9 +273,8 @@ static void rotate(const piece_ctx *c, void *q, void *k, int inverse)
 	attn_dims s = dims_of(c);
 	int style = m->args.rope_style;
 	if (kd->rope) {
-		be->ops->rope(be, q, m->prec.act, m->rope_cs, c->b, c->t, s.h, s.hd, style, inverse);
-		be->ops->rope(be, k, m->prec.act, m->rope_cs, c->b, c->t, s.hkv, s.hd, style,
-			      inverse);
+		model_rope(c, q, s.h, s.hd, inverse);
+		model_rope(c, k, s.hkv, s.hd, inverse);
 	} else if (kd->temperature) {
 		/* a (scale, 0) rotation either way: the backward scales dq alike */
 		be->ops->rope(be, q, m->prec.act, m->temp_cs, c->b, c->t, s.h, s.hd, style, 0);
@@ -277,8 +320,7 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 	void *v = piece_act(c, ACT_V), *att = piece_act(c, ACT_ATT);
 	if (qkv_fused(c, 0)) { /* one product, split and rotated in one pass */
 		model_linear(m, m->qkv, xn, w->p[W_WQ], s.n, s.d, (s.h + 2 * s.hkv) * s.hd, 0);
-		be->ops->rope_qkv(be, q, k, v, m->qkv, m->prec.act, m->rope_cs, c->b, c->t, s.h,
-				  s.hkv, s.hd, m->args.rope_style);
+		rope_qkv(c, 0);
 	} else {
 		/* with a head norm, wq's and wk's outputs (QR, KR) are its inputs */
 		void *qr = before || after ? piece_act(c, ACT_QR) : q;
@@ -326,8 +368,7 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	sinks_grad_done(c, &sh);
 	if (qkv_fused(c, 1)) { /* rotated back and packed: one product each way */
 		int64_t hqkv = (s.h + 2 * s.hkv) * s.hd;
-		m->be->ops->rope_qkv_bwd(m->be, m->qkv, m->d_q, m->d_k, m->d_v, m->prec.act, m->rope_cs,
-					 c->b, c->t, s.h, s.hkv, s.hd, m->args.rope_style);
+		rope_qkv(c, 1);
 		model_linear_dx(m, m->d_xn, m->qkv, w->p[W_WQ], s.n, s.d, hqkv, 0);
 		return model_weight_grad(c, W_WQ, m->qkv, ACT_XN1, s.d, hqkv, e);
 	}

@@ -300,6 +300,8 @@ void model_mb_free(model_mb *mb)
 	for (int u = mb->u0; u <= mb->u1; u++)
 		model_block_drop_jobs(mb->m, &mb->acts[u - mb->u0]);
 	mb->m->be->ops->free(mb->m->be, mb->mem);
+	mb->m->be->ops->free(mb->m->be, mb->doc);
+	mb->m->be->ops->free(mb->m->be, mb->doc_cs);
 	free(mb->hidden);
 	free(mb->acts);
 	free(mb);
@@ -411,6 +413,71 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
 	mb->logits_host = logits_host;
 	mb->loss_sum = 0;
 	mb->n_valid = 0;
+	return 0;
+}
+
+/* Every row starts a document at 0 and counts up by one until the next 0. */
+static int check_positions(const int32_t *pos, int b, int t, titan_err *e)
+{
+	for (int r = 0; r < b; r++)
+		for (int i = 0; i < t; i++) {
+			int32_t p = pos[(size_t)r * t + i], prev = i ? pos[(size_t)r * t + i - 1] : -1;
+			if (p != 0 && p != prev + 1)
+				return err_set(e, "model: positions[%d][%d] = %d after %d: a document's "
+					       "positions count 0, 1, 2, ... from its start, and row %d "
+					       "must start one", r, i, p, prev, r);
+		}
+	return 0;
+}
+
+/* The table is gathered from one of positions 0..t-1: a document's positions
+ * in a row of t tokens never reach t. */
+static int upload_docs(model_mb *mb, const int32_t *pos, titan_err *e)
+{
+	model *m = mb->m;
+	size_t n = (size_t)mb->b * (size_t)mb->t, rd = (size_t)m->rope_dim;
+	double *tab = malloc((size_t)mb->t * rd * sizeof *tab);
+	float *cs = malloc(n * rd * sizeof *cs);
+	int32_t *doc = malloc(n * sizeof *doc);
+	if (!tab || !cs || !doc) {
+		free(tab), free(cs), free(doc);
+		return err_set(e, "model: out of memory for the documents' positions");
+	}
+	flavor_rope_table(&m->args, tab, mb->t, (int64_t)rd, 0, NULL);
+	for (size_t i = 0; i < n; i++) {
+		doc[i] = (int32_t)(i % (size_t)mb->t) - pos[i];
+		for (size_t j = 0; j < rd; j++)
+			cs[i * rd + j] = (float)tab[(size_t)pos[i] * rd + j];
+	}
+	m->be->ops->copy(m->be, mb->doc, doc, n * sizeof *doc, BACKEND_H2D);
+	m->be->ops->copy(m->be, mb->doc_cs, cs, n * rd * sizeof *cs, BACKEND_H2D);
+	free(tab), free(cs), free(doc);
+	return 0;
+}
+
+int model_mb_set_positions(model_mb *mb, const int32_t *pos, titan_err *e)
+{
+	model *m = mb->m;
+	mb->docs = 0;
+	if (pos == NULL)
+		return 0;
+	if (m->pos != NULL)
+		return err_set(e, "model: per-document positions with context parallelism's "
+			       "positions are not built");
+	if (m->args.attn_temp_floor > 0)
+		return err_set(e, "model: per-document positions with Llama 4's attention "
+			       "temperature are not built");
+	if (check_positions(pos, mb->b, mb->t, e))
+		return -1;
+	size_t n = (size_t)mb->b * (size_t)mb->t;
+	if (!mb->doc && !(mb->doc = m->be->ops->alloc(m->be, n * sizeof(int32_t), e)))
+		return err_prefix(e, "model: documents of %zu tokens", n);
+	if (!mb->doc_cs &&
+	    !(mb->doc_cs = m->be->ops->alloc(m->be, n * (size_t)m->rope_dim * sizeof(float), e)))
+		return err_prefix(e, "model: RoPE table of %zu tokens", n);
+	if (upload_docs(mb, pos, e))
+		return -1;
+	mb->docs = 1;
 	return 0;
 }
 

@@ -92,9 +92,7 @@ static be_attn shape_of(const piece_ctx *c, const mla_dims *s)
 
 static void rope(const piece_ctx *c, void *x, int64_t heads, int inverse)
 {
-	model *m = c->m;
-	m->be->ops->rope(m->be, x, m->prec.act, m->rope_cs, c->b, c->t, heads,
-			 m->args.mla.qk_rope_head_dim, m->args.rope_style, inverse);
+	model_rope(c, x, heads, c->m->args.mla.qk_rope_head_dim, inverse);
 }
 
 static void norm_fwd(const piece_ctx *c, int y, int rstd, int x, int slot, int64_t d)

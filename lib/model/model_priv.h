@@ -174,6 +174,11 @@ struct model_mb {
 	void *xf;              /* (n, dim) final norm output, prec.act */
 	float *rstdf;          /* (n) */
 	float *gscale;         /* (1) grad_scale in backend memory (MODEL_FUSE_LOSS) */
+	/* torchtitan 0.3.0's documents (model_mb_set_positions), in backend memory,
+	   or NULL: each row one causal sequence */
+	int32_t *doc;          /* (n) the position where each token's document starts */
+	float *doc_cs;         /* (n, rope_dim/2, 2) the RoPE table of each token's position */
+	int docs;              /* doc and doc_cs hold this micro-batch's documents */
 };
 
 struct model {
@@ -394,8 +399,13 @@ void model_attn_fwd(const piece_ctx *c, void *xm);
 int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e);
 /* Layer l's attention piece and options, from the flavor (setup). */
 layer_kind model_attn_kind(const llama_args *a, int l);
-/* The be_attn of a layer's attention call over the micro-batch. */
+/* The be_attn of a layer's attention call over the micro-batch (block-causal
+ * over its documents when it has them). */
 be_attn model_attn_shape(const piece_ctx *c, int64_t h, int64_t hkv, int64_t hd, int64_t hdv);
+/* RoPE (or its inverse) on x (b, t, heads, hd) by each token's position: the
+ * micro-batch's documents' table when it has one (one call per row, each with
+ * its own table), else the model's. */
+void model_rope(const piece_ctx *c, void *x, int64_t heads, int64_t hd, int inverse);
 /* The attention op on the piece's activations (ACT_Q, K, V, ATT, LSE): the
  * plan's (model_set_attention) or the backend's.  The backward reads d_att
  * and writes d_q, d_k, d_v. */

@@ -270,6 +270,10 @@ int plan_graph_step(plan *p, const plan_batch *b, double lr, double max_norm, pl
 	const char *why = plan_graph_refusal(p);
 	if (why)
 		return err_set(e, "plan: the step cannot run on the device alone: %s", why);
+	if (b->positions)
+		return err_set(e, "plan: the step cannot run on the device alone: per-document "
+			       "positions (torchtitan 0.3.0's documents) are uploaded by the host "
+			       "for each micro-batch");
 	size_t n = (size_t)b->n_mb * (size_t)p->o.b * (size_t)p->o.t;
 	int64_t global = plan_count_valid(b->labels, n);
 	if (global == 0)

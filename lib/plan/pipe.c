@@ -57,6 +57,7 @@ static int run_pipeline(void *ctx, plan *p, const plan_batch *b, float grad_scal
 		p->last_mb = k == rounds - 1; /* replicas all-reduce a resident gradient once */
 		double ls = 0;
 		int64_t nv = 0;
+		pp_engine_set_positions(pp->en, b->positions ? b->positions + k * per : NULL);
 		if (pp_engine_step(pp->en, b->inputs + k * per, b->labels + k * per, grad_scale, h,
 				   &ls, &nv, e))
 			return -1;
@@ -112,7 +113,8 @@ int plan_set_pipeline(plan *p, const pp_split *sp, const pp_schedule *s, titan_e
  * a stage's input received from the rank of the stage before and its output
  * sent on (the sends finished at the end, so a chain of stages cannot
  * deadlock); the last stage's loss. */
-int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels,
+		       const int32_t *positions, int b, int t,
 		       double *loss_sum, int64_t *n_valid, titan_err *e)
 {
 	const pp_split *sp = p->pipe->sp;
@@ -130,7 +132,8 @@ int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, in
 		int u0 = sp->u0[s], u1 = sp->u1[s], from = s > 0 ? sp->stage_rank[s - 1] : r;
 		if (!(mb[s] = model_mb_create(p->m, u0, u1, b, t, e)) ||
 		    model_mb_set_tokens(mb[s], u0 == 0 ? inputs : NULL, u1 == p->head ? labels : NULL,
-					0, 0, NULL, e)) {
+					0, 0, NULL, e) ||
+		    model_mb_set_positions(mb[s], positions, e)) {
 			rc = -1;
 			break;
 		}

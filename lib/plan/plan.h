@@ -186,6 +186,8 @@ int plan_coord(const plan *p, mesh_dim d);
  * MODEL_IGNORE_INDEX count for nothing. */
 typedef struct plan_batch {
 	const int32_t *inputs, *labels;
+	const int32_t *positions; /* torchtitan 0.3.0's per-document positions, as
+				     inputs, or NULL (model_mb_set_positions) */
 	int n_mb;
 } plan_batch;
 
@@ -249,8 +251,8 @@ const char *plan_graph_failure(const plan *p);
  * the chunks divide): the summed loss and valid labels over the loss
  * dimension (every rank gets them).  Under a pipeline (plan_set_pipeline)
  * forward through the stages, the last stage's loss summed over pp. */
-int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
-	      double *loss_sum, int64_t *n_valid, titan_err *e);
+int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, const int32_t *positions,
+	      int b, int t, double *loss_sum, int64_t *n_valid, titan_err *e);
 
 /* This rank's share of rows sequences of seq_len tokens (host, (rows,
  * seq_len) into (rows, seq_len / cp)): its context-parallel chunks, the

@@ -136,7 +136,8 @@ int plan_reduce_unit(plan *p, int u, titan_err *e);
 /* pipe.c: the pipeline's engine freed; plan_eval through the stages (the
  * rank's loss: 0 off the last stage). */
 void plan_pipeline_free(plan *p);
-int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
+int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels,
+		       const int32_t *positions, int b, int t,
 		       double *loss_sum, int64_t *n_valid, titan_err *e);
 /* f8.c: FSDP's float8 all-gather.  plan_f8_begin before a step or an eval
  * (the first time: the layout; with precompute: every amax all-reduced);

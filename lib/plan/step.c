@@ -45,6 +45,7 @@ static int run_micro_batches(void *ctx, plan *p, const plan_batch *b, float grad
 		PROF_T0(t);
 		if (model_mb_set_tokens(p->mb, b->inputs + k * per, b->labels + k * per, 1,
 					grad_scale, NULL, e) ||
+		    model_mb_set_positions(p->mb, b->positions ? b->positions + k * per : NULL, e) ||
 		    model_run_mb(p->m, p->mb, h, e))
 			return -1;
 		PROF_PHASE(t, "forward_backward");
@@ -171,8 +172,9 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	return rc;
 }
 
-static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
-		      double *loss_sum, int64_t *n_valid, titan_err *e)
+static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels,
+		      const int32_t *positions, int b, int t, double *loss_sum, int64_t *n_valid,
+		      titan_err *e)
 {
 	if (p->o.hold != NULL && p->pipe == NULL)
 		return err_set(e, "plan: evaluation of a rank holding some units only");
@@ -183,7 +185,7 @@ static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int
 	int rc;
 	p->eval = 1;
 	if (p->pipe != NULL) {
-		rc = plan_pipeline_eval(p, inputs, labels, b, t, &s, &v, e);
+		rc = plan_pipeline_eval(p, inputs, labels, positions, b, t, &s, &v, e);
 	} else {
 		model_mb *mb = model_mb_create(p->m, 0, p->head, b, t, e);
 		if (!mb) {
@@ -191,6 +193,7 @@ static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int
 			return -1;
 		}
 		rc = model_mb_set_tokens(mb, inputs, labels, 0, 0, NULL, e) ||
+		     model_mb_set_positions(mb, positions, e) ||
 		     model_run_mb(p->m, mb, &p->hooks, e);
 		s = model_mb_loss_sum(mb);
 		v = model_mb_valid(mb);
@@ -211,13 +214,13 @@ static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels, int
 
 /* Context parallelism: t may be another length than training's (its own
  * ring and positions meanwhile). */
-int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, int b, int t,
-	      double *loss_sum, int64_t *n_valid, titan_err *e)
+int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, const int32_t *positions,
+	      int b, int t, double *loss_sum, int64_t *n_valid, titan_err *e)
 {
 	cp_attn *ring;
 	if (plan_cp_use(p, t, &ring, e))
 		return -1;
-	int rc = eval_batch(p, inputs, labels, b, t, loss_sum, n_valid, e);
+	int rc = eval_batch(p, inputs, labels, positions, b, t, loss_sum, n_valid, e);
 	titan_err later; /* the first error is the one told */
 	if (plan_cp_restore(p, ring, rc ? &later : e))
 		rc = -1;

@@ -40,6 +40,7 @@ struct pp_engine {
 	const pp_schedule *s;
 	pp_transport tr;
 	int rank, b, t, head;
+	const int32_t *doc_pos; /* per-document positions (n_mb, b, t) or NULL */
 	size_t bytes;        /* of a message */
 	msg *msgs;           /* (2 * n_stages * n_mb) */
 	model_mb **ctx;      /* (n_stages * n_mb) */
@@ -366,7 +367,8 @@ static int forward(pp_engine *en, const pp_action *a, int in, titan_err *e)
 	if (!(*mb = model_mb_create(en->m, u0, u1, en->b, en->t, e)))
 		return -1;
 	if (model_mb_set_tokens(*mb, u0 == 0 ? en->ids + n : NULL,
-				u1 == en->head ? en->labels + n : NULL, 1, en->grad_scale, NULL, e))
+				u1 == en->head ? en->labels + n : NULL, 1, en->grad_scale, NULL, e) ||
+	    model_mb_set_positions(*mb, en->doc_pos ? en->doc_pos + n : NULL, e))
 		return -1;
 	if (in >= 0)
 		consume(en, in, model_mb_hidden(*mb, u0));
@@ -418,6 +420,11 @@ static int wgrad(pp_engine *en, const pp_action *a, titan_err *e)
 			return -1;
 	finish_mb(en, a->stage, a->mb);
 	return 0;
+}
+
+void pp_engine_set_positions(pp_engine *en, const int32_t *positions)
+{
+	en->doc_pos = positions;
 }
 
 int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,

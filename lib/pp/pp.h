@@ -223,6 +223,10 @@ void pp_engine_free(pp_engine *en);
  * advance. */
 int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,
 		    const struct model_hooks *hooks, titan_err *e);
+/* torchtitan 0.3.0's per-document positions of the next steps' micro-batches
+ * (n_mb x b x t, host, as ids; every stage reads them), or NULL: none
+ * (model_mb_set_positions). */
+void pp_engine_set_positions(pp_engine *en, const int32_t *positions);
 void pp_engine_set_stage_hooks(pp_engine *en, const pp_stage_hooks *h);
 int pp_engine_advance(pp_engine *en, int block, int *done, titan_err *e);
 /* Actions of the step not yet run (0: only sends may be open). */

@@ -19,6 +19,8 @@ struct tstate_saver {
 	char *dir;
 	int holds_images;  /* the kept staging images below are this saver's */
 	size_t next_image;
+	int names_030;     /* the model's tensors by torchtitan 0.3.0's names */
+	int mla;           /* ... whose attention.wq is MLA's (kept) */
 };
 
 /* The host images an asynchronous save stages (the shard's parameters and
@@ -99,15 +101,17 @@ static void *stage_image(tstate_saver *sv, size_t bytes)
 	return im->p;
 }
 
+/* a b c as one fqn, under 0.3.0's names when the saver writes or reads them. */
 static const char *name(tstate_saver *sv, const char *a, const char *b, const char *c)
 {
-	size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
-	char *s = malloc(n);
+	char whole[512], buf[512];
+	snprintf(whole, sizeof whole, "%s%s%s", a, b, c);
+	const char *r = sv->names_030 ? dcp_name_030(whole, sv->mla, buf, sizeof buf) : whole;
+	char *s = strdup(r);
 	if (s == NULL || grow((void **)&sv->strs, &sv->capstrs, sv->nstrs, sizeof(char *)) != 0) {
 		free(s);
 		return NULL;
 	}
-	snprintf(s, n, "%s%s%s", a, b, c);
 	sv->strs[sv->nstrs++] = s;
 	return s;
 }
@@ -393,6 +397,8 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 	}
 	if (o->async && !images.busy)
 		images.busy = sv->holds_images = 1;
+	sv->names_030 = s->names_030;
+	sv->mla = model_args(plan_global_model(s->p))->mla.kv_lora_rank > 0;
 	int rc = add_model(sv, s, o->model_only ? o->export_dtype : NULL, err);
 	if (rc == 0 && !o->model_only)
 		rc = add_optimizer(sv, s, err) || (s->rank == 0 && add_lr_scheduler(sv, s, err)) ||
@@ -465,6 +471,14 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	if (b == NULL)
 		return err_set(err, "out of memory");
 	const model *g = plan_global_model(s->p);
+	dcp_ckpt ck;
+	if (dcp_open(&ck, dir, err) != 0) {
+		saver_free(b);
+		return err_prefix(err, "%s", dir);
+	}
+	b->names_030 = dcp_names_are_030(&ck); /* either layout loads */
+	b->mla = model_args(g)->mla.kv_lora_rank > 0;
+	dcp_close(&ck);
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
 	int want_opt = !model_only && !excluded(exclude, "optimizer");

@@ -29,6 +29,8 @@ typedef struct tstate {
 	                           the loader's state being the same on every rank) */
 	size_t loader_len;
 	int dp_world;           /* dataloader.world_size */
+	int names_030;          /* save under torchtitan 0.3.0's names (dcp_name_030); a
+	                           load reads either */
 } tstate;
 
 /* Save to dir (step-N folder).  model_only: just the model, converted to

@@ -131,6 +131,7 @@ typedef struct job {
 	int64_t B, T;
 	int32_t *inputs, *labels; /* (accum, B, T) */
 	int32_t *cp_inputs, *cp_labels; /* (accum, B, T / cp): this rank's chunks */
+	int32_t *positions;     /* (accum, B, T) per-document positions (0.3.0), or NULL */
 	tb_writer tb;
 	int tb_open;
 	metrics_jsonl jl;
@@ -184,6 +185,7 @@ static void job_close(job *j)
 	free(j->labels);
 	free(j->cp_inputs);
 	free(j->cp_labels);
+	free(j->positions);
 }
 
 static uint64_t seed_of(const job_config *c)
@@ -247,7 +249,11 @@ static int open_data(job *j, titan_err *err)
 	j->accum = (int)(global / (j->B * j->dp));
 	loader_opts o = {.dir = j->data_dir, .split = SHARD_TRAIN, .seq_len = j->T,
 			 .local_batch = j->B, .dp_rank = j->dp_rank, .dp_degree = j->dp,
-			 .seed = seed_of(c), .shuffle = 0, .prefetch = 2};
+			 .seed = seed_of(c), .shuffle = 0, .prefetch = 2,
+			 .documents = c->follows_030};
+	if (c->follows_030 && j->cp > 1)
+		return err_set(err, "context parallelism with torchtitan 0.3.0's documents (their "
+				    "masks in ring attention) is not built yet");
 	j->train = loader_open(&o, err);
 	if (j->train == NULL)
 		return err_prefix(err, "training data");
@@ -256,6 +262,8 @@ static int open_data(job *j, titan_err *err)
 	j->labels = malloc(n * sizeof(int32_t));
 	j->cp_inputs = malloc(n / (size_t)j->cp * sizeof(int32_t));
 	j->cp_labels = malloc(n / (size_t)j->cp * sizeof(int32_t));
+	if (c->follows_030 && !(j->positions = malloc(n * sizeof(int32_t))))
+		return err_set(err, "out of memory");
 	if (j->inputs == NULL || j->labels == NULL || j->cp_inputs == NULL || j->cp_labels == NULL)
 		return err_set(err, "out of memory");
 	return 0;
@@ -489,6 +497,10 @@ static int build_plan(job *j, titan_err *err)
 	/* torchtitan sizes the embedding and the output by the flavor's
 	 * vocab_size, not by the tokenizer's: checkpoints then cross both ways. */
 	int vocab = a->vocab_size;
+	if (c->loss030.global_vocab_size > 0 && c->loss030.global_vocab_size != vocab)
+		return err_set(err, "loss.loss_fn.global_vocab_size %lld: the model's vocabulary is "
+			       "%d (0.3.0's presets derive it from the model)",
+			       (long long)c->loss030.global_vocab_size, vocab);
 	if (trainer_check_vocab(j->data_dir, loader_vocab_size(j->train), a, err) != 0)
 		return err_prefix(err, "training data");
 	if (open_backend(j, err) != 0)
@@ -549,6 +561,11 @@ static int build_plan(job *j, titan_err *err)
 		    "n_kv_heads %d", c->model.name, a->name, vocab, ma->dim, ma->n_layers,
 		    ma->n_heads, ma->n_kv_heads);
 	metrics_log(j->log, "Model %s %s size: %s total parameters", c->model.name, a->name, np);
+	metrics_log(j->log, c->follows_030
+				    ? "Following torchtitan 0.3.0 (--module/--config preset): documents "
+				      "packed, attention block-causal with per-document positions"
+				    : "Following torchtitan 0.2.2 (TOML config): windows of seq_len + 1, "
+				      "causal attention");
 	if (a->moe.experts > 0) {
 		char act[48];
 		metrics_commas(act, sizeof act, model_num_params_active(j->gm));
@@ -596,6 +613,7 @@ static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
 	s->step = j->step;
 	s->ntokens_seen = j->ntokens_seen;
 	s->dp_world = j->dp;
+	s->names_030 = j->c->follows_030;
 	if (loader_buf != NULL) {
 		/* every rank of a dp index holds the same loader: the first writes it */
 		const mesh *m = j->h->mesh;
@@ -919,6 +937,8 @@ static int read_step_batches(job *j, titan_err *err)
 			return rc == 0 ? err_set(err, "training data ended") : -1;
 		memcpy(j->inputs + k * per, b->inputs, per * sizeof(int32_t));
 		memcpy(j->labels + k * per, b->labels, per * sizeof(int32_t));
+		if (j->positions)
+			memcpy(j->positions + k * per, b->positions, per * sizeof(int32_t));
 	}
 	return 0;
 }
@@ -940,7 +960,7 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	    plan_cp_share(j->p, j->labels, j->cp_labels, rows, j->T, err) != 0)
 		return -1;
 	/* under pipeline parallelism each accumulation step is pp_mb micro-batches */
-	plan_batch b = {.inputs = j->cp_inputs, .labels = j->cp_labels,
+	plan_batch b = {.inputs = j->cp_inputs, .labels = j->cp_labels, .positions = j->positions,
 			.n_mb = j->accum * (j->pp > 1 ? j->pp_mb : 1)};
 	plan_result r;
 	if (plan_step(j->p, &b, j->lr, j->c->training.max_norm, &r, err) != 0)
@@ -975,7 +995,8 @@ static int eval_batch(job *j, const loader_batch *b, double *loss_sum, int64_t *
 			plan_cp_share(j->p, b->labels, lab, b->B, b->T, err) != 0))
 		rc = err_prefix(err, "validation.seq_len");
 	if (rc == 0)
-		rc = plan_eval(j->p, in, lab, (int)b->B, (int)(b->T / j->cp), loss_sum, n_valid, err);
+		rc = plan_eval(j->p, in, lab, b->positions, (int)b->B, (int)(b->T / j->cp), loss_sum,
+			       n_valid, err);
 	free(in);
 	free(lab);
 	return rc;
@@ -988,7 +1009,8 @@ static int validate(job *j, titan_err *err)
 	snprintf(dir, sizeof dir, "%s", c->validation.dataset_path ? c->validation.dataset_path : j->data_dir);
 	loader_opts o = {.dir = dir, .split = SHARD_VAL, .seq_len = c->validation.seq_len,
 			 .local_batch = c->validation.local_batch_size, .dp_rank = j->dp_rank,
-			 .dp_degree = j->dp, .prefetch = 1, .tokenizer = loader_fingerprint(j->train)};
+			 .dp_degree = j->dp, .prefetch = 1, .tokenizer = loader_fingerprint(j->train),
+			 .documents = c->follows_030};
 	loader *l = loader_open(&o, err);
 	if (l == NULL)
 		return err_prefix(err, "validation data");

@@ -22,15 +22,16 @@ t_grep "8B: lr 3e-4" '^lr = 0.00029999999999999997$' "$TMP/.out"
 t_grep "8B: seq_len 8192" '^seq_len = 8192$' "$TMP/.out"
 t_grep "8B: flavor" '^flavor = "8B"$' "$TMP/.out"
 
-# The page's KEYS and TITAN EXTENSIONS sections are the schema's, as
-# scripts/config_man.sh writes them.
+# The page's KEYS, TITAN EXTENSIONS and TORCHTITAN 0.3.0 sections are the
+# schema's and the 0.3.0 paths' table's, as scripts/config_man.sh writes them.
 TITAN_TRAIN="$TRAIN" sh scripts/config_man.sh >"$TMP/man.gen"
 sed -n '/^\.Sh KEYS$/,/^\.Sh FILES$/p' man/titan-config.5 | sed '$d' >"$TMP/man.have"
 t_same "titan-config(5) lists every key as the schema has it (else: scripts/config_man.sh --write)" \
 	"$TMP/man.gen" "$TMP/man.have"
 
 # Every key of the man page, given on the command line with its default.
-keys=$(sed -n 's/^\.It Cm \([a-z0-9_.]*\)$/\1/p' man/titan-config.5)
+keys=$(sed '/^\.Sh TORCHTITAN 0\.3\.0$/,/^\.Sh FILES$/d' man/titan-config.5 |
+	sed -n 's/^\.It Cm \([a-z0-9_.]*\)$/\1/p')
 "$TRAIN" --list-keys >"$TMP/schema.tsv"
 cut -f1 "$TMP/schema.tsv" | sort >"$TMP/schema"
 echo "$keys" | sort >"$TMP/man"

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "config/tt030.h"
 
 static void defaults_are_torchtitans(void **state)
 {
@@ -389,6 +390,134 @@ static void every_torchtitan_key_is_known_with_its_type_and_default(void **state
 	print_message("%d torchtitan keys, %d titan extensions\n", n, ext);
 }
 
+#define KEY_LIST_030 "tests/config/torchtitan-0.3.0-keys.tsv"
+
+/* A preset's configuration with argv's 0.3.0 overrides; 0 or -1. */
+static int preset_030(job_config *c, const char *name, int argc, char **argv, titan_err *err)
+{
+	char *rest[8];
+	int nrest;
+	const char *module = NULL;
+	for (int i = 0; tt030_preset_name(i, &module); i++)
+		if (strcmp(tt030_preset_name(i, &module), name) == 0)
+			break;
+	if (config_defaults(c, err) != 0)
+		return -1;
+	return tt030_config(c, module ? module : "?", name, argc, argv, &nrest, rest, err);
+}
+
+/* One line of the list: preset, path, value; 0 at its end. */
+static int next_030(FILE *f, char *line, size_t n, char **preset, char **path, char **val)
+{
+	do {
+		if (fgets(line, (int)n, f) == NULL)
+			return 0;
+	} while (line[0] == '#');
+	line[strcspn(line, "\n")] = '\0';
+	char *field[4], *p = line;
+	for (int i = 0; i < 4; i++) {
+		field[i] = p;
+		p += strcspn(p, "\t");
+		if (i < 3) {
+			assert_int_equal(*p, '\t');
+			*p++ = '\0';
+		}
+	}
+	*preset = field[0], *path = field[1], *val = field[3];
+	return 1;
+}
+
+/* One path of a preset: in tt030.c's table, setting a key titan has; the
+ * preset's value, given on the command line, leaves titan's preset as it is
+ * (want: its printed configuration).  Returns 0, or 1 after saying why not. */
+static int check_030_path(const char *preset, const char *path, const char *val,
+			  const char *want, int *seen, int *shared)
+{
+	int np;
+	const tt030_path *paths = tt030_paths(&np), *t = NULL;
+	for (int i = 0; i < np && !t; i++)
+		if (strcmp(paths[i].path, path) == 0)
+			t = &paths[i], seen[i] = 1;
+	if (t == NULL)
+		fail_msg("%s: a path of 0.3.0's Trainer.Config, not in tt030.c's table", path);
+	if (t->key && t->key[0] != '@' && !config_key_exists(t->key))
+		fail_msg("%s: sets %s, which titan does not have", path, t->key);
+	if (t->refused || strcmp(val, "<python>") == 0)
+		return 0;
+	char prog[] = "titan-train", opt[1200];
+	snprintf(opt, sizeof opt, "--%s=%s", path, val);
+	char *argv[] = {prog, opt};
+	job_config c;
+	titan_err err = {{0}};
+	if (preset_030(&c, preset, 2, argv, &err) != 0) {
+		print_message("%s: %s %s: the preset's value is refused: %s\n", preset, path, val,
+			      err.msg);
+		return 1;
+	}
+	char *got = printed(&c);
+	int bad = t->key && t->key[0] != '@' && strcmp(got, want) != 0;
+	if (bad)
+		print_message("%s: 0.3.0 has %s = %s, titan's preset another value\n", preset, path,
+			      val);
+	*shared += t->key && t->key[0] != '@';
+	free(got);
+	config_free(&c);
+	return bad;
+}
+
+#define KEY_LIST_030 "tests/config/torchtitan-0.3.0-keys.tsv"
+
+/* Every path of torchtitan 0.3.0's Trainer.Config under each preset titan has
+ * (the list scripts/torchtitan030_keys.py made) is in tt030.c's table, which
+ * has no other; a path that sets a titan key names one titan has, and the
+ * preset's value from the list, given on the command line, leaves titan's
+ * preset as it is, so each preset has 0.3.0's values for the keys titan
+ * shares; a value the list has is accepted unless the path refuses all. */
+static void every_torchtitan_030_path_is_in_the_table_with_its_preset_value(void **state)
+{
+	(void)state;
+	FILE *f = fopen(KEY_LIST_030, "r");
+	if (f == NULL)
+		fail_msg("%s: cannot open (run from the repository root)", KEY_LIST_030);
+	int np, n = 0, shared = 0, bad = 0, presets = 0;
+	tt030_paths(&np);
+	int *seen = calloc((size_t)np, sizeof *seen);
+	char line[1024], cur[128] = "", *want = NULL, *preset, *path, *val;
+	job_config d;
+	titan_err err = {{0}};
+	while (next_030(f, line, sizeof line, &preset, &path, &val)) {
+		if (strcmp(preset, cur) != 0) {
+			char prog[] = "titan-train";
+			char *argv0[] = {prog};
+			snprintf(cur, sizeof cur, "%s", preset);
+			if (preset_030(&d, cur, 1, argv0, &err) != 0)
+				fail_msg("%s: %s", cur, err.msg);
+			assert_int_equal(d.follows_030, 1);
+			free(want);
+			want = printed(&d);
+			config_free(&d);
+			presets++;
+		}
+		bad += check_030_path(cur, path, val, want, seen, &shared);
+		n++;
+	}
+	fclose(f);
+	free(want);
+	for (int i = 0; i < np; i++)
+		if (!seen[i])
+			fail_msg("%s: in tt030.c's table, under none of the presets",
+				 tt030_paths(&np)[i].path);
+	free(seen);
+	const char *module;
+	int have = 0;
+	while (tt030_preset_name(have, &module))
+		have++;
+	assert_int_equal(presets, have);
+	assert_int_equal(bad, 0);
+	print_message("%d presets, %d paths, %d of them set titan keys to the preset's values\n",
+		      presets, n, shared);
+}
+
 /* A value other than the key's default, of the key's type; 0 when the key
  * takes one value only. */
 static int other_value(const cfg_key_info *k, char *buf, size_t n)
@@ -649,6 +778,7 @@ int main(void)
 		cmocka_unit_test(printed_config_reads_back_identically),
 		cmocka_unit_test(every_key_has_a_default_that_parses),
 		cmocka_unit_test(every_torchtitan_key_is_known_with_its_type_and_default),
+		cmocka_unit_test(every_torchtitan_030_path_is_in_the_table_with_its_preset_value),
 		cmocka_unit_test(unbuilt_keys_are_refused_with_the_reason),
 		cmocka_unit_test(lists_of_lists_read_from_toml_and_the_command_line),
 		cmocka_unit_test(new_keys_are_honoured_or_checked),

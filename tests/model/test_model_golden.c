@@ -116,6 +116,61 @@ static void check_case(const char *name)
 	golden_close(&g);
 }
 
+/* torchtitan 0.3.0's documents: the micro-batch's per-document positions give
+ * RoPE and the block-causal mask (model_mb_set_positions); logits, loss and
+ * every gradient against torch's SDPA under the same mask in float64. */
+static void documents_with_per_document_positions_match_torch(void **s)
+{
+	(void)s;
+	golden g;
+	titan_err e = {0};
+	golden_open(&g, "gqa_docs", 1);
+	size_t v = (size_t)g.a.vocab_size, n = (size_t)g.b * g.t;
+	int32_t *pos = golden_read(g.c, "positions", 4, n);
+	float *want = golden_read(g.c, "logits", 4, n * v), *logits = malloc(n * v * sizeof *logits);
+	float *wg = golden_read(g.c, "grads", 4, model_num_params(g.m));
+	assert_non_null(pos);
+	assert_non_null(want);
+	assert_non_null(wg);
+	int64_t want_nv = json_integer_value(json_object_get(g.c, "n_valid"));
+	double want_loss = json_number_value(json_object_get(g.c, "loss"));
+	model_mb *mb = model_mb_create(g.m, 0, model_head_unit(g.m), g.b, g.t, &e);
+	if (!mb || model_mb_set_tokens(mb, g.ids, g.labels, 0, 0, logits, &e) ||
+	    model_mb_set_positions(mb, pos, &e) || model_run_mb(g.m, mb, NULL, &e))
+		fail_msg("%s", e.msg);
+	double le = rel_err(logits, want, n * v);
+	print_message("gqa_docs: logits rel err %.2e\n", le);
+	assert_true(le < TOL);
+	model_zero_grad(g.m);
+	if (model_mb_set_tokens(mb, g.ids, g.labels, 1, 1.0f / (float)want_nv, NULL, &e) ||
+	    model_run_mb(g.m, mb, NULL, &e)) /* the positions hold */
+		fail_msg("%s", e.msg);
+	double lerr = fabs(model_mb_loss_sum(mb) / (double)want_nv - want_loss) / want_loss;
+	print_message("gqa_docs: loss rel err %.2e\n", lerr);
+	assert_int_equal(model_mb_valid(mb), want_nv);
+	assert_true(lerr < TOL);
+	for (int i = 0; i < model_num_tensors(g.m); i++) {
+		const model_tensor *t = model_tensor_at(g.m, i);
+		double r = rel_err(model_grads(g.m) + t->offset, wg + t->offset, t->numel);
+		if (r >= TOL)
+			print_message("gqa_docs: grad %s rel err %.2e\n", t->fqn, r);
+		assert_true(r < TOL);
+	}
+	/* a row that does not start a document, or skips a position, is refused */
+	pos[0] = 1;
+	assert_int_equal(model_mb_set_positions(mb, pos, &e), -1);
+	assert_non_null(strstr(e.msg, "positions[0][0] = 1"));
+	pos[0] = 0, pos[3] = 4;
+	assert_int_equal(model_mb_set_positions(mb, pos, &e), -1);
+	assert_non_null(strstr(e.msg, "positions[0][3] = 4 after 2"));
+	model_mb_free(mb);
+	free(pos);
+	free(want);
+	free(logits);
+	free(wg);
+	golden_close(&g);
+}
+
 static void gqa_headdim16_seq13_batch2_matches_torch(void **s)
 {
 	(void)s;
@@ -309,6 +364,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(gqa_headdim16_seq13_batch2_matches_torch),
+		cmocka_unit_test(documents_with_per_document_positions_match_torch),
 		cmocka_unit_test(headdim64_batch1_matches_torch),
 		cmocka_unit_test(headdim128_tied_ffn_multiplier_matches_torch),
 		cmocka_unit_test(debugmodel_with_titan_init_matches_torch),

@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 		labels[i] = (int32_t)((s >> 13) % 16384);
 	}
 	for (int k = -1; k < steps; k++) {
-		plan_batch pb = {ids, labels, 1};
+		plan_batch pb = {.inputs = ids, .labels = labels, .n_mb = 1};
 		plan_result r;
 		if (plan_step(p, &pb, 1e-4, 1.0, &r, &e))
 			goto out;

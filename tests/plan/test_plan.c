@@ -601,7 +601,7 @@ static void step_batches(const run *u, int s, int32_t *ids, int32_t *labels, pla
 	int n = u->c.accum * u->k.lb, at = u->k.m->coord[MESH_CP];
 	cp_shard(&u->cl, at, rows[0], ids, n, sizeof(int32_t));
 	cp_shard(&u->cl, at, rows[1], labels, n, sizeof(int32_t));
-	*mine = (plan_batch){ids, labels, u->n_mb};
+	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = u->n_mb};
 	whole->n_mb = u->one.accum;
 }
 

@@ -76,7 +76,7 @@ static void a_plans_steps_trace_validates(void **state)
 		ids[i] = i * 7 % 128, labels[i] = i * 5 % 128;
 	for (int s = 1; s <= 2; s++) {
 		prof_step_begin(s);
-		plan_batch b = {ids, labels, 1};
+		plan_batch b = {.inputs = ids, .labels = labels, .n_mb = 1};
 		plan_result r;
 		assert_int_equal(plan_step(p, &b, 1e-3, 1.0, &r, &e), 0);
 		assert_int_equal(prof_step_end(s, &e), 0);

@@ -75,10 +75,10 @@ void harness_step_batches(const harness_rank *k, const harness_tokens *tk, int s
 			  int32_t *labels, plan_batch *mine, plan_batch *whole)
 {
 	size_t at = (size_t)s * (size_t)tk->rows * (size_t)tk->t;
-	*whole = (plan_batch){tk->ids + at, tk->labels + at, 1};
+	*whole = (plan_batch){.inputs = tk->ids + at, .labels = tk->labels + at, .n_mb = 1};
 	rank_rows(k, whole->inputs, ids, tk->t);
 	rank_rows(k, whole->labels, labels, tk->t);
-	*mine = (plan_batch){ids, labels, k->accum};
+	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = k->accum};
 }
 
 /* ---- the single process's run, on rank 0 ---- */

@@ -145,7 +145,7 @@ static int measure(step_job *j, int steps, phases *ph, titan_err *e)
 		j->be->ops->zero(j->be, w, shard * sizeof(float));
 		j->be->ops->zero(j->be, g, shard * sizeof(float));
 	}
-	plan_batch batch = {j->ids, j->labels, j->n_mb};
+	plan_batch batch = {.inputs = j->ids, .labels = j->labels, .n_mb = j->n_mb};
 	for (int k = -1; k < steps && rc == 0; k++) { /* k = -1: the warm-up */
 		plan_result r;
 		double sum;
@@ -153,7 +153,7 @@ static int measure(step_job *j, int steps, phases *ph, titan_err *e)
 		if (plan_step(j->p, &batch, 1e-4, 1.0, &r, e))
 			rc = -1;
 		double t0 = bench_now();
-		if (rc == 0 && plan_eval(j->p, j->ids, j->labels, j->b, j->t, &sum, &valid, e))
+		if (rc == 0 && plan_eval(j->p, j->ids, j->labels, NULL, j->b, j->t, &sum, &valid, e))
 			rc = -1;
 		double t1 = bench_now();
 		adamw_step(opt, w, g, 1e-4);

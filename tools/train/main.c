@@ -9,6 +9,7 @@
 
 #include "comm/comm.h"
 #include "config/config.h"
+#include "config/tt030.h"
 #include "core/cli.h"
 #include "core/err.h"
 #include "cp/cp.h"
@@ -47,14 +48,18 @@ static void usage(FILE *out)
 		"options:\n"
 		"  --config FILE            TOML job config (torchtitan's sections and keys)\n"
 		"  --module NAME --config NAME\n"
-		"                           the config NAME.toml of configs/ (TITAN_CONFIG_DIR),\n"
-		"                           a model.name = NAME one\n"
+		"                           torchtitan 0.3.0's preset NAME (its CLI paths then\n"
+		"                           override it: titan-config(5)), else the config\n"
+		"                           NAME.toml of configs/ (TITAN_CONFIG_DIR), a\n"
+		"                           model.name = NAME one\n"
 		"  --section.key VALUE      override one key (booleans may be bare flags)\n"
 		"  --job.print_config       print the resolved config as TOML and exit\n"
 		"  --list-flavors           print the model flavors and exit\n"
 		"  --list-keys              print every config key (TSV: key, type, default,\n"
 		"                           values, torchtitan key, support, why, description)\n"
 		"                           and exit\n"
+		"  --list-030-paths         print torchtitan 0.3.0's CLI paths (TSV: path, what,\n"
+		"                           titan key, value accepted, why) and exit\n"
 		"  --read-events FILE       print a TensorBoard event file (CRCs checked) and exit\n"
 		"  --plot-loss FILE [--png OUT]\n"
 		"                           plot the loss curves of a metrics.jsonl in the terminal\n"
@@ -113,12 +118,23 @@ static int print_event(void *ctx, const tb_event *ev, titan_err *err)
 }
 
 /* --module NAME --config NAME: torchtitan's newer launch names a config by
- * module and name instead of a file.  Rewrites argv's --config to the file
- * (configs/NAME.toml, TITAN_CONFIG_DIR overriding configs/) and removes
- * --module; *module is its value or NULL.  path holds the file's name. */
-static int named_config(int *argc, char **argv, const char **module, char *path, size_t n)
+ * module and name instead of a file.  One of 0.3.0's presets (lib/config/
+ * tt030.h) sets *preset and leaves argv alone; any other name rewrites argv's
+ * --config to the file (configs/NAME.toml, TITAN_CONFIG_DIR overriding
+ * configs/) and removes --module.  *module is its value or NULL.  path holds
+ * the file's name. */
+static int named_config(int *argc, char **argv, const char **module, const char **preset,
+			char *path, size_t n)
 {
-	*module = NULL;
+	*module = *preset = NULL;
+	for (int i = 1; i + 1 < *argc; i++)
+		if (strcmp(argv[i], "--module") == 0)
+			*module = argv[i + 1];
+	for (int i = 1; *module && i + 1 < *argc; i++)
+		if (strcmp(argv[i], "--config") == 0 && tt030_is_preset(*module, argv[i + 1]))
+			*preset = argv[i + 1];
+	if (*preset)
+		return 0;
 	int cfg = -1;
 	for (int i = 1; i + 1 < *argc; i++) {
 		if (strcmp(argv[i], "--module") == 0) {
@@ -140,6 +156,20 @@ static int named_config(int *argc, char **argv, const char **module, char *path,
 		return -1;
 	}
 	argv[cfg] = path;
+	return 0;
+}
+
+/* A run that follows 0.2.2 (a TOML config) given one of 0.3.0's paths that
+ * 0.2.2 spells otherwise or lacks. */
+static int mixed_030(int argc, char **argv, titan_err *err)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *p = tt030_path_of(argv[i]);
+		if (p)
+			return err_set(err, "--%s: torchtitan 0.3.0's path, and this run follows "
+				       "0.2.2 (a TOML config; --module/--config name a 0.3.0 preset): "
+				       "mixing the two is refused", p);
+	}
 	return 0;
 }
 
@@ -331,6 +361,8 @@ static int run(job_config *c, int nrest, char **rest)
 		if (strcmp(rest[i], "--list-keys") == 0) {
 			config_list_keys(stdout);
 			return TITAN_EXIT_OK;
+		} else if (strcmp(rest[i], "--list-030-paths") == 0) {
+			return tt030_list_paths(stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 		} else if (strcmp(rest[i], "--list-flavors") == 0) {
 			trainer_list_flavors(stdout);
 			return TITAN_EXIT_OK;
@@ -434,13 +466,16 @@ int main(int argc, char **argv)
 	titan_err err = {{0}};
 	char **rest = calloc((size_t)argc + 1, sizeof *rest);
 	int nrest = 0, rc;
-	const char *module;
+	const char *module, *preset;
 	char named[1024];
-	if (named_config(&argc, argv, &module, named, sizeof named) != 0)
+	if (named_config(&argc, argv, &module, &preset, named, sizeof named) != 0)
 		rc = TITAN_EXIT_USAGE;
 	else if (rest == NULL || config_defaults(&c, &err) != 0)
 		rc = fail(TITAN_EXIT_FAIL, "out of memory", 0);
-	else if (config_from_args(&c, argc, argv, &nrest, rest, &err) != 0)
+	else if (!preset && mixed_030(argc, argv, &err))
+		rc = fail(TITAN_EXIT_USAGE, err.msg, 1);
+	else if (preset ? tt030_config(&c, module, preset, argc, argv, &nrest, rest, &err) != 0
+			: config_from_args(&c, argc, argv, &nrest, rest, &err) != 0)
 		rc = fail(TITAN_EXIT_USAGE, err.msg, 1);
 	else if (module != NULL && strcmp(module, c.model.name) != 0) {
 		fprintf(stderr, "titan-train: --module %s: %s is a model.name = \"%s\" config\n",

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+# Writes the leaf paths of torchtitan 0.3.0's Trainer.Config under each preset
+# titan has (one per line, tab-separated: preset, path, type, the preset's
+# value) that
+# tests/config/test_config.c holds titan-train to: every path must be in
+# lib/config/tt030.c's table, and where it sets a titan key, titan's value
+# for the preset must be this one.  Types and values are spelled as
+# scripts/torchtitan_keys.py spells 0.2.2's ("none", lists as "a,b"); a value
+# that is a Python object is written "<python>".
+# Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/torchtitan030_keys.py \
+#        [PRESET ...] > tests/config/torchtitan-0.3.0-keys.tsv
+# (default: PRESETS below; torchtitan 0.3.0 installed outside the repository:
+# pip install --no-deps --target DIR torchtitan==0.3.0 torch_checkpointing
+# spmd_types==0.2.3, then PYTHONPATH=DIR)
+import dataclasses
+import importlib
+import sys
+import typing
+
+import types
+
+WANT = "0.3.0"
+# lib/config/tt030.c's presets
+PRESETS = ["llama3_debugmodel", "llama3_debugmodel_ce_loss", "llama3_8b", "llama3_70b"]
+
+
+def type_name(t):
+    """titan's name for a field's type (scripts/torchtitan_keys.py's names)."""
+    args = typing.get_args(t)
+    opt = ""
+    if typing.get_origin(t) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        t, opt = (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), " or none"
+        args = typing.get_args(t)
+    if typing.get_origin(t) is typing.Literal or t is str:
+        return "string" + opt
+    if t is bool:
+        return "bool" + opt
+    if t is int:
+        return "int" + opt
+    if t is float or (typing.get_origin(t) in (typing.Union, types.UnionType) and
+                      set(args) == {float, int}):
+        return "float" + opt
+    if typing.get_origin(t) is list and args == (str,):
+        return "list of strings" + opt
+    return "python object"
+
+
+def value_text(v):
+    """The value as titan-train's command line takes it."""
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict) and not v:
+        return "{}"
+    if isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v):
+        return ",".join(v)
+    return "<python>"
+
+
+def walk(obj, prefix):
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.name == "model_spec":
+            continue
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            yield from walk(v, prefix + f.name + ".")
+            continue
+        yield prefix + f.name, hints.get(f.name, f.type), v
+
+
+def main():
+    import torchtitan
+    have = getattr(torchtitan, "__version__", None) or importlib.metadata.version("torchtitan")
+    if have != WANT:
+        sys.exit(f"torchtitan030_keys.py: torchtitan {have} installed, the list is of {WANT}")
+    print(f"# torchtitan {WANT} Trainer.Config paths under each preset titan has: preset, "
+          f"path, type, the preset's value (made by scripts/torchtitan030_keys.py)")
+    for preset in sys.argv[1:] or PRESETS:
+        family = preset.split("_")[0]
+        reg = importlib.import_module(f"torchtitan.models.{family}.config_registry")
+        for path, t, v in walk(getattr(reg, preset)(), ""):
+            print(f"{preset}\t{path}\t{type_name(t)}\t{value_text(v)}")
+
+
+main()

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Golden run of torchtitan 0.3.0 for tests/train/tt030.sh: its llama3_debugmodel
+preset (Llama3Model debugmodel, ChunkedLossWrapper over cross-entropy,
+default_adamw, its lr schedule: warmup 2, decay_ratio 0.8, linear) trained for
+STEPS steps in float32 on one CPU process, from titan's seeded initialisation
+(scripts/model_golden.py's titan_init, the numbers titan-train --debug.seed
+draws), on the documents of a titan token stream packed by 0.3.0's own
+HuggingFaceTextDataset (inputs doc[:-1], labels doc[1:], per-document
+positions).  Each step is 0.3.0's Trainer.train_step: the valid tokens of the
+step counted first, forward with the lm_head skipped, the chunked loss and its
+backward, clip_grad_norm_, the optimizers' and schedulers' step.
+
+The one substitution: FlexAttention refuses its backward on the CPU, so its
+block mask is replaced by the same mask as a dense boolean tensor (causal and
+within the document, 0.3.0's get_document_mask_mod) and its kernel by torch's
+scaled_dot_product_attention under that mask.
+
+Writes tests/train/golden/tt030_llama3.tsv: the settings in its header, and
+per step the loss, grad_norm and lr (the step's, before the scheduler steps).
+
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py TOKENS.tts
+     (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
+     tests/train/tt030.sh makes it)
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_golden import ffn_hidden, titan_init  # noqa: E402
+
+from torchtitan.components.loss import ChunkedLossWrapper, IGNORE_INDEX  # noqa: E402
+from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset  # noqa: E402
+from torchtitan.models.common import attention as tt_attention  # noqa: E402
+from torchtitan.models.common import decoder as tt_decoder  # noqa: E402
+from torchtitan.models.llama3.config_registry import llama3_debugmodel  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SEED, STEPS, BATCH, SEQ = 7, 15, 2, 64
+
+
+def dense_document_mask(self, positions):
+    """0.3.0's document mask as a boolean (b, 1, L, L): causal, same document."""
+    doc = torch.cumsum((positions == 0).int(), dim=1) - 1
+    L = positions.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    same = doc[:, :, None] == doc[:, None, :]
+    return (causal[None] & same)[:, None]
+
+
+def sdpa_under_mask(self, q, k, v, *, attention_masks, scale=None, enable_gqa=False,
+                    **kwargs):
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                         v.transpose(1, 2), attn_mask=attention_masks,
+                                         scale=scale, enable_gqa=enable_gqa)
+    return out.transpose(1, 2)
+
+
+class Docs:
+    """The stream's documents as a dataset and a tokenizer 0.3.0's
+    HuggingFaceTextDataset reads: sample i's text is i, encoded to document i
+    (BOS and EOS already in the stream)."""
+
+    def __init__(self, docs):
+        self.docs = docs
+
+    def encode(self, text, add_bos=True, add_eos=True):
+        return list(self.docs[int(text)])
+
+
+def read_docs(tts):
+    gen = os.environ.get("TEST_GEN", os.path.join(ROOT, "build/tests/shard/test_gen"))
+    out = subprocess.run([gen, "ids", tts], check=True, capture_output=True, text=True).stdout
+    return [[int(x) for x in line.split()] for line in out.splitlines() if line.strip()]
+
+
+def batches(docs):
+    ds = HuggingFaceTextDataset.__new__(HuggingFaceTextDataset)
+    ds.dataset_name, ds.seq_len, ds.infinite = "titan", SEQ, False
+    ds._original_data = ds._data = [{"i": i} for i in range(len(docs))]
+    ds._tokenizer, ds._text_processor = Docs(docs), lambda s: str(s["i"])
+    ds._sample_idx, ds._epoch = 0, 0
+    ds._inputs_buffer, ds._labels_buffer, ds._positions_buffer = [], [], []
+    rows = iter(ds)
+    while True:
+        got = [next(rows) for _ in range(BATCH)]
+        yield (torch.stack([g[0]["input"] for g in got]),
+               torch.stack([g[0]["positions"] for g in got]),
+               torch.stack([g[1] for g in got]))
+
+
+def tt030_name(fqn):
+    if fqn == "output.weight":
+        return "lm_head.weight"
+    for w in ("wq", "wk", "wv"):
+        fqn = fqn.replace(f".attention.{w}.", f".attention.qkv_linear.{w}.")
+    return fqn
+
+
+def main():
+    tt_decoder.Decoder.get_attention_masks = dense_document_mask
+    tt_attention.FlexAttention.forward = sdpa_under_mask
+    torch.manual_seed(0)
+    cfg = llama3_debugmodel()
+    cfg.training.local_batch_size, cfg.training.seq_len, cfg.training.steps = BATCH, SEQ, STEPS
+    cfg.training.mixed_precision_param = "float32"
+    model = cfg.model_spec.model.build()
+    a = dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab=2048, multiple_of=256,
+             ffn_dim_multiplier=None, tied=False)
+    a["ffn"] = ffn_hidden(256, 256, None)
+    W = titan_init(a, SEED)
+    sd = {tt030_name(k): torch.from_numpy(np.ascontiguousarray(v)) for k, v in W.items()}
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if unexpected or [m for m in missing if "freqs" not in m and "cache" not in m]:
+        sys.exit(f"tt030_golden.py: state dict mismatch: missing {missing}, unexpected "
+                 f"{unexpected}")
+    model.train()
+    loss_fn = cfg.loss.build()
+    loss_fn.set_lm_head(model.lm_head)
+    model._skip_lm_head = True
+    optimizers = cfg.optimizer.build(model_parts=[model])
+    schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=STEPS)
+    data = batches(read_docs(sys.argv[1]))
+    rows = []
+    for step in range(1, STEPS + 1):
+        optimizers.zero_grad()
+        lr = optimizers.optimizers[0].param_groups[0]["lr"]
+        inputs, positions, labels = next(data)
+        valid = (labels != IGNORE_INDEX).sum()
+        pred = model(inputs, positions=positions,
+                     attention_masks=model.get_attention_masks(positions=positions))
+        loss, _ = loss_fn(pred, labels, valid, positions=positions)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.max_norm,
+                                            foreach=True)
+        optimizers.step()
+        schedulers.step()
+        rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))
+        print(f"step {step:2d}  loss {loss.item():.6f}  grad_norm {gn.item():.6f}  lr {lr:.6g}")
+    out = os.path.join(ROOT, "tests/train/golden/tt030_llama3.tsv")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        f.write(f"# torchtitan 0.3.0 llama3_debugmodel, float32, seed {SEED}, local_batch_size "
+                f"{BATCH}, seq_len {SEQ}, {STEPS} steps (scripts/tt030_golden.py)\n")
+        f.write("# step\tloss\tgrad_norm\tlr\n")
+        for r in rows:
+            f.write(f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}\t{r['lr']!r}\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+#!/bin/sh
+# titan-train following torchtitan 0.3.0: --module llama3 --config
+# llama3_debugmodel with 0.3.0's CLI paths trains step for step as 0.3.0 does
+# (tests/train/golden/tt030_llama3.tsv, from scripts/tt030_golden.py: its
+# packing of documents, block-causal attention with per-document positions,
+# chunked loss, AdamW and schedule); the checkpoint has 0.3.0's names and
+# resumes exactly; either layout loads; the two versions' options do not mix.
+. tests/lib.sh
+
+GEN="$BUILD/tests/shard/test_gen"
+TRAIN="$BIN/titan-train"
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
+GOLD=tests/train/golden/tt030_llama3.tsv
+
+# the golden run's documents: scripts/tt030_golden.py reads the same stream
+"$GEN" gen 11 400 2048 60 >"$TMP/d.tts"
+"$BIN/titan-shard" -q --out "$TMP/data" --val-fraction 0 "$TMP/d.tts"
+run030() {
+	"$TRAIN" --module llama3 --config llama3_debugmodel --training.local_batch_size 2 \
+		--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
+		--dataloader.dataset_path "$TMP/data" "$@"
+}
+
+# step, loss, grad_norm, lr of metrics.jsonl's train records
+steps_of() {
+	sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1\t\2\t\3\t\4/p' "$1"
+}
+# compare FILE_A FILE_B FIRST LAST: every step within 0.3.0's tolerances
+compare() {
+	awk -F'\t' -v first="$3" -v last="$4" '
+		function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
+		NR == FNR { if ($1 !~ /^#/) { l[$1] = $2; g[$1] = $3; r[$1] = $4 }; next }
+		$1 >= first && $1 <= last {
+			n++
+			tol = $1 == 1 ? 1e-5 : 1e-4
+			if (rel($2, l[$1]) > tol) { printf "step %d loss %s, 0.3.0 %s\n", $1, $2, l[$1]; bad = 1 }
+			if (rel($3, g[$1]) > 1e-4) { printf "step %d grad_norm %s, 0.3.0 %s\n", $1, $3, g[$1]; bad = 1 }
+			if (rel($4, r[$1]) > 1e-12) { printf "step %d lr %s, 0.3.0 %s\n", $1, $4, r[$1]; bad = 1 }
+		}
+		END { if (n != last - first + 1) { printf "%d of the steps %d..%d\n", n, first, last; bad = 1 }; exit bad }
+	' "$1" "$2"
+}
+
+t_run "15 steps of llama3_debugmodel as 0.3.0" run030 --training.steps 15 --dump_folder "$TMP/a" \
+	--checkpoint.enable --checkpoint.interval 10 --checkpoint.last_save_model_only false
+t_grep "the log says which torchtitan it follows" 'Following torchtitan 0.3.0' "$TMP/.err"
+steps_of "$TMP/a/metrics.jsonl" >"$TMP/a.tsv"
+if why=$(compare "$GOLD" "$TMP/a.tsv" 1 15); then
+	t_ok "loss, grad norm and lr equal 0.3.0's at every step"
+else
+	t_not_ok "loss, grad norm and lr equal 0.3.0's at every step" "$why"
+fi
+
+"$BIN/titan-ckpt-convert" info "$TMP/a/checkpoint/step-10" >"$TMP/info" 2>&1
+t_grep "the output is lm_head.weight" '^lm_head.weight ' "$TMP/info"
+t_grep "q is attention.qkv_linear.wq" '^layers.0.attention.qkv_linear.wq.weight ' "$TMP/info"
+t_grep "the optimizer's states by 0.3.0's names" '^optimizer.state.lm_head.weight.exp_avg ' "$TMP/info"
+if grep -q -e '^output.weight ' -e '\.attention\.wq\.weight ' "$TMP/info"; then
+	t_not_ok "no 0.2.2 name left" "$(grep -e '^output.weight ' -e '\.attention\.wq\.' "$TMP/info" | head -3)"
+else
+	t_ok "no 0.2.2 name left"
+fi
+
+t_run "resume from step 10" run030 --training.steps 15 --dump_folder "$TMP/a" \
+	--checkpoint.enable --checkpoint.interval 10 --checkpoint.load_step 10
+steps_of "$TMP/a/metrics.jsonl" | awk 'NR > 15' >"$TMP/b.tsv"
+steps_of "$TMP/a/metrics.jsonl" | awk 'NR > 10 && NR <= 15' >"$TMP/a11.tsv"
+t_same "the resumed steps 11..15 equal the run's" "$TMP/a11.tsv" "$TMP/b.tsv"
+
+# A 0.2.2 run's checkpoint (output.weight, attention.wq) starts a 0.3.0 run.
+cat >"$TMP/t.toml" <<EOF
+[model]
+flavor = "debugmodel"
+[training]
+dataset_path = "$TMP/data"
+local_batch_size = 2
+seq_len = 64
+steps = 1
+mixed_precision_param = "float32"
+[checkpoint]
+enable = true
+create_seed_checkpoint = true
+[debug]
+seed = 7
+EOF
+t_run "a 0.2.2 seed checkpoint" "$TRAIN" --config "$TMP/t.toml" --job.dump_folder "$TMP/s"
+"$BIN/titan-ckpt-convert" info "$TMP/s/checkpoint/step-0" >"$TMP/info22" 2>&1
+t_grep "it has 0.2.2's names" '^output.weight ' "$TMP/info22"
+t_run "0.3.0 run from the 0.2.2 seed" run030 --training.steps 15 --dump_folder "$TMP/c" \
+	--checkpoint.initial_load_path "$TMP/s/checkpoint/step-0"
+steps_of "$TMP/c/metrics.jsonl" >"$TMP/c.tsv"
+if why=$(compare "$GOLD" "$TMP/c.tsv" 1 15); then
+	t_ok "its steps are 0.3.0's (the seed is titan's init of seed 7)"
+else
+	t_not_ok "its steps are 0.3.0's (the seed is titan's init of seed 7)" "$why"
+fi
+
+# One run, one version.
+t_fails "0.2.2's key in a 0.3.0 run" 2 run030 --job.dump_folder "$TMP/x"
+t_grep "names the key and the mix" "job.dump_folder: torchtitan 0.2.2's key.*mixing the two is refused" "$TMP/.err"
+t_fails "0.3.0's path in a 0.2.2 run" 2 "$TRAIN" --config "$TMP/t.toml" --dump_folder "$TMP/x"
+t_grep "names the path and the mix" "dump_folder: torchtitan 0.3.0's path.*mixing the two is refused" "$TMP/.err"
+t_fails "optimizer.lr is not a 0.3.0 path" 2 run030 --optimizer.lr 1e-3
+t_fails "param_groups refused with the reason" 2 run030 --optimizer.param_groups x
+t_grep "the reason" "optimizer.param_groups: refused: a list of Python ParamGroupConfig" "$TMP/.err"
+t_fails "loss.num_chunks must divide seq_len" 2 run030 --loss.num_chunks 7
+t_grep "says so" "loss.num_chunks 7: must divide training.seq_len (64)" "$TMP/.err"
+t_fails "dataloader.infinite false refused" 2 run030 --dataloader.infinite false
+t_grep "with what is accepted" "dataloader.infinite false: refused (only true is accepted)" "$TMP/.err"
+t_fails "an unknown path" 2 run030 --training.no_such_thing 1
+t_grep "is named" "training.no_such_thing: not a path of torchtitan 0.3.0's Trainer.Config" "$TMP/.err"
+
+t_done
