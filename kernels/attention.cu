@@ -1,7 +1,8 @@
 // attention.cu: grouped-query attention, forward and backward, on plain CUDA
 // cores in float32, with the variants of the families: sliding windows
-// (GPT-OSS), chunks (Llama 4's local layers), learned sinks (GPT-OSS) and
-// MLA's split heads (DeepSeek V3: q, k of head dim 192, v of 128).  This is
+// (GPT-OSS), chunks (Llama 4's local layers), documents (torchtitan's
+// block-causal mask over packed windows), learned sinks (GPT-OSS) and MLA's
+// split heads (DeepSeek V3: q, k of head dim 192, v of 128).  This is
 // the simple reference the cuDNN path (lib/gpu/attn_cudnn.c) is tested and
 // timed against, and the path for what cuDNN does not take (float32, context-
 // parallel blocks at other positions, the variants above, no cuDNN); it is
@@ -82,8 +83,8 @@ __global__ void __launch_bounds__(att_rows<HD, HDV>::fwd * 32)
 	stage<ROWS, HD>(&qs[0][0], HD, q, bi, a.tq, a.h, hi, q0);
 	int64_t j0 = 0, j1 = 0, kb0, kb1;
 	if (qi < a.tq)
-		att_keys(&a, qi, &j0, &j1);
-	att_block_keys(&a, q0, q1, &kb0, &kb1);
+		att_keys(&a, bi, qi, &j0, &j1);
+	att_block_keys(&a, bi, q0, q1, &kb0, &kb1);
 	float sink = a.sinks ? a.sinks[hi] : -INFINITY;
 	float m = sink, l = sink > -INFINITY ? 1.0f : 0.0f, o[P];
 #pragma unroll
@@ -191,8 +192,8 @@ __global__ void __launch_bounds__(att_rows<HD, HDV>::bwd * 32)
 	stage<ROWS, HDV>(&dos[0][0], HDV, dout, bi, a.tq, a.h, hi, q0);
 	int64_t j0 = 0, j1 = 0, kb0, kb1;
 	if (qi < a.tq)
-		att_keys(&a, qi, &j0, &j1);
-	att_block_keys(&a, q0, q1, &kb0, &kb1);
+		att_keys(&a, bi, qi, &j0, &j1);
+	att_block_keys(&a, bi, q0, q1, &kb0, &kb1);
 	bool any = j1 > j0; // then lse is finite
 	float row_lse = any ? lse[(bi * a.h + hi) * a.tq + qi] : 0.0f;
 	float row_d = any ? dsum[(bi * a.h + hi) * a.tq + qi] : 0.0f;
@@ -255,8 +256,8 @@ __global__ void __launch_bounds__(att_rows<HD, HDV>::bwd * 32)
 	stage<ROWS, HDV>(&vr[0][0], HDV, v, bi, a.tk, a.hkv, kv, k0);
 	int64_t i0 = 0, i1 = 0, qb0, qb1; // this warp's queries, the block's
 	if (kj < a.tk)
-		att_queries(&a, kj, &i0, &i1);
-	att_block_queries(&a, k0, k1, &qb0, &qb1);
+		att_queries(&a, bi, kj, &i0, &i1);
+	att_block_queries(&a, bi, k0, k1, &qb0, &qb1);
 	float dk_acc[P], dv_acc[PV];
 #pragma unroll
 	for (int d = 0; d < P; d++)
@@ -333,7 +334,8 @@ static bool attention_call(const gpu_att *in, gpu_att *a)
 	return a->b > 0 && a->tq > 0 && a->tk > 0 && a->h > 0 && a->hkv > 0 &&
 	       a->h % a->hkv == 0 && attention_dims_ok(a->hd, a->hdv) && a->b <= 65535 &&
 	       a->h <= 65535 && a->window >= 0 && a->chunk >= 0 &&
-	       (a->chunk == 0 || (a->q_pos0 >= 0 && a->k_pos0 >= 0));
+	       (a->chunk == 0 || (a->q_pos0 >= 0 && a->k_pos0 >= 0)) &&
+	       (!a->doc || (a->q_pos0 >= 0 && a->q_pos0 + a->tq <= a->doc_t));
 }
 
 static float attention_scale(const gpu_att *a)

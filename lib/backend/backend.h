@@ -106,8 +106,10 @@ enum be_rope_style {
  * the keys whose positions pass every test that is on: causal (at or before
  * the query's), window (the last `window` of those: GPT-OSS's sliding window),
  * chunk (the query's own chunk of `chunk` positions, [p / chunk * chunk, + chunk):
- * Llama 4's local attention).  A context-parallel rank passes the positions of
- * its chunks; a query that sees no key gets out = 0 and lse = -inf (the sink's
+ * Llama 4's local attention), doc (the query's own document of a packed window:
+ * the keys at or after its document's first position, torchtitan's
+ * block-causal mask).  A context-parallel rank passes the positions of its
+ * chunks; a query that sees no key gets out = 0 and lse = -inf (the sink's
  * logit with sinks), which merging partial results expects.  The gradients dq,
  * dk, dv are written (not accumulated).
  *
@@ -116,6 +118,9 @@ enum be_rope_style {
  *                   hdv 128)
  *   scale           MLA's 1/sqrt(hd) times YaRN's mscale^2
  *   window, chunk   as above
+ *   doc, doc_t      documents, as above: meant with causal (the mask of
+ *                   torchtitan's packed windows); with sinks a query keeps its
+ *                   sink whatever its document.
  *   sinks (h)       GPT-OSS's learned sinks, float32: one logit per query head
  *                   that joins each row's softmax denominator with no value
  *                   (out = softmax over [keys, sink] without the sink's column;
@@ -134,13 +139,13 @@ typedef struct be_attn {
 	be_dtype grad;     /* dq, dk, dv */
 	int64_t window;    /* sliding window in positions; 0: none */
 	int64_t chunk;     /* chunked attention's chunk in positions; 0: none */
-	const void *sinks; /* (h) float32 or NULL */
-	void *dsinks;      /* (h) float32, accumulated, or NULL */
 	const int32_t *doc; /* (b, doc_t) backend memory, or NULL: doc[bi * doc_t + p] is the
 			       first position of the document that position p of batch row bi
 			       belongs to (non-decreasing in p, <= p) */
 	int64_t doc_t;      /* positions per row of doc (the whole sequence: a context-parallel
 			       rank passes the full rows and its q_pos0/k_pos0) */
+	const void *sinks; /* (h) float32 or NULL */
+	void *dsinks;      /* (h) float32, accumulated, or NULL */
 } be_attn;
 
 /* Mixture of experts (torchtitan's MoE: TokenChoiceTopKRouter, TokenReorderer,

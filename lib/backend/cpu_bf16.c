@@ -305,10 +305,14 @@ static att_geom att_group(const be_attn *a)
 }
 
 /* Group (bi, kv)'s problem: its query heads' sinks, its sinks' gradient in
- * dsink (rep floats, or NULL). */
-static be_attn att_problem(const att_geom *ge, const be_attn *a, int64_t kv, float *dsink)
+ * dsink (rep floats, or NULL), its batch row's documents (a problem of one
+ * row). */
+static be_attn att_problem(const att_geom *ge, const be_attn *a, int64_t bi, int64_t kv,
+			   float *dsink)
 {
 	be_attn g = ge->g;
+	if (a->doc)
+		g.doc = a->doc + bi * a->doc_t;
 	if (a->sinks)
 		g.sinks = (const float *)a->sinks + kv * ge->rep;
 	g.dsinks = a->sinks ? dsink : NULL;
@@ -362,7 +366,7 @@ void cpu_bf16_attention_fwd(backend *be, void *out, float *lse, const void *q, c
 		       a->hkv * a->hd);
 		gather(fv, elem(v, a->qkv, k_off(a, bi, kv, a->hdv)), a->qkv, a->tk, a->hdv,
 		       a->hkv * a->hdv);
-		be_attn g = att_problem(&ge, a, kv, NULL);
+		be_attn g = att_problem(&ge, a, bi, kv, NULL);
 		cpu_attention_fwd_f32(fo, lse + (bi * a->h + kv * ge.rep) * a->tq, fq, fk, fv, &g);
 		scatter(elem_mut(out, a->out, q_off(a, bi, kv, ge.rep, a->hdv)), a->out,
 			a->h * a->hdv, fo, a->tq, ge.rep * a->hdv);
@@ -396,7 +400,7 @@ void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const voi
 		gather(fv, elem(v, a->qkv, ov), a->qkv, a->tk, a->hdv, ldv);
 		gather(fo, elem(out, a->out, oo), a->out, a->tq, ge.rep * a->hdv, ldo);
 		gather(fdo, elem(dout, a->dout, oo), a->dout, a->tq, ge.rep * a->hdv, ldo);
-		be_attn g = att_problem(&ge, a, kv, nds ? ds + grp * ge.rep : NULL);
+		be_attn g = att_problem(&ge, a, bi, kv, nds ? ds + grp * ge.rep : NULL);
 		cpu_attention_bwd_f32(fdq, fdk, fdv, fdo, fq, fk, fv, fo,
 				      lse + (bi * a->h + kv * ge.rep) * a->tq, &g);
 		scatter(elem_mut(dq, a->grad, oq), a->grad, ldq, fdq, a->tq, ge.rep * a->hd);

@@ -364,6 +364,8 @@ static const char *att_variant(const be_attn *a)
 		return "a sliding window";
 	if (a->chunk > 0)
 		return "chunked attention";
+	if (a->doc)
+		return "document masks";
 	if (a->sinks)
 		return "attention sinks";
 	if (a->hdv != a->hd)
@@ -389,7 +391,8 @@ static gpu_att att_of(const be_attn *a)
 	return (gpu_att){.b = a->b, .tq = a->tq, .tk = a->tk, .h = a->h, .hkv = a->hkv,
 			 .hd = a->hd, .hdv = a->hdv, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
 			 .causal = a->causal, .scale = a->scale, .window = a->window,
-			 .chunk = a->chunk, .sinks = a->sinks, .dsinks = a->dsinks};
+			 .chunk = a->chunk, .sinks = a->sinks, .dsinks = a->dsinks, .doc = a->doc,
+			 .doc_t = a->doc_t};
 }
 
 static int refused(cuda_state *s, const att_shape *x)

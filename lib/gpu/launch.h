@@ -174,7 +174,10 @@ int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int6
  * attention_dims_ok's pairs; h a multiple of hkv; hdv 0 means hd.
  * sinks (h) float32 on the device: GPT-OSS's learned per-head logits that
  * join each row's softmax denominator with no value; the backward adds their
- * gradient into dsinks (h) when both are set. */
+ * gradient into dsinks (h) when both are set.  doc (b, doc_t) int32 on the
+ * device, or NULL: as be_attn's, position p of batch row bi sees only keys at
+ * or after doc[bi * doc_t + p], the first position of its document
+ * (non-decreasing in p, <= p; q_pos0 >= 0 and q_pos0 + tq <= doc_t). */
 typedef struct gpu_att {
 	int64_t b, tq, tk, h, hkv, hd, hdv;
 	int64_t q_pos0, k_pos0;
@@ -183,6 +186,8 @@ typedef struct gpu_att {
 	int64_t window, chunk; /* 0: none */
 	const float *sinks;    /* NULL: none */
 	float *dsinks;         /* NULL: no sink gradient */
+	const int32_t *doc;    /* (b, doc_t); NULL: one document */
+	int64_t doc_t;
 } gpu_att;
 
 /* The head dims the attention kernels take: hd == hdv in 16, 32, 64, 96, 128,

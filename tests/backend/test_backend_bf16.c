@@ -32,6 +32,7 @@
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 #include "core/bf16.h"
+#include "../support/att_ref.h"
 #include "../support/testutil.h"
 
 #define U16 (1.0 / 256.0)      /* bfloat16 unit roundoff, 2^-8 */
@@ -441,7 +442,8 @@ static void rope_bf16_both_styles_and_inverse_within_bound(void **s)
 /* bf16 q, k, v (and dout) go through the float32 kernel, which
  * test_backend_ops holds within 2e-6 of float64 relative to the largest
  * element; each output is rounded once: |got - ref| <= u_out |ref| +
- * 4e-6 max|ref|. */
+ * 4e-6 max|ref|.  The reference is the definition on the full mask
+ * (att_ref) in float64 over the same bf16 inputs. */
 static void check_attention(backend *be, const be_attn *shape, be_dtype ot, be_dtype gt)
 {
 	be_attn a = *shape;
@@ -455,17 +457,16 @@ static void check_attention(backend *be, const be_attn *shape, be_dtype ot, be_d
 	double *o = dalloc(no), *lse = dalloc(nl), *rq = dalloc(nq), *rk = dalloc(nk), *rv = dalloc(nv);
 	float *flse = malloc(nl * 4);
 	/* sinks (h) float32 for the backend, their float64 copies for the
-	 * reference; dsinks accumulated by each from zero */
-	be_attn ra = a;
+	 * reference; dsinks accumulated by the backend from zero */
 	double sk[16], dsk[16] = {0};
 	float fdsk[16] = {0};
 	assert_true(a.h <= 16);
 	if (a.sinks) {
 		for (int64_t i = 0; i < a.h; i++)
 			sk[i] = ((const float *)a.sinks)[i];
-		ra.sinks = sk, ra.dsinks = dsk, a.dsinks = fdsk;
+		a.dsinks = fdsk;
 	}
-	cpu_attention_fwd_f64(o, lse, q.ref, k.ref, v.ref, &ra);
+	att_ref_fwd(o, lse, q.ref, k.ref, v.ref, a.sinks ? sk : NULL, &a);
 	be->ops->attention_fwd(be, out.p, flse, q.p, k.p, v.p, &a);
 	be_sync_ok(be);
 	/* the backward reads the out the forward stored, as a model does: so does
@@ -473,7 +474,8 @@ static void check_attention(backend *be, const be_attn *shape, be_dtype ot, be_d
 	double *oin = dalloc(no);
 	for (size_t i = 0; i < no; i++)
 		oin[i] = get_elem(&out, i);
-	cpu_attention_bwd_f64(rq, rk, rv, dout.ref, q.ref, k.ref, v.ref, oin, lse, &ra);
+	att_ref_bwd(rq, rk, rv, a.sinks ? dsk : NULL, dout.ref, q.ref, k.ref, v.ref, oin,
+		    a.sinks ? sk : NULL, &a);
 	be->ops->attention_bwd(be, dq.p, dk.p, dv.p, dout.p, q.p, k.p, v.p, out.p, flse, &a);
 	be_sync_ok(be);
 	const struct {
@@ -531,6 +533,37 @@ static void attention_bf16_gqa_causal_blocks_sinks_and_windows_within_bound(void
 	be_attn ch = {.b = 2, .tq = 40, .tk = 40, .h = 4, .hkv = 1, .hd = 8, .hdv = 8,
 		      .causal = 1, .chunk = 16};
 	check_attention(be, &ch, BE_BF16, BE_F32);
+	backend_free(be);
+}
+
+/* torchtitan's block-causal mask over packed windows: each group of query
+ * heads (a problem of one batch row in the float32 kernel) reads its own
+ * row's documents.  Rows with different boundaries, documents of one
+ * position, a window and chunks across boundaries, sinks, MLA's hdv, and a
+ * context-parallel block (full rows of doc, queries 30..59 against keys
+ * 10..39) whose row-2 queries from 40 see no key (out 0, lse their sink). */
+static void attention_bf16_documents_within_bound(void **s)
+{
+	(void)s;
+	test_seed(108);
+	backend *be = be_open(0);
+	int32_t doc[3 * 70];
+	static const int64_t starts[3][5] = {{0, 20, 21, 64}, {0, 35, 69}, {0, 1, 2, 40, 41}};
+	static const int n[3] = {4, 3, 5};
+	for (int bi = 0; bi < 3; bi++)
+		att_ref_doc_row(doc + bi * 70, 70, starts[bi], n[bi]);
+	static const float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+	be_attn a = {.b = 3, .tq = 70, .tk = 70, .h = 4, .hkv = 2, .hd = 16, .hdv = 16,
+		     .causal = 1, .doc = doc, .doc_t = 70};
+	check_attention(be, &a, BE_BF16, BE_BF16);
+	a.window = 12, a.sinks = sinks;
+	check_attention(be, &a, BE_BF16, BE_F32);
+	a.window = 0, a.chunk = 16, a.sinks = NULL;
+	check_attention(be, &a, BE_F32, BE_BF16);
+	be_attn cp = {.b = 3, .tq = 30, .tk = 30, .h = 2, .hkv = 1, .hd = 8, .hdv = 4,
+		      .causal = 1, .q_pos0 = 30, .k_pos0 = 10, .scale = 0.3f, .sinks = sinks,
+		      .doc = doc, .doc_t = 70};
+	check_attention(be, &cp, BE_BF16, BE_BF16);
 	backend_free(be);
 }
 
@@ -1217,6 +1250,7 @@ int main(void)
 		cmocka_unit_test(rmsnorm_bwd_every_type_mix_within_bound),
 		cmocka_unit_test(rope_bf16_both_styles_and_inverse_within_bound),
 		cmocka_unit_test(attention_bf16_gqa_causal_blocks_sinks_and_windows_within_bound),
+		cmocka_unit_test(attention_bf16_documents_within_bound),
 		cmocka_unit_test(swiglu_bf16_rounds_as_torch_within_bound),
 		cmocka_unit_test(embedding_every_type_mix_within_bound),
 		cmocka_unit_test(cross_entropy_bf16_loss_and_gradient_within_bound),

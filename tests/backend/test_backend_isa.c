@@ -101,7 +101,7 @@ static void crc32c_is_the_same_at_every_level(void **s)
 
 /* ---- one workload, its outputs as bytes, op by op ---- */
 
-#define MAX_OPS 32
+#define MAX_OPS 40
 
 typedef struct outputs {
 	int n;
@@ -192,10 +192,15 @@ static void run_rope(backend *be, be_dtype t, outputs *o)
 	free(cs), free(csf), free(x);
 }
 
-static void run_attention(backend *be, be_dtype t, int64_t window, outputs *o)
+/* Causal GQA attention, with a sliding window or with documents (each batch
+ * row its own boundaries, a document of one position among them). */
+static void run_attention(backend *be, be_dtype t, int64_t window, int docs, outputs *o)
 {
+	static const int32_t doc[2 * 11] = {0, 0, 0, 3, 4, 4, 4, 4, 4, 4, 4,
+					    0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7};
 	be_attn a = {.b = 2, .tq = 11, .tk = 11, .h = 4, .hkv = 2, .hd = 24, .hdv = 24,
-		     .causal = 1, .qkv = t, .out = t, .dout = t, .grad = t, .window = window};
+		     .causal = 1, .qkv = t, .out = t, .dout = t, .grad = t, .window = window,
+		     .doc = docs ? doc : NULL, .doc_t = 11};
 	size_t nq = (size_t)(a.b * a.tq * a.h * a.hd), nk = (size_t)(a.b * a.tk * a.hkv * a.hd);
 	size_t es = be_dtype_size(t);
 	void *q = rand_of(t, nq, 1), *k = rand_of(t, nk, 1), *v = rand_of(t, nk, 1);
@@ -205,7 +210,8 @@ static void run_attention(backend *be, be_dtype t, int64_t window, outputs *o)
 	be->ops->attention_fwd(be, out, lse, q, k, v, &a);
 	be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &a);
 	sync_ok(be);
-	keep(o, window ? "attention_fwd window" : "attention_fwd", out, nq * es);
+	keep(o, docs ? "attention_fwd doc" : window ? "attention_fwd window" : "attention_fwd", out,
+	     nq * es);
 	keep(o, "attention lse", lse, (size_t)(a.b * a.h * a.tq) * sizeof(float));
 	keep(o, "attention_bwd dq", dq, nq * es);
 	keep(o, "attention_bwd dk", dk, nk * es);
@@ -287,8 +293,9 @@ static void workload(backend *be, be_dtype t, outputs *o)
 	test_seed(20261204);
 	run_norms(be, t, o);
 	run_rope(be, t, o);
-	run_attention(be, t, 0, o);
-	run_attention(be, t, 4, o);
+	run_attention(be, t, 0, 0, o);
+	run_attention(be, t, 4, 0, o);
+	run_attention(be, t, 0, 1, o);
 	run_elementwise(be, t, o);
 	run_embedding_and_loss(be, t, o);
 	run_matmul(be, t, o);

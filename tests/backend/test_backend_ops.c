@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_kernels.h"
+#include "../support/att_ref.h"
 #include "../support/testutil.h"
 
 #define FD_H 1e-6
@@ -255,21 +256,9 @@ static double att_loss(void *p)
 	return dot(c->o, c->r, att_no(&c->a));
 }
 
-/* torchtitan's mask_mods, position by position: causal (kv <= q), its sliding
- * window (q - kv < w), the fixed block (q // c == kv // c). */
-static int visible(const be_attn *a, int64_t qp, int64_t kp)
-{
-	if (a->causal && kp > qp)
-		return 0;
-	if (a->window > 0 && qp - kp >= a->window)
-		return 0;
-	if (a->chunk > 0 && qp / a->chunk != kp / a->chunk)
-		return 0;
-	return 1;
-}
-
-/* softmax over the visible keys (and the sink: GPT-OSS's output times
- * sigmoid(lse - sink)) of scale q k^T, times v; lse includes the sink. */
+/* softmax over the visible keys (torchtitan's mask_mods: att_ref_visible) and
+ * the sink (GPT-OSS's output times sigmoid(lse - sink)) of scale q k^T, times
+ * v; lse includes the sink. */
 static void att_naive(double *o, double *lse, const att_ctx *c)
 {
 	const be_attn *a = &c->a;
@@ -284,7 +273,7 @@ static void att_naive(double *o, double *lse, const att_ctx *c)
 				double mx = c->sinks ? c->sinks[h] : -INFINITY, sum = 0;
 				for (int64_t j = 0; j < a->tk; j++) {
 					p[j] = -INFINITY;
-					if (!visible(a, a->q_pos0 + i, a->k_pos0 + j))
+					if (!att_ref_visible(a, b, i, j))
 						continue;
 					const double *kj = c->k + ((b * a->tk + j) * a->hkv + h / rep) * hd;
 					p[j] = dot(qi, kj, (size_t)hd) * scale;
@@ -316,7 +305,11 @@ static void att_naive(double *o, double *lse, const att_ctx *c)
 	free(p);
 }
 
-static void check_attention(const be_attn *shape, int sinks, uint64_t sd)
+/* The op in float64 against the definition: the forward against att_naive
+ * (torchtitan's sigmoid form of the sinks) and the backward against
+ * att_ref_bwd (the chain rule on the full mask) and, when fd is set, central
+ * differences of the forward; the float32 op against the float64 one. */
+static void check_attention_fd(const be_attn *shape, int sinks, uint64_t sd, int fd)
 {
 	test_seed(sd);
 	att_ctx c = {.a = *shape};
@@ -344,12 +337,22 @@ static void check_attention(const be_attn *shape, int sinks, uint64_t sd)
 	double *ds = calloc(nh, 8);
 	c.a.dsinks = sinks ? ds : NULL;
 	cpu_attention_bwd_f64(dq, dk, dv, c.r, c.q, c.k, c.v, c.o, c.lse, &c.a);
-	double eq = fd_check(att_loss, &c, c.q, dq, nq, 7);
-	double ek = fd_check(att_loss, &c, c.k, dk, nk, 5);
-	double ev = fd_check(att_loss, &c, c.v, dv, nv, 5);
-	double es = sinks ? fd_check(att_loss, &c, c.sinks, ds, nh, 1) : 0;
-	print_message("attention fd: dq %.2e dk %.2e dv %.2e dsinks %.2e\n", eq, ek, ev, es);
-	assert_true(eq < FD_TOL && ek < FD_TOL && ev < FD_TOL && es < FD_TOL);
+	double *rq = malloc(nq * 8), *rk = malloc(nk * 8), *rv = malloc(nv * 8);
+	double *rs = malloc(nh * 8);
+	att_ref_bwd(rq, rk, rv, sinks ? rs : NULL, c.r, c.q, c.k, c.v, NULL, c.sinks, &c.a);
+	double bq = rel_err_dd(dq, rq, nq), bk = rel_err_dd(dk, rk, nk), bv = rel_err_dd(dv, rv, nv);
+	double bs = sinks ? rel_err_dd(ds, rs, nh) : 0;
+	print_message("attention bwd vs definition: dq %.2e dk %.2e dv %.2e dsinks %.2e\n", bq, bk,
+		      bv, bs);
+	assert_true(bq < 1e-12 && bk < 1e-12 && bv < 1e-12 && bs < 1e-12);
+	if (fd) {
+		double eq = fd_check(att_loss, &c, c.q, dq, nq, 7);
+		double ek = fd_check(att_loss, &c, c.k, dk, nk, 5);
+		double ev = fd_check(att_loss, &c, c.v, dv, nv, 5);
+		double es = sinks ? fd_check(att_loss, &c, c.sinks, ds, nh, 1) : 0;
+		print_message("attention fd: dq %.2e dk %.2e dv %.2e dsinks %.2e\n", eq, ek, ev, es);
+		assert_true(eq < FD_TOL && ek < FD_TOL && ev < FD_TOL && es < FD_TOL);
+	}
 
 	/* float32 against float64, and dsinks accumulating onto what is there */
 	att_loss(&c);
@@ -376,8 +379,14 @@ static void check_attention(const be_attn *shape, int sinks, uint64_t sd)
 					    : fabs(lse[i] - c.lse[i]) < 1e-5 * (1 + fabs(c.lse[i])));
 	free(c.q), free(c.k), free(c.v), free(c.r), free(c.o), free(c.lse), free(c.sinks);
 	free(naive), free(nlse), free(dq), free(dk), free(dv), free(ds);
+	free(rq), free(rk), free(rv), free(rs);
 	free(q), free(k), free(v), free(r), free(o), free(lse), free(fs), free(fq), free(fk);
 	free(fv), free(fds);
+}
+
+static void check_attention(const be_attn *shape, int sinks, uint64_t sd)
+{
+	check_attention_fd(shape, sinks, sd, 1);
 }
 
 static void attention_gqa_causal_backward_matches_finite_differences(void **s)
@@ -473,6 +482,77 @@ static void sinks_match_sigmoid_rescale_and_their_gradient_finite_differences(vo
 		assert_true(lse[i] == sk[i / 10]);
 	for (int i = 0; i < 160; i++)
 		assert_true(o[i] == 0);
+}
+
+/* ---- documents (torchtitan's block-causal mask over packed windows) ---- */
+
+/* A doc array (b, t): row bi's documents start at starts[bi][0..], a list
+ * ended by -1. */
+static int32_t *doc_rows(int64_t b, int64_t t, const int64_t (*starts)[8])
+{
+	int32_t *doc = malloc(sizeof(int32_t) * (size_t)(b * t));
+	assert_non_null(doc);
+	for (int64_t bi = 0; bi < b; bi++) {
+		int n = 0;
+		while (n < 8 && starts[bi][n] >= 0)
+			n++;
+		att_ref_doc_row(doc + bi * t, t, starts[bi], n);
+	}
+	return doc;
+}
+
+/* A query sees the keys of its own document only, on top of the other masks.
+ * t = 150 spans three query blocks of 64; each batch row has its own
+ * boundaries, among them documents of one position (37, 90, 149: a query
+ * whose document starts at itself), a boundary on a block's edge (64), and
+ * windows and chunks that cross boundaries; GQA, sinks, MLA's hdv != hd. */
+static void documents_mask_the_keys_before_each_querys_document(void **s)
+{
+	(void)s;
+	static const int64_t starts[2][8] = {{0, 37, 38, 64, 100, 149, -1},
+					     {0, 5, 90, 91, 130, -1}};
+	int32_t *doc = doc_rows(2, 150, starts);
+	be_attn a = {.b = 2, .tq = 150, .tk = 150, .h = 4, .hkv = 2, .hd = 8, .hdv = 8,
+		     .causal = 1, .doc = doc, .doc_t = 150};
+	check_attention_fd(&a, 0, 91, 0);
+	a.window = 20; /* row 0's queries 100..119: windows reach past their document */
+	check_attention_fd(&a, 1, 92, 0);
+	a.window = 0, a.chunk = 16; /* chunk 32..47 holds the boundaries 37, 38 */
+	check_attention_fd(&a, 0, 93, 0);
+	be_attn mla = {.b = 2, .tq = 40, .tk = 40, .h = 3, .hkv = 3, .hd = 12, .hdv = 4,
+		       .causal = 1, .scale = 0.2f, .doc = doc, .doc_t = 150};
+	check_attention_fd(&mla, 1, 94, 1); /* and finite differences, on a small one */
+	free(doc);
+}
+
+/* A context-parallel rank passes the full rows of doc and its blocks'
+ * positions: queries 60..99 against keys 20..59 of 120, where row 0's queries
+ * from 75 and row 1's from 62 see no key of the block (out 0, lse -inf or
+ * their sink), a block whose queries see no key at all, and the diagonal
+ * block with a window and sinks. */
+static void documents_in_context_parallel_blocks_index_the_full_rows(void **s)
+{
+	(void)s;
+	static const int64_t starts[2][8] = {{0, 50, 75, 76, -1}, {0, 62, 100, -1}};
+	int32_t *doc = doc_rows(2, 120, starts);
+	be_attn a = {.b = 2, .tq = 40, .tk = 40, .h = 4, .hkv = 2, .hd = 8, .hdv = 8,
+		     .causal = 1, .q_pos0 = 60, .k_pos0 = 20, .doc = doc, .doc_t = 120};
+	check_attention_fd(&a, 0, 95, 0);
+	check_attention_fd(&a, 1, 96, 0);
+	be_attn none = a; /* queries 80..99 against keys 0..39: all of them masked */
+	none.tq = 20, none.q_pos0 = 80, none.k_pos0 = 0;
+	check_attention_fd(&none, 1, 97, 0);
+	double q[2 * 20 * 4 * 8] = {0}, k[2 * 40 * 2 * 8] = {0}, v[2 * 40 * 2 * 8] = {0};
+	double o[2 * 20 * 4 * 8], lse[2 * 4 * 20];
+	cpu_attention_fwd_f64(o, lse, q, k, v, &none);
+	for (int i = 0; i < 2 * 4 * 20; i++)
+		assert_true(isinf(lse[i]) && lse[i] < 0);
+	for (int i = 0; i < 2 * 20 * 4 * 8; i++)
+		assert_true(o[i] == 0);
+	be_attn diag = a;
+	diag.k_pos0 = 60, diag.window = 10;
+	check_attention_fd(&diag, 1, 98, 0);
+	free(doc);
 }
 
 /* ---- swiglu ---- */
@@ -945,6 +1025,8 @@ int main(void)
 		cmocka_unit_test(sliding_window_matches_mask_definition_and_finite_differences),
 		cmocka_unit_test(chunked_attention_matches_mask_definition_and_finite_differences),
 		cmocka_unit_test(sinks_match_sigmoid_rescale_and_their_gradient_finite_differences),
+		cmocka_unit_test(documents_mask_the_keys_before_each_querys_document),
+		cmocka_unit_test(documents_in_context_parallel_blocks_index_the_full_rows),
 		cmocka_unit_test(swiglu_backward_matches_finite_differences_and_f32_matches_f64),
 		cmocka_unit_test(swiglu_clamp_matches_gpt_oss_and_finite_differences),
 		cmocka_unit_test(bias_add_and_grad_match_definition_per_row_group),

@@ -69,6 +69,7 @@ sync='/__shared__ uint8_t tile/,/q\[j \* rows \+ i\]/ s/__syncthreads\(\);/(void
 mutant nosync asan kernels/float8.cu "$sync" test_gpu_launch '\[  ERROR   \]'
 mutant nosync tsan kernels/float8.cu "$sync" test_gpu_launch 'ThreadSanitizer: data race'
 mutant causal asan lib/gpu/att_mask.h 's/hi = p \+ 1;/hi = p + 2;/' test_gpu_attention '\[  ERROR   \]'
-mutant shfl asan kernels/attention.cu '110 s/__shfl_sync\(0xffffffffu/__shfl_sync(0x0000ffffu/' test_gpu_attention \
+mutant shfl asan kernels/attention.cu '/^\t{3}float pj = __shfl_sync/ s/__shfl_sync\(0xffffffffu/__shfl_sync(0x0000ffffu/' \
+	test_gpu_attention \
 	'^emu: .*mask 0x0000ffff, which leaves it out'
 t_done

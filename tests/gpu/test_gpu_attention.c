@@ -1,7 +1,7 @@
 /* Causal GQA attention on the GPU, both paths, against the CPU backend's float64
  * attention: titan's reference kernels (launch_attention_*, float32 and bf16,
- * any t, head dims 16 to 128 and MLA's 192/128, sliding windows, chunks, sinks
- * and their gradient) and cuDNN's fused flash attention (attn.h, bf16,
+ * any t, head dims 16 to 128 and MLA's 192/128, sliding windows, chunks,
+ * documents, sinks and their gradient) and cuDNN's fused flash attention (attn.h, bf16,
  * t a multiple of 128).  The backward is fed the forward's float64 output and
  * lse rounded to the device's types, so each direction is measured on its own.
  * Method and bounds: gpu_test.h; cuDNN rounds the probabilities to bf16 before
@@ -24,8 +24,10 @@
 /* One direction pair on one path (0 = reference kernels, 1 = cuDNN), on the
  * attention call a (element types: dt for every tensor; hdv 0 means hd).  With
  * sinks, random per-head sinks of magnitude up to `sinks` join the softmax,
- * and dsinks (random to start with: the op accumulates) is checked too. */
-static void check_attention_sinks(gpu_att a, int dt, int path, gpu_attn *cudnn, double sinks)
+ * and dsinks (random to start with: the op accumulates) is checked too.  doc
+ * (b, a.doc_t) on the host, or NULL: the documents, copied to the device. */
+static void check_attention_docs(gpu_att a, int dt, int path, gpu_attn *cudnn, double sinks,
+				 const int32_t *doc)
 {
 	if (a.b * a.tq * a.tk * a.h > 40000 && tsan_leaves("b tq tk h over 40000"))
 		return;
@@ -42,17 +44,28 @@ static void check_attention_sinks(gpu_att a, int dt, int path, gpu_attn *cudnn, 
 	float *dev_sk = sinks ? dev_from(sk, (size_t)h, GPU_F32) : NULL; /* sk rounded to float */
 	float *dev_dsk = sinks ? dev_from(dsk, (size_t)h, GPU_F32) : NULL;
 	a.sinks = dev_sk;
+	int32_t *dev_doc = NULL;
+	if (doc) {
+		titan_err de;
+		size_t bytes = sizeof(int32_t) * (size_t)(b * a.doc_t);
+		dev_doc = dev_alloc(bytes);
+		if (gpu_upload(dev_doc, doc, bytes, &de))
+			fail_msg("%s", de.msg);
+	}
+	a.doc = dev_doc;
 	be_attn ba = {.b = b, .tq = tq, .tk = tk, .h = h, .hkv = hkv, .hd = hd, .hdv = hdv,
 		      .scale = a.scale, .causal = a.causal, .q_pos0 = a.q_pos0, .k_pos0 = a.k_pos0,
-		      .window = a.window, .chunk = a.chunk, .sinks = sk}; /* _f64: double sinks */
+		      .window = a.window, .chunk = a.chunk, .sinks = sk, /* _f64: double sinks */
+		      .doc = doc, .doc_t = a.doc_t};
 	double *out = zeros(no), *lse = zeros(nl);
 	cpu_attention_fwd_f64(out, lse, q, k, v, &ba);
 	print_message(" %s b=%lld tq=%lld tk=%lld h=%lld hkv=%lld hd=%lld hdv=%lld%s q@%lld k@%lld"
-		      " window %lld chunk %lld%s\n",
+		      " window %lld chunk %lld%s%s\n",
 		      path ? "cuDNN" : "reference", (long long)b, (long long)tq, (long long)tk,
 		      (long long)h, (long long)hkv, (long long)hd, (long long)hdv,
 		      a.causal ? " causal" : "", (long long)a.q_pos0, (long long)a.k_pos0,
-		      (long long)a.window, (long long)a.chunk, sinks ? " sinks" : "");
+		      (long long)a.window, (long long)a.chunk, sinks ? " sinks" : "",
+		      doc ? " documents" : "");
 
 	void *dout_gpu = dev_poisoned(no, dt);
 	float *dlse = dev_poisoned(nl, GPU_F32);
@@ -117,6 +130,13 @@ static void check_attention_sinks(gpu_att a, int dt, int path, gpu_attn *cudnn, 
 	gpu_free(dgk), gpu_free(dgv);
 	if (sinks)
 		gpu_free(dev_sk), gpu_free(dev_dsk);
+	if (doc)
+		gpu_free(dev_doc);
+}
+
+static void check_attention_sinks(gpu_att a, int dt, int path, gpu_attn *cudnn, double sinks)
+{
+	check_attention_docs(a, dt, path, cudnn, sinks, NULL);
 }
 
 static void check_attention(gpu_att a, int dt, int path, gpu_attn *cudnn)
@@ -199,6 +219,63 @@ static void reference_kernels_take_the_variants(void **state)
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
 		for (int dt = 0; dt < 2; dt++)
 			check_attention_sinks(cases[c].a, dt, 0, NULL, cases[c].sinks);
+}
+
+/* A doc array (b, t): row bi's documents start at starts[bi][0..], a list
+ * ended by -1 (0 before its first). */
+static int32_t *doc_rows(int64_t b, int64_t t, const int64_t (*starts)[8])
+{
+	int32_t *doc = malloc(sizeof(int32_t) * (size_t)(b * t));
+	assert_non_null(doc);
+	for (int64_t bi = 0; bi < b; bi++)
+		for (int64_t p = 0, d = 0, cur = 0; p < t; p++) {
+			while (d < 8 && starts[bi][d] >= 0 && starts[bi][d] <= p)
+				cur = starts[bi][d++];
+			doc[bi * t + p] = (int32_t)cur;
+		}
+	return doc;
+}
+
+/* torchtitan's block-causal mask over packed windows on the reference
+ * kernels: each batch row its own boundaries, documents of one position
+ * (20, 69), boundaries on and off the tiles of 32 and the blocks' rows, with
+ * a window and sinks, chunks, GQA, MLA's head dims, and context-parallel
+ * blocks that index the full rows of doc (queries 60..99 against keys 20..59
+ * of 120, where rows see no key from 75 and 62: out 0, lse -inf or the sink;
+ * queries 80..99 against keys 0..39, which see none at all).  The dk/dv
+ * kernel walks each key's queries to the end of its document. */
+static void reference_kernels_mask_documents(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(105);
+	static const int64_t packed[2][8] = {{0, 20, 21, 32, 45, -1}, {0, 5, 33, 64, 69, -1}};
+	static const int64_t cp[2][8] = {{0, 50, 75, 76, -1}, {0, 62, 100, -1}};
+	int32_t *pd = doc_rows(2, 70, packed), *cd = doc_rows(2, 120, cp);
+	struct {
+		gpu_att a;
+		double sinks; /* 0: none */
+		const int32_t *doc;
+	} cases[] = {
+		{{.b = 2, .tq = 70, .tk = 70, .h = 4, .hkv = 2, .hd = 32, .causal = 1, .doc_t = 70},
+		 0, pd},
+		{{.b = 2, .tq = 70, .tk = 70, .h = 2, .hkv = 1, .hd = 64, .causal = 1, .window = 12,
+		  .doc_t = 70}, 1.0, pd},
+		{{.b = 2, .tq = 70, .tk = 70, .h = 2, .hkv = 2, .hd = 16, .causal = 1, .chunk = 16,
+		  .doc_t = 70}, 0, pd},
+		{{.b = 2, .tq = 40, .tk = 40, .h = 2, .hkv = 2, .hd = 192, .hdv = 128, .causal = 1,
+		  .scale = 0.0883883f, .doc_t = 70}, 0.5, pd},
+		{{.b = 2, .tq = 40, .tk = 40, .h = 2, .hkv = 1, .hd = 64, .causal = 1, .q_pos0 = 60,
+		  .k_pos0 = 20, .doc_t = 120}, 0, cd},
+		{{.b = 2, .tq = 40, .tk = 40, .h = 2, .hkv = 1, .hd = 64, .causal = 1, .q_pos0 = 60,
+		  .k_pos0 = 20, .doc_t = 120}, 1.0, cd},
+		{{.b = 2, .tq = 20, .tk = 40, .h = 2, .hkv = 1, .hd = 32, .causal = 1, .q_pos0 = 80,
+		  .k_pos0 = 0, .doc_t = 120}, 1.0, cd},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int dt = 0; dt < 2; dt++)
+			check_attention_docs(cases[c].a, dt, 0, NULL, cases[c].sinks, cases[c].doc);
+	free(pd), free(cd);
 }
 
 /* dk and dv add the heads of a group in a fixed order, without atomics. */
@@ -353,6 +430,7 @@ int main(void)
 		cmocka_unit_test(cudnn_graphs_follow_cudnn_frontend),
 		cmocka_unit_test(reference_kernels_match_the_cpu),
 		cmocka_unit_test(reference_kernels_take_the_variants),
+		cmocka_unit_test(reference_kernels_mask_documents),
 		cmocka_unit_test(reference_backward_repeats_bit_for_bit),
 		cmocka_unit_test(cudnn_flash_attention_matches_the_cpu),
 	};

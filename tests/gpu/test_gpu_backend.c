@@ -248,13 +248,17 @@ static void every_op_in_float32_matches_the_cpu_backend(void **state)
 }
 
 /* The attention variants through the ops table (GPT-OSS's window and sinks,
- * Llama 4's chunks, MLA's head dims) against the CPU backend in float32; they
- * run on titan's kernels, and dsinks accumulates as on the CPU. */
+ * Llama 4's chunks, MLA's head dims, torchtitan's documents) against the CPU
+ * backend in float32; they run on titan's kernels, and dsinks accumulates as
+ * on the CPU. */
 static void attention_variants_match_the_cpu_backend(void **state)
 {
 	(void)state;
 	need_gpu();
 	seed(203);
+	static int32_t doc[2 * 96]; /* row 0: documents from 0, 30, 31, 64; row 1: 0, 50 */
+	for (int p = 0; p < 96; p++)
+		doc[p] = p >= 64 ? 64 : p >= 31 ? 31 : p >= 30 ? 30 : 0, doc[96 + p] = p >= 50 ? 50 : 0;
 	const be_attn cases[] = {
 		{.b = 1, .tq = 256, .tk = 256, .h = 4, .hkv = 2, .hd = 64, .hdv = 64, .causal = 1,
 		 .window = 128},
@@ -262,6 +266,8 @@ static void attention_variants_match_the_cpu_backend(void **state)
 		 .chunk = 40},
 		{.b = 1, .tq = 80, .tk = 80, .h = 2, .hkv = 2, .hd = 192, .hdv = 128, .causal = 1,
 		 .scale = 0.1f},
+		{.b = 2, .tq = 96, .tk = 96, .h = 4, .hkv = 2, .hd = 64, .hdv = 64, .causal = 1,
+		 .doc = doc, .doc_t = 96},
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
 		be_attn a = cases[c];
@@ -282,9 +288,16 @@ static void attention_variants_match_the_cpu_backend(void **state)
 		be_attn ga = a, ca = a;
 		if (sinks)
 			ga.sinks = sk_d, ga.dsinks = dsk_d, ca.sinks = sk, ca.dsinks = dsk;
-		print_message(" window %lld chunk %lld hd %lld hdv %lld%s\n", (long long)a.window,
+		titan_err e;
+		int32_t *doc_d = a.doc ? gpu->ops->alloc(gpu, sizeof doc, &e) : NULL;
+		if (a.doc) {
+			assert_non_null(doc_d);
+			gpu->ops->copy(gpu, doc_d, doc, sizeof doc, BACKEND_H2D);
+			ga.doc = doc_d;
+		}
+		print_message(" window %lld chunk %lld hd %lld hdv %lld%s%s\n", (long long)a.window,
 			      (long long)a.chunk, (long long)a.hd, (long long)a.hdv,
-			      sinks ? " sinks" : "");
+			      sinks ? " sinks" : "", a.doc ? " documents" : "");
 		gpu->ops->attention_fwd(gpu, dout, dlse, dq, dk, dv, &ga);
 		cpu->ops->attention_fwd(cpu, o, lse, q, k, v, &ca);
 		same("attention out", dout, o, no, TOL_F32);
@@ -303,6 +316,8 @@ static void attention_variants_match_the_cpu_backend(void **state)
 		float *dev[] = {dq, dk, dv, dgo, dsk_d, sk_d, dout, dlse, dgq, dgk, dgv};
 		for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
 			gpu->ops->free(gpu, dev[i]);
+		if (doc_d)
+			gpu->ops->free(gpu, doc_d);
 	}
 }
 
@@ -365,6 +380,24 @@ static void llama_attention_runs_on_cudnn_where_built(void **state)
 		if (strncmp(path, "cuDNN", 5) != 0)
 			fail_msg("the fast path (cuDNN %ld) was expected: %s", gpu_attn_cudnn_version(),
 				 path);
+		/* documents are no graph of cuDNN's: the same shape with one
+		 * document a row runs on titan's kernels */
+		be_attn da = *a;
+		int32_t *doc = calloc((size_t)(a->b * a->tq), sizeof *doc);
+		int32_t *doc_d = gpu->ops->alloc(gpu, (size_t)(a->b * a->tq) * sizeof *doc, &e);
+		assert_true(doc && doc_d);
+		gpu->ops->copy(gpu, doc_d, doc, (size_t)(a->b * a->tq) * sizeof *doc, BACKEND_H2D);
+		da.doc = doc_d, da.doc_t = a->tq;
+		gpu->ops->attention_fwd(gpu, o, lse, q, k, v, &da);
+		sync_ok(gpu);
+		path = backend_cuda_attention_path(gpu);
+		print_message("  with documents: %s\n", path);
+		assert_string_equal(path, "titan kernels: document masks");
+		gpu->ops->attention_bwd(gpu, gq, gk, gv, go, q, k, v, o, lse, &da);
+		sync_ok(gpu);
+		assert_string_equal(backend_cuda_attention_path(gpu), "titan kernels: document masks");
+		free(doc);
+		gpu->ops->free(gpu, doc_d);
 		free(hq), free(hk);
 		gpu->ops->free(gpu, q), gpu->ops->free(gpu, k), gpu->ops->free(gpu, v);
 		gpu->ops->free(gpu, o), gpu->ops->free(gpu, go), gpu->ops->free(gpu, gq);
