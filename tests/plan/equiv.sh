@@ -14,6 +14,7 @@
 # dev=1 / always=1: the routes of the CUDA backend (NCCL) checked on the CPU.
 # prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides;
 # mb=ranks: the single process runs the ranks' micro-batches in turn.
+# docs=1: torchtitan 0.3.0's documents on both sides.
 . tests/lib.sh
 # Under the sanitizers (SAN=1, several times slower) every case runs 2 steps
 # (one from fresh weights, one with AdamW's state: the same code as 5 or 200
@@ -77,6 +78,13 @@ plan 4 shard=2 cp=2
 plan 4 cp=2 tp=2
 plan 4 cp=2 tp=2 async=1 rot=alltoall ac=sel2
 plan 8 shard=2 cp=2 tp=2
+# torchtitan 0.3.0's documents (per-document positions, block-causal masks)
+# under FSDP, TP with accumulation, a pipeline, and DDP with full AC
+# (context parallelism with documents is not built: titan-train refuses it)
+plan 2 shard=2 docs=1
+plan 2 tp=2 docs=1 accum=2
+plan 2 pp=2 sched=1F1B mbs=2 docs=1
+plan 2 rep=2 shard=1 docs=1 ac=full
 # Float8 linears with FSDP's float8 all-gather
 plan 2 shard=2 f8=1 accum=2
 plan 4 rep=2 shard=2 f8=2 reshard=always

@@ -136,6 +136,7 @@ typedef struct cfg {
 	int dev, always; /* device-shaped communicators; collectives over one rank too */
 	int steps;
 	int same_mb; /* mb=ranks: the single process runs the ranks' micro-batches in turn */
+	int docs;    /* docs=1: torchtitan 0.3.0's documents (per-document positions) */
 	const llama_args *args; /* model=debugmodel: that flavor instead of the small one */
 	plan_reshard reshard;
 	model_ac_mode ac;
@@ -209,6 +210,7 @@ static void read_cfg(cfg *c)
 	read_plan(a, c);
 	c->steps = case_int(a, "steps", STEPS);
 	c->same_mb = case_pick(a, "mb", ref_batches, 0);
+	c->docs = case_int(a, "docs", 0);
 	c->args = case_pick(a, "model", models, 0) ? flavor_find("debugmodel") : &small;
 	if (case_end(a, &e) != 0)
 		fail_msg("%s", e.msg);
@@ -589,6 +591,21 @@ static void check_step1_grads(run *u)
 			 w[1]);
 }
 
+/* Documents for docs=1: in row r of step s, lengths 1, 2, ... cycling from a
+ * start that moves with r and s (documents of one token, ones across
+ * micro-batch and rank boundaries, a different cut in every row). */
+static void doc_positions(int32_t *pos, int s)
+{
+	for (int r = 0; r < ROWS; r++) {
+		int len = 1 + (r * 5 + s * 3) % 11, p = 0;
+		for (int i = 0; i < T; i++) {
+			if (p == len)
+				p = 0, len = 1 + (len * 7 + 3) % 23;
+			pos[r * T + i] = p++;
+		}
+	}
+}
+
 /* Step s's batches: *whole, the single process's (in one.accum
  * micro-batches), and *mine, this rank's: its rows, then under context
  * parallelism its chunks of each, cut by lib/cp's layout (tested against
@@ -603,6 +620,13 @@ static void step_batches(const run *u, int s, int32_t *ids, int32_t *labels, pla
 	cp_shard(&u->cl, at, rows[1], labels, n, sizeof(int32_t));
 	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = u->n_mb};
 	whole->n_mb = u->one.accum;
+	if (u->c.docs) { /* positions live as long as the run: the batches point at them */
+		static int32_t all[ROWS * T], own[ROWS * T];
+		doc_positions(all, s);
+		harness_rank_rows(&u->k, all, own, T);
+		whole->positions = all;
+		mine->positions = own;
+	}
 }
 
 /* Step s (0-based) on this rank and the single process: the bytes sent, the

@@ -60,8 +60,7 @@ int harness_rank_open(harness_rank *k, comm *world, const mesh_degrees *want,
 	return 0;
 }
 
-/* The rank's rows of one step (rows, t) into mine. */
-static void rank_rows(const harness_rank *k, const int32_t *step, int32_t *mine, int t)
+void harness_rank_rows(const harness_rank *k, const int32_t *step, int32_t *mine, int t)
 {
 	for (int j = 0; j < k->accum; j++)
 		for (int i = 0; i < k->lb; i++) {
@@ -76,8 +75,8 @@ void harness_step_batches(const harness_rank *k, const harness_tokens *tk, int s
 {
 	size_t at = (size_t)s * (size_t)tk->rows * (size_t)tk->t;
 	*whole = (plan_batch){.inputs = tk->ids + at, .labels = tk->labels + at, .n_mb = 1};
-	rank_rows(k, whole->inputs, ids, tk->t);
-	rank_rows(k, whole->labels, labels, tk->t);
+	harness_rank_rows(k, whole->inputs, ids, tk->t);
+	harness_rank_rows(k, whole->labels, labels, tk->t);
 	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = k->accum};
 }
 

@@ -58,6 +58,9 @@ int harness_rank_open(harness_rank *k, comm *world, const mesh_degrees *want,
  * takes rows j*lb*dp + r*lb .. + lb. */
 void harness_step_batches(const harness_rank *k, const harness_tokens *tk, int s, int32_t *ids,
 			  int32_t *labels, plan_batch *mine, plan_batch *whole);
+/* The rank's rows of a step's (rows, t) array (as harness_step_batches takes
+ * ids) into mine. */
+void harness_rank_rows(const harness_rank *k, const int32_t *step, int32_t *mine, int t);
 
 /* A comparison of this rank's boxes of a shard buffer with the same boxes
  * of the single process's whole tensors. */
