@@ -29,6 +29,7 @@ static uint32_t *shard_tok[64];
 static size_t shard_len[64], n_shards;
 static uint32_t *val_tok;
 static size_t val_len;
+static int doc_shard[NDOCS]; /* the train shard of each document, -1 for val */
 
 static uint64_t lcg = SEED;
 static uint32_t rnd(void)
@@ -100,9 +101,11 @@ static int setup(void **state)
 	for (int d = 0; d < NDOCS; d++) {
 		if (shard_split_of(&m, (uint64_t)d) == SHARD_VAL) {
 			append(&val_tok, &val_len, docs[d], lens[d]);
+			doc_shard[d] = -1;
 			continue;
 		}
 		append(&shard_tok[cur], &shard_len[cur], docs[d], lens[d]);
+		doc_shard[d] = (int)cur;
 		if (shard_len[cur] >= 3000)
 			cur++;
 	}
@@ -274,6 +277,95 @@ static void doc_ids_count_document_starts_in_each_row(void **state)
 	}
 	free(start), free(s);
 	loader_close(l);
+}
+
+/* torchtitan 0.3.0's pairs of epoch e in the loader's shard order: each
+ * train document of n tokens gives inputs doc[:-1], labels doc[1:] and
+ * positions 0..n-2. */
+static size_t epoch_pairs(loader *l, uint64_t e, int32_t **in, int32_t **lab, int32_t **pos)
+{
+	uint32_t order[64];
+	loader_shard_order(l, e, order);
+	size_t n = 0, cap = 0;
+	*in = *lab = *pos = NULL;
+	for (size_t k = 0; k < n_shards; k++)
+		for (int d = 0; d < NDOCS; d++) {
+			if (doc_shard[d] != (int)order[k])
+				continue;
+			if (n + lens[d] > cap) {
+				cap = 2 * (n + lens[d]);
+				*in = realloc(*in, cap * sizeof **in);
+				*lab = realloc(*lab, cap * sizeof **lab);
+				*pos = realloc(*pos, cap * sizeof **pos);
+			}
+			for (size_t i = 0; i + 1 < lens[d]; i++, n++) {
+				(*in)[n] = (int32_t)docs[d][i];
+				(*lab)[n] = (int32_t)docs[d][i + 1];
+				(*pos)[n] = (int32_t)i;
+			}
+		}
+	return n;
+}
+
+/* The 0.3.0 packing, shuffled and not, on 2 ranks: each row is window
+ * loader_window_at(p) of the pair stream, its positions counted from 0 at the
+ * window's start for a document begun before it; a state taken midway
+ * resumes bit for bit; the state says documents and a windows' loader refuses
+ * it. */
+static void documents_pack_as_torchtitan_030_and_resume(void **state)
+{
+	(void)state;
+	const int64_t T = 50, B = 3;
+	for (int shuffle = 0; shuffle < 2; shuffle++) {
+		loader_opts o = {.dir = zdir, .split = SHARD_TRAIN, .seq_len = T, .local_batch = B,
+				 .dp_rank = 1, .dp_degree = 2, .seed = 1234, .shuffle = shuffle,
+				 .documents = 1, .doc_bounds = 1, .prefetch = 2};
+		titan_err err;
+		loader *l = loader_open(&o, &err), *r = loader_open(&o, &err);
+		assert_non_null(l);
+		assert_non_null(r);
+		int32_t *in, *lab, *pos;
+		size_t n = epoch_pairs(l, 0, &in, &lab, &pos);
+		assert_int_equal(loader_windows(l), n / (size_t)T);
+		const loader_batch *b, *c;
+		loader_state st;
+		for (int i = 0; i < 12; i++) {
+			next(l, &b);
+			if (i == 5) {
+				loader_state_get(l, &st);
+				assert_int_equal(st.documents, 1);
+				assert_int_equal(loader_state_set(r, &st, &err), 0);
+			}
+			if (i > 5) {
+				next(r, &c);
+				assert_memory_equal(b->positions, c->positions, B * T * sizeof(int32_t));
+				assert_memory_equal(b->labels, c->labels, B * T * sizeof(int32_t));
+			}
+			for (int64_t j = 0; j < B; j++) {
+				uint64_t w = loader_window_at(l, b->position + (uint64_t)(B + j));
+				const int32_t *x = pos + w * T;
+				assert_memory_equal(b->inputs + j * T, in + w * T, T * sizeof(int32_t));
+				assert_memory_equal(b->labels + j * T, lab + w * T, T * sizeof(int32_t));
+				for (int64_t t = 0, lead = 1; t < T; t++) {
+					lead &= t == 0 || x[t] != 0;
+					assert_int_equal(b->positions[j * T + t], lead ? x[t] - x[0] : x[t]);
+					assert_int_equal(b->doc_ids[j * T + t] > (t ? b->doc_ids[j * T + t - 1] : -1),
+							 b->positions[j * T + t] == 0);
+				}
+			}
+		}
+		free(in), free(lab), free(pos);
+		loader_close(l), loader_close(r);
+	}
+	loader *w = open_loader(zdir, SHARD_TRAIN, T, B, 1, 2, 0, 0);
+	loader_state st = {.seed = 1234, .seq_len = T, .documents = 1};
+	loader_state got;
+	loader_state_get(w, &got);
+	st.data_tokens = got.data_tokens, st.data_crc = got.data_crc;
+	titan_err err;
+	assert_int_equal(loader_state_set(w, &st, &err), -1);
+	assert_non_null(strstr(err.msg, "documents' packing; this loader has"));
+	loader_close(w);
 }
 
 static void compressed_shards_give_the_same_batches(void **state)
@@ -612,6 +704,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(shard_order_and_windows_depend_on_seed_only),
 		cmocka_unit_test(doc_ids_count_document_starts_in_each_row),
 		cmocka_unit_test(compressed_shards_give_the_same_batches),
+		cmocka_unit_test(documents_pack_as_torchtitan_030_and_resume),
 		cmocka_unit_test(resume_after_save_is_bit_exact),
 		cmocka_unit_test(resharding_4_to_2_ranks_continues_the_global_order),
 		cmocka_unit_test(resharding_2_to_4_ranks_continues_the_global_order),
