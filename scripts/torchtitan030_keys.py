@@ -21,7 +21,8 @@ import types
 
 WANT = "0.3.0"
 # lib/config/tt030.c's presets
-PRESETS = ["llama3_debugmodel", "llama3_debugmodel_ce_loss", "llama3_8b", "llama3_70b"]
+PRESETS = ["llama3_debugmodel", "llama3_debugmodel_ce_loss", "llama3_8b", "llama3_70b",
+           "qwen3_debugmodel", "deepseek_v3_debugmodel"]
 
 
 def type_name(t):
@@ -83,7 +84,7 @@ def main():
     print(f"# torchtitan {WANT} Trainer.Config paths under each preset titan has: preset, "
           f"path, type, the preset's value (made by scripts/torchtitan030_keys.py)")
     for preset in sys.argv[1:] or PRESETS:
-        family = preset.split("_")[0]
+        family = next(f for f in ("deepseek_v3", "gpt_oss", "llama3", "qwen3") if preset.startswith(f))
         reg = importlib.import_module(f"torchtitan.models.{family}.config_registry")
         for path, t, v in walk(getattr(reg, preset)(), ""):
             print(f"{preset}\t{path}\t{type_name(t)}\t{value_text(v)}")

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Golden run of torchtitan 0.3.0 for tests/train/tt030.sh: its llama3_debugmodel
-preset (Llama3Model debugmodel, ChunkedLossWrapper over cross-entropy,
-default_adamw, its lr schedule: warmup 2, decay_ratio 0.8, linear) trained for
-STEPS steps in float32 on one CPU process, from titan's seeded initialisation
-(scripts/model_golden.py's titan_init, the numbers titan-train --debug.seed
-draws), on the documents of a titan token stream packed by 0.3.0's own
+"""Golden runs of torchtitan 0.3.0 for tests/train/tt030.sh: a preset
+(llama3_debugmodel: Llama3Model debugmodel, ChunkedLossWrapper over
+cross-entropy, default_adamw, its lr schedule: warmup 2, decay_ratio 0.8,
+linear; qwen3_debugmodel and deepseek_v3_debugmodel alike) trained for STEPS
+steps in float32 on one CPU process, from titan's initialisation (for
+llama3_debugmodel scripts/model_golden.py's replica of titan_init, the numbers
+titan-train --debug.seed draws; for the others titan's seed checkpoint), on
+the documents of a titan token stream packed by 0.3.0's own
 HuggingFaceTextDataset (inputs doc[:-1], labels doc[1:], per-document
 positions).  Each step is 0.3.0's Trainer.train_step: the valid tokens of the
 step counted first, forward with the lm_head skipped, the chunked loss and its
@@ -15,12 +17,15 @@ block mask is replaced by the same mask as a dense boolean tensor (causal and
 within the document, 0.3.0's get_document_mask_mod) and its kernel by torch's
 scaled_dot_product_attention under that mask.
 
-Writes tests/train/golden/tt030_llama3.tsv: the settings in its header, and
+Writes tests/train/golden/tt030_<family>.tsv: the settings in its header, and
 per step the loss, grad_norm and lr (the step's, before the scheduler steps).
 
-Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py TOKENS.tts
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [PRESET] TOKENS.tts [SEED]
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
-     tests/train/tt030.sh makes it)
+     tests/train/tt030.sh makes it: test_gen gen 11 400 2048 60; SEED: titan's
+     seed checkpoint of the preset, which tests/train/tt030.sh writes with
+     --checkpoint.create_seed_checkpoint --debug.seed 7, for the presets other
+     than llama3_debugmodel, whose weights this script draws as titan does)
 """
 import os
 import subprocess
@@ -37,7 +42,6 @@ from torchtitan.components.loss import ChunkedLossWrapper, IGNORE_INDEX  # noqa:
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset  # noqa: E402
 from torchtitan.models.common import attention as tt_attention  # noqa: E402
 from torchtitan.models.common import decoder as tt_decoder  # noqa: E402
-from torchtitan.models.llama3.config_registry import llama3_debugmodel  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SEED, STEPS, BATCH, SEQ = 7, 15, 2, 64
@@ -101,14 +105,8 @@ def tt030_name(fqn):
     return fqn
 
 
-def main():
-    tt_decoder.Decoder.get_attention_masks = dense_document_mask
-    tt_attention.FlexAttention.forward = sdpa_under_mask
-    torch.manual_seed(0)
-    cfg = llama3_debugmodel()
-    cfg.training.local_batch_size, cfg.training.seq_len, cfg.training.steps = BATCH, SEQ, STEPS
-    cfg.training.mixed_precision_param = "float32"
-    model = cfg.model_spec.model.build()
+def load_llama3_titan_init(model):
+    """llama3_debugmodel from scripts/model_golden.py's replica of titan's init."""
     a = dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab=2048, multiple_of=256,
              ffn_dim_multiplier=None, tied=False)
     a["ffn"] = ffn_hidden(256, 256, None)
@@ -118,13 +116,50 @@ def main():
     if unexpected or [m for m in missing if "freqs" not in m and "cache" not in m]:
         sys.exit(f"tt030_golden.py: state dict mismatch: missing {missing}, unexpected "
                  f"{unexpected}")
+
+
+def load_seed_checkpoint(model, folder):
+    """titan's seed checkpoint (a DCP folder under 0.3.0's names), every tensor of
+    the model's state dict read from it; the fused qkv merged by 0.3.0's own
+    load hook."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    sd = model.state_dict()
+    tied = model.lm_head.weight.data_ptr() == model.tok_embeddings.weight.data_ptr()
+    # a tied model's lm_head is its embedding: titan's checkpoint holds it once
+    dcp.load(sd, checkpoint_id=folder, planner=DefaultLoadPlanner(allow_partial_load=tied))
+    if tied:
+        sd["lm_head.weight"] = sd["tok_embeddings.weight"]
+    model.load_state_dict(sd)
+
+
+def main():
+    preset = sys.argv[1] if len(sys.argv) > 2 else "llama3_debugmodel"
+    tokens = sys.argv[2] if len(sys.argv) > 2 else sys.argv[1]
+    seed_ckpt = sys.argv[3] if len(sys.argv) > 3 else None
+    tt_decoder.Decoder.get_attention_masks = dense_document_mask
+    tt_attention.FlexAttention.forward = sdpa_under_mask
+    torch.manual_seed(0)
+    family = next(f for f in ("deepseek_v3", "gpt_oss", "llama3", "qwen3") if preset.startswith(f))
+    reg = __import__(f"torchtitan.models.{family}.config_registry", fromlist=[preset])
+    cfg = getattr(reg, preset)()
+    cfg.training.local_batch_size, cfg.training.seq_len, cfg.training.steps = BATCH, SEQ, STEPS
+    cfg.training.mixed_precision_param = "float32"
+    model = cfg.model_spec.model.build()
+    if seed_ckpt:
+        load_seed_checkpoint(model, seed_ckpt)
+    elif preset == "llama3_debugmodel":
+        load_llama3_titan_init(model)
+    else:
+        sys.exit("tt030_golden.py: a preset other than llama3_debugmodel starts from titan's "
+                 "seed checkpoint (third argument)")
     model.train()
     loss_fn = cfg.loss.build()
     loss_fn.set_lm_head(model.lm_head)
     model._skip_lm_head = True
     optimizers = cfg.optimizer.build(model_parts=[model])
     schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=STEPS)
-    data = batches(read_docs(sys.argv[1]))
+    data = batches(read_docs(tokens))
     rows = []
     for step in range(1, STEPS + 1):
         optimizers.zero_grad()
@@ -141,10 +176,10 @@ def main():
         schedulers.step()
         rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))
         print(f"step {step:2d}  loss {loss.item():.6f}  grad_norm {gn.item():.6f}  lr {lr:.6g}")
-    out = os.path.join(ROOT, "tests/train/golden/tt030_llama3.tsv")
+    out = os.path.join(ROOT, f"tests/train/golden/tt030_{family}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
-        f.write(f"# torchtitan 0.3.0 llama3_debugmodel, float32, seed {SEED}, local_batch_size "
+        f.write(f"# torchtitan 0.3.0 {preset}, float32, seed {SEED}, local_batch_size "
                 f"{BATCH}, seq_len {SEQ}, {STEPS} steps (scripts/tt030_golden.py)\n")
         f.write("# step\tloss\tgrad_norm\tlr\n")
         for r in rows:

@@ -46,6 +46,20 @@ static const char defaults_030[] =
 	"[profiling]\nsave_traces_folder = \"profiling/traces\"\n"
 	"save_memory_snapshot_folder = \"profiling/memory_snapshot\"\n";
 
+/* qwen3_debugmodel and deepseek_v3_debugmodel: llama3_debugmodel's recipe
+ * without its validator and pipeline schedule. */
+#define FAMILY_DEBUG(family)                                                                \
+	"[model]\nname = \"" family "\"\nflavor = \"debugmodel\"\n"                       \
+	"hf_assets_path = \"./tests/assets/tokenizer\"\n"                                   \
+	"[optimizer]\nlr = 8e-4\n"                                                          \
+	"[lr_scheduler]\nwarmup_steps = 2\ndecay_ratio = 0.8\ndecay_type = \"linear\"\n"    \
+	"min_lr_factor = 0.0\n"                                                             \
+	"[training]\nlocal_batch_size = 8\nseq_len = 2048\nsteps = 10\n"                    \
+	"dataset = \"c4_test\"\n"                                                           \
+	"[metrics]\nlog_freq = 1\n"                                                         \
+	"[checkpoint]\ninterval = 10\nlast_save_model_only = false\n"                       \
+	"[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"
+
 static const tt030_preset presets[] = {
 	{"llama3", "llama3_debugmodel", LLAMA3_DEBUG, 0},
 	/* the same with the plain (unchunked) cross-entropy */
@@ -53,6 +67,8 @@ static const tt030_preset presets[] = {
 	{"llama3", "llama3_8b",
 	 LLAMA3_BIG("8B", "3e-4", "1", "mode = \"selective\"\nselective_ac_option = \"op\"\n"),
 	 0},
+	{"qwen3", "qwen3_debugmodel", FAMILY_DEBUG("qwen3"), 0},
+	{"deepseek_v3", "deepseek_v3_debugmodel", FAMILY_DEBUG("deepseek_v3"), 0},
 	{"llama3", "llama3_70b",
 	 LLAMA3_BIG("70B", "1.5e-4", "8", "mode = \"full\"\n") "[parallelism]\n"
 							     "tensor_parallel_degree = 8\n",

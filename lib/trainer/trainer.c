@@ -494,6 +494,10 @@ static int build_plan(job *j, titan_err *err)
 	/* torchtitan's update_from_config: the model is built for the training
 	 * sequence (DeepSeek V3's YaRN applies only beyond its original 4096) */
 	fa.max_seq_len = (int)c->training.seq_len;
+	/* 0.3.0 builds its RoPE cache for the flavor's length whatever the run's:
+	 * DeepSeek V3's YaRN (and its softmax mscale) apply at every length */
+	if (c->follows_030)
+		fa.rope.beyond_orig = 0;
 	/* torchtitan sizes the embedding and the output by the flavor's
 	 * vocab_size, not by the tokenizer's: checkpoints then cross both ways. */
 	int vocab = a->vocab_size;

@@ -25,16 +25,19 @@ run030() {
 steps_of() {
 	sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1\t\2\t\3\t\4/p' "$1"
 }
-# compare FILE_A FILE_B FIRST LAST: every step within 0.3.0's tolerances
+# compare GOLDEN RUN FIRST LAST [loss]: every step within the issue's
+# tolerances (loss 1e-5 at step 1 and 1e-4 after, grad norm 1e-4, lr exact);
+# with "loss" the loss alone, 1e-4 (the MoE families: a router's choice that
+# flips between two nearly equal experts moves the grad norm, not the loss)
 compare() {
-	awk -F'\t' -v first="$3" -v last="$4" '
+	awk -F'\t' -v first="$3" -v last="$4" -v only="${5:-}" '
 		function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
 		NR == FNR { if ($1 !~ /^#/) { l[$1] = $2; g[$1] = $3; r[$1] = $4 }; next }
 		$1 >= first && $1 <= last {
 			n++
-			tol = $1 == 1 ? 1e-5 : 1e-4
+			tol = $1 == 1 && only == "" ? 1e-5 : 1e-4
 			if (rel($2, l[$1]) > tol) { printf "step %d loss %s, 0.3.0 %s\n", $1, $2, l[$1]; bad = 1 }
-			if (rel($3, g[$1]) > 1e-4) { printf "step %d grad_norm %s, 0.3.0 %s\n", $1, $3, g[$1]; bad = 1 }
+			if (only == "" && rel($3, g[$1]) > 1e-4) { printf "step %d grad_norm %s, 0.3.0 %s\n", $1, $3, g[$1]; bad = 1 }
 			if (rel($4, r[$1]) > 1e-12) { printf "step %d lr %s, 0.3.0 %s\n", $1, $4, r[$1]; bad = 1 }
 		}
 		END { if (n != last - first + 1) { printf "%d of the steps %d..%d\n", n, first, last; bad = 1 }; exit bad }
@@ -94,6 +97,34 @@ if why=$(compare "$GOLD" "$TMP/c.tsv" 1 15); then
 else
 	t_not_ok "its steps are 0.3.0's (the seed is titan's init of seed 7)" "$why"
 fi
+
+# qwen3_debugmodel and deepseek_v3_debugmodel (MLA with YaRN at every length,
+# as 0.3.0 builds it; a mixture of experts) against 0.3.0 from titan's seed
+# checkpoint of seed 7 under 0.3.0's names, which scripts/tt030_golden.py
+# loaded into 0.3.0's models (deepseek_v3's: routed_experts, expert_bias_E).
+for fam in qwen3 deepseek_v3; do
+	mod() {
+		"$TRAIN" --module $fam --config ${fam}_debugmodel --training.local_batch_size 2 \
+			--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
+			--dataloader.dataset_path "$TMP/data" "$@"
+	}
+	if [ $fam = deepseek_v3 ]; then
+		t_run "$fam: titan's seed checkpoint" mod --dump_folder "$TMP/$fam.seed" \
+			--checkpoint.enable --checkpoint.create_seed_checkpoint
+		from="--checkpoint.initial_load_path $TMP/$fam.seed/checkpoint/step-0"
+	else
+		from=
+	fi
+	# shellcheck disable=SC2086
+	t_run "$fam: 15 steps of ${fam}_debugmodel as 0.3.0" mod --training.steps 15 \
+		--dump_folder "$TMP/$fam" $from
+	steps_of "$TMP/$fam/metrics.jsonl" >"$TMP/$fam.tsv"
+	if why=$(compare tests/train/golden/tt030_$fam.tsv "$TMP/$fam.tsv" 1 15 loss); then
+		t_ok "$fam: the loss and lr equal 0.3.0's at every step"
+	else
+		t_not_ok "$fam: the loss and lr equal 0.3.0's at every step" "$why"
+	fi
+done
 
 # One run, one version.
 t_fails "0.2.2's key in a 0.3.0 run" 2 run030 --job.dump_folder "$TMP/x"
