@@ -20,6 +20,22 @@ static dcp_dtype out_dtype(const dcp_src_item *it, const dcp_convert_opts *o)
 	return o && o->export_dtype != PTZ_NONE && is_float(it->dtype) ? o->export_dtype : it->dtype;
 }
 
+/* The source, its items named as the output is to name them (o->names:
+ * the source's own names by default). */
+static int open_named(dcp_source **s, const char *src, const dcp_convert_opts *o,
+		      titan_err *err)
+{
+	if (dcp_source_open(s, src, err))
+		return -1;
+	int names = o ? o->names : DCP_NAMES_SOURCE;
+	int to030 = names == DCP_NAMES_030 || (names == DCP_NAMES_SOURCE && dcp_source_is_030(*s));
+	if (to030 && dcp_source_names(*s, 1, err)) {
+		dcp_source_close(*s);
+		return -1;
+	}
+	return 0;
+}
+
 static int wanted(const dcp_src_item *it, const dcp_convert_opts *o)
 {
 	return !(o && o->model_only) || dcp_is_model_key(it->name);
@@ -58,7 +74,7 @@ int dcp_convert_to_dcp(const char *src, const char *out, const dcp_convert_opts 
 		       titan_err *err)
 {
 	dcp_source *s;
-	if (dcp_source_open(&s, src, err))
+	if (open_named(&s, src, o, err))
 		return -1;
 	int k = o && o->chunks > 1 ? o->chunks : 1, dim = o ? o->dim : 0;
 	size_t n = dcp_source_count(s);
@@ -249,7 +265,7 @@ int dcp_convert_to_torch(const char *src, const char *out, const dcp_convert_opt
 {
 	dcp_source *s;
 	afile_clean_stale(out); /* what a killed conversion to out left */
-	if (dcp_source_open(&s, src, err))
+	if (open_named(&s, src, o, err))
 		return -1;
 	pk_arena *a = pk_arena_new(), **vals = NULL;
 	size_t nvals = 0;
@@ -296,7 +312,7 @@ int dcp_convert_to_safetensors(const char *src, const char *out, const dcp_conve
 {
 	dcp_source *s;
 	afile_clean_stale(out); /* what a killed conversion to out left */
-	if (dcp_source_open(&s, src, err))
+	if (open_named(&s, src, o, err))
 		return -1;
 	size_t n = dcp_source_count(s), m = 0;
 	st_item *items = calloc(n ? n : 1, sizeof *items);

@@ -242,6 +242,12 @@ int dcp_source_read(dcp_source *s, const dcp_src_item *it, void *out, dcp_dtype 
 /* A bytes item as a torch.save stream (*out malloc'd). */
 int dcp_source_bytes(dcp_source *s, const dcp_src_item *it, uint8_t **out, size_t *n,
 		     titan_err *err);
+/* A source is read under torchtitan 0.2.2's names whatever it was saved
+ * under: dcp_source_is_030 says whether that was 0.3.0's
+ * (dcp_name_030); dcp_source_names respells its items (and their planner
+ * paths) as 0.3.0's (names_030) or back, for a conversion writing them so. */
+int dcp_source_is_030(const dcp_source *s);
+int dcp_source_names(dcp_source *s, int names_030, titan_err *err);
 /* Whether a flattened key is model state (not optimizer., lr_scheduler.,
  * dataloader. or train_state.). */
 int dcp_is_model_key(const char *name);
@@ -270,7 +276,10 @@ typedef struct dcp_convert_opts {
 	                            written by "rank" i; 0 or 1: whole tensors, rank 0 */
 	int dim;
 	int verbose;             /* progress lines on stderr */
+	int names;               /* the output's tensor names: DCP_NAMES_SOURCE (the
+	                            source's), DCP_NAMES_022 or DCP_NAMES_030 */
 } dcp_convert_opts;
+enum { DCP_NAMES_SOURCE, DCP_NAMES_022, DCP_NAMES_030 };
 
 /* Write SRC (any source) as a DCP folder at OUT (through OUT.partial). */
 int dcp_convert_to_dcp(const char *src, const char *out, const dcp_convert_opts *o,

@@ -21,6 +21,8 @@ struct dcp_source {
 	dcp_src_item *items;
 	size_t n, cap;
 	strmap index;   /* name -> item, made once the items are all there */
+	int names_030;  /* the source named its tensors torchtitan 0.3.0's way */
+	int mla;        /* its attention is MLA's (attention.wkv_a) */
 };
 
 /* Private per-item handles. */
@@ -247,6 +249,53 @@ static int ends_with(const char *s, const char *suf)
 	return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* s's names (and their planner paths' parts) respelled: 0.3.0's (to030) or
+ * 0.2.2's; *changed when any was. */
+static int respell_items(dcp_source *s, int to030, int *changed, titan_err *err)
+{
+	char buf[512];
+	for (size_t i = 0; i < s->n; i++) {
+		dcp_src_item *it = &s->items[i];
+		for (int k = -1; k < it->npath; k++) {
+			char **p = k < 0 ? &it->name : &it->path[k];
+			const char *r = to030 ? dcp_name_030(*p, s->mla, buf, sizeof buf)
+					      : dcp_name_022(*p, buf, sizeof buf);
+			if (r == *p)
+				continue;
+			char *d = strdup(r);
+			if (d == NULL)
+				return err_set(err, "out of memory");
+			free(*p);
+			*p = d;
+			*changed = 1;
+		}
+	}
+	return 0;
+}
+
+static int index_items(dcp_source *s, titan_err *err)
+{
+	strmap_free(&s->index);
+	memset(&s->index, 0, sizeof s->index);
+	/* A name seen twice (a .pt whose nesting flattens to one key twice, or
+	 * safetensors files sharing a tensor) keeps its first item. */
+	for (size_t i = 0; i < s->n; i++)
+		if (strmap_put(&s->index, s->items[i].name, i) < 0)
+			return err_set(err, "out of memory");
+	return 0;
+}
+
+int dcp_source_names(dcp_source *s, int names_030, titan_err *err)
+{
+	int changed = 0;
+	return respell_items(s, names_030, &changed, err) || index_items(s, err) ? -1 : 0;
+}
+
+int dcp_source_is_030(const dcp_source *s)
+{
+	return s->names_030;
+}
+
 int dcp_source_open(dcp_source **out, const char *path, titan_err *err)
 {
 	dcp_source *s = calloc(1, sizeof *s);
@@ -270,11 +319,11 @@ int dcp_source_open(dcp_source **out, const char *path, titan_err *err)
 	} else {
 		rc = open_pt(s, path, err);
 	}
-	/* A name seen twice (a .pt whose nesting flattens to one key twice, or
-	 * safetensors files sharing a tensor) keeps its first item. */
+	/* titan reads every source under 0.2.2's names */
 	for (size_t i = 0; rc == 0 && i < s->n; i++)
-		if (strmap_put(&s->index, s->items[i].name, i) < 0)
-			rc = err_set(err, "out of memory");
+		s->mla |= strstr(s->items[i].name, ".attention.wkv_a.") != NULL;
+	if (rc == 0)
+		rc = respell_items(s, 0, &s->names_030, err) || index_items(s, err) ? -1 : 0;
 	if (rc) {
 		dcp_source_close(s);
 		return -1;

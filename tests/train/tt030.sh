@@ -64,6 +64,20 @@ else
 	t_ok "no 0.2.2 name left"
 fi
 
+# titan-ckpt-convert between the layouts: the values stay, the names change
+C="$BIN/titan-ckpt-convert"
+t_run "to 0.2.2's names" "$C" single-to-dcp "$TMP/a/checkpoint/step-10" "$TMP/n22" --names 0.2.2
+"$C" info "$TMP/n22" >"$TMP/info22n" 2>&1
+t_grep "output.weight again" '^output.weight ' "$TMP/info22n"
+t_grep "and its optimizer state" '^optimizer.state.layers.0.attention.wq.weight.exp_avg ' "$TMP/info22n"
+t_run "the same values under either layout (diff reads both)" "$C" diff "$TMP/a/checkpoint/step-10" "$TMP/n22"
+t_run "back to 0.3.0's" "$C" single-to-dcp "$TMP/n22" "$TMP/n30" --names 0.3.0
+"$C" info "$TMP/n30" | cut -c1-80 >"$TMP/info30n"
+"$C" info "$TMP/a/checkpoint/step-10" | cut -c1-80 >"$TMP/info30a"
+t_same "the round trip names every item as before" "$TMP/info30a" "$TMP/info30n"
+t_run "HF export from 0.3.0's layout" "$C" to-hf "$TMP/a/checkpoint/step-10" "$TMP/hf" --flavor debugmodel
+t_fails "--names of another version" 2 "$C" single-to-dcp "$TMP/n22" "$TMP/x" --names 0.2
+
 t_run "resume from step 10" run030 --training.steps 15 --dump_folder "$TMP/a" \
 	--checkpoint.enable --checkpoint.interval 10 --checkpoint.load_step 10
 steps_of "$TMP/a/metrics.jsonl" | awk 'NR > 15' >"$TMP/b.tsv"

@@ -24,7 +24,7 @@
 enum {
 	OPT_JSON = 256, OPT_MODEL_ONLY, OPT_EXPORT_DTYPE, OPT_CHUNKS, OPT_DIM, OPT_FLAVOR,
 	OPT_MAX_SHARD, OPT_N_HEADS, OPT_N_KV_HEADS, OPT_TOL, OPT_VERBOSE, OPT_SIZE, OPT_ASYNC,
-	OPT_MODEL, OPT_PHASE,
+	OPT_MODEL, OPT_PHASE, OPT_NAMES,
 };
 
 static const cli_option opts[] = {
@@ -43,6 +43,8 @@ static const cli_option opts[] = {
 	{"size", 0, CLI_ARG, OPT_SIZE, "SIZE", "bench: bytes of state (default 1G)"},
 	{"async", 0, CLI_NO_ARG, OPT_ASYNC, NULL, "bench: save on a background thread (after a copy)"},
 	{"phase", 0, CLI_ARG, OPT_PHASE, "P", "bench: save, load (what a save left) or both (default)"},
+	{"names", 0, CLI_ARG, OPT_NAMES, "V", "to DCP or a single file: tensor names of torchtitan V "
+	 "(0.2.2 or 0.3.0; default: the source's)"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -50,9 +52,9 @@ static const cli_spec spec = {
 	"titan-ckpt-convert",
 	"info PATH [--json]\n"
 	"  verify DIR\n"
-	"  dcp-to-single DIR OUT.pt|OUT.safetensors [--model-only] [--export-dtype T]\n"
-	"  single-to-dcp IN OUT [--chunks N [--dim D]]\n"
-	"  reshard DIR OUT --chunks N [--dim D]\n"
+	"  dcp-to-single DIR OUT.pt|OUT.safetensors [--model-only] [--export-dtype T] [--names V]\n"
+	"  single-to-dcp IN OUT [--chunks N [--dim D]] [--names V]\n"
+	"  reshard DIR OUT --chunks N [--dim D] [--names V]\n"
 	"  to-hf DIR OUT [--model NAME] --flavor F [--export-dtype T] [--max-shard-size SIZE]\n"
 	"  from-hf HFDIR OUT [--model NAME] --flavor F [--export-dtype T]\n"
 	"  diff A B [--tol X] [--json]\n"
@@ -71,13 +73,16 @@ typedef struct args {
 	double tol;
 	uint64_t size;
 	int async, phase;
+	int names; /* DCP_NAMES_* */
 } args;
 
 static int cmd_info(const char *path, const args *a)
 {
 	titan_err err;
 	dcp_source *s;
-	if (dcp_source_open(&s, path, &err))
+	/* as stored: a source reads under 0.2.2's names */
+	if (dcp_source_open(&s, path, &err) ||
+	    (dcp_source_is_030(s) && dcp_source_names(s, 1, &err)))
 		titan_die_err(&err);
 	dcp_ckpt ck;
 	int is_dcp = dcp_open(&ck, path, &err) == 0;
@@ -344,6 +349,12 @@ int main(int argc, char **argv)
 		case OPT_VERBOSE: a.verbose = 1; break;
 		case OPT_SIZE: a.size = cli_size(&spec, "--size", st.arg); break;
 		case OPT_ASYNC: a.async = 1; break;
+		case OPT_NAMES:
+			a.names = !strcmp(st.arg, "0.2.2") ? DCP_NAMES_022
+				: !strcmp(st.arg, "0.3.0") ? DCP_NAMES_030 : -1;
+			if (a.names < 0)
+				cli_usage_error(&spec, "--names: '%s' is not 0.2.2 or 0.3.0", st.arg);
+			break;
 		case OPT_PHASE:
 			a.phase = !strcmp(st.arg, "save") ? BENCH_SAVE : !strcmp(st.arg, "load") ? BENCH_LOAD
 				: !strcmp(st.arg, "both") ? BENCH_BOTH : -1;
@@ -358,7 +369,7 @@ int main(int argc, char **argv)
 		cli_usage_error(&spec, "missing command");
 	const char *cmd = op[0];
 	titan_err err;
-	dcp_convert_opts co = {a.model_only, a.export_dtype, a.chunks, a.dim, a.verbose};
+	dcp_convert_opts co = {a.model_only, a.export_dtype, a.chunks, a.dim, a.verbose, a.names};
 	if (!strcmp(cmd, "info")) {
 		need(argc, nops, 2, cmd);
 		return cli_stdout_status(cmd_info(op[1], &a));
