@@ -15,8 +15,10 @@ typedef struct tt030_preset {
 	int plain_loss; /* CrossEntropyLoss itself, not ChunkedLossWrapper over it */
 } tt030_preset;
 
-#define LLAMA3_DEBUG                                                                        \
-	"[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"                             \
+/* The debug presets' recipe (qwen3_debugmodel, deepseek_v3_debugmodel);
+ * llama3_debugmodel adds its pipeline schedule and validator. */
+#define FAMILY_DEBUG(family)                                                                \
+	"[model]\nname = \"" family "\"\nflavor = \"debugmodel\"\n"                       \
 	"hf_assets_path = \"./tests/assets/tokenizer\"\n"                                   \
 	"[optimizer]\nlr = 8e-4\n"                                                          \
 	"[lr_scheduler]\nwarmup_steps = 2\ndecay_ratio = 0.8\ndecay_type = \"linear\"\n"    \
@@ -24,9 +26,12 @@ typedef struct tt030_preset {
 	"[training]\nlocal_batch_size = 8\nseq_len = 2048\nsteps = 10\n"                    \
 	"dataset = \"c4_test\"\n"                                                           \
 	"[metrics]\nlog_freq = 1\n"                                                         \
-	"[parallelism]\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"                 \
 	"[checkpoint]\ninterval = 10\nlast_save_model_only = false\n"                       \
-	"[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"     \
+	"[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"
+
+#define LLAMA3_DEBUG                                                                        \
+	FAMILY_DEBUG("llama3")                                                              \
+	"[parallelism]\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"                 \
 	"[validation]\nfreq = 5\nsteps = 10\n"
 
 #define LLAMA3_BIG(flavor, lr, batch, ac)                                                   \
@@ -45,20 +50,6 @@ typedef struct tt030_preset {
 static const char defaults_030[] =
 	"[profiling]\nsave_traces_folder = \"profiling/traces\"\n"
 	"save_memory_snapshot_folder = \"profiling/memory_snapshot\"\n";
-
-/* qwen3_debugmodel and deepseek_v3_debugmodel: llama3_debugmodel's recipe
- * without its validator and pipeline schedule. */
-#define FAMILY_DEBUG(family)                                                                \
-	"[model]\nname = \"" family "\"\nflavor = \"debugmodel\"\n"                       \
-	"hf_assets_path = \"./tests/assets/tokenizer\"\n"                                   \
-	"[optimizer]\nlr = 8e-4\n"                                                          \
-	"[lr_scheduler]\nwarmup_steps = 2\ndecay_ratio = 0.8\ndecay_type = \"linear\"\n"    \
-	"min_lr_factor = 0.0\n"                                                             \
-	"[training]\nlocal_batch_size = 8\nseq_len = 2048\nsteps = 10\n"                    \
-	"dataset = \"c4_test\"\n"                                                           \
-	"[metrics]\nlog_freq = 1\n"                                                         \
-	"[checkpoint]\ninterval = 10\nlast_save_model_only = false\n"                       \
-	"[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"
 
 static const tt030_preset presets[] = {
 	{"llama3", "llama3_debugmodel", LLAMA3_DEBUG, 0},
