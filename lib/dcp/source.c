@@ -319,11 +319,18 @@ int dcp_source_open(dcp_source **out, const char *path, titan_err *err)
 	} else {
 		rc = open_pt(s, path, err);
 	}
-	/* titan reads every source under 0.2.2's names */
-	for (size_t i = 0; rc == 0 && i < s->n; i++)
-		s->mla |= strstr(s->items[i].name, ".attention.wkv_a.") != NULL;
+	/* titan reads every torchtitan source under 0.2.2's names (Hugging Face's
+	 * model.* and lm_head.weight are left alone) */
+	int torchtitan = 0;
+	for (size_t i = 0; rc == 0 && i < s->n; i++) {
+		const char *nm = s->items[i].name;
+		s->mla |= strstr(nm, ".attention.wkv_a.") != NULL;
+		torchtitan |= !strncmp(nm, "tok_embeddings.", 15) || !strncmp(nm, "layers.", 7);
+	}
+	if (rc == 0 && torchtitan)
+		rc = respell_items(s, 0, &s->names_030, err);
 	if (rc == 0)
-		rc = respell_items(s, 0, &s->names_030, err) || index_items(s, err) ? -1 : 0;
+		rc = index_items(s, err);
 	if (rc) {
 		dcp_source_close(s);
 		return -1;
