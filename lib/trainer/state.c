@@ -104,14 +104,16 @@ static void *stage_image(tstate_saver *sv, size_t bytes)
 /* a b c as one fqn, under 0.3.0's names when the saver writes or reads them. */
 static const char *name(tstate_saver *sv, const char *a, const char *b, const char *c)
 {
-	char whole[512], buf[512];
-	snprintf(whole, sizeof whole, "%s%s%s", a, b, c);
-	const char *r = sv->names_030 ? dcp_name_030(whole, sv->mla, buf, sizeof buf) : whole;
-	char *s = strdup(r);
+	/* room for the longest respelling (moe.experts.* grows by 33 bytes) */
+	size_t n = strlen(a) + strlen(b) + strlen(c) + 64;
+	char *s = malloc(2 * n), *r = s + n;
 	if (s == NULL || grow((void **)&sv->strs, &sv->capstrs, sv->nstrs, sizeof(char *)) != 0) {
 		free(s);
 		return NULL;
 	}
+	snprintf(s, n, "%s%s%s", a, b, c);
+	if (sv->names_030 && dcp_name_030(s, sv->mla, r, n) == r)
+		memmove(s, r, strlen(r) + 1);
 	sv->strs[sv->nstrs++] = s;
 	return s;
 }

@@ -62,6 +62,7 @@ static int gpt_oss; /* model=gpt_oss: see flavor() */
 
 typedef struct cfg {
 	int ep, shard, tp, accum, steps, dev;
+	int docs; /* docs=1: torchtitan 0.3.0's documents on both sides */
 	model_ac_mode ac;
 	case_args spec; /* TITAN_EP_TEST */
 } cfg;
@@ -85,6 +86,7 @@ static void read_cfg(cfg *c)
 		c->steps = STEPS;
 	gpt_oss = case_pick(a, "model", models, 0);
 	c->dev = case_int(a, "dev", 0);
+	c->docs = case_int(a, "docs", 0);
 	c->ac = (model_ac_mode)case_pick(a, "ac", ac_modes, MODEL_AC_NONE);
 	if (case_end(a, &e) != 0)
 		fail_msg("%s", e.msg);
@@ -322,6 +324,8 @@ static int64_t run_step(run *u, int s)
 	int32_t ids[ROWS * T], labels[ROWS * T];
 	plan_batch b, rb;
 	harness_step_batches(&u->k, &u->tk, s, ids, labels, &b, &rb);
+	if (u->c.docs)
+		harness_doc_positions(&u->k, ROWS, T, s, &b, &rb);
 	reset_stats(u->k.m);
 	plan_result got, want;
 	if (plan_step(u->p, &b, LR, 1.0, &got, &e) != 0)

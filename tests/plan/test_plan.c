@@ -591,21 +591,6 @@ static void check_step1_grads(run *u)
 			 w[1]);
 }
 
-/* Documents for docs=1: in row r of step s, lengths 1, 2, ... cycling from a
- * start that moves with r and s (documents of one token, ones across
- * micro-batch and rank boundaries, a different cut in every row). */
-static void doc_positions(int32_t *pos, int s)
-{
-	for (int r = 0; r < ROWS; r++) {
-		int len = 1 + (r * 5 + s * 3) % 11, p = 0;
-		for (int i = 0; i < T; i++) {
-			if (p == len)
-				p = 0, len = 1 + (len * 7 + 3) % 23;
-			pos[r * T + i] = p++;
-		}
-	}
-}
-
 /* Step s's batches: *whole, the single process's (in one.accum
  * micro-batches), and *mine, this rank's: its rows, then under context
  * parallelism its chunks of each, cut by lib/cp's layout (tested against
@@ -620,13 +605,8 @@ static void step_batches(const run *u, int s, int32_t *ids, int32_t *labels, pla
 	cp_shard(&u->cl, at, rows[1], labels, n, sizeof(int32_t));
 	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = u->n_mb};
 	whole->n_mb = u->one.accum;
-	if (u->c.docs) { /* positions live as long as the run: the batches point at them */
-		static int32_t all[ROWS * T], own[ROWS * T];
-		doc_positions(all, s);
-		harness_rank_rows(&u->k, all, own, T);
-		whole->positions = all;
-		mine->positions = own;
-	}
+	if (u->c.docs)
+		harness_doc_positions(&u->k, ROWS, T, s, mine, whole);
 }
 
 /* Step s (0-based) on this rank and the single process: the bytes sent, the

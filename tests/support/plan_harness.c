@@ -80,6 +80,32 @@ void harness_step_batches(const harness_rank *k, const harness_tokens *tk, int s
 	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = k->accum};
 }
 
+void harness_doc_positions(const harness_rank *k, int rows, int t, int s, plan_batch *mine,
+			   plan_batch *whole)
+{
+	static int32_t *all, *own;
+	static size_t cap;
+	size_t n = (size_t)rows * (size_t)t;
+	if (n > cap) {
+		free(all), free(own);
+		all = malloc(n * sizeof *all), own = malloc(n * sizeof *own);
+		cap = all && own ? n : 0;
+		if (!cap)
+			abort();
+	}
+	for (int r = 0; r < rows; r++) {
+		int len = 1 + (r * 5 + s * 3) % 11, p = 0;
+		for (int i = 0; i < t; i++) {
+			if (p == len)
+				p = 0, len = 1 + (len * 7 + 3) % 23;
+			all[(size_t)r * t + i] = p++;
+		}
+	}
+	harness_rank_rows(k, all, own, t);
+	whole->positions = all;
+	mine->positions = own;
+}
+
 /* ---- the single process's run, on rank 0 ---- */
 
 /* Rank 0's layout of the shard images: tensor count, buffer count, the

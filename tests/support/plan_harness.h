@@ -61,6 +61,13 @@ void harness_step_batches(const harness_rank *k, const harness_tokens *tk, int s
 /* The rank's rows of a step's (rows, t) array (as harness_step_batches takes
  * ids) into mine. */
 void harness_rank_rows(const harness_rank *k, const int32_t *step, int32_t *mine, int t);
+/* torchtitan 0.3.0's per-document positions (rows, t) for step s: in row r,
+ * documents of lengths that cycle from a start moving with r and s (documents
+ * of one token, ones across micro-batch and rank boundaries, a different cut
+ * in every row); then mine, the rank's rows.  The batches point at both:
+ * they live in the harness until the next call. */
+void harness_doc_positions(const harness_rank *k, int rows, int t, int s, plan_batch *mine,
+			   plan_batch *whole);
 
 /* A comparison of this rank's boxes of a shard buffer with the same boxes
  * of the single process's whole tensors. */
