@@ -35,8 +35,10 @@ int train_prec_choose(const job_config *c, const prec_degrees *d, train_prec *p,
 		p->line = "Mixed precision training is handled by AMP";
 		snprintf(p->detail, sizeof p->detail, "training.dtype = bfloat16: parameters, "
 			 "gradients, optimizer states and activations in bfloat16");
-	} else if (d->dp_shard > 1 || d->cp > 1 ||
+	} else if (d->dp_shard > 1 || d->cp > 1 || c->follows_030 ||
 		   strcmp(c->training.mixed_precision_mode, "fully_shard") == 0) {
+		/* 0.3.0 installs FSDP's MixedPrecisionPolicy at every degree, one
+		 * rank and tensor or pipeline parallelism alone included */
 		p->mode = PREC_FSDP;
 		p->model = (model_prec){param, reduce, param, param};
 		p->reduce = reduce;

@@ -140,6 +140,20 @@ for fam in qwen3 deepseek_v3; do
 	fi
 done
 
+# Mixed precision as 0.3.0 has it on one rank: FSDP's MixedPrecisionPolicy
+# (bf16 parameters and activations, float32 reduce), not autocast.
+"$TRAIN" --module llama3 --config llama3_debugmodel --training.local_batch_size 2 \
+	--training.seq_len 64 --training.steps 2 --debug.seed 7 --dataloader.dataset_path "$TMP/data" \
+	--dump_folder "$TMP/bf16" >"$TMP/bf16.log" 2>&1
+t_grep "bf16 on one rank is fully_shard's mixed precision" 'Precision: fully_shard: parameters gathered in bfloat16' "$TMP/bf16.log"
+steps_of "$TMP/bf16/metrics.jsonl" | awk -F'\t' '$1 == 1' >"$TMP/bf16.tsv"
+gold1=$(awk -F'\t' '$1 == 1 { print $2 }' "$GOLD")
+if awk -F'\t' -v g="$gold1" '{ d = ($2 - g) / g; exit !(d < 1e-3 && d > -1e-3) }' "$TMP/bf16.tsv"; then
+	t_ok "its step-1 loss is float32's within bf16's 1e-3"
+else
+	t_not_ok "its step-1 loss is float32's within bf16's 1e-3" "$(cat "$TMP/bf16.tsv") vs $gold1"
+fi
+
 # One run, one version.
 t_fails "0.2.2's key in a 0.3.0 run" 2 run030 --job.dump_folder "$TMP/x"
 t_grep "names the key and the mix" "job.dump_folder: torchtitan 0.2.2's key.*mixing the two is refused" "$TMP/.err"
