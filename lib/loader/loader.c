@@ -304,20 +304,28 @@ static int fill_pairs(loader *l, uint64_t s, size_t len, int32_t *in, int32_t *l
 	return 0;
 }
 
+/* Global position p's window: its start *s in the epoch's stream (in units)
+ * and its length, T + 1 tokens or T pairs (documents), shorter or 0 at the
+ * end of val; the epoch's order set. */
+static size_t window_of(loader *l, uint64_t p, uint64_t *s)
+{
+	uint64_t w = (uint64_t)l->T + !l->o.documents;
+	if (l->o.split == SHARD_VAL) {
+		set_epoch(l, 0);
+		*s = p * w;
+		return p >= l->W ? 0 : l->units - *s < w ? (size_t)(l->units - *s) : (size_t)w;
+	}
+	set_epoch(l, p / l->W);
+	*s = loader_window_at(l, p) * w;
+	return (size_t)w;
+}
+
 static int make_row_docs(loader *l, uint64_t p, int32_t *in, int32_t *lab, int32_t *pos,
 			 int32_t *doc, int64_t *valid, titan_err *err)
 {
 	const int64_t T = l->T;
-	size_t len = (size_t)T;
 	uint64_t s;
-	if (l->o.split == SHARD_VAL) {
-		s = p * (uint64_t)T;
-		len = p >= l->W ? 0 : l->units - s < len ? (size_t)(l->units - s) : len;
-		set_epoch(l, 0);
-	} else {
-		set_epoch(l, p / l->W);
-		s = loader_window_at(l, p) * (uint64_t)T;
-	}
+	size_t len = window_of(l, p, &s);
 	if (len > 0 && fill_pairs(l, s, len, in, lab, pos, err) != 0)
 		return -1;
 	for (size_t t = len; t < (size_t)T; t++) { /* the short last window of val */
@@ -334,19 +342,10 @@ static int make_row(loader *l, uint64_t p, int32_t *in, int32_t *lab, int32_t *d
 		    int64_t *valid, titan_err *err)
 {
 	const int64_t T = l->T;
-	size_t len = (size_t)T + 1;
-	if (l->o.split == SHARD_VAL) {
-		uint64_t s = p * (uint64_t)(T + 1);
-		len = p >= l->W ? 0 : l->total - s < len ? (size_t)(l->total - s) : len;
-		set_epoch(l, 0);
-		if (len > 0 && fill(l, s, len, err) != 0)
-			return -1;
-	} else {
-		uint64_t e = p / l->W;
-		set_epoch(l, e);
-		if (fill(l, loader_window_at(l, p) * (uint64_t)(T + 1), len, err) != 0)
-			return -1;
-	}
+	uint64_t s;
+	size_t len = window_of(l, p, &s);
+	if (len > 0 && fill(l, s, len, err) != 0)
+		return -1;
 	int32_t c = 0;
 	for (int64_t t = 0; t < T; t++) {
 		in[t] = (size_t)t < len ? (int32_t)l->win[t] : 0;
