@@ -682,7 +682,7 @@ static int is_none(const char *s)
 	return strcmp(s, "none") == 0 || strcmp(s, "None") == 0;
 }
 
-static int parse_bool_text(const char *s, int *b)
+int config_parse_bool(const char *s, int *b)
 {
 	if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "1") || !strcmp(s, "yes")) {
 		*b = 1;
@@ -724,7 +724,7 @@ static int set_from_text(job_config *c, const cfg_key *k, const char *s, titan_e
 	const char *name = k->info.name;
 	switch (k->info.type) {
 	case CFG_BOOL:
-		if (parse_bool_text(s, p) != 0)
+		if (config_parse_bool(s, p) != 0)
 			return err_set(err, "%s: \"%s\" is not a boolean (true or false)", name, s);
 		return 0;
 	case CFG_OPT_INT:
@@ -1291,7 +1291,7 @@ static int is_flag_name(const char *a)
 static int looks_bool(const char *s)
 {
 	int b;
-	return s != NULL && parse_bool_text(s, &b) == 0;
+	return s != NULL && config_parse_bool(s, &b) == 0;
 }
 
 /* The --section.key overrides of argv, in order. */

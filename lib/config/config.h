@@ -294,6 +294,9 @@ int config_load_string(job_config *c, const char *name, const char *text, titan_
 int config_set(job_config *c, const char *key, const char *value, titan_err *err);
 /* Whether key names a boolean (so a bare flag needs no value). */
 int config_key_is_bool(const char *key);
+/* A boolean as the command line and TOML strings spell it (true, True, 1, yes;
+ * false, False, 0, no) into *b; -1 for anything else. */
+int config_parse_bool(const char *s, int *b);
 /* Whether key names a known key. */
 int config_key_exists(const char *key);
 

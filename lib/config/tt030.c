@@ -271,24 +271,14 @@ const char *tt030_path_of(const char *arg)
 	return t && (t->key == NULL || strcmp(t->key, t->path) != 0) ? t->path : NULL;
 }
 
-static int is_bool_text(const char *s)
-{
-	static const char *const b[] = {"true", "false", "True", "False", "1", "0"};
-	for (size_t i = 0; s && i < sizeof b / sizeof b[0]; i++)
-		if (strcmp(s, b[i]) == 0)
-			return 1;
-	return 0;
-}
-
-/* The value an only-path was given, as it is compared: booleans and None
- * lower-cased, the rest as written. */
+/* Whether an only-path's value v is the one accepted: booleans as titan
+ * spells them (config_parse_bool), None in either case, {} also empty. */
 static int value_is(const char *v, const char *only)
 {
-	if (strcasecmp(v, only) == 0)
-		return 1;
-	return (strcmp(only, "true") == 0 && strcmp(v, "1") == 0) ||
-	       (strcmp(only, "false") == 0 && strcmp(v, "0") == 0) ||
-	       (strcmp(only, "{}") == 0 && strcmp(v, "") == 0);
+	int want, got;
+	if (config_parse_bool(only, &want) == 0)
+		return config_parse_bool(v, &got) == 0 && got == want;
+	return strcasecmp(v, only) == 0 || (strcmp(only, "{}") == 0 && *v == '\0');
 }
 
 /* A setting of 0.3.0's loss, which has no 0.2.2 key (t->key "@name"). */
@@ -311,6 +301,7 @@ static int translate(job_config *c, const tt030_preset *p, int argc, char **argv
 		     char **out, int *nout, titan_err *err)
 {
 	char name[256];
+	int b;
 	const char *arg = argv[*i], *eq = strchr(arg, '=');
 	if (!option_name(arg, name, sizeof name))
 		return err_set(err, "%s: not an option", arg);
@@ -334,7 +325,7 @@ static int translate(job_config *c, const tt030_preset *p, int argc, char **argv
 		if (*i + 1 >= argc)
 			return err_set(err, "--%s: needs a value", name);
 		val = argv[++*i];
-	} else if (!val && *i + 1 < argc && is_bool_text(argv[*i + 1])) {
+	} else if (!val && *i + 1 < argc && config_parse_bool(argv[*i + 1], &b) == 0) {
 		val = argv[++*i];
 	} else if (!val) {
 		val = "true";
