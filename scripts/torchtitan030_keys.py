@@ -14,10 +14,12 @@
 # spmd_types==0.2.3, then PYTHONPATH=DIR)
 import dataclasses
 import importlib
+import os
 import sys
 import typing
 
-import types
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchtitan_keys as k22  # noqa: E402  (0.2.2's spelling of types and values)
 
 WANT = "0.3.0"
 # lib/config/tt030.c's presets
@@ -26,42 +28,22 @@ PRESETS = ["llama3_debugmodel", "llama3_debugmodel_ce_loss", "llama3_8b", "llama
 
 
 def type_name(t):
-    """titan's name for a field's type (scripts/torchtitan_keys.py's names)."""
-    args = typing.get_args(t)
-    opt = ""
-    if typing.get_origin(t) in (typing.Union, types.UnionType) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        t, opt = (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), " or none"
-        args = typing.get_args(t)
-    if typing.get_origin(t) is typing.Literal or t is str:
-        return "string" + opt
-    if t is bool:
-        return "bool" + opt
-    if t is int:
-        return "int" + opt
-    if t is float or (typing.get_origin(t) in (typing.Union, types.UnionType) and
-                      set(args) == {float, int}):
-        return "float" + opt
-    if typing.get_origin(t) is list and args == (str,):
-        return "list of strings" + opt
-    return "python object"
+    """titan's name for a field's type, as 0.2.2's list spells it."""
+    try:
+        return k22.type_of(t)[0]
+    except SystemExit:  # a Python object (param groups, callables, dicts)
+        return "python object"
 
 
 def value_text(v):
-    """The value as titan-train's command line takes it."""
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return v
+    """The value as titan-train's command line takes it ("<python>" for an
+    object, "{}" for an empty dict)."""
     if isinstance(v, dict) and not v:
         return "{}"
-    if isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v):
-        return ",".join(v)
-    return "<python>"
+    try:
+        return k22.text_of(v)
+    except SystemExit:
+        return "<python>"
 
 
 def walk(obj, prefix):

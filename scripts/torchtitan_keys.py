@@ -6,14 +6,13 @@
 # line (see titan-config(5)): "none" for None, a list as "a,b", a string bare.
 # Run: $PYTHON scripts/torchtitan_keys.py > tests/config/torchtitan-0.2.2-keys.tsv
 # Needs torchtitan 0.2.2 (pip install torchtitan==0.2.2), the last release
-# configured by TOML files.
+# configured by TOML files.  scripts/torchtitan030_keys.py spells 0.3.0's
+# types and values with type_of and text_of.
 import dataclasses
 import importlib.metadata
 import sys
 import types
 import typing
-
-from torchtitan.config.job_config import JobConfig
 
 WANT = "0.2.2"
 
@@ -88,6 +87,8 @@ def walk(cls, prefix):
 
 
 def main():
+    from torchtitan.config.job_config import JobConfig
+
     have = importlib.metadata.version("torchtitan")
     if have != WANT:
         sys.exit(f"torchtitan_keys.py: torchtitan {have} installed, the list is of {WANT}")
@@ -98,4 +99,5 @@ def main():
         print(f"{key}\t{name}\t{text_of(d)}\t{values}")
 
 
-main()
+if __name__ == "__main__":
+    main()
