@@ -182,6 +182,10 @@ typedef struct dcp_ckpt {
 int dcp_open(dcp_ckpt *c, const char *dir, titan_err *err);
 void dcp_close(dcp_ckpt *c);
 const dcp_entry *dcp_find(const dcp_ckpt *c, const char *fqn);
+/* dcp_load from a checkpoint already open (dcp_open), which stays open: for a
+ * caller that reads its metadata first (which names its keys). */
+int dcp_load_open(dcp_ckpt *c, dcp_item *items, size_t n, titan_err *err);
+
 /* Read the box (offsets, sizes) of a tensor entry, converted to dtype. */
 int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
 		    const int64_t *sizes, dcp_dtype dtype, void *out, titan_err *err);

@@ -599,17 +599,15 @@ int dcp_read_bytes(dcp_ckpt *c, const dcp_entry *e, const uint8_t **p, size_t *n
 	return 0;
 }
 
-int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err)
+int dcp_load_open(dcp_ckpt *ck, dcp_item *items, size_t n, titan_err *err)
 {
-	dcp_ckpt c;
-	if (dcp_open(&c, dir, err))
-		return -1;
+	const char *dir = ck->dir;
 	int rc = 0;
 	block_list l = {0};
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		dcp_item *it = &items[i];
 		it->found = 0;
-		const dcp_entry *e = dcp_find(&c, it->fqn);
+		const dcp_entry *e = dcp_find(ck, it->fqn);
 		if (!e) {
 			if (!it->optional)
 				rc = err_set(err, "%s: no key '%s' in the checkpoint", dir, it->fqn);
@@ -624,7 +622,7 @@ int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err)
 		if (e->kind == DCP_BYTES) {
 			const uint8_t *p;
 			size_t len;
-			rc = dcp_read_bytes(&c, e, &p, &len, err);
+			rc = dcp_read_bytes(ck, e, &p, &len, err);
 			if (rc == 0) {
 				it->bytes = malloc(len ? len : 1);
 				if (!it->bytes)
@@ -647,17 +645,26 @@ int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err)
 					     it->fqn, a, b);
 				continue;
 			}
-			rc = plan_region(&c, e, it->offsets, it->sizes, it->dtype, it->data, &l, err);
+			rc = plan_region(ck, e, it->offsets, it->sizes, it->dtype, it->data, &l, err);
 		}
 		if (rc == 0)
 			it->found = 1;
 	}
 	if (rc == 0)
-		rc = read_planned(&c, &l, err);
+		rc = read_planned(ck, &l, err);
 	block_list_free(&l);
 	if (rc)
 		for (size_t i = 0; i < n; i++)
 			items[i].found = 0;
+	return rc;
+}
+
+int dcp_load(const char *dir, dcp_item *items, size_t n, titan_err *err)
+{
+	dcp_ckpt c;
+	if (dcp_open(&c, dir, err))
+		return -1;
+	int rc = dcp_load_open(&c, items, n, err);
 	dcp_close(&c);
 	return rc;
 }

@@ -480,7 +480,6 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	}
 	b->names_030 = dcp_names_are_030(&ck); /* either layout loads */
 	b->mla = model_args(g)->mla.kv_lora_rank > 0;
-	dcp_close(&ck);
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
 	int want_opt = !model_only && !excluded(exclude, "optimizer");
@@ -547,8 +546,9 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			it->kind = DCP_BYTES;
 			it->optional = 1; /* absent in a model-only checkpoint */
 		}
-	if (rc == 0 && dcp_load(dir, b->items, b->n, err) != 0)
+	if (rc == 0 && dcp_load_open(&ck, b->items, b->n, err) != 0)
 		rc = err_prefix(err, "%s", dir);
+	dcp_close(&ck);
 	int have_train_state = 0;
 	for (size_t i = first_bytes; rc == 0 && i < b->n; i++) {
 		dcp_item *it = &b->items[i];
