@@ -128,8 +128,13 @@ peaks() {
 	shift 4
 	"$TRAIN" --config "$TMP/c.toml" --dry-run --json --world-size "$np" "$@" |
 		sed -n 's/.*"peak": *\([0-9]*\).*/\1/p' >"$TMP/$name.plan"
-	$MPIRUN -np "$np" "$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/$name" \
+	# each rank writes its own log: mpirun's merged output has lost a rank's
+	# last line when ASan ranks exit together
+	mkdir -p "$TMP/$name.ranks"
+	$MPIRUN -np "$np" sh -c 'exec "$0" "$@" >"'"$TMP/$name.ranks"'/$OMPI_COMM_WORLD_RANK.log" 2>&1' \
+		"$TRAIN" --config "$TMP/c.toml" --job.dump_folder "$TMP/$name" \
 		--training.steps 2 --metrics.save_for_all_ranks "$@" >"$TMP/$name.log" 2>&1
+	cat "$TMP/$name.ranks"/*.log >>"$TMP/$name.log"
 	sed -n 's/.*Peak backend memory: \([0-9]*\) bytes (rank \([0-9]*\)).*/\2 \1/p' \
 		"$TMP/$name.log" | sort -n >"$TMP/$name.got"
 	awk -v tol="$tol" -v per=$((np / pp)) -v np="$np" '
