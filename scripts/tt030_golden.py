@@ -17,10 +17,17 @@ block mask is replaced by the same mask as a dense boolean tensor (causal and
 within the document, 0.3.0's get_document_mask_mod) and its kernel by torch's
 scaled_dot_product_attention under that mask.
 
-Writes tests/train/golden/tt030_<family>.tsv: the settings in its header, and
-per step the loss, grad_norm and lr (the step's, before the scheduler steps).
+With --bf16, the run is 0.3.0's bfloat16 one instead: its parallelize always
+installs FSDP's MixedPrecisionPolicy (param bfloat16, reduce float32), even on
+one rank, so the model goes through 0.3.0's own apply_fsdp_to_decoder over a
+one-rank gloo group (parameters float32, each unit's forward and backward on
+bfloat16 copies, gradients reduced to float32).
 
-Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [PRESET] TOKENS.tts [SEED]
+Writes tests/train/golden/tt030_<family>[_bf16].tsv: the settings in its
+header, and per step the loss, grad_norm and lr (the step's, before the
+scheduler steps).
+
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [PRESET] TOKENS.tts [SEED]
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
      tests/train/tt030.sh makes it: test_gen gen 11 400 2048 60; SEED: titan's
      seed checkpoint of the preset, which tests/train/tt030.sh writes with
@@ -133,10 +140,28 @@ def load_seed_checkpoint(model, folder):
     model.load_state_dict(sd)
 
 
+def install_bf16_policy(model, cfg):
+    """0.3.0's parallelize on one rank: apply_fsdp_to_decoder over a one-rank
+    mesh, which installs MixedPrecisionPolicy(param bf16, reduce float32)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
+    apply_fsdp_to_decoder(model, mesh, param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                          pp_enabled=False)
+    cfg.training.mixed_precision_param = "bfloat16"
+
+
 def main():
-    preset = sys.argv[1] if len(sys.argv) > 2 else "llama3_debugmodel"
-    tokens = sys.argv[2] if len(sys.argv) > 2 else sys.argv[1]
-    seed_ckpt = sys.argv[3] if len(sys.argv) > 3 else None
+    args = sys.argv[1:]
+    bf16 = "--bf16" in args
+    args = [a for a in args if a != "--bf16"]
+    preset = args[0] if len(args) > 1 else "llama3_debugmodel"
+    tokens = args[1] if len(args) > 1 else args[0]
+    seed_ckpt = args[2] if len(args) > 2 else None
     tt_decoder.Decoder.get_attention_masks = dense_document_mask
     tt_attention.FlexAttention.forward = sdpa_under_mask
     torch.manual_seed(0)
@@ -153,6 +178,8 @@ def main():
     else:
         sys.exit("tt030_golden.py: a preset other than llama3_debugmodel starts from titan's "
                  "seed checkpoint (third argument)")
+    if bf16:
+        install_bf16_policy(model, cfg)
     model.train()
     loss_fn = cfg.loss.build()
     loss_fn.set_lm_head(model.lm_head)
@@ -172,14 +199,17 @@ def main():
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.max_norm,
                                             foreach=True)
+        if hasattr(gn, "full_tensor"):
+            gn = gn.full_tensor()
         optimizers.step()
         schedulers.step()
         rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))
         print(f"step {step:2d}  loss {loss.item():.6f}  grad_norm {gn.item():.6f}  lr {lr:.6g}")
-    out = os.path.join(ROOT, f"tests/train/golden/tt030_{family}.tsv")
+    suffix, precision = ("_bf16", "bfloat16 (FSDP MixedPrecisionPolicy)") if bf16 else ("", "float32")
+    out = os.path.join(ROOT, f"tests/train/golden/tt030_{family}{suffix}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
-        f.write(f"# torchtitan 0.3.0 {preset}, float32, seed {SEED}, local_batch_size "
+        f.write(f"# torchtitan 0.3.0 {preset}, {precision}, seed {SEED}, local_batch_size "
                 f"{BATCH}, seq_len {SEQ}, {STEPS} steps (scripts/tt030_golden.py)\n")
         f.write("# step\tloss\tgrad_norm\tlr\n")
         for r in rows:
