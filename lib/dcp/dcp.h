@@ -407,9 +407,10 @@ void dcp_rope_permute(const void *src, void *dst, int64_t d1, int64_t d2, int n,
 int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model,
 	      dcp_dtype export_dtype, uint64_t max_shard, titan_err *err);
 /* An HF Llama folder (or .safetensors) as a model-only DCP folder with
- * torchtitan's keys, in dtype (PTZ_NONE keeps the stored types). */
+ * torchtitan's keys, in dtype (PTZ_NONE keeps the stored types), under 0.3.0's
+ * names when names is DCP_NAMES_030 (0.2.2's otherwise). */
 int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
-		titan_err *err);
+		int names, titan_err *err);
 
 /* Called with each weight of an HF Llama under torchtitan's name; data is
  * malloc'd and belongs to the callee. */

@@ -952,11 +952,34 @@ static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const
 	return 0;
 }
 
+/* The items under torchtitan 0.3.0's names (MLA's attention.wq keeps its
+ * name: dcp_name_030). */
+static int respell_030(from_hf_ctx *c, titan_err *err)
+{
+	int mla = 0;
+	for (size_t i = 0; i < c->n; i++)
+		mla |= strstr(c->items[i].fqn, ".attention.wkv_a.") != NULL;
+	for (size_t i = 0; i < c->n; i++) {
+		char buf[512];
+		const char *r = dcp_name_030(c->items[i].fqn, mla, buf, sizeof buf);
+		if (r == c->items[i].fqn)
+			continue;
+		char *fqn = strdup(r);
+		if (!fqn)
+			return err_set(err, "out of memory");
+		free((char *)c->items[i].fqn);
+		c->items[i].fqn = fqn;
+	}
+	return 0;
+}
+
 int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
-		titan_err *err)
+		int names, titan_err *err)
 {
 	from_hf_ctx c = {0};
 	int rc = dcp_hf_read(hfdir, model, dtype, keep_item, &c, err);
+	if (rc == 0 && names == DCP_NAMES_030)
+		rc = respell_030(&c, err);
 	if (rc == 0)
 		rc = dcp_save(out, c.items, c.n, NULL, err);
 	for (size_t i = 0; i < c.n; i++) {

@@ -211,7 +211,7 @@ static void load_from_hf(const golden *g, model *m, const char *tmp)
 			   .keys = f->hf_keys, .config = f->hf_config, .args = &g->a};
 	char hf[320];
 	snprintf(hf, sizeof hf, "%s/hf", g->dir);
-	if (dcp_from_hf(hf, tmp, &hm, PTZ_F32, &e))
+	if (dcp_from_hf(hf, tmp, &hm, PTZ_F32, DCP_NAMES_SOURCE, &e))
 		fail_msg("%s", e.msg);
 	int n = model_num_tensors(m);
 	dcp_item *items = calloc((size_t)n, sizeof *items);

@@ -77,6 +77,19 @@ t_run "back to 0.3.0's" "$C" single-to-dcp "$TMP/n22" "$TMP/n30" --names 0.3.0
 "$C" info "$TMP/a/checkpoint/step-10" | cut -c1-80 >"$TMP/info30a"
 t_same "the round trip names every item as before" "$TMP/info30a" "$TMP/info30n"
 t_run "HF export from 0.3.0's layout" "$C" to-hf "$TMP/a/checkpoint/step-10" "$TMP/hf" --flavor debugmodel
+t_run "HF import to 0.3.0's layout" "$C" from-hf "$TMP/hf" "$TMP/fromhf" --flavor debugmodel --names 0.3.0
+"$C" info "$TMP/fromhf" >"$TMP/infohf" 2>&1
+t_grep "the import's output is lm_head.weight" '^lm_head.weight ' "$TMP/infohf"
+t_grep "its q is attention.qkv_linear.wq" '^layers.0.attention.qkv_linear.wq.weight ' "$TMP/infohf"
+"$C" diff "$TMP/fromhf" "$TMP/a/checkpoint/step-10" >"$TMP/diffhf" 2>&1
+# every line a weight equal on both sides, or the checkpoint's training state
+grep -v -e ' ok ' -e '^optimizer\..* only-in-B' -e '^lr_scheduler\..* only-in-B' \
+	-e '^dataloader\..* only-in-B' -e '^train_state\..* only-in-B' "$TMP/diffhf" >"$TMP/diffhf.bad"
+if grep -q '^output.weight  *ok ' "$TMP/diffhf" && ! [ -s "$TMP/diffhf.bad" ]; then
+	t_ok "export and import give back every weight of the checkpoint"
+else
+	t_not_ok "export and import give back every weight of the checkpoint" "$(head -5 "$TMP/diffhf.bad")"
+fi
 t_fails "--names of another version" 2 "$C" single-to-dcp "$TMP/n22" "$TMP/x" --names 0.2
 
 t_run "resume from step 10" run030 --training.steps 15 --dump_folder "$TMP/a" \

@@ -43,7 +43,7 @@ static const cli_option opts[] = {
 	{"size", 0, CLI_ARG, OPT_SIZE, "SIZE", "bench: bytes of state (default 1G)"},
 	{"async", 0, CLI_NO_ARG, OPT_ASYNC, NULL, "bench: save on a background thread (after a copy)"},
 	{"phase", 0, CLI_ARG, OPT_PHASE, "P", "bench: save, load (what a save left) or both (default)"},
-	{"names", 0, CLI_ARG, OPT_NAMES, "V", "to DCP or a single file: tensor names of torchtitan V "
+	{"names", 0, CLI_ARG, OPT_NAMES, "V", "to DCP or a single file, from-hf: tensor names of torchtitan V "
 	 "(0.2.2 or 0.3.0; default: the source's)"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
@@ -56,7 +56,7 @@ static const cli_spec spec = {
 	"  single-to-dcp IN OUT [--chunks N [--dim D]] [--names V]\n"
 	"  reshard DIR OUT --chunks N [--dim D] [--names V]\n"
 	"  to-hf DIR OUT [--model NAME] --flavor F [--export-dtype T] [--max-shard-size SIZE]\n"
-	"  from-hf HFDIR OUT [--model NAME] --flavor F [--export-dtype T]\n"
+	"  from-hf HFDIR OUT [--model NAME] --flavor F [--export-dtype T] [--names V]\n"
 	"  diff A B [--tol X] [--json]\n"
 	"  [mpirun -n N] bench DIR [--size SIZE] [--chunks N] [--async] [--phase P]",
 	"Convert, reshard and check PyTorch distributed checkpoints.",
@@ -429,7 +429,7 @@ int main(int argc, char **argv)
 		if (rc == 0)
 			rc = !strcmp(cmd, "to-hf")
 				     ? dcp_to_hf(op[1], op[2], &m, a.export_dtype, a.max_shard, &err)
-				     : dcp_from_hf(op[1], op[2], &m, a.export_dtype, &err);
+				     : dcp_from_hf(op[1], op[2], &m, a.export_dtype, a.names, &err);
 		model_free(fm);
 		if (be)
 			backend_free(be);
