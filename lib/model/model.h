@@ -520,6 +520,18 @@ size_t model_activation_bytes(const model *m, int b, int t);
  * scratch, apart (a pipeline stage keeps several contexts). */
 size_t model_mb_bytes(const model *m, int u0, int u1, int b, int t);
 size_t model_scratch_bytes(const model *m, int b, int t);
+/* The head's loss: the output projection and the cross-entropy run over
+ * chunks of rows of the micro-batch's n = b x t, so only one chunk's logits
+ * (rows x the rank's vocabulary, in the activations' type; their gradient
+ * written in place) exist at a time.  model_loss_rows gives the rows of a
+ * chunk: by default the rows of 64 MiB of float32 logits, at least 256 (256
+ * for a vocabulary of 128256), all n under Float8's whole head;
+ * model_set_loss_rows fixes them (0: the default; n or more: one chunk, the
+ * unchunked loss, for measuring what chunking saves).  model_loss_bytes is
+ * that chunk's bytes, part of model_scratch_bytes. */
+int64_t model_loss_rows(const model *m, int64_t n);
+void model_set_loss_rows(model *m, int64_t rows);
+size_t model_loss_bytes(const model *m, int b, int t);
 /* What a backward with defer_wgrad leaves alive until model_unit_wgrad for
  * units u0..u1 of a micro-batch of (b, t): each linear's output gradient and
  * the copies of inputs AC did not keep (a zero-bubble stage holds this per

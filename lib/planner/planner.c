@@ -325,6 +325,25 @@ static int build(plan_ctx *x, int world_size, titan_err *e)
 	return pipeline(x, e);
 }
 
+/* The work per token and the loss's memory (planner.h's figures). */
+static void work(plan_ctx *x)
+{
+	plan_report *r = x->r;
+	const job_config *c = x->c;
+	int64_t t = c->training.seq_len, rows = (int64_t)r->microbatch * cp_local_len(&x->cpl);
+	r->flops = model_train_flops(x->whole, 1, t, NULL) / (double)t;
+	r->flops_tt = model_flops_per_token(x->whole, (int)t);
+	r->loss_rows = model_loss_rows(x->local, rows);
+	r->loss_bytes = model_loss_bytes(x->local, (int)r->microbatch, (int)cp_local_len(&x->cpl));
+	uint64_t v = (uint64_t)model_args(x->local)->vocab_size;
+	r->loss_whole = (uint64_t)rows * v * be_dtype_size(x->compute_t);
+	r->loss_torch = 3 * (uint64_t)rows * v * sizeof(float);
+	r->loss_chunks_030 = c->loss030.num_chunks > 0 ? c->loss030.num_chunks : 8;
+	uint64_t per = ((uint64_t)cp_local_len(&x->cpl) + (uint64_t)r->loss_chunks_030 - 1) /
+		       (uint64_t)r->loss_chunks_030;
+	r->loss_torch_030 = 3 * (uint64_t)r->microbatch * per * v * sizeof(float);
+}
+
 int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan_report *r,
 		titan_err *e)
 {
@@ -338,6 +357,8 @@ int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan
 		r->seq_len = c->training.seq_len;
 		r->device_bytes = device_bytes;
 		rc = planner_roles(&x, e);
+		if (rc == 0)
+			work(&x);
 	}
 	ctx_free(&x);
 	if (rc)
