@@ -341,7 +341,7 @@ static void work(plan_ctx *x)
 	r->loss_chunks_030 = c->loss030.num_chunks > 0 ? c->loss030.num_chunks : 8;
 	uint64_t per = ((uint64_t)cp_local_len(&x->cpl) + (uint64_t)r->loss_chunks_030 - 1) /
 		       (uint64_t)r->loss_chunks_030;
-	r->loss_torch_030 = 3 * (uint64_t)r->microbatch * per * v * sizeof(float);
+	r->loss_torch_030 = 4 * (uint64_t)r->microbatch * per * v * sizeof(float);
 }
 
 int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan_report *r,

@@ -103,9 +103,11 @@ typedef struct plan_report {
 	 * (model_loss_bytes, within the activations above); the same loss in one
 	 * chunk (unchunked); torch's cross_entropy on float32 logits, which holds
 	 * three of them at its peak (the logits, log_softmax's saved output and
-	 * the gradient log_softmax's backward writes: 0.2.2's loss); and 0.3.0's
-	 * ChunkedLossWrapper, the same per chunk of loss_chunks_030 (loss.num_chunks,
-	 * 8) along the sequence. */
+	 * the gradient log_softmax's backward writes: 0.2.2's loss, whose train
+	 * step drops the logits before the backward); and 0.3.0's
+	 * ChunkedLossWrapper, four per chunk of loss_chunks_030 (loss.num_chunks,
+	 * 8) along the sequence (the chunk's logits stay referenced through its
+	 * backward).  scripts/bench/loss.sh measures all four. */
 	int64_t loss_rows, loss_chunks_030;
 	uint64_t loss_bytes, loss_whole, loss_torch, loss_torch_030;
 	int n_roles;

@@ -405,7 +405,9 @@ static void windowed_model_mfu_stays_below_100_percent(void **state)
 
 /* Llama 3 8B at seq_len 8192: the loss of one row in titan's chunks of 256
  * rows of float32 logits (vocabulary 128256), unchunked, torch's
- * cross_entropy (three float32 (8192, 128256) tensors) and 0.3.0's 8 chunks. */
+ * cross_entropy (three float32 (8192, 128256) tensors) and 0.3.0's 8 chunks
+ * (four (1024, 128256) tensors): the forms scripts/bench/loss.sh measured
+ * (titan within 4 %, torch's plain loss within 0.5 %, 0.3.0's within 9 %). */
 static void loss_memory_of_8b_shapes(void **state)
 {
 	(void)state;
@@ -422,7 +424,7 @@ static void loss_memory_of_8b_shapes(void **state)
 	assert_int_equal(r.loss_whole, n * v * 4);
 	assert_int_equal(r.loss_torch, 3 * n * v * 4);
 	assert_int_equal(r.loss_chunks_030, 8);
-	assert_int_equal(r.loss_torch_030, 3 * (n / 8) * v * 4);
+	assert_int_equal(r.loss_torch_030, 4 * (n / 8) * v * 4);
 	planner_report_free(&r);
 	config_free(&c);
 }
