@@ -368,6 +368,20 @@ static void pipeline_traffic_is_one_message_per_crossing(void **state)
 	config_free(&c);
 }
 
+/* The plan of one row of seq_len tokens a rank of a model on world ranks
+ * (unlimited memory: the figures, not the fit, are tested). */
+static void plan_one_row(job_config *c, plan_report *r, const char *name, const char *flavor,
+			 int seq_len, int world)
+{
+	char toml[256];
+	snprintf(toml, sizeof toml, "[model]\nname = \"%s\"\nflavor = \"%s\"\n"
+		 "[training]\nlocal_batch_size = 1\nseq_len = %d\n", name, flavor, seq_len);
+	load(c, toml);
+	titan_err e = {0};
+	if (planner_run(c, world, (uint64_t)1 << 40, r, &e) != 0)
+		fail_msg("%s", e.msg);
+}
+
 /* GPT-OSS 20B at seq_len 4096, whose even layers see a window of 128:
  * torchtitan's count is 26,481,681,792 FLOPs per token (torchtitan #4300's
  * "Reference FLOPs/token" for gpt_oss:20b, the count of 0.3.0); #4300's fix
@@ -381,12 +395,8 @@ static void windowed_model_mfu_stays_below_100_percent(void **state)
 {
 	(void)state;
 	job_config c;
-	load(&c, "[model]\nname = \"gpt_oss\"\nflavor = \"20b\"\n"
-		 "[training]\nlocal_batch_size = 1\nseq_len = 4096\n");
 	plan_report r;
-	titan_err e = {0};
-	if (planner_run(&c, 8, (uint64_t)96 << 30, &r, &e) != 0)
-		fail_msg("%s", e.msg);
+	plan_one_row(&c, &r, "gpt_oss", "20b", 4096, 8);
 	assert_true(r.flops_tt == 26481681792.0);
 	double pair = 6.0 * 64 * 128, t = 4096, w = 128;
 	double fixed_4300 = 24141260160.0;
@@ -412,12 +422,8 @@ static void loss_memory_of_8b_shapes(void **state)
 {
 	(void)state;
 	job_config c;
-	load(&c, "[model]\nname = \"llama3\"\nflavor = \"8B\"\n"
-		 "[training]\nlocal_batch_size = 1\nseq_len = 8192\n");
 	plan_report r;
-	titan_err e = {0};
-	if (planner_run(&c, 1, (uint64_t)1 << 40, &r, &e) != 0)
-		fail_msg("%s", e.msg);
+	plan_one_row(&c, &r, "llama3", "8B", 8192, 1);
 	uint64_t v = 128256, n = 8192;
 	assert_int_equal(r.loss_rows, 256);
 	assert_int_equal(r.loss_bytes, 256 * v * 4);
