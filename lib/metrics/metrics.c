@@ -17,6 +17,16 @@ double metrics_flops_per_token(int64_t params_no_embedding, int n_layers, int n_
 	       6.0 * n_layers * n_heads * (2.0 * head_dim) * (double)seq_len;
 }
 
+void metrics_set_rates(metrics_step *s, double flops, double flops_tt, double seconds,
+		       double peak)
+{
+	double rate = seconds > 0 ? flops / seconds : 0, rate_tt = seconds > 0 ? flops_tt / seconds : 0;
+	s->tflops = rate / 1e12;
+	s->tflops_tt = rate_tt / 1e12;
+	s->mfu = peak > 0 ? 100.0 * rate / peak : 0;
+	s->mfu_tt = peak > 0 ? 100.0 * rate_tt / peak : 0;
+}
+
 double metrics_device_peak_flops(const char *name)
 {
 	/* Order matters: more specific names first. */
@@ -231,6 +241,8 @@ int metrics_jsonl_step(metrics_jsonl *j, const metrics_step *s, double lr, int64
 	put_num(j->fp, "tps", s->tps);
 	put_num(j->fp, "tflops", s->tflops);
 	put_num(j->fp, "mfu", s->mfu);
+	put_num(j->fp, "tflops_torchtitan", s->tflops_tt);
+	put_num(j->fp, "mfu_torchtitan", s->mfu_tt);
 	put_num(j->fp, "memory_gib", s->mem_gib);
 	return finish_line(j, err);
 }

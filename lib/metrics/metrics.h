@@ -57,9 +57,18 @@ typedef struct metrics_step {
 	double mem_gib;   /* peak memory */
 	double mem_pct;   /* of the device's */
 	double tps;       /* tokens per second per device since the last log */
-	double tflops;    /* achieved TFLOP/s per device */
-	double mfu;       /* percent of peak */
+	double tflops;    /* achieved TFLOP/s per device: the work done (the pairs
+	                     attention's masks leave, model_train_flops) */
+	double mfu;       /* percent of peak, of the same work */
+	double tflops_tt; /* the same in torchtitan's count (every query against
+	                     seq_len keys, model_flops_per_token) */
+	double mfu_tt;
 } metrics_step;
+
+/* s's tflops, mfu (of flops) and tflops_tt, mfu_tt (of flops_tt): FLOPs one
+ * device did in seconds, against a peak of peak FLOP/s (0: mfu 0). */
+void metrics_set_rates(metrics_step *s, double flops, double flops_tt, double seconds,
+		       double peak);
 
 /* Format the log line (no newline, no logger prefix) into buf. */
 void metrics_format_line(char *buf, size_t n, const metrics_step *s, int color);
@@ -82,7 +91,8 @@ typedef struct metrics_jsonl {
 
 int metrics_jsonl_open(metrics_jsonl *j, const char *path, titan_err *err);
 /* {"step":N,"loss":...,"grad_norm":...,"lr":...,"n_tokens_seen":...,
- *  "time_s":...,"tps":...,"tflops":...,"mfu":...,"memory_gib":...}; numbers with
+ *  "time_s":...,"tps":...,"tflops":...,"mfu":...,"tflops_torchtitan":...,
+ *  "mfu_torchtitan":...,"memory_gib":...}; numbers with
  * full precision (%.17g), so a loss reads back bit for bit. */
 int metrics_jsonl_step(metrics_jsonl *j, const metrics_step *s, double lr, int64_t ntokens,
 		       double elapsed_s, titan_err *err);

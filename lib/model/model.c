@@ -458,15 +458,6 @@ int64_t model_num_params_active(const model *m)
 	return total - experts + experts * m->args.moe.top_k / m->args.moe.experts;
 }
 
-double model_flops_per_token(const model *m, int seq_len)
-{
-	const llama_args *a = &m->args;
-	int64_t active = model_num_params_active(m) - (int64_t)a->vocab_size * a->dim;
-	/* torchtitan passes 2 * head_dim, MLA's qk_nope + qk_rope + v */
-	return 6.0 * (double)active +
-	       6.0 * a->n_layers * a->n_heads * (double)(m->head_dim + m->v_head_dim) * seq_len;
-}
-
 int model_num_buffers(const model *m) { return m->n_buffers; }
 
 const model_tensor *model_buffer_at(const model *m, int i)

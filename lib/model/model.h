@@ -240,9 +240,30 @@ int64_t model_num_params_no_embedding(const model *m);
 /* The parameters one token computes with: the routed experts' scaled by
  * top_k / experts (the total for a dense model). */
 int64_t model_num_params_active(const model *m);
-/* torchtitan's flops per token: 6*(active params - embedding) +
- * 6*L*H*2*hd*seq_len (get_dense/moe_model_nparams_and_flops). */
+
+/* FLOPs of training (forward and backward; 2 per multiply-add; recomputation
+ * not counted).  The matmuls: 6 x the active parameters less the embedding
+ * table (a tied table counted: the output multiplies by it) per token.
+ * Attention: 6 x n_heads x (qk + v head dims) per (query, key) pair of every
+ * layer.  Two counts of the pairs:
+ *   model_flops_per_token   torchtitan's (get_dense/moe_model_nparams_and_flops):
+ *                           every query against seq_len keys, whatever the mask
+ *                           (twice the causal work; far more under a window)
+ *   model_train_flops       the pairs each layer's mask leaves, counted exactly
+ *                           for rows x t tokens: causal, the layer's sliding
+ *                           window and chunk, and the documents of positions
+ *                           (rows, t), host, as model_mb_set_positions takes
+ *                           them (NULL: one document per row).  Sinks add no
+ *                           pair (their logit has no value). */
 double model_flops_per_token(const model *m, int seq_len);
+double model_train_flops(const model *m, int64_t rows, int64_t t, const int32_t *positions);
+/* Unmasked (query, key) pairs of a causal span of positions [start, end) (one
+ * document) with a sliding window of `window` positions (a query sees itself
+ * and window - 1 keys before it) and fixed chunks of `chunk` absolute
+ * positions (0: off, each); of a row of t positions split into documents
+ * where pos (t) is 0 (NULL: one document). */
+int64_t model_attn_pairs_span(int64_t start, int64_t end, int64_t window, int64_t chunk);
+int64_t model_attn_pairs_row(int64_t t, int64_t window, int64_t chunk, const int32_t *pos);
 
 /* Buffers: state that is saved with the model but not trained (torchtitan's
  * persistent buffers): layers.N.moe.expert_bias (experts) float32 of each
@@ -499,6 +520,18 @@ size_t model_activation_bytes(const model *m, int b, int t);
  * scratch, apart (a pipeline stage keeps several contexts). */
 size_t model_mb_bytes(const model *m, int u0, int u1, int b, int t);
 size_t model_scratch_bytes(const model *m, int b, int t);
+/* The head's loss: the output projection and the cross-entropy run over
+ * chunks of rows of the micro-batch's n = b x t, so only one chunk's logits
+ * (rows x the rank's vocabulary, in the activations' type; their gradient
+ * written in place) exist at a time.  model_loss_rows gives the rows of a
+ * chunk: by default the rows of 64 MiB of float32 logits, at least 256 (256
+ * for a vocabulary of 128256), all n under Float8's whole head;
+ * model_set_loss_rows fixes them (0: the default; n or more: one chunk, the
+ * unchunked loss, for measuring what chunking saves).  model_loss_bytes is
+ * that chunk's bytes, part of model_scratch_bytes. */
+int64_t model_loss_rows(const model *m, int64_t n);
+void model_set_loss_rows(model *m, int64_t rows);
+size_t model_loss_bytes(const model *m, int b, int t);
 /* What a backward with defer_wgrad leaves alive until model_unit_wgrad for
  * units u0..u1 of a micro-batch of (b, t): each linear's output gradient and
  * the copies of inputs AC did not keep (a zero-bubble stage holds this per

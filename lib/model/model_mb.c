@@ -38,10 +38,29 @@ static int logits_chunk(const model *m, size_t n)
 {
 	if (model_f8_head_whole(m))
 		return (int)n;
+	if (m->loss_rows > 0)
+		return (int)((size_t)m->loss_rows < n ? (size_t)m->loss_rows : n);
 	size_t v = (size_t)((m->vocab_global + m->tp.size - 1) / m->tp.size);
 	size_t c = ((size_t)1 << 24) / (v ? v : 1); /* 64 MiB of float32 logits */
 	c = c < 256 ? 256 : c;
 	return (int)(c < n ? c : n);
+}
+
+int64_t model_loss_rows(const model *m, int64_t n)
+{
+	return logits_chunk(m, (size_t)n);
+}
+
+void model_set_loss_rows(model *m, int64_t rows)
+{
+	m->loss_rows = rows > 0 ? rows : 0;
+	model_scratch_release(m); /* the next micro-batch lays the scratch out again */
+}
+
+size_t model_loss_bytes(const model *m, int b, int t)
+{
+	return (size_t)logits_chunk(m, (size_t)b * t) * (size_t)m->args.vocab_size *
+	       be_dtype_size(m->prec.act);
 }
 
 /* Round each piece of one allocation up to 64 bytes (vector loads). */
@@ -92,7 +111,7 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 	}
 	if (m->args.attn_sinks && (m->prec.param != BE_F32 || m->prec.grad != BE_F32))
 		p[SC_SINKS] = 2 * (size_t)m->args.n_heads * sizeof(float); /* float32 sinks, grads */
-	p[SC_LOGITS] = (size_t)logits_chunk(m, n) * m->args.vocab_size * a;
+	p[SC_LOGITS] = model_loss_bytes(m, b, t);
 	p[SC_DX] = p[SC_DTMP] = ns * d * r; /* the stream's gradient: the rank's rows */
 	p[SC_DXN] = n * d * a;
 	p[SC_DYA] = m->prec.act == m->prec.resid ? 0 : ns * d * a;

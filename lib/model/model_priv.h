@@ -228,6 +228,7 @@ struct model {
 	                           attention's types, when prec.param or .grad is bf16 */
 	void *logits;           /* (chunk, vocab) prec.act */
 	int chunk;              /* rows of logits at a time */
+	int64_t loss_rows;      /* model_set_loss_rows' (0: logits_chunk's rule) */
 	void *d_x, *d_tmp;      /* (n, dim) prec.resid: d_x the propagated gradient */
 	void *d_xn, *d_ya;      /* (n, dim) prec.act: a norm output's gradient; d_x as
 	                           prec.act (== d_x when the types agree) */

@@ -325,6 +325,32 @@ static int build(plan_ctx *x, int world_size, titan_err *e)
 	return pipeline(x, e);
 }
 
+/* The work per token and the loss's memory (planner.h's figures). */
+static int work(plan_ctx *x, titan_err *e)
+{
+	plan_report *r = x->r;
+	const job_config *c = x->c;
+	int64_t t = c->training.seq_len, tl = cp_local_len(&x->cpl);
+	r->flops = model_train_flops(x->whole, 1, t, NULL) / (double)t;
+	r->flops_tt = model_flops_per_token(x->whole, (int)t);
+	r->loss_rows = model_loss_rows(x->local, r->microbatch * tl);
+	r->loss_bytes = model_loss_bytes(x->local, (int)r->microbatch, (int)tl);
+	/* a row's logits in the activations' type and in float32 */
+	uint64_t v = (uint64_t)model_args(x->local)->vocab_size;
+	uint64_t row = planner_mul(x, v, be_dtype_size(x->compute_t)), row32 = planner_mul(x, v, 4);
+	uint64_t rows = planner_mul(x, (uint64_t)r->microbatch, (uint64_t)tl);
+	r->loss_whole = planner_mul(x, rows, row);
+	r->loss_torch = planner_mul(x, planner_mul(x, rows, row32), 3);
+	r->loss_chunks_030 = c->loss030.num_chunks > 0 ? c->loss030.num_chunks : 8;
+	uint64_t per = ((uint64_t)tl + (uint64_t)r->loss_chunks_030 - 1) / (uint64_t)r->loss_chunks_030;
+	r->loss_torch_030 = planner_mul(x, planner_mul(x, (uint64_t)r->microbatch * per, row32), 4);
+	if (x->overflow)
+		return err_set(e, "planner: the loss of a micro-batch of %lld sequences of %lld "
+			       "tokens needs more than 2^63 bytes", (long long)r->microbatch,
+			       (long long)r->seq_len);
+	return 0;
+}
+
 int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan_report *r,
 		titan_err *e)
 {
@@ -338,6 +364,8 @@ int planner_run(const job_config *c, int world_size, uint64_t device_bytes, plan
 		r->seq_len = c->training.seq_len;
 		r->device_bytes = device_bytes;
 		rc = planner_roles(&x, e);
+		if (rc == 0)
+			rc = work(&x, e);
 	}
 	ctx_free(&x);
 	if (rc)

@@ -90,6 +90,27 @@ typedef struct plan_report {
 	char dtypes[64];        /* "params float32, compute bfloat16, reduce float32" */
 	uint64_t device_bytes;
 	int fits;               /* every role's peak within device_bytes */
+	/* FLOPs per token of training at seq_len (titan-train's tflops and mfu,
+	 * model_train_flops): the (query, key) pairs attention's masks leave,
+	 * one document per row (a 0.3.0 run's documents leave fewer); and
+	 * torchtitan's count (every query against seq_len keys).  A run doing
+	 * the real work at the device's peak reads mfu 100 % in titan's count,
+	 * 100 x flops_tt / flops % in torchtitan's. */
+	double flops, flops_tt;
+	/* The loss of one micro-batch's rows on one rank (microbatch x
+	 * seq_len / cp rows, the rank's vocabulary under TP): titan's chunks of
+	 * loss_rows rows of logits in the activations' type, gradient in place
+	 * (model_loss_bytes, within the activations above); the same loss in one
+	 * chunk (unchunked); torch's cross_entropy on float32 logits, which holds
+	 * three of them at its peak (the logits, log_softmax's saved output and
+	 * the gradient log_softmax's backward writes: 0.2.2's loss, whose train
+	 * step drops the logits before the backward); and 0.3.0's
+	 * ChunkedLossWrapper, four per chunk of loss_chunks_030 (loss.num_chunks,
+	 * 8) along the sequence (the chunk's logits stay referenced through its
+	 * backward).  scripts/bench/loss.sh measures all four: torch's plain
+	 * loss within 0.3 % of this, 0.3.0's 7 to 16 % above (a lower bound). */
+	int64_t loss_rows, loss_chunks_030;
+	uint64_t loss_bytes, loss_whole, loss_torch, loss_torch_030;
 	int n_roles;
 	plan_role *roles;       /* owned */
 } plan_report;

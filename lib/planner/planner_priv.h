@@ -25,6 +25,11 @@ typedef struct plan_ctx {
 	int overflow;             /* a figure passed INT64_MAX (roles.c's mul, add) */
 } plan_ctx;
 
+/* a x b and a + b, or INT64_MAX with x->overflow set past it (every figure
+ * the planner adds up goes through these). */
+uint64_t planner_mul(plan_ctx *x, uint64_t a, uint64_t b);
+uint64_t planner_add(plan_ctx *x, uint64_t a, uint64_t b);
+
 /* Every role's bytes and traffic into x->r. */
 int planner_roles(plan_ctx *x, titan_err *e);
 

@@ -55,6 +55,16 @@ int planner_print(const plan_report *r, FILE *f)
 				fprintf(f, " %s %.3f", dim_key[k], gib(ro->sent[k]));
 		fprintf(f, " (%d micro-batch contexts alive at most)\n", ro->live_mb);
 	}
+	fprintf(f, "loss of a micro-batch (%lld rows) in GiB: %.3f in chunks of %lld rows (in the "
+		"activations), %.3f unchunked; torch's cross_entropy %.3f, 0.3.0's "
+		"ChunkedLossWrapper of %lld chunks %.3f\n", (long long)(r->microbatch * r->seq_len / r->d.cp),
+		gib(r->loss_bytes), (long long)r->loss_rows, gib(r->loss_whole), gib(r->loss_torch),
+		(long long)r->loss_chunks_030, gib(r->loss_torch_030));
+	fprintf(f, "FLOPs per token: %.4g counting the (query, key) pairs attention's masks leave "
+		"(one document per row; titan-train's tflops and mfu), %.4g in torchtitan's count "
+		"(every query against seq_len keys): the real work at the device's peak reads mfu "
+		"100%% here, %.1f%% in torchtitan's count\n", r->flops, r->flops_tt,
+		100 * r->flops_tt / r->flops);
 	fprintf(f, "%s\n", r->fits ? "fits" : "does NOT fit");
 	return ferror(f) ? -1 : 0;
 }
@@ -100,6 +110,15 @@ int planner_print_json(const plan_report *r, FILE *f, titan_err *e)
 	json_object_set_new(o, "dtypes", json_string(r->dtypes));
 	json_object_set_new(o, "device_bytes", json_integer((json_int_t)r->device_bytes));
 	json_object_set_new(o, "fits", json_boolean(r->fits));
+	json_object_set_new(o, "flops_per_token", json_pack("{s:f, s:f}", "titan", r->flops,
+							    "torchtitan", r->flops_tt));
+	json_object_set_new(o, "loss", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "chunk_rows",
+						 (json_int_t)r->loss_rows, "bytes",
+						 (json_int_t)r->loss_bytes, "unchunked_bytes",
+						 (json_int_t)r->loss_whole, "torch_bytes",
+						 (json_int_t)r->loss_torch, "torch_030_chunks",
+						 (json_int_t)r->loss_chunks_030, "torch_030_bytes",
+						 (json_int_t)r->loss_torch_030));
 	for (int i = 0; i < r->n_roles; i++)
 		json_array_append_new(roles, role_json(&r->roles[i]));
 	json_object_set_new(o, "roles", roles);

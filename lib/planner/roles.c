@@ -12,7 +12,7 @@
 /* Every figure is a product of sizes from the config: each product and sum
  * goes through these, which saturate at INT64_MAX (what JSON's integers hold)
  * and flag the plan, so that a wrapped sum can never read as "fits". */
-static uint64_t mul(plan_ctx *x, uint64_t a, uint64_t b)
+uint64_t planner_mul(plan_ctx *x, uint64_t a, uint64_t b)
 {
 	uint64_t r;
 	if (__builtin_mul_overflow(a, b, &r) || r > (uint64_t)INT64_MAX) {
@@ -22,7 +22,7 @@ static uint64_t mul(plan_ctx *x, uint64_t a, uint64_t b)
 	return r;
 }
 
-static uint64_t add(plan_ctx *x, uint64_t a, uint64_t b)
+uint64_t planner_add(plan_ctx *x, uint64_t a, uint64_t b)
 {
 	uint64_t r;
 	if (__builtin_add_overflow(a, b, &r) || r > (uint64_t)INT64_MAX) {
@@ -174,26 +174,26 @@ static int state_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro, titan
 	for (int k = 0; k < s->n; k++)
 		for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 			uint64_t w = unit_numel(x, u, 1);
-			all = add(x, all, w);
+			all = planner_add(x, all, w);
 			if (u == H)
 				head = w;
 			else if (w > biggest)
 				biggest = w;
 		}
 	size_t p = be_dtype_size(x->param_t);
-	ro->bytes[PLAN_PARAMS] = mul(x, shard, p);
-	ro->bytes[PLAN_GRADS] = mul(x, shard, p);
-	ro->bytes[PLAN_OPTIMIZER] = mul(x, 2 * p, shard);
+	ro->bytes[PLAN_PARAMS] = planner_mul(x, shard, p);
+	ro->bytes[PLAN_GRADS] = planner_mul(x, shard, p);
+	ro->bytes[PLAN_OPTIMIZER] = planner_mul(x, 2 * p, shard);
 	if (x->fsdp > 1) {
 		/* torchtitan keeps norm + output gathered after forward in any case.
 		 * A unit's unsharded gradient lives until its reduce-scatter: right
 		 * after its backward, or under pipeline parallelism (torch's stage
 		 * turns gradient sync off until the last micro-batch) through the
 		 * whole step, for every unit of the rank. */
-		uint64_t gathered = reshard_after_forward(x) ? add(x, head, mul(x, 2, biggest)) : all;
+		uint64_t gathered = reshard_after_forward(x) ? planner_add(x, head, planner_mul(x, 2, biggest)) : all;
 		uint64_t grads = x->d.pp > 1 ? all : head > biggest ? head : biggest;
-		ro->bytes[PLAN_GATHERED] = add(x, mul(x, gathered, be_dtype_size(x->mp_t)),
-					       mul(x, grads, be_dtype_size(x->reduce_t)));
+		ro->bytes[PLAN_GATHERED] = planner_add(x, planner_mul(x, gathered, be_dtype_size(x->mp_t)),
+					       planner_mul(x, grads, be_dtype_size(x->reduce_t)));
 	}
 	return 0;
 }
@@ -202,8 +202,8 @@ static int state_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro, titan
  * tokens split by sequence parallelism. */
 static uint64_t message_bytes(plan_ctx *x)
 {
-	uint64_t tokens = mul(x, (uint64_t)x->r->microbatch, (uint64_t)cp_local_len(&x->cpl));
-	return mul(x, mul(x, tokens / (uint64_t)x->d.tp, (uint64_t)model_args(x->local)->dim),
+	uint64_t tokens = planner_mul(x, (uint64_t)x->r->microbatch, (uint64_t)cp_local_len(&x->cpl));
+	return planner_mul(x, planner_mul(x, tokens / (uint64_t)x->d.tp, (uint64_t)model_args(x->local)->dim),
 		   be_dtype_size(x->compute_t));
 }
 
@@ -219,14 +219,14 @@ static uint64_t ep_bytes(plan_ctx *x, int b, int t)
 	if (x->d.ep <= 1)
 		return 0;
 	/* under TP a rank dispatches its 1/tp of the gathered tokens */
-	uint64_t rows = mul(x, mul(x, (uint64_t)b, (uint64_t)t) / (uint64_t)x->d.tp,
+	uint64_t rows = planner_mul(x, planner_mul(x, (uint64_t)b, (uint64_t)t) / (uint64_t)x->d.tp,
 			    (uint64_t)a->moe.top_k);
 	uint64_t layers = 0;
 	uint64_t d = (uint64_t)a->dim, in = (uint64_t)a->moe.inter_dim;
 	for (int l = 0; l < a->n_layers; l++)
 		layers += model_family_moe_layer(a, l) && !recomputed(x, l + 1);
 	uint64_t kept = d + (x->ac == MODEL_AC_OP ? in : 0);
-	return mul(x, mul(x, add(x, mul(x, layers, kept), 2 * d), rows),
+	return planner_mul(x, planner_mul(x, planner_add(x, planner_mul(x, layers, kept), 2 * d), rows),
 		   be_dtype_size(x->compute_t));
 }
 
@@ -253,7 +253,7 @@ static int activation_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro,
 	if (x->d.pp == 1) {
 		ro->live_mb = 1;
 		ro->bytes[PLAN_ACTIVATIONS] =
-			add(x, add(x, model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk), scratch),
+			planner_add(x, planner_add(x, model_mb_bytes(x->local, s->u0[0], s->u1[0], b, tk), scratch),
 			    ep_bytes(x, b, t));
 		return 0;
 	}
@@ -271,17 +271,17 @@ static int activation_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro,
 		int u0 = x->split.u0[a->stage], u1 = x->split.u1[a->stage];
 		uint64_t mb = model_mb_bytes(x->local, u0, u1, b, tk);
 		uint64_t jobs = model_wgrad_bytes(x->local, u0, u1, b, t);
-		held = add(x, held, mul(x, (uint64_t)ev[k], msg));
+		held = planner_add(x, held, planner_mul(x, (uint64_t)ev[k], msg));
 		if (a->op == PP_F) {
-			live = add(x, live, mb);
+			live = planner_add(x, live, mb);
 			n++;
 		}
-		both = add(x, live, held) > both ? add(x, live, held) : both;
-		held = add(x, held - mul(x, (uint64_t)ev[n_act + k], msg),
-			   mul(x, (uint64_t)ev[2 * n_act + k], msg));
+		both = planner_add(x, live, held) > both ? planner_add(x, live, held) : both;
+		held = planner_add(x, held - planner_mul(x, (uint64_t)ev[n_act + k], msg),
+			   planner_mul(x, (uint64_t)ev[2 * n_act + k], msg));
 		if (a->op == PP_I)
-			live = add(x, live, jobs);
-		both = add(x, live, held) > both ? add(x, live, held) : both;
+			live = planner_add(x, live, jobs);
+		both = planner_add(x, live, held) > both ? planner_add(x, live, held) : both;
 		peak = live > peak ? live : peak;
 		most = n > most ? n : most;
 		if (a->op == PP_B || a->op == PP_W) {
@@ -291,7 +291,7 @@ static int activation_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro,
 	}
 	free(ev);
 	ro->live_mb = most;
-	ro->bytes[PLAN_ACTIVATIONS] = add(x, peak, scratch);
+	ro->bytes[PLAN_ACTIVATIONS] = planner_add(x, peak, scratch);
 	*msg_extra = both - peak;
 	return 0;
 }
@@ -317,7 +317,7 @@ static void buffer_bytes(plan_ctx *x, uint64_t msg_extra, plan_role *ro)
 	uint64_t buf = msg_extra;
 	if (x->d.cp > 1) {
 		be_attn s = attn_call(x);
-		buf = add(x, buf, cp_attn_bytes(&x->cpl, x->rotate, &s));
+		buf = planner_add(x, buf, cp_attn_bytes(&x->cpl, x->rotate, &s));
 	}
 	ro->bytes[PLAN_COMM_BUFFERS] = buf;
 }
@@ -329,7 +329,7 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 	const llama_args *a = model_args(x->local);
 	int H = model_head_unit(x->whole);
 	uint64_t passes = (uint64_t)x->r->n_mb, b = (uint64_t)x->r->microbatch;
-	uint64_t tokens = mul(x, b, (uint64_t)cp_local_len(&x->cpl));
+	uint64_t tokens = planner_mul(x, b, (uint64_t)cp_local_len(&x->cpl));
 	uint64_t *sent = ro->sent;
 	size_t act = be_dtype_size(x->compute_t);
 	/* FSDP: an all-gather of each unit's shard before forward (and again
@@ -341,24 +341,24 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 	if (x->fsdp > 1 || ne > 1 || x->d.dp_replicate > 1) {
 		uint64_t n = (uint64_t)x->fsdp, R = (uint64_t)x->d.dp_replicate;
 		int again = reshard_after_forward(x);
-		uint64_t gathers = x->d.pp > 1 ? (again ? mul(x, 2, passes) : 1)
-					       : mul(x, passes, again ? 2 : 1);
+		uint64_t gathers = x->d.pp > 1 ? (again ? planner_mul(x, 2, passes) : 1)
+					       : planner_mul(x, passes, again ? 2 : 1);
 		uint64_t reduces = x->d.pp > 1 ? 1 : passes;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 				uint64_t sh = unit_numel(x, u, 0), se = expert_numel(x, u);
 				/* the experts' shards go round efsdp (counted here) */
-				uint64_t ring = add(x, mul(x, n - 1, sh - se), mul(x, ne - 1, se));
+				uint64_t ring = planner_add(x, planner_mul(x, n - 1, sh - se), planner_mul(x, ne - 1, se));
 				if (ring) {
-					sent[PLAN_DIM_FSDP] = add(x, sent[PLAN_DIM_FSDP],
-						mul(x, mul(x, gathers, ring), be_dtype_size(x->mp_t)));
-					sent[PLAN_DIM_FSDP] = add(x, sent[PLAN_DIM_FSDP],
-						mul(x, mul(x, reduces, ring), be_dtype_size(x->reduce_t)));
+					sent[PLAN_DIM_FSDP] = planner_add(x, sent[PLAN_DIM_FSDP],
+						planner_mul(x, planner_mul(x, gathers, ring), be_dtype_size(x->mp_t)));
+					sent[PLAN_DIM_FSDP] = planner_add(x, sent[PLAN_DIM_FSDP],
+						planner_mul(x, planner_mul(x, reduces, ring), be_dtype_size(x->reduce_t)));
 				}
 				if (R > 1)
-					sent[PLAN_DIM_DP_REPLICATE] = add(x, sent[PLAN_DIM_DP_REPLICATE],
-						mul(x, mul(x, reduces, 2 * (R - 1)),
-						    mul(x, sh, be_dtype_size(x->reduce_t))) / R);
+					sent[PLAN_DIM_DP_REPLICATE] = planner_add(x, sent[PLAN_DIM_DP_REPLICATE],
+						planner_mul(x, planner_mul(x, reduces, 2 * (R - 1)),
+						    planner_mul(x, sh, be_dtype_size(x->reduce_t))) / R);
 			}
 	}
 	/* TP with sequence parallelism: per block and pass, the forward gathers
@@ -368,14 +368,14 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 	 * (backward: gathers), the head gathers (backward: reduce-scatters). */
 	if (x->d.tp > 1) {
 		uint64_t tp = (uint64_t)x->d.tp;
-		uint64_t shard = mul(x, mul(x, tokens / tp, (uint64_t)a->dim), act);
+		uint64_t shard = planner_mul(x, planner_mul(x, tokens / tp, (uint64_t)a->dim), act);
 		uint64_t per = 0;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 				uint64_t times = u == 0 || u == H ? 2 : 8 + (recomputed(x, u) ? 4 : 0);
-				per = add(x, per, mul(x, times * (tp - 1), shard));
+				per = planner_add(x, per, planner_mul(x, times * (tp - 1), shard));
 			}
-		sent[PLAN_DIM_TP] = mul(x, per, passes);
+		sent[PLAN_DIM_TP] = planner_mul(x, per, passes);
 	}
 	/* CP: per block and pass, ring attention's forward (again where AC
 	 * recomputes it) and backward, as lib/cp sends them (cp_attn_sent). */
@@ -386,9 +386,9 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++)
 				if (u != 0 && u != H)
-					per = add(x, per, add(x, mul(x, (uint64_t)(1 + recomputed(x, u)),
+					per = planner_add(x, per, planner_add(x, planner_mul(x, (uint64_t)(1 + recomputed(x, u)),
 								     fwd), bwd));
-		sent[PLAN_DIM_CP] = mul(x, per, passes);
+		sent[PLAN_DIM_CP] = planner_mul(x, per, passes);
 	}
 	/* EP: per MoE layer and pass, the forward (again where AC recomputes it)
 	 * exchanges the rows per expert (all-to-all of E/ep int32) and sends the
@@ -397,16 +397,16 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 	 * the rank's n/tp x top_k rows each way. */
 	if (x->d.ep > 1) {
 		uint64_t ep = (uint64_t)x->d.ep, el = (uint64_t)a->moe.experts / ep;
-		uint64_t rows = mul(x, tokens / (uint64_t)x->d.tp, (uint64_t)a->moe.top_k);
-		uint64_t v = mul(x, mul(x, mul(x, 2 * (ep - 1), rows) / ep, (uint64_t)a->dim), act);
+		uint64_t rows = planner_mul(x, tokens / (uint64_t)x->d.tp, (uint64_t)a->moe.top_k);
+		uint64_t v = planner_mul(x, planner_mul(x, planner_mul(x, 2 * (ep - 1), rows) / ep, (uint64_t)a->dim), act);
 		uint64_t per = 0;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++)
 				if (u != 0 && u != H && model_family_moe_layer(a, u - 1))
-					per = add(x, per,
-						  add(x, mul(x, (uint64_t)(1 + recomputed(x, u)),
-							     add(x, (ep - 1) * el * 4, v)), v));
-		sent[PLAN_DIM_EP] = mul(x, per, passes);
+					per = planner_add(x, per,
+						  planner_add(x, planner_mul(x, (uint64_t)(1 + recomputed(x, u)),
+							     planner_add(x, (ep - 1) * el * 4, v)), v));
+		sent[PLAN_DIM_EP] = planner_mul(x, per, passes);
 	}
 	/* PP: each F sends its output to the next stage's rank, each B or I its
 	 * input gradient to the previous stage's, when that is another rank. */
@@ -417,7 +417,7 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 			const pp_action *ac = &sc->act[i];
 			int to = ac->op == PP_F ? ac->stage + 1 : ac->op == PP_W ? -1 : ac->stage - 1;
 			if (to >= 0 && to < sc->n_stages && sc->stage_rank[to] != r)
-				sent[PLAN_DIM_PP] = add(x, sent[PLAN_DIM_PP], msg);
+				sent[PLAN_DIM_PP] = planner_add(x, sent[PLAN_DIM_PP], msg);
 		}
 	}
 }
@@ -431,15 +431,15 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 static int check_tokens(plan_ctx *x, titan_err *e)
 {
 	int H = model_head_unit(x->local), t = (int)cp_local_len(&x->cpl);
-	uint64_t one = add(x, add(x, model_mb_bytes(x->local, 0, H, 1, t),
+	uint64_t one = planner_add(x, planner_add(x, model_mb_bytes(x->local, 0, H, 1, t),
 				   model_scratch_bytes(x->local, 1, t)),
 			   model_wgrad_bytes(x->local, 0, H, 1, t));
 	if (x->d.cp > 1) {
 		be_attn s = attn_call(x);
 		s.b = 1;
-		one = add(x, one, cp_attn_bytes(&x->cpl, x->rotate, &s));
+		one = planner_add(x, one, cp_attn_bytes(&x->cpl, x->rotate, &s));
 	}
-	mul(x, one, (uint64_t)x->r->microbatch);
+	planner_mul(x, one, (uint64_t)x->r->microbatch);
 	if (x->overflow)
 		return err_set(e, "planner: a micro-batch of %lld sequences of %lld tokens (%lld "
 			       "a rank) needs more than 2^63 bytes of activations on a rank",
@@ -474,7 +474,7 @@ int planner_roles(plan_ctx *x, titan_err *e)
 		buffer_bytes(x, msg_extra, ro);
 		traffic(x, r, &s, ro);
 		for (int i = 0; i < PLAN_TERM_COUNT; i++)
-			ro->peak = add(x, ro->peak, ro->bytes[i]);
+			ro->peak = planner_add(x, ro->peak, ro->bytes[i]);
 		if (x->overflow)
 			return err_set(e, "planner: pipeline rank %d's bytes or traffic per step pass "
 				       "2^63 (local_batch_size %lld, seq_len %lld, %lld micro-batches "

@@ -136,7 +136,8 @@ typedef struct job {
 	int tb_open;
 	metrics_jsonl jl;
 	int jl_open;
-	double flops_per_token, peak_flops;
+	double flops_per_token, peak_flops; /* flops_per_token: torchtitan's count */
+	double step_flops;      /* the last step's work on this rank's batch (model_train_flops) */
 	gpu_info gpu;           /* the CUDA backend's device (name "" on the CPU) */
 	int64_t step, ntokens_seen; /* ntokens_seen: this rank's (torchtitan's train_state) */
 	double lr, max_loss;
@@ -570,6 +571,15 @@ static int build_plan(job *j, titan_err *err)
 				      "packed, attention block-causal with per-document positions"
 				    : "Following torchtitan 0.2.2 (TOML config): windows of seq_len + 1, "
 				      "causal attention");
+	/* torchtitan's MFU counts every query against seq_len keys: twice a causal
+	 * model's attention, past 100 % under sliding windows (torchtitan #4300) */
+	metrics_log(j->log, "FLOPs for tflops and mfu: the (query, key) pairs attention's masks "
+		    "leave, counted per batch (%.4g per token with one document per row%s); "
+		    "torchtitan counts %.4g per token (every query against seq_len keys): "
+		    "tflops_torchtitan and mfu_torchtitan in metrics.jsonl",
+		    model_train_flops(j->gm, 1, j->T, NULL) / (double)j->T,
+		    c->follows_030 ? ", fewer with the documents of each batch" : "",
+		    j->flops_per_token);
 	if (a->moe.experts > 0) {
 		char act[48];
 		metrics_commas(act, sizeof act, model_num_params_active(j->gm));
@@ -889,6 +899,7 @@ typedef struct window {
 	double t0;            /* start of the interval since the last log */
 	double data_s;        /* seconds spent waiting for data in it */
 	int64_t tokens, steps;
+	double flops;         /* the work of its steps on this rank's batch */
 } window;
 
 static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err)
@@ -899,8 +910,8 @@ static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err
 	/* torchtitan's tps: the tokens of this rank's batch per second, over the
 	 * ranks that share it (cp x tp x pp) */
 	s.tps = dt > 0 ? (double)w->tokens / dt / j->non_dp : 0;
-	s.tflops = j->flops_per_token * s.tps / 1e12;
-	s.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * s.tps / j->peak_flops : 0;
+	metrics_set_rates(&s, w->flops / j->non_dp, j->flops_per_token * (double)w->tokens / j->non_dp,
+			  dt, j->peak_flops);
 	char line[512];
 	metrics_format_line(line, sizeof line, &s, j->h->color);
 	metrics_log(j->log, "%s", line);
@@ -926,6 +937,7 @@ static int log_step(job *j, window *w, double loss, double gnorm, titan_err *err
 	w->data_s = 0;
 	w->tokens = 0;
 	w->steps = 0;
+	w->flops = 0;
 	return 0;
 }
 
@@ -982,6 +994,9 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	int64_t local = (int64_t)j->accum * j->B * j->T;
 	j->ntokens_seen += local * j->dp;
 	w->tokens += local;
+	/* the pairs of this batch's documents (0.3.0), or of its causal rows */
+	j->step_flops = model_train_flops(j->gm, rows, j->T, j->positions);
+	w->flops += j->step_flops;
 	w->steps++;
 	if (!isfinite(*loss))
 		return err_set(err, "step %lld: loss is %g; stopping", (long long)j->step, *loss);
@@ -1121,10 +1136,11 @@ static int run_loop(job *j, titan_err *err)
 		if (j->prof && prof_step_end(j->step, err) != 0)
 			return -1;
 		double dt = now_s() - t_start;
+		double tokens = (double)j->accum * (double)(j->B * j->T);
 		metrics_step ms = {.step = j->step, .loss = loss, .grad_norm = gnorm,
-				   .tps = (double)j->accum * (double)(j->B * j->T) / dt / j->non_dp};
-		ms.tflops = j->flops_per_token * ms.tps / 1e12;
-		ms.mfu = j->peak_flops > 0 ? 100.0 * j->flops_per_token * ms.tps / j->peak_flops : 0;
+				   .tps = tokens / dt / j->non_dp};
+		metrics_set_rates(&ms, j->step_flops / j->non_dp,
+				  j->flops_per_token * tokens / j->non_dp, dt, j->peak_flops);
 		job_memory(j, &ms.mem_gib, &ms.mem_pct);
 		if (j->jl_open && metrics_jsonl_step(&j->jl, &ms, j->lr, j->ntokens_seen, dt, err) != 0)
 			return -1;

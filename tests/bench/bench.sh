@@ -108,6 +108,13 @@ t_run "attention --json on a tiny GQA shape" "$B" attention --json $Q --attentio
 json_ok "attention: forward and backward rows in float32 with TFLOP/s" "$TMP/.out" \
 	'[.rows[] | select(.dtype == "fp32") | .pass] == ["forward", "backward"]
 	 and all(.rows[]; .tflops > 0 and .shape == "1x32 h4/2 hd16")'
+# 2 rows of 32 positions: causal 2 x 32 x 33 / 2 pairs; 3 documents of 10, 10
+# and 12 positions: 2 x (55 + 55 + 78)
+t_run "attention --docs 3: block-causal rows beside the causal ones" "$B" attention --json $Q \
+	--attention-shape 2,32,4,2,16 --docs 3 --dtype fp32
+json_ok "attention --docs: each mask's rows count its unmasked pairs" "$TMP/.out" \
+	'[.rows[] | [.mask, .pass, .pairs]] == [["causal", "forward", 1056], ["causal", "backward", 1056],
+	 ["docs 3", "forward", 376], ["docs 3", "backward", 376]] and all(.rows[]; .tflops > 0)'
 
 t_run "io --json on 2 MiB of synthetic shards and checkpoint" "$B" io --json --threads 1 \
 	--size 2M --seq 64 --batch 2 --dir "$TMP"
@@ -184,6 +191,8 @@ t_fails "an unknown subcommand is bad usage" 2 "$B" frobnicate
 t_fails "an unknown element type is bad usage" 2 "$B" gemm --dtype fp16
 t_fails "a malformed shape is bad usage" 2 "$B" gemm --shapes 1,2
 t_fails "a malformed attention shape is bad usage" 2 "$B" attention --attention-shape 1,2,3,2,4
+t_fails "more documents than positions is bad usage" 2 "$B" attention --attention-shape 1,8,2,1,4 \
+	--docs 9
 t_fails "tokenize without --tokenizer is bad usage" 2 "$B" tokenize --input "$TMP/docs.jsonl"
 t_run "--help" "$B" --help
 t_grep "--help names the subcommands" 'titan-bench tokenize' "$TMP/.out"

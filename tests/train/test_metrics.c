@@ -101,6 +101,9 @@ static void jsonl_keeps_full_precision(void **state)
 	titan_err err;
 	assert_int_equal(metrics_jsonl_open(&j, path, &err), 0);
 	metrics_step s = {.step = 3, .loss = 0.1 + 0.2, .grad_norm = NAN};
+	/* 3e12 FLOPs of real work (4e12 in torchtitan's count) in 2 s on a 5e12 peak */
+	metrics_set_rates(&s, 3e12, 4e12, 2.0, 5e12);
+	assert_true(s.tflops == 1.5 && s.mfu == 30 && s.tflops_tt == 2 && s.mfu_tt == 40);
 	assert_int_equal(metrics_jsonl_step(&j, &s, 1e-4, 4096, 1.5, &err), 0);
 	assert_int_equal(metrics_jsonl_validation(&j, 3, 2.5, 100, &err), 0);
 	assert_int_equal(metrics_jsonl_close(&j, &err), 0);
@@ -109,6 +112,8 @@ static void jsonl_keeps_full_precision(void **state)
 	assert_non_null(fgets(line, sizeof line, f));
 	assert_non_null(strstr(line, "{\"step\":3,\"loss\":0.30000000000000004,\"grad_norm\":null,"));
 	assert_non_null(strstr(line, "\"n_tokens_seen\":4096"));
+	assert_non_null(strstr(line, "\"tflops\":1.5,\"mfu\":30,\"tflops_torchtitan\":2,"
+				     "\"mfu_torchtitan\":40,"));
 	assert_non_null(fgets(line, sizeof line, f));
 	assert_string_equal(line, "{\"step\":3,\"validation_loss\":2.5,\"validation_tokens\":100}\n");
 	fclose(f);

@@ -48,6 +48,19 @@ compare() {
 t_run "15 steps of llama3_debugmodel as 0.3.0" run030 --training.steps 15 --dump_folder "$TMP/a" \
 	--checkpoint.enable --checkpoint.interval 10 --checkpoint.last_save_model_only false
 t_grep "the log says which torchtitan it follows" 'Following torchtitan 0.3.0' "$TMP/.err"
+t_grep "the log says what tflops and mfu count" \
+	"FLOPs for tflops and mfu: the (query, key) pairs attention's masks leave" "$TMP/.err"
+# each batch's documents leave fewer pairs than torchtitan's count, and their
+# number changes from batch to batch (the ratio of the two rates is the ratio
+# of the two counts of that step's work)
+ratios=$(sed -n 's/.*"tflops":\([^,]*\),"mfu":[^,]*,"tflops_torchtitan":\([^,]*\),.*/\1 \2/p' \
+	"$TMP/a/metrics.jsonl" | awk '$2 > 0 { printf "%.6f\n", $1 / $2 }' | sort -u)
+if [ "$(printf '%s\n' "$ratios" | wc -l)" -ge 3 ] &&
+	printf '%s\n' "$ratios" | awk '$1 <= 0 || $1 >= 1 { bad = 1 } END { exit bad }'; then
+	t_ok "tflops counts each batch's documents, under torchtitan's tflops_torchtitan"
+else
+	t_not_ok "tflops counts each batch's documents, under torchtitan's tflops_torchtitan" "$ratios"
+fi
 steps_of "$TMP/a/metrics.jsonl" >"$TMP/a.tsv"
 if why=$(compare "$GOLD" "$TMP/a.tsv" 1 15); then
 	t_ok "loss, grad norm and lr equal 0.3.0's at every step"

@@ -1,8 +1,10 @@
 /* titan-bench attention: the backend's causal attention forward and backward
- * with a model's heads, in TFLOP/s and as a percentage of the ceiling.
- * FLOPs counted as flash-attention counts them: forward 2 matmuls (q k^T and
- * p v) of 2 t^2 hd each per head, halved by the causal mask; backward 2.5x the
- * forward (5 matmuls: q k^T again, dv, dp, dq, dk). */
+ * with a model's heads, and with --docs the block-causal attention of packed
+ * documents (torchtitan 0.3.0's mask) beside it, in TFLOP/s and as a
+ * percentage of the ceiling.  FLOPs counted as flash-attention counts them,
+ * over the (query, key) pairs the mask leaves (model_attn_pairs_row, exact):
+ * forward 2 matmuls (q k^T and p v) of 2 hd each per pair and head; backward
+ * 2.5x the forward (5 matmuls: q k^T again, dv, dp, dq, dk). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 
 #include "bench.h"
 #include "model/flavor.h"
+#include "model/model.h"
 #include "prof/prof.h"
 
 typedef struct attn_run {
@@ -68,6 +71,38 @@ static const struct {
 	be_dtype t;
 } DTYPES[] = {{"fp32", BE_F32}, {"bf16", BE_BF16}};
 
+/* Each row cut into n documents of t / n positions (the last takes the rest):
+ * the (b, t) doc array of be_attn (each position's document start) on the
+ * backend, and the rows' 0.3.0 positions on the host for the pair count. */
+static int make_docs(backend *be, attn_run *r, int64_t n, int32_t **dev, int32_t **pos,
+		     titan_err *e)
+{
+	be_attn *at = &r->at;
+	size_t cells = (size_t)(at->b * at->tq);
+	int32_t *doc = malloc(cells * sizeof *doc);
+	*pos = malloc(cells * sizeof **pos);
+	int host = doc != NULL && *pos != NULL;
+	*dev = host ? be->ops->alloc(be, cells * sizeof *doc, e) : NULL;
+	if (*dev == NULL) {
+		free(doc);
+		free(*pos);
+		*pos = NULL;
+		return host ? -1 : err_set(e, "out of memory for the documents");
+	}
+	int64_t len = at->tq / n;
+	for (int64_t bi = 0; bi < at->b; bi++)
+		for (int64_t p = 0; p < at->tq; p++) {
+			int64_t start = p / len < n ? p / len * len : (n - 1) * len;
+			doc[bi * at->tq + p] = (int32_t)start;
+			(*pos)[bi * at->tq + p] = (int32_t)(p - start);
+		}
+	be->ops->copy(be, *dev, doc, cells * sizeof *doc, BACKEND_H2D);
+	free(doc);
+	at->doc = *dev;
+	at->doc_t = at->tq;
+	return 0;
+}
+
 /* Allocate r's tensors in at's element type, time one pass (dir 0 forward,
  * 1 backward, 2 both) and free them; seconds per pass in t[], or -1 with the
  * backend's fault or an allocation failure in e. */
@@ -99,12 +134,17 @@ static int time_passes(backend *be, attn_run *r, double min_s, double t[2], tita
 	return rc;
 }
 
-static int measure(backend *be, const bench_args *a, attn_run *r, report *rep, const char *model,
-		   titan_err *e)
+/* r's rows, the causal mask's or the documents' (pos, the rows' positions). */
+static int measure(backend *be, const bench_args *a, attn_run *r, const int32_t *pos, report *rep,
+		   const char *model, titan_err *e)
 {
 	be_attn *at = &r->at;
-	double fwd_flops = 4.0 * (double)at->b * (double)at->h * (double)at->tq * (double)at->tk *
-			   (double)at->hd / 2.0;
+	double pairs = 0;
+	for (int64_t bi = 0; bi < at->b; bi++)
+		pairs += (double)model_attn_pairs_row(at->tq, 0, 0, pos ? pos + bi * at->tq : NULL);
+	double fwd_flops = 4.0 * (double)at->h * (double)at->hd * pairs;
+	char mask[48];
+	snprintf(mask, sizeof mask, pos ? "docs %lld" : "causal", (long long)a->docs);
 	for (size_t d = 0; d < sizeof DTYPES / sizeof DTYPES[0]; d++) {
 		if (!bench_listed(a->dtypes, DTYPES[d].name))
 			continue;
@@ -131,6 +171,8 @@ static int measure(backend *be, const bench_args *a, attn_run *r, report *rep, c
 			json_t *row = report_row(rep);
 			rset(row, "model", json_string(model));
 			rset(row, "shape", json_string(shape));
+			rset(row, "mask", json_string(mask));
+			rset(row, "pairs", json_real(pairs));
 			rset(row, "pass", json_string(dir ? "backward" : "forward"));
 			rset(row, "dtype", json_string(DTYPES[d].name));
 			rset(row, "ms", json_real(t[dir] * 1e3));
@@ -148,6 +190,11 @@ int bench_attention(const bench_args *a, titan_err *e)
 	if (attn_shape(a, &r.at, model, sizeof model, e) ||
 	    bench_check_list(a->dtypes, "fp32,bf16", e))
 		return BENCH_USAGE;
+	if (a->docs > r.at.tq) {
+		err_set(e, "--docs %lld: more documents than the %lld positions of a row",
+			(long long)a->docs, (long long)r.at.tq);
+		return BENCH_USAGE;
+	}
 	report rep;
 	if (report_init(&rep, "attention", a, e))
 		return -1;
@@ -158,15 +205,27 @@ int bench_attention(const bench_args *a, titan_err *e)
 	}
 	r.be = be;
 	bench_ceiling_begin(&rep, be->threads);
-	int rc = measure(be, a, &r, &rep, model, e);
+	int rc = measure(be, a, &r, NULL, &rep, model, e);
+	int32_t *doc = NULL, *pos = NULL;
+	if (rc == 0 && a->docs > 0) {
+		rc = make_docs(be, &r, a->docs, &doc, &pos, e);
+		if (rc == 0)
+			rc = measure(be, a, &r, pos, &rep, model, e);
+		if (doc)
+			be->ops->free(be, doc);
+		free(pos);
+	}
 	if (rc == 0)
 		bench_ceiling_end(&rep, be->threads);
 	report_unavailable(&rep, "cuda", bench_cuda_unavailable());
-	report_note(&rep, "causal GQA on the %s backend; FLOPs: forward 2 t^2 hd per head "
-		    "(causal half of 4), backward 2.5x forward; median of runs lasting at least "
-		    "%.2f s", be->ops->name, a->seconds);
+	report_note(&rep, "causal GQA on the %s backend%s; FLOPs: forward 4 hd per head and "
+		    "(query, key) pair the mask leaves (causal: t (t + 1) / 2 a row; documents: "
+		    "L (L + 1) / 2 each), backward 2.5x forward; median of runs lasting at least "
+		    "%.2f s", be->ops->name, a->docs > 0 ? ", and block-causal over --docs "
+		    "documents of equal length a row" : "", a->seconds);
 	static const report_col cols[] = {
-		{"model", "model", NULL}, {"shape", "shape", NULL}, {"pass", "pass", NULL},
+		{"model", "model", NULL}, {"shape", "shape", NULL}, {"mask", "mask", NULL},
+		{"pass", "pass", NULL},
 		{"dtype", "dtype", NULL}, {"ms", "ms", "%.3f"}, {"tflops", "TFLOP/s", "%.4f"},
 		{"pct_ceiling", "% ceiling", "%.1f"},
 	};

@@ -23,6 +23,7 @@ typedef struct bench_args {
 	/* attention */
 	const char *attn;    /* "B,T,H,HKV,HD" or a model preset */
 	int64_t seq, batch;
+	int64_t docs;        /* documents per row (block-causal rows beside causal); 0: none */
 	/* io */
 	const char *data, *dir;
 	uint64_t size;

@@ -15,7 +15,7 @@
 enum {
 	OPT_JSON = 256, OPT_THREADS, OPT_SECONDS, OPT_DEVICE, OPT_PROFILE, OPT_DTYPE, OPT_SHAPES,
 	OPT_TOKENS, OPT_ATTN, OPT_SEQ, OPT_BATCH, OPT_DATA, OPT_DIR, OPT_SIZE, OPT_TOKENIZER,
-	OPT_INPUT, OPT_PYTHON, OPT_CONFIG, OPT_MODEL, OPT_STEPS,
+	OPT_INPUT, OPT_PYTHON, OPT_CONFIG, OPT_MODEL, OPT_STEPS, OPT_DOCS,
 };
 
 static const cli_option options[] = {
@@ -31,6 +31,8 @@ static const cli_option options[] = {
 	{"seq", 0, CLI_ARG, OPT_SEQ, "T",
 	 "attention, io, step: sequence length (default 1024 / 2048 / the job's)"},
 	{"batch", 0, CLI_ARG, OPT_BATCH, "B", "attention, io, step: batch (default 1 / 8 / the job's)"},
+	{"docs", 0, CLI_ARG, OPT_DOCS, "N",
+	 "attention: also block-causal over N equal documents a row (0.3.0's mask)"},
 	{"data", 0, CLI_ARG, OPT_DATA, "DIR", "io: a titan-shard folder (default: synthetic)"},
 	{"dir", 0, CLI_ARG, OPT_DIR, "DIR", "io: where to write (default $TMPDIR or /tmp)"},
 	{"size", 0, CLI_ARG, OPT_SIZE, "SIZE",
@@ -47,7 +49,7 @@ static const cli_option options[] = {
 static const cli_spec spec = {
 	.prog = "titan-bench",
 	.synopsis = "gemm [--dtype LIST] [--shapes llama3-8b|llama3-70b|M,N,K[:M,N,K...]]\n"
-		    "       titan-bench attention [--attention-shape llama3-8b|B,T,H,HKV,HD]\n"
+		    "       titan-bench attention [--attention-shape llama3-8b|B,T,H,HKV,HD] [--docs N]\n"
 		    "       titan-bench io [--data DIR] [--size SIZE]\n"
 		    "       titan-bench tokenize --tokenizer PATH --input FILE [--python PY]\n"
 		    "       [mpirun -np N] titan-bench step [--config FILE] [--model FLAVOR] [--steps N]\n"
@@ -77,6 +79,7 @@ static void parse(int argc, char **argv, bench_args *a, const char **cmd)
 		case OPT_ATTN: a->attn = st.arg; break;
 		case OPT_SEQ: a->seq = cli_int(&spec, "--seq", st.arg, 1, 1 << 24); break;
 		case OPT_BATCH: a->batch = cli_int(&spec, "--batch", st.arg, 1, 1 << 20); break;
+		case OPT_DOCS: a->docs = cli_int(&spec, "--docs", st.arg, 1, 1 << 24); break;
 		case OPT_DATA: a->data = st.arg; break;
 		case OPT_DIR: a->dir = st.arg; break;
 		case OPT_SIZE:

@@ -204,12 +204,13 @@ static int run(step_job *j, const bench_args *a, report *rep, titan_err *e)
 	phases ph;
 	if (measure(j, steps, &ph, e))
 		return -1;
-	/* FLOPs of the rank's tokens: torchtitan's 6N + attention per token, the
-	 * forward a third (TP ranks share their tokens' FLOPs) */
+	/* FLOPs of the rank's tokens: 6N per token and attention's causal pairs
+	 * (titan-train's count), the forward a third (TP ranks share their
+	 * tokens' FLOPs) */
 	const model *gm = plan_global_model(j->p);
 	double tokens = (double)j->n_mb * j->b * j->t;
 	int tp = j->mesh ? plan_size(j->p, MESH_TP) : 1;
-	double fl = model_flops_per_token(gm, j->t) * tokens / tp;
+	double fl = model_train_flops(gm, (int64_t)j->n_mb * j->b, j->t, NULL) / tp;
 	phase_row(rep, "step", ph.step, ph.step, fl, j->act);
 	phase_row(rep, "forward", ph.forward, ph.step, fl / 3, j->act);
 	phase_row(rep, "backward", ph.step - ph.forward - ph.optimizer, ph.step, 0, j->act);
@@ -224,8 +225,8 @@ static int run(step_job *j, const bench_args *a, report *rep, titan_err *e)
 	report_unavailable(rep, "data", "random tokens: titan-bench io measures the loader");
 	report_note(rep, "%s, %d ranks, local batch %d x %d, %s; %.0f tokens/s over all ranks, peak "
 		    "memory %.3f GiB a rank; communication = blocked in collectives, within the "
-		    "step; backward = step - forward - optimizer; TFLOP/s over 6N + attention per "
-		    "token (forward: a third); median of %d steps, slowest rank",
+		    "step; backward = step - forward - optimizer; TFLOP/s over 6N per token + "
+		    "attention's causal pairs (forward: a third); median of %d steps, slowest rank",
 		    j->args->name, comm_size(j->world), j->b, j->t,
 		    model_float8_recipe(plan_model(j->p)) ? "Float8" : "no converters",
 		    tokens * dp / ph.step, ph.peak_gib, steps);
