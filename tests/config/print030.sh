@@ -90,6 +90,24 @@ n=$(wc -l <"$TMP/presets")
 m=$(grep -v '^#' "$TSV" | cut -f1 | uniq | wc -l)
 if [ "$n" = "$m" ]; then t_ok "--list-030-presets lists the $m presets of the list"; else t_not_ok "--list-030-presets lists the presets of the list" "$n listed, $m in $TSV"; fi
 
+# The planner takes every preset titan honours, the big ones on 64 ranks.
+bad=""
+for fp in $(awk -F'\t' '$3 == "honoured" { print $1 ":" $2 }' "$TMP/presets"); do
+	"$TRAIN" --module "${fp%%:*}" --config "${fp#*:}" --dry-run --world-size 64 \
+		--device-memory 80GiB >"$TMP/out" 2>"$TMP/err" || bad="$bad ${fp#*:}($(head -c 200 "$TMP/err"))"
+done
+if [ -z "$bad" ]; then t_ok "--dry-run plans every honoured preset on 64 ranks"; else t_not_ok "--dry-run plans every honoured preset" "$bad"; fi
+
+# 0.3.0 refuses a sequence longer than the flavor's RoPE cache: Qwen3's
+# sizes have 40960 positions, its debug models 4096.
+t_run "qwen3_0_6b trains on 8192 positions" "$TRAIN" --module qwen3 --config qwen3_0_6b \
+	--training.seq_len 8192 --dry-run --world-size 8
+t_fails "qwen3_debugmodel refuses 8192 positions" 2 "$TRAIN" --module qwen3 \
+	--config qwen3_debugmodel --training.seq_len 8192 --dry-run
+t_grep "the refusal names the RoPE length" \
+	'training.seq_len 8192: exceeds the RoPE maximum sequence length 4096 of flavor debugmodel' \
+	"$TMP/.err"
+
 # A path given on the command line is what is printed.
 t_run "an override is printed" "$TRAIN" --module qwen3 --config qwen3_0_6b --training.steps 7 \
 	--debug.print_config

@@ -369,6 +369,19 @@ static int print_config(const job_config *c)
 	return tt030_print_config(c, a->vocab_size, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 }
 
+/* 0.3.0's Decoder.update_from_config: a run's sequence fits the RoPE cache
+ * the flavor builds (its max_seq_len); 0.2.2 builds it for the run's. */
+static int check_rope_length(const job_config *c, titan_err *err)
+{
+	const model_family *f = model_family_find(c->model.name);
+	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
+	if (!c->follows_030 || a == NULL || c->training.seq_len <= a->max_seq_len)
+		return 0;
+	return err_set(err, "training.seq_len %lld: exceeds the RoPE maximum sequence length "
+		       "%d of flavor %s (torchtitan 0.3.0 refuses it)",
+		       (long long)c->training.seq_len, a->max_seq_len, c->model.flavor);
+}
+
 /* Everything after the configuration is read; returns the exit status. */
 static int run(job_config *c, int nrest, char **rest)
 {
@@ -437,6 +450,8 @@ static int run(job_config *c, int nrest, char **rest)
 		return fail(TITAN_EXIT_USAGE, err.msg, 0);
 	if (c->job.print_config)
 		return print_config(c);
+	if (check_rope_length(c, &err) != 0)
+		return fail(TITAN_EXIT_USAGE, err.msg, 0);
 	if ((po.json || po.world_size || po.device_bytes) && !po.dry_run && !po.print_schedule)
 		return fail(TITAN_EXIT_USAGE, "--json, --world-size and --device-memory go with "
 			    "--dry-run", 1);
