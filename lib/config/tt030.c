@@ -18,6 +18,7 @@ typedef struct tt030_preset {
 	const char *toml[4];    /* NULL-ended */
 	int plain_loss;         /* CrossEntropyLoss itself, not ChunkedLossWrapper over it */
 	const char *refused;    /* why titan cannot run it, or NULL */
+	const char *note;       /* how titan runs what the preset asks for, or NULL */
 } tt030_preset;
 
 #define MODEL(family, flavor, hf)                                                          \
@@ -99,7 +100,7 @@ typedef struct tt030_preset {
 #define FLOAT8 "[model]\nconverters = [\"quantize.linear.float8\"]\n"                      \
 	       "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n"
 
-#define REFUSE(module, name, why) {module, name, NULL, {NULL}, 0, why}
+#define REFUSE(module, name, why) {module, name, NULL, {NULL}, 0, why, NULL}
 #define NVFP4 "NVFP4 linears (NVFP4LinearConverter, Blackwell only) are not built"
 #define MXFP8 "MXFP8 linears and grouped GEMMs (MXFP8*Converter) are not built"
 #define SFT "SFT chat data (ChatDataLoader: load_dataset_kwargs, sample_processor) is not built"
@@ -115,55 +116,56 @@ static const char defaults_030[] =
 /* Every preset function of the four families, in config_registry.py's order
  * (deepseek_v3_debugmodel_mtp comes with multi-token prediction). */
 static const tt030_preset presets[] = {
-	{"llama3", "llama3_debugmodel", NULL, {LLAMA3_DEBUG}, 0, NULL},
-	/* attn_backend "varlen": per-document attention, which every 0.3.0 run here
-	 * has (flex's block-causal mask is the same); CUDA graphs off, which titan
-	 * accepts either way */
-	{"llama3", "llama3_debugmodel_varlen_attn", NULL, {LLAMA3_DEBUG}, 0, NULL},
-	REFUSE("llama3", "llama3_debugmodel_dist_gemm", "tp_gemm_backend \"dist_gemm\" "
-	       "(attention's tensor-parallel collectives fused into its GEMMs) is not built"),
-	{"llama3", "llama3_debugmodel_float8", NULL, {LLAMA3_DEBUG, FLOAT8}, 0, NULL},
+	{"llama3", "llama3_debugmodel", NULL, {LLAMA3_DEBUG}, 0, NULL, NULL},
+	{"llama3", "llama3_debugmodel_varlen_attn", NULL, {LLAMA3_DEBUG}, 0, NULL,
+	 "varlen attention is the per-document attention every 0.3.0 run has here (flex's "
+	 "block-causal mask is the same); CUDA graphs off, which titan accepts either way"},
+	REFUSE("llama3", "llama3_debugmodel_dist_gemm", "fusing attention's tensor-parallel "
+	       "collectives into its GEMMs (tp_gemm_backend \"dist_gemm\") is not built"),
+	{"llama3", "llama3_debugmodel_float8", NULL, {LLAMA3_DEBUG, FLOAT8}, 0, NULL,
+	 "titan's Float8 linears (quantize.linear.float8, recipe rowwise)"},
 	REFUSE("llama3", "llama3_debugmodel_nvfp4", NVFP4),
 	REFUSE("llama3", "llama3_debugmodel_first_85_pct_layers_nvfp4", NVFP4),
 	REFUSE("llama3", "llama3_debugmodel_float8_emulate_lora", "LoRA adapters (LoRAConverter) "
 	       "are not built"),
 	/* the same with the plain (unchunked) cross-entropy */
-	{"llama3", "llama3_debugmodel_ce_loss", NULL, {LLAMA3_DEBUG}, 1, NULL},
+	{"llama3", "llama3_debugmodel_ce_loss", NULL, {LLAMA3_DEBUG}, 1, NULL, NULL},
 	{"llama3", "llama3_8b", NULL, {LLAMA3_BIG("8B", "3e-4", "200", "1", "1000", SELECTIVE_AC)},
-	 0, NULL},
+	 0, NULL, NULL},
 	REFUSE("llama3", "llama3_8b_first_85_pct_layers_nvfp4", NVFP4),
 	REFUSE("llama3", "llama3_8b_mxfp8", MXFP8),
 	{"llama3", "llama3_70b", NULL,
 	 {LLAMA3_BIG("70B", "1.5e-4", "200", "8", "1000", FULL_AC),
 	  "[parallelism]\ntensor_parallel_degree = 8\n"},
-	 0, NULL},
+	 0, NULL, NULL},
 	REFUSE("llama3", "llama3_405b", "Float8 linears under tensor parallelism (its degree 8; "
 	       "torchao's float8 tensor-parallel styles) are not built"),
 	REFUSE("llama3", "sft_debugmodel", SFT),
 
-	{"qwen3", "qwen3_debugmodel", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL},
+	{"qwen3", "qwen3_debugmodel", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL, NULL},
 	REFUSE("qwen3", "qwen3_debugmodel_nvfp4", NVFP4),
 	REFUSE("qwen3", "qwen3_debugmodel_first_85_pct_layers_nvfp4", NVFP4),
 	REFUSE("qwen3", "qwen3_debugmodel_moe_param_groups", "optimizer.param_groups (an "
 	       "optimizer per group of parameters) is not built"),
-	/* FlexAttention's FLASH kernel: the same block-causal attention, computed
-	 * by titan's own kernels */
-	{"qwen3", "qwen3_debugmodel_flex_flash", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL},
+	{"qwen3", "qwen3_debugmodel_flex_flash", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL,
+	 "FlexAttention's FLASH kernel computes the same block-causal attention as titan's "
+	 "kernels, which run it"},
 	{"qwen3", "qwen3_0_6b", NULL,
 	 {QWEN3_SIZED("0.6B", "3e-4", "2", "4", "10", "500", SELECTIVE_AC), "[metrics]\nlog_freq = 1\n"},
-	 0, NULL},
+	 0, NULL, NULL},
 	{"qwen3", "qwen3_1_7b", NULL,
-	 {QWEN3_SIZED("1.7B", "8e-4", "20", "4", "100", "50", SELECTIVE_AC)}, 0, NULL},
+	 {QWEN3_SIZED("1.7B", "8e-4", "20", "4", "100", "50", SELECTIVE_AC)}, 0, NULL, NULL},
 	REFUSE("qwen3", "qwen3_8b_first_85_pct_layers_nvfp4", NVFP4 "; " SFT),
 	{"qwen3", "qwen3_14b", NULL,
-	 {QWEN3_SIZED("14B", "8e-4", "600", "4", "3000", "500", FULL_AC)}, 0, NULL},
+	 {QWEN3_SIZED("14B", "8e-4", "600", "4", "3000", "500", FULL_AC)}, 0, NULL, NULL},
 	{"qwen3", "qwen3_30b_a3b", NULL,
-	 {QWEN3_SIZED("30B-A3B", "8e-4", "600", "2", "3000", "500", FULL_AC)}, 0, NULL},
+	 {QWEN3_SIZED("30B-A3B", "8e-4", "600", "2", "3000", "500", FULL_AC)}, 0, NULL, NULL},
 	{"qwen3", "qwen3_32b", NULL,
-	 {QWEN3_SIZED("32B", "8e-4", "600", "2", "3000", "500", FULL_AC)}, 0, NULL},
-	/* separate wq, wk, wv: the same model and checkpoint names as fused QKV */
+	 {QWEN3_SIZED("32B", "8e-4", "600", "2", "3000", "500", FULL_AC)}, 0, NULL, NULL},
 	{"qwen3", "qwen3_debugmodel_non_fused_qkv", "debugmodel_non_fused_qkv",
-	 {FAMILY_DEBUG("qwen3")}, 0, NULL},
+	 {FAMILY_DEBUG("qwen3")}, 0, NULL,
+	 "wq, wk and wv apart: the same model and checkpoint names as fused QKV (flavor "
+	 "debugmodel)"},
 	{"qwen3", "qwen3_moe_debug", NULL,
 	 {MODEL("qwen3", "debugmodel_moe", TOKENIZER)
 	  "[optimizer]\nlr = 3e-4\n[lr_scheduler]\nwarmup_steps = 2\n"
@@ -171,31 +173,33 @@ static const tt030_preset presets[] = {
 	  "[metrics]\nlog_freq = 1\n[parallelism]\nexpert_parallel_degree = 1\n"
 	  "[checkpoint]\ninterval = 10\nlast_save_model_only = false\nexport_dtype = \"float16\"\n"
 	  SELECTIVE_AC},
-	 0, NULL},
+	 0, NULL, NULL},
 	REFUSE("qwen3", "qwen3_moe_deepep", "DeepEP's token dispatch (moe_comm_backend \"deepep\") "
 	       "is not built"),
 	REFUSE("qwen3", "sft_qwen3_8b_math", SFT),
 
 	{"deepseek_v3", "deepseek_v3_debugmodel", NULL,
-	 {FAMILY_DEBUG("deepseek_v3"), "[parallelism]\nexpert_parallel_degree = 1\n"}, 0, NULL},
+	 {FAMILY_DEBUG("deepseek_v3"), "[parallelism]\nexpert_parallel_degree = 1\n"}, 0, NULL, NULL},
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_mxfp8", MXFP8),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_hybridep", HYBRIDEP),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_minimal_async_ep", MINIMAL_EP),
 	{"deepseek_v3", "deepseek_v3_16b", NULL,
-	 {DEEPSEEK_BIG("16B", "deepseek-moe-16b-base", "200", "1000", "8", "10")}, 0, NULL},
+	 {DEEPSEEK_BIG("16B", "deepseek-moe-16b-base", "200", "1000", "8", "10")}, 0, NULL, NULL},
 	REFUSE("deepseek_v3", "deepseek_v3_16b_hybridep", HYBRIDEP),
 	REFUSE("deepseek_v3", "deepseek_v3_16b_minimal_async_ep", MINIMAL_EP),
 	{"deepseek_v3", "deepseek_v3_671b", NULL,
-	 {DEEPSEEK_BIG("671B", "DeepSeek-V3.1-Base", "2000", "10000", "2", "500")}, 0, NULL},
+	 {DEEPSEEK_BIG("671B", "DeepSeek-V3.1-Base", "2000", "10000", "2", "500")}, 0, NULL, NULL},
 	REFUSE("deepseek_v3", "deepseek_v3_671b_float8", "Float8 grouped-expert GEMMs "
 	       "(Float8GroupedExpertsConverter, quantize.grouped_mm.float8) are not built"),
 
-	/* attn_backend "varlen" (sliding windows as VarlenAttention's window) and
-	 * "flex" (as a mask): the same attention */
-	{"gpt_oss", "gpt_oss_debugmodel", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL},
-	{"gpt_oss", "gpt_oss_debugmodel_flex", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL},
-	{"gpt_oss", "gpt_oss_20b", NULL, {GPT_OSS_BIG("20b")}, 0, NULL},
-	{"gpt_oss", "gpt_oss_120b", NULL, {GPT_OSS_BIG("120b")}, 0, NULL},
+	{"gpt_oss", "gpt_oss_debugmodel", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL,
+	 "0.3.0's debugmodel is titan's flavor debugmodel_030; varlen attention (sliding "
+	 "windows as its window) is titan's per-document attention"},
+	{"gpt_oss", "gpt_oss_debugmodel_flex", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL,
+	 "0.3.0's debugmodel is titan's flavor debugmodel_030; flex attention (sliding windows "
+	 "as a mask) is titan's per-document attention"},
+	{"gpt_oss", "gpt_oss_20b", NULL, {GPT_OSS_BIG("20b")}, 0, NULL, NULL},
+	{"gpt_oss", "gpt_oss_120b", NULL, {GPT_OSS_BIG("120b")}, 0, NULL, NULL},
 };
 
 static const tt030_preset *find_preset(const char *module, const char *name)
@@ -802,8 +806,9 @@ int tt030_list_presets(FILE *out)
 {
 	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
 		const tt030_preset *p = &presets[i];
+		const char *why = p->refused ? p->refused : p->note ? p->note : "-";
 		if (fprintf(out, "%s\t%s\t%s\t%s\n", p->module, p->name,
-			    p->refused ? "refused" : "honoured", p->refused ? p->refused : "-") < 0)
+			    p->refused ? "refused" : "honoured", why) < 0)
 			return -1;
 	}
 	return 0;

@@ -33,7 +33,8 @@ const char *tt030_path_of(const char *arg);
 
 /* Whether the named preset is refused: why (one line), or NULL. */
 const char *tt030_preset_refusal(const char *name);
-/* The presets as TSV (module, preset, honoured|refused, why or -).  0, or -1
+/* The presets as TSV (module, preset, honoured|refused, why it is refused
+ * or how titan honours it, or -).  0, or -1
  * when writing failed. */
 int tt030_list_presets(FILE *out);
 /* A 0.3.0 run's configuration as 0.3.0's --debug.print_config logs it
