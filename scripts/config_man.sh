@@ -1,7 +1,8 @@
 #!/bin/sh
 # Prints the KEYS, TITAN EXTENSIONS and TORCHTITAN 0.3.0 sections of
 # man/titan-config.5 from titan-train's schema (titan-train --list-keys) and
-# its table of 0.3.0's paths (--list-030-paths), so that the page, the
+# its tables of 0.3.0's presets (--list-030-presets) and paths
+# (--list-030-paths), so that the page, the
 # program and tests/config/configs.sh agree.  With --write, puts them into
 # man/titan-config.5 in place of the old ones (everything from ".Sh KEYS" up to
 # ".Sh FILES").
@@ -63,7 +64,7 @@ sections() {
 				printf "%s", entry(i)
 		print ".El"
 	}'
-	"$train" --list-030-paths | awk -F'\t' '
+	"$train" --list-030-presets | awk -F'\t' '
 	function sentence(s) { return toupper(substr(s, 1, 1)) substr(s, 2) "." }
 	BEGIN {
 		print ".Sh TORCHTITAN 0.3.0"
@@ -71,18 +72,43 @@ sections() {
 		print ".Fl -module Ar family Fl -config Ar preset ,"
 		print "naming one of torchtitan 0.3.0\x27s presets, follows 0.3.0 (see"
 		print ".Xr titan-train 1 )"
-		print "and takes 0.3.0\x27s command-line paths, listed here with the key each sets or"
+		print "and takes 0.3.0\x27s command-line paths, listed below with the key each sets or"
 		print "what titan-train does with it; the keys above are refused in such a run, and"
 		print "the paths below that 0.2.2 spells otherwise are refused in a TOML run."
+		print "Its"
+		print ".Fl -debug.print_config"
+		print "prints the configuration as 0.3.0 logs it (Running with configs: and"
+		print "Trainer.Config as JSON), the paths that have titan\x27s value; its"
+		print ".Cm training.seq_len"
+		print "may not exceed the flavor\x27s RoPE length, as 0.3.0 checks."
+		print ".Ss Presets"
+		print "Every preset function of the families\x27 config_registry.py, in its order:"
+		print "one titan-train runs with 0.3.0\x27s values, or refuses, saying what it lacks."
 		print ".Bl -tag -width Ds"
 	}
+	{
+		print ".It Fl -module Ar " $1 " Fl -config Ar " $2
+		if ($3 == "refused")
+			print "Refused: " sentence($4)
+		else
+			print ($4 == "-") ? "Honoured." : "Honoured: " sentence($4)
+	}
+	END {
+		print ".El"
+		print ".Ss Paths"
+		print ".Bl -tag -width Ds"
+	}'
+	"$train" --list-030-paths | awk -F'\t' '
+	function sentence(s) { return toupper(substr(s, 1, 1)) substr(s, 2) "." }
 	{
 		print ".It Cm " $1
 		if ($2 == "sets" && $3 != "-")
 			print "Sets\n.Cm " $3 " ."
 		else if ($2 == "sets")
 			print "Sets 0.3.0\x27s loss."
-		if ($2 == "only")
+		if ($2 == "only" && $3 != "-")
+			print "Only " $4 " is accepted; it sets\n.Cm " $3 " ."
+		else if ($2 == "only")
 			print "Only " $4 " is accepted."
 		if ($2 == "refused")
 			print "Refused."

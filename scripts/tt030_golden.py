@@ -14,8 +14,14 @@ backward, clip_grad_norm_, the optimizers' and schedulers' step.
 
 The one substitution: FlexAttention refuses its backward on the CPU, so its
 block mask is replaced by the same mask as a dense boolean tensor (causal and
-within the document, 0.3.0's get_document_mask_mod) and its kernel by torch's
-scaled_dot_product_attention under that mask.
+within the document, 0.3.0's get_document_mask_mod; GPT-OSS's sliding-window
+one also within the window) and its kernel by torch's
+scaled_dot_product_attention under that mask (by the softmax written out where
+GPT-OSS's sinks need its log-sum-exp).  gpt_oss_debugmodel_flex stands for
+gpt_oss_debugmodel, whose varlen attention needs CUDA: the same masks.  Its
+experts return bfloat16 whatever their input (0.3.0 runs them in bfloat16, in
+its bf16 runs the input's dtype), which float32's combine refuses: they are
+cast back to the input's dtype, as the other families' GroupedExperts do.
 
 With --bf16, the run is 0.3.0's bfloat16 one instead: its parallelize always
 installs FSDP's MixedPrecisionPolicy (param bfloat16, reduce float32), even on
@@ -63,12 +69,35 @@ def dense_document_mask(self, positions):
     return (causal[None] & same)[:, None]
 
 
+def gpt_oss_masks(self, positions):
+    """GptOssModel's two flex masks, dense: the document mask, and the same
+    within the sliding window (a query sees itself and the window - 1 before)."""
+    mask = dense_document_mask(self, positions)
+    window = next(l.attention.sliding_window_size for l in self.config.layers
+                  if l.attention.sliding_window_size is not None)
+    L = positions.shape[1]
+    i = torch.arange(L)
+    near = (i[:, None] - i[None, :]) < window
+    return {"basic_mask": mask, "sliding_window_mask": mask & near[None, None]}
+
+
 def sdpa_under_mask(self, q, k, v, *, attention_masks, scale=None, enable_gqa=False,
-                    **kwargs):
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                         v.transpose(1, 2), attn_mask=attention_masks,
-                                         scale=scale, enable_gqa=enable_gqa)
-    return out.transpose(1, 2)
+                    out_transform=None, **kwargs):
+    if out_transform is None:
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                             v.transpose(1, 2), attn_mask=attention_masks,
+                                             scale=scale, enable_gqa=enable_gqa)
+        return out.transpose(1, 2)
+    # flex_attention's output and log-sum-exp, for GPT-OSS's sinks
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if enable_gqa:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    s = s.masked_fill(~attention_masks, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    out = torch.softmax(s, dim=-1) @ v
+    return out_transform(out.transpose(1, 2), lse.transpose(1, 2))
 
 
 class Docs:
@@ -164,6 +193,12 @@ def main():
     seed_ckpt = args[2] if len(args) > 2 else None
     tt_decoder.Decoder.get_attention_masks = dense_document_mask
     tt_attention.FlexAttention.forward = sdpa_under_mask
+    from torchtitan.models.gpt_oss import model as gpt_oss_model
+    from torchtitan.models.gpt_oss import moe as gpt_oss_moe
+    gpt_oss_model.GptOssModel.get_attention_masks = gpt_oss_masks
+    experts = gpt_oss_moe.GptOssGroupedExperts.forward
+    gpt_oss_moe.GptOssGroupedExperts.forward = \
+        lambda self, x, n: experts(self, x, n).type_as(x)
     torch.manual_seed(0)
     family = next(f for f in ("deepseek_v3", "gpt_oss", "llama3", "qwen3") if preset.startswith(f))
     reg = __import__(f"torchtitan.models.{family}.config_registry", fromlist=[preset])

@@ -1255,6 +1255,15 @@ static char *value_text(const job_config *c, const cfg_key *k)
 	return buf;
 }
 
+char *config_value_text(const job_config *c, const char *key, cfg_type *type)
+{
+	const cfg_key *k = find_key(key);
+	if (k == NULL)
+		return NULL;
+	*type = k->info.type;
+	return value_text(c, k);
+}
+
 /* TOML cannot spell None: a none value is printed as a comment. */
 void config_print(const job_config *c, FILE *out)
 {

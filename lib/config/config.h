@@ -47,6 +47,7 @@ typedef struct job_config {
 	 * presets, and its CLI paths: lib/config/tt030.h), which packs documents,
 	 * masks attention to them and names its checkpoint's tensors its way. */
 	int follows_030;
+	const char *preset030; /* the 0.3.0 preset's name (tt030.c's, not owned), or NULL */
 	struct {
 		int64_t num_chunks;        /* 0.3.0's loss.num_chunks (0: its 8) */
 		int64_t global_vocab_size; /* 0.3.0's loss.loss_fn.global_vocab_size (0: the
@@ -310,6 +311,11 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err);
 
 /* Print every key with its value as TOML, section by section. */
 void config_print(const job_config *c, FILE *out);
+
+/* Key key's value as config_print writes it ("none" for None, strings quoted
+ * and escaped, lists as ["a", "b"]), malloc'd, and its type into *type; NULL
+ * for an unknown key or out of memory. */
+char *config_value_text(const job_config *c, const char *key, cfg_type *type);
 
 /* Agreement across the ranks of a job (titan-train compares these before the
  * mesh: a rank started with another degree, flavor, lr or seed would crash

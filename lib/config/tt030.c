@@ -8,62 +8,198 @@
 
 /* A preset's values, read from models/<family>/config_registry.py of the
  * 0.3.0 wheel: what each function sets on Trainer.Config, and the flavor its
- * model_registry call builds.  0.3.0's defaults that differ from 0.2.2's are
- * spelled out (per-op selective AC). */
+ * model_registry call builds, as TOML fragments in titan's keys (read in
+ * order, each over the last).  0.3.0's defaults that differ from 0.2.2's are
+ * spelled out (SelectiveAC is per-op selective checkpointing).  A preset that
+ * needs what titan does not have is listed with why, and refused. */
 typedef struct tt030_preset {
-	const char *module, *name, *toml;
-	int plain_loss; /* CrossEntropyLoss itself, not ChunkedLossWrapper over it */
+	const char *module, *name;
+	const char *flavor;     /* 0.3.0's model_spec.flavor where titan's differs */
+	const char *toml[4];    /* NULL-ended */
+	int plain_loss;         /* CrossEntropyLoss itself, not ChunkedLossWrapper over it */
+	const char *refused;    /* why titan cannot run it, or NULL */
+	const char *note;       /* how titan runs what the preset asks for, or NULL */
 } tt030_preset;
 
-/* The debug presets' recipe (qwen3_debugmodel, deepseek_v3_debugmodel);
- * llama3_debugmodel adds its pipeline schedule and validator. */
-#define FAMILY_DEBUG(family)                                                                \
-	"[model]\nname = \"" family "\"\nflavor = \"debugmodel\"\n"                       \
-	"hf_assets_path = \"./tests/assets/tokenizer\"\n"                                   \
+#define MODEL(family, flavor, hf)                                                          \
+	"[model]\nname = \"" family "\"\nflavor = \"" flavor "\"\nhf_assets_path = \"" hf "\"\n"
+#define TOKENIZER "./tests/assets/tokenizer"
+#define SELECTIVE_AC "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"
+#define FULL_AC "[activation_checkpoint]\nmode = \"full\"\n"
+#define NO_AC "[activation_checkpoint]\nmode = \"none\"\n"
+
+/* The debug presets' recipe (every family's *_debugmodel). */
+#define DEBUG_RECIPE(ac)                                                                    \
 	"[optimizer]\nlr = 8e-4\n"                                                          \
 	"[lr_scheduler]\nwarmup_steps = 2\ndecay_ratio = 0.8\ndecay_type = \"linear\"\n"    \
 	"min_lr_factor = 0.0\n"                                                             \
 	"[training]\nlocal_batch_size = 8\nseq_len = 2048\nsteps = 10\n"                    \
 	"dataset = \"c4_test\"\n"                                                           \
 	"[metrics]\nlog_freq = 1\n"                                                         \
-	"[checkpoint]\ninterval = 10\nlast_save_model_only = false\n"                       \
-	"[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"
+	"[checkpoint]\ninterval = 10\nlast_save_model_only = false\n" ac
 
+#define FAMILY_DEBUG(family) MODEL(family, "debugmodel", TOKENIZER) DEBUG_RECIPE(SELECTIVE_AC)
+
+/* llama3_debugmodel adds its pipeline schedule and validator. */
 #define LLAMA3_DEBUG                                                                        \
 	FAMILY_DEBUG("llama3")                                                              \
 	"[parallelism]\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"                 \
 	"[validation]\nfreq = 5\nsteps = 10\n"
 
-#define LLAMA3_BIG(flavor, lr, batch, ac)                                                   \
-	"[model]\nname = \"llama3\"\nflavor = \"" flavor "\"\n"                             \
-	"hf_assets_path = \"./assets/hf/Llama-3.1-" flavor "\"\n"                           \
+#define LLAMA3_BIG(flavor, lr, warmup, batch, steps, ac)                                    \
+	MODEL("llama3", flavor, "./assets/hf/Llama-3.1-" flavor)                            \
 	"[profiling]\nenable_profiling = true\nprofile_freq = 100\n"                        \
 	"[metrics]\nenable_tensorboard = true\n"                                            \
 	"[optimizer]\nlr = " lr "\n"                                                        \
-	"[training]\nlocal_batch_size = " batch "\nseq_len = 8192\nsteps = 1000\n"          \
+	"[lr_scheduler]\nwarmup_steps = " warmup "\n"                                       \
+	"[training]\nlocal_batch_size = " batch "\nseq_len = 8192\nsteps = " steps "\n"     \
 	"dataset = \"c4\"\n"                                                                \
 	"[checkpoint]\ninterval = 500\n"                                                    \
-	"[activation_checkpoint]\n" ac                                                      \
-	"[validation]\nfreq = 500\nsteps = 1200\n"
+	"[validation]\nfreq = 500\nsteps = 1200\n" ac
+
+/* qwen3_0_6b ... qwen3_32b: c4 at 4096 positions, float16 exports. */
+#define QWEN3_SIZED(flavor, lr, warmup, batch, steps, interval, ac)                          \
+	MODEL("qwen3", flavor, "./assets/hf/Qwen3-" flavor)                                 \
+	"[optimizer]\nlr = " lr "\n"                                                        \
+	"[lr_scheduler]\nwarmup_steps = " warmup "\n"                                       \
+	"[training]\nlocal_batch_size = " batch "\nseq_len = 4096\nsteps = " steps "\n"     \
+	"dataset = \"c4\"\n"                                                                \
+	"[checkpoint]\ninterval = " interval "\nlast_save_model_only = false\n"             \
+	"export_dtype = \"float16\"\n" ac
+
+/* deepseek_v3_16b and _671b: cosine decay to 0.1, the loss compiled. */
+#define DEEPSEEK_BIG(flavor, hf, warmup, steps, ep, interval)                                \
+	MODEL("deepseek_v3", flavor, "./assets/hf/" hf)                                     \
+	"[optimizer]\nlr = 2.2e-4\n"                                                        \
+	"[lr_scheduler]\nwarmup_steps = " warmup "\ndecay_ratio = 0.8\n"                    \
+	"decay_type = \"cosine\"\nmin_lr_factor = 0.1\n"                                    \
+	"[training]\nlocal_batch_size = 4\nseq_len = 4096\nsteps = " steps "\n"             \
+	"dataset = \"c4\"\n"                                                                \
+	"[parallelism]\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"                 \
+	"expert_parallel_degree = " ep "\n"                                                 \
+	"[checkpoint]\ninterval = " interval "\n"                                           \
+	"[compile]\nenable = true\ncomponents = [\"loss\"]\n" SELECTIVE_AC
+
+#define GPT_OSS_DEBUG                                                                       \
+	MODEL("gpt_oss", "debugmodel_030", TOKENIZER) DEBUG_RECIPE(NO_AC)                   \
+	"[parallelism]\nexpert_parallel_degree = 1\n"                                       \
+	"[validation]\nfreq = 5\nsteps = 10\n"
+
+#define GPT_OSS_BIG(flavor)                                                                 \
+	MODEL("gpt_oss", flavor, "./assets/hf/gpt-oss-" flavor)                             \
+	"[optimizer]\nlr = 8e-4\n"                                                          \
+	"[lr_scheduler]\nwarmup_steps = 2000\ndecay_ratio = 0.8\ndecay_type = \"cosine\"\n" \
+	"min_lr_factor = 0.1\n"                                                             \
+	"[training]\nlocal_batch_size = 1\nseq_len = 8192\nsteps = 10000\n"                 \
+	"dataset = \"c4\"\n"                                                                \
+	"[parallelism]\nexpert_parallel_degree = 1\n"                                       \
+	"[checkpoint]\ninterval = 500\n" FULL_AC
+
+/* Float8LinearConverter.Config(): rowwise scaling, every linear whose dims
+ * are multiples of 16 (the output projection too). */
+#define FLOAT8 "[model]\nconverters = [\"quantize.linear.float8\"]\n"                      \
+	       "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n"
+
+#define REFUSE(module, name, why) {module, name, NULL, {NULL}, 0, why, NULL}
+#define NVFP4 "NVFP4 linears (NVFP4LinearConverter, Blackwell only) are not built"
+#define MXFP8 "MXFP8 linears and grouped GEMMs (MXFP8*Converter) are not built"
+#define SFT "SFT chat data (ChatDataLoader: load_dataset_kwargs, sample_processor) is not built"
+#define HYBRIDEP "HybridEP's token dispatch (moe_comm_backend \"hybridep\") is not built"
+#define MINIMAL_EP "MinimalAsyncEP's token dispatch (moe_comm_backend \"minimal_async_ep\") and " \
+	"the fused SwiGLU overrides (override.imports) are not built"
 
 /* 0.3.0's defaults that are not 0.2.2's, under every preset. */
 static const char defaults_030[] =
 	"[profiling]\nsave_traces_folder = \"profiling/traces\"\n"
 	"save_memory_snapshot_folder = \"profiling/memory_snapshot\"\n";
 
+/* Every preset function of the four families, in config_registry.py's order
+ * (deepseek_v3_debugmodel_mtp comes with multi-token prediction). */
 static const tt030_preset presets[] = {
-	{"llama3", "llama3_debugmodel", LLAMA3_DEBUG, 0},
+	{"llama3", "llama3_debugmodel", NULL, {LLAMA3_DEBUG}, 0, NULL, NULL},
+	{"llama3", "llama3_debugmodel_varlen_attn", NULL, {LLAMA3_DEBUG}, 0, NULL,
+	 "varlen attention is the per-document attention every 0.3.0 run has here (flex's "
+	 "block-causal mask is the same); CUDA graphs off, which titan accepts either way"},
+	REFUSE("llama3", "llama3_debugmodel_dist_gemm", "fusing attention's tensor-parallel "
+	       "collectives into its GEMMs (tp_gemm_backend \"dist_gemm\") is not built"),
+	{"llama3", "llama3_debugmodel_float8", NULL, {LLAMA3_DEBUG, FLOAT8}, 0, NULL,
+	 "titan's Float8 linears (quantize.linear.float8, recipe rowwise)"},
+	REFUSE("llama3", "llama3_debugmodel_nvfp4", NVFP4),
+	REFUSE("llama3", "llama3_debugmodel_first_85_pct_layers_nvfp4", NVFP4),
+	REFUSE("llama3", "llama3_debugmodel_float8_emulate_lora", "LoRA adapters (LoRAConverter) "
+	       "are not built"),
 	/* the same with the plain (unchunked) cross-entropy */
-	{"llama3", "llama3_debugmodel_ce_loss", LLAMA3_DEBUG, 1},
-	{"llama3", "llama3_8b",
-	 LLAMA3_BIG("8B", "3e-4", "1", "mode = \"selective\"\nselective_ac_option = \"op\"\n"),
-	 0},
-	{"qwen3", "qwen3_debugmodel", FAMILY_DEBUG("qwen3"), 0},
-	{"deepseek_v3", "deepseek_v3_debugmodel", FAMILY_DEBUG("deepseek_v3"), 0},
-	{"llama3", "llama3_70b",
-	 LLAMA3_BIG("70B", "1.5e-4", "8", "mode = \"full\"\n") "[parallelism]\n"
-							     "tensor_parallel_degree = 8\n",
-	 0},
+	{"llama3", "llama3_debugmodel_ce_loss", NULL, {LLAMA3_DEBUG}, 1, NULL, NULL},
+	{"llama3", "llama3_8b", NULL, {LLAMA3_BIG("8B", "3e-4", "200", "1", "1000", SELECTIVE_AC)},
+	 0, NULL, NULL},
+	REFUSE("llama3", "llama3_8b_first_85_pct_layers_nvfp4", NVFP4),
+	REFUSE("llama3", "llama3_8b_mxfp8", MXFP8),
+	{"llama3", "llama3_70b", NULL,
+	 {LLAMA3_BIG("70B", "1.5e-4", "200", "8", "1000", FULL_AC),
+	  "[parallelism]\ntensor_parallel_degree = 8\n"},
+	 0, NULL, NULL},
+	REFUSE("llama3", "llama3_405b", "Float8 linears under tensor parallelism (its degree 8; "
+	       "torchao's float8 tensor-parallel styles) are not built"),
+	REFUSE("llama3", "sft_debugmodel", SFT),
+
+	{"qwen3", "qwen3_debugmodel", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL, NULL},
+	REFUSE("qwen3", "qwen3_debugmodel_nvfp4", NVFP4),
+	REFUSE("qwen3", "qwen3_debugmodel_first_85_pct_layers_nvfp4", NVFP4),
+	REFUSE("qwen3", "qwen3_debugmodel_moe_param_groups", "optimizer.param_groups (an "
+	       "optimizer per group of parameters) is not built"),
+	{"qwen3", "qwen3_debugmodel_flex_flash", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL,
+	 "FlexAttention's FLASH kernel computes the same block-causal attention as titan's "
+	 "kernels, which run it"},
+	{"qwen3", "qwen3_0_6b", NULL,
+	 {QWEN3_SIZED("0.6B", "3e-4", "2", "4", "10", "500", SELECTIVE_AC), "[metrics]\nlog_freq = 1\n"},
+	 0, NULL, NULL},
+	{"qwen3", "qwen3_1_7b", NULL,
+	 {QWEN3_SIZED("1.7B", "8e-4", "20", "4", "100", "50", SELECTIVE_AC)}, 0, NULL, NULL},
+	REFUSE("qwen3", "qwen3_8b_first_85_pct_layers_nvfp4", NVFP4 "; " SFT),
+	{"qwen3", "qwen3_14b", NULL,
+	 {QWEN3_SIZED("14B", "8e-4", "600", "4", "3000", "500", FULL_AC)}, 0, NULL, NULL},
+	{"qwen3", "qwen3_30b_a3b", NULL,
+	 {QWEN3_SIZED("30B-A3B", "8e-4", "600", "2", "3000", "500", FULL_AC)}, 0, NULL, NULL},
+	{"qwen3", "qwen3_32b", NULL,
+	 {QWEN3_SIZED("32B", "8e-4", "600", "2", "3000", "500", FULL_AC)}, 0, NULL, NULL},
+	{"qwen3", "qwen3_debugmodel_non_fused_qkv", "debugmodel_non_fused_qkv",
+	 {FAMILY_DEBUG("qwen3")}, 0, NULL,
+	 "wq, wk and wv apart: the same model and checkpoint names as fused QKV (flavor "
+	 "debugmodel)"},
+	{"qwen3", "qwen3_moe_debug", NULL,
+	 {MODEL("qwen3", "debugmodel_moe", TOKENIZER)
+	  "[optimizer]\nlr = 3e-4\n[lr_scheduler]\nwarmup_steps = 2\n"
+	  "[training]\nlocal_batch_size = 4\nseq_len = 4096\nsteps = 10\ndataset = \"c4_test\"\n"
+	  "[metrics]\nlog_freq = 1\n[parallelism]\nexpert_parallel_degree = 1\n"
+	  "[checkpoint]\ninterval = 10\nlast_save_model_only = false\nexport_dtype = \"float16\"\n"
+	  SELECTIVE_AC},
+	 0, NULL, NULL},
+	REFUSE("qwen3", "qwen3_moe_deepep", "DeepEP's token dispatch (moe_comm_backend \"deepep\") "
+	       "is not built"),
+	REFUSE("qwen3", "sft_qwen3_8b_math", SFT),
+
+	{"deepseek_v3", "deepseek_v3_debugmodel", NULL,
+	 {FAMILY_DEBUG("deepseek_v3"), "[parallelism]\nexpert_parallel_degree = 1\n"}, 0, NULL, NULL},
+	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_mxfp8", MXFP8),
+	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_hybridep", HYBRIDEP),
+	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_minimal_async_ep", MINIMAL_EP),
+	{"deepseek_v3", "deepseek_v3_16b", NULL,
+	 {DEEPSEEK_BIG("16B", "deepseek-moe-16b-base", "200", "1000", "8", "10")}, 0, NULL, NULL},
+	REFUSE("deepseek_v3", "deepseek_v3_16b_hybridep", HYBRIDEP),
+	REFUSE("deepseek_v3", "deepseek_v3_16b_minimal_async_ep", MINIMAL_EP),
+	{"deepseek_v3", "deepseek_v3_671b", NULL,
+	 {DEEPSEEK_BIG("671B", "DeepSeek-V3.1-Base", "2000", "10000", "2", "500")}, 0, NULL, NULL},
+	REFUSE("deepseek_v3", "deepseek_v3_671b_float8", "Float8 grouped-expert GEMMs "
+	       "(Float8GroupedExpertsConverter, quantize.grouped_mm.float8) are not built"),
+
+	{"gpt_oss", "gpt_oss_debugmodel", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL,
+	 "0.3.0's debugmodel is titan's flavor debugmodel_030; varlen attention (sliding "
+	 "windows as its window) is titan's per-document attention"},
+	{"gpt_oss", "gpt_oss_debugmodel_flex", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL,
+	 "0.3.0's debugmodel is titan's flavor debugmodel_030; flex attention (sliding windows "
+	 "as a mask) is titan's per-document attention"},
+	{"gpt_oss", "gpt_oss_20b", NULL, {GPT_OSS_BIG("20b")}, 0, NULL, NULL},
+	{"gpt_oss", "gpt_oss_120b", NULL, {GPT_OSS_BIG("120b")}, 0, NULL, NULL},
 };
 
 static const tt030_preset *find_preset(const char *module, const char *name)
@@ -125,6 +261,8 @@ static const tt030_path paths[] = {
 	MOVED("dataloader.persistent_workers", "training.dataloader.persistent_workers"),
 	MOVED("dataloader.pin_memory", "training.dataloader.pin_memory"),
 	MOVED("dataloader.prefetch_factor", "training.dataloader.prefetch_factor"),
+	REFUSED("dataloader.load_dataset_kwargs", "ChatDataLoader's (SFT chat data), not built"),
+	REFUSED("dataloader.sample_processor", "ChatDataLoader's (SFT chat data), not built"),
 	ONLY("dataloader.infinite", "true", "titan's training loader always starts the data "
 	     "over"),
 	REFUSED("optimizer.param_groups", "a list of Python ParamGroupConfig objects: the "
@@ -187,6 +325,10 @@ static const tt030_path paths[] = {
 	SAME("checkpoint.create_seed_checkpoint"),
 	SAME("checkpoint.load_only"),
 	SAME("checkpoint.async_mode"),
+	/* None under gpt_oss's debug presets; the others' SelectiveAC or FullAC
+	 * is a Python class, not a value */
+	{"activation_checkpoint", "activation_checkpoint.mode", "none", "None: no activation "
+	 "checkpointing (SelectiveAC and FullAC are the presets' own)", 0},
 	SAME("activation_checkpoint.preserve_rng_state"),
 	SAME("activation_checkpoint.determinism_check"),
 	SAME("activation_checkpoint.debug"),
@@ -224,7 +366,7 @@ static const tt030_path paths[] = {
 	MOVED("debug.save_config_file", "job.save_config_file"),
 	{"debug.enable_structured_logging", NULL, NULL, "titan writes no structured trace log; "
 	 "either value is accepted", 0},
-	ONLY("override.imports", "", NO_PY),
+	ONLY("override.imports", "[]", NO_PY),
 	{"loss.num_chunks", "@num_chunks", NULL, "ChunkedLossWrapper's chunks: titan computes the "
 	 "output projection and the loss over chunks of rows whatever this is, so any divisor of "
 	 "training.seq_len is accepted", 0},
@@ -272,13 +414,14 @@ const char *tt030_path_of(const char *arg)
 }
 
 /* Whether an only-path's value v is the one accepted: booleans as titan
- * spells them (config_parse_bool), None in either case, {} also empty. */
+ * spells them (config_parse_bool), None in either case, {} and [] also empty. */
 static int value_is(const char *v, const char *only)
 {
 	int want, got;
 	if (config_parse_bool(only, &want) == 0)
 		return config_parse_bool(v, &got) == 0 && got == want;
-	return strcasecmp(v, only) == 0 || (strcmp(only, "{}") == 0 && *v == '\0');
+	return strcasecmp(v, only) == 0 ||
+	       ((strcmp(only, "{}") == 0 || strcmp(only, "[]") == 0) && *v == '\0');
 }
 
 /* A setting of 0.3.0's loss, which has no 0.2.2 key (t->key "@name"). */
@@ -339,10 +482,10 @@ static int translate(job_config *c, const tt030_preset *p, int argc, char **argv
 		return 0;
 	if (t->key[0] == '@')
 		return set_loss(c, t, val, err);
-	size_t len = strlen(t->key) + strlen(val) + 4;
+	size_t len = strlen(t->key) + strlen(t->only ? t->only : val) + 4;
 	if (!(out[*nout] = malloc(len)))
 		return err_set(err, "out of memory");
-	snprintf(out[(*nout)++], len, "--%s=%s", t->key, val);
+	snprintf(out[(*nout)++], len, "--%s=%s", t->key, t->only ? t->only : val);
 	return 0;
 }
 
@@ -376,12 +519,17 @@ int tt030_config(job_config *c, const char *module, const char *name, int argc, 
 	if (p == NULL)
 		return err_set(err, "--module %s --config %s: not a torchtitan 0.3.0 preset titan has",
 			       module, name);
+	if (p->refused)
+		return err_set(err, "--module %s --config %s: refused: %s", module, name, p->refused);
 	char label[160];
 	snprintf(label, sizeof label, "preset %s", p->name);
-	if (config_load_string(c, "torchtitan 0.3.0's defaults", defaults_030, err) != 0 ||
-	    config_load_string(c, label, p->toml, err) != 0)
+	if (config_load_string(c, "torchtitan 0.3.0's defaults", defaults_030, err) != 0)
 		return -1;
+	for (int i = 0; p->toml[i]; i++)
+		if (config_load_string(c, label, p->toml[i], err) != 0)
+			return -1;
 	c->follows_030 = 1;
+	c->preset030 = p->name;
 	char **out = calloc((size_t)argc + 1, sizeof *out);
 	if (out == NULL)
 		return err_set(err, "out of memory");
@@ -412,4 +560,264 @@ int tt030_config(job_config *c, const char *module, const char *name, int argc, 
 	free(out);
 	*nrest = nr;
 	return rc;
+}
+
+/* A double as Python's repr writes it (json.dumps does the same): the
+ * shortest digits that read back to it, positional from 1e-4 to 1e16 with
+ * at least one digit after the point, else d.ddde-XX. */
+static void python_float(double v, char *buf, size_t n)
+{
+	char e[64];
+	int prec = 1;
+	for (; prec < 17; prec++) {
+		snprintf(e, sizeof e, "%.*e", prec - 1, v);
+		if (strtod(e, NULL) == v)
+			break;
+	}
+	snprintf(e, sizeof e, "%.*e", prec - 1, v);
+	char *x = strchr(e, 'e');
+	int exp = atoi(x + 1), neg = e[0] == '-';
+	char digits[32];
+	size_t nd = 0;
+	for (const char *p = e + neg; p < x; p++)
+		if (*p != '.')
+			digits[nd++] = *p;
+	digits[nd] = '\0';
+	if (exp < -4 || exp >= 16) {
+		snprintf(buf, n, "%s%c%s%s%se%c%02d", neg ? "-" : "", digits[0], nd > 1 ? "." : "",
+			 digits + 1, "", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+		return;
+	}
+	char out[64];
+	size_t o = 0;
+	if (neg)
+		out[o++] = '-';
+	if (exp < 0) {
+		out[o++] = '0', out[o++] = '.';
+		for (int i = -1; i > exp; i--)
+			out[o++] = '0';
+		for (size_t i = 0; i < nd; i++)
+			out[o++] = digits[i];
+	} else {
+		for (int i = 0; i <= exp; i++)
+			out[o++] = (size_t)i < nd ? digits[i] : '0';
+		out[o++] = '.';
+		if ((size_t)exp + 1 >= nd)
+			out[o++] = '0';
+		for (size_t i = (size_t)exp + 1; i < nd; i++)
+			out[o++] = digits[i];
+	}
+	out[o] = '\0';
+	snprintf(buf, n, "%s", out);
+}
+
+/* The JSON printer of tt030_print_config: json.dumps(indent=2)'s layout. */
+typedef struct json_out {
+	FILE *f;
+	char open[8][64]; /* the objects open below the top one */
+	int depth;
+	int first;        /* nothing written yet in the innermost object */
+} json_out;
+
+static void json_indent(json_out *j, int level)
+{
+	fprintf(j->f, "%*s", 2 * level, "");
+}
+
+/* Close and open objects so that path's parents (its components but the
+ * last) are the open ones, then start its entry; returns the leaf's name. */
+static const char *json_enter(json_out *j, const char *path)
+{
+	const char *comp[8];
+	size_t len[8];
+	int n = 0;
+	for (const char *p = path; n < 8;) {
+		comp[n] = p;
+		const char *dot = strchr(p, '.');
+		len[n++] = dot ? (size_t)(dot - p) : strlen(p);
+		if (!dot)
+			break;
+		p = dot + 1;
+	}
+	int keep = 0;
+	while (keep < j->depth && keep < n - 1 && strlen(j->open[keep]) == len[keep] &&
+	       strncmp(j->open[keep], comp[keep], len[keep]) == 0)
+		keep++;
+	while (j->depth > keep) {
+		fputc('\n', j->f);
+		json_indent(j, j->depth--);
+		fputc('}', j->f);
+		j->first = 0;
+	}
+	for (; j->depth < n - 1; j->depth++) {
+		fputs(j->first ? "\n" : ",\n", j->f);
+		json_indent(j, j->depth + 1);
+		fprintf(j->f, "\"%.*s\": {", (int)len[j->depth], comp[j->depth]);
+		snprintf(j->open[j->depth], sizeof j->open[0], "%.*s", (int)len[j->depth],
+			 comp[j->depth]);
+		j->first = 1;
+	}
+	fputs(j->first ? "\n" : ",\n", j->f);
+	json_indent(j, j->depth + 1);
+	j->first = 0;
+	return comp[n - 1];
+}
+
+/* A list as config_print writes it (["a", "b"]): one element a line. */
+static void json_list(json_out *j, const char *text)
+{
+	if (strcmp(text, "[]") == 0) {
+		fputs("[]", j->f);
+		return;
+	}
+	fputc('[', j->f);
+	const char *p = text + 1;
+	for (int first = 1; *p == '"'; first = 0) {
+		const char *q = p + 1;
+		while (*q && *q != '"')
+			q += *q == '\\' && q[1] ? 2 : 1;
+		fputs(first ? "\n" : ",\n", j->f);
+		json_indent(j, j->depth + 2);
+		fprintf(j->f, "%.*s", (int)(q + 1 - p), p);
+		p = q + 1;
+		if (*p == ',')
+			p += 2;
+	}
+	fputc('\n', j->f);
+	json_indent(j, j->depth + 1);
+	fputc(']', j->f);
+}
+
+/* Titan's value of key as 0.3.0's JSON writes it. */
+static int json_key_value(json_out *j, const job_config *c, const char *key)
+{
+	cfg_type type;
+	char *v = config_value_text(c, key, &type);
+	if (v == NULL)
+		return -1;
+	char num[64];
+	if (strcmp(v, "none") == 0)
+		fputs("null", j->f);
+	else if (type == CFG_FLOAT || type == CFG_OPT_FLOAT)
+		python_float(strtod(v, NULL), num, sizeof num), fputs(num, j->f);
+	else if (type == CFG_LIST)
+		json_list(j, v);
+	else
+		fputs(v, j->f);
+	free(v);
+	return 0;
+}
+
+/* An only-path's one value: None, a boolean, {}, [], a number, or a string. */
+static void json_only(json_out *j, const char *only)
+{
+	char *end;
+	if (strcmp(only, "none") == 0)
+		fputs("null", j->f);
+	else if (!strcmp(only, "true") || !strcmp(only, "false") || !strcmp(only, "{}") ||
+		 !strcmp(only, "[]") || (strtod(only, &end), *only && *end == '\0'))
+		fputs(only, j->f);
+	else
+		fprintf(j->f, "\"%s\"", only);
+}
+
+/* optimizer.param_groups as 0.3.0's default_adamw makes it: one group of
+ * every parameter, titan's optimizer and its hyperparameters. */
+static void json_param_groups(json_out *j, const job_config *c)
+{
+	char lr[64], b1[64], b2[64], eps[64], wd[64];
+	python_float(c->optimizer.lr, lr, sizeof lr);
+	python_float(c->optimizer.beta1, b1, sizeof b1);
+	python_float(c->optimizer.beta2, b2, sizeof b2);
+	python_float(c->optimizer.eps, eps, sizeof eps);
+	python_float(c->optimizer.weight_decay, wd, sizeof wd);
+	int d = 2 * (j->depth + 1);
+	fprintf(j->f,
+		"[\n%*s{\n"
+		"%*s\"pattern\": \".*\",\n%*s\"optimizer_name\": \"%s\",\n"
+		"%*s\"optimizer_kwargs\": {\n%*s\"lr\": %s,\n"
+		"%*s\"betas\": [\n%*s%s,\n%*s%s\n%*s],\n"
+		"%*s\"eps\": %s,\n%*s\"weight_decay\": %s\n%*s}\n%*s}\n%*s]",
+		d + 2, "", d + 4, "", d + 4, "", c->optimizer.name, d + 4, "", d + 6, "", lr,
+		d + 6, "", d + 8, "", b1, d + 8, "", b2, d + 6, "", d + 6, "", eps, d + 6, "", wd,
+		d + 4, "", d + 2, "", d, "");
+}
+
+/* Whether path belongs to this run's Trainer.Config: the loss's paths of its
+ * loss class, the activation checkpointing's of its mode. */
+static int path_applies(const job_config *c, const tt030_preset *p, const char *path)
+{
+	const char *mode = c->activation_checkpoint.mode;
+	int none = mode && strcmp(mode, "none") == 0;
+	if (strcmp(path, "loss.global_vocab_size") == 0)
+		return p->plain_loss;
+	if (strncmp(path, "loss.", 5) == 0)
+		return !p->plain_loss;
+	if (strcmp(path, "activation_checkpoint") == 0)
+		return none;
+	if (strcmp(path, "activation_checkpoint.force_recompute_mm_shapes_by_fqns") == 0)
+		return mode && strcmp(mode, "selective") == 0;
+	if (strncmp(path, "activation_checkpoint.", 22) == 0)
+		return !none;
+	return 1;
+}
+
+int tt030_print_config(const job_config *c, int64_t vocab, FILE *out)
+{
+	const tt030_preset *p = NULL;
+	for (size_t i = 0; c->preset030 && i < sizeof presets / sizeof presets[0]; i++)
+		if (strcmp(presets[i].name, c->preset030) == 0)
+			p = &presets[i];
+	if (p == NULL)
+		return -1;
+	json_out j = {.f = out, .first = 1};
+	fputs("Running with configs: {", out);
+	json_enter(&j, "model_spec.name");
+	fprintf(out, "\"name\": \"%s\"", c->model.name);
+	json_enter(&j, "model_spec.flavor");
+	fprintf(out, "\"flavor\": \"%s\"", p->flavor ? p->flavor : c->model.flavor);
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+		const tt030_path *t = &paths[i];
+		int groups = strcmp(t->path, "optimizer.param_groups") == 0;
+		if ((!groups && (t->refused || (!t->key && !t->only))) || !path_applies(c, p, t->path))
+			continue;
+		fprintf(out, "\"%s\": ", json_enter(&j, t->path));
+		if (groups)
+			json_param_groups(&j, c);
+		else if (t->only)
+			json_only(&j, t->only);
+		else if (strcmp(t->key, "@num_chunks") == 0)
+			fprintf(out, "%lld", (long long)(c->loss030.num_chunks ? c->loss030.num_chunks : 8));
+		else if (t->key[0] == '@')
+			fprintf(out, "%lld", (long long)(c->loss030.global_vocab_size
+							 ? c->loss030.global_vocab_size : vocab));
+		else if (json_key_value(&j, c, t->key) != 0)
+			return -1;
+	}
+	while (j.depth > 0) {
+		fputc('\n', out);
+		json_indent(&j, j.depth--);
+		fputc('}', out);
+	}
+	return fputs("\n}\n", out) < 0 ? -1 : 0;
+}
+
+int tt030_list_presets(FILE *out)
+{
+	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+		const tt030_preset *p = &presets[i];
+		const char *why = p->refused ? p->refused : p->note ? p->note : "-";
+		if (fprintf(out, "%s\t%s\t%s\t%s\n", p->module, p->name,
+			    p->refused ? "refused" : "honoured", why) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+const char *tt030_preset_refusal(const char *name)
+{
+	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+		if (strcmp(presets[i].name, name) == 0)
+			return presets[i].refused;
+	return NULL;
 }

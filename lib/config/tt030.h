@@ -12,6 +12,7 @@
 #ifndef TITAN_CONFIG_TT030_H
 #define TITAN_CONFIG_TT030_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "config/config.h"
@@ -29,6 +30,20 @@ int tt030_config(job_config *c, const char *module, const char *name, int argc, 
 		 int *nrest, char **rest, titan_err *err);
 /* 0.3.0's path that a 0.2.2 run was given (for its refusal), or NULL. */
 const char *tt030_path_of(const char *arg);
+
+/* Whether the named preset is refused: why (one line), or NULL. */
+const char *tt030_preset_refusal(const char *name);
+/* The presets as TSV (module, preset, honoured|refused, why it is refused
+ * or how titan honours it, or -).  0, or -1
+ * when writing failed. */
+int tt030_list_presets(FILE *out);
+/* A 0.3.0 run's configuration as 0.3.0's --debug.print_config logs it
+ * ("Running with configs: " and Trainer.Config.to_dict() as json.dumps
+ * (indent=2) writes it): model_spec's name and flavor, then every path of the
+ * table that has titan's value (those that set a key, and the one value of
+ * the others), in Trainer.Config's order.  vocab: the model's vocabulary
+ * (the loss's global_vocab_size).  0, or -1 (not a 0.3.0 run, write error). */
+int tt030_print_config(const job_config *c, int64_t vocab, FILE *out);
 
 /* The table as TSV (path, what: sets|only|accepted|refused, titan key or -,
  * the value accepted or -, why or -), for titan-config(5).  0, or -1 when

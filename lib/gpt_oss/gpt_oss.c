@@ -30,7 +30,9 @@ extern const model_family gpt_oss_family;
 		 .route_scale = 1.0, .load_balance_coeff = 1e-3, .inter_dim = inter,             \
 		 .gate_bias = 1, .swiglu_limit = 7.0}}
 
-/* debugmodel_small is titan's (16 heads, experts of 256, and the other
+/* debugmodel_030 is torchtitan 0.3.0's debugmodel (its gpt_oss_debugmodel
+ * presets'): 0.2.2's with the other families' debug vocabulary of 2048 ids.
+ * debugmodel_small is titan's (16 heads, experts of 256, and the other
  * families' debug vocabulary of 2048 ids): debugmodel's 64 heads and experts
  * of 2880 make 71M parameters, and GPT-OSS's 201088-id vocabulary 103M more in
  * the embedding and output, too many for the CPU tests. */
@@ -39,6 +41,7 @@ static const llama_args flavors[] = {
 	GPT_OSS("20b", 201088, 2880, 24, 64, 8, 32, 2880),
 	GPT_OSS("120b", 201088, 2880, 36, 64, 8, 128, 2880),
 	GPT_OSS("debugmodel_small", 2048, 256, 4, 16, 4, 8, 256),
+	GPT_OSS("debugmodel_030", 2048, 256, 4, 64, 8, 8, 2880),
 	{0},
 };
 

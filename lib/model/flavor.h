@@ -90,7 +90,7 @@ typedef struct llama_args {
 	double ffn_dim_multiplier; /* 0 when the flavor has none */
 	double norm_eps;           /* 1e-5 */
 	double rope_theta;
-	double rope_scale_factor;  /* Llama 3.1 frequency scaling factor (8; 32 for 3.2), 0 for
+	double rope_scale_factor;  /* Llama 3.1 frequency scaling factor (8, torchtitan's), 0 for
 	                              none; low 1, high 4, original context 8192 */
 	int tied_embeddings;       /* the output projection is tok_embeddings (Llama 3.2
 	                              1B/3B, small Qwen3) */

@@ -15,10 +15,10 @@
 
 extern const model_family qwen3_family;
 
-#define QWEN3(nm, d, layers, heads, kv, vocab, hidden, tied)                                \
+#define QWEN3(nm, d, layers, heads, kv, vocab, hidden, tied, seq)                           \
 	{.name = nm, .dim = d, .n_layers = layers, .n_heads = heads, .n_kv_heads = kv,      \
 	 .vocab_size = vocab, .norm_eps = 1e-6, .rope_theta = 1e6, .tied_embeddings = tied, \
-	 .max_seq_len = 4096, .family = &qwen3_family, .head_dim = 128,                     \
+	 .max_seq_len = seq, .family = &qwen3_family, .head_dim = 128,                      \
 	 .hidden_dim = hidden, .qk_norm = 1, .rope_style = BE_ROPE_HALF}
 
 /* MoEArgs of torchtitan's Qwen3-MoE flavors (load_balance_coeff is MoEArgs'
@@ -32,18 +32,21 @@ extern const model_family qwen3_family;
 		 .route_scale = 1.0, .load_balance_coeff = 1e-3, .inter_dim = ni}}
 
 /* torchtitan's qwen3_args ("debugmodel_moe_small" is titan's: debugmodel_moe
- * holds 316M parameters, too many for the CPU tests). */
+ * holds 316M parameters, too many for the CPU tests).  max_seq_len is 0.3.0's
+ * RoPE cache length (CosSinRoPE.Config's, Qwen3's 40960 context; 0.2.2 had
+ * 4096, and 262144 for 30B-A3B): no scaling, so only the longest sequence a
+ * 0.3.0 run may train on, and the max_position_embeddings of an HF export. */
 static const llama_args flavors[] = {
-	QWEN3("debugmodel", 256, 8, 16, 8, 2048, 3072, 1),
-	QWEN3("0.6B", 1024, 28, 16, 8, 151936, 3072, 1),
-	QWEN3("1.7B", 2048, 28, 16, 8, 151936, 6144, 1),
-	QWEN3("4B", 2560, 36, 32, 8, 151936, 9728, 1),
-	QWEN3("8B", 4096, 36, 32, 8, 151936, 12288, 0),
-	QWEN3("14B", 5120, 40, 40, 8, 151936, 17408, 0),
-	QWEN3("32B", 5120, 64, 64, 8, 151936, 25600, 0),
+	QWEN3("debugmodel", 256, 8, 16, 8, 2048, 3072, 1, 4096),
+	QWEN3("0.6B", 1024, 28, 16, 8, 151936, 3072, 1, 40960),
+	QWEN3("1.7B", 2048, 28, 16, 8, 151936, 6144, 1, 40960),
+	QWEN3("4B", 2560, 36, 32, 8, 151936, 9728, 1, 40960),
+	QWEN3("8B", 4096, 36, 32, 8, 151936, 12288, 0, 40960),
+	QWEN3("14B", 5120, 40, 40, 8, 151936, 17408, 0, 40960),
+	QWEN3("32B", 5120, 64, 64, 8, 151936, 25600, 0, 40960),
 	QWEN3_MOE("debugmodel_moe", 256, 8, 16, 8, 2048, 3072, 4096, 1e6, 64, 8, 768),
-	QWEN3_MOE("30B-A3B", 2048, 48, 32, 4, 151936, 6144, 262144, 1e6, 128, 8, 768),
-	QWEN3_MOE("235B-A22B", 4096, 94, 64, 4, 151936, 12288, 4096, 5e6, 128, 8, 1536),
+	QWEN3_MOE("30B-A3B", 2048, 48, 32, 4, 151936, 6144, 40960, 1e6, 128, 8, 768),
+	QWEN3_MOE("235B-A22B", 4096, 94, 64, 4, 151936, 12288, 40960, 5e6, 128, 8, 1536),
 	QWEN3_MOE("debugmodel_moe_small", 256, 4, 4, 2, 2048, 3072, 4096, 1e6, 8, 2, 256),
 	{0},
 };

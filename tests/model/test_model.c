@@ -101,6 +101,33 @@ static void stats(const float *x, size_t n, double *std, double *maxabs)
 	*maxabs = mx;
 }
 
+/* torchtitan 0.3.0's tied Llama 3 flavors (1B, 3B) skip the embedding's
+ * init and initialise the shared weight as lm_head: trunc_normal(std
+ * dim^-0.5, cut at 3 std), not the embedding's normal(1).  1B's args, small. */
+static void tied_llama3_initialises_the_shared_weight_as_the_output(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	llama_args a = *flavor_find("1B");
+	assert_int_equal(a.tied_embeddings, 1);
+	a.dim = 256, a.n_layers = 1, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 2048;
+	backend *be = backend_cpu_create(0, &e);
+	model *m = model_create(be, &a, 0, &e);
+	if (!m)
+		fail_msg("%s", e.msg);
+	assert_int_equal(model_init(m, 42, 1, &e), 0);
+	assert_null(model_tensor_find(m, "output.weight"));
+	const model_tensor *t = model_tensor_find(m, "tok_embeddings.weight");
+	double sd, mx;
+	stats(model_params(m) + t->offset, t->numel, &sd, &mx);
+	print_message("tied tok_embeddings.weight: std %.5f (want %.5f less the cut's 1.4%%), "
+		      "max %.4f (cut %.4f)\n", sd, 1 / 16.0, mx, 3 / 16.0);
+	assert_true(fabs(sd - 1 / 16.0) < 0.03 / 16.0);
+	assert_true(mx <= 3 / 16.0);
+	model_free(m);
+	backend_free(be);
+}
+
 static void init_follows_torchtitan_stds_and_cuts_and_is_seeded(void **s)
 {
 	(void)s;
@@ -330,6 +357,7 @@ int main(void)
 		cmocka_unit_test(debugmodel_layout_uses_torchtitan_fqns_and_covers_the_flat_buffer),
 		cmocka_unit_test(vocab_override_resizes_embedding_and_output),
 		cmocka_unit_test(init_follows_torchtitan_stds_and_cuts_and_is_seeded),
+		cmocka_unit_test(tied_llama3_initialises_the_shared_weight_as_the_output),
 		cmocka_unit_test(activation_checkpointing_keeps_gradients_and_saves_memory),
 		cmocka_unit_test(two_micro_batches_add_up_to_one_batch),
 		cmocka_unit_test(repeated_steps_are_bit_identical),

@@ -2,7 +2,8 @@
  * point back to it and build models whose layout agrees with the flavor's
  * parameter count, and every tensor carries torchtitan's tensor-parallel style
  * (what the TP plan reads); every family's pieces run under the bfloat16
- * precision modes. */
+ * precision modes; every flavor of torchtitan 0.3.0's four families is one of
+ * titan's, with 0.3.0's numbers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -221,6 +223,82 @@ static void every_flavor_lays_out_its_parameter_count(void **s)
 	backend_free(be);
 }
 
+#define FLAVORS_030 "tests/model/torchtitan-0.3.0-flavors.tsv"
+
+/* titan's name of a 0.3.0 flavor: the same but where 0.3.0 reuses a name
+ * 0.2.2 gave another model, or names a layout of the same model. */
+static const char *titan_flavor(const char *family, const char *flavor)
+{
+	if (!strcmp(family, "gpt_oss") && !strcmp(flavor, "debugmodel"))
+		return "debugmodel_030"; /* 0.2.2's debugmodel has GPT-OSS's vocabulary */
+	if (!strcmp(family, "qwen3") && !strcmp(flavor, "debugmodel_non_fused_qkv"))
+		return "debugmodel"; /* wq, wk, wv apart: the same model and names */
+	return flavor;
+}
+
+/* The RoPE scaling written "none", "llama:F" or "yarn:F:BETA_FAST:BETA_SLOW:ORIG". */
+static int same_scaling(const llama_args *a, const char *want)
+{
+	rope_scaling r = flavor_rope_scaling(a);
+	double f, hi, lo, orig;
+	if (strcmp(want, "none") == 0)
+		return r.kind == ROPE_SCALE_NONE;
+	if (sscanf(want, "llama:%lf", &f) == 1)
+		return r.kind == ROPE_SCALE_LLAMA3 && r.factor == f && r.low == 1 && r.high == 4 &&
+		       r.orig == 8192;
+	if (sscanf(want, "yarn:%lf:%lf:%lf:%lf", &f, &hi, &lo, &orig) == 4)
+		return r.kind == ROPE_SCALE_YARN && r.factor == f && r.high == hi && r.low == lo &&
+		       r.orig == orig;
+	return 0;
+}
+
+/* One line of the list against titan's flavor; 0, or 1 after saying what differs. */
+static int check_flavor_030(const char *line)
+{
+	char family[32], flavor[64], scaling[64];
+	long long dim, layers, heads, kv, hd, ffn, experts, top_k, inter, vocab, tied, seq, params;
+	double theta;
+	if (sscanf(line, "%31s %63s %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
+		   "%63s %lf %lld", family, flavor, &dim, &layers, &heads, &kv, &hd, &ffn, &experts,
+		   &top_k, &inter, &vocab, &tied, &seq, scaling, &theta, &params) != 17)
+		fail_msg("%s: not a line of the list: %s", FLAVORS_030, line);
+	const model_family *f = model_family_find(family);
+	const llama_args *a = f ? model_family_flavor(f, titan_flavor(family, flavor)) : NULL;
+	if (a == NULL) {
+		print_message("%s %s: titan has no such flavor\n", family, flavor);
+		return 1;
+	}
+	int bad = a->dim != dim || a->n_layers != layers || a->n_heads != heads ||
+		  a->n_kv_heads != (kv ? kv : heads) || (hd && flavor_head_dim(a) != hd) ||
+		  (ffn && flavor_ffn_hidden(a) != ffn) || a->moe.experts != experts ||
+		  a->moe.top_k != top_k || a->moe.inter_dim != inter || a->vocab_size != vocab ||
+		  a->tied_embeddings != tied || a->max_seq_len != seq || !same_scaling(a, scaling) ||
+		  a->rope_theta != theta || flavor_param_count(a) != params;
+	if (bad)
+		print_message("%s %s: titan's flavor is not 0.3.0's: %s", family, flavor, line);
+	return bad;
+}
+
+static void every_torchtitan_030_flavor_is_titans_with_its_numbers(void **s)
+{
+	(void)s;
+	FILE *in = fopen(FLAVORS_030, "r");
+	if (in == NULL)
+		fail_msg("%s: cannot open (run from the repository root)", FLAVORS_030);
+	char line[512];
+	int n = 0, bad = 0;
+	while (fgets(line, sizeof line, in)) {
+		if (line[0] == '#')
+			continue;
+		bad += check_flavor_030(line);
+		n++;
+	}
+	fclose(in);
+	assert_int_equal(bad, 0);
+	assert_true(n >= 24);
+	print_message("%d flavors of torchtitan 0.3.0 are titan's with their numbers\n", n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -229,6 +307,7 @@ int main(void)
 		cmocka_unit_test(every_flavor_lays_out_its_parameter_count),
 		cmocka_unit_test(every_family_takes_tensor_parallelism),
 		cmocka_unit_test(bf16_modes_run_every_familys_pieces),
+		cmocka_unit_test(every_torchtitan_030_flavor_is_titans_with_its_numbers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

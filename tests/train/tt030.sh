@@ -26,17 +26,17 @@ run030() {
 steps_of() {
 	sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1\t\2\t\3\t\4/p' "$1"
 }
-# compare GOLDEN RUN FIRST LAST [loss]: every step within the issue's
+# compare GOLDEN RUN FIRST LAST [loss [TOL]]: every step within the issue's
 # tolerances (loss 1e-5 at step 1 and 1e-4 after, grad norm 1e-4, lr exact);
-# with "loss" the loss alone, 1e-4 (the MoE families: a router's choice that
-# flips between two nearly equal experts moves the grad norm, not the loss)
+# with "loss" the loss alone, 1e-4 or TOL (the MoE families: a router's choice
+# that flips between two nearly equal experts moves the grad norm, not the loss)
 compare() {
-	awk -F'\t' -v first="$3" -v last="$4" -v only="${5:-}" '
+	awk -F'\t' -v first="$3" -v last="$4" -v only="${5:-}" -v ltol="${6:-1e-4}" '
 		function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
 		NR == FNR { if ($1 !~ /^#/) { l[$1] = $2; g[$1] = $3; r[$1] = $4 }; next }
 		$1 >= first && $1 <= last {
 			n++
-			tol = $1 == 1 && only == "" ? 1e-5 : 1e-4
+			tol = only != "" ? ltol : $1 == 1 ? 1e-5 : 1e-4
 			if (rel($2, l[$1]) > tol) { printf "step %d loss %s, 0.3.0 %s\n", $1, $2, l[$1]; bad = 1 }
 			if (only == "" && rel($3, g[$1]) > 1e-4) { printf "step %d grad_norm %s, 0.3.0 %s\n", $1, $3, g[$1]; bad = 1 }
 			if (rel($4, r[$1]) > 1e-12) { printf "step %d lr %s, 0.3.0 %s\n", $1, $4, r[$1]; bad = 1 }
@@ -166,6 +166,29 @@ for fam in qwen3 deepseek_v3; do
 		t_not_ok "$fam: the loss and lr equal 0.3.0's at every step" "$why"
 	fi
 done
+
+# gpt_oss_debugmodel_flex (0.3.0's debugmodel, titan's debugmodel_030: sinks,
+# sliding windows, YaRN, biased experts with the clamped SwiGLU) against
+# 0.3.0 from titan's seed checkpoint, its experts' GEMMs in bfloat16 as 0.3.0
+# runs them: the step-1 loss within 1e-5, the later ones within 1e-3 (the
+# gradients of 0.3.0's MoE layers differ from titan's by 1e-4 of the grad norm
+# at step 1, with float32 experts too, and the steps drift apart from there).
+mod() {
+	"$TRAIN" --module gpt_oss --config gpt_oss_debugmodel_flex --training.local_batch_size 2 \
+		--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
+		--dataloader.dataset_path "$TMP/data" "$@"
+}
+t_run "gpt_oss: titan's seed checkpoint" mod --dump_folder "$TMP/gpt_oss.seed" --checkpoint.enable \
+	--checkpoint.create_seed_checkpoint
+t_run "gpt_oss: 15 steps of gpt_oss_debugmodel_flex as 0.3.0" mod --training.steps 15 \
+	--dump_folder "$TMP/gpt_oss" --checkpoint.initial_load_path "$TMP/gpt_oss.seed/checkpoint/step-0"
+steps_of "$TMP/gpt_oss/metrics.jsonl" >"$TMP/gpt_oss.tsv"
+if why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 1 loss 1e-5) &&
+	why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 15 loss 1e-3); then
+	t_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 1e-3)"
+else
+	t_not_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 1e-3)" "$why"
+fi
 
 # Mixed precision as 0.3.0 has it on one rank: FSDP's MixedPrecisionPolicy
 # (bf16 parameters and activations, float32 reduce), not autocast, against

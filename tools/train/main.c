@@ -53,13 +53,16 @@ static void usage(FILE *out)
 		"                           NAME.toml of configs/ (TITAN_CONFIG_DIR), a\n"
 		"                           model.name = NAME one\n"
 		"  --section.key VALUE      override one key (booleans may be bare flags)\n"
-		"  --job.print_config       print the resolved config as TOML and exit\n"
+		"  --job.print_config       print the resolved config as TOML and exit (a 0.3.0\n"
+		"                           preset's --debug.print_config: as 0.3.0's JSON)\n"
 		"  --list-flavors           print the model flavors and exit\n"
 		"  --list-keys              print every config key (TSV: key, type, default,\n"
 		"                           values, torchtitan key, support, why, description)\n"
 		"                           and exit\n"
 		"  --list-030-paths         print torchtitan 0.3.0's CLI paths (TSV: path, what,\n"
 		"                           titan key, value accepted, why) and exit\n"
+		"  --list-030-presets       print torchtitan 0.3.0's presets (TSV: module, preset,\n"
+		"                           honoured or refused, why) and exit\n"
 		"  --read-events FILE       print a TensorBoard event file (CRCs checked) and exit\n"
 		"  --plot-loss FILE [--png OUT]\n"
 		"                           plot the loss curves of a metrics.jsonl in the terminal\n"
@@ -351,6 +354,34 @@ static int plan_only(const job_config *c, const plan_opts *o)
 	return rc ? fail(TITAN_EXIT_FAIL, "writing the plan failed", 0) : TITAN_EXIT_OK;
 }
 
+/* --job.print_config (0.3.0's --debug.print_config): a 0.3.0 run prints its
+ * Trainer.Config as 0.3.0 logs it, a 0.2.2 run its TOML. */
+static int print_config(const job_config *c)
+{
+	if (!c->follows_030) {
+		config_print(c, stdout);
+		return TITAN_EXIT_OK;
+	}
+	const model_family *f = model_family_find(c->model.name);
+	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
+	if (a == NULL)
+		return fail(TITAN_EXIT_USAGE, "model.flavor: not a flavor of the family", 0);
+	return tt030_print_config(c, a->vocab_size, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
+}
+
+/* 0.3.0's Decoder.update_from_config: a run's sequence fits the RoPE cache
+ * the flavor builds (its max_seq_len); 0.2.2 builds it for the run's. */
+static int check_rope_length(const job_config *c, titan_err *err)
+{
+	const model_family *f = model_family_find(c->model.name);
+	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
+	if (!c->follows_030 || a == NULL || c->training.seq_len <= a->max_seq_len)
+		return 0;
+	return err_set(err, "training.seq_len %lld: exceeds the RoPE maximum sequence length "
+		       "%d of flavor %s (torchtitan 0.3.0 refuses it)",
+		       (long long)c->training.seq_len, a->max_seq_len, c->model.flavor);
+}
+
 /* Everything after the configuration is read; returns the exit status. */
 static int run(job_config *c, int nrest, char **rest)
 {
@@ -363,6 +394,8 @@ static int run(job_config *c, int nrest, char **rest)
 			return TITAN_EXIT_OK;
 		} else if (strcmp(rest[i], "--list-030-paths") == 0) {
 			return tt030_list_paths(stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
+		} else if (strcmp(rest[i], "--list-030-presets") == 0) {
+			return tt030_list_presets(stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 		} else if (strcmp(rest[i], "--list-flavors") == 0) {
 			trainer_list_flavors(stdout);
 			return TITAN_EXIT_OK;
@@ -415,10 +448,10 @@ static int run(job_config *c, int nrest, char **rest)
 	}
 	if (config_validate(c, &err) != 0)
 		return fail(TITAN_EXIT_USAGE, err.msg, 0);
-	if (c->job.print_config) {
-		config_print(c, stdout);
-		return TITAN_EXIT_OK;
-	}
+	if (c->job.print_config)
+		return print_config(c);
+	if (check_rope_length(c, &err) != 0)
+		return fail(TITAN_EXIT_USAGE, err.msg, 0);
 	if ((po.json || po.world_size || po.device_bytes) && !po.dry_run && !po.print_schedule)
 		return fail(TITAN_EXIT_USAGE, "--json, --world-size and --device-memory go with "
 			    "--dry-run", 1);
