@@ -657,10 +657,9 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 	return rc;
 }
 
-/* Whether the model of the HF folder (or the folder of a .safetensors file)
- * ties lm_head to the embedding: its config.json's tie_word_embeddings (false
- * when absent, as transformers reads it), or fallback without a config.json. */
-static int config_tied(const char *path, int fallback, int *tied, titan_err *err)
+/* The config.json beside an HF folder's weights (PATH a folder, or a
+ * .safetensors file in one), malloc'd; *missing set when there is none. */
+static char *config_path(const char *path, int *missing, titan_err *err)
 {
 	struct stat st;
 	char *dir = NULL, *cfg;
@@ -671,10 +670,24 @@ static int config_tied(const char *path, int fallback, int *tied, titan_err *err
 		cfg = dir ? path_join(dirname(dir), "config.json") : NULL;
 	}
 	free(dir);
+	if (!cfg) {
+		err_set(err, "out of memory");
+		return NULL;
+	}
+	*missing = stat(cfg, &st) != 0;
+	return cfg;
+}
+
+/* Whether the model of the HF folder (or the folder of a .safetensors file)
+ * ties lm_head to the embedding: its config.json's tie_word_embeddings (false
+ * when absent, as transformers reads it), or fallback without a config.json. */
+static int config_tied(const char *path, int fallback, int *tied, titan_err *err)
+{
+	int missing, rc = 0;
+	char *cfg = config_path(path, &missing, err);
 	if (!cfg)
-		return err_set(err, "out of memory");
-	int rc = 0;
-	if (stat(cfg, &st) != 0) {
+		return -1;
+	if (missing) {
 		*tied = fallback;
 	} else {
 		json_t *c = tjson_load_file(cfg, 0, err);
@@ -684,6 +697,30 @@ static int config_tied(const char *path, int fallback, int *tied, titan_err *err
 	}
 	free(cfg);
 	return rc;
+}
+
+/* A warning when config.json's Llama 3 RoPE scaling factor is not the
+ * flavor's: the weights then train with other frequencies than they were
+ * made with (Meta's Llama 3.2 release says 32, torchtitan 0.3.0's 1B and 3B
+ * flavors 8).  Unreadable or absent scaling says nothing. */
+static void check_rope_factor(const char *path, const dcp_hf_model *m)
+{
+	int missing;
+	titan_err e;
+	char *cfg = config_path(path, &missing, &e);
+	if (!cfg || missing || m->rope_scale_factor <= 0) {
+		free(cfg);
+		return;
+	}
+	json_t *c = tjson_load_file(cfg, 0, &e);
+	json_t *r = c ? json_object_get(c, "rope_scaling") : NULL;
+	json_t *f = json_is_object(r) ? json_object_get(r, "factor") : NULL;
+	if (json_is_number(f) && json_number_value(f) != m->rope_scale_factor)
+		titan_warn("%s: rope_scaling.factor %g, the flavor's %g: the weights train with "
+			   "other RoPE frequencies than they were made with", cfg,
+			   json_number_value(f), m->rope_scale_factor);
+	json_decref(c);
+	free(cfg);
 }
 
 /* Experts arriving one HF tensor at a time, stacked into torchtitan's
@@ -871,6 +908,8 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 	}
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 1, err);
+	if (rc == 0)
+		check_rope_factor(hfdir, &m);
 	size_t n = dcp_source_count(s), ns = 0;
 	expert_stack *stacks = calloc(n + 1, sizeof *stacks);
 	if (!stacks && rc == 0)

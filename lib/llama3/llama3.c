@@ -13,7 +13,8 @@ extern const model_family llama3_family;
  * applies the Llama 3.1 rope scaling (0.2.2's RoPEScalingArgs, 0.3.0's
  * RoPE.Config scaling "llama": factor 8, low 1, high 4, original 8192) to
  * every flavor, 1B and 3B included (Meta's Llama 3.2 release says factor 32:
- * its checkpoints load, but train and infer with other frequencies);
+ * its checkpoints load, with a warning, but train and infer with other
+ * frequencies);
  * n_kv_heads unset means n_heads. */
 #define L3 .family = &llama3_family
 static const llama_args flavors[] = {

@@ -103,6 +103,12 @@ if grep -q '^output.weight  *ok ' "$TMP/diffhf" && ! [ -s "$TMP/diffhf.bad" ]; t
 else
 	t_not_ok "export and import give back every weight of the checkpoint" "$(head -5 "$TMP/diffhf.bad")"
 fi
+# Meta's Llama 3.2 says RoPE factor 32 where torchtitan 0.3.0's 1B and 3B say 8
+cp -r "$TMP/hf" "$TMP/hf32"
+sed -i 's/"factor": 8.0/"factor": 32.0/' "$TMP/hf32/config.json"
+"$C" from-hf "$TMP/hf32" "$TMP/fromhf32" --flavor debugmodel 2>"$TMP/hf32.err"
+t_grep "an HF model of another RoPE factor is imported with a warning" \
+	'hf32/config.json: rope_scaling.factor 32, the flavor.s 8' "$TMP/hf32.err"
 t_fails "--names of another version" 2 "$C" single-to-dcp "$TMP/n22" "$TMP/x" --names 0.2
 
 t_run "resume from step 10" run030 --training.steps 15 --dump_folder "$TMP/a" \
