@@ -53,6 +53,9 @@ static int run_pipeline(void *ctx, plan *p, const plan_batch *b, float grad_scal
 			       "schedule's %d", b->n_mb, n);
 	size_t per = (size_t)n * (size_t)p->o.b * (size_t)p->o.t;
 	int rounds = b->n_mb / n;
+	if (b->positions && p->cp > 1)
+		return err_set(e, "pipeline parallelism with context parallelism over torchtitan "
+			       "0.3.0's documents is not built");
 	for (int k = 0; k < rounds; k++) {
 		p->last_mb = k == rounds - 1; /* replicas all-reduce a resident gradient once */
 		double ls = 0;
@@ -133,7 +136,7 @@ int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels,
 		if (!(mb[s] = model_mb_create(p->m, u0, u1, b, t, e)) ||
 		    model_mb_set_tokens(mb[s], u0 == 0 ? inputs : NULL, u1 == p->head ? labels : NULL,
 					0, 0, NULL, e) ||
-		    model_mb_set_positions(mb[s], positions, e)) {
+		    plan_mb_positions(p, mb[s], positions, b, t, e)) {
 			rc = -1;
 			break;
 		}
