@@ -2,7 +2,8 @@
  * this program under mpirun once per world size, naming its plans in
  * TITAN_PLAN_TEST (several separated by ';': tests/support/case_batch.h), each
  * ("rep=2 shard=2 cp=1 tp=1 accum=2 reshard=always async=0 lp=1 ac=none
- * bal=headtail rot=allgather"; the degrees' product is the world size); run
+ * bal=headtail rot=allgather"; bal=ptrr deals blocks of PTRR_BLOCK tokens by
+ * each row's documents, with docs=1; the degrees' product is the world size); run
  * alone it checks the world of one.
  * Pipeline parallelism: "pp=2 sched=1F1B mbs=2" (pipeline_parallel_degree,
  * _schedule, _microbatch_size), optionally "lps=N" (layers_per_stage),

@@ -242,8 +242,11 @@ fi
 cp030() {
 	np=$1
 	shift
-	env OMP_NUM_THREADS=1 $MPIRUN -np "$np" "$TRAIN" --module llama3 --config llama3_debugmodel \
-		--training.local_batch_size 2 --training.mixed_precision_param float32 --debug.seed 7 "$@"
+	run=
+	[ "$np" -gt 1 ] && run="env OMP_NUM_THREADS=1 $MPIRUN -np $np"
+	# shellcheck disable=SC2086
+	$run "$TRAIN" --module llama3 --config llama3_debugmodel --training.local_batch_size 2 \
+		--training.mixed_precision_param float32 --debug.seed 7 "$@"
 }
 t_run "CP 2 (headtail) over the documents" cp030 2 --training.seq_len 64 --training.steps 3 \
 	--dataloader.dataset_path "$TMP/data" --dump_folder "$TMP/cp" --parallelism.context_parallel_degree 2
