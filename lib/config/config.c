@@ -238,7 +238,8 @@ static const cfg_key keys[] = {
 	K("parallelism.context_parallel_load_balancer", CFG_OPT_STR,
 	  parallelism.context_parallel_load_balancer, "\"headtail\"", "headtail|ptrr",
 	  "parallelism.context_parallel_load_balancer", "CP load balancing: headtail gives rank i chunks i and 2cp-1-i of 2cp, none "
-	  "(off) chunk i of cp; ptrr (FlexAttention's) is refused"),
+	  "(off) chunk i of cp; ptrr (torchtitan 0.3.0 runs: FlexAttention's) deals each row's blocks of 128 "
+	  "tokens by their documents' work"),
 	K("parallelism.context_parallel_rotate_method", CFG_STR,
 	  parallelism.context_parallel_rotate_method, "\"allgather\"", "allgather|alltoall",
 	  "parallelism.context_parallel_rotate_method", "CP key/value exchange: allgather gathers every rank's once, alltoall passes "

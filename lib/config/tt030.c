@@ -305,8 +305,9 @@ static const tt030_path paths[] = {
 	SAME("parallelism.pipeline_parallel_microbatch_size"),
 	SAME("parallelism.context_parallel_degree"),
 	SAME("parallelism.context_parallel_load_balancer"),
-	ONLY("parallelism.context_parallel_ptrr_mask_key", "none", "the PTRR load balancer is "
-	     "not built"),
+	{"parallelism.context_parallel_ptrr_mask_key", NULL, NULL, "picks the mask of a dict of "
+	 "masks the ptrr load balancer is built from; titan's language models have one (the "
+	 "documents' block-causal mask), so any value is accepted, as 0.3.0 ignores it then", 0},
 	SAME("parallelism.expert_parallel_degree"),
 	SAME("checkpoint.enable"),
 	SAME("checkpoint.folder"),

@@ -1,19 +1,36 @@
-/* cp.h: context parallelism as torchtitan 0.2.2 does it
- * (torchtitan/distributed/context_parallel.py over torch's
- * experimental _context_parallel): the sequence dimension sharded over the cp
- * ranks, and attention computed as RING ATTENTION over them.
+/* cp.h: context parallelism as torchtitan does it (0.2.2's
+ * torchtitan/distributed/context_parallel.py, 0.3.0's
+ * distributed/context_parallel/api.py, over torch's experimental
+ * _context_parallel): the sequence dimension sharded over the cp ranks, and
+ * attention computed as RING ATTENTION over them.
  *
  * Layout.  The global sequence of seq_len tokens is cut into equal chunks.
  * With the headtail load balancer (torchtitan's default) there are 2 cp chunks
  * and rank i holds chunks i and 2cp-1-i, so that under the causal mask every
  * rank has the same work; without a balancer ("none") rank i holds chunk i of
- * cp.  A rank's local sequence is its chunks concatenated; positions (RoPE,
- * the causal mask) are each token's global position.
+ * cp.  With ptrr (torch's _PTRRLoadBalancer, 0.3.0's balancer for
+ * FlexAttention's document masks) the chunks are the mask's blocks of
+ * `block` tokens (FlexAttention's 128), and each ROW of the batch has its own
+ * assignment, from its documents: a query block's work is the number of key
+ * blocks its documents' causal mask touches (the block itself and those back
+ * to its first query's document start); the blocks sorted by work, most
+ * first (ties in order), go round the ranks 0..cp-1, then back cp-1..0, and
+ * so on; a rank holds its blocks in sequence order.  A rank's local sequence
+ * is its chunks concatenated; positions (RoPE, the causal mask) are each
+ * token's global position.
+ *
+ * Documents (torchtitan 0.3.0's packed rows): the attention's mask is also
+ * block-causal, a query seeing the keys of its own document only; ring
+ * attention reads each row's document starts by global position
+ * (be_attn.doc over the whole rows, doc_t = seq_len).
  *
  * Ring attention.  A rank's queries meet every rank's keys and values, a
  * block of them at a time: for a query chunk at global chunk index a and a key
  * chunk at b, nothing when b > a, the causal diagonal when b = a, everything
- * when b < a.  The backend's attention op computes each block at its
+ * when b < a; with documents also nothing when the key chunk ends before the
+ * document of the query chunk's first token starts, and each call masks by
+ * the row's documents (a row that sees no key of a block gets lse -inf: the
+ * merge skips it).  The backend's attention op computes each block at its
  * positions; the partial results are merged by log-sum-exp in float32
  * (out = sum_j exp(lse_j - lse) out_j, lse = log sum_j exp lse_j).  The
  * backward runs each block with the MERGED out and lse, which gives that
@@ -36,7 +53,9 @@
 #include "backend/backend.h"
 #include "core/err.h"
 
-typedef enum cp_balance { CP_BALANCE_NONE, CP_BALANCE_HEADTAIL } cp_balance;
+typedef enum cp_balance { CP_BALANCE_NONE, CP_BALANCE_HEADTAIL, CP_BALANCE_PTRR } cp_balance;
+/* FlexAttention's block (torch's _DEFAULT_SPARSE_BLOCK_SIZE): ptrr's chunk. */
+enum { CP_PTRR_BLOCK = 128 };
 typedef enum cp_rotate { CP_ROTATE_ALLGATHER, CP_ROTATE_ALLTOALL } cp_rotate;
 
 /* parallelism.context_parallel_load_balancer (NULL: None) and
@@ -45,34 +64,63 @@ int cp_balance_parse(const char *name, cp_balance *b, titan_err *e);
 int cp_rotate_parse(const char *name, cp_rotate *r, titan_err *e);
 
 typedef struct cp_layout {
-	int cp;          /* ranks */
-	int chunks;      /* chunks per rank: 2 (headtail) or 1 */
-	int64_t seq_len; /* global tokens per sequence */
-	int64_t chunk;   /* tokens per chunk */
+	int cp;             /* ranks */
+	int chunks;         /* chunks per rank: 2 (headtail), 1 (none), seq_len / (block cp) (ptrr) */
+	int64_t seq_len;    /* global tokens per sequence */
+	int64_t chunk;      /* tokens per chunk */
+	cp_balance balance;
 } cp_layout;
 
-/* The layout of seq_len tokens over cp ranks; refuses a seq_len the chunks do
- * not divide, naming the numbers. */
+/* The layout of seq_len tokens over cp ranks (ptrr's blocks of CP_PTRR_BLOCK
+ * tokens); refuses a seq_len the chunks do not divide, naming the numbers.
+ * cp_layout_init_block takes ptrr's block (the others ignore it). */
 int cp_layout_init(cp_layout *l, int64_t seq_len, int cp, cp_balance b, titan_err *e);
+int cp_layout_init_block(cp_layout *l, int64_t seq_len, int cp, cp_balance b, int64_t block,
+			 titan_err *e);
 static inline int64_t cp_local_len(const cp_layout *l) { return l->chunks * l->chunk; }
-/* The global chunk index of rank r's k-th chunk. */
+/* Whether every row has the same layout (not ptrr, whose rows follow their
+ * documents). */
+static inline int cp_layout_fixed(const cp_layout *l) { return l->balance != CP_BALANCE_PTRR; }
+/* The global chunk index of rank r's k-th chunk (a fixed layout; ptrr's for
+ * a row that is one document). */
 int cp_chunk_index(const cp_layout *l, int r, int k);
-/* The global positions of rank r's local tokens (cp_local_len of them). */
+/* The global positions of rank r's local tokens (cp_local_len of them; as
+ * cp_chunk_index). */
 void cp_positions(const cp_layout *l, int r, int64_t *pos);
+/* One row's MAP: map[r * chunks + k] the global chunk index of rank r's k-th
+ * chunk, from the row's document starts doc (seq_len of them: doc[p] the
+ * first position of p's document; NULL: one document).  A fixed layout's
+ * map is cp_chunk_index's, ptrr's for one document too. */
+int cp_row_map(const cp_layout *l, const int32_t *doc, int *map, titan_err *e);
+static inline int cp_map_len(const cp_layout *l) { return l->cp * l->chunks; }
+/* The maps (b, cp_map_len) of b rows of torchtitan 0.3.0's per-document
+ * positions (b, seq_len: 0 at each document's start, counting up; NULL:
+ * rows of one document): the array given to cp_shard_rows. */
+int cp_row_maps(const cp_layout *l, const int32_t *positions, int64_t b, int *maps, titan_err *e);
 /* Rank r's share of a host array of b sequences of seq_len items of elem
  * bytes (tokens, labels, a reference tensor with elem = row bytes): local
- * (b, T_local) from full (b, seq_len); cp_unshard puts it back. */
+ * (b, T_local) from full (b, seq_len); cp_unshard puts it back.  The _rows
+ * forms take each row's map (cp_row_maps; NULL: the fixed layout's). */
 void cp_shard(const cp_layout *l, int r, const void *full, void *local, int64_t b, size_t elem);
 void cp_unshard(const cp_layout *l, int r, const void *local, void *full, int64_t b, size_t elem);
+void cp_shard_rows(const cp_layout *l, const int *maps, int r, const void *full, void *local,
+		   int64_t b, size_t elem);
+void cp_unshard_rows(const cp_layout *l, const int *maps, int r, const void *local, void *full,
+		     int64_t b, size_t elem);
 
 /* One rank's ring-attention arithmetic for a fixed shape.  shape is the
  * rank's local call: b, h, hkv, hd, hdv, scale and element types as for the
- * backend's attention; tq and tk must be cp_local_len; causal must be set. */
+ * backend's attention; tq and tk must be cp_local_len; causal must be set;
+ * its doc is ignored (cp_ring_set_docs gives each call's). */
 typedef struct cp_ring cp_ring;
 
 cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn *shape,
 			titan_err *e);
 void cp_ring_free(cp_ring *r);
+/* The documents of the calls that follow: doc (b, doc_t) in backend memory,
+ * the rows' document starts by global position (doc_t = seq_len), or NULL
+ * (plain causal; refused under ptrr, whose layout follows the documents). */
+int cp_ring_set_docs(cp_ring *r, const int32_t *doc, int64_t doc_t, titan_err *e);
 
 /* Forward: begin with this rank's queries, add the blocks of keys and values
  * of each owner rank (each once, any order), end writes out and lse. */

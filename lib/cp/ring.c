@@ -67,11 +67,16 @@ void cp_attn_sent(const cp_layout *l, cp_rotate how, const be_attn *s, uint64_t 
 	*bwd = *fwd + hops * kv * sizeof(float);
 }
 
-/* Buffers for the shape, made again when it changes. */
-static int prepare(cp_attn *a, const be_attn *s, titan_err *e)
+/* Buffers for the shape, made again when it changes (not with the call's
+ * documents, which the ring takes each time). */
+static int prepare(cp_attn *a, const be_attn *call, titan_err *e)
 {
+	be_attn shape = *call;
+	shape.doc = NULL;
+	shape.doc_t = 0;
+	const be_attn *s = &shape;
 	if (a->ring && memcmp(&a->shape, s, sizeof *s) == 0)
-		return 0;
+		return cp_ring_set_docs(a->ring, call->doc, call->doc_t, e);
 	release(a);
 	if (!(a->ring = cp_ring_create(a->be, &a->l, a->rank, s, e)))
 		return -1;
@@ -87,7 +92,7 @@ static int prepare(cp_attn *a, const be_attn *s, titan_err *e)
 		release(a);
 		return err_prefix(e, "ring attention buffers");
 	}
-	return 0;
+	return cp_ring_set_docs(a->ring, call->doc, call->doc_t, e);
 }
 
 cp_attn *cp_attn_create(backend *be, comm *cp, const cp_layout *l, cp_rotate how, titan_err *e)

@@ -1,8 +1,9 @@
 /* One rank's ring attention, block by block: the backend's attention op on
- * each (query chunk, key chunk) pair the causal mask leaves, one sequence of
- * the batch at a time (a chunk of one sequence is contiguous in every layout,
- * a chunk of several is not), the partial outputs merged by log-sum-exp on the
- * host in float32, the backward's shares summed in float32 by the backend. */
+ * each (query chunk, key chunk) pair the causal mask (and the documents)
+ * leave, one sequence of the batch at a time (a chunk of one sequence is
+ * contiguous in every layout, a chunk of several is not; under ptrr each row
+ * has its own layout), the partial outputs merged by log-sum-exp on the host
+ * in float32, the backward's shares summed in float32 by the backend. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,9 @@ struct cp_ring {
 	int rank;
 	be_attn s;          /* the local shape */
 	int64_t T, c;       /* local length, chunk */
+	int *maps;          /* (b, cp_map_len): each row's chunks (cp_row_map) */
+	const int32_t *doc; /* backend (b, seq_len) document starts, or NULL */
+	int32_t *h_doc;     /* host copy of doc */
 	/* forward */
 	const void *q;
 	float *acc_out;     /* host (b, T, h, hdv) */
@@ -95,19 +99,25 @@ cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn
 		return NULL;
 	}
 	*r = (cp_ring){.be = be, .l = *l, .rank = rank, .s = *shape, .T = T, .c = c};
+	r->s.doc = NULL;
+	r->s.doc_t = 0;
 	const be_attn *s = shape;
-	size_t rows = (size_t)(s->b * T), crow = (size_t)c;
+	size_t rows = (size_t)(s->b * T), crow = (size_t)c, nmap = (size_t)cp_map_len(l);
 	r->acc_out = malloc(rows * (size_t)(s->h * s->hdv) * sizeof(float));
 	r->acc_lse = malloc(rows * (size_t)s->h * sizeof(float));
 	r->h_out = malloc(crow * (size_t)(s->h * s->hdv) * sizeof(float));
 	r->h_lse = malloc(crow * (size_t)s->h * sizeof(float));
-	if (!r->acc_out || !r->acc_lse || !r->h_out || !r->h_lse) {
+	r->maps = malloc((size_t)s->b * nmap * sizeof *r->maps);
+	r->h_doc = malloc((size_t)s->b * (size_t)l->seq_len * sizeof *r->h_doc);
+	if (!r->acc_out || !r->acc_lse || !r->h_out || !r->h_lse || !r->maps || !r->h_doc) {
 		err_set(e, "ring attention: out of memory");
 		cp_ring_free(r);
 		return NULL;
 	}
 	size_t sz[RING_BUFS];
 	ring_sizes(shape, (size_t)c, sz);
+	for (int64_t bi = 0; bi < s->b; bi++)
+		cp_row_map(l, NULL, r->maps + bi * (int64_t)nmap, e); /* fixed: cannot fail */
 	void **d[RING_BUFS] = {&r->t_out, (void **)&r->t_out32, (void **)&r->t_lse,
 			       (void **)&r->d_out32, (void **)&r->dq_acc, &r->t_dq, &r->t_dk, &r->t_dv};
 	int ok = 1;
@@ -135,7 +145,52 @@ void cp_ring_free(cp_ring *r)
 	free(r->acc_lse);
 	free(r->h_out);
 	free(r->h_lse);
+	free(r->maps);
+	free(r->h_doc);
 	free(r);
+}
+
+int cp_ring_set_docs(cp_ring *r, const int32_t *doc, int64_t doc_t, titan_err *e)
+{
+	const cp_layout *l = &r->l;
+	int n = cp_map_len(l);
+	r->doc = NULL;
+	if (doc == NULL) {
+		if (!cp_layout_fixed(l))
+			return err_set(e, "ring attention: the ptrr load balancer deals the blocks by "
+				       "the documents' masks, and this attention has none");
+		for (int64_t bi = 0; bi < r->s.b; bi++)
+			cp_row_map(l, NULL, r->maps + bi * n, e);
+		return 0;
+	}
+	if (doc_t != l->seq_len)
+		return err_set(e, "ring attention: documents of rows of %lld positions for "
+			       "sequences of %lld", (long long)doc_t, (long long)l->seq_len);
+	size_t bytes = (size_t)(r->s.b * doc_t) * sizeof *doc;
+	r->be->ops->copy(r->be, r->h_doc, doc, bytes, BACKEND_D2H);
+	if (r->be->ops->sync(r->be, e))
+		return err_prefix(e, "ring attention: the documents");
+	for (int64_t bi = 0; bi < r->s.b; bi++)
+		if (cp_row_map(l, r->h_doc + bi * doc_t, r->maps + bi * n, e))
+			return -1;
+	r->doc = doc;
+	return 0;
+}
+
+/* The global chunk index of rank `owner`'s k-th chunk in row bi. */
+static int chunk_at(const cp_ring *r, int64_t bi, int owner, int k)
+{
+	return r->maps[bi * cp_map_len(&r->l) + owner * r->l.chunks + k];
+}
+
+/* Whether the block of query chunk qa and key chunk kb of row bi is all
+ * masked: keys after the queries, or (documents) ending before the first
+ * query's document starts, the earliest start of the chunk's queries. */
+static int hidden(const cp_ring *r, int64_t bi, int qa, int kb)
+{
+	if (kb > qa)
+		return 1;
+	return r->doc && (int64_t)(kb + 1) * r->c <= r->h_doc[bi * r->l.seq_len + qa * r->c];
 }
 
 /* Address of chunk k of sequence bi in a (b, T, n) tensor of elem bytes. */
@@ -145,9 +200,10 @@ static const char *at(const cp_ring *r, const void *base, int k, int64_t bi, int
 	return (const char *)base + (size_t)((bi * r->T + k * r->c) * n) * elem;
 }
 
-/* The backend's call for query chunk at global index qa against key chunk kb:
- * one sequence, chunk x chunk, at their positions. */
-static be_attn block_call(const cp_ring *r, int qa, int kb)
+/* The backend's call for query chunk at global index qa against key chunk kb
+ * of row bi: one sequence, chunk x chunk, at their positions, with the row's
+ * documents. */
+static be_attn block_call(const cp_ring *r, int64_t bi, int qa, int kb)
 {
 	be_attn a = r->s;
 	a.b = 1;
@@ -155,6 +211,10 @@ static be_attn block_call(const cp_ring *r, int qa, int kb)
 	a.q_pos0 = (int64_t)qa * r->c;
 	a.k_pos0 = (int64_t)kb * r->c;
 	a.causal = 1;
+	if (r->doc) {
+		a.doc = r->doc + bi * r->l.seq_len;
+		a.doc_t = r->l.seq_len;
+	}
 	return a;
 }
 
@@ -195,13 +255,13 @@ int cp_ring_fwd_block(cp_ring *r, int owner, const void *k, const void *v, titan
 	backend *be = r->be;
 	const be_attn *s = &r->s;
 	size_t n_out = (size_t)(r->c * s->h * s->hdv), es = be_dtype_size(s->qkv);
-	for (int qk = 0; qk < r->l.chunks; qk++)
-		for (int kk = 0; kk < r->l.chunks; kk++) {
-			int qa = cp_chunk_index(&r->l, r->rank, qk), kb = cp_chunk_index(&r->l, owner, kk);
-			if (kb > qa)
-				continue; /* the causal mask hides the whole block */
-			be_attn a = block_call(r, qa, kb);
-			for (int64_t bi = 0; bi < s->b; bi++) {
+	for (int64_t bi = 0; bi < s->b; bi++)
+		for (int qk = 0; qk < r->l.chunks; qk++)
+			for (int kk = 0; kk < r->l.chunks; kk++) {
+				int qa = chunk_at(r, bi, r->rank, qk), kb = chunk_at(r, bi, owner, kk);
+				if (hidden(r, bi, qa, kb))
+					continue; /* the mask hides the whole block */
+				be_attn a = block_call(r, bi, qa, kb);
 				be->ops->attention_fwd(be, r->t_out, r->t_lse,
 						       at(r, r->q, qk, bi, s->h * s->hd, es),
 						       at(r, k, kk, bi, s->hkv * s->hd, es),
@@ -219,7 +279,6 @@ int cp_ring_fwd_block(cp_ring *r, int owner, const void *k, const void *v, titan
 					return err_prefix(e, "ring attention block (%d, %d)", qa, kb);
 				merge(r, qk, bi);
 			}
-		}
 	return 0;
 }
 
@@ -257,13 +316,13 @@ int cp_ring_bwd_block(cp_ring *r, int owner, const void *k, const void *v, float
 	const be_attn *s = &r->s;
 	size_t eq = be_dtype_size(s->qkv), eo = be_dtype_size(s->out), ed = be_dtype_size(s->dout);
 	int64_t c = r->c;
-	for (int qk = 0; qk < r->l.chunks; qk++)
-		for (int kk = 0; kk < r->l.chunks; kk++) {
-			int qa = cp_chunk_index(&r->l, r->rank, qk), kb = cp_chunk_index(&r->l, owner, kk);
-			if (kb > qa)
-				continue;
-			be_attn a = block_call(r, qa, kb);
-			for (int64_t bi = 0; bi < s->b; bi++) {
+	for (int64_t bi = 0; bi < s->b; bi++)
+		for (int qk = 0; qk < r->l.chunks; qk++)
+			for (int kk = 0; kk < r->l.chunks; kk++) {
+				int qa = chunk_at(r, bi, r->rank, qk), kb = chunk_at(r, bi, owner, kk);
+				if (hidden(r, bi, qa, kb))
+					continue;
+				be_attn a = block_call(r, bi, qa, kb);
 				const float *lse = r->lse + (size_t)((qk * s->b + bi) * s->h * c);
 				be->ops->attention_bwd(be, r->t_dq, r->t_dk, r->t_dv,
 						       at(r, r->dout, qk, bi, s->h * s->hdv, ed),
@@ -278,7 +337,6 @@ int cp_ring_bwd_block(cp_ring *r, int owner, const void *k, const void *v, float
 				be->ops->axpy(be, (void *)at(r, dv_acc, kk, bi, s->hkv * s->hdv, 4),
 					      BE_F32, 1, r->t_dv, s->grad, c * s->hkv * s->hdv);
 			}
-		}
 	if (be->ops->sync(be, e))
 		return err_prefix(e, "ring attention backward, keys of rank %d", owner);
 	return 0;

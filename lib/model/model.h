@@ -414,8 +414,16 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
  * own position and attention is block-causal: a token sees the tokens of its
  * own document up to itself.  NULL: every row one causal sequence at positions
  * 0..t-1 (0.2.2).  Holds until set again.  Refused with context parallelism's
- * positions (model_set_positions) and with Llama 4's attention temperature. */
+ * positions (model_set_positions: model_mb_set_documents takes the whole rows
+ * then) and with Llama 4's attention temperature. */
 int model_mb_set_positions(model_mb *mb, const int32_t *positions, titan_err *e);
+/* The same under context parallelism, where a rank holds chunks of each row
+ * (lib/cp's layout): positions (b, t) its tokens' own (RoPE), rows (b, row_t)
+ * the whole rows' positions, whose documents the attention (ring attention)
+ * masks by, reading them by global position (be_attn.doc with doc_t =
+ * row_t).  rows NULL: model_mb_set_positions. */
+int model_mb_set_documents(model_mb *mb, const int32_t *positions, const int32_t *rows,
+			   int64_t row_t, titan_err *e);
 /* A training step whose work never waits for the host (compile.enable's
  * whole-step CUDA graph, lib/plan/graph.c): the tokens come from backend
  * memory, int32 (b, t) each (what the micro-batch needs: inputs when it

@@ -436,68 +436,97 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
 }
 
 /* Every row starts a document at 0 and counts up by one until the next 0. */
-static int check_positions(const int32_t *pos, int b, int t, titan_err *e)
+static int check_positions(const int32_t *pos, int b, int64_t t, titan_err *e)
 {
 	for (int r = 0; r < b; r++)
-		for (int i = 0; i < t; i++) {
+		for (int64_t i = 0; i < t; i++) {
 			int32_t p = pos[(size_t)r * t + i], prev = i ? pos[(size_t)r * t + i - 1] : -1;
 			if (p != 0 && p != prev + 1)
-				return err_set(e, "model: positions[%d][%d] = %d after %d: a document's "
+				return err_set(e, "model: positions[%d][%lld] = %d after %d: a document's "
 					       "positions count 0, 1, 2, ... from its start, and row %d "
-					       "must start one", r, i, p, prev, r);
+					       "must start one", r, (long long)i, p, prev, r);
 		}
 	return 0;
 }
 
-/* The table is gathered from one of positions 0..t-1: a document's positions
- * in a row of t tokens never reach t. */
-static int upload_docs(model_mb *mb, const int32_t *pos, titan_err *e)
+/* A rank's share of rows of row_t tokens: positions in the rows. */
+static int check_share(const int32_t *pos, size_t n, int64_t row_t, titan_err *e)
+{
+	for (size_t i = 0; i < n; i++)
+		if (pos[i] < 0 || pos[i] >= row_t)
+			return err_set(e, "model: position %d of a share of rows of %lld tokens",
+				       pos[i], (long long)row_t);
+	return 0;
+}
+
+/* The table is gathered from one of positions 0..row_t-1: a document's
+ * positions in a row never reach its length. */
+static int upload_docs(model_mb *mb, const int32_t *pos, const int32_t *rows, titan_err *e)
 {
 	model *m = mb->m;
 	size_t n = (size_t)mb->b * (size_t)mb->t, rd = (size_t)m->rope_dim;
-	double *tab = malloc((size_t)mb->t * rd * sizeof *tab);
+	size_t nd = (size_t)mb->b * (size_t)mb->doc_t;
+	double *tab = malloc((size_t)mb->doc_t * rd * sizeof *tab);
 	float *cs = malloc(n * rd * sizeof *cs);
-	int32_t *doc = malloc(n * sizeof *doc);
+	int32_t *doc = malloc(nd * sizeof *doc);
 	if (!tab || !cs || !doc) {
 		free(tab), free(cs), free(doc);
 		return err_set(e, "model: out of memory for the documents' positions");
 	}
-	flavor_rope_table(&m->args, tab, mb->t, (int64_t)rd, 0, NULL);
-	for (size_t i = 0; i < n; i++) {
-		doc[i] = (int32_t)(i % (size_t)mb->t) - pos[i];
+	flavor_rope_table(&m->args, tab, mb->doc_t, (int64_t)rd, 0, NULL);
+	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < rd; j++)
 			cs[i * rd + j] = (float)tab[(size_t)pos[i] * rd + j];
-	}
-	m->be->ops->copy(m->be, mb->doc, doc, n * sizeof *doc, BACKEND_H2D);
+	for (size_t i = 0; i < nd; i++)
+		doc[i] = (int32_t)(i % (size_t)mb->doc_t) - rows[i];
+	m->be->ops->copy(m->be, mb->doc, doc, nd * sizeof *doc, BACKEND_H2D);
 	m->be->ops->copy(m->be, mb->doc_cs, cs, n * rd * sizeof *cs, BACKEND_H2D);
 	free(tab), free(cs), free(doc);
 	return 0;
 }
 
-int model_mb_set_positions(model_mb *mb, const int32_t *pos, titan_err *e)
+int model_mb_set_documents(model_mb *mb, const int32_t *pos, const int32_t *rows, int64_t row_t,
+			   titan_err *e)
 {
 	model *m = mb->m;
 	mb->docs = 0;
 	if (pos == NULL)
 		return 0;
-	if (m->pos != NULL)
-		return err_set(e, "model: per-document positions with context parallelism's "
-			       "positions are not built");
+	if (rows == NULL && m->pos != NULL)
+		return err_set(e, "model: per-document positions under context parallelism "
+			       "come with the whole rows' (model_mb_set_documents)");
 	if (m->args.attn_temp_floor > 0)
 		return err_set(e, "model: per-document positions with Llama 4's attention "
 			       "temperature are not built");
-	if (check_positions(pos, mb->b, mb->t, e))
-		return -1;
-	size_t n = (size_t)mb->b * (size_t)mb->t;
-	if (!mb->doc && !(mb->doc = m->be->ops->alloc(m->be, n * sizeof(int32_t), e)))
-		return err_prefix(e, "model: documents of %zu tokens", n);
+	if (rows == NULL) {
+		rows = pos;
+		row_t = mb->t;
+	}
+	size_t n = (size_t)mb->b * (size_t)mb->t, nd = (size_t)mb->b * (size_t)row_t;
+	if (row_t < mb->t || check_positions(rows, mb->b, row_t, e) ||
+	    check_share(pos, n, row_t, e))
+		return row_t < mb->t ? err_set(e, "model: rows of %lld positions for micro-batches "
+					       "of %d tokens", (long long)row_t, mb->t) : -1;
+	if (mb->doc && mb->doc_n != nd) {
+		m->be->ops->free(m->be, mb->doc);
+		mb->doc = NULL;
+	}
+	if (!mb->doc && !(mb->doc = m->be->ops->alloc(m->be, nd * sizeof(int32_t), e)))
+		return err_prefix(e, "model: documents of %zu positions", nd);
+	mb->doc_n = nd;
+	mb->doc_t = row_t;
 	if (!mb->doc_cs &&
 	    !(mb->doc_cs = m->be->ops->alloc(m->be, n * (size_t)m->rope_dim * sizeof(float), e)))
 		return err_prefix(e, "model: RoPE table of %zu tokens", n);
-	if (upload_docs(mb, pos, e))
+	if (upload_docs(mb, pos, rows, e))
 		return -1;
 	mb->docs = 1;
 	return 0;
+}
+
+int model_mb_set_positions(model_mb *mb, const int32_t *pos, titan_err *e)
+{
+	return model_mb_set_documents(mb, pos, NULL, 0, e);
 }
 
 int model_check_tokens(const model *m, const int32_t *inputs, const int32_t *labels, int64_t n,

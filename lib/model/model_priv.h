@@ -174,9 +174,13 @@ struct model_mb {
 	void *xf;              /* (n, dim) final norm output, prec.act */
 	float *rstdf;          /* (n) */
 	float *gscale;         /* (1) grad_scale in backend memory (MODEL_FUSE_LOSS) */
-	/* torchtitan 0.3.0's documents (model_mb_set_positions), in backend memory,
-	   or NULL: each row one causal sequence */
-	int32_t *doc;          /* (n) the position where each token's document starts */
+	/* torchtitan 0.3.0's documents (model_mb_set_positions, _documents), in
+	   backend memory, or NULL: each row one causal sequence */
+	int32_t *doc;          /* (b, doc_t) the position where the document of each
+	                          position of the rows starts */
+	int64_t doc_t;         /* positions a row: t, or the whole rows' under context
+	                          parallelism */
+	size_t doc_n;          /* int32s doc holds */
 	float *doc_cs;         /* (n, rope_dim/2, 2) the RoPE table of each token's position */
 	int docs;              /* doc and doc_cs hold this micro-batch's documents */
 };

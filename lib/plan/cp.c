@@ -1,7 +1,9 @@
 /* Context parallelism on the plan (torchtitan's context_parallel over the cp
  * mesh dimension): the rank's chunks of each sequence (lib/cp's layout), the
- * tokens' global positions given to the model for RoPE, and the model's
- * attention replaced by ring attention over the cp ranks. */
+ * tokens' global positions given to the model for RoPE (with torchtitan
+ * 0.3.0's documents their positions in their documents, and the whole rows'
+ * documents for the mask), and the model's attention replaced by ring
+ * attention over the cp ranks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,10 +27,17 @@ static int use_layout(plan *p, const cp_layout *l, cp_attn *ring, titan_err *e)
 	return rc;
 }
 
+/* The layout of sequences of seq_len tokens. */
+static int layout_of(const plan *p, int64_t seq_len, cp_layout *l, titan_err *e)
+{
+	return cp_layout_init_block(l, seq_len, p->cp, p->o.cp_balance,
+				    p->o.cp_block ? p->o.cp_block : CP_PTRR_BLOCK, e);
+}
+
 /* The layout of sequences of t x cp tokens and a ring for it. */
 static int make_ring(plan *p, int t, cp_layout *l, cp_attn **ring, titan_err *e)
 {
-	if (cp_layout_init(l, (int64_t)t * p->cp, p->cp, p->o.cp_balance, e))
+	if (layout_of(p, (int64_t)t * p->cp, l, e))
 		return -1;
 	*ring = cp_attn_create(p->be, p->c_cp, l, p->o.cp_rotate, e);
 	return *ring ? 0 : -1;
@@ -84,16 +93,47 @@ size_t plan_cp_bytes(const plan *p)
 	return cp_attn_bytes(&p->cpl, p->o.cp_rotate, &s);
 }
 
+/* Each row's chunks (cp_row_maps) into *maps, malloc'd. */
+static int row_maps(const cp_layout *l, const int32_t *positions, int64_t rows, int **maps,
+		    titan_err *e)
+{
+	*maps = malloc((size_t)rows * (size_t)cp_map_len(l) * sizeof **maps);
+	if (*maps == NULL)
+		return err_set(e, "context parallel: out of memory");
+	if (cp_row_maps(l, positions, rows, *maps, e)) {
+		free(*maps);
+		*maps = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 int plan_cp_share(const plan *p, const int32_t *full, int32_t *local, int64_t rows,
-		  int64_t seq_len, titan_err *e)
+		  int64_t seq_len, const int32_t *positions, titan_err *e)
 {
 	if (p->cp == 1) {
 		memcpy(local, full, (size_t)(rows * seq_len) * sizeof *full);
 		return 0;
 	}
 	cp_layout l;
-	if (cp_layout_init(&l, seq_len, p->cp, p->o.cp_balance, e))
+	int *maps;
+	if (layout_of(p, seq_len, &l, e) || row_maps(&l, positions, rows, &maps, e))
 		return -1;
-	cp_shard(&l, p->cp_rank, full, local, rows, sizeof *full);
+	cp_shard_rows(&l, maps, p->cp_rank, full, local, rows, sizeof *full);
+	free(maps);
 	return 0;
+}
+
+int plan_mb_positions(plan *p, model_mb *mb, const int32_t *rows, int b, int t, titan_err *e)
+{
+	if (p->cp == 1 || rows == NULL)
+		return model_mb_set_positions(mb, rows, e);
+	int64_t row_t = (int64_t)t * p->cp;
+	int32_t *own = malloc((size_t)b * (size_t)t * sizeof *own);
+	if (own == NULL)
+		return err_set(e, "context parallel: out of memory");
+	int rc = plan_cp_share(p, rows, own, b, row_t, rows, e) ||
+		 model_mb_set_documents(mb, own, rows, row_t, e);
+	free(own);
+	return rc ? -1 : 0;
 }

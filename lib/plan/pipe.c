@@ -53,17 +53,34 @@ static int run_pipeline(void *ctx, plan *p, const plan_batch *b, float grad_scal
 			       "schedule's %d", b->n_mb, n);
 	size_t per = (size_t)n * (size_t)p->o.b * (size_t)p->o.t;
 	int rounds = b->n_mb / n;
+	/* context parallelism: the documents' rows whole, the rank's share cut */
+	size_t rows_per = per * (size_t)p->cp;
+	int32_t *own = b->positions && p->cp > 1 ? malloc(per * sizeof *own) : NULL;
+	if (b->positions && p->cp > 1 && own == NULL)
+		return err_set(e, "pipeline: out of memory");
 	for (int k = 0; k < rounds; k++) {
 		p->last_mb = k == rounds - 1; /* replicas all-reduce a resident gradient once */
 		double ls = 0;
 		int64_t nv = 0;
-		pp_engine_set_positions(pp->en, b->positions ? b->positions + k * per : NULL);
-		if (pp_engine_step(pp->en, b->inputs + k * per, b->labels + k * per, grad_scale, h,
-				   &ls, &nv, e))
+		const int32_t *rows = b->positions ? b->positions + k * rows_per : NULL;
+		if (own && plan_cp_share(p, rows, own, (int64_t)n * p->o.b, (int64_t)p->o.t * p->cp,
+					 rows, e)) {
+			free(own);
 			return -1;
+		}
+		pp_engine_set_positions(pp->en, own ? own : rows, own ? rows : NULL,
+					(int64_t)p->o.t * p->cp);
+		int rc = pp_engine_step(pp->en, b->inputs + k * per, b->labels + k * per, grad_scale,
+					h, &ls, &nv, e);
+		pp_engine_set_positions(pp->en, NULL, NULL, 0);
+		if (rc) {
+			free(own);
+			return -1;
+		}
 		*loss_sum += ls;
 		*n_valid += nv;
 	}
+	free(own);
 	return 0;
 }
 
@@ -133,7 +150,7 @@ int plan_pipeline_eval(plan *p, const int32_t *inputs, const int32_t *labels,
 		if (!(mb[s] = model_mb_create(p->m, u0, u1, b, t, e)) ||
 		    model_mb_set_tokens(mb[s], u0 == 0 ? inputs : NULL, u1 == p->head ? labels : NULL,
 					0, 0, NULL, e) ||
-		    model_mb_set_positions(mb[s], positions, e)) {
+		    plan_mb_positions(p, mb[s], positions, b, t, e)) {
 			rc = -1;
 			break;
 		}

@@ -143,6 +143,7 @@ typedef struct plan_opts {
 	 * how keys and values go round (context_parallel_rotate_method) */
 	cp_balance cp_balance;
 	cp_rotate cp_rotate;
+	int64_t cp_block;        /* ptrr's block (0: FlexAttention's CP_PTRR_BLOCK) */
 	/* quantize.linear.float8's FSDP options (act under FSDP, with the model's
 	 * Float8 converter set, tensorwise): the converted weights all-gathered as
 	 * float8 codes with the whole weight's scale; their amax all-reduced with
@@ -187,7 +188,9 @@ int plan_coord(const plan *p, mesh_dim d);
 typedef struct plan_batch {
 	const int32_t *inputs, *labels;
 	const int32_t *positions; /* torchtitan 0.3.0's per-document positions, as
-				     inputs, or NULL (model_mb_set_positions) */
+				     inputs, or NULL (model_mb_set_positions); under
+				     context parallelism the whole rows' (n_mb, b,
+				     t x cp): the plan cuts the rank's share */
 	int n_mb;
 } plan_batch;
 
@@ -249,7 +252,8 @@ const char *plan_graph_failure(const plan *p);
 /* Forward only (validation) of one micro-batch of (b, t) tokens (under
  * context parallelism the rank's share of sequences of t x cp, any length
  * the chunks divide): the summed loss and valid labels over the loss
- * dimension (every rank gets them).  Under a pipeline (plan_set_pipeline)
+ * dimension (every rank gets them); positions as plan_batch's (the whole
+ * rows' under context parallelism).  Under a pipeline (plan_set_pipeline)
  * forward through the stages, the last stage's loss summed over pp. */
 int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, const int32_t *positions,
 	      int b, int t, double *loss_sum, int64_t *n_valid, titan_err *e);
@@ -257,9 +261,10 @@ int plan_eval(plan *p, const int32_t *inputs, const int32_t *labels, const int32
 /* This rank's share of rows sequences of seq_len tokens (host, (rows,
  * seq_len) into (rows, seq_len / cp)): its context-parallel chunks, the
  * whole sequences without context parallelism.  Refuses a seq_len the
- * chunks do not divide. */
+ * chunks do not divide.  positions: the rows' per-document positions (rows,
+ * seq_len) or NULL; the ptrr balancer deals each row's chunks by them. */
 int plan_cp_share(const plan *p, const int32_t *full, int32_t *local, int64_t rows,
-		  int64_t seq_len, titan_err *e);
+		  int64_t seq_len, const int32_t *positions, titan_err *e);
 
 /* What runs a step's micro-batches over the rank's units; the default runs
  * them one after another over every unit (model_run_mb with the unit hooks).

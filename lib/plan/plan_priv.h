@@ -166,6 +166,9 @@ int plan_cp_use(plan *p, int t, cp_attn **ring, titan_err *e);
 int plan_cp_restore(plan *p, cp_attn *ring, titan_err *e);
 /* The bytes of the training ring's buffers (0 without context parallelism). */
 size_t plan_cp_bytes(const plan *p);
+/* A micro-batch's documents (model_mb_set_positions): rows the whole rows'
+ * positions (b, t x cp), the rank's share cut by the layout; NULL: none. */
+int plan_mb_positions(plan *p, model_mb *mb, const int32_t *rows, int b, int t, titan_err *e);
 
 /* step.c: the labels of n tokens that count (not MODEL_IGNORE_INDEX). */
 int64_t plan_count_valid(const int32_t *labels, size_t n);

@@ -45,7 +45,8 @@ static int run_micro_batches(void *ctx, plan *p, const plan_batch *b, float grad
 		PROF_T0(t);
 		if (model_mb_set_tokens(p->mb, b->inputs + k * per, b->labels + k * per, 1,
 					grad_scale, NULL, e) ||
-		    model_mb_set_positions(p->mb, b->positions ? b->positions + k * per : NULL, e) ||
+		    plan_mb_positions(p, p->mb, b->positions ? b->positions + k * per * p->cp : NULL,
+				      p->o.b, p->o.t, e) ||
 		    model_run_mb(p->m, p->mb, h, e))
 			return -1;
 		PROF_PHASE(t, "forward_backward");
@@ -193,7 +194,7 @@ static int eval_batch(plan *p, const int32_t *inputs, const int32_t *labels,
 			return -1;
 		}
 		rc = model_mb_set_tokens(mb, inputs, labels, 0, 0, NULL, e) ||
-		     model_mb_set_positions(mb, positions, e) ||
+		     plan_mb_positions(p, mb, positions, b, t, e) ||
 		     model_run_mb(p->m, mb, &p->hooks, e);
 		s = model_mb_loss_sum(mb);
 		v = model_mb_valid(mb);

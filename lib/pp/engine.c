@@ -41,6 +41,9 @@ struct pp_engine {
 	pp_transport tr;
 	int rank, b, t, head;
 	const int32_t *doc_pos; /* per-document positions (n_mb, b, t) or NULL */
+	const int32_t *doc_rows; /* context parallelism: the whole rows' (n_mb, b, doc_row_t),
+				    or NULL (model_mb_set_documents) */
+	int64_t doc_row_t;
 	size_t bytes;        /* of a message */
 	msg *msgs;           /* (2 * n_stages * n_mb) */
 	model_mb **ctx;      /* (n_stages * n_mb) */
@@ -368,7 +371,11 @@ static int forward(pp_engine *en, const pp_action *a, int in, titan_err *e)
 		return -1;
 	if (model_mb_set_tokens(*mb, u0 == 0 ? en->ids + n : NULL,
 				u1 == en->head ? en->labels + n : NULL, 1, en->grad_scale, NULL, e) ||
-	    model_mb_set_positions(*mb, en->doc_pos ? en->doc_pos + n : NULL, e))
+	    model_mb_set_documents(*mb, en->doc_pos ? en->doc_pos + n : NULL,
+				   en->doc_rows ? en->doc_rows + (size_t)a->mb * (size_t)en->b *
+								    (size_t)en->doc_row_t
+						: NULL,
+				   en->doc_row_t, e))
 		return -1;
 	if (in >= 0)
 		consume(en, in, model_mb_hidden(*mb, u0));
@@ -422,9 +429,12 @@ static int wgrad(pp_engine *en, const pp_action *a, titan_err *e)
 	return 0;
 }
 
-void pp_engine_set_positions(pp_engine *en, const int32_t *positions)
+void pp_engine_set_positions(pp_engine *en, const int32_t *positions, const int32_t *rows,
+			     int64_t row_t)
 {
 	en->doc_pos = positions;
+	en->doc_rows = rows;
+	en->doc_row_t = rows ? row_t : 0;
 }
 
 int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,

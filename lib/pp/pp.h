@@ -224,9 +224,11 @@ void pp_engine_free(pp_engine *en);
 int pp_engine_begin(pp_engine *en, const int32_t *ids, const int32_t *labels, float grad_scale,
 		    const struct model_hooks *hooks, titan_err *e);
 /* torchtitan 0.3.0's per-document positions of the next steps' micro-batches
- * (n_mb x b x t, host, as ids; every stage reads them), or NULL: none
- * (model_mb_set_positions). */
-void pp_engine_set_positions(pp_engine *en, const int32_t *positions);
+ * (n_mb x b x t, host, as ids; every stage reads them), or NULL: none; under
+ * context parallelism with the whole rows' (n_mb x b x row_t), else rows
+ * NULL (model_mb_set_documents). */
+void pp_engine_set_positions(pp_engine *en, const int32_t *positions, const int32_t *rows,
+			     int64_t row_t);
 void pp_engine_set_stage_hooks(pp_engine *en, const pp_stage_hooks *h);
 int pp_engine_advance(pp_engine *en, int block, int *done, titan_err *e);
 /* Actions of the step not yet run (0: only sends may be open). */

@@ -252,9 +252,6 @@ static int open_data(job *j, titan_err *err)
 			 .local_batch = j->B, .dp_rank = j->dp_rank, .dp_degree = j->dp,
 			 .seed = seed_of(c), .shuffle = 0, .prefetch = 2,
 			 .documents = c->follows_030};
-	if (c->follows_030 && j->cp > 1)
-		return err_set(err, "context parallelism with torchtitan 0.3.0's documents (their "
-				    "masks in ring attention) is not built yet");
 	j->train = loader_open(&o, err);
 	if (j->train == NULL)
 		return err_prefix(err, "training data");
@@ -527,6 +524,11 @@ static int build_plan(job *j, titan_err *err)
 	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
 	    choose_precision(j, &prec, err) != 0)
 		return -1;
+	if (o.cp_balance == CP_BALANCE_PTRR && j->cp > 1 && !c->follows_030)
+		return err_set(err, "parallelism.context_parallel_load_balancer 'ptrr' deals the "
+			       "blocks of FlexAttention's document masks, which a torchtitan 0.3.0 run "
+			       "has (--module/--config): this run's attention is plainly causal; use "
+			       "headtail or None");
 	if (backend_is_cuda(j->be) && j->be->ops->ce_vocab_stats == NULL && o.loss_parallel &&
 	    j->h->mesh != NULL && j->h->mesh->size[MESH_TP] > 1)
 		return err_set(err, "--backend cuda: loss parallelism's vocabulary-sharded "
@@ -972,8 +974,8 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	/* each rank's chunks of the sequences (torchtitan's context_parallel
 	 * shards the batch's buffers in place) */
 	int64_t rows = (int64_t)j->accum * j->B;
-	if (plan_cp_share(j->p, j->inputs, j->cp_inputs, rows, j->T, err) != 0 ||
-	    plan_cp_share(j->p, j->labels, j->cp_labels, rows, j->T, err) != 0)
+	if (plan_cp_share(j->p, j->inputs, j->cp_inputs, rows, j->T, j->positions, err) != 0 ||
+	    plan_cp_share(j->p, j->labels, j->cp_labels, rows, j->T, j->positions, err) != 0)
 		return -1;
 	/* under pipeline parallelism each accumulation step is pp_mb micro-batches */
 	plan_batch b = {.inputs = j->cp_inputs, .labels = j->cp_labels, .positions = j->positions,
@@ -1010,8 +1012,8 @@ static int eval_batch(job *j, const loader_batch *b, double *loss_sum, int64_t *
 	size_t n = (size_t)(b->B * b->T) / (size_t)j->cp;
 	int32_t *in = malloc(n * sizeof *in), *lab = malloc(n * sizeof *lab);
 	int rc = in == NULL || lab == NULL ? err_set(err, "out of memory") : 0;
-	if (rc == 0 && (plan_cp_share(j->p, b->inputs, in, b->B, b->T, err) != 0 ||
-			plan_cp_share(j->p, b->labels, lab, b->B, b->T, err) != 0))
+	if (rc == 0 && (plan_cp_share(j->p, b->inputs, in, b->B, b->T, b->positions, err) != 0 ||
+			plan_cp_share(j->p, b->labels, lab, b->B, b->T, b->positions, err) != 0))
 		rc = err_prefix(err, "validation.seq_len");
 	if (rc == 0)
 		rc = plan_eval(j->p, in, lab, b->positions, (int)b->B, (int)(b->T / j->cp), loss_sum,

@@ -297,8 +297,8 @@ static uint64_t measured_plan(const job_config *c, cp_balance bal, cp_rotate how
 	int32_t *mi = malloc((size_t)(b * t) * 4), *ml = malloc((size_t)(b * t) * 4);
 	for (int i = 0; i < b * t; i++)
 		ids[i] = labels[i] = (i * 37) % 2048;
-	assert_int_equal(plan_cp_share(pl, ids, mi, b, t, &e), 0);
-	assert_int_equal(plan_cp_share(pl, labels, ml, b, t, &e), 0);
+	assert_int_equal(plan_cp_share(pl, ids, mi, b, t, NULL, &e), 0);
+	assert_int_equal(plan_cp_share(pl, labels, ml, b, t, NULL, &e), 0);
 	plan_batch batch = {.inputs = mi, .labels = ml, .n_mb = 1};
 	plan_result r;
 	if (plan_step(pl, &batch, 1e-3, 1.0, &r, &e))

@@ -79,12 +79,21 @@ plan 4 cp=2 tp=2
 plan 4 cp=2 tp=2 async=1 rot=alltoall ac=sel2
 plan 8 shard=2 cp=2 tp=2
 # torchtitan 0.3.0's documents (per-document positions, block-causal masks)
-# under FSDP, TP with accumulation, a pipeline, and DDP with full AC
-# (context parallelism with documents is not built: titan-train refuses it)
+# under FSDP, TP with accumulation, a pipeline, and DDP with full AC; under
+# context parallelism (ring attention masking by the whole rows' documents)
+# with each load balancer (ptrr: torch's _PTRRLoadBalancer over blocks of 16,
+# each row dealt by its documents) and rotate method, CP with FSDP, and CP
+# under a pipeline (each stage's micro-batches their rows' share)
 plan 2 shard=2 docs=1
 plan 2 tp=2 docs=1 accum=2
 plan 2 pp=2 sched=1F1B mbs=2 docs=1
 plan 2 rep=2 shard=1 docs=1 ac=full
+plan 2 cp=2 docs=1
+plan 2 cp=2 bal=ptrr docs=1
+plan 2 cp=2 bal=ptrr rot=alltoall docs=1 accum=2
+plan 2 cp=2 bal=none rot=alltoall docs=1
+plan 4 shard=2 cp=2 bal=ptrr docs=1
+plan 4 pp=2 cp=2 sched=Interleaved1F1B mbs=2 bal=ptrr docs=1
 # Float8 linears with FSDP's float8 all-gather
 plan 2 shard=2 f8=1 accum=2
 plan 4 rep=2 shard=2 f8=2 reshard=always

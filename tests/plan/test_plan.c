@@ -2,7 +2,8 @@
  * this program under mpirun once per world size, naming its plans in
  * TITAN_PLAN_TEST (several separated by ';': tests/support/case_batch.h), each
  * ("rep=2 shard=2 cp=1 tp=1 accum=2 reshard=always async=0 lp=1 ac=none
- * bal=headtail rot=allgather"; the degrees' product is the world size); run
+ * bal=headtail rot=allgather"; bal=ptrr deals blocks of PTRR_BLOCK tokens by
+ * each row's documents, with docs=1; the degrees' product is the world size); run
  * alone it checks the world of one.
  * Pipeline parallelism: "pp=2 sched=1F1B mbs=2" (pipeline_parallel_degree,
  * _schedule, _microbatch_size), optionally "lps=N" (layers_per_stage),
@@ -145,7 +146,11 @@ typedef struct cfg {
 } cfg;
 
 static const case_choice balancers[] = {
-	{"headtail", CP_BALANCE_HEADTAIL}, {"none", CP_BALANCE_NONE}, {NULL, 0}};
+	{"headtail", CP_BALANCE_HEADTAIL}, {"none", CP_BALANCE_NONE}, {"ptrr", CP_BALANCE_PTRR},
+	{NULL, 0}};
+/* ptrr's block: FlexAttention's 128 would leave T = 64 one block; 16 deals
+ * each of 2 ranks 2 of 4 blocks by their documents */
+enum { PTRR_BLOCK = 16 };
 static const case_choice rotations[] = {
 	{"allgather", CP_ROTATE_ALLGATHER}, {"alltoall", CP_ROTATE_ALLTOALL}, {NULL, 0}};
 static const case_choice reshards[] = {{"default", PLAN_RESHARD_DEFAULT},
@@ -249,6 +254,7 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const p
 		       .ac_every = c->ac_every, .reduce = BE_F32, .reshard = c->reshard,
 		       .loss_parallel = c->lp, .async_tp = c->async, .pp = pi != NULL,
 		       .hold = pi ? pi->hold : NULL, .cp_balance = c->bal, .cp_rotate = c->rot,
+		       .cp_block = PTRR_BLOCK,
 		       .f8_all_gather = c->f8 >= 1, .f8_precompute = c->f8 == 2,
 		       .comm_always = c->always};
 	if (c->bf16) /* the policy's types, as lib/trainer/precision.c puts them */
@@ -540,7 +546,7 @@ static void open_run(run *u)
 	}
 	int cp = u->k.m->size[MESH_CP];
 	u->tl = T / cp;
-	if (cp_layout_init(&u->cl, T, cp, c->bal, &e) != 0)
+	if (cp_layout_init_block(&u->cl, T, cp, c->bal, PTRR_BLOCK, &e) != 0)
 		fail_msg("%s", e.msg);
 	split_batch(u);
 	u->p = make_plan(u->be, u->k.m, c, u->b, u->tl, c->pp > 1 ? &u->pi : NULL);
@@ -594,19 +600,26 @@ static void check_step1_grads(run *u)
 /* Step s's batches: *whole, the single process's (in one.accum
  * micro-batches), and *mine, this rank's: its rows, then under context
  * parallelism its chunks of each, cut by lib/cp's layout (tested against
- * torch's in tests/cp), into ids and labels. */
+ * torch's in tests/cp; ptrr's by each row's documents), into ids and labels;
+ * with docs=1 the positions of its whole rows. */
 static void step_batches(const run *u, int s, int32_t *ids, int32_t *labels, plan_batch *mine,
 			 plan_batch *whole)
 {
 	int32_t rows[2][ROWS * T];
 	harness_step_batches(&u->k, &u->tk, s, rows[0], rows[1], mine, whole);
 	int n = u->c.accum * u->k.lb, at = u->k.m->coord[MESH_CP];
-	cp_shard(&u->cl, at, rows[0], ids, n, sizeof(int32_t));
-	cp_shard(&u->cl, at, rows[1], labels, n, sizeof(int32_t));
-	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = u->n_mb};
+	plan_batch docs = {0};
+	if (u->c.docs) /* the rank's whole rows: the plan cuts its share */
+		harness_doc_positions(&u->k, ROWS, T, s, &docs, whole);
+	static int maps[ROWS * T];
+	titan_err e = {{0}};
+	if (cp_row_maps(&u->cl, docs.positions, n, maps, &e) != 0)
+		fail_msg("%s", e.msg);
+	cp_shard_rows(&u->cl, maps, at, rows[0], ids, n, sizeof(int32_t));
+	cp_shard_rows(&u->cl, maps, at, rows[1], labels, n, sizeof(int32_t));
+	*mine = (plan_batch){.inputs = ids, .labels = labels, .positions = docs.positions,
+			     .n_mb = u->n_mb};
 	whole->n_mb = u->one.accum;
-	if (u->c.docs)
-		harness_doc_positions(&u->k, ROWS, T, s, mine, whole);
 }
 
 /* Step s (0-based) on this rank and the single process: the bytes sent, the

@@ -198,13 +198,17 @@ static mesh_model model_limits(const job_config *c)
 /* Validation cuts its sequences over the cp ranks as training does. */
 static int check_validation(const job_config *c, const mesh_degrees *d, titan_err *e)
 {
-	int unbalanced = c->parallelism.context_parallel_load_balancer == NULL;
-	int64_t div = d->tp * (d->cp > 1 ? (unbalanced ? d->cp : 2 * d->cp) : 1);
+	const char *bal = c->parallelism.context_parallel_load_balancer;
+	int unbalanced = bal == NULL, ptrr = bal != NULL && strcmp(bal, "ptrr") == 0;
+	/* ptrr deals whole blocks of FlexAttention's 128 tokens */
+	int64_t per = unbalanced ? 1 : ptrr ? CP_PTRR_BLOCK : 2;
+	int64_t div = d->tp * (d->cp > 1 ? per * d->cp : 1);
 	if (!c->validation.enable || div == 1 || c->validation.seq_len % div == 0)
 		return 0;
 	char by[48] = "";
 	if (d->cp > 1)
-		snprintf(by, sizeof by, " x %scp %lld", unbalanced ? "" : "2 x ", (long long)d->cp);
+		snprintf(by, sizeof by, " x %scp %lld", unbalanced ? "" : ptrr ? "128 x " : "2 x ",
+			 (long long)d->cp);
 	return err_set(e, "validation.seq_len = %lld is not divisible by tp %lld%s = %lld",
 		       (long long)c->validation.seq_len, (long long)d->tp, by, (long long)div);
 }
