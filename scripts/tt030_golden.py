@@ -12,6 +12,13 @@ positions).  Each step is 0.3.0's Trainer.train_step: the valid tokens of the
 step counted first, forward with the lm_head skipped, the chunked loss and its
 backward, clip_grad_norm_, the optimizers' and schedulers' step.
 
+deepseek_v3_debugmodel_mtp adds one multi-token prediction depth and 0.3.0's
+MTPLoss (unchunked, the lm_head applied by the model, the per-document
+positions passed to the loss), and registers the model's own
+post_optimizer_build_fn as 0.3.0's trainer does (the MoE layers' expert
+bias steps before each optimizer step; 0.3.0's hook walks model.layers, so
+the MTP block's expert_bias stays 0).
+
 The one substitution: FlexAttention refuses its backward on the CPU, so its
 block mask is replaced by the same mask as a dense boolean tensor (causal and
 within the document, 0.3.0's get_document_mask_mod; GPT-OSS's sliding-window
@@ -29,8 +36,8 @@ one rank, so the model goes through 0.3.0's own apply_fsdp_to_decoder over a
 one-rank gloo group (parameters float32, each unit's forward and backward on
 bfloat16 copies, gradients reduced to float32).
 
-Writes tests/train/golden/tt030_<family>[_bf16].tsv: the settings in its
-header, and per step the loss, grad_norm and lr (the step's, before the
+Writes tests/train/golden/tt030_<family>[_mtp][_bf16].tsv: the settings in
+its header, and per step the loss, grad_norm and lr (the step's, before the
 scheduler steps).
 
 Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [PRESET] TOKENS.tts [SEED]
@@ -184,6 +191,15 @@ def install_bf16_policy(model, cfg):
     cfg.training.mixed_precision_param = "bfloat16"
 
 
+class OneRank:
+    """ParallelDims of one process, as the MoE load-balancing hook reads it."""
+    ep_enabled = False
+    tp = 1
+
+    def get_optional_mesh(self, name):
+        return None
+
+
 def main():
     args = sys.argv[1:]
     bf16 = "--bf16" in args
@@ -217,9 +233,13 @@ def main():
         install_bf16_policy(model, cfg)
     model.train()
     loss_fn = cfg.loss.build()
-    loss_fn.set_lm_head(model.lm_head)
-    model._skip_lm_head = True
+    if isinstance(loss_fn, ChunkedLossWrapper):
+        loss_fn.set_lm_head(model.lm_head)
+        model._skip_lm_head = True
     optimizers = cfg.optimizer.build(model_parts=[model])
+    mtp = preset.endswith("_mtp")
+    if mtp:
+        cfg.model_spec.post_optimizer_build_fn(optimizers, [model], OneRank())
     schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=STEPS)
     data = batches(read_docs(tokens))
     rows = []
@@ -241,7 +261,8 @@ def main():
         rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))
         print(f"step {step:2d}  loss {loss.item():.6f}  grad_norm {gn.item():.6f}  lr {lr:.6g}")
     suffix, precision = ("_bf16", "bfloat16 (FSDP MixedPrecisionPolicy)") if bf16 else ("", "float32")
-    out = os.path.join(ROOT, f"tests/train/golden/tt030_{family}{suffix}.tsv")
+    name = family + ("_mtp" if mtp else "") + suffix
+    out = os.path.join(ROOT, f"tests/train/golden/tt030_{name}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         f.write(f"# torchtitan 0.3.0 {preset}, {precision}, seed {SEED}, local_batch_size "

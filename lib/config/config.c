@@ -113,6 +113,11 @@ static const cfg_key keys[] = {
 	  "model converters: quantize.linear.float8 (Float8 linears)"),
 	K("model.print_after_conversion", CFG_BOOL, model.print_after_conversion, "false", NULL,
 	  "model.print_after_conversion", "print the model after converters"),
+	K("model.num_mtp_layers", CFG_INT, model.num_mtp_layers, "0", NULL, NULL,
+	  "DeepSeek V3's multi-token prediction blocks after the last layer (torchtitan 0.3.0's "
+	  "model_registry(num_mtp_layers), its preset deepseek_v3_debugmodel_mtp: 1)"),
+	K("model.mtp_scale", CFG_FLOAT, model.mtp_scale, "0.3", NULL, NULL,
+	  "the weight of the MTP depths' mean loss in the loss (0.3.0's loss.mtp_scale)"),
 
 	K("optimizer.name", CFG_STR, optimizer.name, "\"AdamW\"", "AdamW|Adam", "optimizer.name",
 	  "optimizer"),
@@ -1150,10 +1155,45 @@ static int check_schema_support(const job_config *c, titan_err *err)
 	return rc;
 }
 
+/* model.num_mtp_layers: torchtitan 0.3.0 builds multi-token prediction for
+ * DeepSeek V3 and refuses it under pipeline and context parallelism
+ * (MTPDecoder.Config.update_from_config); its validator calls MTPLoss without
+ * the positions it requires.  titan has not built it under tensor
+ * parallelism. */
+static int check_mtp(const job_config *c, titan_err *err)
+{
+	const __typeof__(c->parallelism) *p = &c->parallelism;
+	int64_t k = c->model.num_mtp_layers;
+	if (need(k >= 0 && k <= 16, err, "model.num_mtp_layers %lld: must be in [0, 16]",
+		 (long long)k) ||
+	    need(isfinite(c->model.mtp_scale) && c->model.mtp_scale >= 0, err,
+		 "model.mtp_scale %g: must be finite and >= 0", c->model.mtp_scale))
+		return -1;
+	if (k == 0)
+		return 0;
+	return need(strcmp(c->model.name, "deepseek_v3") == 0, err,
+		    "model.num_mtp_layers %lld with model.name \"%s\": torchtitan 0.3.0 builds "
+		    "multi-token prediction for deepseek_v3 only", (long long)k, c->model.name) ||
+	       need(p->pipeline_parallel_degree <= 1, err,
+		    "model.num_mtp_layers with parallelism.pipeline_parallel_degree %lld: MTP does "
+		    "not support pipeline parallelism yet (torchtitan 0.3.0 refuses it too)",
+		    (long long)p->pipeline_parallel_degree) ||
+	       need(p->context_parallel_degree <= 1, err,
+		    "model.num_mtp_layers with parallelism.context_parallel_degree %lld: MTP does "
+		    "not support context parallelism yet (torchtitan 0.3.0 refuses it too)",
+		    (long long)p->context_parallel_degree) ||
+	       need(p->tensor_parallel_degree <= 1, err,
+		    "model.num_mtp_layers with parallelism.tensor_parallel_degree %lld: MTP under "
+		    "tensor parallelism is not built", (long long)p->tensor_parallel_degree) ||
+	       need(!c->validation.enable, err,
+		    "model.num_mtp_layers with validation.enable: torchtitan 0.3.0's validator calls "
+		    "MTPLoss without the positions it requires (a ValueError); refused");
+}
+
 int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
 	(void)world_size; /* every parallelism takes any world (lib/plan) */
-	if (check_converters(c, err) ||
+	if (check_converters(c, err) || check_mtp(c, err) ||
 	    need(c->model.converters.n == 0 || strcmp(c->training.dtype, "float32") == 0, err,
 		 "training.dtype = \"%s\" with model.converters: Float8 training keeps float32 "
 		 "masters; use training.dtype = \"float32\"", c->training.dtype))

@@ -85,6 +85,8 @@ typedef struct job_config {
 		char *tokenizer_path; /* NULL: None; deprecated spelling of hf_assets_path */
 		cfg_strlist converters;
 		int print_after_conversion;
+		int64_t num_mtp_layers; /* 0.3.0's DeepSeek V3 multi-token prediction */
+		double mtp_scale;       /* MTPLoss.mtp_scale */
 	} model;
 	struct {
 		char *name;

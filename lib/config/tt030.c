@@ -12,11 +12,14 @@
  * order, each over the last).  0.3.0's defaults that differ from 0.2.2's are
  * spelled out (SelectiveAC is per-op selective checkpointing).  A preset that
  * needs what titan does not have is listed with why, and refused. */
+enum { PRESET_MTP_LOSS = 2 };
+
 typedef struct tt030_preset {
 	const char *module, *name;
 	const char *flavor;     /* 0.3.0's model_spec.flavor where titan's differs */
 	const char *toml[4];    /* NULL-ended */
-	int plain_loss;         /* CrossEntropyLoss itself, not ChunkedLossWrapper over it */
+	int plain_loss;         /* CrossEntropyLoss itself, not ChunkedLossWrapper over it;
+	                           PRESET_MTP_LOSS: DeepSeek V3's MTPLoss (unchunked too) */
 	const char *refused;    /* why titan cannot run it, or NULL */
 	const char *note;       /* how titan runs what the preset asks for, or NULL */
 } tt030_preset;
@@ -180,6 +183,9 @@ static const tt030_preset presets[] = {
 
 	{"deepseek_v3", "deepseek_v3_debugmodel", NULL,
 	 {FAMILY_DEBUG("deepseek_v3"), "[parallelism]\nexpert_parallel_degree = 1\n"}, 0, NULL, NULL},
+	{"deepseek_v3", "deepseek_v3_debugmodel_mtp", NULL,
+	 {FAMILY_DEBUG("deepseek_v3"), "[parallelism]\nexpert_parallel_degree = 1\n",
+	  "[model]\nnum_mtp_layers = 1\n"}, PRESET_MTP_LOSS, NULL, NULL},
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_mxfp8", MXFP8),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_hybridep", HYBRIDEP),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_minimal_async_ep", MINIMAL_EP),
@@ -376,6 +382,8 @@ static const tt030_path paths[] = {
 	/* the same under the presets whose loss is CrossEntropyLoss itself */
 	{"loss.global_vocab_size", "@global_vocab_size", NULL, "the model's vocabulary: another "
 	 "value is refused", 0},
+	/* MTPLoss's own (deepseek_v3_debugmodel_mtp) */
+	MOVED("loss.mtp_scale", "model.mtp_scale"),
 };
 
 const tt030_path *tt030_paths(int *n)
@@ -425,6 +433,17 @@ static int value_is(const char *v, const char *only)
 	       ((strcmp(only, "{}") == 0 || strcmp(only, "[]") == 0) && *v == '\0');
 }
 
+/* Whether loss path name belongs to the preset's loss: ChunkedLossWrapper's,
+ * CrossEntropyLoss's (global_vocab_size) or MTPLoss's (that and mtp_scale). */
+static int loss_path_of(const tt030_preset *p, const char *name)
+{
+	if (strcmp(name, "loss.mtp_scale") == 0)
+		return p->plain_loss == PRESET_MTP_LOSS;
+	if (strcmp(name, "loss.global_vocab_size") == 0)
+		return p->plain_loss != 0;
+	return p->plain_loss == 0;
+}
+
 /* A setting of 0.3.0's loss, which has no 0.2.2 key (t->key "@name"). */
 static int set_loss(job_config *c, const tt030_path *t, const char *val, titan_err *err)
 {
@@ -450,9 +469,7 @@ static int translate(job_config *c, const tt030_preset *p, int argc, char **argv
 	if (!option_name(arg, name, sizeof name))
 		return err_set(err, "%s: not an option", arg);
 	const tt030_path *t = find_path(name);
-	if (t && !strncmp(name, "loss.", 5) &&
-	    (p->plain_loss ? strcmp(name, "loss.global_vocab_size") != 0
-			   : strcmp(name, "loss.global_vocab_size") == 0))
+	if (t && !strncmp(name, "loss.", 5) && !loss_path_of(p, name))
 		t = NULL; /* the other loss's path */
 	if (t == NULL) {
 		if (config_key_exists(name))
@@ -750,10 +767,8 @@ static int path_applies(const job_config *c, const tt030_preset *p, const char *
 {
 	const char *mode = c->activation_checkpoint.mode;
 	int none = mode && strcmp(mode, "none") == 0;
-	if (strcmp(path, "loss.global_vocab_size") == 0)
-		return p->plain_loss;
 	if (strncmp(path, "loss.", 5) == 0)
-		return !p->plain_loss;
+		return loss_path_of(p, path);
 	if (strcmp(path, "activation_checkpoint") == 0)
 		return none;
 	if (strcmp(path, "activation_checkpoint.force_recompute_mm_shapes_by_fqns") == 0)

@@ -127,6 +127,13 @@ typedef struct llama_args {
 	                              8192; 0: off): NoPE layers scale q by 1 +
 	                              attn_temp_scale ln(floor((pos + 1) / floor) + 1) */
 	double attn_temp_scale;    /* 0.1 */
+
+	/* DeepSeek V3's multi-token prediction (torchtitan 0.3.0's num_mtp_layers and
+	 * MTPLoss; 0: none): mtp_layers blocks after the last one, depth k predicting
+	 * the token k + 1 ahead from the previous depth's output and the embedding of
+	 * the token k ahead; their loss weighs mtp_scale / mtp_layers in the loss. */
+	int mtp_layers;
+	double mtp_scale;          /* MTPLoss.mtp_scale: 0.3 */
 } llama_args;
 
 /* Llama 3's flavor named name (the default family; model_family_flavor looks

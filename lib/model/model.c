@@ -23,7 +23,10 @@ static int add_tensor(model *m, int *cap, int unit, const char *fqn, int slot, i
 		int *ni = realloc(m->init, sizeof *ni * (size_t)nc);
 		if (ni)
 			m->init = ni;
-		if (!nt || !ns || !ni)
+		int *nl = realloc(m->tlayer, sizeof *nl * (size_t)nc);
+		if (nl)
+			m->tlayer = nl;
+		if (!nt || !ns || !ni || !nl)
 			return err_set(e, "model: out of memory");
 		*cap = nc;
 	}
@@ -49,6 +52,7 @@ static int add_tensor(model *m, int *cap, int unit, const char *fqn, int slot, i
 		  : tp == MODEL_TP_ROWWISE ? (t->is_embedding ? 0 : ndim - 1) : -1;
 	m->slot[i] = slot;
 	m->init[i] = init;
+	m->tlayer[i] = -1;
 	m->n_params += t->numel;
 	return 0;
 }
@@ -58,8 +62,12 @@ int model_add_layer_tensor(model *m, int *cap, int l, const char *name, int slot
 {
 	char fqn[64];
 	int64_t shape[3] = {d0, d1, d2};
-	snprintf(fqn, sizeof fqn, "layers.%d.%s", l, name);
-	return add_tensor(m, cap, l + 1, fqn, slot, init, tp, ndim, shape, e);
+	int nl = m->args.n_layers, mtp = l >= nl; /* an MTP depth's: the head's */
+	snprintf(fqn, sizeof fqn, "%slayers.%d.%s", mtp ? "mtp_" : "", mtp ? l - nl : l, name);
+	if (add_tensor(m, cap, mtp ? nl + 1 : l + 1, fqn, slot, init, tp, ndim, shape, e))
+		return -1;
+	m->tlayer[m->n_tensors - 1] = l;
+	return 0;
 }
 
 /* Units from the tensors' unit numbers: each unit's tensors are contiguous. */
@@ -105,6 +113,8 @@ static int build_layout(model *m, titan_err *e)
 	if (!a->tied_embeddings && add_tensor(m, &cap, head, "output.weight", -1, INIT_OUTPUT,
 					      MODEL_TP_COLWISE, 2, emb, e))
 		return -1;
+	if (model_mtp_layout(m, &cap, e))
+		return -1;
 	return build_units(m, e);
 }
 
@@ -113,14 +123,13 @@ static int build_layout(model *m, titan_err *e)
 static void bind_views(model *m, int u, void *base, be_dtype t, int grads)
 {
 	const model_unit *un = &m->units[u];
-	int nl = m->args.n_layers;
 	for (int k = 0; k < un->n_tensors; k++) {
-		int i = un->first_tensor + k;
+		int i = un->first_tensor + k, l = m->tlayer[i];
 		void *p = base ? elt(base, t, m->tensors[i].offset - un->offset) : NULL;
 		if (u == 0)
 			*(grads ? &m->tok_g : &m->tok) = p;
-		else if (u <= nl)
-			(grads ? &m->lg[u - 1] : &m->lw[u - 1])->p[m->slot[i]] = p;
+		else if (l >= 0) /* a block's, or an MTP depth's in the head */
+			(grads ? &m->lg[l] : &m->lw[l])->p[m->slot[i]] = p;
 		else if (k == 0)
 			*(grads ? &m->norm_g : &m->norm) = p;
 		else
@@ -224,6 +233,10 @@ static int check_args(const llama_args *a, titan_err *e)
 			       a->n_kv_heads);
 	if (check_attention_args(a, e))
 		return -1;
+	if (a->mtp_layers < 0 || (a->mtp_layers > 0 && (a->tied_embeddings || a->mtp_scale < 0)))
+		return err_set(e, "model %s: %d MTP layers with mtp_scale %g%s: expected a count >= 0, "
+			       "a scale >= 0 and untied embeddings", a->name ? a->name : "?",
+			       a->mtp_layers, a->mtp_scale, a->tied_embeddings ? " and tied embeddings" : "");
 	const moe_args *mo = &a->moe;
 	if (mo->experts <= 0)
 		return 0;
@@ -249,17 +262,21 @@ static int check_args(const llama_args *a, titan_err *e)
 static int setup_layers(model *m, titan_err *e)
 {
 	const llama_args *a = &m->args;
-	int nl = a->n_layers, ex = a->moe.experts;
-	m->kind = calloc((size_t)nl, sizeof *m->kind);
-	m->moe_index = calloc((size_t)nl, sizeof *m->moe_index);
+	int nl = a->n_layers, nblk = model_n_blocks(m), ex = a->moe.experts;
+	m->kind = calloc((size_t)nblk, sizeof *m->kind);
+	m->moe_index = calloc((size_t)nblk, sizeof *m->moe_index);
 	if (!m->kind || !m->moe_index)
 		return err_set(e, "model: out of memory");
 	m->ffn_max = 0;
-	for (int l = 0; l < nl; l++) {
-		int moe = model_family_moe_layer(a, l);
-		m->kind[l] = model_attn_kind(a, l);
+	for (int l = 0; l < nblk; l++) {
+		/* an MTP depth's block is a copy of the last layer's (0.3.0's
+		 * _build_mtp_layers deep-copies layers[-1]'s config) */
+		int src = l < nl ? l : nl - 1, moe = model_family_moe_layer(a, src);
+		m->kind[l] = model_attn_kind(a, src);
 		m->kind[l].ffn = moe ? FFN_MOE : FFN_DENSE;
 		m->moe_index[l] = moe ? m->n_moe++ : -1;
+		if (l == nl - 1)
+			m->n_moe_main = m->n_moe;
 		int ff = moe ? m->moe_sh : m->ffn;
 		m->ffn_max = ff > m->ffn_max ? ff : m->ffn_max;
 	}
@@ -275,16 +292,17 @@ static int setup_layers(model *m, titan_err *e)
 	m->buffers = calloc((size_t)m->n_moe, sizeof *m->buffers);
 	if (!m->buffers)
 		return err_set(e, "model: out of memory");
-	for (int l = 0; l < nl; l++) {
+	for (int l = 0; l < nblk; l++) {
 		if (m->moe_index[l] < 0)
 			continue;
 		model_tensor *t = &m->buffers[m->n_buffers++];
-		snprintf(t->fqn, sizeof t->fqn, "layers.%d.moe.expert_bias", l);
+		snprintf(t->fqn, sizeof t->fqn, "%slayers.%d.moe.expert_bias", l < nl ? "" : "mtp_",
+			 l < nl ? l : l - nl);
 		t->ndim = 1;
 		t->shape[0] = ex;
 		t->numel = (size_t)ex;
 		t->offset = (size_t)m->moe_index[l] * (size_t)ex;
-		t->unit = l + 1;
+		t->unit = l < nl ? l + 1 : nl + 1;
 		t->tp_dim = -1;
 	}
 	return 0;
@@ -325,8 +343,8 @@ static model *create(backend *be, const llama_args *a, int vocab_size, const mod
 		goto fail;
 	m->prec = (model_prec){BE_F32, BE_F32, BE_F32, BE_F32};
 	m->ac = MODEL_AC_NONE;
-	m->lw = calloc((size_t)a->n_layers, sizeof *m->lw);
-	m->lg = calloc((size_t)a->n_layers, sizeof *m->lg);
+	m->lw = calloc((size_t)model_n_blocks(m), sizeof *m->lw);
+	m->lg = calloc((size_t)model_n_blocks(m), sizeof *m->lg);
 	if (!m->lw || !m->lg) {
 		err_set(e, "model: out of memory");
 		goto fail;
@@ -400,6 +418,7 @@ void model_free(model *m)
 	free(m->tensors);
 	free(m->slot);
 	free(m->init);
+	free(m->tlayer);
 	free(m->kind);
 	free(m->moe_index);
 	free(m->buffers);
@@ -498,7 +517,7 @@ int model_moe_balance(model *m, titan_err *e)
 	backend *be = m->be;
 	be->ops->copy(be, counts, m->moe_counts, nb * sizeof(float), BACKEND_D2H);
 	be->ops->copy(be, bias, m->moe_bias, nb * sizeof(float), BACKEND_D2H);
-	for (int l = 0; l < m->n_moe; l++) {
+	for (int l = 0; l < m->n_moe_main; l++) {
 		const float *c = counts + (size_t)l * ex;
 		float *b = bias + (size_t)l * ex, mean = 0, dmean = 0;
 		for (int i = 0; i < ex; i++)
@@ -789,7 +808,9 @@ void model_init_tensor_span(const model *m, int i, uint64_t seed, int depth_init
 {
 	const model_tensor *t = &m->tensors[i];
 	init_span sp = {t->numel, first, end < t->numel ? end : t->numel};
-	int layer = t->unit - 1; /* for a layer's tensors */
+	/* a layer's tensors by their layer; an MTP depth's as the last layer's,
+	 * whose config 0.3.0 copies */
+	int layer = m->tlayer[i] < m->args.n_layers ? m->tlayer[i] : m->args.n_layers - 1;
 	double small = 0.02 / sqrt(2.0 * (depth_init ? layer + 1 : m->args.n_layers));
 	double out = 1.0 / sqrt((double)m->args.dim);
 	switch (m->init[i]) {
@@ -808,6 +829,9 @@ void model_init_tensor_span(const model *m, int i, uint64_t seed, int depth_init
 		break;
 	case INIT_FANIN:
 		fill_random(host, sp, 1.0 / sqrt((double)m->args.dim), 0, 0, 1, seed, (uint64_t)i);
+		break;
+	case INIT_LINEAR:
+		fill_random(host, sp, 1.0 / sqrt((double)t->shape[1]), 0, 0, 1, seed, (uint64_t)i);
 		break;
 	default:
 		fill_normal(host, sp, small, -2, 2, seed, (uint64_t)i);

@@ -318,6 +318,7 @@ void model_mb_free(model_mb *mb)
 		return;
 	for (int u = mb->u0; u <= mb->u1; u++)
 		model_block_drop_jobs(mb->m, &mb->acts[u - mb->u0]);
+	model_mtp_mb_free(mb);
 	mb->m->be->ops->free(mb->m->be, mb->mem);
 	mb->m->be->ops->free(mb->m->be, mb->doc);
 	mb->m->be->ops->free(mb->m->be, mb->doc_cs);
@@ -337,8 +338,10 @@ model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
 	if (model_scratch_prepare(m, b, t, e))
 		return NULL;
 	model_mb *mb = calloc(1, sizeof *mb);
+	/* the MTP depths' blocks have their acts after the head's (unused) one */
+	int n_acts = u1 - u0 + 1 + (u1 == head ? m->args.mtp_layers : 0);
 	if (!mb || !(mb->hidden = calloc((size_t)(u1 - u0 + 2), sizeof *mb->hidden)) ||
-	    !(mb->acts = calloc((size_t)(u1 - u0 + 1), sizeof *mb->acts))) {
+	    !(mb->acts = calloc((size_t)n_acts, sizeof *mb->acts))) {
 		if (mb)
 			free(mb->hidden);
 		free(mb);
@@ -376,6 +379,10 @@ model_mb *model_mb_create(model *m, int u0, int u1, int b, int t, titan_err *e)
 	if (u1 == head) {
 		mb->xf = c, c += al(n * d * be_dtype_size(m->prec.act));
 		mb->rstdf = (float *)c;
+	}
+	if (m->args.mtp_layers > 0 && model_mtp_mb_create(mb, e)) {
+		model_mb_free(mb);
+		return NULL;
 	}
 	return mb;
 }
@@ -430,9 +437,8 @@ int model_mb_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labe
 	if (mb->gscale && train) /* the fused head reads it there */
 		be->ops->copy(be, mb->gscale, &mb->grad_scale, sizeof(float), BACKEND_H2D);
 	mb->logits_host = logits_host;
-	mb->loss_sum = 0;
-	mb->n_valid = 0;
-	return 0;
+	model_mb_clear_loss(mb);
+	return mb->mtp && train ? model_mtp_set_tokens(mb, inputs, labels, e) : 0;
 }
 
 /* Every row starts a document at 0 and counts up by one until the next 0. */
@@ -491,7 +497,7 @@ int model_mb_set_documents(model_mb *mb, const int32_t *pos, const int32_t *rows
 	model *m = mb->m;
 	mb->docs = 0;
 	if (pos == NULL)
-		return 0;
+		return mb->mtp ? model_mtp_set_positions(mb, NULL, e) : 0;
 	if (rows == NULL && m->pos != NULL)
 		return err_set(e, "model: per-document positions under context parallelism "
 			       "come with the whole rows' (model_mb_set_documents)");
@@ -507,6 +513,9 @@ int model_mb_set_documents(model_mb *mb, const int32_t *pos, const int32_t *rows
 	    check_share(pos, n, row_t, e))
 		return row_t < mb->t ? err_set(e, "model: rows of %lld positions for micro-batches "
 					       "of %d tokens", (long long)row_t, mb->t) : -1;
+	/* multi-token prediction has no context parallelism: pos are the rows */
+	if (mb->mtp && model_mtp_set_positions(mb, pos, e))
+		return -1;
 	if (mb->doc && mb->doc_n != nd) {
 		m->be->ops->free(m->be, mb->doc);
 		mb->doc = NULL;
@@ -544,6 +553,10 @@ int model_mb_set_tokens_dev(model_mb *mb, const int32_t *inputs, const int32_t *
 	size_t bytes = (size_t)mb->b * (size_t)mb->t * sizeof(int32_t);
 	if (mb->ids && !inputs)
 		return err_set(e, "model: the micro-batch starts at the embedding and has no inputs");
+	if (mb->mtp)
+		return err_set(e, "model: multi-token prediction shifts the tokens on the host: a "
+			       "step whose tokens stay on the device (compile's CUDA graph) is not "
+			       "built with it");
 	if (mb->labels && !labels)
 		return err_set(e, "model: training needs labels");
 	if (mb->ids)
@@ -566,9 +579,17 @@ void model_mb_clear_loss(model_mb *mb)
 {
 	mb->loss_sum = 0;
 	mb->n_valid = 0;
+	mb->mtp_sum = 0;
+	mb->mtp_valid = 0;
 }
 
-double model_mb_loss_sum(const model_mb *mb) { return mb->loss_sum; }
+/* With MTP, 0.3.0's MTPLoss: main + mtp_scale * (mean of the depths' sums),
+ * normalised by the main labels alone. */
+double model_mb_loss_sum(const model_mb *mb)
+{
+	const llama_args *a = &mb->m->args;
+	return mb->mtp ? mb->loss_sum + a->mtp_scale / a->mtp_layers * mb->mtp_sum : mb->loss_sum;
+}
 int64_t model_mb_valid(const model_mb *mb) { return mb->n_valid; }
 void *model_dhidden(model *m) { return m->d_x; }
 
@@ -585,10 +606,44 @@ void *model_mb_hidden(model_mb *mb, int u)
 
 /* ---- the head ---- */
 
-/* Output projection and loss over chunks of tokens: logits (copied to the host
- * when asked), the loss when there are labels, and with backward the logits'
- * gradient in place, then the rows of d xf (into m->d_xn) and the output
- * weight's gradient. */
+/* Output projection of xf_all (n, dim) and loss over chunks of tokens: logits
+ * (copied to logits_host when not NULL), the loss against labels (NULL: none)
+ * added to *sum and *valid, and with backward the logits' gradient (scaled by
+ * gs) in place, then the rows of d xf (into m->d_xn) and the output weight's
+ * gradient.  Under TP the loss is the micro-batch's own (model_tp_loss). */
+static void logits_chunks(model *m, model_mb *mb, const void *xf_all, const int32_t *labels,
+			  float gs, double *sum, int64_t *valid, int backward, float *logits_host)
+{
+	backend *be = m->be;
+	be_dtype at = m->prec.act;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, v = m->args.vocab_size;
+	for (int64_t r0 = 0; r0 < n; r0 += m->chunk) {
+		int64_t c = n - r0 < m->chunk ? n - r0 : m->chunk;
+		const void *xf = elt(xf_all, at, (size_t)(r0 * d));
+		model_linear(m, m->logits, xf, m->out, c, d, v, 0);
+		if (logits_host)
+			be->ops->copy(be, logits_host + r0 * v, m->logits,
+				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
+		if (labels && m->tp.size > 1)
+			model_tp_loss(m, mb, m->logits, r0, c, backward);
+		else if (labels)
+			be->ops->cross_entropy(be, m->logits, at, labels + r0, c, v,
+					       MODEL_IGNORE_INDEX, backward ? gs : 0, sum, valid);
+		if (backward) {
+			model_linear_dx(m, elt(m->d_xn, at, (size_t)(r0 * d)), m->logits, m->out, c,
+					d, v, 0);
+			model_linear_dw(m, m->out_g, m->logits, xf, c, d, v);
+		}
+	}
+}
+
+void model_logits_loss(model *m, const model_mb *mb, const void *xf, const int32_t *labels,
+		       float grad_scale, double *sum, int64_t *valid, int backward)
+{
+	logits_chunks(m, (model_mb *)mb, xf, labels, grad_scale, sum, valid, backward, NULL);
+}
+
+/* The head's output and loss: fused (lm_head_loss) or chunk by chunk. */
 static void output_chunks(model *m, model_mb *mb, int backward)
 {
 	backend *be = m->be;
@@ -603,25 +658,8 @@ static void output_chunks(model *m, model_mb *mb, int backward)
 					      &mb->loss_sum, &mb->n_valid);
 		return;
 	}
-	for (int64_t r0 = 0; r0 < n; r0 += m->chunk) {
-		int64_t c = n - r0 < m->chunk ? n - r0 : m->chunk;
-		const void *xf = elt(mb->xf, at, (size_t)(r0 * d));
-		model_linear(m, m->logits, xf, m->out, c, d, v, 0);
-		if (mb->logits_host)
-			be->ops->copy(be, mb->logits_host + r0 * v, m->logits,
-				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
-		if (mb->has_labels && m->tp.size > 1)
-			model_tp_loss(m, mb, m->logits, r0, c, backward);
-		else if (mb->has_labels)
-			be->ops->cross_entropy(be, m->logits, at, mb->labels + r0, c, v,
-					       MODEL_IGNORE_INDEX, backward ? mb->grad_scale : 0,
-					       &mb->loss_sum, &mb->n_valid);
-		if (backward) {
-			model_linear_dx(m, elt(m->d_xn, at, (size_t)(r0 * d)), m->logits, m->out, c,
-					d, v, 0);
-			model_linear_dw(m, m->out_g, m->logits, xf, c, d, v);
-		}
-	}
+	logits_chunks(m, mb, mb->xf, mb->has_labels ? mb->labels : NULL, mb->grad_scale,
+		      &mb->loss_sum, &mb->n_valid, backward, mb->logits_host);
 }
 
 /* The final norm over the rank's rows of the stream, written into its rows of
@@ -638,12 +676,18 @@ static void head_fwd(model *m, model_mb *mb)
 	model_tp_gather(m, mb->xf, n, d, m->prec.act);
 	if (!mb->train)
 		output_chunks(m, mb, 0);
+	else if (mb->mtp)
+		model_mtp_fwd(m, mb);
 }
 
-static void head_bwd(model *m, model_mb *mb)
+static int head_bwd(model *m, model_mb *mb, titan_err *e)
 {
 	int head = m->n_units - 1;
 	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
+	/* the MTP depths first: their backward uses the scratch the main head's
+	 * gradient is left in */
+	if (mb->mtp && model_mtp_bwd(m, mb, e))
+		return -1;
 	output_chunks(m, mb, 1);
 	void *dy = m->d_xn; /* (n, d): under TP each rank's part of the sum */
 	if (m->tp.size > 1)
@@ -651,6 +695,9 @@ static void head_bwd(model *m, model_mb *mb)
 	m->be->ops->rmsnorm_bwd(m->be, m->d_x, m->prec.resid, m->norm_g, m->prec.grad, dy,
 				m->prec.act, model_mb_hidden(mb, head), m->prec.resid, m->norm,
 				m->prec.param, mb->rstdf, ns, d);
+	if (mb->mtp)
+		model_mtp_add_dh(m, mb);
+	return 0;
 }
 
 /* The embedding: under TP each rank looks up its rows of the vocabulary (zero
@@ -664,6 +711,8 @@ static void embedding_fwd(model *m, model_mb *mb)
 				  m->args.vocab_size);
 	if (m->tp.size > 1)
 		model_tp_scatter(m, model_mb_hidden(mb, 1), m->d_full, n, d, rt);
+	if (mb->mtp && mb->train)
+		model_mtp_embed_fwd(m, mb);
 }
 
 static void embedding_bwd(model *m, model_mb *mb)
@@ -680,6 +729,8 @@ static void embedding_bwd(model *m, model_mb *mb)
 	}
 	m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, dy, rt, mb->ids, n, d, m->v0,
 				  m->args.vocab_size);
+	if (mb->mtp)
+		model_mtp_embed_bwd(m, mb);
 }
 
 /* ---- units ---- */
@@ -719,8 +770,8 @@ int model_unit_bwd(model *m, int u, model_mb *mb, int defer_wgrad, titan_err *e)
 		return model_block_bwd(m, mb, u - 1, model_mb_hidden(mb, u), defer_wgrad, e);
 	if (u == 0)
 		embedding_bwd(m, mb);
-	else
-		head_bwd(m, mb);
+	else if (head_bwd(m, mb, e))
+		return -1;
 	return 0;
 }
 

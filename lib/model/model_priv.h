@@ -63,6 +63,10 @@ enum {
 	W_GATE_B,    /* (experts) the router's bias (GPT-OSS) */
 	W_EB1,       /* (experts, 2*inter) GPT-OSS's experts' mlp1 bias */
 	W_EB2,       /* (experts, dim) mlp2 bias */
+	W_ENORM,     /* (dim) multi-token prediction: the next tokens' embedding's norm */
+	W_HNORM,     /* (dim) the previous depth's hidden state's norm */
+	W_EH_PROJ,   /* (dim, 2*dim) the projection of [enorm; hnorm] */
+	W_MTP_NORM,  /* (dim) the depth's output norm, before the shared output */
 	W_COUNT,
 };
 typedef struct layer_w {
@@ -79,6 +83,8 @@ enum {
 	                0.02/sqrt(2*n_layers): wo w2 w3 */
 	INIT_FANIN,  /* uniform(-dim^-0.5, dim^-0.5): nn.Linear's own bias init, which
 	                torchtitan leaves on the router's bias (GPT-OSS) */
+	INIT_LINEAR, /* uniform(-in^-0.5, in^-0.5): nn.Linear's own weight init (kaiming
+	                uniform), which 0.3.0 leaves on MTP's eh_proj */
 };
 
 /* The activations a layer's backward reads; n = b*t tokens.  Each layer uses
@@ -183,6 +189,11 @@ struct model_mb {
 	size_t doc_n;          /* int32s doc holds */
 	float *doc_cs;         /* (n, rope_dim/2, 2) the RoPE table of each token's position */
 	int docs;              /* doc and doc_cs hold this micro-batch's documents */
+	/* multi-token prediction (model_mtp.c): its depths' activations, the
+	   summed loss and valid labels of all depths, the tokens on the host */
+	struct mtp_mb *mtp;
+	double mtp_sum;
+	int64_t mtp_valid;
 };
 
 struct model {
@@ -201,6 +212,8 @@ struct model {
 	model_tensor *tensors;
 	int *slot;             /* (n_tensors) W_* of a layer's tensor, -1 for the others */
 	int *init;             /* (n_tensors) INIT_* */
+	int *tlayer;           /* (n_tensors) the layer of a layer's tensor (MTP depth k:
+	                          n_layers + k), -1 for the others */
 	int n_units;
 	model_unit *units;
 	size_t n_params;
@@ -254,6 +267,8 @@ struct model {
 	 * (n_moe, experts) float32 on the device. */
 	int *moe_index;
 	int n_moe;
+	int n_moe_main;        /* the MoE layers among layers.N (balanced); the MTP
+	                          layers' come after them (0.3.0 leaves their bias) */
 	float *moe_bias, *moe_counts;
 	int n_buffers;
 	model_tensor *buffers; /* expert_bias per MoE layer: offset into moe_bias */
@@ -298,6 +313,13 @@ struct model {
 	struct moe_ep_layer *epl;
 	int64_t ep_sent, ep_recv;
 };
+
+/* The transformer blocks: layers.N, then the MTP depths' blocks (in the head
+ * unit, layer indices n_layers + k). */
+static inline int model_n_blocks(const model *m)
+{
+	return m->args.n_layers + m->args.mtp_layers;
+}
 
 /* Rows of the residual stream a rank holds for n tokens. */
 static inline int64_t model_seq(const model *m, int64_t n)
@@ -510,5 +532,39 @@ void model_tp_resid_add_linear(model *m, void *y, const void *x, const void *w, 
 /* The loss of logits rows r0 .. r0 + c of mb (c, vocab / size): vocabulary
  * parallel or gathered; with backward the logits become their gradient. */
 void model_tp_loss(model *m, model_mb *mb, void *logits, int64_t r0, int64_t c, int backward);
+
+/* ---- the head's output (model_mb.c) ---- */
+
+/* The output projection of xf (n, dim) and the cross-entropy against labels,
+ * chunk by chunk: the loss added to *sum and *valid; with backward the
+ * logits' gradient scaled by grad_scale, d xf into m->d_xn and the output
+ * weight's gradient added.  One rank's whole vocabulary (not under TP). */
+void model_logits_loss(model *m, const model_mb *mb, const void *xf, const int32_t *labels,
+		       float grad_scale, double *sum, int64_t *valid, int backward);
+
+/* ---- multi-token prediction (model_mtp.c) ---- */
+
+/* The MTP depths' tensors in the head unit (after norm and output). */
+int model_mtp_layout(model *m, int *cap, titan_err *e);
+/* A micro-batch's MTP state (mb->mtp) for units 0..head; NULL mtp without
+ * MTP layers.  Refused for a micro-batch that does not hold every unit. */
+int model_mtp_mb_create(model_mb *mb, titan_err *e);
+void model_mtp_mb_free(model_mb *mb);
+/* The inputs and labels (host, b*t), then the positions (NULL: none): each
+ * depth's shifted inputs, labels and valid rows, on the device. */
+int model_mtp_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labels,
+			 titan_err *e);
+int model_mtp_set_positions(model_mb *mb, const int32_t *pos, titan_err *e);
+/* The embedding unit's part: the depths' shifted tokens looked up, and
+ * their gradients added to the table's. */
+void model_mtp_embed_fwd(model *m, model_mb *mb);
+void model_mtp_embed_bwd(model *m, model_mb *mb);
+/* The head's part in training: forward of every depth from the last
+ * block's output; backward from their losses, the gradient of that output
+ * left in the mb for model_mtp_add_dh. */
+void model_mtp_fwd(model *m, model_mb *mb);
+int model_mtp_bwd(model *m, model_mb *mb, titan_err *e);
+/* m->d_x (the stream's gradient before the head) += the depths' part. */
+void model_mtp_add_dh(model *m, model_mb *mb);
 
 #endif

@@ -72,6 +72,8 @@ const char *plan_graph_refusal(plan *p)
 		if (p->u[u].held && !p->u[u].resident)
 			return "the units' parameters are copied into another element type every "
 			       "step (FSDP's mixed_precision_param differs from the masters')";
+	if (model_args(p->m)->mtp_layers > 0)
+		return "multi-token prediction (its shifted tokens are made on the host)";
 	if (model_moe_counts(p->m, &n) != NULL)
 		return "mixture of experts (the load-balancing update reads the experts' token "
 		       "counts on the host)";

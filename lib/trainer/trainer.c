@@ -489,6 +489,8 @@ static int build_plan(job *j, titan_err *err)
 	llama_args fa = *j->args;
 	const llama_args *a = &fa;
 	fa.moe.force_balance = c->debug.moe_force_load_balance; /* MoEArgs' debug switch */
+	fa.mtp_layers = (int)c->model.num_mtp_layers; /* 0.3.0's model_registry argument */
+	fa.mtp_scale = c->model.mtp_scale;            /* and its MTPLoss */
 	/* torchtitan's update_from_config: the model is built for the training
 	 * sequence (DeepSeek V3's YaRN applies only beyond its original 4096) */
 	fa.max_seq_len = (int)c->training.seq_len;
