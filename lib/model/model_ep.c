@@ -59,13 +59,13 @@ int model_ep_setup(model *m, const model_ep_group *ep, titan_err *e)
 		return err_set(e, "model %s: expert parallel degree %d does not divide its %d "
 			       "experts (rank %d)", m->args.name, n, ex, m->ep.rank);
 	m->el = ex / n;
-	m->epl = calloc((size_t)m->args.n_layers, sizeof *m->epl);
-	size_t *v = calloc(4 * (size_t)n * (size_t)m->args.n_layers, sizeof *v);
+	m->epl = calloc((size_t)model_n_blocks(m), sizeof *m->epl);
+	size_t *v = calloc(4 * (size_t)n * (size_t)model_n_blocks(m), sizeof *v);
 	if (!m->epl || !v) {
 		free(v);
 		return err_set(e, "model: out of memory");
 	}
-	for (int l = 0; l < m->args.n_layers; l++) {
+	for (int l = 0; l < model_n_blocks(m); l++) {
 		moe_ep_layer *x = &m->epl[l];
 		x->sc = v + (size_t)l * 4 * (size_t)n;
 		x->sd = x->sc + n, x->rc = x->sd + n, x->rd = x->rc + n;
@@ -86,7 +86,7 @@ void model_ep_free(model *m)
 {
 	if (!m->epl)
 		return;
-	for (int l = 0; l < m->args.n_layers; l++)
+	for (int l = 0; l < model_n_blocks(m); l++)
 		drop_layer(m, &m->epl[l]);
 	free(m->epl[0].sc);
 	free(m->epl);

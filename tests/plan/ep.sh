@@ -9,7 +9,9 @@
 # small debug flavor, whose experts' biases are the other kind of expert
 # tensor: mlp2's bias is replicated over tp without ep); every run also
 # checks that EP with experts split over tp (ETP = TP) and with FSDP's float8
-# all-gather is refused.  docs=1: torchtitan 0.3.0's documents on both sides.
+# all-gather is refused.  docs=1: torchtitan 0.3.0's documents on both sides;
+# mtp=1: one multi-token prediction depth (0.3.0's deepseek_v3 MTP: its
+# block's experts in the head unit, sharded and exchanged as the layers').
 # Each line: the mesh (TITAN_EP_TEST), its ranks.
 # Under the sanitizers (SAN=1, several times slower) 2 steps a run.
 . tests/lib.sh
@@ -27,6 +29,7 @@ ep() { # NP CASE...
 
 ep 2 ep=2 ac=op
 ep 2 ep=2 docs=1 ac=op
+ep 2 ep=2 docs=1 mtp=1
 ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
 ep 4 ep=2 tp=2 ac=full

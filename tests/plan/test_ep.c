@@ -59,6 +59,7 @@ enum { STEPS = 5, ROWS = 8, T = 32 }; /* STEPS: the most (steps=N: fewer) */
 
 static comm *world;
 static int gpt_oss; /* model=gpt_oss: see flavor() */
+static int mtp;     /* mtp=1: one multi-token prediction depth (0.3.0's MTP) */
 
 typedef struct cfg {
 	int ep, shard, tp, accum, steps, dev;
@@ -87,21 +88,38 @@ static void read_cfg(cfg *c)
 	gpt_oss = case_pick(a, "model", models, 0);
 	c->dev = case_int(a, "dev", 0);
 	c->docs = case_int(a, "docs", 0);
+	mtp = case_int(a, "mtp", 0);
 	c->ac = (model_ac_mode)case_pick(a, "ac", ac_modes, MODEL_AC_NONE);
 	if (case_end(a, &e) != 0)
 		fail_msg("%s", e.msg);
 }
 
-/* The model: DeepSeek V3's debug flavor, or with model=gpt_oss GPT-OSS's
+/* The model: DeepSeek V3's debug flavor (with mtp=1 one MTP depth, whose
+ * block's experts are the head unit's), or with model=gpt_oss GPT-OSS's
  * debugmodel_small (experts with biases: mlp2's is added once per token)
  * on a vocabulary of 2048. */
 static const llama_args *flavor(void)
 {
+	static llama_args with_mtp;
 	const llama_args *a =
 		gpt_oss ? model_family_flavor(model_family_find("gpt_oss"), "debugmodel_small")
 			: model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
 	assert_non_null(a);
-	return a;
+	if (!mtp)
+		return a;
+	with_mtp = *a;
+	with_mtp.mtp_layers = 1;
+	with_mtp.mtp_scale = 0.3;
+	return &with_mtp;
+}
+
+/* The MoE blocks: the MoE layers and the MTP depths copying the last one. */
+static uint64_t moe_blocks(const llama_args *a)
+{
+	uint64_t n = 0;
+	for (int l = 0; l < a->n_layers + a->mtp_layers; l++)
+		n += model_family_moe_layer(a, l < a->n_layers ? l : a->n_layers - 1) != 0;
+	return n;
 }
 
 static int vocab(void)
@@ -201,9 +219,8 @@ static void formula(const plan *pl, const cfg *c, int64_t rows, uint64_t fwd_lay
 		x[MESH_EP][COMM_OP_ALL_TO_ALL] += fwd_layers * (uint64_t)(EP - 1) * el * 4;
 		x[MESH_EP][COMM_OP_ALL_TO_ALLV] += ((uint64_t)rows + bwd_rows) * d * 4;
 	}
-	uint64_t nb = 0; /* the expert_bias counts: (MoE layers, experts) float32 */
-	for (int l = 0; l < a->n_layers; l++)
-		nb += model_family_moe_layer(a, l) ? (uint64_t)a->moe.experts * 4 : 0;
+	/* the expert_bias counts: (MoE blocks, experts) float32 */
+	uint64_t nb = moe_blocks(a) * (uint64_t)a->moe.experts * 4;
 	x[MESH_LOSS][COMM_OP_ALL_REDUCE] += 3 * ar(L, 8) + ar(L, nb);
 	x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, 8); /* the grad norm */
 }
@@ -278,8 +295,7 @@ static void open_run(run *u)
 		if (model_tensor_at(pm, i)->is_expert)
 			assert_int_equal(model_tensor_at(pm, i)->shape[0],
 					 flavor()->moe.experts / c->ep);
-	for (int l = 0; l < flavor()->n_layers; l++)
-		u->moe_layers += model_family_moe_layer(flavor(), l) != 0;
+	u->moe_layers = moe_blocks(flavor());
 }
 
 static void close_run(run *u)
