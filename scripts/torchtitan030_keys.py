@@ -31,9 +31,8 @@ import torchtitan_keys as k22  # noqa: E402  (0.2.2's spelling of types and valu
 WANT = "0.3.0"
 # The families titan has; their presets are every public function of
 # models/<family>/config_registry.py that returns a Trainer.Config, in source
-# order, less LATER (presets another change brings).
+# order.
 FAMILIES = ["llama3", "qwen3", "deepseek_v3", "gpt_oss"]
-LATER = {"deepseek_v3_debugmodel_mtp"}  # multi-token prediction: its own change
 
 
 def type_name(t):
@@ -89,7 +88,7 @@ def presets():
     for family in FAMILIES:
         reg = importlib.import_module(f"torchtitan.models.{family}.config_registry")
         fns = [f for n, f in vars(reg).items() if inspect.isfunction(f) and not n.startswith("_")
-               and f.__module__ == reg.__name__ and n not in LATER
+               and f.__module__ == reg.__name__
                and "Trainer.Config" in str(inspect.signature(f).return_annotation)]
         for f in sorted(fns, key=lambda f: f.__code__.co_firstlineno):
             yield family, f.__name__

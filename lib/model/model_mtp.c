@@ -311,6 +311,15 @@ static int depth_bwd(model *m, model_mb *mb, int j, float gs, titan_err *e)
 int model_mtp_bwd(model *m, model_mb *mb, titan_err *e)
 {
 	float gs = (float)(mb->grad_scale * m->args.mtp_scale / m->args.mtp_layers);
+	if (gs == 0) { /* mtp_scale 0: the depths weigh nothing (cross_entropy's
+	                  scale 0 means no gradient at all) */
+		size_t bytes = (size_t)mb->b * (size_t)mb->t * (size_t)m->args.dim *
+			       be_dtype_size(m->prec.resid);
+		m->be->ops->zero(m->be, mb->mtp->dh, bytes);
+		for (int j = 0; j < mb->mtp->k; j++)
+			m->be->ops->zero(m->be, mb->mtp->d[j].demb, bytes);
+		return 0;
+	}
 	for (int j = mb->mtp->k - 1; j >= 0; j--)
 		if (depth_bwd(m, mb, j, gs, e))
 			return -1;

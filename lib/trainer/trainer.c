@@ -584,6 +584,11 @@ static int build_plan(job *j, titan_err *err)
 		    model_train_flops(j->gm, 1, j->T, NULL) / (double)j->T,
 		    c->follows_030 ? ", fewer with the documents of each batch" : "",
 		    j->flops_per_token);
+	if (ma->mtp_layers > 0)
+		metrics_log(j->log, "Multi-token prediction: %d depth(s) after layer %d (mtp_layers.0.. in "
+			    "the head), mtp_scale %g: loss = (main + mtp_scale x the depths' mean) / "
+			    "main labels, as 0.3.0's MTPLoss", ma->mtp_layers, ma->n_layers - 1,
+			    ma->mtp_scale);
 	if (a->moe.experts > 0) {
 		char act[48];
 		metrics_commas(act, sizeof act, model_num_params_active(j->gm));

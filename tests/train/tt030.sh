@@ -196,6 +196,64 @@ else
 	t_not_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 1e-3)" "$why"
 fi
 
+# deepseek_v3_debugmodel_mtp: one multi-token prediction depth and MTPLoss
+# (mtp_scale 0.3) against 0.3.0's MTPDecoder from titan's seed checkpoint
+# (scripts/tt030_golden.py loaded it: mtp_layers.0.* are 0.3.0's names); the
+# checkpoint of step 10 holds the depth and its optimizer state under those
+# names and resumes exactly; what 0.3.0 refuses with MTP is refused.
+mtp() {
+	"$TRAIN" --module deepseek_v3 --config deepseek_v3_debugmodel_mtp \
+		--training.local_batch_size 2 --training.seq_len 64 \
+		--training.mixed_precision_param float32 --debug.seed 7 \
+		--dataloader.dataset_path "$TMP/data" "$@"
+}
+t_run "mtp: titan's seed checkpoint" mtp --dump_folder "$TMP/mtp.seed" --checkpoint.enable \
+	--checkpoint.create_seed_checkpoint
+t_run "mtp: 15 steps of deepseek_v3_debugmodel_mtp as 0.3.0" mtp --training.steps 15 \
+	--dump_folder "$TMP/mtp" --checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0" \
+	--checkpoint.enable
+t_grep "mtp: the log names the depth" 'Multi-token prediction: 1 depth' "$TMP/.err"
+steps_of "$TMP/mtp/metrics.jsonl" >"$TMP/mtp.tsv"
+if why=$(compare tests/train/golden/tt030_deepseek_v3_mtp.tsv "$TMP/mtp.tsv" 1 15 loss); then
+	t_ok "mtp: the loss (main + 0.3 x MTP) and lr equal 0.3.0's at every step"
+else
+	t_not_ok "mtp: the loss (main + 0.3 x MTP) and lr equal 0.3.0's at every step" "$why"
+fi
+"$BIN/titan-ckpt-convert" info "$TMP/mtp/checkpoint/step-10" >"$TMP/mtp.info" 2>&1
+t_grep "mtp: eh_proj by 0.3.0's name" '^mtp_layers.0.eh_proj.weight .*(256, 512)' "$TMP/mtp.info"
+t_grep "mtp: its experts as 0.3.0 spells them" \
+	'^mtp_layers.0.moe.routed_experts.inner_experts.w1_EFD ' "$TMP/mtp.info"
+t_grep "mtp: its expert bias" '^mtp_layers.0.moe.expert_bias_E ' "$TMP/mtp.info"
+t_grep "mtp: its optimizer state" '^optimizer.state.mtp_layers.0.mtp_norm.weight.exp_avg ' \
+	"$TMP/mtp.info"
+t_run "mtp: resume from step 10" mtp --training.steps 15 --dump_folder "$TMP/mtp" \
+	--checkpoint.enable --checkpoint.load_step 10
+steps_of "$TMP/mtp/metrics.jsonl" | awk 'NR > 15' >"$TMP/mtp.b.tsv"
+steps_of "$TMP/mtp/metrics.jsonl" | awk 'NR > 10 && NR <= 15' >"$TMP/mtp.a11.tsv"
+t_same "mtp: the resumed steps 11..15 equal the run's" "$TMP/mtp.a11.tsv" "$TMP/mtp.b.tsv"
+t_fails "mtp: validation refused" 2 mtp --validator.enable
+t_grep "mtp: with 0.3.0's reason" 'validator calls MTPLoss without the positions' "$TMP/.err"
+t_fails "mtp: loss.num_chunks is not MTPLoss's" 2 mtp --loss.num_chunks 4
+# 0.3.0's load-balancing hook walks model.layers: the depth's expert bias stays 0
+"$BIN/titan-ckpt-convert" diff "$TMP/mtp.seed/checkpoint/step-0" "$TMP/mtp/checkpoint/step-10" \
+	>"$TMP/mtp.diff" 2>&1
+t_grep "mtp: the layers' expert biases moved" '^layers.5.moe.expert_bias  *differs' "$TMP/mtp.diff"
+t_grep "mtp: the depth's did not" '^mtp_layers.0.moe.expert_bias  *ok' "$TMP/mtp.diff"
+# loss.mtp_scale 0: the main loss alone, which is deepseek_v3_debugmodel's (the
+# seed's main tensors are drawn as that preset's: the depth's come after them)
+t_run "mtp: loss.mtp_scale 0" mtp --loss.mtp_scale 0 --training.steps 1 --dump_folder "$TMP/mtp.0" \
+	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
+# (one step: its lr is not the 15-step schedule's, the loss and grad norm are)
+steps_of "$TMP/mtp.0/metrics.jsonl" | awk -F'\t' -v OFS='\t' '{ $4 = 0.0004; print }' \
+	>"$TMP/mtp.0.tsv"
+if why=$(compare tests/train/golden/tt030_deepseek_v3.tsv "$TMP/mtp.0.tsv" 1 1); then
+	t_ok "mtp: with mtp_scale 0 step 1 is deepseek_v3_debugmodel's (loss 1e-5, grad norm 1e-4)"
+else
+	t_not_ok "mtp: with mtp_scale 0 step 1 is deepseek_v3_debugmodel's (loss 1e-5, grad norm 1e-4)" "$why"
+fi
+t_fails "mtp: another family refused" 2 "$TRAIN" --config "$TMP/t.toml" --model.num_mtp_layers 1
+t_grep "mtp: names it" 'deepseek_v3 only' "$TMP/.err"
+
 # Mixed precision as 0.3.0 has it on one rank: FSDP's MixedPrecisionPolicy
 # (bf16 parameters and activations, float32 reduce), not autocast, against
 # 0.3.0's own bf16 run (tests/train/golden/tt030_llama3_bf16.tsv:
