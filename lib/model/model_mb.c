@@ -828,7 +828,7 @@ int model_forward_backward(model *m, const int32_t *inputs, const int32_t *label
 	if (!mb || model_mb_set_tokens(mb, inputs, labels, 1, grad_scale, NULL, e) ||
 	    model_run_mb(m, mb, NULL, e))
 		return -1;
-	*loss_sum = mb->loss_sum;
+	*loss_sum = model_mb_loss_sum(mb);
 	*n_valid = mb->n_valid;
 	return 0;
 }

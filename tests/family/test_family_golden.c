@@ -122,6 +122,8 @@ static void golden_options(golden *g)
 	opt_int(g->c, "qk_l2", &a->qk_l2_norm);
 	opt_int(g->c, "temp_floor", &a->attn_temp_floor);
 	opt_real(g->c, "temp_scale", &a->attn_temp_scale);
+	opt_int(g->c, "mtp_layers", &a->mtp_layers);
+	opt_real(g->c, "mtp_scale", &a->mtp_scale);
 }
 
 /* The case's shapes on the family's debugmodel flavor (its other settings:
@@ -377,6 +379,29 @@ static void check_autocast(const golden *g, model *m, const char *name)
 	st_close(&ac);
 }
 
+/* Every gradient of m within TOL of the reference's (max-norm relative). */
+static void check_grads(const golden *g, model *m, const char *name)
+{
+	double worst = 0;
+	const char *worst_name = "";
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		char key[96];
+		snprintf(key, sizeof key, "grad.%s", t->fqn);
+		const float *want = ref_f32(g, key, t->numel);
+		if (!want)
+			fail_msg("%s: no reference gradient", key);
+		double r = rel_err(model_grads(m) + t->offset, want, t->numel);
+		if (r >= TOL)
+			print_message("%s: grad %s rel err %.2e\n", name, t->fqn, r);
+		if (r > worst)
+			worst = r, worst_name = t->fqn;
+		assert_true(r < TOL);
+	}
+	print_message("%s: %d gradients, worst rel err %.2e (%s)\n", name, model_num_tensors(m),
+		      worst, worst_name);
+}
+
 static void check_case_mode(const char *name, int autocast)
 {
 	golden g;
@@ -422,24 +447,7 @@ static void check_case_mode(const char *name, int autocast)
 	print_message("%s: loss %.9f vs reference %.9f, rel err %.2e\n", name,
 		      ls / (double)nv, want_loss, lerr);
 	assert_true(lerr < TOL);
-	double worst = 0;
-	const char *worst_name = "";
-	for (int i = 0; i < model_num_tensors(m); i++) {
-		const model_tensor *t = model_tensor_at(m, i);
-		char key[96];
-		snprintf(key, sizeof key, "grad.%s", t->fqn);
-		const float *want = ref_f32(&g, key, t->numel);
-		if (!want)
-			fail_msg("%s: no reference gradient", key);
-		double r = rel_err(model_grads(m) + t->offset, want, t->numel);
-		if (r >= TOL)
-			print_message("%s: grad %s rel err %.2e\n", name, t->fqn, r);
-		if (r > worst)
-			worst = r, worst_name = t->fqn;
-		assert_true(r < TOL);
-	}
-	print_message("%s: %d gradients, worst rel err %.2e (%s)\n", name, model_num_tensors(m),
-		      worst, worst_name);
+	check_grads(&g, m, name);
 	free(logits);
 done:
 	model_free(m);
@@ -520,6 +528,64 @@ static void llama4_irope_matches_transformers_logits_loss_and_gradients(void **s
 	check_case("llama4_irope");
 }
 
+/* One pass of m over the case's tokens and positions on a micro-batch of
+ * every unit: a forward with the main logits into logits (labels NULL), or a
+ * training step with the loss into *loss_sum (model_mb_loss_sum). */
+static void run_with_positions(const golden *g, model *m, const int32_t *labels, float *logits,
+			       double *loss_sum)
+{
+	titan_err e = {0};
+	const st_tensor *pt = st_find(&g->ref, "positions");
+	assert_true(pt && pt->dtype == PTZ_I32);
+	model_mb *mb = model_mb_create(m, 0, model_head_unit(m), g->b, g->t, &e);
+	int64_t nv = ci(g->c, "n_valid");
+	if (!mb || model_mb_set_tokens(mb, g->ids, labels, labels != NULL,
+				       labels ? 1.0f / (float)nv : 0, logits, &e) ||
+	    model_mb_set_positions(mb, (const int32_t *)pt->data, &e) ||
+	    model_run_mb(m, mb, NULL, &e))
+		fail_msg("%s", e.msg);
+	if (loss_sum) {
+		assert_int_equal(model_mb_valid(mb), nv);
+		*loss_sum = model_mb_loss_sum(mb);
+	}
+	model_mb_free(mb);
+}
+
+/* DeepSeek V3 with two multi-token prediction depths against torchtitan
+ * 0.3.0's MTPDecoder and MTPLoss (scripts/mtp_golden.py, float64): the main
+ * logits, the loss (main + 0.3 x the depths' mean, over the main labels) and
+ * every gradient, the depths' included, over three documents in one row. */
+static void deepseek_v3_mtp_matches_torchtitan_030_loss_and_gradients(void **s)
+{
+	(void)s;
+	golden g;
+	titan_err e = {0};
+	golden_open(&g, "deepseek_v3_mtp");
+	backend *be = backend_cpu_create(0, &e);
+	model *m = be ? model_create(be, &g.a, 0, &e) : NULL;
+	if (!m)
+		fail_msg("%s", e.msg);
+	load_weights(&g, m);
+	size_t n = (size_t)g.b * g.t, v = (size_t)g.a.vocab_size;
+	float *logits = malloc(n * v * sizeof(float));
+	run_with_positions(&g, m, NULL, logits, NULL);
+	double le = rel_err(logits, ref_f32(&g, "logits", n * v), n * v);
+	print_message("deepseek_v3_mtp: logits rel err %.2e\n", le);
+	assert_true(le < TOL);
+	double ls, want = json_number_value(json_object_get(g.c, "loss"));
+	model_zero_grad(m);
+	run_with_positions(&g, m, g.labels, NULL, &ls);
+	double loss = ls / (double)ci(g.c, "n_valid"), lerr = fabs(loss - want) / want;
+	print_message("deepseek_v3_mtp: loss %.9f vs 0.3.0's %.9f, rel err %.2e\n", loss, want,
+		      lerr);
+	assert_true(lerr < TOL);
+	check_grads(&g, m, "deepseek_v3_mtp");
+	free(logits);
+	model_free(m);
+	backend_free(be);
+	golden_close(&g);
+}
+
 /* Each family's pieces under torch.autocast's bf16 rules. */
 static void deepseek_v3_autocast_matches_torch_autocast(void **s)
 {
@@ -553,6 +619,7 @@ int main(void)
 		cmocka_unit_test(gpt_oss_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(deepseek_v3_matches_torchtitan_logits_loss_and_gradients),
 		cmocka_unit_test(deepseek_v3_matches_transformers_logits_loss_and_gradients),
+		cmocka_unit_test(deepseek_v3_mtp_matches_torchtitan_030_loss_and_gradients),
 		cmocka_unit_test(qwen3_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(qwen3_moe_matches_transformers_logits_loss_and_gradients),
 		cmocka_unit_test(moe_routing_options_match_torchtitans_moe),
