@@ -1185,6 +1185,9 @@ static int check_mtp(const job_config *c, titan_err *err)
 	       need(p->tensor_parallel_degree <= 1, err,
 		    "model.num_mtp_layers with parallelism.tensor_parallel_degree %lld: MTP under "
 		    "tensor parallelism is not built", (long long)p->tensor_parallel_degree) ||
+	       need(!c->checkpoint.last_save_in_hf && !c->checkpoint.initial_load_in_hf, err,
+		    "model.num_mtp_layers with checkpoint.last_save_in_hf or initial_load_in_hf: "
+		    "multi-token prediction's tensors have no HF conversion in titan yet") ||
 	       need(!c->validation.enable, err,
 		    "model.num_mtp_layers with validation.enable: torchtitan 0.3.0's validator calls "
 		    "MTPLoss without the positions it requires (a ValueError); refused");

@@ -528,6 +528,9 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 	const dcp_hf_key *key = find_key(m->keys, name, 1, nums, &nn);
 	if (!key) {
 		free(data);
+		if (!strncmp(name, "mtp_layers.", 11)) /* DeepSeek V3's MTP (0.3.0) */
+			return err_set(err, "%s: multi-token prediction's tensors have no HF export "
+				       "in titan yet (HF numbers them as layers after the last)", name);
 		return err_set(err, "%s: not a weight of the model torchtitan names", name);
 	}
 	if (key->kind == DCP_HF_DROP) {
