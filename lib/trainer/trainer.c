@@ -496,8 +496,12 @@ static int build_plan(job *j, titan_err *err)
 	fa.max_seq_len = (int)c->training.seq_len;
 	/* 0.3.0 builds its RoPE cache for the flavor's length whatever the run's:
 	 * DeepSeek V3's YaRN (and its softmax mscale) apply at every length */
-	if (c->follows_030)
+	if (c->follows_030) {
 		fa.rope.beyond_orig = 0;
+		/* and its final norm is RMSNorm.Config's default eps 1e-5 (0.2.2's
+		 * DeepSeek V3 left nn.RMSNorm's, float32's epsilon) */
+		fa.final_norm_eps = 0;
+	}
 	/* torchtitan sizes the embedding and the output by the flavor's
 	 * vocab_size, not by the tokenizer's: checkpoints then cross both ways. */
 	int vocab = a->vocab_size;
