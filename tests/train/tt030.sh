@@ -231,6 +231,33 @@ t_run "mtp: resume from step 10" mtp --training.steps 15 --dump_folder "$TMP/mtp
 steps_of "$TMP/mtp/metrics.jsonl" | awk 'NR > 15' >"$TMP/mtp.b.tsv"
 steps_of "$TMP/mtp/metrics.jsonl" | awk 'NR > 10 && NR <= 15' >"$TMP/mtp.a11.tsv"
 t_same "mtp: the resumed steps 11..15 equal the run's" "$TMP/mtp.a11.tsv" "$TMP/mtp.b.tsv"
+# FSDP 2 x EP 2 on two ranks (one row each): the same steps, a checkpoint of
+# the depth's shards that resumes
+t_run "mtp: FSDP 2 x EP 2" env OMP_NUM_THREADS=1 $MPIRUN -np 2 "$TRAIN" --module deepseek_v3 \
+	--config deepseek_v3_debugmodel_mtp --training.local_batch_size 1 --training.seq_len 64 \
+	--training.mixed_precision_param float32 --debug.seed 7 --dataloader.dataset_path "$TMP/data" \
+	--training.steps 3 --dump_folder "$TMP/mtp.ep" --checkpoint.enable --checkpoint.interval 2 \
+	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0" \
+	--parallelism.data_parallel_shard_degree 2 --parallelism.expert_parallel_degree 2
+steps_of "$TMP/mtp.ep/metrics.jsonl" >"$TMP/mtp.ep.tsv"
+if why=$(compare tests/train/golden/tt030_deepseek_v3_mtp.tsv "$TMP/mtp.ep.tsv" 1 3 loss); then
+	t_ok "mtp: FSDP 2 x EP 2's steps are 0.3.0's"
+else
+	t_not_ok "mtp: FSDP 2 x EP 2's steps are 0.3.0's" "$why"
+fi
+"$BIN/titan-ckpt-convert" info "$TMP/mtp.ep/checkpoint/step-2" >"$TMP/mtp.ep.info" 2>&1
+t_grep "mtp: the depth's experts saved in the ranks' shards" \
+	'^mtp_layers.0.moe.routed_experts.inner_experts.w1_EFD .* 2 chunks' "$TMP/mtp.ep.info"
+t_run "mtp: one process resumes the two ranks' step 2" mtp --training.steps 3 \
+	--dump_folder "$TMP/mtp.ep" --checkpoint.enable --checkpoint.interval 2 --checkpoint.load_step 2
+steps_of "$TMP/mtp.ep/metrics.jsonl" | awk 'NR == 4' >"$TMP/mtp.ep3.tsv"
+steps_of "$TMP/mtp.ep/metrics.jsonl" | awk 'NR == 3' >"$TMP/mtp.ep3a.tsv"
+if why=$(awk -F'\t' 'NR == FNR { l = $2; next } { d = ($2 - l) / l; if (d < 0) d = -d
+	if (d > 1e-5) { print "step 3 loss " $2 " vs " l; exit 1 } }' "$TMP/mtp.ep3a.tsv" "$TMP/mtp.ep3.tsv"); then
+	t_ok "mtp: and its step 3 is the two ranks' (1e-5)"
+else
+	t_not_ok "mtp: and its step 3 is the two ranks' (1e-5)" "$why"
+fi
 t_fails "mtp: validation refused" 2 mtp --validator.enable
 t_grep "mtp: with 0.3.0's reason" 'validator calls MTPLoss without the positions' "$TMP/.err"
 t_fails "mtp: loss.num_chunks is not MTPLoss's" 2 mtp --loss.num_chunks 4
