@@ -299,6 +299,8 @@ static size_t mb_layout(const model *m, int u0, int u1, int b, int t)
 	}
 	if (u1 == head) /* the final norm's output gathered, its rstd the rank's rows */
 		total += al(n * d * be_dtype_size(m->prec.act)) + al(ns * sizeof(float));
+	if (u0 == 0 && u1 == head) /* the MTP depths' (their own allocations) */
+		total += model_mtp_mb_bytes(m, b, t);
 	return total;
 }
 

@@ -96,11 +96,69 @@ void model_mtp_mb_free(model_mb *mb)
 	mb->mtp = NULL;
 }
 
-/* Depth j's block keeps every activation (its own memory). */
-static int depth_acts(model *m, model_mb *mb, struct mtp_mb *x, int j, titan_err *e)
+/* The buffers of one depth and the shared ones, by size: (n) int32, (n)
+ * float32, (n, d) of the residual type, (n, d) and (n, 2d) of the activation
+ * type. */
+enum { SZ_IDS, SZ_F32, SZ_RESID, SZ_ACT, SZ_ACT2 };
+
+static size_t size_of(const model *m, size_t n, int kind)
+{
+	size_t d = (size_t)m->args.dim;
+	switch (kind) {
+	case SZ_IDS: return n * sizeof(int32_t);
+	case SZ_F32: return n * sizeof(float);
+	case SZ_RESID: return n * d * be_dtype_size(m->prec.resid);
+	case SZ_ACT: return n * d * be_dtype_size(m->prec.act);
+	}
+	return 2 * n * d * be_dtype_size(m->prec.act);
+}
+
+/* A depth's buffers: where each goes and its size. */
+static void depth_slots(mtp_depth *p, void ***slot)
+{
+	void **s[] = {(void **)&p->ids, (void **)&p->labels, (void **)&p->rows, &p->emb,
+		      &p->demb, &p->pm, &p->cat, &p->x0, &p->y, &p->out, (void **)&p->rstd_e,
+		      (void **)&p->rstd_h, (void **)&p->rstd_o};
+	memcpy(slot, s, sizeof s);
+}
+static const int depth_kind[] = {SZ_IDS, SZ_IDS, SZ_IDS, SZ_RESID, SZ_RESID, SZ_RESID, SZ_ACT2,
+				 SZ_RESID, SZ_RESID, SZ_ACT, SZ_F32, SZ_F32, SZ_F32};
+#define N_DEPTH_BUFS (int)(sizeof depth_kind / sizeof depth_kind[0])
+
+static void shared_slots(struct mtp_mb *x, void ***slot)
+{
+	void **s[] = {&x->dcat, &x->dact, &x->dpm, &x->dout, &x->dh};
+	memcpy(slot, s, sizeof s);
+}
+static const int shared_kind[] = {SZ_ACT2, SZ_ACT, SZ_RESID, SZ_ACT, SZ_RESID};
+#define N_SHARED_BUFS (int)(sizeof shared_kind / sizeof shared_kind[0])
+
+size_t model_mtp_mb_bytes(const model *m, int b, int t)
+{
+	size_t n = (size_t)b * (size_t)t, total = 0;
+	if (m->args.mtp_layers <= 0)
+		return 0;
+	for (int i = 0; i < N_SHARED_BUFS; i++)
+		total += size_of(m, n, shared_kind[i]);
+	for (int j = 0; j < m->args.mtp_layers; j++) {
+		for (int i = 0; i < N_DEPTH_BUFS; i++)
+			total += size_of(m, n, depth_kind[i]);
+		for (int i = 0; i < ACT_COUNT; i++)
+			total += model_act_bytes(m, m->args.n_layers + j, i, n);
+	}
+	return total;
+}
+
+/* Depth j's buffers and its block's activations, all kept (its own memory). */
+static int depth_alloc(model *m, model_mb *mb, struct mtp_mb *x, int j, titan_err *e)
 {
 	int l = m->args.n_layers + j;
 	size_t n = (size_t)mb->b * (size_t)mb->t;
+	void **slot[N_DEPTH_BUFS];
+	depth_slots(&x->d[j], slot);
+	for (int i = 0; i < N_DEPTH_BUFS; i++)
+		if (!(*slot[i] = dev(m, x, size_of(m, n, depth_kind[i]), e)))
+			return -1;
 	layer_act *a = &mb->acts[l + 1 - mb->u0];
 	a->keep = ACT_ALL;
 	for (int i = 0; i < ACT_COUNT; i++) {
@@ -109,24 +167,6 @@ static int depth_acts(model *m, model_mb *mb, struct mtp_mb *x, int j, titan_err
 			return -1;
 	}
 	return 0;
-}
-
-static int depth_alloc(model *m, model_mb *mb, struct mtp_mb *x, int j, titan_err *e)
-{
-	size_t n = (size_t)mb->b * (size_t)mb->t, d = (size_t)m->args.dim;
-	size_t ra = n * d * be_dtype_size(m->prec.resid), aa = n * d * be_dtype_size(m->prec.act);
-	mtp_depth *p = &x->d[j];
-	return !(p->ids = dev(m, x, n * sizeof(int32_t), e)) ||
-	       !(p->labels = dev(m, x, n * sizeof(int32_t), e)) ||
-	       !(p->rows = dev(m, x, n * sizeof(int32_t), e)) || !(p->emb = dev(m, x, ra, e)) ||
-	       !(p->demb = dev(m, x, ra, e)) || !(p->pm = dev(m, x, ra, e)) ||
-	       !(p->cat = dev(m, x, 2 * aa, e)) || !(p->x0 = dev(m, x, ra, e)) ||
-	       !(p->y = dev(m, x, ra, e)) || !(p->out = dev(m, x, aa, e)) ||
-	       !(p->rstd_e = dev(m, x, n * sizeof(float), e)) ||
-	       !(p->rstd_h = dev(m, x, n * sizeof(float), e)) ||
-	       !(p->rstd_o = dev(m, x, n * sizeof(float), e)) || depth_acts(m, mb, x, j, e)
-		       ? -1
-		       : 0;
 }
 
 int model_mtp_mb_create(model_mb *mb, titan_err *e)
@@ -140,15 +180,14 @@ int model_mtp_mb_create(model_mb *mb, titan_err *e)
 	if (m->tp.size > 1)
 		return err_set(e, "model: multi-token prediction under tensor parallelism is not "
 			       "built");
-	size_t n = (size_t)mb->b * (size_t)mb->t, d = (size_t)m->args.dim;
-	size_t ra = n * d * be_dtype_size(m->prec.resid), aa = n * d * be_dtype_size(m->prec.act);
+	size_t n = (size_t)mb->b * (size_t)mb->t;
 	struct mtp_mb *x = calloc(1, sizeof *x);
 	if (!x)
 		return err_set(e, "model: out of memory");
 	mb->mtp = x;
 	x->k = K;
 	x->d = calloc((size_t)K, sizeof *x->d);
-	x->mem = calloc((size_t)K * (13 + ACT_COUNT) + 5, sizeof *x->mem);
+	x->mem = calloc((size_t)K * (N_DEPTH_BUFS + ACT_COUNT) + N_SHARED_BUFS, sizeof *x->mem);
 	x->in = malloc(6 * n * sizeof(int32_t));
 	if (!x->d || !x->mem || !x->in)
 		return err_set(e, "model: out of memory");
@@ -156,10 +195,11 @@ int model_mtp_mb_create(model_mb *mb, titan_err *e)
 	for (int j = 0; j < K; j++)
 		if (depth_alloc(m, mb, x, j, e))
 			return err_prefix(e, "multi-token prediction depth %d", j + 1);
-	if (!(x->dcat = dev(m, x, 2 * aa, e)) || !(x->dact = dev(m, x, aa, e)) ||
-	    !(x->dpm = dev(m, x, ra, e)) || !(x->dout = dev(m, x, aa, e)) ||
-	    !(x->dh = dev(m, x, ra, e)))
-		return err_prefix(e, "multi-token prediction");
+	void **slot[N_SHARED_BUFS];
+	shared_slots(x, slot);
+	for (int i = 0; i < N_SHARED_BUFS; i++)
+		if (!(*slot[i] = dev(m, x, size_of(m, n, shared_kind[i]), e)))
+			return err_prefix(e, "multi-token prediction");
 	return 0;
 }
 

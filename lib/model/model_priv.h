@@ -550,6 +550,8 @@ int model_mtp_layout(model *m, int *cap, titan_err *e);
  * MTP layers.  Refused for a micro-batch that does not hold every unit. */
 int model_mtp_mb_create(model_mb *mb, titan_err *e);
 void model_mtp_mb_free(model_mb *mb);
+/* The bytes model_mtp_mb_create allocates for micro-batches of (b, t). */
+size_t model_mtp_mb_bytes(const model *m, int b, int t);
 /* The inputs and labels (host, b*t), then the positions (NULL: none): each
  * depth's shifted inputs, labels and valid rows, on the device. */
 int model_mtp_set_tokens(model_mb *mb, const int32_t *inputs, const int32_t *labels,
