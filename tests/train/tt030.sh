@@ -201,6 +201,10 @@ fi
 # (scripts/tt030_golden.py loaded it: mtp_layers.0.* are 0.3.0's names); the
 # checkpoint of step 10 holds the depth and its optimizer state under those
 # names and resumes exactly; what 0.3.0 refuses with MTP is refused.
+# t_steps NAME GOLDEN TSV FIRST LAST [loss]: compare's verdict as a test
+t_steps() {
+	if why=$(compare "$2" "$3" "$4" "$5" "${6:-}"); then t_ok "$1"; else t_not_ok "$1" "$why"; fi
+}
 mtp() {
 	"$TRAIN" --module deepseek_v3 --config deepseek_v3_debugmodel_mtp \
 		--training.local_batch_size 2 --training.seq_len 64 \
@@ -214,11 +218,8 @@ t_run "mtp: 15 steps of deepseek_v3_debugmodel_mtp as 0.3.0" mtp --training.step
 	--checkpoint.enable
 t_grep "mtp: the log names the depth" 'Multi-token prediction: 1 depth' "$TMP/.err"
 steps_of "$TMP/mtp/metrics.jsonl" >"$TMP/mtp.tsv"
-if why=$(compare tests/train/golden/tt030_deepseek_v3_mtp.tsv "$TMP/mtp.tsv" 1 15 loss); then
-	t_ok "mtp: the loss (main + 0.3 x MTP) and lr equal 0.3.0's at every step"
-else
-	t_not_ok "mtp: the loss (main + 0.3 x MTP) and lr equal 0.3.0's at every step" "$why"
-fi
+t_steps "mtp: the loss (main + 0.3 x MTP) and lr equal 0.3.0's at every step" \
+	tests/train/golden/tt030_deepseek_v3_mtp.tsv "$TMP/mtp.tsv" 1 15 loss
 "$BIN/titan-ckpt-convert" info "$TMP/mtp/checkpoint/step-10" >"$TMP/mtp.info" 2>&1
 t_grep "mtp: eh_proj by 0.3.0's name" '^mtp_layers.0.eh_proj.weight .*(256, 512)' "$TMP/mtp.info"
 t_grep "mtp: its experts as 0.3.0 spells them" \
@@ -240,11 +241,8 @@ t_run "mtp: FSDP 2 x EP 2" env OMP_NUM_THREADS=1 $MPIRUN -np 2 "$TRAIN" --module
 	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0" \
 	--parallelism.data_parallel_shard_degree 2 --parallelism.expert_parallel_degree 2
 steps_of "$TMP/mtp.ep/metrics.jsonl" >"$TMP/mtp.ep.tsv"
-if why=$(compare tests/train/golden/tt030_deepseek_v3_mtp.tsv "$TMP/mtp.ep.tsv" 1 3 loss); then
-	t_ok "mtp: FSDP 2 x EP 2's steps are 0.3.0's"
-else
-	t_not_ok "mtp: FSDP 2 x EP 2's steps are 0.3.0's" "$why"
-fi
+t_steps "mtp: FSDP 2 x EP 2's steps are 0.3.0's" tests/train/golden/tt030_deepseek_v3_mtp.tsv \
+	"$TMP/mtp.ep.tsv" 1 3 loss
 "$BIN/titan-ckpt-convert" info "$TMP/mtp.ep/checkpoint/step-2" >"$TMP/mtp.ep.info" 2>&1
 t_grep "mtp: the depth's experts saved in the ranks' shards" \
 	'^mtp_layers.0.moe.routed_experts.inner_experts.w1_EFD .* 2 chunks' "$TMP/mtp.ep.info"
@@ -273,11 +271,8 @@ t_run "mtp: loss.mtp_scale 0" mtp --loss.mtp_scale 0 --training.steps 1 --dump_f
 # (one step: its lr is not the 15-step schedule's, the loss and grad norm are)
 steps_of "$TMP/mtp.0/metrics.jsonl" | awk -F'\t' -v OFS='\t' '{ $4 = 0.0004; print }' \
 	>"$TMP/mtp.0.tsv"
-if why=$(compare tests/train/golden/tt030_deepseek_v3.tsv "$TMP/mtp.0.tsv" 1 1); then
-	t_ok "mtp: with mtp_scale 0 step 1 is deepseek_v3_debugmodel's (loss 1e-5, grad norm 1e-4)"
-else
-	t_not_ok "mtp: with mtp_scale 0 step 1 is deepseek_v3_debugmodel's (loss 1e-5, grad norm 1e-4)" "$why"
-fi
+t_steps "mtp: with mtp_scale 0 step 1 is deepseek_v3_debugmodel's (loss 1e-5, grad norm 1e-4)" \
+	tests/train/golden/tt030_deepseek_v3.tsv "$TMP/mtp.0.tsv" 1 1
 t_fails "mtp: another family refused" 2 "$TRAIN" --config "$TMP/t.toml" --model.num_mtp_layers 1
 t_grep "mtp: names it" 'deepseek_v3 only' "$TMP/.err"
 
