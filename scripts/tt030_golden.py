@@ -12,12 +12,12 @@ positions).  Each step is 0.3.0's Trainer.train_step: the valid tokens of the
 step counted first, forward with the lm_head skipped, the chunked loss and its
 backward, clip_grad_norm_, the optimizers' and schedulers' step.
 
-deepseek_v3_debugmodel_mtp adds one multi-token prediction depth and 0.3.0's
-MTPLoss (unchunked, the lm_head applied by the model, the per-document
-positions passed to the loss), and registers the model's own
-post_optimizer_build_fn as 0.3.0's trainer does (the MoE layers' expert
-bias steps before each optimizer step; 0.3.0's hook walks model.layers, so
-the MTP block's expert_bias stays 0).
+Every preset registers the model's own post_optimizer_build_fn as 0.3.0's
+trainer does (the MoE families: the layers' expert bias steps before each
+optimizer step).  deepseek_v3_debugmodel_mtp adds one multi-token prediction
+depth and 0.3.0's MTPLoss (unchunked, the lm_head applied by the model, the
+per-document positions passed to the loss); 0.3.0's hook walks model.layers,
+so the MTP block's expert_bias stays 0.
 
 The one substitution: FlexAttention refuses its backward on the CPU, so its
 block mask is replaced by the same mask as a dense boolean tensor (causal and
@@ -238,7 +238,9 @@ def main():
         model._skip_lm_head = True
     optimizers = cfg.optimizer.build(model_parts=[model])
     mtp = preset.endswith("_mtp")
-    if mtp:
+    # as 0.3.0's trainer: the MoE families' expert-bias update before each
+    # optimizer step (register_moe_load_balancing_hook)
+    if cfg.model_spec.post_optimizer_build_fn is not None:
         cfg.model_spec.post_optimizer_build_fn(optimizers, [model], OneRank())
     schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=STEPS)
     data = batches(read_docs(tokens))

@@ -176,9 +176,10 @@ done
 # gpt_oss_debugmodel_flex (0.3.0's debugmodel, titan's debugmodel_030: sinks,
 # sliding windows, YaRN, biased experts with the clamped SwiGLU) against
 # 0.3.0 from titan's seed checkpoint, its experts' GEMMs in bfloat16 as 0.3.0
-# runs them: the step-1 loss within 1e-5, the later ones within 1e-3 (the
-# gradients of 0.3.0's MoE layers differ from titan's by 1e-4 of the grad norm
-# at step 1, with float32 experts too, and the steps drift apart from there).
+# runs them (GroupedExperts casts to bfloat16 for torch._grouped_mm whatever
+# the run's dtype; titan's stay float32) and its expert-bias hook registered:
+# the step-1 loss within 1e-5, the later ones within 2e-4 (measured 2.2e-6 and
+# 8.9e-5 at AVX-512 and AVX2 alike; the experts' bfloat16 is the drift).
 mod() {
 	"$TRAIN" --module gpt_oss --config gpt_oss_debugmodel_flex --training.local_batch_size 2 \
 		--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
@@ -190,10 +191,10 @@ t_run "gpt_oss: 15 steps of gpt_oss_debugmodel_flex as 0.3.0" mod --training.ste
 	--dump_folder "$TMP/gpt_oss" --checkpoint.initial_load_path "$TMP/gpt_oss.seed/checkpoint/step-0"
 steps_of "$TMP/gpt_oss/metrics.jsonl" >"$TMP/gpt_oss.tsv"
 if why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 1 loss 1e-5) &&
-	why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 15 loss 1e-3); then
-	t_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 1e-3)"
+	why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 15 loss 2e-4); then
+	t_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 2e-4)"
 else
-	t_not_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 1e-3)" "$why"
+	t_not_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 2e-4)" "$why"
 fi
 
 # deepseek_v3_debugmodel_mtp: one multi-token prediction depth and MTPLoss
