@@ -87,17 +87,26 @@ def loader(docs):
     return ParallelAwareDataloader(ds, dp_rank=0, dp_world_size=1, batch_size=g.BATCH)
 
 
-def trainer(preset, dump, docs, interval=1000, exclude=()):
+def config(preset):
+    """PRESET's Trainer.Config at the crossing's settings."""
     tt_decoder.Decoder.get_attention_masks = g.dense_document_mask
     tt_attention.FlexAttention.forward = g.sdpa_under_mask
-    torch.manual_seed(0)
     family = next(f for f in ("deepseek_v3", "llama3", "qwen3") if preset.startswith(f))
     reg = __import__(f"torchtitan.models.{family}.config_registry", fromlist=[preset])
     cfg = getattr(reg, preset)()
     cfg.training.local_batch_size, cfg.training.seq_len = g.BATCH, g.SEQ
     cfg.training.steps = STEPS_TOTAL
     cfg.training.mixed_precision_param = "float32"
+    return cfg
+
+
+def trainer(cfg, dump, docs, interval=1000, exclude=(), folder="checkpoint"):
+    """0.3.0's Trainer's parts for cfg: its model (initialised), loss,
+    optimizer and lr scheduler containers, data loader and CheckpointManager."""
+    torch.manual_seed(0)
     model = cfg.model_spec.model.build()
+    with torch.no_grad():
+        model.init_states()
     model.train()
     loss_fn = cfg.loss.build()
     loss_fn.set_lm_head(model.lm_head)
@@ -108,6 +117,7 @@ def trainer(preset, dump, docs, interval=1000, exclude=()):
     cfg.checkpoint.enable = True
     cfg.checkpoint.interval = interval
     cfg.checkpoint.keep_latest_k = 0
+    cfg.checkpoint.folder = folder
     cfg.checkpoint.exclude_from_loading = list(exclude)
     ckpt = cfg.checkpoint.build(dataloader=dl, model_parts=[model], optimizers=opt,
                                 lr_schedulers=sched, states={"train_state": ts},
@@ -136,7 +146,7 @@ def train_step(cfg, model, loss_fn, opt, sched, ts, batches):
 def titan_to_tt030(preset, dump, tokens, step, steps):
     step, steps = int(step), int(steps)
     docs = g.read_docs(tokens)
-    cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(preset, dump, docs,
+    cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(config(preset), dump, docs,
                                                             exclude=["dataloader"])
     if not ckpt.load(step=step):
         sys.exit(f"0.3.0 found no step-{step} in {dump}/checkpoint")
@@ -159,7 +169,8 @@ def titan_to_tt030(preset, dump, tokens, step, steps):
 def tt030_to_titan(preset, dump, tokens, step, steps):
     step, steps = int(step), int(steps)
     docs = g.read_docs(tokens)
-    cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(preset, dump, docs, interval=step)
+    cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(config(preset), dump, docs,
+                                                            interval=step)
     g.load_seed_checkpoint(model, os.path.join(dump, "checkpoint", "step-0"))
     batches = iter(dl)
     for s in range(1, steps + 1):
@@ -175,7 +186,8 @@ def manifest(preset, out):
     from torch.distributed.checkpoint import FileSystemReader
     with tempfile.TemporaryDirectory() as dump:
         docs = [[1, 5, 9, 2] * 40 for _ in range(8)]  # any documents: one step materialises the state
-        cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(preset, dump, docs, interval=1)
+        cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(config(preset), dump, docs,
+                                                                interval=1)
         train_step(cfg, model, loss_fn, opt, sched, ts, iter(dl))
         ckpt.save(curr_step=1)
         ckpt.close()
@@ -217,29 +229,11 @@ def small_llama3():
 
 def fused(out_dir):
     docs = [[(7 * i + 3 * j) % 64 for j in range(40)] for i in range(12)]
-    tt_decoder.Decoder.get_attention_masks = g.dense_document_mask
-    tt_attention.FlexAttention.forward = g.sdpa_under_mask
-    reg = __import__("torchtitan.models.llama3.config_registry", fromlist=["x"])
-    cfg = reg.llama3_debugmodel()
+    cfg = config("llama3_debugmodel")
     cfg.model_spec.model = small_llama3()
     cfg.loss.loss_fn.global_vocab_size = 64
-    cfg.training.local_batch_size, cfg.training.seq_len = g.BATCH, g.SEQ
-    cfg.training.steps, cfg.training.mixed_precision_param = STEPS_TOTAL, "float32"
-    torch.manual_seed(0)
-    model = cfg.model_spec.model.build()
-    with torch.no_grad():
-        model.init_states()
-    model.train()
-    loss_fn = cfg.loss.build()
-    loss_fn.set_lm_head(model.lm_head)
-    model._skip_lm_head = True
-    opt = cfg.optimizer.build(model_parts=[model])
-    sched = cfg.lr_scheduler.build(optimizers=opt, training_steps=STEPS_TOTAL)
-    ts, dl = TrainState(), loader(docs)
-    cfg.checkpoint.enable, cfg.checkpoint.interval, cfg.checkpoint.folder = True, 2, "."
-    ckpt = cfg.checkpoint.build(dataloader=dl, model_parts=[model], optimizers=opt,
-                                lr_schedulers=sched, states={"train_state": ts},
-                                sd_adapter=None, base_folder=out_dir)
+    cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(cfg, out_dir, docs, interval=2,
+                                                            folder=".")
     batches = iter(dl)
     for s in (1, 2):
         print(f"loss {s} {train_step(cfg, model, loss_fn, opt, sched, ts, batches)!r}")

@@ -192,8 +192,6 @@ static int add_qkv_pieces(tstate_saver *sv, const char *fqn, dcp_dtype dt, const
 			  const plan_box *b, int slot, uint8_t *data)
 {
 	int64_t per = slot == 0 ? sv->hpk * sv->head_dim : sv->head_dim; /* rows per group */
-	int64_t at = slot == 0 ? 0 : slot == 1 ? sv->hpk * sv->head_dim : (sv->hpk + 1) * sv->head_dim;
-	int64_t group = (sv->hpk + 2) * sv->head_dim;
 	size_t row = ptz_dtype_size(dt);
 	for (int d = 1; d < t->ndim; d++)
 		row *= (size_t)b->sizes[d];
@@ -210,7 +208,7 @@ static int add_qkv_pieces(tstate_saver *sv, const char *fqn, dcp_dtype dt, const
 			it->offsets[d] = b->offsets[d];
 			it->sizes[d] = b->sizes[d];
 		}
-		it->offsets[0] = g * group + at + (r - g * per);
+		it->offsets[0] = dcp_qkv_fused_row(slot, r, sv->hpk, sv->head_dim);
 		it->sizes[0] = end - r;
 		r = end;
 	}

@@ -162,7 +162,7 @@ t_run "to-hf exports its model" "$C" to-hf "$F/step-2" "$TMP/fhf" --flavor debug
 	--n-kv-heads 2
 
 # torchtitan 0.2.2 -------------------------------------------------------------
-if ! "$PY" -c 'import torch, safetensors, torchtitan, importlib.metadata as m; assert m.version("torchtitan") == "0.2.2"' \\
+if ! "$PY" -c 'import torch, safetensors, torchtitan, importlib.metadata as m; assert m.version("torchtitan") == "0.2.2"' \
 	>/dev/null 2>&1; then
 	t_skip "checkpoints cross between titan-train and torchtitan" \
 		"no torchtitan 0.2.2 in \$PYTHON ($PY); run with PYTHON=<venv>/bin/python"
