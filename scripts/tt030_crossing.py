@@ -50,6 +50,7 @@ from datasets import Dataset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tt030_golden as g  # noqa: E402
+from torchtitan_train_state import TrainState  # noqa: E402
 
 from torchtitan.components.dataloader import ParallelAwareDataloader  # noqa: E402
 from torchtitan.components.loss import IGNORE_INDEX  # noqa: E402
@@ -58,19 +59,6 @@ from torchtitan.models.common import attention as tt_attention  # noqa: E402
 from torchtitan.models.common import decoder as tt_decoder  # noqa: E402
 
 STEPS_TOTAL = 6  # training.steps, the lr schedule's length, on both sides
-
-
-class TrainState:
-    """0.3.0's Trainer as its checkpoint sees it (trainer.py: step, ntokens_seen)."""
-
-    def __init__(self):
-        self.step, self.ntokens_seen = 0, 0
-
-    def state_dict(self):
-        return {"step": self.step, "ntokens_seen": self.ntokens_seen}
-
-    def load_state_dict(self, sd):
-        self.step, self.ntokens_seen = sd["step"], sd["ntokens_seen"]
 
 
 def loader(docs):
@@ -107,12 +95,7 @@ def trainer(cfg, dump, docs, interval=1000, exclude=(), folder="checkpoint"):
     model = cfg.model_spec.model.build()
     with torch.no_grad():
         model.init_states()
-    model.train()
-    loss_fn = cfg.loss.build()
-    loss_fn.set_lm_head(model.lm_head)
-    model._skip_lm_head = True
-    opt = cfg.optimizer.build(model_parts=[model])
-    sched = cfg.lr_scheduler.build(optimizers=opt, training_steps=STEPS_TOTAL)
+    loss_fn, opt, sched = g.train_parts(cfg, model, STEPS_TOTAL)
     ts, dl = TrainState(), loader(docs)
     cfg.checkpoint.enable = True
     cfg.checkpoint.interval = interval
@@ -251,23 +234,22 @@ def fused(out_dir):
     print(f"wrote {out_dir}: {sorted(os.listdir(out_dir))}")
 
 
+COMMANDS = {"titan-to-tt030": (titan_to_tt030, "PRESET DUMP TOKENS STEP STEPS"),
+            "tt030-to-titan": (tt030_to_titan, "PRESET DUMP TOKENS STEP STEPS"),
+            "manifest": (manifest, "PRESET OUT"),
+            "fused": (fused, "OUT_DIR")}
+
+
 def main():
+    run, usage = COMMANDS.get(sys.argv[1] if len(sys.argv) > 1 else "", (None, ""))
+    if run is None or len(sys.argv) - 2 != len(usage.split()):
+        sys.exit("usage: tt030_crossing.py " +
+                 " | ".join(f"{c} {u}" for c, (_, u) in COMMANDS.items()))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29700 + os.getpid() % 1000))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group("gloo", rank=0, world_size=1)  # CheckpointManager's DCP
     try:
-        cmd, args = sys.argv[1], sys.argv[2:]
-        if cmd == "titan-to-tt030" and len(args) == 5:
-            titan_to_tt030(*args)
-        elif cmd == "tt030-to-titan" and len(args) == 5:
-            tt030_to_titan(*args)
-        elif cmd == "manifest" and len(args) == 2:
-            manifest(*args)
-        elif cmd == "fused" and len(args) == 1:
-            fused(*args)
-        else:
-            sys.exit("usage: tt030_crossing.py titan-to-tt030 PRESET DUMP TOKENS STEP STEPS |"
-                     " tt030-to-titan PRESET DUMP TOKENS STEP STEPS | manifest PRESET OUT | fused OUT_DIR")
+        run(*sys.argv[2:])
     finally:
         dist.destroy_process_group()
 

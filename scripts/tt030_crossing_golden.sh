@@ -20,7 +20,7 @@ OUT=tests/ckpt/golden/tt030
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tt030-golden.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$OUT"
-export OMP_NUM_THREADS=2 NO_COLOR=1
+export OMP_NUM_THREADS=2 NO_COLOR=1 PYTHONDONTWRITEBYTECODE=1
 
 build/tests/shard/test_gen gen 11 400 2048 60 >"$TMP/d.tts"
 bin/titan-shard -q --out "$TMP/data" --val-fraction 0 "$TMP/d.tts"

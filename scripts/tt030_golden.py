@@ -184,6 +184,19 @@ def install_bf16_policy(model, cfg):
     cfg.training.mixed_precision_param = "bfloat16"
 
 
+def train_parts(cfg, model, steps):
+    """0.3.0's Trainer around model: in training mode, its chunked loss over
+    the lm_head (which the model then skips), its optimizer and lr scheduler
+    containers for `steps` steps."""
+    model.train()
+    loss_fn = cfg.loss.build()
+    loss_fn.set_lm_head(model.lm_head)
+    model._skip_lm_head = True
+    optimizers = cfg.optimizer.build(model_parts=[model])
+    schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=steps)
+    return loss_fn, optimizers, schedulers
+
+
 def main():
     args = sys.argv[1:]
     bf16 = "--bf16" in args
@@ -215,12 +228,7 @@ def main():
                  "seed checkpoint (third argument)")
     if bf16:
         install_bf16_policy(model, cfg)
-    model.train()
-    loss_fn = cfg.loss.build()
-    loss_fn.set_lm_head(model.lm_head)
-    model._skip_lm_head = True
-    optimizers = cfg.optimizer.build(model_parts=[model])
-    schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=STEPS)
+    loss_fn, optimizers, schedulers = train_parts(cfg, model, STEPS)
     data = batches(read_docs(tokens))
     rows = []
     for step in range(1, STEPS + 1):

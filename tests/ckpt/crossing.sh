@@ -90,7 +90,7 @@ if [ -n "${TT030:-}" ] && PYTHONPATH=$TT030 "$PY" -c 'import torch, numpy, datas
 from torchtitan.components.checkpointer.dcp import CheckpointManager' >/dev/null 2>&1; then
 	live030=1
 fi
-py030() { PYTHONPATH=$TT030 "$PY" scripts/tt030_crossing.py "$@"; }
+py030() { PYTHONPATH=$TT030 PYTHONDONTWRITEBYTECODE=1 "$PY" scripts/tt030_crossing.py "$@"; }
 for fam in llama3 qwen3 deepseek_v3; do
 	X="$TMP/x$fam"
 	t_run "$fam: titan trains 6 steps as 0.3.0, saving steps 3 and 6" run030 $fam "$X"
