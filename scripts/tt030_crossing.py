@@ -22,8 +22,7 @@ CheckpointManager (DCP).  float32, local_batch_size 2, seq_len 64.
       included); prints "loss <step> <value>" for every step.
 
   manifest PRESET OUT.tsv
-      What 0.3.0's CheckpointManager writes for PRESET (a full checkpoint
-      after a step): every key of layers 0 and 1 and every key outside the
+      What 0.3.0's CheckpointManager writes for PRESET (a full checkpoint): every key of layers 0 and 1 and every key outside the
       layers, with its kind, dtype and shape, sorted (tab-separated: key,
       "tensor" or "bytes", dtype, comma-separated shape).
 
@@ -79,7 +78,7 @@ def config(preset):
     """PRESET's Trainer.Config at the crossing's settings."""
     tt_decoder.Decoder.get_attention_masks = g.dense_document_mask
     tt_attention.FlexAttention.forward = g.sdpa_under_mask
-    family = next(f for f in ("deepseek_v3", "llama3", "qwen3") if preset.startswith(f))
+    family = next(f for f in ("deepseek_v3", "gpt_oss", "llama3", "qwen3") if preset.startswith(f))
     reg = __import__(f"torchtitan.models.{family}.config_registry", fromlist=[preset])
     cfg = getattr(reg, preset)()
     cfg.training.local_batch_size, cfg.training.seq_len = g.BATCH, g.SEQ
@@ -168,10 +167,8 @@ def manifest(preset, out):
     import tempfile
     from torch.distributed.checkpoint import FileSystemReader
     with tempfile.TemporaryDirectory() as dump:
-        docs = [[1, 5, 9, 2] * 40 for _ in range(8)]  # any documents: one step materialises the state
-        cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(config(preset), dump, docs,
-                                                                interval=1)
-        train_step(cfg, model, loss_fn, opt, sched, ts, iter(dl))
+        docs = [[1, 5, 9, 2] * 40 for _ in range(8)]  # any: the save materialises the state
+        ckpt = trainer(config(preset), dump, docs, interval=1)[-1]
         ckpt.save(curr_step=1)
         ckpt.close()
         md = FileSystemReader(os.path.join(dump, "checkpoint", "step-1")).read_metadata()

@@ -4,6 +4,8 @@
 #   <family>.keys.tsv  what 0.3.0's CheckpointManager writes for
 #       <family>_debugmodel (scripts/tt030_crossing.py manifest): the keys of
 #       layers 0 and 1 and those outside the layers, kind, dtype and shape;
+#   <preset>.keys.tsv  the same for qwen3_debugmodel_non_fused_qkv (q, k, v
+#       apart) and gpt_oss_debugmodel (fused with biases);
 #   fused/  a small checkpoint 0.3.0's CheckpointManager wrote with its q/k/v
 #       fused, and 0.3.0's own split of that state (scripts/tt030_crossing.py
 #       fused);
@@ -39,6 +41,9 @@ for fam in llama3 qwen3 deepseek_v3; do
 	PYTHONPATH=$TT030 "$PY" scripts/tt030_crossing.py titan-to-tt030 "${fam}_debugmodel" \
 		"$TMP/$fam" "$TMP/d.tts" 3 6 2>"$TMP/$fam.err" |
 		sed -n "s/^loss \([0-9]*\) \(.*\)/$fam\t\1\t\2/p" >>"$TMP/crossing.tsv"
+done
+for preset in qwen3_debugmodel_non_fused_qkv gpt_oss_debugmodel; do
+	PYTHONPATH=$TT030 "$PY" scripts/tt030_crossing.py manifest $preset "$OUT/$preset.keys.tsv"
 done
 cp "$TMP/crossing.tsv" "$OUT/crossing.tsv"
 rm -rf "$OUT/fused"

@@ -510,7 +510,7 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 		images.busy = sv->holds_images = 1;
 	sv->names_030 = s->names_030;
 	sv->mla = model_args(plan_global_model(s->p))->mla.kv_lora_rank > 0;
-	set_qkv_fused(sv, plan_global_model(s->p), sv->names_030);
+	set_qkv_fused(sv, plan_global_model(s->p), sv->names_030 && !s->qkv_apart);
 	int rc = add_model(sv, s, o->model_only ? o->export_dtype : NULL, err);
 	if (rc == 0 && !o->model_only)
 		rc = add_optimizer(sv, s, err) || (s->rank == 0 && add_lr_scheduler(sv, s, err)) ||

@@ -9,7 +9,8 @@
 #   v's optimizer state as the fused qkv_linear.wqkv's; a tied model's
 #   lm_head.weight beside tok_embeddings.weight; lr_scheduler.last_epoch
 #   alone), and titan resumed from it trains steps 4..6 with the losses 0.3.0
-#   had after loading it;
+#   had after loading it; the keys of qwen3_debugmodel_non_fused_qkv's (q, k,
+#   v apart) and gpt_oss_debugmodel's checkpoints are 0.3.0's too;
 #   titan-ckpt-convert reads a small checkpoint of 0.3.0's own with its q/k/v
 #   fused (tests/ckpt/golden/tt030/fused), splits its optimizer state as
 #   0.3.0's own hook does and fuses it back;
@@ -125,6 +126,19 @@ for fam in llama3 qwen3 deepseek_v3; do
 		'resumes after train_state.ntokens_seen = 384 tokens (6 windows)' "$TMP/.err"
 	steps_of "$Y/metrics.jsonl" >"$TMP/y$fam.loss"
 	same_losses "$fam: titan's steps 4..6 are 0.3.0's" "$TMP/y$fam.loss" "$TMP/y$fam.want"
+done
+
+# Two presets more: q, k and v apart (their optimizer state their own), and
+# GPT-OSS's fused q/k/v with biases.
+for p in "qwen3 qwen3_debugmodel_non_fused_qkv" "gpt_oss gpt_oss_debugmodel"; do
+	set -- $p
+	t_run "$2: titan's checkpoint" "$TRAIN" --module "$1" --config "$2" \
+		--training.local_batch_size 2 --training.seq_len 64 --training.mixed_precision_param float32 \
+		--debug.seed 7 --dataloader.dataset_path "$TMP/data30" --dump_folder "$TMP/$2" \
+		--training.steps 1 --checkpoint.enable --checkpoint.last_save_model_only false
+	manifest "$TMP/$2/checkpoint/step-1" >"$TMP/$2.keys.tsv"
+	t_same "$2: it holds 0.3.0's keys, kinds, dtypes and shapes" "$G30/$2.keys.tsv" \
+		"$TMP/$2.keys.tsv"
 done
 
 # A checkpoint 0.3.0 wrote with its q/k/v fused (dim 32, 4 query heads on 2
