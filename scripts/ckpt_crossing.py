@@ -47,6 +47,9 @@ from torchtitan.config import JobConfig
 from torchtitan.distributed.parallel_dims import ParallelDims
 from torchtitan.models.llama3 import Llama3StateDictAdapter, Transformer, llama3_args
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torchtitan_train_state import TrainState  # noqa: E402
+
 SEQ_LEN, BATCH = 16, 2
 
 
@@ -84,19 +87,6 @@ def windows(path):
         p += n * width
     w = SEQ_LEN + 1
     return [torch.tensor(ids[i:i + w]) for i in range(0, len(ids) - w + 1, w)]
-
-
-class TrainState:
-    """torchtitan's Trainer as the checkpoint sees it."""
-
-    def __init__(self):
-        self.step, self.ntokens_seen = 0, 0
-
-    def state_dict(self):
-        return {"step": self.step, "ntokens_seen": self.ntokens_seen}
-
-    def load_state_dict(self, sd):
-        self.step, self.ntokens_seen = int(sd["step"]), int(sd["ntokens_seen"])
 
 
 class Loader:

@@ -200,6 +200,24 @@ class OneRank:
         return None
 
 
+def train_parts(cfg, model, steps):
+    """0.3.0's Trainer around model: in training mode, its chunked loss over
+    the lm_head (which the model then skips; MTPLoss applies the lm_head
+    itself), its optimizer and lr scheduler containers for `steps` steps, and
+    the model's post_optimizer_build_fn (the MoE families' expert-bias update
+    before each optimizer step, register_moe_load_balancing_hook)."""
+    model.train()
+    loss_fn = cfg.loss.build()
+    if isinstance(loss_fn, ChunkedLossWrapper):
+        loss_fn.set_lm_head(model.lm_head)
+        model._skip_lm_head = True
+    optimizers = cfg.optimizer.build(model_parts=[model])
+    if cfg.model_spec.post_optimizer_build_fn is not None:
+        cfg.model_spec.post_optimizer_build_fn(optimizers, [model], OneRank())
+    schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=steps)
+    return loss_fn, optimizers, schedulers
+
+
 def main():
     args = sys.argv[1:]
     bf16 = "--bf16" in args
@@ -231,18 +249,8 @@ def main():
                  "seed checkpoint (third argument)")
     if bf16:
         install_bf16_policy(model, cfg)
-    model.train()
-    loss_fn = cfg.loss.build()
-    if isinstance(loss_fn, ChunkedLossWrapper):
-        loss_fn.set_lm_head(model.lm_head)
-        model._skip_lm_head = True
-    optimizers = cfg.optimizer.build(model_parts=[model])
     mtp = preset.endswith("_mtp")
-    # as 0.3.0's trainer: the MoE families' expert-bias update before each
-    # optimizer step (register_moe_load_balancing_hook)
-    if cfg.model_spec.post_optimizer_build_fn is not None:
-        cfg.model_spec.post_optimizer_build_fn(optimizers, [model], OneRank())
-    schedulers = cfg.lr_scheduler.build(optimizers=optimizers, training_steps=STEPS)
+    loss_fn, optimizers, schedulers = train_parts(cfg, model, STEPS)
     data = batches(read_docs(tokens))
     rows = []
     for step in range(1, STEPS + 1):

@@ -48,6 +48,8 @@ typedef struct job_config {
 	 * masks attention to them and names its checkpoint's tensors its way. */
 	int follows_030;
 	const char *preset030; /* the 0.3.0 preset's name (tt030.c's, not owned), or NULL */
+	int qkv_apart030;      /* the preset's model keeps q, k, v apart (0.3.0's fuse_qkv
+				  False), so does its checkpoint's optimizer state */
 	struct {
 		int64_t num_chunks;        /* 0.3.0's loss.num_chunks (0: its 8) */
 		int64_t global_vocab_size; /* 0.3.0's loss.loss_fn.global_vocab_size (0: the

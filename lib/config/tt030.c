@@ -24,6 +24,11 @@ typedef struct tt030_preset {
 	const char *note;       /* how titan runs what the preset asks for, or NULL */
 } tt030_preset;
 
+/* The presets whose model keeps q, k and v apart (0.3.0's fuse_qkv False):
+ * wq, wk and wv are parameters, and optimizer state, of their own; every
+ * other GQA preset fuses them into qkv_linear.wqkv. */
+static const char *const qkv_apart[] = {"qwen3_debugmodel_non_fused_qkv"};
+
 #define MODEL(family, flavor, hf)                                                          \
 	"[model]\nname = \"" family "\"\nflavor = \"" flavor "\"\nhf_assets_path = \"" hf "\"\n"
 #define TOKENIZER "./tests/assets/tokenizer"
@@ -167,8 +172,8 @@ static const tt030_preset presets[] = {
 	 {QWEN3_SIZED("32B", "8e-4", "600", "2", "3000", "500", FULL_AC)}, 0, NULL, NULL},
 	{"qwen3", "qwen3_debugmodel_non_fused_qkv", "debugmodel_non_fused_qkv",
 	 {FAMILY_DEBUG("qwen3")}, 0, NULL,
-	 "wq, wk and wv apart: the same model and checkpoint names as fused QKV (flavor "
-	 "debugmodel)"},
+	 "wq, wk and wv apart: the same model names as fused QKV (flavor debugmodel), the "
+	 "optimizer's state of each its own"},
 	{"qwen3", "qwen3_moe_debug", NULL,
 	 {MODEL("qwen3", "debugmodel_moe", TOKENIZER)
 	  "[optimizer]\nlr = 3e-4\n[lr_scheduler]\nwarmup_steps = 2\n"
@@ -551,6 +556,8 @@ int tt030_config(job_config *c, const char *module, const char *name, int argc, 
 			return -1;
 	c->follows_030 = 1;
 	c->preset030 = p->name;
+	for (size_t i = 0; i < sizeof qkv_apart / sizeof qkv_apart[0]; i++)
+		c->qkv_apart030 |= strcmp(p->name, qkv_apart[i]) == 0;
 	char **out = calloc((size_t)argc + 1, sizeof *out);
 	if (out == NULL)
 		return err_set(err, "out of memory");

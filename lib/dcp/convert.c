@@ -28,12 +28,20 @@ static int open_named(dcp_source **s, const char *src, const dcp_convert_opts *o
 	if (dcp_source_open(s, src, err))
 		return -1;
 	int names = o ? o->names : DCP_NAMES_SOURCE;
-	int to030 = names == DCP_NAMES_030 || (names == DCP_NAMES_SOURCE && dcp_source_is_030(*s));
-	if (to030 && dcp_source_names(*s, 1, err)) {
+	int as_stored = names == DCP_NAMES_SOURCE && dcp_source_is_030(*s);
+	int rc = o && o->head_dim && dcp_source_set_head_dim(*s, o->head_dim, err) != 0
+			 ? err_prefix(err, "%s", src) : 0;
+	if (rc == 0 && as_stored) /* the layout kept too: fused or not */
+		rc = dcp_source_as_stored(*s, err);
+	else if (rc == 0 && names == DCP_NAMES_030)
+		rc = dcp_source_names(*s, 1, err);
+	else if (rc == 0 && dcp_source_has_fused_qkv(*s))
+		rc = err_set(err, "%s: torchtitan 0.3.0's fused q/k/v optimizer state "
+			     "(qkv_linear.wqkv) under 0.2.2's names needs the head dim to split it "
+			     "(--head-dim N)", src);
+	if (rc != 0)
 		dcp_source_close(*s);
-		return -1;
-	}
-	return 0;
+	return rc;
 }
 
 static int wanted(const dcp_src_item *it, const dcp_convert_opts *o)

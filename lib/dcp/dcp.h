@@ -231,6 +231,7 @@ typedef struct dcp_src_item {
 	char **path;
 	int npath;
 	const void *priv;
+	const void *view; /* private: a view of 0.3.0's fused q/k/v (source.c) */
 } dcp_src_item;
 
 typedef struct dcp_source dcp_source;
@@ -252,6 +253,26 @@ int dcp_source_bytes(dcp_source *s, const dcp_src_item *it, uint8_t **out, size_
  * paths) as 0.3.0's (names_030) or back, for a conversion writing them so. */
 int dcp_source_is_030(const dcp_source *s);
 int dcp_source_names(dcp_source *s, int names_030, titan_err *err);
+/* 0.3.0 fuses a GQA attention's q, k and v into one parameter,
+ * qkv_linear.wqkv, whose optimizer state is stored fused (its model state
+ * dict splits the weight back into wq, wk, wv): rows per kv group g are
+ * the group's n_heads / n_kv_heads query heads, then its k head, then its v
+ * head, head_dim rows each.  Under 0.2.2's names a source shows that state
+ * as attention.wq, wk, wv's (and the fused tensor's step and param_groups
+ * under each); under 0.3.0's, attention.wq, wk, wv's state as the fused
+ * tensor's.  Both need the head dim: a source knows it from a q_norm
+ * (Qwen3), or from dcp_source_set_head_dim; until then the fused state
+ * keeps its stored name, and dcp_source_names(s, 1) of a 0.2.2 source with
+ * wq's optimizer state fails asking for it. */
+int dcp_source_set_head_dim(dcp_source *s, int64_t head_dim, titan_err *err);
+/* The items under the names and layout they were stored with (for info):
+ * 0.3.0's names back, and fused state split on open fused again. */
+int dcp_source_as_stored(dcp_source *s, titan_err *err);
+/* Whether the source holds fused q/k/v state not yet split (no head dim). */
+int dcp_source_has_fused_qkv(const dcp_source *s);
+/* The row of 0.3.0's fused wqkv that row r of wq (slot 0), wk (1) or wv (2)
+ * is, with hpk query heads per kv head of hd rows. */
+int64_t dcp_qkv_fused_row(int slot, int64_t r, int64_t hpk, int64_t hd);
 /* Whether a flattened key is model state (not optimizer., lr_scheduler.,
  * dataloader. or train_state.). */
 int dcp_is_model_key(const char *name);
@@ -282,6 +303,8 @@ typedef struct dcp_convert_opts {
 	int verbose;             /* progress lines on stderr */
 	int names;               /* the output's tensor names: DCP_NAMES_SOURCE (the
 	                            source's), DCP_NAMES_022 or DCP_NAMES_030 */
+	int64_t head_dim;        /* of 0.3.0's fused q/k/v (dcp_source_set_head_dim);
+	                            0: the source's own (a q_norm's) if any */
 } dcp_convert_opts;
 enum { DCP_NAMES_SOURCE, DCP_NAMES_022, DCP_NAMES_030 };
 

@@ -72,3 +72,10 @@ int dcp_names_are_030(const dcp_ckpt *c)
 			return 1;
 	return 0;
 }
+
+int64_t dcp_qkv_fused_row(int slot, int64_t r, int64_t hpk, int64_t hd)
+{
+	int64_t per = slot == 0 ? hpk * hd : hd; /* the slot's rows in one kv group */
+	int64_t at = slot == 0 ? 0 : (hpk + slot - 1) * hd;
+	return r / per * (hpk + 2) * hd + at + r % per;
+}

@@ -21,6 +21,13 @@ struct tstate_saver {
 	size_t next_image;
 	int names_030;     /* the model's tensors by torchtitan 0.3.0's names */
 	int mla;           /* ... whose attention.wq is MLA's (kept) */
+	/* 0.3.0 fuses q, k and v into one parameter, qkv_linear.wqkv (a GQA
+	 * model: not MLA): its model state dict splits it back into wq, wk, wv,
+	 * but the optimizer's state is the fused tensor's, whose rows are per kv
+	 * group g the group's hpk query heads, then its k head, then its v head
+	 * (models/common/attention.py, _merge_qkv_on_load). */
+	int qkv_fused;
+	int64_t hpk, head_dim, fused_rows;
 };
 
 /* The host images an asynchronous save stages (the shard's parameters and
@@ -153,6 +160,96 @@ static dcp_item *add_box(tstate_saver *sv, const char *fqn, dcp_dtype dt, const 
 	return it;
 }
 
+/* Which of q (0), k (1), v (2) the tensor is (attention.wq/wk/wv, weight or
+ * bias): -1 for any other. */
+static int qkv_slot(const char *fqn)
+{
+	const char *at = strstr(fqn, ".attention.w");
+	if (at == NULL || at[12] == '\0' || strchr("qkv", at[12]) == NULL || at[13] != '.')
+		return -1;
+	if (strcmp(at + 14, "weight") != 0 && strcmp(at + 14, "bias") != 0)
+		return -1;
+	return at[12] == 'q' ? 0 : at[12] == 'k' ? 1 : 2;
+}
+
+/* name(sv, a, fqn, c) with qkv_linear.wq/wk/wv spelled qkv_linear.wqkv. */
+static const char *fused_name(tstate_saver *sv, const char *a, const char *fqn, const char *c)
+{
+	char *s = (char *)name(sv, a, fqn, c);
+	char *at = s ? strstr(s, ".qkv_linear.w") : NULL;
+	if (at == NULL || at[14] != '.')
+		return NULL;
+	/* room: name() allocated 64 bytes more than the unrenamed text */
+	memmove(at + 16, at + 14, strlen(at + 14) + 1);
+	memcpy(at + 13, "qkv", 3);
+	return s;
+}
+
+/* A box of wq, wk or wv (slot) as chunks of 0.3.0's fused tensor: one per kv
+ * group it meets, each a run of rows there (the box's rows are dim 0; the
+ * other dims are the box's). */
+static int add_qkv_pieces(tstate_saver *sv, const char *fqn, dcp_dtype dt, const model_tensor *t,
+			  const plan_box *b, int slot, uint8_t *data)
+{
+	int64_t per = slot == 0 ? sv->hpk * sv->head_dim : sv->head_dim; /* rows per group */
+	size_t row = ptz_dtype_size(dt);
+	for (int d = 1; d < t->ndim; d++)
+		row *= (size_t)b->sizes[d];
+	int64_t r0 = b->offsets[0], r1 = b->offsets[0] + b->sizes[0];
+	for (int64_t r = r0; r < r1;) {
+		int64_t g = r / per, end = (g + 1) * per < r1 ? (g + 1) * per : r1;
+		int64_t shape[3] = {sv->fused_rows, t->ndim > 1 ? t->shape[1] : 0,
+				    t->ndim > 2 ? t->shape[2] : 0};
+		dcp_item *it = add(sv);
+		if (it == NULL || fqn == NULL)
+			return -1;
+		dcp_item_full(it, fqn, dt, t->ndim, shape, data + (size_t)(r - r0) * row);
+		for (int d = 0; d < t->ndim; d++) {
+			it->offsets[d] = b->offsets[d];
+			it->sizes[d] = b->sizes[d];
+		}
+		it->offsets[0] = dcp_qkv_fused_row(slot, r, sv->hpk, sv->head_dim);
+		it->sizes[0] = end - r;
+		r = end;
+	}
+	return 0;
+}
+
+/* The optimizer's state `what` (exp_avg, exp_avg_sq) of tensor t's box b at
+ * data: as t's own, or as chunks of the fused wqkv. */
+static int add_state_box(tstate_saver *sv, const char *what, dcp_dtype dt, const model_tensor *t,
+			 const plan_box *b, uint8_t *data)
+{
+	int slot = sv->qkv_fused ? qkv_slot(t->fqn) : -1;
+	if (slot < 0)
+		return add_box(sv, name(sv, "optimizer.state.", t->fqn, what), dt, t, b, data) ? 0 : -1;
+	return add_qkv_pieces(sv, fused_name(sv, "optimizer.state.", t->fqn, what), dt, t, b, slot,
+			      data);
+}
+
+/* The optimizer's fqn of t's per-parameter values (step, param_groups): the
+ * fused wqkv's for q, none for k and v (the fused tensor has one set). */
+static const char *param_fqn(tstate_saver *sv, const char *a, const model_tensor *t, const char *c,
+			     int *skip)
+{
+	int slot = sv->qkv_fused ? qkv_slot(t->fqn) : -1;
+	*skip = slot > 0;
+	return slot == 0 ? fused_name(sv, a, t->fqn, c) : name(sv, a, t->fqn, c);
+}
+
+/* Fill the fused-qkv fields of sv for model g: used by a 0.3.0 run's save
+ * (fused) and by a load whose checkpoint has the fused optimizer state. */
+static void set_qkv_fused(tstate_saver *sv, const model *g, int fused)
+{
+	const llama_args *a = model_args(g);
+	sv->qkv_fused = fused && !sv->mla && a->n_kv_heads > 0;
+	if (!sv->qkv_fused)
+		return;
+	sv->head_dim = flavor_head_dim(a);
+	sv->hpk = a->n_heads / a->n_kv_heads;
+	sv->fused_rows = (int64_t)(a->n_heads + 2 * a->n_kv_heads) * sv->head_dim;
+}
+
 /* The first box of a tensor (offsets all 0): its rank writes the tensor's
  * replicated values (the optimizer's step and param_groups). */
 static int first_box(const plan_box *b)
@@ -266,6 +363,12 @@ static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype
 		}
 		if (add_box(sv, name(sv, t->fqn, "", ""), dt, t, b, data) == NULL)
 			return err_set(err, "out of memory");
+		/* 0.3.0's tied model lists its lm_head beside its embedding (the same
+		 * parameter, two keys of its state dict): so does its checkpoint */
+		if (sv->names_030 && model_args(g)->tied_embeddings &&
+		    strcmp(t->fqn, "tok_embeddings.weight") == 0 &&
+		    add_box(sv, "lm_head.weight", dt, t, b, data) == NULL)
+			return err_set(err, "out of memory");
 	}
 	/* Persistent buffers (MoE expert_bias), float32 as torchtitan keeps them:
 	 * every rank holds the same (the counts that move them are summed over
@@ -308,20 +411,22 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 		const plan_box *b = plan_box_at(s->p, i);
 		if (!b->owner)
 			continue;
-		if (add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg"), st, t, b,
-			    ea_s + b->shard_off * es) == NULL ||
-		    add_box(sv, name(sv, "optimizer.state.", t->fqn, ".exp_avg_sq"), st, t, b,
-			    eas_s + b->shard_off * es) == NULL)
+		if (add_state_box(sv, ".exp_avg", st, t, b, ea_s + b->shard_off * es) != 0 ||
+		    add_state_box(sv, ".exp_avg_sq", st, t, b, eas_s + b->shard_off * es) != 0)
 			return err_set(err, "out of memory");
-		if (!first_box(b))
+		int skip;
+		const char *stepk = param_fqn(sv, "optimizer.state.", t, ".step", &skip);
+		if (!first_box(b) || skip)
 			continue;
-		if (add_tensor(sv, name(sv, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv))
+		if (add_tensor(sv, stepk, PTZ_F32, 0, NULL, stepv))
 			return err_set(err, "out of memory");
-		char prefix[160];
-		snprintf(prefix, sizeof prefix, "optimizer.param_groups.%s.", t->fqn);
-		for (int k = 0; k < nk; k++)
-			if (add_bytes(sv, name(sv, prefix, keys[k], ""), v[k].p, v[k].n) != 0)
+		for (int k = 0; k < nk; k++) {
+			char suffix[64];
+			snprintf(suffix, sizeof suffix, ".%s", keys[k]);
+			if (add_bytes(sv, param_fqn(sv, "optimizer.param_groups.", t, suffix, &skip),
+				      v[k].p, v[k].n) != 0)
 				return err_set(err, "out of memory");
+		}
 	}
 	return 0;
 }
@@ -336,11 +441,15 @@ static int add_value(tstate_saver *sv, const char *fqn, uint8_t *p, size_t n, ti
 	return 0;
 }
 
-/* LambdaLR.state_dict() after `step` scheduler steps, flattened. */
+/* LambdaLR.state_dict() after `step` scheduler steps, flattened; 0.3.0's
+ * container saves last_epoch alone (its schedules are functions of it). */
 static int add_lr_scheduler(tstate_saver *sv, const tstate *s, titan_err *err)
 {
 	uint8_t *p = NULL;
 	size_t n = 0;
+	if (sv->names_030)
+		return dcp_value_int(s->step, &p, &n, err) ||
+		       add_value(sv, "lr_scheduler.last_epoch", p, n, err);
 	pk_arena *a = pk_arena_new();
 	if (a == NULL)
 		return err_set(err, "out of memory");
@@ -401,6 +510,7 @@ tstate_saver *tstate_save_begin(const char *dir, const tstate *s, const tstate_s
 		images.busy = sv->holds_images = 1;
 	sv->names_030 = s->names_030;
 	sv->mla = model_args(plan_global_model(s->p))->mla.kv_lora_rank > 0;
+	set_qkv_fused(sv, plan_global_model(s->p), sv->names_030 && !s->qkv_apart);
 	int rc = add_model(sv, s, o->model_only ? o->export_dtype : NULL, err);
 	if (rc == 0 && !o->model_only)
 		rc = add_optimizer(sv, s, err) || (s->rank == 0 && add_lr_scheduler(sv, s, err)) ||
@@ -465,6 +575,17 @@ static int load_pybytes(dcp_item *it, uint8_t **out, size_t *n, titan_err *err)
 	return rc;
 }
 
+/* Whether a checkpoint holds the optimizer's state of 0.3.0's fused wqkv. */
+static int has_fused_qkv(const dcp_ckpt *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		const char *f = c->entries[i].fqn;
+		if (strncmp(f, "optimizer.state.", 16) == 0 && strstr(f, ".qkv_linear.wqkv."))
+			return 1;
+	}
+	return 0;
+}
+
 int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *exclude,
 		tstate_loaded *got, titan_err *err)
 {
@@ -480,6 +601,7 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	}
 	b->names_030 = dcp_names_are_030(&ck); /* either layout loads */
 	b->mla = model_args(g)->mla.kv_lora_rank > 0;
+	set_qkv_fused(b, g, has_fused_qkv(&ck));
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
 	int want_opt = !model_only && !excluded(exclude, "optimizer");
@@ -503,12 +625,12 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		if (!want_opt)
 			continue;
 		size_t first = b->n;
+		int skip;
 		if ((!step_item &&
-		     add_tensor(b, name(b, "optimizer.state.", t->fqn, ".step"), PTZ_F32, 0, NULL, stepv)) ||
-		    add_box(b, name(b, "optimizer.state.", t->fqn, ".exp_avg"), PTZ_F32, t, x,
-			    ea + x->shard_off) == NULL ||
-		    add_box(b, name(b, "optimizer.state.", t->fqn, ".exp_avg_sq"), PTZ_F32, t, x,
-			    eas + x->shard_off) == NULL) {
+		     add_tensor(b, param_fqn(b, "optimizer.state.", t, ".step", &skip), PTZ_F32, 0, NULL,
+				stepv)) ||
+		    add_state_box(b, ".exp_avg", PTZ_F32, t, x, (uint8_t *)(ea + x->shard_off)) != 0 ||
+		    add_state_box(b, ".exp_avg_sq", PTZ_F32, t, x, (uint8_t *)(eas + x->shard_off)) != 0) {
 			rc = err_set(err, "out of memory");
 			break;
 		}

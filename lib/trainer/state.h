@@ -31,6 +31,8 @@ typedef struct tstate {
 	int dp_world;           /* dataloader.world_size */
 	int names_030;          /* save under torchtitan 0.3.0's names (dcp_name_030); a
 	                           load reads either */
+	int qkv_apart;          /* 0.3.0's model keeps q, k, v apart (no fused wqkv): their
+	                           optimizer state is saved as their own */
 } tstate;
 
 /* Save to dir (step-N folder).  model_only: just the model, converted to

@@ -641,6 +641,7 @@ static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
 	s->ntokens_seen = j->ntokens_seen;
 	s->dp_world = j->dp;
 	s->names_030 = j->c->follows_030;
+	s->qkv_apart = j->c->qkv_apart030;
 	if (loader_buf != NULL) {
 		/* every rank of a dp index holds the same loader: the first writes it */
 		const mesh *m = j->h->mesh;

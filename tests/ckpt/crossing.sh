@@ -1,7 +1,29 @@
 #!/bin/sh
-# Checkpoints cross between titan-train and torchtitan 0.2.2, both ways, on
-# the debugmodel flavor (embedding and output of vocab_size 2048 rows, as
-# torchtitan sizes them, with data of a 256-token vocabulary):
+# Checkpoints cross between titan-train and torchtitan, both ways.
+#
+# torchtitan 0.3.0 (titan-train --module F --config F_debugmodel, F llama3,
+# qwen3, deepseek_v3; local_batch_size 2, seq_len 64, float32, 6 steps):
+#   always (goldens of scripts/tt030_crossing_golden.sh in
+#   tests/ckpt/golden/tt030): titan's step-3 checkpoint holds exactly the
+#   keys, kinds, dtypes and shapes 0.3.0's CheckpointManager writes (q, k and
+#   v's optimizer state as the fused qkv_linear.wqkv's; a tied model's
+#   lm_head.weight beside tok_embeddings.weight; lr_scheduler.last_epoch
+#   alone), and titan resumed from it trains steps 4..6 with the losses 0.3.0
+#   had after loading it; the keys of qwen3_debugmodel_non_fused_qkv's (q, k,
+#   v apart) and gpt_oss_debugmodel's checkpoints are 0.3.0's too;
+#   titan-ckpt-convert reads a small checkpoint of 0.3.0's own with its q/k/v
+#   fused (tests/ckpt/golden/tt030/fused), splits its optimizer state as
+#   0.3.0's own hook does and fuses it back;
+#   with torchtitan 0.3.0's source in $TT030 and $PYTHON (torch, numpy,
+#   datasets), live, scripts/tt030_crossing.py: 0.3.0 loads titan's step 3
+#   and trains 4..6 with titan's losses, and titan-train resumes the step-3
+#   checkpoint 0.3.0's own CheckpointManager wrote (its data loader state a
+#   pickle: titan resumes the data from train_state.ntokens_seen) with 0.3.0's
+#   losses at steps 4..6.
+#
+# torchtitan 0.2.2, on the debugmodel flavor (embedding and output of
+# vocab_size 2048 rows, as torchtitan sizes them, with data of a 256-token
+# vocabulary), live only:
 #   titan -> torchtitan: torchtitan's CheckpointManager loads titan's seed
 #     checkpoint (the same weights bit for bit) and its full step-3 checkpoint
 #     (model, AdamW, lr scheduler, train_state), and its step 4 gives titan's
@@ -12,7 +34,7 @@
 #     loss and weights.
 # The torchtitan side is scripts/ckpt_crossing.py.  Needs $PYTHON with torch,
 # safetensors and torchtitan 0.2.2; skipped otherwise (as in CI):
-#   PYTHON=/path/to/venv/bin/python make check TITAN_TEST_FILTER=crossing
+#   PYTHON=/path/to/venv/bin/python [TT030=<torchtitan 0.3.0>] make check TITAN_TEST_FILTER=crossing
 . tests/lib.sh
 
 GEN="$BUILD/tests/shard/test_gen"
@@ -21,6 +43,139 @@ C="$BIN/titan-ckpt-convert"
 PY="${PYTHON:-python3}"
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
 
+# torchtitan 0.3.0 ------------------------------------------------------------
+G30=tests/ckpt/golden/tt030
+"$GEN" gen 11 400 2048 60 >"$TMP/d30.tts"
+"$BIN/titan-shard" -q --out "$TMP/data30" --val-fraction 0 "$TMP/d30.tts"
+run030() { # FAMILY DUMP ARGS...
+	fam=$1 dump=$2
+	shift 2
+	"$TRAIN" --module "$fam" --config "${fam}_debugmodel" --training.local_batch_size 2 \
+		--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
+		--dataloader.dataset_path "$TMP/data30" --dump_folder "$dump" --training.steps 6 \
+		--checkpoint.enable --checkpoint.interval 3 --checkpoint.last_save_model_only false "$@"
+}
+# titan-ckpt-convert info as scripts/tt030_crossing.py manifest writes it
+manifest() { # DIR
+	"$C" info "$1" | awk '
+		/ items, / { next }
+		match($1, /(^|\.)layers\.[0-9]+\./) {
+			n = substr($1, RSTART, RLENGTH); gsub(/[^0-9]/, "", n); if (n + 0 > 1) next
+		}
+		{
+			shape = "-"
+			if ($2 == "tensor" && match($0, /\([^)]*\)/)) {
+				shape = substr($0, RSTART + 1, RLENGTH - 2); gsub(/ /, "", shape)
+			}
+			printf "%s\t%s\t%s\t%s\n", $1, $2, $2 == "tensor" ? $3 : "-", shape
+		}' | LC_ALL=C sort
+}
+# LOSSES (step loss) within 1e-5 relative of WANT (step loss), steps 4..6
+same_losses() { # NAME GOT WANT
+	if why=$(awk 'NR == FNR { w[$1] = $2; next }
+		{ d = ($2 - w[$1]) / w[$1]; if (d < 0) d = -d; if (d > m) m = d; n++
+		  if (!($1 in w) || d > 1e-5) { printf "step %s: %s, wanted %s; ", $1, $2, w[$1]; bad = 1 } }
+		END { if (n != 3) { printf "%d steps", n; bad = 1 }; printf "largest relative difference %.2g", m; exit bad }' \
+		"$3" "$2"); then
+		t_ok "$1 ($why)"
+	else
+		t_not_ok "$1" "$why"
+	fi
+}
+steps_of() { # metrics.jsonl: step loss of steps 4..6
+	sed -n 's/^{"step":\([4-6]\),"loss":\([^,]*\),.*/\1 \2/p' "$1"
+}
+# torchtitan 0.3.0 live: its source in $TT030, run by $PYTHON
+live030=0
+if [ -n "${TT030:-}" ] && PYTHONPATH=$TT030 "$PY" -c 'import torch, numpy, datasets
+from torchtitan.components.checkpointer.dcp import CheckpointManager' >/dev/null 2>&1; then
+	live030=1
+fi
+py030() { PYTHONPATH=$TT030 PYTHONDONTWRITEBYTECODE=1 "$PY" scripts/tt030_crossing.py "$@"; }
+for fam in llama3 qwen3 deepseek_v3; do
+	X="$TMP/x$fam"
+	t_run "$fam: titan trains 6 steps as 0.3.0, saving steps 3 and 6" run030 $fam "$X"
+	manifest "$X/checkpoint/step-3" >"$TMP/$fam.keys.tsv"
+	t_same "$fam: titan's checkpoint holds 0.3.0's keys, kinds, dtypes and shapes" \
+		"$G30/$fam.keys.tsv" "$TMP/$fam.keys.tsv"
+	mkdir -p "$TMP/r$fam/checkpoint"
+	cp -r "$X/checkpoint/step-3" "$TMP/r$fam/checkpoint/"
+	t_run "$fam: titan resumes its step 3" run030 $fam "$TMP/r$fam"
+	steps_of "$TMP/r$fam/metrics.jsonl" >"$TMP/r$fam.loss"
+	sed -n "s/^$fam\t\([0-9]*\)\t/\1 /p" "$G30/crossing.tsv" >"$TMP/g$fam.loss"
+	same_losses "$fam: steps 4..6 from titan's step 3 are 0.3.0's from it (golden)" \
+		"$TMP/r$fam.loss" "$TMP/g$fam.loss"
+	if [ $live030 = 0 ]; then
+		t_skip "$fam: 0.3.0 resumes titan's checkpoint and the reverse, live" \
+			"no torchtitan 0.3.0 (set TT030=<its source> and PYTHON=<venv>/bin/python)"
+		continue
+	fi
+	steps_of "$X/metrics.jsonl" >"$TMP/x$fam.loss"
+	t_run "$fam: 0.3.0 loads titan's step 3 (model, optimizer, lr_scheduler, train_state)" \
+		py030 titan-to-tt030 "${fam}_debugmodel" "$X" "$TMP/d30.tts" 3 6
+	sed -n 's/^loss //p' "$TMP/.out" >"$TMP/t$fam.loss"
+	same_losses "$fam: its steps 4..6 are titan's" "$TMP/t$fam.loss" "$TMP/x$fam.loss"
+	Y="$TMP/y$fam"
+	t_run "$fam: titan's seed checkpoint" run030 $fam "$Y" --checkpoint.create_seed_checkpoint
+	t_run "$fam: 0.3.0 trains 6 steps from it, its CheckpointManager saving step 3" \
+		py030 tt030-to-titan "${fam}_debugmodel" "$Y" "$TMP/d30.tts" 3 6
+	sed -n 's/^loss \([4-6]\) /\1 /p' "$TMP/.out" >"$TMP/y$fam.want"
+	rm -rf "$Y/checkpoint/step-6"
+	t_run "$fam: titan-train resumes 0.3.0's step 3" run030 $fam "$Y"
+	t_grep "$fam: the data from train_state.ntokens_seen (0.3.0's loader state is a pickle)" \
+		'resumes after train_state.ntokens_seen = 384 tokens (6 windows)' "$TMP/.err"
+	steps_of "$Y/metrics.jsonl" >"$TMP/y$fam.loss"
+	same_losses "$fam: titan's steps 4..6 are 0.3.0's" "$TMP/y$fam.loss" "$TMP/y$fam.want"
+done
+
+# Two presets more: q, k and v apart (their optimizer state their own), and
+# GPT-OSS's fused q/k/v with biases.
+for p in "qwen3 qwen3_debugmodel_non_fused_qkv" "gpt_oss gpt_oss_debugmodel"; do
+	set -- $p
+	t_run "$2: titan's checkpoint" "$TRAIN" --module "$1" --config "$2" \
+		--training.local_batch_size 2 --training.seq_len 64 --training.mixed_precision_param float32 \
+		--debug.seed 7 --dataloader.dataset_path "$TMP/data30" --dump_folder "$TMP/$2" \
+		--training.steps 1 --checkpoint.enable --checkpoint.last_save_model_only false
+	manifest "$TMP/$2/checkpoint/step-1" >"$TMP/$2.keys.tsv"
+	t_same "$2: it holds 0.3.0's keys, kinds, dtypes and shapes" "$G30/$2.keys.tsv" \
+		"$TMP/$2.keys.tsv"
+done
+
+# A checkpoint 0.3.0 wrote with its q/k/v fused (dim 32, 4 query heads on 2
+# kv heads of 8 rows), and 0.3.0's own split of its optimizer state:
+# titan-ckpt-convert reads it, splits it under 0.2.2's names and fuses it back.
+F=$G30/fused
+"$C" info "$F/step-2" >"$TMP/f.info" 2>&1
+t_grep "info: 0.3.0's fused optimizer state as stored" \
+	'^optimizer.state.layers.0.attention.qkv_linear.wqkv.weight.exp_avg  *tensor  *float32  *(64, 32)' \
+	"$TMP/f.info"
+t_fails "to 0.2.2's names without the head dim: refused" 1 \
+	"$C" single-to-dcp "$F/step-2" "$TMP/f22" --names 0.2.2
+t_grep "saying what is missing" "needs the head dim to split it (--head-dim N)" "$TMP/.err"
+t_fails "a head dim the rows do not divide into: refused" 1 \
+	"$C" single-to-dcp "$F/step-2" "$TMP/f22" --names 0.2.2 --head-dim 5
+t_grep "saying why" "64 rows are not kv groups of 20 (2 query heads per kv head, head dim 5)" "$TMP/.err"
+t_run "to 0.2.2's names with --head-dim 8" "$C" single-to-dcp "$F/step-2" "$TMP/f22" --names 0.2.2 \
+	--head-dim 8
+"$C" diff "$F/split.pt" "$TMP/f22" >"$TMP/f.diff" 2>&1
+n=$(grep -c ' ok  *max_abs 0 max_rel 0$' "$TMP/f.diff")
+bad=$(grep -v -e ' ok ' -e only-in-B "$TMP/f.diff" | wc -l)
+if [ "$n" -eq 18 ] && [ "$bad" -eq 0 ]; then
+	t_ok "wq, wk, wv's exp_avg and exp_avg_sq are 0.3.0's split, bit for bit (and the 12 weights)"
+else
+	t_not_ok "wq, wk, wv's state is 0.3.0's split" "$n equal, $bad other: $(grep -v ' ok ' "$TMP/f.diff" | head -3)"
+fi
+t_run "back to 0.3.0's names, fused again" "$C" single-to-dcp "$TMP/f22" "$TMP/f30" --names 0.3.0 \
+	--head-dim 8
+t_run "every item as 0.3.0 wrote it" "$C" diff "$F/step-2" "$TMP/f30"
+"$C" info "$TMP/f30" | awk '{ print $1 }' >"$TMP/f30.names"
+awk '{ print $1 }' "$TMP/f.info" >"$TMP/f.names"
+t_same "under the same names, in the same order" "$TMP/f.names" "$TMP/f30.names"
+t_run "diff compares the two layouts" "$C" diff "$F/step-2" "$TMP/f22" --head-dim 8
+t_run "to-hf exports its model" "$C" to-hf "$F/step-2" "$TMP/fhf" --flavor debugmodel --n-heads 4 \
+	--n-kv-heads 2
+
+# torchtitan 0.2.2 -------------------------------------------------------------
 if ! "$PY" -c 'import torch, safetensors, torchtitan, importlib.metadata as m; assert m.version("torchtitan") == "0.2.2"' \
 	>/dev/null 2>&1; then
 	t_skip "checkpoints cross between titan-train and torchtitan" \

@@ -24,7 +24,7 @@
 enum {
 	OPT_JSON = 256, OPT_MODEL_ONLY, OPT_EXPORT_DTYPE, OPT_CHUNKS, OPT_DIM, OPT_FLAVOR,
 	OPT_MAX_SHARD, OPT_N_HEADS, OPT_N_KV_HEADS, OPT_TOL, OPT_VERBOSE, OPT_SIZE, OPT_ASYNC,
-	OPT_MODEL, OPT_PHASE, OPT_NAMES,
+	OPT_MODEL, OPT_PHASE, OPT_NAMES, OPT_HEAD_DIM,
 };
 
 static const cli_option opts[] = {
@@ -43,6 +43,8 @@ static const cli_option opts[] = {
 	{"size", 0, CLI_ARG, OPT_SIZE, "SIZE", "bench: bytes of state (default 1G)"},
 	{"async", 0, CLI_NO_ARG, OPT_ASYNC, NULL, "bench: save on a background thread (after a copy)"},
 	{"phase", 0, CLI_ARG, OPT_PHASE, "P", "bench: save, load (what a save left) or both (default)"},
+	{"head-dim", 0, CLI_ARG, OPT_HEAD_DIM, "N", "the head dim of torchtitan 0.3.0's fused q/k/v "
+	 "(qkv_linear.wqkv), to split its optimizer state into wq, wk, wv's or fuse it"},
 	{"names", 0, CLI_ARG, OPT_NAMES, "V", "to DCP or a single file, from-hf: tensor names of torchtitan V "
 	 "(0.2.2 or 0.3.0; default: the source's)"},
 	{NULL, 0, 0, 0, NULL, NULL},
@@ -74,6 +76,7 @@ typedef struct args {
 	uint64_t size;
 	int async, phase;
 	int names; /* DCP_NAMES_* */
+	int64_t head_dim;
 } args;
 
 static int cmd_info(const char *path, const args *a)
@@ -81,8 +84,7 @@ static int cmd_info(const char *path, const args *a)
 	titan_err err;
 	dcp_source *s;
 	/* as stored: a source reads under 0.2.2's names */
-	if (dcp_source_open(&s, path, &err) ||
-	    (dcp_source_is_030(s) && dcp_source_names(s, 1, &err)))
+	if (dcp_source_open(&s, path, &err) || dcp_source_as_stored(s, &err))
 		titan_die_err(&err);
 	dcp_ckpt ck;
 	int is_dcp = dcp_open(&ck, path, &err) == 0;
@@ -204,7 +206,9 @@ static int cmd_diff(const char *pa, const char *pb, const args *a)
 {
 	titan_err err;
 	dcp_source *sa, *sb;
-	if (dcp_source_open(&sa, pa, &err) || dcp_source_open(&sb, pb, &err))
+	if (dcp_source_open(&sa, pa, &err) || dcp_source_open(&sb, pb, &err) ||
+	    (a->head_dim && (dcp_source_set_head_dim(sa, a->head_dim, &err) ||
+			     dcp_source_set_head_dim(sb, a->head_dim, &err))))
 		titan_die_err(&err);
 	int bad = 0;
 	json_t *arr = json_array();
@@ -344,6 +348,7 @@ int main(int argc, char **argv)
 		case OPT_MODEL: a.model = st.arg; break;
 		case OPT_MAX_SHARD: a.max_shard = cli_size(&spec, "--max-shard-size", st.arg); break;
 		case OPT_N_HEADS: a.n_heads = (int)cli_int(&spec, "--n-heads", st.arg, 1, 1 << 20); break;
+		case OPT_HEAD_DIM: a.head_dim = cli_int(&spec, "--head-dim", st.arg, 1, 1 << 20); break;
 		case OPT_N_KV_HEADS: a.n_kv_heads = (int)cli_int(&spec, "--n-kv-heads", st.arg, 1, 1 << 20); break;
 		case OPT_TOL: a.tol = cli_double(&spec, "--tol", st.arg, 0, INFINITY); break;
 		case OPT_VERBOSE: a.verbose = 1; break;
@@ -369,7 +374,8 @@ int main(int argc, char **argv)
 		cli_usage_error(&spec, "missing command");
 	const char *cmd = op[0];
 	titan_err err;
-	dcp_convert_opts co = {a.model_only, a.export_dtype, a.chunks, a.dim, a.verbose, a.names};
+	dcp_convert_opts co = {a.model_only, a.export_dtype, a.chunks, a.dim, a.verbose, a.names,
+			       a.head_dim};
 	if (!strcmp(cmd, "info")) {
 		need(argc, nops, 2, cmd);
 		return cli_stdout_status(cmd_info(op[1], &a));
