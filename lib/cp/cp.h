@@ -62,6 +62,9 @@ typedef enum cp_rotate { CP_ROTATE_ALLGATHER, CP_ROTATE_ALLTOALL } cp_rotate;
  * context_parallel_rotate_method. */
 int cp_balance_parse(const char *name, cp_balance *b, titan_err *e);
 int cp_rotate_parse(const char *name, cp_rotate *r, titan_err *e);
+/* ptrr deals the blocks of FlexAttention's document masks: refused for a run
+ * over cp > 1 ranks without documents (not a torchtitan 0.3.0 run). */
+int cp_balance_check(cp_balance b, int cp, int documents, titan_err *e);
 
 typedef struct cp_layout {
 	int cp;             /* ranks */

@@ -24,6 +24,16 @@ int cp_balance_parse(const char *name, cp_balance *b, titan_err *e)
 		       "ptrr or None", name);
 }
 
+int cp_balance_check(cp_balance b, int cp, int documents, titan_err *e)
+{
+	if (b == CP_BALANCE_PTRR && cp > 1 && !documents)
+		return err_set(e, "parallelism.context_parallel_load_balancer 'ptrr' deals the "
+			       "blocks of FlexAttention's document masks, which a torchtitan 0.3.0 run "
+			       "has (--module/--config): this run's attention is plainly causal; use "
+			       "headtail or None");
+	return 0;
+}
+
 int cp_rotate_parse(const char *name, cp_rotate *r, titan_err *e)
 {
 	if (strcmp(name, "allgather") == 0)

@@ -530,11 +530,8 @@ static int build_plan(job *j, titan_err *err)
 	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
 	    choose_precision(j, &prec, err) != 0)
 		return -1;
-	if (o.cp_balance == CP_BALANCE_PTRR && j->cp > 1 && !c->follows_030)
-		return err_set(err, "parallelism.context_parallel_load_balancer 'ptrr' deals the "
-			       "blocks of FlexAttention's document masks, which a torchtitan 0.3.0 run "
-			       "has (--module/--config): this run's attention is plainly causal; use "
-			       "headtail or None");
+	if (cp_balance_check(o.cp_balance, j->cp, c->follows_030, err) != 0)
+		return -1;
 	if (backend_is_cuda(j->be) && j->be->ops->ce_vocab_stats == NULL && o.loss_parallel &&
 	    j->h->mesh != NULL && j->h->mesh->size[MESH_TP] > 1)
 		return err_set(err, "--backend cuda: loss parallelism's vocabulary-sharded "

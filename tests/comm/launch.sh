@@ -70,8 +70,8 @@ refused "CP 2: a validation seq_len the chunks do not divide is refused" 2 \
 	'^titan-train: validation.seq_len = 18 is not divisible by tp 1 x 2 x cp 2 = 4$' \
 	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
 	--validation.enable --validation.seq_len 18
-refused "the ptrr load balancer (FlexAttention's) is refused saying why" 2 \
-	"context_parallel_load_balancer: 'ptrr' balances FlexAttention" \
+refused "the ptrr load balancer (FlexAttention's) is refused without documents, saying why" 2 \
+	"context_parallel_load_balancer 'ptrr' deals the blocks of FlexAttention's document masks" \
 	--parallelism.context_parallel_degree 2 --parallelism.data_parallel_shard_degree 1 \
 	--parallelism.context_parallel_load_balancer ptrr
 CFG=configs/deepseek_v3_debug.toml

@@ -273,6 +273,7 @@ static int run_ranks(job_config *c, comm *world, int threads, int backend, int n
 	int bad = mesh_resolve(&want, n, &d, &err) != 0 || mesh_check_model(&d, &limits, &err) != 0 ||
 		  check_validation(c, &d, &err) != 0 || config_check_supported(c, n, &err) != 0 ||
 		  cp_balance_parse(p->context_parallel_load_balancer, &bal, &err) != 0 ||
+		  cp_balance_check(bal, (int)d.cp, c->follows_030, &err) != 0 ||
 		  cp_rotate_parse(p->context_parallel_rotate_method, &rot, &err) != 0 ||
 		  (d.pp > 1 && planner_schedule(c, n, &sched, &err) != 0);
 	pp_schedule_free(sched);
