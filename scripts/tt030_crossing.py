@@ -10,16 +10,24 @@ CheckpointManager (DCP).  float32, local_batch_size 2, seq_len 64.
   titan-to-tt030 PRESET DUMP TOKENS.tts STEP STEPS
       DUMP/checkpoint/step-STEP is titan's full checkpoint (model, optimizer,
       lr_scheduler, train_state, dataloader).  0.3.0's CheckpointManager loads
-      it with checkpoint.exclude_from_loading = ["dataloader"] (titan's loader
-      state is not 0.3.0's pickle; 0.3.0's loader is set after STEP batches of
-      the same documents instead), trains steps STEP + 1 .. STEPS and prints
-      "loss <step> <value>" for each: the first checks the model and the data
-      position, the later ones the optimizer's state and the lr schedule.
+      all of it, its data loader from titan's dataloader.dp_rank_0 pickle;
+      every batch its loader then gives must be the one a fresh loader of 0.3.0
+      gives after STEP batches (else it exits saying which); it trains steps
+      STEP + 1 .. STEPS and prints "loss <step> <value>" for each: the first
+      checks the model and the data position, the later ones the optimizer's
+      state and the lr schedule.
   tt030-to-titan PRESET DUMP TOKENS.tts STEP STEPS
       0.3.0 starts from titan's seed checkpoint DUMP/checkpoint/step-0 (model
       only), trains STEPS steps, its CheckpointManager saving
       DUMP/checkpoint/step-STEP (everything, its own data loader state
       included); prints "loss <step> <value>" for every step.
+
+  loader-golden OUT_DIR TOKENS.tts
+      0.3.0's data loader over the documents at seq_len 64, local_batch_size
+      2, after 3 and after 10 batches: OUT_DIR/step-<n>.pkl is what its
+      ParallelAwareDataloader saves as dataloader.dp_rank_0 (the pickle), and
+      OUT_DIR/step-<n>.next.tsv its next 2 batches, a line a row: "batch row",
+      then the inputs, labels and positions, tab-separated, ids space-separated.
 
   manifest PRESET OUT.tsv
       What 0.3.0's CheckpointManager writes for PRESET (a full checkpoint): every key of layers 0 and 1 and every key outside the
@@ -128,8 +136,7 @@ def train_step(cfg, model, loss_fn, opt, sched, ts, batches):
 def titan_to_tt030(preset, dump, tokens, step, steps):
     step, steps = int(step), int(steps)
     docs = g.read_docs(tokens)
-    cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(config(preset), dump, docs,
-                                                            exclude=["dataloader"])
+    cfg, model, loss_fn, opt, sched, ts, dl, ckpt = trainer(config(preset), dump, docs)
     if not ckpt.load(step=step):
         sys.exit(f"0.3.0 found no step-{step} in {dump}/checkpoint")
     if ts.step != step or ts.ntokens_seen != step * g.BATCH * g.SEQ:
@@ -139,13 +146,27 @@ def titan_to_tt030(preset, dump, tokens, step, steps):
     st = opt.optimizers[0].state[model.tok_embeddings.weight]
     if int(st["step"]) != step:
         sys.exit(f"optimizer state step {st['step']}, expected {step}")
-    batches = iter(dl)
-    for _ in range(step):  # 0.3.0's data where its own run would be after `step` steps
-        next(batches)
+    own = iter(loader(docs))  # 0.3.0's data where its own run is after `step` steps
+    for _ in range(step):
+        next(own)
+    batches = checked(iter(dl), own, step)
     for s in range(step + 1, steps + 1):
         loss = train_step(cfg, model, loss_fn, opt, sched, ts, batches)
         print(f"loss {s} {loss!r}")
     ckpt.close()
+
+
+def checked(batches, own, step):
+    """batches, each checked against own's (0.3.0's own run's) batch."""
+    for s, (got, want) in enumerate(zip(batches, own), start=step + 1):
+        for k in ("input", "positions"):
+            if not torch.equal(got[0][k], want[0][k]):
+                sys.exit(f"step {s}: the {k} 0.3.0's loader gives after loading titan's "
+                         f"dataloader.dp_rank_0 are not its own run's")
+        if not torch.equal(got[1], want[1]):
+            sys.exit(f"step {s}: the labels after loading titan's loader state differ")
+        print(f"batch {s} same")
+        yield got
 
 
 def tt030_to_titan(preset, dump, tokens, step, steps):
@@ -160,6 +181,26 @@ def tt030_to_titan(preset, dump, tokens, step, steps):
         print(f"loss {s} {loss!r}")
         ckpt.save(curr_step=s)
     ckpt.close()
+
+
+def loader_golden(out_dir, tokens):
+    docs = g.read_docs(tokens)
+    os.makedirs(out_dir, exist_ok=True)
+    for step in (3, 10):
+        dl = loader(docs)
+        batches = iter(dl)
+        for _ in range(step):
+            next(batches)
+        with open(os.path.join(out_dir, f"step-{step}.pkl"), "wb") as f:
+            f.write(dl.state_dict()["dp_rank_0"])
+        with open(os.path.join(out_dir, f"step-{step}.next.tsv"), "w") as f:
+            for k in range(2):
+                inp, labels = next(batches)
+                for j in range(labels.shape[0]):
+                    cols = (inp["input"][j], labels[j], inp["positions"][j])
+                    f.write(f"{k} {j}\t" + "\t".join(" ".join(str(int(x)) for x in c)
+                                                       for c in cols) + "\n")
+    print(f"wrote {out_dir}: {sorted(os.listdir(out_dir))}")
 
 
 def manifest(preset, out):
@@ -233,6 +274,7 @@ def fused(out_dir):
 
 COMMANDS = {"titan-to-tt030": (titan_to_tt030, "PRESET DUMP TOKENS STEP STEPS"),
             "tt030-to-titan": (tt030_to_titan, "PRESET DUMP TOKENS STEP STEPS"),
+            "loader-golden": (loader_golden, "OUT_DIR TOKENS"),
             "manifest": (manifest, "PRESET OUT"),
             "fused": (fused, "OUT_DIR")}
 

@@ -9,6 +9,9 @@
 #   fused/  a small checkpoint 0.3.0's CheckpointManager wrote with its q/k/v
 #       fused, and 0.3.0's own split of that state (scripts/tt030_crossing.py
 #       fused);
+#   loader/  0.3.0's data loader over the same documents after 3 and 10
+#       batches: the pickle it saves as dataloader.dp_rank_0, and its next 2
+#       batches (scripts/tt030_crossing.py loader-golden);
 #   crossing.tsv  per family, 0.3.0's losses at steps 4..6 after it loaded
 #       titan-train's step-3 checkpoint of the run crossing.sh makes (seed 7,
 #       local_batch_size 2, seq_len 64, float32, training.steps 6).
@@ -46,6 +49,9 @@ for preset in qwen3_debugmodel_non_fused_qkv gpt_oss_debugmodel; do
 	PYTHONPATH=$TT030 "$PY" scripts/tt030_crossing.py manifest $preset "$OUT/$preset.keys.tsv"
 done
 cp "$TMP/crossing.tsv" "$OUT/crossing.tsv"
+rm -rf "$OUT/loader"
+PYTHONPATH=$TT030 "$PY" scripts/tt030_crossing.py loader-golden "$OUT/loader" "$TMP/d.tts" \
+	2>"$TMP/loader.err"
 rm -rf "$OUT/fused"
 PYTHONPATH=$TT030 "$PY" scripts/tt030_crossing.py fused "$OUT/fused" 2>"$TMP/fused.err"
 echo "wrote $OUT"

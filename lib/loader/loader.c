@@ -664,3 +664,67 @@ int loader_state_set(loader *l, const loader_state *s, titan_err *err)
 	l->base = s->windows;
 	return start_thread(l, err);
 }
+
+/* ---- the documents one by one, as torchtitan 0.3.0's dataset reads them
+ *
+ * The manifest's order (epoch 0 of an unshuffled loader).  Only the mapped
+ * headers and indexes and a decoder of the call's own are touched, never the
+ * producer's caches, so these run beside the prefetch thread. */
+
+uint64_t loader_doc_count(const loader *l)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < l->n_files; i++)
+		n += shard_file_header(l->files[i])->n_docs;
+	return n;
+}
+
+int loader_doc_of_pair(const loader *l, uint64_t pair, uint64_t *d, titan_err *err)
+{
+	uint64_t docs = 0, pairs = 0;
+	for (size_t i = 0; i < l->n_files; i++) {
+		shard_file *f = l->files[i];
+		const shard_header *h = shard_file_header(f);
+		uint64_t np = h->n_tokens - h->n_docs;
+		if (pair < pairs + np) {
+			*d = docs + doc_of_pair(f, pair - pairs);
+			return 0;
+		}
+		docs += h->n_docs;
+		pairs += np;
+	}
+	return err_set(err, "%s: pair %llu is past the %llu pairs of the data", l->o.dir,
+		       (unsigned long long)pair, (unsigned long long)pairs);
+}
+
+int loader_doc_read(const loader *l, uint64_t d, loader_doc *out, titan_err *err)
+{
+	memset(out, 0, sizeof *out);
+	uint64_t docs = 0, pairs = 0;
+	for (size_t i = 0; i < l->n_files; i++) {
+		shard_file *f = l->files[i];
+		const shard_header *h = shard_file_header(f);
+		if (d >= docs + h->n_docs) {
+			docs += h->n_docs;
+			pairs += h->n_tokens - h->n_docs;
+			continue;
+		}
+		uint64_t k = d - docs, t0 = shard_file_doc_start(f, k);
+		uint64_t t1 = k + 1 < h->n_docs ? shard_file_doc_start(f, k + 1) : h->n_tokens;
+		out->pairs_before = pairs + t0 - k;
+		out->n = (size_t)(t1 - t0);
+		out->tokens = malloc(out->n * sizeof(uint32_t) + 1);
+		shard_dec *dec = shard_dec_new();
+		int rc = out->tokens == NULL || dec == NULL
+				 ? err_set(err, "%s: out of memory", l->o.dir)
+				 : shard_file_read(f, dec, t0, out->n, out->tokens, err);
+		shard_dec_free(dec);
+		if (rc != 0) {
+			free(out->tokens);
+			out->tokens = NULL;
+		}
+		return rc;
+	}
+	return err_set(err, "%s: document %llu is past the %llu documents of the data", l->o.dir,
+		       (unsigned long long)d, (unsigned long long)docs);
+}

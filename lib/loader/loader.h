@@ -138,6 +138,50 @@ int loader_state_is_titan(const uint8_t *buf, size_t n);
 char *loader_state_to_json(const loader_state *s, uint64_t windows_per_epoch);
 int loader_state_from_json(const char *json, loader_state *s, titan_err *err);
 
+/* The split's documents one at a time in the manifest's order: torchtitan
+ * 0.3.0's dataset of the same documents, whose loader state (below) counts
+ * documents read and keeps the pairs of the last one not yet emitted.  Safe
+ * beside the prefetch thread (they read through a decoder of their own). */
+typedef struct loader_doc {
+	uint32_t *tokens;       /* the document's tokens (malloc'd; BOS and EOS included) */
+	size_t n;
+	uint64_t pairs_before;  /* pairs (tokens less one) of the documents before it */
+} loader_doc;
+uint64_t loader_doc_count(const loader *l);
+/* The document holding pair `pair` (from 0) of the documents' stream. */
+int loader_doc_of_pair(const loader *l, uint64_t pair, uint64_t *d, titan_err *err);
+/* Document d (from 0); free out->tokens. */
+int loader_doc_read(const loader *l, uint64_t d, loader_doc *out, titan_err *err);
+
+/* torchtitan 0.3.0's loader state: the pickle its ParallelAwareDataloader
+ * saves under dataloader.dp_rank_<r> (a StatefulDataLoader's state of one
+ * process, num_workers 0, over HuggingFaceTextDataset of a map-style data set:
+ * sample_idx = documents read, epoch, and the inputs, labels and positions of
+ * the pairs read but not yet emitted).  titan writes it in its 0.3.0 runs with
+ * its own state record beside 0.3.0's keys ("titan_loader_state", which 0.3.0
+ * ignores).
+ *
+ * loader_state_030_encode: the pickle of state s of l (local_batch rows per
+ * call, dp_degree ranks).  0.3.0's keys are there when titan's position is one
+ * 0.3.0's loader can be at over the same documents: 0.3.0's packing, no
+ * shuffle, dp_degree 1 and within the first epoch; otherwise the pickle holds
+ * titan's record alone and *why says why (NULL when 0.3.0's keys are there).
+ * The caller frees *out. */
+int loader_state_030_encode(const loader *l, const loader_state *s, int64_t local_batch,
+			    int dp_degree, uint8_t **out, size_t *n, const char **why,
+			    titan_err *err);
+/* Read such a pickle (it may hold no global: any other is refused) into *s:
+ * titan's record when it holds one, else 0.3.0's position mapped onto l's
+ * documents, its buffers checked against them.  world_size is the
+ * checkpoint's dataloader.world_size.  Returns 0 with *s set (why says which
+ * of the two it read); 1 when the
+ * pickle is a data loader state that does not map onto titan's loader (why,
+ * of whycap bytes, says why: another epoch, dp degree, packing or data set
+ * kind); -1 on a pickle that is not a plain loader state or whose buffers are
+ * not these documents' (err says which). */
+int loader_state_030_decode(const loader *l, const uint8_t *buf, size_t n, int64_t world_size,
+			    loader_state *s, char *why, size_t whycap, titan_err *err);
+
 /* The data's vocabulary (for checking against the model) and tokenizer. */
 uint32_t loader_vocab_size(const loader *l);
 const uint8_t *loader_fingerprint(const loader *l); /* 32 bytes, owned by l */

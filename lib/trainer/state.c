@@ -590,6 +590,7 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		tstate_loaded *got, titan_err *err)
 {
 	memset(got, 0, sizeof *got);
+	got->loader_world = 1;
 	tstate_saver *b = calloc(1, sizeof *b);
 	if (b == NULL)
 		return err_set(err, "out of memory");
@@ -653,10 +654,10 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	}
 	size_t first_bytes = b->n;
 	const char *scalars[] = {"train_state.step", "train_state.ntokens_seen", "dataloader.dp_rank_0",
-				 "lr_scheduler.last_epoch"};
+				 "lr_scheduler.last_epoch", "dataloader.world_size"};
 	if (rc == 0 && !model_only)
-		for (int i = 0; i < 4; i++) {
-			const char *part = i < 2 ? "train_state" : i == 2 ? "dataloader" : "lr_scheduler";
+		for (int i = 0; i < 5; i++) {
+			const char *part = i < 2 ? "train_state" : i == 3 ? "lr_scheduler" : "dataloader";
 			if (excluded(exclude, part))
 				continue;
 			dcp_item *it = add(b);
@@ -689,6 +690,8 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			got->dataloader = rc == 0;
 		} else if (strcmp(it->fqn, "lr_scheduler.last_epoch") == 0) {
 			got->lr_scheduler = 1;
+		} else if (strcmp(it->fqn, "dataloader.world_size") == 0) {
+			rc = load_int(it, &got->loader_world, err);
 		}
 	}
 	for (size_t i = first_bytes; i < b->n; i++)

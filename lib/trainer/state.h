@@ -59,6 +59,7 @@ int tstate_save_wait(tstate_saver *sv, titan_err *err);
 typedef struct tstate_loaded {
 	int had_train_state; /* 0: a model-only checkpoint */
 	int optimizer, lr_scheduler, dataloader, train_state; /* parts restored */
+	int64_t loader_world; /* dataloader.world_size (1 when absent) */
 } tstate_loaded;
 
 /* Load dir into s: every rank reads its own boxes, whatever chunks the

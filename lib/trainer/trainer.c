@@ -154,6 +154,7 @@ typedef struct job {
 	double pp_run_s, pp_busy_s; /* forward-backward time and compute in it, steps after
 	                               the run's first (the measured bubble) */
 	int graph_told;         /* the step graph's capture (1) or failure (2) logged */
+	int loader030_told;     /* why the data position has no 0.3.0 equivalent, logged */
 } job;
 
 static void job_close(job *j)
@@ -671,6 +672,29 @@ static int finish_pending(job *j, titan_err *err)
 	return dcp_purge(j->ckpt_dir, (int)j->c->checkpoint.keep_latest_k, err);
 }
 
+/* In a 0.3.0 run the loader's item is what 0.3.0's ParallelAwareDataloader
+ * saves, a pickle of its state (so 0.3.0 resumes the data where titan is),
+ * with titan's own record in it; when titan's position has no 0.3.0
+ * equivalent the pickle holds titan's record alone, and rank 0 says why once. */
+static int loader_item_030(job *j, tstate *s, uint8_t **pickle, titan_err *err)
+{
+	loader_state ls;
+	loader_state_get(j->train, &ls);
+	const char *why;
+	if (loader_state_030_encode(j->train, &ls, j->B, j->dp, pickle, &s->loader_len, &why,
+				    err) != 0)
+		return err_prefix(err, "dataloader.dp_rank_%d", j->dp_rank);
+	s->loader = *pickle;
+	if (why != NULL && j->rank == 0 && !j->loader030_told) {
+		titan_warn("dataloader.dp_rank_%d: titan's data position has no torchtitan 0.3.0 "
+			   "equivalent (%s); the item holds titan's state alone and 0.3.0 resumes "
+			   "this checkpoint only with --checkpoint.exclude_from_loading dataloader",
+			   j->dp_rank, why);
+		j->loader030_told = 1;
+	}
+	return 0;
+}
+
 static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err *err)
 {
 	const job_config *c = j->c;
@@ -680,12 +704,15 @@ static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err 
 	double t0 = now_s();
 	int async = strcmp(c->checkpoint.async_mode, "disabled") != 0 && !model_only;
 	metrics_log(j->log, "Saving the checkpoint (or staging if async is enabled).");
-	uint8_t lbuf[LOADER_STATE_BYTES];
+	uint8_t lbuf[LOADER_STATE_BYTES], *pickle = NULL;
 	tstate s;
 	fill_state(j, &s, model_only ? NULL : lbuf);
+	if (!model_only && s.names_030 && s.write_loader && loader_item_030(j, &s, &pickle, err) != 0)
+		return -1;
 	tstate_save_opts o = {.model_only = model_only, .export_dtype = dtype,
 			      .async = async};
 	tstate_saver *sv = tstate_save_begin(j->pending_dir, &s, &o, err);
+	free(pickle); /* the saver holds its own copy */
 	if (sv == NULL)
 		return -1;
 	j->pending = sv;
@@ -753,6 +780,33 @@ static int seek_by_tokens(job *j, int64_t ntokens_seen, const char *dir, titan_e
 	return 0;
 }
 
+/* The checkpoint's dataloader.dp_rank_0: titan's record (raw, or in the
+ * pickle of its 0.3.0 runs) or 0.3.0's own loader state, mapped onto titan's
+ * documents.  1: a loader state titan's cannot continue (said why). */
+static int set_loader(job *j, const tstate *s, int64_t world_size, const char *dir,
+		      titan_err *err)
+{
+	loader_state ls;
+	char why[256] = "";
+	int rc = loader_state_is_titan(s->loader, s->loader_len)
+			 ? loader_state_decode(s->loader, s->loader_len, &ls, err)
+			 : loader_state_030_decode(j->train, s->loader, s->loader_len, world_size,
+						   &ls, why, sizeof why, err);
+	if (rc == 1) {
+		titan_warn("%s: dataloader.dp_rank_0 is a data loader state titan's cannot "
+			   "continue: %s", dir, why);
+		return 1;
+	}
+	if (rc == 0)
+		rc = loader_state_set(j->train, &ls, err);
+	if (rc != 0)
+		return err_prefix(err, "%s: dataloader.dp_rank_0", dir);
+	metrics_log(j->log, "The data resumes after %llu windows of seq_len %lld (loader state: %s).",
+		    (unsigned long long)ls.windows, (long long)ls.seq_len,
+		    why[0] ? why : "titan's");
+	return 0;
+}
+
 /* torchtitan's CheckpointManager.load: the run's own latest step first, then
  * initial_load_path; step 0 (a seed checkpoint) is model only.  *loaded is
  * set when something was loaded. */
@@ -811,17 +865,15 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 	}
 	tstate_loaded got;
 	int rc = tstate_load(dir, &s, model_only, &c->checkpoint.exclude_from_loading, &got, err);
-	if (rc == 0 && got.dataloader && loader_state_is_titan(s.loader, s.loader_len)) {
-		loader_state ls;
-		rc = loader_state_decode(s.loader, s.loader_len, &ls, err);
-		if (rc == 0)
-			rc = loader_state_set(j->train, &ls, err);
-		if (rc != 0)
-			err_prefix(err, "%s: dataloader.dp_rank_0", dir);
-	} else if (rc == 0 && got.train_state && !list_has_part(&c->checkpoint.exclude_from_loading,
-								"dataloader")) {
-		rc = seek_by_tokens(j, s.ntokens_seen, dir, err);
+	int seek = rc == 0 && got.train_state &&
+		   !list_has_part(&c->checkpoint.exclude_from_loading, "dataloader");
+	if (rc == 0 && got.dataloader) {
+		rc = set_loader(j, &s, got.loader_world, dir, err);
+		seek = seek && rc == 1;
+		rc = rc < 0 ? -1 : 0;
 	}
+	if (seek)
+		rc = seek_by_tokens(j, s.ntokens_seen, dir, err);
 	free(s.loader);
 	if (rc != 0)
 		return -1;

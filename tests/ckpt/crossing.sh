@@ -14,12 +14,18 @@
 #   titan-ckpt-convert reads a small checkpoint of 0.3.0's own with its q/k/v
 #   fused (tests/ckpt/golden/tt030/fused), splits its optimizer state as
 #   0.3.0's own hook does and fuses it back;
+#   the data loader's state (tests/ckpt/golden/tt030/loader): titan's loader
+#   set from the pickle 0.3.0's loader saved after 3 and after 10 batches
+#   gives 0.3.0's next 2 batches (inputs, labels, positions), the pickle titan
+#   writes at those positions holds 0.3.0's keys and values, and a pickle over
+#   other documents is refused; titan resumes its own step 3 from the
+#   pickle's titan record;
 #   with torchtitan 0.3.0's source in $TT030 and $PYTHON (torch, numpy,
 #   datasets), live, scripts/tt030_crossing.py: 0.3.0 loads titan's step 3
-#   and trains 4..6 with titan's losses, and titan-train resumes the step-3
-#   checkpoint 0.3.0's own CheckpointManager wrote (its data loader state a
-#   pickle: titan resumes the data from train_state.ntokens_seen) with 0.3.0's
-#   losses at steps 4..6.
+#   (its data loader too, from titan's pickle: each batch it gives after is
+#   its own run's) and trains 4..6 with titan's losses, and titan-train
+#   resumes the step-3 checkpoint 0.3.0's own CheckpointManager wrote (its
+#   data loader from 0.3.0's pickle) with 0.3.0's losses at steps 4..6.
 #
 # torchtitan 0.2.2, on the debugmodel flavor (embedding and output of
 # vocab_size 2048 rows, as torchtitan sizes them, with data of a 256-token
@@ -92,6 +98,31 @@ from torchtitan.components.checkpointer.dcp import CheckpointManager' >/dev/null
 	live030=1
 fi
 py030() { PYTHONPATH=$TT030 PYTHONDONTWRITEBYTECODE=1 "$PY" scripts/tt030_crossing.py "$@"; }
+
+# 0.3.0's data loader state, a pickle of its own (after 3 and 10 batches of
+# 2 rows of 64 pairs over d30's documents), and titan's at the same positions.
+S30="$BUILD/tests/loader/test_state030"
+for s in 3 10; do
+	t_run "0.3.0's loader state after $s batches: titan's loader reads it" \
+		"$S30" next "$TMP/data30" 64 2 "$G30/loader/step-$s.pkl" 2
+	t_same "its next 2 batches are 0.3.0's (inputs, labels, positions)" \
+		"$G30/loader/step-$s.next.tsv" "$TMP/.out"
+	t_run "titan's pickle after $((2 * s)) windows" \
+		"$S30" encode "$TMP/data30" 64 2 $((2 * s)) "$TMP/l$s.pkl"
+	"$S30" fields "$G30/loader/step-$s.pkl" >"$TMP/g$s.fields" 2>&1
+	"$S30" fields "$TMP/l$s.pkl" >"$TMP/l$s.fields" 2>&1
+	t_same "it holds 0.3.0's keys and values (sample_idx, epoch, buffers, counters)" \
+		"$TMP/g$s.fields" "$TMP/l$s.fields"
+done
+t_fails "0.3.0's state of 2 dp ranks: not continued" 1 \
+	"$S30" next "$TMP/data30" 64 2 "$G30/loader/step-3.pkl" 2 2
+t_grep "saying why" "split the documents over 2 dp ranks" "$TMP/.err"
+"$GEN" gen 12 400 2048 60 >"$TMP/other.tts"
+"$BIN/titan-shard" -q --out "$TMP/other" --val-fraction 0 "$TMP/other.tts"
+t_fails "0.3.0's state over other documents: refused" 1 \
+	"$S30" next "$TMP/other" 64 2 "$G30/loader/step-3.pkl" 2
+t_grep "naming the buffer that differs" "dataset_state.inputs_buffer\[0\] is [0-9]*, titan's document 11 has" \
+	"$TMP/.err"
 for fam in llama3 qwen3 deepseek_v3; do
 	X="$TMP/x$fam"
 	t_run "$fam: titan trains 6 steps as 0.3.0, saving steps 3 and 6" run030 $fam "$X"
@@ -101,6 +132,9 @@ for fam in llama3 qwen3 deepseek_v3; do
 	mkdir -p "$TMP/r$fam/checkpoint"
 	cp -r "$X/checkpoint/step-3" "$TMP/r$fam/checkpoint/"
 	t_run "$fam: titan resumes its step 3" run030 $fam "$TMP/r$fam"
+	t_grep "$fam: its data from the titan record in its dataloader.dp_rank_0 pickle" \
+		"data resumes after 6 windows of seq_len 64 (loader state: titan's record in the pickle)" \
+		"$TMP/.err"
 	steps_of "$TMP/r$fam/metrics.jsonl" >"$TMP/r$fam.loss"
 	sed -n "s/^$fam\t\([0-9]*\)\t/\1 /p" "$G30/crossing.tsv" >"$TMP/g$fam.loss"
 	same_losses "$fam: steps 4..6 from titan's step 3 are 0.3.0's from it (golden)" \
@@ -111,8 +145,10 @@ for fam in llama3 qwen3 deepseek_v3; do
 		continue
 	fi
 	steps_of "$X/metrics.jsonl" >"$TMP/x$fam.loss"
-	t_run "$fam: 0.3.0 loads titan's step 3 (model, optimizer, lr_scheduler, train_state)" \
+	t_run "$fam: 0.3.0 loads titan's step 3 (model, optimizer, lr_scheduler, train_state, dataloader)" \
 		py030 titan-to-tt030 "${fam}_debugmodel" "$X" "$TMP/d30.tts" 3 6
+	t_grep "$fam: its loader, set from titan's pickle, gives its own run's batches 4..6" \
+		'^batch 6 same$' "$TMP/.out"
 	sed -n 's/^loss //p' "$TMP/.out" >"$TMP/t$fam.loss"
 	same_losses "$fam: its steps 4..6 are titan's" "$TMP/t$fam.loss" "$TMP/x$fam.loss"
 	Y="$TMP/y$fam"
@@ -122,11 +158,39 @@ for fam in llama3 qwen3 deepseek_v3; do
 	sed -n 's/^loss \([4-6]\) /\1 /p' "$TMP/.out" >"$TMP/y$fam.want"
 	rm -rf "$Y/checkpoint/step-6"
 	t_run "$fam: titan-train resumes 0.3.0's step 3" run030 $fam "$Y"
-	t_grep "$fam: the data from train_state.ntokens_seen (0.3.0's loader state is a pickle)" \
-		'resumes after train_state.ntokens_seen = 384 tokens (6 windows)' "$TMP/.err"
+	t_grep "$fam: the data from 0.3.0's dataloader.dp_rank_0 pickle" \
+		"data resumes after 6 windows of seq_len 64 (loader state: torchtitan 0.3.0's: 12 documents read, 7 pairs buffered)" \
+		"$TMP/.err"
 	steps_of "$Y/metrics.jsonl" >"$TMP/y$fam.loss"
 	same_losses "$fam: titan's steps 4..6 are 0.3.0's" "$TMP/y$fam.loss" "$TMP/y$fam.want"
 done
+
+# Two data-parallel ranks: titan's ranks take turns over one stream, 0.3.0's
+# read a block of the documents each, so titan's pickle holds its own record
+# alone (saying why), and titan resumes from it.
+dp2() { # DUMP
+	$MPIRUN -np 2 "$TRAIN" --module llama3 --config llama3_debugmodel \
+		--training.local_batch_size 1 --training.seq_len 64 \
+		--training.mixed_precision_param float32 --debug.seed 7 \
+		--dataloader.dataset_path "$TMP/data30" --dump_folder "$1" --training.steps 4 \
+		--checkpoint.enable --checkpoint.interval 2 --checkpoint.last_save_model_only false
+}
+t_run "llama3, 2 dp ranks: titan trains 4 steps, saving step 2" dp2 "$TMP/dp2"
+t_grep "it says why its data position has no 0.3.0 equivalent" \
+	"dataloader.dp_rank_0: titan's data position has no torchtitan 0.3.0 equivalent (at a dp degree above 1" \
+	"$TMP/.err"
+mkdir -p "$TMP/dp2r/checkpoint" && cp -r "$TMP/dp2/checkpoint/step-2" "$TMP/dp2r/checkpoint/"
+t_run "it resumes its step 2" dp2 "$TMP/dp2r"
+t_grep "from the titan record in the pickle" \
+	"data resumes after 4 windows of seq_len 64 (loader state: titan's record in the pickle)" \
+	"$TMP/.err"
+sed -n 's/^{"step":\([34]\),"loss":\([^,]*\),.*/\1 \2/p' "$TMP/dp2/metrics.jsonl" >"$TMP/dp2.loss"
+sed -n 's/^{"step":\([34]\),"loss":\([^,]*\),.*/\1 \2/p' "$TMP/dp2r/metrics.jsonl" >"$TMP/dp2r.loss"
+if [ "$(wc -l <"$TMP/dp2.loss")" -eq 2 ] && cmp -s "$TMP/dp2.loss" "$TMP/dp2r.loss"; then
+	t_ok "steps 3 and 4 are the uninterrupted run's, bit for bit ($(tr '\n' ' ' <"$TMP/dp2r.loss"))"
+else
+	t_not_ok "steps 3 and 4 are the uninterrupted run's" "$(cat "$TMP/dp2.loss" "$TMP/dp2r.loss")"
+fi
 
 # Two presets more: q, k and v apart (their optimizer state their own), and
 # GPT-OSS's fused q/k/v with biases.
