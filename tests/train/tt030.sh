@@ -7,43 +7,7 @@
 # MixedPrecisionPolicy); the checkpoint has 0.3.0's names and
 # resumes exactly; either layout loads; the two versions' options do not mix.
 . tests/lib.sh
-
-GEN="$BUILD/tests/shard/test_gen"
-TRAIN="$BIN/titan-train"
-export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
-GOLD=tests/train/golden/tt030_llama3.tsv
-
-# the golden run's documents: scripts/tt030_golden.py reads the same stream
-"$GEN" gen 11 400 2048 60 >"$TMP/d.tts"
-"$BIN/titan-shard" -q --out "$TMP/data" --val-fraction 0 "$TMP/d.tts"
-run030() {
-	"$TRAIN" --module llama3 --config llama3_debugmodel --training.local_batch_size 2 \
-		--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
-		--dataloader.dataset_path "$TMP/data" "$@"
-}
-
-# step, loss, grad_norm, lr of metrics.jsonl's train records
-steps_of() {
-	sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1\t\2\t\3\t\4/p' "$1"
-}
-# compare GOLDEN RUN FIRST LAST [loss [TOL]]: every step within the issue's
-# tolerances (loss 1e-5 at step 1 and 1e-4 after, grad norm 1e-4, lr exact);
-# with "loss" the loss alone, 1e-4 or TOL (the MoE families: a router's choice
-# that flips between two nearly equal experts moves the grad norm, not the loss)
-compare() {
-	awk -F'\t' -v first="$3" -v last="$4" -v only="${5:-}" -v ltol="${6:-1e-4}" '
-		function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
-		NR == FNR { if ($1 !~ /^#/) { l[$1] = $2; g[$1] = $3; r[$1] = $4 }; next }
-		$1 >= first && $1 <= last {
-			n++
-			tol = only != "" ? ltol : $1 == 1 ? 1e-5 : 1e-4
-			if (rel($2, l[$1]) > tol) { printf "step %d loss %s, 0.3.0 %s\n", $1, $2, l[$1]; bad = 1 }
-			if (only == "" && rel($3, g[$1]) > 1e-4) { printf "step %d grad_norm %s, 0.3.0 %s\n", $1, $3, g[$1]; bad = 1 }
-			if (rel($4, r[$1]) > 1e-12) { printf "step %d lr %s, 0.3.0 %s\n", $1, $4, r[$1]; bad = 1 }
-		}
-		END { if (n != last - first + 1) { printf "%d of the steps %d..%d\n", n, first, last; bad = 1 }; exit bad }
-	' "$1" "$2"
-}
+. tests/train/tt030.inc
 
 t_run "15 steps of llama3_debugmodel as 0.3.0" run030 --training.steps 15 --dump_folder "$TMP/a" \
 	--checkpoint.enable --checkpoint.interval 10 --checkpoint.last_save_model_only false
@@ -158,138 +122,6 @@ else
 	t_not_ok "its steps are 0.3.0's (the seed is titan's init of seed 7)" "$why"
 fi
 
-# qwen3_debugmodel and deepseek_v3_debugmodel (MLA with YaRN at every length,
-# as 0.3.0 builds it; a mixture of experts) against 0.3.0 from titan's seed
-# checkpoint of seed 7 under 0.3.0's names, which scripts/tt030_golden.py
-# loaded into 0.3.0's models (deepseek_v3's: routed_experts, expert_bias_E).
-for fam in qwen3 deepseek_v3; do
-	mod() {
-		"$TRAIN" --module $fam --config ${fam}_debugmodel --training.local_batch_size 2 \
-			--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
-			--dataloader.dataset_path "$TMP/data" "$@"
-	}
-	if [ $fam = deepseek_v3 ]; then
-		t_run "$fam: titan's seed checkpoint" mod --dump_folder "$TMP/$fam.seed" \
-			--checkpoint.enable --checkpoint.create_seed_checkpoint
-		from="--checkpoint.initial_load_path $TMP/$fam.seed/checkpoint/step-0"
-	else
-		from=
-	fi
-	# shellcheck disable=SC2086
-	t_run "$fam: 15 steps of ${fam}_debugmodel as 0.3.0" mod --training.steps 15 \
-		--dump_folder "$TMP/$fam" $from
-	steps_of "$TMP/$fam/metrics.jsonl" >"$TMP/$fam.tsv"
-	if why=$(compare tests/train/golden/tt030_$fam.tsv "$TMP/$fam.tsv" 1 15 loss); then
-		t_ok "$fam: the loss and lr equal 0.3.0's at every step"
-	else
-		t_not_ok "$fam: the loss and lr equal 0.3.0's at every step" "$why"
-	fi
-done
-
-# gpt_oss_debugmodel_flex (0.3.0's debugmodel, titan's debugmodel_030: sinks,
-# sliding windows, YaRN, biased experts with the clamped SwiGLU) against
-# 0.3.0 from titan's seed checkpoint, its experts' GEMMs in bfloat16 as 0.3.0
-# runs them (GroupedExperts casts to bfloat16 for torch._grouped_mm whatever
-# the run's dtype; titan's stay float32) and its expert-bias hook registered:
-# the step-1 loss within 1e-5, the later ones within 2e-4 (measured 2.2e-6 and
-# 8.9e-5 at AVX-512 and AVX2 alike; the experts' bfloat16 is the drift).
-mod() {
-	"$TRAIN" --module gpt_oss --config gpt_oss_debugmodel_flex --training.local_batch_size 2 \
-		--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
-		--dataloader.dataset_path "$TMP/data" "$@"
-}
-t_run "gpt_oss: titan's seed checkpoint" mod --dump_folder "$TMP/gpt_oss.seed" --checkpoint.enable \
-	--checkpoint.create_seed_checkpoint
-t_run "gpt_oss: 15 steps of gpt_oss_debugmodel_flex as 0.3.0" mod --training.steps 15 \
-	--dump_folder "$TMP/gpt_oss" --checkpoint.initial_load_path "$TMP/gpt_oss.seed/checkpoint/step-0"
-steps_of "$TMP/gpt_oss/metrics.jsonl" >"$TMP/gpt_oss.tsv"
-if why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 1 loss 1e-5) &&
-	why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 15 loss 2e-4); then
-	t_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 2e-4)"
-else
-	t_not_ok "gpt_oss: the loss and lr equal 0.3.0's (step 1 within 1e-5, then 2e-4)" "$why"
-fi
-
-# deepseek_v3_debugmodel_mtp: one multi-token prediction depth and MTPLoss
-# (mtp_scale 0.3) against 0.3.0's MTPDecoder from titan's seed checkpoint
-# (scripts/tt030_golden.py loaded it: mtp_layers.0.* are 0.3.0's names); the
-# checkpoint of step 10 holds the depth and its optimizer state under those
-# names and resumes exactly; what 0.3.0 refuses with MTP is refused.
-# t_steps NAME GOLDEN TSV FIRST LAST [loss]: compare's verdict as a test
-t_steps() {
-	if why=$(compare "$2" "$3" "$4" "$5" "${6:-}"); then t_ok "$1"; else t_not_ok "$1" "$why"; fi
-}
-mtp() {
-	"$TRAIN" --module deepseek_v3 --config deepseek_v3_debugmodel_mtp \
-		--training.local_batch_size 2 --training.seq_len 64 \
-		--training.mixed_precision_param float32 --debug.seed 7 \
-		--dataloader.dataset_path "$TMP/data" "$@"
-}
-t_run "mtp: titan's seed checkpoint" mtp --dump_folder "$TMP/mtp.seed" --checkpoint.enable \
-	--checkpoint.create_seed_checkpoint
-t_run "mtp: 15 steps of deepseek_v3_debugmodel_mtp as 0.3.0" mtp --training.steps 15 \
-	--dump_folder "$TMP/mtp" --checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0" \
-	--checkpoint.enable
-t_grep "mtp: the log names the depth" 'Multi-token prediction: 1 depth' "$TMP/.err"
-steps_of "$TMP/mtp/metrics.jsonl" >"$TMP/mtp.tsv"
-t_steps "mtp: the loss (main + 0.3 x MTP) and lr equal 0.3.0's at every step" \
-	tests/train/golden/tt030_deepseek_v3_mtp.tsv "$TMP/mtp.tsv" 1 15 loss
-"$BIN/titan-ckpt-convert" info "$TMP/mtp/checkpoint/step-10" >"$TMP/mtp.info" 2>&1
-t_grep "mtp: eh_proj by 0.3.0's name" '^mtp_layers.0.eh_proj.weight .*(256, 512)' "$TMP/mtp.info"
-t_grep "mtp: its experts as 0.3.0 spells them" \
-	'^mtp_layers.0.moe.routed_experts.inner_experts.w1_EFD ' "$TMP/mtp.info"
-t_grep "mtp: its expert bias" '^mtp_layers.0.moe.expert_bias_E ' "$TMP/mtp.info"
-t_grep "mtp: its optimizer state" '^optimizer.state.mtp_layers.0.mtp_norm.weight.exp_avg ' \
-	"$TMP/mtp.info"
-t_run "mtp: resume from step 10" mtp --training.steps 15 --dump_folder "$TMP/mtp" \
-	--checkpoint.enable --checkpoint.load_step 10
-steps_of "$TMP/mtp/metrics.jsonl" | awk 'NR > 15' >"$TMP/mtp.b.tsv"
-steps_of "$TMP/mtp/metrics.jsonl" | awk 'NR > 10 && NR <= 15' >"$TMP/mtp.a11.tsv"
-t_same "mtp: the resumed steps 11..15 equal the run's" "$TMP/mtp.a11.tsv" "$TMP/mtp.b.tsv"
-# FSDP 2 x EP 2 on two ranks (one row each): the same steps, a checkpoint of
-# the depth's shards that resumes
-t_run "mtp: FSDP 2 x EP 2" env OMP_NUM_THREADS=1 $MPIRUN -np 2 "$TRAIN" --module deepseek_v3 \
-	--config deepseek_v3_debugmodel_mtp --training.local_batch_size 1 --training.seq_len 64 \
-	--training.mixed_precision_param float32 --debug.seed 7 --dataloader.dataset_path "$TMP/data" \
-	--training.steps 3 --dump_folder "$TMP/mtp.ep" --checkpoint.enable --checkpoint.interval 2 \
-	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0" \
-	--parallelism.data_parallel_shard_degree 2 --parallelism.expert_parallel_degree 2
-steps_of "$TMP/mtp.ep/metrics.jsonl" >"$TMP/mtp.ep.tsv"
-t_steps "mtp: FSDP 2 x EP 2's steps are 0.3.0's" tests/train/golden/tt030_deepseek_v3_mtp.tsv \
-	"$TMP/mtp.ep.tsv" 1 3 loss
-"$BIN/titan-ckpt-convert" info "$TMP/mtp.ep/checkpoint/step-2" >"$TMP/mtp.ep.info" 2>&1
-t_grep "mtp: the depth's experts saved in the ranks' shards" \
-	'^mtp_layers.0.moe.routed_experts.inner_experts.w1_EFD .* 2 chunks' "$TMP/mtp.ep.info"
-t_run "mtp: one process resumes the two ranks' step 2" mtp --training.steps 3 \
-	--dump_folder "$TMP/mtp.ep" --checkpoint.enable --checkpoint.interval 2 --checkpoint.load_step 2
-steps_of "$TMP/mtp.ep/metrics.jsonl" | awk 'NR == 4' >"$TMP/mtp.ep3.tsv"
-steps_of "$TMP/mtp.ep/metrics.jsonl" | awk 'NR == 3' >"$TMP/mtp.ep3a.tsv"
-if why=$(awk -F'\t' 'NR == FNR { l = $2; next } { d = ($2 - l) / l; if (d < 0) d = -d
-	if (d > 1e-5) { print "step 3 loss " $2 " vs " l; exit 1 } }' "$TMP/mtp.ep3a.tsv" "$TMP/mtp.ep3.tsv"); then
-	t_ok "mtp: and its step 3 is the two ranks' (1e-5)"
-else
-	t_not_ok "mtp: and its step 3 is the two ranks' (1e-5)" "$why"
-fi
-t_fails "mtp: validation refused" 2 mtp --validator.enable
-t_grep "mtp: with 0.3.0's reason" 'validator calls MTPLoss without the positions' "$TMP/.err"
-t_fails "mtp: loss.num_chunks is not MTPLoss's" 2 mtp --loss.num_chunks 4
-# 0.3.0's load-balancing hook walks model.layers: the depth's expert bias stays 0
-"$BIN/titan-ckpt-convert" diff "$TMP/mtp.seed/checkpoint/step-0" "$TMP/mtp/checkpoint/step-10" \
-	>"$TMP/mtp.diff" 2>&1
-t_grep "mtp: the layers' expert biases moved" '^layers.5.moe.expert_bias  *differs' "$TMP/mtp.diff"
-t_grep "mtp: the depth's did not" '^mtp_layers.0.moe.expert_bias  *ok' "$TMP/mtp.diff"
-# loss.mtp_scale 0: the main loss alone, which is deepseek_v3_debugmodel's (the
-# seed's main tensors are drawn as that preset's: the depth's come after them)
-t_run "mtp: loss.mtp_scale 0" mtp --loss.mtp_scale 0 --training.steps 1 --dump_folder "$TMP/mtp.0" \
-	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
-# (one step: its lr is not the 15-step schedule's, the loss and grad norm are)
-steps_of "$TMP/mtp.0/metrics.jsonl" | awk -F'\t' -v OFS='\t' '{ $4 = 0.0004; print }' \
-	>"$TMP/mtp.0.tsv"
-t_steps "mtp: with mtp_scale 0 step 1 is deepseek_v3_debugmodel's (loss 1e-5, grad norm 1e-4)" \
-	tests/train/golden/tt030_deepseek_v3.tsv "$TMP/mtp.0.tsv" 1 1
-t_fails "mtp: another family refused" 2 "$TRAIN" --config "$TMP/t.toml" --model.num_mtp_layers 1
-t_grep "mtp: names it" 'deepseek_v3 only' "$TMP/.err"
-
 # Mixed precision as 0.3.0 has it on one rank: FSDP's MixedPrecisionPolicy
 # (bf16 parameters and activations, float32 reduce), not autocast, against
 # 0.3.0's own bf16 run (tests/train/golden/tt030_llama3_bf16.tsv:
@@ -334,51 +166,6 @@ else
 	t_not_ok "bf16: nearer 0.3.0's bf16 run than the float32 run is" "bf16 $d16, float32 $d32"
 fi
 
-# Context parallelism over the documents (ring attention masking by the whole
-# rows' documents; 2 ranks under mpirun): CP 2 with the headtail balancer
-# trains as 0.3.0 does (the golden's first steps), and with ptrr (torch's
-# _PTRRLoadBalancer over FlexAttention's blocks of 128: rows of 256, each
-# dealt by its documents) as one rank does, validation included.
-cp030() {
-	np=$1
-	shift
-	run=
-	[ "$np" -gt 1 ] && run="env OMP_NUM_THREADS=1 $MPIRUN -np $np"
-	# shellcheck disable=SC2086
-	$run "$TRAIN" --module llama3 --config llama3_debugmodel --training.local_batch_size 2 \
-		--training.mixed_precision_param float32 --debug.seed 7 "$@"
-}
-t_run "CP 2 (headtail) over the documents" cp030 2 --training.seq_len 64 --training.steps 3 \
-	--dataloader.dataset_path "$TMP/data" --dump_folder "$TMP/cp" --parallelism.context_parallel_degree 2
-steps_of "$TMP/cp/metrics.jsonl" >"$TMP/cp.tsv"
-if why=$(compare "$GOLD" "$TMP/cp.tsv" 1 3); then
-	t_ok "CP 2: loss, grad norm and lr equal 0.3.0's"
-else
-	t_not_ok "CP 2: loss, grad norm and lr equal 0.3.0's" "$why"
-fi
-"$BIN/titan-shard" -q --out "$TMP/datav" --val-fraction 0.2 "$TMP/d.tts"
-PTRR="--training.seq_len 256 --training.steps 2 --dataloader.dataset_path $TMP/datav \
-	--validator.enable --validator.freq 2 --validator.steps 2"
-# shellcheck disable=SC2086
-t_run "ptrr: one rank" cp030 1 $PTRR --dump_folder "$TMP/p1"
-# shellcheck disable=SC2086
-t_run "ptrr: CP 2" cp030 2 $PTRR --dump_folder "$TMP/p2" \
-	--parallelism.context_parallel_degree 2 --parallelism.context_parallel_load_balancer ptrr
-steps_of "$TMP/p1/metrics.jsonl" >"$TMP/p1.tsv"
-steps_of "$TMP/p2/metrics.jsonl" >"$TMP/p2.tsv"
-if why=$(compare "$TMP/p1.tsv" "$TMP/p2.tsv" 1 2); then
-	t_ok "ptrr: CP 2's steps are one rank's"
-else
-	t_not_ok "ptrr: CP 2's steps are one rank's" "$why"
-fi
-vals=$(sed -n 's/.*"validation_loss":\([^,]*\),.*/\1/p' "$TMP/p1/metrics.jsonl" "$TMP/p2/metrics.jsonl")
-if echo "$vals" | awk 'NR == 1 { a = $1 } NR == 2 { d = ($1 - a) / a; ok = d < 1e-6 && d > -1e-6 }
-		END { exit !(NR == 2 && ok) }'; then
-	t_ok "ptrr: CP 2's validation loss is one rank's"
-else
-	t_not_ok "ptrr: CP 2's validation loss is one rank's" "$vals"
-fi
-
 # One run, one version.
 t_fails "0.2.2's key in a 0.3.0 run" 2 run030 --job.dump_folder "$TMP/x"
 t_grep "names the key and the mix" "job.dump_folder: torchtitan 0.2.2's key.*mixing the two is refused" "$TMP/.err"
@@ -394,4 +181,8 @@ t_grep "with what is accepted" "dataloader.infinite false: refused (only true is
 t_fails "an unknown path" 2 run030 --training.no_such_thing 1
 t_grep "is named" "training.no_such_thing: not a path of torchtitan 0.3.0's Trainer.Config" "$TMP/.err"
 
+t_fails "mtp: another family refused" 2 "$TRAIN" --config "$TMP/t.toml" --model.num_mtp_layers 1
+t_grep "mtp: names it" 'deepseek_v3 only' "$TMP/.err"
+
 t_done
+
