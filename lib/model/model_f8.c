@@ -66,6 +66,21 @@ static int is_linear(const model_tensor *t)
 	return t->ndim == 2 && !t->is_embedding && !t->is_norm;
 }
 
+/* The linear's (out, in) as torchtitan's converter sees it: before tensor
+ * parallelism splits it (every tp rank decides alike, by the whole model's
+ * sizes, as torchao's size rule and the multiples of 16 mean). */
+static void global_dims(const model *m, const model_tensor *t, int64_t *out, int64_t *in)
+{
+	*out = t->shape[0];
+	*in = t->shape[1];
+	if (m->tp.size == 1)
+		return;
+	if (t->tp == MODEL_TP_COLWISE) /* the output projection's rows: the whole vocabulary */
+		*out = t->unit == m->n_units - 1 ? m->vocab_global : *out * m->tp.size;
+	else if (t->tp == MODEL_TP_ROWWISE)
+		*in *= m->tp.size;
+}
+
 int model_set_float8(model *m, const model_float8 *c, titan_err *e)
 {
 	f8_release(m);
@@ -100,7 +115,9 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e)
 		char *dot = strrchr(fqn, '.');
 		if (dot && strcmp(dot, ".weight") == 0)
 			*dot = '\0';
-		f->conv[i] = f8_filter_convert(&flt, fqn, t->shape[0], t->shape[1]);
+		int64_t out, in;
+		global_dims(m, t, &out, &in);
+		f->conv[i] = f8_filter_convert(&flt, fqn, out, in);
 		f->n_conv += f->conv[i];
 		f->head |= f->conv[i] && t->unit == m->n_units - 1;
 	}
