@@ -592,6 +592,14 @@ static void list_free(cfg_strlist *l)
 	l->n = 0;
 }
 
+int cfg_strlist_has(const cfg_strlist *l, const char *s)
+{
+	for (int i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], s) == 0)
+			return 1;
+	return 0;
+}
+
 static int list_push(cfg_strlist *l, const char *s, size_t n)
 {
 	char **v = realloc(l->v, (size_t)(l->n + 1) * sizeof *v);

@@ -10,19 +10,11 @@
 #include "float8/float8.h"
 #include "planner/planner_priv.h"
 
-static int has(const cfg_strlist *l, const char *s)
-{
-	for (int i = 0; i < l->n; i++)
-		if (strcmp(l->v[i], s) == 0)
-			return 1;
-	return 0;
-}
-
 int planner_float8(plan_ctx *x, titan_err *e)
 {
 	const job_config *c = x->c;
 	const __typeof__(c->float8) *f = &c->float8;
-	if (!has(&c->model.converters, "quantize.linear.float8"))
+	if (!cfg_strlist_has(&c->model.converters, "quantize.linear.float8"))
 		return 0;
 	model_float8 o = {f->recipe_name, (const char *const *)f->filter_fqns.v,
 			  (size_t)f->filter_fqns.n};
