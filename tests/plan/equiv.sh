@@ -100,8 +100,8 @@ plan 2 shard=2 f8=1 accum=2
 plan 4 rep=2 shard=2 f8=2 reshard=always
 # Float8 linears under tensor parallelism (every scale the whole tensor's, as
 # torchao's casts of DTensors): each recipe, async TP with full AC, FSDP's
-# float8 all-gather beside TP (amax over both), and the negative control
-# (each tp rank's own amax must fail the bounds; test_plan.c)
+# float8 all-gather beside TP (amax over both), under a pipeline, and the
+# negative control (each tp rank's own amax must fail the bounds; test_plan.c)
 plan 2 tp=2 f8=1
 plan 2 tp=2 f8=1 recipe=rowwise accum=2
 plan 2 tp=2 f8=1 recipe=rowwise_with_gw_hp lp=0
@@ -109,6 +109,7 @@ plan 2 tp=2 f8=1 async=1 ac=full
 plan 2 tp=2 f8=1 amax=shard
 plan 4 shard=2 tp=2 f8=1
 plan 4 shard=2 tp=2 f8=2 reshard=always accum=2
+plan 4 pp=2 tp=2 sched=1F1B mbs=2 f8=1
 # FSDP2's mixed precision (mixed_precision_param bf16, reduce float32) against
 # one process in the same mode, 200 steps (issue 12's bound; test_plan.c)
 plan 2 shard=2 prec=fsdp steps=200
