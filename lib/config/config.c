@@ -592,6 +592,14 @@ static void list_free(cfg_strlist *l)
 	l->n = 0;
 }
 
+int cfg_strlist_has(const cfg_strlist *l, const char *s)
+{
+	for (int i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], s) == 0)
+			return 1;
+	return 0;
+}
+
 static int list_push(cfg_strlist *l, const char *s, size_t n)
 {
 	char **v = realloc(l->v, (size_t)(l->n + 1) * sizeof *v);
@@ -1096,7 +1104,9 @@ static char *value_text(const job_config *c, const cfg_key *k);
  * built (lib/model/model_f8.c), the MX and grouped-GEMM ones are not.
  * torchtitan asserts that a recipe and FSDP's float8 all-gather are not asked
  * for together; the all-gather itself acts only under FSDP (dp_shard > 1).
- * Float8 under tensor parallelism needs torchao's float8 TP styles (not built). */
+ * Every recipe runs under tensor parallelism, as torchtitan's: the scales are
+ * the whole tensors' (lib/model/model_f8.c), rowwise ones too (torchtitan
+ * gives them plain TP, never refuses them). */
 static int check_converters(const job_config *c, titan_err *err)
 {
 	static const char *const known[] = {"quantize.linear.float8", "quantize.linear.mx",
@@ -1119,12 +1129,6 @@ static int check_converters(const job_config *c, titan_err *err)
 		return err_set(err, "quantize.linear.float8: enable_fsdp_float8_all_gather with "
 			       "recipe_name \"%s\" is not supported (torchtitan asserts the same: the "
 			       "all-gather is the tensorwise default's)", f->recipe_name);
-	const __typeof__(c->parallelism) *p = &c->parallelism;
-	if (c->model.converters.n > 0 && p->tensor_parallel_degree > 1)
-		return err_set(err, "quantize.linear.float8 with tensor_parallel_degree = %ld is not "
-			       "supported by this titan-train yet (torchao's float8 tensor-parallel "
-			       "styles are not built); use FSDP or HSDP",
-			       (long)c->parallelism.tensor_parallel_degree);
 	return 0;
 }
 

@@ -21,6 +21,8 @@ typedef struct cfg_strlist {
 	char **v; /* owned, each owned */
 	int n;
 } cfg_strlist;
+/* Whether l holds s (whole strings). */
+int cfg_strlist_has(const cfg_strlist *l, const char *s);
 
 /* A list of lists of strings, or None (parallelism.module_fqns_per_model_part). */
 typedef struct cfg_strlists {

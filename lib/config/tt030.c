@@ -146,8 +146,18 @@ static const tt030_preset presets[] = {
 	 {LLAMA3_BIG("70B", "1.5e-4", "200", "8", "1000", FULL_AC),
 	  "[parallelism]\ntensor_parallel_degree = 8\n"},
 	 0, NULL, NULL},
-	REFUSE("llama3", "llama3_405b", "Float8 linears under tensor parallelism (its degree 8; "
-	       "torchao's float8 tensor-parallel styles) are not built"),
+	/* Float8LinearConverter.Config(filter_fqns=["lm_head"]): 0.3.0's lm_head
+	 * is titan's output projection */
+	{"llama3", "llama3_405b", NULL,
+	 {LLAMA3_BIG("405B", "8e-5", "600", "2", "3000", FULL_AC),
+	  "[parallelism]\ntensor_parallel_degree = 8\nenable_async_tensor_parallel = true\n"
+	  "[compile]\nenable = true\n",
+	  FLOAT8 "filter_fqns = [\"output\"]\n"},
+	 0, NULL,
+	 "titan's Float8 linears (recipe rowwise, every linear but the output projection: "
+	 "0.3.0's filter lm_head) under tensor parallelism 8, each scale the whole tensor's "
+	 "as torchao's casts of DTensors take it; async TP leaves the Float8 linears "
+	 "unoverlapped"},
 	REFUSE("llama3", "sft_debugmodel", SFT),
 
 	{"qwen3", "qwen3_debugmodel", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL, NULL},

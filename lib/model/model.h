@@ -163,6 +163,9 @@ typedef struct model_tp_group {
 	int (*ring_start)(void *ctx, const void *send, void *recv, size_t count, be_dtype t,
 			  void **req, titan_err *e);
 	int (*ring_wait)(void *ctx, void *req, titan_err *e);
+	/* x (count floats, backend memory) = the elementwise maximum over the
+	 * ranks' x: a Float8 cast's amax over the whole of a split tensor. */
+	int (*all_reduce_max)(void *ctx, float *x, size_t count, titan_err *e);
 } model_tp_group;
 
 /* model_create_unbound's model for tp rank tp->rank (tp->size 1: the whole
@@ -339,7 +342,16 @@ void model_weights_changed(model *m);
  * never converted.  A converted output projection computes the whole
  * micro-batch's logits at once (its scales run over every token), not in
  * chunks.  Under autocast the weight is cast from the float32 masters, as
- * torchao does. */
+ * torchao does.
+ * Under tensor parallelism every scale is the whole tensor's, as torchao's
+ * casts of DTensors compute it: where a scale's amax runs along the dimension
+ * the tp ranks split (a column-parallel linear's weight rows and output
+ * gradient columns, a row-parallel one's weight and input columns), each rank
+ * takes its part's amax and the group all-reduces the maximum
+ * (all_reduce_max) before the cast; along the sequence nothing is split (the
+ * linears read the gathered rows).  Asynchronous TP does not overlap a
+ * converted linear with its gather or reduce-scatter: its scales span every
+ * row, so it waits for the whole input. */
 typedef struct model_float8 {
 	const char *recipe;             /* tensorwise (NULL too), rowwise, rowwise_with_gw_hp */
 	const char *const *filter_fqns; /* borrowed for the call */
@@ -351,6 +363,10 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e);
 /* Whether tensor i is the weight of a converted linear; the recipe's name
  * (NULL when none is set). */
 int model_float8_converted(const model *m, int i);
+/* Tests only (tests/plan's negative control): under tensor parallelism each
+ * rank scales by the amax of its own part instead of the whole tensor's,
+ * which torchao never does.  After model_set_float8. */
+void model_float8_tp_shard_amax(model *m, int on);
 const char *model_float8_recipe(const model *m);
 /* FSDP's float8 all-gather (torchao's WeightWithDynamicFloat8CastTensor): the
  * weight bound for converted tensor i holds the values of its float8 e4m3

@@ -32,6 +32,9 @@ struct model_f8 {
 	size_t qbytes;
 	float *sa, *sb;      /* their scales */
 	size_t sfloats;
+	float *amax;         /* a cast's amax under TP, all-reduced over the group */
+	size_t afloats;
+	int shard_amax;      /* model_float8_tp_shard_amax (tests' negative control) */
 };
 
 static void f8_release(model *m)
@@ -45,6 +48,7 @@ static void f8_release(model *m)
 	be->ops->free(be, f->sa);
 	be->ops->free(be, f->sb);
 	be->ops->free(be, f->qmax);
+	be->ops->free(be, f->amax);
 	free(f->conv);
 	free(f->wscale);
 	free(f);
@@ -60,6 +64,21 @@ void model_f8_free(model *m)
 static int is_linear(const model_tensor *t)
 {
 	return t->ndim == 2 && !t->is_embedding && !t->is_norm;
+}
+
+/* The linear's (out, in) as torchtitan's converter sees it: before tensor
+ * parallelism splits it (every tp rank decides alike, by the whole model's
+ * sizes, as torchao's size rule and the multiples of 16 mean). */
+static void global_dims(const model *m, const model_tensor *t, int64_t *out, int64_t *in)
+{
+	*out = t->shape[0];
+	*in = t->shape[1];
+	if (m->tp.size == 1)
+		return;
+	if (t->tp == MODEL_TP_COLWISE) /* the output projection's rows: the whole vocabulary */
+		*out = t->unit == m->n_units - 1 ? m->vocab_global : *out * m->tp.size;
+	else if (t->tp == MODEL_TP_ROWWISE)
+		*in *= m->tp.size;
 }
 
 int model_set_float8(model *m, const model_float8 *c, titan_err *e)
@@ -96,7 +115,9 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e)
 		char *dot = strrchr(fqn, '.');
 		if (dot && strcmp(dot, ".weight") == 0)
 			*dot = '\0';
-		f->conv[i] = f8_filter_convert(&flt, fqn, t->shape[0], t->shape[1]);
+		int64_t out, in;
+		global_dims(m, t, &out, &in);
+		f->conv[i] = f8_filter_convert(&flt, fqn, out, in);
 		f->n_conv += f->conv[i];
 		f->head |= f->conv[i] && t->unit == m->n_units - 1;
 	}
@@ -107,6 +128,12 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e)
 int model_float8_converted(const model *m, int i)
 {
 	return m->f8 && i >= 0 && i < m->n_tensors && m->f8->conv[i];
+}
+
+void model_float8_tp_shard_amax(model *m, int on)
+{
+	if (m->f8)
+		m->f8->shard_amax = on;
 }
 
 const char *model_float8_recipe(const model *m)
@@ -151,6 +178,12 @@ static const f8_recipe *recipe_for(const model *m, const void *p, int grads, int
 		return NULL;
 	*i = tensor_at(m, p, grads);
 	return *i >= 0 && m->f8->conv[*i] ? &m->f8->r : NULL;
+}
+
+int model_f8_converts(const model *m, const void *w)
+{
+	int i;
+	return recipe_for(m, w, 0, &i) != NULL;
 }
 
 int model_float8_weight_cast(model *m, int i, const float *scale, titan_err *e)
@@ -212,14 +245,76 @@ static be_dtype qtype(const f8_recipe *r, int op)
 	return r->cast[op].fmt == F8_E5M2 ? BE_E5M2 : BE_E4M3;
 }
 
-/* Cast operand op of a GEMM: x (rows, cols) of type xt into q (transposed
- * when the GEMM reduces over x's rows) and its scales; the number of scales. */
-static int64_t cast(model *m, const f8_recipe *r, int op, void *q, float *scale, const void *x,
-		    be_dtype xt, int64_t rows, int64_t cols, int transpose)
+/* Whether an amax of operand op of converted linear i, with scaling s, runs
+ * along a dimension the tp ranks split.  The operands as stored: x (n, in),
+ * w (out, in), dy (n, out); a column-parallel linear splits out (w's rows,
+ * dy's columns), a row-parallel one in (w's and x's columns); the rows n are
+ * the gathered sequence, whole on every rank. */
+static int tp_split_amax(const model *m, int i, int op, f8_scaling s)
+{
+	if (m->tp.size == 1 || s == F8_NONE)
+		return 0;
+	int col = m->tensors[i].tp == MODEL_TP_COLWISE, row = m->tensors[i].tp == MODEL_TP_ROWWISE;
+	int rows_split = 0, cols_split = 0;
+	switch (op) {
+	case F8_INPUT:
+	case F8_INPUT_GW:
+		cols_split = row;
+		break;
+	case F8_WEIGHT:
+	case F8_WEIGHT_GI:
+		rows_split = col;
+		cols_split = row;
+		break;
+	default: /* the output's gradient */
+		cols_split = col;
+		break;
+	}
+	/* F8_ROWS reduces along a row (over the columns), F8_COLS along a column */
+	return s == F8_TENSOR ? rows_split || cols_split : s == F8_ROWS ? cols_split : rows_split;
+}
+
+/* The amax of x (rows, cols) with scaling s over the whole tensor the tp
+ * ranks split: each rank's of its part, all-reduced with max; NULL with a
+ * fault for the next sync. */
+static const float *tp_amax(model *m, const void *x, be_dtype xt, int64_t rows, int64_t cols,
+			    f8_scaling s)
+{
+	struct model_f8 *f = m->f8;
+	backend *be = m->be;
+	size_t n = (size_t)f8_n_scales(s, rows, cols);
+	titan_err e = {0};
+	if (n > f->afloats) {
+		be->ops->free(be, f->amax);
+		f->afloats = 0;
+		if (!(f->amax = backend_alloc_floats(be, n, &e))) {
+			backend_fault(be, "model: float8 amax: %s", e.msg);
+			return NULL;
+		}
+		f->afloats = n;
+	}
+	be->ops->f8_amax(be, f->amax, x, xt, rows, cols, s);
+	if (f->shard_amax)
+		return f->amax;
+	if (m->tp.all_reduce_max(m->tp.ctx, f->amax, n, &e)) {
+		backend_fault(be, "tensor parallel: float8 amax: %s", e.msg);
+		return NULL;
+	}
+	return f->amax;
+}
+
+/* Cast operand op of converted linear i's GEMM: x (rows, cols) of type xt
+ * into q (transposed when the GEMM reduces over x's rows) and its scales;
+ * the number of scales (0 after a fault). */
+static int64_t cast(model *m, const f8_recipe *r, int op, int i, void *q, float *scale,
+		    const void *x, be_dtype xt, int64_t rows, int64_t cols, int transpose)
 {
 	f8_scaling s = f8_operand_scaling(r, op);
+	const float *amax = NULL;
+	if (tp_split_amax(m, i, op, s) && !(amax = tp_amax(m, x, xt, rows, cols, s)))
+		return 0;
 	m->be->ops->f8_cast(m->be, q, qtype(r, op), scale, x, xt, rows, cols, s, r->pow2_scales,
-			    transpose, NULL);
+			    transpose, amax);
 	return f8_n_scales(s, rows, cols);
 }
 
@@ -232,7 +327,7 @@ static int64_t cast_weight(model *m, const f8_recipe *r, int op, int i, const vo
 {
 	struct model_f8 *f = m->f8;
 	if (!f->wscale[i])
-		return cast(m, r, op, f->qb, f->sb, w, m->prec.param, out, in, transpose);
+		return cast(m, r, op, i, f->qb, f->sb, w, m->prec.param, out, in, transpose);
 	m->be->ops->f8_cast(m->be, f->qb, BE_E4M3, f->sb, w, m->prec.param, out, in, BE_F8_TENSOR,
 			    0, transpose, f->qmax);
 	m->be->ops->copy(m->be, f->sb, f->wscale[i], sizeof(float), BACKEND_D2D);
@@ -250,8 +345,10 @@ int model_f8_linear(model *m, void *y, const void *x, const void *w, int64_t n, 
 	if (room(m, (size_t)(n * in), (size_t)(out * in), (size_t)n, (size_t)out))
 		return 1;
 	/* y (n, out) = x (n, in) . w (out, in) */
-	int64_t na = cast(m, r, F8_INPUT, f->qa, f->sa, x, m->prec.act, n, in, 0);
+	int64_t na = cast(m, r, F8_INPUT, i, f->qa, f->sa, x, m->prec.act, n, in, 0);
 	int64_t nb = cast_weight(m, r, F8_WEIGHT, i, w, out, in, 0);
+	if (na == 0 || nb == 0) /* a fault the next sync reports */
+		return 1;
 	m->be->ops->f8_matmul(m->be, n, out, in, f->qa, qtype(r, F8_INPUT), f->sa, na, f->qb,
 			      qtype(r, F8_WEIGHT), f->sb, nb, beta, y, m->prec.act);
 	return 1;
@@ -268,8 +365,10 @@ int model_f8_linear_dx(model *m, void *dx, const void *dy, const void *w, int64_
 	if (room(m, (size_t)(n * out), (size_t)(out * in), (size_t)n, (size_t)in))
 		return 1;
 	/* dx (n, in) = dy (n, out) . w^T (in, out) */
-	int64_t na = cast(m, r, F8_GRAD_OUTPUT, f->qa, f->sa, dy, m->prec.act, n, out, 0);
+	int64_t na = cast(m, r, F8_GRAD_OUTPUT, i, f->qa, f->sa, dy, m->prec.act, n, out, 0);
 	int64_t nb = cast_weight(m, r, F8_WEIGHT_GI, i, w, out, in, 1);
+	if (na == 0 || nb == 0) /* a fault the next sync reports */
+		return 1;
 	m->be->ops->f8_matmul(m->be, n, in, out, f->qa, qtype(r, F8_GRAD_OUTPUT), f->sa, na,
 			      f->qb, qtype(r, F8_WEIGHT_GI), f->sb, nb, beta_dx, dx, m->prec.act);
 	return 1;
@@ -286,8 +385,10 @@ int model_f8_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_
 	if (room(m, (size_t)(n * out), (size_t)(n * in), (size_t)out, (size_t)in))
 		return 1;
 	/* dw (out, in) += dy^T (out, n) . x^T (in, n) */
-	int64_t na = cast(m, r, F8_GRAD_OUTPUT_GW, f->qa, f->sa, dy, m->prec.act, n, out, 1);
-	int64_t nb = cast(m, r, F8_INPUT_GW, f->qb, f->sb, x, m->prec.act, n, in, 1);
+	int64_t na = cast(m, r, F8_GRAD_OUTPUT_GW, i, f->qa, f->sa, dy, m->prec.act, n, out, 1);
+	int64_t nb = cast(m, r, F8_INPUT_GW, i, f->qb, f->sb, x, m->prec.act, n, in, 1);
+	if (na == 0 || nb == 0) /* a fault the next sync reports */
+		return 1;
 	m->be->ops->f8_matmul(m->be, out, in, n, f->qa, qtype(r, F8_GRAD_OUTPUT_GW), f->sa, na,
 			      f->qb, qtype(r, F8_INPUT_GW), f->sb, nb, 1, dw, m->prec.grad);
 	return 1;

@@ -375,6 +375,8 @@ int model_f8_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_
 /* Whether the head computes its logits whole rather than in chunks (a
  * converted output projection whose scales run over all the tokens). */
 int model_f8_head_whole(const model *m);
+/* Whether the linear whose bound weight is w is converted. */
+int model_f8_converts(const model *m, const void *w);
 void model_f8_free(model *m);
 
 /* ---- the block (model_block.c) ---- */

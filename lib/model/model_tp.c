@@ -108,7 +108,8 @@ static void linear_chunk(model *m, int c, void *arg)
 int model_tp_linear_pending(model *m, void *y, const void *x, const void *w, int64_t n,
 			    int64_t in, int64_t out, float beta, int dx)
 {
-	if (x != m->pend || n != m->pend_n) {
+	/* a Float8 linear's scales span every row: it waits for them all */
+	if (x != m->pend || n != m->pend_n || model_f8_converts(m, w)) {
 		model_tp_finish(m);
 		return 0;
 	}
@@ -164,7 +165,7 @@ void model_tp_resid_add_linear(model *m, void *y, const void *x, const void *w, 
 {
 	be_dtype at = m->prec.act;
 	int64_t ns = model_seq(m, n);
-	if (m->tp.async) {
+	if (m->tp.async && !model_f8_converts(m, w)) { /* a Float8 input's scales span every row */
 		ring_reduce_linear(m, m->d_xs, x, w, n, in, out);
 	} else {
 		model_linear(m, m->d_xn, x, w, n, in, out, 0);

@@ -72,7 +72,9 @@ static int ready(plan *p, titan_err *e)
 }
 
 /* amax of converted tensors k0 .. k0 + n - 1 (ordinals) over the fsdp ranks:
- * each rank's of its rows, then a max all-reduce. */
+ * each rank's of its rows, then a max all-reduce; under tensor parallelism
+ * over the tp ranks' parts too (the whole weight's, as torchao's amax of the
+ * DTensor sharded over both). */
 static int amax(plan *p, int k0, int n, titan_err *e)
 {
 	if (n == 0)
@@ -93,7 +95,8 @@ static int amax(plan *p, int k0, int n, titan_err *e)
 	PROF_T0(t0);
 	uint64_t w0 = plan_now();
 	int rc = p->be->ops->sync(p->be, e) ||
-		 comm_all_reduce(p->c_fsdp, a, a, (size_t)n, COMM_F32, COMM_MAX, e);
+		 comm_all_reduce(p->c_fsdp, a, a, (size_t)n, COMM_F32, COMM_MAX, e) ||
+		 (p->tp > 1 && comm_all_reduce(p->c_tp, a, a, (size_t)n, COMM_F32, COMM_MAX, e));
 	p->wait_ns += plan_now() - w0;
 	PROF_COMM(t0, "all_reduce", PA_I("bytes", (int64_t)n * 4), PA_S("of", "float8 amax"));
 	if (rc)

@@ -1,5 +1,6 @@
 /* Tensor parallelism's collectives over the tp dimension, as the model asks
- * for them (model_tp_group), and the gradients of the tensors tp replicates:
+ * for them (model_tp_group: the sequence's gathers and reduce-scatters, the
+ * Float8 casts' amax maxima), and the gradients of the tensors tp replicates:
  * each rank's norm weights see only its rows of the sequence (and the
  * heads it holds), so their gradients are partial sums, all-reduced over tp
  * once a step (torchtitan's SequenceParallel norms reduce the same Partial
@@ -54,13 +55,25 @@ static int tp_ring_wait(void *ctx, void *req, titan_err *e)
 	return rc;
 }
 
+static int tp_all_reduce_max(void *ctx, float *x, size_t count, titan_err *e)
+{
+	plan *p = ctx;
+	PROF_T0(t0);
+	uint64_t w0 = plan_now();
+	int rc = comm_all_reduce(p->c_tp, x, x, count, COMM_F32, COMM_MAX, e);
+	p->wait_ns += plan_now() - w0;
+	PROF_COMM(t0, "all_reduce", PA_I("bytes", count * 4), PA_S("of", "float8 amax"),
+		  PA_S("dim", "tp"));
+	return rc;
+}
+
 model_tp_group plan_tp_group(plan *p)
 {
 	return (model_tp_group){.size = p->tp, .rank = p->tp_rank,
 				.loss_parallel = p->o.loss_parallel, .async = p->o.async_tp,
 				.ctx = p, .all_gather = tp_all_gather,
 				.reduce_scatter = tp_reduce_scatter, .ring_start = tp_ring_start,
-				.ring_wait = tp_ring_wait};
+				.ring_wait = tp_ring_wait, .all_reduce_max = tp_all_reduce_max};
 }
 
 /* The shard's ranges of the tensors tp replicates, packed, all-reduced over

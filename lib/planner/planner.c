@@ -138,6 +138,8 @@ static int build_models(plan_ctx *x, titan_err *e)
 	if (planner_ac_mode(c, &x->ac, &x->ac_every, e) || model_set_prec(x->local, &p, e) ||
 	    model_set_ac(x->local, x->ac, x->ac_every, e))
 		return -1;
+	if (planner_float8(x, e))
+		return -1;
 	snprintf(x->r->model, sizeof x->r->model, "%s %s", c->model.name, a->name);
 	x->r->n_params = (int64_t)model_num_params(x->whole);
 	snprintf(x->r->ac, sizeof x->r->ac, "%s%s%s", c->activation_checkpoint.mode,

@@ -35,7 +35,11 @@
  *              backward of the last micro-batch)
  * and the bytes it sends per step on each mesh dimension, in lib/comm's
  * counting (an all-gather sends (n-1) x its shard, a reduce-scatter (n-1) x
- * its result, a send its payload). */
+ * its result, a send its payload); with the Float8 converter, the part of
+ * them that is Float8's own: the converted weights FSDP gathers as e4m3 (one
+ * byte an element, enable_fsdp_float8_all_gather) and the casts' amax
+ * all-reduces (FSDP's per gather or per step; under TP each cast's whose
+ * scales run along the split dimension). */
 #ifndef TITAN_PLANNER_H
 #define TITAN_PLANNER_H
 
@@ -76,6 +80,8 @@ typedef struct plan_role {
 	uint64_t bytes[PLAN_TERM_COUNT];
 	uint64_t peak;
 	uint64_t sent[PLAN_DIM_COUNT]; /* bytes sent per step on each dimension */
+	uint64_t f8_sent[PLAN_DIM_COUNT]; /* of those, Float8's: weights gathered as e4m3,
+	                                     the casts' amax all-reduces */
 } plan_role;
 
 typedef struct plan_report {
@@ -111,6 +117,10 @@ typedef struct plan_report {
 	 * loss within 0.3 % of this, 0.3.0's 7 to 16 % above (a lower bound). */
 	int64_t loss_rows, loss_chunks_030;
 	uint64_t loss_bytes, loss_whole, loss_torch, loss_torch_030;
+	/* The Float8 converter (quantize.linear.float8): linears converted of
+	 * all, its recipe, whether FSDP gathers them as float8. */
+	int f8_converted, f8_linears, f8_gather;
+	char f8_recipe[24];
 	int n_roles;
 	plan_role *roles;       /* owned */
 } plan_report;

@@ -55,6 +55,17 @@ int planner_print(const plan_report *r, FILE *f)
 				fprintf(f, " %s %.3f", dim_key[k], gib(ro->sent[k]));
 		fprintf(f, " (%d micro-batch contexts alive at most)\n", ro->live_mb);
 	}
+	if (r->f8_converted > 0)
+		for (int i = 0; i < r->n_roles; i++) {
+			const plan_role *ro = &r->roles[i];
+			fprintf(f, "pp %d: of which Float8's (%d of %d linears, recipe %s%s): fsdp %.3f, "
+				"tp %.3f (%llu and %llu bytes)\n", ro->pp_rank, r->f8_converted,
+				r->f8_linears, r->f8_recipe,
+				r->f8_gather ? "; FSDP gathers them as e4m3" : "",
+				gib(ro->f8_sent[PLAN_DIM_FSDP]), gib(ro->f8_sent[PLAN_DIM_TP]),
+				(unsigned long long)ro->f8_sent[PLAN_DIM_FSDP],
+				(unsigned long long)ro->f8_sent[PLAN_DIM_TP]);
+		}
 	fprintf(f, "loss of a micro-batch (%lld rows) in GiB: %.3f in chunks of %lld rows (in the "
 		"activations), %.3f unchunked; torch's cross_entropy %.3f, 0.3.0's "
 		"ChunkedLossWrapper of %lld chunks %.3f\n", (long long)(r->microbatch * r->seq_len / r->d.cp),
@@ -87,6 +98,10 @@ static json_t *role_json(const plan_role *ro)
 	json_object_set_new(o, "live_microbatches", json_integer(ro->live_mb));
 	json_object_set_new(o, "bytes", bytes);
 	json_object_set_new(o, "sent_per_step", sent);
+	json_t *f8 = json_object();
+	for (int k = 0; k < PLAN_DIM_COUNT; k++)
+		json_object_set_new(f8, dim_key[k], json_integer((json_int_t)ro->f8_sent[k]));
+	json_object_set_new(o, "float8_sent_per_step", f8);
 	return o;
 }
 
@@ -119,6 +134,11 @@ int planner_print_json(const plan_report *r, FILE *f, titan_err *e)
 						 (json_int_t)r->loss_torch, "torch_030_chunks",
 						 (json_int_t)r->loss_chunks_030, "torch_030_bytes",
 						 (json_int_t)r->loss_torch_030));
+	json_object_set_new(o, "float8", r->f8_converted > 0
+		? json_pack("{s:i, s:i, s:s, s:b}", "converted", r->f8_converted, "linears",
+			    r->f8_linears, "recipe", r->f8_recipe, "fsdp_float8_all_gather",
+			    r->f8_gather)
+		: json_null());
 	for (int i = 0; i < r->n_roles; i++)
 		json_array_append_new(roles, role_json(&r->roles[i]));
 	json_object_set_new(o, "roles", roles);

@@ -85,6 +85,17 @@ static uint64_t unit_numel(const plan_ctx *x, int u, int whole)
 	return n;
 }
 
+/* Elements of unit u's tensors FSDP gathers as float8, in a rank's shard. */
+static uint64_t f8_numel(const plan_ctx *x, int u)
+{
+	const model_unit *mu = model_unit_at(x->whole, u);
+	uint64_t n = 0;
+	for (int i = mu->first_tensor; i < mu->first_tensor + mu->n_tensors; i++)
+		if (planner_f8_gathered(x, i))
+			n += shard_numel(x, model_tensor_at(x->whole, i));
+	return n;
+}
+
 /* Elements of unit u's expert-parallel tensors in a rank's shard. */
 static uint64_t expert_numel(const plan_ctx *x, int u)
 {
@@ -107,6 +118,16 @@ static int reshard_after_forward(const plan_ctx *x)
 {
 	const char *p = x->c->parallelism.fsdp_reshard_after_forward;
 	return strcmp(p, "always") == 0 || (strcmp(p, "default") == 0 && x->d.pp == 1);
+}
+
+/* FSDP's all-gathers of a unit a step: before forward (and again before
+ * backward when resharded) each pass, or once a step under pipeline
+ * parallelism without reshard. */
+static uint64_t fsdp_gathers(plan_ctx *x, uint64_t passes)
+{
+	int again = reshard_after_forward(x);
+	return x->d.pp > 1 ? (again ? planner_mul(x, 2, passes) : 1)
+			   : planner_mul(x, passes, again ? 2 : 1);
 }
 
 /* A rank's stages: (first unit, last unit) of each. */
@@ -340,18 +361,20 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 	uint64_t ne = x->d.ep > 1 ? (uint64_t)efsdp(x) : (uint64_t)x->fsdp;
 	if (x->fsdp > 1 || ne > 1 || x->d.dp_replicate > 1) {
 		uint64_t n = (uint64_t)x->fsdp, R = (uint64_t)x->d.dp_replicate;
-		int again = reshard_after_forward(x);
-		uint64_t gathers = x->d.pp > 1 ? (again ? planner_mul(x, 2, passes) : 1)
-					       : planner_mul(x, passes, again ? 2 : 1);
+		uint64_t gathers = fsdp_gathers(x, passes);
 		uint64_t reduces = x->d.pp > 1 ? 1 : passes;
 		for (int k = 0; k < s->n; k++)
 			for (int u = s->u0[k]; u <= s->u1[k]; u++) {
 				uint64_t sh = unit_numel(x, u, 0), se = expert_numel(x, u);
-				/* the experts' shards go round efsdp (counted here) */
+				/* the experts' shards go round efsdp (counted here); Float8's
+				 * gathered weights one byte an element */
 				uint64_t ring = planner_add(x, planner_mul(x, n - 1, sh - se), planner_mul(x, ne - 1, se));
+				uint64_t q = planner_mul(x, planner_mul(x, gathers, n - 1), f8_numel(x, u));
 				if (ring) {
 					sent[PLAN_DIM_FSDP] = planner_add(x, sent[PLAN_DIM_FSDP],
-						planner_mul(x, planner_mul(x, gathers, ring), be_dtype_size(x->mp_t)));
+						planner_mul(x, planner_mul(x, gathers, ring), be_dtype_size(x->mp_t)) -
+						planner_mul(x, q, be_dtype_size(x->mp_t) - 1));
+					ro->f8_sent[PLAN_DIM_FSDP] = planner_add(x, ro->f8_sent[PLAN_DIM_FSDP], q);
 					sent[PLAN_DIM_FSDP] = planner_add(x, sent[PLAN_DIM_FSDP],
 						planner_mul(x, planner_mul(x, reduces, ring), be_dtype_size(x->reduce_t)));
 				}
@@ -377,6 +400,10 @@ static void traffic(plan_ctx *x, int r, const stages *s, plan_role *ro)
 			}
 		sent[PLAN_DIM_TP] = planner_mul(x, per, passes);
 	}
+	/* Float8's amax all-reduces (FSDP's and TP's) */
+	for (int k = 0; k < s->n; k++)
+		planner_f8_traffic(x, s->u0[k], s->u1[k], passes,
+				   x->fsdp > 1 ? fsdp_gathers(x, passes) : 0, tokens, recomputed, ro);
 	/* CP: per block and pass, ring attention's forward (again where AC
 	 * recomputes it) and backward, as lib/cp sends them (cp_attn_sent). */
 	if (x->d.cp > 1) {

@@ -7,14 +7,6 @@
 
 #include "metrics/metrics.h"
 
-static int has(const cfg_strlist *l, const char *s)
-{
-	for (int i = 0; i < l->n; i++)
-		if (strcmp(l->v[i], s) == 0)
-			return 1;
-	return 0;
-}
-
 static int float8(model *m, const job_config *c, FILE *log, titan_err *e)
 {
 	const __typeof__(c->float8) *f = &c->float8;
@@ -23,7 +15,7 @@ static int float8(model *m, const job_config *c, FILE *log, titan_err *e)
 	int n = model_set_float8(m, &opts, e);
 	if (n < 0)
 		return err_prefix(e, "quantize.linear.float8");
-	if (has(&f->filter_fqns, "auto_filter_small_kn"))
+	if (cfg_strlist_has(&f->filter_fqns, "auto_filter_small_kn"))
 		metrics_log(log, "Using _auto_filter_for_recipe to avoid converting linear layers with "
 			    "dims too small to benefit from float8 training. See docs/float8.md for "
 			    "more info.");
@@ -50,7 +42,7 @@ static int float8(model *m, const job_config *c, FILE *log, titan_err *e)
 
 int train_convert(model *m, const job_config *c, FILE *log, titan_err *e)
 {
-	if (has(&c->model.converters, "quantize.linear.float8"))
+	if (cfg_strlist_has(&c->model.converters, "quantize.linear.float8"))
 		return float8(m, c, log, e);
 	return 0;
 }

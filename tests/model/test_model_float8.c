@@ -45,6 +45,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "model/family.h"
 #include "golden_io.h"
 
 /* Relative bounds on the loss, the worst tensor and all parameters. */
@@ -257,6 +258,36 @@ static void bad_recipe_and_auto_filter_are_refused(void **s)
 	backend_free(be);
 }
 
+/* Under tensor parallelism every rank converts the linears the whole model
+ * converts: torchtitan converts before TP splits them, so the size rule
+ * reads the whole sizes.  Llama 3 8B at TP 8 with auto_filter_small_kn
+ * (tensorwise skips K <= 4096 with N <= 1024): wq (4096 x 4096) converts
+ * although a rank holds 512 of its rows, wk and wv (1024 x 4096) do not; 5
+ * linears a layer and the output projection. */
+static void tp_ranks_convert_what_the_whole_model_converts(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	assert_non_null(be);
+	const llama_args *a = model_family_flavor(model_family_find("llama3"), "8B");
+	assert_non_null(a);
+	model_tp_group eight = {.size = 8, .rank = 3};
+	model *whole = model_create_unbound(be, a, 0, &e), *part = model_create_tp(be, a, 0, &eight, &e);
+	assert_non_null(whole);
+	assert_non_null(part);
+	const char *autof[] = {"auto_filter_small_kn"};
+	model_float8 f8 = {"tensorwise", autof, 1};
+	int n = model_set_float8(whole, &f8, &e);
+	assert_int_equal(n, 32 * 5 + 1);
+	assert_int_equal(model_set_float8(part, &f8, &e), n);
+	for (int i = 0; i < model_num_tensors(whole); i++)
+		assert_int_equal(model_float8_converted(part, i), model_float8_converted(whole, i));
+	model_free(part);
+	model_free(whole);
+	backend_free(be);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +297,7 @@ int main(void)
 		cmocka_unit_test(tensorwise_autocast_matches_torchao),
 		cmocka_unit_test(rowwise_autocast_matches_torchao),
 		cmocka_unit_test(bad_recipe_and_auto_filter_are_refused),
+		cmocka_unit_test(tp_ranks_convert_what_the_whole_model_converts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,8 @@
 # composed with FSDP, TP and both (8 ranks); each line prints its batch's
 # seconds (CI runs this on 2 cores).
 # f8=1: Float8 linears with FSDP's float8 all-gather, f8=2: with
-# precomputed scales.
+# precomputed scales; recipe= another recipe (no float8 all-gather); under tp
+# amax=shard is the negative control.
 # dev=1 / always=1: the routes of the CUDA backend (NCCL) checked on the CPU.
 # prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides;
 # mb=ranks: the single process runs the ranks' micro-batches in turn.
@@ -97,6 +98,18 @@ plan 4 pp=2 cp=2 sched=Interleaved1F1B mbs=2 bal=ptrr docs=1
 # Float8 linears with FSDP's float8 all-gather
 plan 2 shard=2 f8=1 accum=2
 plan 4 rep=2 shard=2 f8=2 reshard=always
+# Float8 linears under tensor parallelism (every scale the whole tensor's, as
+# torchao's casts of DTensors): each recipe, async TP with full AC, FSDP's
+# float8 all-gather beside TP (amax over both), under a pipeline, and the
+# negative control (each tp rank's own amax must fail the bounds; test_plan.c)
+plan 2 tp=2 f8=1
+plan 2 tp=2 f8=1 recipe=rowwise accum=2
+plan 2 tp=2 f8=1 recipe=rowwise_with_gw_hp lp=0
+plan 2 tp=2 f8=1 async=1 ac=full
+plan 2 tp=2 f8=1 amax=shard
+plan 4 shard=2 tp=2 f8=1
+plan 4 shard=2 tp=2 f8=2 reshard=always accum=2
+plan 4 pp=2 tp=2 sched=1F1B mbs=2 f8=1
 # FSDP2's mixed precision (mixed_precision_param bf16, reduce float32) against
 # one process in the same mode, 200 steps (issue 12's bound; test_plan.c)
 plan 2 shard=2 prec=fsdp steps=200
@@ -113,6 +126,7 @@ plan 4 rep=2 shard=2 dev=1 reshard=always
 plan 4 shard=2 tp=2 async=1 dev=1
 plan 2 cp=2 dev=1
 plan 2 shard=2 f8=1 dev=1
+plan 2 tp=2 f8=1 recipe=rowwise dev=1
 plan 2 pp=2 sched=1F1B mbs=2 dev=1
 # debugmodel: the single process on the ranks' micro-batches computes the same
 # bits (step 1's gradients identical), on the whole batch step 1's gradients

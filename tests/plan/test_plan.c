@@ -36,9 +36,19 @@
  * precomputes their scales once per step.  A float8 linear's activation
  * scales run over its micro-batch, so the single process then runs the same
  * micro-batches as the ranks, one after another (gradient accumulation over
- * ROWS / local rows): the float8 weights gathered with the whole weight's
+ * ROWS / a micro-batch's rows): the float8 weights gathered with the whole weight's
  * scale are the single process's cast, and every micro-batch computes what
- * the rank that runs it computes.
+ * the rank that runs it computes.  "recipe=rowwise" (or rowwise_with_gw_hp)
+ * converts with that recipe instead, without the float8 all-gather (torchtitan
+ * asserts it is tensorwise's).  Under tensor parallelism (tp=2 f8=1) every
+ * cast's scales are the whole tensor's: where an amax runs along the
+ * dimension tp splits, the ranks all-reduce its maximum (model.h), counted in
+ * the formula; every input a cast reads is the single process's bit for bit
+ * at step 1 (the norm's rows, the weights; gradients up to float32 order), so
+ * step 1's gradients are held to STEP1_GRAD_TOL.  "amax=shard" is the
+ * negative control: each tp rank scales by its own part's amax
+ * (model_float8_tp_shard_amax), and the case passes only when step 1 then
+ * differs from the single process beyond those bounds.
  *
  * dev=1 gives the mesh device-shaped communicators (tests/support/devcomm.h:
  * MPI that takes only the backend's memory, as NCCL does) beside its host
@@ -58,6 +68,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "float8/float8.h"
 #include "mesh/mesh.h"
 #include "plan/plan.h"
 #include "../support/case_args.h"
@@ -115,6 +126,31 @@
  * did otherwise than the single process would show; its steps are held to the
  * float32 tolerances. */
 #define STEP1_GRAD_TOL 2e-5
+/* Float8 under tensor parallelism.  Every cast reads the single process's
+ * values and scales up to float32 order: the forward's first casts read the
+ * same bits, but the gradients (and later layers' inputs) come through tp's
+ * partial sums, so now and then an element whose scaled value lies at a
+ * float8 rounding boundary rounds the other way: one step of e5m2 (25 %) or
+ * e4m3 (12.5 %) of that element, which a weight gradient sums over all rows
+ * (measured: 2 of 18432 codes of a gradient cast differ, one by a step).
+ * Step 1's loss keeps float32's bound (LOSS_TOL; measured up to 1.7e-10):
+ * its forward meets no such boundary at this size (debugmodel's, six layers
+ * of dim 256, does: 5e-6).  Measured over 5 steps (each recipe, async, AC,
+ * with FSDP, under a pipeline, accum up to 3): loss 2.4e-5, grad norm
+ * 4.7e-5, parameters 2.05 lr (an AdamW-normalised element whose small
+ * gradient a flip moved), step 1's gradients 2.4e-2 of a box's largest with
+ * a flip and 1.2e-6 without.  The negative control (each tp rank's own
+ * amax, tensorwise) gives step 1's loss 1.45e-4 (the test's judge: float32's
+ * bound), grad norm 1.5e-4, parameters 7.1 lr, step 1's gradients 0.126.
+ * Rowwise recipes round their scales to powers of two, and a float8 cast
+ * scaled by a power of two rounds as the unscaled one (the format is
+ * floating point) until values reach the subnormals: a shard's own amax
+ * changes nothing measurable there (identical at step 1), so the negative
+ * control is tensorwise's. */
+#define LOSS_TOL_F8 1e-4
+#define NORM_TOL_F8 2e-4
+#define PARAM_TOL_LR_F8 4
+#define STEP1_GRAD_TOL_F8 5e-2
 
 enum { STEPS = 5, ROWS = 12, T = 64 };
 
@@ -128,6 +164,8 @@ static comm *world;
 
 typedef struct cfg {
 	int rep, shard, cp, tp, accum, async, lp, f8;
+	const char *recipe; /* recipe=: the float8 recipe's name (f8 >= 1) */
+	int shard_amax;     /* amax=shard: the negative control */
 	cp_balance bal;
 	cp_rotate rot;
 	int pp, mbs, lps, fl, ll; /* pipeline: degree, micro-batch size, layers per stage */
@@ -163,6 +201,11 @@ static const case_choice ac_modes[] = {{"none", MODEL_AC_NONE}, {"full", MODEL_A
 static const case_choice precisions[] = {{"float32", 0}, {"fsdp", 1}, {NULL, 0}};
 static const case_choice ref_batches[] = {{"batch", 0}, {"ranks", 1}, {NULL, 0}};
 static const case_choice models[] = {{"small", 0}, {"debugmodel", 1}, {NULL, 0}};
+static const case_choice recipes[] = {{"tensorwise", F8_RECIPE_TENSORWISE},
+				      {"rowwise", F8_RECIPE_ROWWISE},
+				      {"rowwise_with_gw_hp", F8_RECIPE_ROWWISE_WITH_GW_HP},
+				      {NULL, 0}};
+static const case_choice amaxes[] = {{"whole", 0}, {"shard", 1}, {NULL, 0}};
 
 /* The pipeline's keys: pp= sched= mbs= lps= fl= ll= layers= csv=. */
 static void read_pipeline(case_args *a, cfg *c)
@@ -197,6 +240,9 @@ static void read_plan(case_args *a, cfg *c)
 	c->async = case_int(a, "async", 0);
 	c->lp = case_int(a, "lp", 1);
 	c->f8 = case_int(a, "f8", 0);
+	int r = case_pick(a, "recipe", recipes, F8_RECIPE_TENSORWISE);
+	c->recipe = recipes[r].name;
+	c->shard_amax = case_pick(a, "amax", amaxes, 0);
 	c->reshard = (plan_reshard)case_pick(a, "reshard", reshards, PLAN_RESHARD_DEFAULT);
 	c->ac = (model_ac_mode)case_pick(a, "ac", ac_modes, MODEL_AC_NONE);
 	c->ac_every = 2;
@@ -247,6 +293,12 @@ static void make_pipe(const cfg *c, int n_mb, int rank, pipe *pi)
 				      pi->sp.u1[st], pi->sp.stage_rank[st]);
 }
 
+/* FSDP's float8 all-gather: asked for by f8 >= 1 with the tensorwise recipe. */
+static int f8_gathers(const cfg *c)
+{
+	return c->f8 >= 1 && strcmp(c->recipe, "tensorwise") == 0;
+}
+
 /* b rows of t tokens (the rank's share of T under context parallelism). */
 static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const pipe *pi)
 {
@@ -255,7 +307,7 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const p
 		       .loss_parallel = c->lp, .async_tp = c->async, .pp = pi != NULL,
 		       .hold = pi ? pi->hold : NULL, .cp_balance = c->bal, .cp_rotate = c->rot,
 		       .cp_block = PTRR_BLOCK,
-		       .f8_all_gather = c->f8 >= 1, .f8_precompute = c->f8 == 2,
+		       .f8_all_gather = f8_gathers(c), .f8_precompute = c->f8 == 2,
 		       .comm_always = c->always};
 	if (c->bf16) /* the policy's types, as lib/trainer/precision.c puts them */
 		o.prec = (model_prec){BE_BF16, BE_F32, BE_BF16, BE_BF16};
@@ -265,9 +317,10 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const p
 	plan *p = plan_create(&o, &e);
 	if (!p)
 		fail_msg("plan_create: %s", e.msg);
-	model_float8 f8 = {NULL, NULL, 0}; /* tensorwise, every linear */
+	model_float8 f8 = {c->recipe, NULL, 0}; /* every linear */
 	if (c->f8 && model_set_float8(plan_model(p), &f8, &e) < 0)
 		fail_msg("model_set_float8: %s", e.msg);
+	model_float8_tp_shard_amax(plan_model(p), c->shard_amax);
 	assert_int_equal(plan_init_weights(p, 7, 1, &e), 0);
 	if (pi != NULL && plan_set_pipeline(p, &pi->sp, pi->s, &e) != 0)
 		fail_msg("plan_set_pipeline: %s", e.msg);
@@ -281,6 +334,65 @@ typedef uint64_t counts[MESH_DIM_COUNT][COMM_OP_COUNT];
 static uint64_t ar(int n, uint64_t bytes) /* an all-reduce's share, rounded down */
 {
 	return n > 1 ? 2 * (uint64_t)(n - 1) * bytes / (uint64_t)n : 0;
+}
+
+/* Whether layer l runs its forward again in its backward (ac=full, sel2). */
+static int recomputes(const cfg *c, int l)
+{
+	return c->ac == MODEL_AC_FULL || (c->ac == MODEL_AC_SELECTIVE && (l + 1) % c->ac_every == 0);
+}
+
+/* The bytes a step's Float8 casts send over tp: one all-reduce (max) of the
+ * amax of each cast whose reduction runs along a dimension tp splits.  A
+ * linear y (n, out) = x (n, in) w^T, column-parallel splitting out (w's rows,
+ * dy's columns), row-parallel in (w's and x's columns); its forward casts x
+ * and w (again where AC recomputes it, but for w2, whose output full AC does
+ * not recompute), its backward dy and w, then dy and x; FSDP's float8
+ * all-gather brings w's codes and scale (no cast of w here).  Every linear of
+ * the test's models is converted. */
+static uint64_t f8_tp_amax(const plan *pl, const cfg *c, uint64_t n, int n_mb, const pipe *pi)
+{
+	const model *m = plan_model((plan *)pl);
+	int P = plan_size(pl, MESH_TP), gathered = f8_gathers(c) && plan_size(pl, MESH_FSDP) > 1;
+	if (!c->f8 || P == 1)
+		return 0;
+	if (c->ac == MODEL_AC_OP)
+		fail_msg("the formula does not count float8 under ac=op");
+	f8_recipe r;
+	titan_err e = {{0}};
+	if (f8_recipe_get(&r, c->recipe, &e) != 0)
+		fail_msg("%s", e.msg);
+	uint64_t total = 0;
+	for (int i = 0; i < model_num_tensors(m); i++) {
+		const model_tensor *t = model_tensor_at(m, i);
+		if (!model_float8_converted(m, i) || (pi && !pi->hold[t->unit]))
+			continue;
+		int64_t out = t->shape[0], in = t->shape[1];
+		int col = t->tp == MODEL_TP_COLWISE, row = t->tp == MODEL_TP_ROWWISE;
+		int again = t->unit >= 1 && t->unit <= model_args(m)->n_layers &&
+			    recomputes(c, t->unit - 1) && !strstr(t->fqn, "feed_forward.w2");
+		struct {
+			int op;
+			int64_t rows, cols;
+			int rsplit, csplit, fwd;
+		} ops[] = {{F8_INPUT, (int64_t)n, in, 0, row, 1},
+			   {F8_WEIGHT, out, in, col, row, 1},
+			   {F8_GRAD_OUTPUT, (int64_t)n, out, 0, col, 0},
+			   {F8_WEIGHT_GI, out, in, col, row, 0},
+			   {F8_GRAD_OUTPUT_GW, (int64_t)n, out, 0, col, 0},
+			   {F8_INPUT_GW, (int64_t)n, in, 0, row, 0}};
+		for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+			f8_scaling sc = f8_operand_scaling(&r, ops[k].op);
+			int w = ops[k].op == F8_WEIGHT || ops[k].op == F8_WEIGHT_GI;
+			int split = sc == F8_TENSOR ? ops[k].rsplit || ops[k].csplit
+				    : sc == F8_ROWS ? ops[k].csplit : ops[k].rsplit;
+			if (sc == F8_NONE || !split || (w && gathered))
+				continue;
+			uint64_t times = (uint64_t)n_mb * (ops[k].fwd && again ? 2 : 1);
+			total += times * ar(P, (uint64_t)f8_n_scales(sc, ops[k].rows, ops[k].cols) * 4);
+		}
+	}
+	return total;
 }
 
 /* b: rows of a micro-batch; under pipeline parallelism the step runs
@@ -310,7 +422,7 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 			const model_tensor *t = model_tensor_at(m, i);
 			uint64_t rows = (uint64_t)t->shape[0], cols = t->numel / rows;
 			uint64_t sn = (rows + (uint64_t)N - 1) / (uint64_t)N * cols;
-			int q = c->f8 && N > 1 && model_float8_converted(m, i);
+			int q = f8_gathers(c) && N > 1 && model_float8_converted(m, i);
 			s += sn;
 			sb += sn * (q ? 1 : pe);
 			f8 += (uint64_t)q;
@@ -323,8 +435,10 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 		if (N > 1) {
 			x[MESH_FSDP][COMM_OP_ALL_GATHER] += A * gathers * (uint64_t)(N - 1) * sb;
 			/* the float8 weights' amax with each gather, unless precomputed */
-			if (c->f8 == 1)
+			if (c->f8 == 1 && f8) { /* and over tp: the whole weight's */
 				x[MESH_FSDP][COMM_OP_ALL_REDUCE] += A * gathers * ar(N, f8 * 4);
+				x[MESH_TP][COMM_OP_ALL_REDUCE] += A * gathers * ar(P, f8 * 4);
+			}
 			x[MESH_FSDP][COMM_OP_REDUCE_SCATTER] += A * (uint64_t)(N - 1) * s * ge;
 			x[MESH_DP_REPLICATE][COMM_OP_ALL_REDUCE] += A * ar(R, s * ge);
 		} else {
@@ -351,15 +465,14 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 			       : (uint64_t)(P - 1) * n *
 				 (((uint64_t)c->args->vocab_size + (uint64_t)P - 1) / (uint64_t)P) * ae;
 		} else {
-			int l = u - 1;
-			int full = c->ac == MODEL_AC_FULL ||
-				   (c->ac == MODEL_AC_SELECTIVE && (l + 1) % c->ac_every == 0);
+			int full = recomputes(c, u - 1);
 			ag_mm = 4 + (full || c->ac == MODEL_AC_OP ? 2 : 0);
 			rs_mm = 2 + (full ? 1 : 0);
 			rs_plain = 2;
 		}
 		int op_ag = c->async ? COMM_OP_SEND : COMM_OP_ALL_GATHER;
-		int op_rs = c->async ? COMM_OP_SEND : COMM_OP_REDUCE_SCATTER;
+		/* a Float8 row-parallel linear waits for its whole product */
+		int op_rs = c->async && !c->f8 ? COMM_OP_SEND : COMM_OP_REDUCE_SCATTER;
 		x[MESH_TP][op_ag] += n_mb * ag_mm * one * ae;
 		x[MESH_TP][op_rs] += n_mb * rs_mm * one * ae;
 		x[MESH_TP][COMM_OP_REDUCE_SCATTER] += n_mb * rs_plain * one * ae;
@@ -374,6 +487,7 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 				rep += (rows + (uint64_t)N - 1) / (uint64_t)N * (t->numel / rows);
 		}
 		x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, rep * 4) + ar(P, 8); /* + the grad norm */
+		x[MESH_TP][COMM_OP_ALL_REDUCE] += f8_tp_amax(pl, c, n, n_mb, pi);
 	}
 	if (C > 1) {
 		/* ring attention, per layer and micro-batch: the rank's keys and
@@ -416,8 +530,10 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 		x[MESH_PP][COMM_OP_SEND] += A * msgs * ns * d * 4;
 		x[MESH_PP][COMM_OP_ALL_REDUCE] += 3 * ar(PP, 8);
 	}
-	if (c->f8 == 2)
-		x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, conv * 4); /* precomputed amax */
+	if (c->f8 == 2) { /* precomputed amax */
+		x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, conv * 4);
+		x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, conv * 4);
+	}
 }
 
 static const mesh_dim dims[] = {MESH_FSDP, MESH_DP_REPLICATE, MESH_CP, MESH_TP, MESH_LOSS,
@@ -491,7 +607,9 @@ typedef struct run {
 	harness_gap gap;
 	/* the tolerances: prec=fsdp's unless mb=ranks (bf16 flips grow the
 	 * reorderings), else float32's */
-	double loss_tol, norm_tol, param_tol_lr;
+	double loss_tol, norm_tol, param_tol_lr, step1_tol;
+	double step1_grads; /* step 1's worst relative gradient difference, all ranks */
+	double step1_loss;  /* step 1's relative loss difference */
 } run;
 
 /* memory: every rank holds 1/N of the (TP-local) parameters of its units,
@@ -553,15 +671,16 @@ static void open_run(run *u)
 	u->one = *c;
 	u->one.dev = u->one.always = 0;
 	/* float8 (and mb=ranks): the ranks' micro-batches in turn */
-	u->one.accum = c->f8 || c->same_mb ? ROWS / u->k.lb : 1;
+	u->one.accum = c->f8 || c->same_mb ? ROWS / u->b : 1;
 	if (harness_ref_open(&u->ref, world, make_reference, &u->one, &e) != 0 ||
 	    harness_tokens_make(&u->tk, c->steps, ROWS, T, 256, 20261203, &e) != 0)
 		fail_msg("%s", e.msg);
 	check_memory(u);
-	int amplified = c->bf16 && !c->same_mb;
-	u->loss_tol = amplified ? LOSS_TOL_BF16 : LOSS_TOL;
-	u->norm_tol = amplified ? NORM_TOL_BF16 : NORM_TOL;
-	u->param_tol_lr = amplified ? PARAM_TOL_LR_BF16 : PARAM_TOL_LR;
+	int amplified = c->bf16 && !c->same_mb, f8tp = c->f8 && c->tp > 1;
+	u->loss_tol = amplified ? LOSS_TOL_BF16 : f8tp ? LOSS_TOL_F8 : LOSS_TOL;
+	u->norm_tol = amplified ? NORM_TOL_BF16 : f8tp ? NORM_TOL_F8 : NORM_TOL;
+	u->param_tol_lr = amplified ? PARAM_TOL_LR_BF16 : f8tp ? PARAM_TOL_LR_F8 : PARAM_TOL_LR;
+	u->step1_tol = f8tp ? STEP1_GRAD_TOL_F8 : STEP1_GRAD_TOL;
 }
 
 static void close_run(run *u)
@@ -578,9 +697,9 @@ static void close_run(run *u)
 }
 
 /* Step 1's gradients: the worst differences over every rank printed; under
- * prec=fsdp held to STEP1_GRAD_TOL of a tensor's box's largest (mb=ranks:
- * identical). */
-static void check_step1_grads(run *u)
+ * prec=fsdp and float8 held to STEP1_GRAD_TOL of a tensor's box's largest
+ * (mb=ranks: identical); the relative worst returned. */
+static double check_step1_grads(run *u)
 {
 	titan_err e = {{0}};
 	harness_diff d;
@@ -592,9 +711,12 @@ static void check_step1_grads(run *u)
 	if (u->k.m->rank == 0)
 		print_message("step 1 gradients: worst difference %.3e, %.3e of its "
 			      "tensor's largest\n", w[0], w[1]);
-	if (u->c.bf16 && (u->c.same_mb ? w[0] != 0 : w[1] > STEP1_GRAD_TOL))
+	if (u->c.shard_amax) /* the negative control judges it */
+		return w[1];
+	if ((u->c.bf16 || u->c.f8) && (u->c.same_mb ? w[0] != 0 : w[1] > u->step1_tol))
 		fail_msg("step 1 gradients differ by %.3e (%.3e of a tensor's largest)", w[0],
 			 w[1]);
+	return w[1];
 }
 
 /* Step s's batches: *whole, the single process's (in one.accum
@@ -623,7 +745,8 @@ static void step_batches(const run *u, int s, int32_t *ids, int32_t *labels, pla
 }
 
 /* Step s (0-based) on this rank and the single process: the bytes sent, the
- * routes, the loss and grad norm, after step 1 the gradients. */
+ * routes, the loss and grad norm, after step 1 the gradients.  The negative
+ * control (amax=shard) only records them. */
 static void run_step(run *u, int s)
 {
 	titan_err e = {{0}};
@@ -636,16 +759,27 @@ static void run_step(run *u, int s)
 		fail_msg("step %d: %s", s + 1, e.msg);
 	counts want_bytes;
 	formula(u->p, &u->c, u->b, u->c.pp > 1 ? &u->pi : NULL, want_bytes);
-	check_bytes(u->k.m, want_bytes);
+	if (!u->c.shard_amax) /* it leaves the amax all-reduces out */
+		check_bytes(u->k.m, want_bytes);
 	check_routes(u->k.m, &u->c);
 	if (harness_ref_step(&u->ref, s + 1, &rb, LR, 1.0, &want, &e) != 0)
 		fail_msg("%s", e.msg);
 	int bad = harness_check_step(&u->gap, u->k.m->rank, s + 1, &got, &want, u->loss_tol,
 				     u->norm_tol, &e);
 	if (s == 0) /* a collective: before a failure leaves the other ranks in it */
-		check_step1_grads(u);
+		u->step1_grads = check_step1_grads(u);
+	if (s == 0)
+		u->step1_loss = u->gap.loss;
+	if (u->c.f8 && u->c.tp > 1 && s == 0 && u->k.m->rank == 0)
+		print_message("step 1: loss %.2e, grad norm %.2e (relative)\n", u->gap.loss,
+			      u->gap.norm);
+	if (u->c.shard_amax)
+		return;
 	if (bad)
 		fail_msg("%s", e.msg);
+	if (s == 0 && u->c.f8 && u->c.tp > 1 && u->gap.loss > LOSS_TOL)
+		fail_msg("step 1: loss differs by %.3e (relative), beyond float32's %.0e",
+			 u->gap.loss, LOSS_TOL);
 }
 
 static void plan_equals_the_single_process(void **state)
@@ -653,6 +787,8 @@ static void plan_equals_the_single_process(void **state)
 	(void)state;
 	run u = {0};
 	open_run(&u);
+	if (u.c.shard_amax && (u.c.tp == 1 || !u.c.f8))
+		fail_msg("amax=shard: a negative control of float8 (f8=1) under tp");
 	for (int s = 0; s < u.c.steps; s++)
 		run_step(&u, s);
 	titan_err e = {{0}};
@@ -662,11 +798,21 @@ static void plan_equals_the_single_process(void **state)
 	double dw = d.worst / LR;
 	if (u.k.m->rank == 0)
 		print_message("%s: worst differences: loss %.2e, grad norm %.2e (relative), "
-			      "parameters %.2e lr\n",
+			      "parameters %.2e lr; step 1 gradients %.2e\n",
 			      u.c.spec.text[0] ? u.c.spec.text : "world of one", u.gap.worst_loss,
-			      u.gap.worst_norm, dw);
-	if (dw > u.param_tol_lr)
+			      u.gap.worst_norm, dw, u.step1_grads);
+	if (u.c.shard_amax) { /* the negative control: beyond a bound on some rank */
+		double v[5] = {u.gap.worst_loss / u.loss_tol, u.gap.worst_norm / u.norm_tol,
+			       dw / u.param_tol_lr, u.step1_grads / u.step1_tol,
+			       u.step1_loss / LOSS_TOL};
+		if (comm_all_reduce(world, v, v, 5, COMM_F64, COMM_MAX, &e) != 0)
+			fail_msg("%s", e.msg);
+		if (v[0] <= 1 && v[1] <= 1 && v[2] <= 1 && v[3] <= 1 && v[4] <= 1)
+			fail_msg("each tp rank's own amax trained as the single process does, within "
+				 "the bounds: they cannot see the scales");
+	} else if (dw > u.param_tol_lr) {
 		fail_msg("rank %d: parameters differ by %.3f lr", u.k.m->rank, dw);
+	}
 	close_run(&u);
 }
 

@@ -33,6 +33,18 @@ else
 	t_grep "405B JSON names the schedule" '"schedule": "1F1B"' "$TMP/405b.json"
 fi
 
+# Float8 under tensor parallelism: torchtitan 0.3.0's llama3_405b preset
+# (rowwise, TP 8) and 0.2.2's llama3_405b.toml (tensorwise with FSDP's float8
+# all-gather, TP 8) plan at 512 ranks, their Float8 traffic on its own line
+t_run "0.3.0's llama3_405b (Float8 rowwise under TP 8) plans on 512 ranks" "$TRAIN" \
+	--module llama3 --config llama3_405b --dry-run --world-size 512 --device-memory 96GiB
+t_grep "its Float8 amax all-reduces over tp in the plan" \
+	"^pp 0: of which Float8's (882 of 883 linears, recipe rowwise): fsdp 0.000, tp 0.215" "$TMP/.out"
+t_run "llama3_405b.toml (Float8 tensorwise, float8 all-gather, TP 8) plans on 512 ranks" "$TRAIN" \
+	--config configs/llama3_405b.toml --dry-run --world-size 512 --device-memory 96GiB
+t_grep "its e4m3 weights gathered by FSDP in the plan" \
+	"^pp 0: of which Float8's (882 of 883 linears, recipe tensorwise; FSDP gathers them as e4m3): fsdp 92.054" "$TMP/.out"
+
 t_run "--print-schedule prints the action lists" "$TRAIN" --config configs/debug_model.toml \
 	--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule ZBVZeroBubble \
 	--training.local_batch_size 4 --print-schedule --world-size 2

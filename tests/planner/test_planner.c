@@ -368,6 +368,52 @@ static void pipeline_traffic_is_one_message_per_crossing(void **state)
 	config_free(&c);
 }
 
+/* Float8 with FSDP's float8 all-gather beside TP: debugmodel on 4 ranks (fsdp
+ * 2 x tp 2), one row of 32 tokens, no AC.  A layer's converted weights (the
+ * output projection filtered) at tp 2 hold 3 x 128 x 256 (wq wk wv) + 256 x
+ * 128 (wo) + 2 x 384 x 256 (w1 w3) + 256 x 384 (w2) elements, half of them a
+ * shard: 212992, gathered twice a step as one byte instead of bf16's two,
+ * over 6 layers; each gather all-reduces the 7 amax over fsdp and over tp (28
+ * bytes: 28 sent of an all-reduce of 2); the casts' own amax over tp, one
+ * float each (tensorwise): a column-parallel linear's output gradient, twice
+ * (grad_input, grad_weight), a row-parallel one's input twice (output,
+ * grad_weight), 14 all-reduces of 4 bytes a layer. */
+static void float8_traffic_under_fsdp_and_tp(void **state)
+{
+	(void)state;
+	const char *toml = "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+			   "[training]\nlocal_batch_size = 1\nseq_len = 32\n"
+			   "[activation_checkpoint]\nmode = \"none\"\n"
+			   "[parallelism]\ntensor_parallel_degree = 2\n";
+	const char *f8 = "[model]\nconverters = [\"quantize.linear.float8\"]\n"
+			 "[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\n"
+			 "filter_fqns = [\"output\"]\n";
+	job_config c, d;
+	load(&c, toml);
+	load(&d, toml);
+	titan_err e = {0};
+	if (config_load_string(&d, "f8.toml", f8, &e) != 0)
+		fail_msg("%s", e.msg);
+	plan_report r, q;
+	assert_int_equal(planner_run(&c, 4, (uint64_t)1 << 40, &r, &e), 0);
+	if (planner_run(&d, 4, (uint64_t)1 << 40, &q, &e) != 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(q.f8_converted, 6 * 7);
+	assert_int_equal(q.f8_linears, 6 * 7 + 1);
+	assert_true(q.f8_gather);
+	uint64_t gathered = 2 * 6 * 212992, amax = 2 * 6 * 28, casts = 6 * 14 * 4;
+	const plan_role *a = &r.roles[0], *b = &q.roles[0];
+	assert_int_equal(b->f8_sent[PLAN_DIM_FSDP], gathered + amax);
+	assert_int_equal(b->sent[PLAN_DIM_FSDP], a->sent[PLAN_DIM_FSDP] - gathered + amax);
+	assert_int_equal(b->f8_sent[PLAN_DIM_TP], amax + casts);
+	assert_int_equal(b->sent[PLAN_DIM_TP], a->sent[PLAN_DIM_TP] + amax + casts);
+	assert_int_equal(a->f8_sent[PLAN_DIM_FSDP] + a->f8_sent[PLAN_DIM_TP], 0);
+	planner_report_free(&r);
+	planner_report_free(&q);
+	config_free(&c);
+	config_free(&d);
+}
+
 /* The plan of one row of seq_len tokens a rank of a model on world ranks
  * (unlimited memory: the figures, not the fit, are tested). */
 static void plan_one_row(job_config *c, plan_report *r, const char *name, const char *flavor,
@@ -495,6 +541,7 @@ int main(void)
 		cmocka_unit_test(expert_tensors_split_over_ep_then_efsdp),
 		cmocka_unit_test(experts_stay_whole_under_ep_with_tp),
 		cmocka_unit_test(pipeline_traffic_is_one_message_per_crossing),
+		cmocka_unit_test(float8_traffic_under_fsdp_and_tp),
 		cmocka_unit_test(windowed_model_mfu_stays_below_100_percent),
 		cmocka_unit_test(loss_memory_of_8b_shapes),
 		cmocka_unit_test(bad_plans_are_refused_before_any_work),
