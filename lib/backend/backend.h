@@ -144,6 +144,9 @@ typedef struct be_attn {
 			       belongs to (non-decreasing in p, <= p) */
 	int64_t doc_t;      /* positions per row of doc (the whole sequence: a context-parallel
 			       rank passes the full rows and its q_pos0/k_pos0) */
+	const int32_t *doc_host; /* doc's host copy (the model keeps one), or NULL; the
+				    backends ignore it: it is for a caller's own attention
+				    (ring attention) to plan by without copying doc back */
 	const void *sinks; /* (h) float32 or NULL */
 	void *dsinks;      /* (h) float32, accumulated, or NULL */
 } be_attn;

@@ -22,7 +22,10 @@
  * Documents (torchtitan 0.3.0's packed rows): the attention's mask is also
  * block-causal, a query seeing the keys of its own document only; ring
  * attention reads each row's document starts by global position
- * (be_attn.doc over the whole rows, doc_t = seq_len).
+ * (be_attn.doc over the whole rows, doc_t = seq_len), and plans each row's
+ * layout and the blocks to skip by their host copy (be_attn.doc_host, which
+ * the model keeps from the micro-batch's positions): no copy back to the
+ * host, no wait for the backend beyond the blocks' own.
  *
  * Ring attention.  A rank's queries meet every rank's keys and values, a
  * block of them at a time: for a query chunk at global chunk index a and a key
@@ -122,8 +125,13 @@ cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn
 void cp_ring_free(cp_ring *r);
 /* The documents of the calls that follow: doc (b, doc_t) in backend memory,
  * the rows' document starts by global position (doc_t = seq_len), or NULL
- * (plain causal; refused under ptrr, whose layout follows the documents). */
-int cp_ring_set_docs(cp_ring *r, const int32_t *doc, int64_t doc_t, titan_err *e);
+ * (plain causal; refused under ptrr, whose layout follows the documents);
+ * doc_host the same on the host (be_attn.doc_host), which the ring reads for
+ * each row's layout and the blocks the documents hide: it never copies doc
+ * back, so neither this nor skipping a block waits for the backend.  Both
+ * must hold until the calls are done. */
+int cp_ring_set_docs(cp_ring *r, const int32_t *doc, const int32_t *doc_host, int64_t doc_t,
+		     titan_err *e);
 
 /* Forward: begin with this rank's queries, add the blocks of keys and values
  * of each owner rank (each once, any order), end writes out and lse. */

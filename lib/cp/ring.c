@@ -68,15 +68,16 @@ void cp_attn_sent(const cp_layout *l, cp_rotate how, const be_attn *s, uint64_t 
 }
 
 /* Buffers for the shape, made again when it changes (not with the call's
- * documents, which the ring takes each time). */
+ * documents, which the ring takes each time from their host copy: no copy
+ * back, no wait for the backend). */
 static int prepare(cp_attn *a, const be_attn *call, titan_err *e)
 {
 	be_attn shape = *call;
-	shape.doc = NULL;
+	shape.doc = shape.doc_host = NULL;
 	shape.doc_t = 0;
 	const be_attn *s = &shape;
 	if (a->ring && memcmp(&a->shape, s, sizeof *s) == 0)
-		return cp_ring_set_docs(a->ring, call->doc, call->doc_t, e);
+		return cp_ring_set_docs(a->ring, call->doc, call->doc_host, call->doc_t, e);
 	release(a);
 	if (!(a->ring = cp_ring_create(a->be, &a->l, a->rank, s, e)))
 		return -1;
@@ -92,7 +93,7 @@ static int prepare(cp_attn *a, const be_attn *call, titan_err *e)
 		release(a);
 		return err_prefix(e, "ring attention buffers");
 	}
-	return cp_ring_set_docs(a->ring, call->doc, call->doc_t, e);
+	return cp_ring_set_docs(a->ring, call->doc, call->doc_host, call->doc_t, e);
 }
 
 cp_attn *cp_attn_create(backend *be, comm *cp, const cp_layout *l, cp_rotate how, titan_err *e)

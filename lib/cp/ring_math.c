@@ -18,7 +18,8 @@ struct cp_ring {
 	int64_t T, c;       /* local length, chunk */
 	int *maps;          /* (b, cp_map_len): each row's chunks (cp_row_map) */
 	const int32_t *doc; /* backend (b, seq_len) document starts, or NULL */
-	int32_t *h_doc;     /* host copy of doc */
+	const int32_t *doc_host; /* the caller's host copy of doc: the layout and the
+				    blocks to skip come from it, with no copy back */
 	/* forward */
 	const void *q;
 	float *acc_out;     /* host (b, T, h, hdv) */
@@ -99,7 +100,7 @@ cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn
 		return NULL;
 	}
 	*r = (cp_ring){.be = be, .l = *l, .rank = rank, .s = *shape, .T = T, .c = c};
-	r->s.doc = NULL;
+	r->s.doc = r->s.doc_host = NULL;
 	r->s.doc_t = 0;
 	const be_attn *s = shape;
 	size_t rows = (size_t)(s->b * T), crow = (size_t)c, nmap = (size_t)cp_map_len(l);
@@ -108,8 +109,7 @@ cp_ring *cp_ring_create(backend *be, const cp_layout *l, int rank, const be_attn
 	r->h_out = malloc(crow * (size_t)(s->h * s->hdv) * sizeof(float));
 	r->h_lse = malloc(crow * (size_t)s->h * sizeof(float));
 	r->maps = malloc((size_t)s->b * nmap * sizeof *r->maps);
-	r->h_doc = malloc((size_t)s->b * (size_t)l->seq_len * sizeof *r->h_doc);
-	if (!r->acc_out || !r->acc_lse || !r->h_out || !r->h_lse || !r->maps || !r->h_doc) {
+	if (!r->acc_out || !r->acc_lse || !r->h_out || !r->h_lse || !r->maps) {
 		err_set(e, "ring attention: out of memory");
 		cp_ring_free(r);
 		return NULL;
@@ -146,15 +146,15 @@ void cp_ring_free(cp_ring *r)
 	free(r->h_out);
 	free(r->h_lse);
 	free(r->maps);
-	free(r->h_doc);
 	free(r);
 }
 
-int cp_ring_set_docs(cp_ring *r, const int32_t *doc, int64_t doc_t, titan_err *e)
+int cp_ring_set_docs(cp_ring *r, const int32_t *doc, const int32_t *doc_host, int64_t doc_t,
+		     titan_err *e)
 {
 	const cp_layout *l = &r->l;
 	int n = cp_map_len(l);
-	r->doc = NULL;
+	r->doc = r->doc_host = NULL;
 	if (doc == NULL) {
 		if (!cp_layout_fixed(l))
 			return err_set(e, "ring attention: the ptrr load balancer deals the blocks by "
@@ -166,14 +166,15 @@ int cp_ring_set_docs(cp_ring *r, const int32_t *doc, int64_t doc_t, titan_err *e
 	if (doc_t != l->seq_len)
 		return err_set(e, "ring attention: documents of rows of %lld positions for "
 			       "sequences of %lld", (long long)doc_t, (long long)l->seq_len);
-	size_t bytes = (size_t)(r->s.b * doc_t) * sizeof *doc;
-	r->be->ops->copy(r->be, r->h_doc, doc, bytes, BACKEND_D2H);
-	if (r->be->ops->sync(r->be, e))
-		return err_prefix(e, "ring attention: the documents");
+	/* copying doc back would wait for the backend at every call */
+	if (doc_host == NULL)
+		return err_set(e, "ring attention: documents without their host copy "
+			       "(be_attn.doc_host)");
 	for (int64_t bi = 0; bi < r->s.b; bi++)
-		if (cp_row_map(l, r->h_doc + bi * doc_t, r->maps + bi * n, e))
+		if (cp_row_map(l, doc_host + bi * doc_t, r->maps + bi * n, e))
 			return -1;
 	r->doc = doc;
+	r->doc_host = doc_host;
 	return 0;
 }
 
@@ -185,12 +186,14 @@ static int chunk_at(const cp_ring *r, int64_t bi, int owner, int k)
 
 /* Whether the block of query chunk qa and key chunk kb of row bi is all
  * masked: keys after the queries, or (documents) ending before the first
- * query's document starts, the earliest start of the chunk's queries. */
+ * query's document starts, the earliest start of the chunk's queries (read
+ * from the host copy: deciding waits for nothing). */
 static int hidden(const cp_ring *r, int64_t bi, int qa, int kb)
 {
 	if (kb > qa)
 		return 1;
-	return r->doc && (int64_t)(kb + 1) * r->c <= r->h_doc[bi * r->l.seq_len + qa * r->c];
+	return r->doc_host &&
+	       (int64_t)(kb + 1) * r->c <= r->doc_host[bi * r->l.seq_len + qa * r->c];
 }
 
 /* Address of chunk k of sequence bi in a (b, T, n) tensor of elem bytes. */
@@ -213,6 +216,7 @@ static be_attn block_call(const cp_ring *r, int64_t bi, int qa, int kb)
 	a.causal = 1;
 	if (r->doc) {
 		a.doc = r->doc + bi * r->l.seq_len;
+		a.doc_host = r->doc_host + bi * r->l.seq_len;
 		a.doc_t = r->l.seq_len;
 	}
 	return a;

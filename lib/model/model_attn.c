@@ -122,7 +122,8 @@ be_attn model_attn_shape(const piece_ctx *c, int64_t h, int64_t hkv, int64_t hd,
 	return (be_attn){.b = c->b, .tq = c->t, .tk = c->t, .h = h, .hkv = hkv, .hd = hd,
 			 .hdv = hdv, .causal = 1, .qkv = t, .out = t, .dout = t, .grad = t,
 			 .window = k->window, .chunk = k->chunk,
-			 .doc = mb->docs ? mb->doc : NULL, .doc_t = mb->docs ? mb->doc_t : 0};
+			 .doc = mb->docs ? mb->doc : NULL, .doc_t = mb->docs ? mb->doc_t : 0,
+			 .doc_host = mb->docs ? mb->doc_host : NULL};
 }
 
 void model_rope(const piece_ctx *c, void *x, int64_t heads, int64_t hd, int inverse)

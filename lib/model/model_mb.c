@@ -324,6 +324,7 @@ void model_mb_free(model_mb *mb)
 	mb->m->be->ops->free(mb->m->be, mb->mem);
 	mb->m->be->ops->free(mb->m->be, mb->doc);
 	mb->m->be->ops->free(mb->m->be, mb->doc_cs);
+	free(mb->doc_host);
 	free(mb->hidden);
 	free(mb->acts);
 	free(mb);
@@ -468,7 +469,8 @@ static int check_share(const int32_t *pos, size_t n, int64_t row_t, titan_err *e
 }
 
 /* The table is gathered from one of positions 0..row_t-1: a document's
- * positions in a row never reach its length. */
+ * positions in a row never reach its length.  The document starts stay on
+ * the host too (doc_host), for attention that plans on the host. */
 static int upload_docs(model_mb *mb, const int32_t *pos, const int32_t *rows, titan_err *e)
 {
 	model *m = mb->m;
@@ -476,20 +478,20 @@ static int upload_docs(model_mb *mb, const int32_t *pos, const int32_t *rows, ti
 	size_t nd = (size_t)mb->b * (size_t)mb->doc_t;
 	double *tab = malloc((size_t)mb->doc_t * rd * sizeof *tab);
 	float *cs = malloc(n * rd * sizeof *cs);
-	int32_t *doc = malloc(nd * sizeof *doc);
-	if (!tab || !cs || !doc) {
-		free(tab), free(cs), free(doc);
+	if (!tab || !cs) {
+		free(tab), free(cs);
 		return err_set(e, "model: out of memory for the documents' positions");
 	}
 	flavor_rope_table(&m->args, tab, mb->doc_t, (int64_t)rd, 0, NULL);
 	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < rd; j++)
 			cs[i * rd + j] = (float)tab[(size_t)pos[i] * rd + j];
+	int32_t *doc = mb->doc_host;
 	for (size_t i = 0; i < nd; i++)
 		doc[i] = (int32_t)(i % (size_t)mb->doc_t) - rows[i];
 	m->be->ops->copy(m->be, mb->doc, doc, nd * sizeof *doc, BACKEND_H2D);
 	m->be->ops->copy(m->be, mb->doc_cs, cs, n * rd * sizeof *cs, BACKEND_H2D);
-	free(tab), free(cs), free(doc);
+	free(tab), free(cs);
 	return 0;
 }
 
@@ -520,10 +522,14 @@ int model_mb_set_documents(model_mb *mb, const int32_t *pos, const int32_t *rows
 		return -1;
 	if (mb->doc && mb->doc_n != nd) {
 		m->be->ops->free(m->be, mb->doc);
+		free(mb->doc_host);
 		mb->doc = NULL;
+		mb->doc_host = NULL;
 	}
 	if (!mb->doc && !(mb->doc = m->be->ops->alloc(m->be, nd * sizeof(int32_t), e)))
 		return err_prefix(e, "model: documents of %zu positions", nd);
+	if (!mb->doc_host && !(mb->doc_host = malloc(nd * sizeof(int32_t))))
+		return err_set(e, "model: out of memory for documents of %zu positions", nd);
 	mb->doc_n = nd;
 	mb->doc_t = row_t;
 	if (!mb->doc_cs &&

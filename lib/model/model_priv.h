@@ -187,6 +187,8 @@ struct model_mb {
 	int64_t doc_t;         /* positions a row: t, or the whole rows' under context
 	                          parallelism */
 	size_t doc_n;          /* int32s doc holds */
+	int32_t *doc_host;     /* (b, doc_t) doc's host copy (doc_n): ring attention plans
+	                          its blocks by it without copying doc back */
 	float *doc_cs;         /* (n, rope_dim/2, 2) the RoPE table of each token's position */
 	int docs;              /* doc and doc_cs hold this micro-batch's documents */
 	/* multi-token prediction (model_mtp.c): its depths' activations, the

@@ -14,7 +14,11 @@
  * over the whole rows (tests/support/att_ref, whose mask is built key by
  * key).  The documents cut chunks mid-way, hold one token, and start on a
  * chunk's edge (blocks all masked, and rows of a block that see no key:
- * lse -inf). */
+ * lse -inf).  The ring plans by the documents' host copy: taking them copies
+ * nothing back and waits for nothing, and each owner's keys cost the forward
+ * two copies back and a sync for each block the mask leaves (counted against
+ * the blocks with a visible (query, key) pair, found pair by pair), the
+ * backward one sync. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +34,7 @@
 #include "core/bf16.h"
 #include "cp/cp.h"
 #include "../support/att_ref.h"
+#include "../support/be_count.h"
 
 /* ---- ptrr's layout against torch's ---- */
 
@@ -273,6 +278,36 @@ static void ranks_free(ranks *w)
 	free(w->dk), free(w->dv);
 }
 
+/* The blocks of rank r's queries against owner j's keys that some query of
+ * the block sees some key of: causal and in the query's document, pair by
+ * pair. */
+static uint64_t visible_blocks(const ranks *w, const docs_case *d, int r, int j)
+{
+	const cp_layout *l = &w->l;
+	int64_t c = l->chunk;
+	uint64_t n = 0;
+	for (int bi = 0; bi < B; bi++)
+		for (int qk = 0; qk < l->chunks; qk++)
+			for (int kk = 0; kk < l->chunks; kk++) {
+				int64_t qa = w->maps[bi * cp_map_len(l) + r * l->chunks + qk];
+				int64_t kb = w->maps[bi * cp_map_len(l) + j * l->chunks + kk];
+				int seen = 0;
+				for (int64_t p = qa * c; p < qa * c + c && !seen; p++)
+					for (int64_t k = kb * c; k < kb * c + c && !seen; k++)
+						seen = k <= p && k >= d->doc[bi * T + p];
+				n += (uint64_t)seen;
+			}
+	return n;
+}
+
+/* What a call cost since *was: copies back and syncs. */
+static void cost(const be_count *now, be_count *was, uint64_t *d2h, uint64_t *syncs)
+{
+	*d2h = now->copies[BACKEND_D2H] - was->copies[BACKEND_D2H];
+	*syncs = now->syncs - was->syncs;
+	*was = *now;
+}
+
 /* The owner rank r meets at step i: ring order (its own, r-1, r-2, ...) or a
  * shuffled one. */
 static int owner_at(int r, int i, int cp, int order)
@@ -292,15 +327,27 @@ static void run_ranks(backend *be, const docs_case *d, ranks *w, int cp, be_dtyp
 	be_attn shape = {.b = B, .tq = n, .tk = n, .h = H, .hkv = HKV, .hd = HD, .hdv = HD,
 			 .causal = 1, .qkv = t, .out = t, .dout = t, .grad = t};
 	size_t nl = (size_t)(B * H * n);
+	be_count now = {0}, was = {0};
+	uint64_t d2h, syncs;
+	be_count_wrap(be, &now);
 	for (int r = 0; r < cp; r++) {
 		cp_ring *ring = cp_ring_create(be, &w->l, r, &shape, &e);
 		assert_non_null(ring);
-		assert_int_equal(cp_ring_set_docs(ring, d->doc, T, &e), 0);
+		was = now;
+		assert_int_equal(cp_ring_set_docs(ring, d->doc, d->doc, T, &e), 0);
+		cost(&now, &was, &d2h, &syncs);
+		assert_int_equal(d2h + syncs, 0);
 		cp_ring_fwd_begin(ring, w->q + r * w->nq * w->es);
 		for (int i = 0; i < cp; i++) {
 			int j = owner_at(r, i, cp, order);
 			assert_int_equal(cp_ring_fwd_block(ring, j, w->k + j * w->nk * w->es,
 							   w->v + j * w->nk * w->es, &e), 0);
+			cost(&now, &was, &d2h, &syncs);
+			uint64_t blocks = visible_blocks(w, d, r, j);
+			if (d2h != 2 * blocks || syncs != blocks)
+				fail_msg("cp %d rank %d, keys of %d: %llu copies back and %llu syncs "
+					 "for %llu blocks", cp, r, j, (unsigned long long)d2h,
+					 (unsigned long long)syncs, (unsigned long long)blocks);
 		}
 		assert_int_equal(cp_ring_fwd_end(ring, w->out + r * w->nq * w->es, w->lse + r * nl, &e),
 				 0);
@@ -312,7 +359,10 @@ static void run_ranks(backend *be, const docs_case *d, ranks *w, int cp, be_dtyp
 	char *dq = malloc(w->nq * w->es);
 	for (int r = 0; r < cp; r++) {
 		cp_ring *ring = cp_ring_create(be, &w->l, r, &shape, &e);
-		assert_int_equal(cp_ring_set_docs(ring, d->doc, T, &e), 0);
+		was = now;
+		assert_int_equal(cp_ring_set_docs(ring, d->doc, d->doc, T, &e), 0);
+		cost(&now, &was, &d2h, &syncs);
+		assert_int_equal(d2h + syncs, 0);
 		cp_ring_bwd_begin(ring, w->dout + r * w->nq * w->es, w->q + r * w->nq * w->es,
 				  w->out + r * w->nq * w->es, w->lse + r * nl);
 		for (int i = 0; i < cp; i++) {
@@ -320,11 +370,15 @@ static void run_ranks(backend *be, const docs_case *d, ranks *w, int cp, be_dtyp
 			assert_int_equal(cp_ring_bwd_block(ring, j, w->k + j * w->nk * w->es,
 							   w->v + j * w->nk * w->es, w->dk + j * w->nk,
 							   w->dv + j * w->nk, &e), 0);
+			cost(&now, &was, &d2h, &syncs);
+			assert_int_equal(d2h, 0);
+			assert_int_equal(syncs, 1);
 		}
 		assert_int_equal(cp_ring_bwd_end(ring, dq, &e), 0);
 		worst[1] = fmax(worst[1], share_diff(&w->l, w->maps, r, dq, t, d->dq, H * HD));
 		cp_ring_free(ring);
 	}
+	be_count_unwrap(be);
 	for (int r = 0; r < cp; r++) {
 		worst[1] = fmax(worst[1], share_diff(&w->l, w->maps, r, w->dk + r * w->nk, BE_F32,
 						     d->dk, HKV * HD));
@@ -383,12 +437,16 @@ static void ring_refuses_documents_it_cannot_place(void **state)
 	cp_ring *r = cp_ring_create(be, &l, 0, &s, &e);
 	assert_non_null(r);
 	int32_t doc[16] = {0};
-	assert_int_equal(cp_ring_set_docs(r, NULL, 0, &e), -1);
+	assert_int_equal(cp_ring_set_docs(r, NULL, NULL, 0, &e), -1);
 	assert_non_null(strstr(e.msg, "ptrr"));
-	assert_int_equal(cp_ring_set_docs(r, doc, 8, &e), -1);
+	assert_int_equal(cp_ring_set_docs(r, doc, doc, 8, &e), -1);
 	assert_string_equal(e.msg, "ring attention: documents of rows of 8 positions for "
 			    "sequences of 16");
-	assert_int_equal(cp_ring_set_docs(r, doc, 16, &e), 0);
+	/* no host copy: the ring would have to copy them back at every call */
+	assert_int_equal(cp_ring_set_docs(r, doc, NULL, 16, &e), -1);
+	assert_string_equal(e.msg, "ring attention: documents without their host copy "
+			    "(be_attn.doc_host)");
+	assert_int_equal(cp_ring_set_docs(r, doc, doc, 16, &e), 0);
 	cp_ring_free(r);
 	backend_free(be);
 }

@@ -4,7 +4,9 @@
  * group with each rotate method, and its out, lse, dq, dk and dv must equal
  * its share of whole-sequence attention computed on the rank; then the model
  * with the ring and the rank's positions trains to the whole model's loss and
- * (summed over the ranks) gradients. */
+ * (summed over the ranks) gradients; and a micro-batch with torchtitan
+ * 0.3.0's documents copies nothing back to the host and waits for nothing
+ * for them (the ring plans by the model's host copy of the documents). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +27,7 @@
 #include "model/model.h"
 #include "plan/plan.h"
 #include "planner/planner.h"
+#include "../support/be_count.h"
 
 static comm *world;
 
@@ -183,6 +186,124 @@ static void model_with_ring_attention_trains_as_the_whole_model(void **state)
 	for (int bal = 0; bal < 2; bal++)
 		for (int how = 0; how < 2; how++)
 			model_level(be, (cp_balance)bal, (cp_rotate)how);
+	backend_free(be);
+}
+
+/* One training micro-batch of a model of `layers` layers with the ring on
+ * this rank's share of B rows of T tokens, each row one document (docs; or
+ * no documents at all), set as the plan sets them (model_set_positions, then
+ * model_mb_set_documents with the whole rows): the backend copies and syncs
+ * of the micro-batch's run. */
+static be_count docs_step_cost(backend *be, const cp_layout *l, cp_rotate how, int layers,
+			       int docs)
+{
+	titan_err e = {0};
+	int r = comm_rank(world);
+	llama_args args = small;
+	args.n_layers = layers;
+	int32_t ids[B * T], labels[B * T], rows[B * T], mine[3][B * T];
+	for (int i = 0; i < B * T; i++) {
+		ids[i] = (int32_t)((i * 37) % 300);
+		labels[i] = (int32_t)((i * 101 + 7) % 300);
+		rows[i] = i % T;
+	}
+	int maps[B * T];
+	if (cp_row_maps(l, docs ? rows : NULL, B, maps, &e))
+		fail_msg("%s", e.msg);
+	const int32_t *whole[3] = {ids, labels, rows};
+	for (int x = 0; x < 3; x++)
+		cp_shard_rows(l, maps, r, whole[x], mine[x], B, sizeof(int32_t));
+	int64_t len = cp_local_len(l), pos[T];
+	cp_positions(l, r, pos);
+	model *m = model_create(be, &args, 0, &e);
+	cp_attn *a = cp_attn_create(be, world, l, how, &e);
+	assert_true(m && a);
+	model_attention hk;
+	cp_attn_hook(a, &hk);
+	model_set_attention(m, &hk);
+	model_mb *mb = NULL;
+	if (model_init(m, 8, 1, &e) || model_set_positions(m, pos, (int)len, &e) ||
+	    !(mb = model_mb_create(m, 0, model_num_units(m) - 1, B, (int)len, &e)) ||
+	    model_mb_set_tokens(mb, mine[0], mine[1], 1, 0.01f, NULL, &e) ||
+	    (docs && model_mb_set_documents(mb, mine[2], rows, T, &e)))
+		fail_msg("rank %d: %s", r, e.msg);
+	be_count c = {0};
+	be_count_wrap(be, &c);
+	int rc = model_run_mb(m, mb, NULL, &e);
+	be_count_unwrap(be);
+	if (rc)
+		fail_msg("rank %d: %s", r, e.msg);
+	model_mb_free(mb);
+	cp_attn_free(a);
+	model_free(m);
+	return c;
+}
+
+/* The blocks this rank's ring computes for one layer's forward when every
+ * row is one document: each (query chunk, key chunk) pair of the rows' maps
+ * with the keys' chunk not after the queries'. */
+static uint64_t causal_blocks(const cp_layout *l)
+{
+	int r = comm_rank(world), maps[B * T];
+	titan_err e = {0};
+	int32_t rows[B * T];
+	for (int i = 0; i < B * T; i++)
+		rows[i] = i % T;
+	if (cp_row_maps(l, rows, B, maps, &e))
+		fail_msg("%s", e.msg);
+	uint64_t n = 0;
+	for (int bi = 0; bi < B; bi++) {
+		const int *map = maps + bi * cp_map_len(l);
+		for (int j = 0; j < l->cp; j++)
+			for (int qk = 0; qk < l->chunks; qk++)
+				for (int kk = 0; kk < l->chunks; kk++)
+					n += map[j * l->chunks + kk] <= map[r * l->chunks + qk];
+	}
+	return n;
+}
+
+/* Documents cost the ring no copy back and no sync: a layer adds the ring's
+ * own two copies back per block it computes (its out and lse, merged on the
+ * host), under each balancer and rotate method; and without a balancer or
+ * with headtail a micro-batch of one-document rows costs exactly what one
+ * without documents does. */
+static void documents_cost_no_copy_back_or_sync(void **state)
+{
+	(void)state;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(1, &e);
+	int cp = comm_size(world), r = comm_rank(world);
+	const char *names[] = {"none", "headtail", "ptrr"};
+	for (int bal = 0; bal < 3; bal++)
+		for (int how = 0; how < 2; how++) {
+			cp_layout l;
+			if (cp_layout_init_block(&l, T, cp, (cp_balance)bal, 4, &e))
+				fail_msg("%s", e.msg);
+			be_count one = docs_step_cost(be, &l, (cp_rotate)how, 1, 1);
+			be_count two = docs_step_cost(be, &l, (cp_rotate)how, 2, 1);
+			uint64_t layer = two.copies[BACKEND_D2H] - one.copies[BACKEND_D2H];
+			uint64_t blocks = causal_blocks(&l);
+			if (r == 0)
+				print_message("docs cost, cp %d %-8s %-9s: %llu copies back a step of 2 "
+					      "layers, %llu a layer (%llu ring blocks), %llu syncs\n", cp,
+					      names[bal], how ? "alltoall" : "allgather",
+					      (unsigned long long)two.copies[BACKEND_D2H],
+					      (unsigned long long)layer, (unsigned long long)blocks,
+					      (unsigned long long)two.syncs);
+			if (layer != 2 * blocks)
+				fail_msg("rank %d %s: a layer copies back %llu times for %llu blocks", r,
+					 names[bal], (unsigned long long)layer, (unsigned long long)blocks);
+			if (bal == CP_BALANCE_PTRR)
+				continue; /* ptrr has no layout without documents */
+			be_count plain = docs_step_cost(be, &l, (cp_rotate)how, 2, 0);
+			if (plain.copies[BACKEND_D2H] != two.copies[BACKEND_D2H] || plain.syncs != two.syncs)
+				fail_msg("rank %d %s: documents %llu copies back and %llu syncs, none %llu "
+					 "and %llu", r, names[bal],
+					 (unsigned long long)two.copies[BACKEND_D2H],
+					 (unsigned long long)two.syncs,
+					 (unsigned long long)plain.copies[BACKEND_D2H],
+					 (unsigned long long)plain.syncs);
+		}
 	backend_free(be);
 }
 
@@ -366,6 +487,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(ring_attention_across_ranks_equals_whole_attention),
 		cmocka_unit_test(model_with_ring_attention_trains_as_the_whole_model),
+		cmocka_unit_test(documents_cost_no_copy_back_or_sync),
 		cmocka_unit_test(plan_equals_measured_activations_and_buffers),
 		cmocka_unit_test(plan_peak_against_the_cp_plans),
 	};
