@@ -36,7 +36,17 @@ one rank, so the model goes through 0.3.0's own apply_fsdp_to_decoder over a
 one-rank gloo group (parameters float32, each unit's forward and backward on
 bfloat16 copies, gradients reduced to float32).
 
-Writes tests/train/golden/tt030_<family>[_mtp][_bf16].tsv: the settings in
+llama3_debugmodel_float8_emulate_lora runs 0.3.0's converters as the preset
+builds them: torchao's Float8Linear with Float8LinearConfig(emulate=True)
+(tensorwise, float8 values multiplied in float32: torchao must be on the
+path) on every linear, then LoRAConverter, which wraps attention.wo alone
+(target_modules wq, wkv, wo; q, k and v are qkv_linear.wqkv) and freezes
+every other parameter; lora_a's kaiming-uniform draw comes from titan's seed
+checkpoint like every other weight (lora_b is zeros), so the adapters train
+from the values titan starts from.  It runs LORA_STEPS steps (its schedule
+built for them), not STEPS: torchao's emulation is slow on the CPU.
+
+Writes tests/train/golden/tt030_<family>[_mtp][_lora][_bf16].tsv: the settings in
 its header, and per step the loss, grad_norm and lr (the step's, before the
 scheduler steps).
 
@@ -65,6 +75,7 @@ from torchtitan.models.common import decoder as tt_decoder  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SEED, STEPS, BATCH, SEQ = 7, 15, 2, 64
+LORA_STEPS = 8
 
 
 def dense_document_mask(self, positions):
@@ -237,7 +248,9 @@ def main():
     family = next(f for f in ("deepseek_v3", "gpt_oss", "llama3", "qwen3") if preset.startswith(f))
     reg = __import__(f"torchtitan.models.{family}.config_registry", fromlist=[preset])
     cfg = getattr(reg, preset)()
-    cfg.training.local_batch_size, cfg.training.seq_len, cfg.training.steps = BATCH, SEQ, STEPS
+    # the LoRA preset's emulated float8 is slow on the CPU: fewer steps
+    steps = LORA_STEPS if preset.endswith("_lora") else STEPS
+    cfg.training.local_batch_size, cfg.training.seq_len, cfg.training.steps = BATCH, SEQ, steps
     cfg.training.mixed_precision_param = "float32"
     model = cfg.model_spec.model.build()
     if seed_ckpt:
@@ -250,10 +263,10 @@ def main():
     if bf16:
         install_bf16_policy(model, cfg)
     mtp = preset.endswith("_mtp")
-    loss_fn, optimizers, schedulers = train_parts(cfg, model, STEPS)
+    loss_fn, optimizers, schedulers = train_parts(cfg, model, steps)
     data = batches(read_docs(tokens))
     rows = []
-    for step in range(1, STEPS + 1):
+    for step in range(1, steps + 1):
         optimizers.zero_grad()
         lr = optimizers.optimizers[0].param_groups[0]["lr"]
         inputs, positions, labels = next(data)
@@ -271,12 +284,12 @@ def main():
         rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))
         print(f"step {step:2d}  loss {loss.item():.6f}  grad_norm {gn.item():.6f}  lr {lr:.6g}")
     suffix, precision = ("_bf16", "bfloat16 (FSDP MixedPrecisionPolicy)") if bf16 else ("", "float32")
-    name = family + ("_mtp" if mtp else "") + suffix
+    name = family + ("_mtp" if mtp else "") + ("_lora" if preset.endswith("_lora") else "") + suffix
     out = os.path.join(ROOT, f"tests/train/golden/tt030_{name}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         f.write(f"# torchtitan 0.3.0 {preset}, {precision}, seed {SEED}, local_batch_size "
-                f"{BATCH}, seq_len {SEQ}, {STEPS} steps (scripts/tt030_golden.py)\n")
+                f"{BATCH}, seq_len {SEQ}, {steps} steps (scripts/tt030_golden.py)\n")
         f.write("# step\tloss\tgrad_norm\tlr\n")
         for r in rows:
             f.write(f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}\t{r['lr']!r}\n")

@@ -56,7 +56,12 @@ typedef struct job_config {
 		int64_t num_chunks;        /* 0.3.0's loss.num_chunks (0: its 8) */
 		int64_t global_vocab_size; /* 0.3.0's loss.loss_fn.global_vocab_size (0: the
 					      model's; another value is refused) */
+		int chunked;               /* the preset's loss is ChunkedLossWrapper */
 	} loss030;
+	struct {
+		int rank;     /* the preset's LoRAConverter (0: none): rank and alpha */
+		double alpha;
+	} lora030;
 	struct {
 		char *config_file; /* the TOML file read, or NULL */
 		char *dump_folder;

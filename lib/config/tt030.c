@@ -29,6 +29,13 @@ typedef struct tt030_preset {
  * other GQA preset fuses them into qkv_linear.wqkv. */
 static const char *const qkv_apart[] = {"qwen3_debugmodel_non_fused_qkv"};
 
+/* The presets with a LoRAConverter.Config: its rank and alpha. */
+static const struct {
+	const char *name;
+	int rank;
+	double alpha;
+} lora_presets[] = {{"llama3_debugmodel_float8_emulate_lora", 8, 16.0}};
+
 #define MODEL(family, flavor, hf)                                                          \
 	"[model]\nname = \"" family "\"\nflavor = \"" flavor "\"\nhf_assets_path = \"" hf "\"\n"
 #define TOKENIZER "./tests/assets/tokenizer"
@@ -108,6 +115,11 @@ static const char *const qkv_apart[] = {"qwen3_debugmodel_non_fused_qkv"};
 #define FLOAT8 "[model]\nconverters = [\"quantize.linear.float8\"]\n"                      \
 	       "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n"
 
+/* Float8LinearConverter.Config(emulate=True): torchao's Float8LinearConfig
+ * (emulate=True), its defaults, tensorwise scaling whatever the recipe. */
+#define FLOAT8_EMULATE "[model]\nconverters = [\"quantize.linear.float8\"]\n"                \
+		       "[quantize.linear.float8]\nemulate = true\n"
+
 #define REFUSE(module, name, why) {module, name, NULL, {NULL}, 0, why, NULL}
 #define NVFP4 "NVFP4 linears (NVFP4LinearConverter, Blackwell only) are not built"
 #define MXFP8 "MXFP8 linears and grouped GEMMs (MXFP8*Converter) are not built"
@@ -134,8 +146,14 @@ static const tt030_preset presets[] = {
 	 "titan's Float8 linears (quantize.linear.float8, recipe rowwise)"},
 	REFUSE("llama3", "llama3_debugmodel_nvfp4", NVFP4),
 	REFUSE("llama3", "llama3_debugmodel_first_85_pct_layers_nvfp4", NVFP4),
-	REFUSE("llama3", "llama3_debugmodel_float8_emulate_lora", "LoRA adapters (LoRAConverter) "
-	       "are not built"),
+	/* LoRAConverter.Config(rank=8, alpha=16.0, target_modules=["wq", "wkv",
+	 * "wo"]) after the Float8 converter: of those names 0.3.0's Llama 3 has wo
+	 * alone (q, k and v are qkv_linear.wqkv), so wo is the one LoRALinear */
+	{"llama3", "llama3_debugmodel_float8_emulate_lora", NULL, {LLAMA3_DEBUG, FLOAT8_EMULATE}, 0,
+	 NULL,
+	 "titan's Float8 linears (tensorwise, emulate=True's Float8LinearConfig; q, k, v cast as "
+	 "the one fused wqkv) and LoRA adapters (rank 8, alpha 16) on attention.wo, the only one "
+	 "of target_modules wq, wkv, wo that 0.3.0's Llama 3 has; every other parameter frozen"},
 	/* the same with the plain (unchunked) cross-entropy */
 	{"llama3", "llama3_debugmodel_ce_loss", NULL, {LLAMA3_DEBUG}, 1, NULL, NULL},
 	{"llama3", "llama3_8b", NULL, {LLAMA3_BIG("8B", "3e-4", "200", "1", "1000", SELECTIVE_AC)},
@@ -566,6 +584,12 @@ int tt030_config(job_config *c, const char *module, const char *name, int argc, 
 			return -1;
 	c->follows_030 = 1;
 	c->preset030 = p->name;
+	c->loss030.chunked = p->plain_loss == 0;
+	for (size_t i = 0; i < sizeof lora_presets / sizeof lora_presets[0]; i++)
+		if (strcmp(p->name, lora_presets[i].name) == 0) {
+			c->lora030.rank = lora_presets[i].rank;
+			c->lora030.alpha = lora_presets[i].alpha;
+		}
 	for (size_t i = 0; i < sizeof qkv_apart / sizeof qkv_apart[0]; i++)
 		c->qkv_apart030 |= strcmp(p->name, qkv_apart[i]) == 0;
 	char **out = calloc((size_t)argc + 1, sizeof *out);

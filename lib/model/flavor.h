@@ -134,6 +134,14 @@ typedef struct llama_args {
 	 * the token k ahead; their loss weighs mtp_scale / mtp_layers in the loss. */
 	int mtp_layers;
 	double mtp_scale;          /* MTPLoss.mtp_scale: 0.3 */
+
+	/* torchtitan 0.3.0's LoRAConverter (components/lora.py; 0: none): each
+	 * layer's attention.wo gains adapters lora_a (rank, h*hd), drawn as
+	 * nn.Linear's kaiming uniform, and lora_b (dim, rank), zeros; its output
+	 * becomes wo(x) + (lora_alpha / lora_rank) lora_b(lora_a(x)), and every
+	 * other parameter is frozen (no gradient, no optimizer state). */
+	int lora_rank;
+	double lora_alpha;
 } llama_args;
 
 /* Llama 3's flavor named name (the default family; model_family_flavor looks

@@ -115,6 +115,9 @@ static int build_layout(model *m, titan_err *e)
 		return -1;
 	if (model_mtp_layout(m, &cap, e))
 		return -1;
+	/* LoRAConverter freezes every parameter but its adapters' */
+	for (int i = 0; a->lora_rank > 0 && i < m->n_tensors; i++)
+		m->tensors[i].frozen = m->slot[i] != W_LORA_A && m->slot[i] != W_LORA_B;
 	return build_units(m, e);
 }
 
@@ -832,6 +835,10 @@ void model_init_tensor_span(const model *m, int i, uint64_t seed, int depth_init
 		break;
 	case INIT_LINEAR:
 		fill_random(host, sp, 1.0 / sqrt((double)t->shape[1]), 0, 0, 1, seed, (uint64_t)i);
+		break;
+	case INIT_ZEROS:
+		for (size_t j = sp.first; j < sp.end; j++)
+			host[j] = 0.0f;
 		break;
 	default:
 		fill_normal(host, sp, small, -2, 2, seed, (uint64_t)i);

@@ -85,6 +85,8 @@ typedef struct model_tensor {
 	int is_embedding; /* tok_embeddings (also the output with tied embeddings) */
 	int tp;           /* enum model_tp */
 	int tp_dim;       /* the dimension tensor parallelism splits, -1 for none */
+	int frozen;       /* LoRA (llama_args.lora_rank): not trained, no gradient, no
+	                     optimizer state (every tensor but the adapters) */
 	int is_expert;    /* routed experts' weights (experts, out, in): expert
 	                     parallelism splits dim 0 */
 } model_tensor;
@@ -555,6 +557,13 @@ size_t model_scratch_bytes(const model *m, int b, int t);
  * that chunk's bytes, part of model_scratch_bytes. */
 int64_t model_loss_rows(const model *m, int64_t n);
 void model_set_loss_rows(model *m, int64_t rows);
+/* torchtitan 0.3.0's ChunkedLossWrapper(num_chunks = k): the output
+ * projection and the loss run on k chunks of each micro-batch's sequence
+ * (positions [i t/k, (i+1) t/k) of every row together), one after the other,
+ * which is what a Float8 output projection's scales run over (its amax per
+ * chunk).  Needs t divisible by k (else the whole micro-batch is one chunk),
+ * no tensor parallelism; logits copied to the host stay whole.  0: off. */
+int model_set_seq_chunks(model *m, int k, titan_err *e);
 size_t model_loss_bytes(const model *m, int b, int t);
 /* What a backward with defer_wgrad leaves alive until model_unit_wgrad for
  * units u0..u1 of a micro-batch of (b, t): each linear's output gradient and

@@ -53,6 +53,13 @@ int model_attn_layout(model *m, int l, int *cap, titan_err *e)
 	    model_add_layer_tensor(m, cap, l, "attention.wo.weight", W_WO, INIT_DEPTH,
 				   MODEL_TP_ROWWISE, 2, d, hq, 0, e))
 		return -1;
+	/* LoRAConverter's adapters of wo (nn.Linear(hq, rank), nn.Linear(rank, dim)) */
+	if (a->lora_rank > 0 &&
+	    (model_add_layer_tensor(m, cap, l, "attention.wo.lora_a.weight", W_LORA_A, INIT_LINEAR,
+				    MODEL_TP_REPLICATE, 2, a->lora_rank, hq, 0, e) ||
+	     model_add_layer_tensor(m, cap, l, "attention.wo.lora_b.weight", W_LORA_B, INIT_ZEROS,
+				    MODEL_TP_REPLICATE, 2, d, a->lora_rank, 0, e)))
+		return -1;
 	if (a->attn_bias &&
 	    (model_add_layer_tensor(m, cap, l, "attention.wq.bias", W_BQ, INIT_DEPTH,
 				    MODEL_TP_COLWISE, 1, hq, 0, 0, e) ||
@@ -244,6 +251,48 @@ static void bias_grad(const piece_ctx *c, int bslot, const void *dy, int64_t out
 				      1, NULL);
 }
 
+/* LoRA's wo (lora.py's LoRALinear.forward): out = wo(att) + scale *
+ * lora_b(lora_a(att)), scale = alpha / rank, added into the stream as one
+ * branch (x + out).  The scale multiplies lora_a's output, which gives
+ * scale * lora_b(h) up to rounding (exactly for a power of two). */
+static void lora_wo_fwd(const piece_ctx *c, void *xm, const void *att)
+{
+	model *m = c->m;
+	attn_dims s = dims_of(c);
+	int64_t r = m->args.lora_rank;
+	be_dtype at = m->prec.act;
+	float scale = (float)(m->args.lora_alpha / (double)r);
+	void *h = m->lora[0], *out = m->d_xn; /* d_xn is the forward's scratch, as for
+						 model_resid_add_linear */
+	model_linear(m, out, att, c->w->p[W_WO], s.n, s.h * s.hd, s.d, 0);
+	model_linear(m, h, att, c->w->p[W_LORA_A], s.n, s.h * s.hd, r, 0);
+	m->be->ops->scale(m->be, h, at, scale, s.n * r);
+	model_linear(m, out, h, c->w->p[W_LORA_B], s.n, r, s.d, 1);
+	if (!m->resid_defer) /* else the block adds d_xn with the next norm */
+		m->be->ops->axpy(m->be, xm, m->prec.resid, 1, out, at, s.n * s.d);
+}
+
+/* Its backward from dy (the branch's output gradient): with g = scale * dy,
+ * d lora_b += g^T h, dh = g lora_b, d lora_a += dh^T att, d_att += dh lora_a
+ * (h = lora_a(att) recomputed; scale folded into h and dh as forward). */
+static void lora_wo_bwd(const piece_ctx *c, const void *dy)
+{
+	model *m = c->m;
+	attn_dims s = dims_of(c);
+	int64_t r = m->args.lora_rank, hq = s.h * s.hd;
+	be_dtype at = m->prec.act;
+	float scale = (float)(m->args.lora_alpha / (double)r);
+	const void *att = piece_act(c, ACT_ATT);
+	void *h = m->lora[0], *dh = m->lora[1];
+	model_linear(m, h, att, c->w->p[W_LORA_A], s.n, hq, r, 0);
+	m->be->ops->scale(m->be, h, at, scale, s.n * r);
+	model_linear_dw(m, c->g->p[W_LORA_B], dy, h, s.n, r, s.d);
+	model_linear_dx(m, dh, dy, c->w->p[W_LORA_B], s.n, r, s.d, 0);
+	m->be->ops->scale(m->be, dh, at, scale, s.n * r);
+	model_linear_dw(m, c->g->p[W_LORA_A], dh, att, s.n, hq, r);
+	model_linear_dx(m, m->d_att, dh, c->w->p[W_LORA_A], s.n, hq, r, 1);
+}
+
 /* Whether q, k, v run as one product (MODEL_FUSE_BLOCKS): a plain attention
  * (RoPE, no head norms, no biases) whose wq, wk, wv lie after each other in the
  * bound parameters (the layout's order), and in the gradients for a backward,
@@ -343,7 +392,10 @@ void model_attn_fwd(const piece_ctx *c, void *xm)
 	}
 	be_attn sh = shape_of(c, 0);
 	model_attention_fwd(c, &sh);
-	model_resid_add_linear(m, xm, att, w->p[W_WO], s.n, s.h * s.hd, s.d);
+	if (w->p[W_LORA_A])
+		lora_wo_fwd(c, xm, att);
+	else
+		model_resid_add_linear(m, xm, att, w->p[W_WO], s.n, s.h * s.hd, s.d);
 	if (w->p[W_BO]) /* onto the rank's rows of the stream (whole sums under TP) */
 		be->ops->bias_add(be, xm, m->prec.resid, w->p[W_BO], m->prec.param, c->ns, s.d, 1,
 				  NULL);
@@ -358,7 +410,9 @@ int model_attn_bwd(const piece_ctx *c, const void *dy, titan_err *e)
 	const layer_w *w = c->w;
 	int before = m->args.qk_norm, after = m->kind[c->l].qk_l2;
 	model_linear_dx(m, m->d_att, dy, w->p[W_WO], s.n, s.h * s.hd, s.d, 0);
-	if (model_weight_grad(c, W_WO, dy, ACT_ATT, s.h * s.hd, s.d, e))
+	if (w->p[W_LORA_A])
+		lora_wo_bwd(c, dy); /* wo itself is frozen: no gradient */
+	else if (model_weight_grad(c, W_WO, dy, ACT_ATT, s.h * s.hd, s.d, e))
 		return -1;
 	if (c->g->p[W_BO]) /* the rank's rows: under TP a partial sum, all-reduced as a norm's */
 		m->be->ops->bias_grad(m->be, c->g->p[W_BO], m->prec.grad,

@@ -107,7 +107,9 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e)
 	}
 	for (int i = 0; i < m->n_tensors; i++) {
 		const model_tensor *t = &m->tensors[i];
-		if (!is_linear(t))
+		/* LoRA's adapters are plain Linears that LoRAConverter adds after
+		 * Float8LinearConverter ran */
+		if (!is_linear(t) || m->slot[i] == W_LORA_A || m->slot[i] == W_LORA_B)
 			continue;
 		/* torchtitan filters by the module's FQN: "layers.0.attention.wq" */
 		char fqn[64];

@@ -36,6 +36,8 @@ act_set model_layer_keep(const model *m, int l)
  * pair up chunk by chunk), from the largest rank's share of the vocabulary. */
 static int logits_chunk(const model *m, size_t n)
 {
+	if (m->seq_chunks > 1 && n % (size_t)m->seq_chunks == 0)
+		return (int)(n / (size_t)m->seq_chunks);
 	if (model_f8_head_whole(m))
 		return (int)n;
 	if (m->loss_rows > 0)
@@ -57,6 +59,16 @@ void model_set_loss_rows(model *m, int64_t rows)
 	model_scratch_release(m); /* the next micro-batch lays the scratch out again */
 }
 
+int model_set_seq_chunks(model *m, int k, titan_err *e)
+{
+	if (k > 1 && m->tp.size > 1)
+		return err_set(e, "model: the loss's sequence chunks under tensor parallelism are "
+			       "not built");
+	m->seq_chunks = k > 1 ? k : 0;
+	model_scratch_release(m);
+	return 0;
+}
+
 size_t model_loss_bytes(const model *m, int b, int t)
 {
 	return (size_t)logits_chunk(m, (size_t)b * t) * (size_t)m->args.vocab_size *
@@ -75,6 +87,7 @@ enum { SC_ROPE, SC_LOGITS, SC_DX, SC_DTMP, SC_DXN, SC_DYA, SC_DQ, SC_DATT, SC_DK
        SC_DKR, SC_DH, SC_DA, SC_DG, SC_RLOGITS, SC_DRW, SC_DROWS, SC_DEH, SC_DEA, SC_DEG,
        SC_TEMP, SC_ONES, SC_JUNK, SC_KVB, SC_LAT0, SC_LAT1, SC_LAT2, SC_PE, SC_KPE, SC_QA0,
        SC_QA1, SC_TP_FULL, SC_TP_XS, SC_TP_RING, SC_TP_CE, SC_TP_LG, SC_QKV, SC_SINKS,
+       SC_LORA0, SC_LORA1, SC_SEQX, SC_SEQDX, SC_SEQLAB,
        SC_COUNT };
 
 /* What some layer's attention needs: OR of a layer_kind field over the layers. */
@@ -121,6 +134,12 @@ static size_t scratch_layout(const model *m, int b, int t, size_t sz[SC_COUNT + 
 	p[SC_DKR] = m->args.qk_norm || any_layer(m, offsetof(layer_kind, qk_l2)) ? n * hk * a : 0;
 	p[SC_DH] = p[SC_DA] = p[SC_DG] = n * f * a;
 	p[SC_QKV] = m->fuse & MODEL_FUSE_BLOCKS ? n * (hq + 2 * hk) * a : 0;
+	p[SC_LORA0] = p[SC_LORA1] = n * (size_t)m->args.lora_rank * a;
+	if (m->seq_chunks > 1 && t % m->seq_chunks == 0) {
+		size_t rows = n / (size_t)m->seq_chunks;
+		p[SC_SEQX] = p[SC_SEQDX] = rows * d * a;
+		p[SC_SEQLAB] = rows * sizeof(int32_t);
+	}
 	if (m->n_moe) {
 		size_t rows = n * (size_t)m->args.moe.top_k, in = (size_t)m->args.moe.inter_dim;
 		p[SC_RLOGITS] = n * (size_t)m->args.moe.experts * a;
@@ -263,6 +282,8 @@ int model_scratch_prepare(model *m, int b, int t, titan_err *e)
 	m->d_full = p[SC_TP_FULL], m->d_xs = p[SC_TP_XS], m->ring = p[SC_TP_RING];
 	m->ce_stats = p[SC_TP_CE], m->lg_full = p[SC_TP_LG];
 	m->qkv = p[SC_QKV];
+	m->lora[0] = p[SC_LORA0], m->lora[1] = p[SC_LORA1];
+	m->seq_x = p[SC_SEQX], m->seq_dx = p[SC_SEQDX], m->seq_lab = p[SC_SEQLAB];
 	m->sinks32 = p[SC_SINKS];
 	for (int i = 0; i < ACT_COUNT; i++)
 		m->recomp[i] = p[SC_COUNT + i];
@@ -645,6 +666,45 @@ static void logits_chunks(model *m, model_mb *mb, const void *xf_all, const int3
 	}
 }
 
+/* Rows [j0, j0 + tc) of each of the b rows of (b, t) x (width w, element
+ * size es) to or from (b, tc) packed: gather 1 copies x's into packed. */
+static void seq_rows(backend *be, void *x, void *packed, int64_t b, int64_t t, int64_t j0,
+		     int64_t tc, size_t w, int gather)
+{
+	for (int64_t r = 0; r < b; r++) {
+		char *xr = (char *)x + ((size_t)(r * t + j0)) * w;
+		char *pr = (char *)packed + (size_t)(r * tc) * w;
+		be->ops->copy(be, gather ? pr : xr, gather ? xr : pr, (size_t)tc * w, BACKEND_D2D);
+	}
+}
+
+/* logits_chunks by 0.3.0's ChunkedLossWrapper: chunk i holds positions
+ * [i tc, (i+1) tc) of every row, packed, and runs alone (its logits, loss,
+ * gradients); d xf goes back to the rows it came from. */
+static void seq_chunks_loss(model *m, model_mb *mb, const void *xf_all, const int32_t *labels,
+			    float gs, double *sum, int64_t *valid, int backward)
+{
+	backend *be = m->be;
+	be_dtype at = m->prec.act;
+	int64_t b = mb->b, t = mb->t, tc = t / m->seq_chunks, c = b * tc;
+	int64_t d = m->args.dim, v = m->args.vocab_size;
+	size_t row = (size_t)d * be_dtype_size(at);
+	for (int64_t j0 = 0; j0 < t; j0 += tc) {
+		seq_rows(be, (void *)xf_all, m->seq_x, b, t, j0, tc, row, 1);
+		model_linear(m, m->logits, m->seq_x, m->out, c, d, v, 0);
+		if (labels) {
+			seq_rows(be, (void *)labels, m->seq_lab, b, t, j0, tc, sizeof(int32_t), 1);
+			be->ops->cross_entropy(be, m->logits, at, m->seq_lab, c, v, MODEL_IGNORE_INDEX,
+					       backward ? gs : 0, sum, valid);
+		}
+		if (backward) {
+			model_linear_dx(m, m->seq_dx, m->logits, m->out, c, d, v, 0);
+			seq_rows(be, m->d_xn, m->seq_dx, b, t, j0, tc, row, 0);
+			model_linear_dw(m, m->out_g, m->logits, m->seq_x, c, d, v);
+		}
+	}
+}
+
 void model_logits_loss(model *m, const model_mb *mb, const void *xf, const int32_t *labels,
 		       float grad_scale, double *sum, int64_t *valid, int backward)
 {
@@ -657,6 +717,11 @@ static void output_chunks(model *m, model_mb *mb, int backward)
 	backend *be = m->be;
 	be_dtype at = m->prec.act;
 	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, v = m->args.vocab_size;
+	if (m->seq_x && !mb->logits_host) {
+		seq_chunks_loss(m, mb, mb->xf, mb->has_labels ? mb->labels : NULL, mb->grad_scale,
+				&mb->loss_sum, &mb->n_valid, backward);
+		return;
+	}
 	if ((m->fuse & MODEL_FUSE_LOSS) && m->tp.size == 1 && mb->has_labels && !mb->logits_host) {
 		const void *w = model_linear_weight(m, m->out);
 		if (w)

@@ -42,6 +42,8 @@ enum {
 	W_WQ,        /* (h*hd, dim) */
 	W_WK, W_WV,  /* (hkv*hd, dim) */
 	W_WO,        /* (dim, h*hd) */
+	W_LORA_A,    /* (lora_rank, h*hd) wo's LoRA adapters (llama_args.lora_rank) */
+	W_LORA_B,    /* (dim, lora_rank) */
 	W_Q_NORM,    /* (hd) with qk_norm */
 	W_K_NORM,    /* (hd) */
 	W_FFN_NORM,  /* (dim) */
@@ -84,7 +86,8 @@ enum {
 	INIT_FANIN,  /* uniform(-dim^-0.5, dim^-0.5): nn.Linear's own bias init, which
 	                torchtitan leaves on the router's bias (GPT-OSS) */
 	INIT_LINEAR, /* uniform(-in^-0.5, in^-0.5): nn.Linear's own weight init (kaiming
-	                uniform), which 0.3.0 leaves on MTP's eh_proj */
+	                uniform), which 0.3.0 leaves on MTP's eh_proj and LoRA's lora_a */
+	INIT_ZEROS,  /* 0: LoRA's lora_b */
 };
 
 /* The activations a layer's backward reads; n = b*t tokens.  Each layer uses
@@ -248,6 +251,10 @@ struct model {
 	void *logits;           /* (chunk, vocab) prec.act */
 	int chunk;              /* rows of logits at a time */
 	int64_t loss_rows;      /* model_set_loss_rows' (0: logits_chunk's rule) */
+	int seq_chunks;         /* model_set_seq_chunks' (0: off) */
+	void *seq_x, *seq_dx;   /* (n / seq_chunks, dim) prec.act: a chunk's rows of xf, of
+	                           their gradient */
+	int32_t *seq_lab;       /* (n / seq_chunks) their labels */
 	void *d_x, *d_tmp;      /* (n, dim) prec.resid: d_x the propagated gradient */
 	void *d_xn, *d_ya;      /* (n, dim) prec.act: a norm output's gradient; d_x as
 	                           prec.act (== d_x when the types agree) */
@@ -277,6 +284,9 @@ struct model {
 	void *d_h, *d_a, *d_g;  /* (n, ffn) */
 	void *qkv;              /* (n, (h + 2 hkv) hd) prec.act: the fused projection's
 	                           output, in the backward its gradient (MODEL_FUSE_BLOCKS) */
+
+	void *lora[2];          /* (n, lora_rank) prec.act: LoRA's lora_a output (scaled),
+	                           in the backward also its gradient */
 
 	model_mb *own_mb;       /* model_forward(_backward)'s context */
 

@@ -11,8 +11,12 @@ struct adamw {
 	size_t n;
 	void *m, *v; /* (n) exp_avg, exp_avg_sq of c.dtype */
 	int64_t step;
-	/* Ranges exempt from weight decay, sorted by offset, not overlapping. */
-	size_t (*nd)[2];
+	/* Ranges exempt from weight decay, or frozen (not updated at all), sorted
+	 * by offset, not overlapping. */
+	struct exempt {
+		size_t a, b;
+		int frozen;
+	} *nd;
 	int n_nd;
 };
 
@@ -65,28 +69,37 @@ void adamw_free(adamw *o)
 	free(o);
 }
 
-int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e)
+static int add_exempt(adamw *o, size_t offset, size_t numel, int frozen, titan_err *e)
 {
+	const char *what = frozen ? "frozen" : "no-decay";
 	if (offset + numel > o->n || offset + numel < offset)
-		return err_set(e, "adamw: no-decay range [%zu, %zu) outside the %zu parameters",
+		return err_set(e, "adamw: %s range [%zu, %zu) outside the %zu parameters", what,
 			       offset, offset + numel, o->n);
 	for (int i = 0; i < o->n_nd; i++)
-		if (offset < o->nd[i][1] && o->nd[i][0] < offset + numel)
-			return err_set(e, "adamw: no-decay range [%zu, %zu) overlaps [%zu, %zu)",
-				       offset, offset + numel, o->nd[i][0], o->nd[i][1]);
-	size_t (*nd)[2] = realloc(o->nd, sizeof *nd * (size_t)(o->n_nd + 1));
+		if (offset < o->nd[i].b && o->nd[i].a < offset + numel)
+			return err_set(e, "adamw: %s range [%zu, %zu) overlaps [%zu, %zu)", what,
+				       offset, offset + numel, o->nd[i].a, o->nd[i].b);
+	struct exempt *nd = realloc(o->nd, sizeof *nd * (size_t)(o->n_nd + 1));
 	if (!nd)
 		return err_set(e, "adamw: out of memory");
 	o->nd = nd;
 	int i = o->n_nd++;
-	while (i > 0 && nd[i - 1][0] > offset) {
-		nd[i][0] = nd[i - 1][0];
-		nd[i][1] = nd[i - 1][1];
+	while (i > 0 && nd[i - 1].a > offset) {
+		nd[i] = nd[i - 1];
 		i--;
 	}
-	nd[i][0] = offset;
-	nd[i][1] = offset + numel;
+	nd[i] = (struct exempt){offset, offset + numel, frozen};
 	return 0;
+}
+
+int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e)
+{
+	return add_exempt(o, offset, numel, 0, e);
+}
+
+int adamw_freeze(adamw *o, size_t offset, size_t numel, titan_err *e)
+{
+	return add_exempt(o, offset, numel, 1, e);
 }
 
 /* Element i of a flat buffer of type t. */
@@ -112,9 +125,10 @@ void adamw_step(adamw *o, void *params, const void *grads, double lr)
 	double bc2 = 1 - pow(o->c.beta2, (double)o->step);
 	size_t at = 0;
 	for (int i = 0; i < o->n_nd; i++) {
-		update(o, params, grads, at, o->nd[i][0], lr, o->c.weight_decay, bc1, bc2);
-		update(o, params, grads, o->nd[i][0], o->nd[i][1], lr, 0, bc1, bc2);
-		at = o->nd[i][1];
+		update(o, params, grads, at, o->nd[i].a, lr, o->c.weight_decay, bc1, bc2);
+		if (!o->nd[i].frozen)
+			update(o, params, grads, o->nd[i].a, o->nd[i].b, lr, 0, bc1, bc2);
+		at = o->nd[i].b;
 	}
 	update(o, params, grads, at, o->n, lr, o->c.weight_decay, bc1, bc2);
 }
@@ -136,9 +150,10 @@ be_span *adamw_spans(const adamw *o, int *n, titan_err *e)
 	int k = 0;
 	size_t at = 0;
 	for (int i = 0; i < o->n_nd; i++) {
-		k = add_span(s, k, at, o->nd[i][0], o->c.weight_decay);
-		k = add_span(s, k, o->nd[i][0], o->nd[i][1], 0);
-		at = o->nd[i][1];
+		k = add_span(s, k, at, o->nd[i].a, o->c.weight_decay);
+		if (!o->nd[i].frozen)
+			k = add_span(s, k, o->nd[i].a, o->nd[i].b, 0);
+		at = o->nd[i].b;
 	}
 	*n = add_span(s, k, at, o->n, o->c.weight_decay);
 	return s;

@@ -37,6 +37,10 @@ void adamw_free(adamw *o);
 /* Exempt [offset, offset + numel) from weight decay (norms and embeddings when
  * the trainer asks; torchtitan decays everything). */
 int adamw_no_decay(adamw *o, size_t offset, size_t numel, titan_err *e);
+/* Freeze [offset, offset + numel): never updated, no weight decay, its
+ * states stay 0 (LoRA's frozen base weights, which torch's optimizer never
+ * holds). */
+int adamw_freeze(adamw *o, size_t offset, size_t numel, titan_err *e);
 
 /* One update of every parameter with learning rate lr (the schedule's factor
  * times the configured lr); increments the step first, like torch.  params and

@@ -74,6 +74,9 @@ const char *plan_graph_refusal(plan *p)
 			       "step (FSDP's mixed_precision_param differs from the masters')";
 	if (model_args(p->m)->mtp_layers > 0)
 		return "multi-token prediction (its shifted tokens are made on the host)";
+	if (model_args(p->m)->lora_rank > 0)
+		return "LoRA (its frozen weights' gradients are cleared between the backward and "
+		       "the norm)";
 	if (model_moe_counts(p->m, &n) != NULL)
 		return "mixture of experts (the load-balancing update reads the experts' token "
 		       "counts on the host)";

@@ -229,13 +229,16 @@ static int build_optimizer(plan *p, titan_err *e)
 	ac.dtype = p->mt; /* torch's AdamW keeps its states in the parameters' dtype */
 	if (!(p->opt = adamw_create(p->be, p->shard_numel, &ac, e)))
 		return -1;
-	if (!p->o.no_decay_norms_embeddings)
-		return 0;
 	for (int i = 0; i < model_num_tensors(p->m); i++) {
 		const model_tensor *mt = model_tensor_at(p->m, i);
 		const plan_tensor *t = &p->t[i];
-		if ((mt->is_norm || mt->is_embedding) && p->u[mt->unit].held &&
-		    adamw_no_decay(p->opt, t->shard_off, (size_t)(t->cs * t->cols), e) != 0)
+		size_t numel = (size_t)(t->cs * t->cols);
+		if (!p->u[mt->unit].held || numel == 0)
+			continue;
+		/* LoRA: torch's optimizer holds the trainable parameters alone */
+		if (mt->frozen ? adamw_freeze(p->opt, t->shard_off, numel, e)
+			       : p->o.no_decay_norms_embeddings && (mt->is_norm || mt->is_embedding) &&
+					 adamw_no_decay(p->opt, t->shard_off, numel, e))
 			return err_prefix(e, "%s", mt->fqn);
 	}
 	return 0;

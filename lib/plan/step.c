@@ -71,6 +71,20 @@ int64_t plan_count_valid(const int32_t *labels, size_t n)
 	return v;
 }
 
+/* LoRA's frozen tensors have no gradient (torch's .grad stays None): the
+ * backward's values for them are zeroed, out of the norm and the update. */
+static void zero_frozen(plan *p)
+{
+	for (int i = 0; i < model_num_tensors(p->m); i++) {
+		const model_tensor *mt = model_tensor_at(p->m, i);
+		const plan_tensor *t = &p->t[i];
+		size_t numel = (size_t)(t->cs * t->cols);
+		if (mt->frozen && p->u[mt->unit].held && numel)
+			p->be->ops->zero(p->be, plan_shard_at(p, p->grads, t->shard_off),
+					 numel * be_dtype_size(p->mt));
+	}
+}
+
 /* Each rank's sum of squares of its shards' gradients, a tensor tp replicates
  * counted on tp rank 0 only. */
 static double local_sumsq(plan *p)
@@ -148,6 +162,7 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 	r->busy_s = (double)p->busy_ns * 1e-9;
 	if (plan_finish_reduce(p, e) || plan_tp_reduce_replicated(p, e))
 		return -1;
+	zero_frozen(p);
 	plan_release_all(p);
 	double sums[1] = {loss_sum}, avg = valid ? loss_sum / (double)valid : 0;
 	/* under pipeline parallelism the last stage alone has a loss: summed over

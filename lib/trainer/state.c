@@ -409,7 +409,7 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	for (int i = 0; i < model_num_tensors(g); i++) {
 		const model_tensor *t = model_tensor_at(g, i);
 		const plan_box *b = plan_box_at(s->p, i);
-		if (!b->owner)
+		if (!b->owner || t->frozen) /* LoRA: 0.3.0's optimizer holds the adapters alone */
 			continue;
 		if (add_state_box(sv, ".exp_avg", st, t, b, ea_s + b->shard_off * es) != 0 ||
 		    add_state_box(sv, ".exp_avg_sq", st, t, b, eas_s + b->shard_off * es) != 0)
@@ -623,7 +623,7 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			rc = err_set(err, "out of memory");
 			break;
 		}
-		if (!want_opt)
+		if (!want_opt || t->frozen)
 			continue;
 		size_t first = b->n;
 		int skip;

@@ -427,8 +427,20 @@ static int apply_compile(job *j, titan_err *err)
 {
 	const job_config *c = j->c;
 	unsigned flags = 0;
+	/* 0.3.0's Llama 3 and Qwen3 fuse q, k, v into qkv_linear.wqkv: a Float8
+	 * tensorwise cast scales the fused weight, and the fused output's
+	 * gradient, as one tensor, which titan's one q, k, v product does */
+	const char *recipe = c->float8.recipe_name;
+	if (c->follows_030 && !c->qkv_apart030 &&
+	    cfg_strlist_has(&c->model.converters, "quantize.linear.float8") &&
+	    (recipe == NULL || strcmp(recipe, "tensorwise") == 0) &&
+	    (j->h->mesh == NULL || j->h->mesh->size[MESH_TP] == 1)) {
+		flags |= MODEL_FUSE_BLOCKS;
+		metrics_log(j->log, "Float8 tensorwise on 0.3.0's fused wqkv: q, k and v run as one "
+			    "product, cast with one scale");
+	}
 	if (!c->compile.enable)
-		return 0;
+		return flags ? model_set_fusion(plan_model(j->p), flags, err) : 0;
 	for (int i = 0; i < c->compile.components.n; i++) {
 		const char *s = c->compile.components.v[i];
 		if (strcmp(s, "model") == 0)
@@ -481,6 +493,23 @@ static void note_step_graph(job *j)
 	}
 }
 
+/* 0.3.0's ChunkedLossWrapper runs the output projection on num_chunks
+ * chunks of the sequence: with a Float8 output projection each chunk has
+ * its own scales, so titan runs the same chunks (without Float8 the chunks
+ * change nothing but the order of the loss's sums). */
+static int seq_chunks(job *j, titan_err *err)
+{
+	const job_config *c = j->c;
+	if (!c->follows_030 || !c->loss030.chunked ||
+	    !cfg_strlist_has(&c->model.converters, "quantize.linear.float8") ||
+	    (j->h->mesh != NULL && j->h->mesh->size[MESH_TP] > 1))
+		return 0;
+	int k = c->loss030.num_chunks > 0 ? (int)c->loss030.num_chunks : 8;
+	metrics_log(j->log, "Float8 output projection under ChunkedLossWrapper: %d chunks of the "
+		    "sequence, each cast with its own scales", k);
+	return model_set_seq_chunks(plan_model(j->p), k, err);
+}
+
 /* torchtitan's parallelize_llama on this rank: the plan (the model with its
  * tensor-parallel shapes, FSDP's shards, the optimizer over them), each rank
  * drawing its own shards of torchtitan's initial weights. */
@@ -492,6 +521,19 @@ static int build_plan(job *j, titan_err *err)
 	fa.moe.force_balance = c->debug.moe_force_load_balance; /* MoEArgs' debug switch */
 	fa.mtp_layers = (int)c->model.num_mtp_layers; /* 0.3.0's model_registry argument */
 	fa.mtp_scale = c->model.mtp_scale;            /* and its MTPLoss */
+	fa.lora_rank = c->lora030.rank;               /* the preset's LoRAConverter */
+	fa.lora_alpha = c->lora030.alpha;
+	if (fa.lora_rank > 0 && (fa.mla.kv_lora_rank > 0 || (j->h->mesh != NULL &&
+							     j->h->mesh->size[MESH_TP] > 1)))
+		return err_set(err, "LoRA (preset %s): built for grouped-query attention's wo "
+			       "without tensor parallelism (the adapters' TP sharding is not)",
+			       c->preset030);
+	if (fa.lora_rank > 0) { /* 0.3.0's LoRAConverter's lines for its preset */
+		metrics_log(j->log, "LoRA training active with rank=%d, alpha=%.1f, target_modules="
+			    "['wkv', 'wo', 'wq']", fa.lora_rank, fa.lora_alpha);
+		metrics_log(j->log, "LoRA target_modules ['wkv', 'wq'] did not match any "
+			    "Linear.Config in the model config tree.");
+	}
 	/* torchtitan's update_from_config: the model is built for the training
 	 * sequence (DeepSeek V3's YaRN applies only beyond its original 4096) */
 	fa.max_seq_len = (int)c->training.seq_len;
@@ -552,7 +594,7 @@ static int build_plan(job *j, titan_err *err)
 	    plan_init_weights(j->p, seed_of(c), 1, err) != 0 ||
 	    (j->pp > 1 && plan_set_pipeline(j->p, &j->pp_split, j->pp_sched, err) != 0))
 		return -1;
-	if (train_convert(plan_model(j->p), c, j->log, err) != 0)
+	if (train_convert(plan_model(j->p), c, j->log, err) != 0 || seq_chunks(j, err) != 0)
 		return -1;
 	j->gm = plan_global_model(j->p);
 	const llama_args *ma = model_args(j->gm);
