@@ -526,6 +526,14 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 	long nums[4];
 	int nn;
 	const dcp_hf_key *key = find_key(m->keys, name, 1, nums, &nn);
+	size_t len = strlen(name);
+	if (!key && len > 14 && (!strcmp(name + len - 14, ".lora_a.weight") ||
+				 !strcmp(name + len - 14, ".lora_b.weight"))) {
+		/* LoRA's adapters: 0.3.0's to_hf skips the layer keys HF has no name
+		 * for, so its export is the frozen base, not merged */
+		free(data);
+		return 0;
+	}
 	if (!key) {
 		free(data);
 		if (!strncmp(name, "mtp_layers.", 11)) /* DeepSeek V3's MTP (0.3.0) */

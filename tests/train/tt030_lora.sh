@@ -74,6 +74,16 @@ else
 		"$(head -5 "$TMP/diff.bad"; grep 'lora_b' "$TMP/diff" | head -2)"
 fi
 
+# 0.3.0's to_hf skips the layer keys HF has no name for: the base, unmerged
+t_run "HF export" "$C" to-hf "$TMP/a/checkpoint/step-$CK" "$TMP/hf" --flavor debugmodel
+"$C" info "$TMP/hf" >"$TMP/infohf" 2>&1
+t_grep "holds wo as o_proj" '^model.layers.0.self_attn.o_proj.weight ' "$TMP/infohf"
+if grep -q lora "$TMP/infohf"; then
+	t_not_ok "and no adapter, as 0.3.0's to_hf drops them" "$(grep lora "$TMP/infohf" | head -2)"
+else
+	t_ok "and no adapter, as 0.3.0's to_hf drops them"
+fi
+
 t_run "resume from step $CK" lora --training.steps $N --dump_folder "$TMP/a" \
 	--checkpoint.enable --checkpoint.interval $CK --checkpoint.load_step $CK
 steps_of "$TMP/a/metrics.jsonl" | awk -v n=$N 'NR > n' >"$TMP/b.tsv"
