@@ -48,7 +48,8 @@ built for them), not STEPS: torchao's emulation is slow on the CPU.
 
 Writes tests/train/golden/tt030_<family>[_mtp][_lora][_bf16].tsv: the settings in
 its header, and per step the loss, grad_norm and lr (the step's, before the
-scheduler steps).
+scheduler steps); for the LoRA preset also tt030_llama3_lora.names, the names
+of the model's and the optimizer's items of 0.3.0's checkpoint after the run.
 
 Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [PRESET] TOKENS.tts [SEED]
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
@@ -293,6 +294,20 @@ def main():
         f.write("# step\tloss\tgrad_norm\tlr\n")
         for r in rows:
             f.write(f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}\t{r['lr']!r}\n")
+    print(f"wrote {out}")
+    if preset.endswith("_lora"):
+        write_checkpoint_names(model, optimizers, out[:-len(".tsv")] + ".names")
+
+
+def write_checkpoint_names(model, optimizers, out):
+    """The model's and the optimizers' items of 0.3.0's checkpoint (its
+    CheckpointManager's ModelWrapper and OptimizersContainer state dicts, the
+    optimizer's flattened under "optimizer."), one name a line, sorted."""
+    from torchtitan.components.checkpoint import ModelWrapper
+    names = list(ModelWrapper([model]).state_dict())
+    names += ["optimizer." + k for k in optimizers.state_dict()]
+    with open(out, "w") as f:
+        f.write("".join(n + "\n" for n in sorted(names)))
     print(f"wrote {out}")
 
 

@@ -128,6 +128,46 @@ static void adamw_decays_every_parameter_unless_exempted(void **s)
 	backend_free(be);
 }
 
+/* LoRA's frozen ranges: never updated nor decayed, their states stay 0, and
+ * the fused step's spans leave them out; the rest steps as before. */
+static void adamw_frozen_ranges_stay_as_they_are(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(0, &e);
+	adamw_config c;
+	adamw_config_default(&c);
+	adamw *o = adamw_create(be, 8, &c, &e);
+	assert_non_null(o);
+	assert_int_equal(adamw_freeze(o, 4, 3, &e), 0);
+	assert_int_equal(adamw_no_decay(o, 0, 2, &e), 0);
+	assert_int_equal(adamw_no_decay(o, 5, 1, &e), -1); /* inside the frozen [4, 7) */
+	float p[8], g[8];
+	for (int i = 0; i < 8; i++)
+		p[i] = 1, g[i] = 0.5f;
+	adamw_step(o, p, g, 0.01);
+	const float *m = adamw_exp_avg(o), *v = adamw_exp_avg_sq(o);
+	for (int i = 0; i < 8; i++) {
+		int frozen = i >= 4 && i < 7, nd = i < 2;
+		/* a step of lr (m/bc1 = g, sqrt(v/bc2) = |g|), and lr * wd of decay */
+		float want = frozen ? 1.0f : nd ? 1.0f - 0.01f : (1.0f - 0.01f * 0.1f) - 0.01f;
+		assert_true(fabs(p[i] - want) < 1e-6);
+		assert_true(frozen ? m[i] == 0 && v[i] == 0 : m[i] != 0 && v[i] != 0);
+	}
+	int n;
+	be_span *sp = adamw_spans(o, &n, &e);
+	assert_non_null(sp);
+	int64_t covered = 0;
+	for (int i = 0; i < n; i++) {
+		assert_true(sp[i].offset + sp[i].n <= 4 || sp[i].offset >= 7);
+		covered += sp[i].n;
+	}
+	assert_int_equal(covered, 5);
+	free(sp);
+	adamw_free(o);
+	backend_free(be);
+}
+
 /* The golden file's doubles and its uint16 arrays. */
 static json_t *golden_meta(char *bin, size_t n)
 {
@@ -230,6 +270,7 @@ int main(void)
 		cmocka_unit_test(default_decay_never_reaches_zero),
 		cmocka_unit_test(clipping_scales_to_max_norm_and_leaves_small_gradients),
 		cmocka_unit_test(adamw_decays_every_parameter_unless_exempted),
+		cmocka_unit_test(adamw_frozen_ranges_stay_as_they_are),
 		cmocka_unit_test(bf16_adamw_matches_torch_fused_adamw),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
