@@ -31,7 +31,9 @@
  * and .k_norm.weight (head_dim) after wo; a mixture of experts, in place of
  * feed_forward, layers.N.moe.experts.w1 / .w2 / .w3 (experts, hidden, dim) /
  * (experts, dim, hidden) / (experts, hidden, dim), layers.N.moe.router.gate.weight
- * (experts, dim) and layers.N.moe.shared_experts.w1/w2/w3.weight.  Each unit's
+ * (experts, dim) and layers.N.moe.shared_experts.w1/w2/w3.weight; LoRA
+ * (llama_args.lora_rank) layers.N.attention.wo.lora_a.weight (rank, h*hd) and
+ * .lora_b.weight (dim, rank) after wo, every other tensor frozen.  Each unit's
  * tensors are contiguous in the layout.  Linear weights are (out, in) like
  * torch.nn.Linear.
  *
