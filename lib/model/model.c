@@ -484,6 +484,14 @@ const model_tensor *model_buffer_at(const model *m, int i)
 	return i >= 0 && i < m->n_buffers ? &m->buffers[i] : NULL;
 }
 
+const model_tensor *model_buffer_find(const model *m, const char *fqn)
+{
+	for (int i = 0; i < m->n_buffers; i++)
+		if (strcmp(m->buffers[i].fqn, fqn) == 0)
+			return &m->buffers[i];
+	return NULL;
+}
+
 void model_buffer_read(model *m, const model_tensor *t, float *host)
 {
 	m->be->ops->copy(m->be, host, m->moe_bias + t->offset, t->numel * sizeof(float),

@@ -275,6 +275,8 @@ int64_t model_attn_pairs_row(int64_t t, int64_t window, int64_t chunk, const int
  * whole. */
 int model_num_buffers(const model *m);
 const model_tensor *model_buffer_at(const model *m, int i);
+/* The buffer named fqn; NULL when none is. */
+const model_tensor *model_buffer_find(const model *m, const char *fqn);
 void model_buffer_read(model *m, const model_tensor *t, float *host);
 void model_buffer_write(model *m, const model_tensor *t, const float *host);
 
