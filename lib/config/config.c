@@ -1162,8 +1162,7 @@ static int check_schema_support(const job_config *c, titan_err *err)
 /* model.num_mtp_layers: torchtitan 0.3.0 builds multi-token prediction for
  * DeepSeek V3 and refuses it under pipeline and context parallelism
  * (MTPDecoder.Config.update_from_config); its validator calls MTPLoss without
- * the positions it requires.  titan has not built it under tensor
- * parallelism. */
+ * the positions it requires. */
 static int check_mtp(const job_config *c, titan_err *err)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
@@ -1186,12 +1185,6 @@ static int check_mtp(const job_config *c, titan_err *err)
 		    "model.num_mtp_layers with parallelism.context_parallel_degree %lld: MTP does "
 		    "not support context parallelism yet (torchtitan 0.3.0 refuses it too)",
 		    (long long)p->context_parallel_degree) ||
-	       need(p->tensor_parallel_degree <= 1, err,
-		    "model.num_mtp_layers with parallelism.tensor_parallel_degree %lld: MTP under "
-		    "tensor parallelism is not built", (long long)p->tensor_parallel_degree) ||
-	       need(!c->checkpoint.last_save_in_hf && !c->checkpoint.initial_load_in_hf, err,
-		    "model.num_mtp_layers with checkpoint.last_save_in_hf or initial_load_in_hf: "
-		    "multi-token prediction's tensors have no HF conversion in titan yet") ||
 	       need(!c->validation.enable, err,
 		    "model.num_mtp_layers with validation.enable: torchtitan 0.3.0's validator calls "
 		    "MTPLoss without the positions it requires (a ValueError); refused");

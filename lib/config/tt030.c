@@ -202,8 +202,7 @@ static const tt030_preset presets[] = {
 	 {FAMILY_DEBUG("deepseek_v3"), "[parallelism]\nexpert_parallel_degree = 1\n",
 	  "[model]\nnum_mtp_layers = 1\n"}, PRESET_MTP_LOSS, NULL,
 	 "one multi-token prediction depth (model.num_mtp_layers) and MTPLoss (model.mtp_scale); "
-	 "pipeline, context and tensor parallelism, validation and HF conversion are refused "
-	 "with it"},
+	 "pipeline and context parallelism and validation are refused with it"},
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_mxfp8", MXFP8),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_hybridep", HYBRIDEP),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_minimal_async_ep", MINIMAL_EP),

@@ -23,6 +23,8 @@ size_t model_act_bytes(const model *m, int l, int i, size_t n)
 
 act_set model_layer_keep(const model *m, int l)
 {
+	if (l >= m->args.n_layers) /* an MTP depth's: 0.3.0's checkpointing wraps layers only */
+		return ACT_ALL;
 	switch (m->ac) {
 	case MODEL_AC_NONE: return ACT_ALL;
 	case MODEL_AC_FULL: return 0;
@@ -633,7 +635,7 @@ static void logits_chunks(model *m, model_mb *mb, const void *xf_all, const int3
 			be->ops->copy(be, logits_host + r0 * v, m->logits,
 				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
 		if (labels && m->tp.size > 1)
-			model_tp_loss(m, mb, m->logits, r0, c, backward);
+			model_tp_loss(m, m->logits, labels + r0, c, backward ? gs : 0, sum, valid);
 		else if (labels)
 			be->ops->cross_entropy(be, m->logits, at, labels + r0, c, v,
 					       MODEL_IGNORE_INDEX, backward ? gs : 0, sum, valid);

@@ -533,16 +533,19 @@ void model_tp_scatter(model *m, void *part, const void *full, int64_t n, int64_t
  * w^T: a row-parallel linear joining the stream. */
 void model_tp_resid_add_linear(model *m, void *y, const void *x, const void *w, int64_t n,
 			       int64_t in, int64_t out);
-/* The loss of logits rows r0 .. r0 + c of mb (c, vocab / size): vocabulary
- * parallel or gathered; with backward the logits become their gradient. */
-void model_tp_loss(model *m, model_mb *mb, void *logits, int64_t r0, int64_t c, int backward);
+/* The loss of c rows of logits (c, vocab / size) against labels (c): vocabulary
+ * parallel or gathered, added to *sum and *valid; with scale not 0 the logits
+ * become their gradient times scale. */
+void model_tp_loss(model *m, void *logits, const int32_t *labels, int64_t c, float scale,
+		   double *sum, int64_t *valid);
 
 /* ---- the head's output (model_mb.c) ---- */
 
 /* The output projection of xf (n, dim) and the cross-entropy against labels,
  * chunk by chunk: the loss added to *sum and *valid; with backward the
  * logits' gradient scaled by grad_scale, d xf into m->d_xn and the output
- * weight's gradient added.  One rank's whole vocabulary (not under TP). */
+ * weight's gradient added.  Under TP xf is gathered (n rows), the logits are
+ * the rank's vocabulary and d xf its partial sum. */
 void model_logits_loss(model *m, const model_mb *mb, const void *xf, const int32_t *labels,
 		       float grad_scale, double *sum, int64_t *valid, int backward);
 
