@@ -266,39 +266,20 @@ int model_mtp_set_positions(model_mb *mb, const int32_t *pos, titan_err *e)
 
 /* ---- the embedding unit's part ---- */
 
-/* Under TP each rank looks up its vocabulary rows (zero for the others) and
- * the sum is reduce-scattered to the ranks' rows, as the embedding's. */
+/* The shifted tokens' embeddings into each depth's rows, as the stream's
+ * (under TP reduce-scattered, their gradients gathered back). */
 void model_mtp_embed_fwd(model *m, model_mb *mb)
 {
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
-	be_dtype rt = m->prec.resid;
-	for (int j = 0; j < mb->mtp->k; j++) {
-		mtp_depth *p = &mb->mtp->d[j];
-		void *out = m->tp.size > 1 ? m->d_full : p->emb;
-		m->be->ops->embedding_fwd(m->be, out, rt, m->tok, m->prec.param, p->ids, n, d, m->v0,
-					  m->args.vocab_size);
-		if (m->tp.size > 1)
-			model_tp_scatter(m, p->emb, m->d_full, n, d, rt);
-	}
+	for (int j = 0; j < mb->mtp->k; j++)
+		model_embed_rows_fwd(m, mb->mtp->d[j].emb, mb->mtp->d[j].ids,
+				     (int64_t)mb->b * mb->t);
 }
 
 void model_mtp_embed_bwd(model *m, model_mb *mb)
 {
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
-	be_dtype rt = m->prec.resid;
-	for (int j = 0; j < mb->mtp->k; j++) {
-		mtp_depth *p = &mb->mtp->d[j];
-		void *dy = p->demb;
-		if (m->tp.size > 1) { /* every row's gradient, gathered */
-			dy = m->d_full;
-			m->be->ops->copy(m->be, elt(dy, rt, (size_t)(m->tp.rank * ns * d)), p->demb,
-					 (size_t)(ns * d) * be_dtype_size(rt), BACKEND_D2D);
-			model_tp_gather(m, dy, n, d, rt);
-			model_tp_finish(m);
-		}
-		m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, dy, rt, p->ids, n, d, m->v0,
-					  m->args.vocab_size);
-	}
+	for (int j = 0; j < mb->mtp->k; j++)
+		model_embed_rows_bwd(m, mb->mtp->d[j].demb, mb->mtp->d[j].ids,
+				     (int64_t)mb->b * mb->t);
 }
 
 /* ---- the head's part ---- */

@@ -549,6 +549,12 @@ void model_tp_loss(model *m, void *logits, const int32_t *labels, int64_t c, flo
 void model_logits_loss(model *m, const model_mb *mb, const void *xf, const int32_t *labels,
 		       float grad_scale, double *sum, int64_t *valid, int backward);
 
+/* The embedding of ids (n, device) into rows, the rank's n/size rows of the
+ * residual type under TP; backward, the table's gradient += that of drows
+ * (the rank's rows under TP). */
+void model_embed_rows_fwd(model *m, void *rows, const int32_t *ids, int64_t n);
+void model_embed_rows_bwd(model *m, const void *drows, const int32_t *ids, int64_t n);
+
 /* ---- multi-token prediction (model_mtp.c) ---- */
 
 /* The MTP depths' tensors in the head unit (after norm and output). */

@@ -299,6 +299,9 @@ static dcp_hf_model hf_model(const args *a)
 	if (!f)
 		cli_usage_error(&spec, "--flavor: '%s' is not a flavor of %s", a->flavor, fam->name);
 	static llama_args with_mtp; /* the flavor with the depths from-hf checks */
+	if (a->mtp > 0 && strcmp(fam->name, "deepseek_v3") != 0)
+		cli_usage_error(&spec, "--num-mtp-layers: multi-token prediction is deepseek_v3's "
+				"(torchtitan 0.3.0), not %s's", fam->name);
 	if (a->mtp > 0) {
 		with_mtp = *f;
 		with_mtp.mtp_layers = a->mtp;
