@@ -1190,8 +1190,26 @@ static int check_mtp(const job_config *c, titan_err *err)
 		    "MTPLoss without the positions it requires (a ValueError); refused");
 }
 
+/* torchtitan's CheckpointManager does nothing at all when checkpoint.enable
+ * is false, loading included: titan does the same, but says so, since a run
+ * that quietly starts from its random init instead of the named checkpoint
+ * looks like a run that loaded it. */
+static void warn_checkpoint_unused(const job_config *c)
+{
+	const __typeof__(c->checkpoint) *k = &c->checkpoint;
+	if (k->enable)
+		return;
+	if (k->initial_load_path != NULL)
+		titan_warn("checkpoint.initial_load_path = \"%s\" has no effect: checkpoint.enable "
+			   "is false (torchtitan loads nothing then either)", k->initial_load_path);
+	if (k->load_step >= 0)
+		titan_warn("checkpoint.load_step = %lld has no effect: checkpoint.enable is false",
+			   (long long)k->load_step);
+}
+
 int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
+	warn_checkpoint_unused(c);
 	(void)world_size; /* every parallelism takes any world (lib/plan) */
 	if (check_converters(c, err) || check_mtp(c, err) ||
 	    need(c->model.converters.n == 0 || strcmp(c->training.dtype, "float32") == 0, err,

@@ -183,7 +183,7 @@ t_grep "mtp: the depth's did not" '^mtp_layers.0.moe.expert_bias  *ok' "$TMP/mtp
 # loss.mtp_scale 0: the main loss alone, which is deepseek_v3_debugmodel's (the
 # seed's main tensors are drawn as that preset's: the depth's come after them)
 t_run "mtp: loss.mtp_scale 0" mtp --loss.mtp_scale 0 --training.steps 1 --dump_folder "$TMP/mtp.0" \
-	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
+	--checkpoint.enable --checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
 # (one step: its lr is not the 15-step schedule's, the loss and grad norm are)
 steps_of "$TMP/mtp.0/metrics.jsonl" | awk -F'\t' -v OFS='\t' '{ $4 = 0.0004; print }' \
 	>"$TMP/mtp.0.tsv"
