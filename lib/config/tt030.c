@@ -128,8 +128,11 @@ static const tt030_preset presets[] = {
 	{"llama3", "llama3_debugmodel_varlen_attn", NULL, {LLAMA3_DEBUG}, 0, NULL,
 	 "varlen attention is the per-document attention every 0.3.0 run has here (flex's "
 	 "block-causal mask is the same); CUDA graphs off, which titan accepts either way"},
-	REFUSE("llama3", "llama3_debugmodel_dist_gemm", "fusing attention's tensor-parallel "
-	       "collectives into its GEMMs (tp_gemm_backend \"dist_gemm\") is not built"),
+	/* model_registry(tp_gemm_backend="dist_gemm"): the same projections with
+	 * tensor parallelism's collectives folded into their GEMMs */
+	{"llama3", "llama3_debugmodel_dist_gemm", NULL, {LLAMA3_DEBUG}, 0, NULL,
+	 "attention's tensor-parallel collectives folded into its GEMMs (dist_gemm) compute "
+	 "the projections titan's tensor parallelism computes with its own collectives"},
 	{"llama3", "llama3_debugmodel_float8", NULL, {LLAMA3_DEBUG, FLOAT8}, 0, NULL,
 	 "titan's Float8 linears (quantize.linear.float8, recipe rowwise)"},
 	REFUSE("llama3", "llama3_debugmodel_nvfp4", NVFP4),
@@ -192,8 +195,18 @@ static const tt030_preset presets[] = {
 	  "[checkpoint]\ninterval = 10\nlast_save_model_only = false\nexport_dtype = \"float16\"\n"
 	  SELECTIVE_AC},
 	 0, NULL, NULL},
-	REFUSE("qwen3", "qwen3_moe_deepep", "DeepEP's token dispatch (moe_comm_backend \"deepep\") "
-	       "is not built"),
+	/* model_registry("debugmodel_moe", moe_comm_backend="deepep"): "numerics
+	 * match the standard all-to-all backend", says its docstring */
+	{"qwen3", "qwen3_moe_deepep", NULL,
+	 {MODEL("qwen3", "debugmodel_moe", TOKENIZER)
+	  "[optimizer]\nlr = 3e-4\n[lr_scheduler]\nwarmup_steps = 2\n"
+	  "[training]\nlocal_batch_size = 2\nseq_len = 512\nsteps = 10\ndataset = \"c4_test\"\n"
+	  "[metrics]\nlog_freq = 1\n[parallelism]\nexpert_parallel_degree = 4\n"
+	  "[checkpoint]\ninterval = 1000\nlast_save_model_only = false\nexport_dtype = \"float16\"\n"
+	  SELECTIVE_AC},
+	 0, NULL,
+	 "DeepEP's token dispatch (moe_comm_backend deepep) computes what the standard "
+	 "all-to-all does, which titan's expert parallelism runs"},
 	REFUSE("qwen3", "sft_qwen3_8b_math", SFT),
 
 	{"deepseek_v3", "deepseek_v3_debugmodel", NULL,
