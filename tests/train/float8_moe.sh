@@ -62,4 +62,5 @@ t_grep "deepseek_v3_671b_float8 honoured" '^deepseek_v3	deepseek_v3_671b_float8	
 t_run "deepseek_v3_671b_float8 plans at 256 ranks" "$TRAIN" --module deepseek_v3 \
 	--config deepseek_v3_671b_float8 --dry-run --world-size 256
 t_grep "its Float8 linears: all but the output and the routers" 'Float8.s (488 of 547 linears, recipe rowwise)' "$TMP/.out"
+t_grep "its Float8 grouped experts: the 58 MoE layers" '^Float8 grouped experts: 58 MoE layers' "$TMP/.out"
 t_done
