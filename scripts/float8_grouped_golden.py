@@ -27,7 +27,9 @@ rows; one expert empty, groups not multiples of 16):
 
 Writes into tests/float8/golden/ (or argv[1]): grouped.json and
 grouped.<case>.<name>.bf16 (bfloat16 bits, LE u16, row-major).  Needs torch and torchao
-(PYTHONPATH to a torchao source tree is enough); never needed by CI.
+(PYTHONPATH to a torchao source tree is enough); never needed by CI.  The
+committed files: torch 2.15 (CPU) with pytorch/ao's source at commit 36027d82d
+(2026), whose version string reads "unknown".
 """
 import json
 import os
@@ -36,6 +38,7 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torchao
 from torchao.float8.config import ScalingGranularity
 from torchao.float8.float8_utils import tensor_to_scale, to_fp8_saturated
 from torchao.prototype.moe_training.utils import (
@@ -160,6 +163,7 @@ def main():
         c[name] = write(out, "exp", name, t)
     index["cases"]["exp"] = c
     index["torch"] = torch.__version__
+    index["torchao"] = getattr(torchao, "__version__", "source tree")
     with open(os.path.join(out, "grouped.json"), "w") as f:
         json.dump(index, f, indent=1)
         f.write("\n")
