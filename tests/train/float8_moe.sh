@@ -36,6 +36,19 @@ ok*) t_ok "Float8 moves the step-1 loss by rounding only: ${verdict#ok }" ;;
 *) t_not_ok "Float8 moves the step-1 loss by rounding only" "${verdict#bad }" ;;
 esac
 
+# same_losses NAME A B TOL: runs A and B's 3 losses within relative TOL.
+same_losses() {
+	losses "$TMP/$2/metrics.jsonl" >"$TMP/b"
+	losses "$TMP/$3/metrics.jsonl" >"$TMP/f"
+	verdict=$(join "$TMP/b" "$TMP/f" | awk -v tol="$4" '
+		{ n++; d = ($3 - $2) / $2; d = d < 0 ? -d : d; if (d > w) w = d }
+		END { printf "%s %d steps, largest relative difference %.2e", (n == 3 && w < tol) ? "ok" : "bad", n, w }')
+	case "$verdict" in
+	ok*) t_ok "$1: ${verdict#ok }" ;;
+	*) t_not_ok "$1" "${verdict#bad }" ;;
+	esac
+}
+
 # Expert parallelism 2: each rank's experts take every token routed to them,
 # so each group's scales are one process's; float32 masters on both sides.
 EP="--training.mixed_precision_param float32 --training.global_batch_size 4"
@@ -47,20 +60,13 @@ t_run "Float8 experts under expert parallelism 2" $MPIRUN -np 2 "$TRAIN" --model
 	--training.steps 3 --training.dataset_path "$TMP/data" --lr_scheduler.warmup_steps 2 \
 	--optimizer.lr 2e-3 --debug.seed 7 --job.dump_folder "$TMP/ep" $F8 $EP \
 	--parallelism.data_parallel_shard_degree 2 --parallelism.expert_parallel_degree 2
-losses "$TMP/one/metrics.jsonl" >"$TMP/b"
-losses "$TMP/ep/metrics.jsonl" >"$TMP/f"
-verdict=$(join "$TMP/b" "$TMP/f" | awk '
-	{ n++; d = ($3 - $2) / $2; d = d < 0 ? -d : d; if (d > w) w = d }
-	END { printf "%s %d steps, largest relative difference %.2e", (n == 3 && w < 1e-4) ? "ok" : "bad", n, w }')
-case "$verdict" in
-ok*) t_ok "EP 2 equals one process: ${verdict#ok }" ;;
-*) t_not_ok "EP 2 equals one process" "${verdict#bad }" ;;
-esac
+same_losses "EP 2 equals one process" one ep 1e-4
 
 # Pipeline parallelism 2 under ZBVZeroBubble, which defers the weight
 # gradients (model_block_wgrad runs the experts' dW later): the same losses as
 # one process within 1e-5 (measured 2.3e-7; without Float8 the step-2 and
-# step-3 losses move by 5.4e-5 and 1.1e-4, so a dW left in bf16 shows).
+# step-3 losses move by 5.4e-5 and 1.1e-4, so a deferred dW taken without
+# Float8 shows).
 PP="--training.mixed_precision_param float32 --parallelism.pipeline_parallel_microbatch_size 1"
 # shellcheck disable=SC2086
 t_run "Float8 experts in one process, float32" run --job.dump_folder "$TMP/pp1" $F8 $PP
@@ -71,15 +77,7 @@ t_run "Float8 experts under pipeline 2 (ZBVZeroBubble)" $MPIRUN -np 2 "$TRAIN" \
 	--lr_scheduler.warmup_steps 2 --optimizer.lr 2e-3 --debug.seed 7 --job.dump_folder "$TMP/pp2" \
 	$F8 $PP --parallelism.pipeline_parallel_degree 2 \
 	--parallelism.pipeline_parallel_schedule ZBVZeroBubble
-losses "$TMP/pp1/metrics.jsonl" >"$TMP/b"
-losses "$TMP/pp2/metrics.jsonl" >"$TMP/f"
-verdict=$(join "$TMP/b" "$TMP/f" | awk '
-	{ n++; d = ($3 - $2) / $2; d = d < 0 ? -d : d; if (d > w) w = d }
-	END { printf "%s %d steps, largest relative difference %.2e", (n == 3 && w < 1e-5) ? "ok" : "bad", n, w }')
-case "$verdict" in
-ok*) t_ok "PP 2 with deferred weight gradients equals one process: ${verdict#ok }" ;;
-*) t_not_ok "PP 2 with deferred weight gradients equals one process" "${verdict#bad }" ;;
-esac
+same_losses "PP 2 with deferred weight gradients equals one process" pp1 pp2 1e-5
 
 # the 0.3.0 preset: honoured, and its plan at 256 ranks
 "$TRAIN" --list-030-presets >"$TMP/list" 2>&1
