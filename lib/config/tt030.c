@@ -225,8 +225,21 @@ static const tt030_preset presets[] = {
 	REFUSE("deepseek_v3", "deepseek_v3_16b_minimal_async_ep", MINIMAL_EP),
 	{"deepseek_v3", "deepseek_v3_671b", NULL,
 	 {DEEPSEEK_BIG("671B", "DeepSeek-V3.1-Base", "2000", "10000", "2", "500")}, 0, NULL, NULL},
-	REFUSE("deepseek_v3", "deepseek_v3_671b_float8", "Float8 grouped-expert GEMMs "
-	       "(Float8GroupedExpertsConverter, quantize.grouped_mm.float8) are not built"),
+	/* Float8LinearConverter.Config(filter_fqns=["lm_head", "router.gate"]) and
+	 * Float8GroupedExpertsConverter.Config(): every GroupedExperts, which is
+	 * the 0.2.2 converter quantize.grouped_mm.float8 with fqns ["experts"]
+	 * (titan's routed experts are "layers.N.moe.experts") */
+	{"deepseek_v3", "deepseek_v3_671b_float8", NULL,
+	 {DEEPSEEK_BIG("671B", "DeepSeek-V3.1-Base", "2000", "10000", "2", "500"),
+	  "[model]\nconverters = [\"quantize.linear.float8\", \"quantize.grouped_mm.float8\"]\n"
+	  "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n"
+	  "filter_fqns = [\"output\", \"router.gate\"]\n"
+	  "[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n"},
+	 0, NULL,
+	 "titan's Float8 linears (recipe rowwise, all but the output projection and the "
+	 "routers: 0.3.0's filter lm_head, router.gate) and Float8 grouped experts "
+	 "(quantize.grouped_mm.float8, fqns experts: torchao's e4m3 rowwise grouped GEMMs); "
+	 "the experts' token groups are not padded to 16 rows (padding rows change no value)"},
 
 	{"gpt_oss", "gpt_oss_debugmodel", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL,
 	 "0.3.0's debugmodel is titan's flavor debugmodel_030; varlen attention (sliding "

@@ -408,6 +408,7 @@ void model_free(model *m)
 	model_scratch_release(m);
 	model_ep_free(m);
 	model_f8_free(m);
+	free(m->f8_moe);
 	drop_casts(m);
 	free(m->ubound);
 	free(m->wcast);

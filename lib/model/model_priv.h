@@ -153,6 +153,7 @@ typedef struct wgrad_job {
 	const void *x;     /* (rows, in) of prec.act: a kept activation or a saved copy */
 	const int32_t *offs; /* (groups + 1) the rows of each expert, or NULL */
 	int64_t rows, in, out, groups;
+	int layer;         /* the block (grouped: whether its experts run in Float8) */
 } wgrad_job;
 
 typedef struct layer_act {
@@ -292,6 +293,8 @@ struct model {
 	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
 
 	struct model_f8 *f8;    /* the Float8 converter (model_f8.c), or NULL */
+	unsigned char *f8_moe;  /* (blocks) 1: the layer's experts run Float8 grouped GEMMs
+	                           (model_f8moe.c), or NULL */
 	/* Tensor parallelism (model_tp.c); size 1: none.  Scratch it adds, for
 	 * n = b*t tokens and ns = n / size held by the rank: */
 	model_tp_group tp;
@@ -380,6 +383,11 @@ int model_f8_head_whole(const model *m);
 /* Whether the linear whose bound weight is w is converted. */
 int model_f8_converts(const model *m, const void *w);
 void model_f8_free(model *m);
+/* The experts' grouped matmul of layer l (backend.h's grouped_matmul, operands
+ * of prec.act): the Float8 one where the layer's experts are converted. */
+void model_grouped_mm(model *m, int l, int mode, int64_t groups, const int32_t *offs,
+		      int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
+		      float beta, void *c, be_dtype ct);
 
 /* ---- the block (model_block.c) ---- */
 
