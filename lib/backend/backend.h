@@ -420,6 +420,20 @@ typedef struct backend_ops {
 			  be_dtype at, const float *sa, int64_t nsa, const void *b, be_dtype bt,
 			  const float *sb, int64_t nsb, float beta, void *c, be_dtype ct);
 
+	/* grouped_matmul (same arguments) with torchao's Float8 grouped GEMM
+	 * (prototype.moe_training's _Float8GroupedMM, torchtitan's
+	 * Float8GroupedExpertsConverter): every operand cast to e4m3 with
+	 * power-of-two scales (f8_cast's), each along its GEMM's reduction:
+	 *   FWD  a: per row (token); b[g]: per row of b[g] (B_t's columns)
+	 *   DX   a (dy): per row; b[g]: per column of b[g]
+	 *   DW   a (dy), b (x): per column, over group g's rows only
+	 * The float8 operands are multiplied with float32 accumulation and the
+	 * product rounded to bfloat16 (torchao's out_dtype) before
+	 * c = beta * c + product is written in ct.  NULL: not built. */
+	void (*f8_grouped_matmul)(backend *be, int mode, int64_t groups, const int32_t *offs,
+				  int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
+				  be_dtype ab, float beta, void *c, be_dtype ct);
+
 	/* Elementwise: y = a + b; y += alpha * x; x *= alpha. */
 	void (*add)(backend *be, void *y, be_dtype yt, const void *a, be_dtype at,
 		    const void *b, be_dtype bt, int64_t n);

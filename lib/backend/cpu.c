@@ -837,6 +837,7 @@ static const backend_ops cpu_ops = {
 	.f8_amax = cpu_f8_amax,
 	.f8_cast = cpu_f8_cast,
 	.f8_matmul = cpu_f8_matmul,
+	.f8_grouped_matmul = cpu_f8_grouped_matmul,
 	.add = cpu_add,
 	.axpy = cpu_axpy,
 	.scale = cpu_scale,

@@ -5,6 +5,7 @@
 #include "backend/cpu_fp8.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
@@ -138,5 +139,82 @@ void cpu_f8_decode(backend *be, void *dst, be_dtype dt, const uint8_t *src, be_d
 #pragma omp parallel for if (n > CPU_PAR_MIN)
 		for (int64_t i = 0; i < n; i++)
 			y[i] = bf16_from_f32(v[src[i]]);
+	}
+}
+
+/* x (rows, cols) float32 in place: torchao's e4m3 cast with power-of-two
+ * scales, dequantized (float(q) / s, exact: s is a power of two). */
+static void fake_e4m3(float *x, float *scale, int64_t rows, int64_t cols, f8_scaling s)
+{
+	f8_scales(scale, x, rows, cols, s, F8_E4M3FN, true);
+	f8_fake_quantize(x, x, scale, rows, cols, s, F8_E4M3FN);
+}
+
+/* Float32 copies of a (an floats) and b (bn floats) into af, bf. */
+static void widen_into(float *dst, const void *x, be_dtype t, size_t n)
+{
+	if (t == BE_F32)
+		memcpy(dst, x, n * sizeof(float));
+	else
+		cpu_bf16_convert(dst, BE_F32, x, BE_BF16, (int64_t)n);
+}
+
+/* torchao's casts of the three grouped GEMMs (backend.h's f8_grouped_matmul). */
+static void fake_operands(int mode, int64_t groups, const int32_t *offs, int64_t rows,
+			  int64_t nn, int64_t kk, float *af, float *bf, float *scale)
+{
+	if (mode == BE_GMM_FWD) { /* tokens' rows of A; B_t's columns = rows of b[g] */
+		fake_e4m3(af, scale, rows, kk, F8_ROWS);
+		fake_e4m3(bf, scale, groups * nn, kk, F8_ROWS);
+	} else if (mode == BE_GMM_DX) { /* rows of dy; b[g] (nn, kk) per column */
+		fake_e4m3(af, scale, rows, nn, F8_ROWS);
+		for (int64_t g = 0; g < groups; g++)
+			fake_e4m3(bf + g * nn * kk, scale, nn, kk, F8_COLS);
+	} else { /* each group's columns of dy and of x, over the group's rows */
+		for (int64_t g = 0; g < groups; g++) {
+			int64_t r0 = offs[g], m = offs[g + 1] - r0;
+			if (m == 0)
+				continue;
+			fake_e4m3(af + r0 * nn, scale, m, nn, F8_COLS);
+			fake_e4m3(bf + r0 * kk, scale, m, kk, F8_COLS);
+		}
+	}
+}
+
+void cpu_f8_grouped_matmul(backend *be, int mode, int64_t groups, const int32_t *offs,
+			   int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
+			   be_dtype ab, float beta, void *c, be_dtype ct)
+{
+	if (!hp_ok(be, "f8_grouped_matmul", ab) || !hp_ok(be, "f8_grouped_matmul", ct))
+		return;
+	if (mode != BE_GMM_FWD && mode != BE_GMM_DX && mode != BE_GMM_DW) {
+		backend_fault(be, "cpu backend: f8_grouped_matmul: mode %d is not FWD, DX or DW", mode);
+		return;
+	}
+	size_t an = (size_t)(rows * (mode == BE_GMM_FWD ? kk : nn));
+	size_t bn = (size_t)(mode == BE_GMM_DW ? rows * kk : groups * nn * kk);
+	size_t cn = (size_t)(mode == BE_GMM_DW	  ? groups * nn * kk
+			     : mode == BE_GMM_FWD ? rows * nn
+						  : rows * kk);
+	size_t sn = (size_t)(rows > groups * nn ? rows : groups * nn) + (size_t)(nn + kk);
+	float *af = cpu_scratch(be, (an + bn + cn + sn) * sizeof(float), "f8_grouped_matmul");
+	if (!af)
+		return;
+	float *bf = af + an, *pf = bf + bn, *scale = pf + cn;
+	widen_into(af, a, ab, an);
+	widen_into(bf, b, ab, bn);
+	fake_operands(mode, groups, offs, rows, nn, kk, af, bf, scale);
+	cpu_grouped_matmul_f32(mode, groups, offs, rows, nn, kk, af, bf, 0, pf);
+	/* torchao's out_dtype: the product is bfloat16, then added to c */
+#pragma omp parallel for if (cn > CPU_PAR_MIN)
+	for (size_t i = 0; i < cn; i++) {
+		float p = bf16_round(pf[i]);
+		if (ct == BE_F32) {
+			float *cf = c;
+			cf[i] = beta == 0 ? p : beta * cf[i] + p;
+		} else {
+			uint16_t *cb = c;
+			cb[i] = bf16_from_f32(beta == 0 ? p : beta * bf16_to_f32(cb[i]) + p);
+		}
 	}
 }

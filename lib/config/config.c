@@ -110,7 +110,8 @@ static const cfg_key keys[] = {
 	K("model.tokenizer_path", CFG_OPT_STR, model.tokenizer_path, "none", NULL,
 	  "model.tokenizer_path", "deprecated: when set, replaces hf_assets_path (with a warning)"),
 	K("model.converters", CFG_LIST, model.converters, "[]", NULL, "model.converters",
-	  "model converters: quantize.linear.float8 (Float8 linears)"),
+	  "model converters: quantize.linear.float8 (Float8 linears), quantize.grouped_mm.float8 "
+	  "(Float8 grouped experts)"),
 	K("model.print_after_conversion", CFG_BOOL, model.print_after_conversion, "false", NULL,
 	  "model.print_after_conversion", "print the model after converters"),
 	K("model.num_mtp_layers", CFG_INT, model.num_mtp_layers, "0", NULL, NULL,
@@ -373,8 +374,10 @@ static const cfg_key keys[] = {
 	KS("quantize.linear.mx.filter_fqns", CFG_LIST, mx.filter_fqns, "[\"output\"]", NULL,
 	   "modules left in high precision", CFG_NOT_BUILT, NO_MX),
 
-	KS("quantize.grouped_mm.float8.fqns", CFG_LIST, grouped_mm.float8.fqns, "[]", NULL,
-	   "MoE layers whose grouped GEMMs run in Float8", CFG_NOT_BUILT, NO_MOE),
+	K("quantize.grouped_mm.float8.fqns", CFG_LIST, grouped_mm.float8.fqns, "[]", NULL,
+	  "quantize.grouped_mm.float8.fqns",
+	  "MoE layers (a substring of \"layers.3.moe.experts\") whose routed experts' grouped "
+	  "GEMMs run in Float8 under the quantize.grouped_mm.float8 converter"),
 	KS("quantize.grouped_mm.mx.recipe_name", CFG_STR, grouped_mm.mx.recipe_name, "\"mxfp8\"",
 	   "mxfp8", "MX recipe of grouped GEMMs", CFG_NOT_BUILT, NO_MOE),
 	KS("quantize.grouped_mm.mx.fqns", CFG_LIST, grouped_mm.mx.fqns, "[]", NULL,
@@ -1100,8 +1103,9 @@ int config_validate(const job_config *c, titan_err *err)
 
 static char *value_text(const job_config *c, const cfg_key *k);
 
-/* model.converters: torchtitan's registry names; the Float8 linear converter is
- * built (lib/model/model_f8.c), the MX and grouped-GEMM ones are not.
+/* model.converters: torchtitan's registry names; the Float8 linear and grouped
+ * GEMM converters are built (lib/model/model_f8.c, model_f8moe.c), the MX ones
+ * are not.
  * torchtitan asserts that a recipe and FSDP's float8 all-gather are not asked
  * for together; the all-gather itself acts only under FSDP (dp_shard > 1).
  * Every recipe runs under tensor parallelism, as torchtitan's: the scales are
@@ -1120,9 +1124,10 @@ static int check_converters(const job_config *c, titan_err *err)
 			return err_set(err, "model.converters: \"%s\" is not a converter (expected "
 				       "quantize.linear.float8, quantize.linear.mx, "
 				       "quantize.grouped_mm.float8 or quantize.grouped_mm.mx)", v);
-		if (k > 0)
+		if (k == 1 || k == 3)
 			return err_set(err, "model.converters: %s is not supported by this titan-train "
-				       "yet (quantize.linear.float8 is)", v);
+				       "yet (quantize.linear.float8 and quantize.grouped_mm.float8 are)",
+				       v);
 	}
 	const __typeof__(c->float8) *f = &c->float8;
 	if (f->recipe_name != NULL && f->enable_fsdp_float8_all_gather)
@@ -1162,8 +1167,7 @@ static int check_schema_support(const job_config *c, titan_err *err)
 /* model.num_mtp_layers: torchtitan 0.3.0 builds multi-token prediction for
  * DeepSeek V3 and refuses it under pipeline and context parallelism
  * (MTPDecoder.Config.update_from_config); its validator calls MTPLoss without
- * the positions it requires.  titan has not built it under tensor
- * parallelism. */
+ * the positions it requires. */
 static int check_mtp(const job_config *c, titan_err *err)
 {
 	const __typeof__(c->parallelism) *p = &c->parallelism;
@@ -1186,19 +1190,31 @@ static int check_mtp(const job_config *c, titan_err *err)
 		    "model.num_mtp_layers with parallelism.context_parallel_degree %lld: MTP does "
 		    "not support context parallelism yet (torchtitan 0.3.0 refuses it too)",
 		    (long long)p->context_parallel_degree) ||
-	       need(p->tensor_parallel_degree <= 1, err,
-		    "model.num_mtp_layers with parallelism.tensor_parallel_degree %lld: MTP under "
-		    "tensor parallelism is not built", (long long)p->tensor_parallel_degree) ||
-	       need(!c->checkpoint.last_save_in_hf && !c->checkpoint.initial_load_in_hf, err,
-		    "model.num_mtp_layers with checkpoint.last_save_in_hf or initial_load_in_hf: "
-		    "multi-token prediction's tensors have no HF conversion in titan yet") ||
 	       need(!c->validation.enable, err,
 		    "model.num_mtp_layers with validation.enable: torchtitan 0.3.0's validator calls "
 		    "MTPLoss without the positions it requires (a ValueError); refused");
 }
 
+/* torchtitan's CheckpointManager does nothing at all when checkpoint.enable
+ * is false, loading included: titan does the same, but says so, since a run
+ * that quietly starts from its random init instead of the named checkpoint
+ * looks like a run that loaded it. */
+static void warn_checkpoint_unused(const job_config *c)
+{
+	const __typeof__(c->checkpoint) *k = &c->checkpoint;
+	if (k->enable)
+		return;
+	if (k->initial_load_path != NULL)
+		titan_warn("checkpoint.initial_load_path = \"%s\" has no effect: checkpoint.enable "
+			   "is false (torchtitan loads nothing then either)", k->initial_load_path);
+	if (k->load_step >= 0)
+		titan_warn("checkpoint.load_step = %lld has no effect: checkpoint.enable is false",
+			   (long long)k->load_step);
+}
+
 int config_check_supported(const job_config *c, int world_size, titan_err *err)
 {
+	warn_checkpoint_unused(c);
 	(void)world_size; /* every parallelism takes any world (lib/plan) */
 	if (check_converters(c, err) || check_mtp(c, err) ||
 	    need(c->model.converters.n == 0 || strcmp(c->training.dtype, "float32") == 0, err,

@@ -140,8 +140,11 @@ static const tt030_preset presets[] = {
 	{"llama3", "llama3_debugmodel_varlen_attn", NULL, {LLAMA3_DEBUG}, 0, NULL,
 	 "varlen attention is the per-document attention every 0.3.0 run has here (flex's "
 	 "block-causal mask is the same); CUDA graphs off, which titan accepts either way"},
-	REFUSE("llama3", "llama3_debugmodel_dist_gemm", "fusing attention's tensor-parallel "
-	       "collectives into its GEMMs (tp_gemm_backend \"dist_gemm\") is not built"),
+	/* model_registry(tp_gemm_backend="dist_gemm"): the same projections with
+	 * tensor parallelism's collectives folded into their GEMMs */
+	{"llama3", "llama3_debugmodel_dist_gemm", NULL, {LLAMA3_DEBUG}, 0, NULL,
+	 "attention's tensor-parallel collectives folded into its GEMMs (dist_gemm) compute "
+	 "the projections titan's tensor parallelism computes with its own collectives"},
 	{"llama3", "llama3_debugmodel_float8", NULL, {LLAMA3_DEBUG, FLOAT8}, 0, NULL,
 	 "titan's Float8 linears (quantize.linear.float8, recipe rowwise)"},
 	REFUSE("llama3", "llama3_debugmodel_nvfp4", NVFP4),
@@ -210,8 +213,18 @@ static const tt030_preset presets[] = {
 	  "[checkpoint]\ninterval = 10\nlast_save_model_only = false\nexport_dtype = \"float16\"\n"
 	  SELECTIVE_AC},
 	 0, NULL, NULL},
-	REFUSE("qwen3", "qwen3_moe_deepep", "DeepEP's token dispatch (moe_comm_backend \"deepep\") "
-	       "is not built"),
+	/* model_registry("debugmodel_moe", moe_comm_backend="deepep"): "numerics
+	 * match the standard all-to-all backend", says its docstring */
+	{"qwen3", "qwen3_moe_deepep", NULL,
+	 {MODEL("qwen3", "debugmodel_moe", TOKENIZER)
+	  "[optimizer]\nlr = 3e-4\n[lr_scheduler]\nwarmup_steps = 2\n"
+	  "[training]\nlocal_batch_size = 2\nseq_len = 512\nsteps = 10\ndataset = \"c4_test\"\n"
+	  "[metrics]\nlog_freq = 1\n[parallelism]\nexpert_parallel_degree = 4\n"
+	  "[checkpoint]\ninterval = 1000\nlast_save_model_only = false\nexport_dtype = \"float16\"\n"
+	  SELECTIVE_AC},
+	 0, NULL,
+	 "DeepEP's token dispatch (moe_comm_backend deepep) computes what the standard "
+	 "all-to-all does, which titan's expert parallelism runs"},
 	REFUSE("qwen3", "sft_qwen3_8b_math", SFT),
 
 	{"deepseek_v3", "deepseek_v3_debugmodel", NULL,
@@ -220,8 +233,7 @@ static const tt030_preset presets[] = {
 	 {FAMILY_DEBUG("deepseek_v3"), "[parallelism]\nexpert_parallel_degree = 1\n",
 	  "[model]\nnum_mtp_layers = 1\n"}, PRESET_MTP_LOSS, NULL,
 	 "one multi-token prediction depth (model.num_mtp_layers) and MTPLoss (model.mtp_scale); "
-	 "pipeline, context and tensor parallelism, validation and HF conversion are refused "
-	 "with it"},
+	 "pipeline and context parallelism and validation are refused with it"},
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_mxfp8", MXFP8),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_hybridep", HYBRIDEP),
 	REFUSE("deepseek_v3", "deepseek_v3_debugmodel_minimal_async_ep", MINIMAL_EP),
@@ -231,8 +243,21 @@ static const tt030_preset presets[] = {
 	REFUSE("deepseek_v3", "deepseek_v3_16b_minimal_async_ep", MINIMAL_EP),
 	{"deepseek_v3", "deepseek_v3_671b", NULL,
 	 {DEEPSEEK_BIG("671B", "DeepSeek-V3.1-Base", "2000", "10000", "2", "500")}, 0, NULL, NULL},
-	REFUSE("deepseek_v3", "deepseek_v3_671b_float8", "Float8 grouped-expert GEMMs "
-	       "(Float8GroupedExpertsConverter, quantize.grouped_mm.float8) are not built"),
+	/* Float8LinearConverter.Config(filter_fqns=["lm_head", "router.gate"]) and
+	 * Float8GroupedExpertsConverter.Config(): every GroupedExperts, which is
+	 * the 0.2.2 converter quantize.grouped_mm.float8 with fqns ["experts"]
+	 * (titan's routed experts are "layers.N.moe.experts") */
+	{"deepseek_v3", "deepseek_v3_671b_float8", NULL,
+	 {DEEPSEEK_BIG("671B", "DeepSeek-V3.1-Base", "2000", "10000", "2", "500"),
+	  "[model]\nconverters = [\"quantize.linear.float8\", \"quantize.grouped_mm.float8\"]\n"
+	  "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n"
+	  "filter_fqns = [\"output\", \"router.gate\"]\n"
+	  "[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\n"},
+	 0, NULL,
+	 "titan's Float8 linears (recipe rowwise, all but the output projection and the "
+	 "routers: 0.3.0's filter lm_head, router.gate) and Float8 grouped experts "
+	 "(quantize.grouped_mm.float8, fqns experts: torchao's e4m3 rowwise grouped GEMMs); "
+	 "the experts' token groups are not padded to 16 rows (padding rows change no value)"},
 
 	{"gpt_oss", "gpt_oss_debugmodel", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL,
 	 "0.3.0's debugmodel is titan's flavor debugmodel_030; varlen attention (sliding "

@@ -394,6 +394,8 @@ typedef struct dcp_hf_model {
 	int n_experts, top_k, moe_inter, route_norm; /* mixture of experts (0: none);
 	                                                 n_experts, moe_inter inferred */
 	int dense_layers;       /* inferred: the layers before the first with experts */
+	int mtp_layers;         /* inferred: DeepSeek V3's multi-token prediction depths,
+	                           titan's mtp_layers.<k>, HF's model.layers.<n_layers + k> */
 	int q_lora, kv_lora, qk_nope, qk_rope, v_head; /* inferred: multi-head latent
 	                                                 attention's dims (kv_lora 0: none) */
 	const dcp_hf_key *keys; /* the family's names; NULL: Llama's */
@@ -446,8 +448,11 @@ typedef int (*dcp_hf_tensor_fn)(void *ctx, const char *name, dcp_dtype dtype, in
  * config.json sets tie_word_embeddings (model->tied without a config.json),
  * and an error otherwise.  Every weight must be stored as a floating-point
  * type (an integer or boolean tensor is refused with its name, not cast);
- * with model->model set, each must be one of the model's with its shape, and
- * none may be missing.  Messages start with hfdir. */
+ * with model->model set, each must be one of the model's tensors or buffers
+ * (expert_bias) with its shape, and no tensor may be missing (a buffer may).
+ * DeepSeek V3's depths (model.layers.<n_layers + k>) come as mtp_layers.<k>.*,
+ * their own copies of the embedding and head (embed_tokens,
+ * shared_head.head) left out.  Messages start with hfdir. */
 int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
 		void *ctx, titan_err *err);
 /* Write model weights (torchtitan's names, as in a checkpoint) as torchtitan's

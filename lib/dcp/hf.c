@@ -85,6 +85,48 @@ static char *format_key(const char *pat, const long *nums, int nn)
 	return strdup(buf);
 }
 
+/* DeepSeek V3's multi-token prediction depths: titan's (and torchtitan
+ * 0.3.0's) mtp_layers.<k>.* are HF's model.layers.<n_layers + k>.*, the
+ * decoder layer keys and the depth's own (enorm, hnorm, eh_proj,
+ * shared_head.norm) alike (0.3.0's DeepSeekV3StateDictAdapter
+ * _map_to_hf_layer_key / _map_from_hf_layer_key).  The table is looked up
+ * with the depth as that layer: mtp_layers.<k>.rest as layers.<n + k>.rest
+ * in buf; other names as they are. */
+static const char *as_layer(const char *name, int n_layers, char *buf, size_t cap)
+{
+	char *end;
+	if (strncmp(name, "mtp_layers.", 11) != 0 || name[11] < '0' || name[11] > '9')
+		return name;
+	long k = strtol(name + 11, &end, 10);
+	if (*end != '.' || snprintf(buf, cap, "layers.%ld%s", n_layers + k, end) >= (int)cap)
+		return name;
+	return buf;
+}
+
+/* The reverse on a titan name made from the table (malloc'd, consumed):
+ * layers.<L>.rest with L >= n_layers is the depth mtp_layers.<L - n>.rest. */
+static char *as_depth(char *tn, int n_layers)
+{
+	char *end;
+	if (!tn || strncmp(tn, "layers.", 7) != 0 || tn[7] < '0' || tn[7] > '9')
+		return tn;
+	long l = strtol(tn + 7, &end, 10);
+	if (*end != '.' || l < n_layers)
+		return tn;
+	size_t cap = strlen(tn) + 16;
+	char *out = malloc(cap);
+	if (out)
+		snprintf(out, cap, "mtp_layers.%ld%s", l - n_layers, end);
+	free(tn);
+	return out;
+}
+
+/* A titan name from the table's pattern and the HF key's numbers. */
+static char *titan_name(const char *pat, const long *nums, int nn, const dcp_hf_model *m)
+{
+	return as_depth(format_key(pat, nums, nn), m->n_layers);
+}
+
 char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *kind)
 {
 	long nums[4];
@@ -226,6 +268,31 @@ static void infer_experts(dcp_source *s, dcp_hf_model *m, int from_hf, int *at)
 	}
 }
 
+/* The decoder layers and, after them, the multi-token prediction depths
+ * (*mtp): HF's model.layers.<L> is a depth from the first L with an enorm
+ * (DeepSeek V3's), titan's are mtp_layers.<k>. */
+static int count_layers(dcp_source *s, int from_hf, int *mtp)
+{
+	int layers = 0, all;
+	char name[128];
+	for (all = 0;; all++) {
+		snprintf(name, sizeof name, from_hf ? "model.layers.%d.input_layernorm.weight"
+						    : "layers.%d.attention_norm.weight", all);
+		if (!dcp_source_find(s, name))
+			break;
+		snprintf(name, sizeof name, "model.layers.%d.enorm.weight", all);
+		if (layers == all && !(from_hf && dcp_source_find(s, name)))
+			layers++;
+	}
+	*mtp = all - layers;
+	for (; !from_hf; ++*mtp) {
+		snprintf(name, sizeof name, "mtp_layers.%d.enorm.weight", *mtp);
+		if (!dcp_source_find(s, name))
+			break;
+	}
+	return layers;
+}
+
 static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 {
 	const char *emb = from_hf ? "model.embed_tokens.weight" : "tok_embeddings.weight";
@@ -244,14 +311,7 @@ static int infer(dcp_source *s, dcp_hf_model *m, int from_hf, titan_err *err)
 	if (f)
 		m->ffn_hidden = (int)f->shape[0];
 	m->dense_layers = moe_at > 0 ? moe_at : 0;
-	int layers = 0;
-	char name[128];
-	for (;; layers++) {
-		snprintf(name, sizeof name, from_hf ? "model.layers.%d.input_layernorm.weight"
-						    : "layers.%d.attention_norm.weight", layers);
-		if (!dcp_source_find(s, name))
-			break;
-	}
+	int layers = count_layers(s, from_hf, &m->mtp_layers);
 	if (m->n_layers && m->n_layers != layers)
 		return err_set(err, "checkpoint has %d layers, the flavor %d", layers, m->n_layers);
 	m->n_layers = layers;
@@ -525,7 +585,9 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 {
 	long nums[4];
 	int nn;
-	const dcp_hf_key *key = find_key(m->keys, name, 1, nums, &nn);
+	char lbuf[256];
+	const char *as = as_layer(name, m->n_layers, lbuf, sizeof lbuf);
+	const dcp_hf_key *key = find_key(m->keys, as, 1, nums, &nn);
 	size_t len = strlen(name);
 	if (!key && len > 14 && (!strcmp(name + len - 14, ".lora_a.weight") ||
 				 !strcmp(name + len - 14, ".lora_b.weight"))) {
@@ -534,11 +596,8 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 		free(data);
 		return 0;
 	}
-	if (!key) {
+	if (!key || (as != name && !m->mtp_layers)) {
 		free(data);
-		if (!strncmp(name, "mtp_layers.", 11)) /* DeepSeek V3's MTP (0.3.0) */
-			return err_set(err, "%s: multi-token prediction's tensors have no HF export "
-				       "in titan yet (HF numbers them as layers after the last)", name);
 		return err_set(err, "%s: not a weight of the model torchtitan names", name);
 	}
 	if (key->kind == DCP_HF_DROP) {
@@ -749,7 +808,7 @@ static int stack_expert(dcp_source *s, const dcp_src_item *it, const dcp_hf_key 
 			const long *nums, dcp_dtype dt, const dcp_hf_model *m, expert_stack *stacks,
 			size_t *ns, dcp_hf_tensor_fn fn, void *ctx, titan_err *err)
 {
-	char *tn = format_key(key->titan, nums, 1);
+	char *tn = titan_name(key->titan, nums, 1, m);
 	if (!tn)
 		return err_set(err, "out of memory");
 	expert_stack *st = NULL;
@@ -802,7 +861,7 @@ static int import_halves(dcp_source *s, const dcp_src_item *it, const dcp_hf_key
 	void *fused = load_mapped(s, it, dt, DCP_HF_PLAIN, m, 0, err);
 	int rc = fused ? 0 : -1;
 	for (int half = 0; half < 2 && rc == 0; half++) {
-		char *tn = format_key(key[half].titan, nums, nn);
+		char *tn = titan_name(key[half].titan, nums, nn, m);
 		void *part = malloc((size_t)(e * f * d) * es + 1);
 		if (!tn || !part) {
 			free(part);
@@ -833,7 +892,7 @@ static int import_tensor(dcp_source *s, const dcp_src_item *it, const dcp_hf_mod
 		return stack_expert(s, it, key, nums, dt, m, stacks, ns, fn, ctx, err);
 	if (key->kind == DCP_HF_GATE_HALF)
 		return import_halves(s, it, key, nums, nn, dt, m, fn, ctx, err);
-	char *tn = format_key(key->titan, nums, nn);
+	char *tn = titan_name(key->titan, nums, nn, m);
 	if (!tn)
 		return err_set(err, "out of memory");
 	*have_output |= !strcmp(tn, "output.weight");
@@ -871,10 +930,16 @@ static int check_weight(void *vctx, const char *name, dcp_dtype dt, int ndim, co
 			void *data, titan_err *err)
 {
 	hf_checked *c = vctx;
-	const model_tensor *t = model_tensor_find(c->model, name);
+	const model_tensor *t = model_tensor_find(c->model, name), *buf = NULL;
 	int rc = 0;
-	if (t == NULL && !(strcmp(name, "output.weight") == 0 &&
-			   model_args(c->model)->tied_embeddings)) {
+	if (t == NULL && (buf = model_buffer_find(c->model, name)) != NULL)
+		t = buf; /* a buffer (expert_bias: HF's e_score_correction_bias) */
+	if (t == NULL && !strncmp(name, "mtp_layers.", 11) && !model_args(c->model)->mtp_layers) {
+		rc = err_set(err, "%s: %s: the folder has multi-token prediction depths after layer "
+			     "%d, the model none (model.num_mtp_layers; titan-ckpt-convert "
+			     "--num-mtp-layers)", c->dir, name, model_args(c->model)->n_layers - 1);
+	} else if (t == NULL && !(strcmp(name, "output.weight") == 0 &&
+				  model_args(c->model)->tied_embeddings)) {
 		rc = err_set(err, "%s: %s is not a weight of the model", c->dir, name);
 	} else if (t != NULL) {
 		int same = ndim == t->ndim;
@@ -891,7 +956,7 @@ static int check_weight(void *vctx, const char *name, dcp_dtype dt, int ndim, co
 		free(data);
 		return rc;
 	}
-	if (t != NULL)
+	if (t != NULL && t != buf)
 		c->seen[t - model_tensor_at(c->model, 0)] = 1;
 	return c->fn(c->ctx, name, dt, ndim, shape, data, err);
 }
@@ -899,6 +964,17 @@ static int check_weight(void *vctx, const char *name, dcp_dtype dt, int ndim, co
 static int is_float(dcp_dtype t)
 {
 	return t == PTZ_F32 || t == PTZ_BF16 || t == PTZ_F16 || t == PTZ_F64;
+}
+
+/* DeepSeek V3's release stores each depth's embedding and output head
+ * (model.layers.<n + k>.embed_tokens, .shared_head.head): torchtitan 0.3.0's
+ * depths share tok_embeddings and lm_head, and its adapter reads neither. */
+static int depth_copy(const char *name, const dcp_hf_model *m)
+{
+	char *end;
+	if (strncmp(name, "model.layers.", 13) != 0 || strtol(name + 13, &end, 10) < m->n_layers)
+		return 0;
+	return !strcmp(end, ".embed_tokens.weight") || !strcmp(end, ".shared_head.head.weight");
 }
 
 int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, dcp_hf_tensor_fn fn,
@@ -929,7 +1005,7 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
 		/* torchtitan's adapter drops the RoPE buffers old exports carry. */
-		if (strstr(it->name, ".self_attn.rotary_emb.inv_freq"))
+		if (strstr(it->name, ".self_attn.rotary_emb.inv_freq") || depth_copy(it->name, &m))
 			continue;
 		/* the weights are floats: an integer tensor cast would train on
 		 * nonsense without a word */

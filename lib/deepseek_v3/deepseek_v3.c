@@ -10,7 +10,8 @@
  * HF: DeepseekV3ForCausalLM (sigmoid flavors) or DeepseekV2ForCausalLM
  * (softmax), torchtitan's DeepSeekV3StateDictAdapter's names; no RoPE row
  * permutation (HF's rope_interleave rotates the same pairs); expert_bias is
- * HF's e_score_correction_bias. */
+ * HF's e_score_correction_bias.  0.3.0's multi-token prediction depths
+ * (mtp_layers.<k>) are HF's layers after the last (lib/dcp/hf.c). */
 #include <float.h>
 #include <jansson.h>
 
@@ -81,6 +82,11 @@ static const dcp_hf_key hf_keys[] = {
 	 DCP_HF_PLAIN},
 	{"layers.{}.moe.expert_bias", "model.layers.{}.mlp.gate.e_score_correction_bias",
 	 DCP_HF_PLAIN},
+	/* a multi-token prediction depth's own (mtp_layers.<k>: HF's layer n + k) */
+	{"layers.{}.enorm.weight", "model.layers.{}.enorm.weight", DCP_HF_PLAIN},
+	{"layers.{}.hnorm.weight", "model.layers.{}.hnorm.weight", DCP_HF_PLAIN},
+	{"layers.{}.eh_proj.weight", "model.layers.{}.eh_proj.weight", DCP_HF_PLAIN},
+	{"layers.{}.mtp_norm.weight", "model.layers.{}.shared_head.norm.weight", DCP_HF_PLAIN},
 	{NULL, NULL, 0},
 };
 
@@ -140,6 +146,8 @@ static int hf_config(json_t *c, const dcp_hf_model *m)
 	set_real(r, "mscale_all_dim", a->mla.mscale);
 	set_int(r, "original_max_position_embeddings", (int64_t)a->rope.orig);
 	json_object_set_new(c, "rope_scaling", r);
+	if (m->mtp_layers > 0) /* the depths after num_hidden_layers */
+		set_int(c, "num_nextn_predict_layers", m->mtp_layers);
 	return 0;
 }
 

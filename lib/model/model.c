@@ -411,6 +411,7 @@ void model_free(model *m)
 	model_scratch_release(m);
 	model_ep_free(m);
 	model_f8_free(m);
+	free(m->f8_moe);
 	drop_casts(m);
 	free(m->ubound);
 	free(m->wcast);
@@ -485,6 +486,14 @@ int model_num_buffers(const model *m) { return m->n_buffers; }
 const model_tensor *model_buffer_at(const model *m, int i)
 {
 	return i >= 0 && i < m->n_buffers ? &m->buffers[i] : NULL;
+}
+
+const model_tensor *model_buffer_find(const model *m, const char *fqn)
+{
+	for (int i = 0; i < m->n_buffers; i++)
+		if (strcmp(m->buffers[i].fqn, fqn) == 0)
+			return &m->buffers[i];
+	return NULL;
 }
 
 void model_buffer_read(model *m, const model_tensor *t, float *host)

@@ -279,6 +279,8 @@ int64_t model_attn_pairs_row(int64_t t, int64_t window, int64_t chunk, const int
  * whole. */
 int model_num_buffers(const model *m);
 const model_tensor *model_buffer_at(const model *m, int i);
+/* The buffer named fqn; NULL when none is. */
+const model_tensor *model_buffer_find(const model *m, const char *fqn);
 void model_buffer_read(model *m, const model_tensor *t, float *host);
 void model_buffer_write(model *m, const model_tensor *t, const float *host);
 
@@ -367,6 +369,17 @@ int model_set_float8(model *m, const model_float8 *c, titan_err *e);
 /* Whether tensor i is the weight of a converted linear; the recipe's name
  * (NULL when none is set). */
 int model_float8_converted(const model *m, int i);
+/* Float8 grouped experts (torchtitan 0.3.0's Float8GroupedExpertsConverter,
+ * 0.2.2's quantize.grouped_mm.float8 with its fqns): the routed experts of
+ * each MoE layer whose module FQN ("layers.3.moe.experts",
+ * "mtp_layers.0.moe.experts") contains one of fqns as a substring run their
+ * three grouped GEMMs as torchao's _Float8GroupedMM (e4m3, power-of-two
+ * rowwise scales, bfloat16 products: backend.h's f8_grouped_matmul).  n 0
+ * turns it off.  Returns the number of MoE layers converted, or -1 with e set
+ * (a backend without the op, dim or moe_inter_dim not a multiple of 16). */
+int model_set_float8_experts(model *m, const char *const *fqns, size_t n, titan_err *e);
+/* Whether block l's experts are converted. */
+int model_float8_experts(const model *m, int l);
 /* Tests only (tests/plan's negative control): under tensor parallelism each
  * rank scales by the amax of its own part instead of the whole tensor's,
  * which torchao never does.  After model_set_float8. */

@@ -147,8 +147,8 @@ static const void *job_input(const piece_ctx *c, int i, size_t bytes, titan_err 
 static void run_job(model *m, void *dw, const wgrad_job *j)
 {
 	if (j->offs)
-		m->be->ops->grouped_matmul(m->be, BE_GMM_DW, j->groups, j->offs, j->rows, j->out,
-					   j->in, j->dy, j->x, m->prec.act, 1, dw, m->prec.grad);
+		model_grouped_mm(m, j->layer, BE_GMM_DW, j->groups, j->offs, j->rows, j->out, j->in,
+				 j->dy, j->x, 1, dw, m->prec.grad);
 	else
 		model_linear_dw(m, dw, j->dy, j->x, j->rows, j->in, j->out);
 }
@@ -167,6 +167,7 @@ static int weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int
 	if (grouped) {
 		now.offs = piece_act(c, ACT_OFFS);
 		now.groups = m->args.moe.experts;
+		now.layer = c->l;
 	}
 	model_tp_finish(m);
 	if (!c->defer) {

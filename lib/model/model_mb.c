@@ -23,6 +23,8 @@ size_t model_act_bytes(const model *m, int l, int i, size_t n)
 
 act_set model_layer_keep(const model *m, int l)
 {
+	if (l >= m->args.n_layers) /* an MTP depth's: 0.3.0's checkpointing wraps layers only */
+		return ACT_ALL;
 	switch (m->ac) {
 	case MODEL_AC_NONE: return ACT_ALL;
 	case MODEL_AC_FULL: return 0;
@@ -654,7 +656,7 @@ static void logits_chunks(model *m, model_mb *mb, const void *xf_all, const int3
 			be->ops->copy(be, logits_host + r0 * v, m->logits,
 				      (size_t)(c * v) * sizeof(float), BACKEND_D2H);
 		if (labels && m->tp.size > 1)
-			model_tp_loss(m, mb, m->logits, r0, c, backward);
+			model_tp_loss(m, m->logits, labels + r0, c, backward ? gs : 0, sum, valid);
 		else if (labels)
 			be->ops->cross_entropy(be, m->logits, at, labels + r0, c, v,
 					       MODEL_IGNORE_INDEX, backward ? gs : 0, sum, valid);
@@ -773,35 +775,46 @@ static int head_bwd(model *m, model_mb *mb, titan_err *e)
 	return 0;
 }
 
-/* The embedding: under TP each rank looks up its rows of the vocabulary (zero
- * for the others) and the sum over ranks is scattered to the stream's rows. */
-static void embedding_fwd(model *m, model_mb *mb)
+/* Under TP each rank looks up its rows of the vocabulary (zero for the
+ * others) and the sum over ranks is scattered to the stream's rows. */
+void model_embed_rows_fwd(model *m, void *rows, const int32_t *ids, int64_t n)
 {
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	int64_t d = m->args.dim;
 	be_dtype rt = m->prec.resid;
-	void *out = m->tp.size > 1 ? m->d_full : model_mb_hidden(mb, 1);
-	m->be->ops->embedding_fwd(m->be, out, rt, m->tok, m->prec.param, mb->ids, n, d, m->v0,
+	void *out = m->tp.size > 1 ? m->d_full : rows;
+	m->be->ops->embedding_fwd(m->be, out, rt, m->tok, m->prec.param, ids, n, d, m->v0,
 				  m->args.vocab_size);
 	if (m->tp.size > 1)
-		model_tp_scatter(m, model_mb_hidden(mb, 1), m->d_full, n, d, rt);
+		model_tp_scatter(m, rows, m->d_full, n, d, rt);
+}
+
+/* Under TP every row's gradient is gathered first. */
+void model_embed_rows_bwd(model *m, const void *drows, const int32_t *ids, int64_t n)
+{
+	int64_t d = m->args.dim, ns = model_seq(m, n);
+	be_dtype rt = m->prec.resid;
+	const void *dy = drows;
+	if (m->tp.size > 1) {
+		dy = m->d_full;
+		m->be->ops->copy(m->be, elt(m->d_full, rt, (size_t)(m->tp.rank * ns * d)), drows,
+				 (size_t)(ns * d) * be_dtype_size(rt), BACKEND_D2D);
+		model_tp_gather(m, m->d_full, n, d, rt);
+		model_tp_finish(m);
+	}
+	m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, dy, rt, ids, n, d, m->v0,
+				  m->args.vocab_size);
+}
+
+static void embedding_fwd(model *m, model_mb *mb)
+{
+	model_embed_rows_fwd(m, model_mb_hidden(mb, 1), mb->ids, (int64_t)mb->b * mb->t);
 	if (mb->mtp && mb->train)
 		model_mtp_embed_fwd(m, mb);
 }
 
 static void embedding_bwd(model *m, model_mb *mb)
 {
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
-	be_dtype rt = m->prec.resid;
-	void *dy = m->d_x;
-	if (m->tp.size > 1) {
-		dy = m->d_full;
-		m->be->ops->copy(m->be, elt(dy, rt, (size_t)(m->tp.rank * ns * d)), m->d_x,
-				 (size_t)(ns * d) * be_dtype_size(rt), BACKEND_D2D);
-		model_tp_gather(m, dy, n, d, rt);
-		model_tp_finish(m);
-	}
-	m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, dy, rt, mb->ids, n, d, m->v0,
-				  m->args.vocab_size);
+	model_embed_rows_bwd(m, m->d_x, mb->ids, (int64_t)mb->b * mb->t);
 	if (mb->mtp)
 		model_mtp_embed_bwd(m, mb);
 }

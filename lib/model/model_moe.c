@@ -142,8 +142,8 @@ static void experts_mm(const piece_ctx *c, const moe_rows *v, int mode, int slot
 	const void *w = model_linear_weight(m, c->w->p[slot]);
 	be_dtype at = m->prec.act;
 	if (w)
-		m->be->ops->grouped_matmul(m->be, mode, v->groups, v->offs, v->rows, nn, kk, a, w,
-					   at, beta, out, at);
+		model_grouped_mm(m, c->l, mode, v->groups, v->offs, v->rows, nn, kk, a, w, beta,
+				 out, at);
 }
 
 void model_moe_experts_fwd(const piece_ctx *c, const moe_rows *v)
@@ -291,8 +291,8 @@ static int grouped_dw(const piece_ctx *c, const moe_rows *v, int slot, const voi
 	if (!v->direct)
 		return model_grouped_weight_grad(c, slot, dy, xi, in, out, e);
 	model_tp_finish(m);
-	m->be->ops->grouped_matmul(m->be, BE_GMM_DW, v->groups, v->offs, v->rows, out, in, dy, x,
-				   m->prec.act, 1, c->g->p[slot], m->prec.grad);
+	model_grouped_mm(m, c->l, BE_GMM_DW, v->groups, v->offs, v->rows, out, in, dy, x, 1,
+			 c->g->p[slot], m->prec.grad);
 	return 0;
 }
 

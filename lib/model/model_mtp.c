@@ -15,7 +15,18 @@
  * (MTPLoss over the step's global_valid_tokens).  The depths' tensors are the
  * head unit's, named mtp_layers.<k-1>.*; the shifted tokens' embeddings are
  * looked up by the embedding unit, which owns the table.  The depths keep all
- * their activations (0.3.0's activation checkpointing wraps model.layers). */
+ * their activations (0.3.0's activation checkpointing wraps model.layers).
+ *
+ * Under tensor parallelism (sequence parallel, as 0.3.0's sharding.py lays
+ * the depth out: enorm, hnorm, eh_proj and mtp_norm on the rank's rows with
+ * replicated weights, the block as a layer's) a rank holds its n/size rows
+ * of every (n, d) tensor but out_k, which is gathered whole for the output
+ * projection like the head's xf.  The shift needs no exchange: the shifted
+ * tokens are looked up (the rank's vocabulary rows, the sum over ranks
+ * reduce-scattered to each rank's rows, as the embedding's), and the valid
+ * mask is per row.  The loss is vocabulary parallel (or gathered) as the
+ * head's; out_k's gradient is reduce-scattered back to the rank's rows and
+ * the embeddings' gradients gathered for the table's backward. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,9 +188,6 @@ int model_mtp_mb_create(model_mb *mb, titan_err *e)
 		return err_set(e, "model: multi-token prediction needs the embedding and the head in "
 			       "one micro-batch (units 0..%d, not %d..%d): pipeline parallelism "
 			       "is not built with it, as in torchtitan 0.3.0", head, mb->u0, mb->u1);
-	if (m->tp.size > 1)
-		return err_set(e, "model: multi-token prediction under tensor parallelism is not "
-			       "built");
 	size_t n = (size_t)mb->b * (size_t)mb->t;
 	struct mtp_mb *x = calloc(1, sizeof *x);
 	if (!x)
@@ -210,7 +218,7 @@ static void upload_rolls(model_mb *mb)
 {
 	model *m = mb->m;
 	struct mtp_mb *x = mb->mtp;
-	int64_t b = mb->b, t = mb->t, n = b * t;
+	int64_t b = mb->b, t = mb->t, n = b * t, ns = model_seq(m, n), r0 = m->tp.rank * ns;
 	int32_t *ids = x->roll, *lab = ids + n, *rows = lab + n;
 	for (int j = 0; j < x->k; j++) {
 		int64_t k = j + 1;
@@ -221,10 +229,14 @@ static void upload_rolls(model_mb *mb)
 			lab[i] = ok ? x->lab[s] : MODEL_IGNORE_INDEX;
 			rows[i] = ok ? (int32_t)i : -1;
 		}
+		/* the rank's rows index its own slice of prev (under TP) */
+		for (int64_t i = r0; i < r0 + ns; i++)
+			rows[i] = rows[i] < 0 ? -1 : (int32_t)(rows[i] - r0);
 		size_t bytes = (size_t)n * sizeof(int32_t);
 		m->be->ops->copy(m->be, x->d[j].ids, ids, bytes, BACKEND_H2D);
 		m->be->ops->copy(m->be, x->d[j].labels, lab, bytes, BACKEND_H2D);
-		m->be->ops->copy(m->be, x->d[j].rows, rows, bytes, BACKEND_H2D);
+		m->be->ops->copy(m->be, x->d[j].rows, rows + r0, (size_t)ns * sizeof(int32_t),
+				 BACKEND_H2D);
 	}
 }
 
@@ -254,22 +266,20 @@ int model_mtp_set_positions(model_mb *mb, const int32_t *pos, titan_err *e)
 
 /* ---- the embedding unit's part ---- */
 
+/* The shifted tokens' embeddings into each depth's rows, as the stream's
+ * (under TP reduce-scattered, their gradients gathered back). */
 void model_mtp_embed_fwd(model *m, model_mb *mb)
 {
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
 	for (int j = 0; j < mb->mtp->k; j++)
-		m->be->ops->embedding_fwd(m->be, mb->mtp->d[j].emb, m->prec.resid, m->tok,
-					  m->prec.param, mb->mtp->d[j].ids, n, d, m->v0,
-					  m->args.vocab_size);
+		model_embed_rows_fwd(m, mb->mtp->d[j].emb, mb->mtp->d[j].ids,
+				     (int64_t)mb->b * mb->t);
 }
 
 void model_mtp_embed_bwd(model *m, model_mb *mb)
 {
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
 	for (int j = 0; j < mb->mtp->k; j++)
-		m->be->ops->embedding_bwd(m->be, m->tok_g, m->prec.grad, mb->mtp->d[j].demb,
-					  m->prec.resid, mb->mtp->d[j].ids, n, d, m->v0,
-					  m->args.vocab_size);
+		model_embed_rows_bwd(m, mb->mtp->d[j].demb, mb->mtp->d[j].ids,
+				     (int64_t)mb->b * mb->t);
 }
 
 /* ---- the head's part ---- */
@@ -293,24 +303,27 @@ void model_mtp_fwd(model *m, model_mb *mb)
 	backend *be = m->be;
 	struct mtp_mb *x = mb->mtp;
 	be_dtype at = m->prec.act, rt = m->prec.resid;
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
+	size_t mine = (size_t)(m->tp.rank * ns * d); /* the rank's rows of out_k */
 	for (int j = 0; j < x->k; j++) {
 		mtp_depth *p = &x->d[j];
 		int l = m->args.n_layers + j;
-		const void *prev = j ? x->d[j - 1].out : model_mb_hidden(mb, m->n_units - 1);
+		const void *prev = j ? elt(x->d[j - 1].out, at, mine) : model_mb_hidden(mb, m->n_units - 1);
 		/* prev's rows where the shifted token is valid, zero elsewhere */
-		be->ops->embedding_fwd(be, p->pm, rt, prev, j ? at : rt, p->rows, n, d, 0, n);
-		norm_fwd(m, m->d_xn, p->rstd_e, p->emb, l, W_ENORM, n);
-		norm_fwd(m, x->dact, p->rstd_h, p->pm, l, W_HNORM, n);
-		be->ops->heads_cat(be, p->cat, m->d_xn, x->dact, at, n, 1, d, d, 1);
+		be->ops->embedding_fwd(be, p->pm, rt, prev, j ? at : rt, p->rows, ns, d, 0, ns);
+		norm_fwd(m, m->d_xn, p->rstd_e, p->emb, l, W_ENORM, ns);
+		norm_fwd(m, x->dact, p->rstd_h, p->pm, l, W_HNORM, ns);
+		be->ops->heads_cat(be, p->cat, m->d_xn, x->dact, at, ns, 1, d, d, 1);
 		if (at == rt) {
-			model_linear(m, p->x0, p->cat, m->lw[l].p[W_EH_PROJ], n, 2 * d, d, 0);
+			model_linear(m, p->x0, p->cat, m->lw[l].p[W_EH_PROJ], ns, 2 * d, d, 0);
 		} else {
-			model_linear(m, m->d_xn, p->cat, m->lw[l].p[W_EH_PROJ], n, 2 * d, d, 0);
-			be->ops->convert(be, p->x0, rt, m->d_xn, at, n * d);
+			model_linear(m, m->d_xn, p->cat, m->lw[l].p[W_EH_PROJ], ns, 2 * d, d, 0);
+			be->ops->convert(be, p->x0, rt, m->d_xn, at, ns * d);
 		}
 		model_block_fwd(m, mb, l, p->x0, p->y);
-		norm_fwd(m, p->out, p->rstd_o, p->y, l, W_MTP_NORM, n);
+		norm_fwd(m, elt(p->out, at, mine), p->rstd_o, p->y, l, W_MTP_NORM, ns);
+		model_tp_gather(m, p->out, n, d, at);
+		model_tp_finish(m);
 	}
 }
 
@@ -322,29 +335,32 @@ static int depth_bwd(model *m, model_mb *mb, int j, float gs, titan_err *e)
 	struct mtp_mb *x = mb->mtp;
 	mtp_depth *p = &x->d[j];
 	be_dtype at = m->prec.act, rt = m->prec.resid;
-	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim;
+	int64_t n = (int64_t)mb->b * mb->t, d = m->args.dim, ns = model_seq(m, n);
 	int l = m->args.n_layers + j;
 	model_logits_loss(m, mb, p->out, p->labels, gs, &mb->mtp_sum, &mb->mtp_valid, 1);
+	void *dout = m->d_xn; /* out_k's gradient: under TP the rank's rows of the sum */
+	if (m->tp.size > 1)
+		model_tp_scatter(m, dout = m->d_xs, m->d_xn, n, d, at);
 	if (j + 1 < x->k)
-		be->ops->axpy(be, m->d_xn, at, 1, x->dout, at, n * d);
-	norm_bwd(m, m->d_x, m->d_xn, p->y, p->rstd_o, l, W_MTP_NORM, n);
+		be->ops->axpy(be, dout, at, 1, x->dout, at, ns * d);
+	norm_bwd(m, m->d_x, dout, p->y, p->rstd_o, l, W_MTP_NORM, ns);
 	if (model_block_bwd(m, mb, l, p->x0, 0, e))
 		return -1;
 	const void *dx0 = m->d_x; /* eh_proj's output's gradient as the activation type */
 	if (at != rt) {
-		be->ops->convert(be, x->dact, at, m->d_x, rt, n * d);
+		be->ops->convert(be, x->dact, at, m->d_x, rt, ns * d);
 		dx0 = x->dact;
 	}
-	model_linear_dx(m, x->dcat, dx0, m->lw[l].p[W_EH_PROJ], n, 2 * d, d, 0);
-	model_linear_dw(m, m->lg[l].p[W_EH_PROJ], dx0, p->cat, n, 2 * d, d);
-	be->ops->heads_split(be, m->d_xn, x->dact, x->dcat, at, n, 1, d, d, 1);
-	norm_bwd(m, p->demb, m->d_xn, p->emb, p->rstd_e, l, W_ENORM, n);
-	norm_bwd(m, x->dpm, x->dact, p->pm, p->rstd_h, l, W_HNORM, n);
+	model_linear_dx(m, x->dcat, dx0, m->lw[l].p[W_EH_PROJ], ns, 2 * d, d, 0);
+	model_linear_dw(m, m->lg[l].p[W_EH_PROJ], dx0, p->cat, ns, 2 * d, d);
+	be->ops->heads_split(be, m->d_xn, x->dact, x->dcat, at, ns, 1, d, d, 1);
+	norm_bwd(m, p->demb, m->d_xn, p->emb, p->rstd_e, l, W_ENORM, ns);
+	norm_bwd(m, x->dpm, x->dact, p->pm, p->rstd_h, l, W_HNORM, ns);
 	/* back to prev's valid rows (the masked copy's backward) */
 	void *dprev = j ? x->dout : x->dh;
 	be_dtype pt = j ? at : rt;
-	be->ops->zero(be, dprev, (size_t)(n * d) * be_dtype_size(pt));
-	be->ops->embedding_bwd(be, dprev, pt, x->dpm, rt, p->rows, n, d, 0, n);
+	be->ops->zero(be, dprev, (size_t)(ns * d) * be_dtype_size(pt));
+	be->ops->embedding_bwd(be, dprev, pt, x->dpm, rt, p->rows, ns, d, 0, ns);
 	return 0;
 }
 
@@ -368,7 +384,7 @@ int model_mtp_bwd(model *m, model_mb *mb, titan_err *e)
 
 void model_mtp_add_dh(model *m, model_mb *mb)
 {
-	int64_t n = (int64_t)mb->b * mb->t;
+	int64_t ns = model_seq(m, (int64_t)mb->b * mb->t);
 	m->be->ops->axpy(m->be, m->d_x, m->prec.resid, 1, mb->mtp->dh, m->prec.resid,
-			 n * m->args.dim);
+			 ns * m->args.dim);
 }

@@ -156,6 +156,7 @@ typedef struct wgrad_job {
 	const void *x;     /* (rows, in) of prec.act: a kept activation or a saved copy */
 	const int32_t *offs; /* (groups + 1) the rows of each expert, or NULL */
 	int64_t rows, in, out, groups;
+	int layer;         /* the block (grouped: whether its experts run in Float8) */
 } wgrad_job;
 
 typedef struct layer_act {
@@ -302,6 +303,8 @@ struct model {
 	model_attention attn;   /* a plan's attention, or fwd NULL for the backend's */
 
 	struct model_f8 *f8;    /* the Float8 converter (model_f8.c), or NULL */
+	unsigned char *f8_moe;  /* (blocks) 1: the layer's experts run Float8 grouped GEMMs
+	                           (model_f8moe.c), or NULL */
 	/* Tensor parallelism (model_tp.c); size 1: none.  Scratch it adds, for
 	 * n = b*t tokens and ns = n / size held by the rank: */
 	model_tp_group tp;
@@ -390,6 +393,11 @@ int model_f8_head_whole(const model *m);
 /* Whether the linear whose bound weight is w is converted. */
 int model_f8_converts(const model *m, const void *w);
 void model_f8_free(model *m);
+/* The experts' grouped matmul of layer l (backend.h's grouped_matmul, operands
+ * of prec.act): the Float8 one where the layer's experts are converted. */
+void model_grouped_mm(model *m, int l, int mode, int64_t groups, const int32_t *offs,
+		      int64_t rows, int64_t nn, int64_t kk, const void *a, const void *b,
+		      float beta, void *c, be_dtype ct);
 
 /* ---- the block (model_block.c) ---- */
 
@@ -543,18 +551,27 @@ void model_tp_scatter(model *m, void *part, const void *full, int64_t n, int64_t
  * w^T: a row-parallel linear joining the stream. */
 void model_tp_resid_add_linear(model *m, void *y, const void *x, const void *w, int64_t n,
 			       int64_t in, int64_t out);
-/* The loss of logits rows r0 .. r0 + c of mb (c, vocab / size): vocabulary
- * parallel or gathered; with backward the logits become their gradient. */
-void model_tp_loss(model *m, model_mb *mb, void *logits, int64_t r0, int64_t c, int backward);
+/* The loss of c rows of logits (c, vocab / size) against labels (c): vocabulary
+ * parallel or gathered, added to *sum and *valid; with scale not 0 the logits
+ * become their gradient times scale. */
+void model_tp_loss(model *m, void *logits, const int32_t *labels, int64_t c, float scale,
+		   double *sum, int64_t *valid);
 
 /* ---- the head's output (model_mb.c) ---- */
 
 /* The output projection of xf (n, dim) and the cross-entropy against labels,
  * chunk by chunk: the loss added to *sum and *valid; with backward the
  * logits' gradient scaled by grad_scale, d xf into m->d_xn and the output
- * weight's gradient added.  One rank's whole vocabulary (not under TP). */
+ * weight's gradient added.  Under TP xf is gathered (n rows), the logits are
+ * the rank's vocabulary and d xf its partial sum. */
 void model_logits_loss(model *m, const model_mb *mb, const void *xf, const int32_t *labels,
 		       float grad_scale, double *sum, int64_t *valid, int backward);
+
+/* The embedding of ids (n, device) into rows, the rank's n/size rows of the
+ * residual type under TP; backward, the table's gradient += that of drows
+ * (the rank's rows under TP). */
+void model_embed_rows_fwd(model *m, void *rows, const int32_t *ids, int64_t n);
+void model_embed_rows_bwd(model *m, const void *drows, const int32_t *ids, int64_t n);
 
 /* ---- multi-token prediction (model_mtp.c) ---- */
 

@@ -177,8 +177,8 @@ void model_tp_resid_add_linear(model *m, void *y, const void *x, const void *w, 
 /* Logits gathered over the vocabulary (disable_loss_parallel, torchtitan's
  * output with Replicate outputs): every rank computes the whole loss; the
  * gradient of its own columns goes back into logits. */
-static void gathered_loss(model *m, model_mb *mb, void *logits, int64_t r0, int64_t c,
-			  float scale)
+static void gathered_loss(model *m, void *logits, const int32_t *labels, int64_t c, float scale,
+			  double *sum, int64_t *valid)
 {
 	backend *be = m->be;
 	be_dtype at = m->prec.act;
@@ -208,30 +208,27 @@ static void gathered_loss(model *m, model_mb *mb, void *logits, int64_t r0, int6
 				      elt(gath, at, (size_t)((j * c + i) * vc)), (size_t)vj * es,
 				      BACKEND_D2D);
 	}
-	be->ops->cross_entropy(be, full, at, mb->labels + r0, c, v, MODEL_IGNORE_INDEX, scale,
-			       &mb->loss_sum, &mb->n_valid);
+	be->ops->cross_entropy(be, full, at, labels, c, v, MODEL_IGNORE_INDEX, scale, sum, valid);
 	for (int64_t i = 0; scale != 0 && i < c; i++)
 		be->ops->copy(be, elt(logits, at, (size_t)(i * vl)), elt(full, at, (size_t)(i * v + m->v0)),
 			      (size_t)vl * es, BACKEND_D2D);
 }
 
-void model_tp_loss(model *m, model_mb *mb, void *logits, int64_t r0, int64_t c, int backward)
+void model_tp_loss(model *m, void *logits, const int32_t *labels, int64_t c, float scale,
+		   double *sum, int64_t *valid)
 {
 	backend *be = m->be;
-	float scale = backward ? mb->grad_scale : 0;
 	if (!m->tp.loss_parallel) {
-		gathered_loss(m, mb, logits, r0, c, scale);
+		gathered_loss(m, logits, labels, c, scale, sum, valid);
 		return;
 	}
 	float *mine = m->ce_stats, *all = m->ce_stats + m->chunk * 3; /* (c, 3), (p, c, 3) */
-	be->ops->ce_vocab_stats(be, logits, m->prec.act, mb->labels + r0, c, m->args.vocab_size,
-				m->v0, mine);
+	be->ops->ce_vocab_stats(be, logits, m->prec.act, labels, c, m->args.vocab_size, m->v0, mine);
 	titan_err e;
 	if (m->tp.all_gather(m->tp.ctx, all, mine, (size_t)(c * 3), BE_F32, &e)) {
 		fail(m, &e);
 		return;
 	}
-	be->ops->ce_vocab_loss(be, logits, m->prec.act, mb->labels + r0, c, m->args.vocab_size,
-			       m->v0, MODEL_IGNORE_INDEX, all, m->tp.size, scale, &mb->loss_sum,
-			       &mb->n_valid);
+	be->ops->ce_vocab_loss(be, logits, m->prec.act, labels, c, m->args.vocab_size, m->v0,
+			       MODEL_IGNORE_INDEX, all, m->tp.size, scale, sum, valid);
 }

@@ -10,10 +10,26 @@
 #include "float8/float8.h"
 #include "planner/planner_priv.h"
 
+/* The grouped experts' converter on the whole model: which MoE layers, and
+ * its refusals (dimensions torchao does not take) before any run. */
+static int float8_experts(plan_ctx *x, titan_err *e)
+{
+	const cfg_strlist *q = &x->c->grouped_mm.float8.fqns;
+	if (!cfg_strlist_has(&x->c->model.converters, "quantize.grouped_mm.float8"))
+		return 0;
+	int n = model_set_float8_experts(x->whole, (const char *const *)q->v, (size_t)q->n, e);
+	if (n < 0)
+		return err_prefix(e, "quantize.grouped_mm.float8");
+	x->r->f8_moe_layers = n;
+	return 0;
+}
+
 int planner_float8(plan_ctx *x, titan_err *e)
 {
 	const job_config *c = x->c;
 	const __typeof__(c->float8) *f = &c->float8;
+	if (float8_experts(x, e))
+		return -1;
 	if (!cfg_strlist_has(&c->model.converters, "quantize.linear.float8"))
 		return 0;
 	model_float8 o = {f->recipe_name, (const char *const *)f->filter_fqns.v,

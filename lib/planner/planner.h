@@ -121,6 +121,10 @@ typedef struct plan_report {
 	 * all, its recipe, whether FSDP gathers them as float8. */
 	int f8_converted, f8_linears, f8_gather;
 	char f8_recipe[24];
+	/* Float8 grouped experts (quantize.grouped_mm.float8): MoE layers
+	 * converted (their casts add no traffic: the scales are each rank's
+	 * own rows, its experts' whole weights). */
+	int f8_moe_layers;
 	int n_roles;
 	plan_role *roles;       /* owned */
 } plan_report;

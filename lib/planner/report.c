@@ -66,6 +66,9 @@ int planner_print(const plan_report *r, FILE *f)
 				(unsigned long long)ro->f8_sent[PLAN_DIM_FSDP],
 				(unsigned long long)ro->f8_sent[PLAN_DIM_TP]);
 		}
+	if (r->f8_moe_layers > 0)
+		fprintf(f, "Float8 grouped experts: %d MoE layers (torchao's e4m3 rowwise grouped "
+			"GEMMs)\n", r->f8_moe_layers);
 	fprintf(f, "loss of a micro-batch (%lld rows) in GiB: %.3f in chunks of %lld rows (in the "
 		"activations), %.3f unchunked; torch's cross_entropy %.3f, 0.3.0's "
 		"ChunkedLossWrapper of %lld chunks %.3f\n", (long long)(r->microbatch * r->seq_len / r->d.cp),
@@ -134,6 +137,8 @@ int planner_print_json(const plan_report *r, FILE *f, titan_err *e)
 						 (json_int_t)r->loss_torch, "torch_030_chunks",
 						 (json_int_t)r->loss_chunks_030, "torch_030_bytes",
 						 (json_int_t)r->loss_torch_030));
+	json_object_set_new(o, "float8_experts", r->f8_moe_layers > 0
+		? json_integer(r->f8_moe_layers) : json_null());
 	json_object_set_new(o, "float8", r->f8_converted > 0
 		? json_pack("{s:i, s:i, s:s, s:b}", "converted", r->f8_converted, "linears",
 			    r->f8_linears, "recipe", r->f8_recipe, "fsdp_float8_all_gather",

@@ -1,9 +1,12 @@
 /* convert.h: torchtitan's model converters (model.converters) on titan's model.
  * "quantize.linear.float8" is the Float8 converter: [quantize.linear.float8]'s
  * recipe_name and filter_fqns (with auto_filter_small_kn) choose the linears and
- * their numerics (model_set_float8, lib/float8/float8.h).  The other converters
- * torchtitan registers (MX, grouped GEMMs) are refused by the config check
- * before this runs.
+ * their numerics (model_set_float8, lib/float8/float8.h).
+ * "quantize.grouped_mm.float8" is the Float8 grouped-GEMM converter: the MoE
+ * layers [quantize.grouped_mm.float8]'s fqns pick run their routed experts'
+ * grouped GEMMs in Float8 (model_set_float8_experts); 0.3.0's
+ * Float8GroupedExpertsConverter.Config() is fqns = ["experts"].  The MX
+ * converters are refused by the config check before this runs.
  *
  * The newer registry form of torchtitan's configs,
  *     Float8LinearConverter.Config(recipe_name=..., filter_fqns=...,

@@ -746,6 +746,7 @@ static dcp_hf_model hf_model_of(const model *m)
 			  .max_seq_len = a->max_seq_len, .n_experts = a->moe.experts,
 			  .top_k = a->moe.top_k, .moe_inter = a->moe.inter_dim,
 			  .route_norm = a->moe.route_norm, .dense_layers = a->moe.dense_layers,
+			  .mtp_layers = a->mtp_layers,
 			  .q_lora = ml->q_lora_rank, .kv_lora = ml->kv_lora_rank,
 			  .qk_nope = ml->qk_nope_head_dim, .qk_rope = ml->qk_rope_head_dim,
 			  .v_head = ml->v_head_dim, .keys = f->hf_keys, .args = a,
@@ -757,6 +758,7 @@ static dcp_hf_model hf_model_of(const model *m)
 
 typedef struct hf_load {
 	const plan *p;
+	model *local;    /* the rank's model: its buffers (expert_bias) */
 	const model *g;  /* the global tensors */
 	float *shard;    /* host image of the rank's shard */
 } hf_load;
@@ -772,7 +774,15 @@ static int put_hf_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, c
 	int rc = 0;
 	(void)ndim;
 	(void)shape;
-	if (t == NULL) {
+	const model_tensor *buf = t ? NULL : model_buffer_find(h->local, name);
+	if (buf != NULL && dt == PTZ_F32) { /* expert_bias, whole on every rank */
+		model_buffer_write(h->local, buf, data);
+	} else if (buf != NULL && (whole = malloc(buf->numel * sizeof(float) + 1)) != NULL) {
+		ptz_convert(whole, PTZ_F32, data, dt, buf->numel);
+		model_buffer_write(h->local, buf, whole);
+	} else if (buf != NULL) {
+		rc = err_set(err, "out of memory");
+	} else if (t == NULL) {
 		rc = 0; /* output.weight of a tied model: the embedding, held once */
 	} else if ((whole = malloc(t->numel * sizeof(float) + 1)) == NULL) {
 		rc = err_set(err, "out of memory");
@@ -789,7 +799,8 @@ int tstate_load_hf(const char *dir, tstate *s, titan_err *err)
 {
 	const model *g = plan_global_model(s->p);
 	size_t n = plan_shard_numel(s->p);
-	hf_load h = {.p = s->p, .g = g, .shard = calloc(n + 1, sizeof(float))};
+	hf_load h = {.p = s->p, .local = plan_model(s->p), .g = g,
+		     .shard = calloc(n + 1, sizeof(float))};
 	dcp_hf_model hm = hf_model_of(g);
 	hm.model = g;
 	int rc = h.shard ? dcp_hf_read(dir, &hm, PTZ_NONE, put_hf_tensor, &h, err)
@@ -814,10 +825,12 @@ int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
 		return err_set(err, "checkpoint.export_dtype: %s is not float32, bfloat16 or float16",
 			       export_dtype);
 	size_t n = plan_shard_numel(s->p);
-	int nt = model_num_tensors(g);
+	model *local = plan_model(s->p);
+	int nt = model_num_tensors(g), nb = model_num_buffers(local);
 	float *params = malloc(n * sizeof(float) + 1);
-	st_item *items = calloc((size_t)nt, sizeof *items);
-	int rc = params && items ? 0 : err_set(err, "out of memory");
+	st_item *items = calloc((size_t)(nt + nb), sizeof *items);
+	float *bufs = calloc((size_t)nb * (size_t)model_args(g)->moe.experts + 1, sizeof(float));
+	int rc = params && items && bufs ? 0 : err_set(err, "out of memory");
 	if (rc == 0)
 		rc = plan_shard_download(s->p, params, plan_shard_params(s->p), err);
 	if (rc == 0) {
@@ -827,10 +840,20 @@ int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
 					     .data = params + plan_box_at(s->p, i)->shard_off};
 			memcpy(items[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
 		}
+		/* the buffers as 0.3.0's state dict has them (expert_bias: HF's
+		 * e_score_correction_bias) */
+		for (int i = 0, at = 0; i < nb; at += (int)model_buffer_at(local, i)->numel, i++) {
+			const model_tensor *t = model_buffer_at(local, i);
+			model_buffer_read(local, t, bufs + at);
+			items[nt + i] = (st_item){.name = t->fqn, .dtype = PTZ_F32, .ndim = t->ndim,
+						  .data = bufs + at};
+			memcpy(items[nt + i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+		}
 		dcp_hf_model hm = hf_model_of(g);
-		rc = dcp_hf_save(dir, items, (size_t)nt, &hm, dt, index_json, err);
+		rc = dcp_hf_save(dir, items, (size_t)(nt + nb), &hm, dt, index_json, err);
 	}
 	free(params);
+	free(bufs);
 	free(items);
 	return rc;
 }

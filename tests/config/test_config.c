@@ -190,7 +190,7 @@ static void later_features_are_refused_not_ignored(void **state)
 	const char *cases[][3] = {
 		{"compile.backend", "eager", "compile.backend"},
 		{"model.converters", "quantize.linear.mx", "quantize.linear.mx is not supported"},
-		{"model.converters", "quantize.grouped_mm.float8", "grouped_mm.float8 is not supported"},
+		{"model.converters", "quantize.grouped_mm.mx", "grouped_mm.mx is not supported"},
 		{"training.enable_cpu_offload", "true", "enable_cpu_offload"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -222,6 +222,9 @@ static void float8_converter_is_taken_with_torchtitans_rules(void **state)
 		 "torchtitan asserts the same"},
 		{"model.converters", "float8", "quantize.linear.float8.emulate", "true",
 		 "\"float8\" is not a converter"},
+		/* the Float8 grouped experts (0.2.2's Float8GroupedMMConverter) */
+		{"model.converters", "quantize.grouped_mm.float8", "quantize.grouped_mm.float8.fqns",
+		 "experts", ""},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		job_config c;

@@ -288,6 +288,58 @@ static void tp_ranks_convert_what_the_whole_model_converts(void **s)
 	backend_free(be);
 }
 
+/* The Float8 grouped experts' choice of MoE layers (torchtitan's substring
+ * match on the experts' module FQN) and its refusals: dimensions torchao's
+ * float8 grouped GEMM asserts on, a backend without the op. */
+static model *deepseek_debug(backend *be, int64_t moe_inter)
+{
+	titan_err e = {0};
+	const llama_args *f = model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
+	assert_non_null(f);
+	llama_args a = *f;
+	a.moe.inter_dim = (int)moe_inter;
+	model *m = model_create_unbound(be, &a, 256, &e);
+	if (!m)
+		fail_msg("%s", e.msg);
+	return m;
+}
+
+static void float8_experts_pick_layers_and_refuse(void **s)
+{
+	(void)s;
+	titan_err e = {0};
+	backend *be = backend_cpu_create(0, &e);
+	assert_non_null(be);
+	model *m = deepseek_debug(be, 256);
+	int nl = model_args(m)->n_layers, dense = model_args(m)->moe.dense_layers;
+	const char *all[] = {"experts"}, *one[] = {"layers.1.moe"}, *shared[] = {"shared_experts"};
+	assert_int_equal(model_set_float8_experts(m, all, 1, &e), nl - dense);
+	assert_false(model_float8_experts(m, 0) && dense > 0);
+	assert_true(model_float8_experts(m, nl - 1));
+	assert_int_equal(model_set_float8_experts(m, one, 1, &e), 1);
+	assert_true(model_float8_experts(m, 1));
+	assert_false(model_float8_experts(m, 2));
+	assert_int_equal(model_set_float8_experts(m, shared, 1, &e), 0);
+	assert_int_equal(model_set_float8_experts(m, NULL, 0, &e), 0);
+	assert_false(model_float8_experts(m, 1));
+	model_free(m);
+
+	m = deepseek_debug(be, 24);
+	assert_int_equal(model_set_float8_experts(m, all, 1, &e), -1);
+	assert_non_null(strstr(e.msg, "multiples of 16"));
+	model_free(m);
+
+	backend_ops ops = *be->ops; /* a backend without the op (CUDA's today) */
+	ops.f8_grouped_matmul = NULL;
+	backend nop = *be;
+	nop.ops = &ops;
+	m = deepseek_debug(&nop, 256);
+	assert_int_equal(model_set_float8_experts(m, all, 1, &e), -1);
+	assert_non_null(strstr(e.msg, "no Float8 grouped GEMM"));
+	model_free(m);
+	backend_free(be);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -298,6 +350,7 @@ int main(void)
 		cmocka_unit_test(rowwise_autocast_matches_torchao),
 		cmocka_unit_test(bad_recipe_and_auto_filter_are_refused),
 		cmocka_unit_test(tp_ranks_convert_what_the_whole_model_converts),
+		cmocka_unit_test(float8_experts_pick_layers_and_refuse),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,8 @@
 # checks that EP with experts split over tp (ETP = TP) and with FSDP's float8
 # all-gather is refused.  docs=1: torchtitan 0.3.0's documents on both sides;
 # mtp=1: one multi-token prediction depth (0.3.0's deepseek_v3 MTP: its
-# block's experts in the head unit, sharded and exchanged as the layers').
+# block's experts in the head unit, sharded and exchanged as the layers'; under
+# TP 2 alone and EP 2 x TP 2 its sequence-parallel rows and its own loss).
 # Each line: the mesh (TITAN_EP_TEST), its ranks.
 # Under the sanitizers (SAN=1, several times slower) 2 steps a run.
 . tests/lib.sh
@@ -33,6 +34,8 @@ ep 2 ep=2 docs=1 mtp=1
 ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
 ep 4 ep=2 tp=2 ac=full
+ep 2 tp=2 mtp=1 docs=1 lp=0
+ep 4 ep=2 tp=2 mtp=1 ac=op
 ep 4 ep=2 tp=2 model=gpt_oss
 ep 2 ep=2 dev=1
 t_done

@@ -64,6 +64,7 @@ static int mtp;     /* mtp=1: one multi-token prediction depth (0.3.0's MTP) */
 typedef struct cfg {
 	int ep, shard, tp, accum, steps, dev;
 	int docs; /* docs=1: torchtitan 0.3.0's documents on both sides */
+	int lp;   /* lp=0: the logits gathered (disable_loss_parallel) */
 	model_ac_mode ac;
 	case_args spec; /* TITAN_EP_TEST */
 } cfg;
@@ -88,6 +89,7 @@ static void read_cfg(cfg *c)
 	gpt_oss = case_pick(a, "model", models, 0);
 	c->dev = case_int(a, "dev", 0);
 	c->docs = case_int(a, "docs", 0);
+	c->lp = case_int(a, "lp", 1);
 	mtp = case_int(a, "mtp", 0);
 	c->ac = (model_ac_mode)case_pick(a, "ac", ac_modes, MODEL_AC_NONE);
 	if (case_end(a, &e) != 0)
@@ -131,7 +133,7 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b)
 {
 	plan_opts o = {.be = be, .mesh = m, .args = flavor(), .vocab_size = vocab(), .b = b,
 		       .t = T, .ac = c->ac,
-		       .ac_every = 1, .reduce = BE_F32, .loss_parallel = 1};
+		       .ac_every = 1, .reduce = BE_F32, .loss_parallel = c->lp};
 	adamw_config_default(&o.adamw);
 	o.adamw.lr = LR;
 	titan_err e = {{0}};
@@ -156,14 +158,22 @@ static uint64_t ar(int n, uint64_t bytes)
  * gathers and 2 reduce-scatters forward and backward each, what AC recomputes
  * again (full: 2 gathers, 1 reduce-scatter; op: 2 gathers); the embedding a
  * reduce-scatter forward and a gather backward, the head the reverse and the
- * loss's all-gather of (n, 3) float32 statistics. */
+ * loss's all-gather of (n, 3) float32 statistics (lp=0: the (n, V/P) logits).
+ * Each MTP depth (counted
+ * with the head) is a block that keeps its activations (4 and 4), its shifted
+ * embedding's reduce-scatter and gather, its output's gather and gradient's
+ * reduce-scatter and its own loss statistics. */
 static void tp_unit(counts x, const cfg *c, int u, int head, uint64_t A, const model *m, int P)
 {
 	uint64_t n = (uint64_t)(ROWS / (c->shard * c->accum)) * T; /* batch = shard ranks */
 	uint64_t one = (uint64_t)(P - 1) * (n / (uint64_t)P) * (uint64_t)model_args(m)->dim * 4;
 	uint64_t ag = 1, rs = 1, loss = 0;
 	if (u == head) {
-		loss = (uint64_t)(P - 1) * n * 3 * 4;
+		int k = model_args(m)->mtp_layers;
+		uint64_t v = (uint64_t)vocab(), per = c->lp ? 3 : (v + (uint64_t)P - 1) / (uint64_t)P;
+		loss = (uint64_t)(1 + k) * (P - 1) * n * per * 4;
+		ag += 6 * (uint64_t)k;
+		rs += 6 * (uint64_t)k;
 	} else if (u > 0) {
 		int full = c->ac == MODEL_AC_FULL;
 		ag = 4 + (full || c->ac == MODEL_AC_OP ? 2 : 0);

@@ -3,7 +3,8 @@
 # qwen3_debugmodel, deepseek_v3_debugmodel, gpt_oss_debugmodel_flex and
 # deepseek_v3_debugmodel_mtp against 0.3.0's golden runs
 # (tests/train/golden/tt030_*.tsv, scripts/tt030_golden.py), from titan's
-# seed checkpoints; the MTP depth's checkpoint, resume and FSDP x EP run.
+# seed checkpoints; the MTP depth's checkpoint, resume, FSDP x EP and TP runs
+# and its HF export and import.
 # Under SAN=1 each run is 3 steps, compared through step 2 (the warmup's,
 # whose lr does not depend on the run's length), the checkpoint at step 2.
 . tests/lib.sh
@@ -119,6 +120,58 @@ if why=$(awk -F'\t' 'NR == FNR { l = $2; next } { d = ($2 - l) / l; if (d < 0) d
 else
 	t_not_ok "mtp: and its step 3 is the two ranks' (1e-5)" "$why"
 fi
+# HF both ways with the depth: 0.3.0's DeepSeekV3StateDictAdapter numbers it
+# as the layer after the last (model.layers.6.*: enorm, hnorm, eh_proj,
+# shared_head.norm and the block's own keys); to-hf's names and shapes are
+# its to_hf's (tests/ckpt/golden/tt030_mtp_hf/to_hf.tsv, scripts/
+# mtp_hf_golden.py), from-hf gives back every tensor bit for bit, and
+# initial_load_in_hf of the export trains as the DCP checkpoint does
+C="$BIN/titan-ckpt-convert"
+MO="--model deepseek_v3 --flavor debugmodel"
+t_run "mtp: to-hf with the depth" "$C" to-hf "$TMP/mtp/checkpoint/step-$CK" "$TMP/mtp.hf" $MO
+"$C" info "$TMP/mtp.hf" 2>/dev/null | sed -n 's/^\(model[^ ]*\|lm_head[^ ]*\)  *tensor  *[a-z0-9]*  *(\([0-9, ]*\)).*/\1\t\2/p' |
+	tr -d ' ' | LC_ALL=C sort >"$TMP/mtp.hf.tsv"
+LC_ALL=C sort tests/ckpt/golden/tt030_mtp_hf/to_hf.tsv >"$TMP/mtp.hf.gold"
+t_same "mtp: to-hf's tensors are 0.3.0's to_hf's, names and shapes" "$TMP/mtp.hf.gold" "$TMP/mtp.hf.tsv"
+t_grep "mtp: config.json counts the depth apart" '"num_nextn_predict_layers": 1' \
+	"$TMP/mtp.hf/config.json"
+t_run "mtp: from-hf with the depth" "$C" from-hf "$TMP/mtp.hf" "$TMP/mtp.fromhf" $MO \
+	--num-mtp-layers 1 --names 0.3.0
+weights_back "mtp: to-hf then from-hf gives back every tensor bit for bit" "$TMP/mtp.fromhf" \
+	"$TMP/mtp/checkpoint/step-$CK" '^mtp_layers.0.eh_proj.weight  *ok '
+"$C" info "$TMP/mtp.fromhf" | grep -c '^mtp_layers\.0\.' >"$TMP/mtp.n"
+echo 19 >"$TMP/mtp.n19"
+t_same "mtp: the depth's 19 tensors among them" "$TMP/mtp.n19" "$TMP/mtp.n"
+t_fails "mtp: from-hf into a flavor without the depth" 1 "$C" from-hf "$TMP/mtp.hf" "$TMP/x" $MO
+t_grep "mtp: names the depth and the option" 'mtp_layers.0.* depths after layer 5, .*--num-mtp-layers' \
+	"$TMP/.err"
+# two fresh runs from step CK's weights, one from the DCP checkpoint, one from
+# its HF export (each saves step 2: the second in HF, last_save_in_hf)
+t_run "mtp: 2 steps from step $CK's DCP weights" mtp --training.steps 2 --dump_folder "$TMP/mtp.d" \
+	--checkpoint.enable --checkpoint.interval 2 --checkpoint.initial_load_model_only \
+	--checkpoint.initial_load_path "$TMP/mtp/checkpoint/step-$CK"
+t_run "mtp: 2 steps from its HF export (initial_load_in_hf), saved in HF" mtp --training.steps 2 \
+	--dump_folder "$TMP/mtp.h" --checkpoint.enable --checkpoint.interval 2 \
+	--checkpoint.initial_load_in_hf --checkpoint.initial_load_path "$TMP/mtp.hf" \
+	--checkpoint.last_save_in_hf --checkpoint.last_save_model_only
+steps_of "$TMP/mtp.d/metrics.jsonl" >"$TMP/mtp.d.tsv"
+steps_of "$TMP/mtp.h/metrics.jsonl" >"$TMP/mtp.h.tsv"
+t_same "mtp: the HF start trains as the DCP one (loss, grad norm, lr)" "$TMP/mtp.d.tsv" "$TMP/mtp.h.tsv"
+"$C" from-hf "$TMP/mtp.h/checkpoint/step-2" "$TMP/mtp.h2" $MO --num-mtp-layers 1 --names 0.3.0 \
+	>/dev/null 2>&1
+weights_back "mtp: last_save_in_hf holds step 2's weights and expert biases, the depth's too" \
+	"$TMP/mtp.h2" "$TMP/mtp.d/checkpoint/step-2" '^mtp_layers.0.moe.expert_bias  *ok'
+# TP 2 (two ranks, the same rows; the depth sequence parallel as 0.3.0's
+# sharding.py lays it out): 0.3.0's steps
+t_run "mtp: TP 2" env OMP_NUM_THREADS=1 $MPIRUN -np 2 "$TRAIN" --module deepseek_v3 \
+	--config deepseek_v3_debugmodel_mtp --training.local_batch_size 2 --training.seq_len 64 \
+	--training.mixed_precision_param float32 --debug.seed 7 --dataloader.dataset_path "$TMP/data" \
+	--training.steps 3 --dump_folder "$TMP/mtp.tp" --checkpoint.enable \
+	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0" \
+	--parallelism.tensor_parallel_degree 2
+steps_of "$TMP/mtp.tp/metrics.jsonl" >"$TMP/mtp.tp.tsv"
+t_steps "mtp: TP 2's steps are 0.3.0's" tests/train/golden/tt030_deepseek_v3_mtp.tsv \
+	"$TMP/mtp.tp.tsv" 1 3 loss
 t_fails "mtp: validation refused" 2 mtp --validator.enable
 t_grep "mtp: with 0.3.0's reason" 'validator calls MTPLoss without the positions' "$TMP/.err"
 t_fails "mtp: loss.num_chunks is not MTPLoss's" 2 mtp --loss.num_chunks 4
@@ -130,7 +183,7 @@ t_grep "mtp: the depth's did not" '^mtp_layers.0.moe.expert_bias  *ok' "$TMP/mtp
 # loss.mtp_scale 0: the main loss alone, which is deepseek_v3_debugmodel's (the
 # seed's main tensors are drawn as that preset's: the depth's come after them)
 t_run "mtp: loss.mtp_scale 0" mtp --loss.mtp_scale 0 --training.steps 1 --dump_folder "$TMP/mtp.0" \
-	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
+	--checkpoint.enable --checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
 # (one step: its lr is not the 15-step schedule's, the loss and grad norm are)
 steps_of "$TMP/mtp.0/metrics.jsonl" | awk -F'\t' -v OFS='\t' '{ $4 = 0.0004; print }' \
 	>"$TMP/mtp.0.tsv"

@@ -24,7 +24,7 @@
 enum {
 	OPT_JSON = 256, OPT_MODEL_ONLY, OPT_EXPORT_DTYPE, OPT_CHUNKS, OPT_DIM, OPT_FLAVOR,
 	OPT_MAX_SHARD, OPT_N_HEADS, OPT_N_KV_HEADS, OPT_TOL, OPT_VERBOSE, OPT_SIZE, OPT_ASYNC,
-	OPT_MODEL, OPT_PHASE, OPT_NAMES, OPT_HEAD_DIM,
+	OPT_MODEL, OPT_PHASE, OPT_NAMES, OPT_HEAD_DIM, OPT_MTP,
 };
 
 static const cli_option opts[] = {
@@ -36,6 +36,8 @@ static const cli_option opts[] = {
 	{"model", 0, CLI_ARG, OPT_MODEL, "NAME", "to-hf, from-hf: model family (default llama3)"},
 	{"flavor", 0, CLI_ARG, OPT_FLAVOR, "F", "to-hf, from-hf: the family's flavor (debugmodel, 8B, ...)"},
 	{"max-shard-size", 0, CLI_ARG, OPT_MAX_SHARD, "SIZE", "to-hf: bytes per shard (default 5G)"},
+	{"num-mtp-layers", 0, CLI_ARG, OPT_MTP, "K", "from-hf: the flavor with K multi-token prediction "
+	 "depths (DeepSeek V3's model.num_mtp_layers; default 0)"},
 	{"n-heads", 0, CLI_ARG, OPT_N_HEADS, "N", "override the flavor's attention heads"},
 	{"n-kv-heads", 0, CLI_ARG, OPT_N_KV_HEADS, "N", "override the flavor's kv heads"},
 	{"tol", 0, CLI_ARG, OPT_TOL, "X", "diff: tolerated max abs difference (default 0)"},
@@ -59,6 +61,7 @@ static const cli_spec spec = {
 	"  reshard DIR OUT --chunks N [--dim D] [--names V]\n"
 	"  to-hf DIR OUT [--model NAME] --flavor F [--export-dtype T] [--max-shard-size SIZE]\n"
 	"  from-hf HFDIR OUT [--model NAME] --flavor F [--export-dtype T] [--names V]\n"
+	"          [--num-mtp-layers K]\n"
 	"  diff A B [--tol X] [--json]\n"
 	"  [mpirun -n N] bench DIR [--size SIZE] [--chunks N] [--async] [--phase P]",
 	"Convert, reshard and check PyTorch distributed checkpoints.",
@@ -68,7 +71,7 @@ static const cli_spec spec = {
 };
 
 typedef struct args {
-	int json, model_only, chunks, dim, n_heads, n_kv_heads, verbose;
+	int json, model_only, chunks, dim, n_heads, n_kv_heads, verbose, mtp;
 	dcp_dtype export_dtype;
 	const char *model, *flavor;
 	uint64_t max_shard;
@@ -295,6 +298,16 @@ static dcp_hf_model hf_model(const args *a)
 	const llama_args *f = model_family_flavor(fam, a->flavor);
 	if (!f)
 		cli_usage_error(&spec, "--flavor: '%s' is not a flavor of %s", a->flavor, fam->name);
+	static llama_args with_mtp; /* the flavor with the depths from-hf checks */
+	if (a->mtp > 0 && strcmp(fam->name, "deepseek_v3") != 0)
+		cli_usage_error(&spec, "--num-mtp-layers: multi-token prediction is deepseek_v3's "
+				"(torchtitan 0.3.0), not %s's", fam->name);
+	if (a->mtp > 0) {
+		with_mtp = *f;
+		with_mtp.mtp_layers = a->mtp;
+		with_mtp.mtp_scale = 0.3; /* 0.3.0's MTPLoss default; no part of the weights */
+		f = &with_mtp;
+	}
 	m.n_heads = a->n_heads ? a->n_heads : f->n_heads;
 	m.n_kv_heads = a->n_kv_heads ? a->n_kv_heads : (a->n_heads ? a->n_heads : f->n_kv_heads);
 	if (a->n_kv_heads)
@@ -347,6 +360,7 @@ int main(int argc, char **argv)
 		case OPT_FLAVOR: a.flavor = st.arg; break;
 		case OPT_MODEL: a.model = st.arg; break;
 		case OPT_MAX_SHARD: a.max_shard = cli_size(&spec, "--max-shard-size", st.arg); break;
+		case OPT_MTP: a.mtp = (int)cli_int(&spec, "--num-mtp-layers", st.arg, 0, 16); break;
 		case OPT_N_HEADS: a.n_heads = (int)cli_int(&spec, "--n-heads", st.arg, 1, 1 << 20); break;
 		case OPT_HEAD_DIM: a.head_dim = cli_int(&spec, "--head-dim", st.arg, 1, 1 << 20); break;
 		case OPT_N_KV_HEADS: a.n_kv_heads = (int)cli_int(&spec, "--n-kv-heads", st.arg, 1, 1 << 20); break;
