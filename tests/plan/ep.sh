@@ -29,13 +29,11 @@ ep() { # NP CASE...
 }
 
 ep 2 ep=2 ac=op
-ep 2 ep=2 docs=1 ac=op
-ep 2 ep=2 docs=1 mtp=1
+ep 2 ep=2 docs=1 mtp=1 ac=op
 ep 4 ep=2 shard=4
 ep 2 ep=2 accum=2 ac=full
 ep 4 ep=2 tp=2 ac=full
-ep 2 tp=2 mtp=1 docs=1 lp=0
-ep 4 ep=2 tp=2 mtp=1 ac=op
+ep 4 ep=2 tp=2 mtp=1 docs=1 ac=op lp=0
 ep 4 ep=2 tp=2 model=gpt_oss
 ep 2 ep=2 dev=1
 t_done
