@@ -68,6 +68,11 @@ int cp_rotate_parse(const char *name, cp_rotate *r, titan_err *e);
 /* ptrr deals the blocks of FlexAttention's document masks: refused for a run
  * over cp > 1 ranks without documents (not a torchtitan 0.3.0 run). */
 int cp_balance_check(cp_balance b, int cp, int documents, titan_err *e);
+/* What a sequence's length must be a multiple of per cp rank under the
+ * balancer named name (NULL: None): cp chunks (1), headtail's 2 cp chunks,
+ * ptrr's blocks of CP_PTRR_BLOCK tokens.  A name cp_balance_parse refuses
+ * counts as headtail (the refusal comes from cp_balance_parse). */
+int64_t cp_balance_multiple(const char *name);
 
 typedef struct cp_layout {
 	int cp;             /* ranks */

@@ -24,6 +24,15 @@ int cp_balance_parse(const char *name, cp_balance *b, titan_err *e)
 		       "ptrr or None", name);
 }
 
+int64_t cp_balance_multiple(const char *name)
+{
+	cp_balance b;
+	titan_err ignored;
+	if (cp_balance_parse(name, &b, &ignored) != 0)
+		b = CP_BALANCE_HEADTAIL;
+	return b == CP_BALANCE_NONE ? 1 : b == CP_BALANCE_PTRR ? CP_PTRR_BLOCK : 2;
+}
+
 int cp_balance_check(cp_balance b, int cp, int documents, titan_err *e)
 {
 	if (b == CP_BALANCE_PTRR && cp > 1 && !documents)

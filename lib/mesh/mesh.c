@@ -215,23 +215,29 @@ int mesh_check_model(const mesh_degrees *d, const mesh_model *m, titan_err *e)
 			       "than the %lld rows of the smallest parameter of %s (a norm weight)",
 			       (long long)d->dp_shard, (long long)d->cp, (long long)fsdp,
 			       (long long)m->dim, m->name);
-	/* Sequence parallelism splits the sequence over tp; the head-tail CP
-	 * balancer cuts it into 2 cp chunks (torchtitan's seq_len_divisor),
-	 * none into cp. */
-	int64_t chunks = d->cp > 1 ? (m->cp_unbalanced ? d->cp : 2 * d->cp) : 1;
-	int64_t div = d->tp * chunks;
-	if (m->seq_len > 0 && div > 1 && m->seq_len % div != 0) {
-		char by[48] = "";
-		if (d->cp > 1)
-			snprintf(by, sizeof by, " x %scp %lld", m->cp_unbalanced ? "" : "2 x ",
-				 (long long)d->cp);
-		return err_set(e, "training.seq_len = %lld is not divisible by tp %lld%s = %lld",
-			       (long long)m->seq_len, (long long)d->tp, by, (long long)div);
-	}
+	if (m->seq_len > 0 &&
+	    mesh_check_seq_len("training.seq_len", m->seq_len, d, m->cp_multiple, e) != 0)
+		return -1;
 	if (m->n_experts > 0 && m->n_experts % d->ep != 0)
 		return err_set(e, "parallelism.expert_parallel_degree = %lld does not divide the %lld "
 			       "experts of %s", (long long)d->ep, (long long)m->n_experts, m->name);
 	return 0;
+}
+
+/* torchtitan's seq_len_divisor: tp, times 2 cp for its head-tail balancer. */
+int mesh_check_seq_len(const char *key, int64_t seq_len, const mesh_degrees *d,
+		       int64_t cp_multiple, titan_err *e)
+{
+	int64_t div = d->tp * (d->cp > 1 ? cp_multiple * d->cp : 1);
+	if (div <= 1 || seq_len % div == 0)
+		return 0;
+	char by[48] = "";
+	if (d->cp > 1 && cp_multiple > 1)
+		snprintf(by, sizeof by, " x %lld x cp %lld", (long long)cp_multiple, (long long)d->cp);
+	else if (d->cp > 1)
+		snprintf(by, sizeof by, " x cp %lld", (long long)d->cp);
+	return err_set(e, "%s = %lld is not divisible by tp %lld%s = %lld", key, (long long)seq_len,
+		       (long long)d->tp, by, (long long)div);
 }
 
 int mesh_create(comm *world, const mesh_degrees *d, mesh **out, titan_err *e)

@@ -60,8 +60,8 @@ typedef struct mesh_model {
 	int64_t ffn_hidden;    /* w1/w3 rows, split by tp */
 	int64_t n_experts;     /* 0: a dense model */
 	int64_t seq_len;
-	int cp_unbalanced;     /* context_parallel_load_balancer None: seq_len is cut
-	                          into cp chunks, not headtail's 2 cp */
+	int64_t cp_multiple;   /* under cp > 1, seq_len per cp rank is a multiple of
+	                          this: the balancer's cut (cp_balance_multiple) */
 } mesh_model;
 
 typedef struct mesh {
@@ -84,6 +84,11 @@ int mesh_resolve(const mesh_degrees *want, int world_size, mesh_degrees *out, ti
  * headtail balancer), experts not divisible
  * by ep.  d is resolved. */
 int mesh_check_model(const mesh_degrees *d, const mesh_model *m, titan_err *e);
+/* seq_len (the config key key) divisible by tp x cp_multiple x cp: sequence
+ * parallelism cuts a sequence over tp, the cp balancer into cp_multiple
+ * parts (chunks or tokens) a cp rank; refused naming the numbers. */
+int mesh_check_seq_len(const char *key, int64_t seq_len, const mesh_degrees *d,
+		       int64_t cp_multiple, titan_err *e);
 
 /* The size of each dimension of a resolved mesh, and rank's index in each. */
 void mesh_sizes(const mesh_degrees *d, int size[MESH_DIM_COUNT]);

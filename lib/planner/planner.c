@@ -89,7 +89,7 @@ static int check_model(const plan_ctx *x, const llama_args *a, titan_err *e)
 			  .cp = x->d.cp, .tp = x->d.tp, .pp = x->d.pp, .ep = x->d.ep, .etp = 1};
 	mesh_model m = {a->name, a->n_layers, a->n_heads, a->n_kv_heads, a->dim,
 			flavor_ffn_hidden(a), a->moe.experts, x->c->training.seq_len,
-			x->c->parallelism.context_parallel_load_balancer == NULL};
+			cp_balance_multiple(x->c->parallelism.context_parallel_load_balancer)};
 	if (x->d.ep > 1 && (a->moe.experts <= 0 || x->d.pp > 1))
 		return err_set(e, "parallelism.expert_parallel_degree = %d: %s", x->d.ep,
 			       a->moe.experts <= 0 ? "the model has no experts"

@@ -128,7 +128,7 @@ static void bad_meshes_are_refused_naming_the_numbers(void **state)
 			     "2 does not divide dp_shard 3 x cp 1 x tp 1 = 3, the ranks experts are "
 			     "spread over");
 
-	mesh_model m = {"Llama 3 8B", 32, 32, 8, 4096, 14336, 0, 8192, 0};
+	mesh_model m = {"Llama 3 8B", 32, 32, 8, 4096, 14336, 0, 8192, 2};
 	mesh_degrees d = {1, 1, 1, 3, 1, 1, 1};
 	titan_err e;
 	assert_int_equal(mesh_check_model(&d, &m, &e), -1);
@@ -144,7 +144,7 @@ static void bad_meshes_are_refused_naming_the_numbers(void **state)
 	assert_int_equal(mesh_check_model(&d, &m, &e), -1);
 	assert_string_equal(e.msg, "parallelism.pipeline_parallel_degree = 64: more stages than the "
 				   "32 layers of Llama 3 8B");
-	mesh_model tiny = {"debugmodel", 6, 16, 16, 256, 768, 0, 2048, 0};
+	mesh_model tiny = {"debugmodel", 6, 16, 16, 256, 768, 0, 2048, 2};
 	d = (mesh_degrees){1, 512, 1, 1, 1, 1, 1};
 	assert_int_equal(mesh_check_model(&d, &tiny, &e), -1);
 	assert_string_equal(e.msg, "parallelism: FSDP over dp_shard 512 x cp 1 = 512 ranks, more than "
@@ -153,14 +153,21 @@ static void bad_meshes_are_refused_naming_the_numbers(void **state)
 	m.seq_len = 8190;
 	assert_int_equal(mesh_check_model(&d, &m, &e), -1);
 	assert_string_equal(e.msg, "training.seq_len = 8190 is not divisible by tp 2 x 2 x cp 3 = 12");
-	m.cp_unbalanced = 1; /* no load balancer: cp chunks */
+	m.cp_multiple = 1; /* no load balancer: cp chunks */
 	m.seq_len = 8196;
 	assert_int_equal(mesh_check_model(&d, &m, &e), 0);
 	m.seq_len = 8194;
 	assert_int_equal(mesh_check_model(&d, &m, &e), -1);
 	assert_string_equal(e.msg, "training.seq_len = 8194 is not divisible by tp 2 x cp 3 = 6");
-	m.cp_unbalanced = 0;
-	mesh_model moe = {"deepseek 16B", 27, 16, 16, 2048, 1408, 64, 4096, 0};
+	m.cp_multiple = 128; /* ptrr: blocks of 128 tokens */
+	m.seq_len = 768 * 2;
+	assert_int_equal(mesh_check_model(&d, &m, &e), 0);
+	m.seq_len = 384;
+	assert_int_equal(mesh_check_model(&d, &m, &e), -1);
+	assert_string_equal(e.msg, "training.seq_len = 384 is not divisible by tp 2 x 128 x cp 3 "
+				   "= 768");
+	m.cp_multiple = 2;
+	mesh_model moe = {"deepseek 16B", 27, 16, 16, 2048, 1408, 64, 4096, 2};
 	d = (mesh_degrees){1, 3, 1, 1, 1, 3, 1};
 	assert_int_equal(mesh_check_model(&d, &moe, &e), -1);
 	assert_string_equal(e.msg, "parallelism.expert_parallel_degree = 3 does not divide the 64 "

@@ -108,7 +108,7 @@ t_run "a 0.2.2 seed checkpoint" "$TRAIN" --config "$TMP/t.toml" --job.dump_folde
 "$BIN/titan-ckpt-convert" info "$TMP/s/checkpoint/step-0" >"$TMP/info22" 2>&1
 t_grep "it has 0.2.2's names" '^output.weight ' "$TMP/info22"
 t_run "0.3.0 run from the 0.2.2 seed" run030 --training.steps 15 --dump_folder "$TMP/c" \
-	--checkpoint.enable --checkpoint.initial_load_path "$TMP/s/checkpoint/step-0"
+	--checkpoint.enable --checkpoint.load_only --checkpoint.initial_load_path "$TMP/s/checkpoint/step-0"
 t_grep "it loads the 0.2.2 seed" 'Loading the checkpoint from .*s/checkpoint/step-0' "$TMP/.err"
 steps_of "$TMP/c/metrics.jsonl" >"$TMP/c.tsv"
 if why=$(compare "$GOLD" "$TMP/c.tsv" 1 15); then

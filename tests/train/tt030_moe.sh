@@ -28,7 +28,7 @@ for fam in $FAMS; do
 	if [ $fam = deepseek_v3 ]; then
 		t_run "$fam: titan's seed checkpoint" mod --dump_folder "$TMP/$fam.seed" \
 			--checkpoint.enable --checkpoint.create_seed_checkpoint
-		from="--checkpoint.enable --checkpoint.initial_load_path $TMP/$fam.seed/checkpoint/step-0"
+		from="--checkpoint.enable --checkpoint.load_only --checkpoint.initial_load_path $TMP/$fam.seed/checkpoint/step-0"
 	else
 		from=
 	fi
@@ -59,7 +59,8 @@ case " $FAMS " in *" gpt_oss "*)
 	t_run "gpt_oss: titan's seed checkpoint" mod --dump_folder "$TMP/gpt_oss.seed" --checkpoint.enable \
 		--checkpoint.create_seed_checkpoint
 	t_run "gpt_oss: $N steps of gpt_oss_debugmodel_flex as 0.3.0" mod --training.steps $N \
-		--dump_folder "$TMP/gpt_oss" --checkpoint.enable --checkpoint.initial_load_path "$TMP/gpt_oss.seed/checkpoint/step-0"
+		--dump_folder "$TMP/gpt_oss" --checkpoint.enable --checkpoint.load_only \
+		--checkpoint.initial_load_path "$TMP/gpt_oss.seed/checkpoint/step-0"
 	steps_of "$TMP/gpt_oss/metrics.jsonl" >"$TMP/gpt_oss.tsv"
 	if why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 1 loss 1e-5) &&
 		why=$(compare tests/train/golden/tt030_gpt_oss.tsv "$TMP/gpt_oss.tsv" 1 $W loss 2e-4); then
@@ -172,7 +173,7 @@ weights_back "mtp: last_save_in_hf holds step 2's weights and expert biases, the
 t_run "mtp: TP 2" env OMP_NUM_THREADS=1 $MPIRUN -np 2 "$TRAIN" --module deepseek_v3 \
 	--config deepseek_v3_debugmodel_mtp --training.local_batch_size 2 --training.seq_len 64 \
 	--training.mixed_precision_param float32 --debug.seed 7 --dataloader.dataset_path "$TMP/data" \
-	--training.steps 3 --dump_folder "$TMP/mtp.tp" --checkpoint.enable \
+	--training.steps 3 --dump_folder "$TMP/mtp.tp" --checkpoint.enable --checkpoint.load_only \
 	--checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0" \
 	--parallelism.tensor_parallel_degree 2
 steps_of "$TMP/mtp.tp/metrics.jsonl" >"$TMP/mtp.tp.tsv"
@@ -189,7 +190,7 @@ t_grep "mtp: the depth's did not" '^mtp_layers.0.moe.expert_bias  *ok' "$TMP/mtp
 # loss.mtp_scale 0: the main loss alone, which is deepseek_v3_debugmodel's (the
 # seed's main tensors are drawn as that preset's: the depth's come after them)
 t_run "mtp: loss.mtp_scale 0" mtp --loss.mtp_scale 0 --training.steps 1 --dump_folder "$TMP/mtp.0" \
-	--checkpoint.enable --checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
+	--checkpoint.enable --checkpoint.load_only --checkpoint.initial_load_path "$TMP/mtp.seed/checkpoint/step-0"
 # (one step: its lr is not the 15-step schedule's, the loss and grad norm are)
 steps_of "$TMP/mtp.0/metrics.jsonl" | awk -F'\t' -v OFS='\t' '{ $4 = 0.0004; print }' \
 	>"$TMP/mtp.0.tsv"

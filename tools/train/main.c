@@ -180,7 +180,7 @@ static int mixed_030(int argc, char **argv, titan_err *err)
 static mesh_model model_limits(const job_config *c)
 {
 	mesh_model m = {c->model.flavor, 0, 0, 0, 0, 0, 0, c->training.seq_len,
-			c->parallelism.context_parallel_load_balancer == NULL};
+			cp_balance_multiple(c->parallelism.context_parallel_load_balancer)};
 	const model_family *f = model_family_find(c->model.name);
 	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
 	if (a != NULL) {
@@ -198,19 +198,10 @@ static mesh_model model_limits(const job_config *c)
 /* Validation cuts its sequences over the cp ranks as training does. */
 static int check_validation(const job_config *c, const mesh_degrees *d, titan_err *e)
 {
-	const char *bal = c->parallelism.context_parallel_load_balancer;
-	int unbalanced = bal == NULL, ptrr = bal != NULL && strcmp(bal, "ptrr") == 0;
-	/* ptrr deals whole blocks of FlexAttention's 128 tokens */
-	int64_t per = unbalanced ? 1 : ptrr ? CP_PTRR_BLOCK : 2;
-	int64_t div = d->tp * (d->cp > 1 ? per * d->cp : 1);
-	if (!c->validation.enable || div == 1 || c->validation.seq_len % div == 0)
+	if (!c->validation.enable)
 		return 0;
-	char by[48] = "";
-	if (d->cp > 1)
-		snprintf(by, sizeof by, " x %scp %lld", unbalanced ? "" : ptrr ? "128 x " : "2 x ",
-			 (long long)d->cp);
-	return err_set(e, "validation.seq_len = %lld is not divisible by tp %lld%s = %lld",
-		       (long long)c->validation.seq_len, (long long)d->tp, by, (long long)div);
+	return mesh_check_seq_len("validation.seq_len", c->validation.seq_len, d,
+				  cp_balance_multiple(c->parallelism.context_parallel_load_balancer), e);
 }
 
 /* A failure the other ranks may not know of (main then ends them): said by
