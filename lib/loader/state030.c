@@ -15,6 +15,9 @@ static const char *unmapped(const loader *l, const loader_state *s, int dp_degre
 {
 	if (s->split != LOADER_TRAIN)
 		return "a validation loader's state";
+	if (loader_mix_sources(l) > 0)
+		return "a mixture of shard folders (0.3.0's InterleavedDataset state, its random "
+		       "generator's and every source's, is not written)";
 	if (!s->documents)
 		return "titan's loader packs windows of seq_len + 1 tokens here, not 0.3.0's "
 		       "documents (a run without --module)";
