@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/crc32c.h"
+#include "shard/le.h"
 #include "shard/shard.h"
 
 #define RECORD_MAGIC "TLDM"
@@ -40,20 +41,6 @@ static void mark_copy(const loader_mix *x, mix_mark *to, const mix_mark *from)
 	memcpy(to->taken, from->taken, x->def.n * sizeof *to->taken);
 }
 
-static void put(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 /* Source i's loader, checked against the manifest's SHA-256 the mixture
  * names and the mixture's tokenizer; its identity into the mixture's. */
 static int open_source(loader_mix *x, const loader_opts *o, size_t i, titan_err *err)
@@ -76,9 +63,9 @@ static int open_source(loader_mix *x, const loader_opts *o, size_t i, titan_err 
 	uint8_t rec[20]; /* the source's tokens, CRC and weight (bits), little-endian */
 	uint64_t wbits;
 	memcpy(&wbits, &x->def.src[i].weight, sizeof wbits);
-	put(rec, st.data_tokens, 8);
-	put(rec + 8, st.data_crc, 4);
-	put(rec + 12, wbits, 8);
+	le_put64(rec, st.data_tokens);
+	le_put32(rec + 8, st.data_crc);
+	le_put64(rec + 12, wbits);
 	x->crc = crc32c(x->crc, rec, sizeof rec);
 	x->tokens += st.data_tokens;
 	x->windows += loader_windows(x->src[i]);
@@ -102,7 +89,7 @@ static int open_all(loader_mix *x, const loader_opts *o, titan_err *err)
 	if (rc != 0)
 		return err_prefix(err, "%s/manifest.json", o->dir);
 	uint8_t seed[8];
-	put(seed, x->def.seed, 8);
+	le_put64(seed, x->def.seed);
 	x->crc = crc32c(0, seed, sizeof seed);
 	for (size_t i = 0; i < x->def.n; i++)
 		if (open_source(x, o, i, err) != 0)
@@ -248,36 +235,36 @@ void mix_record_encode(const loader_mix *x, const mix_mark *m, uint8_t *out)
 {
 	size_t n = x->def.n, at = 24 + 4 * MIX_MT_N;
 	memcpy(out, RECORD_MAGIC, 4);
-	put(out + 4, 1, 4);
-	put(out + 8, n, 4);
-	put(out + 12, m->pos, 8);
-	put(out + 20, m->rng.index, 4);
+	le_put32(out + 4, 1);
+	le_put32(out + 8, (uint32_t)n);
+	le_put64(out + 12, m->pos);
+	le_put32(out + 20, m->rng.index);
 	for (int i = 0; i < MIX_MT_N; i++)
-		put(out + 24 + 4 * i, m->rng.mt[i], 4);
+		le_put32(out + 24 + 4 * i, m->rng.mt[i]);
 	for (size_t i = 0; i < n; i++, at += 8)
-		put(out + at, m->taken[i], 8);
-	put(out + at, crc32c(0, out, at), 4);
+		le_put64(out + at, m->taken[i]);
+	le_put32(out + at, crc32c(0, out, at));
 }
 
 int mix_record_decode(const loader_mix *x, const uint8_t *buf, size_t n, uint64_t windows,
 		      mix_mark *m, titan_err *err)
 {
 	size_t want = mix_record_bytes(x), at = 24 + 4 * MIX_MT_N;
-	if (n < 12 || memcmp(buf, RECORD_MAGIC, 4) != 0 || get(buf + 4, 4) != 1)
+	if (n < 12 || memcmp(buf, RECORD_MAGIC, 4) != 0 || le_get32(buf + 4) != 1)
 		return err_set(err, "dataloader state: no mixture record (\"" RECORD_MAGIC "\" "
 			       "version 1) after the loader's");
-	if (get(buf + 8, 4) != x->def.n || n != want)
+	if (le_get32(buf + 8) != x->def.n || n != want)
 		return err_set(err, "dataloader state: a mixture of %llu sources (%zu bytes); this "
-			       "one has %zu", (unsigned long long)get(buf + 8, 4), n, x->def.n);
-	if (crc32c(0, buf, want - 4) != get(buf + want - 4, 4))
+			       "one has %zu", (unsigned long long)le_get32(buf + 8), n, x->def.n);
+	if (crc32c(0, buf, want - 4) != le_get32(buf + want - 4))
 		return err_set(err, "dataloader state: the mixture record's checksum is wrong");
-	m->pos = get(buf + 12, 8);
-	m->rng.index = (uint32_t)get(buf + 20, 4);
+	m->pos = le_get64(buf + 12);
+	m->rng.index = (uint32_t)le_get32(buf + 20);
 	for (int i = 0; i < MIX_MT_N; i++)
-		m->rng.mt[i] = (uint32_t)get(buf + 24 + 4 * i, 4);
+		m->rng.mt[i] = (uint32_t)le_get32(buf + 24 + 4 * i);
 	uint64_t sum = 0;
 	for (size_t i = 0; i < x->def.n; i++, at += 8)
-		sum += m->taken[i] = get(buf + at, 8);
+		sum += m->taken[i] = le_get64(buf + at);
 	if (m->pos != windows || sum != windows || m->rng.index > MIX_MT_N)
 		return err_set(err, "dataloader state: the mixture record is at window %llu with "
 			       "%llu taken, the loader's at %llu", (unsigned long long)m->pos,

@@ -21,6 +21,7 @@
 #include "loader/loader.h"
 #include "loader/mixer.h"
 #include "shard/shard.h"
+#include "../support/doc_shards.h"
 #include "../support/testutil.h"
 #include "tokstream/tokstream.h"
 
@@ -43,31 +44,23 @@ static void build_source(const char *dir, int s, int ndocs)
 {
 	tokstream_header h = {.id_width = 2, .vocab_size = VOCAB, .bos_id = 1, .eos_id = 2,
 			      .flags = TOKSTREAM_FLAG_BOS | TOKSTREAM_FLAG_EOS};
-	char *buf;
-	size_t size;
-	FILE *fp = open_memstream(&buf, &size);
-	titan_err err;
-	tokstream_writer *w = tokstream_writer_open(fp, &h, &err);
-	uint32_t doc[96];
+	uint32_t **docs = malloc((size_t)ndocs * sizeof *docs);
+	size_t *lens = malloc((size_t)ndocs * sizeof *lens);
 	for (int d = 0; d < ndocs; d++) {
-		size_t n = 2 + rnd() % 80;
-		doc[0] = 1;
+		size_t n = lens[d] = 2 + rnd() % 80;
+		docs[d] = malloc(n * sizeof **docs);
+		docs[d][0] = 1;
 		for (size_t i = 1; i + 1 < n; i++)
-			doc[i] = 3 + (uint32_t)s * RANGE + rnd() % RANGE;
-		doc[n - 1] = 2;
-		assert_int_equal(tokstream_write_doc(w, doc, n, &err), 0);
+			docs[d][i] = 3 + (uint32_t)s * RANGE + rnd() % RANGE;
+		docs[d][n - 1] = 2;
 	}
-	assert_int_equal(tokstream_writer_close(w, &err), 0);
-	fclose(fp);
-	fp = fmemopen(buf, size, "rb");
-	tokstream_reader *r = tokstream_reader_open(fp, "mem", &err);
 	shard_build_opts o = {.out = dir, .shard_tokens = 2000, .val_fraction = 0.1};
-	shard_build_stats st;
-	if (shard_build(r, &o, &st, &err) != 0)
+	titan_err err;
+	if (test_doc_shards(&h, docs, lens, (size_t)ndocs, &o, &err) != 0)
 		fail_msg("%s", err.msg);
-	tokstream_reader_close(r);
-	fclose(fp);
-	free(buf);
+	for (int d = 0; d < ndocs; d++)
+		free(docs[d]);
+	free(docs), free(lens);
 }
 
 static int setup(void **state)

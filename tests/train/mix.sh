@@ -17,23 +17,17 @@ done
 t_run "a mixture of three folders" "$BIN/titan-shard" -q mix --weight 0.6 "$TMP/src1" \
 	--weight 0.3 "$TMP/src2" --weight 0.1 "$TMP/src3" --out "$TMP/mix"
 
-t_tiny_job "$TMP/job.toml" "$TMP/mix" 30
+t_tiny_job "$TMP/job.toml" "$TMP/mix" 20
 cat >>"$TMP/job.toml" <<EOF
 global_batch_size = 2
 [metrics]
 log_freq = 1
 [checkpoint]
 enable = true
-interval = 5
+interval = 4
 [debug]
 seed = 3
 EOF
-
-losses() { # metrics.jsonl FIRST LAST -> the last record's loss of each step, one a line
-	for s in $(seq "$2" "$3"); do
-		grep "^{\"step\":$s,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
-	done
-}
 
 # kill_after DIR CKPT STEP ARGS...: start the job (its dump folder DIR) and
 # kill -9 it once checkpoint CKPT is complete and step STEP has been logged.
@@ -51,41 +45,42 @@ kill_after() {
 	done
 	kill -9 $pid 2>/dev/null
 	wait $pid 2>/dev/null
-	if grep -q '^{"step":30,' "$dir/metrics.jsonl"; then
+	if grep -q '^{"step":20,' "$dir/metrics.jsonl"; then
 		t_not_ok "killed after step $step, before the end" "it finished first"
 	else
 		t_ok "killed after step $step, before the end"
 	fi
 }
 
-# resumes_exactly JOB DUMP ARGS...: straight, then killed at three points and
-# resumed; steps 6-30 of both agree.  DUMP: the dump folder's option.
+# resumes_exactly JOB DUMP KILLS ARGS...: 20 steps straight, then killed at
+# each CKPT:STEP of KILLS and resumed; steps 5-20 of both agree.  DUMP: the
+# dump folder's option.
 resumes_exactly() {
-	job=$1 dump=$2
-	shift 2
-	t_run "$job: 30 steps straight" "$TRAIN" "$@" "$dump" "$TMP/$job-a"
+	job=$1 dump=$2 kills=$3
+	shift 3
+	t_run "$job: 20 steps straight" "$TRAIN" "$@" "$dump" "$TMP/$job-a"
 	cp "$TMP/.err" "$TMP/$job-a.log"
 	: >"$TMP/$job-b.log"
-	kill_after "$TMP/$job-b" 5 7 "$@"
-	kill_after "$TMP/$job-b" 15 17 "$@"
-	kill_after "$TMP/$job-b" 25 26 "$@"
+	for k in $kills; do
+		kill_after "$TMP/$job-b" "${k%:*}" "${k#*:}" "$@"
+	done
 	t_run "$job: resumed to the end" "$TRAIN" "$@" "$dump" "$TMP/$job-b"
 	t_grep "$job: the data resumes where the checkpoint was" \
-		'The data resumes after 50 windows of seq_len 16' "$TMP/.err"
-	losses "$TMP/$job-a/metrics.jsonl" 6 30 >"$TMP/$job-a.loss"
-	losses "$TMP/$job-b/metrics.jsonl" 6 30 >"$TMP/$job-b.loss"
-	if [ "$(wc -l <"$TMP/$job-a.loss")" -eq 25 ] && cmp -s "$TMP/$job-a.loss" "$TMP/$job-b.loss"; then
-		t_ok "$job: resume_after_kill_is_bit_exact on a mixture (steps 6-30, 3 kills)"
+		'The data resumes after [1-9][0-9]* windows of seq_len 16' "$TMP/.err"
+	t_losses "$TMP/$job-a/metrics.jsonl" 5 20 >"$TMP/$job-a.loss"
+	t_losses "$TMP/$job-b/metrics.jsonl" 5 20 >"$TMP/$job-b.loss"
+	if [ "$(wc -l <"$TMP/$job-a.loss")" -eq 16 ] && cmp -s "$TMP/$job-a.loss" "$TMP/$job-b.loss"; then
+		t_ok "$job: resume_after_kill_is_bit_exact on a mixture (steps 5-20, kills $kills)"
 	else
-		t_not_ok "$job: resume_after_kill_is_bit_exact on a mixture (steps 6-30, 3 kills)" \
+		t_not_ok "$job: resume_after_kill_is_bit_exact on a mixture (steps 5-20, kills $kills)" \
 			"$(paste "$TMP/$job-a.loss" "$TMP/$job-b.loss")"
 	fi
 }
 
-resumes_exactly toml --job.dump_folder --config "$TMP/job.toml"
-resumes_exactly tt030 --dump_folder --module llama3 --config llama3_debugmodel --dataloader.dataset_path "$TMP/mix" \
+resumes_exactly toml --job.dump_folder "4:6 12:13 16:17" --config "$TMP/job.toml"
+resumes_exactly tt030 --dump_folder "8:10" --module llama3 --config llama3_debugmodel --dataloader.dataset_path "$TMP/mix" \
 	--training.seq_len 16 --training.local_batch_size 1 --training.global_batch_size 2 \
-	--training.steps 30 --metrics.log_freq 1 --checkpoint.enable --checkpoint.interval 5 \
+	--training.steps 20 --metrics.log_freq 1 --checkpoint.enable --checkpoint.interval 4 \
 	--debug.seed 3 --lr_scheduler.warmup_steps 2 --validator.enable false
 t_grep "tt030: the log says why 0.3.0's loader state is not written for a mixture" \
 	'no torchtitan 0.3.0 equivalent (a mixture of shard folders' "$TMP/tt030-a.log"

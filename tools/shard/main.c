@@ -241,6 +241,7 @@ static int cmd_mix(args *a, int nsrc, char **src)
 			   (unsigned long long)a->seed);
 	if (w != a->weights)
 		free(w);
+	free(a->weights);
 	return TITAN_EXIT_OK;
 }
 
