@@ -257,12 +257,17 @@ int loader_state_030_decode(const loader *l, const uint8_t *buf, size_t n, int64
 	} else {
 		const pk_val *rec = pk_dict_get(root, TITAN_KEY);
 		snprintf(why, whycap, "titan's record in the pickle");
-		if (rec != NULL)
+		if (rec != NULL) {
 			rc = rec->kind == PK_BYTES ? loader_state_decode((const uint8_t *)rec->s,
 									 rec->len, s, err)
 						   : err_set(err, TITAN_KEY " is not bytes");
-		else
+		} else if (loader_mix_sources(l) > 0) {
+			snprintf(why, whycap, "titan's loader reads a mixture here, whose draws it "
+				 "does not map from a 0.3.0 loader's state");
+			rc = 1;
+		} else {
 			rc = from_030(l, root, world_size, s, why, whycap, err);
+		}
 	}
 	pk_free(a);
 	return rc;
