@@ -257,6 +257,14 @@ t_relay_tap() {
 		t_not_ok "$name ran to its end (status $rc)" "$(tail -5 "$TMP/tap.err")"
 }
 
+# t_losses METRICS FIRST LAST: the last record's loss of each step FIRST to
+# LAST in a metrics.jsonl, one a line (a resumed run logs its steps again).
+t_losses() {
+	for s in $(seq "$2" "$3"); do
+		grep "^{\"step\":$s,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
+	done
+}
+
 # t_tiny_job FILE DATA STEPS: the smallest debugmodel job over the titan-shard
 # folder DATA (one sequence of 16 tokens a step), for tests of what happens
 # around training (checkpoints, loading, folders); they append their own

@@ -519,6 +519,16 @@ static int set_loss(job_config *c, const tt030_path *t, const char *val, titan_e
 	return 0;
 }
 
+/* The paths of 0.3.0's weighted multi-source loader
+ * (InterleavedHuggingFaceTextDataLoader.Config: sources, seed,
+ * stopping_strategy), which a preset of its own would bring to the CLI; a
+ * titan-shard mix folder is titan's spelling of the same mixture. */
+static int interleaved_path(const char *name)
+{
+	return !strncmp(name, "dataloader.sources.", 19) || !strcmp(name, "dataloader.seed") ||
+	       !strcmp(name, "dataloader.stopping_strategy");
+}
+
 /* One 0.3.0 option at argv[*i]: its titan override appended to out (or
  * nothing), *i past its value. */
 static int translate(job_config *c, const tt030_preset *p, int argc, char **argv, int *i,
@@ -537,6 +547,11 @@ static int translate(job_config *c, const tt030_preset *p, int argc, char **argv
 			return err_set(err, "--%s: torchtitan 0.2.2's key, and this run follows 0.3.0 "
 				       "(--module/--config name a 0.3.0 preset), whose CLI has no such "
 				       "path: mixing the two is refused", name);
+		if (interleaved_path(name))
+			return err_set(err, "--%s: InterleavedHuggingFaceTextDataLoader's, which no preset "
+				       "of titan's uses; make the mixture with titan-shard mix --seed N "
+				       "--weight W SRC ... --out DIR and pass --dataloader.dataset_path "
+				       "DIR (titan-shard(1))", name);
 		return err_set(err, "--%s: not a path of torchtitan 0.3.0's Trainer.Config (see "
 			       "titan-config(5))", name);
 	}

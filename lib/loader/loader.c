@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "core/crc32c.h"
+#include "loader/mixture.h"
 #include "shard/shard.h"
 
 typedef struct slot {
 	int32_t *inputs, *labels, *doc_ids, *positions; /* (B, T) each */
 	loader_batch b;
+	mix_rows *mix;   /* a mixture's: where the rows come from */
 	int rc;          /* 1 batch, 0 end of val, -1 error */
 	titan_err err;
 } slot;
@@ -29,6 +31,7 @@ struct loader {
 	loader_state id;       /* seed, seq_len, shuffle, split, data identity */
 	uint32_t vocab_size;
 	uint8_t fingerprint[32];
+	loader_mix *mix;       /* the training split of a mixture: its sources, or NULL */
 
 	/* producer side (the thread, or the caller when prefetch is 0) */
 	uint64_t cache_epoch;
@@ -359,6 +362,31 @@ static int make_row(loader *l, uint64_t p, int32_t *in, int32_t *lab, int32_t *d
 	return 0;
 }
 
+/* Row j of slot sl from global position p of loader l. */
+static int make_any_row(loader *l, uint64_t p, slot *sl, int64_t j)
+{
+	const int64_t T = sl->b.T;
+	int32_t *doc = sl->doc_ids ? sl->doc_ids + j * T : NULL;
+	return l->o.documents ? make_row_docs(l, p, sl->inputs + j * T, sl->labels + j * T,
+					      sl->positions + j * T, doc, &sl->b.n_valid, &sl->err)
+			      : make_row(l, p, sl->inputs + j * T, sl->labels + j * T, doc,
+					 &sl->b.n_valid, &sl->err);
+}
+
+/* A mixture's rows: each its source's window at the source's own position. */
+static int make_mix_rows(loader *l, uint64_t P, uint64_t first, slot *sl)
+{
+	if (mix_batch(l->mix, P, (uint64_t)l->B * (uint64_t)l->o.dp_degree, first, l->B, sl->mix,
+		      &sl->err) != 0)
+		return -1;
+	loader *src = mix_source(l->mix, sl->mix->src[0]);
+	sl->b.epoch = sl->mix->k[0] / loader_windows(src);
+	for (int64_t j = 0; j < l->B; j++)
+		if (make_any_row(mix_source(l->mix, sl->mix->src[j]), sl->mix->k[j], sl, j) != 0)
+			return -1;
+	return 0;
+}
+
 static int produce(loader *l, uint64_t q, slot *sl)
 {
 	const int64_t B = l->B, T = l->T;
@@ -371,17 +399,11 @@ static int produce(loader *l, uint64_t q, slot *sl)
 			       .doc_ids = l->o.doc_bounds ? sl->doc_ids : NULL, .B = B, .T = T,
 			       .position = P,
 			       .epoch = l->o.split == SHARD_VAL ? 0 : first / l->W};
-	for (int64_t j = 0; j < B; j++) {
-		int32_t *doc = l->o.doc_bounds ? sl->doc_ids + j * T : NULL;
-		int rc = l->o.documents
-				 ? make_row_docs(l, first + (uint64_t)j, sl->inputs + j * T,
-						 sl->labels + j * T, sl->positions + j * T, doc,
-						 &sl->b.n_valid, &sl->err)
-				 : make_row(l, first + (uint64_t)j, sl->inputs + j * T,
-					    sl->labels + j * T, doc, &sl->b.n_valid, &sl->err);
-		if (rc != 0)
+	if (l->mix != NULL)
+		return sl->rc = make_mix_rows(l, P, first, sl) != 0 ? -1 : 1;
+	for (int64_t j = 0; j < B; j++)
+		if (make_any_row(l, first + (uint64_t)j, sl, j) != 0)
 			return sl->rc = -1;
-	}
 	return sl->rc = 1;
 }
 
@@ -414,6 +436,8 @@ static int start_thread(loader *l, titan_err *err)
 {
 	l->produced = l->freed = l->returned = 0;
 	l->held = l->ended = l->stop = 0;
+	if (l->mix != NULL)
+		mix_rewind(l->mix);
 	if (!l->threaded)
 		return 0;
 	if (pthread_create(&l->th, NULL, prefetch_main, l) != 0) {
@@ -486,8 +510,9 @@ static int alloc_buffers(loader *l, titan_err *err)
 		s->labels = malloc(bt * sizeof(int32_t));
 		s->doc_ids = l->o.doc_bounds ? malloc(bt * sizeof(int32_t)) : NULL;
 		s->positions = l->o.documents ? malloc(bt * sizeof(int32_t)) : NULL;
+		s->mix = l->mix ? mix_rows_new(l->mix, l->B) : NULL;
 		if (!s->inputs || !s->labels || (l->o.doc_bounds && !s->doc_ids) ||
-		    (l->o.documents && !s->positions))
+		    (l->o.documents && !s->positions) || (l->mix && !s->mix))
 			return err_set(err, "%s: out of memory for batch buffers", l->o.dir);
 	}
 	return 0;
@@ -515,18 +540,26 @@ static int check_opts(const loader_opts *o, titan_err *err)
 	return 0;
 }
 
-static int open_files(loader *l, const shard_manifest *m, titan_err *err)
+/* The split's shards of folder dir (manifest m), after those already open
+ * (a mixture's validation split is its sources' one after another). */
+static int open_files(loader *l, const shard_manifest *m, const char *dir, titan_err *err)
 {
 	const shard_split *sp = &m->split[l->o.split];
-	l->files = calloc(sp->n_shards ? sp->n_shards : 1, sizeof *l->files);
-	l->verified = calloc(sp->n_shards ? sp->n_shards : 1, 1);
-	if (l->files == NULL || l->verified == NULL)
+	size_t n0 = l->n_files, cap = n0 + sp->n_shards + 1;
+	shard_file **files = realloc(l->files, cap * sizeof *files);
+	if (files != NULL)
+		l->files = files;
+	uint8_t *verified = files ? realloc(l->verified, cap) : NULL;
+	if (verified != NULL)
+		l->verified = verified;
+	if (files == NULL || verified == NULL)
 		return err_set(err, "%s: out of memory", l->o.dir);
-	uint32_t crc = 0;
-	for (size_t i = 0; i < sp->n_shards; i++) {
-		const shard_entry *e = &sp->shards[i];
+	memset(l->verified + n0, 0, cap - n0);
+	uint32_t crc = l->id.data_crc;
+	for (size_t i = n0; i < n0 + sp->n_shards; i++) {
+		const shard_entry *e = &sp->shards[i - n0];
 		char path[4096];
-		snprintf(path, sizeof path, "%s/%s", l->o.dir, e->file);
+		snprintf(path, sizeof path, "%s/%s", dir, e->file);
 		if ((l->files[i] = shard_file_open(path, err)) == NULL)
 			return -1;
 		l->n_files = i + 1;
@@ -549,6 +582,65 @@ static int open_files(loader *l, const shard_manifest *m, titan_err *err)
 	return 0;
 }
 
+/* The data's vocabulary and tokenizer, checked against the options'. */
+static int set_vocab(loader *l, uint32_t vocab_size, const uint8_t *fp, titan_err *err)
+{
+	const uint8_t *want = l->o.tokenizer;
+	l->vocab_size = vocab_size;
+	memcpy(l->fingerprint, fp, 32);
+	if (vocab_size > (uint32_t)INT32_MAX)
+		return err_set(err, "%s: vocab_size %u does not fit int32 ids", l->o.dir, vocab_size);
+	if (want != NULL && memcmp(want, fp, 32) != 0)
+		return err_set(err, "%s: tokenized with another tokenizer (fingerprint "
+			       "%02x%02x%02x%02x..., expected %02x%02x%02x%02x...)", l->o.dir, fp[0],
+			       fp[1], fp[2], fp[3], want[0], want[1], want[2], want[3]);
+	return 0;
+}
+
+/* The split's shards of the complete shard folder dir. */
+static int open_folder(loader *l, const char *dir, titan_err *err)
+{
+	shard_manifest m;
+	if (shard_manifest_read(dir, &m, err) != 0)
+		return -1;
+	int rc = 0;
+	if (!m.complete)
+		rc = err_set(err, "%s: incomplete shard set (titan-shard was interrupted; rerun it "
+			     "to finish)", dir);
+	if (rc == 0)
+		rc = set_vocab(l, m.stream.vocab_size, m.stream.fingerprint, err);
+	if (rc == 0)
+		rc = open_files(l, &m, dir, err);
+	shard_manifest_free(&m);
+	return rc;
+}
+
+/* A mixture: its train split draws from its sources (mixture.h); its val
+ * split is theirs read one after another. */
+static int open_mixture(loader *l, titan_err *err)
+{
+	if (l->o.split == SHARD_TRAIN) {
+		if ((l->mix = mix_open(&l->o, err)) == NULL)
+			return -1;
+		mix_identity(l->mix, &l->id.data_tokens, &l->id.data_crc);
+		return set_vocab(l, mix_vocab_size(l->mix), mix_fingerprint(l->mix), err);
+	}
+	shard_mix def;
+	if (shard_mix_read(l->o.dir, &def, err) != 0)
+		return -1;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < def.n; i++) {
+		shard_manifest sm;
+		rc = shard_mix_source_manifest(&def, i, &sm, err);
+		if (rc == 0)
+			shard_manifest_free(&sm);
+		if (rc == 0)
+			rc = open_folder(l, def.src[i].dir, err);
+	}
+	shard_mix_free(&def);
+	return rc;
+}
+
 loader *loader_open(const loader_opts *o, titan_err *err)
 {
 	if (check_opts(o, err) != 0)
@@ -567,30 +659,10 @@ loader *loader_open(const loader_opts *o, titan_err *err)
 			       .split = (uint32_t)o->split};
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
-	shard_manifest m;
-	if (shard_manifest_read(o->dir, &m, err) != 0) {
-		loader_close(l);
-		return NULL;
-	}
-	int rc = 0;
-	if (!m.complete)
-		rc = err_set(err, "%s: incomplete shard set (titan-shard was interrupted; rerun it "
-			     "to finish)", o->dir);
-	else if (m.stream.vocab_size > (uint32_t)INT32_MAX)
-		rc = err_set(err, "%s: vocab_size %u does not fit int32 ids", o->dir,
-			     m.stream.vocab_size);
-	else if (o->tokenizer != NULL && memcmp(o->tokenizer, m.stream.fingerprint, 32) != 0)
-		rc = err_set(err, "%s: tokenized with another tokenizer (fingerprint %02x%02x%02x%02x..., "
-			     "expected %02x%02x%02x%02x...)", o->dir, m.stream.fingerprint[0],
-			     m.stream.fingerprint[1], m.stream.fingerprint[2], m.stream.fingerprint[3],
-			     o->tokenizer[0], o->tokenizer[1], o->tokenizer[2], o->tokenizer[3]);
-	l->vocab_size = m.stream.vocab_size;
-	memcpy(l->fingerprint, m.stream.fingerprint, 32);
-	if (rc == 0)
-		rc = open_files(l, &m, err);
-	shard_manifest_free(&m);
+	int rc = shard_dir_is_mix(o->dir) ? open_mixture(l, err) : open_folder(l, o->dir, err);
 	uint64_t w1 = (uint64_t)l->T + !o->documents;
-	l->W = o->split == SHARD_VAL ? (l->units + w1 - 1) / w1 : l->units / w1;
+	l->W = l->mix ? mix_windows(l->mix)
+	       : o->split == SHARD_VAL ? (l->units + w1 - 1) / w1 : l->units / w1;
 	if (rc == 0 && o->split == SHARD_TRAIN && l->W == 0)
 		rc = err_set(err, "%s: %llu train %s, fewer than one window of %llu", o->dir,
 			     (unsigned long long)l->units,
@@ -623,6 +695,7 @@ void loader_close(loader *l)
 		free(l->slots[i].labels);
 		free(l->slots[i].doc_ids);
 		free(l->slots[i].positions);
+		mix_rows_free(l->slots[i].mix);
 	}
 	free(l->slots);
 	free(l->order);
@@ -631,6 +704,7 @@ void loader_close(loader *l)
 	free(l->starts);
 	free(l->span);
 	shard_dec_free(l->dec);
+	mix_close(l->mix);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);
@@ -644,7 +718,8 @@ void loader_state_get(const loader *l, loader_state *s)
 	s->windows = l->base + l->returned * (uint64_t)l->B * (uint64_t)l->o.dp_degree;
 }
 
-int loader_state_set(loader *l, const loader_state *s, titan_err *err)
+/* Continue from s; a mixture's sampler from mark m, or replayed when NULL. */
+static int state_set(loader *l, const loader_state *s, const mix_mark *m, titan_err *err)
 {
 	const loader_state *me = &l->id;
 	if (s->split != me->split || s->seed != me->seed || s->shuffle != me->shuffle ||
@@ -662,7 +737,67 @@ int loader_state_set(loader *l, const loader_state *s, titan_err *err)
 			       (unsigned long long)me->data_tokens, me->data_crc);
 	stop_thread(l);
 	l->base = s->windows;
+	if (l->mix != NULL)
+		mix_seek(l->mix, s->windows, m);
 	return start_thread(l, err);
+}
+
+int loader_state_set(loader *l, const loader_state *s, titan_err *err)
+{
+	return state_set(l, s, NULL, err);
+}
+
+size_t loader_mix_sources(const loader *l)
+{
+	return l->mix ? mix_sources(l->mix) : 0;
+}
+
+/* The mixture's sampler after the batches returned so far: the held slot's
+ * (the caller has not asked for the next one, so the producer leaves it). */
+static const mix_mark *returned_mark(const loader *l)
+{
+	if (l->returned == 0)
+		return mix_base(l->mix);
+	return &l->slots[(l->returned - 1) % (uint64_t)l->depth].mix->after;
+}
+
+void loader_mix_taken(const loader *l, uint64_t *taken)
+{
+	const mix_mark *m = returned_mark(l);
+	memcpy(taken, m->taken, mix_sources(l->mix) * sizeof *taken);
+}
+
+int loader_save(const loader *l, uint8_t **out, size_t *n, titan_err *err)
+{
+	loader_state s;
+	loader_state_get(l, &s);
+	*n = LOADER_STATE_BYTES + (l->mix ? mix_record_bytes(l->mix) : 0);
+	if ((*out = malloc(*n)) == NULL)
+		return err_set(err, "%s: out of memory", l->o.dir);
+	loader_state_encode(&s, *out);
+	if (l->mix != NULL)
+		mix_record_encode(l->mix, returned_mark(l), *out + LOADER_STATE_BYTES);
+	return 0;
+}
+
+int loader_load(loader *l, const uint8_t *buf, size_t n, loader_state *s, titan_err *err)
+{
+	size_t head = n > LOADER_STATE_BYTES ? LOADER_STATE_BYTES : n;
+	if (loader_state_decode(buf, head, s, err) != 0)
+		return -1;
+	if (n == LOADER_STATE_BYTES) /* a mixture's draws replay from the seed */
+		return loader_state_set(l, s, err);
+	if (l->mix == NULL)
+		return err_set(err, "dataloader state: %zu bytes, a mixture's, for a loader over one "
+			       "shard folder (%s)", n, l->o.dir);
+	mix_mark m;
+	if (mix_mark_init(l->mix, &m) != 0)
+		return err_set(err, "out of memory");
+	int rc = mix_record_decode(l->mix, buf + head, n - head, s->windows, &m, err);
+	if (rc == 0)
+		rc = state_set(l, s, &m, err);
+	mix_mark_free(&m);
+	return rc;
 }
 
 /* ---- the documents one by one, as torchtitan 0.3.0's dataset reads them

@@ -42,6 +42,17 @@
  * Ids are int32 in both inputs and labels: our embedding and cross-entropy
  * kernels take int32 (PyTorch's int64 targets are not needed in C); -100 fits.
  *
+ * A mixture (a folder titan-shard mix wrote: shard folders and weights) is
+ * one more order on top (lib/loader/mixture.h): global position p is window
+ * k of source s, where s is the p-th draw of torchtitan 0.3.0's
+ * InterleavedDataset (random.Random(seed).choices over the weights, one draw
+ * per window) and k counts the earlier draws of s; source s's window k is the
+ * one its own folder's loader gives at position k (its epochs: a source that
+ * runs out starts over, as 0.3.0's sources do with their default infinite =
+ * true).  The draws depend on the position alone, so the ranks split the
+ * global batch as above and a mixture reshards like a folder.  Its val split
+ * is its sources' val splits read one after another.
+ *
  * A background thread prepares the next batches (opts.prefetch of them) so the
  * trainer never waits on I/O; the batches it returns are the same with or
  * without prefetching. */
@@ -126,6 +137,20 @@ void loader_state_get(const loader *l, loader_state *s);
 /* Continue from s (taken on any dp_degree / local_batch).  Refuses a state from
  * another data set, split, seed, shuffle or seq_len. */
 int loader_state_set(loader *l, const loader_state *s, titan_err *err);
+
+/* The checkpoint's dataloader item for the batches returned so far:
+ * loader_state_encode's bytes, and for a mixture its record after them (the
+ * sampler's Mersenne Twister state and each source's windows taken,
+ * titan-formats(5)).  *out is malloc'd. */
+int loader_save(const loader *l, uint8_t **out, size_t *n, titan_err *err);
+/* Continue from loader_save's bytes into l (*s gets the state read).  The
+ * state alone (LOADER_STATE_BYTES, as 0.3.0 runs' pickles hold it) does for
+ * a mixture too: its draws are replayed from the seed. */
+int loader_load(loader *l, const uint8_t *buf, size_t n, loader_state *s, titan_err *err);
+/* A mixture's sources (0 for a shard folder), and the windows taken from each
+ * by the batches returned so far (taken has loader_mix_sources(l) entries). */
+size_t loader_mix_sources(const loader *l);
+void loader_mix_taken(const loader *l, uint64_t *taken);
 
 /* Fixed little-endian bytes ("TLDS", version, fields, CRC-32C) for the
  * checkpoint's dataloader item, and back. */

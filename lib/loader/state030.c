@@ -15,6 +15,9 @@ static const char *unmapped(const loader *l, const loader_state *s, int dp_degre
 {
 	if (s->split != LOADER_TRAIN)
 		return "a validation loader's state";
+	if (loader_mix_sources(l) > 0)
+		return "a mixture of shard folders (0.3.0's InterleavedDataset state, its random "
+		       "generator's and every source's, is not written)";
 	if (!s->documents)
 		return "titan's loader packs windows of seq_len + 1 tokens here, not 0.3.0's "
 		       "documents (a run without --module)";
@@ -254,12 +257,17 @@ int loader_state_030_decode(const loader *l, const uint8_t *buf, size_t n, int64
 	} else {
 		const pk_val *rec = pk_dict_get(root, TITAN_KEY);
 		snprintf(why, whycap, "titan's record in the pickle");
-		if (rec != NULL)
+		if (rec != NULL) {
 			rc = rec->kind == PK_BYTES ? loader_state_decode((const uint8_t *)rec->s,
 									 rec->len, s, err)
 						   : err_set(err, TITAN_KEY " is not bytes");
-		else
+		} else if (loader_mix_sources(l) > 0) {
+			snprintf(why, whycap, "titan's loader reads a mixture here, whose draws it "
+				 "does not map from a 0.3.0 loader's state");
+			rc = 1;
+		} else {
 			rc = from_030(l, root, world_size, s, why, whycap, err);
+		}
 	}
 	pk_free(a);
 	return rc;

@@ -199,6 +199,12 @@ int shard_manifest_parse(const char *text, size_t len, const char *name, shard_m
 	json_t *root = json_loadb(text, len, 0, &je);
 	if (root == NULL)
 		return err_set(err, "%s:%d: %s", name, je.line, je.text);
+	const char *fmt = json_string_value(json_object_get(root, "format"));
+	if (fmt != NULL && strcmp(fmt, "titan-mixture") == 0) {
+		json_decref(root);
+		return err_set(err, "%s: a mixture of shard folders (titan-shard mix), not a shard "
+			       "folder", name);
+	}
 	int rc = read_root(root, m);
 	json_decref(root);
 	if (rc == 0 && check_values(m) != 0) {

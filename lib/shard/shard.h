@@ -151,6 +151,52 @@ int shard_manifest_add(shard_manifest *m, int s, const shard_entry *e, titan_err
 int shard_entry_check(const shard_file *f, const shard_manifest *m, const shard_entry *e,
 		      titan_err *err);
 
+/* ---- mixtures: a folder whose manifest.json names shard folders and weights
+ *
+ * titan-shard mix writes it (titan-formats(5), MIXTURES); the loader reads
+ * each source's windows in its own order and draws, window by window, which
+ * source the next one comes from (torchtitan 0.3.0's InterleavedDataset). A
+ * source is named by its path and by the SHA-256 of its manifest.json, so a
+ * source rebuilt or changed after mixing is refused, not silently mixed. */
+
+#define SHARD_MIX_DEFAULT_SEED 42 /* 0.3.0's dataloader.seed */
+
+typedef struct shard_mix_source {
+	char *path;            /* as written: relative to the mixture folder, or absolute */
+	char *dir;             /* the folder: path resolved against the mixture's (owned) */
+	double weight;         /* >= 0; the weights' sum is positive */
+	char manifest_sha256[65]; /* hex, of the source's manifest.json when mixed */
+	uint64_t tokens, docs; /* its train split's, when mixed */
+} shard_mix_source;
+
+typedef struct shard_mix {
+	uint64_t seed;         /* the draws' seed (below 2^63) */
+	size_t n;
+	shard_mix_source *src; /* n, owned */
+	uint8_t fingerprint[32]; /* the sources' tokenizer */
+	uint32_t vocab_size;
+} shard_mix;
+
+/* Whether dir's manifest.json is a mixture's (1), a shard folder's or
+ * missing (0). */
+int shard_dir_is_mix(const char *dir);
+/* Read dir's mixture manifest. */
+int shard_mix_read(const char *dir, shard_mix *m, titan_err *err);
+void shard_mix_free(shard_mix *m);
+/* Source i's manifest, refused when its SHA-256 is no longer the one the
+ * mixture names (the caller frees *sm). */
+int shard_mix_source_manifest(const shard_mix *m, size_t i, shard_manifest *sm, titan_err *err);
+/* Write a mixture of the n complete shard folders sources[] with weights[]
+ * into folder out (created if missing; a mixture there is replaced, a shard
+ * folder refused).  Refuses a missing or incomplete source, a mixture as a
+ * source, one named twice, sources of different tokenizers, a weight that is
+ * negative or not finite, and weights that sum to 0. */
+int shard_mix_write(const char *out, char *const *sources, const double *weights, size_t n,
+		    uint64_t seed, titan_err *err);
+/* Check every source against the mixture (manifest SHA-256) and verify it
+ * as shard_verify_dir does. */
+int shard_mix_verify(const char *dir, void (*warn)(const char *msg), titan_err *err);
+
 /* ---- the jobs behind titan-shard's commands */
 
 typedef struct shard_build_opts {

@@ -666,7 +666,9 @@ static int build_schedule(job *j, titan_err *err)
 				c->lr_scheduler.decay_type, c->lr_scheduler.min_lr_factor, err);
 }
 
-static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
+/* with_loader: the loader's item too, malloc'd into s->loader (the caller
+ * frees it once the saver has its copy). */
+static int fill_state(job *j, tstate *s, int with_loader, titan_err *err)
 {
 	memset(s, 0, sizeof *s);
 	s->p = j->p;
@@ -682,17 +684,17 @@ static void fill_state(job *j, tstate *s, uint8_t *loader_buf)
 	s->dp_world = j->dp;
 	s->names_030 = j->c->follows_030;
 	s->qkv_apart = j->c->qkv_apart030;
-	if (loader_buf != NULL) {
-		/* every rank of a dp index holds the same loader: the first writes it */
-		const mesh *m = j->h->mesh;
-		s->write_loader = m == NULL || (m->coord[MESH_CP] == 0 && m->coord[MESH_TP] == 0 &&
-						m->coord[MESH_PP] == 0);
-		loader_state ls;
-		loader_state_get(j->train, &ls);
-		loader_state_encode(&ls, loader_buf);
-		s->loader = loader_buf;
-		s->loader_len = LOADER_STATE_BYTES;
-	}
+	if (!with_loader)
+		return 0;
+	/* every rank of a dp index holds the same loader: the first writes it */
+	const mesh *m = j->h->mesh;
+	s->write_loader = m == NULL || (m->coord[MESH_CP] == 0 && m->coord[MESH_TP] == 0 &&
+					m->coord[MESH_PP] == 0);
+	uint8_t *buf;
+	if (loader_save(j->train, &buf, &s->loader_len, err) != 0)
+		return -1;
+	s->loader = buf;
+	return 0;
 }
 
 /* Every rank waits for its files; once all have (a barrier), rank 0 commits
@@ -746,15 +748,20 @@ static int save_checkpoint(job *j, int model_only, const char *dtype, titan_err 
 	double t0 = now_s();
 	int async = strcmp(c->checkpoint.async_mode, "disabled") != 0 && !model_only;
 	metrics_log(j->log, "Saving the checkpoint (or staging if async is enabled).");
-	uint8_t lbuf[LOADER_STATE_BYTES], *pickle = NULL;
+	uint8_t *pickle = NULL;
 	tstate s;
-	fill_state(j, &s, model_only ? NULL : lbuf);
-	if (!model_only && s.names_030 && s.write_loader && loader_item_030(j, &s, &pickle, err) != 0)
+	if (fill_state(j, &s, !model_only, err) != 0)
 		return -1;
+	uint8_t *lbuf = (uint8_t *)s.loader;
+	if (!model_only && s.names_030 && s.write_loader && loader_item_030(j, &s, &pickle, err) != 0) {
+		free(lbuf);
+		return -1;
+	}
 	tstate_save_opts o = {.model_only = model_only, .export_dtype = dtype,
 			      .async = async};
 	tstate_saver *sv = tstate_save_begin(j->pending_dir, &s, &o, err);
 	free(pickle); /* the saver holds its own copy */
+	free(lbuf);
 	if (sv == NULL)
 		return -1;
 	j->pending = sv;
@@ -785,7 +792,8 @@ static int save_hf(job *j, titan_err *err)
 	metrics_log(j->log, "Saving a model only checkpoint in %s at last step, step %lld, as "
 		    "HF safetensors.", c->checkpoint.export_dtype, (long long)j->step);
 	tstate s;
-	fill_state(j, &s, NULL);
+	if (fill_state(j, &s, 0, err) != 0)
+		return -1;
 	if (tstate_save_hf(dir, &s, c->checkpoint.export_dtype, have_index ? index : NULL, err) != 0 ||
 	    dcp_purge(j->ckpt_dir, (int)c->checkpoint.keep_latest_k, err) != 0)
 		return -1;
@@ -830,16 +838,16 @@ static int set_loader(job *j, const tstate *s, int64_t world_size, const char *d
 {
 	loader_state ls;
 	char why[256] = "";
-	int rc = loader_state_is_titan(s->loader, s->loader_len)
-			 ? loader_state_decode(s->loader, s->loader_len, &ls, err)
-			 : loader_state_030_decode(j->train, s->loader, s->loader_len, world_size,
-						   &ls, why, sizeof why, err);
+	int titan = loader_state_is_titan(s->loader, s->loader_len);
+	int rc = titan ? loader_load(j->train, s->loader, s->loader_len, &ls, err)
+		       : loader_state_030_decode(j->train, s->loader, s->loader_len, world_size,
+						 &ls, why, sizeof why, err);
 	if (rc == 1) {
 		titan_warn("%s: dataloader.dp_rank_0 is a data loader state titan's cannot "
 			   "continue: %s", dir, why);
 		return 1;
 	}
-	if (rc == 0)
+	if (rc == 0 && !titan)
 		rc = loader_state_set(j->train, &ls, err);
 	if (rc != 0)
 		return err_prefix(err, "%s: dataloader.dp_rank_0", dir);
@@ -891,7 +899,8 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 	*loaded = 1;
 	metrics_log(j->log, "Loading the checkpoint from %s.", dir);
 	tstate s;
-	fill_state(j, &s, NULL);
+	if (fill_state(j, &s, 0, err) != 0)
+		return -1;
 	if (hf) {
 		if (tstate_load_hf(dir, &s, err) != 0)
 			return -1;

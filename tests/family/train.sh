@@ -19,12 +19,6 @@ STEPS=50
 CK=25
 [ "${SAN:-0}" = 1 ] && STEPS=12 CK=6
 
-losses() { # metrics.jsonl FIRST LAST -> the last record's loss of each step, one a line
-	for s in $(seq "$2" "$3"); do
-		grep "^{\"step\":$s,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
-	done
-}
-
 # titan-train in place of the calling (sub)shell, so that `train ... &` gives
 # titan-train's own pid to kill; run is the same in a subshell.
 train() { # config dump_folder [more options]
@@ -52,7 +46,7 @@ for spec in ${TRAIN_SPECS:-configs/debug_model.toml configs/qwen3_debug.toml \
 	B="$TMP/$fam.b"
 	# the uninterrupted run saves its last step only (the model: what is compared)
 	t_run "$fam: $STEPS steps of $cfg" run "$cfg" "$A" --checkpoint.interval $STEPS
-	losses "$A/metrics.jsonl" 1 $STEPS >"$TMP/$fam.a.loss"
+	t_losses "$A/metrics.jsonl" 1 $STEPS >"$TMP/$fam.a.loss"
 	# The first 5 steps against the last 10 (one batch of 64 tokens is noisy).
 	drop=$(awk 'NR <= 5 { a += $1 } NR > 40 { b += $1 } END { printf "%.3f", a / 5 - b / 10 }' \
 		"$TMP/$fam.a.loss")
@@ -87,8 +81,8 @@ for spec in ${TRAIN_SPECS:-configs/debug_model.toml configs/qwen3_debug.toml \
 	t_run "$fam: resumed after kill -9" run "$cfg" "$B"
 	t_grep "$fam: resume starts after the step-$CK checkpoint" "Training starts at step $((CK + 1))" \
 		"$TMP/.err"
-	losses "$A/metrics.jsonl" $((CK + 1)) $STEPS >"$TMP/$fam.a2.loss"
-	losses "$B/metrics.jsonl" $((CK + 1)) $STEPS >"$TMP/$fam.b2.loss"
+	t_losses "$A/metrics.jsonl" $((CK + 1)) $STEPS >"$TMP/$fam.a2.loss"
+	t_losses "$B/metrics.jsonl" $((CK + 1)) $STEPS >"$TMP/$fam.b2.loss"
 	if [ "$(wc -l <"$TMP/$fam.b2.loss")" -eq $((STEPS - CK)) ] &&
 		cmp -s "$TMP/$fam.a2.loss" "$TMP/$fam.b2.loss"; then
 		t_ok "$fam: resume after kill -9 is bit-exact (steps $((CK + 1))-$STEPS)"

@@ -16,6 +16,7 @@
 #include "loader/loader.h"
 #include "shard/shard.h"
 #include "tokstream/tokstream.h"
+#include "../support/doc_shards.h"
 
 #define SEED 4242u
 #define NDOCS 400
@@ -49,25 +50,11 @@ static void build_sized(const char *dir, int level, uint64_t shard_tokens)
 {
 	tokstream_header h = {.id_width = 2, .vocab_size = VOCAB, .bos_id = 1, .eos_id = 2,
 			      .flags = TOKSTREAM_FLAG_BOS | TOKSTREAM_FLAG_EOS};
-	char *buf;
-	size_t size;
-	FILE *fp = open_memstream(&buf, &size);
-	titan_err err;
-	tokstream_writer *w = tokstream_writer_open(fp, &h, &err);
-	for (int d = 0; d < NDOCS; d++)
-		assert_int_equal(tokstream_write_doc(w, docs[d], lens[d], &err), 0);
-	assert_int_equal(tokstream_writer_close(w, &err), 0);
-	fclose(fp);
-	fp = fmemopen(buf, size, "rb");
-	tokstream_reader *r = tokstream_reader_open(fp, "mem", &err);
 	shard_build_opts o = {.out = dir, .shard_tokens = shard_tokens, .val_fraction = 0.1,
 			      .zstd_level = level, .frame_tokens = level ? 500 : 0};
-	shard_build_stats st;
-	if (shard_build(r, &o, &st, &err) != 0)
+	titan_err err;
+	if (test_doc_shards(&h, docs, lens, NDOCS, &o, &err) != 0)
 		fail_msg("%s", err.msg);
-	tokstream_reader_close(r);
-	fclose(fp);
-	free(buf);
 }
 
 static void build(const char *dir, int level)

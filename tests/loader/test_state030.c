@@ -28,6 +28,7 @@
 #include "pickle/pickle.h"
 #include "shard/shard.h"
 #include "tokstream/tokstream.h"
+#include "../support/doc_shards.h"
 
 #define SEED 3030u
 #define NDOCS 150
@@ -65,27 +66,11 @@ static int setup(void **state)
 	}
 	tokstream_header h = {.id_width = 2, .vocab_size = VOCAB, .bos_id = 1, .eos_id = 2,
 			      .flags = TOKSTREAM_FLAG_BOS | TOKSTREAM_FLAG_EOS};
-	char *buf;
-	size_t size;
-	FILE *fp = open_memstream(&buf, &size);
-	titan_err err;
-	tokstream_writer *w = tokstream_writer_open(fp, &h, &err);
-	for (int d = 0; d < NDOCS; d++)
-		if (tokstream_write_doc(w, docs[d], lens[d], &err) != 0)
-			return -1;
-	if (tokstream_writer_close(w, &err) != 0)
-		return -1;
-	fclose(fp);
-	fp = fmemopen(buf, size, "rb");
-	tokstream_reader *r = tokstream_reader_open(fp, "mem", &err);
 	shard_build_opts o = {.out = tmpdir, .shard_tokens = 300, .val_fraction = 0};
-	shard_build_stats st;
-	int rc = shard_build(r, &o, &st, &err);
+	titan_err err;
+	int rc = test_doc_shards(&h, docs, lens, NDOCS, &o, &err);
 	if (rc != 0)
 		fprintf(stderr, "%s\n", err.msg);
-	tokstream_reader_close(r);
-	fclose(fp);
-	free(buf);
 	return rc;
 }
 

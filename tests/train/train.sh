@@ -45,12 +45,6 @@ seq_len = 16
 seed = 42
 EOF
 
-losses() { # metrics.jsonl FIRST LAST -> the last record's loss of each step, one a line
-	for s in $(seq "$2" "$3"); do
-		grep "^{\"step\":$s,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
-	done
-}
-
 # A: 20 steps straight.
 t_run "20 steps straight" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/a"
 cp "$TMP/.err" "$TMP/a.log"
@@ -91,7 +85,7 @@ for tag in loss_metrics/global_avg_loss loss_metrics/global_max_loss grad_norm l
 	fi
 done
 # The loss scalar at step 15 is the logged loss (as float32).
-want=$(losses "$TMP/a/metrics.jsonl" 15 15)
+want=$(t_losses "$TMP/a/metrics.jsonl" 15 15)
 got=$(awk -F'\t' '$2 == 15 && $3 == "loss_metrics/global_avg_loss" { print $4 }' "$TMP/events.txt")
 if awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5 * a) }'; then
 	t_ok "tensorboard loss at step 15 is the logged loss"
@@ -154,8 +148,8 @@ t_run "resume after kill -9" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folde
 cp "$TMP/.err" "$TMP/b2.log"
 t_grep "resume loads the latest complete checkpoint" 'Loading the checkpoint from .*/step-10' "$TMP/b2.log"
 t_grep "resume starts at step 11" 'Training starts at step 11' "$TMP/b2.log"
-losses "$TMP/a/metrics.jsonl" 11 20 >"$TMP/a.loss"
-losses "$TMP/b/metrics.jsonl" 11 20 >"$TMP/b.loss"
+t_losses "$TMP/a/metrics.jsonl" 11 20 >"$TMP/a.loss"
+t_losses "$TMP/b/metrics.jsonl" 11 20 >"$TMP/b.loss"
 if [ "$(wc -l <"$TMP/a.loss")" -eq 10 ] && cmp -s "$TMP/a.loss" "$TMP/b.loss"; then
 	t_ok "resume_after_kill_is_bit_exact (steps 11-20)"
 else
@@ -165,7 +159,7 @@ fi
 # C: a fresh folder started from A's step-10 through initial_load_path.
 t_run "start from initial_load_path" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/c" \
 	--checkpoint.initial_load_path "$TMP/a/checkpoint/step-10" --checkpoint.initial_load_model_only false
-losses "$TMP/c/metrics.jsonl" 11 20 >"$TMP/c.loss"
+t_losses "$TMP/c/metrics.jsonl" 11 20 >"$TMP/c.loss"
 if [ "$(wc -l <"$TMP/c.loss")" -eq 10 ] && cmp -s "$TMP/a.loss" "$TMP/c.loss"; then
 	t_ok "initial_load_path start is bit-exact (steps 11-20)"
 else
@@ -191,14 +185,14 @@ else
 	t_not_ok "SIGTERM saved the step it finished" "last step $last: $(ls "$TMP/d/checkpoint" 2>&1)"
 fi
 t_run "run stopped by SIGTERM resumes" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/d" --checkpoint.interval 100
-losses "$TMP/d/metrics.jsonl" 11 20 >"$TMP/d.loss"
+t_losses "$TMP/d/metrics.jsonl" 11 20 >"$TMP/d.loss"
 t_same "SIGTERM stop and resume is bit-exact" "$TMP/a.loss" "$TMP/d.loss"
 
 # G: async checkpoints every 5 steps, keeping the newest 2: the same losses, and
 # only step-15 and step-20 left.
 t_run "async checkpoints with keep_latest_k 2" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/g" \
 	--checkpoint.async_mode async --checkpoint.interval 5 --checkpoint.keep_latest_k 2
-losses "$TMP/g/metrics.jsonl" 11 20 >"$TMP/g.loss"
+t_losses "$TMP/g/metrics.jsonl" 11 20 >"$TMP/g.loss"
 t_same "checkpointing does not change the losses" "$TMP/a.loss" "$TMP/g.loss"
 left=$(cd "$TMP/g/checkpoint" && ls -d step-* | sort | tr '\n' ' ')
 if [ "$left" = "step-15 step-20 " ]; then t_ok "keep_latest_k purges older checkpoints"; else t_not_ok "keep_latest_k purges older checkpoints" "left: $left"; fi
@@ -208,8 +202,8 @@ if [ "$left" = "step-15 step-20 " ]; then t_ok "keep_latest_k purges older check
 cp -r "$TMP/g" "$TMP/g2"
 rm -rf "$TMP/g2/checkpoint/step-20"
 t_run "resume from the third async save" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/g2"
-losses "$TMP/a/metrics.jsonl" 16 20 >"$TMP/a16.loss"
-losses "$TMP/g2/metrics.jsonl" 16 20 >"$TMP/g2.loss"
+t_losses "$TMP/a/metrics.jsonl" 16 20 >"$TMP/a16.loss"
+t_losses "$TMP/g2/metrics.jsonl" 16 20 >"$TMP/g2.loss"
 t_same "an async save in reused staging resumes bit-exact" "$TMP/a16.loss" "$TMP/g2.loss"
 
 # H: load_step picks an older checkpoint than the latest; exclude_from_loading
@@ -218,12 +212,12 @@ cp -r "$TMP/a" "$TMP/h"
 t_run "checkpoint.load_step 10 with 20 present" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/h" \
 	--checkpoint.load_step 10
 t_grep "load_step chose step-10" 'Loading the checkpoint from .*/step-10' "$TMP/.err"
-losses "$TMP/h/metrics.jsonl" 11 20 >"$TMP/h.loss"
+t_losses "$TMP/h/metrics.jsonl" 11 20 >"$TMP/h.loss"
 t_same "resume from load_step is bit-exact" "$TMP/a.loss" "$TMP/h.loss"
 rm -rf "$TMP/h/checkpoint/step-20"
 t_run "exclude_from_loading dataloader" "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/h" \
 	--checkpoint.exclude_from_loading dataloader
-losses "$TMP/h/metrics.jsonl" 11 11 >"$TMP/h11.loss"
+t_losses "$TMP/h/metrics.jsonl" 11 11 >"$TMP/h11.loss"
 if [ -s "$TMP/h11.loss" ] && ! cmp -s "$TMP/h11.loss" "$(head -1 "$TMP/a.loss" >"$TMP/a11.loss"; echo "$TMP/a11.loss")"; then
 	t_ok "excluded dataloader state restarts the data"
 else

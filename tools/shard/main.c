@@ -15,7 +15,7 @@
 #include "tokstream/tokstream.h"
 
 enum { OPT_OUT = 'o', OPT_SHARD_TOKENS = 256, OPT_VAL_FRACTION, OPT_VAL_DOCS, OPT_COMPRESS,
-       OPT_FRAME_TOKENS, OPT_JSON, OPT_SPLIT, OPT_QUIET, OPT_ACCEPT };
+       OPT_FRAME_TOKENS, OPT_JSON, OPT_SPLIT, OPT_QUIET, OPT_ACCEPT, OPT_WEIGHT, OPT_SEED };
 
 static const cli_option options[] = {
 	{"out", 'o', CLI_ARG, OPT_OUT, "DIR", "write shards and manifest.json into DIR"},
@@ -27,6 +27,8 @@ static const cli_option options[] = {
 	{"json", 0, CLI_NO_ARG, OPT_JSON, NULL, "info: print JSON"},
 	{"split", 0, CLI_ARG, OPT_SPLIT, "S", "cat: only train or val (default: all, input order)"},
 	{"quiet", 'q', CLI_NO_ARG, OPT_QUIET, NULL, "no progress on stderr"},
+	{"weight", 0, CLI_ARG, OPT_WEIGHT, "W", "mix: the next source's weight (default 1 each)"},
+	{"seed", 0, CLI_ARG, OPT_SEED, "N", "mix: the draws' seed (default 42, as torchtitan's)"},
 	{NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -35,7 +37,8 @@ static const cli_spec spec = {
 	.synopsis = "--out DIR [options] [FILE...]\n"
 		    "       titan-shard info [--json] DIR|FILE\n"
 		    "       titan-shard verify DIR|FILE\n"
-		    "       titan-shard cat [--split train|val] DIR|FILE",
+		    "       titan-shard cat [--split train|val] DIR|FILE\n"
+		    "       titan-shard mix --out DIR [--seed N] [--weight W] SRC [--weight W] SRC...",
 	.summary = "Write a token stream (stdin or FILEs) into binary shards for titan-train.",
 	.opts = options,
 	.epilog = "Rerunning with the same --out continues an interrupted run when the input\n"
@@ -46,6 +49,9 @@ typedef struct args {
 	const char *out;
 	shard_build_opts b;
 	int have_val_fraction, json, split, quiet;
+	double *weights; /* mix: the i-th --weight is the i-th source's */
+	int n_weights;
+	uint64_t seed;
 } args;
 
 static int parse_compress(const char *s)
@@ -172,6 +178,73 @@ static int info_dir(const char *dir, int json, titan_err *err)
 	return 0;
 }
 
+static void info_mix(const char *dir, int json, titan_err *err)
+{
+	shard_mix m;
+	if (shard_mix_read(dir, &m, err) != 0)
+		titan_die_err(err);
+	if (json) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/manifest.json", dir);
+		json_error_t je;
+		json_t *o = json_load_file(path, 0, &je);
+		if (o == NULL)
+			titan_die(TITAN_EXIT_FAIL, "%s:%d: %s", path, je.line, je.text);
+		json_dumpf(o, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(o);
+		shard_mix_free(&m);
+		return;
+	}
+	char fp[65];
+	hex(m.fingerprint, fp);
+	double total = 0;
+	for (size_t i = 0; i < m.n; i++)
+		total += m.src[i].weight;
+	printf("%s: titan mixture of %zu shard folders, seed %llu\n", dir, m.n,
+	       (unsigned long long)m.seed);
+	printf("tokenizer   %s\nvocab       %u ids\n", fp, m.vocab_size);
+	for (size_t i = 0; i < m.n; i++) {
+		const shard_mix_source *s = &m.src[i];
+		shard_manifest sm;
+		titan_err e2;
+		int ok = shard_mix_source_manifest(&m, i, &sm, &e2) == 0;
+		if (ok)
+			shard_manifest_free(&sm);
+		printf("source %-4zu weight %g (%.2f%% of windows), %llu train tokens, %llu "
+		       "documents, %s%s\n", i + 1, s->weight, 100 * s->weight / total,
+		       (unsigned long long)s->tokens, (unsigned long long)s->docs, s->path,
+		       ok ? "" : " [changed or missing since mixed: see titan-shard verify]");
+	}
+	shard_mix_free(&m);
+}
+
+static int cmd_mix(args *a, int nsrc, char **src)
+{
+	if (a->out == NULL)
+		cli_usage_error(&spec, "mix: missing --out DIR");
+	if (nsrc == 0)
+		cli_usage_error(&spec, "mix: name at least one shard folder");
+	if (a->n_weights != 0 && a->n_weights != nsrc)
+		cli_usage_error(&spec, "mix: %d --weight for %d sources (one before each source, "
+				"or none for equal weights)", a->n_weights, nsrc);
+	double *w = a->weights;
+	if (a->n_weights == 0 && (w = malloc((size_t)nsrc * sizeof *w)) == NULL)
+		titan_die(TITAN_EXIT_FAIL, "out of memory");
+	for (int i = 0; a->n_weights == 0 && i < nsrc; i++)
+		w[i] = 1;
+	titan_err err;
+	if (shard_mix_write(a->out, src, w, (size_t)nsrc, a->seed, &err) != 0)
+		titan_die_err(&err);
+	if (!a->quiet)
+		titan_warn("%s: a mixture of %d shard folders, seed %llu", a->out, nsrc,
+			   (unsigned long long)a->seed);
+	if (w != a->weights)
+		free(w);
+	free(a->weights);
+	return TITAN_EXIT_OK;
+}
+
 /* Several inputs read back to back as one stream (segments may follow each
  * other, see titan-formats(5)): a FILE that moves to the next file at EOF. */
 typedef struct chain {
@@ -249,7 +322,7 @@ static int cmd_build(args *a, int nfiles, char **files)
 int main(int argc, char **argv)
 {
 	titan_set_progname("titan-shard");
-	args a = {.split = -1};
+	args a = {.split = -1, .seed = SHARD_MIX_DEFAULT_SEED};
 	cli_state cs;
 	cli_begin(&cs, &spec);
 	int c;
@@ -280,6 +353,16 @@ int main(int argc, char **argv)
 				cli_usage_error(&spec, "--split: '%s' is not train or val", cs.arg);
 			break;
 		case OPT_QUIET: a.quiet = 1; break;
+		case OPT_WEIGHT:
+			a.weights = realloc(a.weights, (size_t)(a.n_weights + 1) * sizeof *a.weights);
+			if (a.weights == NULL)
+				titan_die(TITAN_EXIT_FAIL, "out of memory");
+			/* negative and zero-sum weights are refused with the sources named */
+			a.weights[a.n_weights++] = cli_double(&spec, "--weight", cs.arg, -1e300, 1e300);
+			break;
+		case OPT_SEED:
+			a.seed = (uint64_t)cli_int(&spec, "--seed", cs.arg, 0, INT64_MAX);
+			break;
 		default: cli_usage_error(&spec, "unexpected option");
 		}
 	}
@@ -292,10 +375,15 @@ int main(int argc, char **argv)
 			cli_usage_error(&spec, "%s takes one DIR or FILE", cmd);
 		const char *p = ops[1];
 		int rc;
-		if (cmd[0] == 'i') {
+		if (cmd[0] == 'i' && is_dir(p) && shard_dir_is_mix(p)) {
+			info_mix(p, a.json, &err);
+			rc = 0;
+		} else if (cmd[0] == 'i') {
 			rc = is_dir(p) ? info_dir(p, a.json, &err) : info_file(p, a.json, &err);
 		} else if (cmd[0] == 'v') {
-			if (is_dir(p)) {
+			if (is_dir(p) && shard_dir_is_mix(p)) {
+				rc = shard_mix_verify(p, warn_line, &err);
+			} else if (is_dir(p)) {
 				rc = shard_verify_dir(p, warn_line, &err);
 			} else {
 				shard_file *f = shard_file_open(p, &err);
@@ -317,8 +405,12 @@ int main(int argc, char **argv)
 			titan_die_err(&err);
 		return cli_stdout_status(TITAN_EXIT_OK);
 	}
+	if (strcmp(cmd, "mix") == 0)
+		return cmd_mix(&a, n - 1, ops + 1);
+	if (a.n_weights)
+		cli_usage_error(&spec, "--weight belongs to mix");
 	if (a.out == NULL)
-		cli_usage_error(&spec, "missing --out DIR (or a command: info, verify, cat)");
+		cli_usage_error(&spec, "missing --out DIR (or a command: info, verify, cat, mix)");
 	if (a.have_val_fraction && a.b.val_docs)
 		cli_usage_error(&spec, "--val-fraction and --val-docs exclude each other");
 	if (a.b.frame_tokens && !a.b.zstd_level)
