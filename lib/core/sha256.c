@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
+#include <string.h>
 
 int sha256_init(sha256_ctx *c, titan_err *err)
 {
@@ -53,6 +54,27 @@ void sha256_hex(const uint8_t d[32], char hex[65])
 		hex[2 * i + 1] = digits[d[i] & 15];
 	}
 	hex[64] = '\0';
+}
+
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				    : -1;
+}
+
+int sha256_unhex(const char *hex, uint8_t d[32])
+{
+	if (hex == NULL || strlen(hex) != 64)
+		return -1;
+	for (int i = 0; i < 32; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -1;
+		d[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
 }
 
 int sha256_file_hex(const char *path, char hex[65], titan_err *err)

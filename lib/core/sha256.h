@@ -20,6 +20,8 @@ void sha256_free(sha256_ctx *c);
 int sha256(const void *buf, size_t n, uint8_t out[32], titan_err *err);
 /* 64 lowercase hex digits and a NUL. */
 void sha256_hex(const uint8_t digest[32], char hex[65]);
+/* Back from 64 hex digits (either case; nothing else, no NULL): 0, or -1. */
+int sha256_unhex(const char *hex, uint8_t digest[32]);
 /* Digest of a whole file, as hex. */
 int sha256_file_hex(const char *path, char hex[65], titan_err *err);
 

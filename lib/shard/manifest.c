@@ -8,6 +8,7 @@
 
 #include "core/afile.h"
 #include "core/mfile.h"
+#include "core/sha256.h"
 
 static const char *split_name[2] = {"train", "val"};
 
@@ -21,25 +22,6 @@ int shard_split_of(const shard_manifest *m, uint64_t i)
 	 * the first n documents, spread evenly, the same on every rerun. */
 	double f = m->val_fraction;
 	return floor((double)(i + 1) * f) > floor((double)i * f) ? SHARD_VAL : SHARD_TRAIN;
-}
-
-static void hex32(const uint8_t *b, char out[65])
-{
-	for (int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
-static int unhex32(const char *s, uint8_t *out)
-{
-	if (s == NULL || strlen(s) != 64)
-		return -1;
-	for (int i = 0; i < 32; i++) {
-		unsigned v;
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t)v;
-	}
-	return 0;
 }
 
 static json_t *split_json(const shard_split *sp)
@@ -60,7 +42,7 @@ static json_t *split_json(const shard_split *sp)
 int shard_manifest_write(const char *dir, const shard_manifest *m, titan_err *err)
 {
 	char fp[65];
-	hex32(m->stream.fingerprint, fp);
+	sha256_hex(m->stream.fingerprint, fp);
 	json_t *root = json_pack(
 		"{s:s, s:i, s:b,"
 		" s:{s:s, s:I, s:I, s:I, s:I, s:I},"
@@ -153,7 +135,7 @@ static int read_root(json_t *root, shard_manifest *m)
 	if (fmt == NULL || strcmp(fmt, "titan-shards") != 0 ||
 	    !json_is_boolean(json_object_get(root, "complete")) || !json_is_integer(b) ||
 	    !json_is_integer(e) || !json_is_number(vf) || !json_is_integer(lv) ||
-	    unhex32(json_string_value(json_object_get(tok, "fingerprint")), m->stream.fingerprint) ||
+	    sha256_unhex(json_string_value(json_object_get(tok, "fingerprint")), m->stream.fingerprint) ||
 	    get_u32(tok, "vocab_size", &m->stream.vocab_size) ||
 	    get_u32(tok, "id_width", &m->stream.id_width) || get_u32(tok, "flags", &m->stream.flags) ||
 	    get_u64(opt, "shard_tokens", &m->shard_tokens) ||

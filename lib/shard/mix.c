@@ -45,19 +45,6 @@ void shard_mix_free(shard_mix *m)
 	memset(m, 0, sizeof *m);
 }
 
-static int unhex(const char *s, uint8_t *out, size_t n)
-{
-	if (s == NULL || strlen(s) != 2 * n)
-		return -1;
-	for (size_t i = 0; i < n; i++) {
-		unsigned v;
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t)v;
-	}
-	return 0;
-}
-
 static char *resolve(const char *dir, const char *path)
 {
 	size_t n = strlen(dir) + strlen(path) + 2;
@@ -80,13 +67,13 @@ static int read_source(json_t *e, const char *dir, const char *name, size_t i,
 		return err_set(err, "%s: sources[%zu].path: missing or not a string", name, i);
 	if (!json_is_number(w) || !(json_number_value(w) >= 0) || !isfinite(json_number_value(w)))
 		return err_set(err, "%s: sources[%zu].weight: not a finite number >= 0", name, i);
-	if (unhex(sha, dig, 32) != 0)
+	if (sha256_unhex(sha, dig) != 0)
 		return err_set(err, "%s: sources[%zu].manifest_sha256: not 64 hex digits", name, i);
 	if (!json_is_integer(t) || json_integer_value(t) < 0 || !json_is_integer(d) ||
 	    json_integer_value(d) < 0)
 		return err_set(err, "%s: sources[%zu]: tokens / docs missing or negative", name, i);
 	s->weight = json_number_value(w);
-	snprintf(s->manifest_sha256, sizeof s->manifest_sha256, "%s", sha);
+	sha256_hex(dig, s->manifest_sha256); /* lowercase, as sha256_file_hex writes it */
 	s->tokens = (uint64_t)json_integer_value(t);
 	s->docs = (uint64_t)json_integer_value(d);
 	s->path = strdup(path);
@@ -104,7 +91,7 @@ static int read_mix(json_t *root, const char *dir, const char *name, shard_mix *
 		return err_set(err, "%s: version is not 1 (a newer titan-shard's mixture?)", name);
 	if (!json_is_integer(seed) || json_integer_value(seed) < 0)
 		return err_set(err, "%s: seed: missing or negative", name);
-	if (unhex(json_string_value(json_object_get(tok, "fingerprint")), m->fingerprint, 32) ||
+	if (sha256_unhex(json_string_value(json_object_get(tok, "fingerprint")), m->fingerprint) ||
 	    !json_is_integer(vocab) || json_integer_value(vocab) < 1 ||
 	    json_integer_value(vocab) > UINT32_MAX)
 		return err_set(err, "%s: tokenizer: fingerprint or vocab_size missing or bad", name);

@@ -96,6 +96,30 @@ static void sha256_matches_fips_vectors(void **state)
 	assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
+/* Only 64 hex digits read back: sscanf's %2x took "6:" as 6, " f" and "+f"
+ * as f (fuzz_shard_mix found the first in a mixture's manifest_sha256). */
+static void sha256_unhex_takes_hex_digits_only(void **state)
+{
+	(void)state;
+	const char *abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+	uint8_t d[32], want[32];
+	char hex[65], bad[65];
+	assert_int_equal(sha256("abc", 3, want, NULL), 0);
+	assert_int_equal(sha256_unhex(abc, d), 0);
+	assert_memory_equal(d, want, 32);
+	assert_int_equal(sha256_unhex("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD", d), 0);
+	sha256_hex(d, hex);
+	assert_string_equal(hex, abc);
+	const char *subs[] = {"6:", " f", "+f", "0x", "g0"};
+	for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+		memcpy(bad, abc, 65);
+		memcpy(bad + 20, subs[i], 2);
+		assert_int_equal(sha256_unhex(bad, d), -1);
+	}
+	assert_int_equal(sha256_unhex(abc + 1, d), -1);
+	assert_int_equal(sha256_unhex(NULL, d), -1);
+}
+
 static void sha256_file_equals_buffer_digest(void **state)
 {
 	(void)state;
@@ -210,6 +234,7 @@ int main(void)
 		cmocka_unit_test(crc32c_interleaved_streams_agree_with_table),
 		cmocka_unit_test(crc32c_mask_matches_tensorflow),
 		cmocka_unit_test(sha256_matches_fips_vectors),
+		cmocka_unit_test(sha256_unhex_takes_hex_digits_only),
 		cmocka_unit_test(sha256_file_equals_buffer_digest),
 		cmocka_unit_test(afile_commit_replaces_and_abort_keeps_old),
 		cmocka_unit_test(afile_open_in_missing_folder_names_the_file),

@@ -11,6 +11,7 @@
 
 #include "core/cli.h"
 #include "core/err.h"
+#include "core/sha256.h"
 #include "shard/shard.h"
 #include "tokstream/tokstream.h"
 
@@ -76,12 +77,6 @@ static int is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static void hex(const uint8_t *b, char out[65])
-{
-	for (int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
 static int info_file(const char *path, int json, titan_err *err)
 {
 	shard_file *f = shard_file_open(path, err);
@@ -89,7 +84,7 @@ static int info_file(const char *path, int json, titan_err *err)
 		return -1;
 	const shard_header *h = shard_file_header(f);
 	char fp[65];
-	hex(h->fingerprint, fp);
+	sha256_hex(h->fingerprint, fp);
 	uint64_t bytes = h->index_offset + h->index_bytes;
 	if (json) {
 		json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, "
@@ -149,7 +144,7 @@ static int info_dir(const char *dir, int json, titan_err *err)
 	if (shard_manifest_read(dir, &m, err) != 0)
 		return -1;
 	char fp[65];
-	hex(m.stream.fingerprint, fp);
+	sha256_hex(m.stream.fingerprint, fp);
 	printf("%s: titan shards, %s\n", dir, m.complete ? "complete" :
 	       "INCOMPLETE (interrupted; rerun titan-shard with the same input to finish)");
 	printf("tokenizer   %s\n", fp);
@@ -197,7 +192,7 @@ static void info_mix(const char *dir, int json, titan_err *err)
 		return;
 	}
 	char fp[65];
-	hex(m.fingerprint, fp);
+	sha256_hex(m.fingerprint, fp);
 	double total = 0;
 	for (size_t i = 0; i < m.n; i++)
 		total += m.src[i].weight;
