@@ -117,7 +117,7 @@ static int build_layout(model *m, titan_err *e)
 		return -1;
 	/* LoRAConverter freezes every parameter but its adapters' */
 	for (int i = 0; a->lora_rank > 0 && i < m->n_tensors; i++)
-		m->tensors[i].frozen = m->slot[i] != W_LORA_A && m->slot[i] != W_LORA_B;
+		m->tensors[i].frozen = model_slot_frozen(m, m->slot[i]);
 	return build_units(m, e);
 }
 

@@ -170,6 +170,8 @@ static int weight_grad(const piece_ctx *c, int slot, const void *dy, int xi, int
 		now.layer = c->l;
 	}
 	model_tp_finish(m);
+	if (model_slot_frozen(m, slot))
+		return 0;
 	if (!c->defer) {
 		run_job(m, c->g->p[slot], &now);
 		return 0;

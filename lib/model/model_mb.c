@@ -663,7 +663,8 @@ static void logits_chunks(model *m, model_mb *mb, const void *xf_all, const int3
 		if (backward) {
 			model_linear_dx(m, elt(m->d_xn, at, (size_t)(r0 * d)), m->logits, m->out, c,
 					d, v, 0);
-			model_linear_dw(m, m->out_g, m->logits, xf, c, d, v);
+			if (!model_slot_frozen(m, -1))
+				model_linear_dw(m, m->out_g, m->logits, xf, c, d, v);
 		}
 	}
 }
@@ -702,7 +703,8 @@ static void seq_chunks_loss(model *m, model_mb *mb, const void *xf_all, const in
 		if (backward) {
 			model_linear_dx(m, m->seq_dx, m->logits, m->out, c, d, v, 0);
 			seq_rows(be, m->d_xn, m->seq_dx, b, t, j0, tc, row, 0);
-			model_linear_dw(m, m->out_g, m->logits, m->seq_x, c, d, v);
+			if (!model_slot_frozen(m, -1))
+				model_linear_dw(m, m->out_g, m->logits, m->seq_x, c, d, v);
 		}
 	}
 }
@@ -814,7 +816,8 @@ static void embedding_fwd(model *m, model_mb *mb)
 
 static void embedding_bwd(model *m, model_mb *mb)
 {
-	model_embed_rows_bwd(m, m->d_x, mb->ids, (int64_t)mb->b * mb->t);
+	if (!model_slot_frozen(m, -1))
+		model_embed_rows_bwd(m, m->d_x, mb->ids, (int64_t)mb->b * mb->t);
 	if (mb->mtp)
 		model_mtp_embed_bwd(m, mb);
 }

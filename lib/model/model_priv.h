@@ -427,6 +427,15 @@ static inline void *piece_act(const piece_ctx *c, int i)
 	return c->a->kept[i] ? c->a->kept[i] : c->m->recomp[i];
 }
 
+/* LoRA trains its adapters alone (0.3.0's LoRAConverter freezes every other
+ * parameter): a frozen weight's gradient GEMM is skipped, as torch computes
+ * none.  slot is the tensor's layer slot, -1 for the embedding, the norms and
+ * the output, which are frozen too. */
+static inline int model_slot_frozen(const model *m, int slot)
+{
+	return m->args.lora_rank > 0 && slot != W_LORA_A && slot != W_LORA_B;
+}
+
 /* y (n, out) += x @ w^T with y of the residual type: a branch's last linear
  * adding into the stream; with m->resid_defer set, x @ w^T is written to
  * m->d_xn (prec.act) instead and y is left alone (the block adds it). */
