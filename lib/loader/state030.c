@@ -15,6 +15,8 @@ static const char *unmapped(const loader *l, const loader_state *s, int dp_degre
 {
 	if (s->split != LOADER_TRAIN)
 		return "a validation loader's state";
+	if (s->sft_dp)
+		return "SFT packing: titan keeps its own position, not 0.3.0's ChatDataset buffers";
 	if (!s->documents)
 		return "titan's loader packs windows of seq_len + 1 tokens here, not 0.3.0's "
 		       "documents (a run without --module)";
