@@ -110,8 +110,11 @@ static const struct {
 	"[parallelism]\nexpert_parallel_degree = 1\n"                                       \
 	"[checkpoint]\ninterval = 500\n" FULL_AC
 
-/* sft_debugmodel: the debug recipe, then chat data (ChatDataLoader). */
-#define SFT_DEBUG FAMILY_DEBUG("llama3"), "[training]\nsft = true\ndataset = \"sft_test\"\n"
+/* sft_debugmodel: the debug recipe, then chat data (ChatDataLoader, whose
+ * dataset_path "json" names HF's loader: titan's is the shard folder, given
+ * with --dataloader.dataset_path). */
+#define SFT_DEBUG FAMILY_DEBUG("llama3"), \
+	"[training]\nsft = true\ndataset = \"\"\ndataset_path = \"json\"\n"
 
 /* Float8LinearConverter.Config(): rowwise scaling, every linear whose dims
  * are multiples of 16 (the output projection too). */
