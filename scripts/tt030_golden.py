@@ -154,7 +154,11 @@ def batches(docs):
     ds._tokenizer, ds._text_processor = Docs(docs), lambda s: str(s["i"])
     ds._sample_idx, ds._epoch = 0, 0
     ds._inputs_buffer, ds._labels_buffer, ds._positions_buffer = [], [], []
-    rows = iter(ds)
+    return stacked(iter(ds))
+
+
+def stacked(rows):
+    """BATCH rows of a 0.3.0 dataset at a time: inputs, positions, labels."""
     while True:
         got = [next(rows) for _ in range(BATCH)]
         yield (torch.stack([g[0]["input"] for g in got]),
@@ -170,12 +174,7 @@ def sft_batches(cfg, data, tokenizer):
     ds = ChatDataset(load_dataset("json", data_files=data, split="train"),
                      HuggingFaceTokenizer(tokenizer_path=tokenizer),
                      cfg.dataloader.sample_processor, seq_len=SFT_SEQ, infinite=True)
-    rows = iter(ds)
-    while True:
-        got = [next(rows) for _ in range(BATCH)]
-        yield (torch.stack([g[0]["input"] for g in got]),
-               torch.stack([g[0]["positions"] for g in got]),
-               torch.stack([g[1] for g in got]))
+    return stacked(iter(ds))
 
 
 def tt030_name(fqn):

@@ -975,13 +975,14 @@ static jexpr *parse_not(parser *p)
 	return e;
 }
 
-static jexpr *parse_and(parser *p)
+/* next (word next)*: left-associative and / or */
+static jexpr *parse_logic(parser *p, const char *word, jexpr_kind k, jexpr *(*next)(parser *))
 {
-	jexpr *e = parse_not(p);
-	while (e && is_name(cur(p), "and")) {
+	jexpr *e = next(p);
+	while (e && is_name(cur(p), word)) {
 		token *t = cur(p);
 		p->i++;
-		jexpr *r = parse_not(p), *n = r ? node(p, E_AND, t) : NULL;
+		jexpr *r = next(p), *n = r ? node(p, k, t) : NULL;
 		if (n == NULL)
 			return NULL;
 		n->a = e;
@@ -991,20 +992,14 @@ static jexpr *parse_and(parser *p)
 	return e;
 }
 
+static jexpr *parse_and(parser *p)
+{
+	return parse_logic(p, "and", E_AND, parse_not);
+}
+
 static jexpr *parse_or(parser *p)
 {
-	jexpr *e = parse_and(p);
-	while (e && is_name(cur(p), "or")) {
-		token *t = cur(p);
-		p->i++;
-		jexpr *r = parse_and(p), *n = r ? node(p, E_OR, t) : NULL;
-		if (n == NULL)
-			return NULL;
-		n->a = e;
-		n->b = r;
-		e = n;
-	}
-	return e;
+	return parse_logic(p, "or", E_OR, parse_and);
 }
 
 /* a if cond [else b] */
