@@ -653,6 +653,10 @@ static int open_files(loader *l, const shard_manifest *m, titan_err *err)
 		const shard_header *h = shard_file_header(l->files[i]);
 		if (shard_entry_check(l->files[i], m, e, err) != 0)
 			return -1;
+		/* packing chat data as plain text would train on its prompts */
+		if ((h->flags & SHARD_MASK) && !l->o.sft)
+			return err_set(err, "%s: label-masked shards (SFT chat data from titan-tokenize "
+				       "--chat) need SFT packing (training.sft)", path);
 		l->total += h->n_tokens;
 		l->units += file_units(l, l->files[i]);
 		uint8_t rec[16]; /* tokens u64, data_crc, index_crc, little-endian */

@@ -27,6 +27,10 @@ t_steps "the loss equals 0.3.0's at every step, the lr exactly" "$SFT" "$TMP/a.t
 t_fails "training.sft outside a 0.3.0 run is refused" 1 "$TRAIN" --training.sft \
 	--training.dataset_path "$TMP/chat" --training.steps 1 --job.dump_folder "$TMP/b"
 t_grep "saying why" "training.sft: SFT chat data is torchtitan 0.3.0's ChatDataLoader" "$TMP/.err"
+t_fails "chat shards without training.sft are refused (the prompts would be trained on)" 1 \
+	"$TRAIN" --module llama3 --config llama3_debugmodel --dataloader.dataset_path "$TMP/chat" \
+	--training.steps 1 --dump_folder "$TMP/c"
+t_grep "saying so" "label-masked shards (SFT chat data" "$TMP/.err"
 t_fails "sample_processor stays Python's" 2 "$TRAIN" --module llama3 --config sft_debugmodel \
 	--dataloader.sample_processor x
 t_done
