@@ -46,12 +46,21 @@ checkpoint like every other weight (lora_b is zeros), so the adapters train
 from the values titan starts from.  It runs LORA_STEPS steps (its schedule
 built for them), not STEPS: torchao's emulation is slow on the CPU.
 
-Writes tests/train/golden/tt030_<family>[_mtp][_lora][_bf16].tsv: the settings in
+sft_debugmodel runs on chat data instead: 0.3.0's own ChatDataset (its
+HuggingFaceTokenizer over TOKENIZER, the preset's sample_processor, HF
+datasets' json loader of CHAT.jsonl: torchtitan's tests/assets/sft_test
+data.json as JSON Lines, BSD-3) at SFT_SEQ positions for SFT_STEPS steps,
+prompt tokens masked; the loss is normalised by the valid (unmasked)
+tokens of the step, as 0.3.0's trainer does.  Its weights are titan's
+llama3_debugmodel init (the same model).
+
+Writes tests/train/golden/tt030_<family>[_mtp][_lora][_bf16].tsv (tt030_sft.tsv): the settings in
 its header, and per step the loss, grad_norm and lr (the step's, before the
 scheduler steps); for the LoRA preset also tt030_llama3_lora.names, the names
 of the model's and the optimizer's items of 0.3.0's checkpoint after the run.
 
 Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [PRESET] TOKENS.tts [SEED]
+     PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py sft_debugmodel CHAT.jsonl TOKENIZER
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
      tests/train/tt030.sh makes it: test_gen gen 11 400 2048 60; SEED: titan's
      seed checkpoint of the preset, which tests/train/tt030.sh writes with
@@ -77,6 +86,7 @@ from torchtitan.models.common import decoder as tt_decoder  # noqa: E402
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SEED, STEPS, BATCH, SEQ = 7, 15, 2, 64
 LORA_STEPS = 8
+SFT_STEPS, SFT_SEQ = 10, 128
 
 
 def dense_document_mask(self, positions):
@@ -144,12 +154,27 @@ def batches(docs):
     ds._tokenizer, ds._text_processor = Docs(docs), lambda s: str(s["i"])
     ds._sample_idx, ds._epoch = 0, 0
     ds._inputs_buffer, ds._labels_buffer, ds._positions_buffer = [], [], []
-    rows = iter(ds)
+    return stacked(iter(ds))
+
+
+def stacked(rows):
+    """BATCH rows of a 0.3.0 dataset at a time: inputs, positions, labels."""
     while True:
         got = [next(rows) for _ in range(BATCH)]
         yield (torch.stack([g[0]["input"] for g in got]),
                torch.stack([g[0]["positions"] for g in got]),
                torch.stack([g[1] for g in got]))
+
+
+def sft_batches(cfg, data, tokenizer):
+    """0.3.0's ChatDataset over the chat data, BATCH rows a step."""
+    from datasets import load_dataset
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+    from torchtitan.hf_datasets.text_datasets import ChatDataset
+    ds = ChatDataset(load_dataset("json", data_files=data, split="train"),
+                     HuggingFaceTokenizer(tokenizer_path=tokenizer),
+                     cfg.dataloader.sample_processor, seq_len=SFT_SEQ, infinite=True)
+    return stacked(iter(ds))
 
 
 def tt030_name(fqn):
@@ -246,17 +271,20 @@ def main():
     gpt_oss_moe.GptOssGroupedExperts.forward = \
         lambda self, x, n: experts(self, x, n).type_as(x)
     torch.manual_seed(0)
-    family = next(f for f in ("deepseek_v3", "gpt_oss", "llama3", "qwen3") if preset.startswith(f))
-    reg = __import__(f"torchtitan.models.{family}.config_registry", fromlist=[preset])
+    family = next(f for f in ("deepseek_v3", "gpt_oss", "llama3", "qwen3", "sft") if preset.startswith(f))
+    reg = __import__(f"torchtitan.models.{'llama3' if family == 'sft' else family}.config_registry",
+                     fromlist=[preset])
     cfg = getattr(reg, preset)()
     # the LoRA preset's emulated float8 is slow on the CPU: fewer steps
-    steps = LORA_STEPS if preset.endswith("_lora") else STEPS
-    cfg.training.local_batch_size, cfg.training.seq_len, cfg.training.steps = BATCH, SEQ, steps
+    sft = preset == "sft_debugmodel"
+    steps = LORA_STEPS if preset.endswith("_lora") else SFT_STEPS if sft else STEPS
+    cfg.training.local_batch_size, cfg.training.steps = BATCH, steps
+    cfg.training.seq_len = SFT_SEQ if sft else SEQ
     cfg.training.mixed_precision_param = "float32"
     model = cfg.model_spec.model.build()
-    if seed_ckpt:
+    if seed_ckpt and not sft:
         load_seed_checkpoint(model, seed_ckpt)
-    elif preset == "llama3_debugmodel":
+    elif preset in ("llama3_debugmodel", "sft_debugmodel"):
         load_llama3_titan_init(model)
     else:
         sys.exit("tt030_golden.py: a preset other than llama3_debugmodel starts from titan's "
@@ -265,7 +293,7 @@ def main():
         install_bf16_policy(model, cfg)
     mtp = preset.endswith("_mtp")
     loss_fn, optimizers, schedulers = train_parts(cfg, model, steps)
-    data = batches(read_docs(tokens))
+    data = sft_batches(cfg, tokens, seed_ckpt) if sft else batches(read_docs(tokens))
     rows = []
     for step in range(1, steps + 1):
         optimizers.zero_grad()
@@ -290,7 +318,7 @@ def main():
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         f.write(f"# torchtitan 0.3.0 {preset}, {precision}, seed {SEED}, local_batch_size "
-                f"{BATCH}, seq_len {SEQ}, {steps} steps (scripts/tt030_golden.py)\n")
+                f"{BATCH}, seq_len {cfg.training.seq_len}, {steps} steps (scripts/tt030_golden.py)\n")
         f.write("# step\tloss\tgrad_norm\tlr\n")
         for r in rows:
             f.write(f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}\t{r['lr']!r}\n")

@@ -159,6 +159,10 @@ static const cfg_key keys[] = {
 	K("training.dataset_path", CFG_OPT_STR, training.dataset_path, "none", NULL,
 	  "training.dataset_path",
 	  "the titan-shard folder, or mixture of folders (titan-shard mix), to train on"),
+	K("training.sft", CFG_BOOL, training.sft, "false", NULL, NULL,
+	  "SFT chat data: the folder holds titan-tokenize --chat shards, packed as torchtitan "
+	  "0.3.0's ChatDataLoader packs them (prompt tokens masked out of the loss); 0.3.0 runs "
+	  "only"),
 	K("training.local_batch_size", CFG_INT, training.local_batch_size, "8", NULL,
 	  "training.local_batch_size", "sequences per rank per micro-batch"),
 	K("training.global_batch_size", CFG_INT, training.global_batch_size, "-1", NULL,

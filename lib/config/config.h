@@ -115,6 +115,7 @@ typedef struct job_config {
 	struct {
 		char *dataset;
 		char *dataset_path; /* NULL: None */
+		int sft;            /* titan's: 0.3.0's ChatDataLoader packing of chat shards */
 		int64_t local_batch_size;
 		int64_t global_batch_size;
 		int64_t seq_len;

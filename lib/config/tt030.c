@@ -110,6 +110,12 @@ static const struct {
 	"[parallelism]\nexpert_parallel_degree = 1\n"                                       \
 	"[checkpoint]\ninterval = 500\n" FULL_AC
 
+/* sft_debugmodel: the debug recipe, then chat data (ChatDataLoader, whose
+ * dataset_path "json" names HF's loader: titan's is the shard folder, given
+ * with --dataloader.dataset_path). */
+#define SFT_DEBUG FAMILY_DEBUG("llama3"), \
+	"[training]\nsft = true\ndataset = \"\"\ndataset_path = \"json\"\n"
+
 /* Float8LinearConverter.Config(): rowwise scaling, every linear whose dims
  * are multiples of 16 (the output projection too). */
 #define FLOAT8 "[model]\nconverters = [\"quantize.linear.float8\"]\n"                      \
@@ -123,7 +129,9 @@ static const struct {
 #define REFUSE(module, name, why) {module, name, NULL, {NULL}, 0, why, NULL}
 #define NVFP4 "NVFP4 linears (NVFP4LinearConverter, Blackwell only) are not built"
 #define MXFP8 "MXFP8 linears and grouped GEMMs (MXFP8*Converter) are not built"
-#define SFT "SFT chat data (ChatDataLoader: load_dataset_kwargs, sample_processor) is not built"
+#define SFT "its ChatDataLoader's sample_processor (GSM8K's answer split at \"####\" into " \
+	"reasoning_content and content) is Python: titan takes conversations as JSON Lines " \
+	"(titan-tokenize --chat) with training.sft"
 #define HYBRIDEP "HybridEP's token dispatch (moe_comm_backend \"hybridep\") is not built"
 #define MINIMAL_EP "MinimalAsyncEP's token dispatch (moe_comm_backend \"minimal_async_ep\") and " \
 	"the fused SwiGLU overrides (override.imports) are not built"
@@ -179,7 +187,9 @@ static const tt030_preset presets[] = {
 	 "0.3.0's filter lm_head) under tensor parallelism 8, each scale the whole tensor's "
 	 "as torchao's casts of DTensors take it; async TP leaves the Float8 linears "
 	 "unoverlapped"},
-	REFUSE("llama3", "sft_debugmodel", SFT),
+	{"llama3", "sft_debugmodel", NULL, {SFT_DEBUG}, 0, NULL,
+	 "the chat data is a titan-tokenize --chat --chat-fields question,answer shard folder "
+	 "(--dataloader.dataset_path), packed as its ChatDataLoader packs it"},
 
 	{"qwen3", "qwen3_debugmodel", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL, NULL},
 	REFUSE("qwen3", "qwen3_debugmodel_nvfp4", NVFP4),
@@ -328,8 +338,10 @@ static const tt030_path paths[] = {
 	MOVED("dataloader.persistent_workers", "training.dataloader.persistent_workers"),
 	MOVED("dataloader.pin_memory", "training.dataloader.pin_memory"),
 	MOVED("dataloader.prefetch_factor", "training.dataloader.prefetch_factor"),
-	REFUSED("dataloader.load_dataset_kwargs", "ChatDataLoader's (SFT chat data), not built"),
-	REFUSED("dataloader.sample_processor", "ChatDataLoader's (SFT chat data), not built"),
+	REFUSED("dataloader.load_dataset_kwargs", "ChatDataLoader's HF datasets arguments: titan "
+		"reads chat shards (titan-tokenize --chat) from dataloader.dataset_path"),
+	REFUSED("dataloader.sample_processor", "a Python callable: titan-tokenize --chat reads "
+		"{\"messages\": [...]} lines or two fields (--chat-fields)"),
 	ONLY("dataloader.infinite", "true", "titan's training loader always starts the data "
 	     "over"),
 	REFUSED("optimizer.param_groups", "a list of Python ParamGroupConfig objects: the "

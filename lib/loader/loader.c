@@ -7,6 +7,7 @@
 
 #include "core/crc32c.h"
 #include "loader/mixture.h"
+#include "loader/sft.h"
 #include "shard/shard.h"
 
 typedef struct slot {
@@ -43,6 +44,11 @@ struct loader {
 	uint32_t *span;        /* documents: the tokens of a file's pairs (span_cap) */
 	size_t span_cap;
 	uint8_t *starts;       /* (T + 1): a document starts at this window position */
+
+	/* SFT packing (opts.sft) */
+	sft_plan *plan;
+	uint32_t *doc_len;     /* every document's tokens, manifest order */
+	int32_t eos;           /* the pad input */
 
 	/* queue: batch q (0, 1, ... since the cursor was set) lives in slot q % depth */
 	slot *slots;
@@ -387,6 +393,117 @@ static int make_mix_rows(loader *l, uint64_t P, uint64_t first, slot *sl)
 	return 0;
 }
 
+/* ---- SFT packing: 0.3.0's ChatDataset (sft.h) */
+
+/* Document d's tokens and label mask (1s in a shard without one), malloc'd. */
+static int read_doc_masked(const loader *l, uint64_t d, uint32_t **tok, uint8_t **mask,
+			   size_t *n, titan_err *err)
+{
+	loader_doc doc;
+	if (loader_doc_read(l, d, &doc, err) != 0)
+		return -1;
+	*tok = doc.tokens;
+	*n = doc.n;
+	*mask = malloc(doc.n + 1);
+	if (*mask == NULL) {
+		free(doc.tokens);
+		return err_set(err, "%s: out of memory", l->o.dir);
+	}
+	uint64_t docs = 0;
+	for (size_t i = 0; i < l->n_files; i++) {
+		const shard_header *h = shard_file_header(l->files[i]);
+		if (d < docs + h->n_docs)
+			return shard_file_mask(l->files[i], shard_file_doc_start(l->files[i], d - docs),
+					       doc.n, *mask, err);
+		docs += h->n_docs;
+	}
+	return 0;
+}
+
+/* One window of the rank: its conversations' pairs, then the pad. */
+static int make_row_sft(loader *l, uint64_t k, int32_t *in, int32_t *lab, int32_t *pos,
+			int32_t *doc, int64_t *valid, uint64_t *epoch, titan_err *err)
+{
+	const uint64_t *docs;
+	size_t nd;
+	if (sft_plan_window(l->plan, k, &docs, &nd, epoch, err) != 0)
+		return -1;
+	int64_t t = 0;
+	for (size_t i = 0; i < nd; i++) {
+		uint32_t *tok;
+		uint8_t *mask;
+		size_t n;
+		if (read_doc_masked(l, docs[i], &tok, &mask, &n, err) != 0)
+			return -1;
+		for (size_t j = 0; j + 1 < n && t < l->T; j++, t++) {
+			in[t] = (int32_t)tok[j];
+			lab[t] = mask[j + 1] ? (int32_t)tok[j + 1] : LOADER_IGNORE_INDEX;
+			pos[t] = (int32_t)j;
+			*valid += mask[j + 1] != 0;
+		}
+		free(tok);
+		free(mask);
+	}
+	for (int64_t p = 0; t < l->T; t++, p++) {
+		in[t] = l->eos;
+		lab[t] = LOADER_IGNORE_INDEX;
+		pos[t] = (int32_t)p;
+	}
+	for (int64_t u = 0, c = -1; doc && u < l->T; u++)
+		doc[u] = (int32_t)(c += pos[u] == 0);
+	return 0;
+}
+
+/* The batch of the rank's windows k0 .. k0 + B - 1. */
+static int produce_sft(loader *l, uint64_t k0, slot *sl)
+{
+	const int64_t T = l->T;
+	for (int64_t j = 0; j < l->B; j++) {
+		int32_t *doc = l->o.doc_bounds ? sl->doc_ids + j * T : NULL;
+		uint64_t e;
+		if (make_row_sft(l, k0 + (uint64_t)j, sl->inputs + j * T, sl->labels + j * T,
+				 sl->positions + j * T, doc, &sl->b.n_valid, &e, &sl->err) != 0)
+			return -1;
+		if (j == 0)
+			sl->b.epoch = e;
+	}
+	return 1;
+}
+
+/* SFT packing's setup at open: every document's length, the plan. */
+static int open_sft(loader *l, int32_t eos, titan_err *err)
+{
+	if (l->o.split != LOADER_TRAIN)
+		return err_set(err, "%s: SFT packing is for the train split", l->o.dir);
+	if (eos < 0)
+		return err_set(err, "%s: SFT packing pads with EOS: the data's tokenizer has none",
+			       l->o.dir);
+	l->eos = eos;
+	uint64_t n = loader_doc_count(l), d = 0;
+	l->doc_len = malloc((n ? n : 1) * sizeof *l->doc_len);
+	if (l->doc_len == NULL)
+		return err_set(err, "%s: out of memory", l->o.dir);
+	for (size_t i = 0; i < l->n_files; i++) {
+		shard_file *f = l->files[i];
+		const shard_header *h = shard_file_header(f);
+		/* the documents are read one by one, past the producer's checks: verify
+		 * every shard now (SFT data sets are small) */
+		if (shard_file_verify(f, err) != 0)
+			return -1;
+		l->verified[i] = 1;
+		for (uint64_t k = 0; k < h->n_docs; k++, d++) {
+			uint64_t end = k + 1 < h->n_docs ? shard_file_doc_start(f, k + 1) : h->n_tokens;
+			uint64_t len = end - shard_file_doc_start(f, k);
+			l->doc_len[d] = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+		}
+	}
+	l->plan = sft_plan_new(l->doc_len, n, l->T, l->o.dp_rank, l->o.dp_degree, err);
+	if (l->plan == NULL || sft_plan_windows0(l->plan, &l->W, err) != 0)
+		return err_prefix(err, "%s", l->o.dir);
+	l->id.sft_dp = (uint32_t)l->o.dp_degree;
+	return 0;
+}
+
 static int produce(loader *l, uint64_t q, slot *sl)
 {
 	const int64_t B = l->B, T = l->T;
@@ -401,6 +518,8 @@ static int produce(loader *l, uint64_t q, slot *sl)
 			       .epoch = l->o.split == SHARD_VAL ? 0 : first / l->W};
 	if (l->mix != NULL)
 		return sl->rc = make_mix_rows(l, P, first, sl) != 0 ? -1 : 1;
+	if (l->o.sft)
+		return sl->rc = produce_sft(l, P / (uint64_t)l->o.dp_degree, sl);
 	for (int64_t j = 0; j < B; j++)
 		if (make_any_row(l, first + (uint64_t)j, sl, j) != 0)
 			return sl->rc = -1;
@@ -509,10 +628,11 @@ static int alloc_buffers(loader *l, titan_err *err)
 		s->inputs = malloc(bt * sizeof(int32_t));
 		s->labels = malloc(bt * sizeof(int32_t));
 		s->doc_ids = l->o.doc_bounds ? malloc(bt * sizeof(int32_t)) : NULL;
-		s->positions = l->o.documents ? malloc(bt * sizeof(int32_t)) : NULL;
+		int positions = l->o.documents || l->o.sft;
+		s->positions = positions ? malloc(bt * sizeof(int32_t)) : NULL;
 		s->mix = l->mix ? mix_rows_new(l->mix, l->B) : NULL;
 		if (!s->inputs || !s->labels || (l->o.doc_bounds && !s->doc_ids) ||
-		    (l->o.documents && !s->positions) || (l->mix && !s->mix))
+		    (positions && !s->positions) || (l->mix && !s->mix))
 			return err_set(err, "%s: out of memory for batch buffers", l->o.dir);
 	}
 	return 0;
@@ -566,6 +686,10 @@ static int open_files(loader *l, const shard_manifest *m, const char *dir, titan
 		const shard_header *h = shard_file_header(l->files[i]);
 		if (shard_entry_check(l->files[i], m, e, err) != 0)
 			return -1;
+		/* packing chat data as plain text would train on its prompts */
+		if ((h->flags & SHARD_MASK) && !l->o.sft)
+			return err_set(err, "%s: label-masked shards (SFT chat data from titan-tokenize "
+				       "--chat) need SFT packing (training.sft)", path);
 		l->total += h->n_tokens;
 		l->units += file_units(l, l->files[i]);
 		uint8_t rec[16]; /* tokens u64, data_crc, index_crc, little-endian */
@@ -611,6 +735,7 @@ static int open_folder(loader *l, const char *dir, titan_err *err)
 		rc = set_vocab(l, m.stream.vocab_size, m.stream.fingerprint, err);
 	if (rc == 0)
 		rc = open_files(l, &m, dir, err);
+	l->eos = m.stream.eos_id; /* SFT packing's pad (open_sft) */
 	shard_manifest_free(&m);
 	return rc;
 }
@@ -660,9 +785,14 @@ loader *loader_open(const loader_opts *o, titan_err *err)
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
 	int rc = shard_dir_is_mix(o->dir) ? open_mixture(l, err) : open_folder(l, o->dir, err);
+	if (rc == 0 && o->sft)
+		rc = l->mix != NULL ? err_set(err, "%s: SFT packing reads one shard folder, not a "
+					     "mixture", o->dir)
+				    : open_sft(l, l->eos, err);
 	uint64_t w1 = (uint64_t)l->T + !o->documents;
-	l->W = l->mix ? mix_windows(l->mix)
-	       : o->split == SHARD_VAL ? (l->units + w1 - 1) / w1 : l->units / w1;
+	if (!o->sft)
+		l->W = l->mix ? mix_windows(l->mix)
+		       : o->split == SHARD_VAL ? (l->units + w1 - 1) / w1 : l->units / w1;
 	if (rc == 0 && o->split == SHARD_TRAIN && l->W == 0)
 		rc = err_set(err, "%s: %llu train %s, fewer than one window of %llu", o->dir,
 			     (unsigned long long)l->units,
@@ -703,6 +833,8 @@ void loader_close(loader *l)
 	free(l->win);
 	free(l->starts);
 	free(l->span);
+	sft_plan_free(l->plan);
+	free(l->doc_len);
 	shard_dec_free(l->dec);
 	mix_close(l->mix);
 	pthread_mutex_destroy(&l->mu);
@@ -722,6 +854,14 @@ void loader_state_get(const loader *l, loader_state *s)
 static int state_set(loader *l, const loader_state *s, const mix_mark *m, titan_err *err)
 {
 	const loader_state *me = &l->id;
+	if (s->sft_dp != me->sft_dp)
+		return err_set(err, "%s: dataloader state is for %s, this loader %s", l->o.dir,
+			       s->sft_dp ? "SFT packing" : "no SFT packing",
+			       me->sft_dp ? "packs SFT data" : "does not");
+	if (s->sft_dp && s->sft_dp != (uint32_t)l->o.dp_degree)
+		return err_set(err, "%s: SFT data loader state of %u dp ranks, this run has %d: "
+			       "each rank packs its own conversations (as in torchtitan), so the "
+			       "dp degree cannot change", l->o.dir, s->sft_dp, l->o.dp_degree);
 	if (s->split != me->split || s->seed != me->seed || s->shuffle != me->shuffle ||
 	    s->seq_len != me->seq_len || s->documents != me->documents)
 		return err_set(err, "%s: dataloader state is for split %u, seed %llu, shuffle %u, "

@@ -34,6 +34,16 @@
  * counted from 0 at the window's start for a document that began before it.
  * The model masks attention to each document and rotates by these positions.
  *
+ * torchtitan 0.3.0's ChatDataset (opts.sft, SFT chat data from titan-tokenize
+ * --chat) orders and packs conversations its own way (lib/loader/sft.h): its
+ * seeded shuffles (42, then 42 + epoch), each dp rank its contiguous block of
+ * the conversations, whole conversations per window (those longer than
+ * seq_len + 1 tokens dropped), the rest of a window padded with EOS inputs
+ * and ignored labels; labels whose token the shard's label mask leaves out
+ * (the prompt) are LOADER_IGNORE_INDEX.  Each rank reads its own windows, so
+ * the state holds the dp degree and resuming needs the same one (as in
+ * torchtitan); positions and doc_ids as with opts.documents.
+ *
  * The validation loader (split LOADER_VAL) reads the val shards once in order,
  * with no shuffle; its last window may be short and a final global batch may be
  * incomplete: those positions get label -100 (torchtitan's ignore_index) so
@@ -85,6 +95,8 @@ typedef struct loader_opts {
 				 loss curves compare with torchtitan's */
 	int doc_bounds;       /* also fill batch.doc_ids */
 	int documents;        /* torchtitan 0.3.0's packing (below), with batch.positions */
+	int sft;              /* torchtitan 0.3.0's ChatDataset packing (above), with
+				 batch.positions; train split only */
 	int prefetch;         /* batches prepared ahead by a thread; 0 = none */
 	const uint8_t *tokenizer; /* NULL, or the 32-byte fingerprint the folder's
 				     tokenizer must have (validation data must be the
@@ -113,6 +125,8 @@ typedef struct loader_state {
 	int64_t seq_len;
 	uint32_t shuffle;
 	uint32_t documents;     /* 0.3.0's packing: its windows count pairs */
+	uint32_t sft_dp;        /* 0.3.0's ChatDataset packing: the dp degree (each rank's
+				   windows are its own); 0 otherwise */
 	uint32_t split;
 	uint64_t data_tokens;   /* tokens in the split's shards */
 	uint32_t data_crc;      /* CRC-32C over the split's shard list and CRCs */

@@ -22,7 +22,8 @@ static uint64_t get(const uint8_t *p, int n)
 }
 
 /* "TLDS" version seed windows seq_len flags split data_tokens data_crc crc;
- * flags: bit 0 shuffle, bit 1 documents (0 in states from before it). */
+ * flags: bit 0 shuffle, bit 1 documents (0 in states from before it), bits
+ * 8-31 the dp degree of SFT packing (0: none). */
 void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES])
 {
 	memcpy(out, "TLDS", 4);
@@ -30,7 +31,7 @@ void loader_state_encode(const loader_state *s, uint8_t out[LOADER_STATE_BYTES])
 	put(out + 8, s->seed, 8);
 	put(out + 16, s->windows, 8);
 	put(out + 24, (uint64_t)s->seq_len, 8);
-	put(out + 32, (s->shuffle & 1) | (s->documents & 1) << 1, 4);
+	put(out + 32, (s->shuffle & 1) | (s->documents & 1) << 1 | (s->sft_dp & 0xffffff) << 8, 4);
 	put(out + 36, s->split, 4);
 	put(out + 40, s->data_tokens, 8);
 	put(out + 48, s->data_crc, 4);
@@ -58,11 +59,12 @@ int loader_state_decode(const uint8_t *buf, size_t n, loader_state *s, titan_err
 	s->windows = get(buf + 16, 8);
 	s->seq_len = (int64_t)get(buf + 24, 8);
 	uint32_t flags = (uint32_t)get(buf + 32, 4);
-	if (flags > 3)
-		return err_set(err, "dataloader state: flags 0x%x, expected bits 0 and 1 only",
+	if (flags & 0xfc)
+		return err_set(err, "dataloader state: flags 0x%x, expected bits 0, 1 and 8-31 only",
 			       (unsigned)flags);
 	s->shuffle = flags & 1;
-	s->documents = flags >> 1;
+	s->documents = (flags >> 1) & 1;
+	s->sft_dp = flags >> 8;
 	s->split = (uint32_t)get(buf + 36, 4);
 	s->data_tokens = get(buf + 40, 8);
 	s->data_crc = (uint32_t)get(buf + 48, 4);
@@ -79,8 +81,10 @@ char *loader_state_to_json(const loader_state *s, uint64_t windows_per_epoch)
 			      "documents", (int)s->documents, "split", s->split ? "val" : "train",
 			      "data_tokens", (json_int_t)s->data_tokens,
 			      "data_crc", (json_int_t)s->data_crc);
-	if (o == NULL)
+	if (o == NULL || (s->sft_dp && json_object_set_new(o, "sft_dp", json_integer(s->sft_dp)))) {
+		json_decref(o);
 		return NULL;
+	}
 	char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(o);
 	return text;
@@ -92,18 +96,18 @@ int loader_state_from_json(const char *text, loader_state *s, titan_err *err)
 	json_t *o = json_loads(text, 0, &je);
 	if (o == NULL)
 		return err_set(err, "dataloader state: %d:%d: %s", je.line, je.column, je.text);
-	json_int_t version, seed, windows, seq_len, tokens, crc;
+	json_int_t version, seed, windows, seq_len, tokens, crc, sft_dp = 0;
 	int shuffle, documents = 0; /* absent in states from before 0.3.0's packing */
 	const char *split;
-	int rc = json_unpack_ex(o, &je, 0, "{s:I, s:I, s:I, s:I, s:b, s?b, s:s, s:I, s:I}",
+	int rc = json_unpack_ex(o, &je, 0, "{s:I, s:I, s:I, s:I, s:b, s?b, s:s, s:I, s:I, s?I}",
 				"version", &version, "seed", &seed, "windows", &windows,
 				"seq_len", &seq_len, "shuffle", &shuffle, "documents", &documents,
 				"split", &split,
-				"data_tokens", &tokens, "data_crc", &crc);
+				"data_tokens", &tokens, "data_crc", &crc, "sft_dp", &sft_dp);
 	if (rc != 0) {
 		err_set(err, "dataloader state: %s", je.text);
 	} else if (version != 1 || seed < 0 || windows < 0 || seq_len < 1 || tokens < 0 ||
-		   crc < 0 || crc > 0xffffffffll ||
+		   crc < 0 || crc > 0xffffffffll || sft_dp < 0 || sft_dp > 0xffffff ||
 		   (strcmp(split, "train") != 0 && strcmp(split, "val") != 0)) {
 		rc = err_set(err, "dataloader state: a field is out of range (version %lld)",
 			     (long long)version);
@@ -113,6 +117,7 @@ int loader_state_from_json(const char *text, loader_state *s, titan_err *err)
 		s->seq_len = seq_len;
 		s->shuffle = shuffle != 0;
 		s->documents = documents != 0;
+		s->sft_dp = (uint32_t)sft_dp;
 		s->split = strcmp(split, "val") == 0;
 		s->data_tokens = (uint64_t)tokens;
 		s->data_crc = (uint32_t)crc;

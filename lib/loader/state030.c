@@ -18,6 +18,8 @@ static const char *unmapped(const loader *l, const loader_state *s, int dp_degre
 	if (loader_mix_sources(l) > 0)
 		return "a mixture of shard folders (0.3.0's InterleavedDataset state, its random "
 		       "generator's and every source's, is not written)";
+	if (s->sft_dp)
+		return "SFT packing: titan keeps its own position, not 0.3.0's ChatDataset buffers";
 	if (!s->documents)
 		return "titan's loader packs windows of seq_len + 1 tokens here, not 0.3.0's "
 		       "documents (a run without --module)";

@@ -232,7 +232,8 @@ static int input_differs(build *b, titan_err *err)
 }
 
 /* crc: the input's record CRC including this document (from the reader). */
-static int add_doc(build *b, const uint32_t *ids, size_t n, uint32_t crc, titan_err *err)
+static int add_doc(build *b, const uint32_t *ids, const uint8_t *mask, size_t n, uint32_t crc,
+		   titan_err *err)
 {
 	if (b->resuming && b->doc == b->m.input_docs) {
 		if (b->crc != b->m.input_crc || b->tokens != b->m.input_tokens)
@@ -256,7 +257,7 @@ static int add_doc(build *b, const uint32_t *ids, size_t n, uint32_t crc, titan_
 			return -1;
 		b->w_first[s] = b->doc;
 	}
-	if (shard_writer_add_doc(b->w[s], ids, n, err) != 0)
+	if (shard_writer_add_doc_masked(b->w[s], ids, mask, n, err) != 0)
 		return -1;
 	b->st->docs++;
 	b->st->tokens += n;
@@ -322,7 +323,7 @@ int shard_build(tokstream_reader *in, const shard_build_opts *o, shard_build_sta
 			rc = r;
 			break;
 		}
-		rc = add_doc(&b, ids, n, tokstream_reader_crc(in), err);
+		rc = add_doc(&b, ids, tokstream_read_mask(in), n, tokstream_reader_crc(in), err);
 		report(&b, in, 0);
 	}
 	if (rc == 0)
@@ -387,9 +388,13 @@ typedef struct cursor {
 	shard_file *f;
 	uint32_t *buf;
 	size_t cap;
+	uint8_t *mask;     /* the document's label mask (masked shards) */
 } cursor;
 
-static int cursor_next(cursor *c, const uint32_t **ids, size_t *n, titan_err *err)
+/* The next document: its ids, and (mask not NULL) its label mask, NULL when
+ * the shard has none. */
+static int cursor_next(cursor *c, const uint32_t **ids, const uint8_t **mask, size_t *n,
+		       titan_err *err)
 {
 	while (c->f == NULL || c->doc == shard_file_header(c->f)->n_docs) {
 		if (c->f != NULL) {
@@ -417,10 +422,16 @@ static int cursor_next(cursor *c, const uint32_t **ids, size_t *n, titan_err *er
 		if (b == NULL)
 			return err_set(err, "out of memory");
 		c->buf = b;
+		uint8_t *m = realloc(c->mask, len + 1);
+		if (m == NULL)
+			return err_set(err, "out of memory");
+		c->mask = m;
 		c->cap = len + 1;
 	}
-	if (shard_file_tokens(c->f, a, len, c->buf, err) != 0)
+	if (shard_file_tokens(c->f, a, len, c->buf, err) != 0 ||
+	    shard_file_mask(c->f, a, len, c->mask, err) != 0)
 		return -1;
+	*mask = h->flags & SHARD_MASK ? c->mask : NULL;
 	c->doc++;
 	*ids = c->buf;
 	*n = len;
@@ -431,6 +442,7 @@ static void cursor_free(cursor *c)
 {
 	shard_file_close(c->f);
 	free(c->buf);
+	free(c->mask);
 }
 
 int shard_cat_dir(const char *dir, int which, FILE *out, titan_err *err)
@@ -442,11 +454,12 @@ int shard_cat_dir(const char *dir, int which, FILE *out, titan_err *err)
 	tokstream_writer *w = tokstream_writer_open(out, &m.stream, err);
 	int rc = w ? 0 : -1;
 	const uint32_t *ids;
+	const uint8_t *mask;
 	size_t n;
 	if (which >= 0) {
 		for (uint64_t d = 0; rc == 0 && d < m.split[which].docs; d++)
-			if ((rc = cursor_next(&c[which], &ids, &n, err)) == 0)
-				rc = tokstream_write_doc(w, ids, n, err);
+			if ((rc = cursor_next(&c[which], &ids, &mask, &n, err)) == 0)
+				rc = tokstream_write_doc_masked(w, ids, mask, n, err);
 	} else {
 		/* Input order: the split rule says which split each document went to;
 		 * documents past a split's next_doc were not written (incomplete set). */
@@ -456,8 +469,8 @@ int shard_cat_dir(const char *dir, int which, FILE *out, titan_err *err)
 			int s = shard_split_of(&m, i);
 			if (i >= m.split[s].next_doc)
 				continue;
-			if ((rc = cursor_next(&c[s], &ids, &n, err)) == 0)
-				rc = tokstream_write_doc(w, ids, n, err);
+			if ((rc = cursor_next(&c[s], &ids, &mask, &n, err)) == 0)
+				rc = tokstream_write_doc_masked(w, ids, mask, n, err);
 		}
 	}
 	if (rc == 0)
@@ -479,17 +492,19 @@ int shard_cat_file(const char *path, FILE *out, titan_err *err)
 	tokstream_header th = {.id_width = h->id_width, .vocab_size = h->vocab_size,
 			       .bos_id = h->bos_id, .eos_id = h->eos_id,
 			       .flags = (h->flags & SHARD_DOC_BOS ? TOKSTREAM_FLAG_BOS : 0) |
-					(h->flags & SHARD_DOC_EOS ? TOKSTREAM_FLAG_EOS : 0)};
+					(h->flags & SHARD_DOC_EOS ? TOKSTREAM_FLAG_EOS : 0) |
+					(h->flags & SHARD_MASK ? TOKSTREAM_FLAG_MASK : 0)};
 	memcpy(th.fingerprint, h->fingerprint, 32);
 	shard_split sp = {.n_shards = 0};
 	cursor c = {.dir = NULL, .sp = &sp, .f = f};
 	tokstream_writer *w = tokstream_writer_open(out, &th, err);
 	int rc = w ? 0 : -1;
 	const uint32_t *ids;
+	const uint8_t *mask;
 	size_t n;
 	for (uint64_t d = 0; rc == 0 && d < h->n_docs; d++)
-		if ((rc = cursor_next(&c, &ids, &n, err)) == 0)
-			rc = tokstream_write_doc(w, ids, n, err);
+		if ((rc = cursor_next(&c, &ids, &mask, &n, err)) == 0)
+			rc = tokstream_write_doc_masked(w, ids, mask, n, err);
 	if (rc == 0)
 		rc = tokstream_writer_close(w, err);
 	else

@@ -20,12 +20,17 @@
 #define SEEK_FOOTER 9u
 #define SEEK_CHECKSUM_FLAG 0x80u
 
-static void header_encode(const shard_header *h, uint8_t out[SHARD_HEADER_LEN])
+/* Version 1's 128 bytes end with the header CRC; version 2 leaves those 4
+ * bytes 0 and goes on with the mask's offset, size and CRC, its header CRC in
+ * its own last 4 bytes. */
+static void header_encode(const shard_header *h, uint8_t out[SHARD_HEADER_LEN_MASK])
 {
-	memset(out, 0, SHARD_HEADER_LEN);
+	int v2 = (h->flags & SHARD_MASK) != 0;
+	uint32_t len = v2 ? SHARD_HEADER_LEN_MASK : SHARD_HEADER_LEN;
+	memset(out, 0, SHARD_HEADER_LEN_MASK);
 	memcpy(out, SHARD_MAGIC, 4);
-	le_put32(out + 4, SHARD_VERSION);
-	le_put32(out + 8, SHARD_HEADER_LEN);
+	le_put32(out + 4, v2 ? SHARD_VERSION_MASK : SHARD_VERSION);
+	le_put32(out + 8, len);
 	le_put32(out + 12, h->id_width);
 	le_put32(out + 16, h->vocab_size);
 	le_put32(out + 20, h->flags);
@@ -41,7 +46,12 @@ static void header_encode(const shard_header *h, uint8_t out[SHARD_HEADER_LEN])
 	le_put32(out + 84, (uint32_t)h->bos_id);
 	le_put32(out + 88, (uint32_t)h->eos_id);
 	memcpy(out + 92, h->fingerprint, 32);
-	le_put32(out + 124, crc32c(0, out, 124));
+	if (v2) {
+		le_put64(out + 128, h->mask_offset);
+		le_put64(out + 136, h->mask_bytes);
+		le_put32(out + 144, h->mask_crc);
+	}
+	le_put32(out + len - 4, crc32c(0, out, len - 4));
 }
 
 static int header_decode(const uint8_t *in, size_t size, shard_header *h, const char *path,
@@ -53,16 +63,23 @@ static int header_decode(const uint8_t *in, size_t size, shard_header *h, const 
 	if (size < SHARD_HEADER_LEN)
 		return err_set(err, "%s: %zu bytes, shorter than a shard header", path, size);
 	uint32_t v = le_get32(in + 4), len = le_get32(in + 8);
-	if (v != SHARD_VERSION)
-		return err_set(err, "%s: shard version %u, this program reads version %u", path, v,
-			       SHARD_VERSION);
-	if (len != SHARD_HEADER_LEN)
-		return err_set(err, "%s: shard header_len %u, expected %u", path, len,
-			       SHARD_HEADER_LEN);
-	uint32_t crc = crc32c(0, in, 124);
-	if (crc != le_get32(in + 124))
+	if (v != SHARD_VERSION && v != SHARD_VERSION_MASK)
+		return err_set(err, "%s: shard version %u, this program reads versions %u and %u",
+			       path, v, SHARD_VERSION, SHARD_VERSION_MASK);
+	uint32_t want = v == SHARD_VERSION ? SHARD_HEADER_LEN : SHARD_HEADER_LEN_MASK;
+	if (len != want)
+		return err_set(err, "%s: shard header_len %u, expected %u", path, len, want);
+	if (size < len)
+		return err_set(err, "%s: %zu bytes, shorter than a shard header", path, size);
+	uint32_t crc = crc32c(0, in, len - 4);
+	if (crc != le_get32(in + len - 4))
 		return err_set(err, "%s: shard header checksum 0x%08x, computed 0x%08x", path,
-			       le_get32(in + 124), crc);
+			       le_get32(in + len - 4), crc);
+	h->version = v;
+	h->header_len = len;
+	h->mask_offset = v == SHARD_VERSION_MASK ? le_get64(in + 128) : 0;
+	h->mask_bytes = v == SHARD_VERSION_MASK ? le_get64(in + 136) : 0;
+	h->mask_crc = v == SHARD_VERSION_MASK ? le_get32(in + 144) : 0;
 	h->id_width = le_get32(in + 12);
 	h->vocab_size = le_get32(in + 16);
 	h->flags = le_get32(in + 20);
@@ -92,15 +109,25 @@ static int header_check(const shard_header *h, uint64_t size, const char *path, 
 	    (h->eos_id >= 0 && (uint32_t)h->eos_id >= h->vocab_size))
 		return err_set(err, "%s: bos_id %d / eos_id %d outside the vocabulary of %u", path,
 			       h->bos_id, h->eos_id, h->vocab_size);
-	int z = (h->flags & SHARD_ZSTD) != 0;
+	int z = (h->flags & SHARD_ZSTD) != 0, m = (h->flags & SHARD_MASK) != 0;
+	if (m != (h->version == SHARD_VERSION_MASK))
+		return err_set(err, "%s: shard version %u with%s the label-mask flag", path,
+			       h->version, m ? "" : "out");
+	uint64_t end = m ? h->mask_offset : size;
+	if (m && (h->mask_bytes != (h->n_tokens + 7) / 8 || h->mask_offset > size ||
+		  h->mask_offset + h->mask_bytes != size))
+		return err_set(err, "%s: label mask of %llu bytes at %llu does not fit %llu tokens "
+			       "in a file of %llu bytes", path, (unsigned long long)h->mask_bytes,
+			       (unsigned long long)h->mask_offset, (unsigned long long)h->n_tokens,
+			       (unsigned long long)size);
 	if (h->n_tokens > (1ull << 48))
 		return err_set(err, "%s: %llu tokens, more than a shard can hold", path,
 			       (unsigned long long)h->n_tokens);
-	if (h->data_offset != SHARD_HEADER_LEN || h->data_bytes > size ||
+	if (h->data_offset != h->header_len || h->data_bytes > size ||
 	    h->index_offset < h->data_offset + h->data_bytes ||
 	    h->index_offset > h->data_offset + h->data_bytes + 7 || h->index_offset % 8 != 0 ||
 	    h->n_docs > size / 8 || h->index_bytes != 8 * h->n_docs ||
-	    h->index_offset + h->index_bytes != size)
+	    h->index_offset + h->index_bytes != end)
 		return err_set(err, "%s: header offsets and sizes do not match a file of %llu bytes "
 			       "(truncated or not a complete shard)", path, (unsigned long long)size);
 	if (!z && h->data_bytes != h->n_tokens * h->id_width)
@@ -130,6 +157,8 @@ struct shard_writer {
 	size_t n_frames, seek_cap;
 	uint64_t *starts;
 	size_t starts_cap;
+	uint8_t *mask;          /* masked shards: the label mask, a bit a token */
+	size_t mask_cap;        /* bytes */
 };
 
 shard_writer *shard_writer_open(const char *path, const shard_write_opts *o, titan_err *err)
@@ -145,9 +174,12 @@ shard_writer *shard_writer_open(const char *path, const shard_write_opts *o, tit
 	w->h.bos_id = s->bos_id;
 	w->h.eos_id = s->eos_id;
 	w->h.flags = (s->flags & TOKSTREAM_FLAG_BOS ? SHARD_DOC_BOS : 0) |
-		     (s->flags & TOKSTREAM_FLAG_EOS ? SHARD_DOC_EOS : 0);
+		     (s->flags & TOKSTREAM_FLAG_EOS ? SHARD_DOC_EOS : 0) |
+		     (s->flags & TOKSTREAM_FLAG_MASK ? SHARD_MASK : 0);
 	memcpy(w->h.fingerprint, s->fingerprint, 32);
-	w->h.data_offset = SHARD_HEADER_LEN;
+	w->h.version = s->flags & TOKSTREAM_FLAG_MASK ? SHARD_VERSION_MASK : SHARD_VERSION;
+	w->h.header_len = s->flags & TOKSTREAM_FLAG_MASK ? SHARD_HEADER_LEN_MASK : SHARD_HEADER_LEN;
+	w->h.data_offset = w->h.header_len;
 	w->level = o->zstd_level;
 	if (w->level > 0) {
 		w->h.flags |= SHARD_ZSTD;
@@ -167,8 +199,8 @@ shard_writer *shard_writer_open(const char *path, const shard_write_opts *o, tit
 		shard_writer_abort(w);
 		return NULL;
 	}
-	uint8_t zero[SHARD_HEADER_LEN] = {0}; /* the real header is written at commit */
-	if (afile_write(&w->af, zero, sizeof zero, err) != 0) {
+	uint8_t zero[SHARD_HEADER_LEN_MASK] = {0}; /* the real header is written at commit */
+	if (afile_write(&w->af, zero, w->h.header_len, err) != 0) {
 		shard_writer_abort(w);
 		return NULL;
 	}
@@ -231,9 +263,40 @@ static int add_start(shard_writer *w, titan_err *err)
 	return 0;
 }
 
+/* Append n mask bits (tokens n_tokens ...) to the writer's mask. */
+static int add_mask(shard_writer *w, const uint8_t *mask, size_t n, titan_err *err)
+{
+	uint64_t t0 = w->h.n_tokens, need = (t0 + n + 7) / 8;
+	if (need > w->mask_cap) {
+		size_t cap = w->mask_cap ? w->mask_cap : 4096;
+		while (cap < need)
+			cap *= 2;
+		uint8_t *m = realloc(w->mask, cap);
+		if (m == NULL)
+			return err_set(err, "%s: out of memory", w->af.path);
+		memset(m + w->mask_cap, 0, cap - w->mask_cap);
+		w->mask = m;
+		w->mask_cap = cap;
+	}
+	for (size_t i = 0; i < n; i++)
+		w->mask[(t0 + i) / 8] |= (uint8_t)((mask[i] != 0) << ((t0 + i) % 8));
+	return 0;
+}
+
 int shard_writer_add_doc(shard_writer *w, const uint32_t *ids, size_t n, titan_err *err)
 {
-	if (add_start(w, err) != 0)
+	return shard_writer_add_doc_masked(w, ids, NULL, n, err);
+}
+
+int shard_writer_add_doc_masked(shard_writer *w, const uint32_t *ids, const uint8_t *mask,
+				size_t n, titan_err *err)
+{
+	int masked = (w->h.flags & SHARD_MASK) != 0;
+	if (masked != (mask != NULL))
+		return err_set(err, "%s: document %llu %s a label mask, the shard %s", w->af.path,
+			       (unsigned long long)w->h.n_docs, mask ? "has" : "lacks",
+			       masked ? "is masked" : "is not");
+	if (add_start(w, err) != 0 || (masked && add_mask(w, mask, n, err) != 0))
 		return -1;
 	const uint32_t width = w->h.id_width;
 	for (size_t i = 0; i < n;) {
@@ -309,7 +372,12 @@ static int write_index(shard_writer *w, titan_err *err)
 		if (afile_write(&w->af, buf, 8 * k, err) != 0)
 			return -1;
 	}
-	return 0;
+	if (!(w->h.flags & SHARD_MASK))
+		return 0;
+	w->h.mask_offset = w->h.index_offset + w->h.index_bytes;
+	w->h.mask_bytes = (w->h.n_tokens + 7) / 8;
+	w->h.mask_crc = crc32c(0, w->mask, (size_t)w->h.mask_bytes);
+	return afile_write(&w->af, w->mask, (size_t)w->h.mask_bytes, err);
 }
 
 int shard_writer_commit(shard_writer *w, shard_header *out, titan_err *err)
@@ -319,10 +387,11 @@ int shard_writer_commit(shard_writer *w, shard_header *out, titan_err *err)
 		shard_writer_abort(w);
 		return -1;
 	}
-	uint8_t hdr[SHARD_HEADER_LEN];
+	uint8_t hdr[SHARD_HEADER_LEN_MASK];
 	header_encode(&w->h, hdr);
-	w->h.header_crc = le_get32(hdr + 124);
-	if (fseek(w->af.fp, 0, SEEK_SET) != 0 || fwrite(hdr, 1, sizeof hdr, w->af.fp) != sizeof hdr) {
+	w->h.header_crc = le_get32(hdr + w->h.header_len - 4);
+	if (fseek(w->af.fp, 0, SEEK_SET) != 0 ||
+	    fwrite(hdr, 1, w->h.header_len, w->af.fp) != w->h.header_len) {
 		err_errno(err, "%s: write header", w->af.path);
 		shard_writer_abort(w);
 		return -1;
@@ -347,6 +416,7 @@ void shard_writer_abort(shard_writer *w)
 	free(w->zbuf);
 	free(w->seek);
 	free(w->starts);
+	free(w->mask);
 	free(w);
 }
 
@@ -537,6 +607,21 @@ int shard_file_tokens(shard_file *f, uint64_t start, size_t n, uint32_t *out, ti
 	return shard_file_read(f, f->own, start, n, out, err);
 }
 
+int shard_file_mask(const shard_file *f, uint64_t start, size_t n, uint8_t *out, titan_err *err)
+{
+	if (start > f->h.n_tokens || n > f->h.n_tokens - start)
+		return err_set(err, "%s: mask of tokens [%llu, +%zu) out of range (%llu tokens)",
+			       f->path, (unsigned long long)start, n, (unsigned long long)f->h.n_tokens);
+	if (!(f->h.flags & SHARD_MASK)) {
+		memset(out, 1, n);
+		return 0;
+	}
+	const uint8_t *m = f->m.data + f->h.mask_offset;
+	for (size_t i = 0; i < n; i++)
+		out[i] = (m[(start + i) / 8] >> ((start + i) % 8)) & 1;
+	return 0;
+}
+
 uint64_t shard_file_doc_start(const shard_file *f, uint64_t d)
 {
 	return le_get64(f->m.data + f->h.index_offset + 8 * d);
@@ -566,6 +651,14 @@ int shard_file_verify(shard_file *f, titan_err *err)
 	if (crc != h->index_crc)
 		return err_set(err, "%s: index checksum 0x%08x, header says 0x%08x", f->path, crc,
 			       h->index_crc);
+	if (h->flags & SHARD_MASK) {
+		crc = crc32c(0, f->m.data + h->mask_offset, (size_t)h->mask_bytes);
+		if (crc != h->mask_crc)
+			return err_set(err, "%s: label mask checksum 0x%08x, header says 0x%08x",
+				       f->path, crc, h->mask_crc);
+		if (h->n_tokens % 8 && f->m.data[h->mask_offset + h->mask_bytes - 1] >> (h->n_tokens % 8))
+			return err_set(err, "%s: label mask bits set past the last token", f->path);
+	}
 	uint64_t prev = 0;
 	for (uint64_t d = 0; d < h->n_docs; d++) {
 		uint64_t s = shard_file_doc_start(f, d);

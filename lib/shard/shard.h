@@ -7,7 +7,13 @@
  *                       SHARD_ZSTD a zstd seekable-format stream of them: frames
  *                       of frame_tokens ids each, then the seek table
  *   document index      n_docs u64: the token offset where each document starts
+ *   label mask          (version 2 only) ceil(n_tokens / 8) bytes, bit t (LSB
+ *                       first) set when token t is a training target
  *
+ * Version 1 (128-byte header) is every shard without label masks, as before;
+ * version 2 (SHARD_HEADER_LEN_MASK bytes: v1's fields, then the mask's offset,
+ * size and CRC) is written only for chat data (titan-tokenize --chat).  Both
+ * are read.
  * A shard holds whole documents.  A folder of shards has a manifest.json that
  * lists the complete shards with their counts and CRCs; files not listed there
  * are not part of the data set.  Uncompressed shards are mmap'd, so reading a
@@ -24,7 +30,9 @@
 
 #define SHARD_MAGIC "TTSH"
 #define SHARD_VERSION 1u
+#define SHARD_VERSION_MASK 2u      /* shards with a label mask */
 #define SHARD_HEADER_LEN 128u
+#define SHARD_HEADER_LEN_MASK 160u
 #define SHARD_DEFAULT_TOKENS 100000000ull /* like llm.c's and Megatron's ~100M */
 #define SHARD_DEFAULT_FRAME_TOKENS 16384u /* 4x faster random windows than 64K, ~4% larger */
 
@@ -32,6 +40,7 @@ enum {
 	SHARD_ZSTD = 1u << 0,      /* data is a zstd seekable stream */
 	SHARD_DOC_BOS = 1u << 8,   /* token stream flag BOS, carried over */
 	SHARD_DOC_EOS = 1u << 9,   /* token stream flag EOS, carried over */
+	SHARD_MASK = 1u << 10,     /* a label mask follows the index (version 2) */
 };
 
 typedef struct shard_header {
@@ -43,6 +52,9 @@ typedef struct shard_header {
 	uint32_t data_crc, index_crc, header_crc;
 	int32_t bos_id, eos_id;
 	uint8_t fingerprint[32];
+	uint32_t version, header_len;       /* 1 and 128, or 2 and 160 (SHARD_MASK) */
+	uint64_t mask_offset, mask_bytes;   /* version 2: the label mask */
+	uint32_t mask_crc;
 } shard_header;
 
 /* ---- writing one shard */
@@ -58,6 +70,11 @@ typedef struct shard_write_opts {
 /* Start writing path atomically (a temporary name until shard_writer_commit). */
 shard_writer *shard_writer_open(const char *path, const shard_write_opts *o, titan_err *err);
 int shard_writer_add_doc(shard_writer *w, const uint32_t *ids, size_t n, titan_err *err);
+/* The same with its label mask (mask[i] != 0: token i is a target); the
+ * stream the writer was opened with must be masked (TOKSTREAM_FLAG_MASK), and
+ * then every document needs one. */
+int shard_writer_add_doc_masked(shard_writer *w, const uint32_t *ids, const uint8_t *mask,
+				size_t n, titan_err *err);
 uint64_t shard_writer_tokens(const shard_writer *w);
 uint64_t shard_writer_docs(const shard_writer *w);
 /* Finish the file, fsync, rename into place; *out gets the header written.
@@ -89,11 +106,14 @@ shard_dec *shard_dec_new(void);
 void shard_dec_free(shard_dec *d);
 int shard_file_read(shard_file *f, shard_dec *d, uint64_t start, size_t n, uint32_t *out,
 		    titan_err *err);
+/* The label mask of tokens [start, start + n): out[i] = 1 when token start + i
+ * is a training target; all 1 in a shard without a mask. */
+int shard_file_mask(const shard_file *f, uint64_t start, size_t n, uint8_t *out, titan_err *err);
 /* Start of document d (0 <= d < n_docs); end of the last one is n_tokens. */
 uint64_t shard_file_doc_start(const shard_file *f, uint64_t d);
 /* Index of the document holding token t (the last start <= t). */
 uint64_t shard_file_doc_of(const shard_file *f, uint64_t t);
-/* Check the data and index CRCs, the index's order and range, and that every
+/* Check the data, index (and label mask) CRCs, the index's order and range, and that every
  * id is below the header's vocab_size: titan-shard verify's reading of a
  * shard, which the loader does once per shard before its first tokens are
  * used.  Reads the whole shard (decompressing it through a decoder of its

@@ -282,6 +282,7 @@ int32_t tok_bos_id(const tok *t) { return t->bos; }
 int32_t tok_eos_id(const tok *t) { return t->eos; }
 bool tok_default_add_bos(const tok *t) { return t->add_bos; }
 bool tok_default_add_eos(const tok *t) { return t->add_eos; }
+bool tok_post_adds_eos(const tok *t) { return t->post_eos; }
 
 int32_t tok_token_id(const tok *t, const char *s, size_t n)
 {

@@ -148,6 +148,10 @@ int32_t tok_eos_id(const tok *t);
  * document is refused at load.  tok_encode itself adds neither. */
 bool tok_default_add_bos(const tok *t);
 bool tok_default_add_eos(const tok *t);
+/* Whether HF's post-processor itself ends a single sequence with a token (then
+ * tok_eos_id()): torchtitan's encode(text, add_eos=False) still ends with it.
+ * Chat data (lib/chat) needs the difference; tiktoken files: false. */
+bool tok_post_adds_eos(const tok *t);
 
 /* The id of a token given by its text (an added/special token's content, or a
  * vocabulary entry's raw bytes), or -1. */

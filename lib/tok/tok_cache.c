@@ -42,7 +42,7 @@ typedef struct meta {
 	uint8_t nfc, ignore_merges, add_bos, add_eos;
 	int32_t bos, eos;
 	int64_t n_vocab;
-	int32_t n_added_lens, pad;
+	int32_t n_added_lens, post_eos;
 	uint32_t added_lens[64];
 	uint8_t added_first[32];
 	int32_t byte_id[256];
@@ -206,6 +206,7 @@ void tok_cache_write(tok *t, const char *dir, const uint8_t key[32])
 	m.format = t->format, m.added_mode = t->added_mode, m.pretok_mode = t->pretok_mode;
 	m.n_splits = t->n_splits, m.nfc = t->nfc, m.ignore_merges = t->ignore_merges;
 	m.add_bos = t->add_bos, m.add_eos = t->add_eos, m.bos = t->bos, m.eos = t->eos;
+	m.post_eos = t->post_eos;
 	m.n_vocab = t->n_vocab, m.n_added_lens = t->n_added_lens;
 	memcpy(m.added_lens, t->added_lens, sizeof m.added_lens);
 	memcpy(m.added_first, t->added_first, sizeof m.added_first);
@@ -376,6 +377,7 @@ static void adopt(tok *t, const meta *m, const section *sec)
 	t->format = m->format, t->added_mode = m->added_mode, t->pretok_mode = m->pretok_mode;
 	t->nfc = m->nfc, t->ignore_merges = m->ignore_merges, t->add_bos = m->add_bos;
 	t->add_eos = m->add_eos, t->bos = m->bos, t->eos = m->eos, t->n_vocab = m->n_vocab;
+	t->post_eos = m->post_eos != 0;
 	t->n_added_lens = m->n_added_lens;
 	memcpy(t->added_lens, m->added_lens, sizeof t->added_lens);
 	memcpy(t->added_first, m->added_first, sizeof t->added_first);

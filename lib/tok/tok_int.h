@@ -12,7 +12,7 @@
 /* What a compiled tokenizer in the cache (tok_cache.c) was made by: bump it
  * whenever what a loaded tok holds, or how a loader computes it, changes, so
  * that caches written before are not used. */
-#define TOK_CACHE_VERSION 1
+#define TOK_CACHE_VERSION 2
 
 /* Open-addressing hash: byte strings -> id (the vocabulary, added tokens). */
 /* A slot holds short tokens' bytes inline, so that a lookup of a word that is
@@ -83,6 +83,8 @@ struct tok {
 
 	int32_t bos, eos;
 	bool add_bos, add_eos;
+	bool post_eos;            /* HF's post-processor ends a single sequence with a token
+	                             (EOS): encode(text, add_eos=False) still has it */
 
 	uint8_t source_sha[32];   /* SHA-256 of the file (or text) loaded */
 	mfile map;                /* a compiled cache file the tables point into */

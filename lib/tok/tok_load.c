@@ -707,6 +707,7 @@ static int resolve_stream(tok *t, const cfg *c, json_t *root, titan_err *err)
 		t->eos = suf[0];
 	t->add_bos = npre == 1;
 	t->add_eos = nsuf == 1;
+	t->post_eos = f.nsuf > 0;
 	return 0;
 }
 

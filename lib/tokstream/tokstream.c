@@ -39,7 +39,7 @@ void tokstream_header_encode(const tokstream_header *h, uint8_t out[TOKSTREAM_HE
 {
 	memset(out, 0, TOKSTREAM_HEADER_LEN);
 	memcpy(out, TOKSTREAM_MAGIC, 4);
-	put32(out + 4, TOKSTREAM_VERSION);
+	put32(out + 4, h->flags & TOKSTREAM_FLAG_MASK ? TOKSTREAM_VERSION_MASK : TOKSTREAM_VERSION);
 	put32(out + 8, TOKSTREAM_HEADER_LEN);
 	put32(out + 12, h->id_width);
 	put32(out + 16, h->vocab_size);
@@ -64,9 +64,9 @@ int tokstream_header_decode(const uint8_t *in, size_t len, tokstream_header *h,
 		return err_set(err, "%s: token stream header is %zu bytes, expected %u", name, len,
 			       TOKSTREAM_HEADER_LEN);
 	uint32_t version = get32(in + 4);
-	if (version != TOKSTREAM_VERSION)
-		return err_set(err, "%s: token stream version %u, this program reads version %u",
-			       name, version, TOKSTREAM_VERSION);
+	if (version != TOKSTREAM_VERSION && version != TOKSTREAM_VERSION_MASK)
+		return err_set(err, "%s: token stream version %u, this program reads versions %u "
+			       "and %u", name, version, TOKSTREAM_VERSION, TOKSTREAM_VERSION_MASK);
 	uint32_t crc = crc32c(0, in, len - 4);
 	if (crc != get32(in + len - 4))
 		return err_set(err, "%s: token stream header checksum 0x%08x, computed 0x%08x",
@@ -77,6 +77,9 @@ int tokstream_header_decode(const uint8_t *in, size_t len, tokstream_header *h,
 	h->eos_id = (int32_t)get32(in + 24);
 	h->flags = get32(in + 28);
 	memcpy(h->fingerprint, in + 32, 32);
+	if (((h->flags & TOKSTREAM_FLAG_MASK) != 0) != (version == TOKSTREAM_VERSION_MASK))
+		return err_set(err, "%s: token stream version %u with%s the label-mask flag", name,
+			       version, h->flags & TOKSTREAM_FLAG_MASK ? "" : "out");
 	if (h->vocab_size == 0)
 		return err_set(err, "%s: token stream vocab_size is 0", name);
 	if (h->id_width != tokstream_id_width(h->vocab_size))
@@ -140,10 +143,21 @@ tokstream_writer *tokstream_writer_open(FILE *fp, const tokstream_header *h, tit
 
 int tokstream_write_doc(tokstream_writer *w, const uint32_t *ids, size_t n, titan_err *err)
 {
+	return tokstream_write_doc_masked(w, ids, NULL, n, err);
+}
+
+int tokstream_write_doc_masked(tokstream_writer *w, const uint32_t *ids, const uint8_t *mask,
+			       size_t n, titan_err *err)
+{
 	if (n > TOKSTREAM_MAX_DOC)
 		return err_set(err, "token stream: document of %zu tokens, at most %u", n,
 			       TOKSTREAM_MAX_DOC);
-	size_t need = 4 + n * w->h.id_width;
+	int masked = (w->h.flags & TOKSTREAM_FLAG_MASK) != 0;
+	if (masked != (mask != NULL))
+		return err_set(err, "token stream: document %llu %s a label mask, the stream %s",
+			       (unsigned long long)w->docs, mask ? "has" : "lacks",
+			       masked ? "is masked" : "is not");
+	size_t need = 4 + n * w->h.id_width + (masked ? (n + 7) / 8 : 0);
 	if (need > w->cap) {
 		size_t cap = w->cap ? w->cap : 4096;
 		while (cap < need)
@@ -167,6 +181,12 @@ int tokstream_write_doc(tokstream_writer *w, const uint32_t *ids, size_t n, tita
 		} else {
 			put32(p + 4 * i, ids[i]);
 		}
+	}
+	if (masked) {
+		uint8_t *m = p + n * w->h.id_width;
+		memset(m, 0, (n + 7) / 8);
+		for (size_t i = 0; i < n; i++)
+			m[i / 8] |= (uint8_t)((mask[i] != 0) << (i % 8));
 	}
 	if (write_all(w->fp, w->buf, need, err) != 0)
 		return -1;
@@ -215,6 +235,8 @@ struct tokstream_reader {
 	size_t raw_cap;
 	uint32_t *ids;                  /* ... and widened */
 	size_t ids_cap;
+	uint8_t *mask;                  /* masked streams: the document's mask, a byte a token */
+	size_t mask_cap;
 };
 
 /* fread that counts; returns the bytes read (short only at EOF or error). */
@@ -317,6 +339,11 @@ static int next_segment(tokstream_reader *r, titan_err *err)
 	int rc = read_header(r, &h, 0, err);
 	if (rc != 0)
 		return rc;
+	if ((h.flags & TOKSTREAM_FLAG_MASK) != (r->first.flags & TOKSTREAM_FLAG_MASK))
+		return err_set(err, "%s: offset %llu: a segment %s label masks after one %s them",
+			       r->name, (unsigned long long)r->offset,
+			       h.flags & TOKSTREAM_FLAG_MASK ? "with" : "without",
+			       h.flags & TOKSTREAM_FLAG_MASK ? "without" : "with");
 	if (!r->accept_mismatch && !tokstream_header_same_vocab(&h, &r->first))
 		return err_set(err, "%s: offset %llu: vocab mismatch between inputs (vocab_size %u "
 			       "id_width %u, then vocab_size %u id_width %u or another tokenizer "
@@ -343,11 +370,27 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 	return 0;
 }
 
-/* Read n ids; the buffer grows with the data that arrives, so a bogus length
+/* The mask bytes after n ids in r->raw, as a byte a token; pad bits must be 0. */
+static int read_mask(tokstream_reader *r, size_t n, titan_err *err)
+{
+	const uint8_t *m = r->raw + n * r->cur.id_width;
+	if (n % 8 && (m[n / 8] >> (n % 8)) != 0)
+		return err_set(err, "%s: document %llu: label mask bits set past its %zu tokens",
+			       r->name, (unsigned long long)r->docs, n);
+	if (grow((void **)&r->mask, &r->mask_cap, n ? n : 1, 1) != 0)
+		return err_set(err, "%s: out of memory", r->name);
+	for (size_t i = 0; i < n; i++)
+		r->mask[i] = (m[i / 8] >> (i % 8)) & 1;
+	return 0;
+}
+
+/* Read n ids (and a masked stream's mask); the buffer grows with the data that arrives, so a bogus length
  * in a short input fails as truncated instead of allocating gigabytes. */
 static int read_ids(tokstream_reader *r, size_t n, titan_err *err)
 {
-	size_t w = r->cur.id_width, total = n * w, got = 0;
+	size_t w = r->cur.id_width, got = 0;
+	size_t mbytes = r->cur.flags & TOKSTREAM_FLAG_MASK ? (n + 7) / 8 : 0;
+	size_t total = n * w + mbytes;
 	while (got < total) {
 		size_t want = total - got;
 		if (want > (1u << 24))
@@ -379,7 +422,7 @@ static int read_ids(tokstream_reader *r, size_t n, titan_err *err)
 			       "vocab_size %u", r->name, (unsigned long long)r->docs, ids[i], i,
 			       r->cur.vocab_size);
 	}
-	return 0;
+	return r->cur.flags & TOKSTREAM_FLAG_MASK ? read_mask(r, n, err) : 0;
 }
 
 int tokstream_read_doc(tokstream_reader *r, const uint32_t **ids, size_t *n, titan_err *err)
@@ -403,10 +446,12 @@ int tokstream_read_doc(tokstream_reader *r, const uint32_t **ids, size_t *n, tit
 		}
 		if (read_ids(r, len, err) != 0)
 			return -1;
+		size_t rec = (size_t)len * r->cur.id_width +
+			     (r->cur.flags & TOKSTREAM_FLAG_MASK ? ((size_t)len + 7) / 8 : 0);
 		r->seg_crc = crc32c(r->seg_crc, lb, 4);
-		r->seg_crc = crc32c(r->seg_crc, r->raw, (size_t)len * r->cur.id_width);
+		r->seg_crc = crc32c(r->seg_crc, r->raw, rec);
 		r->all_crc = crc32c(r->all_crc, lb, 4);
-		r->all_crc = crc32c(r->all_crc, r->raw, (size_t)len * r->cur.id_width);
+		r->all_crc = crc32c(r->all_crc, r->raw, rec);
 		r->seg_docs++;
 		r->seg_tokens += len;
 		r->docs++;
@@ -415,6 +460,11 @@ int tokstream_read_doc(tokstream_reader *r, const uint32_t **ids, size_t *n, tit
 		*n = len;
 		return 1;
 	}
+}
+
+const uint8_t *tokstream_read_mask(const tokstream_reader *r)
+{
+	return r->cur.flags & TOKSTREAM_FLAG_MASK ? r->mask : NULL;
 }
 
 const tokstream_header *tokstream_reader_header(const tokstream_reader *r)
@@ -448,6 +498,7 @@ void tokstream_reader_close(tokstream_reader *r)
 		return;
 	free(r->raw);
 	free(r->ids);
+	free(r->mask);
 	free(r->name);
 	free(r);
 }

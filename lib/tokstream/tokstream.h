@@ -10,7 +10,11 @@
  *                      (the fields before the CRC take 64 bytes, so the header
  *                      is 68; a reader accepts longer headers from later
  *                      versions of this layout and skips what it does not know)
- *   documents          n u32 (0..0xFFFFFFFE), then n ids of id_width bytes
+ *   documents          n u32 (0..0xFFFFFFFE), then n ids of id_width bytes;
+ *                      in a masked stream (version 2, flag MASK) then the
+ *                      label mask: ceil(n / 8) bytes, bit i (LSB first) set
+ *                      when token i is a training target (chat data: the
+ *                      assistant's reply), the pad bits 0
  *   trailer (28 bytes) 0xFFFFFFFF, n_docs u64, n_tokens u64,
  *                      data_crc u32 (CRC32C of the segment's document records),
  *                      trailer_crc u32 (CRC32C of the 24 bytes before it)
@@ -27,7 +31,8 @@
 #include "core/err.h"
 
 #define TOKSTREAM_MAGIC "TTOK"
-#define TOKSTREAM_VERSION 1u
+#define TOKSTREAM_VERSION 1u           /* without label masks */
+#define TOKSTREAM_VERSION_MASK 2u      /* with them: version-1 readers refuse it */
 #define TOKSTREAM_HEADER_LEN 68u      /* what the writer writes */
 #define TOKSTREAM_HEADER_MAX 4096u     /* longest header a reader accepts */
 #define TOKSTREAM_TRAILER_LEN 28u
@@ -37,6 +42,7 @@
 enum {
 	TOKSTREAM_FLAG_BOS = 1u << 0, /* every document starts with bos_id */
 	TOKSTREAM_FLAG_EOS = 1u << 1, /* every document ends with eos_id */
+	TOKSTREAM_FLAG_MASK = 1u << 2, /* documents carry label masks (version 2) */
 };
 
 typedef struct tokstream_header {
@@ -64,8 +70,13 @@ typedef struct tokstream_writer tokstream_writer;
 
 /* Write the segment header to fp.  The writer does not own fp. */
 tokstream_writer *tokstream_writer_open(FILE *fp, const tokstream_header *h, titan_err *err);
-/* Append one document; ids must be < vocab_size, n <= TOKSTREAM_MAX_DOC. */
+/* Append one document; ids must be < vocab_size, n <= TOKSTREAM_MAX_DOC.  A
+ * masked stream needs tokstream_write_doc_masked. */
 int tokstream_write_doc(tokstream_writer *w, const uint32_t *ids, size_t n, titan_err *err);
+/* The same with its label mask: mask[i] != 0 when token i is a target.  The
+ * stream must be masked (flag MASK); mask NULL is allowed only when it is not. */
+int tokstream_write_doc_masked(tokstream_writer *w, const uint32_t *ids, const uint8_t *mask,
+			       size_t n, titan_err *err);
 /* Write the trailer, fflush fp and free w (also on failure).  fp stays open. */
 int tokstream_writer_close(tokstream_writer *w, titan_err *err);
 /* Free w without writing a trailer (the stream then reads as truncated). */
@@ -83,6 +94,11 @@ void tokstream_reader_accept_mismatch(tokstream_reader *r, int accept);
  * r), 0 at a clean end of stream, -1 on error (truncated, bad CRC, id out of
  * range, vocab mismatch). */
 int tokstream_read_doc(tokstream_reader *r, const uint32_t **ids, size_t *n, titan_err *err);
+/* The label mask of the document tokstream_read_doc returned last: one byte
+ * per token (1 target, 0 not), owned by r, valid until the next call; NULL
+ * when the stream is not masked.  Every segment of a stream is masked or none
+ * is. */
+const uint8_t *tokstream_read_mask(const tokstream_reader *r);
 /* Header of the segment being read (the first one before any document). */
 const tokstream_header *tokstream_reader_header(const tokstream_reader *r);
 /* Documents / tokens returned so far, over all segments. */

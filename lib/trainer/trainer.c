@@ -249,10 +249,14 @@ static int open_data(job *j, titan_err *err)
 			       "local_batch_size %lld x data parallel degree %d", (long long)global,
 			       (long long)j->B, j->dp);
 	j->accum = (int)(global / (j->B * j->dp));
+	if (c->training.sft && !c->follows_030)
+		return err_set(err, "training.sft: SFT chat data is torchtitan 0.3.0's "
+			       "ChatDataLoader, whose block-causal attention needs a 0.3.0 run "
+			       "(--module and --config)");
 	loader_opts o = {.dir = j->data_dir, .split = SHARD_TRAIN, .seq_len = j->T,
 			 .local_batch = j->B, .dp_rank = j->dp_rank, .dp_degree = j->dp,
 			 .seed = seed_of(c), .shuffle = 0, .prefetch = 2,
-			 .documents = c->follows_030};
+			 .documents = c->follows_030 && !c->training.sft, .sft = c->training.sft};
 	j->train = loader_open(&o, err);
 	if (j->train == NULL)
 		return err_prefix(err, "training data");

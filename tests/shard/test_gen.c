@@ -6,6 +6,10 @@
  *                                  write a stream to stdout: DOCS documents of
  *                                  BOS (id 1), 0..MAXLEN random ids, EOS (id 2)
  *   test_gen ids FILE              print a stream's documents, one per line
+ *   test_gen sft DIR SEQ B DP RANK CALLS
+ *                                  print the rows lib/loader's SFT packing gives
+ *                                  rank RANK of DP over CALLS calls of B rows:
+ *                                  "in", "lab" and "pos" lines of ids per row
  *
  * Random ids come from a fixed LCG so a seed names a stream. */
 #include <setjmp.h>
@@ -20,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/crc32c.h"
+#include "loader/loader.h"
 #include "shard/shard.h"
 #include "tokstream/tokstream.h"
 
@@ -219,6 +224,42 @@ static void val_split_is_exact_and_evenly_spread(void **state)
 	assert_int_equal(shard_split_of(&m, 3), SHARD_TRAIN);
 }
 
+static void print_row(const char *what, const int32_t *v, int64_t T)
+{
+	printf("%s", what);
+	for (int64_t t = 0; t < T; t++)
+		printf(" %d", v[t]);
+	printf("\n");
+}
+
+static int print_sft(char **a)
+{
+	loader_opts o = {.dir = a[0], .split = LOADER_TRAIN, .seq_len = atoll(a[1]),
+			 .local_batch = atoll(a[2]), .dp_degree = atoi(a[3]), .dp_rank = atoi(a[4]),
+			 .sft = 1, .doc_bounds = 1};
+	titan_err err;
+	loader *l = loader_open(&o, &err);
+	if (l == NULL) {
+		fprintf(stderr, "test_gen: %s\n", err.msg);
+		return 1;
+	}
+	for (long c = 0; c < atol(a[5]); c++) {
+		const loader_batch *b;
+		if (loader_next(l, &b, &err) != 1) {
+			fprintf(stderr, "test_gen: %s\n", err.msg);
+			loader_close(l);
+			return 1;
+		}
+		for (int64_t j = 0; j < b->B; j++) {
+			print_row("in", b->inputs + j * b->T, b->T);
+			print_row("lab", b->labels + j * b->T, b->T);
+			print_row("pos", b->positions + j * b->T, b->T);
+		}
+	}
+	loader_close(l);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 5 && strcmp(argv[1], "gen") == 0)
@@ -228,8 +269,11 @@ int main(int argc, char **argv)
 			   argc > 6 ? (uint8_t)strtoul(argv[6], NULL, 10) : 0x42);
 	if (argc == 3 && strcmp(argv[1], "ids") == 0)
 		return print_ids(argv[2]);
+	if (argc == 8 && strcmp(argv[1], "sft") == 0)
+		return print_sft(argv + 2);
 	if (argc > 1) {
-		fprintf(stderr, "usage: test_gen [gen SEED DOCS VOCAB [MAXLEN [FP]] | ids FILE]\n");
+		fprintf(stderr, "usage: test_gen [gen SEED DOCS VOCAB [MAXLEN [FP]] | ids FILE | sft DIR SEQ B DP "
+			"RANK CALLS]\n");
 		return 2;
 	}
 	printf("# seed 99\n");

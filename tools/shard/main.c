@@ -85,10 +85,10 @@ static int info_file(const char *path, int json, titan_err *err)
 	const shard_header *h = shard_file_header(f);
 	char fp[65];
 	sha256_hex(h->fingerprint, fp);
-	uint64_t bytes = h->index_offset + h->index_bytes;
+	uint64_t bytes = h->index_offset + h->index_bytes + h->mask_bytes;
 	if (json) {
 		json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, "
-				      "s:I, s:s}", "file", path, "version", (int)SHARD_VERSION,
+				      "s:I, s:s}", "file", path, "version", (int)h->version,
 				      "tokens", (json_int_t)h->n_tokens, "docs", (json_int_t)h->n_docs,
 				      "vocab_size", (json_int_t)h->vocab_size, "id_width",
 				      (json_int_t)h->id_width, "bytes", (json_int_t)bytes, "compress",
@@ -99,11 +99,14 @@ static int info_file(const char *path, int json, titan_err *err)
 				      (json_int_t)h->bos_id, "fingerprint", fp);
 		json_object_set_new(o, "eos_id", json_integer(h->eos_id));
 		json_object_set_new(o, "data_bytes", json_integer((json_int_t)h->data_bytes));
+		if (h->flags & SHARD_MASK)
+			json_object_set_new(o, "mask_crc", json_integer((json_int_t)h->mask_crc));
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);
 	} else {
-		printf("%s: titan shard version %u\n", path, SHARD_VERSION);
+		printf("%s: titan shard version %u%s\n", path, h->version,
+		       h->flags & SHARD_MASK ? " (label masks: SFT chat data)" : "");
 		printf("tokens      %llu\ndocuments   %llu\n", (unsigned long long)h->n_tokens,
 		       (unsigned long long)h->n_docs);
 		printf("vocab       %u ids, %u bytes each, bos %d, eos %d\n", h->vocab_size,
@@ -115,8 +118,11 @@ static int info_file(const char *path, int json, titan_err *err)
 			       h->n_tokens ? (double)h->data_bytes / (double)h->n_tokens : 0.0);
 		else
 			printf("storage     uncompressed, %llu bytes\n", (unsigned long long)bytes);
-		printf("checksums   header 0x%08x data 0x%08x index 0x%08x\n", h->header_crc,
+		printf("checksums   header 0x%08x data 0x%08x index 0x%08x", h->header_crc,
 		       h->data_crc, h->index_crc);
+		if (h->flags & SHARD_MASK)
+			printf(" mask 0x%08x", h->mask_crc);
+		putchar('\n');
 	}
 	shard_file_close(f);
 	return 0;

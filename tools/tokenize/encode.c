@@ -23,6 +23,10 @@ typedef struct batch {
 	uint32_t *ids;   /* every document's ids, BOS/EOS included */
 	size_t n_ids, cap_ids;
 	size_t *lens;    /* tokens per document (cap_docs) */
+	uint8_t *mask;   /* --chat: every document's label mask, a byte a token (cap_ids) */
+	size_t cap_mask;
+	uint64_t *lines; /* --chat: each document's input line, */
+	const char **files; /* ... and file, for messages */
 	int failed;      /* encoding failed; the message is in err */
 	titan_err err;
 } batch;
@@ -30,6 +34,7 @@ typedef struct batch {
 /* What the encoding threads share (read-only) and what the writer keeps. */
 typedef struct enc_ctx {
 	const tok *tok;
+	const chat *chat; /* --chat */
 	int add_bos, add_eos;
 	int32_t bos, eos;
 	tok_enc **encs; /* one per pool thread, taken from a free list */
@@ -57,8 +62,48 @@ static int push_id(batch *b, uint32_t id, titan_err *err)
 	return 0;
 }
 
+/* --chat: each document is a conversation (a JSON line) */
+static int encode_chat_batch(enc_ctx *c, tok_enc *enc, tok_ids *tmp, batch *b, titan_err *err)
+{
+	b->n_ids = 0;
+	uint8_t *m = NULL;
+	size_t mcap = 0;
+	for (size_t i = 0; i < b->n_docs; i++) {
+		tmp->n = 0;
+		if (chat_encode(c->chat, enc, b->text.p + b->off[i], b->off[i + 1] - b->off[i], tmp, &m,
+				&mcap, err) != 0) {
+			err_prefix(err, "%s:%llu", b->files[i], (unsigned long long)b->lines[i]);
+			free(m);
+			return -1;
+		}
+		if (b->n_ids + tmp->n > b->cap_mask) {
+			size_t cap = b->cap_mask ? 2 * b->cap_mask : 65536;
+			while (cap < b->n_ids + tmp->n)
+				cap *= 2;
+			uint8_t *p = realloc(b->mask, cap);
+			if (p == NULL) {
+				free(m);
+				return err_set(err, "out of memory");
+			}
+			b->mask = p;
+			b->cap_mask = cap;
+		}
+		memcpy(b->mask + b->n_ids, m, tmp->n);
+		for (size_t j = 0; j < tmp->n; j++)
+			if (push_id(b, (uint32_t)tmp->v[j], err) != 0) {
+				free(m);
+				return -1;
+			}
+		b->lens[i] = tmp->n;
+	}
+	free(m);
+	return 0;
+}
+
 static int encode_batch(enc_ctx *c, tok_enc *enc, tok_ids *tmp, batch *b, titan_err *err)
 {
+	if (c->chat)
+		return encode_chat_batch(c, enc, tmp, b, err);
 	b->n_ids = 0;
 	for (size_t i = 0; i < b->n_docs; i++) {
 		size_t start = b->n_ids;
@@ -132,7 +177,8 @@ static int write_batch(enc_ctx *c, const batch *b, titan_err *err)
 	for (size_t i = 0; i < b->n_docs; i++) {
 		const uint32_t *ids = b->ids + pos;
 		int rc = c->ids_text ? write_ids_line(c, ids, b->lens[i], err)
-				     : tokstream_write_doc(c->w, ids, b->lens[i], err);
+			 : tokstream_write_doc_masked(c->w, ids, c->chat ? b->mask + pos : NULL,
+						      b->lens[i], err);
 		if (rc != 0)
 			return -1;
 		pos += b->lens[i];
@@ -152,9 +198,13 @@ static batch *batch_new(void)
 	b->cap_docs = BATCH_DOCS + 2;
 	b->off = malloc(b->cap_docs * sizeof *b->off);
 	b->lens = malloc(b->cap_docs * sizeof *b->lens);
-	if (b->off == NULL || b->lens == NULL) {
+	b->lines = malloc(b->cap_docs * sizeof *b->lines);
+	b->files = malloc(b->cap_docs * sizeof *b->files);
+	if (b->off == NULL || b->lens == NULL || b->lines == NULL || b->files == NULL) {
 		free(b->off);
 		free(b->lens);
+		free(b->lines);
+		free(b->files);
 		free(b);
 		return NULL;
 	}
@@ -169,6 +219,9 @@ static void batch_free(batch *b)
 	free(b->off);
 	free(b->ids);
 	free(b->lens);
+	free(b->mask);
+	free(b->lines);
+	free(b->files);
 	free(b);
 }
 
@@ -180,7 +233,8 @@ static void batch_reset(batch *b)
 	b->failed = 0;
 }
 
-static int add_doc(batch *b, const char *doc, size_t len, titan_err *err)
+static int add_doc(batch *b, const char *doc, size_t len, const char *file, uint64_t line,
+		   titan_err *err)
 {
 	if (b->n_docs + 2 > b->cap_docs) {
 		size_t cap = 2 * b->cap_docs;
@@ -192,8 +246,18 @@ static int add_doc(batch *b, const char *doc, size_t len, titan_err *err)
 		if (lens == NULL)
 			return err_set(err, "out of memory");
 		b->lens = lens;
+		uint64_t *lines = realloc(b->lines, cap * sizeof *lines);
+		if (lines == NULL)
+			return err_set(err, "out of memory");
+		b->lines = lines;
+		const char **files = realloc(b->files, cap * sizeof *files);
+		if (files == NULL)
+			return err_set(err, "out of memory");
+		b->files = files;
 		b->cap_docs = cap;
 	}
+	b->lines[b->n_docs] = line;
+	b->files[b->n_docs] = file;
 	if (len > 0 && textin_buf_append(&b->text, doc, len) != 0)
 		return err_set(err, "out of memory");
 	b->off[++b->n_docs] = b->text.n;
@@ -241,7 +305,7 @@ static int read_inputs(reader *r, const tkz_opts *o, titan_err *err)
 				}
 				batch_reset(b);
 			}
-			if (add_doc(b, doc, len, err) != 0) {
+			if (add_doc(b, doc, len, o->files[f], textin_line(in), err) != 0) {
 				got = -1;
 				break;
 			}
@@ -285,6 +349,12 @@ static int drain(reader *r, int failed, titan_err *err)
 /* BOS/EOS policy: the option, else the tokenizer's default. */
 static int resolve_specials(enc_ctx *c, const tkz_opts *o, titan_err *err)
 {
+	if (o->chat) { /* lib/chat puts in what torchtitan's ChatDataset does */
+		c->bos = tok_bos_id(c->tok);
+		c->eos = tok_eos_id(c->tok);
+		c->add_bos = tok_default_add_bos(c->tok);
+		return 0;
+	}
 	c->bos = tok_bos_id(c->tok);
 	c->eos = tok_eos_id(c->tok);
 	c->add_bos = o->bos >= 0 ? o->bos : tok_default_add_bos(c->tok);
@@ -306,7 +376,8 @@ static int open_output(enc_ctx *c, const uint8_t fp[32], titan_err *err)
 		.vocab_size = (uint32_t)nv,
 		.bos_id = c->bos,
 		.eos_id = c->eos,
-		.flags = (c->add_bos ? TOKSTREAM_FLAG_BOS : 0) | (c->add_eos ? TOKSTREAM_FLAG_EOS : 0),
+		.flags = (c->add_bos ? TOKSTREAM_FLAG_BOS : 0) | (c->add_eos ? TOKSTREAM_FLAG_EOS : 0) |
+			 (c->chat ? TOKSTREAM_FLAG_MASK | TOKSTREAM_FLAG_EOS : 0),
 	};
 	memcpy(h.fingerprint, fp, 32);
 	c->w = tokstream_writer_open(stdout, &h, err);
@@ -377,6 +448,11 @@ int tkz_encode(const tkz_opts *o)
 	static char outbuf[1 << 20];
 	setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
 	enc_ctx c = {.tok = t, .ids_text = o->ids};
+	chat *ch = NULL;
+	if (o->chat && (c.chat = ch = chat_load(o->tokenizer, t, &o->chat_o, &err)) == NULL) {
+		tok_free(t);
+		titan_die_err(&err);
+	}
 	pthread_mutex_init(&c.mu, NULL);
 	progress_init(&c.pg, "tokenize", PROGRESS_BYTES, 0);
 	if (o->quiet)
@@ -392,6 +468,7 @@ int tkz_encode(const tkz_opts *o)
 	pthread_mutex_destroy(&c.mu);
 	if (rc == 0 && !o->quiet)
 		summary(&c, o, skipped, t0); /* before tok_free: it names the tokenizer */
+	chat_free(ch);
 	tok_free(t);
 	if (rc != 0)
 		titan_die_err(&err);

@@ -14,7 +14,8 @@
 
 enum {
 	OPT_FIELD = 256, OPT_SPLIT, OPT_SKIP_BAD, OPT_BOS, OPT_NO_BOS, OPT_EOS, OPT_NO_EOS,
-	OPT_DECODE, OPT_IDS, OPT_ADDED, OPT_QUIET, OPT_CACHE, OPT_NO_CACHE,
+	OPT_DECODE, OPT_IDS, OPT_ADDED, OPT_QUIET, OPT_CACHE, OPT_NO_CACHE, OPT_CHAT,
+	OPT_CHAT_FIELDS, OPT_CHAT_SPECIAL,
 };
 
 static const cli_option options[] = {
@@ -30,6 +31,10 @@ static const cli_option options[] = {
 	{"eos", 0, CLI_NO_ARG, OPT_EOS, NULL, "end every document with EOS"},
 	{"no-eos", 0, CLI_NO_ARG, OPT_NO_EOS, NULL, "do not add EOS"},
 	{"added-tokens", 0, CLI_ARG, OPT_ADDED, "HOW", "special tokens in text: extract or plain"},
+	{"chat", 0, CLI_NO_ARG, OPT_CHAT, NULL, "JSONL conversations: chat template, ids + label masks"},
+	{"chat-fields", 0, CLI_ARG, OPT_CHAT_FIELDS, "U,A", "--chat: user and assistant text fields"},
+	{"chat-special-tokens", 0, CLI_NO_ARG, OPT_CHAT_SPECIAL, NULL,
+	 "--chat: pass bos_token, eos_token (as HF does)"},
 	{"jobs", 'j', CLI_ARG, 'j', "N", "encoding threads (default: all cores)"},
 	{"cache", 0, CLI_ARG, OPT_CACHE, "DIR", "compiled tokenizers' folder (default: XDG cache)"},
 	{"no-cache", 0, CLI_NO_ARG, OPT_NO_CACHE, NULL, "load the tokenizer from its source only"},
@@ -116,11 +121,35 @@ static int parse_args(int argc, char **argv, tkz_opts *o)
 		case OPT_QUIET: o->quiet = 1; break;
 		case OPT_CACHE: o->cache = a; break;
 		case OPT_NO_CACHE: o->no_cache = 1; break;
+		case OPT_CHAT: o->chat = 1; break;
+		case OPT_CHAT_SPECIAL: o->chat_o.flags |= CHAT_SPECIAL_TOKENS; break;
+		case OPT_CHAT_FIELDS: {
+			static char buf[512];
+			char *comma;
+			snprintf(buf, sizeof buf, "%s", a);
+			if ((comma = strchr(buf, ',')) == NULL || comma == buf || comma[1] == '\0' ||
+			    strchr(comma + 1, ','))
+				cli_usage_error(&spec, "--chat-fields wants USER,ASSISTANT, not '%s'", a);
+			*comma = '\0';
+			o->chat_o.user_field = buf;
+			o->chat_o.assistant_field = comma + 1;
+			break;
+		}
 		default: cli_usage_error(&spec, "unhandled option");
 		}
 	}
 	if (o->tokenizer == NULL)
 		cli_usage_error(&spec, "--tokenizer PATH is required");
+	if (!o->chat && (o->chat_o.user_field || o->chat_o.flags))
+		cli_usage_error(&spec, "--chat-fields and --chat-special-tokens need --chat");
+	if (o->chat && (o->decode || o->ids || o->bos >= 0 || o->eos >= 0 || o->in.field ||
+			o->in.format == TEXTIN_TEXT))
+		cli_usage_error(&spec, "--chat takes JSON Lines and writes a token stream: not with "
+				"--decode, --ids, --bos/--eos, --field or --format text");
+	if (o->chat) { /* a conversation per line, parsed by lib/chat */
+		o->in.format = TEXTIN_TEXT;
+		o->in.split = TEXTIN_SPLIT_LINE;
+	}
 	static char *dash[] = {"-"};
 	o->files = st.optind < argc ? argv + st.optind : dash;
 	o->n_files = st.optind < argc ? argc - st.optind : 1;

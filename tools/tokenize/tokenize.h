@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "chat/chat.h"
 #include "core/err.h"
 #include "textin/textin.h"
 #include "tok/tok.h"
@@ -19,6 +20,8 @@ typedef struct tkz_opts {
 	int quiet;             /* no progress, no summary */
 	const char *cache;     /* --cache DIR; NULL: the default (tok_cache_dir) */
 	int no_cache;          /* --no-cache */
+	int chat;              /* --chat: JSON conversations to ids and label masks */
+	chat_opts chat_o;      /* --chat-fields, --chat-special-tokens */
 	char **files;          /* inputs; {"-"} when none given */
 	int n_files;
 } tkz_opts;
