@@ -425,6 +425,17 @@ static void bad_mixtures_are_refused_with_one_line(void **state)
 }
 
 /* The val split of a mixture is its sources' val splits one after another. */
+/* SFT packing (0.3.0's ChatDataset) reads one folder of chat shards. */
+static void sft_packing_of_a_mixture_is_refused(void **state)
+{
+	(void)state;
+	titan_err err;
+	loader_opts o = {.dir = mix_dir, .split = LOADER_TRAIN, .seq_len = 20, .local_batch = 2,
+			 .dp_degree = 1, .documents = 1, .sft = 1};
+	assert_null(loader_open(&o, &err));
+	assert_non_null(strstr(err.msg, "SFT packing reads one shard folder, not a mixture"));
+}
+
 static void val_split_reads_each_sources_val_in_turn(void **state)
 {
 	(void)state;
@@ -465,6 +476,7 @@ int main(void)
 		cmocka_unit_test(a_damaged_or_foreign_mixture_record_is_refused),
 		cmocka_unit_test(a_source_changed_after_mixing_is_refused_naming_it),
 		cmocka_unit_test(bad_mixtures_are_refused_with_one_line),
+		cmocka_unit_test(sft_packing_of_a_mixture_is_refused),
 		cmocka_unit_test(val_split_reads_each_sources_val_in_turn),
 	};
 	return cmocka_run_group_tests(tests, setup, test_tmpdir_remove);
