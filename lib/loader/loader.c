@@ -854,7 +854,7 @@ void loader_state_get(const loader *l, loader_state *s)
 static int state_set(loader *l, const loader_state *s, const mix_mark *m, titan_err *err)
 {
 	const loader_state *me = &l->id;
-	if (s->sft_dp != me->sft_dp)
+	if ((s->sft_dp != 0) != (me->sft_dp != 0))
 		return err_set(err, "%s: dataloader state is for %s, this loader %s", l->o.dir,
 			       s->sft_dp ? "SFT packing" : "no SFT packing",
 			       me->sft_dp ? "packs SFT data" : "does not");

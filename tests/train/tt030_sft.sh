@@ -20,9 +20,36 @@ SFT=tests/train/golden/tt030_sft.tsv
 t_run "10 steps of sft_debugmodel as 0.3.0" "$TRAIN" --module llama3 --config sft_debugmodel \
 	--training.local_batch_size 2 --training.seq_len 128 \
 	--training.mixed_precision_param float32 --debug.seed 7 \
-	--dataloader.dataset_path "$TMP/chat" --dump_folder "$TMP/a"
+	--dataloader.dataset_path "$TMP/chat" --dump_folder "$TMP/a" \
+	--checkpoint.enable --checkpoint.interval 5
 steps_of "$TMP/a/metrics.jsonl" >"$TMP/a.tsv"
 t_steps "the loss equals 0.3.0's at every step, the lr exactly" "$SFT" "$TMP/a.tsv" 1 10 loss
+# the loader's SFT position and the model, optimizer and schedule resume from
+# step 5 to the same steps 6-10, bit for bit
+t_run "resumed from step 5" "$TRAIN" --module llama3 --config sft_debugmodel \
+	--training.local_batch_size 2 --training.seq_len 128 \
+	--training.mixed_precision_param float32 --debug.seed 7 \
+	--dataloader.dataset_path "$TMP/chat" --dump_folder "$TMP/a" \
+	--checkpoint.enable --checkpoint.interval 5 --checkpoint.load_step 5
+steps_of "$TMP/a/metrics.jsonl" | awk 'NR > 10' >"$TMP/a.resumed.tsv"
+steps_of "$TMP/a/metrics.jsonl" | awk 'NR > 5 && NR <= 10' >"$TMP/a.first.tsv"
+t_same "steps 6-10 after the resume are the run's" "$TMP/a.first.tsv" "$TMP/a.resumed.tsv"
+# each dp rank packs its own block of the conversations (split_dataset_by_node)
+t_fails "resuming on 2 dp ranks is refused" 1 env OMP_NUM_THREADS=1 $MPIRUN_REFUSED -np 2 \
+	"$TRAIN" --module llama3 --config sft_debugmodel --training.local_batch_size 2 \
+	--training.seq_len 128 --training.mixed_precision_param float32 --debug.seed 7 \
+	--dataloader.dataset_path "$TMP/chat" --dump_folder "$TMP/a" --checkpoint.enable \
+	--checkpoint.interval 5 --checkpoint.load_step 5
+t_grep "saying the dp degree cannot change" 'SFT data loader state of 1 dp ranks, this run has 2' \
+	"$TMP/.err"
+# TP 2 (both ranks read the same rows): 0.3.0's steps too
+t_run "10 steps under TP 2" env OMP_NUM_THREADS=1 $MPIRUN -np 2 "$TRAIN" --module llama3 \
+	--config sft_debugmodel --training.local_batch_size 2 --training.seq_len 128 \
+	--training.mixed_precision_param float32 --debug.seed 7 \
+	--dataloader.dataset_path "$TMP/chat" --dump_folder "$TMP/tp" \
+	--parallelism.tensor_parallel_degree 2
+steps_of "$TMP/tp/metrics.jsonl" >"$TMP/tp.tsv"
+t_steps "TP 2: the loss equals 0.3.0's at every step" "$SFT" "$TMP/tp.tsv" 1 10 loss
 
 t_fails "training.sft outside a 0.3.0 run is refused" 1 "$TRAIN" --training.sft \
 	--training.dataset_path "$TMP/chat" --training.steps 1 --job.dump_folder "$TMP/b"
