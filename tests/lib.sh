@@ -259,6 +259,21 @@ t_relay_tap() {
 
 # t_losses METRICS FIRST LAST: the last record's loss of each step FIRST to
 # LAST in a metrics.jsonl, one a line (a resumed run logs its steps again).
+# t_kill_after PID DIR CKPT STEP: once DIR (a run's dump folder) holds the
+# whole checkpoint of step CKPT and step STEP's metrics record (or PID ended,
+# or 300 s passed), kill -9 PID and reap it.  PID is a child of this shell.
+t_kill_after() {
+	n=0
+	while [ $n -lt 15000 ] && kill -0 "$1" 2>/dev/null; do
+		[ -f "$2/checkpoint/step-$3/.metadata" ] &&
+			grep -q "^{\"step\":$4," "$2/metrics.jsonl" 2>/dev/null && break
+		sleep 0.02
+		n=$((n + 1))
+	done
+	kill -9 "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+}
+
 t_losses() {
 	for s in $(seq "$2" "$3"); do
 		grep "^{\"step\":$s,\"loss\"" "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'

@@ -66,19 +66,7 @@ for spec in ${TRAIN_SPECS:-configs/debug_model.toml configs/qwen3_debug.toml \
 	fi
 
 	train "$cfg" "$B" 2>"$TMP/$fam.b1.log" &
-	pid=$!
-	n=0
-	while [ $n -lt 12000 ]; do
-		if [ -f "$B/checkpoint/step-$CK/.metadata" ] &&
-			grep -q "^{\"step\":$((CK + 2))," "$B/metrics.jsonl" 2>/dev/null; then
-			break
-		fi
-		kill -0 $pid 2>/dev/null || break
-		sleep 0.05
-		n=$((n + 1))
-	done
-	kill -9 $pid 2>/dev/null
-	wait $pid 2>/dev/null
+	t_kill_after $! "$B" $CK $((CK + 2))
 	if [ -f "$B/checkpoint/step-$STEPS/.metadata" ]; then
 		t_not_ok "$fam: run killed with -9 before its end" "it finished first"
 	else

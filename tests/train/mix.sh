@@ -36,16 +36,7 @@ kill_after() {
 	dir=$1 ckpt=$2 step=$3
 	shift 3
 	"$TRAIN" "$@" "$dump" "$dir" 2>>"$dir.log" &
-	pid=$!
-	n=0
-	while [ $n -lt 6000 ] && kill -0 $pid 2>/dev/null; do
-		[ -f "$dir/checkpoint/step-$ckpt/.metadata" ] &&
-			grep -q "^{\"step\":$step," "$dir/metrics.jsonl" 2>/dev/null && break
-		sleep 0.02
-		n=$((n + 1))
-	done
-	kill -9 $pid 2>/dev/null
-	wait $pid 2>/dev/null
+	t_kill_after $! "$dir" "$ckpt" "$step"
 	if grep -q '^{"step":20,' "$dir/metrics.jsonl"; then
 		t_not_ok "killed after step $step, before the end" "it finished first"
 	else

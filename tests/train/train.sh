@@ -126,19 +126,7 @@ fi
 # B: the same job, killed with -9 during step 15 (after the step-10 checkpoint),
 # then resumed: steps 11-20 must repeat bit for bit.
 OMP_NUM_THREADS=2 "$TRAIN" --config "$TMP/tiny.toml" --job.dump_folder "$TMP/b" 2>"$TMP/b1.log" &
-pid=$!
-n=0
-while [ $n -lt 6000 ]; do
-	if [ -f "$TMP/b/checkpoint/step-10/.metadata" ] &&
-		grep -q '^{"step":14,' "$TMP/b/metrics.jsonl" 2>/dev/null; then
-		break
-	fi
-	kill -0 $pid 2>/dev/null || break
-	sleep 0.05
-	n=$((n + 1))
-done
-kill -9 $pid 2>/dev/null
-wait $pid 2>/dev/null
+t_kill_after $! "$TMP/b" 10 14
 if grep -q '^{"step":20,' "$TMP/b/metrics.jsonl"; then
 	t_not_ok "run killed before its end" "it finished before the kill"
 else
