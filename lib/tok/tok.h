@@ -149,6 +149,11 @@ int32_t tok_eos_id(const tok *t);
 bool tok_default_add_bos(const tok *t);
 bool tok_default_add_eos(const tok *t);
 
+/* The pad token's id (tokenizer_config.json's pad_token, else the
+ * tokenizer.json's padding pad_id), or -1 when it names none.  CLIP's is
+ * <|endoftext|>, 49407 (its EOS); T5's is <pad>, 0. */
+int32_t tok_pad_id(const tok *t);
+
 /* The id of a token given by its text (an added/special token's content, or a
  * vocabulary entry's raw bytes), or -1. */
 int32_t tok_token_id(const tok *t, const char *s, size_t n);
@@ -179,6 +184,19 @@ void tok_enc_free(tok_enc *e);
 /* Encode n bytes of text, appending ids to *out (no BOS/EOS: the caller adds
  * them).  Fails only when memory runs out. */
 int tok_encode(tok_enc *e, const uint8_t *text, size_t n, tok_ids *out, titan_err *err);
+
+/* A fixed-length input for a text encoder, as HF's tokenizer(text,
+ * truncation=True, max_length=len, padding="max_length") makes it: what
+ * torchtitan's Flux tokenizers give the CLIP (len 77) and T5
+ * (max_t5_encoding_len) encoders.  The text's ids are cut from the right to
+ * leave room for the post-processor's special tokens (CLIP: <|startoftext|>
+ * before, <|endoftext|> after; T5: </s> after), which are then added, and the
+ * rest is tok_pad_id().  Writes ids (len) and mask (len, may be NULL: 1 for a
+ * token, 0 for padding; padding can be the same id as EOS, as in CLIP).
+ * Returns the number of tokens before the padding, or -1 with *err set when
+ * the tokenizer has no pad token or len is shorter than its special tokens. */
+int64_t tok_encode_fixed(tok_enc *e, const uint8_t *text, size_t n, size_t len, int32_t *ids,
+			 uint8_t *mask, titan_err *err);
 
 /* Decode ids to bytes (ByteLevel decoder; added tokens as their content),
  * appending to *out.  An id outside the vocabulary is an error naming it. */
