@@ -1,4 +1,6 @@
-/* tok.h: exact ByteLevel BPE tokenization (HF tokenizer.json, tiktoken files).
+/* tok.h: exact tokenization as HF tokenizers and tiktoken do it: ByteLevel BPE
+ * (HF tokenizer.json, tiktoken files) and the text encoders of Flux, CLIP's
+ * BPE and T5's SentencePiece Unigram model (tokenizer.json).
  *
  * What loads:
  *   - a tokenizer.json, or a folder holding one, with the tokenizer_config.json
@@ -23,11 +25,31 @@
  * are ignored (no ByteLevel tokenizer we know sets them), and normalized ones
  * are matched before NFC too (their text is ASCII in practice).
  *
- * Refused with a message naming the field: models other than BPE, BPE with
- * byte_fallback, dropout, continuing_subword_prefix or end_of_word_suffix;
- * normalizers other than NFC (or a Sequence of them); pre-tokenizers other
- * than Split (Isolated, invert false) and ByteLevel (add_prefix_space false);
- * a Split after the ByteLevel step; a tokenizer without ByteLevel.
+ * Beyond ByteLevel BPE (Flux's encoders; tokenizers using any of this are not
+ * kept in the compiled cache):
+ *   - normalizers Precompiled (a SentencePiece charsmap, run per extended
+ *     grapheme cluster as HF runs it; one that would make HF read outside its
+ *     arrays is refused), Replace (a literal or regex, through PCRE2),
+ *     Lowercase (HF's per-character table), Strip, with NFC, in a Sequence;
+ *   - pre-tokenizers WhitespaceSplit, Metaspace (prepend_scheme always or
+ *     never, split true), Split with behavior Removed and invert true (only the
+ *     regex's matches go on: CLIP);
+ *   - BPE's end_of_word_suffix (CLIP's "</w>": a word's last byte starts as
+ *     its suffixed token);
+ *   - the Unigram model (SentencePiece: T5, ALBERT): Viterbi over the pieces'
+ *     scores, HF's tie order, unknown characters fused into one unk_id,
+ *     byte_fallback; the decoder Metaspace;
+ *   - the post-processor's special tokens and the pad token, for
+ *     tok_encode_fixed (HF's truncation and max_length padding).
+ *
+ * Refused with a message naming the field: models other than BPE and Unigram,
+ * BPE with byte_fallback, dropout or continuing_subword_prefix; a Unigram
+ * model without unk_id, or with a piece twice; normalizers other than the
+ * above; pre-tokenizers other than Split (Isolated, invert false; or Removed,
+ * invert true), ByteLevel (add_prefix_space false), WhitespaceSplit and
+ * Metaspace; Metaspace prepend_scheme "first" (it depends on offsets into the
+ * original text, which titan does not track); a Split after the ByteLevel
+ * step; BPE without ByteLevel, Unigram with it.
  *
  * Pre-tokenizer regexes run through hand-written scanners when the regex is one
  * of the known patterns (Llama 3 / cl100k, Qwen2/3, GPT-2, o200k), otherwise
@@ -198,8 +220,10 @@ int tok_encode(tok_enc *e, const uint8_t *text, size_t n, tok_ids *out, titan_er
 int64_t tok_encode_fixed(tok_enc *e, const uint8_t *text, size_t n, size_t len, int32_t *ids,
 			 uint8_t *mask, titan_err *err);
 
-/* Decode ids to bytes (ByteLevel decoder; added tokens as their content),
- * appending to *out.  An id outside the vocabulary is an error naming it. */
+/* Decode ids to bytes (ByteLevel decoder; added tokens as their content; a
+ * Metaspace decoder turns its replacement into spaces, and drops it in ids[0]
+ * when it prepends one, as HF does), appending to *out.  An id outside the
+ * vocabulary is an error naming it. */
 int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_buf *out, titan_err *err);
 
 /* Pre-tokenization alone (for BPE training and tests): the pieces the
