@@ -25,6 +25,8 @@ import regex
 import unicodedata2 as ud
 from tokenizers import normalizers
 
+from gen_unicode import emit_two_stage, write_list
+
 WANT = "16.0.0"
 N = 0x110000
 GCB = ["Other", "CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend",
@@ -79,27 +81,6 @@ def lower_map():
     if max(len(v) for v in out.values()) > 2:
         sys.exit("gen_unicode_seg.py: a lowercase mapping longer than 2 characters")
     return out
-
-
-def write_list(out, items, per=16):
-    for i in range(0, len(items), per):
-        out.write("\t" + ", ".join(items[i:i + per]) + ",\n")
-
-
-def emit_two_stage(out, name, data):
-    blocks, stage1, seen = [], [], {}
-    for b in range(0, N, 256):
-        blk = bytes(data[b:b + 256])
-        if blk not in seen:
-            seen[blk] = len(blocks)
-            blocks.append(blk)
-        stage1.append(seen[blk])
-    out.write("const uint16_t %s_stage1[%d] = {\n" % (name, len(stage1)))
-    write_list(out, [str(x) for x in stage1])
-    out.write("};\n")
-    out.write("const uint8_t %s_stage2[%d] = {\n" % (name, 256 * len(blocks)))
-    write_list(out, [str(x) for blk in blocks for x in blk])
-    out.write("};\n\n")
 
 
 def main():
