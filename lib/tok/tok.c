@@ -132,19 +132,43 @@ static int file_sha(const char *path, uint8_t out[32], titan_err *err)
 	return rc;
 }
 
+static const char *stage_name(const tok *t, int i)
+{
+	switch (t->stage_kind[i]) {
+	case TOK_STAGE_MATCHES: return "matches ";
+	case TOK_STAGE_WHITESPACE: return "WhitespaceSplit";
+	case TOK_STAGE_METASPACE: return "Metaspace";
+	default: return "";
+	}
+}
+
+static const char *norm_name(int kind)
+{
+	static const char *const names[] = {"NFC", "Precompiled", "Replace", "Lowercase", "Strip"};
+	return names[kind];
+}
+
 static void describe(tok *t)
 {
-	char splits[256] = "";
+	char splits[256] = "", norms[128] = "", model[64];
 	size_t k = 0;
 	for (int i = 0; i < t->n_splits; i++)
-		k += (size_t)snprintf(splits + k, sizeof splits - k, "%s%s", i ? ", " : "",
-				      tok_split_kind(t->split[i]));
+		k += (size_t)snprintf(splits + k, sizeof splits - k, "%s%s%s", i ? ", " : "",
+				      stage_name(t, i), t->split[i] ? tok_split_kind(t->split[i]) : "");
+	k = 0;
+	for (int i = 0; i < t->n_norms; i++)
+		k += (size_t)snprintf(norms + k, sizeof norms - k, "%s%s", i ? "+" : "",
+				      norm_name(t->norm[i].kind));
+	if (t->model == TOK_MODEL_UNIGRAM)
+		snprintf(model, sizeof model, "Unigram");
+	else
+		snprintf(model, sizeof model, "BPE %zu merges%s%s", t->pairs.n,
+			 t->ignore_merges ? " (ignore_merges)" : "", t->has_eow ? " (end-of-word suffix)" : "");
 	snprintf(t->describe, sizeof t->describe,
-		 "%s%s: %lld ids, normalizer %s, pre-tokenizer [%s], BPE %zu merges%s, "
+		 "%s%s: %lld ids, normalizer %s, pre-tokenizer [%s], %s, "
 		 "added tokens %s, Unicode %s%s%s",
 		 t->format == TOK_FORMAT_HF_JSON ? "" : "tiktoken ", t->encoding,
-		 (long long)t->n_vocab, t->nfc ? "NFC" : "none", splits, t->pairs.n,
-		 t->ignore_merges ? " (ignore_merges)" : "",
+		 (long long)t->n_vocab, t->n_norms ? norms : t->nfc ? "NFC" : "none", splits, model,
 		 t->added_mode == TOK_ADDED_EXTRACT ? "extracted" : "as text", uni_version,
 		 t->cache_note[0] ? "; " : "", t->cache_note);
 }
@@ -154,7 +178,7 @@ int tok_load(tok **out, const char *path, const tok_opts *opts, titan_err *err)
 	tok *t = calloc(1, sizeof *t);
 	if (!t)
 		return err_set(err, "out of memory");
-	t->bos = t->eos = -1;
+	t->bos = t->eos = t->pad_id = -1;
 	t->pretok_mode = opts ? opts->pretok : TOK_PRETOK_AUTO;
 	int added = opts ? opts->added : TOK_ADDED_DEFAULT;
 	char file[4096], cfg[4096];
@@ -233,7 +257,7 @@ int tok_load_json_text(tok **out, const char *json, size_t n, const tok_opts *op
 	tok *t = calloc(1, sizeof *t);
 	if (!t)
 		return err_set(err, "out of memory");
-	t->bos = t->eos = -1;
+	t->bos = t->eos = t->pad_id = -1;
 	t->pretok_mode = opts ? opts->pretok : TOK_PRETOK_AUTO;
 	t->format = TOK_FORMAT_HF_JSON;
 	t->added_mode = opts && opts->added == TOK_ADDED_PLAIN ? TOK_ADDED_PLAIN : TOK_ADDED_EXTRACT;
@@ -254,6 +278,12 @@ void tok_free(tok *t)
 		return;
 	for (int i = 0; i < t->n_splits; i++)
 		tok_split_free(t->split[i]);
+	for (int i = 0; i < t->n_norms; i++) {
+		tok_split_free(t->norm[i].re);
+		free(t->norm[i].content);
+		tok_charsmap_free(t->norm[i].charsmap);
+	}
+	tok_unigram_free(t->uni);
 	if (t->dec)
 		for (int64_t i = 0; i < t->n_vocab; i++)
 			free(t->dec[i]);
@@ -280,9 +310,10 @@ const char *tok_describe(const tok *t) { return t->describe; }
 int64_t tok_n_vocab(const tok *t) { return t->n_vocab; }
 int32_t tok_bos_id(const tok *t) { return t->bos; }
 int32_t tok_eos_id(const tok *t) { return t->eos; }
+int32_t tok_pad_id(const tok *t) { return t->pad_id; }
 bool tok_default_add_bos(const tok *t) { return t->add_bos; }
 bool tok_default_add_eos(const tok *t) { return t->add_eos; }
-bool tok_post_adds_eos(const tok *t) { return t->post_eos; }
+bool tok_post_adds_eos(const tok *t) { return t->n_post_suf > 0; }
 
 int32_t tok_token_id(const tok *t, const char *s, size_t n)
 {
@@ -304,6 +335,25 @@ const uint8_t *tok_token_bytes(const tok *t, int32_t id, size_t *len, bool *spec
 	return t->pool + t->off[id];
 }
 
+/* HF's Metaspace decoder: the replacement becomes a space, or nothing in the
+ * first token when a prefix was prepended. */
+static int metaspace_decode(const tok *t, const uint8_t *p, size_t len, bool first, tok_buf *out,
+			    titan_err *err)
+{
+	const char *rep = t->meta_rep;
+	size_t rl = t->meta_rep_len, from = 0;
+	for (size_t k = 0; k + rl <= len; k++) {
+		if (memcmp(p + k, rep, rl))
+			continue;
+		if (tok_buf_append(out, p + from, k - from, err) ||
+		    (!(first && t->meta_decode_strip) && tok_buf_append(out, " ", 1, err)))
+			return -1;
+		k += rl - 1;
+		from = k + 1;
+	}
+	return tok_buf_append(out, p + from, len - from, err);
+}
+
 int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_buf *out, titan_err *err)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -312,7 +362,8 @@ int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_buf *out, titan_e
 		if (!p)
 			return err_set(err, "token id %d (at %zu) is not in the vocabulary (0..%lld)",
 				       ids[i], i, (long long)t->n_vocab - 1);
-		if (tok_buf_append(out, p, len, err))
+		if (t->meta_decode ? metaspace_decode(t, p, len, i == 0, out, err)
+				   : tok_buf_append(out, p, len, err))
 			return -1;
 	}
 	return 0;
@@ -345,6 +396,7 @@ typedef struct long_ent {
 struct tok_enc {
 	const tok *t;
 	tok_bpe_scratch *bpe;
+	tok_uni_scratch *uni;
 	tok_pcre pcre;
 	cache_ent *cache;
 	long_ent *longc;
@@ -371,9 +423,10 @@ tok_enc *tok_enc_new(const tok *t, titan_err *err)
 	}
 	e->t = t;
 	e->bpe = tok_bpe_scratch_new();
+	e->uni = tok_uni_scratch_new();
 	e->cache = calloc(CACHE_SLOTS, sizeof *e->cache);
 	e->longc = calloc(LONG_SLOTS, sizeof *e->longc);
-	if (!e->bpe || !e->cache || !e->longc || tok_pcre_init(&e->pcre, err)) {
+	if (!e->bpe || !e->uni || !e->cache || !e->longc || tok_pcre_init(&e->pcre, err)) {
 		err_set(err, "out of memory");
 		tok_enc_free(e);
 		return NULL;
@@ -386,6 +439,7 @@ void tok_enc_free(tok_enc *e)
 	if (!e)
 		return;
 	tok_bpe_scratch_free(e->bpe);
+	tok_uni_scratch_free(e->uni);
 	if (e->pcre.md)
 		tok_pcre_free(&e->pcre);
 	free(e->cache);
@@ -490,25 +544,107 @@ static int stage_cb(void *ctx, const uint8_t *p, size_t n)
 	return run_stage(c->e, c->k + 1, p, n);
 }
 
+/* Split Removed with invert: the regex's matches go on, the gaps are dropped. */
+static int matches_cb(void *ctx, const uint8_t *p, size_t n, bool is_match)
+{
+	stage_ctx *c = ctx;
+	return is_match ? run_stage(c->e, c->k + 1, p, n) : 0;
+}
+
+/* WhitespaceSplit: each run of characters that are not White_Space. */
+static int whitespace_stage(tok_enc *e, int k, const uint8_t *s, size_t n)
+{
+	size_t start = 0;
+	bool in = false;
+	for (size_t i = 0; i <= n;) {
+		uint32_t cp = ' ';
+		size_t l = i < n ? uni_utf8_decode(s + i, n - i, &cp) : 1;
+		bool ws = i == n || (!(cp & UNI_BAD) && (uni_props(cp) & UNI_PROP_WS));
+		if (ws && in) {
+			int rc = run_stage(e, k + 1, s + start, i - start);
+			if (rc)
+				return rc;
+		}
+		if (!ws && !in)
+			start = i;
+		in = !ws;
+		i += l;
+	}
+	return 0;
+}
+
+/* Metaspace: every ' ' becomes the replacement, which is put in front
+ * (prepend_scheme always) unless the text starts with it, and each
+ * replacement starts a new piece (split, MergedWithNext). */
+static int metaspace_stage(tok_enc *e, int k, const uint8_t *s, size_t n)
+{
+	const tok *t = e->t;
+	const char *rep = t->meta_rep;
+	size_t rl = t->meta_rep_len;
+	uint8_t *b = malloc(n * rl + rl + 1);
+	if (!b)
+		return err_set(e->err, "out of memory");
+	size_t m = 0;
+	bool starts = n && (s[0] == ' ' || (n >= rl && !memcmp(s, rep, rl)));
+	if (t->meta_prepend && !starts) {
+		memcpy(b, rep, rl);
+		m = rl;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == ' ') {
+			memcpy(b + m, rep, rl);
+			m += rl;
+		} else {
+			b[m++] = s[i];
+		}
+	}
+	int rc = 0;
+	size_t start = 0;
+	for (size_t i = 1; i + rl <= m && !rc; i++) {
+		if (memcmp(b + i, rep, rl))
+			continue;
+		rc = run_stage(e, k + 1, b + start, i - start);
+		start = i;
+		i += rl - 1;
+	}
+	if (!rc && m > start)
+		rc = run_stage(e, k + 1, b + start, m - start);
+	if (!rc)
+		rc = flush_batch(e); /* the batch points into b */
+	free(b);
+	return rc;
+}
+
 static int run_stage(tok_enc *e, int k, const uint8_t *s, size_t n)
 {
-	if (k == e->t->n_splits) {
+	const tok *t = e->t;
+	if (k == t->n_splits) {
 		if (e->user_fn)
 			return e->user_fn(e->user_ctx, s, n);
+		if (t->model == TOK_MODEL_UNIGRAM)
+			return tok_unigram_piece(t, e->uni, s, n, e->out, e->err);
 		return add_piece(e, s, n);
 	}
 	stage_ctx c = {e, k};
-	return tok_split_run_with(e->t->split[k], &e->pcre, s, n, stage_cb, &c, e->err);
+	switch (t->stage_kind[k]) {
+	case TOK_STAGE_MATCHES:
+		return tok_split_run_marked(t->split[k], &e->pcre, s, n, matches_cb, &c, e->err);
+	case TOK_STAGE_WHITESPACE: return whitespace_stage(e, k, s, n);
+	case TOK_STAGE_METASPACE: return metaspace_stage(e, k, s, n);
+	default: return tok_split_run_with(t->split[k], &e->pcre, s, n, stage_cb, &c, e->err);
+	}
 }
 
 static int encode_segment(tok_enc *e, const uint8_t *s, size_t n)
 {
 	if (!n)
 		return 0;
-	if (e->t->nfc && !uni_is_nfc_quick(s, n)) {
+	const tok *t = e->t;
+	if (t->n_norms || (t->nfc && !uni_is_nfc_quick(s, n))) {
 		uint8_t *norm;
 		size_t nn;
-		if (uni_nfc(s, n, &norm, &nn, e->err))
+		if (t->n_norms ? tok_normalize(t, &e->pcre, s, n, &norm, &nn, e->err)
+			       : uni_nfc(s, n, &norm, &nn, e->err))
 			return -1;
 		/* The batch points into norm: empty it before norm goes. */
 		int rc = run_stage(e, 0, norm, nn);
@@ -581,4 +717,39 @@ int tok_pieces(tok_enc *e, const uint8_t *text, size_t n, tok_piece_fn fn, void 
 	int rc = encode_segment(e, text, n);
 	e->user_fn = NULL;
 	return rc;
+}
+
+int64_t tok_encode_fixed(tok_enc *e, const uint8_t *text, size_t n, size_t len, int32_t *ids,
+			 uint8_t *mask, titan_err *err)
+{
+	const tok *t = e->t;
+	size_t specials = (size_t)(t->n_post_pre + t->n_post_suf);
+	if (t->pad_id < 0)
+		return err_set(err, "the tokenizer names no pad token (tokenizer_config.json's pad_token)");
+	if (len < specials)
+		return err_set(err, "length %zu cannot hold the post-processor's %zu special tokens", len,
+			       specials);
+	tok_ids a = {0};
+	if (tok_encode(e, text, n, &a, err)) {
+		tok_ids_free(&a);
+		return -1;
+	}
+	/* HF truncates the text's ids (from the right) to leave room for the
+	 * special tokens, then adds them, then pads on the right. */
+	size_t keep = a.n < len - specials ? a.n : len - specials, k = 0;
+	for (int i = 0; i < t->n_post_pre; i++)
+		ids[k++] = t->post_pre[i];
+	if (keep)
+		memcpy(ids + k, a.v, keep * sizeof *ids);
+	k += keep;
+	for (int i = 0; i < t->n_post_suf; i++)
+		ids[k++] = t->post_suf[i];
+	tok_ids_free(&a);
+	for (size_t i = 0; i < len; i++) {
+		if (i >= k)
+			ids[i] = t->pad_id;
+		if (mask)
+			mask[i] = i < k;
+	}
+	return (int64_t)k;
 }

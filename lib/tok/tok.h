@@ -1,4 +1,6 @@
-/* tok.h: exact ByteLevel BPE tokenization (HF tokenizer.json, tiktoken files).
+/* tok.h: exact tokenization as HF tokenizers and tiktoken do it: ByteLevel BPE
+ * (HF tokenizer.json, tiktoken files) and the text encoders of Flux, CLIP's
+ * BPE and T5's SentencePiece Unigram model (tokenizer.json).
  *
  * What loads:
  *   - a tokenizer.json, or a folder holding one, with the tokenizer_config.json
@@ -23,11 +25,31 @@
  * are ignored (no ByteLevel tokenizer we know sets them), and normalized ones
  * are matched before NFC too (their text is ASCII in practice).
  *
- * Refused with a message naming the field: models other than BPE, BPE with
- * byte_fallback, dropout, continuing_subword_prefix or end_of_word_suffix;
- * normalizers other than NFC (or a Sequence of them); pre-tokenizers other
- * than Split (Isolated, invert false) and ByteLevel (add_prefix_space false);
- * a Split after the ByteLevel step; a tokenizer without ByteLevel.
+ * Beyond ByteLevel BPE (Flux's encoders; tokenizers using any of this are not
+ * kept in the compiled cache):
+ *   - normalizers Precompiled (a SentencePiece charsmap, run per extended
+ *     grapheme cluster as HF runs it; one that would make HF read outside its
+ *     arrays is refused), Replace (a literal or regex, through PCRE2),
+ *     Lowercase (HF's per-character table), Strip, with NFC, in a Sequence;
+ *   - pre-tokenizers WhitespaceSplit, Metaspace (prepend_scheme always or
+ *     never, split true), Split with behavior Removed and invert true (only the
+ *     regex's matches go on: CLIP);
+ *   - BPE's end_of_word_suffix (CLIP's "</w>": a word's last byte starts as
+ *     its suffixed token);
+ *   - the Unigram model (SentencePiece: T5, ALBERT): Viterbi over the pieces'
+ *     scores, HF's tie order, unknown characters fused into one unk_id,
+ *     byte_fallback; the decoder Metaspace;
+ *   - the post-processor's special tokens and the pad token, for
+ *     tok_encode_fixed (HF's truncation and max_length padding).
+ *
+ * Refused with a message naming the field: models other than BPE and Unigram,
+ * BPE with byte_fallback, dropout or continuing_subword_prefix; a Unigram
+ * model without unk_id, or with a piece twice; normalizers other than the
+ * above; pre-tokenizers other than Split (Isolated, invert false; or Removed,
+ * invert true), ByteLevel (add_prefix_space false), WhitespaceSplit and
+ * Metaspace; Metaspace prepend_scheme "first" (it depends on offsets into the
+ * original text, which titan does not track); a Split after the ByteLevel
+ * step; BPE without ByteLevel, Unigram with it.
  *
  * Pre-tokenizer regexes run through hand-written scanners when the regex is one
  * of the known patterns (Llama 3 / cl100k, Qwen2/3, GPT-2, o200k), otherwise
@@ -153,6 +175,11 @@ bool tok_default_add_eos(const tok *t);
  * Chat data (lib/chat) needs the difference; tiktoken files: false. */
 bool tok_post_adds_eos(const tok *t);
 
+/* The pad token's id (tokenizer_config.json's pad_token, else the
+ * tokenizer.json's padding pad_id), or -1 when it names none.  CLIP's is
+ * <|endoftext|>, 49407 (its EOS); T5's is <pad>, 0. */
+int32_t tok_pad_id(const tok *t);
+
 /* The id of a token given by its text (an added/special token's content, or a
  * vocabulary entry's raw bytes), or -1. */
 int32_t tok_token_id(const tok *t, const char *s, size_t n);
@@ -184,8 +211,23 @@ void tok_enc_free(tok_enc *e);
  * them).  Fails only when memory runs out. */
 int tok_encode(tok_enc *e, const uint8_t *text, size_t n, tok_ids *out, titan_err *err);
 
-/* Decode ids to bytes (ByteLevel decoder; added tokens as their content),
- * appending to *out.  An id outside the vocabulary is an error naming it. */
+/* A fixed-length input for a text encoder, as HF's tokenizer(text,
+ * truncation=True, max_length=len, padding="max_length") makes it: what
+ * torchtitan's Flux tokenizers give the CLIP (len 77) and T5
+ * (max_t5_encoding_len) encoders.  The text's ids are cut from the right to
+ * leave room for the post-processor's special tokens (CLIP: <|startoftext|>
+ * before, <|endoftext|> after; T5: </s> after), which are then added, and the
+ * rest is tok_pad_id().  Writes ids (len) and mask (len, may be NULL: 1 for a
+ * token, 0 for padding; padding can be the same id as EOS, as in CLIP).
+ * Returns the number of tokens before the padding, or -1 with *err set when
+ * the tokenizer has no pad token or len is shorter than its special tokens. */
+int64_t tok_encode_fixed(tok_enc *e, const uint8_t *text, size_t n, size_t len, int32_t *ids,
+			 uint8_t *mask, titan_err *err);
+
+/* Decode ids to bytes (ByteLevel decoder; added tokens as their content; a
+ * Metaspace decoder turns its replacement into spaces, and drops it in ids[0]
+ * when it prepends one, as HF does), appending to *out.  An id outside the
+ * vocabulary is an error naming it. */
 int tok_decode(const tok *t, const int32_t *ids, size_t n, tok_buf *out, titan_err *err);
 
 /* Pre-tokenization alone (for BPE training and tests): the pieces the

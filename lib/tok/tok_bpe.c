@@ -411,6 +411,13 @@ int tok_bpe_piece(const tok *t, tok_bpe_scratch *s, const uint8_t *p, size_t n, 
 	for (size_t k = 0; k < n; k++)
 		if (t->byte_id[p[k]] >= 0)
 			s->id[m++] = t->byte_id[p[k]];
+	/* end_of_word_suffix: the word's last character carries it (every
+	 * byte's suffixed token exists: checked at load). */
+	if (t->has_eow && n) {
+		if (t->byte_id[p[n - 1]] >= 0)
+			m--;
+		s->id[m++] = t->eow_id[p[n - 1]];
+	}
 	if (m <= SHORT)
 		return bpe_short(t, s, m, out, err);
 	return bpe_long(t, s, m, out, err);

@@ -27,7 +27,6 @@
 #include "unicode/unicode.h"
 
 #define CACHE_MAGIC "TTKC"
-#define CACHE_VERSION 1u
 enum { HEADER_LEN = 128, SECTION_ALIGN = 64 };
 
 enum {
@@ -42,7 +41,9 @@ typedef struct meta {
 	uint8_t nfc, ignore_merges, add_bos, add_eos;
 	int32_t bos, eos;
 	int64_t n_vocab;
-	int32_t n_added_lens, post_eos;
+	int32_t n_added_lens, pad_id;
+	int32_t n_post_pre, n_post_suf;
+	int32_t post_pre[TOK_MAX_AFFIX], post_suf[TOK_MAX_AFFIX];
 	uint32_t added_lens[64];
 	uint8_t added_first[32];
 	int32_t byte_id[256];
@@ -68,7 +69,7 @@ void tok_cache_key(const uint8_t source_sha[32], const uint8_t *config_sha, int 
 	} k;
 	memset(&k, 0, sizeof k);
 	snprintf(k.tag, sizeof k.tag, "titan compiled tokenizer");
-	k.format = CACHE_VERSION;
+	k.format = TOK_CACHE_FORMAT;
 	k.cache_version = TOK_CACHE_VERSION;
 	k.meta_size = sizeof(meta);
 	k.slot_size = sizeof(tok_strslot);
@@ -119,7 +120,7 @@ static uint8_t *build(const section *sec, const uint8_t key[32], uint64_t *size)
 	if (!f)
 		return NULL;
 	memcpy(f, CACHE_MAGIC, 4);
-	put_u32(f + 4, CACHE_VERSION);
+	put_u32(f + 4, TOK_CACHE_FORMAT);
 	put_u32(f + 8, HEADER_LEN);
 	put_u32(f + 12, N_SEC);
 	memcpy(f + 16, key, 32);
@@ -201,12 +202,20 @@ static void sweep(const char *dir)
 
 void tok_cache_write(tok *t, const char *dir, const uint8_t key[32])
 {
+	if (t->extended) {
+		/* Unigram, a normalizer beyond NFC, Metaspace...: small tokenizers
+		 * that load in milliseconds, kept out of the format. */
+		snprintf(t->cache_note, sizeof t->cache_note, "not cached (pipeline beyond ByteLevel BPE)");
+		return;
+	}
 	meta m;
 	memset(&m, 0, sizeof m);
+	m.pad_id = t->pad_id, m.n_post_pre = t->n_post_pre, m.n_post_suf = t->n_post_suf;
+	memcpy(m.post_pre, t->post_pre, sizeof m.post_pre);
+	memcpy(m.post_suf, t->post_suf, sizeof m.post_suf);
 	m.format = t->format, m.added_mode = t->added_mode, m.pretok_mode = t->pretok_mode;
 	m.n_splits = t->n_splits, m.nfc = t->nfc, m.ignore_merges = t->ignore_merges;
 	m.add_bos = t->add_bos, m.add_eos = t->add_eos, m.bos = t->bos, m.eos = t->eos;
-	m.post_eos = t->post_eos;
 	m.n_vocab = t->n_vocab, m.n_added_lens = t->n_added_lens;
 	memcpy(m.added_lens, t->added_lens, sizeof m.added_lens);
 	memcpy(m.added_first, t->added_first, sizeof m.added_first);
@@ -268,7 +277,7 @@ static const char *check_file(const mfile *f, const uint8_t key[32], section sec
 	const uint8_t *p = f->data;
 	if (f->size < align_up(HEADER_LEN + N_SEC * 16) || memcmp(p, CACHE_MAGIC, 4))
 		return "not a compiled tokenizer";
-	if (get_u32(p + 4) != CACHE_VERSION || get_u32(p + 8) != HEADER_LEN ||
+	if (get_u32(p + 4) != TOK_CACHE_FORMAT || get_u32(p + 8) != HEADER_LEN ||
 	    get_u32(p + 12) != N_SEC)
 		return "another version";
 	if (memcmp(p + 16, key, 32))
@@ -296,8 +305,15 @@ static const char *check_tables(const meta *m, const section *sec)
 	if (m->n_vocab <= 0 || m->n_vocab > TOK_MAX_IDS || m->n_splits < 0 ||
 	    m->n_splits > TOK_MAX_SPLITS || m->n_added_lens < 0 || m->n_added_lens > 64 ||
 	    m->vocab_mask >= (1u << 28) || m->added_mask >= (1u << 28) || m->pairs_mask >= (1u << 28) ||
-	    m->pairs_idbits > 31)
+	    m->pairs_idbits > 31 || m->n_post_pre < 0 || m->n_post_pre > TOK_MAX_AFFIX ||
+	    m->n_post_suf < 0 || m->n_post_suf > TOK_MAX_AFFIX || m->pad_id < -1 ||
+	    m->pad_id >= m->n_vocab)
 		return "bad scalars";
+	for (int i = 0; i < m->n_post_pre + m->n_post_suf; i++) {
+		int32_t id = i < m->n_post_pre ? m->post_pre[i] : m->post_suf[i - m->n_post_pre];
+		if (id < 0 || id >= m->n_vocab)
+			return "a special token with a bad id";
+	}
 	if (sec[SEC_POOL].size != m->pool_len || sec[SEC_OFF].size != nv * 8 ||
 	    sec[SEC_LEN].size != nv * 4 || sec[SEC_FLAGS].size != nv ||
 	    sec[SEC_VOCAB].size != (m->vocab_mask + 1) * sizeof(tok_strslot) ||
@@ -377,8 +393,10 @@ static void adopt(tok *t, const meta *m, const section *sec)
 	t->format = m->format, t->added_mode = m->added_mode, t->pretok_mode = m->pretok_mode;
 	t->nfc = m->nfc, t->ignore_merges = m->ignore_merges, t->add_bos = m->add_bos;
 	t->add_eos = m->add_eos, t->bos = m->bos, t->eos = m->eos, t->n_vocab = m->n_vocab;
-	t->post_eos = m->post_eos != 0;
 	t->n_added_lens = m->n_added_lens;
+	t->pad_id = m->pad_id, t->n_post_pre = m->n_post_pre, t->n_post_suf = m->n_post_suf;
+	memcpy(t->post_pre, m->post_pre, sizeof t->post_pre);
+	memcpy(t->post_suf, m->post_suf, sizeof t->post_suf);
 	memcpy(t->added_lens, m->added_lens, sizeof t->added_lens);
 	memcpy(t->added_first, m->added_first, sizeof t->added_first);
 	memcpy(t->byte_id, m->byte_id, sizeof t->byte_id);

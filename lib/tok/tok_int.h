@@ -8,11 +8,14 @@
 
 #include "core/mfile.h"
 #include "tok/tok.h"
+#include "tok/tok_split_int.h"
 
 /* What a compiled tokenizer in the cache (tok_cache.c) was made by: bump it
  * whenever what a loaded tok holds, or how a loader computes it, changes, so
  * that caches written before are not used. */
-#define TOK_CACHE_VERSION 2
+#define TOK_CACHE_VERSION 3
+/* The cache file's layout (tok_cache.c; the fuzz target writes its header). */
+#define TOK_CACHE_FORMAT 3u
 
 /* Open-addressing hash: byte strings -> id (the vocabulary, added tokens). */
 /* A slot holds short tokens' bytes inline, so that a lookup of a word that is
@@ -53,6 +56,36 @@ typedef struct tok_added_tok {
 } tok_added_tok;
 
 #define TOK_MAX_SPLITS 8
+#define TOK_MAX_NORMS 8
+#define TOK_MAX_AFFIX 8
+
+/* Pre-tokenizer stages (HF's Sequence, in order); split[k] holds the regex of
+ * the two Split kinds and is NULL for the others. */
+enum tok_stage_kind {
+	TOK_STAGE_ISOLATED = 0, /* Split, Isolated: matches and gaps are pieces */
+	TOK_STAGE_MATCHES,      /* Split, Removed, invert: only the matches (CLIP) */
+	TOK_STAGE_WHITESPACE,   /* WhitespaceSplit: runs of non-White_Space */
+	TOK_STAGE_METASPACE,    /* Metaspace: ' ' -> replacement, prefix, split */
+};
+
+enum tok_model_kind { TOK_MODEL_BPE = 0, TOK_MODEL_UNIGRAM };
+
+/* Normalizer steps (HF's Sequence, in order) when more than NFC is asked. */
+enum tok_norm_kind {
+	TOK_NORM_NFC, TOK_NORM_PRECOMPILED, TOK_NORM_REPLACE, TOK_NORM_LOWERCASE, TOK_NORM_STRIP,
+};
+
+typedef struct tok_charsmap tok_charsmap; /* tok_norm.c */
+typedef struct tok_unigram tok_unigram;   /* tok_unigram.c */
+
+typedef struct tok_norm {
+	int kind;               /* enum tok_norm_kind */
+	tok_split *re;          /* REPLACE: the pattern (always run by PCRE2) */
+	char *content;          /* REPLACE: what each match becomes */
+	size_t content_len;
+	bool left, right;       /* STRIP: which ends */
+	tok_charsmap *charsmap; /* PRECOMPILED */
+} tok_norm;
 
 struct tok {
 	int format;               /* enum tok_format */
@@ -64,6 +97,32 @@ struct tok {
 	bool ignore_merges;       /* a piece in the vocabulary is emitted whole */
 	int n_splits;             /* pre-tokenizer stages, applied in turn */
 	tok_split *split[TOK_MAX_SPLITS];
+	uint8_t stage_kind[TOK_MAX_SPLITS]; /* enum tok_stage_kind, per stage */
+
+	/* What the compiled cache does not hold (a tok using any of it is not
+	 * cached): more normalizer steps than NFC, stages other than Isolated
+	 * splits, a Unigram model, BPE's end-of-word suffix, a Metaspace decoder. */
+	bool extended;
+	int n_norms;              /* > 0: these steps instead of nfc */
+	tok_norm norm[TOK_MAX_NORMS];
+	char meta_rep[8];         /* Metaspace: the replacement's UTF-8 ("\u2581") */
+	size_t meta_rep_len;
+	bool meta_prepend;        /* Metaspace prepend_scheme always (else never) */
+	bool meta_decode;         /* decoder Metaspace: replacement -> ' ' */
+	bool meta_decode_strip;   /* ... and dropped in the first token */
+	int model;                /* enum tok_model_kind */
+	bool vocab_raw;           /* tokens are UTF-8 text, not ByteLevel strings */
+	bool has_eow;             /* BPE end_of_word_suffix: the last byte of a
+				   * piece starts as eow_id[byte] */
+	int32_t eow_id[256];
+	tok_unigram *uni;
+
+	/* The post-processor's special tokens around one sequence, and the pad
+	 * token (tokenizer_config.json's pad_token; -1 when none), for
+	 * tok_encode_fixed. */
+	int32_t post_pre[TOK_MAX_AFFIX], post_suf[TOK_MAX_AFFIX];
+	int n_post_pre, n_post_suf;
+	int32_t pad_id;
 
 	int64_t n_vocab;          /* largest id + 1 */
 	uint8_t *pool;            /* every token's bytes */
@@ -83,8 +142,6 @@ struct tok {
 
 	int32_t bos, eos;
 	bool add_bos, add_eos;
-	bool post_eos;            /* HF's post-processor ends a single sequence with a token
-	                             (EOS): encode(text, add_eos=False) still has it */
 
 	uint8_t source_sha[32];   /* SHA-256 of the file (or text) loaded */
 	mfile map;                /* a compiled cache file the tables point into */
@@ -155,6 +212,33 @@ tok_bpe_scratch *tok_bpe_scratch_new(void);
 void tok_bpe_scratch_free(tok_bpe_scratch *s);
 int tok_bpe_piece(const tok *t, tok_bpe_scratch *s, const uint8_t *p, size_t n, tok_ids *out,
 		  titan_err *err);
+
+/* Decode standard base64 (stops at '='); the length, or -1 for a character
+ * outside the alphabet or more than cap bytes. */
+long tok_b64decode(const uint8_t *s, size_t n, uint8_t *out, size_t cap);
+
+/* The Unigram model (tok_unigram.c).  vocab: model.vocab, a list of
+ * [piece, score]; ids are list positions.  Refuses duplicate pieces and an
+ * unk_id that is missing or out of range. */
+struct json_t;
+int tok_unigram_load(tok *t, struct json_t *model, titan_err *err);
+void tok_unigram_free(tok_unigram *u);
+/* Per-encoder scratch space; NULL when out of memory. */
+typedef struct tok_uni_scratch tok_uni_scratch;
+tok_uni_scratch *tok_uni_scratch_new(void);
+void tok_uni_scratch_free(tok_uni_scratch *s);
+/* The ids of one pre-tokenized piece (Viterbi over the pieces' scores). */
+int tok_unigram_piece(const tok *t, tok_uni_scratch *s, const uint8_t *p, size_t n,
+		      tok_ids *out, titan_err *err);
+
+/* Normalizers (tok_norm.c).  tok_charsmap_load: a Precompiled normalizer's
+ * precompiled_charsmap (base64 text), checked whole: one that would make HF
+ * read outside its arrays, or that is not a tree, is refused. */
+int tok_charsmap_load(tok_charsmap **out, const char *b64, size_t n, titan_err *err);
+void tok_charsmap_free(tok_charsmap *c);
+/* Apply t's normalizer steps to s (n bytes): *out malloc'd (the caller frees). */
+int tok_normalize(const tok *t, tok_pcre *pc, const uint8_t *s, size_t n, uint8_t **out,
+		  size_t *out_n, titan_err *err);
 
 /* The compiled cache (tok_cache.c).  tok_cache_key: the key of a load of
  * source (its SHA-256) with config (NULL: none) under the options. */

@@ -189,15 +189,72 @@ int tok_finish(tok *t, titan_err *err)
 
 /* ---- tokenizer.json ---- */
 
-static int add_split(tok *t, const char *regex, int mode, titan_err *err)
+static int add_stage(tok *t, const char *regex, int mode, int kind, titan_err *err)
 {
 	if (t->n_splits == TOK_MAX_SPLITS)
-		return err_set(err, "more than %d pre-tokenizer splits", TOK_MAX_SPLITS);
-	tok_split *s = tok_split_new(regex, mode, err);
-	if (!s)
+		return err_set(err, "more than %d pre-tokenizer stages", TOK_MAX_SPLITS);
+	tok_split *s = NULL;
+	if (regex && !(s = tok_split_new(regex, mode, err)))
 		return -1;
+	t->stage_kind[t->n_splits] = (uint8_t)kind;
 	t->split[t->n_splits++] = s;
+	if (kind != TOK_STAGE_ISOLATED)
+		t->extended = true;
 	return 0;
+}
+
+static int add_split(tok *t, const char *regex, int mode, titan_err *err)
+{
+	return add_stage(t, regex, mode, TOK_STAGE_ISOLATED, err);
+}
+
+/* A Split pattern ({"Regex": ...} or a literal {"String": ...}) as a regex
+ * (malloc'd), or NULL with *err set. */
+static char *quote_regex(const char *s);
+static char *pattern_regex(json_t *pat, const char *what, titan_err *err)
+{
+	const char *re = json_string_value(json_object_get(pat, "Regex"));
+	const char *lit = json_string_value(json_object_get(pat, "String"));
+	char *q = re ? strdup(re) : lit ? quote_regex(lit) : NULL;
+	if (!re && !lit)
+		err_set(err, "%s pattern is neither Regex nor String", what);
+	else if (!q)
+		err_set(err, "out of memory");
+	return q;
+}
+
+/* Metaspace: the replacement character and the prepend scheme (always or
+ * never; HF's "first" depends on offsets in the original text, which titan
+ * does not track). */
+static int metaspace(tok *t, json_t *p, bool decoder, titan_err *err)
+{
+	const char *rep = json_string_value(json_object_get(p, "replacement"));
+	const char *scheme = json_string_value(json_object_get(p, "prepend_scheme"));
+	json_t *aps = json_object_get(p, "add_prefix_space"), *split = json_object_get(p, "split");
+	uint32_t cp;
+	if (!rep || !*rep || uni_utf8_decode((const uint8_t *)rep, strlen(rep), &cp) != strlen(rep) ||
+	    (cp & UNI_BAD))
+		return err_set(err, "Metaspace replacement is not one character");
+	bool prepend = !scheme || !strcmp(scheme, "always");
+	if (scheme && strcmp(scheme, "always") && strcmp(scheme, "never"))
+		return err_set(err, "Metaspace prepend_scheme %s is not supported (always or never)",
+			       scheme);
+	if (json_is_false(aps))
+		prepend = false;
+	if (decoder) {
+		t->meta_decode = true;
+		t->meta_decode_strip = prepend;
+		t->extended = true;
+		snprintf(t->meta_rep, sizeof t->meta_rep, "%s", rep);
+		t->meta_rep_len = strlen(rep);
+		return 0;
+	}
+	if (split && !json_is_true(split))
+		return err_set(err, "Metaspace split false is not supported");
+	snprintf(t->meta_rep, sizeof t->meta_rep, "%s", rep);
+	t->meta_rep_len = strlen(rep);
+	t->meta_prepend = prepend;
+	return add_stage(t, NULL, 0, TOK_STAGE_METASPACE, err);
 }
 
 /* A literal Split pattern ({"String": ...}) as a regex. */
@@ -234,6 +291,10 @@ static int pretok_one(tok *t, json_t *p, int mode, bool *bytelevel, titan_err *e
 	}
 	if (*bytelevel)
 		return err_set(err, "pre_tokenizer %s after ByteLevel is not supported", type);
+	if (!strcmp(type, "WhitespaceSplit"))
+		return add_stage(t, NULL, 0, TOK_STAGE_WHITESPACE, err);
+	if (!strcmp(type, "Metaspace"))
+		return metaspace(t, p, false, err);
 	if (!strcmp(type, "ByteLevel")) {
 		if (json_is_true(json_object_get(p, "add_prefix_space")))
 			return err_set(err, "ByteLevel add_prefix_space true is not supported");
@@ -246,46 +307,114 @@ static int pretok_one(tok *t, json_t *p, int mode, bool *bytelevel, titan_err *e
 	}
 	if (!strcmp(type, "Split")) {
 		const char *beh = json_string_value(json_object_get(p, "behavior"));
-		if (!beh || strcmp(beh, "Isolated"))
-			return err_set(err, "Split behavior %s is not supported (only Isolated)",
-				       beh ? beh : "(none)");
-		if (json_is_true(json_object_get(p, "invert")))
-			return err_set(err, "Split invert true is not supported");
-		json_t *pat = json_object_get(p, "pattern");
-		const char *re = json_string_value(json_object_get(pat, "Regex"));
-		if (re)
-			return add_split(t, re, mode, err);
-		const char *lit = json_string_value(json_object_get(pat, "String"));
-		if (!lit)
-			return err_set(err, "Split pattern is neither Regex nor String");
-		char *q = quote_regex(lit);
+		bool invert = json_is_true(json_object_get(p, "invert"));
+		bool isolated = beh && !strcmp(beh, "Isolated") && !invert;
+		/* Removed with invert: the gaps go, the matches stay (CLIP). */
+		bool matches = beh && !strcmp(beh, "Removed") && invert;
+		if (!isolated && !matches)
+			return err_set(err, "Split behavior %s with invert %s is not supported (Isolated, "
+				       "or Removed with invert true)", beh ? beh : "(none)",
+				       invert ? "true" : "false");
+		char *q = pattern_regex(json_object_get(p, "pattern"), "Split", err);
 		if (!q)
-			return err_set(err, "out of memory");
-		int rc = add_split(t, q, mode, err);
+			return -1;
+		int rc = isolated ? add_split(t, q, mode, err)
+				  : add_stage(t, q, TOK_PRETOK_PCRE2, TOK_STAGE_MATCHES, err);
 		free(q);
 		return rc;
 	}
-	return err_set(err, "pre_tokenizer type %s is not supported (ByteLevel BPE only)", type);
+	return err_set(err, "pre_tokenizer type %s is not supported (Split, ByteLevel, "
+		       "WhitespaceSplit, Metaspace)", type);
 }
 
+static int norm_push(tok *t, tok_norm step, titan_err *err)
+{
+	if (t->n_norms == TOK_MAX_NORMS)
+		return err_set(err, "more than %d normalizer steps", TOK_MAX_NORMS);
+	t->norm[t->n_norms++] = step;
+	return 0;
+}
+
+static int norm_replace(tok *t, json_t *n, titan_err *err)
+{
+	const char *content = json_string_value(json_object_get(n, "content"));
+	if (!content)
+		return err_set(err, "normalizer Replace without a content string");
+	char *q = pattern_regex(json_object_get(n, "pattern"), "Replace", err);
+	if (!q)
+		return -1;
+	tok_norm st = {.kind = TOK_NORM_REPLACE, .content = strdup(content),
+		       .content_len = strlen(content)};
+	st.re = st.content ? tok_split_new(q, TOK_PRETOK_PCRE2, err) : NULL;
+	free(q);
+	if (!st.content)
+		err_set(err, "out of memory");
+	if (!st.re || norm_push(t, st, err)) {
+		free(st.content);
+		tok_split_free(st.re);
+		return -1;
+	}
+	return 0;
+}
+
+/* The normalizer's steps into t->norm, in order (a Sequence flattened). */
+static int norm_steps(tok *t, json_t *n, titan_err *err)
+{
+	const char *type = json_string_value(json_object_get(n, "type"));
+	if (!type)
+		return err_set(err, "normalizer without a type");
+	if (!strcmp(type, "Sequence")) {
+		json_t *list = json_object_get(n, "normalizers"), *q;
+		size_t i;
+		json_array_foreach(list, i, q)
+			if (norm_steps(t, q, err))
+				return -1;
+		return 0;
+	}
+	if (!strcmp(type, "NFC"))
+		return norm_push(t, (tok_norm){.kind = TOK_NORM_NFC}, err);
+	if (!strcmp(type, "Lowercase"))
+		return norm_push(t, (tok_norm){.kind = TOK_NORM_LOWERCASE}, err);
+	if (!strcmp(type, "Strip"))
+		return norm_push(t, (tok_norm){.kind = TOK_NORM_STRIP,
+				 .left = json_is_true(json_object_get(n, "strip_left")),
+				 .right = json_is_true(json_object_get(n, "strip_right"))}, err);
+	if (!strcmp(type, "Replace"))
+		return norm_replace(t, n, err);
+	if (!strcmp(type, "Precompiled")) {
+		json_t *cm = json_object_get(n, "precompiled_charsmap");
+		tok_charsmap *c;
+		if (!json_is_string(cm))
+			return err_set(err, "normalizer Precompiled without a precompiled_charsmap string");
+		if (tok_charsmap_load(&c, json_string_value(cm), json_string_length(cm), err))
+			return -1;
+		if (norm_push(t, (tok_norm){.kind = TOK_NORM_PRECOMPILED, .charsmap = c}, err)) {
+			tok_charsmap_free(c);
+			return -1;
+		}
+		return 0;
+	}
+	return err_set(err, "normalizer %s is not supported (NFC, Precompiled, Replace, Lowercase, "
+		       "Strip, or a Sequence of them)", type);
+}
+
+/* NFC alone keeps the fast path (t->nfc, what the compiled cache holds). */
 static int normalizer(tok *t, json_t *n, titan_err *err)
 {
 	if (!n || json_is_null(n))
 		return 0;
-	const char *type = json_string_value(json_object_get(n, "type"));
-	if (type && !strcmp(type, "NFC")) {
-		t->nfc = true;
-		return 0;
+	if (norm_steps(t, n, err))
+		return -1;
+	bool only_nfc = true;
+	for (int k = 0; k < t->n_norms; k++)
+		only_nfc &= t->norm[k].kind == TOK_NORM_NFC;
+	if (only_nfc) {
+		t->nfc = t->n_norms > 0;
+		t->n_norms = 0;
+	} else {
+		t->extended = true;
 	}
-	if (type && !strcmp(type, "Sequence")) {
-		json_t *list = json_object_get(n, "normalizers"), *q;
-		size_t i;
-		json_array_foreach(list, i, q)
-			if (normalizer(t, q, err))
-				return -1;
-		return 0;
-	}
-	return err_set(err, "normalizer %s is not supported (null or NFC only)", type ? type : "?");
+	return 0;
 }
 
 static int64_t json_max_id(json_t *vocab, json_t *added)
@@ -323,7 +452,7 @@ static int load_vocab(tok *t, pool_w *w, json_t *vocab, titan_err *err)
 			return err_set(err, "model.vocab: id %lld is given to \"%.40s\" and to another "
 				       "entry (titan needs one string per id)", (long long)id, k);
 		size_t m;
-		bool ok = bytelevel_decode(k, n, buf, &m);
+		bool ok = t->vocab_raw ? (m = unmask_nul(k, n, buf), true) : bytelevel_decode(k, n, buf, &m);
 		if (set_token(t, w, id, buf, m, ok ? 0 : TOK_F_UNREACH, err))
 			return -1;
 	}
@@ -382,6 +511,8 @@ static bool clashes(const tok *t, const pool_w *w, int64_t id, const uint8_t *co
 {
 	if (id < 0 || id >= t->n_vocab || t->len[id] == UINT32_MAX)
 		return false;
+	if (t->vocab_raw)
+		return t->len[id] != n || memcmp(w->p + t->off[id], content, n);
 	const uint8_t *have = w->p + t->off[id];
 	size_t hn = t->len[id];
 	if (hn == n && !memcmp(have, content, n))
@@ -407,6 +538,8 @@ static int add_token(tok *t, pool_w *w, int64_t id, const uint8_t *content, size
 			       (long long)id);
 	if (set_token(t, w, id, content, n, TOK_F_ADDED | (special ? TOK_F_SPECIAL : 0), err))
 		return -1;
+	if (t->vocab_raw)
+		return 0;
 	/* HF decodes an added token through the ByteLevel decoder too. */
 	uint8_t *d = malloc(n + 1);
 	size_t dn = 0;
@@ -473,6 +606,7 @@ typedef struct cfg {
 	cfg_tok tok[CFG_MAX];
 	size_t n;
 	const char *bos, *eos; /* the bos_token / eos_token strings, or NULL */
+	const char *pad;       /* pad_token, or NULL */
 } cfg;
 
 /* A token entry: a string, or an object whose "content" is one (torchtitan's
@@ -525,6 +659,8 @@ static int cfg_read(cfg *c, const char *path, titan_err *err)
 			c->bos = s;
 		if (k == 1)
 			c->eos = s;
+		if (k == 2)
+			c->pad = s;
 	}
 	const char *key;
 	json_t *v;
@@ -683,6 +819,14 @@ static int resolve_stream(tok *t, const cfg *c, json_t *root, titan_err *err)
 	affix f = {0};
 	if (post_affix(json_object_get(root, "post_processor"), &f, err))
 		return -1;
+	memcpy(t->post_pre, f.pre, sizeof f.pre);
+	memcpy(t->post_suf, f.suf, sizeof f.suf);
+	t->n_post_pre = f.npre, t->n_post_suf = f.nsuf;
+	/* The pad token: tokenizer_config.json's, as transformers pads with it,
+	 * else the tokenizer.json's own padding settings. */
+	json_t *pad_id = json_object_get(json_object_get(root, "padding"), "pad_id");
+	t->pad_id = c->pad ? tok_token_id(t, c->pad, strlen(c->pad))
+		   : json_is_integer(pad_id) ? (int32_t)json_integer_value(pad_id) : -1;
 	t->bos = c->bos ? tok_token_id(t, c->bos, strlen(c->bos)) : -1;
 	t->eos = c->eos ? tok_token_id(t, c->eos, strlen(c->eos)) : -1;
 	bool named_eos = t->eos >= 0 && !(c->bos && !strcmp(c->bos, c->eos));
@@ -707,28 +851,78 @@ static int resolve_stream(tok *t, const cfg *c, json_t *root, titan_err *err)
 		t->eos = suf[0];
 	t->add_bos = npre == 1;
 	t->add_eos = nsuf == 1;
-	t->post_eos = f.nsuf > 0;
 	return 0;
 }
 
 static int hf_model(tok *t, json_t *model, titan_err *err)
 {
 	const char *type = json_string_value(json_object_get(model, "type"));
+	if (type && !strcmp(type, "Unigram")) {
+		t->model = TOK_MODEL_UNIGRAM;
+		t->vocab_raw = true;
+		t->extended = true;
+		return 0;
+	}
 	if (!type || strcmp(type, "BPE"))
-		return err_set(err, "model type %s is not supported (BPE only)", type ? type : "?");
+		return err_set(err, "model type %s is not supported (BPE or Unigram)", type ? type : "?");
 	if (json_is_true(json_object_get(model, "byte_fallback")))
 		return err_set(err, "BPE byte_fallback true is not supported");
 	json_t *d = json_object_get(model, "dropout");
 	if (json_is_number(d) && json_number_value(d) > 0)
 		return err_set(err, "BPE dropout is not supported");
-	const char *keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-	for (int i = 0; i < 2; i++) {
-		const char *v = json_string_value(json_object_get(model, keys[i]));
-		if (v && *v)
-			return err_set(err, "BPE %s \"%s\" is not supported", keys[i], v);
-	}
+	const char *prefix = json_string_value(json_object_get(model, "continuing_subword_prefix"));
+	if (prefix && *prefix)
+		return err_set(err, "BPE continuing_subword_prefix \"%s\" is not supported", prefix);
 	t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+	const char *eow = json_string_value(json_object_get(model, "end_of_word_suffix"));
+	if (eow && *eow) {
+		if (t->ignore_merges)
+			return err_set(err, "BPE end_of_word_suffix with ignore_merges is not supported");
+		t->has_eow = true;
+		t->extended = true;
+	}
 	return 0;
+}
+
+/* BPE's end_of_word_suffix (CLIP's "</w>"): HF appends it to a word's last
+ * character before merging, so each byte's suffixed token must exist. */
+static int eow_ids(tok *t, json_t *model, titan_err *err)
+{
+	if (!t->has_eow)
+		return 0;
+	const char *eow = json_string_value(json_object_get(model, "end_of_word_suffix"));
+	size_t n = strlen(eow), m;
+	uint8_t key[256];
+	if (n + 1 > sizeof key)
+		return err_set(err, "BPE end_of_word_suffix is too long");
+	bytelevel_decode(eow, n, key + 1, &m);
+	for (int b = 0; b < 256; b++) {
+		key[0] = (uint8_t)b;
+		t->eow_id[b] = tok_strmap_get(&t->vocab, key, m + 1);
+		if (t->eow_id[b] < 0)
+			return err_set(err, "BPE end_of_word_suffix: no token for byte 0x%02x + \"%s\"",
+				       b, eow);
+	}
+	return 0;
+}
+
+/* A Unigram vocabulary (a list of [piece, score]) as the {piece: id} object
+ * the rest of the loader reads (ids are list positions); NULL when out of
+ * memory. */
+static json_t *unigram_vocab_object(json_t *list)
+{
+	json_t *o = json_object(), *e;
+	size_t i;
+	if (!o)
+		return NULL;
+	json_array_foreach(list, i, e) {
+		const char *piece = json_string_value(json_array_get(e, 0));
+		if (piece && json_object_set_new(o, piece, json_integer((json_int_t)i))) {
+			json_decref(o);
+			return NULL;
+		}
+	}
+	return o;
 }
 
 int tok_load_hf_json(tok *t, const char *json_path, const char *config_path, titan_err *err)
@@ -761,12 +955,19 @@ int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path
 		json_decref(root);
 		return err_set(err, "out of memory");
 	}
-	json_t *model = json_object_get(root, "model");
+	json_t *model = json_object_get(root, "model"), *uvocab = NULL;
 	json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
 	json_t *added = json_object_get(root, "added_tokens");
 	if (hf_model(t, model, err))
 		goto out;
-	if (!json_is_object(vocab) || !json_is_array(merges)) {
+	if (t->model == TOK_MODEL_UNIGRAM) {
+		if (tok_unigram_load(t, model, err))
+			goto out;
+		if (!(vocab = uvocab = unigram_vocab_object(json_object_get(model, "vocab")))) {
+			err_set(err, "out of memory");
+			goto out;
+		}
+	} else if (!json_is_object(vocab) || !json_is_array(merges)) {
 		err_set(err, "no model.vocab object or model.merges list");
 		goto out;
 	}
@@ -788,23 +989,32 @@ int tok_load_hf_text(tok *t, const char *text, size_t n, const char *config_path
 	if (normalizer(t, json_object_get(root, "normalizer"), err) ||
 	    (pre && !json_is_null(pre) && pretok_one(t, pre, t->pretok_mode, &bytelevel, err)))
 		goto out;
-	if (!bytelevel) {
+	if (!bytelevel && t->model == TOK_MODEL_BPE) {
 		err_set(err, "no ByteLevel pre-tokenizer: not a ByteLevel BPE tokenizer");
 		goto out;
 	}
+	if (bytelevel && t->model == TOK_MODEL_UNIGRAM) {
+		err_set(err, "a ByteLevel pre-tokenizer with a Unigram model is not supported");
+		goto out;
+	}
+	json_t *dec = json_object_get(root, "decoder");
+	const char *dec_type = json_string_value(json_object_get(dec, "type"));
+	if (dec_type && !strcmp(dec_type, "Metaspace") && metaspace(t, dec, true, err))
+		goto out;
 	if (tok_alloc_ids(t, max + 1, err) || load_vocab(t, &w, vocab, err) ||
-	    load_merges(t, vocab, merges, err) || load_added(t, &w, added, err) ||
-	    cfg_add(t, &w, c, err))
+	    (t->model == TOK_MODEL_BPE && load_merges(t, vocab, merges, err)) ||
+	    load_added(t, &w, added, err) || cfg_add(t, &w, c, err))
 		goto out;
 	t->pool = w.p;
 	w.p = NULL;
-	if (tok_finish(t, err) || resolve_stream(t, c, root, err))
+	if (tok_finish(t, err) || eow_ids(t, model, err) || resolve_stream(t, c, root, err))
 		goto out;
 	rc = 0;
 out:
 	free(w.p);
 	json_decref(c->root);
 	free(c);
+	json_decref(uvocab);
 	json_decref(root);
 	return rc;
 }
@@ -826,8 +1036,7 @@ static int b64val(uint8_t c)
 	return -1;
 }
 
-/* Decode standard base64 with padding; returns the length or -1. */
-static long b64decode(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
+long tok_b64decode(const uint8_t *s, size_t n, uint8_t *out, size_t cap)
 {
 	size_t k = 0;
 	uint32_t acc = 0;
@@ -926,7 +1135,7 @@ static int tt_parse(tok *t, pool_w *w, const mfile *m, int64_t n_ranks, titan_er
 		const uint8_t *sp = memchr(s, ' ', (size_t)(le - s));
 		if (!sp)
 			return err_set(err, "line %lld: expected \"base64 rank\"", (long long)line + 1);
-		long n = b64decode(s, (size_t)(sp - s), buf, sizeof buf);
+		long n = tok_b64decode(s, (size_t)(sp - s), buf, sizeof buf);
 		char *e;
 		long long rank = strtoll((const char *)sp + 1, &e, 10);
 		if (n <= 0 || (const uint8_t *)e != le || rank < 0 || rank >= n_ranks)

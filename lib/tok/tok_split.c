@@ -462,8 +462,8 @@ static int make_valid(const uint8_t *s, size_t n, uint8_t **out, size_t **map, s
 	return 0;
 }
 
-static int pcre_run(const tok_split *sp, tok_pcre *pc, const uint8_t *s0, size_t n0,
-		    tok_piece_fn fn, void *ctx, titan_err *err)
+static int pcre_run_marked(const tok_split *sp, tok_pcre *pc, const uint8_t *s0, size_t n0,
+			   tok_mark_fn fn, void *ctx, titan_err *err)
 {
 	const uint8_t *s = s0;
 	size_t n = n0, *map = NULL;
@@ -494,7 +494,7 @@ static int pcre_run(const tok_split *sp, tok_pcre *pc, const uint8_t *s0, size_t
 		if (me == ms) {
 			/* HF: an empty match makes no piece but ends the gap before
 			 * it; the search goes on a character later. */
-			if (ms > last && (rc = fn(ctx, s0 + ORIG(last), ORIG(ms) - ORIG(last))))
+			if (ms > last && (rc = fn(ctx, s0 + ORIG(last), ORIG(ms) - ORIG(last), false)))
 				goto out;
 			last = ms;
 			if (ms >= n)
@@ -503,19 +503,45 @@ static int pcre_run(const tok_split *sp, tok_pcre *pc, const uint8_t *s0, size_t
 			pos = ms + uni_utf8_decode(s + ms, n - ms, &cp);
 			continue;
 		}
-		if (ms > last && (rc = fn(ctx, s0 + ORIG(last), ORIG(ms) - ORIG(last))))
+		if (ms > last && (rc = fn(ctx, s0 + ORIG(last), ORIG(ms) - ORIG(last), false)))
 			goto out;
-		if ((rc = fn(ctx, s0 + ORIG(ms), ORIG(me) - ORIG(ms))))
+		if ((rc = fn(ctx, s0 + ORIG(ms), ORIG(me) - ORIG(ms), true)))
 			goto out;
 		last = pos = me;
 	}
 	if (last < n)
-		rc = fn(ctx, s0 + ORIG(last), n0 - ORIG(last));
+		rc = fn(ctx, s0 + ORIG(last), n0 - ORIG(last), false);
 #undef ORIG
 out:
 	free(copy);
 	free(map);
 	return rc;
+}
+
+/* Isolated: every piece, match or gap, goes to the caller's fn. */
+typedef struct unmark_ctx {
+	tok_piece_fn fn;
+	void *ctx;
+} unmark_ctx;
+
+static int unmark(void *ctx, const uint8_t *p, size_t n, bool is_match)
+{
+	(void)is_match;
+	unmark_ctx *u = ctx;
+	return u->fn(u->ctx, p, n);
+}
+
+static int pcre_run(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,
+		    tok_piece_fn fn, void *ctx, titan_err *err)
+{
+	unmark_ctx u = {fn, ctx};
+	return pcre_run_marked(sp, pc, s, n, unmark, &u, err);
+}
+
+int tok_split_run_marked(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,
+			 tok_mark_fn fn, void *ctx, titan_err *err)
+{
+	return pcre_run_marked(sp, pc, s, n, fn, ctx, err);
 }
 
 int tok_split_run_with(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,

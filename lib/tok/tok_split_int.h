@@ -2,6 +2,7 @@
 #ifndef TITAN_TOK_SPLIT_INT_H
 #define TITAN_TOK_SPLIT_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,12 @@ size_t tok_split_scan(const tok_split *sp, const uint8_t *s, size_t n, size_t i)
 /* Run with the caller's match state (pc may be NULL for a scanner). */
 int tok_split_run_with(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,
 		       tok_piece_fn fn, void *ctx, titan_err *err);
+/* Through PCRE2 always, telling matches (is_match true) from the gaps
+ * between them: for Split Removed/invert and the Replace normalizer.  An
+ * empty match makes no piece. */
+typedef int (*tok_mark_fn)(void *ctx, const uint8_t *piece, size_t n, bool is_match);
+int tok_split_run_marked(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,
+			 tok_mark_fn fn, void *ctx, titan_err *err);
 /* Always through PCRE2, even when a scanner exists (tests, fuzzing). */
 int tok_split_run_pcre2(const tok_split *sp, tok_pcre *pc, const uint8_t *s, size_t n,
 			tok_piece_fn fn, void *ctx, titan_err *err);

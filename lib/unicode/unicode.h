@@ -50,6 +50,19 @@ int uni_ranges(uint32_t gc_mask, bool ws, int (*fn)(void *ctx, uint32_t lo, uint
  * misses under (?i).  Every older pair it folds as Unicode 16 does. */
 size_t uni_fold_new_pairs(const uint32_t (**pairs)[2]);
 
+/* Extended grapheme clusters (UAX #29 with GB9c and GB11, Unicode 16.0.0,
+ * what HF tokenizers' Precompiled normalizer splits text into): the end of
+ * the cluster that starts at s[i] (i < n).  An invalid byte is a character of
+ * its own with no break property (Other). */
+size_t uni_grapheme_end(const uint8_t *s, size_t n, size_t i);
+
+/* Lowercase as HF tokenizers' Lowercase normalizer does it (Rust's
+ * char::to_lowercase, per character, no context: U+0130 gives two characters,
+ * a final sigma is σ): writes 1 or 2 code points to out and returns how many.
+ * The mapping is the reference's own, read from it by
+ * scripts/gen_unicode_seg.py (Unicode 17 case data in tokenizers 0.23.3). */
+int uni_lower(uint32_t cp, uint32_t out[2]);
+
 /* Decode one UTF-8 character at s[0..n) (n > 0).  Returns its length; *cp is
  * the code point, or UNI_BAD_BYTE(b) for a byte that does not start a valid,
  * shortest-form, non-surrogate sequence (then the length is 1). */

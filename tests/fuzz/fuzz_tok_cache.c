@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *b = calloc(1, n);
 	check(b != NULL);
 	memcpy(b, "TTKC", 4);
-	uint32_t v32 = 1, hl = 128, ns = 11;
+	uint32_t v32 = TOK_CACHE_FORMAT, hl = 128, ns = 11;
 	memcpy(b + 4, &v32, 4);
 	memcpy(b + 8, &hl, 4);
 	memcpy(b + 12, &ns, 4);

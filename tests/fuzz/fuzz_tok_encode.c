@@ -1,5 +1,10 @@
 /* fuzz_tok_encode: the pre-tokenizer scanners and the encoder on arbitrary bytes.
  *
+ * Also, on the whole input: extended grapheme clusters tile it; a Unigram
+ * tokenizer (NFC, Replace, Lowercase, Strip; WhitespaceSplit and Metaspace;
+ * byte_fallback) encodes it to ids in range, and its fixed-length form holds
+ * the post-processor's </s> and the pad id where the mask says.
+ *
  * Input: one byte choosing a known regex (Llama 3, Qwen2, GPT-2, o200k), then
  * the text.  Properties: the hand-written scanner cuts the text into exactly
  * the pieces PCRE2 cuts it into (both on titan's Unicode 16 tables, characters
@@ -77,6 +82,50 @@ static char *tokenizer_json(const char *regex)
 	return j;
 }
 
+static tok *uni_tok;
+static tok_enc *uni_enc;
+
+static const char uni_json[] =
+	"{\"added_tokens\": [{\"id\": 7, \"content\": \"</s>\", \"special\": true}],"
+	"\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"},"
+	"{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"content\": \" \"},"
+	"{\"type\": \"Lowercase\"}, {\"type\": \"Strip\", \"strip_left\": true, \"strip_right\": true}]},"
+	"\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"WhitespaceSplit\"},"
+	"{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"always\"}]},"
+	"\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"A\"}},"
+	"{\"SpecialToken\": {\"id\": \"</s>\"}}], \"special_tokens\": {\"</s>\": {\"ids\": [7]}}},"
+	"\"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\"},"
+	"\"padding\": {\"pad_id\": 0},"
+	"\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": true, \"vocab\": ["
+	"[\"<pad>\", 0.0], [\"\\u2581\", -1.0], [\"\\u2581the\", -2.0], [\"e\", -3.0], [\"th\", -2.5],"
+	"[\"<0x41>\", -5.0], [\"<0xC3>\", -5.0], [\"</s>\", 0.0], [\"\\u00e9\", -4.0]]}}";
+
+/* Clusters tile the text; the Unigram tokenizer's ids are in range. */
+static void check_unigram(const uint8_t *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t j = uni_grapheme_end(s, n, i);
+		check(j > i && j <= n);
+		i = j;
+	}
+	titan_err err = {0};
+	tok_ids ids = {0};
+	check(tok_encode(uni_enc, s, n, &ids, &err) == 0);
+	for (size_t i = 0; i < ids.n; i++)
+		check(ids.v[i] >= 0 && ids.v[i] < tok_n_vocab(uni_tok));
+	enum { LEN = 8 };
+	int32_t fx[LEN];
+	uint8_t mask[LEN];
+	int64_t k = tok_encode_fixed(uni_enc, s, n, LEN, fx, mask, &err);
+	check(k >= 1 && k <= LEN && fx[k - 1] == 7);
+	for (int64_t i = 0; i < LEN; i++)
+		check(mask[i] == (i < k) && (i < k || fx[i] == 0));
+	tok_buf out = {0};
+	check(tok_decode(uni_tok, ids.v, ids.n, &out, &err) == 0);
+	tok_buf_free(&out);
+	tok_ids_free(&ids);
+}
+
 static void init(void)
 {
 	titan_err err = {0};
@@ -92,6 +141,12 @@ static void init(void)
 		encs[r] = tok_enc_new(toks[r], &err);
 		check(scan[r] && pcre[r] && encs[r]);
 	}
+	if (tok_load_json_text(&uni_tok, uni_json, sizeof uni_json - 1, NULL, &err)) {
+		fprintf(stderr, "%s\n", err.msg);
+		abort();
+	}
+	uni_enc = tok_enc_new(uni_tok, &err);
+	check(uni_enc != NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -128,5 +183,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(out.n == n && (n == 0 || memcmp(out.p, s, n) == 0));
 	tok_ids_free(&ids);
 	tok_buf_free(&out);
+	check_unigram(data, size);
 	return 0;
 }

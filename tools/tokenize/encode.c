@@ -35,6 +35,7 @@ typedef struct batch {
 typedef struct enc_ctx {
 	const tok *tok;
 	const chat *chat; /* --chat */
+	size_t pad_to;  /* --pad-to N: fixed-length encoder inputs; 0: off */
 	int add_bos, add_eos;
 	int32_t bos, eos;
 	tok_enc **encs; /* one per pool thread, taken from a free list */
@@ -100,10 +101,35 @@ static int encode_chat_batch(enc_ctx *c, tok_enc *enc, tok_ids *tmp, batch *b, t
 	return 0;
 }
 
+/* --pad-to: each document as tok_encode_fixed makes it (the post-processor's
+ * special tokens, truncation, the pad token to N). */
+static int encode_batch_fixed(enc_ctx *c, tok_enc *enc, batch *b, titan_err *err)
+{
+	int32_t *ids = malloc(c->pad_to * sizeof *ids);
+	if (ids == NULL)
+		return err_set(err, "out of memory");
+	int rc = 0;
+	b->n_ids = 0;
+	for (size_t i = 0; i < b->n_docs && rc == 0; i++) {
+		if (tok_encode_fixed(enc, (const uint8_t *)b->text.p + b->off[i],
+				     b->off[i + 1] - b->off[i], c->pad_to, ids, NULL, err) < 0) {
+			rc = -1;
+			break;
+		}
+		for (size_t j = 0; j < c->pad_to && rc == 0; j++)
+			rc = push_id(b, (uint32_t)ids[j], err);
+		b->lens[i] = c->pad_to;
+	}
+	free(ids);
+	return rc;
+}
+
 static int encode_batch(enc_ctx *c, tok_enc *enc, tok_ids *tmp, batch *b, titan_err *err)
 {
 	if (c->chat)
 		return encode_chat_batch(c, enc, tmp, b, err);
+	if (c->pad_to)
+		return encode_batch_fixed(c, enc, b, err);
 	b->n_ids = 0;
 	for (size_t i = 0; i < b->n_docs; i++) {
 		size_t start = b->n_ids;
@@ -359,6 +385,11 @@ static int resolve_specials(enc_ctx *c, const tkz_opts *o, titan_err *err)
 	c->eos = tok_eos_id(c->tok);
 	c->add_bos = o->bos >= 0 ? o->bos : tok_default_add_bos(c->tok);
 	c->add_eos = o->eos >= 0 ? o->eos : tok_default_add_eos(c->tok);
+	if (c->pad_to) { /* the post-processor places the special tokens */
+		c->add_bos = c->add_eos = 0;
+		if (tok_pad_id(c->tok) < 0)
+			return err_set(err, "%s: --pad-to: the tokenizer names no pad token", o->tokenizer);
+	}
 	if (c->add_bos && c->bos < 0)
 		return err_set(err, "%s: --bos: the tokenizer has no BOS token", o->tokenizer);
 	if (c->add_eos && c->eos < 0)
@@ -447,7 +478,7 @@ int tkz_encode(const tkz_opts *o)
 		titan_die_err(&err);
 	static char outbuf[1 << 20];
 	setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
-	enc_ctx c = {.tok = t, .ids_text = o->ids};
+	enc_ctx c = {.tok = t, .ids_text = o->ids, .pad_to = o->pad_to};
 	chat *ch = NULL;
 	if (o->chat && (c.chat = ch = chat_load(o->tokenizer, t, &o->chat_o, &err)) == NULL) {
 		tok_free(t);

@@ -15,7 +15,7 @@
 enum {
 	OPT_FIELD = 256, OPT_SPLIT, OPT_SKIP_BAD, OPT_BOS, OPT_NO_BOS, OPT_EOS, OPT_NO_EOS,
 	OPT_DECODE, OPT_IDS, OPT_ADDED, OPT_QUIET, OPT_CACHE, OPT_NO_CACHE, OPT_CHAT,
-	OPT_CHAT_FIELDS, OPT_CHAT_SPECIAL,
+	OPT_CHAT_FIELDS, OPT_CHAT_SPECIAL, OPT_PAD_TO,
 };
 
 static const cli_option options[] = {
@@ -30,6 +30,7 @@ static const cli_option options[] = {
 	{"no-bos", 0, CLI_NO_ARG, OPT_NO_BOS, NULL, "do not add BOS"},
 	{"eos", 0, CLI_NO_ARG, OPT_EOS, NULL, "end every document with EOS"},
 	{"no-eos", 0, CLI_NO_ARG, OPT_NO_EOS, NULL, "do not add EOS"},
+	{"pad-to", 0, CLI_ARG, OPT_PAD_TO, "N", "encoder input: specials, cut and padded to N tokens"},
 	{"added-tokens", 0, CLI_ARG, OPT_ADDED, "HOW", "special tokens in text: extract or plain"},
 	{"chat", 0, CLI_NO_ARG, OPT_CHAT, NULL, "JSONL conversations: chat template, ids + label masks"},
 	{"chat-fields", 0, CLI_ARG, OPT_CHAT_FIELDS, "U,A", "--chat: user and assistant text fields"},
@@ -135,6 +136,7 @@ static int parse_args(int argc, char **argv, tkz_opts *o)
 			o->chat_o.assistant_field = comma + 1;
 			break;
 		}
+		case OPT_PAD_TO: o->pad_to = (size_t)cli_int(&spec, "--pad-to", a, 1, 1 << 20); break;
 		default: cli_usage_error(&spec, "unhandled option");
 		}
 	}
@@ -150,6 +152,12 @@ static int parse_args(int argc, char **argv, tkz_opts *o)
 		o->in.format = TEXTIN_TEXT;
 		o->in.split = TEXTIN_SPLIT_LINE;
 	}
+	if (o->pad_to && (o->bos >= 0 || o->eos >= 0 || o->decode))
+		cli_usage_error(&spec, "--pad-to takes the special tokens from the tokenizer's "
+				"post-processor: no --bos/--eos, and not with --decode");
+	if (o->pad_to && o->chat)
+		cli_usage_error(&spec, "--pad-to and --chat: encoder inputs are captions, not "
+				"conversations");
 	static char *dash[] = {"-"};
 	o->files = st.optind < argc ? argv + st.optind : dash;
 	o->n_files = st.optind < argc ? argc - st.optind : 1;

@@ -15,6 +15,7 @@ typedef struct tkz_opts {
 	int ids;               /* token side is decimal ids text, not the binary stream */
 	int decode;            /* --decode */
 	int bos, eos;          /* 1 add, 0 do not, -1 the tokenizer's default */
+	size_t pad_to;         /* --pad-to N: fixed-length encoder inputs (0: off) */
 	int added;             /* enum tok_added */
 	int threads;           /* -j N */
 	int quiet;             /* no progress, no summary */
