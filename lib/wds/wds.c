@@ -15,6 +15,7 @@ struct wds {
 	struct archive *a;
 	wds_limits lim;
 	char *name; /* the shard, for messages */
+	int at_end;          /* libarchive said EOF: it may not be asked again */
 	int pending;         /* a member read ahead: the first of the next sample */
 	char *pending_key;
 	wds_field pending_field;
@@ -158,11 +159,13 @@ static int split_name(const char *name, char **key, char **field)
 /* The next member that makes part of a sample: 1, 0 at the end, -1. */
 static int read_member(wds *w, char **key, wds_field *f, titan_err *err)
 {
-	for (;;) {
+	while (!w->at_end) {
 		struct archive_entry *e;
 		int r = archive_read_next_header(w->a, &e);
-		if (r == ARCHIVE_EOF)
+		if (r == ARCHIVE_EOF) {
+			w->at_end = 1;
 			return 0;
+		}
 		if (r < ARCHIVE_WARN)
 			return err_set(err, "%s: %s", w->name, archive_error_string(w->a));
 		const char *name = archive_entry_pathname(e);
@@ -205,6 +208,7 @@ static int read_member(wds *w, char **key, wds_field *f, titan_err *err)
 		f->data[f->size] = 0;
 		return 1;
 	}
+	return 0;
 }
 
 static int add_field(wds *w, wds_sample *s, wds_field *f, titan_err *err)
