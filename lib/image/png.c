@@ -353,8 +353,7 @@ static int decode_pixels(image *im, png_src *src, const png_meta *m,
 		else
 			png_set_packing(p);
 	}
-	int passes = png_set_interlace_handling(p);
-	(void)passes;
+	png_set_interlace_handling(p); /* Adam7: png_read_image runs the passes */
 	png_read_update_info(p, info);
 	image_mode mode = mode_of(m);
 	if (png_get_rowbytes(p, info) != (size_t)m->w * (size_t)image_mode_channels(mode))
