@@ -13,9 +13,10 @@
 set -eu
 dir=${1:?usage: sysroot.sh DIR}
 RUNTIME="libc6 libstdc++6 libgomp1 libopenmpi3 libopenblas0-pthread libdnnl2 libcurl4
-libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3"
+libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3 libjpeg62-turbo libpng16-16 libwebp7"
 DEV="libc6-dev linux-libc-dev libopenmpi-dev libopenblas-dev libopenblas-pthread-dev libdnnl-dev libcurl4-openssl-dev
-libarchive-dev libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev"
+libarchive-dev libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev
+libjpeg62-turbo-dev libpng-dev libwebp-dev"
 
 wanted=$(echo $RUNTIME $DEV)
 [ -f "$dir/.done" ] && [ "$(sed -n 2p "$dir/.done")" = "$wanted" ] && exit 0
