@@ -10,7 +10,8 @@ the documents of a titan token stream packed by 0.3.0's own
 HuggingFaceTextDataset (inputs doc[:-1], labels doc[1:], per-document
 positions).  Each step is 0.3.0's Trainer.train_step: the valid tokens of the
 step counted first, forward with the lm_head skipped, the chunked loss and its
-backward, clip_grad_norm_, the optimizers' and schedulers' step.
+backward, clip_grad_norm_ (its sum of squares in float64: see
+clip_grad_norm), the optimizers' and schedulers' step.
 
 Every preset registers the model's own post_optimizer_build_fn as 0.3.0's
 trainer does (the MoE families: the layers' expert bias steps before each
@@ -255,6 +256,29 @@ def train_parts(cfg, model, steps):
     return loss_fn, optimizers, schedulers
 
 
+def clip_grad_norm(parameters, max_norm):
+    """0.3.0's dist_utils.clip_grad_norm_ on one rank (torch's get_total_norm,
+    the DTensor's full_tensor, clip_grads_with_norm_), each gradient's sum of
+    squares taken in float64 and the total rounded to float32.  On the CPU,
+    torch's float32 L2 norm (linalg.vector_norm, which _foreach_norm calls per
+    tensor there) adds every square into one float32 accumulator per vector
+    lane, no cascade (pytorch/pytorch#169237): it reads lm_head's 524288
+    gradients 8.6e-5 low on llama3_debugmodel and 1.7e-4 low on
+    sft_debugmodel, which put 0.3.0's grad norm 7e-5 and 1.2-1.7e-4 under the
+    norm of its own gradients (each of which agrees with float64 to 1e-7).
+    0.3.0 runs on CUDA, whose _foreach_norm kernel (LpNormFunctor) adds a few
+    squares per thread and sums the partials by block reductions, without
+    that drift; titan sums the squares in double."""
+    params = list(parameters)
+    grads = [p.grad.double() for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, 2.0, False, True)
+    if hasattr(total, "full_tensor"):
+        total = total.full_tensor()
+    total = total.float()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return total
+
+
 def main():
     args = sys.argv[1:]
     bf16 = "--bf16" in args
@@ -304,10 +328,7 @@ def main():
                      attention_masks=model.get_attention_masks(positions=positions))
         loss, _ = loss_fn(pred, labels, valid, positions=positions)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.training.max_norm,
-                                            foreach=True)
-        if hasattr(gn, "full_tensor"):
-            gn = gn.full_tensor()
+        gn = clip_grad_norm(model.parameters(), cfg.training.max_norm)
         optimizers.step()
         schedulers.step()
         rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))

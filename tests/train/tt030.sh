@@ -26,10 +26,10 @@ else
 	t_not_ok "tflops counts each batch's documents, under torchtitan's tflops_torchtitan" "$ratios"
 fi
 steps_of "$TMP/a/metrics.jsonl" >"$TMP/a.tsv"
-if why=$(compare "$GOLD" "$TMP/a.tsv" 1 15); then
-	t_ok "loss, grad norm and lr equal 0.3.0's at every step"
+if why=$(compare "$GOLD" "$TMP/a.tsv" 1 15 "" 1e-4 $GN32); then
+	t_ok "loss, grad norm (within $GN32) and lr equal 0.3.0's at every step"
 else
-	t_not_ok "loss, grad norm and lr equal 0.3.0's at every step" "$why"
+	t_not_ok "loss, grad norm (within $GN32) and lr equal 0.3.0's at every step" "$why"
 fi
 
 "$BIN/titan-ckpt-convert" info "$TMP/a/checkpoint/step-10" >"$TMP/info" 2>&1
@@ -111,7 +111,7 @@ t_run "0.3.0 run from the 0.2.2 seed" run030 --training.steps 15 --dump_folder "
 	--checkpoint.enable --checkpoint.load_only --checkpoint.initial_load_path "$TMP/s/checkpoint/step-0"
 t_grep "it loads the 0.2.2 seed" 'Loading the checkpoint from .*s/checkpoint/step-0' "$TMP/.err"
 steps_of "$TMP/c/metrics.jsonl" >"$TMP/c.tsv"
-if why=$(compare "$GOLD" "$TMP/c.tsv" 1 15); then
+if why=$(compare "$GOLD" "$TMP/c.tsv" 1 15 "" 1e-4 $GN32); then
 	t_ok "its steps are 0.3.0's (the seed is titan's init of seed 7)"
 else
 	t_not_ok "its steps are 0.3.0's (the seed is titan's init of seed 7)" "$why"
@@ -122,11 +122,11 @@ fi
 # 0.3.0's own bf16 run (tests/train/golden/tt030_llama3_bf16.tsv:
 # scripts/tt030_golden.py --bf16, its apply_fsdp_to_decoder over a one-rank
 # gloo group).  Two bf16 computations round their GEMMs' outputs differently
-# (torch's oneDNN, titan's kernels): measured, the loss within 7.0e-5 and the
-# grad norm within 8.7e-5 of 0.3.0's at every step; bounds 2e-4 and 2.5e-4.
-# The grad norm tells the precisions apart: the float32 run above is 3.9e-4
-# from the bf16 golden on average (3.2e-5 to 1.4e-3), the bf16 run 5.6e-5, so
-# the float32 run must sit the farther.
+# (torch's oneDNN, titan's kernels): measured, the loss within 7.3e-5 and the
+# grad norm within 3.4e-5 of 0.3.0's at every step, of either sign; bounds
+# 2e-4 and 1e-4.  The grad norm tells the precisions apart: the float32 run
+# above is 4.4e-4 from the bf16 golden on average (1.2e-4 to 1.3e-3), the
+# bf16 run 1.4e-5, so the float32 run must sit the farther, beyond the bound.
 GOLD16=tests/train/golden/tt030_llama3_bf16.tsv
 "$TRAIN" --module llama3 --config llama3_debugmodel --training.local_batch_size 2 \
 	--training.seq_len 64 --training.steps 15 --debug.seed 7 --dataloader.dataset_path "$TMP/data" \
@@ -144,7 +144,7 @@ within() {
 		  if (rel($4, r[$1]) > 1e-12) { printf "step %d lr %s, 0.3.0 %s\n", $1, $4, r[$1]; bad = 1 } }
 		END { if (n != 15) { printf "%d steps of 15\n", n; bad = 1 }; exit bad }' "$1" "$2"
 }
-if why=$(within "$GOLD16" "$TMP/bf16.tsv" 2e-4 2.5e-4); then
+if why=$(within "$GOLD16" "$TMP/bf16.tsv" 2e-4 1e-4); then
 	t_ok "bf16: loss and grad norm follow 0.3.0's bf16 run at every step"
 else
 	t_not_ok "bf16: loss and grad norm follow 0.3.0's bf16 run at every step" "$why"
@@ -155,7 +155,7 @@ gn_dist() {
 		{ d = ($3 - g[$1]) / g[$1]; s += d < 0 ? -d : d; n++ } END { printf "%.3g", s / n }' "$GOLD16" "$1"
 }
 d16=$(gn_dist "$TMP/bf16.tsv") d32=$(gn_dist "$TMP/a.tsv")
-if awk -v a="$d16" -v b="$d32" 'BEGIN { exit !(a < b && b > 2.5e-4) }'; then
+if awk -v a="$d16" -v b="$d32" 'BEGIN { exit !(a < b && b > 1e-4) }'; then
 	t_ok "bf16: nearer 0.3.0's bf16 run than the float32 run is ($d16 vs $d32)"
 else
 	t_not_ok "bf16: nearer 0.3.0's bf16 run than the float32 run is" "bf16 $d16, float32 $d32"
