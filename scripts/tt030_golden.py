@@ -51,7 +51,20 @@ its header, and per step the loss, grad_norm and lr (the step's, before the
 scheduler steps); for the LoRA preset also tt030_llama3_lora.names, the names
 of the model's and the optimizer's items of 0.3.0's checkpoint after the run.
 
-Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [PRESET] TOKENS.tts [SEED]
+qwen3_debugmodel_moe_param_groups (0.3.0's optimizer param groups: AdamW
+without decay for tok_embeddings, Adam at lr 1e-4 for the routers' gates,
+AdamW for the rest) writes tt030_qwen3_moe_param_groups.tsv and, beside it,
+.params.pt: its final norms and layers 0 and 7's router gates (KEEP_PARAMS).
+
+With --muon GROUPS.toml (llama3_debugmodel): the preset's optimizer replaced
+by the param groups of GROUPS.toml (tests/train/muon_groups.toml: 0.3.0's
+DistMuon for the layers' matrices, AdamW for the rest), DistMuon run by
+0.3.0's own code over a one-rank gloo group (its CUDA device check is the
+one thing patched), the model fully_shard-ed over that rank in float32 so
+that its parameters are DTensors; writes tt030_llama3_muon.tsv and
+.params.pt.
+
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [--steps N] [--muon GROUPS.toml] [PRESET] TOKENS.tts [SEED]
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
      tests/train/tt030.sh makes it: test_gen gen 11 400 2048 60; SEED: titan's
      seed checkpoint of the preset, which tests/train/tt030.sh writes with
@@ -230,10 +243,89 @@ def train_parts(cfg, model, steps):
     return loss_fn, optimizers, schedulers
 
 
+# presets whose golden is named apart from their family's, and the final
+# parameters each golden keeps (small tensors whose values every group moves)
+NAMED = {"qwen3_debugmodel_moe_param_groups": "qwen3_moe_param_groups"}
+KEEP_PARAMS = r"(?:^norm|attention_norm|ffn_norm|q_norm|k_norm)\.weight$|^layers\.[07]\.moe\.router\.gate\.weight$"
+
+
+# Muon's: one matrix Muon updates too
+KEEP_MUON = KEEP_PARAMS + r"|^layers\.5\.attention\.wo\.weight$"
+
+
+def write_params(model, out, keep_re=KEEP_PARAMS):
+    """The final parameters whose names match keep_re (0.3.0's model state
+    dict names), torch.save'd: titan-ckpt-convert diff compares titan's
+    checkpoint with them."""
+    import re
+    keep = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone().contiguous()
+            for k, v in model.state_dict().items() if re.search(keep_re, k)}
+    torch.save(keep, out)
+    print(f"wrote {out} ({len(keep)} tensors)")
+
+
+def muon_optimizer(cfg, model, groups_toml):
+    """cfg.optimizer as the param groups of groups_toml (titan's TOML spelling
+    of 0.3.0's ParamGroupConfig list, which titan-train takes with
+    --optimizer.param_groups), DistMuon's groups whole matrices (Owned over
+    the one-rank dp_shard mesh), as 0.3.0's kimi presets build it; the model
+    fully_shard-ed over that mesh in float32 so that its parameters are the
+    DTensors DistMuon takes."""
+    import re
+    import tomllib
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torchtitan.components.optimizer import OptimizersContainer, ParamGroupConfig
+    from torchtitan.distributed.flex_shard import BucketConfig, ComputeLayout, Owned
+    from torchtitan.distributed.flex_shard import dist_muon
+    with open(groups_toml, "rb") as f:
+        groups = tomllib.load(f)["optimizer"]["param_groups"]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29519")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
+    for layer in model.layers.values():
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    # the one substitution: DistMuon asks for a CUDA device; its math and
+    # redistribution run as they are on the CPU over gloo
+    dist_muon.DistMuon._validate_parameter_storage = lambda self: torch.device("cpu")
+    pgs, muon = [], []
+    claimed = set()
+    for g in groups:
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in g["optimizer_kwargs"].items()}
+        if g["optimizer_name"] == "DistMuon":
+            kw.update(fused=False, foreach=False)
+        pgs.append(ParamGroupConfig(pattern=g["pattern"], optimizer_name=g["optimizer_name"],
+                                    optimizer_kwargs=kw))
+        for n, _ in model.named_parameters():
+            if n not in claimed and re.search(g["pattern"], n):
+                claimed.add(n)
+                if g["optimizer_name"] == "DistMuon":
+                    muon.append(n)
+    owned = ComputeLayout(shardings_by_mesh_axis={"dp_shard": Owned()})
+    cfg.optimizer = OptimizersContainer.Config(
+        param_groups=pgs,
+        optimizer_factory_kwargs_by_name={"DistMuon": {
+            "compute_sharding_by_fqn": {n: owned for n in muon},
+            "bucket_configs": (BucketConfig(patterns=tuple(muon), name="all"),)}})
+
+
 def main():
     args = sys.argv[1:]
+    muon = None
+    if "--muon" in args:
+        i = args.index("--muon")
+        muon = args[i + 1]
+        del args[i:i + 2]
     bf16 = "--bf16" in args
     args = [a for a in args if a != "--bf16"]
+    steps_arg = None
+    if "--steps" in args:
+        i = args.index("--steps")
+        steps_arg = int(args[i + 1])
+        del args[i:i + 2]
     preset = args[0] if len(args) > 1 else "llama3_debugmodel"
     tokens = args[1] if len(args) > 1 else args[0]
     seed_ckpt = args[2] if len(args) > 2 else None
@@ -251,6 +343,7 @@ def main():
     cfg = getattr(reg, preset)()
     # the LoRA preset's emulated float8 is slow on the CPU: fewer steps
     steps = LORA_STEPS if preset.endswith("_lora") else STEPS
+    steps = steps_arg or steps
     cfg.training.local_batch_size, cfg.training.seq_len, cfg.training.steps = BATCH, SEQ, steps
     cfg.training.mixed_precision_param = "float32"
     model = cfg.model_spec.model.build()
@@ -263,6 +356,8 @@ def main():
                  "seed checkpoint (third argument)")
     if bf16:
         install_bf16_policy(model, cfg)
+    if muon:
+        muon_optimizer(cfg, model, muon)
     mtp = preset.endswith("_mtp")
     loss_fn, optimizers, schedulers = train_parts(cfg, model, steps)
     data = batches(read_docs(tokens))
@@ -285,7 +380,10 @@ def main():
         rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))
         print(f"step {step:2d}  loss {loss.item():.6f}  grad_norm {gn.item():.6f}  lr {lr:.6g}")
     suffix, precision = ("_bf16", "bfloat16 (FSDP MixedPrecisionPolicy)") if bf16 else ("", "float32")
-    name = family + ("_mtp" if mtp else "") + ("_lora" if preset.endswith("_lora") else "") + suffix
+    name = NAMED.get(preset, family + ("_mtp" if mtp else "") +
+                     ("_lora" if preset.endswith("_lora") else "")) + suffix
+    if muon:
+        name = family + "_muon"
     out = os.path.join(ROOT, f"tests/train/golden/tt030_{name}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
@@ -297,6 +395,8 @@ def main():
     print(f"wrote {out}")
     if preset.endswith("_lora"):
         write_checkpoint_names(model, optimizers, out[:-len(".tsv")] + ".names")
+    if preset in NAMED or muon:
+        write_params(model, out[:-len(".tsv")] + ".params.pt", KEEP_MUON if muon else KEEP_PARAMS)
 
 
 def write_checkpoint_names(model, optimizers, out):

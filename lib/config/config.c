@@ -1,4 +1,5 @@
 #include "config/config.h"
+#include "config/param_groups.h"
 #include "config/toml.h"
 
 #include <errno.h>
@@ -834,6 +835,7 @@ void config_free(job_config *c)
 			lists_free(p);
 		}
 	}
+	pg_free(c);
 }
 
 /* A TOML array of strings into l (name and where for messages). */
@@ -926,6 +928,11 @@ typedef struct load_ctx {
 static int on_toml_key(void *vctx, const char *key, const toml_value *v, int line, titan_err *err)
 {
 	load_ctx *ctx = vctx;
+	if (strncmp(key, PG_PREFIX, strlen(PG_PREFIX)) == 0) {
+		char where[300];
+		snprintf(where, sizeof where, "%s:%d", ctx->name, line);
+		return pg_set(ctx->c, key + strlen(PG_PREFIX), v, where, line, err);
+	}
 	const cfg_key *k = find_key(key);
 	if (k == NULL) {
 		err_set(err, "%s:%d: %s: unknown key", ctx->name, line, key);
@@ -937,13 +944,39 @@ static int on_toml_key(void *vctx, const char *key, const toml_value *v, int lin
 	return 0;
 }
 
+static int read_text(const char *path, char **out, titan_err *err);
+
+static int on_group_key(void *vctx, const char *key, const toml_value *v, int line, titan_err *err)
+{
+	load_ctx *ctx = vctx;
+	if (strncmp(key, PG_PREFIX, strlen(PG_PREFIX)) != 0)
+		return err_set(err, "%s:%d: %s: a file of optimizer.param_groups holds "
+			       "[[optimizer.param_groups]] tables alone", ctx->name, line, key);
+	return on_toml_key(vctx, key, v, line, err);
+}
+
+int config_load_param_groups(job_config *c, const char *path, titan_err *err)
+{
+	char *text = NULL;
+	if (read_text(path, &text, err) != 0)
+		return -1;
+	pg_free(c);
+	load_ctx ctx = {c, path};
+	int rc = toml_parse(path, text, on_group_key, &ctx, err);
+	free(text);
+	if (rc == 0 && c->optimizer.n_param_groups == 0)
+		return err_set(err, "%s: no [[optimizer.param_groups]] table", path);
+	return rc;
+}
+
 int config_load_string(job_config *c, const char *name, const char *text, titan_err *err)
 {
 	load_ctx ctx = {c, name};
 	return toml_parse(name, text, on_toml_key, &ctx, err);
 }
 
-int config_load_file(job_config *c, const char *path, titan_err *err)
+/* The whole of the text file path, NUL-terminated (malloc'd into *out). */
+static int read_text(const char *path, char **out, titan_err *err)
 {
 	FILE *f = fopen(path, "rb");
 	if (f == NULL)
@@ -977,6 +1010,15 @@ int config_load_file(job_config *c, const char *path, titan_err *err)
 		free(buf);
 		return err_set(err, "%s: contains a NUL byte (not a TOML file?)", path);
 	}
+	*out = buf;
+	return 0;
+}
+
+int config_load_file(job_config *c, const char *path, titan_err *err)
+{
+	char *buf = NULL;
+	if (read_text(path, &buf, err) != 0)
+		return -1;
 	int rc = config_load_string(c, path, buf, err);
 	free(buf);
 	if (rc == 0 && set_str(&c->job.config_file, path) != 0)
@@ -1042,6 +1084,8 @@ int config_validate(const job_config *c, titan_err *err)
 {
 	const __typeof__(c->training) *t = &c->training;
 	const __typeof__(c->checkpoint) *ck = &c->checkpoint;
+	if (pg_validate(c, err) != 0)
+		return -1;
 	if (need(!c->lr_scheduler.total_steps_set ||
 			 (c->lr_scheduler.total_steps >= 1 && c->lr_scheduler.total_steps <= MAX_STEPS),
 		 err, "lr_scheduler.total_steps: must be none or in [1, %lld]", MAX_STEPS) ||
@@ -1353,6 +1397,7 @@ void config_print(const job_config *c, FILE *out)
 			fprintf(out, "%s = %s\n", dot + 1, buf);
 		free(buf);
 	}
+	pg_print(c, out);
 }
 
 static int is_flag_name(const char *a)
@@ -1461,6 +1506,7 @@ char *config_agreement_text(const job_config *c, size_t *n)
 		print_value(c, &keys[i], m);
 		fputc('\n', m);
 	}
+	pg_print(c, m);
 	if (fclose(m) != 0) {
 		free(buf);
 		return NULL;

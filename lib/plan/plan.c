@@ -300,6 +300,7 @@ void plan_free(plan *p)
 	plan_graph_free(p);
 	plan_pipeline_free(p);
 	plan_f8_free(p);
+	plan_muon_free(p);
 	model_mb_free(p->mb);
 	cp_attn_free(p->ring);
 	adamw_free(p->opt);
