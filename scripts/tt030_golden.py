@@ -61,8 +61,9 @@ by the param groups of GROUPS.toml (tests/train/muon_groups.toml: 0.3.0's
 DistMuon for the layers' matrices, AdamW for the rest), DistMuon run by
 0.3.0's own code over a one-rank gloo group (its CUDA device check is the
 one thing patched), the model fully_shard-ed over that rank in float32 so
-that its parameters are DTensors; writes tt030_llama3_muon.tsv and
-.params.pt.
+that its parameters are DTensors; writes tt030_llama3_muon.tsv, .params.pt
+and .names (0.3.0's checkpoint items: DistMuon's momentum_buffer and
+param_groups beside AdamW's).
 
 Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [--steps N] [--muon GROUPS.toml] [PRESET] TOKENS.tts [SEED]
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
@@ -393,7 +394,7 @@ def main():
         for r in rows:
             f.write(f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}\t{r['lr']!r}\n")
     print(f"wrote {out}")
-    if preset.endswith("_lora"):
+    if preset.endswith("_lora") or muon:
         write_checkpoint_names(model, optimizers, out[:-len(".tsv")] + ".names")
     if preset in NAMED or muon:
         write_params(model, out[:-len(".tsv")] + ".params.pt", KEEP_MUON if muon else KEEP_PARAMS)

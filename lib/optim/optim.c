@@ -130,7 +130,8 @@ int adamw_set_group(adamw *o, size_t offset, size_t numel, const optim_group *g,
 	optim_group c = *g;
 	if (c.kind == OPTIM_ADAMW) /* Muon's fields mean nothing to AdamW */
 		c = (optim_group){.kind = OPTIM_ADAMW, .lr = g->lr, .beta1 = g->beta1,
-				  .beta2 = g->beta2, .eps = g->eps, .weight_decay = g->weight_decay};
+				  .beta2 = g->beta2, .eps = g->eps, .weight_decay = g->weight_decay,
+				  .adam = g->adam};
 	return add_range(o, offset, numel, &c, e);
 }
 

@@ -54,6 +54,8 @@ typedef enum muon_adjust {
 typedef struct optim_group {
 	optim_kind kind;
 	double lr, beta1, beta2, eps, weight_decay;
+	int adam;                  /* torch's Adam (its checkpoint's decoupled_weight_decay
+				      False; weight decay 0 only) */
 	double momentum;           /* Muon's */
 	int nesterov;
 	double ns[3];              /* Newton-Schulz's a, b, c */

@@ -31,7 +31,7 @@ static int group_of_config(const cfg_param_group *cg, int i, optim_group *g, tit
 	*g = (optim_group){.kind = strcmp(cg->optimizer_name, "DistMuon") == 0 ? OPTIM_MUON
 									       : OPTIM_ADAMW,
 			   .lr = v.lr, .beta1 = v.beta1, .beta2 = v.beta2, .eps = v.eps,
-			   .weight_decay = v.weight_decay, .momentum = v.momentum,
+			   .weight_decay = v.weight_decay, .adam = is_adam(cg), .momentum = v.momentum,
 			   .nesterov = v.nesterov, .ns_steps = (int)v.ns_steps,
 			   .ns = {v.ns_coefficients[0], v.ns_coefficients[1], v.ns_coefficients[2]}};
 	const char *a = v.adjust_lr_fn;

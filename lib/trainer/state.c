@@ -307,25 +307,48 @@ typedef struct val {
 	size_t n;
 } val;
 
-/* The optimizer's per-parameter group values, as torch's AdamW holds them
- * (flatten_optimizer_state_dict gives every parameter FQN its own group). */
-static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **keys, int *nk,
-			titan_err *err)
+/* The optimizer's per-parameter group values of group gr, as torch's AdamW
+ * or Adam holds them (flatten_optimizer_state_dict gives every parameter FQN
+ * its own group), or 0.3.0's DistMuon; lr the step's of the config's group
+ * (the schedule's factor times its lr). */
+static int group_values(tstate_saver *sv, const tstate *s, const optim_group *gr, val *v,
+			const char **keys, int *nk, titan_err *err)
 {
-	const adamw_config *c = adamw_get_config(plan_optimizer(s->p));
-	double betas[2] = {c->beta1, c->beta2};
+	adamw *opt = plan_optimizer(s->p);
+	double betas[2] = {gr->beta1, gr->beta2};
+	double lr = adamw_group_lr(opt, gr, s->cur_lr), lr0 = adamw_group_lr(opt, gr, s->base_lr);
 	int k = 0;
 #define FLOATV(key, x) (keys[k] = key, dcp_value_float(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
 #define BOOLV(key, x) (keys[k] = key, dcp_value_bool(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
 #define NONEV(key) (keys[k] = key, dcp_value_none(&v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
-	if (FLOATV("lr", s->cur_lr) || FLOATV("eps", c->eps) || FLOATV("weight_decay", c->weight_decay) ||
-	    FLOATV("initial_lr", s->base_lr) || BOOLV("amsgrad", 0) || BOOLV("maximize", 0) ||
+#define INTV(key, x) (keys[k] = key, dcp_value_int(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
+#define STRV(key, x) (keys[k] = key, dcp_value_str(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
+	if (gr->kind == OPTIM_MUON) {
+		static const char *const adjust[] = {"original", "match_rms_adamw", "spectral_unclamped"};
+		if (FLOATV("lr", lr) || FLOATV("weight_decay", gr->weight_decay) ||
+		    FLOATV("momentum", gr->momentum) || BOOLV("nesterov", gr->nesterov) ||
+		    FLOATV("eps", gr->eps) || INTV("ns_steps", gr->ns_steps) ||
+		    (gr->adjust == MUON_ADJUST_ORIGINAL ? NONEV("adjust_lr_fn")
+							: STRV("adjust_lr_fn", adjust[gr->adjust])) ||
+		    FLOATV("initial_lr", lr0) || BOOLV("fused", 0) || BOOLV("foreach", 0))
+			return -1;
+		keys[k] = "ns_coefficients";
+		if (dcp_value_floats(gr->ns, 3, 1, &v[k].p, &v[k].n, err) != 0)
+			return -1;
+		keep(sv, v[k].p);
+		*nk = k + 1;
+		return 0;
+	}
+	if (FLOATV("lr", lr) || FLOATV("eps", gr->eps) || FLOATV("weight_decay", gr->weight_decay) ||
+	    FLOATV("initial_lr", lr0) || BOOLV("amsgrad", 0) || BOOLV("maximize", 0) ||
 	    NONEV("foreach") || BOOLV("capturable", 0) || BOOLV("differentiable", 0) ||
-	    NONEV("fused") || BOOLV("decoupled_weight_decay", 1))
+	    NONEV("fused") || BOOLV("decoupled_weight_decay", !gr->adam))
 		return -1;
 #undef FLOATV
 #undef BOOLV
 #undef NONEV
+#undef INTV
+#undef STRV
 	keys[k] = "betas";
 	if (dcp_value_floats(betas, 2, 1, &v[k].p, &v[k].n, err) != 0)
 		return -1;
@@ -333,6 +356,14 @@ static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **
 	k++;
 	*nk = k;
 	return 0;
+}
+
+/* Whether tensor t's box b is Muon's (its exp_avg is momentum_buffer, and it
+ * has no exp_avg_sq or step). */
+static int is_muon(plan *p, const plan_box *b)
+{
+	const optim_group *g = adamw_group_of(plan_optimizer(p), b->shard_off);
+	return g && g->kind == OPTIM_MUON;
 }
 
 static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
@@ -404,21 +435,23 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	val v[16];
 	const char *keys[16];
 	int nk;
-	if (group_values(sv, s, v, keys, &nk, err) != 0)
-		return -1;
 	for (int i = 0; i < model_num_tensors(g); i++) {
 		const model_tensor *t = model_tensor_at(g, i);
 		const plan_box *b = plan_box_at(s->p, i);
 		if (!b->owner || t->frozen) /* LoRA: 0.3.0's optimizer holds the adapters alone */
 			continue;
-		if (add_state_box(sv, ".exp_avg", st, t, b, ea_s + b->shard_off * es) != 0 ||
-		    add_state_box(sv, ".exp_avg_sq", st, t, b, eas_s + b->shard_off * es) != 0)
+		int muon = is_muon(s->p, b);
+		if (add_state_box(sv, muon ? ".momentum_buffer" : ".exp_avg", st, t, b,
+				  ea_s + b->shard_off * es) != 0 ||
+		    (!muon && add_state_box(sv, ".exp_avg_sq", st, t, b, eas_s + b->shard_off * es) != 0))
 			return err_set(err, "out of memory");
 		int skip;
 		const char *stepk = param_fqn(sv, "optimizer.state.", t, ".step", &skip);
 		if (!first_box(b) || skip)
 			continue;
-		if (add_tensor(sv, stepk, PTZ_F32, 0, NULL, stepv))
+		if (group_values(sv, s, adamw_group_of(opt, b->shard_off), v, keys, &nk, err) != 0)
+			return -1;
+		if (!muon && add_tensor(sv, stepk, PTZ_F32, 0, NULL, stepv))
 			return err_set(err, "out of memory");
 		for (int k = 0; k < nk; k++) {
 			char suffix[64];
@@ -626,16 +659,18 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		if (!want_opt || t->frozen)
 			continue;
 		size_t first = b->n;
-		int skip;
-		if ((!step_item &&
+		int skip, muon = is_muon(s->p, x);
+		if ((!step_item && !muon &&
 		     add_tensor(b, param_fqn(b, "optimizer.state.", t, ".step", &skip), PTZ_F32, 0, NULL,
 				stepv)) ||
-		    add_state_box(b, ".exp_avg", PTZ_F32, t, x, (uint8_t *)(ea + x->shard_off)) != 0 ||
-		    add_state_box(b, ".exp_avg_sq", PTZ_F32, t, x, (uint8_t *)(eas + x->shard_off)) != 0) {
+		    add_state_box(b, muon ? ".momentum_buffer" : ".exp_avg", PTZ_F32, t, x,
+				  (uint8_t *)(ea + x->shard_off)) != 0 ||
+		    (!muon && add_state_box(b, ".exp_avg_sq", PTZ_F32, t, x,
+					    (uint8_t *)(eas + x->shard_off)) != 0)) {
 			rc = err_set(err, "out of memory");
 			break;
 		}
-		step_item = 1;
+		step_item |= !muon;
 		for (size_t k = first; k < b->n; k++) /* absent from a model-only checkpoint; checked below */
 			b->items[k].optional = 1;
 	}
