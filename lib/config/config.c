@@ -1269,7 +1269,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 }
 
 /* A TOML basic string. */
-static void print_string(const char *s, FILE *out)
+void config_print_string(const char *s, FILE *out)
 {
 	fputc('"', out);
 	for (; *s; s++) {
@@ -1289,7 +1289,7 @@ static void print_list(const cfg_strlist *l, FILE *out)
 	for (int i = 0; i < l->n; i++) {
 		if (i)
 			fputs(", ", out);
-		print_string(l->v[i], out);
+		config_print_string(l->v[i], out);
 	}
 	fputc(']', out);
 }
@@ -1323,7 +1323,7 @@ static void print_value(const job_config *c, const cfg_key *k, FILE *out)
 		if (s == NULL)
 			fputs("none", out);
 		else
-			print_string(s, out);
+			config_print_string(s, out);
 		break;
 	}
 	case CFG_LIST:

@@ -373,6 +373,9 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err);
 
 /* Print every key with its value as TOML, section by section. */
 void config_print(const job_config *c, FILE *out);
+/* s as a TOML basic string, quoted (" and \\ escaped, control characters as
+ * \\uXXXX), which is also JSON's spelling of it. */
+void config_print_string(const char *s, FILE *out);
 
 /* Key key's value as config_print writes it ("none" for None, strings quoted
  * and escaped, lists as ["a", "b"]), malloc'd, and its type into *type; NULL

@@ -232,28 +232,15 @@ int pg_validate(const job_config *c, titan_err *err)
 	return 0;
 }
 
-static void put_str(const char *s, FILE *out)
-{
-	fputc('"', out);
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\')
-			fprintf(out, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(out, "\\u%04x", (unsigned char)*s);
-		else
-			fputc(*s, out);
-	fputc('"', out);
-}
-
 void pg_print(const job_config *c, FILE *out)
 {
 	for (int i = 0; i < c->optimizer.n_param_groups; i++) {
 		const cfg_param_group *g = &c->optimizer.param_groups[i];
 		const cfg_param_group_values *v = &g->v;
 		fputs("\n[[optimizer.param_groups]]\npattern = ", out);
-		put_str(g->pattern ? g->pattern : "", out);
+		config_print_string(g->pattern ? g->pattern : "", out);
 		fputs("\noptimizer_name = ", out);
-		put_str(g->optimizer_name ? g->optimizer_name : "", out);
+		config_print_string(g->optimizer_name ? g->optimizer_name : "", out);
 		fputs("\noptimizer_kwargs = {", out);
 		const char *sep = "";
 #define KW(bit, ...) if (g->given & (bit)) { fprintf(out, "%s", sep); fprintf(out, __VA_ARGS__); sep = ", "; }
@@ -268,7 +255,7 @@ void pg_print(const job_config *c, FILE *out)
 		KW(CFG_PG_NS_STEPS, "ns_steps = %lld", (long long)v->ns_steps);
 		if (g->given & CFG_PG_ADJUST_LR_FN) {
 			fprintf(out, "%sadjust_lr_fn = ", sep);
-			put_str(v->adjust_lr_fn, out);
+			config_print_string(v->adjust_lr_fn, out);
 		}
 #undef KW
 		fputs("}\n", out);

@@ -826,20 +826,6 @@ static void json_only(json_out *j, const char *only)
 		fprintf(j->f, "\"%s\"", only);
 }
 
-/* A JSON string of s (json.dumps: quotes and backslashes escaped). */
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", (unsigned char)*s);
-		else
-			fputc(*s, f);
-	fputc('"', f);
-}
-
 /* One group's optimizer_kwargs, those given, in the order 0.3.0's presets
  * write them; d: the dict's indent. */
 static void json_kwargs(FILE *f, const cfg_param_group *g, int d)
@@ -867,7 +853,7 @@ static void json_kwargs(FILE *f, const cfg_param_group *g, int d)
 			c3, d + 2, "");
 	}
 	ITEM(CFG_PG_NS_STEPS, "ns_steps") fprintf(f, "%lld", (long long)v->ns_steps); }
-	ITEM(CFG_PG_ADJUST_LR_FN, "adjust_lr_fn") json_string(f, v->adjust_lr_fn); }
+	ITEM(CFG_PG_ADJUST_LR_FN, "adjust_lr_fn") config_print_string(v->adjust_lr_fn, f); }
 #undef ITEM
 	if (g->given)
 		fprintf(f, "\n%*s", d, "");
@@ -885,9 +871,9 @@ static void json_param_groups(json_out *j, const job_config *c)
 		for (int i = 0; i < c->optimizer.n_param_groups; i++) {
 			const cfg_param_group *g = &c->optimizer.param_groups[i];
 			fprintf(j->f, "%s\n%*s{\n%*s\"pattern\": ", i ? "," : "", d + 2, "", d + 4, "");
-			json_string(j->f, g->pattern);
+			config_print_string(g->pattern, j->f);
 			fprintf(j->f, ",\n%*s\"optimizer_name\": ", d + 4, "");
-			json_string(j->f, g->optimizer_name);
+			config_print_string(g->optimizer_name, j->f);
 			fprintf(j->f, ",\n%*s\"optimizer_kwargs\": ", d + 4, "");
 			json_kwargs(j->f, g, d + 4);
 			fprintf(j->f, "\n%*s}", d + 2, "");
