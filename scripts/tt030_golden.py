@@ -55,6 +55,11 @@ qwen3_debugmodel_moe_param_groups (0.3.0's optimizer param groups: AdamW
 without decay for tok_embeddings, Adam at lr 1e-4 for the routers' gates,
 AdamW for the rest) writes tt030_qwen3_moe_param_groups.tsv and, beside it,
 .params.pt: its final norms and layers 0 and 7's router gates (KEEP_PARAMS).
+With --groups-of qwen3_debugmodel_moe_param_groups, another preset (the test's
+deepseek_v3_debugmodel: 33M parameters against that model's 316M) runs with
+that preset's optimizer, 0.3.0's own OptimizersContainer.Config object, taken
+from its config_registry function unchanged: tt030_moe_param_groups.tsv and
+.params.pt (the norms and layers 1 and 5's router gates).
 
 With --muon GROUPS.toml (llama3_debugmodel): the preset's optimizer replaced
 by the param groups of GROUPS.toml (tests/train/muon_groups.toml: 0.3.0's
@@ -65,7 +70,7 @@ that its parameters are DTensors; writes tt030_llama3_muon.tsv, .params.pt
 and .names (0.3.0's checkpoint items: DistMuon's momentum_buffer and
 param_groups beside AdamW's).
 
-Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [--steps N] [--muon GROUPS.toml] [PRESET] TOKENS.tts [SEED]
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [--steps N] [--muon GROUPS.toml] [--groups-of PRESET] [PRESET] TOKENS.tts [SEED]
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
      tests/train/tt030.sh makes it: test_gen gen 11 400 2048 60; SEED: titan's
      seed checkpoint of the preset, which tests/train/tt030.sh writes with
@@ -248,6 +253,8 @@ def train_parts(cfg, model, steps):
 # parameters each golden keeps (small tensors whose values every group moves)
 NAMED = {"qwen3_debugmodel_moe_param_groups": "qwen3_moe_param_groups"}
 KEEP_PARAMS = r"(?:^norm|attention_norm|ffn_norm|q_norm|k_norm)\.weight$|^layers\.[07]\.moe\.router\.gate\.weight$"
+# deepseek_v3_debugmodel's (layer 0 dense; MLA's norms)
+KEEP_GROUPS = r"(?:^norm|attention_norm|ffn_norm|kv_norm|q_norm)\.weight$|^layers\.[15]\.moe\.router\.gate\.weight$"
 
 
 # Muon's: one matrix Muon updates too
@@ -320,6 +327,11 @@ def main():
         i = args.index("--muon")
         muon = args[i + 1]
         del args[i:i + 2]
+    groups_of = None
+    if "--groups-of" in args:
+        i = args.index("--groups-of")
+        groups_of = args[i + 1]
+        del args[i:i + 2]
     bf16 = "--bf16" in args
     args = [a for a in args if a != "--bf16"]
     steps_arg = None
@@ -359,6 +371,10 @@ def main():
         install_bf16_policy(model, cfg)
     if muon:
         muon_optimizer(cfg, model, muon)
+    if groups_of:
+        other = __import__(f"torchtitan.models.{groups_of.split('_')[0]}.config_registry",
+                           fromlist=[groups_of])
+        cfg.optimizer = getattr(other, groups_of)().optimizer
     mtp = preset.endswith("_mtp")
     loss_fn, optimizers, schedulers = train_parts(cfg, model, steps)
     data = batches(read_docs(tokens))
@@ -385,6 +401,8 @@ def main():
                      ("_lora" if preset.endswith("_lora") else "")) + suffix
     if muon:
         name = family + "_muon"
+    if groups_of:
+        name = NAMED[groups_of].replace("qwen3_", "")
     out = os.path.join(ROOT, f"tests/train/golden/tt030_{name}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
@@ -396,8 +414,9 @@ def main():
     print(f"wrote {out}")
     if preset.endswith("_lora") or muon:
         write_checkpoint_names(model, optimizers, out[:-len(".tsv")] + ".names")
-    if preset in NAMED or muon:
-        write_params(model, out[:-len(".tsv")] + ".params.pt", KEEP_MUON if muon else KEEP_PARAMS)
+    if preset in NAMED or muon or groups_of:
+        write_params(model, out[:-len(".tsv")] + ".params.pt",
+                     KEEP_MUON if muon else KEEP_GROUPS if groups_of else KEEP_PARAMS)
 
 
 def write_checkpoint_names(model, optimizers, out):

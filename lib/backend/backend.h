@@ -441,6 +441,12 @@ typedef struct backend_ops {
 		     be_dtype xt, int64_t n);
 	void (*scale)(backend *be, void *x, be_dtype xt, float alpha, int64_t n);
 
+	/* torch.lerp(x, end, w) in place, float32: x + w (end - x) when |w| < 0.5,
+	 * else end - (1 - w)(end - x), each a single fused multiply-add as torch's
+	 * vectorised CPU kernel and its CUDA kernel compute it (bit for bit;
+	 * Muon's momentum_buffer.lerp_ and its Nesterov lerp). */
+	void (*lerp)(backend *be, float *x, const float *end, float w, int64_t n);
+
 	/* sum(x^2) in double, in a fixed order: the grad-norm partial. */
 	double (*sumsq)(backend *be, const void *x, be_dtype xt, int64_t n);
 

@@ -524,6 +524,12 @@ static void cpu_axpy(backend *be, void *y, be_dtype yt, float alpha, const void 
 	}
 }
 
+static void cpu_lerp(backend *be, float *x, const float *end, float w, int64_t n)
+{
+	(void)be;
+	cpu_lerp_f32(x, end, w, n);
+}
+
 static void cpu_scale(backend *be, void *x, be_dtype xt, float alpha, int64_t n)
 {
 	switch (kinds(be, "scale", 1, xt)) {
@@ -841,6 +847,7 @@ static const backend_ops cpu_ops = {
 	.add = cpu_add,
 	.axpy = cpu_axpy,
 	.scale = cpu_scale,
+	.lerp = cpu_lerp,
 	.sumsq = cpu_sumsq,
 	.adamw = cpu_adamw,
 	.rmsnorm_add_fwd = cpu_rmsnorm_add_fwd,

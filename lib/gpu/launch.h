@@ -58,6 +58,8 @@ int launch_add(void *y, int ty, const void *a, int ta, const void *b, int tb, in
 int launch_axpy(void *y, int ty, float alpha, const void *x, int tx, int64_t n, void *stream);
 /* x *= alpha, (n). */
 int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream);
+/* x = torch.lerp(x, end, w), float32 (backend.h's lerp). */
+int launch_lerp(float *x, const float *end, float w, int64_t n, void *stream);
 
 /* --- RMSNorm fused with the residual add (kernels/rmsnorm.cu) --- */
 

@@ -38,6 +38,12 @@ int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream)
 	return NO_DEVICE;
 }
 
+int launch_lerp(float *x, const float *end, float w, int64_t n, void *stream)
+{
+	(void)x, (void)end, (void)w, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
 int launch_rmsnorm_fwd(void *y, int ty, float *rstd, void *res, int tres, const void *x,
 		       int tx, const void *delta, int tdelta, const void *w, int tw, int64_t n,
 		       int64_t d, float eps, void *stream)

@@ -9,13 +9,13 @@ void muon_momentum(backend *be, float *m, const float *g, float *u, size_t n,
 {
 	const backend_ops *o = be->ops;
 	int64_t k = (int64_t)n;
-	/* m.lerp_(g, 1 - mu) = mu m + (1 - mu) g */
-	o->scale(be, m, BE_F32, (float)gr->momentum, k);
-	o->axpy(be, m, BE_F32, (float)(1 - gr->momentum), g, BE_F32, k);
-	o->copy(be, u, m, n * sizeof(float), BACKEND_D2D);
-	if (gr->nesterov) { /* torch.lerp(g, m, mu) = mu m + (1 - mu) g */
-		o->scale(be, u, BE_F32, (float)gr->momentum, k);
-		o->axpy(be, u, BE_F32, (float)(1 - gr->momentum), g, BE_F32, k);
+	/* torch's weights: Python's doubles, rounded to float32 by the kernel */
+	o->lerp(be, m, g, (float)(1 - gr->momentum), k); /* m.lerp_(g, 1 - mu) */
+	if (gr->nesterov) { /* u = torch.lerp(g, m, mu) */
+		o->copy(be, u, g, n * sizeof(float), BACKEND_D2D);
+		o->lerp(be, u, m, (float)gr->momentum, k);
+	} else {
+		o->copy(be, u, m, n * sizeof(float), BACKEND_D2D);
 	}
 }
 

@@ -2,6 +2,7 @@
  * (distributed/flex_shard/dist_muon.py) computes it, in backend ops:
  *
  *   momentum:  m = lerp(m, g, 1 - mu);  u = nesterov ? lerp(g, m, mu) : m
+ *              (torch.lerp's formula, the backend's lerp: bit for bit)
  *   direction: X = bf16(u), transposed when rows > cols; X /= max(|X|_F, eps)
  *              (the norm rounded to bfloat16, as torch's norm of a bf16
  *              tensor); ns_steps times:

@@ -91,6 +91,35 @@ static void add_axpy_scale_match_the_cpu(void **state)
 		}
 }
 
+/* lerp (Muon's momentum): the CPU kernel's bits, which are torch.lerp's
+ * (tests/backend), for a weight of each branch. */
+static void lerp_matches_the_cpu_bit_for_bit(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(13);
+	const size_t n = 100003;
+	const float ws[] = {(float)(1 - 0.95), 0.95f};
+	for (size_t k = 0; k < 2; k++) {
+		double *x = rnd(n, 1.0), *end = rnd(n, 1.0);
+		float *fx = malloc(n * sizeof *fx), *fe = malloc(n * sizeof *fe);
+		uint32_t *got = malloc(n * sizeof *got);
+		assert_true(fx && fe && got);
+		for (size_t i = 0; i < n; i++)
+			fx[i] = (float)x[i], fe[i] = (float)end[i], x[i] = fx[i], end[i] = fe[i];
+		void *dx = dev_from(x, n, GPU_F32), *de = dev_from(end, n, GPU_F32);
+		gpu_ok(launch_lerp(dx, de, ws[k], (int64_t)n, NULL), "lerp");
+		cpu_lerp_f32(fx, fe, ws[k], (int64_t)n);
+		titan_err e = {{0}};
+		if (gpu_sync(&e) || gpu_download(got, dx, n * 4, &e))
+			fail_msg("%s", e.msg);
+		if (memcmp(got, fx, n * 4) != 0)
+			fail_msg("lerp w=%g: the device's bits differ from the CPU's", (double)ws[k]);
+		free(x), free(end), free(fx), free(fe), free(got);
+		gpu_free(dx), gpu_free(de);
+	}
+}
+
 /* --- RMSNorm with the residual add --- */
 
 typedef struct norm_case {
@@ -652,6 +681,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(cast_rounds_like_torch_bit_for_bit),
 		cmocka_unit_test(add_axpy_scale_match_the_cpu),
+		cmocka_unit_test(lerp_matches_the_cpu_bit_for_bit),
 		cmocka_unit_test(rmsnorm_forward_with_residual_matches_the_cpu),
 		cmocka_unit_test(rmsnorm_backward_with_residual_matches_the_cpu),
 		cmocka_unit_test(rmsnorm_backward_repeats_bit_for_bit),
