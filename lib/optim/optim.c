@@ -8,8 +8,8 @@
 struct adamw {
 	backend *be;
 	adamw_config c;
-	size_t n;
-	void *m, *v; /* (n) exp_avg, exp_avg_sq of c.dtype */
+	size_t n, nv;
+	void *m, *v; /* (n) exp_avg, (nv) exp_avg_sq of c.dtype: none for Muon's ranges */
 	int64_t step;
 	optim_group base; /* the config's group: every parameter outside nd */
 	/* Ranges of a group of their own (-1: frozen, not updated at all),
@@ -42,7 +42,7 @@ adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e)
 	}
 	o->be = be;
 	o->c = *c;
-	o->n = n;
+	o->n = o->nv = n;
 	o->base = (optim_group){.kind = OPTIM_ADAMW, .lr = c->lr, .beta1 = c->beta1,
 				.beta2 = c->beta2, .eps = c->eps, .weight_decay = c->weight_decay};
 	if (c->dtype != BE_F32 && c->dtype != BE_BF16) {
@@ -163,6 +163,46 @@ double adamw_group_lr(const adamw *o, const optim_group *g, double lr)
 	return o->c.lr != 0 ? g->lr * (lr / o->c.lr) : 0;
 }
 
+/* Where exp_avg_sq holds the parameter at offset: offset less the Muon
+ * ranges before it (none once adamw_drop_muon_states ran without Muon). */
+size_t adamw_exp_avg_sq_index(const adamw *o, size_t offset)
+{
+	size_t skip = 0;
+	for (int i = 0; o->nv < o->n && i < o->n_nd && o->nd[i].b <= offset; i++)
+		if (o->nd[i].g >= 0 && o->groups[o->nd[i].g].kind == OPTIM_MUON)
+			skip += o->nd[i].b - o->nd[i].a;
+	return offset - skip;
+}
+
+size_t adamw_exp_avg_sq_numel(const adamw *o)
+{
+	return o->nv;
+}
+
+int adamw_drop_muon_states(adamw *o, titan_err *e)
+{
+	size_t muon = 0;
+	for (int i = 0; i < o->n_nd; i++)
+		if (o->nd[i].g >= 0 && o->groups[o->nd[i].g].kind == OPTIM_MUON)
+			muon += o->nd[i].b - o->nd[i].a;
+	if (muon == 0 || o->nv != o->n)
+		return 0;
+	size_t bytes = (o->n - muon) * be_dtype_size(o->c.dtype);
+	void *v = o->be->ops->alloc(o->be, bytes ? bytes : 1, e);
+	if (!v)
+		return err_prefix(e, "adamw: exp_avg_sq of %zu parameters", o->n - muon);
+	o->be->ops->zero(o->be, v, bytes);
+	o->be->ops->free(o->be, o->v);
+	o->v = v;
+	o->nv = o->n - muon;
+	return 0;
+}
+
+size_t adamw_state_bytes(const adamw *o)
+{
+	return (o->n + o->nv) * be_dtype_size(o->c.dtype);
+}
+
 /* Element i of a flat buffer of type t. */
 static void *at(const void *base, be_dtype t, size_t i)
 {
@@ -178,7 +218,8 @@ static void update(adamw *o, void *p, const void *g, size_t a, size_t b, double 
 		return;
 	double bc1 = 1 - pow(gr->beta1, (double)o->step);
 	double bc2 = 1 - pow(gr->beta2, (double)o->step);
-	o->be->ops->adamw(o->be, at(p, t, a), at(g, t, a), at(o->m, t, a), at(o->v, t, a), t,
+	o->be->ops->adamw(o->be, at(p, t, a), at(g, t, a), at(o->m, t, a),
+			  at(o->v, t, adamw_exp_avg_sq_index(o, a)), t,
 			  (int64_t)(b - a), adamw_group_lr(o, gr, lr), gr->beta1, gr->beta2,
 			  gr->eps, gr->weight_decay, bc1, bc2);
 }

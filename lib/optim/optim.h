@@ -101,7 +101,16 @@ be_span *adamw_spans(const adamw *o, int *n, titan_err *e);
 void adamw_next_step(adamw *o, double lr, be_adamw_step *st);
 
 void *adamw_exp_avg(adamw *o);    /* (n) of adamw_dtype, in backend memory */
-void *adamw_exp_avg_sq(adamw *o); /* (n) */
+void *adamw_exp_avg_sq(adamw *o); /* (adamw_exp_avg_sq_numel) */
+/* Muon keeps no exp_avg_sq (its momentum_buffer is exp_avg): once the
+ * groups are set, adamw_drop_muon_states shrinks exp_avg_sq to the other
+ * parameters (zeroed: before the first step), the parameter at offset's
+ * element then at adamw_exp_avg_sq_index (offset itself without Muon). */
+int adamw_drop_muon_states(adamw *o, titan_err *e);
+size_t adamw_exp_avg_sq_numel(const adamw *o);
+size_t adamw_exp_avg_sq_index(const adamw *o, size_t offset);
+/* The bytes of the states held: exp_avg and exp_avg_sq. */
+size_t adamw_state_bytes(const adamw *o);
 be_dtype adamw_dtype(const adamw *o);
 int64_t adamw_get_step(const adamw *o);
 void adamw_set_step(adamw *o, int64_t step); /* when a checkpoint is loaded */

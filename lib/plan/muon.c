@@ -243,5 +243,5 @@ int plan_set_param_groups(plan *p, const optim_group *groups, const int *group_o
 		plan_muon_free(p);
 		return 0;
 	}
-	return reserve(p, mu, e);
+	return adamw_drop_muon_states(p->opt, e) || reserve(p, mu, e) ? -1 : 0;
 }

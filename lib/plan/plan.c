@@ -357,7 +357,16 @@ void plan_box_extract(const plan *p, int i, const float *whole, float *shard)
 /* Host float32 image of a shard buffer <-> the buffer (of the master type). */
 int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e)
 {
-	size_t n = p->shard_numel;
+	return plan_shard_upload_n(p, dev, host, p->shard_numel, e);
+}
+
+int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e)
+{
+	return plan_shard_download_n(p, host, dev, p->shard_numel, e);
+}
+
+int plan_shard_upload_n(plan *p, void *dev, const float *host, size_t n, titan_err *e)
+{
 	if (p->mt == BE_F32) {
 		p->be->ops->copy(p->be, dev, host, n * sizeof(float), BACKEND_H2D);
 		return 0;
@@ -373,9 +382,8 @@ int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e)
 	return rc;
 }
 
-int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e)
+int plan_shard_download_n(plan *p, float *host, const void *dev, size_t n, titan_err *e)
 {
-	size_t n = p->shard_numel;
 	if (p->mt == BE_F32) {
 		p->be->ops->copy(p->be, host, dev, n * sizeof(float), BACKEND_D2H);
 		return p->be->ops->sync(p->be, e);
@@ -448,7 +456,7 @@ void plan_memory_get(const plan *p, plan_memory *mm)
 {
 	memset(mm, 0, sizeof *mm);
 	mm->params = mm->grads = p->shard_numel * be_dtype_size(p->mt);
-	mm->optimizer = 2 * p->shard_numel * be_dtype_size(p->mt);
+	mm->optimizer = p->opt ? adamw_state_bytes(p->opt) : 2 * p->shard_numel * be_dtype_size(p->mt);
 	mm->activations = model_activation_bytes(p->m, p->o.b, p->o.t);
 	mm->ring = plan_cp_bytes(p);
 	if (p->peak_bytes) {

@@ -276,11 +276,12 @@ static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n
 
 /* A whole shard buffer (of the plan's master type) copied to a new host
  * float32 image; NULL when out of memory or the copy failed. */
-static float *to_host(tstate_saver *sv, plan *p, const void *dev)
+/* n elements of a shard buffer (dev) as a float32 host image. */
+static float *to_host(tstate_saver *sv, plan *p, const void *dev, size_t n)
 {
 	titan_err e;
-	float *h = stage_image(sv, plan_shard_numel(p) * sizeof(float) + 1);
-	return h != NULL && plan_shard_download(p, h, dev, &e) == 0 ? h : NULL;
+	float *h = stage_image(sv, n * sizeof(float) + 1);
+	return h != NULL && plan_shard_download_n(p, h, dev, n, &e) == 0 ? h : NULL;
 }
 
 /* The checkpoint's type for what the run keeps in t: torchtitan saves its
@@ -369,7 +370,7 @@ static int is_muon(plan *p, const plan_box *b)
 static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
 {
 	const model *g = plan_global_model(s->p);
-	float *params = to_host(sv, s->p, plan_shard_params(s->p));
+	float *params = to_host(sv, s->p, plan_shard_params(s->p), plan_shard_numel(s->p));
 	if (params == NULL)
 		return err_set(err, "out of memory");
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
@@ -423,10 +424,11 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
 	ptz_dtype st = saved_dtype(adamw_dtype(opt));
-	float *ea = to_host(sv, s->p, adamw_exp_avg(opt));
-	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt));
+	size_t nv = adamw_exp_avg_sq_numel(opt); /* none for Muon's parameters */
+	float *ea = to_host(sv, s->p, adamw_exp_avg(opt), n);
+	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt), nv);
 	uint8_t *ea_s = ea ? as_dtype(sv, ea, n, st) : NULL;
-	uint8_t *eas_s = eas ? as_dtype(sv, eas, n, st) : NULL;
+	uint8_t *eas_s = eas ? as_dtype(sv, eas, nv, st) : NULL;
 	size_t es = ptz_dtype_size(st);
 	float *stepv = keep(sv, malloc(sizeof(float)));
 	if (ea_s == NULL || eas_s == NULL || stepv == NULL)
@@ -443,7 +445,8 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 		int muon = is_muon(s->p, b);
 		if (add_state_box(sv, muon ? ".momentum_buffer" : ".exp_avg", st, t, b,
 				  ea_s + b->shard_off * es) != 0 ||
-		    (!muon && add_state_box(sv, ".exp_avg_sq", st, t, b, eas_s + b->shard_off * es) != 0))
+		    (!muon && add_state_box(sv, ".exp_avg_sq", st, t, b,
+					    eas_s + adamw_exp_avg_sq_index(opt, b->shard_off) * es) != 0))
 			return err_set(err, "out of memory");
 		int skip;
 		const char *stepk = param_fqn(sv, "optimizer.state.", t, ".step", &skip);
@@ -642,7 +645,8 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	/* calloc: FSDP's padding stays zero */
 	float *params = keep(b, calloc(n + 1, sizeof(float)));
 	float *ea = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
-	float *eas = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
+	size_t nv = adamw_exp_avg_sq_numel(opt); /* none for Muon's parameters */
+	float *eas = want_opt ? keep(b, calloc(nv + 1, sizeof(float))) : NULL;
 	float *stepv = keep(b, malloc(sizeof(float)));
 	int rc = params == NULL || stepv == NULL || (want_opt && (ea == NULL || eas == NULL))
 			 ? err_set(err, "out of memory") : 0;
@@ -666,7 +670,7 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		    add_state_box(b, muon ? ".momentum_buffer" : ".exp_avg", PTZ_F32, t, x,
 				  (uint8_t *)(ea + x->shard_off)) != 0 ||
 		    (!muon && add_state_box(b, ".exp_avg_sq", PTZ_F32, t, x,
-					    (uint8_t *)(eas + x->shard_off)) != 0)) {
+					    (uint8_t *)(eas + adamw_exp_avg_sq_index(opt, x->shard_off))) != 0)) {
 			rc = err_set(err, "out of memory");
 			break;
 		}
@@ -755,7 +759,7 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		rc = plan_shard_upload(s->p, plan_shard_params(s->p), params, err);
 		if (rc == 0 && want_opt && have_train_state) {
 			rc = plan_shard_upload(s->p, adamw_exp_avg(opt), ea, err) ||
-			     plan_shard_upload(s->p, adamw_exp_avg_sq(opt), eas, err);
+			     plan_shard_upload_n(s->p, adamw_exp_avg_sq(opt), eas, nv, err);
 			adamw_set_step(opt, step_item ? (int64_t)*stepv : 0);
 			got->optimizer = 1;
 		}

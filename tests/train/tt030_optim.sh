@@ -82,7 +82,14 @@ params_equal "param_groups: the parameters of step 10 equal 0.3.0's" \
 mu() { run030 --optimizer.param_groups tests/train/muon_groups.toml --training.steps 10 "$@"; }
 t_run "muon: 10 steps of llama3_debugmodel with DistMuon" mu --dump_folder "$TMP/mu" \
 	--checkpoint.enable --checkpoint.interval 5
+cp "$TMP/.err" "$TMP/mu.log"
 steps_of "$TMP/mu/metrics.jsonl" >"$TMP/mu.tsv"
+# Muon's matrices keep a momentum_buffer and no exp_avg_sq: of the 6,163,712
+# parameters the layers' 6 x (4 x 256 x 256 + 3 x 768 x 256) = 5,111,808 are
+# Muon's, so the states hold (6,163,712 + 1,051,904) x 4 bytes = 0.0269 GiB
+# (AdamW's two states: 0.0459)
+t_grep "muon: the optimizer's states are a momentum buffer for Muon's matrices" \
+	"Memory per rank: .* optimizer 0.0269 GiB" "$TMP/mu.log"
 t_steps "muon: the loss, grad norm and lr equal 0.3.0's at every step" $GD/tt030_llama3_muon.tsv \
 	"$TMP/mu.tsv" 1 10
 # the norms (AdamW) within 1e-5, a Muon matrix within 1e-4: its direction is
