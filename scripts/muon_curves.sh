@@ -10,6 +10,7 @@
 #
 #   sh scripts/muon_curves.sh [STEPS]      (default 200; DIR=build/muon)
 set -eu
+export OMP_WAIT_POLICY=passive
 STEPS=${1:-200}
 D=${DIR:-build/muon}
 B=${BIN:-bin}
@@ -20,7 +21,7 @@ DEMO_DIR="$D/demo" DEMO_STEPS=2 sh scripts/demo.sh >"$D.demo.log" 2>&1 || true
 run() { # NAME CONFIG
 	"$B/titan-train" --config "$2" --job.dump_folder "$D/$1" \
 		--training.dataset_path "$D/demo/data" --training.steps "$STEPS" \
-		--checkpoint.enable false --metrics.log_freq 10 --validation.freq 0 2>"$D/$1.log"
+		--checkpoint.enable false --metrics.log_freq 10 --validation.enable false 2>"$D/$1.log"
 	grep -h -e 'Memory per rank' -e 'Peak backend memory' "$D/$1.log" | sed "s/^.* - INFO - /$1: /"
 }
 # the demo's config with the groups appended (arrays of tables come last)

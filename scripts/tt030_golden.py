@@ -70,7 +70,19 @@ that its parameters are DTensors; writes tt030_llama3_muon.tsv, .params.pt
 and .names (0.3.0's checkpoint items: DistMuon's momentum_buffer and
 param_groups beside AdamW's).
 
-Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [--steps N] [--muon GROUPS.toml] [--groups-of PRESET] [PRESET] TOKENS.tts [SEED]
+With --bf16-states (llama3_debugmodel): optimizer.implementation =
+"fused_opt_states_bf16", 0.3.0's own OptimizersContainer with its step
+pre-hook that creates exp_avg and exp_avg_sq in bfloat16 beside the float32
+parameters.  torch runs such states only in its CUDA fused kernel
+(FusedAdamMathFunctorMP); its CPU fused AdamW refuses them, so the one
+substitution is torch._fused_adamw_ (and _fused_adam_) by fused_adam_mp below,
+a transcription of that kernel's adam_math in float32 (its fused multiply-adds
+as float64 sums of exact products, rounded once more to float32), the states
+rounded to bfloat16 when stored.  Writes tt030_llama3_bf16_states.tsv,
+.params.pt (KEEP_MUON's tensors) and .states (each optimizer state's name and
+dtype in 0.3.0's checkpoint).
+
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [--bf16-states] [--steps N] [--muon GROUPS.toml] [--groups-of PRESET] [PRESET] TOKENS.tts [SEED]
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
      tests/train/tt030.sh makes it: test_gen gen 11 400 2048 60; SEED: titan's
      seed checkpoint of the preset, which tests/train/tt030.sh writes with
@@ -320,6 +332,55 @@ def muon_optimizer(cfg, model, groups_toml):
             "bucket_configs": (BucketConfig(patterns=tuple(muon), name="all"),)}})
 
 
+def fused_adam_mp(orig, adamw):
+    """torch._fused_adam(w)_ for float32 parameters with bfloat16 states as
+    torch's CUDA FusedAdamMathFunctorMP computes it (ATen's
+    fused_adam_utils.cuh, adam_math with opmath float): the hyper-parameters
+    and the bias corrections (derived in double) rounded to float32;
+    param -= lr * weight_decay * param as nvcc contracts it (one fma);
+    exp_avg = fma(beta1, exp_avg, fma(-beta1, grad, grad)); exp_avg_sq the
+    same with grad * grad; param -= lr / bc1 * exp_avg / (sqrt(exp_avg_sq) /
+    sqrt(bc2) + eps); the states stored rounded to bfloat16.  Other dtypes go
+    to torch's own kernel."""
+    import math
+
+    def f32(x):
+        return torch.tensor(x, dtype=torch.float32)
+
+    def fma(a, b, c):  # exact product, one rounding to double, then to float32
+        return (a.double() * b.double() + c.double()).float()
+
+    def step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, amsgrad,
+             lr, beta1, beta2, weight_decay, eps, maximize, grad_scale=None, found_inf=None):
+        if not exp_avgs or exp_avgs[0].dtype != torch.bfloat16:
+            return orig(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                        amsgrad=amsgrad, lr=lr, beta1=beta1, beta2=beta2,
+                        weight_decay=weight_decay, eps=eps, maximize=maximize,
+                        grad_scale=grad_scale, found_inf=found_inf)
+        assert not amsgrad and not maximize and grad_scale is None and found_inf is None
+        assert adamw or weight_decay == 0
+        lr32, b1, b2, wd, ep = f32(float(lr)), f32(beta1), f32(beta2), f32(weight_decay), f32(eps)
+        for p, g, m, v, st in zip(params, grads, exp_avgs, exp_avg_sqs, state_steps):
+            n = float(st)
+            bc1, sbc2 = f32(1 - beta1 ** n), f32(math.sqrt(1 - beta2 ** n))
+            P, G = p.detach().float(), g.float()
+            if weight_decay != 0:
+                P = fma(-(lr32 * wd), P, P)
+            M = fma(b1, m.float(), fma(-b1, G, G))
+            GG = G * G
+            V = fma(b2, v.float(), fma(-b2, GG, GG))
+            # in numpy: torch's CPU division by a scalar multiplies by its
+            # reciprocal, which the kernel does not
+            f = np.float32
+            step_size = f(lr32.item()) / f(bc1.item())
+            denom = np.sqrt(V.numpy()) / f(sbc2.item()) + f(ep.item())
+            P = torch.from_numpy(P.numpy() - (step_size * M.numpy()) / denom)
+            p.detach().copy_(P)
+            m.copy_(M.to(torch.bfloat16))
+            v.copy_(V.to(torch.bfloat16))
+    return step
+
+
 def main():
     args = sys.argv[1:]
     muon = None
@@ -333,7 +394,8 @@ def main():
         groups_of = args[i + 1]
         del args[i:i + 2]
     bf16 = "--bf16" in args
-    args = [a for a in args if a != "--bf16"]
+    bf16_states = "--bf16-states" in args
+    args = [a for a in args if a not in ("--bf16", "--bf16-states")]
     steps_arg = None
     if "--steps" in args:
         i = args.index("--steps")
@@ -371,6 +433,10 @@ def main():
         install_bf16_policy(model, cfg)
     if muon:
         muon_optimizer(cfg, model, muon)
+    if bf16_states:
+        cfg.optimizer.implementation = "fused_opt_states_bf16"
+        torch._fused_adamw_ = fused_adam_mp(torch._fused_adamw_, True)
+        torch._fused_adam_ = fused_adam_mp(torch._fused_adam_, False)
     if groups_of:
         other = __import__(f"torchtitan.models.{groups_of.split('_')[0]}.config_registry",
                            fromlist=[groups_of])
@@ -403,6 +469,8 @@ def main():
         name = family + "_muon"
     if groups_of:
         name = NAMED[groups_of].replace("qwen3_", "")
+    if bf16_states:
+        name = family + "_bf16_states"
     out = os.path.join(ROOT, f"tests/train/golden/tt030_{name}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
@@ -414,9 +482,11 @@ def main():
     print(f"wrote {out}")
     if preset.endswith("_lora") or muon:
         write_checkpoint_names(model, optimizers, out[:-len(".tsv")] + ".names")
-    if preset in NAMED or muon or groups_of:
+    if preset in NAMED or muon or groups_of or bf16_states:
         write_params(model, out[:-len(".tsv")] + ".params.pt",
-                     KEEP_MUON if muon else KEEP_GROUPS if groups_of else KEEP_PARAMS)
+                     KEEP_MUON if muon or bf16_states else KEEP_GROUPS if groups_of else KEEP_PARAMS)
+    if bf16_states:
+        write_state_dtypes(optimizers, out[:-len(".tsv")] + ".states")
 
 
 def write_checkpoint_names(model, optimizers, out):
@@ -429,6 +499,17 @@ def write_checkpoint_names(model, optimizers, out):
     with open(out, "w") as f:
         f.write("".join(n + "\n" for n in sorted(names)))
     print(f"wrote {out}")
+
+
+def write_state_dtypes(optimizers, out):
+    """Each optimizer state tensor of 0.3.0's checkpoint ("optimizer." and its
+    flattened name) and its dtype, sorted."""
+    sd = optimizers.state_dict()
+    rows = sorted(f"optimizer.{k}\t{str(v.dtype).replace('torch.', '')}"
+                  for k, v in sd.items() if k.startswith("state.") and torch.is_tensor(v))
+    with open(out, "w") as f:
+        f.write("".join(r + "\n" for r in rows))
+    print(f"wrote {out} ({len(rows)} states)")
 
 
 if __name__ == "__main__":

@@ -137,8 +137,10 @@ static const cfg_key keys[] = {
 	  "exempt RMSNorm weights and the embedding table from weight decay (torchtitan decays "
 	  "every parameter)"),
 	K("optimizer.implementation", CFG_STR, optimizer.implementation, "\"fused\"",
-	  "for-loop|foreach|fused", "optimizer.implementation",
-	  "update kernel (all give the same numbers on the CPU)"),
+	  "for-loop|foreach|fused|fused_opt_states_bf16", "optimizer.implementation",
+	  "update kernel (the first three give the same numbers); fused_opt_states_bf16 keeps "
+	  "AdamW's exp_avg and exp_avg_sq in bfloat16 beside float32 parameters (torchtitan "
+	  "0.3.0's)"),
 	KS("optimizer.early_step_in_backward", CFG_BOOL, optimizer.early_step_in_backward, "false",
 	   NULL, "apply the optimizer during backward", CFG_NOT_BUILT,
 	   "the optimizer step in backward is not built"),

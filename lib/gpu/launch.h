@@ -227,6 +227,10 @@ int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const v
 int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, double lr,
 		 double b1, double b2, double eps, double wd, double bc1, double bc2,
 		 void *stream);
+/* backend.h's adamw_bf16_states: p, g (n) float32, m, v (n) bf16. */
+int launch_adamw_bf16_states(float *p, const float *g, void *m, void *v, int64_t n, double lr,
+			     double b1, double b2, double eps, double wd, double bc1, double bc2,
+			     void *stream);
 
 /* One tensor of the multi-tensor kernels.  p, g, m, v (n) of the launch's
  * type (float32, or bf16 under training.dtype = "bfloat16"); p_bf16 (n), when

@@ -8,6 +8,7 @@
 struct adamw {
 	backend *be;
 	adamw_config c;
+	be_dtype st; /* the states' element type */
 	size_t n, nv;
 	void *m, *v; /* (n) exp_avg, (nv) exp_avg_sq of c.dtype: none for Muon's ranges */
 	int64_t step;
@@ -51,7 +52,14 @@ adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e)
 		free(o);
 		return NULL;
 	}
-	size_t bytes = n * be_dtype_size(c->dtype);
+	if (c->bf16_states && c->dtype != BE_F32) {
+		err_set(e, "adamw: bfloat16 states beside %s parameters: expected float32",
+			be_dtype_name(c->dtype));
+		free(o);
+		return NULL;
+	}
+	o->st = c->bf16_states ? BE_BF16 : c->dtype;
+	size_t bytes = n * be_dtype_size(o->st);
 	o->m = be->ops->alloc(be, bytes, e);
 	o->v = o->m ? be->ops->alloc(be, bytes, e) : NULL;
 	if (!o->v) {
@@ -187,7 +195,7 @@ int adamw_drop_muon_states(adamw *o, titan_err *e)
 			muon += o->nd[i].b - o->nd[i].a;
 	if (muon == 0 || o->nv != o->n)
 		return 0;
-	size_t bytes = (o->n - muon) * be_dtype_size(o->c.dtype);
+	size_t bytes = (o->n - muon) * be_dtype_size(o->st);
 	void *v = o->be->ops->alloc(o->be, bytes ? bytes : 1, e);
 	if (!v)
 		return err_prefix(e, "adamw: exp_avg_sq of %zu parameters", o->n - muon);
@@ -200,7 +208,7 @@ int adamw_drop_muon_states(adamw *o, titan_err *e)
 
 size_t adamw_state_bytes(const adamw *o)
 {
-	return (o->n + o->nv) * be_dtype_size(o->c.dtype);
+	return (o->n + o->nv) * be_dtype_size(o->st);
 }
 
 /* Element i of a flat buffer of type t. */
@@ -218,8 +226,14 @@ static void update(adamw *o, void *p, const void *g, size_t a, size_t b, double 
 		return;
 	double bc1 = 1 - pow(gr->beta1, (double)o->step);
 	double bc2 = 1 - pow(gr->beta2, (double)o->step);
-	o->be->ops->adamw(o->be, at(p, t, a), at(g, t, a), at(o->m, t, a),
-			  at(o->v, t, adamw_exp_avg_sq_index(o, a)), t,
+	void *m = at(o->m, o->st, a), *v = at(o->v, o->st, adamw_exp_avg_sq_index(o, a));
+	if (o->st != t) { /* fused_opt_states_bf16 */
+		o->be->ops->adamw_bf16_states(o->be, at(p, t, a), at(g, t, a), m, v, (int64_t)(b - a),
+					      adamw_group_lr(o, gr, lr), gr->beta1, gr->beta2,
+					      gr->eps, gr->weight_decay, bc1, bc2);
+		return;
+	}
+	o->be->ops->adamw(o->be, at(p, t, a), at(g, t, a), m, v, t,
 			  (int64_t)(b - a), adamw_group_lr(o, gr, lr), gr->beta1, gr->beta2,
 			  gr->eps, gr->weight_decay, bc1, bc2);
 }
@@ -274,6 +288,7 @@ void adamw_next_step(adamw *o, double lr, be_adamw_step *st)
 void *adamw_exp_avg(adamw *o) { return o->m; }
 void *adamw_exp_avg_sq(adamw *o) { return o->v; }
 be_dtype adamw_dtype(const adamw *o) { return o->c.dtype; }
+be_dtype adamw_state_dtype(const adamw *o) { return o->st; }
 int64_t adamw_get_step(const adamw *o) { return o->step; }
 void adamw_set_step(adamw *o, int64_t step) { o->step = step; }
 const adamw_config *adamw_get_config(const adamw *o) { return &o->c; }

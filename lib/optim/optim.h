@@ -23,6 +23,9 @@ typedef struct adamw_config {
 	double eps;          /* 1e-8 */
 	double weight_decay; /* 0.1, applied to every parameter by default */
 	be_dtype dtype;      /* of parameters, gradients and states: BE_F32 (default) or BE_BF16 */
+	int bf16_states;     /* exp_avg and exp_avg_sq in bfloat16 beside float32 parameters
+				(torchtitan 0.3.0's optimizer.implementation =
+				"fused_opt_states_bf16": backend.h's adamw_bf16_states) */
 } adamw_config;
 
 void adamw_config_default(adamw_config *c);
@@ -100,7 +103,7 @@ void adamw_step(adamw *o, void *params, const void *grads, double lr);
 be_span *adamw_spans(const adamw *o, int *n, titan_err *e);
 void adamw_next_step(adamw *o, double lr, be_adamw_step *st);
 
-void *adamw_exp_avg(adamw *o);    /* (n) of adamw_dtype, in backend memory */
+void *adamw_exp_avg(adamw *o);    /* (n) of adamw_state_dtype, in backend memory */
 void *adamw_exp_avg_sq(adamw *o); /* (adamw_exp_avg_sq_numel) */
 /* Muon keeps no exp_avg_sq (its momentum_buffer is exp_avg): once the
  * groups are set, adamw_drop_muon_states shrinks exp_avg_sq to the other
@@ -111,7 +114,8 @@ size_t adamw_exp_avg_sq_numel(const adamw *o);
 size_t adamw_exp_avg_sq_index(const adamw *o, size_t offset);
 /* The bytes of the states held: exp_avg and exp_avg_sq. */
 size_t adamw_state_bytes(const adamw *o);
-be_dtype adamw_dtype(const adamw *o);
+be_dtype adamw_dtype(const adamw *o);       /* the parameters' and gradients' */
+be_dtype adamw_state_dtype(const adamw *o); /* exp_avg's and exp_avg_sq's */
 int64_t adamw_get_step(const adamw *o);
 void adamw_set_step(adamw *o, int64_t step); /* when a checkpoint is loaded */
 /* A group's lr at a step whose configured lr is lr (the schedule's factor

@@ -159,6 +159,9 @@ static int check_tensor(const plan *p, int i, titan_err *e)
 	if (p->mt != BE_F32)
 		return err_set(e, "%s: DistMuon with training.dtype = \"bfloat16\" (masters in "
 			       "bf16) is not built", t->fqn);
+	if (adamw_state_dtype(p->opt) != BE_F32) /* its momentum_buffer is exp_avg's */
+		return err_set(e, "%s: DistMuon with optimizer.implementation = "
+			       "\"fused_opt_states_bf16\" is not built", t->fqn);
 	if (p->ep > 1 && t->is_expert)
 		return err_set(e, "%s: DistMuon under expert parallelism is not built", t->fqn);
 	return 0;

@@ -226,7 +226,9 @@ static int make_boxes(plan *p, titan_err *e)
 static int build_optimizer(plan *p, titan_err *e)
 {
 	adamw_config ac = p->o.adamw;
-	ac.dtype = p->mt; /* torch's AdamW keeps its states in the parameters' dtype */
+	ac.dtype = p->mt; /* torch's AdamW keeps its states in the parameters' dtype, */
+	/* unless a pre-hook made them bf16 (bf16 parameters' are already) */
+	ac.bf16_states = p->o.adamw.bf16_states && p->mt == BE_F32;
 	if (!(p->opt = adamw_create(p->be, p->shard_numel, &ac, e)))
 		return -1;
 	for (int i = 0; i < model_num_tensors(p->m); i++) {
@@ -357,17 +359,18 @@ void plan_box_extract(const plan *p, int i, const float *whole, float *shard)
 /* Host float32 image of a shard buffer <-> the buffer (of the master type). */
 int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e)
 {
-	return plan_shard_upload_n(p, dev, host, p->shard_numel, e);
+	return plan_shard_upload_n(p, dev, p->mt, host, p->shard_numel, e);
 }
 
 int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e)
 {
-	return plan_shard_download_n(p, host, dev, p->shard_numel, e);
+	return plan_shard_download_n(p, host, dev, p->mt, p->shard_numel, e);
 }
 
-int plan_shard_upload_n(plan *p, void *dev, const float *host, size_t n, titan_err *e)
+int plan_shard_upload_n(plan *p, void *dev, be_dtype t, const float *host, size_t n,
+			titan_err *e)
 {
-	if (p->mt == BE_F32) {
+	if (t == BE_F32) {
 		p->be->ops->copy(p->be, dev, host, n * sizeof(float), BACKEND_H2D);
 		return 0;
 	}
@@ -382,9 +385,10 @@ int plan_shard_upload_n(plan *p, void *dev, const float *host, size_t n, titan_e
 	return rc;
 }
 
-int plan_shard_download_n(plan *p, float *host, const void *dev, size_t n, titan_err *e)
+int plan_shard_download_n(plan *p, float *host, const void *dev, be_dtype t, size_t n,
+			  titan_err *e)
 {
-	if (p->mt == BE_F32) {
+	if (t == BE_F32) {
 		p->be->ops->copy(p->be, host, dev, n * sizeof(float), BACKEND_D2H);
 		return p->be->ops->sync(p->be, e);
 	}

@@ -344,10 +344,12 @@ int plan_set_param_groups(plan *p, const optim_group *groups, const int *group_o
  * nearest even going up, widens exactly coming down). */
 int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e);
 int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e);
-/* The same for a buffer of n elements of the shard's type (the optimizer's
- * exp_avg_sq without Muon's parameters). */
-int plan_shard_upload_n(plan *p, void *dev, const float *host, size_t n, titan_err *e);
-int plan_shard_download_n(plan *p, float *host, const void *dev, size_t n, titan_err *e);
+/* The same for a buffer of n elements of type t (the optimizer's states:
+ * bf16 under fused_opt_states_bf16; exp_avg_sq without Muon's parameters). */
+int plan_shard_upload_n(plan *p, void *dev, be_dtype t, const float *host, size_t n,
+			titan_err *e);
+int plan_shard_download_n(plan *p, float *host, const void *dev, be_dtype t, size_t n,
+			  titan_err *e);
 /* The master weights changed behind the plan's back (a checkpoint load):
  * autocast's cast copies are dropped. */
 void plan_weights_changed(plan *p);

@@ -43,6 +43,7 @@ static int group_of_config(const cfg_param_group *cg, int i, optim_group *g, tit
 int train_adamw_config(const job_config *c, adamw_config *ac, titan_err *err)
 {
 	adamw_config_default(ac);
+	ac->bf16_states = strcmp(c->optimizer.implementation, "fused_opt_states_bf16") == 0;
 	if (c->optimizer.n_param_groups > 0) {
 		optim_group g;
 		if (group_of_config(&c->optimizer.param_groups[0], 0, &g, err))

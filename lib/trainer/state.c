@@ -276,12 +276,12 @@ static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n
 
 /* A whole shard buffer (of the plan's master type) copied to a new host
  * float32 image; NULL when out of memory or the copy failed. */
-/* n elements of a shard buffer (dev) as a float32 host image. */
-static float *to_host(tstate_saver *sv, plan *p, const void *dev, size_t n)
+/* n elements of type t of a shard buffer (dev) as a float32 host image. */
+static float *to_host(tstate_saver *sv, plan *p, const void *dev, be_dtype t, size_t n)
 {
 	titan_err e;
 	float *h = stage_image(sv, n * sizeof(float) + 1);
-	return h != NULL && plan_shard_download_n(p, h, dev, n, &e) == 0 ? h : NULL;
+	return h != NULL && plan_shard_download_n(p, h, dev, t, n, &e) == 0 ? h : NULL;
 }
 
 /* The checkpoint's type for what the run keeps in t: torchtitan saves its
@@ -370,7 +370,7 @@ static int is_muon(plan *p, const plan_box *b)
 static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
 {
 	const model *g = plan_global_model(s->p);
-	float *params = to_host(sv, s->p, plan_shard_params(s->p), plan_shard_numel(s->p));
+	float *params = to_host(sv, s->p, plan_shard_params(s->p), plan_shard_dtype(s->p), plan_shard_numel(s->p));
 	if (params == NULL)
 		return err_set(err, "out of memory");
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
@@ -423,10 +423,11 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	const model *g = plan_global_model(s->p);
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
-	ptz_dtype st = saved_dtype(adamw_dtype(opt));
+	be_dtype bt = adamw_state_dtype(opt); /* bf16 under fused_opt_states_bf16, as 0.3.0 saves */
+	ptz_dtype st = saved_dtype(bt);
 	size_t nv = adamw_exp_avg_sq_numel(opt); /* none for Muon's parameters */
-	float *ea = to_host(sv, s->p, adamw_exp_avg(opt), n);
-	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt), nv);
+	float *ea = to_host(sv, s->p, adamw_exp_avg(opt), bt, n);
+	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt), bt, nv);
 	uint8_t *ea_s = ea ? as_dtype(sv, ea, n, st) : NULL;
 	uint8_t *eas_s = eas ? as_dtype(sv, eas, nv, st) : NULL;
 	size_t es = ptz_dtype_size(st);
@@ -758,8 +759,9 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		/* into the types the run keeps (DCP converted from what was saved) */
 		rc = plan_shard_upload(s->p, plan_shard_params(s->p), params, err);
 		if (rc == 0 && want_opt && have_train_state) {
-			rc = plan_shard_upload(s->p, adamw_exp_avg(opt), ea, err) ||
-			     plan_shard_upload_n(s->p, adamw_exp_avg_sq(opt), eas, nv, err);
+			be_dtype bt = adamw_state_dtype(opt);
+			rc = plan_shard_upload_n(s->p, adamw_exp_avg(opt), bt, ea, n, err) ||
+			     plan_shard_upload_n(s->p, adamw_exp_avg_sq(opt), bt, eas, nv, err);
 			adamw_set_step(opt, step_item ? (int64_t)*stepv : 0);
 			got->optimizer = 1;
 		}

@@ -366,6 +366,12 @@ static void every_torchtitan_key_is_known_with_its_type_and_default(void **state
 		if (k->torchtitan == NULL || strcmp(k->torchtitan, key) != 0)
 			fail_msg("%s: the schema names torchtitan's key %s", key,
 				 k->torchtitan ? k->torchtitan : "(none)");
+		/* the values 0.3.0 added to a 0.2.2 key, which titan takes too */
+		char more[256];
+		if (strcmp(key, "optimizer.implementation") == 0) {
+			snprintf(more, sizeof more, "%s|fused_opt_states_bf16", values);
+			values = more;
+		}
 		if (strcmp(values, "-") != 0 && (k->choices == NULL || !same_values(values, k->choices)))
 			fail_msg("%s: torchtitan takes %s, titan %s", key, values,
 				 k->choices ? k->choices : "any value");

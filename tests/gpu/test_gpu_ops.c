@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 #include "gpu_test.h"
 
@@ -653,6 +654,44 @@ static void adamw_multi_case(int dt)
 	gpu_free(dst);
 }
 
+/* fused_opt_states_bf16's update (float32 p and g, bf16 m and v): the CPU
+ * kernel's bits, which are torch's FusedAdamMathFunctorMP's as
+ * scripts/tt030_golden.py transcribes it (tests/train/tt030_optim.sh). */
+static void adamw_bf16_states_match_the_cpu_bit_for_bit(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(14);
+	const size_t n = 10007;
+	double *p = rnd(n, 1.0), *g = rnd(n, 1e-3), *m = rnd(n, 1e-3), *v = rnd(n, 1e-6);
+	for (size_t i = 0; i < n; i++)
+		v[i] = fabs(v[i]);
+	float *fp = malloc(n * 4), *fg = malloc(n * 4), *got = malloc(n * 4);
+	uint16_t *bm = malloc(n * 2), *bv = malloc(n * 2), *gm = malloc(n * 2), *gv = malloc(n * 2);
+	assert_true(fp && fg && got && bm && bv && gm && gv);
+	for (size_t i = 0; i < n; i++) {
+		fp[i] = (float)p[i], fg[i] = (float)g[i], p[i] = fp[i], g[i] = fg[i];
+		bm[i] = bf16_from_f32((float)m[i]), bv[i] = bf16_from_f32((float)v[i]);
+		m[i] = bf16_to_f32(bm[i]), v[i] = bf16_to_f32(bv[i]);
+	}
+	void *dp = dev_from(p, n, GPU_F32), *dg = dev_from(g, n, GPU_F32);
+	void *dm = dev_from(m, n, GPU_BF16), *dv = dev_from(v, n, GPU_BF16);
+	double bc1 = 1 - pow(0.9, 3), bc2 = 1 - pow(0.95, 3);
+	gpu_ok(launch_adamw_bf16_states(dp, dg, dm, dv, (int64_t)n, 8e-4, 0.9, 0.95, 1e-8, 0.1, bc1,
+					bc2, NULL), "adamw_bf16_states");
+	const float k[7] = {8e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)bc1, (float)sqrt(bc2)};
+	cpu_bf16_adamw_states(fp, fg, bm, bv, (int64_t)n, k);
+	titan_err e = {{0}};
+	if (gpu_sync(&e) || gpu_download(got, dp, n * 4, &e) || gpu_download(gm, dm, n * 2, &e) ||
+	    gpu_download(gv, dv, n * 2, &e))
+		fail_msg("%s", e.msg);
+	if (memcmp(got, fp, n * 4) || memcmp(gm, bm, n * 2) || memcmp(gv, bv, n * 2))
+		fail_msg("adamw_bf16_states: the device's bits differ from the CPU's");
+	free(p), free(g), free(m), free(v), free(fp), free(fg), free(got);
+	free(bm), free(bv), free(gm), free(gv);
+	gpu_free(dp), gpu_free(dg), gpu_free(dm), gpu_free(dv);
+}
+
 static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
 {
 	(void)state;
@@ -691,6 +730,7 @@ int main(void)
 		cmocka_unit_test(embedding_forward_and_backward_match_the_cpu),
 		cmocka_unit_test(cross_entropy_loss_and_gradient_match_the_cpu),
 		cmocka_unit_test(adamw_and_grad_norm_over_many_tensors_match_the_cpu),
+		cmocka_unit_test(adamw_bf16_states_match_the_cpu_bit_for_bit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,10 +6,12 @@
 # 0.3.0's golden runs (scripts/tt030_golden.py: tests/train/golden/
 # tt030_moe_param_groups.*, tt030_llama3_muon.*), 10 steps in float32: the
 # loss, lr (and Muon's grad norm) at every step and the final parameters;
-# Muon's checkpoint and resume; Muon refused under expert parallelism.  Every
+# Muon's checkpoint and resume; Muon refused under expert parallelism;
+# AdamW's states in bfloat16 (fused_opt_states_bf16, tt030_llama3_bf16_states.*).  Every
 # plan against one process: tests/plan/equiv.sh (muon=1).
 # Under SAN=1 (make check compared the goldens) 3 steps of Muon beside AdamW
-# groups, a checkpoint and its resume: the new code under the sanitizers.
+# groups, a checkpoint and its resume, and 2 steps with bf16 states: the new
+# code under the sanitizers.
 . tests/lib.sh
 . tests/train/tt030.inc
 GD=tests/train/golden
@@ -22,6 +24,8 @@ if [ "${SAN:-0}" = 1 ]; then
 	t_run "muon: resumed at step 2" run030 --optimizer.param_groups \
 		tests/train/muon_groups.toml --training.steps 3 --dump_folder "$TMP/san2" \
 		--checkpoint.enable --checkpoint.interval 2
+	t_run "bf16 states: 2 steps and a checkpoint" run030 --optimizer.implementation \
+		fused_opt_states_bf16 --training.steps 2 --dump_folder "$TMP/sanb" --checkpoint.enable
 	t_done
 fi
 
@@ -113,6 +117,41 @@ t_run "muon: resumed from step 5 to step 10" mu --dump_folder "$TMP/mu5" --check
 	--checkpoint.interval 5
 steps_of "$TMP/mu5/metrics.jsonl" >"$TMP/mu5.tsv"
 t_steps "muon: the resumed steps equal the whole run's" "$TMP/mu.tsv" "$TMP/mu5.tsv" 6 10
+
+# optimizer.implementation = "fused_opt_states_bf16": exp_avg and exp_avg_sq
+# in bfloat16 beside float32 parameters, against 0.3.0's run with its
+# pre-hook (the golden's update a transcription of torch's CUDA
+# FusedAdamMathFunctorMP, which the CPU op equals bit for bit on the same
+# inputs).  The loss within 1e-4 (measured 2.5e-7), the grad norm within
+# 3e-4 (measured 7.2e-5) and the parameters within 5e-5 (measured 1.7e-5): a
+# gradient's float32 order can move a state across a bf16 rounding boundary,
+# 2^-8 of it, which float32 states would not show
+bs() { run030 --optimizer.implementation fused_opt_states_bf16 --training.steps 10 "$@"; }
+t_run "bf16 states: 10 steps of llama3_debugmodel" bs --dump_folder "$TMP/bs" --checkpoint.enable \
+	--checkpoint.interval 5
+cp "$TMP/.err" "$TMP/bs.log"
+steps_of "$TMP/bs/metrics.jsonl" >"$TMP/bs.tsv"
+if why=$(compare $GD/tt030_llama3_bf16_states.tsv "$TMP/bs.tsv" 1 10 "" 1e-4 3e-4); then
+	t_ok "bf16 states: the loss, grad norm and lr equal 0.3.0's at every step"
+else
+	t_not_ok "bf16 states: the loss, grad norm and lr equal 0.3.0's at every step" "$why"
+fi
+params_equal "bf16 states: the parameters of step 10 equal 0.3.0's" \
+	$GD/tt030_llama3_bf16_states.params.pt "$TMP/bs/checkpoint/step-10" 5e-5
+# saved as 0.3.0 saves them: exp_avg and exp_avg_sq bfloat16, step float32
+"$BIN/titan-ckpt-convert" info "$TMP/bs/checkpoint/step-10" 2>&1 |
+	awk '$1 ~ /^optimizer\.state\./ { print $1 "\t" $3 }' | sort >"$TMP/bs.states"
+t_same "bf16 states: the checkpoint's states and their dtypes are 0.3.0's" \
+	$GD/tt030_llama3_bf16_states.states "$TMP/bs.states"
+# two bytes a state: half of AdamW's float32 0.0459 GiB
+t_grep "bf16 states: the optimizer's memory is halved" "Memory per rank: .* optimizer 0.0230 GiB" \
+	"$TMP/bs.log"
+mkdir -p "$TMP/bs5/checkpoint"
+cp -r "$TMP/bs/checkpoint/step-5" "$TMP/bs5/checkpoint/"
+t_run "bf16 states: resumed from step 5 to step 10" bs --dump_folder "$TMP/bs5" --checkpoint.enable \
+	--checkpoint.interval 5
+steps_of "$TMP/bs5/metrics.jsonl" >"$TMP/bs5.tsv"
+t_steps "bf16 states: the resumed steps equal the whole run's" "$TMP/bs.tsv" "$TMP/bs5.tsv" 6 10
 
 # expert parallelism: an expert's box is summed over ep too, which the
 # gather does not do: refused, naming the tensor
