@@ -5,8 +5,9 @@
 # norms and output: scripts/muon_demo_groups.toml), from the same seed and
 # data: the losses side by side, an SVG plot of both ($D/muon_curves.svg,
 # drawn by awk: no plotting package needed) and the memory each run held
-# (the plan's breakdown and the backend's peak).  Not part of make check (a
-# long run on a loaded 2-core machine).
+# (the plan's breakdown and the backend's peak, written on the plot too).
+# docs/muon_curves.svg is its output at 200 steps.  Not part of make check
+# (two 200-step runs).
 #
 #   sh scripts/muon_curves.sh [STEPS]      (default 200; DIR=build/muon)
 set -eu
@@ -24,6 +25,12 @@ run() { # NAME CONFIG
 		--checkpoint.enable false --metrics.log_freq 10 --validation.enable false 2>"$D/$1.log"
 	grep -h -e 'Memory per rank' -e 'Peak backend memory' "$D/$1.log" | sed "s/^.* - INFO - /$1: /"
 }
+# "optimizer X GiB, peak Y MB" of a run's log
+memory() {
+	opt=$(sed -n 's/.*Memory per rank: .* optimizer \([0-9.]*\) GiB.*/\1/p' "$D/$1.log" | head -1)
+	peak=$(sed -n 's/.*Peak backend memory: \([0-9]*\) bytes.*/\1/p' "$D/$1.log" | head -1)
+	awk -v o="$opt" -v p="$peak" 'BEGIN { printf "optimizer %s GiB, peak %.1f MB", o, p / 1e6 }'
+}
 # the demo's config with the groups appended (arrays of tables come last)
 cat configs/demo.toml scripts/muon_demo_groups.toml >"$D/demo_muon.toml"
 run adamw configs/demo.toml
@@ -34,7 +41,7 @@ losses "$D/adamw/metrics.jsonl" >"$D/adamw.loss"
 losses "$D/muon/metrics.jsonl" >"$D/muon.loss"
 join "$D/adamw.loss" "$D/muon.loss" >"$D/both.loss"
 awk -v n="$STEPS" 'NR % 20 == 0 || $1 == n { printf "step %4d  adamw %.4f  muon %.4f\n", $1, $2, $3 }' "$D/both.loss"
-awk -v n="$STEPS" '
+awk -v n="$STEPS" -v am="$(memory adamw)" -v mm="$(memory muon)" '
 	{ s[NR] = $1; a[NR] = $2; m[NR] = $3
 	  lo = NR == 1 || $2 < lo ? $2 : lo; lo = $3 < lo ? $3 : lo
 	  hi = NR == 1 || $2 > hi ? $2 : hi; hi = $3 > hi ? $3 : hi }
@@ -52,7 +59,9 @@ awk -v n="$STEPS" '
 		printf "<text x=\"60\" y=\"340\">1</text><text x=\"560\" y=\"340\">%d</text><text x=\"280\" y=\"360\">step</text>\n", n
 		printf "<text x=\"5\" y=\"25\">%.2f</text><text x=\"5\" y=\"320\">%.2f</text><text x=\"5\" y=\"170\">loss</text>\n", hi, lo
 		line(a, "#1f77b4"); line(m, "#d62728")
-		print "<text x=\"430\" y=\"40\" fill=\"#1f77b4\">AdamW</text><text x=\"430\" y=\"58\" fill=\"#d62728\">Muon (DistMuon)</text>"
+		printf "<text x=\"330\" y=\"40\" fill=\"#1f77b4\">AdamW: %s</text>\n", am
+		printf "<text x=\"330\" y=\"58\" fill=\"#d62728\">Muon (DistMuon): %s</text>\n", mm
+		printf "<text x=\"330\" y=\"76\">final loss %.3f / %.3f (AdamW / Muon)</text>\n", a[NR], m[NR]
 		print "</svg>"
 	}' "$D/both.loss" >"$D/muon_curves.svg"
 echo "wrote $D/muon_curves.svg"

@@ -211,7 +211,9 @@ def load_seed_checkpoint(model, folder):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     sd = model.state_dict()
-    tied = model.lm_head.weight.data_ptr() == model.tok_embeddings.weight.data_ptr()
+    # (the same Parameter: data_ptr would not tell two DTensors of a
+    # fully_shard-ed model apart)
+    tied = model.lm_head.weight is model.tok_embeddings.weight
     # a tied model's lm_head is its embedding: titan's checkpoint holds it once
     dcp.load(sd, checkpoint_id=folder, planner=DefaultLoadPlanner(allow_partial_load=tied))
     if tied:
@@ -303,7 +305,8 @@ def muon_optimizer(cfg, model, groups_toml):
         groups = tomllib.load(f)["optimizer"]["param_groups"]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29519")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    if not dist.is_initialized():  # scripts/tt030_crossing.py's is
+        dist.init_process_group("gloo", rank=0, world_size=1)
     mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
     for layer in model.layers.values():
         fully_shard(layer, mesh=mesh)
@@ -381,6 +384,23 @@ def fused_adam_mp(orig, adamw):
     return step
 
 
+def use_bf16_states(cfg):
+    """cfg's optimizer with 0.3.0's fused_opt_states_bf16, torch's fused kernel
+    for it the transcription fused_adam_mp."""
+    cfg.optimizer.implementation = "fused_opt_states_bf16"
+    if not getattr(torch._fused_adamw_, "mp", False):
+        torch._fused_adamw_ = fused_adam_mp(torch._fused_adamw_, True)
+        torch._fused_adam_ = fused_adam_mp(torch._fused_adam_, False)
+        torch._fused_adamw_.mp = torch._fused_adam_.mp = True
+
+
+def use_groups_of(cfg, preset):
+    """cfg's optimizer replaced by preset's (0.3.0's own object)."""
+    reg = __import__(f"torchtitan.models.{preset.split('_')[0]}.config_registry",
+                     fromlist=[preset])
+    cfg.optimizer = getattr(reg, preset)().optimizer
+
+
 def main():
     args = sys.argv[1:]
     muon = None
@@ -434,13 +454,9 @@ def main():
     if muon:
         muon_optimizer(cfg, model, muon)
     if bf16_states:
-        cfg.optimizer.implementation = "fused_opt_states_bf16"
-        torch._fused_adamw_ = fused_adam_mp(torch._fused_adamw_, True)
-        torch._fused_adam_ = fused_adam_mp(torch._fused_adam_, False)
+        use_bf16_states(cfg)
     if groups_of:
-        other = __import__(f"torchtitan.models.{groups_of.split('_')[0]}.config_registry",
-                           fromlist=[groups_of])
-        cfg.optimizer = getattr(other, groups_of)().optimizer
+        use_groups_of(cfg, groups_of)
     mtp = preset.endswith("_mtp")
     loss_fn, optimizers, schedulers = train_parts(cfg, model, steps)
     data = batches(read_docs(tokens))
