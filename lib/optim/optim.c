@@ -26,12 +26,8 @@ struct adamw {
 
 void adamw_config_default(adamw_config *c)
 {
-	c->lr = 8e-4;
-	c->beta1 = 0.9;
-	c->beta2 = 0.95;
-	c->eps = 1e-8;
-	c->weight_decay = 0.1;
-	c->dtype = BE_F32;
+	*c = (adamw_config){.lr = 8e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+			    .weight_decay = 0.1, .dtype = BE_F32, .bf16_states = 0};
 }
 
 adamw *adamw_create(backend *be, size_t n, const adamw_config *c, titan_err *e)
