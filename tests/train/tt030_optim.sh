@@ -61,11 +61,7 @@ else
 	t_not_ok "param_groups: qwen3_debugmodel_moe_param_groups' groups are the test's file" \
 		"no param_groups in its --debug.print_config"
 fi
-pg() {
-	"$TRAIN" --module deepseek_v3 --config deepseek_v3_debugmodel --training.local_batch_size 2 \
-		--training.seq_len 64 --training.mixed_precision_param float32 --debug.seed 7 \
-		--dataloader.dataset_path "$TMP/data" "$@"
-}
+pg() { run030_preset deepseek_v3 deepseek_v3_debugmodel "$@"; }
 t_run "param_groups: the seed checkpoint" pg --dump_folder "$TMP/pg.seed" --checkpoint.enable \
 	--checkpoint.create_seed_checkpoint
 t_run "param_groups: 10 steps of deepseek_v3_debugmodel under the preset's groups" pg \
