@@ -148,6 +148,44 @@ extern "C" int launch_adamw(void *p, const void *g, void *m, void *v, int t, int
 	return launch_status();
 }
 
+// fused_opt_states_bf16: float32 p and g, bf16 m and v, as torch's
+// FusedAdamMathFunctorMP (backend.h's adamw_bf16_states), every fused
+// multiply-add of its adam_math written out (nvcc contracts its
+// param -= lr * weight_decay * param into the first).
+struct adamw_mp_consts {
+	float lr, b1, b2, eps, wd, bc1, sbc2;
+};
+
+__global__ void adamw_bf16_states_kernel(float *p, const float *__restrict__ g, bf16 *m, bf16 *v,
+					 int64_t n, adamw_mp_consts c)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+		float pi = p[i], gi = g[i], gg = __fmul_rn(gi, gi);
+		if (c.wd != 0.0f)
+			pi = __fmaf_rn(-__fmul_rn(c.lr, c.wd), pi, pi);
+		float mi = __fmaf_rn(c.b1, to_f(m[i]), __fmaf_rn(-c.b1, gi, gi));
+		float vi = __fmaf_rn(c.b2, to_f(v[i]), __fmaf_rn(-c.b2, gg, gg));
+		float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.sbc2), c.eps);
+		p[i] = __fsub_rn(pi, __fdiv_rn(__fmul_rn(__fdiv_rn(c.lr, c.bc1), mi), denom));
+		m[i] = from_f<bf16>(mi);
+		v[i] = from_f<bf16>(vi);
+	}
+}
+
+extern "C" int launch_adamw_bf16_states(float *p, const float *g, void *m, void *v, int64_t n,
+					double lr, double b1, double b2, double eps, double wd,
+					double bc1, double bc2, void *stream)
+{
+	if (n <= 0)
+		return 0;
+	adamw_mp_consts c = {(float)lr, (float)b1, (float)b2, (float)eps, (float)wd, (float)bc1,
+			     (float)sqrt(bc2)};
+	adamw_bf16_states_kernel<<<grid_for(n, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+		p, g, (bf16 *)m, (bf16 *)v, n, c);
+	return launch_status();
+}
+
 // Sum of squares of n elements in double, this block's share; the block's
 // fixed tree makes it repeat exactly.
 template <typename T> __device__ double chunk_sumsq(const T *x, int len)

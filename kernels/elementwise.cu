@@ -42,6 +42,19 @@ extern "C" int launch_axpy(void *y, int ty, float alpha, const void *x, int tx, 
 	return 0;
 }
 
+struct op_lerp { // torch.lerp(a, b, w): ATen's lerp, one fused multiply-add
+	float w;
+	__device__ __forceinline__ float operator()(float a, float b) const
+	{
+		return fabsf(w) < 0.5f ? __fmaf_rn(w, b - a, a) : __fmaf_rn(w - 1.0f, b - a, b);
+	}
+};
+
+extern "C" int launch_lerp(float *x, const float *end, float w, int64_t n, void *stream)
+{
+	return map2(x, (const float *)x, end, n, op_lerp{w}, (cudaStream_t)stream);
+}
+
 extern "C" int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream)
 {
 	DISPATCH(tx, T,

@@ -44,7 +44,13 @@ CheckpointManager (DCP).  float32, local_batch_size 2, seq_len 64.
       wk and wv under 0.2.2's names, split from the live fused state by
       0.3.0's own hook (_split_qkv_on_save), and every model tensor.
 
-Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_crossing.py ...
+  --opt VARIANT before the command: the optimizer of scripts/tt030_golden.py's
+  runs of that name instead of the preset's: muon=GROUPS.toml (DistMuon and
+  AdamW groups, the model fully_shard-ed over one rank), bf16_states
+  (fused_opt_states_bf16, its fused kernel transcribed) or groups_of=PRESET
+  (that preset's param groups).
+
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_crossing.py [--opt VARIANT] ...
      (torch, numpy, torchtitan 0.3.0; TOKENS as tests/ckpt/crossing.sh makes
      it: test_gen gen 11 400 2048 60, then titan-shard --val-fraction 0)
 """
@@ -66,6 +72,7 @@ from torchtitan.models.common import attention as tt_attention  # noqa: E402
 from torchtitan.models.common import decoder as tt_decoder  # noqa: E402
 
 STEPS_TOTAL = 6  # training.steps, the lr schedule's length, on both sides
+OPT = ""  # --opt VARIANT
 
 
 def loader(docs):
@@ -102,6 +109,15 @@ def trainer(cfg, dump, docs, interval=1000, exclude=(), folder="checkpoint"):
     model = cfg.model_spec.model.build()
     with torch.no_grad():
         model.init_states()
+    kind, _, arg = OPT.partition("=")
+    if kind == "muon":
+        g.muon_optimizer(cfg, model, arg)
+    elif kind == "bf16_states":
+        g.use_bf16_states(cfg)
+    elif kind == "groups_of":
+        g.use_groups_of(cfg, arg)
+    elif kind:
+        sys.exit(f"--opt {OPT}: expected muon=GROUPS.toml, bf16_states or groups_of=PRESET")
     loss_fn, opt, sched = g.train_parts(cfg, model, STEPS_TOTAL)
     ts, dl = TrainState(), loader(docs)
     cfg.checkpoint.enable = True
@@ -143,7 +159,8 @@ def titan_to_tt030(preset, dump, tokens, step, steps):
         sys.exit(f"train_state after loading titan's step-{step}: {ts.state_dict()}")
     if sched.schedulers[0].last_epoch != step:
         sys.exit(f"lr_scheduler.last_epoch {sched.schedulers[0].last_epoch}, expected {step}")
-    st = opt.optimizers[0].state[model.tok_embeddings.weight]
+    st = next(o.state[model.tok_embeddings.weight] for o in opt.optimizers
+              if model.tok_embeddings.weight in o.state)
     if int(st["step"]) != step:
         sys.exit(f"optimizer state step {st['step']}, expected {step}")
     own = iter(loader(docs))  # 0.3.0's data where its own run is after `step` steps
@@ -280,6 +297,10 @@ COMMANDS = {"titan-to-tt030": (titan_to_tt030, "PRESET DUMP TOKENS STEP STEPS"),
 
 
 def main():
+    global OPT
+    if len(sys.argv) > 2 and sys.argv[1] == "--opt":
+        OPT = sys.argv[2]
+        del sys.argv[1:3]
     run, usage = COMMANDS.get(sys.argv[1] if len(sys.argv) > 1 else "", (None, ""))
     if run is None or len(sys.argv) - 2 != len(usage.split()):
         sys.exit("usage: tt030_crossing.py " +

@@ -60,7 +60,38 @@ its header, and per step the loss, grad_norm and lr (the step's, before the
 scheduler steps); for the LoRA preset also tt030_llama3_lora.names, the names
 of the model's and the optimizer's items of 0.3.0's checkpoint after the run.
 
-Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [PRESET] TOKENS.tts [SEED]
+qwen3_debugmodel_moe_param_groups (0.3.0's optimizer param groups: AdamW
+without decay for tok_embeddings, Adam at lr 1e-4 for the routers' gates,
+AdamW for the rest) writes tt030_qwen3_moe_param_groups.tsv and, beside it,
+.params.pt: its final norms and layers 0 and 7's router gates (KEEP_PARAMS).
+With --groups-of qwen3_debugmodel_moe_param_groups, another preset (the test's
+deepseek_v3_debugmodel: 33M parameters against that model's 316M) runs with
+that preset's optimizer, 0.3.0's own OptimizersContainer.Config object, taken
+from its config_registry function unchanged: tt030_moe_param_groups.tsv and
+.params.pt (the norms and layers 1 and 5's router gates).
+
+With --muon GROUPS.toml (llama3_debugmodel): the preset's optimizer replaced
+by the param groups of GROUPS.toml (tests/train/muon_groups.toml: 0.3.0's
+DistMuon for the layers' matrices, AdamW for the rest), DistMuon run by
+0.3.0's own code over a one-rank gloo group (its CUDA device check is the
+one thing patched), the model fully_shard-ed over that rank in float32 so
+that its parameters are DTensors; writes tt030_llama3_muon.tsv, .params.pt
+and .names (0.3.0's checkpoint items: DistMuon's momentum_buffer and
+param_groups beside AdamW's).
+
+With --bf16-states (llama3_debugmodel): optimizer.implementation =
+"fused_opt_states_bf16", 0.3.0's own OptimizersContainer with its step
+pre-hook that creates exp_avg and exp_avg_sq in bfloat16 beside the float32
+parameters.  torch runs such states only in its CUDA fused kernel
+(FusedAdamMathFunctorMP); its CPU fused AdamW refuses them, so the one
+substitution is torch._fused_adamw_ (and _fused_adam_) by fused_adam_mp below,
+a transcription of that kernel's adam_math in float32 (its fused multiply-adds
+as float64 sums of exact products, rounded once more to float32), the states
+rounded to bfloat16 when stored.  Writes tt030_llama3_bf16_states.tsv,
+.params.pt (KEEP_MUON's tensors) and .states (each optimizer state's name and
+dtype in 0.3.0's checkpoint).
+
+Run: PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py [--bf16] [--bf16-states] [--steps N] [--muon GROUPS.toml] [--groups-of PRESET] [PRESET] TOKENS.tts [SEED]
      PYTHONPATH=<torchtitan 0.3.0> $PYTHON scripts/tt030_golden.py sft_debugmodel CHAT.jsonl TOKENIZER
      (torch, numpy, torchtitan 0.3.0; TOKENS from tests/shard/test_gen as
      tests/train/tt030.sh makes it: test_gen gen 11 400 2048 60; SEED: titan's
@@ -206,7 +237,9 @@ def load_seed_checkpoint(model, folder):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     sd = model.state_dict()
-    tied = model.lm_head.weight.data_ptr() == model.tok_embeddings.weight.data_ptr()
+    # (the same Parameter: data_ptr would not tell two DTensors of a
+    # fully_shard-ed model apart)
+    tied = model.lm_head.weight is model.tok_embeddings.weight
     # a tied model's lm_head is its embedding: titan's checkpoint holds it once
     dcp.load(sd, checkpoint_id=folder, planner=DefaultLoadPlanner(allow_partial_load=tied))
     if tied:
@@ -279,10 +312,164 @@ def clip_grad_norm(parameters, max_norm):
     return total
 
 
+# presets whose golden is named apart from their family's, and the final
+# parameters each golden keeps (small tensors whose values every group moves)
+NAMED = {"qwen3_debugmodel_moe_param_groups": "qwen3_moe_param_groups"}
+KEEP_PARAMS = r"(?:^norm|attention_norm|ffn_norm|q_norm|k_norm)\.weight$|^layers\.[07]\.moe\.router\.gate\.weight$"
+# deepseek_v3_debugmodel's (layer 0 dense; MLA's norms)
+KEEP_GROUPS = r"(?:^norm|attention_norm|ffn_norm|kv_norm|q_norm)\.weight$|^layers\.[15]\.moe\.router\.gate\.weight$"
+
+
+# Muon's: one matrix Muon updates too
+KEEP_MUON = KEEP_PARAMS + r"|^layers\.5\.attention\.wo\.weight$"
+
+
+def write_params(model, out, keep_re=KEEP_PARAMS):
+    """The final parameters whose names match keep_re (0.3.0's model state
+    dict names), torch.save'd: titan-ckpt-convert diff compares titan's
+    checkpoint with them."""
+    import re
+    keep = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone().contiguous()
+            for k, v in model.state_dict().items() if re.search(keep_re, k)}
+    torch.save(keep, out)
+    print(f"wrote {out} ({len(keep)} tensors)")
+
+
+def muon_optimizer(cfg, model, groups_toml):
+    """cfg.optimizer as the param groups of groups_toml (titan's TOML spelling
+    of 0.3.0's ParamGroupConfig list, which titan-train takes with
+    --optimizer.param_groups), DistMuon's groups whole matrices (Owned over
+    the one-rank dp_shard mesh), as 0.3.0's kimi presets build it; the model
+    fully_shard-ed over that mesh in float32 so that its parameters are the
+    DTensors DistMuon takes."""
+    import re
+    import tomllib
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torchtitan.components.optimizer import OptimizersContainer, ParamGroupConfig
+    from torchtitan.distributed.flex_shard import BucketConfig, ComputeLayout, Owned
+    from torchtitan.distributed.flex_shard import dist_muon
+    with open(groups_toml, "rb") as f:
+        groups = tomllib.load(f)["optimizer"]["param_groups"]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29519")
+    if not dist.is_initialized():  # scripts/tt030_crossing.py's is
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
+    for layer in model.layers.values():
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    # the one substitution: DistMuon asks for a CUDA device; its math and
+    # redistribution run as they are on the CPU over gloo
+    dist_muon.DistMuon._validate_parameter_storage = lambda self: torch.device("cpu")
+    pgs, muon = [], []
+    claimed = set()
+    for g in groups:
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in g["optimizer_kwargs"].items()}
+        if g["optimizer_name"] == "DistMuon":
+            kw.update(fused=False, foreach=False)
+        pgs.append(ParamGroupConfig(pattern=g["pattern"], optimizer_name=g["optimizer_name"],
+                                    optimizer_kwargs=kw))
+        for n, _ in model.named_parameters():
+            if n not in claimed and re.search(g["pattern"], n):
+                claimed.add(n)
+                if g["optimizer_name"] == "DistMuon":
+                    muon.append(n)
+    owned = ComputeLayout(shardings_by_mesh_axis={"dp_shard": Owned()})
+    cfg.optimizer = OptimizersContainer.Config(
+        param_groups=pgs,
+        optimizer_factory_kwargs_by_name={"DistMuon": {
+            "compute_sharding_by_fqn": {n: owned for n in muon},
+            "bucket_configs": (BucketConfig(patterns=tuple(muon), name="all"),)}})
+
+
+def fused_adam_mp(orig, adamw):
+    """torch._fused_adam(w)_ for float32 parameters with bfloat16 states as
+    torch's CUDA FusedAdamMathFunctorMP computes it (ATen's
+    fused_adam_utils.cuh, adam_math with opmath float): the hyper-parameters
+    and the bias corrections (derived in double) rounded to float32;
+    param -= lr * weight_decay * param as nvcc contracts it (one fma);
+    exp_avg = fma(beta1, exp_avg, fma(-beta1, grad, grad)); exp_avg_sq the
+    same with grad * grad; param -= lr / bc1 * exp_avg / (sqrt(exp_avg_sq) /
+    sqrt(bc2) + eps); the states stored rounded to bfloat16.  Other dtypes go
+    to torch's own kernel."""
+    import math
+
+    def f32(x):
+        return torch.tensor(x, dtype=torch.float32)
+
+    def fma(a, b, c):  # exact product, one rounding to double, then to float32
+        return (a.double() * b.double() + c.double()).float()
+
+    def step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, amsgrad,
+             lr, beta1, beta2, weight_decay, eps, maximize, grad_scale=None, found_inf=None):
+        if not exp_avgs or exp_avgs[0].dtype != torch.bfloat16:
+            return orig(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                        amsgrad=amsgrad, lr=lr, beta1=beta1, beta2=beta2,
+                        weight_decay=weight_decay, eps=eps, maximize=maximize,
+                        grad_scale=grad_scale, found_inf=found_inf)
+        assert not amsgrad and not maximize and grad_scale is None and found_inf is None
+        assert adamw or weight_decay == 0
+        lr32, b1, b2, wd, ep = f32(float(lr)), f32(beta1), f32(beta2), f32(weight_decay), f32(eps)
+        for p, g, m, v, st in zip(params, grads, exp_avgs, exp_avg_sqs, state_steps):
+            n = float(st)
+            bc1, sbc2 = f32(1 - beta1 ** n), f32(math.sqrt(1 - beta2 ** n))
+            P, G = p.detach().float(), g.float()
+            if weight_decay != 0:
+                P = fma(-(lr32 * wd), P, P)
+            M = fma(b1, m.float(), fma(-b1, G, G))
+            GG = G * G
+            V = fma(b2, v.float(), fma(-b2, GG, GG))
+            # in numpy: torch's CPU division by a scalar multiplies by its
+            # reciprocal, which the kernel does not
+            f = np.float32
+            step_size = f(lr32.item()) / f(bc1.item())
+            denom = np.sqrt(V.numpy()) / f(sbc2.item()) + f(ep.item())
+            P = torch.from_numpy(P.numpy() - (step_size * M.numpy()) / denom)
+            p.detach().copy_(P)
+            m.copy_(M.to(torch.bfloat16))
+            v.copy_(V.to(torch.bfloat16))
+    return step
+
+
+def use_bf16_states(cfg):
+    """cfg's optimizer with 0.3.0's fused_opt_states_bf16, torch's fused kernel
+    for it the transcription fused_adam_mp."""
+    cfg.optimizer.implementation = "fused_opt_states_bf16"
+    if not getattr(torch._fused_adamw_, "mp", False):
+        torch._fused_adamw_ = fused_adam_mp(torch._fused_adamw_, True)
+        torch._fused_adam_ = fused_adam_mp(torch._fused_adam_, False)
+        torch._fused_adamw_.mp = torch._fused_adam_.mp = True
+
+
+def use_groups_of(cfg, preset):
+    """cfg's optimizer replaced by preset's (0.3.0's own object)."""
+    reg = __import__(f"torchtitan.models.{preset.split('_')[0]}.config_registry",
+                     fromlist=[preset])
+    cfg.optimizer = getattr(reg, preset)().optimizer
+
+
 def main():
     args = sys.argv[1:]
+    muon = None
+    if "--muon" in args:
+        i = args.index("--muon")
+        muon = args[i + 1]
+        del args[i:i + 2]
+    groups_of = None
+    if "--groups-of" in args:
+        i = args.index("--groups-of")
+        groups_of = args[i + 1]
+        del args[i:i + 2]
     bf16 = "--bf16" in args
-    args = [a for a in args if a != "--bf16"]
+    bf16_states = "--bf16-states" in args
+    args = [a for a in args if a not in ("--bf16", "--bf16-states")]
+    steps_arg = None
+    if "--steps" in args:
+        i = args.index("--steps")
+        steps_arg = int(args[i + 1])
+        del args[i:i + 2]
     preset = args[0] if len(args) > 1 else "llama3_debugmodel"
     tokens = args[1] if len(args) > 1 else args[0]
     seed_ckpt = args[2] if len(args) > 2 else None
@@ -302,6 +489,7 @@ def main():
     # the LoRA preset's emulated float8 is slow on the CPU: fewer steps
     sft = preset == "sft_debugmodel"
     steps = LORA_STEPS if preset.endswith("_lora") else SFT_STEPS if sft else STEPS
+    steps = steps_arg or steps
     cfg.training.local_batch_size, cfg.training.steps = BATCH, steps
     cfg.training.seq_len = SFT_SEQ if sft else SEQ
     cfg.training.mixed_precision_param = "float32"
@@ -315,6 +503,12 @@ def main():
                  "seed checkpoint (third argument)")
     if bf16:
         install_bf16_policy(model, cfg)
+    if muon:
+        muon_optimizer(cfg, model, muon)
+    if bf16_states:
+        use_bf16_states(cfg)
+    if groups_of:
+        use_groups_of(cfg, groups_of)
     mtp = preset.endswith("_mtp")
     loss_fn, optimizers, schedulers = train_parts(cfg, model, steps)
     data = sft_batches(cfg, tokens, seed_ckpt) if sft else batches(read_docs(tokens))
@@ -334,7 +528,14 @@ def main():
         rows.append(dict(step=step, loss=loss.item(), grad_norm=gn.item(), lr=lr))
         print(f"step {step:2d}  loss {loss.item():.6f}  grad_norm {gn.item():.6f}  lr {lr:.6g}")
     suffix, precision = ("_bf16", "bfloat16 (FSDP MixedPrecisionPolicy)") if bf16 else ("", "float32")
-    name = family + ("_mtp" if mtp else "") + ("_lora" if preset.endswith("_lora") else "") + suffix
+    name = NAMED.get(preset, family + ("_mtp" if mtp else "") +
+                     ("_lora" if preset.endswith("_lora") else "")) + suffix
+    if muon:
+        name = family + "_muon"
+    if groups_of:
+        name = NAMED[groups_of].replace("qwen3_", "")
+    if bf16_states:
+        name = family + "_bf16_states"
     out = os.path.join(ROOT, f"tests/train/golden/tt030_{name}.tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
@@ -344,8 +545,13 @@ def main():
         for r in rows:
             f.write(f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}\t{r['lr']!r}\n")
     print(f"wrote {out}")
-    if preset.endswith("_lora"):
+    if preset.endswith("_lora") or muon:
         write_checkpoint_names(model, optimizers, out[:-len(".tsv")] + ".names")
+    if preset in NAMED or muon or groups_of or bf16_states:
+        write_params(model, out[:-len(".tsv")] + ".params.pt",
+                     KEEP_MUON if muon or bf16_states else KEEP_GROUPS if groups_of else KEEP_PARAMS)
+    if bf16_states:
+        write_state_dtypes(optimizers, out[:-len(".tsv")] + ".states")
 
 
 def write_checkpoint_names(model, optimizers, out):
@@ -358,6 +564,17 @@ def write_checkpoint_names(model, optimizers, out):
     with open(out, "w") as f:
         f.write("".join(n + "\n" for n in sorted(names)))
     print(f"wrote {out}")
+
+
+def write_state_dtypes(optimizers, out):
+    """Each optimizer state tensor of 0.3.0's checkpoint ("optimizer." and its
+    flattened name) and its dtype, sorted."""
+    sd = optimizers.state_dict()
+    rows = sorted(f"optimizer.{k}\t{str(v.dtype).replace('torch.', '')}"
+                  for k, v in sd.items() if k.startswith("state.") and torch.is_tensor(v))
+    with open(out, "w") as f:
+        f.write("".join(r + "\n" for r in rows))
+    print(f"wrote {out} ({len(rows)} states)")
 
 
 if __name__ == "__main__":

@@ -441,6 +441,12 @@ typedef struct backend_ops {
 		     be_dtype xt, int64_t n);
 	void (*scale)(backend *be, void *x, be_dtype xt, float alpha, int64_t n);
 
+	/* torch.lerp(x, end, w) in place, float32: x + w (end - x) when |w| < 0.5,
+	 * else end - (1 - w)(end - x), each a single fused multiply-add as torch's
+	 * vectorised CPU kernel and its CUDA kernel compute it (bit for bit;
+	 * Muon's momentum_buffer.lerp_ and its Nesterov lerp). */
+	void (*lerp)(backend *be, float *x, const float *end, float w, int64_t n);
+
 	/* sum(x^2) in double, in a fixed order: the grad-norm partial. */
 	double (*sumsq)(backend *be, const void *x, be_dtype xt, int64_t n);
 
@@ -455,6 +461,19 @@ typedef struct backend_ops {
 	void (*adamw)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
 		      int64_t n, double lr, double b1, double b2, double eps, double wd,
 		      double bc1, double bc2);
+	/* The same update with float32 p and g and bfloat16 m and v (torchtitan
+	 * 0.3.0's fused_opt_states_bf16: torch's fused CUDA AdamW on fp32
+	 * parameters and bf16 states, FusedAdamMathFunctorMP), computed in
+	 * float32 as that kernel's adam_math does, m and v rounded to bf16 when
+	 * stored:
+	 *   p = fma(-(lr wd), p, p);  m = fma(b1, m, fma(-b1, g, g));
+	 *   v = fma(b2, v, fma(-b2, g g, g g));
+	 *   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
+	 * every hyper-parameter (and bc1, sqrt(bc2), derived in double) rounded to
+	 * float32. */
+	void (*adamw_bf16_states)(backend *be, float *p, const float *g, void *m, void *v,
+				  int64_t n, double lr, double b1, double b2, double eps,
+				  double wd, double bc1, double bc2);
 
 	/* Fused ops: what compile.enable runs in place of several plain ones (the
 	 * CUDA backend in one kernel or one library plan each, the CPU backend by

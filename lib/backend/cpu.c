@@ -524,6 +524,22 @@ static void cpu_axpy(backend *be, void *y, be_dtype yt, float alpha, const void 
 	}
 }
 
+static void cpu_lerp(backend *be, float *x, const float *end, float w, int64_t n)
+{
+	(void)be;
+	cpu_lerp_f32(x, end, w, n);
+}
+
+static void cpu_adamw_bf16_states(backend *be, float *p, const float *g, void *m, void *v,
+				  int64_t n, double lr, double b1, double b2, double eps, double wd,
+				  double bc1, double bc2)
+{
+	(void)be;
+	const float k[7] = {(float)lr, (float)b1, (float)b2, (float)eps, (float)wd, (float)bc1,
+			    (float)sqrt(bc2)};
+	cpu_bf16_adamw_states(p, g, m, v, n, k);
+}
+
 static void cpu_scale(backend *be, void *x, be_dtype xt, float alpha, int64_t n)
 {
 	switch (kinds(be, "scale", 1, xt)) {
@@ -841,8 +857,10 @@ static const backend_ops cpu_ops = {
 	.add = cpu_add,
 	.axpy = cpu_axpy,
 	.scale = cpu_scale,
+	.lerp = cpu_lerp,
 	.sumsq = cpu_sumsq,
 	.adamw = cpu_adamw,
+	.adamw_bf16_states = cpu_adamw_bf16_states,
 	.rmsnorm_add_fwd = cpu_rmsnorm_add_fwd,
 	.rmsnorm_add_bwd = cpu_rmsnorm_add_bwd,
 	.rope_qkv = cpu_rope_qkv,

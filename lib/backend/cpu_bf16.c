@@ -642,6 +642,34 @@ void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
 	}
 }
 
+/* torch's FusedAdamMathFunctorMP on one chunk (backend.h's adamw_bf16_states) */
+CPU_HOT_VOID(static, adamw_mp_chunk, (float *p, const float *g, uint16_t *m, uint16_t *v, int64_t n, const float *k), (p, g, m, v, n, k))
+{
+	float lw = k[0] * k[4], b1 = k[1], b2 = k[2], eps = k[3], step = k[0] / k[5], sbc2 = k[6];
+	float bm[CHUNK], bv[CHUNK];
+	float *fm = fetch(bm, m, BE_BF16, n), *fv = fetch(bv, v, BE_BF16, n);
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		float pi = k[4] != 0 ? fmaf(-lw, p[i], p[i]) : p[i], gi = g[i], gg = gi * gi;
+		fm[i] = fmaf(b1, fm[i], fmaf(-b1, gi, gi));
+		fv[i] = fmaf(b2, fv[i], fmaf(-b2, gg, gg));
+		p[i] = pi - step * fm[i] / (sqrtf(fv[i]) / sbc2 + eps);
+	}
+	store(m, BE_BF16, fm, n);
+	store(v, BE_BF16, fv, n);
+}
+
+void cpu_bf16_adamw_states(float *p, const float *g, void *m, void *v, int64_t n,
+			   const float k[7])
+{
+#pragma omp parallel for schedule(dynamic, 8) if (n > CPU_PAR_MIN)
+	for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+		int64_t i0 = c * CHUNK;
+		adamw_mp_chunk(p + i0, g + i0, (uint16_t *)m + i0, (uint16_t *)v + i0,
+			       min64(CHUNK, n - i0), k);
+	}
+}
+
 /* ---- the portable GEMM: bf16 operands widened to float32 a block at a time,
  * products and sums by the float32 matmul (OpenBLAS sgemm), C written as
  * float32 or rounded to nearest even once, as oneDNN's bf16 matmul rounds

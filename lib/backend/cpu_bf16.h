@@ -49,6 +49,10 @@ void cpu_bf16_add(void *y, be_dtype yt, const void *a, be_dtype at, const void *
 void cpu_bf16_axpy(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt, int64_t n);
 void cpu_bf16_scale(void *x, float alpha, int64_t n);
 double cpu_bf16_sumsq(const void *x, int64_t n);
+/* adamw_bf16_states (backend.h): k = lr, b1, b2, eps, wd, bc1, sqrt(bc2), each
+ * rounded to float32. */
+void cpu_bf16_adamw_states(float *p, const float *g, void *m, void *v, int64_t n,
+			   const float k[7]);
 void cpu_bf16_adamw(void *p, const void *g, void *m, void *v, int64_t n,
 		    const cpu_adamw_consts *c);
 

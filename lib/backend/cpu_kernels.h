@@ -190,6 +190,7 @@ static inline cpu_adamw_consts cpu_adamw_consts_of(double lr, double b1, double 
 	void cpu_add_##SFX(REAL *y, const REAL *a, const REAL *b, int64_t n);          \
 	void cpu_axpy_##SFX(REAL *y, REAL alpha, const REAL *x, int64_t n);            \
 	void cpu_scale_##SFX(REAL *x, REAL alpha, int64_t n);                          \
+	void cpu_lerp_##SFX(REAL *x, const REAL *end, REAL w, int64_t n);              \
 	double cpu_sumsq_##SFX(const REAL *x, int64_t n);                              \
 	void cpu_adamw_##SFX(REAL *p, const REAL *g, REAL *m, REAL *v, int64_t n,      \
 			     const cpu_adamw_consts *c);                               \

@@ -640,6 +640,19 @@ static void cuda_scale(backend *be, void *x, be_dtype xt, float alpha, int64_t n
 		check(be, launch_scale(x, xt, alpha, n, st(be)->stream), "scale");
 }
 
+static void cuda_adamw_bf16_states(backend *be, float *p, const float *g, void *m, void *v,
+				   int64_t n, double lr, double b1, double b2, double eps, double wd,
+				   double bc1, double bc2)
+{
+	check(be, launch_adamw_bf16_states(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2,
+					   st(be)->stream), "adamw_bf16_states");
+}
+
+static void cuda_lerp(backend *be, float *x, const float *end, float w, int64_t n)
+{
+	check(be, launch_lerp(x, end, w, n, st(be)->stream), "lerp");
+}
+
 /* The partial comes back to the host: this op waits for the device. */
 static double cuda_sumsq(backend *be, const void *x, be_dtype xt, int64_t n)
 {
@@ -978,6 +991,8 @@ static const backend_ops cuda_ops = {
 	.add = cuda_add,
 	.axpy = cuda_axpy,
 	.scale = cuda_scale,
+	.lerp = cuda_lerp,
+	.adamw_bf16_states = cuda_adamw_bf16_states,
 	.sumsq = cuda_sumsq,
 	.adamw = cuda_adamw,
 	.rmsnorm_add_fwd = cuda_rmsnorm_add_fwd,

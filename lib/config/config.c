@@ -1,4 +1,5 @@
 #include "config/config.h"
+#include "config/param_groups.h"
 #include "config/toml.h"
 
 #include <errno.h>
@@ -136,8 +137,10 @@ static const cfg_key keys[] = {
 	  "exempt RMSNorm weights and the embedding table from weight decay (torchtitan decays "
 	  "every parameter)"),
 	K("optimizer.implementation", CFG_STR, optimizer.implementation, "\"fused\"",
-	  "for-loop|foreach|fused", "optimizer.implementation",
-	  "update kernel (all give the same numbers on the CPU)"),
+	  "for-loop|foreach|fused|fused_opt_states_bf16", "optimizer.implementation",
+	  "update kernel (the first three give the same numbers); fused_opt_states_bf16 keeps "
+	  "AdamW's exp_avg and exp_avg_sq in bfloat16 beside float32 parameters (torchtitan "
+	  "0.3.0's)"),
 	KS("optimizer.early_step_in_backward", CFG_BOOL, optimizer.early_step_in_backward, "false",
 	   NULL, "apply the optimizer during backward", CFG_NOT_BUILT,
 	   "the optimizer step in backward is not built"),
@@ -839,6 +842,7 @@ void config_free(job_config *c)
 			lists_free(p);
 		}
 	}
+	pg_free(c);
 }
 
 /* A TOML array of strings into l (name and where for messages). */
@@ -931,6 +935,11 @@ typedef struct load_ctx {
 static int on_toml_key(void *vctx, const char *key, const toml_value *v, int line, titan_err *err)
 {
 	load_ctx *ctx = vctx;
+	if (strncmp(key, PG_PREFIX, strlen(PG_PREFIX)) == 0) {
+		char where[300];
+		snprintf(where, sizeof where, "%s:%d", ctx->name, line);
+		return pg_set(ctx->c, key + strlen(PG_PREFIX), v, where, line, err);
+	}
 	const cfg_key *k = find_key(key);
 	if (k == NULL) {
 		err_set(err, "%s:%d: %s: unknown key", ctx->name, line, key);
@@ -942,13 +951,39 @@ static int on_toml_key(void *vctx, const char *key, const toml_value *v, int lin
 	return 0;
 }
 
+static int read_text(const char *path, char **out, titan_err *err);
+
+static int on_group_key(void *vctx, const char *key, const toml_value *v, int line, titan_err *err)
+{
+	load_ctx *ctx = vctx;
+	if (strncmp(key, PG_PREFIX, strlen(PG_PREFIX)) != 0)
+		return err_set(err, "%s:%d: %s: a file of optimizer.param_groups holds "
+			       "[[optimizer.param_groups]] tables alone", ctx->name, line, key);
+	return on_toml_key(vctx, key, v, line, err);
+}
+
+int config_load_param_groups(job_config *c, const char *path, titan_err *err)
+{
+	char *text = NULL;
+	if (read_text(path, &text, err) != 0)
+		return -1;
+	pg_free(c);
+	load_ctx ctx = {c, path};
+	int rc = toml_parse(path, text, on_group_key, &ctx, err);
+	free(text);
+	if (rc == 0 && c->optimizer.n_param_groups == 0)
+		return err_set(err, "%s: no [[optimizer.param_groups]] table", path);
+	return rc;
+}
+
 int config_load_string(job_config *c, const char *name, const char *text, titan_err *err)
 {
 	load_ctx ctx = {c, name};
 	return toml_parse(name, text, on_toml_key, &ctx, err);
 }
 
-int config_load_file(job_config *c, const char *path, titan_err *err)
+/* The whole of the text file path, NUL-terminated (malloc'd into *out). */
+static int read_text(const char *path, char **out, titan_err *err)
 {
 	FILE *f = fopen(path, "rb");
 	if (f == NULL)
@@ -982,6 +1017,15 @@ int config_load_file(job_config *c, const char *path, titan_err *err)
 		free(buf);
 		return err_set(err, "%s: contains a NUL byte (not a TOML file?)", path);
 	}
+	*out = buf;
+	return 0;
+}
+
+int config_load_file(job_config *c, const char *path, titan_err *err)
+{
+	char *buf = NULL;
+	if (read_text(path, &buf, err) != 0)
+		return -1;
 	int rc = config_load_string(c, path, buf, err);
 	free(buf);
 	if (rc == 0 && set_str(&c->job.config_file, path) != 0)
@@ -1047,6 +1091,8 @@ int config_validate(const job_config *c, titan_err *err)
 {
 	const __typeof__(c->training) *t = &c->training;
 	const __typeof__(c->checkpoint) *ck = &c->checkpoint;
+	if (pg_validate(c, err) != 0)
+		return -1;
 	if (need(!c->lr_scheduler.total_steps_set ||
 			 (c->lr_scheduler.total_steps >= 1 && c->lr_scheduler.total_steps <= MAX_STEPS),
 		 err, "lr_scheduler.total_steps: must be none or in [1, %lld]", MAX_STEPS) ||
@@ -1230,7 +1276,7 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err)
 }
 
 /* A TOML basic string. */
-static void print_string(const char *s, FILE *out)
+void config_print_string(const char *s, FILE *out)
 {
 	fputc('"', out);
 	for (; *s; s++) {
@@ -1250,7 +1296,7 @@ static void print_list(const cfg_strlist *l, FILE *out)
 	for (int i = 0; i < l->n; i++) {
 		if (i)
 			fputs(", ", out);
-		print_string(l->v[i], out);
+		config_print_string(l->v[i], out);
 	}
 	fputc(']', out);
 }
@@ -1284,7 +1330,7 @@ static void print_value(const job_config *c, const cfg_key *k, FILE *out)
 		if (s == NULL)
 			fputs("none", out);
 		else
-			print_string(s, out);
+			config_print_string(s, out);
 		break;
 	}
 	case CFG_LIST:
@@ -1358,6 +1404,7 @@ void config_print(const job_config *c, FILE *out)
 			fprintf(out, "%s = %s\n", dot + 1, buf);
 		free(buf);
 	}
+	pg_print(c, out);
 }
 
 static int is_flag_name(const char *a)
@@ -1466,6 +1513,7 @@ char *config_agreement_text(const job_config *c, size_t *n)
 		print_value(c, &keys[i], m);
 		fputc('\n', m);
 	}
+	pg_print(c, m);
 	if (fclose(m) != 0) {
 		free(buf);
 		return NULL;

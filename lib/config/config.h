@@ -40,6 +40,50 @@ typedef struct cfg_dataloader {
 	int prefetch_factor_set;
 } cfg_dataloader;
 
+/* One of optimizer.param_groups: torchtitan 0.3.0's ParamGroupConfig, a
+ * regular expression over the parameters' names (the first group whose
+ * pattern re.search-matches a name holds it), the optimizer ("AdamW",
+ * "Adam" or "DistMuon") and its keyword arguments as given (the rest take
+ * torch's defaults, or DistMuon's: config_param_group_values).  In TOML:
+ *   [[optimizer.param_groups]]
+ *   pattern = "(?:tok_embeddings|output)\\."
+ *   optimizer_name = "AdamW"
+ *   optimizer_kwargs = {lr = 8e-4, betas = [0.9, 0.95], eps = 1e-8, weight_decay = 0.0}
+ */
+enum {
+	CFG_PG_LR = 1 << 0,
+	CFG_PG_BETAS = 1 << 1,
+	CFG_PG_EPS = 1 << 2,
+	CFG_PG_WEIGHT_DECAY = 1 << 3,
+	CFG_PG_MOMENTUM = 1 << 4,
+	CFG_PG_NESTEROV = 1 << 5,
+	CFG_PG_NS_COEFFICIENTS = 1 << 6,
+	CFG_PG_NS_STEPS = 1 << 7,
+	CFG_PG_ADJUST_LR_FN = 1 << 8,
+};
+typedef struct cfg_param_group_values {
+	double lr, beta1, beta2, eps, weight_decay;
+	double momentum;            /* DistMuon's */
+	int nesterov;
+	double ns_coefficients[3];
+	int64_t ns_steps;
+	const char *adjust_lr_fn;   /* NULL (None), "original", "match_rms_adamw" or
+				       "spectral_unclamped" */
+} cfg_param_group_values;
+typedef struct cfg_param_group {
+	char *pattern;
+	char *optimizer_name;
+	unsigned given;             /* CFG_PG_* of the kwargs given */
+	cfg_param_group_values v;   /* the given ones (adjust_lr_fn owned) */
+	int line;                   /* where the group began (messages), 0: unknown */
+} cfg_param_group;
+/* The group's values: those given, the others its optimizer's defaults
+ * (torch's AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2;
+ * Adam's the same but weight_decay 0; DistMuon's: lr 1e-3, weight_decay
+ * 0.1, momentum 0.95, nesterov, ns_coefficients (3.4445, -4.7750, 2.0315),
+ * eps 1e-7, ns_steps 5, adjust_lr_fn None). */
+void config_param_group_values(const cfg_param_group *g, cfg_param_group_values *out);
+
 /* Every string member is owned by the job_config (config_free frees it).  An
  * optional value torchtitan spells `None` is a NULL string, a NaN double, or
  * an integer with its *_set flag 0. */
@@ -103,6 +147,10 @@ typedef struct job_config {
 		int no_decay_norms_embeddings;
 		char *implementation;
 		int early_step_in_backward;
+		/* optimizer.param_groups, in order (none: one group of every
+		 * parameter, name/lr/betas/eps/weight_decay above) */
+		cfg_param_group *param_groups;
+		int n_param_groups;
 	} optimizer;
 	struct {
 		int64_t warmup_steps;
@@ -301,6 +349,9 @@ void config_free(job_config *c);
 int config_load_file(job_config *c, const char *path, titan_err *err);
 /* Parse TOML text (name is used in messages). */
 int config_load_string(job_config *c, const char *name, const char *text, titan_err *err);
+/* optimizer.param_groups from the TOML file path (its [[optimizer.param_groups]]
+ * tables, nothing else) in place of c's: a 0.3.0 run's --optimizer.param_groups. */
+int config_load_param_groups(job_config *c, const char *path, titan_err *err);
 
 /* Apply one override: key without the leading "--" ("training.steps"); value may
  * be NULL for a bare boolean flag.  Returns 0, or -1 with "--key: reason". */
@@ -323,6 +374,9 @@ int config_check_supported(const job_config *c, int world_size, titan_err *err);
 
 /* Print every key with its value as TOML, section by section. */
 void config_print(const job_config *c, FILE *out);
+/* s as a TOML basic string, quoted (" and \\ escaped, control characters as
+ * \\uXXXX), which is also JSON's spelling of it. */
+void config_print_string(const char *s, FILE *out);
 
 /* Key key's value as config_print writes it ("none" for None, strings quoted
  * and escaped, lists as ["a", "b"]), malloc'd, and its type into *type; NULL

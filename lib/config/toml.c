@@ -19,6 +19,13 @@ typedef struct parser {
 	char **seen;      /* full keys seen, to refuse duplicates */
 	int nseen, capseen;
 	int depth;        /* arrays open around the value being read */
+	/* [[name]] arrays of tables: each name's count so far (the next
+	 * element's index), in the order first seen */
+	struct aot {
+		char name[512];
+		int n;
+	} *aot;
+	int naot;
 } parser;
 
 /* Configs nest arrays two deep (a list of lists); the bound keeps a hostile
@@ -352,7 +359,7 @@ static int parse_value(parser *ps, toml_value *v)
 	if (c == '[')
 		return parse_array(ps, v);
 	if (c == '{')
-		return perr(ps, "inline tables are not supported in titan configs");
+		return perr(ps, "an inline table inside an array is not supported in titan configs");
 	if (strncmp(ps->p, "true", 4) == 0 && !is_bare(ps->p[4])) {
 		v->kind = TOML_BOOL;
 		v->b = 1;
@@ -386,11 +393,44 @@ static int remember_key(parser *ps, const char *key)
 	return 0;
 }
 
+/* [[name]]: the next element of the array of tables name, whose keys are
+ * name.N.key with N its index from 0 (the callback sees the element's keys
+ * so; a later [name] or name = ... would collide with them and is refused as
+ * a duplicate). */
+static int parse_aot_header(parser *ps)
+{
+	char name[sizeof ps->table - 16];
+	ps->p++; /* the second '[' */
+	if (parse_key(ps, name, sizeof name) != 0)
+		return -1;
+	if (ps->p[0] != ']' || ps->p[1] != ']')
+		return perr(ps, "expected ']]' after the array of tables' name");
+	ps->p += 2;
+	int i = 0;
+	while (i < ps->naot && strcmp(ps->aot[i].name, name) != 0)
+		i++;
+	if (i == ps->naot) {
+		struct aot *a = realloc(ps->aot, (size_t)(ps->naot + 1) * sizeof *a);
+		if (a == NULL)
+			return perr(ps, "out of memory");
+		ps->aot = a;
+		snprintf(a[i].name, sizeof a[i].name, "%s", name);
+		a[i].n = 0;
+		ps->naot++;
+		char header[sizeof ps->table + 2];
+		snprintf(header, sizeof header, "[%s]", name);
+		if (remember_key(ps, header) != 0)
+			return perr(ps, "%s: an array of tables and a table of one name", name);
+	}
+	snprintf(ps->table, sizeof ps->table, "%s.%d", name, ps->aot[i].n++);
+	return expect_eol(ps);
+}
+
 static int parse_header(parser *ps)
 {
 	ps->p++; /* '[' */
 	if (*ps->p == '[')
-		return perr(ps, "arrays of tables ([[...]]) are not supported in titan configs");
+		return parse_aot_header(ps);
 	if (parse_key(ps, ps->table, sizeof ps->table) != 0)
 		return -1;
 	if (*ps->p != ']')
@@ -405,7 +445,45 @@ static int parse_header(parser *ps)
 	return expect_eol(ps);
 }
 
-static int parse_keyval(parser *ps, toml_key_fn fn, void *ctx)
+static int parse_keyval_at(parser *ps, const char *prefix, toml_key_fn fn, void *ctx);
+
+/* An inline table { k = v, ... } as the value of key full: each of its keys
+ * goes to the callback as full.k (nested tables alike), on one line as TOML
+ * wants it. */
+static int parse_inline_table(parser *ps, const char *full, toml_key_fn fn, void *ctx)
+{
+	if (ps->depth >= TOML_MAX_DEPTH)
+		return perr(ps, "tables nested deeper than %d", TOML_MAX_DEPTH);
+	ps->p++; /* '{' */
+	ps->depth++;
+	skip_ws(ps);
+	int rc = 0;
+	if (*ps->p == '}')
+		ps->p++;
+	else
+		for (;;) {
+			if ((rc = parse_keyval_at(ps, full, fn, ctx)) != 0)
+				break;
+			skip_ws(ps);
+			if (*ps->p == ',') {
+				ps->p++;
+				skip_ws(ps);
+				continue;
+			}
+			if (*ps->p == '}') {
+				ps->p++;
+				break;
+			}
+			rc = perr(ps, "expected ',' or '}' in an inline table (one line)");
+			break;
+		}
+	ps->depth--;
+	return rc;
+}
+
+/* key = value under prefix ("" at the top), the value not yet followed by
+ * its end of line. */
+static int parse_keyval_at(parser *ps, const char *prefix, toml_key_fn fn, void *ctx)
 {
 	char key[512], full[1100];
 	if (parse_key(ps, key, sizeof key) != 0)
@@ -413,7 +491,13 @@ static int parse_keyval(parser *ps, toml_key_fn fn, void *ctx)
 	if (*ps->p != '=')
 		return perr(ps, "expected '=' after the key '%s'", key);
 	ps->p++;
-	snprintf(full, sizeof full, "%s%s%s", ps->table, ps->table[0] ? "." : "", key);
+	snprintf(full, sizeof full, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+	skip_ws(ps);
+	if (*ps->p == '{') {
+		char header[sizeof full + 2];
+		snprintf(header, sizeof header, "[%s]", full);
+		return remember_key(ps, header) != 0 ? -1 : parse_inline_table(ps, full, fn, ctx);
+	}
 	int line = ps->line;
 	toml_value v;
 	if (parse_value(ps, &v) != 0) {
@@ -424,9 +508,12 @@ static int parse_keyval(parser *ps, toml_key_fn fn, void *ctx)
 	if (rc == 0)
 		rc = fn(ctx, full, &v, line, ps->err);
 	toml_value_free(&v);
-	if (rc != 0)
-		return -1;
-	return expect_eol(ps);
+	return rc != 0 ? -1 : 0;
+}
+
+static int parse_keyval(parser *ps, toml_key_fn fn, void *ctx)
+{
+	return parse_keyval_at(ps, ps->table, fn, ctx) != 0 ? -1 : expect_eol(ps);
 }
 
 /* TOML: a document is valid UTF-8.  Checked once, up front, so that no
@@ -464,5 +551,6 @@ int toml_parse(const char *name, const char *text, toml_key_fn fn, void *ctx, ti
 	for (int i = 0; i < ps.nseen; i++)
 		free(ps.seen[i]);
 	free(ps.seen);
+	free(ps.aot);
 	return rc;
 }

@@ -2,8 +2,10 @@
  * configs use: [tables] and [dotted.tables], bare, quoted and dotted keys,
  * basic and literal strings (with escapes, \uXXXX), integers (with _ and
  * 0x/0o/0b), floats (inf, nan), booleans, arrays (nested, multi-line, trailing
- * comma) and comments.  Not supported (refused with a message): multi-line
- * strings, inline tables, arrays of tables, dates. */
+ * comma), comments, inline tables (key = {a = 1, b = [2, 3]}: the callback
+ * sees key.a and key.b) and arrays of tables ([[name]]: the callback sees
+ * the N-th element's keys as name.N.key, N from 0).  Not supported (refused
+ * with a message): multi-line strings, inline tables inside arrays, dates. */
 #ifndef TITAN_CONFIG_TOML_H
 #define TITAN_CONFIG_TOML_H
 

@@ -95,6 +95,16 @@ static const struct {
 	"[checkpoint]\ninterval = " interval "\n"                                           \
 	"[compile]\nenable = true\ncomponents = [\"loss\"]\n" SELECTIVE_AC
 
+/* qwen3_moe_debug (and qwen3_debugmodel_moe_param_groups, its optimizer
+ * replaced) */
+#define QWEN3_MOE_DEBUG                                                                      \
+	MODEL("qwen3", "debugmodel_moe", TOKENIZER)                                         \
+	"[optimizer]\nlr = 3e-4\n[lr_scheduler]\nwarmup_steps = 2\n"                         \
+	"[training]\nlocal_batch_size = 4\nseq_len = 4096\nsteps = 10\ndataset = \"c4_test\"\n" \
+	"[metrics]\nlog_freq = 1\n[parallelism]\nexpert_parallel_degree = 1\n"              \
+	"[checkpoint]\ninterval = 10\nlast_save_model_only = false\nexport_dtype = \"float16\"\n" \
+	SELECTIVE_AC
+
 #define GPT_OSS_DEBUG                                                                       \
 	MODEL("gpt_oss", "debugmodel_030", TOKENIZER) DEBUG_RECIPE(NO_AC)                   \
 	"[parallelism]\nexpert_parallel_degree = 1\n"                                       \
@@ -194,8 +204,20 @@ static const tt030_preset presets[] = {
 	{"qwen3", "qwen3_debugmodel", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL, NULL},
 	REFUSE("qwen3", "qwen3_debugmodel_nvfp4", NVFP4),
 	REFUSE("qwen3", "qwen3_debugmodel_first_85_pct_layers_nvfp4", NVFP4),
-	REFUSE("qwen3", "qwen3_debugmodel_moe_param_groups", "optimizer.param_groups (an "
-	       "optimizer per group of parameters) is not built"),
+	{"qwen3", "qwen3_debugmodel_moe_param_groups", NULL,
+	 {QWEN3_MOE_DEBUG,
+	  "[[optimizer.param_groups]]\npattern = \"(?:tok_embeddings|output)\\\\.\"\n"
+	  "optimizer_name = \"AdamW\"\noptimizer_kwargs = {lr = 8e-4, betas = [0.9, 0.95], "
+	  "eps = 1e-8, weight_decay = 0.0}\n"
+	  "[[optimizer.param_groups]]\npattern = \"\\\\.router\\\\.gate\\\\.\"\n"
+	  "optimizer_name = \"Adam\"\noptimizer_kwargs = {lr = 1e-4, betas = [0.9, 0.95], "
+	  "eps = 1e-8}\n"
+	  "[[optimizer.param_groups]]\npattern = \".*\"\noptimizer_name = \"AdamW\"\n"
+	  "optimizer_kwargs = {lr = 8e-4, betas = [0.9, 0.95], eps = 1e-8, weight_decay = 0.1}\n"},
+	 0, NULL,
+	 "three optimizer.param_groups matched against 0.3.0's names, first match wins: "
+	 "tok_embeddings (its pattern's output. matches no 0.3.0 name: the output is "
+	 "lm_head) AdamW without decay, the routers' gates Adam at lr 1e-4, the rest AdamW"},
 	{"qwen3", "qwen3_debugmodel_flex_flash", NULL, {FAMILY_DEBUG("qwen3")}, 0, NULL,
 	 "FlexAttention's FLASH kernel computes the same block-causal attention as titan's "
 	 "kernels, which run it"},
@@ -215,14 +237,7 @@ static const tt030_preset presets[] = {
 	 {FAMILY_DEBUG("qwen3")}, 0, NULL,
 	 "wq, wk and wv apart: the same model names as fused QKV (flavor debugmodel), the "
 	 "optimizer's state of each its own"},
-	{"qwen3", "qwen3_moe_debug", NULL,
-	 {MODEL("qwen3", "debugmodel_moe", TOKENIZER)
-	  "[optimizer]\nlr = 3e-4\n[lr_scheduler]\nwarmup_steps = 2\n"
-	  "[training]\nlocal_batch_size = 4\nseq_len = 4096\nsteps = 10\ndataset = \"c4_test\"\n"
-	  "[metrics]\nlog_freq = 1\n[parallelism]\nexpert_parallel_degree = 1\n"
-	  "[checkpoint]\ninterval = 10\nlast_save_model_only = false\nexport_dtype = \"float16\"\n"
-	  SELECTIVE_AC},
-	 0, NULL, NULL},
+	{"qwen3", "qwen3_moe_debug", NULL, {QWEN3_MOE_DEBUG}, 0, NULL, NULL},
 	/* model_registry("debugmodel_moe", moe_comm_backend="deepep"): "numerics
 	 * match the standard all-to-all backend", says its docstring */
 	{"qwen3", "qwen3_moe_deepep", NULL,
@@ -344,8 +359,9 @@ static const tt030_path paths[] = {
 		"{\"messages\": [...]} lines or two fields (--chat-fields)"),
 	ONLY("dataloader.infinite", "true", "titan's training loader always starts the data "
 	     "over"),
-	REFUSED("optimizer.param_groups", "a list of Python ParamGroupConfig objects: the "
-		"preset's AdamW over every parameter is used"),
+	{"optimizer.param_groups", "@param_groups", NULL, "a list of Python ParamGroupConfig "
+	 "objects, which 0.3.0 takes from a preset alone: titan takes a TOML file of "
+	 "[[optimizer.param_groups]] tables (titan-config(5)) in place of the preset's groups", 0},
 	SAME("optimizer.implementation"),
 	ONLY("optimizer.optimizer_factory_kwargs_by_name", "{}", NO_PY),
 	SAME("lr_scheduler.warmup_steps"),
@@ -586,6 +602,8 @@ static int translate(job_config *c, const tt030_preset *p, int argc, char **argv
 			       *t->only ? t->only : "\"\"", t->why);
 	if (t->key == NULL)
 		return 0;
+	if (strcmp(t->key, "@param_groups") == 0)
+		return config_load_param_groups(c, val, err);
 	if (t->key[0] == '@')
 		return set_loss(c, t, val, err);
 	size_t len = strlen(t->key) + strlen(t->only ? t->only : val) + 4;
@@ -835,17 +853,67 @@ static void json_only(json_out *j, const char *only)
 		fprintf(j->f, "\"%s\"", only);
 }
 
-/* optimizer.param_groups as 0.3.0's default_adamw makes it: one group of
- * every parameter, titan's optimizer and its hyperparameters. */
+/* One group's optimizer_kwargs, those given, in the order 0.3.0's presets
+ * write them; d: the dict's indent. */
+static void json_kwargs(FILE *f, const cfg_param_group *g, int d)
+{
+	const cfg_param_group_values *v = &g->v;
+	char a[64], b[64], c3[64];
+	const char *sep = "\n";
+	fputc('{', f);
+#define ITEM(bit, name) if (g->given & (bit)) { fprintf(f, "%s%*s\"%s\": ", sep, d + 2, "", name); sep = ",\n";
+	ITEM(CFG_PG_LR, "lr") python_float(v->lr, a, sizeof a); fputs(a, f); }
+	ITEM(CFG_PG_BETAS, "betas")
+		python_float(v->beta1, a, sizeof a);
+		python_float(v->beta2, b, sizeof b);
+		fprintf(f, "[\n%*s%s,\n%*s%s\n%*s]", d + 4, "", a, d + 4, "", b, d + 2, "");
+	}
+	ITEM(CFG_PG_EPS, "eps") python_float(v->eps, a, sizeof a); fputs(a, f); }
+	ITEM(CFG_PG_WEIGHT_DECAY, "weight_decay") python_float(v->weight_decay, a, sizeof a); fputs(a, f); }
+	ITEM(CFG_PG_MOMENTUM, "momentum") python_float(v->momentum, a, sizeof a); fputs(a, f); }
+	ITEM(CFG_PG_NESTEROV, "nesterov") fputs(v->nesterov ? "true" : "false", f); }
+	ITEM(CFG_PG_NS_COEFFICIENTS, "ns_coefficients")
+		python_float(v->ns_coefficients[0], a, sizeof a);
+		python_float(v->ns_coefficients[1], b, sizeof b);
+		python_float(v->ns_coefficients[2], c3, sizeof c3);
+		fprintf(f, "[\n%*s%s,\n%*s%s,\n%*s%s\n%*s]", d + 4, "", a, d + 4, "", b, d + 4, "",
+			c3, d + 2, "");
+	}
+	ITEM(CFG_PG_NS_STEPS, "ns_steps") fprintf(f, "%lld", (long long)v->ns_steps); }
+	ITEM(CFG_PG_ADJUST_LR_FN, "adjust_lr_fn") config_print_string(v->adjust_lr_fn, f); }
+#undef ITEM
+	if (g->given)
+		fprintf(f, "\n%*s", d, "");
+	fputc('}', f);
+}
+
+/* optimizer.param_groups: the run's groups, or as 0.3.0's default_adamw
+ * makes them, one group of every parameter with titan's optimizer and its
+ * hyperparameters. */
 static void json_param_groups(json_out *j, const job_config *c)
 {
+	int d = 2 * (j->depth + 1);
+	if (c->optimizer.n_param_groups > 0) {
+		fputc('[', j->f);
+		for (int i = 0; i < c->optimizer.n_param_groups; i++) {
+			const cfg_param_group *g = &c->optimizer.param_groups[i];
+			fprintf(j->f, "%s\n%*s{\n%*s\"pattern\": ", i ? "," : "", d + 2, "", d + 4, "");
+			config_print_string(g->pattern, j->f);
+			fprintf(j->f, ",\n%*s\"optimizer_name\": ", d + 4, "");
+			config_print_string(g->optimizer_name, j->f);
+			fprintf(j->f, ",\n%*s\"optimizer_kwargs\": ", d + 4, "");
+			json_kwargs(j->f, g, d + 4);
+			fprintf(j->f, "\n%*s}", d + 2, "");
+		}
+		fprintf(j->f, "\n%*s]", d, "");
+		return;
+	}
 	char lr[64], b1[64], b2[64], eps[64], wd[64];
 	python_float(c->optimizer.lr, lr, sizeof lr);
 	python_float(c->optimizer.beta1, b1, sizeof b1);
 	python_float(c->optimizer.beta2, b2, sizeof b2);
 	python_float(c->optimizer.eps, eps, sizeof eps);
 	python_float(c->optimizer.weight_decay, wd, sizeof wd);
-	int d = 2 * (j->depth + 1);
 	fprintf(j->f,
 		"[\n%*s{\n"
 		"%*s\"pattern\": \".*\",\n%*s\"optimizer_name\": \"%s\",\n"

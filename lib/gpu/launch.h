@@ -58,6 +58,8 @@ int launch_add(void *y, int ty, const void *a, int ta, const void *b, int tb, in
 int launch_axpy(void *y, int ty, float alpha, const void *x, int tx, int64_t n, void *stream);
 /* x *= alpha, (n). */
 int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream);
+/* x = torch.lerp(x, end, w), float32 (backend.h's lerp). */
+int launch_lerp(float *x, const float *end, float w, int64_t n, void *stream);
 
 /* --- RMSNorm fused with the residual add (kernels/rmsnorm.cu) --- */
 
@@ -225,6 +227,10 @@ int launch_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const v
 int launch_adamw(void *p, const void *g, void *m, void *v, int t, int64_t n, double lr,
 		 double b1, double b2, double eps, double wd, double bc1, double bc2,
 		 void *stream);
+/* backend.h's adamw_bf16_states: p, g (n) float32, m, v (n) bf16. */
+int launch_adamw_bf16_states(float *p, const float *g, void *m, void *v, int64_t n, double lr,
+			     double b1, double b2, double eps, double wd, double bc1, double bc2,
+			     void *stream);
 
 /* One tensor of the multi-tensor kernels.  p, g, m, v (n) of the launch's
  * type (float32, or bf16 under training.dtype = "bfloat16"); p_bf16 (n), when

@@ -38,6 +38,21 @@ int launch_scale(void *x, int tx, float alpha, int64_t n, void *stream)
 	return NO_DEVICE;
 }
 
+int launch_lerp(float *x, const float *end, float w, int64_t n, void *stream)
+{
+	(void)x, (void)end, (void)w, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_adamw_bf16_states(float *p, const float *g, void *m, void *v, int64_t n, double lr,
+			     double b1, double b2, double eps, double wd, double bc1, double bc2,
+			     void *stream)
+{
+	(void)p, (void)g, (void)m, (void)v, (void)n, (void)lr, (void)b1, (void)b2, (void)eps;
+	(void)wd, (void)bc1, (void)bc2, (void)stream;
+	return NO_DEVICE;
+}
+
 int launch_rmsnorm_fwd(void *y, int ty, float *rstd, void *res, int tres, const void *x,
 		       int tx, const void *delta, int tdelta, const void *w, int tw, int64_t n,
 		       int64_t d, float eps, void *stream)

@@ -61,6 +61,12 @@ static int shared(comm *c)
 const char *plan_graph_refusal(plan *p)
 {
 	size_t n;
+	if (adamw_state_dtype(p->opt) != p->mt)
+		return "optimizer.implementation = \"fused_opt_states_bf16\" (the fused AdamW "
+		       "of the graph keeps its states in the parameters' type)";
+	if (adamw_has_groups(p->opt))
+		return "optimizer.param_groups with hyper-parameters of their own or Muon (the "
+		       "fused AdamW carries one lr, betas and eps per step)";
 	if (p->o.pp || p->o.hold || p->pipe)
 		return "pipeline parallelism (the stages' engine exchanges activations and "
 		       "gradients with other ranks inside the step)";

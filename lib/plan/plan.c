@@ -226,7 +226,9 @@ static int make_boxes(plan *p, titan_err *e)
 static int build_optimizer(plan *p, titan_err *e)
 {
 	adamw_config ac = p->o.adamw;
-	ac.dtype = p->mt; /* torch's AdamW keeps its states in the parameters' dtype */
+	ac.dtype = p->mt; /* torch's AdamW keeps its states in the parameters' dtype, */
+	/* unless a pre-hook made them bf16 (bf16 parameters' are already) */
+	ac.bf16_states = p->o.adamw.bf16_states && p->mt == BE_F32;
 	if (!(p->opt = adamw_create(p->be, p->shard_numel, &ac, e)))
 		return -1;
 	for (int i = 0; i < model_num_tensors(p->m); i++) {
@@ -300,6 +302,7 @@ void plan_free(plan *p)
 	plan_graph_free(p);
 	plan_pipeline_free(p);
 	plan_f8_free(p);
+	plan_muon_free(p);
 	model_mb_free(p->mb);
 	cp_attn_free(p->ring);
 	adamw_free(p->opt);
@@ -356,8 +359,18 @@ void plan_box_extract(const plan *p, int i, const float *whole, float *shard)
 /* Host float32 image of a shard buffer <-> the buffer (of the master type). */
 int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e)
 {
-	size_t n = p->shard_numel;
-	if (p->mt == BE_F32) {
+	return plan_shard_upload_n(p, dev, p->mt, host, p->shard_numel, e);
+}
+
+int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e)
+{
+	return plan_shard_download_n(p, host, dev, p->mt, p->shard_numel, e);
+}
+
+int plan_shard_upload_n(plan *p, void *dev, be_dtype t, const float *host, size_t n,
+			titan_err *e)
+{
+	if (t == BE_F32) {
 		p->be->ops->copy(p->be, dev, host, n * sizeof(float), BACKEND_H2D);
 		return 0;
 	}
@@ -372,10 +385,10 @@ int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e)
 	return rc;
 }
 
-int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e)
+int plan_shard_download_n(plan *p, float *host, const void *dev, be_dtype t, size_t n,
+			  titan_err *e)
 {
-	size_t n = p->shard_numel;
-	if (p->mt == BE_F32) {
+	if (t == BE_F32) {
 		p->be->ops->copy(p->be, host, dev, n * sizeof(float), BACKEND_D2H);
 		return p->be->ops->sync(p->be, e);
 	}
@@ -447,7 +460,7 @@ void plan_memory_get(const plan *p, plan_memory *mm)
 {
 	memset(mm, 0, sizeof *mm);
 	mm->params = mm->grads = p->shard_numel * be_dtype_size(p->mt);
-	mm->optimizer = 2 * p->shard_numel * be_dtype_size(p->mt);
+	mm->optimizer = p->opt ? adamw_state_bytes(p->opt) : 2 * p->shard_numel * be_dtype_size(p->mt);
 	mm->activations = model_activation_bytes(p->m, p->o.b, p->o.t);
 	mm->ring = plan_cp_bytes(p);
 	if (p->peak_bytes) {

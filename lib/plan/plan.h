@@ -330,11 +330,26 @@ be_dtype plan_shard_dtype(const plan *p);
 void *plan_shard_params(plan *p);
 void *plan_shard_grads(plan *p);
 adamw *plan_optimizer(plan *p);
+/* optimizer.param_groups: tensor i of the global model (plan_global_model)
+ * in groups[group_of[i]] (-1: the optimizer's default, or frozen), before
+ * the first step.  A DistMuon group's tensors are orthogonalised as
+ * matrices: tensor i with every later j of matrix_of[j] == i stacked under
+ * it by rows (0.3.0's fused wqkv: wq, wk, wv one matrix), matrix_of[i] == i
+ * for a tensor that starts one.  Refused: Muon on a vector, on bf16 masters,
+ * on experts under expert parallelism. */
+int plan_set_param_groups(plan *p, const optim_group *groups, const int *group_of,
+			  const int *matrix_of, titan_err *e);
 /* A shard buffer (plan_shard_params, _grads, the optimizer's states) to and
  * from a host float32 image of it (plan_shard_numel floats; bf16 rounds to
  * nearest even going up, widens exactly coming down). */
 int plan_shard_upload(plan *p, void *dev, const float *host, titan_err *e);
 int plan_shard_download(plan *p, float *host, const void *dev, titan_err *e);
+/* The same for a buffer of n elements of type t (the optimizer's states:
+ * bf16 under fused_opt_states_bf16; exp_avg_sq without Muon's parameters). */
+int plan_shard_upload_n(plan *p, void *dev, be_dtype t, const float *host, size_t n,
+			titan_err *e);
+int plan_shard_download_n(plan *p, float *host, const void *dev, be_dtype t, size_t n,
+			  titan_err *e);
 /* The master weights changed behind the plan's back (a checkpoint load):
  * autocast's cast copies are dropped. */
 void plan_weights_changed(plan *p);

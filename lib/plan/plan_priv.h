@@ -118,7 +118,12 @@ struct plan {
 	float *f8_amax;         /* (f8_conv) their amax over the fsdp ranks */
 	float *f8_scale;        /* (model's tensors) their scales */
 	struct plan_graph *graph; /* compile.enable's whole step on the device (graph.c) */
+	struct plan_muon *muon;   /* optimizer.param_groups' DistMuon matrices (muon.c) */
 };
+
+/* muon.c: the DistMuon groups' update (after AdamW's, with the step's lr). */
+int plan_muon_step(plan *p, double lr, titan_err *e);
+void plan_muon_free(plan *p);
 
 /* fsdp.c: the unit hooks, and what finishes a step's reductions. */
 int plan_hook_before(void *ctx, int u, int phase, titan_err *e);

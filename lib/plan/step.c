@@ -175,6 +175,8 @@ int plan_step(plan *p, const plan_batch *b, double lr, double max_norm, plan_res
 		return -1;
 	PROF_T0(t);
 	adamw_step(p->opt, p->params, p->grads, lr);
+	if (plan_muon_step(p, lr, e))
+		return -1;
 	model_weights_changed(p->m); /* autocast casts the new weights on next use */
 	int rc = p->be->ops->sync(p->be, e);
 	PROF_PHASE(t, "optimizer");

@@ -162,6 +162,9 @@ static int precision(plan_ctx *x, titan_err *e)
 	    parse_dtype("training.mixed_precision_reduce", c->training.mixed_precision_reduce,
 			&x->reduce_t, e))
 		return -1;
+	/* fused_opt_states_bf16: exp_avg and exp_avg_sq in bf16 beside float32 */
+	x->state_t = strcmp(c->optimizer.implementation, "fused_opt_states_bf16") == 0
+			     ? BE_BF16 : x->param_t;
 	x->fsdp = x->d.dp_shard * x->d.cp;
 	x->compute_t = x->fsdp > 1 ? x->mp_t : x->param_t;
 	snprintf(x->r->dtypes, sizeof x->r->dtypes, "params %s, compute %s, reduce %s",

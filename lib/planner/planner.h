@@ -18,7 +18,8 @@
  *              tensor parallelism along its tp_dim, then FSDP's dim-0 shard
  *              over dp_shard x cp, rows padded up as FSDP2 pads them
  *   grads      the same shapes, in training.dtype
- *   optimizer  AdamW's exp_avg and exp_avg_sq, the same shapes
+ *   optimizer  AdamW's exp_avg and exp_avg_sq, the same shapes (bfloat16 under
+ *              optimizer.implementation = "fused_opt_states_bf16")
  *   gathered   FSDP's unsharded copies in mixed_precision_param: the unit
  *              computing and the one prefetched, or every unit of the rank
  *              when nothing is resharded after forward (pipeline parallel, as

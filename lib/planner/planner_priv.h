@@ -14,6 +14,7 @@ typedef struct plan_ctx {
 	plan_degrees d;
 	int fsdp;                 /* dp_shard x cp: FSDP's ranks */
 	be_dtype param_t, mp_t, reduce_t, compute_t;
+	be_dtype state_t; /* AdamW's states: param_t, or bf16 under fused_opt_states_bf16 */
 	model_ac_mode ac;
 	int ac_every;
 	cp_layout cpl;

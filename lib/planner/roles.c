@@ -204,7 +204,7 @@ static int state_bytes(plan_ctx *x, int r, const stages *s, plan_role *ro, titan
 	size_t p = be_dtype_size(x->param_t);
 	ro->bytes[PLAN_PARAMS] = planner_mul(x, shard, p);
 	ro->bytes[PLAN_GRADS] = planner_mul(x, shard, p);
-	ro->bytes[PLAN_OPTIMIZER] = planner_mul(x, 2 * p, shard);
+	ro->bytes[PLAN_OPTIMIZER] = planner_mul(x, 2 * be_dtype_size(x->state_t), shard);
 	if (x->fsdp > 1) {
 		/* torchtitan keeps norm + output gathered after forward in any case.
 		 * A unit's unsharded gradient lives until its reduce-scatter: right

@@ -276,11 +276,12 @@ static int add_bytes(tstate_saver *sv, const char *fqn, uint8_t *bytes, size_t n
 
 /* A whole shard buffer (of the plan's master type) copied to a new host
  * float32 image; NULL when out of memory or the copy failed. */
-static float *to_host(tstate_saver *sv, plan *p, const void *dev)
+/* n elements of type t of a shard buffer (dev) as a float32 host image. */
+static float *to_host(tstate_saver *sv, plan *p, const void *dev, be_dtype t, size_t n)
 {
 	titan_err e;
-	float *h = stage_image(sv, plan_shard_numel(p) * sizeof(float) + 1);
-	return h != NULL && plan_shard_download(p, h, dev, &e) == 0 ? h : NULL;
+	float *h = stage_image(sv, n * sizeof(float) + 1);
+	return h != NULL && plan_shard_download_n(p, h, dev, t, n, &e) == 0 ? h : NULL;
 }
 
 /* The checkpoint's type for what the run keeps in t: torchtitan saves its
@@ -307,25 +308,48 @@ typedef struct val {
 	size_t n;
 } val;
 
-/* The optimizer's per-parameter group values, as torch's AdamW holds them
- * (flatten_optimizer_state_dict gives every parameter FQN its own group). */
-static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **keys, int *nk,
-			titan_err *err)
+/* The optimizer's per-parameter group values of group gr, as torch's AdamW
+ * or Adam holds them (flatten_optimizer_state_dict gives every parameter FQN
+ * its own group), or 0.3.0's DistMuon; lr the step's of the config's group
+ * (the schedule's factor times its lr). */
+static int group_values(tstate_saver *sv, const tstate *s, const optim_group *gr, val *v,
+			const char **keys, int *nk, titan_err *err)
 {
-	const adamw_config *c = adamw_get_config(plan_optimizer(s->p));
-	double betas[2] = {c->beta1, c->beta2};
+	adamw *opt = plan_optimizer(s->p);
+	double betas[2] = {gr->beta1, gr->beta2};
+	double lr = adamw_group_lr(opt, gr, s->cur_lr), lr0 = adamw_group_lr(opt, gr, s->base_lr);
 	int k = 0;
 #define FLOATV(key, x) (keys[k] = key, dcp_value_float(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
 #define BOOLV(key, x) (keys[k] = key, dcp_value_bool(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
 #define NONEV(key) (keys[k] = key, dcp_value_none(&v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
-	if (FLOATV("lr", s->cur_lr) || FLOATV("eps", c->eps) || FLOATV("weight_decay", c->weight_decay) ||
-	    FLOATV("initial_lr", s->base_lr) || BOOLV("amsgrad", 0) || BOOLV("maximize", 0) ||
+#define INTV(key, x) (keys[k] = key, dcp_value_int(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
+#define STRV(key, x) (keys[k] = key, dcp_value_str(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
+	if (gr->kind == OPTIM_MUON) {
+		static const char *const adjust[] = {"original", "match_rms_adamw", "spectral_unclamped"};
+		if (FLOATV("lr", lr) || FLOATV("weight_decay", gr->weight_decay) ||
+		    FLOATV("momentum", gr->momentum) || BOOLV("nesterov", gr->nesterov) ||
+		    FLOATV("eps", gr->eps) || INTV("ns_steps", gr->ns_steps) ||
+		    (gr->adjust == MUON_ADJUST_ORIGINAL ? NONEV("adjust_lr_fn")
+							: STRV("adjust_lr_fn", adjust[gr->adjust])) ||
+		    FLOATV("initial_lr", lr0) || BOOLV("fused", 0) || BOOLV("foreach", 0))
+			return -1;
+		keys[k] = "ns_coefficients";
+		if (dcp_value_floats(gr->ns, 3, 1, &v[k].p, &v[k].n, err) != 0)
+			return -1;
+		keep(sv, v[k].p);
+		*nk = k + 1;
+		return 0;
+	}
+	if (FLOATV("lr", lr) || FLOATV("eps", gr->eps) || FLOATV("weight_decay", gr->weight_decay) ||
+	    FLOATV("initial_lr", lr0) || BOOLV("amsgrad", 0) || BOOLV("maximize", 0) ||
 	    NONEV("foreach") || BOOLV("capturable", 0) || BOOLV("differentiable", 0) ||
-	    NONEV("fused") || BOOLV("decoupled_weight_decay", 1))
+	    NONEV("fused") || BOOLV("decoupled_weight_decay", !gr->adam))
 		return -1;
 #undef FLOATV
 #undef BOOLV
 #undef NONEV
+#undef INTV
+#undef STRV
 	keys[k] = "betas";
 	if (dcp_value_floats(betas, 2, 1, &v[k].p, &v[k].n, err) != 0)
 		return -1;
@@ -335,10 +359,18 @@ static int group_values(tstate_saver *sv, const tstate *s, val *v, const char **
 	return 0;
 }
 
+/* Whether tensor t's box b is Muon's (its exp_avg is momentum_buffer, and it
+ * has no exp_avg_sq or step). */
+static int is_muon(plan *p, const plan_box *b)
+{
+	const optim_group *g = adamw_group_of(plan_optimizer(p), b->shard_off);
+	return g && g->kind == OPTIM_MUON;
+}
+
 static int add_model(tstate_saver *sv, const tstate *s, const char *export_dtype, titan_err *err)
 {
 	const model *g = plan_global_model(s->p);
-	float *params = to_host(sv, s->p, plan_shard_params(s->p));
+	float *params = to_host(sv, s->p, plan_shard_params(s->p), plan_shard_dtype(s->p), plan_shard_numel(s->p));
 	if (params == NULL)
 		return err_set(err, "out of memory");
 	ptz_dtype dt = export_dtype ? ptz_dtype_parse(export_dtype) : PTZ_F32;
@@ -391,11 +423,13 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	const model *g = plan_global_model(s->p);
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
-	ptz_dtype st = saved_dtype(adamw_dtype(opt));
-	float *ea = to_host(sv, s->p, adamw_exp_avg(opt));
-	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt));
+	be_dtype bt = adamw_state_dtype(opt); /* bf16 under fused_opt_states_bf16, as 0.3.0 saves */
+	ptz_dtype st = saved_dtype(bt);
+	size_t nv = adamw_exp_avg_sq_numel(opt); /* none for Muon's parameters */
+	float *ea = to_host(sv, s->p, adamw_exp_avg(opt), bt, n);
+	float *eas = to_host(sv, s->p, adamw_exp_avg_sq(opt), bt, nv);
 	uint8_t *ea_s = ea ? as_dtype(sv, ea, n, st) : NULL;
-	uint8_t *eas_s = eas ? as_dtype(sv, eas, n, st) : NULL;
+	uint8_t *eas_s = eas ? as_dtype(sv, eas, nv, st) : NULL;
 	size_t es = ptz_dtype_size(st);
 	float *stepv = keep(sv, malloc(sizeof(float)));
 	if (ea_s == NULL || eas_s == NULL || stepv == NULL)
@@ -404,21 +438,24 @@ static int add_optimizer(tstate_saver *sv, const tstate *s, titan_err *err)
 	val v[16];
 	const char *keys[16];
 	int nk;
-	if (group_values(sv, s, v, keys, &nk, err) != 0)
-		return -1;
 	for (int i = 0; i < model_num_tensors(g); i++) {
 		const model_tensor *t = model_tensor_at(g, i);
 		const plan_box *b = plan_box_at(s->p, i);
 		if (!b->owner || t->frozen) /* LoRA: 0.3.0's optimizer holds the adapters alone */
 			continue;
-		if (add_state_box(sv, ".exp_avg", st, t, b, ea_s + b->shard_off * es) != 0 ||
-		    add_state_box(sv, ".exp_avg_sq", st, t, b, eas_s + b->shard_off * es) != 0)
+		int muon = is_muon(s->p, b);
+		if (add_state_box(sv, muon ? ".momentum_buffer" : ".exp_avg", st, t, b,
+				  ea_s + b->shard_off * es) != 0 ||
+		    (!muon && add_state_box(sv, ".exp_avg_sq", st, t, b,
+					    eas_s + adamw_exp_avg_sq_index(opt, b->shard_off) * es) != 0))
 			return err_set(err, "out of memory");
 		int skip;
 		const char *stepk = param_fqn(sv, "optimizer.state.", t, ".step", &skip);
 		if (!first_box(b) || skip)
 			continue;
-		if (add_tensor(sv, stepk, PTZ_F32, 0, NULL, stepv))
+		if (group_values(sv, s, adamw_group_of(opt, b->shard_off), v, keys, &nk, err) != 0)
+			return -1;
+		if (!muon && add_tensor(sv, stepk, PTZ_F32, 0, NULL, stepv))
 			return err_set(err, "out of memory");
 		for (int k = 0; k < nk; k++) {
 			char suffix[64];
@@ -609,7 +646,8 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	/* calloc: FSDP's padding stays zero */
 	float *params = keep(b, calloc(n + 1, sizeof(float)));
 	float *ea = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
-	float *eas = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
+	size_t nv = adamw_exp_avg_sq_numel(opt); /* none for Muon's parameters */
+	float *eas = want_opt ? keep(b, calloc(nv + 1, sizeof(float))) : NULL;
 	float *stepv = keep(b, malloc(sizeof(float)));
 	int rc = params == NULL || stepv == NULL || (want_opt && (ea == NULL || eas == NULL))
 			 ? err_set(err, "out of memory") : 0;
@@ -626,16 +664,18 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		if (!want_opt || t->frozen)
 			continue;
 		size_t first = b->n;
-		int skip;
-		if ((!step_item &&
+		int skip, muon = is_muon(s->p, x);
+		if ((!step_item && !muon &&
 		     add_tensor(b, param_fqn(b, "optimizer.state.", t, ".step", &skip), PTZ_F32, 0, NULL,
 				stepv)) ||
-		    add_state_box(b, ".exp_avg", PTZ_F32, t, x, (uint8_t *)(ea + x->shard_off)) != 0 ||
-		    add_state_box(b, ".exp_avg_sq", PTZ_F32, t, x, (uint8_t *)(eas + x->shard_off)) != 0) {
+		    add_state_box(b, muon ? ".momentum_buffer" : ".exp_avg", PTZ_F32, t, x,
+				  (uint8_t *)(ea + x->shard_off)) != 0 ||
+		    (!muon && add_state_box(b, ".exp_avg_sq", PTZ_F32, t, x,
+					    (uint8_t *)(eas + adamw_exp_avg_sq_index(opt, x->shard_off))) != 0)) {
 			rc = err_set(err, "out of memory");
 			break;
 		}
-		step_item = 1;
+		step_item |= !muon;
 		for (size_t k = first; k < b->n; k++) /* absent from a model-only checkpoint; checked below */
 			b->items[k].optional = 1;
 	}
@@ -719,8 +759,9 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 		/* into the types the run keeps (DCP converted from what was saved) */
 		rc = plan_shard_upload(s->p, plan_shard_params(s->p), params, err);
 		if (rc == 0 && want_opt && have_train_state) {
-			rc = plan_shard_upload(s->p, adamw_exp_avg(opt), ea, err) ||
-			     plan_shard_upload(s->p, adamw_exp_avg_sq(opt), eas, err);
+			be_dtype bt = adamw_state_dtype(opt);
+			rc = plan_shard_upload_n(s->p, adamw_exp_avg(opt), bt, ea, n, err) ||
+			     plan_shard_upload_n(s->p, adamw_exp_avg_sq(opt), bt, eas, nv, err);
 			adamw_set_step(opt, step_item ? (int64_t)*stepv : 0);
 			got->optimizer = 1;
 		}

@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 #include "trainer/convert.h"
+#include "trainer/groups.h"
 #include "trainer/precision.h"
 #include "trainer/state.h"
 
@@ -287,23 +288,6 @@ static int find_flavor(job *j, titan_err *err)
 	return 0;
 }
 
-static int adamw_of(const job_config *c, adamw_config *ac, titan_err *err)
-{
-	adamw_config_default(ac);
-	ac->lr = c->optimizer.lr;
-	ac->beta1 = c->optimizer.beta1;
-	ac->beta2 = c->optimizer.beta2;
-	ac->eps = c->optimizer.eps;
-	ac->weight_decay = c->optimizer.weight_decay;
-	/* torch's Adam adds weight decay to the gradient (L2), AdamW decouples it;
-	 * only AdamW is implemented, so Adam is allowed only without decay. */
-	if (strcmp(c->optimizer.name, "Adam") == 0 && c->optimizer.weight_decay != 0)
-		return err_set(err, "optimizer.name = \"Adam\" with weight_decay %g: only AdamW's "
-			       "decoupled decay is implemented; use AdamW or weight_decay 0",
-			       c->optimizer.weight_decay);
-	return 0;
-}
-
 /* torchtitan's pipeline_llm: the stage split and the schedule (refused with
  * torchtitan's messages before any work), and the units of this rank's
  * stages. */
@@ -573,7 +557,7 @@ static int build_plan(job *j, titan_err *err)
 	train_prec prec;
 	if (cp_balance_parse(c->parallelism.context_parallel_load_balancer, &o.cp_balance, err) ||
 	    cp_rotate_parse(c->parallelism.context_parallel_rotate_method, &o.cp_rotate, err) ||
-	    planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || adamw_of(c, &o.adamw, err) != 0 ||
+	    planner_ac_mode(c, &o.ac, &o.ac_every, err) != 0 || train_adamw_config(c, &o.adamw, err) != 0 ||
 	    plan_reshard_parse(c->parallelism.fsdp_reshard_after_forward, &o.reshard, err) != 0 ||
 	    choose_precision(j, &prec, err) != 0)
 		return -1;
@@ -592,7 +576,7 @@ static int build_plan(job *j, titan_err *err)
 		o.pp = 1;
 		o.hold = j->pp_hold;
 	}
-	if ((j->p = plan_create(&o, err)) == NULL)
+	if ((j->p = plan_create(&o, err)) == NULL || train_param_groups(j->p, c, err) != 0)
 		return -1;
 	if (train_prec_apply(plan_model(j->p), &prec, err) != 0 || apply_compile(j, err) != 0 ||
 	    plan_init_weights(j->p, seed_of(c), 1, err) != 0 ||
@@ -679,10 +663,10 @@ static int fill_state(job *j, tstate *s, int with_loader, titan_err *err)
 	s->rank = j->rank;
 	s->world = j->world;
 	s->dp_rank = j->dp_rank;
-	s->base_lr = j->c->optimizer.lr;
+	s->base_lr = train_base_lr(j->c);
 	/* torchtitan saves after scheduler.step(): the optimizer's lr and the
 	 * scheduler's _last_lr are already the next step's. */
-	s->cur_lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
+	s->cur_lr = train_base_lr(j->c) * lr_schedule_factor(&j->sched, j->step);
 	s->step = j->step;
 	s->ntokens_seen = j->ntokens_seen;
 	s->dp_world = j->dp;
@@ -1086,7 +1070,7 @@ static int train_step(job *j, window *w, double *loss, double *gnorm, titan_err 
 	PROF_PHASE(pt, "data");
 	w->data_s += now_s() - t0;
 	/* LambdaLR: training step i (1-based) uses the factor of index i - 1. */
-	j->lr = j->c->optimizer.lr * lr_schedule_factor(&j->sched, j->step);
+	j->lr = train_base_lr(j->c) * lr_schedule_factor(&j->sched, j->step);
 	/* each rank's chunks of the sequences (torchtitan's context_parallel
 	 * shards the batch's buffers in place) */
 	int64_t rows = (int64_t)j->accum * j->B;

@@ -20,6 +20,10 @@
 #   writes at those positions holds 0.3.0's keys and values, and a pickle over
 #   other documents is refused; titan resumes its own step 3 from the
 #   pickle's titan record;
+#   the same for llama3 with DistMuon (tests/train/muon_groups.toml), with
+#   fused_opt_states_bf16, and deepseek_v3 with qwen3_debugmodel_moe_param_
+#   groups' groups (goldens llama3_muon, llama3_bf16_states,
+#   deepseek_v3_groups);
 #   with torchtitan 0.3.0's source in $TT030 and $PYTHON (torch, numpy,
 #   datasets), live, scripts/tt030_crossing.py: 0.3.0 loads titan's step 3
 #   (its data loader too, from titan's pickle: each batch it gives after is
@@ -127,47 +131,71 @@ t_grep "naming the buffer that differs" "dataset_state.inputs_buffer\[0\] is [0-
 # make check compares every family
 FAMS="llama3 qwen3 deepseek_v3"
 [ "${SAN:-0}" = 1 ] && FAMS="llama3 qwen3"
-for fam in $FAMS; do
-	X="$TMP/x$fam"
-	t_run "$fam: titan trains 6 steps as 0.3.0, saving steps 3 and 6" run030 $fam "$X"
-	manifest "$X/checkpoint/step-3" >"$TMP/$fam.keys.tsv"
-	t_same "$fam: titan's checkpoint holds 0.3.0's keys, kinds, dtypes and shapes" \
-		"$G30/$fam.keys.tsv" "$TMP/$fam.keys.tsv"
-	mkdir -p "$TMP/r$fam/checkpoint"
-	cp -r "$X/checkpoint/step-3" "$TMP/r$fam/checkpoint/"
-	t_run "$fam: titan resumes its step 3" run030 $fam "$TMP/r$fam"
-	t_grep "$fam: its data from the titan record in its dataloader.dp_rank_0 pickle" \
+# cross NAME FAMILY OPT [TITAN ARGS...]: titan's F_debugmodel run (with TITAN
+# ARGS) against 0.3.0's (scripts/tt030_crossing.py --opt OPT, none when "-"),
+# NAME the goldens' (NAME.keys.tsv, crossing.tsv's rows)
+cross() {
+	cn=$1 cf=$2 co=$3
+	shift 3
+	po=
+	[ "$co" != - ] && po="--opt $co"
+	X="$TMP/x$cn"
+	t_run "$cn: titan trains 6 steps as 0.3.0, saving steps 3 and 6" run030 $cf "$X" "$@"
+	manifest "$X/checkpoint/step-3" >"$TMP/$cn.keys.tsv"
+	t_same "$cn: titan's checkpoint holds 0.3.0's keys, kinds, dtypes and shapes" \
+		"$G30/$cn.keys.tsv" "$TMP/$cn.keys.tsv"
+	mkdir -p "$TMP/r$cn/checkpoint"
+	cp -r "$X/checkpoint/step-3" "$TMP/r$cn/checkpoint/"
+	t_run "$cn: titan resumes its step 3" run030 $cf "$TMP/r$cn" "$@"
+	t_grep "$cn: its data from the titan record in its dataloader.dp_rank_0 pickle" \
 		"data resumes after 6 windows of seq_len 64 (loader state: titan's record in the pickle)" \
 		"$TMP/.err"
-	steps_of "$TMP/r$fam/metrics.jsonl" >"$TMP/r$fam.loss"
-	sed -n "s/^$fam\t\([0-9]*\)\t/\1 /p" "$G30/crossing.tsv" >"$TMP/g$fam.loss"
-	same_losses "$fam: steps 4..6 from titan's step 3 are 0.3.0's from it (golden)" \
-		"$TMP/r$fam.loss" "$TMP/g$fam.loss"
+	steps_of "$TMP/r$cn/metrics.jsonl" >"$TMP/r$cn.loss"
+	sed -n "s/^$cn\t\([0-9]*\)\t/\1 /p" "$G30/crossing.tsv" >"$TMP/g$cn.loss"
+	same_losses "$cn: steps 4..6 from titan's step 3 are 0.3.0's from it (golden)" \
+		"$TMP/r$cn.loss" "$TMP/g$cn.loss"
 	if [ $live030 = 0 ]; then
-		t_skip "$fam: 0.3.0 resumes titan's checkpoint and the reverse, live" \
+		t_skip "$cn: 0.3.0 resumes titan's checkpoint and the reverse, live" \
 			"no torchtitan 0.3.0 (set TT030=<its source> and PYTHON=<venv>/bin/python)"
-		continue
+		return
 	fi
-	steps_of "$X/metrics.jsonl" >"$TMP/x$fam.loss"
-	t_run "$fam: 0.3.0 loads titan's step 3 (model, optimizer, lr_scheduler, train_state, dataloader)" \
-		py030 titan-to-tt030 "${fam}_debugmodel" "$X" "$TMP/d30.tts" 3 6
-	t_grep "$fam: its loader, set from titan's pickle, gives its own run's batches 4..6" \
+	steps_of "$X/metrics.jsonl" >"$TMP/x$cn.loss"
+	# shellcheck disable=SC2086
+	t_run "$cn: 0.3.0 loads titan's step 3 (model, optimizer, lr_scheduler, train_state, dataloader)" \
+		py030 $po titan-to-tt030 "${cf}_debugmodel" "$X" "$TMP/d30.tts" 3 6
+	t_grep "$cn: its loader, set from titan's pickle, gives its own run's batches 4..6" \
 		'^batch 6 same$' "$TMP/.out"
-	sed -n 's/^loss //p' "$TMP/.out" >"$TMP/t$fam.loss"
-	same_losses "$fam: its steps 4..6 are titan's" "$TMP/t$fam.loss" "$TMP/x$fam.loss"
-	Y="$TMP/y$fam"
-	t_run "$fam: titan's seed checkpoint" run030 $fam "$Y" --checkpoint.create_seed_checkpoint
-	t_run "$fam: 0.3.0 trains 6 steps from it, its CheckpointManager saving step 3" \
-		py030 tt030-to-titan "${fam}_debugmodel" "$Y" "$TMP/d30.tts" 3 6
-	sed -n 's/^loss \([4-6]\) /\1 /p' "$TMP/.out" >"$TMP/y$fam.want"
+	sed -n 's/^loss //p' "$TMP/.out" >"$TMP/t$cn.loss"
+	same_losses "$cn: its steps 4..6 are titan's" "$TMP/t$cn.loss" "$TMP/x$cn.loss"
+	Y="$TMP/y$cn"
+	t_run "$cn: titan's seed checkpoint" run030 $cf "$Y" --checkpoint.create_seed_checkpoint "$@"
+	# shellcheck disable=SC2086
+	t_run "$cn: 0.3.0 trains 6 steps from it, its CheckpointManager saving step 3" \
+		py030 $po tt030-to-titan "${cf}_debugmodel" "$Y" "$TMP/d30.tts" 3 6
+	sed -n 's/^loss \([4-6]\) /\1 /p' "$TMP/.out" >"$TMP/y$cn.want"
 	rm -rf "$Y/checkpoint/step-6"
-	t_run "$fam: titan-train resumes 0.3.0's step 3" run030 $fam "$Y"
-	t_grep "$fam: the data from 0.3.0's dataloader.dp_rank_0 pickle" \
+	t_run "$cn: titan-train resumes 0.3.0's step 3" run030 $cf "$Y" "$@"
+	t_grep "$cn: the data from 0.3.0's dataloader.dp_rank_0 pickle" \
 		"data resumes after 6 windows of seq_len 64 (loader state: torchtitan 0.3.0's: 12 documents read, 7 pairs buffered)" \
 		"$TMP/.err"
-	steps_of "$Y/metrics.jsonl" >"$TMP/y$fam.loss"
-	same_losses "$fam: titan's steps 4..6 are 0.3.0's" "$TMP/y$fam.loss" "$TMP/y$fam.want"
+	steps_of "$Y/metrics.jsonl" >"$TMP/y$cn.loss"
+	same_losses "$cn: titan's steps 4..6 are 0.3.0's" "$TMP/y$cn.loss" "$TMP/y$cn.want"
+}
+for fam in $FAMS; do
+	cross $fam $fam -
 done
+# the optimizers of tests/train/tt030_optim.sh: DistMuon beside AdamW
+# (momentum_buffer and its group's values), AdamW's states in bfloat16
+# (fused_opt_states_bf16), qwen3_debugmodel_moe_param_groups' groups over
+# deepseek_v3_debugmodel (each parameter's group values); under SAN=1 make
+# check has crossed them
+if [ "${SAN:-0}" != 1 ]; then
+	cross llama3_muon llama3 muon=tests/train/muon_groups.toml \
+		--optimizer.param_groups tests/train/muon_groups.toml
+	cross llama3_bf16_states llama3 bf16_states --optimizer.implementation fused_opt_states_bf16
+	cross deepseek_v3_groups deepseek_v3 groups_of=qwen3_debugmodel_moe_param_groups \
+		--optimizer.param_groups tests/train/moe_param_groups.toml
+fi
 
 # Two data-parallel ranks: titan's ranks take turns over one stream, 0.3.0's
 # read a block of the documents each, so titan's pickle holds its own record

@@ -366,6 +366,12 @@ static void every_torchtitan_key_is_known_with_its_type_and_default(void **state
 		if (k->torchtitan == NULL || strcmp(k->torchtitan, key) != 0)
 			fail_msg("%s: the schema names torchtitan's key %s", key,
 				 k->torchtitan ? k->torchtitan : "(none)");
+		/* the values 0.3.0 added to a 0.2.2 key, which titan takes too */
+		char more[256];
+		if (strcmp(key, "optimizer.implementation") == 0) {
+			snprintf(more, sizeof more, "%s|fused_opt_states_bf16", values);
+			values = more;
+		}
 		if (strcmp(values, "-") != 0 && (k->choices == NULL || !same_values(values, k->choices)))
 			fail_msg("%s: torchtitan takes %s, titan %s", key, values,
 				 k->choices ? k->choices : "any value");
@@ -736,6 +742,73 @@ static void deeply_nested_array_is_refused_not_a_crash(void **state)
 	config_free(&c);
 }
 
+/* optimizer.param_groups: arrays of tables with inline kwargs, torch's and
+ * DistMuon's defaults behind what is given, refusals naming the group, and
+ * the print reading back to the same groups. */
+static void param_groups_are_read_checked_and_printed(void **state)
+{
+	(void)state;
+	job_config c, d;
+	titan_err err = {{0}};
+	const char *toml =
+		"[[optimizer.param_groups]]\npattern = \"(?:tok_embeddings|output)\\\\.\"\n"
+		"optimizer_name = \"AdamW\"\noptimizer_kwargs = {lr = 8e-4, betas = [0.9, 0.95], "
+		"weight_decay = 0.0}\n"
+		"[[optimizer.param_groups]]\npattern = \"wo\\\\.weight$\"\noptimizer_name = \"DistMuon\"\n"
+		"optimizer_kwargs.adjust_lr_fn = \"match_rms_adamw\"\n"
+		"[[optimizer.param_groups]]\npattern = \".*\"\noptimizer_name = \"Adam\"\n";
+	assert_int_equal(config_defaults(&c, &err), 0);
+	if (config_load_string(&c, "g.toml", toml, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(c.optimizer.n_param_groups, 3);
+	assert_string_equal(c.optimizer.param_groups[0].pattern, "(?:tok_embeddings|output)\\.");
+	cfg_param_group_values v;
+	config_param_group_values(&c.optimizer.param_groups[0], &v);
+	assert_true(v.lr == 8e-4 && v.beta2 == 0.95 && v.eps == 1e-8 && v.weight_decay == 0);
+	config_param_group_values(&c.optimizer.param_groups[1], &v);
+	assert_true(v.lr == 1e-3 && v.weight_decay == 0.1 && v.momentum == 0.95 && v.nesterov &&
+		    v.ns_steps == 5 && v.eps == 1e-7 && v.ns_coefficients[1] == -4.7750);
+	assert_string_equal(v.adjust_lr_fn, "match_rms_adamw");
+	config_param_group_values(&c.optimizer.param_groups[2], &v);
+	assert_true(v.beta2 == 0.999 && v.weight_decay == 0); /* torch's Adam */
+	assert_int_equal(config_validate(&c, &err), 0);
+	char *buf1 = printed(&c);
+	assert_int_equal(config_defaults(&d, &err), 0);
+	if (config_load_string(&d, "printed", buf1, &err) != 0)
+		fail_msg("%s", err.msg);
+	char *buf2 = printed(&d);
+	assert_string_equal(buf1, buf2);
+	free(buf1);
+	free(buf2);
+	config_free(&d);
+	config_free(&c);
+
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(config_load_string(&c, "k.toml", "[[optimizer.param_groups]]\n"
+					    "pattern = \".*\"\noptimizer_kwargs = {lr = 1, beta = 2}\n",
+					    &err), -1);
+	assert_non_null(strstr(err.msg, "k.toml:3: optimizer.param_groups.0.optimizer_kwargs.beta: "
+				      "unknown key"));
+	config_free(&c);
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(config_load_string(&c, "m.toml", "[[optimizer.param_groups]]\n"
+					    "pattern = \".*\"\noptimizer_name = \"AdamW\"\n"
+					    "optimizer_kwargs = {momentum = 0.9}\n", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_string_equal(err.msg, "optimizer.param_groups[0]: optimizer_kwargs.momentum: AdamW "
+			    "takes no momentum");
+	config_free(&c);
+	assert_int_equal(config_defaults(&c, &err), 0);
+	assert_int_equal(config_load_string(&c, "n.toml", "[[optimizer.param_groups]]\n"
+					    "pattern = \".*\"\noptimizer_name = \"SGD\"\n", &err), 0);
+	assert_int_equal(config_validate(&c, &err), -1);
+	assert_non_null(strstr(err.msg, "optimizer_name \"SGD\": expected AdamW, Adam or DistMuon"));
+	/* a table of the array's name is the array's first element's keys */
+	assert_int_equal(config_load_string(&c, "t.toml", "[[optimizer.param_groups]]\n"
+					    "pattern = \"a\"\n[optimizer.param_groups]\n", &err), -1);
+	config_free(&c);
+}
+
 static void repeated_table_header_is_refused_with_its_line(void **state)
 {
 	(void)state;
@@ -782,6 +855,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(defaults_are_torchtitans),
+		cmocka_unit_test(param_groups_are_read_checked_and_printed),
 		cmocka_unit_test(toml_subset_is_read),
 		cmocka_unit_test(dotted_key_inside_table_extends_the_table),
 		cmocka_unit_test(misspelt_key_is_refused_with_line_and_suggestion),

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 #include "gpu_test.h"
 
@@ -89,6 +90,35 @@ static void add_axpy_scale_match_the_cpu(void **state)
 			free(a), free(b), free(y0), free(want), free(mid);
 			gpu_free(da), gpu_free(db), gpu_free(dy), gpu_free(dy0);
 		}
+}
+
+/* lerp (Muon's momentum): the CPU kernel's bits, which are torch.lerp's
+ * (tests/backend), for a weight of each branch. */
+static void lerp_matches_the_cpu_bit_for_bit(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(13);
+	const size_t n = 100003;
+	const float ws[] = {(float)(1 - 0.95), 0.95f};
+	for (size_t k = 0; k < 2; k++) {
+		double *x = rnd(n, 1.0), *end = rnd(n, 1.0);
+		float *fx = malloc(n * sizeof *fx), *fe = malloc(n * sizeof *fe);
+		uint32_t *got = malloc(n * sizeof *got);
+		assert_true(fx && fe && got);
+		for (size_t i = 0; i < n; i++)
+			fx[i] = (float)x[i], fe[i] = (float)end[i], x[i] = fx[i], end[i] = fe[i];
+		void *dx = dev_from(x, n, GPU_F32), *de = dev_from(end, n, GPU_F32);
+		gpu_ok(launch_lerp(dx, de, ws[k], (int64_t)n, NULL), "lerp");
+		cpu_lerp_f32(fx, fe, ws[k], (int64_t)n);
+		titan_err e = {{0}};
+		if (gpu_sync(&e) || gpu_download(got, dx, n * 4, &e))
+			fail_msg("%s", e.msg);
+		if (memcmp(got, fx, n * 4) != 0)
+			fail_msg("lerp w=%g: the device's bits differ from the CPU's", (double)ws[k]);
+		free(x), free(end), free(fx), free(fe), free(got);
+		gpu_free(dx), gpu_free(de);
+	}
 }
 
 /* --- RMSNorm with the residual add --- */
@@ -624,6 +654,44 @@ static void adamw_multi_case(int dt)
 	gpu_free(dst);
 }
 
+/* fused_opt_states_bf16's update (float32 p and g, bf16 m and v): the CPU
+ * kernel's bits, which are torch's FusedAdamMathFunctorMP's as
+ * scripts/tt030_golden.py transcribes it (tests/train/tt030_optim.sh). */
+static void adamw_bf16_states_match_the_cpu_bit_for_bit(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(14);
+	const size_t n = 10007;
+	double *p = rnd(n, 1.0), *g = rnd(n, 1e-3), *m = rnd(n, 1e-3), *v = rnd(n, 1e-6);
+	for (size_t i = 0; i < n; i++)
+		v[i] = fabs(v[i]);
+	float *fp = malloc(n * 4), *fg = malloc(n * 4), *got = malloc(n * 4);
+	uint16_t *bm = malloc(n * 2), *bv = malloc(n * 2), *gm = malloc(n * 2), *gv = malloc(n * 2);
+	assert_true(fp && fg && got && bm && bv && gm && gv);
+	for (size_t i = 0; i < n; i++) {
+		fp[i] = (float)p[i], fg[i] = (float)g[i], p[i] = fp[i], g[i] = fg[i];
+		bm[i] = bf16_from_f32((float)m[i]), bv[i] = bf16_from_f32((float)v[i]);
+		m[i] = bf16_to_f32(bm[i]), v[i] = bf16_to_f32(bv[i]);
+	}
+	void *dp = dev_from(p, n, GPU_F32), *dg = dev_from(g, n, GPU_F32);
+	void *dm = dev_from(m, n, GPU_BF16), *dv = dev_from(v, n, GPU_BF16);
+	double bc1 = 1 - pow(0.9, 3), bc2 = 1 - pow(0.95, 3);
+	gpu_ok(launch_adamw_bf16_states(dp, dg, dm, dv, (int64_t)n, 8e-4, 0.9, 0.95, 1e-8, 0.1, bc1,
+					bc2, NULL), "adamw_bf16_states");
+	const float k[7] = {8e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)bc1, (float)sqrt(bc2)};
+	cpu_bf16_adamw_states(fp, fg, bm, bv, (int64_t)n, k);
+	titan_err e = {{0}};
+	if (gpu_sync(&e) || gpu_download(got, dp, n * 4, &e) || gpu_download(gm, dm, n * 2, &e) ||
+	    gpu_download(gv, dv, n * 2, &e))
+		fail_msg("%s", e.msg);
+	if (memcmp(got, fp, n * 4) || memcmp(gm, bm, n * 2) || memcmp(gv, bv, n * 2))
+		fail_msg("adamw_bf16_states: the device's bits differ from the CPU's");
+	free(p), free(g), free(m), free(v), free(fp), free(fg), free(got);
+	free(bm), free(bv), free(gm), free(gv);
+	gpu_free(dp), gpu_free(dg), gpu_free(dm), gpu_free(dv);
+}
+
 static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
 {
 	(void)state;
@@ -652,6 +720,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(cast_rounds_like_torch_bit_for_bit),
 		cmocka_unit_test(add_axpy_scale_match_the_cpu),
+		cmocka_unit_test(lerp_matches_the_cpu_bit_for_bit),
 		cmocka_unit_test(rmsnorm_forward_with_residual_matches_the_cpu),
 		cmocka_unit_test(rmsnorm_backward_with_residual_matches_the_cpu),
 		cmocka_unit_test(rmsnorm_backward_repeats_bit_for_bit),
@@ -661,6 +730,7 @@ int main(void)
 		cmocka_unit_test(embedding_forward_and_backward_match_the_cpu),
 		cmocka_unit_test(cross_entropy_loss_and_gradient_match_the_cpu),
 		cmocka_unit_test(adamw_and_grad_norm_over_many_tensors_match_the_cpu),
+		cmocka_unit_test(adamw_bf16_states_match_the_cpu_bit_for_bit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,6 +197,51 @@ static double num(json_t *j, const char *k)
  * torch's expressions and fused multiply-adds, so every element must agree bit
  * for bit (a different evaluation order would show as one-ulp differences: the
  * message counts them). */
+/* Muon's ranges keep no exp_avg_sq: once dropped, the states hold n + (n -
+ * Muon's) elements, and AdamW's ranges on both sides of a Muon range update
+ * as they do without it (their exp_avg_sq moved down, not mixed up). */
+static void muon_ranges_keep_no_exp_avg_sq(void **s)
+{
+	(void)s;
+	titan_err e = {{0}};
+	backend *be = backend_cpu_create(0, &e);
+	assert_non_null(be);
+	adamw_config c;
+	adamw_config_default(&c);
+	adamw *with = adamw_create(be, 12, &c, &e), *without = adamw_create(be, 12, &c, &e);
+	assert_true(with && without);
+	optim_group mu = {.kind = OPTIM_MUON, .lr = 1e-3, .momentum = 0.95, .ns_steps = 5};
+	assert_int_equal(adamw_set_group(with, 3, 4, &mu, &e), 0);
+	assert_int_equal(adamw_no_decay(with, 9, 2, &e), 0);
+	assert_int_equal(adamw_no_decay(without, 9, 2, &e), 0);
+	assert_int_equal(adamw_drop_muon_states(with, &e), 0);
+	assert_int_equal(adamw_exp_avg_sq_numel(with), 8);
+	assert_int_equal(adamw_exp_avg_sq_numel(without), 12);
+	assert_int_equal(adamw_state_bytes(with), (12 + 8) * 4);
+	assert_int_equal(adamw_exp_avg_sq_index(with, 2), 2);
+	assert_int_equal(adamw_exp_avg_sq_index(with, 7), 3);
+	assert_int_equal(adamw_exp_avg_sq_index(with, 9), 5);
+	float p[2][12], g[12];
+	for (int i = 0; i < 12; i++)
+		p[0][i] = p[1][i] = 1 + 0.1f * (float)i, g[i] = 0.01f * (float)(i - 5);
+	for (int k = 0; k < 3; k++) {
+		adamw_step(with, p[0], g, 1e-2);
+		adamw_step(without, p[1], g, 1e-2);
+	}
+	const float *v0 = adamw_exp_avg_sq(with), *v1 = adamw_exp_avg_sq(without);
+	for (int i = 0; i < 12; i++) {
+		if (i >= 3 && i < 7) { /* Muon's: the plan's step updates them, not adamw_step */
+			assert_true(p[0][i] == 1 + 0.1f * (float)i);
+			continue;
+		}
+		assert_true(p[0][i] == p[1][i]);
+		assert_true(v0[adamw_exp_avg_sq_index(with, (size_t)i)] == v1[i]);
+	}
+	adamw_free(with);
+	adamw_free(without);
+	backend_free(be);
+}
+
 static void bf16_adamw_matches_torch_fused_adamw(void **s)
 {
 	(void)s;
@@ -272,6 +317,7 @@ int main(void)
 		cmocka_unit_test(adamw_decays_every_parameter_unless_exempted),
 		cmocka_unit_test(adamw_frozen_ranges_stay_as_they_are),
 		cmocka_unit_test(bf16_adamw_matches_torch_fused_adamw),
+		cmocka_unit_test(muon_ranges_keep_no_exp_avg_sq),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

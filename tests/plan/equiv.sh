@@ -16,6 +16,8 @@
 # prec=fsdp: bf16 parameters and activations, float32 reduce, on both sides;
 # mb=ranks: the single process runs the ranks' micro-batches in turn.
 # docs=1: torchtitan 0.3.0's documents on both sides.
+# muon=1: optimizer.param_groups on both sides, DistMuon for the layers'
+# matrices (gathered whole over FSDP's and TP's boxes) beside two AdamW groups.
 . tests/lib.sh
 # Under the sanitizers (SAN=1, several times slower) every case runs 2 steps
 # (one from fresh weights, one with AdamW's state: the same code as 5 or 200
@@ -133,4 +135,11 @@ plan 2 pp=2 sched=1F1B mbs=2 dev=1
 # within float32 reordering (test_plan.c STEP1_GRAD_TOL)
 plan 2 shard=2 prec=fsdp model=debugmodel mb=ranks
 plan 2 shard=2 prec=fsdp model=debugmodel steps=3
+# optimizer.param_groups with DistMuon: FSDP, HSDP, TP, CP, PP and FSDP x TP
+plan 2 shard=2 muon=1
+plan 2 tp=2 muon=1
+plan 2 cp=2 muon=1
+plan 2 pp=2 sched=1F1B mbs=2 muon=1
+plan 4 rep=2 shard=2 muon=1
+plan 4 shard=2 tp=2 muon=1
 t_done

@@ -55,7 +55,15 @@
  * twins: the plan must hand its tensors to the first and its host scalars to
  * the second, and still equal the single process.  always=1 runs FSDP's and
  * HSDP's collectives through the communicators even over one rank
- * (plan_opts.comm_always, the path of one GPU under NCCL). */
+ * (plan_opts.comm_always, the path of one GPU under NCCL).
+ *
+ * muon=1 gives both sides optimizer.param_groups (plan_set_param_groups):
+ * DistMuon for the layers' matrices (match_rms_adamw's lr, nesterov), AdamW
+ * at another lr and betas without decay for the norms, the default AdamW
+ * for the embedding and the output.  Each Muon matrix is gathered whole over
+ * FSDP's and TP's boxes (an all-reduce of its float32 update on each,
+ * counted in the formula) and orthogonalised alike on every rank; under
+ * expert parallelism Muon is refused (tests/family). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,6 +159,16 @@
 #define NORM_TOL_F8 2e-4
 #define PARAM_TOL_LR_F8 4
 #define STEP1_GRAD_TOL_F8 5e-2
+/* muon=1: a Muon matrix's direction is five Newton-Schulz iterations of
+ * bfloat16 GEMMs on its gathered update, and a float32 reordering that moves
+ * an element of the update across a bf16 rounding boundary changes it by a
+ * bf16 ulp (2^-8 of the element), which the iterations spread; the step is
+ * the adjusted lr (match_rms_adamw: 0.2 sqrt(max(rows, cols)), up to 2.8 lr
+ * here) times the direction.  Measured over 5 steps (FSDP, HSDP, TP, CP, PP,
+ * FSDP x TP, PP x FSDP): parameters up to 0.092 lr, loss and grad norm within
+ * float32's bounds.  A matrix orthogonalised without a rank's box (a lost
+ * gather) takes a direction of another matrix: O(2.8 lr) apart. */
+#define PARAM_TOL_LR_MUON 0.3
 
 enum { STEPS = 5, ROWS = 12, T = 64 };
 
@@ -176,6 +194,7 @@ typedef struct cfg {
 	int steps;
 	int same_mb; /* mb=ranks: the single process runs the ranks' micro-batches in turn */
 	int docs;    /* docs=1: torchtitan 0.3.0's documents (per-document positions) */
+	int muon;    /* muon=1: DistMuon and AdamW groups (plan_set_param_groups) */
 	const llama_args *args; /* model=debugmodel: that flavor instead of the small one */
 	plan_reshard reshard;
 	model_ac_mode ac;
@@ -262,6 +281,7 @@ static void read_cfg(cfg *c)
 	c->steps = case_int(a, "steps", STEPS);
 	c->same_mb = case_pick(a, "mb", ref_batches, 0);
 	c->docs = case_int(a, "docs", 0);
+	c->muon = case_int(a, "muon", 0);
 	c->args = case_pick(a, "model", models, 0) ? flavor_find("debugmodel") : &small;
 	if (case_end(a, &e) != 0)
 		fail_msg("%s", e.msg);
@@ -299,6 +319,36 @@ static int f8_gathers(const cfg *c)
 	return c->f8 >= 1 && strcmp(c->recipe, "tensorwise") == 0;
 }
 
+/* Whether tensor t is one of Muon's matrices under muon=1: a layer's 2-D
+ * weight. */
+static int muon_matrix(const model *m, const model_tensor *t)
+{
+	return t->ndim == 2 && t->unit >= 1 && t->unit <= model_args(m)->n_layers;
+}
+
+/* muon=1's groups: DistMuon (0.3.0's defaults, match_rms_adamw) for the
+ * layers' matrices, AdamW at 2 lr with other betas and no decay for the norms,
+ * the plan's default AdamW for the rest. */
+static void set_muon_groups(plan *p)
+{
+	const optim_group groups[2] = {
+		{.kind = OPTIM_MUON, .lr = LR, .weight_decay = 0.1, .momentum = 0.95,
+		 .nesterov = 1, .eps = 1e-7, .ns = {3.4445, -4.7750, 2.0315}, .ns_steps = 5,
+		 .adjust = MUON_ADJUST_MATCH_RMS},
+		{.kind = OPTIM_ADAMW, .lr = 2 * LR, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-8}};
+	const model *g = plan_global_model(p);
+	int n = model_num_tensors(g), group_of[64], matrix_of[64];
+	assert_true(n <= 64);
+	for (int i = 0; i < n; i++) {
+		const model_tensor *t = model_tensor_at(g, i);
+		group_of[i] = muon_matrix(g, t) ? 0 : strstr(t->fqn, "norm") ? 1 : -1;
+		matrix_of[i] = i;
+	}
+	titan_err e = {{0}};
+	if (plan_set_param_groups(p, groups, group_of, matrix_of, &e) != 0)
+		fail_msg("plan_set_param_groups: %s", e.msg);
+}
+
 /* b rows of t tokens (the rank's share of T under context parallelism). */
 static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const pipe *pi)
 {
@@ -321,6 +371,8 @@ static plan *make_plan(backend *be, mesh *m, const cfg *c, int b, int t, const p
 	if (c->f8 && model_set_float8(plan_model(p), &f8, &e) < 0)
 		fail_msg("model_set_float8: %s", e.msg);
 	model_float8_tp_shard_amax(plan_model(p), c->shard_amax);
+	if (c->muon)
+		set_muon_groups(p);
 	assert_int_equal(plan_init_weights(p, 7, 1, &e), 0);
 	if (pi != NULL && plan_set_pipeline(p, &pi->sp, pi->s, &e) != 0)
 		fail_msg("plan_set_pipeline: %s", e.msg);
@@ -530,6 +582,16 @@ static void formula(const plan *pl, const cfg *c, int b, const pipe *pi, counts 
 		x[MESH_PP][COMM_OP_SEND] += A * msgs * ns * d * 4;
 		x[MESH_PP][COMM_OP_ALL_REDUCE] += 3 * ar(PP, 8);
 	}
+	if (c->muon) { /* each Muon matrix's update gathered whole over fsdp and tp */
+		const model *g = plan_global_model((plan *)pl);
+		for (int i = 0; i < model_num_tensors(g); i++) {
+			const model_tensor *t = model_tensor_at(g, i);
+			if (!muon_matrix(g, t) || (pi && !pi->hold[t->unit]))
+				continue;
+			x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, (uint64_t)t->numel * 4);
+			x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, (uint64_t)t->numel * 4);
+		}
+	}
 	if (c->f8 == 2) { /* precomputed amax */
 		x[MESH_FSDP][COMM_OP_ALL_REDUCE] += ar(N, conv * 4);
 		x[MESH_TP][COMM_OP_ALL_REDUCE] += ar(P, conv * 4);
@@ -680,6 +742,8 @@ static void open_run(run *u)
 	u->loss_tol = amplified ? LOSS_TOL_BF16 : f8tp ? LOSS_TOL_F8 : LOSS_TOL;
 	u->norm_tol = amplified ? NORM_TOL_BF16 : f8tp ? NORM_TOL_F8 : NORM_TOL;
 	u->param_tol_lr = amplified ? PARAM_TOL_LR_BF16 : f8tp ? PARAM_TOL_LR_F8 : PARAM_TOL_LR;
+	if (c->muon && u->param_tol_lr < PARAM_TOL_LR_MUON)
+		u->param_tol_lr = PARAM_TOL_LR_MUON;
 	u->step1_tol = f8tp ? STEP1_GRAD_TOL_F8 : STEP1_GRAD_TOL;
 }
 
