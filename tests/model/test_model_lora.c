@@ -3,8 +3,9 @@
  * wo + (alpha / rank) lora_b lora_a (merged on the host in double), and its
  * adapters' gradients are the chain rule through that merge:
  *   d lora_b = s dWo lora_a^T,  d lora_a = s lora_b^T dWo,
- * dWo the plain model's gradient of the merged weight.  Every other
- * gradient is the plain model's; wo's own stays 0 (frozen, none computed).
+ * dWo the plain model's gradient of the merged weight.  The frozen matrices'
+ * gradients (wo's, every other linear's, the embedding's, the output's) stay
+ * 0: their GEMMs are skipped; the norms' weights' are the plain model's.
  * Checked plain, and with the fused blocks (the branch left to the next
  * norm) under full activation checkpointing.  Seeds fixed. */
 #include <setjmp.h>
@@ -167,7 +168,14 @@ static void check(int fused)
 			print_message("layer %d: d lora_a %.2e, d lora_b %.2e\n", layer, ea, eb);
 			assert_true(ea < 1e-4 && eb < 1e-4);
 			free(a), free(bw), free(ga), free(gb), free(wa), free(wb);
+		} else if (t->ndim == 2) {
+			/* a frozen matrix (a linear, the embedding, the output):
+			 * its gradient GEMM is skipped */
+			for (size_t k = 0; k < t->numel; k++)
+				assert_true(gl[k] == 0);
 		} else {
+			/* a norm's weight: its gradient, a by-product of the input
+			 * gradient, is the merged model's (the plan clears it) */
 			double *w = malloc(t->numel * sizeof(double));
 			for (size_t k = 0; k < t->numel; k++)
 				w[k] = gp[k];
