@@ -27,7 +27,7 @@
  * Strings are UTF-8; length, slicing, indexing, strip and trim count code
  * points and use Python's whitespace.
  *
- * Limits: nesting 256, output 256 MiB, 10^7 loop iterations per render
+ * Limits: nesting 256, output 256 MiB, values 256 MiB, 10^6 loop iterations per render
  * (errors, not crashes, so that fuzzing finds nothing but wrong templates).
  *
  * Errors: one line, "chat template line L col C: what", L and C counted from 1

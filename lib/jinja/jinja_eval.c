@@ -12,7 +12,10 @@
 #include "jinja/jinja_int.h"
 
 #define MAX_OUTPUT ((size_t)256 << 20)
-#define MAX_STEPS 10000000ull
+/* A render's values (strings, lists, dicts, each loop's `loop`) live until it
+ * ends: a hostile template's loops are bounded in steps and in memory. */
+#define MAX_VALUES ((size_t)256 << 20)
+#define MAX_STEPS 1000000ull
 
 typedef struct scope scope;
 struct scope {
@@ -48,6 +51,9 @@ static int rerr(render *r, int line, int col, const char *fmt, ...)
 
 static int oom(render *r)
 {
+	if (r->a.held + 65536 > MAX_VALUES)
+		return err_set(r->err, "chat template: its values take more than %zu MiB",
+			       MAX_VALUES >> 20);
 	return err_set(r->err, "chat template: out of memory");
 }
 
@@ -1707,7 +1713,7 @@ static int exec_body(render *r, const jbody *b)
 
 int jinja_render(const jinja_tpl *t, const json_t *vars, char **out, size_t *n, titan_err *err)
 {
-	render r = {.err = err};
+	render r = {.err = err, .a = {.limit = MAX_VALUES}};
 	scope root = {0};
 	r.sc = &root;
 	*out = NULL;

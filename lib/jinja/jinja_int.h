@@ -16,8 +16,11 @@
 typedef struct jarena_block jarena_block;
 typedef struct jarena {
 	jarena_block *head;
+	size_t held;  /* bytes of its blocks */
+	size_t limit; /* most bytes it may hold; 0: no limit */
 } jarena;
-void *jarena_alloc(jarena *a, size_t n); /* zeroed; NULL when memory runs out */
+/* zeroed; NULL when memory runs out or the arena would pass its limit */
+void *jarena_alloc(jarena *a, size_t n);
 void jarena_free(jarena *a);
 
 /* ---- values */

@@ -25,6 +25,8 @@ void *jarena_alloc(jarena *a, size_t n)
 	jarena_block *b = a->head;
 	if (b == NULL || b->cap - b->used < n) {
 		size_t cap = n > 65536 ? n : 65536;
+		if (a->limit && (cap > a->limit || a->held > a->limit - cap))
+			return NULL;
 		b = malloc(sizeof *b + cap);
 		if (b == NULL)
 			return NULL;
@@ -32,6 +34,7 @@ void *jarena_alloc(jarena *a, size_t n)
 		b->used = 0;
 		b->next = a->head;
 		a->head = b;
+		a->held += cap;
 	}
 	void *p = (char *)b->data + b->used;
 	b->used += n;

@@ -154,11 +154,18 @@ static void render_errors_name_line_and_column(void **state)
 	assert_non_null(strstr(err.msg, "no method 'nope'"));
 	json_decref(vars);
 	jinja_free(t);
-	src = "{% for i in range(100000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}";
+	src = "{% for i in range(2000000) %}{% endfor %}";
 	t = jinja_parse(src, strlen(src), &err);
 	assert_non_null(t);
 	assert_int_equal(jinja_render(t, NULL, &out, &n, &err), -1);
 	assert_non_null(strstr(err.msg, "loop steps"));
+	jinja_free(t);
+	/* under the step limit, each step's `loop` and list held to the end */
+	src = "{% for i in range(450000) %}{% set x = [i, i, i, i, i, i, i, i] %}{% endfor %}";
+	t = jinja_parse(src, strlen(src), &err);
+	assert_non_null(t);
+	assert_int_equal(jinja_render(t, NULL, &out, &n, &err), -1);
+	assert_non_null(strstr(err.msg, "values take more than 256 MiB"));
 	jinja_free(t);
 }
 
