@@ -117,11 +117,22 @@ static int load_weights(clip_text *m, const st_set *s, titan_err *err)
 	return 0;
 }
 
+static int read_config(void *cfg, const char *path, titan_err *err)
+{
+	return clip_config_read(cfg, path, err);
+}
+
+static int load(void *model, const st_set *s, titan_err *err)
+{
+	clip_text *m = model;
+	m->layers = calloc((size_t)m->c.n_layers, sizeof *m->layers);
+	if (m->layers == NULL)
+		return err_set(err, "clip: out of memory");
+	return load_weights(m, s, err);
+}
+
 clip_text *clip_text_open(backend *be, const char *dir, titan_err *err)
 {
-	char path[4096];
-	if (te_check_backend(be, "clip", err) < 0)
-		return NULL;
 	clip_text *m = calloc(1, sizeof *m);
 	if (m == NULL) {
 		err_set(err, "clip: out of memory");
@@ -129,27 +140,11 @@ clip_text *clip_text_open(backend *be, const char *dir, titan_err *err)
 	}
 	m->be = be;
 	m->ps.be = be;
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	if (clip_config_read(&m->c, path, err) < 0)
-		goto fail;
-	m->layers = calloc((size_t)m->c.n_layers, sizeof *m->layers);
-	if (m->layers == NULL) {
-		err_set(err, "clip: out of memory");
-		goto fail;
-	}
-	st_set s;
-	if (st_set_open(&s, dir, err) < 0)
-		goto fail;
-	int rc = load_weights(m, &s, err);
-	st_set_close(&s);
-	if (rc < 0) {
-		err_prefix(err, "%s", dir);
-		goto fail;
+	if (te_open_dir(be, dir, "clip", read_config, &m->c, load, m, err) < 0) {
+		clip_text_free(m);
+		return NULL;
 	}
 	return m;
-fail:
-	clip_text_free(m);
-	return NULL;
 }
 
 const clip_config *clip_text_config(const clip_text *m) { return &m->c; }
@@ -188,21 +183,13 @@ static int scratch_alloc(backend *be, clip_scratch *w, const clip_config *c, int
 	float **bufs[] = {&w->x, &w->n, &w->q, &w->k, &w->v, &w->att, &w->f, &w->lse};
 	size_t sizes[] = {rows * hd, rows * hd, rows * hd, rows * hd, rows * hd, rows * hd,
 			  rows * (size_t)c->intermediate, rows * (size_t)c->n_heads};
-	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-		if ((*bufs[i] = backend_alloc_floats(be, sizes[i], err)) == NULL)
-			return -1;
-	w->ids = be->ops->alloc(be, rows * sizeof(int32_t), err);
-	return w->ids ? 0 : -1;
+	return te_scratch_alloc(be, bufs, sizes, sizeof sizes / sizeof *sizes, &w->ids, rows, err);
 }
 
 static void scratch_free(backend *be, clip_scratch *w)
 {
 	float *bufs[] = {w->x, w->n, w->q, w->k, w->v, w->att, w->f, w->lse};
-	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-		if (bufs[i] != NULL)
-			be->ops->free(be, bufs[i]);
-	if (w->ids != NULL)
-		be->ops->free(be, w->ids);
+	te_scratch_free(be, bufs, sizeof bufs / sizeof *bufs, w->ids);
 }
 
 /* y (rows, out) = x @ w^T + bias (+ y when beta is 1). */

@@ -103,15 +103,11 @@ static int load_block(t5_encoder *m, const st_set *s, int64_t i, titan_err *err)
 static int load_weights(t5_encoder *m, const st_set *s, titan_err *err)
 {
 	/* T5EncoderModel ties encoder.embed_tokens to shared: either name holds it */
-	static const char *const embed[] = {"encoder.embed_tokens.", "", NULL};
+	static const char *const embed[] = {"encoder.embed_tokens.", "shared.", NULL};
 	static const char *const none[] = {"", NULL};
 	const t5_config *c = &m->c;
-	m->embed = te_load(&m->ps, s, embed, "weight", 2, c->vocab, c->d_model, err);
-	if (m->embed == NULL) {
-		m->embed = te_load(&m->ps, s, none, "shared.weight", 2, c->vocab, c->d_model, err);
-		if (m->embed == NULL)
-			return -1;
-	}
+	if ((m->embed = te_load(&m->ps, s, embed, "weight", 2, c->vocab, c->d_model, err)) == NULL)
+		return -1;
 	float *rb = te_load(&m->ps, s, none,
 			    "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
 			    2, c->n_buckets, c->n_heads, err);
@@ -130,11 +126,22 @@ static int load_weights(t5_encoder *m, const st_set *s, titan_err *err)
 	return 0;
 }
 
+static int read_config(void *cfg, const char *path, titan_err *err)
+{
+	return t5_config_read(cfg, path, err);
+}
+
+static int load(void *model, const st_set *s, titan_err *err)
+{
+	t5_encoder *m = model;
+	m->blocks = calloc((size_t)m->c.n_layers, sizeof *m->blocks);
+	if (m->blocks == NULL)
+		return err_set(err, "t5: out of memory");
+	return load_weights(m, s, err);
+}
+
 t5_encoder *t5_encoder_open(backend *be, const char *dir, titan_err *err)
 {
-	char path[4096];
-	if (te_check_backend(be, "t5", err) < 0)
-		return NULL;
 	t5_encoder *m = calloc(1, sizeof *m);
 	if (m == NULL) {
 		err_set(err, "t5: out of memory");
@@ -142,27 +149,11 @@ t5_encoder *t5_encoder_open(backend *be, const char *dir, titan_err *err)
 	}
 	m->be = be;
 	m->ps.be = be;
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	if (t5_config_read(&m->c, path, err) < 0)
-		goto fail;
-	m->blocks = calloc((size_t)m->c.n_layers, sizeof *m->blocks);
-	if (m->blocks == NULL) {
-		err_set(err, "t5: out of memory");
-		goto fail;
-	}
-	st_set s;
-	if (st_set_open(&s, dir, err) < 0)
-		goto fail;
-	int rc = load_weights(m, &s, err);
-	st_set_close(&s);
-	if (rc < 0) {
-		err_prefix(err, "%s", dir);
-		goto fail;
+	if (te_open_dir(be, dir, "t5", read_config, &m->c, load, m, err) < 0) {
+		t5_encoder_free(m);
+		return NULL;
 	}
 	return m;
-fail:
-	t5_encoder_free(m);
-	return NULL;
 }
 
 const t5_config *t5_encoder_config(const t5_encoder *m) { return &m->c; }
@@ -242,21 +233,13 @@ static int scratch_alloc(backend *be, t5_scratch *w, const t5_config *c, int64_t
 			  &w->rstd};
 	size_t sizes[] = {rows * dm, rows * dm, rows * inner, rows * inner, rows * inner,
 			  rows * inner, rows * ff, rows * ff, (size_t)(c->n_heads * l * l), rows};
-	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-		if ((*bufs[i] = backend_alloc_floats(be, sizes[i], err)) == NULL)
-			return -1;
-	w->ids = be->ops->alloc(be, rows * sizeof(int32_t), err);
-	return w->ids ? 0 : -1;
+	return te_scratch_alloc(be, bufs, sizes, sizeof sizes / sizeof *sizes, &w->ids, rows, err);
 }
 
 static void scratch_free(backend *be, t5_scratch *w)
 {
 	float *bufs[] = {w->x, w->n, w->q, w->k, w->v, w->att, w->g, w->u, w->bias, w->rstd};
-	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-		if (bufs[i] != NULL)
-			be->ops->free(be, bufs[i]);
-	if (w->ids != NULL)
-		be->ops->free(be, w->ids);
+	te_scratch_free(be, bufs, sizeof bufs / sizeof *bufs, w->ids);
 }
 
 static void block_forward(t5_encoder *m, const t5_block *blk, t5_scratch *w, int64_t b,

@@ -97,6 +97,46 @@ int te_check_backend(const backend *be, const char *what, titan_err *err)
 	return 0;
 }
 
+int te_open_dir(backend *be, const char *dir, const char *what,
+		int (*read_config)(void *cfg, const char *path, titan_err *err), void *cfg,
+		int (*load)(void *model, const st_set *s, titan_err *err), void *model,
+		titan_err *err)
+{
+	char path[4096];
+	if (te_check_backend(be, what, err) < 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	if (read_config(cfg, path, err) < 0)
+		return -1;
+	st_set s;
+	if (st_set_open(&s, dir, err) < 0)
+		return -1;
+	int rc = load(model, &s, err);
+	st_set_close(&s);
+	if (rc < 0)
+		err_prefix(err, "%s", dir);
+	return rc;
+}
+
+int te_scratch_alloc(backend *be, float **const *bufs, const size_t *sizes, size_t n,
+		     int32_t **ids, size_t rows, titan_err *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((*bufs[i] = backend_alloc_floats(be, sizes[i], err)) == NULL)
+			return -1;
+	*ids = be->ops->alloc(be, rows * sizeof **ids, err);
+	return *ids ? 0 : -1;
+}
+
+void te_scratch_free(backend *be, float *const *bufs, size_t n, int32_t *ids)
+{
+	for (size_t i = 0; i < n; i++)
+		if (bufs[i] != NULL)
+			be->ops->free(be, bufs[i]);
+	if (ids != NULL)
+		be->ops->free(be, ids);
+}
+
 int te_check_ids(const int32_t *ids, int64_t n, int64_t vocab, const char *what, titan_err *err)
 {
 	for (int64_t i = 0; i < n; i++)

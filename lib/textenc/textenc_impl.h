@@ -23,6 +23,21 @@ float *te_load(te_params *ps, const st_set *s, const char *const *prefixes, cons
 	       int ndim, int64_t d0, int64_t d1, titan_err *err);
 void te_params_free(te_params *ps);
 
+/* What opening a model folder does for either encoder: check the backend,
+ * read DIR/config.json with read_config(cfg, path, err), open DIR's
+ * safetensors and call load(model, set, err); an error of load is prefixed
+ * with DIR.  0 or -1. */
+int te_open_dir(backend *be, const char *dir, const char *what,
+		int (*read_config)(void *cfg, const char *path, titan_err *err), void *cfg,
+		int (*load)(void *model, const st_set *s, titan_err *err), void *model,
+		titan_err *err);
+
+/* n float buffers *bufs[i] of sizes[i] floats in backend memory and the (rows)
+ * int32 ids; on failure the ones allocated stay set for te_scratch_free. */
+int te_scratch_alloc(backend *be, float **const *bufs, const size_t *sizes, size_t n,
+		     int32_t **ids, size_t rows, titan_err *err);
+void te_scratch_free(backend *be, float *const *bufs, size_t n, int32_t *ids);
+
 /* 0 when be computes in host memory (the CPU backend), else -1 naming it. */
 int te_check_backend(const backend *be, const char *what, titan_err *err);
 /* 0 when every id is in [0, vocab), else -1 naming the first that is not. */

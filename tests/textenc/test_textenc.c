@@ -83,74 +83,59 @@ static double rel_err(const char *name, const float *got, const float *want, int
 	return num / den;
 }
 
-static void t5_case(const char *name)
+/* Open golden case NAME as a T5 encoder or a CLIP text model, encode its ids
+ * and compare with transformers' output. */
+static void encoder_case(const char *name, int t5)
 {
 	char dir[256];
 	titan_err e;
 	snprintf(dir, sizeof dir, GOLDEN "/%s", name);
-	t5_encoder *m = t5_encoder_open(be, dir, &e);
-	if (m == NULL)
+	t5_encoder *tm = t5 ? t5_encoder_open(be, dir, &e) : NULL;
+	clip_text *cm = t5 ? NULL : clip_text_open(be, dir, &e);
+	if (tm == NULL && cm == NULL)
 		fail_msg("%s", e.msg);
 	io_case c;
 	io_open(&c, name);
-	int64_t n = c.b * c.l * t5_encoder_config(m)->d_model;
+	/* T5: (b, l, d_model); CLIP: (b, hidden) */
+	int64_t n = t5 ? c.b * c.l * t5_encoder_config(tm)->d_model
+		       : c.b * clip_text_config(cm)->hidden;
 	assert_int_equal(n, c.nout);
 	float *out = malloc((size_t)n * sizeof *out);
 	for (int64_t i = 0; i < n; i++)
 		out[i] = NAN; /* poisoned: every value must be written */
-	if (t5_encoder_forward(m, c.ids, c.b, c.l, out, &e) < 0)
+	int rc = t5 ? t5_encoder_forward(tm, c.ids, c.b, c.l, out, &e)
+		    : clip_text_forward(cm, c.ids, c.b, c.l, out, &e);
+	if (rc < 0)
 		fail_msg("%s", e.msg);
 	assert_true(rel_err(name, out, c.out, n) <= TOL);
 	free(out);
 	st_close(&c.f);
-	t5_encoder_free(m);
+	t5_encoder_free(tm);
+	clip_text_free(cm);
 }
 
 static void t5_last_hidden_state_matches_transformers(void **state)
 {
 	(void)state;
-	t5_case("t5");
+	encoder_case("t5", 1);
 }
 
 static void t5_from_bf16_shards_matches_transformers(void **state)
 {
 	(void)state;
-	t5_case("t5_sharded_bf16");
-}
-
-static void clip_case(const char *name)
-{
-	char dir[256];
-	titan_err e;
-	snprintf(dir, sizeof dir, GOLDEN "/%s", name);
-	clip_text *m = clip_text_open(be, dir, &e);
-	if (m == NULL)
-		fail_msg("%s", e.msg);
-	io_case c;
-	io_open(&c, name);
-	int64_t n = c.b * clip_text_config(m)->hidden;
-	assert_int_equal(n, c.nout);
-	float *out = malloc((size_t)n * sizeof *out);
-	for (int64_t i = 0; i < n; i++)
-		out[i] = NAN;
-	if (clip_text_forward(m, c.ids, c.b, c.l, out, &e) < 0)
-		fail_msg("%s", e.msg);
-	assert_true(rel_err(name, out, c.out, n) <= TOL);
-	free(out);
-	st_close(&c.f);
-	clip_text_free(m);
+	encoder_case("t5_sharded_bf16", 1);
 }
 
 static void clip_pooled_at_largest_id_matches_transformers(void **state)
 {
 	(void)state;
-	clip_case("clip");
+	encoder_case("clip", 0);
 }
 
 static void clip_pooled_at_first_eos_matches_transformers(void **state)
 {
 	(void)state;
-	clip_case("clip_eos_prefixed");
+	encoder_case("clip_eos_prefixed", 0);
 }
 
 static void t5_relative_buckets_match_transformers(void **state)
