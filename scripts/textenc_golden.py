@@ -10,7 +10,11 @@ Each case is a folder under tests/textenc/golden/<case>/ with the model
 (config.json, model.safetensors or a sharded index) and io.safetensors:
 "ids" int32 (B, L) and "out" float32 (T5: (B, L, d_model); CLIP: (B, hidden));
 the T5 cases add "buckets" int32 (601): the relative position bucket of
--300 .. 300 (32 buckets, the case's max_distance).
+-300 .. 300 (32 buckets, the case's max_distance).  The cases whose weights
+are stored in bf16 add "out_bf16": the output of the model cast to bfloat16
+as torchtitan's Flux trainer casts its encoders under FSDP
+(training.mixed_precision_param), "out" being the float32 one of the same
+weights.
 
 Run from the repository root with the reference venv:
   python scripts/textenc_golden.py
@@ -45,14 +49,18 @@ def t5_case(name, seed, max_distance, sharded, bf16_weights, b, l):
     ids = torch.randint(0, 128, (b, l), dtype=torch.int64)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=None).last_hidden_state
+        extra = {}
+        if bf16_weights:  # torchtitan's encoders under FSDP: .to(mixed_precision_param)
+            extra["out_bf16"] = model.to(torch.bfloat16)(
+                input_ids=ids, attention_mask=None).last_hidden_state.float()
     # the bucket of every relative position out to +-300 (beyond max_distance)
     rel = torch.arange(-300, 301)
     buckets = model.encoder.block[0].layer[0].SelfAttention._relative_position_bucket(
         rel, bidirectional=True, num_buckets=32, max_distance=max_distance)
-    io(name, ids, out, {"buckets": buckets.to(torch.int32)})
+    io(name, ids, out, {"buckets": buckets.to(torch.int32), **extra})
 
 
-def clip_case(name, seed, eos_token_id, b, l, prefix):
+def clip_case(name, seed, eos_token_id, b, l, prefix, bf16_weights):
     torch.manual_seed(seed)
     cfg = CLIPTextConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
                          num_attention_heads=4, num_hidden_layers=2,
@@ -64,7 +72,9 @@ def clip_case(name, seed, eos_token_id, b, l, prefix):
         for n, p in model.named_parameters():
             if "layer_norm" in n:
                 p.copy_((1 if n.endswith("weight") else 0) + 0.2 * torch.randn_like(p))
-    save(model, name, False, False)
+    save(model, name, False, bf16_weights)
+    if bf16_weights:  # the float32 reference of the weights as stored
+        model = model.to(torch.bfloat16).float()
     if prefix:  # the names transformers 4 wrote (Flux's checkpoints have them)
         path = os.path.join(OUT, name, "model.safetensors")
         tensors = load_file(path)
@@ -83,7 +93,11 @@ def clip_case(name, seed, eos_token_id, b, l, prefix):
         ids[r, end:] = end_id
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=None).pooler_output
-    io(name, ids, out)
+        extra = {}
+        if bf16_weights:
+            extra["out_bf16"] = model.to(torch.bfloat16)(
+                input_ids=ids, attention_mask=None).pooler_output.float()
+    io(name, ids, out, extra)
 
 
 def save(model, name, sharded, bf16_weights):
@@ -110,9 +124,9 @@ def main():
     t5_case("t5_sharded_bf16", 20260502, 16, True, True, 2, 24)
     # eos_token_id 2: transformers pools at argmax(ids) (the legacy CLIP
     # configs, Flux's clip-vit-large-patch14); else at the first eos
-    clip_case("clip", 20260503, 2, 3, 16, False)
-    # its tensors named as transformers 4 named them (text_model.*)
-    clip_case("clip_eos_prefixed", 20260504, 100, 3, 16, True)
+    clip_case("clip", 20260503, 2, 3, 16, False, False)
+    # its tensors named as transformers 4 named them (text_model.*), in bf16
+    clip_case("clip_eos_prefixed_bf16", 20260504, 100, 3, 16, True, True)
 
 
 if __name__ == "__main__":

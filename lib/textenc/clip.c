@@ -24,6 +24,7 @@ struct clip_text {
 	float *pos_emb;                   /* (max_pos, hidden) */
 	clip_layer *layers;               /* (n_layers) */
 	float *final_w, *final_b;         /* (hidden) */
+	int bf16;                         /* the bf16 model's roundings */
 };
 
 /* transformers 4 wrote CLIPTextModel's tensors under text_model., 5 does not */
@@ -131,8 +132,12 @@ static int load(void *model, const st_set *s, titan_err *err)
 	return load_weights(m, s, err);
 }
 
-clip_text *clip_text_open(backend *be, const char *dir, titan_err *err)
+clip_text *clip_text_open(backend *be, const char *dir, be_dtype dtype, titan_err *err)
 {
+	if (dtype != BE_F32 && dtype != BE_BF16) {
+		err_set(err, "clip: dtype %s, expected float32 or bfloat16", be_dtype_name(dtype));
+		return NULL;
+	}
 	clip_text *m = calloc(1, sizeof *m);
 	if (m == NULL) {
 		err_set(err, "clip: out of memory");
@@ -140,6 +145,7 @@ clip_text *clip_text_open(backend *be, const char *dir, titan_err *err)
 	}
 	m->be = be;
 	m->ps.be = be;
+	m->bf16 = m->ps.bf16 = dtype == BE_BF16;
 	if (te_open_dir(be, dir, "clip", read_config, &m->c, load, m, err) < 0) {
 		clip_text_free(m);
 		return NULL;
@@ -192,35 +198,48 @@ static void scratch_free(backend *be, clip_scratch *w)
 	te_scratch_free(be, bufs, sizeof bufs / sizeof *bufs, w->ids);
 }
 
-/* y (rows, out) = x @ w^T + bias (+ y when beta is 1). */
+/* y (rows, out) = x @ w^T + bias. */
 static void linear_bias(backend *be, float *y, const float *x, const float *w, const float *bias,
-			int64_t rows, int64_t in, int64_t out, float beta)
+			int64_t rows, int64_t in, int64_t out)
 {
-	te_linear(be, y, x, w, rows, in, out, beta);
+	te_linear(be, y, x, w, rows, in, out);
 	be->ops->bias_add(be, y, BE_F32, bias, BE_F32, rows, out, 0, NULL);
 }
 
+/* The bf16 model rounds each op's output to bfloat16 (its attention, torch's
+ * sdpa, computes in float32 and rounds once). */
 static void layer_forward(clip_text *m, const clip_layer *y, clip_scratch *w, int64_t b,
 			  int64_t l)
 {
 	backend *be = m->be;
 	const clip_config *c = &m->c;
 	int64_t rows = b * l, hd = c->hidden, ff = c->intermediate;
+	int r = m->bf16;
 	te_layernorm(w->n, w->x, y->ln1_w, y->ln1_b, rows, hd, c->eps);
-	linear_bias(be, w->q, w->n, y->q_w, y->q_b, rows, hd, hd, 0);
-	linear_bias(be, w->k, w->n, y->k_w, y->k_b, rows, hd, hd, 0);
-	linear_bias(be, w->v, w->n, y->v_w, y->v_b, rows, hd, hd, 0);
+	te_round(r, w->n, rows * hd);
+	linear_bias(be, w->q, w->n, y->q_w, y->q_b, rows, hd, hd);
+	linear_bias(be, w->k, w->n, y->k_w, y->k_b, rows, hd, hd);
+	linear_bias(be, w->v, w->n, y->v_w, y->v_b, rows, hd, hd);
+	te_round(r, w->q, rows * hd);
+	te_round(r, w->k, rows * hd);
+	te_round(r, w->v, rows * hd);
 	be_attn a = {
 		.b = b, .tq = l, .tk = l, .h = c->n_heads, .hkv = c->n_heads,
 		.hd = hd / c->n_heads, .hdv = hd / c->n_heads, .scale = 0, .causal = 1,
 		.qkv = BE_F32, .out = BE_F32, .dout = BE_F32, .grad = BE_F32,
 	};
 	be->ops->attention_fwd(be, w->att, w->lse, w->q, w->k, w->v, &a);
-	linear_bias(be, w->x, w->att, y->o_w, y->o_b, rows, hd, hd, 1); /* x += out_proj */
+	te_round(r, w->att, rows * hd);
+	linear_bias(be, w->n, w->att, y->o_w, y->o_b, rows, hd, hd);
+	te_residual(be, r, w->x, w->n, rows * hd); /* x += out_proj */
 	te_layernorm(w->n, w->x, y->ln2_w, y->ln2_b, rows, hd, c->eps);
-	linear_bias(be, w->f, w->n, y->fc1_w, y->fc1_b, rows, hd, ff, 0);
+	te_round(r, w->n, rows * hd);
+	linear_bias(be, w->f, w->n, y->fc1_w, y->fc1_b, rows, hd, ff);
+	te_round(r, w->f, rows * ff);
 	te_quick_gelu(w->f, rows * ff);
-	linear_bias(be, w->x, w->f, y->fc2_w, y->fc2_b, rows, ff, hd, 1); /* x += fc2 */
+	te_round(r, w->f, rows * ff);
+	linear_bias(be, w->n, w->f, y->fc2_w, y->fc2_b, rows, ff, hd);
+	te_residual(be, r, w->x, w->n, rows * hd); /* x += fc2 */
 }
 
 int clip_text_forward(clip_text *m, const int32_t *ids, int64_t b, int64_t l, float *out,
@@ -244,6 +263,7 @@ int clip_text_forward(clip_text *m, const int32_t *ids, int64_t b, int64_t l, fl
 		for (int64_t bi = 0; bi < b; bi++) /* + position_embedding[0..l) */
 			be->ops->add(be, w.x + bi * l * hd, BE_F32, w.x + bi * l * hd, BE_F32,
 				     m->pos_emb, BE_F32, l * hd);
+		te_round(m->bf16, w.x, rows * hd);
 		for (int64_t i = 0; i < c->n_layers; i++)
 			layer_forward(m, &m->layers[i], &w, b, l);
 		/* final_layer_norm is per row: normalise the pooled rows alone */
@@ -252,6 +272,7 @@ int clip_text_forward(clip_text *m, const int32_t *ids, int64_t b, int64_t l, fl
 			te_layernorm(w.n + bi * hd, w.x + (bi * l + at) * hd, m->final_w,
 				     m->final_b, 1, hd, c->eps);
 		}
+		te_round(m->bf16, w.n, b * hd);
 		be->ops->copy(be, out, w.n, (size_t)(b * hd) * sizeof *out, BACKEND_D2H);
 		rc = be->ops->sync(be, err);
 	}

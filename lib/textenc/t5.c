@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/json.h"
 #include "textenc/textenc.h"
 #include "textenc/textenc_impl.h"
@@ -25,6 +26,7 @@ struct t5_encoder {
 	float *rel_bias;          /* (n_buckets, n_heads): block 0's, host memory */
 	t5_block *blocks;         /* (n_layers) */
 	float *final_ln;          /* (d_model) */
+	int bf16;                 /* the bf16 model's roundings (t5_encoder_open) */
 };
 
 int t5_config_read(t5_config *c, const char *path, titan_err *err)
@@ -140,8 +142,12 @@ static int load(void *model, const st_set *s, titan_err *err)
 	return load_weights(m, s, err);
 }
 
-t5_encoder *t5_encoder_open(backend *be, const char *dir, titan_err *err)
+t5_encoder *t5_encoder_open(backend *be, const char *dir, be_dtype dtype, titan_err *err)
 {
+	if (dtype != BE_F32 && dtype != BE_BF16) {
+		err_set(err, "t5: dtype %s, expected float32 or bfloat16", be_dtype_name(dtype));
+		return NULL;
+	}
 	t5_encoder *m = calloc(1, sizeof *m);
 	if (m == NULL) {
 		err_set(err, "t5: out of memory");
@@ -149,6 +155,7 @@ t5_encoder *t5_encoder_open(backend *be, const char *dir, titan_err *err)
 	}
 	m->be = be;
 	m->ps.be = be;
+	m->bf16 = m->ps.bf16 = dtype == BE_BF16;
 	if (te_open_dir(be, dir, "t5", read_config, &m->c, load, m, err) < 0) {
 		t5_encoder_free(m);
 		return NULL;
@@ -181,9 +188,12 @@ static void position_bias(const t5_encoder *m, float *bias, int64_t l)
 }
 
 /* out (b, l, h, dk) = softmax(q k^T + bias) v per head, without scaling:
- * q, k, v (b, l, h, dk); bias (h, l, l). */
+ * q, k, v (b, l, h, dk); bias (h, l, l).  With bf16 the scores, the biased
+ * scores, the probabilities and out are rounded to bfloat16 as the bf16
+ * model's matmul, add, softmax and matmul store them. */
 static void biased_attention(float *out, const float *q, const float *k, const float *v,
-			     const float *bias, int64_t b, int64_t l, int64_t h, int64_t dk)
+			     const float *bias, int64_t b, int64_t l, int64_t h, int64_t dk,
+			     int bf16)
 {
 	int64_t row = h * dk;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -198,7 +208,9 @@ static void biased_attention(float *out, const float *q, const float *k, const f
 					float dot = 0;
 					for (int64_t d = 0; d < dk; d++)
 						dot += qi[d] * kj[d];
-					s[j] = dot + bias[(hi * l + i) * l + j];
+					s[j] = bf16 ? bf16_round(bf16_round(dot) +
+								 bias[(hi * l + i) * l + j])
+						    : dot + bias[(hi * l + i) * l + j];
 					mx = fmaxf(mx, s[j]);
 				}
 				for (int64_t j = 0; j < l; j++) {
@@ -210,10 +222,13 @@ static void biased_attention(float *out, const float *q, const float *k, const f
 					oi[d] = 0;
 				for (int64_t j = 0; j < l; j++) {
 					const float *vj = v + (bi * l + j) * row + hi * dk;
-					float p = s[j] / sum;
+					float p = bf16 ? bf16_round(s[j] / sum) : s[j] / sum;
 					for (int64_t d = 0; d < dk; d++)
 						oi[d] += p * vj[d];
 				}
+				if (bf16)
+					for (int64_t d = 0; d < dk; d++)
+						oi[d] = bf16_round(oi[d]);
 			}
 		}
 }
@@ -242,25 +257,37 @@ static void scratch_free(backend *be, t5_scratch *w)
 	te_scratch_free(be, bufs, sizeof bufs / sizeof *bufs, w->ids);
 }
 
+/* The bf16 model rounds the norm and each linear's output to bfloat16 (its
+ * T5LayerNorm rounds twice, before and after the weight: once here). */
 static void block_forward(t5_encoder *m, const t5_block *blk, t5_scratch *w, int64_t b,
 			  int64_t l)
 {
 	backend *be = m->be;
 	const t5_config *c = &m->c;
-	int64_t rows = b * l, inner = c->n_heads * c->d_kv, dm = c->d_model;
+	int64_t rows = b * l, inner = c->n_heads * c->d_kv, dm = c->d_model, ff = c->d_ff;
+	int r = m->bf16;
 	be->ops->rmsnorm_fwd(be, w->n, BE_F32, w->rstd, w->x, BE_F32, blk->ln_attn, BE_F32, rows,
 			     dm, c->eps);
-	te_linear(be, w->q, w->n, blk->q, rows, dm, inner, 0);
-	te_linear(be, w->k, w->n, blk->k, rows, dm, inner, 0);
-	te_linear(be, w->v, w->n, blk->v, rows, dm, inner, 0);
-	biased_attention(w->att, w->q, w->k, w->v, w->bias, b, l, c->n_heads, c->d_kv);
-	te_linear(be, w->x, w->att, blk->o, rows, inner, dm, 1); /* x += o(att) */
+	te_round(r, w->n, rows * dm);
+	te_linear(be, w->q, w->n, blk->q, rows, dm, inner);
+	te_linear(be, w->k, w->n, blk->k, rows, dm, inner);
+	te_linear(be, w->v, w->n, blk->v, rows, dm, inner);
+	te_round(r, w->q, rows * inner);
+	te_round(r, w->k, rows * inner);
+	te_round(r, w->v, rows * inner);
+	biased_attention(w->att, w->q, w->k, w->v, w->bias, b, l, c->n_heads, c->d_kv, r);
+	te_linear(be, w->n, w->att, blk->o, rows, inner, dm);
+	te_residual(be, r, w->x, w->n, rows * dm); /* x += o(att) */
 	be->ops->rmsnorm_fwd(be, w->n, BE_F32, w->rstd, w->x, BE_F32, blk->ln_ff, BE_F32, rows,
 			     dm, c->eps);
-	te_linear(be, w->g, w->n, blk->wi_0, rows, dm, c->d_ff, 0);
-	te_linear(be, w->u, w->n, blk->wi_1, rows, dm, c->d_ff, 0);
-	te_gated_gelu_new(w->g, w->u, rows * c->d_ff);
-	te_linear(be, w->x, w->g, blk->wo, rows, c->d_ff, dm, 1); /* x += wo(gelu(g) u) */
+	te_round(r, w->n, rows * dm);
+	te_linear(be, w->g, w->n, blk->wi_0, rows, dm, ff);
+	te_linear(be, w->u, w->n, blk->wi_1, rows, dm, ff);
+	te_round(r, w->g, rows * ff);
+	te_round(r, w->u, rows * ff);
+	te_gated_gelu_new(w->g, w->u, rows * ff, r);
+	te_linear(be, w->n, w->g, blk->wo, rows, ff, dm);
+	te_residual(be, r, w->x, w->n, rows * dm); /* x += wo(gelu(g) u) */
 }
 
 int t5_encoder_forward(t5_encoder *m, const int32_t *ids, int64_t b, int64_t l, float *out,
@@ -284,6 +311,7 @@ int t5_encoder_forward(t5_encoder *m, const int32_t *ids, int64_t b, int64_t l, 
 			block_forward(m, &m->blocks[i], &w, b, l);
 		be->ops->rmsnorm_fwd(be, w.n, BE_F32, w.rstd, w.x, BE_F32, m->final_ln, BE_F32,
 				     rows, c->d_model, c->eps);
+		te_round(m->bf16, w.n, rows * c->d_model);
 		be->ops->copy(be, out, w.n, (size_t)(rows * c->d_model) * sizeof *out,
 			      BACKEND_D2H);
 		rc = be->ops->sync(be, err);

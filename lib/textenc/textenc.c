@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "ptzip/ptzip.h"
 #include "textenc/textenc_impl.h"
 
@@ -71,6 +72,7 @@ float *te_load(te_params *ps, const st_set *s, const char *const *prefixes, cons
 		return NULL;
 	}
 	ptz_convert(host, PTZ_F32, t->data, t->dtype, n);
+	te_round(ps->bf16, host, (int64_t)n);
 	ps->be->ops->copy(ps->be, dev, host, n * sizeof *host, BACKEND_H2D);
 	free(host);
 	if (params_keep(ps, dev, err) < 0) {
@@ -147,10 +149,26 @@ int te_check_ids(const int32_t *ids, int64_t n, int64_t vocab, const char *what,
 }
 
 void te_linear(backend *be, float *y, const float *x, const float *w, int64_t rows, int64_t in,
-	       int64_t out, float beta)
+	       int64_t out)
 {
-	be->ops->matmul(be, 0, 1, rows, out, in, 1.0f, x, in, w, in, BE_F32, beta, y, out,
+	be->ops->matmul(be, 0, 1, rows, out, in, 1.0f, x, in, w, in, BE_F32, 0.0f, y, out,
 			BE_F32);
+}
+
+void te_round(int bf16, float *x, int64_t n)
+{
+	if (!bf16)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		x[i] = bf16_round(x[i]);
+}
+
+void te_residual(backend *be, int bf16, float *x, float *t, int64_t n)
+{
+	te_round(bf16, t, n);
+	be->ops->add(be, x, BE_F32, x, BE_F32, t, BE_F32, n);
+	te_round(bf16, x, n);
 }
 
 void te_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, int64_t d,
@@ -173,14 +191,15 @@ void te_layernorm(float *y, const float *x, const float *w, const float *b, int6
 	}
 }
 
-void te_gated_gelu_new(float *restrict g, const float *restrict u, int64_t n)
+void te_gated_gelu_new(float *restrict g, const float *restrict u, int64_t n, int bf16)
 {
 	/* transformers' NewGELUActivation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 	const float c = 0.7978845608028654f;
 #pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < n; i++) {
 		float x = g[i];
-		g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+		float y = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+		g[i] = bf16 ? bf16_round(bf16_round(y) * u[i]) : y * u[i];
 	}
 }
 

@@ -1,5 +1,6 @@
 /* textenc.h: the frozen text encoders of Flux (torchtitan's FluxEmbedder,
- * models/flux/model/hf_embedder.py), forward only, in float32:
+ * models/flux/model/hf_embedder.py), forward only, in float32 or with the
+ * bfloat16 model's roundings:
  *
  *   t5_encoder  transformers' T5EncoderModel in its v1.1 form
  *               (feed_forward_proj "gated-gelu"); FluxEmbedder takes its
@@ -44,7 +45,8 @@
  * layer norm, gelu_new and quick_gelu are plain C here.  So the encoders need a
  * backend whose memory is host memory: the CPU backend (opening one on another
  * backend is an error; the CUDA path needs those four ops as kernels).
- * The models keep a pointer to the backend, which must outlive them. */
+ * The models keep a pointer to the backend, which must outlive them.
+ * bfloat16: see t5_encoder_open. */
 #ifndef TITAN_TEXTENC_H
 #define TITAN_TEXTENC_H
 
@@ -82,9 +84,19 @@ typedef struct t5_encoder t5_encoder;
 typedef struct clip_text clip_text;
 
 /* Open DIR (config.json and the safetensors), weights into be's memory; NULL
- * and err on failure.  Free with t5_encoder_free / clip_text_free. */
-t5_encoder *t5_encoder_open(backend *be, const char *dir, titan_err *err);
-clip_text *clip_text_open(backend *be, const char *dir, titan_err *err);
+ * and err on failure.  Free with t5_encoder_free / clip_text_free.
+ * dtype BE_F32: the float32 model (torchtitan's encoders without FSDP).
+ * dtype BE_BF16: the numerics of the model cast to bfloat16, as torchtitan's
+ * Flux trainer casts its encoders to training.mixed_precision_param when FSDP
+ * is on (a whole-model .to(bfloat16), not autocast): the weights rounded to
+ * bfloat16 as they load, and every op's output rounded to bfloat16 where the
+ * bf16 model stores a tensor (inside an op the arithmetic is float32, as
+ * torch's bf16 CPU kernels do it; elementwise chains such as gelu_new are
+ * rounded at their ends only).  Storage stays float32: this mode is the
+ * reference the bf16 storage and GEMMs of a CUDA path are to match, not a
+ * memory saving. */
+t5_encoder *t5_encoder_open(backend *be, const char *dir, be_dtype dtype, titan_err *err);
+clip_text *clip_text_open(backend *be, const char *dir, be_dtype dtype, titan_err *err);
 const t5_config *t5_encoder_config(const t5_encoder *m);
 const clip_config *clip_text_config(const clip_text *m);
 void t5_encoder_free(t5_encoder *m);

@@ -11,6 +11,7 @@
 /* The weights a model owns, for freeing in one place. */
 typedef struct te_params {
 	backend *be;
+	int bf16;      /* round every weight to bfloat16 as it is loaded */
 	float **p;
 	size_t n, cap;
 } te_params;
@@ -43,17 +44,24 @@ int te_check_backend(const backend *be, const char *what, titan_err *err);
 /* 0 when every id is in [0, vocab), else -1 naming the first that is not. */
 int te_check_ids(const int32_t *ids, int64_t n, int64_t vocab, const char *what, titan_err *err);
 
-/* y (rows, out) = x (rows, in) @ w (out, in)^T + beta * y (nn.Linear without
- * its bias; beta 1 adds the product to a residual). */
+/* y (rows, out) = x (rows, in) @ w (out, in)^T: nn.Linear without its bias. */
 void te_linear(backend *be, float *y, const float *x, const float *w, int64_t rows, int64_t in,
-	       int64_t out, float beta);
+	       int64_t out);
+
+/* x (n) rounded to bfloat16 in place when bf16 is set (the bf16 model's
+ * storing of a tensor). */
+void te_round(int bf16, float *x, int64_t n);
+/* x (n) += t (n), t and the sum rounded to bfloat16 when bf16 is set (a
+ * residual add of a branch's output, as the bf16 model stores both). */
+void te_residual(backend *be, int bf16, float *x, float *t, int64_t n);
 
 /* Plain-C ops the backend table lacks (host memory, float32). */
 /* y (n, d) = (x - mean) / sqrt(var + eps) * w + b: nn.LayerNorm. */
 void te_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, int64_t d,
 		  float eps);
-/* g (n) = gelu_new(g) * u: T5's gated-gelu (the tanh approximation). */
-void te_gated_gelu_new(float *g, const float *u, int64_t n);
+/* g (n) = gelu_new(g) * u: T5's gated-gelu (the tanh approximation); with
+ * bf16 the gelu and the product are rounded to bfloat16. */
+void te_gated_gelu_new(float *g, const float *u, int64_t n, int bf16);
 /* x (n) = x sigmoid(1.702 x): CLIP's quick_gelu, in place. */
 void te_quick_gelu(float *x, int64_t n);
 

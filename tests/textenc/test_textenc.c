@@ -2,8 +2,10 @@
  * CLIPTextModel torchtitan 0.3.0's FluxEmbedder runs), on the tiny random
  * models and outputs scripts/textenc_golden.py wrote into tests/textenc/golden/:
  * T5's last_hidden_state and CLIP's pooler_output in float32 within 1e-5 of
- * the largest reference value, T5's relative position buckets equal, the Flux
- * fixtures' full-size configs read, bad checkpoints and ids refused. */
+ * the largest reference value; the models cast to bfloat16 (torchtitan's
+ * encoders under FSDP) against transformers' bf16 models within bf16 bounds;
+ * T5's relative position buckets equal; the Flux fixtures' full-size configs
+ * read; bad checkpoints and ids refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -83,35 +85,81 @@ static double rel_err(const char *name, const float *got, const float *want, int
 	return num / den;
 }
 
-/* Open golden case NAME as a T5 encoder or a CLIP text model, encode its ids
- * and compare with transformers' output. */
-static void encoder_case(const char *name, int t5)
+/* Open golden case NAME as a T5 encoder or a CLIP text model in dtype and
+ * encode its ids: the output (T5: (b, l, d_model); CLIP: (b, hidden)), which
+ * the caller frees. */
+static float *encode_case(const char *name, int t5, be_dtype dt, io_case *c)
 {
 	char dir[256];
 	titan_err e;
 	snprintf(dir, sizeof dir, GOLDEN "/%s", name);
-	t5_encoder *tm = t5 ? t5_encoder_open(be, dir, &e) : NULL;
-	clip_text *cm = t5 ? NULL : clip_text_open(be, dir, &e);
+	t5_encoder *tm = t5 ? t5_encoder_open(be, dir, dt, &e) : NULL;
+	clip_text *cm = t5 ? NULL : clip_text_open(be, dir, dt, &e);
 	if (tm == NULL && cm == NULL)
 		fail_msg("%s", e.msg);
-	io_case c;
-	io_open(&c, name);
-	/* T5: (b, l, d_model); CLIP: (b, hidden) */
-	int64_t n = t5 ? c.b * c.l * t5_encoder_config(tm)->d_model
-		       : c.b * clip_text_config(cm)->hidden;
-	assert_int_equal(n, c.nout);
+	io_open(c, name);
+	int64_t n = t5 ? c->b * c->l * t5_encoder_config(tm)->d_model
+		       : c->b * clip_text_config(cm)->hidden;
+	assert_int_equal(n, c->nout);
 	float *out = malloc((size_t)n * sizeof *out);
 	for (int64_t i = 0; i < n; i++)
 		out[i] = NAN; /* poisoned: every value must be written */
-	int rc = t5 ? t5_encoder_forward(tm, c.ids, c.b, c.l, out, &e)
-		    : clip_text_forward(cm, c.ids, c.b, c.l, out, &e);
+	int rc = t5 ? t5_encoder_forward(tm, c->ids, c->b, c->l, out, &e)
+		    : clip_text_forward(cm, c->ids, c->b, c->l, out, &e);
 	if (rc < 0)
 		fail_msg("%s", e.msg);
-	assert_true(rel_err(name, out, c.out, n) <= TOL);
-	free(out);
-	st_close(&c.f);
 	t5_encoder_free(tm);
 	clip_text_free(cm);
+	return out;
+}
+
+/* The float32 model against transformers' float32 output. */
+static void encoder_case(const char *name, int t5)
+{
+	io_case c;
+	float *out = encode_case(name, t5, BE_F32, &c);
+	assert_true(rel_err(name, out, c.out, c.nout) <= TOL);
+	free(out);
+	st_close(&c.f);
+}
+
+/* The bf16 model against transformers' bf16 model ("out_bf16"): within tol of
+ * it, and as far from the float32 output of the same weights as it is, within
+ * a factor 4 either way (the float32 model sits 1e4 times closer).  Two bf16
+ * computations differ by about as much as each differs from the float32 one:
+ * measured (torch 2.15, transformers 5.25) T5 1.8e-2 from torch's bf16, which
+ * is 1.6e-2 from float32 (titan 1.2e-2); CLIP 4.7e-3, 4.6e-3 (4.3e-3).  The
+ * tolerances are 3-4x those. */
+static void bf16_case(const char *name, int t5, double tol)
+{
+	io_case c;
+	float *out = encode_case(name, t5, BE_BF16, &c);
+	const st_tensor *t = st_find(&c.f, "out_bf16");
+	assert_non_null(t);
+	const float *ref = (const float *)t->data;
+	char what[160];
+	snprintf(what, sizeof what, "%s bf16 vs torch bf16", name);
+	double err = rel_err(what, out, ref, c.nout);
+	snprintf(what, sizeof what, "%s bf16 vs float32", name);
+	double ours = rel_err(what, out, c.out, c.nout);
+	snprintf(what, sizeof what, "%s torch bf16 vs float32", name);
+	double torchs = rel_err(what, ref, c.out, c.nout);
+	assert_true(err <= tol);
+	assert_true(ours <= 4 * torchs && torchs <= 4 * ours);
+	free(out);
+	st_close(&c.f);
+}
+
+static void t5_bf16_model_matches_transformers_bf16(void **state)
+{
+	(void)state;
+	bf16_case("t5_sharded_bf16", 1, 6e-2);
+}
+
+static void clip_bf16_model_matches_transformers_bf16(void **state)
+{
+	(void)state;
+	bf16_case("clip_eos_prefixed_bf16", 0, 2e-2);
 }
 
 static void t5_last_hidden_state_matches_transformers(void **state)
@@ -135,7 +183,7 @@ static void clip_pooled_at_largest_id_matches_transformers(void **state)
 static void clip_pooled_at_first_eos_matches_transformers(void **state)
 {
 	(void)state;
-	encoder_case("clip_eos_prefixed", 0);
+	encoder_case("clip_eos_prefixed_bf16", 0);
 }
 
 static void t5_relative_buckets_match_transformers(void **state)
@@ -240,18 +288,18 @@ static void bad_checkpoints_and_ids_are_refused_saying_why(void **state)
 	(void)state;
 	titan_err e;
 	/* a d_ff the weights do not have: the first tensor that disagrees is named */
-	t5_encoder *m = t5_encoder_open(be, t5_variant(T5_CONFIG("gated-gelu", "50")), &e);
+	t5_encoder *m = t5_encoder_open(be, t5_variant(T5_CONFIG("gated-gelu", "50")), BE_F32, &e);
 	assert_null(m);
 	printf("# %s\n", e.msg);
 	assert_non_null(strstr(e.msg, "'encoder.block.0.layer.1.DenseReluDense.wi_0.weight'"));
 	assert_non_null(strstr(e.msg, "[50, 32]"));
 	/* original T5's relu feed-forward is not implemented */
-	m = t5_encoder_open(be, t5_variant(T5_CONFIG("relu", "48")), &e);
+	m = t5_encoder_open(be, t5_variant(T5_CONFIG("relu", "48")), BE_F32, &e);
 	assert_null(m);
 	printf("# %s\n", e.msg);
 	assert_non_null(strstr(e.msg, "feed_forward_proj"));
 	/* the right config opens; an id past the vocabulary is refused */
-	m = t5_encoder_open(be, t5_variant(T5_CONFIG("gated-gelu", "48")), &e);
+	m = t5_encoder_open(be, t5_variant(T5_CONFIG("gated-gelu", "48")), BE_F32, &e);
 	if (m == NULL)
 		fail_msg("%s", e.msg);
 	int32_t ids[3] = {5, 128, 7};
@@ -261,7 +309,7 @@ static void bad_checkpoints_and_ids_are_refused_saying_why(void **state)
 	assert_non_null(strstr(e.msg, "token id 128 at index 1"));
 	t5_encoder_free(m);
 	/* a CLIP sequence longer than its position table */
-	clip_text *c = clip_text_open(be, GOLDEN "/clip", &e);
+	clip_text *c = clip_text_open(be, GOLDEN "/clip", BE_F32, &e);
 	if (c == NULL)
 		fail_msg("%s", e.msg);
 	int32_t long_ids[33] = {0};
@@ -280,6 +328,8 @@ int main(void)
 		cmocka_unit_test(t5_relative_buckets_match_transformers),
 		cmocka_unit_test(clip_pooled_at_largest_id_matches_transformers),
 		cmocka_unit_test(clip_pooled_at_first_eos_matches_transformers),
+		cmocka_unit_test(t5_bf16_model_matches_transformers_bf16),
+		cmocka_unit_test(clip_bf16_model_matches_transformers_bf16),
 		cmocka_unit_test(flux_fixture_configs_are_read),
 		cmocka_unit_test(bad_checkpoints_and_ids_are_refused_saying_why),
 	};
