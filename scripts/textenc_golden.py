@@ -106,7 +106,8 @@ def save(model, name, sharded, bf16_weights):
     if bf16_weights:
         model = model.to(torch.bfloat16)
     model.save_pretrained(d, safe_serialization=True,
-                          max_shard_size="60KB" if sharded else "5GB")
+                          max_shard_size="16KB" if sharded else "5GB")
+    assert os.path.exists(os.path.join(d, "model.safetensors.index.json")) == sharded
 
 
 def io(name, ids, out, extra=None):
