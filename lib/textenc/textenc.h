@@ -12,11 +12,11 @@
  * mask: padding tokens are encoded and attended to as transformers does then.
  *
  * T5 v1.1 (modeling_t5.py), per block, x the residual stream (B*L, d_model):
- *   x += o(attn(q(n), k(n), v(n)) + bias),  n = rmsnorm(x) ("T5LayerNorm":
- *        x / sqrt(mean(x^2) + eps) * w, no mean, no bias)
- *   attention scores are q.k with NO 1/sqrt(d_kv) scaling, plus the relative
- *   position bias (h, L, L) that block 0's relative_attention_bias (buckets, h)
- *   gives and every block shares (t5_relative_bucket);
+ *   x += o(softmax(q(n) k(n)^T + bias) v(n)) per head,  n = rmsnorm(x)
+ *        ("T5LayerNorm": x / sqrt(mean(x^2) + eps) * w, no mean, no bias);
+ *   the scores have NO 1/sqrt(d_kv) scaling; bias (h, L, L) is the relative
+ *   position bias that block 0's relative_attention_bias (buckets, h) gives
+ *   and every block shares (t5_relative_bucket);
  *   x += wo(gelu_new(wi_0(n)) * wi_1(n)),  n = rmsnorm(x); gelu_new is the tanh
  *   approximation; then the final rmsnorm.  Linears have no bias.
  * CLIP text (modeling_clip.py): x = token_embedding[ids] + position_embedding[0..L);
@@ -41,10 +41,11 @@
  *
  * Computation: the weights and activations live in the memory of a backend
  * (lib/backend); the linears, T5's rmsnorm, the embeddings, residual adds,
- * biases and CLIP's causal attention are backend ops; T5's biased attention,
- * layer norm, gelu_new and quick_gelu are plain C here.  So the encoders need a
- * backend whose memory is host memory: the CPU backend (opening one on another
- * backend is an error; the CUDA path needs those four ops as kernels).
+ * biases and CLIP's causal attention are backend ops; T5's biased attention
+ * and gated gelu_new, CLIP's layer norm and quick_gelu, and the bf16 roundings
+ * are plain C here.  So the encoders need a backend whose memory is host
+ * memory: the CPU backend (opening one on another backend is an error; a CUDA
+ * path needs those ops as kernels).
  * The models keep a pointer to the backend, which must outlive them.
  * bfloat16: see t5_encoder_open. */
 #ifndef TITAN_TEXTENC_H
