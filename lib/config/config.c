@@ -966,7 +966,7 @@ int config_load_param_groups(job_config *c, const char *path, titan_err *err)
 {
 	char *text = NULL;
 	if (read_text(path, &text, err) != 0)
-		return -1;
+		return err_prefix(err, "optimizer.param_groups");
 	pg_free(c);
 	load_ctx ctx = {c, path};
 	int rc = toml_parse(path, text, on_group_key, &ctx, err);

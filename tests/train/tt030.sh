@@ -167,8 +167,8 @@ t_grep "names the key and the mix" "job.dump_folder: torchtitan 0.2.2's key.*mix
 t_fails "0.3.0's path in a 0.2.2 run" 2 "$TRAIN" --config "$TMP/t.toml" --dump_folder "$TMP/x"
 t_grep "names the path and the mix" "dump_folder: torchtitan 0.3.0's path.*mixing the two is refused" "$TMP/.err"
 t_fails "optimizer.lr is not a 0.3.0 path" 2 run030 --optimizer.lr 1e-3
-t_fails "param_groups refused with the reason" 2 run030 --optimizer.param_groups x
-t_grep "the reason" "optimizer.param_groups: refused: a list of Python ParamGroupConfig" "$TMP/.err"
+t_fails "param_groups from a file that is not there" 2 run030 --optimizer.param_groups "$TMP/none.toml"
+t_grep "is refused naming the key and the file" "optimizer.param_groups: .*none.toml: No such file" "$TMP/.err"
 t_fails "loss.num_chunks must divide seq_len" 2 run030 --loss.num_chunks 7
 t_grep "says so" "loss.num_chunks 7: must divide training.seq_len (64)" "$TMP/.err"
 t_fails "dataloader.infinite false refused" 2 run030 --dataloader.infinite false
