@@ -2,7 +2,9 @@
 # Checkpoints across meshes: a run saved under FSDP 4 resumes under FSDP 2 x
 # TP 2, under CP 2 x TP 2 and in one process, and one saved under PP 2 x FSDP
 # 2 resumes under CP 2 x TP 2: the losses continue as in the uninterrupted
-# run; the last checkpoints of FSDP 4's resumptions agree; torch.distributed.checkpoint
+# run; the last checkpoints of FSDP 4's resumptions agree; with AdamW's states
+# in bf16 (fused_opt_states_bf16) FSDP 4's checkpoint resumes under PP 2 x TP
+# 2 alike, its states saved and loaded as bf16; torch.distributed.checkpoint
 # loads the 4-rank checkpoint in one process (with $PYTHON's torch; skipped
 # without it, as in CI).
 . tests/lib.sh
@@ -121,6 +123,36 @@ for r in fsdp2tp2 single cp2tp2; do
 		t_not_ok "$r's last checkpoint equals FSDP 4's (model and optimizer, 1e-5)" "$(echo "$bad" | head -5)"
 	fi
 done
+
+# optimizer.implementation = "fused_opt_states_bf16": the bf16 states saved
+# by FSDP 4's ranks resharded into PP 2 x TP 2's boxes (tests/plan/equiv.sh's
+# bf16states=1 holds the plans to one process step by step)
+BF16="--optimizer.implementation fused_opt_states_bf16"
+# shellcheck disable=SC2086
+run fsdp4bf16 4 --training.local_batch_size 1 $BF16
+# shellcheck disable=SC2086
+resume fsdp4bf16 pp2tp2bf16 4 --training.local_batch_size 4 \
+	--parallelism.data_parallel_shard_degree 1 --parallelism.pipeline_parallel_degree 2 \
+	--parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_microbatch_size 1 $BF16
+"$C" diff --tol 1e-5 "$TMP/fsdp4bf16/checkpoint/step-6" "$TMP/pp2tp2bf16/checkpoint/step-6" \
+	>"$TMP/diff" 2>&1
+bad=$(grep -v -e ' ok ' -e '^dataloader\.' "$TMP/diff")
+if [ -z "$bad" ] && grep -q '^optimizer.state.output.weight.exp_avg ' "$TMP/diff"; then
+	t_ok "pp2tp2bf16's last checkpoint equals FSDP 4's (model and optimizer, 1e-5)"
+else
+	t_not_ok "pp2tp2bf16's last checkpoint equals FSDP 4's (model and optimizer, 1e-5)" \
+		"$(echo "$bad" | head -5)"
+fi
+# every exp_avg and exp_avg_sq bf16, as 0.3.0 saves them (tests/train/tt030_optim.sh)
+"$C" info "$TMP/pp2tp2bf16/checkpoint/step-6" >"$TMP/info" 2>&1
+states=$(awk '$1 ~ /^optimizer\.state\..*\.exp_avg(_sq)?$/ { n++; if ($3 != "bfloat16") bad++ }
+	END { print n + 0, bad + 0 }' "$TMP/info")
+if [ "$states" = "114 0" ]; then
+	t_ok "pp2tp2bf16's checkpoint holds its 114 AdamW states in bfloat16"
+else
+	t_not_ok "pp2tp2bf16's checkpoint holds its 114 AdamW states in bfloat16" \
+		"states, not bfloat16: $states"
+fi
 
 if "$PY" -c 'import torch, safetensors' >/dev/null 2>&1; then
 	"$C" dcp-to-single "$TMP/fsdp4/checkpoint/step-6" "$TMP/ref.safetensors" >/dev/null 2>&1

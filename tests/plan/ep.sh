@@ -13,6 +13,7 @@
 # mtp=1: one multi-token prediction depth (0.3.0's deepseek_v3 MTP: its
 # block's experts in the head unit, sharded and exchanged as the layers'; under
 # TP 2 alone and EP 2 x TP 2 its sequence-parallel rows and its own loss).
+# masked=1: SFT chat data's masked labels on both sides (test_plan.c's).
 # Each line: the mesh (TITAN_EP_TEST), its ranks.
 # Under the sanitizers (SAN=1, several times slower) 2 steps a run.
 . tests/lib.sh
@@ -47,4 +48,5 @@ ep_numbers 4 ep=2 tp=2 ac=full
 ep 4 ep=2 tp=2 mtp=1 docs=1 ac=op lp=0
 ep 4 ep=2 tp=2 model=gpt_oss
 ep 2 ep=2 dev=1
+ep 2 ep=2 masked=1 docs=1 mtp=1 accum=2 steps=2
 t_done

@@ -18,6 +18,11 @@
 # docs=1: torchtitan 0.3.0's documents on both sides.
 # muon=1: optimizer.param_groups on both sides, DistMuon for the layers'
 # matrices (gathered whole over FSDP's and TP's boxes) beside two AdamW groups.
+# bf16states=1: AdamW's states in bf16 (fused_opt_states_bf16) on both sides,
+# the parameters' root mean square difference bounded too (refstates=float32:
+# the negative control).  masked=1: SFT chat data's masked labels on both
+# sides (prompts, rows and a half batch nearly all masked: the loss
+# normalised by the global count of valid labels).
 . tests/lib.sh
 # Under the sanitizers (SAN=1, several times slower) every case runs 2 steps
 # (one from fresh weights, one with AdamW's state: the same code as 5 or 200
@@ -142,4 +147,24 @@ plan 2 cp=2 muon=1
 plan 2 pp=2 sched=1F1B mbs=2 muon=1
 plan 4 rep=2 shard=2 muon=1
 plan 4 shard=2 tp=2 muon=1
+# optimizer.implementation = "fused_opt_states_bf16": FSDP, TP with
+# accumulation, PP, CP, HSDP and FSDP x TP; the negative control (the single
+# process keeps float32 states: the parameters' rms must exceed the bound)
+plan 2 shard=2 bf16states=1
+plan 2 tp=2 bf16states=1 accum=2
+plan 2 pp=2 sched=1F1B mbs=2 bf16states=1
+plan 2 cp=2 bf16states=1
+plan 2 shard=2 bf16states=1 refstates=float32
+plan 4 rep=2 shard=2 bf16states=1
+plan 4 shard=2 tp=2 bf16states=1
+# SFT's masked labels (tests/support/plan_harness.h, harness_tokens_mask):
+# FSDP with accumulation (step 2: one rank holds 1 valid label, the other
+# the rest), TP, PP 1F1B over micro-batches of one row (some without a valid
+# label), CP by documents (ptrr), HSDP, PP x FSDP
+plan 2 shard=2 masked=1 docs=1 accum=2
+plan 2 tp=2 masked=1
+plan 2 pp=2 sched=1F1B mbs=1 masked=1 docs=1
+plan 2 cp=2 bal=ptrr masked=1 docs=1
+plan 4 rep=2 shard=2 masked=1
+plan 4 pp=2 shard=2 sched=1F1B mbs=2 masked=1
 t_done

@@ -20,7 +20,8 @@
  * all-to-alls' from the rows the routing sent (model_ep_take_rows); the rows
  * sent and received over all ranks must balance.  Seeds fixed and printed.  dev=1: the mesh's
  * communicators take the backend's memory only, as NCCL's (test_plan.c's
- * dev=1), their host twins the scalars. */
+ * dev=1), their host twins the scalars.  masked=1: SFT chat data's masked
+ * labels on both sides (test_plan.c's masked=1). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,6 +65,7 @@ static int mtp;     /* mtp=1: one multi-token prediction depth (0.3.0's MTP) */
 typedef struct cfg {
 	int ep, shard, tp, accum, steps, dev;
 	int docs; /* docs=1: torchtitan 0.3.0's documents on both sides */
+	int masked; /* masked=1: chat data's masked labels (harness_tokens_mask) */
 	int lp;   /* lp=0: the logits gathered (disable_loss_parallel) */
 	model_ac_mode ac;
 	case_args spec; /* TITAN_EP_TEST */
@@ -89,6 +91,7 @@ static void read_cfg(cfg *c)
 	gpt_oss = case_pick(a, "model", models, 0);
 	c->dev = case_int(a, "dev", 0);
 	c->docs = case_int(a, "docs", 0);
+	c->masked = case_int(a, "masked", 0);
 	c->lp = case_int(a, "lp", 1);
 	mtp = case_int(a, "mtp", 0);
 	c->ac = (model_ac_mode)case_pick(a, "ac", ac_modes, MODEL_AC_NONE);
@@ -297,7 +300,8 @@ static void open_run(run *u)
 		fail_msg("device-shaped communicators: %s", e.msg);
 	u->p = make_plan(u->be, u->k.m, c, u->k.lb);
 	if (harness_ref_open(&u->ref, world, make_reference, c, &e) != 0 ||
-	    harness_tokens_make(&u->tk, c->steps, ROWS, T, vocab(), 20261203, &e) != 0)
+	    harness_tokens_make(&u->tk, c->steps, ROWS, T, vocab(), 20261203, &e) != 0 ||
+	    (c->masked && harness_tokens_mask(&u->tk, c->steps, vocab(), &e) != 0))
 		fail_msg("%s", e.msg);
 	/* each rank holds its E/ep experts: the expert tensors' dim 0 */
 	const model *pm = plan_model(u->p);

@@ -80,6 +80,17 @@ void harness_step_batches(const harness_rank *k, const harness_tokens *tk, int s
 	*mine = (plan_batch){.inputs = ids, .labels = labels, .n_mb = k->accum};
 }
 
+/* Row r of step s's documents: each token's position in its document (t). */
+static void doc_row(int r, int s, int t, int32_t *pos)
+{
+	int len = 1 + (r * 5 + s * 3) % 11, p = 0;
+	for (int i = 0; i < t; i++) {
+		if (p == len)
+			p = 0, len = 1 + (len * 7 + 3) % 23;
+		pos[i] = p++;
+	}
+}
+
 void harness_doc_positions(const harness_rank *k, int rows, int t, int s, plan_batch *mine,
 			   plan_batch *whole)
 {
@@ -93,17 +104,57 @@ void harness_doc_positions(const harness_rank *k, int rows, int t, int s, plan_b
 		if (!cap)
 			abort();
 	}
-	for (int r = 0; r < rows; r++) {
-		int len = 1 + (r * 5 + s * 3) % 11, p = 0;
-		for (int i = 0; i < t; i++) {
-			if (p == len)
-				p = 0, len = 1 + (len * 7 + 3) % 23;
-			all[(size_t)r * t + i] = p++;
-		}
-	}
+	for (int r = 0; r < rows; r++)
+		doc_row(r, s, t, all + (size_t)r * t);
 	harness_rank_rows(k, all, own, t);
 	whole->positions = all;
 	mine->positions = own;
+}
+
+/* One label of a row that the mask left valid: a token below vocab. */
+static int32_t some_label(int r, int s, int i, int vocab)
+{
+	return (int32_t)((r * 31 + s * 17 + i * 7) % vocab);
+}
+
+/* Step s's labels (rows, t; s 0-based) masked as harness_tokens_mask says:
+ * each document's first half its prompt, every fifth row all but its last
+ * label, on the first step one row wholly, on the second the second half of
+ * the rows all but one label. */
+static void mask_step(int32_t *lab, int32_t *pos, int rows, int t, int s, int vocab)
+{
+	for (int r = 0; r < rows; r++) {
+		int32_t *row = lab + (size_t)r * (size_t)t;
+		doc_row(r, s, t, pos);
+		for (int i = 0; i < t; i++) {
+			int len = 1; /* the document's length: to its next start */
+			while (i - pos[i] + len < t && pos[i - pos[i] + len] != 0)
+				len++;
+			if (2 * pos[i] < len)
+				row[i] = MODEL_IGNORE_INDEX;
+		}
+		int almost = (r + 2 * s) % 5 == 4, wholly = s == 0 && r == rows / 4;
+		int half = s == 1 && r >= rows / 2;
+		for (int i = 0; (almost || wholly || half) && i < t; i++)
+			row[i] = MODEL_IGNORE_INDEX;
+		if (almost && !wholly && !half)
+			row[t - 1] = some_label(r, s, t - 1, vocab);
+	}
+	if (s == 1) /* the second half's one label */
+		lab[(size_t)(rows - 3) * (size_t)t + (size_t)t / 2] =
+			some_label(rows - 3, s, t / 2, vocab);
+}
+
+int harness_tokens_mask(harness_tokens *tk, int steps, int vocab, titan_err *e)
+{
+	size_t per = (size_t)tk->rows * (size_t)tk->t;
+	int32_t *pos = malloc(((size_t)tk->t + 1) * sizeof *pos); /* (t) a row's positions */
+	if (!pos)
+		return err_set(e, "harness: out of memory");
+	for (int s = 0; s < steps; s++)
+		mask_step(tk->labels + (size_t)s * per, pos, tk->rows, tk->t, s, vocab);
+	free(pos);
+	return 0;
 }
 
 /* ---- the single process's run, on rank 0 ---- */
@@ -286,12 +337,14 @@ static void compare_box(const model_tensor *t, const plan_box *x, const float *m
 			for (int64_t l = 0; l < z[2]; l++) {
 				double w = whole[((o[0] + r) * s[1] + o[1] + j) * s[2] + o[2] + l];
 				double diff = fabs((double)mine[n++] - w);
+				d->sumsq += diff * diff;
 				num = diff > num ? diff : num;
 				big = fabs(w) > big ? fabs(w) : big;
 			}
 	for (size_t k = 0; k < t->numel; k++)
 		scale = fabs(whole[k]) > scale ? fabs(whole[k]) : scale;
 	scale = scale > 0 ? scale : 1;
+	d->n += n;
 	if (num > d->worst)
 		d->worst = num, d->worst_at = t->fqn;
 	if (big > 0 && num / big > d->of_box)
@@ -315,7 +368,7 @@ int harness_compare(plan *dist, const harness_ref *r, int grads, harness_diff *d
 		free(mine);
 		return -1;
 	}
-	*d = (harness_diff){0, "-", 0, 0, "-"};
+	*d = (harness_diff){0, "-", 0, 0, "-", 0, 0};
 	const float *whole = grads ? r->grads1 : r->params;
 	for (int i = 0; i < r->n_tensors; i++) {
 		const plan_box *x = plan_box_at(dist, i);

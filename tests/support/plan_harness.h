@@ -37,6 +37,17 @@ typedef struct harness_tokens {
 int harness_tokens_make(harness_tokens *tk, int steps, int rows, int t, int vocab,
 			uint64_t seed, titan_err *e);
 void harness_tokens_free(harness_tokens *tk);
+/* SFT's chat data (the loader's LOADER_IGNORE_INDEX on prompts), the labels
+ * of tk's first `steps` steps masked in place, so that the valid labels lie
+ * unevenly over ranks and micro-batches and the loss's normalisation by
+ * their global count shows: each document of harness_doc_positions' cut
+ * (used as the conversations whether or not the model sees the documents)
+ * loses the first half of its labels (a one-token document all), every
+ * fifth row all but its last label (a valid one, below vocab), step 1 row
+ * rows / 4 every label, step 2 the second half of the rows every label but
+ * one, in row rows - 3: a rank or micro-batch there has one valid label or
+ * none. */
+int harness_tokens_mask(harness_tokens *tk, int steps, int vocab, titan_err *e);
 
 /* This rank's place in a case: its mesh and its rows of the batch. */
 typedef struct harness_rank {
@@ -79,6 +90,8 @@ typedef struct harness_diff {
 	double of_tensor;         /* the largest max |a - b| over a box / max |b|
 	                             over its whole tensor (1 when that is zero) */
 	const char *of_tensor_at; /* its tensor's name */
+	double sumsq;             /* the sum of (a - b)^2 over the n elements compared */
+	size_t n;
 } harness_diff;
 
 /* The single process's run, its results on every rank.  The shard images
