@@ -44,8 +44,9 @@ static void build_source(const char *dir, int s, int ndocs)
 {
 	tokstream_header h = {.id_width = 2, .vocab_size = VOCAB, .bos_id = 1, .eos_id = 2,
 			      .flags = TOKSTREAM_FLAG_BOS | TOKSTREAM_FLAG_EOS};
-	uint32_t **docs = malloc((size_t)ndocs * sizeof *docs);
-	size_t *lens = malloc((size_t)ndocs * sizeof *lens);
+	uint32_t **docs = calloc((size_t)ndocs, sizeof *docs);
+	size_t *lens = calloc((size_t)ndocs, sizeof *lens);
+	assert_true(docs != NULL && lens != NULL);
 	for (int d = 0; d < ndocs; d++) {
 		size_t n = lens[d] = 2 + rnd() % 80;
 		docs[d] = malloc(n * sizeof **docs);
