@@ -4,7 +4,6 @@
  * arithmetic) and its scoping (a for loop's body is a scope of its own, new
  * at every iteration; if is not). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,17 +34,7 @@ typedef struct render {
 
 /* ---- errors */
 
-static int rerr(render *r, int line, int col, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int rerr(render *r, int line, int col, const char *fmt, ...)
-{
-	char msg[900];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	return err_set(r->err, "chat template line %d col %d: %s", line, col, msg);
-}
+#define rerr(r, line, col, ...) jinja_error((r)->err, line, col, __VA_ARGS__)
 
 #define EERR(r, e, ...) rerr(r, (e)->line, (e)->col, __VA_ARGS__)
 

@@ -23,6 +23,10 @@ typedef struct jarena {
 void *jarena_alloc(jarena *a, size_t n);
 void jarena_free(jarena *a);
 
+/* The one shape of every error: "chat template line L col C: what"; -1. */
+int jinja_error(titan_err *e, int line, int col, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 /* ---- values */
 
 typedef enum {

@@ -126,17 +126,17 @@ typedef struct lexer {
 	titan_err *err;
 } lexer;
 
-static int lex_error(lexer *x, int line, int col, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int lex_error(lexer *x, int line, int col, const char *fmt, ...)
+int jinja_error(titan_err *e, int line, int col, const char *fmt, ...)
 {
 	char msg[900];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	return err_set(x->err, "chat template line %d col %d: %s", line, col, msg);
+	return err_set(e, "chat template line %d col %d: %s", line, col, msg);
 }
+
+#define lex_error(x, line, col, ...) jinja_error((x)->err, line, col, __VA_ARGS__)
 
 /* Move pos to p, counting lines and columns (columns in bytes). */
 static void advance_to(lexer *x, size_t p)
@@ -498,17 +498,7 @@ static token *cur(parser *p)
 	return &p->t[p->i];
 }
 
-static int perr(parser *p, const token *t, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int perr(parser *p, const token *t, const char *fmt, ...)
-{
-	char msg[900];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	return err_set(p->err, "chat template line %d col %d: %s", t->line, t->col, msg);
-}
+#define perr(p, t, ...) jinja_error((p)->err, (t)->line, (t)->col, __VA_ARGS__)
 
 static int is_op(const token *t, const char *op)
 {
