@@ -30,6 +30,9 @@ import torch
 import torchtitan.models.flux.flux_datasets as fd
 from torchtitan.models.flux.tokenizer import FluxTokenizerContainer
 
+# importing it wraps torch.randint to record the offsets drawn (a pass-through)
+from flux_pixels_golden import _offsets
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "image",
                    "golden", "flux_draws.txt")
 BATCH, SIZE, DROPOUT = 4, 256, 0.447
@@ -45,17 +48,6 @@ def _recording_process(img, output_size=256):
 
 
 fd._process_cc12m_image = _recording_process
-_offsets = []
-_randint = torch.randint
-
-
-def _recording_randint(*a, **k):
-    r = _randint(*a, **k)
-    _offsets.append(int(r.item()))
-    return r
-
-
-torch.randint = _recording_randint
 
 
 def tokenizer():
