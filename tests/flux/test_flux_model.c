@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "core/json.h"
 #include "flux/flux.h"
 #include "safetensors/safetensors.h"
+#include "../support/golden_weights.h"
 #include "../support/testutil.h"
 
 #define GOLDEN "tests/flux/golden"
@@ -35,48 +35,9 @@
 
 static backend *be;
 
-typedef struct wtensor {
-	char name[64];
-	int ndim;
-	int64_t shape[3];
-	int64_t numel;
-	float offset, scale;
-} wtensor;
-
-static wtensor *wts;
-static size_t n_wts;
-static uint64_t wseed, sseed;
+static gw_set gw;        /* the parameters in state-dict order, then the inputs */
+static uint64_t sseed;   /* the gradient samples' positions */
 static int64_t n_samples;
-
-static void manifest_read(void)
-{
-	titan_err e;
-	json_t *root = tjson_load_file(GOLDEN "/weights.json", 0, &e);
-	if (root == NULL)
-		fail_msg("%s", e.msg);
-	json_t *ts = json_object_get(root, "tensors");
-	wseed = (uint64_t)json_integer_value(json_object_get(root, "seed"));
-	sseed = (uint64_t)json_integer_value(json_object_get(root, "sample_seed"));
-	n_samples = json_integer_value(json_object_get(root, "samples"));
-	n_wts = json_array_size(ts);
-	assert_true(n_wts > 4 && n_samples > 0);
-	wts = calloc(n_wts, sizeof *wts);
-	for (size_t i = 0; i < n_wts; i++) {
-		json_t *t = json_array_get(ts, i), *shape = json_object_get(t, "shape");
-		snprintf(wts[i].name, sizeof wts[i].name, "%s",
-			 json_string_value(json_object_get(t, "name")));
-		wts[i].ndim = (int)json_array_size(shape);
-		assert_true(wts[i].ndim >= 1 && wts[i].ndim <= 3);
-		wts[i].numel = 1;
-		for (int d = 0; d < wts[i].ndim; d++) {
-			wts[i].shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
-			wts[i].numel *= wts[i].shape[d];
-		}
-		wts[i].offset = (float)json_number_value(json_object_get(t, "offset"));
-		wts[i].scale = (float)json_number_value(json_object_get(t, "scale"));
-	}
-	json_decref(root);
-}
 
 static int setup(void **state)
 {
@@ -87,32 +48,30 @@ static int setup(void **state)
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
 	}
-	manifest_read();
-	return 0;
+	if (gw_load(&gw, GOLDEN "/weights.json", &e) < 0) {
+		fprintf(stderr, "%s\n", e.msg);
+		return -1;
+	}
+	sseed = (uint64_t)json_integer_value(json_object_get(gw.root, "sample_seed"));
+	n_samples = json_integer_value(json_object_get(gw.root, "samples"));
+	return n_samples > 0 && gw.n > 4 ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	free(wts);
+	gw_free(&gw);
 	backend_free(be);
 	return 0;
-}
-
-/* Tensor t of weights.json drawn into dst (numel floats). */
-static void fill(float *dst, size_t t)
-{
-	for (int64_t j = 0; j < wts[t].numel; j++)
-		dst[j] = wts[t].offset + wts[t].scale * test_counter_draw(wseed, t, (uint64_t)j);
 }
 
 /* The input tensor named name (weights.json's input.*), drawn. */
 static float *input(const char *name)
 {
-	for (size_t t = 0; t < n_wts; t++)
-		if (strcmp(wts[t].name, name) == 0) {
-			float *v = malloc(sizeof(float) * (size_t)wts[t].numel);
-			fill(v, t);
+	for (size_t t = 0; t < gw.n; t++)
+		if (strcmp(gw.t[t].name, name) == 0) {
+			float *v = malloc(sizeof(float) * (size_t)gw.t[t].numel);
+			gw_fill(&gw, t, v);
 			return v;
 		}
 	fail_msg("weights.json: no input '%s'", name);
@@ -164,17 +123,17 @@ static void parameters_are_the_state_dicts(void **state)
 		fail_msg("%s", e.msg);
 	int np = flux_param_count(m);
 	assert_int_equal(np, 80);
-	assert_true((size_t)np < n_wts);
+	assert_true((size_t)np < gw.n);
 	int64_t total = 0;
 	for (int i = 0; i < np; i++) {
 		const flux_param *p = flux_param_at(m, i);
-		assert_string_equal(p->name, wts[i].name);
-		assert_int_equal(p->ndim, wts[i].ndim);
+		assert_string_equal(p->name, gw.t[i].name);
+		assert_int_equal(p->ndim, gw.t[i].ndim);
 		for (int d = 0; d < p->ndim; d++)
-			assert_int_equal(p->shape[d], wts[i].shape[d]);
+			assert_int_equal(p->shape[d], gw.t[i].shape[d]);
 		total += p->numel;
 	}
-	assert_true(strncmp(wts[np].name, "input.", 6) == 0);
+	assert_true(strncmp(gw.t[np].name, "input.", 6) == 0);
 	assert_int_equal(total, 258286144);
 	assert_ptr_equal(flux_param_find(m, "final_layer.linear.bias"), flux_param_at(m, np - 3));
 	assert_null(flux_param_find(m, "guidance_in.in_layer.weight"));
@@ -231,7 +190,7 @@ static void step_matches_torch(void **state)
 		fail_msg("%s", e.msg);
 	int np = flux_param_count(m);
 	for (int i = 0; i < np; i++)
-		fill(flux_param_at(m, i)->w, (size_t)i);
+		gw_fill(&gw, (size_t)i, flux_param_at(m, i)->w);
 	flux_batch in = {.b = ii->shape[0], .li = ii->shape[1], .lt = ti->shape[1],
 			 .c_img = 64, .c_txt = 4096, .c_vec = 768,
 			 .t = (const float *)tt->data, .img_ids = (const float *)ii->data,
@@ -358,23 +317,27 @@ static void bad_configs_and_batches_are_refused(void **state)
 	float v[4096] = {0}, loss;
 	flux_batch ok = {.b = 1, .li = 4, .lt = 2, .c_img = 64, .c_txt = 32, .c_vec = 16,
 			 .x = v, .noise = v, .img_ids = v, .txt = v, .txt_ids = v, .t = v, .y = v};
+	const struct {
+		flux_batch bad;
+		const char *says;
+	} cases[] = {
+		{{.b = 1, .li = 4, .lt = 2, .c_img = 16, .c_txt = 32, .c_vec = 16},
+		 "image latents (x, noise): 16 values per row, the model's in_channels is 64"},
+		{{.b = 1, .li = 4, .lt = 2, .c_img = 64, .c_txt = 4096, .c_vec = 16},
+		 "context_in_dim is 32"},
+		{{.b = 1, .li = 4, .lt = 2, .c_img = 64, .c_txt = 32, .c_vec = 768},
+		 "vec_in_dim is 16"},
+		{{.b = 0, .li = 4, .lt = 2, .c_img = 64, .c_txt = 32, .c_vec = 16}, "batch size 0"},
+		{{.b = 1, .li = 4, .lt = 0, .c_img = 64, .c_txt = 32, .c_vec = 16}, "text tokens 0"},
+		{{.b = 1 << 12, .li = 4096, .lt = 1, .c_img = 64, .c_txt = 32, .c_vec = 16},
+		 "more than 2^24"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		flux_batch bad = cases[i].bad;
+		bad.x = bad.noise = bad.img_ids = bad.txt = bad.txt_ids = bad.t = bad.y = v;
+		refused(flux_step(m, &bad, 1, &loss, NULL, &e), &e, cases[i].says);
+	}
 	flux_batch bad = ok;
-	bad.c_img = 16;
-	refused(flux_step(m, &bad, 1, &loss, NULL, &e), &e,
-		"image latents (x, noise): 16 values per row, the model's in_channels is 64");
-	bad = ok;
-	bad.c_txt = 4096;
-	refused(flux_step(m, &bad, 1, &loss, NULL, &e), &e, "context_in_dim is 32");
-	bad = ok;
-	bad.c_vec = 768;
-	refused(flux_step(m, &bad, 1, &loss, NULL, &e), &e, "vec_in_dim is 16");
-	bad = ok;
-	bad.b = 0;
-	refused(flux_step(m, &bad, 1, &loss, NULL, &e), &e, "batch size 0");
-	bad = ok;
-	bad.lt = 0;
-	refused(flux_step(m, &bad, 1, &loss, NULL, &e), &e, "text tokens 0");
-	bad = ok;
 	bad.y = NULL;
 	refused(flux_step(m, &bad, 1, &loss, NULL, &e), &e, "missing");
 	/* the good batch runs: zero inputs, zero weights never set: only its
