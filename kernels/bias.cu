@@ -2,24 +2,10 @@
 // bias row of each row's group (one row for all when offs is NULL), the bias
 // first rounded to y's type (torchtitan's h + b.to(h.dtype)) and the sum
 // rounded once, as the CPU backend adds them.  One thread per element.
+#include "backend/row_group.h"
 #include "gpu/device.cuh"
 
 static const int THREADS = 256;
-
-// The group of row r (offs ascending, offs[0] <= r < offs[groups]): the last g
-// with offs[g] <= r.
-__device__ __forceinline__ int64_t bias_group(const int32_t *offs, int64_t groups, int64_t r)
-{
-	int64_t lo = 0, hi = groups - 1;
-	while (lo < hi) {
-		int64_t mid = (lo + hi + 1) / 2;
-		if (offs[mid] <= r)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
 
 template <typename Ty, typename Tb>
 __global__ void bias_add_kernel(Ty *y, const Tb *__restrict__ bias, int64_t rows, int64_t d,
@@ -31,7 +17,7 @@ __global__ void bias_add_kernel(Ty *y, const Tb *__restrict__ bias, int64_t rows
 		if (offs) {
 			if (r < offs[0] || r >= offs[groups])
 				continue; // rows past the groups' are left alone
-			g = bias_group(offs, groups, r);
+			g = row_group(offs, groups, r);
 		}
 		y[e] = from_f<Ty>(to_f(y[e]) + round_as<Ty>(to_f(bias[g * d + j])));
 	}

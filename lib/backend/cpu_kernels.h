@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/row_group.h"
 #include "core/cpu_isa.h"
 
 /* The hot loops (rows and spans) are built three times on x86-64, for
