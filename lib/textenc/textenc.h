@@ -32,12 +32,12 @@
  * Loading: a model folder as save_pretrained writes it (config.json and
  * model.safetensors, or model.safetensors.index.json and its shards), through
  * lib/safetensors.  Weights may be stored F32, BF16 or F16; they are converted
- * to the model's type (t5_encoder_open).  A CLIPModel config.json (model_type "clip") is read through its
- * text_config; CLIP tensor names are found with or without the "text_model."
- * prefix (transformers 4 writes it, 5 does not); T5's token embedding is
- * "encoder.embed_tokens.weight" or the tied "shared.weight".  Every tensor's
- * shape is checked against the config; a missing or misshapen one is an error
- * naming it.
+ * to the model's type (t5_encoder_open).  A CLIPModel config.json (model_type
+ * "clip") is read through its text_config; CLIP tensor names are found with
+ * or without the "text_model." prefix (transformers 4 writes it, 5 does not);
+ * T5's token embedding is "encoder.embed_tokens.weight" or the tied
+ * "shared.weight".  Every tensor's shape is checked against the config; a
+ * missing or misshapen one is an error naming it.
  *
  * Computation: the weights and activations live in the memory of a backend
  * (lib/backend) and every step is a backend op (the linears, norms,

@@ -1,15 +1,14 @@
 /* Flux's text encoders (lib/textenc) on the CUDA backend against the same
  * encoders on the CPU backend and against transformers, on the tiny models of
  * tests/textenc/golden (scripts/textenc_golden.py): T5's last_hidden_state
- * and CLIP's pooler_output, the float32 models within TOL_F32 of the CPU's
+ * and CLIP's pooler_output; the float32 models within 1e-5 of the CPU's
  * outputs and of transformers' (relative to the largest value), the bf16
  * models (bf16 weights and activations on both backends) within
  * tests/textenc's bounds of the CPU's bf16 outputs and of transformers' bf16
  * models: the two backends round the same tensors, their float32 sums in
- * other orders flip some roundings.  The CUDA backend runs attention on
- * titan's kernels (a cuDNN refusal of CLIP's tiny heads would only warn).
- * Prints "result textenc NAME VALUE" lines for scripts/gpu/check.sh's table.
- * Without a GPU every test reports skipped with the reason. */
+ * other orders flip some roundings.  Prints "result textenc NAME VALUE" lines
+ * for scripts/gpu/check.sh's table.  Without a GPU every test reports skipped
+ * with the reason. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,54 +19,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend/backend.h"
-#include "backend/cuda.h"
-#include "gpu/gpu.h"
 #include "safetensors/safetensors.h"
 #include "textenc/textenc.h"
+/* titan's attention kernels: cuDNN's refusal of CLIP's tiny heads would only warn */
+#define GPU_TEST_ATTENTION BACKEND_CUDA_ATTN_REFERENCE
+#define GPU_TEST_TWO_BACKENDS
+#include "gpu_test.h"
 
 #define GOLDEN "tests/textenc/golden"
-#define TOL_F32 1e-5
+#define TOL_TEXTENC_F32 1e-5
 /* tests/textenc's bounds of the bf16 models against transformers' bf16 */
 #define TOL_T5_BF16 6e-2
 #define TOL_CLIP_BF16 2e-2
 
-static backend *cpu, *gpu;
-
-static int setup(void **state)
+/* gpu_test.h's rel_err of float32 tensors. */
+static double rel_err_f(const float *a, const float *b, int64_t n)
 {
-	(void)state;
-	if (gpu_count() == 0)
-		return 0;
-	titan_err e;
-	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30,
-			       .attention = BACKEND_CUDA_ATTN_REFERENCE};
-	if (!(cpu = backend_cpu_create(0, &e)) || !(gpu = backend_cuda_create(&o, &e))) {
-		fprintf(stderr, "%s\n", e.msg);
-		return -1;
-	}
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	backend_free(cpu);
-	backend_free(gpu);
-	return 0;
-}
-
-/* max |a - b| / max |b| over n. */
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-	double num = 0, den = 0;
-	for (int64_t i = 0; i < n; i++) {
-		if (isnan(a[i]))
-			return INFINITY;
-		num = fmax(num, fabs((double)a[i] - b[i]));
-		den = fmax(den, fabs((double)b[i]));
-	}
-	return den > 0 ? num / den : num;
+	double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
+	assert_true(da && db);
+	for (int64_t i = 0; i < n; i++)
+		da[i] = a[i], db[i] = b[i];
+	double err = rel_err(da, db, (size_t)n);
+	free(da), free(db);
+	return err;
 }
 
 /* Golden case NAME encoded on be in dt: the output (T5 (b, l, d_model), CLIP
@@ -104,10 +78,7 @@ static float *encode(backend *be, const char *name, int t5, be_dtype dt, const s
  * the *_bf16 ones in bf16). */
 static void case_on_both(const char *name, int t5, double tol_bf16)
 {
-	if (gpu_count() == 0) {
-		print_message("# SKIP GPU test: %s\n", gpu_why_none());
-		skip();
-	}
+	need_gpu();
 	char path[256];
 	titan_err e;
 	st_file io;
@@ -121,12 +92,12 @@ static void case_on_both(const char *name, int t5, double tol_bf16)
 		const char *tn = bf ? "bf16" : "f32";
 		const st_tensor *hf = bf ? st_find(&io, "out_bf16") : ref;
 		float *c = encode(cpu, name, t5, dt, &io), *g = encode(gpu, name, t5, dt, &io);
-		double tol = bf ? tol_bf16 : TOL_F32, vs_cpu = rel_err(g, c, n);
-		double vs_hf = hf ? rel_err(g, (const float *)hf->data, n) : 0;
+		double tol = bf ? tol_bf16 : TOL_TEXTENC_F32, vs_cpu = rel_err_f(g, c, n);
+		double vs_hf = hf ? rel_err_f(g, (const float *)hf->data, n) : 0;
 		if (hf)
 			print_message("  %-24s %-4s cuda vs cpu %.2e, vs transformers %.2e (cpu "
 				      "%.2e), bound %.1e\n",
-				      name, tn, vs_cpu, vs_hf, rel_err(c, (const float *)hf->data, n),
+				      name, tn, vs_cpu, vs_hf, rel_err_f(c, (const float *)hf->data, n),
 				      tol);
 		else
 			print_message("  %-24s %-4s cuda vs cpu %.2e, bound %.1e\n", name, tn, vs_cpu,
