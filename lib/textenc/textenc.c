@@ -44,37 +44,22 @@ void *te_load(te_params *ps, const st_set *s, const char *const *prefixes, const
 		return NULL;
 	}
 	int64_t want[2] = {d0, d1};
-	int ok = t->ndim == ndim;
-	for (int i = 0; ok && i < ndim; i++)
-		ok = t->shape[i] == want[i];
-	if (!ok) {
-		if (ndim == 1)
-			err_set(err, "tensor '%s': expected shape [%lld] from config.json", full,
-				(long long)d0);
-		else
-			err_set(err, "tensor '%s': expected shape [%lld, %lld] from config.json",
-				full, (long long)d0, (long long)d1);
+	size_t n = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+	float *host = malloc(n * sizeof *host);
+	if (host == NULL) {
+		err_set(err, "tensor '%s': out of memory", full);
 		return NULL;
 	}
-	if (t->dtype != PTZ_F32 && t->dtype != PTZ_BF16 && t->dtype != PTZ_F16) {
-		err_set(err, "tensor '%s': dtype %s, expected F32, BF16 or F16", full,
-			ptz_dtype_st(t->dtype));
-		return NULL;
-	}
-	size_t n = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1), bytes = n * be_dtype_size(ps->dt);
-	void *host = malloc(bytes);
-	void *dev = host ? ps->be->ops->alloc(ps->be, bytes, err) : NULL;
-	if (dev == NULL) {
-		if (host == NULL)
-			err_set(err, "tensor '%s': out of memory", full);
-		free(host);
-		return NULL;
-	}
-	ptz_convert(host, ps->dt == BE_BF16 ? PTZ_BF16 : PTZ_F32, t->data, t->dtype, n);
-	ps->be->ops->copy(ps->be, dev, host, bytes, BACKEND_H2D);
+	void *dev = NULL;
+	int rc = st_tensor_to_f32(t, ndim, want, host, err);
+	if (rc == 0 && (dev = ps->be->ops->alloc(ps->be, n * be_dtype_size(ps->dt), err)) == NULL)
+		rc = -1;
+	if (rc == 0)
+		rc = te_upload(ps->be, ps->dt, dev, host, (int64_t)n, err);
 	free(host);
-	if (params_keep(ps, dev, err) < 0) {
-		ps->be->ops->free(ps->be, dev);
+	if (rc < 0 || params_keep(ps, dev, err) < 0) {
+		if (dev != NULL)
+			ps->be->ops->free(ps->be, dev);
 		return NULL;
 	}
 	return dev;
