@@ -17,16 +17,17 @@ __global__ void upsample2x_kernel(T *__restrict__ y, const T *__restrict__ x, in
 	}
 }
 
-// cols (n c k k, ho wo): row r = ((sample c + ch) k + ki) k + kj holds
-// x[sample][ch][oy s + ki - top][ox s + kj - left] at oy wo + ox, 0 outside x.
+// cols (n c k k, np): row r = ((image c + ch) k + ki) k + kj holds, in column
+// j, x[image][ch][oy s + ki - top][ox s + kj - left] for output pixel p0 + j =
+// oy wo + ox, 0 outside x.
 template <typename T>
 __global__ void im2col_kernel(T *__restrict__ cols, const T *__restrict__ x, int64_t rows,
 			      int64_t h, int64_t w, int64_t k, int64_t stride, int64_t left,
-			      int64_t top, int64_t ho, int64_t wo)
+			      int64_t top, int64_t wo, int64_t p0, int64_t np)
 {
-	int64_t total = rows * ho * wo, gs = (int64_t)gridDim.x * blockDim.x;
+	int64_t total = rows * np, gs = (int64_t)gridDim.x * blockDim.x;
 	for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gs) {
-		int64_t ox = e % wo, oy = e / wo % ho, r = e / (ho * wo);
+		int64_t p = p0 + e % np, r = e / np, ox = p % wo, oy = p / wo;
 		int64_t kj = r % k, ki = r / k % k, plane = r / (k * k);
 		int64_t iy = oy * stride + ki - top, ix = ox * stride + kj - left;
 		bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
@@ -51,18 +52,20 @@ extern "C" int launch_upsample2x(void *y, const void *x, int t, int64_t n, int64
 
 extern "C" int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_t h,
 			     int64_t w, int64_t k, int64_t stride, int64_t left, int64_t right,
-			     int64_t top, int64_t bottom, void *stream)
+			     int64_t top, int64_t bottom, int64_t p0, int64_t np, void *stream)
 {
 	if (n < 0 || c < 0 || k < 1 || stride < 1 || left < 0 || right < 0 || top < 0 ||
-	    bottom < 0 || h + top + bottom < k || w + left + right < k)
+	    bottom < 0 || h + top + bottom < k || w + left + right < k || p0 < 0 || np < 0)
 		return (int)cudaErrorInvalidValue;
 	int64_t ho = (h + top + bottom - k) / stride + 1, wo = (w + left + right - k) / stride + 1;
+	if (p0 + np > ho * wo)
+		return (int)cudaErrorInvalidValue;
 	int64_t rows = n * c * k * k;
-	if (rows == 0)
+	if (rows * np == 0)
 		return 0;
 	cudaStream_t s = (cudaStream_t)stream;
 	DISPATCH(t, T,
-		 im2col_kernel<<<grid_for(rows * ho * wo, THREADS), THREADS, 0, s>>>(
-			 (T *)cols, (const T *)x, rows, h, w, k, stride, left, top, ho, wo));
+		 im2col_kernel<<<grid_for(rows * np, THREADS), THREADS, 0, s>>>(
+			 (T *)cols, (const T *)x, rows, h, w, k, stride, left, top, wo, p0, np));
 	return launch_status();
 }

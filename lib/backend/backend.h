@@ -560,9 +560,11 @@ typedef struct backend_ops {
 	 * stores it). */
 	void (*geglu_fwd)(backend *be, void *y, const void *a, const void *g, be_dtype t,
 			  int64_t n);
-	/* Swish in place: x = x sigmoid(beta x), (n) of type t, rounded once:
-	 * beta 1 is torch's silu (the autoencoder's swish), beta 1.702 CLIP's
-	 * quick_gelu. */
+	/* Swish in place: x = x sigmoid(beta x), (n) of type t: beta 1 the
+	 * autoencoder's swish, beta 1.702 CLIP's quick_gelu.  Both are written
+	 * x * torch.sigmoid(beta * x) in torch, three ops: bf16 rounds beta x
+	 * and the sigmoid before the product (torch's fused F.silu would round
+	 * once). */
 	void (*swish)(backend *be, void *x, be_dtype t, float beta, int64_t n);
 	/* nn.LayerNorm over the last dim: y (n, d) = (x - mean) / sqrt(var + eps)
 	 * * w + b, the variance biased, mean and variance summed in double; w, b
@@ -583,14 +585,18 @@ typedef struct backend_ops {
 			   int64_t h, int64_t w);
 	/* The columns of a k x k convolution with stride s over x (n, c, h, w)
 	 * zero-padded by pad = (left, right, top, bottom) (F.pad's order; Conv2d's
-	 * padding p is (p, p, p, p)), as F.unfold lays them out: cols (n, c k k,
-	 * ho wo) with ho = (h + top + bottom - k) / s + 1, wo likewise, and
-	 *   cols[i][(ch k + ki) k + kj][oy wo + ox] = x[i][ch][oy s + ki - top][ox s + kj - left]
-	 * (0 in the padding), so conv2d(x, W (co, c, k, k)) of sample i is the
-	 * matmul W (co, c k k) @ cols[i] = y[i] (co, ho wo).  Both of type t; pad
-	 * is a host array. */
+	 * padding p is (p, p, p, p)), as F.unfold lays them out, for the output
+	 * pixels p0 .. p0 + np - 1 of each image (row-major over (ho, wo), ho =
+	 * (h + top + bottom - k) / s + 1, wo likewise): cols (n, c k k, np) with
+	 *   cols[i][(ch k + ki) k + kj][j] = x[i][ch][oy s + ki - top][ox s + kj - left]
+	 * for (oy, ox) = divmod(p0 + j, wo), 0 in the padding.  So conv2d(x, W
+	 * (co, c, k, k)) of image i is the matmul W (co, c k k) @ cols[i], the
+	 * columns of output pixels p0.. (y[i] (co, ho wo) with ldc ho wo); a
+	 * caller takes the pixels a chunk at a time when k^2 times the image
+	 * would not fit.  Both of type t; pad is a host array. */
 	void (*im2col)(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
-		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4]);
+		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+		       int64_t p0, int64_t np);
 } backend_ops;
 
 struct backend {

@@ -848,7 +848,7 @@ static void cpu_swish(backend *be, void *x, be_dtype t, float beta, int64_t n)
 {
 	switch (kinds(be, "swish", 1, t)) {
 	case ALL_F32:
-		cpu_swish_f32(x, beta, n);
+		cpu_swish_f32(x, beta, n, 0);
 		break;
 	case MIXED:
 		cpu_bf16_swish(x, beta, n);
@@ -903,23 +903,26 @@ static void cpu_upsample2x(backend *be, void *y, const void *x, be_dtype t, int6
 }
 
 static void cpu_im2col(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
-		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4])
+		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+		       int64_t p0, int64_t np)
 {
+	int64_t hp = h + pad[2] + pad[3], wp = w + pad[0] + pad[1];
 	if (k < 1 || stride < 1 || pad[0] < 0 || pad[1] < 0 || pad[2] < 0 || pad[3] < 0 ||
-	    h + pad[2] + pad[3] < k || w + pad[0] + pad[1] < k) {
+	    hp < k || wp < k || p0 < 0 || np < 0 ||
+	    p0 + np > ((hp - k) / stride + 1) * ((wp - k) / stride + 1)) {
 		backend_fault(be, "cpu backend: im2col: kernel %lld, stride %lld over %lldx%lld "
-				  "padded by (%lld, %lld, %lld, %lld)",
+				  "padded by (%lld, %lld, %lld, %lld), output pixels %lld + %lld",
 			      (long long)k, (long long)stride, (long long)h, (long long)w,
 			      (long long)pad[0], (long long)pad[1], (long long)pad[2],
-			      (long long)pad[3]);
+			      (long long)pad[3], (long long)p0, (long long)np);
 		return;
 	}
 	switch (kinds(be, "im2col", 1, t)) {
 	case ALL_F32:
-		cpu_im2col_f32(cols, x, n, c, h, w, k, stride, pad);
+		cpu_im2col_f32(cols, x, n, c, h, w, k, stride, pad, p0, np);
 		break;
 	case MIXED:
-		cpu_im2col_bf16(cols, x, n, c, h, w, k, stride, pad);
+		cpu_im2col_bf16(cols, x, n, c, h, w, k, stride, pad, p0, np);
 		break;
 	}
 }

@@ -82,7 +82,7 @@ void cpu_bf16_moe_combine(void *out, const void *y, const int32_t *pos, const fl
 void cpu_bf16_moe_dot(float *dw, const void *y, const void *x, const int32_t *pos,
 		      const be_moe *r, int64_t d);
 /* Flux's encoder ops (cpu_bf16_flux.c): t5_attention, geglu_fwd and swish
- * on bf16 tensors alone (the float32 ones go to the float32 kernels); the
+ * on bf16 tensors alone, with torch's roundings of intermediates (the float32 ones go to the float32 kernels); the
  * norms take any mix; upsample2x and im2col of bf16 are cpu_image.inc's _bf16
  * instances (cpu_kernels.h). */
 void cpu_bf16_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,

@@ -74,7 +74,7 @@ void cpu_bf16_swish(void *x, float beta, int64_t n)
 		float f[CHUNK];
 		void *xi = (char *)x + (size_t)i0 * 2;
 		cpu_bf16_convert(f, BE_F32, xi, BE_BF16, m);
-		cpu_swish_f32(f, beta, m);
+		cpu_swish_f32(f, beta, m, 1);
 		cpu_bf16_convert(xi, BE_BF16, f, BE_F32, m);
 	}
 }

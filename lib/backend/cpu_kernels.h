@@ -243,7 +243,7 @@ CPU_KERNELS_DECLARE(double, f64)
 				    int64_t l, int64_t h, int64_t dk, int round);      \
 	void cpu_geglu_fwd_##SFX(REAL *y, const REAL *a, const REAL *g, int64_t n,     \
 				 int round);                                           \
-	void cpu_swish_##SFX(REAL *x, REAL beta, int64_t n);                           \
+	void cpu_swish_##SFX(REAL *x, REAL beta, int64_t n, int round);                \
 	void cpu_layernorm_fwd_##SFX(REAL *y, const REAL *x, const REAL *w,            \
 				     const REAL *b, int64_t n, int64_t d, REAL eps);   \
 	void cpu_groupnorm_fwd_##SFX(REAL *y, const REAL *x, const REAL *w,            \
@@ -254,7 +254,7 @@ CPU_KERNELS_DECLARE(double, f64)
 				  int64_t h, int64_t w);                               \
 	void cpu_im2col_##SFX(REAL *cols, const REAL *x, int64_t n, int64_t c,         \
 			      int64_t h, int64_t w, int64_t k, int64_t stride,         \
-			      const int64_t pad[4]);
+			      const int64_t pad[4], int64_t p0, int64_t np);
 
 CPU_FLUX_DECLARE(float, f32)
 CPU_FLUX_DECLARE(double, f64)

@@ -1022,11 +1022,12 @@ static void cuda_upsample2x(backend *be, void *y, const void *x, be_dtype t, int
 }
 
 static void cuda_im2col(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
-			int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4])
+			int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+			int64_t p0, int64_t np)
 {
 	if (types_ok(be, "im2col", 1, t))
 		check(be, launch_im2col(cols, x, t, n, c, h, w, k, stride, pad[0], pad[1], pad[2],
-					pad[3], st(be)->stream),
+					pad[3], p0, np, st(be)->stream),
 		      "im2col");
 }
 

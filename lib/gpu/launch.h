@@ -197,10 +197,11 @@ int launch_groupnorm_fwd(void *y, int ty, const void *x, int tx, const void *w, 
 int launch_upsample2x(void *y, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
 		      void *stream);
 /* im2col of x (n, c, h, w) for a k x k convolution with stride, zero-padded
- * by (left, right, top, bottom): cols (n, c k k, ho wo), of type t. */
+ * by (left, right, top, bottom), output pixels p0 .. p0 + np - 1 of each
+ * image: cols (n, c k k, np), of type t. */
 int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
 		  int64_t k, int64_t stride, int64_t left, int64_t right, int64_t top,
-		  int64_t bottom, void *stream);
+		  int64_t bottom, int64_t p0, int64_t np, void *stream);
 
 /* --- grouped-query attention, the reference kernels (kernels/attention.cu) --- */
 

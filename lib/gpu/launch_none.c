@@ -323,10 +323,10 @@ int launch_upsample2x(void *y, const void *x, int t, int64_t n, int64_t c, int64
 
 int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
 		  int64_t k, int64_t stride, int64_t left, int64_t right, int64_t top,
-		  int64_t bottom, void *stream)
+		  int64_t bottom, int64_t p0, int64_t np, void *stream)
 {
 	(void)cols, (void)x, (void)t, (void)n, (void)c, (void)h, (void)w, (void)k, (void)stride;
-	(void)left, (void)right, (void)top, (void)bottom, (void)stream;
+	(void)left, (void)right, (void)top, (void)bottom, (void)p0, (void)np, (void)stream;
 	return NO_DEVICE;
 }
 

@@ -213,7 +213,7 @@ static void linear_bias(backend *be, be_dtype dt, void *y, const void *x, const 
 
 /* One layer; in bf16 every op's output is stored rounded, as the bf16 model
  * stores it (its attention, torch's sdpa, computes in float32 and rounds
- * once; quick_gelu is rounded at its end only). */
+ * once; quick_gelu rounds as its three ops do: backend.h's swish). */
 static void layer_forward(clip_text *m, const clip_layer *y, clip_scratch *w, int64_t b,
 			  int64_t l)
 {

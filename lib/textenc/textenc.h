@@ -92,10 +92,10 @@ typedef struct clip_text clip_text;
  * as they load, and every tensor the bf16 model stores held in bfloat16
  * (half the memory), each op computing in float32 and rounding where it
  * stores, with the bf16 model's roundings inside the ops where it has more
- * (T5's attention scores and probabilities, gelu_new before its gate; see
- * backend.h); elementwise chains such as gelu_new and quick_gelu are rounded
- * at their ends only, and a linear's bias joins its product before the one
- * rounding (torch's addmm). */
+ * (T5's attention scores and probabilities, gelu_new before its gate,
+ * quick_gelu's 1.702 y and sigmoid before its product; see backend.h); only
+ * gelu_new's own chain of ops is rounded at its end alone, and a linear's
+ * bias joins its product before the one rounding (torch's addmm). */
 t5_encoder *t5_encoder_open(backend *be, const char *dir, be_dtype dtype, titan_err *err);
 clip_text *clip_text_open(backend *be, const char *dir, be_dtype dtype, titan_err *err);
 const t5_config *t5_encoder_config(const t5_encoder *m);

@@ -485,8 +485,8 @@ static void flux_ops_match_the_cpu_backend(void **state)
 		int64_t wo = (16 + pads[p][0] + pads[p][1] - 3) / s + 1;
 		size_t ncol = (size_t)(2 * 16 * 9 * ho * wo);
 		float *cols = frand(ncol, 1), *dcols = put(gpu, NULL, ncol);
-		gpu->ops->im2col(gpu, dcols, dv, BE_F32, 2, 16, 20, 16, 3, s, pads[p]);
-		cpu->ops->im2col(cpu, cols, v, BE_F32, 2, 16, 20, 16, 3, s, pads[p]);
+		gpu->ops->im2col(gpu, dcols, dv, BE_F32, 2, 16, 20, 16, 3, s, pads[p], 0, ho * wo);
+		cpu->ops->im2col(cpu, cols, v, BE_F32, 2, 16, 20, 16, 3, s, pads[p], 0, ho * wo);
 		same(p ? "im2col stride 2, pad (0, 1, 0, 1)" : "im2col pad 1", dcols, cols, ncol, 0.0);
 		free(cols);
 		gpu->ops->free(gpu, dcols);

@@ -777,7 +777,7 @@ static void geglu_and_swish_match_the_cpu(void **state)
 			for (int bi = 0; bi < 2; bi++) {
 				gpu_ok(launch_swish((char *)dx + off * es, dt, betas[bi], (int64_t)n, NULL),
 				       "swish");
-				cpu_swish_f64(x + off, betas[bi], (int64_t)n);
+				cpu_swish_f64(x + off, betas[bi], (int64_t)n, dt == GPU_BF16);
 				expect_close(bi ? "swish beta 1.702" : "swish beta 1", (char *)dx + off * es,
 					     x + off, n, dt, tol);
 				round_all(x + off, n, dt); /* what the device holds now */
@@ -881,10 +881,19 @@ static void upsample_and_im2col_match_the_cpu_exactly(void **state)
 				      (long long)q->n, (long long)q->c, (long long)q->h, (long long)q->w,
 				      (long long)q->k, (long long)q->stride);
 			gpu_ok(launch_im2col(dc, dx, dt, q->n, q->c, q->h, q->w, q->k, q->stride,
-					     q->pad[0], q->pad[1], q->pad[2], q->pad[3], NULL),
+					     q->pad[0], q->pad[1], q->pad[2], q->pad[3], 0, ho * wo, NULL),
 			       "im2col");
-			cpu_im2col_f64(want, x, q->n, q->c, q->h, q->w, q->k, q->stride, q->pad);
+			cpu_im2col_f64(want, x, q->n, q->c, q->h, q->w, q->k, q->stride, q->pad, 0,
+				       ho * wo);
 			expect_close("im2col cols", dc, want, ncol, dt, 0);
+			/* output pixels 3 .. 7 alone, as a caller in chunks takes them */
+			int64_t np = ho * wo - 3 < 5 ? ho * wo - 3 : 5;
+			size_t npart = (size_t)(q->n * q->c * q->k * q->k * np);
+			gpu_ok(launch_im2col(dc, dx, dt, q->n, q->c, q->h, q->w, q->k, q->stride,
+					     q->pad[0], q->pad[1], q->pad[2], q->pad[3], 3, np, NULL),
+			       "im2col");
+			cpu_im2col_f64(want, x, q->n, q->c, q->h, q->w, q->k, q->stride, q->pad, 3, np);
+			expect_close("im2col cols of pixels 3..", dc, want, npart, dt, 0);
 			free(x), free(want);
 			gpu_free(dx), gpu_free(dc);
 		}
@@ -952,11 +961,14 @@ static void flux_launchers_refuse_bad_shapes(void **state)
 	assert_int_equal(launch_upsample2x(NULL, NULL, GPU_F32, -1, 1, 1, 1, NULL), bad);
 	assert_int_equal(launch_upsample2x(NULL, NULL, GPU_F32, 1, 1, 0, 1, NULL), 0);
 	assert_int_equal(launch_upsample2x(NULL, NULL, GPU_E4M3, 1, 1, 1, 1, NULL), bad);
-	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 1, 1, 2, 8, 3, 1, 0, 0, 0, 0, NULL),
-			 bad); /* 3x3 over 2 rows */
-	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 0, 1, 8, 8, 3, 1, 1, 1, 1, 1, NULL), 0);
-	assert_int_equal(launch_im2col(NULL, NULL, GPU_E5M2, 1, 1, 8, 8, 3, 1, 1, 1, 1, 1, NULL),
-			 bad);
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 1, 1, 2, 8, 3, 1, 0, 0, 0, 0, 0, 1,
+				       NULL), bad); /* 3x3 over 2 rows */
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 1, 1, 8, 8, 3, 1, 1, 1, 1, 1, 60, 5,
+				       NULL), bad); /* pixels past the 64 */
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 0, 1, 8, 8, 3, 1, 1, 1, 1, 1, 0, 64,
+				       NULL), 0);
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_E5M2, 1, 1, 8, 8, 3, 1, 1, 1, 1, 1, 0, 64,
+				       NULL), bad);
 	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, -1, 8, 1, NULL, NULL), bad);
 	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, 0, 8, 1, NULL, NULL), 0);
 	assert_int_equal(launch_bias_add(NULL, GPU_E4M3, NULL, GPU_F32, 2, 8, 1, NULL, NULL), bad);
