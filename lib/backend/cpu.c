@@ -815,6 +815,118 @@ static void cpu_grouped_matmul(backend *be, int mode, int64_t groups, const int3
 	}
 }
 
+/* ---- Flux's encoders and autoencoder ---- */
+
+static void cpu_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,
+			     const void *bias, be_dtype t, int64_t b, int64_t l, int64_t h,
+			     int64_t dk)
+{
+	switch (kinds(be, "t5_attention", 1, t)) {
+	case ALL_F32:
+		cpu_t5_attention_f32(out, q, k, v, bias, b, l, h, dk, 0);
+		break;
+	case MIXED:
+		cpu_bf16_t5_attention(be, out, q, k, v, bias, b, l, h, dk);
+		break;
+	}
+}
+
+static void cpu_geglu_fwd(backend *be, void *y, const void *a, const void *g, be_dtype t,
+			  int64_t n)
+{
+	switch (kinds(be, "geglu_fwd", 1, t)) {
+	case ALL_F32:
+		cpu_geglu_fwd_f32(y, a, g, n, 0);
+		break;
+	case MIXED:
+		cpu_bf16_geglu_fwd(y, a, g, n);
+		break;
+	}
+}
+
+static void cpu_swish(backend *be, void *x, be_dtype t, float beta, int64_t n)
+{
+	switch (kinds(be, "swish", 1, t)) {
+	case ALL_F32:
+		cpu_swish_f32(x, beta, n, 0);
+		break;
+	case MIXED:
+		cpu_bf16_swish(x, beta, n);
+		break;
+	}
+}
+
+static void cpu_layernorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			      const void *w, const void *b, be_dtype wt, int64_t n, int64_t d,
+			      float eps)
+{
+	switch (kinds(be, "layernorm_fwd", 3, yt, xt, wt)) {
+	case ALL_F32:
+		cpu_layernorm_fwd_f32(y, x, w, b, n, d, eps);
+		break;
+	case MIXED:
+		cpu_bf16_layernorm_fwd(be, y, yt, x, xt, w, b, wt, n, d, eps);
+		break;
+	}
+}
+
+static void cpu_groupnorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			      const void *w, const void *b, be_dtype wt, int64_t n, int64_t c,
+			      int64_t hw, int64_t groups, float eps)
+{
+	if (groups < 1 || c % groups != 0) {
+		backend_fault(be, "cpu backend: groupnorm_fwd: %lld channels in %lld groups",
+			      (long long)c, (long long)groups);
+		return;
+	}
+	switch (kinds(be, "groupnorm_fwd", 3, yt, xt, wt)) {
+	case ALL_F32:
+		cpu_groupnorm_fwd_f32(y, x, w, b, n, c, hw, groups, eps);
+		break;
+	case MIXED:
+		cpu_bf16_groupnorm_fwd(be, y, yt, x, xt, w, b, wt, n, c, hw, groups, eps);
+		break;
+	}
+}
+
+static void cpu_upsample2x(backend *be, void *y, const void *x, be_dtype t, int64_t n, int64_t c,
+			   int64_t h, int64_t w)
+{
+	switch (kinds(be, "upsample2x", 1, t)) {
+	case ALL_F32:
+		cpu_upsample2x_f32(y, x, n, c, h, w);
+		break;
+	case MIXED:
+		cpu_upsample2x_bf16(y, x, n, c, h, w);
+		break;
+	}
+}
+
+static void cpu_im2col(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
+		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+		       int64_t p0, int64_t np)
+{
+	int64_t hp = h + pad[2] + pad[3], wp = w + pad[0] + pad[1];
+	if (k < 1 || stride < 1 || pad[0] < 0 || pad[1] < 0 || pad[2] < 0 || pad[3] < 0 ||
+	    hp < k || wp < k || p0 < 0 || np < 0 ||
+	    p0 + np > ((hp - k) / stride + 1) * ((wp - k) / stride + 1)) {
+		backend_fault(be, "cpu backend: im2col: kernel %lld, stride %lld over %lldx%lld "
+				  "padded by (%lld, %lld, %lld, %lld), output pixels %lld + %lld",
+			      (long long)k, (long long)stride, (long long)h, (long long)w,
+			      (long long)pad[0], (long long)pad[1], (long long)pad[2],
+			      (long long)pad[3], (long long)p0, (long long)np);
+		return;
+	}
+	switch (kinds(be, "im2col", 1, t)) {
+	case ALL_F32:
+		cpu_im2col_f32(cols, x, n, c, h, w, k, stride, pad, p0, np);
+		break;
+	case MIXED:
+		cpu_im2col_bf16(cols, x, n, c, h, w, k, stride, pad, p0, np);
+		break;
+	}
+}
+
 static const backend_ops cpu_ops = {
 	.name = "cpu",
 	.alloc = cpu_alloc,
@@ -869,6 +981,13 @@ static const backend_ops cpu_ops = {
 	.sumsq_dev = cpu_sumsq_dev,
 	.clip_factor = cpu_clip_factor,
 	.adamw_multi = cpu_adamw_multi,
+	.t5_attention = cpu_t5_attention,
+	.geglu_fwd = cpu_geglu_fwd,
+	.swish = cpu_swish,
+	.layernorm_fwd = cpu_layernorm_fwd,
+	.groupnorm_fwd = cpu_groupnorm_fwd,
+	.upsample2x = cpu_upsample2x,
+	.im2col = cpu_im2col,
 };
 
 backend *backend_cpu_create(int threads, titan_err *e)

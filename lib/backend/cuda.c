@@ -351,7 +351,7 @@ static int att_dims_ok(backend *be, const char *op, const be_attn *a)
 	if (attention_dims_ok(a->hd, a->hdv))
 		return 1;
 	backend_fault(be, "cuda backend: %s: head dims hd %lld, hdv %lld: the kernels take "
-			  "hd == hdv in 16, 32, 64, 96, 128 and (192, 128)",
+			  "hd == hdv in 8, 16, 32, 64, 96, 128 and (192, 128)",
 		      op, (long long)a->hd, (long long)a->hdv);
 	return 0;
 }
@@ -963,6 +963,74 @@ static void cuda_adamw_multi(backend *be, void *p, const void *g, void *m, void 
 		      "adamw_multi");
 }
 
+/* --- biases; Flux's encoders and autoencoder --- */
+
+static void cuda_bias_add(backend *be, void *y, be_dtype yt, const void *bias, be_dtype bt,
+			  int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
+{
+	if (types_ok(be, "bias_add", 2, yt, bt))
+		check(be, launch_bias_add(y, yt, bias, bt, rows, d, groups, offs, st(be)->stream),
+		      "bias_add");
+}
+
+static void cuda_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,
+			      const void *bias, be_dtype t, int64_t b, int64_t l, int64_t h,
+			      int64_t dk)
+{
+	if (types_ok(be, "t5_attention", 1, t))
+		check(be, launch_t5_attention(out, q, k, v, bias, t, b, l, h, dk, st(be)->stream),
+		      "t5_attention");
+}
+
+static void cuda_geglu_fwd(backend *be, void *y, const void *a, const void *g, be_dtype t,
+			   int64_t n)
+{
+	if (types_ok(be, "geglu_fwd", 1, t))
+		check(be, launch_geglu_fwd(y, a, g, t, n, st(be)->stream), "geglu_fwd");
+}
+
+static void cuda_swish(backend *be, void *x, be_dtype t, float beta, int64_t n)
+{
+	if (types_ok(be, "swish", 1, t))
+		check(be, launch_swish(x, t, beta, n, st(be)->stream), "swish");
+}
+
+static void cuda_layernorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			       const void *w, const void *b, be_dtype wt, int64_t n, int64_t d,
+			       float eps)
+{
+	if (types_ok(be, "layernorm_fwd", 3, yt, xt, wt))
+		check(be, launch_layernorm_fwd(y, yt, x, xt, w, b, wt, n, d, eps, st(be)->stream),
+		      "layernorm_fwd");
+}
+
+static void cuda_groupnorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			       const void *w, const void *b, be_dtype wt, int64_t n, int64_t c,
+			       int64_t hw, int64_t groups, float eps)
+{
+	if (types_ok(be, "groupnorm_fwd", 3, yt, xt, wt))
+		check(be, launch_groupnorm_fwd(y, yt, x, xt, w, b, wt, n, c, hw, groups, eps,
+					       st(be)->stream),
+		      "groupnorm_fwd");
+}
+
+static void cuda_upsample2x(backend *be, void *y, const void *x, be_dtype t, int64_t n, int64_t c,
+			    int64_t h, int64_t w)
+{
+	if (types_ok(be, "upsample2x", 1, t))
+		check(be, launch_upsample2x(y, x, t, n, c, h, w, st(be)->stream), "upsample2x");
+}
+
+static void cuda_im2col(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
+			int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+			int64_t p0, int64_t np)
+{
+	if (types_ok(be, "im2col", 1, t))
+		check(be, launch_im2col(cols, x, t, n, c, h, w, k, stride, pad[0], pad[1], pad[2],
+					pad[3], p0, np, st(be)->stream),
+		      "im2col");
+}
+
 static const backend_ops cuda_ops = {
 	.name = "cuda",
 	.alloc = cuda_alloc,
@@ -1003,6 +1071,14 @@ static const backend_ops cuda_ops = {
 	.sumsq_dev = cuda_sumsq_dev,
 	.clip_factor = cuda_clip_factor,
 	.adamw_multi = cuda_adamw_multi,
+	.bias_add = cuda_bias_add,
+	.t5_attention = cuda_t5_attention,
+	.geglu_fwd = cuda_geglu_fwd,
+	.swish = cuda_swish,
+	.layernorm_fwd = cuda_layernorm_fwd,
+	.groupnorm_fwd = cuda_groupnorm_fwd,
+	.upsample2x = cuda_upsample2x,
+	.im2col = cuda_im2col,
 };
 
 /* --- creation --- */

@@ -267,4 +267,67 @@ int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64
 	return NO_DEVICE;
 }
 
+
+int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_t rows, int64_t d,
+		    int64_t groups, const int32_t *offs, void *stream)
+{
+	(void)y, (void)ty, (void)bias, (void)tb, (void)rows, (void)d, (void)groups, (void)offs;
+	(void)stream;
+	return NO_DEVICE;
+}
+
+int launch_t5_attention(void *out, const void *q, const void *k, const void *v,
+			const void *bias, int t, int64_t b, int64_t l, int64_t h, int64_t dk,
+			void *stream)
+{
+	(void)out, (void)q, (void)k, (void)v, (void)bias, (void)t, (void)b, (void)l, (void)h;
+	(void)dk, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_geglu_fwd(void *y, const void *a, const void *g, int t, int64_t n, void *stream)
+{
+	(void)y, (void)a, (void)g, (void)t, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_swish(void *x, int t, float beta, int64_t n, void *stream)
+{
+	(void)x, (void)t, (void)beta, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_layernorm_fwd(void *y, int ty, const void *x, int tx, const void *w, const void *b,
+			 int tw, int64_t n, int64_t d, float eps, void *stream)
+{
+	(void)y, (void)ty, (void)x, (void)tx, (void)w, (void)b, (void)tw, (void)n, (void)d;
+	(void)eps, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_groupnorm_fwd(void *y, int ty, const void *x, int tx, const void *w, const void *b,
+			 int tw, int64_t n, int64_t c, int64_t hw, int64_t groups, float eps,
+			 void *stream)
+{
+	(void)y, (void)ty, (void)x, (void)tx, (void)w, (void)b, (void)tw, (void)n, (void)c;
+	(void)hw, (void)groups, (void)eps, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_upsample2x(void *y, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
+		      void *stream)
+{
+	(void)y, (void)x, (void)t, (void)n, (void)c, (void)h, (void)w, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
+		  int64_t k, int64_t stride, int64_t left, int64_t right, int64_t top,
+		  int64_t bottom, int64_t p0, int64_t np, void *stream)
+{
+	(void)cols, (void)x, (void)t, (void)n, (void)c, (void)h, (void)w, (void)k, (void)stride;
+	(void)left, (void)right, (void)top, (void)bottom, (void)p0, (void)np, (void)stream;
+	return NO_DEVICE;
+}
+
 #endif

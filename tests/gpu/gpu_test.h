@@ -232,8 +232,11 @@ static inline double *f64_copy(const double *x, size_t n)
 
 #ifdef GPU_TEST_TWO_BACKENDS
 /* The tests that compare the CUDA backend with the CPU one: both created by
- * the cmocka group's setup (the CUDA one with a 1 GiB arena; nothing without a
- * GPU), freed by its teardown. */
+ * the cmocka group's setup (the CUDA one with a 1 GiB arena and attention on
+ * GPU_TEST_ATTENTION's path; nothing without a GPU), freed by its teardown. */
+#ifndef GPU_TEST_ATTENTION
+#define GPU_TEST_ATTENTION BACKEND_CUDA_ATTN_AUTO
+#endif
 static backend *cpu, *gpu;
 
 static int setup(void **state)
@@ -242,7 +245,8 @@ static int setup(void **state)
 	if (gpu_count() == 0)
 		return 0;
 	titan_err e;
-	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30};
+	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30,
+			       .attention = GPU_TEST_ATTENTION};
 	if (!(cpu = backend_cpu_create(0, &e)) || !(gpu = backend_cuda_create(&o, &e))) {
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
@@ -258,7 +262,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void sync_ok(backend *be)
+static inline void sync_ok(backend *be)
 {
 	titan_err e;
 	if (be->ops->sync(be, &e) != 0)
