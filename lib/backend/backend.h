@@ -597,6 +597,54 @@ typedef struct backend_ops {
 	void (*im2col)(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
 		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
 		       int64_t p0, int64_t np);
+
+	/* The Flux transformer's training ops (lib/flux), forward and backward,
+	 * float32 tensors (t must be BE_F32; others fault).  A stream's rows are
+	 * (b * n, d), sample i's rows from i * n; a per-sample vector (shift,
+	 * scale, gate) is d values of row i of a (b, ld) matrix (a column block
+	 * of the modulation linear's output).  Sums over rows (the per-sample
+	 * vectors' gradients) run in row order in double, so results do not
+	 * depend on threads. */
+
+	/* Modulated LayerNorm without affine parameters: y = (1 + scale)
+	 * LN(x) + shift, LN's mean and biased variance summed in double, eps
+	 * added to the variance; stats (b * n, 2) receives each row's float32
+	 * mean and rstd for ln_mod_bwd. */
+	void (*ln_mod_fwd)(backend *be, void *y, float *stats, const void *x, const void *shift,
+			   const void *scale, be_dtype t, int64_t ld, int64_t b, int64_t n,
+			   int64_t d, float eps);
+	/* Its backward from dy: dx (b * n, d), dshift and dscale (rows of ld) are
+	 * ACCUMULATED. */
+	void (*ln_mod_bwd)(backend *be, void *dx, void *dshift, void *dscale, const void *dy,
+			   const void *x, const float *stats, const void *scale, be_dtype t,
+			   int64_t ld, int64_t b, int64_t n, int64_t d);
+	/* The gated residual x += gate y, (b * n, d). */
+	void (*gate_add)(backend *be, void *x, const void *gate, const void *y, be_dtype t,
+			 int64_t ld, int64_t b, int64_t n, int64_t d);
+	/* Its backward from the residual's gradient dx: dy = gate dx (written),
+	 * dgate += the sum over the sample's rows of dx y. */
+	void (*gate_add_bwd)(backend *be, void *dgate, void *dy, const void *dx, const void *gate,
+			     const void *y, be_dtype t, int64_t ld, int64_t b, int64_t n,
+			     int64_t d);
+	/* gelu(x, approximate="tanh") = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+	 * x^3))) as torch's CPU kernel rounds it, (n); and its backward dx = dy
+	 * gelu'(x) (written). */
+	void (*gelu_tanh_fwd)(backend *be, void *y, const void *x, be_dtype t, int64_t n);
+	void (*gelu_tanh_bwd)(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			      int64_t n);
+	/* silu(x) = x / (1 + exp(-x)) (torch's CPU kernel; swish rounds as x *
+	 * sigmoid(x)), (n); its backward dx = dy s (1 + x (1 - s)), s = sigmoid(x)
+	 * (written). */
+	void (*silu_fwd)(backend *be, void *y, const void *x, be_dtype t, int64_t n);
+	void (*silu_bwd)(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			 int64_t n);
+	/* The rectified-flow loss's terms over n values: e = pred - (noise - x);
+	 * sum(e^2) (in double) is added to *loss_sum and n to *count, by the next
+	 * sync as cross_entropy's; grad, when not NULL, = 2 e grad_scale (the
+	 * mean's 1/n as torch hands it: float32). */
+	void (*flow_mse)(backend *be, void *grad, const void *pred, const void *x,
+			 const void *noise, be_dtype t, int64_t n, float grad_scale,
+			 double *loss_sum, int64_t *count);
 } backend_ops;
 
 struct backend {

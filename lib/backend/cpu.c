@@ -927,6 +927,96 @@ static void cpu_im2col(backend *be, void *cols, const void *x, be_dtype t, int64
 	}
 }
 
+/* ---- the Flux transformer's training ops (float32) ---- */
+
+/* t is float32 and the rows' shape fits (ld 0: an elementwise op), else a
+ * fault naming op. */
+static int fluxt_ok(backend *be, const char *op, be_dtype t, int64_t ld, int64_t b, int64_t n,
+		    int64_t d)
+{
+	if (t != BE_F32) {
+		backend_fault(be, "cpu backend: %s: %s tensors are not implemented (float32 only)",
+			      op, be_dtype_name(t));
+		return 0;
+	}
+	if (ld == 0 && d < 0) {
+		backend_fault(be, "cpu backend: %s: %lld values", op, (long long)d);
+		return 0;
+	}
+	if (b < 0 || n < 1 || d < 0 || (ld != 0 && ld < d)) {
+		backend_fault(be, "cpu backend: %s: %lld samples of %lld rows of %lld, vectors %lld "
+				  "apart", op, (long long)b, (long long)n, (long long)d, (long long)ld);
+		return 0;
+	}
+	return 1;
+}
+
+static void cpu_ln_mod_fwd(backend *be, void *y, float *stats, const void *x, const void *shift,
+			   const void *scale, be_dtype t, int64_t ld, int64_t b, int64_t n,
+			   int64_t d, float eps)
+{
+	if (fluxt_ok(be, "ln_mod_fwd", t, ld, b, n, d))
+		cpu_ln_mod_fwd_f32(y, stats, x, shift, scale, ld, b, n, d, eps);
+}
+
+static void cpu_ln_mod_bwd(backend *be, void *dx, void *dshift, void *dscale, const void *dy,
+			   const void *x, const float *stats, const void *scale, be_dtype t,
+			   int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (fluxt_ok(be, "ln_mod_bwd", t, ld, b, n, d))
+		cpu_ln_mod_bwd_f32(dx, dshift, dscale, dy, x, stats, scale, ld, b, n, d);
+}
+
+static void cpu_gate_add(backend *be, void *x, const void *gate, const void *y, be_dtype t,
+			 int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (fluxt_ok(be, "gate_add", t, ld, b, n, d))
+		cpu_gate_add_f32(x, gate, y, ld, b, n, d);
+}
+
+static void cpu_gate_add_bwd(backend *be, void *dgate, void *dy, const void *dx, const void *gate,
+			     const void *y, be_dtype t, int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (fluxt_ok(be, "gate_add_bwd", t, ld, b, n, d))
+		cpu_gate_add_bwd_f32(dgate, dy, dx, gate, y, ld, b, n, d);
+}
+
+static void cpu_gelu_tanh_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
+{
+	if (fluxt_ok(be, "gelu_tanh_fwd", t, 0, 1, 1, n))
+		cpu_gelu_tanh_fwd_f32(y, x, n);
+}
+
+static void cpu_gelu_tanh_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			      int64_t n)
+{
+	if (fluxt_ok(be, "gelu_tanh_bwd", t, 0, 1, 1, n))
+		cpu_gelu_tanh_bwd_f32(dx, dy, x, n);
+}
+
+static void cpu_silu_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
+{
+	if (fluxt_ok(be, "silu_fwd", t, 0, 1, 1, n))
+		cpu_silu_fwd_f32(y, x, n);
+}
+
+static void cpu_silu_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			 int64_t n)
+{
+	if (fluxt_ok(be, "silu_bwd", t, 0, 1, 1, n))
+		cpu_silu_bwd_f32(dx, dy, x, n);
+}
+
+static void cpu_flow_mse(backend *be, void *grad, const void *pred, const void *x,
+			 const void *noise, be_dtype t, int64_t n, float grad_scale,
+			 double *loss_sum, int64_t *count)
+{
+	if (!fluxt_ok(be, "flow_mse", t, 0, 1, 1, n))
+		return;
+	*loss_sum += cpu_flow_mse_f32(grad, pred, x, noise, n, grad_scale);
+	*count += n;
+}
+
 static const backend_ops cpu_ops = {
 	.name = "cpu",
 	.alloc = cpu_alloc,
@@ -988,6 +1078,15 @@ static const backend_ops cpu_ops = {
 	.groupnorm_fwd = cpu_groupnorm_fwd,
 	.upsample2x = cpu_upsample2x,
 	.im2col = cpu_im2col,
+	.ln_mod_fwd = cpu_ln_mod_fwd,
+	.ln_mod_bwd = cpu_ln_mod_bwd,
+	.gate_add = cpu_gate_add,
+	.gate_add_bwd = cpu_gate_add_bwd,
+	.gelu_tanh_fwd = cpu_gelu_tanh_fwd,
+	.gelu_tanh_bwd = cpu_gelu_tanh_bwd,
+	.silu_fwd = cpu_silu_fwd,
+	.silu_bwd = cpu_silu_bwd,
+	.flow_mse = cpu_flow_mse,
 };
 
 backend *backend_cpu_create(int threads, titan_err *e)

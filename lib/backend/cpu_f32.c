@@ -49,4 +49,5 @@ static void sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, bla
 #define FMA fmaf
 #include "backend/cpu_kernels.inc"
 #include "backend/cpu_flux.inc"
+#include "backend/cpu_flux_train.inc"
 #include "backend/cpu_image.inc"

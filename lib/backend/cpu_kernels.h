@@ -256,6 +256,31 @@ CPU_KERNELS_DECLARE(double, f64)
 			      int64_t h, int64_t w, int64_t k, int64_t stride,         \
 			      const int64_t pad[4], int64_t p0, int64_t np);
 
+/* The Flux transformer's training ops (cpu_flux_train.inc), every tensor of
+ * the kernel's type (stats too); flow_mse returns its sum of squares. */
+#define CPU_FLUX_TRAIN_DECLARE(REAL, SFX)                                              \
+	void cpu_ln_mod_fwd_##SFX(REAL *y, REAL *stats, const REAL *x,                 \
+				  const REAL *shift, const REAL *scale, int64_t ld,    \
+				  int64_t b, int64_t n, int64_t d, REAL eps);          \
+	void cpu_ln_mod_bwd_##SFX(REAL *dx, REAL *dshift, REAL *dscale,                \
+				  const REAL *dy, const REAL *x, const REAL *stats,    \
+				  const REAL *scale, int64_t ld, int64_t b, int64_t n, \
+				  int64_t d);                                          \
+	void cpu_gate_add_##SFX(REAL *x, const REAL *gate, const REAL *y, int64_t ld,  \
+				int64_t b, int64_t n, int64_t d);                      \
+	void cpu_gate_add_bwd_##SFX(REAL *dgate, REAL *dy, const REAL *dx,             \
+				    const REAL *gate, const REAL *y, int64_t ld,       \
+				    int64_t b, int64_t n, int64_t d);                  \
+	void cpu_gelu_tanh_fwd_##SFX(REAL *y, const REAL *x, int64_t n);               \
+	void cpu_gelu_tanh_bwd_##SFX(REAL *dx, const REAL *dy, const REAL *x,          \
+				     int64_t n);                                       \
+	void cpu_silu_fwd_##SFX(REAL *y, const REAL *x, int64_t n);                    \
+	void cpu_silu_bwd_##SFX(REAL *dx, const REAL *dy, const REAL *x, int64_t n);   \
+	double cpu_flow_mse_##SFX(REAL *grad, const REAL *pred, const REAL *x,         \
+				  const REAL *noise, int64_t n, REAL grad_scale);
+
+CPU_FLUX_TRAIN_DECLARE(float, f32)
+CPU_FLUX_TRAIN_DECLARE(double, f64)
 CPU_FLUX_DECLARE(float, f32)
 CPU_FLUX_DECLARE(double, f64)
 CPU_IMAGE_DECLARE(float, f32)
