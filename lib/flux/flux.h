@@ -43,12 +43,12 @@
  * 0.3.0's flavors have no guidance embedder (BFL's guidance_in): flux-dev
  * and flux-schnell are the same model there.
  *
- * Weights, gradients and activations live in the backend's memory; the
- * linears and attention are the backend's ops, the rest (LayerNorm with its
- * modulation, the gated residuals, GELU, SiLU, the embeddings, the loss) are
- * flux_ops.h's plain C over host memory, so a model needs the CPU backend
- * (another is refused) until those are backend ops.  The model keeps a
- * pointer to the backend, which must outlive it. */
+ * Weights, gradients and activations live in the backend's memory and every
+ * op on them is a backend op (the modulated LayerNorm, gated residuals,
+ * GELU, SiLU and the loss included), so a model runs on any backend; the
+ * noisy input, the timestep embedding and the RoPE tables are computed on the
+ * host from the batch and uploaded.  The model keeps a pointer to the
+ * backend, which must outlive it. */
 #ifndef TITAN_FLUX_H
 #define TITAN_FLUX_H
 
@@ -88,7 +88,7 @@ typedef struct flux_param {
 
 /* A model of config c (copied) on be, weights uninitialised (they come
  * from a checkpoint or the caller), gradients zero.  NULL and err on a bad
- * config, another backend than the CPU's, or no memory. */
+ * config or no memory. */
 flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err);
 void flux_model_free(flux_model *m);
 const flux_config *flux_model_config(const flux_model *m);

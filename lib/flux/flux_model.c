@@ -146,11 +146,6 @@ flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
 {
 	if (flux_config_check(c, err) < 0)
 		return NULL;
-	if (strcmp(be->ops->name, "cpu") != 0) {
-		err_set(err, "flux: the model's plain-C ops need the CPU backend, not %s",
-			be->ops->name);
-		return NULL;
-	}
 	flux_model *m = calloc(1, sizeof *m);
 	int cap = P_GLOBAL + (int)(c->depth * 2 * D_STREAM + c->depth_single_blocks * S_BLOCK) +
 		  F_LAYER;

@@ -1,8 +1,9 @@
 /* flux_step.c: one training step of the Flux transformer (flux.h): the
  * forward keeps every activation its backward reads (no recomputation), the
  * backward runs the blocks in reverse and accumulates each parameter's
- * gradient.  Linears, the QK RMSNorms, RoPE and attention are backend ops;
- * flux_ops.h's plain C does the rest on the same (host) memory.
+ * gradient.  Every op on the activations is a backend op, so the step runs
+ * on any backend; flux_ops.h's host pieces (the noisy input, the timestep
+ * embedding, the RoPE tables) are computed from the batch and uploaded.
  *
  * Layouts, float32 row-major: a stream's activation (b * n, width), sample i's
  * rows from i * n; the joint sequence [txt; img] of the attentions and the
@@ -58,7 +59,8 @@ typedef struct fx_run {
 	float **mem;              /* every buffer, for freeing */
 	int nmem, capmem;
 	/* inputs in backend memory */
-	float *x, *noise, *noisy, *txt_raw, *y, *t, *temb;
+	float *x, *noise, *noisy, *txt_raw, *y, *temb;
+	float *host;              /* upload_host's buffer */
 	float *cs;                /* (b, L, hd/2, 2) RoPE tables */
 	/* embedders */
 	float *th, *ths, *yh, *yhs, *vec, *svec;
@@ -95,6 +97,7 @@ static void release(fx_run *r)
 	for (int i = 0; i < r->nmem; i++)
 		r->be->ops->free(r->be, r->mem[i]);
 	free(r->mem);
+	free(r->host);
 	free(r->dbl);
 	free(r->sgl);
 }
@@ -141,7 +144,7 @@ static int grab_all(fx_run *r, int backward, titan_err *err)
 	    grab(r, &r->noise, b * li * c->in_channels, err) ||
 	    grab(r, &r->noisy, b * li * c->in_channels, err) ||
 	    grab(r, &r->txt_raw, b * lt * c->context_in_dim, err) ||
-	    grab(r, &r->y, b * c->vec_in_dim, err) || grab(r, &r->t, b, err) ||
+	    grab(r, &r->y, b * c->vec_in_dim, err) ||
 	    grab(r, &r->temb, b * T_DIM, err) || grab(r, &r->cs, b * L * r->m->hd, err) ||
 	    grab(r, &r->th, b * h, err) || grab(r, &r->ths, b * h, err) ||
 	    grab(r, &r->yh, b * h, err) || grab(r, &r->yhs, b * h, err) ||
@@ -273,6 +276,53 @@ static void zero(fx_run *r, float *p, int64_t n)
 	r->be->ops->zero(r->be, p, sizeof(float) * (size_t)n);
 }
 
+/* The modulation, gated residual, GELU and SiLU ops, float32. */
+static void ln_mod(fx_run *r, float *y, float *stats, const float *x, const float *shift,
+		   const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps)
+{
+	r->be->ops->ln_mod_fwd(r->be, y, stats, x, shift, scale, BE_F32, ld, b, n, d, eps);
+}
+
+static void ln_mod_bwd(fx_run *r, float *dx, float *dshift, float *dscale, const float *dy,
+		       const float *x, const float *stats, const float *scale, int64_t ld,
+		       int64_t b, int64_t n, int64_t d)
+{
+	r->be->ops->ln_mod_bwd(r->be, dx, dshift, dscale, dy, x, stats, scale, BE_F32, ld, b, n,
+			       d);
+}
+
+static void gate_add(fx_run *r, float *x, const float *gate, const float *y, int64_t ld,
+		     int64_t b, int64_t n, int64_t d)
+{
+	r->be->ops->gate_add(r->be, x, gate, y, BE_F32, ld, b, n, d);
+}
+
+static void gate_add_bwd(fx_run *r, float *dgate, float *dy, const float *dx, const float *gate,
+			 const float *y, int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	r->be->ops->gate_add_bwd(r->be, dgate, dy, dx, gate, y, BE_F32, ld, b, n, d);
+}
+
+static void gelu(fx_run *r, float *y, const float *x, int64_t n)
+{
+	r->be->ops->gelu_tanh_fwd(r->be, y, x, BE_F32, n);
+}
+
+static void gelu_bwd(fx_run *r, float *dx, const float *dy, const float *x, int64_t n)
+{
+	r->be->ops->gelu_tanh_bwd(r->be, dx, dy, x, BE_F32, n);
+}
+
+static void silu(fx_run *r, float *y, const float *x, int64_t n)
+{
+	r->be->ops->silu_fwd(r->be, y, x, BE_F32, n);
+}
+
+static void silu_bwd(fx_run *r, float *dx, const float *dy, const float *x, int64_t n)
+{
+	r->be->ops->silu_bwd(r->be, dx, dy, x, BE_F32, n);
+}
+
 /* ---- double blocks ---- */
 
 static void dbl_fwd(fx_run *r, int64_t k)
@@ -286,7 +336,7 @@ static void dbl_fwd(fx_run *r, int64_t k)
 		int64_t n = r->n[s], rows = b * n;
 		lin(r, ds->mod, r->svec, b, h, 6 * h, P(r, p + D_MOD_W)->w, h, P(r, p + D_MOD_B)->w);
 		cp(r, ds->x_in, stream[s], rows * h);
-		fx_ln_mod(ds->a, ds->st1, ds->x_in, ds->mod, ds->mod + h, 6 * h, b, n, h, LN_EPS);
+		ln_mod(r, ds->a, ds->st1, ds->x_in, ds->mod, ds->mod + h, 6 * h, b, n, h, LN_EPS);
 		const float *w = P(r, p + D_QKV_W)->w, *bias = P(r, p + D_QKV_B)->w;
 		float *dst[3] = {d->at.qraw, d->at.kraw, d->at.v};
 		for (int64_t i = 0; i < b; i++)
@@ -305,14 +355,14 @@ static void dbl_fwd(fx_run *r, int64_t k)
 		for (int64_t i = 0; i < b; i++)
 			lin(r, ds->proj + i * n * h, d->at.o + (i * L + r->off[s]) * h, n, h, h,
 			    P(r, p + D_PROJ_W)->w, h, P(r, p + D_PROJ_B)->w);
-		fx_gate_add(stream[s], ds->mod + 2 * h, ds->proj, 6 * h, b, n, h);
+		gate_add(r, stream[s], ds->mod + 2 * h, ds->proj, 6 * h, b, n, h);
 		cp(r, ds->x1, stream[s], rows * h);
-		fx_ln_mod(ds->mi, ds->st2, ds->x1, ds->mod + 3 * h, ds->mod + 4 * h, 6 * h, b, n, h,
+		ln_mod(r, ds->mi, ds->st2, ds->x1, ds->mod + 3 * h, ds->mod + 4 * h, 6 * h, b, n, h,
 			  LN_EPS);
 		lin(r, ds->hid, ds->mi, rows, h, f, P(r, p + D_MLP0_W)->w, h, P(r, p + D_MLP0_B)->w);
-		fx_gelu_tanh(ds->gel, ds->hid, rows * f);
+		gelu(r, ds->gel, ds->hid, rows * f);
 		lin(r, ds->mo, ds->gel, rows, f, h, P(r, p + D_MLP2_W)->w, f, P(r, p + D_MLP2_B)->w);
-		fx_gate_add(stream[s], ds->mod + 5 * h, ds->mo, 6 * h, b, n, h);
+		gate_add(r, stream[s], ds->mod + 5 * h, ds->mo, 6 * h, b, n, h);
 	}
 }
 
@@ -325,15 +375,15 @@ static void dbl_stream_tail_bwd(fx_run *r, int64_t k, int s, float *dS, float *d
 	dstream *ds = &d->s[s];
 	int p = flux_pd(r->m, k, s, 0);
 	int64_t b = r->b, h = r->h, f = r->f, L = r->L, n = r->n[s], rows = b * n;
-	fx_gate_add_bwd(dmod + 5 * h, r->th1, dS, ds->mod + 5 * h, ds->mo, 6 * h, b, n, h);
+	gate_add_bwd(r, dmod + 5 * h, r->th1, dS, ds->mod + 5 * h, ds->mo, 6 * h, b, n, h);
 	lin_bwd(r, r->tf1, 0.0f, G(r, p + D_MLP2_W), G(r, p + D_MLP2_B), r->th1, ds->gel, rows, f,
 		h, P(r, p + D_MLP2_W)->w, f);
-	fx_gelu_tanh_bwd(r->tf2, r->tf1, ds->hid, rows * f);
+	gelu_bwd(r, r->tf2, r->tf1, ds->hid, rows * f);
 	lin_bwd(r, r->th2, 0.0f, G(r, p + D_MLP0_W), G(r, p + D_MLP0_B), r->tf2, ds->mi, rows, h,
 		f, P(r, p + D_MLP0_W)->w, h);
-	fx_ln_mod_bwd(dS, dmod + 3 * h, dmod + 4 * h, r->th2, ds->x1, ds->st2, ds->mod + 4 * h,
+	ln_mod_bwd(r, dS, dmod + 3 * h, dmod + 4 * h, r->th2, ds->x1, ds->st2, ds->mod + 4 * h,
 		      6 * h, b, n, h);
-	fx_gate_add_bwd(dmod + 2 * h, r->th1, dS, ds->mod + 2 * h, ds->proj, 6 * h, b, n, h);
+	gate_add_bwd(r, dmod + 2 * h, r->th1, dS, ds->mod + 2 * h, ds->proj, 6 * h, b, n, h);
 	for (int64_t i = 0; i < b; i++) {
 		int64_t e = (i * L + r->off[s]) * h;
 		lin_bwd(r, r->dout + e, 0.0f, G(r, p + D_PROJ_W), G(r, p + D_PROJ_B),
@@ -357,7 +407,7 @@ static void dbl_stream_head_bwd(fx_run *r, int64_t k, int s, float *dS, float *d
 			lin_bwd(r, da + i * n * h, c ? 1.0f : 0.0f, gw + c * h * h, gb + c * h,
 				src[c] + (i * L + r->off[s]) * h, ds->a + i * n * h, n, h, h,
 				w + c * h * h, h);
-	fx_ln_mod_bwd(dS, dmod, dmod + h, da, ds->x_in, ds->st1, ds->mod + h, 6 * h, b, n, h);
+	ln_mod_bwd(r, dS, dmod, dmod + h, da, ds->x_in, ds->st1, ds->mod + h, 6 * h, b, n, h);
 	lin_bwd(r, r->dsvec, 1.0f, G(r, p + D_MOD_W), G(r, p + D_MOD_B), dmod, r->svec, b, h,
 		6 * h, P(r, p + D_MOD_W)->w, h);
 }
@@ -387,7 +437,7 @@ static void sgl_fwd(fx_run *r, int64_t k)
 	int64_t b = r->b, h = r->h, f = r->f, L = r->L, rows = b * L;
 	lin(r, sb->mod, r->svec, b, h, 3 * h, P(r, p + S_MOD_W)->w, h, P(r, p + S_MOD_B)->w);
 	cp(r, sb->x_in, r->joint, rows * h);
-	fx_ln_mod(sb->a, sb->st, sb->x_in, sb->mod, sb->mod + h, 3 * h, b, L, h, LN_EPS);
+	ln_mod(r, sb->a, sb->st, sb->x_in, sb->mod, sb->mod + h, 3 * h, b, L, h, LN_EPS);
 	const float *w1 = P(r, p + S_L1_W)->w, *b1 = P(r, p + S_L1_B)->w;
 	lin(r, sb->at.qraw, sb->a, rows, h, h, w1, h, b1);
 	lin(r, sb->at.kraw, sb->a, rows, h, h, w1 + h * h, h, b1 + h);
@@ -397,14 +447,14 @@ static void sgl_fwd(fx_run *r, int64_t k)
 	rope_qk(r, sb->at.q, sb->at.k, 0);
 	be_attn a = attn_shape(r);
 	r->be->ops->attention_fwd(r->be, sb->at.o, sb->at.lse, sb->at.q, sb->at.k, sb->at.v, &a);
-	fx_gelu_tanh(sb->gel, sb->mlp, rows * f);
+	gelu(r, sb->gel, sb->mlp, rows * f);
 	/* linear2 over [attention | gelu]: the weight's two column blocks */
 	const float *w2 = P(r, p + S_L2_W)->w;
 	mm(r, 0, 1, rows, h, h, sb->at.o, h, w2, h + f, 0.0f, sb->out, h);
 	mm(r, 0, 1, rows, h, f, sb->gel, f, w2 + h, h + f, 1.0f, sb->out, h);
 	r->be->ops->bias_add(r->be, sb->out, BE_F32, P(r, p + S_L2_B)->w, BE_F32, rows, h, 1,
 			     NULL);
-	fx_gate_add(r->joint, sb->mod + 2 * h, sb->out, 3 * h, b, L, h);
+	gate_add(r, r->joint, sb->mod + 2 * h, sb->out, 3 * h, b, L, h);
 }
 
 static void sgl_bwd(fx_run *r, int64_t k)
@@ -414,7 +464,7 @@ static void sgl_bwd(fx_run *r, int64_t k)
 	int64_t b = r->b, h = r->h, f = r->f, L = r->L, rows = b * L;
 	float *dmod = r->dmod, *dout = r->th1;
 	zero(r, dmod, b * 3 * h);
-	fx_gate_add_bwd(dmod + 2 * h, dout, r->djoint, sb->mod + 2 * h, sb->out, 3 * h, b, L, h);
+	gate_add_bwd(r, dmod + 2 * h, dout, r->djoint, sb->mod + 2 * h, sb->out, 3 * h, b, L, h);
 	const float *w2 = P(r, p + S_L2_W)->w;
 	float *g2 = G(r, p + S_L2_W);
 	mm(r, 1, 0, h, h, rows, dout, h, sb->at.o, h, 1.0f, g2, h + f);
@@ -422,7 +472,7 @@ static void sgl_bwd(fx_run *r, int64_t k)
 	r->be->ops->bias_grad(r->be, G(r, p + S_L2_B), BE_F32, dout, BE_F32, rows, h, 1, NULL);
 	mm(r, 0, 0, rows, h, h, dout, h, w2, h + f, 0.0f, r->dout, h);
 	mm(r, 0, 0, rows, f, h, dout, h, w2 + h, h + f, 0.0f, r->tf1, f);
-	fx_gelu_tanh_bwd(r->tf2, r->tf1, sb->mlp, rows * f);
+	gelu_bwd(r, r->tf2, r->tf1, sb->mlp, rows * f);
 	be_attn a = attn_shape(r);
 	r->be->ops->attention_bwd(r->be, r->dq, r->dk, r->dv, r->dout, sb->at.q, sb->at.k,
 				  sb->at.v, sb->at.o, sb->at.lse, &a);
@@ -438,7 +488,7 @@ static void sgl_bwd(fx_run *r, int64_t k)
 			h, w1 + c * h * h, h);
 	lin_bwd(r, da, 1.0f, g1 + 3 * h * h, gb1 + 3 * h, r->tf2, sb->a, rows, h, f,
 		w1 + 3 * h * h, h);
-	fx_ln_mod_bwd(r->djoint, dmod, dmod + h, da, sb->x_in, sb->st, sb->mod + h, 3 * h, b, L,
+	ln_mod_bwd(r, r->djoint, dmod, dmod + h, da, sb->x_in, sb->st, sb->mod + h, 3 * h, b, L,
 		      h);
 	lin_bwd(r, r->dsvec, 1.0f, G(r, p + S_MOD_W), G(r, p + S_MOD_B), dmod, r->svec, b, h,
 		3 * h, P(r, p + S_MOD_W)->w, h);
@@ -446,36 +496,22 @@ static void sgl_bwd(fx_run *r, int64_t k)
 
 /* ---- embedders and the final layer ---- */
 
-static int embed_fwd(fx_run *r, const flux_batch *in, titan_err *err)
+static void embed_fwd(fx_run *r)
 {
-	const flux_model *m = r->m;
-	const flux_config *c = &m->c;
+	const flux_config *c = &r->m->c;
 	int64_t b = r->b, h = r->h, cin = c->in_channels;
-	fx_noisy(r->noisy, r->x, r->noise, r->t, b, r->li, cin);
 	lin(r, r->img, r->noisy, b * r->li, cin, h, P(r, P_IMG_IN_W)->w, cin, P(r, P_IMG_IN_B)->w);
-	fx_timestep_embedding(r->temb, r->t, b, T_DIM);
 	lin(r, r->th, r->temb, b, T_DIM, h, P(r, P_TIME_IN_W)->w, T_DIM, P(r, P_TIME_IN_B)->w);
-	fx_silu(r->ths, r->th, b * h);
+	silu(r, r->ths, r->th, b * h);
 	lin(r, r->vec, r->ths, b, h, h, P(r, P_TIME_OUT_W)->w, h, P(r, P_TIME_OUT_B)->w);
 	lin(r, r->yh, r->y, b, c->vec_in_dim, h, P(r, P_VEC_IN_W)->w, c->vec_in_dim,
 	    P(r, P_VEC_IN_B)->w);
-	fx_silu(r->yhs, r->yh, b * h);
+	silu(r, r->yhs, r->yh, b * h);
 	lin(r, r->svec, r->yhs, b, h, h, P(r, P_VEC_OUT_W)->w, h, P(r, P_VEC_OUT_B)->w);
 	r->be->ops->add(r->be, r->vec, BE_F32, r->vec, BE_F32, r->svec, BE_F32, b * h);
-	fx_silu(r->svec, r->vec, b * h);
+	silu(r, r->svec, r->vec, b * h);
 	lin(r, r->txt, r->txt_raw, b * r->lt, c->context_in_dim, h, P(r, P_TXT_IN_W)->w,
 	    c->context_in_dim, P(r, P_TXT_IN_B)->w);
-	/* EmbedND over [txt_ids; img_ids] of each sample */
-	float *ids = malloc(sizeof(float) * 3 * (size_t)r->L);
-	if (ids == NULL)
-		return err_set(err, "flux: out of memory for the position ids");
-	for (int64_t i = 0; i < b; i++) {
-		memcpy(ids, in->txt_ids + i * r->lt * 3, sizeof(float) * 3 * (size_t)r->lt);
-		memcpy(ids + r->lt * 3, in->img_ids + i * r->li * 3, sizeof(float) * 3 * (size_t)r->li);
-		fx_rope_table(r->cs + i * r->L * m->hd, ids, r->L, c->axes_dim, c->theta);
-	}
-	free(ids);
-	return 0;
 }
 
 static void embed_bwd(fx_run *r)
@@ -486,15 +522,15 @@ static void embed_bwd(fx_run *r)
 		cin, h, P(r, P_IMG_IN_W)->w, cin);
 	lin_bwd(r, NULL, 0.0f, G(r, P_TXT_IN_W), G(r, P_TXT_IN_B), r->dtxt, r->txt_raw, b * r->lt,
 		c->context_in_dim, h, P(r, P_TXT_IN_W)->w, c->context_in_dim);
-	fx_silu_bwd(r->dvec, r->dsvec, r->vec, b * h, 0);
+	silu_bwd(r, r->dvec, r->dsvec, r->vec, b * h);
 	lin_bwd(r, r->dh1, 0.0f, G(r, P_TIME_OUT_W), G(r, P_TIME_OUT_B), r->dvec, r->ths, b, h, h,
 		P(r, P_TIME_OUT_W)->w, h);
-	fx_silu_bwd(r->dh2, r->dh1, r->th, b * h, 0);
+	silu_bwd(r, r->dh2, r->dh1, r->th, b * h);
 	lin_bwd(r, NULL, 0.0f, G(r, P_TIME_IN_W), G(r, P_TIME_IN_B), r->dh2, r->temb, b, T_DIM, h,
 		P(r, P_TIME_IN_W)->w, T_DIM);
 	lin_bwd(r, r->dh1, 0.0f, G(r, P_VEC_OUT_W), G(r, P_VEC_OUT_B), r->dvec, r->yhs, b, h, h,
 		P(r, P_VEC_OUT_W)->w, h);
-	fx_silu_bwd(r->dh2, r->dh1, r->yh, b * h, 0);
+	silu_bwd(r, r->dh2, r->dh1, r->yh, b * h);
 	lin_bwd(r, NULL, 0.0f, G(r, P_VEC_IN_W), G(r, P_VEC_IN_B), r->dh2, r->y, b,
 		c->vec_in_dim, h, P(r, P_VEC_IN_W)->w, c->vec_in_dim);
 }
@@ -506,7 +542,7 @@ static void final_fwd(fx_run *r)
 	for (int64_t i = 0; i < b; i++)
 		cp(r, r->xf + i * li * h, r->joint + (i * r->L + r->lt) * h, li * h);
 	lin(r, r->fmod, r->svec, b, h, 2 * h, P(r, p + F_ADA_W)->w, h, P(r, p + F_ADA_B)->w);
-	fx_ln_mod(r->fa, r->fst, r->xf, r->fmod, r->fmod + h, 2 * h, b, li, h, LN_EPS);
+	ln_mod(r, r->fa, r->fst, r->xf, r->fmod, r->fmod + h, 2 * h, b, li, h, LN_EPS);
 	lin(r, r->pred, r->fa, b * li, h, out, P(r, p + F_LIN_W)->w, h, P(r, p + F_LIN_B)->w);
 }
 
@@ -518,7 +554,7 @@ static void final_bwd(fx_run *r)
 		out, P(r, p + F_LIN_W)->w, h);
 	zero(r, r->dmod, b * 2 * h);
 	zero(r, r->th1, b * li * h);
-	fx_ln_mod_bwd(r->th1, r->dmod, r->dmod + h, r->dxf, r->xf, r->fst, r->fmod + h, 2 * h, b,
+	ln_mod_bwd(r, r->th1, r->dmod, r->dmod + h, r->dxf, r->xf, r->fst, r->fmod + h, 2 * h, b,
 		      li, h);
 	zero(r, r->djoint, b * r->L * h);
 	for (int64_t i = 0; i < b; i++)
@@ -574,6 +610,32 @@ static void h2d(fx_run *r, float *dst, const float *src, int64_t n)
 	r->be->ops->copy(r->be, dst, src, sizeof(float) * (size_t)n, BACKEND_H2D);
 }
 
+/* The host's pieces of the step, from the batch: the noisy input, the
+ * timestep embedding and EmbedND's RoPE tables of each sample's [txt_ids;
+ * img_ids], uploaded.  One host buffer, each piece its own part of it, kept
+ * until the step ends (an upload may still read it). */
+static int upload_host(fx_run *r, const flux_batch *in, titan_err *err)
+{
+	const flux_config *c = &r->m->c;
+	int64_t b = r->b, hd = r->m->hd, nx = b * r->li * c->in_channels;
+	int64_t ncs = b * r->L * hd, nt = b * T_DIM;
+	r->host = malloc(sizeof(float) * (size_t)(nx + nt + ncs + 3 * r->L));
+	if (r->host == NULL)
+		return err_set(err, "flux: out of memory for the step's host tables");
+	float *noisy = r->host, *temb = noisy + nx, *cs = temb + nt, *ids = cs + ncs;
+	fx_noisy(noisy, in->x, in->noise, in->t, b, r->li, c->in_channels);
+	fx_timestep_embedding(temb, in->t, b, T_DIM);
+	for (int64_t i = 0; i < b; i++) {
+		memcpy(ids, in->txt_ids + i * r->lt * 3, sizeof(float) * 3 * (size_t)r->lt);
+		memcpy(ids + r->lt * 3, in->img_ids + i * r->li * 3, sizeof(float) * 3 * (size_t)r->li);
+		fx_rope_table(cs + i * r->L * hd, ids, r->L, c->axes_dim, c->theta);
+	}
+	h2d(r, r->noisy, noisy, nx);
+	h2d(r, r->temb, temb, nt);
+	h2d(r, r->cs, cs, ncs);
+	return 0;
+}
+
 static int forward(fx_run *r, const flux_batch *in, titan_err *err)
 {
 	const flux_config *c = &r->m->c;
@@ -582,9 +644,9 @@ static int forward(fx_run *r, const flux_batch *in, titan_err *err)
 	h2d(r, r->noise, in->noise, b * r->li * c->in_channels);
 	h2d(r, r->txt_raw, in->txt, b * r->lt * c->context_in_dim);
 	h2d(r, r->y, in->y, b * c->vec_in_dim);
-	h2d(r, r->t, in->t, b);
-	if (embed_fwd(r, in, err) < 0)
+	if (upload_host(r, in, err) < 0)
 		return -1;
+	embed_fwd(r);
 	for (int64_t k = 0; k < c->depth; k++)
 		dbl_fwd(r, k);
 	for (int64_t i = 0; i < b; i++) {
@@ -628,13 +690,18 @@ int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss,
 	int rc = -1;
 	if (grab_all(&r, backward_on, err) < 0 || forward(&r, in, err) < 0)
 		goto out;
-	int64_t npred = r.b * r.li * m->c.out_channels;
-	*loss = fx_mse(backward_on ? r.dpred : NULL, r.pred, r.x, r.noise, npred);
+	int64_t npred = r.b * r.li * m->c.out_channels, count = 0;
+	double sum = 0;
+	/* torch: the loss's division's backward hands mse_loss 1/numel in
+	 * float32, which multiplies 2 (pred - target) */
+	m->be->ops->flow_mse(m->be, backward_on ? r.dpred : NULL, r.pred, r.x, r.noise, BE_F32,
+			     npred, 1.0f / (float)npred, &sum, &count);
 	if (pred != NULL)
 		m->be->ops->copy(m->be, pred, r.pred, sizeof(float) * (size_t)npred, BACKEND_D2H);
 	if (backward_on)
 		backward(&r);
 	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;
+	*loss = (float)((float)sum / (float)npred);
 out:
 	release(&r);
 	return rc;
