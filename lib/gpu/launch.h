@@ -203,6 +203,31 @@ int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_
 		  int64_t k, int64_t stride, int64_t left, int64_t right, int64_t top,
 		  int64_t bottom, int64_t p0, int64_t np, void *stream);
 
+/* --- the Flux transformer's training ops, float32 (backend.h's ln_mod_fwd ..
+ * flow_mse; kernels/flux_train.cu): rows (b * n, d), per-sample vectors ld
+ * apart --- */
+
+int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
+		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
+		      void *stream);
+int launch_ln_mod_bwd(float *dx, float *dshift, float *dscale, const float *dy, const float *x,
+		      const float *stats, const float *scale, int64_t ld, int64_t b, int64_t n,
+		      int64_t d, void *stream);
+int launch_gate_add(float *x, const float *gate, const float *y, int64_t ld, int64_t b,
+		    int64_t n, int64_t d, void *stream);
+int launch_gate_add_bwd(float *dgate, float *dy, const float *dx, const float *gate,
+			const float *y, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream);
+/* The activations (n): the forward y = f(x) when dy is NULL, else the
+ * backward y = dy f'(x). */
+int launch_gelu_tanh(float *y, const float *x, const float *dy, int64_t n, void *stream);
+int launch_silu(float *y, const float *x, const float *dy, int64_t n, void *stream);
+/* grad (NULL: none) = 2 (pred - (noise - x)) scale; the sum of squares of
+ * pred - (noise - x) in double to *sum and n to *count (device), through
+ * parts doubles of scratch part. */
+int launch_flow_mse(float *grad, const float *pred, const float *x, const float *noise,
+		    int64_t n, float scale, double *part, int parts, double *sum, int64_t *count,
+		    void *stream);
+
 /* --- grouped-query attention, the reference kernels (kernels/attention.cu) --- */
 
 /* One attention call, as backend.h's be_attn (whose fields it mirrors):

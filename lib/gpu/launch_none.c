@@ -330,4 +330,59 @@ int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_
 	return NO_DEVICE;
 }
 
+
+int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
+		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
+		      void *stream)
+{
+	(void)y, (void)stats, (void)x, (void)shift, (void)scale, (void)ld, (void)b, (void)n;
+	(void)d, (void)eps, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_ln_mod_bwd(float *dx, float *dshift, float *dscale, const float *dy, const float *x,
+		      const float *stats, const float *scale, int64_t ld, int64_t b, int64_t n,
+		      int64_t d, void *stream)
+{
+	(void)dx, (void)dshift, (void)dscale, (void)dy, (void)x, (void)stats, (void)scale;
+	(void)ld, (void)b, (void)n, (void)d, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_gate_add(float *x, const float *gate, const float *y, int64_t ld, int64_t b,
+		    int64_t n, int64_t d, void *stream)
+{
+	(void)x, (void)gate, (void)y, (void)ld, (void)b, (void)n, (void)d, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_gate_add_bwd(float *dgate, float *dy, const float *dx, const float *gate,
+			const float *y, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream)
+{
+	(void)dgate, (void)dy, (void)dx, (void)gate, (void)y, (void)ld, (void)b, (void)n;
+	(void)d, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_gelu_tanh(float *y, const float *x, const float *dy, int64_t n, void *stream)
+{
+	(void)y, (void)x, (void)dy, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_silu(float *y, const float *x, const float *dy, int64_t n, void *stream)
+{
+	(void)y, (void)x, (void)dy, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_flow_mse(float *grad, const float *pred, const float *x, const float *noise,
+		    int64_t n, float scale, double *part, int parts, double *sum, int64_t *count,
+		    void *stream)
+{
+	(void)grad, (void)pred, (void)x, (void)noise, (void)n, (void)scale, (void)part;
+	(void)parts, (void)sum, (void)count, (void)stream;
+	return NO_DEVICE;
+}
+
 #endif

@@ -974,6 +974,183 @@ static void flux_launchers_refuse_bad_shapes(void **state)
 	assert_int_equal(launch_bias_add(NULL, GPU_E4M3, NULL, GPU_F32, 2, 8, 1, NULL, NULL), bad);
 }
 
+/* ---- the Flux transformer's training ops (float32) ---- */
+
+typedef struct mod_case {
+	int64_t b, n, d, ld; /* rows (b * n, d), per-sample vectors ld apart */
+} mod_case;
+
+#define ACC0 0.25 /* where accumulated outputs start */
+
+static void *dev_filled(size_t n, double v, double **host)
+{
+	*host = zeros(n);
+	for (size_t i = 0; i < n; i++)
+		(*host)[i] = v;
+	return dev_from(*host, n, GPU_F32);
+}
+
+static void ln_mod_case(const mod_case *k, double *x, double *mod, double *dy)
+{
+	size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
+	size_t rows = (size_t)(k->b * k->n);
+	void *dx_ = dev_from(x, ne, GPU_F32), *dm = dev_from(mod, nv, GPU_F32);
+	void *ddy = dev_from(dy, ne, GPU_F32), *dyo = dev_poisoned(ne, GPU_F32);
+	void *dst = dev_poisoned(2 * rows, GPU_F32);
+	double *y = zeros(ne), *st = zeros(2 * rows), *gx, *gm;
+	gpu_ok(launch_ln_mod_fwd(dyo, dst, dx_, dm, (float *)dm + k->d, k->ld, k->b, k->n, k->d,
+				 1e-6f, NULL),
+	       "ln_mod_fwd");
+	cpu_ln_mod_fwd_f64(y, st, x, mod, mod + k->d, k->ld, k->b, k->n, k->d, 1e-6);
+	expect_close("ln_mod_fwd y", dyo, y, ne, GPU_F32, TOL_F32);
+	expect_close("ln_mod_fwd stats", dst, st, 2 * rows, GPU_F32, TOL_F32);
+	void *dgx = dev_filled(ne, ACC0, &gx), *dgm = dev_filled(nv, ACC0, &gm);
+	gpu_ok(launch_ln_mod_bwd(dgx, dgm, (float *)dgm + k->d, ddy, dx_, dst, (float *)dm + k->d,
+				 k->ld, k->b, k->n, k->d, NULL),
+	       "ln_mod_bwd");
+	cpu_ln_mod_bwd_f64(gx, gm, gm + k->d, dy, x, st, mod + k->d, k->ld, k->b, k->n, k->d);
+	expect_close("ln_mod_bwd dx", dgx, gx, ne, GPU_F32, TOL_F32);
+	expect_close("ln_mod_bwd dshift dscale", dgm, gm, nv, GPU_F32, TOL_F32);
+	free(y), free(st), free(gx), free(gm);
+	gpu_free(dx_), gpu_free(dm), gpu_free(ddy), gpu_free(dyo), gpu_free(dst), gpu_free(dgx);
+	gpu_free(dgm);
+}
+
+static void gate_case(const mod_case *k, double *x, double *mod, double *dy)
+{
+	size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
+	double *y = rnd(ne, 1.0), *gy = zeros(ne), *gm;
+	void *dx_ = dev_from(x, ne, GPU_F32), *dm = dev_from(mod, nv, GPU_F32);
+	void *dyy = dev_from(y, ne, GPU_F32), *ddx = dev_from(dy, ne, GPU_F32);
+	void *dgy = dev_poisoned(ne, GPU_F32), *dgm = dev_filled(nv, ACC0, &gm);
+	const float *gate = (const float *)dm + 2 * k->d;
+	gpu_ok(launch_gate_add(dx_, gate, dyy, k->ld, k->b, k->n, k->d, NULL), "gate_add");
+	cpu_gate_add_f64(x, mod + 2 * k->d, y, k->ld, k->b, k->n, k->d);
+	expect_close("gate_add x", dx_, x, ne, GPU_F32, TOL_F32);
+	gpu_ok(launch_gate_add_bwd((float *)dgm + 2 * k->d, dgy, ddx, gate, dyy, k->ld, k->b, k->n,
+				   k->d, NULL),
+	       "gate_add_bwd");
+	cpu_gate_add_bwd_f64(gm + 2 * k->d, gy, dy, mod + 2 * k->d, y, k->ld, k->b, k->n, k->d);
+	expect_close("gate_add_bwd dy", dgy, gy, ne, GPU_F32, TOL_F32);
+	expect_close("gate_add_bwd dgate", dgm, gm, nv, GPU_F32, TOL_F32);
+	free(y), free(gy), free(gm);
+	gpu_free(dx_), gpu_free(dm), gpu_free(dyy), gpu_free(ddx), gpu_free(dgy), gpu_free(dgm);
+}
+
+static void modulation_and_gate_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(91);
+	/* d past the block's 256 threads takes the strided loops */
+	const mod_case cases[] = {{2, 5, 12, 36}, {2, 37, 300, 900}, {1, 3, 64, 192}};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		const mod_case *k = &cases[c];
+		size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
+		print_message(" b=%lld n=%lld d=%lld ld=%lld\n", (long long)k->b, (long long)k->n,
+			      (long long)k->d, (long long)k->ld);
+		double *x = rnd(ne, 3.0), *mod = rnd(nv, 0.5), *dy = rnd(ne, 1.0);
+		for (size_t i = 0; i < ne; i++)
+			x[i] += 1.5; /* an offset: the variance about the mean */
+		ln_mod_case(k, x, mod, dy);
+		gate_case(k, x, mod, dy);
+		free(x), free(mod), free(dy);
+	}
+}
+
+static void gelu_and_silu_forward_and_backward_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(92);
+	const size_t sizes[] = {1, 9, 4099, 100003};
+	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
+		for (int gelu = 0; gelu < 2; gelu++) {
+			size_t n = sizes[c], off = c == 2; /* one case past 16-byte alignment */
+			double *x = rnd(n + off, 8.0), *dy = rnd(n + off, 1.0);
+			double *y = zeros(n), *dx = zeros(n);
+			void *d_x = dev_from(x, n + off, GPU_F32), *d_dy = dev_from(dy, n + off, GPU_F32);
+			void *d_y = dev_poisoned(n, GPU_F32), *d_dx = dev_poisoned(n, GPU_F32);
+			const float *px = (const float *)d_x + off, *pdy = (const float *)d_dy + off;
+			print_message(" %s n=%zu%s\n", gelu ? "gelu_tanh" : "silu", n,
+				      off ? " (offset)" : "");
+			int (*launch)(float *, const float *, const float *, int64_t, void *) =
+				gelu ? launch_gelu_tanh : launch_silu;
+			gpu_ok(launch(d_y, px, NULL, (int64_t)n, NULL), "activation");
+			gpu_ok(launch(d_dx, px, pdy, (int64_t)n, NULL), "activation bwd");
+			if (gelu) {
+				cpu_gelu_tanh_fwd_f64(y, x + off, (int64_t)n);
+				cpu_gelu_tanh_bwd_f64(dx, dy + off, x + off, (int64_t)n);
+			} else {
+				cpu_silu_fwd_f64(y, x + off, (int64_t)n);
+				cpu_silu_bwd_f64(dx, dy + off, x + off, (int64_t)n);
+			}
+			expect_close(gelu ? "gelu_tanh y" : "silu y", d_y, y, n, GPU_F32, TOL_F32);
+			expect_close(gelu ? "gelu_tanh dx" : "silu dx", d_dx, dx, n, GPU_F32, TOL_F32);
+			free(x), free(dy), free(y), free(dx);
+			gpu_free(d_x), gpu_free(d_dy), gpu_free(d_y), gpu_free(d_dx);
+		}
+}
+
+static void flow_mse_loss_and_gradient_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(93);
+	const size_t sizes[] = {1, 1000, 100003};
+	const int parts = 64;
+	void *dpart = dev_alloc(parts * sizeof(double)), *dsum = dev_alloc(2 * sizeof(double));
+	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
+		for (int with_grad = 0; with_grad < 2; with_grad++) {
+			size_t n = sizes[c];
+			double *p = rnd(n, 2.0), *x = rnd(n, 1.0), *z = rnd(n, 1.0), *g = zeros(n);
+			void *dp = dev_from(p, n, GPU_F32), *dx_ = dev_from(x, n, GPU_F32);
+			void *dz = dev_from(z, n, GPU_F32), *dg = dev_poisoned(n, GPU_F32);
+			float scale = 1.0f / (float)n;
+			print_message(" n=%zu%s\n", n, with_grad ? "" : " (loss only)");
+			gpu_ok(launch_flow_mse(with_grad ? dg : NULL, dp, dx_, dz, (int64_t)n, scale, dpart,
+					       parts, dsum, (int64_t *)dsum + 1, NULL),
+			       "flow_mse");
+			double want = cpu_flow_mse_f64(g, p, x, z, (int64_t)n, scale);
+			struct {
+				double sum;
+				int64_t n;
+			} got;
+			titan_err e;
+			if (gpu_sync(&e) || gpu_download(&got, dsum, sizeof got, &e))
+				fail_msg("%s", e.msg);
+			double err = rel_err(&got.sum, &want, 1);
+			print_message("  %-44s f32  rel err %.2e (bound %.1e)\n", "flow_mse sum", err,
+				      TOL_F32);
+			assert_true(err <= TOL_F32);
+			assert_int_equal(got.n, (int64_t)n);
+			if (with_grad)
+				expect_close("flow_mse grad", dg, g, n, GPU_F32, TOL_F32);
+			free(p), free(x), free(z), free(g);
+			gpu_free(dp), gpu_free(dx_), gpu_free(dz), gpu_free(dg);
+		}
+	gpu_free(dpart), gpu_free(dsum);
+}
+
+static void flux_train_launchers_refuse_bad_shapes(void **state)
+{
+	(void)state;
+	need_gpu();
+	const int bad = 1; /* cudaErrorInvalidValue */
+	float *p = NULL;
+	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, 3, 1, 2, 4, 1e-6f, NULL), bad); /* ld < d */
+	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, 4, 0, 2, 4, 1e-6f, NULL), 0);
+	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, 4, 1, 0, 4, NULL), bad);
+	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, 4, 0, 1, 4, NULL), 0);
+	assert_int_equal(launch_gate_add(p, p, p, 4, -1, 1, 4, NULL), bad);
+	assert_int_equal(launch_gate_add(p, p, p, 4, 1, 1, 0, NULL), 0);
+	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, 2, 1, 1, 4, NULL), bad);
+	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, 4, 0, 1, 4, NULL), 0);
+	assert_int_equal(launch_gelu_tanh(p, p, NULL, -1, NULL), bad);
+	assert_int_equal(launch_silu(p, p, NULL, -1, NULL), bad);
+	assert_int_equal(launch_flow_mse(p, p, p, p, 8, 1.0f, NULL, 0, NULL, NULL, NULL), bad);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -996,6 +1173,10 @@ int main(void)
 		cmocka_unit_test(upsample_and_im2col_match_the_cpu_exactly),
 		cmocka_unit_test(bias_add_matches_the_cpu),
 		cmocka_unit_test(flux_launchers_refuse_bad_shapes),
+		cmocka_unit_test(modulation_and_gate_match_the_cpu),
+		cmocka_unit_test(gelu_and_silu_forward_and_backward_match_the_cpu),
+		cmocka_unit_test(flow_mse_loss_and_gradient_match_the_cpu),
+		cmocka_unit_test(flux_train_launchers_refuse_bad_shapes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
