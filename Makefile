@@ -111,7 +111,7 @@ endif
 # alone: GPU_CHECK_FILES.  Warnings stay
 # warnings there: another image's compilers warn about other things, and CI's
 # -Werror build is the one that keeps the code clean.
-GPU_CHECK_MODULES ?= core backend float8 gpu model optim textenc safetensors \
+GPU_CHECK_MODULES ?= core backend float8 gpu model optim textenc safetensors flux \
 	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
 GPU_CHECK_FILES ?= lib/ptzip/dtype.c
 ifeq ($(GPU_CHECK),1)
