@@ -119,19 +119,6 @@ static const char *tn(be_dtype t)
 	return t == BE_BF16 ? "bf16" : "f32";
 }
 
-/* max |a - b| / max |b| over n; infinite when a holds a NaN. */
-static double rel_err(const double *a, const double *b, size_t n)
-{
-	double num = 0, den = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (isnan(a[i]))
-			return INFINITY;
-		num = fmax(num, fabs(a[i] - b[i]));
-		den = fmax(den, fabs(b[i]));
-	}
-	return den > 0 ? num / den : num;
-}
-
 /* The op's output (after a sync) against want within tol. */
 static void expect(const char *what, const tens *got, const double *want, double tol)
 {
@@ -139,7 +126,7 @@ static void expect(const char *what, const tens *got, const double *want, double
 	double *g = dalloc(got->n);
 	for (size_t i = 0; i < got->n; i++)
 		g[i] = tens_get(got, i);
-	double err = rel_err(g, want, got->n);
+	double err = test_max_rel_d(g, want, got->n);
 	print_message("  %-40s %-4s rel err %.2e (bound %.1e)\n", what, tn(got->t), err, tol);
 	if (!(err <= tol))
 		fail_msg("%s (%s): relative error %.3e over %.1e", what, tn(got->t), err, tol);
@@ -148,7 +135,7 @@ static void expect(const char *what, const tens *got, const double *want, double
 
 static void expect_f64(const char *what, const double *got, const double *want, size_t n)
 {
-	double err = rel_err(got, want, n);
+	double err = test_max_rel_d(got, want, n);
 	print_message("  %-40s f64  rel err %.2e (bound %.1e)\n", what, err, F64_TOL);
 	if (!(err <= F64_TOL))
 		fail_msg("%s: float64 kernel vs the reference: %.3e", what, err);

@@ -57,23 +57,10 @@ static void sync_ok(void)
 		fail_msg("op faulted: %s", e.msg);
 }
 
-/* max |a - b| / max |b| over n; infinite when a holds a NaN. */
-static double rel_err(const double *a, const double *b, size_t n)
-{
-	double num = 0, den = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (isnan(a[i]))
-			return INFINITY;
-		num = fmax(num, fabs(a[i] - b[i]));
-		den = fmax(den, fabs(b[i]));
-	}
-	return den > 0 ? num / den : num;
-}
-
 static void expect_d(const char *what, const char *how, const double *got, const double *want,
 		     size_t n, double tol)
 {
-	double err = rel_err(got, want, n);
+	double err = test_max_rel_d(got, want, n);
 	print_message("  %-28s %-16s rel err %.2e (bound %.1e)\n", what, how, err, tol);
 	if (!(err <= tol))
 		fail_msg("%s (%s): relative error %.3e over %.1e", what, how, err, tol);

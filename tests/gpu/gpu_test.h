@@ -210,6 +210,18 @@ static inline double rel_err(const double *a, const double *b, size_t n)
 	return den > 0 ? num / den : num;
 }
 
+/* rel_err of float32 tensors. */
+static inline double rel_err_f(const float *a, const float *b, int64_t n)
+{
+	double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
+	assert_true(da && db);
+	for (int64_t i = 0; i < n; i++)
+		da[i] = a[i], db[i] = b[i];
+	double err = rel_err(da, db, (size_t)n);
+	free(da), free(db);
+	return err;
+}
+
 /* Compare the device tensor d (n of dt) with want; frees the download. */
 static inline void expect_close(const char *what, const void *d, const double *want, size_t n, int dt,
 			 double tol)

@@ -86,17 +86,6 @@ static flux_batch batch_draw(batch_data *d)
 			    .txt_ids = d->txt_ids, .t = d->t, .y = d->y};
 }
 
-static double rel_err_f(const float *a, const float *b, int64_t n)
-{
-	double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
-	assert_true(da && db);
-	for (int64_t i = 0; i < n; i++)
-		da[i] = a[i], db[i] = b[i];
-	double err = rel_err(da, db, (size_t)n);
-	free(da), free(db);
-	return err;
-}
-
 static float *download(backend *be, const float *p, int64_t n)
 {
 	float *h = malloc((size_t)n * sizeof *h);

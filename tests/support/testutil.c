@@ -82,6 +82,18 @@ double test_max_rel_print(const char *name, const float *got, const float *want,
 	return err / ref;
 }
 
+double test_max_rel_d(const double *got, const double *want, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(got[i]))
+			return INFINITY;
+		num = fmax(num, fabs(got[i] - want[i]));
+		den = fmax(den, fabs(want[i]));
+	}
+	return den > 0 ? num / den : num;
+}
+
 long test_status_kib(const char *field)
 {
 	FILE *f = fopen("/proc/self/status", "r");

@@ -31,6 +31,9 @@ float test_counter_draw(uint64_t seed, uint64_t t, uint64_t j);
  * the _print form also prints "# NAME: max |err| E, max |ref| R, relative X". */
 double test_max_rel(const float *got, const float *want, int64_t n);
 double test_max_rel_print(const char *name, const float *got, const float *want, int64_t n);
+/* The same over doubles, infinite when got holds a NaN (a value never
+ * written); the absolute error when want is all zero. */
+double test_max_rel_d(const double *got, const double *want, size_t n);
 
 /* A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"); -1 if absent. */
 long test_status_kib(const char *field);
