@@ -106,12 +106,12 @@ endif
 # on a machine without Debian's -dev packages, scripts/gpu/check.sh): the
 # modules below and the model families (lib/model/families.def), linked against
 # OpenBLAS, oneDNN, jansson (the families' HF config.json writers), cmocka and
-# CUDA alone.  The text encoders (test_gpu_textenc) need lib/safetensors and,
-# of lib/ptzip (whose archive reader wants libdeflate), its dtype conversions
-# alone: GPU_CHECK_FILES.  Warnings stay
-# warnings there: another image's compilers warn about other things, and CI's
+# CUDA alone.  The text encoders and the autoencoder (test_gpu_textenc,
+# test_gpu_fluxae) need lib/safetensors and, of lib/ptzip (whose archive
+# reader wants libdeflate), its dtype conversions alone: GPU_CHECK_FILES.
+# Warnings stay warnings there: another image's compilers warn about other things, and CI's
 # -Werror build is the one that keeps the code clean.
-GPU_CHECK_MODULES ?= core backend float8 gpu model optim textenc safetensors \
+GPU_CHECK_MODULES ?= core backend float8 gpu model optim textenc fluxae safetensors \
 	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
 GPU_CHECK_FILES ?= lib/ptzip/dtype.c
 ifeq ($(GPU_CHECK),1)

@@ -211,6 +211,20 @@ static inline double rel_err(const double *a, const double *b, size_t n)
 }
 
 /* Compare the device tensor d (n of dt) with want; frees the download. */
+/* rel_err of float32 tensors (a model's host outputs). */
+static inline double rel_err_f(const float *a, const float *b, int64_t n)
+{
+	double *da = malloc((size_t)(n ? n : 1) * sizeof *da);
+	double *db = malloc((size_t)(n ? n : 1) * sizeof *db);
+	assert_non_null(da);
+	assert_non_null(db);
+	for (int64_t i = 0; i < n; i++)
+		da[i] = a[i], db[i] = b[i];
+	double err = rel_err(da, db, (size_t)n);
+	free(da), free(db);
+	return err;
+}
+
 static inline void expect_close(const char *what, const void *d, const double *want, size_t n, int dt,
 			 double tol)
 {

@@ -32,18 +32,6 @@
 #define TOL_T5_BF16 6e-2
 #define TOL_CLIP_BF16 2e-2
 
-/* gpu_test.h's rel_err of float32 tensors. */
-static double rel_err_f(const float *a, const float *b, int64_t n)
-{
-	double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
-	assert_true(da && db);
-	for (int64_t i = 0; i < n; i++)
-		da[i] = a[i], db[i] = b[i];
-	double err = rel_err(da, db, (size_t)n);
-	free(da), free(db);
-	return err;
-}
-
 /* Golden case NAME encoded on be in dt: the output (T5 (b, l, d_model), CLIP
  * (b, hidden)), poisoned first, which the caller frees. */
 static float *encode(backend *be, const char *name, int t5, be_dtype dt, const st_file *io)
