@@ -139,8 +139,9 @@ TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_SRC := $(sort $(wildcard tests/*/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
-# (the GPU tests use none of them, and they link modules GPU_CHECK leaves out)
-TEST_SUPPORT_SRC := $(if $(filter 1,$(GPU_CHECK)),,$(sort $(wildcard tests/support/*.c)))
+# (the GPU tests use none of them but the drawn goldens' weights, and the
+# others link modules GPU_CHECK leaves out)
+TEST_SUPPORT_SRC := $(if $(filter 1,$(GPU_CHECK)),tests/support/golden_weights.c tests/support/testutil.c,$(sort $(wildcard tests/support/*.c)))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
 

@@ -8,8 +8,11 @@
  * as whole ones; the weights from BF16 storage; bad checkpoints, configs and
  * sizes refused with a line naming what is wrong.
  *
- * The weights are not committed: ae_weights.h draws them from weights.json
- * (a hostile case with one tensor left out, misshapen or of another type). */
+ * The weights are not committed: weights.json names each tensor, its shape
+ * and the offset and scale of its values, which this program draws from the
+ * counter-based generator the golden script describes and writes as an
+ * ae.safetensors of its own (as a hostile case needs, with one tensor left
+ * out, misshapen or of another type). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,17 +26,18 @@
 
 #include "backend/backend.h"
 #include "core/bf16.h"
-#include "core/json.h"
 #include "fluxae/fluxae.h"
 #include "safetensors/safetensors.h"
+#include "../support/golden_weights.h"
 #include "../support/testutil.h"
-#include "ae_weights.h"
 
 #define GOLDEN "tests/fluxae/golden"
 #define TOL 1e-5
 
 static backend *be;
 
+/* weights.json: the tensors in state_dict order. */
+static gw_set gw;
 static flux_ae_config cfg;
 
 static int setup(void **state)
@@ -44,7 +48,10 @@ static int setup(void **state)
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
 	}
-	ae_weights_read(GOLDEN "/weights.json");
+	if (gw_load(&gw, GOLDEN "/weights.json", &e) < 0) {
+		fprintf(stderr, "%s\n", e.msg);
+		return -1;
+	}
 	if (flux_ae_config_read(&cfg, GOLDEN "/config.json", &e) < 0) {
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
@@ -54,15 +61,61 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	ae_weights_free();
+	gw_free(&gw);
 	backend_free(be);
 	return test_tmpdir_remove(state);
 }
 
-/* The golden weights as test_path(file), every tensor stored in dtype. */
+/* How write_weights spoils the file for a hostile case. */
+typedef struct spoil {
+	const char *name;   /* the tensor spoiled, or NULL */
+	int drop;           /* left out */
+	int64_t last_dim;   /* > 0: its last dimension this instead */
+	ptz_dtype dtype;    /* not PTZ_NONE: stored in this type */
+} spoil;
+
+/* The golden weights as PATH, every tensor stored in dtype (F32 or BF16). */
 static const char *write_weights(const char *file, ptz_dtype dtype, spoil sp)
 {
-	return ae_weights_write(test_path(file), dtype, sp);
+	static char path[512];
+	snprintf(path, sizeof path, "%s", test_path(file));
+	st_item *items = calloc(gw.n, sizeof *items);
+	void **data = calloc(gw.n, sizeof *data);
+	size_t n = 0;
+	for (size_t t = 0; t < gw.n; t++) {
+		int hit = sp.name != NULL && strcmp(sp.name, gw.t[t].name) == 0;
+		if (hit && sp.drop)
+			continue;
+		st_item *it = &items[n];
+		*it = (st_item){.name = gw.t[t].name, .dtype = dtype, .ndim = gw.t[t].ndim};
+		memcpy(it->shape, gw.t[t].shape, sizeof gw.t[t].shape);
+		if (hit && sp.last_dim > 0)
+			it->shape[it->ndim - 1] = sp.last_dim;
+		if (hit && sp.dtype != PTZ_NONE)
+			it->dtype = sp.dtype;
+		size_t numel = 1;
+		for (int d = 0; d < it->ndim; d++)
+			numel *= (size_t)it->shape[d];
+		data[n] = calloc(numel, 8);
+		for (size_t j = 0; j < numel; j++) {
+			float v = gw_value(&gw, t, j);
+			if (it->dtype == PTZ_F32)
+				((float *)data[n])[j] = v;
+			else if (it->dtype == PTZ_BF16)
+				((uint16_t *)data[n])[j] = bf16_from_f32(v);
+			else if (it->dtype == PTZ_F64)
+				((double *)data[n])[j] = v;
+		}
+		it->data = data[n++];
+	}
+	titan_err e;
+	if (st_write(path, items, n, NULL, &e) < 0)
+		fail_msg("%s", e.msg);
+	for (size_t i = 0; i < n; i++)
+		free(data[i]);
+	free(data);
+	free(items);
+	return path;
 }
 
 static flux_ae *open_model(const char *path, be_dtype dt)

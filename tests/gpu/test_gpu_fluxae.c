@@ -1,7 +1,7 @@
 /* FLUX's autoencoder (lib/fluxae) on the CUDA backend against the same model
  * on the CPU backend and against torchtitan's, on the tiny config of
- * tests/fluxae/golden (scripts/fluxae_golden.py; the weights drawn as
- * tests/fluxae/ae_weights.h draws them): the encoder's moments and the
+ * tests/fluxae/golden (scripts/fluxae_golden.py; the weights drawn from its
+ * weights.json by tests/support/golden_weights): the encoder's moments and the
  * decoded pixels, the float32 model within 1e-5 of the CPU's outputs and of
  * torch's (relative to the largest value), the bf16 model (bf16 weights and
  * activations on both backends) within tests/fluxae's bounds of the CPU's
@@ -21,15 +21,42 @@
 #include <unistd.h>
 
 #include "fluxae/fluxae.h"
+#include "safetensors/safetensors.h"
 #define GPU_TEST_TWO_BACKENDS
 #include "gpu_test.h"
-#include "../fluxae/ae_weights.h"
+#include "../support/golden_weights.h"
 
 #define GOLDEN "tests/fluxae/golden"
 #define TOL_AE_F32 1e-5
 /* tests/fluxae's bounds of the bf16 model against torch's bf16 model */
 #define TOL_MOMENTS_BF16 5e-2
 #define TOL_DECODED_BF16 2e-2
+
+/* The golden's drawn weights written to path as float32. */
+static void write_weights(const char *path)
+{
+	titan_err e;
+	gw_set w;
+	if (gw_load(&w, GOLDEN "/weights.json", &e) < 0)
+		fail_msg("%s", e.msg);
+	st_item *items = calloc(w.n, sizeof *items);
+	float **data = calloc(w.n, sizeof *data);
+	assert_true(items && data);
+	for (size_t t = 0; t < w.n; t++) {
+		data[t] = malloc((size_t)w.t[t].numel * sizeof **data);
+		assert_non_null(data[t]);
+		gw_fill(&w, t, data[t]);
+		items[t] = (st_item){.name = w.t[t].name, .dtype = PTZ_F32, .ndim = w.t[t].ndim,
+				     .data = data[t]};
+		memcpy(items[t].shape, w.t[t].shape, sizeof w.t[t].shape);
+	}
+	if (st_write(path, items, w.n, NULL, &e) < 0)
+		fail_msg("%s", e.msg);
+	for (size_t t = 0; t < w.n; t++)
+		free(data[t]);
+	free(data), free(items);
+	gw_free(&w);
+}
 
 /* Tensor name of the golden io.safetensors as float32, and its numel. */
 static const float *io_get(const st_file *io, const char *name, int64_t *n)
@@ -95,12 +122,11 @@ static void autoencoder_on_cuda_matches_the_cpu_and_torch(void **state)
 	if (flux_ae_config_read(&c, GOLDEN "/config.json", &e) < 0 ||
 	    st_open(&io, GOLDEN "/io.safetensors", &e) < 0)
 		fail_msg("%s", e.msg);
-	ae_weights_read(GOLDEN "/weights.json");
 	const char *tmp = getenv("TMPDIR");
 	char path[512];
 	snprintf(path, sizeof path, "%s/titan-gpu-fluxae-%d.safetensors", tmp ? tmp : "/tmp",
 		 (int)getpid());
-	ae_weights_write(path, PTZ_F32, (spoil){0});
+	write_weights(path);
 	for (int bf = 0; bf < 2; bf++) {
 		be_dtype dt = bf ? BE_BF16 : BE_F32;
 		const char *tn = bf ? "bf16" : "f32";
@@ -115,7 +141,6 @@ static void autoencoder_on_cuda_matches_the_cpu_and_torch(void **state)
 		free(cm), free(cd), free(gm), free(gd);
 	}
 	unlink(path);
-	ae_weights_free();
 	st_close(&io);
 }
 
