@@ -106,12 +106,12 @@ endif
 # on a machine without Debian's -dev packages, scripts/gpu/check.sh): the
 # modules below and the model families (lib/model/families.def), linked against
 # OpenBLAS, oneDNN, jansson (the families' HF config.json writers), cmocka and
-# CUDA alone.  The text encoders (test_gpu_textenc) need lib/safetensors and,
-# of lib/ptzip (whose archive reader wants libdeflate), its dtype conversions
-# alone: GPU_CHECK_FILES.  Warnings stay
-# warnings there: another image's compilers warn about other things, and CI's
+# CUDA alone.  The text encoders and the autoencoder (test_gpu_textenc,
+# test_gpu_fluxae) need lib/safetensors and, of lib/ptzip (whose archive
+# reader wants libdeflate), its dtype conversions alone: GPU_CHECK_FILES.
+# Warnings stay warnings there: another image's compilers warn about other things, and CI's
 # -Werror build is the one that keeps the code clean.
-GPU_CHECK_MODULES ?= core backend float8 gpu model optim textenc safetensors flux \
+GPU_CHECK_MODULES ?= core backend float8 gpu model optim textenc fluxae safetensors flux \
 	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
 GPU_CHECK_FILES ?= lib/ptzip/dtype.c
 ifeq ($(GPU_CHECK),1)
@@ -139,8 +139,9 @@ TEST_SRC  := $(sort $(wildcard tests/*/test_*.c))
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_SRC := $(sort $(wildcard tests/*/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
-# (the GPU tests use none of them, and they link modules GPU_CHECK leaves out)
-TEST_SUPPORT_SRC := $(if $(filter 1,$(GPU_CHECK)),,$(sort $(wildcard tests/support/*.c)))
+# (the GPU tests use none of them but the drawn goldens' weights, and the
+# others link modules GPU_CHECK leaves out)
+TEST_SUPPORT_SRC := $(if $(filter 1,$(GPU_CHECK)),tests/support/golden_weights.c tests/support/testutil.c,$(sort $(wildcard tests/support/*.c)))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
 

@@ -1,7 +1,9 @@
 // bias.cu: the biases of linears (backend.h's bias_add): y (rows, d) += the
 // bias row of each row's group (one row for all when offs is NULL), the bias
 // first rounded to y's type (torchtitan's h + b.to(h.dtype)) and the sum
-// rounded once, as the CPU backend adds them.  One thread per element.
+// rounded once, as the CPU backend adds them; and a convolution's over NCHW
+// (conv_bias): y (n, c, hw) = b[ch], written for the conv's matmul to add
+// its product to.  One thread per element.
 #include "backend/row_group.h"
 #include "gpu/device.cuh"
 
@@ -34,5 +36,29 @@ extern "C" int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_
 	DISPATCH2(ty, Ty, tb, Tb,
 		  bias_add_kernel<<<grid_for(rows * d, THREADS), THREADS, 0, s>>>(
 			  (Ty *)y, (const Tb *)bias, rows, d, groups, offs));
+	return launch_status();
+}
+
+template <typename T>
+__global__ void conv_bias_kernel(T *__restrict__ y, const T *__restrict__ b, int64_t c, int64_t hw,
+				 int64_t total)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+	for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride)
+		y[e] = b[e / hw % c];
+}
+
+extern "C" int launch_conv_bias(void *y, const void *b, int t, int64_t n, int64_t c, int64_t hw,
+				void *stream)
+{
+	if (n < 0 || c < 0 || hw < 0)
+		return (int)cudaErrorInvalidValue;
+	int64_t total = n * c * hw;
+	if (total == 0)
+		return 0;
+	cudaStream_t s = (cudaStream_t)stream;
+	DISPATCH(t, T,
+		 conv_bias_kernel<<<grid_for(total, THREADS), THREADS, 0, s>>>((T *)y, (const T *)b,
+									      c, hw, total));
 	return launch_status();
 }

@@ -1,8 +1,10 @@
 /* What every backend shares: element types, faults, allocation helpers. */
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/bf16.h"
 
 static const struct {
 	be_dtype t;
@@ -73,3 +75,38 @@ float *backend_calloc_floats(backend *be, size_t n, titan_err *e)
 	return p;
 }
 
+
+int backend_upload(backend *be, be_dtype dt, void *dev, const float *host, int64_t n,
+		   titan_err *err)
+{
+	if (dt == BE_F32) {
+		be->ops->copy(be, dev, host, (size_t)n * sizeof *host, BACKEND_H2D);
+		return 0;
+	}
+	uint16_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+	if (h == NULL)
+		return err_set(err, "backend: out of memory for %lld values to upload", (long long)n);
+	for (int64_t i = 0; i < n; i++)
+		h[i] = bf16_from_f32(host[i]);
+	be->ops->copy(be, dev, h, (size_t)n * sizeof *h, BACKEND_H2D);
+	free(h);
+	return 0;
+}
+
+int backend_download(backend *be, be_dtype dt, float *host, const void *dev, int64_t n,
+		     titan_err *err)
+{
+	if (dt == BE_F32) {
+		be->ops->copy(be, host, dev, (size_t)n * sizeof *host, BACKEND_D2H);
+		return 0;
+	}
+	uint16_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+	if (h == NULL)
+		return err_set(err, "backend: out of memory for %lld values to download",
+			       (long long)n);
+	be->ops->copy(be, h, dev, (size_t)n * sizeof *h, BACKEND_D2H);
+	for (int64_t i = 0; i < n; i++)
+		host[i] = bf16_to_f32(h[i]);
+	free(h);
+	return 0;
+}

@@ -645,6 +645,25 @@ typedef struct backend_ops {
 	void (*flow_mse)(backend *be, void *grad, const void *pred, const void *x,
 			 const void *noise, be_dtype t, int64_t n, float grad_scale,
 			 double *loss_sum, int64_t *count);
+	/* A convolution's bias over NCHW: y (n, c, hw) = b[ch] on every pixel,
+	 * written; both of type t.  The conv's matmul then adds its product with
+	 * beta 1, so the bias joins the float32 sum before its one rounding, as
+	 * torch's conv2d adds it. */
+	void (*conv_bias)(backend *be, void *y, const void *b, be_dtype t, int64_t n, int64_t c,
+			  int64_t hw);
+	/* The autoencoder's attention (one head of c channels over the pixels:
+	 * head dims the attention kernels do not take) is matmuls and these two,
+	 * a chunk of query rows at a time, as torch's CPU attention computes it:
+	 * softmax_exp: e (rows, n) of type et = exp(s - max of s's row) for the
+	 * scores s (rows, n) float32; sum (rows) float32 = each row's sum of the
+	 * exps before e rounds them (bf16: torch hands the rounded exps to its
+	 * P @ V product and divides by the float32 sum).
+	 * div_rows: y (rows, d) of type yt = x (rows, d) float32 / sum[row]: the
+	 * product's normalisation, rounded once. */
+	void (*softmax_exp)(backend *be, void *e, be_dtype et, float *sum, const float *s,
+			    int64_t rows, int64_t n);
+	void (*div_rows)(backend *be, void *y, be_dtype yt, const float *x, const float *sum,
+			 int64_t rows, int64_t d);
 } backend_ops;
 
 struct backend {
@@ -681,5 +700,14 @@ static inline void backend_reset_peak(backend *be) { be->peak_bytes = be->bytes_
 /* Allocation helpers: n floats, zeroed or not. */
 float *backend_alloc_floats(backend *be, size_t n, titan_err *e);
 float *backend_calloc_floats(backend *be, size_t n, titan_err *e);
+
+/* Between host floats and n values of type dt (BE_F32 or BE_BF16, rounded to
+ * nearest even) in backend memory: a model's inputs and outputs, its weights
+ * as they load.  0, or -1 when the host buffer of a conversion cannot be had;
+ * the copy's own failure surfaces at the next sync. */
+int backend_upload(backend *be, be_dtype dt, void *dev, const float *host, int64_t n,
+		   titan_err *err);
+int backend_download(backend *be, be_dtype dt, float *host, const void *dev, int64_t n,
+		     titan_err *err);
 
 #endif

@@ -1017,6 +1017,49 @@ static void cpu_flow_mse(backend *be, void *grad, const void *pred, const void *
 	*count += n;
 }
 
+static void cpu_conv_bias(backend *be, void *y, const void *b, be_dtype t, int64_t n, int64_t c,
+			  int64_t hw)
+{
+	switch (kinds(be, "conv_bias", 1, t)) {
+	case ALL_F32:
+		cpu_conv_bias_f32(y, b, n, c, hw);
+		break;
+	case MIXED:
+		cpu_conv_bias_bf16(y, b, n, c, hw);
+		break;
+	}
+}
+
+static void cpu_softmax_exp(backend *be, void *e, be_dtype et, float *sum, const float *s,
+			    int64_t rows, int64_t n)
+{
+	if (n < 1) {
+		backend_fault(be, "cpu backend: softmax_exp: rows of %lld scores", (long long)n);
+		return;
+	}
+	switch (kinds(be, "softmax_exp", 1, et)) {
+	case ALL_F32:
+		cpu_softmax_exp_f32(e, sum, s, rows, n, 0);
+		break;
+	case MIXED:
+		cpu_bf16_softmax_exp(be, e, sum, s, rows, n);
+		break;
+	}
+}
+
+static void cpu_div_rows(backend *be, void *y, be_dtype yt, const float *x, const float *sum,
+			 int64_t rows, int64_t d)
+{
+	switch (kinds(be, "div_rows", 1, yt)) {
+	case ALL_F32:
+		cpu_div_rows_f32(y, x, sum, rows, d);
+		break;
+	case MIXED:
+		cpu_bf16_div_rows(be, y, x, sum, rows, d);
+		break;
+	}
+}
+
 static const backend_ops cpu_ops = {
 	.name = "cpu",
 	.alloc = cpu_alloc,
@@ -1087,6 +1130,9 @@ static const backend_ops cpu_ops = {
 	.silu_fwd = cpu_silu_fwd,
 	.silu_bwd = cpu_silu_bwd,
 	.flow_mse = cpu_flow_mse,
+	.conv_bias = cpu_conv_bias,
+	.softmax_exp = cpu_softmax_exp,
+	.div_rows = cpu_div_rows,
 };
 
 backend *backend_cpu_create(int threads, titan_err *e)

@@ -95,6 +95,12 @@ void cpu_bf16_layernorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be
 void cpu_bf16_groupnorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
 			    const void *w, const void *b, be_dtype wt, int64_t n, int64_t c,
 			    int64_t hw, int64_t groups, float eps);
+/* The autoencoder's attention pieces with bf16 outputs (e, y); the scores,
+ * sums and products they read are float32. */
+void cpu_bf16_softmax_exp(backend *be, void *e, float *sum, const float *s, int64_t rows,
+			  int64_t n);
+void cpu_bf16_div_rows(backend *be, void *y, const float *x, const float *sum, int64_t rows,
+		       int64_t d);
 
 /* Rows from..rows of a (rows, width) output of type ct set to zero. */
 void cpu_bf16_zero_rows(void *c, be_dtype ct, int64_t from, int64_t rows, int64_t width);

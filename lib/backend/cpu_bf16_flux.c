@@ -129,3 +129,35 @@ void cpu_bf16_groupnorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be
 				 len);
 	}
 }
+
+/* A row at a time through the float32 kernel into a thread's scratch row,
+ * then rounded into e: the exps as torch's bf16 attention hands them on. */
+void cpu_bf16_softmax_exp(backend *be, void *e, float *sum, const float *s, int64_t rows,
+			  int64_t n)
+{
+	int nt = threads_for(rows * n);
+	float *f = cpu_scratch(be, sizeof(float) * (size_t)(n * nt), "softmax_exp");
+	if (!f)
+		return;
+#pragma omp parallel for schedule(static) num_threads(nt)
+	for (int64_t i = 0; i < rows; i++) {
+		float *fe = f + n * omp_get_thread_num();
+		cpu_softmax_exp_f32(fe, sum + i, s + i * n, 1, n, 1);
+		cpu_bf16_convert((char *)e + (size_t)(i * n) * 2, BE_BF16, fe, BE_F32, n);
+	}
+}
+
+void cpu_bf16_div_rows(backend *be, void *y, const float *x, const float *sum, int64_t rows,
+		       int64_t d)
+{
+	int nt = threads_for(rows * d);
+	float *f = cpu_scratch(be, sizeof(float) * (size_t)(d * nt), "div_rows");
+	if (!f)
+		return;
+#pragma omp parallel for schedule(static) num_threads(nt)
+	for (int64_t i = 0; i < rows; i++) {
+		float *fy = f + d * omp_get_thread_num();
+		cpu_div_rows_f32(fy, x + i * d, sum + i, 1, d);
+		cpu_bf16_convert((char *)y + (size_t)(i * d) * 2, BE_BF16, fy, BE_F32, d);
+	}
+}

@@ -248,13 +248,19 @@ CPU_KERNELS_DECLARE(double, f64)
 				     const REAL *b, int64_t n, int64_t d, REAL eps);   \
 	void cpu_groupnorm_fwd_##SFX(REAL *y, const REAL *x, const REAL *w,            \
 				     const REAL *b, int64_t n, int64_t c, int64_t hw,  \
-				     int64_t groups, REAL eps);
+				     int64_t groups, REAL eps);                        \
+	void cpu_softmax_exp_##SFX(REAL *e, REAL *sum, const REAL *s, int64_t rows,    \
+				   int64_t n, int round);                              \
+	void cpu_div_rows_##SFX(REAL *y, const REAL *x, const REAL *sum, int64_t rows, \
+				int64_t d);
 #define CPU_IMAGE_DECLARE(REAL, SFX)                                                   \
 	void cpu_upsample2x_##SFX(REAL *y, const REAL *x, int64_t n, int64_t c,        \
 				  int64_t h, int64_t w);                               \
 	void cpu_im2col_##SFX(REAL *cols, const REAL *x, int64_t n, int64_t c,         \
 			      int64_t h, int64_t w, int64_t k, int64_t stride,         \
-			      const int64_t pad[4], int64_t p0, int64_t np);
+			      const int64_t pad[4], int64_t p0, int64_t np);          \
+	void cpu_conv_bias_##SFX(REAL *y, const REAL *b, int64_t n, int64_t c,         \
+				 int64_t hw);
 
 /* The Flux transformer's training ops (cpu_flux_train.inc), every tensor of
  * the kernel's type (stats too); flow_mse returns its sum of squares. */

@@ -1126,6 +1126,27 @@ static void cuda_flow_mse(backend *be, void *grad, const void *pred, const void 
 	loss_slot_done(be, slot, loss_sum, count);
 }
 
+static void cuda_conv_bias(backend *be, void *y, const void *b, be_dtype t, int64_t n, int64_t c,
+			   int64_t hw)
+{
+	if (types_ok(be, "conv_bias", 1, t))
+		check(be, launch_conv_bias(y, b, t, n, c, hw, st(be)->stream), "conv_bias");
+}
+
+static void cuda_softmax_exp(backend *be, void *e, be_dtype et, float *sum, const float *s,
+			     int64_t rows, int64_t n)
+{
+	if (types_ok(be, "softmax_exp", 1, et))
+		check(be, launch_softmax_exp(e, et, sum, s, rows, n, st(be)->stream), "softmax_exp");
+}
+
+static void cuda_div_rows(backend *be, void *y, be_dtype yt, const float *x, const float *sum,
+			  int64_t rows, int64_t d)
+{
+	if (types_ok(be, "div_rows", 1, yt))
+		check(be, launch_div_rows(y, yt, x, sum, rows, d, st(be)->stream), "div_rows");
+}
+
 static const backend_ops cuda_ops = {
 	.name = "cuda",
 	.alloc = cuda_alloc,
@@ -1183,6 +1204,9 @@ static const backend_ops cuda_ops = {
 	.silu_fwd = cuda_silu_fwd,
 	.silu_bwd = cuda_silu_bwd,
 	.flow_mse = cuda_flow_mse,
+	.conv_bias = cuda_conv_bias,
+	.softmax_exp = cuda_softmax_exp,
+	.div_rows = cuda_div_rows,
 };
 
 /* --- creation --- */

@@ -1,18 +1,19 @@
 /* ae_model.h: the autoencoder's weights, as load.c fills them and fluxae.c
- * runs them (private to lib/fluxae).  Every pointer is backend memory. */
+ * runs them (private to lib/fluxae).  Every pointer is backend memory of the
+ * model's element type (dt). */
 #ifndef TITAN_AE_MODEL_H
 #define TITAN_AE_MODEL_H
 
 #include "fluxae/fluxae.h"
 
 typedef struct ae_conv {
-	float *w;                 /* (cout, cin, k, k) */
-	float *b;                 /* (cout) */
+	void *w;                  /* (cout, cin, k, k) */
+	void *b;                  /* (cout) */
 	int64_t cin, cout, k;     /* k 3 or 1 */
 } ae_conv;
 
 typedef struct ae_norm {
-	float *w, *b;             /* (c) */
+	void *w, *b;              /* (c) */
 	int64_t c;
 } ae_norm;
 
@@ -47,11 +48,11 @@ typedef struct ae_half {
 struct flux_ae {
 	backend *be;
 	flux_ae_config c;
-	int bf16;                 /* the bf16 model's roundings */
+	be_dtype dt;              /* weights and activations: BE_F32 or BE_BF16 */
 	ae_half enc, dec;
-	float **params;           /* every weight tensor, for freeing */
+	void **params;            /* every weight tensor, for freeing */
 	size_t n_params, cap_params;
-	size_t chunk_floats;      /* flux_ae_set_chunk_bytes / 4 */
+	size_t chunk_bytes;       /* flux_ae_set_chunk_bytes */
 };
 
 #endif

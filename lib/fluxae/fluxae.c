@@ -1,26 +1,50 @@
-/* fluxae.c: the autoencoder's forward (fluxae.h), an image at a time: each
- * block reads and writes the stream x in place through two temporaries. */
+/* fluxae.c: the autoencoder's forward (fluxae.h) over backend ops, an image
+ * at a time: each block reads and writes the stream x in place through two
+ * temporaries.  In bf16 every op rounds where it stores, as the bf16 model
+ * stores each tensor. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/bf16.h"
 #include "fluxae/ae_model.h"
-#include "fluxae/ae_ops.h"
 
 #define GROUPS 32
 #define NORM_EPS 1e-6f
+#define ALIGN 256 /* bytes: where each piece of the attention's chunk starts */
 
-/* One encode or decode's scratch in backend memory. */
+/* One encode or decode's scratch in backend memory, of the model's type but
+ * for the attention's float32 pieces. */
 typedef struct ae_run {
 	flux_ae *m;
-	float *x, *t1, *t2;   /* (max_act) each: the stream and two temporaries */
-	float *qkv;           /* (3, c_mid, n_mid): the mid attention's q, k, v */
-	float *chunk;         /* (chunk_n) im2col columns or attention scores and sums */
-	int64_t chunk_n;      /* the chunk budget, or one column or row where that is more */
-	int64_t budget;       /* m->chunk_floats: what a step of im2col or scores fills */
+	backend *be;
+	be_dtype dt;
+	size_t esz;           /* be_dtype_size(dt) */
+	void *x, *t1, *t2;    /* (max_act) each: the stream and two temporaries */
+	void *qkv;            /* (3, c_mid, n_mid): the mid attention's q, k, v */
+	void *chunk;          /* im2col columns, or the attention's pieces */
+	int64_t budget;       /* m->chunk_bytes: what a step of im2col or scores fills */
 } ae_run;
 
+/* How conv reads its input: (cin, h, w); Downsample's (the right and bottom
+ * padded, stride 2); or, for a 1x1 conv, (h w, cin) (the attention's output,
+ * rows of query positions). */
+enum { CONV_SAME, CONV_DOWN, CONV_IN_T };
+
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t align_up(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static void *at(const ae_run *r, const void *p, int64_t i)
+{
+	return (char *)p + (size_t)i * r->esz;
+}
+
+/* The bytes of one query row's attention pieces over n keys of c channels:
+ * scores and the product (float32), its sum, its exps (dt). */
+static int64_t attn_row_bytes(int64_t n, int64_t c, size_t esz)
+{
+	return 4 * (n + c + 1) + (int64_t)esz * n;
+}
 
 /* The largest activation (channels x height x width) an encode or decode of
  * an h x w image holds, and the widest conv input. */
@@ -46,10 +70,10 @@ static void sizes(const flux_ae_config *c, int64_t h, int64_t w, int64_t *max_ac
 
 static void run_free(ae_run *r)
 {
-	float *bufs[] = {r->x, r->t1, r->t2, r->qkv, r->chunk};
+	void *bufs[] = {r->x, r->t1, r->t2, r->qkv, r->chunk};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		if (bufs[i] != NULL)
-			r->m->be->ops->free(r->m->be, bufs[i]);
+			r->be->ops->free(r->be, bufs[i]);
 }
 
 static int run_alloc(ae_run *r, flux_ae *m, int64_t h, int64_t w, titan_err *err)
@@ -57,14 +81,20 @@ static int run_alloc(ae_run *r, flux_ae *m, int64_t h, int64_t w, titan_err *err
 	const flux_ae_config *c = &m->c;
 	int64_t act, mc, L = c->n_levels;
 	int64_t c_mid = c->ch * c->ch_mult[L - 1], n_mid = (h >> (L - 1)) * (w >> (L - 1));
+	size_t esz = be_dtype_size(m->dt);
 	sizes(c, h, w, &act, &mc);
-	/* a chunk holds at least one pixel's im2col column or one row of scores */
-	int64_t chunk = max64((int64_t)m->chunk_floats, max64(9 * mc, n_mid + 1));
-	*r = (ae_run){.m = m, .chunk_n = chunk, .budget = (int64_t)m->chunk_floats};
-	float **bufs[] = {&r->x, &r->t1, &r->t2, &r->qkv, &r->chunk};
-	const int64_t n[] = {act, act, act, 3 * c_mid * n_mid, r->chunk_n};
+	/* a chunk holds at least one pixel's im2col column or one query row's
+	 * attention pieces, and the alignment of those */
+	int64_t chunk = max64((int64_t)m->chunk_bytes,
+			      max64(9 * mc * (int64_t)esz, attn_row_bytes(n_mid, c_mid, esz))) +
+			4 * ALIGN;
+	*r = (ae_run){.m = m, .be = m->be, .dt = m->dt, .esz = esz,
+		      .budget = (int64_t)m->chunk_bytes};
+	void **bufs[] = {&r->x, &r->t1, &r->t2, &r->qkv, &r->chunk};
+	const int64_t n[] = {act * (int64_t)esz, act * (int64_t)esz, act * (int64_t)esz,
+			     3 * c_mid * n_mid * (int64_t)esz, chunk};
 	for (size_t i = 0; i < sizeof n / sizeof *n; i++)
-		if ((*bufs[i] = backend_alloc_floats(m->be, (size_t)n[i], err)) == NULL) {
+		if ((*bufs[i] = m->be->ops->alloc(m->be, (size_t)n[i], err)) == NULL) {
 			run_free(r);
 			return err_prefix(err, "fluxae: %lld x %lld images", (long long)h,
 					  (long long)w);
@@ -72,93 +102,94 @@ static int run_alloc(ae_run *r, flux_ae *m, int64_t h, int64_t w, titan_err *err
 	return 0;
 }
 
-/* out (cout, ho, wo) = conv of in (cin, h, w): 3x3 padding 1, or Downsample's
- * (down: the right and bottom padded, stride 2), or 1x1. */
-static void conv(ae_run *r, const ae_conv *cv, float *out, const float *in, int64_t h, int64_t w,
-		 int down)
+/* out (cout, ho, wo) = conv of in (mode above): the bias written, then the
+ * product added by the matmul (3x3: over im2col columns a chunk of output
+ * pixels at a time). */
+static void conv(ae_run *r, const ae_conv *cv, void *out, const void *in, int64_t h, int64_t w,
+		 int mode)
 {
-	backend *be = r->m->be;
+	backend *be = r->be;
+	int down = mode == CONV_DOWN;
 	int64_t ho = down ? h / 2 : h, wo = down ? w / 2 : w, hw = ho * wo;
-	ae_bias_fill(out, cv->b, cv->cout, hw);
+	be->ops->conv_bias(be, out, cv->b, r->dt, 1, cv->cout, hw);
 	if (cv->k == 1) {
-		be->ops->matmul(be, 0, 0, cv->cout, hw, cv->cin, 1.0f, cv->w, cv->cin, in, hw,
-				BE_F32, 1.0f, out, hw, BE_F32);
-	} else {
-		int64_t k = cv->cin * 9, step = max64(1, r->budget / k < hw ? r->budget / k : hw);
-		for (int64_t p0 = 0; p0 < hw; p0 += step) {
-			int64_t np = hw - p0 < step ? hw - p0 : step;
-			/* out[:, p0 .. p0+np) += w (cout, k) @ col (k, np) */
-			ae_im2col(r->chunk, in, cv->cin, h, w, down ? 2 : 1, down ? 0 : 1, ho, wo,
-				  p0, np);
-			be->ops->matmul(be, 0, 0, cv->cout, np, k, 1.0f, cv->w, k, r->chunk, np,
-					BE_F32, 1.0f, out + p0, hw, BE_F32);
-		}
+		int t = mode == CONV_IN_T; /* in (hw, cin): its transpose */
+		be->ops->matmul(be, 0, t, cv->cout, hw, cv->cin, 1.0f, cv->w, cv->cin, in,
+				t ? cv->cin : hw, r->dt, 1.0f, out, hw, r->dt);
+		return;
 	}
-	ae_round(r->m->bf16, out, cv->cout * hw);
+	/* Conv2d(padding=1), or Downsample's pad (0, 1, 0, 1) before its stride 2 */
+	static const int64_t same[4] = {1, 1, 1, 1}, pad_down[4] = {0, 1, 0, 1};
+	int64_t k = cv->cin * 9;
+	int64_t step = max64(1, min64(r->budget / (k * (int64_t)r->esz), hw));
+	for (int64_t p0 = 0; p0 < hw; p0 += step) {
+		int64_t np = min64(hw - p0, step);
+		/* out[:, p0 .. p0+np) += w (cout, k) @ col (k, np) */
+		be->ops->im2col(be, r->chunk, in, r->dt, 1, cv->cin, h, w, 3, down ? 2 : 1,
+				down ? pad_down : same, p0, np);
+		be->ops->matmul(be, 0, 0, cv->cout, np, k, 1.0f, cv->w, k, r->chunk, np, r->dt, 1.0f,
+				at(r, out, p0), hw, r->dt);
+	}
 }
 
-/* out (c, hw) = GroupNorm of in, rounded as stored; then swish when act. */
-static void norm(ae_run *r, const ae_norm *n, float *out, const float *in, int64_t hw, int act)
+/* out (c, hw) = GroupNorm of in; then swish when act. */
+static void norm(ae_run *r, const ae_norm *n, void *out, const void *in, int64_t hw, int act)
 {
-	ae_group_norm(out, in, n->w, n->b, n->c, hw, GROUPS, NORM_EPS);
-	ae_round(r->m->bf16, out, n->c * hw);
+	backend *be = r->be;
+	be->ops->groupnorm_fwd(be, out, r->dt, in, r->dt, n->w, n->b, r->dt, 1, n->c, hw, GROUPS,
+			       NORM_EPS);
 	if (act)
-		ae_swish(out, n->c * hw, r->m->bf16);
-}
-
-/* x (n) += t (n), the sum rounded as stored. */
-static void residual(ae_run *r, const float *t, int64_t n)
-{
-	backend *be = r->m->be;
-	be->ops->add(be, r->x, BE_F32, r->x, BE_F32, t, BE_F32, n);
-	ae_round(r->m->bf16, r->x, n);
+		be->ops->swish(be, out, r->dt, 1.0f, n->c * hw);
 }
 
 /* x (cin, h, w) -> (cout, h, w). */
 static void resnet(ae_run *r, const ae_resnet *b, int64_t h, int64_t w)
 {
-	int64_t hw = h * w;
+	backend *be = r->be;
+	int64_t hw = h * w, n = b->conv2.cout * hw;
 	norm(r, &b->norm1, r->t1, r->x, hw, 1);
-	conv(r, &b->conv1, r->t2, r->t1, h, w, 0);
+	conv(r, &b->conv1, r->t2, r->t1, h, w, CONV_SAME);
 	norm(r, &b->norm2, r->t1, r->t2, hw, 1);
-	conv(r, &b->conv2, r->t2, r->t1, h, w, 0);
+	conv(r, &b->conv2, r->t2, r->t1, h, w, CONV_SAME);
 	if (b->nin.w != NULL) { /* x = nin_shortcut(x) + h */
-		conv(r, &b->nin, r->t1, r->x, h, w, 0);
-		r->m->be->ops->add(r->m->be, r->x, BE_F32, r->t1, BE_F32, r->t2, BE_F32,
-				   b->conv2.cout * hw);
-		ae_round(r->m->bf16, r->x, b->conv2.cout * hw);
+		conv(r, &b->nin, r->t1, r->x, h, w, CONV_SAME);
+		be->ops->add(be, r->x, r->dt, r->t1, r->dt, r->t2, r->dt, n);
 	} else {
-		residual(r, r->t2, b->conv2.cout * hw);
+		be->ops->add(be, r->x, r->dt, r->x, r->dt, r->t2, r->dt, n);
 	}
 }
 
 /* x (c, h, w) += proj_out(attention of norm(x)), one head over the h*w
- * positions, computed a chunk of query positions at a time. */
+ * positions, a chunk of query positions at a time: the scores and the
+ * product in float32 (torch's attention computes in float32 whatever the
+ * storage), the exps in the model's type; the output (h w, c) in t2. */
 static void attn(ae_run *r, const ae_attn *a, int64_t h, int64_t w)
 {
-	backend *be = r->m->be;
+	backend *be = r->be;
 	int64_t c = a->norm.c, n = h * w;
-	float *q = r->qkv, *k = q + c * n, *v = k + c * n; /* (c, n) each */
+	void *q = r->qkv, *k = at(r, q, c * n), *v = at(r, k, c * n); /* (c, n) each */
 	norm(r, &a->norm, r->t1, r->x, n, 0);
-	conv(r, &a->q, q, r->t1, h, w, 0);
-	conv(r, &a->k, k, r->t1, h, w, 0);
-	conv(r, &a->v, v, r->t1, h, w, 0);
-	int64_t step = max64(1, r->budget / (n + 1) < n ? r->budget / (n + 1) : n);
+	conv(r, &a->q, q, r->t1, h, w, CONV_SAME);
+	conv(r, &a->k, k, r->t1, h, w, CONV_SAME);
+	conv(r, &a->v, v, r->t1, h, w, CONV_SAME);
+	int64_t step = max64(1, min64(r->budget / attn_row_bytes(n, c, r->esz), n));
+	float *s = r->chunk;                                              /* (step, n) */
+	float *o = (float *)((char *)s + align_up(4 * step * n));        /* (step, c) */
+	float *sum = (float *)((char *)o + align_up(4 * step * c));      /* (step) */
+	void *e = (char *)sum + align_up(4 * step);                      /* (step, n) of dt */
 	float scale = (float)(1.0 / sqrt((double)c));
 	for (int64_t q0 = 0; q0 < n; q0 += step) {
-		int64_t nq = n - q0 < step ? n - q0 : step;
-		float *s = r->chunk, *sum = r->chunk + nq * n; /* (nq, n), (nq) */
-		be->ops->matmul(be, 1, 0, nq, n, c, scale, q + q0, n, k, n, BE_F32, 0.0f, s, n,
+		int64_t nq = min64(n - q0, step);
+		/* s (nq, n) = scale q[:, q0 .. q0+nq)^T k */
+		be->ops->matmul(be, 1, 0, nq, n, c, scale, at(r, q, q0), n, k, n, r->dt, 0.0f, s, n,
 				BE_F32);
-		ae_softmax_exp(s, sum, nq, n, r->m->bf16);
-		/* out[:, q0 .. q0+nq) (c, nq) = v (c, n) @ s^T */
-		be->ops->matmul(be, 0, 1, c, nq, n, 1.0f, v, n, s, n, BE_F32, 0.0f, r->t2 + q0, n,
-				BE_F32);
-		ae_div_cols(r->t2 + q0, sum, c, n, nq);
+		be->ops->softmax_exp(be, e, r->dt, sum, s, nq, n);
+		/* o (nq, c) = e (nq, n) @ v^T, then / sum: rows q0.. of the output */
+		be->ops->matmul(be, 0, 1, nq, c, n, 1.0f, e, n, v, n, r->dt, 0.0f, o, c, BE_F32);
+		be->ops->div_rows(be, at(r, r->t2, q0 * c), r->dt, o, sum, nq, c);
 	}
-	ae_round(r->m->bf16, r->t2, c * n);
-	conv(r, &a->proj_out, r->t1, r->t2, h, w, 0);
-	residual(r, r->t1, c * n);
+	conv(r, &a->proj_out, r->t1, r->t2, h, w, CONV_IN_T);
+	be->ops->add(be, r->x, r->dt, r->x, r->dt, r->t1, r->dt, c * n);
 }
 
 static void mid(ae_run *r, const ae_mid *md, int64_t h, int64_t w)
@@ -168,29 +199,29 @@ static void mid(ae_run *r, const ae_mid *md, int64_t h, int64_t w)
 	resnet(r, &md->block_2, h, w);
 }
 
-static void swap(float **a, float **b)
+static void swap(void **a, void **b)
 {
-	float *t = *a;
+	void *t = *a;
 	*a = *b;
 	*b = t;
 }
 
-/* moments (2z, h/f, w/f) host = encoder(pixels (in_channels, h, w) host). */
-static void encoder(ae_run *r, const float *pixels, int64_t h, int64_t w, float *moments)
+/* moments (2z, h/f, w/f) host = encoder(pixels (in_channels, h, w) host);
+ * the pixels rounded as they upload (preprocess_data's cast). */
+static int encoder(ae_run *r, const float *pixels, int64_t h, int64_t w, float *moments,
+		   titan_err *err)
 {
 	flux_ae *m = r->m;
-	backend *be = m->be;
 	const ae_half *e = &m->enc;
 	int64_t L = m->c.n_levels;
-	be->ops->copy(be, r->t1, pixels, (size_t)(m->c.in_channels * h * w) * sizeof(float),
-		      BACKEND_H2D);
-	ae_round(m->bf16, r->t1, m->c.in_channels * h * w); /* preprocess_data's cast */
-	conv(r, &e->conv_in, r->x, r->t1, h, w, 0);
+	if (backend_upload(r->be, r->dt, r->t1, pixels, m->c.in_channels * h * w, err) < 0)
+		return -1;
+	conv(r, &e->conv_in, r->x, r->t1, h, w, CONV_SAME);
 	for (int64_t i = 0; i < L; i++) {
 		for (int64_t j = 0; j < e->per_level; j++)
 			resnet(r, &e->block[i * e->per_level + j], h, w);
 		if (i < L - 1) {
-			conv(r, &e->resample[i], r->t1, r->x, h, w, 1);
+			conv(r, &e->resample[i], r->t1, r->x, h, w, CONV_DOWN);
 			swap(&r->x, &r->t1);
 			h /= 2;
 			w /= 2;
@@ -198,36 +229,54 @@ static void encoder(ae_run *r, const float *pixels, int64_t h, int64_t w, float 
 	}
 	mid(r, &e->mid, h, w);
 	norm(r, &e->norm_out, r->t1, r->x, h * w, 1);
-	conv(r, &e->conv_out, r->t2, r->t1, h, w, 0);
-	be->ops->copy(be, moments, r->t2, (size_t)(e->conv_out.cout * h * w) * sizeof(float),
-		      BACKEND_D2H);
+	conv(r, &e->conv_out, r->t2, r->t1, h, w, CONV_SAME);
+	return backend_download(r->be, r->dt, moments, r->t2, e->conv_out.cout * h * w, err);
+}
+
+/* z (n) = z / scale + shift on the host: AutoEncoder.decode's input; with
+ * bf16 z is rounded first (the bf16 model's input), then the quotient and
+ * the sum (the shift rounded to bfloat16 as torch adds a Python scalar to a
+ * bf16 tensor). */
+static void unscale(float *z, int64_t n, float scale, float shift, int bf16)
+{
+	float sh = bf16 ? bf16_round(shift) : shift;
+	for (int64_t i = 0; i < n; i++)
+		z[i] = bf16 ? bf16_round(bf16_round(bf16_round(z[i]) / scale) + sh)
+			    : z[i] / scale + shift;
 }
 
 /* pixels (out_ch, hl*f, wl*f) host = decoder(z (z_channels, hl, wl) host / scale + shift). */
-static void decoder(ae_run *r, const float *z, int64_t h, int64_t w, float *pixels)
+static int decoder(ae_run *r, const float *z, int64_t h, int64_t w, float *pixels,
+		   titan_err *err)
 {
 	flux_ae *m = r->m;
-	backend *be = m->be;
 	const ae_half *d = &m->dec;
 	int64_t nz = m->c.z_channels * h * w;
-	be->ops->copy(be, r->t1, z, (size_t)nz * sizeof(float), BACKEND_H2D);
-	ae_unscale(r->t1, nz, m->c.scale_factor, m->c.shift_factor, m->bf16);
-	conv(r, &d->conv_in, r->x, r->t1, h, w, 0);
+	float *zs = malloc((size_t)nz * sizeof *zs);
+	if (zs == NULL)
+		return err_set(err, "fluxae: out of memory");
+	for (int64_t i = 0; i < nz; i++)
+		zs[i] = z[i];
+	unscale(zs, nz, m->c.scale_factor, m->c.shift_factor, r->dt == BE_BF16);
+	int rc = backend_upload(r->be, r->dt, r->t1, zs, nz, err);
+	free(zs);
+	if (rc < 0)
+		return -1;
+	conv(r, &d->conv_in, r->x, r->t1, h, w, CONV_SAME);
 	mid(r, &d->mid, h, w);
 	for (int64_t i = m->c.n_levels - 1; i >= 0; i--) {
 		for (int64_t j = 0; j < d->per_level; j++)
 			resnet(r, &d->block[i * d->per_level + j], h, w);
 		if (i > 0) {
-			ae_upsample2x(r->t1, r->x, d->resample[i].cin, h, w);
+			r->be->ops->upsample2x(r->be, r->t1, r->x, r->dt, 1, d->resample[i].cin, h, w);
 			h *= 2;
 			w *= 2;
-			conv(r, &d->resample[i], r->x, r->t1, h, w, 0);
+			conv(r, &d->resample[i], r->x, r->t1, h, w, CONV_SAME);
 		}
 	}
 	norm(r, &d->norm_out, r->t1, r->x, h * w, 1);
-	conv(r, &d->conv_out, r->t2, r->t1, h, w, 0);
-	be->ops->copy(be, pixels, r->t2, (size_t)(m->c.out_ch * h * w) * sizeof(float),
-		      BACKEND_D2H);
+	conv(r, &d->conv_out, r->t2, r->t1, h, w, CONV_SAME);
+	return backend_download(r->be, r->dt, pixels, r->t2, m->c.out_ch * h * w, err);
 }
 
 int flux_ae_encode(flux_ae *m, const float *pixels, int64_t b, int64_t h, int64_t w,
@@ -244,9 +293,11 @@ int flux_ae_encode(flux_ae *m, const float *pixels, int64_t b, int64_t h, int64_
 	if (run_alloc(&r, m, h, w, err) < 0)
 		return -1;
 	int64_t in = m->c.in_channels * h * w, out = 2 * m->c.z_channels * (h / f) * (w / f);
-	for (int64_t i = 0; i < b; i++)
-		encoder(&r, pixels + i * in, h, w, moments + i * out);
-	int rc = m->be->ops->sync(m->be, err);
+	int rc = 0;
+	for (int64_t i = 0; i < b && rc == 0; i++)
+		rc = encoder(&r, pixels + i * in, h, w, moments + i * out, err);
+	if (rc == 0)
+		rc = m->be->ops->sync(m->be, err);
 	run_free(&r);
 	return rc;
 }
@@ -264,9 +315,11 @@ int flux_ae_decode(flux_ae *m, const float *z, int64_t b, int64_t hl, int64_t wl
 	if (run_alloc(&r, m, hl * f, wl * f, err) < 0)
 		return -1;
 	int64_t in = m->c.z_channels * hl * wl, out = m->c.out_ch * hl * f * wl * f;
-	for (int64_t i = 0; i < b; i++)
-		decoder(&r, z + i * in, hl, wl, pixels + i * out);
-	int rc = m->be->ops->sync(m->be, err);
+	int rc = 0;
+	for (int64_t i = 0; i < b && rc == 0; i++)
+		rc = decoder(&r, z + i * in, hl, wl, pixels + i * out, err);
+	if (rc == 0)
+		rc = m->be->ops->sync(m->be, err);
 	run_free(&r);
 	return rc;
 }

@@ -42,17 +42,19 @@
  * missing, misshapen or non-float one is an error naming it.  Tensors the
  * config does not use are ignored (load_state_dict(strict=False)).
  *
- * Computation: weights and activations live in a backend's memory; a 3x3
- * conv is an im2col of a chunk of output pixels and the backend's matmul
- * (the chunks bounded by flux_ae_set_chunk_bytes), a 1x1 conv a matmul, the
- * attention two matmuls and a softmax over query chunks; GroupNorm, swish,
- * the nearest upsample, im2col (which holds the padding) and the roundings
- * are plain C over host memory.  So a model needs the CPU backend (another is
- * refused) until those are backend ops.  A batch is computed an image at a
- * time: an encode or decode holds three activations of the largest
- * (channels x height x width) of one image, the mid attention's q, k, v and
- * one chunk, beside the weights.  The model keeps a pointer to the backend,
- * which must outlive it. */
+ * Computation: weights and activations live in a backend's memory (any
+ * backend) and every step is a backend op: a 3x3 conv is the conv_bias op,
+ * then an im2col of a chunk of output pixels and the matmul adding its
+ * product (the chunks bounded by flux_ae_set_chunk_bytes), a 1x1 conv the
+ * same with one matmul; groupnorm_fwd, swish (beta 1), upsample2x and add;
+ * the attention, whose head of c channels the attention ops do not take,
+ * two matmuls around softmax_exp and div_rows over chunks of query rows.
+ * Pixels, moments and latents stay host float32 in this API (copied in and
+ * out); the latents' unscaling and DiagonalGaussian's sample are host C.  A
+ * batch is computed an image at a time: an encode or decode holds three
+ * activations of the largest (channels x height x width) of one image, the
+ * mid attention's q, k, v and one chunk, beside the weights.  The model keeps
+ * a pointer to the backend, which must outlive it. */
 #ifndef TITAN_FLUXAE_H
 #define TITAN_FLUXAE_H
 
@@ -93,14 +95,15 @@ typedef struct flux_ae flux_ae;
  * (each conv, norm, sigmoid and product of swish, residual sum, attention
  * output); inside an op the arithmetic is float32, as torch's bf16 CPU kernels
  * do it (its attention feeds the softmax's exps to the P @ V product in
- * bfloat16, so they are rounded here too).  Storage stays float32: this mode
- * is the reference a bf16 CUDA path is to match, not a memory saving. */
+ * bfloat16, so they are rounded here too).  Weights and activations are
+ * stored in bfloat16: half the float32 model's memory. */
 flux_ae *flux_ae_open(backend *be, const char *safetensors_path, const flux_ae_config *c,
 		      be_dtype dtype, titan_err *err);
 const flux_ae_config *flux_ae_config_of(const flux_ae *m);
 void flux_ae_free(flux_ae *m);
-/* The most an im2col chunk or a chunk of attention scores may take (default
- * 32 MiB; at least one output pixel or query row is computed at a time):
+/* The most an im2col chunk or a chunk of attention rows (scores, exps and
+ * products) may take (default 32 MiB; at least one output pixel or query row
+ * is computed at a time):
  * less memory for more, smaller matmuls.  Results do not depend on it beyond
  * the matmul's own summation order. */
 void flux_ae_set_chunk_bytes(flux_ae *m, size_t bytes);

@@ -6,7 +6,6 @@
 
 #include "core/json.h"
 #include "fluxae/ae_model.h"
-#include "fluxae/ae_ops.h"
 #include "safetensors/safetensors.h"
 
 #define DEFAULT_CHUNK_BYTES ((size_t)32 << 20)
@@ -117,11 +116,11 @@ typedef struct loader {
 	const st_set *s;
 } loader;
 
-static int keep(flux_ae *m, float *p, titan_err *err)
+static int keep(flux_ae *m, void *p, titan_err *err)
 {
 	if (m->n_params == m->cap_params) {
 		size_t cap = m->cap_params ? 2 * m->cap_params : 64;
-		float **np = realloc(m->params, cap * sizeof *np);
+		void **np = realloc(m->params, cap * sizeof *np);
 		if (np == NULL)
 			return err_set(err, "fluxae: out of memory");
 		m->params = np;
@@ -131,9 +130,10 @@ static int keep(flux_ae *m, float *p, titan_err *err)
 	return 0;
 }
 
-/* Tensor NAME checked to be (shape), as float32 (bf16-rounded in the bf16
- * model) in backend memory the model owns; NULL and err naming it. */
-static float *load(loader *ld, const char *name, int ndim, const int64_t *shape, titan_err *err)
+/* Tensor NAME checked to be (shape), converted to the model's type (rounded
+ * to nearest even for bfloat16) into backend memory the model owns; NULL
+ * and err naming it. */
+static void *load(loader *ld, const char *name, int ndim, const int64_t *shape, titan_err *err)
 {
 	flux_ae *m = ld->m;
 	const st_tensor *t = st_set_find(ld->s, name);
@@ -144,17 +144,16 @@ static float *load(loader *ld, const char *name, int ndim, const int64_t *shape,
 	size_t n = 1;
 	for (int i = 0; i < ndim; i++)
 		n *= (size_t)shape[i];
-	float *host = malloc(n * sizeof *host), *dev = NULL;
+	float *host = malloc(n * sizeof *host);
+	void *dev = NULL;
 	if (host == NULL)
 		err_set(err, "tensor '%s': out of memory", name);
 	else if (st_tensor_to_f32(t, ndim, shape, host, err) == 0 &&
-		 (dev = backend_alloc_floats(m->be, n, err)) != NULL) {
-		ae_round(m->bf16, host, (int64_t)n);
-		m->be->ops->copy(m->be, dev, host, n * sizeof *host, BACKEND_H2D);
-		if (keep(m, dev, err) < 0) {
-			m->be->ops->free(m->be, dev);
-			dev = NULL;
-		}
+		 (dev = m->be->ops->alloc(m->be, n * be_dtype_size(m->dt), err)) != NULL &&
+		 (backend_upload(m->be, m->dt, dev, host, (int64_t)n, err) < 0 ||
+		  keep(m, dev, err) < 0)) {
+		m->be->ops->free(m->be, dev);
+		dev = NULL;
 	}
 	free(host);
 	return dev;
@@ -297,12 +296,6 @@ static int load_decoder(loader *ld, titan_err *err)
 flux_ae *flux_ae_open(backend *be, const char *safetensors_path, const flux_ae_config *c,
 		      be_dtype dtype, titan_err *err)
 {
-	if (strcmp(be->ops->name, "cpu") != 0) {
-		err_set(err, "fluxae: the %s backend is not supported (GroupNorm, swish, im2col "
-			"and the upsample are plain C over host memory: the CPU backend only)",
-			be->ops->name);
-		return NULL;
-	}
 	if (dtype != BE_F32 && dtype != BE_BF16) {
 		err_set(err, "fluxae: dtype %s, expected float32 or bfloat16", be_dtype_name(dtype));
 		return NULL;
@@ -314,8 +307,7 @@ flux_ae *flux_ae_open(backend *be, const char *safetensors_path, const flux_ae_c
 		err_set(err, "fluxae: out of memory");
 		return NULL;
 	}
-	*m = (flux_ae){.be = be, .c = *c, .bf16 = dtype == BE_BF16,
-		       .chunk_floats = DEFAULT_CHUNK_BYTES / sizeof(float)};
+	*m = (flux_ae){.be = be, .c = *c, .dt = dtype, .chunk_bytes = DEFAULT_CHUNK_BYTES};
 	st_set s;
 	if (st_set_open(&s, safetensors_path, err) < 0) {
 		free(m);
@@ -336,7 +328,7 @@ const flux_ae_config *flux_ae_config_of(const flux_ae *m) { return &m->c; }
 
 void flux_ae_set_chunk_bytes(flux_ae *m, size_t bytes)
 {
-	m->chunk_floats = bytes / sizeof(float) > 0 ? bytes / sizeof(float) : 1;
+	m->chunk_bytes = bytes > 0 ? bytes : 1;
 }
 
 void flux_ae_free(flux_ae *m)

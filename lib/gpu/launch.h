@@ -170,6 +170,9 @@ int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int6
  * and the rest left alone; the bias rounded to y's type before the add. */
 int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_t rows, int64_t d,
 		    int64_t groups, const int32_t *offs, void *stream);
+/* backend.h's conv_bias: y (n, c, hw) = b[ch], both of type t. */
+int launch_conv_bias(void *y, const void *b, int t, int64_t n, int64_t c, int64_t hw,
+		     void *stream);
 
 /* --- Flux's encoders and autoencoder, forward only (backend.h's t5_attention
  * .. im2col; kernels/t5_attention.cu, activations.cu, layernorm.cu,
@@ -202,6 +205,14 @@ int launch_upsample2x(void *y, const void *x, int t, int64_t n, int64_t c, int64
 int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
 		  int64_t k, int64_t stride, int64_t left, int64_t right, int64_t top,
 		  int64_t bottom, int64_t p0, int64_t np, void *stream);
+/* The autoencoder's attention pieces (kernels/softmax.cu), backend.h's
+ * softmax_exp: e (rows, n) of type te = exp(s - the row's max), sum (rows) =
+ * their float32 sums, s (rows, n) float32; div_rows: y (rows, d) of type ty
+ * = x (rows, d) float32 / sum[row]. */
+int launch_softmax_exp(void *e, int te, float *sum, const float *s, int64_t rows, int64_t n,
+		       void *stream);
+int launch_div_rows(void *y, int ty, const float *x, const float *sum, int64_t rows, int64_t d,
+		    void *stream);
 
 /* --- the Flux transformer's training ops, float32 (backend.h's ln_mod_fwd ..
  * flow_mse; kernels/flux_train.cu): rows (b * n, d), per-sample vectors ld

@@ -330,7 +330,6 @@ int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_
 	return NO_DEVICE;
 }
 
-
 int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
 		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
 		      void *stream)
@@ -382,6 +381,24 @@ int launch_flow_mse(float *grad, const float *pred, const float *x, const float 
 {
 	(void)grad, (void)pred, (void)x, (void)noise, (void)n, (void)scale, (void)part;
 	(void)parts, (void)sum, (void)count, (void)stream;
+int launch_conv_bias(void *y, const void *b, int t, int64_t n, int64_t c, int64_t hw,
+		     void *stream)
+{
+	(void)y, (void)b, (void)t, (void)n, (void)c, (void)hw, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_softmax_exp(void *e, int te, float *sum, const float *s, int64_t rows, int64_t n,
+		       void *stream)
+{
+	(void)e, (void)te, (void)sum, (void)s, (void)rows, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_div_rows(void *y, int ty, const float *x, const float *sum, int64_t rows, int64_t d,
+		    void *stream)
+{
+	(void)y, (void)ty, (void)x, (void)sum, (void)rows, (void)d, (void)stream;
 	return NO_DEVICE;
 }
 

@@ -271,7 +271,7 @@ int clip_text_forward(clip_text *m, const int32_t *ids, int64_t b, int64_t l, fl
 					       te_at(w.x, dt, (bi * l + at) * hd), dt, m->final_w,
 					       m->final_b, dt, 1, hd, c->eps);
 		}
-		rc = te_download(be, dt, out, w.n, b * hd, err);
+		rc = backend_download(be, dt, out, w.n, b * hd, err);
 	}
 	if (rc == 0)
 		rc = be->ops->sync(be, err);

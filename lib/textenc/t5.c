@@ -121,7 +121,7 @@ static int load_weights(t5_encoder *m, const st_set *s, titan_err *err)
 	m->rel_bias = malloc((size_t)nb * sizeof *m->rel_bias);
 	if (m->rel_bias == NULL)
 		return err_set(err, "t5: out of memory");
-	if (te_download(m->be, m->dt, m->rel_bias, rb, nb, err) < 0)
+	if (backend_download(m->be, m->dt, m->rel_bias, rb, nb, err) < 0)
 		return -1;
 	for (int64_t i = 0; i < c->n_layers; i++)
 		if (load_block(m, s, i, err) < 0)
@@ -247,7 +247,7 @@ static int upload_bias(t5_encoder *m, t5_scratch *w, int64_t l, titan_err *err)
 	if (bias == NULL)
 		return err_set(err, "t5: out of memory");
 	position_bias(m, bias, l);
-	int rc = te_upload(m->be, m->dt, w->bias, bias, n, err);
+	int rc = backend_upload(m->be, m->dt, w->bias, bias, n, err);
 	free(bias);
 	return rc;
 }
@@ -275,7 +275,7 @@ int t5_encoder_forward(t5_encoder *m, const int32_t *ids, int64_t b, int64_t l, 
 			block_forward(m, &m->blocks[i], &w, b, l);
 		be->ops->rmsnorm_fwd(be, w.n, dt, w.rstd, w.x, dt, m->final_ln, dt, rows,
 				     c->d_model, c->eps);
-		rc = te_download(be, dt, out, w.n, rows * c->d_model, err);
+		rc = backend_download(be, dt, out, w.n, rows * c->d_model, err);
 	}
 	if (rc == 0)
 		rc = be->ops->sync(be, err);

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ptzip/ptzip.h"
 #include "textenc/textenc_impl.h"
 
 static int params_keep(te_params *ps, void *p, titan_err *err)
@@ -55,7 +54,7 @@ void *te_load(te_params *ps, const st_set *s, const char *const *prefixes, const
 	if (rc == 0 && (dev = ps->be->ops->alloc(ps->be, n * be_dtype_size(ps->dt), err)) == NULL)
 		rc = -1;
 	if (rc == 0)
-		rc = te_upload(ps->be, ps->dt, dev, host, (int64_t)n, err);
+		rc = backend_upload(ps->be, ps->dt, dev, host, (int64_t)n, err);
 	free(host);
 	if (rc < 0 || params_keep(ps, dev, err) < 0) {
 		if (dev != NULL)
@@ -124,33 +123,4 @@ void te_linear(backend *be, be_dtype dt, void *y, const void *x, const void *w, 
 	       int64_t in, int64_t out)
 {
 	be->ops->matmul(be, 0, 1, rows, out, in, 1.0f, x, in, w, in, dt, 0.0f, y, out, dt);
-}
-
-int te_upload(backend *be, be_dtype dt, void *dev, const float *host, int64_t n, titan_err *err)
-{
-	size_t bytes = (size_t)n * be_dtype_size(dt);
-	void *conv = NULL;
-	if (dt == BE_BF16) {
-		if ((conv = malloc(bytes ? bytes : 1)) == NULL)
-			return err_set(err, "textenc: out of memory");
-		ptz_convert(conv, PTZ_BF16, host, PTZ_F32, (size_t)n);
-	}
-	be->ops->copy(be, dev, conv ? conv : host, bytes, BACKEND_H2D);
-	free(conv);
-	return 0;
-}
-
-int te_download(backend *be, be_dtype dt, float *host, const void *dev, int64_t n, titan_err *err)
-{
-	if (dt == BE_F32) {
-		be->ops->copy(be, host, dev, (size_t)n * sizeof *host, BACKEND_D2H);
-		return 0;
-	}
-	uint16_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
-	if (h == NULL)
-		return err_set(err, "textenc: out of memory");
-	be->ops->copy(be, h, dev, (size_t)n * sizeof *h, BACKEND_D2H);
-	ptz_convert(host, PTZ_F32, h, PTZ_BF16, (size_t)n);
-	free(h);
-	return 0;
 }

@@ -53,11 +53,4 @@ int te_check_ids(const int32_t *ids, int64_t n, int64_t vocab, const char *what,
 void te_linear(backend *be, be_dtype dt, void *y, const void *x, const void *w, int64_t rows,
 	       int64_t in, int64_t out);
 
-/* Between host floats and backend memory of type dt (rounded to nearest even
- * for bfloat16): the inputs the host computes, the outputs it returns.  0, or
- * -1 when the host buffer cannot be had; a copy's own failure surfaces at the
- * backend's next sync. */
-int te_upload(backend *be, be_dtype dt, void *dev, const float *host, int64_t n, titan_err *err);
-int te_download(backend *be, be_dtype dt, float *host, const void *dev, int64_t n, titan_err *err);
-
 #endif

@@ -1,6 +1,6 @@
 /* The CPU backend's ops for Flux's encoders and autoencoder (backend.h's
  * t5_attention, geglu_fwd, swish, layernorm_fwd, groupnorm_fwd, upsample2x,
- * im2col), three ways:
+ * im2col, conv_bias, softmax_exp, div_rows), three ways:
  * - the float64 kernels (cpu_kernels.h _f64) against references written out
  *   here in another shape: T5's scores as a whole matrix, softmaxed row by
  *   row; the group norm's statistics gathered channel by channel; the
@@ -139,6 +139,15 @@ static void expect_f64(const char *what, const double *got, const double *want, 
 	print_message("  %-40s f64  rel err %.2e (bound %.1e)\n", what, err, F64_TOL);
 	if (!(err <= F64_TOL))
 		fail_msg("%s: float64 kernel vs the reference: %.3e", what, err);
+}
+
+/* float64 values got against want within tol, printed. */
+static void expect_f64_tol(const double *got, const double *want, size_t n, double tol)
+{
+	double err = test_max_rel_d(got, want, n);
+	print_message("rel err %.2e (bound %.1e)\n", err, tol);
+	if (!(err <= tol))
+		fail_msg("relative error %.3e over %.1e", err, tol);
 }
 
 /* ---- T5's attention ---- */
@@ -531,6 +540,104 @@ static void im2col_times_weight_is_the_convolution(void **state)
 		}
 }
 
+/* conv_bias: every pixel of channel ch is b[ch], in either type exactly. */
+static void conv_bias_fills_each_channel(void **state)
+{
+	(void)state;
+	test_seed(309);
+	const int64_t shapes[][3] = {{1, 1, 1}, {2, 5, 7}, {1, 64, 3000}};
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+		for (int ti = 0; ti < 2; ti++) {
+			be_dtype t = ti ? BE_BF16 : BE_F32;
+			int64_t n = shapes[k][0], c = shapes[k][1], hw = shapes[k][2];
+			tens b = tens_new(t, (size_t)c, 3.0), y = tens_new(t, (size_t)(n * c * hw), NAN);
+			double *want = dalloc((size_t)(n * c * hw));
+			for (int64_t i = 0; i < n * c * hw; i++)
+				want[i] = b.v[i / hw % c];
+			be->ops->conv_bias(be, y.p, b.p, t, n, c, hw);
+			print_message(" n=%lld c=%lld hw=%lld\n", (long long)n, (long long)c,
+				      (long long)hw);
+			expect("conv_bias", &y, want, 0);
+			tens_free(&b), tens_free(&y);
+			free(want);
+		}
+}
+
+/* softmax_exp and div_rows, the autoencoder's attention around its matmuls:
+ * the float64 kernels' exps over their sum are each row's softmax (written
+ * out with the row's log-sum-exp) and the row's largest exp is 1; the
+ * float32 ops within F32_TOL of float64; with bf16 outputs, the float32
+ * kernels' values rounded bit for bit and the sums those of the unrounded
+ * exps. */
+static void softmax_exp_and_div_rows_match_float64(void **state)
+{
+	(void)state;
+	test_seed(310);
+	const int64_t shapes[][3] = {{1, 1, 4}, {7, 33, 16}, {40, 1024, 64}}; /* rows, n, d */
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		int64_t rows = shapes[k][0], n = shapes[k][1], d = shapes[k][2];
+		size_t ne = (size_t)(rows * n), nd = (size_t)(rows * d);
+		print_message(" rows=%lld n=%lld d=%lld\n", (long long)rows, (long long)n,
+			      (long long)d);
+		tens sc = tens_new(BE_F32, ne, 12.0), x = tens_new(BE_F32, nd, 4.0);
+		double *e64 = dalloc(ne), *sum64 = dalloc((size_t)rows), *p = dalloc(ne);
+		double *y64 = dalloc(nd);
+		cpu_softmax_exp_f64(e64, sum64, sc.v, rows, n, 0);
+		for (int64_t i = 0; i < rows; i++) {
+			double mx = -INFINITY, acc = 0, top = 0;
+			for (int64_t j = 0; j < n; j++)
+				mx = fmax(mx, sc.v[i * n + j]);
+			for (int64_t j = 0; j < n; j++)
+				acc += exp(sc.v[i * n + j] - mx);
+			for (int64_t j = 0; j < n; j++) {
+				p[i * n + j] = exp(sc.v[i * n + j] - (mx + log(acc)));
+				top = fmax(top, e64[i * n + j]);
+				e64[i * n + j] /= sum64[i];
+			}
+			assert_true(top == 1.0);
+		}
+		expect_f64("softmax_exp / sum vs softmax", e64, p, ne);
+		cpu_softmax_exp_f64(e64, sum64, sc.v, rows, n, 0);
+		cpu_div_rows_f64(y64, x.v, sum64, rows, d);
+		for (int ti = 0; ti < 2; ti++) {
+			be_dtype t = ti ? BE_BF16 : BE_F32;
+			tens e = tens_new(t, ne, NAN), y = tens_new(t, nd, NAN);
+			titan_err err;
+			float *sum = be->ops->alloc(be, (size_t)rows * sizeof *sum, &err);
+			assert_non_null(sum);
+			be->ops->softmax_exp(be, e.p, t, sum, sc.p, rows, n);
+			be->ops->div_rows(be, y.p, t, x.p, sum, rows, d);
+			sync_ok();
+			if (t == BE_F32) {
+				double *s = dalloc((size_t)rows);
+				for (int64_t i = 0; i < rows; i++)
+					s[i] = sum[i];
+				expect("softmax_exp exps", &e, e64, F32_TOL);
+				print_message("  sums ");
+				expect_f64_tol(s, sum64, (size_t)rows, F32_TOL);
+				expect("div_rows", &y, y64, F32_TOL);
+				free(s);
+			} else {
+				float *ef = malloc(ne * sizeof *ef), *sf = malloc((size_t)rows * 4);
+				float *yf = malloc(nd * sizeof *yf);
+				assert_true(ef && sf && yf);
+				cpu_softmax_exp_f32(ef, sf, sc.p, rows, n, 1);
+				cpu_div_rows_f32(yf, x.p, sum, rows, d);
+				for (size_t i = 0; i < ne; i++)
+					assert_int_equal(((uint16_t *)e.p)[i], bf16_from_f32(ef[i]));
+				assert_memory_equal(sf, sum, (size_t)rows * sizeof *sf);
+				for (size_t i = 0; i < nd; i++)
+					assert_int_equal(((uint16_t *)y.p)[i], bf16_from_f32(yf[i]));
+				free(ef), free(sf), free(yf);
+			}
+			be->ops->free(be, sum);
+			tens_free(&e), tens_free(&y);
+		}
+		tens_free(&sc), tens_free(&x);
+		free(e64), free(sum64), free(p), free(y64);
+	}
+}
+
 /* Arguments no op can honour are faults at the next sync, not crashes. */
 static void impossible_shapes_fault_at_sync(void **state)
 {
@@ -549,6 +656,10 @@ static void impossible_shapes_fault_at_sync(void **state)
 	be->ops->im2col(be, y.p, x.p, BE_F32, 1, 1, 6, 10, 3, 1, pad, 30, 3); /* pixels 30..32 of 0..31 */
 	assert_int_equal(be->ops->sync(be, &e), -1);
 	print_message("  %s\n", e.msg);
+	be->ops->softmax_exp(be, y.p, BE_F32, (float *)x.p, (const float *)x.p, 2, 0);
+	assert_int_equal(be->ops->sync(be, &e), -1);
+	print_message("  %s\n", e.msg);
+	assert_non_null(strstr(e.msg, "softmax_exp"));
 	be->ops->swish(be, x.p, BE_E4M3, 1.0f, 60);
 	assert_int_equal(be->ops->sync(be, &e), -1);
 	print_message("  %s\n", e.msg);
@@ -566,6 +677,8 @@ int main(void)
 		cmocka_unit_test(layernorm_every_type_mix_matches_the_reference),
 		cmocka_unit_test(upsample2x_repeats_each_pixel_2x2),
 		cmocka_unit_test(im2col_times_weight_is_the_convolution),
+		cmocka_unit_test(conv_bias_fills_each_channel),
+		cmocka_unit_test(softmax_exp_and_div_rows_match_float64),
 		cmocka_unit_test(impossible_shapes_fault_at_sync),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

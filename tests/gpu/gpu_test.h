@@ -210,11 +210,13 @@ static inline double rel_err(const double *a, const double *b, size_t n)
 	return den > 0 ? num / den : num;
 }
 
-/* rel_err of float32 tensors. */
+/* rel_err of float32 tensors (a model's host outputs). */
 static inline double rel_err_f(const float *a, const float *b, int64_t n)
 {
-	double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
-	assert_true(da && db);
+	double *da = malloc((size_t)(n ? n : 1) * sizeof *da);
+	double *db = malloc((size_t)(n ? n : 1) * sizeof *db);
+	assert_non_null(da);
+	assert_non_null(db);
 	for (int64_t i = 0; i < n; i++)
 		da[i] = a[i], db[i] = b[i];
 	double err = rel_err(da, db, (size_t)n);

@@ -936,6 +936,62 @@ static void bias_add_matches_the_cpu(void **state)
 		}
 }
 
+/* conv_bias: each channel's bias on every pixel, the CPU's values exactly. */
+static void conv_bias_matches_the_cpu_exactly(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(86);
+	const int64_t shapes[][3] = {{1, 1, 1}, {2, 5, 7}, {1, 16, 300}};
+	for (int dt = 0; dt < 2; dt++)
+		for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+			int64_t n = shapes[c][0], ch = shapes[c][1], hw = shapes[c][2];
+			size_t ny = (size_t)(n * ch * hw);
+			double *b = rnd((size_t)ch, 3.0), *y = zeros(ny);
+			void *db = dev_from(b, (size_t)ch, dt), *dy = dev_poisoned(ny, dt);
+			print_message(" conv_bias n=%lld c=%lld hw=%lld %s\n", (long long)n,
+				      (long long)ch, (long long)hw, dt_name(dt));
+			gpu_ok(launch_conv_bias(dy, db, dt, n, ch, hw, NULL), "conv_bias");
+			cpu_conv_bias_f64(y, b, n, ch, hw);
+			expect_close("conv_bias y", dy, y, ny, dt, 0);
+			free(b), free(y);
+			gpu_free(db), gpu_free(dy);
+		}
+}
+
+/* The autoencoder's attention pieces against the CPU's float64 kernels (the
+ * bf16 exps with the float64 kernel's bf16 rounding of them): rows longer
+ * than a block's threads, and one of one score. */
+static void softmax_exp_and_div_rows_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(87);
+	const int64_t shapes[][3] = {{1, 1, 3}, {5, 300, 40}, {3, 1000, 8}}; /* rows, n, d */
+	for (int dt = 0; dt < 2; dt++)
+		for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+			int64_t rows = shapes[c][0], n = shapes[c][1], d = shapes[c][2];
+			size_t ne = (size_t)(rows * n), nd = (size_t)(rows * d);
+			double *sc = rnd(ne, 12.0), *x = rnd(nd, 4.0), *e = zeros(ne);
+			double *sum = zeros((size_t)rows), *y = zeros(nd);
+			void *dsc = dev_from(sc, ne, GPU_F32), *dx = dev_from(x, nd, GPU_F32);
+			void *de = dev_poisoned(ne, dt), *dsum = dev_poisoned((size_t)rows, GPU_F32);
+			void *dy = dev_poisoned(nd, dt);
+			print_message(" softmax_exp rows=%lld n=%lld, div_rows d=%lld, %s\n",
+				      (long long)rows, (long long)n, (long long)d, dt_name(dt));
+			gpu_ok(launch_softmax_exp(de, dt, dsum, dsc, rows, n, NULL), "softmax_exp");
+			gpu_ok(launch_div_rows(dy, dt, dx, dsum, rows, d, NULL), "div_rows");
+			cpu_softmax_exp_f64(e, sum, sc, rows, n, dt == GPU_BF16);
+			expect_close("softmax_exp e", de, e, ne, dt, dt == GPU_BF16 ? TOL_BF16 : TOL_F32);
+			expect_close("softmax_exp sum", dsum, sum, (size_t)rows, GPU_F32, TOL_F32);
+			double *gsum = host_of(dsum, (size_t)rows, GPU_F32); /* the kernel's own sums */
+			cpu_div_rows_f64(y, x, gsum, rows, d);
+			expect_close("div_rows y", dy, y, nd, dt, dt == GPU_BF16 ? TOL_BF16 : TOL_F32);
+			free(sc), free(x), free(e), free(sum), free(y), free(gsum);
+			gpu_free(dsc), gpu_free(dx), gpu_free(de), gpu_free(dsum), gpu_free(dy);
+		}
+}
+
 /* Shapes the kernels cannot take are refused (cudaErrorInvalidValue, as the
  * other launchers), empty ones do nothing, and an element type outside
  * float32 and bf16 is refused. */
@@ -972,6 +1028,15 @@ static void flux_launchers_refuse_bad_shapes(void **state)
 	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, -1, 8, 1, NULL, NULL), bad);
 	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, 0, 8, 1, NULL, NULL), 0);
 	assert_int_equal(launch_bias_add(NULL, GPU_E4M3, NULL, GPU_F32, 2, 8, 1, NULL, NULL), bad);
+	assert_int_equal(launch_conv_bias(NULL, NULL, GPU_F32, 1, -1, 4, NULL), bad);
+	assert_int_equal(launch_conv_bias(NULL, NULL, GPU_F32, 0, 3, 4, NULL), 0);
+	assert_int_equal(launch_conv_bias(NULL, NULL, GPU_E4M3, 1, 3, 4, NULL), bad);
+	assert_int_equal(launch_softmax_exp(NULL, GPU_F32, NULL, NULL, 2, 0, NULL), bad);
+	assert_int_equal(launch_softmax_exp(NULL, GPU_F32, NULL, NULL, 0, 8, NULL), 0);
+	assert_int_equal(launch_softmax_exp(NULL, GPU_E5M2, NULL, NULL, 2, 8, NULL), bad);
+	assert_int_equal(launch_div_rows(NULL, GPU_F32, NULL, NULL, -1, 8, NULL), bad);
+	assert_int_equal(launch_div_rows(NULL, GPU_F32, NULL, NULL, 0, 8, NULL), 0);
+	assert_int_equal(launch_div_rows(NULL, GPU_E4M3, NULL, NULL, 2, 8, NULL), bad);
 }
 
 /* ---- the Flux transformer's training ops (float32) ---- */
@@ -1172,6 +1237,8 @@ int main(void)
 		cmocka_unit_test(layer_and_group_norms_match_the_cpu),
 		cmocka_unit_test(upsample_and_im2col_match_the_cpu_exactly),
 		cmocka_unit_test(bias_add_matches_the_cpu),
+		cmocka_unit_test(conv_bias_matches_the_cpu_exactly),
+		cmocka_unit_test(softmax_exp_and_div_rows_match_the_cpu),
 		cmocka_unit_test(flux_launchers_refuse_bad_shapes),
 		cmocka_unit_test(modulation_and_gate_match_the_cpu),
 		cmocka_unit_test(gelu_and_silu_forward_and_backward_match_the_cpu),
