@@ -317,18 +317,21 @@ static int prepare(fluxin *f, const fluxin_sample *s, uint8_t *rec, uint8_t *rgb
 		err_set(why, "%s: caption is not UTF-8", s->key);
 		return FLUXIN_BAD_CAPTION;
 	}
+	if (fluxrec_record_init(h, rec, s->index, s->key, why) != 0)
+		return FLUXIN_BAD_KEY; /* checked above */
 	uint32_t w, hgt, off;
 	int st = fluxin_image(s->image, s->image_bytes, s->key, s->index, (int)h->image_size,
 			      f->o.crop_random, f->o.seed, f->o.image_lim, rgb, &w, &hgt, &off, why);
 	if (st != FLUXIN_OK)
 		return st;
+	fluxrec_record_set_image(rec, w, hgt, off);
 	int t = omp_get_thread_num();
 	int64_t t5n = tok_encode_fixed(f->t5_enc[t], s->caption, s->caption_bytes, h->t5_len,
 				       t5_ids, NULL, why);
 	int64_t cn = t5n < 0 ? -1 : tok_encode_fixed(f->clip_enc[t], s->caption, s->caption_bytes,
 						     h->clip_len, clip_ids, NULL, why);
-	if (cn < 0 || fluxrec_record_init(h, rec, s->index, s->key, w, hgt, off, why) != 0)
-		return -1; /* settled at open: cannot happen but for memory */
+	if (cn < 0)
+		return -1; /* the lengths were checked at open: only memory fails here */
 	fluxrec_record_set_tokens(rec, (uint32_t)t5n, (uint32_t)cn);
 	memcpy(rec + f->l.t5_ids, t5_ids, 4ull * h->t5_len);
 	memcpy(rec + f->l.clip_ids, clip_ids, 4ull * h->clip_len);

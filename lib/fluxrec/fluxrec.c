@@ -265,7 +265,7 @@ int fluxrec_header_decode(const uint8_t *in, size_t len, fluxrec_header *h, cons
 /* ---- records */
 
 int fluxrec_record_init(const fluxrec_header *h, uint8_t *rec, uint64_t index, const char *key,
-			uint32_t width, uint32_t height, uint32_t crop_offset, titan_err *err)
+			titan_err *err)
 {
 	size_t kn = strlen(key);
 	if (kn >= h->key_bytes)
@@ -274,11 +274,16 @@ int fluxrec_record_init(const fluxrec_header *h, uint8_t *rec, uint64_t index, c
 	memset(rec, 0, h->record_bytes);
 	memcpy(rec, REC_TAG, 4);
 	le_put64(rec + 8, index);
+	memcpy(rec + FLUXREC_RECORD_FIXED, key, kn);
+	return 0;
+}
+
+void fluxrec_record_set_image(uint8_t *rec, uint32_t width, uint32_t height,
+			      uint32_t crop_offset)
+{
 	le_put32(rec + 16, width);
 	le_put32(rec + 20, height);
 	le_put32(rec + 24, crop_offset);
-	memcpy(rec + FLUXREC_RECORD_FIXED, key, kn);
-	return 0;
 }
 
 void fluxrec_record_set_tokens(uint8_t *rec, uint32_t t5_tokens, uint32_t clip_tokens)

@@ -113,11 +113,15 @@ typedef struct fluxrec_view {
 	const uint8_t *pixels;    /* NULL without FLUXREC_PIXELS */
 } fluxrec_view;
 
-/* Zero rec (record_bytes) and fill its fixed fields; the key must be shorter
- * than key_bytes (an error naming it otherwise).  The caller then writes the
- * arrays at their layout offsets and seals the record. */
+/* Zero rec (record_bytes) and fill its tag, index and key; the key must be
+ * shorter than key_bytes (an error naming it otherwise).  The caller then sets
+ * the image's geometry and the token counts, writes the arrays at their
+ * layout offsets and seals the record. */
 int fluxrec_record_init(const fluxrec_header *h, uint8_t *rec, uint64_t index, const char *key,
-			uint32_t width, uint32_t height, uint32_t crop_offset, titan_err *err);
+			titan_err *err);
+/* The decoded image's size and the crop offset along its long side. */
+void fluxrec_record_set_image(uint8_t *rec, uint32_t width, uint32_t height,
+			      uint32_t crop_offset);
 void fluxrec_record_set_tokens(uint8_t *rec, uint32_t t5_tokens, uint32_t clip_tokens);
 /* Write the record's CRC. */
 void fluxrec_record_seal(const fluxrec_header *h, uint8_t *rec);
