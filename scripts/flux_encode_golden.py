@@ -23,11 +23,22 @@ metadata "keys" (space-separated), "t5_weights" and "clip_weights" (the
 identities titan-encode computes, so the test knows the generator made the
 same weights).
 
+With --coco, the same for the COCO layout torchtitan's validation reads
+("coco-validation": howard-hou/COCO-Text's parquet rows, _coco_data_processor
+taking caption[0]), at img_size 64: first it writes
+tests/encode/golden/coco/*.parquet, six rows (an image struct of bytes and
+path from tests/image/golden/img, a caption list, an image_id, an OCR token
+list) in the layouts pyarrow writes: SNAPPY with dictionaries and v1 pages in
+row groups of 4 (as datasets writes them), ZSTD with v2 pages, GZIP plain,
+uncompressed with a dictionary and v2 pages; then
+tests/encode/golden/coco.safetensors from the first through torchtitan.
+
 Run from the repository root, after make and make fixtures (local):
-  PYTHONPATH=/path/to/torchtitan-0.3.0 python scripts/flux_encode_golden.py
+  PYTHONPATH=/path/to/torchtitan-0.3.0 python scripts/flux_encode_golden.py [--coco]
 """
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,12 +77,57 @@ def centre_randint(low, high, size):
 def with_key(processor):
     def run(sample, tokenizer, output_size=256):
         d = processor(sample, tokenizer, output_size=output_size)
-        d["key"] = sample["__key__"]
+        d["key"] = sample["__key__"] if "__key__" in sample else sample["image_id"]
         return d
     return run
 
 
+IMG = "tests/image/golden/img"
+COCO_ROWS = [  # image, captions, image_id
+    ("jpeg_200x150_s2.jpg", ["A dog asleep on a red sofa.", "A second caption."], "391895"),
+    ("webp_lossy_64x200.webp", ["ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ: 東京タワーの夜景"], "522418"),
+    ("png_grey2_160x48.png", ["Too small: skipped by both sides."], "184613"),
+    ("jpeg_127x64_s1.jpg", [""], "318219"),
+    ("jpeg_64x200_s0.jpg", ["a long caption " * 40], "554625"),
+    ("webp_lossy_127x64.webp", ["Sign: STOP", "x"], "574769"),
+]
+COCO_VARIANTS = {  # file: pyarrow.parquet.write_table options
+    "snappy_dict_v1": dict(compression="snappy", use_dictionary=True, data_page_version="1.0",
+                           row_group_size=4),
+    "zstd_v2": dict(compression="zstd", use_dictionary=False, data_page_version="2.0"),
+    "gzip_plain": dict(compression="gzip", use_dictionary=False, data_page_version="1.0"),
+    "none_dict_v2": dict(compression="none", use_dictionary=True, data_page_version="2.0"),
+}
+
+
+def coco_files(out_dir):
+    """The rows as datasets writes them: its features in the schema's metadata."""
+    import datasets
+    import pyarrow.parquet as pq
+    os.makedirs(out_dir, exist_ok=True)
+    strings = datasets.Sequence(datasets.Value("string"))
+    features = datasets.Features({"image": datasets.Image(),
+                                  "coco_file_name": datasets.Value("string"),
+                                  "image_id": datasets.Value("string"), "caption": strings,
+                                  "ocr_tokens": strings})
+    ds = datasets.Dataset.from_dict({
+        "image": [{"bytes": open(os.path.join(IMG, f), "rb").read(), "path": f}
+                  for f, _, _ in COCO_ROWS],
+        "coco_file_name": [f"COCO_train2014_{i}.jpg" for _, _, i in COCO_ROWS],
+        "image_id": [i for _, _, i in COCO_ROWS],
+        "caption": [c for _, c, _ in COCO_ROWS],
+        "ocr_tokens": [["stop", "sign"]] * len(COCO_ROWS)}, features=features)
+    table = ds.data.table
+    for name, opts in COCO_VARIANTS.items():
+        pq.write_table(table, os.path.join(out_dir, f"coco_{name}.parquet"), **opts)
+
+
 def main():
+    coco = "--coco" in sys.argv
+    global OUT
+    if coco:
+        OUT = "tests/encode/golden/coco.safetensors"
+        coco_files("tests/encode/golden/coco")
     models = tempfile.mkdtemp(prefix="flux-golden-")
     subprocess.run([os.path.join(BUILD, "tests/encode/test_fluxin"), "mkmodels", models], check=True)
     t5_dir, clip_dir = os.path.join(models, "t5"), os.path.join(models, "clip")
@@ -80,11 +136,18 @@ def main():
         t5_tokenizer_path=os.path.join(TOKENIZERS, "sentencepiece_unigram"),
         clip_tokenizer_path=os.path.join(TOKENIZERS, "clip_vit_l14"),
         max_t5_encoding_len=256))
-    cfg = fd.DATASETS["cc12m-test"]
-    fd.DATASETS["cc12m-test"] = DatasetConfig(path=cfg.path, loader=cfg.loader,
-                                              sample_processor=with_key(cfg.sample_processor))
-    shard = os.path.join(FIXTURES, "torchtitan_assets/cc12m_test")
-    ds = fd.FluxDataset("cc12m-test", shard, tok, prompt_dropout_prob=0.0, img_size=256)
+    name = "coco-validation" if coco else "cc12m-test"
+    cfg = fd.DATASETS[name]
+    fd.DATASETS[name] = DatasetConfig(path=cfg.path, loader=cfg.loader,
+                                      sample_processor=with_key(cfg.sample_processor))
+    if coco:  # datasets takes the split from the file's name
+        data = os.path.join(models, "coco")
+        os.makedirs(os.path.join(data, "data"))
+        shutil.copy("tests/encode/golden/coco/coco_snappy_dict_v1.parquet",
+                    os.path.join(data, "data/validation-00000-of-00001.parquet"))
+    else:
+        data = os.path.join(FIXTURES, "torchtitan_assets/cc12m_test")
+    ds = fd.FluxDataset(name, data, tok, prompt_dropout_prob=0.0, img_size=64 if coco else 256)
     offsets = []
     real_randint = torch.randint
 

@@ -233,7 +233,7 @@ static int run(const args *a, fluxin *f, fluxrec_writer *w, tally *t, titan_err 
 	return rc;
 }
 
-static void summary(const tally *t, fluxin *f, double secs)
+static void summary(const tally *t, fluxin *f, double secs, int wds)
 {
 	uint64_t skipped = 0;
 	char parts[512] = "";
@@ -245,10 +245,14 @@ static void summary(const tally *t, fluxin *f, double secs)
 				 (unsigned long long)t->skipped[s], fluxin_status_name(s));
 		}
 	}
-	titan_warn("%llu samples read: %llu records, %llu skipped%s%s%s, %llu tar members refused",
+	char refused[64] = "";
+	if (wds)
+		snprintf(refused, sizeof refused, ", %llu tar members refused",
+			 (unsigned long long)t->refused);
+	titan_warn("%llu samples read: %llu records, %llu skipped%s%s%s%s",
 		   (unsigned long long)t->read, (unsigned long long)t->records,
 		   (unsigned long long)skipped, skipped ? " (" : "", parts, skipped ? ")" : "",
-		   (unsigned long long)t->refused);
+		   refused);
 	fluxin_times tm;
 	fluxin_get_times(f, &tm);
 	titan_warn("throughput: %.3f images/s (%llu samples in %.2f s; images and tokens %.2f s, "
@@ -301,7 +305,7 @@ int main(int argc, char **argv)
 			afile_abort(&af);
 	}
 	if (!a.quiet)
-		summary(&t, f, progress_now() - t0);
+		summary(&t, f, progress_now() - t0, a.format == SRC_WDS);
 	fluxin_free(f);
 	backend_free(be);
 	if (rc != 0)
