@@ -605,22 +605,10 @@ void fluxrec_reader_close(fluxrec_reader *r)
 
 static int hash_file(const char *path, uint8_t out[32], titan_err *err)
 {
-	FILE *fp = fopen(path, "rb");
-	if (fp == NULL)
-		return err_errno(err, "%s", path);
-	sha256_ctx c;
-	if (sha256_init(&c, err) != 0) {
-		fclose(fp);
+	char hex[65];
+	if (sha256_file_hex(path, hex, err) != 0)
 		return -1;
-	}
-	static _Thread_local uint8_t buf[1 << 20];
-	size_t n;
-	while ((n = fread(buf, 1, sizeof buf, fp)) > 0)
-		sha256_update(&c, buf, n);
-	int bad = ferror(fp);
-	fclose(fp);
-	sha256_final(&c, out);
-	return bad ? err_set(err, "%s: read error", path) : 0;
+	return sha256_unhex(hex, out) == 0 ? 0 : err_set(err, "%s: bad digest", path);
 }
 
 static int weight_file(const char *name)

@@ -13,6 +13,7 @@
 
 #include "core/afile.h"
 #include "core/crc32c.h"
+#include "core/json.h"
 #include "core/mfile.h"
 #include "core/sha256.h"
 #include "shard/le.h"
@@ -88,86 +89,83 @@ static int manifest_write(const char *dir, const manifest *m, titan_err *err)
 		m->val_fraction, "val_records", (json_int_t)m->val_records,
 		"input", "records", (json_int_t)m->input_records, "crc32c", (json_int_t)m->input_crc,
 		"train", split_json(&m->split[SHARD_TRAIN]), "val", split_json(&m->split[SHARD_VAL]));
-	char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
-	json_decref(root);
 	char *path = path_join(dir, "manifest.json");
-	int rc = -1;
-	if (text == NULL || path == NULL) {
-		err_set(err, "%s/manifest.json: out of memory", dir);
-	} else {
-		size_t n = strlen(text);
-		text[n] = '\n'; /* replaces the NUL: the buffer is written by length */
-		rc = atomic_write_file(path, text, n + 1, err);
-	}
+	int rc = root && path ? tjson_dump_file(root, path, err)
+			      : err_set(err, "%s/manifest.json: out of memory", dir);
+	json_decref(root);
 	free(path);
-	free(text);
 	return rc;
 }
 
-static int get_u64(json_t *o, const char *key, uint64_t *out)
-{
-	json_t *v = json_object_get(o, key);
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return -1;
-	*out = (uint64_t)json_integer_value(v);
-	return 0;
-}
-
-static int get_u32(json_t *o, const char *key, uint32_t *out)
+static int get_u32(const json_t *o, const char *key, uint32_t *out, const char *where,
+		   titan_err *err)
 {
 	uint64_t v;
-	if (get_u64(o, key, &v) != 0 || v > UINT32_MAX)
+	if (tjson_get_uint(o, key, &v, where, err) != 0)
 		return -1;
+	if (v > UINT32_MAX)
+		return err_set(err, "%s: field '%s': %llu is over 32 bits", where, key,
+			       (unsigned long long)v);
 	*out = (uint32_t)v;
 	return 0;
 }
 
-static int read_split(json_t *o, split *sp)
+static int read_split(const json_t *o, split *sp, const char *where, titan_err *err)
 {
-	json_t *arr = json_object_get(o, "shards");
-	if (!json_is_array(arr) || get_u64(o, "records", &sp->records) ||
-	    get_u64(o, "next_record", &sp->next_record))
+	json_t *arr;
+	if (tjson_get_array(o, "shards", &arr, where, err) ||
+	    tjson_get_uint(o, "records", &sp->records, where, err) ||
+	    tjson_get_uint(o, "next_record", &sp->next_record, where, err))
 		return -1;
 	size_t n = json_array_size(arr);
 	if ((sp->shards = calloc(n ? n : 1, sizeof *sp->shards)) == NULL)
-		return -1;
+		return err_set(err, "%s: out of memory", where);
 	sp->n = n;
 	uint64_t sum = 0;
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_array_get(arr, i);
 		entry *s = &sp->shards[i];
-		const char *file = json_string_value(json_object_get(e, "file"));
-		if (file == NULL || strlen(file) >= sizeof s->file || strchr(file, '/') ||
-		    file[0] == '.' || get_u64(e, "records", &s->records) ||
-		    get_u64(e, "bytes", &s->bytes) || get_u64(e, "first_record", &s->first_record) ||
-		    get_u32(e, "data_crc", &s->data_crc))
+		const char *file;
+		if (tjson_get_string(e, "file", &file, where, err) ||
+		    tjson_get_uint(e, "records", &s->records, where, err) ||
+		    tjson_get_uint(e, "bytes", &s->bytes, where, err) ||
+		    tjson_get_uint(e, "first_record", &s->first_record, where, err) ||
+		    get_u32(e, "data_crc", &s->data_crc, where, err))
 			return -1;
+		if (strlen(file) >= sizeof s->file || strchr(file, '/') || file[0] == '.')
+			return err_set(err, "%s: shard file name '%.80s' refused", where, file);
 		snprintf(s->file, sizeof s->file, "%s", file);
 		sum += s->records;
 	}
-	return sum == sp->records ? 0 : -1;
+	if (sum != sp->records)
+		return err_set(err, "%s: the shards hold %llu records, the split says %llu", where,
+			       (unsigned long long)sum, (unsigned long long)sp->records);
+	return 0;
 }
 
-static int manifest_parse(json_t *root, manifest *m)
+static int manifest_parse(const json_t *root, manifest *m, const char *where, titan_err *err)
 {
-	json_t *h = json_object_get(root, "header"), *o = json_object_get(root, "options");
-	json_t *in = json_object_get(root, "input"), *vf = json_object_get(o, "val_fraction");
-	if (!json_is_boolean(json_object_get(root, "complete")) || !json_is_number(vf) ||
-	    sha256_unhex(json_string_value(json_object_get(h, "sha256")) ?
-			 json_string_value(json_object_get(h, "sha256")) : "", m->header_sha) ||
-	    get_u64(h, "header_len", &m->header_len) || get_u64(h, "record_bytes", &m->record_bytes) ||
-	    get_u64(o, "shard_records", &m->shard_records) ||
-	    get_u64(o, "val_records", &m->val_records) ||
-	    get_u64(in, "records", &m->input_records) || get_u32(in, "crc32c", &m->input_crc))
+	const char *sha;
+	if (tjson_get_bool(root, "complete", &m->complete, where, err) ||
+	    tjson_get_string(root, "header.sha256", &sha, where, err) ||
+	    tjson_get_uint(root, "header.header_len", &m->header_len, where, err) ||
+	    tjson_get_uint(root, "header.record_bytes", &m->record_bytes, where, err) ||
+	    tjson_get_uint(root, "options.shard_records", &m->shard_records, where, err) ||
+	    tjson_get_uint(root, "options.val_records", &m->val_records, where, err) ||
+	    tjson_get_double(root, "options.val_fraction", &m->val_fraction, where, err) ||
+	    tjson_get_uint(root, "input.records", &m->input_records, where, err) ||
+	    get_u32(json_object_get(root, "input"), "crc32c", &m->input_crc, where, err))
 		return -1;
-	m->complete = json_is_true(json_object_get(root, "complete"));
-	m->val_fraction = json_number_value(vf);
-	if (!(m->val_fraction >= 0 && m->val_fraction <= 1) || m->shard_records == 0 ||
-	    m->record_bytes == 0)
-		return -1;
-	for (int s = 0; s < 2; s++)
-		if (read_split(json_object_get(root, split_names[s]), &m->split[s]) != 0)
+	if (sha256_unhex(sha, m->header_sha) != 0 || !(m->val_fraction >= 0) ||
+	    m->val_fraction > 1 || m->shard_records == 0 || m->record_bytes == 0)
+		return err_set(err, "%s: a value out of range (header.sha256, val_fraction, "
+			       "shard_records or record_bytes)", where);
+	for (int s = 0; s < 2; s++) {
+		json_t *o;
+		if (tjson_get_object(root, split_names[s], &o, where, err) ||
+		    read_split(o, &m->split[s], where, err))
 			return -1;
+	}
 	return 0;
 }
 
@@ -176,22 +174,18 @@ static int manifest_read(const char *dir, manifest *m, titan_err *err)
 	memset(m, 0, sizeof *m);
 	char path[4096];
 	snprintf(path, sizeof path, "%s/manifest.json", dir);
-	json_error_t je;
-	json_t *root = json_load_file(path, 0, &je);
+	json_t *root = tjson_load_file(path, 0, err);
 	if (root == NULL)
-		return err_set(err, "%s:%d: %s", path, je.line, je.text);
+		return -1;
 	const char *fmt = json_string_value(json_object_get(root, "format"));
-	int rc = fmt && strcmp(fmt, FORMAT) == 0 ? manifest_parse(root, m) : -2;
+	int rc = fmt && strcmp(fmt, FORMAT) == 0
+		 ? manifest_parse(root, m, path, err)
+		 : err_set(err, "%s: not a Flux record shard folder (format \"%s\")", path,
+			   fmt ? fmt : "?");
 	json_decref(root);
-	if (rc == -2)
-		return err_set(err, "%s: not a Flux record shard folder (format \"%s\")", path,
-			       fmt ? fmt : "?");
-	if (rc != 0) {
+	if (rc != 0)
 		manifest_free(m);
-		return err_set(err, "%s: not a " FORMAT " manifest (a field is missing, has the "
-			       "wrong type or is out of range)", path);
-	}
-	return 0;
+	return rc;
 }
 
 int fluxrec_dir_is(const char *dir)

@@ -634,11 +634,10 @@ static int put_value(col_state *s, int64_t row, val v, titan_err *err)
 	pq_values *o = s->out;
 	char num[24];
 	if (s->lf->type != T_BYTE_ARRAY) { /* integers as decimal text */
-		int64_t x = 0;
+		uint64_t u = 0;
 		for (size_t b = 0; b < v.n; b++)
-			x |= (int64_t)v.p[b] << (8 * b);
-		if (v.n == 4)
-			x = (int32_t)x;
+			u |= (uint64_t)v.p[b] << (8 * b);
+		int64_t x = v.n == 4 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
 		v.n = (size_t)snprintf(num, sizeof num, "%lld", (long long)x);
 		v.p = (const uint8_t *)num;
 	}
