@@ -9,7 +9,7 @@
 
 #include "core/crc32c.h"
 #include "core/sha256.h"
-#include "shard/le.h"
+#include "core/le.h"
 
 #define REC_TAG "FREC"
 #define END_TAG "FEND"

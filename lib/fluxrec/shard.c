@@ -16,7 +16,7 @@
 #include "core/json.h"
 #include "core/mfile.h"
 #include "core/sha256.h"
-#include "shard/le.h"
+#include "core/le.h"
 #include "shard/shard.h"
 
 #define FORMAT "titan-flux-records"

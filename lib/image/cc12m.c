@@ -108,3 +108,25 @@ int image_cc12m(const image *im, int n, int offset, float *out, titan_err *err)
 	free(px);
 	return rc;
 }
+
+int image_cc12m_draw(torch_rng *g, int w, int h, int n, double dropout_prob,
+		     image_cc12m_draws *d)
+{
+	image_cc12m_geom geom;
+	memset(d, 0, sizeof *d);
+	if (!image_cc12m_geom_of(w, h, n, &geom))
+		return 0;
+	int64_t off;
+	if (torch_rng_randint(g, 0, geom.crop_choices, &off, 1, NULL) != 0)
+		return 0; /* not reached: crop_choices >= 1 */
+	d->offset = (int)off;
+	if (dropout_prob > 0.0) {
+		/* torch.rand(1).item() < dropout_prob: the float32 widened */
+		float u;
+		torch_rng_rand_f32(g, &u, 1);
+		d->t5_dropped = (double)u < dropout_prob;
+		torch_rng_rand_f32(g, &u, 1);
+		d->clip_dropped = (double)u < dropout_prob;
+	}
+	return 1;
+}

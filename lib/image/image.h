@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/torch_rng.h"
 
 /* PIL's modes that the three formats decode to. */
 typedef enum image_mode {
@@ -133,5 +134,34 @@ int image_cc12m(const image *im, int n, int offset, float *out, titan_err *err);
 /* The same before the normalisation: out (3, n, n) uint8, the RGB planes
  * torchtitan's tensor is made from (out[i] maps to image_unit(out[i])). */
 int image_cc12m_rgb(const image *im, int n, int offset, uint8_t *out, titan_err *err);
+
+/* The random draws of one sample in torchtitan 0.3.0's FluxDataset.__iter__,
+ * made on torch's CPU generator g: for an image _process_cc12m_image keeps,
+ * torch.randint(0, crop_choices) for the crop (drawn even when there is one
+ * choice: a square image draws a 0), then when dropout_prob > 0 one
+ * torch.rand(1) for T5's prompt and one for CLIP's, each dropped when the
+ * draw is below dropout_prob.  An image it skips (a side under n) draws
+ * nothing.
+ *
+ * The sequence a run makes (tests/image/test_wds holds it to 0.3.0's
+ * FluxDataLoader over the cc12m test shard, scripts/flux_draws_golden.py):
+ * torch_rng_seed(g, debug.seed) as set_determinism does on one rank (on
+ * several, the seed plus the rank's place on the fsdp/dp_replicate mesh);
+ * the DataLoader iterator's base seed, one torch_rng_int64(g), when training
+ * starts (num_workers 0; the dataset re-loops inside that iterator, with no
+ * new base seed); then this per sample in the shard's order.  On a CPU
+ * device each step's draws come between batches: randn_like of the
+ * posterior's mean, then of the latents, then rand(batch); on a GPU those
+ * use the CUDA generator and g sees the loader's draws alone. */
+typedef struct image_cc12m_draws {
+	int offset;       /* the crop offset along the long side */
+	int t5_dropped;   /* the T5 encoding is the empty caption's */
+	int clip_dropped; /* the CLIP encoding is the empty caption's */
+} image_cc12m_draws;
+
+/* 1 with *d drawn for a w x h image at output size n; 0 for an image that
+ * is skipped (nothing drawn, *d zeroed). */
+int image_cc12m_draw(torch_rng *g, int w, int h, int n, double dropout_prob,
+		     image_cc12m_draws *d);
 
 #endif

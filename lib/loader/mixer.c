@@ -3,20 +3,6 @@
 
 #include <math.h>
 
-/* MT19937's constants (Matsumoto and Nishimura, 1998). */
-enum { MT_M = 397 };
-#define MT_MATRIX_A 0x9908b0dfu
-#define MT_UPPER 0x80000000u
-#define MT_LOWER 0x7fffffffu
-
-static void init_genrand(mix_rng *r, uint32_t s)
-{
-	r->mt[0] = s;
-	for (uint32_t i = 1; i < MIX_MT_N; i++)
-		r->mt[i] = 1812433253u * (r->mt[i - 1] ^ (r->mt[i - 1] >> 30)) + i;
-	r->index = MIX_MT_N;
-}
-
 /* random.seed(seed) for a non-negative int: init_by_array over the seed's
  * 32-bit words, least significant first, at least one. */
 void mix_rng_seed(mix_rng *r, uint64_t seed)
@@ -24,7 +10,7 @@ void mix_rng_seed(mix_rng *r, uint64_t seed)
 	uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
 	size_t klen = key[1] ? 2 : 1;
 	uint32_t *mt = r->mt;
-	init_genrand(r, 19650218u);
+	mt19937_init(r, 19650218u);
 	size_t i = 1, j = 0;
 	for (size_t k = MIX_MT_N > klen ? MIX_MT_N : klen; k; k--) {
 		mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1664525u)) + key[j] + (uint32_t)j;
@@ -47,35 +33,10 @@ void mix_rng_seed(mix_rng *r, uint64_t seed)
 	mt[0] = 0x80000000u; /* a non-zero initial array */
 }
 
-static uint32_t twist(uint32_t a, uint32_t b, uint32_t c)
-{
-	uint32_t y = (a & MT_UPPER) | (b & MT_LOWER);
-	return c ^ (y >> 1) ^ (y & 1u ? MT_MATRIX_A : 0u);
-}
-
-uint32_t mix_rng_u32(mix_rng *r)
-{
-	uint32_t *mt = r->mt;
-	if (r->index >= MIX_MT_N) {
-		int k = 0;
-		for (; k < MIX_MT_N - MT_M; k++)
-			mt[k] = twist(mt[k], mt[k + 1], mt[k + MT_M]);
-		for (; k < MIX_MT_N - 1; k++)
-			mt[k] = twist(mt[k], mt[k + 1], mt[k + MT_M - MIX_MT_N]);
-		mt[MIX_MT_N - 1] = twist(mt[MIX_MT_N - 1], mt[0], mt[MT_M - 1]);
-		r->index = 0;
-	}
-	uint32_t y = mt[r->index++];
-	y ^= y >> 11;
-	y ^= (y << 7) & 0x9d2c5680u;
-	y ^= (y << 15) & 0xefc60000u;
-	return y ^ (y >> 18);
-}
-
 /* genrand_res53: 53 random bits from two outputs. */
 double mix_rng_random(mix_rng *r)
 {
-	uint32_t a = mix_rng_u32(r) >> 5, b = mix_rng_u32(r) >> 6;
+	uint32_t a = mt19937_next(r) >> 5, b = mt19937_next(r) >> 6;
 	return ((double)a * 67108864.0 + (double)b) * (1.0 / 9007199254740992.0);
 }
 

@@ -22,18 +22,16 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/mt19937.h"
 
-#define MIX_MT_N 624
+#define MIX_MT_N MT19937_N
 #define MIX_MAX_SOURCES 1024
 
-/* random.Random's state: getstate()'s 624 words and the index after them. */
-typedef struct mix_rng {
-	uint32_t mt[MIX_MT_N];
-	uint32_t index; /* 0..624 */
-} mix_rng;
+/* random.Random's state: getstate()'s 624 words and the index after them
+ * (core/mt19937's engine, which torch's generator shares). */
+typedef mt19937 mix_rng;
 
 void mix_rng_seed(mix_rng *r, uint64_t seed); /* random.Random(seed) */
-uint32_t mix_rng_u32(mix_rng *r);             /* genrand_uint32 */
 double mix_rng_random(mix_rng *r);            /* random.random() */
 
 /* The normalised weights' running sums, as choices builds them. */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/crc32c.h"
-#include "shard/le.h"
+#include "core/le.h"
 #include "shard/shard.h"
 
 #define RECORD_MAGIC "TLDM"

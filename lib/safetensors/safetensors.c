@@ -182,6 +182,39 @@ const st_tensor *st_find(const st_file *f, const char *name)
 	return NULL;
 }
 
+/* "[2, 3]" into buf. */
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t at = (size_t)snprintf(buf, n, "[");
+	for (int i = 0; i < ndim && at < n; i++)
+		at += (size_t)snprintf(buf + at, n - at, "%s%" PRId64, i ? ", " : "", shape[i]);
+	if (at < n)
+		snprintf(buf + at, n - at, "]");
+	return buf;
+}
+
+int st_tensor_to_f32(const st_tensor *t, int ndim, const int64_t *shape, float *out,
+		     titan_err *err)
+{
+	int ok = t->ndim == ndim;
+	for (int i = 0; ok && i < ndim; i++)
+		ok = t->shape[i] == shape[i];
+	if (!ok) {
+		char got[160], want[160];
+		return err_set(err, "tensor '%s': shape %s, expected %s", t->name,
+			       shape_str(got, sizeof got, t->ndim, t->shape),
+			       shape_str(want, sizeof want, ndim, shape));
+	}
+	if (t->dtype != PTZ_F32 && t->dtype != PTZ_BF16 && t->dtype != PTZ_F16)
+		return err_set(err, "tensor '%s': dtype %s, expected F32, BF16 or F16", t->name,
+			       ptz_dtype_st(t->dtype));
+	size_t n = 1;
+	for (int i = 0; i < ndim; i++)
+		n *= (size_t)shape[i];
+	ptz_convert(out, PTZ_F32, t->data, t->dtype, n);
+	return 0;
+}
+
 const char *st_meta_get(const st_file *f, const char *key)
 {
 	for (size_t i = 0; i < f->n_meta; i++)

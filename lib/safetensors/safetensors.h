@@ -49,6 +49,12 @@ int st_open(st_file *f, const char *path, titan_err *err);
 void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
 const char *st_meta_get(const st_file *f, const char *key);
+/* t's values as float32 into out (its numel floats), once t is found to have
+ * ndim dims of the sizes in shape and a float type (F32, BF16 or F16, the
+ * types model weights are stored in); else -1 and err naming the tensor and
+ * what it was expected to be. */
+int st_tensor_to_f32(const st_tensor *t, int ndim, const int64_t *shape, float *out,
+		     titan_err *err);
 
 typedef struct st_item {
 	const char *name;

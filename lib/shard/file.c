@@ -10,7 +10,7 @@
 #include "core/afile.h"
 #include "core/crc32c.h"
 #include "core/mfile.h"
-#include "shard/le.h"
+#include "core/le.h"
 
 /* zstd contrib/seekable_format: the seek table is a skippable frame at the end
  * of the stream, entries {compressed u32, decompressed u32[, checksum u32]},

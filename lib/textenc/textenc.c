@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "core/bf16.h"
-#include "ptzip/ptzip.h"
 #include "textenc/textenc_impl.h"
 
 static int params_keep(te_params *ps, float *p, titan_err *err)
@@ -45,33 +44,18 @@ float *te_load(te_params *ps, const st_set *s, const char *const *prefixes, cons
 		return NULL;
 	}
 	int64_t want[2] = {d0, d1};
-	int ok = t->ndim == ndim;
-	for (int i = 0; ok && i < ndim; i++)
-		ok = t->shape[i] == want[i];
-	if (!ok) {
-		if (ndim == 1)
-			err_set(err, "tensor '%s': expected shape [%lld] from config.json", full,
-				(long long)d0);
-		else
-			err_set(err, "tensor '%s': expected shape [%lld, %lld] from config.json",
-				full, (long long)d0, (long long)d1);
-		return NULL;
-	}
-	if (t->dtype != PTZ_F32 && t->dtype != PTZ_BF16 && t->dtype != PTZ_F16) {
-		err_set(err, "tensor '%s': dtype %s, expected F32, BF16 or F16", full,
-			ptz_dtype_st(t->dtype));
-		return NULL;
-	}
 	size_t n = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
 	float *host = malloc(n * sizeof *host);
-	float *dev = host ? backend_alloc_floats(ps->be, n, err) : NULL;
-	if (dev == NULL) {
-		if (host == NULL)
-			err_set(err, "tensor '%s': out of memory", full);
+	if (host == NULL) {
+		err_set(err, "tensor '%s': out of memory", full);
+		return NULL;
+	}
+	float *dev = NULL;
+	if (st_tensor_to_f32(t, ndim, want, host, err) < 0 ||
+	    (dev = backend_alloc_floats(ps->be, n, err)) == NULL) {
 		free(host);
 		return NULL;
 	}
-	ptz_convert(host, PTZ_F32, t->data, t->dtype, n);
 	te_round(ps->bf16, host, (int64_t)n);
 	ps->be->ops->copy(ps->be, dev, host, n * sizeof *host, BACKEND_H2D);
 	free(host);

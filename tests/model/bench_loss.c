@@ -17,31 +17,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
-
-/* A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"); -1 if absent. */
-static long status_kib(const char *field)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long v = -1;
-	size_t n = strlen(field);
-	while (f && fgets(line, sizeof line, f))
-		if (strncmp(line, field, n) == 0)
-			v = strtol(line + n, NULL, 10);
-	if (f)
-		fclose(f);
-	return v;
-}
-
-/* Reset VmHWM to the current RSS (Linux's clear_refs "5"). */
-static int reset_hwm(void)
-{
-	FILE *f = fopen("/proc/self/clear_refs", "w");
-	if (f == NULL)
-		return -1;
-	int rc = fputs("5", f) < 0;
-	return fclose(f) != 0 || rc ? -1 : 0;
-}
+#include "../support/testutil.h"
 
 int main(int argc, char **argv)
 {
@@ -79,18 +55,18 @@ int main(int argc, char **argv)
 	}
 	size_t in_use = be->bytes_in_use;
 	backend_reset_peak(be);
-	if (reset_hwm() != 0) {
+	if (test_reset_hwm() != 0) {
 		fprintf(stderr, "bench_loss: /proc/self/clear_refs: cannot reset the peak RSS\n");
 		return 1;
 	}
-	long rss0 = status_kib("VmRSS:");
+	long rss0 = test_status_kib("VmRSS:");
 	double loss;
 	int64_t nv;
 	if (model_forward_backward(m, ids, labels, 1, t, 1.0f / (float)t, &loss, &nv, &e)) {
 		titan_err_print(&e);
 		return 1;
 	}
-	long hwm = status_kib("VmHWM:");
+	long hwm = test_status_kib("VmHWM:");
 	printf("impl=titan t=%d vocab=%d chunk_rows=%lld step_rss_mib=%.1f backend_step_mib=%.1f "
 	       "planned_loss_mib=%.1f planned_act_mib=%.1f loss=%.4f\n", t, a.vocab_size,
 	       (long long)model_loss_rows(m, t), (double)(hwm - rss0) / 1024.0,

@@ -1,7 +1,9 @@
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 char test_tmpdir[256];
 
@@ -40,4 +42,51 @@ double test_urand(void)
 {
 	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
 	return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static void max_abs(const float *got, const float *want, int64_t n, double *err, double *ref)
+{
+	*err = *ref = 0;
+	for (int64_t i = 0; i < n; i++) {
+		*err = fmax(*err, fabs((double)got[i] - want[i]));
+		*ref = fmax(*ref, fabs((double)want[i]));
+	}
+}
+
+double test_max_rel(const float *got, const float *want, int64_t n)
+{
+	double err, ref;
+	max_abs(got, want, n, &err, &ref);
+	return err / ref;
+}
+
+double test_max_rel_print(const char *name, const float *got, const float *want, int64_t n)
+{
+	double err, ref;
+	max_abs(got, want, n, &err, &ref);
+	printf("# %s: max |err| %.3g, max |ref| %.3g, relative %.3g\n", name, err, ref, err / ref);
+	return err / ref;
+}
+
+long test_status_kib(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+	size_t n = strlen(field);
+	while (f && fgets(line, sizeof line, f))
+		if (strncmp(line, field, n) == 0)
+			v = strtol(line + n, NULL, 10);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+int test_reset_hwm(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	if (f == NULL)
+		return -1;
+	int rc = fputs("5", f) < 0;
+	return fclose(f) != 0 || rc ? -1 : 0;
 }

@@ -19,6 +19,17 @@ const char *test_path(const char *name);
 void test_seed(uint64_t s);
 double test_urand(void);
 
+/* The largest |got - want| over n values relative to the largest |want|;
+ * the _print form also prints "# NAME: max |err| E, max |ref| R, relative X". */
+double test_max_rel(const float *got, const float *want, int64_t n);
+double test_max_rel_print(const char *name, const float *got, const float *want, int64_t n);
+
+/* A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"); -1 if absent. */
+long test_status_kib(const char *field);
+/* Reset VmHWM to the current RSS (Linux's clear_refs "5"): a peak read after
+ * it is the peak since.  0 or -1. */
+int test_reset_hwm(void);
+
 /* SANITIZED is 1 in the ASan build (gcc's or clang's spelling), where tests
  * that scale with input size run a fraction of the work. */
 #if defined(__SANITIZE_ADDRESS__)

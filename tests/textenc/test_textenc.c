@@ -73,18 +73,6 @@ static void io_open(io_case *c, const char *name)
 	c->nout = (int64_t)((out->end - out->begin) / sizeof(float));
 }
 
-/* max |got - want| / max |want| over n values, printed. */
-static double rel_err(const char *name, const float *got, const float *want, int64_t n)
-{
-	double num = 0, den = 0;
-	for (int64_t i = 0; i < n; i++) {
-		num = fmax(num, fabs((double)got[i] - want[i]));
-		den = fmax(den, fabs((double)want[i]));
-	}
-	printf("# %s: max |err| %.3g, max |ref| %.3g, relative %.3g\n", name, num, den, num / den);
-	return num / den;
-}
-
 /* Open golden case NAME as a T5 encoder or a CLIP text model in dtype and
  * encode its ids: the output (T5: (b, l, d_model); CLIP: (b, hidden)), which
  * the caller frees. */
@@ -118,7 +106,7 @@ static void encoder_case(const char *name, int t5)
 {
 	io_case c;
 	float *out = encode_case(name, t5, BE_F32, &c);
-	assert_true(rel_err(name, out, c.out, c.nout) <= TOL);
+	assert_true(test_max_rel_print(name, out, c.out, c.nout) <= TOL);
 	free(out);
 	st_close(&c.f);
 }
@@ -139,11 +127,11 @@ static void bf16_case(const char *name, int t5, double tol)
 	const float *ref = (const float *)t->data;
 	char what[160];
 	snprintf(what, sizeof what, "%s bf16 vs torch bf16", name);
-	double err = rel_err(what, out, ref, c.nout);
+	double err = test_max_rel_print(what, out, ref, c.nout);
 	snprintf(what, sizeof what, "%s bf16 vs float32", name);
-	double ours = rel_err(what, out, c.out, c.nout);
+	double ours = test_max_rel_print(what, out, c.out, c.nout);
 	snprintf(what, sizeof what, "%s torch bf16 vs float32", name);
-	double torchs = rel_err(what, ref, c.out, c.nout);
+	double torchs = test_max_rel_print(what, ref, c.out, c.nout);
 	assert_true(err <= tol);
 	assert_true(ours <= 4 * torchs && torchs <= 4 * ours);
 	free(out);

@@ -1,6 +1,7 @@
-/* le.h: little-endian loads and stores for the shard formats (private). */
-#ifndef TITAN_SHARD_LE_H
-#define TITAN_SHARD_LE_H
+/* le.h: little-endian loads and stores for the file formats and saved states
+ * (shards, the loader's mixture state, torch_rng's state bytes). */
+#ifndef TITAN_CORE_LE_H
+#define TITAN_CORE_LE_H
 
 #include <stdint.h>
 
