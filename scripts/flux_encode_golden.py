@@ -31,12 +31,17 @@ path from tests/image/golden/img, a caption list, an image_id, an OCR token
 list) in the layouts pyarrow writes: SNAPPY with dictionaries and v1 pages in
 row groups of 4 (as datasets writes them), ZSTD with v2 pages, GZIP plain,
 uncompressed with a dictionary and v2 pages; then
-tests/encode/golden/coco.safetensors from the first through torchtitan.
+tests/encode/golden/coco.safetensors from the first through torchtitan, with
+"moments" (N, 2z, 64/f, 64/f) besides: the encoder's output of torchtitan's
+AutoEncoder (lib/fluxae's tiny test config, the weights test_fluxin mkmodels
+draws into ae.safetensors) on each image tensor, what AutoEncoder.encode
+samples from, and "ae_weights" in the metadata.
 
 Run from the repository root, after make and make fixtures (local):
   PYTHONPATH=/path/to/torchtitan-0.3.0 python scripts/flux_encode_golden.py [--coco]
 """
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -45,10 +50,11 @@ import tempfile
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 import torchtitan.models.flux.flux_datasets as fd
 from torchtitan.hf_datasets import DatasetConfig
+from torchtitan.models.flux.model.autoencoder import AutoEncoder
 from torchtitan.models.flux.model.hf_embedder import FluxEmbedder
 from torchtitan.models.flux.tokenizer import FluxTokenizerContainer
 from torchtitan.models.flux.utils import preprocess_data
@@ -160,7 +166,13 @@ def main():
 
     t5 = FluxEmbedder(FluxEmbedder.Config(version=t5_dir))
     clip = FluxEmbedder(FluxEmbedder.Config(version=clip_dir))
-    keys, t5_ids, clip_ids, t5_out, clip_out, px_sha = [], [], [], [], [], []
+    ae = None
+    if coco:
+        cfg = json.load(open(os.path.join(models, "ae.json")))
+        cfg["ch_mult"] = tuple(cfg["ch_mult"])
+        ae = AutoEncoder.Config(**cfg).build().eval()
+        ae.load_state_dict(load_file(os.path.join(models, "ae.safetensors")))
+    keys, t5_ids, clip_ids, t5_out, clip_out, px_sha, moments = [], [], [], [], [], [], []
     for i in range(0, len(samples), BATCH):
         chunk = samples[i:i + BATCH]
         batch = {"t5": torch.stack([s["t5"] for s, _ in chunk]),
@@ -168,6 +180,9 @@ def main():
         with torch.no_grad():
             out = preprocess_data(torch.device("cpu"), torch.float32, autoencoder=None,
                                   clip_encoder=clip, t5_encoder=t5, batch=batch)
+        if ae is not None:
+            with torch.no_grad():
+                moments.append(ae.encoder(torch.stack([img for _, img in chunk])))
         for j, (s, img) in enumerate(chunk):
             keys.append(s["key"])
             t5_ids.append(s["t5"].reshape(-1).to(torch.int32))
@@ -195,6 +210,12 @@ def main():
     }
     meta = {"keys": " ".join(keys), "t5_weights": weights_identity(t5_dir),
             "clip_weights": weights_identity(clip_dir)}
+    if ae is not None:
+        tensors["moments"] = torch.cat(moments).contiguous()
+        h = hashlib.sha256()
+        h.update(b"ae.safetensors\0")
+        h.update(hashlib.sha256(open(os.path.join(models, "ae.safetensors"), "rb").read()).digest())
+        meta["ae_weights"] = h.hexdigest()
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     save_file(tensors, OUT, metadata=meta)
     print(f"{OUT}: {len(keys)} samples, T5 {tuple(tensors['t5'].shape)}, "

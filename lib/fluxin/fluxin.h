@@ -45,8 +45,8 @@ typedef struct fluxin_opts {
 	const char *t5, *clip;         /* encoder folders (config.json, safetensors) */
 	const char *t5_tokenizer;      /* tokenizer.json or its folder; NULL: t5's folder */
 	const char *clip_tokenizer;    /* NULL: clip's folder */
-	const char *autoencoder;       /* the FLUX ae.safetensors; NULL: no moments */
-	const char *ae_config;         /* JSON with AutoEncoder.Config's names; NULL: FLUX's */
+	const char *autoencoder;       /* the FLUX ae.safetensors (lib/fluxae); NULL: no moments */
+	const char *ae_config;         /* JSON with AutoEncoder.Config's names; NULL: FLUX.1's */
 	int image_size;                /* 0: 256 (flux_debugmodel's img_size) */
 	int t5_len;                    /* 0: 256 (max_t5_encoding_len) */
 	int clip_len;                  /* 0: 77 */

@@ -1,6 +1,5 @@
-/* fluxin_impl.h: the autoencoder step of lib/fluxin (private), behind three
- * functions so that the encoder of the FLUX autoencoder (lib/fluxae) plugs in
- * here alone. */
+/* fluxin_impl.h: the autoencoder step of lib/fluxin (private): lib/fluxae's
+ * encoder behind three functions. */
 #ifndef TITAN_FLUXIN_IMPL_H
 #define TITAN_FLUXIN_IMPL_H
 

@@ -13,11 +13,13 @@
 #   real   CLIP ViT-L/14's text model at its real shape; T5-XXL's shape
 #          (d_model 4096, 64 heads, d_ff 10240) with BENCH_T5_LAYERS of its 24
 #          layers (default 2: float32 T5-XXL is 19 GB and would take minutes a
-#          sample here), BENCH_REAL samples (default 16)
+#          sample here), BENCH_REAL samples (default 8); without, then with
+#          the FLUX.1 autoencoder at its real shape (84M random weights,
+#          scripts/fluxae_real_torch.py make): titan keeps its moments,
+#          torchtitan's preprocess_data samples latents from them
 #
-# No autoencoder on either side: titan's (lib/fluxae) has not landed, and the
-# rows compare the same work.  Tokenizers: CLIP ViT-L/14's, and the T5 path on
-# ALBERT's Unigram model (the tests' fixtures; make fixtures).
+# The tiny rows have no autoencoder.  Tokenizers: CLIP ViT-L/14's, and the T5
+# path on ALBERT's Unigram model (the tests' fixtures; make fixtures).
 #
 # Environment: BIN, BUILD, PYTHON (with torch, transformers, datasets and
 # torchtitan 0.3.0 on PYTHONPATH), BENCH_BATCH (8), BENCH_REPEAT (tiny: the
@@ -31,7 +33,7 @@ PY=${PYTHON:-python3}
 B=${BENCH_BATCH:-8}
 REP=${BENCH_REPEAT:-4}
 LAYERS=${BENCH_T5_LAYERS:-2}
-REAL=${BENCH_REAL:-16}
+REAL=${BENCH_REAL:-8}
 THREADS=${BENCH_THREADS:-1 $(nproc)}
 FIX=${TITAN_FIXTURES:-../shared/fixtures}
 TAR=$FIX/torchtitan_assets/cc12m_test/cc12m-train-0000.tar
@@ -49,18 +51,21 @@ while [ "$i" -lt "$REP" ]; do cp "$TAR" "$W/data/cc12m-train-000$i.tar"; i=$((i 
 if "$PY" -c 'import torchtitan.models.flux.flux_datasets' 2>/dev/null; then torch=1; else
 	torch=0; echo "torchtitan: not importable by $PY (set PYTHON and PYTHONPATH)"; fi
 
-# row NAME MODELS LIMIT THREADS: titan-encode, then torchtitan, on the same data
+# row NAME MODELS LIMIT THREADS [AE]: titan-encode, then torchtitan, on the same data
 row() {
-	name=$1 m=$2 lim=$3 th=$4
-	OMP_NUM_THREADS=$th "$BIN/titan-encode" -j "$th" --t5 "$m/t5" --clip "$m/clip" --t5-tokenizer "$T5TOK" \
-		--clip-tokenizer "$CLIPTOK" --batch "$B" ${lim:+--limit "$lim"} "$W"/data/*.tar \
+	name=$1 m=$2 lim=$3 th=$4 ae=${5:-}
+	OMP_NUM_THREADS=$th "$BIN/titan-encode" -j "$th" --t5 "$m/t5" --clip "$m/clip" \
+		--t5-tokenizer "$T5TOK" --clip-tokenizer "$CLIPTOK" --batch "$B" \
+		${lim:+--limit "$lim"} ${ae:+--autoencoder "$ae"} "$W"/data/*.tar \
 		2>"$W/err" >/dev/null || { cat "$W/err" >&2; exit 1; }
-	t=$(sed -n 's/.*throughput: \([0-9.]*\) images\/s (\([0-9]*\) samples in \([0-9.]*\) s; images and tokens \([0-9.]*\) s, T5 \([0-9.]*\) s, CLIP \([0-9.]*\) s.*/\1 \2 \3 \4 \5 \6/p' "$W/err")
+	# images/s, samples, seconds, then each step's seconds
+	t=$(sed -n 's/.*throughput: //p' "$W/err" | sed 's/T5//' | tr -cs '0-9.' ' ')
 	echo "$name titan $t" >>"$W/rows"
 	if [ "$torch" = 1 ]; then
-		OMP_NUM_THREADS=$th "$PY" scripts/bench/encode_torch.py --threads "$th" --data "$W/data" --t5 "$m/t5" --clip "$m/clip" \
-			--t5-tokenizer "$T5TOK" --clip-tokenizer "$CLIPTOK" --batch "$B" \
-			${lim:+--limit "$lim"} 2>"$W/perr" | tail -1 >"$W/p" || { tail -5 "$W/perr" >&2; exit 1; }
+		OMP_NUM_THREADS=$th "$PY" scripts/bench/encode_torch.py --threads "$th" \
+			--data "$W/data" --t5 "$m/t5" --clip "$m/clip" --t5-tokenizer "$T5TOK" \
+			--clip-tokenizer "$CLIPTOK" --batch "$B" ${lim:+--limit "$lim"} \
+			${ae:+--ae "$ae"} 2>"$W/perr" | tail -1 >"$W/p" || { tail -5 "$W/perr" >&2; exit 1; }
 		echo "$name torchtitan $(awk '{ print $6, $2, $4 }' "$W/p")" >>"$W/rows"
 	fi
 }
@@ -72,17 +77,28 @@ rm -rf "$W/tiny"
 if [ "${BENCH_SKIP_REAL:-0}" != 1 ]; then
 	"$BUILD/tests/encode/test_fluxin" mkmodels "$W/real" real "$LAYERS"
 	for th in $THREADS; do row "real,${th}t" "$W/real" "$REAL" "$th"; done
+	if [ "$torch" = 1 ] && "$PY" scripts/fluxae_real_torch.py make "$W/ae" >/dev/null 2>&1; then
+		for th in $THREADS; do
+			row "real+AE,${th}t" "$W/real" "$REAL" "$th" "$W/ae/ae.safetensors"
+		done
+	else
+		echo "real+AE: not run: scripts/fluxae_real_torch.py make (torch) failed"
+	fi
 fi
 
-echo "titan-encode vs torchtitan 0.3.0 (FluxDataset + FluxEmbedder, float32, no autoencoder)," \
+echo "titan-encode vs torchtitan 0.3.0 (FluxDataset + FluxEmbedder [+ AutoEncoder], float32)," \
 	"batch $B, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "tiny: T5 and CLIP 8 wide, 2 layers; real: CLIP ViT-L/14 text, T5-XXL shape with $LAYERS of 24 layers"
+echo "tiny: T5 and CLIP 8 wide, 2 layers; real: CLIP ViT-L/14 text, T5-XXL shape with" \
+	"$LAYERS of 24 layers; +AE: FLUX.1's autoencoder"
 awk '
 { key = $1; impl = $2; ips[key, impl] = $3; n[key, impl] = $4; s[key, impl] = $5
-  if (impl == "titan") detail[key] = sprintf("images+tokens %.2f s, T5 %.2f s, CLIP %.2f s", $6, $7, $8)
+  if (impl == "titan")
+    detail[key] = sprintf("images+tokens %.2f s, T5 %.2f s, CLIP %.2f s, AE %.2f s", $6, $7, $8, $9)
   if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
 END {
-  printf "%-18s %8s %12s %14s %8s   %s\n", "encoders,threads", "samples", "titan img/s", "torch img/s", "speedup", "titan time split"
+  printf "%-18s %8s %12s %14s %8s   %s\n", "encoders,threads", "samples", "titan img/s", \
+    "torch img/s", "speedup", "titan time split"
   for (i = 1; i <= k; i++) { key = order[i]; t = ips[key, "titan"]; p = ips[key, "torchtitan"]
-    printf "%-18s %8s %12.2f %14s %8s   %s\n", key, n[key, "titan"], t, p == "" ? "-" : sprintf("%.2f", p),
-      p == "" || p == 0 ? "-" : sprintf("%.2fx", t / p), detail[key] } }' "$W/rows"
+    printf "%-18s %8s %12.2f %14s %8s   %s\n", key, n[key, "titan"], t, \
+      p == "" ? "-" : sprintf("%.2f", p), p == "" || p == 0 ? "-" : sprintf("%.2fx", t / p), \
+      detail[key] } }' "$W/rows"

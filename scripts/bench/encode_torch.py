@@ -3,21 +3,23 @@ does, in torchtitan's own Python path.  flux_datasets.FluxDataset over a
 folder of webdataset shards ("cc12m-test": datasets' webdataset reader, PIL's
 decode and _process_cc12m_image, FluxTokenizerContainer), the default
 collate into batches, then utils.preprocess_data with two FluxEmbedders
-(T5EncoderModel, CLIPTextModel from the given folders), float32, on the CPU,
-no autoencoder (titan's has not landed: the same work on both sides).
+(T5EncoderModel, CLIPTextModel from the given folders) and, with --ae, the
+AutoEncoder (FLUX.1's config, the weights given), float32, on the CPU.
 Prints one line: "torchtitan N samples S s X images/s (load L s)", the time
 from the first sample to the last batch's encodings, models loaded before.
 A reference tool: titan never needs it.
 
     PYTHONPATH=<torchtitan 0.3.0> python encode_torch.py --data DIR --t5 DIR \
         --clip DIR --t5-tokenizer DIR --clip-tokenizer DIR [--batch 8] [--limit N]
-        [--threads N]
+        [--threads N] [--ae ae.safetensors]
 """
 import argparse
 import time
 
 import torch
+from safetensors.torch import load_file
 
+from torchtitan.models.flux.model.autoencoder import AutoEncoder
 from torchtitan.models.flux.flux_datasets import FluxDataset
 from torchtitan.models.flux.model.hf_embedder import FluxEmbedder
 from torchtitan.models.flux.tokenizer import FluxTokenizerContainer
@@ -31,6 +33,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--ae", default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -40,6 +43,10 @@ def main():
         max_t5_encoding_len=256))
     t5 = FluxEmbedder(FluxEmbedder.Config(version=args.t5))
     clip = FluxEmbedder(FluxEmbedder.Config(version=args.clip))
+    ae = None
+    if args.ae:
+        ae = AutoEncoder.Config().build().eval()
+        ae.load_state_dict(load_file(args.ae))
     ds = FluxDataset("cc12m-test", args.data, tok, prompt_dropout_prob=0.0, img_size=256)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, num_workers=0)
     load = time.perf_counter() - t0
@@ -48,7 +55,7 @@ def main():
     with torch.no_grad():
         for inputs, images in loader:
             batch = {"t5": inputs["t5"], "clip": inputs["clip"], "image": images}
-            preprocess_data(torch.device("cpu"), torch.float32, autoencoder=None,
+            preprocess_data(torch.device("cpu"), torch.float32, autoencoder=ae,
                             clip_encoder=clip, t5_encoder=t5, batch=batch)
             n += images.shape[0]
             if args.limit and n >= args.limit:

@@ -7,7 +7,9 @@
 # layout gives the same records, equal to torchtitan 0.3.0's
 # _coco_data_processor + FluxEmbedder at img_size 64
 # (tests/encode/golden/coco.safetensors, scripts/flux_encode_golden.py
-# --coco); damaged files are refused naming them.
+# --coco), and with lib/fluxae's tiny autoencoder the moments equal to
+# torchtitan's AutoEncoder.encoder within 1e-5; damaged files are refused
+# naming them.
 . tests/lib.sh
 t_need_fixture tokenizers/clip_vit_l14/tokenizer.json tokenizers/sentencepiece_unigram/tokenizer.json
 TF="$BUILD/tests/encode/test_fluxin"
@@ -24,6 +26,16 @@ if [ $? = 0 ] && ! grep -q DIFFERS "$TMP/g"; then
 	t_ok "ids, offsets and pixels equal torchtitan's COCO path, encodings within 1e-5"
 else
 	t_not_ok "ids, offsets and pixels equal torchtitan's COCO path, encodings within 1e-5" "$(cat "$TMP/g")"
+fi
+enc -q --autoencoder "$TMP/m/ae.safetensors" --ae-config "$TMP/m/ae.json" --pixels \
+	"$G/coco_snappy_dict_v1.parquet" >"$TMP/ae.ttfr" 2>"$TMP/err"
+"$TF" golden "$TMP/ae.ttfr" tests/encode/golden/coco.safetensors >"$TMP/g" 2>&1
+if [ $? = 0 ] && ! grep -q DIFFERS "$TMP/g" && grep -q '^ok moments within' "$TMP/g"; then
+	t_ok "--autoencoder: the moments are torchtitan's AutoEncoder.encoder's, within 1e-5"
+	grep '^ok moments within' "$TMP/g" | sed 's/^/# /'
+else
+	t_not_ok "--autoencoder: the moments are torchtitan's AutoEncoder.encoder's, within 1e-5" \
+		"$(cat "$TMP/g" "$TMP/err")"
 fi
 for v in zstd_v2 gzip_plain none_dict_v2; do
 	enc -q "$G/coco_$v.parquet" >"$TMP/$v.ttfr" 2>"$TMP/err"

@@ -80,7 +80,10 @@ printf 'X' | dd of="$TMP/bad.ttfr" bs=1 seek=20000 conv=notrunc 2>/dev/null
 t_fails "a damaged record is refused" 1 "$S" -q --out "$TMP/bad" "$TMP/bad.ttfr"
 t_grep "... naming it" 'record 0: record checksum' "$TMP/.err"
 
-t_fails "--autoencoder is refused until lib/fluxae lands" 1 enc --autoencoder "$TMP/ae.safetensors" -q <"$TMP/h.tar"
-t_grep "... saying why" 'no FLUX autoencoder yet' "$TMP/.err"
+t_fails "a missing autoencoder is refused" 1 enc --autoencoder "$TMP/none.safetensors" -q <"$TMP/h.tar"
+t_grep "... naming it" 'autoencoder .*none.safetensors' "$TMP/.err"
+t_fails "--image-size not a multiple of the autoencoder's factor is refused" 1 enc -q \
+	--autoencoder "$TMP/m/ae.safetensors" --ae-config "$TMP/m/ae.json" --image-size 66 <"$TMP/h.tar"
+t_grep "... saying why" "not a multiple of the autoencoder's 4" "$TMP/.err"
 t_fails "--t5 and --clip are required" 2 "$BIN/titan-encode" --t5 "$TMP/m/t5"
 t_done

@@ -5,7 +5,9 @@
  *   test_fluxin mkmodels DIR [real [T5_LAYERS]]
  *                                    write the encoders into DIR/t5 and
  *                                    DIR/clip: tiny, or T5-XXL's and CLIP
- *                                    ViT-L/14's shapes (T5_LAYERS of T5's 24)
+ *                                    ViT-L/14's shapes (T5_LAYERS of T5's 24);
+ *                                    and the tiny autoencoder, DIR/ae.json and
+ *                                    DIR/ae.safetensors
  *   test_fluxin golden STREAM GOLDEN a record stream against torchtitan's
  *                                    (scripts/flux_encode_golden.py): ids and
  *                                    offsets equal, encodings within 1e-5 of
@@ -36,6 +38,7 @@
 #include "../support/testutil.h"
 #include "core/bf16.h"
 #include "core/sha256.h"
+#include "fluxae/fluxae.h"
 #include "fluxin/fluxin.h"
 #include "safetensors/safetensors.h"
 #include "textenc/textenc.h"
@@ -59,7 +62,7 @@ static int mkmodels(int argc, char **argv)
 			t5.layers = atoi(argv[4]);
 	}
 	titan_err err;
-	if (test_make_encoders(argv[2], &t5, &clip, &err) != 0) {
+	if (test_make_encoders(argv[2], &t5, &clip, &err) != 0 || test_make_ae(argv[2], &err) != 0) {
 		fprintf(stderr, "test_fluxin: %s\n", err.msg);
 		return 1;
 	}
@@ -129,6 +132,8 @@ typedef struct golden {
 	st_file f;
 	const int32_t *t5_ids, *clip_ids, *offset, *e_t5_ids, *e_clip_ids;
 	const float *t5, *clip, *e_t5, *e_clip;
+	const float *moments;   /* NULL: the golden has none */
+	int64_t n_moments;      /* per record */
 	const uint8_t *px_sha;
 	int64_t n, t5_len, clip_len, t5_dim, clip_dim;
 	char *keys;
@@ -161,6 +166,11 @@ static void golden_open(golden *g, const char *path)
 	g->e_t5 = gt(g, "empty_t5");
 	g->e_clip = gt(g, "empty_clip");
 	g->px_sha = gt(g, "pixels_sha256");
+	const st_tensor *m = st_find(&g->f, "moments");
+	if (m != NULL) {
+		g->moments = (const float *)m->data;
+		g->n_moments = m->shape[1] * m->shape[2] * m->shape[3];
+	}
 	const st_tensor *t = st_find(&g->f, "t5");
 	g->n = t->shape[0];
 	g->t5_len = t->shape[1];
@@ -190,6 +200,14 @@ static int golden_header(golden *g, const fluxrec_header *h)
 	sha256_hex(h->clip_weights, hex);
 	bad |= check("CLIP weights are the golden's",
 		     strcmp(hex, st_meta_get(&g->f, "clip_weights")) == 0, hex);
+	if (g->moments != NULL && (h->flags & FLUXREC_MOMENTS)) {
+		sha256_hex(h->ae_weights, hex);
+		bad |= check("autoencoder weights are the golden's",
+			     strcmp(hex, st_meta_get(&g->f, "ae_weights")) == 0, hex);
+		bad |= check("moments' shape is the golden's",
+			     (int64_t)h->latent_channels * h->latent_height * h->latent_width ==
+				     g->n_moments, NULL);
+	}
 	bad |= check("empty string's T5 ids", memcmp(h->empty_t5_ids, g->e_t5_ids, 4 * g->t5_len) == 0,
 		     NULL);
 	bad |= check("empty string's CLIP ids",
@@ -216,7 +234,7 @@ static int golden_cmd(const char *stream, const char *gpath)
 	int bad = golden_header(&g, h);
 	const uint8_t *rec;
 	int64_t n = 0, id_bad = 0, off_bad = 0, px_bad = 0, key_bad = 0;
-	double t5e = 0, ce = 0;
+	double t5e = 0, ce = 0, me = 0;
 	char *save = NULL, *key = strtok_r(g.keys, " ", &save);
 	int rc;
 	while (!bad && (rc = fluxrec_read(r, &rec, &e)) == 1) {
@@ -236,7 +254,12 @@ static int golden_cmd(const char *stream, const char *gpath)
 		uint8_t sha[32];
 		if (v.pixels)
 			hex_sha(v.pixels, 3ull * h->image_size * h->image_size, sha);
-		px_bad += v.pixels == NULL || memcmp(sha, g.px_sha + 32 * n, 32) != 0;
+		px_bad += v.pixels != NULL && memcmp(sha, g.px_sha + 32 * n, 32) != 0;
+		px_bad += v.pixels == NULL && v.moments == NULL;
+		if (g.moments != NULL && (h->flags & FLUXREC_MOMENTS))
+			me = v.moments ? fmax(me, rel_err(v.moments, h->dtype, g.moments + n * g.n_moments,
+							  (size_t)g.n_moments))
+				       : INFINITY;
 		n++;
 	}
 	char d[160];
@@ -244,7 +267,13 @@ static int golden_cmd(const char *stream, const char *gpath)
 	bad |= check("every golden sample has its record, in order", n == g.n && key_bad == 0, d);
 	bad |= check("T5 and CLIP ids equal torchtitan's", id_bad == 0, NULL);
 	bad |= check("crop offsets equal", off_bad == 0, NULL);
-	bad |= check("pixels equal torchtitan's image tensors", px_bad == 0, NULL);
+	bad |= check(h->flags & FLUXREC_PIXELS ? "pixels equal torchtitan's image tensors"
+					       : "records without pixels have moments", px_bad == 0, NULL);
+	if (g.moments != NULL && (h->flags & FLUXREC_MOMENTS)) {
+		snprintf(d, sizeof d, "%.2e", me);
+		bad |= check("moments within 1e-5 of torchtitan's AutoEncoder.encoder",
+			     (h->flags & FLUXREC_MOMENTS) == 0 || me <= 1e-5, d);
+	}
 	snprintf(d, sizeof d, "T5 %.2e, CLIP %.2e", t5e, ce);
 	bad |= check("T5 and CLIP encodings within 1e-5 of torchtitan's", t5e <= 1e-5 && ce <= 1e-5, d);
 	fluxrec_reader_close(r);
@@ -390,7 +419,8 @@ static int setup(void **state)
 	if (test_tmpdir_create(state) != 0 || (be = backend_cpu_create(0, &e)) == NULL)
 		return -1;
 	snprintf(models, sizeof models, "%s", test_path("models"));
-	if (test_make_encoders(models, &test_t5_tiny, &test_clip_tiny, &e) != 0) {
+	if (test_make_encoders(models, &test_t5_tiny, &test_clip_tiny, &e) != 0 ||
+	    test_make_ae(models, &e) != 0) {
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
 	}
@@ -620,17 +650,70 @@ static void records_do_not_depend_on_batching_and_bf16_is_rounded_f32(void **sta
 	fluxin_free(g);
 }
 
-static void an_autoencoder_is_refused_until_lib_fluxae_lands(void **state)
+/* With an autoencoder, a record's moments are lib/fluxae's encoder on its
+ * crop alone; the pixels stay only with pixels set. */
+static void records_hold_the_autoencoders_moments(void **state)
 {
 	(void)state;
-	char t5[400], clip[400];
+	char t5[400], clip[400], ae[400], cfg[400];
 	snprintf(t5, sizeof t5, "%s/t5", models);
 	snprintf(clip, sizeof clip, "%s/clip", models);
-	fluxin_opts o = {.t5 = t5, .clip = clip, .t5_tokenizer = T5_TOK, .clip_tokenizer = CLIP_TOK,
-			 .autoencoder = "ae.safetensors"};
+	snprintf(ae, sizeof ae, "%s/ae.safetensors", models);
+	snprintf(cfg, sizeof cfg, "%s/ae.json", models);
 	titan_err e;
+	for (int pixels = 0; pixels < 2; pixels++) {
+		fluxin_opts o = {.t5 = t5, .clip = clip, .t5_tokenizer = T5_TOK,
+				 .clip_tokenizer = CLIP_TOK, .autoencoder = ae, .ae_config = cfg,
+				 .image_size = 32, .pixels = pixels};
+		fluxin *f = fluxin_open(be, &o, &e);
+		if (f == NULL)
+			fail_msg("%s", e.msg);
+		const fluxrec_header *h = fluxin_header(f);
+		assert_int_equal(h->latent_channels, 8); /* 2 z_channels */
+		assert_int_equal(h->latent_height, 8);   /* 32 / 2^(3 - 1) */
+		assert_true(h->ae_scale == 0.3611f && h->ae_shift == 0.1159f);
+		assert_int_equal(!!(h->flags & FLUXREC_PIXELS), pixels);
+		size_t n;
+		uint8_t *img = slurp(IMG "big_jpeg_512x384.jpg", &n);
+		const uint8_t cap[] = "a cat";
+		fluxin_sample s[2] = {{"a", 0, img, n, cap, 5}, {"b", 1, img, n, cap, 5}};
+		int st[2];
+		titan_err why[2];
+		uint8_t *recs = malloc(2 * h->record_bytes);
+		assert_int_equal(fluxin_encode(f, s, 2, recs, st, why, &e), 0);
+		uint8_t rgb[3 * 32 * 32];
+		float px[3 * 32 * 32], want[8 * 8 * 8];
+		uint32_t w, hh, off;
+		assert_int_equal(fluxin_image(img, n, "b", 1, 32, 0, 0, NULL, rgb, &w, &hh, &off, &e), 0);
+		for (size_t k = 0; k < sizeof rgb; k++)
+			px[k] = image_unit(rgb[k]);
+		flux_ae_config c;
+		flux_ae_config_default(&c);
+		assert_int_equal(flux_ae_config_read(&c, cfg, &e), 0);
+		flux_ae *m = flux_ae_open(be, ae, &c, BE_F32, &e);
+		assert_non_null(m);
+		assert_int_equal(flux_ae_encode(m, px, 1, 32, 32, want, &e), 0);
+		flux_ae_free(m);
+		fluxrec_view v;
+		assert_int_equal(fluxrec_record_view(h, recs + h->record_bytes, &v, "r", &e), 0);
+		assert_non_null(v.moments);
+		assert_true(rel_err(v.moments, FLUXREC_F32, want, 8 * 8 * 8) <= 1e-6);
+		if (pixels)
+			assert_memory_equal(v.pixels, rgb, sizeof rgb);
+		else
+			assert_null(v.pixels);
+		free(recs);
+		free(img);
+		fluxin_free(f);
+	}
+	fluxin_opts o = {.t5 = t5, .clip = clip, .t5_tokenizer = T5_TOK, .clip_tokenizer = CLIP_TOK,
+			 .autoencoder = "missing-ae.safetensors", .ae_config = cfg};
 	assert_null(fluxin_open(be, &o, &e));
-	assert_non_null(strstr(e.msg, "no FLUX autoencoder"));
+	assert_non_null(strstr(e.msg, "missing-ae.safetensors"));
+	o.autoencoder = ae;
+	o.image_size = 30; /* not a multiple of the 4 the tiny autoencoder divides by */
+	assert_null(fluxin_open(be, &o, &e));
+	assert_non_null(strstr(e.msg, "not a multiple of the autoencoder's 4"));
 }
 
 static void mismatched_tokenizers_and_lengths_are_refused(void **state)
@@ -667,7 +750,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(small_images_are_skipped_as_torchtitan_does),
 		cmocka_unit_test(a_batch_keeps_the_good_samples_and_names_the_bad),
 		cmocka_unit_test(records_do_not_depend_on_batching_and_bf16_is_rounded_f32),
-		cmocka_unit_test(an_autoencoder_is_refused_until_lib_fluxae_lands),
+		cmocka_unit_test(records_hold_the_autoencoders_moments),
 		cmocka_unit_test(mismatched_tokenizers_and_lengths_are_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/afile.h"
+#include "core/json.h"
 #include "safetensors/safetensors.h"
 
 static uint64_t mix64(uint64_t x)
@@ -45,7 +46,8 @@ typedef struct tensors {
 	size_t n, cap;
 } tensors;
 
-static int add(tensors *t, const char *name, int64_t d0, int64_t d1, float scale, float offset)
+static int add_shaped(tensors *t, const char *name, const int64_t *shape, int ndim, float scale,
+		      float offset)
 {
 	if (t->n == t->cap) {
 		t->cap = t->cap ? 2 * t->cap : 64;
@@ -55,7 +57,9 @@ static int add(tensors *t, const char *name, int64_t d0, int64_t d1, float scale
 		if (!t->it || !t->names || !t->data)
 			return -1;
 	}
-	size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+	size_t n = 1;
+	for (int d = 0; d < ndim; d++)
+		n *= (size_t)shape[d];
 	float *p = malloc(n * sizeof *p);
 	char *nm = strdup(name);
 	if (p == NULL || nm == NULL)
@@ -65,13 +69,19 @@ static int add(tensors *t, const char *name, int64_t d0, int64_t d1, float scale
 	memset(it, 0, sizeof *it);
 	it->name = nm;
 	it->dtype = PTZ_F32;
-	it->ndim = d1 ? 2 : 1;
-	it->shape[0] = d0;
-	it->shape[1] = d1;
+	it->ndim = ndim;
+	for (int d = 0; d < ndim; d++)
+		it->shape[d] = shape[d];
 	it->data = p;
 	t->names[t->n] = nm;
 	t->data[t->n++] = p;
 	return 0;
+}
+
+static int add(tensors *t, const char *name, int64_t d0, int64_t d1, float scale, float offset)
+{
+	const int64_t shape[2] = {d0, d1};
+	return add_shaped(t, name, shape, d1 ? 2 : 1, scale, offset);
 }
 
 static void tensors_free(tensors *t)
@@ -193,6 +203,44 @@ static int make_clip(const char *dir, const test_clip_dims *d, titan_err *err)
 }
 
 #undef LIN
+
+int test_make_ae(const char *dir, titan_err *err)
+{
+	json_t *w = tjson_load_file(TEST_AE_GOLDEN "/weights.json", 0, err);
+	json_t *cfg = tjson_load_file(TEST_AE_GOLDEN "/config.json", 0, err);
+	json_t *list = w ? json_object_get(w, "tensors") : NULL;
+	tensors t = {0};
+	int rc = w && cfg && json_is_array(list) ? 0 : -1;
+	if (rc == 0 && !json_is_array(list))
+		rc = err_set(err, TEST_AE_GOLDEN "/weights.json: no tensors");
+	for (size_t i = 0; rc == 0 && i < json_array_size(list); i++) {
+		json_t *e = json_array_get(list, i), *sh = json_object_get(e, "shape");
+		int64_t shape[4];
+		int nd = (int)json_array_size(sh);
+		for (int d = 0; d < nd && d < 4; d++)
+			shape[d] = json_integer_value(json_array_get(sh, (size_t)d));
+		const char *name = json_string_value(json_object_get(e, "name"));
+		if (name == NULL || nd < 1 || nd > 4)
+			rc = err_set(err, TEST_AE_GOLDEN "/weights.json: tensor %zu", i);
+		else if (add_shaped(&t, name, shape, nd,
+				    (float)json_number_value(json_object_get(e, "scale")),
+				    (float)json_number_value(json_object_get(e, "offset"))) != 0)
+			rc = err_set(err, "out of memory making the autoencoder's weights");
+	}
+	char p[4096];
+	if (rc == 0 && mkdir_p(dir, err) != 0)
+		rc = -1;
+	snprintf(p, sizeof p, "%s/ae.json", dir);
+	if (rc == 0)
+		rc = tjson_dump_file(cfg, p, err);
+	snprintf(p, sizeof p, "%s/ae.safetensors", dir);
+	if (rc == 0)
+		rc = st_write(p, t.it, t.n, NULL, err);
+	tensors_free(&t);
+	json_decref(w);
+	json_decref(cfg);
+	return rc;
+}
 
 const test_t5_dims test_t5_tiny = {32128, 8, 4, 2, 16, 2};
 const test_clip_dims test_clip_tiny = {49408, 8, 16, 2, 2};

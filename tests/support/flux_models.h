@@ -8,7 +8,9 @@
  * 2^-23 grid, from splitmix64's finaliser over FNV-1a(NAME) + (i + 1) *
  * 0x9E3779B97F4A7C15: layer-norm weights 1 + 0.2 u, biases 0.1 u, linears
  * u / sqrt(fan_in), T5's embedding and relative bias u, CLIP's token embedding
- * 0.5 u and positions 0.1 u.  Nothing here is compiled into the library. */
+ * 0.5 u and positions 0.1 u.  Nothing here is compiled into the library;
+ * the tests and scripts/flux_encode_golden.py call it through test_fluxin
+ * mkmodels. */
 #ifndef TITAN_TESTS_ENCODE_MODELS_H
 #define TITAN_TESTS_ENCODE_MODELS_H
 
@@ -32,5 +34,11 @@ extern const test_clip_dims test_clip_tiny, test_clip_large;
 
 int test_make_encoders(const char *dir, const test_t5_dims *t5, const test_clip_dims *clip,
 		       titan_err *err);
+
+/* DIR/ae.safetensors and DIR/ae.json: the tiny FLUX autoencoder of lib/fluxae's
+ * tests (TEST_AE_GOLDEN's config.json, its weights.json's names, shapes,
+ * offsets and scales), the values drawn as above. */
+#define TEST_AE_GOLDEN "tests/fluxae/golden"
+int test_make_ae(const char *dir, titan_err *err);
 
 #endif
