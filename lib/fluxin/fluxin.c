@@ -370,8 +370,9 @@ int fluxin_encode(fluxin *f, const fluxin_sample *s, int n, uint8_t *records, in
 	int keep = (h->flags & FLUXREC_PIXELS) != 0, failed = 0;
 	double t0 = progress_now();
 	/* Samples are independent: decode, crop and tokenize them side by side,
-	 * each into its own slot (ids packed below, once the kept ones are known). */
-	#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
+	 * each into its own slot (ids packed below, once the kept ones are known);
+	 * as many threads as there are tokenizer encoders, one each. */
+	#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed) num_threads(f->n_threads)
 	for (int i = 0; i < n; i++) {
 		uint8_t *rec = records + (size_t)i * rb;
 		/* records without pixels have moments: the crop waits in f->rgb */

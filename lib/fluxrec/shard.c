@@ -693,6 +693,7 @@ int fluxrec_cat_dir(const char *dir, int which, FILE *out, titan_err *err)
 	}
 	cursor c[2] = {{.sp = &m.split[0]}, {.sp = &m.split[1]}};
 	fluxrec_writer *w = NULL;
+	fluxrec_header h = {0};
 	int rc = 0;
 	for (uint64_t i = 0; rc == 0 && i < m.input_records; i++) {
 		int s = split_of(&m, i);
@@ -701,7 +702,10 @@ int fluxrec_cat_dir(const char *dir, int which, FILE *out, titan_err *err)
 			rc = -1;
 			break;
 		}
-		if (w == NULL && (w = fluxrec_writer_open(out, &c[s].f->h, err)) == NULL)
+		/* the writer keeps its header: a copy, as the cursor closes shards */
+		if (w == NULL && (fluxrec_header_decode(c[s].f->mf.data, c[s].f->h.header_len, &h,
+							 dir, err) != 0 ||
+				  (w = fluxrec_writer_open(out, &h, err)) == NULL))
 			rc = -1;
 		if (rc == 0 && (which < 0 || which == s))
 			rc = fluxrec_write(w, rec, err);
@@ -715,6 +719,7 @@ int fluxrec_cat_dir(const char *dir, int which, FILE *out, titan_err *err)
 		fluxrec_writer_abort(w);
 	for (int s = 0; s < 2; s++)
 		fluxrec_file_close(c[s].f);
+	fluxrec_header_free(&h);
 	manifest_free(&m);
 	return rc;
 }
