@@ -106,11 +106,14 @@ endif
 # on a machine without Debian's -dev packages, scripts/gpu/check.sh): the
 # modules below and the model families (lib/model/families.def), linked against
 # OpenBLAS, oneDNN, jansson (the families' HF config.json writers), cmocka and
-# CUDA alone.  Warnings stay
+# CUDA alone.  The text encoders (test_gpu_textenc) need lib/safetensors and,
+# of lib/ptzip (whose archive reader wants libdeflate), its dtype conversions
+# alone: GPU_CHECK_FILES.  Warnings stay
 # warnings there: another image's compilers warn about other things, and CI's
 # -Werror build is the one that keeps the code clean.
-GPU_CHECK_MODULES ?= core backend float8 gpu model optim \
+GPU_CHECK_MODULES ?= core backend float8 gpu model optim textenc safetensors flux \
 	$(shell sed -n 's/^FAMILY(\([a-z0-9_]*\)).*/\1/p' lib/model/families.def 2>/dev/null)
+GPU_CHECK_FILES ?= lib/ptzip/dtype.c
 ifeq ($(GPU_CHECK),1)
 MPI_CFLAGS  :=
 LDLIBS      := -lopenblas -ldnnl -ljansson $(CUDA_LIBS) -lm -lpthread
@@ -118,7 +121,7 @@ CFLAGS      += -Wno-error
 NVCC_WERROR :=
 endif
 
-LIB_SRC   := $(sort $(wildcard $(if $(filter 1,$(GPU_CHECK)),$(GPU_CHECK_MODULES:%=lib/%/*.c),lib/*/*.c)))
+LIB_SRC   := $(sort $(wildcard $(if $(filter 1,$(GPU_CHECK)),$(GPU_CHECK_MODULES:%=lib/%/*.c) $(GPU_CHECK_FILES),lib/*/*.c)))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CU_SRC    := $(if $(filter 1,$(CUDA)),$(sort $(wildcard kernels/*.cu)),)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)

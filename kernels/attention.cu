@@ -316,6 +316,7 @@ __global__ void __launch_bounds__(att_rows<HD, HDV>::bwd * 32)
 #define DISPATCH_DIMS(hd, HD, HDV, ...)                                                \
 	do {                                                                           \
 		switch (hd) {                                                          \
+		case 8: { const int HD = 8, HDV = 8; __VA_ARGS__; } break;             \
 		case 16: { const int HD = 16, HDV = 16; __VA_ARGS__; } break;          \
 		case 32: { const int HD = 32, HDV = 32; __VA_ARGS__; } break;          \
 		case 64: { const int HD = 64, HDV = 64; __VA_ARGS__; } break;          \

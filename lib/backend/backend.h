@@ -536,6 +536,115 @@ typedef struct backend_ops {
 	void (*clip_factor)(backend *be, be_adamw_step *st, const double *sumsq, float max_norm);
 	void (*adamw_multi)(backend *be, void *p, const void *g, void *m, void *v, be_dtype t,
 			    const be_span *spans, int nspans, const be_adamw_step *st);
+
+	/* Flux's frozen encoders: T5 and CLIP (lib/textenc) and the FLUX
+	 * autoencoder (NCHW images), forward only.  As every op, each computes in
+	 * float32 what it reads and rounds where it stores bf16; where torch's bf16
+	 * model rounds more often inside the op, that is said. */
+
+	/* T5's self-attention (transformers' T5Attention, no mask): per batch row
+	 * and head, out = softmax(q k^T + bias) v, with NO 1/sqrt(dk) scaling (T5
+	 * folds it into its initialisation).  q, k, v, out (b, l, h, dk); bias
+	 * (h, l, l) the relative position bias every batch row shares.  All of
+	 * type t.  bf16: the scores q k^T and the biased scores are rounded (the
+	 * bf16 matmul and add store them), the softmax runs in float32 and its
+	 * probabilities are rounded (softmax(scores.float()).type_as(scores)),
+	 * out is summed in float32 and rounded once. */
+	void (*t5_attention)(backend *be, void *out, const void *q, const void *k, const void *v,
+			     const void *bias, be_dtype t, int64_t b, int64_t l, int64_t h,
+			     int64_t dk);
+	/* T5 v1.1's gated-gelu: y = gelu_tanh(a) * g with gelu_tanh(x) =
+	 * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (transformers'
+	 * gelu_new, torch's gelu(approximate="tanh")); all (n) of type t, y may
+	 * be a.  bf16: gelu_tanh(a) is rounded before the product (the bf16 model
+	 * stores it). */
+	void (*geglu_fwd)(backend *be, void *y, const void *a, const void *g, be_dtype t,
+			  int64_t n);
+	/* Swish in place: x = x sigmoid(beta x), (n) of type t: beta 1 the
+	 * autoencoder's swish, beta 1.702 CLIP's quick_gelu.  Both are written
+	 * x * torch.sigmoid(beta * x) in torch, three ops: bf16 rounds beta x
+	 * and the sigmoid before the product (torch's fused F.silu would round
+	 * once). */
+	void (*swish)(backend *be, void *x, be_dtype t, float beta, int64_t n);
+	/* nn.LayerNorm over the last dim: y (n, d) = (x - mean) / sqrt(var + eps)
+	 * * w + b, the variance biased, mean and variance summed in double; w, b
+	 * (d) of type wt. */
+	void (*layernorm_fwd)(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			      const void *w, const void *b, be_dtype wt, int64_t n, int64_t d,
+			      float eps);
+	/* nn.GroupNorm(groups, c, eps) on NCHW: x, y (n, c, hw) with hw = H * W;
+	 * the channels form `groups` runs of c / groups; per sample and group the
+	 * mean and biased variance of its c / groups * hw values (in double), then
+	 * y = (x - mean) / sqrt(var + eps) * w[ch] + b[ch]; w, b (c) of type wt. */
+	void (*groupnorm_fwd)(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			      const void *w, const void *b, be_dtype wt, int64_t n, int64_t c,
+			      int64_t hw, int64_t groups, float eps);
+	/* interpolate(x, scale_factor=2, mode="nearest"): y (n, c, 2h, 2w) with
+	 * y[.., i, j] = x (n, c, h, w)[.., i / 2, j / 2]; both of type t. */
+	void (*upsample2x)(backend *be, void *y, const void *x, be_dtype t, int64_t n, int64_t c,
+			   int64_t h, int64_t w);
+	/* The columns of a k x k convolution with stride s over x (n, c, h, w)
+	 * zero-padded by pad = (left, right, top, bottom) (F.pad's order; Conv2d's
+	 * padding p is (p, p, p, p)), as F.unfold lays them out, for the output
+	 * pixels p0 .. p0 + np - 1 of each image (row-major over (ho, wo), ho =
+	 * (h + top + bottom - k) / s + 1, wo likewise): cols (n, c k k, np) with
+	 *   cols[i][(ch k + ki) k + kj][j] = x[i][ch][oy s + ki - top][ox s + kj - left]
+	 * for (oy, ox) = divmod(p0 + j, wo), 0 in the padding.  So conv2d(x, W
+	 * (co, c, k, k)) of image i is the matmul W (co, c k k) @ cols[i], the
+	 * columns of output pixels p0.. (y[i] (co, ho wo) with ldc ho wo); a
+	 * caller takes the pixels a chunk at a time when k^2 times the image
+	 * would not fit.  Both of type t; pad is a host array. */
+	void (*im2col)(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
+		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+		       int64_t p0, int64_t np);
+
+	/* The Flux transformer's training ops (lib/flux), forward and backward,
+	 * float32 tensors (t must be BE_F32; others fault).  A stream's rows are
+	 * (b * n, d), sample i's rows from i * n; a per-sample vector (shift,
+	 * scale, gate) is d values of row i of a (b, ld) matrix (a column block
+	 * of the modulation linear's output).  Sums over rows (the per-sample
+	 * vectors' gradients) run in row order in double, so results do not
+	 * depend on threads. */
+
+	/* Modulated LayerNorm without affine parameters: y = (1 + scale)
+	 * LN(x) + shift, LN's mean and biased variance summed in double, eps
+	 * added to the variance; stats (b * n, 2) receives each row's float32
+	 * mean and rstd for ln_mod_bwd. */
+	void (*ln_mod_fwd)(backend *be, void *y, float *stats, const void *x, const void *shift,
+			   const void *scale, be_dtype t, int64_t ld, int64_t b, int64_t n,
+			   int64_t d, float eps);
+	/* Its backward from dy: dx (b * n, d), dshift and dscale (rows of ld) are
+	 * ACCUMULATED. */
+	void (*ln_mod_bwd)(backend *be, void *dx, void *dshift, void *dscale, const void *dy,
+			   const void *x, const float *stats, const void *scale, be_dtype t,
+			   int64_t ld, int64_t b, int64_t n, int64_t d);
+	/* The gated residual x += gate y, (b * n, d). */
+	void (*gate_add)(backend *be, void *x, const void *gate, const void *y, be_dtype t,
+			 int64_t ld, int64_t b, int64_t n, int64_t d);
+	/* Its backward from the residual's gradient dx: dy = gate dx (written),
+	 * dgate += the sum over the sample's rows of dx y. */
+	void (*gate_add_bwd)(backend *be, void *dgate, void *dy, const void *dx, const void *gate,
+			     const void *y, be_dtype t, int64_t ld, int64_t b, int64_t n,
+			     int64_t d);
+	/* gelu(x, approximate="tanh") = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+	 * x^3))) as torch's CPU kernel rounds it, (n); and its backward dx = dy
+	 * gelu'(x) (written). */
+	void (*gelu_tanh_fwd)(backend *be, void *y, const void *x, be_dtype t, int64_t n);
+	void (*gelu_tanh_bwd)(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			      int64_t n);
+	/* silu(x) = x / (1 + exp(-x)) (torch's CPU kernel; swish rounds as x *
+	 * sigmoid(x)), (n); its backward dx = dy s (1 + x (1 - s)), s = sigmoid(x)
+	 * (written). */
+	void (*silu_fwd)(backend *be, void *y, const void *x, be_dtype t, int64_t n);
+	void (*silu_bwd)(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			 int64_t n);
+	/* The rectified-flow loss's terms over n values: e = pred - (noise - x);
+	 * sum(e^2) (in double) is added to *loss_sum and n to *count, by the next
+	 * sync as cross_entropy's; grad, when not NULL, = 2 e grad_scale (the
+	 * mean's 1/n as torch hands it: float32). */
+	void (*flow_mse)(backend *be, void *grad, const void *pred, const void *x,
+			 const void *noise, be_dtype t, int64_t n, float grad_scale,
+			 double *loss_sum, int64_t *count);
 } backend_ops;
 
 struct backend {

@@ -815,6 +815,208 @@ static void cpu_grouped_matmul(backend *be, int mode, int64_t groups, const int3
 	}
 }
 
+/* ---- Flux's encoders and autoencoder ---- */
+
+static void cpu_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,
+			     const void *bias, be_dtype t, int64_t b, int64_t l, int64_t h,
+			     int64_t dk)
+{
+	switch (kinds(be, "t5_attention", 1, t)) {
+	case ALL_F32:
+		cpu_t5_attention_f32(out, q, k, v, bias, b, l, h, dk, 0);
+		break;
+	case MIXED:
+		cpu_bf16_t5_attention(be, out, q, k, v, bias, b, l, h, dk);
+		break;
+	}
+}
+
+static void cpu_geglu_fwd(backend *be, void *y, const void *a, const void *g, be_dtype t,
+			  int64_t n)
+{
+	switch (kinds(be, "geglu_fwd", 1, t)) {
+	case ALL_F32:
+		cpu_geglu_fwd_f32(y, a, g, n, 0);
+		break;
+	case MIXED:
+		cpu_bf16_geglu_fwd(y, a, g, n);
+		break;
+	}
+}
+
+static void cpu_swish(backend *be, void *x, be_dtype t, float beta, int64_t n)
+{
+	switch (kinds(be, "swish", 1, t)) {
+	case ALL_F32:
+		cpu_swish_f32(x, beta, n, 0);
+		break;
+	case MIXED:
+		cpu_bf16_swish(x, beta, n);
+		break;
+	}
+}
+
+static void cpu_layernorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			      const void *w, const void *b, be_dtype wt, int64_t n, int64_t d,
+			      float eps)
+{
+	switch (kinds(be, "layernorm_fwd", 3, yt, xt, wt)) {
+	case ALL_F32:
+		cpu_layernorm_fwd_f32(y, x, w, b, n, d, eps);
+		break;
+	case MIXED:
+		cpu_bf16_layernorm_fwd(be, y, yt, x, xt, w, b, wt, n, d, eps);
+		break;
+	}
+}
+
+static void cpu_groupnorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			      const void *w, const void *b, be_dtype wt, int64_t n, int64_t c,
+			      int64_t hw, int64_t groups, float eps)
+{
+	if (groups < 1 || c % groups != 0) {
+		backend_fault(be, "cpu backend: groupnorm_fwd: %lld channels in %lld groups",
+			      (long long)c, (long long)groups);
+		return;
+	}
+	switch (kinds(be, "groupnorm_fwd", 3, yt, xt, wt)) {
+	case ALL_F32:
+		cpu_groupnorm_fwd_f32(y, x, w, b, n, c, hw, groups, eps);
+		break;
+	case MIXED:
+		cpu_bf16_groupnorm_fwd(be, y, yt, x, xt, w, b, wt, n, c, hw, groups, eps);
+		break;
+	}
+}
+
+static void cpu_upsample2x(backend *be, void *y, const void *x, be_dtype t, int64_t n, int64_t c,
+			   int64_t h, int64_t w)
+{
+	switch (kinds(be, "upsample2x", 1, t)) {
+	case ALL_F32:
+		cpu_upsample2x_f32(y, x, n, c, h, w);
+		break;
+	case MIXED:
+		cpu_upsample2x_bf16(y, x, n, c, h, w);
+		break;
+	}
+}
+
+static void cpu_im2col(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
+		       int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+		       int64_t p0, int64_t np)
+{
+	int64_t hp = h + pad[2] + pad[3], wp = w + pad[0] + pad[1];
+	if (k < 1 || stride < 1 || pad[0] < 0 || pad[1] < 0 || pad[2] < 0 || pad[3] < 0 ||
+	    hp < k || wp < k || p0 < 0 || np < 0 ||
+	    p0 + np > ((hp - k) / stride + 1) * ((wp - k) / stride + 1)) {
+		backend_fault(be, "cpu backend: im2col: kernel %lld, stride %lld over %lldx%lld "
+				  "padded by (%lld, %lld, %lld, %lld), output pixels %lld + %lld",
+			      (long long)k, (long long)stride, (long long)h, (long long)w,
+			      (long long)pad[0], (long long)pad[1], (long long)pad[2],
+			      (long long)pad[3], (long long)p0, (long long)np);
+		return;
+	}
+	switch (kinds(be, "im2col", 1, t)) {
+	case ALL_F32:
+		cpu_im2col_f32(cols, x, n, c, h, w, k, stride, pad, p0, np);
+		break;
+	case MIXED:
+		cpu_im2col_bf16(cols, x, n, c, h, w, k, stride, pad, p0, np);
+		break;
+	}
+}
+
+/* ---- the Flux transformer's training ops (float32) ---- */
+
+/* t is float32 and the rows' shape fits (ld 0: an elementwise op), else a
+ * fault naming op. */
+static int fluxt_ok(backend *be, const char *op, be_dtype t, int64_t ld, int64_t b, int64_t n,
+		    int64_t d)
+{
+	if (t != BE_F32) {
+		backend_fault(be, "cpu backend: %s: %s tensors are not implemented (float32 only)",
+			      op, be_dtype_name(t));
+		return 0;
+	}
+	if (ld == 0 && d < 0) {
+		backend_fault(be, "cpu backend: %s: %lld values", op, (long long)d);
+		return 0;
+	}
+	if (b < 0 || n < 1 || d < 0 || (ld != 0 && ld < d)) {
+		backend_fault(be, "cpu backend: %s: %lld samples of %lld rows of %lld, vectors %lld "
+				  "apart", op, (long long)b, (long long)n, (long long)d, (long long)ld);
+		return 0;
+	}
+	return 1;
+}
+
+static void cpu_ln_mod_fwd(backend *be, void *y, float *stats, const void *x, const void *shift,
+			   const void *scale, be_dtype t, int64_t ld, int64_t b, int64_t n,
+			   int64_t d, float eps)
+{
+	if (fluxt_ok(be, "ln_mod_fwd", t, ld, b, n, d))
+		cpu_ln_mod_fwd_f32(y, stats, x, shift, scale, ld, b, n, d, eps);
+}
+
+static void cpu_ln_mod_bwd(backend *be, void *dx, void *dshift, void *dscale, const void *dy,
+			   const void *x, const float *stats, const void *scale, be_dtype t,
+			   int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (fluxt_ok(be, "ln_mod_bwd", t, ld, b, n, d))
+		cpu_ln_mod_bwd_f32(dx, dshift, dscale, dy, x, stats, scale, ld, b, n, d);
+}
+
+static void cpu_gate_add(backend *be, void *x, const void *gate, const void *y, be_dtype t,
+			 int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (fluxt_ok(be, "gate_add", t, ld, b, n, d))
+		cpu_gate_add_f32(x, gate, y, ld, b, n, d);
+}
+
+static void cpu_gate_add_bwd(backend *be, void *dgate, void *dy, const void *dx, const void *gate,
+			     const void *y, be_dtype t, int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (fluxt_ok(be, "gate_add_bwd", t, ld, b, n, d))
+		cpu_gate_add_bwd_f32(dgate, dy, dx, gate, y, ld, b, n, d);
+}
+
+static void cpu_gelu_tanh_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
+{
+	if (fluxt_ok(be, "gelu_tanh_fwd", t, 0, 1, 1, n))
+		cpu_gelu_tanh_fwd_f32(y, x, n);
+}
+
+static void cpu_gelu_tanh_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			      int64_t n)
+{
+	if (fluxt_ok(be, "gelu_tanh_bwd", t, 0, 1, 1, n))
+		cpu_gelu_tanh_bwd_f32(dx, dy, x, n);
+}
+
+static void cpu_silu_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
+{
+	if (fluxt_ok(be, "silu_fwd", t, 0, 1, 1, n))
+		cpu_silu_fwd_f32(y, x, n);
+}
+
+static void cpu_silu_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			 int64_t n)
+{
+	if (fluxt_ok(be, "silu_bwd", t, 0, 1, 1, n))
+		cpu_silu_bwd_f32(dx, dy, x, n);
+}
+
+static void cpu_flow_mse(backend *be, void *grad, const void *pred, const void *x,
+			 const void *noise, be_dtype t, int64_t n, float grad_scale,
+			 double *loss_sum, int64_t *count)
+{
+	if (!fluxt_ok(be, "flow_mse", t, 0, 1, 1, n))
+		return;
+	*loss_sum += cpu_flow_mse_f32(grad, pred, x, noise, n, grad_scale);
+	*count += n;
+}
+
 static const backend_ops cpu_ops = {
 	.name = "cpu",
 	.alloc = cpu_alloc,
@@ -869,6 +1071,22 @@ static const backend_ops cpu_ops = {
 	.sumsq_dev = cpu_sumsq_dev,
 	.clip_factor = cpu_clip_factor,
 	.adamw_multi = cpu_adamw_multi,
+	.t5_attention = cpu_t5_attention,
+	.geglu_fwd = cpu_geglu_fwd,
+	.swish = cpu_swish,
+	.layernorm_fwd = cpu_layernorm_fwd,
+	.groupnorm_fwd = cpu_groupnorm_fwd,
+	.upsample2x = cpu_upsample2x,
+	.im2col = cpu_im2col,
+	.ln_mod_fwd = cpu_ln_mod_fwd,
+	.ln_mod_bwd = cpu_ln_mod_bwd,
+	.gate_add = cpu_gate_add,
+	.gate_add_bwd = cpu_gate_add_bwd,
+	.gelu_tanh_fwd = cpu_gelu_tanh_fwd,
+	.gelu_tanh_bwd = cpu_gelu_tanh_bwd,
+	.silu_fwd = cpu_silu_fwd,
+	.silu_bwd = cpu_silu_bwd,
+	.flow_mse = cpu_flow_mse,
 };
 
 backend *backend_cpu_create(int threads, titan_err *e)

@@ -81,6 +81,21 @@ void cpu_bf16_moe_combine(void *out, const void *y, const int32_t *pos, const fl
 			  float beta, const be_moe *r, int64_t d);
 void cpu_bf16_moe_dot(float *dw, const void *y, const void *x, const int32_t *pos,
 		      const be_moe *r, int64_t d);
+/* Flux's encoder ops (cpu_bf16_flux.c): t5_attention, geglu_fwd and swish
+ * on bf16 tensors alone, with torch's roundings of intermediates (the float32 ones go to the float32 kernels); the
+ * norms take any mix; upsample2x and im2col of bf16 are cpu_image.inc's _bf16
+ * instances (cpu_kernels.h). */
+void cpu_bf16_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,
+			   const void *bias, int64_t b, int64_t l, int64_t h, int64_t dk);
+void cpu_bf16_geglu_fwd(void *y, const void *a, const void *g, int64_t n);
+void cpu_bf16_swish(void *x, float beta, int64_t n);
+void cpu_bf16_layernorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			    const void *w, const void *b, be_dtype wt, int64_t n, int64_t d,
+			    float eps);
+void cpu_bf16_groupnorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			    const void *w, const void *b, be_dtype wt, int64_t n, int64_t c,
+			    int64_t hw, int64_t groups, float eps);
+
 /* Rows from..rows of a (rows, width) output of type ct set to zero. */
 void cpu_bf16_zero_rows(void *c, be_dtype ct, int64_t from, int64_t rows, int64_t width);
 

@@ -83,20 +83,6 @@ void cpu_bf16_swiglu_clamp_bwd(void *dx, const void *dy, const void *x, int64_t 
 
 /* ---- biases (optionally per row group) ---- */
 
-/* The group of row r (offs ascending): the last g with offs[g] <= r. */
-static int64_t group_of(const int32_t *offs, int64_t groups, int64_t r)
-{
-	int64_t lo = 0, hi = groups - 1;
-	while (lo < hi) {
-		int64_t mid = (lo + hi + 1) / 2;
-		if (offs[mid] <= r)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
 /* y += bias: the bias is first rounded to y's type (torchtitan's h +
  * b.to(h.dtype); autocast's linear casts its bias too), the sum then rounded
  * once. */
@@ -106,7 +92,7 @@ void cpu_bf16_bias_add(void *y, be_dtype yt, const void *bias, be_dtype bt, int6
 	int64_t used = offs ? offs[groups] - offs[0] : rows, r0 = offs ? offs[0] : 0;
 #pragma omp parallel for schedule(dynamic, 32) if (used * d > CPU_PAR_MIN)
 	for (int64_t i = 0; i < used; i++) {
-		int64_t r = r0 + i, b0 = offs ? group_of(offs, groups, r) * d : 0;
+		int64_t r = r0 + i, b0 = offs ? row_group(offs, groups, r) * d : 0;
 		for (int64_t j = 0; j < d; j++) {
 			float b = get(bias, bt, b0 + j);
 			if (yt == BE_BF16)

@@ -48,3 +48,6 @@ static void sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, bla
 #define SQRT sqrtf
 #define FMA fmaf
 #include "backend/cpu_kernels.inc"
+#include "backend/cpu_flux.inc"
+#include "backend/cpu_flux_train.inc"
+#include "backend/cpu_image.inc"

@@ -16,6 +16,9 @@
 #define SQRT sqrt
 #define FMA fma
 #include "backend/cpu_kernels.inc"
+#include "backend/cpu_flux.inc"
+#include "backend/cpu_flux_train.inc"
+#include "backend/cpu_image.inc"
 
 /* torchtitan's precompute_freqs_cis with apply_scaling (Llama 3.1): low 1, high 4,
  * original context 8192.  Angles in double; torchtitan computes the frequencies

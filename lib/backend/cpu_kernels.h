@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/row_group.h"
 #include "core/cpu_isa.h"
 
 /* The hot loops (rows and spans) are built three times on x86-64, for
@@ -231,6 +232,60 @@ static inline cpu_adamw_consts cpu_adamw_consts_of(double lr, double b1, double 
 
 CPU_KERNELS_DECLARE(float, f32)
 CPU_KERNELS_DECLARE(double, f64)
+
+/* Flux's encoder ops (cpu_flux.inc), each tensor of the kernel's type; round
+ * set applies the bf16 model's roundings of intermediates (backend.h) to the
+ * float values (the bf16 op runs the float32 kernel so).  The images' data
+ * movement (cpu_image.inc) comes for bf16's bits too (uint16_t, _bf16). */
+#define CPU_FLUX_DECLARE(REAL, SFX)                                                    \
+	void cpu_t5_attention_##SFX(REAL *out, const REAL *q, const REAL *k,           \
+				    const REAL *v, const REAL *bias, int64_t b,        \
+				    int64_t l, int64_t h, int64_t dk, int round);      \
+	void cpu_geglu_fwd_##SFX(REAL *y, const REAL *a, const REAL *g, int64_t n,     \
+				 int round);                                           \
+	void cpu_swish_##SFX(REAL *x, REAL beta, int64_t n, int round);                \
+	void cpu_layernorm_fwd_##SFX(REAL *y, const REAL *x, const REAL *w,            \
+				     const REAL *b, int64_t n, int64_t d, REAL eps);   \
+	void cpu_groupnorm_fwd_##SFX(REAL *y, const REAL *x, const REAL *w,            \
+				     const REAL *b, int64_t n, int64_t c, int64_t hw,  \
+				     int64_t groups, REAL eps);
+#define CPU_IMAGE_DECLARE(REAL, SFX)                                                   \
+	void cpu_upsample2x_##SFX(REAL *y, const REAL *x, int64_t n, int64_t c,        \
+				  int64_t h, int64_t w);                               \
+	void cpu_im2col_##SFX(REAL *cols, const REAL *x, int64_t n, int64_t c,         \
+			      int64_t h, int64_t w, int64_t k, int64_t stride,         \
+			      const int64_t pad[4], int64_t p0, int64_t np);
+
+/* The Flux transformer's training ops (cpu_flux_train.inc), every tensor of
+ * the kernel's type (stats too); flow_mse returns its sum of squares. */
+#define CPU_FLUX_TRAIN_DECLARE(REAL, SFX)                                              \
+	void cpu_ln_mod_fwd_##SFX(REAL *y, REAL *stats, const REAL *x,                 \
+				  const REAL *shift, const REAL *scale, int64_t ld,    \
+				  int64_t b, int64_t n, int64_t d, REAL eps);          \
+	void cpu_ln_mod_bwd_##SFX(REAL *dx, REAL *dshift, REAL *dscale,                \
+				  const REAL *dy, const REAL *x, const REAL *stats,    \
+				  const REAL *scale, int64_t ld, int64_t b, int64_t n, \
+				  int64_t d);                                          \
+	void cpu_gate_add_##SFX(REAL *x, const REAL *gate, const REAL *y, int64_t ld,  \
+				int64_t b, int64_t n, int64_t d);                      \
+	void cpu_gate_add_bwd_##SFX(REAL *dgate, REAL *dy, const REAL *dx,             \
+				    const REAL *gate, const REAL *y, int64_t ld,       \
+				    int64_t b, int64_t n, int64_t d);                  \
+	void cpu_gelu_tanh_fwd_##SFX(REAL *y, const REAL *x, int64_t n);               \
+	void cpu_gelu_tanh_bwd_##SFX(REAL *dx, const REAL *dy, const REAL *x,          \
+				     int64_t n);                                       \
+	void cpu_silu_fwd_##SFX(REAL *y, const REAL *x, int64_t n);                    \
+	void cpu_silu_bwd_##SFX(REAL *dx, const REAL *dy, const REAL *x, int64_t n);   \
+	double cpu_flow_mse_##SFX(REAL *grad, const REAL *pred, const REAL *x,         \
+				  const REAL *noise, int64_t n, REAL grad_scale);
+
+CPU_FLUX_TRAIN_DECLARE(float, f32)
+CPU_FLUX_TRAIN_DECLARE(double, f64)
+CPU_FLUX_DECLARE(float, f32)
+CPU_FLUX_DECLARE(double, f64)
+CPU_IMAGE_DECLARE(float, f32)
+CPU_IMAGE_DECLARE(double, f64)
+CPU_IMAGE_DECLARE(uint16_t, bf16)
 
 /* The (cos, sin) table (t, hd/2, 2) of positions pos0 .. pos0+t-1 with Llama 3.1
  * frequency scaling (scale_factor 0: none), computed in double. */

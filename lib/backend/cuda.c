@@ -351,7 +351,7 @@ static int att_dims_ok(backend *be, const char *op, const be_attn *a)
 	if (attention_dims_ok(a->hd, a->hdv))
 		return 1;
 	backend_fault(be, "cuda backend: %s: head dims hd %lld, hdv %lld: the kernels take "
-			  "hd == hdv in 16, 32, 64, 96, 128 and (192, 128)",
+			  "hd == hdv in 8, 16, 32, 64, 96, 128 and (192, 128)",
 		      op, (long long)a->hd, (long long)a->hdv);
 	return 0;
 }
@@ -963,6 +963,169 @@ static void cuda_adamw_multi(backend *be, void *p, const void *g, void *m, void 
 		      "adamw_multi");
 }
 
+/* --- biases; Flux's encoders and autoencoder --- */
+
+static void cuda_bias_add(backend *be, void *y, be_dtype yt, const void *bias, be_dtype bt,
+			  int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
+{
+	if (types_ok(be, "bias_add", 2, yt, bt))
+		check(be, launch_bias_add(y, yt, bias, bt, rows, d, groups, offs, st(be)->stream),
+		      "bias_add");
+}
+
+static void cuda_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,
+			      const void *bias, be_dtype t, int64_t b, int64_t l, int64_t h,
+			      int64_t dk)
+{
+	if (types_ok(be, "t5_attention", 1, t))
+		check(be, launch_t5_attention(out, q, k, v, bias, t, b, l, h, dk, st(be)->stream),
+		      "t5_attention");
+}
+
+static void cuda_geglu_fwd(backend *be, void *y, const void *a, const void *g, be_dtype t,
+			   int64_t n)
+{
+	if (types_ok(be, "geglu_fwd", 1, t))
+		check(be, launch_geglu_fwd(y, a, g, t, n, st(be)->stream), "geglu_fwd");
+}
+
+static void cuda_swish(backend *be, void *x, be_dtype t, float beta, int64_t n)
+{
+	if (types_ok(be, "swish", 1, t))
+		check(be, launch_swish(x, t, beta, n, st(be)->stream), "swish");
+}
+
+static void cuda_layernorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			       const void *w, const void *b, be_dtype wt, int64_t n, int64_t d,
+			       float eps)
+{
+	if (types_ok(be, "layernorm_fwd", 3, yt, xt, wt))
+		check(be, launch_layernorm_fwd(y, yt, x, xt, w, b, wt, n, d, eps, st(be)->stream),
+		      "layernorm_fwd");
+}
+
+static void cuda_groupnorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
+			       const void *w, const void *b, be_dtype wt, int64_t n, int64_t c,
+			       int64_t hw, int64_t groups, float eps)
+{
+	if (types_ok(be, "groupnorm_fwd", 3, yt, xt, wt))
+		check(be, launch_groupnorm_fwd(y, yt, x, xt, w, b, wt, n, c, hw, groups, eps,
+					       st(be)->stream),
+		      "groupnorm_fwd");
+}
+
+static void cuda_upsample2x(backend *be, void *y, const void *x, be_dtype t, int64_t n, int64_t c,
+			    int64_t h, int64_t w)
+{
+	if (types_ok(be, "upsample2x", 1, t))
+		check(be, launch_upsample2x(y, x, t, n, c, h, w, st(be)->stream), "upsample2x");
+}
+
+static void cuda_im2col(backend *be, void *cols, const void *x, be_dtype t, int64_t n, int64_t c,
+			int64_t h, int64_t w, int64_t k, int64_t stride, const int64_t pad[4],
+			int64_t p0, int64_t np)
+{
+	if (types_ok(be, "im2col", 1, t))
+		check(be, launch_im2col(cols, x, t, n, c, h, w, k, stride, pad[0], pad[1], pad[2],
+					pad[3], p0, np, st(be)->stream),
+		      "im2col");
+}
+
+/* ---- the Flux transformer's training ops (kernels/flux_train.cu), float32 ---- */
+
+static int f32_only(backend *be, const char *op, be_dtype t)
+{
+	if (t == BE_F32)
+		return 1;
+	backend_fault(be, "cuda backend: %s: %s tensors are not implemented (float32 only)", op,
+		      be_dtype_name(t));
+	return 0;
+}
+
+static void cuda_ln_mod_fwd(backend *be, void *y, float *stats, const void *x, const void *shift,
+			    const void *scale, be_dtype t, int64_t ld, int64_t b, int64_t n,
+			    int64_t d, float eps)
+{
+	if (f32_only(be, "ln_mod_fwd", t))
+		check(be, launch_ln_mod_fwd(y, stats, x, shift, scale, ld, b, n, d, eps,
+					    st(be)->stream),
+		      "ln_mod_fwd");
+}
+
+static void cuda_ln_mod_bwd(backend *be, void *dx, void *dshift, void *dscale, const void *dy,
+			    const void *x, const float *stats, const void *scale, be_dtype t,
+			    int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (f32_only(be, "ln_mod_bwd", t))
+		check(be, launch_ln_mod_bwd(dx, dshift, dscale, dy, x, stats, scale, ld, b, n, d,
+					    st(be)->stream),
+		      "ln_mod_bwd");
+}
+
+static void cuda_gate_add(backend *be, void *x, const void *gate, const void *y, be_dtype t,
+			  int64_t ld, int64_t b, int64_t n, int64_t d)
+{
+	if (f32_only(be, "gate_add", t))
+		check(be, launch_gate_add(x, gate, y, ld, b, n, d, st(be)->stream), "gate_add");
+}
+
+static void cuda_gate_add_bwd(backend *be, void *dgate, void *dy, const void *dx,
+			      const void *gate, const void *y, be_dtype t, int64_t ld, int64_t b,
+			      int64_t n, int64_t d)
+{
+	if (f32_only(be, "gate_add_bwd", t))
+		check(be, launch_gate_add_bwd(dgate, dy, dx, gate, y, ld, b, n, d, st(be)->stream),
+		      "gate_add_bwd");
+}
+
+static void cuda_gelu_tanh_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
+{
+	if (f32_only(be, "gelu_tanh_fwd", t))
+		check(be, launch_gelu_tanh(y, x, NULL, n, st(be)->stream), "gelu_tanh_fwd");
+}
+
+static void cuda_gelu_tanh_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			       int64_t n)
+{
+	if (f32_only(be, "gelu_tanh_bwd", t))
+		check(be, launch_gelu_tanh(dx, x, dy, n, st(be)->stream), "gelu_tanh_bwd");
+}
+
+static void cuda_silu_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
+{
+	if (f32_only(be, "silu_fwd", t))
+		check(be, launch_silu(y, x, NULL, n, st(be)->stream), "silu_fwd");
+}
+
+static void cuda_silu_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
+			  int64_t n)
+{
+	if (f32_only(be, "silu_bwd", t))
+		check(be, launch_silu(dx, x, dy, n, st(be)->stream), "silu_bwd");
+}
+
+/* Each block's partial sum to scratch, then in block order to a loss slot
+ * that the next sync adds to *loss_sum, *count. */
+#define MSE_PARTS 256
+
+static void cuda_flow_mse(backend *be, void *grad, const void *pred, const void *x,
+			  const void *noise, be_dtype t, int64_t n, float grad_scale,
+			  double *loss_sum, int64_t *count)
+{
+	cuda_state *s = st(be);
+	if (!f32_only(be, "flow_mse", t))
+		return;
+	int slot = loss_slot(be, "flow_mse");
+	double *part = slot < 0 ? NULL : scratch(be, MSE_PARTS * sizeof(double), "flow_mse");
+	if (!part)
+		return;
+	if (check(be, launch_flow_mse(grad, pred, x, noise, n, grad_scale, part, MSE_PARTS,
+				      &s->slots[slot].sum, &s->slots[slot].n, s->stream),
+		  "flow_mse"))
+		return;
+	loss_slot_done(be, slot, loss_sum, count);
+}
+
 static const backend_ops cuda_ops = {
 	.name = "cuda",
 	.alloc = cuda_alloc,
@@ -1003,6 +1166,23 @@ static const backend_ops cuda_ops = {
 	.sumsq_dev = cuda_sumsq_dev,
 	.clip_factor = cuda_clip_factor,
 	.adamw_multi = cuda_adamw_multi,
+	.bias_add = cuda_bias_add,
+	.t5_attention = cuda_t5_attention,
+	.geglu_fwd = cuda_geglu_fwd,
+	.swish = cuda_swish,
+	.layernorm_fwd = cuda_layernorm_fwd,
+	.groupnorm_fwd = cuda_groupnorm_fwd,
+	.upsample2x = cuda_upsample2x,
+	.im2col = cuda_im2col,
+	.ln_mod_fwd = cuda_ln_mod_fwd,
+	.ln_mod_bwd = cuda_ln_mod_bwd,
+	.gate_add = cuda_gate_add,
+	.gate_add_bwd = cuda_gate_add_bwd,
+	.gelu_tanh_fwd = cuda_gelu_tanh_fwd,
+	.gelu_tanh_bwd = cuda_gelu_tanh_bwd,
+	.silu_fwd = cuda_silu_fwd,
+	.silu_bwd = cuda_silu_bwd,
+	.flow_mse = cuda_flow_mse,
 };
 
 /* --- creation --- */

@@ -13,7 +13,7 @@
  *   the loss): read them after backend sync.
  * - Element types: float32 and bfloat16 in every op; float8 faults (the Float8
  *   converter's products come with the fp8 issue).  Attention wants one type
- *   for q, k, v, out, dout and the gradients, and head dims hd == hdv (16 to
+ *   for q, k, v, out, dout and the gradients, and head dims hd == hdv (8 to
  *   128) or MLA's hd 192 with hdv 128.
  * - Attention runs on cuDNN's fused flash attention where it applies (bf16,
  *   causal self-attention at equal positions, head dim 64 or 128, t a multiple

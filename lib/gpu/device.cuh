@@ -20,6 +20,9 @@ __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
 template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+// The value x takes when stored as T: where torch's bf16 model stores an
+// intermediate tensor that an op of titan's keeps in float.
+template <typename T> __device__ __forceinline__ float round_as(float x) { return to_f(from_f<T>(x)); }
 
 // V consecutive elements as floats.  V == 8 moves 16 bytes per access for bf16
 // (two for float) and needs 16-byte aligned pointers; any other V goes element

@@ -163,6 +163,71 @@ int launch_heads_cat(void *y, const void *x1, const void *x2, int t, int64_t n, 
 int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int64_t h,
 		       int64_t d1, int64_t d2, int64_t h2, void *stream);
 
+/* --- biases of linears (kernels/bias.cu) --- */
+
+/* backend.h's bias_add: y (rows, d) += bias (d), or with offs (groups + 1,
+ * device int32) rows offs[g] .. offs[g+1] - 1 += row g of bias (groups, d)
+ * and the rest left alone; the bias rounded to y's type before the add. */
+int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_t rows, int64_t d,
+		    int64_t groups, const int32_t *offs, void *stream);
+
+/* --- Flux's encoders and autoencoder, forward only (backend.h's t5_attention
+ * .. im2col; kernels/t5_attention.cu, activations.cu, layernorm.cu,
+ * image.cu) --- */
+
+/* T5's attention: out = softmax(q k^T + bias) v, unscaled; q, k, v, out
+ * (b, l, h, dk), bias (h, l, l), all of type t, with the bf16 model's
+ * roundings for bf16.  dk at most GPU_T5_ATTENTION_MAX_DK (T5's is 64). */
+#define GPU_T5_ATTENTION_MAX_DK 512
+int launch_t5_attention(void *out, const void *q, const void *k, const void *v,
+			const void *bias, int t, int64_t b, int64_t l, int64_t h, int64_t dk,
+			void *stream);
+/* y = gelu_tanh(a) * g, (n) of type t (bf16: gelu_tanh(a) rounded first). */
+int launch_geglu_fwd(void *y, const void *a, const void *g, int t, int64_t n, void *stream);
+/* x = x sigmoid(beta x) in place, (n) of type t. */
+int launch_swish(void *x, int t, float beta, int64_t n, void *stream);
+/* nn.LayerNorm over rows: y (n, d) of ty, x of tx, w and b (d) of tw. */
+int launch_layernorm_fwd(void *y, int ty, const void *x, int tx, const void *w, const void *b,
+			 int tw, int64_t n, int64_t d, float eps, void *stream);
+/* nn.GroupNorm on x, y (n, c, hw) with c / groups channels a group; w, b (c). */
+int launch_groupnorm_fwd(void *y, int ty, const void *x, int tx, const void *w, const void *b,
+			 int tw, int64_t n, int64_t c, int64_t hw, int64_t groups, float eps,
+			 void *stream);
+/* Nearest 2x upsampling: y (n, c, 2h, 2w) from x (n, c, h, w), of type t. */
+int launch_upsample2x(void *y, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
+		      void *stream);
+/* im2col of x (n, c, h, w) for a k x k convolution with stride, zero-padded
+ * by (left, right, top, bottom), output pixels p0 .. p0 + np - 1 of each
+ * image: cols (n, c k k, np), of type t. */
+int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
+		  int64_t k, int64_t stride, int64_t left, int64_t right, int64_t top,
+		  int64_t bottom, int64_t p0, int64_t np, void *stream);
+
+/* --- the Flux transformer's training ops, float32 (backend.h's ln_mod_fwd ..
+ * flow_mse; kernels/flux_train.cu): rows (b * n, d), per-sample vectors ld
+ * apart --- */
+
+int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
+		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
+		      void *stream);
+int launch_ln_mod_bwd(float *dx, float *dshift, float *dscale, const float *dy, const float *x,
+		      const float *stats, const float *scale, int64_t ld, int64_t b, int64_t n,
+		      int64_t d, void *stream);
+int launch_gate_add(float *x, const float *gate, const float *y, int64_t ld, int64_t b,
+		    int64_t n, int64_t d, void *stream);
+int launch_gate_add_bwd(float *dgate, float *dy, const float *dx, const float *gate,
+			const float *y, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream);
+/* The activations (n): the forward y = f(x) when dy is NULL, else the
+ * backward y = dy f'(x). */
+int launch_gelu_tanh(float *y, const float *x, const float *dy, int64_t n, void *stream);
+int launch_silu(float *y, const float *x, const float *dy, int64_t n, void *stream);
+/* grad (NULL: none) = 2 (pred - (noise - x)) scale; the sum of squares of
+ * pred - (noise - x) in double to *sum and n to *count (device), through
+ * parts doubles of scratch part. */
+int launch_flow_mse(float *grad, const float *pred, const float *x, const float *noise,
+		    int64_t n, float scale, double *part, int parts, double *sum, int64_t *count,
+		    void *stream);
+
 /* --- grouped-query attention, the reference kernels (kernels/attention.cu) --- */
 
 /* One attention call, as backend.h's be_attn (whose fields it mirrors):
@@ -192,15 +257,16 @@ typedef struct gpu_att {
 	int64_t doc_t;
 } gpu_att;
 
-/* The head dims the attention kernels take: hd == hdv in 16, 32, 64, 96, 128,
- * and MLA's (192, 128) (DeepSeek V3: nope 128 + rope 64 for q and k, 128 for v). */
+/* The head dims the attention kernels take: hd == hdv in 8 (the tiny test
+ * models of CLIP and the like), 16, 32, 64, 96, 128, and MLA's (192, 128)
+ * (DeepSeek V3: nope 128 + rope 64 for q and k, 128 for v). */
 static inline int attention_dims_ok(int64_t hd, int64_t hdv)
 {
 	if (hdv == 0)
 		hdv = hd;
 	if (hd == 192)
 		return hdv == 128;
-	return hd == hdv && (hd == 16 || hd == 32 || hd == 64 || hd == 96 || hd == 128);
+	return hd == hdv && (hd == 8 || hd == 16 || hd == 32 || hd == 64 || hd == 96 || hd == 128);
 }
 
 /* q, k, v, out all of type dt.  Plain CUDA cores in float32 (no tensor cores):

@@ -267,4 +267,122 @@ int launch_f8_epilogue(void *c, int tc, const float *acc, const float *sa, int64
 	return NO_DEVICE;
 }
 
+
+int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_t rows, int64_t d,
+		    int64_t groups, const int32_t *offs, void *stream)
+{
+	(void)y, (void)ty, (void)bias, (void)tb, (void)rows, (void)d, (void)groups, (void)offs;
+	(void)stream;
+	return NO_DEVICE;
+}
+
+int launch_t5_attention(void *out, const void *q, const void *k, const void *v,
+			const void *bias, int t, int64_t b, int64_t l, int64_t h, int64_t dk,
+			void *stream)
+{
+	(void)out, (void)q, (void)k, (void)v, (void)bias, (void)t, (void)b, (void)l, (void)h;
+	(void)dk, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_geglu_fwd(void *y, const void *a, const void *g, int t, int64_t n, void *stream)
+{
+	(void)y, (void)a, (void)g, (void)t, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_swish(void *x, int t, float beta, int64_t n, void *stream)
+{
+	(void)x, (void)t, (void)beta, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_layernorm_fwd(void *y, int ty, const void *x, int tx, const void *w, const void *b,
+			 int tw, int64_t n, int64_t d, float eps, void *stream)
+{
+	(void)y, (void)ty, (void)x, (void)tx, (void)w, (void)b, (void)tw, (void)n, (void)d;
+	(void)eps, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_groupnorm_fwd(void *y, int ty, const void *x, int tx, const void *w, const void *b,
+			 int tw, int64_t n, int64_t c, int64_t hw, int64_t groups, float eps,
+			 void *stream)
+{
+	(void)y, (void)ty, (void)x, (void)tx, (void)w, (void)b, (void)tw, (void)n, (void)c;
+	(void)hw, (void)groups, (void)eps, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_upsample2x(void *y, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
+		      void *stream)
+{
+	(void)y, (void)x, (void)t, (void)n, (void)c, (void)h, (void)w, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_t h, int64_t w,
+		  int64_t k, int64_t stride, int64_t left, int64_t right, int64_t top,
+		  int64_t bottom, int64_t p0, int64_t np, void *stream)
+{
+	(void)cols, (void)x, (void)t, (void)n, (void)c, (void)h, (void)w, (void)k, (void)stride;
+	(void)left, (void)right, (void)top, (void)bottom, (void)p0, (void)np, (void)stream;
+	return NO_DEVICE;
+}
+
+
+int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
+		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
+		      void *stream)
+{
+	(void)y, (void)stats, (void)x, (void)shift, (void)scale, (void)ld, (void)b, (void)n;
+	(void)d, (void)eps, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_ln_mod_bwd(float *dx, float *dshift, float *dscale, const float *dy, const float *x,
+		      const float *stats, const float *scale, int64_t ld, int64_t b, int64_t n,
+		      int64_t d, void *stream)
+{
+	(void)dx, (void)dshift, (void)dscale, (void)dy, (void)x, (void)stats, (void)scale;
+	(void)ld, (void)b, (void)n, (void)d, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_gate_add(float *x, const float *gate, const float *y, int64_t ld, int64_t b,
+		    int64_t n, int64_t d, void *stream)
+{
+	(void)x, (void)gate, (void)y, (void)ld, (void)b, (void)n, (void)d, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_gate_add_bwd(float *dgate, float *dy, const float *dx, const float *gate,
+			const float *y, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream)
+{
+	(void)dgate, (void)dy, (void)dx, (void)gate, (void)y, (void)ld, (void)b, (void)n;
+	(void)d, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_gelu_tanh(float *y, const float *x, const float *dy, int64_t n, void *stream)
+{
+	(void)y, (void)x, (void)dy, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_silu(float *y, const float *x, const float *dy, int64_t n, void *stream)
+{
+	(void)y, (void)x, (void)dy, (void)n, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_flow_mse(float *grad, const float *pred, const float *x, const float *noise,
+		    int64_t n, float scale, double *part, int parts, double *sum, int64_t *count,
+		    void *stream)
+{
+	(void)grad, (void)pred, (void)x, (void)noise, (void)n, (void)scale, (void)part;
+	(void)parts, (void)sum, (void)count, (void)stream;
+	return NO_DEVICE;
+}
+
 #endif

@@ -1,4 +1,4 @@
-/* clip.c: transformers' CLIPTextModel, forward to pooler_output in float32. */
+/* clip.c: transformers' CLIPTextModel, forward to pooler_output, over backend ops. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,24 +7,25 @@
 #include "textenc/textenc.h"
 #include "textenc/textenc_impl.h"
 
+/* Weights in backend memory, of the model's type. */
 typedef struct clip_layer {
-	float *ln1_w, *ln1_b;             /* (hidden) */
-	float *q_w, *k_w, *v_w, *o_w;     /* (hidden, hidden) */
-	float *q_b, *k_b, *v_b, *o_b;     /* (hidden) */
-	float *ln2_w, *ln2_b;             /* (hidden) */
-	float *fc1_w, *fc1_b;             /* (intermediate, hidden), (intermediate) */
-	float *fc2_w, *fc2_b;             /* (hidden, intermediate), (hidden) */
+	void *ln1_w, *ln1_b;              /* (hidden) */
+	void *q_w, *k_w, *v_w, *o_w;      /* (hidden, hidden) */
+	void *q_b, *k_b, *v_b, *o_b;      /* (hidden) */
+	void *ln2_w, *ln2_b;              /* (hidden) */
+	void *fc1_w, *fc1_b;              /* (intermediate, hidden), (intermediate) */
+	void *fc2_w, *fc2_b;              /* (hidden, intermediate), (hidden) */
 } clip_layer;
 
 struct clip_text {
 	backend *be;
 	clip_config c;
 	te_params ps;
-	float *tok_emb;                   /* (vocab, hidden) */
-	float *pos_emb;                   /* (max_pos, hidden) */
+	void *tok_emb;                    /* (vocab, hidden) */
+	void *pos_emb;                    /* (max_pos, hidden) */
 	clip_layer *layers;               /* (n_layers) */
-	float *final_w, *final_b;         /* (hidden) */
-	int bf16;                         /* the bf16 model's roundings */
+	void *final_w, *final_b;          /* (hidden) */
+	be_dtype dt;                      /* float32, or the bf16 model */
 };
 
 /* transformers 4 wrote CLIPTextModel's tensors under text_model., 5 does not */
@@ -145,8 +146,8 @@ clip_text *clip_text_open(backend *be, const char *dir, be_dtype dtype, titan_er
 	}
 	m->be = be;
 	m->ps.be = be;
-	m->bf16 = m->ps.bf16 = dtype == BE_BF16;
-	if (te_open_dir(be, dir, "clip", read_config, &m->c, load, m, err) < 0) {
+	m->dt = m->ps.dt = dtype;
+	if (te_open_dir(dir, read_config, &m->c, load, m, err) < 0) {
 		clip_text_free(m);
 		return NULL;
 	}
@@ -177,69 +178,66 @@ static int64_t pool_position(const int32_t *ids, int64_t l, int64_t eos_id)
 	return at;
 }
 
+/* Scratch of one forward, in backend memory, of the model's type (lse float32). */
 typedef struct clip_scratch {
-	float *x, *n, *q, *k, *v, *att, *f, *lse;
+	void *x, *n, *q, *k, *v, *att, *f, *lse;
 	int32_t *ids;
 } clip_scratch;
 
-static int scratch_alloc(backend *be, clip_scratch *w, const clip_config *c, int64_t b,
-			 int64_t l, titan_err *err)
+static int scratch_alloc(backend *be, be_dtype dt, clip_scratch *w, const clip_config *c,
+			 int64_t b, int64_t l, titan_err *err)
 {
-	size_t rows = (size_t)(b * l), hd = (size_t)c->hidden;
-	float **bufs[] = {&w->x, &w->n, &w->q, &w->k, &w->v, &w->att, &w->f, &w->lse};
-	size_t sizes[] = {rows * hd, rows * hd, rows * hd, rows * hd, rows * hd, rows * hd,
-			  rows * (size_t)c->intermediate, rows * (size_t)c->n_heads};
-	return te_scratch_alloc(be, bufs, sizes, sizeof sizes / sizeof *sizes, &w->ids, rows, err);
+	size_t rows = (size_t)(b * l), hd = (size_t)c->hidden, es = be_dtype_size(dt);
+	void **bufs[] = {&w->x, &w->n, &w->q, &w->k, &w->v, &w->att, &w->f, &w->lse};
+	size_t bytes[] = {rows * hd * es, rows * hd * es, rows * hd * es, rows * hd * es,
+			  rows * hd * es, rows * hd * es, rows * (size_t)c->intermediate * es,
+			  rows * (size_t)c->n_heads * sizeof(float)};
+	return te_scratch_alloc(be, bufs, bytes, sizeof bytes / sizeof *bytes, &w->ids, rows, err);
 }
 
 static void scratch_free(backend *be, clip_scratch *w)
 {
-	float *bufs[] = {w->x, w->n, w->q, w->k, w->v, w->att, w->f, w->lse};
+	void *bufs[] = {w->x, w->n, w->q, w->k, w->v, w->att, w->f, w->lse};
 	te_scratch_free(be, bufs, sizeof bufs / sizeof *bufs, w->ids);
 }
 
-/* y (rows, out) = x @ w^T + bias. */
-static void linear_bias(backend *be, float *y, const float *x, const float *w, const float *bias,
-			int64_t rows, int64_t in, int64_t out)
+/* y (rows, out) = x @ w^T + bias as torch's addmm computes it: the bias in C,
+ * then the product added with beta 1, so that bf16 rounds the sum once. */
+static void linear_bias(backend *be, be_dtype dt, void *y, const void *x, const void *w,
+			const void *bias, int64_t rows, int64_t in, int64_t out)
 {
-	te_linear(be, y, x, w, rows, in, out);
-	be->ops->bias_add(be, y, BE_F32, bias, BE_F32, rows, out, 0, NULL);
+	be->ops->zero(be, y, (size_t)(rows * out) * be_dtype_size(dt));
+	be->ops->bias_add(be, y, dt, bias, dt, rows, out, 0, NULL);
+	be->ops->matmul(be, 0, 1, rows, out, in, 1.0f, x, in, w, in, dt, 1.0f, y, out, dt);
 }
 
-/* The bf16 model rounds each op's output to bfloat16 (its attention, torch's
- * sdpa, computes in float32 and rounds once). */
+/* One layer; in bf16 every op's output is stored rounded, as the bf16 model
+ * stores it (its attention, torch's sdpa, computes in float32 and rounds
+ * once; quick_gelu rounds as its three ops do: backend.h's swish). */
 static void layer_forward(clip_text *m, const clip_layer *y, clip_scratch *w, int64_t b,
 			  int64_t l)
 {
 	backend *be = m->be;
 	const clip_config *c = &m->c;
+	be_dtype dt = m->dt;
 	int64_t rows = b * l, hd = c->hidden, ff = c->intermediate;
-	int r = m->bf16;
-	te_layernorm(w->n, w->x, y->ln1_w, y->ln1_b, rows, hd, c->eps);
-	te_round(r, w->n, rows * hd);
-	linear_bias(be, w->q, w->n, y->q_w, y->q_b, rows, hd, hd);
-	linear_bias(be, w->k, w->n, y->k_w, y->k_b, rows, hd, hd);
-	linear_bias(be, w->v, w->n, y->v_w, y->v_b, rows, hd, hd);
-	te_round(r, w->q, rows * hd);
-	te_round(r, w->k, rows * hd);
-	te_round(r, w->v, rows * hd);
+	be->ops->layernorm_fwd(be, w->n, dt, w->x, dt, y->ln1_w, y->ln1_b, dt, rows, hd, c->eps);
+	linear_bias(be, dt, w->q, w->n, y->q_w, y->q_b, rows, hd, hd);
+	linear_bias(be, dt, w->k, w->n, y->k_w, y->k_b, rows, hd, hd);
+	linear_bias(be, dt, w->v, w->n, y->v_w, y->v_b, rows, hd, hd);
 	be_attn a = {
 		.b = b, .tq = l, .tk = l, .h = c->n_heads, .hkv = c->n_heads,
 		.hd = hd / c->n_heads, .hdv = hd / c->n_heads, .scale = 0, .causal = 1,
-		.qkv = BE_F32, .out = BE_F32, .dout = BE_F32, .grad = BE_F32,
+		.qkv = dt, .out = dt, .dout = dt, .grad = dt,
 	};
 	be->ops->attention_fwd(be, w->att, w->lse, w->q, w->k, w->v, &a);
-	te_round(r, w->att, rows * hd);
-	linear_bias(be, w->n, w->att, y->o_w, y->o_b, rows, hd, hd);
-	te_residual(be, r, w->x, w->n, rows * hd); /* x += out_proj */
-	te_layernorm(w->n, w->x, y->ln2_w, y->ln2_b, rows, hd, c->eps);
-	te_round(r, w->n, rows * hd);
-	linear_bias(be, w->f, w->n, y->fc1_w, y->fc1_b, rows, hd, ff);
-	te_round(r, w->f, rows * ff);
-	te_quick_gelu(w->f, rows * ff);
-	te_round(r, w->f, rows * ff);
-	linear_bias(be, w->n, w->f, y->fc2_w, y->fc2_b, rows, ff, hd);
-	te_residual(be, r, w->x, w->n, rows * hd); /* x += fc2 */
+	linear_bias(be, dt, w->n, w->att, y->o_w, y->o_b, rows, hd, hd);
+	be->ops->add(be, w->x, dt, w->x, dt, w->n, dt, rows * hd); /* x += out_proj */
+	be->ops->layernorm_fwd(be, w->n, dt, w->x, dt, y->ln2_w, y->ln2_b, dt, rows, hd, c->eps);
+	linear_bias(be, dt, w->f, w->n, y->fc1_w, y->fc1_b, rows, hd, ff);
+	be->ops->swish(be, w->f, dt, 1.702f, rows * ff); /* quick_gelu */
+	linear_bias(be, dt, w->n, w->f, y->fc2_w, y->fc2_b, rows, ff, hd);
+	be->ops->add(be, w->x, dt, w->x, dt, w->n, dt, rows * hd); /* x += fc2 */
 }
 
 int clip_text_forward(clip_text *m, const int32_t *ids, int64_t b, int64_t l, float *out,
@@ -247,6 +245,7 @@ int clip_text_forward(clip_text *m, const int32_t *ids, int64_t b, int64_t l, fl
 {
 	backend *be = m->be;
 	const clip_config *c = &m->c;
+	be_dtype dt = m->dt;
 	if (b < 1 || l < 1 || l > c->max_pos)
 		return err_set(err, "clip: batch %lld x %lld, expected a length in [1, %lld] "
 			       "(max_position_embeddings)", (long long)b, (long long)l,
@@ -254,28 +253,28 @@ int clip_text_forward(clip_text *m, const int32_t *ids, int64_t b, int64_t l, fl
 	if (te_check_ids(ids, b * l, c->vocab, "clip", err) < 0)
 		return -1;
 	clip_scratch w = {0};
-	int rc = scratch_alloc(be, &w, c, b, l, err);
+	int rc = scratch_alloc(be, dt, &w, c, b, l, err);
 	if (rc == 0) {
 		int64_t rows = b * l, hd = c->hidden;
 		be->ops->copy(be, w.ids, ids, (size_t)rows * sizeof *ids, BACKEND_H2D);
-		be->ops->embedding_fwd(be, w.x, BE_F32, m->tok_emb, BE_F32, w.ids, rows, hd, 0,
-				       c->vocab);
-		for (int64_t bi = 0; bi < b; bi++) /* + position_embedding[0..l) */
-			be->ops->add(be, w.x + bi * l * hd, BE_F32, w.x + bi * l * hd, BE_F32,
-				     m->pos_emb, BE_F32, l * hd);
-		te_round(m->bf16, w.x, rows * hd);
+		be->ops->embedding_fwd(be, w.x, dt, m->tok_emb, dt, w.ids, rows, hd, 0, c->vocab);
+		for (int64_t bi = 0; bi < b; bi++) { /* + position_embedding[0..l) */
+			void *xb = te_at(w.x, dt, bi * l * hd);
+			be->ops->add(be, xb, dt, xb, dt, m->pos_emb, dt, l * hd);
+		}
 		for (int64_t i = 0; i < c->n_layers; i++)
 			layer_forward(m, &m->layers[i], &w, b, l);
 		/* final_layer_norm is per row: normalise the pooled rows alone */
 		for (int64_t bi = 0; bi < b; bi++) {
 			int64_t at = pool_position(ids + bi * l, l, c->eos_id);
-			te_layernorm(w.n + bi * hd, w.x + (bi * l + at) * hd, m->final_w,
-				     m->final_b, 1, hd, c->eps);
+			be->ops->layernorm_fwd(be, te_at(w.n, dt, bi * hd), dt,
+					       te_at(w.x, dt, (bi * l + at) * hd), dt, m->final_w,
+					       m->final_b, dt, 1, hd, c->eps);
 		}
-		te_round(m->bf16, w.n, b * hd);
-		be->ops->copy(be, out, w.n, (size_t)(b * hd) * sizeof *out, BACKEND_D2H);
-		rc = be->ops->sync(be, err);
+		rc = te_download(be, dt, out, w.n, b * hd, err);
 	}
+	if (rc == 0)
+		rc = be->ops->sync(be, err);
 	scratch_free(be, &w);
 	return rc;
 }

@@ -1,32 +1,32 @@
-/* t5.c: transformers' T5EncoderModel (v1.1, gated-gelu), forward in float32. */
+/* t5.c: transformers' T5EncoderModel (v1.1, gated-gelu), forward, over backend ops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/bf16.h"
 #include "core/json.h"
 #include "textenc/textenc.h"
 #include "textenc/textenc_impl.h"
 
+/* Weights in backend memory, of the model's type. */
 typedef struct t5_block {
-	float *ln_attn;           /* (d_model) */
-	float *q, *k, *v;         /* (inner, d_model), inner = n_heads * d_kv */
-	float *o;                 /* (d_model, inner) */
-	float *ln_ff;             /* (d_model) */
-	float *wi_0, *wi_1;       /* (d_ff, d_model) */
-	float *wo;                /* (d_model, d_ff) */
+	void *ln_attn;            /* (d_model) */
+	void *q, *k, *v;          /* (inner, d_model), inner = n_heads * d_kv */
+	void *o;                  /* (d_model, inner) */
+	void *ln_ff;              /* (d_model) */
+	void *wi_0, *wi_1;        /* (d_ff, d_model) */
+	void *wo;                 /* (d_model, d_ff) */
 } t5_block;
 
 struct t5_encoder {
 	backend *be;
 	t5_config c;
 	te_params ps;
-	float *embed;             /* (vocab, d_model) */
+	void *embed;              /* (vocab, d_model) */
 	float *rel_bias;          /* (n_buckets, n_heads): block 0's, host memory */
 	t5_block *blocks;         /* (n_layers) */
-	float *final_ln;          /* (d_model) */
-	int bf16;                 /* the bf16 model's roundings (t5_encoder_open) */
+	void *final_ln;           /* (d_model) */
+	be_dtype dt;              /* float32, or the bf16 model (t5_encoder_open) */
 };
 
 int t5_config_read(t5_config *c, const char *path, titan_err *err)
@@ -110,18 +110,19 @@ static int load_weights(t5_encoder *m, const st_set *s, titan_err *err)
 	const t5_config *c = &m->c;
 	if ((m->embed = te_load(&m->ps, s, embed, "weight", 2, c->vocab, c->d_model, err)) == NULL)
 		return -1;
-	float *rb = te_load(&m->ps, s, none,
-			    "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-			    2, c->n_buckets, c->n_heads, err);
+	void *rb = te_load(&m->ps, s, none,
+			   "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+			   2, c->n_buckets, c->n_heads, err);
 	m->final_ln = te_load(&m->ps, s, none, "encoder.final_layer_norm.weight", 1, c->d_model,
 			      0, err);
 	if (rb == NULL || m->final_ln == NULL)
 		return -1;
-	size_t nb = (size_t)(c->n_buckets * c->n_heads);
-	m->rel_bias = malloc(nb * sizeof *m->rel_bias);
+	int64_t nb = c->n_buckets * c->n_heads;
+	m->rel_bias = malloc((size_t)nb * sizeof *m->rel_bias);
 	if (m->rel_bias == NULL)
 		return err_set(err, "t5: out of memory");
-	m->be->ops->copy(m->be, m->rel_bias, rb, nb * sizeof *rb, BACKEND_D2H);
+	if (te_download(m->be, m->dt, m->rel_bias, rb, nb, err) < 0)
+		return -1;
 	for (int64_t i = 0; i < c->n_layers; i++)
 		if (load_block(m, s, i, err) < 0)
 			return -1;
@@ -155,8 +156,8 @@ t5_encoder *t5_encoder_open(backend *be, const char *dir, be_dtype dtype, titan_
 	}
 	m->be = be;
 	m->ps.be = be;
-	m->bf16 = m->ps.bf16 = dtype == BE_BF16;
-	if (te_open_dir(be, dir, "t5", read_config, &m->c, load, m, err) < 0) {
+	m->dt = m->ps.dt = dtype;
+	if (te_open_dir(dir, read_config, &m->c, load, m, err) < 0) {
 		t5_encoder_free(m);
 		return NULL;
 	}
@@ -175,7 +176,8 @@ void t5_encoder_free(t5_encoder *m)
 	free(m);
 }
 
-/* bias (h, l, l) = rel_bias[bucket(key - query), h]: compute_bias of block 0. */
+/* bias (h, l, l) = rel_bias[bucket(key - query), h]: compute_bias of block 0,
+ * on the host. */
 static void position_bias(const t5_encoder *m, float *bias, int64_t l)
 {
 	const t5_config *c = &m->c;
@@ -187,107 +189,67 @@ static void position_bias(const t5_encoder *m, float *bias, int64_t l)
 		}
 }
 
-/* out (b, l, h, dk) = softmax(q k^T + bias) v per head, without scaling:
- * q, k, v (b, l, h, dk); bias (h, l, l).  With bf16 the scores, the biased
- * scores, the probabilities and out are rounded to bfloat16 as the bf16
- * model's matmul, add, softmax and matmul store them. */
-static void biased_attention(float *out, const float *q, const float *k, const float *v,
-			     const float *bias, int64_t b, int64_t l, int64_t h, int64_t dk,
-			     int bf16)
-{
-	int64_t row = h * dk;
-#pragma omp parallel for collapse(2) schedule(static)
-	for (int64_t bi = 0; bi < b; bi++)
-		for (int64_t hi = 0; hi < h; hi++) {
-			float s[l];
-			for (int64_t i = 0; i < l; i++) {
-				const float *qi = q + (bi * l + i) * row + hi * dk;
-				float mx = -INFINITY, sum = 0;
-				for (int64_t j = 0; j < l; j++) {
-					const float *kj = k + (bi * l + j) * row + hi * dk;
-					float dot = 0;
-					for (int64_t d = 0; d < dk; d++)
-						dot += qi[d] * kj[d];
-					s[j] = bf16 ? bf16_round(bf16_round(dot) +
-								 bias[(hi * l + i) * l + j])
-						    : dot + bias[(hi * l + i) * l + j];
-					mx = fmaxf(mx, s[j]);
-				}
-				for (int64_t j = 0; j < l; j++) {
-					s[j] = expf(s[j] - mx);
-					sum += s[j];
-				}
-				float *oi = out + (bi * l + i) * row + hi * dk;
-				for (int64_t d = 0; d < dk; d++)
-					oi[d] = 0;
-				for (int64_t j = 0; j < l; j++) {
-					const float *vj = v + (bi * l + j) * row + hi * dk;
-					float p = bf16 ? bf16_round(s[j] / sum) : s[j] / sum;
-					for (int64_t d = 0; d < dk; d++)
-						oi[d] += p * vj[d];
-				}
-				if (bf16)
-					for (int64_t d = 0; d < dk; d++)
-						oi[d] = bf16_round(oi[d]);
-			}
-		}
-}
-
-/* Scratch of one forward, in backend memory. */
+/* Scratch of one forward, in backend memory, of the model's type (rstd float32). */
 typedef struct t5_scratch {
-	float *x, *n, *q, *k, *v, *att, *g, *u, *bias, *rstd;
+	void *x, *n, *q, *k, *v, *att, *g, *u, *bias, *rstd;
 	int32_t *ids;
 } t5_scratch;
 
-static int scratch_alloc(backend *be, t5_scratch *w, const t5_config *c, int64_t b, int64_t l,
-			 titan_err *err)
+static int scratch_alloc(backend *be, be_dtype dt, t5_scratch *w, const t5_config *c, int64_t b,
+			 int64_t l, titan_err *err)
 {
 	size_t rows = (size_t)(b * l), inner = (size_t)(c->n_heads * c->d_kv);
-	size_t dm = (size_t)c->d_model, ff = (size_t)c->d_ff;
-	float **bufs[] = {&w->x, &w->n, &w->q, &w->k, &w->v, &w->att, &w->g, &w->u, &w->bias,
-			  &w->rstd};
-	size_t sizes[] = {rows * dm, rows * dm, rows * inner, rows * inner, rows * inner,
-			  rows * inner, rows * ff, rows * ff, (size_t)(c->n_heads * l * l), rows};
-	return te_scratch_alloc(be, bufs, sizes, sizeof sizes / sizeof *sizes, &w->ids, rows, err);
+	size_t dm = (size_t)c->d_model, ff = (size_t)c->d_ff, es = be_dtype_size(dt);
+	void **bufs[] = {&w->x, &w->n, &w->q, &w->k, &w->v, &w->att, &w->g, &w->u, &w->bias,
+			 &w->rstd};
+	size_t bytes[] = {rows * dm * es, rows * dm * es, rows * inner * es, rows * inner * es,
+			  rows * inner * es, rows * inner * es, rows * ff * es, rows * ff * es,
+			  (size_t)(c->n_heads * l * l) * es, rows * sizeof(float)};
+	return te_scratch_alloc(be, bufs, bytes, sizeof bytes / sizeof *bytes, &w->ids, rows, err);
 }
 
 static void scratch_free(backend *be, t5_scratch *w)
 {
-	float *bufs[] = {w->x, w->n, w->q, w->k, w->v, w->att, w->g, w->u, w->bias, w->rstd};
+	void *bufs[] = {w->x, w->n, w->q, w->k, w->v, w->att, w->g, w->u, w->bias, w->rstd};
 	te_scratch_free(be, bufs, sizeof bufs / sizeof *bufs, w->ids);
 }
 
-/* The bf16 model rounds the norm and each linear's output to bfloat16 (its
- * T5LayerNorm rounds twice, before and after the weight: once here). */
+/* One block; in bf16 every op's output is stored rounded, as the bf16 model
+ * stores it (its T5LayerNorm rounds before and after the weight: once here). */
 static void block_forward(t5_encoder *m, const t5_block *blk, t5_scratch *w, int64_t b,
 			  int64_t l)
 {
 	backend *be = m->be;
 	const t5_config *c = &m->c;
+	be_dtype dt = m->dt;
 	int64_t rows = b * l, inner = c->n_heads * c->d_kv, dm = c->d_model, ff = c->d_ff;
-	int r = m->bf16;
-	be->ops->rmsnorm_fwd(be, w->n, BE_F32, w->rstd, w->x, BE_F32, blk->ln_attn, BE_F32, rows,
-			     dm, c->eps);
-	te_round(r, w->n, rows * dm);
-	te_linear(be, w->q, w->n, blk->q, rows, dm, inner);
-	te_linear(be, w->k, w->n, blk->k, rows, dm, inner);
-	te_linear(be, w->v, w->n, blk->v, rows, dm, inner);
-	te_round(r, w->q, rows * inner);
-	te_round(r, w->k, rows * inner);
-	te_round(r, w->v, rows * inner);
-	biased_attention(w->att, w->q, w->k, w->v, w->bias, b, l, c->n_heads, c->d_kv, r);
-	te_linear(be, w->n, w->att, blk->o, rows, inner, dm);
-	te_residual(be, r, w->x, w->n, rows * dm); /* x += o(att) */
-	be->ops->rmsnorm_fwd(be, w->n, BE_F32, w->rstd, w->x, BE_F32, blk->ln_ff, BE_F32, rows,
-			     dm, c->eps);
-	te_round(r, w->n, rows * dm);
-	te_linear(be, w->g, w->n, blk->wi_0, rows, dm, ff);
-	te_linear(be, w->u, w->n, blk->wi_1, rows, dm, ff);
-	te_round(r, w->g, rows * ff);
-	te_round(r, w->u, rows * ff);
-	te_gated_gelu_new(w->g, w->u, rows * ff, r);
-	te_linear(be, w->n, w->g, blk->wo, rows, ff, dm);
-	te_residual(be, r, w->x, w->n, rows * dm); /* x += wo(gelu(g) u) */
+	be->ops->rmsnorm_fwd(be, w->n, dt, w->rstd, w->x, dt, blk->ln_attn, dt, rows, dm, c->eps);
+	te_linear(be, dt, w->q, w->n, blk->q, rows, dm, inner);
+	te_linear(be, dt, w->k, w->n, blk->k, rows, dm, inner);
+	te_linear(be, dt, w->v, w->n, blk->v, rows, dm, inner);
+	be->ops->t5_attention(be, w->att, w->q, w->k, w->v, w->bias, dt, b, l, c->n_heads,
+			      c->d_kv);
+	te_linear(be, dt, w->n, w->att, blk->o, rows, inner, dm);
+	be->ops->add(be, w->x, dt, w->x, dt, w->n, dt, rows * dm); /* x += o(att) */
+	be->ops->rmsnorm_fwd(be, w->n, dt, w->rstd, w->x, dt, blk->ln_ff, dt, rows, dm, c->eps);
+	te_linear(be, dt, w->g, w->n, blk->wi_0, rows, dm, ff);
+	te_linear(be, dt, w->u, w->n, blk->wi_1, rows, dm, ff);
+	be->ops->geglu_fwd(be, w->g, w->g, w->u, dt, rows * ff);
+	te_linear(be, dt, w->n, w->g, blk->wo, rows, ff, dm);
+	be->ops->add(be, w->x, dt, w->x, dt, w->n, dt, rows * dm); /* x += wo(gelu(g) u) */
+}
+
+/* The position bias of length l, computed on the host, into w->bias. */
+static int upload_bias(t5_encoder *m, t5_scratch *w, int64_t l, titan_err *err)
+{
+	int64_t n = m->c.n_heads * l * l;
+	float *bias = malloc((size_t)n * sizeof *bias);
+	if (bias == NULL)
+		return err_set(err, "t5: out of memory");
+	position_bias(m, bias, l);
+	int rc = te_upload(m->be, m->dt, w->bias, bias, n, err);
+	free(bias);
+	return rc;
 }
 
 int t5_encoder_forward(t5_encoder *m, const int32_t *ids, int64_t b, int64_t l, float *out,
@@ -295,27 +257,28 @@ int t5_encoder_forward(t5_encoder *m, const int32_t *ids, int64_t b, int64_t l, 
 {
 	backend *be = m->be;
 	const t5_config *c = &m->c;
+	be_dtype dt = m->dt;
 	if (b < 1 || l < 1)
 		return err_set(err, "t5: empty batch (%lld x %lld)", (long long)b, (long long)l);
 	if (te_check_ids(ids, b * l, c->vocab, "t5", err) < 0)
 		return -1;
 	t5_scratch w = {0};
-	int rc = scratch_alloc(be, &w, c, b, l, err);
+	int64_t rows = b * l;
+	int rc = scratch_alloc(be, dt, &w, c, b, l, err);
+	if (rc == 0)
+		rc = upload_bias(m, &w, l, err);
 	if (rc == 0) {
-		int64_t rows = b * l;
 		be->ops->copy(be, w.ids, ids, (size_t)rows * sizeof *ids, BACKEND_H2D);
-		be->ops->embedding_fwd(be, w.x, BE_F32, m->embed, BE_F32, w.ids, rows, c->d_model,
-				       0, c->vocab);
-		position_bias(m, w.bias, l);
+		be->ops->embedding_fwd(be, w.x, dt, m->embed, dt, w.ids, rows, c->d_model, 0,
+				       c->vocab);
 		for (int64_t i = 0; i < c->n_layers; i++)
 			block_forward(m, &m->blocks[i], &w, b, l);
-		be->ops->rmsnorm_fwd(be, w.n, BE_F32, w.rstd, w.x, BE_F32, m->final_ln, BE_F32,
-				     rows, c->d_model, c->eps);
-		te_round(m->bf16, w.n, rows * c->d_model);
-		be->ops->copy(be, out, w.n, (size_t)(rows * c->d_model) * sizeof *out,
-			      BACKEND_D2H);
-		rc = be->ops->sync(be, err);
+		be->ops->rmsnorm_fwd(be, w.n, dt, w.rstd, w.x, dt, m->final_ln, dt, rows,
+				     c->d_model, c->eps);
+		rc = te_download(be, dt, out, w.n, rows * c->d_model, err);
 	}
+	if (rc == 0)
+		rc = be->ops->sync(be, err);
 	scratch_free(be, &w);
 	return rc;
 }

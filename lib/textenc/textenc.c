@@ -1,17 +1,17 @@
-/* textenc.c: loading and the plain-C ops shared by the T5 and CLIP encoders. */
-#include <math.h>
+/* textenc.c: what the T5 and CLIP encoders share: loading weights into backend
+ * memory, scratch, the linears, and moving tensors between host and backend. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/bf16.h"
+#include "ptzip/ptzip.h"
 #include "textenc/textenc_impl.h"
 
-static int params_keep(te_params *ps, float *p, titan_err *err)
+static int params_keep(te_params *ps, void *p, titan_err *err)
 {
 	if (ps->n == ps->cap) {
 		size_t cap = ps->cap ? 2 * ps->cap : 32;
-		float **np = realloc(ps->p, cap * sizeof *np);
+		void **np = realloc(ps->p, cap * sizeof *np);
 		if (np == NULL)
 			return err_set(err, "textenc: out of memory");
 		ps->p = np;
@@ -34,8 +34,8 @@ static const st_tensor *find_prefixed(const st_set *s, const char *const *prefix
 	return NULL;
 }
 
-float *te_load(te_params *ps, const st_set *s, const char *const *prefixes, const char *name,
-	       int ndim, int64_t d0, int64_t d1, titan_err *err)
+void *te_load(te_params *ps, const st_set *s, const char *const *prefixes, const char *name,
+	      int ndim, int64_t d0, int64_t d1, titan_err *err)
 {
 	char full[512];
 	const st_tensor *t = find_prefixed(s, prefixes, name, full, sizeof full);
@@ -50,17 +50,16 @@ float *te_load(te_params *ps, const st_set *s, const char *const *prefixes, cons
 		err_set(err, "tensor '%s': out of memory", full);
 		return NULL;
 	}
-	float *dev = NULL;
-	if (st_tensor_to_f32(t, ndim, want, host, err) < 0 ||
-	    (dev = backend_alloc_floats(ps->be, n, err)) == NULL) {
-		free(host);
-		return NULL;
-	}
-	te_round(ps->bf16, host, (int64_t)n);
-	ps->be->ops->copy(ps->be, dev, host, n * sizeof *host, BACKEND_H2D);
+	void *dev = NULL;
+	int rc = st_tensor_to_f32(t, ndim, want, host, err);
+	if (rc == 0 && (dev = ps->be->ops->alloc(ps->be, n * be_dtype_size(ps->dt), err)) == NULL)
+		rc = -1;
+	if (rc == 0)
+		rc = te_upload(ps->be, ps->dt, dev, host, (int64_t)n, err);
 	free(host);
-	if (params_keep(ps, dev, err) < 0) {
-		ps->be->ops->free(ps->be, dev);
+	if (rc < 0 || params_keep(ps, dev, err) < 0) {
+		if (dev != NULL)
+			ps->be->ops->free(ps->be, dev);
 		return NULL;
 	}
 	return dev;
@@ -74,23 +73,12 @@ void te_params_free(te_params *ps)
 	memset(ps, 0, sizeof *ps);
 }
 
-int te_check_backend(const backend *be, const char *what, titan_err *err)
-{
-	if (strcmp(be->ops->name, "cpu") != 0)
-		return err_set(err, "%s: the %s backend is not supported (the encoders' own ops "
-			       "are plain C over host memory: the CPU backend only)",
-			       what, be->ops->name);
-	return 0;
-}
-
-int te_open_dir(backend *be, const char *dir, const char *what,
+int te_open_dir(const char *dir,
 		int (*read_config)(void *cfg, const char *path, titan_err *err), void *cfg,
 		int (*load)(void *model, const st_set *s, titan_err *err), void *model,
 		titan_err *err)
 {
 	char path[4096];
-	if (te_check_backend(be, what, err) < 0)
-		return -1;
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	if (read_config(cfg, path, err) < 0)
 		return -1;
@@ -104,17 +92,17 @@ int te_open_dir(backend *be, const char *dir, const char *what,
 	return rc;
 }
 
-int te_scratch_alloc(backend *be, float **const *bufs, const size_t *sizes, size_t n,
+int te_scratch_alloc(backend *be, void **const *bufs, const size_t *bytes, size_t n,
 		     int32_t **ids, size_t rows, titan_err *err)
 {
 	for (size_t i = 0; i < n; i++)
-		if ((*bufs[i] = backend_alloc_floats(be, sizes[i], err)) == NULL)
+		if ((*bufs[i] = be->ops->alloc(be, bytes[i], err)) == NULL)
 			return -1;
 	*ids = be->ops->alloc(be, rows * sizeof **ids, err);
 	return *ids ? 0 : -1;
 }
 
-void te_scratch_free(backend *be, float *const *bufs, size_t n, int32_t *ids)
+void te_scratch_free(backend *be, void *const *bufs, size_t n, int32_t *ids)
 {
 	for (size_t i = 0; i < n; i++)
 		if (bufs[i] != NULL)
@@ -132,64 +120,37 @@ int te_check_ids(const int32_t *ids, int64_t n, int64_t vocab, const char *what,
 	return 0;
 }
 
-void te_linear(backend *be, float *y, const float *x, const float *w, int64_t rows, int64_t in,
-	       int64_t out)
+void te_linear(backend *be, be_dtype dt, void *y, const void *x, const void *w, int64_t rows,
+	       int64_t in, int64_t out)
 {
-	be->ops->matmul(be, 0, 1, rows, out, in, 1.0f, x, in, w, in, BE_F32, 0.0f, y, out,
-			BE_F32);
+	be->ops->matmul(be, 0, 1, rows, out, in, 1.0f, x, in, w, in, dt, 0.0f, y, out, dt);
 }
 
-void te_round(int bf16, float *x, int64_t n)
+int te_upload(backend *be, be_dtype dt, void *dev, const float *host, int64_t n, titan_err *err)
 {
-	if (!bf16)
-		return;
-#pragma omp parallel for schedule(static)
-	for (int64_t i = 0; i < n; i++)
-		x[i] = bf16_round(x[i]);
-}
-
-void te_residual(backend *be, int bf16, float *x, float *t, int64_t n)
-{
-	te_round(bf16, t, n);
-	be->ops->add(be, x, BE_F32, x, BE_F32, t, BE_F32, n);
-	te_round(bf16, x, n);
-}
-
-void te_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, int64_t d,
-		  float eps)
-{
-#pragma omp parallel for schedule(static)
-	for (int64_t i = 0; i < n; i++) {
-		const float *xr = x + i * d;
-		float *yr = y + i * d;
-		double mean = 0, var = 0;
-		for (int64_t j = 0; j < d; j++)
-			mean += xr[j];
-		mean /= (double)d;
-		for (int64_t j = 0; j < d; j++)
-			var += (xr[j] - mean) * (xr[j] - mean);
-		var /= (double)d; /* biased, as nn.LayerNorm */
-		float rstd = (float)(1.0 / sqrt(var + eps));
-		for (int64_t j = 0; j < d; j++)
-			yr[j] = (float)(xr[j] - mean) * rstd * w[j] + b[j];
+	size_t bytes = (size_t)n * be_dtype_size(dt);
+	void *conv = NULL;
+	if (dt == BE_BF16) {
+		if ((conv = malloc(bytes ? bytes : 1)) == NULL)
+			return err_set(err, "textenc: out of memory");
+		ptz_convert(conv, PTZ_BF16, host, PTZ_F32, (size_t)n);
 	}
+	be->ops->copy(be, dev, conv ? conv : host, bytes, BACKEND_H2D);
+	free(conv);
+	return 0;
 }
 
-void te_gated_gelu_new(float *restrict g, const float *restrict u, int64_t n, int bf16)
+int te_download(backend *be, be_dtype dt, float *host, const void *dev, int64_t n, titan_err *err)
 {
-	/* transformers' NewGELUActivation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-	const float c = 0.7978845608028654f;
-#pragma omp parallel for schedule(static)
-	for (int64_t i = 0; i < n; i++) {
-		float x = g[i];
-		float y = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-		g[i] = bf16 ? bf16_round(bf16_round(y) * u[i]) : y * u[i];
+	if (dt == BE_F32) {
+		be->ops->copy(be, host, dev, (size_t)n * sizeof *host, BACKEND_D2H);
+		return 0;
 	}
-}
-
-void te_quick_gelu(float *x, int64_t n)
-{
-#pragma omp parallel for schedule(static)
-	for (int64_t i = 0; i < n; i++)
-		x[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+	uint16_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+	if (h == NULL)
+		return err_set(err, "textenc: out of memory");
+	be->ops->copy(be, h, dev, (size_t)n * sizeof *h, BACKEND_D2H);
+	ptz_convert(host, PTZ_F32, h, PTZ_BF16, (size_t)n);
+	free(h);
+	return 0;
 }

@@ -32,20 +32,19 @@
  * Loading: a model folder as save_pretrained writes it (config.json and
  * model.safetensors, or model.safetensors.index.json and its shards), through
  * lib/safetensors.  Weights may be stored F32, BF16 or F16; they are converted
- * to float32.  A CLIPModel config.json (model_type "clip") is read through its
- * text_config; CLIP tensor names are found with or without the "text_model."
- * prefix (transformers 4 writes it, 5 does not); T5's token embedding is
- * "encoder.embed_tokens.weight" or the tied "shared.weight".  Every tensor's
- * shape is checked against the config; a missing or misshapen one is an error
- * naming it.
+ * to the model's type (t5_encoder_open).  A CLIPModel config.json (model_type
+ * "clip") is read through its text_config; CLIP tensor names are found with
+ * or without the "text_model." prefix (transformers 4 writes it, 5 does not);
+ * T5's token embedding is "encoder.embed_tokens.weight" or the tied
+ * "shared.weight".  Every tensor's shape is checked against the config; a
+ * missing or misshapen one is an error naming it.
  *
  * Computation: the weights and activations live in the memory of a backend
- * (lib/backend); the linears, T5's rmsnorm, the embeddings, residual adds,
- * biases and CLIP's causal attention are backend ops; T5's biased attention
- * and gated gelu_new, CLIP's layer norm and quick_gelu, and the bf16 roundings
- * are plain C here.  So the encoders need a backend whose memory is host
- * memory: the CPU backend (opening one on another backend is an error; a CUDA
- * path needs those ops as kernels).
+ * (lib/backend) and every step is a backend op (the linears, norms,
+ * embeddings, residual adds, biases, both attentions, T5's gated gelu_new,
+ * CLIP's quick_gelu as swish with beta 1.702), so the encoders run on any
+ * backend, the CPU's or a GPU's; only the ids' checks, CLIP's pooled
+ * positions and T5's position bias table (h, l, l) are computed on the host.
  * The models keep a pointer to the backend, which must outlive them.
  * bfloat16: see t5_encoder_open. */
 #ifndef TITAN_TEXTENC_H
@@ -87,15 +86,16 @@ typedef struct clip_text clip_text;
 /* Open DIR (config.json and the safetensors), weights into be's memory; NULL
  * and err on failure.  Free with t5_encoder_free / clip_text_free.
  * dtype BE_F32: the float32 model (torchtitan's encoders without FSDP).
- * dtype BE_BF16: the numerics of the model cast to bfloat16, as torchtitan's
- * Flux trainer casts its encoders to training.mixed_precision_param when FSDP
- * is on (a whole-model .to(bfloat16), not autocast): the weights rounded to
- * bfloat16 as they load, and every op's output rounded to bfloat16 where the
- * bf16 model stores a tensor (inside an op the arithmetic is float32, as
- * torch's bf16 CPU kernels do it; elementwise chains such as gelu_new are
- * rounded at their ends only).  Storage stays float32: this mode is the
- * reference the bf16 storage and GEMMs of a CUDA path are to match, not a
- * memory saving. */
+ * dtype BE_BF16: the model cast to bfloat16, as torchtitan's Flux trainer
+ * casts its encoders to training.mixed_precision_param when FSDP is on (a
+ * whole-model .to(bfloat16), not autocast): the weights rounded to bfloat16
+ * as they load, and every tensor the bf16 model stores held in bfloat16
+ * (half the memory), each op computing in float32 and rounding where it
+ * stores, with the bf16 model's roundings inside the ops where it has more
+ * (T5's attention scores and probabilities, gelu_new before its gate,
+ * quick_gelu's 1.702 y and sigmoid before its product; see backend.h); only
+ * gelu_new's own chain of ops is rounded at its end alone, and a linear's
+ * bias joins its product before the one rounding (torch's addmm). */
 t5_encoder *t5_encoder_open(backend *be, const char *dir, be_dtype dtype, titan_err *err);
 clip_text *clip_text_open(backend *be, const char *dir, be_dtype dtype, titan_err *err);
 const t5_config *t5_encoder_config(const t5_encoder *m);

@@ -6,7 +6,12 @@
 #   1. unpack the carried Debian runtime libraries, find CUDA's and cuDNN's
 #   2. build what the GPU tests and benchmarks link (make GPU_CHECK=1)
 #   3. run the GPU tests (make check-gpu): every kernel against the CPU backend,
-#      the CUDA backend's ops table, the model's step against the CPU's
+#      the CUDA backend's ops table, the model's step against the CPU's; then
+#      Flux's text encoders (T5, CLIP) on the CUDA backend against the CPU
+#      backend and transformers on tests/textenc's tiny models, a stage of
+#      their own (tests/gpu/test_gpu_textenc) for the table, and the Flux
+#      transformer's training step on the CUDA backend against the CPU's on a
+#      reduced flux-debug (tests/gpu/test_gpu_flux), another
 #   4. titan-train on the GPU, as carried (built here, .gpu-deps/bin): the same
 #      job on the CUDA and the CPU backend and on the CUDA backend with every
 #      FSDP collective through NCCL in a world of one (TITAN_COMM_ALWAYS=1:
@@ -188,6 +193,10 @@ export TITAN_TEST_TIMEOUT=100
 # shellcheck disable=SC2086
 stage tests 120 $mk check-gpu
 tests_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+# Flux's text encoders on the CUDA backend (issue 28): float32 and bf16 models
+stage textenc 30 "$build/tests/gpu/test_gpu_textenc"
+# the Flux transformer's training step on the CUDA backend (issue 29)
+stage flux 30 "$build/tests/gpu/test_gpu_flux"
 # titan-train: the same job on both backends (a GPU-less machine checks the
 # refusal), then 200 steps of debugmodel on both
 # shellcheck disable=SC2086
@@ -269,6 +278,9 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	echo "tests: ${tests_line:-did not run}"
 	sed 's/^/stage: /' "$status"
 	printf '%-44s %10s %10s  %s\n' figure titan torch unit
+	row "T5 (tiny) on cuda vs cpu, f32 / bf16" rel textenc t5_f32_cuda_vs_cpu textenc t5_bf16_cuda_vs_cpu
+	row "CLIP (tiny) on cuda vs cpu, f32 / bf16" rel textenc clip_f32_cuda_vs_cpu textenc clip_bf16_cuda_vs_cpu
+	row "Flux step (reduced) cuda vs cpu, loss / grads" rel flux step_loss_cuda_vs_cpu flux step_grad_cuda_vs_cpu
 	row "copy bandwidth (read + write)" GB/s ceiling copy_GBps
 	row "bf16 GEMM ceiling (best 8192^3)" TFLOP/s ceiling bf16_gemm_TFLOPs
 	row "8B linears, fwd+dgrad+wgrad (t=8192)" TFLOP/s gemm 8B_linears_TFLOPs torch-gemm 8B_linears_TFLOPs

@@ -26,9 +26,9 @@
 
 #include "backend/backend.h"
 #include "core/bf16.h"
-#include "core/json.h"
 #include "fluxae/fluxae.h"
 #include "safetensors/safetensors.h"
+#include "../support/golden_weights.h"
 #include "../support/testutil.h"
 
 #define GOLDEN "tests/fluxae/golden"
@@ -37,42 +37,8 @@
 static backend *be;
 
 /* weights.json: the tensors in state_dict order. */
-typedef struct wtensor {
-	char name[128];
-	int ndim;
-	int64_t shape[4];
-	float offset, scale;
-} wtensor;
-
-static wtensor *wts;
-static size_t n_wts;
-static uint64_t wseed;
+static gw_set gw;
 static flux_ae_config cfg;
-
-static void manifest_read(void)
-{
-	titan_err e;
-	json_t *root = tjson_load_file(GOLDEN "/weights.json", 0, &e);
-	if (root == NULL)
-		fail_msg("%s", e.msg);
-	json_t *ts = json_object_get(root, "tensors");
-	wseed = (uint64_t)json_integer_value(json_object_get(root, "seed"));
-	n_wts = json_array_size(ts);
-	assert_true(n_wts > 0);
-	wts = calloc(n_wts, sizeof *wts);
-	for (size_t i = 0; i < n_wts; i++) {
-		json_t *t = json_array_get(ts, i), *shape = json_object_get(t, "shape");
-		snprintf(wts[i].name, sizeof wts[i].name, "%s",
-			 json_string_value(json_object_get(t, "name")));
-		wts[i].ndim = (int)json_array_size(shape);
-		assert_true(wts[i].ndim >= 1 && wts[i].ndim <= 4);
-		for (int d = 0; d < wts[i].ndim; d++)
-			wts[i].shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
-		wts[i].offset = (float)json_number_value(json_object_get(t, "offset"));
-		wts[i].scale = (float)json_number_value(json_object_get(t, "scale"));
-	}
-	json_decref(root);
-}
 
 static int setup(void **state)
 {
@@ -82,7 +48,10 @@ static int setup(void **state)
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
 	}
-	manifest_read();
+	if (gw_load(&gw, GOLDEN "/weights.json", &e) < 0) {
+		fprintf(stderr, "%s\n", e.msg);
+		return -1;
+	}
 	if (flux_ae_config_read(&cfg, GOLDEN "/config.json", &e) < 0) {
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
@@ -92,20 +61,9 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	free(wts);
+	gw_free(&gw);
 	backend_free(be);
 	return test_tmpdir_remove(state);
-}
-
-/* Value j of tensor t (scripts/fluxae_golden.py's generator). */
-static float draw(size_t t, uint64_t j)
-{
-	uint64_t z = wseed + ((uint64_t)t << 32) + j + 0x9e3779b97f4a7c15u;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-	z ^= z >> 31;
-	float v = (float)((int64_t)(z >> 40) - (1 << 23)) / (float)(1 << 23);
-	return wts[t].offset + wts[t].scale * v; /* scale * v exact: one rounding */
 }
 
 /* How write_weights spoils the file for a hostile case. */
@@ -121,16 +79,16 @@ static const char *write_weights(const char *file, ptz_dtype dtype, spoil sp)
 {
 	static char path[512];
 	snprintf(path, sizeof path, "%s", test_path(file));
-	st_item *items = calloc(n_wts, sizeof *items);
-	void **data = calloc(n_wts, sizeof *data);
+	st_item *items = calloc(gw.n, sizeof *items);
+	void **data = calloc(gw.n, sizeof *data);
 	size_t n = 0;
-	for (size_t t = 0; t < n_wts; t++) {
-		int hit = sp.name != NULL && strcmp(sp.name, wts[t].name) == 0;
+	for (size_t t = 0; t < gw.n; t++) {
+		int hit = sp.name != NULL && strcmp(sp.name, gw.t[t].name) == 0;
 		if (hit && sp.drop)
 			continue;
 		st_item *it = &items[n];
-		*it = (st_item){.name = wts[t].name, .dtype = dtype, .ndim = wts[t].ndim};
-		memcpy(it->shape, wts[t].shape, sizeof wts[t].shape);
+		*it = (st_item){.name = gw.t[t].name, .dtype = dtype, .ndim = gw.t[t].ndim};
+		memcpy(it->shape, gw.t[t].shape, sizeof gw.t[t].shape);
 		if (hit && sp.last_dim > 0)
 			it->shape[it->ndim - 1] = sp.last_dim;
 		if (hit && sp.dtype != PTZ_NONE)
@@ -140,7 +98,7 @@ static const char *write_weights(const char *file, ptz_dtype dtype, spoil sp)
 			numel *= (size_t)it->shape[d];
 		data[n] = calloc(numel, 8);
 		for (size_t j = 0; j < numel; j++) {
-			float v = draw(t, j);
+			float v = gw_value(&gw, t, j);
 			if (it->dtype == PTZ_F32)
 				((float *)data[n])[j] = v;
 			else if (it->dtype == PTZ_BF16)

@@ -7,6 +7,9 @@
 #   nosync    the same under TSan: reported as a data race
 #   causal    lib/gpu/att_mask.h's causal mask one key too wide
 #   shfl      kernels/attention.cu shuffling with a half-warp mask
+#   warpsync  kernels/t5_attention.cu without its __syncwarp: lanes score
+#             with query elements other lanes have not staged yet (and
+#             under TSan, a data race)
 . tests/lib.sh
 
 t_need_emu "broken kernels fail on the emulator"
@@ -72,4 +75,7 @@ mutant causal asan lib/gpu/att_mask.h 's/hi = p \+ 1;/hi = p + 2;/' test_gpu_att
 mutant shfl asan kernels/attention.cu '/^\t{3}float pj = __shfl_sync/ s/__shfl_sync\(0xffffffffu/__shfl_sync(0x0000ffffu/' \
 	test_gpu_attention \
 	'^emu: .*mask 0x0000ffff, which leaves it out'
+warpsync='s/^\t__syncwarp\(\);/\t(void)0;/'
+mutant warpsync asan kernels/t5_attention.cu "$warpsync" test_gpu_ops '\[  ERROR   \]'
+mutant warpsync tsan kernels/t5_attention.cu "$warpsync" test_gpu_ops 'ThreadSanitizer: data race'
 t_done

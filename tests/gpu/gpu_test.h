@@ -210,6 +210,18 @@ static inline double rel_err(const double *a, const double *b, size_t n)
 	return den > 0 ? num / den : num;
 }
 
+/* rel_err of float32 tensors. */
+static inline double rel_err_f(const float *a, const float *b, int64_t n)
+{
+	double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
+	assert_true(da && db);
+	for (int64_t i = 0; i < n; i++)
+		da[i] = a[i], db[i] = b[i];
+	double err = rel_err(da, db, (size_t)n);
+	free(da), free(db);
+	return err;
+}
+
 /* Compare the device tensor d (n of dt) with want; frees the download. */
 static inline void expect_close(const char *what, const void *d, const double *want, size_t n, int dt,
 			 double tol)
@@ -232,8 +244,11 @@ static inline double *f64_copy(const double *x, size_t n)
 
 #ifdef GPU_TEST_TWO_BACKENDS
 /* The tests that compare the CUDA backend with the CPU one: both created by
- * the cmocka group's setup (the CUDA one with a 1 GiB arena; nothing without a
- * GPU), freed by its teardown. */
+ * the cmocka group's setup (the CUDA one with a 1 GiB arena and attention on
+ * GPU_TEST_ATTENTION's path; nothing without a GPU), freed by its teardown. */
+#ifndef GPU_TEST_ATTENTION
+#define GPU_TEST_ATTENTION BACKEND_CUDA_ATTN_AUTO
+#endif
 static backend *cpu, *gpu;
 
 static int setup(void **state)
@@ -242,7 +257,8 @@ static int setup(void **state)
 	if (gpu_count() == 0)
 		return 0;
 	titan_err e;
-	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30};
+	backend_cuda_opts o = {.device = 0, .arena_bytes = (size_t)1 << 30,
+			       .attention = GPU_TEST_ATTENTION};
 	if (!(cpu = backend_cpu_create(0, &e)) || !(gpu = backend_cuda_create(&o, &e))) {
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
@@ -258,7 +274,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void sync_ok(backend *be)
+static inline void sync_ok(backend *be)
 {
 	titan_err e;
 	if (be->ops->sync(be, &e) != 0)

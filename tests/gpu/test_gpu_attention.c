@@ -1,6 +1,6 @@
 /* Causal GQA attention on the GPU, both paths, against the CPU backend's float64
  * attention: titan's reference kernels (launch_attention_*, float32 and bf16,
- * any t, head dims 16 to 128 and MLA's 192/128, sliding windows, chunks,
+ * any t, head dims 8 to 128 and MLA's 192/128, sliding windows, chunks,
  * documents, sinks and their gradient) and cuDNN's fused flash attention (attn.h, bf16,
  * t a multiple of 128).  The backward is fed the forward's float64 output and
  * lse rounded to the device's types, so each direction is measured on its own.
@@ -159,6 +159,7 @@ static void reference_kernels_match_the_cpu(void **state)
 		self_att(1, 1, 1, 1, 64),
 		self_att(2, 37, 4, 2, 64),
 		self_att(2, 50, 16, 16, 16), /* debugmodel's head dim */
+		self_att(2, 9, 4, 4, 8),     /* the tiny CLIP of tests/textenc */
 		self_att(1, 45, 6, 3, 96),
 		self_att(1, 130, 8, 2, 128),
 		self_att(2, 256, 4, 1, 128),

@@ -2,7 +2,8 @@
  * op by op in float32 on the same random inputs, and its own mechanics: faults
  * for element types it does not implement, the loss that arrives at sync, a
  * captured step replayed, memory counted from the arena; the fused ops
- * (compile.enable's) against the CPU backend's plain sequences.  The kernels' bf16
+ * (compile.enable's) against the CPU backend's plain sequences; Flux's encoder
+ * and autoencoder ops.  The kernels' bf16
  * paths are measured in test_gpu_ops.c.  Without a GPU every test reports
  * skipped with the reason. */
 #include <setjmp.h>
@@ -435,6 +436,67 @@ static void heads_cat_and_split_match_the_cpu_backend(void **state)
 	}
 }
 
+/* Flux's encoder and autoencoder ops and bias_add through both tables in
+ * float32 (their bf16 paths are test_gpu_ops.c's): the wiring, argument for
+ * argument.  The autoencoder's shapes in small: 32 groups, a 3x3 with padding
+ * 1 and the stride-2 downsampling over F.pad's (0, 1, 0, 1). */
+static void flux_ops_match_the_cpu_backend(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(205);
+	const int64_t b = 2, l = 20, h = 4, dk = 64, nx = b * l * h * dk, nb = h * l * l;
+	float *q = frand((size_t)nx, 0.5), *k = frand((size_t)nx, 0.5), *v = frand((size_t)nx, 1);
+	float *bias = frand((size_t)nb, 2), *o = frand((size_t)nx, 1);
+	float *dq = put(gpu, q, (size_t)nx), *dk_ = put(gpu, k, (size_t)nx), *dv = put(gpu, v, (size_t)nx);
+	float *dbias = put(gpu, bias, (size_t)nb), *dout = put(gpu, NULL, (size_t)nx);
+	gpu->ops->t5_attention(gpu, dout, dq, dk_, dv, dbias, BE_F32, b, l, h, dk);
+	cpu->ops->t5_attention(cpu, o, q, k, v, bias, BE_F32, b, l, h, dk);
+	same("t5_attention", dout, o, (size_t)nx, TOL_F32);
+	/* the gate in place on q, swish on k, a bias on each row of v (l h, dk) */
+	gpu->ops->geglu_fwd(gpu, dq, dq, dk_, BE_F32, nx);
+	cpu->ops->geglu_fwd(cpu, q, q, k, BE_F32, nx);
+	same("geglu_fwd", dq, q, (size_t)nx, TOL_F32);
+	gpu->ops->swish(gpu, dk_, BE_F32, 1.702f, nx);
+	cpu->ops->swish(cpu, k, BE_F32, 1.702f, nx);
+	same("swish", dk_, k, (size_t)nx, TOL_F32);
+	float *dbv = put(gpu, bias, (size_t)dk);
+	gpu->ops->bias_add(gpu, dv, BE_F32, dbv, BE_F32, nx / dk, dk, 0, NULL);
+	cpu->ops->bias_add(cpu, v, BE_F32, bias, BE_F32, nx / dk, dk, 0, NULL);
+	same("bias_add", dv, v, (size_t)nx, TOL_F32);
+	/* norms: v's rows as a layer norm's, then as a (2, 64, 80) image */
+	float *w = frand((size_t)dk, 1), *wb = frand((size_t)dk, 1);
+	float *dw = put(gpu, w, (size_t)dk), *dwb = put(gpu, wb, (size_t)dk);
+	gpu->ops->layernorm_fwd(gpu, dout, BE_F32, dv, BE_F32, dw, dwb, BE_F32, nx / dk, dk, 1e-5f);
+	cpu->ops->layernorm_fwd(cpu, o, BE_F32, v, BE_F32, w, wb, BE_F32, nx / dk, dk, 1e-5f);
+	same("layernorm_fwd", dout, o, (size_t)nx, TOL_F32);
+	gpu->ops->groupnorm_fwd(gpu, dout, BE_F32, dv, BE_F32, dw, dwb, BE_F32, 2, 64, nx / 128, 32,
+				1e-6f);
+	cpu->ops->groupnorm_fwd(cpu, o, BE_F32, v, BE_F32, w, wb, BE_F32, 2, 64, nx / 128, 32, 1e-6f);
+	same("groupnorm_fwd", dout, o, (size_t)nx, TOL_F32);
+	/* images: v as (2, 16, 20, 16) */
+	float *up = frand((size_t)(4 * nx), 1), *dup = put(gpu, NULL, (size_t)(4 * nx));
+	gpu->ops->upsample2x(gpu, dup, dv, BE_F32, 2, 16, 20, 16);
+	cpu->ops->upsample2x(cpu, up, v, BE_F32, 2, 16, 20, 16);
+	same("upsample2x", dup, up, (size_t)(4 * nx), 0.0);
+	const int64_t pads[2][4] = {{1, 1, 1, 1}, {0, 1, 0, 1}};
+	for (int p = 0; p < 2; p++) {
+		int64_t s = p + 1, ho = (20 + pads[p][2] + pads[p][3] - 3) / s + 1;
+		int64_t wo = (16 + pads[p][0] + pads[p][1] - 3) / s + 1;
+		size_t ncol = (size_t)(2 * 16 * 9 * ho * wo);
+		float *cols = frand(ncol, 1), *dcols = put(gpu, NULL, ncol);
+		gpu->ops->im2col(gpu, dcols, dv, BE_F32, 2, 16, 20, 16, 3, s, pads[p], 0, ho * wo);
+		cpu->ops->im2col(cpu, cols, v, BE_F32, 2, 16, 20, 16, 3, s, pads[p], 0, ho * wo);
+		same(p ? "im2col stride 2, pad (0, 1, 0, 1)" : "im2col pad 1", dcols, cols, ncol, 0.0);
+		free(cols);
+		gpu->ops->free(gpu, dcols);
+	}
+	free(q), free(k), free(v), free(bias), free(o), free(w), free(wb), free(up);
+	gpu->ops->free(gpu, dq), gpu->ops->free(gpu, dk_), gpu->ops->free(gpu, dv);
+	gpu->ops->free(gpu, dbias), gpu->ops->free(gpu, dout), gpu->ops->free(gpu, dbv);
+	gpu->ops->free(gpu, dw), gpu->ops->free(gpu, dwb), gpu->ops->free(gpu, dup);
+}
+
 /* Types the backend does not implement fault at the next sync, saying which. */
 static void unimplemented_types_fault_at_sync(void **state)
 {
@@ -655,6 +717,7 @@ int main(void)
 		cmocka_unit_test(attention_variants_match_the_cpu_backend),
 		cmocka_unit_test(llama_attention_runs_on_cudnn_where_built),
 		cmocka_unit_test(heads_cat_and_split_match_the_cpu_backend),
+		cmocka_unit_test(flux_ops_match_the_cpu_backend),
 		cmocka_unit_test(unimplemented_types_fault_at_sync),
 		cmocka_unit_test(a_captured_step_replays_like_the_eager_one),
 	};

@@ -715,6 +715,442 @@ static void adamw_and_grad_norm_over_many_tensors_match_the_cpu(void **state)
 	gpu_free(dx), gpu_free(dp1), gpu_free(dsumsq);
 }
 
+/* --- Flux's encoders and autoencoder (t5_attention.cu, activations.cu,
+ * layernorm.cu, image.cu) and the biases (bias.cu) --- */
+
+/* T5's attention against the CPU's float64 kernel: for bf16 the float64
+ * kernel with the bf16 model's roundings of the scores and probabilities
+ * (round set), so that what is measured is the device's float32 arithmetic
+ * and the roundings it moves (TOL_BF16_CHAIN: a score rounded the other way
+ * moves its probability by 2^-8 |s|). */
+static void t5_attention_matches_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(81);
+	const int64_t cases[][4] = {{1, 1, 1, 1}, {2, 9, 4, 8}, {1, 77, 3, 64}, {2, 40, 2, 40}};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int dt = 0; dt < 2; dt++) {
+			int64_t b = cases[c][0], l = cases[c][1], h = cases[c][2], dk = cases[c][3];
+			size_t n = (size_t)(b * l * h * dk), nb = (size_t)(h * l * l);
+			double *q = rnd(n, 0.6), *k = rnd(n, 0.6), *v = rnd(n, 2.0), *bias = rnd(nb, 3.0);
+			void *dq = dev_from(q, n, dt), *dk_ = dev_from(k, n, dt), *dv = dev_from(v, n, dt);
+			void *dbias = dev_from(bias, nb, dt), *dout = dev_poisoned(n, dt);
+			print_message(" b=%lld l=%lld h=%lld dk=%lld\n", (long long)b, (long long)l,
+				      (long long)h, (long long)dk);
+			gpu_ok(launch_t5_attention(dout, dq, dk_, dv, dbias, dt, b, l, h, dk, NULL),
+			       "t5_attention");
+			double *want = zeros(n);
+			cpu_t5_attention_f64(want, q, k, v, bias, b, l, h, dk, dt == GPU_BF16);
+			expect_close("t5_attention out", dout, want, n, dt,
+				     dt == GPU_BF16 ? TOL_BF16_CHAIN : TOL_F32);
+			free(q), free(k), free(v), free(bias), free(want);
+			gpu_free(dq), gpu_free(dk_), gpu_free(dv), gpu_free(dbias), gpu_free(dout);
+		}
+}
+
+/* gelu_new's gate (for bf16 the float64 kernel rounds the gelu first, as the
+ * device does) and swish with silu's and quick_gelu's beta; odd sizes and an
+ * offset pointer take map2's element-wise path. */
+static void geglu_and_swish_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(82);
+	const size_t sizes[] = {1, 9, 4099, 100003};
+	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
+		for (int dt = 0; dt < 2; dt++) {
+			size_t n = sizes[c], off = c == 2; /* one case starts past 16-byte alignment */
+			double tol = dt == GPU_BF16 ? TOL_BF16 : TOL_F32;
+			double *a = rnd(n + off, 5.0), *g = rnd(n + off, 2.0), *x = rnd(n + off, 8.0);
+			void *da = dev_from(a, n + off, dt), *dg = dev_from(g, n + off, dt);
+			void *dx = dev_from(x, n + off, dt), *dy = dev_poisoned(n + off, dt);
+			size_t es = gpu_dtype_size(dt);
+			print_message(" n=%zu%s\n", n, off ? " (offset)" : "");
+			gpu_ok(launch_geglu_fwd((char *)dy + off * es, (char *)da + off * es,
+						(char *)dg + off * es, dt, (int64_t)n, NULL),
+			       "geglu_fwd");
+			double *y = zeros(n);
+			cpu_geglu_fwd_f64(y, a + off, g + off, (int64_t)n, dt == GPU_BF16);
+			expect_close("geglu y", (char *)dy + off * es, y, n, dt, tol);
+			const float betas[] = {1.0f, 1.702f};
+			for (int bi = 0; bi < 2; bi++) {
+				gpu_ok(launch_swish((char *)dx + off * es, dt, betas[bi], (int64_t)n, NULL),
+				       "swish");
+				cpu_swish_f64(x + off, betas[bi], (int64_t)n, dt == GPU_BF16);
+				expect_close(bi ? "swish beta 1.702" : "swish beta 1", (char *)dx + off * es,
+					     x + off, n, dt, tol);
+				round_all(x + off, n, dt); /* what the device holds now */
+			}
+			free(a), free(g), free(x), free(y);
+			gpu_free(da), gpu_free(dg), gpu_free(dx), gpu_free(dy);
+		}
+}
+
+typedef struct gn_case {
+	int64_t n, c, hw, groups; /* groups 0: a layer norm over rows of c */
+	int ty, tx, tw;
+} gn_case;
+
+static void layer_and_group_norms_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(83);
+	const gn_case cases[] = {
+		{2, 64, 9, 32, GPU_F32, GPU_F32, GPU_F32},
+		{1, 128, 1024, 32, GPU_BF16, GPU_BF16, GPU_BF16},
+		{3, 4, 7, 4, GPU_F32, GPU_BF16, GPU_F32},
+		{1, 6, 1000, 1, GPU_BF16, GPU_F32, GPU_BF16},
+		{77, 768, 1, 0, GPU_F32, GPU_F32, GPU_F32},
+		{5, 32, 1, 0, GPU_BF16, GPU_BF16, GPU_BF16},
+		{9, 100, 1, 0, GPU_F32, GPU_BF16, GPU_BF16},
+	};
+	const float eps = 1e-6f;
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		gn_case k = cases[c];
+		size_t nx = (size_t)(k.n * k.c * k.hw);
+		double *x = rnd(nx, 3.0), *w = rnd((size_t)k.c, 1.5), *b = rnd((size_t)k.c, 0.5);
+		for (size_t i = 0; i < nx; i++)
+			x[i] += 2.0; /* an offset: the variance about the mean */
+		void *dx = dev_from(x, nx, k.tx), *dw = dev_from(w, (size_t)k.c, k.tw);
+		void *db = dev_from(b, (size_t)k.c, k.tw), *dy = dev_poisoned(nx, k.ty);
+		double *y = zeros(nx);
+		print_message(" %s n=%lld c=%lld hw=%lld groups=%lld y %s x %s w %s\n",
+			      k.groups ? "groupnorm" : "layernorm", (long long)k.n, (long long)k.c,
+			      (long long)k.hw, (long long)k.groups, dt_name(k.ty), dt_name(k.tx),
+			      dt_name(k.tw));
+		if (k.groups) {
+			gpu_ok(launch_groupnorm_fwd(dy, k.ty, dx, k.tx, dw, db, k.tw, k.n, k.c, k.hw,
+						    k.groups, eps, NULL),
+			       "groupnorm_fwd");
+			cpu_groupnorm_fwd_f64(y, x, w, b, k.n, k.c, k.hw, k.groups, eps);
+		} else {
+			gpu_ok(launch_layernorm_fwd(dy, k.ty, dx, k.tx, dw, db, k.tw, k.n, k.c, eps,
+						    NULL),
+			       "layernorm_fwd");
+			cpu_layernorm_fwd_f64(y, x, w, b, k.n, k.c, eps);
+		}
+		expect_close(k.groups ? "groupnorm y" : "layernorm y", dy, y, nx, k.ty,
+			     k.ty == GPU_BF16 ? TOL_BF16 : TOL_F32);
+		free(x), free(w), free(b), free(y);
+		gpu_free(dx), gpu_free(dw), gpu_free(db), gpu_free(dy);
+	}
+}
+
+typedef struct im2col_case {
+	int64_t n, c, h, w, k, stride, pad[4];
+} im2col_case;
+
+/* Copies: the CPU's values exactly. */
+static void upsample_and_im2col_match_the_cpu_exactly(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(84);
+	const int64_t ups[][4] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 8, 32, 40}};
+	const im2col_case cols[] = {
+		{2, 3, 8, 8, 3, 1, {1, 1, 1, 1}},
+		{1, 4, 9, 6, 3, 2, {0, 1, 0, 1}},
+		{2, 5, 4, 3, 1, 1, {0, 0, 0, 0}},
+		{1, 2, 5, 7, 2, 3, {2, 0, 1, 3}},
+	};
+	for (int dt = 0; dt < 2; dt++) {
+		for (size_t c = 0; c < sizeof ups / sizeof ups[0]; c++) {
+			int64_t n = ups[c][0], ch = ups[c][1], h = ups[c][2], w = ups[c][3];
+			size_t nx = (size_t)(n * ch * h * w);
+			double *x = rnd(nx, 1.0), *y = zeros(4 * nx);
+			void *dx = dev_from(x, nx, dt), *dy = dev_poisoned(4 * nx, dt);
+			print_message(" upsample n=%lld c=%lld h=%lld w=%lld\n", (long long)n,
+				      (long long)ch, (long long)h, (long long)w);
+			gpu_ok(launch_upsample2x(dy, dx, dt, n, ch, h, w, NULL), "upsample2x");
+			cpu_upsample2x_f64(y, x, n, ch, h, w);
+			expect_close("upsample2x", dy, y, 4 * nx, dt, 0);
+			free(x), free(y);
+			gpu_free(dx), gpu_free(dy);
+		}
+		for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+			const im2col_case *q = &cols[c];
+			int64_t ho = (q->h + q->pad[2] + q->pad[3] - q->k) / q->stride + 1;
+			int64_t wo = (q->w + q->pad[0] + q->pad[1] - q->k) / q->stride + 1;
+			size_t nx = (size_t)(q->n * q->c * q->h * q->w);
+			size_t ncol = (size_t)(q->n * q->c * q->k * q->k * ho * wo);
+			double *x = rnd(nx, 1.0), *want = zeros(ncol);
+			void *dx = dev_from(x, nx, dt), *dc = dev_poisoned(ncol, dt);
+			print_message(" im2col n=%lld c=%lld %lldx%lld k=%lld stride %lld\n",
+				      (long long)q->n, (long long)q->c, (long long)q->h, (long long)q->w,
+				      (long long)q->k, (long long)q->stride);
+			gpu_ok(launch_im2col(dc, dx, dt, q->n, q->c, q->h, q->w, q->k, q->stride,
+					     q->pad[0], q->pad[1], q->pad[2], q->pad[3], 0, ho * wo, NULL),
+			       "im2col");
+			cpu_im2col_f64(want, x, q->n, q->c, q->h, q->w, q->k, q->stride, q->pad, 0,
+				       ho * wo);
+			expect_close("im2col cols", dc, want, ncol, dt, 0);
+			/* output pixels 3 .. 7 alone, as a caller in chunks takes them */
+			int64_t np = ho * wo - 3 < 5 ? ho * wo - 3 : 5;
+			size_t npart = (size_t)(q->n * q->c * q->k * q->k * np);
+			gpu_ok(launch_im2col(dc, dx, dt, q->n, q->c, q->h, q->w, q->k, q->stride,
+					     q->pad[0], q->pad[1], q->pad[2], q->pad[3], 3, np, NULL),
+			       "im2col");
+			cpu_im2col_f64(want, x, q->n, q->c, q->h, q->w, q->k, q->stride, q->pad, 3, np);
+			expect_close("im2col cols of pixels 3..", dc, want, npart, dt, 0);
+			free(x), free(want);
+			gpu_free(dx), gpu_free(dc);
+		}
+	}
+}
+
+/* y += bias for every row, and per group of rows (offs) with the rows past
+ * the groups left alone; the bias rounded to y's type first. */
+static void bias_add_matches_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(85);
+	const int32_t offs[] = {2, 5, 5, 11}; /* rows 0-1 and 11- are no group's */
+	const int types[][2] = {{GPU_F32, GPU_F32}, {GPU_BF16, GPU_BF16}, {GPU_BF16, GPU_F32},
+				{GPU_F32, GPU_BF16}};
+	for (int grouped = 0; grouped < 2; grouped++)
+		for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+			int ty = types[t][0], tb = types[t][1];
+			int64_t rows = 13, d = 37, groups = grouped ? 3 : 1;
+			size_t ny = (size_t)(rows * d), nbias = (size_t)(groups * d);
+			double *y = rnd(ny, 2.0), *bias = rnd(nbias, 1.0);
+			void *dy = dev_from(y, ny, ty), *dbias = dev_from(bias, nbias, tb);
+			int32_t *doffs = NULL;
+			if (grouped) {
+				titan_err e;
+				doffs = dev_alloc(sizeof offs);
+				if (gpu_upload(doffs, offs, sizeof offs, &e))
+					fail_msg("%s", e.msg);
+			}
+			print_message(" rows %lld d %lld%s y %s bias %s\n", (long long)rows, (long long)d,
+				      grouped ? " in 3 groups" : "", dt_name(ty), dt_name(tb));
+			gpu_ok(launch_bias_add(dy, ty, dbias, tb, rows, d, groups, doffs, NULL),
+			       "bias_add");
+			round_all(bias, nbias, ty);
+			cpu_bias_add_f64(y, bias, rows, d, groups, grouped ? offs : NULL);
+			expect_close("bias_add y", dy, y, ny, ty, ty == GPU_BF16 ? TOL_BF16 : TOL_F32);
+			free(y), free(bias);
+			gpu_free(dy), gpu_free(dbias), gpu_free(doffs);
+		}
+}
+
+/* Shapes the kernels cannot take are refused (cudaErrorInvalidValue, as the
+ * other launchers), empty ones do nothing, and an element type outside
+ * float32 and bf16 is refused. */
+static void flux_launchers_refuse_bad_shapes(void **state)
+{
+	(void)state;
+	need_gpu();
+	const int bad = 1; /* cudaErrorInvalidValue */
+	assert_int_equal(launch_t5_attention(NULL, NULL, NULL, NULL, NULL, GPU_F32, 1, 4, 2,
+					     GPU_T5_ATTENTION_MAX_DK + 1, NULL), bad);
+	assert_int_equal(launch_t5_attention(NULL, NULL, NULL, NULL, NULL, GPU_F32, 0, 4, 2, 8,
+					     NULL), 0);
+	assert_int_equal(launch_t5_attention(NULL, NULL, NULL, NULL, NULL, GPU_E4M3, 1, 4, 2, 8,
+					     NULL), bad);
+	assert_int_equal(launch_geglu_fwd(NULL, NULL, NULL, GPU_E5M2, 8, NULL), bad);
+	assert_int_equal(launch_swish(NULL, GPU_E5M2, 1.0f, 8, NULL), bad);
+	assert_int_equal(launch_groupnorm_fwd(NULL, GPU_F32, NULL, GPU_F32, NULL, NULL, GPU_F32, 1, 6,
+					      4, 4, 1e-6f, NULL), bad); /* 6 channels, 4 groups */
+	assert_int_equal(launch_groupnorm_fwd(NULL, GPU_F32, NULL, GPU_F32, NULL, NULL, GPU_F32, 0, 8,
+					      4, 4, 1e-6f, NULL), 0);
+	assert_int_equal(launch_layernorm_fwd(NULL, GPU_F32, NULL, GPU_E4M3, NULL, NULL, GPU_F32, 2,
+					      8, 1e-5f, NULL), bad);
+	assert_int_equal(launch_upsample2x(NULL, NULL, GPU_F32, -1, 1, 1, 1, NULL), bad);
+	assert_int_equal(launch_upsample2x(NULL, NULL, GPU_F32, 1, 1, 0, 1, NULL), 0);
+	assert_int_equal(launch_upsample2x(NULL, NULL, GPU_E4M3, 1, 1, 1, 1, NULL), bad);
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 1, 1, 2, 8, 3, 1, 0, 0, 0, 0, 0, 1,
+				       NULL), bad); /* 3x3 over 2 rows */
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 1, 1, 8, 8, 3, 1, 1, 1, 1, 1, 60, 5,
+				       NULL), bad); /* pixels past the 64 */
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_F32, 0, 1, 8, 8, 3, 1, 1, 1, 1, 1, 0, 64,
+				       NULL), 0);
+	assert_int_equal(launch_im2col(NULL, NULL, GPU_E5M2, 1, 1, 8, 8, 3, 1, 1, 1, 1, 1, 0, 64,
+				       NULL), bad);
+	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, -1, 8, 1, NULL, NULL), bad);
+	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, 0, 8, 1, NULL, NULL), 0);
+	assert_int_equal(launch_bias_add(NULL, GPU_E4M3, NULL, GPU_F32, 2, 8, 1, NULL, NULL), bad);
+}
+
+/* ---- the Flux transformer's training ops (float32) ---- */
+
+typedef struct mod_case {
+	int64_t b, n, d, ld; /* rows (b * n, d), per-sample vectors ld apart */
+} mod_case;
+
+#define ACC0 0.25 /* where accumulated outputs start */
+
+static void *dev_filled(size_t n, double v, double **host)
+{
+	*host = zeros(n);
+	for (size_t i = 0; i < n; i++)
+		(*host)[i] = v;
+	return dev_from(*host, n, GPU_F32);
+}
+
+static void ln_mod_case(const mod_case *k, double *x, double *mod, double *dy)
+{
+	size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
+	size_t rows = (size_t)(k->b * k->n);
+	void *dx_ = dev_from(x, ne, GPU_F32), *dm = dev_from(mod, nv, GPU_F32);
+	void *ddy = dev_from(dy, ne, GPU_F32), *dyo = dev_poisoned(ne, GPU_F32);
+	void *dst = dev_poisoned(2 * rows, GPU_F32);
+	double *y = zeros(ne), *st = zeros(2 * rows), *gx, *gm;
+	gpu_ok(launch_ln_mod_fwd(dyo, dst, dx_, dm, (float *)dm + k->d, k->ld, k->b, k->n, k->d,
+				 1e-6f, NULL),
+	       "ln_mod_fwd");
+	cpu_ln_mod_fwd_f64(y, st, x, mod, mod + k->d, k->ld, k->b, k->n, k->d, 1e-6);
+	expect_close("ln_mod_fwd y", dyo, y, ne, GPU_F32, TOL_F32);
+	expect_close("ln_mod_fwd stats", dst, st, 2 * rows, GPU_F32, TOL_F32);
+	void *dgx = dev_filled(ne, ACC0, &gx), *dgm = dev_filled(nv, ACC0, &gm);
+	gpu_ok(launch_ln_mod_bwd(dgx, dgm, (float *)dgm + k->d, ddy, dx_, dst, (float *)dm + k->d,
+				 k->ld, k->b, k->n, k->d, NULL),
+	       "ln_mod_bwd");
+	cpu_ln_mod_bwd_f64(gx, gm, gm + k->d, dy, x, st, mod + k->d, k->ld, k->b, k->n, k->d);
+	expect_close("ln_mod_bwd dx", dgx, gx, ne, GPU_F32, TOL_F32);
+	expect_close("ln_mod_bwd dshift dscale", dgm, gm, nv, GPU_F32, TOL_F32);
+	free(y), free(st), free(gx), free(gm);
+	gpu_free(dx_), gpu_free(dm), gpu_free(ddy), gpu_free(dyo), gpu_free(dst), gpu_free(dgx);
+	gpu_free(dgm);
+}
+
+static void gate_case(const mod_case *k, double *x, double *mod, double *dy)
+{
+	size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
+	double *y = rnd(ne, 1.0), *gy = zeros(ne), *gm;
+	void *dx_ = dev_from(x, ne, GPU_F32), *dm = dev_from(mod, nv, GPU_F32);
+	void *dyy = dev_from(y, ne, GPU_F32), *ddx = dev_from(dy, ne, GPU_F32);
+	void *dgy = dev_poisoned(ne, GPU_F32), *dgm = dev_filled(nv, ACC0, &gm);
+	const float *gate = (const float *)dm + 2 * k->d;
+	gpu_ok(launch_gate_add(dx_, gate, dyy, k->ld, k->b, k->n, k->d, NULL), "gate_add");
+	cpu_gate_add_f64(x, mod + 2 * k->d, y, k->ld, k->b, k->n, k->d);
+	expect_close("gate_add x", dx_, x, ne, GPU_F32, TOL_F32);
+	gpu_ok(launch_gate_add_bwd((float *)dgm + 2 * k->d, dgy, ddx, gate, dyy, k->ld, k->b, k->n,
+				   k->d, NULL),
+	       "gate_add_bwd");
+	cpu_gate_add_bwd_f64(gm + 2 * k->d, gy, dy, mod + 2 * k->d, y, k->ld, k->b, k->n, k->d);
+	expect_close("gate_add_bwd dy", dgy, gy, ne, GPU_F32, TOL_F32);
+	expect_close("gate_add_bwd dgate", dgm, gm, nv, GPU_F32, TOL_F32);
+	free(y), free(gy), free(gm);
+	gpu_free(dx_), gpu_free(dm), gpu_free(dyy), gpu_free(ddx), gpu_free(dgy), gpu_free(dgm);
+}
+
+static void modulation_and_gate_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(91);
+	/* d past the block's 256 threads takes the strided loops */
+	const mod_case cases[] = {{2, 5, 12, 36}, {2, 37, 300, 900}, {1, 3, 64, 192}};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		const mod_case *k = &cases[c];
+		size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
+		print_message(" b=%lld n=%lld d=%lld ld=%lld\n", (long long)k->b, (long long)k->n,
+			      (long long)k->d, (long long)k->ld);
+		double *x = rnd(ne, 3.0), *mod = rnd(nv, 0.5), *dy = rnd(ne, 1.0);
+		for (size_t i = 0; i < ne; i++)
+			x[i] += 1.5; /* an offset: the variance about the mean */
+		ln_mod_case(k, x, mod, dy);
+		gate_case(k, x, mod, dy);
+		free(x), free(mod), free(dy);
+	}
+}
+
+static void gelu_and_silu_forward_and_backward_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(92);
+	const size_t sizes[] = {1, 9, 4099, 100003};
+	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
+		for (int gelu = 0; gelu < 2; gelu++) {
+			size_t n = sizes[c], off = c == 2; /* one case past 16-byte alignment */
+			double *x = rnd(n + off, 8.0), *dy = rnd(n + off, 1.0);
+			double *y = zeros(n), *dx = zeros(n);
+			void *d_x = dev_from(x, n + off, GPU_F32), *d_dy = dev_from(dy, n + off, GPU_F32);
+			void *d_y = dev_poisoned(n, GPU_F32), *d_dx = dev_poisoned(n, GPU_F32);
+			const float *px = (const float *)d_x + off, *pdy = (const float *)d_dy + off;
+			print_message(" %s n=%zu%s\n", gelu ? "gelu_tanh" : "silu", n,
+				      off ? " (offset)" : "");
+			int (*launch)(float *, const float *, const float *, int64_t, void *) =
+				gelu ? launch_gelu_tanh : launch_silu;
+			gpu_ok(launch(d_y, px, NULL, (int64_t)n, NULL), "activation");
+			gpu_ok(launch(d_dx, px, pdy, (int64_t)n, NULL), "activation bwd");
+			if (gelu) {
+				cpu_gelu_tanh_fwd_f64(y, x + off, (int64_t)n);
+				cpu_gelu_tanh_bwd_f64(dx, dy + off, x + off, (int64_t)n);
+			} else {
+				cpu_silu_fwd_f64(y, x + off, (int64_t)n);
+				cpu_silu_bwd_f64(dx, dy + off, x + off, (int64_t)n);
+			}
+			expect_close(gelu ? "gelu_tanh y" : "silu y", d_y, y, n, GPU_F32, TOL_F32);
+			expect_close(gelu ? "gelu_tanh dx" : "silu dx", d_dx, dx, n, GPU_F32, TOL_F32);
+			free(x), free(dy), free(y), free(dx);
+			gpu_free(d_x), gpu_free(d_dy), gpu_free(d_y), gpu_free(d_dx);
+		}
+}
+
+static void flow_mse_loss_and_gradient_match_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	seed(93);
+	const size_t sizes[] = {1, 1000, 100003};
+	const int parts = 64;
+	void *dpart = dev_alloc(parts * sizeof(double)), *dsum = dev_alloc(2 * sizeof(double));
+	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
+		for (int with_grad = 0; with_grad < 2; with_grad++) {
+			size_t n = sizes[c];
+			double *p = rnd(n, 2.0), *x = rnd(n, 1.0), *z = rnd(n, 1.0), *g = zeros(n);
+			void *dp = dev_from(p, n, GPU_F32), *dx_ = dev_from(x, n, GPU_F32);
+			void *dz = dev_from(z, n, GPU_F32), *dg = dev_poisoned(n, GPU_F32);
+			float scale = 1.0f / (float)n;
+			print_message(" n=%zu%s\n", n, with_grad ? "" : " (loss only)");
+			gpu_ok(launch_flow_mse(with_grad ? dg : NULL, dp, dx_, dz, (int64_t)n, scale, dpart,
+					       parts, dsum, (int64_t *)dsum + 1, NULL),
+			       "flow_mse");
+			double want = cpu_flow_mse_f64(g, p, x, z, (int64_t)n, scale);
+			struct {
+				double sum;
+				int64_t n;
+			} got;
+			titan_err e;
+			if (gpu_sync(&e) || gpu_download(&got, dsum, sizeof got, &e))
+				fail_msg("%s", e.msg);
+			double err = rel_err(&got.sum, &want, 1);
+			print_message("  %-44s f32  rel err %.2e (bound %.1e)\n", "flow_mse sum", err,
+				      TOL_F32);
+			assert_true(err <= TOL_F32);
+			assert_int_equal(got.n, (int64_t)n);
+			if (with_grad)
+				expect_close("flow_mse grad", dg, g, n, GPU_F32, TOL_F32);
+			free(p), free(x), free(z), free(g);
+			gpu_free(dp), gpu_free(dx_), gpu_free(dz), gpu_free(dg);
+		}
+	gpu_free(dpart), gpu_free(dsum);
+}
+
+static void flux_train_launchers_refuse_bad_shapes(void **state)
+{
+	(void)state;
+	need_gpu();
+	const int bad = 1; /* cudaErrorInvalidValue */
+	float *p = NULL;
+	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, 3, 1, 2, 4, 1e-6f, NULL), bad); /* ld < d */
+	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, 4, 0, 2, 4, 1e-6f, NULL), 0);
+	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, 4, 1, 0, 4, NULL), bad);
+	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, 4, 0, 1, 4, NULL), 0);
+	assert_int_equal(launch_gate_add(p, p, p, 4, -1, 1, 4, NULL), bad);
+	assert_int_equal(launch_gate_add(p, p, p, 4, 1, 1, 0, NULL), 0);
+	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, 2, 1, 1, 4, NULL), bad);
+	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, 4, 0, 1, 4, NULL), 0);
+	assert_int_equal(launch_gelu_tanh(p, p, NULL, -1, NULL), bad);
+	assert_int_equal(launch_silu(p, p, NULL, -1, NULL), bad);
+	assert_int_equal(launch_flow_mse(p, p, p, p, 8, 1.0f, NULL, 0, NULL, NULL, NULL), bad);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -731,6 +1167,16 @@ int main(void)
 		cmocka_unit_test(cross_entropy_loss_and_gradient_match_the_cpu),
 		cmocka_unit_test(adamw_and_grad_norm_over_many_tensors_match_the_cpu),
 		cmocka_unit_test(adamw_bf16_states_match_the_cpu_bit_for_bit),
+		cmocka_unit_test(t5_attention_matches_the_cpu),
+		cmocka_unit_test(geglu_and_swish_match_the_cpu),
+		cmocka_unit_test(layer_and_group_norms_match_the_cpu),
+		cmocka_unit_test(upsample_and_im2col_match_the_cpu_exactly),
+		cmocka_unit_test(bias_add_matches_the_cpu),
+		cmocka_unit_test(flux_launchers_refuse_bad_shapes),
+		cmocka_unit_test(modulation_and_gate_match_the_cpu),
+		cmocka_unit_test(gelu_and_silu_forward_and_backward_match_the_cpu),
+		cmocka_unit_test(flow_mse_loss_and_gradient_match_the_cpu),
+		cmocka_unit_test(flux_train_launchers_refuse_bad_shapes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

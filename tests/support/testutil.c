@@ -44,6 +44,20 @@ double test_urand(void)
 	return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
 }
 
+uint64_t test_counter_bits(uint64_t seed, uint64_t t, uint64_t j)
+{
+	uint64_t z = seed + (t << 32) + j + 0x9e3779b97f4a7c15u;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	return z ^ (z >> 31);
+}
+
+float test_counter_draw(uint64_t seed, uint64_t t, uint64_t j)
+{
+	int64_t u = (int64_t)(test_counter_bits(seed, t, j) >> 40) - (1 << 23);
+	return (float)u / (float)(1 << 23);
+}
+
 static void max_abs(const float *got, const float *want, int64_t n, double *err, double *ref)
 {
 	*err = *ref = 0;
@@ -66,6 +80,18 @@ double test_max_rel_print(const char *name, const float *got, const float *want,
 	max_abs(got, want, n, &err, &ref);
 	printf("# %s: max |err| %.3g, max |ref| %.3g, relative %.3g\n", name, err, ref, err / ref);
 	return err / ref;
+}
+
+double test_max_rel_d(const double *got, const double *want, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(got[i]))
+			return INFINITY;
+		num = fmax(num, fabs(got[i] - want[i]));
+		den = fmax(den, fabs(want[i]));
+	}
+	return den > 0 ? num / den : num;
 }
 
 long test_status_kib(const char *field)

@@ -19,10 +19,21 @@ const char *test_path(const char *name);
 void test_seed(uint64_t s);
 double test_urand(void);
 
+/* The counter-based generator the goldens of large models share with their
+ * scripts (scripts/fluxae_golden.py): test_counter_bits is splitmix64's
+ * finaliser of seed + t * 2^32 + j + 0x9e3779b97f4a7c15 (element j of tensor
+ * t), test_counter_draw its top 24 bits as a float32 uniform in [-1, 1),
+ * ((bits >> 40) - 2^23) / 2^23, exact. */
+uint64_t test_counter_bits(uint64_t seed, uint64_t t, uint64_t j);
+float test_counter_draw(uint64_t seed, uint64_t t, uint64_t j);
+
 /* The largest |got - want| over n values relative to the largest |want|;
  * the _print form also prints "# NAME: max |err| E, max |ref| R, relative X". */
 double test_max_rel(const float *got, const float *want, int64_t n);
 double test_max_rel_print(const char *name, const float *got, const float *want, int64_t n);
+/* The same over doubles, infinite when got holds a NaN (a value never
+ * written); the absolute error when want is all zero. */
+double test_max_rel_d(const double *got, const double *want, size_t n);
 
 /* A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"); -1 if absent. */
 long test_status_kib(const char *field);

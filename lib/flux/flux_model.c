@@ -1,0 +1,242 @@
+/* flux_model.c: the flavors, the parameter table and the latents' packing
+ * (flux.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flux/flux_priv.h"
+
+/* torchtitan 0.3.0's models/flux/__init__.py: _flux_dev, _flux_schnell (the
+ * same numbers) and _flux_debug. */
+static const flux_config flavors[] = {
+	{.name = "flux-dev", .in_channels = 64, .out_channels = 64, .vec_in_dim = 768,
+	 .context_in_dim = 4096, .hidden_size = 3072, .num_heads = 24, .depth = 19,
+	 .depth_single_blocks = 38, .mlp_ratio = 4.0, .axes_dim = {16, 56, 56},
+	 .theta = 10000, .qkv_bias = 1},
+	{.name = "flux-schnell", .in_channels = 64, .out_channels = 64, .vec_in_dim = 768,
+	 .context_in_dim = 4096, .hidden_size = 3072, .num_heads = 24, .depth = 19,
+	 .depth_single_blocks = 38, .mlp_ratio = 4.0, .axes_dim = {16, 56, 56},
+	 .theta = 10000, .qkv_bias = 1},
+	{.name = "flux-debug", .in_channels = 64, .out_channels = 64, .vec_in_dim = 768,
+	 .context_in_dim = 4096, .hidden_size = 1536, .num_heads = 12, .depth = 2,
+	 .depth_single_blocks = 2, .mlp_ratio = 4.0, .axes_dim = {16, 56, 56},
+	 .theta = 10000, .qkv_bias = 1},
+};
+
+const flux_config *flux_flavor(const char *name)
+{
+	for (size_t i = 0; i < sizeof flavors / sizeof flavors[0]; i++)
+		if (name != NULL && strcmp(flavors[i].name, name) == 0)
+			return &flavors[i];
+	return NULL;
+}
+
+#define SIZE_MAX_DIM (INT64_C(1) << 20)
+
+static int check_size(const char *field, int64_t v, titan_err *err)
+{
+	if (v < 1 || v > SIZE_MAX_DIM)
+		return err_set(err, "flux config: %s = %lld, expected 1 .. %lld", field,
+			       (long long)v, (long long)SIZE_MAX_DIM);
+	return 0;
+}
+
+int flux_config_check(const flux_config *c, titan_err *err)
+{
+	if (check_size("in_channels", c->in_channels, err) ||
+	    check_size("out_channels", c->out_channels, err) ||
+	    check_size("vec_in_dim", c->vec_in_dim, err) ||
+	    check_size("context_in_dim", c->context_in_dim, err) ||
+	    check_size("hidden_size", c->hidden_size, err) ||
+	    check_size("num_heads", c->num_heads, err) ||
+	    check_size("depth", c->depth, err) ||
+	    check_size("depth_single_blocks", c->depth_single_blocks, err))
+		return -1;
+	if (!(c->mlp_ratio > 0 && c->mlp_ratio <= 64))
+		return err_set(err, "flux config: mlp_ratio = %g, expected (0, 64]", c->mlp_ratio);
+	if (!(c->theta > 0))
+		return err_set(err, "flux config: theta = %g, expected > 0", c->theta);
+	if (c->hidden_size % c->num_heads != 0)
+		return err_set(err, "flux config: hidden_size %lld is not divisible by num_heads %lld",
+			       (long long)c->hidden_size, (long long)c->num_heads);
+	int64_t hd = c->hidden_size / c->num_heads, sum = 0;
+	for (int a = 0; a < 3; a++) {
+		if (c->axes_dim[a] < 0 || c->axes_dim[a] % 2 != 0)
+			return err_set(err, "flux config: axes_dim[%d] = %lld, expected even and >= 0",
+				       a, (long long)c->axes_dim[a]);
+		sum += c->axes_dim[a];
+	}
+	if (sum != hd)
+		return err_set(err, "flux config: axes_dim sums to %lld, the head dimension is %lld",
+			       (long long)sum, (long long)hd);
+	if (!c->qkv_bias)
+		return err_set(err, "flux config: qkv_bias = false is not implemented "
+			       "(every 0.3.0 flavor sets it)");
+	return 0;
+}
+
+/* Appends a parameter; the offsets are resolved once all are known. */
+static void add(flux_model *m, const char *name, int64_t rows, int64_t cols)
+{
+	flux_param *p = &m->p[m->np++];
+	snprintf(p->name, sizeof p->name, "%s", name);
+	p->ndim = cols > 0 ? 2 : 1;
+	p->shape[0] = rows;
+	p->shape[1] = cols > 0 ? cols : 0;
+	p->numel = rows * (cols > 0 ? cols : 1);
+}
+
+static void add_linear(flux_model *m, const char *prefix, int64_t out, int64_t in)
+{
+	char name[64];
+	snprintf(name, sizeof name, "%s.weight", prefix);
+	add(m, name, out, in);
+	snprintf(name, sizeof name, "%s.bias", prefix);
+	add(m, name, out, 0);
+}
+
+static void layout(flux_model *m)
+{
+	const flux_config *c = &m->c;
+	int64_t h = m->h;
+	char pre[64];
+	add_linear(m, "img_in", h, c->in_channels);
+	add_linear(m, "time_in.in_layer", h, 256);
+	add_linear(m, "time_in.out_layer", h, h);
+	add_linear(m, "vector_in.in_layer", h, c->vec_in_dim);
+	add_linear(m, "vector_in.out_layer", h, h);
+	add_linear(m, "txt_in", h, c->context_in_dim);
+	static const char *stream[2] = {"img", "txt"};
+	for (int64_t k = 0; k < c->depth; k++)
+		for (int s = 0; s < 2; s++) {
+			snprintf(pre, sizeof pre, "double_blocks.%lld.%s_mod.lin", (long long)k, stream[s]);
+			add_linear(m, pre, 6 * h, h);
+			snprintf(pre, sizeof pre, "double_blocks.%lld.%s_attn.qkv", (long long)k, stream[s]);
+			add_linear(m, pre, 3 * h, h);
+			snprintf(pre, sizeof pre, "double_blocks.%lld.%s_attn.norm.query_norm.weight",
+				 (long long)k, stream[s]);
+			add(m, pre, m->hd, 0);
+			snprintf(pre, sizeof pre, "double_blocks.%lld.%s_attn.norm.key_norm.weight",
+				 (long long)k, stream[s]);
+			add(m, pre, m->hd, 0);
+			snprintf(pre, sizeof pre, "double_blocks.%lld.%s_attn.proj", (long long)k, stream[s]);
+			add_linear(m, pre, h, h);
+			snprintf(pre, sizeof pre, "double_blocks.%lld.%s_mlp.0", (long long)k, stream[s]);
+			add_linear(m, pre, m->f, h);
+			snprintf(pre, sizeof pre, "double_blocks.%lld.%s_mlp.2", (long long)k, stream[s]);
+			add_linear(m, pre, h, m->f);
+		}
+	for (int64_t k = 0; k < c->depth_single_blocks; k++) {
+		snprintf(pre, sizeof pre, "single_blocks.%lld.linear1", (long long)k);
+		add_linear(m, pre, 3 * h + m->f, h);
+		snprintf(pre, sizeof pre, "single_blocks.%lld.linear2", (long long)k);
+		add_linear(m, pre, h, h + m->f);
+		snprintf(pre, sizeof pre, "single_blocks.%lld.norm.query_norm.weight", (long long)k);
+		add(m, pre, m->hd, 0);
+		snprintf(pre, sizeof pre, "single_blocks.%lld.norm.key_norm.weight", (long long)k);
+		add(m, pre, m->hd, 0);
+		snprintf(pre, sizeof pre, "single_blocks.%lld.modulation.lin", (long long)k);
+		add_linear(m, pre, 3 * h, h);
+	}
+	add_linear(m, "final_layer.linear", c->out_channels, h);
+	add_linear(m, "final_layer.adaLN_modulation.1", 2 * h, h);
+}
+
+flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
+{
+	if (flux_config_check(c, err) < 0)
+		return NULL;
+	flux_model *m = calloc(1, sizeof *m);
+	int cap = P_GLOBAL + (int)(c->depth * 2 * D_STREAM + c->depth_single_blocks * S_BLOCK) +
+		  F_LAYER;
+	if (m == NULL || (m->p = calloc((size_t)cap, sizeof *m->p)) == NULL) {
+		free(m);
+		err_set(err, "flux: out of memory for the parameter table");
+		return NULL;
+	}
+	m->be = be;
+	m->c = *c;
+	m->h = c->hidden_size;
+	m->heads = c->num_heads;
+	m->hd = m->h / m->heads;
+	m->f = (int64_t)((double)m->h * c->mlp_ratio); /* int(hidden_size * mlp_ratio) */
+	layout(m);
+	for (int i = 0; i < m->np; i++)
+		m->total += m->p[i].numel;
+	m->wbuf = backend_alloc_floats(be, (size_t)m->total, err);
+	m->gbuf = m->wbuf != NULL ? backend_calloc_floats(be, (size_t)m->total, err) : NULL;
+	if (m->gbuf == NULL) {
+		err_prefix(err, "flux: %lld parameters", (long long)m->total);
+		flux_model_free(m);
+		return NULL;
+	}
+	int64_t off = 0;
+	for (int i = 0; i < m->np; i++) {
+		m->p[i].w = m->wbuf + off;
+		m->p[i].g = m->gbuf + off;
+		off += m->p[i].numel;
+	}
+	return m;
+}
+
+void flux_model_free(flux_model *m)
+{
+	if (m == NULL)
+		return;
+	if (m->wbuf != NULL)
+		m->be->ops->free(m->be, m->wbuf);
+	if (m->gbuf != NULL)
+		m->be->ops->free(m->be, m->gbuf);
+	free(m->p);
+	free(m);
+}
+
+const flux_config *flux_model_config(const flux_model *m) { return &m->c; }
+int flux_param_count(const flux_model *m) { return m->np; }
+
+const flux_param *flux_param_at(const flux_model *m, int i)
+{
+	return i >= 0 && i < m->np ? &m->p[i] : NULL;
+}
+
+const flux_param *flux_param_find(const flux_model *m, const char *name)
+{
+	for (int i = 0; i < m->np; i++)
+		if (strcmp(m->p[i].name, name) == 0)
+			return &m->p[i];
+	return NULL;
+}
+
+void flux_zero_grad(flux_model *m)
+{
+	m->be->ops->zero(m->be, m->gbuf, sizeof(float) * (size_t)m->total);
+}
+
+void flux_pack_latents(float *out, const float *z, int64_t b, int64_t c, int64_t hl,
+		       int64_t wl)
+{
+	int64_t h = hl / 2, w = wl / 2;
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t y = 0; y < h; y++)
+			for (int64_t x = 0; x < w; x++) {
+				float *o = out + ((i * h + y) * w + x) * c * 4;
+				for (int64_t ch = 0; ch < c; ch++)
+					for (int64_t py = 0; py < 2; py++)
+						for (int64_t px = 0; px < 2; px++)
+							*o++ = z[((i * c + ch) * hl + 2 * y + py) * wl +
+								 2 * x + px];
+			}
+}
+
+void flux_latent_ids(float *ids, int64_t b, int64_t hl, int64_t wl)
+{
+	int64_t h = hl / 2, w = wl / 2;
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t y = 0; y < h; y++)
+			for (int64_t x = 0; x < w; x++) {
+				float *o = ids + ((i * h + y) * w + x) * 3;
+				o[0] = 0;
+				o[1] = (float)y;
+				o[2] = (float)x;
+			}
+}
