@@ -33,8 +33,9 @@ row groups of 4 (as datasets writes them), ZSTD with v2 pages, GZIP plain,
 uncompressed with a dictionary and v2 pages; then
 tests/encode/golden/coco.safetensors from the first through torchtitan, with
 "moments" (N, 2z, 64/f, 64/f) besides: the encoder's output of torchtitan's
-AutoEncoder (lib/fluxae's tiny test config, the weights test_fluxin mkmodels
-draws into ae.safetensors) on each image tensor, what AutoEncoder.encode
+AutoEncoder (lib/fluxae's tiny test config and the weights its
+tests/fluxae/golden/weights.json draws, which test_fluxin mkmodels writes into
+ae.safetensors) on each image tensor, what AutoEncoder.encode
 samples from, and "ae_weights" in the metadata.
 
 Run from the repository root, after make and make fixtures (local):

@@ -10,14 +10,9 @@
 
 #include "core/afile.h"
 #include "core/json.h"
+#include "golden_weights.h"
+#include "testutil.h"
 #include "safetensors/safetensors.h"
-
-static uint64_t mix64(uint64_t x)
-{
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
-}
 
 static uint64_t name_hash(const char *s)
 {
@@ -27,16 +22,14 @@ static uint64_t name_hash(const char *s)
 	return h;
 }
 
-/* Element i of tensor name: offset + scale * u, u uniform in [-1, 1) on a
- * grid of 2^-23 (exact in float32). */
+/* Element i of tensor name: offset + scale * test_counter_draw(FNV-1a(name),
+ * 0, i), exact in float32 before the scale. */
 static void fill(float *p, size_t n, const char *name, float scale, float offset)
 {
 	uint64_t h = name_hash(name);
 	#pragma omp parallel for
-	for (size_t i = 0; i < n; i++) {
-		int64_t k = (int64_t)(mix64(h + (i + 1) * 0x9E3779B97F4A7C15ull) >> 40) - (1 << 23);
-		p[i] = offset + scale * ((float)k * 0x1p-23f);
-	}
+	for (size_t i = 0; i < n; i++)
+		p[i] = offset + scale * test_counter_draw(h, 0, i);
 }
 
 typedef struct tensors {
@@ -46,8 +39,8 @@ typedef struct tensors {
 	size_t n, cap;
 } tensors;
 
-static int add_shaped(tensors *t, const char *name, const int64_t *shape, int ndim, float scale,
-		      float offset)
+/* A new tensor of t, its values left to the caller; NULL when out of memory. */
+static float *add_shaped(tensors *t, const char *name, const int64_t *shape, int ndim)
 {
 	if (t->n == t->cap) {
 		t->cap = t->cap ? 2 * t->cap : 64;
@@ -55,16 +48,18 @@ static int add_shaped(tensors *t, const char *name, const int64_t *shape, int nd
 		t->names = realloc(t->names, t->cap * sizeof *t->names);
 		t->data = realloc(t->data, t->cap * sizeof *t->data);
 		if (!t->it || !t->names || !t->data)
-			return -1;
+			return NULL;
 	}
 	size_t n = 1;
 	for (int d = 0; d < ndim; d++)
 		n *= (size_t)shape[d];
 	float *p = malloc(n * sizeof *p);
 	char *nm = strdup(name);
-	if (p == NULL || nm == NULL)
-		return -1;
-	fill(p, n, name, scale, offset);
+	if (p == NULL || nm == NULL) {
+		free(p);
+		free(nm);
+		return NULL;
+	}
 	st_item *it = &t->it[t->n];
 	memset(it, 0, sizeof *it);
 	it->name = nm;
@@ -75,13 +70,17 @@ static int add_shaped(tensors *t, const char *name, const int64_t *shape, int nd
 	it->data = p;
 	t->names[t->n] = nm;
 	t->data[t->n++] = p;
-	return 0;
+	return p;
 }
 
 static int add(tensors *t, const char *name, int64_t d0, int64_t d1, float scale, float offset)
 {
 	const int64_t shape[2] = {d0, d1};
-	return add_shaped(t, name, shape, d1 ? 2 : 1, scale, offset);
+	float *p = add_shaped(t, name, shape, d1 ? 2 : 1);
+	if (p == NULL)
+		return -1;
+	fill(p, (size_t)d0 * (size_t)(d1 ? d1 : 1), name, scale, offset);
+	return 0;
 }
 
 static void tensors_free(tensors *t)
@@ -206,26 +205,18 @@ static int make_clip(const char *dir, const test_clip_dims *d, titan_err *err)
 
 int test_make_ae(const char *dir, titan_err *err)
 {
-	json_t *w = tjson_load_file(TEST_AE_GOLDEN "/weights.json", 0, err);
+	gw_set w;
+	if (gw_load(&w, TEST_AE_GOLDEN "/weights.json", err) != 0)
+		return -1;
 	json_t *cfg = tjson_load_file(TEST_AE_GOLDEN "/config.json", 0, err);
-	json_t *list = w ? json_object_get(w, "tensors") : NULL;
 	tensors t = {0};
-	int rc = w && cfg && json_is_array(list) ? 0 : -1;
-	if (rc == 0 && !json_is_array(list))
-		rc = err_set(err, TEST_AE_GOLDEN "/weights.json: no tensors");
-	for (size_t i = 0; rc == 0 && i < json_array_size(list); i++) {
-		json_t *e = json_array_get(list, i), *sh = json_object_get(e, "shape");
-		int64_t shape[4];
-		int nd = (int)json_array_size(sh);
-		for (int d = 0; d < nd && d < 4; d++)
-			shape[d] = json_integer_value(json_array_get(sh, (size_t)d));
-		const char *name = json_string_value(json_object_get(e, "name"));
-		if (name == NULL || nd < 1 || nd > 4)
-			rc = err_set(err, TEST_AE_GOLDEN "/weights.json: tensor %zu", i);
-		else if (add_shaped(&t, name, shape, nd,
-				    (float)json_number_value(json_object_get(e, "scale")),
-				    (float)json_number_value(json_object_get(e, "offset"))) != 0)
+	int rc = cfg ? 0 : -1;
+	for (size_t i = 0; rc == 0 && i < w.n; i++) {
+		float *p = add_shaped(&t, w.t[i].name, w.t[i].shape, w.t[i].ndim);
+		if (p == NULL)
 			rc = err_set(err, "out of memory making the autoencoder's weights");
+		else
+			gw_fill(&w, i, p);
 	}
 	char p[4096];
 	if (rc == 0 && mkdir_p(dir, err) != 0)
@@ -237,8 +228,8 @@ int test_make_ae(const char *dir, titan_err *err)
 	if (rc == 0)
 		rc = st_write(p, t.it, t.n, NULL, err);
 	tensors_free(&t);
-	json_decref(w);
 	json_decref(cfg);
+	gw_free(&w);
 	return rc;
 }
 

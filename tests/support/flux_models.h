@@ -5,8 +5,8 @@
  * lib/textenc and torchtitan's FluxEmbedder load the same weights.
  *
  * Element i of tensor NAME is offset + scale * u with u in [-1, 1) on a
- * 2^-23 grid, from splitmix64's finaliser over FNV-1a(NAME) + (i + 1) *
- * 0x9E3779B97F4A7C15: layer-norm weights 1 + 0.2 u, biases 0.1 u, linears
+ * 2^-23 grid, test_counter_draw(FNV-1a(NAME), 0, i) (testutil.h): layer-norm
+ * weights 1 + 0.2 u, biases 0.1 u, linears
  * u / sqrt(fan_in), T5's embedding and relative bias u, CLIP's token embedding
  * 0.5 u and positions 0.1 u.  Nothing here is compiled into the library;
  * the tests and scripts/flux_encode_golden.py call it through test_fluxin
@@ -36,8 +36,8 @@ int test_make_encoders(const char *dir, const test_t5_dims *t5, const test_clip_
 		       titan_err *err);
 
 /* DIR/ae.safetensors and DIR/ae.json: the tiny FLUX autoencoder of lib/fluxae's
- * tests (TEST_AE_GOLDEN's config.json, its weights.json's names, shapes,
- * offsets and scales), the values drawn as above. */
+ * tests, TEST_AE_GOLDEN's config.json and the weights its weights.json draws
+ * (golden_weights.h): the very weights test_fluxae runs. */
 #define TEST_AE_GOLDEN "tests/fluxae/golden"
 int test_make_ae(const char *dir, titan_err *err);
 

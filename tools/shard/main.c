@@ -312,10 +312,14 @@ static void chain_peek(chain *c)
 	c->pre_at = 0;
 }
 
-/* Whether path starts with the Flux records' magic. */
+/* Whether path is a regular file starting with the Flux records' magic (a
+ * FIFO is not opened: the token shard reader refuses it). */
 static int is_fluxrec_file(const char *path)
 {
 	char m[4];
+	struct stat st;
+	if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
 	FILE *fp = fopen(path, "rb");
 	int is = fp && fread(m, 1, 4, fp) == 4 && memcmp(m, FLUXREC_MAGIC, 4) == 0;
 	if (fp)
