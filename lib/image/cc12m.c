@@ -63,7 +63,7 @@ void image_to_rgb(const image *im, uint8_t *rgb)
 	}
 }
 
-int image_cc12m(const image *im, int n, int offset, float *out, titan_err *err)
+int image_cc12m_rgb(const image *im, int n, int offset, uint8_t *out, titan_err *err)
 {
 	image_cc12m_geom g;
 	if (n < 1)
@@ -88,11 +88,25 @@ int image_cc12m(const image *im, int n, int offset, float *out, titan_err *err)
 	}
 	image_to_rgb(&crop, rgb);
 	image_free(&crop);
+	/* np.array(img).transpose((2, 0, 1)): interleaved to planar */
 	for (size_t i = 0; i < plane; i++)
 		for (int c = 0; c < 3; c++)
-			out[(size_t)c * plane + i] = image_unit(rgb[3 * i + (size_t)c]);
+			out[(size_t)c * plane + i] = rgb[3 * i + (size_t)c];
 	free(rgb);
 	return 1;
+}
+
+int image_cc12m(const image *im, int n, int offset, float *out, titan_err *err)
+{
+	size_t len = n > 0 ? 3 * (size_t)n * (size_t)n : 1;
+	uint8_t *px = malloc(len);
+	if (px == NULL)
+		return err_set(err, "out of memory");
+	int rc = image_cc12m_rgb(im, n, offset, px, err);
+	for (size_t i = 0; rc == 1 && i < len; i++)
+		out[i] = image_unit(px[i]);
+	free(px);
+	return rc;
 }
 
 int image_cc12m_draw(torch_rng *g, int w, int h, int n, double dropout_prob,

@@ -131,6 +131,9 @@ int image_cc12m_geom_of(int w, int h, int n, image_cc12m_geom *g);
  * Returns 1 when out is written, 0 when the image is skipped (too small), -1
  * on error (an offset out of range, memory). */
 int image_cc12m(const image *im, int n, int offset, float *out, titan_err *err);
+/* The same before the normalisation: out (3, n, n) uint8, the RGB planes
+ * torchtitan's tensor is made from (out[i] maps to image_unit(out[i])). */
+int image_cc12m_rgb(const image *im, int n, int offset, uint8_t *out, titan_err *err);
 
 /* The random draws of one sample in torchtitan 0.3.0's FluxDataset.__iter__,
  * made on torch's CPU generator g: for an image _process_cc12m_image keeps,

@@ -20,6 +20,8 @@ struct wds {
 	char *pending_key;
 	wds_field pending_field;
 	uint64_t index;
+	void (*refused)(void *ctx, const char *msg); /* lenient mode: see wds_on_refused */
+	void *refused_ctx;
 };
 
 static void field_free(wds_field *f)
@@ -70,6 +72,14 @@ static int open_common(wds **out, const char *name, const wds_limits *lim, titan
 	w->lim = lim ? *lim : wds_default_limits;
 	archive_read_support_filter_all(w->a);
 	archive_read_support_format_tar(w->a);
+	/* tar files back to back (cat a.tar b.tar, titan-hf-fetch --stdout) read as
+	 * one: the end-of-archive blocks between them are passed over */
+	if (archive_read_set_format_option(w->a, "tar", "read_concatenated_archives", "1") <
+	    ARCHIVE_WARN) {
+		err_set(err, "%s: %s", name, archive_error_string(w->a));
+		wds_close(w);
+		return -1;
+	}
 	*out = w;
 	return 0;
 }
@@ -103,6 +113,12 @@ int wds_open_memory(wds **out, const void *buf, size_t size, const wds_limits *l
 		return -1;
 	}
 	return 0;
+}
+
+void wds_on_refused(wds *w, void (*fn)(void *ctx, const char *msg), void *ctx)
+{
+	w->refused = fn;
+	w->refused_ctx = ctx;
 }
 
 void wds_close(wds *w)
@@ -142,6 +158,33 @@ static int unsafe_name(const char *name)
 	return 0;
 }
 
+/* A member's name for a message: printable ASCII as it is, other bytes as
+ * \xNN, cut at a length a message can carry. */
+static const char *printable(const char *name, char *buf, size_t cap)
+{
+	size_t o = 0;
+	for (const unsigned char *p = (const unsigned char *)name; *p && o + 8 < cap; p++) {
+		if (*p >= 0x20 && *p < 0x7f && *p != '\\')
+			buf[o++] = (char)*p;
+		else
+			o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", *p);
+	}
+	if (name[0] && o + 8 >= cap)
+		o += (size_t)snprintf(buf + o, cap - o, "...");
+	buf[o] = 0;
+	return buf;
+}
+
+/* A member-level refusal: reported and passed over in lenient mode (1), else
+ * the error it is (-1). */
+static int refuse(wds *w, titan_err *err)
+{
+	if (w->refused == NULL)
+		return -1;
+	w->refused(w->refused_ctx, err->msg);
+	return 1;
+}
+
 /* One member's name: the key and field of webdataset's base_plus_ext, or -1
  * when the base name has no "." (skipped). */
 static int split_name(const char *name, char **key, char **field)
@@ -172,9 +215,14 @@ static int read_member(wds *w, char **key, wds_field *f, titan_err *err)
 		if (name == NULL || archive_entry_filetype(e) != AE_IFREG ||
 		    archive_entry_hardlink(e) != NULL || hidden(name))
 			continue;
-		if (unsafe_name(name))
-			return err_set(err, "%s: member name refused (absolute, \"..\" or a control "
-				       "character)", w->name);
+		if (unsafe_name(name)) {
+			char pn[256];
+			err_set(err, "%s: member %s refused: an absolute name, a \"..\" component or "
+				"a control character", w->name, printable(name, pn, sizeof pn));
+			if (refuse(w, err) < 0)
+				return -1;
+			continue;
+		}
 		if (split_name(name, key, &f->name) != 0)
 			continue;
 		if (*key == NULL || f->name == NULL) {
@@ -184,11 +232,15 @@ static int read_member(wds *w, char **key, wds_field *f, titan_err *err)
 		}
 		int64_t size = archive_entry_size(e);
 		if (size < 0 || (uint64_t)size > w->lim.max_member) {
-			err_set(err, "%s: member %s: %lld bytes, over the limit of %llu", w->name, name,
-				(long long)size, (unsigned long long)w->lim.max_member);
+			char pn[256];
+			err_set(err, "%s: member %s refused: %lld bytes, over the limit of %llu",
+				w->name, printable(name, pn, sizeof pn), (long long)size,
+				(unsigned long long)w->lim.max_member);
 			free(*key);
 			field_free(f);
-			return -1;
+			if (refuse(w, err) < 0)
+				return -1;
+			continue;
 		}
 		f->size = (size_t)size;
 		f->data = malloc(f->size + 1);
@@ -248,8 +300,10 @@ int wds_next(wds *w, wds_sample *s, titan_err *err)
 	for (;;) {
 		if (add_field(w, s, &f, err) != 0) {
 			field_free(&f);
-			wds_sample_free(s);
-			return -1;
+			if (refuse(w, err) < 0) {
+				wds_sample_free(s);
+				return -1;
+			}
 		}
 		int r = read_member(w, &key, &f, err);
 		if (r < 0) {

@@ -16,7 +16,15 @@
  * leading "/", or a control character; a member larger than
  * limits.max_member (checked from the header, before any allocation); more
  * than limits.max_fields fields in a sample; a truncated or corrupt archive.
- * The tar may be compressed (gzip, zstd, ...: libarchive's filters). */
+ * The tar may be compressed (gzip, zstd, ...: libarchive's filters).  Tar
+ * files back to back (`cat a.tar b.tar`, titan-hf-fetch --stdout) read as one
+ * shard: the end-of-archive blocks between them are passed over.
+ *
+ * Lenient mode (wds_on_refused): the member-level refusals (a refused name,
+ * a member over the size limit, a field twice, too many fields) are reported
+ * through a callback, the member is dropped and reading goes on; only a
+ * truncated or corrupt archive stays an error.  A sample that loses its
+ * image this way is then one without an image, for the caller to skip. */
 #ifndef TITAN_WDS_H
 #define TITAN_WDS_H
 
@@ -57,6 +65,10 @@ int wds_open_memory(wds **w, const void *buf, size_t size, const wds_limits *lim
 /* The next sample into *s (freed and refilled): 1, 0 at the end, -1 on error. */
 int wds_next(wds *w, wds_sample *s, titan_err *err);
 void wds_close(wds *w);
+/* Lenient mode: fn(ctx, message) for each refused member (the message names
+ * the shard and the member, its name's unprintable bytes as \xNN), which is
+ * then dropped. */
+void wds_on_refused(wds *w, void (*fn)(void *ctx, const char *msg), void *ctx);
 void wds_sample_free(wds_sample *s);
 
 /* The field named name, or NULL. */

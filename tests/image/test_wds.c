@@ -136,12 +136,12 @@ static void hostile_members_are_refused_naming_them(void **state)
 		int n;
 		const char *want;
 	} cases[] = {
-		{{{"../evil.jpg", "x", AE_IFREG, -1}}, 1, "member name refused"},
-		{{{"a/../../evil.jpg", "x", AE_IFREG, -1}}, 1, "member name refused"},
-		{{{"/etc/evil.jpg", "x", AE_IFREG, -1}}, 1, "member name refused"},
-		{{{"bad\nname.jpg", "x", AE_IFREG, -1}}, 1, "member name refused"},
+		{{{"../evil.jpg", "x", AE_IFREG, -1}}, 1, "member ../evil.jpg refused"},
+		{{{"a/../../evil.jpg", "x", AE_IFREG, -1}}, 1, "member a/../../evil.jpg refused"},
+		{{{"/etc/evil.jpg", "x", AE_IFREG, -1}}, 1, "member /etc/evil.jpg refused"},
+		{{{"bad\nname.jpg", "x", AE_IFREG, -1}}, 1, "member bad\\x0aname.jpg refused"},
 		{{{"k.jpg", "x", AE_IFREG, -1}, {"k.jpg", "y", AE_IFREG, -1}}, 2, "sample k: field jpg twice"},
-		{{{"big.jpg", "0123456789abcdef", AE_IFREG, -1}}, 1, "member big.jpg: 16 bytes, over the limit of 8"},
+		{{{"big.jpg", "0123456789abcdef", AE_IFREG, -1}}, 1, "member big.jpg refused: 16 bytes, over the limit of 8"},
 	};
 	wds_limits lim = {8, 4};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -187,6 +187,66 @@ static void cut_and_damaged_tars_are_refused(void **state)
 	free(bad);
 	free(tar);
 	assert_true(refused >= tried - 2);
+}
+
+static void refusal_logged(void *ctx, const char *msg)
+{
+	char *log = ctx;
+	size_t n = strlen(log);
+	snprintf(log + n, 2048 - n, "%s|", msg);
+}
+
+/* Lenient mode: the refused members are reported and dropped, the samples
+ * around them read as usual. */
+static void lenient_mode_drops_refused_members_and_goes_on(void **state)
+{
+	(void)state;
+	const member m[] = {{"a.jpg", "A", AE_IFREG, -1},  {"a.txt", "cap a", AE_IFREG, -1},
+			    {"../b.jpg", "B", AE_IFREG, -1}, {"b.txt", "cap b", AE_IFREG, -1},
+			    {"b.txt", "again", AE_IFREG, -1}, {"c.jpg", "0123456789", AE_IFREG, -1},
+			    {"c.txt", "cap c", AE_IFREG, -1}, {"d.jpg", "D", AE_IFREG, -1}};
+	size_t size;
+	uint8_t *tar = make_tar(m, 8, &size);
+	wds_limits lim = {8, 4};
+	wds *w;
+	titan_err err;
+	assert_int_equal(wds_open_memory(&w, tar, size, &lim, &err), 0);
+	char log[2048] = "", got[512] = "";
+	wds_on_refused(w, refusal_logged, log);
+	wds_sample s = {0};
+	int r;
+	while ((r = wds_next(w, &s, &err)) == 1) {
+		size_t n = strlen(got);
+		snprintf(got + n, sizeof got - n, "%s:%d ", s.key, s.n_fields);
+	}
+	assert_int_equal(r, 0);
+	assert_string_equal(got, "a:2 b:1 c:1 d:1 ");
+	assert_non_null(strstr(log, "member ../b.jpg refused"));
+	assert_non_null(strstr(log, "sample b: field txt twice"));
+	assert_non_null(strstr(log, "member c.jpg refused: 10 bytes"));
+	wds_sample_free(&s);
+	wds_close(w);
+	free(tar);
+}
+
+/* Two shards back to back (cat, titan-hf-fetch --stdout) read as one. */
+static void concatenated_tars_read_as_one(void **state)
+{
+	(void)state;
+	const member m1[] = {{"a.jpg", "A", AE_IFREG, -1}, {"a.txt", "x", AE_IFREG, -1}};
+	const member m2[] = {{"b.jpg", "B", AE_IFREG, -1}, {"b.txt", "y", AE_IFREG, -1}};
+	size_t n1, n2;
+	uint8_t *t1 = make_tar(m1, 2, &n1), *t2 = make_tar(m2, 2, &n2);
+	uint8_t *both = malloc(n1 + n2);
+	assert_non_null(both);
+	memcpy(both, t1, n1);
+	memcpy(both + n1, t2, n2);
+	char got[1024];
+	read_all(both, n1 + n2, NULL, got, sizeof got);
+	assert_string_equal(got, "a:jpg,txt b:jpg,txt");
+	free(both);
+	free(t1);
+	free(t2);
 }
 
 static void captions_are_checked_as_strict_utf8(void **state)
@@ -295,6 +355,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(samples_are_grouped_and_skipped_as_datasets_does),
 		cmocka_unit_test(hostile_members_are_refused_naming_them),
 		cmocka_unit_test(cut_and_damaged_tars_are_refused),
+		cmocka_unit_test(lenient_mode_drops_refused_members_and_goes_on),
+		cmocka_unit_test(concatenated_tars_read_as_one),
 		cmocka_unit_test(captions_are_checked_as_strict_utf8),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,15 +12,18 @@
 #include "core/cli.h"
 #include "core/err.h"
 #include "core/sha256.h"
+#include "fluxrec/fluxrec.h"
 #include "shard/shard.h"
 #include "tokstream/tokstream.h"
 
 enum { OPT_OUT = 'o', OPT_SHARD_TOKENS = 256, OPT_VAL_FRACTION, OPT_VAL_DOCS, OPT_COMPRESS,
-       OPT_FRAME_TOKENS, OPT_JSON, OPT_SPLIT, OPT_QUIET, OPT_ACCEPT, OPT_WEIGHT, OPT_SEED };
+       OPT_FRAME_TOKENS, OPT_JSON, OPT_SPLIT, OPT_QUIET, OPT_ACCEPT, OPT_WEIGHT, OPT_SEED,
+       OPT_SHARD_RECORDS };
 
 static const cli_option options[] = {
 	{"out", 'o', CLI_ARG, OPT_OUT, "DIR", "write shards and manifest.json into DIR"},
 	{"shard-tokens", 0, CLI_ARG, OPT_SHARD_TOKENS, "N", "tokens per shard (default 100M; K/M/G)"},
+	{"shard-records", 0, CLI_ARG, OPT_SHARD_RECORDS, "N", "Flux records per shard (default: 1 GiB)"},
 	{"val-fraction", 0, CLI_ARG, OPT_VAL_FRACTION, "F", "send this fraction of documents to val"},
 	{"val-docs", 0, CLI_ARG, OPT_VAL_DOCS, "N", "send the first N documents to val"},
 	{"compress", 0, CLI_ARG, OPT_COMPRESS, "zstd[:L]", "zstd seekable frames (level L, default 3)"},
@@ -40,7 +43,7 @@ static const cli_spec spec = {
 		    "       titan-shard verify DIR|FILE\n"
 		    "       titan-shard cat [--split train|val] DIR|FILE\n"
 		    "       titan-shard mix --out DIR [--seed N] [--weight W] SRC [--weight W] SRC...",
-	.summary = "Write a token stream (stdin or FILEs) into binary shards for titan-train.",
+	.summary = "Write a token stream or Flux records (stdin or FILEs) into shards for titan-train.",
 	.opts = options,
 	.epilog = "Rerunning with the same --out continues an interrupted run when the input\n"
 		  "and options are the same, and refuses otherwise.\n",
@@ -49,6 +52,8 @@ static const cli_spec spec = {
 typedef struct args {
 	const char *out;
 	shard_build_opts b;
+	uint64_t shard_records;
+	int token_only; /* an option that only token streams take */
 	int have_val_fraction, json, split, quiet;
 	double *weights; /* mix: the i-th --weight is the i-th source's */
 	int n_weights;
@@ -252,6 +257,8 @@ typedef struct chain {
 	char **files;
 	int n, next;
 	int fd; /* -1 between files */
+	char pre[4]; /* the first bytes, read to tell the format, served first */
+	size_t pre_n, pre_at;
 } chain;
 
 /* read(2), not fread: a pipe from a slow producer yields what it has, so
@@ -259,6 +266,12 @@ typedef struct chain {
 static ssize_t chain_read(void *cookie, char *buf, size_t size)
 {
 	chain *c = cookie;
+	if (c->pre_at < c->pre_n && size > 0) {
+		size_t k = c->pre_n - c->pre_at < size ? c->pre_n - c->pre_at : size;
+		memcpy(buf, c->pre + c->pre_at, k);
+		c->pre_at += k;
+		return (ssize_t)k;
+	}
 	for (;;) {
 		if (c->fd < 0) {
 			if (c->next == c->n)
@@ -287,6 +300,58 @@ static int chain_close(void *cookie)
 	return 0;
 }
 
+/* The stream's first bytes into c->pre, to be read again. */
+static void chain_peek(chain *c)
+{
+	while (c->pre_n < sizeof c->pre) {
+		ssize_t got = chain_read(c, c->pre + c->pre_n, sizeof c->pre - c->pre_n);
+		if (got <= 0)
+			break;
+		c->pre_n += (size_t)got;
+	}
+	c->pre_at = 0;
+}
+
+/* Whether path is a regular file starting with the Flux records' magic (a
+ * FIFO is not opened: the token shard reader refuses it). */
+static int is_fluxrec_file(const char *path)
+{
+	char m[4];
+	struct stat st;
+	if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	FILE *fp = fopen(path, "rb");
+	int is = fp && fread(m, 1, 4, fp) == 4 && memcmp(m, FLUXREC_MAGIC, 4) == 0;
+	if (fp)
+		fclose(fp);
+	return is;
+}
+
+static int build_records(args *a, FILE *fp, const char *name)
+{
+	if (a->token_only)
+		cli_usage_error(&spec, "%s is a Flux record stream: --shard-tokens, --compress and "
+				"--frame-tokens are for token streams (use --shard-records)", name);
+	titan_err err;
+	fluxrec_reader *r = fluxrec_reader_open(fp, name, &err);
+	if (r == NULL)
+		titan_die_err(&err);
+	fluxrec_shard_opts o = {.out = a->out, .shard_records = a->shard_records,
+				.val_fraction = a->b.val_fraction, .val_records = a->b.val_docs,
+				.progress = !a->quiet && isatty(2)};
+	fluxrec_shard_stats st;
+	int rc = fluxrec_shard_build(r, &o, &st, &err);
+	fluxrec_reader_close(r);
+	fclose(fp);
+	if (rc != 0)
+		titan_die_err(&err);
+	if (!a->quiet)
+		titan_warn("%s: %llu Flux records written (%llu bytes)%s", a->out,
+			   (unsigned long long)st.records, (unsigned long long)st.bytes_out,
+			   st.resumed ? "; resumed an interrupted run" : "");
+	return TITAN_EXIT_OK;
+}
+
 static int cmd_build(args *a, int nfiles, char **files)
 {
 	static char *dash[] = {"-"};
@@ -300,6 +365,12 @@ static int cmd_build(args *a, int nfiles, char **files)
 	if (fp == NULL || setvbuf(fp, chainbuf, _IOFBF, sizeof chainbuf) != 0)
 		titan_die(TITAN_EXIT_FAIL, "out of memory");
 	const char *name = nfiles == 1 ? files[0] : nfiles == 0 ? "-" : "inputs";
+	chain_peek(&ch);
+	if (ch.pre_n == 4 && memcmp(ch.pre, FLUXREC_MAGIC, 4) == 0)
+		return build_records(a, fp, name);
+	if (a->shard_records)
+		cli_usage_error(&spec, "--shard-records is for Flux record streams; %s is not one",
+				name);
 	titan_err err;
 	tokstream_reader *r = tokstream_reader_open(fp, name, &err);
 	if (r == NULL)
@@ -334,15 +405,24 @@ int main(int argc, char **argv)
 			/* 0 is what the library reads as "the default": say so instead. */
 			if ((a.b.shard_tokens = cli_size(&spec, "--shard-tokens", cs.arg)) == 0)
 				cli_usage_error(&spec, "--shard-tokens: must be at least 1");
+			a.token_only = 1;
+			break;
+		case OPT_SHARD_RECORDS:
+			if ((a.shard_records = cli_size(&spec, "--shard-records", cs.arg)) == 0)
+				cli_usage_error(&spec, "--shard-records: must be at least 1");
 			break;
 		case OPT_VAL_FRACTION:
 			a.b.val_fraction = cli_double(&spec, "--val-fraction", cs.arg, 0.0, 1.0);
 			a.have_val_fraction = 1;
 			break;
 		case OPT_VAL_DOCS: a.b.val_docs = cli_size(&spec, "--val-docs", cs.arg); break;
-		case OPT_COMPRESS: a.b.zstd_level = parse_compress(cs.arg); break;
+		case OPT_COMPRESS:
+			a.b.zstd_level = parse_compress(cs.arg);
+			a.token_only |= a.b.zstd_level > 0;
+			break;
 		case OPT_FRAME_TOKENS:
 			a.b.frame_tokens = (uint32_t)cli_int(&spec, "--frame-tokens", cs.arg, 1, 1 << 28);
+			a.token_only = 1;
 			break;
 		case OPT_JSON: a.json = 1; break;
 		case OPT_SPLIT:
@@ -376,7 +456,24 @@ int main(int argc, char **argv)
 			cli_usage_error(&spec, "%s takes one DIR or FILE", cmd);
 		const char *p = ops[1];
 		int rc;
-		if (cmd[0] == 'i' && is_dir(p) && shard_dir_is_mix(p)) {
+		int dir = is_dir(p), rec = dir ? fluxrec_dir_is(p) : is_fluxrec_file(p);
+		if (rec && cmd[0] == 'c' && isatty(1))
+			titan_die(TITAN_EXIT_USAGE, "cat: standard output is a terminal; redirect it "
+				  "or pipe it to titan-shard");
+		if (rec) {
+			if (cmd[0] == 'i')
+				rc = fluxrec_info(p, dir, a.json, stdout, &err);
+			else if (cmd[0] == 'v')
+				rc = dir ? fluxrec_verify_dir(p, warn_line, &err)
+					 : fluxrec_verify_file(p, &err);
+			else
+				rc = dir ? fluxrec_cat_dir(p, a.split, stdout, &err)
+					 : fluxrec_cat_file(p, stdout, &err);
+			if (rc == 0 && cmd[0] == 'v')
+				printf("%s: ok\n", p);
+			if (rc == 0 && fflush(stdout) != 0)
+				rc = err_errno(&err, "standard output");
+		} else if (cmd[0] == 'i' && is_dir(p) && shard_dir_is_mix(p)) {
 			info_mix(p, a.json, &err);
 			rc = 0;
 		} else if (cmd[0] == 'i') {
