@@ -76,7 +76,7 @@ LDFLAGS   += -fopenmp $(SANFLAGS) -Wl,--as-needed
 # 100M model's step at one thread.  sqrt is correctly rounded scalar or vector,
 # so the bits are the same.  (cpu_f32.c's pragma GCC optimize does not reach it.)
 $(BUILD)/lib/backend/cpu_f32.o: CFLAGS += -fno-math-errno
-LDLIBS    += -lcurl -larchive -lzstd -ldeflate -ljpeg -lpng16 -lwebp -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
+LDLIBS    += -lcurl -larchive -lzstd -ldeflate -ljpeg -lpng16 -lwebp -lsnappy -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
 
 # CUDA: found at $(CUDA_HOME)/bin/nvcc or /usr/local/cuda/bin/nvcc; CUDA=0 turns it off.
 # cuDNN (the fused attention) when cudnn.h is in CUDNN_INC; CUDNN=0 leaves it out

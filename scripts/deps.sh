@@ -9,7 +9,7 @@
 set -eu
 
 PKGS="gcc g++ make pkg-config binutils libarchive-dev libzstd-dev libdeflate-dev libcurl4-openssl-dev libssl-dev
-libjpeg62-turbo-dev libpng-dev libwebp-dev
+libjpeg62-turbo-dev libpng-dev libwebp-dev libsnappy-dev
 libjansson-dev libpcre2-dev libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev
 mandoc jq gzip zstd xz-utils bzip2 lz4 zip tar curl python3 fortunes jargon
 fortunes-min fortunes-zh jargon-text gnu-standards fortunes-ru fortunes-de fortunes-es

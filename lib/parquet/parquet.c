@@ -4,13 +4,13 @@
 #include "parquet/parquet.h"
 
 #include <libdeflate.h>
+#include <snappy-c.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
 #include "core/mfile.h"
-#include "parquet/parquet_impl.h"
 
 enum { T_BYTE_ARRAY = 6, T_INT32 = 1, T_INT64 = 2 };
 enum { REQUIRED = 0, OPTIONAL = 1, REPEATED = 2 };
@@ -514,8 +514,12 @@ static int decompress(pq_file *f, int codec, const uint8_t *in, size_t n, uint8_
 			break;
 		memcpy(out, in, n);
 		return 0;
-	case CODEC_SNAPPY:
-		if (pq_snappy_decompress(in, n, out, usize) == 0)
+	case CODEC_SNAPPY: /* a raw block, no framing; libsnappy checks it whole */
+		got = usize;
+		if (snappy_validate_compressed_buffer((const char *)in, n) == SNAPPY_OK &&
+		    snappy_uncompressed_length((const char *)in, n, &got) == SNAPPY_OK &&
+		    got == usize && snappy_uncompress((const char *)in, n, (char *)out, &got) == SNAPPY_OK &&
+		    got == usize)
 			return 0;
 		break;
 	case CODEC_GZIP:

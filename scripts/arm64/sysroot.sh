@@ -13,7 +13,7 @@
 set -eu
 dir=${1:?usage: sysroot.sh DIR}
 RUNTIME="libc6 libstdc++6 libgomp1 libopenmpi3 libopenblas0-pthread libdnnl2 libcurl4
-libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3 libjpeg62-turbo libpng16-16 libwebp7"
+libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3 libjpeg62-turbo libpng16-16 libwebp7 libsnappy1v5"
 DEV="libc6-dev linux-libc-dev libopenmpi-dev libopenblas-dev libopenblas-pthread-dev libdnnl-dev libcurl4-openssl-dev
 libarchive-dev libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev
 libjpeg62-turbo-dev libpng-dev libwebp-dev"
