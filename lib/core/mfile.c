@@ -60,3 +60,12 @@ void mfile_advise_random(mfile *m)
 	if (m->data != NULL)
 		madvise((void *)m->data, m->size, MADV_RANDOM);
 }
+
+void mfile_release(const void *p, size_t n)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1);
+	uintptr_t b = ((uintptr_t)p + n) & ~(page - 1);
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+}

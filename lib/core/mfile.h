@@ -19,5 +19,8 @@ void mfile_close(mfile *m);
 /* Tell the kernel the mapping will be read front to back (or at random). */
 void mfile_advise_sequential(mfile *m);
 void mfile_advise_random(mfile *m);
+/* Drop the resident pages wholly inside [p, p + n) of a read-only file
+ * mapping (MADV_DONTNEED): touched again, they are read from the file. */
+void mfile_release(const void *p, size_t n);
 
 #endif

@@ -158,6 +158,8 @@ int st_open(st_file *f, const char *path, titan_err *err)
 		return err_prefix(err, "%s", path);
 	}
 	f->m = m;
+	for (size_t i = 0; i < f->n; i++)
+		f->t[i].mapped = 1;
 	return 0;
 }
 
@@ -212,6 +214,10 @@ int st_tensor_to_f32(const st_tensor *t, int ndim, const int64_t *shape, float *
 	for (int i = 0; i < ndim; i++)
 		n *= (size_t)shape[i];
 	ptz_convert(out, PTZ_F32, t->data, t->dtype, n);
+	/* The copy is what the caller keeps: the mapped pages go back to the page
+	 * cache now, or a model's load peaks at its file plus its weights. */
+	if (t->mapped)
+		mfile_release(t->data, n * ptz_dtype_size(t->dtype));
 	return 0;
 }
 

@@ -30,6 +30,7 @@ typedef struct st_tensor {
 	int64_t shape[ST_MAX_DIM];
 	uint64_t begin, end;     /* data offsets, relative to the data start */
 	const uint8_t *data;     /* into the buffer / mapping */
+	int mapped;              /* data is a file mapping's (st_open), not a caller's buffer */
 } st_tensor;
 
 typedef struct st_file {

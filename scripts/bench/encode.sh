@@ -25,6 +25,7 @@
 # torchtitan 0.3.0 on PYTHONPATH), BENCH_BATCH (8), BENCH_REPEAT (tiny: the
 # shard this many times, default 4), BENCH_T5_LAYERS, BENCH_REAL, BENCH_SKIP_REAL=1,
 # BENCH_THREADS (default "1 <cores>").
+# Peak memory is each process's maximum resident set (GNU time, Debian's time).
 # Figures on a shared machine are noisy: the load average is printed.
 set -eu
 BIN=${BIN:-bin}
@@ -54,19 +55,19 @@ if "$PY" -c 'import torchtitan.models.flux.flux_datasets' 2>/dev/null; then torc
 # row NAME MODELS LIMIT THREADS [AE]: titan-encode, then torchtitan, on the same data
 row() {
 	name=$1 m=$2 lim=$3 th=$4 ae=${5:-}
-	OMP_NUM_THREADS=$th "$BIN/titan-encode" -j "$th" --t5 "$m/t5" --clip "$m/clip" \
+	OMP_NUM_THREADS=$th /usr/bin/time -o "$W/rss" -f %M "$BIN/titan-encode" -j "$th" --t5 "$m/t5" --clip "$m/clip" \
 		--t5-tokenizer "$T5TOK" --clip-tokenizer "$CLIPTOK" --batch "$B" \
 		${lim:+--limit "$lim"} ${ae:+--autoencoder "$ae"} "$W"/data/*.tar \
 		2>"$W/err" >/dev/null || { cat "$W/err" >&2; exit 1; }
 	# images/s, samples, seconds, then each step's seconds
 	t=$(sed -n 's/.*throughput: //p' "$W/err" | sed 's/T5//' | tr -cs '0-9.' ' ')
-	echo "$name titan $t" >>"$W/rows"
+	echo "$name titan $t $(tail -1 "$W/rss")" >>"$W/rows"
 	if [ "$torch" = 1 ]; then
-		OMP_NUM_THREADS=$th "$PY" scripts/bench/encode_torch.py --threads "$th" \
+		OMP_NUM_THREADS=$th /usr/bin/time -o "$W/rss" -f %M "$PY" scripts/bench/encode_torch.py --threads "$th" \
 			--data "$W/data" --t5 "$m/t5" --clip "$m/clip" --t5-tokenizer "$T5TOK" \
 			--clip-tokenizer "$CLIPTOK" --batch "$B" ${lim:+--limit "$lim"} \
 			${ae:+--ae "$ae"} 2>"$W/perr" | tail -1 >"$W/p" || { tail -5 "$W/perr" >&2; exit 1; }
-		echo "$name torchtitan $(awk '{ print $6, $2, $4 }' "$W/p")" >>"$W/rows"
+		echo "$name torchtitan $(awk '{ print $6, $2, $4 }' "$W/p") $(tail -1 "$W/rss")" >>"$W/rows"
 	fi
 }
 
@@ -92,13 +93,15 @@ echo "tiny: T5 and CLIP 8 wide, 2 layers; real: CLIP ViT-L/14 text, T5-XXL shape
 	"$LAYERS of 24 layers; +AE: FLUX.1's autoencoder"
 awk '
 { key = $1; impl = $2; ips[key, impl] = $3; n[key, impl] = $4; s[key, impl] = $5
+  rss[key, impl] = $NF / 1024
   if (impl == "titan")
     detail[key] = sprintf("images+tokens %.2f s, T5 %.2f s, CLIP %.2f s, AE %.2f s", $6, $7, $8, $9)
   if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
 END {
-  printf "%-18s %8s %12s %14s %8s   %s\n", "encoders,threads", "samples", "titan img/s", \
-    "torch img/s", "speedup", "titan time split"
+  printf "%-18s %8s %12s %14s %8s %10s %10s   %s\n", "encoders,threads", "samples", \
+    "titan img/s", "torch img/s", "speedup", "titan MiB", "torch MiB", "titan time split"
   for (i = 1; i <= k; i++) { key = order[i]; t = ips[key, "titan"]; p = ips[key, "torchtitan"]
-    printf "%-18s %8s %12.2f %14s %8s   %s\n", key, n[key, "titan"], t, \
+    printf "%-18s %8s %12.2f %14s %8s %10.0f %10s   %s\n", key, n[key, "titan"], t, \
       p == "" ? "-" : sprintf("%.2f", p), p == "" || p == 0 ? "-" : sprintf("%.2fx", t / p), \
+      rss[key, "titan"], p == "" ? "-" : sprintf("%.0f", rss[key, "torchtitan"]), \
       detail[key] } }' "$W/rows"
