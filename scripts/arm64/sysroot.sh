@@ -16,7 +16,7 @@ RUNTIME="libc6 libstdc++6 libgomp1 libopenmpi3 libopenblas0-pthread libdnnl2 lib
 libarchive13 libzstd1 libdeflate0 libjansson4 libpcre2-8-0 libcmocka0 libssl3 libjpeg62-turbo libpng16-16 libwebp7 libsnappy1v5"
 DEV="libc6-dev linux-libc-dev libopenmpi-dev libopenblas-dev libopenblas-pthread-dev libdnnl-dev libcurl4-openssl-dev
 libarchive-dev libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libcmocka-dev libssl-dev
-libjpeg62-turbo-dev libpng-dev libwebp-dev"
+libjpeg62-turbo-dev libpng-dev libwebp-dev libsnappy-dev"
 
 wanted=$(echo $RUNTIME $DEV)
 [ -f "$dir/.done" ] && [ "$(sed -n 2p "$dir/.done")" = "$wanted" ] && exit 0
