@@ -144,6 +144,10 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 TEST_SUPPORT_SRC := $(if $(filter 1,$(GPU_CHECK)),tests/support/golden_weights.c tests/support/testutil.c,$(sort $(wildcard tests/support/*.c)))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 MANPAGES  := $(sort $(wildcard man/*.[1-9]))
+# The demos' own small programs (scripts/demo/NAME.c -> build/demo/NAME): data
+# generators and viewers, not titan programs (no man page, not installed).
+DEMO_SRC  := $(sort $(wildcard scripts/demo/*.c))
+DEMO_BIN  := $(DEMO_SRC:scripts/demo/%.c=$(BUILD)/demo/%)
 
 # Fuzzing: each target is built twice.  make check links it with gcc against
 # tests/fuzz/replay.c to replay its kept corpus (under ASan in asan-check); make
@@ -160,9 +164,9 @@ FUZZ_LIB    := $(FUZZ_DIR)/libtitan.a
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_TIME   ?= 60
 
-.PHONY: all check check-gpu check-arm64 deps-arm64 arm64-tests gpu-check-build run-tests demo bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run \
+.PHONY: all check check-gpu check-arm64 deps-arm64 arm64-tests gpu-check-build run-tests demo demo-flux bench asan asan-check install clean deps deps-fuzz lint-man fuzz fuzz-run \
 	fixtures
-all: $(LIBTITAN) $(PROGRAMS)
+all: $(LIBTITAN) $(PROGRAMS) $(DEMO_BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -190,6 +194,10 @@ $(LIBTITAN): $(LIB_OBJ) $(CU_OBJ)
 $(BIN)/titan-%: $$(addprefix $(BUILD)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c))) $(LIBTITAN)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBTITAN) $(LDLIBS)
+
+$(BUILD)/demo/%: $(BUILD)/scripts/demo/%.o $(LIBTITAN)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBTITAN) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBTITAN)
 	@mkdir -p $(@D)
@@ -270,6 +278,10 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	sh scripts/demo.sh
 
+demo-flux: deps
+	@$(MAKE) --no-print-directory all
+	BUILD=$(BUILD) BIN=$(BIN) sh scripts/demo_flux.sh
+
 # Benchmark drivers: tests/<area>/bench_*.c, built like tests, run by scripts/bench/.
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
@@ -295,7 +307,7 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(LIB_OBJ:.o=.d) $(CU_SRC:%.cu=$(KERNEL_BUILD)/%.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
+-include $(LIB_OBJ:.o=.d) $(DEMO_SRC:%.c=$(BUILD)/%.d) $(CU_SRC:%.cu=$(KERNEL_BUILD)/%.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
 	$(BUILD)/tests/fuzz/replay.d $(wildcard $(FUZZ_DIR)/lib/*/*.d $(FUZZ_DIR)/tests/fuzz/*.d) $(TEST_SUPPORT_OBJ:.o=.d) \
 	$(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 

@@ -164,4 +164,18 @@ typedef struct image_cc12m_draws {
 int image_cc12m_draw(torch_rng *g, int w, int h, int n, double dropout_prob,
 		     image_cc12m_draws *d);
 
+/* An 8-bit RGB PNG (no metadata) of rgb (h, w, 3): *out malloc'd, the caller
+ * frees it.  Written by libpng, so any PNG reader (lib/image, PIL) opens it. */
+int image_png_encode(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *size,
+		     titan_err *err);
+/* The same into path, atomically (a temporary name, fsync, rename: a reader
+ * never sees half a picture). */
+int image_png_write(const char *path, const uint8_t *rgb, int w, int h, titan_err *err);
+
+/* n images (h, w, 3) side by side, cols per row (fewer when n is smaller),
+ * pad pixels of bg around and between them, in reading order: *out (gh, gw, 3)
+ * malloc'd for the caller to free.  What the demos show their samples in. */
+int image_grid(const uint8_t *const *imgs, int n, int w, int h, int cols, int pad,
+	       const uint8_t bg[3], uint8_t **out, int *gw, int *gh, titan_err *err);
+
 #endif
