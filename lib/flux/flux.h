@@ -91,6 +91,10 @@ typedef struct flux_param {
  * config or no memory. */
 flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err);
 void flux_model_free(flux_model *m);
+/* The parameter table alone (names, shapes; w and g NULL), no backend and
+ * no memory for weights: what the planner sizes flux-dev's 12B from.  Free
+ * with flux_model_free. */
+flux_model *flux_model_shapes(const flux_config *c, titan_err *err);
 const flux_config *flux_model_config(const flux_model *m);
 int flux_param_count(const flux_model *m);
 const flux_param *flux_param_at(const flux_model *m, int i);

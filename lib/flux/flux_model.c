@@ -142,7 +142,7 @@ static void layout(flux_model *m)
 	add_linear(m, "final_layer.adaLN_modulation.1", 2 * h, h);
 }
 
-flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
+flux_model *flux_model_shapes(const flux_config *c, titan_err *err)
 {
 	if (flux_config_check(c, err) < 0)
 		return NULL;
@@ -154,7 +154,6 @@ flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
 		err_set(err, "flux: out of memory for the parameter table");
 		return NULL;
 	}
-	m->be = be;
 	m->c = *c;
 	m->h = c->hidden_size;
 	m->heads = c->num_heads;
@@ -163,6 +162,15 @@ flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
 	layout(m);
 	for (int i = 0; i < m->np; i++)
 		m->total += m->p[i].numel;
+	return m;
+}
+
+flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
+{
+	flux_model *m = flux_model_shapes(c, err);
+	if (m == NULL)
+		return NULL;
+	m->be = be;
 	m->wbuf = backend_alloc_floats(be, (size_t)m->total, err);
 	m->gbuf = m->wbuf != NULL ? backend_calloc_floats(be, (size_t)m->total, err) : NULL;
 	if (m->gbuf == NULL) {

@@ -49,8 +49,11 @@
 
 #include "config/config.h"
 #include "core/err.h"
+#include "flux/flux.h"
+#include "fluxae/fluxae.h"
 #include "model/model.h"
 #include "pp/pp.h"
+#include "textenc/textenc.h"
 
 /* The resolved degrees of torchtitan's mesh. */
 typedef struct plan_degrees {
@@ -166,5 +169,39 @@ uint64_t planner_local_memory(void);
 /* Sizes with a binary unit suffix ("80GiB", "512MiB", "1.5TiB", bytes without
  * one); -1 with a message otherwise. */
 int planner_parse_bytes(const char *s, uint64_t *out, titan_err *e);
+
+/* ---- Flux (lib/planner/flux.c: what it counts and why)
+ *
+ * titan-train --dry-run for --module flux: the job's figures (from the
+ * preset and its overrides) into a plan_flux_job, planner_flux_run, then
+ * planner_flux_print. */
+typedef struct plan_flux_job {
+	const flux_config *model;  /* flux_flavor("flux-dev"), ... */
+	int dp_shard;              /* FSDP's ranks (0.3.0's Flux: no TP, no PP) */
+	int64_t local_batch, img_size, t5_len, clip_len;
+	int ac_full;               /* activation_checkpoint full, else none */
+	t5_config t5;              /* the frozen encoders' shapes */
+	clip_config clip;
+	flux_ae_config ae;
+	uint64_t device_bytes;     /* 0: no bound */
+} plan_flux_job;
+
+typedef struct plan_flux_report {
+	char model[64];
+	plan_flux_job job;
+	int64_t n_params, n_t5, n_clip, n_ae;
+	int64_t img_tokens, txt_tokens;     /* per image */
+	char dtypes[96];
+	uint64_t bytes[PLAN_TERM_COUNT];    /* comm_buffers 0: FSDP's are in gathered */
+	uint64_t encoders;                  /* the frozen models' weights on the rank */
+	uint64_t peak;
+	int fits;
+} plan_flux_report;
+
+/* flux_dev's job (local batch 32, 256 px, T5 512 tokens, CLIP 77, full
+ * AC; one rank), with T5-XXL's, CLIP-L's and FLUX.1's autoencoder's shapes. */
+void planner_flux_defaults(plan_flux_job *j, const flux_config *model);
+int planner_flux_run(const plan_flux_job *j, plan_flux_report *r, titan_err *e);
+int planner_flux_print(const plan_flux_report *r, FILE *f);
 
 #endif
