@@ -120,14 +120,24 @@ int flux_model_init(flux_model *m, uint64_t seed, titan_err *err);
 typedef struct flux_batch {
 	int64_t b, li, lt, c_img, c_txt, c_vec;
 	const float *x, *noise, *img_ids, *txt, *txt_ids, *t, *y;
+	/* The loss's divisor: every data-parallel rank's latent values together
+	 * (FluxTrainer's global_valid_tokens); 0: this batch's b * li * c_img. */
+	int64_t global_numel;
 } flux_batch;
 
-/* The step: forward on the noisy latent, the loss into *loss, and with
+/* The step: forward on the noisy latent, the loss (this batch's squared
+ * errors over global_numel) into *loss, and with
  * backward set every parameter's gradient ACCUMULATED.  pred, when not NULL,
  * receives the prediction (b, li, out_channels) host float32.  0, or -1 and
  * err (a size of the batch that does not fit the model, no memory). */
 int flux_step(flux_model *m, const flux_batch *in, int backward, float *loss, float *pred,
 	      titan_err *err);
+
+/* FluxModel.Config.get_nparams_and_flops's FLOPs per token at seq_len tokens
+ * (image and text): 6 per parameter, less one stream's per-token weights of
+ * each double block, the modulations amortised over the sequence, plus the
+ * attention's 6 h seq_len per block. */
+double flux_flops_per_token(const flux_config *c, int64_t seq_len);
 
 /* utils.py's pack_latents: z (b, c, hl, wl) -> (b, (hl/2)(wl/2), 4c), each
  * 2x2 patch's values in (c, ph, pw) order; hl, wl even. */

@@ -691,17 +691,18 @@ int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss,
 	if (grab_all(&r, backward_on, err) < 0 || forward(&r, in, err) < 0)
 		goto out;
 	int64_t npred = r.b * r.li * m->c.out_channels, count = 0;
+	int64_t div = in->global_numel > 0 ? in->global_numel : npred;
 	double sum = 0;
 	/* torch: the loss's division's backward hands mse_loss 1/numel in
 	 * float32, which multiplies 2 (pred - target) */
 	m->be->ops->flow_mse(m->be, backward_on ? r.dpred : NULL, r.pred, r.x, r.noise, BE_F32,
-			     npred, 1.0f / (float)npred, &sum, &count);
+			     npred, 1.0f / (float)div, &sum, &count);
 	if (pred != NULL)
 		m->be->ops->copy(m->be, pred, r.pred, sizeof(float) * (size_t)npred, BACKEND_D2H);
 	if (backward_on)
 		backward(&r);
 	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;
-	*loss = (float)((float)sum / (float)npred);
+	*loss = (float)((float)sum / (float)div);
 out:
 	release(&r);
 	return rc;
