@@ -53,6 +53,7 @@
 #define TITAN_FLUX_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/backend.h"
 #include "core/err.h"
@@ -73,6 +74,12 @@ const flux_config *flux_flavor(const char *name);
 /* 0, or -1 and err naming the field: positive sizes, hidden_size divisible
  * by num_heads, axes_dim even and summing to the head dimension. */
 int flux_config_check(const flux_config *c, titan_err *err);
+/* Flavor i in the table's order, NULL past the end. */
+const flux_config *flux_flavor_at(int i);
+/* The parameters a model of config c has. */
+int64_t flux_config_param_count(const flux_config *c);
+/* --list-flavors' table of the flavors. */
+void flux_print_flavors(FILE *out);
 
 typedef struct flux_model flux_model;
 

@@ -96,6 +96,11 @@ static double nparams(const flux_config *c)
 	return emb + (double)c->depth * 2 * stream + (double)c->depth_single_blocks * single + last;
 }
 
+int64_t flux_config_param_count(const flux_config *c)
+{
+	return (int64_t)nparams(c);
+}
+
 double flux_flops_per_token(const flux_config *c, int64_t seq_len)
 {
 	double h = (double)c->hidden_size, r = c->mlp_ratio, L = (double)seq_len;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -18,6 +19,8 @@
 #include "fluxtrain/fluxtrain_priv.h"
 #include "metrics/metrics.h"
 #include "optim/optim.h"
+#include "tb/tb.h"
+#include "trainer/trainer.h"
 
 /* torch's default generator seed (c10's default_rng_seed_val): a one-process
  * run without debug.seed draws from it. */
@@ -45,6 +48,8 @@ typedef struct ft_run {
 	float *txt, *y, *moments, *eps, *z, *noise4, *x, *noise, *img_ids, *txt_ids, *t;
 	metrics_jsonl jl;
 	int jl_open;
+	tb_writer tb;
+	int tb_open;
 	double flops_per_token, peak;
 } ft_run;
 
@@ -302,6 +307,14 @@ static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
 	return 0;
 }
 
+/* Seconds since the epoch: TensorBoard's wall_time. */
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int open_metrics(ft_run *r, titan_err *err)
 {
 	const char *dir = r->c->job.dump_folder;
@@ -314,7 +327,38 @@ static int open_metrics(ft_run *r, titan_err *err)
 	if (metrics_jsonl_open(&r->jl, path, err) != 0)
 		return -1;
 	r->jl_open = 1;
+	if (!r->c->metrics.enable_tensorboard)
+		return 0;
+	char stamp[32], tb[2048];
+	time_t t = time(NULL);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
+	if (trainer_under_dump(r->c, "metrics.save_tb_folder", r->c->metrics.save_tb_folder, tb,
+			       sizeof tb, err) != 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/%s", tb, stamp);
+	if (tb_open(&r->tb, path, wall_s(), err) != 0)
+		return -1;
+	r->tb_open = 1;
+	LOG0(r, "TensorBoard logging enabled. Logs will be saved at %s", path);
 	return 0;
+}
+
+static int tb_scalars(ft_run *r, int64_t step, const ft_step_out *o, const metrics_step *s,
+		      titan_err *err)
+{
+	const struct {
+		const char *tag;
+		double v;
+	} sc[] = {{"loss_metrics/global_avg_loss", o->loss}, {"loss_metrics/global_max_loss", o->max_loss},
+		  {"grad_norm", o->grad_norm}, {"lr", o->lr}, {"throughput(tps)", s->tps},
+		  {"tflops", s->tflops}, {"mfu(%)", s->mfu},
+		  {"memory/max_reserved(GiB)", s->mem_gib}};
+	for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+		if (tb_add_scalar(&r->tb, sc[i].tag, (float)sc[i].v, step, wall_s(), err) != 0)
+			return -1;
+	return tb_flush(&r->tb, err);
 }
 
 static int log_step(ft_run *r, int64_t step, const ft_step_out *o, double dt, int64_t tokens,
@@ -331,6 +375,8 @@ static int log_step(ft_run *r, int64_t step, const ft_step_out *o, double dt, in
 	char line[512];
 	metrics_format_line(line, sizeof line, &s, metrics_use_color(2, r->c->metrics.disable_color_printing));
 	metrics_log(stderr, "%s", line);
+	if (r->tb_open && tb_scalars(r, step, o, &s, err) != 0)
+		return -1;
 	return metrics_jsonl_step(&r->jl, &s, o->lr, tokens * step, dt, err);
 }
 
@@ -377,6 +423,8 @@ static void close_run(ft_run *r)
 {
 	if (r->jl_open)
 		metrics_jsonl_close(&r->jl, NULL);
+	if (r->tb_open)
+		tb_close(&r->tb, NULL);
 	ft_loader_close(&r->ld);
 	free_batch(r);
 	adamw_free(r->opt);

@@ -403,6 +403,8 @@ static int run(job_config *c, int nrest, char **rest)
 			return tt030_list_presets(stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 		} else if (strcmp(rest[i], "--list-flavors") == 0) {
 			trainer_list_flavors(stdout);
+			fputc('\n', stdout);
+			flux_print_flavors(stdout);
 			return TITAN_EXIT_OK;
 		} else if (strcmp(rest[i], "--read-events") == 0 && i + 1 < nrest) {
 			if (tb_read_file(rest[i + 1], 1, print_event, NULL, &err) != 0)
