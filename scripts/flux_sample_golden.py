@@ -31,6 +31,8 @@ tests/flux/golden/sample/:
                    "decoded_cfg{0,1}" (B, 3, 16, 12) float32: decode of it, every
                    4th row and column (from 0);
                    "rgb_cfg{0,1}" (B, 64, 48, 3) uint8: save_image's pixels;
+                   "exif_img0" uint8: the eXIf chunk save_image wrote for
+                   name "img0.png", prompt "a prompt";
                    "schedule.{steps}.{seq_len}" float32: get_schedule's values
 
 Run from the repository root with the reference venv:
@@ -71,6 +73,19 @@ def fill(module, manifest, prefix, spread):
     module.load_state_dict(sd)
 
 
+def exif_chunk(path):
+    """The data of the eXIf chunk of the PNG at path."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    pos = 8
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        if data[pos + 4:pos + 8] == b"eXIf":
+            return data[pos + 8:pos + 8 + n]
+        pos += 12 + n
+    raise ValueError(f"{path}: no eXIf chunk")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     manifest = []
@@ -108,8 +123,12 @@ def main():
             rgb = []
             for i in range(B):
                 sampling.save_image(f"img{i}.png", tmp, img[i:i + 1], True, "a prompt")
-                with Image.open(os.path.join(tmp, f"img{i}.png")) as im:
+                path = os.path.join(tmp, f"img{i}.png")
+                with Image.open(path) as im:
                     rgb.append(torch.from_numpy(np.asarray(im.convert("RGB")).copy()))
+                if i == 0:
+                    io["exif_img0"] = torch.frombuffer(bytearray(exif_chunk(path)),
+                                                       dtype=torch.uint8)
             io[f"latents_cfg{cfg}"] = lat.float().contiguous()
             io[f"decoded_cfg{cfg}"] = img[:, :, ::4, ::4].float().contiguous()
             io[f"rgb_cfg{cfg}"] = torch.stack(rgb)

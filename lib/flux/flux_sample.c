@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "flux/flux_sample.h"
+#include "image/image.h"
 
 void flux_schedule(float *ts, int steps, int64_t image_seq_len, int shift)
 {
@@ -247,5 +248,23 @@ int flux_sample(flux_model *m, flux_ae *ae, const flux_sample_in *in, flux_sampl
 		return -1;
 	int rc = denoise(m, in, &l, err) < 0 || finish(ae, in, &l, out, err) < 0 ? -1 : 0;
 	loop_free(&l);
+	return rc;
+}
+
+int flux_sample_save_png(const char *path, const uint8_t *rgb, int64_t h, int64_t w,
+			 const char *name, const char *prompt, titan_err *err)
+{
+	/* PIL's ExifTags.Base: ImageDescription, Make, Model, Software */
+	const uint16_t tags[4] = {0x0131, 0x010F, 0x0110, 0x010E};
+	const char *values[4] = {"AI generated;txt2img;flux", "Black Forest Labs", name, prompt};
+	uint8_t *exif;
+	size_t n;
+	if (h < 1 || w < 1 || h > FLUX_SAMPLE_MAX_SIDE || w > FLUX_SAMPLE_MAX_SIDE)
+		return err_set(err, "%s: image of height %lld, width %lld, expected 1 .. %d", path,
+			       (long long)h, (long long)w, FLUX_SAMPLE_MAX_SIDE);
+	if (image_exif_ascii(tags, values, prompt != NULL ? 4 : 3, &exif, &n, err) < 0)
+		return err_prefix(err, "%s", path);
+	int rc = image_png_write(path, rgb, (int)w, (int)h, 3, exif, n, err);
+	free(exif);
 	return rc;
 }

@@ -93,4 +93,13 @@ int flux_sample(flux_model *m, flux_ae *ae, const flux_sample_in *in, flux_sampl
  * (uint8)(127.5f * (clamp(x, -1, 1) + 1.0f)), truncated; NaN gives 0. */
 void flux_sample_rgb8(uint8_t *rgb, const float *pixels, int64_t b, int64_t h, int64_t w);
 
+/* save_image(name, dir, x, add_sampling_metadata, prompt) of one image's
+ * rgb (h, w, 3) into path (a temporary name, fsync, rename): a PNG with the
+ * EXIF block 0.3.0 gives it, Software "AI generated;txt2img;flux", Make
+ * "Black Forest Labs", Model name (0.3.0's file name, e.g.
+ * image_rank0_100.png) and, when prompt is not NULL (add_sampling_metadata,
+ * which the validator sets), ImageDescription prompt.  0, or -1 and err. */
+int flux_sample_save_png(const char *path, const uint8_t *rgb, int64_t h, int64_t w,
+			 const char *name, const char *prompt, titan_err *err);
+
 #endif

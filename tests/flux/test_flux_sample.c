@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "flux/flux_sample.h"
+#include "image/image.h"
 #include "safetensors/safetensors.h"
 #include "../support/golden_weights.h"
 #include "../support/testutil.h"
@@ -113,6 +114,73 @@ static void rgb_is_save_images(void **state)
 	flux_sample_rgb8(rgb, px, 1, 1, 2);
 	const uint8_t want[6] = {0, 127, 0, 255, 254, 1};
 	assert_memory_equal(rgb, want, sizeof want);
+}
+
+static void refused(int rc, const titan_err *e, const char *want)
+{
+	assert_int_equal(rc, -1);
+	printf("# %s\n", e->msg);
+	assert_null(strchr(e->msg, '\n'));
+	if (strstr(e->msg, want) == NULL)
+		fail_msg("'%s' does not say '%s'", e->msg, want);
+}
+
+/* The data of path's eXIf chunk (a pointer into buf), or NULL. */
+static const uint8_t *exif_chunk(const uint8_t *buf, size_t n, size_t *len)
+{
+	for (size_t pos = 8; pos + 12 <= n;) {
+		size_t k = (size_t)buf[pos] << 24 | (size_t)buf[pos + 1] << 16 |
+			   (size_t)buf[pos + 2] << 8 | buf[pos + 3];
+		if (memcmp(buf + pos + 4, "eXIf", 4) == 0) {
+			*len = k;
+			return buf + pos + 8;
+		}
+		pos += 12 + k;
+	}
+	return NULL;
+}
+
+static void saved_png_is_save_images(void **state)
+{
+	(void)state;
+	titan_err e;
+	const st_tensor *gr = io_get("rgb_cfg0", PTZ_U8), *gx = io_get("exif_img0", PTZ_U8);
+	int64_t h = gr->shape[1], w = gr->shape[2];
+	const char *path = test_path("img0.png");
+	if (flux_sample_save_png(path, (const uint8_t *)gr->data, h, w, "img0.png", "a prompt",
+				 &e) < 0)
+		fail_msg("%s", e.msg);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	static uint8_t buf[1 << 16];
+	size_t n = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	assert_true(n > 0 && n < sizeof buf);
+	image im;
+	if (image_decode(&im, buf, n, NULL, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(im.mode, IMAGE_RGB);
+	assert_int_equal(im.w, w);
+	assert_int_equal(im.h, h);
+	assert_memory_equal(im.px, gr->data, (size_t)(h * w * 3));
+	image_free(&im);
+	size_t xn = 0;
+	const uint8_t *x = exif_chunk(buf, n, &xn);
+	assert_non_null(x);
+	assert_int_equal(xn, gx->shape[0]);
+	assert_memory_equal(x, gx->data, xn);
+	printf("# %s: %zu bytes, its EXIF (%zu bytes) PIL's\n", "img0.png", n, xn);
+	/* PIL's write_string: a character outside ASCII is one '?' */
+	uint8_t *ex;
+	const uint16_t tag = 0x010E;
+	const char *val = "caf\xc3\xa9 \xe2\x82\xac";
+	if (image_exif_ascii(&tag, &val, 1, &ex, &xn, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(xn, 8 + 2 + 12 + 4 + 8);
+	assert_memory_equal(ex + 26, "caf? ?\0\0", 8);
+	free(ex);
+	refused(flux_sample_save_png(path, (const uint8_t *)gr->data, 0, w, "x", NULL, &e), &e,
+		"image of height 0, width 48");
 }
 
 static flux_model *debug_model(void)
@@ -223,15 +291,6 @@ static void sampling_matches_0_3_0(void **state)
 	free(rgb);
 	flux_ae_free(ae);
 	flux_model_free(m);
-}
-
-static void refused(int rc, const titan_err *e, const char *want)
-{
-	assert_int_equal(rc, -1);
-	printf("# %s\n", e->msg);
-	assert_null(strchr(e->msg, '\n'));
-	if (strstr(e->msg, want) == NULL)
-		fail_msg("'%s' does not say '%s'", e->msg, want);
 }
 
 /* A tiny model of the same kind (hidden 128, one block of each). */
@@ -352,6 +411,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(schedule_is_0_3_0s_exactly),
 		cmocka_unit_test(rgb_is_save_images),
+		cmocka_unit_test(saved_png_is_save_images),
 		cmocka_unit_test(packed_noise_samples_the_same),
 		cmocka_unit_test(bad_jobs_are_refused),
 		cmocka_unit_test(sampling_matches_0_3_0),
