@@ -97,6 +97,19 @@ const flux_param *flux_param_at(const flux_model *m, int i);
 const flux_param *flux_param_find(const flux_model *m, const char *name);
 /* Every gradient to zero (the backward accumulates). */
 void flux_zero_grad(flux_model *m);
+/* The backend the model lives on. */
+backend *flux_model_backend(const flux_model *m);
+/* Every weight and every gradient as one flat buffer each (backend memory,
+ * the parameters back to back in flux_param_at's order): what the optimizer
+ * and gradient clipping run over. */
+float *flux_model_weights(flux_model *m);
+float *flux_model_grads(flux_model *m);
+int64_t flux_model_numel(const flux_model *m);
+/* torchtitan 0.3.0's initialisation (models/flux/__init__.py: xavier_uniform_
+ * weights, normal(0, 0.02) for the timestep and vector embedders, zero
+ * modulations, final layer and biases, unit QK norms), drawn from seed with
+ * titan's streams (core/init_fill.h).  0, or -1 and err. */
+int flux_model_init(flux_model *m, uint64_t seed, titan_err *err);
 
 /* One step's inputs, host float32, with the sizes the caller's tensors
  * have (each checked against the model's):

@@ -256,3 +256,23 @@ void flux_latent_ids(float *ids, int64_t b, int64_t hl, int64_t wl)
 				o[2] = (float)x;
 			}
 }
+
+backend *flux_model_backend(const flux_model *m)
+{
+	return m->be;
+}
+
+float *flux_model_weights(flux_model *m)
+{
+	return m->wbuf;
+}
+
+float *flux_model_grads(flux_model *m)
+{
+	return m->gbuf;
+}
+
+int64_t flux_model_numel(const flux_model *m)
+{
+	return m->total;
+}
