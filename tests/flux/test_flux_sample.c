@@ -116,15 +116,6 @@ static void rgb_is_save_images(void **state)
 	assert_memory_equal(rgb, want, sizeof want);
 }
 
-static void refused(int rc, const titan_err *e, const char *want)
-{
-	assert_int_equal(rc, -1);
-	printf("# %s\n", e->msg);
-	assert_null(strchr(e->msg, '\n'));
-	if (strstr(e->msg, want) == NULL)
-		fail_msg("'%s' does not say '%s'", e->msg, want);
-}
-
 /* The data of path's eXIf chunk (a pointer into buf), or NULL. */
 static const uint8_t *exif_chunk(const uint8_t *buf, size_t n, size_t *len)
 {
@@ -179,7 +170,7 @@ static void saved_png_is_save_images(void **state)
 	assert_int_equal(xn, 8 + 2 + 12 + 4 + 8);
 	assert_memory_equal(ex + 26, "caf? ?\0\0", 8);
 	free(ex);
-	refused(flux_sample_save_png(path, (const uint8_t *)gr->data, 0, w, "x", NULL, &e), &e,
+	test_refused(flux_sample_save_png(path, (const uint8_t *)gr->data, 0, w, "x", NULL, &e), &e,
 		"image of height 0, width 48");
 }
 
@@ -384,22 +375,22 @@ static void bad_jobs_are_refused(void **state)
 			in.cfg_scale = d.cfg_scale;
 			in.txt_empty = in.y_empty = v;
 		}
-		refused(flux_sample(m, NULL, &in, &none, &e), &e, cases[i].says);
+		test_refused(flux_sample(m, NULL, &in, &none, &e), &e, cases[i].says);
 	}
 	flux_sample_in in = ok;
 	in.cfg = 1;
-	refused(flux_sample(m, NULL, &in, &none, &e), &e, "txt_empty, y_empty with cfg");
+	test_refused(flux_sample(m, NULL, &in, &none, &e), &e, "txt_empty, y_empty with cfg");
 	in = ok;
 	in.noise = NULL;
-	refused(flux_sample(m, NULL, &in, &none, &e), &e, "missing");
-	refused(flux_sample(m, NULL, &ok, &pix, &e), &e, "without an autoencoder");
+	test_refused(flux_sample(m, NULL, &in, &none, &e), &e, "missing");
+	test_refused(flux_sample(m, NULL, &ok, &pix, &e), &e, "without an autoencoder");
 	/* an autoencoder of the wrong latent width or factor */
 	flux_ae *ae = small_ae();
 	flux_config c = *flux_model_config(m);
 	c.in_channels = c.out_channels = 32;
 	flux_model *m8 = flux_model_create(be, &c, &e);
 	assert_non_null(m8);
-	refused(flux_sample(m8, ae, &ok, &pix, &e), &e,
+	test_refused(flux_sample(m8, ae, &ok, &pix, &e), &e,
 		"the autoencoder's z_channels 16, the model's latents have in_channels / 4 = 8");
 	flux_model_free(m8);
 	flux_ae_free(ae);
