@@ -54,6 +54,18 @@ void gw_fill(const gw_set *w, size_t t, float *dst)
 		dst[j] = gw_value(w, t, (uint64_t)j);
 }
 
+float *gw_draw(const gw_set *w, const char *name)
+{
+	for (size_t t = 0; t < w->n; t++)
+		if (strcmp(w->t[t].name, name) == 0) {
+			float *v = malloc(sizeof(float) * (size_t)w->t[t].numel);
+			if (v != NULL)
+				gw_fill(w, t, v);
+			return v;
+		}
+	return NULL;
+}
+
 void gw_free(gw_set *w)
 {
 	json_decref(w->root);
