@@ -141,10 +141,12 @@ typedef struct flux_input {
 
 /* FluxModel.forward(img, img_ids, txt, txt_ids, timesteps=t, y) into pred
  * (b, li, out_channels) host float32: the step's forward without the noise,
- * the loss or the backward (the gradients are untouched).  Each block's
- * activations are freed for the next, so it holds one block's beside the
- * weights.  0, or -1 and err (a size that does not fit the model, a NULL
- * input, no memory). */
+ * the loss or the backward (the gradients are untouched), the numbers of
+ * flux_step's forward.  The blocks share one block's activation buffers
+ * (nothing is kept for a backward), so it holds one block's activations
+ * beside the weights and the streams; they are allocated and freed per call.
+ * 0, or -1 and err (a size that does not fit the model, a NULL input, no
+ * memory). */
 int flux_predict(flux_model *m, const flux_input *in, float *pred, titan_err *err);
 
 /* utils.py's pack_latents: z (b, c, hl, wl) -> (b, (hl/2)(wl/2), 4c), each

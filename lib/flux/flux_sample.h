@@ -25,7 +25,14 @@
  *              them (flux_sample_rgb8)
  * All of it is float32 on the model's and the autoencoder's backends; the
  * Euler steps and the guidance are host C on the host copies of the
- * predictions. */
+ * predictions.
+ *
+ * 0.3.0's validator (FluxValidator.validate) samples one prompt at a time
+ * (b = 1) at height = width = 16 (img_size // 16) with its
+ * sampling.{enable_classifier_free_guidance, classifier_free_guidance_scale,
+ * denoising_steps}, and saves the image (save_image keeps x[0]) as
+ * {dump_folder}/{save_img_folder}/image_rank{rank}_{step}.png with
+ * add_sampling_metadata on: flux_sample_save_png. */
 #ifndef TITAN_FLUX_SAMPLE_H
 #define TITAN_FLUX_SAMPLE_H
 
