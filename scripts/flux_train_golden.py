@@ -19,6 +19,9 @@ replicated below): 0.3.0's distributions, titan's draws.  Everything else is
 noise and timesteps, MSELoss, clip_grad_norm_, AdamW and the schedule.
 
 Writes tests/fluxtrain/golden/flux_debugmodel.tsv: step, loss, grad_norm, lr.
+Under torchrun --nproc_per_node 2 (gloo on the CPU) the same run under FSDP 2
+(each rank its own seed, 7 + rank, and every other sample) writes
+flux_debugmodel_fsdp2.tsv.
 
 Run from the repository root after `make build/tests/fluxtrain/test_fluxtrain`:
   PYTHONPATH=<torchtitan 0.3.0> python scripts/flux_train_golden.py
@@ -173,18 +176,33 @@ def config(models, dump):
 
 
 def main():
-    write_ae()
+    if os.environ.get("RANK", "0") == "0":
+        write_ae()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         models = f"{tmp}/m"
         subprocess.run(["build/tests/fluxtrain/test_fluxtrain", "mkmodels", models], check=True)
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT="29517")
+        for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                     ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
+            os.environ.setdefault(k, v)  # torchrun sets them for FSDP 2
         from torchtitan.models.flux.trainer import FluxTrainer
         import safetensors.torch
         import torchtitan.models.flux.model.autoencoder as ae_mod
         # safetensors takes "cpu", not the trainer's "cpu:0"
         ae_mod.load_sft = lambda path, device: safetensors.torch.load_file(path, device="cpu")
+        import torchtitan.models.flux.parallelize as fp
+        from torch.distributed.fsdp import FSDPModule
+        undivided = fp.disable_fsdp_gradient_division
+
+        def sum_reduction(model):
+            """Gloo has no PREMUL_SUM, which FSDP's reduce-scatter uses for a
+            divide factor of 1: a plain SUM (then a division by 1) instead."""
+            undivided(model)
+            for m in model.modules():
+                if isinstance(m, FSDPModule):
+                    m.set_force_sum_reduction_for_comms(True)
+
+        fp.disable_fsdp_gradient_division = sum_reduction
         for mod in list(sys.modules.values()):  # every `from ... import device_type`
             if getattr(mod, "__name__", "").startswith("torchtitan") and \
                     getattr(mod, "device_type", None) == "cuda":
@@ -197,8 +215,11 @@ def main():
         want = titan_init(model, SEED)
         with torch.no_grad():
             for name, p in model.named_parameters():
-                local = p.to_local() if hasattr(p, "to_local") else p
-                local.copy_(want[plain(name)])
+                w = want[plain(name)]
+                if hasattr(p, "device_mesh"):  # FSDP's shard of it
+                    from torch.distributed.tensor import distribute_tensor
+                    w = distribute_tensor(w, p.device_mesh, p.placements).to_local()
+                (p.to_local() if hasattr(p, "to_local") else p).copy_(w)
         log = trainer.metrics_processor.log
 
         def record(step, loss, max_loss, grad_norm, extra_metrics=None, **kw):
@@ -207,12 +228,17 @@ def main():
 
         trainer.metrics_processor.log = record
         trainer.train()
-    with open(f"{GOLD}/flux_debugmodel.tsv", "w") as f:
+    world = int(os.environ["WORLD_SIZE"])
+    if int(os.environ["RANK"]) != 0:
+        return
+    out = f"{GOLD}/flux_debugmodel{'_fsdp%d' % world if world > 1 else ''}.tsv"
+    with open(out, "w") as f:
         f.write(f"# torchtitan 0.3.0 flux_debugmodel, float32, seed {SEED}, img_size {IMG}, "
-                f"T5 length {T5LEN}, test tokenizer, torch {torch.__version__}\n")
+                f"T5 length {T5LEN}, test tokenizer, {world} rank(s) (FSDP), "
+                f"torch {torch.__version__}\n")
         for r in rows:
             f.write("%d\t%.9g\t%.9g\t%.9g\n" % r)
-    print(f"{GOLD}/flux_debugmodel.tsv: {len(rows)} steps", file=sys.stderr)
+    print(f"{out}: {len(rows)} steps", file=sys.stderr)
 
 
 if __name__ == "__main__":

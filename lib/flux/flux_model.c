@@ -253,6 +253,22 @@ void flux_pack_latents(float *out, const float *z, int64_t b, int64_t c, int64_t
 			}
 }
 
+void flux_unpack_latents(float *z, const float *packed, int64_t b, int64_t c, int64_t hl,
+			 int64_t wl)
+{
+	int64_t h = hl / 2, w = wl / 2;
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t y = 0; y < h; y++)
+			for (int64_t x = 0; x < w; x++) {
+				const float *p = packed + ((i * h + y) * w + x) * c * 4;
+				for (int64_t ch = 0; ch < c; ch++)
+					for (int64_t py = 0; py < 2; py++)
+						for (int64_t px = 0; px < 2; px++)
+							z[((i * c + ch) * hl + 2 * y + py) * wl + 2 * x +
+							  px] = *p++;
+			}
+}
+
 void flux_latent_ids(float *ids, int64_t b, int64_t hl, int64_t wl)
 {
 	int64_t h = hl / 2, w = wl / 2;
