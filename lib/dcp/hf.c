@@ -36,7 +36,7 @@ const dcp_hf_key dcp_hf_llama_keys[] = {
 
 /* Whether name matches pattern, "{}" matching a decimal number (kept in
  * nums, at most 4). */
-static int match_key(const char *pat, const char *name, long *nums, int *nn)
+int dcp_hf_match(const char *pat, const char *name, long *nums, int *nn)
 {
 	*nn = 0;
 	while (*pat) {
@@ -61,14 +61,14 @@ static const dcp_hf_key *find_key(const dcp_hf_key *keys, const char *name, int 
 {
 	for (const dcp_hf_key *k = keys ? keys : dcp_hf_llama_keys; k->titan; k++) {
 		const char *pat = to_hf ? k->titan : k->hf;
-		if (pat && match_key(pat, name, nums, nn))
+		if (pat && dcp_hf_match(pat, name, nums, nn))
 			return k;
 	}
 	return NULL;
 }
 
 /* pat with its "{}" replaced by nums in order (malloc'd). */
-static char *format_key(const char *pat, const long *nums, int nn)
+char *dcp_hf_format(const char *pat, const long *nums, int nn)
 {
 	char buf[256];
 	size_t at = 0;
@@ -124,7 +124,7 @@ static char *as_depth(char *tn, int n_layers)
 /* A titan name from the table's pattern and the HF key's numbers. */
 static char *titan_name(const char *pat, const long *nums, int nn, const dcp_hf_model *m)
 {
-	return as_depth(format_key(pat, nums, nn), m->n_layers);
+	return as_depth(dcp_hf_format(pat, nums, nn), m->n_layers);
 }
 
 char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *kind)
@@ -135,7 +135,7 @@ char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *
 	*kind = k ? k->kind : 0;
 	if (!k || (to_hf && !k->hf))
 		return NULL;
-	return format_key(to_hf ? k->hf : k->titan, nums, nn);
+	return dcp_hf_format(to_hf ? k->hf : k->titan, nums, nn);
 }
 
 /* Map a name one way or the other through Llama's table. */
@@ -525,7 +525,7 @@ static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_
 	size_t slice = ndim == 3 ? (size_t)(shape[1] * shape[2]) * ptz_dtype_size(dt) : 0;
 	for (int64_t x = 0; rc == 0 && x < shape[0]; x++) {
 		long nums[2] = {layer, (long)x};
-		char *hn = format_key(key->hf, nums, 2);
+		char *hn = dcp_hf_format(key->hf, nums, 2);
 		void *one = malloc(slice ? slice : 1);
 		if (!hn || !one || !out_push(o, hn, dt, 2, shape + 1, one, err)) {
 			free(hn);
@@ -546,7 +546,7 @@ static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *
 		       void *data, const dcp_hf_key *key, const long *nums, int nn, hf_out *o,
 		       titan_err *err)
 {
-	char *hn = ndim == 3 ? format_key(key->hf, nums, nn) : NULL;
+	char *hn = ndim == 3 ? dcp_hf_format(key->hf, nums, nn) : NULL;
 	int rc = ndim != 3 ? err_set(err, "%s: %d dims, expected (experts, f, dim)", name, ndim)
 		 : !hn     ? err_set(err, "out of memory") : 0;
 	int64_t e = shape[0], f = ndim == 3 ? shape[1] : 0, d = ndim == 3 ? shape[2] : 0;
@@ -608,7 +608,7 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 		return export_experts(name, dt, ndim, shape, data, key, nums[0], o, err);
 	if (key->kind == DCP_HF_GATE_HALF || key->kind == DCP_HF_UP_HALF)
 		return export_half(name, dt, ndim, shape, data, key, nums, nn, o, err);
-	char *hn = format_key(key->hf, nums, nn);
+	char *hn = dcp_hf_format(key->hf, nums, nn);
 	if (!hn) {
 		free(data);
 		return err_set(err, "out of memory");

@@ -86,12 +86,21 @@ typedef struct flux_param {
 	float *w, *g;
 } flux_param;
 
+/* The parameters a model of config c has, in state-dict order, without
+ * storage (w and g NULL): n of them, a malloc'd array the caller frees; NULL
+ * and err on a bad config.  A model's weights (and gradients) are one
+ * buffer, the parameters back to back in this order, so parameter i is at
+ * the sum of the numel before it: the offsets an optimizer's flat states
+ * share (lib/optim). */
+flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err);
+
 /* A model of config c (copied) on be, weights uninitialised (they come
  * from a checkpoint or the caller), gradients zero.  NULL and err on a bad
  * config or no memory. */
 flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err);
 void flux_model_free(flux_model *m);
 const flux_config *flux_model_config(const flux_model *m);
+backend *flux_model_backend(const flux_model *m);
 int flux_param_count(const flux_model *m);
 const flux_param *flux_param_at(const flux_model *m, int i);
 const flux_param *flux_param_find(const flux_model *m, const char *name);
