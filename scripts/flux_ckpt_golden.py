@@ -152,6 +152,8 @@ def load_titan(d):
     fresh = cfg.build()
     opt = adamw(fresh)
     init_optim_state(opt)
+    for g in opt.param_groups:  # as 0.3.0's LambdaLR sets it
+        g.setdefault("initial_lr", g["lr"])
     sd = manager_layout(fresh, opt)
     dcp.load(sd, checkpoint_id=d)
     fresh.load_state_dict({k: v for k, v in sd.items() if k in want})
