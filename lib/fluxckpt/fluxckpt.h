@@ -178,4 +178,12 @@ int fluxckpt_infer_config(const char *path, int format, flux_config *c, titan_er
 int fluxckpt_from_hf(const char *path, const char *out, const flux_config *c, int format,
 		     dcp_dtype dtype, titan_err *err);
 
+/* The trainer's HF paths (checkpoint.initial_load_in_hf, last_save_in_hf):
+ * the model's weights from an HF source (FORMAT or FLUXCKPT_AUTO; checked
+ * as fluxckpt_hf_read checks them), and the model as diffusers' folder DIR
+ * in export_dtype (PTZ_NONE: float32), shards of at most max_shard bytes. */
+int fluxckpt_load_hf(const char *path, flux_model *m, int format, titan_err *err);
+int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtype,
+		     uint64_t max_shard, titan_err *err);
+
 #endif

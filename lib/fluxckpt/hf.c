@@ -265,6 +265,16 @@ static int write_config(const char *dir, const flux_config *c, titan_err *err)
 	return rc;
 }
 
+/* A diffusers folder: the tensors of o in shards, and config.json. */
+static int write_diffusers(const char *dir, const out_list *o, uint64_t max_shard,
+			   const flux_config *c, titan_err *err)
+{
+	static const char *const meta[] = {"format", "pt", NULL};
+	if (st_write_sharded_as(dir, "diffusion_pytorch_model", o->it, o->n, max_shard, meta, err))
+		return -1;
+	return write_config(dir, c, err);
+}
+
 static int same_shape(int na, const int64_t *a, int nb, const int64_t *b)
 {
 	if (na != nb)
@@ -337,9 +347,7 @@ int fluxckpt_to_hf(const char *src, const char *out, const flux_config *c, int f
 	if (rc == 0 && format == FLUXCKPT_BFL)
 		rc = st_write(out, o.it, o.n, meta, err);
 	else if (rc == 0)
-		rc = st_write_sharded_as(out, "diffusion_pytorch_model", o.it, o.n, max_shard, meta,
-					 err) ||
-		     write_config(out, c, err);
+		rc = write_diffusers(out, &o, max_shard, c, err);
 	out_free(&o);
 	dcp_source_close(s);
 	free(t);
@@ -645,4 +653,73 @@ int fluxckpt_infer_config(const char *path, int format, flux_config *c, titan_er
 	c->theta = 10000;
 	c->qkv_bias = 1;
 	return flux_config_check(c, err) ? err_prefix(err, "%s", path) : 0;
+}
+
+/* The trainer's HF paths ----------------------------------------------------- */
+
+typedef struct into_model {
+	const flux_model *m;
+	float *w; /* host image of the weights */
+} into_model;
+
+static int put_weight(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+		      void *data, titan_err *err)
+{
+	into_model *x = vctx;
+	(void)ndim;
+	(void)shape; /* fluxckpt_hf_read gives the model's */
+	for (int i = 0; i < flux_param_count(x->m); i++)
+		if (!strcmp(flux_param_at(x->m, i)->name, name)) {
+			ptz_convert(x->w + fluxckpt_offset(x->m, i), PTZ_F32, data, dt,
+				    (size_t)flux_param_at(x->m, i)->numel);
+			free(data);
+			return 0;
+		}
+	free(data);
+	return err_set(err, "%s: not a weight of the model", name);
+}
+
+int fluxckpt_load_hf(const char *path, flux_model *m, int format, titan_err *err)
+{
+	into_model x = {.m = m, .w = malloc((size_t)fluxckpt_numel(m) * sizeof(float) + 1)};
+	if (x.w == NULL)
+		return err_set(err, "out of memory");
+	backend *be = flux_model_backend(m);
+	int rc = fluxckpt_hf_read(path, flux_model_config(m), format, PTZ_NONE, put_weight, &x, err);
+	if (rc == 0)
+		rc = backend_upload(be, BE_F32, flux_param_at(m, 0)->w, x.w, fluxckpt_numel(m), err) ||
+		     be->ops->sync(be, err);
+	free(x.w);
+	return rc;
+}
+
+int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtype,
+		     uint64_t max_shard, titan_err *err)
+{
+	dcp_dtype dt = export_dtype == PTZ_NONE ? PTZ_F32 : export_dtype;
+	int64_t n = fluxckpt_numel(m);
+	backend *be = flux_model_backend(m);
+	float *w = malloc((size_t)n * sizeof(float) + 1);
+	void *cast = dt != PTZ_F32 ? malloc((size_t)n * ptz_dtype_size(dt) + 1) : w;
+	int rc = w && cast ? 0 : err_set(err, "out of memory");
+	if (rc == 0)
+		rc = backend_download(be, BE_F32, w, flux_param_at(m, 0)->w, n, err) ||
+		     be->ops->sync(be, err);
+	if (rc == 0 && cast != w)
+		ptz_convert(cast, dt, w, PTZ_F32, (size_t)n);
+	out_list o = {0};
+	size_t es = ptz_dtype_size(dt);
+	for (int i = 0; rc == 0 && i < flux_param_count(m); i++) {
+		const flux_param *p = flux_param_at(m, i);
+		rc = fluxckpt_hf_export(flux_model_config(m), FLUXCKPT_DIFFUSERS, p->name, dt, p->ndim,
+					p->shape, (char *)cast + (size_t)fluxckpt_offset(m, i) * es,
+					keep_out, &o, err);
+	}
+	if (rc == 0)
+		rc = write_diffusers(dir, &o, max_shard, flux_model_config(m), err);
+	out_free(&o);
+	if (cast != w)
+		free(cast);
+	free(w);
+	return rc;
 }

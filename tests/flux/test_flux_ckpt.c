@@ -295,6 +295,36 @@ static void bfl_round_trip_is_bit_exact(void **state)
 	st_close(&f);
 }
 
+static void trainer_hf_paths_round_trip(void **state)
+{
+	(void)state;
+	titan_err e;
+	rig r = rig_make(0, 0), q = rig_make(0, 0);
+	fluxckpt_state s = state_of(&r, NULL, 0);
+	fluxckpt_save_opts o = {.model_only = 1, .no_fsync = 1};
+	assert_int_equal(fluxckpt_save(tp("t-model"), &s, &o, &e), 0);
+	assert_int_equal(fluxckpt_save_hf(tp("t-hf"), r.m, PTZ_NONE, (uint64_t)1 << 40, &e), 0);
+	assert_int_equal(fluxckpt_to_hf(tp("t-model"), tp("t-hf2"), &small, FLUXCKPT_DIFFUSERS,
+					PTZ_NONE, (uint64_t)1 << 40, &e), 0);
+	/* the trainer's last save is titan-ckpt-convert's export */
+	FILE *a = fopen(tp("t-hf/diffusion_pytorch_model.safetensors"), "rb");
+	FILE *b = fopen(tp("t-hf2/diffusion_pytorch_model.safetensors"), "rb");
+	assert_true(a && b);
+	int ca, cb;
+	do {
+		ca = fgetc(a);
+		cb = fgetc(b);
+	} while (ca == cb && ca != EOF);
+	assert_int_equal(ca, cb);
+	fclose(a);
+	fclose(b);
+	if (fluxckpt_load_hf(tp("t-hf"), q.m, FLUXCKPT_AUTO, &e) != 0)
+		fail_msg("%s", e.msg);
+	assert_true(same_dev(flux_param_at(r.m, 0)->w, flux_param_at(q.m, 0)->w, BE_F32, r.n));
+	rig_free(&q);
+	rig_free(&r);
+}
+
 /* Rewrite safetensors file in as out with tensor drop left out and, when
  * add is set, a tensor of that name (shape (2)) put in. */
 static void rewrite(const char *in, const char *out, const char *drop, const char *add)
@@ -651,6 +681,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(diffusers_round_trip_is_bit_exact),
 		cmocka_unit_test(bfl_round_trip_is_bit_exact),
 		cmocka_unit_test(guidance_is_dropped_and_strangers_refused),
+		cmocka_unit_test(trainer_hf_paths_round_trip),
 		cmocka_unit_test(full_state_round_trips_f32),
 		cmocka_unit_test(full_state_round_trips_bf16_states),
 		cmocka_unit_test(model_only_checkpoint_holds_the_model),
