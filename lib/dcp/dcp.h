@@ -472,6 +472,11 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 int dcp_hf_save(const char *dir, const st_item *items, size_t n, const dcp_hf_model *model,
 		dcp_dtype export_dtype, const char *index_json, titan_err *err);
 
+/* The second half of dcp_hf_save, for tensors already under HF's names
+ * (another model's adapter, Flux's): the same files, index and staging. */
+int dcp_hf_write(const char *dir, const st_item *items, size_t n, const char *index_json,
+		 titan_err *err);
+
 /* Python values as torch.save streams (what DCP stores for non-tensors) ------ */
 
 /* Serialise a value built with the pk_* builders (None, bool, int, float, str,

@@ -691,8 +691,7 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 		dcp_dtype export_dtype, const char *index_json, titan_err *err)
 {
 	hf_out o = {0};
-	char *stage = malloc(strlen(dir) + 16);
-	int rc = stage ? 0 : err_set(err, "out of memory");
+	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : in[i].dtype;
 		size_t ne = (size_t)dcp_numel(in[i].ndim, in[i].shape);
@@ -704,13 +703,22 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 		ptz_convert(data, dt, in[i].data, in[i].dtype, ne);
 		rc = export_tensor(in[i].name, dt, in[i].ndim, in[i].shape, data, model, &o, err);
 	}
-	int *file_of = calloc(o.n ? o.n : 1, sizeof *file_of);
+	if (rc == 0)
+		rc = dcp_hf_write(dir, o.items, o.n, index_json, err);
+	free_out(&o);
+	return rc;
+}
+
+int dcp_hf_write(const char *dir, const st_item *items, size_t n, const char *index_json,
+		 titan_err *err)
+{
+	char *stage = malloc(strlen(dir) + 16);
+	int *file_of = calloc(n ? n : 1, sizeof *file_of);
 	int m = 1;
-	if (rc == 0 && !file_of)
-		rc = err_set(err, "out of memory");
+	int rc = stage && file_of ? 0 : err_set(err, "out of memory");
 	if (rc == 0 && index_json)
-		rc = file_indices(index_json, o.items, o.n, file_of, &m, err);
-	for (size_t i = 0; rc == 0 && !index_json && i < o.n; i++)
+		rc = file_indices(index_json, items, n, file_of, &m, err);
+	for (size_t i = 0; rc == 0 && !index_json && i < n; i++)
 		file_of[i] = 1;
 	if (rc == 0) {
 		snprintf(stage, strlen(dir) + 16, "%s.partial", dir);
@@ -718,10 +726,9 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
 	if (rc == 0)
-		rc = st_write_indexed(stage, o.items, o.n, file_of, m, meta, err);
+		rc = st_write_indexed(stage, items, n, file_of, m, meta, err);
 	if (rc == 0)
 		rc = dcp_swap_in(stage, dir, err);
-	free_out(&o);
 	free(file_of);
 	free(stage);
 	return rc;

@@ -178,12 +178,19 @@ int fluxckpt_infer_config(const char *path, int format, flux_config *c, titan_er
 int fluxckpt_from_hf(const char *path, const char *out, const flux_config *c, int format,
 		     dcp_dtype dtype, titan_err *err);
 
-/* The trainer's HF paths (checkpoint.initial_load_in_hf, last_save_in_hf):
- * the model's weights from an HF source (FORMAT or FLUXCKPT_AUTO; checked
- * as fluxckpt_hf_read checks them), and the model as diffusers' folder DIR
- * in export_dtype (PTZ_NONE: float32), shards of at most max_shard bytes. */
+/* The trainer's HF paths (checkpoint.initial_load_in_hf, last_save_in_hf).
+ * fluxckpt_load_hf: the model's weights from an HF source (FORMAT or
+ * FLUXCKPT_AUTO; checked as fluxckpt_hf_read checks them).
+ * fluxckpt_save_hf: the model under diffusers' names in export_dtype
+ * (PTZ_NONE: float32) as 0.3.0's last_save_in_hf writes it (torch's
+ * HuggingFaceStorageWriter): DIR/model-0000K-of-0000M.safetensors numbered
+ * as index_json's weight_map numbers them (hf_assets_path's
+ * diffusion_pytorch_model.safetensors.index.json, 0.3.0's
+ * fqn_to_index_mapping) or one file when NULL, and
+ * DIR/model.safetensors.index.json; no config.json; written as DIR.partial
+ * and renamed (dcp_hf_write). */
 int fluxckpt_load_hf(const char *path, flux_model *m, int format, titan_err *err);
 int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtype,
-		     uint64_t max_shard, titan_err *err);
+		     const char *index_json, titan_err *err);
 
 #endif

@@ -694,7 +694,7 @@ int fluxckpt_load_hf(const char *path, flux_model *m, int format, titan_err *err
 }
 
 int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtype,
-		     uint64_t max_shard, titan_err *err)
+		     const char *index_json, titan_err *err)
 {
 	dcp_dtype dt = export_dtype == PTZ_NONE ? PTZ_F32 : export_dtype;
 	int64_t n = fluxckpt_numel(m);
@@ -716,7 +716,7 @@ int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtyp
 					keep_out, &o, err);
 	}
 	if (rc == 0)
-		rc = write_diffusers(dir, &o, max_shard, flux_model_config(m), err);
+		rc = dcp_hf_write(dir, o.it, o.n, index_json, err);
 	out_free(&o);
 	if (cast != w)
 		free(cast);
