@@ -47,6 +47,9 @@ from torchtitan.components.optimizer.utils import (
 )
 from torchtitan.models.flux.model.state_dict_adapter import FluxStateDictAdapter
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flux_model_golden import splitmix  # noqa: E402  (the goldens' counter-based generator)
+
 SEED = 20261206
 STEP = 3
 NTOKENS = 4096
@@ -77,15 +80,6 @@ def small_config():
     env = dict(vars(tt_flux))
     exec(src, env)
     return env["_flux_small"]()
-
-
-def splitmix(seed, t, n):
-    with np.errstate(over="ignore"):
-        z = np.uint64(seed) + np.uint64(t) * np.uint64(1 << 32) + np.arange(n, dtype=np.uint64)
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def draw(t, shape):

@@ -448,6 +448,16 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
  * malloc'd and belongs to the callee. */
 typedef int (*dcp_hf_tensor_fn)(void *ctx, const char *name, dcp_dtype dtype, int ndim,
 				const int64_t *shape, void *data, titan_err *err);
+/* A dcp_hf_tensor_fn that keeps each tensor as a whole-tensor item (name
+ * copied, data taken), for a dcp_save of them all; dcp_collect_free frees
+ * the names and data. */
+typedef struct dcp_collect {
+	dcp_item *items;
+	size_t n, cap;
+} dcp_collect;
+int dcp_collect_tensor(void *ctx, const char *name, dcp_dtype dtype, int ndim,
+		       const int64_t *shape, void *data, titan_err *err);
+void dcp_collect_free(dcp_collect *c);
 /* Read the weights of an HF Llama folder (or .safetensors) one at a time, as
  * torchtitan's Llama3StateDictAdapter.from_hf gives them: torchtitan's names,
  * wq / wk rows permuted back, in dtype (PTZ_NONE: as stored); RoPE buffers

@@ -1057,15 +1057,10 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 	return rc;
 }
 
-typedef struct from_hf_ctx {
-	dcp_item *items;
-	size_t n, cap;
-} from_hf_ctx;
-
-static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-		     void *data, titan_err *err)
+int dcp_collect_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+		       void *data, titan_err *err)
 {
-	from_hf_ctx *c = vctx;
+	dcp_collect *c = vctx;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 64;
 		dcp_item *ni = realloc(c->items, cap * sizeof *ni);
@@ -1085,9 +1080,19 @@ static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const
 	return 0;
 }
 
+void dcp_collect_free(dcp_collect *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		free((char *)c->items[i].fqn);
+		free(c->items[i].data);
+	}
+	free(c->items);
+	memset(c, 0, sizeof *c);
+}
+
 /* The items under torchtitan 0.3.0's names (MLA's attention.wq keeps its
  * name: dcp_name_030). */
-static int respell_030(from_hf_ctx *c, titan_err *err)
+static int respell_030(dcp_collect *c, titan_err *err)
 {
 	int mla = 0;
 	for (size_t i = 0; i < c->n; i++)
@@ -1109,16 +1114,12 @@ static int respell_030(from_hf_ctx *c, titan_err *err)
 int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
 		int names, titan_err *err)
 {
-	from_hf_ctx c = {0};
-	int rc = dcp_hf_read(hfdir, model, dtype, keep_item, &c, err);
+	dcp_collect c = {0};
+	int rc = dcp_hf_read(hfdir, model, dtype, dcp_collect_tensor, &c, err);
 	if (rc == 0 && names == DCP_NAMES_030)
 		rc = respell_030(&c, err);
 	if (rc == 0)
 		rc = dcp_save(out, c.items, c.n, NULL, err);
-	for (size_t i = 0; i < c.n; i++) {
-		free((char *)c.items[i].fqn);
-		free(c.items[i].data);
-	}
-	free(c.items);
+	dcp_collect_free(&c);
 	return rc;
 }

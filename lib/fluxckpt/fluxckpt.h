@@ -158,9 +158,8 @@ int fluxckpt_to_hf(const char *src, const char *out, const flux_config *c, int f
 		   dcp_dtype export_dtype, uint64_t max_shard, titan_err *err);
 
 /* Called with each weight of an import under 0.3.0's name; data is malloc'd
- * and belongs to the callee. */
-typedef int (*fluxckpt_tt_fn)(void *ctx, const char *name, dcp_dtype dtype, int ndim,
-			      const int64_t *shape, void *data, titan_err *err);
+ * and belongs to the callee (dcp_collect_tensor collects them). */
+typedef dcp_hf_tensor_fn fluxckpt_tt_fn;
 /* Read an HF source (FORMAT, or FLUXCKPT_AUTO from its keys; a diffusers
  * pipeline folder's transformer/ is taken) as 0.3.0's tensors for config
  * c's model, checked: every weight present once with its shape, nothing

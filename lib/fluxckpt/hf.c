@@ -382,17 +382,23 @@ static int format_of(const dcp_source *s, const char *path, titan_err *err)
 		       "not FLUX.1 transformer weights", path);
 }
 
+/* Open path (a pipeline's transformer/ when it is a pipeline). */
+static int open_hf(const char *path, dcp_source **s, titan_err *err)
+{
+	char *dir = transformer_dir(path);
+	if (dir == NULL)
+		return err_set(err, "out of memory");
+	int rc = dcp_source_open(s, dir, err);
+	free(dir);
+	return rc;
+}
+
 int fluxckpt_hf_format(const char *path, titan_err *err)
 {
-	char *p = transformer_dir(path);
 	dcp_source *s;
-	if (p == NULL)
-		return err_set(err, "out of memory");
-	int rc = dcp_source_open(&s, p, err);
-	free(p);
-	if (rc != 0)
+	if (open_hf(path, &s, err) != 0)
 		return -1;
-	rc = format_of(s, path, err);
+	int rc = format_of(s, path, err);
 	dcp_source_close(s);
 	return rc;
 }
@@ -497,13 +503,9 @@ int fluxckpt_hf_read(const char *path, const flux_config *c, int format, dcp_dty
 {
 	int np;
 	flux_param *t = flux_param_table(c, &np, err);
-	char *dir = t ? transformer_dir(path) : NULL;
 	dcp_source *s = NULL;
-	if (t == NULL || dir == NULL || dcp_source_open(&s, dir, err) != 0) {
-		if (t != NULL && dir == NULL)
-			err_set(err, "out of memory");
+	if (t == NULL || open_hf(path, &s, err) != 0) {
 		free(t);
-		free(dir);
 		return -1;
 	}
 	int rc = format == FLUXCKPT_AUTO ? format_of(s, path, err) : format;
@@ -533,52 +535,19 @@ int fluxckpt_hf_read(const char *path, const flux_config *c, int format, dcp_dty
 			   "torchtitan 0.3.0's FluxModel has none", path, guidance, guidance == 1 ? "" : "s",
 			   format == FLUXCKPT_BFL ? "guidance_in." : "time_text_embed.guidance_embedder.");
 	free(used);
-	free(dir);
 	free(t);
 	dcp_source_close(s);
 	return rc;
 }
 
-typedef struct items_ctx {
-	dcp_item *it;
-	size_t n, cap;
-} items_ctx;
-
-static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-		     void *data, titan_err *err)
-{
-	items_ctx *c = vctx;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 128;
-		dcp_item *q = realloc(c->it, cap * sizeof *q);
-		if (q == NULL) {
-			free(data);
-			return err_set(err, "out of memory");
-		}
-		c->it = q;
-		c->cap = cap;
-	}
-	char *fqn = strdup(name);
-	if (fqn == NULL) {
-		free(data);
-		return err_set(err, "out of memory");
-	}
-	dcp_item_full(&c->it[c->n++], fqn, dt, ndim, shape, data);
-	return 0;
-}
-
 int fluxckpt_from_hf(const char *path, const char *out, const flux_config *c, int format,
 		     dcp_dtype dtype, titan_err *err)
 {
-	items_ctx x = {0};
-	int rc = fluxckpt_hf_read(path, c, format, dtype, keep_item, &x, err);
+	dcp_collect x = {0};
+	int rc = fluxckpt_hf_read(path, c, format, dtype, dcp_collect_tensor, &x, err);
 	if (rc == 0)
-		rc = dcp_save(out, x.it, x.n, NULL, err);
-	for (size_t i = 0; i < x.n; i++) {
-		free((char *)x.it[i].fqn);
-		free(x.it[i].data);
-	}
-	free(x.it);
+		rc = dcp_save(out, x.items, x.n, NULL, err);
+	dcp_collect_free(&x);
 	return rc;
 }
 
@@ -605,13 +574,8 @@ static int64_t count_blocks(const dcp_source *s, const char *fmt)
 
 int fluxckpt_infer_config(const char *path, int format, flux_config *c, titan_err *err)
 {
-	char *dir = transformer_dir(path);
 	dcp_source *s;
-	if (dir == NULL)
-		return err_set(err, "out of memory");
-	int rc = dcp_source_open(&s, dir, err);
-	free(dir);
-	if (rc != 0)
+	if (open_hf(path, &s, err) != 0)
 		return -1;
 	if (format == FLUXCKPT_AUTO && dcp_source_find(s, "img_in.weight") &&
 	    dcp_source_find(s, "double_blocks.0.img_attn.norm.query_norm.weight"))
