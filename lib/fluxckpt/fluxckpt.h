@@ -47,8 +47,9 @@
 
 /* A named byte string the trainer keeps beside the state, stored as
  * train_state.{name} (a Python bytes value).  Saving reads p; loading fills
- * p with a malloc'd copy (the caller frees it) and sets found, and a blob
- * absent from the checkpoint is an error unless optional. */
+ * p with a malloc'd copy (the caller frees it; what p held is not freed:
+ * pass NULL) and sets found, and a blob absent from the checkpoint is an
+ * error unless optional. */
 typedef struct fluxckpt_blob {
 	const char *name;   /* [A-Za-z0-9_]+, not "step" or "ntokens_seen" */
 	uint8_t *p;
@@ -72,7 +73,8 @@ typedef struct fluxckpt_state {
 	int64_t step;           /* train_state.step, lr_scheduler.last_epoch */
 	int64_t ntokens_seen;   /* train_state.ntokens_seen */
 	uint8_t *loader;        /* dataloader.dp_rank_0; NULL: none saved.  A load
-	                           fills it (malloc'd; the caller frees the old one) */
+	                           that restores the loader frees what was here and
+	                           leaves a malloc'd copy (the caller frees it) */
 	size_t loader_len;
 	int64_t dp_world;       /* dataloader.world_size (1 when 0) */
 	fluxckpt_blob *blobs;   /* titan's extras, nblobs of them */
@@ -109,7 +111,9 @@ typedef struct fluxckpt_loaded {
 	int parts;              /* FLUXCKPT_* flags of the parts restored */
 } fluxckpt_loaded;
 
-/* Load dir into s: the model's weights always; unless model_only, and when
+/* Load dir into s (a failed load frees and clears the loader and blobs it
+ * had filled, and leaves the model and optimizer as they were unless the
+ * upload itself failed): the model's weights always; unless model_only, and when
  * the checkpoint has a train_state, the optimizer (into s->opt, when not
  * NULL), step and ntokens_seen, the loader and the blobs, leaving out the
  * parts named in exclude (FLUXCKPT_* flags).  A checkpoint without

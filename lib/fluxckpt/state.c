@@ -440,12 +440,29 @@ static int take_rest(bag *b, fluxckpt_state *s, const rest_items *r, const char 
 		s->loader = NULL;
 		if (get_bytes(&b->items[r->loader], &s->loader, &s->loader_len, err))
 			return err_prefix(err, "%s", dir);
+		got->parts |= FLUXCKPT_DATALOADER;
 		s->dp_world = 1;
 		if (b->items[r->world].found && get_int(&b->items[r->world], &s->dp_world, err))
 			return err_prefix(err, "%s", dir);
-		got->parts |= FLUXCKPT_DATALOADER;
 	}
 	return 0;
+}
+
+/* What a failed load had set: the loader and the blobs found. */
+static void drop_bytes(fluxckpt_state *s, const fluxckpt_loaded *got)
+{
+	if (got->parts & FLUXCKPT_DATALOADER) {
+		free(s->loader);
+		s->loader = NULL;
+		s->loader_len = 0;
+	}
+	for (int i = 0; i < s->nblobs; i++)
+		if (s->blobs[i].found) {
+			free(s->blobs[i].p);
+			s->blobs[i].p = NULL;
+			s->blobs[i].n = 0;
+			s->blobs[i].found = 0;
+		}
 }
 
 /* The images into backend memory: the weights, and the optimizer's states
@@ -471,6 +488,8 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 		  fluxckpt_loaded *got, titan_err *err)
 {
 	memset(got, 0, sizeof *got);
+	for (int i = 0; i < s->nblobs; i++)
+		s->blobs[i].found = 0;
 	const flux_model *m = s->model;
 	size_t n = (size_t)fluxckpt_numel(m);
 	dcp_ckpt ck;
@@ -512,6 +531,8 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 		adamw_set_step(s->opt, step);
 		got->parts |= FLUXCKPT_OPTIMIZER;
 	}
+	if (rc != 0) /* nothing half-loaded is handed back */
+		drop_bytes(s, got);
 	for (size_t i = first_bytes; i < b.n; i++)
 		free(b.items[i].bytes);
 	bag_free(&b);
