@@ -86,12 +86,10 @@ typedef struct flux_param {
 	float *w, *g;
 } flux_param;
 
-/* The parameters a model of config c has, in state-dict order, without
- * storage (w and g NULL): n of them, a malloc'd array the caller frees; NULL
- * and err on a bad config.  A model's weights (and gradients) are one
- * buffer, the parameters back to back in this order, so parameter i is at
- * the sum of the numel before it: the offsets an optimizer's flat states
- * share (lib/optim). */
+/* The parameters a model of config c has, in state-dict order (the order
+ * of flux_model_weights' run), without storage (w and g NULL): n of them, a
+ * malloc'd array the caller frees; NULL and err on a bad config.  For
+ * checking or converting a checkpoint of a model too large to build. */
 flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err);
 
 /* A model of config c (copied) on be, weights uninitialised (they come
@@ -100,12 +98,24 @@ flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err);
 flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err);
 void flux_model_free(flux_model *m);
 const flux_config *flux_model_config(const flux_model *m);
-backend *flux_model_backend(const flux_model *m);
 int flux_param_count(const flux_model *m);
 const flux_param *flux_param_at(const flux_model *m, int i);
 const flux_param *flux_param_find(const flux_model *m, const char *name);
 /* Every gradient to zero (the backward accumulates). */
 void flux_zero_grad(flux_model *m);
+/* The backend the model lives on. */
+backend *flux_model_backend(const flux_model *m);
+/* Every weight and every gradient as one flat buffer each (backend memory,
+ * the parameters back to back in flux_param_at's order): what the optimizer
+ * and gradient clipping run over. */
+float *flux_model_weights(flux_model *m);
+float *flux_model_grads(flux_model *m);
+int64_t flux_model_numel(const flux_model *m);
+/* torchtitan 0.3.0's initialisation (models/flux/__init__.py: xavier_uniform_
+ * weights, normal(0, 0.02) for the timestep and vector embedders, zero
+ * modulations, final layer and biases, unit QK norms), drawn from seed with
+ * titan's streams (core/init_fill.h).  0, or -1 and err. */
+int flux_model_init(flux_model *m, uint64_t seed, titan_err *err);
 
 /* One step's inputs, host float32, with the sizes the caller's tensors
  * have (each checked against the model's):

@@ -210,7 +210,6 @@ void flux_model_free(flux_model *m)
 }
 
 const flux_config *flux_model_config(const flux_model *m) { return &m->c; }
-backend *flux_model_backend(const flux_model *m) { return m->be; }
 int flux_param_count(const flux_model *m) { return m->np; }
 
 const flux_param *flux_param_at(const flux_model *m, int i)
@@ -258,4 +257,24 @@ void flux_latent_ids(float *ids, int64_t b, int64_t hl, int64_t wl)
 				o[1] = (float)y;
 				o[2] = (float)x;
 			}
+}
+
+backend *flux_model_backend(const flux_model *m)
+{
+	return m->be;
+}
+
+float *flux_model_weights(flux_model *m)
+{
+	return m->wbuf;
+}
+
+float *flux_model_grads(flux_model *m)
+{
+	return m->gbuf;
+}
+
+int64_t flux_model_numel(const flux_model *m)
+{
+	return m->total;
 }

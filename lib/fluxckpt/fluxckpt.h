@@ -60,10 +60,9 @@ typedef struct fluxckpt_blob {
 
 /* What a save writes and a load fills.  The optimizer is lib/optim's AdamW
  * over the model's parameters as one flat run in flux_param order
- * (adamw_create(be, fluxckpt_numel(model), ...), adamw_step(o, weights,
- * gradients, lr) with the weights at flux_param_at(model, 0)->w): parameter
- * i's exp_avg and exp_avg_sq are at its offset in that run
- * (fluxckpt_offset). */
+ * (adamw_create(be, flux_model_numel(model), ...), adamw_step(o,
+ * flux_model_weights(model), flux_model_grads(model), lr)): parameter i's
+ * exp_avg and exp_avg_sq are at its offset in that run (fluxckpt_offset). */
 typedef struct fluxckpt_state {
 	flux_model *model;      /* its weights are saved and loaded (not its gradients) */
 	adamw *opt;             /* NULL: the model alone */
@@ -81,8 +80,7 @@ typedef struct fluxckpt_state {
 	int nblobs;
 } fluxckpt_state;
 
-/* The floats of the model's flat run, and parameter i's offset in it. */
-int64_t fluxckpt_numel(const flux_model *m);
+/* Parameter i's offset in the model's flat run. */
 int64_t fluxckpt_offset(const flux_model *m, int i);
 
 typedef struct fluxckpt_save_opts {

@@ -645,13 +645,13 @@ static int put_weight(void *vctx, const char *name, dcp_dtype dt, int ndim, cons
 
 int fluxckpt_load_hf(const char *path, flux_model *m, int format, titan_err *err)
 {
-	into_model x = {.m = m, .w = malloc((size_t)fluxckpt_numel(m) * sizeof(float) + 1)};
+	into_model x = {.m = m, .w = malloc((size_t)flux_model_numel(m) * sizeof(float) + 1)};
 	if (x.w == NULL)
 		return err_set(err, "out of memory");
 	backend *be = flux_model_backend(m);
 	int rc = fluxckpt_hf_read(path, flux_model_config(m), format, PTZ_NONE, put_weight, &x, err);
 	if (rc == 0)
-		rc = backend_upload(be, BE_F32, flux_param_at(m, 0)->w, x.w, fluxckpt_numel(m), err) ||
+		rc = backend_upload(be, BE_F32, flux_param_at(m, 0)->w, x.w, flux_model_numel(m), err) ||
 		     be->ops->sync(be, err);
 	free(x.w);
 	return rc;
@@ -661,7 +661,7 @@ int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtyp
 		     const char *index_json, titan_err *err)
 {
 	dcp_dtype dt = export_dtype == PTZ_NONE ? PTZ_F32 : export_dtype;
-	int64_t n = fluxckpt_numel(m);
+	int64_t n = flux_model_numel(m);
 	backend *be = flux_model_backend(m);
 	float *w = malloc((size_t)n * sizeof(float) + 1);
 	void *cast = dt != PTZ_F32 ? malloc((size_t)n * ptz_dtype_size(dt) + 1) : w;

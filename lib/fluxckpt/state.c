@@ -99,14 +99,6 @@ static int put(bag *b, const char *fqn, uint8_t *p, size_t n, titan_err *err)
 	return add_bytes(b, fqn, p, n) != NULL ? 0 : err_set(err, "out of memory");
 }
 
-int64_t fluxckpt_numel(const flux_model *m)
-{
-	int64_t n = 0;
-	for (int i = 0; i < flux_param_count(m); i++)
-		n += flux_param_at(m, i)->numel;
-	return n;
-}
-
 int64_t fluxckpt_offset(const flux_model *m, int i)
 {
 	int64_t off = 0;
@@ -143,7 +135,7 @@ static void *as_dtype(bag *b, float *x, size_t n, dcp_dtype dt)
 static int add_model(bag *b, const flux_model *m, float *w, dcp_dtype dt, titan_err *err)
 {
 	size_t es = ptz_dtype_size(dt);
-	uint8_t *data = as_dtype(b, w, (size_t)fluxckpt_numel(m), dt);
+	uint8_t *data = as_dtype(b, w, (size_t)flux_model_numel(m), dt);
 	if (data == NULL)
 		return err_set(err, "out of memory");
 	for (int i = 0; i < flux_param_count(m); i++) {
@@ -191,7 +183,7 @@ static int add_optimizer(bag *b, const fluxckpt_state *s, titan_err *err)
 {
 	const flux_model *m = s->model;
 	backend *be = flux_model_backend(m);
-	size_t n = (size_t)fluxckpt_numel(m);
+	size_t n = (size_t)flux_model_numel(m);
 	be_dtype bt = adamw_state_dtype(s->opt);
 	dcp_dtype dt = state_dtype(s->opt);
 	size_t es = ptz_dtype_size(dt);
@@ -283,7 +275,7 @@ int fluxckpt_save(const char *dir, const fluxckpt_state *s, const fluxckpt_save_
 	bag b = {0};
 	const flux_model *m = s->model;
 	float *w = to_host(&b, flux_model_backend(m), flux_param_at(m, 0)->w, BE_F32,
-			   (size_t)fluxckpt_numel(m), err);
+			   (size_t)flux_model_numel(m), err);
 	int rc = w ? add_model(&b, m, w, dt, err) : -1;
 	if (rc == 0 && !o->model_only)
 		rc = (s->opt != NULL ? add_optimizer(&b, s, err) : 0) || add_rest(&b, s, err);
@@ -472,7 +464,7 @@ static int upload(fluxckpt_state *s, const float *w, const float *ea, const floa
 {
 	flux_model *m = s->model;
 	backend *be = flux_model_backend(m);
-	int64_t n = fluxckpt_numel(m);
+	int64_t n = flux_model_numel(m);
 	if (backend_upload(be, BE_F32, flux_param_at(m, 0)->w, w, n, err) != 0)
 		return -1;
 	if (ea != NULL) {
@@ -491,7 +483,7 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 	for (int i = 0; i < s->nblobs; i++)
 		s->blobs[i].found = 0;
 	const flux_model *m = s->model;
-	size_t n = (size_t)fluxckpt_numel(m);
+	size_t n = (size_t)flux_model_numel(m);
 	dcp_ckpt ck;
 	if (dcp_open(&ck, dir, err) != 0)
 		return err_prefix(err, "%s", dir);

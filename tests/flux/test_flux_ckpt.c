@@ -83,7 +83,7 @@ static rig rig_make(int draw_states, int bf16_states)
 	rig r;
 	r.m = flux_model_create(be, &small, &e);
 	assert_non_null(r.m);
-	r.n = fluxckpt_numel(r.m);
+	r.n = flux_model_numel(r.m);
 	adamw_config ac;
 	adamw_config_default(&ac);
 	ac.lr = LR;

@@ -13,6 +13,7 @@
 #include "core/cli.h"
 #include "core/err.h"
 #include "cp/cp.h"
+#include "flux/flux.h"
 #include "gpu/gpu.h"
 #include "mesh/mesh.h"
 #include "metrics/metrics.h"
@@ -358,11 +359,18 @@ static int print_config(const job_config *c)
 		config_print(c, stdout);
 		return TITAN_EXIT_OK;
 	}
-	const model_family *f = model_family_find(c->model.name);
-	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
-	if (a == NULL)
-		return fail(TITAN_EXIT_USAGE, "model.flavor: not a flavor of the family", 0);
-	return tt030_print_config(c, a->vocab_size, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
+	int64_t vocab = 0; /* Flux's MSELoss has no vocabulary */
+	if (strcmp(c->model.name, "flux") == 0) {
+		if (flux_flavor(c->model.flavor) == NULL)
+			return fail(TITAN_EXIT_USAGE, "model.flavor: not a Flux flavor", 0);
+	} else {
+		const model_family *f = model_family_find(c->model.name);
+		const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
+		if (a == NULL)
+			return fail(TITAN_EXIT_USAGE, "model.flavor: not a flavor of the family", 0);
+		vocab = a->vocab_size;
+	}
+	return tt030_print_config(c, vocab, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 }
 
 /* 0.3.0's Decoder.update_from_config: a run's sequence fits the RoPE cache
