@@ -87,12 +87,21 @@ typedef struct fluxckpt_save_opts {
 	int model_only;          /* the model's keys alone */
 	dcp_dtype export_dtype;  /* model_only: the tensors' type (PTZ_F32, PTZ_BF16,
 	                            PTZ_F16); PTZ_NONE is float32 */
+	int async;               /* write on a background thread (checkpoint.async_mode) */
 	int no_fsync;            /* tests */
 } fluxckpt_save_opts;
 
-/* Write s as the checkpoint folder dir (a step-N folder). */
+/* Write s as the checkpoint folder dir (a step-N folder); o may be NULL. */
 int fluxckpt_save(const char *dir, const fluxckpt_state *s, const fluxckpt_save_opts *o,
 		  titan_err *err);
+/* The same in two halves: begin copies the state to host images (the
+ * model and optimizer may change as soon as it returns) and starts writing
+ * (on a background thread with o->async); wait finishes, commits the folder
+ * (.metadata, the rename) and frees the handle. */
+typedef struct fluxckpt_saver fluxckpt_saver;
+fluxckpt_saver *fluxckpt_save_begin(const char *dir, const fluxckpt_state *s,
+				    const fluxckpt_save_opts *o, titan_err *err);
+int fluxckpt_save_wait(fluxckpt_saver *sv, titan_err *err);
 
 /* The parts checkpoint.exclude_from_loading may name, as flags. */
 enum {

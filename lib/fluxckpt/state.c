@@ -260,31 +260,72 @@ static int add_rest(bag *b, const fluxckpt_state *s, titan_err *err)
 	return 0;
 }
 
-int fluxckpt_save(const char *dir, const fluxckpt_state *s, const fluxckpt_save_opts *o,
-		  titan_err *err)
+/* A save in flight: its items and the host images they point into. */
+struct fluxckpt_saver {
+	bag b;
+	dcp_saver *d;
+	char *dir;
+};
+
+static void saver_free(fluxckpt_saver *sv)
+{
+	bag_free(&sv->b);
+	free(sv->dir);
+	free(sv);
+}
+
+fluxckpt_saver *fluxckpt_save_begin(const char *dir, const fluxckpt_state *s,
+				    const fluxckpt_save_opts *o, titan_err *err)
 {
 	static const fluxckpt_save_opts none = {0};
 	if (o == NULL)
 		o = &none;
 	dcp_dtype dt = o->export_dtype == PTZ_NONE ? PTZ_F32 : o->export_dtype;
-	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16)
-		return err_set(err, "%s: export dtype %s is not float32, bfloat16 or float16", dir,
-			       ptz_dtype_torch(dt));
+	if (dt != PTZ_F32 && dt != PTZ_BF16 && dt != PTZ_F16) {
+		err_set(err, "%s: export dtype %s is not float32, bfloat16 or float16", dir,
+			ptz_dtype_torch(dt));
+		return NULL;
+	}
 	if (!o->model_only)
 		dt = PTZ_F32; /* a full checkpoint keeps the masters as they are */
-	bag b = {0};
-	const flux_model *m = s->model;
-	float *w = to_host(&b, flux_model_backend(m), flux_param_at(m, 0)->w, BE_F32,
-			   (size_t)flux_model_numel(m), err);
-	int rc = w ? add_model(&b, m, w, dt, err) : -1;
-	if (rc == 0 && !o->model_only)
-		rc = (s->opt != NULL ? add_optimizer(&b, s, err) : 0) || add_rest(&b, s, err);
-	if (rc == 0) {
-		dcp_save_opts d = {.no_fsync = o->no_fsync};
-		rc = dcp_save(dir, b.items, b.n, &d, err);
+	fluxckpt_saver *sv = calloc(1, sizeof *sv);
+	if (sv == NULL || (sv->dir = strdup(dir)) == NULL) {
+		free(sv);
+		err_set(err, "out of memory");
+		return NULL;
 	}
-	bag_free(&b);
+	/* the items point into host images of the state (to_host), so the
+	 * caller may train on as soon as this returns */
+	const flux_model *m = s->model;
+	float *w = to_host(&sv->b, flux_model_backend(m), flux_param_at(m, 0)->w, BE_F32,
+			   (size_t)flux_model_numel(m), err);
+	int rc = w ? add_model(&sv->b, m, w, dt, err) : -1;
+	if (rc == 0 && !o->model_only)
+		rc = (s->opt != NULL ? add_optimizer(&sv->b, s, err) : 0) || add_rest(&sv->b, s, err);
+	dcp_save_opts d = {.async = o->async, .no_fsync = o->no_fsync};
+	if (rc == 0 && (sv->d = dcp_save_begin(dir, 0, 1, sv->b.items, sv->b.n, &d, err)) == NULL)
+		rc = -1;
+	if (rc != 0) {
+		saver_free(sv);
+		return NULL;
+	}
+	return sv;
+}
+
+int fluxckpt_save_wait(fluxckpt_saver *sv, titan_err *err)
+{
+	int rc = dcp_save_wait(sv->d, err);
+	if (rc == 0)
+		rc = dcp_save_commit(sv->dir, 1, err);
+	saver_free(sv);
 	return rc;
+}
+
+int fluxckpt_save(const char *dir, const fluxckpt_state *s, const fluxckpt_save_opts *o,
+		  titan_err *err)
+{
+	fluxckpt_saver *sv = fluxckpt_save_begin(dir, s, o, err);
+	return sv ? fluxckpt_save_wait(sv, err) : -1;
 }
 
 /* Load ------------------------------------------------------------------- */
