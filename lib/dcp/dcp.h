@@ -482,6 +482,15 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 int dcp_hf_save(const char *dir, const st_item *items, size_t n, const dcp_hf_model *model,
 		dcp_dtype export_dtype, const char *index_json, titan_err *err);
 
+/* HF tensors being gathered for a write: push takes name and data (malloc'd;
+ * freed by dcp_hf_out_free, or by the caller when push fails). */
+typedef struct dcp_hf_out {
+	st_item *items;
+	size_t n, cap;
+} dcp_hf_out;
+st_item *dcp_hf_out_push(dcp_hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			 void *data, titan_err *err);
+void dcp_hf_out_free(dcp_hf_out *o);
 /* The second half of dcp_hf_save, for tensors already under HF's names
  * (another model's adapter, Flux's): the same files, index and staging. */
 int dcp_hf_write(const char *dir, const st_item *items, size_t n, const char *index_json,

@@ -478,13 +478,7 @@ static void half_copy(void *fused, void *part, int64_t e, int64_t f, int64_t d, 
 			}
 }
 
-/* HF's tensors being written: a growing list. */
-typedef struct hf_out {
-	st_item *items;
-	size_t n, cap;
-} hf_out;
-
-static st_item *out_push(hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+st_item *dcp_hf_out_push(dcp_hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
 			 void *data, titan_err *err)
 {
 	if (o->n == o->cap) {
@@ -507,19 +501,20 @@ static st_item *out_push(hf_out *o, char *name, dcp_dtype dt, int ndim, const in
 	return d;
 }
 
-static void free_out(hf_out *o)
+void dcp_hf_out_free(dcp_hf_out *o)
 {
 	for (size_t i = 0; i < o->n; i++) {
 		free((char *)o->items[i].name);
 		free((void *)o->items[i].data);
 	}
 	free(o->items);
+	memset(o, 0, sizeof *o);
 }
 
 /* torchtitan's expert stack (experts, a, b) as HF's one tensor (a, b) per
  * expert, named by key->hf with the layer and the expert; data consumed. */
 static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-			  void *data, const dcp_hf_key *key, long layer, hf_out *o, titan_err *err)
+			  void *data, const dcp_hf_key *key, long layer, dcp_hf_out *o, titan_err *err)
 {
 	int rc = ndim == 3 ? 0 : err_set(err, "%s: %d dims, expected (experts, out, in)", name, ndim);
 	size_t slice = ndim == 3 ? (size_t)(shape[1] * shape[2]) * ptz_dtype_size(dt) : 0;
@@ -527,7 +522,7 @@ static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_
 		long nums[2] = {layer, (long)x};
 		char *hn = dcp_hf_format(key->hf, nums, 2);
 		void *one = malloc(slice ? slice : 1);
-		if (!hn || !one || !out_push(o, hn, dt, 2, shape + 1, one, err)) {
+		if (!hn || !one || !dcp_hf_out_push(o, hn, dt, 2, shape + 1, one, err)) {
 			free(hn);
 			free(one);
 			rc = err_set(err, "out of memory");
@@ -543,7 +538,7 @@ static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_
  * gate_up_proj (experts, dim, 2f), made (zeroed) by whichever comes first;
  * data consumed. */
 static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-		       void *data, const dcp_hf_key *key, const long *nums, int nn, hf_out *o,
+		       void *data, const dcp_hf_key *key, const long *nums, int nn, dcp_hf_out *o,
 		       titan_err *err)
 {
 	char *hn = ndim == 3 ? dcp_hf_format(key->hf, nums, nn) : NULL;
@@ -563,7 +558,7 @@ static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *
 	} else if (rc == 0) {
 		int64_t fs[3] = {e, d, 2 * f};
 		void *buf = calloc((size_t)(e * d * 2 * f) * es + 1, 1);
-		if (!buf || !(fused = out_push(o, hn, dt, 3, fs, buf, err))) {
+		if (!buf || !(fused = dcp_hf_out_push(o, hn, dt, 3, fs, buf, err))) {
 			free(hn);
 			free(buf);
 			rc = err_set(err, "out of memory");
@@ -581,7 +576,7 @@ static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *
  * tensor (permuted or transposed), one per expert, half of a fused one, or
  * none (a dropped buffer; lm_head of a tied model). */
 static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-			 void *data, const dcp_hf_model *m, hf_out *o, titan_err *err)
+			 void *data, const dcp_hf_model *m, dcp_hf_out *o, titan_err *err)
 {
 	long nums[4];
 	int nn;
@@ -624,7 +619,7 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 	memcpy(hs, shape, sizeof(int64_t) * (size_t)ndim);
 	if (check_kind(&it, key->kind, m, hs, err) ||
 	    !(data = mapped(data, ndim, shape, ptz_dtype_size(dt), key->kind, m, 1, err)) ||
-	    !out_push(o, hn, dt, ndim, hs, data, err)) {
+	    !dcp_hf_out_push(o, hn, dt, ndim, hs, data, err)) {
 		free(hn);
 		free(data);
 		return -1;
@@ -640,7 +635,7 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 0, err);
-	hf_out o = {0};
+	dcp_hf_out o = {0};
 	dcp_dtype first = PTZ_NONE;
 	for (size_t i = 0; i < dcp_source_count(s) && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
@@ -657,7 +652,7 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		rc = st_write_sharded(outdir, o.items, o.n, max_shard, meta, err);
 	if (rc == 0)
 		rc = write_config(outdir, &m, first == PTZ_NONE ? PTZ_F32 : first, err);
-	free_out(&o);
+	dcp_hf_out_free(&o);
 	dcp_source_close(s);
 	return rc;
 }
@@ -690,7 +685,7 @@ static int file_indices(const char *index_json, const st_item *items, size_t n, 
 int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model *model,
 		dcp_dtype export_dtype, const char *index_json, titan_err *err)
 {
-	hf_out o = {0};
+	dcp_hf_out o = {0};
 	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : in[i].dtype;
@@ -705,7 +700,7 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 	}
 	if (rc == 0)
 		rc = dcp_hf_write(dir, o.items, o.n, index_json, err);
-	free_out(&o);
+	dcp_hf_out_free(&o);
 	return rc;
 }
 

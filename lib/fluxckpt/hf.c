@@ -189,33 +189,10 @@ int fluxckpt_hf_export(const flux_config *c, int format, const char *name, dcp_d
 
 /* Export ----------------------------------------------------------------- */
 
-typedef struct out_list {
-	st_item *it;
-	size_t n, cap;
-} out_list;
-
-static void out_free(out_list *o)
-{
-	for (size_t i = 0; i < o->n; i++) {
-		free((char *)o->it[i].name);
-		free((void *)o->it[i].data);
-	}
-	free(o->it);
-}
-
 /* Keep a copy of each tensor an export hands on. */
 static int keep_out(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
 		    const void *data, titan_err *err)
 {
-	out_list *o = vctx;
-	if (o->n == o->cap) {
-		size_t c = o->cap ? 2 * o->cap : 128;
-		st_item *q = realloc(o->it, c * sizeof *q);
-		if (q == NULL)
-			return err_set(err, "out of memory");
-		o->it = q;
-		o->cap = c;
-	}
 	size_t nb = bytes_of(dt, ndim, shape);
 	char *nm = strdup(name);
 	void *copy = malloc(nb + 1);
@@ -225,13 +202,11 @@ static int keep_out(void *vctx, const char *name, dcp_dtype dt, int ndim, const 
 		return err_set(err, "out of memory");
 	}
 	memcpy(copy, data, nb);
-	st_item *d = &o->it[o->n++];
-	memset(d, 0, sizeof *d);
-	d->name = nm;
-	d->dtype = dt;
-	d->ndim = ndim;
-	memcpy(d->shape, shape, sizeof(int64_t) * (size_t)ndim);
-	d->data = copy;
+	if (dcp_hf_out_push(vctx, nm, dt, ndim, shape, copy, err) == NULL) {
+		free(nm);
+		free(copy);
+		return -1;
+	}
 	return 0;
 }
 
@@ -266,11 +241,11 @@ static int write_config(const char *dir, const flux_config *c, titan_err *err)
 }
 
 /* A diffusers folder: the tensors of o in shards, and config.json. */
-static int write_diffusers(const char *dir, const out_list *o, uint64_t max_shard,
+static int write_diffusers(const char *dir, const dcp_hf_out *o, uint64_t max_shard,
 			   const flux_config *c, titan_err *err)
 {
 	static const char *const meta[] = {"format", "pt", NULL};
-	if (st_write_sharded_as(dir, "diffusion_pytorch_model", o->it, o->n, max_shard, meta, err))
+	if (st_write_sharded_as(dir, "diffusion_pytorch_model", o->items, o->n, max_shard, meta, err))
 		return -1;
 	return write_config(dir, c, err);
 }
@@ -311,7 +286,7 @@ int fluxckpt_to_hf(const char *src, const char *out, const flux_config *c, int f
 		free(t);
 		return -1;
 	}
-	out_list o = {0};
+	dcp_hf_out o = {0};
 	int rc = 0;
 	/* nothing of the model's may be missing, nothing else be there */
 	for (size_t i = 0; rc == 0 && i < dcp_source_count(s); i++) {
@@ -345,10 +320,10 @@ int fluxckpt_to_hf(const char *src, const char *out, const flux_config *c, int f
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
 	if (rc == 0 && format == FLUXCKPT_BFL)
-		rc = st_write(out, o.it, o.n, meta, err);
+		rc = st_write(out, o.items, o.n, meta, err);
 	else if (rc == 0)
 		rc = write_diffusers(out, &o, max_shard, c, err);
-	out_free(&o);
+	dcp_hf_out_free(&o);
 	dcp_source_close(s);
 	free(t);
 	return rc;
@@ -671,7 +646,7 @@ int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtyp
 		     be->ops->sync(be, err);
 	if (rc == 0 && cast != w)
 		ptz_convert(cast, dt, w, PTZ_F32, (size_t)n);
-	out_list o = {0};
+	dcp_hf_out o = {0};
 	size_t es = ptz_dtype_size(dt);
 	for (int i = 0; rc == 0 && i < flux_param_count(m); i++) {
 		const flux_param *p = flux_param_at(m, i);
@@ -680,8 +655,8 @@ int fluxckpt_save_hf(const char *dir, const flux_model *m, dcp_dtype export_dtyp
 					keep_out, &o, err);
 	}
 	if (rc == 0)
-		rc = dcp_hf_write(dir, o.it, o.n, index_json, err);
-	out_free(&o);
+		rc = dcp_hf_write(dir, o.items, o.n, index_json, err);
+	dcp_hf_out_free(&o);
 	if (cast != w)
 		free(cast);
 	free(w);
