@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/afile.h"
 #include "core/json.h"
 #include "fluxckpt/fluxckpt.h"
 #include "safetensors/safetensors.h"
@@ -229,12 +230,8 @@ static int write_config(const char *dir, const flux_config *c, titan_err *err)
 	json_object_set_new(j, "out_channels", json_integer(c->out_channels));
 	json_object_set_new(j, "patch_size", json_integer(1));
 	json_object_set_new(j, "pooled_projection_dim", json_integer(c->vec_in_dim));
-	char *p = malloc(strlen(dir) + 16);
-	int rc = p ? 0 : err_set(err, "out of memory");
-	if (rc == 0) {
-		sprintf(p, "%s/config.json", dir);
-		rc = tjson_dump_file(j, p, err);
-	}
+	char *p = path_join(dir, "config.json");
+	int rc = p ? tjson_dump_file(j, p, err) : err_set(err, "out of memory");
 	free(p);
 	json_decref(j);
 	return rc;
