@@ -118,9 +118,9 @@ typedef struct fluxckpt_loaded {
 	int parts;              /* FLUXCKPT_* flags of the parts restored */
 } fluxckpt_loaded;
 
-/* Load dir into s (a failed load frees and clears the loader and blobs it
- * had filled, and leaves the model and optimizer as they were unless the
- * upload itself failed): the model's weights always; unless model_only, and when
+/* Load dir into s (a failed load leaves s as it was, the blobs' p NULL,
+ * and the model and optimizer as they were unless their upload itself
+ * failed): the model's weights always; unless model_only, and when
  * the checkpoint has a train_state, the optimizer (into s->opt, when not
  * NULL), step and ntokens_seen, the loader and the blobs, leaving out the
  * parts named in exclude (FLUXCKPT_* flags).  A checkpoint without

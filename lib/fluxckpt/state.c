@@ -469,8 +469,6 @@ static int take_rest(bag *b, fluxckpt_state *s, const rest_items *r, const char 
 		got->parts |= FLUXCKPT_LR_SCHEDULER;
 	}
 	if (r->loader && b->items[r->loader].found) {
-		free(s->loader);
-		s->loader = NULL;
 		if (get_bytes(&b->items[r->loader], &s->loader, &s->loader_len, err))
 			return err_prefix(err, "%s", dir);
 		got->parts |= FLUXCKPT_DATALOADER;
@@ -554,8 +552,12 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 		rc = err_prefix(err, "%s", dir);
 	dcp_close(&ck);
 	int64_t step = 0;
+	/* the values land in a copy of s, handed over once all is read */
+	fluxckpt_state t = *s;
+	t.loader = NULL;
+	t.loader_len = 0;
 	if (rc == 0 && full)
-		rc = take_rest(&b, s, &r, dir, got, err);
+		rc = take_rest(&b, &t, &r, dir, got, err);
 	if (rc == 0 && want_opt)
 		rc = one_step(m, s->opt, steps, &step, dir, err);
 	if (rc == 0)
@@ -564,8 +566,18 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 		adamw_set_step(s->opt, step);
 		got->parts |= FLUXCKPT_OPTIMIZER;
 	}
-	if (rc != 0) /* nothing half-loaded is handed back */
-		drop_bytes(s, got);
+	if (rc != 0) { /* nothing half-loaded is handed back */
+		drop_bytes(&t, got);
+	} else {
+		if (got->parts & FLUXCKPT_DATALOADER) {
+			free(s->loader);
+			s->loader = t.loader;
+			s->loader_len = t.loader_len;
+			s->dp_world = t.dp_world;
+		}
+		s->step = t.step;
+		s->ntokens_seen = t.ntokens_seen;
+	}
 	for (size_t i = first_bytes; i < b.n; i++)
 		free(b.items[i].bytes);
 	bag_free(&b);

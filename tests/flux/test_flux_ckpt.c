@@ -615,8 +615,14 @@ static void damaged_checkpoints_are_refused_naming_the_key(void **state)
 	char dd[300];
 	snprintf(dd, sizeof dd, "%s", tp("d-step"));
 	damaged_copy(d, dd, NULL, NULL, "optimizer.state.vector_in.out_layer.bias.step");
+	t.step = 0;
+	adamw_set_step(q.opt, 0);
 	fail_with(fluxckpt_load(dd, &t, 0, 0, &got, &e), &e,
 		  "optimizer.state.vector_in.out_layer.bias.step is 2, img_in.weight's 3");
+	/* a failed load hands nothing back */
+	assert_int_equal(t.step, 0);
+	assert_null(t.loader);
+	assert_int_equal(adamw_get_step(q.opt), 0);
 	rig_free(&q);
 	rig_free(&r);
 }
