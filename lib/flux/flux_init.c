@@ -81,3 +81,35 @@ int flux_model_init(flux_model *m, uint64_t seed, titan_err *err)
 	free(host);
 	return 0;
 }
+
+/* The parameters of config c, counted as flux_model_create lays them out. */
+static double nparams(const flux_config *c)
+{
+	double h = (double)c->hidden_size, f = floor(h * c->mlp_ratio), q = c->qkv_bias ? 1 : 0;
+	double emb = (c->in_channels + 1) * h + (256 + 1) * h + (h + 1) * h +
+		     (c->vec_in_dim + 1) * h + (h + 1) * h + (c->context_in_dim + 1) * h;
+	double hd = h / (double)c->num_heads;
+	double stream = (h + 1) * 6 * h + h * 3 * h + q * 3 * h + 2 * hd + (h + 1) * h +
+			(h + 1) * f + (f + 1) * h;
+	double single = (h + 1) * (3 * h + f) + (h + f + 1) * h + 2 * hd + (h + 1) * 3 * h;
+	double last = (h + 1) * (double)c->out_channels + (h + 1) * 2 * h;
+	return emb + (double)c->depth * 2 * stream + (double)c->depth_single_blocks * single + last;
+}
+
+int64_t flux_config_param_count(const flux_config *c)
+{
+	return (int64_t)nparams(c);
+}
+
+double flux_flops_per_token(const flux_config *c, int64_t seq_len)
+{
+	double h = (double)c->hidden_size, r = c->mlp_ratio, L = (double)seq_len;
+	double fl = 6 * nparams(c);
+	fl -= 6 * floor(h * h * (4 + 2 * r)) * (double)c->depth;
+	double mod = 12 * h * h * (double)c->depth + 3 * h * h * (double)c->depth_single_blocks +
+		     2 * h * h;
+	/* Python's integer // after the product: floor of a non-negative value */
+	fl -= floor(6 * mod * (L - 1) / L);
+	fl += 6 * h * L * (double)c->depth_single_blocks + 6 * h * L * (double)c->depth;
+	return fl;
+}

@@ -330,6 +330,11 @@ void fluxin_get_times(const fluxin *f, fluxin_times *t)
 	*t = f->times;
 }
 
+int64_t fluxin_ae_init_draws(const fluxin *f)
+{
+	return f->ae ? fluxin_ae_draws(f->ae) : 0;
+}
+
 const fluxrec_header *fluxin_header(const fluxin *f)
 {
 	return &f->h;

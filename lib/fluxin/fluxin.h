@@ -84,6 +84,9 @@ typedef struct fluxin fluxin;
  * the fluxin.  NULL and err on failure. */
 fluxin *fluxin_open(backend *be, const fluxin_opts *o, titan_err *err);
 void fluxin_free(fluxin *f);
+/* The draws torch makes building the autoencoder (flux_ae_conv_numel), 0
+ * without one. */
+int64_t fluxin_ae_init_draws(const fluxin *f);
 /* The records' header: shapes, identities, the empty string's encodings. */
 const fluxrec_header *fluxin_header(const fluxin *f);
 
