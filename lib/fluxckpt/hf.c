@@ -381,8 +381,10 @@ static int read_part(dcp_source *s, const char *path, const char *name, const fl
 		     int64_t rows, dcp_dtype dt, void *dst, unsigned char *used, titan_err *err)
 {
 	const dcp_src_item *it = dcp_source_find(s, name);
-	if (it == NULL || it->kind != DCP_TENSOR)
+	if ((it == NULL || it->kind != DCP_TENSOR) && strcmp(name, p->name) != 0)
 		return err_set(err, "%s: no tensor %s (for %s)", path, name, p->name);
+	if (it == NULL || it->kind != DCP_TENSOR)
+		return err_set(err, "%s: no tensor %s", path, name);
 	int64_t want[DCP_MAX_DIM];
 	memcpy(want, p->shape, sizeof(int64_t) * (size_t)p->ndim);
 	want[0] = rows;

@@ -524,8 +524,8 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 	const flux_model *m = s->model;
 	size_t n = (size_t)flux_model_numel(m);
 	dcp_ckpt ck;
-	if (dcp_open(&ck, dir, err) != 0)
-		return err_prefix(err, "%s", dir);
+	if (dcp_open(&ck, dir, err) != 0) /* its message names dir/.metadata */
+		return -1;
 	/* a checkpoint without train_state is a model-only one (0.3.0's rule:
 	 * step 0 and last_save_model_only saves) */
 	got->model_only = dcp_find(&ck, "train_state.step") == NULL;
@@ -548,8 +548,8 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 	size_t first_bytes = b.n;
 	if (rc == 0 && full)
 		rc = want_rest(&b, s, exclude, &r, err);
-	if (rc == 0 && dcp_load_open(&ck, b.items, b.n, err) != 0)
-		rc = err_prefix(err, "%s", dir);
+	if (rc == 0)
+		rc = dcp_load_open(&ck, b.items, b.n, err); /* its messages name dir */
 	dcp_close(&ck);
 	int64_t step = 0;
 	/* the values land in a copy of s, handed over once all is read */
