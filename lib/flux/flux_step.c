@@ -154,13 +154,19 @@ static int grab_all(fx_run *r, int backward, titan_err *err)
 	    grab(r, &r->xf, b * li * h, err) || grab(r, &r->fst, b * li * 2, err) ||
 	    grab(r, &r->fa, b * li * h, err) || grab(r, &r->pred, b * li * c->out_channels, err))
 		return -1;
+	/* without a backward no block's activations outlive it: the blocks
+	 * share the first one's buffers */
 	for (int64_t k = 0; k < c->depth; k++)
-		if (grab_dstream(r, &r->dbl[k].s[FLUX_IMG], li, err) ||
-		    grab_dstream(r, &r->dbl[k].s[FLUX_TXT], lt, err) ||
-		    grab_attn(r, &r->dbl[k].at, err))
+		if (!backward && k > 0)
+			r->dbl[k] = r->dbl[0];
+		else if (grab_dstream(r, &r->dbl[k].s[FLUX_IMG], li, err) ||
+			 grab_dstream(r, &r->dbl[k].s[FLUX_TXT], lt, err) ||
+			 grab_attn(r, &r->dbl[k].at, err))
 			return -1;
 	for (int64_t k = 0; k < c->depth_single_blocks; k++)
-		if (grab_sblk(r, &r->sgl[k], err))
+		if (!backward && k > 0)
+			r->sgl[k] = r->sgl[0];
+		else if (grab_sblk(r, &r->sgl[k], err))
 			return -1;
 	if (!backward)
 		return 0;
@@ -565,10 +571,12 @@ static void final_bwd(fx_run *r)
 
 /* ---- the step ---- */
 
-static int check_batch(const flux_model *m, const flux_batch *in, titan_err *err)
+/* step: flux_step's batch (noise given, the loss's channels); else
+ * flux_predict's (x the model's input, noise NULL). */
+static int check_batch(const flux_model *m, const flux_batch *in, int step, titan_err *err)
 {
 	const flux_config *c = &m->c;
-	if (in->x == NULL || in->noise == NULL || in->img_ids == NULL || in->txt == NULL ||
+	if (in->x == NULL || (step && in->noise == NULL) || in->img_ids == NULL || in->txt == NULL ||
 	    in->txt_ids == NULL || in->t == NULL || in->y == NULL)
 		return err_set(err, "flux batch: an input is missing (NULL)");
 	const struct {
@@ -599,7 +607,7 @@ static int check_batch(const flux_model *m, const flux_batch *in, titan_err *err
 			return err_set(err, "flux batch: %s: %lld values per row, the model's %s "
 				       "is %lld", dim[i].what, (long long)dim[i].got, dim[i].field,
 				       (long long)dim[i].want);
-	if (c->out_channels != c->in_channels)
+	if (step && c->out_channels != c->in_channels)
 		return err_set(err, "flux: the loss needs out_channels (%lld) = in_channels (%lld)",
 			       (long long)c->out_channels, (long long)c->in_channels);
 	return 0;
@@ -623,7 +631,10 @@ static int upload_host(fx_run *r, const flux_batch *in, titan_err *err)
 	if (r->host == NULL)
 		return err_set(err, "flux: out of memory for the step's host tables");
 	float *noisy = r->host, *temb = noisy + nx, *cs = temb + nt, *ids = cs + ncs;
-	fx_noisy(noisy, in->x, in->noise, in->t, b, r->li, c->in_channels);
+	if (in->noise != NULL)
+		fx_noisy(noisy, in->x, in->noise, in->t, b, r->li, c->in_channels);
+	else
+		memcpy(noisy, in->x, sizeof(float) * (size_t)nx);
 	fx_timestep_embedding(temb, in->t, b, T_DIM);
 	for (int64_t i = 0; i < b; i++) {
 		memcpy(ids, in->txt_ids + i * r->lt * 3, sizeof(float) * 3 * (size_t)r->lt);
@@ -640,8 +651,10 @@ static int forward(fx_run *r, const flux_batch *in, titan_err *err)
 {
 	const flux_config *c = &r->m->c;
 	int64_t b = r->b, h = r->h;
-	h2d(r, r->x, in->x, b * r->li * c->in_channels);
-	h2d(r, r->noise, in->noise, b * r->li * c->in_channels);
+	if (in->noise != NULL) {
+		h2d(r, r->x, in->x, b * r->li * c->in_channels);
+		h2d(r, r->noise, in->noise, b * r->li * c->in_channels);
+	}
 	h2d(r, r->txt_raw, in->txt, b * r->lt * c->context_in_dim);
 	h2d(r, r->y, in->y, b * c->vec_in_dim);
 	if (upload_host(r, in, err) < 0)
@@ -676,32 +689,59 @@ static void backward(fx_run *r)
 	embed_bwd(r);
 }
 
-int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss, float *pred,
-	      titan_err *err)
+static fx_run run_of(flux_model *m, const flux_batch *in)
 {
-	if (check_batch(m, in, err) < 0)
-		return -1;
 	fx_run r = {.m = m, .be = m->be, .b = in->b, .li = in->li, .lt = in->lt,
 		    .L = in->li + in->lt, .h = m->h, .f = m->f};
 	r.n[FLUX_IMG] = in->li;
 	r.n[FLUX_TXT] = in->lt;
 	r.off[FLUX_IMG] = in->lt;
 	r.off[FLUX_TXT] = 0;
+	return r;
+}
+
+int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss, float *pred,
+	      titan_err *err)
+{
+	if (check_batch(m, in, 1, err) < 0)
+		return -1;
+	fx_run r = run_of(m, in);
 	int rc = -1;
 	if (grab_all(&r, backward_on, err) < 0 || forward(&r, in, err) < 0)
 		goto out;
 	int64_t npred = r.b * r.li * m->c.out_channels, count = 0;
+	int64_t div = in->global_numel > 0 ? in->global_numel : npred;
 	double sum = 0;
 	/* torch: the loss's division's backward hands mse_loss 1/numel in
 	 * float32, which multiplies 2 (pred - target) */
 	m->be->ops->flow_mse(m->be, backward_on ? r.dpred : NULL, r.pred, r.x, r.noise, BE_F32,
-			     npred, 1.0f / (float)npred, &sum, &count);
+			     npred, 1.0f / (float)div, &sum, &count);
 	if (pred != NULL)
 		m->be->ops->copy(m->be, pred, r.pred, sizeof(float) * (size_t)npred, BACKEND_D2H);
 	if (backward_on)
 		backward(&r);
 	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;
-	*loss = (float)((float)sum / (float)npred);
+	*loss = (float)((float)sum / (float)div);
+out:
+	release(&r);
+	return rc;
+}
+
+int flux_predict(flux_model *m, const flux_input *in, float *pred, titan_err *err)
+{
+	flux_batch bt = {.b = in->b, .li = in->li, .lt = in->lt, .c_img = in->c_img,
+			 .c_txt = in->c_txt, .c_vec = in->c_vec, .x = in->img,
+			 .img_ids = in->img_ids, .txt = in->txt, .txt_ids = in->txt_ids,
+			 .t = in->t, .y = in->y};
+	if (check_batch(m, &bt, 0, err) < 0)
+		return -1;
+	fx_run r = run_of(m, &bt);
+	int rc = -1;
+	if (grab_all(&r, 0, err) < 0 || forward(&r, &bt, err) < 0)
+		goto out;
+	m->be->ops->copy(m->be, pred, r.pred,
+			 sizeof(float) * (size_t)(r.b * r.li * m->c.out_channels), BACKEND_D2H);
+	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;
 out:
 	release(&r);
 	return rc;

@@ -133,19 +133,20 @@ void planner_flux_defaults(plan_flux_job *j, const flux_config *model)
 /* The model's sharded terms and the gathered units. */
 static int model_terms(const plan_flux_job *j, plan_flux_report *r, int mixed, titan_err *e)
 {
-	flux_model *m = flux_model_shapes(j->model, e);
-	if (m == NULL)
+	int np;
+	flux_param *table = flux_param_table(j->model, &np, e);
+	if (table == NULL)
 		return -1;
 	const flux_config *c = j->model;
 	int n_units = 2 + (int)(c->depth + c->depth_single_blocks);
 	uint64_t *unit = calloc((size_t)n_units, sizeof *unit); /* elements per unit */
 	if (unit == NULL) {
-		flux_model_free(m);
+		free(table);
 		return err_set(e, "planner: out of memory");
 	}
 	uint64_t shard = 0, N = (uint64_t)j->dp_shard;
-	for (int i = 0; i < flux_param_count(m); i++) {
-		const flux_param *p = flux_param_at(m, i);
+	for (int i = 0; i < np; i++) {
+		const flux_param *p = &table[i];
 		uint64_t rows = (uint64_t)p->shape[0], cols = p->ndim == 2 ? (uint64_t)p->shape[1] : 1;
 		shard += ceil_div(rows, N) * cols;
 		unit[unit_of(c, p->name)] += (uint64_t)p->numel;
@@ -168,7 +169,7 @@ static int model_terms(const plan_flux_job *j, plan_flux_report *r, int mixed, t
 		r->bytes[PLAN_GATHERED] = 2 * (unit[0] + unit[n_units - 1] + big + next) + 4 * big;
 	}
 	free(unit);
-	flux_model_free(m);
+	free(table);
 	return 0;
 }
 

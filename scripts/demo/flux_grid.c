@@ -64,7 +64,7 @@ static int grid(char **in, int n, int cols, int pad, const char *out, titan_err 
 		rc = image_grid((const uint8_t *const *)imgs, n, w0, h0, cols, pad, pad_colour, &g,
 				&gw, &gh, err);
 	if (rc == 0)
-		rc = image_png_write(out, g, gw, gh, err);
+		rc = image_png_write(out, g, gw, gh, 3, NULL, 0, err);
 	free(g);
 	for (int i = 0; i < n; i++)
 		free(imgs[i]);

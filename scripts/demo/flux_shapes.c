@@ -187,7 +187,7 @@ static int sample(struct archive *a, uint64_t seed, uint64_t i, int size, const 
 	describe(&s, cap, json, sizeof json);
 	uint8_t *png;
 	size_t png_n;
-	if (image_png_encode(rgb, size, size, &png, &png_n, err) != 0)
+	if (image_png_encode(rgb, size, size, 3, NULL, 0, &png, &png_n, err) != 0)
 		return -1;
 	snprintf(name, sizeof name, "%09llu.%s", (unsigned long long)i, ext);
 	int rc = add_member(a, name, png, png_n, err);

@@ -13,6 +13,8 @@
 #include "core/cli.h"
 #include "core/err.h"
 #include "cp/cp.h"
+#include "flux/flux.h"
+#include "fluxtrain/fluxtrain.h"
 #include "gpu/gpu.h"
 #include "mesh/mesh.h"
 #include "metrics/metrics.h"
@@ -72,6 +74,8 @@ static void usage(FILE *out)
 		"                           when it has one, as torchtitan, else the CPU)\n"
 		"  --no-step-graph          compile.enable without capturing the whole step\n"
 		"                           (a CUDA graph): the fused ops only\n"
+		"  --sample                 Flux: images of the inference.prompts_path prompts\n"
+		"                           (0.3.0's infer.py) instead of training\n"
 		"  --dry-run                plan memory and traffic per rank and exit\n"
 		"  --world-size N           ranks to plan for (default: the launcher's)\n"
 		"  --device-memory SIZE     memory per rank, e.g. 80GiB (default: the GPU's,\n"
@@ -358,11 +362,18 @@ static int print_config(const job_config *c)
 		config_print(c, stdout);
 		return TITAN_EXIT_OK;
 	}
-	const model_family *f = model_family_find(c->model.name);
-	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
-	if (a == NULL)
-		return fail(TITAN_EXIT_USAGE, "model.flavor: not a flavor of the family", 0);
-	return tt030_print_config(c, a->vocab_size, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
+	int64_t vocab = 0; /* Flux's MSELoss has no vocabulary */
+	if (strcmp(c->model.name, "flux") == 0) {
+		if (flux_flavor(c->model.flavor) == NULL)
+			return fail(TITAN_EXIT_USAGE, "model.flavor: not a Flux flavor", 0);
+	} else {
+		const model_family *f = model_family_find(c->model.name);
+		const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
+		if (a == NULL)
+			return fail(TITAN_EXIT_USAGE, "model.flavor: not a flavor of the family", 0);
+		vocab = a->vocab_size;
+	}
+	return tt030_print_config(c, vocab, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 }
 
 /* 0.3.0's Decoder.update_from_config: a run's sequence fits the RoPE cache
@@ -382,7 +393,7 @@ static int check_rope_length(const job_config *c, titan_err *err)
 static int run(job_config *c, int nrest, char **rest)
 {
 	titan_err err = {{0}};
-	int threads = 0, backend = TRAINER_BACKEND_AUTO, no_step_graph = 0;
+	int threads = 0, backend = TRAINER_BACKEND_AUTO, no_step_graph = 0, sample = 0;
 	plan_opts po = {0};
 	for (int i = 1; i < nrest; i++) {
 		if (strcmp(rest[i], "--list-keys") == 0) {
@@ -394,6 +405,8 @@ static int run(job_config *c, int nrest, char **rest)
 			return tt030_list_presets(stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 		} else if (strcmp(rest[i], "--list-flavors") == 0) {
 			trainer_list_flavors(stdout);
+			fputc('\n', stdout);
+			flux_print_flavors(stdout);
 			return TITAN_EXIT_OK;
 		} else if (strcmp(rest[i], "--read-events") == 0 && i + 1 < nrest) {
 			if (tb_read_file(rest[i + 1], 1, print_event, NULL, &err) != 0)
@@ -416,6 +429,8 @@ static int run(job_config *c, int nrest, char **rest)
 				return fail(TITAN_EXIT_USAGE, "--backend: expected cpu, cuda or auto", 1);
 		} else if (strcmp(rest[i], "--no-step-graph") == 0) {
 			no_step_graph = 1;
+		} else if (strcmp(rest[i], "--sample") == 0) {
+			sample = 1;
 		} else if (strcmp(rest[i], "--dry-run") == 0) {
 			po.dry_run = 1;
 		} else if (strcmp(rest[i], "--json") == 0) {
@@ -463,8 +478,23 @@ static int run(job_config *c, int nrest, char **rest)
 		comm_finalize(world);
 		return rc;
 	}
-	if (c->job.config_file == NULL && comm_rank(world) == 0)
+	if (c->job.config_file == NULL && !c->follows_030 && comm_rank(world) == 0)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
+	if (sample && strcmp(c->model.name, "flux") != 0) {
+		comm_finalize(world);
+		return fail(TITAN_EXIT_USAGE, "--sample: images come from a Flux model "
+			    "(--module flux)", 1);
+	}
+	if (strcmp(c->model.name, "flux") == 0) { /* its own trainer: lib/fluxtrain */
+		fluxtrain_opts fo = {.threads = threads, .sample = sample};
+		int frc = fluxtrain_run(c, world, &fo, &err);
+		if (frc != 0)
+			fprintf(stderr, "titan-train: %s\n", err.msg);
+		if (frc != 0 && comm_size(world) > 1)
+			comm_abort(world, TITAN_EXIT_FAIL);
+		comm_finalize(world);
+		return frc != 0 ? TITAN_EXIT_FAIL : TITAN_EXIT_OK;
+	}
 	int agreed = 0;
 	int rc = run_ranks(c, world, threads, backend, no_step_graph, &agreed);
 	/* A rank that failed alone may leave the others waiting on it (in a
