@@ -5,6 +5,7 @@
 #   make check-gpu  build and run the GPU tests alone (GPU_CHECK=1: only what they link)
 #   make check-arm64  the aarch64 cross build (CROSS=arm64), its tests under qemu-user
 #   make demo       the whole pipeline on a bundled corpus, on the CPU
+#   make demo-flux  Flux learning to draw captioned shapes, on the CPU
 #   make bench      benchmarks with figures against the reference tools
 #   make asan       the same build with ASan + UBSan (build/asan/); asan-check runs the tests
 #   make install    PREFIX=/usr/local (programs and man pages)

@@ -1,0 +1,112 @@
+#!/bin/sh
+# make demo-flux: Flux (torchtitan 0.3.0's flux-debug) learning to draw
+# coloured shapes from their captions, on the CPU, in minutes, from the
+# repository alone.
+#
+#   data         build/demo/flux_shapes: DEMO_FLUX_N (2048) 64-px images of
+#                a circle, square or triangle in one of five colours, small
+#                or large, at one of nine places, each captioned ("a large red
+#                circle at the top left"), as a cc12m-style webdataset tar
+#   encoders     scripts/demo/flux/{t5,clip}: small T5 and CLIP text encoders
+#                (one layer; d_model 4096 and hidden 768, flux-debug's input
+#                widths) with tokenizers over the captions' words, their
+#                weights drawn by build/demo/flux_encoders (untrained: the
+#                encodings tell captions apart, which is what the flow model
+#                needs)
+#   autoencoder  scripts/demo/flux/ae.safetensors: FLUX's AutoEncoder at
+#                width 32, trained on the shapes (scripts/demo_flux_ae.py)
+#   training     titan-train --module flux --config flux_debugmodel on the
+#                tar, encoding on the fly, DEMO_FLUX_STEPS (200) steps
+#   samples      DEMO_FLUX_PROMPTS (8) held-out prompts (another seed's shapes) drawn by
+#                titan-train --sample before training, in one PNG grid
+#                (build/demo/flux_grid), and the validator's sample after
+#
+# DEMO_DIR (default build/demo-flux) holds everything; it is started afresh.
+set -eu
+D=${DEMO_DIR:-build/demo-flux}
+B=${BIN:-bin}
+DB=${BUILD:-build}/demo
+A=scripts/demo/flux
+N=${DEMO_FLUX_N:-2048}
+STEPS=${DEMO_FLUX_STEPS:-200}
+P=${DEMO_FLUX_PROMPTS:-8}
+start=$(date +%s)
+
+say() { printf '\n== %s\n' "$*" >&2; }
+# grid DIR OUT: the PNGs of DIR in one picture, 8 a row
+grid() { "$DB/flux_grid" --cols 8 -o "$2" "$1"/*.png; }
+
+missing=""
+for p in "$B/titan-train" "$DB/flux_shapes" "$DB/flux_encoders" "$DB/flux_grid"; do
+	[ -x "$p" ] || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "demo-flux: not built:$missing (run make)" >&2
+	exit 1
+fi
+
+rm -rf "$D"
+mkdir -p "$D"
+
+say "1/5 data: $N captioned shapes (build/demo/flux_shapes)"
+"$DB/flux_shapes" -n "$N" --seed 0 -o "$D/shapes.tar"
+"$DB/flux_shapes" -n "$P" --seed 1 -o "$D/prompts.tar"
+mkdir -p "$D/prompts"
+tar -xf "$D/prompts.tar" -C "$D/prompts"
+for f in "$D"/prompts/*.txt; do
+	cat "$f"
+	echo
+done >"$D/prompts.txt"
+"$DB/flux_grid" --cols 8 -o "$D/data.png" "$D"/prompts/*.jpg
+echo "$(wc -c <"$D/shapes.tar") bytes in $D/shapes.tar; $P held-out prompts in $D/prompts.txt, their images in $D/data.png" >&2
+
+say "2/5 encoders: T5 and CLIP with drawn weights, the trained autoencoder"
+cp -r "$A/t5" "$A/clip" "$D/"
+"$DB/flux_encoders" t5 "$D/t5"
+"$DB/flux_encoders" clip "$D/clip"
+ls -l "$D/t5/model.safetensors" "$D/clip/model.safetensors" "$A/ae.safetensors" >&2
+
+# flux_debugmodel on the demo's pieces, float32 (the Flux trainer's CPU
+# precision), the same seed for the samples before training and the run
+flux() {
+	"$B/titan-train" --module flux --config flux_debugmodel \
+		--training.mixed_precision_param float32 --debug.seed 0 \
+		--dataloader.img_size 64 --tokenizer.max_t5_encoding_len 32 \
+		--encoder.t5_encoder "$D/t5" --encoder.clip_encoder "$D/clip" \
+		--encoder.autoencoder_path "$A/ae.safetensors" \
+		--tokenizer.t5_tokenizer_path "$D/t5" --tokenizer.clip_tokenizer_path "$D/clip" \
+		--inference.prompts_path "$D/prompts.txt" --inference.img_size 64 \
+		--inference.local_batch_size "$P" --inference.sampling.denoising_steps 10 "$@"
+}
+
+say "3/5 samples before training: titan-train --sample (the initial weights)"
+flux --sample --dump_folder "$D/start" --inference.save_img_folder samples
+grid "$D/start/samples" "$D/samples-start.png"
+
+say "4/5 training: titan-train --module flux --config flux_debugmodel ($STEPS steps)"
+flux --dataloader.dataset_path "$D/shapes.tar" --training.steps "$STEPS" \
+	--validator.enable --validator.freq "$STEPS" --validator.steps 1 --validator.dataloader.img_size 64 \
+	--validator.dataloader.dataset_path "$D/prompts.tar" --validator.save_img_count 1 \
+	--validator.save_img_folder samples --dump_folder "$D/run"
+
+say "5/5 samples after training"
+# titan-train --sample from the run's last checkpoint lands with the Flux
+# checkpoints in the trainer; until then the end's picture is the validator's
+# sample of the first held-out prompt at the last step.
+if ls "$D/run/samples"/*.png >/dev/null 2>&1; then
+	grid "$D/run/samples" "$D/samples-end.png"
+fi
+# the training lines' losses: the first, and the mean of the last ten
+losses=$(sed -n 's/^{"step":[0-9]*,"loss":\([^,]*\),.*/\1/p' "$D/run/metrics.jsonl")
+first=$(echo "$losses" | head -1)
+last=$(echo "$losses" | tail -10 | awk '{ s += $1; n++ } END { if (n) printf "%.4f", s / n }')
+cat <<EOF2
+
+data              $D/shapes.tar ($N samples); held-out prompts $D/prompts.txt
+their images      $D/data.png
+encoders          $D/t5 $D/clip (drawn), autoencoder $A/ae.safetensors (trained)
+samples (start)   $D/samples-start.png
+run               $D/run (metrics.jsonl), last sample $D/samples-end.png
+loss              ${first:-?} at step 1 -> ${last:-?} (mean of the last 10 steps)
+time              $(($(date +%s) - start)) s
+EOF2
