@@ -22,6 +22,9 @@
 #                (build/demo/flux_grid), and the validator's sample after
 #
 # DEMO_DIR (default build/demo-flux) holds everything; it is started afresh.
+# On 2 cores the defaults take 5 minutes (1.5 s a step): the loss falls from
+# 1.92 to 1.48 (the last ten steps' mean), the samples are coloured specks,
+# not yet shapes; more steps (DEMO_FLUX_STEPS) are what shapes need.
 set -eu
 D=${DEMO_DIR:-build/demo-flux}
 B=${BIN:-bin}
