@@ -26,7 +26,6 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import torchtitan.models.flux as F
-from torchtitan.models.flux.utils import pack_latents  # noqa: F401 (the layout)
 
 B, IMG_TOKENS, TXT_TOKENS = 4, 256, 256
 
