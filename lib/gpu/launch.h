@@ -214,28 +214,28 @@ int launch_softmax_exp(void *e, int te, float *sum, const float *s, int64_t rows
 int launch_div_rows(void *y, int ty, const float *x, const float *sum, int64_t rows, int64_t d,
 		    void *stream);
 
-/* --- the Flux transformer's training ops, float32 (backend.h's ln_mod_fwd ..
- * flow_mse; kernels/flux_train.cu): rows (b * n, d), per-sample vectors ld
- * apart --- */
+/* --- the Flux transformer's training ops, every tensor of gpu_dtype t,
+ * float32 or bf16, the stats float32 (backend.h's ln_mod_fwd .. flow_mse;
+ * kernels/flux_train.cu): rows (b * n, d), per-sample vectors ld apart --- */
 
-int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
-		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
-		      void *stream);
-int launch_ln_mod_bwd(float *dx, float *dshift, float *dscale, const float *dy, const float *x,
-		      const float *stats, const float *scale, int64_t ld, int64_t b, int64_t n,
-		      int64_t d, void *stream);
-int launch_gate_add(float *x, const float *gate, const float *y, int64_t ld, int64_t b,
+int launch_ln_mod_fwd(void *y, float *stats, const void *x, const void *shift,
+		      const void *scale, int t, int64_t ld, int64_t b, int64_t n, int64_t d,
+		      float eps, void *stream);
+int launch_ln_mod_bwd(void *dx, void *dshift, void *dscale, const void *dy, const void *x,
+		      const float *stats, const void *scale, int t, int64_t ld, int64_t b,
+		      int64_t n, int64_t d, void *stream);
+int launch_gate_add(void *x, const void *gate, const void *y, int t, int64_t ld, int64_t b,
 		    int64_t n, int64_t d, void *stream);
-int launch_gate_add_bwd(float *dgate, float *dy, const float *dx, const float *gate,
-			const float *y, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream);
+int launch_gate_add_bwd(void *dgate, void *dy, const void *dx, const void *gate, const void *y,
+			int t, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream);
 /* The activations (n): the forward y = f(x) when dy is NULL, else the
  * backward y = dy f'(x). */
-int launch_gelu_tanh(float *y, const float *x, const float *dy, int64_t n, void *stream);
-int launch_silu(float *y, const float *x, const float *dy, int64_t n, void *stream);
+int launch_gelu_tanh(void *y, const void *x, const void *dy, int t, int64_t n, void *stream);
+int launch_silu(void *y, const void *x, const void *dy, int t, int64_t n, void *stream);
 /* grad (NULL: none) = 2 (pred - (noise - x)) scale; the sum of squares of
  * pred - (noise - x) in double to *sum and n to *count (device), through
  * parts doubles of scratch part. */
-int launch_flow_mse(float *grad, const float *pred, const float *x, const float *noise,
+int launch_flow_mse(void *grad, const void *pred, const void *x, const void *noise, int t,
 		    int64_t n, float scale, double *part, int parts, double *sum, int64_t *count,
 		    void *stream);
 
