@@ -32,7 +32,7 @@ WANT = "0.3.0"
 # The families titan has; their presets are every public function of
 # models/<family>/config_registry.py that returns a Trainer.Config, in source
 # order.
-FAMILIES = ["llama3", "qwen3", "deepseek_v3", "gpt_oss"]
+FAMILIES = ["llama3", "qwen3", "deepseek_v3", "gpt_oss", "flux"]
 
 
 def type_name(t):

@@ -450,6 +450,56 @@ static const cfg_key keys[] = {
 	  "validation batches (-1: all the validation data)"),
 	DATALOADER_KEYS(validation),
 
+	K("flux.t5_encoder", CFG_STR, flux.t5_encoder, "\"\"", NULL, NULL,
+	  "Flux: the T5 text encoder's folder (config.json and safetensors)"),
+	K("flux.clip_encoder", CFG_STR, flux.clip_encoder, "\"\"", NULL, NULL,
+	  "Flux: the CLIP text model's folder (config.json and safetensors)"),
+	K("flux.autoencoder_path", CFG_STR, flux.autoencoder_path,
+	  "\"torchtitan/experiments/flux/assets/autoencoder/ae.safetensors\"", NULL, NULL,
+	  "Flux: the autoencoder's safetensors file"),
+	K("flux.autoencoder_config", CFG_STR, flux.autoencoder_config, "\"\"", NULL, NULL,
+	  "Flux: a JSON file of the autoencoder's AutoEncoder.Config (\"\": FLUX.1's)"),
+	K("flux.t5_tokenizer", CFG_STR, flux.t5_tokenizer, "\"google/t5-v1_1-small\"", NULL, NULL,
+	  "Flux: T5's tokenizer (a tokenizer.json or its folder)"),
+	K("flux.clip_tokenizer", CFG_STR, flux.clip_tokenizer,
+	  "\"openai/clip-vit-large-patch14\"", NULL, NULL,
+	  "Flux: CLIP's tokenizer (a tokenizer.json or its folder)"),
+	K("flux.max_t5_encoding_len", CFG_INT, flux.max_t5_encoding_len, "256", NULL, NULL,
+	  "Flux: T5's token length (captions cut and padded to it)"),
+	K("flux.test_tokenizer", CFG_BOOL, flux.test_tokenizer, "false", NULL, NULL,
+	  "Flux: both encoders take t5_tokenizer's ids with BOS and EOS, padded with 0 "
+	  "(0.3.0's tokenizer.test_mode)"),
+	K("flux.img_size", CFG_INT, flux.img_size, "256", NULL, NULL,
+	  "Flux: training images' side in pixels"),
+	K("flux.prompt_dropout_prob", CFG_FLOAT, flux.prompt_dropout_prob, "0.0", NULL, NULL,
+	  "Flux: probability of replacing each encoder's caption with the empty one"),
+	K("flux.val_img_size", CFG_INT, flux.val_img_size, "256", NULL, NULL,
+	  "Flux: validation images' side in pixels"),
+	K("flux.val_cfg", CFG_BOOL, flux.val_cfg, "false", NULL, NULL,
+	  "Flux: classifier-free guidance when validation samples images"),
+	K("flux.val_cfg_scale", CFG_FLOAT, flux.val_cfg_scale, "5.0", NULL, NULL,
+	  "Flux: validation's guidance scale"),
+	K("flux.val_denoising_steps", CFG_INT, flux.val_denoising_steps, "50", NULL, NULL,
+	  "Flux: validation's denoising steps"),
+	K("flux.val_save_img_count", CFG_INT, flux.val_save_img_count, "1", NULL, NULL,
+	  "Flux: validation images saved per validation (-1: all)"),
+	K("flux.val_save_img_folder", CFG_STR, flux.val_save_img_folder, "\"img\"", NULL, NULL,
+	  "Flux: the folder under the dump folder of validation's images"),
+	K("flux.inference_prompts", CFG_STR, flux.inference_prompts,
+	  "\"./torchtitan/experiments/flux/inference/prompts.txt\"", NULL, NULL,
+	  "Flux: --sample's prompts, one per line"),
+	K("flux.inference_folder", CFG_STR, flux.inference_folder, "\"inference_results\"", NULL,
+	  NULL, "Flux: --sample's image folder under the dump folder"),
+	K("flux.inference_batch", CFG_INT, flux.inference_batch, "2", NULL, NULL,
+	  "Flux: prompts sampled together by --sample"),
+	K("flux.inference_img_size", CFG_INT, flux.inference_img_size, "256", NULL, NULL,
+	  "Flux: --sample's images' side in pixels"),
+	K("flux.inference_cfg", CFG_BOOL, flux.inference_cfg, "false", NULL, NULL,
+	  "Flux: classifier-free guidance in --sample"),
+	K("flux.inference_cfg_scale", CFG_FLOAT, flux.inference_cfg_scale, "5.0", NULL, NULL,
+	  "Flux: --sample's guidance scale"),
+	K("flux.inference_denoising_steps", CFG_INT, flux.inference_denoising_steps, "50", NULL,
+	  NULL, "Flux: --sample's denoising steps"),
 	KOPT("debug.seed", debug.seed, debug.seed_set, "none", "debug.seed",
 	     "seed of the initialisation (none: 0)"),
 	K("debug.deterministic", CFG_BOOL, debug.deterministic, "false", NULL,
@@ -1087,6 +1137,34 @@ static int validate_dataloader(const cfg_dataloader *d, const char *section, tit
 	return 0;
 }
 
+/* Flux's images are whole 2x2 patches of the autoencoder's 8x smaller
+ * latents: sides a multiple of 16. */
+static int validate_flux(const job_config *c, titan_err *err)
+{
+	const struct {
+		const char *key;
+		int64_t v;
+	} side[] = {{"flux.img_size", c->flux.img_size}, {"flux.val_img_size", c->flux.val_img_size},
+		    {"flux.inference_img_size", c->flux.inference_img_size}};
+	for (size_t i = 0; i < sizeof side / sizeof side[0]; i++)
+		if (need(side[i].v >= 16 && side[i].v <= 8192 && side[i].v % 16 == 0, err,
+			 "%s: %lld, expected a multiple of 16 from 16 to 8192 (the autoencoder's 8x "
+			 "latents in 2x2 patches)", side[i].key, (long long)side[i].v))
+			return -1;
+	const double p = c->flux.prompt_dropout_prob;
+	if (need(c->flux.max_t5_encoding_len >= 1 && c->flux.max_t5_encoding_len <= 65536, err,
+		 "flux.max_t5_encoding_len: must be from 1 to 65536") ||
+	    need(p >= 0.0 && p <= 1.0, err, "flux.prompt_dropout_prob: must be from 0 to 1") ||
+	    need(c->flux.val_denoising_steps >= 1 && c->flux.inference_denoising_steps >= 1, err,
+		 "flux.val_denoising_steps, flux.inference_denoising_steps: must be >= 1") ||
+	    need(isfinite(c->flux.val_cfg_scale) && isfinite(c->flux.inference_cfg_scale), err,
+		 "flux.val_cfg_scale, flux.inference_cfg_scale: must be finite") ||
+	    need(c->flux.val_save_img_count >= -1, err, "flux.val_save_img_count: must be >= -1") ||
+	    need(c->flux.inference_batch >= 1, err, "flux.inference_batch: must be >= 1"))
+		return -1;
+	return 0;
+}
+
 int config_validate(const job_config *c, titan_err *err)
 {
 	const __typeof__(c->training) *t = &c->training;
@@ -1147,7 +1225,8 @@ int config_validate(const job_config *c, titan_err *err)
 		 "validation.steps: must be -1 or >= 1") ||
 	    need(c->validation.local_batch_size >= 1, err,
 		 "validation.local_batch_size: must be >= 1") ||
-	    need(c->validation.seq_len >= 2, err, "validation.seq_len: must be >= 2"))
+	    need(c->validation.seq_len >= 2, err, "validation.seq_len: must be >= 2") ||
+	    validate_flux(c, err) != 0)
 		return -1;
 	return 0;
 }

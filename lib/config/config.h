@@ -295,6 +295,31 @@ typedef struct job_config {
 		int64_t steps;
 		cfg_dataloader dataloader;
 	} validation;
+	/* Flux (model.name = "flux"): its encoders, inputs and sampling, as
+	 * torchtitan 0.3.0's FluxTrainer.Config has them (encoder, tokenizer,
+	 * the loader's image size and prompt dropout, validator.sampling,
+	 * inference); titan's own keys, which 0.3.0's paths set. */
+	struct {
+		char *t5_encoder, *clip_encoder; /* folders: config.json and safetensors */
+		char *autoencoder_path;          /* the FLUX ae.safetensors */
+		char *autoencoder_config;        /* JSON of AutoEncoder.Config; "": FLUX.1's */
+		char *t5_tokenizer, *clip_tokenizer;
+		int64_t max_t5_encoding_len;
+		int test_tokenizer;              /* 0.3.0's tokenizer.test_mode */
+		int64_t img_size;
+		double prompt_dropout_prob;
+		int64_t val_img_size;
+		int val_cfg;                     /* validator.sampling */
+		double val_cfg_scale;
+		int64_t val_denoising_steps;
+		int64_t val_save_img_count;
+		char *val_save_img_folder;
+		char *inference_prompts, *inference_folder;
+		int64_t inference_batch, inference_img_size;
+		int inference_cfg;
+		double inference_cfg_scale;
+		int64_t inference_denoising_steps;
+	} flux;
 	struct {
 		int64_t seed;
 		int seed_set;

@@ -136,6 +136,40 @@ static const struct {
 #define FLOAT8_EMULATE "[model]\nconverters = [\"quantize.linear.float8\"]\n"                \
 		       "[quantize.linear.float8]\nemulate = true\n"
 
+/* Flux (models/flux/config_registry.py): FluxTrainer.Config's encoders,
+ * tokenizers, loader, validator and inference in titan's flux.* keys. */
+#define FLUX_COMMON(flavor, hf, t5len)                                                     \
+	MODEL("flux", flavor, hf)                                                           \
+	"[flux]\nt5_tokenizer = \"google/t5-v1_1-xxl\"\n"                                     \
+	"clip_tokenizer = \"openai/clip-vit-large-patch14\"\nmax_t5_encoding_len = " t5len "\n" \
+	"autoencoder_path = \"assets/hf/FLUX.1-dev/ae.safetensors\"\n"                      \
+	"prompt_dropout_prob = 0.447\nval_cfg = true\n" FULL_AC
+#define FLUX_DEBUG                                                                          \
+	FLUX_COMMON("flux-debug", "tests/assets/tokenizer", "256"),                          \
+	"[flux]\nval_denoising_steps = 4\n"                                                   \
+	"inference_prompts = \"./torchtitan/models/flux/inference/prompts.txt\"\n"           \
+	"[lr_scheduler]\nwarmup_steps = 1\ndecay_ratio = 0.0\n"                                \
+	"[training]\nlocal_batch_size = 4\nmax_norm = 2.0\nsteps = 10\n"                      \
+	"dataset = \"cc12m-test\"\n"                                                          \
+	"[metrics]\nlog_freq = 1\n"                                                           \
+	"[checkpoint]\ninterval = 10\nlast_save_model_only = false\n"                         \
+	"[validation]\nfreq = 5\nsteps = 48\ndataset = \"cc12m-test\"\n"
+#define FLUX_BIG(flavor, batch, t5len, valsteps)                                           \
+	FLUX_COMMON(flavor, "./tests/assets/tokenizer", t5len),                              \
+	"[flux]\nval_denoising_steps = 50\nval_save_img_count = 50\n"                         \
+	"[optimizer]\nlr = 1e-4\n"                                                            \
+	"[lr_scheduler]\nwarmup_steps = 3000\ndecay_ratio = 0.0\n"                             \
+	"[training]\nlocal_batch_size = " batch "\nmax_norm = 1.0\nsteps = 30000\n"           \
+	"dataset = \"cc12m-wds\"\n"                                                           \
+	"[metrics]\nlog_freq = 100\n"                                                         \
+	"[checkpoint]\ninterval = 1000\n"                                                     \
+	"[validation]\nfreq = 1000\nsteps = " valsteps "\ndataset = \"coco-validation\"\n"
+#define FLUX_NOTE                                                                           \
+	"titan's Flux trainer: image-caption webdataset tars (dataloader.dataset_path), the " \
+	"encoders and autoencoder from encoder.t5_encoder, encoder.clip_encoder and " \
+	"encoder.autoencoder_path, float32 on one data-parallel rank and bf16 parameters " \
+	"under FSDP as 0.3.0's mixed precision"
+
 #define REFUSE(module, name, why) {module, name, NULL, {NULL}, 0, why, NULL}
 #define NVFP4 "NVFP4 linears (NVFP4LinearConverter, Blackwell only) are not built"
 #define MXFP8 "MXFP8 linears and grouped GEMMs (MXFP8*Converter) are not built"
@@ -283,6 +317,12 @@ static const tt030_preset presets[] = {
 	 "routers: 0.3.0's filter lm_head, router.gate) and Float8 grouped experts "
 	 "(quantize.grouped_mm.float8, fqns experts: torchao's e4m3 rowwise grouped GEMMs); "
 	 "the experts' token groups are not padded to 16 rows (padding rows change no value)"},
+
+	{"flux", "flux_debugmodel", NULL, {FLUX_DEBUG}, 0, NULL, FLUX_NOTE},
+	{"flux", "flux_dev", NULL, {FLUX_BIG("flux-dev", "32", "512", "12")}, 0, NULL, FLUX_NOTE},
+	{"flux", "flux_schnell", NULL, {FLUX_BIG("flux-schnell", "64", "256", "6")}, 0, NULL,
+	 FLUX_NOTE},
+	REFUSE("flux", "flux_schnell_mxfp8", MXFP8),
 
 	{"gpt_oss", "gpt_oss_debugmodel", "debugmodel", {GPT_OSS_DEBUG}, 0, NULL,
 	 "0.3.0's debugmodel is titan's flavor debugmodel_030; varlen attention (sliding "
@@ -449,7 +489,40 @@ static const tt030_path paths[] = {
 	MOVED("validator.dataloader.persistent_workers", "validation.dataloader.persistent_workers"),
 	MOVED("validator.dataloader.pin_memory", "validation.dataloader.pin_memory"),
 	MOVED("validator.dataloader.prefetch_factor", "validation.dataloader.prefetch_factor"),
-	ONLY("validator.dataloader.infinite", "false", "validation reads its split once"),
+	{"validator.dataloader.infinite", NULL, NULL, "the language models' validation reads "
+	 "its split once, Flux's reads validator.steps batches from the start again as often "
+	 "as it needs: either value is accepted", 0},
+	/* Flux's FluxTrainer.Config (flux_* presets) */
+	MOVED("tokenizer.t5_tokenizer_path", "flux.t5_tokenizer"),
+	MOVED("tokenizer.clip_tokenizer_path", "flux.clip_tokenizer"),
+	MOVED("tokenizer.max_t5_encoding_len", "flux.max_t5_encoding_len"),
+	MOVED("tokenizer.test_mode", "flux.test_tokenizer"),
+	MOVED("dataloader.prompt_dropout_prob", "flux.prompt_dropout_prob"),
+	MOVED("dataloader.img_size", "flux.img_size"),
+	ONLY("dataloader.generate_timesteps", "false", "the training loader draws its "
+	     "timesteps; validation's are stratified"),
+	MOVED("encoder.t5_encoder", "flux.t5_encoder"),
+	MOVED("encoder.clip_encoder", "flux.clip_encoder"),
+	MOVED("encoder.autoencoder_path", "flux.autoencoder_path"),
+	ONLY("encoder.random_init", "false", "titan loads the encoders' weights from "
+	     "encoder.t5_encoder, encoder.clip_encoder and encoder.autoencoder_path"),
+	MOVED("validator.dataloader.img_size", "flux.val_img_size"),
+	ONLY("validator.dataloader.prompt_dropout_prob", "0.0", "validation keeps every caption"),
+	ONLY("validator.dataloader.generate_timesteps", "true", "validation's timesteps are "
+	     "stratified over its samples, round-robin"),
+	ONLY("validator.all_timesteps", "false", "validation samples at its own timesteps"),
+	MOVED("validator.save_img_count", "flux.val_save_img_count"),
+	MOVED("validator.save_img_folder", "flux.val_save_img_folder"),
+	MOVED("validator.sampling.enable_classifier_free_guidance", "flux.val_cfg"),
+	MOVED("validator.sampling.classifier_free_guidance_scale", "flux.val_cfg_scale"),
+	MOVED("validator.sampling.denoising_steps", "flux.val_denoising_steps"),
+	MOVED("inference.save_img_folder", "flux.inference_folder"),
+	MOVED("inference.prompts_path", "flux.inference_prompts"),
+	MOVED("inference.local_batch_size", "flux.inference_batch"),
+	MOVED("inference.img_size", "flux.inference_img_size"),
+	MOVED("inference.sampling.enable_classifier_free_guidance", "flux.inference_cfg"),
+	MOVED("inference.sampling.classifier_free_guidance_scale", "flux.inference_cfg_scale"),
+	MOVED("inference.sampling.denoising_steps", "flux.inference_denoising_steps"),
 	SAME("debug.seed"),
 	ONLY("debug.spmd_typechecking", "false", "titan has no spmd_types"),
 	SAME("debug.deterministic"),
@@ -518,6 +591,10 @@ static int value_is(const char *v, const char *only)
 	int want, got;
 	if (config_parse_bool(only, &want) == 0)
 		return config_parse_bool(v, &got) == 0 && got == want;
+	char *ve, *oe;
+	double dv = strtod(v, &ve), dov = strtod(only, &oe);
+	if (*v != '\0' && *ve == '\0' && *only != '\0' && *oe == '\0')
+		return dv == dov; /* numbers by value: 0 is 0.0 */
 	return strcasecmp(v, only) == 0 ||
 	       ((strcmp(only, "{}") == 0 || strcmp(only, "[]") == 0) && *v == '\0');
 }
@@ -927,12 +1004,33 @@ static void json_param_groups(json_out *j, const job_config *c)
 
 /* Whether path belongs to this run's Trainer.Config: the loss's paths of its
  * loss class, the activation checkpointing's of its mode. */
+/* Whether path is FluxTrainer.Config's own (only the flux presets have it). */
+static int flux_only_path(const char *path)
+{
+	static const char *const prefix[] = {"tokenizer.", "encoder.", "inference.",
+					     "validator.sampling.", "validator.save_img_"};
+	static const char *const exact[] = {
+		"dataloader.prompt_dropout_prob", "dataloader.img_size",
+		"dataloader.generate_timesteps", "validator.dataloader.prompt_dropout_prob",
+		"validator.dataloader.img_size", "validator.dataloader.generate_timesteps",
+		"validator.all_timesteps"};
+	for (size_t i = 0; i < sizeof prefix / sizeof prefix[0]; i++)
+		if (strncmp(path, prefix[i], strlen(prefix[i])) == 0)
+			return 1;
+	for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+		if (strcmp(path, exact[i]) == 0)
+			return 1;
+	return 0;
+}
+
 static int path_applies(const job_config *c, const tt030_preset *p, const char *path)
 {
 	const char *mode = c->activation_checkpoint.mode;
-	int none = mode && strcmp(mode, "none") == 0;
+	int none = mode && strcmp(mode, "none") == 0, flux = strcmp(p->module, "flux") == 0;
+	if (flux_only_path(path))
+		return flux;
 	if (strncmp(path, "loss.", 5) == 0)
-		return loss_path_of(p, path);
+		return !flux && loss_path_of(p, path); /* Flux's MSELoss has no fields */
 	if (strcmp(path, "activation_checkpoint") == 0)
 		return none;
 	if (strcmp(path, "activation_checkpoint.force_recompute_mm_shapes_by_fqns") == 0)
@@ -940,6 +1038,22 @@ static int path_applies(const job_config *c, const tt030_preset *p, const char *
 	if (strncmp(path, "activation_checkpoint.", 22) == 0)
 		return !none;
 	return 1;
+}
+
+/* A value a preset writes as an int where the class has a float (0 for 0.0):
+ * its JSON as 0.3.0 prints it, or NULL. */
+static const char *written_as(const tt030_preset *p, const char *path)
+{
+	static const struct {
+		const char *preset, *path, *json;
+	} ints[] = {
+		{"flux_dev", "validator.dataloader.prompt_dropout_prob", "0"},
+		{"flux_schnell", "validator.dataloader.prompt_dropout_prob", "0"},
+	};
+	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+		if (strcmp(p->name, ints[i].preset) == 0 && strcmp(path, ints[i].path) == 0)
+			return ints[i].json;
+	return NULL;
 }
 
 int tt030_print_config(const job_config *c, int64_t vocab, FILE *out)
@@ -964,6 +1078,8 @@ int tt030_print_config(const job_config *c, int64_t vocab, FILE *out)
 		fprintf(out, "\"%s\": ", json_enter(&j, t->path));
 		if (groups)
 			json_param_groups(&j, c);
+		else if (written_as(p, t->path))
+			fputs(written_as(p, t->path), out);
 		else if (t->only)
 			json_only(&j, t->only);
 		else if (strcmp(t->key, "@num_chunks") == 0)

@@ -53,6 +53,7 @@
 #define TITAN_FLUX_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/backend.h"
 #include "core/err.h"
@@ -73,6 +74,12 @@ const flux_config *flux_flavor(const char *name);
 /* 0, or -1 and err naming the field: positive sizes, hidden_size divisible
  * by num_heads, axes_dim even and summing to the head dimension. */
 int flux_config_check(const flux_config *c, titan_err *err);
+/* Flavor i in the table's order, NULL past the end. */
+const flux_config *flux_flavor_at(int i);
+/* The parameters a model of config c has. */
+int64_t flux_config_param_count(const flux_config *c);
+/* --list-flavors' table of the flavors. */
+void flux_print_flavors(FILE *out);
 
 typedef struct flux_model flux_model;
 
@@ -110,6 +117,19 @@ const flux_param *flux_param_at(const flux_model *m, int i);
 const flux_param *flux_param_find(const flux_model *m, const char *name);
 /* Every gradient to zero (the backward accumulates). */
 void flux_zero_grad(flux_model *m);
+/* The backend the model lives on. */
+backend *flux_model_backend(const flux_model *m);
+/* Every weight and every gradient as one flat buffer each (backend memory,
+ * the parameters back to back in flux_param_at's order): what the optimizer
+ * and gradient clipping run over. */
+float *flux_model_weights(flux_model *m);
+float *flux_model_grads(flux_model *m);
+int64_t flux_model_numel(const flux_model *m);
+/* torchtitan 0.3.0's initialisation (models/flux/__init__.py: xavier_uniform_
+ * weights, normal(0, 0.02) for the timestep and vector embedders, zero
+ * modulations, final layer and biases, unit QK norms), drawn from seed with
+ * titan's streams (core/init_fill.h).  0, or -1 and err. */
+int flux_model_init(flux_model *m, uint64_t seed, titan_err *err);
 
 /* One step's inputs, host float32, with the sizes the caller's tensors
  * have (each checked against the model's):
@@ -120,19 +140,52 @@ void flux_zero_grad(flux_model *m);
 typedef struct flux_batch {
 	int64_t b, li, lt, c_img, c_txt, c_vec;
 	const float *x, *noise, *img_ids, *txt, *txt_ids, *t, *y;
+	/* The loss's divisor: every data-parallel rank's latent values together
+	 * (FluxTrainer's global_valid_tokens); 0: this batch's b * li * c_img. */
+	int64_t global_numel;
 } flux_batch;
 
-/* The step: forward on the noisy latent, the loss into *loss, and with
+/* The step: forward on the noisy latent, the loss (this batch's squared
+ * errors over global_numel) into *loss, and with
  * backward set every parameter's gradient ACCUMULATED.  pred, when not NULL,
  * receives the prediction (b, li, out_channels) host float32.  0, or -1 and
  * err (a size of the batch that does not fit the model, no memory). */
 int flux_step(flux_model *m, const flux_batch *in, int backward, float *loss, float *pred,
 	      titan_err *err);
 
+/* FluxModel.Config.get_nparams_and_flops's FLOPs per token at seq_len tokens
+ * (image and text): 6 per parameter, less one stream's per-token weights of
+ * each double block, the modulations amortised over the sequence, plus the
+ * attention's 6 h seq_len per block. */
+double flux_flops_per_token(const flux_config *c, int64_t seq_len);
+
+/* The model's input for a prediction alone (sampling, inference), host
+ * float32, sizes as in flux_batch:
+ *   img (b, li, c_img) the packed latent the model reads as it is (no noise
+ *   mixed in), img_ids (b, li, 3), txt (b, lt, c_txt), txt_ids (b, lt, 3),
+ *   t (b) timesteps, y (b, c_vec). */
+typedef struct flux_input {
+	int64_t b, li, lt, c_img, c_txt, c_vec;
+	const float *img, *img_ids, *txt, *txt_ids, *t, *y;
+} flux_input;
+
+/* FluxModel.forward(img, img_ids, txt, txt_ids, timesteps=t, y) into pred
+ * (b, li, out_channels) host float32: the step's forward without the noise,
+ * the loss or the backward (the gradients are untouched), the numbers of
+ * flux_step's forward.  The blocks share one block's activation buffers
+ * (nothing is kept for a backward), so it holds one block's activations
+ * beside the weights and the streams; they are allocated and freed per call.
+ * 0, or -1 and err (a size that does not fit the model, a NULL input, no
+ * memory). */
+int flux_predict(flux_model *m, const flux_input *in, float *pred, titan_err *err);
+
 /* utils.py's pack_latents: z (b, c, hl, wl) -> (b, (hl/2)(wl/2), 4c), each
  * 2x2 patch's values in (c, ph, pw) order; hl, wl even. */
 void flux_pack_latents(float *out, const float *z, int64_t b, int64_t c, int64_t hl,
 		       int64_t wl);
+/* unpack_latents, pack's inverse: packed (b, (hl/2)(wl/2), 4c) -> z (b, c, hl, wl). */
+void flux_unpack_latents(float *z, const float *packed, int64_t b, int64_t c, int64_t hl,
+			 int64_t wl);
 /* create_position_encoding_for_latents: ids (b, (hl/2)(wl/2), 3) = (0, row,
  * column) of each patch. */
 void flux_latent_ids(float *ids, int64_t b, int64_t hl, int64_t wl);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "flux/flux_priv.h"
+#include "metrics/metrics.h"
 
 /* torchtitan 0.3.0's models/flux/__init__.py: _flux_dev, _flux_schnell (the
  * same numbers) and _flux_debug. */
@@ -29,6 +30,30 @@ const flux_config *flux_flavor(const char *name)
 		if (name != NULL && strcmp(flavors[i].name, name) == 0)
 			return &flavors[i];
 	return NULL;
+}
+
+const flux_config *flux_flavor_at(int i)
+{
+	return i >= 0 && (size_t)i < sizeof flavors / sizeof flavors[0] ? &flavors[i] : NULL;
+}
+
+void flux_print_flavors(FILE *out)
+{
+	fprintf(out, "model.name = \"flux\": FLUX.1's rectified-flow transformer "
+		"(torchtitan 0.3.0's models/flux)\n");
+	fprintf(out, "%-20s %6s %6s %6s %5s %9s %12s %16s\n", "flavor", "hidden", "double",
+		"single", "heads", "mlp_ratio", "axes_dim", "parameters");
+	for (const flux_config *c = flavors; c < flavors + sizeof flavors / sizeof flavors[0];
+	     c++) {
+		char p[48], axes[32];
+		metrics_commas(p, sizeof p, flux_config_param_count(c));
+		snprintf(axes, sizeof axes, "%lld,%lld,%lld", (long long)c->axes_dim[0],
+			 (long long)c->axes_dim[1], (long long)c->axes_dim[2]);
+		fprintf(out, "%-20s %6lld %6lld %6lld %5lld %9.1f %12s %16s\n", c->name,
+			(long long)c->hidden_size, (long long)c->depth,
+			(long long)c->depth_single_blocks, (long long)c->num_heads, c->mlp_ratio, axes,
+			p);
+	}
 }
 
 #define SIZE_MAX_DIM (INT64_C(1) << 20)
@@ -254,6 +279,22 @@ void flux_pack_latents(float *out, const float *z, int64_t b, int64_t c, int64_t
 			}
 }
 
+void flux_unpack_latents(float *z, const float *packed, int64_t b, int64_t c, int64_t hl,
+			 int64_t wl)
+{
+	int64_t h = hl / 2, w = wl / 2;
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t y = 0; y < h; y++)
+			for (int64_t x = 0; x < w; x++) {
+				const float *p = packed + ((i * h + y) * w + x) * c * 4;
+				for (int64_t ch = 0; ch < c; ch++)
+					for (int64_t py = 0; py < 2; py++)
+						for (int64_t px = 0; px < 2; px++)
+							z[((i * c + ch) * hl + 2 * y + py) * wl + 2 * x +
+							  px] = *p++;
+			}
+}
+
 void flux_latent_ids(float *ids, int64_t b, int64_t hl, int64_t wl)
 {
 	int64_t h = hl / 2, w = wl / 2;
@@ -265,4 +306,24 @@ void flux_latent_ids(float *ids, int64_t b, int64_t hl, int64_t wl)
 				o[1] = (float)y;
 				o[2] = (float)x;
 			}
+}
+
+backend *flux_model_backend(const flux_model *m)
+{
+	return m->be;
+}
+
+float *flux_model_weights(flux_model *m)
+{
+	return m->wbuf;
+}
+
+float *flux_model_grads(flux_model *m)
+{
+	return m->gbuf;
+}
+
+int64_t flux_model_numel(const flux_model *m)
+{
+	return m->total;
 }

@@ -203,13 +203,19 @@ static int grab_all(fx_run *r, int backward, titan_err *err)
 	int64_t nacc = b * L * h > b * li * c->out_channels ? b * L * h : b * li * c->out_channels;
 	if (r->t != BE_F32 && grabf(r, &r->acc32, nacc, err))
 		return -1;
+	/* without a backward no block's activations outlive it: the blocks
+	 * share the first one's buffers */
 	for (int64_t k = 0; k < c->depth; k++)
-		if (grab_dstream(r, &r->dbl[k].s[FLUX_IMG], li, err) ||
-		    grab_dstream(r, &r->dbl[k].s[FLUX_TXT], lt, err) ||
-		    grab_attn(r, &r->dbl[k].at, err))
+		if (!backward && k > 0)
+			r->dbl[k] = r->dbl[0];
+		else if (grab_dstream(r, &r->dbl[k].s[FLUX_IMG], li, err) ||
+			 grab_dstream(r, &r->dbl[k].s[FLUX_TXT], lt, err) ||
+			 grab_attn(r, &r->dbl[k].at, err))
 			return -1;
 	for (int64_t k = 0; k < c->depth_single_blocks; k++)
-		if (grab_sblk(r, &r->sgl[k], err))
+		if (!backward && k > 0)
+			r->sgl[k] = r->sgl[0];
+		else if (grab_sblk(r, &r->sgl[k], err))
 			return -1;
 	if (!backward)
 		return 0;
@@ -721,10 +727,12 @@ static void final_bwd(fx_run *r)
 
 /* ---- the step ---- */
 
-static int check_batch(const flux_model *m, const flux_batch *in, titan_err *err)
+/* step: flux_step's batch (noise given, the loss's channels); else
+ * flux_predict's (x the model's input, noise NULL). */
+static int check_batch(const flux_model *m, const flux_batch *in, int step, titan_err *err)
 {
 	const flux_config *c = &m->c;
-	if (in->x == NULL || in->noise == NULL || in->img_ids == NULL || in->txt == NULL ||
+	if (in->x == NULL || (step && in->noise == NULL) || in->img_ids == NULL || in->txt == NULL ||
 	    in->txt_ids == NULL || in->t == NULL || in->y == NULL)
 		return err_set(err, "flux batch: an input is missing (NULL)");
 	const struct {
@@ -755,7 +763,7 @@ static int check_batch(const flux_model *m, const flux_batch *in, titan_err *err
 			return err_set(err, "flux batch: %s: %lld values per row, the model's %s "
 				       "is %lld", dim[i].what, (long long)dim[i].got, dim[i].field,
 				       (long long)dim[i].want);
-	if (c->out_channels != c->in_channels)
+	if (step && c->out_channels != c->in_channels)
 		return err_set(err, "flux: the loss needs out_channels (%lld) = in_channels (%lld)",
 			       (long long)c->out_channels, (long long)c->in_channels);
 	return 0;
@@ -798,7 +806,7 @@ static int upload_host(fx_run *r, const flux_batch *in, titan_err *err)
 	float *noisy = r->host, *temb = noisy + nx, *cs = temb + nt, *ids = cs + ncs;
 	const float *x = in->x, *noise = in->noise;
 	uint16_t *lo = (uint16_t *)(noisy + nf);
-	if (bf) {
+	if (bf && noise != NULL) {
 		float *xr = ids + 3 * r->L, *nr = xr + nx;
 		for (int64_t j = 0; j < nx; j++) {
 			xr[j] = bf16_round(x[j]);
@@ -807,7 +815,10 @@ static int upload_host(fx_run *r, const flux_batch *in, titan_err *err)
 		x = xr;
 		noise = nr;
 	}
-	fx_noisy(noisy, x, noise, in->t, b, r->li, c->in_channels);
+	if (noise != NULL)
+		fx_noisy(noisy, x, noise, in->t, b, r->li, c->in_channels);
+	else /* flux_predict's input as it is */
+		memcpy(noisy, x, sizeof(float) * (size_t)nx);
 	(bf ? fx_timestep_embedding_bf16 : fx_timestep_embedding)(temb, in->t, b, T_DIM);
 	for (int64_t i = 0; i < b; i++) {
 		memcpy(ids, in->txt_ids + i * r->lt * 3, sizeof(float) * 3 * (size_t)r->lt);
@@ -815,8 +826,10 @@ static int upload_host(fx_run *r, const flux_batch *in, titan_err *err)
 		(bf ? fx_rope_table_bf16 : fx_rope_table)(cs + i * r->L * hd, ids, r->L, c->axes_dim,
 							  c->theta);
 	}
-	put(r, r->x, x, lo, nx);
-	put(r, r->noise, noise, lo + nx, nx);
+	if (noise != NULL) {
+		put(r, r->x, x, lo, nx);
+		put(r, r->noise, noise, lo + nx, nx);
+	}
 	put(r, r->noisy, noisy, lo + 2 * nx, nx);
 	put(r, r->temb, temb, lo + 3 * nx, nt);
 	put(r, r->txt_raw, in->txt, lo + 3 * nx + nt, ntxt);
@@ -872,37 +885,71 @@ static void backward(fx_run *r)
 	embed_bwd(r);
 }
 
-int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss, float *pred,
-	      titan_err *err)
+static fx_run run_of(flux_model *m, const flux_batch *in)
 {
-	if (check_batch(m, in, err) < 0)
-		return -1;
-	fx_run r = {.m = m, .be = m->be, .t = m->dt, .es = be_dtype_size(m->dt), .b = in->b, .li = in->li, .lt = in->lt,
-		    .L = in->li + in->lt, .h = m->h, .f = m->f};
+	fx_run r = {.m = m, .be = m->be, .t = m->dt, .es = be_dtype_size(m->dt), .b = in->b,
+		    .li = in->li, .lt = in->lt, .L = in->li + in->lt, .h = m->h, .f = m->f};
 	r.n[FLUX_IMG] = in->li;
 	r.n[FLUX_TXT] = in->lt;
 	r.off[FLUX_IMG] = in->lt;
 	r.off[FLUX_TXT] = 0;
+	return r;
+}
+
+/* The prediction (b * li * out_channels) into host float32 pred. */
+static void download_pred(fx_run *r, float *pred)
+{
+	int64_t npred = r->b * r->li * r->m->c.out_channels;
+	const void *src = r->pred;
+	if (r->t != BE_F32) {
+		r->be->ops->convert(r->be, r->acc32, BE_F32, r->pred, r->t, npred);
+		src = r->acc32;
+	}
+	r->be->ops->copy(r->be, pred, src, sizeof(float) * (size_t)npred, BACKEND_D2H);
+}
+
+int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss, float *pred,
+	      titan_err *err)
+{
+	if (check_batch(m, in, 1, err) < 0)
+		return -1;
+	fx_run r = run_of(m, in);
 	int rc = -1;
 	if (grab_all(&r, backward_on, err) < 0 || refresh_low(&r) < 0 ||
 	    forward(&r, in, err) < 0)
 		goto out;
 	int64_t npred = r.b * r.li * m->c.out_channels, count = 0;
+	int64_t div = in->global_numel > 0 ? in->global_numel : npred;
 	double sum = 0;
 	/* torch: the loss's division's backward hands mse_loss 1/numel in
 	 * float32, which multiplies 2 (pred - target) */
 	m->be->ops->flow_mse(m->be, backward_on ? r.dpred : NULL, r.pred, r.x, r.noise, r.t,
-			     npred, 1.0f / (float)npred, &sum, &count);
-	if (pred != NULL && r.t == BE_F32)
-		m->be->ops->copy(m->be, pred, r.pred, sizeof(float) * (size_t)npred, BACKEND_D2H);
-	else if (pred != NULL) {
-		m->be->ops->convert(m->be, r.acc32, BE_F32, r.pred, r.t, npred);
-		m->be->ops->copy(m->be, pred, r.acc32, sizeof(float) * (size_t)npred, BACKEND_D2H);
-	}
+			     npred, 1.0f / (float)div, &sum, &count);
+	if (pred != NULL)
+		download_pred(&r, pred);
 	if (backward_on)
 		backward(&r);
 	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;
-	*loss = (float)((float)sum / (float)npred);
+	*loss = (float)((float)sum / (float)div);
+out:
+	release(&r);
+	return rc;
+}
+
+int flux_predict(flux_model *m, const flux_input *in, float *pred, titan_err *err)
+{
+	flux_batch bt = {.b = in->b, .li = in->li, .lt = in->lt, .c_img = in->c_img,
+			 .c_txt = in->c_txt, .c_vec = in->c_vec, .x = in->img,
+			 .img_ids = in->img_ids, .txt = in->txt, .txt_ids = in->txt_ids,
+			 .t = in->t, .y = in->y};
+	if (check_batch(m, &bt, 0, err) < 0)
+		return -1;
+	fx_run r = run_of(m, &bt);
+	int rc = -1;
+	if (grab_all(&r, 0, err) < 0 || refresh_low(&r) < 0 || forward(&r, &bt, err) < 0)
+		goto out;
+	download_pred(&r, pred);
+	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;
 out:
 	release(&r);
 	return rc;

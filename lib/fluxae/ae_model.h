@@ -53,6 +53,7 @@ struct flux_ae {
 	void **params;            /* every weight tensor, for freeing */
 	size_t n_params, cap_params;
 	size_t chunk_bytes;       /* flux_ae_set_chunk_bytes */
+	int64_t conv_numel;       /* every convolution's weight and bias values */
 };
 
 #endif

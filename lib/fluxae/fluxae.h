@@ -100,6 +100,11 @@ typedef struct flux_ae flux_ae;
 flux_ae *flux_ae_open(backend *be, const char *safetensors_path, const flux_ae_config *c,
 		      be_dtype dtype, titan_err *err);
 const flux_ae_config *flux_ae_config_of(const flux_ae *m);
+/* The values of every convolution's weight and bias: what building torch's
+ * AutoEncoder draws from the default generator (kaiming_uniform_ weights and
+ * uniform_ biases, one 32-bit draw per float32 value), which torchtitan's
+ * FluxTrainer does after seeding, before its loader's first draw. */
+int64_t flux_ae_conv_numel(const flux_ae *m);
 void flux_ae_free(flux_ae *m);
 /* The most an im2col chunk or a chunk of attention rows (scores, exps and
  * products) may take (default 32 MiB; at least one output pixel or query row

@@ -166,6 +166,7 @@ static int load_conv(loader *ld, ae_conv *cv, const char *prefix, int64_t cin, i
 	char name[256];
 	const int64_t ws[4] = {cout, cin, k, k};
 	*cv = (ae_conv){.cin = cin, .cout = cout, .k = k};
+	ld->m->conv_numel += cout * cin * k * k + cout;
 	snprintf(name, sizeof name, "%s.weight", prefix);
 	if ((cv->w = load(ld, name, 4, ws, err)) == NULL)
 		return -1;
@@ -325,6 +326,7 @@ flux_ae *flux_ae_open(backend *be, const char *safetensors_path, const flux_ae_c
 }
 
 const flux_ae_config *flux_ae_config_of(const flux_ae *m) { return &m->c; }
+int64_t flux_ae_conv_numel(const flux_ae *m) { return m->conv_numel; }
 
 void flux_ae_set_chunk_bytes(flux_ae *m, size_t bytes)
 {

@@ -37,6 +37,11 @@ fluxin_ae *fluxin_ae_open(backend *be, const char *path, const char *config_path
 	return a;
 }
 
+int64_t fluxin_ae_draws(const fluxin_ae *a)
+{
+	return flux_ae_conv_numel(a->m);
+}
+
 int fluxin_ae_encode(fluxin_ae *a, const float *pixels, int64_t b, int64_t n, float *moments,
 		     titan_err *err)
 {

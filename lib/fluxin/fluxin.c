@@ -54,8 +54,9 @@ uint32_t fluxin_crop_offset(int random, uint64_t seed, uint64_t index, uint32_t 
 }
 
 int fluxin_image(const uint8_t *data, size_t size, const char *key, uint64_t index, int n,
-		 int crop_random, uint64_t seed, const image_limits *lim, uint8_t *rgb,
-		 uint32_t *w, uint32_t *h, uint32_t *offset, titan_err *err)
+		 int crop_random, uint64_t seed, const uint32_t *given_offset,
+		 const image_limits *lim, uint8_t *rgb, uint32_t *w, uint32_t *h,
+		 uint32_t *offset, titan_err *err)
 {
 	*w = *h = *offset = 0;
 	if (data == NULL) {
@@ -73,8 +74,14 @@ int fluxin_image(const uint8_t *data, size_t size, const char *key, uint64_t ind
 	int st = FLUXIN_SMALL;
 	if (!image_cc12m_geom_of(im.w, im.h, n, &g)) {
 		err_set(err, "%s: image %dx%d is smaller than %d px on a side", key, im.w, im.h, n);
+	} else if (given_offset && *given_offset >= (uint32_t)g.crop_choices) {
+		err_set(err, "%s: crop offset %u, the image has %d", key, *given_offset,
+			g.crop_choices);
+		st = FLUXIN_BAD_IMAGE;
 	} else {
-		*offset = fluxin_crop_offset(crop_random, seed, index, (uint32_t)g.crop_choices);
+		*offset = given_offset ? *given_offset
+				       : fluxin_crop_offset(crop_random, seed, index,
+							    (uint32_t)g.crop_choices);
 		int rc = image_cc12m_rgb(&im, n, (int)*offset, rgb, err);
 		st = rc == 1 ? FLUXIN_OK : FLUXIN_BAD_IMAGE;
 		if (rc != 1)
@@ -179,14 +186,46 @@ static int grow(fluxin *f, int n, titan_err *err)
 	return 0;
 }
 
+/* 0.3.0's FluxTestTokenizer: the tokenizer's training ids of the text (BOS,
+ * the text, EOS as tok_default_add_bos/eos say), cut to len, padded with 0. */
+static int64_t encode_test(const tok *t, tok_enc *e, const uint8_t *text, size_t n, size_t len,
+			   int32_t *ids, titan_err *err)
+{
+	tok_ids a = {0};
+	int rc = tok_default_add_bos(t) ? tok_ids_push(&a, tok_bos_id(t), err) : 0;
+	if (rc == 0)
+		rc = tok_encode(e, text, n, &a, err);
+	if (rc == 0 && tok_default_add_eos(t))
+		rc = tok_ids_push(&a, tok_eos_id(t), err);
+	if (rc != 0) {
+		tok_ids_free(&a);
+		return -1;
+	}
+	size_t k = a.n < len ? a.n : len;
+	memcpy(ids, a.v, k * sizeof *ids);
+	memset(ids + k, 0, (len - k) * sizeof *ids);
+	tok_ids_free(&a);
+	return (int64_t)k;
+}
+
+/* A caption's fixed-length ids for one encoder: HF's truncation and padding,
+ * or the test tokenizer's. */
+static int64_t encode_ids(const fluxin *f, tok_enc *e, const uint8_t *text, size_t n,
+			  size_t len, int32_t *ids, titan_err *err)
+{
+	if (f->o.test_tokenizer)
+		return encode_test(f->t5_tok, e, text, n, len, ids, err);
+	return tok_encode_fixed(e, text, n, len, ids, NULL, err);
+}
+
 /* The empty string through both encoders: what prompt dropout substitutes. */
 static int encode_empty(fluxin *f, titan_err *err)
 {
 	fluxrec_header *h = &f->h;
-	int64_t t5n = tok_encode_fixed(f->t5_enc[0], (const uint8_t *)"", 0, h->t5_len,
-				       h->empty_t5_ids, NULL, err);
-	int64_t cn = t5n < 0 ? -1 : tok_encode_fixed(f->clip_enc[0], (const uint8_t *)"", 0,
-						     h->clip_len, h->empty_clip_ids, NULL, err);
+	int64_t t5n = encode_ids(f, f->t5_enc[0], (const uint8_t *)"", 0, h->t5_len,
+				 h->empty_t5_ids, err);
+	int64_t cn = t5n < 0 ? -1 : encode_ids(f, f->clip_enc[0], (const uint8_t *)"", 0,
+					       h->clip_len, h->empty_clip_ids, err);
 	if (cn < 0 || grow(f, 1, err) != 0 ||
 	    t5_encoder_forward(f->t5, h->empty_t5_ids, 1, h->t5_len, f->t5_out, err) != 0 ||
 	    clip_text_forward(f->clip, h->empty_clip_ids, 1, h->clip_len, f->clip_out, err) != 0)
@@ -203,9 +242,10 @@ static int open_parts(fluxin *f, titan_err *err)
 	const fluxin_opts *o = &f->o;
 	be_dtype md = o->model_dtype == FLUXREC_BF16 ? BE_BF16 : BE_F32;
 	fluxin_ae_info ai = {0};
+	const char *clip_tok = o->test_tokenizer ? o->t5_tokenizer
+			       : o->clip_tokenizer ? o->clip_tokenizer : o->clip;
 	if (load_tok(o->t5_tokenizer ? o->t5_tokenizer : o->t5, o->tok_cache, &f->t5_tok, err) ||
-	    load_tok(o->clip_tokenizer ? o->clip_tokenizer : o->clip, o->tok_cache, &f->clip_tok,
-		     err))
+	    load_tok(clip_tok ? clip_tok : o->t5, o->tok_cache, &f->clip_tok, err))
 		return -1;
 	f->n_threads = omp_get_max_threads();
 	f->t5_enc = calloc((size_t)f->n_threads, sizeof *f->t5_enc);
@@ -290,6 +330,11 @@ void fluxin_get_times(const fluxin *f, fluxin_times *t)
 	*t = f->times;
 }
 
+int64_t fluxin_ae_init_draws(const fluxin *f)
+{
+	return f->ae ? fluxin_ae_draws(f->ae) : 0;
+}
+
 const fluxrec_header *fluxin_header(const fluxin *f)
 {
 	return &f->h;
@@ -321,15 +366,16 @@ static int prepare(fluxin *f, const fluxin_sample *s, uint8_t *rec, uint8_t *rgb
 		return FLUXIN_BAD_KEY; /* checked above */
 	uint32_t w, hgt, off;
 	int st = fluxin_image(s->image, s->image_bytes, s->key, s->index, (int)h->image_size,
-			      f->o.crop_random, f->o.seed, f->o.image_lim, rgb, &w, &hgt, &off, why);
+			      f->o.crop_random, f->o.seed, s->has_offset ? &s->offset : NULL,
+			      f->o.image_lim, rgb, &w, &hgt, &off, why);
 	if (st != FLUXIN_OK)
 		return st;
 	fluxrec_record_set_image(rec, w, hgt, off);
 	int t = omp_get_thread_num();
-	int64_t t5n = tok_encode_fixed(f->t5_enc[t], s->caption, s->caption_bytes, h->t5_len,
-				       t5_ids, NULL, why);
-	int64_t cn = t5n < 0 ? -1 : tok_encode_fixed(f->clip_enc[t], s->caption, s->caption_bytes,
-						     h->clip_len, clip_ids, NULL, why);
+	int64_t t5n = encode_ids(f, f->t5_enc[t], s->caption, s->caption_bytes, h->t5_len, t5_ids,
+				 why);
+	int64_t cn = t5n < 0 ? -1 : encode_ids(f, f->clip_enc[t], s->caption, s->caption_bytes,
+					       h->clip_len, clip_ids, why);
 	if (cn < 0)
 		return -1; /* the lengths were checked at open: only memory fails here */
 	fluxrec_record_set_tokens(rec, (uint32_t)t5n, (uint32_t)cn);

@@ -56,6 +56,10 @@ typedef struct fluxin_opts {
 	uint32_t model_dtype;          /* FLUXREC_F32 / FLUXREC_BF16: the encoders' numerics */
 	int pixels;                    /* keep the RGB crop (always, without autoencoder) */
 	const char *tok_cache;         /* compiled tokenizer cache folder, or NULL */
+	/* torchtitan 0.3.0's tokenizer.test_mode: both encoders take t5_tokenizer's
+	 * ids as its training streams hold them (BOS, the text, EOS), cut to the
+	 * length and padded with 0; clip_tokenizer is not read. */
+	int test_tokenizer;
 	const image_limits *image_lim; /* NULL: image_default_limits */
 } fluxin_opts;
 
@@ -80,6 +84,9 @@ typedef struct fluxin fluxin;
  * the fluxin.  NULL and err on failure. */
 fluxin *fluxin_open(backend *be, const fluxin_opts *o, titan_err *err);
 void fluxin_free(fluxin *f);
+/* The draws torch makes building the autoencoder (flux_ae_conv_numel), 0
+ * without one. */
+int64_t fluxin_ae_init_draws(const fluxin *f);
 /* The records' header: shapes, identities, the empty string's encodings. */
 const fluxrec_header *fluxin_header(const fluxin *f);
 
@@ -90,6 +97,10 @@ typedef struct fluxin_sample {
 	size_t image_bytes;
 	const uint8_t *caption;     /* UTF-8, not NUL-terminated; NULL: none */
 	size_t caption_bytes;
+	/* The crop offset when the caller drew it (torchtitan's loader draws it
+	 * with torch.randint: image_cc12m_draw); else fluxin_crop_offset's. */
+	int has_offset;
+	uint32_t offset;
 } fluxin_sample;
 
 /* Encode n samples (one batch through the encoders).  records: n *
@@ -114,9 +125,12 @@ uint32_t fluxin_crop_offset(int random, uint64_t seed, uint64_t index, uint32_t 
 
 /* The image step alone: decode, skip or crop into rgb (3, n, n).  Returns a
  * status (FLUXIN_OK, FLUXIN_NO_IMAGE, FLUXIN_BAD_IMAGE, FLUXIN_SMALL; the
- * reason in err, naming key) and fills *w, *h (the decoded size) and *offset. */
+ * reason in err, naming key) and fills *w, *h (the decoded size) and *offset.
+ * With *offset given (a non-NULL given_offset), that offset is the crop's; one
+ * past the image's crop choices is a FLUXIN_BAD_IMAGE. */
 int fluxin_image(const uint8_t *data, size_t size, const char *key, uint64_t index, int n,
-		 int crop_random, uint64_t seed, const image_limits *lim, uint8_t *rgb,
-		 uint32_t *w, uint32_t *h, uint32_t *offset, titan_err *err);
+		 int crop_random, uint64_t seed, const uint32_t *given_offset,
+		 const image_limits *lim, uint8_t *rgb, uint32_t *w, uint32_t *h,
+		 uint32_t *offset, titan_err *err);
 
 #endif

@@ -26,5 +26,7 @@ fluxin_ae *fluxin_ae_open(backend *be, const char *path, const char *config_path
 int fluxin_ae_encode(fluxin_ae *a, const float *pixels, int64_t b, int64_t n, float *moments,
 		     titan_err *err);
 void fluxin_ae_free(fluxin_ae *a);
+/* flux_ae_conv_numel of the autoencoder. */
+int64_t fluxin_ae_draws(const fluxin_ae *a);
 
 #endif

@@ -164,4 +164,26 @@ typedef struct image_cc12m_draws {
 int image_cc12m_draw(torch_rng *g, int w, int h, int n, double dropout_prob,
 		     image_cc12m_draws *d);
 
+/* Writing (the Flux sampler's images, TensorBoard's image summaries). */
+
+/* An 8-bit PNG of px (h, w, channels): channels 1 (L), 2 (LA), 3 (RGB) or 4
+ * (RGBA), through libpng at zlib level 6 (PIL's default compress_level); exif
+ * NULL, or a TIFF block without the "Exif\0\0" prefix stored as an eXIf
+ * chunk, as PIL's save(exif=...) does.  The pixels decode to px; the bytes
+ * need not be PIL's.  *out is allocated (the caller frees it), *out_n its
+ * size. */
+int image_png_encode(const uint8_t *px, int w, int h, int channels, const uint8_t *exif,
+		     size_t exif_n, uint8_t **out, size_t *out_n, titan_err *err);
+/* The same into path: written under a temporary name, fsynced, renamed. */
+int image_png_write(const char *path, const uint8_t *px, int w, int h, int channels,
+		    const uint8_t *exif, size_t exif_n, titan_err *err);
+/* The EXIF block PIL's Image.Exif().tobytes() makes of ASCII tags (n of
+ * them, 1 .. 64, each tag once): "MM" big-endian TIFF, IFD0 at offset 8 with
+ * the entries sorted by tag, type ASCII with the count counting the NUL, the
+ * values longer than 4 bytes after the IFD in entry order, each padded to an
+ * even length.  A value is stored as PIL's write_string does: ASCII, each
+ * other UTF-8 character one '?'.  *out allocated. */
+int image_exif_ascii(const uint16_t *tags, const char *const *values, int n, uint8_t **out,
+		     size_t *out_n, titan_err *err);
+
 #endif

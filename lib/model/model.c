@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/bf16.h"
+#include "core/init_fill.h"
 #include "model/model_priv.h"
 
 /* Append a tensor to the table; slot is its W_* for a layer's tensor, else -1. */
@@ -750,34 +751,8 @@ void model_linear_dw(model *m, void *dw, const void *dy, const void *x, int64_t 
 			   m->prec.grad);
 }
 
-/* Initialisation.  Every tensor is cut into fixed chunks, each drawn from its own
- * stream seeded by (seed, tensor, chunk): the weights do not depend on the
- * number of threads, and a rank can draw its shard alone. */
-#define INIT_CHUNK 65536
-
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1): 53 random bits, never 0. */
-static double uniform01(uint64_t *s)
-{
-	return ((double)(splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double std_normal(uint64_t *s)
-{
-	double u1 = uniform01(s), u2 = uniform01(s);
-	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
-/* normal(0, std) cut to [lo, hi] by rejection (torch.nn.init.trunc_normal_'s
- * distribution; its default cut is +-2 absolute).  lo >= hi: no cut.  With
- * uniform set, uniform(-std, std) instead. */
+/* Initialisation: core/init_fill's chunked streams (the weights do not
+ * depend on the number of threads, and a rank can draw its shard alone). */
 typedef struct init_span {
 	size_t n, first, end; /* the tensor's numel; the elements wanted [first, end) */
 } init_span;
@@ -785,23 +760,7 @@ typedef struct init_span {
 static void fill_random(float *dst, init_span sp, double std, double lo, double hi, int uniform,
 			uint64_t seed, uint64_t tensor)
 {
-	size_t n = sp.n, c0 = sp.first / INIT_CHUNK, c1 = (sp.end + INIT_CHUNK - 1) / INIT_CHUNK;
-#pragma omp parallel for schedule(static)
-	for (size_t c = c0; c < c1; c++) {
-		uint64_t s = seed ^ (tensor * 0xD1B54A32D192ED03ull) ^ (c * 0x8CB92BA72F3D8DD7ull);
-		splitmix64(&s);
-		size_t i1 = (c + 1) * INIT_CHUNK < n ? (c + 1) * INIT_CHUNK : n;
-		for (size_t i = c * INIT_CHUNK; i < i1; i++) {
-			double x;
-			if (uniform)
-				x = std * (2 * uniform01(&s) - 1);
-			else
-				do
-					x = std * std_normal(&s);
-				while (lo < hi && (x < lo || x > hi));
-			dst[i] = (float)x;
-		}
-	}
+	init_fill(dst, sp.n, sp.first, sp.end, std, lo, hi, uniform, seed, tensor);
 }
 
 static void fill_normal(float *dst, init_span sp, double std, double lo, double hi,

@@ -101,15 +101,69 @@ size_t tb_encode_scalar_event(double wall_time, int64_t step, const char *tag, f
 	return n + 4;
 }
 
+/* A varint field's bytes: key, value. */
+static size_t put_field_varint(uint8_t *p, uint8_t key, uint64_t v)
+{
+	p[0] = key;
+	return 1 + put_varint(p + 1, v);
+}
+
+static size_t varint_len(uint64_t v)
+{
+	size_t n = 1;
+	for (; v >= 0x80; v >>= 7)
+		n++;
+	return n;
+}
+
+size_t tb_encode_image_event(double wall_time, int64_t step, const char *tag, int height,
+			     int width, int channels, const uint8_t *png, size_t n, uint8_t *out)
+{
+	size_t tl = strlen(tag);
+	/* Summary.Image: height, width, colorspace (zeros left out), the bytes */
+	uint8_t head[32];
+	size_t hn = 0;
+	if (height != 0)
+		hn += put_field_varint(head + hn, 0x08, (uint64_t)height);
+	if (width != 0)
+		hn += put_field_varint(head + hn, 0x10, (uint64_t)width);
+	if (channels != 0)
+		hn += put_field_varint(head + hn, 0x18, (uint64_t)channels);
+	size_t ilen = hn + (n ? 1 + varint_len(n) + n : 0);
+	size_t vlen = 1 + varint_len(tl) + tl + 1 + varint_len(ilen) + ilen; /* Value */
+	size_t slen = 1 + varint_len(vlen) + vlen;                           /* Summary */
+	size_t k = encode_header(wall_time, step, out);
+	out[k++] = 0x2a; /* Event.summary = 5 */
+	k += put_varint(out + k, slen);
+	out[k++] = 0x0a; /* Summary.value = 1 */
+	k += put_varint(out + k, vlen);
+	out[k++] = 0x0a; /* Value.tag = 1 */
+	k += put_varint(out + k, tl);
+	memcpy(out + k, tag, tl);
+	k += tl;
+	out[k++] = 0x22; /* Value.image = 4 */
+	k += put_varint(out + k, ilen);
+	memcpy(out + k, head, hn);
+	k += hn;
+	if (n) {
+		out[k++] = 0x22; /* Image.encoded_image_string = 4 */
+		k += put_varint(out + k, n);
+		memcpy(out + k, png, n);
+		k += n;
+	}
+	return k;
+}
+
 static int write_record(tb_writer *w, const uint8_t *data, size_t n, titan_err *err)
 {
-	uint8_t buf[1024];
-	if (n + 16 > sizeof buf)
-		return err_set(err, "%s: event too large", w->path);
+	uint8_t small[1024], *buf = n + 16 <= sizeof small ? small : malloc(n + 16);
+	if (buf == NULL)
+		return err_set(err, "%s: out of memory for an event of %zu bytes", w->path, n);
 	size_t m = tb_encode_record(data, n, buf);
-	if (fwrite(buf, 1, m, w->fp) != m)
-		return err_errno(err, "%s: write", w->path);
-	return 0;
+	int rc = fwrite(buf, 1, m, w->fp) != m ? err_errno(err, "%s: write", w->path) : 0;
+	if (buf != small)
+		free(buf);
+	return rc;
 }
 
 int tb_open(tb_writer *w, const char *dir, double wall_time, titan_err *err)
@@ -152,6 +206,27 @@ int tb_add_scalar(tb_writer *w, const char *tag, float value, int64_t step, doub
 	uint8_t ev[300];
 	size_t n = tb_encode_scalar_event(wall_time, step, tag, value, ev);
 	return write_record(w, ev, n, err);
+}
+
+int tb_add_image(tb_writer *w, const char *tag, const uint8_t *png, size_t n, int height,
+		 int width, int channels, int64_t step, double wall_time, titan_err *err)
+{
+	if (strlen(tag) > 200)
+		return err_set(err, "tensorboard tag too long: %s", tag);
+	if (height < 1 || width < 1 || channels < 1 || channels > 4)
+		return err_set(err, "tensorboard image %s: height %d, width %d, channels %d, "
+			       "expected positive sizes and 1 .. 4 channels", tag, height, width,
+			       channels);
+	if (n == 0 || n > TB_MAX_IMAGE)
+		return err_set(err, "tensorboard image %s: %zu bytes, expected 1 .. %u", tag, n,
+			       TB_MAX_IMAGE);
+	uint8_t *ev = malloc(96 + strlen(tag) + n);
+	if (ev == NULL)
+		return err_set(err, "tensorboard image %s: out of memory", tag);
+	size_t m = tb_encode_image_event(wall_time, step, tag, height, width, channels, png, n, ev);
+	int rc = write_record(w, ev, m, err);
+	free(ev);
+	return rc;
 }
 
 int tb_flush(tb_writer *w, titan_err *err)
@@ -231,11 +306,39 @@ typedef struct read_ctx {
 	titan_err *err;
 } read_ctx;
 
-/* Value { tag = 1; simple_value = 2; ... } */
+/* Summary.Image { height = 1; width = 2; colorspace = 3; encoded_image_string = 4 } */
+static int decode_image(pb im, tb_event *ev)
+{
+	int *dims[4] = {NULL, &ev->image_height, &ev->image_width, &ev->image_channels};
+	while (im.p < im.end) {
+		uint64_t key, v;
+		if (pb_varint(&im, &key) != 0)
+			return -1;
+		if (key == 0x08 || key == 0x10 || key == 0x18) {
+			if (pb_varint(&im, &v) != 0)
+				return -1;
+			*dims[key >> 3] = (int)v;
+		} else if (key == 0x22) {
+			pb s;
+			if (pb_sub(&im, &s) != 0)
+				return -1;
+			ev->image = s.p;
+			ev->image_n = (size_t)(s.end - s.p);
+		} else if (pb_skip(&im, (unsigned)(key & 7)) != 0) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Value { tag = 1; simple_value = 2; image = 4; ... } */
 static int decode_value(pb v, tb_event *ev, char *tag, size_t tagcap)
 {
-	int have_value = 0;
+	int have_value = 0, have_image = 0;
 	tag[0] = '\0';
+	ev->image = NULL;
+	ev->image_n = 0;
+	ev->image_height = ev->image_width = ev->image_channels = 0;
 	while (v.p < v.end) {
 		uint64_t key;
 		if (pb_varint(&v, &key) != 0)
@@ -256,11 +359,17 @@ static int decode_value(pb v, tb_event *ev, char *tag, size_t tagcap)
 			memcpy(&ev->value, &bits, 4);
 			v.p += 4;
 			have_value = 1;
+		} else if (key == 0x22) {
+			pb im;
+			if (pb_sub(&v, &im) != 0 || decode_image(im, ev) != 0)
+				return -1;
+			have_image = 1;
 		} else if (pb_skip(&v, (unsigned)(key & 7)) != 0) {
 			return -1;
 		}
 	}
 	ev->tag = have_value ? tag : NULL;
+	ev->image_tag = have_image ? tag : NULL;
 	return 0;
 }
 

@@ -5,8 +5,11 @@
  * data is an Event protobuf (tensorflow/core/util/event.proto): wall_time = 1
  * (double), step = 2 (int64), file_version = 3 (string, "brain.Event:2" in the
  * first record), summary = 5 (Summary: repeated Value value = 1; Value: tag = 1,
- * simple_value = 2 (float)).  Field order and proto3's omission of zero values
- * match what TensorFlow writes, so the bytes are the same as its writer's. */
+ * simple_value = 2 (float), image = 4 (Summary.Image: height = 1, width = 2,
+ * colorspace = 3 (int32s: channels, 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA),
+ * encoded_image_string = 4 (bytes, a PNG)), as torch's SummaryWriter.add_image
+ * makes it).  Field order and proto3's omission of zero values match what
+ * TensorFlow writes, so the bytes are the same as its writer's. */
 #ifndef TITAN_TB_H
 #define TITAN_TB_H
 
@@ -28,6 +31,13 @@ int tb_open(tb_writer *w, const char *dir, double wall_time, titan_err *err);
 /* Append one Event holding one scalar. */
 int tb_add_scalar(tb_writer *w, const char *tag, float value, int64_t step, double wall_time,
 		  titan_err *err);
+/* Append one Event holding one image: png (n bytes, an encoded PNG of
+ * height x width pixels of channels 1 .. 4, e.g. image.h's image_png_encode),
+ * as add_image(tag, img, step) writes it.  The image's size is the caller's
+ * word (not read from the PNG); n at most TB_MAX_IMAGE. */
+#define TB_MAX_IMAGE (64u << 20)
+int tb_add_image(tb_writer *w, const char *tag, const uint8_t *png, size_t n, int height,
+		 int width, int channels, int64_t step, double wall_time, titan_err *err);
 /* Push buffered records to the file so TensorBoard sees them. */
 int tb_flush(tb_writer *w, titan_err *err);
 int tb_close(tb_writer *w, titan_err *err);
@@ -38,15 +48,25 @@ size_t tb_encode_record(const uint8_t *data, size_t n, uint8_t *out);
 size_t tb_encode_version_event(double wall_time, uint8_t *out);
 size_t tb_encode_scalar_event(double wall_time, int64_t step, const char *tag, float value,
 			      uint8_t *out);
+/* out holds 96 + strlen(tag) + n bytes. */
+size_t tb_encode_image_event(double wall_time, int64_t step, const char *tag, int height,
+			     int width, int channels, const uint8_t *png, size_t n, uint8_t *out);
 
-/* One event as read back: at most one scalar value is reported per callback
- * (events with several values produce several callbacks). */
+/* One event as read back: at most one value (a scalar or an image) is
+ * reported per callback (events with several values produce several
+ * callbacks). */
 typedef struct tb_event {
 	double wall_time;
 	int64_t step;
 	const char *file_version; /* NULL unless this is the version record */
 	const char *tag;          /* NULL when the event holds no simple_value */
 	float value;
+	/* an image value: its tag (NULL for any other value), size, channels
+	 * (colorspace) and encoded bytes (valid during the callback) */
+	const char *image_tag;
+	int image_height, image_width, image_channels;
+	const uint8_t *image;
+	size_t image_n;
 	uint64_t offset;          /* of the record in the file */
 } tb_event;
 

@@ -50,8 +50,8 @@ static int is_dir(const char *p)
  * torchtitan's os.path.join does: an absolute sub is used as given (a
  * checkpoint folder on another filesystem), a relative one goes under the
  * dump folder. */
-static int under_dump(const job_config *c, const char *key, const char *sub, char *buf, size_t n,
-		      titan_err *err)
+int trainer_under_dump(const job_config *c, const char *key, const char *sub, char *buf,
+		       size_t n, titan_err *err)
 {
 	int len = sub[0] == '/' ? snprintf(buf, n, "%s", sub)
 				: snprintf(buf, n, "%s/%s", c->job.dump_folder, sub);
@@ -70,7 +70,7 @@ int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err
 				       "titan-shard --out %s)", buf, buf);
 		return 0;
 	}
-	if (under_dump(c, "training.dataset", c->training.dataset, buf, n, err) != 0)
+	if (trainer_under_dump(c, "training.dataset", c->training.dataset, buf, n, err) != 0)
 		return -1;
 	if (!is_dir(buf))
 		return err_set(err, "training.dataset \"%s\": no folder %s; set training.dataset_path "
@@ -982,7 +982,7 @@ static int open_outputs(job *j, titan_err *err)
 	localtime_r(&t, &tm);
 	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
 	char tb[1024];
-	if (under_dump(c, "metrics.save_tb_folder", c->metrics.save_tb_folder, tb, sizeof tb, err) != 0)
+	if (trainer_under_dump(c, "metrics.save_tb_folder", c->metrics.save_tb_folder, tb, sizeof tb, err) != 0)
 		return -1;
 	snprintf(path, sizeof path, "%s/%s%s", tb, stamp, mine);
 	if (tb_open(&j->tb, path, wall_s(), err) != 0)
@@ -1187,7 +1187,7 @@ static int start_profiler(job *j, titan_err *err)
 	if (!c->profiling.enable_profiling)
 		return 0;
 	char dir[1100];
-	if (under_dump(c, "profiling.save_traces_folder", c->profiling.save_traces_folder, dir,
+	if (trainer_under_dump(c, "profiling.save_traces_folder", c->profiling.save_traces_folder, dir,
 		       sizeof dir, err) != 0)
 		return -1;
 	prof_opts o = {.trace_folder = dir, .rank = j->rank, .freq = c->profiling.profile_freq,
@@ -1313,7 +1313,7 @@ static int lock_dump_folder(job *j, titan_err *err)
 int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err)
 {
 	job j = {.c = c, .h = h, .log = h->log ? h->log : stderr, .lock_fd = -1};
-	if (under_dump(c, "checkpoint.folder", c->checkpoint.folder, j.ckpt_dir, sizeof j.ckpt_dir,
+	if (trainer_under_dump(c, "checkpoint.folder", c->checkpoint.folder, j.ckpt_dir, sizeof j.ckpt_dir,
 		       err) != 0)
 		return -1;
 	metrics_log(j.log, "Starting job: %s", c->job.description);

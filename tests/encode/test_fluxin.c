@@ -351,7 +351,7 @@ static void recheck_one(alone *a, const fluxrec_header *h, const fluxrec_view *v
 	uint32_t w, hh, off;
 	int st = fluxin_image(jpg->data, jpg->size, s->key, v->index,
 			      (int)h->image_size, (h->flags & FLUXREC_CROP_RANDOM) != 0, h->seed,
-			      NULL, rgb, &w, &hh, &off, &e);
+			      NULL, NULL, rgb, &w, &hh, &off, &e);
 	bad[2] += st != FLUXIN_OK || off != v->crop_offset || w != v->width || hh != v->height ||
 		  memcmp(rgb, v->pixels, 3ull * h->image_size * h->image_size) != 0;
 done:
@@ -510,7 +510,7 @@ static void hostile_images_are_skipped_naming_the_key(void **state)
 		uint8_t *d = slurp(p, &n);
 		uint32_t w, h, off;
 		titan_err e;
-		int st = fluxin_image(d, n, "key-007", 7, 32, 1, 0, NULL, rgb, &w, &h, &off, &e);
+		int st = fluxin_image(d, n, "key-007", 7, 32, 1, 0, NULL, NULL, rgb, &w, &h, &off, &e);
 		if (st != FLUXIN_BAD_IMAGE || strstr(e.msg, "key-007") == NULL)
 			fail_msg("%s: status %d, \"%s\"", files[i], st, e.msg);
 		free(d);
@@ -525,10 +525,10 @@ static void small_images_are_skipped_as_torchtitan_does(void **state)
 	uint8_t *d = slurp(IMG "jpeg_31x64_s1.jpg", &n), *rgb = malloc(3 * 32 * 32);
 	uint32_t w, h, off;
 	titan_err e;
-	assert_int_equal(fluxin_image(d, n, "k", 0, 32, 0, 0, NULL, rgb, &w, &h, &off, &e),
+	assert_int_equal(fluxin_image(d, n, "k", 0, 32, 0, 0, NULL, NULL, rgb, &w, &h, &off, &e),
 			 FLUXIN_SMALL);
 	assert_non_null(strstr(e.msg, "31x64 is smaller than 32"));
-	assert_int_equal(fluxin_image(d, n, "k", 0, 31, 0, 0, NULL, rgb, &w, &h, &off, &e), FLUXIN_OK);
+	assert_int_equal(fluxin_image(d, n, "k", 0, 31, 0, 0, NULL, NULL, rgb, &w, &h, &off, &e), FLUXIN_OK);
 	assert_int_equal(w, 31);
 	assert_int_equal(h, 64);
 	assert_int_equal(off, (uint32_t)(64 - 31) / 2);
@@ -551,14 +551,14 @@ static void a_batch_keeps_the_good_samples_and_names_the_bad(void **state)
 	longkey[299] = 0;
 	const uint8_t cap[] = "a photo of a cat", bad_utf8[] = "caf\xc3";
 	fluxin_sample s[] = {
-		{"good0", 0, good, ng, cap, sizeof cap - 1},
-		{"noimg", 1, NULL, 0, cap, sizeof cap - 1},
-		{"trunc", 2, trunc, nt, cap, sizeof cap - 1},
-		{"small", 3, small, ns, cap, sizeof cap - 1},
-		{"nocap", 4, good, ng, NULL, 0},
-		{"badcap", 5, good, ng, bad_utf8, 4},
-		{longkey, 6, good, ng, cap, sizeof cap - 1},
-		{"good7", 7, good, ng, (const uint8_t *)"", 0},
+		{"good0", 0, good, ng, cap, sizeof cap - 1, 0, 0},
+		{"noimg", 1, NULL, 0, cap, sizeof cap - 1, 0, 0},
+		{"trunc", 2, trunc, nt, cap, sizeof cap - 1, 0, 0},
+		{"small", 3, small, ns, cap, sizeof cap - 1, 0, 0},
+		{"nocap", 4, good, ng, NULL, 0, 0, 0},
+		{"badcap", 5, good, ng, bad_utf8, 4, 0, 0},
+		{longkey, 6, good, ng, cap, sizeof cap - 1, 0, 0},
+		{"good7", 7, good, ng, (const uint8_t *)"", 0, 0, 0},
 	};
 	int n = (int)(sizeof s / sizeof *s), status[8];
 	const int want[] = {FLUXIN_OK, FLUXIN_NO_IMAGE, FLUXIN_BAD_IMAGE, FLUXIN_SMALL,
@@ -604,8 +604,9 @@ static void records_do_not_depend_on_batching_and_bf16_is_rounded_f32(void **sta
 	uint8_t *a = slurp(IMG "big_jpeg_512x384.jpg", &n1), *b = slurp(IMG "big_png_400x300.png", &n2);
 	const uint8_t c1[] = "Two dogs running on the beach at sunset.",
 		      c2[] = "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ, 東京タワーの夜景";
-	fluxin_sample s[3] = {{"a", 10, a, n1, c1, sizeof c1 - 1}, {"b", 11, b, n2, c2, sizeof c2 - 1},
-			      {"a2", 12, a, n1, c2, sizeof c2 - 1}};
+	fluxin_sample s[3] = {{"a", 10, a, n1, c1, sizeof c1 - 1, 0, 0},
+			      {"b", 11, b, n2, c2, sizeof c2 - 1, 0, 0},
+			      {"a2", 12, a, n1, c2, sizeof c2 - 1, 0, 0}};
 	int st[3];
 	titan_err why[3], e;
 	uint8_t *batch = malloc(3 * h->record_bytes), *one = malloc(h->record_bytes);
@@ -623,7 +624,7 @@ static void records_do_not_depend_on_batching_and_bf16_is_rounded_f32(void **sta
 		uint8_t rgb[3 * 32 * 32];
 		uint32_t w, hh, off;
 		assert_int_equal(fluxin_image(s[i].image, s[i].image_bytes, s[i].key, s[i].index, 32, 1,
-					      7, NULL, rgb, &w, &hh, &off, &e), FLUXIN_OK);
+					      7, NULL, NULL, rgb, &w, &hh, &off, &e), FLUXIN_OK);
 		assert_memory_equal(va.pixels, rgb, sizeof rgb);
 		assert_int_equal(va.crop_offset, off);
 		assert_int_equal(va.width, w);
@@ -676,7 +677,7 @@ static void records_hold_the_autoencoders_moments(void **state)
 		size_t n;
 		uint8_t *img = slurp(IMG "big_jpeg_512x384.jpg", &n);
 		const uint8_t cap[] = "a cat";
-		fluxin_sample s[2] = {{"a", 0, img, n, cap, 5}, {"b", 1, img, n, cap, 5}};
+		fluxin_sample s[2] = {{"a", 0, img, n, cap, 5, 0, 0}, {"b", 1, img, n, cap, 5, 0, 0}};
 		int st[2];
 		titan_err why[2];
 		uint8_t *recs = malloc(2 * h->record_bytes);
@@ -684,7 +685,7 @@ static void records_hold_the_autoencoders_moments(void **state)
 		uint8_t rgb[3 * 32 * 32];
 		float px[3 * 32 * 32], want[8 * 8 * 8];
 		uint32_t w, hh, off;
-		assert_int_equal(fluxin_image(img, n, "b", 1, 32, 0, 0, NULL, rgb, &w, &hh, &off, &e), 0);
+		assert_int_equal(fluxin_image(img, n, "b", 1, 32, 0, 0, NULL, NULL, rgb, &w, &hh, &off, &e), 0);
 		for (size_t k = 0; k < sizeof rgb; k++)
 			px[k] = image_unit(rgb[k]);
 		flux_ae_config c;

@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const wds_field *img = wds_field_get(&s, "jpg");
 		uint32_t iw, ih, off;
 		int st = fluxin_image(img ? img->data : NULL, img ? img->size : 0, s.key, s.index, N,
-				      1, 7, &ilim, rgb, &iw, &ih, &off, &err);
+				      1, 7, NULL, &ilim, rgb, &iw, &ih, &off, &err);
 		if (st < FLUXIN_OK || st >= FLUXIN_N_STATUS)
 			abort();
 		if (st != FLUXIN_OK && strncmp(err.msg, s.key, strlen(s.key)) != 0)

@@ -342,6 +342,53 @@ static int process_file(const char *path, int n, int offset)
 	return rc == 1 ? 0 : rc == 0 ? 3 : 1;
 }
 
+/* image_png_encode's PNGs decode to their pixels in every mode, the EXIF
+ * block travelling with them; sizes and channel counts it cannot write are
+ * refused. */
+static void written_pngs_decode_to_their_pixels(void **state)
+{
+	(void)state;
+	static const image_mode modes[5] = {0, IMAGE_L, IMAGE_LA, IMAGE_RGB, IMAGE_RGBA};
+	const int w = 7, h = 5;
+	uint8_t px[7 * 5 * 4];
+	for (size_t i = 0; i < sizeof px; i++)
+		px[i] = (uint8_t)(i * 37 + 11);
+	uint8_t *exif;
+	size_t exif_n;
+	const uint16_t tag = 0x010E; /* ImageDescription */
+	const char *val = "x";
+	titan_err e;
+	assert_int_equal(image_exif_ascii(&tag, &val, 1, &exif, &exif_n, &e), 0);
+	for (int c = 1; c <= 4; c++) {
+		uint8_t *png;
+		size_t n;
+		if (image_png_encode(px, w, h, c, c == 3 ? exif : NULL, exif_n, &png, &n, &e) < 0)
+			fail_msg("%s", e.msg);
+		image im;
+		if (image_decode(&im, png, n, NULL, &e) < 0)
+			fail_msg("%s", e.msg);
+		assert_int_equal(im.format, IMAGE_PNG);
+		assert_int_equal(im.mode, modes[c]);
+		assert_int_equal(im.w, w);
+		assert_int_equal(im.h, h);
+		assert_memory_equal(im.px, px, (size_t)(w * h * c));
+		image_free(&im);
+		free(png);
+	}
+	free(exif);
+	uint8_t *png;
+	size_t n;
+	assert_int_equal(image_png_encode(px, w, h, 5, NULL, 0, &png, &n, &e), -1);
+	assert_non_null(strstr(e.msg, "5 channels"));
+	assert_int_equal(image_png_encode(px, 0, h, 3, NULL, 0, &png, &n, &e), -1);
+	assert_non_null(strstr(e.msg, "image of 0 x 5"));
+	assert_null(png);
+	const uint16_t twice[2] = {0x010E, 0x010E};
+	const char *vals[2] = {"a", "b"};
+	assert_int_equal(image_exif_ascii(twice, vals, 2, &exif, &exif_n, &e), -1);
+	assert_non_null(strstr(e.msg, "tag 0x010e given twice"));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 5 && strcmp(argv[1], "process") == 0)
@@ -358,6 +405,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(cut_images_never_crash),
 		cmocka_unit_test(limits_are_checked_from_the_header),
 		cmocka_unit_test(exif_orientation_follows_pil),
+		cmocka_unit_test(written_pngs_decode_to_their_pixels),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -205,10 +205,18 @@ static int make_clip(const char *dir, const test_clip_dims *d, titan_err *err)
 
 int test_make_ae(const char *dir, titan_err *err)
 {
+	return test_make_ae_from(dir, TEST_AE_GOLDEN, err);
+}
+
+int test_make_ae_from(const char *dir, const char *golden, titan_err *err)
+{
+	char wpath[4096], cpath[4096];
+	snprintf(wpath, sizeof wpath, "%s/weights.json", golden);
+	snprintf(cpath, sizeof cpath, "%s/config.json", golden);
 	gw_set w;
-	if (gw_load(&w, TEST_AE_GOLDEN "/weights.json", err) != 0)
+	if (gw_load(&w, wpath, err) != 0)
 		return -1;
-	json_t *cfg = tjson_load_file(TEST_AE_GOLDEN "/config.json", 0, err);
+	json_t *cfg = tjson_load_file(cpath, 0, err);
 	tensors t = {0};
 	int rc = cfg ? 0 : -1;
 	for (size_t i = 0; rc == 0 && i < w.n; i++) {

@@ -40,5 +40,7 @@ int test_make_encoders(const char *dir, const test_t5_dims *t5, const test_clip_
  * (golden_weights.h): the very weights test_fluxae runs. */
 #define TEST_AE_GOLDEN "tests/fluxae/golden"
 int test_make_ae(const char *dir, titan_err *err);
+/* The same from another golden folder (its config.json and weights.json). */
+int test_make_ae_from(const char *dir, const char *golden, titan_err *err);
 
 #endif

@@ -33,6 +33,13 @@ int gw_load(gw_set *w, const char *path, titan_err *e);
 float gw_value(const gw_set *w, size_t t, uint64_t j);
 /* Tensor t drawn into dst (numel floats). */
 void gw_fill(const gw_set *w, size_t t, float *dst);
+/* The tensor named name drawn into a new array (the caller frees it); NULL
+ * when there is none or no memory. */
+float *gw_draw(const gw_set *w, const char *name);
 void gw_free(gw_set *w);
+/* The tensors whose names start with prefix, drawn, as a float32 safetensors
+ * file at path named without the prefix (a model's checkpoint among a
+ * golden's other tensors).  0, or -1 and e. */
+int gw_write_st(const gw_set *w, const char *prefix, const char *path, titan_err *e);
 
 #endif

@@ -1,9 +1,17 @@
 #include "testutil.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/err.h"
 
 char test_tmpdir[256];
 
@@ -115,4 +123,13 @@ int test_reset_hwm(void)
 		return -1;
 	int rc = fputs("5", f) < 0;
 	return fclose(f) != 0 || rc ? -1 : 0;
+}
+
+void test_refused(int rc, const titan_err *e, const char *want)
+{
+	assert_int_equal(rc, -1);
+	printf("# %s\n", e->msg);
+	assert_null(strchr(e->msg, '\n'));
+	if (strstr(e->msg, want) == NULL)
+		fail_msg("'%s' does not say '%s'", e->msg, want);
 }

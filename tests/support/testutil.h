@@ -11,6 +11,11 @@ extern char test_tmpdir[256];
 int test_tmpdir_create(void **state);
 int test_tmpdir_remove(void **state);
 
+/* A cmocka assertion that a call was refused with a one-line message: rc is
+ * -1 and e's message (printed as a TAP comment) holds want and no newline. */
+struct titan_err;
+void test_refused(int rc, const struct titan_err *e, const char *want);
+
 /* test_tmpdir "/" name, in a static buffer that the next call overwrites. */
 const char *test_path(const char *name);
 

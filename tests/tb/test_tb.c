@@ -59,12 +59,34 @@ static void scalar_record_matches_tensorflow_bytes(void **state)
 	assert_memory_equal(rec, want, wn);
 }
 
+/* tensorboard 2.21's Event (its protobuf classes and RecordWriter) of
+ * Summary.Value(tag "images/0", image=Summary.Image(height 2, width 3,
+ * colorspace 3, encoded_image_string "\x89PNG\r\n\x1a\nxyz")), wall time
+ * 1.7e9, step 3: the Summary torch's SummaryWriter.add_image writes. */
+static void image_record_matches_tensorboard_bytes(void **state)
+{
+	(void)state;
+	uint8_t want[128], ev[128], rec[160];
+	size_t wn = unhex("2e00000000000000 c5cb57fa 0900000040fc54d94110032a210a1f0a08696d61676573"
+			  "2f302213080210031803220b89504e470d0a1a0a78797a e87e6b0f", want);
+	const uint8_t png[11] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 'x', 'y', 'z'};
+	size_t en = tb_encode_image_event(1.7e9, 3, "images/0", 2, 3, 3, png, sizeof png, ev);
+	size_t rn = tb_encode_record(ev, en, rec);
+	assert_int_equal(rn, wn);
+	assert_memory_equal(rec, want, wn);
+}
+
 typedef struct seen {
 	int n;
 	int versions;
 	char tags[8][64];
 	float values[8];
 	int64_t steps[8];
+	int images;
+	char image_tag[64];
+	int image_dims[3];
+	uint8_t image[4096];
+	size_t image_n;
 } seen;
 
 static int collect(void *ctx, const tb_event *ev, titan_err *err)
@@ -74,6 +96,18 @@ static int collect(void *ctx, const tb_event *ev, titan_err *err)
 	if (ev->file_version != NULL) {
 		assert_string_equal(ev->file_version, "brain.Event:2");
 		s->versions++;
+		return 0;
+	}
+	if (ev->image_tag != NULL) {
+		assert_null(ev->tag);
+		assert_true(ev->image_n <= sizeof s->image);
+		snprintf(s->image_tag, sizeof s->image_tag, "%s", ev->image_tag);
+		s->image_dims[0] = ev->image_height;
+		s->image_dims[1] = ev->image_width;
+		s->image_dims[2] = ev->image_channels;
+		memcpy(s->image, ev->image, ev->image_n);
+		s->image_n = ev->image_n;
+		s->images++;
 		return 0;
 	}
 	assert_non_null(ev->tag);
@@ -114,6 +148,16 @@ static void written_file_reads_back_and_corruption_is_caught(void **state)
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(tb_add_scalar(&w, tags[i], 1.5f * (float)i - 0.25f, 1000 + i,
 					       1.7e9 + i, &err), 0);
+	/* an image of 1500 bytes: a record larger than the scalars' buffer */
+	uint8_t png[1500];
+	for (size_t i = 0; i < sizeof png; i++)
+		png[i] = (uint8_t)(i * 7);
+	assert_int_equal(tb_add_image(&w, "validation/image", png, sizeof png, 64, 48, 3, 1004,
+				      1.7e9 + 4, &err), 0);
+	assert_int_equal(tb_add_image(&w, "x", png, sizeof png, 64, 48, 5, 1, 1.7e9, &err), -1);
+	assert_non_null(strstr(err.msg, "channels 5"));
+	assert_int_equal(tb_add_image(&w, "x", png, 0, 64, 48, 3, 1, 1.7e9, &err), -1);
+	assert_non_null(strstr(err.msg, "0 bytes"));
 	assert_int_equal(tb_close(&w, &err), 0);
 
 	char path[512];
@@ -129,6 +173,13 @@ static void written_file_reads_back_and_corruption_is_caught(void **state)
 		assert_true(s.values[i] == 1.5f * (float)i - 0.25f);
 		assert_int_equal(s.steps[i], 1000 + i);
 	}
+	assert_int_equal(s.images, 1);
+	assert_string_equal(s.image_tag, "validation/image");
+	assert_int_equal(s.image_dims[0], 64);
+	assert_int_equal(s.image_dims[1], 48);
+	assert_int_equal(s.image_dims[2], 3);
+	assert_int_equal(s.image_n, sizeof png);
+	assert_memory_equal(s.image, png, sizeof png);
 
 	/* Flip one bit of the last record's data: its CRC must catch it. */
 	FILE *f = fopen(path, "r+b");
@@ -159,6 +210,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(version_record_matches_tensorflow_bytes),
 		cmocka_unit_test(scalar_record_matches_tensorflow_bytes),
+		cmocka_unit_test(image_record_matches_tensorboard_bytes),
 		cmocka_unit_test(written_file_reads_back_and_corruption_is_caught),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

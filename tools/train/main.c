@@ -13,6 +13,8 @@
 #include "core/cli.h"
 #include "core/err.h"
 #include "cp/cp.h"
+#include "flux/flux.h"
+#include "fluxtrain/fluxtrain.h"
 #include "gpu/gpu.h"
 #include "mesh/mesh.h"
 #include "metrics/metrics.h"
@@ -358,11 +360,18 @@ static int print_config(const job_config *c)
 		config_print(c, stdout);
 		return TITAN_EXIT_OK;
 	}
-	const model_family *f = model_family_find(c->model.name);
-	const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
-	if (a == NULL)
-		return fail(TITAN_EXIT_USAGE, "model.flavor: not a flavor of the family", 0);
-	return tt030_print_config(c, a->vocab_size, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
+	int64_t vocab = 0; /* Flux's MSELoss has no vocabulary */
+	if (strcmp(c->model.name, "flux") == 0) {
+		if (flux_flavor(c->model.flavor) == NULL)
+			return fail(TITAN_EXIT_USAGE, "model.flavor: not a Flux flavor", 0);
+	} else {
+		const model_family *f = model_family_find(c->model.name);
+		const llama_args *a = f != NULL ? model_family_flavor(f, c->model.flavor) : NULL;
+		if (a == NULL)
+			return fail(TITAN_EXIT_USAGE, "model.flavor: not a flavor of the family", 0);
+		vocab = a->vocab_size;
+	}
+	return tt030_print_config(c, vocab, stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 }
 
 /* 0.3.0's Decoder.update_from_config: a run's sequence fits the RoPE cache
@@ -394,6 +403,8 @@ static int run(job_config *c, int nrest, char **rest)
 			return tt030_list_presets(stdout) == 0 ? TITAN_EXIT_OK : TITAN_EXIT_FAIL;
 		} else if (strcmp(rest[i], "--list-flavors") == 0) {
 			trainer_list_flavors(stdout);
+			fputc('\n', stdout);
+			flux_print_flavors(stdout);
 			return TITAN_EXIT_OK;
 		} else if (strcmp(rest[i], "--read-events") == 0 && i + 1 < nrest) {
 			if (tb_read_file(rest[i + 1], 1, print_event, NULL, &err) != 0)
@@ -463,8 +474,18 @@ static int run(job_config *c, int nrest, char **rest)
 		comm_finalize(world);
 		return rc;
 	}
-	if (c->job.config_file == NULL && comm_rank(world) == 0)
+	if (c->job.config_file == NULL && !c->follows_030 && comm_rank(world) == 0)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
+	if (strcmp(c->model.name, "flux") == 0) { /* its own trainer: lib/fluxtrain */
+		fluxtrain_opts fo = {.threads = threads};
+		int frc = fluxtrain_run(c, world, &fo, &err);
+		if (frc != 0)
+			fprintf(stderr, "titan-train: %s\n", err.msg);
+		if (frc != 0 && comm_size(world) > 1)
+			comm_abort(world, TITAN_EXIT_FAIL);
+		comm_finalize(world);
+		return frc != 0 ? TITAN_EXIT_FAIL : TITAN_EXIT_OK;
+	}
 	int agreed = 0;
 	int rc = run_ranks(c, world, threads, backend, no_step_graph, &agreed);
 	/* A rank that failed alone may leave the others waiting on it (in a

@@ -1,0 +1,461 @@
+/* fluxtrain.c: the Flux training loop (fluxtrain.h). */
+#include "fluxtrain/fluxtrain.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "core/afile.h"
+#include "core/progress.h"
+#include "core/torch_rng.h"
+#include "flux/flux.h"
+#include "fluxae/fluxae.h"
+#include "fluxin/fluxin.h"
+#include "fluxrec/fluxrec.h"
+#include "fluxtrain/fluxtrain_priv.h"
+#include "metrics/metrics.h"
+#include "optim/optim.h"
+#include "tb/tb.h"
+#include "trainer/trainer.h"
+
+/* torch's default generator seed (c10's default_rng_seed_val): a one-process
+ * run without debug.seed draws from it. */
+#define TORCH_DEFAULT_SEED 67280421310721ull
+
+typedef struct ft_run {
+	const job_config *c;
+	comm *world;
+	int rank, ranks;
+	backend *be;
+	fluxin *in;
+	const fluxrec_header *h;
+	flux_ae_config ae;
+	flux_model *m;
+	adamw *opt;
+	lr_schedule sched;
+	torch_rng g;
+	ft_loader ld;
+	/* the batch: b samples, li image tokens of ci values, lt text tokens */
+	int64_t b, li, lt, ci, zc, hl, wl;
+	ft_item *items;
+	uint8_t *recs;
+	int *status;
+	titan_err *why;
+	float *txt, *y, *moments, *eps, *z, *noise4, *x, *noise, *img_ids, *txt_ids, *t;
+	metrics_jsonl jl;
+	int jl_open;
+	tb_writer tb;
+	int tb_open;
+	double flops_per_token, peak;
+} ft_run;
+
+/* One line to stderr on rank 0, as the language models' trainer logs. */
+#define LOG0(r, ...)                                  \
+	do {                                          \
+		if ((r)->rank == 0)                   \
+			metrics_log(stderr, __VA_ARGS__); \
+	} while (0)
+
+static int need_path(const char *v, const char *key, const char *key030, titan_err *err)
+{
+	if (v == NULL || v[0] == '\0')
+		return err_set(err, "%s (0.3.0's %s): not set; the Flux trainer needs it", key,
+			       key030);
+	return 0;
+}
+
+/* The autoencoder's config beside its weights: X.json for X.safetensors,
+ * when there is one (a 0.3.0 run takes it from its flavor, which has FLUX.1's
+ * alone); NULL otherwise. */
+static const char *ae_sidecar(const char *weights, char *buf, size_t n)
+{
+	size_t len = strlen(weights), ext = strlen(".safetensors");
+	if (len <= ext || strcmp(weights + len - ext, ".safetensors") != 0 || len - ext + 6 > n)
+		return NULL;
+	snprintf(buf, n, "%.*s.json", (int)(len - ext), weights);
+	return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+static int open_inputs(ft_run *r, titan_err *err)
+{
+	const job_config *c = r->c;
+	if (need_path(c->flux.t5_encoder, "flux.t5_encoder", "encoder.t5_encoder", err) ||
+	    need_path(c->flux.clip_encoder, "flux.clip_encoder", "encoder.clip_encoder", err) ||
+	    need_path(c->flux.autoencoder_path, "flux.autoencoder_path", "encoder.autoencoder_path",
+		      err) ||
+	    need_path(c->training.dataset_path, "training.dataset_path", "dataloader.dataset_path",
+		      err))
+		return -1;
+	char side[4096];
+	const char *aecfg = c->flux.autoencoder_config[0] ? c->flux.autoencoder_config
+			    : ae_sidecar(c->flux.autoencoder_path, side, sizeof side);
+	fluxin_opts o = {
+		.t5 = c->flux.t5_encoder, .clip = c->flux.clip_encoder,
+		.t5_tokenizer = c->flux.t5_tokenizer, .clip_tokenizer = c->flux.clip_tokenizer,
+		.autoencoder = c->flux.autoencoder_path, .ae_config = aecfg,
+		.image_size = (int)c->flux.img_size, .t5_len = (int)c->flux.max_t5_encoding_len,
+		.clip_len = 77, .dtype = FLUXREC_F32, .model_dtype = FLUXREC_F32,
+		.test_tokenizer = c->flux.test_tokenizer,
+	};
+	if ((r->in = fluxin_open(r->be, &o, err)) == NULL)
+		return err_prefix(err, "flux inputs");
+	r->h = fluxin_header(r->in);
+	/* FluxTrainer builds its autoencoder after seeding: torch's init draws */
+	for (int64_t i = fluxin_ae_init_draws(r->in); i > 0; i--)
+		(void)torch_rng_random(&r->g);
+	flux_ae_config_default(&r->ae);
+	if (aecfg && flux_ae_config_read(&r->ae, aecfg, err) != 0)
+		return -1;
+	return 0;
+}
+
+/* The flavor's sizes against the encoders'. */
+static int check_shapes(ft_run *r, const flux_config *fc, titan_err *err)
+{
+	const fluxrec_header *h = r->h;
+	if (fc->context_in_dim != (int64_t)h->t5_dim)
+		return err_set(err, "model.flavor %s: context_in_dim %lld, the T5 encoder's d_model "
+			       "is %u", fc->name, (long long)fc->context_in_dim, h->t5_dim);
+	if (fc->vec_in_dim != (int64_t)h->clip_dim)
+		return err_set(err, "model.flavor %s: vec_in_dim %lld, the CLIP model's hidden size "
+			       "is %u", fc->name, (long long)fc->vec_in_dim, h->clip_dim);
+	if (fc->in_channels != 2 * (int64_t)h->latent_channels)
+		return err_set(err, "model.flavor %s: in_channels %lld, 2x2 patches of the "
+			       "autoencoder's %u latent channels are %u", fc->name,
+			       (long long)fc->in_channels, h->latent_channels / 2,
+			       2 * h->latent_channels);
+	return 0;
+}
+
+static float *floats(int64_t n, int *failed)
+{
+	float *p = calloc((size_t)(n > 0 ? n : 1), sizeof *p);
+	*failed |= p == NULL;
+	return p;
+}
+
+static int alloc_batch(ft_run *r, titan_err *err)
+{
+	const fluxrec_header *h = r->h;
+	r->b = r->c->training.local_batch_size;
+	r->zc = h->latent_channels / 2;
+	r->hl = h->latent_height;
+	r->wl = h->latent_width;
+	r->li = (r->hl / 2) * (r->wl / 2);
+	r->ci = 4 * r->zc;
+	r->lt = h->t5_len;
+	int64_t b = r->b, lat = b * r->zc * r->hl * r->wl;
+	int f = 0;
+	r->items = calloc((size_t)b, sizeof *r->items);
+	r->recs = malloc((size_t)b * h->record_bytes);
+	r->status = calloc((size_t)b, sizeof *r->status);
+	r->why = calloc((size_t)b, sizeof *r->why);
+	f |= !r->items || !r->recs || !r->status || !r->why;
+	r->txt = floats(b * r->lt * h->t5_dim, &f);
+	r->y = floats(b * h->clip_dim, &f);
+	r->moments = floats(2 * lat, &f);
+	r->eps = floats(lat, &f);
+	r->z = floats(lat, &f);
+	r->noise4 = floats(lat, &f);
+	r->x = floats(lat, &f);
+	r->noise = floats(lat, &f);
+	r->img_ids = floats(b * r->li * 3, &f);
+	r->txt_ids = floats(b * r->lt * 3, &f); /* zeros: the trainer's text positions */
+	r->t = floats(b, &f);
+	return f ? err_set(err, "out of memory for a batch of %lld samples", (long long)b) : 0;
+}
+
+static void free_batch(ft_run *r)
+{
+	ft_items_free(r->items, (int)r->b);
+	free(r->recs);
+	free(r->status);
+	free(r->why);
+	float *p[] = {r->txt, r->y, r->moments, r->eps, r->z, r->noise4, r->x, r->noise, r->img_ids,
+		      r->txt_ids, r->t};
+	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+		free(p[i]);
+}
+
+static int open_model(ft_run *r, titan_err *err)
+{
+	const job_config *c = r->c;
+	const flux_config *fc = flux_flavor(c->model.flavor);
+	if (fc == NULL)
+		return err_set(err, "model.flavor %s: not a Flux flavor (flux-debug, flux-schnell, "
+			       "flux-dev)", c->model.flavor);
+	if (check_shapes(r, fc, err) != 0 || (r->m = flux_model_create(r->be, fc, err)) == NULL)
+		return -1;
+	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed : 0;
+	if (flux_model_init(r->m, seed, err) != 0)
+		return -1;
+	adamw_config ac;
+	adamw_config_default(&ac);
+	ac.lr = c->optimizer.lr;
+	ac.beta1 = c->optimizer.beta1;
+	ac.beta2 = c->optimizer.beta2;
+	ac.eps = c->optimizer.eps;
+	ac.weight_decay = c->optimizer.weight_decay;
+	if ((r->opt = adamw_create(r->be, (size_t)flux_model_numel(r->m), &ac, err)) == NULL)
+		return -1;
+	const char *dt = c->lr_scheduler.decay_type;
+	return lr_schedule_init(&r->sched, c->training.steps, c->lr_scheduler.warmup_steps,
+				isnan(c->lr_scheduler.decay_ratio) ? -1.0 : c->lr_scheduler.decay_ratio,
+				dt, c->lr_scheduler.min_lr_factor, err);
+}
+
+/* The batch's encodings, a dropped prompt's replaced by the empty caption's. */
+static int gather(ft_run *r, titan_err *err)
+{
+	const fluxrec_header *h = r->h;
+	size_t nt = (size_t)r->lt * h->t5_dim, lat2 = (size_t)2 * r->zc * r->hl * r->wl;
+	for (int64_t i = 0; i < r->b; i++) {
+		fluxrec_view v;
+		if (r->status[i] != FLUXIN_OK) {
+			*err = r->why[i];
+			return err_prefix(err, "flux inputs");
+		}
+		if (fluxrec_record_view(h, r->recs + (size_t)i * h->record_bytes, &v, "batch",
+					err) != 0)
+			return -1;
+		memcpy(r->txt + i * nt, r->items[i].t5_dropped ? h->empty_t5 : v.t5,
+		       nt * sizeof(float));
+		memcpy(r->y + i * h->clip_dim, r->items[i].clip_dropped ? h->empty_clip : v.clip,
+		       h->clip_dim * sizeof(float));
+		memcpy(r->moments + i * lat2, v.moments, lat2 * sizeof(float));
+	}
+	return 0;
+}
+
+/* A batch from the loader through the encoders, then the step's own draws in
+ * FluxTrainer's order: the posterior's eps, the noise, the timesteps. */
+static int make_batch(ft_run *r, titan_err *err)
+{
+	int b = (int)r->b;
+	if (ft_loader_batch(&r->ld, &r->g, b, r->items, err) != 0)
+		return -1;
+	fluxin_sample *s = calloc((size_t)b, sizeof *s);
+	if (s == NULL)
+		return err_set(err, "out of memory");
+	for (int i = 0; i < b; i++) {
+		ft_item *it = &r->items[i];
+		s[i] = (fluxin_sample){.key = it->key, .index = it->index, .image = it->image,
+				       .image_bytes = it->image_bytes, .caption = it->caption,
+				       .caption_bytes = it->caption_bytes, .has_offset = 1,
+				       .offset = it->offset};
+	}
+	int rc = fluxin_encode(r->in, s, b, r->recs, r->status, r->why, err);
+	free(s);
+	if (rc != 0 || gather(r, err) != 0)
+		return -1;
+	size_t lat = (size_t)r->b * r->zc * r->hl * r->wl;
+	torch_rng_randn_f32(&r->g, r->eps, lat);
+	flux_ae_sample(&r->ae, 0, r->moments, r->eps, r->b, r->hl, r->wl, r->z);
+	torch_rng_randn_f32(&r->g, r->noise4, lat);
+	torch_rng_rand_f32(&r->g, r->t, (size_t)r->b);
+	flux_pack_latents(r->x, r->z, r->b, r->zc, r->hl, r->wl);
+	flux_pack_latents(r->noise, r->noise4, r->b, r->zc, r->hl, r->wl);
+	flux_latent_ids(r->img_ids, r->b, r->hl, r->wl);
+	return 0;
+}
+
+/* Sum of a double over the ranks (max with want_max). */
+static int reduce_double(ft_run *r, double *v, int want_max, titan_err *err)
+{
+	if (r->ranks == 1)
+		return 0;
+	return comm_all_reduce(r->world, v, v, 1, COMM_F64, want_max ? COMM_MAX : COMM_SUM, err);
+}
+
+typedef struct ft_step_out {
+	double loss, max_loss, grad_norm, lr;
+} ft_step_out;
+
+static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
+{
+	const job_config *c = r->c;
+	if (make_batch(r, err) != 0)
+		return -1;
+	int64_t numel = r->b * r->li * r->ci;
+	flux_batch in = {.b = r->b, .li = r->li, .lt = r->lt, .c_img = r->ci,
+			 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
+			 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
+			 .txt_ids = r->txt_ids, .t = r->t, .y = r->y,
+			 .global_numel = numel * r->ranks};
+	float loss;
+	flux_zero_grad(r->m);
+	if (flux_step(r->m, &in, 1, &loss, NULL, err) != 0)
+		return -1;
+	float *g = flux_model_grads(r->m), *w = flux_model_weights(r->m);
+	size_t n = (size_t)flux_model_numel(r->m);
+	/* FSDP's reduce (float32, summed: 0.3.0 turns FSDP's division off) */
+	if (r->ranks > 1 && (r->be->ops->sync(r->be, err) != 0 ||
+			     comm_all_reduce(r->world, g, g, n, COMM_F32, COMM_SUM, err) != 0))
+		return -1;
+	o->grad_norm = grad_clip_norm(r->be, g, n, c->training.max_norm);
+	o->lr = c->optimizer.lr * lr_schedule_factor(&r->sched, step - 1);
+	adamw_step(r->opt, w, g, o->lr);
+	if (r->be->ops->sync(r->be, err) != 0)
+		return -1;
+	o->loss = o->max_loss = loss;
+	if (reduce_double(r, &o->loss, 0, err) != 0 || reduce_double(r, &o->max_loss, 1, err) != 0)
+		return -1;
+	return 0;
+}
+
+/* Seconds since the epoch: TensorBoard's wall_time. */
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int open_metrics(ft_run *r, titan_err *err)
+{
+	const char *dir = r->c->job.dump_folder;
+	if (r->rank != 0)
+		return 0;
+	if (mkdir_p(dir, err) != 0)
+		return -1;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	if (metrics_jsonl_open(&r->jl, path, err) != 0)
+		return -1;
+	r->jl_open = 1;
+	if (!r->c->metrics.enable_tensorboard)
+		return 0;
+	char stamp[32], tb[2048];
+	time_t t = time(NULL);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
+	if (trainer_under_dump(r->c, "metrics.save_tb_folder", r->c->metrics.save_tb_folder, tb,
+			       sizeof tb, err) != 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/%s", tb, stamp);
+	if (tb_open(&r->tb, path, wall_s(), err) != 0)
+		return -1;
+	r->tb_open = 1;
+	LOG0(r, "TensorBoard logging enabled. Logs will be saved at %s", path);
+	return 0;
+}
+
+static int tb_scalars(ft_run *r, int64_t step, const ft_step_out *o, const metrics_step *s,
+		      titan_err *err)
+{
+	const struct {
+		const char *tag;
+		double v;
+	} sc[] = {{"loss_metrics/global_avg_loss", o->loss}, {"loss_metrics/global_max_loss", o->max_loss},
+		  {"grad_norm", o->grad_norm}, {"lr", o->lr}, {"throughput(tps)", s->tps},
+		  {"tflops", s->tflops}, {"mfu(%)", s->mfu},
+		  {"memory/max_reserved(GiB)", s->mem_gib}};
+	for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+		if (tb_add_scalar(&r->tb, sc[i].tag, (float)sc[i].v, step, wall_s(), err) != 0)
+			return -1;
+	return tb_flush(&r->tb, err);
+}
+
+static int log_step(ft_run *r, int64_t step, const ft_step_out *o, double dt, int64_t tokens,
+		    titan_err *err)
+{
+	if (r->rank != 0)
+		return 0;
+	metrics_step s = {.step = step, .loss = o->loss, .grad_norm = o->grad_norm};
+	metrics_cpu_memory(&s.mem_gib, &s.mem_pct);
+	double per_rank = (double)tokens / r->ranks;
+	s.tps = dt > 0 ? per_rank / dt : 0;
+	double flops = r->flops_per_token * per_rank;
+	metrics_set_rates(&s, flops, flops, dt, r->peak);
+	char line[512];
+	metrics_format_line(line, sizeof line, &s, metrics_use_color(2, r->c->metrics.disable_color_printing));
+	metrics_log(stderr, "%s", line);
+	if (r->tb_open && tb_scalars(r, step, o, &s, err) != 0)
+		return -1;
+	return metrics_jsonl_step(&r->jl, &s, o->lr, tokens * step, dt, err);
+}
+
+static int train(ft_run *r, titan_err *err)
+{
+	const job_config *c = r->c;
+	int64_t tokens = r->b * (r->li + r->lt) * r->ranks; /* 0.3.0's seq_len per sample */
+	double t0 = progress_now();
+	for (int64_t step = 1; step <= c->training.steps; step++) {
+		ft_step_out o;
+		if (train_step(r, step, &o, err) != 0)
+			return err_prefix(err, "step %lld", (long long)step);
+		if (!isfinite(o.loss))
+			return err_set(err, "step %lld: the loss is %g", (long long)step, o.loss);
+		double t1 = progress_now();
+		if ((step % c->metrics.log_freq == 0 || step == 1) &&
+		    log_step(r, step, &o, t1 - t0, tokens, err) != 0)
+			return -1;
+		t0 = t1;
+	}
+	return 0;
+}
+
+static int check_supported(const job_config *c, titan_err *err)
+{
+	if (strcmp(c->training.mixed_precision_param, "float32") != 0)
+		return err_set(err, "training.mixed_precision_param %s: the Flux trainer computes "
+			       "in float32 (0.3.0's FSDP mixed precision in bfloat16 is not built "
+			       "yet): pass --training.mixed_precision_param float32",
+			       c->training.mixed_precision_param);
+	if (c->parallelism.tensor_parallel_degree > 1 || c->parallelism.pipeline_parallel_degree > 1 ||
+	    c->parallelism.context_parallel_degree > 1 || c->parallelism.expert_parallel_degree > 1)
+		return err_set(err, "parallelism: the Flux trainer has data parallelism only "
+			       "(0.3.0's flux has no tensor, pipeline or expert parallelism; its "
+			       "context parallelism is not built)");
+	if (c->training.global_batch_size > 0 &&
+	    c->training.global_batch_size != c->training.local_batch_size)
+		return err_set(err, "training.global_batch_size: FLUX has no gradient accumulation "
+			       "(0.3.0 refuses it too)");
+	return 0;
+}
+
+static void close_run(ft_run *r)
+{
+	if (r->jl_open)
+		metrics_jsonl_close(&r->jl, NULL);
+	if (r->tb_open)
+		tb_close(&r->tb, NULL);
+	ft_loader_close(&r->ld);
+	free_batch(r);
+	adamw_free(r->opt);
+	flux_model_free(r->m);
+	fluxin_free(r->in);
+	if (r->be)
+		backend_free(r->be);
+}
+
+int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, titan_err *err)
+{
+	ft_run r = {.c = c, .world = world, .rank = comm_rank(world), .ranks = comm_size(world)};
+	if (check_supported(c, err) != 0)
+		return -1;
+	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed
+			: r.ranks == 1 ? TORCH_DEFAULT_SEED : 0;
+	torch_rng_seed(&r.g, seed + (uint64_t)r.rank, TORCH_NORMAL_AVX2);
+	int rc = -1;
+	if ((r.be = backend_cpu_create(o->threads, err)) == NULL || open_inputs(&r, err) != 0 ||
+	    alloc_batch(&r, err) != 0 || open_model(&r, err) != 0 ||
+	    ft_loader_open(&r.ld, c->training.dataset_path, (int)c->flux.img_size,
+			   c->flux.prompt_dropout_prob, r.rank, r.ranks, err) != 0 ||
+	    open_metrics(&r, err) != 0)
+		goto out;
+	r.flops_per_token = flux_flops_per_token(flux_model_config(r.m), r.li + r.lt);
+	r.peak = metrics_matmul_peak_flops(r.be, BE_F32);
+	LOG0(&r, "Flux %s: %lld parameters, %lld image + %lld text tokens per sample, local "
+	     "batch %lld on %d rank(s)", c->model.flavor, (long long)flux_model_numel(r.m),
+	     (long long)r.li, (long long)r.lt, (long long)r.b, r.ranks);
+	rc = train(&r, err);
+out:
+	close_run(&r);
+	return rc;
+}
