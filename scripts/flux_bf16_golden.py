@@ -40,7 +40,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flux_model_golden import OUT as F32_OUT, draw, splitmix  # noqa: E402
+from flux_model_golden import OUT as F32_OUT, draw, sample_grads  # noqa: E402
 
 from torchtitan.models.flux import flux_configs  # noqa: E402
 
@@ -63,22 +63,8 @@ def step(model, dtype, io, inputs):
     loss = torch.nn.functional.mse_loss(pred.float(), target.float(), reduction="sum")
     loss = loss / torch.tensor(target.numel(), dtype=torch.float32)
     loss.backward()
-    grads = [p.grad.float() for p in model.parameters()]
+    grads = [p.grad for p in model.parameters()]
     return pred.detach().float(), loss.detach().reshape(1), grads
-
-
-def sample(grads, sseed, n):
-    samples = np.zeros((len(grads), n), dtype=np.float32)
-    sumsq = np.zeros(len(grads), dtype=np.float64)
-    for t, g in enumerate(grads):
-        g = g.reshape(-1).numpy()
-        if g.size <= n:
-            samples[t, :g.size] = g
-        else:
-            idx = (splitmix(sseed, t, n) % np.uint64(g.size)).astype(np.int64)
-            samples[t] = g[idx]
-        sumsq[t] = np.sum(g.astype(np.float64) ** 2)
-    return torch.from_numpy(samples), torch.from_numpy(sumsq)
 
 
 def main():
@@ -98,9 +84,10 @@ def main():
     out = {}
     for sfx, mdl, dt in (("", model_bf, torch.bfloat16), ("_f32", model, torch.float32)):
         pred, loss, grads = step(mdl, dt, io, inputs)
-        gs, gq = sample(grads, man["sample_seed"], man["samples"])
+        gs, gq = sample_grads(grads)
         out.update({"pred" + sfx: pred.contiguous(), "loss" + sfx: loss,
-                    "grad_samples" + sfx: gs, "grad_sumsq" + sfx: gq})
+                    "grad_samples" + sfx: torch.from_numpy(gs),
+                    "grad_sumsq" + sfx: torch.from_numpy(gq)})
         print(f"{dt}: loss {loss.item():.9g}")
     os.makedirs(OUT, exist_ok=True)
     save_file(out, os.path.join(OUT, "io.safetensors"))

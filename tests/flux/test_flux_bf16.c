@@ -75,14 +75,10 @@ static int teardown(void **state)
 
 static float *drawn(const char *name)
 {
-	for (size_t t = 0; t < gw.n; t++)
-		if (strcmp(gw.t[t].name, name) == 0) {
-			float *v = malloc(sizeof(float) * (size_t)gw.t[t].numel);
-			gw_fill(&gw, t, v);
-			return v;
-		}
-	fail_msg("weights.json: no tensor '%s'", name);
-	return NULL;
+	float *v = gw_draw(&gw, name);
+	if (v == NULL)
+		fail_msg("weights.json: no tensor '%s'", name);
+	return v;
 }
 
 static const void *tensor(const st_file *f, const char *file, const char *name, ptz_dtype dt,
