@@ -973,6 +973,14 @@ static void cuda_bias_add(backend *be, void *y, be_dtype yt, const void *bias, b
 		      "bias_add");
 }
 
+static void cuda_bias_grad(backend *be, void *dbias, be_dtype bt, const void *dy, be_dtype dyt,
+			   int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
+{
+	if (types_ok(be, "bias_grad", 2, bt, dyt))
+		check(be, launch_bias_grad(dbias, bt, dy, dyt, rows, d, groups, offs, st(be)->stream),
+		      "bias_grad");
+}
+
 static void cuda_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,
 			      const void *bias, be_dtype t, int64_t b, int64_t l, int64_t h,
 			      int64_t dk)
@@ -1190,6 +1198,7 @@ static const backend_ops cuda_ops = {
 	.clip_factor = cuda_clip_factor,
 	.adamw_multi = cuda_adamw_multi,
 	.bias_add = cuda_bias_add,
+	.bias_grad = cuda_bias_grad,
 	.t5_attention = cuda_t5_attention,
 	.geglu_fwd = cuda_geglu_fwd,
 	.swish = cuda_swish,

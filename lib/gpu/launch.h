@@ -170,6 +170,11 @@ int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int6
  * and the rest left alone; the bias rounded to y's type before the add. */
 int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_t rows, int64_t d,
 		    int64_t groups, const int32_t *offs, void *stream);
+/* backend.h's bias_grad: dbias (d) or (groups, d) of type tb += the column
+ * sums of dy (rows, d) of type ty over each group's rows (offs as in
+ * bias_add), in row order in double. */
+int launch_bias_grad(void *dbias, int tb, const void *dy, int ty, int64_t rows, int64_t d,
+		     int64_t groups, const int32_t *offs, void *stream);
 /* backend.h's conv_bias: y (n, c, hw) = b[ch], both of type t. */
 int launch_conv_bias(void *y, const void *b, int t, int64_t n, int64_t c, int64_t hw,
 		     void *stream);

@@ -385,6 +385,14 @@ int launch_flow_mse(void *grad, const void *pred, const void *x, const void *noi
 	return NO_DEVICE;
 }
 
+int launch_bias_grad(void *dbias, int tb, const void *dy, int ty, int64_t rows, int64_t d,
+		     int64_t groups, const int32_t *offs, void *stream)
+{
+	(void)dbias, (void)tb, (void)dy, (void)ty, (void)rows, (void)d, (void)groups, (void)offs;
+	(void)stream;
+	return NO_DEVICE;
+}
+
 int launch_conv_bias(void *y, const void *b, int t, int64_t n, int64_t c, int64_t hw,
 		     void *stream)
 {
