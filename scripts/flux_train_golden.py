@@ -19,6 +19,10 @@ replicated below): 0.3.0's distributions, titan's draws.  Everything else is
 noise and timesteps, MSELoss, clip_grad_norm_, AdamW and the schedule.
 
 Writes tests/fluxtrain/golden/flux_debugmodel.tsv: step, loss, grad_norm, lr.
+With --validate, flux_debugmodel's validator on as well (every 5 steps, 2
+batches of the same shard, one image sampled with guidance 5.0 in 4 steps):
+flux_debugmodel_val.tsv, its validation losses as "val STEP LOSS" lines, and
+the images it saves, tests/fluxtrain/golden/val/image_rank0_{5,10}.png.
 Under torchrun --nproc_per_node 2 (gloo on the CPU) the same run under FSDP 2
 (each rank its own seed, 7 + rank, and every other sample) writes
 flux_debugmodel_fsdp2.tsv.
@@ -29,6 +33,7 @@ Run from the repository root after `make build/tests/fluxtrain/test_fluxtrain`:
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +76,7 @@ from torchtitan.models.flux.model.autoencoder import AutoEncoder  # noqa: E402
 GOLD = "tests/fluxtrain/golden"
 FIX = os.environ.get("TITAN_FIXTURES", "../shared/fixtures")
 SEED, STEPS, IMG, T5LEN = 7, 10, 64, 16
+VALIDATE = "--validate" in sys.argv
 AE = dict(resolution=IMG, in_channels=3, ch=32, out_ch=3, ch_mult=[1, 1, 1, 1],
           num_res_blocks=1, z_channels=16, scale_factor=0.3611, shift_factor=0.1159)
 CHUNK = 65536
@@ -171,14 +177,18 @@ def config(models, dump):
     cfg.debug.seed = SEED
     cfg.dump_folder = dump
     cfg.checkpoint.enable = False
-    cfg.validator.enable = False
+    cfg.validator.enable = VALIDATE
+    if VALIDATE:  # flux_debugmodel's validator (freq 5, CFG 5.0, 4 steps) for 2 batches
+        cfg.validator.steps = 2
+        cfg.validator.dataloader.dataset_path = cfg.dataloader.dataset_path
+        cfg.validator.dataloader.img_size = IMG
     return cfg
 
 
 def main():
     if os.environ.get("RANK", "0") == "0":
         write_ae()
-    rows = []
+    rows, vals = [], []
     with tempfile.TemporaryDirectory() as tmp:
         models = f"{tmp}/m"
         subprocess.run(["build/tests/fluxtrain/test_fluxtrain", "mkmodels", models], check=True)
@@ -227,17 +237,32 @@ def main():
             return log(step, loss, max_loss, grad_norm, extra_metrics=extra_metrics, **kw)
 
         trainer.metrics_processor.log = record
+        log_val = trainer.metrics_processor.log_validation
+
+        def record_val(loss, step, **kw):
+            vals.append((step, float(loss)))
+            return log_val(loss=loss, step=step, **kw)
+
+        trainer.metrics_processor.log_validation = record_val
         trainer.train()
+        if VALIDATE and int(os.environ["RANK"]) == 0:
+            os.makedirs(f"{GOLD}/val", exist_ok=True)
+            for step in (5, 10):
+                name = f"image_rank0_{step}.png"
+                shutil.copy(f"{tmp}/out/img/{name}", f"{GOLD}/val/{name}")
     world = int(os.environ["WORLD_SIZE"])
     if int(os.environ["RANK"]) != 0:
         return
-    out = f"{GOLD}/flux_debugmodel{'_fsdp%d' % world if world > 1 else ''}.tsv"
+    out = (f"{GOLD}/flux_debugmodel{'_fsdp%d' % world if world > 1 else ''}"
+           f"{'_val' if VALIDATE else ''}.tsv")
     with open(out, "w") as f:
         f.write(f"# torchtitan 0.3.0 flux_debugmodel, float32, seed {SEED}, img_size {IMG}, "
                 f"T5 length {T5LEN}, test tokenizer, {world} rank(s) (FSDP), "
                 f"torch {torch.__version__}\n")
         for r in rows:
             f.write("%d\t%.9g\t%.9g\t%.9g\n" % r)
+        for step, loss in vals:
+            f.write("val\t%d\t%.9g\n" % (step, loss))
     print(f"{out}: {len(rows)} steps", file=sys.stderr)
 
 

@@ -419,6 +419,13 @@ typedef struct dcp_hf_model {
  * "model.layers.3.self_attn.q_proj.weight"; *kind is the key's dcp_hf_kind.
  * NULL when the key is not in the table.  The result is malloc'd. */
 char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *kind);
+/* One side of a table's entry against a name: whether name is pat with
+ * each "{}" a decimal number (the numbers in nums, *nn of them, at most 4);
+ * and pat with its "{}" replaced by nums in order (malloc'd, NULL when out
+ * of memory).  For a model outside lib/model's families (Flux) with a table
+ * of its own. */
+int dcp_hf_match(const char *pat, const char *name, long *nums, int *nn);
+char *dcp_hf_format(const char *pat, const long *nums, int nn);
 /* The same through Llama's table (*rope 1 for wq, 2 for wk, else 0). */
 char *dcp_hf_name(const char *name, int to_hf, int *rope);
 /* The RoPE row permutation of wq / wk, W of shape (d1, d2) with n heads:
@@ -441,6 +448,16 @@ int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, d
  * malloc'd and belongs to the callee. */
 typedef int (*dcp_hf_tensor_fn)(void *ctx, const char *name, dcp_dtype dtype, int ndim,
 				const int64_t *shape, void *data, titan_err *err);
+/* A dcp_hf_tensor_fn that keeps each tensor as a whole-tensor item (name
+ * copied, data taken), for a dcp_save of them all; dcp_collect_free frees
+ * the names and data. */
+typedef struct dcp_collect {
+	dcp_item *items;
+	size_t n, cap;
+} dcp_collect;
+int dcp_collect_tensor(void *ctx, const char *name, dcp_dtype dtype, int ndim,
+		       const int64_t *shape, void *data, titan_err *err);
+void dcp_collect_free(dcp_collect *c);
 /* Read the weights of an HF Llama folder (or .safetensors) one at a time, as
  * torchtitan's Llama3StateDictAdapter.from_hf gives them: torchtitan's names,
  * wq / wk rows permuted back, in dtype (PTZ_NONE: as stored); RoPE buffers
@@ -465,6 +482,20 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 int dcp_hf_save(const char *dir, const st_item *items, size_t n, const dcp_hf_model *model,
 		dcp_dtype export_dtype, const char *index_json, titan_err *err);
 
+/* HF tensors being gathered for a write: push takes name and data (malloc'd;
+ * freed by dcp_hf_out_free, or by the caller when push fails). */
+typedef struct dcp_hf_out {
+	st_item *items;
+	size_t n, cap;
+} dcp_hf_out;
+st_item *dcp_hf_out_push(dcp_hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+			 void *data, titan_err *err);
+void dcp_hf_out_free(dcp_hf_out *o);
+/* The second half of dcp_hf_save, for tensors already under HF's names
+ * (another model's adapter, Flux's): the same files, index and staging. */
+int dcp_hf_write(const char *dir, const st_item *items, size_t n, const char *index_json,
+		 titan_err *err);
+
 /* Python values as torch.save streams (what DCP stores for non-tensors) ------ */
 
 /* Serialise a value built with the pk_* builders (None, bool, int, float, str,
@@ -481,11 +512,29 @@ int dcp_value_pybytes(const void *p, size_t len, uint8_t **out, size_t *n, titan
 int dcp_value_floats(const double *v, size_t len, int as_tuple, uint8_t **out, size_t *n,
 		     titan_err *err);
 
+/* torch's AdamW (Adam when adam: decoupled_weight_decay False) param group
+ * as torch.distributed.checkpoint's flatten_optimizer_state_dict stores it
+ * for each parameter FQN (optimizer.param_groups.{fqn}.{key}): the values of
+ * dcp_adamw_group_keys in that order, as torch.save streams (vals[k]
+ * malloc'd, lens[k] bytes; all NULL on error).  lr is the current step's,
+ * initial_lr the configured one (LambdaLR's). */
+#define DCP_ADAMW_GROUP_KEYS 12
+extern const char *const dcp_adamw_group_keys[DCP_ADAMW_GROUP_KEYS];
+typedef struct dcp_adamw_group {
+	double lr, initial_lr, eps, weight_decay, beta1, beta2;
+	int adam;
+} dcp_adamw_group;
+int dcp_adamw_group_values(const dcp_adamw_group *g, uint8_t **vals, size_t *lens,
+			   titan_err *err);
+
 /* Parse a torch.save stream of a plain value (no tensors).  *arena owns *out. */
 int dcp_value_load(const uint8_t *p, size_t n, pk_val **out, pk_arena **arena,
 		   titan_err *err);
 /* Convenience readers for the scalar kinds (int accepts bool; float accepts int). */
 int dcp_value_get_int(const uint8_t *p, size_t n, int64_t *v, titan_err *err);
 int dcp_value_get_float(const uint8_t *p, size_t n, double *v, titan_err *err);
+/* A Python bytes value's contents, malloc'd into *out (*len bytes). */
+int dcp_value_get_pybytes(const uint8_t *p, size_t n, uint8_t **out, size_t *len,
+			  titan_err *err);
 
 #endif

@@ -36,7 +36,7 @@ const dcp_hf_key dcp_hf_llama_keys[] = {
 
 /* Whether name matches pattern, "{}" matching a decimal number (kept in
  * nums, at most 4). */
-static int match_key(const char *pat, const char *name, long *nums, int *nn)
+int dcp_hf_match(const char *pat, const char *name, long *nums, int *nn)
 {
 	*nn = 0;
 	while (*pat) {
@@ -61,14 +61,14 @@ static const dcp_hf_key *find_key(const dcp_hf_key *keys, const char *name, int 
 {
 	for (const dcp_hf_key *k = keys ? keys : dcp_hf_llama_keys; k->titan; k++) {
 		const char *pat = to_hf ? k->titan : k->hf;
-		if (pat && match_key(pat, name, nums, nn))
+		if (pat && dcp_hf_match(pat, name, nums, nn))
 			return k;
 	}
 	return NULL;
 }
 
 /* pat with its "{}" replaced by nums in order (malloc'd). */
-static char *format_key(const char *pat, const long *nums, int nn)
+char *dcp_hf_format(const char *pat, const long *nums, int nn)
 {
 	char buf[256];
 	size_t at = 0;
@@ -124,7 +124,7 @@ static char *as_depth(char *tn, int n_layers)
 /* A titan name from the table's pattern and the HF key's numbers. */
 static char *titan_name(const char *pat, const long *nums, int nn, const dcp_hf_model *m)
 {
-	return as_depth(format_key(pat, nums, nn), m->n_layers);
+	return as_depth(dcp_hf_format(pat, nums, nn), m->n_layers);
 }
 
 char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *kind)
@@ -135,7 +135,7 @@ char *dcp_hf_key_name(const dcp_hf_key *keys, const char *name, int to_hf, int *
 	*kind = k ? k->kind : 0;
 	if (!k || (to_hf && !k->hf))
 		return NULL;
-	return format_key(to_hf ? k->hf : k->titan, nums, nn);
+	return dcp_hf_format(to_hf ? k->hf : k->titan, nums, nn);
 }
 
 /* Map a name one way or the other through Llama's table. */
@@ -478,13 +478,7 @@ static void half_copy(void *fused, void *part, int64_t e, int64_t f, int64_t d, 
 			}
 }
 
-/* HF's tensors being written: a growing list. */
-typedef struct hf_out {
-	st_item *items;
-	size_t n, cap;
-} hf_out;
-
-static st_item *out_push(hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+st_item *dcp_hf_out_push(dcp_hf_out *o, char *name, dcp_dtype dt, int ndim, const int64_t *shape,
 			 void *data, titan_err *err)
 {
 	if (o->n == o->cap) {
@@ -507,27 +501,28 @@ static st_item *out_push(hf_out *o, char *name, dcp_dtype dt, int ndim, const in
 	return d;
 }
 
-static void free_out(hf_out *o)
+void dcp_hf_out_free(dcp_hf_out *o)
 {
 	for (size_t i = 0; i < o->n; i++) {
 		free((char *)o->items[i].name);
 		free((void *)o->items[i].data);
 	}
 	free(o->items);
+	memset(o, 0, sizeof *o);
 }
 
 /* torchtitan's expert stack (experts, a, b) as HF's one tensor (a, b) per
  * expert, named by key->hf with the layer and the expert; data consumed. */
 static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-			  void *data, const dcp_hf_key *key, long layer, hf_out *o, titan_err *err)
+			  void *data, const dcp_hf_key *key, long layer, dcp_hf_out *o, titan_err *err)
 {
 	int rc = ndim == 3 ? 0 : err_set(err, "%s: %d dims, expected (experts, out, in)", name, ndim);
 	size_t slice = ndim == 3 ? (size_t)(shape[1] * shape[2]) * ptz_dtype_size(dt) : 0;
 	for (int64_t x = 0; rc == 0 && x < shape[0]; x++) {
 		long nums[2] = {layer, (long)x};
-		char *hn = format_key(key->hf, nums, 2);
+		char *hn = dcp_hf_format(key->hf, nums, 2);
 		void *one = malloc(slice ? slice : 1);
-		if (!hn || !one || !out_push(o, hn, dt, 2, shape + 1, one, err)) {
+		if (!hn || !one || !dcp_hf_out_push(o, hn, dt, 2, shape + 1, one, err)) {
 			free(hn);
 			free(one);
 			rc = err_set(err, "out of memory");
@@ -543,10 +538,10 @@ static int export_experts(const char *name, dcp_dtype dt, int ndim, const int64_
  * gate_up_proj (experts, dim, 2f), made (zeroed) by whichever comes first;
  * data consumed. */
 static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-		       void *data, const dcp_hf_key *key, const long *nums, int nn, hf_out *o,
+		       void *data, const dcp_hf_key *key, const long *nums, int nn, dcp_hf_out *o,
 		       titan_err *err)
 {
-	char *hn = ndim == 3 ? format_key(key->hf, nums, nn) : NULL;
+	char *hn = ndim == 3 ? dcp_hf_format(key->hf, nums, nn) : NULL;
 	int rc = ndim != 3 ? err_set(err, "%s: %d dims, expected (experts, f, dim)", name, ndim)
 		 : !hn     ? err_set(err, "out of memory") : 0;
 	int64_t e = shape[0], f = ndim == 3 ? shape[1] : 0, d = ndim == 3 ? shape[2] : 0;
@@ -563,7 +558,7 @@ static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *
 	} else if (rc == 0) {
 		int64_t fs[3] = {e, d, 2 * f};
 		void *buf = calloc((size_t)(e * d * 2 * f) * es + 1, 1);
-		if (!buf || !(fused = out_push(o, hn, dt, 3, fs, buf, err))) {
+		if (!buf || !(fused = dcp_hf_out_push(o, hn, dt, 3, fs, buf, err))) {
 			free(hn);
 			free(buf);
 			rc = err_set(err, "out of memory");
@@ -581,7 +576,7 @@ static int export_half(const char *name, dcp_dtype dt, int ndim, const int64_t *
  * tensor (permuted or transposed), one per expert, half of a fused one, or
  * none (a dropped buffer; lm_head of a tied model). */
 static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-			 void *data, const dcp_hf_model *m, hf_out *o, titan_err *err)
+			 void *data, const dcp_hf_model *m, dcp_hf_out *o, titan_err *err)
 {
 	long nums[4];
 	int nn;
@@ -608,7 +603,7 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 		return export_experts(name, dt, ndim, shape, data, key, nums[0], o, err);
 	if (key->kind == DCP_HF_GATE_HALF || key->kind == DCP_HF_UP_HALF)
 		return export_half(name, dt, ndim, shape, data, key, nums, nn, o, err);
-	char *hn = format_key(key->hf, nums, nn);
+	char *hn = dcp_hf_format(key->hf, nums, nn);
 	if (!hn) {
 		free(data);
 		return err_set(err, "out of memory");
@@ -624,7 +619,7 @@ static int export_tensor(const char *name, dcp_dtype dt, int ndim, const int64_t
 	memcpy(hs, shape, sizeof(int64_t) * (size_t)ndim);
 	if (check_kind(&it, key->kind, m, hs, err) ||
 	    !(data = mapped(data, ndim, shape, ptz_dtype_size(dt), key->kind, m, 1, err)) ||
-	    !out_push(o, hn, dt, ndim, hs, data, err)) {
+	    !dcp_hf_out_push(o, hn, dt, ndim, hs, data, err)) {
 		free(hn);
 		free(data);
 		return -1;
@@ -640,7 +635,7 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		return -1;
 	dcp_hf_model m = *model;
 	int rc = infer(s, &m, 0, err);
-	hf_out o = {0};
+	dcp_hf_out o = {0};
 	dcp_dtype first = PTZ_NONE;
 	for (size_t i = 0; i < dcp_source_count(s) && rc == 0; i++) {
 		const dcp_src_item *it = dcp_source_item(s, i);
@@ -657,7 +652,7 @@ int dcp_to_hf(const char *src, const char *outdir, const dcp_hf_model *model, dc
 		rc = st_write_sharded(outdir, o.items, o.n, max_shard, meta, err);
 	if (rc == 0)
 		rc = write_config(outdir, &m, first == PTZ_NONE ? PTZ_F32 : first, err);
-	free_out(&o);
+	dcp_hf_out_free(&o);
 	dcp_source_close(s);
 	return rc;
 }
@@ -690,9 +685,8 @@ static int file_indices(const char *index_json, const st_item *items, size_t n, 
 int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model *model,
 		dcp_dtype export_dtype, const char *index_json, titan_err *err)
 {
-	hf_out o = {0};
-	char *stage = malloc(strlen(dir) + 16);
-	int rc = stage ? 0 : err_set(err, "out of memory");
+	dcp_hf_out o = {0};
+	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		dcp_dtype dt = export_dtype != PTZ_NONE ? export_dtype : in[i].dtype;
 		size_t ne = (size_t)dcp_numel(in[i].ndim, in[i].shape);
@@ -704,13 +698,22 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 		ptz_convert(data, dt, in[i].data, in[i].dtype, ne);
 		rc = export_tensor(in[i].name, dt, in[i].ndim, in[i].shape, data, model, &o, err);
 	}
-	int *file_of = calloc(o.n ? o.n : 1, sizeof *file_of);
+	if (rc == 0)
+		rc = dcp_hf_write(dir, o.items, o.n, index_json, err);
+	dcp_hf_out_free(&o);
+	return rc;
+}
+
+int dcp_hf_write(const char *dir, const st_item *items, size_t n, const char *index_json,
+		 titan_err *err)
+{
+	char *stage = malloc(strlen(dir) + 16);
+	int *file_of = calloc(n ? n : 1, sizeof *file_of);
 	int m = 1;
-	if (rc == 0 && !file_of)
-		rc = err_set(err, "out of memory");
+	int rc = stage && file_of ? 0 : err_set(err, "out of memory");
 	if (rc == 0 && index_json)
-		rc = file_indices(index_json, o.items, o.n, file_of, &m, err);
-	for (size_t i = 0; rc == 0 && !index_json && i < o.n; i++)
+		rc = file_indices(index_json, items, n, file_of, &m, err);
+	for (size_t i = 0; rc == 0 && !index_json && i < n; i++)
 		file_of[i] = 1;
 	if (rc == 0) {
 		snprintf(stage, strlen(dir) + 16, "%s.partial", dir);
@@ -718,10 +721,9 @@ int dcp_hf_save(const char *dir, const st_item *in, size_t n, const dcp_hf_model
 	}
 	static const char *const meta[] = {"format", "pt", NULL};
 	if (rc == 0)
-		rc = st_write_indexed(stage, o.items, o.n, file_of, m, meta, err);
+		rc = st_write_indexed(stage, items, n, file_of, m, meta, err);
 	if (rc == 0)
 		rc = dcp_swap_in(stage, dir, err);
-	free_out(&o);
 	free(file_of);
 	free(stage);
 	return rc;
@@ -1050,15 +1052,10 @@ int dcp_hf_read(const char *hfdir, const dcp_hf_model *model, dcp_dtype dtype, d
 	return rc;
 }
 
-typedef struct from_hf_ctx {
-	dcp_item *items;
-	size_t n, cap;
-} from_hf_ctx;
-
-static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
-		     void *data, titan_err *err)
+int dcp_collect_tensor(void *vctx, const char *name, dcp_dtype dt, int ndim, const int64_t *shape,
+		       void *data, titan_err *err)
 {
-	from_hf_ctx *c = vctx;
+	dcp_collect *c = vctx;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 64;
 		dcp_item *ni = realloc(c->items, cap * sizeof *ni);
@@ -1078,9 +1075,19 @@ static int keep_item(void *vctx, const char *name, dcp_dtype dt, int ndim, const
 	return 0;
 }
 
+void dcp_collect_free(dcp_collect *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		free((char *)c->items[i].fqn);
+		free(c->items[i].data);
+	}
+	free(c->items);
+	memset(c, 0, sizeof *c);
+}
+
 /* The items under torchtitan 0.3.0's names (MLA's attention.wq keeps its
  * name: dcp_name_030). */
-static int respell_030(from_hf_ctx *c, titan_err *err)
+static int respell_030(dcp_collect *c, titan_err *err)
 {
 	int mla = 0;
 	for (size_t i = 0; i < c->n; i++)
@@ -1102,16 +1109,12 @@ static int respell_030(from_hf_ctx *c, titan_err *err)
 int dcp_from_hf(const char *hfdir, const char *out, const dcp_hf_model *model, dcp_dtype dtype,
 		int names, titan_err *err)
 {
-	from_hf_ctx c = {0};
-	int rc = dcp_hf_read(hfdir, model, dtype, keep_item, &c, err);
+	dcp_collect c = {0};
+	int rc = dcp_hf_read(hfdir, model, dtype, dcp_collect_tensor, &c, err);
 	if (rc == 0 && names == DCP_NAMES_030)
 		rc = respell_030(&c, err);
 	if (rc == 0)
 		rc = dcp_save(out, c.items, c.n, NULL, err);
-	for (size_t i = 0; i < c.n; i++) {
-		free((char *)c.items[i].fqn);
-		free(c.items[i].data);
-	}
-	free(c.items);
+	dcp_collect_free(&c);
 	return rc;
 }

@@ -119,3 +119,50 @@ int dcp_value_get_float(const uint8_t *p, size_t n, double *v, titan_err *err)
 	pk_free(a);
 	return rc;
 }
+
+int dcp_value_get_pybytes(const uint8_t *p, size_t n, uint8_t **out, size_t *len, titan_err *err)
+{
+	pk_val *x;
+	pk_arena *a;
+	int rc = dcp_value_load(p, n, &x, &a, err);
+	if (rc == 0 && x->kind != PK_BYTES)
+		rc = err_set(err, "value is not bytes");
+	else if (rc == 0 && (*out = malloc(x->len + 1)) == NULL)
+		rc = err_set(err, "out of memory");
+	if (rc == 0) {
+		memcpy(*out, x->s, x->len);
+		*len = x->len;
+	}
+	pk_free(a);
+	return rc;
+}
+
+const char *const dcp_adamw_group_keys[DCP_ADAMW_GROUP_KEYS] = {
+	"lr", "eps", "weight_decay", "initial_lr", "amsgrad", "maximize", "foreach",
+	"capturable", "differentiable", "fused", "decoupled_weight_decay", "betas",
+};
+
+int dcp_adamw_group_values(const dcp_adamw_group *g, uint8_t **vals, size_t *lens, titan_err *err)
+{
+	memset(vals, 0, DCP_ADAMW_GROUP_KEYS * sizeof *vals);
+	double betas[2] = {g->beta1, g->beta2};
+	double fv[4] = {g->lr, g->eps, g->weight_decay, g->initial_lr};
+	int rc = 0;
+	for (int k = 0; k < 4 && rc == 0; k++)
+		rc = dcp_value_float(fv[k], &vals[k], &lens[k], err);
+	/* amsgrad, maximize, foreach (None), capturable, differentiable, fused
+	 * (None): torch's defaults, as torchtitan builds the optimizer */
+	for (int k = 4; k < 10 && rc == 0; k++)
+		rc = k == 6 || k == 9 ? dcp_value_none(&vals[k], &lens[k], err)
+				      : dcp_value_bool(0, &vals[k], &lens[k], err);
+	if (rc == 0)
+		rc = dcp_value_bool(!g->adam, &vals[10], &lens[10], err);
+	if (rc == 0)
+		rc = dcp_value_floats(betas, 2, 1, &vals[11], &lens[11], err);
+	if (rc != 0)
+		for (int k = 0; k < DCP_ADAMW_GROUP_KEYS; k++) {
+			free(vals[k]);
+			vals[k] = NULL;
+		}
+	return rc;
+}

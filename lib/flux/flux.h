@@ -93,6 +93,12 @@ typedef struct flux_param {
 	float *w, *g;
 } flux_param;
 
+/* The parameters a model of config c has, in state-dict order (the order
+ * of flux_model_weights' run), without storage (w and g NULL): n of them, a
+ * malloc'd array the caller frees; NULL and err on a bad config.  For
+ * checking or converting a checkpoint of a model too large to build. */
+flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err);
+
 /* A model of config c (copied) on be, weights uninitialised (they come
  * from a checkpoint or the caller), gradients zero.  NULL and err on a bad
  * config or no memory. */

@@ -167,25 +167,43 @@ static void layout(flux_model *m)
 	add_linear(m, "final_layer.adaLN_modulation.1", 2 * h, h);
 }
 
-flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
+/* m's config, sizes and parameter table (no storage); c checked. */
+static int plan_table(flux_model *m, const flux_config *c, titan_err *err)
 {
-	if (flux_config_check(c, err) < 0)
-		return NULL;
-	flux_model *m = calloc(1, sizeof *m);
 	int cap = P_GLOBAL + (int)(c->depth * 2 * D_STREAM + c->depth_single_blocks * S_BLOCK) +
 		  F_LAYER;
-	if (m == NULL || (m->p = calloc((size_t)cap, sizeof *m->p)) == NULL) {
-		free(m);
-		err_set(err, "flux: out of memory for the parameter table");
-		return NULL;
-	}
-	m->be = be;
+	if ((m->p = calloc((size_t)cap, sizeof *m->p)) == NULL)
+		return err_set(err, "flux: out of memory for the parameter table");
 	m->c = *c;
 	m->h = c->hidden_size;
 	m->heads = c->num_heads;
 	m->hd = m->h / m->heads;
 	m->f = (int64_t)((double)m->h * c->mlp_ratio); /* int(hidden_size * mlp_ratio) */
 	layout(m);
+	return 0;
+}
+
+flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err)
+{
+	flux_model m = {0};
+	if (flux_config_check(c, err) < 0 || plan_table(&m, c, err) < 0)
+		return NULL;
+	*n = m.np;
+	return m.p;
+}
+
+flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
+{
+	if (flux_config_check(c, err) < 0)
+		return NULL;
+	flux_model *m = calloc(1, sizeof *m);
+	if (m == NULL || plan_table(m, c, err) < 0) {
+		if (m == NULL)
+			err_set(err, "flux: out of memory for the parameter table");
+		free(m);
+		return NULL;
+	}
+	m->be = be;
 	for (int i = 0; i < m->np; i++) {
 		m->total += m->p[i].numel;
 		int64_t *max = m->p[i].ndim == 2 ? &m->maxw : &m->maxb;

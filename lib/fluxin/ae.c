@@ -37,6 +37,11 @@ fluxin_ae *fluxin_ae_open(backend *be, const char *path, const char *config_path
 	return a;
 }
 
+flux_ae *fluxin_ae_model(fluxin_ae *a)
+{
+	return a->m;
+}
+
 int64_t fluxin_ae_draws(const fluxin_ae *a)
 {
 	return flux_ae_conv_numel(a->m);

@@ -330,6 +330,11 @@ void fluxin_get_times(const fluxin *f, fluxin_times *t)
 	*t = f->times;
 }
 
+struct flux_ae *fluxin_autoencoder(fluxin *f)
+{
+	return f->ae ? fluxin_ae_model(f->ae) : NULL;
+}
+
 int64_t fluxin_ae_init_draws(const fluxin *f)
 {
 	return f->ae ? fluxin_ae_draws(f->ae) : 0;
@@ -400,6 +405,30 @@ static int run_encoders(fluxin *f, int m, titan_err *err)
 	f->times.t5 += t1 - t0;
 	f->times.clip += t2 - t1;
 	f->times.ae += progress_now() - t2;
+	return 0;
+}
+
+int fluxin_encode_text(fluxin *f, const uint8_t *const *captions, const size_t *bytes, int n,
+		       float *t5, float *clip, titan_err *err)
+{
+	const fluxrec_header *h = &f->h;
+	if (n < 1)
+		return 0;
+	if (grow(f, n, err) != 0)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		if (!wds_utf8_valid(captions[i], bytes[i]))
+			return err_set(err, "prompt %d: not UTF-8", i);
+		if (encode_ids(f, f->t5_enc[0], captions[i], bytes[i], h->t5_len,
+			       f->t5_ids + (size_t)i * h->t5_len, err) < 0 ||
+		    encode_ids(f, f->clip_enc[0], captions[i], bytes[i], h->clip_len,
+			       f->clip_ids + (size_t)i * h->clip_len, err) < 0)
+			return -1;
+	}
+	if (t5_encoder_forward(f->t5, f->t5_ids, n, h->t5_len, t5, err) != 0)
+		return err_prefix(err, "T5 encoder");
+	if (clip_text_forward(f->clip, f->clip_ids, n, h->clip_len, clip, err) != 0)
+		return err_prefix(err, "CLIP text model");
 	return 0;
 }
 

@@ -84,6 +84,8 @@ typedef struct fluxin fluxin;
  * the fluxin.  NULL and err on failure. */
 fluxin *fluxin_open(backend *be, const fluxin_opts *o, titan_err *err);
 void fluxin_free(fluxin *f);
+/* The autoencoder (its decoder samples images), NULL without one. */
+struct flux_ae *fluxin_autoencoder(fluxin *f);
 /* The draws torch makes building the autoencoder (flux_ae_conv_numel), 0
  * without one. */
 int64_t fluxin_ae_init_draws(const fluxin *f);
@@ -110,6 +112,13 @@ typedef struct fluxin_sample {
  * encoder's error). */
 int fluxin_encode(fluxin *f, const fluxin_sample *s, int n, uint8_t *records, int *status,
 		  titan_err *why, titan_err *err);
+
+/* Captions alone through the encoders (the prompts of sampling): n
+ * captions of bytes[i] bytes into t5 (n, t5_len, t5_dim) and clip (n,
+ * clip_dim), host float32.  0, or -1 and err (a caption that is not UTF-8
+ * names its index). */
+int fluxin_encode_text(fluxin *f, const uint8_t *const *captions, const size_t *bytes, int n,
+		       float *t5, float *clip, titan_err *err);
 
 /* Seconds spent so far in each step of fluxin_encode (wall clock). */
 typedef struct fluxin_times {

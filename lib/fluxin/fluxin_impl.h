@@ -28,5 +28,6 @@ int fluxin_ae_encode(fluxin_ae *a, const float *pixels, int64_t b, int64_t n, fl
 void fluxin_ae_free(fluxin_ae *a);
 /* flux_ae_conv_numel of the autoencoder. */
 int64_t fluxin_ae_draws(const fluxin_ae *a);
+struct flux_ae *fluxin_ae_model(fluxin_ae *a);
 
 #endif

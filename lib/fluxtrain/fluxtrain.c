@@ -13,10 +13,12 @@
 #include "core/progress.h"
 #include "core/torch_rng.h"
 #include "flux/flux.h"
+#include "flux/flux_sample.h"
 #include "fluxae/fluxae.h"
 #include "fluxin/fluxin.h"
 #include "fluxrec/fluxrec.h"
 #include "fluxtrain/fluxtrain_priv.h"
+#include "image/image.h"
 #include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tb/tb.h"
@@ -86,8 +88,6 @@ static int open_inputs(ft_run *r, titan_err *err)
 	if (need_path(c->flux.t5_encoder, "flux.t5_encoder", "encoder.t5_encoder", err) ||
 	    need_path(c->flux.clip_encoder, "flux.clip_encoder", "encoder.clip_encoder", err) ||
 	    need_path(c->flux.autoencoder_path, "flux.autoencoder_path", "encoder.autoencoder_path",
-		      err) ||
-	    need_path(c->training.dataset_path, "training.dataset_path", "dataloader.dataset_path",
 		      err))
 		return -1;
 	char side[4096];
@@ -231,12 +231,12 @@ static int gather(ft_run *r, titan_err *err)
 	return 0;
 }
 
-/* A batch from the loader through the encoders, then the step's own draws in
- * FluxTrainer's order: the posterior's eps, the noise, the timesteps. */
-static int make_batch(ft_run *r, titan_err *err)
+/* A batch of ld's through the encoders (no draws: the records hold the
+ * posterior's moments). */
+static int encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 {
 	int b = (int)r->b;
-	if (ft_loader_batch(&r->ld, &r->g, b, r->items, err) != 0)
+	if (ft_loader_batch(ld, &r->g, b, r->items, err) != 0)
 		return -1;
 	fluxin_sample *s = calloc((size_t)b, sizeof *s);
 	if (s == NULL)
@@ -250,16 +250,30 @@ static int make_batch(ft_run *r, titan_err *err)
 	}
 	int rc = fluxin_encode(r->in, s, b, r->recs, r->status, r->why, err);
 	free(s);
-	if (rc != 0 || gather(r, err) != 0)
-		return -1;
+	return rc != 0 || gather(r, err) != 0 ? -1 : 0;
+}
+
+/* The step's draws in FluxTrainer's order: the posterior's eps, the noise,
+ * then (unless given: validation's) the timesteps; the latents packed. */
+static void draw_latents(ft_run *r, int draw_t)
+{
 	size_t lat = (size_t)r->b * r->zc * r->hl * r->wl;
 	torch_rng_randn_f32(&r->g, r->eps, lat);
 	flux_ae_sample(&r->ae, 0, r->moments, r->eps, r->b, r->hl, r->wl, r->z);
 	torch_rng_randn_f32(&r->g, r->noise4, lat);
-	torch_rng_rand_f32(&r->g, r->t, (size_t)r->b);
+	if (draw_t)
+		torch_rng_rand_f32(&r->g, r->t, (size_t)r->b);
 	flux_pack_latents(r->x, r->z, r->b, r->zc, r->hl, r->wl);
 	flux_pack_latents(r->noise, r->noise4, r->b, r->zc, r->hl, r->wl);
 	flux_latent_ids(r->img_ids, r->b, r->hl, r->wl);
+}
+
+/* A training batch: the loader's samples, encoded, and the step's draws. */
+static int make_batch(ft_run *r, titan_err *err)
+{
+	if (encode_batch(r, &r->ld, err) != 0)
+		return -1;
+	draw_latents(r, 1);
 	return 0;
 }
 
@@ -313,6 +327,114 @@ static double wall_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One image of the validator's: prompt i of the batch (its encodings are the
+ * batch's), sampled from noise the run's generator draws, saved as 0.3.0's
+ * save_image names it and to TensorBoard. */
+static int sample_image(ft_run *r, int64_t i, int64_t step, titan_err *err)
+{
+	const job_config *c = r->c;
+	const fluxrec_header *h = r->h;
+	int64_t side = 16 * (c->flux.val_img_size / 16), n = side * side;
+	size_t nz = (size_t)r->zc * (size_t)(n / 64);
+	float *noise = malloc(nz * sizeof *noise);
+	uint8_t *rgb = malloc((size_t)n * 3);
+	int rc = -1;
+	if (noise == NULL || rgb == NULL) {
+		err_set(err, "out of memory for a %lld px image", (long long)side);
+		goto out;
+	}
+	torch_rng_randn_f32(&r->g, noise, nz);
+	flux_sample_in in = {.b = 1, .height = side, .width = side, .lt = r->lt,
+			     .c_txt = h->t5_dim, .c_vec = h->clip_dim, .noise = noise,
+			     .txt = r->txt + i * r->lt * h->t5_dim, .y = r->y + i * h->clip_dim,
+			     .txt_empty = h->empty_t5, .y_empty = h->empty_clip,
+			     .steps = (int)c->flux.val_denoising_steps, .cfg = c->flux.val_cfg,
+			     .cfg_scale = c->flux.val_cfg_scale};
+	flux_sample_out out = {.rgb = rgb};
+	if (flux_sample(r->m, fluxin_autoencoder(r->in), &in, &out, err) != 0)
+		goto out;
+	char name[96], dir[2048], path[2200], prompt[FLUXREC_KEY_BYTES + 64];
+	snprintf(name, sizeof name, "image_rank%d_%lld.png", r->rank, (long long)step);
+	snprintf(prompt, sizeof prompt, "%.*s", (int)r->items[i].caption_bytes,
+		 (const char *)r->items[i].caption);
+	if (trainer_under_dump(c, "validator.save_img_folder", c->flux.val_save_img_folder, dir,
+			       sizeof dir, err) != 0 || mkdir_p(dir, err) != 0)
+		goto out;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	if (flux_sample_save_png(path, rgb, side, side, name, prompt, err) != 0)
+		goto out;
+	rc = 0;
+	if (r->tb_open) {
+		size_t np = 0;
+		uint8_t *png = NULL;
+		rc = image_png_encode(rgb, (int)side, (int)side, 3, NULL, 0, &png, &np, err) == 0 &&
+				     tb_add_image(&r->tb, "validation/image", png, np, (int)side,
+						  (int)side, 3, step, wall_s(), err) == 0
+			     ? 0 : -1;
+		free(png);
+	}
+out:
+	free(noise);
+	free(rgb);
+	return rc;
+}
+
+/* FluxValidator.validate: validation.steps batches of a fresh loader over
+ * validation.dataset_path (the training data's when unset) without prompt
+ * dropout, the first flux.val_save_img_count prompts sampled into images,
+ * the loss at the stratified timesteps (i + 0.5) / 8, round-robin over the
+ * samples; every draw on the run's generator, as 0.3.0's are. */
+static int validate(ft_run *r, int64_t step, titan_err *err)
+{
+	const job_config *c = r->c;
+	const char *path = c->validation.dataset_path ? c->validation.dataset_path
+						      : c->training.dataset_path;
+	ft_loader v;
+	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->rank, r->ranks, err) != 0) {
+		ft_loader_close(&v);
+		return -1;
+	}
+	int64_t save_left = c->flux.val_save_img_count, k = 0;
+	double sum = 0, count = 0;
+	int rc = 0;
+	for (int64_t s = 0; rc == 0 && s < c->validation.steps; s++) {
+		if (encode_batch(r, &v, err) != 0) {
+			rc = -1;
+			break;
+		}
+		for (int64_t i = 0; rc == 0 && i < r->b && save_left != 0; i++, save_left--)
+			rc = sample_image(r, i, step, err);
+		for (int64_t i = 0; i < r->b; i++, k++)
+			r->t[i] = (float)((double)(k % 8) * 0.125 + 0.0625);
+		draw_latents(r, 0);
+		flux_batch in = {.b = r->b, .li = r->li, .lt = r->lt, .c_img = r->ci,
+				 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
+				 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
+				 .txt_ids = r->txt_ids, .t = r->t, .y = r->y, .global_numel = 1};
+		float loss; /* the batch's sum of squared errors (MSELoss's sum) */
+		if (rc == 0 && flux_step(r->m, &in, 0, &loss, NULL, err) != 0)
+			rc = -1;
+		sum += loss;
+		count += (double)(r->b * r->li * r->ci);
+	}
+	ft_loader_close(&v);
+	if (rc != 0 || reduce_double(r, &sum, 0, err) != 0 || reduce_double(r, &count, 0, err) != 0)
+		return -1;
+	double avg = sum / count, gib, pct;
+	if (r->rank != 0)
+		return 0;
+	metrics_cpu_memory(&gib, &pct);
+	char line[256];
+	metrics_format_validation_line(line, sizeof line, step, avg, gib, pct,
+				       metrics_use_color(2, c->metrics.disable_color_printing));
+	metrics_log(stderr, "%s", line);
+	if (r->tb_open && (tb_add_scalar(&r->tb, "validation_metrics/loss", (float)avg, step,
+					 wall_s(), err) != 0 ||
+			   tb_flush(&r->tb, err) != 0))
+		return -1;
+	return metrics_jsonl_validation(&r->jl, step, avg, (int64_t)count, err);
 }
 
 static int open_metrics(ft_run *r, titan_err *err)
@@ -395,9 +517,150 @@ static int train(ft_run *r, titan_err *err)
 		if ((step % c->metrics.log_freq == 0 || step == 1) &&
 		    log_step(r, step, &o, t1 - t0, tokens, err) != 0)
 			return -1;
-		t0 = t1;
+		if (c->validation.enable && step % c->validation.freq == 0 &&
+		    validate(r, step, err) != 0)
+			return err_prefix(err, "validation at step %lld", (long long)step);
+		t0 = progress_now();
 	}
 	return 0;
+}
+
+/* The data-parallel mesh fills the world: dp_replicate x dp_shard ranks
+ * (dp_shard -1: what is left).  HSDP and FSDP compute the same sums here. */
+static int check_mesh(const job_config *c, int world, titan_err *err)
+{
+	int64_t rep = c->parallelism.data_parallel_replicate_degree;
+	int64_t shard = c->parallelism.data_parallel_shard_degree;
+	if (rep < 1 || world % rep != 0)
+		return err_set(err, "parallelism.data_parallel_replicate_degree %lld: does not divide "
+			       "the %d ranks", (long long)rep, world);
+	if (shard == -1)
+		shard = world / rep;
+	if (rep * shard != world)
+		return err_set(err, "parallelism: data_parallel_replicate_degree %lld x "
+			       "data_parallel_shard_degree %lld is not the %d ranks", (long long)rep,
+			       (long long)shard, world);
+	return 0;
+}
+
+/* The prompts file's lines (a line's end dropped; 0.3.0's readlines keeps
+ * it, which only adds whitespace the tokenizers drop or pad over). */
+static char **read_prompts(const char *path, int *n, titan_err *err)
+{
+	FILE *f = fopen(path, "r");
+	if (f == NULL) {
+		err_set(err, "inference.prompts_path %s: cannot open it", path);
+		return NULL;
+	}
+	char **v = NULL, *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	*n = 0;
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = '\0';
+		char **nv = realloc(v, sizeof *v * (size_t)(*n + 1));
+		char *dup = nv ? strdup(line) : NULL;
+		if (dup == NULL) {
+			if (nv)
+				v = nv;
+			err_set(err, "out of memory reading %s", path);
+			break;
+		}
+		v = nv;
+		v[(*n)++] = dup;
+	}
+	free(line);
+	fclose(f);
+	return v;
+}
+
+static void free_prompts(char **v, int n)
+{
+	for (int i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* 0.3.0's infer.py: this rank's prompts (every ranks-th from its rank on),
+ * inference.local_batch_size at a time, each batch from noise the run's
+ * generator draws, saved as image_prompt{i}_rank{rank}.png in
+ * inference.save_img_folder under the dump folder. */
+static int sample_batch(ft_run *r, char **prompts, const int *ids, int k, titan_err *err)
+{
+	const job_config *c = r->c;
+	const fluxrec_header *h = r->h;
+	int64_t side = 16 * (c->flux.inference_img_size / 16), px = side * side;
+	size_t nt = (size_t)r->lt * h->t5_dim, nz = (size_t)r->zc * (size_t)(px / 64);
+	float *t5 = malloc(sizeof(float) * nt * (size_t)k), *clip = malloc(sizeof(float) * h->clip_dim * (size_t)k);
+	float *et5 = malloc(sizeof(float) * nt * (size_t)k), *eclip = malloc(sizeof(float) * h->clip_dim * (size_t)k);
+	float *noise = malloc(sizeof(float) * nz * (size_t)k);
+	uint8_t *rgb = malloc((size_t)(px * 3 * k));
+	const uint8_t **caps = malloc(sizeof *caps * (size_t)k);
+	size_t *lens = malloc(sizeof *lens * (size_t)k);
+	int rc = -1;
+	if (!t5 || !clip || !et5 || !eclip || !noise || !rgb || !caps || !lens) {
+		err_set(err, "out of memory for %d images of %lld px", k, (long long)side);
+		goto out;
+	}
+	for (int i = 0; i < k; i++) {
+		caps[i] = (const uint8_t *)prompts[i];
+		lens[i] = strlen(prompts[i]);
+		memcpy(et5 + (size_t)i * nt, h->empty_t5, nt * sizeof(float));
+		memcpy(eclip + (size_t)i * h->clip_dim, h->empty_clip, h->clip_dim * sizeof(float));
+	}
+	if (fluxin_encode_text(r->in, caps, lens, k, t5, clip, err) != 0)
+		goto out;
+	torch_rng_randn_f32(&r->g, noise, nz * (size_t)k);
+	flux_sample_in in = {.b = k, .height = side, .width = side, .lt = r->lt, .c_txt = h->t5_dim,
+			     .c_vec = h->clip_dim, .noise = noise, .txt = t5, .y = clip,
+			     .txt_empty = et5, .y_empty = eclip,
+			     .steps = (int)c->flux.inference_denoising_steps,
+			     .cfg = c->flux.inference_cfg, .cfg_scale = c->flux.inference_cfg_scale};
+	flux_sample_out o = {.rgb = rgb};
+	char dir[2048], name[96], path[2200];
+	if (flux_sample(r->m, fluxin_autoencoder(r->in), &in, &o, err) != 0 ||
+	    trainer_under_dump(c, "inference.save_img_folder", c->flux.inference_folder, dir,
+			       sizeof dir, err) != 0 || mkdir_p(dir, err) != 0)
+		goto out;
+	for (int i = 0; i < k; i++) {
+		snprintf(name, sizeof name, "image_prompt%d_rank%d.png", ids[i], r->rank);
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		if (flux_sample_save_png(path, rgb + (size_t)i * (size_t)px * 3, side, side, name,
+					 prompts[i], err) != 0)
+			goto out;
+		LOG0(r, "sampled %s: %s", path, prompts[i]);
+	}
+	rc = 0;
+out:
+	free(t5), free(clip), free(et5), free(eclip), free(noise), free(rgb), free(caps), free(lens);
+	return rc;
+}
+
+static int sample_all(ft_run *r, titan_err *err)
+{
+	int n;
+	char **all = read_prompts(r->c->flux.inference_prompts, &n, err);
+	if (all == NULL)
+		return -1;
+	int rc = 0, bs = (int)r->c->flux.inference_batch;
+	if (n < r->ranks)
+		rc = err_set(err, "inference.prompts_path %s: %d prompts for %d ranks (each needs one)",
+			     r->c->flux.inference_prompts, n, r->ranks);
+	char **mine = malloc(sizeof *mine * (size_t)(n + 1));
+	int *ids = malloc(sizeof *ids * (size_t)(n + 1)), m = 0;
+	if (rc == 0 && (mine == NULL || ids == NULL))
+		rc = err_set(err, "out of memory");
+	for (int i = r->rank; rc == 0 && i < n; i += r->ranks, m++) {
+		mine[m] = all[i];
+		ids[m] = i;
+	}
+	for (int i = 0; rc == 0 && i < m; i += bs)
+		rc = sample_batch(r, mine + i, ids + i, m - i < bs ? m - i : bs, err);
+	free(mine);
+	free(ids);
+	free_prompts(all, n);
+	return rc;
 }
 
 static int check_supported(const job_config *c, titan_err *err)
@@ -412,6 +675,13 @@ static int check_supported(const job_config *c, titan_err *err)
 		return err_set(err, "parallelism: the Flux trainer has data parallelism only "
 			       "(0.3.0's flux has no tensor, pipeline or expert parallelism; its "
 			       "context parallelism is not built)");
+	if (c->validation.enable && c->validation.steps < 1)
+		return err_set(err, "validation.steps %lld: the Flux validator's loader starts over "
+			       "at its end, so it needs a number of batches", (long long)c->validation.steps);
+	if (c->validation.enable && c->flux.val_img_size != c->flux.img_size)
+		return err_set(err, "validator.dataloader.img_size %lld: validation at another size "
+			       "than training's %lld is not built", (long long)c->flux.val_img_size,
+			       (long long)c->flux.img_size);
 	if (c->training.global_batch_size > 0 &&
 	    c->training.global_batch_size != c->training.local_batch_size)
 		return err_set(err, "training.global_batch_size: FLUX has no gradient accumulation "
@@ -437,24 +707,27 @@ static void close_run(ft_run *r)
 int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, titan_err *err)
 {
 	ft_run r = {.c = c, .world = world, .rank = comm_rank(world), .ranks = comm_size(world)};
-	if (check_supported(c, err) != 0)
+	if (check_supported(c, err) != 0 || check_mesh(c, r.ranks, err) != 0)
 		return -1;
 	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed
 			: r.ranks == 1 ? TORCH_DEFAULT_SEED : 0;
 	torch_rng_seed(&r.g, seed + (uint64_t)r.rank, TORCH_NORMAL_AVX2);
 	int rc = -1;
 	if ((r.be = backend_cpu_create(o->threads, err)) == NULL || open_inputs(&r, err) != 0 ||
-	    alloc_batch(&r, err) != 0 || open_model(&r, err) != 0 ||
-	    ft_loader_open(&r.ld, c->training.dataset_path, (int)c->flux.img_size,
-			   c->flux.prompt_dropout_prob, r.rank, r.ranks, err) != 0 ||
-	    open_metrics(&r, err) != 0)
+	    alloc_batch(&r, err) != 0 || open_model(&r, err) != 0 || open_metrics(&r, err) != 0)
+		goto out;
+	if (!o->sample &&
+	    (need_path(c->training.dataset_path, "training.dataset_path", "dataloader.dataset_path",
+		       err) != 0 ||
+	     ft_loader_open(&r.ld, c->training.dataset_path, (int)c->flux.img_size,
+			    c->flux.prompt_dropout_prob, r.rank, r.ranks, err) != 0))
 		goto out;
 	r.flops_per_token = flux_flops_per_token(flux_model_config(r.m), r.li + r.lt);
 	r.peak = metrics_matmul_peak_flops(r.be, BE_F32);
 	LOG0(&r, "Flux %s: %lld parameters, %lld image + %lld text tokens per sample, local "
 	     "batch %lld on %d rank(s)", c->model.flavor, (long long)flux_model_numel(r.m),
 	     (long long)r.li, (long long)r.lt, (long long)r.b, r.ranks);
-	rc = train(&r, err);
+	rc = o->sample ? sample_all(&r, err) : train(&r, err);
 out:
 	close_run(&r);
 	return rc;

@@ -26,6 +26,8 @@
 
 typedef struct fluxtrain_opts {
 	int threads; /* 0: OpenMP's default */
+	int sample;  /* titan-train --sample: 0.3.0's infer.py, images of the
+			inference.prompts_path prompts instead of training */
 } fluxtrain_opts;
 
 /* Run the job c describes on world's ranks.  0, or -1 and err. */

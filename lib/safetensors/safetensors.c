@@ -337,9 +337,9 @@ out:
 	return rc;
 }
 
-/* DIR/model.safetensors.index.json naming the file of every item. */
-static int write_index(const char *dir, const st_item *items, size_t n, char names[][64],
-		       const int *file_of, titan_err *err)
+/* DIR/STEM.safetensors.index.json naming the file of every item. */
+static int write_index(const char *dir, const char *stem, const st_item *items, size_t n,
+		       char names[][64], const int *file_of, titan_err *err)
 {
 	json_t *root = json_object(), *md = json_object(), *wm = json_object();
 	uint64_t total = 0;
@@ -350,17 +350,20 @@ static int write_index(const char *dir, const st_item *items, size_t n, char nam
 	json_object_set_new(md, "total_size", json_integer((json_int_t)total));
 	json_object_set_new(root, "metadata", md);
 	json_object_set_new(root, "weight_map", wm);
-	char *p = path_join(dir, "model.safetensors.index.json");
+	char index[80];
+	snprintf(index, sizeof index, "%s.safetensors.index.json", stem);
+	char *p = path_join(dir, index);
 	int rc = p ? tjson_dump_file(root, p, err) : err_set(err, "out of memory");
 	json_decref(root);
 	free(p);
 	return rc;
 }
 
-/* Files 1..m (file_of[i] is item i's), named model-0000K-of-0000M.safetensors,
- * or model.safetensors without an index when single. */
-static int write_files(const char *dir, const st_item *items, size_t n, const int *file_of, int m,
-		       int single, const char *const *meta, titan_err *err)
+/* Files 1..m (file_of[i] is item i's), named STEM-0000K-of-0000M.safetensors,
+ * or STEM.safetensors without an index when single. */
+static int write_files(const char *dir, const char *stem, const st_item *items, size_t n,
+		       const int *file_of, int m, int single, const char *const *meta,
+		       titan_err *err)
 {
 	if (mkdir_p(dir, err))
 		return -1;
@@ -369,9 +372,9 @@ static int write_files(const char *dir, const st_item *items, size_t n, const in
 	int rc = names && part ? 0 : err_set(err, "out of memory");
 	for (int f = 1; f <= m && rc == 0; f++) {
 		if (single)
-			snprintf(names[f], sizeof names[f], "model.safetensors");
+			snprintf(names[f], sizeof names[f], "%s.safetensors", stem);
 		else
-			snprintf(names[f], sizeof names[f], "model-%05d-of-%05d.safetensors", f, m);
+			snprintf(names[f], sizeof names[f], "%s-%05d-of-%05d.safetensors", stem, f, m);
 		size_t k = 0;
 		for (size_t i = 0; i < n; i++)
 			if (file_of[i] == f)
@@ -381,7 +384,7 @@ static int write_files(const char *dir, const st_item *items, size_t n, const in
 		free(p);
 	}
 	if (rc == 0 && !single)
-		rc = write_index(dir, items, n, names, file_of, err);
+		rc = write_index(dir, stem, items, n, names, file_of, err);
 	free(names);
 	free(part);
 	return rc;
@@ -390,6 +393,14 @@ static int write_files(const char *dir, const st_item *items, size_t n, const in
 int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t max_shard,
 		     const char *const *meta, titan_err *err)
 {
+	return st_write_sharded_as(dir, "model", items, n, max_shard, meta, err);
+}
+
+int st_write_sharded_as(const char *dir, const char *stem, const st_item *items, size_t n,
+			uint64_t max_shard, const char *const *meta, titan_err *err)
+{
+	if (strlen(stem) > 24)
+		return err_set(err, "%s: file stem '%s' longer than 24 bytes", dir, stem);
 	/* Shards in the caller's order, a new one when the next tensor would not fit. */
 	int *file_of = malloc((n ? n : 1) * sizeof *file_of);
 	if (!file_of)
@@ -405,7 +416,7 @@ int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t m
 		cur += b;
 		file_of[i] = m;
 	}
-	int rc = write_files(dir, items, n, file_of, m ? m : 1, m <= 1, meta, err);
+	int rc = write_files(dir, stem, items, n, file_of, m ? m : 1, m <= 1, meta, err);
 	free(file_of);
 	return rc;
 }
@@ -417,7 +428,7 @@ int st_write_indexed(const char *dir, const st_item *items, size_t n, const int 
 		if (file_of[i] < 1 || file_of[i] > m)
 			return err_set(err, "%s: %s: file %d is not in 1..%d", dir, items[i].name,
 				       file_of[i], m);
-	return write_files(dir, items, n, file_of, m, 0, meta, err);
+	return write_files(dir, "model", items, n, file_of, m, 0, meta, err);
 }
 
 /* ---- sets ---- */
@@ -488,18 +499,27 @@ int st_set_open(st_set *s, const char *path, titan_err *err)
 	if (!S_ISDIR(st.st_mode)) {
 		rc = add_file(s, path, err);
 	} else {
-		char *ip = path_join(path, "model.safetensors.index.json");
-		char *one = path_join(path, "model.safetensors");
-		if (!ip || !one)
-			rc = err_set(err, "out of memory");
-		else if (stat(ip, &st) == 0)
-			rc = open_index(s, path, ip, err);
-		else if (stat(one, &st) == 0)
-			rc = add_file(s, one, err);
-		else
-			rc = err_set(err, "%s: neither model.safetensors.index.json nor model.safetensors", path);
-		free(ip);
-		free(one);
+		/* transformers' names, then diffusers' (a FluxTransformer2DModel's
+		 * folder) */
+		rc = 1;
+		for (int k = 0; k < 2 && rc == 1; k++) {
+			const char *stem = k ? "diffusion_pytorch_model" : "model";
+			char ixn[64], onen[64];
+			snprintf(ixn, sizeof ixn, "%s.safetensors.index.json", stem);
+			snprintf(onen, sizeof onen, "%s.safetensors", stem);
+			char *ip = path_join(path, ixn), *one = path_join(path, onen);
+			if (!ip || !one)
+				rc = err_set(err, "out of memory");
+			else if (stat(ip, &st) == 0)
+				rc = open_index(s, path, ip, err);
+			else if (stat(one, &st) == 0)
+				rc = add_file(s, one, err);
+			free(ip);
+			free(one);
+		}
+		if (rc == 1)
+			rc = err_set(err, "%s: neither model.safetensors.index.json nor model.safetensors "
+				     "(nor diffusers' diffusion_pytorch_model.*)", path);
 	}
 	if (rc)
 		st_set_close(s);

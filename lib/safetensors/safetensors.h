@@ -75,6 +75,10 @@ int st_write(const char *path, const st_item *items, size_t n, const char *const
  * and gets no index (as transformers' save_pretrained does). */
 int st_write_sharded(const char *dir, const st_item *items, size_t n, uint64_t max_shard,
 		     const char *const *meta, titan_err *err);
+/* The same with files named STEM-0000K-of-0000M.safetensors, STEM.safetensors
+ * and STEM.safetensors.index.json (diffusers' "diffusion_pytorch_model"). */
+int st_write_sharded_as(const char *dir, const char *stem, const st_item *items, size_t n,
+			uint64_t max_shard, const char *const *meta, titan_err *err);
 /* Write item i into DIR/model-0000K-of-0000M.safetensors with K = file_of[i]
  * (1..m), and DIR/model.safetensors.index.json (always, as torch's
  * HuggingFaceStorageWriter does, even for one file). */
@@ -89,7 +93,8 @@ typedef struct st_set {
 
 /* PATH is a .safetensors file, or a folder with model.safetensors.index.json
  * (every file it names is opened and every mapped tensor checked present) or
- * with a single model.safetensors. */
+ * with a single model.safetensors, or diffusers' diffusion_pytorch_model.*
+ * the same way. */
 int st_set_open(st_set *s, const char *path, titan_err *err);
 void st_set_close(st_set *s);
 const st_tensor *st_set_find(const st_set *s, const char *name);

@@ -316,7 +316,6 @@ static int group_values(tstate_saver *sv, const tstate *s, const optim_group *gr
 			const char **keys, int *nk, titan_err *err)
 {
 	adamw *opt = plan_optimizer(s->p);
-	double betas[2] = {gr->beta1, gr->beta2};
 	double lr = adamw_group_lr(opt, gr, s->cur_lr), lr0 = adamw_group_lr(opt, gr, s->base_lr);
 	int k = 0;
 #define FLOATV(key, x) (keys[k] = key, dcp_value_float(x, &v[k].p, &v[k].n, err) == 0 ? (keep(sv, v[k].p), k++, 0) : -1)
@@ -340,21 +339,23 @@ static int group_values(tstate_saver *sv, const tstate *s, const optim_group *gr
 		*nk = k + 1;
 		return 0;
 	}
-	if (FLOATV("lr", lr) || FLOATV("eps", gr->eps) || FLOATV("weight_decay", gr->weight_decay) ||
-	    FLOATV("initial_lr", lr0) || BOOLV("amsgrad", 0) || BOOLV("maximize", 0) ||
-	    NONEV("foreach") || BOOLV("capturable", 0) || BOOLV("differentiable", 0) ||
-	    NONEV("fused") || BOOLV("decoupled_weight_decay", !gr->adam))
-		return -1;
 #undef FLOATV
 #undef BOOLV
 #undef NONEV
 #undef INTV
 #undef STRV
-	keys[k] = "betas";
-	if (dcp_value_floats(betas, 2, 1, &v[k].p, &v[k].n, err) != 0)
+	dcp_adamw_group ag = {.lr = lr, .initial_lr = lr0, .eps = gr->eps,
+			      .weight_decay = gr->weight_decay, .beta1 = gr->beta1,
+			      .beta2 = gr->beta2, .adam = gr->adam};
+	uint8_t *vals[DCP_ADAMW_GROUP_KEYS];
+	size_t lens[DCP_ADAMW_GROUP_KEYS];
+	if (dcp_adamw_group_values(&ag, vals, lens, err) != 0)
 		return -1;
-	keep(sv, v[k].p);
-	k++;
+	for (k = 0; k < DCP_ADAMW_GROUP_KEYS; k++) {
+		keys[k] = dcp_adamw_group_keys[k];
+		v[k] = (val){vals[k], lens[k]};
+		keep(sv, vals[k]);
+	}
 	*nk = k;
 	return 0;
 }
@@ -593,23 +594,8 @@ static int load_int(dcp_item *it, int64_t *v, titan_err *err)
 
 static int load_pybytes(dcp_item *it, uint8_t **out, size_t *n, titan_err *err)
 {
-	pk_val *v;
-	pk_arena *a = NULL;
-	if (dcp_value_load(it->bytes, it->nbytes, &v, &a, err) != 0) {
-		pk_free(a);
-		return err_prefix(err, "%s", it->fqn);
-	}
-	int rc = 0;
-	if (v->kind != PK_BYTES)
-		rc = err_set(err, "%s: expected a bytes value", it->fqn);
-	else if ((*out = malloc(v->len + 1)) == NULL)
-		rc = err_set(err, "out of memory");
-	else {
-		memcpy(*out, v->s, v->len);
-		*n = v->len;
-	}
-	pk_free(a);
-	return rc;
+	int rc = dcp_value_get_pybytes(it->bytes, it->nbytes, out, n, err);
+	return rc != 0 ? err_prefix(err, "%s", it->fqn) : 0;
 }
 
 /* Whether a checkpoint holds the optimizer's state of 0.3.0's fused wqkv. */

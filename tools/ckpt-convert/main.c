@@ -11,6 +11,7 @@
 #include "core/cli.h"
 #include "core/err.h"
 #include "dcp/dcp.h"
+#include "fluxckpt/fluxckpt.h"
 #include "model/family.h"
 #include "model/model.h"
 
@@ -24,7 +25,7 @@
 enum {
 	OPT_JSON = 256, OPT_MODEL_ONLY, OPT_EXPORT_DTYPE, OPT_CHUNKS, OPT_DIM, OPT_FLAVOR,
 	OPT_MAX_SHARD, OPT_N_HEADS, OPT_N_KV_HEADS, OPT_TOL, OPT_VERBOSE, OPT_SIZE, OPT_ASYNC,
-	OPT_MODEL, OPT_PHASE, OPT_NAMES, OPT_HEAD_DIM, OPT_MTP,
+	OPT_MODEL, OPT_PHASE, OPT_NAMES, OPT_HEAD_DIM, OPT_MTP, OPT_FORMAT,
 };
 
 static const cli_option opts[] = {
@@ -33,7 +34,9 @@ static const cli_option opts[] = {
 	{"export-dtype", 0, CLI_ARG, OPT_EXPORT_DTYPE, "T", "cast float tensors (float32, bfloat16, float16)"},
 	{"chunks", 0, CLI_ARG, OPT_CHUNKS, "N", "to DCP: split tensors into N rank files"},
 	{"dim", 0, CLI_ARG, OPT_DIM, "D", "the dimension --chunks splits (default 0)"},
-	{"model", 0, CLI_ARG, OPT_MODEL, "NAME", "to-hf, from-hf: model family (default llama3)"},
+	{"model", 0, CLI_ARG, OPT_MODEL, "NAME", "to-hf, from-hf: model family (default llama3), or flux"},
+	{"format", 0, CLI_ARG, OPT_FORMAT, "F", "flux: diffusers or bfl (to-hf: diffusers, bfl for a "
+	 ".safetensors OUT; from-hf: from the keys)"},
 	{"flavor", 0, CLI_ARG, OPT_FLAVOR, "F", "to-hf, from-hf: the family's flavor (debugmodel, 8B, ...)"},
 	{"max-shard-size", 0, CLI_ARG, OPT_MAX_SHARD, "SIZE", "to-hf: bytes per shard (default 5G)"},
 	{"num-mtp-layers", 0, CLI_ARG, OPT_MTP, "K", "from-hf: the flavor with K multi-token prediction "
@@ -62,6 +65,8 @@ static const cli_spec spec = {
 	"  to-hf DIR OUT [--model NAME] --flavor F [--export-dtype T] [--max-shard-size SIZE]\n"
 	"  from-hf HFDIR OUT [--model NAME] --flavor F [--export-dtype T] [--names V]\n"
 	"          [--num-mtp-layers K]\n"
+	"  to-hf|from-hf SRC OUT --model flux [--flavor F] [--format diffusers|bfl]\n"
+	"          [--export-dtype T] [--max-shard-size SIZE]\n"
 	"  diff A B [--tol X] [--json]\n"
 	"  [mpirun -n N] bench DIR [--size SIZE] [--chunks N] [--async] [--phase P]",
 	"Convert, reshard and check PyTorch distributed checkpoints.",
@@ -79,6 +84,7 @@ typedef struct args {
 	uint64_t size;
 	int async, phase;
 	int names; /* DCP_NAMES_* */
+	int format; /* FLUXCKPT_*, -1 unset */
 	int64_t head_dim;
 } args;
 
@@ -332,6 +338,35 @@ static dcp_hf_model hf_model(const args *a)
 	return m;
 }
 
+/* Flux's to-hf and from-hf (lib/fluxckpt): the flavor's config, or the
+ * sizes the source's tensors give. */
+static int cmd_flux_hf(int to_hf, const char *src, const char *out, const args *a)
+{
+	titan_err err;
+	flux_config c;
+	if (a->flavor) {
+		const flux_config *f = flux_flavor(a->flavor);
+		if (!f)
+			cli_usage_error(&spec, "--flavor: '%s' is not a Flux flavor (flux-dev, "
+					"flux-schnell, flux-debug)", a->flavor);
+		c = *f;
+	} else if (fluxckpt_infer_config(src, to_hf ? FLUXCKPT_AUTO : a->format < 0 ? FLUXCKPT_AUTO
+										       : a->format,
+					 &c, &err) != 0) {
+		titan_die_err(&err);
+	}
+	size_t l = strlen(out);
+	int format = a->format >= 0 ? a->format
+		   : to_hf ? (l > 12 && !strcmp(out + l - 12, ".safetensors") ? FLUXCKPT_BFL
+									 : FLUXCKPT_DIFFUSERS)
+			   : FLUXCKPT_AUTO;
+	int rc = to_hf ? fluxckpt_to_hf(src, out, &c, format, a->export_dtype, a->max_shard, &err)
+		       : fluxckpt_from_hf(src, out, &c, format, a->export_dtype, &err);
+	if (rc)
+		titan_die_err(&err);
+	return 0;
+}
+
 static void need(int argc, int have, int want, const char *cmd)
 {
 	if (have != want)
@@ -343,7 +378,8 @@ int main(int argc, char **argv)
 {
 	cli_state st;
 	cli_begin(&st, &spec);
-	args a = {.max_shard = (uint64_t)5 << 30, .size = (uint64_t)1 << 30, .model = "llama3"};
+	args a = {.max_shard = (uint64_t)5 << 30, .size = (uint64_t)1 << 30, .model = "llama3",
+		  .format = -1};
 	int c;
 	while ((c = cli_next(&st, argc, argv)) != -1) {
 		switch (c) {
@@ -359,6 +395,12 @@ int main(int argc, char **argv)
 		case OPT_DIM: a.dim = (int)cli_int(&spec, "--dim", st.arg, 0, DCP_MAX_DIM - 1); break;
 		case OPT_FLAVOR: a.flavor = st.arg; break;
 		case OPT_MODEL: a.model = st.arg; break;
+		case OPT_FORMAT:
+			a.format = !strcmp(st.arg, "diffusers") ? FLUXCKPT_DIFFUSERS
+				 : !strcmp(st.arg, "bfl") ? FLUXCKPT_BFL : -2;
+			if (a.format == -2)
+				cli_usage_error(&spec, "--format: '%s' is not diffusers or bfl", st.arg);
+			break;
 		case OPT_MAX_SHARD: a.max_shard = cli_size(&spec, "--max-shard-size", st.arg); break;
 		case OPT_MTP: a.mtp = (int)cli_int(&spec, "--num-mtp-layers", st.arg, 0, 16); break;
 		case OPT_N_HEADS: a.n_heads = (int)cli_int(&spec, "--n-heads", st.arg, 1, 1 << 20); break;
@@ -429,6 +471,12 @@ int main(int argc, char **argv)
 			titan_die_err(&err);
 		return 0;
 	}
+	if ((!strcmp(cmd, "to-hf") || !strcmp(cmd, "from-hf")) && !strcmp(a.model, "flux")) {
+		need(argc, nops, 3, cmd);
+		return cmd_flux_hf(!strcmp(cmd, "to-hf"), op[1], op[2], &a);
+	}
+	if (a.format != -1)
+		cli_usage_error(&spec, "--format is --model flux's");
 	if (!strcmp(cmd, "to-hf") || !strcmp(cmd, "from-hf")) {
 		need(argc, nops, 3, cmd);
 		if (!a.flavor)

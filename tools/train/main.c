@@ -74,6 +74,8 @@ static void usage(FILE *out)
 		"                           when it has one, as torchtitan, else the CPU)\n"
 		"  --no-step-graph          compile.enable without capturing the whole step\n"
 		"                           (a CUDA graph): the fused ops only\n"
+		"  --sample                 Flux: images of the inference.prompts_path prompts\n"
+		"                           (0.3.0's infer.py) instead of training\n"
 		"  --dry-run                plan memory and traffic per rank and exit\n"
 		"  --world-size N           ranks to plan for (default: the launcher's)\n"
 		"  --device-memory SIZE     memory per rank, e.g. 80GiB (default: the GPU's,\n"
@@ -391,7 +393,7 @@ static int check_rope_length(const job_config *c, titan_err *err)
 static int run(job_config *c, int nrest, char **rest)
 {
 	titan_err err = {{0}};
-	int threads = 0, backend = TRAINER_BACKEND_AUTO, no_step_graph = 0;
+	int threads = 0, backend = TRAINER_BACKEND_AUTO, no_step_graph = 0, sample = 0;
 	plan_opts po = {0};
 	for (int i = 1; i < nrest; i++) {
 		if (strcmp(rest[i], "--list-keys") == 0) {
@@ -427,6 +429,8 @@ static int run(job_config *c, int nrest, char **rest)
 				return fail(TITAN_EXIT_USAGE, "--backend: expected cpu, cuda or auto", 1);
 		} else if (strcmp(rest[i], "--no-step-graph") == 0) {
 			no_step_graph = 1;
+		} else if (strcmp(rest[i], "--sample") == 0) {
+			sample = 1;
 		} else if (strcmp(rest[i], "--dry-run") == 0) {
 			po.dry_run = 1;
 		} else if (strcmp(rest[i], "--json") == 0) {
@@ -476,8 +480,13 @@ static int run(job_config *c, int nrest, char **rest)
 	}
 	if (c->job.config_file == NULL && !c->follows_030 && comm_rank(world) == 0)
 		fprintf(stderr, "titan-train: no --config given; using torchtitan's defaults\n");
+	if (sample && strcmp(c->model.name, "flux") != 0) {
+		comm_finalize(world);
+		return fail(TITAN_EXIT_USAGE, "--sample: images come from a Flux model "
+			    "(--module flux)", 1);
+	}
 	if (strcmp(c->model.name, "flux") == 0) { /* its own trainer: lib/fluxtrain */
-		fluxtrain_opts fo = {.threads = threads};
+		fluxtrain_opts fo = {.threads = threads, .sample = sample};
 		int frc = fluxtrain_run(c, world, &fo, &err);
 		if (frc != 0)
 			fprintf(stderr, "titan-train: %s\n", err.msg);
