@@ -902,7 +902,50 @@ static void upsample_and_im2col_match_the_cpu_exactly(void **state)
 
 /* y += bias for every row, and per group of rows (offs) with the rows past
  * the groups left alone; the bias rounded to y's type first. */
-static void bias_add_matches_the_cpu(void **state)
+/* Element i of a host array of gpu_dtype dt. */
+static void put_host(void *p, int dt, size_t i, double v)
+{
+	if (dt == GPU_BF16)
+		((uint16_t *)p)[i] = bf16_from_f32((float)v);
+	else
+		((float *)p)[i] = (float)v;
+}
+
+static double get_host(const void *p, int dt, size_t i)
+{
+	return dt == GPU_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* bias_grad: the CPU's column sums (float64 for float32; the CPU's bf16
+ * kernel, which sums in double as the device does, for bf16 either side). */
+static void bias_grad_case(int tb, int ty, int64_t rows, int64_t d, int64_t groups,
+			   const int32_t *offs, const int32_t *doffs)
+{
+	size_t ny = (size_t)(rows * d), nb = (size_t)(groups * d);
+	double *dyv = rnd(ny, 1.0), *db = rnd(nb, 1.0);
+	void *ddy = dev_from(dyv, ny, ty), *ddb = dev_from(db, nb, tb);
+	gpu_ok(launch_bias_grad(ddb, tb, ddy, ty, rows, d, groups, doffs, NULL), "bias_grad");
+	if (tb == GPU_F32 && ty == GPU_F32) {
+		cpu_bias_grad_f64(db, dyv, rows, d, groups, offs);
+	} else {
+		size_t eb = gpu_dtype_size(tb), ey = gpu_dtype_size(ty);
+		unsigned char *hb = malloc(nb * eb), *hy = malloc(ny * ey);
+		assert_true(hb && hy);
+		for (size_t i = 0; i < nb; i++)
+			put_host(hb, tb, i, db[i]);
+		for (size_t i = 0; i < ny; i++)
+			put_host(hy, ty, i, dyv[i]);
+		cpu_bf16_bias_grad(hb, (be_dtype)tb, hy, (be_dtype)ty, rows, d, groups, offs);
+		for (size_t i = 0; i < nb; i++)
+			db[i] = get_host(hb, tb, i);
+		free(hb), free(hy);
+	}
+	expect_close("bias_grad dbias", ddb, db, nb, tb, tb == GPU_BF16 ? TOL_BF16 : TOL_F32);
+	free(dyv), free(db);
+	gpu_free(ddy), gpu_free(ddb);
+}
+
+static void bias_add_and_grad_match_the_cpu(void **state)
 {
 	(void)state;
 	need_gpu();
@@ -931,73 +974,9 @@ static void bias_add_matches_the_cpu(void **state)
 			round_all(bias, nbias, ty);
 			cpu_bias_add_f64(y, bias, rows, d, groups, grouped ? offs : NULL);
 			expect_close("bias_add y", dy, y, ny, ty, ty == GPU_BF16 ? TOL_BF16 : TOL_F32);
+			bias_grad_case(tb, ty, rows, d, groups, grouped ? offs : NULL, doffs);
 			free(y), free(bias);
 			gpu_free(dy), gpu_free(dbias), gpu_free(doffs);
-		}
-}
-
-/* Element i of a host array of gpu_dtype dt. */
-static void put_host(void *p, int dt, size_t i, double v)
-{
-	if (dt == GPU_BF16)
-		((uint16_t *)p)[i] = bf16_from_f32((float)v);
-	else
-		((float *)p)[i] = (float)v;
-}
-
-static double get_host(const void *p, int dt, size_t i)
-{
-	return dt == GPU_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-/* bias_grad: the CPU's column sums (float64 for float32; the CPU's bf16
- * kernel, which sums in double as the device does, for bf16 either side). */
-static void bias_grad_matches_the_cpu(void **state)
-{
-	(void)state;
-	need_gpu();
-	seed(87);
-	const int32_t offs[] = {2, 5, 5, 11}; /* rows 0-1 and 11- are no group's */
-	const int types[][2] = {{GPU_F32, GPU_F32}, {GPU_BF16, GPU_BF16}, {GPU_F32, GPU_BF16},
-				{GPU_BF16, GPU_F32}};
-	for (int grouped = 0; grouped < 2; grouped++)
-		for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-			int tb = types[t][0], ty = types[t][1];
-			int64_t rows = 300, d = 37, groups = grouped ? 3 : 1;
-			size_t ny = (size_t)(rows * d), nb = (size_t)(groups * d);
-			double *dyv = rnd(ny, 1.0), *db = rnd(nb, 1.0);
-			void *ddy = dev_from(dyv, ny, ty), *ddb = dev_from(db, nb, tb);
-			int32_t *doffs = NULL;
-			if (grouped) {
-				titan_err e;
-				doffs = dev_alloc(sizeof offs);
-				if (gpu_upload(doffs, offs, sizeof offs, &e))
-					fail_msg("%s", e.msg);
-			}
-			print_message(" rows %lld d %lld%s dbias %s dy %s\n", (long long)rows,
-				      (long long)d, grouped ? " in 3 groups" : "", dt_name(tb),
-				      dt_name(ty));
-			gpu_ok(launch_bias_grad(ddb, tb, ddy, ty, rows, d, groups, doffs, NULL),
-			       "bias_grad");
-			const int32_t *ho = grouped ? offs : NULL;
-			if (tb == GPU_F32 && ty == GPU_F32) {
-				cpu_bias_grad_f64(db, dyv, rows, d, groups, ho);
-			} else {
-				size_t eb = gpu_dtype_size(tb), ey = gpu_dtype_size(ty);
-				unsigned char *hb = malloc(nb * eb), *hy = malloc(ny * ey);
-				assert_true(hb && hy);
-				for (size_t i = 0; i < nb; i++)
-					put_host(hb, tb, i, db[i]);
-				for (size_t i = 0; i < ny; i++)
-					put_host(hy, ty, i, dyv[i]);
-				cpu_bf16_bias_grad(hb, (be_dtype)tb, hy, (be_dtype)ty, rows, d, groups, ho);
-				for (size_t i = 0; i < nb; i++)
-					db[i] = get_host(hb, tb, i);
-				free(hb), free(hy);
-			}
-			expect_close("bias_grad dbias", ddb, db, nb, tb, tb == GPU_BF16 ? TOL_BF16 : TOL_F32);
-			free(dyv), free(db);
-			gpu_free(ddy), gpu_free(ddb), gpu_free(doffs);
 		}
 }
 
@@ -1402,8 +1381,7 @@ int main(void)
 		cmocka_unit_test(geglu_and_swish_match_the_cpu),
 		cmocka_unit_test(layer_and_group_norms_match_the_cpu),
 		cmocka_unit_test(upsample_and_im2col_match_the_cpu_exactly),
-		cmocka_unit_test(bias_add_matches_the_cpu),
-		cmocka_unit_test(bias_grad_matches_the_cpu),
+		cmocka_unit_test(bias_add_and_grad_match_the_cpu),
 		cmocka_unit_test(conv_bias_matches_the_cpu_exactly),
 		cmocka_unit_test(softmax_exp_and_div_rows_match_the_cpu),
 		cmocka_unit_test(flux_launchers_refuse_bad_shapes),
