@@ -149,6 +149,12 @@ typedef struct flux_batch {
 	/* The loss's divisor: every data-parallel rank's latent values together
 	 * (FluxTrainer's global_valid_tokens); 0: this batch's b * li * c_img. */
 	int64_t global_numel;
+	/* bf16 compute alone: x and noise are float32 tensors (0.3.0's latents
+	 * when its encoders run in float32, on one data-parallel rank): the noisy
+	 * input is mixed in float32 before FSDP's cast, the target noise - x and
+	 * the loss stay float32.  0: they are bf16 (the encoders in bf16), each
+	 * rounded before the mix and the target rounded. */
+	int target_f32;
 } flux_batch;
 
 /* The step: forward on the noisy latent, the loss (this batch's squared

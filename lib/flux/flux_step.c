@@ -95,6 +95,8 @@ typedef struct fx_run {
 	float *gw32, *gb32;
 	void *g16;
 	float *acc32;             /* bf16: linear2's float32 sum (b * L, h) */
+	float *x32, *noise32;     /* bf16 with target_f32: the float32 latents and noise */
+	int target_f32;
 } fx_run;
 
 /* Element i of a tensor of the run's type at p. */
@@ -200,8 +202,15 @@ static int grab_all(fx_run *r, int backward, titan_err *err)
 	    grab(r, &r->xf, b * li * h, err) || grabf(r, &r->fst, b * li * 2, err) ||
 	    grab(r, &r->fa, b * li * h, err) || grab(r, &r->pred, b * li * c->out_channels, err))
 		return -1;
-	int64_t nacc = b * L * h > b * li * c->out_channels ? b * L * h : b * li * c->out_channels;
+	/* acc32 also holds the prediction and its gradient in float32 for a
+	 * float32 target */
+	int64_t npred = b * li * c->out_channels;
+	int64_t nacc = b * L * h > 2 * npred ? b * L * h : 2 * npred;
 	if (r->t != BE_F32 && grabf(r, &r->acc32, nacc, err))
+		return -1;
+	if (r->t != BE_F32 && r->target_f32 &&
+	    (grabf(r, &r->x32, b * li * c->in_channels, err) ||
+	     grabf(r, &r->noise32, b * li * c->in_channels, err)))
 		return -1;
 	/* without a backward no block's activations outlive it: the blocks
 	 * share the first one's buffers */
@@ -806,7 +815,10 @@ static int upload_host(fx_run *r, const flux_batch *in, titan_err *err)
 	float *noisy = r->host, *temb = noisy + nx, *cs = temb + nt, *ids = cs + ncs;
 	const float *x = in->x, *noise = in->noise;
 	uint16_t *lo = (uint16_t *)(noisy + nf);
-	if (bf && noise != NULL) {
+	if (bf && noise != NULL && r->target_f32) { /* the target's float32 terms */
+		r->be->ops->copy(r->be, r->x32, x, sizeof(float) * (size_t)nx, BACKEND_H2D);
+		r->be->ops->copy(r->be, r->noise32, noise, sizeof(float) * (size_t)nx, BACKEND_H2D);
+	} else if (bf && noise != NULL) {
 		float *xr = ids + 3 * r->L, *nr = xr + nx;
 		for (int64_t j = 0; j < nx; j++) {
 			xr[j] = bf16_round(x[j]);
@@ -888,7 +900,8 @@ static void backward(fx_run *r)
 static fx_run run_of(flux_model *m, const flux_batch *in)
 {
 	fx_run r = {.m = m, .be = m->be, .t = m->dt, .es = be_dtype_size(m->dt), .b = in->b,
-		    .li = in->li, .lt = in->lt, .L = in->li + in->lt, .h = m->h, .f = m->f};
+		    .li = in->li, .lt = in->lt, .L = in->li + in->lt, .h = m->h, .f = m->f,
+		    .target_f32 = in->target_f32 && m->dt != BE_F32};
 	r.n[FLUX_IMG] = in->li;
 	r.n[FLUX_TXT] = in->lt;
 	r.off[FLUX_IMG] = in->lt;
@@ -923,8 +936,19 @@ int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss,
 	double sum = 0;
 	/* torch: the loss's division's backward hands mse_loss 1/numel in
 	 * float32, which multiplies 2 (pred - target) */
-	m->be->ops->flow_mse(m->be, backward_on ? r.dpred : NULL, r.pred, r.x, r.noise, r.t,
-			     npred, 1.0f / (float)div, &sum, &count);
+	if (r.x32 != NULL) {
+		/* mse_loss(pred.float(), target) with a float32 target: the loss and
+		 * its gradient in float32, the gradient cast to pred's bf16 */
+		float *p32 = r.acc32, *g32 = r.acc32 + npred;
+		m->be->ops->convert(m->be, p32, BE_F32, r.pred, r.t, npred);
+		m->be->ops->flow_mse(m->be, backward_on ? g32 : NULL, p32, r.x32, r.noise32, BE_F32,
+				     npred, 1.0f / (float)div, &sum, &count);
+		if (backward_on)
+			m->be->ops->convert(m->be, r.dpred, r.t, g32, BE_F32, npred);
+	} else {
+		m->be->ops->flow_mse(m->be, backward_on ? r.dpred : NULL, r.pred, r.x, r.noise, r.t,
+				     npred, 1.0f / (float)div, &sum, &count);
+	}
 	if (pred != NULL)
 		download_pred(&r, pred);
 	if (backward_on)

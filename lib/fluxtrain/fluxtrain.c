@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "core/afile.h"
+#include "core/bf16.h"
 #include "core/progress.h"
 #include "core/torch_rng.h"
 #include "flux/flux.h"
@@ -33,6 +34,7 @@ typedef struct ft_run {
 	const job_config *c;
 	comm *world;
 	int rank, ranks;
+	int enc_bf16;      /* the encoders in bfloat16: 0.3.0's self._dtype under FSDP */
 	backend *be;
 	fluxin *in;
 	const fluxrec_header *h;
@@ -49,6 +51,7 @@ typedef struct ft_run {
 	int *status;
 	titan_err *why;
 	float *txt, *y, *moments, *eps, *z, *noise4, *x, *noise, *img_ids, *txt_ids, *t;
+	float *empty_t5, *empty_clip; /* the empty caption's encodings, float32 */
 	metrics_jsonl jl;
 	int jl_open;
 	tb_writer tb;
@@ -99,7 +102,8 @@ static int open_inputs(ft_run *r, titan_err *err)
 		.t5_tokenizer = c->flux.t5_tokenizer, .clip_tokenizer = c->flux.clip_tokenizer,
 		.autoencoder = c->flux.autoencoder_path, .ae_config = aecfg,
 		.image_size = (int)c->flux.img_size, .t5_len = (int)c->flux.max_t5_encoding_len,
-		.clip_len = 77, .dtype = FLUXREC_F32, .model_dtype = FLUXREC_F32,
+		.clip_len = 77, .dtype = r->enc_bf16 ? FLUXREC_BF16 : FLUXREC_F32,
+		.model_dtype = r->enc_bf16 ? FLUXREC_BF16 : FLUXREC_F32,
 		.test_tokenizer = c->flux.test_tokenizer,
 	};
 	if ((r->in = fluxin_open(r->be, &o, err)) == NULL)
@@ -130,6 +134,18 @@ static int check_shapes(ft_run *r, const flux_config *fc, titan_err *err)
 			       (long long)fc->in_channels, h->latent_channels / 2,
 			       2 * h->latent_channels);
 	return 0;
+}
+
+/* n values of a record's array (dtype) as float32. */
+static void widen(float *dst, const void *src, size_t n, uint32_t dtype)
+{
+	if (dtype == FLUXREC_F32) {
+		memcpy(dst, src, n * sizeof *dst);
+		return;
+	}
+	const uint16_t *s = src;
+	for (size_t i = 0; i < n; i++)
+		dst[i] = bf16_to_f32(s[i]);
 }
 
 static float *floats(int64_t n, int *failed)
@@ -167,6 +183,12 @@ static int alloc_batch(ft_run *r, titan_err *err)
 	r->img_ids = floats(b * r->li * 3, &f);
 	r->txt_ids = floats(b * r->lt * 3, &f); /* zeros: the trainer's text positions */
 	r->t = floats(b, &f);
+	r->empty_t5 = floats(r->lt * h->t5_dim, &f);
+	r->empty_clip = floats(h->clip_dim, &f);
+	if (!f) {
+		widen(r->empty_t5, h->empty_t5, (size_t)(r->lt * h->t5_dim), h->dtype);
+		widen(r->empty_clip, h->empty_clip, h->clip_dim, h->dtype);
+	}
 	return f ? err_set(err, "out of memory for a batch of %lld samples", (long long)b) : 0;
 }
 
@@ -177,7 +199,7 @@ static void free_batch(ft_run *r)
 	free(r->status);
 	free(r->why);
 	float *p[] = {r->txt, r->y, r->moments, r->eps, r->z, r->noise4, r->x, r->noise, r->img_ids,
-		      r->txt_ids, r->t};
+		      r->txt_ids, r->t, r->empty_t5, r->empty_clip};
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		free(p[i]);
 }
@@ -190,6 +212,11 @@ static int open_model(ft_run *r, titan_err *err)
 		return err_set(err, "model.flavor %s: not a Flux flavor (flux-debug, flux-schnell, "
 			       "flux-dev)", c->model.flavor);
 	if (check_shapes(r, fc, err) != 0 || (r->m = flux_model_create(r->be, fc, err)) == NULL)
+		return -1;
+	/* 0.3.0 applies fully_shard to Flux on any number of ranks: its
+	 * parameters compute in mixed_precision_param */
+	if (strcmp(c->training.mixed_precision_param, "bfloat16") == 0 &&
+	    flux_model_set_compute(r->m, BE_BF16, err) != 0)
 		return -1;
 	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed : 0;
 	if (flux_model_init(r->m, seed, err) != 0)
@@ -209,6 +236,23 @@ static int open_model(ft_run *r, titan_err *err)
 				dt, c->lr_scheduler.min_lr_factor, err);
 }
 
+/* torch.randn of n values in the encoders' dtype (randn_like of a bf16
+ * tensor is another sequence of draws), as float32. */
+static void draw_normal(ft_run *r, float *out, size_t n)
+{
+	if (!r->enc_bf16) {
+		torch_rng_randn_f32(&r->g, out, n);
+		return;
+	}
+	uint16_t *tmp = malloc(n * sizeof *tmp);
+	if (tmp == NULL) /* out of memory here would change the draws: stop */
+		abort();
+	torch_rng_randn_bf16(&r->g, tmp, n);
+	for (size_t i = 0; i < n; i++)
+		out[i] = bf16_to_f32(tmp[i]);
+	free(tmp);
+}
+
 /* The batch's encodings, a dropped prompt's replaced by the empty caption's. */
 static int gather(ft_run *r, titan_err *err)
 {
@@ -223,11 +267,10 @@ static int gather(ft_run *r, titan_err *err)
 		if (fluxrec_record_view(h, r->recs + (size_t)i * h->record_bytes, &v, "batch",
 					err) != 0)
 			return -1;
-		memcpy(r->txt + i * nt, r->items[i].t5_dropped ? h->empty_t5 : v.t5,
-		       nt * sizeof(float));
-		memcpy(r->y + i * h->clip_dim, r->items[i].clip_dropped ? h->empty_clip : v.clip,
-		       h->clip_dim * sizeof(float));
-		memcpy(r->moments + i * lat2, v.moments, lat2 * sizeof(float));
+		widen(r->txt + i * nt, r->items[i].t5_dropped ? h->empty_t5 : v.t5, nt, h->dtype);
+		widen(r->y + i * h->clip_dim, r->items[i].clip_dropped ? h->empty_clip : v.clip,
+		      h->clip_dim, h->dtype);
+		widen(r->moments + i * lat2, v.moments, lat2, h->dtype);
 	}
 	return 0;
 }
@@ -259,9 +302,9 @@ static int encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 static void draw_latents(ft_run *r, int draw_t)
 {
 	size_t lat = (size_t)r->b * r->zc * r->hl * r->wl;
-	torch_rng_randn_f32(&r->g, r->eps, lat);
-	flux_ae_sample(&r->ae, 0, r->moments, r->eps, r->b, r->hl, r->wl, r->z);
-	torch_rng_randn_f32(&r->g, r->noise4, lat);
+	draw_normal(r, r->eps, lat);
+	flux_ae_sample(&r->ae, r->enc_bf16, r->moments, r->eps, r->b, r->hl, r->wl, r->z);
+	draw_normal(r, r->noise4, lat);
 	if (draw_t)
 		torch_rng_rand_f32(&r->g, r->t, (size_t)r->b);
 	flux_pack_latents(r->x, r->z, r->b, r->zc, r->hl, r->wl);
@@ -300,7 +343,7 @@ static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
 			 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
 			 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
 			 .txt_ids = r->txt_ids, .t = r->t, .y = r->y,
-			 .global_numel = numel * r->ranks};
+			 .global_numel = numel * r->ranks, .target_f32 = !r->enc_bf16};
 	float loss;
 	flux_zero_grad(r->m);
 	if (flux_step(r->m, &in, 1, &loss, NULL, err) != 0)
@@ -346,11 +389,11 @@ static int sample_image(ft_run *r, int64_t i, int64_t step, titan_err *err)
 		err_set(err, "out of memory for a %lld px image", (long long)side);
 		goto out;
 	}
-	torch_rng_randn_f32(&r->g, noise, nz);
+	draw_normal(r, noise, nz);
 	flux_sample_in in = {.b = 1, .height = side, .width = side, .lt = r->lt,
 			     .c_txt = h->t5_dim, .c_vec = h->clip_dim, .noise = noise,
 			     .txt = r->txt + i * r->lt * h->t5_dim, .y = r->y + i * h->clip_dim,
-			     .txt_empty = h->empty_t5, .y_empty = h->empty_clip,
+			     .txt_empty = r->empty_t5, .y_empty = r->empty_clip,
 			     .steps = (int)c->flux.val_denoising_steps, .cfg = c->flux.val_cfg,
 			     .cfg_scale = c->flux.val_cfg_scale};
 	flux_sample_out out = {.rgb = rgb};
@@ -413,7 +456,8 @@ static int validate(ft_run *r, int64_t step, titan_err *err)
 		flux_batch in = {.b = r->b, .li = r->li, .lt = r->lt, .c_img = r->ci,
 				 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
 				 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
-				 .txt_ids = r->txt_ids, .t = r->t, .y = r->y, .global_numel = 1};
+				 .txt_ids = r->txt_ids, .t = r->t, .y = r->y, .global_numel = 1,
+				 .target_f32 = !r->enc_bf16};
 		float loss; /* the batch's sum of squared errors (MSELoss's sum) */
 		if (rc == 0 && flux_step(r->m, &in, 0, &loss, NULL, err) != 0)
 			rc = -1;
@@ -710,7 +754,7 @@ static int train(ft_run *r, titan_err *err)
 
 /* The data-parallel mesh fills the world: dp_replicate x dp_shard ranks
  * (dp_shard -1: what is left).  HSDP and FSDP compute the same sums here. */
-static int check_mesh(const job_config *c, int world, titan_err *err)
+static int check_mesh(const job_config *c, int world, int64_t *shard_out, titan_err *err)
 {
 	int64_t rep = c->parallelism.data_parallel_replicate_degree;
 	int64_t shard = c->parallelism.data_parallel_shard_degree;
@@ -723,6 +767,7 @@ static int check_mesh(const job_config *c, int world, titan_err *err)
 		return err_set(err, "parallelism: data_parallel_replicate_degree %lld x "
 			       "data_parallel_shard_degree %lld is not the %d ranks", (long long)rep,
 			       (long long)shard, world);
+	*shard_out = shard;
 	return 0;
 }
 
@@ -789,12 +834,12 @@ static int sample_batch(ft_run *r, char **prompts, const int *ids, int k, titan_
 	for (int i = 0; i < k; i++) {
 		caps[i] = (const uint8_t *)prompts[i];
 		lens[i] = strlen(prompts[i]);
-		memcpy(et5 + (size_t)i * nt, h->empty_t5, nt * sizeof(float));
-		memcpy(eclip + (size_t)i * h->clip_dim, h->empty_clip, h->clip_dim * sizeof(float));
+		memcpy(et5 + (size_t)i * nt, r->empty_t5, nt * sizeof(float));
+		memcpy(eclip + (size_t)i * h->clip_dim, r->empty_clip, h->clip_dim * sizeof(float));
 	}
 	if (fluxin_encode_text(r->in, caps, lens, k, t5, clip, err) != 0)
 		goto out;
-	torch_rng_randn_f32(&r->g, noise, nz * (size_t)k);
+	draw_normal(r, noise, nz * (size_t)k);
 	flux_sample_in in = {.b = k, .height = side, .width = side, .lt = r->lt, .c_txt = h->t5_dim,
 			     .c_vec = h->clip_dim, .noise = noise, .txt = t5, .y = clip,
 			     .txt_empty = et5, .y_empty = eclip,
@@ -851,11 +896,13 @@ static int sample_all(ft_run *r, titan_err *err)
 
 static int check_supported(const job_config *c, titan_err *err)
 {
-	if (strcmp(c->training.mixed_precision_param, "float32") != 0)
+	const char *mp = c->training.mixed_precision_param;
+	if (strcmp(mp, "float32") != 0 && strcmp(mp, "bfloat16") != 0)
 		return err_set(err, "training.mixed_precision_param %s: the Flux trainer computes "
-			       "in float32 (0.3.0's FSDP mixed precision in bfloat16 is not built "
-			       "yet): pass --training.mixed_precision_param float32",
-			       c->training.mixed_precision_param);
+			       "in float32 or bfloat16", mp);
+	if (strcmp(c->training.mixed_precision_reduce, "float32") != 0)
+		return err_set(err, "training.mixed_precision_reduce %s: the Flux trainer sums "
+			       "gradients in float32", c->training.mixed_precision_reduce);
 	if (c->parallelism.tensor_parallel_degree > 1 || c->parallelism.pipeline_parallel_degree > 1 ||
 	    c->parallelism.context_parallel_degree > 1 || c->parallelism.expert_parallel_degree > 1)
 		return err_set(err, "parallelism: the Flux trainer has data parallelism only "
@@ -893,8 +940,12 @@ static void close_run(ft_run *r)
 int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, titan_err *err)
 {
 	ft_run r = {.c = c, .world = world, .rank = comm_rank(world), .ranks = comm_size(world)};
-	if (check_supported(c, err) != 0 || check_mesh(c, r.ranks, err) != 0)
+	int64_t shard = 1;
+	if (check_supported(c, err) != 0 || check_mesh(c, r.ranks, &shard, err) != 0)
 		return -1;
+	/* FluxTrainer's self._dtype: the encoders in mixed_precision_param when
+	 * dp_shard is on, else float32 */
+	r.enc_bf16 = shard > 1 && strcmp(c->training.mixed_precision_param, "bfloat16") == 0;
 	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed
 			: r.ranks == 1 ? TORCH_DEFAULT_SEED : 0;
 	torch_rng_seed(&r.g, seed + (uint64_t)r.rank, TORCH_NORMAL_AVX2);
