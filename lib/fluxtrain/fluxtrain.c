@@ -900,9 +900,6 @@ static int check_supported(const job_config *c, titan_err *err)
 	if (strcmp(mp, "float32") != 0 && strcmp(mp, "bfloat16") != 0)
 		return err_set(err, "training.mixed_precision_param %s: the Flux trainer computes "
 			       "in float32 or bfloat16", mp);
-	if (strcmp(c->training.mixed_precision_reduce, "float32") != 0)
-		return err_set(err, "training.mixed_precision_reduce %s: the Flux trainer sums "
-			       "gradients in float32", c->training.mixed_precision_reduce);
 	if (c->parallelism.tensor_parallel_degree > 1 || c->parallelism.pipeline_parallel_degree > 1 ||
 	    c->parallelism.context_parallel_degree > 1 || c->parallelism.expert_parallel_degree > 1)
 		return err_set(err, "parallelism: the Flux trainer has data parallelism only "
