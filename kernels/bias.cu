@@ -3,7 +3,8 @@
 // first rounded to y's type (torchtitan's h + b.to(h.dtype)) and the sum
 // rounded once, as the CPU backend adds them; and a convolution's over NCHW
 // (conv_bias): y (n, c, hw) = b[ch], written for the conv's matmul to add
-// its product to.  One thread per element.
+// its product to.  One thread per element; bias_grad (the biases' gradients)
+// one per column.
 #include "backend/row_group.h"
 #include "gpu/device.cuh"
 
@@ -36,6 +37,45 @@ extern "C" int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_
 	DISPATCH2(ty, Ty, tb, Tb,
 		  bias_add_kernel<<<grid_for(rows * d, THREADS), THREADS, 0, s>>>(
 			  (Ty *)y, (const Tb *)bias, rows, d, groups, offs));
+	return launch_status();
+}
+
+// bias_grad: thread (g, j) sums column j of dy over group g's rows (all rows
+// when offs is NULL) in row order in double, then dbias += the sum: float32
+// adds the sum rounded to float32 (the CPU's float32 kernel), other types
+// round dbias + sum once from double (the CPU's bf16 kernel).
+template <typename Tb, typename Ty>
+__global__ void bias_grad_kernel(Tb *dbias, const Ty *__restrict__ dy, int64_t rows, int64_t d,
+				 int64_t ng, const int32_t *__restrict__ offs)
+{
+	int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (t >= ng * d)
+		return;
+	int64_t g = t / d, j = t % d;
+	int64_t r0 = offs ? offs[g] : 0, r1 = offs ? offs[g + 1] : rows;
+	double acc = 0.0;
+	for (int64_t r = r0; r < r1; r++)
+		acc += to_f(dy[r * d + j]);
+	float old = to_f(dbias[g * d + j]);
+	if (sizeof(Tb) == 4 && sizeof(Ty) == 4)
+		dbias[g * d + j] = from_f<Tb>(__fadd_rn(old, (float)acc));
+	else
+		dbias[g * d + j] = from_f<Tb>((float)((double)old + acc));
+}
+
+extern "C" int launch_bias_grad(void *dbias, int tb, const void *dy, int ty, int64_t rows,
+				int64_t d, int64_t groups, const int32_t *offs, void *stream)
+{
+	if (rows < 0 || d < 0 || (offs && groups < 1))
+		return (int)cudaErrorInvalidValue;
+	int64_t ng = offs ? groups : 1;
+	if (ng * d == 0)
+		return 0;
+	cudaStream_t s = (cudaStream_t)stream;
+	unsigned grid = (unsigned)((ng * d + THREADS - 1) / THREADS);
+	DISPATCH2(tb, Tb, ty, Ty,
+		  bias_grad_kernel<<<grid, THREADS, 0, s>>>((Tb *)dbias, (const Ty *)dy, rows, d, ng,
+							    offs));
 	return launch_status();
 }
 

@@ -84,6 +84,22 @@ def spread(name, shape):
     return 0.0, 2.0 ** round(math.log2(1 / math.sqrt(shape[1])))
 
 
+def sample_grads(grads):
+    """Each gradient's SAMPLES values (all of a short one's) and its sum of
+    squares in float64, in the order of grads (the state dict's)."""
+    samples = np.zeros((len(grads), SAMPLES), dtype=np.float32)
+    sumsq = np.zeros(len(grads), dtype=np.float64)
+    for t, g in enumerate(grads):
+        g = g.float().reshape(-1).numpy()
+        if g.size <= SAMPLES:
+            samples[t, :g.size] = g
+        else:
+            idx = (splitmix(SAMPLE_SEED, t, SAMPLES) % np.uint64(g.size)).astype(np.int64)
+            samples[t] = g[idx]
+        sumsq[t] = np.sum(g.astype(np.float64) ** 2)
+    return samples, sumsq
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     model = flux_configs["flux-debug"]().build()
@@ -119,17 +135,9 @@ def main():
     loss = loss / torch.tensor(target.numel(), dtype=torch.float32)
     loss.backward()
 
-    samples = np.zeros((n_params, SAMPLES), dtype=np.float32)
-    sumsq = np.zeros(n_params, dtype=np.float64)
     params = dict(model.named_parameters())
-    for t, m in enumerate(manifest[:n_params]):
-        g = params[m["name"]].grad.detach().reshape(-1).numpy()
-        if g.size <= SAMPLES:
-            samples[t, :g.size] = g
-        else:
-            idx = (splitmix(SAMPLE_SEED, t, SAMPLES) % np.uint64(g.size)).astype(np.int64)
-            samples[t] = g[idx]
-        sumsq[t] = np.sum(g.astype(np.float64) ** 2)
+    samples, sumsq = sample_grads([params[m["name"]].grad.detach()
+                                   for m in manifest[:n_params]])
     print(f"loss {loss.item():.9g}, {n_params} parameter tensors, "
           f"{sum(math.prod(m['shape']) for m in manifest[:n_params])} values")
     save_file({"t": ts, "img_ids": img_ids, "txt_ids": txt_ids,

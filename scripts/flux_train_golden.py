@@ -19,7 +19,9 @@ replicated below): 0.3.0's distributions, titan's draws.  Everything else is
 noise and timesteps, MSELoss, clip_grad_norm_, AdamW and the schedule.
 
 Writes tests/fluxtrain/golden/flux_debugmodel.tsv: step, loss, grad_norm, lr.
-With --validate, flux_debugmodel's validator on as well (every 5 steps, 2
+With --bf16, training.mixed_precision_param bfloat16 (the preset's: FSDP's
+bf16 parameters for the transformer; the encoders stay float32 on one rank):
+flux_debugmodel_bf16.tsv.  With --validate, flux_debugmodel's validator on as well (every 5 steps, 2
 batches of the same shard, one image sampled with guidance 5.0 in 4 steps):
 flux_debugmodel_val.tsv, its validation losses as "val STEP LOSS" lines, and
 the images it saves, tests/fluxtrain/golden/val/image_rank0_{5,10}.png.
@@ -77,6 +79,7 @@ GOLD = "tests/fluxtrain/golden"
 FIX = os.environ.get("TITAN_FIXTURES", "../shared/fixtures")
 SEED, STEPS, IMG, T5LEN = 7, 10, 64, 16
 VALIDATE = "--validate" in sys.argv
+BF16 = "--bf16" in sys.argv
 AE = dict(resolution=IMG, in_channels=3, ch=32, out_ch=3, ch_mult=[1, 1, 1, 1],
           num_res_blocks=1, z_channels=16, scale_factor=0.3611, shift_factor=0.1159)
 CHUNK = 65536
@@ -172,7 +175,7 @@ def config(models, dump):
         **{k: tuple(v) if k == "ch_mult" else v for k, v in AE.items()})
     cfg.dataloader.dataset_path = os.path.join(FIX, "torchtitan_assets", "cc12m_test")
     cfg.dataloader.img_size = IMG
-    cfg.training.mixed_precision_param = "float32"
+    cfg.training.mixed_precision_param = "bfloat16" if BF16 else "float32"
     cfg.training.steps = STEPS
     cfg.debug.seed = SEED
     cfg.dump_folder = dump
@@ -254,9 +257,10 @@ def main():
     if int(os.environ["RANK"]) != 0:
         return
     out = (f"{GOLD}/flux_debugmodel{'_fsdp%d' % world if world > 1 else ''}"
-           f"{'_val' if VALIDATE else ''}.tsv")
+           f"{'_val' if VALIDATE else ''}{'_bf16' if BF16 else ''}.tsv")
     with open(out, "w") as f:
-        f.write(f"# torchtitan 0.3.0 flux_debugmodel, float32, seed {SEED}, img_size {IMG}, "
+        f.write(f"# torchtitan 0.3.0 flux_debugmodel, {cfg.training.mixed_precision_param}, "
+                f"seed {SEED}, img_size {IMG}, "
                 f"T5 length {T5LEN}, test tokenizer, {world} rank(s) (FSDP), "
                 f"torch {torch.__version__}\n")
         for r in rows:

@@ -599,7 +599,15 @@ typedef struct backend_ops {
 		       int64_t p0, int64_t np);
 
 	/* The Flux transformer's training ops (lib/flux), forward and backward,
-	 * float32 tensors (t must be BE_F32; others fault).  A stream's rows are
+	 * every tensor of type t, float32 or bfloat16 (others fault); the
+	 * LayerNorm's stats float32.  bf16 rounds where torch's bf16 modules
+	 * store (lib/flux's bf16 step, FSDP's param_dtype): ln_mod rounds LN(x),
+	 * 1 + scale, their product and the sum with shift; its backward rounds
+	 * dy (1 + scale), LayerNorm's dx before it joins dx, and each dy LN(x)
+	 * that dscale sums; gate_add rounds gate y and the sum, its backward
+	 * dy and each dx y that dgate sums; GELU and SiLU round the float32
+	 * function once; flow_mse rounds the target noise - x and the gradient,
+	 * the loss's terms float32.  A stream's rows are
 	 * (b * n, d), sample i's rows from i * n; a per-sample vector (shift,
 	 * scale, gate) is d values of row i of a (b, ld) matrix (a column block
 	 * of the modulation linear's output).  Sums over rows (the per-sample

@@ -927,16 +927,16 @@ static void cpu_im2col(backend *be, void *cols, const void *x, be_dtype t, int64
 	}
 }
 
-/* ---- the Flux transformer's training ops (float32) ---- */
+/* ---- the Flux transformer's training ops (float32 or bfloat16) ---- */
 
-/* t is float32 and the rows' shape fits (ld 0: an elementwise op), else a
- * fault naming op. */
+/* t is float32 or bfloat16 and the rows' shape fits (ld 0: an elementwise
+ * op), else a fault naming op. */
 static int fluxt_ok(backend *be, const char *op, be_dtype t, int64_t ld, int64_t b, int64_t n,
 		    int64_t d)
 {
-	if (t != BE_F32) {
-		backend_fault(be, "cpu backend: %s: %s tensors are not implemented (float32 only)",
-			      op, be_dtype_name(t));
+	if (t != BE_F32 && t != BE_BF16) {
+		backend_fault(be, "cpu backend: %s: %s tensors are not implemented (float32, "
+				  "bfloat16)", op, be_dtype_name(t));
 		return 0;
 	}
 	if (ld == 0 && d < 0) {
@@ -955,7 +955,11 @@ static void cpu_ln_mod_fwd(backend *be, void *y, float *stats, const void *x, co
 			   const void *scale, be_dtype t, int64_t ld, int64_t b, int64_t n,
 			   int64_t d, float eps)
 {
-	if (fluxt_ok(be, "ln_mod_fwd", t, ld, b, n, d))
+	if (!fluxt_ok(be, "ln_mod_fwd", t, ld, b, n, d))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_ln_mod_fwd(y, stats, x, shift, scale, ld, b, n, d, eps);
+	else
 		cpu_ln_mod_fwd_f32(y, stats, x, shift, scale, ld, b, n, d, eps);
 }
 
@@ -963,47 +967,75 @@ static void cpu_ln_mod_bwd(backend *be, void *dx, void *dshift, void *dscale, co
 			   const void *x, const float *stats, const void *scale, be_dtype t,
 			   int64_t ld, int64_t b, int64_t n, int64_t d)
 {
-	if (fluxt_ok(be, "ln_mod_bwd", t, ld, b, n, d))
+	if (!fluxt_ok(be, "ln_mod_bwd", t, ld, b, n, d))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_ln_mod_bwd(dx, dshift, dscale, dy, x, stats, scale, ld, b, n, d);
+	else
 		cpu_ln_mod_bwd_f32(dx, dshift, dscale, dy, x, stats, scale, ld, b, n, d);
 }
 
 static void cpu_gate_add(backend *be, void *x, const void *gate, const void *y, be_dtype t,
 			 int64_t ld, int64_t b, int64_t n, int64_t d)
 {
-	if (fluxt_ok(be, "gate_add", t, ld, b, n, d))
+	if (!fluxt_ok(be, "gate_add", t, ld, b, n, d))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_gate_add(x, gate, y, ld, b, n, d);
+	else
 		cpu_gate_add_f32(x, gate, y, ld, b, n, d);
 }
 
 static void cpu_gate_add_bwd(backend *be, void *dgate, void *dy, const void *dx, const void *gate,
 			     const void *y, be_dtype t, int64_t ld, int64_t b, int64_t n, int64_t d)
 {
-	if (fluxt_ok(be, "gate_add_bwd", t, ld, b, n, d))
+	if (!fluxt_ok(be, "gate_add_bwd", t, ld, b, n, d))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_gate_add_bwd(dgate, dy, dx, gate, y, ld, b, n, d);
+	else
 		cpu_gate_add_bwd_f32(dgate, dy, dx, gate, y, ld, b, n, d);
 }
 
 static void cpu_gelu_tanh_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
 {
-	if (fluxt_ok(be, "gelu_tanh_fwd", t, 0, 1, 1, n))
+	if (!fluxt_ok(be, "gelu_tanh_fwd", t, 0, 1, 1, n))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_gelu_tanh_fwd(y, x, n);
+	else
 		cpu_gelu_tanh_fwd_f32(y, x, n);
 }
 
 static void cpu_gelu_tanh_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
 			      int64_t n)
 {
-	if (fluxt_ok(be, "gelu_tanh_bwd", t, 0, 1, 1, n))
+	if (!fluxt_ok(be, "gelu_tanh_bwd", t, 0, 1, 1, n))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_gelu_tanh_bwd(dx, dy, x, n);
+	else
 		cpu_gelu_tanh_bwd_f32(dx, dy, x, n);
 }
 
 static void cpu_silu_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
 {
-	if (fluxt_ok(be, "silu_fwd", t, 0, 1, 1, n))
+	if (!fluxt_ok(be, "silu_fwd", t, 0, 1, 1, n))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_silu_fwd(y, x, n);
+	else
 		cpu_silu_fwd_f32(y, x, n);
 }
 
 static void cpu_silu_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
 			 int64_t n)
 {
-	if (fluxt_ok(be, "silu_bwd", t, 0, 1, 1, n))
+	if (!fluxt_ok(be, "silu_bwd", t, 0, 1, 1, n))
+		return;
+	if (t == BE_BF16)
+		cpu_bf16_silu_bwd(dx, dy, x, n);
+	else
 		cpu_silu_bwd_f32(dx, dy, x, n);
 }
 
@@ -1013,7 +1045,8 @@ static void cpu_flow_mse(backend *be, void *grad, const void *pred, const void *
 {
 	if (!fluxt_ok(be, "flow_mse", t, 0, 1, 1, n))
 		return;
-	*loss_sum += cpu_flow_mse_f32(grad, pred, x, noise, n, grad_scale);
+	*loss_sum += t == BE_BF16 ? cpu_bf16_flow_mse(grad, pred, x, noise, n, grad_scale)
+				  : cpu_flow_mse_f32(grad, pred, x, noise, n, grad_scale);
 	*count += n;
 }
 

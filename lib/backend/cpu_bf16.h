@@ -89,6 +89,25 @@ void cpu_bf16_t5_attention(backend *be, void *out, const void *q, const void *k,
 			   const void *bias, int64_t b, int64_t l, int64_t h, int64_t dk);
 void cpu_bf16_geglu_fwd(void *y, const void *a, const void *g, int64_t n);
 void cpu_bf16_swish(void *x, float beta, int64_t n);
+
+/* The Flux transformer's training ops (cpu_bf16_fluxt.c): every tensor
+ * bf16, the LayerNorm's stats float32; the roundings are torch's bf16
+ * modules' (the file's comment). */
+void cpu_bf16_ln_mod_fwd(void *y, float *stats, const void *x, const void *shift,
+			 const void *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps);
+void cpu_bf16_ln_mod_bwd(void *dx, void *dshift, void *dscale, const void *dy, const void *x,
+			 const float *stats, const void *scale, int64_t ld, int64_t b, int64_t n,
+			 int64_t d);
+void cpu_bf16_gate_add(void *x, const void *gate, const void *y, int64_t ld, int64_t b,
+		       int64_t n, int64_t d);
+void cpu_bf16_gate_add_bwd(void *dgate, void *dy, const void *dx, const void *gate,
+			   const void *y, int64_t ld, int64_t b, int64_t n, int64_t d);
+void cpu_bf16_gelu_tanh_fwd(void *y, const void *x, int64_t n);
+void cpu_bf16_gelu_tanh_bwd(void *dx, const void *dy, const void *x, int64_t n);
+void cpu_bf16_silu_fwd(void *y, const void *x, int64_t n);
+void cpu_bf16_silu_bwd(void *dx, const void *dy, const void *x, int64_t n);
+double cpu_bf16_flow_mse(void *grad, const void *pred, const void *x, const void *noise,
+			 int64_t n, float grad_scale);
 void cpu_bf16_layernorm_fwd(backend *be, void *y, be_dtype yt, const void *x, be_dtype xt,
 			    const void *w, const void *b, be_dtype wt, int64_t n, int64_t d,
 			    float eps);

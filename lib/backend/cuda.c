@@ -973,6 +973,14 @@ static void cuda_bias_add(backend *be, void *y, be_dtype yt, const void *bias, b
 		      "bias_add");
 }
 
+static void cuda_bias_grad(backend *be, void *dbias, be_dtype bt, const void *dy, be_dtype dyt,
+			   int64_t rows, int64_t d, int64_t groups, const int32_t *offs)
+{
+	if (types_ok(be, "bias_grad", 2, bt, dyt))
+		check(be, launch_bias_grad(dbias, bt, dy, dyt, rows, d, groups, offs, st(be)->stream),
+		      "bias_grad");
+}
+
 static void cuda_t5_attention(backend *be, void *out, const void *q, const void *k, const void *v,
 			      const void *bias, be_dtype t, int64_t b, int64_t l, int64_t h,
 			      int64_t dk)
@@ -1031,14 +1039,15 @@ static void cuda_im2col(backend *be, void *cols, const void *x, be_dtype t, int6
 		      "im2col");
 }
 
-/* ---- the Flux transformer's training ops (kernels/flux_train.cu), float32 ---- */
+/* ---- the Flux transformer's training ops (kernels/flux_train.cu), float32
+ * or bfloat16 ---- */
 
-static int f32_only(backend *be, const char *op, be_dtype t)
+static int flux_type_ok(backend *be, const char *op, be_dtype t)
 {
-	if (t == BE_F32)
+	if (t == BE_F32 || t == BE_BF16)
 		return 1;
-	backend_fault(be, "cuda backend: %s: %s tensors are not implemented (float32 only)", op,
-		      be_dtype_name(t));
+	backend_fault(be, "cuda backend: %s: %s tensors are not implemented (float32, bfloat16)",
+		      op, be_dtype_name(t));
 	return 0;
 }
 
@@ -1046,8 +1055,8 @@ static void cuda_ln_mod_fwd(backend *be, void *y, float *stats, const void *x, c
 			    const void *scale, be_dtype t, int64_t ld, int64_t b, int64_t n,
 			    int64_t d, float eps)
 {
-	if (f32_only(be, "ln_mod_fwd", t))
-		check(be, launch_ln_mod_fwd(y, stats, x, shift, scale, ld, b, n, d, eps,
+	if (flux_type_ok(be, "ln_mod_fwd", t))
+		check(be, launch_ln_mod_fwd(y, stats, x, shift, scale, t, ld, b, n, d, eps,
 					    st(be)->stream),
 		      "ln_mod_fwd");
 }
@@ -1056,8 +1065,8 @@ static void cuda_ln_mod_bwd(backend *be, void *dx, void *dshift, void *dscale, c
 			    const void *x, const float *stats, const void *scale, be_dtype t,
 			    int64_t ld, int64_t b, int64_t n, int64_t d)
 {
-	if (f32_only(be, "ln_mod_bwd", t))
-		check(be, launch_ln_mod_bwd(dx, dshift, dscale, dy, x, stats, scale, ld, b, n, d,
+	if (flux_type_ok(be, "ln_mod_bwd", t))
+		check(be, launch_ln_mod_bwd(dx, dshift, dscale, dy, x, stats, scale, t, ld, b, n, d,
 					    st(be)->stream),
 		      "ln_mod_bwd");
 }
@@ -1065,43 +1074,44 @@ static void cuda_ln_mod_bwd(backend *be, void *dx, void *dshift, void *dscale, c
 static void cuda_gate_add(backend *be, void *x, const void *gate, const void *y, be_dtype t,
 			  int64_t ld, int64_t b, int64_t n, int64_t d)
 {
-	if (f32_only(be, "gate_add", t))
-		check(be, launch_gate_add(x, gate, y, ld, b, n, d, st(be)->stream), "gate_add");
+	if (flux_type_ok(be, "gate_add", t))
+		check(be, launch_gate_add(x, gate, y, t, ld, b, n, d, st(be)->stream), "gate_add");
 }
 
 static void cuda_gate_add_bwd(backend *be, void *dgate, void *dy, const void *dx,
 			      const void *gate, const void *y, be_dtype t, int64_t ld, int64_t b,
 			      int64_t n, int64_t d)
 {
-	if (f32_only(be, "gate_add_bwd", t))
-		check(be, launch_gate_add_bwd(dgate, dy, dx, gate, y, ld, b, n, d, st(be)->stream),
+	if (flux_type_ok(be, "gate_add_bwd", t))
+		check(be, launch_gate_add_bwd(dgate, dy, dx, gate, y, t, ld, b, n, d,
+					      st(be)->stream),
 		      "gate_add_bwd");
 }
 
 static void cuda_gelu_tanh_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
 {
-	if (f32_only(be, "gelu_tanh_fwd", t))
-		check(be, launch_gelu_tanh(y, x, NULL, n, st(be)->stream), "gelu_tanh_fwd");
+	if (flux_type_ok(be, "gelu_tanh_fwd", t))
+		check(be, launch_gelu_tanh(y, x, NULL, t, n, st(be)->stream), "gelu_tanh_fwd");
 }
 
 static void cuda_gelu_tanh_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
 			       int64_t n)
 {
-	if (f32_only(be, "gelu_tanh_bwd", t))
-		check(be, launch_gelu_tanh(dx, x, dy, n, st(be)->stream), "gelu_tanh_bwd");
+	if (flux_type_ok(be, "gelu_tanh_bwd", t))
+		check(be, launch_gelu_tanh(dx, x, dy, t, n, st(be)->stream), "gelu_tanh_bwd");
 }
 
 static void cuda_silu_fwd(backend *be, void *y, const void *x, be_dtype t, int64_t n)
 {
-	if (f32_only(be, "silu_fwd", t))
-		check(be, launch_silu(y, x, NULL, n, st(be)->stream), "silu_fwd");
+	if (flux_type_ok(be, "silu_fwd", t))
+		check(be, launch_silu(y, x, NULL, t, n, st(be)->stream), "silu_fwd");
 }
 
 static void cuda_silu_bwd(backend *be, void *dx, const void *dy, const void *x, be_dtype t,
 			  int64_t n)
 {
-	if (f32_only(be, "silu_bwd", t))
-		check(be, launch_silu(dx, x, dy, n, st(be)->stream), "silu_bwd");
+	if (flux_type_ok(be, "silu_bwd", t))
+		check(be, launch_silu(dx, x, dy, t, n, st(be)->stream), "silu_bwd");
 }
 
 /* Each block's partial sum to scratch, then in block order to a loss slot
@@ -1113,13 +1123,13 @@ static void cuda_flow_mse(backend *be, void *grad, const void *pred, const void 
 			  double *loss_sum, int64_t *count)
 {
 	cuda_state *s = st(be);
-	if (!f32_only(be, "flow_mse", t))
+	if (!flux_type_ok(be, "flow_mse", t))
 		return;
 	int slot = loss_slot(be, "flow_mse");
 	double *part = slot < 0 ? NULL : scratch(be, MSE_PARTS * sizeof(double), "flow_mse");
 	if (!part)
 		return;
-	if (check(be, launch_flow_mse(grad, pred, x, noise, n, grad_scale, part, MSE_PARTS,
+	if (check(be, launch_flow_mse(grad, pred, x, noise, t, n, grad_scale, part, MSE_PARTS,
 				      &s->slots[slot].sum, &s->slots[slot].n, s->stream),
 		  "flow_mse"))
 		return;
@@ -1188,6 +1198,7 @@ static const backend_ops cuda_ops = {
 	.clip_factor = cuda_clip_factor,
 	.adamw_multi = cuda_adamw_multi,
 	.bias_add = cuda_bias_add,
+	.bias_grad = cuda_bias_grad,
 	.t5_attention = cuda_t5_attention,
 	.geglu_fwd = cuda_geglu_fwd,
 	.swish = cuda_swish,

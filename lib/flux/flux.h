@@ -105,6 +105,19 @@ flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err);
 flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err);
 void flux_model_free(flux_model *m);
 const flux_config *flux_model_config(const flux_model *m);
+/* The type the step computes in: BE_F32 (the default: 0.3.0's float32 step,
+ * dp_shard 1), or BE_BF16 as 0.3.0 computes under FSDP's
+ * MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) (every
+ * run with dp_shard > 1): the float32 weights cast to a bf16 copy once per
+ * step, the inputs the model takes rounded to bf16 (fully_shard's
+ * cast_forward_inputs; the encoders' outputs are bf16 there), activations
+ * and the ops' outputs bf16 (float32 inside each op), the loss in float32,
+ * each weight's gradient rounded to bf16 and then ACCUMULATED into its
+ * float32 gradient.  The weights and gradients the caller sees stay
+ * float32.  0, or -1 and err (another type; no memory for the bf16 copy,
+ * 2 bytes a weight). */
+int flux_model_set_compute(flux_model *m, be_dtype t, titan_err *err);
+be_dtype flux_model_compute(const flux_model *m);
 int flux_param_count(const flux_model *m);
 const flux_param *flux_param_at(const flux_model *m, int i);
 const flux_param *flux_param_find(const flux_model *m, const char *name);
@@ -136,6 +149,12 @@ typedef struct flux_batch {
 	/* The loss's divisor: every data-parallel rank's latent values together
 	 * (FluxTrainer's global_valid_tokens); 0: this batch's b * li * c_img. */
 	int64_t global_numel;
+	/* bf16 compute alone: x and noise are float32 tensors (0.3.0's latents
+	 * when its encoders run in float32, on one data-parallel rank): the noisy
+	 * input is mixed in float32 before FSDP's cast, the target noise - x and
+	 * the loss stay float32.  0: they are bf16 (the encoders in bf16), each
+	 * rounded before the mix and the target rounded. */
+	int target_f32;
 } flux_batch;
 
 /* The step: forward on the noisy latent, the loss (this batch's squared

@@ -204,8 +204,11 @@ flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
 		return NULL;
 	}
 	m->be = be;
-	for (int i = 0; i < m->np; i++)
+	for (int i = 0; i < m->np; i++) {
 		m->total += m->p[i].numel;
+		int64_t *max = m->p[i].ndim == 2 ? &m->maxw : &m->maxb;
+		*max = m->p[i].numel > *max ? m->p[i].numel : *max;
+	}
 	m->wbuf = backend_alloc_floats(be, (size_t)m->total, err);
 	m->gbuf = m->wbuf != NULL ? backend_calloc_floats(be, (size_t)m->total, err) : NULL;
 	if (m->gbuf == NULL) {
@@ -230,9 +233,32 @@ void flux_model_free(flux_model *m)
 		m->be->ops->free(m->be, m->wbuf);
 	if (m->gbuf != NULL)
 		m->be->ops->free(m->be, m->gbuf);
+	if (m->wlow != NULL)
+		m->be->ops->free(m->be, m->wlow);
 	free(m->p);
 	free(m);
 }
+
+int flux_model_set_compute(flux_model *m, be_dtype t, titan_err *err)
+{
+	if (t != BE_F32 && t != BE_BF16)
+		return err_set(err, "flux: compute type %s, expected float32 or bfloat16",
+			       be_dtype_name(t));
+	if (t == BE_BF16 && m->wlow == NULL) {
+		m->wlow = m->be->ops->alloc(m->be, be_dtype_size(t) * (size_t)m->total, err);
+		if (m->wlow == NULL)
+			return err_prefix(err, "flux: the bf16 copy of %lld weights",
+					  (long long)m->total);
+	}
+	if (t == BE_F32 && m->wlow != NULL) {
+		m->be->ops->free(m->be, m->wlow);
+		m->wlow = NULL;
+	}
+	m->dt = t;
+	return 0;
+}
+
+be_dtype flux_model_compute(const flux_model *m) { return m->dt; }
 
 const flux_config *flux_model_config(const flux_model *m) { return &m->c; }
 int flux_param_count(const flux_model *m) { return m->np; }

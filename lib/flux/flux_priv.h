@@ -37,6 +37,9 @@ struct flux_model {
 	int np;
 	float *wbuf, *gbuf;       /* every weight, every gradient */
 	int64_t total;            /* floats in each */
+	be_dtype dt;              /* the step's compute type (flux_model_set_compute) */
+	void *wlow;               /* bf16: the weights cast, wbuf's layout */
+	int64_t maxw, maxb;       /* the largest weight's and bias's elements */
 };
 
 /* Index of a double block's stream tensor, a single block's, the final layer's. */

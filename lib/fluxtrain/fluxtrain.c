@@ -10,15 +10,14 @@
 
 #include "backend/backend.h"
 #include "core/afile.h"
+#include "core/bf16.h"
 #include "core/progress.h"
 #include "core/torch_rng.h"
 #include "flux/flux.h"
-#include "flux/flux_sample.h"
 #include "fluxae/fluxae.h"
 #include "fluxin/fluxin.h"
 #include "fluxrec/fluxrec.h"
 #include "fluxtrain/fluxtrain_priv.h"
-#include "image/image.h"
 #include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tb/tb.h"
@@ -27,40 +26,6 @@
 /* torch's default generator seed (c10's default_rng_seed_val): a one-process
  * run without debug.seed draws from it. */
 #define TORCH_DEFAULT_SEED 67280421310721ull
-
-typedef struct ft_run {
-	const job_config *c;
-	comm *world;
-	int rank, ranks;
-	backend *be;
-	fluxin *in;
-	const fluxrec_header *h;
-	flux_ae_config ae;
-	flux_model *m;
-	adamw *opt;
-	lr_schedule sched;
-	torch_rng g;
-	ft_loader ld;
-	/* the batch: b samples, li image tokens of ci values, lt text tokens */
-	int64_t b, li, lt, ci, zc, hl, wl;
-	ft_item *items;
-	uint8_t *recs;
-	int *status;
-	titan_err *why;
-	float *txt, *y, *moments, *eps, *z, *noise4, *x, *noise, *img_ids, *txt_ids, *t;
-	metrics_jsonl jl;
-	int jl_open;
-	tb_writer tb;
-	int tb_open;
-	double flops_per_token, peak;
-} ft_run;
-
-/* One line to stderr on rank 0, as the language models' trainer logs. */
-#define LOG0(r, ...)                                  \
-	do {                                          \
-		if ((r)->rank == 0)                   \
-			metrics_log(stderr, __VA_ARGS__); \
-	} while (0)
 
 static int need_path(const char *v, const char *key, const char *key030, titan_err *err)
 {
@@ -98,7 +63,8 @@ static int open_inputs(ft_run *r, titan_err *err)
 		.t5_tokenizer = c->flux.t5_tokenizer, .clip_tokenizer = c->flux.clip_tokenizer,
 		.autoencoder = c->flux.autoencoder_path, .ae_config = aecfg,
 		.image_size = (int)c->flux.img_size, .t5_len = (int)c->flux.max_t5_encoding_len,
-		.clip_len = 77, .dtype = FLUXREC_F32, .model_dtype = FLUXREC_F32,
+		.clip_len = 77, .dtype = r->enc_bf16 ? FLUXREC_BF16 : FLUXREC_F32,
+		.model_dtype = r->enc_bf16 ? FLUXREC_BF16 : FLUXREC_F32,
 		.test_tokenizer = c->flux.test_tokenizer,
 	};
 	if ((r->in = fluxin_open(r->be, &o, err)) == NULL)
@@ -129,6 +95,18 @@ static int check_shapes(ft_run *r, const flux_config *fc, titan_err *err)
 			       (long long)fc->in_channels, h->latent_channels / 2,
 			       2 * h->latent_channels);
 	return 0;
+}
+
+/* n values of a record's array (dtype) as float32. */
+static void widen(float *dst, const void *src, size_t n, uint32_t dtype)
+{
+	if (dtype == FLUXREC_F32) {
+		memcpy(dst, src, n * sizeof *dst);
+		return;
+	}
+	const uint16_t *s = src;
+	for (size_t i = 0; i < n; i++)
+		dst[i] = bf16_to_f32(s[i]);
 }
 
 static float *floats(int64_t n, int *failed)
@@ -166,6 +144,12 @@ static int alloc_batch(ft_run *r, titan_err *err)
 	r->img_ids = floats(b * r->li * 3, &f);
 	r->txt_ids = floats(b * r->lt * 3, &f); /* zeros: the trainer's text positions */
 	r->t = floats(b, &f);
+	r->empty_t5 = floats(r->lt * h->t5_dim, &f);
+	r->empty_clip = floats(h->clip_dim, &f);
+	if (!f) {
+		widen(r->empty_t5, h->empty_t5, (size_t)(r->lt * h->t5_dim), h->dtype);
+		widen(r->empty_clip, h->empty_clip, h->clip_dim, h->dtype);
+	}
 	return f ? err_set(err, "out of memory for a batch of %lld samples", (long long)b) : 0;
 }
 
@@ -176,7 +160,7 @@ static void free_batch(ft_run *r)
 	free(r->status);
 	free(r->why);
 	float *p[] = {r->txt, r->y, r->moments, r->eps, r->z, r->noise4, r->x, r->noise, r->img_ids,
-		      r->txt_ids, r->t};
+		      r->txt_ids, r->t, r->empty_t5, r->empty_clip};
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		free(p[i]);
 }
@@ -189,6 +173,11 @@ static int open_model(ft_run *r, titan_err *err)
 		return err_set(err, "model.flavor %s: not a Flux flavor (flux-debug, flux-schnell, "
 			       "flux-dev)", c->model.flavor);
 	if (check_shapes(r, fc, err) != 0 || (r->m = flux_model_create(r->be, fc, err)) == NULL)
+		return -1;
+	/* 0.3.0 applies fully_shard to Flux on any number of ranks: its
+	 * parameters compute in mixed_precision_param */
+	if (strcmp(c->training.mixed_precision_param, "bfloat16") == 0 &&
+	    flux_model_set_compute(r->m, BE_BF16, err) != 0)
 		return -1;
 	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed : 0;
 	if (flux_model_init(r->m, seed, err) != 0)
@@ -208,6 +197,23 @@ static int open_model(ft_run *r, titan_err *err)
 				dt, c->lr_scheduler.min_lr_factor, err);
 }
 
+/* torch.randn of n values in the encoders' dtype (randn_like of a bf16
+ * tensor is another sequence of draws), as float32. */
+void ft_draw_normal(ft_run *r, float *out, size_t n)
+{
+	if (!r->enc_bf16) {
+		torch_rng_randn_f32(&r->g, out, n);
+		return;
+	}
+	uint16_t *tmp = malloc(n * sizeof *tmp);
+	if (tmp == NULL) /* out of memory here would change the draws: stop */
+		abort();
+	torch_rng_randn_bf16(&r->g, tmp, n);
+	for (size_t i = 0; i < n; i++)
+		out[i] = bf16_to_f32(tmp[i]);
+	free(tmp);
+}
+
 /* The batch's encodings, a dropped prompt's replaced by the empty caption's. */
 static int gather(ft_run *r, titan_err *err)
 {
@@ -222,18 +228,17 @@ static int gather(ft_run *r, titan_err *err)
 		if (fluxrec_record_view(h, r->recs + (size_t)i * h->record_bytes, &v, "batch",
 					err) != 0)
 			return -1;
-		memcpy(r->txt + i * nt, r->items[i].t5_dropped ? h->empty_t5 : v.t5,
-		       nt * sizeof(float));
-		memcpy(r->y + i * h->clip_dim, r->items[i].clip_dropped ? h->empty_clip : v.clip,
-		       h->clip_dim * sizeof(float));
-		memcpy(r->moments + i * lat2, v.moments, lat2 * sizeof(float));
+		widen(r->txt + i * nt, r->items[i].t5_dropped ? h->empty_t5 : v.t5, nt, h->dtype);
+		widen(r->y + i * h->clip_dim, r->items[i].clip_dropped ? h->empty_clip : v.clip,
+		      h->clip_dim, h->dtype);
+		widen(r->moments + i * lat2, v.moments, lat2, h->dtype);
 	}
 	return 0;
 }
 
 /* A batch of ld's through the encoders (no draws: the records hold the
  * posterior's moments). */
-static int encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
+int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 {
 	int b = (int)r->b;
 	if (ft_loader_batch(ld, &r->g, b, r->items, err) != 0)
@@ -255,12 +260,12 @@ static int encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 
 /* The step's draws in FluxTrainer's order: the posterior's eps, the noise,
  * then (unless given: validation's) the timesteps; the latents packed. */
-static void draw_latents(ft_run *r, int draw_t)
+void ft_draw_latents(ft_run *r, int draw_t)
 {
 	size_t lat = (size_t)r->b * r->zc * r->hl * r->wl;
-	torch_rng_randn_f32(&r->g, r->eps, lat);
-	flux_ae_sample(&r->ae, 0, r->moments, r->eps, r->b, r->hl, r->wl, r->z);
-	torch_rng_randn_f32(&r->g, r->noise4, lat);
+	ft_draw_normal(r, r->eps, lat);
+	flux_ae_sample(&r->ae, r->enc_bf16, r->moments, r->eps, r->b, r->hl, r->wl, r->z);
+	ft_draw_normal(r, r->noise4, lat);
 	if (draw_t)
 		torch_rng_rand_f32(&r->g, r->t, (size_t)r->b);
 	flux_pack_latents(r->x, r->z, r->b, r->zc, r->hl, r->wl);
@@ -271,14 +276,14 @@ static void draw_latents(ft_run *r, int draw_t)
 /* A training batch: the loader's samples, encoded, and the step's draws. */
 static int make_batch(ft_run *r, titan_err *err)
 {
-	if (encode_batch(r, &r->ld, err) != 0)
+	if (ft_encode_batch(r, &r->ld, err) != 0)
 		return -1;
-	draw_latents(r, 1);
+	ft_draw_latents(r, 1);
 	return 0;
 }
 
 /* Sum of a double over the ranks (max with want_max). */
-static int reduce_double(ft_run *r, double *v, int want_max, titan_err *err)
+int ft_reduce_double(ft_run *r, double *v, int want_max, titan_err *err)
 {
 	if (r->ranks == 1)
 		return 0;
@@ -299,7 +304,7 @@ static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
 			 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
 			 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
 			 .txt_ids = r->txt_ids, .t = r->t, .y = r->y,
-			 .global_numel = numel * r->ranks};
+			 .global_numel = numel * r->ranks, .target_f32 = !r->enc_bf16};
 	float loss;
 	flux_zero_grad(r->m);
 	if (flux_step(r->m, &in, 1, &loss, NULL, err) != 0)
@@ -316,125 +321,17 @@ static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
 	if (r->be->ops->sync(r->be, err) != 0)
 		return -1;
 	o->loss = o->max_loss = loss;
-	if (reduce_double(r, &o->loss, 0, err) != 0 || reduce_double(r, &o->max_loss, 1, err) != 0)
+	if (ft_reduce_double(r, &o->loss, 0, err) != 0 || ft_reduce_double(r, &o->max_loss, 1, err) != 0)
 		return -1;
 	return 0;
 }
 
 /* Seconds since the epoch: TensorBoard's wall_time. */
-static double wall_s(void)
+double ft_wall_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* One image of the validator's: prompt i of the batch (its encodings are the
- * batch's), sampled from noise the run's generator draws, saved as 0.3.0's
- * save_image names it and to TensorBoard. */
-static int sample_image(ft_run *r, int64_t i, int64_t step, titan_err *err)
-{
-	const job_config *c = r->c;
-	const fluxrec_header *h = r->h;
-	int64_t side = 16 * (c->flux.val_img_size / 16), n = side * side;
-	size_t nz = (size_t)r->zc * (size_t)(n / 64);
-	float *noise = malloc(nz * sizeof *noise);
-	uint8_t *rgb = malloc((size_t)n * 3);
-	int rc = -1;
-	if (noise == NULL || rgb == NULL) {
-		err_set(err, "out of memory for a %lld px image", (long long)side);
-		goto out;
-	}
-	torch_rng_randn_f32(&r->g, noise, nz);
-	flux_sample_in in = {.b = 1, .height = side, .width = side, .lt = r->lt,
-			     .c_txt = h->t5_dim, .c_vec = h->clip_dim, .noise = noise,
-			     .txt = r->txt + i * r->lt * h->t5_dim, .y = r->y + i * h->clip_dim,
-			     .txt_empty = h->empty_t5, .y_empty = h->empty_clip,
-			     .steps = (int)c->flux.val_denoising_steps, .cfg = c->flux.val_cfg,
-			     .cfg_scale = c->flux.val_cfg_scale};
-	flux_sample_out out = {.rgb = rgb};
-	if (flux_sample(r->m, fluxin_autoencoder(r->in), &in, &out, err) != 0)
-		goto out;
-	char name[96], dir[2048], path[2200], prompt[FLUXREC_KEY_BYTES + 64];
-	snprintf(name, sizeof name, "image_rank%d_%lld.png", r->rank, (long long)step);
-	snprintf(prompt, sizeof prompt, "%.*s", (int)r->items[i].caption_bytes,
-		 (const char *)r->items[i].caption);
-	if (trainer_under_dump(c, "validator.save_img_folder", c->flux.val_save_img_folder, dir,
-			       sizeof dir, err) != 0 || mkdir_p(dir, err) != 0)
-		goto out;
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	if (flux_sample_save_png(path, rgb, side, side, name, prompt, err) != 0)
-		goto out;
-	rc = 0;
-	if (r->tb_open) {
-		size_t np = 0;
-		uint8_t *png = NULL;
-		rc = image_png_encode(rgb, (int)side, (int)side, 3, NULL, 0, &png, &np, err) == 0 &&
-				     tb_add_image(&r->tb, "validation/image", png, np, (int)side,
-						  (int)side, 3, step, wall_s(), err) == 0
-			     ? 0 : -1;
-		free(png);
-	}
-out:
-	free(noise);
-	free(rgb);
-	return rc;
-}
-
-/* FluxValidator.validate: validation.steps batches of a fresh loader over
- * validation.dataset_path (the training data's when unset) without prompt
- * dropout, the first flux.val_save_img_count prompts sampled into images,
- * the loss at the stratified timesteps (i + 0.5) / 8, round-robin over the
- * samples; every draw on the run's generator, as 0.3.0's are. */
-static int validate(ft_run *r, int64_t step, titan_err *err)
-{
-	const job_config *c = r->c;
-	const char *path = c->validation.dataset_path ? c->validation.dataset_path
-						      : c->training.dataset_path;
-	ft_loader v;
-	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->rank, r->ranks, err) != 0) {
-		ft_loader_close(&v);
-		return -1;
-	}
-	int64_t save_left = c->flux.val_save_img_count, k = 0;
-	double sum = 0, count = 0;
-	int rc = 0;
-	for (int64_t s = 0; rc == 0 && s < c->validation.steps; s++) {
-		if (encode_batch(r, &v, err) != 0) {
-			rc = -1;
-			break;
-		}
-		for (int64_t i = 0; rc == 0 && i < r->b && save_left != 0; i++, save_left--)
-			rc = sample_image(r, i, step, err);
-		for (int64_t i = 0; i < r->b; i++, k++)
-			r->t[i] = (float)((double)(k % 8) * 0.125 + 0.0625);
-		draw_latents(r, 0);
-		flux_batch in = {.b = r->b, .li = r->li, .lt = r->lt, .c_img = r->ci,
-				 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
-				 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
-				 .txt_ids = r->txt_ids, .t = r->t, .y = r->y, .global_numel = 1};
-		float loss; /* the batch's sum of squared errors (MSELoss's sum) */
-		if (rc == 0 && flux_step(r->m, &in, 0, &loss, NULL, err) != 0)
-			rc = -1;
-		sum += loss;
-		count += (double)(r->b * r->li * r->ci);
-	}
-	ft_loader_close(&v);
-	if (rc != 0 || reduce_double(r, &sum, 0, err) != 0 || reduce_double(r, &count, 0, err) != 0)
-		return -1;
-	double avg = sum / count, gib, pct;
-	if (r->rank != 0)
-		return 0;
-	metrics_cpu_memory(&gib, &pct);
-	char line[256];
-	metrics_format_validation_line(line, sizeof line, step, avg, gib, pct,
-				       metrics_use_color(2, c->metrics.disable_color_printing));
-	metrics_log(stderr, "%s", line);
-	if (r->tb_open && (tb_add_scalar(&r->tb, "validation_metrics/loss", (float)avg, step,
-					 wall_s(), err) != 0 ||
-			   tb_flush(&r->tb, err) != 0))
-		return -1;
-	return metrics_jsonl_validation(&r->jl, step, avg, (int64_t)count, err);
 }
 
 static int open_metrics(ft_run *r, titan_err *err)
@@ -460,7 +357,7 @@ static int open_metrics(ft_run *r, titan_err *err)
 			       sizeof tb, err) != 0)
 		return -1;
 	snprintf(path, sizeof path, "%s/%s", tb, stamp);
-	if (tb_open(&r->tb, path, wall_s(), err) != 0)
+	if (tb_open(&r->tb, path, ft_wall_s(), err) != 0)
 		return -1;
 	r->tb_open = 1;
 	LOG0(r, "TensorBoard logging enabled. Logs will be saved at %s", path);
@@ -478,7 +375,7 @@ static int tb_scalars(ft_run *r, int64_t step, const ft_step_out *o, const metri
 		  {"tflops", s->tflops}, {"mfu(%)", s->mfu},
 		  {"memory/max_reserved(GiB)", s->mem_gib}};
 	for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
-		if (tb_add_scalar(&r->tb, sc[i].tag, (float)sc[i].v, step, wall_s(), err) != 0)
+		if (tb_add_scalar(&r->tb, sc[i].tag, (float)sc[i].v, step, ft_wall_s(), err) != 0)
 			return -1;
 	return tb_flush(&r->tb, err);
 }
@@ -506,8 +403,13 @@ static int train(ft_run *r, titan_err *err)
 {
 	const job_config *c = r->c;
 	int64_t tokens = r->b * (r->li + r->lt) * r->ranks; /* 0.3.0's seq_len per sample */
+	int64_t done;
+	if (ft_load_ckpt(r, &done, 0, err) != 0)
+		return -1;
+	if (c->checkpoint.create_seed_checkpoint) /* 0.3.0: step-0, the model alone */
+		return ft_save_ckpt(r, 0, 1, err);
 	double t0 = progress_now();
-	for (int64_t step = 1; step <= c->training.steps; step++) {
+	for (int64_t step = done + 1; step <= c->training.steps; step++) {
 		ft_step_out o;
 		if (train_step(r, step, &o, err) != 0)
 			return err_prefix(err, "step %lld", (long long)step);
@@ -517,9 +419,14 @@ static int train(ft_run *r, titan_err *err)
 		if ((step % c->metrics.log_freq == 0 || step == 1) &&
 		    log_step(r, step, &o, t1 - t0, tokens, err) != 0)
 			return -1;
-		if (c->validation.enable && step % c->validation.freq == 0 &&
-		    validate(r, step, err) != 0)
+		/* 0.3.0's should_validate: step 1 too */
+		if (c->validation.enable && (step == 1 || step % c->validation.freq == 0) &&
+		    ft_validate(r, step, err) != 0)
 			return err_prefix(err, "validation at step %lld", (long long)step);
+		int last = step == c->training.steps;
+		if (c->checkpoint.enable && (step % c->checkpoint.interval == 0 || last) &&
+		    ft_save_ckpt(r, step, last && c->checkpoint.last_save_model_only, err) != 0)
+			return err_prefix(err, "checkpoint at step %lld", (long long)step);
 		t0 = progress_now();
 	}
 	return 0;
@@ -527,7 +434,7 @@ static int train(ft_run *r, titan_err *err)
 
 /* The data-parallel mesh fills the world: dp_replicate x dp_shard ranks
  * (dp_shard -1: what is left).  HSDP and FSDP compute the same sums here. */
-static int check_mesh(const job_config *c, int world, titan_err *err)
+static int check_mesh(const job_config *c, int world, int64_t *shard_out, titan_err *err)
 {
 	int64_t rep = c->parallelism.data_parallel_replicate_degree;
 	int64_t shard = c->parallelism.data_parallel_shard_degree;
@@ -540,136 +447,16 @@ static int check_mesh(const job_config *c, int world, titan_err *err)
 		return err_set(err, "parallelism: data_parallel_replicate_degree %lld x "
 			       "data_parallel_shard_degree %lld is not the %d ranks", (long long)rep,
 			       (long long)shard, world);
+	*shard_out = shard;
 	return 0;
-}
-
-/* The prompts file's lines (a line's end dropped; 0.3.0's readlines keeps
- * it, which only adds whitespace the tokenizers drop or pad over). */
-static char **read_prompts(const char *path, int *n, titan_err *err)
-{
-	FILE *f = fopen(path, "r");
-	if (f == NULL) {
-		err_set(err, "inference.prompts_path %s: cannot open it", path);
-		return NULL;
-	}
-	char **v = NULL, *line = NULL;
-	size_t cap = 0;
-	ssize_t len;
-	*n = 0;
-	while ((len = getline(&line, &cap, f)) >= 0) {
-		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-			line[--len] = '\0';
-		char **nv = realloc(v, sizeof *v * (size_t)(*n + 1));
-		char *dup = nv ? strdup(line) : NULL;
-		if (dup == NULL) {
-			if (nv)
-				v = nv;
-			err_set(err, "out of memory reading %s", path);
-			break;
-		}
-		v = nv;
-		v[(*n)++] = dup;
-	}
-	free(line);
-	fclose(f);
-	return v;
-}
-
-static void free_prompts(char **v, int n)
-{
-	for (int i = 0; v && i < n; i++)
-		free(v[i]);
-	free(v);
-}
-
-/* 0.3.0's infer.py: this rank's prompts (every ranks-th from its rank on),
- * inference.local_batch_size at a time, each batch from noise the run's
- * generator draws, saved as image_prompt{i}_rank{rank}.png in
- * inference.save_img_folder under the dump folder. */
-static int sample_batch(ft_run *r, char **prompts, const int *ids, int k, titan_err *err)
-{
-	const job_config *c = r->c;
-	const fluxrec_header *h = r->h;
-	int64_t side = 16 * (c->flux.inference_img_size / 16), px = side * side;
-	size_t nt = (size_t)r->lt * h->t5_dim, nz = (size_t)r->zc * (size_t)(px / 64);
-	float *t5 = malloc(sizeof(float) * nt * (size_t)k), *clip = malloc(sizeof(float) * h->clip_dim * (size_t)k);
-	float *et5 = malloc(sizeof(float) * nt * (size_t)k), *eclip = malloc(sizeof(float) * h->clip_dim * (size_t)k);
-	float *noise = malloc(sizeof(float) * nz * (size_t)k);
-	uint8_t *rgb = malloc((size_t)(px * 3 * k));
-	const uint8_t **caps = malloc(sizeof *caps * (size_t)k);
-	size_t *lens = malloc(sizeof *lens * (size_t)k);
-	int rc = -1;
-	if (!t5 || !clip || !et5 || !eclip || !noise || !rgb || !caps || !lens) {
-		err_set(err, "out of memory for %d images of %lld px", k, (long long)side);
-		goto out;
-	}
-	for (int i = 0; i < k; i++) {
-		caps[i] = (const uint8_t *)prompts[i];
-		lens[i] = strlen(prompts[i]);
-		memcpy(et5 + (size_t)i * nt, h->empty_t5, nt * sizeof(float));
-		memcpy(eclip + (size_t)i * h->clip_dim, h->empty_clip, h->clip_dim * sizeof(float));
-	}
-	if (fluxin_encode_text(r->in, caps, lens, k, t5, clip, err) != 0)
-		goto out;
-	torch_rng_randn_f32(&r->g, noise, nz * (size_t)k);
-	flux_sample_in in = {.b = k, .height = side, .width = side, .lt = r->lt, .c_txt = h->t5_dim,
-			     .c_vec = h->clip_dim, .noise = noise, .txt = t5, .y = clip,
-			     .txt_empty = et5, .y_empty = eclip,
-			     .steps = (int)c->flux.inference_denoising_steps,
-			     .cfg = c->flux.inference_cfg, .cfg_scale = c->flux.inference_cfg_scale};
-	flux_sample_out o = {.rgb = rgb};
-	char dir[2048], name[96], path[2200];
-	if (flux_sample(r->m, fluxin_autoencoder(r->in), &in, &o, err) != 0 ||
-	    trainer_under_dump(c, "inference.save_img_folder", c->flux.inference_folder, dir,
-			       sizeof dir, err) != 0 || mkdir_p(dir, err) != 0)
-		goto out;
-	for (int i = 0; i < k; i++) {
-		snprintf(name, sizeof name, "image_prompt%d_rank%d.png", ids[i], r->rank);
-		snprintf(path, sizeof path, "%s/%s", dir, name);
-		if (flux_sample_save_png(path, rgb + (size_t)i * (size_t)px * 3, side, side, name,
-					 prompts[i], err) != 0)
-			goto out;
-		LOG0(r, "sampled %s: %s", path, prompts[i]);
-	}
-	rc = 0;
-out:
-	free(t5), free(clip), free(et5), free(eclip), free(noise), free(rgb), free(caps), free(lens);
-	return rc;
-}
-
-static int sample_all(ft_run *r, titan_err *err)
-{
-	int n;
-	char **all = read_prompts(r->c->flux.inference_prompts, &n, err);
-	if (all == NULL)
-		return -1;
-	int rc = 0, bs = (int)r->c->flux.inference_batch;
-	if (n < r->ranks)
-		rc = err_set(err, "inference.prompts_path %s: %d prompts for %d ranks (each needs one)",
-			     r->c->flux.inference_prompts, n, r->ranks);
-	char **mine = malloc(sizeof *mine * (size_t)(n + 1));
-	int *ids = malloc(sizeof *ids * (size_t)(n + 1)), m = 0;
-	if (rc == 0 && (mine == NULL || ids == NULL))
-		rc = err_set(err, "out of memory");
-	for (int i = r->rank; rc == 0 && i < n; i += r->ranks, m++) {
-		mine[m] = all[i];
-		ids[m] = i;
-	}
-	for (int i = 0; rc == 0 && i < m; i += bs)
-		rc = sample_batch(r, mine + i, ids + i, m - i < bs ? m - i : bs, err);
-	free(mine);
-	free(ids);
-	free_prompts(all, n);
-	return rc;
 }
 
 static int check_supported(const job_config *c, titan_err *err)
 {
-	if (strcmp(c->training.mixed_precision_param, "float32") != 0)
+	const char *mp = c->training.mixed_precision_param;
+	if (strcmp(mp, "float32") != 0 && strcmp(mp, "bfloat16") != 0)
 		return err_set(err, "training.mixed_precision_param %s: the Flux trainer computes "
-			       "in float32 (0.3.0's FSDP mixed precision in bfloat16 is not built "
-			       "yet): pass --training.mixed_precision_param float32",
-			       c->training.mixed_precision_param);
+			       "in float32 or bfloat16", mp);
 	if (c->parallelism.tensor_parallel_degree > 1 || c->parallelism.pipeline_parallel_degree > 1 ||
 	    c->parallelism.context_parallel_degree > 1 || c->parallelism.expert_parallel_degree > 1)
 		return err_set(err, "parallelism: the Flux trainer has data parallelism only "
@@ -707,8 +494,12 @@ static void close_run(ft_run *r)
 int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, titan_err *err)
 {
 	ft_run r = {.c = c, .world = world, .rank = comm_rank(world), .ranks = comm_size(world)};
-	if (check_supported(c, err) != 0 || check_mesh(c, r.ranks, err) != 0)
+	int64_t shard = 1;
+	if (check_supported(c, err) != 0 || check_mesh(c, r.ranks, &shard, err) != 0)
 		return -1;
+	/* FluxTrainer's self._dtype: the encoders in mixed_precision_param when
+	 * dp_shard is on, else float32 */
+	r.enc_bf16 = shard > 1 && strcmp(c->training.mixed_precision_param, "bfloat16") == 0;
 	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed
 			: r.ranks == 1 ? TORCH_DEFAULT_SEED : 0;
 	torch_rng_seed(&r.g, seed + (uint64_t)r.rank, TORCH_NORMAL_AVX2);
@@ -727,7 +518,7 @@ int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, tit
 	LOG0(&r, "Flux %s: %lld parameters, %lld image + %lld text tokens per sample, local "
 	     "batch %lld on %d rank(s)", c->model.flavor, (long long)flux_model_numel(r.m),
 	     (long long)r.li, (long long)r.lt, (long long)r.b, r.ranks);
-	rc = o->sample ? sample_all(&r, err) : train(&r, err);
+	rc = o->sample ? ft_sample_all(&r, err) : train(&r, err);
 out:
 	close_run(&r);
 	return rc;

@@ -1,4 +1,5 @@
-/* fluxtrain_priv.h: the Flux trainer's loader (private to lib/fluxtrain).
+/* fluxtrain_priv.h: the Flux trainer's loader and its run, which
+ * fluxtrain.c, sample.c and ckpt.c share (private to lib/fluxtrain).
  *
  * torchtitan 0.3.0's FluxDataLoader over webdataset tars (its cc12m layout:
  * an image under jpg, jpeg, png or webp and a txt caption), read in order and
@@ -17,8 +18,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
+#include "config/config.h"
 #include "core/err.h"
 #include "core/torch_rng.h"
+#include "flux/flux.h"
+#include "fluxae/fluxae.h"
+#include "fluxin/fluxin.h"
+#include "fluxrec/fluxrec.h"
+#include "metrics/metrics.h"
+#include "optim/optim.h"
+#include "tb/tb.h"
 #include "wds/wds.h"
 
 typedef struct ft_item {
@@ -51,5 +61,67 @@ int ft_loader_batch(ft_loader *l, torch_rng *g, int b, ft_item *items, titan_err
  * generator's state comes from the checkpoint). */
 int ft_loader_seek(ft_loader *l, uint64_t consumed, titan_err *err);
 void ft_items_free(ft_item *items, int b);
+
+/* ---- the run (lib/fluxtrain's files share it) */
+
+typedef struct ft_run {
+	const job_config *c;
+	comm *world;
+	int rank, ranks;
+	int enc_bf16;      /* the encoders in bfloat16: 0.3.0's self._dtype under FSDP */
+	backend *be;
+	fluxin *in;
+	const fluxrec_header *h;
+	flux_ae_config ae;
+	flux_model *m;
+	adamw *opt;
+	lr_schedule sched;
+	torch_rng g;
+	ft_loader ld;
+	/* the batch: b samples, li image tokens of ci values, lt text tokens */
+	int64_t b, li, lt, ci, zc, hl, wl;
+	ft_item *items;
+	uint8_t *recs;
+	int *status;
+	titan_err *why;
+	float *txt, *y, *moments, *eps, *z, *noise4, *x, *noise, *img_ids, *txt_ids, *t;
+	float *empty_t5, *empty_clip; /* the empty caption's encodings, float32 */
+	metrics_jsonl jl;
+	int jl_open;
+	tb_writer tb;
+	int tb_open;
+	double flops_per_token, peak;
+} ft_run;
+
+/* One line to stderr on rank 0, as the language models' trainer logs. */
+#define LOG0(r, ...)                                  \
+	do {                                          \
+		if ((r)->rank == 0)                   \
+			metrics_log(stderr, __VA_ARGS__); \
+	} while (0)
+
+/* fluxtrain.c: a batch of ld's samples through the encoders (the loader's
+ * draws only); the step's draws in FluxTrainer's order (the posterior's eps,
+ * the noise, then unless draw_t is 0 the timesteps) and the latents packed;
+ * torch.randn of n values in the encoders' dtype; a double summed (or the
+ * maximum taken) over the ranks; seconds since the epoch. */
+int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err);
+void ft_draw_latents(ft_run *r, int draw_t);
+void ft_draw_normal(ft_run *r, float *out, size_t n);
+int ft_reduce_double(ft_run *r, double *v, int want_max, titan_err *err);
+double ft_wall_s(void);
+
+/* sample.c: 0.3.0's FluxValidator.validate at step (its images, its loss
+ * logged) and infer.py's images of inference.prompts_path (--sample). */
+int ft_validate(ft_run *r, int64_t step, titan_err *err);
+int ft_sample_all(ft_run *r, titan_err *err);
+
+/* ckpt.c: the state after step into checkpoint.folder/step-STEP (the model
+ * alone with model_only), and the resume: from checkpoint.load_step or the
+ * latest step (*step the steps done, 0 when none), else from
+ * checkpoint.initial_load_path's weights; with model_only the weights alone
+ * (--sample). */
+int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err);
+int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err);
 
 #endif

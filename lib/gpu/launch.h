@@ -170,6 +170,11 @@ int launch_heads_split(void *x1, void *x2, const void *y, int t, int64_t n, int6
  * and the rest left alone; the bias rounded to y's type before the add. */
 int launch_bias_add(void *y, int ty, const void *bias, int tb, int64_t rows, int64_t d,
 		    int64_t groups, const int32_t *offs, void *stream);
+/* backend.h's bias_grad: dbias (d) or (groups, d) of type tb += the column
+ * sums of dy (rows, d) of type ty over each group's rows (offs as in
+ * bias_add), in row order in double. */
+int launch_bias_grad(void *dbias, int tb, const void *dy, int ty, int64_t rows, int64_t d,
+		     int64_t groups, const int32_t *offs, void *stream);
 /* backend.h's conv_bias: y (n, c, hw) = b[ch], both of type t. */
 int launch_conv_bias(void *y, const void *b, int t, int64_t n, int64_t c, int64_t hw,
 		     void *stream);
@@ -214,28 +219,28 @@ int launch_softmax_exp(void *e, int te, float *sum, const float *s, int64_t rows
 int launch_div_rows(void *y, int ty, const float *x, const float *sum, int64_t rows, int64_t d,
 		    void *stream);
 
-/* --- the Flux transformer's training ops, float32 (backend.h's ln_mod_fwd ..
- * flow_mse; kernels/flux_train.cu): rows (b * n, d), per-sample vectors ld
- * apart --- */
+/* --- the Flux transformer's training ops, every tensor of gpu_dtype t,
+ * float32 or bf16, the stats float32 (backend.h's ln_mod_fwd .. flow_mse;
+ * kernels/flux_train.cu): rows (b * n, d), per-sample vectors ld apart --- */
 
-int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
-		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
-		      void *stream);
-int launch_ln_mod_bwd(float *dx, float *dshift, float *dscale, const float *dy, const float *x,
-		      const float *stats, const float *scale, int64_t ld, int64_t b, int64_t n,
-		      int64_t d, void *stream);
-int launch_gate_add(float *x, const float *gate, const float *y, int64_t ld, int64_t b,
+int launch_ln_mod_fwd(void *y, float *stats, const void *x, const void *shift,
+		      const void *scale, int t, int64_t ld, int64_t b, int64_t n, int64_t d,
+		      float eps, void *stream);
+int launch_ln_mod_bwd(void *dx, void *dshift, void *dscale, const void *dy, const void *x,
+		      const float *stats, const void *scale, int t, int64_t ld, int64_t b,
+		      int64_t n, int64_t d, void *stream);
+int launch_gate_add(void *x, const void *gate, const void *y, int t, int64_t ld, int64_t b,
 		    int64_t n, int64_t d, void *stream);
-int launch_gate_add_bwd(float *dgate, float *dy, const float *dx, const float *gate,
-			const float *y, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream);
+int launch_gate_add_bwd(void *dgate, void *dy, const void *dx, const void *gate, const void *y,
+			int t, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream);
 /* The activations (n): the forward y = f(x) when dy is NULL, else the
  * backward y = dy f'(x). */
-int launch_gelu_tanh(float *y, const float *x, const float *dy, int64_t n, void *stream);
-int launch_silu(float *y, const float *x, const float *dy, int64_t n, void *stream);
+int launch_gelu_tanh(void *y, const void *x, const void *dy, int t, int64_t n, void *stream);
+int launch_silu(void *y, const void *x, const void *dy, int t, int64_t n, void *stream);
 /* grad (NULL: none) = 2 (pred - (noise - x)) scale; the sum of squares of
  * pred - (noise - x) in double to *sum and n to *count (device), through
  * parts doubles of scratch part. */
-int launch_flow_mse(float *grad, const float *pred, const float *x, const float *noise,
+int launch_flow_mse(void *grad, const void *pred, const void *x, const void *noise, int t,
 		    int64_t n, float scale, double *part, int parts, double *sum, int64_t *count,
 		    void *stream);
 

@@ -330,57 +330,66 @@ int launch_im2col(void *cols, const void *x, int t, int64_t n, int64_t c, int64_
 	return NO_DEVICE;
 }
 
-int launch_ln_mod_fwd(float *y, float *stats, const float *x, const float *shift,
-		      const float *scale, int64_t ld, int64_t b, int64_t n, int64_t d, float eps,
-		      void *stream)
+int launch_ln_mod_fwd(void *y, float *stats, const void *x, const void *shift,
+		      const void *scale, int t, int64_t ld, int64_t b, int64_t n, int64_t d,
+		      float eps, void *stream)
 {
-	(void)y, (void)stats, (void)x, (void)shift, (void)scale, (void)ld, (void)b, (void)n;
-	(void)d, (void)eps, (void)stream;
+	(void)y, (void)stats, (void)x, (void)shift, (void)scale, (void)t, (void)ld, (void)b;
+	(void)n, (void)d, (void)eps, (void)stream;
 	return NO_DEVICE;
 }
 
-int launch_ln_mod_bwd(float *dx, float *dshift, float *dscale, const float *dy, const float *x,
-		      const float *stats, const float *scale, int64_t ld, int64_t b, int64_t n,
-		      int64_t d, void *stream)
+int launch_ln_mod_bwd(void *dx, void *dshift, void *dscale, const void *dy, const void *x,
+		      const float *stats, const void *scale, int t, int64_t ld, int64_t b,
+		      int64_t n, int64_t d, void *stream)
 {
 	(void)dx, (void)dshift, (void)dscale, (void)dy, (void)x, (void)stats, (void)scale;
-	(void)ld, (void)b, (void)n, (void)d, (void)stream;
+	(void)t, (void)ld, (void)b, (void)n, (void)d, (void)stream;
 	return NO_DEVICE;
 }
 
-int launch_gate_add(float *x, const float *gate, const float *y, int64_t ld, int64_t b,
+int launch_gate_add(void *x, const void *gate, const void *y, int t, int64_t ld, int64_t b,
 		    int64_t n, int64_t d, void *stream)
 {
-	(void)x, (void)gate, (void)y, (void)ld, (void)b, (void)n, (void)d, (void)stream;
+	(void)x, (void)gate, (void)y, (void)t, (void)ld, (void)b, (void)n, (void)d;
+	(void)stream;
 	return NO_DEVICE;
 }
 
-int launch_gate_add_bwd(float *dgate, float *dy, const float *dx, const float *gate,
-			const float *y, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream)
+int launch_gate_add_bwd(void *dgate, void *dy, const void *dx, const void *gate, const void *y,
+			int t, int64_t ld, int64_t b, int64_t n, int64_t d, void *stream)
 {
-	(void)dgate, (void)dy, (void)dx, (void)gate, (void)y, (void)ld, (void)b, (void)n;
-	(void)d, (void)stream;
+	(void)dgate, (void)dy, (void)dx, (void)gate, (void)y, (void)t, (void)ld, (void)b;
+	(void)n, (void)d, (void)stream;
 	return NO_DEVICE;
 }
 
-int launch_gelu_tanh(float *y, const float *x, const float *dy, int64_t n, void *stream)
+int launch_gelu_tanh(void *y, const void *x, const void *dy, int t, int64_t n, void *stream)
 {
-	(void)y, (void)x, (void)dy, (void)n, (void)stream;
+	(void)y, (void)x, (void)dy, (void)t, (void)n, (void)stream;
 	return NO_DEVICE;
 }
 
-int launch_silu(float *y, const float *x, const float *dy, int64_t n, void *stream)
+int launch_silu(void *y, const void *x, const void *dy, int t, int64_t n, void *stream)
 {
-	(void)y, (void)x, (void)dy, (void)n, (void)stream;
+	(void)y, (void)x, (void)dy, (void)t, (void)n, (void)stream;
 	return NO_DEVICE;
 }
 
-int launch_flow_mse(float *grad, const float *pred, const float *x, const float *noise,
+int launch_flow_mse(void *grad, const void *pred, const void *x, const void *noise, int t,
 		    int64_t n, float scale, double *part, int parts, double *sum, int64_t *count,
 		    void *stream)
 {
-	(void)grad, (void)pred, (void)x, (void)noise, (void)n, (void)scale, (void)part;
-	(void)parts, (void)sum, (void)count, (void)stream;
+	(void)grad, (void)pred, (void)x, (void)noise, (void)t, (void)n, (void)scale;
+	(void)part, (void)parts, (void)sum, (void)count, (void)stream;
+	return NO_DEVICE;
+}
+
+int launch_bias_grad(void *dbias, int tb, const void *dy, int ty, int64_t rows, int64_t d,
+		     int64_t groups, const int32_t *offs, void *stream)
+{
+	(void)dbias, (void)tb, (void)dy, (void)ty, (void)rows, (void)d, (void)groups, (void)offs;
+	(void)stream;
 	return NO_DEVICE;
 }
 

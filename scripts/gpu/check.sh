@@ -284,6 +284,7 @@ row() { # LABEL UNIT TITAN_SECTION TITAN_NAME [TORCH_SECTION TORCH_NAME]
 	row "T5 (tiny) on cuda vs cpu, f32 / bf16" rel textenc t5_f32_cuda_vs_cpu textenc t5_bf16_cuda_vs_cpu
 	row "CLIP (tiny) on cuda vs cpu, f32 / bf16" rel textenc clip_f32_cuda_vs_cpu textenc clip_bf16_cuda_vs_cpu
 	row "Flux step (reduced) cuda vs cpu, loss / grads" rel flux step_loss_cuda_vs_cpu flux step_grad_cuda_vs_cpu
+	row "Flux bf16 step cuda vs cpu, pred / grads" rel flux step_bf16_pred_cuda_vs_cpu flux step_bf16_grad_cuda_vs_cpu
 	row "AE moments (tiny) on cuda vs cpu, f32 / bf16" rel fluxae moments_f32_cuda_vs_cpu fluxae moments_bf16_cuda_vs_cpu
 	row "AE decoded (tiny) on cuda vs cpu, f32 / bf16" rel fluxae decoded_f32_cuda_vs_cpu fluxae decoded_bf16_cuda_vs_cpu
 	row "copy bandwidth (read + write)" GB/s ceiling copy_GBps

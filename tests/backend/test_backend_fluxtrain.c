@@ -6,7 +6,13 @@
  *   against central differences of the float64 forward of sum(dy * y);
  * - the float32 ops through the backend's table against the float64 kernels
  *   on the same inputs, within F32_TOL of the largest reference value
- *   (accumulated outputs start from a nonzero value: they add).
+ *   (accumulated outputs start from a nonzero value: they add);
+ * - the bfloat16 ops on the same inputs rounded to bf16, against the float64
+ *   kernels on those values, within BF16_TOL: each op rounds 1 to 4 times
+ *   (torch's bf16 modules' roundings, backend.h), each a relative 2^-9 at
+ *   most of an intermediate that can be twice the output's largest value
+ *   (ln_mod's (1 + scale) LN(x) before the shift), so 4 * 2 * 2^-9; GELU
+ *   and SiLU are the float32 kernels' values rounded once, bit for bit.
  * Bad types and shapes fault at sync.  Errors are max |got - want| / max
  * |want| over a tensor, printed; seeds fixed and printed. */
 #include <setjmp.h>
@@ -22,11 +28,13 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_kernels.h"
+#include "core/bf16.h"
 #include "../support/testutil.h"
 
 #define F64_TOL 1e-12 /* float64 forward vs the formula here */
 #define FD_TOL 1e-7   /* float64 backward vs central differences */
 #define F32_TOL 2e-6  /* float32 op vs float64 */
+#define BF16_TOL (8.0 / 512) /* bfloat16 op vs float64 */
 #define FD_H 1e-5
 #define ACC0 0.25 /* where accumulated outputs start */
 
@@ -106,6 +114,31 @@ static float *up(const double *d, size_t n)
 	for (size_t i = 0; i < n; i++)
 		p[i] = (float)d[i];
 	return p;
+}
+
+/* The values of d rounded to bf16, in d itself and in backend memory. */
+static uint16_t *up16(double *d, size_t n)
+{
+	titan_err e;
+	uint16_t *p = be->ops->alloc(be, 2 * (n ? n : 1), &e);
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++) {
+		p[i] = bf16_from_f32((float)d[i]);
+		d[i] = bf16_to_f32(p[i]);
+	}
+	return p;
+}
+
+/* A bfloat16 op's output (after sync) against float64. */
+static void expect_bf16(const char *what, const uint16_t *got, const double *want, size_t n)
+{
+	sync_ok();
+	double *g = malloc(n * sizeof *g);
+	assert_non_null(g);
+	for (size_t i = 0; i < n; i++)
+		g[i] = bf16_to_f32(got[i]);
+	expect_d(what, "bf16 vs f64", g, want, n, BF16_TOL);
+	free(g);
 }
 
 static double dot(const double *a, const double *b, size_t n)
@@ -318,6 +351,113 @@ static void flow_mse_sums_squares_and_scales_the_gradient(void **state)
 	free(pred), free(x), free(noise);
 }
 
+/* ---- bfloat16 ---- */
+
+static void ln_mod_bf16(void)
+{
+	double *x = drand_n(NE, 2.0), *mod = drand_n(NV, 0.5), *dy = drand_n(NE, 1.0);
+	for (size_t i = 0; i < NE; i++)
+		x[i] += 0.75;
+	uint16_t *px = up16(x, NE), *pm = up16(mod, NV), *pdy = up16(dy, NE);
+	double y[NE], st[2 * ROWS], *dx = dfill(NE, ACC0), *dmod = dfill(NV, ACC0);
+	cpu_ln_mod_fwd_f64(y, st, x, mod, mod + D, LD, B, N, D, 1e-6);
+	cpu_ln_mod_bwd_f64(dx, dmod, dmod + D, dy, x, st, mod + D, LD, B, N, D);
+	uint16_t *py = up16(dfill(NE, 0), NE), *pdx = up16(dfill(NE, ACC0), NE);
+	uint16_t *pdm = up16(dfill(NV, ACC0), NV);
+	float *fst = up(st, 2 * ROWS);
+	be->ops->ln_mod_fwd(be, py, fst, px, pm, pm + D, BE_BF16, LD, B, N, D, 1e-6f);
+	expect_bf16("ln_mod_fwd", py, y, NE);
+	expect_f32("ln_mod_fwd stats", fst, st, 2 * ROWS);
+	be->ops->ln_mod_bwd(be, pdx, pdm, pdm + D, pdy, px, fst, pm + D, BE_BF16, LD, B, N, D);
+	expect_bf16("ln_mod_bwd dx", pdx, dx, NE);
+	expect_bf16("ln_mod_bwd dshift dscale", pdm, dmod, NV);
+	void *bufs[] = {px, pm, pdy, py, pdx, pdm, fst};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		be->ops->free(be, bufs[i]);
+	free(x), free(mod), free(dy), free(dx), free(dmod);
+}
+
+static void gate_add_bf16(void)
+{
+	double *x = drand_n(NE, 1.0), *mod = drand_n(NV, 1.0), *y = drand_n(NE, 1.0);
+	double *ddx = drand_n(NE, 1.0), *dmod = dfill(NV, ACC0), dy[NE];
+	uint16_t *px = up16(x, NE), *pm = up16(mod, NV), *py = up16(y, NE), *pdx = up16(ddx, NE);
+	uint16_t *pdm = up16(dfill(NV, ACC0), NV), *pdy = up16(dfill(NE, 0), NE);
+	cpu_gate_add_bwd_f64(dmod + 2 * D, dy, ddx, mod + 2 * D, y, LD, B, N, D);
+	cpu_gate_add_f64(x, mod + 2 * D, y, LD, B, N, D);
+	be->ops->gate_add(be, px, pm + 2 * D, py, BE_BF16, LD, B, N, D);
+	expect_bf16("gate_add", px, x, NE);
+	be->ops->gate_add_bwd(be, pdm + 2 * D, pdy, pdx, pm + 2 * D, py, BE_BF16, LD, B, N, D);
+	expect_bf16("gate_add_bwd dy", pdy, dy, NE);
+	expect_bf16("gate_add_bwd dgate", pdm, dmod, NV);
+	void *bufs[] = {px, pm, py, pdx, pdm, pdy};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		be->ops->free(be, bufs[i]);
+	free(x), free(mod), free(y), free(ddx), free(dmod);
+}
+
+/* GELU and SiLU in bf16: the float32 kernel's value rounded, bit for bit. */
+static void activation_bf16(int gelu)
+{
+	const char *name = gelu ? "gelu_tanh" : "silu";
+	double *x = drand_n(NA, 6.0), *dy = drand_n(NA, 1.0);
+	uint16_t *px = up16(x, NA), *pdy = up16(dy, NA), *py = up16(dfill(NA, 0), NA);
+	uint16_t *pdx = up16(dfill(NA, 0), NA);
+	float fx[NA], fdy[NA], fy[NA], fdx[NA];
+	for (int i = 0; i < NA; i++)
+		fx[i] = (float)x[i], fdy[i] = (float)dy[i];
+	if (gelu) {
+		cpu_gelu_tanh_fwd_f32(fy, fx, NA);
+		cpu_gelu_tanh_bwd_f32(fdx, fdy, fx, NA);
+		be->ops->gelu_tanh_fwd(be, py, px, BE_BF16, NA);
+		be->ops->gelu_tanh_bwd(be, pdx, pdy, px, BE_BF16, NA);
+	} else {
+		cpu_silu_fwd_f32(fy, fx, NA);
+		cpu_silu_bwd_f32(fdx, fdy, fx, NA);
+		be->ops->silu_fwd(be, py, px, BE_BF16, NA);
+		be->ops->silu_bwd(be, pdx, pdy, px, BE_BF16, NA);
+	}
+	sync_ok();
+	int off = 0;
+	for (int i = 0; i < NA; i++)
+		off += py[i] != bf16_from_f32(fy[i]) || pdx[i] != bf16_from_f32(fdx[i]);
+	print_message("  %-28s bf16 vs f32 rounded: %d of %d differ\n", name, off, 2 * NA);
+	assert_int_equal(off, 0);
+	void *bufs[] = {px, pdy, py, pdx};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		be->ops->free(be, bufs[i]);
+	free(x), free(dy);
+}
+
+static void flow_mse_bf16(void)
+{
+	enum { NL = 777 };
+	double *pred = drand_n(NL, 2.0), *x = drand_n(NL, 1.0), *noise = drand_n(NL, 1.0);
+	uint16_t *pp = up16(pred, NL), *px = up16(x, NL), *pn = up16(noise, NL);
+	uint16_t *pg = up16(dfill(NL, 0), NL);
+	double grad[NL], got = cpu_flow_mse_f64(grad, pred, x, noise, NL, 1.0 / NL), sum = 0;
+	int64_t count = 0;
+	be->ops->flow_mse(be, pg, pp, px, pn, BE_BF16, NL, 1.0f / NL, &sum, &count);
+	expect_bf16("flow_mse grad", pg, grad, NL);
+	expect_d("flow_mse loss", "bf16 vs f64", &sum, &got, 1, BF16_TOL);
+	assert_int_equal(count, NL);
+	void *bufs[] = {pp, px, pn, pg};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		be->ops->free(be, bufs[i]);
+	free(pred), free(x), free(noise);
+}
+
+static void bf16_ops_are_within_their_roundings(void **state)
+{
+	(void)state;
+	test_seed(33);
+	ln_mod_bf16();
+	gate_add_bf16();
+	activation_bf16(1);
+	activation_bf16(0);
+	flow_mse_bf16();
+}
+
 static void faults(const char *op)
 {
 	titan_err e;
@@ -336,21 +476,21 @@ static void other_types_and_bad_shapes_fault_at_sync(void **state)
 	assert_non_null(p);
 	be->ops->ln_mod_fwd(be, p, st, p, p, p, BE_F32, 3, 1, 2, 4, 1e-6f); /* ld < d */
 	faults("ln_mod_fwd");
-	be->ops->ln_mod_bwd(be, p, p, p, p, p, st, p, BE_BF16, 8, 1, 2, 4);
+	be->ops->ln_mod_bwd(be, p, p, p, p, p, st, p, BE_E5M2, 8, 1, 2, 4);
 	faults("ln_mod_bwd");
 	be->ops->gate_add(be, p, p, p, BE_F32, 4, 1, 0, 4); /* no rows */
 	faults("gate_add");
 	be->ops->gate_add_bwd(be, p, p, p, p, p, BE_F32, 4, -1, 1, 4);
 	faults("gate_add_bwd");
-	be->ops->gelu_tanh_fwd(be, p, p, BE_BF16, 4);
+	be->ops->gelu_tanh_fwd(be, p, p, BE_E4M3, 4);
 	faults("gelu_tanh_fwd");
 	be->ops->gelu_tanh_bwd(be, p, p, p, BE_E4M3, 4);
 	faults("gelu_tanh_bwd");
 	be->ops->silu_fwd(be, p, p, BE_F32, -1);
 	faults("silu_fwd");
-	be->ops->silu_bwd(be, p, p, p, BE_BF16, 4);
+	be->ops->silu_bwd(be, p, p, p, BE_E5M2, 4);
 	faults("silu_bwd");
-	be->ops->flow_mse(be, p, p, p, p, BE_BF16, 4, 1.0f, &sum, &count);
+	be->ops->flow_mse(be, p, p, p, p, BE_E4M3, 4, 1.0f, &sum, &count);
 	faults("flow_mse");
 	assert_int_equal(count, 0);
 	be->ops->free(be, p);
@@ -363,6 +503,7 @@ int main(void)
 		cmocka_unit_test(gate_add_matches_its_formula_and_differences),
 		cmocka_unit_test(gelu_and_silu_match_their_formulas_and_differences),
 		cmocka_unit_test(flow_mse_sums_squares_and_scales_the_gradient),
+		cmocka_unit_test(bf16_ops_are_within_their_roundings),
 		cmocka_unit_test(other_types_and_bad_shapes_fault_at_sync),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "flux/flux.h"
 #include "safetensors/safetensors.h"
+#include "../support/flux_golden.h"
 #include "../support/golden_weights.h"
 #include "../support/testutil.h"
 
@@ -42,26 +43,13 @@ static int64_t n_samples;
 static int setup(void **state)
 {
 	(void)state;
-	titan_err e;
-	be = backend_cpu_create(0, &e);
-	if (be == NULL) {
-		fprintf(stderr, "%s\n", e.msg);
-		return -1;
-	}
-	if (gw_load(&gw, GOLDEN "/weights.json", &e) < 0) {
-		fprintf(stderr, "%s\n", e.msg);
-		return -1;
-	}
-	sseed = (uint64_t)json_integer_value(json_object_get(gw.root, "sample_seed"));
-	n_samples = json_integer_value(json_object_get(gw.root, "samples"));
-	return n_samples > 0 && gw.n > 4 ? 0 : -1;
+	return flux_golden_load(GOLDEN, &be, &gw, &sseed, &n_samples);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	gw_free(&gw);
-	backend_free(be);
+	flux_golden_free(be, &gw);
 	return 0;
 }
 

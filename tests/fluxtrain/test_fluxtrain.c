@@ -2,6 +2,9 @@
  * inputs (tests/fluxtrain/train.sh, scripts/flux_train_golden.py):
  *
  *   test_fluxtrain                the loader's tests
+ *   test_fluxtrain pngdiff A B    the largest difference of two images' pixel
+ *                                 values and how many differ, one line; exit
+ *                                 1 when their sizes differ or one is not read
  *   test_fluxtrain mkmodels DIR   DIR/t5 and DIR/clip: deterministic random
  *                                 text encoders of flux-debug's widths (T5
  *                                 d_model 4096, CLIP hidden 768) over the
@@ -258,6 +261,41 @@ static void bad_paths_are_refused_naming_them(void **state)
 	ft_loader_close(&l);
 }
 
+static int pngdiff(const char *a, const char *b)
+{
+	image ia, ib;
+	titan_err e;
+	size_t na, nb;
+	uint8_t *da = slurp(a, &na), *db = slurp(b, &nb);
+	int rc = image_decode(&ia, da, na, NULL, &e) == 0 ? 0 : 1;
+	if (rc == 0 && image_decode(&ib, db, nb, NULL, &e) != 0) {
+		image_free(&ia);
+		rc = 1;
+	}
+	free(da);
+	free(db);
+	if (rc != 0) {
+		fprintf(stderr, "test_fluxtrain: %s\n", e.msg);
+		return 1;
+	}
+	if (ia.w != ib.w || ia.h != ib.h || ia.channels != ib.channels) {
+		printf("sizes %dx%dx%d and %dx%dx%d\n", ia.w, ia.h, ia.channels, ib.w, ib.h, ib.channels);
+		rc = 1;
+	} else {
+		int most = 0;
+		size_t differ = 0, n = (size_t)ia.w * (size_t)ia.h * (size_t)ia.channels;
+		for (size_t i = 0; i < n; i++) {
+			int d = abs((int)ia.px[i] - (int)ib.px[i]);
+			most = d > most ? d : most;
+			differ += d != 0;
+		}
+		printf("max %d, %zu of %zu values differ\n", most, differ, n);
+	}
+	image_free(&ia);
+	image_free(&ib);
+	return rc;
+}
+
 static int mkmodels(const char *out)
 {
 	titan_err err;
@@ -273,8 +311,10 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "mkmodels") == 0)
 		return mkmodels(argv[2]);
+	if (argc == 4 && strcmp(argv[1], "pngdiff") == 0)
+		return pngdiff(argv[2], argv[3]);
 	if (argc != 1) {
-		fprintf(stderr, "usage: test_fluxtrain [mkmodels DIR]\n");
+		fprintf(stderr, "usage: test_fluxtrain [mkmodels DIR | pngdiff A B]\n");
 		return 2;
 	}
 	const struct CMUnitTest tests[] = {

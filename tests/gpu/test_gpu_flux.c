@@ -5,8 +5,14 @@
  * weights and batch on both.  The loss and the prediction within TOL_STEP of
  * the CPU's, every parameter's gradient within TOL_GRAD (each relative to
  * its tensor's largest value): the backends' float32 sums run in other
- * orders.  Prints "result flux NAME VALUE" lines for scripts/gpu/check.sh's
- * table.  Without a GPU the test reports skipped with the reason. */
+ * orders.  Then the same step in bf16 (flux_model_set_compute) on both:
+ * the backends' bf16 GEMMs sum in other orders too, and a sum that lands
+ * near a bf16 rounding boundary rounds the other way, so the bound is a
+ * fraction TOL_BF16_GAP of the bf16 step's own distance from the float32
+ * step on the CPU (what bf16 rounding moves the step by; titan's CPU bf16
+ * step is within 0.06 of torch's gap, tests/flux/test_flux_bf16).  Prints
+ * "result flux NAME VALUE" lines for scripts/gpu/check.sh's table.  Without
+ * a GPU the test reports skipped with the reason. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +31,7 @@
 
 #define TOL_STEP 1e-5
 #define TOL_GRAD 1e-4
+#define TOL_BF16_GAP 0.25
 
 static const flux_config tiny = {
 	.name = "flux-tiny", .in_channels = 16, .out_channels = 16, .vec_in_dim = 32,
@@ -46,11 +53,11 @@ static float *draw(size_t n, double s)
 
 /* The model on be with the weights drawn from seed (the same on each
  * backend): linears uniform in +-1/sqrt(fan in), norms' weights 1 +- 0.1. */
-static flux_model *model_on(backend *be, uint64_t s)
+static flux_model *model_on(backend *be, uint64_t s, be_dtype t)
 {
 	titan_err e;
 	flux_model *m = flux_model_create(be, &tiny, &e);
-	if (m == NULL)
+	if (m == NULL || flux_model_set_compute(m, t, &e) < 0)
 		fail_msg("flux on %s: %s", be->ops->name, e.msg);
 	seed(s);
 	for (int i = 0; i < flux_param_count(m); i++) {
@@ -107,7 +114,7 @@ static void step_on_cuda_matches_the_cpu(void **state)
 {
 	(void)state;
 	need_gpu();
-	flux_model *mc = model_on(cpu, 29), *mg = model_on(gpu, 29);
+	flux_model *mc = model_on(cpu, 29, BE_F32), *mg = model_on(gpu, 29, BE_F32);
 	seed(30);
 	batch_data d;
 	flux_batch in = batch_draw(&d);
@@ -146,10 +153,67 @@ static void step_on_cuda_matches_the_cpu(void **state)
 	flux_model_free(mg);
 }
 
+/* The largest over the parameters of a gradient's max |a - b| / max |b|. */
+static double grad_gap(flux_model *ma, backend *ba, flux_model *mb, backend *bb,
+		       const char **name)
+{
+	double worst = -1;
+	for (int i = 0; i < flux_param_count(mb); i++) {
+		const flux_param *a = flux_param_at(ma, i), *b = flux_param_at(mb, i);
+		float *ga = download(ba, a->g, a->numel), *gb = download(bb, b->g, b->numel);
+		double err = rel_err_f(ga, gb, a->numel);
+		if (!(err <= worst))
+			worst = err, *name = b->name;
+		free(ga), free(gb);
+	}
+	return worst;
+}
+
+static void bf16_step_on_cuda_matches_the_cpu(void **state)
+{
+	(void)state;
+	need_gpu();
+	flux_model *mf = model_on(cpu, 29, BE_F32), *mc = model_on(cpu, 29, BE_BF16);
+	flux_model *mg = model_on(gpu, 29, BE_BF16);
+	seed(30);
+	batch_data d;
+	flux_batch in = batch_draw(&d);
+	int64_t np = B * LI * 16;
+	float lf, lc, lg, *pf = malloc((size_t)np * sizeof *pf);
+	float *pc = malloc((size_t)np * sizeof *pc), *pg = malloc((size_t)np * sizeof *pg);
+	assert_true(pf && pc && pg);
+	step_on(mf, "cpu", &in, &lf, pf);
+	step_on(mc, "cpu bf16", &in, &lc, pc);
+	step_on(mg, "cuda bf16", &in, &lg, pg);
+	double pred_err = rel_err_f(pg, pc, np), pred_gap = rel_err_f(pf, pc, np);
+	const char *wn = "", *gn = "";
+	double grad_err = grad_gap(mg, gpu, mc, cpu, &wn), grad_gapv = grad_gap(mf, cpu, mc, cpu, &gn);
+	print_message("  loss cpu f32 %.8g, cpu bf16 %.8g, cuda bf16 %.8g\n", lf, lc, lg);
+	print_message("  prediction: cuda vs cpu bf16 %.2e, cpu bf16 vs f32 %.2e\n", pred_err,
+		      pred_gap);
+	print_message("  gradients: cuda vs cpu bf16 %.2e (%s), cpu bf16 vs f32 %.2e (%s)\n",
+		      grad_err, wn, grad_gapv, gn);
+	print_message("result flux step_bf16_pred_cuda_vs_cpu %.3g\n", pred_err);
+	print_message("result flux step_bf16_grad_cuda_vs_cpu %.3g\n", grad_err);
+	if (!(pred_err <= TOL_BF16_GAP * pred_gap))
+		fail_msg("flux bf16 step on CUDA: prediction %.3e from the CPU's, over %.2f of "
+			 "the bf16 gap %.3e", pred_err, TOL_BF16_GAP, pred_gap);
+	if (!(grad_err <= TOL_BF16_GAP * grad_gapv))
+		fail_msg("flux bf16 step on CUDA: gradients %.3e from the CPU's (%s), over %.2f "
+			 "of the bf16 gap %.3e", grad_err, wn, TOL_BF16_GAP, grad_gapv);
+	free(pf), free(pc), free(pg);
+	free(d.x), free(d.noise), free(d.img_ids), free(d.txt), free(d.txt_ids), free(d.t);
+	free(d.y);
+	flux_model_free(mf);
+	flux_model_free(mc);
+	flux_model_free(mg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(step_on_cuda_matches_the_cpu),
+		cmocka_unit_test(bf16_step_on_cuda_matches_the_cpu),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -902,7 +902,50 @@ static void upsample_and_im2col_match_the_cpu_exactly(void **state)
 
 /* y += bias for every row, and per group of rows (offs) with the rows past
  * the groups left alone; the bias rounded to y's type first. */
-static void bias_add_matches_the_cpu(void **state)
+/* Element i of a host array of gpu_dtype dt. */
+static void put_host(void *p, int dt, size_t i, double v)
+{
+	if (dt == GPU_BF16)
+		((uint16_t *)p)[i] = bf16_from_f32((float)v);
+	else
+		((float *)p)[i] = (float)v;
+}
+
+static double get_host(const void *p, int dt, size_t i)
+{
+	return dt == GPU_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* bias_grad: the CPU's column sums (float64 for float32; the CPU's bf16
+ * kernel, which sums in double as the device does, for bf16 either side). */
+static void bias_grad_case(int tb, int ty, int64_t rows, int64_t d, int64_t groups,
+			   const int32_t *offs, const int32_t *doffs)
+{
+	size_t ny = (size_t)(rows * d), nb = (size_t)(groups * d);
+	double *dyv = rnd(ny, 1.0), *db = rnd(nb, 1.0);
+	void *ddy = dev_from(dyv, ny, ty), *ddb = dev_from(db, nb, tb);
+	gpu_ok(launch_bias_grad(ddb, tb, ddy, ty, rows, d, groups, doffs, NULL), "bias_grad");
+	if (tb == GPU_F32 && ty == GPU_F32) {
+		cpu_bias_grad_f64(db, dyv, rows, d, groups, offs);
+	} else {
+		size_t eb = gpu_dtype_size(tb), ey = gpu_dtype_size(ty);
+		unsigned char *hb = malloc(nb * eb), *hy = malloc(ny * ey);
+		assert_true(hb && hy);
+		for (size_t i = 0; i < nb; i++)
+			put_host(hb, tb, i, db[i]);
+		for (size_t i = 0; i < ny; i++)
+			put_host(hy, ty, i, dyv[i]);
+		cpu_bf16_bias_grad(hb, (be_dtype)tb, hy, (be_dtype)ty, rows, d, groups, offs);
+		for (size_t i = 0; i < nb; i++)
+			db[i] = get_host(hb, tb, i);
+		free(hb), free(hy);
+	}
+	expect_close("bias_grad dbias", ddb, db, nb, tb, tb == GPU_BF16 ? TOL_BF16 : TOL_F32);
+	free(dyv), free(db);
+	gpu_free(ddy), gpu_free(ddb);
+}
+
+static void bias_add_and_grad_match_the_cpu(void **state)
 {
 	(void)state;
 	need_gpu();
@@ -931,6 +974,7 @@ static void bias_add_matches_the_cpu(void **state)
 			round_all(bias, nbias, ty);
 			cpu_bias_add_f64(y, bias, rows, d, groups, grouped ? offs : NULL);
 			expect_close("bias_add y", dy, y, ny, ty, ty == GPU_BF16 ? TOL_BF16 : TOL_F32);
+			bias_grad_case(tb, ty, rows, d, groups, grouped ? offs : NULL, doffs);
 			free(y), free(bias);
 			gpu_free(dy), gpu_free(dbias), gpu_free(doffs);
 		}
@@ -1028,6 +1072,9 @@ static void flux_launchers_refuse_bad_shapes(void **state)
 	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, -1, 8, 1, NULL, NULL), bad);
 	assert_int_equal(launch_bias_add(NULL, GPU_F32, NULL, GPU_F32, 0, 8, 1, NULL, NULL), 0);
 	assert_int_equal(launch_bias_add(NULL, GPU_E4M3, NULL, GPU_F32, 2, 8, 1, NULL, NULL), bad);
+	assert_int_equal(launch_bias_grad(NULL, GPU_F32, NULL, GPU_F32, -1, 8, 1, NULL, NULL), bad);
+	assert_int_equal(launch_bias_grad(NULL, GPU_F32, NULL, GPU_F32, 4, 0, 1, NULL, NULL), 0);
+	assert_int_equal(launch_bias_grad(NULL, GPU_F32, NULL, GPU_E5M2, 4, 8, 1, NULL, NULL), bad);
 	assert_int_equal(launch_conv_bias(NULL, NULL, GPU_F32, 1, -1, 4, NULL), bad);
 	assert_int_equal(launch_conv_bias(NULL, NULL, GPU_F32, 0, 3, 4, NULL), 0);
 	assert_int_equal(launch_conv_bias(NULL, NULL, GPU_E4M3, 1, 3, 4, NULL), bad);
@@ -1039,7 +1086,12 @@ static void flux_launchers_refuse_bad_shapes(void **state)
 	assert_int_equal(launch_div_rows(NULL, GPU_E4M3, NULL, NULL, 2, 8, NULL), bad);
 }
 
-/* ---- the Flux transformer's training ops (float32) ---- */
+/* ---- the Flux transformer's training ops (float32, bf16) ----
+ * float32 against the float64 kernels; bf16 against the CPU backend's bf16
+ * kernels (cpu_bf16_fluxt.c, themselves tested against float64 in
+ * tests/backend) on the same bf16 inputs: the same roundings, so what
+ * differs is a sum's order moving a value to the neighbouring bf16
+ * (TOL_BF16). */
 
 typedef struct mod_case {
 	int64_t b, n, d, ld; /* rows (b * n, d), per-sample vectors ld apart */
@@ -1047,60 +1099,109 @@ typedef struct mod_case {
 
 #define ACC0 0.25 /* where accumulated outputs start */
 
-static void *dev_filled(size_t n, double v, double **host)
+static void *dev_filled(size_t n, double v, double **host, int dt)
 {
 	*host = zeros(n);
 	for (size_t i = 0; i < n; i++)
 		(*host)[i] = v;
-	return dev_from(*host, n, GPU_F32);
+	return dev_from(*host, n, dt);
 }
 
-static void ln_mod_case(const mod_case *k, double *x, double *mod, double *dy)
+/* bf16 copies of doubles (already bf16 values) for the CPU bf16 kernels, and back. */
+static uint16_t *to16(const double *x, size_t n)
+{
+	uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+	assert_non_null(h);
+	for (size_t i = 0; i < n; i++)
+		h[i] = bf16_from_f32((float)x[i]);
+	return h;
+}
+
+static void from16(double *x, uint16_t *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = bf16_to_f32(h[i]);
+	free(h);
+}
+
+static double tol_of(int dt) { return dt == GPU_BF16 ? TOL_BF16 : TOL_F32; }
+
+/* Element i of a device tensor of dt. */
+static void *el(void *p, size_t i, int dt) { return (char *)p + i * gpu_dtype_size(dt); }
+
+static void ln_mod_case(const mod_case *k, double *x, double *mod, double *dy, int dt)
 {
 	size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
 	size_t rows = (size_t)(k->b * k->n);
-	void *dx_ = dev_from(x, ne, GPU_F32), *dm = dev_from(mod, nv, GPU_F32);
-	void *ddy = dev_from(dy, ne, GPU_F32), *dyo = dev_poisoned(ne, GPU_F32);
+	void *dx_ = dev_from(x, ne, dt), *dm = dev_from(mod, nv, dt);
+	void *ddy = dev_from(dy, ne, dt), *dyo = dev_poisoned(ne, dt);
 	void *dst = dev_poisoned(2 * rows, GPU_F32);
 	double *y = zeros(ne), *st = zeros(2 * rows), *gx, *gm;
-	gpu_ok(launch_ln_mod_fwd(dyo, dst, dx_, dm, (float *)dm + k->d, k->ld, k->b, k->n, k->d,
-				 1e-6f, NULL),
+	float *fst = malloc(2 * rows * sizeof *fst);
+	assert_non_null(fst);
+	gpu_ok(launch_ln_mod_fwd(dyo, dst, dx_, dm, el(dm, (size_t)k->d, dt), dt, k->ld, k->b,
+				 k->n, k->d, 1e-6f, NULL),
 	       "ln_mod_fwd");
-	cpu_ln_mod_fwd_f64(y, st, x, mod, mod + k->d, k->ld, k->b, k->n, k->d, 1e-6);
-	expect_close("ln_mod_fwd y", dyo, y, ne, GPU_F32, TOL_F32);
-	expect_close("ln_mod_fwd stats", dst, st, 2 * rows, GPU_F32, TOL_F32);
-	void *dgx = dev_filled(ne, ACC0, &gx), *dgm = dev_filled(nv, ACC0, &gm);
-	gpu_ok(launch_ln_mod_bwd(dgx, dgm, (float *)dgm + k->d, ddy, dx_, dst, (float *)dm + k->d,
-				 k->ld, k->b, k->n, k->d, NULL),
+	void *dgx = dev_filled(ne, ACC0, &gx, dt), *dgm = dev_filled(nv, ACC0, &gm, dt);
+	gpu_ok(launch_ln_mod_bwd(dgx, dgm, el(dgm, (size_t)k->d, dt), ddy, dx_, dst,
+				 el(dm, (size_t)k->d, dt), dt, k->ld, k->b, k->n, k->d, NULL),
 	       "ln_mod_bwd");
-	cpu_ln_mod_bwd_f64(gx, gm, gm + k->d, dy, x, st, mod + k->d, k->ld, k->b, k->n, k->d);
-	expect_close("ln_mod_bwd dx", dgx, gx, ne, GPU_F32, TOL_F32);
-	expect_close("ln_mod_bwd dshift dscale", dgm, gm, nv, GPU_F32, TOL_F32);
-	free(y), free(st), free(gx), free(gm);
+	if (dt == GPU_BF16) {
+		uint16_t *x16 = to16(x, ne), *m16 = to16(mod, nv), *dy16 = to16(dy, ne);
+		uint16_t *y16 = to16(y, ne), *gx16 = to16(gx, ne), *gm16 = to16(gm, nv);
+		cpu_bf16_ln_mod_fwd(y16, fst, x16, m16, m16 + k->d, k->ld, k->b, k->n, k->d, 1e-6f);
+		cpu_bf16_ln_mod_bwd(gx16, gm16, gm16 + k->d, dy16, x16, fst, m16 + k->d, k->ld, k->b,
+				    k->n, k->d);
+		for (size_t i = 0; i < 2 * rows; i++)
+			st[i] = fst[i];
+		from16(y, y16, ne), from16(gx, gx16, ne), from16(gm, gm16, nv);
+		free(x16), free(m16), free(dy16);
+	} else {
+		cpu_ln_mod_fwd_f64(y, st, x, mod, mod + k->d, k->ld, k->b, k->n, k->d, 1e-6);
+		cpu_ln_mod_bwd_f64(gx, gm, gm + k->d, dy, x, st, mod + k->d, k->ld, k->b, k->n, k->d);
+	}
+	expect_close("ln_mod_fwd y", dyo, y, ne, dt, tol_of(dt));
+	expect_close("ln_mod_fwd stats", dst, st, 2 * rows, GPU_F32, TOL_F32);
+	expect_close("ln_mod_bwd dx", dgx, gx, ne, dt, tol_of(dt));
+	expect_close("ln_mod_bwd dshift dscale", dgm, gm, nv, dt, tol_of(dt));
+	free(y), free(st), free(gx), free(gm), free(fst);
 	gpu_free(dx_), gpu_free(dm), gpu_free(ddy), gpu_free(dyo), gpu_free(dst), gpu_free(dgx);
 	gpu_free(dgm);
 }
 
-static void gate_case(const mod_case *k, double *x, double *mod, double *dy)
+static void gate_case(const mod_case *k, double *x, double *mod, double *dy, int dt)
 {
 	size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
 	double *y = rnd(ne, 1.0), *gy = zeros(ne), *gm;
-	void *dx_ = dev_from(x, ne, GPU_F32), *dm = dev_from(mod, nv, GPU_F32);
-	void *dyy = dev_from(y, ne, GPU_F32), *ddx = dev_from(dy, ne, GPU_F32);
-	void *dgy = dev_poisoned(ne, GPU_F32), *dgm = dev_filled(nv, ACC0, &gm);
-	const float *gate = (const float *)dm + 2 * k->d;
-	gpu_ok(launch_gate_add(dx_, gate, dyy, k->ld, k->b, k->n, k->d, NULL), "gate_add");
-	cpu_gate_add_f64(x, mod + 2 * k->d, y, k->ld, k->b, k->n, k->d);
-	expect_close("gate_add x", dx_, x, ne, GPU_F32, TOL_F32);
-	gpu_ok(launch_gate_add_bwd((float *)dgm + 2 * k->d, dgy, ddx, gate, dyy, k->ld, k->b, k->n,
-				   k->d, NULL),
+	void *dx_ = dev_from(x, ne, dt), *dm = dev_from(mod, nv, dt);
+	void *dyy = dev_from(y, ne, dt), *ddx = dev_from(dy, ne, dt);
+	void *dgy = dev_poisoned(ne, dt), *dgm = dev_filled(nv, ACC0, &gm, dt);
+	const void *gate = el(dm, 2 * (size_t)k->d, dt);
+	gpu_ok(launch_gate_add(dx_, gate, dyy, dt, k->ld, k->b, k->n, k->d, NULL), "gate_add");
+	gpu_ok(launch_gate_add_bwd(el(dgm, 2 * (size_t)k->d, dt), dgy, ddx, gate, dyy, dt, k->ld,
+				   k->b, k->n, k->d, NULL),
 	       "gate_add_bwd");
-	cpu_gate_add_bwd_f64(gm + 2 * k->d, gy, dy, mod + 2 * k->d, y, k->ld, k->b, k->n, k->d);
-	expect_close("gate_add_bwd dy", dgy, gy, ne, GPU_F32, TOL_F32);
-	expect_close("gate_add_bwd dgate", dgm, gm, nv, GPU_F32, TOL_F32);
+	if (dt == GPU_BF16) {
+		uint16_t *x16 = to16(x, ne), *m16 = to16(mod, nv), *y16 = to16(y, ne);
+		uint16_t *dx16 = to16(dy, ne), *gy16 = to16(gy, ne), *gm16 = to16(gm, nv);
+		cpu_bf16_gate_add(x16, m16 + 2 * k->d, y16, k->ld, k->b, k->n, k->d);
+		cpu_bf16_gate_add_bwd(gm16 + 2 * k->d, gy16, dx16, m16 + 2 * k->d, y16, k->ld, k->b,
+				      k->n, k->d);
+		from16(x, x16, ne), from16(gy, gy16, ne), from16(gm, gm16, nv);
+		free(m16), free(y16), free(dx16);
+	} else {
+		cpu_gate_add_f64(x, mod + 2 * k->d, y, k->ld, k->b, k->n, k->d);
+		cpu_gate_add_bwd_f64(gm + 2 * k->d, gy, dy, mod + 2 * k->d, y, k->ld, k->b, k->n,
+				     k->d);
+	}
+	expect_close("gate_add x", dx_, x, ne, dt, tol_of(dt));
+	expect_close("gate_add_bwd dy", dgy, gy, ne, dt, tol_of(dt));
+	expect_close("gate_add_bwd dgate", dgm, gm, nv, dt, tol_of(dt));
 	free(y), free(gy), free(gm);
 	gpu_free(dx_), gpu_free(dm), gpu_free(dyy), gpu_free(ddx), gpu_free(dgy), gpu_free(dgm);
 }
+
+static const int flux_types[2] = {GPU_F32, GPU_BF16};
 
 static void modulation_and_gate_match_the_cpu(void **state)
 {
@@ -1109,17 +1210,43 @@ static void modulation_and_gate_match_the_cpu(void **state)
 	seed(91);
 	/* d past the block's 256 threads takes the strided loops */
 	const mod_case cases[] = {{2, 5, 12, 36}, {2, 37, 300, 900}, {1, 3, 64, 192}};
-	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-		const mod_case *k = &cases[c];
-		size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
-		print_message(" b=%lld n=%lld d=%lld ld=%lld\n", (long long)k->b, (long long)k->n,
-			      (long long)k->d, (long long)k->ld);
-		double *x = rnd(ne, 3.0), *mod = rnd(nv, 0.5), *dy = rnd(ne, 1.0);
-		for (size_t i = 0; i < ne; i++)
-			x[i] += 1.5; /* an offset: the variance about the mean */
-		ln_mod_case(k, x, mod, dy);
-		gate_case(k, x, mod, dy);
-		free(x), free(mod), free(dy);
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int t = 0; t < 2; t++) {
+			const mod_case *k = &cases[c];
+			size_t ne = (size_t)(k->b * k->n * k->d), nv = (size_t)(k->b * k->ld);
+			print_message(" %s b=%lld n=%lld d=%lld ld=%lld\n", dt_name(flux_types[t]),
+				      (long long)k->b, (long long)k->n, (long long)k->d,
+				      (long long)k->ld);
+			double *x = rnd(ne, 3.0), *mod = rnd(nv, 0.5), *dy = rnd(ne, 1.0);
+			for (size_t i = 0; i < ne; i++)
+				x[i] += 1.5; /* an offset: the variance about the mean */
+			ln_mod_case(k, x, mod, dy, flux_types[t]);
+			gate_case(k, x, mod, dy, flux_types[t]);
+			free(x), free(mod), free(dy);
+		}
+}
+
+/* The activation's reference: float64, or the CPU's bf16 kernel. */
+static void activation_ref(int gelu, int dt, double *y, double *dx, const double *x,
+			   const double *dy, size_t n)
+{
+	if (dt == GPU_BF16) {
+		uint16_t *x16 = to16(x, n), *dy16 = to16(dy, n), *y16 = to16(y, n), *dx16 = to16(dx, n);
+		if (gelu) {
+			cpu_bf16_gelu_tanh_fwd(y16, x16, (int64_t)n);
+			cpu_bf16_gelu_tanh_bwd(dx16, dy16, x16, (int64_t)n);
+		} else {
+			cpu_bf16_silu_fwd(y16, x16, (int64_t)n);
+			cpu_bf16_silu_bwd(dx16, dy16, x16, (int64_t)n);
+		}
+		from16(y, y16, n), from16(dx, dx16, n);
+		free(x16), free(dy16);
+	} else if (gelu) {
+		cpu_gelu_tanh_fwd_f64(y, x, (int64_t)n);
+		cpu_gelu_tanh_bwd_f64(dx, dy, x, (int64_t)n);
+	} else {
+		cpu_silu_fwd_f64(y, x, (int64_t)n);
+		cpu_silu_bwd_f64(dx, dy, x, (int64_t)n);
 	}
 }
 
@@ -1130,31 +1257,40 @@ static void gelu_and_silu_forward_and_backward_match_the_cpu(void **state)
 	seed(92);
 	const size_t sizes[] = {1, 9, 4099, 100003};
 	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
-		for (int gelu = 0; gelu < 2; gelu++) {
-			size_t n = sizes[c], off = c == 2; /* one case past 16-byte alignment */
-			double *x = rnd(n + off, 8.0), *dy = rnd(n + off, 1.0);
-			double *y = zeros(n), *dx = zeros(n);
-			void *d_x = dev_from(x, n + off, GPU_F32), *d_dy = dev_from(dy, n + off, GPU_F32);
-			void *d_y = dev_poisoned(n, GPU_F32), *d_dx = dev_poisoned(n, GPU_F32);
-			const float *px = (const float *)d_x + off, *pdy = (const float *)d_dy + off;
-			print_message(" %s n=%zu%s\n", gelu ? "gelu_tanh" : "silu", n,
-				      off ? " (offset)" : "");
-			int (*launch)(float *, const float *, const float *, int64_t, void *) =
-				gelu ? launch_gelu_tanh : launch_silu;
-			gpu_ok(launch(d_y, px, NULL, (int64_t)n, NULL), "activation");
-			gpu_ok(launch(d_dx, px, pdy, (int64_t)n, NULL), "activation bwd");
-			if (gelu) {
-				cpu_gelu_tanh_fwd_f64(y, x + off, (int64_t)n);
-				cpu_gelu_tanh_bwd_f64(dx, dy + off, x + off, (int64_t)n);
-			} else {
-				cpu_silu_fwd_f64(y, x + off, (int64_t)n);
-				cpu_silu_bwd_f64(dx, dy + off, x + off, (int64_t)n);
+		for (int t = 0; t < 2; t++)
+			for (int gelu = 0; gelu < 2; gelu++) {
+				int dt = flux_types[t];
+				size_t n = sizes[c], off = c == 2; /* one case past 16-byte alignment */
+				double *x = rnd(n + off, 8.0), *dy = rnd(n + off, 1.0);
+				double *y = zeros(n), *dx = zeros(n);
+				void *d_x = dev_from(x, n + off, dt), *d_dy = dev_from(dy, n + off, dt);
+				void *d_y = dev_poisoned(n, dt), *d_dx = dev_poisoned(n, dt);
+				const void *px = el(d_x, off, dt), *pdy = el(d_dy, off, dt);
+				print_message(" %s %s n=%zu%s\n", dt_name(dt), gelu ? "gelu_tanh" : "silu",
+					      n, off ? " (offset)" : "");
+				int (*launch)(void *, const void *, const void *, int, int64_t, void *) =
+					gelu ? launch_gelu_tanh : launch_silu;
+				gpu_ok(launch(d_y, px, NULL, dt, (int64_t)n, NULL), "activation");
+				gpu_ok(launch(d_dx, px, pdy, dt, (int64_t)n, NULL), "activation bwd");
+				activation_ref(gelu, dt, y, dx, x + off, dy + off, n);
+				expect_close(gelu ? "gelu_tanh y" : "silu y", d_y, y, n, dt, tol_of(dt));
+				expect_close(gelu ? "gelu_tanh dx" : "silu dx", d_dx, dx, n, dt,
+					     tol_of(dt));
+				free(x), free(dy), free(y), free(dx);
+				gpu_free(d_x), gpu_free(d_dy), gpu_free(d_y), gpu_free(d_dx);
 			}
-			expect_close(gelu ? "gelu_tanh y" : "silu y", d_y, y, n, GPU_F32, TOL_F32);
-			expect_close(gelu ? "gelu_tanh dx" : "silu dx", d_dx, dx, n, GPU_F32, TOL_F32);
-			free(x), free(dy), free(y), free(dx);
-			gpu_free(d_x), gpu_free(d_dy), gpu_free(d_y), gpu_free(d_dx);
-		}
+}
+
+static double flow_mse_ref(int dt, double *g, const double *p, const double *x,
+			   const double *z, size_t n, float scale)
+{
+	if (dt != GPU_BF16)
+		return cpu_flow_mse_f64(g, p, x, z, (int64_t)n, scale);
+	uint16_t *p16 = to16(p, n), *x16 = to16(x, n), *z16 = to16(z, n), *g16 = to16(g, n);
+	double s = cpu_bf16_flow_mse(g16, p16, x16, z16, (int64_t)n, scale);
+	from16(g, g16, n);
+	free(p16), free(x16), free(z16);
+	return s;
 }
 
 static void flow_mse_loss_and_gradient_match_the_cpu(void **state)
@@ -1166,34 +1302,39 @@ static void flow_mse_loss_and_gradient_match_the_cpu(void **state)
 	const int parts = 64;
 	void *dpart = dev_alloc(parts * sizeof(double)), *dsum = dev_alloc(2 * sizeof(double));
 	for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
-		for (int with_grad = 0; with_grad < 2; with_grad++) {
-			size_t n = sizes[c];
-			double *p = rnd(n, 2.0), *x = rnd(n, 1.0), *z = rnd(n, 1.0), *g = zeros(n);
-			void *dp = dev_from(p, n, GPU_F32), *dx_ = dev_from(x, n, GPU_F32);
-			void *dz = dev_from(z, n, GPU_F32), *dg = dev_poisoned(n, GPU_F32);
-			float scale = 1.0f / (float)n;
-			print_message(" n=%zu%s\n", n, with_grad ? "" : " (loss only)");
-			gpu_ok(launch_flow_mse(with_grad ? dg : NULL, dp, dx_, dz, (int64_t)n, scale, dpart,
-					       parts, dsum, (int64_t *)dsum + 1, NULL),
-			       "flow_mse");
-			double want = cpu_flow_mse_f64(g, p, x, z, (int64_t)n, scale);
-			struct {
-				double sum;
-				int64_t n;
-			} got;
-			titan_err e;
-			if (gpu_sync(&e) || gpu_download(&got, dsum, sizeof got, &e))
-				fail_msg("%s", e.msg);
-			double err = rel_err(&got.sum, &want, 1);
-			print_message("  %-44s f32  rel err %.2e (bound %.1e)\n", "flow_mse sum", err,
-				      TOL_F32);
-			assert_true(err <= TOL_F32);
-			assert_int_equal(got.n, (int64_t)n);
-			if (with_grad)
-				expect_close("flow_mse grad", dg, g, n, GPU_F32, TOL_F32);
-			free(p), free(x), free(z), free(g);
-			gpu_free(dp), gpu_free(dx_), gpu_free(dz), gpu_free(dg);
-		}
+		for (int t = 0; t < 2; t++)
+			for (int with_grad = 0; with_grad < 2; with_grad++) {
+				int dt = flux_types[t];
+				size_t n = sizes[c];
+				double *p = rnd(n, 2.0), *x = rnd(n, 1.0), *z = rnd(n, 1.0), *g = zeros(n);
+				void *dp = dev_from(p, n, dt), *dx_ = dev_from(x, n, dt);
+				void *dz = dev_from(z, n, dt), *dg = dev_poisoned(n, dt);
+				float scale = 1.0f / (float)n;
+				print_message(" %s n=%zu%s\n", dt_name(dt), n,
+					      with_grad ? "" : " (loss only)");
+				gpu_ok(launch_flow_mse(with_grad ? dg : NULL, dp, dx_, dz, dt, (int64_t)n,
+						       scale, dpart, parts, dsum, (int64_t *)dsum + 1,
+						       NULL),
+				       "flow_mse");
+				double want = flow_mse_ref(dt, g, p, x, z, n, scale);
+				struct {
+					double sum;
+					int64_t n;
+				} got;
+				titan_err e;
+				if (gpu_sync(&e) || gpu_download(&got, dsum, sizeof got, &e))
+					fail_msg("%s", e.msg);
+				/* the sum is of float32 terms either way */
+				double err = rel_err(&got.sum, &want, 1);
+				print_message("  %-44s %-4s rel err %.2e (bound %.1e)\n", "flow_mse sum",
+					      dt_name(dt), err, TOL_F32);
+				assert_true(err <= TOL_F32);
+				assert_int_equal(got.n, (int64_t)n);
+				if (with_grad)
+					expect_close("flow_mse grad", dg, g, n, dt, tol_of(dt));
+				free(p), free(x), free(z), free(g);
+				gpu_free(dp), gpu_free(dx_), gpu_free(dz), gpu_free(dg);
+			}
 	gpu_free(dpart), gpu_free(dsum);
 }
 
@@ -1203,17 +1344,21 @@ static void flux_train_launchers_refuse_bad_shapes(void **state)
 	need_gpu();
 	const int bad = 1; /* cudaErrorInvalidValue */
 	float *p = NULL;
-	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, 3, 1, 2, 4, 1e-6f, NULL), bad); /* ld < d */
-	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, 4, 0, 2, 4, 1e-6f, NULL), 0);
-	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, 4, 1, 0, 4, NULL), bad);
-	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, 4, 0, 1, 4, NULL), 0);
-	assert_int_equal(launch_gate_add(p, p, p, 4, -1, 1, 4, NULL), bad);
-	assert_int_equal(launch_gate_add(p, p, p, 4, 1, 1, 0, NULL), 0);
-	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, 2, 1, 1, 4, NULL), bad);
-	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, 4, 0, 1, 4, NULL), 0);
-	assert_int_equal(launch_gelu_tanh(p, p, NULL, -1, NULL), bad);
-	assert_int_equal(launch_silu(p, p, NULL, -1, NULL), bad);
-	assert_int_equal(launch_flow_mse(p, p, p, p, 8, 1.0f, NULL, 0, NULL, NULL, NULL), bad);
+	const int f = GPU_F32;
+	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, f, 3, 1, 2, 4, 1e-6f, NULL), bad); /* ld < d */
+	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, f, 4, 0, 2, 4, 1e-6f, NULL), 0);
+	assert_int_equal(launch_ln_mod_fwd(p, p, p, p, p, GPU_E4M3, 4, 1, 2, 4, 1e-6f, NULL), bad);
+	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, f, 4, 1, 0, 4, NULL), bad);
+	assert_int_equal(launch_ln_mod_bwd(p, p, p, p, p, p, p, f, 4, 0, 1, 4, NULL), 0);
+	assert_int_equal(launch_gate_add(p, p, p, f, 4, -1, 1, 4, NULL), bad);
+	assert_int_equal(launch_gate_add(p, p, p, f, 4, 1, 1, 0, NULL), 0);
+	assert_int_equal(launch_gate_add(p, p, p, GPU_E5M2, 4, 1, 1, 4, NULL), bad);
+	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, f, 2, 1, 1, 4, NULL), bad);
+	assert_int_equal(launch_gate_add_bwd(p, p, p, p, p, f, 4, 0, 1, 4, NULL), 0);
+	assert_int_equal(launch_gelu_tanh(p, p, NULL, f, -1, NULL), bad);
+	assert_int_equal(launch_gelu_tanh(p, p, NULL, GPU_E4M3, 4, NULL), bad);
+	assert_int_equal(launch_silu(p, p, NULL, f, -1, NULL), bad);
+	assert_int_equal(launch_flow_mse(p, p, p, p, f, 8, 1.0f, NULL, 0, NULL, NULL, NULL), bad);
 }
 
 int main(void)
@@ -1236,7 +1381,7 @@ int main(void)
 		cmocka_unit_test(geglu_and_swish_match_the_cpu),
 		cmocka_unit_test(layer_and_group_norms_match_the_cpu),
 		cmocka_unit_test(upsample_and_im2col_match_the_cpu_exactly),
-		cmocka_unit_test(bias_add_matches_the_cpu),
+		cmocka_unit_test(bias_add_and_grad_match_the_cpu),
 		cmocka_unit_test(conv_bias_matches_the_cpu_exactly),
 		cmocka_unit_test(softmax_exp_and_div_rows_match_the_cpu),
 		cmocka_unit_test(flux_launchers_refuse_bad_shapes),
