@@ -19,7 +19,8 @@
 #                tar, encoding on the fly, DEMO_FLUX_STEPS (200) steps
 #   samples      DEMO_FLUX_PROMPTS (8) held-out prompts (another seed's shapes) drawn by
 #                titan-train --sample before training, in one PNG grid
-#                (build/demo/flux_grid), and the validator's sample after
+#                (build/demo/flux_grid), and from the run's last
+#                checkpoint after
 #
 # DEMO_DIR (default build/demo-flux) holds everything; it is started afresh.
 # On 2 cores the defaults take 5 minutes (1.5 s a step): the loss falls from
@@ -90,15 +91,13 @@ say "4/5 training: titan-train --module flux --config flux_debugmodel ($STEPS st
 flux --dataloader.dataset_path "$D/shapes.tar" --training.steps "$STEPS" \
 	--validator.enable --validator.freq "$STEPS" --validator.steps 1 --validator.dataloader.img_size 64 \
 	--validator.dataloader.dataset_path "$D/prompts.tar" --validator.save_img_count 1 \
-	--validator.save_img_folder samples --dump_folder "$D/run"
+	--validator.save_img_folder validation \
+	--checkpoint.enable --checkpoint.interval "$STEPS" --checkpoint.last_save_model_only \
+	--dump_folder "$D/run"
 
-say "5/5 samples after training"
-# titan-train --sample from the run's last checkpoint lands with the Flux
-# checkpoints in the trainer; until then the end's picture is the validator's
-# sample of the first held-out prompt at the last step.
-if ls "$D/run/samples"/*.png >/dev/null 2>&1; then
-	grid "$D/run/samples" "$D/samples-end.png"
-fi
+say "5/5 samples after training: titan-train --sample (the run's last checkpoint)"
+flux --sample --checkpoint.enable --dump_folder "$D/run" --inference.save_img_folder samples
+grid "$D/run/samples" "$D/samples-end.png"
 # the training lines' losses: the first, and the mean of the last ten
 losses=$(sed -n 's/^{"step":[0-9]*,"loss":\([^,]*\),.*/\1/p' "$D/run/metrics.jsonl")
 first=$(echo "$losses" | head -1)
@@ -109,7 +108,8 @@ data              $D/shapes.tar ($N samples); held-out prompts $D/prompts.txt
 their images      $D/data.png
 encoders          $D/t5 $D/clip (drawn), autoencoder $A/ae.safetensors (trained)
 samples (start)   $D/samples-start.png
-run               $D/run (metrics.jsonl), last sample $D/samples-end.png
+samples (end)     $D/samples-end.png
+run               $D/run (metrics.jsonl, the last checkpoint)
 loss              ${first:-?} at step 1 -> ${last:-?} (mean of the last 10 steps)
 time              $(($(date +%s) - start)) s
 EOF2
