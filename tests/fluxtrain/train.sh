@@ -134,6 +134,11 @@ steps_of "$TMP/fsdp2b16/metrics.jsonl" >"$TMP/fsdp2b16.tsv"
 t_steps "FSDP 2 in bf16: 0.3.0's steps" tests/fluxtrain/golden/flux_debugmodel_fsdp2_bf16.tsv \
 	"$TMP/fsdp2b16.tsv" 1 3 "" 5e-4 5e-3
 max_rel tests/fluxtrain/golden/flux_debugmodel_fsdp2_bf16.tsv "$TMP/fsdp2b16.tsv"
+# the planner (lib/planner/flux.c): flux_dev on 8 x 80 GiB
+t_run "--dry-run of flux_dev on 8 ranks" "$BIN/titan-train" --module flux --config flux_dev \
+	--dry-run --world-size 8 --device-memory 80GiB
+t_grep "FSDP over 8, a rank's peak and the verdict" '^ *5\.54 .* yes$' "$TMP/.out"
+
 t_fails "a missing encoder is refused naming the key" 1 flux_run --training.steps 1 \
 	--encoder.t5_encoder "$TMP/none" --dump_folder "$TMP/b"
 t_grep "naming it" "$TMP/none" "$TMP/.err"

@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "cp/cp.h"
 #include "flux/flux.h"
+#include "fluxae/fluxae.h"
 #include "fluxtrain/fluxtrain.h"
 #include "gpu/gpu.h"
 #include "mesh/mesh.h"
@@ -23,6 +24,7 @@
 #include "planner/planner.h"
 #include "pp/pp.h"
 #include "tb/tb.h"
+#include "textenc/textenc.h"
 #include "trainer/trainer.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -332,11 +334,61 @@ typedef struct plan_opts {
 } plan_opts;
 
 /* --dry-run and --print-schedule: plan, print, exit. */
+/* An encoder's config.json when the job names its folder (the planner's
+ * defaults are T5-XXL's and CLIP-L's otherwise): 0, or -1 and err. */
+static int encoder_shapes(const job_config *c, plan_flux_job *j, titan_err *err)
+{
+	char path[4096];
+	if (c->flux.t5_encoder[0]) {
+		snprintf(path, sizeof path, "%s/config.json", c->flux.t5_encoder);
+		if (t5_config_read(&j->t5, path, err) != 0)
+			return -1;
+	}
+	if (c->flux.clip_encoder[0]) {
+		snprintf(path, sizeof path, "%s/config.json", c->flux.clip_encoder);
+		if (clip_config_read(&j->clip, path, err) != 0)
+			return -1;
+	}
+	if (c->flux.autoencoder_config[0] &&
+	    flux_ae_config_read(&j->ae, c->flux.autoencoder_config, err) != 0)
+		return -1;
+	return 0;
+}
+
+/* --dry-run of a Flux job (lib/planner/flux.c): its memory per rank. */
+static int plan_flux(const job_config *c, const plan_opts *o)
+{
+	titan_err err = {{0}};
+	const flux_config *fc = flux_flavor(c->model.flavor);
+	if (fc == NULL)
+		return fail(TITAN_EXIT_USAGE, "model.flavor: not a Flux flavor", 0);
+	if (o->json || o->print_schedule)
+		return fail(TITAN_EXIT_USAGE, "--json and --print-schedule: a Flux plan is printed as "
+			    "text (it has no pipeline)", 0);
+	plan_flux_job j;
+	planner_flux_defaults(&j, fc);
+	int64_t rep = c->parallelism.data_parallel_replicate_degree;
+	int64_t shard = c->parallelism.data_parallel_shard_degree;
+	j.dp_shard = (int)(shard > 0 ? shard : o->world_size / (rep > 0 ? rep : 1));
+	j.local_batch = c->training.local_batch_size;
+	j.img_size = c->flux.img_size;
+	j.t5_len = c->flux.max_t5_encoding_len;
+	j.ac_full = strcmp(c->activation_checkpoint.mode, "full") == 0;
+	j.device_bytes = o->device_bytes ? o->device_bytes : planner_local_memory();
+	plan_flux_report r;
+	if (encoder_shapes(c, &j, &err) != 0 || planner_flux_run(&j, &r, &err) != 0)
+		return fail(TITAN_EXIT_USAGE, err.msg, 0);
+	return planner_flux_print(&r, stdout) != 0 ? fail(TITAN_EXIT_FAIL, "writing the plan failed", 0)
+						  : TITAN_EXIT_OK;
+}
+
 static int plan_only(const job_config *c, const plan_opts *o)
 {
 	titan_err err = {{0}};
 	plan_report r;
 	int world = o->world_size;
+	if (strcmp(c->model.name, "flux") == 0)
+		return plan_flux(c, o);
 	if (o->print_schedule) {
 		pp_schedule *s = NULL;
 		if (planner_schedule(c, world, &s, &err) != 0)
