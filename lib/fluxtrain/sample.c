@@ -25,6 +25,7 @@ static int sample_image(ft_run *r, int64_t i, int64_t step, titan_err *err)
 	size_t nz = (size_t)r->zc * (size_t)(n / 64);
 	float *noise = malloc(nz * sizeof *noise);
 	uint8_t *rgb = malloc((size_t)n * 3);
+	char *prompt = NULL;
 	int rc = -1;
 	if (noise == NULL || rgb == NULL) {
 		err_set(err, "out of memory for a %lld px image", (long long)side);
@@ -40,10 +41,15 @@ static int sample_image(ft_run *r, int64_t i, int64_t step, titan_err *err)
 	flux_sample_out out = {.rgb = rgb};
 	if (flux_sample(r->m, fluxin_autoencoder(r->in), &in, &out, err) != 0)
 		goto out;
-	char name[96], dir[2048], path[2200], prompt[FLUXREC_KEY_BYTES + 64];
+	char name[96], dir[2048], path[2200];
+	size_t nc = r->items[i].caption_bytes;
+	if ((prompt = malloc(nc + 1)) == NULL) { /* the whole caption: the image's description */
+		err_set(err, "out of memory for a caption of %zu bytes", nc);
+		goto out;
+	}
+	memcpy(prompt, r->items[i].caption, nc);
+	prompt[nc] = '\0';
 	snprintf(name, sizeof name, "image_rank%d_%lld.png", r->rank, (long long)step);
-	snprintf(prompt, sizeof prompt, "%.*s", (int)r->items[i].caption_bytes,
-		 (const char *)r->items[i].caption);
 	if (trainer_under_dump(c, "validator.save_img_folder", c->flux.val_save_img_folder, dir,
 			       sizeof dir, err) != 0 || mkdir_p(dir, err) != 0)
 		goto out;
@@ -63,6 +69,7 @@ static int sample_image(ft_run *r, int64_t i, int64_t step, titan_err *err)
 out:
 	free(noise);
 	free(rgb);
+	free(prompt);
 	return rc;
 }
 
