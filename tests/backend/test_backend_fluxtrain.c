@@ -129,6 +129,15 @@ static uint16_t *up16(double *d, size_t n)
 	return p;
 }
 
+/* n bfloat16 values of v in backend memory (an output or accumulator). */
+static uint16_t *up16_fill(size_t n, double v)
+{
+	double *h = dfill(n, v);
+	uint16_t *p = up16(h, n);
+	free(h);
+	return p;
+}
+
 /* A bfloat16 op's output (after sync) against float64. */
 static void expect_bf16(const char *what, const uint16_t *got, const double *want, size_t n)
 {
@@ -362,8 +371,8 @@ static void ln_mod_bf16(void)
 	double y[NE], st[2 * ROWS], *dx = dfill(NE, ACC0), *dmod = dfill(NV, ACC0);
 	cpu_ln_mod_fwd_f64(y, st, x, mod, mod + D, LD, B, N, D, 1e-6);
 	cpu_ln_mod_bwd_f64(dx, dmod, dmod + D, dy, x, st, mod + D, LD, B, N, D);
-	uint16_t *py = up16(dfill(NE, 0), NE), *pdx = up16(dfill(NE, ACC0), NE);
-	uint16_t *pdm = up16(dfill(NV, ACC0), NV);
+	uint16_t *py = up16_fill(NE, 0), *pdx = up16_fill(NE, ACC0);
+	uint16_t *pdm = up16_fill(NV, ACC0);
 	float *fst = up(st, 2 * ROWS);
 	be->ops->ln_mod_fwd(be, py, fst, px, pm, pm + D, BE_BF16, LD, B, N, D, 1e-6f);
 	expect_bf16("ln_mod_fwd", py, y, NE);
@@ -382,7 +391,7 @@ static void gate_add_bf16(void)
 	double *x = drand_n(NE, 1.0), *mod = drand_n(NV, 1.0), *y = drand_n(NE, 1.0);
 	double *ddx = drand_n(NE, 1.0), *dmod = dfill(NV, ACC0), dy[NE];
 	uint16_t *px = up16(x, NE), *pm = up16(mod, NV), *py = up16(y, NE), *pdx = up16(ddx, NE);
-	uint16_t *pdm = up16(dfill(NV, ACC0), NV), *pdy = up16(dfill(NE, 0), NE);
+	uint16_t *pdm = up16_fill(NV, ACC0), *pdy = up16_fill(NE, 0);
 	cpu_gate_add_bwd_f64(dmod + 2 * D, dy, ddx, mod + 2 * D, y, LD, B, N, D);
 	cpu_gate_add_f64(x, mod + 2 * D, y, LD, B, N, D);
 	be->ops->gate_add(be, px, pm + 2 * D, py, BE_BF16, LD, B, N, D);
@@ -401,8 +410,8 @@ static void activation_bf16(int gelu)
 {
 	const char *name = gelu ? "gelu_tanh" : "silu";
 	double *x = drand_n(NA, 6.0), *dy = drand_n(NA, 1.0);
-	uint16_t *px = up16(x, NA), *pdy = up16(dy, NA), *py = up16(dfill(NA, 0), NA);
-	uint16_t *pdx = up16(dfill(NA, 0), NA);
+	uint16_t *px = up16(x, NA), *pdy = up16(dy, NA), *py = up16_fill(NA, 0);
+	uint16_t *pdx = up16_fill(NA, 0);
 	float fx[NA], fdy[NA], fy[NA], fdx[NA];
 	for (int i = 0; i < NA; i++)
 		fx[i] = (float)x[i], fdy[i] = (float)dy[i];
@@ -434,7 +443,7 @@ static void flow_mse_bf16(void)
 	enum { NL = 777 };
 	double *pred = drand_n(NL, 2.0), *x = drand_n(NL, 1.0), *noise = drand_n(NL, 1.0);
 	uint16_t *pp = up16(pred, NL), *px = up16(x, NL), *pn = up16(noise, NL);
-	uint16_t *pg = up16(dfill(NL, 0), NL);
+	uint16_t *pg = up16_fill(NL, 0);
 	double grad[NL], got = cpu_flow_mse_f64(grad, pred, x, noise, NL, 1.0 / NL), sum = 0;
 	int64_t count = 0;
 	be->ops->flow_mse(be, pg, pp, px, pn, BE_BF16, NL, 1.0f / NL, &sum, &count);

@@ -418,7 +418,8 @@ static void grid_places_images_and_png_round_trips(void **state)
 	assert_int_equal(im.h, gh);
 	assert_memory_equal(im.px, g, (size_t)gw * gh * 3);
 	assert_int_equal(image_png_write(test_path("grid.png"), g, gw, gh, 3, NULL, 0, &e), 0);
-	assert_int_equal(image_grid(imgs, 0, 3, 2, 2, 1, bg, &g, &gw, &gh, &e) == 0 ? 1 : 0, 0);
+	uint8_t *none;
+	assert_int_equal(image_grid(imgs, 0, 3, 2, 2, 1, bg, &none, &gw, &gh, &e) == 0 ? 1 : 0, 0);
 	image_free(&im);
 	free(png);
 	free(g);
