@@ -326,14 +326,6 @@ static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
 	return 0;
 }
 
-/* Seconds since the epoch: TensorBoard's wall_time. */
-double ft_wall_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int open_metrics(ft_run *r, titan_err *err)
 {
 	const char *dir = r->c->job.dump_folder;
@@ -348,16 +340,9 @@ static int open_metrics(ft_run *r, titan_err *err)
 	r->jl_open = 1;
 	if (!r->c->metrics.enable_tensorboard)
 		return 0;
-	char stamp[32], tb[2048];
-	time_t t = time(NULL);
-	struct tm tm;
-	localtime_r(&t, &tm);
-	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
-	if (trainer_under_dump(r->c, "metrics.save_tb_folder", r->c->metrics.save_tb_folder, tb,
-			       sizeof tb, err) != 0)
+	if (trainer_tb_dir(r->c, "", path, sizeof path, err) != 0)
 		return -1;
-	snprintf(path, sizeof path, "%s/%s", tb, stamp);
-	if (tb_open(&r->tb, path, ft_wall_s(), err) != 0)
+	if (tb_open(&r->tb, path, trainer_wall_s(), err) != 0)
 		return -1;
 	r->tb_open = 1;
 	LOG0(r, "TensorBoard logging enabled. Logs will be saved at %s", path);
@@ -375,7 +360,7 @@ static int tb_scalars(ft_run *r, int64_t step, const ft_step_out *o, const metri
 		  {"tflops", s->tflops}, {"mfu(%)", s->mfu},
 		  {"memory/max_reserved(GiB)", s->mem_gib}};
 	for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
-		if (tb_add_scalar(&r->tb, sc[i].tag, (float)sc[i].v, step, ft_wall_s(), err) != 0)
+		if (tb_add_scalar(&r->tb, sc[i].tag, (float)sc[i].v, step, trainer_wall_s(), err) != 0)
 			return -1;
 	return tb_flush(&r->tb, err);
 }

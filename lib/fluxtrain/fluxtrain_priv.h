@@ -104,12 +104,11 @@ typedef struct ft_run {
  * draws only); the step's draws in FluxTrainer's order (the posterior's eps,
  * the noise, then unless draw_t is 0 the timesteps) and the latents packed;
  * torch.randn of n values in the encoders' dtype; a double summed (or the
- * maximum taken) over the ranks; seconds since the epoch. */
+ * maximum taken) over the ranks. */
 int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err);
 void ft_draw_latents(ft_run *r, int draw_t);
 void ft_draw_normal(ft_run *r, float *out, size_t n);
 int ft_reduce_double(ft_run *r, double *v, int want_max, titan_err *err);
-double ft_wall_s(void);
 
 /* sample.c: 0.3.0's FluxValidator.validate at step (its images, its loss
  * logged) and infer.py's images of inference.prompts_path (--sample). */

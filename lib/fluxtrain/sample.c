@@ -62,7 +62,7 @@ static int sample_image(ft_run *r, int64_t i, int64_t step, titan_err *err)
 		uint8_t *png = NULL;
 		rc = image_png_encode(rgb, (int)side, (int)side, 3, NULL, 0, &png, &np, err) == 0 &&
 				     tb_add_image(&r->tb, "validation/image", png, np, (int)side,
-						  (int)side, 3, step, ft_wall_s(), err) == 0
+						  (int)side, 3, step, trainer_wall_s(), err) == 0
 			     ? 0 : -1;
 		free(png);
 	}
@@ -128,7 +128,7 @@ int ft_validate(ft_run *r, int64_t step, titan_err *err)
 				       metrics_use_color(2, c->metrics.disable_color_printing));
 	metrics_log(stderr, "%s", line);
 	if (r->tb_open && (tb_add_scalar(&r->tb, "validation_metrics/loss", (float)avg, step,
-					 ft_wall_s(), err) != 0 ||
+					 trainer_wall_s(), err) != 0 ||
 			   tb_flush(&r->tb, err) != 0))
 		return -1;
 	return metrics_jsonl_validation(&r->jl, step, avg, (int64_t)count, err);

@@ -33,7 +33,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double wall_s(void)
+double trainer_wall_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -58,6 +58,22 @@ int trainer_under_dump(const job_config *c, const char *key, const char *sub, ch
 	if (len < 0 || (size_t)len >= n)
 		return err_set(err, "%s \"%s\" under job.dump_folder \"%s\": longer than %zu bytes",
 			       key, sub, c->job.dump_folder, n - 1);
+	return 0;
+}
+
+int trainer_tb_dir(const job_config *c, const char *suffix, char *buf, size_t n, titan_err *err)
+{
+	char stamp[32], tb[1024];
+	time_t t = time(NULL);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
+	if (trainer_under_dump(c, "metrics.save_tb_folder", c->metrics.save_tb_folder, tb, sizeof tb,
+			       err) != 0)
+		return -1;
+	int len = snprintf(buf, n, "%s/%s%s", tb, stamp, suffix);
+	if (len < 0 || (size_t)len >= n)
+		return err_set(err, "metrics.save_tb_folder \"%s\": longer than %zu bytes", tb, n - 1);
 	return 0;
 }
 
@@ -976,16 +992,9 @@ static int open_outputs(job *j, titan_err *err)
 	j->jl_open = 1;
 	if (!c->metrics.enable_tensorboard)
 		return 0;
-	char stamp[32];
-	time_t t = time(NULL);
-	struct tm tm;
-	localtime_r(&t, &tm);
-	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tm);
-	char tb[1024];
-	if (trainer_under_dump(c, "metrics.save_tb_folder", c->metrics.save_tb_folder, tb, sizeof tb, err) != 0)
+	if (trainer_tb_dir(c, mine, path, sizeof path, err) != 0)
 		return -1;
-	snprintf(path, sizeof path, "%s/%s%s", tb, stamp, mine);
-	if (tb_open(&j->tb, path, wall_s(), err) != 0)
+	if (tb_open(&j->tb, path, trainer_wall_s(), err) != 0)
 		return -1;
 	j->tb_open = 1;
 	metrics_log(j->log, "TensorBoard logging enabled. Logs will be saved at %s", path);
@@ -994,7 +1003,7 @@ static int open_outputs(job *j, titan_err *err)
 
 static int tb_scalar(job *j, const char *tag, double v, titan_err *err)
 {
-	return tb_add_scalar(&j->tb, tag, (float)v, j->step, wall_s(), err);
+	return tb_add_scalar(&j->tb, tag, (float)v, j->step, trainer_wall_s(), err);
 }
 
 typedef struct window {

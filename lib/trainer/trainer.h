@@ -54,6 +54,11 @@ int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err);
 /* The shard folder the job reads: training.dataset_path when set, else
  * {job.dump_folder}/{training.dataset}.  Writes it to buf. */
 int trainer_dataset_dir(const job_config *c, char *buf, size_t n, titan_err *err);
+/* TensorBoard's event folder of a run started now: {dump}/{save_tb_folder}/
+ * YYYYmmdd-HHMM then suffix ("" or "/rank_N"), as torchtitan names it. */
+int trainer_tb_dir(const job_config *c, const char *suffix, char *buf, size_t n, titan_err *err);
+/* Seconds since the epoch: an event's wall_time. */
+double trainer_wall_s(void);
 /* sub under job.dump_folder (an absolute sub as it is) into buf; key names
  * the setting in the error when it does not fit. */
 int trainer_under_dump(const job_config *c, const char *key, const char *sub, char *buf,
