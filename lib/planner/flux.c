@@ -30,6 +30,11 @@
  *             5, linear2 and residual 2), plus BLOCK_BACKWARD_TH of
  *             gradients in flight while it runs backward.  Flash attention's
  *             memory is linear in L (no L x L scores).
+ *   context parallelism  0.3.0's default (spmd_types) keeps the parameters
+ *             replicated over cp and cuts each sample's image and text tokens
+ *             into cp shares: the activations a rank's share, plus one
+ *             attention's keys and values gathered from every rank and their
+ *             gradients.  HSDP's replicas change nothing a rank holds.
  * Peak: the model's terms and the training activations at the first
  * backward (everything alive at once), the frozen encoders beside them. */
 #include <stdio.h>
@@ -118,7 +123,8 @@ static int64_t ae_params(const flux_ae_config *c)
 
 void planner_flux_defaults(plan_flux_job *j, const flux_config *model)
 {
-	*j = (plan_flux_job){.model = model, .dp_shard = 1, .local_batch = 32, .img_size = 256,
+	*j = (plan_flux_job){.model = model, .dp_shard = 1, .dp_replicate = 1, .cp = 1,
+			     .local_batch = 32, .img_size = 256,
 			     .t5_len = 512, .clip_len = 77, .ac_full = 1};
 	/* google/t5-v1_1-xxl's encoder and openai/clip-vit-large-patch14's text model */
 	j->t5 = (t5_config){.vocab = 32128, .d_model = 4096, .d_kv = 64, .n_heads = 64,
@@ -177,7 +183,7 @@ static void activations(const plan_flux_job *j, plan_flux_report *r, uint64_t ac
 {
 	const flux_config *c = j->model;
 	uint64_t B = (uint64_t)j->local_batch, h = (uint64_t)c->hidden_size;
-	uint64_t L = (uint64_t)(r->img_tokens + r->txt_tokens);
+	uint64_t L = (uint64_t)(r->img_tokens + r->txt_tokens), cp = (uint64_t)j->cp;
 	uint64_t blocks = (uint64_t)(c->depth + c->depth_single_blocks);
 	uint64_t worst = c->depth_single_blocks > 0 && SINGLE_BLOCK_TH > DOUBLE_BLOCK_TH
 				 ? SINGLE_BLOCK_TH : DOUBLE_BLOCK_TH;
@@ -187,14 +193,18 @@ static void activations(const plan_flux_job *j, plan_flux_report *r, uint64_t ac
 				 : (uint64_t)c->depth * DOUBLE_BLOCK_TH +
 					   (uint64_t)c->depth_single_blocks * SINGLE_BLOCK_TH +
 					   BLOCK_BACKWARD_TH;
-	uint64_t tokens = B * L;
+	/* context parallelism: a rank's share of the tokens, and one attention's
+	 * keys and values gathered from the others with their gradients (4 x
+	 * the whole sequence) */
+	uint64_t tokens = B * L / cp, gathered = cp > 1 ? 4 * B * L : 0;
 	/* the embedders' saved inputs: T5's states into txt_in, the packed latents */
 	uint64_t inputs = B * ((uint64_t)r->txt_tokens * (uint64_t)c->context_in_dim +
-			       (uint64_t)r->img_tokens * (uint64_t)c->in_channels);
+			       (uint64_t)r->img_tokens * (uint64_t)c->in_channels) / cp;
 	/* final_layer (norm, modulation: 2 x Li x h) and the loss's pred, target,
 	 * latents, noise in float32 */
-	uint64_t tail = B * (uint64_t)r->img_tokens * (2 * h * act + 4 * 4 * (uint64_t)c->out_channels);
-	r->bytes[PLAN_ACTIVATIONS] = tokens * h * th * act + inputs * act + tail;
+	uint64_t tail = B * (uint64_t)r->img_tokens / cp *
+			(2 * h * act + 4 * 4 * (uint64_t)c->out_channels);
+	r->bytes[PLAN_ACTIVATIONS] = (tokens * th + gathered) * h * act + inputs * act + tail;
 }
 
 static void encoders(const plan_flux_job *j, plan_flux_report *r, int mixed)
@@ -212,9 +222,10 @@ static void encoders(const plan_flux_job *j, plan_flux_report *r, int mixed)
 int planner_flux_run(const plan_flux_job *j, plan_flux_report *r, titan_err *e)
 {
 	memset(r, 0, sizeof *r);
-	if (j->model == NULL || j->dp_shard < 1 || j->local_batch < 1 || j->t5_len < 1)
-		return err_set(e, "planner: flux: a model, dp_shard, local_batch_size and "
-				  "max_t5_encoding_len are needed");
+	if (j->model == NULL || j->dp_shard < 1 || j->dp_replicate < 1 || j->cp < 1 ||
+	    j->local_batch < 1 || j->t5_len < 1)
+		return err_set(e, "planner: flux: a model, dp_shard, dp_replicate, cp, "
+				  "local_batch_size and max_t5_encoding_len are needed");
 	int64_t f = (int64_t)1 << (j->ae.n_levels - 1);
 	if (j->img_size % (2 * f) != 0)
 		return err_set(e, "planner: flux: img_size %lld is not a multiple of %lld (the "
@@ -225,6 +236,10 @@ int planner_flux_run(const plan_flux_job *j, plan_flux_report *r, titan_err *e)
 	r->job = *j;
 	r->img_tokens = (j->img_size / f / 2) * (j->img_size / f / 2);
 	r->txt_tokens = j->t5_len;
+	if (r->img_tokens % j->cp != 0 || r->txt_tokens % j->cp != 0)
+		return err_set(e, "planner: flux: context parallel %d: the %lld image and %lld text "
+				  "tokens do not divide into %d equal shares", j->cp,
+			       (long long)r->img_tokens, (long long)r->txt_tokens, j->cp);
 	if (model_terms(j, r, mixed, e) != 0)
 		return -1;
 	activations(j, r, mixed ? 2 : 4);
@@ -247,8 +262,13 @@ static double gib(uint64_t b)
 int planner_flux_print(const plan_flux_report *r, FILE *f)
 {
 	const plan_flux_job *j = &r->job;
-	fprintf(f, "plan: %s (%lld parameters) on %d ranks: FSDP over %d\n", r->model,
-		(long long)r->n_params, j->dp_shard, j->dp_shard);
+	fprintf(f, "plan: %s (%lld parameters) on %d ranks: FSDP over %d", r->model,
+		(long long)r->n_params, j->dp_shard * j->dp_replicate * j->cp, j->dp_shard);
+	if (j->dp_replicate > 1)
+		fprintf(f, ", %d replicas (HSDP)", j->dp_replicate);
+	if (j->cp > 1) /* 0.3.0's spmd_types: the parameters replicated over cp */
+		fprintf(f, ", context parallel %d (the tokens cut in %d)", j->cp, j->cp);
+	fputc('\n', f);
 	fprintf(f, "batch: local %lld images of %lld px (%lld latent tokens) + %lld T5 tokens; "
 		"AC %s; %s\n", (long long)j->local_batch, (long long)j->img_size,
 		(long long)r->img_tokens, (long long)r->txt_tokens, j->ac_full ? "full" : "none",

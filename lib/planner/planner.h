@@ -178,6 +178,8 @@ int planner_parse_bytes(const char *s, uint64_t *out, titan_err *e);
 typedef struct plan_flux_job {
 	const flux_config *model;  /* flux_flavor("flux-dev"), ... */
 	int dp_shard;              /* FSDP's ranks (0.3.0's Flux: no TP, no PP) */
+	int dp_replicate;          /* HSDP's replicas (memory as one of them) */
+	int cp;                    /* context parallelism: tokens per rank / cp */
 	int64_t local_batch, img_size, t5_len, clip_len;
 	int ac_full;               /* activation_checkpoint full, else none */
 	t5_config t5;              /* the frozen encoders' shapes */

@@ -116,6 +116,30 @@ static void flux_dev_on_8_h100s(void **state)
 	printf("# without AC: peak %.1f GiB\n", r.peak / GIB);
 }
 
+/* Context parallelism: the parameters as without it (0.3.0 replicates them
+ * over cp), a rank's activations its share of the tokens plus one
+ * attention's gathered keys and values; tokens that do not divide refused. */
+static void context_parallel_cuts_the_tokens(void **state)
+{
+	(void)state;
+	plan_flux_job j;
+	plan_flux_report one, two;
+	titan_err e;
+	planner_flux_defaults(&j, flux_flavor("flux-dev"));
+	j.dp_shard = 4;
+	assert_int_equal(planner_flux_run(&j, &one, &e), 0);
+	j.cp = 2;
+	assert_int_equal(planner_flux_run(&j, &two, &e), 0);
+	assert_int_equal(two.bytes[PLAN_PARAMS], one.bytes[PLAN_PARAMS]);
+	double ratio = (double)two.bytes[PLAN_ACTIVATIONS] / (double)one.bytes[PLAN_ACTIVATIONS];
+	printf("# cp 2: activations %.2f of cp 1's\n", ratio);
+	assert_true(ratio > 0.5 && ratio < 0.6);
+	assert_int_equal(planner_flux_print(&two, stdout), 0);
+	j.cp = 3; /* 256 image tokens */
+	assert_int_equal(planner_flux_run(&j, &two, &e), -1);
+	assert_non_null(strstr(e.msg, "context parallel 3"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -123,6 +147,7 @@ int main(void)
 		cmocka_unit_test(one_rank_peak_is_the_measured_one),
 		cmocka_unit_test(fsdp_shards_pad_rows_and_gather_bf16),
 		cmocka_unit_test(flux_dev_on_8_h100s),
+		cmocka_unit_test(context_parallel_cuts_the_tokens),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -369,7 +369,10 @@ static int plan_flux(const job_config *c, const plan_opts *o)
 	planner_flux_defaults(&j, fc);
 	int64_t rep = c->parallelism.data_parallel_replicate_degree;
 	int64_t shard = c->parallelism.data_parallel_shard_degree;
-	j.dp_shard = (int)(shard > 0 ? shard : o->world_size / (rep > 0 ? rep : 1));
+	int64_t cp = c->parallelism.context_parallel_degree;
+	j.dp_replicate = (int)(rep > 0 ? rep : 1);
+	j.cp = (int)(cp > 0 ? cp : 1);
+	j.dp_shard = (int)(shard > 0 ? shard : o->world_size / (j.dp_replicate * j.cp));
 	j.local_batch = c->training.local_batch_size;
 	j.img_size = c->flux.img_size;
 	j.t5_len = c->flux.max_t5_encoding_len;
