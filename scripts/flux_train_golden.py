@@ -27,7 +27,12 @@ flux_debugmodel_val.tsv, its validation losses as "val STEP LOSS" lines, and
 the images it saves, tests/fluxtrain/golden/val/image_rank0_{5,10}.png.
 Under torchrun --nproc_per_node 2 (gloo on the CPU) the same run under FSDP 2
 (each rank its own seed, 7 + rank, and every other sample) writes
-flux_debugmodel_fsdp2.tsv.
+flux_debugmodel_fsdp2.tsv.  --cp N sets parallelism.context_parallel_degree
+and --replicate N data_parallel_replicate_degree (data_parallel_shard_degree
+takes the rest of the ranks); the file is named by the mesh, e.g.
+flux_debugmodel_cp2.tsv (2 ranks, --cp 2), flux_debugmodel_fsdp2_cp2.tsv (4
+ranks, --cp 2), flux_debugmodel_hsdp2_fsdp2.tsv (4 ranks, --replicate 2),
+then _val and _bf16 as above.
 
 Run from the repository root after `make build/tests/fluxtrain/test_fluxtrain`:
   PYTHONPATH=<torchtitan 0.3.0> python scripts/flux_train_golden.py
@@ -80,6 +85,14 @@ FIX = os.environ.get("TITAN_FIXTURES", "../shared/fixtures")
 SEED, STEPS, IMG, T5LEN = 7, 10, 64, 16
 VALIDATE = "--validate" in sys.argv
 BF16 = "--bf16" in sys.argv
+
+
+def degree(flag):
+    """--cp N, --replicate N: a parallelism degree (1 without the flag)."""
+    return int(sys.argv[sys.argv.index(flag) + 1]) if flag in sys.argv else 1
+
+
+CP, REPLICATE = degree("--cp"), degree("--replicate")
 AE = dict(resolution=IMG, in_channels=3, ch=32, out_ch=3, ch_mult=[1, 1, 1, 1],
           num_res_blocks=1, z_channels=16, scale_factor=0.3611, shift_factor=0.1159)
 CHUNK = 65536
@@ -178,6 +191,8 @@ def config(models, dump):
     cfg.training.mixed_precision_param = "bfloat16" if BF16 else "float32"
     cfg.training.steps = STEPS
     cfg.debug.seed = SEED
+    cfg.parallelism.context_parallel_degree = CP
+    cfg.parallelism.data_parallel_replicate_degree = REPLICATE
     cfg.dump_folder = dump
     cfg.checkpoint.enable = False
     cfg.validator.enable = VALIDATE
@@ -248,7 +263,9 @@ def main():
 
         trainer.metrics_processor.log_validation = record_val
         trainer.train()
-        if VALIDATE and int(os.environ["RANK"]) == 0:
+        # the images of the one-process run alone (under context parallelism
+        # 0.3.0's sampling gathers the other rank's keys, of another image)
+        if VALIDATE and int(os.environ["WORLD_SIZE"]) == 1:
             os.makedirs(f"{GOLD}/val", exist_ok=True)
             for step in (5, 10):
                 name = f"image_rank0_{step}.png"
@@ -256,12 +273,15 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     if int(os.environ["RANK"]) != 0:
         return
-    out = (f"{GOLD}/flux_debugmodel{'_fsdp%d' % world if world > 1 else ''}"
-           f"{'_val' if VALIDATE else ''}{'_bf16' if BF16 else ''}.tsv")
+    shard = world // (CP * REPLICATE)
+    mesh = "".join(f"_{name}{n}" for name, n in (("hsdp", REPLICATE), ("fsdp", shard), ("cp", CP))
+                   if n > 1)
+    out = f"{GOLD}/flux_debugmodel{mesh}{'_val' if VALIDATE else ''}{'_bf16' if BF16 else ''}.tsv"
     with open(out, "w") as f:
         f.write(f"# torchtitan 0.3.0 flux_debugmodel, {cfg.training.mixed_precision_param}, "
                 f"seed {SEED}, img_size {IMG}, "
-                f"T5 length {T5LEN}, test tokenizer, {world} rank(s) (FSDP), "
+                f"T5 length {T5LEN}, test tokenizer, {world} rank(s): data_parallel_replicate "
+                f"{REPLICATE}, data_parallel_shard {shard}, context_parallel {CP}, "
                 f"torch {torch.__version__}\n")
         for r in rows:
             f.write("%d\t%.9g\t%.9g\t%.9g\n" % r)

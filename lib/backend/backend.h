@@ -151,6 +151,20 @@ typedef struct be_attn {
 	void *dsinks;      /* (h) float32, accumulated, or NULL */
 } be_attn;
 
+/* A caller's own attention in place of the backend's op (context
+ * parallelism: the other ranks' keys and values), called with the op's
+ * arguments for this rank's tokens; a failure is recorded with backend_fault
+ * and reported by the next sync, as an op's.  Models take one (lib/model's
+ * model_set_attention, lib/flux's flux_model_set_attention). */
+typedef struct be_attn_hook {
+	void *ctx;
+	void (*fwd)(void *ctx, void *out, float *lse, const void *q, const void *k,
+		    const void *v, const be_attn *a);
+	void (*bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q,
+		    const void *k, const void *v, const void *out, const float *lse,
+		    const be_attn *a);
+} be_attn_hook;
+
 /* Mixture of experts (torchtitan's MoE: TokenChoiceTopKRouter, TokenReorderer,
  * GroupedExperts).  n tokens each go to k of e experts; assignment a =
  * token * k + j is the token's j-th choice.  The assignments sorted by expert

@@ -165,15 +165,14 @@ size_t cp_ring_bytes(const cp_layout *l, const be_attn *shape);
 /* This rank's ring attention over the cp communicator (its size the
  * layout's cp, its rank this rank's), moving keys and values as `how` says;
  * buffers follow the shape of each call.  cp_attn_hook fills a
- * model_attention for model_set_attention: the model's attention then runs
+ * be_attn_hook for model_set_attention: the model's attention then runs
  * over the ring, a failure reported by the backend's next sync. */
 typedef struct cp_attn cp_attn;
 struct comm;
-struct model_attention;
 cp_attn *cp_attn_create(backend *be, struct comm *cp, const cp_layout *l, cp_rotate how,
 			titan_err *e);
 void cp_attn_free(cp_attn *a);
-void cp_attn_hook(cp_attn *a, struct model_attention *out);
+void cp_attn_hook(cp_attn *a, be_attn_hook *out);
 /* The backend bytes a cp_attn holds for calls of `shape` (the rank's local
  * call): its key/value and gradient buffers and its cp_ring's. */
 size_t cp_attn_bytes(const cp_layout *l, cp_rotate how, const be_attn *shape);
@@ -185,5 +184,22 @@ size_t cp_attn_bytes(const cp_layout *l, cp_rotate how, const be_attn *shape);
  * with their block). */
 void cp_attn_sent(const cp_layout *l, cp_rotate how, const be_attn *shape, uint64_t *fwd,
 		  uint64_t *bwd);
+
+/* ---- attention over gathered keys (torchtitan 0.3.0's Flux) ---- */
+
+/* An unmasked attention of this rank's tokens over every cp rank's: each
+ * sample's keys and values all-gathered over the cp communicator (rank after
+ * rank) and the backend's op run over them once; the backward gathers them
+ * again and reduce-scatters their gradients (summed in the call's grad type,
+ * bf16 rounded once) back to their owners.  This is how 0.3.0's Flux
+ * attention runs under context parallelism (spmd_types: keys and values
+ * replicated over cp, queries sharded), not ring attention: no partial
+ * results are merged.  Calls must be unmasked (not causal, no documents,
+ * window, chunk or sinks); a failure is reported by the backend's next
+ * sync.  cp_gather_hook fills the hook a model takes. */
+typedef struct cp_gather cp_gather;
+cp_gather *cp_gather_create(backend *be, struct comm *cp, titan_err *e);
+void cp_gather_free(cp_gather *g);
+void cp_gather_hook(cp_gather *g, be_attn_hook *out);
 
 #endif

@@ -10,7 +10,6 @@
 
 #include "comm/comm.h"
 #include "cp/cp.h"
-#include "model/model.h"
 
 struct cp_attn {
 	backend *be;
@@ -273,7 +272,7 @@ static void hook_bwd(void *ctx, void *dq, void *dk, void *dv, const void *dout, 
 		backend_fault(a->be, "ring attention: %s", e.msg);
 }
 
-void cp_attn_hook(cp_attn *a, model_attention *out)
+void cp_attn_hook(cp_attn *a, be_attn_hook *out)
 {
-	*out = (model_attention){.ctx = a, .fwd = hook_fwd, .bwd = hook_bwd};
+	*out = (be_attn_hook){.ctx = a, .fwd = hook_fwd, .bwd = hook_bwd};
 }

@@ -118,6 +118,19 @@ const flux_config *flux_model_config(const flux_model *m);
  * 2 bytes a weight). */
 int flux_model_set_compute(flux_model *m, be_dtype t, titan_err *err);
 be_dtype flux_model_compute(const flux_model *m);
+/* The joint attention of flux_step's blocks through hook a (context
+ * parallelism: the caller's batch holds this rank's share of the text and
+ * image tokens, and the hook reaches the other ranks' keys and values);
+ * NULL: the backend's op.  flux_predict always uses the backend's op (a
+ * prediction holds the whole sequence). */
+void flux_model_set_attention(flux_model *m, const be_attn_hook *a);
+/* Full activation checkpointing (0.3.0's apply_ac: every double and single
+ * block under checkpoint_wrapper): on, a step keeps each block's input and
+ * one block's activations, and its backward runs each block's forward again
+ * from its input before differentiating it.  The numbers are the same bits
+ * as without it (the same ops on the same inputs); the attention hook runs
+ * again in the recomputation, as torch's does.  Off by default. */
+void flux_model_set_full_ac(flux_model *m, int on);
 int flux_param_count(const flux_model *m);
 const flux_param *flux_param_at(const flux_model *m, int i);
 const flux_param *flux_param_find(const flux_model *m, const char *name);

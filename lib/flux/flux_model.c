@@ -260,6 +260,13 @@ int flux_model_set_compute(flux_model *m, be_dtype t, titan_err *err)
 
 be_dtype flux_model_compute(const flux_model *m) { return m->dt; }
 
+void flux_model_set_attention(flux_model *m, const be_attn_hook *a)
+{
+	m->attn = a ? *a : (be_attn_hook){0};
+}
+
+void flux_model_set_full_ac(flux_model *m, int on) { m->full_ac = on != 0; }
+
 const flux_config *flux_model_config(const flux_model *m) { return &m->c; }
 int flux_param_count(const flux_model *m) { return m->np; }
 

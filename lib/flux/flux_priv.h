@@ -40,6 +40,8 @@ struct flux_model {
 	be_dtype dt;              /* the step's compute type (flux_model_set_compute) */
 	void *wlow;               /* bf16: the weights cast, wbuf's layout */
 	int64_t maxw, maxb;       /* the largest weight's and bias's elements */
+	be_attn_hook attn;        /* flux_model_set_attention's, fwd NULL: none */
+	int full_ac;              /* flux_model_set_full_ac's */
 };
 
 /* Index of a double block's stream tensor, a single block's, the final layer's. */

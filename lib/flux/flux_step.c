@@ -97,6 +97,7 @@ typedef struct fx_run {
 	float *acc32;             /* bf16: linear2's float32 sum (b * L, h) */
 	float *x32, *noise32;     /* bf16 with target_f32: the float32 latents and noise */
 	int target_f32;
+	const be_attn_hook *attn; /* the model's attention hook (a step's), or NULL */
 } fx_run;
 
 /* Element i of a tensor of the run's type at p. */
@@ -213,18 +214,26 @@ static int grab_all(fx_run *r, int backward, titan_err *err)
 	     grabf(r, &r->noise32, b * li * c->in_channels, err)))
 		return -1;
 	/* without a backward no block's activations outlive it: the blocks
-	 * share the first one's buffers */
+	 * share the first one's buffers; under full activation checkpointing
+	 * they share them too and each keeps its own input (x_in), from which
+	 * the backward recomputes it */
+	int shared = !backward || r->m->full_ac;
 	for (int64_t k = 0; k < c->depth; k++)
-		if (!backward && k > 0)
+		if (shared && k > 0) {
 			r->dbl[k] = r->dbl[0];
-		else if (grab_dstream(r, &r->dbl[k].s[FLUX_IMG], li, err) ||
-			 grab_dstream(r, &r->dbl[k].s[FLUX_TXT], lt, err) ||
-			 grab_attn(r, &r->dbl[k].at, err))
+			if (backward && (grab(r, &r->dbl[k].s[FLUX_IMG].x_in, b * li * h, err) ||
+					 grab(r, &r->dbl[k].s[FLUX_TXT].x_in, b * lt * h, err)))
+				return -1;
+		} else if (grab_dstream(r, &r->dbl[k].s[FLUX_IMG], li, err) ||
+			   grab_dstream(r, &r->dbl[k].s[FLUX_TXT], lt, err) ||
+			   grab_attn(r, &r->dbl[k].at, err))
 			return -1;
 	for (int64_t k = 0; k < c->depth_single_blocks; k++)
-		if (!backward && k > 0)
+		if (shared && k > 0) {
 			r->sgl[k] = r->sgl[0];
-		else if (grab_sblk(r, &r->sgl[k], err))
+			if (backward && grab(r, &r->sgl[k].x_in, b * L * h, err))
+				return -1;
+		} else if (grab_sblk(r, &r->sgl[k], err))
 			return -1;
 	if (!backward)
 		return 0;
@@ -355,6 +364,29 @@ static be_attn attn_shape(const fx_run *r)
 			 .dout = r->t, .grad = r->t};
 }
 
+/* The joint attention of a block's q, k, v: the hook's (context
+ * parallelism) or the backend's op. */
+static void attend(fx_run *r, attn_act *at)
+{
+	be_attn a = attn_shape(r);
+	if (r->attn)
+		r->attn->fwd(r->attn->ctx, at->o, at->lse, at->q, at->k, at->v, &a);
+	else
+		r->be->ops->attention_fwd(r->be, at->o, at->lse, at->q, at->k, at->v, &a);
+}
+
+/* Its backward from r->dout into r->dq, r->dk, r->dv. */
+static void attend_bwd(fx_run *r, const attn_act *at)
+{
+	be_attn a = attn_shape(r);
+	if (r->attn)
+		r->attn->bwd(r->attn->ctx, r->dq, r->dk, r->dv, r->dout, at->q, at->k, at->v, at->o,
+			     at->lse, &a);
+	else
+		r->be->ops->attention_bwd(r->be, r->dq, r->dk, r->dv, r->dout, at->q, at->k, at->v,
+					  at->o, at->lse, &a);
+}
+
 /* RoPE of the joint q and k (b, L, heads, hd), each sample by its own table. */
 static void rope_qk(fx_run *r, void *q, void *k, int inverse)
 {
@@ -482,8 +514,7 @@ static void dbl_fwd(fx_run *r, int64_t k)
 		qk_norm(r, &d->at, r->off[s], n, W(r, p + D_QN), W(r, p + D_KN));
 	}
 	rope_qk(r, d->at.q, d->at.k, 0);
-	be_attn a = attn_shape(r);
-	r->be->ops->attention_fwd(r->be, d->at.o, d->at.lse, d->at.q, d->at.k, d->at.v, &a);
+	attend(r, &d->at);
 	for (int s = 0; s < 2; s++) {
 		dstream *ds = &d->s[s];
 		int p = flux_pd(r->m, k, s, 0);
@@ -560,17 +591,28 @@ static void dbl_stream_head_bwd(fx_run *r, int64_t k, int s, void *dS, void *dmo
 		  b, h, 6 * h, W(r, p + D_MOD_W));
 }
 
+/* Full activation checkpointing: double block k's forward again from its
+ * input, into the buffers the blocks share (the streams it overwrites are
+ * not read again: the backward has its gradients). */
+static void dbl_recompute(fx_run *r, int64_t k)
+{
+	dblk *d = &r->dbl[k];
+	cp(r, r->img, d->s[FLUX_IMG].x_in, r->b * r->li * r->h);
+	cp(r, r->txt, d->s[FLUX_TXT].x_in, r->b * r->lt * r->h);
+	dbl_fwd(r, k);
+}
+
 static void dbl_bwd(fx_run *r, int64_t k)
 {
 	dblk *d = &r->dbl[k];
+	if (r->m->full_ac)
+		dbl_recompute(r, k);
 	void *dS[2] = {r->dimg, r->dtxt};
 	void *dmod[2] = {r->dmod, E(r, r->dmod, r->b * 6 * r->h)};
 	zero(r, r->dmod, 2 * r->b * 6 * r->h, r->es);
 	for (int s = 0; s < 2; s++)
 		dbl_stream_tail_bwd(r, k, s, dS[s], dmod[s]);
-	be_attn a = attn_shape(r);
-	r->be->ops->attention_bwd(r->be, r->dq, r->dk, r->dv, r->dout, d->at.q, d->at.k, d->at.v,
-				  d->at.o, d->at.lse, &a);
+	attend_bwd(r, &d->at);
 	rope_qk(r, r->dq, r->dk, 1);
 	for (int s = 0; s < 2; s++)
 		dbl_stream_head_bwd(r, k, s, dS[s], dmod[s]);
@@ -593,8 +635,7 @@ static void sgl_fwd(fx_run *r, int64_t k)
 	lin(r, sb->mlp, sb->a, rows, h, f, E(r, w1, 3 * h * h), h, E(r, b1, 3 * h));
 	qk_norm(r, &sb->at, 0, L, W(r, p + S_QN), W(r, p + S_KN));
 	rope_qk(r, sb->at.q, sb->at.k, 0);
-	be_attn a = attn_shape(r);
-	r->be->ops->attention_fwd(r->be, sb->at.o, sb->at.lse, sb->at.q, sb->at.k, sb->at.v, &a);
+	attend(r, &sb->at);
 	gelu(r, sb->gel, sb->mlp, rows * f);
 	/* linear2 over [attention | gelu]: the weight's two column blocks (bf16:
 	 * bias and both products summed in float32 first, one rounding) */
@@ -614,9 +655,18 @@ static void sgl_fwd(fx_run *r, int64_t k)
 	gate_add(r, r->joint, E(r, sb->mod, 2 * h), sb->out, 3 * h, b, L, h);
 }
 
+/* Single block k's forward again from its input (as dbl_recompute). */
+static void sgl_recompute(fx_run *r, int64_t k)
+{
+	cp(r, r->joint, r->sgl[k].x_in, r->b * r->L * r->h);
+	sgl_fwd(r, k);
+}
+
 static void sgl_bwd(fx_run *r, int64_t k)
 {
 	sblk *sb = &r->sgl[k];
+	if (r->m->full_ac)
+		sgl_recompute(r, k);
 	int p = flux_ps(r->m, k, 0);
 	int64_t b = r->b, h = r->h, f = r->f, L = r->L, rows = b * L;
 	void *dmod = r->dmod, *dout = r->th1;
@@ -634,9 +684,7 @@ static void sgl_bwd(fx_run *r, int64_t k)
 	mm(r, 0, 0, rows, h, h, dout, h, w2, h + f, 0.0f, r->dout, h);
 	mm(r, 0, 0, rows, f, h, dout, h, E(r, w2, h), h + f, 0.0f, r->tf1, f);
 	gelu_bwd(r, r->tf2, r->tf1, sb->mlp, rows * f);
-	be_attn a = attn_shape(r);
-	r->be->ops->attention_bwd(r->be, r->dq, r->dk, r->dv, r->dout, sb->at.q, sb->at.k,
-				  sb->at.v, sb->at.o, sb->at.lse, &a);
+	attend_bwd(r, &sb->at);
 	rope_qk(r, r->dq, r->dk, 1);
 	qk_norm_bwd(r, &sb->at, 0, L, r->dq, r->dk, W(r, p + S_QN), W(r, p + S_KN),
 		    G(r, p + S_QN), G(r, p + S_KN));
@@ -927,6 +975,7 @@ int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss,
 	if (check_batch(m, in, 1, err) < 0)
 		return -1;
 	fx_run r = run_of(m, in);
+	r.attn = m->attn.fwd ? &m->attn : NULL;
 	int rc = -1;
 	if (grab_all(&r, backward_on, err) < 0 || refresh_low(&r) < 0 ||
 	    forward(&r, in, err) < 0)

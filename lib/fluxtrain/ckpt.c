@@ -78,7 +78,7 @@ int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err)
 	fluxckpt_state s = {.model = r->m, .opt = model_only ? NULL : r->opt,
 			    .base_lr = c->optimizer.lr,
 			    .cur_lr = c->optimizer.lr * lr_schedule_factor(&r->sched, step),
-			    .step = step, .ntokens_seen = r->b * (r->li + r->lt) * r->ranks * step,
+			    .step = step, .ntokens_seen = r->b * (r->li + r->lt) * r->dp * step,
 			    .loader = mine + TORCH_RNG_STATE_BYTES, .loader_len = LOADER_BYTES,
 			    .dp_world = r->ranks, .blobs = blobs, .nblobs = r->ranks};
 	fluxckpt_save_opts o = {.model_only = model_only};
@@ -158,7 +158,7 @@ int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err)
 		free(blobs[0].p);
 		memcpy(&magic, ld, 4);
 		if (s.dp_world != r->ranks)
-			rc = err_set(err, "checkpoint %s: saved by %lld data-parallel ranks, this run has "
+			rc = err_set(err, "checkpoint %s: saved by %lld ranks, this run has "
 				     "%d (each rank's samples and draws would change)", dir,
 				     (long long)s.dp_world, r->ranks);
 		else if (!blobs[0].found || magic != LOADER_MAGIC)

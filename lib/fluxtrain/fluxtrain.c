@@ -146,6 +146,14 @@ static int alloc_batch(ft_run *r, titan_err *err)
 	r->t = floats(b, &f);
 	r->empty_t5 = floats(r->lt * h->t5_dim, &f);
 	r->empty_clip = floats(h->clip_dim, &f);
+	if (r->cp > 1) {
+		int64_t li = b * r->li / r->cp, lt = b * r->lt / r->cp;
+		r->x_cp = floats(li * r->ci, &f);
+		r->noise_cp = floats(li * r->ci, &f);
+		r->img_ids_cp = floats(li * 3, &f);
+		r->txt_cp = floats(lt * h->t5_dim, &f);
+		r->txt_ids_cp = floats(lt * 3, &f);
+	}
 	if (!f) {
 		widen(r->empty_t5, h->empty_t5, (size_t)(r->lt * h->t5_dim), h->dtype);
 		widen(r->empty_clip, h->empty_clip, h->clip_dim, h->dtype);
@@ -160,7 +168,8 @@ static void free_batch(ft_run *r)
 	free(r->status);
 	free(r->why);
 	float *p[] = {r->txt, r->y, r->moments, r->eps, r->z, r->noise4, r->x, r->noise, r->img_ids,
-		      r->txt_ids, r->t, r->empty_t5, r->empty_clip};
+		      r->txt_ids, r->t, r->empty_t5, r->empty_clip, r->x_cp, r->noise_cp,
+		      r->img_ids_cp, r->txt_cp, r->txt_ids_cp};
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		free(p[i]);
 }
@@ -174,6 +183,10 @@ static int open_model(ft_run *r, titan_err *err)
 			       "flux-dev)", c->model.flavor);
 	if (check_shapes(r, fc, err) != 0 || (r->m = flux_model_create(r->be, fc, err)) == NULL)
 		return -1;
+	/* 0.3.0's parallelize_flux checkpoints every block whenever the job
+	 * has an activation_checkpoint config (the presets' FullAC) */
+	const char *ac_mode = c->activation_checkpoint.mode;
+	flux_model_set_full_ac(r->m, ac_mode != NULL && strcmp(ac_mode, "none") != 0);
 	/* 0.3.0 applies fully_shard to Flux on any number of ranks: its
 	 * parameters compute in mixed_precision_param */
 	if (strcmp(c->training.mixed_precision_param, "bfloat16") == 0 &&
@@ -282,6 +295,32 @@ static int make_batch(ft_run *r, titan_err *err)
 	return 0;
 }
 
+flux_batch ft_model_batch(ft_run *r, int64_t global_numel)
+{
+	flux_batch in = {.b = r->b, .li = r->li, .lt = r->lt, .c_img = r->ci,
+			 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
+			 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
+			 .txt_ids = r->txt_ids, .t = r->t, .y = r->y,
+			 .global_numel = global_numel, .target_f32 = !r->enc_bf16};
+	if (r->cp == 1)
+		return in;
+	const cp_layout *li = &r->lay_img, *lt = &r->lay_txt;
+	size_t f = sizeof(float);
+	cp_shard(li, r->cp_rank, r->x, r->x_cp, r->b, f * (size_t)r->ci);
+	cp_shard(li, r->cp_rank, r->noise, r->noise_cp, r->b, f * (size_t)r->ci);
+	cp_shard(li, r->cp_rank, r->img_ids, r->img_ids_cp, r->b, f * 3);
+	cp_shard(lt, r->cp_rank, r->txt, r->txt_cp, r->b, f * r->h->t5_dim);
+	cp_shard(lt, r->cp_rank, r->txt_ids, r->txt_ids_cp, r->b, f * 3);
+	in.li = cp_local_len(li);
+	in.lt = cp_local_len(lt);
+	in.x = r->x_cp;
+	in.noise = r->noise_cp;
+	in.img_ids = r->img_ids_cp;
+	in.txt = r->txt_cp;
+	in.txt_ids = r->txt_ids_cp;
+	return in;
+}
+
 /* Sum of a double over the ranks (max with want_max). */
 int ft_reduce_double(ft_run *r, double *v, int want_max, titan_err *err)
 {
@@ -299,12 +338,9 @@ static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
 	const job_config *c = r->c;
 	if (make_batch(r, err) != 0)
 		return -1;
-	int64_t numel = r->b * r->li * r->ci;
-	flux_batch in = {.b = r->b, .li = r->li, .lt = r->lt, .c_img = r->ci,
-			 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
-			 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
-			 .txt_ids = r->txt_ids, .t = r->t, .y = r->y,
-			 .global_numel = numel * r->ranks, .target_f32 = !r->enc_bf16};
+	/* FluxTrainer's global_valid_tokens: every data-parallel rank's whole
+	 * latents (cp ranks share theirs) */
+	flux_batch in = ft_model_batch(r, r->b * r->li * r->ci * r->dp);
 	float loss;
 	flux_zero_grad(r->m);
 	if (flux_step(r->m, &in, 1, &loss, NULL, err) != 0)
@@ -387,7 +423,8 @@ static int log_step(ft_run *r, int64_t step, const ft_step_out *o, double dt, in
 static int train(ft_run *r, titan_err *err)
 {
 	const job_config *c = r->c;
-	int64_t tokens = r->b * (r->li + r->lt) * r->ranks; /* 0.3.0's seq_len per sample */
+	/* 0.3.0's seq_len per sample, a cp rank counting its share */
+	int64_t tokens = r->b * (r->li + r->lt) * r->dp;
 	int64_t done;
 	if (ft_load_ckpt(r, &done, 0, err) != 0)
 		return -1;
@@ -417,22 +454,57 @@ static int train(ft_run *r, titan_err *err)
 	return 0;
 }
 
-/* The data-parallel mesh fills the world: dp_replicate x dp_shard ranks
- * (dp_shard -1: what is left).  HSDP and FSDP compute the same sums here. */
+/* The mesh fills the world: dp_replicate x dp_shard x cp ranks (dp_shard
+ * -1: what is left), cp innermost as in 0.3.0's world mesh.  HSDP and FSDP
+ * compute the same sums here. */
 static int check_mesh(const job_config *c, int world, int64_t *shard_out, titan_err *err)
 {
 	int64_t rep = c->parallelism.data_parallel_replicate_degree;
 	int64_t shard = c->parallelism.data_parallel_shard_degree;
-	if (rep < 1 || world % rep != 0)
-		return err_set(err, "parallelism.data_parallel_replicate_degree %lld: does not divide "
-			       "the %d ranks", (long long)rep, world);
-	if (shard == -1)
-		shard = world / rep;
-	if (rep * shard != world)
+	int64_t cp = c->parallelism.context_parallel_degree;
+	if (cp < 1 || rep < 1 || world % (rep * cp) != 0)
 		return err_set(err, "parallelism: data_parallel_replicate_degree %lld x "
-			       "data_parallel_shard_degree %lld is not the %d ranks", (long long)rep,
-			       (long long)shard, world);
+			       "context_parallel_degree %lld does not divide the %d ranks",
+			       (long long)rep, (long long)cp, world);
+	if (shard == -1)
+		shard = world / (rep * cp);
+	if (rep * shard * cp != world)
+		return err_set(err, "parallelism: data_parallel_replicate_degree %lld x "
+			       "data_parallel_shard_degree %lld x context_parallel_degree %lld is "
+			       "not the %d ranks", (long long)rep, (long long)shard, (long long)cp,
+			       world);
 	*shard_out = shard;
+	return 0;
+}
+
+/* The token layouts: the image and the text tokens each cut into cp equal
+ * runs, as 0.3.0's cp_shard cuts them (checked before the model is made). */
+static int cp_layouts(ft_run *r, titan_err *err)
+{
+	if (r->cp == 1)
+		return 0;
+	if (r->li % r->cp != 0 || r->lt % r->cp != 0)
+		return err_set(err, "parallelism.context_parallel_degree %d: the %lld image and %lld "
+			       "text tokens of a sample do not divide into %d equal shares "
+			       "(dataloader.img_size, tokenizer.max_t5_encoding_len)", r->cp,
+			       (long long)r->li, (long long)r->lt, r->cp);
+	if (cp_layout_init(&r->lay_img, r->li, r->cp, CP_BALANCE_NONE, err) != 0 ||
+	    cp_layout_init(&r->lay_txt, r->lt, r->cp, CP_BALANCE_NONE, err) != 0)
+		return -1;
+	return 0;
+}
+
+/* The cp group and the model's attention over it. */
+static int open_cp(ft_run *r, titan_err *err)
+{
+	if (r->cp == 1)
+		return 0;
+	if (comm_split(r->world, r->dp_rank, r->rank, "cp", &r->cpc, err) != 0 ||
+	    (r->gather = cp_gather_create(r->be, r->cpc, err)) == NULL)
+		return err_prefix(err, "context parallelism");
+	be_attn_hook hook;
+	cp_gather_hook(r->gather, &hook);
+	flux_model_set_attention(r->m, &hook);
 	return 0;
 }
 
@@ -443,10 +515,9 @@ static int check_supported(const job_config *c, titan_err *err)
 		return err_set(err, "training.mixed_precision_param %s: the Flux trainer computes "
 			       "in float32 or bfloat16", mp);
 	if (c->parallelism.tensor_parallel_degree > 1 || c->parallelism.pipeline_parallel_degree > 1 ||
-	    c->parallelism.context_parallel_degree > 1 || c->parallelism.expert_parallel_degree > 1)
-		return err_set(err, "parallelism: the Flux trainer has data parallelism only "
-			       "(0.3.0's flux has no tensor, pipeline or expert parallelism; its "
-			       "context parallelism is not built)");
+	    c->parallelism.expert_parallel_degree > 1)
+		return err_set(err, "parallelism: the Flux trainer has data and context parallelism "
+			       "(0.3.0's flux has no tensor, pipeline or expert parallelism)");
 	if (c->validation.enable && c->validation.steps < 1)
 		return err_set(err, "validation.steps %lld: the Flux validator's loader starts over "
 			       "at its end, so it needs a number of batches", (long long)c->validation.steps);
@@ -470,6 +541,9 @@ static void close_run(ft_run *r)
 	ft_loader_close(&r->ld);
 	free_batch(r);
 	adamw_free(r->opt);
+	cp_gather_free(r->gather);
+	if (r->cpc)
+		comm_free(r->cpc);
 	flux_model_free(r->m);
 	fluxin_free(r->in);
 	if (r->be)
@@ -482,6 +556,10 @@ int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, tit
 	int64_t shard = 1;
 	if (check_supported(c, err) != 0 || check_mesh(c, r.ranks, &shard, err) != 0)
 		return -1;
+	r.cp = (int)c->parallelism.context_parallel_degree;
+	r.cp_rank = r.rank % r.cp;
+	r.dp = r.ranks / r.cp;
+	r.dp_rank = r.rank / r.cp;
 	/* FluxTrainer's self._dtype: the encoders in mixed_precision_param when
 	 * dp_shard is on, else float32 */
 	r.enc_bf16 = shard > 1 && strcmp(c->training.mixed_precision_param, "bfloat16") == 0;
@@ -490,19 +568,24 @@ int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, tit
 	torch_rng_seed(&r.g, seed + (uint64_t)r.rank, TORCH_NORMAL_AVX2);
 	int rc = -1;
 	if ((r.be = backend_cpu_create(o->threads, err)) == NULL || open_inputs(&r, err) != 0 ||
-	    alloc_batch(&r, err) != 0 || open_model(&r, err) != 0 || open_metrics(&r, err) != 0)
+	    alloc_batch(&r, err) != 0 || cp_layouts(&r, err) != 0 || open_model(&r, err) != 0 ||
+	    open_cp(&r, err) != 0 || open_metrics(&r, err) != 0)
 		goto out;
 	if (!o->sample &&
 	    (need_path(c->training.dataset_path, "training.dataset_path", "dataloader.dataset_path",
 		       err) != 0 ||
 	     ft_loader_open(&r.ld, c->training.dataset_path, (int)c->flux.img_size,
-			    c->flux.prompt_dropout_prob, r.rank, r.ranks, err) != 0))
+			    c->flux.prompt_dropout_prob, r.dp_rank, r.dp, err) != 0))
 		goto out;
 	r.flops_per_token = flux_flops_per_token(flux_model_config(r.m), r.li + r.lt);
 	r.peak = metrics_matmul_peak_flops(r.be, BE_F32);
 	LOG0(&r, "Flux %s: %lld parameters, %lld image + %lld text tokens per sample, local "
 	     "batch %lld on %d rank(s)", c->model.flavor, (long long)flux_model_numel(r.m),
 	     (long long)r.li, (long long)r.lt, (long long)r.b, r.ranks);
+	if (r.cp > 1)
+		LOG0(&r, "Context parallelism: %d ranks share each batch, %lld image + %lld text "
+		     "tokens each; attention over their all-gathered keys and values", r.cp,
+		     (long long)cp_local_len(&r.lay_img), (long long)cp_local_len(&r.lay_txt));
 	rc = o->sample ? ft_sample_all(&r, err) : train(&r, err);
 out:
 	close_run(&r);

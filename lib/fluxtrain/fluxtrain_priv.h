@@ -22,6 +22,7 @@
 #include "config/config.h"
 #include "core/err.h"
 #include "core/torch_rng.h"
+#include "cp/cp.h"
 #include "flux/flux.h"
 #include "fluxae/fluxae.h"
 #include "fluxin/fluxin.h"
@@ -68,6 +69,12 @@ typedef struct ft_run {
 	const job_config *c;
 	comm *world;
 	int rank, ranks;
+	/* context parallelism: ranks rank / cp share a batch (dp of them), each
+	 * holding cp_rank's share of its image and text tokens */
+	int cp, cp_rank, dp, dp_rank;
+	comm *cpc;         /* the cp group, NULL without context parallelism */
+	cp_gather *gather; /* the attention's hook over it */
+	cp_layout lay_img, lay_txt;
 	int enc_bf16;      /* the encoders in bfloat16: 0.3.0's self._dtype under FSDP */
 	backend *be;
 	fluxin *in;
@@ -86,6 +93,8 @@ typedef struct ft_run {
 	titan_err *why;
 	float *txt, *y, *moments, *eps, *z, *noise4, *x, *noise, *img_ids, *txt_ids, *t;
 	float *empty_t5, *empty_clip; /* the empty caption's encodings, float32 */
+	/* with cp > 1: this rank's share of x, noise, img_ids, txt, txt_ids */
+	float *x_cp, *noise_cp, *img_ids_cp, *txt_cp, *txt_ids_cp;
 	metrics_jsonl jl;
 	int jl_open;
 	tb_writer tb;
@@ -108,6 +117,11 @@ typedef struct ft_run {
 int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err);
 void ft_draw_latents(ft_run *r, int draw_t);
 void ft_draw_normal(ft_run *r, float *out, size_t n);
+/* The step's input from the batch's arrays: this rank's share of the tokens
+ * under context parallelism (torchtitan's cp_shard without a load balancer:
+ * rank i the i-th of cp equal runs of the image tokens, and of the text
+ * tokens), the loss divided by global_numel. */
+flux_batch ft_model_batch(ft_run *r, int64_t global_numel);
 int ft_reduce_double(ft_run *r, double *v, int want_max, titan_err *err);
 
 /* sample.c: 0.3.0's FluxValidator.validate at step (its images, its loss

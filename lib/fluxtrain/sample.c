@@ -84,7 +84,7 @@ int ft_validate(ft_run *r, int64_t step, titan_err *err)
 	const char *path = c->validation.dataset_path ? c->validation.dataset_path
 						      : c->training.dataset_path;
 	ft_loader v;
-	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->rank, r->ranks, err) != 0) {
+	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->dp_rank, r->dp, err) != 0) {
 		ft_loader_close(&v);
 		return -1;
 	}
@@ -101,23 +101,21 @@ int ft_validate(ft_run *r, int64_t step, titan_err *err)
 		for (int64_t i = 0; i < r->b; i++, k++)
 			r->t[i] = (float)((double)(k % 8) * 0.125 + 0.0625);
 		ft_draw_latents(r, 0);
-		flux_batch in = {.b = r->b, .li = r->li, .lt = r->lt, .c_img = r->ci,
-				 .c_txt = r->h->t5_dim, .c_vec = r->h->clip_dim, .x = r->x,
-				 .noise = r->noise, .img_ids = r->img_ids, .txt = r->txt,
-				 .txt_ids = r->txt_ids, .t = r->t, .y = r->y, .global_numel = 1,
-				 .target_f32 = !r->enc_bf16};
-		float loss; /* the batch's sum of squared errors (MSELoss's sum) */
+		flux_batch in = ft_model_batch(r, 1);
+		float loss; /* the batch's (or this cp rank's share's) sum of squared errors */
 		if (rc == 0 && flux_step(r->m, &in, 0, &loss, NULL, err) != 0)
 			rc = -1;
 		sum += loss;
-		count += (double)(r->b * r->li * r->ci);
+		/* the whole latents' values, every data-parallel rank's (cp ranks
+		 * share theirs) */
+		count += (double)(r->b * r->li * r->ci * r->dp);
 	}
 	/* 0.3.0's `for batch in loader: if num_steps >= steps: break` fetches one
 	 * batch more before it stops: its samples' draws are made too */
 	if (rc == 0 && ft_loader_batch(&v, &r->g, (int)r->b, r->items, err) != 0)
 		rc = -1;
 	ft_loader_close(&v);
-	if (rc != 0 || ft_reduce_double(r, &sum, 0, err) != 0 || ft_reduce_double(r, &count, 0, err) != 0)
+	if (rc != 0 || ft_reduce_double(r, &sum, 0, err) != 0)
 		return -1;
 	double avg = sum / count, gib, pct;
 	if (r->rank != 0)

@@ -520,14 +520,7 @@ typedef struct model_hooks {
  * backend's arguments for the rank's tokens; a failure is recorded with
  * backend_fault and reported by the next sync, as an op's.  NULL restores
  * the backend's op. */
-typedef struct model_attention {
-	void *ctx;
-	void (*fwd)(void *ctx, void *out, float *lse, const void *q, const void *k,
-		    const void *v, const be_attn *a);
-	void (*bwd)(void *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q,
-		    const void *k, const void *v, const void *out, const float *lse,
-		    const be_attn *a);
-} model_attention;
+typedef be_attn_hook model_attention;
 int model_set_positions(model *m, const int64_t *pos, int t, titan_err *e);
 void model_set_attention(model *m, const model_attention *a);
 
