@@ -110,6 +110,38 @@ out:
 	return 0;
 }
 
+/* checkpoint.exclude_from_loading as fluxckpt's flags: 0.3.0's state names
+ * (the model may not be left out, as 0.3.0 refuses it).  The lr schedule
+ * follows train_state.step here (lr_scheduler.last_epoch is saved equal to
+ * it), so leaving it out alone, which restarts 0.3.0's schedule mid-run, is
+ * refused rather than ignored. */
+static int exclude_flags(const cfg_strlist *l, int *flags, titan_err *err)
+{
+	static const struct {
+		const char *name;
+		int flag;
+	} parts[] = {{"optimizer", FLUXCKPT_OPTIMIZER}, {"dataloader", FLUXCKPT_DATALOADER},
+		     {"train_state", FLUXCKPT_TRAIN_STATE}};
+	*flags = 0;
+	for (int i = 0; i < l->n; i++) {
+		size_t k = 0;
+		while (k < sizeof parts / sizeof parts[0] && strcmp(parts[k].name, l->v[i]) != 0)
+			k++;
+		if (k < sizeof parts / sizeof parts[0]) {
+			*flags |= parts[k].flag;
+			continue;
+		}
+		if (strcmp(l->v[i], "lr_scheduler") == 0)
+			return err_set(err, "checkpoint.exclude_from_loading: lr_scheduler: the Flux "
+				       "trainer's schedule follows train_state.step; restarting it "
+				       "mid-run is not built");
+		return err_set(err, "checkpoint.exclude_from_loading: '%s' is not a part the "
+			       "Flux checkpoint loads (optimizer, dataloader, train_state; the "
+			       "model always loads)", l->v[i]);
+	}
+	return 0;
+}
+
 /* Resume from checkpoint.load_step (-1: the latest) under checkpoint.folder,
  * or start from checkpoint.initial_load_path's weights; *step the steps done.
  * model_only: the weights alone (--sample). */
@@ -134,6 +166,9 @@ int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err)
 		fluxckpt_loaded got;
 		return fluxckpt_load(init, &s, 1, 0, &got, err);
 	}
+	int exclude = 0;
+	if (exclude_flags(&c->checkpoint.exclude_from_loading, &exclude, err) != 0)
+		return -1;
 	snprintf(dir, sizeof dir, "%s/step-%lld", base, (long long)at);
 	uint8_t mine[RANK_BYTES] = {0};
 	char name[32];
@@ -144,10 +179,12 @@ int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err)
 	fluxckpt_loaded got;
 	double t0 = progress_now();
 	LOG0(r, "loading the checkpoint %s", dir);
-	if (fluxckpt_load(dir, &s, model_only, 0, &got, err) != 0)
+	if (fluxckpt_load(dir, &s, model_only, exclude, &got, err) != 0)
 		return err_prefix(err, "checkpoint %s", dir);
 	int rc = 0;
-	if (!got.model_only && !model_only) {
+	/* without train_state the run starts at step 1 from the loaded weights,
+	 * its draws and loader fresh (titan's rank states are train_state's) */
+	if (!got.model_only && !model_only && (got.parts & FLUXCKPT_TRAIN_STATE)) {
 		const uint8_t *ld = mine + TORCH_RNG_STATE_BYTES;
 		uint32_t magic = 0;
 		uint64_t consumed = 0, skipped = 0;
@@ -168,9 +205,11 @@ int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err)
 			memcpy(&consumed, ld + 4, 8);
 			memcpy(&skipped, ld + 12, 8);
 			rc = torch_rng_set_state(&r->g, mine, TORCH_RNG_STATE_BYTES, err);
-			if (rc == 0 && ft_loader_seek(&r->ld, consumed, err) != 0)
-				rc = -1;
-			r->ld.skipped = skipped;
+			if (!(exclude & FLUXCKPT_DATALOADER)) {
+				if (rc == 0 && ft_loader_seek(&r->ld, consumed, err) != 0)
+					rc = -1;
+				r->ld.skipped = skipped;
+			}
 			*step = s.step;
 		}
 	}

@@ -69,6 +69,30 @@ t_same "steps 3-$KS after the kill are the uninterrupted run's, bit for bit" "$T
 t_grep "the checkpoint has 0.3.0's keys" 'optimizer.state.img_in.weight.exp_avg' \
 	"$TMP/k/checkpoint/step-$KS/.metadata"
 
+# checkpoint.exclude_from_loading optimizer: the weights, draws and loader
+# come back (the next step's loss and grad norm are the uninterrupted run's
+# bits), AdamW starts afresh (the step after differs); lr_scheduler alone
+# is refused (titan's schedule follows train_state.step)
+if [ "$STEPS" -ge $((KS + 2)) ]; then
+	cp -r "$TMP/k" "$TMP/kx"
+	t_run "resumed without the optimizer" flux_run --training.steps $((KS + 2)) \
+		--checkpoint.enable --checkpoint.interval 100 \
+		--checkpoint.exclude_from_loading optimizer --dump_folder "$TMP/kx"
+	steps_of "$TMP/kx/metrics.jsonl" | awk -F'\t' -v k=$KS '$1 > k' | cut -f1-3 >"$TMP/kx.tsv"
+	awk -F'\t' -v k=$KS '$1 > k && $1 <= k + 2' "$TMP/a.tsv" | cut -f1-3 >"$TMP/ax.tsv"
+	if [ "$(head -1 "$TMP/kx.tsv")" = "$(head -1 "$TMP/ax.tsv")" ] &&
+		[ "$(sed -n 2p "$TMP/kx.tsv")" != "$(sed -n 2p "$TMP/ax.tsv")" ]; then
+		t_ok "without the optimizer: step $((KS + 1)) the same bits, step $((KS + 2)) not"
+	else
+		t_not_ok "without the optimizer: step $((KS + 1)) the same bits, step $((KS + 2)) not" \
+			"$(cat "$TMP/kx.tsv" "$TMP/ax.tsv")"
+	fi
+fi
+t_fails "exclude_from_loading lr_scheduler is refused" 1 flux_run --training.steps $((KS + 1)) \
+	--checkpoint.enable --checkpoint.exclude_from_loading lr_scheduler --dump_folder "$TMP/k"
+t_grep "saying why" "lr_scheduler: the Flux trainer's schedule follows train_state.step" \
+	"$TMP/.err"
+
 # the validator (0.3.0's flux_debugmodel: at step 1 and every 5 steps, one
 # image with guidance 5.0 in 4 denoising steps) on 2 batches of the shard:
 # its losses, the images and every step after it (its draws come from the
@@ -163,13 +187,14 @@ else
 fi
 # in bf16: the keys and values gathered in bf16, their gradients summed in
 # bf16 (measured 1.1e-5 on the loss, 3.4e-5 on the grad norm by step 3)
-t_run "context parallel 2 in bf16: 3 steps" env OMP_NUM_THREADS=1 $MPIRUN -np 2 \
-	sh -c '. "$0"; flux_run "$@"' "$TMP/flux_run.sh" --training.steps 3 \
+CB=$((STEPS < 5 ? 2 : 3))
+t_run "context parallel 2 in bf16: $CB steps" env OMP_NUM_THREADS=1 $MPIRUN -np 2 \
+	sh -c '. "$0"; flux_run "$@"' "$TMP/flux_run.sh" --training.steps $CB \
 	--parallelism.context_parallel_degree 2 --training.mixed_precision_param bfloat16 \
 	--dump_folder "$TMP/cp2b16"
 steps_of "$TMP/cp2b16/metrics.jsonl" >"$TMP/cp2b16.tsv"
 t_steps "context parallel 2 in bf16: 0.3.0's steps" \
-	tests/fluxtrain/golden/flux_debugmodel_cp2_bf16.tsv "$TMP/cp2b16.tsv" 1 3 "" 5e-4 5e-3
+	tests/fluxtrain/golden/flux_debugmodel_cp2_bf16.tsv "$TMP/cp2b16.tsv" 1 $CB "" 5e-4 5e-3
 max_rel tests/fluxtrain/golden/flux_debugmodel_cp2_bf16.tsv "$TMP/cp2b16.tsv"
 t_fails "context parallel 2 over 15 text tokens is refused" 1 env OMP_NUM_THREADS=1 \
 	$MPIRUN -np 2 sh -c '. "$0"; flux_run "$@"' "$TMP/flux_run.sh" --training.steps 1 \
