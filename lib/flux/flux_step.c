@@ -1,7 +1,8 @@
 /* flux_step.c: one training step of the Flux transformer (flux.h): the
- * forward keeps every activation its backward reads (no recomputation), the
- * backward runs the blocks in reverse and accumulates each parameter's
- * gradient.  Every op on the activations is a backend op, so the step runs
+ * forward keeps every activation its backward reads, or under full
+ * activation checkpointing each block's input alone (the backward runs the
+ * block's forward again from it); the backward runs the blocks in reverse
+ * and accumulates each parameter's gradient.  Every op on the activations is a backend op, so the step runs
  * on any backend; flux_ops.h's host pieces (the noisy input, the timestep
  * embedding, the RoPE tables) are computed from the batch and uploaded.
  *
