@@ -3,11 +3,11 @@
  * world size, naming its cases in TITAN_FAMILY_PLAN (separated by ';':
  * tests/support/case_batch.h), each ("qwen3:debugmodel_moe_small shard=2
  * tp=1 accum=1 async=0 steps=5"; the degrees' product is the world size;
- * steps defaults to 5, fewer under the sanitizers; after family:flavor,
- * words key=value matched by whole key, an unknown one refused:
- * tests/support/case_args.h); run alone it checks Qwen3's debug flavor in a
- * world of one (a plan over a mesh of one rank against the plan without a
- * mesh).
+ * steps defaults to 5, 2 in short runs (test_short; equiv.sh gives its own
+ * under the sanitizers); after family:flavor, words key=value matched by
+ * whole key, an unknown one refused: tests/support/case_args.h); run alone
+ * it checks Qwen3's debug flavor in a world of one (a plan over a mesh of one
+ * rank against the plan without a mesh).
  *
  * Every rank trains the flavor for 5 steps of a global batch of 4 sequences
  * of 32 tokens under the plan, and rank 0 beside it the same model as one
@@ -63,6 +63,7 @@
 #include "../support/case_args.h"
 #include "../support/case_batch.h"
 #include "../support/plan_harness.h"
+#include "../support/testutil.h"
 
 #define FIRST_TOL 5e-8
 #define LOSS_TOL 1e-6
@@ -107,7 +108,7 @@ static void read_cfg(cfg *c)
 	c->shard = case_int(a, "shard", comm_size(world) / c->tp);
 	c->accum = case_int(a, "accum", 1);
 	c->async = case_int(a, "async", 0);
-	c->steps = case_int(a, "steps", STEPS);
+	c->steps = case_int(a, "steps", test_short() ? 2 : STEPS);
 	if (case_end(a, &e) != 0)
 		fail_msg("%s", e.msg);
 	if (c->steps < 2)

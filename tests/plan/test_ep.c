@@ -4,7 +4,7 @@
  * shard=4 tp=1 accum=2 ac=full"; dp_shard defaults to the world size over
  * tp; model=gpt_oss: see flavor(); words matched by whole key, an unknown
  * one refused: tests/support/case_args.h); run alone it checks the world of
- * one (ep 1).
+ * one (ep 1), 2 steps in short runs (test_short).
  *
  * Every rank trains DeepSeek V3's debug flavor (6 layers, the last 5 of 8
  * experts, top-3, 2 shared experts, expert_bias balancing) for 5 steps (or
@@ -41,6 +41,7 @@
 #include "../support/case_batch.h"
 #include "../support/devcomm.h"
 #include "../support/plan_harness.h"
+#include "../support/testutil.h"
 
 /* Tolerances: test_plan.c's for the loss and grad norm (measured here up to
  * 1.5e-8 and 2.3e-7; EP 2 x TP 2 3.7e-8 and 2.7e-7).  Parameters in units of
@@ -85,7 +86,7 @@ static void read_cfg(cfg *c)
 	c->tp = case_int(a, "tp", 1);
 	c->shard = case_int(a, "shard", comm_size(world) / c->tp);
 	c->accum = case_int(a, "accum", 1);
-	c->steps = case_int(a, "steps", STEPS);
+	c->steps = case_int(a, "steps", test_short() ? 2 : STEPS);
 	if (c->steps < 1 || c->steps > STEPS)
 		c->steps = STEPS;
 	gpt_oss = case_pick(a, "model", models, 0);

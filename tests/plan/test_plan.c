@@ -11,9 +11,11 @@
  * model's, default 3), "csv=PATH" (pipeline_parallel_schedule_csv): the
  * plan's runner is then lib/pp's engine (plan_set_pipeline).
  * "prec=fsdp" puts FSDP2's mixed precision (bf16 parameters and activations,
- * float32 reduce) on both sides; "steps=N" (default 5); "model=debugmodel"
- * trains that flavor instead of the small model; "mb=ranks" has the single
- * process run the ranks' micro-batches one after another (as float8 does).
+ * float32 reduce) on both sides; "steps=N" (default 5, 2 in short runs:
+ * test_short, one step from fresh weights and one with AdamW's state);
+ * "model=debugmodel" trains that flavor instead of the small model;
+ * "mb=ranks" has the single process run the ranks' micro-batches one after
+ * another (as float8 does).
  *
  * The case's words are key=value, matched by whole key; an unknown key or a
  * value the key does not take is refused (tests/support/case_args.h).
@@ -96,6 +98,7 @@
 #include "../support/case_batch.h"
 #include "../support/devcomm.h"
 #include "../support/plan_harness.h"
+#include "../support/testutil.h"
 
 /* Tolerances.  The plans add the same float32 products in another order (a
  * micro-batch's rows split over ranks, partial sums over tp heads,
@@ -318,7 +321,7 @@ static void read_cfg(cfg *c)
 		fail_msg("%s", e.msg);
 	read_pipeline(a, c); /* first: shard's default divides by pp */
 	read_plan(a, c);
-	c->steps = case_int(a, "steps", STEPS);
+	c->steps = case_int(a, "steps", test_short() ? 2 : STEPS);
 	c->same_mb = case_pick(a, "mb", ref_batches, 0);
 	c->docs = case_int(a, "docs", 0);
 	c->muon = case_int(a, "muon", 0);

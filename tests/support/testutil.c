@@ -133,3 +133,9 @@ void test_refused(int rc, const titan_err *e, const char *want)
 	if (strstr(e->msg, want) == NULL)
 		fail_msg("'%s' does not say '%s'", e->msg, want);
 }
+
+int test_short(void)
+{
+	const char *v = getenv("TITAN_TEST_SHORT");
+	return SANITIZED || (v != NULL && strcmp(v, "1") == 0);
+}

@@ -59,4 +59,12 @@ int test_reset_hwm(void);
 #define SANITIZED 0
 #endif
 
+/* 1 where a run is there to execute the code rather than to do the whole
+ * amount of work: the sanitizers' build (SANITIZED), and make check-arm64,
+ * whose programs run under qemu-user 10-100x slower than on a processor and
+ * are started with TITAN_TEST_SHORT=1 (scripts/arm64/check.sh).  Tests then
+ * repeat the same code fewer times (fewer random cases, a part of a corpus,
+ * fewer steps); make check runs the full amounts. */
+int test_short(void);
+
 #endif
