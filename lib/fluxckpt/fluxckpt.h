@@ -13,8 +13,10 @@
  *   optimizer.param_groups.{fqn}.{lr, ...}  torch's AdamW group, each parameter
  *                                           its own (flatten_optimizer_state_dict;
  *                                           dcp_adamw_group_keys)
- *   lr_scheduler.last_epoch                 int: the step (0.3.0's container
- *                                           saves nothing else)
+ *   lr_scheduler.last_epoch                 int: the schedule's steps (the step
+ *                                           unless a resume left one of the two
+ *                                           out; 0.3.0's container saves
+ *                                           nothing else)
  *   dataloader.dp_rank_0                    bytes: the data loader's state as the
  *                                           trainer gives it
  *   dataloader.world_size                   int
@@ -67,9 +69,10 @@ typedef struct fluxckpt_state {
 	flux_model *model;      /* its weights are saved and loaded (not its gradients) */
 	adamw *opt;             /* NULL: the model alone */
 	double base_lr;         /* the configured lr: param_groups' initial_lr */
-	double cur_lr;          /* the next step's lr (the schedule's factor after `step`
-	                           steps times base_lr): param_groups' lr */
-	int64_t step;           /* train_state.step, lr_scheduler.last_epoch */
+	double cur_lr;          /* the next step's lr (the schedule's factor after
+	                           last_epoch steps times base_lr): param_groups' lr */
+	int64_t step;           /* train_state.step */
+	int64_t last_epoch;     /* lr_scheduler.last_epoch */
 	int64_t ntokens_seen;   /* train_state.ntokens_seen */
 	uint8_t *loader;        /* dataloader.dp_rank_0; NULL: none saved.  A load
 	                           that restores the loader frees what was here and

@@ -238,7 +238,8 @@ static int add_rest(bag *b, const fluxckpt_state *s, titan_err *err)
 {
 	uint8_t *p;
 	size_t n;
-	if (dcp_value_int(s->step, &p, &n, err) || put(b, "lr_scheduler.last_epoch", p, n, err))
+	if (dcp_value_int(s->last_epoch, &p, &n, err) ||
+	    put(b, "lr_scheduler.last_epoch", p, n, err))
 		return -1;
 	if (s->loader != NULL &&
 	    (dcp_value_pybytes(s->loader, s->loader_len, &p, &n, err) ||
@@ -440,7 +441,6 @@ static int want_rest(bag *b, const fluxckpt_state *s, int exclude, rest_items *r
 static int take_rest(bag *b, fluxckpt_state *s, const rest_items *r, const char *dir,
 		     fluxckpt_loaded *got, titan_err *err)
 {
-	int64_t v;
 	if (r->step) {
 		if (get_int(&b->items[r->step], &s->step, err) ||
 		    get_int(&b->items[r->ntok], &s->ntokens_seen, err))
@@ -461,11 +461,11 @@ static int take_rest(bag *b, fluxckpt_state *s, const rest_items *r, const char 
 		got->parts |= FLUXCKPT_TRAIN_STATE;
 	}
 	if (r->last_epoch) {
-		if (get_int(&b->items[r->last_epoch], &v, err))
+		if (get_int(&b->items[r->last_epoch], &s->last_epoch, err))
 			return err_prefix(err, "%s", dir);
-		if (r->step && v != s->step)
-			return err_set(err, "%s: lr_scheduler.last_epoch %lld, train_state.step %lld: "
-				       "expected the same", dir, (long long)v, (long long)s->step);
+		if (s->last_epoch < 0 || s->last_epoch > FLUXCKPT_MAX_STEP)
+			return err_set(err, "%s: lr_scheduler.last_epoch %lld: expected 0 <= it <= %lld",
+				       dir, (long long)s->last_epoch, (long long)FLUXCKPT_MAX_STEP);
 		got->parts |= FLUXCKPT_LR_SCHEDULER;
 	}
 	if (r->loader && b->items[r->loader].found) {
@@ -577,6 +577,7 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 		}
 		s->step = t.step;
 		s->ntokens_seen = t.ntokens_seen;
+		s->last_epoch = t.last_epoch;
 	}
 	for (size_t i = first_bytes; i < b.n; i++)
 		free(b.items[i].bytes);

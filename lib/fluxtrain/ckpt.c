@@ -77,8 +77,8 @@ int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err)
 	}
 	fluxckpt_state s = {.model = r->m, .opt = model_only ? NULL : r->opt,
 			    .base_lr = c->optimizer.lr,
-			    .cur_lr = c->optimizer.lr * lr_schedule_factor(&r->sched, step),
-			    .step = step, .ntokens_seen = r->b * (r->li + r->lt) * r->dp * step,
+			    .cur_lr = c->optimizer.lr * lr_schedule_factor(&r->sched, r->sched_steps),
+			    .step = step, .last_epoch = r->sched_steps, .ntokens_seen = r->b * (r->li + r->lt) * r->dp * step,
 			    .loader = mine + TORCH_RNG_STATE_BYTES, .loader_len = LOADER_BYTES,
 			    .dp_world = r->ranks, .blobs = blobs, .nblobs = r->ranks};
 	fluxckpt_save_opts o = {.model_only = model_only};
@@ -111,33 +111,24 @@ out:
 }
 
 /* checkpoint.exclude_from_loading as fluxckpt's flags: 0.3.0's state names
- * (the model may not be left out, as 0.3.0 refuses it).  The lr schedule
- * follows train_state.step here (lr_scheduler.last_epoch is saved equal to
- * it), so leaving it out alone, which restarts 0.3.0's schedule mid-run, is
- * refused rather than ignored. */
+ * (the model may not be left out, as 0.3.0 refuses it). */
 static int exclude_flags(const cfg_strlist *l, int *flags, titan_err *err)
 {
 	static const struct {
 		const char *name;
 		int flag;
 	} parts[] = {{"optimizer", FLUXCKPT_OPTIMIZER}, {"dataloader", FLUXCKPT_DATALOADER},
-		     {"train_state", FLUXCKPT_TRAIN_STATE}};
+		     {"train_state", FLUXCKPT_TRAIN_STATE}, {"lr_scheduler", FLUXCKPT_LR_SCHEDULER}};
 	*flags = 0;
 	for (int i = 0; i < l->n; i++) {
 		size_t k = 0;
 		while (k < sizeof parts / sizeof parts[0] && strcmp(parts[k].name, l->v[i]) != 0)
 			k++;
-		if (k < sizeof parts / sizeof parts[0]) {
-			*flags |= parts[k].flag;
-			continue;
-		}
-		if (strcmp(l->v[i], "lr_scheduler") == 0)
-			return err_set(err, "checkpoint.exclude_from_loading: lr_scheduler: the Flux "
-				       "trainer's schedule follows train_state.step; restarting it "
-				       "mid-run is not built");
-		return err_set(err, "checkpoint.exclude_from_loading: '%s' is not a part the "
-			       "Flux checkpoint loads (optimizer, dataloader, train_state; the "
-			       "model always loads)", l->v[i]);
+		if (k == sizeof parts / sizeof parts[0])
+			return err_set(err, "checkpoint.exclude_from_loading: '%s' is not a part the "
+				       "Flux checkpoint loads (optimizer, lr_scheduler, dataloader, "
+				       "train_state; the model always loads)", l->v[i]);
+		*flags |= parts[k].flag;
 	}
 	return 0;
 }
@@ -182,6 +173,9 @@ int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err)
 	if (fluxckpt_load(dir, &s, model_only, exclude, &got, err) != 0)
 		return err_prefix(err, "checkpoint %s", dir);
 	int rc = 0;
+	/* without lr_scheduler the schedule starts again from its warmup, as
+	 * 0.3.0's fresh LambdaLR does; without train_state it goes on */
+	r->sched_steps = (got.parts & FLUXCKPT_LR_SCHEDULER) ? s.last_epoch : 0;
 	/* without train_state the run starts at step 1 from the loaded weights,
 	 * its draws and loader fresh (titan's rank states are train_state's) */
 	if (!got.model_only && !model_only && (got.parts & FLUXCKPT_TRAIN_STATE)) {

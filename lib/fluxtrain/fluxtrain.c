@@ -333,7 +333,7 @@ typedef struct ft_step_out {
 	double loss, max_loss, grad_norm, lr;
 } ft_step_out;
 
-static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
+static int train_step(ft_run *r, ft_step_out *o, titan_err *err)
 {
 	const job_config *c = r->c;
 	if (make_batch(r, err) != 0)
@@ -352,8 +352,9 @@ static int train_step(ft_run *r, int64_t step, ft_step_out *o, titan_err *err)
 			     comm_all_reduce(r->world, g, g, n, COMM_F32, COMM_SUM, err) != 0))
 		return -1;
 	o->grad_norm = grad_clip_norm(r->be, g, n, c->training.max_norm);
-	o->lr = c->optimizer.lr * lr_schedule_factor(&r->sched, step - 1);
+	o->lr = c->optimizer.lr * lr_schedule_factor(&r->sched, r->sched_steps);
 	adamw_step(r->opt, w, g, o->lr);
+	r->sched_steps++;
 	if (r->be->ops->sync(r->be, err) != 0)
 		return -1;
 	o->loss = o->max_loss = loss;
@@ -433,7 +434,7 @@ static int train(ft_run *r, titan_err *err)
 	double t0 = progress_now();
 	for (int64_t step = done + 1; step <= c->training.steps; step++) {
 		ft_step_out o;
-		if (train_step(r, step, &o, err) != 0)
+		if (train_step(r, &o, err) != 0)
 			return err_prefix(err, "step %lld", (long long)step);
 		if (!isfinite(o.loss))
 			return err_set(err, "step %lld: the loss is %g", (long long)step, o.loss);

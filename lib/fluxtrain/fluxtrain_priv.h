@@ -83,6 +83,8 @@ typedef struct ft_run {
 	flux_model *m;
 	adamw *opt;
 	lr_schedule sched;
+	int64_t sched_steps;  /* lr_scheduler.last_epoch: the schedule's steps taken
+	                         (train_state.step unless a resume left one out) */
 	torch_rng g;
 	ft_loader ld;
 	/* the batch: b samples, li image tokens of ci values, lt text tokens */

@@ -36,6 +36,7 @@
 
 #define SEED 20261206
 #define STEP 3
+#define EPOCH 1 /* lr_scheduler.last_epoch apart from the step (a schedule restarted) */
 #define NTOKENS 4096
 #define LR 1e-4
 #define LR_NOW 5e-5
@@ -124,7 +125,8 @@ static void rig_free(rig *r)
 static fluxckpt_state state_of(rig *r, fluxckpt_blob *blobs, int nblobs)
 {
 	fluxckpt_state s = {.model = r->m, .opt = r->opt, .base_lr = LR, .cur_lr = LR_NOW,
-			    .step = STEP, .ntokens_seen = NTOKENS, .loader = (uint8_t *)LOADER,
+			    .step = STEP, .last_epoch = EPOCH, .ntokens_seen = NTOKENS,
+			    .loader = (uint8_t *)LOADER,
 			    .loader_len = strlen(LOADER), .dp_world = 1, .blobs = blobs,
 			    .nblobs = nblobs};
 	return s;
@@ -452,6 +454,7 @@ static void full_state_round_trips(int bf16)
 	assert_true(same_dev(adamw_exp_avg_sq(r.opt), adamw_exp_avg_sq(q.opt), st, r.n));
 	assert_int_equal(adamw_get_step(q.opt), STEP);
 	assert_int_equal(t.step, STEP);
+	assert_int_equal(t.last_epoch, EPOCH);
 	assert_int_equal(t.ntokens_seen, NTOKENS);
 	assert_int_equal(t.dp_world, 1);
 	assert_true(t.loader_len == strlen(LOADER) && !memcmp(t.loader, LOADER, t.loader_len));

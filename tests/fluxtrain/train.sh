@@ -14,6 +14,9 @@
 . tests/train/steps.inc
 t_need_fixture torchtitan_assets/cc12m_test tokenizers/torchtitan_test
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
+# two 3.1 GB checkpoints and the resumed runs' model-only saves: 8.6 GB at
+# most, measured
+t_need_disk 10 "flux_debugmodel's checkpoints"
 
 TOK=$(fx tokenizers/torchtitan_test)
 GOLDEN=tests/fluxtrain/golden/flux_debugmodel.tsv
@@ -54,8 +57,10 @@ max_rel tests/fluxtrain/golden/flux_debugmodel_fsdp2.tsv "$TMP/fsdp2.tsv"
 
 # kill -9 after the checkpoint of step 2, then resumed: steps 3.. are the
 # uninterrupted run's bit for bit (the model, AdamW, the schedule, every
-# rank's torch generator and loader position come back)
-KS=$((STEPS < 6 ? STEPS : 6))
+# rank's torch generator and loader position come back).  A checkpoint is
+# 3 GB here (the weights and AdamW's two states): the run saves two, and the
+# resumed copies below link the last one rather than copy it.
+KS=$((STEPS < 4 ? STEPS : 4))
 flux_run --training.steps $KS --checkpoint.enable --checkpoint.interval 2 \
 	--dump_folder "$TMP/k" >"$TMP/k.log" 2>&1 &
 t_kill_after $! "$TMP/k" 2 3
@@ -71,27 +76,57 @@ t_grep "the checkpoint has 0.3.0's keys" 'optimizer.state.img_in.weight.exp_avg'
 
 # checkpoint.exclude_from_loading optimizer: the weights, draws and loader
 # come back (the next step's loss and grad norm are the uninterrupted run's
-# bits), AdamW starts afresh (the step after differs); lr_scheduler alone
-# is refused (titan's schedule follows train_state.step)
+# bits), AdamW starts afresh (the step after differs).  lr_scheduler: its
+# schedule starts again (warmup 10, clamped to the run's 6 steps: lr
+# 0.8e-3 / 6 and 2 x that at steps 5 and 6), the rest goes on (step 5 the
+# same bits).
+# All four parts left out: the run of the checkpoint's weights alone
+# (checkpoint.initial_load_path) from step 1, bit for bit.
 if [ "$STEPS" -ge $((KS + 2)) ]; then
-	cp -r "$TMP/k" "$TMP/kx"
-	t_run "resumed without the optimizer" flux_run --training.steps $((KS + 2)) \
-		--checkpoint.enable --checkpoint.interval 100 \
-		--checkpoint.exclude_from_loading optimizer --dump_folder "$TMP/kx"
-	steps_of "$TMP/kx/metrics.jsonl" | awk -F'\t' -v k=$KS '$1 > k' | cut -f1-3 >"$TMP/kx.tsv"
+	# resume_without NAME PARTS STEPS ARGS: the killed run's last checkpoint
+	# (hard links: a save never rewrites a file) resumed to step STEPS
+	# without PARTS, its last save the model alone; $TMP/NAME.tsv its steps
+	resume_without() {
+		rw_name=$1 rw_parts=$2 rw_steps=$3
+		shift 3
+		mkdir -p "$TMP/$rw_name/checkpoint"
+		cp -al "$TMP/k/checkpoint/step-$KS" "$TMP/$rw_name/checkpoint/"
+		t_run "resumed without $rw_parts" flux_run --training.steps "$rw_steps" \
+			--checkpoint.enable --checkpoint.interval 100 --checkpoint.last_save_model_only \
+			--checkpoint.exclude_from_loading "$rw_parts" --dump_folder "$TMP/$rw_name" "$@"
+		steps_of "$TMP/$rw_name/metrics.jsonl" >"$TMP/$rw_name.tsv"
+		rm -rf "${TMP:?}/$rw_name"
+	}
 	awk -F'\t' -v k=$KS '$1 > k && $1 <= k + 2' "$TMP/a.tsv" | cut -f1-3 >"$TMP/ax.tsv"
-	if [ "$(head -1 "$TMP/kx.tsv")" = "$(head -1 "$TMP/ax.tsv")" ] &&
-		[ "$(sed -n 2p "$TMP/kx.tsv")" != "$(sed -n 2p "$TMP/ax.tsv")" ]; then
+	resume_without kx optimizer $((KS + 2))
+	cut -f1-3 "$TMP/kx.tsv" >"$TMP/kx3.tsv"
+	if [ "$(head -1 "$TMP/kx3.tsv")" = "$(head -1 "$TMP/ax.tsv")" ] &&
+		[ "$(sed -n 2p "$TMP/kx3.tsv")" != "$(sed -n 2p "$TMP/ax.tsv")" ]; then
 		t_ok "without the optimizer: step $((KS + 1)) the same bits, step $((KS + 2)) not"
 	else
 		t_not_ok "without the optimizer: step $((KS + 1)) the same bits, step $((KS + 2)) not" \
-			"$(cat "$TMP/kx.tsv" "$TMP/ax.tsv")"
+			"$(cat "$TMP/kx3.tsv" "$TMP/ax.tsv")"
 	fi
+	resume_without kl lr_scheduler $((KS + 2)) --lr_scheduler.warmup_steps 10
+	if [ "$(head -1 "$TMP/kl.tsv" | cut -f1-3)" = "$(head -1 "$TMP/ax.tsv")" ] &&
+		[ "$(cut -f4 "$TMP/kl.tsv" | awk '{ printf "%.6g ", $1 * 6e4 }')" = "8 16 " ]; then
+		t_ok "without the lr scheduler: step $((KS + 1)) the same bits, the schedule from its start"
+	else
+		t_not_ok "without the lr scheduler: step $((KS + 1)) the same bits, the schedule from its start" \
+			"$(cat "$TMP/kl.tsv" "$TMP/ax.tsv")"
+	fi
+	resume_without kn optimizer,lr_scheduler,dataloader,train_state 2
+	t_run "the checkpoint's weights alone" flux_run --training.steps 2 --checkpoint.enable \
+		--checkpoint.last_save_model_only \
+		--checkpoint.initial_load_path "$TMP/k/checkpoint/step-$KS" --dump_folder "$TMP/ki"
+	steps_of "$TMP/ki/metrics.jsonl" >"$TMP/ki.tsv"
+	rm -rf "${TMP:?}/ki"
+	t_same "without every part: the checkpoint's weights from step 1, bit for bit" \
+		"$TMP/ki.tsv" "$TMP/kn.tsv"
 fi
-t_fails "exclude_from_loading lr_scheduler is refused" 1 flux_run --training.steps $((KS + 1)) \
-	--checkpoint.enable --checkpoint.exclude_from_loading lr_scheduler --dump_folder "$TMP/k"
-t_grep "saying why" "lr_scheduler: the Flux trainer's schedule follows train_state.step" \
-	"$TMP/.err"
+t_fails "exclude_from_loading of the model is refused" 1 flux_run --training.steps $((KS + 1)) \
+	--checkpoint.enable --checkpoint.exclude_from_loading model --dump_folder "$TMP/k"
+t_grep "saying why" "'model' is not a part the Flux checkpoint loads" "$TMP/.err"
 
 # the validator (0.3.0's flux_debugmodel: at step 1 and every 5 steps, one
 # image with guidance 5.0 in 4 denoising steps) on 2 batches of the shard:
