@@ -78,7 +78,8 @@ int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err)
 	fluxckpt_state s = {.model = r->m, .opt = model_only ? NULL : r->opt,
 			    .base_lr = c->optimizer.lr,
 			    .cur_lr = c->optimizer.lr * lr_schedule_factor(&r->sched, r->sched_steps),
-			    .step = step, .last_epoch = r->sched_steps, .ntokens_seen = r->b * (r->li + r->lt) * r->dp * step,
+			    .step = step, .last_epoch = r->sched_steps,
+			    .ntokens_seen = r->b * (r->li + r->lt) * r->dp * step,
 			    .loader = mine + TORCH_RNG_STATE_BYTES, .loader_len = LOADER_BYTES,
 			    .dp_world = r->ranks, .blobs = blobs, .nblobs = r->ranks};
 	fluxckpt_save_opts o = {.model_only = model_only};
