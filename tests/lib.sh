@@ -93,17 +93,17 @@ t_skip_fixture() {
 		t_skip "$1" "no fixture $2: $(t_fixture_how "$2")"
 	fi
 }
-# t_need_disk GB WHAT: GB gigabytes free where the test writes (TMPDIR), else
+# t_need_disk GIB WHAT: GIB GiB free where the test writes (TMPDIR), else
 # one check says so and the test ends: a SKIP, or a failure under CI=true
 # (a full disk midway fails every later check without saying why).
 t_need_disk() {
 	free_kb=$(df -Pk "$TMP" | awk 'NR == 2 { print $4 }')
 	[ "${free_kb:-0}" -ge $(($1 * 1024 * 1024)) ] && return 0
-	why="$2 needs $1 GB free in ${TMPDIR:-/tmp}, which has $((${free_kb:-0} / 1024 / 1024)) GB (set TMPDIR)"
+	why="$2 needs $1 GiB free in ${TMPDIR:-/tmp}, which has $((${free_kb:-0} / 1024 / 1024)) GiB (set TMPDIR)"
 	if [ "${CI:-}" = true ]; then
-		t_not_ok "$1 GB of disk" "$why"
+		t_not_ok "$1 GiB of disk" "$why"
 	else
-		t_skip "$1 GB of disk" "$why"
+		t_skip "$1 GiB of disk" "$why"
 	fi
 	t_done
 }

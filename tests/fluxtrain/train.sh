@@ -14,7 +14,7 @@
 . tests/train/steps.inc
 t_need_fixture torchtitan_assets/cc12m_test tokenizers/torchtitan_test
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 NO_COLOR=1
-# two 3.1 GB checkpoints and the resumed runs' model-only saves: 8.6 GB at
+# two 2.9 GiB checkpoints and the resumed runs' model-only saves: 8.6 GiB at
 # most, measured
 t_need_disk 10 "flux_debugmodel's checkpoints"
 
@@ -58,7 +58,7 @@ max_rel tests/fluxtrain/golden/flux_debugmodel_fsdp2.tsv "$TMP/fsdp2.tsv"
 # kill -9 after the checkpoint of step 2, then resumed: steps 3.. are the
 # uninterrupted run's bit for bit (the model, AdamW, the schedule, every
 # rank's torch generator and loader position come back).  A checkpoint is
-# 3 GB here (the weights and AdamW's two states): the run saves two, and the
+# 2.9 GiB here (the weights and AdamW's two states): the run saves two, and the
 # resumed copies below link the last one rather than copy it.
 KS=$((STEPS < 4 ? STEPS : 4))
 flux_run --training.steps $KS --checkpoint.enable --checkpoint.interval 2 \
