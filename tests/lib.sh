@@ -45,6 +45,12 @@ t_not_ok() {
 }
 t_skip() { T_N=$((T_N + 1)); echo "ok $T_N $1 # SKIP ${2:-}"; }
 
+# t_skip_unless_ci NAME WHY: NAME skipped saying WHY, or under CI=true (where
+# nothing may be missing) failed saying it.
+t_skip_unless_ci() {
+	if [ "${CI:-}" = true ]; then t_not_ok "$1" "$2"; else t_skip "$1" "$2"; fi
+}
+
 t_run() {
 	name=$1; shift
 	if "$@" >"$TMP/.out" 2>"$TMP/.err"; then
@@ -99,12 +105,7 @@ t_skip_fixture() {
 t_need_disk() {
 	free_kb=$(df -Pk "$TMP" | awk 'NR == 2 { print $4 }')
 	[ "${free_kb:-0}" -ge $(($1 * 1024 * 1024)) ] && return 0
-	why="$2 needs $1 GiB free in ${TMPDIR:-/tmp}, which has $((${free_kb:-0} / 1024 / 1024)) GiB (set TMPDIR)"
-	if [ "${CI:-}" = true ]; then
-		t_not_ok "$1 GiB of disk" "$why"
-	else
-		t_skip "$1 GiB of disk" "$why"
-	fi
+	t_skip_unless_ci "$1 GiB of disk" "$2 needs $1 GiB free in ${TMPDIR:-/tmp}, which has $((${free_kb:-0} / 1024 / 1024)) GiB (set TMPDIR)"
 	t_done
 }
 # ranks_pass LOG PROGRAM NP [VAR=VALUE]: run the cmocka PROGRAM under mpirun
@@ -340,8 +341,7 @@ t_need_emu() {
 		t_done
 	fi
 	[ -x "$ROOT/build/emu/asan/test_gpu_ops" ] && [ -x "$ROOT/build/emu/tsan/test_gpu_ops" ] && return 0
-	why="the CUDA emulator is not built: no CUDA headers (CUDA_HOME); make emu"
-	if [ "${CI:-}" = true ]; then t_not_ok "$1" "$why"; else t_skip "$1" "$why"; fi
+	t_skip_unless_ci "$1" "the CUDA emulator is not built: no CUDA headers (CUDA_HOME); make emu"
 	t_done
 }
 
