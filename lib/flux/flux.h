@@ -91,6 +91,10 @@ typedef struct flux_param {
 	int64_t shape[2];
 	int64_t numel;
 	float *w, *g;
+	/* The weight as the step reads it, in its compute type: w, or its
+	 * place in the bf16 copy; on an unbound model what a unit's gather
+	 * bound (flux_param_bind). */
+	void *wc;
 } flux_param;
 
 /* The parameters a model of config c has, in state-dict order (the order
@@ -103,6 +107,38 @@ flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err);
  * from a checkpoint or the caller), gradients zero.  NULL and err on a bad
  * config or no memory. */
 flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err);
+/* The same without storage: no weight, gradient or bf16 copy (w, g, wc NULL,
+ * flux_model_weights and flux_model_grads NULL).  Steps and predictions
+ * run through unit hooks (flux_model_set_units) that bind each unit's
+ * weights, and for a backward its gradients, while it runs: FSDP's sharded
+ * model (lib/fluxfsdp). */
+flux_model *flux_model_create_unbound(backend *be, const flux_config *c, titan_err *err);
+
+/* FSDP's units, as 0.3.0's apply_fsdp wraps the model: unit 0 the
+ * embedders (img_in, time_in, vector_in, txt_in), 1 .. depth the double
+ * blocks, then the single blocks, last the final layer. */
+int flux_unit_count(const flux_model *m);
+/* The unit parameter i belongs to. */
+int flux_param_unit(const flux_model *m, int i);
+
+/* An unbound model's unit hooks.  A step calls, for every unit u in the
+ * order it runs them: gather(u, 0) before its forward reads a weight and
+ * release(u) after (the final layer is kept until its backward when one
+ * follows, as 0.3.0 keeps it: reshard_after_forward=False); in the backward
+ * gather(u, 1) before it (weights again, and zeroed float32 gradients),
+ * reduce(u) once its gradients are whole, then release(u).  A prediction
+ * calls gather(u, 0) and release(u) alone.  Every rank of a sharded model
+ * makes the same calls in the same order (the hooks are collectives). */
+typedef struct flux_unit_hooks {
+	void *ctx;
+	int (*gather)(void *ctx, int u, int grads, titan_err *err);
+	int (*reduce)(void *ctx, int u, titan_err *err);
+	void (*release)(void *ctx, int u);
+} flux_unit_hooks;
+void flux_model_set_units(flux_model *m, const flux_unit_hooks *h);
+/* A gather's binding of parameter i: wc its weight in the compute type, g
+ * its float32 gradient (NULL outside a backward). */
+void flux_param_bind(flux_model *m, int i, void *wc, float *g);
 void flux_model_free(flux_model *m);
 const flux_config *flux_model_config(const flux_model *m);
 /* The type the step computes in: BE_F32 (the default: 0.3.0's float32 step,
@@ -149,6 +185,9 @@ int64_t flux_model_numel(const flux_model *m);
  * modulations, final layer and biases, unit QK norms), drawn from seed with
  * titan's streams (core/init_fill.h).  0, or -1 and err. */
 int flux_model_init(flux_model *m, uint64_t seed, titan_err *err);
+/* Parameter i's initial values (flux_model_init's) into host (numel floats):
+ * what a sharded model cuts its rows from. */
+void flux_param_init(const flux_param *p, int i, uint64_t seed, float *host);
 
 /* One step's inputs, host float32, with the sizes the caller's tensors
  * have (each checked against the model's):

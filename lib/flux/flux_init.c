@@ -34,7 +34,7 @@ static flux_init_kind kind_of(const char *name)
 	return INIT_XAVIER;
 }
 
-static void fill(const flux_param *p, int i, uint64_t seed, float *host)
+void flux_param_init(const flux_param *p, int i, uint64_t seed, float *host)
 {
 	size_t n = (size_t)p->numel;
 	switch (kind_of(p->name)) {
@@ -60,6 +60,9 @@ static void fill(const flux_param *p, int i, uint64_t seed, float *host)
 int flux_model_init(flux_model *m, uint64_t seed, titan_err *err)
 {
 	int np = flux_param_count(m);
+	if (flux_model_weights(m) == NULL)
+		return err_set(err, "flux init: the model is unbound (a sharded model draws its "
+			       "rows with flux_param_init)");
 	int64_t most = 0;
 	for (int i = 0; i < np; i++)
 		if (flux_param_at(m, i)->numel > most)
@@ -70,7 +73,7 @@ int flux_model_init(flux_model *m, uint64_t seed, titan_err *err)
 	backend *be = flux_model_backend(m);
 	for (int i = 0; i < np; i++) {
 		const flux_param *p = flux_param_at(m, i);
-		fill(p, i, seed, host);
+		flux_param_init(p, i, seed, host);
 		be->ops->copy(be, p->w, host, sizeof(float) * (size_t)p->numel, BACKEND_H2D);
 		/* the upload may still read host: wait before the next tensor */
 		if (be->ops->sync(be, err) != 0) {

@@ -192,7 +192,7 @@ flux_param *flux_param_table(const flux_config *c, int *n, titan_err *err)
 	return m.p;
 }
 
-flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
+static flux_model *create(backend *be, const flux_config *c, titan_err *err)
 {
 	if (flux_config_check(c, err) < 0)
 		return NULL;
@@ -209,6 +209,14 @@ flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
 		int64_t *max = m->p[i].ndim == 2 ? &m->maxw : &m->maxb;
 		*max = m->p[i].numel > *max ? m->p[i].numel : *max;
 	}
+	return m;
+}
+
+flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
+{
+	flux_model *m = create(be, c, err);
+	if (m == NULL)
+		return NULL;
 	m->wbuf = backend_alloc_floats(be, (size_t)m->total, err);
 	m->gbuf = m->wbuf != NULL ? backend_calloc_floats(be, (size_t)m->total, err) : NULL;
 	if (m->gbuf == NULL) {
@@ -220,9 +228,44 @@ flux_model *flux_model_create(backend *be, const flux_config *c, titan_err *err)
 	for (int i = 0; i < m->np; i++) {
 		m->p[i].w = m->wbuf + off;
 		m->p[i].g = m->gbuf + off;
+		m->p[i].wc = m->p[i].w;
 		off += m->p[i].numel;
 	}
 	return m;
+}
+
+flux_model *flux_model_create_unbound(backend *be, const flux_config *c, titan_err *err)
+{
+	return create(be, c, err);
+}
+
+int flux_unit_count(const flux_model *m)
+{
+	return 2 + (int)(m->c.depth + m->c.depth_single_blocks);
+}
+
+int flux_param_unit(const flux_model *m, int i)
+{
+	if (i < P_GLOBAL)
+		return 0;
+	int64_t k = i - P_GLOBAL, dbl = m->c.depth * 2 * D_STREAM;
+	if (k < dbl)
+		return 1 + (int)(k / (2 * D_STREAM));
+	k -= dbl;
+	if (k < m->c.depth_single_blocks * S_BLOCK)
+		return 1 + (int)(m->c.depth + k / S_BLOCK);
+	return flux_unit_count(m) - 1;
+}
+
+void flux_model_set_units(flux_model *m, const flux_unit_hooks *h)
+{
+	m->units = h ? *h : (flux_unit_hooks){0};
+}
+
+void flux_param_bind(flux_model *m, int i, void *wc, float *g)
+{
+	m->p[i].wc = wc;
+	m->p[i].g = g;
 }
 
 void flux_model_free(flux_model *m)
@@ -244,7 +287,7 @@ int flux_model_set_compute(flux_model *m, be_dtype t, titan_err *err)
 	if (t != BE_F32 && t != BE_BF16)
 		return err_set(err, "flux: compute type %s, expected float32 or bfloat16",
 			       be_dtype_name(t));
-	if (t == BE_BF16 && m->wlow == NULL) {
+	if (t == BE_BF16 && m->wlow == NULL && m->wbuf != NULL) {
 		m->wlow = m->be->ops->alloc(m->be, be_dtype_size(t) * (size_t)m->total, err);
 		if (m->wlow == NULL)
 			return err_prefix(err, "flux: the bf16 copy of %lld weights",
@@ -255,6 +298,9 @@ int flux_model_set_compute(flux_model *m, be_dtype t, titan_err *err)
 		m->wlow = NULL;
 	}
 	m->dt = t;
+	for (int i = 0; i < m->np && m->wbuf != NULL; i++)
+		m->p[i].wc = t == BE_F32 ? (void *)m->p[i].w
+			     : (char *)m->wlow + (size_t)(m->p[i].w - m->wbuf) * be_dtype_size(t);
 	return 0;
 }
 
@@ -285,7 +331,8 @@ const flux_param *flux_param_find(const flux_model *m, const char *name)
 
 void flux_zero_grad(flux_model *m)
 {
-	m->be->ops->zero(m->be, m->gbuf, sizeof(float) * (size_t)m->total);
+	if (m->gbuf != NULL)
+		m->be->ops->zero(m->be, m->gbuf, sizeof(float) * (size_t)m->total);
 }
 
 void flux_pack_latents(float *out, const float *z, int64_t b, int64_t c, int64_t hl,

@@ -42,6 +42,7 @@ struct flux_model {
 	int64_t maxw, maxb;       /* the largest weight's and bias's elements */
 	be_attn_hook attn;        /* flux_model_set_attention's, fwd NULL: none */
 	int full_ac;              /* flux_model_set_full_ac's */
+	flux_unit_hooks units;    /* an unbound model's (gather NULL: bound) */
 };
 
 /* Index of a double block's stream tensor, a single block's, the final layer's. */

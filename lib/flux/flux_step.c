@@ -351,10 +351,7 @@ static void lin_bwd(fx_run *r, void *dx, float beta, float *gw, float *gb, const
  * copy (flux_model_set_compute). */
 static const void *W(const fx_run *r, int i)
 {
-	const flux_model *m = r->m;
-	if (r->t == BE_F32)
-		return m->p[i].w;
-	return (const char *)m->wlow + (size_t)(m->p[i].w - m->wbuf) * r->es;
+	return r->m->p[i].wc;
 }
 
 static be_attn attn_shape(const fx_run *r)
@@ -903,47 +900,104 @@ static int upload_host(fx_run *r, const flux_batch *in, titan_err *err)
  * step (FSDP's all-gather in param_dtype). */
 static int refresh_low(fx_run *r)
 {
-	if (r->t != BE_F32)
+	if (r->t != BE_F32 && r->m->wbuf != NULL)
 		r->be->ops->convert(r->be, r->m->wlow, r->t, r->m->wbuf, BE_F32, r->m->total);
 	return 0;
 }
 
-static int forward(fx_run *r, const flux_batch *in, titan_err *err)
+/* An unbound model's unit hooks (flux_model_set_units); no-ops on a bound
+ * model. */
+static int unit_gather(fx_run *r, int u, int grads, titan_err *err)
+{
+	const flux_unit_hooks *h = &r->m->units;
+	return h->gather != NULL ? h->gather(h->ctx, u, grads, err) : 0;
+}
+
+static int unit_reduce(fx_run *r, int u, titan_err *err)
+{
+	const flux_unit_hooks *h = &r->m->units;
+	return h->reduce != NULL ? h->reduce(h->ctx, u, err) : 0;
+}
+
+static void unit_release(fx_run *r, int u)
+{
+	const flux_unit_hooks *h = &r->m->units;
+	if (h->release != NULL)
+		h->release(h->ctx, u);
+}
+
+static int dbl_unit(const fx_run *r, int64_t k) { (void)r; return 1 + (int)k; }
+static int sgl_unit(const fx_run *r, int64_t k) { return 1 + (int)(r->m->c.depth + k); }
+static int final_unit(const fx_run *r) { return flux_unit_count(r->m) - 1; }
+
+/* keep_final: a backward follows, which reads the final layer's weights at
+ * once (0.3.0's reshard_after_forward=False on it). */
+static int forward(fx_run *r, const flux_batch *in, int keep_final, titan_err *err)
 {
 	const flux_config *c = &r->m->c;
 	int64_t b = r->b, h = r->h;
-	if (upload_host(r, in, err) < 0)
+	if (upload_host(r, in, err) < 0 || unit_gather(r, 0, 0, err) < 0)
 		return -1;
 	embed_fwd(r);
-	for (int64_t k = 0; k < c->depth; k++)
+	unit_release(r, 0);
+	for (int64_t k = 0; k < c->depth; k++) {
+		if (unit_gather(r, dbl_unit(r, k), 0, err) < 0)
+			return -1;
 		dbl_fwd(r, k);
+		unit_release(r, dbl_unit(r, k));
+	}
 	for (int64_t i = 0; i < b; i++) {
 		cp(r, E(r, r->joint, i * r->L * h), E(r, r->txt, i * r->lt * h), r->lt * h);
 		cp(r, E(r, r->joint, (i * r->L + r->lt) * h), E(r, r->img, i * r->li * h),
 		   r->li * h);
 	}
-	for (int64_t k = 0; k < c->depth_single_blocks; k++)
+	for (int64_t k = 0; k < c->depth_single_blocks; k++) {
+		if (unit_gather(r, sgl_unit(r, k), 0, err) < 0)
+			return -1;
 		sgl_fwd(r, k);
+		unit_release(r, sgl_unit(r, k));
+	}
+	if (unit_gather(r, final_unit(r), 0, err) < 0)
+		return -1;
 	final_fwd(r);
+	if (!keep_final)
+		unit_release(r, final_unit(r));
 	return 0;
 }
 
-static void backward(fx_run *r)
+/* Unit u's backward (bwd, block k) between its hooks. */
+static int unit_bwd(fx_run *r, int u, void (*bwd)(fx_run *, int64_t), int64_t k, titan_err *err)
+{
+	if (unit_gather(r, u, 1, err) < 0)
+		return -1;
+	bwd(r, k);
+	int rc = unit_reduce(r, u, err);
+	unit_release(r, u);
+	return rc;
+}
+
+static void final_bwd_k(fx_run *r, int64_t k) { (void)k; final_bwd(r); }
+static void embed_bwd_k(fx_run *r, int64_t k) { (void)k; embed_bwd(r); }
+
+static int backward(fx_run *r, titan_err *err)
 {
 	const flux_config *c = &r->m->c;
 	int64_t h = r->h;
 	zero(r, r->dsvec, r->b * h, sizeof(float));
-	final_bwd(r);
+	if (unit_bwd(r, final_unit(r), final_bwd_k, 0, err) < 0)
+		return -1;
 	for (int64_t k = c->depth_single_blocks - 1; k >= 0; k--)
-		sgl_bwd(r, k);
+		if (unit_bwd(r, sgl_unit(r, k), sgl_bwd, k, err) < 0)
+			return -1;
 	for (int64_t i = 0; i < r->b; i++) {
 		cp(r, E(r, r->dtxt, i * r->lt * h), E(r, r->djoint, i * r->L * h), r->lt * h);
 		cp(r, E(r, r->dimg, i * r->li * h), E(r, r->djoint, (i * r->L + r->lt) * h),
 		   r->li * h);
 	}
 	for (int64_t k = c->depth - 1; k >= 0; k--)
-		dbl_bwd(r, k);
-	embed_bwd(r);
+		if (unit_bwd(r, dbl_unit(r, k), dbl_bwd, k, err) < 0)
+			return -1;
+	return unit_bwd(r, 0, embed_bwd_k, 0, err);
 }
 
 static fx_run run_of(flux_model *m, const flux_batch *in)
@@ -970,6 +1024,14 @@ static void download_pred(fx_run *r, float *pred)
 	r->be->ops->copy(r->be, pred, src, sizeof(float) * (size_t)npred, BACKEND_D2H);
 }
 
+/* An unbound model runs through its unit hooks alone. */
+static int check_bound(const flux_model *m, titan_err *err)
+{
+	if (m->wbuf == NULL && m->units.gather == NULL)
+		return err_set(err, "flux: an unbound model without unit hooks (flux_model_set_units)");
+	return 0;
+}
+
 int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss, float *pred,
 	      titan_err *err)
 {
@@ -978,8 +1040,8 @@ int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss,
 	fx_run r = run_of(m, in);
 	r.attn = m->attn.fwd ? &m->attn : NULL;
 	int rc = -1;
-	if (grab_all(&r, backward_on, err) < 0 || refresh_low(&r) < 0 ||
-	    forward(&r, in, err) < 0)
+	if (check_bound(m, err) < 0 || grab_all(&r, backward_on, err) < 0 ||
+	    refresh_low(&r) < 0 || forward(&r, in, backward_on, err) < 0)
 		goto out;
 	int64_t npred = r.b * r.li * m->c.out_channels, count = 0;
 	int64_t div = in->global_numel > 0 ? in->global_numel : npred;
@@ -1001,8 +1063,8 @@ int flux_step(flux_model *m, const flux_batch *in, int backward_on, float *loss,
 	}
 	if (pred != NULL)
 		download_pred(&r, pred);
-	if (backward_on)
-		backward(&r);
+	if (backward_on && backward(&r, err) < 0)
+		goto out;
 	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;
 	*loss = (float)((float)sum / (float)div);
 out:
@@ -1020,7 +1082,8 @@ int flux_predict(flux_model *m, const flux_input *in, float *pred, titan_err *er
 		return -1;
 	fx_run r = run_of(m, &bt);
 	int rc = -1;
-	if (grab_all(&r, 0, err) < 0 || refresh_low(&r) < 0 || forward(&r, &bt, err) < 0)
+	if (check_bound(m, err) < 0 || grab_all(&r, 0, err) < 0 || refresh_low(&r) < 0 ||
+	    forward(&r, &bt, 0, err) < 0)
 		goto out;
 	download_pred(&r, pred);
 	rc = m->be->ops->sync(m->be, err) < 0 ? -1 : 0;

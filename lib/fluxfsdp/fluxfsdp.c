@@ -1,0 +1,303 @@
+/* fluxfsdp.c: the Flux transformer's shards and its unit hooks (fluxfsdp.h). */
+#include "fluxfsdp/fluxfsdp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/optim.h"
+
+typedef struct fsdp_param {
+	int64_t rows, cols, chunk; /* chunk: rows per rank, ceil(rows / N) */
+	int64_t soff;              /* its padded chunk's offset in the flat shard */
+	int64_t coff;              /* the same within its unit's chunk */
+	int64_t foff;              /* its whole tensor's offset in the unit's */
+} fsdp_param;
+
+typedef struct fsdp_unit {
+	int p0, p1;       /* its parameters [p0, p1) */
+	int64_t pad;      /* a rank's chunk of it: its parameters' padded chunks */
+	int64_t numel;    /* its whole tensors */
+	void *full;       /* gathered: the whole weights in the compute type */
+	float *gfull;     /* in a backward: the whole gradients */
+} fsdp_unit;
+
+struct fluxfsdp {
+	flux_model *m;
+	backend *be;
+	comm *shard, *rep;
+	int n, me;        /* the fsdp group's size, this rank's index */
+	fsdp_param *p;
+	int np;
+	fsdp_unit *u;
+	int nu;
+	int64_t numel;    /* the flat shard's floats */
+	float *w, *g;
+	size_t bytes, peak;
+};
+
+/* Backend memory, counted. */
+static void *take(fluxfsdp *f, size_t bytes, titan_err *err)
+{
+	void *q = f->be->ops->alloc(f->be, bytes ? bytes : 1, err);
+	if (q == NULL)
+		return NULL;
+	f->bytes += bytes;
+	if (f->bytes > f->peak)
+		f->peak = f->bytes;
+	return q;
+}
+
+static void give(fluxfsdp *f, void *q, size_t bytes)
+{
+	if (q == NULL)
+		return;
+	f->be->ops->free(f->be, q);
+	f->bytes -= bytes;
+}
+
+static size_t es(const fluxfsdp *f) { return be_dtype_size(flux_model_compute(f->m)); }
+
+/* Each parameter's chunk and offsets, each unit's run of parameters (the
+ * units are runs of the state-dict order: flux.h). */
+static int lay_out(fluxfsdp *f, titan_err *err)
+{
+	f->np = flux_param_count(f->m);
+	f->nu = flux_unit_count(f->m);
+	f->p = calloc((size_t)f->np, sizeof *f->p);
+	f->u = calloc((size_t)f->nu, sizeof *f->u);
+	if (f->p == NULL || f->u == NULL)
+		return err_set(err, "fsdp: out of memory for the shard table");
+	int prev = -1;
+	for (int i = 0; i < f->np; i++) {
+		const flux_param *fp = flux_param_at(f->m, i);
+		fsdp_param *q = &f->p[i];
+		int k = flux_param_unit(f->m, i);
+		fsdp_unit *u = &f->u[k];
+		if (k != prev) {
+			if (k != prev + 1)
+				return err_set(err, "fsdp: unit %d's parameters are not one run", k);
+			u->p0 = i;
+			prev = k;
+		}
+		u->p1 = i + 1;
+		q->rows = fp->shape[0];
+		q->cols = fp->ndim == 2 ? fp->shape[1] : 1;
+		q->chunk = (q->rows + f->n - 1) / f->n;
+		q->soff = f->numel;
+		q->coff = u->pad;
+		q->foff = u->numel;
+		u->pad += q->chunk * q->cols;
+		u->numel += fp->numel;
+		f->numel += q->chunk * q->cols;
+	}
+	return 0;
+}
+
+/* Rank j's rows of parameter q: [j * chunk, min(rows, (j + 1) * chunk)). */
+static int64_t rows_of(const fsdp_param *q, int j)
+{
+	int64_t lo = (int64_t)j * q->chunk, hi = lo + q->chunk;
+	hi = hi < q->rows ? hi : q->rows;
+	return hi > lo ? hi - lo : 0;
+}
+
+fluxfsdp_rows fluxfsdp_param_rows(const fluxfsdp *f, int i)
+{
+	const fsdp_param *q = &f->p[i];
+	return (fluxfsdp_rows){.row0 = (int64_t)f->me * q->chunk, .rows = rows_of(q, f->me),
+			       .cols = q->cols, .off = q->soff};
+}
+
+/* Move unit u's tensors between whole (full: each at its foff) and FSDP's
+ * padded layout (padded: rank j's chunk of the unit in block j), elements of
+ * size esz; either way.  The padding is not touched. */
+static void relayout(fluxfsdp *f, const fsdp_unit *u, void *full, void *padded, size_t esz,
+		     int to_padded)
+{
+	for (int i = u->p0; i < u->p1; i++) {
+		const fsdp_param *q = &f->p[i];
+		for (int j = 0; j < f->n; j++) {
+			size_t bytes = (size_t)(rows_of(q, j) * q->cols) * esz;
+			char *a = (char *)full + (size_t)(q->foff + j * q->chunk * q->cols) * esz;
+			char *b = (char *)padded + (size_t)(j * u->pad + q->coff) * esz;
+			if (bytes == 0)
+				continue;
+			if (to_padded)
+				f->be->ops->copy(f->be, b, a, bytes, BACKEND_D2D);
+			else
+				f->be->ops->copy(f->be, a, b, bytes, BACKEND_D2D);
+		}
+	}
+}
+
+static void bind(fluxfsdp *f, const fsdp_unit *u)
+{
+	for (int i = u->p0; i < u->p1; i++) {
+		const fsdp_param *q = &f->p[i];
+		void *wc = u->full ? (char *)u->full + (size_t)q->foff * es(f) : NULL;
+		float *g = u->gfull ? u->gfull + q->foff : NULL;
+		flux_param_bind(f->m, i, wc, g);
+	}
+}
+
+static comm_dtype comm_type(be_dtype t) { return t == BE_BF16 ? COMM_BF16 : COMM_F32; }
+
+/* Unit u's shard in the compute type, all-gathered, copied out whole. */
+static int gather_weights(fluxfsdp *f, fsdp_unit *u, titan_err *err)
+{
+	be_dtype t = flux_model_compute(f->m);
+	size_t e = es(f), pad = (size_t)u->pad;
+	float *mine = f->w + f->p[u->p0].soff;
+	void *send = NULL, *recv = NULL;
+	int rc = -1;
+	if ((send = take(f, pad * e, err)) == NULL || (recv = take(f, f->n * pad * e, err)) == NULL ||
+	    (u->full = take(f, (size_t)u->numel * e, err)) == NULL)
+		goto out;
+	f->be->ops->convert(f->be, send, t, mine, BE_F32, (int64_t)pad);
+	if (f->be->ops->sync(f->be, err) != 0)
+		goto out;
+	if (f->n == 1)
+		f->be->ops->copy(f->be, recv, send, pad * e, BACKEND_D2D);
+	else if (comm_all_gather(f->shard, send, recv, pad, comm_type(t), err) != 0)
+		goto out;
+	relayout(f, u, u->full, recv, e, 0);
+	rc = 0;
+out:
+	give(f, send, pad * e);
+	give(f, recv, f->n * pad * e);
+	return rc;
+}
+
+static int hook_gather(void *ctx, int k, int grads, titan_err *err)
+{
+	fluxfsdp *f = ctx;
+	fsdp_unit *u = &f->u[k];
+	if (u->full == NULL && gather_weights(f, u, err) != 0)
+		return err_prefix(err, "fsdp: gathering unit %d", k);
+	if (grads && u->gfull == NULL) {
+		size_t bytes = sizeof(float) * (size_t)u->numel;
+		if ((u->gfull = take(f, bytes, err)) == NULL)
+			return err_prefix(err, "fsdp: unit %d's gradients", k);
+		f->be->ops->zero(f->be, u->gfull, bytes);
+	}
+	bind(f, u);
+	return 0;
+}
+
+static int hook_reduce(void *ctx, int k, titan_err *err)
+{
+	fluxfsdp *f = ctx;
+	fsdp_unit *u = &f->u[k];
+	size_t pad = (size_t)u->pad, bytes = sizeof(float) * f->n * pad;
+	float *mine = f->g + f->p[u->p0].soff;
+	float *padded = take(f, bytes, err);
+	int rc = -1;
+	if (padded == NULL)
+		return err_prefix(err, "fsdp: reducing unit %d", k);
+	f->be->ops->zero(f->be, padded, bytes);
+	relayout(f, u, u->gfull, padded, sizeof(float), 1);
+	if (f->be->ops->sync(f->be, err) != 0)
+		goto out;
+	if (f->n == 1)
+		f->be->ops->copy(f->be, mine, padded, bytes, BACKEND_D2D);
+	else if (comm_reduce_scatter(f->shard, padded, mine, pad, COMM_F32, COMM_SUM, err) != 0)
+		goto out;
+	if (f->rep != NULL && comm_all_reduce(f->rep, mine, mine, pad, COMM_F32, COMM_SUM, err) != 0)
+		goto out;
+	rc = 0;
+out:
+	give(f, padded, bytes);
+	return rc != 0 ? err_prefix(err, "fsdp: reducing unit %d", k) : 0;
+}
+
+static void hook_release(void *ctx, int k)
+{
+	fluxfsdp *f = ctx;
+	fsdp_unit *u = &f->u[k];
+	give(f, u->full, (size_t)u->numel * es(f));
+	give(f, u->gfull, sizeof(float) * (size_t)u->numel);
+	u->full = NULL;
+	u->gfull = NULL;
+	bind(f, u);
+}
+
+fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, titan_err *err)
+{
+	fluxfsdp *f = calloc(1, sizeof *f);
+	if (f == NULL) {
+		err_set(err, "fsdp: out of memory");
+		return NULL;
+	}
+	*f = (fluxfsdp){.m = m, .be = flux_model_backend(m), .shard = shard, .rep = replicate,
+			.n = shard ? comm_size(shard) : 1, .me = shard ? comm_rank(shard) : 0};
+	if (lay_out(f, err) != 0)
+		goto fail;
+	size_t bytes = sizeof(float) * (size_t)f->numel;
+	if ((f->w = take(f, bytes, err)) == NULL || (f->g = take(f, bytes, err)) == NULL) {
+		err_prefix(err, "fsdp: a shard of %lld floats", (long long)f->numel);
+		goto fail;
+	}
+	f->be->ops->zero(f->be, f->w, bytes);
+	f->be->ops->zero(f->be, f->g, bytes);
+	flux_model_set_units(m, &(flux_unit_hooks){.ctx = f, .gather = hook_gather,
+						  .reduce = hook_reduce, .release = hook_release});
+	return f;
+fail:
+	fluxfsdp_free(f);
+	return NULL;
+}
+
+void fluxfsdp_free(fluxfsdp *f)
+{
+	if (f == NULL)
+		return;
+	for (int k = 0; k < f->nu && f->u != NULL; k++)
+		hook_release(f, k);
+	flux_model_set_units(f->m, NULL);
+	give(f, f->w, sizeof(float) * (size_t)f->numel);
+	give(f, f->g, sizeof(float) * (size_t)f->numel);
+	free(f->p);
+	free(f->u);
+	free(f);
+}
+
+int64_t fluxfsdp_numel(const fluxfsdp *f) { return f->numel; }
+float *fluxfsdp_weights(fluxfsdp *f) { return f->w; }
+float *fluxfsdp_grads(fluxfsdp *f) { return f->g; }
+size_t fluxfsdp_bytes(const fluxfsdp *f) { return f->bytes; }
+size_t fluxfsdp_peak_bytes(const fluxfsdp *f) { return f->peak; }
+
+int fluxfsdp_init(fluxfsdp *f, uint64_t seed, titan_err *err)
+{
+	int64_t most = 1;
+	for (int i = 0; i < f->np; i++)
+		most = flux_param_at(f->m, i)->numel > most ? flux_param_at(f->m, i)->numel : most;
+	float *host = malloc(sizeof(float) * (size_t)most);
+	if (host == NULL)
+		return err_set(err, "fsdp init: out of memory for %lld floats", (long long)most);
+	int rc = 0;
+	for (int i = 0; i < f->np && rc == 0; i++) {
+		fluxfsdp_rows r = fluxfsdp_param_rows(f, i);
+		if (r.rows == 0)
+			continue;
+		flux_param_init(flux_param_at(f->m, i), i, seed, host);
+		f->be->ops->copy(f->be, f->w + r.off, host + r.row0 * r.cols,
+				 sizeof(float) * (size_t)(r.rows * r.cols), BACKEND_H2D);
+		/* the upload may still read host: wait before the next tensor */
+		rc = f->be->ops->sync(f->be, err);
+	}
+	free(host);
+	return rc;
+}
+
+int fluxfsdp_clip(fluxfsdp *f, double max_norm, double *norm, titan_err *err)
+{
+	double ss = grad_sumsq(f->be, f->g, (size_t)f->numel);
+	if (f->n > 1 && comm_all_reduce(f->shard, &ss, &ss, 1, COMM_F64, COMM_SUM, err) != 0)
+		return err_prefix(err, "fsdp: the gradients' norm");
+	*norm = sqrt(ss);
+	if (max_norm > 0)
+		grad_clip_scale(f->be, f->g, (size_t)f->numel, *norm, max_norm);
+	return 0;
+}
