@@ -34,8 +34,13 @@
  * .metadata renamed into place, the folder renamed to DIR.  Loading is
  * strict: a key the state asks for that the checkpoint lacks, or holds with
  * another shape or kind, is an error naming it (one line); so is an
- * optimizer step that differs between parameters.  One process holds the
- * whole model (no sharded Flux state yet). */
+ * optimizer step that differs between parameters.
+ *
+ * A sharded model (lib/fluxfsdp) saves and loads each rank's rows of every
+ * tensor as DCP chunks at their row offsets: the ranks write one folder
+ * together (fluxckpt_save_commit once all have written), and a load reads
+ * this rank's rows from whatever chunking the checkpoint has (a whole
+ * model's, another number of ranks'). */
 #ifndef TITAN_FLUXCKPT_H
 #define TITAN_FLUXCKPT_H
 
@@ -45,6 +50,7 @@
 #include "core/err.h"
 #include "dcp/dcp.h"
 #include "flux/flux.h"
+#include "fluxfsdp/fluxfsdp.h"
 #include "optim/optim.h"
 
 /* A named byte string the trainer keeps beside the state, stored as
@@ -67,6 +73,12 @@ typedef struct fluxckpt_blob {
  * exp_avg and exp_avg_sq are at its offset in that run (fluxckpt_offset). */
 typedef struct fluxckpt_state {
 	flux_model *model;      /* its weights are saved and loaded (not its gradients) */
+	/* Not NULL: the model is unbound and sharded; this rank's rows of its
+	 * flat shard are saved and loaded (and the optimizer runs over the
+	 * shard).  The rank writes its chunks as DCP rank `rank` of `world`;
+	 * rank 0 alone the scalars, groups and train_state. */
+	fluxfsdp *fsdp;
+	int rank, world;
 	adamw *opt;             /* NULL: the model alone */
 	double base_lr;         /* the configured lr: param_groups' initial_lr */
 	double cur_lr;          /* the next step's lr (the schedule's factor after
@@ -94,7 +106,9 @@ typedef struct fluxckpt_save_opts {
 	int no_fsync;            /* tests */
 } fluxckpt_save_opts;
 
-/* Write s as the checkpoint folder dir (a step-N folder); o may be NULL. */
+/* Write s as the checkpoint folder dir (a step-N folder); o may be NULL.
+ * A sharded state (s->fsdp) writes this rank's part only: every rank saves,
+ * then rank 0 calls fluxckpt_save_commit. */
 int fluxckpt_save(const char *dir, const fluxckpt_state *s, const fluxckpt_save_opts *o,
 		  titan_err *err);
 /* The same in two halves: begin copies the state to host images (the
@@ -105,6 +119,9 @@ typedef struct fluxckpt_saver fluxckpt_saver;
 fluxckpt_saver *fluxckpt_save_begin(const char *dir, const fluxckpt_state *s,
 				    const fluxckpt_save_opts *o, titan_err *err);
 int fluxckpt_save_wait(fluxckpt_saver *sv, titan_err *err);
+/* A sharded save's end, on rank 0 once every rank's save returned 0:
+ * .metadata over the world's chunks, the folder renamed into place. */
+int fluxckpt_save_commit(const char *dir, int world, titan_err *err);
 
 /* The parts checkpoint.exclude_from_loading may name, as flags. */
 enum {

@@ -107,6 +107,50 @@ int64_t fluxckpt_offset(const flux_model *m, int i)
 	return off;
 }
 
+/* Parameter i's part on this rank: the whole tensor at its offset in the
+ * model's flat run, or its rows of the flat shard. */
+typedef struct chunk {
+	int64_t off, row0, rows;
+} chunk;
+
+static chunk chunk_of(const fluxckpt_state *s, int i)
+{
+	if (s->fsdp == NULL)
+		return (chunk){.off = fluxckpt_offset(s->model, i),
+			       .rows = flux_param_at(s->model, i)->shape[0]};
+	fluxfsdp_rows r = fluxfsdp_param_rows(s->fsdp, i);
+	return (chunk){.off = r.off, .row0 = r.row0, .rows = r.rows};
+}
+
+/* The floats this rank holds: the model's, or its shard's. */
+static size_t held(const fluxckpt_state *s)
+{
+	return (size_t)(s->fsdp ? fluxfsdp_numel(s->fsdp) : flux_model_numel(s->model));
+}
+
+static float *held_weights(const fluxckpt_state *s)
+{
+	return s->fsdp ? fluxfsdp_weights(s->fsdp) : flux_param_at(s->model, 0)->w;
+}
+
+/* Whether this rank writes the unsharded items (scalars, groups, state). */
+static int writes_rest(const fluxckpt_state *s) { return s->fsdp == NULL || s->rank == 0; }
+
+/* Parameter p's item for chunk c of data (elements of es bytes from
+ * base); a rank that holds none of its rows adds nothing. */
+static int add_chunk(bag *b, const char *fqn, dcp_dtype dt, const flux_param *p, const chunk *c,
+		     void *base, size_t es, titan_err *err)
+{
+	if (c->rows == 0)
+		return 0;
+	if (add_tensor(b, fqn, dt, p->ndim, p->shape, (char *)base + (size_t)c->off * es, err))
+		return -1;
+	dcp_item *it = &b->items[b->n - 1];
+	it->offsets[0] = c->row0;
+	it->sizes[0] = c->rows;
+	return 0;
+}
+
 /* n values of type t in backend memory as a new host float32 image (owned
  * by the bag). */
 static float *to_host(bag *b, backend *be, const void *dev, be_dtype t, size_t n, titan_err *err)
@@ -132,16 +176,16 @@ static void *as_dtype(bag *b, float *x, size_t n, dcp_dtype dt)
 	return y;
 }
 
-static int add_model(bag *b, const flux_model *m, float *w, dcp_dtype dt, titan_err *err)
+static int add_model(bag *b, const fluxckpt_state *s, float *w, dcp_dtype dt, titan_err *err)
 {
-	size_t es = ptz_dtype_size(dt);
-	uint8_t *data = as_dtype(b, w, (size_t)flux_model_numel(m), dt);
+	const flux_model *m = s->model;
+	uint8_t *data = as_dtype(b, w, held(s), dt);
 	if (data == NULL)
 		return err_set(err, "out of memory");
 	for (int i = 0; i < flux_param_count(m); i++) {
-		const flux_param *p = flux_param_at(m, i);
-		if (add_tensor(b, p->name, dt, p->ndim, p->shape,
-			       data + (size_t)fluxckpt_offset(m, i) * es, err) != 0)
+		chunk c = chunk_of(s, i);
+		if (add_chunk(b, flux_param_at(m, i)->name, dt, flux_param_at(m, i), &c, data,
+			      ptz_dtype_size(dt), err) != 0)
 			return -1;
 	}
 	return 0;
@@ -183,7 +227,7 @@ static int add_optimizer(bag *b, const fluxckpt_state *s, titan_err *err)
 {
 	const flux_model *m = s->model;
 	backend *be = flux_model_backend(m);
-	size_t n = (size_t)flux_model_numel(m);
+	size_t n = held(s);
 	be_dtype bt = adamw_state_dtype(s->opt);
 	dcp_dtype dt = state_dtype(s->opt);
 	size_t es = ptz_dtype_size(dt);
@@ -202,20 +246,22 @@ static int add_optimizer(bag *b, const fluxckpt_state *s, titan_err *err)
 	*stepv = (float)adamw_get_step(s->opt);
 	for (int i = 0; i < flux_param_count(m); i++) {
 		const flux_param *p = flux_param_at(m, i);
-		size_t off = (size_t)fluxckpt_offset(m, i);
-		const optim_group *g = adamw_group_of(s->opt, off);
+		chunk c = chunk_of(s, i);
+		const optim_group *g = adamw_group_of(s->opt, (size_t)c.off);
 		if (g == NULL) /* frozen: torch's optimizer does not hold it */
 			continue;
 		if (g->kind != OPTIM_ADAMW)
 			return err_set(err, "flux checkpoint: %s is in a Muon group; only AdamW's "
 				       "state is saved for Flux", p->name);
-		if (add_tensor(b, key(b, "optimizer.state.", p->name, ".exp_avg"), dt, p->ndim,
-			       p->shape, ea_s + off * es, err) ||
-		    add_tensor(b, key(b, "optimizer.state.", p->name, ".exp_avg_sq"), dt, p->ndim,
-			       p->shape, eas_s + off * es, err) ||
-		    add_tensor(b, key(b, "optimizer.state.", p->name, ".step"), PTZ_F32, 0, NULL,
-			       stepv, err) ||
-		    add_group(b, s, p, g, err))
+		if (add_chunk(b, key(b, "optimizer.state.", p->name, ".exp_avg"), dt, p, &c, ea_s, es,
+			      err) ||
+		    add_chunk(b, key(b, "optimizer.state.", p->name, ".exp_avg_sq"), dt, p, &c, eas_s,
+			      es, err))
+			return -1;
+		if (writes_rest(s) &&
+		    (add_tensor(b, key(b, "optimizer.state.", p->name, ".step"), PTZ_F32, 0, NULL,
+				stepv, err) ||
+		     add_group(b, s, p, g, err)))
 			return -1;
 	}
 	return 0;
@@ -266,6 +312,7 @@ struct fluxckpt_saver {
 	bag b;
 	dcp_saver *d;
 	char *dir;
+	int sharded; /* committed by fluxckpt_save_commit once every rank wrote */
 };
 
 static void saver_free(fluxckpt_saver *sv)
@@ -297,14 +344,16 @@ fluxckpt_saver *fluxckpt_save_begin(const char *dir, const fluxckpt_state *s,
 	}
 	/* the items point into host images of the state (to_host), so the
 	 * caller may train on as soon as this returns */
-	const flux_model *m = s->model;
-	float *w = to_host(&sv->b, flux_model_backend(m), flux_param_at(m, 0)->w, BE_F32,
-			   (size_t)flux_model_numel(m), err);
-	int rc = w ? add_model(&sv->b, m, w, dt, err) : -1;
+	float *w = to_host(&sv->b, flux_model_backend(s->model), held_weights(s), BE_F32, held(s),
+			   err);
+	int rc = w ? add_model(&sv->b, s, w, dt, err) : -1;
 	if (rc == 0 && !o->model_only)
-		rc = (s->opt != NULL ? add_optimizer(&sv->b, s, err) : 0) || add_rest(&sv->b, s, err);
+		rc = (s->opt != NULL ? add_optimizer(&sv->b, s, err) : 0) ||
+		     (writes_rest(s) ? add_rest(&sv->b, s, err) : 0);
 	dcp_save_opts d = {.async = o->async, .no_fsync = o->no_fsync};
-	if (rc == 0 && (sv->d = dcp_save_begin(dir, 0, 1, sv->b.items, sv->b.n, &d, err)) == NULL)
+	sv->sharded = s->fsdp != NULL;
+	if (rc == 0 && (sv->d = dcp_save_begin(dir, s->fsdp ? s->rank : 0, s->fsdp ? s->world : 1,
+					       sv->b.items, sv->b.n, &d, err)) == NULL)
 		rc = -1;
 	if (rc != 0) {
 		saver_free(sv);
@@ -316,10 +365,15 @@ fluxckpt_saver *fluxckpt_save_begin(const char *dir, const fluxckpt_state *s,
 int fluxckpt_save_wait(fluxckpt_saver *sv, titan_err *err)
 {
 	int rc = dcp_save_wait(sv->d, err);
-	if (rc == 0)
+	if (rc == 0 && !sv->sharded)
 		rc = dcp_save_commit(sv->dir, 1, err);
 	saver_free(sv);
 	return rc;
+}
+
+int fluxckpt_save_commit(const char *dir, int world, titan_err *err)
+{
+	return dcp_save_commit(dir, world, err);
 }
 
 int fluxckpt_save(const char *dir, const fluxckpt_state *s, const fluxckpt_save_opts *o,
@@ -348,19 +402,20 @@ static int get_bytes(const dcp_item *it, uint8_t **p, size_t *n, titan_err *err)
 
 /* The optimizer's items into host images ea, eas (float32) and one step per
  * parameter. */
-static int want_optimizer(bag *b, const flux_model *m, const adamw *opt, float *ea, float *eas,
-			  float *steps, titan_err *err)
+static int want_optimizer(bag *b, const fluxckpt_state *s, float *ea, float *eas, float *steps,
+			  titan_err *err)
 {
+	const flux_model *m = s->model;
 	for (int i = 0; i < flux_param_count(m); i++) {
 		const flux_param *p = flux_param_at(m, i);
-		size_t off = (size_t)fluxckpt_offset(m, i);
+		chunk c = chunk_of(s, i);
 		steps[i] = 0;
-		if (adamw_group_of(opt, off) == NULL)
+		if (adamw_group_of(s->opt, (size_t)c.off) == NULL)
 			continue;
-		if (add_tensor(b, key(b, "optimizer.state.", p->name, ".exp_avg"), PTZ_F32, p->ndim,
-			       p->shape, ea + off, err) ||
-		    add_tensor(b, key(b, "optimizer.state.", p->name, ".exp_avg_sq"), PTZ_F32,
-			       p->ndim, p->shape, eas + off, err) ||
+		if (add_chunk(b, key(b, "optimizer.state.", p->name, ".exp_avg"), PTZ_F32, p, &c, ea,
+			      sizeof(float), err) ||
+		    add_chunk(b, key(b, "optimizer.state.", p->name, ".exp_avg_sq"), PTZ_F32, p, &c,
+			      eas, sizeof(float), err) ||
 		    add_tensor(b, key(b, "optimizer.state.", p->name, ".step"), PTZ_F32, 0, NULL,
 			       steps + i, err))
 			return -1;
@@ -370,12 +425,13 @@ static int want_optimizer(bag *b, const flux_model *m, const adamw *opt, float *
 
 /* The first step of the parameters the optimizer holds; every other must be
  * the same (torch counts one step for all). */
-static int one_step(const flux_model *m, const adamw *opt, const float *steps, int64_t *step,
-		    const char *dir, titan_err *err)
+static int one_step(const fluxckpt_state *s, const float *steps, int64_t *step, const char *dir,
+		    titan_err *err)
 {
+	const flux_model *m = s->model;
 	int first = -1;
 	for (int i = 0; i < flux_param_count(m); i++) {
-		if (adamw_group_of(opt, (size_t)fluxckpt_offset(m, i)) == NULL)
+		if (adamw_group_of(s->opt, (size_t)chunk_of(s, i).off) == NULL)
 			continue;
 		if (first < 0)
 			first = i;
@@ -501,10 +557,9 @@ static void drop_bytes(fluxckpt_state *s, const fluxckpt_loaded *got)
 static int upload(fluxckpt_state *s, const float *w, const float *ea, const float *eas,
 		  titan_err *err)
 {
-	flux_model *m = s->model;
-	backend *be = flux_model_backend(m);
-	int64_t n = flux_model_numel(m);
-	if (backend_upload(be, BE_F32, flux_param_at(m, 0)->w, w, n, err) != 0)
+	backend *be = flux_model_backend(s->model);
+	int64_t n = (int64_t)held(s);
+	if (backend_upload(be, BE_F32, held_weights(s), w, n, err) != 0)
 		return -1;
 	if (ea != NULL) {
 		be_dtype bt = adamw_state_dtype(s->opt);
@@ -522,7 +577,7 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 	for (int i = 0; i < s->nblobs; i++)
 		s->blobs[i].found = 0;
 	const flux_model *m = s->model;
-	size_t n = (size_t)flux_model_numel(m);
+	size_t n = held(s);
 	dcp_ckpt ck;
 	if (dcp_open(&ck, dir, err) != 0) /* its message names dir/.metadata */
 		return -1;
@@ -532,18 +587,18 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 	int full = !model_only && !got->model_only;
 	int want_opt = full && s->opt != NULL && !(exclude & FLUXCKPT_OPTIMIZER);
 	bag b = {0};
-	float *w = own(&b, malloc(n * sizeof(float) + 1));
+	float *w = own(&b, calloc(n + 1, sizeof(float))); /* a shard's padding stays zero */
 	float *ea = want_opt ? own(&b, calloc(n + 1, sizeof(float))) : NULL;
 	float *eas = want_opt ? own(&b, calloc(n + 1, sizeof(float))) : NULL;
 	float *steps = own(&b, calloc((size_t)flux_param_count(m) + 1, sizeof(float)));
 	int rc = w && steps && (!want_opt || (ea && eas)) ? 0 : err_set(err, "out of memory");
 	for (int i = 0; rc == 0 && i < flux_param_count(m); i++) {
-		const flux_param *p = flux_param_at(m, i);
-		rc = add_tensor(&b, p->name, PTZ_F32, p->ndim, p->shape, w + fluxckpt_offset(m, i),
-				err);
+		chunk c = chunk_of(s, i);
+		rc = add_chunk(&b, flux_param_at(m, i)->name, PTZ_F32, flux_param_at(m, i), &c, w,
+			       sizeof(float), err);
 	}
 	if (rc == 0 && want_opt && s->opt != NULL)
-		rc = want_optimizer(&b, m, s->opt, ea, eas, steps, err);
+		rc = want_optimizer(&b, s, ea, eas, steps, err);
 	rest_items r = {0};
 	size_t first_bytes = b.n;
 	if (rc == 0 && full)
@@ -559,7 +614,7 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 	if (rc == 0 && full)
 		rc = take_rest(&b, &t, &r, dir, got, err);
 	if (rc == 0 && want_opt)
-		rc = one_step(m, s->opt, steps, &step, dir, err);
+		rc = one_step(s, steps, &step, dir, err);
 	if (rc == 0)
 		rc = upload(s, w, ea, eas, err);
 	if (rc == 0 && want_opt) {

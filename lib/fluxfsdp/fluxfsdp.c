@@ -143,18 +143,21 @@ static void bind(fluxfsdp *f, const fsdp_unit *u)
 
 static comm_dtype comm_type(be_dtype t) { return t == BE_BF16 ? COMM_BF16 : COMM_F32; }
 
-/* Unit u's shard in the compute type, all-gathered, copied out whole. */
+/* Unit u's shard in the compute type (float32: the shard itself is sent),
+ * all-gathered, copied out whole. */
 static int gather_weights(fluxfsdp *f, fsdp_unit *u, titan_err *err)
 {
 	be_dtype t = flux_model_compute(f->m);
-	size_t e = es(f), pad = (size_t)u->pad;
+	size_t e = es(f), pad = (size_t)u->pad, sent = t == BE_F32 ? 0 : pad * e;
 	float *mine = f->w + f->p[u->p0].soff;
-	void *send = NULL, *recv = NULL;
+	void *send = mine, *recv = NULL;
 	int rc = -1;
-	if ((send = take(f, pad * e, err)) == NULL || (recv = take(f, f->n * pad * e, err)) == NULL ||
+	if ((sent && (send = take(f, sent, err)) == NULL) ||
+	    (recv = take(f, f->n * pad * e, err)) == NULL ||
 	    (u->full = take(f, (size_t)u->numel * e, err)) == NULL)
 		goto out;
-	f->be->ops->convert(f->be, send, t, mine, BE_F32, (int64_t)pad);
+	if (sent)
+		f->be->ops->convert(f->be, send, t, mine, BE_F32, (int64_t)pad);
 	if (f->be->ops->sync(f->be, err) != 0)
 		goto out;
 	if (f->n == 1)
@@ -164,7 +167,8 @@ static int gather_weights(fluxfsdp *f, fsdp_unit *u, titan_err *err)
 	relayout(f, u, u->full, recv, e, 0);
 	rc = 0;
 out:
-	give(f, send, pad * e);
+	if (sent)
+		give(f, send, sent);
 	give(f, recv, f->n * pad * e);
 	return rc;
 }
@@ -185,12 +189,28 @@ static int hook_gather(void *ctx, int k, int grads, titan_err *err)
 	return 0;
 }
 
+static void hook_release(void *ctx, int k)
+{
+	fluxfsdp *f = ctx;
+	fsdp_unit *u = &f->u[k];
+	give(f, u->full, (size_t)u->numel * es(f));
+	give(f, u->gfull, sizeof(float) * (size_t)u->numel);
+	u->full = NULL;
+	u->gfull = NULL;
+	bind(f, u);
+}
+
 static int hook_reduce(void *ctx, int k, titan_err *err)
 {
 	fluxfsdp *f = ctx;
 	fsdp_unit *u = &f->u[k];
 	size_t pad = (size_t)u->pad, bytes = sizeof(float) * f->n * pad;
 	float *mine = f->g + f->p[u->p0].soff;
+	/* the unit's weights are not read again, and its whole gradients not
+	 * once in the padded copy: freed as soon as they can be, so that a rank
+	 * holds two of the three at most */
+	give(f, u->full, (size_t)u->numel * es(f));
+	u->full = NULL;
 	float *padded = take(f, bytes, err);
 	int rc = -1;
 	if (padded == NULL)
@@ -199,6 +219,7 @@ static int hook_reduce(void *ctx, int k, titan_err *err)
 	relayout(f, u, u->gfull, padded, sizeof(float), 1);
 	if (f->be->ops->sync(f->be, err) != 0)
 		goto out;
+	hook_release(f, k);
 	if (f->n == 1)
 		f->be->ops->copy(f->be, mine, padded, bytes, BACKEND_D2D);
 	else if (comm_reduce_scatter(f->shard, padded, mine, pad, COMM_F32, COMM_SUM, err) != 0)
@@ -209,17 +230,6 @@ static int hook_reduce(void *ctx, int k, titan_err *err)
 out:
 	give(f, padded, bytes);
 	return rc != 0 ? err_prefix(err, "fsdp: reducing unit %d", k) : 0;
-}
-
-static void hook_release(void *ctx, int k)
-{
-	fluxfsdp *f = ctx;
-	fsdp_unit *u = &f->u[k];
-	give(f, u->full, (size_t)u->numel * es(f));
-	give(f, u->gfull, sizeof(float) * (size_t)u->numel);
-	u->full = NULL;
-	u->gfull = NULL;
-	bind(f, u);
 }
 
 fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, titan_err *err)

@@ -13,8 +13,9 @@
  *            param_dtype), all-gathered over the fsdp group and copied out of
  *            the padded layout into whole tensors; for a backward also a
  *            zeroed float32 gradient per tensor;
- *   reduce   the unit's float32 gradients copied into the padded layout,
- *            reduce-scattered (summed: 0.3.0 turns FSDP's division off) into
+ *   reduce   the unit's float32 gradients copied into the padded layout
+ *            (the unit's whole weights and gradients freed before the
+ *            collective, as release frees them), reduce-scattered (summed: 0.3.0 turns FSDP's division off) into
  *            the shard's gradient, then all-reduced over dp_replicate (HSDP);
  *   release  the whole weights and gradients freed.
  * The shard of a unit is one contiguous run of the flat shard (its tensors'

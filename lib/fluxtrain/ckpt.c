@@ -52,6 +52,24 @@ static int ckpt_dir(const ft_run *r, int64_t step, char *buf, size_t n, titan_er
 	return 0;
 }
 
+/* Whether every rank's *rc is 0 (a failed rank's own message stays in
+ * err); 0, or -1 with *rc -1. */
+static int all_ok(ft_run *r, int *rc, titan_err *err)
+{
+	int64_t bad = *rc != 0;
+	titan_err e2;
+	if (comm_all_reduce(r->world, &bad, &bad, 1, COMM_I64, COMM_MAX, &e2) != 0) {
+		if (*rc == 0)
+			*err = e2;
+		bad = 1;
+	} else if (bad && *rc == 0) {
+		err_set(err, "another rank failed to write its part of the checkpoint");
+	}
+	if (bad)
+		*rc = -1;
+	return bad ? -1 : 0;
+}
+
 int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err)
 {
 	const job_config *c = r->c;
@@ -63,7 +81,8 @@ int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err)
 	uint8_t *all = malloc((size_t)RANK_BYTES * (size_t)r->ranks);
 	fluxckpt_blob *blobs = calloc((size_t)r->ranks, sizeof *blobs);
 	char (*names)[32] = calloc((size_t)r->ranks, sizeof *names);
-	int rc = -1;
+	int rc = -1, group = r->fsdp ? r->shard * r->cp : 1;
+	double t0 = progress_now();
 	if (all == NULL || blobs == NULL || names == NULL) {
 		err_set(err, "out of memory for the checkpoint's rank states");
 		goto out;
@@ -75,8 +94,8 @@ int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err)
 		blobs[i] = (fluxckpt_blob){.name = names[i], .p = all + (size_t)i * RANK_BYTES,
 					   .n = RANK_BYTES};
 	}
-	fluxckpt_state s = {.model = r->m, .opt = model_only ? NULL : r->opt,
-			    .base_lr = c->optimizer.lr,
+	fluxckpt_state s = {.model = r->m, .fsdp = r->fsdp, .rank = r->rank % group, .world = group,
+			    .opt = model_only ? NULL : r->opt, .base_lr = c->optimizer.lr,
 			    .cur_lr = c->optimizer.lr * lr_schedule_factor(&r->sched, r->sched_steps),
 			    .step = step, .last_epoch = r->sched_steps,
 			    .ntokens_seen = r->b * (r->li + r->lt) * r->dp * step,
@@ -90,14 +109,22 @@ int ft_save_ckpt(ft_run *r, int64_t step, int model_only, titan_err *err)
 		goto out;
 	}
 	o.export_dtype = model_only ? dt : PTZ_NONE;
-	double t0 = progress_now();
 	if (ckpt_dir(r, step, dir, sizeof dir, err) != 0 || ckpt_dir(r, -1, base, sizeof base, err) != 0)
 		goto out;
-	if (r->rank == 0 && (mkdir_p(base, err) != 0 || fluxckpt_save(dir, &s, &o, err) != 0 ||
-			     dcp_purge(base, (int)c->checkpoint.keep_latest_k, err) != 0))
+	/* unsharded, every rank's state is the same model and optimizer (the
+	 * gradients are summed): rank 0 writes it.  Sharded, the ranks of the
+	 * first replica write their rows (the others hold the same ones) and
+	 * rank 0 commits the folder once all have. */
+	int writes = r->rank < group;
+	if (writes && (mkdir_p(base, err) != 0 || fluxckpt_save(dir, &s, &o, err) != 0))
 		goto out;
 	rc = 0;
 out:
+	if (r->fsdp != NULL && all_ok(r, &rc, err) == 0 && r->rank == 0 &&
+	    fluxckpt_save_commit(dir, group, err) != 0)
+		rc = -1;
+	if (rc == 0 && r->rank == 0 && dcp_purge(base, (int)c->checkpoint.keep_latest_k, err) != 0)
+		rc = -1;
 	free(all);
 	free(blobs);
 	free(names);
@@ -152,9 +179,15 @@ int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err)
 		if (init == NULL)
 			return 0;
 		LOG0(r, "loading the initial weights from %s", init);
+		if (c->checkpoint.initial_load_in_hf && r->fsdp != NULL)
+			return err_set(err, "checkpoint.initial_load_in_hf: HF weights load into a "
+				       "whole model, and FSDP shards this one (dp_shard x cp = %d); "
+				       "convert them first (titan-ckpt-convert from-hf) and give "
+				       "the DCP folder as checkpoint.initial_load_path",
+				       r->shard * r->cp);
 		if (c->checkpoint.initial_load_in_hf)
 			return fluxckpt_load_hf(init, r->m, FLUXCKPT_AUTO, err);
-		fluxckpt_state s = {.model = r->m};
+		fluxckpt_state s = {.model = r->m, .fsdp = r->fsdp};
 		fluxckpt_loaded got;
 		return fluxckpt_load(init, &s, 1, 0, &got, err);
 	}
@@ -166,8 +199,8 @@ int ft_load_ckpt(ft_run *r, int64_t *step, int model_only, titan_err *err)
 	char name[32];
 	snprintf(name, sizeof name, "rank_%d", r->rank);
 	fluxckpt_blob blobs[] = {{.name = name, .optional = 1}};
-	fluxckpt_state s = {.model = r->m, .opt = model_only ? NULL : r->opt, .blobs = blobs,
-			    .nblobs = model_only ? 0 : 1};
+	fluxckpt_state s = {.model = r->m, .fsdp = r->fsdp, .opt = model_only ? NULL : r->opt,
+			    .blobs = blobs, .nblobs = model_only ? 0 : 1};
 	fluxckpt_loaded got;
 	double t0 = progress_now();
 	LOG0(r, "loading the checkpoint %s", dir);

@@ -174,6 +174,20 @@ static void free_batch(ft_run *r)
 		free(p[i]);
 }
 
+/* FSDP's groups: the dp_shard x cp ranks of one replica (0.3.0's world mesh
+ * is dp_replicate, dp_shard, cp, cp innermost), and under HSDP the ranks of
+ * one shard index across the replicas. */
+static int open_fsdp(ft_run *r, titan_err *err)
+{
+	int group = r->shard * r->cp;
+	if (comm_split(r->world, r->rank / group, r->rank, "fsdp", &r->fsdpc, err) != 0 ||
+	    (r->rep > 1 &&
+	     comm_split(r->world, r->rank % group, r->rank, "dp_replicate", &r->repc, err) != 0) ||
+	    (r->fsdp = fluxfsdp_create(r->m, r->fsdpc, r->repc, err)) == NULL)
+		return err_prefix(err, "FSDP");
+	return 0;
+}
+
 static int open_model(ft_run *r, titan_err *err)
 {
 	const job_config *c = r->c;
@@ -181,7 +195,11 @@ static int open_model(ft_run *r, titan_err *err)
 	if (fc == NULL)
 		return err_set(err, "model.flavor %s: not a Flux flavor (flux-debug, flux-schnell, "
 			       "flux-dev)", c->model.flavor);
-	if (check_shapes(r, fc, err) != 0 || (r->m = flux_model_create(r->be, fc, err)) == NULL)
+	int sharded = r->shard * r->cp > 1;
+	if (check_shapes(r, fc, err) != 0)
+		return -1;
+	r->m = sharded ? flux_model_create_unbound(r->be, fc, err) : flux_model_create(r->be, fc, err);
+	if (r->m == NULL)
 		return -1;
 	/* 0.3.0's parallelize_flux checkpoints every block whenever the job
 	 * has an activation_checkpoint config (the presets' FullAC) */
@@ -193,7 +211,8 @@ static int open_model(ft_run *r, titan_err *err)
 	    flux_model_set_compute(r->m, BE_BF16, err) != 0)
 		return -1;
 	uint64_t seed = c->debug.seed_set ? (uint64_t)c->debug.seed : 0;
-	if (flux_model_init(r->m, seed, err) != 0)
+	if (sharded ? open_fsdp(r, err) != 0 || fluxfsdp_init(r->fsdp, seed, err) != 0
+		    : flux_model_init(r->m, seed, err) != 0)
 		return -1;
 	adamw_config ac;
 	adamw_config_default(&ac);
@@ -202,7 +221,8 @@ static int open_model(ft_run *r, titan_err *err)
 	ac.beta2 = c->optimizer.beta2;
 	ac.eps = c->optimizer.eps;
 	ac.weight_decay = c->optimizer.weight_decay;
-	if ((r->opt = adamw_create(r->be, (size_t)flux_model_numel(r->m), &ac, err)) == NULL)
+	int64_t held = r->fsdp ? fluxfsdp_numel(r->fsdp) : flux_model_numel(r->m);
+	if ((r->opt = adamw_create(r->be, (size_t)held, &ac, err)) == NULL)
 		return -1;
 	const char *dt = c->lr_scheduler.decay_type;
 	return lr_schedule_init(&r->sched, c->training.steps, c->lr_scheduler.warmup_steps,
@@ -333,6 +353,18 @@ typedef struct ft_step_out {
 	double loss, max_loss, grad_norm, lr;
 } ft_step_out;
 
+/* The step's loss summed over the ranks (and its largest), once the
+ * optimizer's update is done. */
+static int finish_step(ft_run *r, ft_step_out *o, float loss, titan_err *err)
+{
+	if (r->be->ops->sync(r->be, err) != 0)
+		return -1;
+	o->loss = o->max_loss = loss;
+	if (ft_reduce_double(r, &o->loss, 0, err) != 0 || ft_reduce_double(r, &o->max_loss, 1, err) != 0)
+		return -1;
+	return 0;
+}
+
 static int train_step(ft_run *r, ft_step_out *o, titan_err *err)
 {
 	const job_config *c = r->c;
@@ -345,6 +377,14 @@ static int train_step(ft_run *r, ft_step_out *o, titan_err *err)
 	flux_zero_grad(r->m);
 	if (flux_step(r->m, &in, 1, &loss, NULL, err) != 0)
 		return -1;
+	if (r->fsdp != NULL) { /* the step reduce-scattered each unit's gradients */
+		if (fluxfsdp_clip(r->fsdp, c->training.max_norm, &o->grad_norm, err) != 0)
+			return -1;
+		o->lr = c->optimizer.lr * lr_schedule_factor(&r->sched, r->sched_steps);
+		adamw_step(r->opt, fluxfsdp_weights(r->fsdp), fluxfsdp_grads(r->fsdp), o->lr);
+		r->sched_steps++;
+		return finish_step(r, o, loss, err);
+	}
 	float *g = flux_model_grads(r->m), *w = flux_model_weights(r->m);
 	size_t n = (size_t)flux_model_numel(r->m);
 	/* FSDP's reduce (float32, summed: 0.3.0 turns FSDP's division off) */
@@ -355,12 +395,7 @@ static int train_step(ft_run *r, ft_step_out *o, titan_err *err)
 	o->lr = c->optimizer.lr * lr_schedule_factor(&r->sched, r->sched_steps);
 	adamw_step(r->opt, w, g, o->lr);
 	r->sched_steps++;
-	if (r->be->ops->sync(r->be, err) != 0)
-		return -1;
-	o->loss = o->max_loss = loss;
-	if (ft_reduce_double(r, &o->loss, 0, err) != 0 || ft_reduce_double(r, &o->max_loss, 1, err) != 0)
-		return -1;
-	return 0;
+	return finish_step(r, o, loss, err);
 }
 
 static int open_metrics(ft_run *r, titan_err *err)
@@ -542,6 +577,11 @@ static void close_run(ft_run *r)
 	ft_loader_close(&r->ld);
 	free_batch(r);
 	adamw_free(r->opt);
+	fluxfsdp_free(r->fsdp);
+	if (r->fsdpc)
+		comm_free(r->fsdpc);
+	if (r->repc)
+		comm_free(r->repc);
 	cp_gather_free(r->gather);
 	if (r->cpc)
 		comm_free(r->cpc);
@@ -561,6 +601,8 @@ int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, tit
 	r.cp_rank = r.rank % r.cp;
 	r.dp = r.ranks / r.cp;
 	r.dp_rank = r.rank / r.cp;
+	r.shard = (int)shard;
+	r.rep = (int)c->parallelism.data_parallel_replicate_degree;
 	/* FluxTrainer's self._dtype: the encoders in mixed_precision_param when
 	 * dp_shard is on, else float32 */
 	r.enc_bf16 = shard > 1 && strcmp(c->training.mixed_precision_param, "bfloat16") == 0;

@@ -25,6 +25,7 @@
 #include "cp/cp.h"
 #include "flux/flux.h"
 #include "fluxae/fluxae.h"
+#include "fluxfsdp/fluxfsdp.h"
 #include "fluxin/fluxin.h"
 #include "fluxrec/fluxrec.h"
 #include "metrics/metrics.h"
@@ -72,7 +73,14 @@ typedef struct ft_run {
 	/* context parallelism: ranks rank / cp share a batch (dp of them), each
 	 * holding cp_rank's share of its image and text tokens */
 	int cp, cp_rank, dp, dp_rank;
+	int shard, rep;    /* data_parallel_shard_degree, _replicate_degree */
 	comm *cpc;         /* the cp group, NULL without context parallelism */
+	/* FSDP over dp_shard x cp ranks (more than one): the model unbound, each
+	 * rank holding its shard (lib/fluxfsdp), AdamW over the shard; the shards
+	 * all-reduced over dp_replicate.  NULL: every rank the whole model, the
+	 * gradients all-reduced over the world. */
+	fluxfsdp *fsdp;
+	comm *fsdpc, *repc;
 	cp_gather *gather; /* the attention's hook over it */
 	cp_layout lay_img, lay_txt;
 	int enc_bf16;      /* the encoders in bfloat16: 0.3.0's self._dtype under FSDP */

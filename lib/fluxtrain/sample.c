@@ -174,7 +174,9 @@ static void free_prompts(char **v, int n)
 /* 0.3.0's infer.py: this rank's prompts (every ranks-th from its rank on),
  * inference.local_batch_size at a time, each batch from noise the run's
  * generator draws, saved as image_prompt{i}_rank{rank}.png in
- * inference.save_img_folder under the dump folder. */
+ * inference.save_img_folder under the dump folder.  ids NULL: a sharded
+ * model's filler batch, sampled to keep the ranks' gathers in step and not
+ * saved. */
 static int sample_batch(ft_run *r, char **prompts, const int *ids, int k, titan_err *err)
 {
 	const job_config *c = r->c;
@@ -212,7 +214,7 @@ static int sample_batch(ft_run *r, char **prompts, const int *ids, int k, titan_
 	    trainer_under_dump(c, "inference.save_img_folder", c->flux.inference_folder, dir,
 			       sizeof dir, err) != 0 || mkdir_p(dir, err) != 0)
 		goto out;
-	for (int i = 0; i < k; i++) {
+	for (int i = 0; ids != NULL && i < k; i++) {
 		snprintf(name, sizeof name, "image_prompt%d_rank%d.png", ids[i], r->rank);
 		snprintf(path, sizeof path, "%s/%s", dir, name);
 		if (flux_sample_save_png(path, rgb + (size_t)i * (size_t)px * 3, side, side, name,
@@ -249,6 +251,11 @@ int ft_sample_all(ft_run *r, titan_err *err)
 	}
 	for (int i = 0; rc == 0 && i < m; i += bs)
 		rc = sample_batch(r, mine + i, ids + i, m - i < bs ? m - i : bs, err);
+	/* a sharded model's predictions are collectives: a rank with a batch
+	 * fewer than the first samples one more, of its first prompt, unsaved */
+	int most = (n + r->ranks - 1) / r->ranks;
+	if (rc == 0 && r->fsdp != NULL && (m + bs - 1) / bs < (most + bs - 1) / bs)
+		rc = sample_batch(r, mine, NULL, 1, err);
 	free(mine);
 	free(ids);
 	free_prompts(all, n);

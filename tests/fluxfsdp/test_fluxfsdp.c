@@ -9,7 +9,10 @@
  * all-reduce, so within float32's rounding.  Predictions run through the
  * hooks too; a rank holds its shard alone between steps, and its rows of a
  * parameter (uneven: 26-row norms over 3 and 4 ranks, 104 rows over 3) are
- * the whole model's.  The initial rows equal flux_model_init's. */
+ * the whole model's.  The initial rows equal flux_model_init's.  Checkpoints
+ * reshard both ways: the ranks' sharded save read back by a whole model,
+ * a whole model's save read back by the shards, weights and AdamW's states
+ * the same bits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,11 +22,14 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ftw.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "flux/flux.h"
+#include "fluxckpt/fluxckpt.h"
 #include "fluxfsdp/fluxfsdp.h"
 #include "optim/optim.h"
 
@@ -335,6 +341,132 @@ static void init_draws_the_whole_models_rows(void **state)
 	flux_model_free(m);
 }
 
+/* n floats of backend memory as a host copy. */
+static float *host_copy(const float *dev, size_t n)
+{
+	titan_err e;
+	float *h = malloc(n * sizeof *h + 1);
+	assert_non_null(h);
+	be->ops->copy(be, h, dev, n * sizeof *h, BACKEND_D2H);
+	assert_int_equal(be->ops->sync(be, &e), 0);
+	return h;
+}
+
+/* Each parameter's rows of the shard's three runs (weights, exp_avg,
+ * exp_avg_sq) against the whole model's, byte for byte. */
+static void shard_rows_equal(whole *h, sharded *s)
+{
+	size_t n = (size_t)flux_model_numel(h->m), ns = (size_t)fluxfsdp_numel(s->f);
+	const float *wd[3] = {flux_model_weights(h->m), adamw_exp_avg(h->opt),
+			      adamw_exp_avg_sq(h->opt)};
+	const float *sd[3] = {fluxfsdp_weights(s->f), adamw_exp_avg(s->opt),
+			      adamw_exp_avg_sq(s->opt)};
+	for (int k = 0; k < 3; k++) {
+		float *a = host_copy(wd[k], n), *b = host_copy(sd[k], ns);
+		for (int i = 0; i < flux_param_count(h->m); i++) {
+			fluxfsdp_rows r = fluxfsdp_param_rows(s->f, i);
+			assert_memory_equal(a + offset_of(h->m, i) + r.row0 * r.cols, b + r.off,
+					    sizeof(float) * (size_t)(r.rows * r.cols));
+		}
+		free(a);
+		free(b);
+	}
+	assert_int_equal(adamw_get_step(h->opt), adamw_get_step(s->opt));
+}
+
+/* One directory name for every rank (rank 0's pid). */
+static void shared_dir(char *dir, size_t n, const char *what)
+{
+	titan_err e;
+	int64_t pid = (int64_t)getpid();
+	if (comm_broadcast(world, &pid, 1, COMM_I64, 0, &e) != 0)
+		fail_msg("%s", e.msg);
+	const char *tmp = getenv("TMPDIR");
+	snprintf(dir, n, "%s/fluxfsdp-%lld-%s", tmp && *tmp ? tmp : "/tmp", (long long)pid, what);
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st, (void)flag, (void)f;
+	return remove(path);
+}
+
+static void remove_tree(const char *dir)
+{
+	assert_int_equal(nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+static void barrier(void)
+{
+	titan_err e;
+	if (comm_barrier(world, &e) != 0)
+		fail_msg("%s", e.msg);
+}
+
+static void checkpoints_reshard_both_ways(void **state)
+{
+	(void)state;
+	titan_err e;
+	float *w = weights();
+	whole h = whole_make(BE_F32, w);
+	sharded s = sharded_make(BE_F32, w);
+	batch bt;
+	batch_make(&bt, 1);
+	double norm;
+	whole_step(&h, &bt, &norm);
+	sharded_step(&s, &bt, &norm); /* AdamW's states not zero */
+	batch_free(&bt);
+	char d1[512], d2[512];
+	shared_dir(d1, sizeof d1, "sharded");
+	shared_dir(d2, sizeof d2, "whole");
+	/* the ranks' rows saved together, read by a whole model on each rank */
+	fluxckpt_state ss = {.model = s.m, .fsdp = s.f, .rank = comm_rank(world),
+			     .world = comm_size(world), .opt = s.opt, .base_lr = 1e-3, .cur_lr = 1e-3,
+			     .step = 1, .last_epoch = 1};
+	fluxckpt_save_opts o = {.no_fsync = 1};
+	if (fluxckpt_save(d1, &ss, &o, &e) != 0)
+		fail_msg("%s", e.msg);
+	barrier();
+	if (comm_rank(world) == 0 && fluxckpt_save_commit(d1, comm_size(world), &e) != 0)
+		fail_msg("%s", e.msg);
+	barrier();
+	whole back = whole_make(BE_F32, w);
+	fluxckpt_state bs = {.model = back.m, .opt = back.opt};
+	fluxckpt_loaded got;
+	if (fluxckpt_load(d1, &bs, 0, 0, &got, &e) != 0)
+		fail_msg("%s", e.msg);
+	assert_true(got.parts & FLUXCKPT_OPTIMIZER);
+	shard_rows_equal(&back, &s);
+	/* a whole model's save (rank 0's) read by the shards */
+	fluxckpt_state hs = {.model = h.m, .opt = h.opt, .base_lr = 1e-3, .cur_lr = 1e-3,
+			     .step = 1, .last_epoch = 1};
+	if (comm_rank(world) == 0 && fluxckpt_save(d2, &hs, &o, &e) != 0)
+		fail_msg("%s", e.msg);
+	barrier();
+	sharded into = sharded_make(BE_F32, w);
+	fluxckpt_state is = {.model = into.m, .fsdp = into.f, .opt = into.opt};
+	if (fluxckpt_load(d2, &is, 0, 0, &got, &e) != 0)
+		fail_msg("%s", e.msg);
+	shard_rows_equal(&h, &into);
+	barrier();
+	if (comm_rank(world) == 0) {
+		remove_tree(d1);
+		remove_tree(d2);
+	}
+	whole *wh[] = {&h, &back};
+	for (int i = 0; i < 2; i++) {
+		adamw_free(wh[i]->opt);
+		flux_model_free(wh[i]->m);
+	}
+	sharded *sh[] = {&s, &into};
+	for (int i = 0; i < 2; i++) {
+		adamw_free(sh[i]->opt);
+		fluxfsdp_free(sh[i]->f);
+		flux_model_free(sh[i]->m);
+	}
+	free(w);
+}
+
 /* An unbound model without hooks refuses a step rather than reading NULL. */
 static void unbound_model_without_hooks_is_refused(void **state)
 {
@@ -367,6 +499,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(float32_trains_as_the_whole_model),
 		cmocka_unit_test(bf16_trains_as_the_whole_model),
 		cmocka_unit_test(init_draws_the_whole_models_rows),
+		cmocka_unit_test(checkpoints_reshard_both_ways),
 		cmocka_unit_test(unbound_model_without_hooks_is_refused),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
