@@ -2,11 +2,17 @@
  * cc12m-wds's layout (what titan's Flux input path and torchtitan's
  * _cc12m_wds_data_processor read).
  *
- *   flux_shapes [-n N] [--size PX] [--seed S] [--ext jpg|png] -o OUT.tar
+ *   flux_shapes [-n N] [--size PX] [--seed S] [--ext jpg|png] [--centred]
+ *               [--in-order] -o OUT.tar
  *
  * Each sample is one coloured shape (circle, square or triangle; five colours;
  * small or large; at one of nine places, jittered) on a plain background,
- * with the caption that says so ("a large red circle at the top left"):
+ * with the caption that says so ("a large red circle at the top left").
+ * --centred draws every shape large in the centre (jittered as before) and
+ * captions only its colour and shape ("a red circle"): 15 kinds instead of
+ * 270, few enough for the demo's minutes of training to learn them all.
+ * --in-order takes the shape and colour from the index instead, the 15 kinds
+ * in turn (a shape every five, a colour each), the demo's prompts' grid.
  *   KEY.jpg   the image, PNG bytes: lossless, so the demo's autoencoder
  *             learns clean edges.  The field is "jpg" because torchtitan's
  *             loader reads sample["jpg"]; PIL and lib/image sniff the format
@@ -71,12 +77,20 @@ static const uint8_t background[3] = {245, 243, 235};
 
 #define N_COLOURS ((int)(sizeof colours / sizeof *colours))
 
+#define CENTRE 4 /* places[4] */
+
 typedef struct shape {
 	int kind, colour, large, place;
 	double cx, cy, r; /* pixels */
 } shape;
 
-static shape draw_shape(uint64_t seed, uint64_t index, int size)
+/* What the options change; the draws from the generator stay the same, so
+ * a sample's jitter and radius do not depend on them. */
+typedef struct variety {
+	int centred, in_order;
+} variety;
+
+static shape draw_shape(uint64_t seed, uint64_t index, int size, variety v)
 {
 	rng r = {seed ^ (index + 1) * 0xD1B54A32D192ED03ull};
 	next_u64(&r);
@@ -85,6 +99,14 @@ static shape draw_shape(uint64_t seed, uint64_t index, int size)
 	s.colour = pick(&r, N_COLOURS);
 	s.large = pick(&r, 2);
 	s.place = pick(&r, 9);
+	if (v.in_order) {
+		s.kind = (int)(index / N_COLOURS % 3);
+		s.colour = (int)(index % N_COLOURS);
+	}
+	if (v.centred) {
+		s.large = 1;
+		s.place = CENTRE;
+	}
 	double jitter = 0.04 * size;
 	s.cx = place_frac[s.place % 3] * size + (uniform(&r) * 2 - 1) * jitter;
 	s.cy = place_frac[s.place / 3] * size + (uniform(&r) * 2 - 1) * jitter;
@@ -127,8 +149,10 @@ static void render(const shape *s, int size, uint8_t *rgb)
 		}
 }
 
-static int caption(const shape *s, char *buf, size_t n)
+static int caption(const shape *s, int centred, char *buf, size_t n)
 {
+	if (centred)
+		return snprintf(buf, n, "a %s %s", colours[s->colour].name, shapes[s->kind]);
 	return snprintf(buf, n, "a %s %s %s %s", s->large ? "large" : "small",
 			colours[s->colour].name, shapes[s->kind], places[s->place]);
 }
@@ -177,13 +201,13 @@ static int add_member(struct archive *a, const char *name, const void *data, siz
 	return rc ? err_set(err, "%s: %s", name, archive_error_string(a)) : 0;
 }
 
-static int sample(struct archive *a, uint64_t seed, uint64_t i, int size, const char *ext,
-		  uint8_t *rgb, titan_err *err)
+static int sample(struct archive *a, uint64_t seed, uint64_t i, int size, variety v,
+		  const char *ext, uint8_t *rgb, titan_err *err)
 {
-	shape s = draw_shape(seed, i, size);
+	shape s = draw_shape(seed, i, size, v);
 	render(&s, size, rgb);
 	char cap[128], json[512], name[64];
-	caption(&s, cap, sizeof cap);
+	caption(&s, v.centred, cap, sizeof cap);
 	describe(&s, cap, json, sizeof json);
 	uint8_t *png;
 	size_t png_n;
@@ -201,8 +225,8 @@ static int sample(struct archive *a, uint64_t seed, uint64_t i, int size, const 
 	return rc;
 }
 
-static int write_tar(const char *path, uint64_t n, int size, uint64_t seed, const char *ext,
-		     titan_err *err)
+static int write_tar(const char *path, uint64_t n, int size, uint64_t seed, variety v,
+		     const char *ext, titan_err *err)
 {
 	uint8_t *rgb = malloc((size_t)size * size * 3); /* (size, size, 3) */
 	struct archive *a = archive_write_new();
@@ -223,7 +247,7 @@ static int write_tar(const char *path, uint64_t n, int size, uint64_t seed, cons
 		 ? err_set(err, "%s: %s", path, archive_error_string(a))
 		 : 0;
 	for (uint64_t i = 0; rc == 0 && i < n; i++)
-		rc = sample(a, seed, i, size, ext, rgb, err);
+		rc = sample(a, seed, i, size, v, ext, rgb, err);
 	if (rc == 0 && archive_write_close(a) != ARCHIVE_OK)
 		rc = err_set(err, "%s: %s", path, archive_error_string(a));
 	if (k.failed && rc != 0)
@@ -239,12 +263,15 @@ static int write_tar(const char *path, uint64_t n, int size, uint64_t seed, cons
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: flux_shapes [-n N] [--size PX] [--seed S] [--ext jpg|png] -o OUT.tar\n"
+	fprintf(f, "usage: flux_shapes [-n N] [--size PX] [--seed S] [--ext jpg|png] [--centred]\n"
+		   "                   [--in-order] -o OUT.tar\n"
 		   "  coloured shapes with their captions, as a cc12m-style webdataset tar\n"
 		   "  -n N        samples (256)\n"
 		   "  --size PX   image side (64; 16 to 1024)\n"
 		   "  --seed S    (0)\n"
-		   "  --ext E     the image field's name (jpg, as cc12m; the bytes are PNG)\n");
+		   "  --ext E     the image field's name (jpg, as cc12m; the bytes are PNG)\n"
+		   "  --centred   large shapes in the centre, captioned \"a red circle\"\n"
+		   "  --in-order  sample i: shape i / 5 mod 3, colour i mod 5\n");
 }
 
 static int parse_u64(const char *s, uint64_t *v)
@@ -262,11 +289,20 @@ int main(int argc, char **argv)
 {
 	uint64_t n = 256, size = 64, seed = 0;
 	const char *out = NULL, *ext = "jpg";
+	variety var = {0, 0};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			usage(stdout);
 			return TITAN_EXIT_OK;
+		}
+		if (strcmp(a, "--centred") == 0) { /* the flags take no value */
+			var.centred = 1;
+			continue;
+		}
+		if (strcmp(a, "--in-order") == 0) {
+			var.in_order = 1;
+			continue;
 		}
 		int bad = v == NULL;
 		if (!bad && strcmp(a, "-n") == 0)
@@ -296,7 +332,7 @@ int main(int argc, char **argv)
 		return TITAN_EXIT_USAGE;
 	}
 	titan_err err = {{0}};
-	if (write_tar(out, n, (int)size, seed, ext, &err) != 0) {
+	if (write_tar(out, n, (int)size, seed, var, ext, &err) != 0) {
 		fprintf(stderr, "flux_shapes: %s\n", err.msg);
 		return TITAN_EXIT_FAIL;
 	}

@@ -1,8 +1,9 @@
 /* Tests of make demo-flux's pieces, which the demo then runs unchecked:
  *   - build/demo/flux_shapes' tar reads back through lib/wds as a cc12m
  *     shard (KEY.jpg, KEY.txt, KEY.json), its images pass fluxin_image at 64
- *     px, its samples depend on (seed, index) alone, and its first image is
- *     the one the autoencoder's golden was made from;
+ *     px, its samples depend on (seed, index) alone, its first image is
+ *     the one the autoencoder's golden was made from, and --centred
+ *     --in-order gives the demo's 15 kinds in turn;
  *   - the committed tokenizers (scripts/demo/flux/{t5,clip}) give the ids
  *     transformers' T5TokenizerFast / CLIPTokenizerFast give
  *     (scripts/demo_flux_tokenizers.py printed them);
@@ -71,16 +72,21 @@ static void run(const char *fmt, ...)
 		fail_msg("failed: %s", cmd);
 }
 
-/* A tar of n shapes with seed into the scratch folder; its path. */
-static const char *shapes(int n, int seed)
+/* A tar of n shapes with seed and flux_shapes' flags ("" or "--centred ...")
+ * into the scratch folder; its path. */
+static const char *shapes_with(int n, int seed, const char *flags)
 {
 	static char path[512];
-	snprintf(path, sizeof path, "%s", test_path("shapes.tar"));
 	char name[64];
-	snprintf(name, sizeof name, "shapes-%d-%d.tar", n, seed);
+	snprintf(name, sizeof name, "shapes-%d-%d-%zu.tar", n, seed, strlen(flags));
 	snprintf(path, sizeof path, "%s", test_path(name));
-	run("%s/flux_shapes -n %d --seed %d -o %s", demo_bin, n, seed, path);
+	run("%s/flux_shapes -n %d --seed %d %s -o %s", demo_bin, n, seed, flags, path);
 	return path;
+}
+
+static const char *shapes(int n, int seed)
+{
+	return shapes_with(n, seed, "");
 }
 
 static void shapes_tar_reads_back_as_a_cc12m_shard(void **state)
@@ -153,6 +159,37 @@ static void shapes_depend_on_seed_and_index_alone(void **state)
 	for (int i = 0; i < 8; i++) {
 		wds_sample_free(&a[i]);
 		wds_sample_free(&b[i]);
+		wds_sample_free(&c[i]);
+	}
+}
+
+/* The demo's data: every shape large in the centre, captioned by colour and
+ * shape; its prompts: the 15 kinds in turn, a shape every five. */
+static void centred_in_order_are_the_demos_15_kinds(void **state)
+{
+	(void)state;
+	static const char *const shape[] = {"circle", "square", "triangle"};
+	static const char *const colour[] = {"red", "green", "blue", "yellow", "purple"};
+	wds_sample s[16] = {{0}};
+	assert_int_equal(members(shapes_with(16, 1, "--centred --in-order"), s, 16), 16);
+	for (int i = 0; i < 16; i++) {
+		char want[64];
+		snprintf(want, sizeof want, "a %s %s", colour[i % 5], shape[i / 5 % 3]);
+		const wds_field *txt = wds_field_get(&s[i], "txt"), *json = wds_field_get(&s[i], "json");
+		assert_string_equal((char *)txt->data, want);
+		assert_non_null(strstr((char *)json->data, "\"size\": \"large\""));
+		assert_non_null(strstr((char *)json->data, "\"place\": \"in the centre\""));
+		wds_sample_free(&s[i]);
+	}
+	wds_sample c[3] = {{0}}; /* random kinds, three words each */
+	assert_int_equal(members(shapes_with(3, 0, "--centred"), c, 3), 3);
+	for (int i = 0; i < 3; i++) {
+		const char *txt = (char *)wds_field_get(&c[i], "txt")->data;
+		int spaces = 0;
+		for (const char *p = txt; *p; p++)
+			spaces += *p == ' ';
+		assert_memory_equal(txt, "a ", 2);
+		assert_int_equal(spaces, 2);
 		wds_sample_free(&c[i]);
 	}
 }
@@ -430,6 +467,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(shapes_tar_reads_back_as_a_cc12m_shard),
 		cmocka_unit_test(shapes_depend_on_seed_and_index_alone),
+		cmocka_unit_test(centred_in_order_are_the_demos_15_kinds),
 		cmocka_unit_test(first_shape_is_the_goldens_image),
 		cmocka_unit_test(tokenizers_give_transformers_ids),
 		cmocka_unit_test(drawn_encoders_tell_captions_apart),
