@@ -8,9 +8,10 @@
  * Each sample is one coloured shape (circle, square or triangle; five colours;
  * small or large; at one of nine places, jittered) on a plain background,
  * with the caption that says so ("a large red circle at the top left").
- * --centred draws every shape large in the centre (jittered as before) and
- * captions only its colour and shape ("a red circle"): 15 kinds instead of
- * 270, few enough for the demo's minutes of training to learn them all.
+ * --centred draws every shape large (the middle of the large radii) in the
+ * centre, unjittered, and captions only its colour and shape ("a red
+ * circle"): 15 kinds of one picture each instead of 270, few enough for the
+ * demo's minutes of training.
  * --in-order takes the shape and colour from the index instead, the 15 kinds
  * in turn (a shape every five, a colour each), the demo's prompts' grid.
  *   KEY.jpg   the image, PNG bytes: lossless, so the demo's autoencoder
@@ -84,8 +85,8 @@ typedef struct shape {
 	double cx, cy, r; /* pixels */
 } shape;
 
-/* What the options change; the draws from the generator stay the same, so
- * a sample's jitter and radius do not depend on them. */
+/* What the options override, after the draws: without them the samples are
+ * as they were before the options. */
 typedef struct variety {
 	int centred, in_order;
 } variety;
@@ -99,18 +100,20 @@ static shape draw_shape(uint64_t seed, uint64_t index, int size, variety v)
 	s.colour = pick(&r, N_COLOURS);
 	s.large = pick(&r, 2);
 	s.place = pick(&r, 9);
-	if (v.in_order) {
-		s.kind = (int)(index / N_COLOURS % 3);
-		s.colour = (int)(index % N_COLOURS);
-	}
-	if (v.centred) {
-		s.large = 1;
-		s.place = CENTRE;
-	}
 	double jitter = 0.04 * size;
 	s.cx = place_frac[s.place % 3] * size + (uniform(&r) * 2 - 1) * jitter;
 	s.cy = place_frac[s.place / 3] * size + (uniform(&r) * 2 - 1) * jitter;
 	s.r = size * (s.large ? 0.16 + 0.03 * uniform(&r) : 0.09 + 0.02 * uniform(&r));
+	if (v.in_order) {
+		s.kind = (int)(index / N_COLOURS % 3);
+		s.colour = (int)(index % N_COLOURS);
+	}
+	if (v.centred) { /* one picture a kind: the fewer the demo has to learn */
+		s.large = 1;
+		s.place = CENTRE;
+		s.cx = s.cy = 0.5 * size;
+		s.r = 0.175 * size;
+	}
 	return s;
 }
 
