@@ -81,10 +81,17 @@ typedef struct ft_run {
 	 * gradients all-reduced over the world. */
 	fluxfsdp *fsdp;
 	comm *fsdpc, *repc;
+	/* the communicators of the model's tensors: NCCL's over the same ranks
+	 * on the CUDA backend, else the ones above (world_dev: the gradients'
+	 * all-reduce without FSDP) */
+	comm *world_dev, *fsdp_dev, *rep_dev, *cp_dev;
 	cp_gather *gather; /* the attention's hook over it */
 	cp_layout lay_img, lay_txt;
 	int enc_bf16;      /* the encoders in bfloat16: 0.3.0's self._dtype under FSDP */
-	backend *be;
+	backend *be;       /* the transformer's: enc_be, or a GPU's */
+	backend *enc_be;   /* the CPU's: the encoders and the autoencoder */
+	int device;        /* be's CUDA device, -1 on the CPU */
+	size_t gpu_bytes;  /* its memory */
 	fluxin *in;
 	const fluxrec_header *h;
 	flux_ae_config ae;
@@ -133,6 +140,8 @@ void ft_draw_normal(ft_run *r, float *out, size_t n);
  * tokens), the loss divided by global_numel. */
 flux_batch ft_model_batch(ft_run *r, int64_t global_numel);
 int ft_reduce_double(ft_run *r, double *v, int want_max, titan_err *err);
+/* The log's memory: the process's peak, or the GPU arena's. */
+void ft_memory(const ft_run *r, double *gib, double *pct);
 
 /* sample.c: 0.3.0's FluxValidator.validate at step (its images, its loss
  * logged) and infer.py's images of inference.prompts_path (--sample). */

@@ -120,7 +120,7 @@ int ft_validate(ft_run *r, int64_t step, titan_err *err)
 	double avg = sum / count, gib, pct;
 	if (r->rank != 0)
 		return 0;
-	metrics_cpu_memory(&gib, &pct);
+	ft_memory(r, &gib, &pct);
 	char line[256];
 	metrics_format_validation_line(line, sizeof line, step, avg, gib, pct,
 				       metrics_use_color(2, c->metrics.disable_color_printing));
