@@ -270,24 +270,31 @@ void ft_draw_normal(ft_run *r, float *out, size_t n)
 	free(tmp);
 }
 
-/* The batch's encodings, a dropped prompt's replaced by the empty caption's. */
-static int gather(ft_run *r, titan_err *err)
+/* The batch's encodings, a dropped prompt's replaced by the empty caption's:
+ * each sample's record (dtype: the records' own, or the encoders' output). */
+static int gather(ft_run *r, uint32_t dtype, titan_err *err)
 {
 	const fluxrec_header *h = r->h;
 	size_t nt = (size_t)r->lt * h->t5_dim, lat2 = (size_t)2 * r->zc * r->hl * r->wl;
 	for (int64_t i = 0; i < r->b; i++) {
-		fluxrec_view v;
-		if (r->status[i] != FLUXIN_OK) {
+		const ft_item *it = &r->items[i];
+		fluxrec_view v = it->rec;
+		if (!it->has_rec && r->status[i] != FLUXIN_OK) {
 			*err = r->why[i];
 			return err_prefix(err, "flux inputs");
 		}
-		if (fluxrec_record_view(h, r->recs + (size_t)i * h->record_bytes, &v, "batch",
-					err) != 0)
+		if (!it->has_rec && fluxrec_record_view(h, r->recs + (size_t)i * h->record_bytes, &v,
+							"batch", err) != 0)
 			return -1;
-		widen(r->txt + i * nt, r->items[i].t5_dropped ? h->empty_t5 : v.t5, nt, h->dtype);
-		widen(r->y + i * h->clip_dim, r->items[i].clip_dropped ? h->empty_clip : v.clip,
-		      h->clip_dim, h->dtype);
-		widen(r->moments + i * lat2, v.moments, lat2, h->dtype);
+		if (it->t5_dropped)
+			widen(r->txt + i * nt, h->empty_t5, nt, h->dtype);
+		else
+			widen(r->txt + i * nt, v.t5, nt, dtype);
+		if (it->clip_dropped)
+			widen(r->y + i * h->clip_dim, h->empty_clip, h->clip_dim, h->dtype);
+		else
+			widen(r->y + i * h->clip_dim, v.clip, h->clip_dim, dtype);
+		widen(r->moments + i * lat2, v.moments, lat2, dtype);
 	}
 	return 0;
 }
@@ -299,6 +306,8 @@ int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 	int b = (int)r->b;
 	if (ft_loader_batch(ld, &r->g, b, r->items, err) != 0)
 		return -1;
+	if (ld->rf != NULL) /* records: encoded already */
+		return gather(r, fluxrec_file_header(ld->rf[0])->dtype, err);
 	fluxin_sample *s = calloc((size_t)b, sizeof *s);
 	if (s == NULL)
 		return err_set(err, "out of memory");
@@ -311,7 +320,7 @@ int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 	}
 	int rc = fluxin_encode(r->in, s, b, r->recs, r->status, r->why, err);
 	free(s);
-	return rc != 0 || gather(r, err) != 0 ? -1 : 0;
+	return rc != 0 || gather(r, r->h->dtype, err) != 0 ? -1 : 0;
 }
 
 /* The step's draws in FluxTrainer's order: the posterior's eps, the noise,
@@ -689,7 +698,7 @@ int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, tit
 	    (need_path(c->training.dataset_path, "training.dataset_path", "dataloader.dataset_path",
 		       err) != 0 ||
 	     ft_loader_open(&r.ld, c->training.dataset_path, (int)c->flux.img_size,
-			    c->flux.prompt_dropout_prob, r.dp_rank, r.dp, err) != 0))
+			    c->flux.prompt_dropout_prob, r.dp_rank, r.dp, r.h, err) != 0))
 		goto out;
 	r.flops_per_token = flux_flops_per_token(flux_model_config(r.m), r.li + r.lt);
 	r.peak = metrics_matmul_peak_flops(r.be, BE_F32);

@@ -84,7 +84,7 @@ int ft_validate(ft_run *r, int64_t step, titan_err *err)
 	const char *path = c->validation.dataset_path ? c->validation.dataset_path
 						      : c->training.dataset_path;
 	ft_loader v;
-	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->dp_rank, r->dp, err) != 0) {
+	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->dp_rank, r->dp, r->h, err) != 0) {
 		ft_loader_close(&v);
 		return -1;
 	}
