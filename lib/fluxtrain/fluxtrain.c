@@ -419,7 +419,8 @@ static int train_step(ft_run *r, ft_step_out *o, titan_err *err)
 	}
 	float *g = flux_model_grads(r->m), *w = flux_model_weights(r->m);
 	size_t n = (size_t)flux_model_numel(r->m);
-	/* FSDP's reduce (float32, summed: 0.3.0 turns FSDP's division off) */
+	/* replication alone: the replicas' gradients summed in float32 (0.3.0
+	 * turns FSDP's division off) */
 	if (r->ranks > 1 && (r->be->ops->sync(r->be, err) != 0 ||
 			     comm_all_reduce(r->world_dev, g, g, n, COMM_F32, COMM_SUM, err) != 0))
 		return -1;
