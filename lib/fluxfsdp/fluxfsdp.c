@@ -25,7 +25,7 @@ typedef struct fsdp_unit {
 struct fluxfsdp {
 	flux_model *m;
 	backend *be;
-	comm *shard, *rep;
+	comm *shard, *rep, *host;
 	int n, me;        /* the fsdp group's size, this rank's index */
 	fsdp_param *p;
 	int np;
@@ -232,7 +232,8 @@ out:
 	return rc != 0 ? err_prefix(err, "fsdp: reducing unit %d", k) : 0;
 }
 
-fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, titan_err *err)
+fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, comm *host,
+			  titan_err *err)
 {
 	fluxfsdp *f = calloc(1, sizeof *f);
 	if (f == NULL) {
@@ -240,7 +241,8 @@ fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, titan_err
 		return NULL;
 	}
 	*f = (fluxfsdp){.m = m, .be = flux_model_backend(m), .shard = shard, .rep = replicate,
-			.n = shard ? comm_size(shard) : 1, .me = shard ? comm_rank(shard) : 0};
+			.host = host ? host : shard, .n = shard ? comm_size(shard) : 1,
+			.me = shard ? comm_rank(shard) : 0};
 	if (lay_out(f, err) != 0)
 		goto fail;
 	size_t bytes = sizeof(float) * (size_t)f->numel;
@@ -304,7 +306,7 @@ int fluxfsdp_init(fluxfsdp *f, uint64_t seed, titan_err *err)
 int fluxfsdp_clip(fluxfsdp *f, double max_norm, double *norm, titan_err *err)
 {
 	double ss = grad_sumsq(f->be, f->g, (size_t)f->numel);
-	if (f->n > 1 && comm_all_reduce(f->shard, &ss, &ss, 1, COMM_F64, COMM_SUM, err) != 0)
+	if (f->n > 1 && comm_all_reduce(f->host, &ss, &ss, 1, COMM_F64, COMM_SUM, err) != 0)
 		return err_prefix(err, "fsdp: the gradients' norm");
 	*norm = sqrt(ss);
 	if (max_norm > 0)

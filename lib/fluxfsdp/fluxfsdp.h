@@ -38,10 +38,13 @@ typedef struct fluxfsdp fluxfsdp;
 
 /* The shards of unbound model m over the fsdp group shard (its size is N,
  * its rank this rank's chunk), the reduced gradients all-reduced over
- * replicate when not NULL.  The weights are zero until fluxfsdp_init or a
- * checkpoint fills them.  Sets m's unit hooks; m, shard and replicate must
- * outlive the handle.  NULL and err on no memory. */
-fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, titan_err *err);
+ * replicate when not NULL; host is the same ranks for host scalars (the
+ * norm's sum: MPI's where shard is NCCL's on a GPU; shard itself on the
+ * CPU).  The weights are zero until fluxfsdp_init or a checkpoint fills
+ * them.  Sets m's unit hooks; m and the communicators must outlive the
+ * handle.  NULL and err on no memory. */
+fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, comm *host,
+			  titan_err *err);
 /* Frees the shards and whatever unit is still gathered (after a failed
  * step), and takes m's hooks away. */
 void fluxfsdp_free(fluxfsdp *f);

@@ -199,6 +199,11 @@ int fluxrec_shard_build(fluxrec_reader *in, const fluxrec_shard_opts *o,
 			fluxrec_shard_stats *st, titan_err *err);
 /* Whether dir's manifest.json is a record shard folder's. */
 int fluxrec_dir_is(const char *dir);
+/* The shard files of one split of a complete folder (which 0 train, 1
+ * val), in record order: *paths (n of them, each and the array malloc'd;
+ * fluxrec_paths_free) joined onto dir.  An empty split is n 0. */
+int fluxrec_dir_files(const char *dir, int which, char ***paths, int *n, titan_err *err);
+void fluxrec_paths_free(char **paths, int n);
 /* Every listed shard against the manifest and itself; unlisted .rec files are
  * reported through warn (may be NULL). */
 int fluxrec_verify_dir(const char *dir, void (*warn)(const char *msg), titan_err *err);

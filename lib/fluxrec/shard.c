@@ -724,6 +724,45 @@ int fluxrec_cat_dir(const char *dir, int which, FILE *out, titan_err *err)
 	return rc;
 }
 
+int fluxrec_dir_files(const char *dir, int which, char ***paths, int *n, titan_err *err)
+{
+	manifest m;
+	*paths = NULL;
+	*n = 0;
+	if (manifest_read(dir, &m, err) != 0)
+		return -1;
+	int rc = 0;
+	const split *sp = &m.split[which ? 1 : 0];
+	if (!m.complete)
+		rc = err_set(err, "%s: the shard set is incomplete (an interrupted titan-shard); "
+			     "rerun it with the same input to finish", dir);
+	char **v = rc == 0 ? calloc(sp->n + 1, sizeof *v) : NULL;
+	if (rc == 0 && v == NULL)
+		rc = err_set(err, "out of memory");
+	for (size_t i = 0; rc == 0 && i < sp->n; i++) {
+		size_t len = strlen(dir) + strlen(sp->shards[i].file) + 2;
+		if ((v[i] = malloc(len)) == NULL)
+			rc = err_set(err, "out of memory");
+		else
+			snprintf(v[i], len, "%s/%s", dir, sp->shards[i].file);
+	}
+	if (rc == 0) {
+		*paths = v;
+		*n = (int)sp->n;
+	} else {
+		fluxrec_paths_free(v, (int)sp->n);
+	}
+	manifest_free(&m);
+	return rc;
+}
+
+void fluxrec_paths_free(char **paths, int n)
+{
+	for (int i = 0; paths != NULL && i < n; i++)
+		free(paths[i]);
+	free(paths);
+}
+
 /* ---- info */
 
 static const char *dtype_name(uint32_t d)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cuda.h"
 #include "core/afile.h"
 #include "core/bf16.h"
 #include "core/progress.h"
@@ -18,6 +19,7 @@
 #include "fluxin/fluxin.h"
 #include "fluxrec/fluxrec.h"
 #include "fluxtrain/fluxtrain_priv.h"
+#include "gpu/gpu.h"
 #include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tb/tb.h"
@@ -67,7 +69,7 @@ static int open_inputs(ft_run *r, titan_err *err)
 		.model_dtype = r->enc_bf16 ? FLUXREC_BF16 : FLUXREC_F32,
 		.test_tokenizer = c->flux.test_tokenizer,
 	};
-	if ((r->in = fluxin_open(r->be, &o, err)) == NULL)
+	if ((r->in = fluxin_open(r->enc_be, &o, err)) == NULL)
 		return err_prefix(err, "flux inputs");
 	r->h = fluxin_header(r->in);
 	/* FluxTrainer builds its autoencoder after seeding: torch's init draws */
@@ -174,6 +176,25 @@ static void free_batch(ft_run *r)
 		free(p[i]);
 }
 
+/* c's ranks for the model's tensors: over NCCL on the GPU's stream with the
+ * CUDA backend, else c itself. */
+static int dev_comm(ft_run *r, comm *c, const char *name, comm **out, titan_err *err)
+{
+	*out = c;
+	if (r->device < 0)
+		return 0;
+	*out = NULL;
+	if (comm_nccl_create(c, r->device, backend_cuda_stream(r->be), name, out, err) != 0)
+		return err_prefix(err, "--backend cuda: NCCL over %s", name);
+	return 0;
+}
+
+static void dev_comm_free(comm *dev, const comm *c)
+{
+	if (dev != NULL && dev != c)
+		comm_free(dev);
+}
+
 /* FSDP's groups: the dp_shard x cp ranks of one replica (0.3.0's world mesh
  * is dp_replicate, dp_shard, cp, cp innermost), and under HSDP the ranks of
  * one shard index across the replicas. */
@@ -181,9 +202,11 @@ static int open_fsdp(ft_run *r, titan_err *err)
 {
 	int group = r->shard * r->cp;
 	if (comm_split(r->world, r->rank / group, r->rank, "fsdp", &r->fsdpc, err) != 0 ||
+	    dev_comm(r, r->fsdpc, "fsdp", &r->fsdp_dev, err) != 0 ||
 	    (r->rep > 1 &&
-	     comm_split(r->world, r->rank % group, r->rank, "dp_replicate", &r->repc, err) != 0) ||
-	    (r->fsdp = fluxfsdp_create(r->m, r->fsdpc, r->repc, err)) == NULL)
+	     (comm_split(r->world, r->rank % group, r->rank, "dp_replicate", &r->repc, err) != 0 ||
+	      dev_comm(r, r->repc, "dp_replicate", &r->rep_dev, err) != 0)) ||
+	    (r->fsdp = fluxfsdp_create(r->m, r->fsdp_dev, r->rep_dev, r->fsdpc, err)) == NULL)
 		return err_prefix(err, "FSDP");
 	return 0;
 }
@@ -247,24 +270,31 @@ void ft_draw_normal(ft_run *r, float *out, size_t n)
 	free(tmp);
 }
 
-/* The batch's encodings, a dropped prompt's replaced by the empty caption's. */
-static int gather(ft_run *r, titan_err *err)
+/* The batch's encodings, a dropped prompt's replaced by the empty caption's:
+ * each sample's record (dtype: the records' own, or the encoders' output). */
+static int gather(ft_run *r, uint32_t dtype, titan_err *err)
 {
 	const fluxrec_header *h = r->h;
 	size_t nt = (size_t)r->lt * h->t5_dim, lat2 = (size_t)2 * r->zc * r->hl * r->wl;
 	for (int64_t i = 0; i < r->b; i++) {
-		fluxrec_view v;
-		if (r->status[i] != FLUXIN_OK) {
+		const ft_item *it = &r->items[i];
+		fluxrec_view v = it->rec;
+		if (!it->has_rec && r->status[i] != FLUXIN_OK) {
 			*err = r->why[i];
 			return err_prefix(err, "flux inputs");
 		}
-		if (fluxrec_record_view(h, r->recs + (size_t)i * h->record_bytes, &v, "batch",
-					err) != 0)
+		if (!it->has_rec && fluxrec_record_view(h, r->recs + (size_t)i * h->record_bytes, &v,
+							"batch", err) != 0)
 			return -1;
-		widen(r->txt + i * nt, r->items[i].t5_dropped ? h->empty_t5 : v.t5, nt, h->dtype);
-		widen(r->y + i * h->clip_dim, r->items[i].clip_dropped ? h->empty_clip : v.clip,
-		      h->clip_dim, h->dtype);
-		widen(r->moments + i * lat2, v.moments, lat2, h->dtype);
+		if (it->t5_dropped)
+			widen(r->txt + i * nt, h->empty_t5, nt, h->dtype);
+		else
+			widen(r->txt + i * nt, v.t5, nt, dtype);
+		if (it->clip_dropped)
+			widen(r->y + i * h->clip_dim, h->empty_clip, h->clip_dim, h->dtype);
+		else
+			widen(r->y + i * h->clip_dim, v.clip, h->clip_dim, dtype);
+		widen(r->moments + i * lat2, v.moments, lat2, dtype);
 	}
 	return 0;
 }
@@ -276,6 +306,8 @@ int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 	int b = (int)r->b;
 	if (ft_loader_batch(ld, &r->g, b, r->items, err) != 0)
 		return -1;
+	if (ld->rf != NULL) /* records: encoded already */
+		return gather(r, fluxrec_file_header(ld->rf[0])->dtype, err);
 	fluxin_sample *s = calloc((size_t)b, sizeof *s);
 	if (s == NULL)
 		return err_set(err, "out of memory");
@@ -288,7 +320,7 @@ int ft_encode_batch(ft_run *r, ft_loader *ld, titan_err *err)
 	}
 	int rc = fluxin_encode(r->in, s, b, r->recs, r->status, r->why, err);
 	free(s);
-	return rc != 0 || gather(r, err) != 0 ? -1 : 0;
+	return rc != 0 || gather(r, r->h->dtype, err) != 0 ? -1 : 0;
 }
 
 /* The step's draws in FluxTrainer's order: the posterior's eps, the noise,
@@ -387,9 +419,10 @@ static int train_step(ft_run *r, ft_step_out *o, titan_err *err)
 	}
 	float *g = flux_model_grads(r->m), *w = flux_model_weights(r->m);
 	size_t n = (size_t)flux_model_numel(r->m);
-	/* FSDP's reduce (float32, summed: 0.3.0 turns FSDP's division off) */
+	/* replication alone: the replicas' gradients summed in float32 (0.3.0
+	 * turns FSDP's division off) */
 	if (r->ranks > 1 && (r->be->ops->sync(r->be, err) != 0 ||
-			     comm_all_reduce(r->world, g, g, n, COMM_F32, COMM_SUM, err) != 0))
+			     comm_all_reduce(r->world_dev, g, g, n, COMM_F32, COMM_SUM, err) != 0))
 		return -1;
 	o->grad_norm = grad_clip_norm(r->be, g, n, c->training.max_norm);
 	o->lr = c->optimizer.lr * lr_schedule_factor(&r->sched, r->sched_steps);
@@ -437,13 +470,25 @@ static int tb_scalars(ft_run *r, int64_t step, const ft_step_out *o, const metri
 	return tb_flush(&r->tb, err);
 }
 
+/* The log's memory: the process's resident peak, or on a GPU the arena's
+ * high-water mark against the device's memory. */
+void ft_memory(const ft_run *r, double *gib, double *pct)
+{
+	if (r->device < 0) {
+		metrics_cpu_memory(gib, pct);
+		return;
+	}
+	*gib = (double)backend_cuda_high_water(r->be) / (1 << 30);
+	*pct = r->gpu_bytes ? 100.0 * (double)backend_cuda_high_water(r->be) / (double)r->gpu_bytes : 0;
+}
+
 static int log_step(ft_run *r, int64_t step, const ft_step_out *o, double dt, int64_t tokens,
 		    titan_err *err)
 {
 	if (r->rank != 0)
 		return 0;
 	metrics_step s = {.step = step, .loss = o->loss, .grad_norm = o->grad_norm};
-	metrics_cpu_memory(&s.mem_gib, &s.mem_pct);
+	ft_memory(r, &s.mem_gib, &s.mem_pct);
 	double per_rank = (double)tokens / r->ranks;
 	s.tps = dt > 0 ? per_rank / dt : 0;
 	double flops = r->flops_per_token * per_rank;
@@ -536,11 +581,43 @@ static int open_cp(ft_run *r, titan_err *err)
 	if (r->cp == 1)
 		return 0;
 	if (comm_split(r->world, r->dp_rank, r->rank, "cp", &r->cpc, err) != 0 ||
-	    (r->gather = cp_gather_create(r->be, r->cpc, err)) == NULL)
+	    dev_comm(r, r->cpc, "cp", &r->cp_dev, err) != 0 ||
+	    (r->gather = cp_gather_create(r->be, r->cp_dev, err)) == NULL)
 		return err_prefix(err, "context parallelism");
 	be_attn_hook hook;
 	cp_gather_hook(r->gather, &hook);
 	flux_model_set_attention(r->m, &hook);
+	return 0;
+}
+
+/* The encoders' CPU backend, and the transformer's: the same one, or with
+ * --backend cuda the process's GPU (one arena; its tensors' collectives over
+ * NCCL, the host's scalars over MPI). */
+static int open_backends(ft_run *r, const fluxtrain_opts *o, titan_err *err)
+{
+	r->device = -1;
+	if ((r->enc_be = backend_cpu_create(o->threads, err)) == NULL)
+		return -1;
+	if (o->backend != TRAINER_BACKEND_CUDA) {
+		r->be = r->enc_be;
+		r->world_dev = r->world;
+		return 0;
+	}
+	if (o->device < 0)
+		return err_set(err, "--backend cuda: no GPU for this process (%s)", gpu_why_none());
+	backend_cuda_opts bo = {.device = o->device};
+	gpu_info gi;
+	if (gpu_device_info(o->device, &gi, err) != 0 ||
+	    (r->ranks > 1 && trainer_nccl_arena(o->device, &bo, err) != 0) ||
+	    (r->be = backend_cuda_create(&bo, err)) == NULL)
+		return err_prefix(err, "--backend cuda");
+	r->device = o->device;
+	r->gpu_bytes = gi.mem_bytes;
+	if (r->ranks > 1 && dev_comm(r, r->world, "world", &r->world_dev, err) != 0)
+		return -1;
+	LOG0(r, "CUDA backend: the transformer on device %d (%s, %.1f GiB), the encoders and "
+	     "the autoencoder on the CPU%s", o->device, gi.name, (double)gi.mem_bytes / (1 << 30),
+	     r->ranks > 1 ? "; its collectives over NCCL" : "");
 	return 0;
 }
 
@@ -578,17 +655,21 @@ static void close_run(ft_run *r)
 	free_batch(r);
 	adamw_free(r->opt);
 	fluxfsdp_free(r->fsdp);
-	if (r->fsdpc)
-		comm_free(r->fsdpc);
-	if (r->repc)
-		comm_free(r->repc);
 	cp_gather_free(r->gather);
-	if (r->cpc)
-		comm_free(r->cpc);
+	dev_comm_free(r->fsdp_dev, r->fsdpc);
+	dev_comm_free(r->rep_dev, r->repc);
+	dev_comm_free(r->cp_dev, r->cpc);
+	dev_comm_free(r->world_dev, r->world);
+	comm *own[] = {r->fsdpc, r->repc, r->cpc};
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+		if (own[i])
+			comm_free(own[i]);
 	flux_model_free(r->m);
 	fluxin_free(r->in);
-	if (r->be)
+	if (r->be && r->be != r->enc_be)
 		backend_free(r->be);
+	if (r->enc_be)
+		backend_free(r->enc_be);
 }
 
 int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, titan_err *err)
@@ -610,7 +691,7 @@ int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, tit
 			: r.ranks == 1 ? TORCH_DEFAULT_SEED : 0;
 	torch_rng_seed(&r.g, seed + (uint64_t)r.rank, TORCH_NORMAL_AVX2);
 	int rc = -1;
-	if ((r.be = backend_cpu_create(o->threads, err)) == NULL || open_inputs(&r, err) != 0 ||
+	if (open_backends(&r, o, err) != 0 || open_inputs(&r, err) != 0 ||
 	    alloc_batch(&r, err) != 0 || cp_layouts(&r, err) != 0 || open_model(&r, err) != 0 ||
 	    open_cp(&r, err) != 0 || open_metrics(&r, err) != 0)
 		goto out;
@@ -618,7 +699,7 @@ int fluxtrain_run(const job_config *c, comm *world, const fluxtrain_opts *o, tit
 	    (need_path(c->training.dataset_path, "training.dataset_path", "dataloader.dataset_path",
 		       err) != 0 ||
 	     ft_loader_open(&r.ld, c->training.dataset_path, (int)c->flux.img_size,
-			    c->flux.prompt_dropout_prob, r.dp_rank, r.dp, err) != 0))
+			    c->flux.prompt_dropout_prob, r.dp_rank, r.dp, r.h, err) != 0))
 		goto out;
 	r.flops_per_token = flux_flops_per_token(flux_model_config(r.m), r.li + r.lt);
 	r.peak = metrics_matmul_peak_flops(r.be, BE_F32);

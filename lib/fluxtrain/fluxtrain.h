@@ -28,6 +28,9 @@ typedef struct fluxtrain_opts {
 	int threads; /* 0: OpenMP's default */
 	int sample;  /* titan-train --sample: 0.3.0's infer.py, images of the
 			inference.prompts_path prompts instead of training */
+	int backend; /* enum trainer_backend: the transformer's (--backend);
+			AUTO keeps it on the CPU (the GPU trainer is unmeasured) */
+	int device;  /* this process's CUDA device, -1: none */
 } fluxtrain_opts;
 
 /* Run the job c describes on world's ranks.  0, or -1 and err. */

@@ -11,7 +11,8 @@
  * or undecodable, or whose caption is missing or not UTF-8, is skipped with
  * nothing drawn.  On more than one data-parallel rank each keeps every
  * ranks-th sample from its rank on (datasets' split_dataset_by_node over a
- * stream whose shards do not divide among the ranks). */
+ * stream whose shards do not divide among the ranks).  Records (titan-encode's,
+ * sharded by titan-shard) may stand in for the tars: records.c. */
 #ifndef TITAN_FLUXTRAIN_PRIV_H
 #define TITAN_FLUXTRAIN_PRIV_H
 
@@ -40,6 +41,8 @@ typedef struct ft_item {
 	size_t image_bytes, caption_bytes;
 	uint32_t offset;         /* the crop offset drawn */
 	int t5_dropped, clip_dropped;
+	fluxrec_view rec;        /* from records: the sample, in its mapped shard */
+	int has_rec;
 } ft_item;
 
 typedef struct ft_loader {
@@ -47,6 +50,11 @@ typedef struct ft_loader {
 	int ntars, cur;
 	wds *w;
 	wds_sample s;
+	/* records instead of tars (records.c): the mapped shards, the index of
+	 * each one's first record, how many in all */
+	fluxrec_file **rf;
+	int nrf;
+	uint64_t *rfirst, nrec;
 	int img_size, rank, ranks;
 	double dropout;
 	int started;       /* the base seed is drawn */
@@ -54,8 +62,11 @@ typedef struct ft_loader {
 	uint64_t skipped;  /* of this rank's, too small or unreadable */
 } ft_loader;
 
+/* path's tars, or its records (a titan-shard folder of Flux records or one
+ * record file), which must be encoded as want describes (its shapes, the
+ * encoders' and tokenizers' identities). */
 int ft_loader_open(ft_loader *l, const char *path, int img_size, double dropout, int rank,
-		   int ranks, titan_err *err);
+		   int ranks, const fluxrec_header *want, titan_err *err);
 void ft_loader_close(ft_loader *l);
 /* The next b kept samples into items (their buffers reused), drawing from g. */
 int ft_loader_batch(ft_loader *l, torch_rng *g, int b, ft_item *items, titan_err *err);
@@ -63,6 +74,14 @@ int ft_loader_batch(ft_loader *l, torch_rng *g, int b, ft_item *items, titan_err
  * generator's state comes from the checkpoint). */
 int ft_loader_seek(ft_loader *l, uint64_t consumed, titan_err *err);
 void ft_items_free(ft_item *items, int b);
+
+/* records.c: 1 when path is records (opened into l), 0 when it is not, -1
+ * and err; the check of their header against the run's; a kept sample. */
+int ft_records_open(ft_loader *l, const char *path, titan_err *err);
+void ft_records_close(ft_loader *l);
+int ft_records_check(const ft_loader *l, const fluxrec_header *want, const char *path,
+		     titan_err *err);
+int ft_records_take(ft_loader *l, torch_rng *g, ft_item *it, titan_err *err);
 
 /* ---- the run (lib/fluxtrain's files share it) */
 
@@ -81,10 +100,17 @@ typedef struct ft_run {
 	 * gradients all-reduced over the world. */
 	fluxfsdp *fsdp;
 	comm *fsdpc, *repc;
+	/* the communicators of the model's tensors: NCCL's over the same ranks
+	 * on the CUDA backend, else the ones above (world_dev: the gradients'
+	 * all-reduce without FSDP) */
+	comm *world_dev, *fsdp_dev, *rep_dev, *cp_dev;
 	cp_gather *gather; /* the attention's hook over it */
 	cp_layout lay_img, lay_txt;
 	int enc_bf16;      /* the encoders in bfloat16: 0.3.0's self._dtype under FSDP */
-	backend *be;
+	backend *be;       /* the transformer's: enc_be, or a GPU's */
+	backend *enc_be;   /* the CPU's: the encoders and the autoencoder */
+	int device;        /* be's CUDA device, -1 on the CPU */
+	size_t gpu_bytes;  /* its memory */
 	fluxin *in;
 	const fluxrec_header *h;
 	flux_ae_config ae;
@@ -133,6 +159,8 @@ void ft_draw_normal(ft_run *r, float *out, size_t n);
  * tokens), the loss divided by global_numel. */
 flux_batch ft_model_batch(ft_run *r, int64_t global_numel);
 int ft_reduce_double(ft_run *r, double *v, int want_max, titan_err *err);
+/* The log's memory: the process's peak, or the GPU arena's. */
+void ft_memory(const ft_run *r, double *gib, double *pct);
 
 /* sample.c: 0.3.0's FluxValidator.validate at step (its images, its loss
  * logged) and infer.py's images of inference.prompts_path (--sample). */

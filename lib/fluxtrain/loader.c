@@ -65,18 +65,24 @@ static int list_tars(ft_loader *l, const char *path, titan_err *err)
 }
 
 int ft_loader_open(ft_loader *l, const char *path, int img_size, double dropout, int rank,
-		   int ranks, titan_err *err)
+		   int ranks, const fluxrec_header *want, titan_err *err)
 {
 	memset(l, 0, sizeof *l);
 	l->img_size = img_size;
 	l->dropout = dropout;
 	l->rank = rank;
 	l->ranks = ranks;
+	int recs = ft_records_open(l, path, err);
+	if (recs < 0)
+		return -1;
+	if (recs)
+		return want != NULL ? ft_records_check(l, want, path, err) : 0;
 	return list_tars(l, path, err);
 }
 
 void ft_loader_close(ft_loader *l)
 {
+	ft_records_close(l);
 	wds_close(l->w);
 	wds_sample_free(&l->s);
 	for (int i = 0; i < l->ntars; i++)
@@ -138,6 +144,7 @@ static int copy_item(ft_item *it, const wds_sample *s, const wds_field *img,
 		return err_set(err, "out of memory for a sample of %zu bytes", img->size);
 	memcpy(it->image, img->data, img->size);
 	memcpy(it->caption, cap->data, cap->size);
+	it->has_rec = 0;
 	it->image_bytes = img->size;
 	it->caption_bytes = cap->size;
 	snprintf(it->key, sizeof it->key, "%s", s->key);
@@ -148,6 +155,8 @@ static int copy_item(ft_item *it, const wds_sample *s, const wds_field *img,
  * torchtitan's _process_cc12m_image would skip it, else its draws made. */
 static int take(ft_loader *l, torch_rng *g, ft_item *it, titan_err *err)
 {
+	if (l->rf != NULL)
+		return ft_records_take(l, g, it, err);
 	for (;;) {
 		if (next_own(l, err) != 0)
 			return -1;
@@ -188,6 +197,8 @@ int ft_loader_batch(ft_loader *l, torch_rng *g, int b, ft_item *items, titan_err
 
 int ft_loader_seek(ft_loader *l, uint64_t consumed, titan_err *err)
 {
+	if (l->rf != NULL) /* a record is found by its index */
+		l->consumed = consumed;
 	while (l->consumed < consumed) {
 		if (next_sample(l, err) != 0)
 			return -1;

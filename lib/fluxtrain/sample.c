@@ -84,7 +84,7 @@ int ft_validate(ft_run *r, int64_t step, titan_err *err)
 	const char *path = c->validation.dataset_path ? c->validation.dataset_path
 						      : c->training.dataset_path;
 	ft_loader v;
-	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->dp_rank, r->dp, err) != 0) {
+	if (ft_loader_open(&v, path, (int)c->flux.img_size, 0.0, r->dp_rank, r->dp, r->h, err) != 0) {
 		ft_loader_close(&v);
 		return -1;
 	}
@@ -120,7 +120,7 @@ int ft_validate(ft_run *r, int64_t step, titan_err *err)
 	double avg = sum / count, gib, pct;
 	if (r->rank != 0)
 		return 0;
-	metrics_cpu_memory(&gib, &pct);
+	ft_memory(r, &gib, &pct);
 	char line[256];
 	metrics_format_validation_line(line, sizeof line, step, avg, gib, pct,
 				       metrics_use_color(2, c->metrics.disable_color_printing));

@@ -347,7 +347,7 @@ static int comm_always(void)
  * this much besides what the CUDA libraries keep. */
 #define NCCL_RESERVE_BYTES ((size_t)2 << 30)
 
-static int nccl_arena(int dev, backend_cuda_opts *o, titan_err *err)
+int trainer_nccl_arena(int dev, struct backend_cuda_opts *o, titan_err *err)
 {
 	size_t free_b, total_b, keep = BACKEND_CUDA_RESERVE_BYTES + NCCL_RESERVE_BYTES;
 	if (gpu_set_device(dev, err) != 0 || gpu_mem_info(&free_b, &total_b, err) != 0)
@@ -386,7 +386,7 @@ static int open_backend(job *j, titan_err *err)
 			       m->size[MESH_PP]);
 	int nccl = m != NULL && (m->world_size > 1 || comm_always());
 	backend_cuda_opts o = {.device = dev};
-	if (gpu_device_info(dev, &j->gpu, err) != 0 || (nccl && nccl_arena(dev, &o, err) != 0) ||
+	if (gpu_device_info(dev, &j->gpu, err) != 0 || (nccl && trainer_nccl_arena(dev, &o, err) != 0) ||
 	    !(j->be = backend_cuda_create(&o, err)))
 		return err_prefix(err, "--backend cuda");
 	/* The plans' tensors go over NCCL on the backend's stream, one

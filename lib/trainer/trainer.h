@@ -47,6 +47,12 @@ enum trainer_backend {
 	TRAINER_BACKEND_CUDA,
 };
 
+/* The CUDA backend's arena on device dev beside NCCL's buffers: o->arena_bytes
+ * set to the free memory less what the CUDA libraries and NCCL keep.  0, or
+ * -1 and err (too little free). */
+struct backend_cuda_opts;
+int trainer_nccl_arena(int dev, struct backend_cuda_opts *o, titan_err *err);
+
 /* Run the whole job.  Returns 0 when every step ran (or a stop was honoured),
  * -1 with err set otherwise. */
 int trainer_run(const job_config *c, const trainer_hooks *h, titan_err *err);

@@ -16,7 +16,9 @@
 #   4. titan-train on the GPU, as carried (built here, .gpu-deps/bin): the same
 #      job on the CUDA and the CPU backend and on the CUDA backend with every
 #      FSDP collective through NCCL in a world of one (TITAN_COMM_ALWAYS=1:
-#      the whole train step through NCCL; tests/gpu/train.sh), 200 steps of
+#      the whole train step through NCCL; tests/gpu/train.sh), Flux's trainer
+#      (--module flux) on both backends in float32 and bf16
+#      (tests/gpu/flux_train.sh, on the fixtures prepare.sh carries), 200 steps of
 #      debugmodel on both (scripts/gpu/train_check.sh curve), compile.enable's
 #      whole-step CUDA graph against the same steps op by op (train_check.sh
 #      graph: the same losses, both step times), and later the 1B
@@ -204,6 +206,11 @@ stage fluxae 30 "$build/tests/gpu/test_gpu_fluxae"
 # refusal), then 200 steps of debugmodel on both
 # shellcheck disable=SC2086
 [ "$train_ok" = 1 ] && stage train-equivalence 150 $train sh tests/gpu/train.sh
+# titan-train --module flux: flux_debugmodel's steps on both backends, float32
+# and bf16 (the carried fixtures: prepare.sh)
+# shellcheck disable=SC2086
+[ "$train_ok" = 1 ] && stage flux-train 120 $train TITAN_FIXTURES="$deps/fixtures" \
+	sh tests/gpu/flux_train.sh
 # NCCL: the comm tests as carried (built with the rest by prepare.sh), under
 # the carried mpirun
 stage comm 90 env BUILD="$deps/build" MPIRUN="$mpirun_carried" sh scripts/gpu/comm_check.sh

@@ -7,7 +7,8 @@
 # check builds only what the GPU tests and benchmarks link (make GPU_CHECK=1):
 # OpenBLAS, oneDNN, cmocka, CUDA; nothing else.
 #
-#   make && make build/tests/shard/test_gen build/tests/comm/test_comm_nccl build/tests/comm/bench_comm
+#   make && make build/tests/shard/test_gen build/tests/comm/test_comm_nccl build/tests/comm/bench_comm \
+#	build/tests/fluxtrain/test_fluxtrain
 #   sh scripts/gpu/prepare.sh [DIR]      DIR defaults to .gpu-deps (ignored by git)
 #
 # Then name DIR in the device call's carry list; check.sh finds it there.
@@ -29,7 +30,7 @@ RUNTIME="libopenblas0-pthread libgfortran5 libquadmath0 libcmocka0 make"
 TRAIN_RUNTIME="libzstd1 libjansson4 libdnnl2 libgomp1 ocl-icd-libopencl1 libopenmpi3 openmpi-common
 	openmpi-bin libpmix2 libmunge2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libudev1 zlib1g"
 TRAIN_PROGRAMS="bin/titan-train bin/titan-shard build/tests/shard/test_gen build/tests/comm/test_comm_nccl
-	build/tests/comm/bench_comm"
+	build/tests/comm/bench_comm build/tests/fluxtrain/test_fluxtrain"
 # Headers only: cblas.h, cmocka.h, OpenSSL's for lib/core's sha256.c, oneDNN's
 # for the CPU backend's bf16 products, jansson's for the model families' HF
 # config writers (their libraries are in TRAIN_RUNTIME).
@@ -65,6 +66,17 @@ rm -rf "$dest/.dev"
 for f in $TRAIN_PROGRAMS; do
 	mkdir -p "$dest/$(dirname "$f")"
 	strip -o "$dest/$f" "$f"
+done
+# The Flux trainer's stage reads the cc12m test shard and the test tokenizer
+# (3 MB; ../shared is not carried): DIR/fixtures is its TITAN_FIXTURES.
+fixtures=${TITAN_FIXTURES:-../shared/fixtures}
+for fx in torchtitan_assets/cc12m_test tokenizers/torchtitan_test; do
+	if [ -d "$fixtures/$fx" ]; then
+		mkdir -p "$dest/fixtures/$(dirname "$fx")"
+		cp -r "$fixtures/$fx" "$dest/fixtures/$fx"
+	else
+		echo "prepare.sh: no fixture $fixtures/$fx: the flux-train stage will skip" >&2
+	fi
 done
 
 # cuDNN's headers of this machine's CUDA, for a GPU machine whose cuDNN came

@@ -166,7 +166,7 @@ static sharded sharded_make(be_dtype t, const float *w)
 	titan_err e;
 	sharded s = {.m = flux_model_create_unbound(be, &small, &e)};
 	if (s.m == NULL || flux_model_set_compute(s.m, t, &e) != 0 ||
-	    (s.f = fluxfsdp_create(s.m, world, NULL, &e)) == NULL)
+	    (s.f = fluxfsdp_create(s.m, world, NULL, world, &e)) == NULL)
 		fail_msg("%s", e.msg);
 	for (int i = 0; i < flux_param_count(s.m); i++) {
 		fluxfsdp_rows r = fluxfsdp_param_rows(s.f, i);
@@ -307,7 +307,7 @@ static void init_draws_the_whole_models_rows(void **state)
 	fluxfsdp *f = NULL;
 	if (m == NULL || flux_model_init(m, 5, &e) != 0 ||
 	    (u = flux_model_create_unbound(be, &small, &e)) == NULL ||
-	    (f = fluxfsdp_create(u, world, NULL, &e)) == NULL || fluxfsdp_init(f, 5, &e) != 0)
+	    (f = fluxfsdp_create(u, world, NULL, world, &e)) == NULL || fluxfsdp_init(f, 5, &e) != 0)
 		fail_msg("%s", e.msg);
 	size_t n = (size_t)flux_model_numel(m), ns = (size_t)fluxfsdp_numel(f);
 	float *w = malloc(n * sizeof *w), *ws = malloc(ns * sizeof *ws);

@@ -541,7 +541,9 @@ static int run(job_config *c, int nrest, char **rest)
 			    "(--module flux)", 1);
 	}
 	if (strcmp(c->model.name, "flux") == 0) { /* its own trainer: lib/fluxtrain */
-		fluxtrain_opts fo = {.threads = threads, .sample = sample};
+		int gpus = gpu_count();
+		fluxtrain_opts fo = {.threads = threads, .sample = sample, .backend = backend,
+				     .device = gpus > 0 ? comm_local_rank(world) % gpus : -1};
 		int frc = fluxtrain_run(c, world, &fo, &err);
 		if (frc != 0)
 			fprintf(stderr, "titan-train: %s\n", err.msg);
