@@ -10,9 +10,13 @@
 typedef struct fsdp_param {
 	int64_t rows, cols, chunk; /* chunk: rows per rank, ceil(rows / N) */
 	int64_t soff;              /* its padded chunk's offset in the flat shard */
-	int64_t coff;              /* the same within its unit's chunk */
 	int64_t foff;              /* its whole tensor's offset in the unit's */
 } fsdp_param;
+
+typedef struct scratch_buf {
+	void *p;
+	size_t bytes;
+} scratch_buf;
 
 typedef struct fsdp_unit {
 	int p0, p1;       /* its parameters [p0, p1) */
@@ -33,6 +37,11 @@ struct fluxfsdp {
 	int nu;
 	int64_t numel;    /* the flat shard's floats */
 	float *w, *g;
+	/* kept between units: the whole weights and gradients of the unit that
+	 * holds them (wowner, gowner; -1 none), a converted chunk to send, and
+	 * the padded chunks of a tensor whose rows do not divide */
+	scratch_buf wbuf, gbuf, send, tmp;
+	int wowner, gowner;
 	size_t bytes, peak;
 };
 
@@ -85,7 +94,6 @@ static int lay_out(fluxfsdp *f, titan_err *err)
 		q->cols = fp->ndim == 2 ? fp->shape[1] : 1;
 		q->chunk = (q->rows + f->n - 1) / f->n;
 		q->soff = f->numel;
-		q->coff = u->pad;
 		q->foff = u->numel;
 		u->pad += q->chunk * q->cols;
 		u->numel += fp->numel;
@@ -109,26 +117,18 @@ fluxfsdp_rows fluxfsdp_param_rows(const fluxfsdp *f, int i)
 			       .cols = q->cols, .off = q->soff};
 }
 
-/* Move unit u's tensors between whole (full: each at its foff) and FSDP's
- * padded layout (padded: rank j's chunk of the unit in block j), elements of
- * size esz; either way.  The padding is not touched. */
-static void relayout(fluxfsdp *f, const fsdp_unit *u, void *full, void *padded, size_t esz,
-		     int to_padded)
+/* A scratch buffer of at least bytes, kept for the next unit (a unit's
+ * gathers and reductions reuse it rather than fault in fresh pages). */
+static void *scratch(fluxfsdp *f, scratch_buf *b, size_t bytes, titan_err *err)
 {
-	for (int i = u->p0; i < u->p1; i++) {
-		const fsdp_param *q = &f->p[i];
-		for (int j = 0; j < f->n; j++) {
-			size_t bytes = (size_t)(rows_of(q, j) * q->cols) * esz;
-			char *a = (char *)full + (size_t)(q->foff + j * q->chunk * q->cols) * esz;
-			char *b = (char *)padded + (size_t)(j * u->pad + q->coff) * esz;
-			if (bytes == 0)
-				continue;
-			if (to_padded)
-				f->be->ops->copy(f->be, b, a, bytes, BACKEND_D2D);
-			else
-				f->be->ops->copy(f->be, a, b, bytes, BACKEND_D2D);
-		}
-	}
+	if (b->bytes >= bytes)
+		return b->p;
+	give(f, b->p, b->bytes);
+	b->bytes = 0;
+	if ((b->p = take(f, bytes, err)) == NULL)
+		return NULL;
+	b->bytes = bytes;
+	return b->p;
 }
 
 static void bind(fluxfsdp *f, const fsdp_unit *u)
@@ -143,34 +143,68 @@ static void bind(fluxfsdp *f, const fsdp_unit *u)
 
 static comm_dtype comm_type(be_dtype t) { return t == BE_BF16 ? COMM_BF16 : COMM_F32; }
 
-/* Unit u's shard in the compute type (float32: the shard itself is sent),
- * all-gathered, copied out whole. */
-static int gather_weights(fluxfsdp *f, fsdp_unit *u, titan_err *err)
+/* Whether q's rows divide among the ranks: then the ranks' chunks in rank
+ * order are the whole tensor, and its collectives run on it in place. */
+static int even(const fluxfsdp *f, const fsdp_param *q) { return q->chunk * f->n == q->rows; }
+
+/* Parameter q's shard, in the compute type, all-gathered into the whole
+ * tensor at full (through tmp, the padded chunks, when its rows do not
+ * divide: the first rows x cols values of the gathered chunks are the tensor). */
+static int gather_tensor(fluxfsdp *f, const fsdp_param *q, void *full, titan_err *err)
 {
 	be_dtype t = flux_model_compute(f->m);
-	size_t e = es(f), pad = (size_t)u->pad, sent = t == BE_F32 ? 0 : pad * e;
-	float *mine = f->w + f->p[u->p0].soff;
-	void *send = mine, *recv = NULL;
-	int rc = -1;
-	if ((sent && (send = take(f, sent, err)) == NULL) ||
-	    (recv = take(f, f->n * pad * e, err)) == NULL ||
-	    (u->full = take(f, (size_t)u->numel * e, err)) == NULL)
-		goto out;
-	if (sent)
-		f->be->ops->convert(f->be, send, t, mine, BE_F32, (int64_t)pad);
-	if (f->be->ops->sync(f->be, err) != 0)
-		goto out;
+	size_t e = es(f), n = (size_t)(q->chunk * q->cols);
+	const void *send = f->w + q->soff;
+	if (t != BE_F32) {
+		void *cv = scratch(f, &f->send, n * e, err);
+		if (cv == NULL)
+			return -1;
+		f->be->ops->convert(f->be, cv, t, send, BE_F32, (int64_t)n);
+		send = cv;
+	}
+	void *recv = even(f, q) ? full : scratch(f, &f->tmp, f->n * n * e, err);
+	if (recv == NULL || f->be->ops->sync(f->be, err) != 0)
+		return -1;
 	if (f->n == 1)
-		f->be->ops->copy(f->be, recv, send, pad * e, BACKEND_D2D);
-	else if (comm_all_gather(f->shard, send, recv, pad, comm_type(t), err) != 0)
-		goto out;
-	relayout(f, u, u->full, recv, e, 0);
-	rc = 0;
-out:
-	if (sent)
-		give(f, send, sent);
-	give(f, recv, f->n * pad * e);
-	return rc;
+		f->be->ops->copy(f->be, recv, send, n * e, BACKEND_D2D);
+	else if (comm_all_gather(f->shard, send, recv, n, comm_type(t), err) != 0)
+		return -1;
+	if (recv != full)
+		f->be->ops->copy(f->be, full, recv, (size_t)(q->rows * q->cols) * e, BACKEND_D2D);
+	return 0;
+}
+
+/* The unit's whole weights in the kept buffer (a fresh one while another
+ * unit holds it). */
+static int gather_weights(fluxfsdp *f, fsdp_unit *u, titan_err *err)
+{
+	size_t bytes = (size_t)u->numel * es(f);
+	if (f->wowner < 0) {
+		if ((u->full = scratch(f, &f->wbuf, bytes, err)) == NULL)
+			return -1;
+		f->wowner = (int)(u - f->u);
+	} else if ((u->full = take(f, bytes, err)) == NULL) {
+		return -1;
+	}
+	for (int i = u->p0; i < u->p1; i++)
+		if (gather_tensor(f, &f->p[i], (char *)u->full + (size_t)f->p[i].foff * es(f), err))
+			return -1;
+	return 0;
+}
+
+/* The unit's zeroed whole gradients, in the kept buffer as above. */
+static int unit_grads(fluxfsdp *f, fsdp_unit *u, titan_err *err)
+{
+	size_t bytes = sizeof(float) * (size_t)u->numel;
+	if (f->gowner < 0) {
+		if ((u->gfull = scratch(f, &f->gbuf, bytes, err)) == NULL)
+			return -1;
+		f->gowner = (int)(u - f->u);
+	} else if ((u->gfull = take(f, bytes, err)) == NULL) {
+		return -1;
+	}
+	f->be->ops->zero(f->be, u->gfull, bytes);
+	return 0;
 }
 
 static int hook_gather(void *ctx, int k, int grads, titan_err *err)
@@ -179,56 +213,71 @@ static int hook_gather(void *ctx, int k, int grads, titan_err *err)
 	fsdp_unit *u = &f->u[k];
 	if (u->full == NULL && gather_weights(f, u, err) != 0)
 		return err_prefix(err, "fsdp: gathering unit %d", k);
-	if (grads && u->gfull == NULL) {
-		size_t bytes = sizeof(float) * (size_t)u->numel;
-		if ((u->gfull = take(f, bytes, err)) == NULL)
-			return err_prefix(err, "fsdp: unit %d's gradients", k);
-		f->be->ops->zero(f->be, u->gfull, bytes);
-	}
+	if (grads && u->gfull == NULL && unit_grads(f, u, err) != 0)
+		return err_prefix(err, "fsdp: unit %d's gradients", k);
 	bind(f, u);
 	return 0;
+}
+
+/* A unit's buffer back: the kept one to its pool, a fresh one freed. */
+static void put_back(fluxfsdp *f, void **p, int *owner, int k, size_t bytes)
+{
+	if (*p == NULL)
+		return;
+	if (*owner == k)
+		*owner = -1;
+	else
+		give(f, *p, bytes);
+	*p = NULL;
 }
 
 static void hook_release(void *ctx, int k)
 {
 	fluxfsdp *f = ctx;
 	fsdp_unit *u = &f->u[k];
-	give(f, u->full, (size_t)u->numel * es(f));
-	give(f, u->gfull, sizeof(float) * (size_t)u->numel);
-	u->full = NULL;
-	u->gfull = NULL;
+	put_back(f, &u->full, &f->wowner, k, (size_t)u->numel * es(f));
+	put_back(f, (void **)&u->gfull, &f->gowner, k, sizeof(float) * (size_t)u->numel);
 	bind(f, u);
+}
+
+/* Parameter q's whole gradient g reduce-scattered into its shard (through
+ * tmp, zero-padded chunks, when its rows do not divide). */
+static int reduce_tensor(fluxfsdp *f, const fsdp_param *q, const float *g, titan_err *err)
+{
+	size_t n = (size_t)(q->chunk * q->cols);
+	float *mine = f->g + q->soff;
+	const float *send = g;
+	if (!even(f, q)) {
+		float *pad = scratch(f, &f->tmp, sizeof(float) * f->n * n, err);
+		if (pad == NULL)
+			return -1;
+		f->be->ops->zero(f->be, pad, sizeof(float) * f->n * n);
+		f->be->ops->copy(f->be, pad, g, sizeof(float) * (size_t)(q->rows * q->cols),
+				 BACKEND_D2D);
+		send = pad;
+	}
+	if (f->be->ops->sync(f->be, err) != 0)
+		return -1;
+	if (f->n == 1) {
+		f->be->ops->copy(f->be, mine, send, sizeof(float) * n, BACKEND_D2D);
+		return 0;
+	}
+	return comm_reduce_scatter(f->shard, send, mine, n, COMM_F32, COMM_SUM, err);
 }
 
 static int hook_reduce(void *ctx, int k, titan_err *err)
 {
 	fluxfsdp *f = ctx;
 	fsdp_unit *u = &f->u[k];
-	size_t pad = (size_t)u->pad, bytes = sizeof(float) * f->n * pad;
-	float *mine = f->g + f->p[u->p0].soff;
-	/* the unit's weights are not read again, and its whole gradients not
-	 * once in the padded copy: freed as soon as they can be, so that a rank
-	 * holds two of the three at most */
-	give(f, u->full, (size_t)u->numel * es(f));
-	u->full = NULL;
-	float *padded = take(f, bytes, err);
-	int rc = -1;
-	if (padded == NULL)
-		return err_prefix(err, "fsdp: reducing unit %d", k);
-	f->be->ops->zero(f->be, padded, bytes);
-	relayout(f, u, u->gfull, padded, sizeof(float), 1);
-	if (f->be->ops->sync(f->be, err) != 0)
-		goto out;
+	/* the unit's weights are not read again */
+	put_back(f, &u->full, &f->wowner, k, (size_t)u->numel * es(f));
+	int rc = 0;
+	for (int i = u->p0; rc == 0 && i < u->p1; i++)
+		rc = reduce_tensor(f, &f->p[i], u->gfull + f->p[i].foff, err);
 	hook_release(f, k);
-	if (f->n == 1)
-		f->be->ops->copy(f->be, mine, padded, bytes, BACKEND_D2D);
-	else if (comm_reduce_scatter(f->shard, padded, mine, pad, COMM_F32, COMM_SUM, err) != 0)
-		goto out;
-	if (f->rep != NULL && comm_all_reduce(f->rep, mine, mine, pad, COMM_F32, COMM_SUM, err) != 0)
-		goto out;
-	rc = 0;
-out:
-	give(f, padded, bytes);
+	float *mine = f->g + f->p[u->p0].soff;
+	if (rc == 0 && f->rep != NULL)
+		rc = comm_all_reduce(f->rep, mine, mine, (size_t)u->pad, COMM_F32, COMM_SUM, err);
 	return rc != 0 ? err_prefix(err, "fsdp: reducing unit %d", k) : 0;
 }
 
@@ -242,7 +291,7 @@ fluxfsdp *fluxfsdp_create(flux_model *m, comm *shard, comm *replicate, comm *hos
 	}
 	*f = (fluxfsdp){.m = m, .be = flux_model_backend(m), .shard = shard, .rep = replicate,
 			.host = host ? host : shard, .n = shard ? comm_size(shard) : 1,
-			.me = shard ? comm_rank(shard) : 0};
+			.me = shard ? comm_rank(shard) : 0, .wowner = -1, .gowner = -1};
 	if (lay_out(f, err) != 0)
 		goto fail;
 	size_t bytes = sizeof(float) * (size_t)f->numel;
@@ -267,6 +316,9 @@ void fluxfsdp_free(fluxfsdp *f)
 	for (int k = 0; k < f->nu && f->u != NULL; k++)
 		hook_release(f, k);
 	flux_model_set_units(f->m, NULL);
+	scratch_buf *b[] = {&f->wbuf, &f->gbuf, &f->send, &f->tmp};
+	for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+		give(f, b[i]->p, b[i]->bytes);
 	give(f, f->w, sizeof(float) * (size_t)f->numel);
 	give(f, f->g, sizeof(float) * (size_t)f->numel);
 	free(f->p);
@@ -279,6 +331,11 @@ float *fluxfsdp_weights(fluxfsdp *f) { return f->w; }
 float *fluxfsdp_grads(fluxfsdp *f) { return f->g; }
 size_t fluxfsdp_bytes(const fluxfsdp *f) { return f->bytes; }
 size_t fluxfsdp_peak_bytes(const fluxfsdp *f) { return f->peak; }
+
+size_t fluxfsdp_scratch_bytes(const fluxfsdp *f)
+{
+	return f->wbuf.bytes + f->gbuf.bytes + f->send.bytes + f->tmp.bytes;
+}
 
 int fluxfsdp_init(fluxfsdp *f, uint64_t seed, titan_err *err)
 {

@@ -9,17 +9,19 @@
  * The model is an unbound flux_model (flux_model_create_unbound) whose
  * unit hooks this module sets (flux.h: the embedders, each double and single
  * block, the final layer):
- *   gather   the unit's shards, cast to the step's compute type (FSDP's
- *            param_dtype), all-gathered over the fsdp group and copied out of
- *            the padded layout into whole tensors; for a backward also a
- *            zeroed float32 gradient per tensor;
- *   reduce   the unit's float32 gradients copied into the padded layout
- *            (the unit's whole weights and gradients freed before the
- *            collective, as release frees them), reduce-scattered (summed: 0.3.0 turns FSDP's division off) into
- *            the shard's gradient, then all-reduced over dp_replicate (HSDP);
- *   release  the whole weights and gradients freed.
- * The shard of a unit is one contiguous run of the flat shard (its tensors'
- * padded chunks after each other), so a unit's all-gather sends it as it is.
+ *   gather   each of the unit's tensors: its shard cast to the step's compute
+ *            type (FSDP's param_dtype) and all-gathered over the fsdp group
+ *            straight into the whole tensor (the ranks' chunks in rank order
+ *            are its rows; a tensor whose rows do not divide goes through its
+ *            padded chunks); for a backward also zeroed float32 gradients;
+ *   reduce   each tensor's float32 gradient reduce-scattered (summed: 0.3.0
+ *            turns FSDP's division off) into its shard, then the unit's shard
+ *            all-reduced over dp_replicate (HSDP);
+ *   release  the unit's whole weights and gradients given back.
+ * The whole weights and gradients live in buffers kept from unit to unit
+ * (the largest unit's size: FSDP's caching of its all-gather buffers), not
+ * allocated per unit, whose fresh pages a rank would fault in on every
+ * step.
  *
  * Every rank of the fsdp group must run the same steps and predictions (the
  * hooks are collectives).  With an fsdp group of one rank the shard is the
@@ -73,10 +75,13 @@ int fluxfsdp_init(fluxfsdp *f, uint64_t seed, titan_err *err);
  * -1 and err (a failed all-reduce). */
 int fluxfsdp_clip(fluxfsdp *f, double max_norm, double *norm, titan_err *err);
 
-/* Bytes held by the shards and by the units gathered now, and the most held
- * at once since the handle was made (a unit's transient buffers counted):
- * what the trainer's memory comes to beside AdamW and the activations. */
+/* Bytes held by the shards and the kept buffers (and a unit's own while
+ * another holds them), and the most held at once since the handle was made:
+ * what the trainer's memory comes to beside AdamW and the activations.  The
+ * kept buffers alone: the largest unit's whole weights and gradients and a
+ * tensor's chunks. */
 size_t fluxfsdp_bytes(const fluxfsdp *f);
 size_t fluxfsdp_peak_bytes(const fluxfsdp *f);
+size_t fluxfsdp_scratch_bytes(const fluxfsdp *f);
 
 #endif

@@ -7,7 +7,8 @@
  * norm's float64 sum of squares adds the shards' partial sums, to 1e-12);
  * on more ranks the reduce-scatter adds in another order than the
  * all-reduce, so within float32's rounding.  Predictions run through the
- * hooks too; a rank holds its shard alone between steps, and its rows of a
+ * hooks too; a rank holds its shard and the same kept buffers between steps,
+ * and its rows of a
  * parameter (uneven: 26-row norms over 3 and 4 ranks, 104 rows over 3) are
  * the whole model's.  The initial rows equal flux_model_init's.  Checkpoints
  * reshard both ways: the ranks' sharded save read back by a whole model,
@@ -238,7 +239,7 @@ static void trains_as_the_whole_model(be_dtype t)
 	float *w = weights();
 	whole h = whole_make(t, w);
 	sharded s = sharded_make(t, w);
-	size_t shard_bytes = 2 * sizeof(float) * (size_t)fluxfsdp_numel(s.f);
+	size_t shard_bytes = 2 * sizeof(float) * (size_t)fluxfsdp_numel(s.f), kept = 0;
 	for (int step = 1; step <= STEPS; step++) {
 		batch bt;
 		batch_make(&bt, step);
@@ -249,8 +250,13 @@ static void trains_as_the_whole_model(be_dtype t)
 		 * the last bits of the double differ, not the float32 clip */
 		if (fabs(nh - ns) > 1e-12 * nh + (comm_size(world) > 2 ? 1e-5 * nh : 0))
 			fail_msg("grad norm at step %d: %.17g vs %.17g", step, nh, ns);
-		/* between steps a rank holds its shard alone */
-		assert_int_equal(fluxfsdp_bytes(s.f), shard_bytes);
+		/* between steps a rank holds its shard and the buffers kept for the
+		 * units (the same ones every step: nothing left gathered, nothing
+		 * allocated again) */
+		size_t k = fluxfsdp_scratch_bytes(s.f);
+		assert_int_equal(fluxfsdp_bytes(s.f), shard_bytes + k);
+		assert_true(kept == 0 || k == kept);
+		kept = k;
 		batch_free(&bt);
 	}
 	rows_match(&h, &s);
