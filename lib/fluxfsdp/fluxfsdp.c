@@ -174,35 +174,38 @@ static int gather_tensor(fluxfsdp *f, const fsdp_param *q, void *full, titan_err
 	return 0;
 }
 
-/* The unit's whole weights in the kept buffer (a fresh one while another
- * unit holds it). */
+/* Unit k's buffer of bytes: the kept one b when no other unit holds it
+ * (*owner), else a fresh one.  NULL on no memory. */
+static void *unit_buffer(fluxfsdp *f, scratch_buf *b, int *owner, int k, size_t bytes,
+			 titan_err *err)
+{
+	if (*owner >= 0)
+		return take(f, bytes, err);
+	void *p = scratch(f, b, bytes, err);
+	if (p != NULL)
+		*owner = k;
+	return p;
+}
+
+/* The unit's whole weights, gathered. */
 static int gather_weights(fluxfsdp *f, fsdp_unit *u, titan_err *err)
 {
-	size_t bytes = (size_t)u->numel * es(f);
-	if (f->wowner < 0) {
-		if ((u->full = scratch(f, &f->wbuf, bytes, err)) == NULL)
-			return -1;
-		f->wowner = (int)(u - f->u);
-	} else if ((u->full = take(f, bytes, err)) == NULL) {
+	int k = (int)(u - f->u);
+	if ((u->full = unit_buffer(f, &f->wbuf, &f->wowner, k, (size_t)u->numel * es(f), err)) ==
+	    NULL)
 		return -1;
-	}
 	for (int i = u->p0; i < u->p1; i++)
 		if (gather_tensor(f, &f->p[i], (char *)u->full + (size_t)f->p[i].foff * es(f), err))
 			return -1;
 	return 0;
 }
 
-/* The unit's zeroed whole gradients, in the kept buffer as above. */
+/* The unit's whole gradients, zeroed. */
 static int unit_grads(fluxfsdp *f, fsdp_unit *u, titan_err *err)
 {
 	size_t bytes = sizeof(float) * (size_t)u->numel;
-	if (f->gowner < 0) {
-		if ((u->gfull = scratch(f, &f->gbuf, bytes, err)) == NULL)
-			return -1;
-		f->gowner = (int)(u - f->u);
-	} else if ((u->gfull = take(f, bytes, err)) == NULL) {
+	if ((u->gfull = unit_buffer(f, &f->gbuf, &f->gowner, (int)(u - f->u), bytes, err)) == NULL)
 		return -1;
-	}
 	f->be->ops->zero(f->be, u->gfull, bytes);
 	return 0;
 }
