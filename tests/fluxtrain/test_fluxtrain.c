@@ -161,7 +161,7 @@ static void draws_follow_torchtitans_order_and_loop(void **state)
 	(void)state;
 	ft_loader l;
 	titan_err e;
-	assert_int_equal(ft_loader_open(&l, tar, SIZE, DROPOUT, 0, 1, &e), 0);
+	assert_int_equal(ft_loader_open(&l, tar, SIZE, DROPOUT, 0, 1, NULL, &e), 0);
 	torch_rng g, want;
 	torch_rng_seed(&g, 7, TORCH_NORMAL_AVX2);
 	torch_rng_seed(&want, 7, TORCH_NORMAL_AVX2);
@@ -196,11 +196,11 @@ static void a_seeked_loader_goes_on_as_the_first(void **state)
 	torch_rng ga, gb;
 	torch_rng_seed(&ga, 3, TORCH_NORMAL_AVX2);
 	ft_item *ia = calloc(2, sizeof *ia), *ib = calloc(2, sizeof *ib);
-	assert_int_equal(ft_loader_open(&a, tar, SIZE, DROPOUT, 0, 1, &e), 0);
+	assert_int_equal(ft_loader_open(&a, tar, SIZE, DROPOUT, 0, 1, NULL, &e), 0);
 	for (int k = 0; k < 3; k++)
 		assert_int_equal(ft_loader_batch(&a, &ga, 2, ia, &e), 0);
 	gb = ga;
-	assert_int_equal(ft_loader_open(&b, tar, SIZE, DROPOUT, 0, 1, &e), 0);
+	assert_int_equal(ft_loader_open(&b, tar, SIZE, DROPOUT, 0, 1, NULL, &e), 0);
 	assert_int_equal(ft_loader_seek(&b, a.consumed, &e), 0);
 	for (int k = 0; k < 3; k++) {
 		assert_int_equal(ft_loader_batch(&a, &ga, 2, ia, &e), 0);
@@ -236,7 +236,7 @@ static void ranks_split_the_samples_and_folders_read_in_order(void **state)
 		torch_rng g;
 		torch_rng_seed(&g, 1, TORCH_NORMAL_AVX2);
 		ft_item *it = calloc(3, sizeof *it);
-		assert_int_equal(ft_loader_open(&l, sub, SIZE, 0.0, rank, 2, &e), 0);
+		assert_int_equal(ft_loader_open(&l, sub, SIZE, 0.0, rank, 2, NULL, &e), 0);
 		assert_int_equal(ft_loader_batch(&l, &g, 3, it, &e), 0);
 		for (int i = 0; i < 3; i++)
 			assert_string_equal(it[i].key, want[rank][i]);
@@ -251,12 +251,12 @@ static void bad_paths_are_refused_naming_them(void **state)
 	ft_loader l;
 	titan_err e;
 	char empty[320];
-	assert_int_equal(ft_loader_open(&l, "/nonexistent/x.tar", SIZE, 0, 0, 1, &e), -1);
+	assert_int_equal(ft_loader_open(&l, "/nonexistent/x.tar", SIZE, 0, 0, 1, NULL, &e), -1);
 	assert_non_null(strstr(e.msg, "/nonexistent/x.tar"));
 	ft_loader_close(&l);
 	snprintf(empty, sizeof empty, "%s/empty", dir);
 	assert_int_equal(mkdir(empty, 0755), 0);
-	assert_int_equal(ft_loader_open(&l, empty, SIZE, 0, 0, 1, &e), -1);
+	assert_int_equal(ft_loader_open(&l, empty, SIZE, 0, 0, 1, NULL, &e), -1);
 	assert_non_null(strstr(e.msg, "no .tar files"));
 	ft_loader_close(&l);
 }
