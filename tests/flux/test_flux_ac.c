@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "flux/flux.h"
+#include "../support/testutil.h"
 
 static const flux_config small = {
 	.name = "ac-small", .in_channels = 16, .out_channels = 16, .vec_in_dim = 24,
@@ -28,19 +29,6 @@ enum { B = 2, LI = 12, LT = 5 };
 
 static backend *be;
 
-/* A deterministic spread of values in [-1, 1). */
-static float *spread(int64_t n, uint32_t seed)
-{
-	float *v = malloc((size_t)n * sizeof *v);
-	assert_non_null(v);
-	uint32_t s = seed * 2654435761u + 1;
-	for (int64_t i = 0; i < n; i++) {
-		s = s * 1664525u + 1013904223u;
-		v[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
-	}
-	return v;
-}
-
 typedef struct batch {
 	float *x, *noise, *img_ids, *txt, *txt_ids, *t, *y;
 	flux_batch in;
@@ -49,10 +37,10 @@ typedef struct batch {
 static void batch_make(batch *bt)
 {
 	const flux_config *c = &small;
-	bt->x = spread(B * LI * c->in_channels, 1);
-	bt->noise = spread(B * LI * c->in_channels, 2);
-	bt->txt = spread(B * LT * c->context_in_dim, 3);
-	bt->y = spread(B * c->vec_in_dim, 4);
+	bt->x = test_spread(B * LI * c->in_channels, 1);
+	bt->noise = test_spread(B * LI * c->in_channels, 2);
+	bt->txt = test_spread(B * LT * c->context_in_dim, 3);
+	bt->y = test_spread(B * c->vec_in_dim, 4);
 	bt->t = malloc(B * sizeof *bt->t);
 	bt->img_ids = calloc(B * LI * 3, sizeof(float));
 	bt->txt_ids = calloc(B * LT * 3, sizeof(float));
@@ -114,7 +102,7 @@ static flux_model *model(be_dtype t)
 	/* the zero modulations and final layer of 0.3.0's init leave most
 	 * gradients zero: give every weight a value */
 	int64_t n = flux_model_numel(m);
-	float *w = spread(n, 9);
+	float *w = test_spread(n, 9);
 	for (int64_t i = 0; i < n; i++)
 		w[i] *= 0.2f;
 	be->ops->copy(be, flux_model_weights(m), w, (size_t)n * sizeof(float), BACKEND_H2D);

@@ -30,6 +30,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "flux/flux.h"
+#include "../support/testutil.h"
 #include "fluxckpt/fluxckpt.h"
 #include "fluxfsdp/fluxfsdp.h"
 #include "optim/optim.h"
@@ -48,18 +49,6 @@ enum { B = 2, LI = 12, LT = 5, STEPS = 3 };
 static backend *be;
 static comm *world;
 
-static float *spread(int64_t n, uint32_t seed)
-{
-	float *v = malloc((size_t)n * sizeof *v);
-	assert_non_null(v);
-	uint32_t s = seed * 2654435761u + 1;
-	for (int64_t i = 0; i < n; i++) {
-		s = s * 1664525u + 1013904223u;
-		v[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
-	}
-	return v;
-}
-
 typedef struct batch {
 	float *x, *noise, *img_ids, *txt, *txt_ids, *t, *y;
 	flux_batch in;
@@ -70,10 +59,10 @@ static void batch_make(batch *bt, int step)
 {
 	const flux_config *c = &small;
 	uint32_t s = (uint32_t)(100 * comm_rank(world) + 10 * step);
-	bt->x = spread(B * LI * c->in_channels, s + 1);
-	bt->noise = spread(B * LI * c->in_channels, s + 2);
-	bt->txt = spread(B * LT * c->context_in_dim, s + 3);
-	bt->y = spread(B * c->vec_in_dim, s + 4);
+	bt->x = test_spread(B * LI * c->in_channels, s + 1);
+	bt->noise = test_spread(B * LI * c->in_channels, s + 2);
+	bt->txt = test_spread(B * LT * c->context_in_dim, s + 3);
+	bt->y = test_spread(B * c->vec_in_dim, s + 4);
 	bt->t = malloc(B * sizeof *bt->t);
 	bt->img_ids = calloc(B * LI * 3, sizeof(float));
 	bt->txt_ids = calloc(B * LT * 3, sizeof(float));
@@ -134,7 +123,7 @@ static float *weights(void)
 	flux_model *m = flux_model_create(be, &small, &e);
 	if (m == NULL)
 		fail_msg("%s", e.msg);
-	float *w = spread(flux_model_numel(m), 9);
+	float *w = test_spread(flux_model_numel(m), 9);
 	for (int64_t i = 0; i < flux_model_numel(m); i++)
 		w[i] *= 0.2f;
 	flux_model_free(m);

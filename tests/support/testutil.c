@@ -139,3 +139,15 @@ int test_short(void)
 	const char *v = getenv("TITAN_TEST_SHORT");
 	return SANITIZED || (v != NULL && strcmp(v, "1") == 0);
 }
+
+float *test_spread(int64_t n, uint32_t seed)
+{
+	float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+	assert_non_null(v);
+	uint32_t s = seed * 2654435761u + 1;
+	for (int64_t i = 0; i < n; i++) {
+		s = s * 1664525u + 1013904223u;
+		v[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+	}
+	return v;
+}

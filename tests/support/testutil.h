@@ -32,6 +32,11 @@ double test_urand(void);
 uint64_t test_counter_bits(uint64_t seed, uint64_t t, uint64_t j);
 float test_counter_draw(uint64_t seed, uint64_t t, uint64_t j);
 
+/* n values spread deterministically over [-1, 1) by a linear congruential
+ * generator from seed (a malloc'd array the caller frees; a cmocka failure
+ * on no memory). */
+float *test_spread(int64_t n, uint32_t seed);
+
 /* The largest |got - want| over n values relative to the largest |want|;
  * the _print form also prints "# NAME: max |err| E, max |ref| R, relative X". */
 double test_max_rel(const float *got, const float *want, int64_t n);
