@@ -16,6 +16,21 @@
 #include "backend/cpu_kernels.h"
 #include "core/cpu_isa.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+
+/* cpu_kernels.h's check of an array a streaming kernel touches: a poisoned
+ * byte in it is read here, where ASan sees the read and reports it (a
+ * heap-buffer-overflow, a use after free) with the kernel's caller on the
+ * stack. */
+void cpu_san_span(const void *p, size_t bytes)
+{
+	const volatile char *bad = __asan_region_is_poisoned((void *)p, bytes);
+	if (bad != NULL)
+		(void)*bad;
+}
+#endif
+
 /* Each block starts with a header that remembers its size, so free can count it
  * off; 64 keeps the data aligned for vector loads. */
 #define CPU_HDR 64
