@@ -85,13 +85,15 @@
 
 /* A hot function that streams through whole arrays, defined with CPU_STREAM
  * or CPU_STREAM_VOID as with CPU_HOT, and whose body first hands each array
- * it touches to cpu_san_span.  Under AddressSanitizer the body is not
- * instrumented: cpu_san_span checks each array's bytes once, where ASan
- * would check every vector access with a call (AdamW's update and the clip's
- * sum of squares were 40 % of a Flux step of 258 M parameters under the
- * sanitizers).  The same bytes are checked, and a bad one is reported as
- * ASan reports an access.  In other builds cpu_san_span is nothing.  A body
- * may call only always-inline functions: the compiler keeps a function with
+ * it touches to cpu_san_span.  In the sanitizer build neither ASan nor UBSan
+ * instruments the body: cpu_san_span checks each array's bytes once, where
+ * ASan checked every vector access with a call and UBSan's checks of every
+ * index and pointer kept the loop from vectorising (AdamW's update and the
+ * clip's sum of squares were 40 % of a Flux step of 258 M parameters under
+ * the sanitizers).  ASan sees the same bytes, and reports a bad one as it
+ * reports an access; the loops over [0, n) leave UBSan nothing of their own
+ * to find.  In other builds cpu_san_span is nothing.  A body may call only
+ * always-inline functions: the compiler keeps a function with
  * instrumentation out of one without. */
 #if defined(__SANITIZE_ADDRESS__)
 #define CPU_STREAM_ATTR __attribute__((no_sanitize_address, no_sanitize_undefined))
