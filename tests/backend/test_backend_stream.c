@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backend/cpu_kernels.h"
+#include "../support/testutil.h"
 
 #define N 1000
 
@@ -27,22 +28,14 @@ static const cpu_adamw_consts consts = {.decay = 0.999, .omb1 = 0.1, .b2 = 0.999
 
 static volatile double sink; /* keeps the kernels' results */
 
-static float *filled(size_t n)
-{
-	float *x = malloc(n * sizeof *x);
-	assert_non_null(x);
-	for (size_t i = 0; i < n; i++)
-		x[i] = (float)(i % 7) * 0.125f;
-	return x;
-}
-
 /* What a kernel does to its arrays, in a child process. */
 enum misuse { IN_BOUNDS, SHORT_GRAD, FREED_SUMSQ };
 
 static void misuse_kernel(enum misuse how)
 {
-	float *p = filled(N), *m = filled(N), *v = filled(N);
-	float *g = filled(how == SHORT_GRAD ? N - 1 : N);
+	/* the arrays exactly as long as asked: one short is one past its end */
+	float *p = test_spread(N, 1), *m = test_spread(N, 2), *v = test_spread(N, 3);
+	float *g = test_spread(how == SHORT_GRAD ? N - 1 : N, 4);
 	if (how == FREED_SUMSQ) {
 		float *volatile dead = g; /* read after the free on purpose */
 		free(g);
