@@ -648,3 +648,55 @@ int comm_agree_status(comm *c, int failed, int *first, int *nfailed, titan_err *
 	free(all);
 	return 0;
 }
+
+/* A rank's share of comm_all_gather_bytes over this is no metadata: refused
+ * before every rank allocates size times it on one rank's word. */
+#define GATHER_MAX_BYTES ((size_t)256 << 20)
+
+int comm_all_gather_bytes(comm *c, const void *send, size_t n, uint8_t **all, size_t *n_all,
+			  titan_err *e)
+{
+	*all = NULL;
+	*n_all = 0;
+	size_t size = (size_t)c->size;
+	int64_t mine = (int64_t)n, *len = malloc(size * sizeof *len);
+	if (len == NULL)
+		return fail_here(c, e, "gather: out of memory");
+	if (comm_all_gather(c, &mine, len, 1, COMM_I64, e) != 0) {
+		free(len);
+		return -1;
+	}
+	size_t most = 0, total = 0;
+	for (size_t r = 0; r < size; r++) {
+		if (len[r] < 0 || (size_t)len[r] > GATHER_MAX_BYTES) {
+			int64_t bad = len[r];
+			free(len);
+			return fail_here(c, e, "gather: rank %zu sends %lld bytes, more than %zu", r,
+					 (long long)bad, GATHER_MAX_BYTES);
+		}
+		most = (size_t)len[r] > most ? (size_t)len[r] : most;
+		total += (size_t)len[r];
+	}
+	/* every rank's bytes padded to the longest, then packed in rank order */
+	uint8_t *pad = calloc(most ? most : 1, 1), *got = malloc(size * most + 1);
+	uint8_t *out = malloc(total + 1);
+	int rc = pad && got && out ? 0 : fail_here(c, e, "gather: out of memory");
+	if (rc == 0 && most > 0) {
+		if (n > 0)
+			memcpy(pad, send, n);
+		rc = comm_all_gather(c, pad, got, most, COMM_U8, e);
+	}
+	for (size_t r = 0, at = 0; rc == 0 && r < size; at += (size_t)len[r], r++)
+		if (len[r] > 0)
+			memcpy(out + at, got + r * most, (size_t)len[r]);
+	free(pad);
+	free(got);
+	free(len);
+	if (rc != 0) {
+		free(out);
+		return -1;
+	}
+	*all = out;
+	*n_all = total;
+	return 0;
+}

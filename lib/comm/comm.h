@@ -253,6 +253,11 @@ int comm_agree_bytes(comm *c, const void *buf, size_t n, int *other, char **a, s
 		     char **b, size_t *nb, titan_err *e);
 int comm_agree_status(comm *c, int failed, int *first, int *nfailed, titan_err *e);
 
+/* *all (malloc'd, *n_all bytes, the caller frees) = every rank's n bytes at
+ * send, in rank order; the ranks' n may differ.  Collective over c. */
+int comm_all_gather_bytes(comm *c, const void *send, size_t n, uint8_t **all, size_t *n_all,
+			  titan_err *e);
+
 /* Finish a request and free it (also when it fails). */
 int comm_wait(comm_req *r, titan_err *e);
 /* Block the host until what was waited for on c has completed (NCCL). */

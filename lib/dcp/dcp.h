@@ -186,6 +186,44 @@ const dcp_entry *dcp_find(const dcp_ckpt *c, const char *fqn);
  * caller that reads its metadata first (which names its keys). */
 int dcp_load_open(dcp_ckpt *c, dcp_item *items, size_t n, titan_err *err);
 
+/* Loading shared by the ranks of a job.  A storage record's CRC-32 covers the
+ * whole record, so a rank that wants a few rows of a tensor saved whole (a
+ * resharded load, 1 -> N) would read all of it to check them, and N ranks
+ * the file N times.  Instead each rank reads only its rows, notes their
+ * CRC-32 as a part, and the ranks' parts, gathered, check the record.  A part
+ * is plain bytes, the same on every rank of a job, to be exchanged as is. */
+typedef struct dcp_part {
+	char file[64];       /* the data file, relative to the folder */
+	uint64_t record;     /* the storage record's offset in the file */
+	uint64_t record_len; /* its length */
+	uint64_t off, len;   /* the part: bytes [off, off + len) of the record */
+	uint32_t record_crc; /* the record's stored CRC-32 */
+	uint32_t crc;        /* the part's */
+} dcp_part;
+
+typedef struct dcp_parts {
+	dcp_part *p;
+	/* for messages, this rank's alone: where each part's chunk is ("FILE at
+	 * OFFSET (fqn)") and its storage record's name in the zip */
+	struct dcp_part_at {
+		char *where, *record;
+	} *at;
+	size_t n, cap;
+} dcp_parts;
+
+/* dcp_load_open, except that a stored chunk of which this rank wants whole
+ * rows is read only in those rows, unchecked: the part is added to parts, to
+ * be checked by dcp_parts_check once every rank's are gathered.  Every other
+ * record is read whole and checked as dcp_load_open does. */
+int dcp_load_parts(dcp_ckpt *c, dcp_item *items, size_t n, dcp_parts *parts, titan_err *err);
+/* Check every record this rank read a part of (mine) against all (n_all
+ * parts, every rank's, mine among them): where the parts of a record tile it,
+ * their CRC-32s joined must be the record's; where they do not (a rank that
+ * failed, rows wanted twice), the record is read here whole from DIR. */
+int dcp_parts_check(const char *dir, const dcp_parts *mine, const dcp_part *all, size_t n_all,
+		    titan_err *err);
+void dcp_parts_free(dcp_parts *p);
+
 /* Read the box (offsets, sizes) of a tensor entry, converted to dtype. */
 int dcp_read_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
 		    const int64_t *sizes, dcp_dtype dtype, void *out, titan_err *err);

@@ -27,6 +27,10 @@ int dcp_default_path(const char *fqn, char ***path, int *npath);
 int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
 		   const uint8_t **p, titan_err *err);
 int64_t dcp_numel(int ndim, const int64_t *sizes);
+/* Append part p to parts, read from the storage record `record` of the chunk
+ * at chunk_off of p->file, of tensor fqn (all copied). */
+int dcp_parts_add(dcp_parts *parts, const dcp_part *p, uint64_t chunk_off, const char *fqn,
+		  const char *record, titan_err *err);
 /* rm -r; 0 when path is gone (or never was). */
 int dcp_rm_rf(const char *path);
 /* Make the staging folder stage (DIR.partial) a real folder of ours: a file

@@ -241,7 +241,9 @@ static const struct dcp_file *file_of(const dcp_ckpt *c, const char *name)
 
 /* One contiguous block of a data file that fills one contiguous block of the
  * output: a stored chunk read whole with pread, its storage record's CRC-32
- * computed on the way (plan_block decides, read_blocks reads). */
+ * computed on the way (plan_block decides, read_blocks reads); or, in a load
+ * that shares the checks (dcp_load_parts), whole rows of it, a part of the
+ * record whose CRC-32 is checked with the other ranks' parts. */
 typedef struct block_read {
 	const dcp_entry *e;
 	const dcp_chunk *ch;
@@ -249,6 +251,8 @@ typedef struct block_read {
 	uint8_t *dst;
 	size_t len;
 	off_t src;
+	int part;            /* a part of the record: its bytes [part_off, + len) */
+	uint64_t part_off;
 	ptz_entry entry;     /* the storage record's size and crc32 (name: NULL) */
 	char name[128];      /* its name, for messages (the reader's copy is freed) */
 	int rc;              /* READ_* */
@@ -260,37 +264,44 @@ typedef struct block_read {
  * from any sharding (4 -> 1): the stored chunk, in the wanted dtype and
  * contiguous, fills one contiguous block of the output.  Then it is read with
  * pread straight into the output: one copy, kernel to caller, instead of page
- * faults on the mapping and a memcpy.  Returns 1 with *b filled when the
- * chunk is such a block, 0 otherwise. */
+ * faults on the mapping and a memcpy.  With parts (a shared load), whole rows
+ * of the chunk (dim 0, as FSDP shards) may be wanted: they are such a block
+ * too, a part of the record.  Returns 1 with *b filled when the chunk is such
+ * a block, 0 otherwise. */
 static int plan_block(dcp_ckpt *c, const dcp_entry *e, const dcp_chunk *ch, const ptz_tensor *t,
 		      const int64_t *wo, const int64_t *ws, int nd, const int64_t *lo,
-		      const int64_t *hi, void *out, dcp_dtype odt, block_read *b)
+		      const int64_t *hi, void *out, dcp_dtype odt, int parts, block_read *b)
 {
 	if (t->dtype != odt || !ptz_tensor_contiguous(t) || nd == 0)
 		return 0;
-	for (int d = 0; d < nd; d++) {
+	int whole = lo[0] == ch->offsets[0] && hi[0] == ch->offsets[0] + ch->sizes[0];
+	if (!whole && (!parts || strlen(ch->file) >= sizeof ((dcp_part *)0)->file))
+		return 0; /* only part of the chunk is wanted: read_part */
+	for (int d = 1; d < nd; d++) {
 		if (lo[d] != ch->offsets[d] || hi[d] != ch->offsets[d] + ch->sizes[d])
-			return 0; /* only part of the chunk is wanted */
-		if (d > 0 && (lo[d] != wo[d] || hi[d] != wo[d] + ws[d]))
+			return 0; /* only part of each row is wanted */
+		if (lo[d] != wo[d] || hi[d] != wo[d] + ws[d])
 			return 0; /* the chunk's rows are not contiguous in the output */
 	}
 	const struct dcp_file *f = file_of(c, ch->file);
 	if (!f)
 		return 0;
 	size_t es = ptz_dtype_size(odt);
-	size_t len = (size_t)dcp_numel(nd, ch->sizes) * es;
-	if (t->storage_offset != 0 || len != t->entry->size)
+	if (t->storage_offset != 0 || (size_t)dcp_numel(nd, ch->sizes) * es != t->entry->size)
 		return 0; /* a view of a larger storage: read_part checks it whole */
 	int64_t row = 1;
 	for (int d = 1; d < nd; d++)
 		row *= ws[d];
+	size_t row_bytes = (size_t)row * es;
 	memset(b, 0, sizeof *b);
 	b->e = e;
 	b->ch = ch;
 	b->fd = f->m.fd;
-	b->dst = (uint8_t *)out + (size_t)((lo[0] - wo[0]) * row) * es;
-	b->len = len;
-	b->src = (off_t)(t->storage - f->m.data);
+	b->dst = (uint8_t *)out + (size_t)(lo[0] - wo[0]) * row_bytes;
+	b->len = (size_t)(hi[0] - lo[0]) * row_bytes;
+	b->part = !whole;
+	b->part_off = (uint64_t)(lo[0] - ch->offsets[0]) * row_bytes;
+	b->src = (off_t)(t->storage - f->m.data) + (off_t)b->part_off;
 	b->entry = *t->entry;
 	b->entry.name = NULL;
 	snprintf(b->name, sizeof b->name, "%s", t->entry->name);
@@ -384,7 +395,7 @@ static int read_blocks(block_read *b, size_t nb)
 	}
 	int res = READ_OK;
 	for (size_t i = 0; i < nb; i++) {
-		if (b[i].rc == READ_OK && b[i].crc != b[i].entry.crc32)
+		if (b[i].rc == READ_OK && !b[i].part && b[i].crc != b[i].entry.crc32)
 			b[i].rc = READ_CRC;
 		if (res == READ_OK)
 			res = b[i].rc;
@@ -422,6 +433,7 @@ static int block_error(const dcp_ckpt *c, const block_read *b, size_t nb, titan_
 typedef struct block_list {
 	block_read *b;
 	size_t n, cap;
+	dcp_parts *parts;  /* a shared load: the parts read go here */
 	uint8_t *scratch;  /* read_part's buffer, kept for the next chunk */
 	size_t scratch_cap;
 } block_list;
@@ -539,7 +551,8 @@ static int plan_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
 		int rc = 0;
 		if (!b)
 			rc = err_set(err, "out of memory");
-		else if (plan_block(c, e, ch, &t, offsets, sizes, e->ndim, lo, hi, out, dtype, b))
+		else if (plan_block(c, e, ch, &t, offsets, sizes, e->ndim, lo, hi, out, dtype,
+				    l->parts != NULL, b))
 			l->n++;
 		else
 			rc = read_part(c, e, ch, &z, &t, offsets, sizes, lo, hi, out, dtype, l, err);
@@ -556,10 +569,21 @@ static int plan_region(dcp_ckpt *c, const dcp_entry *e, const int64_t *offsets,
 	return 0;
 }
 
-/* Read the blocks planned; the message of the first that failed. */
+/* Read the blocks planned; the message of the first that failed.  The parts
+ * read are added to l->parts, to be checked with the other ranks'. */
 static int read_planned(dcp_ckpt *c, block_list *l, titan_err *err)
 {
 	int rc = read_blocks(l->b, l->n) == READ_OK ? 0 : block_error(c, l->b, l->n, err);
+	for (size_t i = 0; rc == 0 && i < l->n; i++) {
+		const block_read *b = &l->b[i];
+		if (!b->part)
+			continue;
+		dcp_part p = {.record = (uint64_t)(b->src - (off_t)b->part_off),
+			      .record_len = b->entry.size, .off = b->part_off, .len = b->len,
+			      .record_crc = b->entry.crc32, .crc = b->crc};
+		snprintf(p.file, sizeof p.file, "%s", b->ch->file);
+		rc = dcp_parts_add(l->parts, &p, b->ch->offset, b->e->fqn, b->name, err);
+	}
 	block_list_free(l);
 	return rc;
 }
@@ -601,9 +625,14 @@ int dcp_read_bytes(dcp_ckpt *c, const dcp_entry *e, const uint8_t **p, size_t *n
 
 int dcp_load_open(dcp_ckpt *ck, dcp_item *items, size_t n, titan_err *err)
 {
+	return dcp_load_parts(ck, items, n, NULL, err);
+}
+
+int dcp_load_parts(dcp_ckpt *ck, dcp_item *items, size_t n, dcp_parts *parts, titan_err *err)
+{
 	const char *dir = ck->dir;
 	int rc = 0;
-	block_list l = {0};
+	block_list l = {.parts = parts};
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		dcp_item *it = &items[i];
 		it->found = 0;

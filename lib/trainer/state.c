@@ -610,7 +610,7 @@ static int has_fused_qkv(const dcp_ckpt *c)
 }
 
 int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *exclude,
-		tstate_loaded *got, titan_err *err)
+		dcp_parts *parts, tstate_loaded *got, titan_err *err)
 {
 	memset(got, 0, sizeof *got);
 	got->loader_world = 1;
@@ -695,7 +695,7 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 			it->kind = DCP_BYTES;
 			it->optional = 1; /* absent in a model-only checkpoint */
 		}
-	if (rc == 0 && dcp_load_open(&ck, b->items, b->n, err) != 0)
+	if (rc == 0 && dcp_load_parts(&ck, b->items, b->n, parts, err) != 0)
 		rc = err_prefix(err, "%s", dir);
 	dcp_close(&ck);
 	int have_train_state = 0;

@@ -65,9 +65,11 @@ typedef struct tstate_loaded {
 /* Load dir into s: every rank reads its own boxes, whatever chunks the
  * checkpoint holds.  model_only loads the model alone; exclude lists
  * top-level parts not to load ("optimizer", "lr_scheduler", "dataloader",
- * "train_state").  The model must match the checkpoint's global shapes. */
+ * "train_state").  The model must match the checkpoint's global shapes.
+ * With parts, rows of a stored chunk are read alone and left to be checked
+ * with the other ranks' parts (dcp_load_parts); NULL checks every record. */
 int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *exclude,
-		tstate_loaded *got, titan_err *err);
+		dcp_parts *parts, tstate_loaded *got, titan_err *err);
 
 /* Load the model's weights from a Hugging Face Llama folder (safetensors, as
  * torchtitan's checkpoint.initial_load_in_hf): every weight the model has must

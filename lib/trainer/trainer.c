@@ -861,10 +861,17 @@ static int set_loader(job *j, const tstate *s, int64_t world_size, const char *d
 	return 0;
 }
 
+/* Where a rank loaded from, and the parts of storage records it read without
+ * checking them (dcp_load_parts), to be checked with the other ranks'. */
+typedef struct ckpt_read {
+	char dir[1100];
+	dcp_parts parts;
+} ckpt_read;
+
 /* torchtitan's CheckpointManager.load: the run's own latest step first, then
  * initial_load_path; step 0 (a seed checkpoint) is model only.  *loaded is
  * set when something was loaded. */
-static int load_rank(job *j, int *loaded, titan_err *err)
+static int load_rank(job *j, int *loaded, ckpt_read *rd, titan_err *err)
 {
 	const job_config *c = j->c;
 	*loaded = 0;
@@ -876,10 +883,10 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 		if (step < -1)
 			return -1;
 	}
-	char dir[1100];
+	char *dir = rd->dir;
 	int model_only, hf = 0;
 	if (step >= 0) {
-		snprintf(dir, sizeof dir, "%s/step-%lld", j->ckpt_dir, (long long)step);
+		snprintf(dir, sizeof rd->dir, "%s/step-%lld", j->ckpt_dir, (long long)step);
 		model_only = step == 0;
 		hf = dcp_is_hf_step(dir); /* a last save in HF safetensors */
 		if (c->checkpoint.initial_load_in_hf)
@@ -889,13 +896,13 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 		/* torchtitan: initial_load_path, else model.hf_assets_path. */
 		const char *from = c->checkpoint.initial_load_path ? "checkpoint.initial_load_path"
 								   : "model.hf_assets_path";
-		snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path
+		snprintf(dir, sizeof rd->dir, "%s", c->checkpoint.initial_load_path
 							? c->checkpoint.initial_load_path
 							: c->model.hf_assets_path);
 		metrics_log(j->log, "loading HF safetensors from --%s: %s", from, dir);
 		hf = model_only = 1;
 	} else if (c->checkpoint.initial_load_path != NULL) {
-		snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path);
+		snprintf(dir, sizeof rd->dir, "%s", c->checkpoint.initial_load_path);
 		model_only = c->checkpoint.initial_load_model_only;
 	} else {
 		return 0;
@@ -919,7 +926,8 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 		return 0;
 	}
 	tstate_loaded got;
-	int rc = tstate_load(dir, &s, model_only, &c->checkpoint.exclude_from_loading, &got, err);
+	int rc = tstate_load(dir, &s, model_only, &c->checkpoint.exclude_from_loading,
+			     j->world > 1 ? &rd->parts : NULL, &got, err);
 	int seek = rc == 0 && got.train_state &&
 		   !list_has_part(&c->checkpoint.exclude_from_loading, "dataloader");
 	if (rc == 0 && got.dataloader) {
@@ -943,6 +951,24 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 	return 0;
 }
 
+/* The records this rank read in parts, checked with every rank's parts,
+ * gathered: every rank comes here, one that failed with none (rc, its
+ * status, returned unless the check fails). */
+static int check_parts(comm *w, const ckpt_read *rd, int rc, titan_err *err)
+{
+	const dcp_parts *mine = &rd->parts;
+	uint8_t *all;
+	size_t n_all;
+	titan_err e2;
+	if (comm_all_gather_bytes(w, mine->p, rc == 0 ? mine->n * sizeof *mine->p : 0, &all, &n_all,
+				  &e2) != 0)
+		return rc != 0 ? -1 : err_set(err, "%s", e2.msg);
+	if (rc == 0)
+		rc = dcp_parts_check(rd->dir, mine, (const dcp_part *)all, n_all / sizeof(dcp_part), err);
+	free(all);
+	return rc;
+}
+
 /* Every rank loads its own shards; the load is finished (and logged as such)
  * only when every rank's succeeded, so the ranks agree on the result first:
  * the lowest rank that failed, if any, whose message every rank then holds
@@ -951,9 +977,12 @@ static int load_rank(job *j, int *loaded, titan_err *err)
 static int load_checkpoint(job *j, titan_err *err)
 {
 	double t0 = now_s();
-	int loaded, rc = load_rank(j, &loaded, err);
+	ckpt_read rd = {0};
+	int loaded, rc = load_rank(j, &loaded, &rd, err);
 	if (j->world > 1) {
 		comm *w = j->h->mesh->world;
+		rc = check_parts(w, &rd, rc, err);
+		dcp_parts_free(&rd.parts);
 		int32_t mine = rc != 0 ? j->rank : INT32_MAX, first;
 		titan_err e2;
 		if (comm_all_reduce(w, &mine, &first, 1, COMM_I32, COMM_MIN, &e2) != 0)

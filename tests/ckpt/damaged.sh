@@ -1,8 +1,9 @@
 #!/bin/sh
 # A checkpoint damaged on disk: one flipped byte in a rank's .distcp is
 # refused by titan-train's resume on 2 ranks as titan-ckpt-convert verify
-# refuses it (the zip records' CRC-32), naming the file.  On main the resume
-# trained on the damaged weights.
+# refuses it (the zip records' CRC-32), naming the file, and so is a byte in
+# a checkpoint of 1 rank resumed on 2.  On main the resume trained on the
+# damaged weights.
 . tests/lib.sh
 
 TRAIN="$BIN/titan-train"
@@ -55,6 +56,22 @@ fi
 t_fails "titan-train refuses it on 1 rank too" 1 "$TRAIN" --config "$TMP/c.toml" \
 	--job.dump_folder "$TMP/run" --training.steps 2
 t_grep "naming the file" "__1_0.distcp at [0-9]* (.*): zip: .*: CRC-32" "$TMP/.err"
+
+# Resharded, 1 -> 2: each rank reads only its rows of a weight saved whole,
+# and the ranks check each record by joining the CRC-32s of their rows
+# (dcp_load_parts); the byte lies in one rank's rows, and the load fails.
+t_run "1 step on 1 rank saves a checkpoint" "$TRAIN" --config "$TMP/c.toml" \
+	--job.dump_folder "$TMP/one"
+F1="$TMP/one/checkpoint/step-1/__0_0.distcp"
+cp -r "$TMP/one" "$TMP/one_good"
+flip "$F1" $(($(wc -c <"$F1") / 2))
+t_fails "titan-train refuses it resharded on 2 ranks" 1 $MPIRUN_REFUSED -np 2 "$TRAIN" \
+	--config "$TMP/c.toml" --job.dump_folder "$TMP/one" --training.steps 2
+t_grep "naming the file as verify does" "__0_0.distcp at [0-9]* (.*): zip: .*: CRC-32 [0-9a-f]*, expected" \
+	"$TMP/.err"
+t_run "the undamaged one resumes resharded on 2 ranks" $MPIRUN -np 2 "$TRAIN" --config "$TMP/c.toml" \
+	--job.dump_folder "$TMP/one_good" --training.steps 2
+t_grep "from step 1" 'Loading the checkpoint from .*step-1' "$TMP/.err"
 
 t_run "the undamaged checkpoint resumes on 2 ranks" $MPIRUN -np 2 "$TRAIN" --config "$TMP/c.toml" \
 	--job.dump_folder "$TMP/good" --training.steps 2

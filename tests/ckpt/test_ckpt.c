@@ -715,6 +715,159 @@ static void parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte(void **
 	free(got);
 }
 
+/* rank r of 3 loads rows [4r, 4r + 4) of w (a chunk saved whole) with
+ * dcp_load_parts into got; its parts appended to *parts; 0 or -1. */
+static int load_rows(const char *dir, int r, int64_t cols, float *got, dcp_parts *parts,
+		     titan_err *err)
+{
+	int64_t shape[2] = {12, cols};
+	dcp_item want;
+	dcp_item_full(&want, "w", PTZ_F32, 2, shape, got);
+	want.offsets[0] = 4 * r;
+	want.sizes[0] = 4;
+	dcp_ckpt c;
+	if (dcp_open(&c, dir, err))
+		return -1;
+	int rc = dcp_load_parts(&c, &want, 1, parts, err);
+	dcp_close(&c);
+	return rc;
+}
+
+/* Every rank's parts, gathered (ranks absent: those whose parts are NULL). */
+static dcp_part *gather(dcp_parts *const *ranks, int n, size_t *n_all)
+{
+	size_t total = 0, at = 0;
+	for (int r = 0; r < n; r++)
+		total += ranks[r] ? ranks[r]->n : 0;
+	dcp_part *all = malloc((total ? total : 1) * sizeof *all);
+	assert_non_null(all);
+	for (int r = 0; r < n; r++)
+		for (size_t i = 0; ranks[r] && i < ranks[r]->n; i++)
+			all[at++] = ranks[r]->p[i];
+	*n_all = total;
+	return all;
+}
+
+/* A shared load (dcp_load_parts): 3 ranks each read only their 4 rows of a
+ * tensor saved whole, and the record is checked by joining their parts'
+ * CRC-32s.  A byte flipped in rank 2's rows fails every rank's check, rank
+ * 0's and 1's included, though they never read it; parts that do not tile
+ * the record (a rank missing, rows read twice, the same rows read twice
+ * differently) are checked by reading the record whole; rows of a chunk that
+ * are not whole rows are no part. */
+static void shared_load_checks_each_record_with_every_ranks_parts(void **state)
+{
+	(void)state;
+	const int64_t cols = 3000;
+	int64_t shape[2] = {12, cols};
+	size_t n = (size_t)(12 * cols), row = (size_t)cols * sizeof(float);
+	float *w = malloc(n * sizeof *w), *got = malloc(n * sizeof *got);
+	assert_true(w && got);
+	for (size_t i = 0; i < n; i++)
+		w[i] = (float)i * 0.25f - 7.0f;
+	char dir[300];
+	snprintf(dir, sizeof dir, "%s/step-shared", tmpdir);
+	titan_err err;
+	dcp_item it;
+	dcp_item_full(&it, "w", PTZ_F32, 2, shape, w);
+	if (dcp_save(dir, &it, 1, NULL, &err))
+		fail_msg("%s", err.msg);
+
+	dcp_parts parts[3] = {{0}};
+	dcp_parts *ranks[3] = {&parts[0], &parts[1], &parts[2]};
+	memset(got, 0xff, n * sizeof *got);
+	for (int r = 0; r < 3; r++) {
+		if (load_rows(dir, r, cols, got + (size_t)r * 4 * (size_t)cols, &parts[r], &err))
+			fail_msg("rank %d: %s", r, err.msg);
+		assert_int_equal(parts[r].n, 1);
+		assert_int_equal(parts[r].p[0].off, (uint64_t)r * 4 * row); /* its rows alone */
+		assert_int_equal(parts[r].p[0].len, 4 * row);
+		assert_int_equal(parts[r].p[0].record_len, 12 * row);
+	}
+	assert_memory_equal(got, w, n * sizeof *w);
+	size_t n_all;
+	dcp_part *all = gather(ranks, 3, &n_all);
+	for (int r = 0; r < 3; r++)
+		if (dcp_parts_check(dir, &parts[r], all, n_all, &err))
+			fail_msg("rank %d: %s", r, err.msg);
+	/* the check joins what the ranks read, no second read: a byte flipped
+	 * after the reads goes unseen by it */
+	char path[400];
+	snprintf(path, sizeof path, "%s/%.*s", dir, (int)sizeof parts[0].p[0].file, parts[0].p[0].file);
+	long flip_at = (long)(parts[0].p[0].record + 9 * row + 17);
+	flip_byte(path, flip_at);
+	if (dcp_parts_check(dir, &parts[0], all, n_all, &err))
+		fail_msg("the parts read before the flip: %s", err.msg);
+
+	/* a byte of row 9 (rank 2's) flipped before the reads: every rank refuses */
+	for (int r = 0; r < 3; r++) {
+		dcp_parts_free(&parts[r]);
+		if (load_rows(dir, r, cols, got, &parts[r], &err))
+			fail_msg("rank %d: %s", r, err.msg);
+	}
+	free(all);
+	all = gather(ranks, 3, &n_all);
+	for (int r = 0; r < 3; r++) {
+		assert_int_equal(dcp_parts_check(dir, &parts[r], all, n_all, &err), -1);
+		if (!strstr(err.msg, "__0_0.distcp at ") || !strstr(err.msg, "(w): zip: ") ||
+		    !strstr(err.msg, "/data/0: CRC-32") || !strstr(err.msg, "(the file is damaged)"))
+			fail_msg("rank %d: '%s' does not name the file, the tensor and the CRC", r, err.msg);
+	}
+	printf("# %s\n", err.msg);
+	/* rank 2 absent (it failed): ranks 0 and 1 read the record whole */
+	free(all);
+	dcp_parts *two[3] = {&parts[0], &parts[1], NULL};
+	all = gather(two, 3, &n_all);
+	assert_int_equal(dcp_parts_check(dir, &parts[0], all, n_all, &err), -1);
+	assert_non_null(strstr(err.msg, "CRC-32"));
+	flip_byte(path, flip_at);
+	if (dcp_parts_check(dir, &parts[0], all, n_all, &err))
+		fail_msg("rank 2 absent, the file undamaged: %s", err.msg);
+	free(all);
+
+	/* the file undamaged, the parts not a tiling: rows 2..8 read again (an
+	 * overlap), or the same rows with another CRC-32; both read the record */
+	for (int r = 0; r < 3; r++) {
+		dcp_parts_free(&parts[r]);
+		if (load_rows(dir, r, cols, got, &parts[r], &err))
+			fail_msg("rank %d: %s", r, err.msg);
+	}
+	dcp_part o = parts[1].p[0];
+	o.off = 2 * row;
+	o.len = 6 * row;
+	o.crc = 0x1234; /* not these rows' CRC: were it used, the check would fail */
+	dcp_parts odd = {.p = &o, .n = 1}; /* another rank's, as gathered */
+	dcp_parts *over[4] = {&parts[0], &parts[1], &parts[2], &odd};
+	all = gather(over, 4, &n_all);
+	if (dcp_parts_check(dir, &parts[0], all, n_all, &err))
+		fail_msg("overlapping parts, the file undamaged: %s", err.msg);
+	free(all);
+	o = parts[1].p[0];
+	o.crc ^= 1;
+	all = gather(over, 4, &n_all);
+	if (dcp_parts_check(dir, &parts[1], all, n_all, &err))
+		fail_msg("rows read twice, differently, the file undamaged: %s", err.msg);
+	free(all);
+
+	/* columns, not whole rows: no part, the record read whole and checked */
+	dcp_parts cols_parts = {0};
+	dcp_item half;
+	dcp_item_full(&half, "w", PTZ_F32, 2, shape, got);
+	half.sizes[1] = cols / 2;
+	dcp_ckpt c;
+	if (dcp_open(&c, dir, &err) || dcp_load_parts(&c, &half, 1, &cols_parts, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(cols_parts.n, 0);
+	flip_byte(path, flip_at);
+	assert_int_equal(dcp_load_parts(&c, &half, 1, &cols_parts, &err), -1);
+	assert_non_null(strstr(err.msg, "CRC-32"));
+	dcp_close(&c);
+	for (int r = 0; r < 3; r++)
+		dcp_parts_free(&parts[r]);
+	free(w);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -729,6 +882,7 @@ int main(void)
 		cmocka_unit_test(interrupted_save_keeps_the_previous_checkpoint),
 		cmocka_unit_test(zip_crc32_matches_the_bitwise_definition),
 		cmocka_unit_test(parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte),
+		cmocka_unit_test(shared_load_checks_each_record_with_every_ranks_parts),
 		cmocka_unit_test(torchtitan_values_in_torch_checkpoint_read_back),
 		cmocka_unit_test(value_helpers_round_trip),
 		cmocka_unit_test(safetensors_validation_rejects_malformed_files),

@@ -336,6 +336,30 @@ static void all_to_allv_delivers_uneven_blocks(void **state)
 	free(sc);
 }
 
+/* Bytes of uneven lengths, 0 among them: every rank's, packed in rank order. */
+static void all_gather_bytes_packs_uneven_lengths(void **state)
+{
+	(void)state;
+	int n = comm_size(world), me = comm_rank(world), test = 8;
+	size_t mine = (size_t)(me % 3) * 700; /* rank 0 (and 3) sends nothing */
+	uint8_t *send = poisoned(mine + 1), *all;
+	fill(send, COMM_U8, mine, me, test);
+	size_t n_all, want = 0;
+	titan_err e;
+	ok(comm_all_gather_bytes(world, send, mine, &all, &n_all, &e), &e);
+	for (int r = 0; r < n; r++) {
+		size_t len = (size_t)(r % 3) * 700;
+		for (size_t i = 0; i < len; i++)
+			if (all[want + i] != gen(COMM_U8, r, test, i))
+				fail_msg("rank %d byte %zu = %u, want %g", r, i, all[want + i],
+					 gen(COMM_U8, r, test, i));
+		want += len;
+	}
+	assert_int_equal(n_all, want);
+	free(all);
+	free(send);
+}
+
 /* Started operations finish in any order of waiting. */
 static void started_operations_finish_in_any_order(void **state)
 {
@@ -421,6 +445,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(send_and_recv_pass_a_ring),
 		cmocka_unit_test(all_to_all_transposes_the_blocks),
 		cmocka_unit_test(all_to_allv_delivers_uneven_blocks),
+		cmocka_unit_test(all_gather_bytes_packs_uneven_lengths),
 		cmocka_unit_test(started_operations_finish_in_any_order),
 		cmocka_unit_test(split_makes_groups_ordered_by_key),
 		cmocka_unit_test(bad_arguments_are_refused_with_a_message),

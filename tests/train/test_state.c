@@ -70,7 +70,7 @@ static void negative_or_absurd_train_state_is_refused(void **state)
 		tstate s = {.p = r.p, .world = 1};
 		tstate_loaded got;
 		titan_err err;
-		assert_int_equal(tstate_load(dir, &s, 0, NULL, &got, &err), -1);
+		assert_int_equal(tstate_load(dir, &s, 0, NULL, NULL, &got, &err), -1);
 		if (strstr(err.msg, "train_state.step") == NULL)
 			fail_msg("%s", err.msg);
 		free(s.loader);
@@ -81,7 +81,7 @@ static void negative_or_absurd_train_state_is_refused(void **state)
 	tstate s = {.p = r.p, .world = 1};
 	tstate_loaded got;
 	titan_err err;
-	if (tstate_load(dir, &s, 0, NULL, &got, &err) != 0)
+	if (tstate_load(dir, &s, 0, NULL, NULL, &got, &err) != 0)
 		fail_msg("%s", err.msg);
 	assert_int_equal(s.step, 7);
 	assert_int_equal(s.ntokens_seen, 7 * 32);
