@@ -14,6 +14,7 @@
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_fp8.h"
 #include "backend/cpu_kernels.h"
+#include "core/bigmem.h"
 #include "core/cpu_isa.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -38,7 +39,7 @@ void cpu_san_span(const void *p, size_t bytes)
 static void *cpu_alloc(backend *be, size_t bytes, titan_err *e)
 {
 	size_t total = (bytes + CPU_HDR + 63) / 64 * 64;
-	char *p = aligned_alloc(64, total);
+	char *p = bigmem_alloc(total); /* huge pages for big blocks: bigmem.h */
 	if (!p) {
 		err_set(e, "cpu backend: out of memory allocating %zu bytes", bytes);
 		return NULL;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/afile.h"
+#include "core/bigmem.h"
 #include "dcp/dcp_priv.h"
 
 int dcp_open(dcp_ckpt *c, const char *dir, titan_err *err)
@@ -446,7 +447,7 @@ static uint8_t *scratch(block_list *l, size_t n)
 		return NULL;
 	if (n > l->scratch_cap) {
 		free(l->scratch);
-		l->scratch = malloc(n);
+		l->scratch = bigmem_alloc(n);
 		l->scratch_cap = l->scratch ? n : 0;
 	}
 	return l->scratch;

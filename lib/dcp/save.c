@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/afile.h"
+#include "core/bigmem.h"
 #include "dcp/dcp_priv.h"
 
 /* The staging area of asynchronous saves (torchtitan's pinned-memory buffer):
@@ -268,7 +269,7 @@ static uint8_t *stage_block(dcp_saver *s, size_t total)
 	if (!stage.busy) {
 		if (stage.cap < total) {
 			free(stage.p);
-			stage.p = malloc(total);
+			stage.p = bigmem_alloc(total);
 			stage.cap = stage.p ? total : 0;
 		}
 		if (stage.p) {
@@ -279,7 +280,7 @@ static uint8_t *stage_block(dcp_saver *s, size_t total)
 	}
 	pthread_mutex_unlock(&stage.mu);
 	if (!p)
-		p = s->own_stage = malloc(total);
+		p = s->own_stage = bigmem_alloc(total);
 	return p;
 }
 

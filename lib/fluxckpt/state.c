@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bigmem.h"
 #include "fluxckpt/fluxckpt.h"
 
 /* The items of a state dict and everything they borrow until written. */
@@ -155,7 +156,7 @@ static int add_chunk(bag *b, const char *fqn, dcp_dtype dt, const flux_param *p,
  * by the bag). */
 static float *to_host(bag *b, backend *be, const void *dev, be_dtype t, size_t n, titan_err *err)
 {
-	float *h = own(b, malloc(n * sizeof(float) + 1));
+	float *h = own(b, bigmem_alloc(n * sizeof(float) + 1));
 	if (h == NULL) {
 		err_set(err, "out of memory");
 		return NULL;
@@ -170,7 +171,7 @@ static void *as_dtype(bag *b, float *x, size_t n, dcp_dtype dt)
 {
 	if (dt == PTZ_F32)
 		return x;
-	void *y = own(b, malloc(n * ptz_dtype_size(dt) + 1));
+	void *y = own(b, bigmem_alloc(n * ptz_dtype_size(dt) + 1));
 	if (y != NULL)
 		ptz_convert(y, dt, x, PTZ_F32, n);
 	return y;
@@ -587,9 +588,9 @@ int fluxckpt_load(const char *dir, fluxckpt_state *s, int model_only, int exclud
 	int full = !model_only && !got->model_only;
 	int want_opt = full && s->opt != NULL && !(exclude & FLUXCKPT_OPTIMIZER);
 	bag b = {0};
-	float *w = own(&b, calloc(n + 1, sizeof(float))); /* a shard's padding stays zero */
-	float *ea = want_opt ? own(&b, calloc(n + 1, sizeof(float))) : NULL;
-	float *eas = want_opt ? own(&b, calloc(n + 1, sizeof(float))) : NULL;
+	float *w = own(&b, bigmem_calloc(n + 1, sizeof(float))); /* a shard's padding stays zero */
+	float *ea = want_opt ? own(&b, bigmem_calloc(n + 1, sizeof(float))) : NULL;
+	float *eas = want_opt ? own(&b, bigmem_calloc(n + 1, sizeof(float))) : NULL;
 	float *steps = own(&b, calloc((size_t)flux_param_count(m) + 1, sizeof(float)));
 	int rc = w && steps && (!want_opt || (ea && eas)) ? 0 : err_set(err, "out of memory");
 	for (int i = 0; rc == 0 && i < flux_param_count(m); i++) {

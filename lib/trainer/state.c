@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bigmem.h"
 #include "model/family.h"
 #include "pickle/pickle.h"
 #include "ptzip/ptzip.h"
@@ -90,7 +91,7 @@ static void *keep(tstate_saver *sv, void *blob)
 static void *stage_image(tstate_saver *sv, size_t bytes)
 {
 	if (!sv->holds_images)
-		return keep(sv, malloc(bytes));
+		return keep(sv, bigmem_alloc(bytes));
 	size_t k = sv->next_image++;
 	if (k == images.n) {
 		if (grow((void **)&images.img, &images.alloc, images.n, sizeof(image)) != 0)
@@ -101,7 +102,7 @@ static void *stage_image(tstate_saver *sv, size_t bytes)
 	if (im->cap < bytes) { /* a bigger one: no copy of the old */
 		free(im->p);
 		im->cap = 0;
-		if ((im->p = malloc(bytes)) == NULL)
+		if ((im->p = bigmem_alloc(bytes)) == NULL)
 			return NULL;
 		im->cap = bytes;
 	}
@@ -629,11 +630,11 @@ int tstate_load(const char *dir, tstate *s, int model_only, const cfg_strlist *e
 	adamw *opt = plan_optimizer(s->p);
 	size_t n = plan_shard_numel(s->p);
 	int want_opt = !model_only && !excluded(exclude, "optimizer");
-	/* calloc: FSDP's padding stays zero */
-	float *params = keep(b, calloc(n + 1, sizeof(float)));
-	float *ea = want_opt ? keep(b, calloc(n + 1, sizeof(float))) : NULL;
+	/* zeroed: FSDP's padding stays zero */
+	float *params = keep(b, bigmem_calloc(n + 1, sizeof(float)));
+	float *ea = want_opt ? keep(b, bigmem_calloc(n + 1, sizeof(float))) : NULL;
 	size_t nv = adamw_exp_avg_sq_numel(opt); /* none for Muon's parameters */
-	float *eas = want_opt ? keep(b, calloc(nv + 1, sizeof(float))) : NULL;
+	float *eas = want_opt ? keep(b, bigmem_calloc(nv + 1, sizeof(float))) : NULL;
 	float *stepv = keep(b, malloc(sizeof(float)));
 	int rc = params == NULL || stepv == NULL || (want_opt && (ea == NULL || eas == NULL))
 			 ? err_set(err, "out of memory") : 0;
@@ -827,7 +828,7 @@ int tstate_load_hf(const char *dir, tstate *s, titan_err *err)
 	const model *g = plan_global_model(s->p);
 	size_t n = plan_shard_numel(s->p);
 	hf_load h = {.p = s->p, .local = plan_model(s->p), .g = g,
-		     .shard = calloc(n + 1, sizeof(float))};
+		     .shard = bigmem_calloc(n + 1, sizeof(float))};
 	dcp_hf_model hm = hf_model_of(g);
 	hm.model = g;
 	int rc = h.shard ? dcp_hf_read(dir, &hm, PTZ_NONE, put_hf_tensor, &h, err)
@@ -854,7 +855,7 @@ int tstate_save_hf(const char *dir, const tstate *s, const char *export_dtype,
 	size_t n = plan_shard_numel(s->p);
 	model *local = plan_model(s->p);
 	int nt = model_num_tensors(g), nb = model_num_buffers(local);
-	float *params = malloc(n * sizeof(float) + 1);
+	float *params = bigmem_alloc(n * sizeof(float) + 1);
 	st_item *items = calloc((size_t)(nt + nb), sizeof *items);
 	float *bufs = calloc((size_t)nb * (size_t)model_args(g)->moe.experts + 1, sizeof(float));
 	int rc = params && items && bufs ? 0 : err_set(err, "out of memory");

@@ -13,6 +13,7 @@
 
 #include "../support/testutil.h"
 #include "core/afile.h"
+#include "core/bigmem.h"
 #include "core/crc32c.h"
 #include "core/err.h"
 #include "core/mfile.h"
@@ -226,6 +227,62 @@ static void err_prefix_keeps_the_message(void **state)
 	assert_string_equal(err.msg, "f.bin:3: bad magic 0x7");
 }
 
+/* The VmFlags line of /proc/self/smaps for the mapping that holds p ("" when
+ * none is found). */
+static void vm_flags_of(const void *p, char *out, size_t n)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	int inside = 0;
+	out[0] = '\0';
+	while (f && fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (inside && strncmp(line, "VmFlags:", 8) == 0)
+			snprintf(out, n, "%s", line);
+	}
+	if (f)
+		fclose(f);
+}
+
+/* Big blocks lie on 2 MiB boundaries, advised for huge pages where the kernel
+ * has them, and every byte is usable; calloc's are zero; small blocks are
+ * 64-byte aligned; a size that overflows is refused. */
+static void bigmem_blocks_are_aligned_advised_and_zeroed(void **state)
+{
+	(void)state;
+	size_t big = BIGMEM_MIN + 12345;
+	uint8_t *p = bigmem_alloc(big);
+	assert_non_null(p);
+	assert_int_equal((uintptr_t)p % ((size_t)2 << 20), 0);
+	memset(p, 0x5a, big);
+	assert_int_equal(p[big - 1], 0x5a);
+	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0) {
+		char flags[512];
+		vm_flags_of(p, flags, sizeof flags);
+		if (!strstr(flags, " hg"))
+			fail_msg("the block's mapping is not advised for huge pages: '%s'", flags);
+	}
+	free(p);
+	float *z = bigmem_calloc(BIGMEM_MIN / 4 + 3, sizeof(float));
+	assert_non_null(z);
+	for (size_t i = 0; i < BIGMEM_MIN / 4 + 3; i++)
+		if (z[i] != 0)
+			fail_msg("element %zu of a zeroed block is %g", i, z[i]);
+	free(z);
+	uint8_t *small = bigmem_alloc(100), *none = bigmem_alloc(0), *zs = bigmem_calloc(7, 3);
+	assert_true(small && none && zs);
+	assert_int_equal((uintptr_t)small % 64, 0);
+	for (int i = 0; i < 21; i++)
+		assert_int_equal(zs[i], 0);
+	free(small);
+	free(none);
+	free(zs);
+	assert_null(bigmem_calloc(SIZE_MAX / 2, 4));
+	assert_null(bigmem_alloc(SIZE_MAX - 10));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -241,6 +298,7 @@ int main(void)
 		cmocka_unit_test(mkdir_p_makes_nested_folders),
 		cmocka_unit_test(mfile_maps_empty_and_rejects_missing),
 		cmocka_unit_test(err_prefix_keeps_the_message),
+		cmocka_unit_test(bigmem_blocks_are_aligned_advised_and_zeroed),
 	};
 	return cmocka_run_group_tests(tests, test_tmpdir_create, test_tmpdir_remove);
 }
