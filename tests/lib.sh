@@ -51,19 +51,31 @@ t_skip_unless_ci() {
 	if [ "${CI:-}" = true ]; then t_not_ok "$1" "$2"; else t_skip "$1" "$2"; fi
 }
 
+# With TITAN_TEST_TIMES=1, t_run and t_fails say how long their command took
+# (a TAP comment), to find where a slow file's time goes.
+t_clock() { [ -z "${TITAN_TEST_TIMES:-}" ] || date +%s.%N; }
+t_took() {
+	[ -n "${TITAN_TEST_TIMES:-}" ] && awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "# %.2f s\n", b - a }'
+	return 0
+}
+
 t_run() {
 	name=$1; shift
+	t_t0=$(t_clock)
 	if "$@" >"$TMP/.out" 2>"$TMP/.err"; then
 		t_ok "$name"
 	else
 		t_not_ok "$name" "exit $?: $(tail -5 "$TMP/.err")"
 	fi
+	t_took "$t_t0"
 }
 
 t_fails() {
 	name=$1; want=$2; shift 2
+	t_t0=$(t_clock)
 	"$@" >"$TMP/.out" 2>"$TMP/.err"
 	rc=$?
+	t_took "$t_t0"
 	if [ "$rc" -eq "$want" ]; then
 		t_ok "$name"
 	else
