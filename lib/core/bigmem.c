@@ -14,13 +14,13 @@ void *bigmem_alloc(size_t bytes)
 		size_t padded = bytes ? (bytes + 63) / 64 * 64 : 64; /* aligned_alloc wants a multiple */
 		return padded >= bytes ? aligned_alloc(64, padded) : NULL;
 	}
-	if (bytes > SIZE_MAX - HUGE_PAGE)
+	void *p;
+	if (posix_memalign(&p, HUGE_PAGE, bytes) != 0)
 		return NULL;
-	size_t whole = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-	void *p = aligned_alloc(HUGE_PAGE, whole);
 #ifdef MADV_HUGEPAGE
-	if (p)
-		(void)madvise(p, whole, MADV_HUGEPAGE); /* advice: refused, 4 KiB pages serve */
+	/* the whole huge pages alone: the tail's 4 KiB pages are faulted in as
+	 * far as they are used, where a huge page would take 2 MiB for it */
+	(void)madvise(p, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice only */
 #endif
 	return p;
 }
