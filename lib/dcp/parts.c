@@ -130,27 +130,31 @@ static int read_crc(const char *dir, const dcp_part *r, uint32_t *crc, titan_err
 	return rc;
 }
 
-/* Check the record of mine's part i against the sorted parts of every rank. */
-static int check_record(const char *dir, const dcp_parts *mine, size_t i, const dcp_part *all,
-			size_t n_all, titan_err *err)
+/* The first of the sorted parts s[0..n) at or after r's record (lower bound). */
+static size_t first_of(const dcp_part *r, const dcp_part *s, size_t n)
 {
-	const dcp_part *r = &mine->p[i];
-	size_t lo = 0, hi = n_all; /* the first part of r's record: a lower bound */
+	dcp_part key = *r;
+	key.off = 0;
+	key.len = 0;
+	size_t lo = 0, hi = n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		dcp_part key = *r;
-		key.off = 0;
-		key.len = 0;
-		if (cmp_part(&all[mid], &key) < 0)
+		if (cmp_part(&s[mid], &key) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	size_t end = lo;
-	while (end < n_all && same_record(&all[end], r))
-		end++;
+	return lo;
+}
+
+/* Check the record of mine's part i against p[0..n), every rank's parts of
+ * that record, in order. */
+static int check_record(const char *dir, const dcp_parts *mine, size_t i, const dcp_part *p,
+			size_t n, titan_err *err)
+{
+	const dcp_part *r = &mine->p[i];
 	uint32_t crc;
-	if (joined_crc(r, all + lo, end - lo, &crc) != 0 && read_crc(dir, r, &crc, err) != 0)
+	if (joined_crc(r, p, n, &crc) != 0 && read_crc(dir, r, &crc, err) != 0)
 		return -1;
 	if (crc != r->record_crc) /* in verify's words (ptz_crc_matches) */
 		return err_set(err, "%s/%s: zip: %s: CRC-32 %08x, expected %08x (the file is damaged)",
@@ -163,19 +167,28 @@ int dcp_parts_check(const char *dir, const dcp_parts *mine, const dcp_part *all,
 {
 	if (mine->n == 0)
 		return 0;
-	dcp_part *s = malloc(n_all * sizeof *s);
-	if (!s)
+	dcp_part *s = malloc((n_all ? n_all : 1) * sizeof *s);
+	uint8_t *done = calloc(n_all ? n_all : 1, 1); /* by a record's first part in s */
+	if (!s || !done) {
+		free(s);
+		free(done);
 		return err_set(err, "out of memory");
+	}
 	memcpy(s, all, n_all * sizeof *s);
 	qsort(s, n_all, sizeof *s, cmp_part);
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < mine->n; i++) {
-		int seen = 0; /* a record this rank read twice is checked once */
-		for (size_t k = 0; k < i && !seen; k++)
-			seen = same_record(&mine->p[k], &mine->p[i]);
-		if (!seen)
-			rc = check_record(dir, mine, i, s, n_all, err);
+		const dcp_part *r = &mine->p[i];
+		size_t lo = first_of(r, s, n_all), end = lo;
+		while (end < n_all && same_record(&s[end], r))
+			end++;
+		if (end > lo && done[lo])
+			continue; /* a record this rank read twice is checked once */
+		if (end > lo)
+			done[lo] = 1;
+		rc = check_record(dir, mine, i, s + lo, end - lo, err);
 	}
+	free(done);
 	free(s);
 	return rc;
 }
