@@ -680,7 +680,13 @@ int comm_all_gather_bytes(comm *c, const void *send, size_t n, uint8_t **all, si
 	/* every rank's bytes padded to the longest, then packed in rank order */
 	uint8_t *pad = calloc(most ? most : 1, 1), *got = malloc(size * most + 1);
 	uint8_t *out = malloc(total + 1);
-	int rc = pad && got && out ? 0 : fail_here(c, e, "gather: out of memory");
+	/* every rank learns of one that has no room, rather than waiting for it
+	 * in the gather until the deadline */
+	int32_t short_of = !pad || !got || !out, any = 0;
+	int rc = comm_all_reduce(c, &short_of, &any, 1, COMM_I32, COMM_MAX, e);
+	if (rc == 0 && any)
+		rc = fail_here(c, e, "gather of %zu bytes: %s out of memory", total,
+			       short_of ? "this rank is" : "another rank is");
 	if (rc == 0 && most > 0) {
 		if (n > 0)
 			memcpy(pad, send, n);
