@@ -1,6 +1,7 @@
 /* bigmem.c: see bigmem.h. */
 #include "core/bigmem.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@ void *bigmem_alloc(size_t bytes)
 		return padded >= bytes ? aligned_alloc(64, padded) : NULL;
 	}
 	void *p;
+	if (bytes > PTRDIFF_MAX) /* no object is that big: refused before an allocator aborts */
+		return NULL;
 	if (posix_memalign(&p, HUGE_PAGE, bytes) != 0)
 		return NULL;
 #ifdef MADV_HUGEPAGE

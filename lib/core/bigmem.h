@@ -9,8 +9,8 @@
  * blocks, take 4 KiB pages as they are touched, so nothing is backed that
  * would not be.  32 MiB: glibc maps every block from there on its own (its
  * mmap threshold rises no higher), so the advice goes with the block when it
- * is freed instead of staying on the heap.  Every block is 64-byte aligned
- * and freed by free(). */
+ * is freed instead of staying on the heap.  bigmem_alloc's blocks are
+ * 64-byte aligned; every block is freed by free(). */
 #ifndef TITAN_BIGMEM_H
 #define TITAN_BIGMEM_H
 
