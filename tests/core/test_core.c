@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -246,8 +247,23 @@ static void vm_flags_of(const void *p, char *out, size_t n)
 		fclose(f);
 }
 
-/* Big blocks lie on 2 MiB boundaries, advised for huge pages where the kernel
- * has them, and every byte is usable; calloc's are zero; small blocks are
+/* Whether madvise's huge-page advice shows in smaps here: qemu-user, for
+ * one, accepts it and drops it. */
+static int advice_shows(void)
+{
+	size_t len = (size_t)4 << 20;
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return 0;
+	char flags[512];
+	int ok = madvise(m, len, MADV_HUGEPAGE) == 0;
+	vm_flags_of(m, flags, sizeof flags);
+	munmap(m, len);
+	return ok && strstr(flags, " hg") != NULL;
+}
+
+/* Big blocks lie on 2 MiB boundaries, advised for huge pages where the
+ * advice shows, and every byte is usable; calloc's are zero; small blocks are
  * 64-byte aligned; a size that overflows is refused. */
 static void bigmem_blocks_are_aligned_advised_and_zeroed(void **state)
 {
@@ -258,7 +274,9 @@ static void bigmem_blocks_are_aligned_advised_and_zeroed(void **state)
 	assert_int_equal((uintptr_t)p % ((size_t)2 << 20), 0);
 	memset(p, 0x5a, big);
 	assert_int_equal(p[big - 1], 0x5a);
-	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0) {
+	if (!advice_shows()) {
+		print_message("the huge-page advice does not show here: not checked\n");
+	} else {
 		char flags[512];
 		vm_flags_of(p, flags, sizeof flags);
 		if (!strstr(flags, " hg"))
