@@ -3,6 +3,7 @@
 #define TITAN_DCP_PRIV_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core/mfile.h"
 #include "core/strmap.h"
@@ -27,6 +28,10 @@ int dcp_default_path(const char *fqn, char ***path, int *npath);
 int dcp_file_slice(dcp_ckpt *c, const char *file, uint64_t off, uint64_t len,
 		   const uint8_t **p, titan_err *err);
 int64_t dcp_numel(int ndim, const int64_t *sizes);
+enum { READ_OK = 0, READ_IO = 1, READ_CRC = 2, READ_SHORT = 3 };
+/* len bytes at src of fd into dst, and their CRC-32; READ_IO (errno set) or
+ * READ_SHORT (the file ends first) on failure. */
+int dcp_pread_crc(int fd, uint8_t *dst, size_t len, off_t src, uint32_t *crc);
 /* Append part p to parts, read from the storage record `record` of the chunk
  * at chunk_off of p->file, of tensor fqn (all copied). */
 int dcp_parts_add(dcp_parts *parts, const dcp_part *p, uint64_t chunk_off, const char *fqn,

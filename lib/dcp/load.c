@@ -210,11 +210,8 @@ static void copy_overlap(const ptz_tensor *t, const int64_t *co, const int64_t *
 #define READ_PIECE ((size_t)8 << 20)
 #define READ_THREADS 4
 
-enum { READ_OK = 0, READ_IO = 1, READ_CRC = 2, READ_SHORT = 3 };
 
-/* len bytes at src of fd into dst, and their CRC-32; READ_IO (errno set) or
- * READ_SHORT (the file ends first) on failure. */
-static int pread_crc(int fd, uint8_t *dst, size_t len, off_t src, uint32_t *crc)
+int dcp_pread_crc(int fd, uint8_t *dst, size_t len, off_t src, uint32_t *crc)
 {
 	*crc = 0;
 	while (len > 0) {
@@ -328,7 +325,7 @@ static void *reader(void *arg)
 	piece_queue *q = arg;
 	for (size_t j; (j = atomic_fetch_add(&q->next, 1)) < q->n;) {
 		piece *p = &q->p[j];
-		p->rc = pread_crc(p->b->fd, p->b->dst + p->off, p->len, p->b->src + (off_t)p->off, &p->crc);
+		p->rc = dcp_pread_crc(p->b->fd, p->b->dst + p->off, p->len, p->b->src + (off_t)p->off, &p->crc);
 		p->eno = errno;
 	}
 	return NULL;

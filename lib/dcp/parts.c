@@ -1,7 +1,6 @@
 /* parts.c: checking storage records that the ranks of a job read in parts
  * (dcp_load_parts): the CRC-32s of the parts, joined in order, are the
  * record's when the parts tile it. */
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -113,17 +112,14 @@ static int read_crc(const char *dir, const dcp_part *r, uint32_t *crc, titan_err
 	*crc = 0;
 	for (uint64_t done = 0; rc == 0 && done < r->record_len;) {
 		size_t want = r->record_len - done < BUF ? (size_t)(r->record_len - done) : BUF;
-		ssize_t k = pread(fd, buf, want, (off_t)(r->record + done));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
+		uint32_t piece;
+		int got = dcp_pread_crc(fd, buf, want, (off_t)(r->record + done), &piece);
+		if (got == READ_IO)
 			rc = err_errno(err, "%s/%s: read", dir, file);
-		else if (k == 0)
+		else if (got != READ_OK)
 			rc = err_set(err, "%s/%s: ends inside the record at %" PRIu64, dir, file, r->record);
-		else {
-			*crc = ptz_crc32(*crc, buf, (size_t)k);
-			done += (uint64_t)k;
-		}
+		*crc = ptz_crc32_combine(*crc, piece, want);
+		done += want;
 	}
 	free(buf);
 	close(fd);
