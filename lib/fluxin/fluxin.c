@@ -389,22 +389,47 @@ static int prepare(fluxin *f, const fluxin_sample *s, uint8_t *rec, uint8_t *rgb
 	return FLUXIN_OK;
 }
 
-/* The encoders over the m kept samples (ids packed in f's scratch). */
-static int run_encoders(fluxin *f, int m, titan_err *err)
+/* The text encoders on n samples' ids, one sample a call.  A GEMM's rows can
+ * depend on how many rows it has (OpenBLAS's and oneDNN's AVX2 kernels take
+ * a matrix's last rows with other code than the rest), so a batch of samples
+ * through one call could encode a sample with other bits than the same sample
+ * in another batch: a record titan-encode made would then differ from the
+ * sample titan-train encodes on the fly, and the runs' bits with it.  One
+ * sample's rows are as many in every batch. */
+static int run_text(fluxin *f, const int32_t *t5_ids, const int32_t *clip_ids, int n,
+		    float *t5, float *clip, titan_err *err)
 {
 	const fluxrec_header *h = &f->h;
 	double t0 = progress_now();
-	if (t5_encoder_forward(f->t5, f->t5_ids, m, h->t5_len, f->t5_out, err) != 0)
-		return err_prefix(err, "T5 encoder");
+	for (int i = 0; i < n; i++)
+		if (t5_encoder_forward(f->t5, t5_ids + (size_t)i * h->t5_len, 1, h->t5_len,
+				       t5 + (size_t)i * h->t5_len * h->t5_dim, err) != 0)
+			return err_prefix(err, "T5 encoder");
 	double t1 = progress_now();
-	if (clip_text_forward(f->clip, f->clip_ids, m, h->clip_len, f->clip_out, err) != 0)
-		return err_prefix(err, "CLIP text model");
-	double t2 = progress_now();
-	if (f->ae != NULL && fluxin_ae_encode(f->ae, f->px, m, h->image_size, f->moments, err) != 0)
-		return err_prefix(err, "autoencoder");
+	for (int i = 0; i < n; i++)
+		if (clip_text_forward(f->clip, clip_ids + (size_t)i * h->clip_len, 1, h->clip_len,
+				      clip + (size_t)i * h->clip_dim, err) != 0)
+			return err_prefix(err, "CLIP text model");
 	f->times.t5 += t1 - t0;
-	f->times.clip += t2 - t1;
-	f->times.ae += progress_now() - t2;
+	f->times.clip += progress_now() - t1;
+	return 0;
+}
+
+/* The encoders over the m kept samples (ids and pixels packed in f's
+ * scratch), each sample alone as in run_text. */
+static int run_encoders(fluxin *f, int m, titan_err *err)
+{
+	const fluxrec_header *h = &f->h;
+	if (run_text(f, f->t5_ids, f->clip_ids, m, f->t5_out, f->clip_out, err) != 0)
+		return -1;
+	double t0 = progress_now();
+	size_t plane = 3ull * h->image_size * h->image_size;
+	size_t lat = (size_t)h->latent_channels * h->latent_height * h->latent_width;
+	for (int i = 0; i < m && f->ae != NULL; i++)
+		if (fluxin_ae_encode(f->ae, f->px + i * plane, 1, h->image_size,
+				     f->moments + i * lat, err) != 0)
+			return err_prefix(err, "autoencoder");
+	f->times.ae += progress_now() - t0;
 	return 0;
 }
 
@@ -425,11 +450,7 @@ int fluxin_encode_text(fluxin *f, const uint8_t *const *captions, const size_t *
 			       f->clip_ids + (size_t)i * h->clip_len, err) < 0)
 			return -1;
 	}
-	if (t5_encoder_forward(f->t5, f->t5_ids, n, h->t5_len, t5, err) != 0)
-		return err_prefix(err, "T5 encoder");
-	if (clip_text_forward(f->clip, f->clip_ids, n, h->clip_len, clip, err) != 0)
-		return err_prefix(err, "CLIP text model");
-	return 0;
+	return run_text(f, f->t5_ids, f->clip_ids, n, t5, clip, err);
 }
 
 int fluxin_encode(fluxin *f, const fluxin_sample *s, int n, uint8_t *records, int *status,

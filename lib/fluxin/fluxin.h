@@ -105,7 +105,8 @@ typedef struct fluxin_sample {
 	uint32_t offset;
 } fluxin_sample;
 
-/* Encode n samples (one batch through the encoders).  records: n *
+/* Encode n samples, each through the encoders alone, so that a record has
+ * the same bits in any batch (fluxin.c, run_text).  records: n *
  * record_bytes; status[i] FLUXIN_OK when record i is written and sealed, else
  * why sample i was skipped, with the reason in why[i] (naming its key).
  * Returns 0, or -1 with err on a failure that ends the job (memory, an
