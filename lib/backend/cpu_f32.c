@@ -18,7 +18,6 @@
 
 #include "backend/cpu_kernels.h"
 #include "core/cpu_isa.h"
-#include "core/pool.h"
 
 /* The float32 GEMM of one call (cpu_matmul splits a large product over the
  * team; a call inside a parallel region runs on its thread alone, oneDNN

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "backend/cpu_kernels.h"
-#include "core/pool.h"
 
 #define REAL double
 #define SFX f64

@@ -1,7 +1,6 @@
 #include "core/pool.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,16 +45,8 @@ struct pool_omap {
 
 int pool_ncpu(void)
 {
-	/* read once: glibc's sysconf reads a file under /sys each call, and the
-	 * CPU kernels ask on every large product */
-	static _Atomic int cached;
-	int n = atomic_load_explicit(&cached, memory_order_relaxed);
-	if (n == 0) {
-		long v = sysconf(_SC_NPROCESSORS_ONLN);
-		n = v < 1 ? 1 : (int)v;
-		atomic_store_explicit(&cached, n, memory_order_relaxed);
-	}
-	return n;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : (int)n;
 }
 
 static void *worker(void *arg)

@@ -35,7 +35,7 @@ typedef struct pool_omap pool_omap;
 typedef void (*pool_fn)(void *arg);
 typedef void (*pool_map_fn)(void *item, void *ctx);
 
-/* Number of online CPUs (at least 1), read at the first call. */
+/* Number of online CPUs (at least 1). */
 int pool_ncpu(void);
 
 /* Start nthreads worker threads (nthreads <= 0: pool_ncpu()). */

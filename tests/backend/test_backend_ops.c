@@ -16,7 +16,6 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_kernels.h"
-#include "core/bf16.h"
 #include "../support/att_ref.h"
 #include "../support/testutil.h"
 
@@ -894,48 +893,6 @@ static void matmul_every_transpose_matches_definition(void **s)
 		}
 }
 
-/* A large product's bits do not depend on the threads in force, in float32
- * and in bf16, split by rows (m >= n) or by columns, with sides no block
- * length divides: titan-encode's records are the encodings titan-train's
- * ranks compute at their own thread counts.  (The GEMM libraries' AVX2
- * kernels give a matrix's last rows other bits than the rest.) */
-static void matmul_bits_do_not_depend_on_threads(void **s)
-{
-	(void)s;
-	test_seed(23);
-	const int64_t shapes[2][3] = {{1003, 97, 211}, {89, 1013, 203}}; /* m, n, k */
-	for (int sh = 0; sh < 2; sh++)
-		for (int bf = 0; bf < 2; bf++) {
-			int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
-			be_dtype t = bf ? BE_BF16 : BE_F32;
-			size_t es = bf ? 2 : 4, na = (size_t)(m * k), nb = (size_t)(k * n);
-			float *fa = malloc(4 * na), *fb = malloc(4 * nb);
-			for (size_t i = 0; i < na; i++)
-				fa[i] = (float)test_urand();
-			for (size_t i = 0; i < nb; i++)
-				fb[i] = (float)test_urand();
-			void *a = bf ? malloc(es * na) : fa, *b = bf ? malloc(es * nb) : fb;
-			for (size_t i = 0; bf && i < na; i++)
-				((uint16_t *)a)[i] = bf16_from_f32(fa[i]);
-			for (size_t i = 0; bf && i < nb; i++)
-				((uint16_t *)b)[i] = bf16_from_f32(fb[i]);
-			float *c[3];
-			for (int nt = 1; nt <= 3; nt++) {
-				backend *be = backend_cpu_create(nt, NULL);
-				assert_non_null(be);
-				c[nt - 1] = malloc(4 * (size_t)(m * n));
-				be->ops->matmul(be, 0, 1, m, n, k, 1.0f, a, k, b, k, t, 0.0f, c[nt - 1], n,
-						BE_F32);
-				backend_free(be);
-			}
-			assert_memory_equal(c[0], c[1], 4 * (size_t)(m * n));
-			assert_memory_equal(c[0], c[2], 4 * (size_t)(m * n));
-			if (bf)
-				free(a), free(b);
-			free(fa), free(fb), free(c[0]), free(c[1]), free(c[2]);
-		}
-}
-
 static void sumsq_is_exact_and_independent_of_threads(void **s)
 {
 	(void)s;
@@ -1117,7 +1074,6 @@ int main(void)
 		cmocka_unit_test(embedding_vocab_shards_sum_to_the_whole_lookup),
 		cmocka_unit_test(cross_entropy_gradient_matches_finite_differences_and_skips_ignored),
 		cmocka_unit_test(matmul_every_transpose_matches_definition),
-		cmocka_unit_test(matmul_bits_do_not_depend_on_threads),
 		cmocka_unit_test(sumsq_is_exact_and_independent_of_threads),
 		cmocka_unit_test(adamw_update_matches_torch_formula),
 		cmocka_unit_test(lerp_is_torch_lerp_bit_for_bit),
