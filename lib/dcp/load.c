@@ -210,7 +210,6 @@ static void copy_overlap(const ptz_tensor *t, const int64_t *co, const int64_t *
 #define READ_PIECE ((size_t)8 << 20)
 #define READ_THREADS 4
 
-
 int dcp_pread_crc(int fd, uint8_t *dst, size_t len, off_t src, uint32_t *crc)
 {
 	*crc = 0;
