@@ -19,24 +19,32 @@ replicated below): 0.3.0's distributions, titan's draws.  Everything else is
 noise and timesteps, MSELoss, clip_grad_norm_, AdamW and the schedule.
 
 Writes tests/fluxtrain/golden/flux_debugmodel.tsv: step, loss, grad_norm, lr.
-With --bf16, training.mixed_precision_param bfloat16 (the preset's: FSDP's
-bf16 parameters for the transformer; the encoders stay float32 on one rank):
-flux_debugmodel_bf16.tsv.  With --validate, flux_debugmodel's validator on as well (every 5 steps, 2
-batches of the same shard, one image sampled with guidance 5.0 in 4 steps):
-flux_debugmodel_val.tsv, its validation losses as "val STEP LOSS" lines, and
-the images it saves, tests/fluxtrain/golden/val/image_rank0_{5,10}.png.
+--flavor flux-tiny trains titan's own small flavor instead (lib/flux/flux_model.c:
+flux-debug with hidden 256 and 2 heads, 0.3.0's flux-debug builder at those
+numbers) and names the file flux_tiny.tsv; tests/fluxtrain/train.sh holds the
+preset's flux-debug to flux_debugmodel.tsv and every other run to flux-tiny's
+files.  With --bf16, training.mixed_precision_param bfloat16 (the preset's:
+FSDP's bf16 parameters for the transformer; the encoders stay float32 on one
+rank): flux_tiny_bf16.tsv.  With --validate, flux_debugmodel's validator on
+as well (every 5 steps, 2 batches of the same shard, one image sampled with
+guidance 5.0 in 4 steps): flux_tiny_val.tsv, its validation losses as "val
+STEP LOSS" lines, and the images it saves,
+tests/fluxtrain/golden/val_tiny/image_rank0_{5,10}.png (val/ at flux-debug).
 Under torchrun --nproc_per_node 2 (gloo on the CPU) the same run under FSDP 2
 (each rank its own seed, 7 + rank, and every other sample) writes
-flux_debugmodel_fsdp2.tsv.  --cp N sets parallelism.context_parallel_degree
-and --replicate N data_parallel_replicate_degree (data_parallel_shard_degree
+flux_tiny_fsdp2.tsv.  --cp N sets parallelism.context_parallel_degree and
+--replicate N data_parallel_replicate_degree (data_parallel_shard_degree
 takes the rest of the ranks); the file is named by the mesh, e.g.
-flux_debugmodel_cp2.tsv (2 ranks, --cp 2), flux_debugmodel_fsdp2_cp2.tsv (4
-ranks, --cp 2), flux_debugmodel_hsdp2_fsdp2.tsv (4 ranks, --replicate 2),
-then _val and _bf16 as above.
+flux_tiny_cp2.tsv (2 ranks, --cp 2), flux_tiny_fsdp2_cp2.tsv (4 ranks, --cp
+2), flux_tiny_hsdp2_fsdp2.tsv (4 ranks, --replicate 2), then _val and _bf16
+as above.
 
 Run from the repository root after `make build/tests/fluxtrain/test_fluxtrain`:
-  PYTHONPATH=<torchtitan 0.3.0> python scripts/flux_train_golden.py
+  PYTHONPATH=<torchtitan 0.3.0> python scripts/flux_train_golden.py [--flavor flux-tiny]
+  PYTHONPATH=<torchtitan 0.3.0> torchrun --nproc_per_node 2 scripts/flux_train_golden.py \
+      --flavor flux-tiny --cp 2 --validate
 """
+import inspect
 import json
 import math
 import os
@@ -93,6 +101,8 @@ def degree(flag):
 
 
 CP, REPLICATE = degree("--cp"), degree("--replicate")
+FLAVOR = sys.argv[sys.argv.index("--flavor") + 1] if "--flavor" in sys.argv else "flux-debug"
+NAME = {"flux-debug": "flux_debugmodel", "flux-tiny": "flux_tiny"}[FLAVOR]
 AE = dict(resolution=IMG, in_channels=3, ch=32, out_ch=3, ch_mult=[1, 1, 1, 1],
           num_res_blocks=1, z_channels=16, scale_factor=0.3611, shift_factor=0.1159)
 CHUNK = 65536
@@ -174,8 +184,24 @@ def titan_init(model, seed):
     return sd
 
 
+def register_tiny():
+    """flux-tiny: 0.3.0's _flux_debug builder with titan's flux-tiny numbers
+    (hidden 256, 2 heads of 128; everything else flux-debug's)."""
+    import torchtitan.models.flux as fm
+    src = inspect.getsource(fm._flux_debug)
+    for old, new in (("_flux_debug", "_flux_tiny"), ("hidden_size = 1536", "hidden_size = 256"),
+                     ("num_heads = 12", "num_heads = 2")):
+        assert old in src, old
+        src = src.replace(old, new)
+    exec(src, fm.__dict__)
+    fm.flux_configs["flux-tiny"] = fm._flux_tiny
+    return fm.model_registry("flux-tiny")
+
+
 def config(models, dump):
     cfg = flux_debugmodel()
+    if FLAVOR == "flux-tiny":
+        cfg.model_spec = register_tiny()
     tok = os.path.join(FIX, "tokenizers", "torchtitan_test")
     cfg.hf_assets_path = tok
     cfg.tokenizer.test_mode = True
@@ -266,19 +292,20 @@ def main():
         # the images of the one-process run alone (under context parallelism
         # 0.3.0's sampling gathers the other rank's keys, of another image)
         if VALIDATE and int(os.environ["WORLD_SIZE"]) == 1:
-            os.makedirs(f"{GOLD}/val", exist_ok=True)
+            val = f"{GOLD}/val" if FLAVOR == "flux-debug" else f"{GOLD}/val_tiny"
+            os.makedirs(val, exist_ok=True)
             for step in (5, 10):
                 name = f"image_rank0_{step}.png"
-                shutil.copy(f"{tmp}/out/img/{name}", f"{GOLD}/val/{name}")
+                shutil.copy(f"{tmp}/out/img/{name}", f"{val}/{name}")
     world = int(os.environ["WORLD_SIZE"])
     if int(os.environ["RANK"]) != 0:
         return
     shard = world // (CP * REPLICATE)
     mesh = "".join(f"_{name}{n}" for name, n in (("hsdp", REPLICATE), ("fsdp", shard), ("cp", CP))
                    if n > 1)
-    out = f"{GOLD}/flux_debugmodel{mesh}{'_val' if VALIDATE else ''}{'_bf16' if BF16 else ''}.tsv"
+    out = f"{GOLD}/{NAME}{mesh}{'_val' if VALIDATE else ''}{'_bf16' if BF16 else ''}.tsv"
     with open(out, "w") as f:
-        f.write(f"# torchtitan 0.3.0 flux_debugmodel, {cfg.training.mixed_precision_param}, "
+        f.write(f"# torchtitan 0.3.0 flux_debugmodel{'' if FLAVOR == 'flux-debug' else ' at ' + FLAVOR}, {cfg.training.mixed_precision_param}, "
                 f"seed {SEED}, img_size {IMG}, "
                 f"T5 length {T5LEN}, test tokenizer, {world} rank(s): data_parallel_replicate "
                 f"{REPLICATE}, data_parallel_shard {shard}, context_parallel {CP}, "

@@ -1056,6 +1056,16 @@ static const char *written_as(const tt030_preset *p, const char *path)
 	return NULL;
 }
 
+/* Whether the preset's own config sets model.flavor to flavor: 0.3.0's name
+ * for the model is p->flavor then, and not once titan-train --flavor has
+ * named another. */
+static int sets_flavor(const tt030_preset *p, const char *flavor)
+{
+	char line[96];
+	snprintf(line, sizeof line, "\nflavor = \"%s\"\n", flavor);
+	return strstr(p->toml[0], line) != NULL;
+}
+
 int tt030_print_config(const job_config *c, int64_t vocab, FILE *out)
 {
 	const tt030_preset *p = NULL;
@@ -1069,7 +1079,8 @@ int tt030_print_config(const job_config *c, int64_t vocab, FILE *out)
 	json_enter(&j, "model_spec.name");
 	fprintf(out, "\"name\": \"%s\"", c->model.name);
 	json_enter(&j, "model_spec.flavor");
-	fprintf(out, "\"flavor\": \"%s\"", p->flavor ? p->flavor : c->model.flavor);
+	fprintf(out, "\"flavor\": \"%s\"",
+		p->flavor && sets_flavor(p, c->model.flavor) ? p->flavor : c->model.flavor);
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
 		const tt030_path *t = &paths[i];
 		int groups = strcmp(t->path, "optimizer.param_groups") == 0;

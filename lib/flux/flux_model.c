@@ -22,6 +22,14 @@ static const flux_config flavors[] = {
 	 .context_in_dim = 4096, .hidden_size = 1536, .num_heads = 12, .depth = 2,
 	 .depth_single_blocks = 2, .mlp_ratio = 4.0, .axes_dim = {16, 56, 56},
 	 .theta = 10000, .qkv_bias = 1},
+	/* titan's own, not 0.3.0's: flux-debug's inputs (T5 4096 wide, CLIP
+	 * 768, the axes) on a 256-wide trunk of two 128-wide heads, 8.3 M
+	 * parameters to flux-debug's 258 M, so that a CPU runs a step in a
+	 * fraction of a second: the test suite's and a smoke run's flavor */
+	{.name = "flux-tiny", .in_channels = 64, .out_channels = 64, .vec_in_dim = 768,
+	 .context_in_dim = 4096, .hidden_size = 256, .num_heads = 2, .depth = 2,
+	 .depth_single_blocks = 2, .mlp_ratio = 4.0, .axes_dim = {16, 56, 56},
+	 .theta = 10000, .qkv_bias = 1},
 };
 
 const flux_config *flux_flavor(const char *name)

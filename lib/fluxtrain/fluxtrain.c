@@ -216,7 +216,7 @@ static int open_model(ft_run *r, titan_err *err)
 	const job_config *c = r->c;
 	const flux_config *fc = flux_flavor(c->model.flavor);
 	if (fc == NULL)
-		return err_set(err, "model.flavor %s: not a Flux flavor (flux-debug, flux-schnell, "
+		return err_set(err, "model.flavor %s: not a Flux flavor (flux-debug, flux-tiny, flux-schnell, "
 			       "flux-dev)", c->model.flavor);
 	int sharded = r->shard * r->cp > 1;
 	if (check_shapes(r, fc, err) != 0)

@@ -126,6 +126,23 @@ t_grep "refusal names the world size" 'data_parallel_shard_degree = 3: more than
 
 t_run "--list-flavors" "$TRAIN" --list-flavors
 t_grep "flavors listed with sizes" '^8B .* 8,030,261,248$' "$TMP/.out"
+t_grep "titan's flux-tiny listed with its size" '^flux-tiny .* 8,314,944$' "$TMP/.out"
+
+# --flavor: another flavor of the config's model (a 0.3.0 preset's too, which
+# 0.3.0's own command line cannot change); 0.3.0's name for a preset's model
+# only while the model is the preset's
+t_run "--flavor 8B on a TOML config" "$TRAIN" --config configs/debug_model.toml --flavor 8B \
+	--job.print_config
+t_grep "  sets model.flavor" '^flavor = "8B"$' "$TMP/.out"
+t_run "--flavor 20b on gpt_oss_debugmodel" "$TRAIN" --module gpt_oss --config gpt_oss_debugmodel \
+	--flavor 20b --debug.print_config
+t_grep "  0.3.0's config prints it" '^    "flavor": "20b"$' "$TMP/.out"
+t_run "gpt_oss_debugmodel's own flavor" "$TRAIN" --module gpt_oss --config gpt_oss_debugmodel \
+	--debug.print_config
+t_grep "  by 0.3.0's name for it" '^    "flavor": "debugmodel"$' "$TMP/.out"
+t_fails "--flavor of another model is refused" 2 "$TRAIN" --module flux --config flux_debugmodel \
+	--flavor 8B
+t_grep "  naming the flavor and the model" '--flavor 8B: not a flavor of model.name "flux"' "$TMP/.err"
 t_run "--help" "$TRAIN" --help
 t_grep "help names --config" '--config FILE' "$TMP/.out"
 

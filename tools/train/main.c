@@ -60,6 +60,8 @@ static void usage(FILE *out)
 		"  --job.print_config       print the resolved config as TOML and exit (a 0.3.0\n"
 		"                           preset's --debug.print_config: as 0.3.0's JSON)\n"
 		"  --list-flavors           print the model flavors and exit\n"
+		"  --flavor NAME            the model's flavor NAME in place of the config's\n"
+		"                           (a 0.3.0 preset sets it in code, not on its CLI)\n"
 		"  --list-keys              print every config key (TSV: key, type, default,\n"
 		"                           values, torchtitan key, support, why, description)\n"
 		"                           and exit\n"
@@ -445,6 +447,19 @@ static int check_rope_length(const job_config *c, titan_err *err)
 }
 
 /* Everything after the configuration is read; returns the exit status. */
+/* --flavor NAME: a flavor of the configuration's model, or refused before
+ * anything starts. */
+static int set_flavor(job_config *c, const char *name, titan_err *err)
+{
+	const model_family *f = model_family_find(c->model.name);
+	int known = strcmp(c->model.name, "flux") == 0 ? flux_flavor(name) != NULL
+			  : f != NULL && model_family_flavor(f, name) != NULL;
+	if (!known)
+		return err_set(err, "--flavor %s: not a flavor of model.name \"%s\" (see "
+			       "titan-train --list-flavors)", name, c->model.name);
+	return config_set(c, "model.flavor", name, err);
+}
+
 static int run(job_config *c, int nrest, char **rest)
 {
 	titan_err err = {{0}};
@@ -470,6 +485,9 @@ static int run(job_config *c, int nrest, char **rest)
 		} else if (strcmp(rest[i], "--plot-loss") == 0 && i + 1 < nrest) {
 			const char *png = i + 3 < nrest && strcmp(rest[i + 2], "--png") == 0 ? rest[i + 3] : NULL;
 			return plot_loss(rest[i + 1], png);
+		} else if (strcmp(rest[i], "--flavor") == 0 && i + 1 < nrest) {
+			if (set_flavor(c, rest[++i], &err) != 0)
+				return fail(TITAN_EXIT_USAGE, err.msg, 1);
 		} else if (strcmp(rest[i], "--threads") == 0 && i + 1 < nrest) {
 			threads = atoi(rest[++i]);
 		} else if (strcmp(rest[i], "--backend") == 0 && i + 1 < nrest) {
