@@ -21,16 +21,20 @@
 
 extern const model_family deepseek_v3_family;
 
-/* DeepSeekV3ModelArgs' defaults around a flavor's dims. */
+/* DeepSeekV3ModelArgs' defaults around a flavor's dims, its latent
+ * attention's DeepSeekV3ModelArgs' too (DSV3) or given (DSV3_MLA). */
+#define DSV3_MLA(nm, v, d, inter, minter, layers, dense, heads, qlora, kvlora, nope, rot, vdim, \
+		 mscl)                                                                          \
+	.name = nm, .vocab_size = v, .dim = d, .hidden_dim = inter, .n_layers = layers,         \
+	.n_heads = heads, .n_kv_heads = heads, .norm_eps = 1e-5, .final_norm_eps = FLT_EPSILON,  \
+	.rope_theta = 10000, .max_seq_len = 16384, .family = &deepseek_v3_family,               \
+	.head_dim = (nope) + (rot), .rope_style = BE_ROPE_INTERLEAVED,                          \
+	.rope = {.kind = ROPE_SCALE_YARN, .factor = 40, .low = 1, .high = 32, .orig = 4096,     \
+		 .truncate = 1, .beyond_orig = 1},                                              \
+	.mla = {.q_lora_rank = qlora, .kv_lora_rank = kvlora, .qk_nope_head_dim = nope,         \
+		.qk_rope_head_dim = rot, .v_head_dim = vdim, .mscale = mscl}
 #define DSV3(nm, v, d, inter, minter, layers, dense, heads, qlora, mscl)                      \
-	.name = nm, .vocab_size = v, .dim = d, .hidden_dim = inter, .n_layers = layers,        \
-	.n_heads = heads, .n_kv_heads = heads, .norm_eps = 1e-5, .final_norm_eps = FLT_EPSILON, \
-	.rope_theta = 10000, .max_seq_len = 16384, .family = &deepseek_v3_family,              \
-	.head_dim = 192, .rope_style = BE_ROPE_INTERLEAVED,                                    \
-	.rope = {.kind = ROPE_SCALE_YARN, .factor = 40, .low = 1, .high = 32, .orig = 4096,    \
-		 .truncate = 1, .beyond_orig = 1},                                             \
-	.mla = {.q_lora_rank = qlora, .kv_lora_rank = 512, .qk_nope_head_dim = 128,            \
-		.qk_rope_head_dim = 64, .v_head_dim = 128, .mscale = mscl}
+	DSV3_MLA(nm, v, d, inter, minter, layers, dense, heads, qlora, 512, 128, 64, 128, mscl)
 
 /* MoEArgs (load_balance_coeff: MoEArgs' default 1e-3). */
 #define MOE(ne, sh, k, sc, norm, rscale, grp, lim, minter, dense)                             \
@@ -40,7 +44,10 @@ extern const model_family deepseek_v3_family;
 
 /* torchtitan's deepseekv3_args (debugmodel_flex_attn and the larger flavors'
  * attn_mask_type "block_causal" document masking is not built: their
- * attention here is plain causal). */
+ * attention here is plain causal).  debugmodel_small is titan's: debugmodel
+ * with 4 heads and a narrower latent attention (kv_lora_rank 64, q/k heads of
+ * 32 + 16 rotary, v heads of 32), 12 M parameters to its 33 M and a quarter
+ * of its work a token, for the CPU tests of the parallel plans. */
 static const llama_args flavors[] = {
 	{DSV3("debugmodel", 2048, 256, 1024, 256, 6, 1, 16, 0, 0.70),
 	 MOE(8, 2, 3, BE_MOE_SOFTMAX, 0, 1.0, 0, 0, 256, 1)},
@@ -50,6 +57,8 @@ static const llama_args flavors[] = {
 	 MOE(160, 2, 6, BE_MOE_SOFTMAX, 0, 16.0, 8, 3, 1536, 1)},
 	{DSV3("671B", 129280, 7168, 18432, 2048, 61, 3, 128, 1536, 1.0),
 	 MOE(256, 1, 8, BE_MOE_SIGMOID, 1, 2.5, 8, 4, 2048, 3)},
+	{DSV3_MLA("debugmodel_small", 2048, 256, 1024, 256, 6, 1, 4, 0, 64, 32, 16, 32, 0.70),
+	 MOE(8, 2, 3, BE_MOE_SOFTMAX, 0, 1.0, 0, 0, 256, 1)},
 	{0},
 };
 

@@ -25,12 +25,12 @@ plan() { # NP CASE...
 
 plan 2 qwen3:debugmodel shard=2
 plan 2 qwen3:debugmodel_moe_small shard=2 accum=2
-plan 2 deepseek_v3:debugmodel shard=2
+plan 2 deepseek_v3:debugmodel_small shard=2
 plan 2 llama4:debugmodel shard=2
 plan 2 gpt_oss:debugmodel_small shard=2
 plan 2 qwen3:debugmodel tp=2
 plan 2 qwen3:debugmodel_moe_small tp=2 async=1
 plan 2 llama4:debugmodel tp=2
-plan 2 deepseek_v3:debugmodel tp=2
+plan 2 deepseek_v3:debugmodel_small tp=2
 plan 2 gpt_oss:debugmodel_small tp=2
 t_done

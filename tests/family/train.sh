@@ -36,10 +36,12 @@ train() { # config dump_folder [more options]
 }
 run() { (train "$@"); }
 
-# config[:flavor]: the MoE family's debug config with titan's small MoE flavor
-# (debugmodel_moe's 315M parameters are too many for CI).
+# config[:flavor]: the MoE families' debug configs with titan's small MoE
+# flavors (Qwen3's debugmodel_moe's 315M parameters are too many for CI;
+# DeepSeek V3's debugmodel_small does a quarter of debugmodel's work a token).
 for spec in ${TRAIN_SPECS:-configs/debug_model.toml configs/qwen3_debug.toml \
-	configs/qwen3_moe_debug.toml:debugmodel_moe_small configs/deepseek_v3_debug.toml \
+	configs/qwen3_moe_debug.toml:debugmodel_moe_small \
+	configs/deepseek_v3_debug.toml:debugmodel_small \
 	configs/llama4_debug.toml configs/gpt_oss_debug.toml:debugmodel_small}; do
 	cfg=${spec%%:*}
 	flavor=${spec#"$cfg"}

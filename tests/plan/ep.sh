@@ -1,5 +1,6 @@
 #!/bin/sh
-# Expert parallelism trains DeepSeek V3's debug flavor as the single process
+# Expert parallelism trains DeepSeek V3's debugmodel_small (titan's debug
+# flavor with 4 heads of a narrower latent attention) as the single process
 # does (test_ep under mpirun, one run per world size for all its meshes:
 # t_mpi_queue): 5 steps, per-step loss and
 # grad norm and the final parameters within test_ep.c's tolerances, and the

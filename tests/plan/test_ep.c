@@ -6,7 +6,8 @@
  * one refused: tests/support/case_args.h); run alone it checks the world of
  * one (ep 1), 2 steps in short runs (test_short).
  *
- * Every rank trains DeepSeek V3's debug flavor (6 layers, the last 5 of 8
+ * Every rank trains DeepSeek V3's debugmodel_small (titan's debugmodel with 4
+ * heads of a narrower latent attention: 6 layers, the last 5 of 8
  * experts, top-3, 2 shared experts, expert_bias balancing) for 5 steps (or
  * steps=N) of a global batch of 8 sequences of 32 tokens under the plan, and
  * rank 0 beside it the same model as one process (mesh NULL) on the whole
@@ -100,7 +101,7 @@ static void read_cfg(cfg *c)
 		fail_msg("%s", e.msg);
 }
 
-/* The model: DeepSeek V3's debug flavor (with mtp=1 one MTP depth, whose
+/* The model: DeepSeek V3's debugmodel_small (with mtp=1 one MTP depth, whose
  * block's experts are the head unit's), or with model=gpt_oss GPT-OSS's
  * debugmodel_small (experts with biases: mlp2's is added once per token)
  * on a vocabulary of 2048. */
@@ -109,7 +110,7 @@ static const llama_args *flavor(void)
 	static llama_args with_mtp;
 	const llama_args *a =
 		gpt_oss ? model_family_flavor(model_family_find("gpt_oss"), "debugmodel_small")
-			: model_family_flavor(model_family_find("deepseek_v3"), "debugmodel");
+			: model_family_flavor(model_family_find("deepseek_v3"), "debugmodel_small");
 	assert_non_null(a);
 	if (!mtp)
 		return a;
