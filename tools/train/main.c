@@ -446,7 +446,6 @@ static int check_rope_length(const job_config *c, titan_err *err)
 		       (long long)c->training.seq_len, a->max_seq_len, c->model.flavor);
 }
 
-/* Everything after the configuration is read; returns the exit status. */
 /* --flavor NAME: a flavor of the configuration's model, or refused before
  * anything starts. */
 static int set_flavor(job_config *c, const char *name, titan_err *err)
@@ -460,6 +459,7 @@ static int set_flavor(job_config *c, const char *name, titan_err *err)
 	return config_set(c, "model.flavor", name, err);
 }
 
+/* Everything after the configuration is read; returns the exit status. */
 static int run(job_config *c, int nrest, char **rest)
 {
 	titan_err err = {{0}};
