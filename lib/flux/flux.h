@@ -68,9 +68,12 @@ typedef struct flux_config {
 	int qkv_bias;
 } flux_config;
 
-/* 0.3.0's flux_configs: "flux-dev", "flux-schnell", "flux-debug"; NULL when
- * there is no such flavor. */
+/* 0.3.0's flux_configs: "flux-dev", "flux-schnell", "flux-debug", and
+ * titan's "flux-tiny"; NULL when there is no such flavor. */
 const flux_config *flux_flavor(const char *name);
+/* The flavors' names, ", " between them, for a message naming the choices
+ * (cut short to fit n bytes). */
+void flux_flavor_names(char *buf, size_t n);
 /* 0, or -1 and err naming the field: positive sizes, hidden_size divisible
  * by num_heads, axes_dim even and summing to the head dimension. */
 int flux_config_check(const flux_config *c, titan_err *err);

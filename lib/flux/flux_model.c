@@ -40,6 +40,15 @@ const flux_config *flux_flavor(const char *name)
 	return NULL;
 }
 
+void flux_flavor_names(char *buf, size_t n)
+{
+	size_t used = 0;
+	if (n > 0)
+		buf[0] = '\0';
+	for (size_t i = 0; i < sizeof flavors / sizeof flavors[0] && used < n; i++)
+		used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", flavors[i].name);
+}
+
 const flux_config *flux_flavor_at(int i)
 {
 	return i >= 0 && (size_t)i < sizeof flavors / sizeof flavors[0] ? &flavors[i] : NULL;

@@ -215,9 +215,11 @@ static int open_model(ft_run *r, titan_err *err)
 {
 	const job_config *c = r->c;
 	const flux_config *fc = flux_flavor(c->model.flavor);
-	if (fc == NULL)
-		return err_set(err, "model.flavor %s: not a Flux flavor (flux-debug, flux-tiny, flux-schnell, "
-			       "flux-dev)", c->model.flavor);
+	if (fc == NULL) {
+		char names[128];
+		flux_flavor_names(names, sizeof names);
+		return err_set(err, "model.flavor %s: not a Flux flavor (%s)", c->model.flavor, names);
+	}
 	int sharded = r->shard * r->cp > 1;
 	if (check_shapes(r, fc, err) != 0)
 		return -1;

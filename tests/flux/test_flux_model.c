@@ -101,6 +101,17 @@ static void flavors_have_0_3_0s_numbers(void **state)
 		assert_int_equal(flux_config_check(c, &e), 0);
 }
 
+/* The refusals' list of flavors is the table's, cut short to the buffer. */
+static void flavor_names_list_the_table(void **state)
+{
+	(void)state;
+	char names[128], small[12];
+	flux_flavor_names(names, sizeof names);
+	assert_string_equal(names, "flux-dev, flux-schnell, flux-debug, flux-tiny");
+	flux_flavor_names(small, sizeof small);
+	assert_string_equal(small, "flux-dev, f");
+}
+
 /* The model's tensors are the state dict's, in its order, with its shapes. */
 static void parameters_are_the_state_dicts(void **state)
 {
@@ -343,6 +354,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(flavors_have_0_3_0s_numbers),
+		cmocka_unit_test(flavor_names_list_the_table),
 		cmocka_unit_test(parameters_are_the_state_dicts),
 		cmocka_unit_test(latents_pack_as_utils_does),
 		cmocka_unit_test(bad_configs_and_batches_are_refused),

@@ -346,9 +346,12 @@ static int cmd_flux_hf(int to_hf, const char *src, const char *out, const args *
 	flux_config c;
 	if (a->flavor) {
 		const flux_config *f = flux_flavor(a->flavor);
-		if (!f)
-			cli_usage_error(&spec, "--flavor: '%s' is not a Flux flavor (flux-dev, "
-					"flux-schnell, flux-debug, flux-tiny)", a->flavor);
+		if (!f) {
+			char names[128];
+			flux_flavor_names(names, sizeof names);
+			cli_usage_error(&spec, "--flavor: '%s' is not a Flux flavor (%s)", a->flavor,
+					names);
+		}
 		c = *f;
 	} else if (fluxckpt_infer_config(src, to_hf ? FLUXCKPT_AUTO : a->format < 0 ? FLUXCKPT_AUTO
 										       : a->format,
