@@ -76,7 +76,8 @@ LDFLAGS   += -fopenmp $(SANFLAGS) -Wl,--as-needed
 # call (errno on a negative argument) and AdamW's loop scalar: a quarter of a
 # 100M model's step at one thread.  sqrt is correctly rounded scalar or vector,
 # so the bits are the same.  (cpu_f32.c's pragma GCC optimize does not reach it.)
-$(BUILD)/lib/backend/cpu_f32.o: CFLAGS += -fno-math-errno
+# core/init_fill's normal draws take a vector sqrt the same way.
+$(BUILD)/lib/backend/cpu_f32.o $(BUILD)/lib/core/init_fill.o: CFLAGS += -fno-math-errno
 LDLIBS    += -lcurl -larchive -lzstd -ldeflate -ljpeg -lpng16 -lwebp -lsnappy -ljansson -lpcre2-8 -lopenblas -ldnnl -lcrypto $(MPI_LIBS) -lm -lpthread
 
 # CUDA: found at $(CUDA_HOME)/bin/nvcc or /usr/local/cuda/bin/nvcc; CUDA=0 turns it off.
