@@ -16,13 +16,15 @@ static double now_s(void)
 }
 
 /* Square products of PROBE_N: large enough for oneDNN's and OpenBLAS's
- * blocked kernels to reach their rate, small enough for a few runs in the
- * probe's PROBE_S on a small machine.  The probe is paid by every start of
- * titan-train: the best of a few runs is as good as the best of fifty on a
- * quiet machine, and no better on a busy one. */
-#define PROBE_N 1024
-#define PROBE_S 0.05
-#define PROBE_MIN_RUNS 2
+ * blocked kernels to reach their rate, small enough for several runs in the
+ * probe's PROBE_S.  The probe is paid by every start of titan-train (every
+ * rank of it): the best of a few runs is as good as the best of fifty on a
+ * quiet machine, and no better on a busy one.  On a 2-core AVX2 machine the
+ * best of 512's runs came within the run-to-run noise of 1024's (0.7-1.4e11
+ * FLOP/s both) in 25 ms instead of 75. */
+#define PROBE_N 512
+#define PROBE_S 0.02
+#define PROBE_MIN_RUNS 3
 #define PROBE_MAX_RUNS 12
 
 /* The best of a few C = A B in type t on be, in FLOP/s; 0 when the backend
