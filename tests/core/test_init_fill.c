@@ -37,15 +37,21 @@ static uint64_t chunk_stream(uint64_t seed, uint64_t tensor, size_t c)
 	return s;
 }
 
-/* The k-th normal candidate of chunk c, std * z, as the definition draws it. */
+/* The definition's next normal candidate from stream s: std * z, one
+ * Box-Muller draw through libm. */
+static double next_candidate(uint64_t *s, double std)
+{
+	double u1 = uniform01(s), u2 = uniform01(s);
+	return std * (sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+/* The k-th normal candidate of chunk c. */
 static double candidate(uint64_t seed, uint64_t tensor, size_t c, int k, double std)
 {
 	uint64_t s = chunk_stream(seed, tensor, c);
 	double x = 0;
-	for (int i = 0; i <= k; i++) {
-		double u1 = uniform01(&s), u2 = uniform01(&s);
-		x = std * (sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-	}
+	for (int i = 0; i <= k; i++)
+		x = next_candidate(&s, std);
 	return x;
 }
 
@@ -61,10 +67,9 @@ static void reference(float *dst, size_t n, size_t first, size_t end, double std
 			if (uniform)
 				x = std * (2 * uniform01(&s) - 1);
 			else
-				do {
-					double u1 = uniform01(&s), u2 = uniform01(&s);
-					x = std * (sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-				} while (lo < hi && (x < lo || x > hi));
+				do
+					x = next_candidate(&s, std);
+				while (lo < hi && (x < lo || x > hi));
 			dst[i] = (float)x;
 		}
 	}
