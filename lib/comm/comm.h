@@ -137,8 +137,8 @@ struct comm_req {
 	comm_op op;
 	uint64_t seq;
 	size_t bytes;      /* payload, for messages */
-	double started, deadline;
-	int blocking;      /* a blocking call's: its caller waits for it at once */
+	double started, deadline; /* 0 until a blocking call's wait reads the clock */
+	int blocking;      /* a blocking call's: in its caller's frame, waited at once */
 	void *impl;
 };
 

@@ -3,6 +3,7 @@
 #include "comm/mpi_rounds.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,11 @@
 /* Apart from comm_send/comm_recv's tag (mpi.c), so that the two never match;
  * rounds of successive collectives are told apart by MPI's message order. */
 #define ROUNDS_TAG 0x7175
+
+/* A finished collective's scratch up to this size stays with its rounds for
+ * the next one (the latency-bound calls then allocate nothing); a larger one
+ * is freed at once rather than held between calls. */
+#define ROUNDS_SCRATCH_KEEP (1 << 20)
 
 typedef enum phase {
 	AG_DOUBLING, /* all-gather: the block groups of 1, 2, 4, ... ranks swapped */
@@ -46,6 +52,7 @@ struct rounds {
 	int k, steps;        /* its round, of how many */
 	int lo, hi;          /* recursive halving: the blocks still reduced here */
 	char *t0, *t1;       /* scratch: partial sums (t0: total elements), receipts */
+	size_t t0_bytes;     /* what t0 holds, kept from an earlier collective */
 	const void *red_in;  /* after the round's messages: red_inout = red_in op red_inout */
 	void *red_inout;
 	size_t red_count;
@@ -83,24 +90,49 @@ static size_t len(const rounds *s, int from, int to)
 	return off(s, to) - off(s, from);
 }
 
+/* The rounds *io held, a finished collective's of the same communicator,
+ * cleared for the next one with its scratch kept; else new ones. */
+static rounds *reuse_or_new(rounds **io, MPI_Comm h, int n)
+{
+	rounds *s = *io;
+	*io = NULL;
+	if (s != NULL && s->h == h && s->n == n) {
+		char *t0 = s->t0;
+		size_t t0_bytes = s->t0_bytes;
+		int *v = s->v;
+		memset(s, 0, offsetof(rounds, req));
+		s->t0 = t0;
+		s->t0_bytes = t0_bytes;
+		s->v = v;
+		return s;
+	}
+	rounds_free(s);
+	return calloc(1, sizeof *s + 2 * (size_t)n * sizeof(MPI_Request));
+}
+
 /* A collective over h's ranks of a buffer of count elements, or of count
- * elements a rank (per_rank: all-gather's result, reduce-scatter's input). */
-static rounds *new_rounds(MPI_Comm h, MPI_Datatype t, size_t count, int per_rank, titan_err *e)
+ * elements a rank (per_rank: all-gather's result, reduce-scatter's input);
+ * in the rounds *io held, if any (taken). */
+static rounds *new_rounds(MPI_Comm h, MPI_Datatype t, size_t count, int per_rank, rounds **io,
+			  titan_err *e)
 {
 	int n, rank, es;
 	if (MPI_Comm_size(h, &n) != MPI_SUCCESS || MPI_Comm_rank(h, &rank) != MPI_SUCCESS ||
 	    MPI_Type_size(t, &es) != MPI_SUCCESS) {
+		rounds_free(*io);
+		*io = NULL;
 		err_set(e, "collective: cannot query the communicator");
 		return NULL;
 	}
 	size_t total = per_rank ? count * (size_t)n : count;
-	if (total > INT_MAX) {
-		err_set(e, "collective: %zu elements exceed MPI's limit of %d", total, INT_MAX);
-		return NULL;
-	}
-	rounds *s = calloc(1, sizeof *s + 2 * (size_t)n * sizeof(MPI_Request));
+	rounds *s = reuse_or_new(io, h, n);
 	if (s == NULL) {
 		err_set(e, "collective: out of memory");
+		return NULL;
+	}
+	if (total > INT_MAX) {
+		rounds_free(s);
+		err_set(e, "collective: %zu elements exceed MPI's limit of %d", total, INT_MAX);
 		return NULL;
 	}
 	s->h = h;
@@ -117,9 +149,14 @@ static rounds *new_rounds(MPI_Comm h, MPI_Datatype t, size_t count, int per_rank
  * (one block more, for blocks of unequal length). */
 static int scratch(rounds *s, titan_err *e)
 {
-	size_t n0 = s->total + 1, n1 = s->total / 2 + (size_t)s->n + 1;
-	if ((s->t0 = malloc((n0 + n1) * s->es)) == NULL)
-		return err_set(e, "collective: out of memory for %zu bytes", (n0 + n1) * s->es);
+	size_t n0 = s->total + 1, n1 = s->total / 2 + (size_t)s->n + 1, need = (n0 + n1) * s->es;
+	if (need > s->t0_bytes) {
+		free(s->t0);
+		s->t0_bytes = 0;
+		if ((s->t0 = malloc(need)) == NULL)
+			return err_set(e, "collective: out of memory for %zu bytes", need);
+		s->t0_bytes = need;
+	}
 	s->t1 = s->t0 + n0 * s->es;
 	return 0;
 }
@@ -317,12 +354,17 @@ int rounds_test(rounds *s, int *done, titan_err *e)
 				begin_phase(s);
 		}
 	}
+	if (s->t0_bytes > ROUNDS_SCRATCH_KEEP) {
+		free(s->t0);
+		s->t0 = NULL;
+		s->t0_bytes = 0;
+	}
 	*done = 1;
 	return 0;
 }
 
 /* The first round posted (the data starts moving before the first test). */
-static int start(rounds *s, rounds **out, titan_err *e)
+static int start(rounds *s, rounds **io, titan_err *e)
 {
 	int done;
 	if (s->nphases > 0)
@@ -332,18 +374,17 @@ static int start(rounds *s, rounds **out, titan_err *e)
 			rounds_free(s);
 			return -1;
 		}
-		*out = s; /* messages in flight: the caller keeps s until MPI is done */
+		*io = s; /* messages in flight: the caller keeps s until MPI is done */
 		return -1;
 	}
-	*out = s;
+	*io = s;
 	return 0;
 }
 
 int rounds_all_gather(MPI_Comm h, const void *send, void *recv, size_t count, MPI_Datatype t,
-		      rounds **out, titan_err *e)
+		      rounds **io, titan_err *e)
 {
-	*out = NULL;
-	rounds *s = new_rounds(h, t, count, 1, e);
+	rounds *s = new_rounds(h, t, count, 1, io, e);
 	if (s == NULL)
 		return -1;
 	int n = s->n;
@@ -356,14 +397,13 @@ int rounds_all_gather(MPI_Comm h, const void *send, void *recv, size_t count, MP
 	else
 		s->own = send; /* placed by the first round (place_own) */
 	s->phases[s->nphases++] = is_pow2(n) ? AG_DOUBLING : AG_RING;
-	return start(s, out, e);
+	return start(s, io, e);
 }
 
 int rounds_reduce_scatter(MPI_Comm h, const void *send, void *recv, size_t count,
-			  MPI_Datatype t, MPI_Op op, rounds **out, titan_err *e)
+			  MPI_Datatype t, MPI_Op op, rounds **io, titan_err *e)
 {
-	*out = NULL;
-	rounds *s = new_rounds(h, t, count, 1, e);
+	rounds *s = new_rounds(h, t, count, 1, io, e);
 	if (s == NULL)
 		return -1;
 	int n = s->n;
@@ -379,14 +419,13 @@ int rounds_reduce_scatter(MPI_Comm h, const void *send, void *recv, size_t count
 		}
 		s->phases[s->nphases++] = is_pow2(n) ? RS_HALVING : RS_RING;
 	}
-	return start(s, out, e);
+	return start(s, io, e);
 }
 
 int rounds_all_reduce(MPI_Comm h, const void *send, void *recv, size_t count, MPI_Datatype t,
-		      MPI_Op op, rounds **out, titan_err *e)
+		      MPI_Op op, rounds **io, titan_err *e)
 {
-	*out = NULL;
-	rounds *s = new_rounds(h, t, count, 0, e);
+	rounds *s = new_rounds(h, t, count, 0, io, e);
 	if (s == NULL)
 		return -1;
 	s->op = op;
@@ -410,19 +449,18 @@ int rounds_all_reduce(MPI_Comm h, const void *send, void *recv, size_t count, MP
 		s->phases[s->nphases++] = is_pow2(n) ? RS_HALVING : RS_RING;
 		s->phases[s->nphases++] = is_pow2(n) ? AG_DOUBLING : AG_RING;
 	}
-	return start(s, out, e);
+	return start(s, io, e);
 }
 
 int rounds_all_to_allv(MPI_Comm h, const void *send, const int *scounts, const int *sdispls,
 		       void *recv, const int *rcounts, const int *rdispls, MPI_Datatype t,
-		       rounds **out, titan_err *e)
+		       rounds **io, titan_err *e)
 {
-	*out = NULL;
-	rounds *s = new_rounds(h, t, 0, 0, e);
+	rounds *s = new_rounds(h, t, 0, 0, io, e);
 	if (s == NULL)
 		return -1;
 	size_t n = (size_t)s->n;
-	if ((s->v = malloc(4 * n * sizeof *s->v)) == NULL) {
+	if (s->v == NULL && (s->v = malloc(4 * n * sizeof *s->v)) == NULL) {
 		rounds_free(s);
 		return err_set(e, "all_to_allv: out of memory");
 	}
@@ -433,7 +471,7 @@ int rounds_all_to_allv(MPI_Comm h, const void *send, const int *scounts, const i
 	s->src = send;
 	s->dst = recv;
 	s->phases[s->nphases++] = ALL_TO_ALLV;
-	return start(s, out, e);
+	return start(s, io, e);
 }
 
 void rounds_free(rounds *s)

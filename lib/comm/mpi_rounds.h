@@ -28,22 +28,29 @@
 
 typedef struct rounds rounds;
 
+/* Each start takes in *io the rounds of a collective of the same
+ * communicator that has finished, to reuse with their scratch (or NULL),
+ * and leaves there the new collective's rounds: NULL when it failed with
+ * no message in flight, else the caller's to test, then to pass on to the
+ * next start or to rounds_free. */
+
 /* recv (n * count) = every rank's send (count); send may be recv + rank * count. */
 int rounds_all_gather(MPI_Comm h, const void *send, void *recv, size_t count, MPI_Datatype t,
-		      rounds **out, titan_err *e);
+		      rounds **io, titan_err *e);
 /* recv (count) = op over ranks of send[rank * count ..]. */
 int rounds_reduce_scatter(MPI_Comm h, const void *send, void *recv, size_t count,
-			  MPI_Datatype t, MPI_Op op, rounds **out, titan_err *e);
+			  MPI_Datatype t, MPI_Op op, rounds **io, titan_err *e);
 /* recv (count) = op over ranks of send (count); send may equal recv. */
 int rounds_all_reduce(MPI_Comm h, const void *send, void *recv, size_t count, MPI_Datatype t,
-		      MPI_Op op, rounds **out, titan_err *e);
+		      MPI_Op op, rounds **io, titan_err *e);
 /* MPI_Alltoallv's arguments (int counts and displacements, copied). */
 int rounds_all_to_allv(MPI_Comm h, const void *send, const int *scounts, const int *sdispls,
 		       void *recv, const int *rcounts, const int *rdispls, MPI_Datatype t,
-		       rounds **out, titan_err *e);
+		       rounds **io, titan_err *e);
 
-/* Move the collective on: *done = 1 once its result is in place.  On an
- * error the rounds stay as they are (MPI may still write their buffers). */
+/* Move the collective on: *done = 1 once its result is in place (its
+ * scratch is kept up to 1 MiB).  On an error the rounds stay as they are
+ * (MPI may still write their buffers). */
 int rounds_test(rounds *s, int *done, titan_err *e);
 /* -1 with "what: MPI's message for rc" in e (mpi.c's, shared). */
 int comm_mpi_fail(int rc, titan_err *e, const char *what);
