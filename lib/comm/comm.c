@@ -113,6 +113,13 @@ static void start_clock(comm_req *r)
 	r->deadline = r->started + comm_rt_timeout(r->c->rt);
 }
 
+double comm_req_deadline(comm_req *r)
+{
+	if (r->blocking && r->started == 0)
+		start_clock(r);
+	return r->deadline;
+}
+
 /* A request: a blocking call's in its caller's frame (held, waited at once:
  * no allocation in the path of the small collectives, whose calls take a
  * microsecond), a started operation's on the heap, freed by its wait. */
@@ -400,8 +407,7 @@ int comm_wait(comm_req *r, titan_err *e)
 		if ((polls & 63) != 63)
 			continue;
 		const char *f = comm_rt_failure(c->rt);
-		if (r->started == 0)
-			start_clock(r);
+		comm_req_deadline(r);
 		double now = comm_now();
 		if (f != NULL) {
 			rc = fail_here(c, e, "%s #%llu (%zu bytes) abandoned: %s", comm_op_name(r->op),

@@ -48,6 +48,10 @@ void comm_rt_unattended(comm_runtime *rt, int delta);
 
 /* Seconds on a monotonic clock. */
 double comm_now(void);
+/* r's deadline.  A blocking call's clock starts in its wait (comm.c); an
+ * implementation that needs the deadline before (NCCL's enqueue, its
+ * watchdog's record of the operation) starts it here. */
+double comm_req_deadline(comm_req *r);
 
 /* The MPI implementation's world communicator, for the NCCL bootstrap. */
 int comm_is_mpi(const comm *c);

@@ -158,7 +158,7 @@ static int begin(comm *c, titan_err *e)
 static int end(comm *c, comm_req *r, ncclResult_t rc, titan_err *e, const char *what)
 {
 	nccl_comm *n = nc_of(c);
-	if (settle(n->nc, rc, r->deadline, e, what) != 0)
+	if (settle(n->nc, rc, comm_req_deadline(r), e, what) != 0)
 		return -1;
 	cudaEvent_t done;
 	cudaError_t cr;
@@ -291,7 +291,8 @@ static int nccl_test(comm *c, comm_req *r, int *done, titan_err *e)
 	inflight *f = malloc(sizeof *f);
 	if (f == NULL)
 		return err_set(e, "out of memory");
-	*f = (inflight){ev, r->started, r->deadline, r->op, r->seq, NULL};
+	double deadline = comm_req_deadline(r); /* first: it may set r->started */
+	*f = (inflight){ev, r->started, deadline, r->op, r->seq, NULL};
 	pthread_mutex_lock(&n->mu);
 	f->next = n->inflight;
 	n->inflight = f;

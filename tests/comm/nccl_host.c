@@ -47,6 +47,16 @@ double comm_rt_timeout(comm_runtime *rt)
 	return 10;
 }
 
+/* As comm.c's: a blocking call's clock starts when first asked for. */
+double comm_req_deadline(comm_req *r)
+{
+	if (r->blocking && r->started == 0) {
+		r->started = comm_now();
+		r->deadline = r->started + comm_rt_timeout(NULL);
+	}
+	return r->deadline;
+}
+
 const char *comm_rt_failure(comm_runtime *rt)
 {
 	(void)rt;
@@ -268,6 +278,16 @@ int main(void)
 	phase = IDLE;
 	ok(rc == 0 && watch_mutex != NULL, "the watchdog walks the in-flight list under a mutex",
 	   rc != 0 ? e.msg : "nccl_watch locked no mutex");
+
+	/* a blocking call's request, whose clock comm.c starts in its wait: what
+	 * nccl.c gives the watchdog is a deadline ahead, not the unset 0 */
+	r = (comm_req){.c = c, .op = COMM_OP_ALL_REDUCE, .blocking = 1};
+	rc = c->ops->all_reduce(c, x, x, 16, COMM_F32, COMM_SUM, &r, &e);
+	if (rc == 0)
+		rc = c->ops->test(c, &r, &done, &e);
+	if (rc == 0)
+		rc = c->ops->watch(c, comm_now(), &e);
+	ok(rc == 0, "a blocking call's operation in flight is not timed out at once", e.msg);
 
 	phase = FREEING;
 	c->ops->free(c);
