@@ -127,7 +127,7 @@ static int measure(int op, float *send, float *recv, size_t b, int n, int rank, 
 	 * 100,000: a call of a few KiB takes about a microsecond; the 2,000 of
 	 * before made such a round last 2-3 ms, less than a scheduler's tick,
 	 * and its best of 3 a matter of luck on a shared machine). */
-	double one = timed(op, send, recv, b, n, 1, 1);
+	double one = timed(op, send, recv, b, n, 1, 3);
 	int reps = one > 0 ? (int)(0.2 / one) + 1 : 1;
 	reps = reps > 100000 ? 100000 : reps;
 	if (!both) {
