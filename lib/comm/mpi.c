@@ -184,12 +184,21 @@ static mpi_req *req_new(comm *c, comm_req *r, titan_err *e)
 	return q;
 }
 
-static void req_free(mpi_req *q)
+/* What one call alone uses: a batch's array of requests, a bfloat16
+ * reduction's float32 copy. */
+static void free_call_parts(mpi_req *q)
 {
 	if (q->reqs != &q->one)
 		free(q->reqs);
-	free(q->counts);
+	q->reqs = &q->one;
 	free(q->f32);
+	q->f32 = NULL;
+}
+
+static void req_free(mpi_req *q)
+{
+	free_call_parts(q);
+	free(q->counts);
 	rounds_free(q->rounds);
 	rounds_free(q->kept);
 	free(q);
@@ -207,22 +216,16 @@ static rounds **take_rounds(mpi_req *q)
  * has none, with its rounds kept; anything else is freed. */
 static void req_done(mpi_req *q)
 {
-	mpi_req *none = NULL;
-	if (q->home == NULL)
-		goto free_it;
-	if (q->reqs != &q->one)
-		free(q->reqs);
-	q->reqs = &q->one;
-	free(q->f32);
-	q->f32 = NULL;
-	if (q->rounds != NULL) {
-		rounds_free(q->kept);
-		q->kept = q->rounds;
-		q->rounds = NULL;
+	if (q->home != NULL) {
+		free_call_parts(q);
+		if (q->rounds != NULL) { /* then kept is NULL: take_rounds took it */
+			q->kept = q->rounds;
+			q->rounds = NULL;
+		}
+		mpi_req *none = NULL;
+		if (atomic_compare_exchange_strong(&q->home->spare, &none, q))
+			return;
 	}
-	if (atomic_compare_exchange_strong(&q->home->spare, &none, q))
-		return;
-free_it:
 	req_free(q);
 }
 
