@@ -615,15 +615,15 @@ static void flip_byte(const char *path, long off)
 	assert_int_equal(fclose(f), 0);
 }
 
-/* Large chunks are read in 8 MiB pieces by several threads at once, each
- * piece's CRC-32 joined into the record's: what comes back must be the saved
+/* Large chunks are read in 32 MiB pieces by several threads at once, 1 MiB
+ * a read, each piece's CRC-32 joined into the record's: what comes back must be the saved
  * bytes, whether a box is whole chunks (pieces of two files in flight) or a
  * part of one (the mapped path), and a flipped byte in any piece must fail
  * the load with the file, the tensor and the CRC named. */
 static void parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte(void **state)
 {
 	(void)state;
-	const int64_t rows = 5000, cols = 1024; /* 20 MB: 3 pieces whole, 2 per rank's half */
+	const int64_t rows = 5000, cols = 4096; /* 78 MiB: 3 pieces whole, 2 per rank's half */
 	int64_t shape[2] = {rows, cols};
 	size_t n = (size_t)(rows * cols);
 	unsigned seed = 20261205;
@@ -677,8 +677,8 @@ static void parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte(void **
 		fail_msg("%s", err.msg);
 	assert_memory_equal(got, a + 1000 * cols, (size_t)(3000 * cols) * sizeof *a);
 
-	/* rank 1's file holds only its half of "a": 10 MB of storage, the second
-	 * 8 MiB piece from 8 MiB on; flip a byte in each piece in turn */
+	/* rank 1's file holds only its half of "a": 39 MiB of storage, the second
+	 * 32 MiB piece from 32 MiB on; flip a byte in each piece in turn */
 	dcp_ckpt c;
 	if (dcp_open(&c, dir, &err))
 		fail_msg("%s", err.msg);
