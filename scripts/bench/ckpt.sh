@@ -2,7 +2,8 @@
 # Checkpoint save and load throughput, side by side in one run: titan's DCP
 # writer and reader (titan-ckpt-convert bench), torch.distributed.checkpoint
 # (scripts/bench/ckpt_torch.py, when $PYTHON has torch) and the disk itself
-# (dd: write with conv=fsync, read after dropping the page cache).  The state
+# (dd: writing with conv=fsync; reading the files titan loads, after dropping
+# the page cache).  The state
 # is a model with its AdamW state (bench.c); 1 and 4 ranks write one folder
 # (titan's ranks under mpirun, torch's under torchrun with gloo), and every
 # load reads a folder written with the page cache dropped first: by the
@@ -112,34 +113,52 @@ dd_blocks() { # COUNT: write COUNT x 256 MiB of $RAND into $W/raw, the last with
 		i=$((i + 1))
 	done
 }
-dd_write() { # SIZE: MB/s of dd writing SIZE of random bytes with fsync (the file stays for dd_read)
+dd_write() { # SIZE: MB/s of dd writing SIZE of random bytes with fsync
 	blocks=$(($(numfmt --from=iec "$1") / 268435456))
 	rm -f "$W/raw"
 	rate $((blocks * 268435456)) "$(secs dd_blocks "$blocks")"
+	rm -f "$W/raw"
 }
-dd_read() { # SIZE: MB/s of dd reading it back with the page cache dropped
-	drop "$W"
-	rate "$(stat -c %s "$W/raw")" "$(secs dd if="$W/raw" of=/dev/null bs=4M)"
+# The disk a load is held against is dd reading the very files titan loads,
+# one after another, page cache dropped: this VM's disk sits behind its
+# host's cache, which keeps what was touched last.  A file dd had just
+# written read back at 3 GB/s; titan loading its 4 rank files ran at
+# 1.1-1.8 GB/s after torch had loaded its own (even 10 s after), and at
+# 1.7-2.2 otherwise.
+dd_files() { # DIR: each data file of DIR in turn
+	for f in "$1"/*.distcp; do
+		dd if="$f" of=/dev/null bs=4M 2>/dev/null || return 1
+	done
+}
+dd_read() { # DIR: MB/s of dd reading DIR's data files with the page cache dropped
+	bytes=$(stat -c %s "$1"/*.distcp | awk '{ s += $1 } END { print s }')
+	drop "$1"
+	rate "$bytes" "$(secs dd_files "$1")"
 }
 # A row's three figures are taken together, in the order disk, titan, torch,
-# torch, titan, disk (loads; saves: disk, one side, the other, disk, the
-# side that wrote last alternating): this VM's disk runs at 400 MB/s to
-# 2 GB/s from one minute to the next, and its host's cache favours what was
-# touched last.  Each figure is the better of its two runs.
+# torch, titan, disk: this VM's disk runs at 400 MB/s to 2 GB/s from one
+# minute to the next, and its host's cache favours what was touched last.
+# Each figure is the better of its two runs, saves as loads: with one save of
+# each side against the better of two dd runs, the disk had two chances to
+# the savers' one (titan's 1 GiB save measured 0.51-0.71 of dd that way, and
+# 1.2 of it over 5 alternated runs each).
 save_row() { # SIZE RANKS: "titan torch disk"
-	d=$(dd_write "$1")
-	if [ "$2" = 1 ]; then
-		a=$(run_titan "$2" save "$W/titan" "$1")
-		t=$(run_torch "$2" save "$W/torch" "$1")
-	else
-		t=$(run_torch "$2" save "$W/torch" "$1")
-		a=$(run_titan "$2" save "$W/titan" "$1")
-	fi
+	d=$(dd_write "$1") a=0 t=0
+	for who in titan torch torch titan; do
+		[ "$who" = torch ] && [ "$have_torch" = 0 ] && continue
+		rm -rf "${W:?}/$who"
+		if [ "$who" = titan ]; then
+			a=$(best "$a" "$(run_titan "$2" save "$W/titan" "$1")")
+		else
+			t=$(best "$t" "$(run_torch "$2" save "$W/torch" "$1")")
+		fi
+	done
+	[ "$have_torch" = 0 ] && t=-
 	d=$(best "$d" "$(dd_write "$1")")
 	echo "$a $t $d"
 }
 load_row() { # SIZE LOADERS: "titan torch disk"
-	d=$(dd_read "$1") a=0 t=0
+	d=$(dd_read "$W/titan") a=0 t=0
 	for who in titan torch torch titan; do
 		[ "$who" = torch ] && [ "$have_torch" = 0 ] && continue
 		drop "$W/$who"
@@ -150,7 +169,7 @@ load_row() { # SIZE LOADERS: "titan torch disk"
 		fi
 	done
 	[ "$have_torch" = 0 ] && t=-
-	d=$(best "$d" "$(dd_read "$1")")
+	d=$(best "$d" "$(dd_read "$W/titan")")
 	echo "$a $t $d"
 }
 for size in $SIZES; do
@@ -170,9 +189,10 @@ if [ "${CKPT_BENCH_TRAIN:-1}" = 1 ]; then
 	sh "$HERE/ckpt_train.sh" "$W"
 fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "disk: dd bs=4M of the same size of random bytes, write conv=fsync, read after the page cache was dropped,"
-echo "  measured with each row: loads disk, titan, torch, torch, titan, disk; saves disk, both, disk"
-echo "  (each load and disk figure the better of its two runs; saves once each)"
+echo "disk: dd bs=4M, writing the same size of random bytes (conv=fsync) and reading titan's data files"
+echo "  one after another after the page cache was dropped,"
+echo "  measured with each row: disk, titan, torch, torch, titan, disk"
+echo "  (each figure the better of its two runs)"
 echo "page cache dropped before every read by $dropping"
 echo "titan: titan-ckpt-convert bench (fsync, rank files written by mpirun's ranks, every load checked);"
 echo "torch: torch.distributed.checkpoint dcp.save / dcp.load, FileSystemWriter defaults (torchrun, gloo, DTensor Shard(0))"
