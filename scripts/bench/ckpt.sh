@@ -142,35 +142,29 @@ dd_read() { # DIR: MB/s of dd reading DIR's data files with the page cache dropp
 # each side against the better of two dd runs, the disk had two chances to
 # the savers' one (titan's 1 GiB save measured 0.51-0.71 of dd that way, and
 # 1.2 of it over 5 alternated runs each).
-save_row() { # SIZE RANKS: "titan torch disk"
-	d=$(dd_write "$1") a=0 t=0
+both_twice() { # PHASE SIZE RANKS: "titan torch", each the better of two runs
+	a=0 t=0
 	for who in titan torch torch titan; do
 		[ "$who" = torch ] && [ "$have_torch" = 0 ] && continue
-		rm -rf "${W:?}/$who"
+		if [ "$1" = save ]; then rm -rf "${W:?}/$who"; else drop "$W/$who"; fi
 		if [ "$who" = titan ]; then
-			a=$(best "$a" "$(run_titan "$2" save "$W/titan" "$1")")
+			a=$(best "$a" "$(run_titan "$3" "$1" "$W/titan" "$2")")
 		else
-			t=$(best "$t" "$(run_torch "$2" save "$W/torch" "$1")")
+			t=$(best "$t" "$(run_torch "$3" "$1" "$W/torch" "$2")")
 		fi
 	done
 	[ "$have_torch" = 0 ] && t=-
-	d=$(best "$d" "$(dd_write "$1")")
-	echo "$a $t $d"
+	echo "$a $t"
+}
+save_row() { # SIZE RANKS: "titan torch disk"
+	d=$(dd_write "$1")
+	r=$(both_twice save "$1" "$2")
+	echo "$r $(best "$d" "$(dd_write "$1")")"
 }
 load_row() { # SIZE LOADERS: "titan torch disk"
-	d=$(dd_read "$W/titan") a=0 t=0
-	for who in titan torch torch titan; do
-		[ "$who" = torch ] && [ "$have_torch" = 0 ] && continue
-		drop "$W/$who"
-		if [ "$who" = titan ]; then
-			a=$(best "$a" "$(run_titan "$2" load "$W/titan" "$1")")
-		else
-			t=$(best "$t" "$(run_torch "$2" load "$W/torch" "$1")")
-		fi
-	done
-	[ "$have_torch" = 0 ] && t=-
-	d=$(best "$d" "$(dd_read "$W/titan")")
-	echo "$a $t $d"
+	d=$(dd_read "$W/titan")
+	r=$(both_twice load "$1" "$2")
+	echo "$r $(best "$d" "$(dd_read "$W/titan")")"
 }
 for size in $SIZES; do
 	for saver in 1 4; do
