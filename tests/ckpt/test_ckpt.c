@@ -615,11 +615,11 @@ static void flip_byte(const char *path, long off)
 	assert_int_equal(fclose(f), 0);
 }
 
-/* Large chunks are read in 32 MiB pieces by several threads at once, 1 MiB
- * a read, each piece's CRC-32 joined into the record's: what comes back must be the saved
- * bytes, whether a box is whole chunks (pieces of two files in flight) or a
- * part of one (the mapped path), and a flipped byte in any piece must fail
- * the load with the file, the tensor and the CRC named. */
+/* Large chunks are read in 32 MiB pieces (1 MiB a read) by several threads
+ * at once, each piece's CRC-32 joined into the record's: what comes back
+ * must be the saved bytes, whether a box is whole chunks (pieces of two
+ * files in flight) or a part of one (the mapped path), and a flipped byte in
+ * any piece must fail the load with the file, the tensor and the CRC named. */
 static void parallel_read_returns_saved_bytes_and_refuses_a_flipped_byte(void **state)
 {
 	(void)state;
