@@ -141,10 +141,12 @@ dd_read() { # DIR: MB/s of dd reading DIR's data files with the page cache dropp
 # Each figure is the better of its two runs, saves as loads: with one save of
 # each side against the better of two dd runs, the disk had two chances to
 # the savers' one (titan's 1 GiB save measured 0.51-0.71 of dd that way, and
-# 1.2 of it over 5 alternated runs each).
-both_twice() { # PHASE SIZE RANKS: "titan torch", each the better of two runs
+# 1.2 of it over 5 alternated runs each).  The side that saves last, whose
+# files the host's cache then holds for the loads after, alternates: torch
+# in the 1-rank save's row, titan in the 4-rank one.
+both_twice() { # PHASE SIZE RANKS A B: runs A B B A; "titan torch", each the better of its two
 	a=0 t=0
-	for who in titan torch torch titan; do
+	for who in "$4" "$5" "$5" "$4"; do
 		[ "$who" = torch ] && [ "$have_torch" = 0 ] && continue
 		if [ "$1" = save ]; then rm -rf "${W:?}/$who"; else drop "$W/$who"; fi
 		if [ "$who" = titan ]; then
@@ -158,12 +160,16 @@ both_twice() { # PHASE SIZE RANKS: "titan torch", each the better of two runs
 }
 save_row() { # SIZE RANKS: "titan torch disk"
 	d=$(dd_write "$1")
-	r=$(both_twice save "$1" "$2")
+	if [ "$2" = 1 ]; then
+		r=$(both_twice save "$1" "$2" torch titan)
+	else
+		r=$(both_twice save "$1" "$2" titan torch)
+	fi
 	echo "$r $(best "$d" "$(dd_write "$1")")"
 }
 load_row() { # SIZE LOADERS: "titan torch disk"
 	d=$(dd_read "$W/titan")
-	r=$(both_twice load "$1" "$2")
+	r=$(both_twice load "$1" "$2" titan torch)
 	echo "$r $(best "$d" "$(dd_read "$W/titan")")"
 }
 for size in $SIZES; do
@@ -185,7 +191,7 @@ fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "disk: dd bs=4M, writing the same size of random bytes (conv=fsync) and reading titan's data files"
 echo "  one after another after the page cache was dropped,"
-echo "  measured with each row: disk, titan, torch, torch, titan, disk"
+echo "  measured with each row: disk, titan, torch, torch, titan, disk (the 1-rank save: torch first and last)"
 echo "  (each figure the better of its two runs)"
 echo "page cache dropped before every read by $dropping"
 echo "titan: titan-ckpt-convert bench (fsync, rank files written by mpirun's ranks, every load checked);"
