@@ -181,7 +181,7 @@ for size in $SIZES; do
 			set -- $(load_row "$size" "$loader")
 			row "$size" "load, $saver -> $loader rank$([ "$loader" = 1 ] || echo s)" "$1" "$2" "$3"
 		done
-		rm -rf "$W/titan" "$W/torch" "$W/raw"
+		rm -rf "$W/titan" "$W/torch"
 	done
 done
 
