@@ -32,6 +32,9 @@ HERE=$(dirname "$0")
 C="$BIN/titan-ckpt-convert"
 W=$(mktemp -d "$BASE/titan-ckpt-bench.XXXXXX")
 trap 'rm -rf "$W"' EXIT
+# a signal (^C, or a reader such as head closing the pipe) exits through the
+# EXIT trap too: the folders hold gigabytes, and $RAND lives in /dev/shm
+trap 'exit 1' INT TERM HUP PIPE
 
 if "$PY" -c 'import torch.distributed.checkpoint' 2>/dev/null; then have_torch=1; else have_torch=0; fi
 if [ -w /proc/sys/vm/drop_caches ]; then
