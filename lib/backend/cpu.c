@@ -16,6 +16,7 @@
 #include "backend/cpu_kernels.h"
 #include "core/bigmem.h"
 #include "core/cpu_isa.h"
+#include "core/move.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -67,7 +68,7 @@ static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes, int 
 	(void)be;
 	(void)kind;
 	if (bytes)
-		memmove(dst, src, bytes);
+		move_bytes(dst, src, bytes);
 }
 
 static void cpu_zero(backend *be, void *p, size_t bytes)

@@ -23,6 +23,7 @@
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 #include "core/bf16.h"
+#include "core/move.h"
 
 /* Elements per chunk of the elementwise ops: a few float32 buffers of this
  * size live on each thread's stack. */
@@ -30,7 +31,7 @@
 /* Columns per block of the weight-gradient reductions, as cpu_kernels.inc. */
 #define COL_BLOCK 64
 
-static inline size_t esize(be_dtype t)
+static inline __attribute__((always_inline)) size_t esize(be_dtype t)
 {
 	return t == BE_BF16 ? 2 : 4;
 }
@@ -52,10 +53,12 @@ static inline int64_t min64(int64_t a, int64_t b)
 
 /* n elements of src (type t) as float32: src itself when it is float32,
  * otherwise converted into buf. */
-CPU_HOT(static, const float *, load, (float *restrict buf, const void *src, be_dtype t, int64_t n), (buf, src, t, n))
+CPU_STREAM(static, const float *, load, (float *restrict buf, const void *src, be_dtype t, int64_t n), (buf, src, t, n))
 {
 	if (t == BE_F32)
 		return src;
+	cpu_san_span(buf, (size_t)n * sizeof *buf);
+	cpu_san_span(src, (size_t)n * 2);
 	const uint16_t *restrict s = src;
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++)
@@ -77,13 +80,15 @@ static inline float *place(float *buf, void *dst, be_dtype t)
 	return t == BE_F32 ? dst : buf;
 }
 
-CPU_HOT_VOID(static, store, (void *dst, be_dtype t, const float *src, int64_t n), (dst, t, src, n))
+CPU_STREAM_VOID(static, store, (void *dst, be_dtype t, const float *src, int64_t n), (dst, t, src, n))
 {
 	if (t == BE_F32) {
 		if (dst != src)
 			memcpy(dst, src, sizeof(float) * (size_t)n);
 		return;
 	}
+	cpu_san_span(dst, (size_t)n * 2);
+	cpu_san_span(src, (size_t)n * sizeof *src);
 	uint16_t *restrict d = dst;
 	const float *restrict s = src;
 #pragma omp simd
@@ -104,13 +109,15 @@ static inline float *scratch_of(float *s, int64_t per)
 }
 
 /* One row or chunk converted between element types, on this thread. */
-CPU_HOT_VOID(static, convert_span, (void *dst, be_dtype dt, const void *src, be_dtype st, int64_t n), (dst, dt, src, st, n))
+CPU_STREAM_VOID(static, convert_span, (void *dst, be_dtype dt, const void *src, be_dtype st, int64_t n), (dst, dt, src, st, n))
 {
 	if (dt == st) {
-		memmove(dst, src, (size_t)n * esize(dt));
+		move_bytes(dst, src, (size_t)n * esize(dt));
 	} else if (dt == BE_BF16) {
 		store(dst, dt, src, n);
 	} else {
+		cpu_san_span(dst, (size_t)n * sizeof(float));
+		cpu_san_span(src, (size_t)n * 2);
 		float *restrict d = dst;
 		const uint16_t *restrict s = src;
 #pragma omp simd
@@ -416,13 +423,17 @@ void cpu_bf16_attention_bwd(backend *be, void *dq, void *dk, void *dv, const voi
  * silu(a) to bf16, then the product; its backward rounds dy * g (the
  * gradient of silu's output) before silu's derivative. ---- */
 
-static inline float silu_bf16(float a, float e)
+static inline __attribute__((always_inline)) float silu_bf16(float a, float e)
 {
 	return bf16_round(a / (1 + e));
 }
 
-CPU_HOT_VOID(static, swiglu_fwd_span, (uint16_t *y, const uint16_t *a, const uint16_t *g, int64_t n), (y, a, g, n))
+CPU_STREAM_VOID(static, swiglu_fwd_span, (uint16_t *y, const uint16_t *a, const uint16_t *g, int64_t n), (y, a, g, n))
 {
+	size_t bytes = (size_t)n * sizeof *y;
+	cpu_san_span(y, bytes);
+	cpu_san_span(a, bytes);
+	cpu_san_span(g, bytes);
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++) {
 		float ai = bf16_to_f32(a[i]);
@@ -441,8 +452,14 @@ void cpu_bf16_swiglu_fwd(void *y, const void *a, const void *g, int64_t n)
 	}
 }
 
-CPU_HOT_VOID(static, swiglu_bwd_span, (uint16_t *da, uint16_t *dg, const uint16_t *dy, const uint16_t *a, const uint16_t *g, int64_t n), (da, dg, dy, a, g, n))
+CPU_STREAM_VOID(static, swiglu_bwd_span, (uint16_t *da, uint16_t *dg, const uint16_t *dy, const uint16_t *a, const uint16_t *g, int64_t n), (da, dg, dy, a, g, n))
 {
+	size_t bytes = (size_t)n * sizeof *da;
+	cpu_san_span(da, bytes);
+	cpu_san_span(dg, bytes);
+	cpu_san_span(dy, bytes);
+	cpu_san_span(a, bytes);
+	cpu_san_span(g, bytes);
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++) {
 		float ai = bf16_to_f32(a[i]), dyi = bf16_to_f32(dy[i]);
@@ -584,8 +601,9 @@ void cpu_bf16_axpy(void *y, be_dtype yt, float alpha, const void *x, be_dtype xt
 	}
 }
 
-CPU_HOT_VOID(static, scale_span, (uint16_t *x, float alpha, int64_t n), (x, alpha, n))
+CPU_STREAM_VOID(static, scale_span, (uint16_t *x, float alpha, int64_t n), (x, alpha, n))
 {
+	cpu_san_span(x, (size_t)n * sizeof *x);
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		x[i] = bf16_from_f32(bf16_to_f32(x[i]) * alpha);

@@ -10,7 +10,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "backend/backend.h"
 #include "backend/row_group.h"
@@ -48,8 +47,9 @@ void cpu_san_span(const void *p, size_t bytes);
 /* expf that the compiler can vectorise (glibc's is a call per element): Cody-Waite
  * range reduction x = k ln2 + r, a degree-6 polynomial for e^r (Cephes'
  * coefficients) and 2^k put into the exponent bits.  Within 2 ulp of expf on
- * [-87.3, 88.7]; below that 0, as the softmax wants. */
-static inline float cpu_exp_f32(float x)
+ * [-87.3, 88.7]; below that 0, as the softmax wants.  Always inline, for the
+ * CPU_STREAM kernels. */
+static inline __attribute__((always_inline)) float cpu_exp_f32(float x)
 {
 	/* a NaN computes as 0 and comes back out at the end: converting it to an
 	 * integer below would be undefined */
@@ -64,10 +64,12 @@ static inline float cpu_exp_f32(float x)
 	p = p * r + 1.6666665459e-1f;
 	p = p * r + 5.0000001201e-1f;
 	p = p * r * r + r + 1.0f;
-	uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23; /* 2^k */
-	float sc;
-	memcpy(&sc, &bits, sizeof sc);
-	float y = p * sc;
+	/* 2^k; bits through a union, as core/bf16.h says why */
+	union {
+		uint32_t u;
+		float f;
+	} sc = {.u = (uint32_t)((int32_t)kf + 127) << 23};
+	float y = p * sc.f;
 	return x != x ? x : x < -87.33654f ? 0.0f : y;
 }
 

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/move.h"
+
 /* Up to this many bytes, all-reduce on 4 or more ranks (a power of two)
  * doubles the whole buffer (log2 n rounds of B) rather than halving then
  * doubling (2 log2 n rounds, B (n-1)/n sent and reduced per rank): fewer
@@ -283,8 +285,8 @@ static int all_to_allv(rounds *s, titan_err *e)
 			return comm_mpi_fail(rc, e, "MPI_Isend");
 		s->nreq++;
 	}
-	memmove(s->dst + (size_t)rd[s->rank] * s->es, s->src + (size_t)sd[s->rank] * s->es,
-		(size_t)sc[s->rank] * s->es);
+	move_bytes(s->dst + (size_t)rd[s->rank] * s->es, s->src + (size_t)sd[s->rank] * s->es,
+		   (size_t)sc[s->rank] * s->es);
 	return 0;
 }
 

@@ -13,6 +13,7 @@
  * world of one). */
 #include "comm/comm.h"
 #include "comm/comm_priv.h"
+#include "core/move.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,7 @@ static solo_state *state_new(void)
 static void copy_in(void *to, const void *from, size_t bytes)
 {
 	if (to != from && bytes > 0)
-		memmove(to, from, bytes);
+		move_bytes(to, from, bytes);
 }
 
 static int solo_all_gather(comm *c, const void *send, void *recv, size_t count, comm_dtype t,

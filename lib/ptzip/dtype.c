@@ -3,6 +3,7 @@
 #include "ptzip/ptzip.h"
 
 #include "core/bf16.h"
+#include "core/move.h"
 
 #include <math.h>
 #include <string.h>
@@ -216,7 +217,7 @@ void ptz_convert(void *dst, ptz_dtype dt, const void *src, ptz_dtype st, size_t 
 {
 	if (dt == st) {
 		if (n && dst != src)
-			memmove(dst, src, n * ptz_dtype_size(dt));
+			move_bytes(dst, src, n * ptz_dtype_size(dt));
 		return;
 	}
 	/* The hot pairs for checkpoints get their own loops.  Note that f64 ->

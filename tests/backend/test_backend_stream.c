@@ -1,10 +1,14 @@
 /* The streaming kernels (CPU_STREAM in backend/cpu_kernels.h: AdamW's span
- * update, the clip's sum of squares) run without the sanitizers' checks of
- * every access and check their arrays once on entry.  Under ASan that check
- * must catch what per-access instrumentation caught: an array one element
- * short, and an array already freed, each in a child process whose report
- * is read back.  In-bounds calls stay silent.  In a build without ASan there
- * is nothing to catch: those tests skip. */
+ * update, the clip's sum of squares, the norms' and RoPE's rows, the softmax
+ * row, SwiGLU and the elementwise spans, the bf16 conversions) run without
+ * the sanitizers' checks of every access and check their arrays once on
+ * entry.  Under ASan that check must catch what per-access instrumentation
+ * caught: an array one element short (each kernel in turn, reached through
+ * the op that calls it), and an array already freed, each in a child process
+ * whose report is read back.  In-bounds calls stay silent.  In a build
+ * without ASan there is nothing to catch: those tests skip.  (The softmax
+ * row is reached only inside attention, whose scratch it reads: the
+ * in-bounds runs of the attention tests cover it.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,10 +21,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 #include "../support/testutil.h"
 
 #define N 1000
+#define HEADS 5
+#define HD 8
 
 static const cpu_adamw_consts consts = {.decay = 0.999, .omb1 = 0.1, .b2 = 0.999,
 					.omb2 = 0.001, .step = 1e-3, .sbc2 = 1, .eps = 1e-8,
@@ -28,31 +35,165 @@ static const cpu_adamw_consts consts = {.decay = 0.999, .omb1 = 0.1, .b2 = 0.999
 
 static volatile double sink; /* keeps the kernels' results */
 
-/* What a kernel does to its arrays, in a child process. */
-enum misuse { IN_BOUNDS, SHORT_GRAD, FREED_SUMSQ };
-
-static void misuse_kernel(enum misuse how)
+/* n floats, or n - short_by: an array that many elements short ends there */
+static float *floats(int64_t n, int short_by, uint32_t seed)
 {
-	/* the arrays exactly as long as asked: one short is one past its end */
-	float *p = test_spread(N, 1), *m = test_spread(N, 2), *v = test_spread(N, 3);
-	float *g = test_spread(how == SHORT_GRAD ? N - 1 : N, 4);
+	return test_spread(n - short_by, seed);
+}
+
+static uint16_t *bf16s(int64_t n, int short_by)
+{
+	uint16_t *v = calloc((size_t)(n - short_by), sizeof *v);
+	assert_non_null(v);
+	return v;
+}
+
+/* Each kernel alone, through the op that calls it, with its last array
+ * argument `s` elements short (0 or 1); the other arrays are whole. */
+static void k_adamw(int s)
+{
+	float *p = floats(N, 0, 1), *m = floats(N, 0, 2), *v = floats(N, 0, 3);
+	float *g = floats(N, s, 4);
+	cpu_adamw_span_f32(p, g, m, v, N, &consts);
+	sink = cpu_sumsq_span_f32(p, N) + cpu_sumsq_span_f32(v, N);
+	free(p), free(g), free(m), free(v);
+}
+
+static void k_rmsnorm_fwd(int s)
+{
+	float *y = floats(N, 0, 1), *w = floats(N, 0, 2), *x = floats(N, s, 3);
+	sink = cpu_rmsnorm_fwd_row_f32(y, x, w, N, 1e-6f);
+	free(y), free(w), free(x);
+}
+
+static void k_rmsnorm_bwd(int s)
+{
+	float *dx = floats(N, 0, 1), *dy = floats(N, 0, 2), *w = floats(N, 0, 3);
+	float *x = floats(N, s, 4);
+	cpu_rmsnorm_bwd_row_f32(dx, dy, x, w, 0.5f, N);
+	free(dx), free(dy), free(w), free(x);
+}
+
+static void k_rope(int s)
+{
+	float *c = floats(HD, 0, 1), *x = floats(HEADS * HD, s, 2);
+	cpu_rope_row_f32(x, c, HEADS, HD, BE_ROPE_HALF, 1);
+	cpu_rope_row_f32(x, c, HEADS, HD, BE_ROPE_INTERLEAVED, 0);
+	free(c), free(x);
+}
+
+static void k_swiglu_fwd(int s)
+{
+	float *y = floats(N, 0, 1), *a = floats(N, 0, 2), *g = floats(N, s, 3);
+	cpu_swiglu_fwd_f32(y, a, g, N);
+	free(y), free(a), free(g);
+}
+
+static void k_swiglu_bwd(int s)
+{
+	float *da = floats(N, 0, 1), *dg = floats(N, 0, 2), *dy = floats(N, 0, 3);
+	float *a = floats(N, 0, 4), *g = floats(N, s, 5);
+	cpu_swiglu_bwd_f32(da, dg, dy, a, g, N);
+	free(da), free(dg), free(dy), free(a), free(g);
+}
+
+static void k_add(int s)
+{
+	float *y = floats(N, 0, 1), *a = floats(N, 0, 2), *b = floats(N, s, 3);
+	cpu_add_f32(y, a, b, N);
+	free(y), free(a), free(b);
+}
+
+static void k_axpy(int s)
+{
+	float *y = floats(N, 0, 1), *x = floats(N, s, 2);
+	cpu_axpy_f32(y, 0.5f, x, N);
+	free(y), free(x);
+}
+
+static void k_lerp(int s)
+{
+	float *x = floats(N, 0, 1), *end = floats(N, s, 2);
+	cpu_lerp_f32(x, end, 0.25f, N);
+	cpu_lerp_f32(x, end, 0.75f, N);
+	free(x), free(end);
+}
+
+static void k_scale(int s)
+{
+	float *x = floats(N, s, 1);
+	cpu_scale_f32(x, 2.0f, N);
+	free(x);
+}
+
+static void k_bf16_store(int s)
+{
+	float *f = floats(N, 0, 1);
+	uint16_t *h = bf16s(N, s);
+	cpu_bf16_convert(h, BE_BF16, f, BE_F32, N);
+	free(f), free(h);
+}
+
+static void k_bf16_load(int s)
+{
+	float *f = floats(N, 0, 1);
+	uint16_t *h = bf16s(N, s);
+	cpu_bf16_convert(f, BE_F32, h, BE_BF16, N);
+	free(f), free(h);
+}
+
+static void k_bf16_scale(int s)
+{
+	uint16_t *h = bf16s(N, s);
+	cpu_bf16_scale(h, 0.5f, N);
+	free(h);
+}
+
+static void k_bf16_swiglu_fwd(int s)
+{
+	uint16_t *y = bf16s(N, 0), *a = bf16s(N, 0), *g = bf16s(N, s);
+	cpu_bf16_swiglu_fwd(y, a, g, N);
+	free(y), free(a), free(g);
+}
+
+static void k_bf16_swiglu_bwd(int s)
+{
+	uint16_t *da = bf16s(N, 0), *dg = bf16s(N, 0), *dy = bf16s(N, 0), *a = bf16s(N, 0);
+	uint16_t *g = bf16s(N, s);
+	cpu_bf16_swiglu_bwd(da, dg, dy, a, g, N);
+	free(da), free(dg), free(dy), free(a), free(g);
+}
+
+static void (*const kernels[])(int) = {
+	k_adamw, k_rmsnorm_fwd, k_rmsnorm_bwd, k_rope, k_swiglu_fwd, k_swiglu_bwd,
+	k_add, k_axpy, k_lerp, k_scale, k_bf16_store, k_bf16_load, k_bf16_scale,
+	k_bf16_swiglu_fwd, k_bf16_swiglu_bwd,
+};
+#define N_KERNELS (sizeof kernels / sizeof kernels[0])
+
+/* What a child does: every kernel in bounds, kernel k with an array one
+ * element short, or the sum of squares of a freed array. */
+enum misuse { IN_BOUNDS, SHORT_ARRAY, FREED_SUMSQ };
+
+static void misuse_kernel(enum misuse how, size_t k)
+{
 	if (how == FREED_SUMSQ) {
-		float *volatile dead = g; /* read after the free on purpose */
-		free(g);
+		float *volatile dead = test_spread(N, 4); /* read after the free on purpose */
+		free(dead);
 		sink = cpu_sumsq_span_f32(dead, N);
 		return;
 	}
-	cpu_adamw_span_f32(p, g, m, v, N, &consts);
-	sink = cpu_sumsq_span_f32(p, N) + cpu_sumsq_span_f32(v, N);
-	free(p);
-	free(g);
-	free(m);
-	free(v);
+	if (how == SHORT_ARRAY) {
+		kernels[k](1);
+		return;
+	}
+	for (size_t i = 0; i < N_KERNELS; i++)
+		kernels[i](0);
 }
 
-/* Runs misuse_kernel(how) in a child; its exit status and the start of what
- * it wrote to standard error. */
-static int run_child(enum misuse how, char *err, size_t cap)
+/* Runs misuse_kernel(how, k) in a child; its exit status and the start of
+ * what it wrote to standard error. */
+static int run_child(enum misuse how, size_t k, char *err, size_t cap)
 {
 	int fd[2];
 	assert_int_equal(pipe(fd), 0);
@@ -62,16 +203,16 @@ static int run_child(enum misuse how, char *err, size_t cap)
 	if (pid == 0) {
 		close(fd[0]);
 		dup2(fd[1], STDERR_FILENO);
-		misuse_kernel(how);
+		misuse_kernel(how, k);
 		fflush(NULL);
 		_exit(0);
 	}
 	close(fd[1]);
 	size_t n = 0;
-	ssize_t k;
+	ssize_t got;
 	char buf[4096];
-	while ((k = read(fd[0], buf, sizeof buf)) > 0) {
-		size_t take = (size_t)k < cap - 1 - n ? (size_t)k : cap - 1 - n;
+	while ((got = read(fd[0], buf, sizeof buf)) > 0) {
+		size_t take = (size_t)got < cap - 1 - n ? (size_t)got : cap - 1 - n;
 		memcpy(err + n, buf, take);
 		n += take;
 	}
@@ -82,21 +223,22 @@ static int run_child(enum misuse how, char *err, size_t cap)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static void expect_report(enum misuse how, const char *kind)
+static void expect_report(enum misuse how, size_t k, const char *kind)
 {
 #if defined(__SANITIZE_ADDRESS__)
 	static char err[1 << 16];
-	int rc = run_child(how, err, sizeof err);
+	int rc = run_child(how, k, err, sizeof err);
 	if (how == IN_BOUNDS) {
 		assert_int_equal(rc, 0);
 		assert_null(strstr(err, "AddressSanitizer"));
 		return;
 	}
 	if (rc == 0 || strstr(err, kind) == NULL || strstr(err, "cpu_san_span") == NULL)
-		fail_msg("expected an ASan report of %s from cpu_san_span, exit %d: %.300s", kind,
-			 rc, err);
+		fail_msg("kernel %zu: expected an ASan report of %s from cpu_san_span, exit %d: "
+			 "%.300s", k, kind, rc, err);
 #else
 	(void)how;
+	(void)k;
 	(void)kind;
 	(void)run_child;
 	skip();
@@ -106,19 +248,20 @@ static void expect_report(enum misuse how, const char *kind)
 static void test_in_bounds_is_silent(void **state)
 {
 	(void)state;
-	expect_report(IN_BOUNDS, NULL);
+	expect_report(IN_BOUNDS, 0, NULL);
 }
 
 static void test_short_array_caught(void **state)
 {
 	(void)state;
-	expect_report(SHORT_GRAD, "heap-buffer-overflow");
+	for (size_t k = 0; k < N_KERNELS; k++)
+		expect_report(SHORT_ARRAY, k, "heap-buffer-overflow");
 }
 
 static void test_freed_array_caught(void **state)
 {
 	(void)state;
-	expect_report(FREED_SUMSQ, "heap-use-after-free");
+	expect_report(FREED_SUMSQ, 0, "heap-use-after-free");
 }
 
 int main(void)
