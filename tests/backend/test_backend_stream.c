@@ -35,7 +35,8 @@ static const cpu_adamw_consts consts = {.decay = 0.999, .omb1 = 0.1, .b2 = 0.999
 
 static volatile double sink; /* keeps the kernels' results */
 
-/* n floats, or n - short_by: an array that many elements short ends there */
+/* n - short_by floats (or bf16 zeros below): short_by elements fewer than the
+ * kernel is told, so that its last one lies past the end */
 static float *floats(int64_t n, int short_by, uint32_t seed)
 {
 	return test_spread(n - short_by, seed);
@@ -48,8 +49,8 @@ static uint16_t *bf16s(int64_t n, int short_by)
 	return v;
 }
 
-/* Each kernel alone, through the op that calls it, with its last array
- * argument `s` elements short (0 or 1); the other arrays are whole. */
+/* Each kernel alone, through the op that calls it, with one of its arrays
+ * `s` elements short (0 or 1); the other arrays are whole. */
 static void k_adamw(int s)
 {
 	float *p = floats(N, 0, 1), *m = floats(N, 0, 2), *v = floats(N, 0, 3);
