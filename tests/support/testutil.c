@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/err.h"
 
@@ -150,4 +152,34 @@ float *test_spread(int64_t n, uint32_t seed)
 		v[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
 	}
 	return v;
+}
+
+int test_child_stderr(void (*fn)(void *arg), void *arg, char *err, size_t cap)
+{
+	int fd[2];
+	assert_int_equal(pipe(fd), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fd[0]);
+		dup2(fd[1], STDERR_FILENO);
+		fn(arg);
+		fflush(NULL);
+		_exit(0);
+	}
+	close(fd[1]);
+	size_t n = 0;
+	ssize_t got;
+	char buf[4096];
+	while ((got = read(fd[0], buf, sizeof buf)) > 0) {
+		size_t take = (size_t)got < cap - 1 - n ? (size_t)got : cap - 1 - n;
+		memcpy(err + n, buf, take);
+		n += take;
+	}
+	err[n] = 0;
+	close(fd[0]);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

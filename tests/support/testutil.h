@@ -37,6 +37,12 @@ float test_counter_draw(uint64_t seed, uint64_t t, uint64_t j);
  * on no memory). */
 float *test_spread(int64_t n, uint32_t seed);
 
+/* Runs fn(arg) in a child process whose standard error is read into err (cap
+ * bytes, NUL-terminated; the rest dropped): the child's exit status, or 128
+ * plus the signal that ended it.  The child exits 0 when fn returns.  For
+ * the tests that must see a sanitizer's report of a deliberate misuse. */
+int test_child_stderr(void (*fn)(void *arg), void *arg, char *err, size_t cap);
+
 /* The largest |got - want| over n values relative to the largest |want|;
  * the _print form also prints "# NAME: max |err| E, max |ref| R, relative X". */
 double test_max_rel(const float *got, const float *want, int64_t n);
