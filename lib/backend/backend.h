@@ -235,9 +235,9 @@ typedef struct backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
 	/* Memory.  alloc returns NULL (and sets e) when out of memory; bytes are
-	 * counted for backend_peak_bytes.  Freed memory may be kept for the next
-	 * alloc of its size (the CUDA backend's arena; the CPU backend's cache,
-	 * backend_cpu_cached_bytes): it is never zeroed. */
+	 * counted for backend_peak_bytes.  A later alloc may hand out freed
+	 * memory again as it was, never zeroed (the CUDA backend's arena; the CPU
+	 * backend's cache, backend_cpu_cached_bytes). */
 	void *(*alloc)(backend *be, size_t bytes, titan_err *e);
 	void (*free)(backend *be, void *p);
 	void (*destroy)(backend *be); /* the backend itself (backend_free) */
