@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,8 +83,8 @@ static void test_cache_never_passes_the_high_water_mark(void **state)
 	assert_true(kept >= 4 * MIB);
 	void *b = get(be, 6 * MIB);
 	assert_int_equal(backend_cpu_cached_bytes(be), 0);
-	/* 6 MiB is the mark now: freeing it keeps it, a 1 MiB block beside it is
-	 * within the mark (7 > 6: the 6 goes back) */
+	/* 6 MiB is the mark now: freeing it keeps it; a 1 MiB request beside
+	 * the kept 6 would make 7, past the mark, so the 6 goes back */
 	be->ops->free(be, b);
 	assert_true(backend_cpu_cached_bytes(be) >= 6 * MIB);
 	void *c = get(be, 1 * MIB);

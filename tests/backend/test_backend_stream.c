@@ -2,12 +2,12 @@
  * update, the clip's sum of squares, the norms' and RoPE's rows, the softmax
  * row, SwiGLU and the elementwise spans, the bf16 conversions, im2col's
  * rows) run without the sanitizers' checks of every access and check their
- * arrays once on entry.  Under ASan that check must catch what per-access instrumentation
- * caught: an array one element short (each kernel in turn, reached through
- * the op that calls it), and an array already freed, each in a child process
- * whose report is read back.  In-bounds calls stay silent.  In a build
- * without ASan there is nothing to catch: those tests skip.  (The softmax
- * row is reached only inside attention, whose scratch it reads: the
+ * arrays once on entry.  Under ASan that check must catch what per-access
+ * instrumentation caught: an array one element short (each kernel in turn,
+ * reached through the op that calls it), and an array already freed, each in
+ * a child process whose report is read back.  In-bounds calls stay silent.
+ * In a build without ASan there is nothing to catch: those tests skip.  (The
+ * softmax row is reached only inside attention, whose scratch it reads: the
  * in-bounds runs of the attention tests cover it.) */
 #include <setjmp.h>
 #include <stdarg.h>
