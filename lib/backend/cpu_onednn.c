@@ -54,19 +54,24 @@ static int ck(dnnl_status_t s, const char *what, titan_err *e)
 
 /* oneDNN's own ceiling for a level forced below the processor's, so that a
  * forced avx512 runs oneDNN's avx512_core kernels on a processor that has
- * more.  At the processor's own level oneDNN keeps its default, which honours
- * ONEDNN_MAX_CPU_ISA (a oneDNN so limited refuses, and cpu.c takes the
- * portable path). */
-static void limit_isa(cpu_level l)
+ * more.  Below avx512 no GEMM goes to oneDNN (cpu_isa_onednn_gemm), and its
+ * ceiling is left alone for a later backend of the process.  A ceiling the user gave oneDNN (ONEDNN_MAX_CPU_ISA, or the older
+ * DNNL_MAX_CPU_ISA) stands at every level: oneDNN reads it only as the
+ * default, and setting the ceiling here would replace it.  A oneDNN so
+ * limited refuses what it cannot run, and cpu.c takes the portable path. */
+void cpu_onednn_limit(cpu_level l)
 {
 #if defined(__x86_64__)
-	if (l >= cpu_isa_native())
+	const char *user = getenv("ONEDNN_MAX_CPU_ISA");
+	if (user == NULL || *user == '\0')
+		user = getenv("DNNL_MAX_CPU_ISA");
+	if (l < CPU_AVX512 || l >= cpu_isa_native() || (user != NULL && *user != '\0'))
 		return;
 	dnnl_cpu_isa_t isa = l >= CPU_AMX ? dnnl_cpu_isa_avx512_core_amx
 			     : l >= CPU_AVX512_BF16 ? dnnl_cpu_isa_avx512_core_bf16
 						    : dnnl_cpu_isa_avx512_core;
-	/* Refused once oneDNN has generated code (a second backend in the process,
-	 * or ONEDNN_MAX_CPU_ISA read first): the ceiling already set stays, and a
+	/* Refused once oneDNN has read its ceiling (any kernel it ran before, a
+	 * second backend in the process): the ceiling in force stays, and a
 	 * primitive it cannot make is the portable path's (cpu.c). */
 	(void)dnnl_set_max_cpu_isa(isa);
 #else
@@ -81,7 +86,7 @@ cpu_onednn *cpu_onednn_create(cpu_level level, titan_err *e)
 		err_set(e, "oneDNN: out of memory");
 		return NULL;
 	}
-	limit_isa(level);
+	cpu_onednn_limit(level);
 	if (ck(dnnl_engine_create(&o->engine, dnnl_cpu, 0), "engine", e) < 0) {
 		free(o);
 		return NULL;

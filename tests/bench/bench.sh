@@ -90,6 +90,25 @@ t_run "gemm with oneDNN limited to AVX2 (ONEDNN_MAX_CPU_ISA)" env ONEDNN_MAX_CPU
 json_ok "a refusing oneDNN: the bf16 row runs the portable path" "$TMP/.out" \
 	'(.rows | length) == 1 and (.rows[0].path | startswith("portable"))
 	 and (.cpu_level != "avx512_bf16" or (.rows[0].path | contains("oneDNN refused")))'
+# A level forced below the processor's limits oneDNN when the backend starts,
+# before its first GEMM of either type: a float32 row (oneDNN's sgemm) ahead
+# of the bf16 one used to fix oneDNN's default ceiling, and a forced avx512
+# then ran avx512_core_bf16 kernels, which no AVX-512-only processor has.  A
+# ceiling the user gave oneDNN stands at a forced level too.
+if env TITAN_CPU_ISA=avx512 "$B" --help >/dev/null 2>&1; then
+	t_run "gemm float32 then bf16 under TITAN_CPU_ISA=avx512" env TITAN_CPU_ISA=avx512 "$B" \
+		gemm --json $Q --shapes 64,64,64 --dtype fp32,bf16
+	json_ok "avx512: the bf16 row after a float32 one runs no bf16 or AMX kernel" "$TMP/.out" \
+		'.cpu_level == "avx512" and ([.rows[] | select(.dtype == "bf16")] | length) == 1
+		 and all(.rows[] | select(.dtype == "bf16"); .path | test("bf16|amx") | not)'
+	t_run "gemm under TITAN_CPU_ISA=avx512 with ONEDNN_MAX_CPU_ISA=AVX2" env TITAN_CPU_ISA=avx512 \
+		ONEDNN_MAX_CPU_ISA=AVX2 "$B" gemm --json $Q --shapes 32,32,32 --dtype bf16
+	json_ok "avx512: oneDNN keeps the user's ceiling and refuses; the portable path runs" \
+		"$TMP/.out" '.cpu_level == "avx512" and (.rows | length) == 1
+		 and (.rows[0].path | startswith("portable (oneDNN refused"))'
+else
+	t_skip "gemm under TITAN_CPU_ISA=avx512" "this processor has no AVX-512"
+fi
 t_run "gemm under TITAN_CPU_ISA=baseline" env TITAN_CPU_ISA=baseline "$B" $G
 json_ok "baseline: every row at most 100 % of its ceiling (OpenBLAS's width counts)" "$TMP/.out" \
 	'.cpu_level == "baseline" and (.rows | length) == 3
