@@ -8,7 +8,7 @@
 # jargon are what scripts/fixtures_corpus.py builds the test corpora from.
 set -eu
 
-PKGS="gcc g++ make pkg-config binutils libarchive-dev libzstd-dev libdeflate-dev libcurl4-openssl-dev libssl-dev
+PKGS="gcc g++ make pkg-config binutils lld libarchive-dev libzstd-dev libdeflate-dev libcurl4-openssl-dev libssl-dev
 libjpeg62-turbo-dev libpng-dev libwebp-dev libsnappy-dev
 libjansson-dev libpcre2-dev libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev
 mandoc jq gzip zstd xz-utils bzip2 lz4 zip tar curl python3 fortunes jargon
