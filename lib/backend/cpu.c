@@ -1252,6 +1252,7 @@ backend *backend_cpu_create(int threads, titan_err *e)
 		omp_set_num_threads(threads);
 	/* OpenBLAS works single-threaded inside OpenMP's blocks (cpu_matmul). */
 	openblas_set_num_threads(1);
+	/* before any GEMM of either type reaches oneDNN (cpu_bf16.h) */
 	cpu_onednn_limit(cpu_isa_level());
 	be->threads = threads > 0 ? threads : omp_get_max_threads();
 	return be;

@@ -145,8 +145,9 @@ void cpu_bf16_matmul_portable(backend *be, int ta, int tb, int64_t m, int64_t n,
  * bfloat16, backend.h's matmul otherwise.  Returns 0, or -1 with e set. */
 typedef struct cpu_onednn cpu_onednn;
 /* oneDNN's ceiling for core/cpu_isa's level in force (cpu_onednn.c says
- * how): set once a process, before oneDNN's first kernel of any type, so
- * backend_cpu_create sets it; its first float32 sgemm would fix the default. */
+ * how).  oneDNN takes it once a process and only before it runs a kernel of
+ * any type (a float32 sgemm first would fix its default ceiling), so
+ * backend_cpu_create sets it. */
 void cpu_onednn_limit(cpu_level level);
 /* level: as cpu_onednn_limit's, set again here for a caller that did not. */
 cpu_onednn *cpu_onednn_create(cpu_level level, titan_err *e);

@@ -55,10 +55,11 @@ static int ck(dnnl_status_t s, const char *what, titan_err *e)
 /* oneDNN's own ceiling for a level forced below the processor's, so that a
  * forced avx512 runs oneDNN's avx512_core kernels on a processor that has
  * more.  Below avx512 no GEMM goes to oneDNN (cpu_isa_onednn_gemm), and its
- * ceiling is left alone for a later backend of the process.  A ceiling the user gave oneDNN (ONEDNN_MAX_CPU_ISA, or the older
- * DNNL_MAX_CPU_ISA) stands at every level: oneDNN reads it only as the
- * default, and setting the ceiling here would replace it.  A oneDNN so
- * limited refuses what it cannot run, and cpu.c takes the portable path. */
+ * ceiling is left alone for a later backend of the process.  A ceiling the
+ * user gave oneDNN (ONEDNN_MAX_CPU_ISA, or the older DNNL_MAX_CPU_ISA) stands
+ * at every level: oneDNN reads it only as the default, and setting the
+ * ceiling here would replace it.  A oneDNN so limited refuses what it cannot
+ * run, and cpu.c takes the portable path. */
 void cpu_onednn_limit(cpu_level l)
 {
 #if defined(__x86_64__)
