@@ -253,7 +253,7 @@ static void cpu_matmul_bf16(backend *be, int ta, int tb, int64_t m, int64_t n, i
 	}
 	if (cpu_isa_onednn_gemm() && !st->dnnl_failed) {
 		if (!st->dnnl)
-			st->dnnl = cpu_onednn_create(cpu_isa_level(), &e);
+			st->dnnl = cpu_onednn_create(&e);
 		if (st->dnnl && cpu_onednn_matmul(st->dnnl, ta, tb, m, n, k, alpha, a, lda, b, ldb,
 						  beta, c, ldc, ct, &e) == 0) {
 			st->gemm_portable = 0;

@@ -149,8 +149,7 @@ typedef struct cpu_onednn cpu_onednn;
  * any type (a float32 sgemm first would fix its default ceiling), so
  * backend_cpu_create sets it. */
 void cpu_onednn_limit(cpu_level level);
-/* level: as cpu_onednn_limit's, set again here for a caller that did not. */
-cpu_onednn *cpu_onednn_create(cpu_level level, titan_err *e);
+cpu_onednn *cpu_onednn_create(titan_err *e);
 void cpu_onednn_free(cpu_onednn *o);
 int cpu_onednn_matmul(cpu_onednn *o, int ta, int tb, int64_t m, int64_t n, int64_t k,
 		      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,

@@ -52,6 +52,20 @@ static int ck(dnnl_status_t s, const char *what, titan_err *e)
 	return -1;
 }
 
+#if defined(__x86_64__)
+/* Whether the user gave oneDNN a ceiling of its own. */
+static int user_ceiling(void)
+{
+	static const char *const names[] = {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		const char *v = getenv(names[i]);
+		if (v != NULL && *v != '\0')
+			return 1;
+	}
+	return 0;
+}
+#endif
+
 /* oneDNN's own ceiling for a level forced below the processor's, so that a
  * forced avx512 runs oneDNN's avx512_core kernels on a processor that has
  * more.  Below avx512 no GEMM goes to oneDNN (cpu_isa_onednn_gemm), and its
@@ -63,10 +77,7 @@ static int ck(dnnl_status_t s, const char *what, titan_err *e)
 void cpu_onednn_limit(cpu_level l)
 {
 #if defined(__x86_64__)
-	const char *user = getenv("ONEDNN_MAX_CPU_ISA");
-	if (user == NULL || *user == '\0')
-		user = getenv("DNNL_MAX_CPU_ISA");
-	if (l < CPU_AVX512 || l >= cpu_isa_native() || (user != NULL && *user != '\0'))
+	if (l < CPU_AVX512 || l >= cpu_isa_native() || user_ceiling())
 		return;
 	dnnl_cpu_isa_t isa = l >= CPU_AMX ? dnnl_cpu_isa_avx512_core_amx
 			     : l >= CPU_AVX512_BF16 ? dnnl_cpu_isa_avx512_core_bf16
@@ -80,14 +91,13 @@ void cpu_onednn_limit(cpu_level l)
 #endif
 }
 
-cpu_onednn *cpu_onednn_create(cpu_level level, titan_err *e)
+cpu_onednn *cpu_onednn_create(titan_err *e)
 {
 	cpu_onednn *o = calloc(1, sizeof *o);
 	if (!o) {
 		err_set(e, "oneDNN: out of memory");
 		return NULL;
 	}
-	cpu_onednn_limit(level);
 	if (ck(dnnl_engine_create(&o->engine, dnnl_cpu, 0), "engine", e) < 0) {
 		free(o);
 		return NULL;
